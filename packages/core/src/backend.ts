@@ -1,0 +1,92 @@
+/**
+ * The Backend contract: every op a forward pass needs, on backend-owned tensors.
+ *
+ * Activations are always f32; weights may be f32, f16 or bf16. Tensors are row-major and
+ * opaque to callers (a CPU backend holds a pointer, a CUDA backend a device address).
+ * Ops take an explicit row count `n` so one buffer sized for a prefill block also serves a
+ * single decode token. The attention ops are split into the stages hybrid attention needs:
+ * logits over a *span or set* of cached tokens written at a column offset (so segments
+ * concatenate in position order), one softmax over the concatenated row, and aggregation
+ * of the matching V rows (accumulating, so segments can be summed one after another).
+ */
+export type DType = "f32" | "f16" | "bf16";
+
+export const DTYPE_BYTES: Readonly<Record<DType, number>> = { f32: 4, f16: 2, bf16: 2 };
+
+export interface Tensor {
+  readonly dtype: DType;
+  /** Row-major shape; the last dimension is contiguous. */
+  readonly shape: readonly number[];
+  /** Name of the backend that owns it; passing it to another backend is an error. */
+  readonly backend: string;
+}
+
+export interface Backend extends Disposable {
+  readonly name: string;
+  /** Worker threads used by ops (1 for single-threaded backends). */
+  readonly threads: number;
+
+  // ---- memory -------------------------------------------------------------------------
+  /**
+   * Make a weight available to ops. `bytes` is little-endian data of `dtype` (often a view
+   * of a memory-mapped file, which must then outlive the tensor); a CPU backend may use it
+   * in place, a device backend copies it.
+   */
+  loadWeight(bytes: Uint8Array, dtype: DType, shape: readonly number[]): Tensor;
+  /** A zero-filled tensor (activations, KV storage). Only f32 activations are used by ops
+   * other than the attention ops, which also read f16/bf16 K and V storage. */
+  alloc(shape: readonly number[], dtype?: DType): Tensor;
+  /** Copy f32 values into `t` starting at element `offset` (converting to t.dtype). */
+  write(t: Tensor, src: Float32Array, offset?: number): void;
+  /** Copy `count` elements from element `offset` of `t` out as f32. */
+  read(t: Tensor, offset?: number, count?: number): Float32Array;
+  /** Copy `count` rows: dst[dstRow + i] = src[srcRow + i] (same row width; same or f32→any dtype). */
+  copyRows(dst: Tensor, dstRow: number, src: Tensor, srcRow: number, count: number): void;
+  /** Release a tensor allocated by `alloc` or `loadWeight`. Double free is an error. */
+  free(t: Tensor): void;
+
+  // ---- elementwise and row ops (n = rows used) --------------------------------------------
+  /** out[i, :] = table[ids[i], :] as f32. Ids are checked against the table's rows. */
+  embedding(out: Tensor, table: Tensor, ids: Int32Array): void;
+  /** out[n, m] = x[n, k] · w[m, k]ᵀ (+ bias[m]). w in f32/f16/bf16. */
+  matmul(out: Tensor, x: Tensor, w: Tensor, n: number, bias?: Tensor): void;
+  /** out = x / rms(x) * weight per row (eps inside the sqrt). out may alias x. */
+  rmsNorm(out: Tensor, x: Tensor, weight: Tensor, n: number, eps: number): void;
+  /** out = (x - mean) / sqrt(var + eps) * weight + bias per row. out may alias x. */
+  layerNorm(out: Tensor, x: Tensor, weight: Tensor, bias: Tensor, n: number, eps: number): void;
+  /**
+   * Rotary embedding in place, half-split layout (HF "rotate_half"): for each row i and head,
+   * pairs (j, j + rot/2) for j < rot/2 rotate by angle with cos/sin taken from row
+   * positions[i] of `cos`/`sin` ([maxPos, rot/2]). Rows of x are heads × headDim.
+   */
+  rope(x: Tensor, n: number, positions: Int32Array, heads: number, headDim: number, cos: Tensor, sin: Tensor): void;
+  /** out = silu(gate) * up. out may alias gate. */
+  siluMul(out: Tensor, gate: Tensor, up: Tensor, n: number): void;
+  /** In place. */
+  relu(x: Tensor, n: number): void;
+  /** In place, tanh approximation is NOT used: exact erf GELU. */
+  gelu(x: Tensor, n: number): void;
+  /** out = a + b. out may alias a or b. */
+  add(out: Tensor, a: Tensor, b: Tensor, n: number): void;
+  /** Row-wise softmax of the first `cols` columns of `rows` rows, in place. */
+  softmax(x: Tensor, rows: number, cols: number): void;
+  /** Index of the largest value in row `row` (first index on ties). */
+  argmax(x: Tensor, row: number): number;
+
+  // ---- attention stages -----------------------------------------------------------------
+  /**
+   * logits[h, outCol + j] = scale · q[qRow, h, :] · K[h / groupSize, start + j, :] for
+   * query heads h and j < count. q rows are heads × headDim; K is [kvHeads, cap, headDim]
+   * (f32/f16/bf16); logits is [heads, width].
+   */
+  attnLogits(logits: Tensor, outCol: number, q: Tensor, qRow: number, k: Tensor, start: number, count: number, scale: number): void;
+  /** As attnLogits over explicit token slots: column outCol + j scores K slot slots[j]. */
+  attnLogitsGather(logits: Tensor, outCol: number, q: Tensor, qRow: number, k: Tensor, slots: Int32Array, scale: number): void;
+  /**
+   * out[outRow, h, :] (+)= Σ_j probs[h, probCol + j] · V[h / groupSize, start + j, :].
+   * `accumulate` false overwrites, true adds (segments summed one after another).
+   */
+  attnAggregate(out: Tensor, outRow: number, probs: Tensor, probCol: number, v: Tensor, start: number, count: number, accumulate: boolean): void;
+  /** As attnAggregate over explicit V slots. */
+  attnAggregateGather(out: Tensor, outRow: number, probs: Tensor, probCol: number, v: Tensor, slots: Int32Array, accumulate: boolean): void;
+}
