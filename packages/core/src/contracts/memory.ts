@@ -1,1 +1,102 @@
-export {};
+/**
+ * Memory tiers and KV placement (paper §4.4, semantic-aware mapping).
+ *
+ * The offloaded store keeps K and V in separate pools, so each pool can live in a different
+ * tier: the CPU stage reads K on every step (it wants the fastest DRAM), while V is only ever
+ * copied to the GPU by DMA (a CXL expander or, beyond RAM, a file is good enough).
+ */
+import { z } from "zod";
+import { DTYPE_BYTES, type DType } from "../backend.js";
+import { HybridgenError } from "../errors.js";
+
+export const MemoryTierKindSchema = z.enum(["dram", "cxl", "file"]);
+export type MemoryTierKind = z.infer<typeof MemoryTierKindSchema>;
+
+export const MemoryTierSchema = z
+  .object({
+    /** Stable name, e.g. "node0", "node2", "file:/mnt/nvme/kv". */
+    id: z.string().min(1),
+    kind: MemoryTierKindSchema,
+    /** NUMA node backing the tier (dram/cxl); allocation binds here (mbind). */
+    numaNode: z.number().int().nonnegative().optional(),
+    capacityBytes: z.number().int().nonnegative(),
+    /** Free at discovery time, when known. */
+    freeBytes: z.number().int().nonnegative().optional(),
+    /** Sequential read bandwidth from the CPU, when known (HMAT, or measured). */
+    readBandwidthGBs: z.number().positive().optional(),
+    /** Directory holding the backing files of a "file" tier. */
+    path: z.string().min(1).optional(),
+  })
+  .refine((t) => t.kind !== "file" || t.path !== undefined, { message: "a file tier needs a path", path: ["path"] });
+export type MemoryTier = z.infer<typeof MemoryTierSchema>;
+
+export const PlacementPolicySchema = z.enum(["semantic", "interleave", "dram-only"]);
+export type PlacementPolicy = z.infer<typeof PlacementPolicySchema>;
+
+/**
+ * Where one pool (K or V) goes. "fill": the first tier until it is full, then the next (spill
+ * order). "interleave": pages spread round-robin, an equal share on every listed tier.
+ */
+export const TierRuleSchema = z.discriminatedUnion("mode", [
+  z.object({ mode: z.literal("fill"), order: z.array(z.string().min(1)).min(1) }),
+  z.object({ mode: z.literal("interleave"), tiers: z.array(z.string().min(1)).min(1) }),
+]);
+export type TierRule = z.infer<typeof TierRuleSchema>;
+
+/** Which tiers the K pool and the V pool of the offloaded store go to. */
+export const PlacementSchema = z.object({
+  policy: PlacementPolicySchema,
+  k: TierRuleSchema,
+  v: TierRuleSchema,
+});
+export type Placement = z.infer<typeof PlacementSchema>;
+
+export function tierRuleIds(rule: TierRule): readonly string[] {
+  return rule.mode === "fill" ? rule.order : rule.tiers;
+}
+
+/** Throws a one-line HybridgenError when a placement names a tier that is not in `tiers`. */
+export function checkPlacement(placement: Placement, tiers: readonly MemoryTier[]): void {
+  const known = new Set(tiers.map((t) => t.id));
+  for (const pool of ["k", "v"] as const) {
+    for (const id of tierRuleIds(placement[pool])) {
+      if (!known.has(id)) {
+        throw new HybridgenError(`placement: ${pool.toUpperCase()} pool names tier "${id}", which is not one of [${[...known].join(", ")}]`);
+      }
+    }
+  }
+}
+
+/** The dimensions that size a KV cache. ModelShape satisfies it. */
+export interface KvShape {
+  readonly layers: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+}
+
+export interface KvBytesPerToken {
+  /** K bytes of one token over all layers. */
+  readonly k: number;
+  /** V bytes of one token over all layers. */
+  readonly v: number;
+  readonly total: number;
+}
+
+/** Bytes one token adds to the KV cache: Llama-3.1-8B in bf16 → 64 KiB K + 64 KiB V. */
+export function kvBytesPerToken(shape: KvShape, dtype: DType = "bf16"): KvBytesPerToken {
+  for (const key of ["layers", "kvHeads", "headDim"] as const) {
+    const n = shape[key];
+    if (!Number.isInteger(n) || n <= 0) throw new HybridgenError(`kv bytes: ${key} must be a positive integer, got ${n}`);
+  }
+  const bytes = DTYPE_BYTES[dtype];
+  if (bytes === undefined) throw new HybridgenError(`kv bytes: unknown dtype "${dtype}"`);
+  const k = shape.layers * shape.kvHeads * shape.headDim * bytes;
+  return { k, v: k, total: 2 * k };
+}
+
+/** Bytes of K + V for `tokens` tokens of each of `batch` sequences. */
+export function kvCacheBytes(shape: KvShape, dtype: DType, tokens: number, batch = 1): number {
+  if (!Number.isInteger(tokens) || tokens < 0) throw new HybridgenError(`kv bytes: tokens must be a non-negative integer, got ${tokens}`);
+  if (!Number.isInteger(batch) || batch <= 0) throw new HybridgenError(`kv bytes: batch must be a positive integer, got ${batch}`);
+  return kvBytesPerToken(shape, dtype).total * tokens * batch;
+}

@@ -1,1 +1,219 @@
-export {};
+/**
+ * The TokenSelector contract (paper §4.3/§4.5): which offloaded tokens take part in a layer's
+ * attention this step.
+ *
+ * Offloaded tokens are addressed by *slot*: slot i is the i-th token the eviction engine moved
+ * to the host store for this sequence. Slots are stable for the life of a sequence (the store
+ * only appends), so per-slot state such as accumulated scores stays valid across steps, and
+ * slot order is position order (eviction is oldest-first), which lets the concatenator keep
+ * logits in token order without sorting.
+ *
+ * Two timings:
+ * - "pre"  — choose slots from cheap information (positions, accumulated scores, the
+ *            speculative query), then only the chosen tokens are scored.
+ * - "post" — every offloaded token is scored first; the selector chooses from those logits.
+ */
+import { z } from "zod";
+import { HybridgenError } from "../errors.js";
+
+export const SelectionTimingSchema = z.enum(["pre", "post"]);
+export type SelectionTiming = z.infer<typeof SelectionTimingSchema>;
+
+/** Grouped-query attention layout: query head h reads KV head floor(h / groupSize). */
+export interface HeadLayout {
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  /** heads / kvHeads. */
+  readonly groupSize: number;
+}
+
+export const HeadLayoutSchema = z
+  .object({
+    heads: z.number().int().positive(),
+    kvHeads: z.number().int().positive(),
+    headDim: z.number().int().positive(),
+    groupSize: z.number().int().positive(),
+  })
+  .refine((l) => l.heads === l.kvHeads * l.groupSize, {
+    message: "heads must equal kvHeads × groupSize",
+    path: ["groupSize"],
+  });
+
+/** Builds a checked layout from head counts. */
+export function headLayout(heads: number, kvHeads: number, headDim: number): HeadLayout {
+  if (!Number.isInteger(heads) || !Number.isInteger(kvHeads) || heads <= 0 || kvHeads <= 0 || heads % kvHeads !== 0) {
+    throw new HybridgenError(`head layout: ${heads} query heads is not a positive multiple of ${kvHeads} KV heads`);
+  }
+  if (!Number.isInteger(headDim) || headDim <= 0) throw new HybridgenError(`head layout: headDim must be a positive integer, got ${headDim}`);
+  return { heads, kvHeads, headDim, groupSize: heads / kvHeads };
+}
+
+/**
+ * Vector primitives handed to selectors, so a plugin never loops per token in JS for heavy
+ * lifting. The engine passes native implementations where it has them (kernels-cpu) and
+ * `referencePrimitives` otherwise; both follow exactly these semantics.
+ */
+export interface SelectorPrimitives {
+  /**
+   * Indices of the `k` largest of `values[0..length)` (length defaults to values.length),
+   * returned in ascending index order. Ties go to the lower index; NaN ranks below every
+   * number. k is clamped to [0, length].
+   */
+  topK(values: Float32Array, k: number, length?: number): Int32Array;
+  /** out[j] = max over rows r of rows[r][j], for j < length. */
+  maxRows(rows: readonly Float32Array[], length: number, out?: Float32Array): Float32Array;
+  /** out[j] = Σ over rows r of rows[r][j], for j < length. */
+  sumRows(rows: readonly Float32Array[], length: number, out?: Float32Array): Float32Array;
+  /** [start, start + 1, …, start + count − 1]. */
+  range(start: number, count: number): Int32Array;
+}
+
+/**
+ * Accumulated attention (H2O / Keyformer style), maintained by the engine when a selector asks
+ * for it (`needsScores`). perKvHead[g][slot] is the softmax probability the slot's token received,
+ * summed over the query heads of group g and over every past decode step (0 for steps in which
+ * it was not attended). Arrays are at least `offloaded` long.
+ */
+export interface AccumulatedScores {
+  readonly perKvHead: readonly Float32Array[];
+  /** Decode steps summed so far. */
+  readonly steps: number;
+}
+
+/** What every select() call receives, whatever the timing. One call = one layer of one sequence. */
+export interface SelectionBase<S = unknown> {
+  readonly layer: number;
+  /** Decode step (0 = the first token after the prompt). */
+  readonly step: number;
+  /** Row of the batch this sequence occupies. */
+  readonly sequence: number;
+  /** Number of offloaded tokens: valid slots are 0 … offloaded − 1. */
+  readonly offloaded: number;
+  /** positions[slot] = the token's position in the sequence; ascending; length ≥ offloaded. */
+  readonly positions: Int32Array;
+  /** K from the scheduler, already clamped to [0, offloaded]: ids to return per list, at most. */
+  readonly budget: number;
+  readonly layout: HeadLayout;
+  /** The state this selector's initState() made for (layer, sequence); the selector may mutate it. */
+  readonly state: S;
+  /** Present when the selector declared `needsScores`. */
+  readonly scores?: AccumulatedScores;
+  readonly primitives: SelectorPrimitives;
+}
+
+export interface PreSelectionInput<S = unknown> extends SelectionBase<S> {
+  readonly timing: "pre";
+  /**
+   * The query that will be scored against the chosen tokens, heads × headDim, RoPE applied.
+   * In speculative mode it is q̃ of this layer computed from the previous layer's input.
+   */
+  readonly query: Float32Array;
+  readonly speculative: boolean;
+}
+
+export interface PostSelectionInput<S = unknown> extends SelectionBase<S> {
+  readonly timing: "post";
+  /** logits[h][slot], one Float32Array view per query head, at least `offloaded` long (scaled by 1/√d). */
+  readonly logits: readonly Float32Array[];
+  /** The query the logits were computed from (heads × headDim). */
+  readonly query: Float32Array;
+  readonly speculative: boolean;
+}
+
+export type SelectionInput<S = unknown> = PreSelectionInput<S> | PostSelectionInput<S>;
+
+/**
+ * The chosen slots: one list shared by every KV head, or one list per KV head. Order inside a
+ * list is free; `validateSelection` returns it sorted ascending (= position order).
+ */
+export type Selection =
+  | { readonly kind: "shared"; readonly ids: Int32Array }
+  | { readonly kind: "perKvHead"; readonly ids: readonly Int32Array[] };
+
+const IdsSchema = z.union([
+  z.instanceof(Int32Array),
+  z.array(z.number().int()).transform((a) => Int32Array.from(a)),
+]);
+
+/** Accepts typed arrays or plain integer arrays (plugins written loosely); emits Int32Array. */
+export const SelectionSchema = z.discriminatedUnion("kind", [
+  z.object({ kind: z.literal("shared"), ids: IdsSchema }),
+  z.object({ kind: z.literal("perKvHead"), ids: z.array(IdsSchema).min(1) }),
+]);
+
+export interface SelectionLimits {
+  /** Slots 0 … offloaded − 1 are valid. */
+  readonly offloaded: number;
+  readonly kvHeads: number;
+  /** Maximum ids per list; omit for selectors that ignore the budget (e.g. "all"). */
+  readonly budget?: number;
+  /** Names the culprit in error messages, e.g. `selector "h2o"`. */
+  readonly source?: string;
+}
+
+function checkIds(ids: Int32Array, limits: SelectionLimits, where: string, who: string): Int32Array {
+  const sorted = ids.slice().sort();
+  const max = limits.budget ?? limits.offloaded;
+  if (sorted.length > max) {
+    throw new HybridgenError(`${who}: ${where} holds ${sorted.length} ids, more than the ${limits.budget === undefined ? "offloaded count" : "budget K"} ${max}`);
+  }
+  for (let i = 0; i < sorted.length; i++) {
+    const id = sorted[i]!;
+    if (id < 0 || id >= limits.offloaded) {
+      throw new HybridgenError(`${who}: ${where} has id ${id} out of range [0, ${limits.offloaded})`);
+    }
+    if (i > 0 && sorted[i - 1] === id) throw new HybridgenError(`${who}: ${where} has duplicate id ${id}`);
+  }
+  return sorted;
+}
+
+/**
+ * Checks a selector's result and returns it normalised (Int32Array, ascending). Throws a
+ * HybridgenError naming the problem for a malformed object, out-of-range or duplicate ids, a
+ * list longer than the budget, or a per-KV-head result with the wrong number of lists.
+ */
+export function validateSelection(raw: unknown, limits: SelectionLimits): Selection {
+  const who = limits.source ?? "selection";
+  const parsed = SelectionSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    const path = issue && issue.path.length ? ` at ${issue.path.join(".")}` : "";
+    throw new HybridgenError(`${who}: not a selection${path}: ${issue?.message ?? "invalid"} (expected {kind: "shared", ids} or {kind: "perKvHead", ids: [...]})`);
+  }
+  const sel = parsed.data;
+  if (sel.kind === "shared") return { kind: "shared", ids: checkIds(sel.ids, limits, "ids", who) };
+  if (sel.ids.length !== limits.kvHeads) {
+    throw new HybridgenError(`${who}: perKvHead selection has ${sel.ids.length} lists, expected one per KV head (${limits.kvHeads})`);
+  }
+  return { kind: "perKvHead", ids: sel.ids.map((ids, g) => checkIds(ids, limits, `KV head ${g}`, who)) };
+}
+
+/** The ids KV head g attends to under a selection. */
+export function selectionForKvHead(sel: Selection, g: number): Int32Array {
+  return sel.kind === "shared" ? sel.ids : sel.ids[g]!;
+}
+
+/** Static facts about a layer handed to initState(). */
+export interface SelectorLayerInfo {
+  readonly layer: number;
+  readonly sequence: number;
+  readonly layout: HeadLayout;
+}
+
+/** A token-selection algorithm. Implement with `defineSelector()` from @hybridgen/selectors. */
+export interface TokenSelector<S = unknown> {
+  readonly name: string;
+  /** The timings it can run under; the scheduler picks one per step among these. */
+  readonly timings: readonly SelectionTiming[];
+  /** Ask the engine to maintain AccumulatedScores (costs a pass over the probabilities). */
+  readonly needsScores: boolean;
+  /** False for selectors that return every token whatever K is ("all"). */
+  readonly usesBudget: boolean;
+  /** Fresh per-(layer, sequence) state; called once when the sequence starts. */
+  initState(info: SelectorLayerInfo): S;
+  /** Chooses slots. Returns a validated, normalised selection (see validateSelection). */
+  select(input: SelectionInput<S>): Selection;
+}
+
+export { referencePrimitives } from "./selector-primitives.js";
