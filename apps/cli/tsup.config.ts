@@ -1,9 +1,10 @@
 import { defineConfig } from "tsup";
 
 export default defineConfig({
-  entry: ["src/index.ts"],
+  // hybridgen.ts is the bin: tsup keeps its #! line and marks the output executable.
+  entry: ["src/index.ts", "src/hybridgen.ts"],
   format: ["esm"],
-  dts: true,
+  dts: { entry: "src/index.ts" },
   clean: true,
   target: "es2022",
   platform: "node",

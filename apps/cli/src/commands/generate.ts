@@ -1,0 +1,102 @@
+import { HybridgenError, ensureStories15M, generate, LlamaModel, openModelDir } from "@hybridgen/core";
+import { createCpuBackend, cpuFeatures } from "@hybridgen/kernels-cpu";
+import type { GenerateCliOptions } from "../generate-options.js";
+import type { CliIo } from "../io.js";
+import { readPrompt } from "../read-prompt.js";
+
+/** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
+export const EXIT_INTERRUPTED = 130;
+
+const fmt = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : "n/a");
+
+function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | undefined {
+  if (opts.threads !== undefined) return opts.threads;
+  const raw = env.HYBRIDGEN_THREADS;
+  if (raw === undefined || raw === "") return undefined;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1) throw new HybridgenError(`invalid HYBRIDGEN_THREADS=${JSON.stringify(raw)}: must be an integer ≥ 1`);
+  return n;
+}
+
+/**
+ * `hybridgen generate`: load a model on the CPU backend, stream tokens to stdout (the
+ * prompt echoed first, as llama2.c does), timings on stderr. Returns the exit code.
+ */
+export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<number> {
+  const prompt = await readPrompt(opts, io);
+  const progress = (msg: string) => io.stderr(`${msg}\n`);
+  const interrupted = () => {
+    io.stderr("\ninterrupted\n");
+    return EXIT_INTERRUPTED;
+  };
+
+  const dir = opts.model ?? (await ensureStories15M({ cacheDir: io.env.HYBRIDGEN_CACHE, onProgress: progress }));
+  if (io.signal?.aborted) return interrupted();
+
+  const t0 = performance.now();
+  using files = openModelDir(dir);
+  const shape = files.shape;
+  // Check the prompt before loading weights: a too-long prompt should fail fast.
+  const promptIds = files.tokenizer.encode(prompt);
+  if (promptIds.length >= shape.maxPositions) {
+    throw new HybridgenError(
+      `prompt is ${promptIds.length} tokens but the model's context is ${shape.maxPositions} tokens (at least one must be left to generate)`,
+      "ECONTEXT",
+    );
+  }
+  const threads = threadsFrom(opts, io.env);
+  using backend = createCpuBackend(threads === undefined ? {} : { threads });
+  using model = await LlamaModel.load(files, backend, opts.dtype === undefined ? {} : { weightDtype: opts.dtype });
+  const isa = cpuFeatures().isa;
+  progress(
+    `loaded ${dir} (${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dtype ?? "stored"} weights) ` +
+      `on cpu/${isa} with ${backend.threads} threads in ${(performance.now() - t0).toFixed(0)} ms`,
+  );
+  if (io.signal?.aborted) return interrupted();
+
+  const seed = opts.seed ?? (Math.random() * 0x100000000) >>> 0;
+  const stream = generate(model, files.tokenizer, promptIds, {
+    maxTokens: opts.maxTokens,
+    stop: opts.stop,
+    sampling: {
+      temperature: opts.temperature,
+      topK: opts.topK,
+      topP: opts.topP,
+      repetitionPenalty: opts.repetitionPenalty,
+      seed,
+    },
+    signal: io.signal,
+  });
+
+  if (!opts.json) io.stdout(prompt);
+  for await (const token of stream) {
+    if (!opts.json) io.stdout(token.text);
+  }
+  const result = await stream.result;
+  const t = result.timings;
+  if (opts.json) {
+    io.stdout(
+      `${JSON.stringify({
+        model: dir,
+        prompt,
+        text: result.text,
+        finishReason: result.finishReason,
+        promptTokens: result.promptTokens,
+        generatedTokens: result.tokens.length,
+        tokens: result.tokens,
+        seed,
+        threads: backend.threads,
+        dtype: opts.dtype ?? null,
+        timings: t,
+      })}\n`,
+    );
+  } else if (result.finishReason !== "abort") {
+    io.stdout("\n");
+  }
+  const code = result.finishReason === "abort" ? interrupted() : 0;
+  io.stderr(
+    `prompt: ${result.promptTokens} tokens, ${fmt(t.promptTokensPerSec)} tok/s | ` +
+      `generated: ${result.tokens.length} tokens, ${fmt(t.tokensPerSec)} tok/s | finish: ${result.finishReason}\n`,
+  );
+  return code;
+}

@@ -1,0 +1,54 @@
+import { z } from "zod";
+
+/**
+ * Options of `hybridgen generate`, after the flags are parsed. Exported so programs that
+ * drive the CLI (or build their own front end) can validate the same way. Numbers here are
+ * numbers: the flag layer (parse-generate-args.ts) turns strings into numbers first.
+ */
+export const GenerateCliOptionsSchema = z
+  .object({
+    /** Model directory (Hugging Face layout). Absent: stories15M, fetched on first use. */
+    model: z.string().min(1, "must not be empty").optional(),
+    prompt: z.string().optional(),
+    promptFile: z.string().min(1, "must not be empty").optional(),
+    maxTokens: z.number().int("must be an integer").min(1, "must be at least 1").default(256),
+    /** 0 = greedy (argmax), as llama2.c. */
+    temperature: z.number().min(0, "must be ≥ 0").max(100, "must be ≤ 100").default(1),
+    /** 0 = off. */
+    topK: z.number().int("must be an integer").min(0, "must be ≥ 0").default(0),
+    topP: z.number().gt(0, "must be > 0").max(1, "must be ≤ 1").default(0.9),
+    repetitionPenalty: z.number().min(1, "must be ≥ 1").max(100, "must be ≤ 100").default(1),
+    /** Absent: a random seed, reported in --json output. */
+    seed: z.number().int("must be an integer").min(0, "must be ≥ 0").max(0xffffffff, "must be < 2^32").optional(),
+    stop: z.array(z.string().min(1, "must not be empty")).default([]),
+    /** Absent: HYBRIDGEN_THREADS, else every core. */
+    threads: z.number().int("must be an integer").min(1, "must be at least 1").max(1024, "must be ≤ 1024").optional(),
+    /** Weight dtype at load; absent: as stored in the checkpoint. */
+    dtype: z.enum(["f32", "f16", "bf16"], { error: "must be one of f32, f16, bf16" }).optional(),
+    json: z.boolean().default(false),
+  })
+  .strict()
+  .refine((o) => o.prompt === undefined || o.promptFile === undefined, {
+    message: "give either --prompt or --prompt-file, not both",
+    path: ["promptFile"],
+  });
+
+export type GenerateCliOptions = z.infer<typeof GenerateCliOptionsSchema>;
+export type GenerateCliInput = z.input<typeof GenerateCliOptionsSchema>;
+
+/** Option key → the flag a user typed, for error messages. */
+export const FLAG_OF: Readonly<Record<string, string>> = {
+  model: "--model",
+  prompt: "--prompt",
+  promptFile: "--prompt-file",
+  maxTokens: "--max-tokens",
+  temperature: "--temperature",
+  topK: "--top-k",
+  topP: "--top-p",
+  repetitionPenalty: "--repetition-penalty",
+  seed: "--seed",
+  stop: "--stop",
+  threads: "--threads",
+  dtype: "--dtype",
+  json: "--json",
+};

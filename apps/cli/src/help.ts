@@ -1,0 +1,46 @@
+export const MAIN_HELP = `hybridgen — long-context LLM inference (HybridGen: CPU–GPU hybrid attention)
+
+Usage:
+  hybridgen generate [options]   generate text from a prompt (see hybridgen generate --help)
+  hybridgen fetch                download and convert the default model (stories15M), print its directory
+  hybridgen --help | -h          this help
+  hybridgen --version | -v       the version
+
+Environment:
+  HYBRIDGEN_CACHE     model cache directory (default ~/.cache/hybridgen)
+  HYBRIDGEN_THREADS   CPU threads when --threads is not given (default: every core)
+  HYBRIDGEN_DEBUG=1   print stack traces of internal errors
+`;
+
+export const GENERATE_HELP = `Usage: hybridgen generate [options]
+
+Streams the prompt, then the generated text, to stdout; progress and timings go to stderr.
+
+Model:
+  -m, --model DIR              model directory (Hugging Face layout: config.json,
+                               model.safetensors, tokenizer.json). Default: stories15M,
+                               downloaded and converted on first use
+      --dtype f32|f16|bf16     weight dtype at load (default: as stored)
+      --threads N              CPU threads (default: $HYBRIDGEN_THREADS or every core)
+
+Prompt (one of; default: read stdin):
+  -p, --prompt TEXT            the prompt
+  -f, --prompt-file FILE       read the prompt from a UTF-8 file
+
+Sampling:
+  -n, --max-tokens N           tokens to generate at most (default 256; the context may end it sooner)
+  -t, --temperature X          0 = greedy (default 1)
+      --top-k N                keep the N most likely tokens; 0 = off (default 0)
+      --top-p P                nucleus sampling mass in (0, 1] (default 0.9)
+      --repetition-penalty X   ≥ 1; 1 = off (default 1)
+  -s, --seed N                 0 ≤ N < 2^32 (default: random)
+      --stop TEXT              stop when TEXT is generated (repeatable; TEXT is not printed)
+
+Output:
+      --json                   print one JSON result object instead of streaming
+  -h, --help                   this help
+
+Examples:
+  hybridgen generate --prompt "Once upon a time" --temperature 0 --max-tokens 256
+  echo "The little dog" | hybridgen generate --temperature 0.8 --seed 42 --json
+`;

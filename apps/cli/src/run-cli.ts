@@ -1,0 +1,89 @@
+import { parseArgs } from "node:util";
+import { HybridgenError } from "@hybridgen/core";
+import pkg from "../package.json" with { type: "json" };
+import { runFetch } from "./commands/fetch.js";
+import { runGenerate } from "./commands/generate.js";
+import { GENERATE_HELP, MAIN_HELP } from "./help.js";
+import type { CliIo } from "./io.js";
+import { parseArgsError } from "./parse-args-error.js";
+import { parseGenerateArgs } from "./parse-generate-args.js";
+
+export const VERSION: string = pkg.version;
+
+/** Exit code for bad usage or input (a HybridgenError); 1 is kept for internal errors. */
+export const EXIT_USAGE = 2;
+export const EXIT_INTERNAL = 1;
+
+/** One line, whatever the message holds (messages from deep code may span lines). */
+const oneLine = (s: string) => s.replace(/\s*\n\s*/g, " ").trim();
+
+/**
+ * Runs the CLI with `argv` (without the runtime and script path) and returns the exit code.
+ * Every failure becomes one `error: ...` line on stderr; a stack only with HYBRIDGEN_DEBUG=1.
+ */
+export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
+  try {
+    return await dispatch(argv, io);
+  } catch (e) {
+    const debug = io.env.HYBRIDGEN_DEBUG === "1";
+    if (e instanceof HybridgenError) {
+      io.stderr(`error: ${oneLine(e.message)}\n`);
+      if (debug && e.stack) io.stderr(`${e.stack}\n`);
+      return EXIT_USAGE;
+    }
+    const message = e instanceof Error ? `${e.name}: ${e.message}` : String(e);
+    io.stderr(`error: internal error: ${oneLine(message)}${debug ? "" : " (set HYBRIDGEN_DEBUG=1 for details)"}\n`);
+    if (debug && e instanceof Error && e.stack) io.stderr(`${e.stack}\n`);
+    return EXIT_INTERNAL;
+  }
+}
+
+async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
+  const [command, ...rest] = argv;
+  if (command === undefined || command.startsWith("-")) {
+    const values = parseStrict(
+      argv,
+      { help: { type: "boolean", short: "h" }, version: { type: "boolean", short: "v" } },
+      "hybridgen",
+    );
+    if (values.version) {
+      io.stdout(`hybridgen ${VERSION}\n`);
+      return 0;
+    }
+    io.stdout(MAIN_HELP);
+    return 0;
+  }
+  switch (command) {
+    case "generate": {
+      const opts = parseGenerateArgs(rest);
+      if (opts.help) {
+        io.stdout(GENERATE_HELP);
+        return 0;
+      }
+      return runGenerate(opts, io);
+    }
+    case "fetch": {
+      const values = parseStrict(rest, { help: { type: "boolean", short: "h" } }, "hybridgen fetch");
+      if (values.help) {
+        io.stdout(MAIN_HELP);
+        return 0;
+      }
+      return runFetch(io);
+    }
+    case "help":
+      io.stdout(rest[0] === "generate" ? GENERATE_HELP : MAIN_HELP);
+      return 0;
+    default:
+      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, help; see hybridgen --help)`, "EUSAGE");
+  }
+}
+
+type BoolFlags = Record<string, { type: "boolean"; short?: string }>;
+
+function parseStrict(args: readonly string[], options: BoolFlags, command: string): Record<string, boolean | undefined> {
+  try {
+    return parseArgs({ args: [...args], strict: true, allowPositionals: false, options }).values as Record<string, boolean | undefined>;
+  } catch (e) {
+    throw parseArgsError(e, command);
+  }
+}
