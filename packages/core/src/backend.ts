@@ -44,6 +44,15 @@ export interface Backend extends Disposable {
   copyRows(dst: Tensor, dstRow: number, src: Tensor, srcRow: number, count: number): void;
   /** Release a tensor allocated by `alloc` or `loadWeight`. Double free is an error. */
   free(t: Tensor): void;
+  /**
+   * A tensor aliasing `shape`-many contiguous elements of `t` from element `offset` (same
+   * dtype, no copy). It lets one buffer serve several ops without strided access: the q, k
+   * and v parts of a fused [q;k;v] matmul output, gate and up of a fused [gate;up] output,
+   * the last row of a block, per-head rows [kvHeads, headDim] of a k output. Every op reads
+   * a tensor's rows at its last dimension, so a view is how a buffer is seen at another row
+   * width. free(view) releases only the handle; freeing `t` invalidates its views.
+   */
+  view(t: Tensor, offset: number, shape: readonly number[]): Tensor;
 
   // ---- elementwise and row ops (n = rows used) --------------------------------------------
   /** out[i, :] = table[ids[i], :] as f32. Ids are checked against the table's rows. */
