@@ -1,0 +1,160 @@
+import { describe, expect, it } from "vitest";
+import { HybridgenError, type SelectionTiming } from "@hybridgen/core";
+import { FeedbackScheduler } from "../src/index.js";
+import { load, measure, rng, run, type Machine } from "./simulate.js";
+
+// A CPU stage dominated by per-K costs: post at N = 8192 costs 0.5 + 0.82 + 0.003·K ms.
+const balanced: Machine = { gpuMs: 5, fixedMs: 0.5, scoreMs: 1e-4, preScoreMs: 4e-4, gatherMs: 1e-3, txMs: 2e-3 };
+
+describe("FeedbackScheduler: Algorithm 1, one decision at a time", () => {
+  // Plain reference of the branch Algorithm 1 takes (with the deadband): the sign of ΔK and the timing.
+  function reference(kMin: number, k: number, timing: SelectionTiming, loadMs: number, gpuMs: number, deadband: number) {
+    if (loadMs <= (1 - deadband) * gpuMs) return { dir: 1, timing };
+    if (loadMs > gpuMs) return k > kMin ? { dir: -1, timing } : { dir: 0, timing: "pre" as const };
+    return { dir: 0, timing };
+  }
+
+  it("grows, shrinks, holds or switches to pre exactly where Algorithm 1 says (random single steps)", () => {
+    const r = rng(42);
+    for (let trial = 0; trial < 500; trial++) {
+      const kMin = 16 + Math.floor(r() * 64);
+      const k = r() < 0.3 ? kMin : kMin + 1 + Math.floor(r() * 2000);
+      const offloaded = k + 1 + Math.floor(r() * 100_000);
+      const gpu = 0.5 + r() * 10;
+      const total = gpu * (0.3 + r() * 1.4);
+      const cpuShare = r();
+      const s = new FeedbackScheduler({ kMin, kInitial: k, minDwellSteps: 0 });
+      const t = { step: 0, tGpuMs: gpu, tCpuMs: total * cpuShare, tTxMs: total * (1 - cpuShare), k, timing: "post" as const, offloaded };
+      const d = s.next(t);
+      const want = reference(kMin, k, "post", total, gpu, s.options.deadband);
+      expect(Math.sign(d.k - k), `trial ${trial}`).toBe(want.dir);
+      expect(d.timing, `trial ${trial}`).toBe(want.timing);
+      expect(d.k).toBeGreaterThanOrEqual(kMin);
+      expect(d.k).toBeLessThanOrEqual(k * s.options.maxStep);
+    }
+  });
+});
+
+describe("FeedbackScheduler: closed loop on synthetic timings", () => {
+  it("converges so the CPU stage fills but does not exceed the GPU stage (post, fixed context)", () => {
+    const s = new FeedbackScheduler({ kMin: 32 });
+    const N = 8192;
+    const tr = run(s, 40, () => balanced, () => N);
+    const kStar = (balanced.gpuMs - balanced.fixedMs - balanced.scoreMs * N) / (balanced.gatherMs + balanced.txMs);
+    const tail = tr.k.slice(-10);
+    for (const k of tail) {
+      const l = load(balanced, k, "post", N);
+      expect(l).toBeLessThanOrEqual(balanced.gpuMs); // never stalls the pipeline once converged
+      expect(l).toBeGreaterThanOrEqual((1 - s.options.deadband) * balanced.gpuMs * 0.99); // and uses the slack
+      expect(Math.abs(k - kStar) / kStar).toBeLessThan(0.06);
+    }
+    expect(tr.timing.every((t) => t === "post")).toBe(true);
+    expect(tr.k[0]).toBe(32); // Algorithm 1 starts at kMin
+  });
+
+  it("stays near the balance point under ±5% timing noise", () => {
+    const s = new FeedbackScheduler({ kMin: 32 });
+    const N = 8192;
+    const tr = run(s, 200, () => balanced, () => N, 0.05, 7);
+    const tail = tr.k.slice(-100).map((k) => load(balanced, k, "post", N) / balanced.gpuMs);
+    const mean = tail.reduce((a, b) => a + b, 0) / tail.length;
+    expect(mean).toBeGreaterThan(0.85);
+    expect(mean).toBeLessThan(1.05);
+    expect(Math.max(...tail)).toBeLessThan(1.25);
+  });
+
+  it("never leaves [kMin, kMax] on random machines, contexts and noise", () => {
+    const r = rng(3);
+    for (let trial = 0; trial < 40; trial++) {
+      const kMin = 8 + Math.floor(r() * 200);
+      const kMax = kMin + Math.floor(r() * 3000);
+      const m: Machine = { gpuMs: 0.1 + r() * 20, fixedMs: r(), scoreMs: r() * 1e-3, preScoreMs: r() * 4e-3, gatherMs: r() * 3e-3, txMs: r() * 3e-3 };
+      const s = new FeedbackScheduler({ kMin, kMax, minDwellSteps: Math.floor(r() * 6) });
+      const tr = run(s, 150, () => m, (step) => Math.floor(r() * 10) + step * 97, r() * 0.3, trial);
+      for (const k of tr.k) {
+        expect(Number.isInteger(k)).toBe(true);
+        expect(k).toBeGreaterThanOrEqual(kMin);
+        expect(k).toBeLessThanOrEqual(kMax);
+      }
+    }
+  });
+
+  it("pins K at kMax when even kMax leaves the GPU stage idle", () => {
+    const s = new FeedbackScheduler({ kMin: 32, kMax: 500 });
+    const tr = run(s, 30, () => balanced, () => 8192);
+    expect(tr.k.slice(-5)).toEqual([500, 500, 500, 500, 500]);
+  });
+
+  it("switches to pre-QKᵀ when post is CPU-bound at kMin, then grows K under pre", () => {
+    // Scoring all 64K offloaded tokens alone (6.5 ms) exceeds the 5 ms GPU stage.
+    const N = 65536;
+    const s = new FeedbackScheduler({ kMin: 64, kInitial: 1024 });
+    const tr = run(s, 60, () => balanced, () => N);
+    const firstPre = tr.timing.indexOf("pre");
+    expect(firstPre).toBeGreaterThan(0);
+    expect(tr.k[firstPre - 1]).toBe(64); // it shrank to kMin first, as Algorithm 1 requires
+    expect(tr.timing.slice(firstPre).every((t) => t === "pre")).toBe(true); // post cannot fit: no flapping back
+    const kPre = (balanced.gpuMs - balanced.fixedMs) / (balanced.preScoreMs + balanced.gatherMs + balanced.txMs);
+    const kEnd = tr.k[tr.k.length - 1]!;
+    expect(Math.abs(kEnd - kPre) / kPre).toBeLessThan(0.06);
+    expect(load(balanced, kEnd, "pre", N)).toBeLessThanOrEqual(balanced.gpuMs);
+  });
+
+  it("as the context grows, switches to pre only once post at kMin no longer fits", () => {
+    const kMin = 64;
+    const s = new FeedbackScheduler({ kMin });
+    const N = (step: number) => 1000 + step * 200;
+    const tr = run(s, 400, () => balanced, N);
+    const firstPre = tr.timing.indexOf("pre");
+    expect(firstPre).toBeGreaterThan(0);
+    // Post at kMin is over budget only from this context on:
+    const nCross = (balanced.gpuMs - balanced.fixedMs - (balanced.gatherMs + balanced.txMs) * kMin) / balanced.scoreMs;
+    expect(N(firstPre - 1)).toBeGreaterThan(nCross);
+    // ... and the switch follows the crossing within a few steps (walk K down, then dwell).
+    const stepCross = Math.ceil((nCross - 1000) / 200);
+    expect(firstPre - stepCross).toBeLessThan(12);
+    expect(tr.timing.slice(firstPre).every((t) => t === "pre")).toBe(true);
+  });
+
+  it("returns to post when the GPU stage grows enough for post to fit again (and not before dwelling)", () => {
+    const N = 65536;
+    const s = new FeedbackScheduler({ kMin: 64, minDwellSteps: 5 });
+    // The GPU stage triples at step 40 (e.g. a larger batch): post over 64K tokens fits again.
+    const tr = run(s, 80, (step) => ({ ...balanced, gpuMs: step < 40 ? 5 : 15 }), () => N);
+    expect(tr.timing[39]).toBe("pre");
+    const back = tr.timing.indexOf("post", 40);
+    expect(back).toBeGreaterThan(40);
+    expect(back).toBeLessThan(48);
+    expect(tr.k[back]).toBe(64); // comes back at the accuracy floor, then grows
+    expect(tr.timing.slice(back).every((t) => t === "post")).toBe(true);
+    expect(load(balanced, tr.k[79]!, "post", N)).toBeLessThanOrEqual(15);
+    expect(tr.k[79]!).toBeGreaterThan(1000);
+  });
+
+  it("with allowPre false it stays post and holds kMin when CPU-bound", () => {
+    const s = new FeedbackScheduler({ kMin: 64, allowPre: false });
+    const tr = run(s, 30, () => balanced, () => 65536);
+    expect(tr.timing.every((t) => t === "post")).toBe(true);
+    expect(tr.k.slice(-5)).toEqual([64, 64, 64, 64, 64]);
+  });
+
+  it("follows the timing the engine actually ran and resets", () => {
+    const s = new FeedbackScheduler({ kMin: 16 });
+    s.next(measure(balanced, 0, 16, "pre", 4096));
+    expect(s.state().timing).toBe("pre");
+    s.reset();
+    expect(s.initial()).toEqual({ k: 16, timing: "post" });
+    expect(s.state().switches).toBe(0);
+  });
+});
+
+describe("FeedbackScheduler options", () => {
+  it("rejects bad options and bad measurements with one-line errors naming the field", () => {
+    expect(() => new FeedbackScheduler({ kMin: 100, kMax: 10 })).toThrow(/feedback scheduler options: kMax/);
+    expect(() => new FeedbackScheduler({ kMin: 0 })).toThrow(HybridgenError);
+    expect(() => new FeedbackScheduler({ kMin: 10, kInitial: 5 })).toThrow(/kInitial/);
+    expect(() => new FeedbackScheduler({ maxStep: 1 })).toThrow(/maxStep/);
+    const s = new FeedbackScheduler();
+    expect(() => s.next({ step: 0, tGpuMs: NaN, tCpuMs: 1, tTxMs: 1, k: 64, timing: "post", offloaded: 10 })).toThrow(/step timings: tGpuMs/);
+  });
+});
