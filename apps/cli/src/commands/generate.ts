@@ -1,5 +1,4 @@
 import { HybridgenError, ensureStories15M, generate, LlamaModel, openModelDir } from "@hybridgen/core";
-import { createCpuBackend, cpuFeatures } from "@hybridgen/kernels-cpu";
 import type { GenerateCliOptions } from "../generate-options.js";
 import type { CliIo } from "../io.js";
 import { readPrompt } from "../read-prompt.js";
@@ -45,6 +44,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
     );
   }
   const threads = threadsFrom(opts, io.env);
+  // Loaded here, not at the top: --help, --version and flag errors need no native library.
+  const { createCpuBackend, cpuFeatures } = await import("@hybridgen/kernels-cpu");
   using backend = createCpuBackend(threads === undefined ? {} : { threads });
   using model = await LlamaModel.load(files, backend, opts.dtype === undefined ? {} : { weightDtype: opts.dtype });
   const isa = cpuFeatures().isa;

