@@ -1,0 +1,123 @@
+/* Attention stages over cached K/V stored as [kv_heads, cap, head_dim] in f32/f16/bf16.
+ * Logits: every K row is loaded once and scored against all query heads of its group
+ * (GQA), 4 heads at a time with two accumulators each. Aggregate: V rows are folded into
+ * the per-head accumulator 4 tokens per pass, so each accumulator load/store serves 4 FMAs. */
+#include "simd.h"
+#include "kernels.h"
+
+static inline int64_t token_at(const int32_t *slots, int64_t start, int64_t j) {
+    return slots ? (int64_t)slots[j] : start + j;
+}
+
+#define DEFINE_ATTN(T, KT, VLD, SLD)                                                             \
+static inline float dot_##T(const float *q, const KT *k, int d) {                             \
+    vf a0 = vzero(), a1 = vzero();                                                             \
+    int i = 0;                                                                                 \
+    for (; i + 2 * VW <= d; i += 2 * VW) {                                                     \
+        a0 = vfma(vld(q + i), VLD(k + i), a0);                                                 \
+        a1 = vfma(vld(q + i + VW), VLD(k + i + VW), a1);                                       \
+    }                                                                                          \
+    for (; i + VW <= d; i += VW) a0 = vfma(vld(q + i), VLD(k + i), a0);                        \
+    float s = vhsum(vadd(a0, a1));                                                             \
+    for (; i < d; i++) s += q[i] * SLD(k + i);                                                 \
+    return s;                                                                                  \
+}                                                                                              \
+/* 4 query heads (rows qs apart) . one K row -> r[0..3] */                                     \
+static inline void dot4_##T(const float *q, int qs, const KT *k, int d, float *r) {           \
+    vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();                                 \
+    vf b0 = vzero(), b1 = vzero(), b2 = vzero(), b3 = vzero();                                 \
+    int i = 0;                                                                                 \
+    for (; i + 2 * VW <= d; i += 2 * VW) {                                                     \
+        vf k0 = VLD(k + i), k1 = VLD(k + i + VW);                                              \
+        a0 = vfma(vld(q + i), k0, a0);          b0 = vfma(vld(q + i + VW), k1, b0);            \
+        a1 = vfma(vld(q + qs + i), k0, a1);     b1 = vfma(vld(q + qs + i + VW), k1, b1);       \
+        a2 = vfma(vld(q + 2 * qs + i), k0, a2); b2 = vfma(vld(q + 2 * qs + i + VW), k1, b2);   \
+        a3 = vfma(vld(q + 3 * qs + i), k0, a3); b3 = vfma(vld(q + 3 * qs + i + VW), k1, b3);   \
+    }                                                                                          \
+    for (; i + VW <= d; i += VW) {                                                             \
+        vf k0 = VLD(k + i);                                                                    \
+        a0 = vfma(vld(q + i), k0, a0); a1 = vfma(vld(q + qs + i), k0, a1);                     \
+        a2 = vfma(vld(q + 2 * qs + i), k0, a2); a3 = vfma(vld(q + 3 * qs + i), k0, a3);        \
+    }                                                                                          \
+    float s0 = vhsum(vadd(a0, b0)), s1 = vhsum(vadd(a1, b1));                                  \
+    float s2 = vhsum(vadd(a2, b2)), s3 = vhsum(vadd(a3, b3));                                  \
+    for (; i < d; i++) {                                                                       \
+        float kv = SLD(k + i);                                                                 \
+        s0 += q[i] * kv; s1 += q[qs + i] * kv; s2 += q[2 * qs + i] * kv; s3 += q[3 * qs + i] * kv; \
+    }                                                                                          \
+    r[0] = s0; r[1] = s1; r[2] = s2; r[3] = s3;                                                \
+}                                                                                              \
+static void logits_##T(const hg_logits_args *a, int64_t j0, int64_t j1) {                      \
+    const int d = a->head_dim, g = a->heads / a->kv_heads;                                     \
+    const KT *K = (const KT *)a->k;                                                            \
+    float r[4];                                                                                \
+    for (int kh = 0; kh < a->kv_heads; kh++) {                                                 \
+        const KT *kbase = K + (int64_t)kh * a->cap * d;                                        \
+        const float *qg = a->q + (int64_t)kh * g * d;                                          \
+        float *lg = a->logits + (int64_t)kh * g * a->lstride;                                  \
+        for (int64_t j = j0; j < j1; j++) {                                                    \
+            const KT *krow = kbase + token_at(a->slots, a->start, j) * d;                      \
+            int h = 0;                                                                         \
+            for (; h + 4 <= g; h += 4) {                                                       \
+                dot4_##T(qg + (int64_t)h * d, d, krow, d, r);                                  \
+                for (int t = 0; t < 4; t++) lg[(int64_t)(h + t) * a->lstride + j] = a->scale * r[t]; \
+            }                                                                                  \
+            for (; h < g; h++)                                                                 \
+                lg[(int64_t)h * a->lstride + j] = a->scale * dot_##T(qg + (int64_t)h * d, krow, d); \
+        }                                                                                      \
+    }                                                                                          \
+}                                                                                              \
+static void aggregate_##T(const hg_aggr_args *a, float *acc, int64_t j0, int64_t j1) {         \
+    const int d = a->head_dim, g = a->heads / a->kv_heads;                                     \
+    const KT *V = (const KT *)a->v;                                                            \
+    for (int kh = 0; kh < a->kv_heads; kh++) {                                                 \
+        const KT *vbase = V + (int64_t)kh * a->cap * d;                                        \
+        int64_t j = j0;                                                                        \
+        for (; j + 4 <= j1; j += 4) {                                                          \
+            const KT *v0 = vbase + token_at(a->slots, a->start, j) * d;                        \
+            const KT *v1 = vbase + token_at(a->slots, a->start, j + 1) * d;                    \
+            const KT *v2 = vbase + token_at(a->slots, a->start, j + 2) * d;                    \
+            const KT *v3 = vbase + token_at(a->slots, a->start, j + 3) * d;                    \
+            for (int h = kh * g; h < (kh + 1) * g; h++) {                                      \
+                const float *p = a->probs + (int64_t)h * a->pstride + j;                       \
+                float *o = acc + (int64_t)h * d;                                               \
+                vf p0 = vset1(p[0]), p1 = vset1(p[1]), p2 = vset1(p[2]), p3 = vset1(p[3]);     \
+                int i = 0;                                                                     \
+                for (; i + VW <= d; i += VW) {                                                 \
+                    vf s = vfma(p0, VLD(v0 + i), vld(o + i));                                  \
+                    s = vfma(p1, VLD(v1 + i), s);                                              \
+                    s = vfma(p2, VLD(v2 + i), s);                                              \
+                    vst(o + i, vfma(p3, VLD(v3 + i), s));                                      \
+                }                                                                              \
+                for (; i < d; i++)                                                             \
+                    o[i] += p[0] * SLD(v0 + i) + p[1] * SLD(v1 + i) + p[2] * SLD(v2 + i) + p[3] * SLD(v3 + i); \
+            }                                                                                  \
+        }                                                                                      \
+        for (; j < j1; j++) {                                                                  \
+            const KT *v0 = vbase + token_at(a->slots, a->start, j) * d;                        \
+            for (int h = kh * g; h < (kh + 1) * g; h++) {                                      \
+                vf p0 = vset1(a->probs[(int64_t)h * a->pstride + j]);                          \
+                float *o = acc + (int64_t)h * d;                                               \
+                int i = 0;                                                                     \
+                for (; i + VW <= d; i += VW) vst(o + i, vfma(p0, VLD(v0 + i), vld(o + i)));     \
+                for (; i < d; i++) o[i] += a->probs[(int64_t)h * a->pstride + j] * SLD(v0 + i); \
+            }                                                                                  \
+        }                                                                                      \
+    }                                                                                          \
+}
+
+DEFINE_ATTN(f32, float, vld, sld_f32)
+DEFINE_ATTN(f16, uint16_t, vld_f16, sld_f16)
+DEFINE_ATTN(bf16, uint16_t, vld_bf16, sld_bf16)
+
+void KFN(hg_k_attn_logits)(const hg_logits_args *a, int64_t j0, int64_t j1) {
+    if (a->ktype == 0) logits_f32(a, j0, j1);
+    else if (a->ktype == 1) logits_f16(a, j0, j1);
+    else logits_bf16(a, j0, j1);
+}
+
+void KFN(hg_k_attn_aggregate)(const hg_aggr_args *a, float *acc, int64_t j0, int64_t j1) {
+    if (a->vtype == 0) aggregate_f32(a, acc, j0, j1);
+    else if (a->vtype == 1) aggregate_f16(a, acc, j0, j1);
+    else aggregate_bf16(a, acc, j0, j1);
+}

@@ -1,0 +1,270 @@
+/* The exported ops: decide whether an op is worth the pool (small ones run on the calling
+ * thread), split it into per-thread ranges and call the context's kernels. */
+#include "ctx.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Below this many multiply-adds (or elements) an op runs on the calling thread:
+ * waking the pool costs about a microsecond. */
+#define PAR_MIN_WORK 24576
+/* Boundaries of per-thread ranges fall on multiples of 16 floats (one cache line). */
+#define LINE 16
+
+static int use_pool(hg_ctx *c, int64_t work) { return hg_pool_threads(c->pool) > 1 && work >= PAR_MIN_WORK; }
+
+/* Parameter vectors (norm weights, biases) as f32: used in place when already f32, else
+ * converted into the context's buffer (slot 0 or 1). Returns NULL when out of memory. */
+static const float *params_f32(hg_ctx *c, const void *p, int type, int k, int slot) {
+    if (type == HG_F32) return (const float *)p;
+    size_t need = (size_t)k * 2 * sizeof(float);
+    if (c->params_bytes < need) {
+        free(c->params);
+        c->params = aligned_alloc(64, (need + 63) & ~(size_t)63);
+        c->params_bytes = c->params ? need : 0;
+        if (!c->params) return NULL;
+    }
+    float *dst = c->params + (size_t)slot * k;
+    c->k->convert(dst, HG_F32, p, type, k);
+    return dst;
+}
+
+/* ---- conversions -------------------------------------------------------------------- */
+typedef struct { hg_ctx *c; void *dst; int dt; const void *src; int st; int64_t count; } convert_job;
+
+static int type_bytes(int t) { return t == HG_F32 ? 4 : 2; }
+
+static void convert_task(void *v, int ith, int nth) {
+    convert_job *j = v;
+    int64_t b, e;
+    hg_split(j->count, 64, ith, nth, &b, &e);
+    if (b < e)
+        j->c->k->convert((char *)j->dst + b * type_bytes(j->dt), j->dt,
+                         (const char *)j->src + b * type_bytes(j->st), j->st, e - b);
+}
+
+void hg_convert(hg_ctx *c, void *dst, int dst_type, const void *src, int src_type, int64_t count) {
+    convert_job j = {c, dst, dst_type, src, src_type, count};
+    if (use_pool(c, count / 4)) hg_pool_run(c->pool, convert_task, &j);
+    else convert_task(&j, 0, 1);
+}
+
+void hg_embedding(hg_ctx *c, float *out, const void *table, int type, int cols, const int32_t *ids, int n) {
+    for (int i = 0; i < n; i++)
+        hg_convert(c, out + (int64_t)i * cols, HG_F32,
+                   (const char *)table + (int64_t)ids[i] * cols * type_bytes(type), type, cols);
+}
+
+/* ---- matmul ------------------------------------------------------------------------- */
+typedef struct { hg_ctx *c; hg_matmul_args a; } matmul_job;
+
+static void matmul_task(void *v, int ith, int nth) {
+    matmul_job *j = v;
+    int64_t b, e;
+    hg_split(j->a.m, LINE, ith, nth, &b, &e);
+    if (b < e) j->c->k->matmul(&j->a, (long)b, (long)e);
+}
+
+void hg_matmul(hg_ctx *c, float *out, const float *x, const void *w, int wtype,
+               const void *bias, int btype, int n, int k, int m) {
+    matmul_job j = {c, {out, x, w, bias, wtype, btype, n, k, m}};
+    if (use_pool(c, (int64_t)n * k * m)) hg_pool_run(c->pool, matmul_task, &j);
+    else matmul_task(&j, 0, 1);
+}
+
+/* ---- norms -------------------------------------------------------------------------- */
+typedef struct { hg_ctx *c; float *out; const float *x, *w, *b; int n, k; float eps; } norm_job;
+
+static void norm_task(void *v, int ith, int nth) {
+    norm_job *j = v;
+    int64_t r0, r1;
+    hg_split(j->n, 1, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        if (j->b) j->c->k->layernorm_row(j->out + r * j->k, j->x + r * j->k, j->w, j->b, j->k, j->eps);
+        else j->c->k->rmsnorm_row(j->out + r * j->k, j->x + r * j->k, j->w, j->k, j->eps);
+    }
+}
+
+int hg_rmsnorm(hg_ctx *c, float *out, const float *x, const void *w, int wtype, int n, int k, float eps) {
+    norm_job j = {c, out, x, params_f32(c, w, wtype, k, 0), NULL, n, k, eps};
+    if (!j.w) return 0;
+    if (use_pool(c, (int64_t)n * k) && n > 1) hg_pool_run(c->pool, norm_task, &j);
+    else norm_task(&j, 0, 1);
+    return 1;
+}
+
+int hg_layernorm(hg_ctx *c, float *out, const float *x, const void *w, int wtype,
+                 const void *b, int btype, int n, int k, float eps) {
+    norm_job j = {c, out, x, params_f32(c, w, wtype, k, 0), params_f32(c, b, btype, k, 1), n, k, eps};
+    if (!j.w || !j.b) return 0;
+    if (use_pool(c, (int64_t)n * k) && n > 1) hg_pool_run(c->pool, norm_task, &j);
+    else norm_task(&j, 0, 1);
+    return 1;
+}
+
+/* ---- rope --------------------------------------------------------------------------- */
+typedef struct { float *x; int n, stride; const int32_t *pos; int heads, hd; const float *cos_t, *sin_t; int half; } rope_job;
+
+static void rope_task(void *v, int ith, int nth) {
+    rope_job *j = v;
+    int64_t r0, r1;
+    hg_split(j->n, 1, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        const float *cs = j->cos_t + (int64_t)j->pos[r] * j->half;
+        const float *sn = j->sin_t + (int64_t)j->pos[r] * j->half;
+        for (int h = 0; h < j->heads; h++) {
+            float *a = j->x + r * j->stride + (int64_t)h * j->hd, *b = a + j->half;
+            for (int i = 0; i < j->half; i++) {
+                float x0 = a[i], x1 = b[i];
+                a[i] = x0 * cs[i] - x1 * sn[i];
+                b[i] = x1 * cs[i] + x0 * sn[i];
+            }
+        }
+    }
+}
+
+void hg_rope(hg_ctx *c, float *x, int n, int row_stride, const int32_t *pos, int heads, int head_dim,
+             const float *cos_t, const float *sin_t, int half) {
+    rope_job j = {x, n, row_stride, pos, heads, head_dim, cos_t, sin_t, half};
+    if (use_pool(c, (int64_t)n * heads * head_dim) && n > 1) hg_pool_run(c->pool, rope_task, &j);
+    else rope_task(&j, 0, 1);
+}
+
+/* ---- elementwise -------------------------------------------------------------------- */
+enum { EW_SILU_MUL, EW_ADD, EW_RELU, EW_GELU };
+typedef struct { hg_ctx *c; int op; float *out; const float *a, *b; int64_t count; } ew_job;
+
+static void gelu_range(float *x, int64_t count) {
+    for (int64_t i = 0; i < count; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+}
+
+static void ew_task(void *v, int ith, int nth) {
+    ew_job *j = v;
+    int64_t b, e;
+    hg_split(j->count, LINE, ith, nth, &b, &e);
+    if (b >= e) return;
+    switch (j->op) {
+    case EW_SILU_MUL: j->c->k->silu_mul(j->out + b, j->a + b, j->b + b, e - b); break;
+    case EW_ADD: j->c->k->add(j->out + b, j->a + b, j->b + b, e - b); break;
+    case EW_RELU: j->c->k->relu(j->out + b, e - b); break;
+    case EW_GELU: gelu_range(j->out + b, e - b); break;
+    }
+}
+
+static void elementwise(hg_ctx *c, int op, float *out, const float *a, const float *b, int64_t count) {
+    ew_job j = {c, op, out, a, b, count};
+    if (use_pool(c, count)) hg_pool_run(c->pool, ew_task, &j);
+    else ew_task(&j, 0, 1);
+}
+
+void hg_silu_mul(hg_ctx *c, float *out, const float *gate, const float *up, int64_t count) {
+    elementwise(c, EW_SILU_MUL, out, gate, up, count);
+}
+void hg_add(hg_ctx *c, float *out, const float *a, const float *b, int64_t count) { elementwise(c, EW_ADD, out, a, b, count); }
+void hg_relu(hg_ctx *c, float *x, int64_t count) { elementwise(c, EW_RELU, x, NULL, NULL, count); }
+void hg_gelu(hg_ctx *c, float *x, int64_t count) { elementwise(c, EW_GELU, x, NULL, NULL, count); }
+
+/* ---- softmax, argmax ---------------------------------------------------------------- */
+typedef struct { hg_ctx *c; float *x; int rows, stride, cols; } softmax_job;
+
+static void softmax_task(void *v, int ith, int nth) {
+    softmax_job *j = v;
+    int64_t r0, r1;
+    hg_split(j->rows, 1, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) j->c->k->softmax_row(j->x + r * j->stride, j->cols);
+}
+
+void hg_softmax(hg_ctx *c, float *x, int rows, int stride, int cols) {
+    softmax_job j = {c, x, rows, stride, cols};
+    if (use_pool(c, (int64_t)rows * cols) && rows > 1) hg_pool_run(c->pool, softmax_task, &j);
+    else softmax_task(&j, 0, 1);
+}
+
+int64_t hg_argmax(hg_ctx *c, const float *x, int64_t count) { return c->k->argmax(x, count); }
+
+/* ---- attention ---------------------------------------------------------------------- */
+int64_t hg_check_slots(const int32_t *slots, int64_t count, int64_t cap) {
+    for (int64_t i = 0; i < count; i++)
+        if (slots[i] < 0 || slots[i] >= cap) return i;
+    return -1;
+}
+
+typedef struct { hg_ctx *c; hg_logits_args a; int64_t count; } logits_job;
+
+static void logits_task(void *v, int ith, int nth) {
+    logits_job *j = v;
+    int64_t b, e;
+    hg_split(j->count, LINE, ith, nth, &b, &e);
+    if (b < e) j->c->k->attn_logits(&j->a, b, e);
+}
+
+void hg_attn_logits(hg_ctx *c, float *logits, int lstride, const float *q, const void *k, int ktype,
+                    int heads, int kv_heads, int head_dim, int64_t cap,
+                    int64_t start, const int32_t *slots, int64_t count, float scale) {
+    /* logits_args indexes output columns by j; shift the base so column j lands at logits + j */
+    logits_job j = {c, {logits, q, k, slots, lstride, cap, start, ktype, heads, kv_heads, head_dim, scale}, count};
+    if (use_pool(c, count * heads * head_dim)) hg_pool_run(c->pool, logits_task, &j);
+    else logits_task(&j, 0, 1);
+}
+
+typedef struct { hg_ctx *c; hg_aggr_args a; float *out; int64_t count; int accumulate; } aggr_job;
+
+/* Phase 1: every thread sums its token range into its own scratch row set. */
+static void aggr_partial_task(void *v, int ith, int nth) {
+    aggr_job *j = v;
+    int64_t b, e, size = (int64_t)j->a.heads * j->a.head_dim;
+    float *acc = hg_pool_scratch(j->c->pool, ith);
+    memset(acc, 0, (size_t)size * sizeof(float));
+    hg_split(j->count, 4, ith, nth, &b, &e);
+    if (b < e) j->c->k->attn_aggregate(&j->a, acc, b, e);
+}
+
+/* Phase 2: the partial sums are added into out, split by element. */
+static void aggr_reduce_task(void *v, int ith, int nth) {
+    aggr_job *j = v;
+    int64_t b, e, size = (int64_t)j->a.heads * j->a.head_dim;
+    hg_split(size, LINE, ith, nth, &b, &e);
+    if (!j->accumulate) memset(j->out + b, 0, (size_t)(e - b) * sizeof(float));
+    for (int t = 0; t < nth; t++) {
+        const float *p = hg_pool_scratch(j->c->pool, t);
+        for (int64_t i = b; i < e; i++) j->out[i] += p[i];
+    }
+}
+
+int hg_attn_aggregate(hg_ctx *c, float *out, const float *probs, int pstride, const void *v, int vtype,
+                      int heads, int kv_heads, int head_dim, int64_t cap,
+                      int64_t start, const int32_t *slots, int64_t count, int accumulate) {
+    aggr_job j = {c, {out, probs, v, slots, pstride, cap, start, vtype, heads, kv_heads, head_dim}, out, count, accumulate};
+    int64_t size = (int64_t)heads * head_dim;
+    if (!use_pool(c, count * size) || count < 8) {
+        /* one thread: accumulate straight into out */
+        if (!accumulate) memset(out, 0, (size_t)size * sizeof(float));
+        c->k->attn_aggregate(&j.a, out, 0, count);
+        return 1;
+    }
+    if (!hg_pool_reserve(c->pool, (size_t)size * sizeof(float))) return 0;
+    hg_pool_run(c->pool, aggr_partial_task, &j);
+    hg_pool_run(c->pool, aggr_reduce_task, &j);
+    return 1;
+}
+
+/* ---- bandwidth baseline ------------------------------------------------------------- */
+typedef struct { hg_ctx *c; const float *p; int64_t count; double sums[256]; } stream_job;
+
+static void stream_task(void *v, int ith, int nth) {
+    stream_job *j = v;
+    int64_t b, e;
+    hg_split(j->count, 1024, ith, nth, &b, &e);
+    double s = b < e ? j->c->k->stream_sum(j->p + b, e - b) : 0.0;
+    if (ith < 256) j->sums[ith] = s;
+}
+
+double hg_stream_sum(hg_ctx *c, const void *p, uint64_t bytes) {
+    stream_job j;
+    j.c = c; j.p = p; j.count = (int64_t)(bytes / 4);
+    memset(j.sums, 0, sizeof j.sums);
+    hg_pool_run(c->pool, stream_task, &j);
+    double s = 0;
+    for (int i = 0; i < 256; i++) s += j.sums[i];
+    return s;
+}

@@ -1,0 +1,69 @@
+// Builds lib/libhgcpu.so from native/*.c with gcc (or $CC).
+// The kernel files are compiled once per ISA with a distinct symbol suffix; dispatch.c
+// picks one table at run time, so the library never needs -march=native.
+import { execFileSync } from "node:child_process";
+import { mkdirSync, existsSync, rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { arch } from "node:os";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const src = join(root, "native");
+const lib = join(root, "lib");
+const obj = join(lib, "obj");
+const cc = process.env.CC || "gcc";
+const common = ["-O3", "-std=gnu11", "-fPIC", "-fno-math-errno", "-Wall", "-Wextra", "-Wno-unused-function", "-pthread", "-fvisibility=hidden"];
+
+const kernelFiles = ["kernels_matmul.c", "kernels_attn.c", "kernels_elem.c"];
+const commonFiles = ["pool.c", "dispatch.c", "ops.c", "memory.c"];
+
+function run(args) {
+  try {
+    execFileSync(cc, args, { stdio: ["ignore", "inherit", "inherit"] });
+  } catch (e) {
+    console.error(`build-native: ${cc} ${args.join(" ")} failed`);
+    process.exit(1);
+  }
+}
+
+function accepts(flags) {
+  try {
+    execFileSync(cc, [...flags, "-x", "c", "-c", "-o", "/dev/null", "-"], { input: "int x;\n", stdio: ["pipe", "ignore", "ignore"] });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+if (!accepts([])) {
+  console.error(`build-native: C compiler '${cc}' not found or not working (set CC)`);
+  process.exit(1);
+}
+
+const isas = [{ name: "generic", flags: [] }];
+if (arch() === "x64") {
+  isas.push({ name: "avx2", flags: ["-mavx2", "-mfma", "-mf16c"] });
+  const avx512 = ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mavx2", "-mfma", "-mf16c"];
+  isas.push({ name: "avx512", flags: avx512 });
+}
+
+rmSync(obj, { recursive: true, force: true });
+mkdirSync(obj, { recursive: true });
+const objects = [];
+for (const isa of isas) {
+  for (const f of kernelFiles) {
+    const o = join(obj, `${f.replace(/\.c$/, "")}_${isa.name}.o`);
+    run([...common, ...isa.flags, `-DHG_ISA_${isa.name.toUpperCase()}`, `-DHG_SUFFIX=_${isa.name}`, "-c", join(src, f), "-o", o]);
+    objects.push(o);
+  }
+}
+for (const f of commonFiles) {
+  const o = join(obj, f.replace(/\.c$/, ".o"));
+  run([...common, "-c", join(src, f), "-o", o]);
+  objects.push(o);
+}
+const out = join(lib, "libhgcpu.so");
+run(["-shared", "-pthread", "-o", out, ...objects, "-lm"]);
+rmSync(obj, { recursive: true, force: true });
+if (!existsSync(out)) process.exit(1);
+console.log(`build-native: ${out} (${isas.map((i) => i.name).join(", ")})`);
