@@ -1,1 +1,148 @@
-export {};
+/**
+ * Opens a Hugging Face model directory: config.json (+ generation_config.json), the
+ * safetensors weights (single file or sharded with model.safetensors.index.json), and
+ * tokenizer.json. Weights are memory-mapped, never copied.
+ */
+import { existsSync, readFileSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { LlamaConfigSchema, resolveLlamaShape, type LlamaConfigJson, type ModelShape } from "./config.js";
+import { fail } from "./errors.js";
+import { loadTokenizer } from "./bpe-tokenizer.js";
+import type { ModelFiles, WeightSource, WeightView } from "./model-files.js";
+import { openSafetensors, type SafetensorsFile } from "./safetensors.js";
+
+function readJson(path: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    fail(`${path}: cannot read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+  }
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    fail(`${path}: not valid JSON (${(e as Error).message})`);
+  }
+}
+
+function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
+  let v = root;
+  for (const k of path) {
+    if (v === null || typeof v !== "object") return undefined;
+    v = (v as Record<PropertyKey, unknown>)[k];
+  }
+  return v;
+}
+
+/** Validates config.json; the first problem becomes one line: file, key path, message, value. */
+export function parseLlamaConfig(json: unknown, src = "config.json"): LlamaConfigJson {
+  const r = LlamaConfigSchema.safeParse(json);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0];
+  const path = issue.path.map(String).join(".") || "(root)";
+  const value = valueAt(json, issue.path);
+  const shown = value === undefined ? "missing" : `got ${JSON.stringify(value)}`;
+  fail(`${src}: ${path}: ${issue.message} (${shown})`);
+}
+
+/** Several safetensors shards behind one name → tensor lookup. */
+class ShardedWeights implements WeightSource {
+  constructor(
+    private readonly map: ReadonlyMap<string, SafetensorsFile>,
+  ) {}
+
+  get(name: string): WeightView | undefined {
+    return this.map.get(name)?.get(name);
+  }
+
+  names(): string[] {
+    return [...this.map.keys()];
+  }
+}
+
+/** Opens model.safetensors, or the shards listed in model.safetensors.index.json. */
+function openWeights(dir: string): { weights: WeightSource; files: SafetensorsFile[] } {
+  const single = join(dir, "model.safetensors");
+  if (existsSync(single)) {
+    const f = openSafetensors(single);
+    return { weights: f, files: [f] };
+  }
+  const indexPath = join(dir, "model.safetensors.index.json");
+  if (!existsSync(indexPath)) {
+    const hint = existsSync(join(dir, "pytorch_model.bin")) ? " (PyTorch .bin checkpoints are not supported; convert to safetensors)" : "";
+    fail(`${dir}: no model.safetensors or model.safetensors.index.json${hint}`);
+  }
+  const index = readJson(indexPath);
+  const weightMap = (index as { weight_map?: unknown })?.weight_map;
+  if (weightMap === null || typeof weightMap !== "object" || Array.isArray(weightMap)) fail(`${indexPath}: no weight_map object`);
+
+  const files = new Map<string, SafetensorsFile>();
+  const byTensor = new Map<string, SafetensorsFile>();
+  try {
+    for (const [tensor, file] of Object.entries(weightMap as Record<string, unknown>)) {
+      if (typeof file !== "string" || file.includes("/") || file.includes("\\")) fail(`${indexPath}: weight_map.${tensor} is not a file name in the directory`);
+      let shard = files.get(file);
+      if (!shard) {
+        const p = join(dir, file);
+        if (!existsSync(p)) fail(`${indexPath}: shard ${file} (holding ${tensor}) is missing from ${dir}`);
+        shard = openSafetensors(p);
+        files.set(file, shard);
+      }
+      if (!shard.tensors.has(tensor)) fail(`${indexPath}: tensor ${tensor} is not in its shard ${file}`);
+      byTensor.set(tensor, shard);
+    }
+  } catch (e) {
+    for (const f of files.values()) f.close();
+    throw e;
+  }
+  return { weights: new ShardedWeights(byTensor), files: [...files.values()] };
+}
+
+/** Opens `dir`; every missing or malformed file is a HybridgenError naming it. */
+export function openModelDir(dir: string): ModelFiles {
+  let isDir = false;
+  try {
+    isDir = statSync(dir).isDirectory();
+  } catch {
+    fail(`model directory ${dir} does not exist`);
+  }
+  if (!isDir) fail(`${dir} is not a directory`);
+  const configPath = join(dir, "config.json");
+  if (!existsSync(configPath)) fail(`${dir}: no config.json (not a Hugging Face model directory)`);
+  const config = parseLlamaConfig(readJson(configPath), configPath);
+  const base = resolveLlamaShape(config);
+  if (!Number.isInteger(base.headDim)) fail(`${configPath}: hidden_size ${base.hiddenSize} is not a multiple of num_attention_heads ${base.heads}`);
+
+  // generation_config.json often lists extra stop ids (e.g. llama2.c: BOS ends a story).
+  const eos = [...base.eosTokenIds];
+  let bos = base.bosTokenId;
+  const genPath = join(dir, "generation_config.json");
+  if (existsSync(genPath)) {
+    const gen = readJson(genPath) as { eos_token_id?: unknown; bos_token_id?: unknown } | null;
+    const g = gen?.eos_token_id;
+    const list = g == null ? [] : Array.isArray(g) ? g : [g];
+    for (const id of list) {
+      if (!Number.isSafeInteger(id)) fail(`${genPath}: eos_token_id has a non-integer ${JSON.stringify(id)}`);
+      if (!eos.includes(id as number)) eos.push(id as number);
+    }
+    if (bos === null && Number.isSafeInteger(gen?.bos_token_id)) bos = gen!.bos_token_id as number;
+  }
+  for (const id of eos) if (id < 0 || id >= base.vocabSize) fail(`${dir}: eos token id ${id} is outside the vocab (${base.vocabSize})`);
+  const shape: ModelShape = { ...base, bosTokenId: bos, eosTokenIds: eos };
+
+  const tokPath = join(dir, "tokenizer.json");
+  if (!existsSync(tokPath)) fail(`${dir}: no tokenizer.json`);
+  const tokenizer = loadTokenizer(tokPath, { bosId: bos ?? undefined, eosId: eos[0] });
+  if (tokenizer.vocabSize > shape.vocabSize) {
+    fail(`${dir}: tokenizer.json has ${tokenizer.vocabSize} tokens but config.json vocab_size is ${shape.vocabSize}`);
+  }
+
+  const { weights, files } = openWeights(dir);
+  let closed = false;
+  const close = (): void => {
+    if (closed) return;
+    closed = true;
+    for (const f of files) f.close();
+  };
+  return { dir, config, shape, weights, tokenizer, close, [Symbol.dispose]: close };
+}
