@@ -1,0 +1,10 @@
+/** Every offloaded token, whatever K is: with exact logits, hybrid attention equals full attention. */
+import { defineSelector } from "../define-selector.js";
+
+export const allTokens = defineSelector({
+  name: "all",
+  description: "every offloaded token (K ignored): the exactness oracle",
+  timings: ["pre", "post"],
+  usesBudget: false,
+  select: ({ offloaded, primitives }) => ({ kind: "shared", ids: primitives.range(0, offloaded) }),
+});

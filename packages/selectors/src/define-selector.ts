@@ -1,0 +1,140 @@
+/**
+ * defineSelector(): how a plugin author writes a TokenSelector. The definition is checked once
+ * with zod; the returned factory validates options, and every select() call is wrapped so a
+ * plugin that throws, or returns out-of-range, duplicate or too many ids, fails with an error
+ * that names the plugin, the layer and the step.
+ */
+import { z } from "zod";
+import {
+  HybridgenError,
+  SelectionTimingSchema,
+  validateSelection,
+  type Selection,
+  type SelectionInput,
+  type SelectionTiming,
+  type SelectorLayerInfo,
+  type TokenSelector,
+} from "@hybridgen/core";
+import { checkSelectionInput } from "./check-input.js";
+
+/** What a plugin's select() may return: the contract's Selection, or plain number arrays. */
+export type LooseSelection =
+  | Selection
+  | { kind: "shared"; ids: Int32Array | number[] }
+  | { kind: "perKvHead"; ids: (Int32Array | number[])[] };
+
+export interface SelectorDefinition<O, S> {
+  /** Lower-case kebab name, as users type it (`--selector my-plugin`). */
+  name: string;
+  description?: string;
+  /** Timings the algorithm can run under: "pre" needs no logits, "post" reads them. */
+  timings: SelectionTiming[];
+  /** zod schema of the options; its output is what select() receives. */
+  options?: z.ZodType<O>;
+  /** Ask the engine for accumulated attention scores (H2O-style). */
+  needsScores?: boolean | ((options: O) => boolean);
+  /** False when the selector returns every token whatever K is. Default true. */
+  usesBudget?: boolean;
+  /** Per-(layer, sequence) state, created once when the sequence starts. */
+  initState?: (info: SelectorLayerInfo, options: O) => S;
+  select: (input: SelectionInput<S>, options: O) => LooseSelection;
+}
+
+/** Builds a selector from user options (validated by the definition's schema). */
+export interface SelectorFactory<O, S> {
+  (options?: unknown): TokenSelector<S>;
+  readonly selectorName: string;
+  readonly description: string;
+  readonly timings: readonly SelectionTiming[];
+  readonly optionsSchema: z.ZodType<O> | undefined;
+}
+
+const isFunction = (v: unknown) => typeof v === "function";
+
+const DefinitionSchema = z.object({
+  name: z.string().regex(/^[a-z][a-z0-9-]*$/, "must be lower-case kebab-case (letters, digits, '-')"),
+  description: z.string().optional(),
+  timings: z.array(SelectionTimingSchema).min(1, "must list at least one of \"pre\", \"post\""),
+  options: z.custom<z.ZodType>((v) => v === undefined || v instanceof z.ZodType, "must be a zod schema").optional(),
+  needsScores: z.union([z.boolean(), z.custom<(o: unknown) => boolean>(isFunction)]).optional(),
+  usesBudget: z.boolean().optional(),
+  initState: z.custom<(...a: unknown[]) => unknown>(isFunction, "must be a function").optional(),
+  select: z.custom<(...a: unknown[]) => unknown>(isFunction, "must be a function"),
+});
+
+function firstIssue(e: z.ZodError): string {
+  const i = e.issues[0];
+  return `${i?.path.join(".") || "value"}: ${i?.message ?? "invalid"}`;
+}
+
+function message(e: unknown): string {
+  return e instanceof Error ? e.message : String(e);
+}
+
+export function defineSelector<O = Record<string, never>, S = undefined>(definition: SelectorDefinition<O, S>): SelectorFactory<O, S> {
+  const named = (definition as { name?: unknown })?.name;
+  const parsed = DefinitionSchema.safeParse(definition);
+  if (!parsed.success) {
+    throw new HybridgenError(`defineSelector(${typeof named === "string" ? `"${named}"` : "?"}): ${firstIssue(parsed.error)}`);
+  }
+  const def = definition;
+  const timings = Object.freeze([...new Set(def.timings)]);
+  const who = `selector "${def.name}"`;
+
+  const factory = (rawOptions?: unknown): TokenSelector<S> => {
+    let options: O;
+    if (def.options) {
+      const r = def.options.safeParse(rawOptions ?? {});
+      if (!r.success) throw new HybridgenError(`${who} options: ${firstIssue(r.error)}`);
+      options = r.data;
+    } else {
+      if (rawOptions !== undefined && (typeof rawOptions !== "object" || rawOptions === null || Object.keys(rawOptions).length > 0)) {
+        throw new HybridgenError(`${who} takes no options`);
+      }
+      options = {} as O;
+    }
+    const needsScores = typeof def.needsScores === "function" ? def.needsScores(options) : def.needsScores ?? false;
+    const usesBudget = def.usesBudget ?? true;
+
+    return Object.freeze({
+      name: def.name,
+      timings,
+      needsScores,
+      usesBudget,
+      initState(info: SelectorLayerInfo): S {
+        if (!def.initState) return undefined as S;
+        try {
+          return def.initState(info, options);
+        } catch (e) {
+          throw new HybridgenError(`${who} failed to create its state for layer ${info.layer}: ${message(e)}`);
+        }
+      },
+      select(input: SelectionInput<S>): Selection {
+        if (!timings.includes(input.timing)) {
+          throw new HybridgenError(`${who} cannot run ${input.timing}-QKᵀ selection (it supports ${timings.join(", ")})`);
+        }
+        if (needsScores && !input.scores) throw new HybridgenError(`${who} needs accumulated scores, and the engine passed none`);
+        checkSelectionInput(input, who);
+        let raw: unknown;
+        try {
+          raw = def.select(input, options);
+        } catch (e) {
+          throw new HybridgenError(`${who} failed at layer ${input.layer}, step ${input.step}: ${message(e)}`);
+        }
+        return validateSelection(raw, {
+          offloaded: input.offloaded,
+          kvHeads: input.layout.kvHeads,
+          budget: usesBudget ? input.budget : undefined,
+          source: `${who} at layer ${input.layer}, step ${input.step}`,
+        });
+      },
+    });
+  };
+
+  return Object.assign(factory, {
+    selectorName: def.name,
+    description: def.description ?? "",
+    timings,
+    optionsSchema: def.options,
+  });
+}
