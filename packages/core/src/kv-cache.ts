@@ -1,1 +1,287 @@
-export {};
+/**
+ * KvCache: per-layer K and V storage with residency. The most recent tokens live in a
+ * "window" (device memory in hybrid mode), older ones in an offloaded "store" (host memory
+ * in hybrid mode); a token map records where every position lives. For now both regions
+ * are tensors of the same backend.
+ *
+ * Layout: every region is a [kvHeads, capacity, headDim] tensor, as the attention ops read.
+ * The window is a ring: appending never moves data, and eviction copies the oldest whole
+ * blocks to the end of the store. So the store always holds positions [0, storeCount) at
+ * slot = position, and the window holds [storeCount, length) as at most two ring segments
+ * in position order — exactly the spans attention concatenates.
+ */
+import { z } from "zod";
+import type { Backend, DType, Tensor } from "./backend.js";
+import { check, fail } from "./errors.js";
+
+export const KvCacheOptionsSchema = z.object({
+  layers: z.number().int().positive(),
+  kvHeads: z.number().int().positive(),
+  headDim: z.number().int().positive(),
+  maxContext: z.number().int().positive(),
+  dtype: z.enum(["f32", "f16", "bf16"]).default("f32"),
+  /** Tokens kept resident in the window; default: the whole context (no offloading). */
+  windowBudget: z.number().int().positive().optional(),
+  /** Eviction moves whole blocks of this many tokens. */
+  evictBlock: z.number().int().positive().default(16),
+  /** The most positions appended between two evictions (the prefill block). */
+  maxAppend: z.number().int().positive().default(64),
+});
+export type KvCacheOptions = z.input<typeof KvCacheOptionsSchema>;
+
+export type Residency = "window" | "store";
+const NONE = 0, WINDOW = 1, STORE = 2;
+
+export class KvCache implements Disposable {
+  readonly layers: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  readonly maxContext: number;
+  readonly dtype: DType;
+  readonly windowBudget: number;
+  readonly evictBlock: number;
+  readonly maxAppend: number;
+  readonly windowCapacity: number;
+  /** 0 when the budget covers the whole context. */
+  readonly storeCapacity: number;
+  readonly windowK: readonly Tensor[];
+  readonly windowV: readonly Tensor[];
+  /** Empty when storeCapacity is 0. */
+  readonly storeK: readonly Tensor[];
+  readonly storeV: readonly Tensor[];
+
+  /**
+   * The window in position order as `spanCount` (≤ 2) ring segments: segment s covers
+   * positions [spanPos[s], spanPos[s] + spanLen[s]) at window slots from spanSlot[s].
+   * Preallocated so the decode loop reads them without allocating.
+   */
+  readonly spanSlot = new Int32Array(2);
+  readonly spanPos = new Int32Array(2);
+  readonly spanLen = new Int32Array(2);
+  spanCount = 0;
+
+  private readonly regionOf: Uint8Array;
+  private readonly slotOf: Int32Array;
+  private _length = 0;
+  private _storeCount = 0;
+  private windowHead = 0; // ring slot of the oldest window token
+  private stage: Tensor | null = null; // head-major staging rows for multi-token writes
+  private readonly gatherIds: Int32Array;
+  private gatherView: Int32Array | null = null;
+  private closed = false;
+
+  constructor(private readonly backend: Backend, options: KvCacheOptions) {
+    const parsed = KvCacheOptionsSchema.safeParse(options);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      fail(`invalid KV cache option ${issue.path.join(".")}: ${issue.message}`);
+    }
+    const o = parsed.data;
+    this.layers = o.layers;
+    this.kvHeads = o.kvHeads;
+    this.headDim = o.headDim;
+    this.maxContext = o.maxContext;
+    this.dtype = o.dtype;
+    this.windowBudget = Math.min(o.windowBudget ?? o.maxContext, o.maxContext);
+    this.evictBlock = o.evictBlock;
+    this.maxAppend = Math.min(o.maxAppend, o.maxContext);
+    const offloads = this.windowBudget < this.maxContext;
+    check(!offloads || this.evictBlock <= this.windowBudget,
+      `KV eviction block (${this.evictBlock}) must not exceed the window budget (${this.windowBudget})`);
+    this.windowCapacity = Math.min(this.maxContext, this.windowBudget + this.maxAppend);
+    // After an eviction more than budget − block tokens stay in the window, so the store
+    // never holds more than this.
+    this.storeCapacity = offloads ? Math.min(this.maxContext, this.maxContext - this.windowBudget + this.evictBlock) : 0;
+    this.regionOf = new Uint8Array(this.maxContext);
+    this.slotOf = new Int32Array(this.maxContext);
+    this.gatherIds = new Int32Array(this.kvHeads * this.maxAppend);
+
+    const alloc = (cap: number) => backend.alloc([this.kvHeads, cap, this.headDim], this.dtype);
+    const wk: Tensor[] = [], wv: Tensor[] = [], sk: Tensor[] = [], sv: Tensor[] = [];
+    try {
+      for (let l = 0; l < this.layers; l++) {
+        wk.push(alloc(this.windowCapacity));
+        wv.push(alloc(this.windowCapacity));
+        if (this.storeCapacity > 0) {
+          sk.push(alloc(this.storeCapacity));
+          sv.push(alloc(this.storeCapacity));
+        }
+      }
+    } catch (e) {
+      for (const t of [...wk, ...wv, ...sk, ...sv]) backend.free(t);
+      throw e;
+    }
+    this.windowK = wk;
+    this.windowV = wv;
+    this.storeK = sk;
+    this.storeV = sv;
+  }
+
+  /** Positions held (window + store). */
+  get length(): number {
+    return this._length;
+  }
+  /** The store holds positions [0, storeCount) at slots equal to their positions. */
+  get storeCount(): number {
+    return this._storeCount;
+  }
+  get windowCount(): number {
+    return this._length - this._storeCount;
+  }
+
+  /** Where position `pos` lives, from the token map. */
+  locate(pos: number): { region: Residency; slot: number } {
+    check(Number.isInteger(pos) && pos >= 0 && pos < this._length, `KV cache: position ${pos} is not cached (length ${this._length})`);
+    return { region: this.regionOf[pos] === WINDOW ? "window" : "store", slot: this.slotOf[pos] };
+  }
+
+  /** The window's segments as objects (for tests and tools; the hot path reads span*). */
+  windowSpans(): { slot: number; pos: number; count: number }[] {
+    return Array.from({ length: this.spanCount }, (_, s) => ({ slot: this.spanSlot[s], pos: this.spanPos[s], count: this.spanLen[s] }));
+  }
+
+  /**
+   * Give the next `n` positions window slots (their rows are then written layer by layer
+   * with writeRows). Returns the first new position.
+   */
+  append(n: number): number {
+    this.checkOpen();
+    check(Number.isInteger(n) && n >= 1 && n <= this.maxAppend, `KV cache: cannot append ${n} positions at once (1..${this.maxAppend})`);
+    check(this._length + n <= this.maxContext, `context overflow: ${this._length} + ${n} tokens exceed the context of ${this.maxContext}`);
+    check(this.windowCount + n <= this.windowCapacity, `KV cache: window full (${this.windowCount} + ${n} > ${this.windowCapacity}); call evict() between appends`);
+    const first = this._length;
+    let slot = (this.windowHead + this.windowCount) % this.windowCapacity;
+    for (let p = first; p < first + n; p++) {
+      this.regionOf[p] = WINDOW;
+      this.slotOf[p] = slot;
+      slot = slot + 1 === this.windowCapacity ? 0 : slot + 1;
+    }
+    this._length += n;
+    this.updateSpans();
+    return first;
+  }
+
+  /**
+   * Copy K and V of positions [firstPos, firstPos + n) for `layer` into their window slots.
+   * `kRows`/`vRows` are f32 rows of width headDim, token-major: row i·kvHeads + g is KV head
+   * g of token i (the natural layout of a k projection output seen at headDim width).
+   */
+  writeRows(layer: number, kRows: Tensor, vRows: Tensor, firstPos: number, n: number): void {
+    this.checkOpen();
+    check(Number.isInteger(layer) && layer >= 0 && layer < this.layers, `KV cache: layer ${layer} out of range [0, ${this.layers})`);
+    check(n >= 1 && n <= this.maxAppend && firstPos >= 0 && firstPos + n <= this._length,
+      `KV cache: positions [${firstPos}, ${firstPos + n}) were not appended`);
+    check(this.regionOf[firstPos] === WINDOW && this.regionOf[firstPos + n - 1] === WINDOW,
+      `KV cache: positions [${firstPos}, ${firstPos + n}) are no longer in the window`);
+    const be = this.backend, cap = this.windowCapacity, kvHeads = this.kvHeads;
+    const slot0 = this.slotOf[firstPos];
+    if (n === 1) {
+      const wk = this.windowK[layer], wv = this.windowV[layer];
+      for (let g = 0; g < kvHeads; g++) {
+        be.copyRows(wk, g * cap + slot0, kRows, g, 1);
+        be.copyRows(wv, g * cap + slot0, vRows, g, 1);
+      }
+      return;
+    }
+    // Gather to head-major order once, then one copy per KV head (and ring segment).
+    const stage = this.stageRows();
+    const ids = this.gatherIdsFor(n);
+    const first = Math.min(n, cap - slot0);
+    for (const [src, dst] of [[kRows, this.windowK[layer]], [vRows, this.windowV[layer]]] as const) {
+      be.embedding(stage, src, ids);
+      for (let g = 0; g < kvHeads; g++) {
+        be.copyRows(dst, g * cap + slot0, stage, g * n, first);
+        if (first < n) be.copyRows(dst, g * cap, stage, g * n + first, n - first);
+      }
+    }
+  }
+
+  /**
+   * When the window holds more than its budget, move its oldest whole blocks (every layer,
+   * K and V) to the end of the store. Returns the number of positions moved.
+   */
+  evict(): number {
+    this.checkOpen();
+    const over = this.windowCount - this.windowBudget;
+    if (over <= 0) return 0;
+    const count = Math.min(this.windowCount, Math.ceil(over / this.evictBlock) * this.evictBlock);
+    const be = this.backend, wcap = this.windowCapacity, scap = this.storeCapacity;
+    const head = this.windowHead, dst = this._storeCount;
+    const first = Math.min(count, wcap - head);
+    for (let l = 0; l < this.layers; l++) {
+      for (const [win, store] of [[this.windowK[l], this.storeK[l]], [this.windowV[l], this.storeV[l]]] as const) {
+        for (let g = 0; g < this.kvHeads; g++) {
+          be.copyRows(store, g * scap + dst, win, g * wcap + head, first);
+          if (first < count) be.copyRows(store, g * scap + dst + first, win, g * wcap, count - first);
+        }
+      }
+    }
+    for (let p = dst; p < dst + count; p++) {
+      this.regionOf[p] = STORE;
+      this.slotOf[p] = p;
+    }
+    this._storeCount += count;
+    this.windowHead = (head + count) % wcap;
+    this.updateSpans();
+    return count;
+  }
+
+  /** Forget every position (storage is kept for reuse). */
+  reset(): void {
+    this.checkOpen();
+    this.regionOf.fill(NONE, 0, this._length);
+    this._length = 0;
+    this._storeCount = 0;
+    this.windowHead = 0;
+    this.spanCount = 0;
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const t of [...this.windowK, ...this.windowV, ...this.storeK, ...this.storeV]) this.backend.free(t);
+    if (this.stage) this.backend.free(this.stage);
+    this.stage = null;
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  private updateSpans(): void {
+    const count = this.windowCount;
+    if (count === 0) {
+      this.spanCount = 0;
+      return;
+    }
+    const first = Math.min(count, this.windowCapacity - this.windowHead);
+    this.spanSlot[0] = this.windowHead;
+    this.spanPos[0] = this._storeCount;
+    this.spanLen[0] = first;
+    this.spanCount = 1;
+    if (first < count) {
+      this.spanSlot[1] = 0;
+      this.spanPos[1] = this._storeCount + first;
+      this.spanLen[1] = count - first;
+      this.spanCount = 2;
+    }
+  }
+
+  private stageRows(): Tensor {
+    this.stage ??= this.backend.alloc([this.kvHeads * this.maxAppend, this.headDim]);
+    return this.stage;
+  }
+
+  /** ids[g·n + i] = i·kvHeads + g: token-major rows → head-major rows. */
+  private gatherIdsFor(n: number): Int32Array {
+    if (this.gatherView?.length !== n * this.kvHeads) {
+      for (let g = 0; g < this.kvHeads; g++) for (let i = 0; i < n; i++) this.gatherIds[g * n + i] = i * this.kvHeads + g;
+      this.gatherView = this.gatherIds.subarray(0, n * this.kvHeads);
+    }
+    return this.gatherView;
+  }
+
+  private checkOpen(): void {
+    if (this.closed) fail("KV cache used after close()");
+  }
+}

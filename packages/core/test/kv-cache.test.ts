@@ -1,0 +1,130 @@
+import { describe, expect, it } from "vitest";
+import { HybridgenError, KvCache, ReferenceBackend, type DType } from "../src/index.js";
+import { roundTo } from "../src/half-float.js";
+import { makeRng, randomArray, testSeed } from "./engine-helpers.js";
+
+const layers = 2, kvHeads = 3, headDim = 4, maxContext = 70;
+
+/** Random appends / writes / evictions, checking after every step that window ∪ store holds
+ * each position exactly once, in order, with the data written for it. */
+function exercise(budget: number | undefined, block: number, maxAppend: number, dtype: DType, seed: number) {
+  const rng = makeRng(seed);
+  const be = new ReferenceBackend();
+  const cache = new KvCache(be, { layers, kvHeads, headDim, maxContext, windowBudget: budget, evictBlock: block, maxAppend, dtype });
+  // written[layer][kv][pos] = the row values of position pos, KV head g.
+  const written: Float32Array[][][] = [];
+  for (let l = 0; l < layers; l++) written.push([[], []]);
+  let evictions = 0;
+
+  const checkInvariants = () => {
+    const len = cache.length;
+    const seen = new Array(len).fill(0);
+    // Store: positions [0, storeCount) at slot = position.
+    for (let p = 0; p < cache.storeCount; p++) {
+      expect(cache.locate(p)).toEqual({ region: "store", slot: p });
+      seen[p]++;
+    }
+    // Window: spans in position order, contiguous, covering [storeCount, length).
+    let next = cache.storeCount;
+    for (const s of cache.windowSpans()) {
+      expect(s.pos).toBe(next);
+      for (let j = 0; j < s.count; j++) {
+        expect(cache.locate(s.pos + j)).toEqual({ region: "window", slot: s.slot + j });
+        seen[s.pos + j]++;
+      }
+      next += s.count;
+    }
+    expect(next).toBe(len);
+    expect(seen.every((c) => c === 1)).toBe(true);
+    expect(cache.windowCount).toBeLessThanOrEqual(cache.windowCapacity);
+    // Data: every position's rows are where the map says.
+    for (let l = 0; l < layers; l++)
+      for (let p = 0; p < len; p++) {
+        const { region, slot } = cache.locate(p);
+        const [kt, vt, cap] = region === "store"
+          ? [cache.storeK[l], cache.storeV[l], cache.storeCapacity]
+          : [cache.windowK[l], cache.windowV[l], cache.windowCapacity];
+        for (let g = 0; g < kvHeads; g++) {
+          const want = written[l][0][p].subarray(g * headDim, (g + 1) * headDim);
+          expect(Array.from(be.read(kt, (g * cap + slot) * headDim, headDim))).toEqual(Array.from(want, (v) => roundTo(dtype, v)));
+          const wantV = written[l][1][p].subarray(g * headDim, (g + 1) * headDim);
+          expect(Array.from(be.read(vt, (g * cap + slot) * headDim, headDim))).toEqual(Array.from(wantV, (v) => roundTo(dtype, v)));
+        }
+      }
+  };
+
+  const kBuf = be.alloc([maxAppend * kvHeads, headDim]);
+  const vBuf = be.alloc([maxAppend * kvHeads, headDim]);
+  while (cache.length < maxContext) {
+    const n = Math.min(maxContext - cache.length, 1 + Math.floor(rng() * maxAppend));
+    const first = cache.append(n);
+    for (let l = 0; l < layers; l++) {
+      const k = randomArray(rng, n * kvHeads * headDim), v = randomArray(rng, n * kvHeads * headDim);
+      be.write(kBuf, k);
+      be.write(vBuf, v);
+      cache.writeRows(l, kBuf, vBuf, first, n);
+      for (let i = 0; i < n; i++) {
+        written[l][0][first + i] = k.slice(i * kvHeads * headDim, (i + 1) * kvHeads * headDim);
+        written[l][1][first + i] = v.slice(i * kvHeads * headDim, (i + 1) * kvHeads * headDim);
+      }
+    }
+    checkInvariants();
+    const before = cache.windowCount;
+    const moved = cache.evict();
+    if (moved > 0) {
+      evictions++;
+      // Whole blocks, unless the window emptied; never below budget − block resident.
+      expect(moved % block === 0 || moved === before).toBe(true);
+      expect(cache.windowCount).toBeLessThanOrEqual(cache.windowBudget);
+      expect(cache.windowCount).toBeGreaterThan(Math.min(before - moved, cache.windowBudget - block) - 1);
+    }
+    checkInvariants();
+  }
+  const result = { evictions, storeCount: cache.storeCount };
+  cache.reset();
+  expect(cache.length).toBe(0);
+  expect(cache.spanCount).toBe(0);
+  cache.close();
+  be.free(kBuf);
+  be.free(vBuf);
+  expect(be.liveTensors()).toBe(0);
+  return result;
+}
+
+describe("KvCache residency", () => {
+  it("all-resident by default: no store, no eviction", () => {
+    const r = exercise(undefined, 16, 9, "f32", testSeed(1));
+    expect(r).toEqual({ evictions: 0, storeCount: 0 });
+  });
+
+  for (const [budget, block, maxAppend, dtype] of [
+    [20, 8, 7, "f32"], [16, 16, 5, "f16"], [9, 4, 12, "bf16"], [33, 5, 1, "f32"],
+  ] as [number, number, number, DType][]) {
+    it(`window ${budget}, block ${block}, appends ≤ ${maxAppend}, ${dtype}: every position exactly once, in order`, () => {
+      const r = exercise(budget, block, maxAppend, dtype, testSeed(budget * 31 + block));
+      expect(r.evictions).toBeGreaterThan(0);
+      expect(r.storeCount).toBeGreaterThan(maxContext - budget - block);
+    });
+  }
+
+  it("rejects overflow, oversized appends and writes to evicted positions with one-line errors", () => {
+    const be = new ReferenceBackend();
+    const cache = new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 4, evictBlock: 2, maxAppend: 4 });
+    const k = be.alloc([4, 2]);
+    expect(() => cache.append(5)).toThrow(/cannot append 5 positions/);
+    cache.append(4);
+    cache.append(2);
+    expect(() => cache.append(3)).toThrow(/window full/);
+    expect(cache.evict()).toBe(2);
+    expect(() => cache.writeRows(0, k, k, 0, 1)).toThrow(/no longer in the window/);
+    cache.append(4);
+    cache.evict();
+    expect(cache.length).toBe(10);
+    expect(() => cache.append(1)).toThrow(HybridgenError);
+    expect(() => cache.append(1)).toThrow("context overflow: 10 + 1 tokens exceed the context of 10");
+    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 3, evictBlock: 4 })).toThrow(/eviction block \(4\) must not exceed/);
+    expect(() => new KvCache(be, { layers: 0, kvHeads: 1, headDim: 2, maxContext: 10 })).toThrow(/invalid KV cache option layers/);
+    cache.close();
+    expect(() => cache.append(1)).toThrow(/after close/);
+  });
+});
