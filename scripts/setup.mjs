@@ -16,7 +16,8 @@ if (bun) {
   const global = run("npm", ["install", "-g", "--allow-scripts=bun", `bun@${BUN_VERSION}`]);
   if (global.code !== 0) {
     process.stderr.write(`global install failed (exit ${global.code}); installing into ${LOCAL_TOOLS} instead\n`);
-    const local = run("npm", ["install", "--prefix", LOCAL_TOOLS, "--no-save", "--allow-scripts=bun", `bun@${BUN_VERSION}`]);
+    // A "global" install under a prefix we own (npm refuses --allow-scripts for project installs).
+    const local = run("npm", ["install", "-g", "--prefix", LOCAL_TOOLS, "--allow-scripts=bun", `bun@${BUN_VERSION}`]);
     if (local.code !== 0) die("could not install Bun with npm", "check network access to registry.npmjs.org, or install Bun yourself (https://bun.sh) and rerun");
   }
   bun = findBun();
