@@ -44,6 +44,12 @@ static void convert_task(void *v, int ith, int nth) {
 }
 
 void hg_convert(hg_ctx *c, void *dst, int dst_type, const void *src, int src_type, int64_t count) {
+    if (dst_type == src_type) {
+        /* overlapping rows of one tensor: memmove, on this thread */
+        size_t bytes = (size_t)count * type_bytes(dst_type);
+        const char *d = dst, *s = src;
+        if (d < s + bytes && s < d + bytes) { memmove(dst, src, bytes); return; }
+    }
     convert_job j = {c, dst, dst_type, src, src_type, count};
     if (use_pool(c, count / 4)) hg_pool_run(c->pool, convert_task, &j);
     else convert_task(&j, 0, 1);

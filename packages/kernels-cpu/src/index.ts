@@ -1,1 +1,5 @@
-export {};
+export { CpuBackend, createCpuBackend } from "./cpu-backend.js";
+export { CpuBackendOptionsSchema, type CpuBackendOptions } from "./options.js";
+export { cpuFeatures, ISAS, type Isa, type CpuFeatures } from "./features.js";
+export { CpuTensor } from "./tensor.js";
+export { nativeLibraryPath } from "./native.js";

@@ -1,0 +1,70 @@
+/** Loads libhgcpu.so through bun:ffi. One library per process, opened on first use. */
+import { dlopen, FFIType } from "bun:ffi";
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { fail } from "@hybridgen/core";
+
+const { ptr, i32, i64, i64_fast, u64, f32, f64, void: none } = FFIType;
+
+const symbols = {
+  hg_cpu_features: { args: [], returns: i32 },
+  hg_best_isa: { args: [], returns: i32 },
+  hg_online_cpus: { args: [], returns: i32 },
+  hg_create: { args: [i32, i32], returns: ptr },
+  hg_destroy: { args: [ptr], returns: none },
+  hg_ctx_isa: { args: [ptr], returns: i32 },
+  hg_ctx_threads: { args: [ptr], returns: i32 },
+  hg_alloc: { args: [u64], returns: ptr },
+  hg_free: { args: [ptr, u64], returns: none },
+  hg_convert: { args: [ptr, ptr, i32, ptr, i32, i64], returns: none },
+  hg_embedding: { args: [ptr, ptr, ptr, i32, i32, ptr, i32], returns: none },
+  hg_matmul: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32], returns: none },
+  hg_rmsnorm: { args: [ptr, ptr, ptr, ptr, i32, i32, i32, f32], returns: i32 },
+  hg_layernorm: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, i32, i32, f32], returns: i32 },
+  hg_rope: { args: [ptr, ptr, i32, i32, ptr, i32, i32, ptr, ptr, i32], returns: none },
+  hg_silu_mul: { args: [ptr, ptr, ptr, ptr, i64], returns: none },
+  hg_relu: { args: [ptr, ptr, i64], returns: none },
+  hg_gelu: { args: [ptr, ptr, i64], returns: none },
+  hg_add: { args: [ptr, ptr, ptr, ptr, i64], returns: none },
+  hg_softmax: { args: [ptr, ptr, i32, i32, i32], returns: none },
+  hg_argmax: { args: [ptr, ptr, i64], returns: i64_fast },
+  hg_check_slots: { args: [ptr, i64, i64], returns: i64_fast },
+  hg_attn_logits: {
+    args: [ptr, ptr, i32, ptr, ptr, i32, i32, i32, i32, i64, i64, ptr, i64, f32],
+    returns: none,
+  },
+  hg_attn_aggregate: {
+    args: [ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32, i64, i64, ptr, i64, i32],
+    returns: i32,
+  },
+  hg_stream_sum: { args: [ptr, ptr, u64], returns: f64 },
+} as const;
+
+export type NativeLib = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
+
+/** Absolute path of the library: $HYBRIDGEN_KERNELS_CPU_LIB, else ../lib/libhgcpu.so next to this module. */
+export function nativeLibraryPath(): string {
+  const env = process.env.HYBRIDGEN_KERNELS_CPU_LIB;
+  if (env) return env;
+  return fileURLToPath(new URL("../lib/libhgcpu.so", import.meta.url));
+}
+
+let lib: NativeLib | undefined;
+
+export function native(): NativeLib {
+  if (lib) return lib;
+  const path = nativeLibraryPath();
+  if (!existsSync(path)) {
+    fail(
+      `kernels-cpu: native library not found at ${path}; build it with 'bun run build' in packages/kernels-cpu ` +
+        `(or 'node scripts/build-native.mjs'), or set HYBRIDGEN_KERNELS_CPU_LIB`,
+      "ENATIVE",
+    );
+  }
+  try {
+    lib = dlopen(path, symbols).symbols;
+  } catch (e) {
+    fail(`kernels-cpu: cannot load ${path}: ${(e as Error).message.split("\n")[0]}`, "ENATIVE");
+  }
+  return lib;
+}
