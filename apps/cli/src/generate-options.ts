@@ -22,7 +22,7 @@ export const GenerateCliOptionsSchema = z
     seed: z.number().int("must be an integer").min(0, "must be ≥ 0").max(0xffffffff, "must be < 2^32").optional(),
     stop: z.array(z.string().min(1, "must not be empty")).default([]),
     /** Absent: HYBRIDGEN_THREADS, else every core. */
-    threads: z.number().int("must be an integer").min(1, "must be at least 1").max(1024, "must be ≤ 1024").optional(),
+    threads: z.number().int("must be an integer").min(1, "must be at least 1").max(256, "must be ≤ 256").optional(),
     /** Weight dtype at load; absent: as stored in the checkpoint. */
     dtype: z.enum(["f32", "f16", "bf16"], { error: "must be one of f32, f16, bf16" }).optional(),
     json: z.boolean().default(false),

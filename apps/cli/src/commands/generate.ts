@@ -13,7 +13,7 @@ function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | unde
   const raw = env.HYBRIDGEN_THREADS;
   if (raw === undefined || raw === "") return undefined;
   const n = Number(raw);
-  if (!Number.isInteger(n) || n < 1) throw new HybridgenError(`invalid HYBRIDGEN_THREADS=${JSON.stringify(raw)}: must be an integer ≥ 1`);
+  if (!Number.isInteger(n) || n < 1 || n > 256) throw new HybridgenError(`invalid HYBRIDGEN_THREADS=${JSON.stringify(raw)}: must be an integer from 1 to 256`);
   return n;
 }
 
@@ -45,13 +45,12 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
   }
   const threads = threadsFrom(opts, io.env);
   // Loaded here, not at the top: --help, --version and flag errors need no native library.
-  const { createCpuBackend, cpuFeatures } = await import("@hybridgen/kernels-cpu");
+  const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
   using backend = createCpuBackend(threads === undefined ? {} : { threads });
   using model = await LlamaModel.load(files, backend, opts.dtype === undefined ? {} : { weightDtype: opts.dtype });
-  const isa = cpuFeatures().isa;
   progress(
     `loaded ${dir} (${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dtype ?? "stored"} weights) ` +
-      `on cpu/${isa} with ${backend.threads} threads in ${(performance.now() - t0).toFixed(0)} ms`,
+      `on cpu/${backend.isa} with ${backend.threads} threads in ${(performance.now() - t0).toFixed(0)} ms`,
   );
   if (io.signal?.aborted) return interrupted();
 
