@@ -1,0 +1,57 @@
+/**
+ * Placement policies as pure functions of the tier list (paper §4.4):
+ *
+ * - semantic   — K (read by the CPU every step) fills DRAM, fastest first; V (only ever DMA'd to
+ *                the GPU) fills the slowest memory first: CXL, then the slower DRAM nodes, and
+ *                files last. K spills down the same speed order if DRAM runs out.
+ * - interleave — the usual OS-style baseline: K and V pages round-robin over every memory tier
+ *                (DRAM and CXL), equal shares.
+ * - dram-only  — K and V fill DRAM nodes, fastest first; CXL and files are not used.
+ *
+ * File tiers are a last resort in every fill order: a V row read from disk stalls the copy.
+ */
+import { HybridgenError, PlacementPolicySchema, type MemoryTier, type Placement, type PlacementPolicy } from "@hybridgen/core";
+import { fastestFirst } from "./speed.js";
+
+function ids(tiers: readonly MemoryTier[]): string[] {
+  return tiers.map((t) => t.id);
+}
+
+function requireDram(tiers: readonly MemoryTier[], policy: string): MemoryTier[] {
+  const dram = fastestFirst(tiers).filter((t) => t.kind === "dram");
+  if (dram.length === 0) throw new HybridgenError(`placement "${policy}": no DRAM tier among [${ids(tiers).join(", ")}]`);
+  return dram;
+}
+
+export function placeSemantic(tiers: readonly MemoryTier[]): Placement {
+  const sorted = fastestFirst(tiers);
+  requireDram(tiers, "semantic");
+  const files = sorted.filter((t) => t.kind === "file");
+  const memorySlowestFirst = sorted.filter((t) => t.kind !== "file").reverse();
+  return {
+    policy: "semantic",
+    k: { mode: "fill", order: ids(sorted) },
+    v: { mode: "fill", order: ids([...memorySlowestFirst, ...files]) },
+  };
+}
+
+export function placeInterleave(tiers: readonly MemoryTier[]): Placement {
+  requireDram(tiers, "interleave");
+  const memory = ids(fastestFirst(tiers).filter((t) => t.kind !== "file"));
+  return { policy: "interleave", k: { mode: "interleave", tiers: memory }, v: { mode: "interleave", tiers: memory } };
+}
+
+export function placeDramOnly(tiers: readonly MemoryTier[]): Placement {
+  const dram = ids(requireDram(tiers, "dram-only"));
+  return { policy: "dram-only", k: { mode: "fill", order: dram }, v: { mode: "fill", order: dram } };
+}
+
+/** The placement a policy name gives on these tiers. */
+export function placeKv(policy: PlacementPolicy, tiers: readonly MemoryTier[]): Placement {
+  if (tiers.length === 0) throw new HybridgenError("placement: no memory tiers");
+  const p = PlacementPolicySchema.safeParse(policy);
+  if (!p.success) throw new HybridgenError(`placement: unknown policy "${String(policy)}" (semantic, interleave, dram-only)`);
+  if (p.data === "semantic") return placeSemantic(tiers);
+  if (p.data === "interleave") return placeInterleave(tiers);
+  return placeDramOnly(tiers);
+}
