@@ -58,6 +58,8 @@ int hg_attn_aggregate(hg_ctx *c, float *out, const float *probs, int pstride, co
                        int64_t start, const int32_t *slots, int64_t count, int accumulate);
 /* Multithreaded streaming read of `bytes` (multiple of 4) as floats: the bandwidth baseline. */
 double hg_stream_sum(hg_ctx *c, const void *p, uint64_t bytes);
+/* Runs one op on every pool thread; returns the number of distinct OS threads that ran it. */
+int hg_pool_probe(hg_ctx *c);
 
 #pragma GCC visibility pop
 #endif

@@ -274,3 +274,25 @@ double hg_stream_sum(hg_ctx *c, const void *p, uint64_t bytes) {
     for (int i = 0; i < 256; i++) s += j.sums[i];
     return s;
 }
+
+/* ---- diagnostics -------------------------------------------------------------------- */
+#include <pthread.h>
+typedef struct { pthread_t ids[256]; } probe_job;
+
+static void probe_task(void *v, int ith, int nth) {
+    (void)nth;
+    if (ith < 256) ((probe_job *)v)->ids[ith] = pthread_self();
+}
+
+/* Runs one op on the pool and returns how many distinct OS threads took part. */
+int hg_pool_probe(hg_ctx *c) {
+    probe_job j;
+    int n = hg_pool_threads(c->pool) < 256 ? hg_pool_threads(c->pool) : 256, distinct = 0;
+    hg_pool_run(c->pool, probe_task, &j);
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int t = 0; t < i; t++) seen |= pthread_equal(j.ids[t], j.ids[i]);
+        distinct += !seen;
+    }
+    return distinct;
+}

@@ -221,6 +221,11 @@ export class CpuBackend implements Backend {
     return this.lib.hg_stream_sum(this.ctx, s.ptr, s.byteLength);
   }
 
+  /** Diagnostics: runs one op on the pool and returns how many distinct OS threads ran it. */
+  probeThreads(): number {
+    return this.lib.hg_pool_probe(this.live_());
+  }
+
   // ---- elementwise and row ops ----------------------------------------------------------
 
   embedding(out: Tensor, table: Tensor, ids: Int32Array): void {

@@ -38,6 +38,7 @@ const symbols = {
     returns: i32,
   },
   hg_stream_sum: { args: [ptr, ptr, u64], returns: f64 },
+  hg_pool_probe: { args: [ptr], returns: i32 },
 } as const;
 
 export type NativeLib = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
