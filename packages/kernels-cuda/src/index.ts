@@ -1,1 +1,11 @@
-export {};
+export { cudaAvailability, describeCudaAvailability, openCudaLibrary, type CudaAvailability, type CudaAvailabilityOptions } from "./availability.js";
+export { CudaLibrary, EXPECTED_ABI_VERSION, type NativeAnswer } from "./cuda-library.js";
+export { parseDeviceRecord, formatCudaVersion, type CudaDevice } from "./device-record.js";
+export { cudaLibraryPath, CUDA_LIBRARY_ENV } from "./library-path.js";
+export {
+  CudaBackendOptionsSchema,
+  parseCudaBackendOptions,
+  selectCudaDevice,
+  type CudaBackendOptions,
+  type ResolvedCudaBackendOptions,
+} from "./options.js";

@@ -1,0 +1,66 @@
+// Builds lib/libhgcuda.so from native/*.cu with nvcc: sm_90 machine code plus compute_90 PTX
+// (other GPUs JIT it), cudart linked statically (the default) so the library loads where no
+// CUDA runtime is installed. No nvcc: says so and exits 0 (the JS side then reports
+// "CUDA unavailable: library not built"). A compile error exits non-zero, so CI catches it.
+import { execFileSync, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const root = join(dirname(fileURLToPath(import.meta.url)), "..");
+const nativeDir = join(root, "native");
+const libDir = join(root, "lib");
+const out = join(libDir, "libhgcuda.so");
+
+function findNvcc() {
+  const candidates = [];
+  if (process.env.CUDA_HOME) candidates.push(join(process.env.CUDA_HOME, "bin", "nvcc"));
+  try {
+    const onPath = execFileSync("sh", ["-c", "command -v nvcc"], { encoding: "utf8" }).trim();
+    if (onPath) candidates.push(onPath);
+  } catch {
+    /* not on PATH */
+  }
+  candidates.push("/usr/local/cuda/bin/nvcc");
+  return candidates.find((p) => existsSync(p));
+}
+
+const nvcc = findNvcc();
+if (!nvcc) {
+  console.log("nvcc not found: skipping the CUDA build");
+  process.exit(0);
+}
+
+const sources = readdirSync(nativeDir)
+  .filter((f) => f.endsWith(".cu"))
+  .sort()
+  .map((f) => join(nativeDir, f));
+const headers = readdirSync(nativeDir).filter((f) => /\.(h|cuh)$/.test(f)).map((f) => join(nativeDir, f));
+const newestInput = Math.max(...[...sources, ...headers, fileURLToPath(import.meta.url)].map((p) => statSync(p).mtimeMs));
+if (existsSync(out) && statSync(out).mtimeMs >= newestInput && !process.argv.includes("--force")) {
+  console.log(`kernels-cuda: ${out} is up to date`);
+  process.exit(0);
+}
+
+mkdirSync(libDir, { recursive: true });
+const tmp = `${out}.tmp-${process.pid}`;
+const args = [
+  "-O3",
+  "-std=c++17",
+  "-gencode", "arch=compute_90,code=sm_90",
+  "-gencode", "arch=compute_90,code=compute_90",
+  "-Xcompiler", "-fPIC,-O2,-fvisibility=hidden",
+  "-shared",
+  "-cudart", "static",
+  "-o", tmp,
+  ...sources,
+];
+console.log(`kernels-cuda: ${nvcc} ${args.join(" ")}`);
+const r = spawnSync(nvcc, args, { stdio: "inherit" });
+if (r.status !== 0) {
+  rmSync(tmp, { force: true });
+  console.error(`kernels-cuda: nvcc failed (exit ${r.status ?? r.signal})`);
+  process.exit(1);
+}
+renameSync(tmp, out); // atomic: a concurrent loader never sees a half-written library
+console.log(`kernels-cuda: built ${out}`);

@@ -1,0 +1,64 @@
+/**
+ * Options of the CUDA backend (issue 5): which device, how much device memory the arena takes
+ * once at start-up (no cudaMalloc per step), the host staging buffers the CPU stage's logits
+ * and V rows arrive through, the stream layout, CUDA graphs and cuBLAS.
+ */
+import { z } from "zod";
+import { HybridgenError } from "@hybridgen/core";
+import type { CudaAvailability } from "./availability.js";
+import type { CudaDevice } from "./device-record.js";
+
+const MiB = 2 ** 20;
+
+export const CudaBackendOptionsSchema = z.object({
+  /** Device index (after CUDA_VISIBLE_DEVICES). */
+  device: z.number().int().nonnegative().default(0),
+  /** Bytes of device memory the arena reserves; default: `arenaFraction` of the memory free at start. */
+  arenaBytes: z.number().int().positive().optional(),
+  arenaFraction: z.number().gt(0).max(0.98).default(0.9),
+  /** Pinned host memory for host→device staging (selected logits and V rows from the CPU stage). */
+  pinnedStagingBytes: z.number().int().positive().default(256 * MiB),
+  /** Streams: compute, plus copy streams so transfers overlap kernels. */
+  computeStreams: z.number().int().min(1).max(8).default(1),
+  copyStreams: z.number().int().min(1).max(8).default(1),
+  /** Capture the decode step in a CUDA graph (one launch per step). */
+  cudaGraphs: z.boolean().default(true),
+  /** cuBLAS is opened at run time (libcublas.so.13, then .so.12); "off" uses only this package's kernels. */
+  cublas: z.enum(["auto", "off"]).default("auto"),
+  /** Explicit cuBLAS library to dlopen instead of the search. */
+  cublasPath: z.string().min(1).optional(),
+  /** Native library path (default: $HYBRIDGEN_KERNELS_CUDA_LIB, else lib/libhgcuda.so of this package). */
+  libraryPath: z.string().min(1).optional(),
+});
+export type CudaBackendOptions = z.input<typeof CudaBackendOptionsSchema>;
+export type ResolvedCudaBackendOptions = z.output<typeof CudaBackendOptionsSchema>;
+
+export function parseCudaBackendOptions(raw: unknown): ResolvedCudaBackendOptions {
+  const r = CudaBackendOptionsSchema.safeParse(raw ?? {});
+  if (!r.success) {
+    const i = r.error.issues[0];
+    throw new HybridgenError(`CUDA backend options: ${i?.path.join(".") || "value"}: ${i?.message ?? "invalid"}`);
+  }
+  return r.data;
+}
+
+/**
+ * The device the options ask for, or a one-line HybridgenError: CUDA unavailable (with its
+ * reason), an index beyond the devices present, or an arena larger than the device.
+ */
+export function selectCudaDevice(options: ResolvedCudaBackendOptions, availability: CudaAvailability): CudaDevice {
+  if (!availability.available) throw new HybridgenError(availability.reason, "ECUDAUNAVAILABLE");
+  const { devices } = availability;
+  const device = devices[options.device];
+  if (!device) {
+    throw new HybridgenError(
+      `CUDA device ${options.device} requested, but ${devices.length} present (${devices.map((d) => `${d.index}: ${d.name}`).join(", ")})`,
+    );
+  }
+  if (options.arenaBytes !== undefined && options.arenaBytes > device.totalMemoryBytes) {
+    throw new HybridgenError(
+      `CUDA arena of ${options.arenaBytes} bytes requested, but device ${device.index} (${device.name}) has ${device.totalMemoryBytes} bytes in all`,
+    );
+  }
+  return device;
+}
