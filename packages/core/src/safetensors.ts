@@ -7,7 +7,7 @@
  * checked before any view is handed out, so a lying header is an error, never an
  * out-of-bounds read.
  */
-import { closeSync, openSync, statSync, writeSync } from "node:fs";
+import { closeSync, fstatSync, openSync, readSync, writeSync } from "node:fs";
 import { DTYPE_BYTES, type DType } from "./backend.js";
 import { HybridgenError, fail } from "./errors.js";
 import type { WeightSource, WeightView } from "./model-files.js";
@@ -36,28 +36,31 @@ export interface SafetensorsTensor {
   readonly data: Uint8Array;
 }
 
+/** Where a tensor's bytes live: one of the file's mappings and the offset of the data in it. */
+interface Placement {
+  readonly map: Uint8Array;
+  readonly offset: number;
+}
+
 export class SafetensorsFile implements WeightSource, Disposable {
   readonly metadata: Readonly<Record<string, string>>;
   readonly tensors: ReadonlyMap<string, SafetensorsTensorInfo>;
-  #map: Uint8Array | null;
-  readonly #dataStart: number;
+  #placement: Map<string, Placement> | null;
 
   /** Use `openSafetensors`. */
   constructor(
     readonly path: string,
-    map: Uint8Array,
-    dataStart: number,
     tensors: Map<string, SafetensorsTensorInfo>,
+    placement: Map<string, Placement>,
     metadata: Record<string, string>,
   ) {
-    this.#map = map;
-    this.#dataStart = dataStart;
     this.tensors = tensors;
+    this.#placement = placement;
     this.metadata = metadata;
   }
 
   get closed(): boolean {
-    return this.#map === null;
+    return this.#placement === null;
   }
 
   names(): string[] {
@@ -68,21 +71,18 @@ export class SafetensorsFile implements WeightSource, Disposable {
   get(name: string): WeightView | undefined {
     const info = this.tensors.get(name);
     if (!info) return undefined;
-    const map = this.#map ?? fail(`${this.path}: read of tensor ${name} after close()`);
-    return {
-      dtype: info.dtype,
-      shape: info.shape,
-      bytes: map.subarray(this.#dataStart + info.begin, this.#dataStart + info.end),
-    };
+    const placement = this.#placement ?? fail(`${this.path}: read of tensor ${name} after close()`);
+    const { map, offset } = placement.get(name)!;
+    return { dtype: info.dtype, shape: info.shape, bytes: map.subarray(offset, offset + info.end - info.begin) };
   }
 
   /**
-   * Drops this object's reference to the mapping. Bun unmaps when the last view is garbage
+   * Drops this object's references to the mappings. Bun unmaps when the last view is garbage
    * collected, so views still held (weights used in place) stay valid; no explicit munmap,
    * which would turn those views into dangling pointers.
    */
   close(): void {
-    this.#map = null;
+    this.#placement = null;
   }
 
   [Symbol.dispose](): void {
@@ -95,30 +95,42 @@ function isNonNegInt(v: unknown): v is number {
 }
 
 /** Parses and validates the header of `map`; throws HybridgenError naming `path` and the tensor. */
-function parseHeader(path: string, map: Uint8Array): {
+/** Reads the u64 length and the JSON header with plain reads (the data is mapped later). */
+function readHeaderBytes(path: string, fd: number, fileSize: number): Uint8Array {
+  const lenBuf = new Uint8Array(8);
+  if (readSync(fd, lenBuf, 0, 8, 0) !== 8) fail(`${path}: cannot read the header length`);
+  const headerLen = new DataView(lenBuf.buffer).getBigUint64(0, true);
+  if (headerLen > BigInt(fileSize - 8)) {
+    fail(`${path}: header length ${headerLen} exceeds the file (${fileSize} bytes): truncated or not safetensors`);
+  }
+  const n = Number(headerLen);
+  if (n > MAX_HEADER_BYTES) fail(`${path}: header length ${n} is implausibly large`);
+  const header = new Uint8Array(n);
+  let got = 0;
+  while (got < n) {
+    const r = readSync(fd, header, got, n - got, 8 + got);
+    if (r <= 0) fail(`${path}: file ended inside the header`);
+    got += r;
+  }
+  return header;
+}
+
+function parseHeader(path: string, header: Uint8Array, fileSize: number): {
   dataStart: number;
   tensors: Map<string, SafetensorsTensorInfo>;
   metadata: Record<string, string>;
 } {
-  if (map.length < 8) fail(`${path}: not a safetensors file (${map.length} bytes, shorter than the 8-byte header length)`);
-  const headerLen = new DataView(map.buffer, map.byteOffset, 8).getBigUint64(0, true);
-  if (headerLen > BigInt(map.length - 8)) {
-    fail(`${path}: header length ${headerLen} exceeds the file (${map.length} bytes): truncated or not safetensors`);
-  }
-  const n = Number(headerLen);
-  if (n > MAX_HEADER_BYTES) fail(`${path}: header length ${n} is implausibly large`);
-  if (n < 2 || map[8] !== 0x7b /* { */) fail(`${path}: header is not a JSON object`);
-
+  if (header.length < 2 || header[0] !== 0x7b /* { */) fail(`${path}: header is not a JSON object`);
   let json: unknown;
   try {
-    json = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(map.subarray(8, 8 + n)));
+    json = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(header));
   } catch (e) {
     fail(`${path}: header is not valid JSON (${(e as Error).message})`);
   }
   if (json === null || typeof json !== "object" || Array.isArray(json)) fail(`${path}: header is not a JSON object`);
 
-  const dataStart = 8 + n;
-  const dataLen = map.length - dataStart;
+  const dataStart = 8 + header.length;
+  const dataLen = fileSize - dataStart;
   const tensors = new Map<string, SafetensorsTensorInfo>();
   let metadata: Record<string, string> = {};
 
@@ -169,27 +181,70 @@ function parseHeader(path: string, map: Uint8Array): {
   return { dataStart, tensors, metadata };
 }
 
-/** Maps `path` (MAP_PRIVATE: a stray write never reaches the file) and validates its header. */
-export function openSafetensors(path: string): SafetensorsFile {
-  let size: number;
+/** Bun maps at most 4 GiB at once; bigger files are mapped in windows of whole tensors. */
+const MAX_MAP_BYTES = 2 ** 32;
+/** Window starts are rounded down to this (a multiple of every page size) to keep alignment. */
+const MAP_ALIGN = 65536;
+
+function mmapRange(path: string, offset: number, size: number): Uint8Array {
   try {
-    const st = statSync(path);
-    if (!st.isFile()) fail(`${path}: not a regular file`);
-    size = st.size;
+    const m = Bun.mmap(path, { shared: false, offset, size });
+    if (m.length !== size) fail(`${path}: mapped ${m.length} of ${size} bytes at offset ${offset}`);
+    return m;
   } catch (e) {
     if (e instanceof HybridgenError) throw e;
+    fail(`${path}: cannot map ${size} bytes at offset ${offset} (${(e as Error).message})`);
+  }
+}
+
+/** Maps the tensors' bytes: the whole file when it fits one mapping, else windows of tensors. */
+function placeTensors(path: string, fileSize: number, dataStart: number, tensors: Map<string, SafetensorsTensorInfo>): Map<string, Placement> {
+  const placement = new Map<string, Placement>();
+  if (fileSize <= MAX_MAP_BYTES) {
+    const map = mmapRange(path, 0, fileSize);
+    for (const t of tensors.values()) placement.set(t.name, { map, offset: dataStart + t.begin });
+    return placement;
+  }
+  const sorted = [...tensors.values()].sort((a, b) => a.begin - b.begin);
+  let i = 0;
+  while (i < sorted.length) {
+    const start = Math.floor((dataStart + sorted[i].begin) / MAP_ALIGN) * MAP_ALIGN;
+    let j = i;
+    while (j + 1 < sorted.length && dataStart + sorted[j + 1].end - start <= MAX_MAP_BYTES) j++;
+    const end = dataStart + sorted[j].end;
+    if (end - start > MAX_MAP_BYTES) fail(`${path}: tensor ${sorted[i].name} (${end - start} bytes) is larger than one mapping can hold (4 GiB)`);
+    const map = mmapRange(path, start, Math.max(1, end - start));
+    for (let k = i; k <= j; k++) placement.set(sorted[k].name, { map, offset: dataStart + sorted[k].begin - start });
+    i = j + 1;
+  }
+  return placement;
+}
+
+/**
+ * Validates the header of `path` and maps its data (MAP_PRIVATE: a stray write never
+ * reaches the file). Note: truncating a mapped file under a running process is fatal (SIGBUS);
+ * replace model files by renaming instead.
+ */
+export function openSafetensors(path: string): SafetensorsFile {
+  let fd: number;
+  try {
+    fd = openSync(path, "r");
+  } catch (e) {
     fail(`${path}: cannot open (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
   }
-  // Bun.mmap rejects empty files; report those as what they are.
-  if (size < 8) fail(`${path}: not a safetensors file (${size} bytes, shorter than the 8-byte header length)`);
-  let map: Uint8Array;
+  let parsed: ReturnType<typeof parseHeader>;
+  let size: number;
   try {
-    map = Bun.mmap(path, { shared: false });
-  } catch (e) {
-    fail(`${path}: cannot map (${(e as Error).message})`);
+    const st = fstatSync(fd);
+    if (!st.isFile()) fail(`${path}: not a regular file`);
+    size = st.size;
+    if (size < 8) fail(`${path}: not a safetensors file (${size} bytes, shorter than the 8-byte header length)`);
+    parsed = parseHeader(path, readHeaderBytes(path, fd, size), size);
+  } finally {
+    closeSync(fd);
   }
-  const { dataStart, tensors, metadata } = parseHeader(path, map);
-  return new SafetensorsFile(path, map, dataStart, tensors, metadata);
+  const placement = placeTensors(path, size, parsed.dataStart, parsed.tensors);
+  return new SafetensorsFile(path, parsed.tensors, placement, parsed.metadata);
 }
 
 /**

@@ -1,4 +1,4 @@
-import { readFileSync, writeFileSync } from "node:fs";
+import { closeSync, ftruncateSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { HybridgenError, openSafetensors, writeSafetensors, type SafetensorsTensor } from "../src/index.js";
@@ -66,6 +66,44 @@ describe("writeSafetensors → openSafetensors", () => {
     expect(f.get("w.f32")!.bytes.buffer).toBe(f.get("b.bf16")!.bytes.buffer);
     const w = new Float32Array(f.get("w.f32")!.bytes.slice().buffer);
     expect(Array.from(w)).toEqual(Array.from(new Float32Array(tensors[1].data.slice().buffer)));
+  });
+
+  it("maps files over 4 GiB (Bun's limit for one mapping) in windows of tensors", () => {
+    // A sparse 4.5 GiB file: two 2 GiB tensors and a small one with known values at the end.
+    const G = 2 ** 31;
+    const header = {
+      a: { dtype: "F32", shape: [G / 4], data_offsets: [0, G] },
+      b: { dtype: "F16", shape: [G / 2], data_offsets: [G, 2 * G] },
+      c: { dtype: "F32", shape: [3, 5], data_offsets: [2 * G, 2 * G + 60] },
+      d: { dtype: "F32", shape: [2 ** 27], data_offsets: [2 * G + 60, 2 * G + 60 + 2 ** 29] },
+    };
+    const json = new TextEncoder().encode(JSON.stringify(header));
+    const len = new Uint8Array(8);
+    new DataView(len.buffer).setBigUint64(0, BigInt(json.length), true);
+    const dataStart = 8 + json.length;
+    const values = randomF32(rng(9), 15);
+    const path = join(dir, "big.safetensors");
+    const fd = openSync(path, "w");
+    try {
+      writeSync(fd, len, 0, 8, 0);
+      writeSync(fd, json, 0, json.length, 8);
+      ftruncateSync(fd, dataStart + 2 * G + 60 + 2 ** 29);
+      writeSync(fd, bytesOf(values), 0, 60, dataStart + 2 * G);
+      writeSync(fd, Uint8Array.of(7), 0, 1, dataStart + G - 1); // last byte of a
+      writeSync(fd, Uint8Array.of(9), 0, 1, dataStart + G); // first byte of b
+    } finally {
+      closeSync(fd);
+    }
+    try {
+      using f = openSafetensors(path);
+      const a = f.get("a")!.bytes;
+      const b = f.get("b")!.bytes;
+      expect([a.length, b.length, f.get("d")!.bytes.length]).toEqual([G, G, 2 ** 29]);
+      expect([a[G - 1], b[0], b[1]]).toEqual([7, 9, 0]);
+      expect(Array.from(new Float32Array(f.get("c")!.bytes.slice().buffer))).toEqual(Array.from(values));
+    } finally {
+      rmSync(path, { force: true }); // unlinking a mapped file is safe; only truncation is not
+    }
   });
 
   it("errors on use after close", () => {
