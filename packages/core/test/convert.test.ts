@@ -1,12 +1,14 @@
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   HybridgenError, STORIES15M_TOKENIZER_END, convertLlama2c, defaultCacheDir, ensureStories15M, openModelDir, openSafetensors,
   permuteForHalfSplitRope,
 } from "../src/index.js";
-import { bytesOf, llama2cModelBin, randomF32, rng, syntheticVocab, tempDir, tokenizerBin } from "./model-io-fixtures.js";
+import { bytesOf, llama2cModelBin, randomF32, rng, syntheticVocab, tempDir, tokenizerBin, removeTempDirs } from "./model-io-fixtures.js";
+
+afterAll(removeTempDirs);
 
 /** llama2.c run.c RoPE: pairs (2i, 2i+1) of each head, frequency from the index within the head. */
 function ropeInterleaved(q: Float64Array, headSize: number, pos: number): Float64Array {

@@ -1,8 +1,10 @@
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { HybridgenError, ensureStories15M, openModelDir, writeSafetensors, type SafetensorsTensor } from "../src/index.js";
-import { bytesOf, randomF32, rng, tempDir } from "./model-io-fixtures.js";
+import { bytesOf, randomF32, rng, tempDir, removeTempDirs } from "./model-io-fixtures.js";
+
+afterAll(removeTempDirs);
 
 const config = {
   architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 8, intermediate_size: 16,

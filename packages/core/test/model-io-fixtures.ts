@@ -2,7 +2,7 @@
  * Shared test fixtures for model I/O: a seeded PRNG, synthetic llama2.c files, and a
  * straightforward (quadratic) llama2.c/SentencePiece BPE encoder used as the reference.
  */
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
@@ -18,8 +18,17 @@ export function rng(seed: number): () => number {
   };
 }
 
+const made: string[] = [];
+
+/** A fresh directory under the OS temp dir, removed by `removeTempDirs`. */
 export function tempDir(prefix = "hg-core-"): string {
-  return mkdtempSync(join(tmpdir(), prefix));
+  const d = mkdtempSync(join(tmpdir(), prefix));
+  made.push(d);
+  return d;
+}
+
+export function removeTempDirs(): void {
+  for (const d of made.splice(0)) rmSync(d, { recursive: true, force: true });
 }
 
 export function randomF32(r: () => number, n: number): Float32Array {

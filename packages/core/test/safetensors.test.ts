@@ -1,8 +1,10 @@
 import { closeSync, ftruncateSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { HybridgenError, openSafetensors, writeSafetensors, type SafetensorsTensor } from "../src/index.js";
-import { bytesOf, randomF32, rng, tempDir } from "./model-io-fixtures.js";
+import { bytesOf, randomF32, rng, tempDir, removeTempDirs } from "./model-io-fixtures.js";
+
+afterAll(removeTempDirs);
 
 const dir = tempDir("hg-st-");
 

@@ -1,8 +1,10 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { BpeTokenizer, HybridgenError, ensureStories15M, llama2cTokenizerToJson, loadTokenizer } from "../src/index.js";
-import { randomText, referenceEncode, rng, syntheticVocab, tempDir, tokenizerBin } from "./model-io-fixtures.js";
+import { randomText, referenceEncode, rng, syntheticVocab, tempDir, tokenizerBin, removeTempDirs } from "./model-io-fixtures.js";
+
+afterAll(removeTempDirs);
 
 describe("BpeTokenizer on the real stories15M (Llama 2) vocabulary", () => {
   let tok: BpeTokenizer;
