@@ -91,7 +91,7 @@ export function expectClose(got: ArrayLike<number>, want: ArrayLike<number>, tol
   let worstExcess = 0;
   for (let i = 0; i < want.length; i++) {
     const t = typeof tol === "number" ? tol : tol[i];
-    const excess = Math.abs(got[i] - want[i]) - t;
+    const excess = got[i] === want[i] ? 0 : Math.abs(got[i] - want[i]) - t;
     if (!(excess <= 0) && (worst < 0 || excess > worstExcess || Number.isNaN(excess))) {
       worst = i;
       worstExcess = excess;
