@@ -132,6 +132,10 @@ export async function ensureStories15M(opts: EnsureStories15MOptions = {}): Prom
   }
   const release = await acquireLock(join(models, `.${STORIES15M_NAME}.lock`), dir, progress);
   if (!release) return dir;
+  // Holding the lock, any leftover temp dir is from a run that was killed: remove it.
+  for (const [parent, prefix] of [[cache, ".fetch-"], [models, `.${STORIES15M_NAME}.tmp-`]] as const) {
+    for (const f of readdirSync(parent)) if (f.startsWith(prefix)) rmSync(join(parent, f), { recursive: true, force: true });
+  }
   const tmp = mkdtempSync(join(cache, ".fetch-"));
   try {
     if (isComplete(dir)) return dir;
