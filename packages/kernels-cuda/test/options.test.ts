@@ -2,14 +2,14 @@ import { describe, expect, it } from "vitest";
 import { HybridgenError } from "@hybridgen/core";
 import { CudaBackendOptionsSchema, formatCudaVersion, parseCudaBackendOptions, parseDeviceRecord, selectCudaDevice, type CudaAvailability } from "../src/index.js";
 
-const h200 = parseDeviceRecord(0, "NVIDIA H200\t9\t0\t150754820096\t132\t0000:19:00.0");
+const h200 = parseDeviceRecord(0, "NVIDIA H200\t9\t0\t150109880320\t132\t0000:00:06.0");
 const available: CudaAvailability = { available: true, devices: [h200], runtimeVersion: 13000, driverVersion: 13000, libraryPath: "/x" };
 
 describe("device records", () => {
   it("parses the native record and rejects garbage", () => {
     expect(h200).toEqual({
       index: 0, name: "NVIDIA H200", major: 9, minor: 0, computeCapability: "9.0",
-      totalMemoryBytes: 150754820096, multiprocessors: 132, pciBusId: "0000:19:00.0",
+      totalMemoryBytes: 150109880320, multiprocessors: 132, pciBusId: "0000:00:06.0",
     });
     expect(() => parseDeviceRecord(1, "cudaErrorInvalidDevice: invalid device ordinal")).toThrow(/CUDA device 1: unreadable device record/);
     expect(formatCudaVersion(12080)).toBe("12.8");
