@@ -1,1 +1,240 @@
-export {};
+/**
+ * generate(): prompt in, a stream of tokens out, then a final result.
+ *
+ *   const gen = generate(model, tokenizer, "Once upon a time", { maxTokens: 64 });
+ *   for await (const t of gen) process.stdout.write(t.text);
+ *   const { finishReason, timings } = await gen.result();
+ *
+ * Text is decoded with a streaming TextDecoder, so a character whose UTF-8 bytes arrive in
+ * several byte tokens comes out whole. Text that might be the start of a stop string is
+ * held back until it is known not to be one; the stop string itself is never emitted.
+ */
+import { z } from "zod";
+import type { ModelShape } from "./config.js";
+import { check, fail } from "./errors.js";
+import { Sampler, SamplingOptionsSchema } from "./sampler.js";
+import type { Tokenizer } from "./tokenizer.js";
+
+/** What generate needs from a model (LlamaModel has it). */
+export interface GenerativeModel {
+  readonly shape: Pick<ModelShape, "vocabSize" | "eosTokenIds">;
+  readonly maxContext: number;
+  /** Rows per prefill call; generate checks for abort between them. */
+  readonly prefillBlock?: number;
+  reset(): void;
+  step(ids: Int32Array, startPos: number): void;
+  readLogits(): Float32Array;
+  argmaxLogits(): number;
+}
+
+export const GenerateOptionsSchema = z.object({
+  maxTokens: z.number().int().positive().default(256),
+  /** Generation ends before the first occurrence of any of these. */
+  stop: z.array(z.string().min(1)).default([]),
+  sampling: SamplingOptionsSchema.prefault({}),
+  signal: z.custom<AbortSignal>((v) => v instanceof AbortSignal, "expected an AbortSignal").optional(),
+  /** Prepend BOS to a string prompt (when the tokenizer has one). */
+  addBos: z.boolean().default(true),
+});
+export type GenerateOptions = z.input<typeof GenerateOptionsSchema>;
+
+export interface GeneratedToken {
+  /** The token id; -1 for a final item that only flushes held-back text (at EOS or abort). */
+  readonly id: number;
+  /** The text this item releases (may be "" while a multi-byte character or a possible stop
+   * string is pending). */
+  readonly text: string;
+  /** 0-based index among generated tokens. */
+  readonly index: number;
+}
+
+export type FinishReason = "eos" | "length" | "stop" | "abort" | "context";
+
+export interface GenerateResult {
+  readonly text: string;
+  readonly tokens: number[];
+  readonly promptTokens: number;
+  readonly finishReason: FinishReason;
+  /** The sampling seed used (drawn at random when none was given). */
+  readonly seed: number;
+  readonly timings: {
+    readonly prefillMs: number;
+    /** Engine time after the prefill: sampling and decode forwards (not the consumer's). */
+    readonly decodeMs: number;
+    readonly promptTokensPerSec: number;
+    readonly tokensPerSec: number;
+  };
+}
+
+export interface Generation extends AsyncIterable<GeneratedToken> {
+  /** The final result; drains the stream first if it was not iterated to the end. */
+  result(): Promise<GenerateResult>;
+}
+
+const busy = new WeakSet<GenerativeModel>();
+
+/**
+ * Start generating. Options and the prompt are checked now (a prompt longer than the context
+ * throws before any work); tokens are produced as the returned Generation is iterated.
+ */
+export function generate(model: GenerativeModel, tokenizer: Tokenizer, prompt: string | readonly number[], options: GenerateOptions = {}): Generation {
+  const parsed = GenerateOptionsSchema.safeParse(options);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    fail(`invalid generate option ${issue.path.join(".")}: ${issue.message}`);
+  }
+  const opts = parsed.data;
+  const ids = typeof prompt === "string" ? tokenizer.encode(prompt, { addBos: opts.addBos }) : Array.from(prompt);
+  check(ids.length > 0, "the prompt is empty");
+  const vocab = model.shape.vocabSize;
+  for (const id of ids) check(Number.isInteger(id) && id >= 0 && id < vocab, `prompt token id ${id} out of range [0, ${vocab})`);
+  check(ids.length <= model.maxContext, `the prompt has ${ids.length} tokens but the context holds ${model.maxContext}`);
+  check(!busy.has(model), "the model is already generating (one generation at a time per model)");
+  const sampler = new Sampler(vocab, opts.sampling);
+  let final: GenerateResult | null = null;
+  const stream = run(model, tokenizer, ids, opts, sampler, (r) => (final = r));
+  return {
+    [Symbol.asyncIterator]: () => stream,
+    async result() {
+      for await (const _ of stream);
+      return final!;
+    },
+  };
+}
+
+/** Convenience: run to the end and return the result. */
+export function generateText(model: GenerativeModel, tokenizer: Tokenizer, prompt: string | readonly number[], options: GenerateOptions = {}): Promise<GenerateResult> {
+  return generate(model, tokenizer, prompt, options).result();
+}
+
+async function* run(
+  model: GenerativeModel, tokenizer: Tokenizer, promptIds: number[],
+  opts: z.output<typeof GenerateOptionsSchema>, sampler: Sampler, done: (r: GenerateResult) => void,
+): AsyncGenerator<GeneratedToken> {
+  const { maxTokens, stop, signal } = opts;
+  const greedy = sampler.options.temperature === 0 && sampler.options.repetitionPenalty === 1;
+  const eos = new Set(model.shape.eosTokenIds);
+  const decoder = new TextDecoder("utf-8");
+  const tokens: number[] = [];
+  const P = promptIds.length;
+  let text = "";
+  let pending = ""; // decoded, not yet released (could begin a stop string)
+  let finish: FinishReason | null = null;
+  let prefillMs = 0, decodeMs = 0;
+  const aborted = () => signal?.aborted === true;
+
+  check(!busy.has(model), "the model is already generating (one generation at a time per model)");
+  busy.add(model);
+  try {
+    model.reset();
+    sampler.observeAll(promptIds);
+    // Prefill block by block, so an abort (Ctrl-C) is seen during a long prompt too.
+    const block = model.prefillBlock ?? P;
+    const all = Int32Array.from(promptIds);
+    for (let off = 0; off < P && !finish; off += block) {
+      if (aborted()) finish = "abort";
+      else {
+        const t0 = performance.now();
+        model.step(all.subarray(off, Math.min(P, off + block)), off);
+        prefillMs += performance.now() - t0;
+        if (off + block < P) await nextTurn();
+      }
+    }
+    const one = new Int32Array(1);
+    let prev = promptIds[P - 1];
+    for (let index = 0; !finish; index++) {
+      if (aborted()) {
+        finish = "abort";
+        break;
+      }
+      let t0 = performance.now();
+      const id = greedy ? model.argmaxLogits() : sampler.sample(model.readLogits());
+      decodeMs += performance.now() - t0;
+      if (eos.has(id)) {
+        finish = "eos";
+        break;
+      }
+      tokens.push(id);
+      sampler.observe(id);
+      pending += decoder.decode(tokenizer.decodeBytes(id, prev), { stream: true });
+      prev = id;
+
+      let release: string;
+      const hit = firstStop(pending, stop);
+      if (hit >= 0) {
+        release = pending.slice(0, hit);
+        pending = "";
+        finish = "stop";
+      } else if (index + 1 >= maxTokens || P + index >= model.maxContext) {
+        // Last token: nothing can complete a stop string any more, release everything.
+        finish = index + 1 >= maxTokens ? "length" : "context";
+        release = pending + decoder.decode();
+        pending = "";
+      } else {
+        const hold = heldBack(pending, stop);
+        release = pending.slice(0, pending.length - hold);
+        pending = pending.slice(pending.length - hold);
+      }
+      text += release;
+      yield { id, text: release, index };
+      if (finish) break;
+
+      await nextTurn(); // let signal handlers (Ctrl-C) run between tokens
+      if (aborted()) {
+        finish = "abort";
+        break;
+      }
+      t0 = performance.now();
+      one[0] = id;
+      model.step(one, P + index);
+      decodeMs += performance.now() - t0;
+    }
+    if (finish === "eos" || finish === "abort") {
+      const rest = pending + decoder.decode();
+      if (rest) {
+        text += rest;
+        yield { id: -1, text: rest, index: tokens.length };
+      }
+    }
+  } finally {
+    // Reached with finish unset when the consumer stops iterating early.
+    busy.delete(model);
+    const reason = finish ?? "abort";
+    done({
+      text, tokens, promptTokens: P, finishReason: reason, seed: sampler.options.seed,
+      timings: {
+        prefillMs, decodeMs,
+        promptTokensPerSec: prefillMs > 0 ? (P * 1000) / prefillMs : 0,
+        tokensPerSec: decodeMs > 0 ? (tokens.length * 1000) / decodeMs : 0,
+      },
+    });
+  }
+}
+
+function nextTurn(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Index of the earliest stop-string occurrence in `s`, or -1. */
+function firstStop(s: string, stops: readonly string[]): number {
+  let best = -1;
+  for (const st of stops) {
+    const i = s.indexOf(st);
+    if (i >= 0 && (best < 0 || i < best)) best = i;
+  }
+  return best;
+}
+
+/** Length of the longest suffix of `s` that is a proper prefix of some stop string. */
+function heldBack(s: string, stops: readonly string[]): number {
+  let hold = 0;
+  for (const st of stops) {
+    for (let len = Math.min(st.length - 1, s.length); len > hold; len--) {
+      if (s.endsWith(st.slice(0, len))) {
+        hold = len;
+        break;
+      }
+    }
+  }
+  return hold;
+}
