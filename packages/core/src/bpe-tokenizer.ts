@@ -79,7 +79,8 @@ function parsePreTokenizer(raw: unknown, src: string): PreTokenizer | null {
     }
     return { replacement, prepend: scheme !== "never", split: raw.split !== false };
   }
-  if (raw.type === "ByteLevel" || (raw.type === "Sequence" && JSON.stringify(raw).includes('"ByteLevel"'))) {
+  const children = raw.type === "Sequence" && Array.isArray(raw.pretokenizers) ? raw.pretokenizers : [raw];
+  if (children.some((c) => isObject(c) && c.type === "ByteLevel")) {
     fail(`${src}: byte-level BPE (GPT-2/Llama-3 style) is not supported; only SentencePiece-style BPE (Llama 2) is`);
   }
   fail(`${src}: unsupported pre_tokenizer type ${String(raw.type)}`);
@@ -242,7 +243,9 @@ export class BpeTokenizer implements Tokenizer {
     this.#normalize = parseNormalizer(json.normalizer, src);
     this.#pre = parsePreTokenizer(json.pre_tokenizer, src);
     this.#space = this.#pre?.replacement ?? "▁";
-    const normalizerPrepends = JSON.stringify(json.normalizer ?? null).includes('"Prepend"');
+    // Decoding drops one leading space after BOS only if encoding added one.
+    const prependTest = "x";
+    const normalizerPrepends = this.#normalize.reduce((t, step) => step(t), prependTest).length > prependTest.length;
     this.#addsPrefixSpace = normalizerPrepends || (this.#pre?.prepend ?? false);
 
     const pick = (given: number | null | undefined, guess: string): number | null => {
