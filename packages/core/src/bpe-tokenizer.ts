@@ -364,9 +364,10 @@ export class BpeTokenizer implements Tokenizer {
       else b = utf8.encode(piece.replaceAll(this.#space, " "));
       this.#bytesCache[id] = b;
     }
-    // SentencePiece drops the space it added in front of the text.
-    if (prev !== undefined && prev === this.bosId && this.#addsPrefixSpace && b[0] === 0x20) return b.subarray(1);
-    return b;
+    // SentencePiece drops the space it added in front of the text. Copies, so callers
+    // cannot corrupt the cache.
+    if (prev !== undefined && prev === this.bosId && this.#addsPrefixSpace && b[0] === 0x20) return b.slice(1);
+    return b.slice();
   }
 
   decode(ids: readonly number[]): string {
