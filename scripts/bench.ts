@@ -16,7 +16,7 @@ async function run(model: LlamaModel, files: ReturnType<typeof openModelDir>, pr
   for await (const _ of stream) {
     // drain: the timings come with the final result
   }
-  return stream.result;
+  return stream.result();
 }
 
 const dir = await ensureStories15M({ onProgress: (m: string) => console.error(m) });

@@ -23,6 +23,8 @@ export const GenerateCliOptionsSchema = z
     stop: z.array(z.string().min(1, "must not be empty")).default([]),
     /** Absent: HYBRIDGEN_THREADS, else every core. */
     threads: z.number().int("must be an integer").min(1, "must be at least 1").max(256, "must be ≤ 256").optional(),
+    /** KV cache positions; absent: min(model's max_position_embeddings, 4096). */
+    context: z.number().int("must be an integer").min(1, "must be at least 1").optional(),
     /** Weight dtype at load; absent: as stored in the checkpoint. */
     dtype: z.enum(["f32", "f16", "bf16"], { error: "must be one of f32, f16, bf16" }).optional(),
     json: z.boolean().default(false),
@@ -49,6 +51,7 @@ export const FLAG_OF: Readonly<Record<string, string>> = {
   seed: "--seed",
   stop: "--stop",
   threads: "--threads",
+  context: "--context",
   dtype: "--dtype",
   json: "--json",
 };

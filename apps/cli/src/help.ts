@@ -22,6 +22,7 @@ Model:
                                downloaded and converted on first use
       --dtype f32|f16|bf16     weight dtype at load (default: as stored)
       --threads N              CPU threads (default: $HYBRIDGEN_THREADS or every core)
+      --context N              KV cache positions (default: the model's, at most 4096)
 
 Prompt (one of; default: read stdin):
   -p, --prompt TEXT            the prompt

@@ -3,7 +3,7 @@ import { HybridgenError } from "@hybridgen/core";
 import { FLAG_OF, GenerateCliOptionsSchema, type GenerateCliOptions } from "./generate-options.js";
 import { parseArgsError } from "./parse-args-error.js";
 
-const NUMERIC = new Set(["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "threads"]);
+const NUMERIC = new Set(["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "threads", "context"]);
 
 /** A strict decimal number: "1", "-2", "0.5", "1e-3". Rejects "", "0x10", "1abc", "Infinity". */
 function toNumber(flag: string, raw: string): number {
@@ -38,6 +38,7 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateCliOptions &
         seed: { type: "string", short: "s" },
         stop: { type: "string", multiple: true },
         threads: { type: "string" },
+        context: { type: "string" },
         dtype: { type: "string" },
         json: { type: "boolean" },
         help: { type: "boolean", short: "h" },

@@ -35,6 +35,7 @@ describe("parseGenerateArgs", () => {
         seed: Math.floor(rand() * 0xffffffff),
         stop: Array.from({ length: Math.floor(rand() * 3) }, (_, i) => `stop${i}-${trial}`),
         threads: 1 + Math.floor(rand() * 8),
+        context: 1 + Math.floor(rand() * 8192),
         dtype: pick(["f32", "f16", "bf16"] as const),
         json: rand() < 0.5,
       };
@@ -49,6 +50,7 @@ describe("parseGenerateArgs", () => {
         "--seed", String(want.seed),
         ...want.stop.flatMap((s) => ["--stop", s]),
         "--threads", String(want.threads),
+        "--context", String(want.context),
         "--dtype", want.dtype,
         ...(want.json ? ["--json"] : []),
       ];
@@ -72,6 +74,8 @@ describe("parseGenerateArgs", () => {
     [["--seed", "4294967296"], /--seed/],
     [["--seed", ""], /--seed: "" is not a number/],
     [["--threads", "0"], /--threads.*at least 1/],
+    [["--threads", "300"], /--threads.*≤ 256/],
+    [["--context", "0"], /--context.*at least 1/],
     [["--dtype", "f64"], /--dtype.*f32, f16, bf16/],
     [["--stop", ""], /--stop.*empty/],
     [["--bogus"], /unknown option --bogus/],

@@ -1,4 +1,4 @@
-import { HybridgenError, ensureStories15M, generate, LlamaModel, openModelDir } from "@hybridgen/core";
+import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, LlamaModel, openModelDir } from "@hybridgen/core";
 import type { GenerateCliOptions } from "../generate-options.js";
 import type { CliIo } from "../io.js";
 import { readPrompt } from "../read-prompt.js";
@@ -35,11 +35,17 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
   const t0 = performance.now();
   using files = openModelDir(dir);
   const shape = files.shape;
-  // Check the prompt before loading weights: a too-long prompt should fail fast.
+  // The KV cache's size, as LlamaModel.load picks it; checked here so a too-long prompt
+  // fails before any weight is loaded.
+  const maxContext = opts.context ?? Math.min(shape.maxPositions, DEFAULT_MAX_CONTEXT);
+  if (maxContext > shape.maxPositions) {
+    throw new HybridgenError(`--context ${maxContext} exceeds the model's max_position_embeddings (${shape.maxPositions})`, "ECONTEXT");
+  }
   const promptIds = files.tokenizer.encode(prompt);
-  if (promptIds.length >= shape.maxPositions) {
+  if (promptIds.length > maxContext) {
     throw new HybridgenError(
-      `prompt is ${promptIds.length} tokens but the model's context is ${shape.maxPositions} tokens (at least one must be left to generate)`,
+      `the prompt is ${promptIds.length} tokens but the context holds ${maxContext}` +
+        (maxContext < shape.maxPositions ? ` (raise it with --context, up to ${shape.maxPositions})` : ""),
       "ECONTEXT",
     );
   }
@@ -47,14 +53,13 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
   // Loaded here, not at the top: --help, --version and flag errors need no native library.
   const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
   using backend = createCpuBackend(threads === undefined ? {} : { threads });
-  using model = await LlamaModel.load(files, backend, opts.dtype === undefined ? {} : { weightDtype: opts.dtype });
+  using model = LlamaModel.load(files, backend, { maxContext, ...(opts.dtype === undefined ? {} : { weightDtype: opts.dtype }) });
   progress(
     `loaded ${dir} (${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dtype ?? "stored"} weights) ` +
       `on cpu/${backend.isa} with ${backend.threads} threads in ${(performance.now() - t0).toFixed(0)} ms`,
   );
   if (io.signal?.aborted) return interrupted();
 
-  const seed = opts.seed ?? (Math.random() * 0x100000000) >>> 0;
   const stream = generate(model, files.tokenizer, promptIds, {
     maxTokens: opts.maxTokens,
     stop: opts.stop,
@@ -63,7 +68,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
       topK: opts.topK,
       topP: opts.topP,
       repetitionPenalty: opts.repetitionPenalty,
-      seed,
+      ...(opts.seed === undefined ? {} : { seed: opts.seed }), // absent: generate draws one
     },
     signal: io.signal,
   });
@@ -72,7 +77,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
   for await (const token of stream) {
     if (!opts.json) io.stdout(token.text);
   }
-  const result = await stream.result;
+  const result = await stream.result();
   const t = result.timings;
   if (opts.json) {
     io.stdout(
@@ -84,7 +89,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
         promptTokens: result.promptTokens,
         generatedTokens: result.tokens.length,
         tokens: result.tokens,
-        seed,
+        seed: result.seed,
         threads: backend.threads,
         dtype: opts.dtype ?? null,
         timings: t,
