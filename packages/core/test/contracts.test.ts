@@ -28,8 +28,8 @@ function rng(seed: number): () => number {
   };
 }
 
-/** Plain reference: sort indices by (value desc, NaN last, index asc), take k, return ascending. */
-function refTopK(v: Float32Array, k: number, n = v.length): number[] {
+/** Plain reference: sort indices by (value desc, NaN last, index asc), take k, return ascending (or in rank order). */
+function refTopK(v: Float32Array, k: number, n = v.length, ascending = true): number[] {
   const idx = Array.from({ length: n }, (_, i) => i);
   const key = (i: number) => (Number.isNaN(v[i]) ? -Infinity : v[i]!);
   idx.sort((a, b) => {
@@ -37,7 +37,8 @@ function refTopK(v: Float32Array, k: number, n = v.length): number[] {
     if (na !== nb) return na ? 1 : -1;
     return key(b) - key(a) || a - b;
   });
-  return idx.slice(0, Math.max(0, Math.min(k, n))).sort((a, b) => a - b);
+  const top = idx.slice(0, Math.max(0, Math.min(k, n)));
+  return ascending ? top.sort((a, b) => a - b) : top;
 }
 
 describe("referencePrimitives.topK", () => {
@@ -69,6 +70,28 @@ describe("referencePrimitives.topK", () => {
     expect(Array.from(P.topK(v, 10, 800))).toEqual(refTopK(v, 10, 800));
     expect(() => P.topK(v, 3, 1001)).toThrow(HybridgenError);
     expect(() => P.topK(v, 2.5)).toThrow(/integer/);
+  });
+  it("large stores (the sampled fast path) equal the reference for many value distributions", () => {
+    const r = rng(4321);
+    const gens: ((i: number, n: number) => number)[] = [
+      () => (r() - 0.5) * 20, // uniform
+      (i) => i, // ascending: the largest all at the end
+      (i, n) => n - i, // descending
+      () => Math.floor(r() * 3), // three distinct values: ties everywhere
+      () => (r() < 0.2 ? NaN : r()), // NaN-heavy
+      (i) => (i % 1024 === 7 ? 100 + (i % 5) : r()), // spikes where an even sample never looks
+      () => (r() < 0.001 ? 1e6 * r() : -r()), // a few outliers
+    ];
+    for (const [g, gen] of gens.entries()) {
+      for (const n of [8192, 50_000, 131_072 + 17]) {
+        const v = Float32Array.from({ length: n }, (_, i) => gen(i, n));
+        const order = refTopK(v, n, n, false); // full ranking once; each k is a prefix
+        for (const k of [1, 64, 300, Math.floor(n / 16), Math.floor(n / 4)]) {
+          const want = order.slice(0, k).sort((a, b) => a - b);
+          expect(Array.from(P.topK(v, k)), `gen ${g} n ${n} k ${k}`).toEqual(want);
+        }
+      }
+    }
   });
   it("stays correct on adversarial sorted and constant inputs", () => {
     const asc = Float32Array.from({ length: 5000 }, (_, i) => i);

@@ -40,6 +40,57 @@ function selectRank(a: Float32Array, r: number): number {
   return a[r]!;
 }
 
+/** Indices (ascending) of the kk largest numbers among `vals` (NaN-free), ties to the earlier entry. */
+function pickLargest(vals: Float32Array, idx: Int32Array | null, kk: number, out: Int32Array): void {
+  const m = vals.length;
+  const t = selectRank(vals.slice(), m - kk);
+  let above = 0;
+  for (let i = 0; i < m; i++) if (vals[i]! > t) above++;
+  let tiesLeft = kk - above;
+  let o = 0;
+  for (let i = 0; i < m; i++) {
+    const v = vals[i]!;
+    if (v > t || (v === t && tiesLeft-- > 0)) out[o++] = idx ? idx[i]! : i;
+  }
+}
+
+const SAMPLE = 1024;
+
+/**
+ * Fast path for k ≪ n: estimate a threshold from an evenly spaced sample, keep the values at
+ * or above it (in index order) in one comparison pass, and select among those few. Every value
+ * left out is below every kept one, so the answer (ties included) equals the full selection.
+ * Returns false when the sample's guess kept too few or too many, and the caller falls back.
+ */
+function topKSampled(values: Float32Array, n: number, kk: number, out: Int32Array): boolean {
+  const want = Math.ceil(kk * 1.5) + 64;
+  const sample = new Float32Array(SAMPLE);
+  let s = 0;
+  for (let j = 0; j < SAMPLE; j++) {
+    const v = values[Math.floor(((j + 0.5) * n) / SAMPLE)]!;
+    if (v === v) sample[s++] = v;
+  }
+  const rank = s - 1 - Math.floor((want / n) * s);
+  if (rank < 0) return false;
+  const sorted = sample.subarray(0, s).sort();
+  const t = sorted[rank]!;
+  const cap = Math.min(n, 4 * want);
+  const candVal = new Float32Array(cap);
+  const candIdx = new Int32Array(cap);
+  let c = 0;
+  for (let i = 0; i < n; i++) {
+    const v = values[i]!;
+    if (v >= t) {
+      if (c === cap) return false;
+      candVal[c] = v;
+      candIdx[c++] = i;
+    }
+  }
+  if (c < kk) return false;
+  pickLargest(candVal.subarray(0, c), candIdx, kk, out);
+  return true;
+}
+
 export function topK(values: Float32Array, k: number, length: number = values.length): Int32Array {
   checkLength("topK", values, length, "values");
   if (!Number.isFinite(k) || Math.floor(k) !== k) throw new HybridgenError(`topK: k must be an integer, got ${k}`);
@@ -51,12 +102,23 @@ export function topK(values: Float32Array, k: number, length: number = values.le
     for (let i = 0; i < n; i++) out[i] = i;
     return out;
   }
+  if (n >= 8 * SAMPLE && kk * 4 <= n && topKSampled(values, n, kk, out)) return out;
+  let nans = 0;
+  for (let i = 0; i < n; i++) if (values[i]! !== values[i]!) nans++;
+  if (nans === 0) {
+    pickLargest(values.subarray(0, n), null, kk, out);
+    return out;
+  }
   // Copy the non-NaN values; NaN ranks below every number.
-  const scratch = new Float32Array(n);
+  const nums = new Float32Array(n);
+  const where = new Int32Array(n);
   let m = 0;
   for (let i = 0; i < n; i++) {
     const v = values[i]!;
-    if (v === v) scratch[m++] = v;
+    if (v === v) {
+      nums[m] = v;
+      where[m++] = i;
+    }
   }
   if (kk >= m) {
     // Every number, then the lowest-index NaNs.
@@ -69,17 +131,7 @@ export function topK(values: Float32Array, k: number, length: number = values.le
     }
     return out;
   }
-  const nums = scratch.subarray(0, m);
-  const t = selectRank(nums, m - kk);
-  let above = 0;
-  for (let i = 0; i < m; i++) if (nums[i]! > t) above++;
-  let tiesLeft = kk - above;
-  let o = 0;
-  for (let i = 0; i < n; i++) {
-    const v = values[i]!;
-    if (v > t) out[o++] = i;
-    else if (v === t && tiesLeft > 0) { out[o++] = i; tiesLeft--; }
-  }
+  pickLargest(nums.subarray(0, m), where, kk, out);
   return out;
 }
 
