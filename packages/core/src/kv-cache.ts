@@ -146,9 +146,11 @@ export class KvCache implements Disposable {
    */
   append(n: number): number {
     this.checkOpen();
-    check(Number.isInteger(n) && n >= 1 && n <= this.maxAppend, `KV cache: cannot append ${n} positions at once (1..${this.maxAppend})`);
-    check(this._length + n <= this.maxContext, `context overflow: ${this._length} + ${n} tokens exceed the context of ${this.maxContext}`);
-    check(this.windowCount + n <= this.windowCapacity, `KV cache: window full (${this.windowCount} + ${n} > ${this.windowCapacity}); call evict() between appends`);
+    if (!(Number.isInteger(n) && n >= 1 && n <= this.maxAppend)) fail(`KV cache: cannot append ${n} positions at once (1..${this.maxAppend})`);
+    if (this._length + n > this.maxContext) fail(`context overflow: ${this._length} + ${n} tokens exceed the context of ${this.maxContext}`);
+    if (this.windowCount + n > this.windowCapacity) {
+      fail(`KV cache: window full (${this.windowCount} + ${n} > ${this.windowCapacity}); call evict() between appends`);
+    }
     const first = this._length;
     let slot = (this.windowHead + this.windowCount) % this.windowCapacity;
     for (let p = first; p < first + n; p++) {
@@ -168,11 +170,13 @@ export class KvCache implements Disposable {
    */
   writeRows(layer: number, kRows: Tensor, vRows: Tensor, firstPos: number, n: number): void {
     this.checkOpen();
-    check(Number.isInteger(layer) && layer >= 0 && layer < this.layers, `KV cache: layer ${layer} out of range [0, ${this.layers})`);
-    check(n >= 1 && n <= this.maxAppend && firstPos >= 0 && firstPos + n <= this._length,
-      `KV cache: positions [${firstPos}, ${firstPos + n}) were not appended`);
-    check(this.regionOf[firstPos] === WINDOW && this.regionOf[firstPos + n - 1] === WINDOW,
-      `KV cache: positions [${firstPos}, ${firstPos + n}) are no longer in the window`);
+    if (!(Number.isInteger(layer) && layer >= 0 && layer < this.layers)) fail(`KV cache: layer ${layer} out of range [0, ${this.layers})`);
+    if (!(n >= 1 && n <= this.maxAppend && firstPos >= 0 && firstPos + n <= this._length)) {
+      fail(`KV cache: positions [${firstPos}, ${firstPos + n}) were not appended`);
+    }
+    if (this.regionOf[firstPos] !== WINDOW || this.regionOf[firstPos + n - 1] !== WINDOW) {
+      fail(`KV cache: positions [${firstPos}, ${firstPos + n}) are no longer in the window`);
+    }
     const be = this.backend, cap = this.windowCapacity, kvHeads = this.kvHeads;
     const slot0 = this.slotOf[firstPos];
     if (n === 1) {

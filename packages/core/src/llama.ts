@@ -157,10 +157,12 @@ export class LlamaModel implements Disposable {
   step(ids: Int32Array, startPos: number): void {
     this.checkOpen();
     const n = ids.length;
-    check(n >= 1, "forward: no tokens");
-    check(startPos === this.cache.length,
-      `forward: startPos ${startPos} must equal the cached length ${this.cache.length} (reset() to start over)`);
-    check(startPos + n <= this.maxContext, `context overflow: ${startPos} + ${n} tokens exceed the context of ${this.maxContext}`);
+    // `if` rather than check(): a template message would be built on every decode step.
+    if (n < 1) fail("forward: no tokens");
+    if (startPos !== this.cache.length) {
+      fail(`forward: startPos ${startPos} must equal the cached length ${this.cache.length} (reset() to start over)`);
+    }
+    if (startPos + n > this.maxContext) fail(`context overflow: ${startPos} + ${n} tokens exceed the context of ${this.maxContext}`);
     const vocab = this.shape.vocabSize;
     for (let i = 0; i < n; i++) {
       if (!(ids[i] >= 0 && ids[i] < vocab)) fail(`forward: token id ${ids[i]} out of range [0, ${vocab})`);

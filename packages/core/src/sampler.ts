@@ -124,7 +124,7 @@ export class Sampler {
 
   /** Pick the next id from `logits` (length vocabSize). The penalty is applied in place. */
   sample(logits: Float32Array): number {
-    check(logits.length === this.vocabSize, `sampler: ${logits.length} logits for a vocabulary of ${this.vocabSize}`);
+    if (logits.length !== this.vocabSize) fail(`sampler: ${logits.length} logits for a vocabulary of ${this.vocabSize}`);
     const { temperature, topK, topP, repetitionPenalty } = this.options;
     if (repetitionPenalty !== 1) {
       for (let i = 0; i < this.seenCount; i++) {
