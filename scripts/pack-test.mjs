@@ -2,7 +2,7 @@
 // `bun pm pack` every package → a scratch project → `bun add` the tarballs → import each
 // (and run one kernels-cpu op). Needs a prior build (dist/, lib/). Exit 0 = all good.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ROOT, die, findBun } from "./lib/tools.mjs";
@@ -38,38 +38,30 @@ function workspacePackages() {
   return out;
 }
 
-// What the scratch project checks, run under Bun (kernels-cpu needs bun:ffi).
+// What a scratch project checks, run under Bun (kernels-cpu needs bun:ffi): the package
+// imports and exports something; for kernels-cpu, one real op on fresh numbers.
 const CHECK = `
-const names = JSON.parse(process.argv[2]);
-const failures = [];
-for (const name of names) {
+const name = process.argv[2];
+const mod = await import(name);
+if (Object.keys(mod).length === 0) throw new Error(name + " exports nothing");
+console.log("ok   import " + name + " (" + Object.keys(mod).length + " exports)");
+if (name === "@hybridgen/kernels-cpu") {
+  const backend = mod.createCpuBackend({ threads: 1 });
   try {
-    const mod = await import(name);
-    if (Object.keys(mod).length === 0) throw new Error("exports nothing");
-    console.log("ok   import " + name + " (" + Object.keys(mod).length + " exports)");
-  } catch (e) { failures.push(name + ": " + e.message); }
+    // out = a + b over 3 rows of 37, against plain JS.
+    let s = 12345;
+    const rand = () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32) * 2 - 1;
+    const a = Float32Array.from({ length: 111 }, rand), b = Float32Array.from({ length: 111 }, rand);
+    const ta = backend.alloc([3, 37]), tb = backend.alloc([3, 37]), to = backend.alloc([3, 37]);
+    backend.write(ta, a); backend.write(tb, b);
+    backend.add(to, ta, tb, 3);
+    const got = backend.read(to);
+    for (let i = 0; i < 111; i++) {
+      if (Math.abs(got[i] - (a[i] + b[i])) > 1e-6) throw new Error("add mismatch at " + i + ": " + got[i] + " vs " + (a[i] + b[i]));
+    }
+    console.log("ok   kernels-cpu backend add() matches JS (" + backend.threads + " thread)");
+  } finally { backend.close(); }
 }
-if (names.includes("@hybridgen/kernels-cpu")) {
-  try {
-    const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
-    const backend = createCpuBackend({ threads: 1 });
-    try {
-      // One real op on fresh numbers: out = a + b over 3 rows of 37, against plain JS.
-      let s = 12345;
-      const rand = () => ((s = (Math.imul(s, 1103515245) + 12345) >>> 0) / 2 ** 32) * 2 - 1;
-      const a = Float32Array.from({ length: 111 }, rand), b = Float32Array.from({ length: 111 }, rand);
-      const ta = backend.alloc([3, 37]), tb = backend.alloc([3, 37]), to = backend.alloc([3, 37]);
-      backend.write(ta, a); backend.write(tb, b);
-      backend.add(to, ta, tb, 3);
-      const got = backend.read(to);
-      for (let i = 0; i < 111; i++) {
-        if (Math.abs(got[i] - (a[i] + b[i])) > 1e-6) throw new Error("add mismatch at " + i + ": " + got[i] + " vs " + (a[i] + b[i]));
-      }
-      console.log("ok   kernels-cpu backend add() matches JS (" + backend.threads + " thread)");
-    } finally { backend.close(); }
-  } catch (e) { failures.push("@hybridgen/kernels-cpu op: " + e.message); }
-}
-if (failures.length) { for (const f of failures) console.error("FAIL " + f); process.exit(1); }
 `;
 
 try {
@@ -85,21 +77,27 @@ try {
     }
     console.log(`ok   packed ${p.name}`);
   }
-  // The tarballs' "@hybridgen/x": "0.1.0" dependencies must resolve to these tarballs,
+  // One scratch project per package, so each proves its own dependency list suffices. The
+  // tarballs' "@hybridgen/x": "0.1.0" dependencies resolve to these tarballs (overrides),
   // never to the public registry.
   const overrides = Object.fromEntries(Object.entries(files).map(([n, f]) => [n, `file:${f}`]));
-  rmSync(scratch, { recursive: true, force: true });
-  sh("mkdir", ["-p", scratch], work);
-  writeFileSync(join(scratch, "package.json"), JSON.stringify({ name: "hybridgen-pack-scratch", private: true, type: "module", overrides }, null, 2));
-  sh(bun.bin, ["add", ...Object.values(files)], scratch);
-  console.log(`ok   bun add of ${Object.keys(files).length} tarballs`);
-  writeFileSync(join(scratch, "check.mjs"), CHECK);
-  const libraries = packages.filter((p) => p.name !== "@hybridgen/cli").map((p) => p.name);
-  console.log(sh(bun.bin, ["check.mjs", JSON.stringify([...libraries, "@hybridgen/cli"])], scratch));
-  if (files["@hybridgen/cli"]) {
-    const version = sh(bun.bin, [join(scratch, "node_modules", ".bin", "hybridgen"), "--version"], scratch);
-    if (!/^hybridgen \d+\.\d+\.\d+/.test(version)) throw new Error(`installed hybridgen --version printed ${JSON.stringify(version)}`);
-    console.log(`ok   installed bin: ${version}`);
+  for (const p of packages) {
+    const dir = join(scratch, p.name.replace("@hybridgen/", ""));
+    mkdirSync(dir, { recursive: true });
+    writeFileSync(join(dir, "package.json"), JSON.stringify({ name: "scratch", private: true, type: "module", overrides }, null, 2));
+    writeFileSync(join(dir, "check.mjs"), CHECK);
+    sh(bun.bin, ["add", files[p.name]], dir);
+    console.log(`ok   bun add ${p.name} (alone)`);
+    console.log(sh(bun.bin, ["check.mjs", p.name], dir));
+    if (p.pkg.bin?.hybridgen) {
+      const version = sh(join(dir, "node_modules", ".bin", "hybridgen"), ["--version"], dir);
+      if (!/^hybridgen \d+\.\d+\.\d+/.test(version)) throw new Error(`installed hybridgen --version printed ${JSON.stringify(version)}`);
+      console.log(`ok   installed bin: ${version}`);
+      // The whole installed stack, end to end, on the default model (fetched if missing).
+      const story = sh(join(dir, "node_modules", ".bin", "hybridgen"), ["generate", "--prompt", "Once upon a time", "--temperature", "0", "--max-tokens", "12"], dir);
+      if (!story.startsWith("Once upon a time, there was a little girl")) throw new Error(`installed hybridgen generate printed ${JSON.stringify(story)}`);
+      console.log(`ok   installed bin generates: ${JSON.stringify(story)}`);
+    }
   }
   console.log("pack-test: all packages install and load on their own");
 } catch (e) {
