@@ -1,5 +1,5 @@
-/* The context behind hg_ctx: a thread pool, one ISA's kernel table, and a small
- * caller-side buffer for parameter vectors converted to f32. */
+/* The context behind hg_ctx: a thread pool, one ISA's kernel table, and caller-side
+ * buffers (parameter vectors converted to f32, partial sums). */
 #ifndef HG_CTX_H
 #define HG_CTX_H
 #include "hgcpu.h"
@@ -12,6 +12,9 @@ struct hg_ctx {
     int isa;
     float *params;
     size_t params_bytes;
+    float *scratch;    /* per-piece partial sums of attention aggregation */
+    size_t scratch_bytes;
+    size_t stream_min; /* weights at least this big are streamed (non-temporal prefetch) */
 };
 
 #endif

@@ -46,14 +46,12 @@ static void gemv4_##T(const WT *w, long ldw, const float *x, int k, float *r) { 
         a0 = vfma(VLD(w0 + i), x0, a0); a1 = vfma(VLD(w1 + i), x0, a1);                        \
         a2 = vfma(VLD(w2 + i), x0, a2); a3 = vfma(VLD(w3 + i), x0, a3);                        \
     }                                                                                          \
-    float s0 = vhsum(vadd(a0, b0)), s1 = vhsum(vadd(a1, b1));                                  \
-    float s2 = vhsum(vadd(a2, b2)), s3 = vhsum(vadd(a3, b3));                                  \
+    vhsum4(vadd(a0, b0), vadd(a1, b1), vadd(a2, b2), vadd(a3, b3), r);                         \
     for (; i < k; i++) {                                                                       \
         float xi = x[i];                                                                       \
-        s0 += SLD(w0 + i) * xi; s1 += SLD(w1 + i) * xi;                                        \
-        s2 += SLD(w2 + i) * xi; s3 += SLD(w3 + i) * xi;                                        \
+        r[0] += SLD(w0 + i) * xi; r[1] += SLD(w1 + i) * xi;                                    \
+        r[2] += SLD(w2 + i) * xi; r[3] += SLD(w3 + i) * xi;                                    \
     }                                                                                          \
-    r[0] = s0; r[1] = s1; r[2] = s2; r[3] = s3;                                                \
 }                                                                                              \
 /* 4 weight rows x NX x rows -> r[xrow * 4 + wrow] */                                          \
 static void gemm4_##T(const WT *w, long ldw, const float *x, long ldx, int k, float *r) {      \
@@ -83,6 +81,9 @@ static void matmul_##T(const hg_matmul_args *a, long r0, long r1) {             
     long row = r0;                                                                             \
     for (; row + 4 <= r1; row += 4) {                                                          \
         const WT *wr = w + row * (long)k;                                                      \
+        if (a->stream && row + 12 <= r1) /* two 4-row blocks ahead */                          \
+            for (const char *p = (const char *)(wr + 8L * k), *e = (const char *)(wr + 12L * k); p < e; p += 64) \
+                prefetch_stream(p);                                                            \
         int i = 0;                                                                             \
         for (; i + NX <= n && n > 1; i += NX) {                                                \
             gemm4_##T(wr, k, a->x + (long)i * k, k, k, r);                                     \

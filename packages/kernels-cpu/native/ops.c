@@ -11,7 +11,14 @@
 /* Boundaries of per-thread ranges fall on multiples of 16 floats (one cache line). */
 #define LINE 16
 
-static int use_pool(hg_ctx *c, int64_t work) { return hg_pool_threads(c->pool) > 1 && work >= PAR_MIN_WORK; }
+/* How many pieces to cut an op of `work` into: 1 (run here) when small, else between one and
+ * four per thread so a busy or descheduled thread leaves little for the others to wait on. */
+static int parts_for(hg_ctx *c, int64_t work) {
+    int t = hg_pool_threads(c->pool);
+    if (t == 1 || work < PAR_MIN_WORK) return 1;
+    int64_t p = work / (PAR_MIN_WORK / 2);
+    return p < t ? t : p > 4 * t ? 4 * t : (int)p;
+}
 
 /* Parameter vectors (norm weights, biases) as f32: used in place when already f32, else
  * converted into the context's buffer (slot 0 or 1). Returns NULL when out of memory. */
@@ -51,8 +58,7 @@ void hg_convert(hg_ctx *c, void *dst, int dst_type, const void *src, int src_typ
         if (d < s + bytes && s < d + bytes) { memmove(dst, src, bytes); return; }
     }
     convert_job j = {c, dst, dst_type, src, src_type, count};
-    if (use_pool(c, count / 4)) hg_pool_run(c->pool, convert_task, &j);
-    else convert_task(&j, 0, 1);
+    hg_pool_run(c->pool, convert_task, &j, parts_for(c, count / 4));
 }
 
 void hg_embedding(hg_ctx *c, float *out, const void *table, int type, int cols, const int32_t *ids, int n) {
@@ -73,9 +79,9 @@ static void matmul_task(void *v, int ith, int nth) {
 
 void hg_matmul(hg_ctx *c, float *out, const float *x, const void *w, int wtype,
                const void *bias, int btype, int n, int k, int m) {
-    matmul_job j = {c, {out, x, w, bias, wtype, btype, n, k, m}};
-    if (use_pool(c, (int64_t)n * k * m)) hg_pool_run(c->pool, matmul_task, &j);
-    else matmul_task(&j, 0, 1);
+    size_t wbytes = (size_t)m * k * (wtype == HG_F32 ? 4 : 2);
+    matmul_job j = {c, {out, x, w, bias, wtype, btype, n, k, m, wbytes >= c->stream_min}};
+    hg_pool_run(c->pool, matmul_task, &j, parts_for(c, (int64_t)n * k * m));
 }
 
 /* ---- norms -------------------------------------------------------------------------- */
@@ -94,8 +100,7 @@ static void norm_task(void *v, int ith, int nth) {
 int hg_rmsnorm(hg_ctx *c, float *out, const float *x, const void *w, int wtype, int n, int k, float eps) {
     norm_job j = {c, out, x, params_f32(c, w, wtype, k, 0), NULL, n, k, eps};
     if (!j.w) return 0;
-    if (use_pool(c, (int64_t)n * k) && n > 1) hg_pool_run(c->pool, norm_task, &j);
-    else norm_task(&j, 0, 1);
+    hg_pool_run(c->pool, norm_task, &j, n > 1 ? parts_for(c, (int64_t)n * k) : 1);
     return 1;
 }
 
@@ -103,8 +108,7 @@ int hg_layernorm(hg_ctx *c, float *out, const float *x, const void *w, int wtype
                  const void *b, int btype, int n, int k, float eps) {
     norm_job j = {c, out, x, params_f32(c, w, wtype, k, 0), params_f32(c, b, btype, k, 1), n, k, eps};
     if (!j.w || !j.b) return 0;
-    if (use_pool(c, (int64_t)n * k) && n > 1) hg_pool_run(c->pool, norm_task, &j);
-    else norm_task(&j, 0, 1);
+    hg_pool_run(c->pool, norm_task, &j, n > 1 ? parts_for(c, (int64_t)n * k) : 1);
     return 1;
 }
 
@@ -132,8 +136,7 @@ static void rope_task(void *v, int ith, int nth) {
 void hg_rope(hg_ctx *c, float *x, int n, int row_stride, const int32_t *pos, int heads, int head_dim,
              const float *cos_t, const float *sin_t, int half) {
     rope_job j = {x, n, row_stride, pos, heads, head_dim, cos_t, sin_t, half};
-    if (use_pool(c, (int64_t)n * heads * head_dim) && n > 1) hg_pool_run(c->pool, rope_task, &j);
-    else rope_task(&j, 0, 1);
+    hg_pool_run(c->pool, rope_task, &j, n > 1 ? parts_for(c, (int64_t)n * heads * head_dim) : 1);
 }
 
 /* ---- elementwise -------------------------------------------------------------------- */
@@ -159,8 +162,7 @@ static void ew_task(void *v, int ith, int nth) {
 
 static void elementwise(hg_ctx *c, int op, float *out, const float *a, const float *b, int64_t count) {
     ew_job j = {c, op, out, a, b, count};
-    if (use_pool(c, count)) hg_pool_run(c->pool, ew_task, &j);
-    else ew_task(&j, 0, 1);
+    hg_pool_run(c->pool, ew_task, &j, parts_for(c, count));
 }
 
 void hg_silu_mul(hg_ctx *c, float *out, const float *gate, const float *up, int64_t count) {
@@ -182,8 +184,7 @@ static void softmax_task(void *v, int ith, int nth) {
 
 void hg_softmax(hg_ctx *c, float *x, int rows, int stride, int cols) {
     softmax_job j = {c, x, rows, stride, cols};
-    if (use_pool(c, (int64_t)rows * cols) && rows > 1) hg_pool_run(c->pool, softmax_task, &j);
-    else softmax_task(&j, 0, 1);
+    hg_pool_run(c->pool, softmax_task, &j, rows > 1 ? parts_for(c, (int64_t)rows * cols) : 1);
 }
 
 int64_t hg_argmax(hg_ctx *c, const float *x, int64_t count) { return c->k->argmax(x, count); }
@@ -209,30 +210,29 @@ void hg_attn_logits(hg_ctx *c, float *logits, int lstride, const float *q, const
                     int64_t start, const int32_t *slots, int64_t count, float scale) {
     /* logits_args indexes output columns by j; shift the base so column j lands at logits + j */
     logits_job j = {c, {logits, q, k, slots, lstride, cap, start, ktype, heads, kv_heads, head_dim, scale}, count};
-    if (use_pool(c, count * heads * head_dim)) hg_pool_run(c->pool, logits_task, &j);
-    else logits_task(&j, 0, 1);
+    hg_pool_run(c->pool, logits_task, &j, parts_for(c, count * heads * head_dim));
 }
 
-typedef struct { hg_ctx *c; hg_aggr_args a; float *out; int64_t count; int accumulate; } aggr_job;
+typedef struct { hg_ctx *c; hg_aggr_args a; float *out, *partials; int64_t count; int accumulate, parts; } aggr_job;
 
-/* Phase 1: every thread sums its token range into its own scratch row set. */
-static void aggr_partial_task(void *v, int ith, int nth) {
+/* Phase 1: piece i sums its token range into partial row set i. */
+static void aggr_partial_task(void *v, int part, int parts) {
     aggr_job *j = v;
     int64_t b, e, size = (int64_t)j->a.heads * j->a.head_dim;
-    float *acc = hg_pool_scratch(j->c->pool, ith);
+    float *acc = j->partials + part * size;
     memset(acc, 0, (size_t)size * sizeof(float));
-    hg_split(j->count, 4, ith, nth, &b, &e);
+    hg_split(j->count, 4, part, parts, &b, &e);
     if (b < e) j->c->k->attn_aggregate(&j->a, acc, b, e);
 }
 
 /* Phase 2: the partial sums are added into out, split by element. */
-static void aggr_reduce_task(void *v, int ith, int nth) {
+static void aggr_reduce_task(void *v, int part, int parts) {
     aggr_job *j = v;
     int64_t b, e, size = (int64_t)j->a.heads * j->a.head_dim;
-    hg_split(size, LINE, ith, nth, &b, &e);
+    hg_split(size, LINE, part, parts, &b, &e);
     if (!j->accumulate) memset(j->out + b, 0, (size_t)(e - b) * sizeof(float));
-    for (int t = 0; t < nth; t++) {
-        const float *p = hg_pool_scratch(j->c->pool, t);
+    for (int t = 0; t < j->parts; t++) {
+        const float *p = j->partials + t * size;
         for (int64_t i = b; i < e; i++) j->out[i] += p[i];
     }
 }
@@ -240,17 +240,27 @@ static void aggr_reduce_task(void *v, int ith, int nth) {
 int hg_attn_aggregate(hg_ctx *c, float *out, const float *probs, int pstride, const void *v, int vtype,
                       int heads, int kv_heads, int head_dim, int64_t cap,
                       int64_t start, const int32_t *slots, int64_t count, int accumulate) {
-    aggr_job j = {c, {out, probs, v, slots, pstride, cap, start, vtype, heads, kv_heads, head_dim}, out, count, accumulate};
+    aggr_job j = {c, {out, probs, v, slots, pstride, cap, start, vtype, heads, kv_heads, head_dim}, out, NULL, count, accumulate, 1};
     int64_t size = (int64_t)heads * head_dim;
-    if (!use_pool(c, count * size) || count < 8) {
-        /* one thread: accumulate straight into out */
+    int parts = count >= 8 ? parts_for(c, count * size) : 1;
+    if (parts > hg_pool_threads(c->pool)) parts = hg_pool_threads(c->pool); /* one partial per thread is enough */
+    if (parts == 1) {
+        /* one piece: accumulate straight into out */
         if (!accumulate) memset(out, 0, (size_t)size * sizeof(float));
         c->k->attn_aggregate(&j.a, out, 0, count);
         return 1;
     }
-    if (!hg_pool_reserve(c->pool, (size_t)size * sizeof(float))) return 0;
-    hg_pool_run(c->pool, aggr_partial_task, &j);
-    hg_pool_run(c->pool, aggr_reduce_task, &j);
+    size_t need = (size_t)parts * size * sizeof(float);
+    if (c->scratch_bytes < need) {
+        free(c->scratch);
+        c->scratch = aligned_alloc(64, (need + 63) & ~(size_t)63);
+        c->scratch_bytes = c->scratch ? need : 0;
+        if (!c->scratch) return 0;
+    }
+    j.partials = c->scratch;
+    j.parts = parts;
+    hg_pool_run(c->pool, aggr_partial_task, &j, parts);
+    hg_pool_run(c->pool, aggr_reduce_task, &j, parts_for(c, size) > 1 ? hg_pool_threads(c->pool) : 1);
     return 1;
 }
 
@@ -269,7 +279,8 @@ double hg_stream_sum(hg_ctx *c, const void *p, uint64_t bytes) {
     stream_job j;
     j.c = c; j.p = p; j.count = (int64_t)(bytes / 4);
     memset(j.sums, 0, sizeof j.sums);
-    hg_pool_run(c->pool, stream_task, &j);
+    int parts = 4 * hg_pool_threads(c->pool);
+    hg_pool_run(c->pool, stream_task, &j, parts < 256 ? parts : 256);
     double s = 0;
     for (int i = 0; i < 256; i++) s += j.sums[i];
     return s;
@@ -277,18 +288,34 @@ double hg_stream_sum(hg_ctx *c, const void *p, uint64_t bytes) {
 
 /* ---- diagnostics -------------------------------------------------------------------- */
 #include <pthread.h>
-typedef struct { pthread_t ids[256]; } probe_job;
+#include <stdatomic.h>
+#include <time.h>
+typedef struct { pthread_t ids[256]; atomic_int arrived; int n; } probe_job;
 
-static void probe_task(void *v, int ith, int nth) {
-    (void)nth;
-    if (ith < 256) ((probe_job *)v)->ids[ith] = pthread_self();
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Runs one op on the pool and returns how many distinct OS threads took part. */
+/* Each piece records its thread, then waits (up to 1 s) for all pieces to have started:
+ * no thread can take two pieces unless another thread never showed up. */
+static void probe_task(void *v, int part, int parts) {
+    probe_job *j = v;
+    (void)parts;
+    j->ids[part] = pthread_self();
+    atomic_fetch_add(&j->arrived, 1);
+    double t0 = now_s();
+    while (atomic_load(&j->arrived) < j->n && now_s() - t0 < 1.0) { }
+}
+
+/* Runs one op with a piece per thread; returns how many distinct OS threads ran it. */
 int hg_pool_probe(hg_ctx *c) {
     probe_job j;
     int n = hg_pool_threads(c->pool) < 256 ? hg_pool_threads(c->pool) : 256, distinct = 0;
-    hg_pool_run(c->pool, probe_task, &j);
+    atomic_init(&j.arrived, 0);
+    j.n = n;
+    hg_pool_run(c->pool, probe_task, &j, n);
     for (int i = 0; i < n; i++) {
         int seen = 0;
         for (int t = 0; t < i; t++) seen |= pthread_equal(j.ids[t], j.ids[i]);

@@ -4,9 +4,12 @@
 #include <stdlib.h>
 #include <sched.h>
 
-/* Spin this many pause iterations (roughly 100-300 us) before sleeping: back-to-back ops
- * of a decode step then never pay a wake-up, an idle pool costs no CPU. */
-#define HG_SPIN 30000
+/* Pause iterations (roughly 0.5 ms) a worker spins before sleeping: back-to-back ops of a
+ * decode step never pay a wake-up, and an idle pool costs no CPU. */
+#define HG_SPIN 20000
+/* The ticket packs the op's generation (high 32 bits) and the next unclaimed piece. A closed
+ * op has next = CLOSED, so no stale worker can claim from it once the caller moves on. */
+#define CLOSED 0xffffffffu
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -15,45 +18,59 @@ static inline void cpu_relax(void) { _mm_pause(); }
 static inline void cpu_relax(void) { }
 #endif
 
-typedef struct { float *p; size_t bytes; char pad[48]; } scratch_t; /* one cache line each */
-
 struct hg_pool {
     int n;
     pthread_t *tids;
-    scratch_t *scratch;
-    hg_task_fn fn;
-    void *arg;
-    _Alignas(64) atomic_uint gen;      /* bumped once per op */
-    _Alignas(64) atomic_int pending;   /* workers still running the current op */
+    _Atomic(hg_task_fn) fn;
+    _Atomic(void *) arg;
+    atomic_int parts;
+    _Alignas(64) _Atomic uint64_t ticket;
+    _Alignas(64) atomic_int done;       /* pieces finished in the current op */
     _Alignas(64) atomic_int sleepers;
     atomic_int stop;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
 
-typedef struct { hg_pool *p; int ith; } worker_arg;
+static inline uint32_t gen_of(uint64_t t) { return (uint32_t)(t >> 32); }
+
+/* Claims and runs pieces of generation g until none is left. */
+static void work(hg_pool *p, uint32_t g) {
+    hg_task_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+    void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
+    int parts = atomic_load_explicit(&p->parts, memory_order_relaxed);
+    uint64_t t = atomic_load_explicit(&p->ticket, memory_order_acquire);
+    for (;;) {
+        uint32_t next = (uint32_t)t;
+        if (gen_of(t) != g || next >= (uint32_t)parts) return; /* also covers CLOSED */
+        if (!atomic_compare_exchange_weak_explicit(&p->ticket, &t, t + 1, memory_order_acq_rel, memory_order_acquire))
+            continue;
+        /* fn/arg/parts were read before a successful claim of generation g, and the caller
+         * only rewrites them after every piece of g is done: they belong to g. */
+        fn(arg, (int)next, parts);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+        t = atomic_load_explicit(&p->ticket, memory_order_acquire);
+    }
+}
 
 static void *worker(void *v) {
-    worker_arg wa = *(worker_arg *)v;
-    free(v);
-    hg_pool *p = wa.p;
-    unsigned seen = 0;
+    hg_pool *p = v;
+    uint32_t seen = 0;
     for (;;) {
-        unsigned g;
+        uint32_t g;
         int spins = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen) {
+        while ((g = gen_of(atomic_load_explicit(&p->ticket, memory_order_acquire))) == seen) {
             if (++spins < HG_SPIN) { cpu_relax(); continue; }
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
-            while ((g = atomic_load(&p->gen)) == seen) pthread_cond_wait(&p->cv, &p->mu);
+            while ((g = gen_of(atomic_load(&p->ticket))) == seen) pthread_cond_wait(&p->cv, &p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
             break;
         }
         seen = g;
         if (atomic_load(&p->stop)) return NULL;
-        p->fn(p->arg, wa.ith, p->n);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_release);
+        work(p, g);
     }
 }
 
@@ -63,65 +80,54 @@ hg_pool *hg_pool_create(int threads) {
     if (!p) return NULL;
     p->n = threads;
     p->tids = calloc((size_t)threads, sizeof *p->tids);
-    p->scratch = calloc((size_t)threads, sizeof *p->scratch);
+    if (!p->tids) { free(p); return NULL; }
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
-    for (int i = 1; i < threads; i++) {
-        worker_arg *wa = malloc(sizeof *wa);
-        wa->p = p;
-        wa->ith = i;
-        if (pthread_create(&p->tids[i], NULL, worker, wa) != 0) { free(wa); p->n = i; break; }
-    }
+    atomic_store(&p->ticket, (uint64_t)CLOSED);
+    for (int i = 1; i < threads; i++)
+        if (pthread_create(&p->tids[i], NULL, worker, p) != 0) { p->n = i; break; }
     return p;
 }
 
-static void publish(hg_pool *p) {
-    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleepers check in worker() */
+/* Publishes generation g+1 with `next` = first; wakes sleepers. */
+static uint32_t publish(hg_pool *p, uint32_t first) {
+    uint32_t g = gen_of(atomic_load(&p->ticket)) + 1;
+    atomic_store(&p->ticket, ((uint64_t)g << 32) | first); /* seq_cst: pairs with the sleepers check */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
+    return g;
 }
 
-void hg_pool_run(hg_pool *p, hg_task_fn fn, void *arg) {
-    if (p->n == 1) { fn(arg, 0, 1); return; }
-    p->fn = fn;
-    p->arg = arg;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
-    publish(p);
-    fn(arg, 0, p->n);
+void hg_pool_run(hg_pool *p, hg_task_fn fn, void *arg, int parts) {
+    if (parts <= 0) return;
+    if (p->n == 1 || parts == 1) {
+        for (int i = 0; i < parts; i++) fn(arg, i, parts);
+        return;
+    }
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->parts, parts, memory_order_relaxed);
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    uint32_t g = publish(p, 0);
+    work(p, g);
     unsigned spins = 0;
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0)
-        if (++spins > 100000) sched_yield(); else cpu_relax();
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < parts)
+        if (++spins > 2000) sched_yield(); else cpu_relax(); /* a claimed piece is still running */
+    atomic_store(&p->ticket, ((uint64_t)g << 32) | CLOSED);
 }
 
 void hg_pool_destroy(hg_pool *p) {
     if (!p) return;
     atomic_store(&p->stop, 1);
-    if (p->n > 1) publish(p);
+    if (p->n > 1) publish(p, CLOSED);
     for (int i = 1; i < p->n; i++) pthread_join(p->tids[i], NULL);
-    for (int i = 0; i < p->n; i++) free(p->scratch[i].p);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
-    free(p->scratch);
     free(p->tids);
     free(p);
 }
 
 int hg_pool_threads(const hg_pool *p) { return p->n; }
-
-int hg_pool_reserve(hg_pool *p, size_t bytes) {
-    size_t size = (bytes + 4095) & ~(size_t)4095;
-    for (int i = 0; i < p->n; i++) {
-        scratch_t *s = &p->scratch[i];
-        if (s->bytes >= bytes) continue;
-        free(s->p);
-        s->p = aligned_alloc(64, size);
-        s->bytes = s->p ? size : 0;
-        if (!s->p) return 0;
-    }
-    return 1;
-}
-
-float *hg_pool_scratch(hg_pool *p, int ith) { return p->scratch[ith].p; }

@@ -1,29 +1,27 @@
-/* A persistent thread pool. The calling thread is worker 0; threads-1 pthreads wait for
- * work by spinning briefly, then sleeping on a condition variable. An op is published
- * once (function + argument + a bumped generation) and every worker runs fn(arg, ith, nth). */
+/* A persistent thread pool. The calling thread works too; threads-1 pthreads wait for work
+ * by spinning briefly, then sleeping on a condition variable. An op is published once as
+ * `parts` pieces that every thread claims one at a time from an atomic ticket, so a worker
+ * the OS has descheduled (busy machine) simply claims nothing while the others finish:
+ * an op never waits for a thread that has not started. */
 #ifndef HG_POOL_H
 #define HG_POOL_H
 #include <stddef.h>
 #include <stdint.h>
 
 typedef struct hg_pool hg_pool;
-typedef void (*hg_task_fn)(void *arg, int ith, int nth);
+/* Runs piece `part` of `parts`. */
+typedef void (*hg_task_fn)(void *arg, int part, int parts);
 
 hg_pool *hg_pool_create(int threads);
 void hg_pool_destroy(hg_pool *p);
 int hg_pool_threads(const hg_pool *p);
-/* Runs fn on all threads and returns when all are done. */
-void hg_pool_run(hg_pool *p, hg_task_fn fn, void *arg);
-/* Grow every thread's scratch to at least `bytes` (64-byte aligned). Call between runs,
- * from the calling thread; returns 0 when out of memory. */
-int hg_pool_reserve(hg_pool *p, size_t bytes);
-/* Thread ith's scratch (valid after hg_pool_reserve). */
-float *hg_pool_scratch(hg_pool *p, int ith);
+/* Runs fn(arg, i, parts) for every i < parts across the pool; returns when all are done. */
+void hg_pool_run(hg_pool *p, hg_task_fn fn, void *arg, int parts);
 
-/* [*b, *e): thread ith's share of n items, boundaries rounded to multiples of `align`. */
-static inline void hg_split(int64_t n, int64_t align, int ith, int nth, int64_t *b, int64_t *e) {
+/* [*b, *e): piece `part` of n items, boundaries rounded to multiples of `align`. */
+static inline void hg_split(int64_t n, int64_t align, int part, int parts, int64_t *b, int64_t *e) {
     int64_t blocks = (n + align - 1) / align;
-    int64_t b0 = blocks * ith / nth, b1 = blocks * (ith + 1) / nth;
+    int64_t b0 = blocks * part / parts, b1 = blocks * (part + 1) / parts;
     *b = b0 * align < n ? b0 * align : n;
     *e = b1 * align < n ? b1 * align : n;
 }

@@ -37,6 +37,13 @@ static inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }
 static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline float vhsum(vf v) { return _mm512_reduce_add_ps(v); }
 static inline float vhmax(vf v) { return _mm512_reduce_max_ps(v); }
+/* r[i] = sum of lanes of a, b, c, d: fold to 256 bits, then the AVX2 transpose-add. */
+static inline __m256 fold256(vf v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
+static inline void vhsum4(vf a, vf b, vf c, vf d, float *r) {
+    __m256 ab = _mm256_hadd_ps(fold256(a), fold256(b)), cd = _mm256_hadd_ps(fold256(c), fold256(d));
+    __m256 abcd = _mm256_hadd_ps(ab, cd);
+    _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
 static inline vf vround(vf v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 /* 2^n for integral n in [-126, 127] */
 static inline vf vpow2i(vf n) {
@@ -72,6 +79,10 @@ static inline float vhsum(vf v) {
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
+}
+static inline void vhsum4(vf a, vf b, vf c, vf d, float *r) {
+    __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
 }
 static inline float vhmax(vf v) {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -113,6 +124,7 @@ static inline vf vmin(vf a, vf b) { vf r; for (int i = 0; i < 4; i++) r[i] = a[i
 static inline vf vfma(vf a, vf b, vf c) { return a * b + c; }
 static inline float vhsum(vf v) { return (v[0] + v[1]) + (v[2] + v[3]); }
 static inline float vhmax(vf v) { float a = v[0] > v[1] ? v[0] : v[1], b = v[2] > v[3] ? v[2] : v[3]; return a > b ? a : b; }
+static inline void vhsum4(vf a, vf b, vf c, vf d, float *r) { r[0] = vhsum(a); r[1] = vhsum(b); r[2] = vhsum(c); r[3] = vhsum(d); }
 #else
 #error "define one of HG_ISA_AVX512, HG_ISA_AVX2, HG_ISA_GENERIC"
 #endif
@@ -135,6 +147,15 @@ static inline vf vexp(vf x) {
     p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
     return vzero_below(vmul(p, vpow2i(n)), x, -87.33f);
 }
+#endif
+
+/* Prefetch for data read once: on x86 the NTA hint keeps a streamed matrix from evicting
+ * the (smaller, reused) weights that fit in the last-level cache. */
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+static inline void prefetch_stream(const void *p) { _mm_prefetch((const char *)p, _MM_HINT_NTA); }
+#else
+static inline void prefetch_stream(const void *p) { __builtin_prefetch(p, 0, 0); }
 #endif
 
 /* Load VW elements of a weight/storage row of any dtype as f32. */
