@@ -1,4 +1,6 @@
-/** Test helpers of the engine tests: a seeded PRNG and random arrays. */
+/** Test helpers of the engine tests: a seeded PRNG, random arrays, a tiny in-memory Llama. */
+import { LlamaConfigSchema, resolveLlamaShape, type DType, type ModelFiles, type Tokenizer, type WeightView } from "../src/index.js";
+import { encodeFromF32 } from "../src/half-float.js";
 
 /** mulberry32: tiny, seedable, good enough for test data. */
 export function makeRng(seed: number): () => number {
@@ -34,8 +36,6 @@ export function testSeed(base: number): number {
 
 // ---- a tiny random Llama held in memory -------------------------------------------------
 
-import { LlamaConfigSchema, resolveLlamaShape, type DType, type ModelFiles, type Tokenizer, type WeightView } from "../src/index.js";
-import { encodeFromF32 } from "../src/half-float.js";
 
 export interface TinyModelOptions {
   seed: number;
