@@ -25,37 +25,65 @@ static inline float dot_##T(const float *q, const KT *k, int d) {               
 /* 4 query heads (rows qs apart) . one K row -> r[0..3] */                                     \
 static inline void dot4_##T(const float *q, int qs, const KT *k, int d, float *r) {           \
     vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();                                 \
-    vf b0 = vzero(), b1 = vzero(), b2 = vzero(), b3 = vzero();                                 \
     int i = 0;                                                                                 \
-    for (; i + 2 * VW <= d; i += 2 * VW) {                                                     \
-        vf k0 = VLD(k + i), k1 = VLD(k + i + VW);                                              \
-        a0 = vfma(vld(q + i), k0, a0);          b0 = vfma(vld(q + i + VW), k1, b0);            \
-        a1 = vfma(vld(q + qs + i), k0, a1);     b1 = vfma(vld(q + qs + i + VW), k1, b1);       \
-        a2 = vfma(vld(q + 2 * qs + i), k0, a2); b2 = vfma(vld(q + 2 * qs + i + VW), k1, b2);   \
-        a3 = vfma(vld(q + 3 * qs + i), k0, a3); b3 = vfma(vld(q + 3 * qs + i + VW), k1, b3);   \
-    }                                                                                          \
     for (; i + VW <= d; i += VW) {                                                             \
         vf k0 = VLD(k + i);                                                                    \
         a0 = vfma(vld(q + i), k0, a0); a1 = vfma(vld(q + qs + i), k0, a1);                     \
         a2 = vfma(vld(q + 2 * qs + i), k0, a2); a3 = vfma(vld(q + 3 * qs + i), k0, a3);        \
     }                                                                                          \
-    float s0 = vhsum(vadd(a0, b0)), s1 = vhsum(vadd(a1, b1));                                  \
-    float s2 = vhsum(vadd(a2, b2)), s3 = vhsum(vadd(a3, b3));                                  \
+    vhsum4(a0, a1, a2, a3, r);                                                                 \
     for (; i < d; i++) {                                                                       \
         float kv = SLD(k + i);                                                                 \
-        s0 += q[i] * kv; s1 += q[qs + i] * kv; s2 += q[2 * qs + i] * kv; s3 += q[3 * qs + i] * kv; \
+        r[0] += q[i] * kv; r[1] += q[qs + i] * kv; r[2] += q[2 * qs + i] * kv; r[3] += q[3 * qs + i] * kv; \
     }                                                                                          \
-    r[0] = s0; r[1] = s1; r[2] = s2; r[3] = s3;                                                \
+}                                                                                              \
+/* 4 query heads . two K rows -> r[0..3] (row k0), r[4..7] (row k1): each q vector loaded     \
+ * once serves both tokens, 8 independent FMA chains. */                                      \
+static inline void dot4x2_##T(const float *q, int qs, const KT *k0p, const KT *k1p, int d, float *r) { \
+    vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();                                 \
+    vf b0 = vzero(), b1 = vzero(), b2 = vzero(), b3 = vzero();                                 \
+    int i = 0;                                                                                 \
+    for (; i + VW <= d; i += VW) {                                                             \
+        vf k0 = VLD(k0p + i), k1 = VLD(k1p + i), qv;                                           \
+        qv = vld(q + i);          a0 = vfma(qv, k0, a0); b0 = vfma(qv, k1, b0);                \
+        qv = vld(q + qs + i);     a1 = vfma(qv, k0, a1); b1 = vfma(qv, k1, b1);                \
+        qv = vld(q + 2 * qs + i); a2 = vfma(qv, k0, a2); b2 = vfma(qv, k1, b2);                \
+        qv = vld(q + 3 * qs + i); a3 = vfma(qv, k0, a3); b3 = vfma(qv, k1, b3);                \
+    }                                                                                          \
+    vhsum4(a0, a1, a2, a3, r);                                                                 \
+    vhsum4(b0, b1, b2, b3, r + 4);                                                             \
+    for (; i < d; i++) {                                                                       \
+        float x0 = SLD(k0p + i), x1 = SLD(k1p + i);                                            \
+        for (int h = 0; h < 4; h++) { r[h] += q[h * qs + i] * x0; r[4 + h] += q[h * qs + i] * x1; } \
+    }                                                                                          \
 }                                                                                              \
 static void logits_##T(const hg_logits_args *a, int64_t j0, int64_t j1) {                      \
     const int d = a->head_dim, g = a->heads / a->kv_heads;                                     \
     const KT *K = (const KT *)a->k;                                                            \
-    float r[4];                                                                                \
+    float r[8];                                                                                \
     for (int kh = 0; kh < a->kv_heads; kh++) {                                                 \
         const KT *kbase = K + (int64_t)kh * a->cap * d;                                        \
         const float *qg = a->q + (int64_t)kh * g * d;                                          \
         float *lg = a->logits + (int64_t)kh * g * a->lstride;                                  \
-        for (int64_t j = j0; j < j1; j++) {                                                    \
+        int64_t j = j0;                                                                        \
+        if (g >= 4)                                                                            \
+            for (; j + 2 <= j1; j += 2) { /* token pairs through the 4-head blocks */          \
+                const KT *k0 = kbase + token_at(a->slots, a->start, j) * d;                    \
+                const KT *k1 = kbase + token_at(a->slots, a->start, j + 1) * d;                \
+                int h = 0;                                                                     \
+                for (; h + 4 <= g; h += 4) {                                                   \
+                    dot4x2_##T(qg + (int64_t)h * d, d, k0, k1, d, r);                          \
+                    for (int t = 0; t < 4; t++) {                                              \
+                        lg[(int64_t)(h + t) * a->lstride + j] = a->scale * r[t];               \
+                        lg[(int64_t)(h + t) * a->lstride + j + 1] = a->scale * r[4 + t];       \
+                    }                                                                          \
+                }                                                                              \
+                for (; h < g; h++) {                                                           \
+                    lg[(int64_t)h * a->lstride + j] = a->scale * dot_##T(qg + (int64_t)h * d, k0, d); \
+                    lg[(int64_t)h * a->lstride + j + 1] = a->scale * dot_##T(qg + (int64_t)h * d, k1, d); \
+                }                                                                              \
+            }                                                                                  \
+        for (; j < j1; j++) {                                                                  \
             const KT *krow = kbase + token_at(a->slots, a->start, j) * d;                      \
             int h = 0;                                                                         \
             for (; h + 4 <= g; h += 4) {                                                       \

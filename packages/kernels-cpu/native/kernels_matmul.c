@@ -67,12 +67,11 @@ static void gemm4_##T(const WT *w, long ldw, const float *x, long ldx, int k, fl
             _Pragma("GCC unroll 4") for (int j = 0; j < NX; j++) acc[j][q] = vfma(wv, xv[j], acc[j][q]); \
         }                                                                                      \
     }                                                                                          \
-    for (int j = 0; j < NX; j++)                                                               \
-        for (int q = 0; q < 4; q++) {                                                          \
-            float s = vhsum(acc[j][q]);                                                        \
-            for (int t = i; t < k; t++) s += SLD(w + q * ldw + t) * x[j * ldx + t];            \
-            r[j * 4 + q] = s;                                                                  \
-        }                                                                                      \
+    for (int j = 0; j < NX; j++) {                                                             \
+        vhsum4(acc[j][0], acc[j][1], acc[j][2], acc[j][3], r + j * 4);                         \
+        for (int q = 0; q < 4; q++)                                                            \
+            for (int t = i; t < k; t++) r[j * 4 + q] += SLD(w + q * ldw + t) * x[j * ldx + t]; \
+    }                                                                                          \
 }                                                                                              \
 static void matmul_##T(const hg_matmul_args *a, long r0, long r1) {                            \
     const WT *w = (const WT *)a->w;                                                            \

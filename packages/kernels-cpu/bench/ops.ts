@@ -1,0 +1,155 @@
+/**
+ * Op benchmark: `bun bench/ops.ts [--quick]` (after `bun run build`).
+ * Prints, for each op, the time per call, the GB/s of weights (or K) it reads, and that as a
+ * fraction of the streamSum bandwidth measured in the same run on a buffer of the same size.
+ * Env: HYBRIDGEN_ISA, BENCH_THREADS.
+ */
+import type { DType, Tensor } from "@hybridgen/core";
+import { createCpuBackend, cpuFeatures } from "../src/index.js";
+import { cpus } from "node:os";
+
+const quick = process.argv.includes("--quick");
+const be = createCpuBackend(process.env.BENCH_THREADS ? { threads: Number(process.env.BENCH_THREADS) } : {});
+const features = cpuFeatures();
+
+/** Mean seconds per call: warm up, then repeat until `budget` seconds have passed. */
+function time(fn: () => void, budget = quick ? 0.05 : 0.25): number {
+  for (let i = 0; i < 3; i++) fn();
+  let reps = 0;
+  const t0 = Bun.nanoseconds();
+  let t = 0;
+  do {
+    fn();
+    reps++;
+    t = (Bun.nanoseconds() - t0) / 1e9;
+  } while (t < budget || reps < 5);
+  return t / reps;
+}
+
+function filled(shape: number[], dtype: DType = "f32"): Tensor {
+  const t = be.alloc(shape, dtype);
+  const n = shape.reduce((a, b) => a * b, 1);
+  const chunk = new Float32Array(Math.min(n, 1 << 20));
+  for (let i = 0; i < chunk.length; i++) chunk[i] = Math.sin(i) * 0.5;
+  for (let off = 0; off < n; off += chunk.length) be.write(t, chunk.subarray(0, Math.min(chunk.length, n - off)), off);
+  return t;
+}
+
+const streamCache = new Map<number, number>();
+/** streamSum GB/s over a fresh buffer of `bytes` (cached per size). */
+function streamGBs(bytes: number): number {
+  const key = Math.max(bytes, 1 << 16);
+  if (!streamCache.has(key)) {
+    const t = filled([Math.ceil(key / 4)]);
+    const s = time(() => be.streamSum(t));
+    streamCache.set(key, key / s / 1e9);
+    be.free(t);
+  }
+  return streamCache.get(key)!;
+}
+
+const rows: string[][] = [];
+function row(op: string, shape: string, dtype: string, seconds: number, bytes: number): void {
+  const gbs = bytes / seconds / 1e9;
+  const base = streamGBs(bytes);
+  rows.push([op, shape, dtype, (seconds * 1e6).toFixed(1), gbs.toFixed(1), base.toFixed(1), `${((gbs / base) * 100).toFixed(0)}%`]);
+}
+
+function printTable(title: string, header: string[], body: string[][]): void {
+  console.log(`\n${title}\n`);
+  const all = [header, ...body];
+  const widths = header.map((_, i) => Math.max(...all.map((r) => r[i].length)));
+  const fmt = (r: string[]) => `| ${r.map((c, i) => (i < 3 ? c.padEnd(widths[i]) : c.padStart(widths[i]))).join(" | ")} |`;
+  console.log(fmt(header));
+  console.log(`|${widths.map((w, i) => (i < 3 ? ":" : "-") + "-".repeat(w) + (i < 3 ? "-" : ":")).join("|")}|`);
+  for (const r of body) console.log(fmt(r));
+}
+
+console.log(`kernels-cpu bench — ${cpus()[0]?.model ?? "cpu"}, ${features.cpus} CPUs, isa=${be.isa}, threads=${be.threads}, ${new Date().toISOString().slice(0, 10)}`);
+
+// ---- matmul ---------------------------------------------------------------------------
+const dtypes: DType[] = ["f32", "f16", "bf16"];
+const shapes = [
+  [1, 288, 288],
+  [1, 768, 288],
+  [1, 288, 768],
+  [1, 32000, 288],
+  [1, 4096, 4096],
+  [1, 14336, 4096],
+  [16, 768, 288],
+  [16, 4096, 4096],
+].filter(([, m, k]) => !quick || m * k < 20e6);
+for (const [n, m, k] of shapes) {
+  for (const dtype of dtypes) {
+    const w = filled([m, k], dtype);
+    const x = filled([n, k]);
+    const out = be.alloc([n, m]);
+    const s = time(() => be.matmul(out, x, w, n));
+    row("matmul", `n=${n} ${m}x${k}`, dtype, s, m * k * (dtype === "f32" ? 4 : 2));
+    be.free(w);
+    be.free(x);
+    be.free(out);
+  }
+}
+
+// ---- small ops: the per-call cost a decode step pays ---------------------------------
+{
+  const x = filled([1, 768]);
+  const y = filled([1, 768]);
+  const w = filled([768]);
+  const small: [string, () => void][] = [
+    ["rmsNorm", () => be.rmsNorm(x, x, w, 1, 1e-5)],
+    ["siluMul", () => be.siluMul(x, x, y, 1)],
+    ["add", () => be.add(x, x, y, 1)],
+  ];
+  for (const [name, fn] of small) row(name, "n=1 k=768", "f32", time(fn), 768 * 4);
+}
+
+printTable("matmul and small ops (GB/s = weight bytes / time; stream = streamSum GB/s over as many bytes, same run)", ["op", "shape", "dtype", "µs", "GB/s", "stream GB/s", "of stream"], rows);
+
+// ---- stories15M: all matmuls of one decode token, distinct weights -----------------------
+{
+  const dim = 288, hidden = 768, layers = 6, vocab = 32000;
+  const mats: [number, number][] = [];
+  for (let l = 0; l < layers; l++) mats.push([dim, dim], [dim, dim], [dim, dim], [dim, dim], [hidden, dim], [hidden, dim], [dim, hidden]);
+  mats.push([vocab, dim]);
+  const ws = mats.map(([m, k]) => filled([m, k]));
+  const xs = filled([1, hidden]);
+  const outs = filled([1, vocab]);
+  const xv = (k: number) => be.view(xs, 0, [1, k]);
+  const ov = (m: number) => be.view(outs, 0, [1, m]);
+  const plan = mats.map(([m, k], i) => [ws[i], xv(k), ov(m)] as const);
+  const s = time(() => {
+    for (const [w, x, o] of plan) be.matmul(o, x, w, 1);
+  }, quick ? 0.2 : 1);
+  const bytes = mats.reduce((a, [m, k]) => a + m * k * 4, 0);
+  console.log(`\nstories15M decode step, matmuls only (${mats.length} calls, ${(bytes / 1e6).toFixed(1)} MB f32 weights): ` +
+    `${(s * 1e3).toFixed(3)} ms/token = ${(1 / s).toFixed(0)} tok/s upper bound, ${(bytes / s / 1e9).toFixed(1)} GB/s ` +
+    `(streamSum over ${(bytes / 1e6).toFixed(0)} MB: ${streamGBs(bytes).toFixed(1)} GB/s)`);
+  for (const w of ws) be.free(w);
+}
+
+// ---- attention logits over long contexts -------------------------------------------------
+{
+  const kvHeads = 8, d = 128, heads = 32;
+  const body: string[][] = [];
+  const maxTokens = quick ? 16 * 1024 : 256 * 1024;
+  for (const dtype of ["f32", "bf16"] as DType[]) {
+    const k = filled([kvHeads, maxTokens, d], dtype);
+    const q = filled([1, heads * d]);
+    const logits = be.alloc([heads, maxTokens]);
+    for (let tokens = 1024; tokens <= maxTokens; tokens *= 4) {
+      // the span is the last `tokens` slots; at 256K all of them
+      const s = time(() => be.attnLogits(logits, 0, q, 0, k, maxTokens - tokens, tokens, 0.088));
+      const bytes = tokens * kvHeads * d * (dtype === "f32" ? 4 : 2);
+      const base = streamGBs(bytes);
+      const gbs = bytes / s / 1e9;
+      body.push(["attnLogits", `${tokens / 1024}K tok`, dtype, (s * 1e3).toFixed(3), gbs.toFixed(1), base.toFixed(1), `${((gbs / base) * 100).toFixed(0)}%`]);
+    }
+    be.free(k);
+    be.free(q);
+    be.free(logits);
+  }
+  printTable(`attention logits q·Kᵀ, ${heads} query heads on ${kvHeads} KV heads × ${d} dims (GB/s = K bytes / time)`, ["op", "span", "K dtype", "ms", "GB/s", "stream GB/s", "of stream"], body);
+}
+be.close();
