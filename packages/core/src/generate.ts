@@ -87,7 +87,7 @@ export function generate(model: GenerativeModel, tokenizer: Tokenizer, prompt: s
   const ids = typeof prompt === "string" ? tokenizer.encode(prompt, { addBos: opts.addBos }) : Array.from(prompt);
   check(ids.length > 0, "the prompt is empty");
   const vocab = model.shape.vocabSize;
-  for (const id of ids) check(Number.isInteger(id) && id >= 0 && id < vocab, `prompt token id ${id} out of range [0, ${vocab})`);
+  for (const id of ids) if (!(Number.isInteger(id) && id >= 0 && id < vocab)) fail(`prompt token id ${id} out of range [0, ${vocab})`);
   check(ids.length <= model.maxContext, `the prompt has ${ids.length} tokens but the context holds ${model.maxContext}`);
   check(!busy.has(model), "the model is already generating (one generation at a time per model)");
   const sampler = new Sampler(vocab, opts.sampling);

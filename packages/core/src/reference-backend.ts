@@ -66,7 +66,9 @@ export class ReferenceBackend implements Backend {
 
   write(t: Tensor, src: Float32Array, offset = 0): void {
     const e = this.entry("write", t);
-    checkIndex("write", "offset", offset, 0, e.data.length - src.length);
+    if (!Number.isInteger(offset) || offset < 0 || offset + src.length > e.data.length) {
+      fail(`reference backend: write: ${src.length} values at offset ${offset} exceed the tensor's ${e.data.length} elements`);
+    }
     const part = e.data.subarray(offset, offset + src.length);
     part.set(src);
     roundArrayTo(t.dtype, part);
