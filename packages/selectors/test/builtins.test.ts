@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { selectionForKvHead } from "@hybridgen/core";
-import { allTokens, createSelector, exactTopK, h2o, streamingLLM } from "../src/index.js";
+import { allTokens, createSelector, exactTopK, h2o, pairSelectors, streamingLLM } from "../src/index.js";
 import { postInput, preInput, randomCase, refTopK, rng } from "./helpers.js";
 
 const TRIALS = 60;
@@ -121,5 +121,26 @@ describe("createSelector", () => {
     expect(createSelector("topk").timings).toEqual(["post"]);
     expect(createSelector("streaming", { sinks: 2 }).timings).toEqual(["pre", "post"]);
     expect(() => createSelector("quest")).toThrow(/unknown selector "quest" \(built-ins: topk, streaming, all, h2o\)/);
+  });
+});
+
+describe("pairSelectors", () => {
+  it("dispatches post to the score-based half and pre to the positional half, each with its own state", () => {
+    const r = rng(61);
+    const pair = pairSelectors({ post: exactTopK(), pre: streamingLLM({ sinks: 2 }) });
+    expect(pair.name).toBe("topk+streaming");
+    expect(pair.timings).toEqual(["pre", "post"]);
+    for (let t = 0; t < 20; t++) {
+      const c = randomCase(r);
+      const post = pair.select(postInput(pair, c));
+      const ref = exactTopK();
+      expect(post).toEqual(ref.select(postInput(ref, c)));
+      const pre = pair.select(preInput(pair, c));
+      const refPre = streamingLLM({ sinks: 2 });
+      expect(pre).toEqual(refPre.select(preInput(refPre, c)));
+    }
+  });
+  it("refuses halves that cannot run their timing", () => {
+    expect(() => pairSelectors({ post: exactTopK(), pre: exactTopK() })).toThrow(/selector "topk" cannot run pre-QKᵀ/);
   });
 });
