@@ -6,6 +6,7 @@ import {
   SchedulerBoundsSchema,
   StepTimingsSchema,
   checkPlacement,
+  clampBudget,
   clampK,
   headLayout,
   kvBytesPerToken,
@@ -138,6 +139,15 @@ describe("validateSelection", () => {
     expect(() => validateSelection({ kind: "shared", ids: [1.5] }, limits)).toThrow(/not a selection at ids/);
     // Without a budget ("all"-style selectors) only the offloaded count limits the length.
     expect(validateSelection({ kind: "shared", ids: P.range(0, 100) }, { offloaded: 100, kvHeads: 2 }).kind).toBe("shared");
+  });
+});
+
+describe("clampBudget", () => {
+  it("clamps K to the offloaded count and says so", () => {
+    expect(clampBudget(64, 1000)).toEqual({ budget: 64, clamped: false });
+    expect(clampBudget(64, 10)).toEqual({ budget: 10, clamped: true });
+    expect(clampBudget(0, 0)).toEqual({ budget: 0, clamped: false });
+    expect(() => clampBudget(-1, 10)).toThrow(/K must be a non-negative integer, got -1/);
   });
 });
 

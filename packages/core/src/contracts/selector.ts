@@ -125,7 +125,9 @@ export type SelectionInput<S = unknown> = PreSelectionInput<S> | PostSelectionIn
 
 /**
  * The chosen slots: one list shared by every KV head, or one list per KV head. Order inside a
- * list is free; `validateSelection` returns it sorted ascending (= position order).
+ * list is free; `validateSelection` returns it sorted ascending (= position order). Per-KV-head
+ * lists may differ in length; an engine that wants a rectangular logits block pads the short
+ * ones with −∞ logits (zero probability), which leaves the softmax exact.
  */
 export type Selection =
   | { readonly kind: "shared"; readonly ids: Int32Array }
@@ -187,6 +189,16 @@ export function validateSelection(raw: unknown, limits: SelectionLimits): Select
     throw new HybridgenError(`${who}: perKvHead selection has ${sel.ids.length} lists, expected one per KV head (${limits.kvHeads})`);
   }
   return { kind: "perKvHead", ids: sel.ids.map((ids, g) => checkIds(ids, limits, `KV head ${g}`, who)) };
+}
+
+/**
+ * The budget a selector receives: the scheduler's K clamped to [0, offloaded]. `clamped` tells
+ * the engine to say so (once) when K exceeded the offloaded tokens.
+ */
+export function clampBudget(k: number, offloaded: number): { budget: number; clamped: boolean } {
+  if (!Number.isInteger(k) || k < 0) throw new HybridgenError(`selection budget: K must be a non-negative integer, got ${k}`);
+  if (!Number.isInteger(offloaded) || offloaded < 0) throw new HybridgenError(`selection budget: offloaded count must be a non-negative integer, got ${offloaded}`);
+  return k > offloaded ? { budget: offloaded, clamped: true } : { budget: k, clamped: false };
 }
 
 /** The ids KV head g attends to under a selection. */
