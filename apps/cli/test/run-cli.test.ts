@@ -29,4 +29,14 @@ describe("runCli in process", () => {
     expect(debug.err.split("\n")[0]).toBe("error: internal error: TypeError: stdin exploded second line");
     expect(debug.err).toMatch(/\n\s+at /);
   });
+
+  it("Ctrl-C while waiting for a prompt on stdin exits 130 at once", async () => {
+    const controller = new AbortController();
+    const io = bufferedIo({ signal: controller.signal });
+    io.readStdin = () => new Promise<Uint8Array>(() => {}); // a terminal nobody types into
+    setTimeout(() => controller.abort(), 20);
+    expect(await runCli(["generate"], io)).toBe(130);
+    expect(io.err).toBe("\ninterrupted\n");
+    expect(io.out).toBe("");
+  });
 });

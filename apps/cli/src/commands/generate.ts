@@ -17,20 +17,38 @@ function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | unde
   return n;
 }
 
+const ABORTED = Symbol("aborted");
+
+/** `work`, or ABORTED as soon as `signal` fires: Ctrl-C during a first-use download returns
+ * at once (the download writes to a temp dir and renames, so leaving it is safe). */
+function untilAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T | typeof ABORTED> {
+  if (!signal) return work;
+  if (signal.aborted) return Promise.resolve(ABORTED);
+  return new Promise((resolve, reject) => {
+    const onAbort = () => resolve(ABORTED);
+    signal.addEventListener("abort", onAbort, { once: true });
+    work.then(
+      (v) => (signal.removeEventListener("abort", onAbort), resolve(v)),
+      (e) => (signal.removeEventListener("abort", onAbort), reject(e)),
+    );
+  });
+}
+
 /**
  * `hybridgen generate`: load a model on the CPU backend, stream tokens to stdout (the
  * prompt echoed first, as llama2.c does), timings on stderr. Returns the exit code.
  */
 export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<number> {
-  const prompt = await readPrompt(opts, io);
+  const prompt = await untilAborted(readPrompt(opts, io), io.signal); // stdin may be a terminal
   const progress = (msg: string) => io.stderr(`${msg}\n`);
   const interrupted = () => {
     io.stderr("\ninterrupted\n");
     return EXIT_INTERRUPTED;
   };
 
-  const dir = opts.model ?? (await ensureStories15M({ cacheDir: io.env.HYBRIDGEN_CACHE, onProgress: progress }));
-  if (io.signal?.aborted) return interrupted();
+  if (prompt === ABORTED) return interrupted();
+  const dir = opts.model ?? (await untilAborted(ensureStories15M({ cacheDir: io.env.HYBRIDGEN_CACHE, onProgress: progress }), io.signal));
+  if (dir === ABORTED) return interrupted();
 
   const t0 = performance.now();
   using files = openModelDir(dir);
