@@ -5,7 +5,7 @@ import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ROOT, die, findBun } from "./lib/tools.mjs";
+import { ROOT, die, findBun } from "./common/tools.mjs";
 
 const bun = findBun();
 if (!bun) die("bun not found", "run `npm run setup` first");

@@ -1,6 +1,6 @@
 // `npm run setup`: from a clean clone with only Node + npm to the main job's output.
 // Steps: Bun → bun install → build (TS + native) → fetch/convert stories15M → generate.
-import { BUN_VERSION, LOCAL_TOOLS, ROOT, banner, die, findBun, run } from "./lib/tools.mjs";
+import { BUN_VERSION, LOCAL_TOOLS, ROOT, banner, die, findBun, run } from "./common/tools.mjs";
 
 const major = Number(process.versions.node.split(".")[0]);
 if (major < 18) die(`Node ${process.versions.node} is too old`, "use Node 18 or newer");

@@ -3,8 +3,8 @@
 // workspace produced no report.
 import { existsSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { ROOT, banner, die, findBun, run } from "./lib/tools.mjs";
-import { summarizeReport } from "./lib/vitest-report.mjs";
+import { ROOT, banner, die, findBun, run } from "./common/tools.mjs";
+import { summarizeReport } from "./common/vitest-report.mjs";
 
 const bun = findBun();
 if (!bun) die("bun not found", "run `npm run setup` first");
