@@ -14,7 +14,6 @@ struct hg_ctx {
     size_t params_bytes;
     float *scratch;    /* per-piece partial sums of attention aggregation */
     size_t scratch_bytes;
-    size_t stream_min; /* weights at least this big are streamed (non-temporal prefetch) */
 };
 
 #endif

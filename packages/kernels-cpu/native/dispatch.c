@@ -52,14 +52,6 @@ hg_ctx *hg_create(int threads, int isa) {
     if (!c->pool) { free(c); return NULL; }
     c->k = k;
     c->isa = isa;
-    /* A matrix bigger than half the last-level cache cannot stay resident next to the
-     * others, so reading it non-temporally keeps the smaller reused ones cached. */
-    long l3 = -1;
-#ifdef _SC_LEVEL3_CACHE_SIZE
-    l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-#endif
-    c->stream_min = l3 > 0 ? (size_t)l3 / 2 : (size_t)16 << 20;
-    if (getenv("HG_NO_NTA")) c->stream_min = (size_t)-1;
     return c;
 }
 

@@ -8,7 +8,6 @@
 typedef struct {
     float *out; const float *x; const void *w; const void *bias;
     int wtype, btype, n, k, m;
-    int stream; /* weights far larger than the cache: prefetch them with a non-temporal hint */
 } hg_matmul_args;
 
 typedef struct {

@@ -80,9 +80,9 @@ static void matmul_##T(const hg_matmul_args *a, long r0, long r1) {             
     long row = r0;                                                                             \
     for (; row + 4 <= r1; row += 4) {                                                          \
         const WT *wr = w + row * (long)k;                                                      \
-        if (a->stream && row + 12 <= r1) /* two 4-row blocks ahead */                          \
+        if (row + 12 <= r1) /* the block two ahead: more misses in flight than the hardware keeps */ \
             for (const char *p = (const char *)(wr + 8L * k), *e = (const char *)(wr + 12L * k); p < e; p += 64) \
-                prefetch_stream(p);                                                            \
+                __builtin_prefetch(p, 0, 3);                                                   \
         int i = 0;                                                                             \
         for (; i + NX <= n && n > 1; i += NX) {                                                \
             gemm4_##T(wr, k, a->x + (long)i * k, k, k, r);                                     \

@@ -79,8 +79,7 @@ static void matmul_task(void *v, int ith, int nth) {
 
 void hg_matmul(hg_ctx *c, float *out, const float *x, const void *w, int wtype,
                const void *bias, int btype, int n, int k, int m) {
-    size_t wbytes = (size_t)m * k * (wtype == HG_F32 ? 4 : 2);
-    matmul_job j = {c, {out, x, w, bias, wtype, btype, n, k, m, wbytes >= c->stream_min}};
+    matmul_job j = {c, {out, x, w, bias, wtype, btype, n, k, m}};
     hg_pool_run(c->pool, matmul_task, &j, parts_for(c, (int64_t)n * k * m));
 }
 

@@ -149,15 +149,6 @@ static inline vf vexp(vf x) {
 }
 #endif
 
-/* Prefetch for data read once: on x86 the NTA hint keeps a streamed matrix from evicting
- * the (smaller, reused) weights that fit in the last-level cache. */
-#if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h>
-static inline void prefetch_stream(const void *p) { _mm_prefetch((const char *)p, _MM_HINT_NTA); }
-#else
-static inline void prefetch_stream(const void *p) { __builtin_prefetch(p, 0, 0); }
-#endif
-
 /* Load VW elements of a weight/storage row of any dtype as f32. */
 static inline vf vld_any(const void *p, int type, long i) {
     if (type == 0) return vld((const float *)p + i);
