@@ -10,6 +10,7 @@ export * from "./stories15m.js";
 export * from "./model-dir.js";
 export * from "./reference-backend.js";
 export * from "./kv-cache.js";
+export * from "./attention.js";
 export * from "./llama.js";
 export * from "./sampler.js";
 export * from "./generate.js";

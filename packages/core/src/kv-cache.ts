@@ -1,14 +1,17 @@
 /**
- * KvCache: per-layer K and V storage with residency. The most recent tokens live in a
- * "window" (device memory in hybrid mode), older ones in an offloaded "store" (host memory
- * in hybrid mode); a token map records where every position lives. For now both regions
- * are tensors of the same backend.
+ * KvCache: per-layer K and V storage with residency (paper §4.2: eviction engine + token
+ * mapper). The most recent tokens live in a "window" (device memory in hybrid mode), older
+ * ones in an offloaded "store" (host memory in hybrid mode); a token map records where every
+ * position lives. Optionally the first `sinkTokens` positions stay pinned in the window
+ * (attention sinks). For now both regions are tensors of the same backend.
  *
- * Layout: every region is a [kvHeads, capacity, headDim] tensor, as the attention ops read.
- * The window is a ring: appending never moves data, and eviction copies the oldest whole
- * blocks to the end of the store. So the store always holds positions [0, storeCount) at
- * slot = position, and the window holds [storeCount, length) as at most two ring segments
- * in position order — exactly the spans attention concatenates.
+ * Layout: every region is a [kvHeads, capacity, headDim] tensor (per KV head, contiguous by
+ * token), as the attention ops read. K and V are separate pools. The window holds the sinks at
+ * slots [0, S) and a ring after them: appending never moves data, and eviction
+ * (least-recently-generated) copies the oldest whole blocks of the ring to the end of the
+ * store. So the store holds positions [S, S + storeCount) at slot = position − S, and the
+ * whole cache is at most four spans in position order — sinks, store, two ring segments —
+ * exactly the segments attention concatenates, without sorting.
  */
 import { z } from "zod";
 import type { Backend, DType, Tensor } from "./backend.js";
@@ -20,8 +23,10 @@ export const KvCacheOptionsSchema = z.object({
   headDim: z.number().int().positive(),
   maxContext: z.number().int().positive(),
   dtype: z.enum(["f32", "f16", "bf16"]).default("f32"),
-  /** Tokens kept resident in the window; default: the whole context (no offloading). */
+  /** Tokens kept resident in the window, sinks included; default: the whole context (no offloading). */
   windowBudget: z.number().int().positive().optional(),
+  /** The first S positions stay in the window for good (attention sinks). */
+  sinkTokens: z.number().int().nonnegative().default(0),
   /** Eviction moves whole blocks of this many tokens. */
   evictBlock: z.number().int().positive().default(16),
   /** The most positions appended between two evictions (the prefill block). */
@@ -39,6 +44,7 @@ export class KvCache implements Disposable {
   readonly maxContext: number;
   readonly dtype: DType;
   readonly windowBudget: number;
+  readonly sinkTokens: number;
   readonly evictBlock: number;
   readonly maxAppend: number;
   readonly windowCapacity: number;
@@ -51,20 +57,23 @@ export class KvCache implements Disposable {
   readonly storeV: readonly Tensor[];
 
   /**
-   * The window in position order as `spanCount` (≤ 2) ring segments: segment s covers
-   * positions [spanPos[s], spanPos[s] + spanLen[s]) at window slots from spanSlot[s].
-   * Preallocated so the decode loop reads them without allocating.
+   * Every cached position in position order as `spanCount` (≤ 4) spans: span s covers
+   * positions [spanPos[s], spanPos[s] + spanLen[s]) at slots from spanSlot[s] of the region
+   * spanRegion[s] (1 window, 2 store). Preallocated so the decode loop reads them without
+   * allocating; spanK/spanV give the tensors.
    */
-  readonly spanSlot = new Int32Array(2);
-  readonly spanPos = new Int32Array(2);
-  readonly spanLen = new Int32Array(2);
+  readonly spanSlot = new Int32Array(4);
+  readonly spanPos = new Int32Array(4);
+  readonly spanLen = new Int32Array(4);
+  readonly spanRegion = new Uint8Array(4);
   spanCount = 0;
 
   private readonly regionOf: Uint8Array;
   private readonly slotOf: Int32Array;
+  private readonly ringCapacity: number;
   private _length = 0;
   private _storeCount = 0;
-  private windowHead = 0; // ring slot of the oldest window token
+  private ringHead = 0; // ring index (0-based, slot − S) of the oldest ring token
   private stage: Tensor | null = null; // head-major staging rows for multi-token writes
   private readonly gatherIds: Int32Array;
   private gatherView: Int32Array | null = null;
@@ -86,9 +95,13 @@ export class KvCache implements Disposable {
     this.evictBlock = o.evictBlock;
     this.maxAppend = Math.min(o.maxAppend, o.maxContext);
     const offloads = this.windowBudget < this.maxContext;
-    check(!offloads || this.evictBlock <= this.windowBudget,
-      `KV eviction block (${this.evictBlock}) must not exceed the window budget (${this.windowBudget})`);
+    this.sinkTokens = offloads ? o.sinkTokens : 0; // nothing is ever evicted otherwise
+    check(!offloads || this.sinkTokens < this.windowBudget,
+      `KV cache: ${this.sinkTokens} sink tokens leave no room in a window budget of ${this.windowBudget} (need sinks < budget)`);
+    check(!offloads || this.evictBlock <= this.windowBudget - this.sinkTokens,
+      `KV eviction block (${this.evictBlock}) must not exceed the window budget less the sinks (${this.windowBudget - this.sinkTokens})`);
     this.windowCapacity = Math.min(this.maxContext, this.windowBudget + this.maxAppend);
+    this.ringCapacity = this.windowCapacity - this.sinkTokens;
     // After an eviction more than budget − block tokens stay in the window, so the store
     // never holds more than this.
     this.storeCapacity = offloads ? Math.min(this.maxContext, this.maxContext - this.windowBudget + this.evictBlock) : 0;
@@ -121,12 +134,21 @@ export class KvCache implements Disposable {
   get length(): number {
     return this._length;
   }
-  /** The store holds positions [0, storeCount) at slots equal to their positions. */
+  /** Offloaded positions: the store holds [storeStart, storeStart + storeCount) at slot = position − storeStart. */
   get storeCount(): number {
     return this._storeCount;
   }
+  /** Position of store slot 0 (the number of sink tokens). */
+  get storeStart(): number {
+    return this.sinkTokens;
+  }
+  /** Resident positions (sinks included). */
   get windowCount(): number {
     return this._length - this._storeCount;
+  }
+  /** Sink positions held so far (≤ sinkTokens). */
+  get sinkCount(): number {
+    return Math.min(this.sinkTokens, this._length);
   }
 
   /** Where position `pos` lives, from the token map. */
@@ -135,9 +157,26 @@ export class KvCache implements Disposable {
     return { region: this.regionOf[pos] === WINDOW ? "window" : "store", slot: this.slotOf[pos] };
   }
 
-  /** The window's segments as objects (for tests and tools; the hot path reads span*). */
+  /** The window's spans as objects (for tests and tools; the hot path reads span*). */
   windowSpans(): { slot: number; pos: number; count: number }[] {
-    return Array.from({ length: this.spanCount }, (_, s) => ({ slot: this.spanSlot[s], pos: this.spanPos[s], count: this.spanLen[s] }));
+    return this.spans().filter((s) => s.region === "window").map(({ slot, pos, count }) => ({ slot, pos, count }));
+  }
+
+  /** All spans in position order as objects. */
+  spans(): { region: Residency; slot: number; pos: number; count: number }[] {
+    return Array.from({ length: this.spanCount }, (_, s) => ({
+      region: this.spanRegion[s] === STORE ? "store" as const : "window" as const,
+      slot: this.spanSlot[s], pos: this.spanPos[s], count: this.spanLen[s],
+    }));
+  }
+
+  /** K tensor of span s for `layer`. */
+  spanK(s: number, layer: number): Tensor {
+    return this.spanRegion[s] === STORE ? this.storeK[layer] : this.windowK[layer];
+  }
+  /** V tensor of span s for `layer`. */
+  spanV(s: number, layer: number): Tensor {
+    return this.spanRegion[s] === STORE ? this.storeV[layer] : this.windowV[layer];
   }
 
   /**
@@ -151,12 +190,16 @@ export class KvCache implements Disposable {
     if (this.windowCount + n > this.windowCapacity) {
       fail(`KV cache: window full (${this.windowCount} + ${n} > ${this.windowCapacity}); call evict() between appends`);
     }
-    const first = this._length;
-    let slot = (this.windowHead + this.windowCount) % this.windowCapacity;
+    const first = this._length, S = this.sinkTokens, rcap = this.ringCapacity;
+    let ring = (this.ringHead + this.ringCount()) % rcap;
     for (let p = first; p < first + n; p++) {
       this.regionOf[p] = WINDOW;
-      this.slotOf[p] = slot;
-      slot = slot + 1 === this.windowCapacity ? 0 : slot + 1;
+      if (p < S) {
+        this.slotOf[p] = p;
+      } else {
+        this.slotOf[p] = S + ring;
+        ring = ring + 1 === rcap ? 0 : ring + 1;
+      }
     }
     this._length += n;
     this.updateSpans();
@@ -178,8 +221,8 @@ export class KvCache implements Disposable {
       fail(`KV cache: positions [${firstPos}, ${firstPos + n}) are no longer in the window`);
     }
     const be = this.backend, cap = this.windowCapacity, kvHeads = this.kvHeads;
-    const slot0 = this.slotOf[firstPos];
     if (n === 1) {
+      const slot0 = this.slotOf[firstPos];
       const wk = this.windowK[layer], wv = this.windowV[layer];
       for (let g = 0; g < kvHeads; g++) {
         be.copyRows(wk, g * cap + slot0, kRows, g, 1);
@@ -187,45 +230,51 @@ export class KvCache implements Disposable {
       }
       return;
     }
-    // Gather to head-major order once, then one copy per KV head (and ring segment).
+    // Gather to head-major order once, then one copy per KV head and run of consecutive
+    // slots (sinks, ring, ring after wrap-around: at most three runs).
     const stage = this.stageRows();
     const ids = this.gatherIdsFor(n);
-    const first = Math.min(n, cap - slot0);
     for (const [src, dst] of [[kRows, this.windowK[layer]], [vRows, this.windowV[layer]]] as const) {
       be.embedding(stage, src, ids);
-      for (let g = 0; g < kvHeads; g++) {
-        be.copyRows(dst, g * cap + slot0, stage, g * n, first);
-        if (first < n) be.copyRows(dst, g * cap, stage, g * n + first, n - first);
+      let i = 0;
+      while (i < n) {
+        const slot0 = this.slotOf[firstPos + i];
+        let run = 1;
+        while (i + run < n && this.slotOf[firstPos + i + run] === slot0 + run) run++;
+        for (let g = 0; g < kvHeads; g++) be.copyRows(dst, g * cap + slot0, stage, g * n + i, run);
+        i += run;
       }
     }
   }
 
   /**
-   * When the window holds more than its budget, move its oldest whole blocks (every layer,
-   * K and V) to the end of the store. Returns the number of positions moved.
+   * When the window holds more than its budget, move the oldest whole blocks of its ring
+   * (every layer, K and V; sinks stay) to the end of the store. Returns the positions moved.
    */
   evict(): number {
     this.checkOpen();
     const over = this.windowCount - this.windowBudget;
     if (over <= 0) return 0;
-    const count = Math.min(this.windowCount, Math.ceil(over / this.evictBlock) * this.evictBlock);
-    const be = this.backend, wcap = this.windowCapacity, scap = this.storeCapacity;
-    const head = this.windowHead, dst = this._storeCount;
-    const first = Math.min(count, wcap - head);
+    const ringCount = this.ringCount();
+    const count = Math.min(ringCount, Math.ceil(over / this.evictBlock) * this.evictBlock);
+    if (count <= 0) return 0;
+    const be = this.backend, wcap = this.windowCapacity, scap = this.storeCapacity, rcap = this.ringCapacity;
+    const S = this.sinkTokens, head = this.ringHead, dst = this._storeCount;
+    const first = Math.min(count, rcap - head);
     for (let l = 0; l < this.layers; l++) {
       for (const [win, store] of [[this.windowK[l], this.storeK[l]], [this.windowV[l], this.storeV[l]]] as const) {
         for (let g = 0; g < this.kvHeads; g++) {
-          be.copyRows(store, g * scap + dst, win, g * wcap + head, first);
-          if (first < count) be.copyRows(store, g * scap + dst + first, win, g * wcap, count - first);
+          be.copyRows(store, g * scap + dst, win, g * wcap + S + head, first);
+          if (first < count) be.copyRows(store, g * scap + dst + first, win, g * wcap + S, count - first);
         }
       }
     }
-    for (let p = dst; p < dst + count; p++) {
+    for (let p = S + dst; p < S + dst + count; p++) {
       this.regionOf[p] = STORE;
-      this.slotOf[p] = p;
+      this.slotOf[p] = p - S;
     }
     this._storeCount += count;
-    this.windowHead = (head + count) % wcap;
+    this.ringHead = (head + count) % rcap;
     this.updateSpans();
     return count;
   }
@@ -236,7 +285,7 @@ export class KvCache implements Disposable {
     this.regionOf.fill(NONE, 0, this._length);
     this._length = 0;
     this._storeCount = 0;
-    this.windowHead = 0;
+    this.ringHead = 0;
     this.spanCount = 0;
   }
 
@@ -252,23 +301,30 @@ export class KvCache implements Disposable {
     this.close();
   }
 
+  /** Tokens in the ring (the window less the sinks). */
+  private ringCount(): number {
+    return this._length - this._storeCount - this.sinkCount;
+  }
+
+  private pushSpan(region: number, slot: number, pos: number, len: number): void {
+    const s = this.spanCount++;
+    this.spanRegion[s] = region;
+    this.spanSlot[s] = slot;
+    this.spanPos[s] = pos;
+    this.spanLen[s] = len;
+  }
+
   private updateSpans(): void {
-    const count = this.windowCount;
-    if (count === 0) {
-      this.spanCount = 0;
-      return;
-    }
-    const first = Math.min(count, this.windowCapacity - this.windowHead);
-    this.spanSlot[0] = this.windowHead;
-    this.spanPos[0] = this._storeCount;
-    this.spanLen[0] = first;
-    this.spanCount = 1;
-    if (first < count) {
-      this.spanSlot[1] = 0;
-      this.spanPos[1] = this._storeCount + first;
-      this.spanLen[1] = count - first;
-      this.spanCount = 2;
-    }
+    this.spanCount = 0;
+    const S = this.sinkCount;
+    if (S > 0) this.pushSpan(WINDOW, 0, 0, S);
+    if (this._storeCount > 0) this.pushSpan(STORE, 0, this.sinkTokens, this._storeCount);
+    const count = this.ringCount();
+    if (count === 0) return;
+    const pos = S + this._storeCount;
+    const first = Math.min(count, this.ringCapacity - this.ringHead);
+    this.pushSpan(WINDOW, this.sinkTokens + this.ringHead, pos, first);
+    if (first < count) this.pushSpan(WINDOW, this.sinkTokens, pos + first, count - first);
   }
 
   private stageRows(): Tensor {

@@ -19,6 +19,7 @@ import { DTYPE_BYTES } from "./backend.js";
 import type { LlamaConfigJson, ModelShape } from "./config.js";
 import { check, fail } from "./errors.js";
 import { convertBytes } from "./half-float.js";
+import { Attention, type QueryProjector } from "./attention.js";
 import { KvCache } from "./kv-cache.js";
 import type { ModelFiles, WeightSource, WeightView } from "./model-files.js";
 
@@ -33,8 +34,10 @@ export const LlamaLoadOptionsSchema = z.object({
   prefillBlock: z.number().int().positive().default(64),
   /** Tokens kept resident in the KV window; older ones are offloaded. Default: all. */
   kvWindow: z.number().int().positive().optional(),
-  /** Eviction granularity of the KV window; default min(16, kvWindow). */
+  /** Eviction granularity of the KV window; default min(16, kvWindow − kvSinks). */
   kvEvictBlock: z.number().int().positive().optional(),
+  /** The first positions stay in the KV window for good (attention sinks); only with kvWindow. */
+  kvSinks: z.number().int().nonnegative().default(0),
   /** Storage dtype of the KV cache. */
   kvDtype: DTypeSchema.default("f32"),
 });
@@ -69,17 +72,19 @@ interface Activations {
   att: Tensor;
   gate: Tensor; up: Tensor;
   gu: Tensor; guG: Tensor; guU: Tensor; // decode: fused [1, 2·intermediate]
-  scores: Tensor; // [heads, maxContext]: one row per head, column = position
+  specH: Tensor; // [1, hidden]: normed row for the speculative query
   last: Tensor;
   logits: Tensor;
   positions: Int32Array;
 }
 
-export class LlamaModel implements Disposable {
+export class LlamaModel implements Disposable, QueryProjector {
   readonly maxContext: number;
   readonly prefillBlock: number;
   readonly weightDtype: DType;
   readonly cache: KvCache;
+  /** The attention stage (KV append, full or hybrid attention). */
+  readonly attention: Attention;
 
   private readonly owned: Tensor[] = [];
   private readonly views: Tensor[] = [];
@@ -90,7 +95,7 @@ export class LlamaModel implements Disposable {
   private cos!: Tensor;
   private sin!: Tensor;
   private act!: Activations;
-  private readonly scale: number;
+  private readonly specPos = new Int32Array(1);
   private closed = false;
 
   private constructor(
@@ -103,13 +108,20 @@ export class LlamaModel implements Disposable {
     this.maxContext = maxContext;
     this.prefillBlock = Math.min(opts.prefillBlock, maxContext);
     this.weightDtype = weightDtype;
-    this.scale = 1 / Math.sqrt(shape.headDim);
     const window = opts.kvWindow;
+    const sinks = window === undefined ? 0 : opts.kvSinks;
     this.cache = new KvCache(backend, {
       layers: shape.layers, kvHeads: shape.kvHeads, headDim: shape.headDim, maxContext,
-      dtype: opts.kvDtype, windowBudget: window, evictBlock: opts.kvEvictBlock ?? Math.min(16, window ?? 16),
+      dtype: opts.kvDtype, windowBudget: window, sinkTokens: sinks,
+      evictBlock: opts.kvEvictBlock ?? Math.max(1, Math.min(16, (window ?? 16) - sinks)),
       maxAppend: this.prefillBlock,
     });
+    try {
+      this.attention = new Attention(backend, this.cache, shape);
+    } catch (e) {
+      this.cache.close();
+      throw e;
+    }
   }
 
   /** Load weights from `files` onto `backend`. `files` must stay open until close(). */
@@ -199,6 +211,7 @@ export class LlamaModel implements Disposable {
     for (const t of this.owned) this.backend.free(t);
     this.views.length = 0;
     this.owned.length = 0;
+    this.attention.close();
     this.cache.close();
   }
 
@@ -212,27 +225,25 @@ export class LlamaModel implements Disposable {
     const be = this.backend, a = this.act, s = this.shape, eps = s.normEps;
     const decode = n === 1;
     for (let i = 0; i < n; i++) a.positions[i] = pos0 + i;
-    this.cache.append(n);
+    const attn = this.attention;
+    attn.beginBlock(n);
     be.embedding(a.x, this.embed, ids);
     for (let l = 0; l < s.layers; l++) {
       const w = this.layers[l];
+      attn.layerInput(l, a.x);
       be.rmsNorm(a.h, a.x, w.attnNorm, n, eps);
-      let q: Tensor;
       if (decode) {
         be.matmul(a.qkv, a.h, w.wqkv, 1, w.bqkv ?? undefined);
         be.rope(a.qkvQK, 1, a.positions, s.heads + s.kvHeads, s.headDim, this.cos, this.sin);
-        this.cache.writeRows(l, a.qkvK, a.qkvV, pos0, 1);
-        q = a.qkvQ;
+        attn.attend(l, a.qkvQ, a.qkvK, a.qkvV, a.att);
       } else {
         be.matmul(a.q, a.h, w.wq, n, w.bq ?? undefined);
         be.matmul(a.k, a.h, w.wk, n, w.bk ?? undefined);
         be.matmul(a.v, a.h, w.wv, n, w.bv ?? undefined);
         be.rope(a.q, n, a.positions, s.heads, s.headDim, this.cos, this.sin);
         be.rope(a.k, n, a.positions, s.kvHeads, s.headDim, this.cos, this.sin);
-        this.cache.writeRows(l, a.kRows, a.vRows, pos0, n);
-        q = a.q;
+        attn.attend(l, a.q, a.kRows, a.vRows, a.att);
       }
-      for (let i = 0; i < n; i++) this.attend(l, q, i, pos0 + i);
       be.matmul(a.h2, a.att, w.wo, n, w.bo ?? undefined);
       be.add(a.x, a.x, a.h2, n);
 
@@ -253,31 +264,22 @@ export class LlamaModel implements Disposable {
     if (n > 1) be.copyRows(a.last, 0, a.x, n - 1, 1);
     be.rmsNorm(a.last, n > 1 ? a.last : a.x, this.finalNorm, 1, eps);
     be.matmul(a.logits, a.last, this.lmHead, 1);
-    this.cache.evict();
+    attn.endBlock();
   }
 
   /**
-   * Attention of query row `row` (at position `pos`) of layer `l` over positions [0, pos]:
-   * logits of the store span then of the window spans, each at its position's column of the
-   * scores buffer, one softmax, then the matching V spans summed into att[row].
+   * QueryProjector: q of `layer` from residual row x (row 0): RoPE(W_q · rmsNorm(x)) at `pos`.
+   * The hybrid runtime calls it with layer l's input for layer l + 1 (speculative query).
    */
-  private attend(l: number, q: Tensor, row: number, pos: number): void {
-    const be = this.backend, c = this.cache, a = this.act, scale = this.scale;
-    const total = pos + 1;
-    const stored = Math.min(c.storeCount, total);
-    if (stored > 0) be.attnLogits(a.scores, 0, q, row, c.storeK[l], 0, stored, scale);
-    for (let s = 0; s < c.spanCount; s++) {
-      const p = c.spanPos[s];
-      if (p >= total) break;
-      be.attnLogits(a.scores, p, q, row, c.windowK[l], c.spanSlot[s], Math.min(c.spanLen[s], total - p), scale);
-    }
-    be.softmax(a.scores, this.shape.heads, total);
-    if (stored > 0) be.attnAggregate(a.att, row, a.scores, 0, c.storeV[l], 0, stored, false);
-    for (let s = 0; s < c.spanCount; s++) {
-      const p = c.spanPos[s];
-      if (p >= total) break;
-      be.attnAggregate(a.att, row, a.scores, p, c.windowV[l], c.spanSlot[s], Math.min(c.spanLen[s], total - p), stored > 0 || s > 0);
-    }
+  projectQuery(layer: number, x: Tensor, pos: number, out: Tensor): void {
+    this.checkOpen();
+    if (!(Number.isInteger(layer) && layer >= 0 && layer < this.shape.layers)) fail(`projectQuery: layer ${layer} out of range [0, ${this.shape.layers})`);
+    if (!(Number.isInteger(pos) && pos >= 0 && pos < this.maxContext)) fail(`projectQuery: position ${pos} out of range [0, ${this.maxContext})`);
+    const be = this.backend, s = this.shape, w = this.layers[layer], a = this.act;
+    be.rmsNorm(a.specH, x, w.attnNorm, 1, s.normEps);
+    be.matmul(out, a.specH, w.wq, 1, w.bq ?? undefined);
+    this.specPos[0] = pos;
+    be.rope(out, 1, this.specPos, s.heads, s.headDim, this.cos, this.sin);
   }
 
   // ---- loading --------------------------------------------------------------------------------
@@ -376,7 +378,7 @@ export class LlamaModel implements Disposable {
       att: this.alloc([B, qw]),
       gate: this.alloc([B, inter]), up: this.alloc([B, inter]),
       gu, guG: this.view(gu, 0, [1, inter]), guU: this.view(gu, inter, [1, inter]),
-      scores: this.alloc([s.heads, this.maxContext]),
+      specH: this.alloc([1, dim]),
       last: this.alloc([1, dim]),
       logits: this.alloc([1, s.vocabSize]),
       positions: new Int32Array(B),

@@ -1,0 +1,149 @@
+/**
+ * Attention: the KV-cache half of a transformer layer, shared by every architecture file.
+ *
+ * A model calls, per forward block of n tokens:
+ *
+ *   const pos0 = attn.beginBlock(n);                  // positions [pos0, pos0 + n) get KV slots
+ *   per layer l:  attn.layerInput(l, x, n)            // hook: speculative query of layer l + 1
+ *                 ... q, k, v projections, RoPE ...
+ *                 attn.attend(l, q, kRows, vRows, out, n)  // append k, v; out[i] = attention of row i
+ *   attn.endBlock();                                  // evict window overflow to the store
+ *
+ * Full attention (the default) scores the store span, then the window spans, each at its
+ * position's column of a [heads, maxContext] scores row, applies one softmax and sums the
+ * matching V spans. A DecodeAttention (hybrid/) may take over single-token decode steps.
+ */
+import type { Backend, Tensor } from "./backend.js";
+import { fail } from "./errors.js";
+import type { KvCache } from "./kv-cache.js";
+
+export interface AttentionLayout {
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+}
+
+/**
+ * Computes the query of `layer` from a residual-stream row `x` (norm → W_q → RoPE at `pos`),
+ * writing heads × headDim values to row 0 of `out`. Architectures provide it so the hybrid
+ * runtime can compute the speculative query q̃ₗ₊₁ from layer l's input.
+ */
+export interface QueryProjector {
+  projectQuery(layer: number, x: Tensor, pos: number, out: Tensor): void;
+}
+
+/** Takes over the attention of decode steps (one token); see hybrid/hybrid-attention.ts. */
+export interface DecodeAttention {
+  /** Called once per decode step before layer 0, with the KV slot already appended. */
+  beginStep(pos: number): void;
+  /** Layer l's input row is ready (residual stream before the layer's norm). */
+  layerInput(layer: number, x: Tensor): void;
+  /** The new token's k, v are in the window; write the attention of q (row 0) to out row 0. */
+  attend(layer: number, q: Tensor, out: Tensor): void;
+  /** The step's layers are done (before eviction). */
+  endStep(): void;
+}
+
+export class Attention implements Disposable {
+  readonly scale: number;
+  /** [heads, maxContext]: one row per head, column = position. */
+  readonly scores: Tensor;
+  private pos0 = 0;
+  private n = 0;
+  private decode: DecodeAttention | null = null;
+  private closed = false;
+
+  constructor(
+    readonly backend: Backend,
+    readonly cache: KvCache,
+    readonly layout: AttentionLayout,
+  ) {
+    if (layout.heads % layout.kvHeads !== 0) fail(`${layout.heads} attention heads is not a multiple of ${layout.kvHeads} KV heads`);
+    if (cache.kvHeads !== layout.kvHeads || cache.headDim !== layout.headDim) {
+      fail(`attention: KV cache layout ${cache.kvHeads}×${cache.headDim} does not match the model's ${layout.kvHeads}×${layout.headDim}`);
+    }
+    this.scale = 1 / Math.sqrt(layout.headDim);
+    this.scores = backend.alloc([layout.heads, cache.maxContext]);
+  }
+
+  /** Route decode steps through `d` (null: back to full attention). */
+  setDecodeAttention(d: DecodeAttention | null): void {
+    this.decode = d;
+  }
+
+  get decodeAttention(): DecodeAttention | null {
+    return this.decode;
+  }
+
+  /** Appends n positions to the cache; returns the first. */
+  beginBlock(n: number): number {
+    this.checkOpen();
+    this.pos0 = this.cache.append(n);
+    this.n = n;
+    if (n === 1 && this.decode) this.decode.beginStep(this.pos0);
+    return this.pos0;
+  }
+
+  /** Layer `layer`'s input rows are in x (hook for speculative queries; decode only). */
+  layerInput(layer: number, x: Tensor): void {
+    if (this.n === 1 && this.decode) this.decode.layerInput(layer, x);
+  }
+
+  /**
+   * Write the block's k, v rows of `layer` into the cache (token-major rows of width headDim:
+   * row i·kvHeads + g is KV head g of token i) and write the attention of every q row to
+   * the same row of `out` (rows heads × headDim).
+   */
+  attend(layer: number, q: Tensor, kRows: Tensor, vRows: Tensor, out: Tensor): void {
+    const n = this.n, pos0 = this.pos0;
+    this.cache.writeRows(layer, kRows, vRows, pos0, n);
+    if (n === 1 && this.decode) {
+      this.decode.attend(layer, q, out);
+      return;
+    }
+    for (let i = 0; i < n; i++) this.attendFull(layer, q, i, pos0 + i, out);
+  }
+
+  /** Ends the block: the decode hook sees the step end, then the window overflow is evicted. */
+  endBlock(): void {
+    if (this.n === 1 && this.decode) this.decode.endStep();
+    this.cache.evict();
+    this.n = 0;
+  }
+
+  /**
+   * Exact attention of query row `row` (position `pos`) over positions [0, pos]: logits of
+   * every cached span at its position's column, one softmax, the V spans summed into out[row].
+   */
+  attendFull(layer: number, q: Tensor, row: number, pos: number, out: Tensor): void {
+    const be = this.backend, c = this.cache, scores = this.scores, scale = this.scale;
+    const total = pos + 1;
+    for (let s = 0; s < c.spanCount; s++) {
+      const p = c.spanPos[s];
+      if (p >= total) continue;
+      be.attnLogits(scores, p, q, row, c.spanK(s, layer), c.spanSlot[s], Math.min(c.spanLen[s], total - p), scale);
+    }
+    be.softmax(scores, this.layout.heads, total);
+    let first = true;
+    for (let s = 0; s < c.spanCount; s++) {
+      const p = c.spanPos[s];
+      if (p >= total) continue;
+      be.attnAggregate(out, row, scores, p, c.spanV(s, layer), c.spanSlot[s], Math.min(c.spanLen[s], total - p), !first);
+      first = false;
+    }
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.backend.free(this.scores);
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  private checkOpen(): void {
+    if (this.closed) fail("attention used after close()");
+  }
+}
