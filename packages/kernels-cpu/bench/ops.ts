@@ -152,10 +152,39 @@ printTable("matmul and small ops (GB/s = weight bytes / time; stream = streamSum
       const gbs = bytes / s / 1e9;
       body.push(["attnLogits", `${tokens / 1024}K tok`, dtype, (s * 1e3).toFixed(3), gbs.toFixed(1), base.toFixed(1), `${((gbs / base) * 100).toFixed(0)}%`]);
     }
+    // the hybrid stage's pre-QK path: score a selected set of slots scattered over the cache
+    for (const sel of [1024, 16384]) {
+      const slots = new Int32Array(sel);
+      let seed = 12345;
+      for (let i = 0; i < sel; i++) {
+        // xorshift32: every bit random, unlike the low bits of a power-of-two LCG
+        seed ^= seed << 13;
+        seed ^= seed >>> 17;
+        seed ^= seed << 5;
+        slots[i] = (seed >>> 0) % maxTokens;
+      }
+      const s = time(() => be.attnLogitsGather(logits, 0, q, 0, k, slots, 0.088));
+      const bytes = sel * kvHeads * d * (dtype === "f32" ? 4 : 2);
+      const base = streamGBs(bytes);
+      const gbs = bytes / s / 1e9;
+      body.push(["attnLogitsGather", `${sel / 1024}K of ${maxTokens / 1024}K`, dtype, (s * 1e3).toFixed(3), gbs.toFixed(1), base.toFixed(1), `${((gbs / base) * 100).toFixed(0)}%`]);
+    }
+    // aggregation of V over the same spans (V has K's shape), for scale
+    const probs = filled([heads, maxTokens]);
+    const out = be.alloc([1, heads * d]);
+    for (let tokens = 4096; tokens <= maxTokens; tokens *= 8) {
+      const s = time(() => be.attnAggregate(out, 0, probs, 0, k, maxTokens - tokens, tokens, false));
+      const bytes = tokens * kvHeads * d * (dtype === "f32" ? 4 : 2);
+      const base = streamGBs(bytes);
+      const gbs = bytes / s / 1e9;
+      body.push(["attnAggregate", `${tokens / 1024}K tok`, dtype, (s * 1e3).toFixed(3), gbs.toFixed(1), base.toFixed(1), `${((gbs / base) * 100).toFixed(0)}%`]);
+    }
+    be.free(probs);
+    be.free(out);
     be.free(k);
     be.free(q);
     be.free(logits);
   }
-  printTable(`attention logits q·Kᵀ, ${heads} query heads on ${kvHeads} KV heads × ${d} dims (GB/s = K bytes / time)`, ["op", "span", "K dtype", "ms", "GB/s", "stream GB/s", "of stream"], body);
+  printTable(`attention, ${heads} query heads on ${kvHeads} KV heads × ${d} dims (GB/s = K or V bytes / time)`, ["op", "span", "K dtype", "ms", "GB/s", "stream GB/s", "of stream"], body);
 }
 be.close();

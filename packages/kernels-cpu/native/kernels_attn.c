@@ -9,6 +9,16 @@ static inline int64_t token_at(const int32_t *slots, int64_t start, int64_t j) {
     return slots ? (int64_t)slots[j] : start + j;
 }
 
+/* Fetch the row of the token PF_TOKENS ahead ourselves: gathered rows are scattered, so the
+ * hardware prefetcher cannot guess them, and even on spans it keeps too few misses in
+ * flight (a 16K-token f32 span ran at 18 GB/s without this, a random gather at 50). */
+#define PF_TOKENS 16
+static inline void prefetch_row(const void *base, const int32_t *slots, int64_t start, int64_t j, int64_t j1, int64_t row_bytes) {
+    if (j + PF_TOKENS >= j1) return;
+    const char *p = (const char *)base + token_at(slots, start, j + PF_TOKENS) * row_bytes;
+    for (int64_t o = 0; o < row_bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
 #define DEFINE_ATTN(T, KT, VLD, SLD)                                                             \
 static inline float dot_##T(const float *q, const KT *k, int d) {                             \
     vf a0 = vzero(), a1 = vzero();                                                             \
@@ -68,6 +78,8 @@ static void logits_##T(const hg_logits_args *a, int64_t j0, int64_t j1) {       
         int64_t j = j0;                                                                        \
         if (g >= 4)                                                                            \
             for (; j + 2 <= j1; j += 2) { /* token pairs through the 4-head blocks */          \
+                prefetch_row(kbase, a->slots, a->start, j, j1, (int64_t)d * sizeof(KT));                 \
+                prefetch_row(kbase, a->slots, a->start, j + 1, j1, (int64_t)d * sizeof(KT));             \
                 const KT *k0 = kbase + token_at(a->slots, a->start, j) * d;                    \
                 const KT *k1 = kbase + token_at(a->slots, a->start, j + 1) * d;                \
                 int h = 0;                                                                     \
@@ -84,6 +96,7 @@ static void logits_##T(const hg_logits_args *a, int64_t j0, int64_t j1) {       
                 }                                                                              \
             }                                                                                  \
         for (; j < j1; j++) {                                                                  \
+            prefetch_row(kbase, a->slots, a->start, j, j1, (int64_t)d * sizeof(KT));                     \
             const KT *krow = kbase + token_at(a->slots, a->start, j) * d;                      \
             int h = 0;                                                                         \
             for (; h + 4 <= g; h += 4) {                                                       \
@@ -102,6 +115,7 @@ static void aggregate_##T(const hg_aggr_args *a, float *acc, int64_t j0, int64_t
         const KT *vbase = V + (int64_t)kh * a->cap * d;                                        \
         int64_t j = j0;                                                                        \
         for (; j + 4 <= j1; j += 4) {                                                          \
+            for (int t = 0; t < 4; t++) prefetch_row(vbase, a->slots, a->start, j + t, j1, (int64_t)d * sizeof(KT)); \
             const KT *v0 = vbase + token_at(a->slots, a->start, j) * d;                        \
             const KT *v1 = vbase + token_at(a->slots, a->start, j + 1) * d;                    \
             const KT *v2 = vbase + token_at(a->slots, a->start, j + 2) * d;                    \

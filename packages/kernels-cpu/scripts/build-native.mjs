@@ -2,7 +2,7 @@
 // The kernel files are compiled once per ISA with a distinct symbol suffix; dispatch.c
 // picks one table at run time, so the library never needs -march=native.
 import { execFileSync } from "node:child_process";
-import { mkdirSync, existsSync, rmSync } from "node:fs";
+import { mkdirSync, existsSync, rmSync, renameSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { arch } from "node:os";
@@ -10,18 +10,21 @@ import { arch } from "node:os";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const src = join(root, "native");
 const lib = join(root, "lib");
-const obj = join(lib, "obj");
+// Per-process object folder and an atomic rename at the end: parallel builds (turbo, a test
+// run's global setup) must not delete each other's files or load a half-written library.
+const obj = join(lib, `obj-${process.pid}`);
 const cc = process.env.CC || "gcc";
 const common = ["-O3", "-std=gnu11", "-fPIC", "-fno-math-errno", "-Wall", "-Wextra", "-Wno-unused-function", "-pthread", "-fvisibility=hidden"];
 
 const kernelFiles = ["kernels_matmul.c", "kernels_attn.c", "kernels_elem.c"];
-const commonFiles = ["pool.c", "dispatch.c", "ops.c", "memory.c"];
+const commonFiles = ["pool.c", "dispatch.c", "ops.c", "memory.c", "random_fill.c"];
 
 function run(args) {
   try {
     execFileSync(cc, args, { stdio: ["ignore", "inherit", "inherit"] });
   } catch (e) {
     console.error(`build-native: ${cc} ${args.join(" ")} failed`);
+    rmSync(obj, { recursive: true, force: true });
     process.exit(1);
   }
 }
@@ -63,7 +66,9 @@ for (const f of commonFiles) {
   objects.push(o);
 }
 const out = join(lib, "libhgcpu.so");
-run(["-shared", "-pthread", "-o", out, ...objects, "-lm"]);
+const tmp = join(obj, "libhgcpu.so");
+run(["-shared", "-pthread", "-o", tmp, ...objects, "-lm"]);
+if (!existsSync(tmp)) process.exit(1);
+renameSync(tmp, out);
 rmSync(obj, { recursive: true, force: true });
-if (!existsSync(out)) process.exit(1);
 console.log(`build-native: ${out} (${isas.map((i) => i.name).join(", ")})`);
