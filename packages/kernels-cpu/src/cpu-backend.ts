@@ -167,9 +167,9 @@ export class CpuBackend implements Backend {
       bad(`view: ${numel} elements at offset ${offset} are outside ${b} (${b.numel} elements)`);
     }
     const root = b.base ?? b;
-    const v = new CpuTensor(this, b.dtype, [...shape], b.at(offset), numel * b.elementBytes, false, undefined, root);
-    this.live.add(v);
-    return v;
+    // Not tracked in `live`: a view dies with its base (CpuTensor.dead), so an engine can make
+    // views per step without anything to free; unreferenced handles are simply collected.
+    return new CpuTensor(this, b.dtype, [...shape], b.at(offset), numel * b.elementBytes, false, undefined, root);
   }
 
   free(t: Tensor): void {
@@ -182,7 +182,6 @@ export class CpuBackend implements Backend {
     t.freed = true;
     this.live.delete(t);
     if (t.owned) this.lib.hg_free(t.ptr, t.byteLength);
-    if (!t.base) for (const v of this.live) if (v.base === t) this.live.delete(v); // its views die with it
   }
 
   /** Frees every live tensor and stops the thread pool. Idempotent. */
@@ -205,7 +204,7 @@ export class CpuBackend implements Backend {
     return this.isClosed;
   }
 
-  /** Tensors currently alive (allocated or loaded, not freed). */
+  /** Tensors currently alive (allocated or loaded, not freed; views are not counted). */
   get liveTensors(): number {
     return this.live.size;
   }

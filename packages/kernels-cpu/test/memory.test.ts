@@ -81,15 +81,16 @@ describe.each(CONFIGS)("memory isa=$isa threads=$threads", (cfg) => {
     const be = backend(cfg);
     const a = be.alloc([4 << 20]); // large: mmap path
     const b = be.alloc([3, 3], "f16");
-    be.view(a, 0, [8]);
-    expect(be.liveTensors).toBe(3);
+    const v = be.view(a, 0, [8]);
+    expect(be.liveTensors).toBe(2); // views are handles, not allocations
     be.free(b);
     expect(() => be.free(b)).toThrow(/already freed/);
-    expect(be.liveTensors).toBe(2);
+    expect(be.liveTensors).toBe(1);
     be.close();
     expect(be.closed).toBe(true);
     expect(be.liveTensors).toBe(0);
     expect(() => be.read(a)).toThrow(/closed/);
+    expect(() => be.read(v)).toThrow(/closed/);
     expect(() => be.alloc([1])).toThrow(/closed/);
     be.close(); // idempotent
   });
