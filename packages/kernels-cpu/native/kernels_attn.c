@@ -67,34 +67,53 @@ static inline void dot4x2_##T(const float *q, int qs, const KT *k0p, const KT *k
         for (int h = 0; h < 4; h++) { r[h] += q[h * qs + i] * x0; r[4 + h] += q[h * qs + i] * x1; } \
     }                                                                                          \
 }                                                                                              \
+/* one query head . four K rows -> r[0..3]: one q load serves four tokens, one reduction */ \
+static inline void dot1x4_##T(const float *q, const KT *k0, const KT *k1, const KT *k2, const KT *k3, int d, float *r) { \
+    vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();                                 \
+    int i = 0;                                                                                 \
+    for (; i + VW <= d; i += VW) {                                                             \
+        vf qv = vld(q + i);                                                                    \
+        a0 = vfma(qv, VLD(k0 + i), a0); a1 = vfma(qv, VLD(k1 + i), a1);                        \
+        a2 = vfma(qv, VLD(k2 + i), a2); a3 = vfma(qv, VLD(k3 + i), a3);                        \
+    }                                                                                          \
+    vhsum4(a0, a1, a2, a3, r);                                                                 \
+    for (; i < d; i++) {                                                                       \
+        r[0] += q[i] * SLD(k0 + i); r[1] += q[i] * SLD(k1 + i);                                \
+        r[2] += q[i] * SLD(k2 + i); r[3] += q[i] * SLD(k3 + i);                                \
+    }                                                                                          \
+}                                                                                              \
 static void logits_##T(const hg_logits_args *a, int64_t j0, int64_t j1) {                      \
     const int d = a->head_dim, g = a->heads / a->kv_heads;                                     \
     const KT *K = (const KT *)a->k;                                                            \
-    float r[8];                                                                                \
+    float r[16];                                                                               \
     for (int kh = 0; kh < a->kv_heads; kh++) {                                                 \
         const KT *kbase = K + (int64_t)kh * a->cap * d;                                        \
         const float *qg = a->q + (int64_t)kh * g * d;                                          \
         float *lg = a->logits + (int64_t)kh * g * a->lstride;                                  \
         int64_t j = j0;                                                                        \
-        if (g >= 4)                                                                            \
-            for (; j + 2 <= j1; j += 2) { /* token pairs through the 4-head blocks */          \
-                prefetch_row(kbase, a->slots, a->start, j, j1, (int64_t)d * sizeof(KT));                 \
-                prefetch_row(kbase, a->slots, a->start, j + 1, j1, (int64_t)d * sizeof(KT));             \
-                const KT *k0 = kbase + token_at(a->slots, a->start, j) * d;                    \
-                const KT *k1 = kbase + token_at(a->slots, a->start, j + 1) * d;                \
-                int h = 0;                                                                     \
-                for (; h + 4 <= g; h += 4) {                                                   \
-                    dot4x2_##T(qg + (int64_t)h * d, d, k0, k1, d, r);                          \
-                    for (int t = 0; t < 4; t++) {                                              \
-                        lg[(int64_t)(h + t) * a->lstride + j] = a->scale * r[t];               \
-                        lg[(int64_t)(h + t) * a->lstride + j + 1] = a->scale * r[4 + t];       \
-                    }                                                                          \
-                }                                                                              \
-                for (; h < g; h++) {                                                           \
-                    lg[(int64_t)h * a->lstride + j] = a->scale * dot_##T(qg + (int64_t)h * d, k0, d); \
-                    lg[(int64_t)h * a->lstride + j + 1] = a->scale * dot_##T(qg + (int64_t)h * d, k1, d); \
+        for (; j + 4 <= j1; j += 4) { /* four tokens: 4-head x 2-token blocks, then 1 x 4 */    \
+            for (int t = 0; t < 4; t++)                                                        \
+                prefetch_row(kbase, a->slots, a->start, j + t, j1, (int64_t)d * sizeof(KT));   \
+            const KT *k0 = kbase + token_at(a->slots, a->start, j) * d;                        \
+            const KT *k1 = kbase + token_at(a->slots, a->start, j + 1) * d;                    \
+            const KT *k2 = kbase + token_at(a->slots, a->start, j + 2) * d;                    \
+            const KT *k3 = kbase + token_at(a->slots, a->start, j + 3) * d;                    \
+            int h = 0;                                                                         \
+            for (; h + 4 <= g; h += 4) {                                                       \
+                dot4x2_##T(qg + (int64_t)h * d, d, k0, k1, d, r);                              \
+                dot4x2_##T(qg + (int64_t)h * d, d, k2, k3, d, r + 8);                          \
+                for (int t = 0; t < 4; t++) {                                                  \
+                    float *l = lg + (int64_t)(h + t) * a->lstride + j;                         \
+                    l[0] = a->scale * r[t]; l[1] = a->scale * r[4 + t];                        \
+                    l[2] = a->scale * r[8 + t]; l[3] = a->scale * r[12 + t];                   \
                 }                                                                              \
             }                                                                                  \
+            for (; h < g; h++) {                                                               \
+                dot1x4_##T(qg + (int64_t)h * d, k0, k1, k2, k3, d, r);                         \
+                float *l = lg + (int64_t)h * a->lstride + j;                                   \
+                for (int t = 0; t < 4; t++) l[t] = a->scale * r[t];                            \
+            }                                                                                  \
+        }                                                                                      \
         for (; j < j1; j++) {                                                                  \
             prefetch_row(kbase, a->slots, a->start, j, j1, (int64_t)d * sizeof(KT));                     \
             const KT *krow = kbase + token_at(a->slots, a->start, j) * d;                      \
