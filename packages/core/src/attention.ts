@@ -34,6 +34,8 @@ export interface QueryProjector {
 
 /** Takes over the attention of decode steps (one token); see hybrid/hybrid-attention.ts. */
 export interface DecodeAttention {
+  /** A new sequence starts (position 0 is being appended): reset per-sequence state. */
+  newSequence(): void;
   /** Called once per decode step before layer 0, with the KV slot already appended. */
   beginStep(pos: number): void;
   /** Layer l's input row is ready (residual stream before the layer's norm). */
@@ -80,6 +82,7 @@ export class Attention implements Disposable {
     this.checkOpen();
     this.pos0 = this.cache.append(n);
     this.n = n;
+    if (this.pos0 === 0 && this.decode) this.decode.newSequence();
     if (n === 1 && this.decode) this.decode.beginStep(this.pos0);
     return this.pos0;
   }

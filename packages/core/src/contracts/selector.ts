@@ -206,6 +206,8 @@ export function selectionForKvHead(sel: Selection, g: number): Int32Array {
   return sel.kind === "shared" ? sel.ids : sel.ids[g]!;
 }
 
+export type SelectorKernel = "topk" | "topk-shared" | "all";
+
 /** Static facts about a layer handed to initState(). */
 export interface SelectorLayerInfo {
   readonly layer: number;
@@ -222,6 +224,13 @@ export interface TokenSelector<S = unknown> {
   readonly needsScores: boolean;
   /** False for selectors that return every token whatever K is ("all"). */
   readonly usesBudget: boolean;
+  /**
+   * Optional: this selector's choice equals a kernel a CpuStage can run on its own threads,
+   * so the engine may skip select() and run selection there (no JS on the critical path).
+   * "topk": post-QKᵀ exact top-K per KV head, max over the group's query heads, ties to the
+   * lower slot; "topk-shared": one list from the max over all heads; "all": every slot.
+   */
+  readonly kernel?: SelectorKernel;
   /** Fresh per-(layer, sequence) state; called once when the sequence starts. */
   initState(info: SelectorLayerInfo): S;
   /** Chooses slots. Returns a validated, normalised selection (see validateSelection). */

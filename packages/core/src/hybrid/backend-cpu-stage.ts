@@ -1,0 +1,210 @@
+/**
+ * BackendCpuStage: the CpuStage built from Backend ops and TypeScript, synchronous. It runs
+ * on any backend (ReferenceBackend in tests) and is the readable definition of what a native
+ * stage computes; kernels-cpu's NativeCpuStage must match it.
+ */
+import type { Backend, Tensor } from "../backend.js";
+import { referencePrimitives } from "../contracts/selector-primitives.js";
+import { selectionForKvHead, type Selection } from "../contracts/selector.js";
+import { fail } from "../errors.js";
+import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape } from "./cpu-stage.js";
+import { checkStageJob } from "./check-stage-job.js";
+
+interface Slot {
+  query: Float32Array;
+  logits: Float32Array;
+  ids: Int32Array;
+  counts: Int32Array;
+  values: Tensor; // [kvHeads · storeCapacity, headDim] f32
+  view: Tensor | null;
+  viewKmax: number;
+  kmax: number;
+}
+
+export class BackendCpuStage implements CpuStage {
+  readonly name = "backend";
+  readonly concurrent = false;
+  private shape: CpuStageShape | null = null;
+  private slots: Slot[] = [];
+  private scoresT: Tensor | null = null; // [heads, storeCapacity]
+  private qT: Tensor | null = null; // [1, heads · headDim]
+  private rows: Float32Array[] = [];
+  private readonly tableViews = new Map<Tensor, Tensor>();
+  private busyMs = 0;
+  private closed = false;
+
+  constructor(private readonly backend: Backend) {}
+
+  prepare(shape: CpuStageShape): void {
+    if (this.shape) fail("cpu stage: prepare() called twice");
+    const { heads, kvHeads, headDim, storeCapacity: cap } = shape;
+    this.shape = shape;
+    const be = this.backend;
+    this.scoresT = be.alloc([heads, cap]);
+    this.qT = be.alloc([1, heads * headDim]);
+    this.rows = Array.from({ length: heads }, () => new Float32Array(cap));
+    for (let s = 0; s < 2; s++) {
+      this.slots.push({
+        query: new Float32Array(heads * headDim), logits: new Float32Array(heads * cap),
+        ids: new Int32Array(kvHeads * cap), counts: new Int32Array(kvHeads),
+        values: be.alloc([kvHeads * cap, headDim]), view: null, viewKmax: -1, kmax: 0,
+      });
+    }
+  }
+
+  query(slot: 0 | 1): Float32Array {
+    return this.slot(slot).query;
+  }
+
+  submit(job: CpuStageJob): void {
+    const shape = this.ready();
+    checkStageJob(job, shape);
+    const t0 = performance.now();
+    const s = this.slot(job.slot);
+    this.backend.write(this.qT!, s.query);
+    const w = job.work;
+    if (w.kind === "selected") {
+      this.scoreSelected(job, w.selection);
+    } else {
+      this.scoreAll(job);
+      if (w.kind === "topk") this.gather(job, topKSelection(this.rows, job.offloaded, w.budget, w.shared, shape));
+    }
+    this.busyMs = performance.now() - t0;
+  }
+
+  wait(): number {
+    return this.busyMs;
+  }
+
+  allLogits(): readonly Float32Array[] {
+    return this.rows;
+  }
+
+  gather(job: CpuStageJob, selection: Selection): void {
+    const { heads, kvHeads } = this.ready();
+    const s = this.slot(job.slot), group = heads / kvHeads, kmax = job.kmax;
+    this.setIds(s, job, selection);
+    for (let h = 0; h < heads; h++) {
+      const g = Math.floor(h / group), n = s.counts[g], row = this.rows[h];
+      for (let i = 0; i < kmax; i++) s.logits[h * kmax + i] = i < n ? row[s.ids[g * kmax + i]] : -Infinity;
+    }
+    this.gatherValues(s, job);
+  }
+
+  output(slot: 0 | 1): CpuStageOutput {
+    const { kvHeads, headDim } = this.ready();
+    const s = this.slot(slot);
+    if (s.viewKmax !== s.kmax) {
+      if (s.view) this.backend.free(s.view);
+      s.view = this.backend.view(s.values, 0, [kvHeads, Math.max(1, s.kmax), headDim]);
+      s.viewKmax = s.kmax;
+    }
+    return { kmax: s.kmax, logits: s.logits, values: s.view!, ids: s.ids, counts: s.counts };
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    const be = this.backend;
+    for (const v of this.tableViews.values()) be.free(v);
+    for (const s of this.slots) {
+      if (s.view) be.free(s.view);
+      be.free(s.values);
+    }
+    if (this.scoresT) be.free(this.scoresT);
+    if (this.qT) be.free(this.qT);
+    this.slots = [];
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  private scoreAll(job: CpuStageJob): void {
+    const be = this.backend, n = job.offloaded;
+    be.attnLogits(this.scoresT!, 0, this.qT!, 0, job.k, 0, n, job.scale);
+    const cap = this.shape!.storeCapacity;
+    for (let h = 0; h < this.rows.length; h++) this.rows[h].set(be.read(this.scoresT!, h * cap, n));
+  }
+
+  /** Pre-QKᵀ: one gathered-logits call per distinct list (one for a shared selection). */
+  private scoreSelected(job: CpuStageJob, selection: Selection): void {
+    const { heads, kvHeads, storeCapacity: cap } = this.shape!;
+    const be = this.backend, s = this.slot(job.slot), group = heads / kvHeads, kmax = job.kmax;
+    this.setIds(s, job, selection);
+    for (let g = 0; g < kvHeads; g++) {
+      const n = s.counts[g];
+      if (n > 0 && (selection.kind === "perKvHead" || g === 0)) {
+        be.attnLogitsGather(this.scoresT!, 0, this.qT!, 0, job.k, s.ids.subarray(g * kmax, g * kmax + n), job.scale);
+      }
+      for (let h = g * group; h < (g + 1) * group; h++) {
+        const got = n > 0 ? be.read(this.scoresT!, h * cap, n) : new Float32Array(0);
+        s.logits.set(got, h * kmax);
+        s.logits.fill(-Infinity, h * kmax + n, (h + 1) * kmax);
+      }
+    }
+    this.gatherValues(s, job);
+  }
+
+  private setIds(s: Slot, job: CpuStageJob, selection: Selection): void {
+    const { kvHeads } = this.shape!, kmax = job.kmax;
+    s.kmax = kmax;
+    for (let g = 0; g < kvHeads; g++) {
+      const ids = selectionForKvHead(selection, g);
+      if (ids.length > kmax) fail(`cpu stage: KV head ${g} selected ${ids.length} tokens, more than the step's width ${kmax}`);
+      for (let i = 0; i < ids.length; i++) {
+        const id = ids[i];
+        if (!(id >= 0 && id < job.offloaded)) fail(`cpu stage: selected slot ${id} out of range [0, ${job.offloaded})`);
+        if (i > 0 && id <= ids[i - 1]) fail(`cpu stage: KV head ${g} selection is not strictly ascending at slot ${id}`);
+      }
+      s.ids.set(ids, g * kmax);
+      s.ids.fill(0, g * kmax + ids.length, (g + 1) * kmax);
+      s.counts[g] = ids.length;
+    }
+  }
+
+  /** values[g, i] = V[g, ids[g, i]] as f32 rows; padding repeats slot 0 (finite, probability 0). */
+  private gatherValues(s: Slot, job: CpuStageJob): void {
+    const { kvHeads, storeCapacity: cap, headDim } = this.shape!, kmax = job.kmax;
+    if (kmax === 0) return;
+    let table = this.tableViews.get(job.v);
+    if (!table) {
+      table = this.backend.view(job.v, 0, [kvHeads * cap, headDim]);
+      this.tableViews.set(job.v, table);
+    }
+    const rows = new Int32Array(kvHeads * kmax);
+    for (let g = 0; g < kvHeads; g++) for (let i = 0; i < kmax; i++) rows[g * kmax + i] = g * cap + s.ids[g * kmax + i];
+    this.backend.embedding(s.values, table, rows);
+  }
+
+  private slot(i: 0 | 1): Slot {
+    const s = this.slots[i];
+    if (!s) fail(this.closed ? "cpu stage used after close()" : `cpu stage: slot ${i} does not exist (call prepare() first)`);
+    return s;
+  }
+
+  private ready(): CpuStageShape {
+    if (this.closed) fail("cpu stage used after close()");
+    if (!this.shape) fail("cpu stage: prepare() was not called");
+    return this.shape;
+  }
+}
+
+/**
+ * Exact top-K from per-query-head logits: per KV head the max over its group's heads (or one
+ * shared list from the max over all heads), then the `budget` largest, ties to the lower slot.
+ */
+export function topKSelection(rows: readonly Float32Array[], offloaded: number, budget: number, shared: boolean, shape: { heads: number; kvHeads: number }): Selection {
+  const P = referencePrimitives, group = shape.heads / shape.kvHeads;
+  const best = new Float32Array(offloaded);
+  if (shared) {
+    P.maxRows(rows, offloaded, best);
+    return { kind: "shared", ids: P.topK(best, budget, offloaded) };
+  }
+  const ids: Int32Array[] = [];
+  for (let g = 0; g < shape.kvHeads; g++) {
+    P.maxRows(rows.slice(g * group, (g + 1) * group), offloaded, best);
+    ids.push(P.topK(best, budget, offloaded));
+  }
+  return { kind: "perKvHead", ids };
+}

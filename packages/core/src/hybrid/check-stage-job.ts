@@ -1,0 +1,28 @@
+/** Boundary checks every CpuStage runs on a job before touching memory. */
+import type { Tensor } from "../backend.js";
+import { fail } from "../errors.js";
+import type { CpuStageJob, CpuStageShape } from "./cpu-stage.js";
+
+function checkStore(t: Tensor, what: string, shape: CpuStageShape): void {
+  const s = t.shape;
+  if (s.length !== 3 || s[0] !== shape.kvHeads || s[1] !== shape.storeCapacity || s[2] !== shape.headDim) {
+    fail(`cpu stage: ${what} has shape [${s.join(", ")}], expected [${shape.kvHeads}, ${shape.storeCapacity}, ${shape.headDim}] (mismatched head layout)`);
+  }
+}
+
+export function checkStageJob(job: CpuStageJob, shape: CpuStageShape): void {
+  if (job.slot !== 0 && job.slot !== 1) fail(`cpu stage: slot must be 0 or 1, got ${job.slot}`);
+  checkStore(job.k, "store K", shape);
+  checkStore(job.v, "store V", shape);
+  if (!(Number.isInteger(job.offloaded) && job.offloaded >= 1 && job.offloaded <= shape.storeCapacity)) {
+    fail(`cpu stage: offloaded count ${job.offloaded} out of range [1, ${shape.storeCapacity}]`);
+  }
+  if (!(Number.isInteger(job.kmax) && job.kmax >= 0 && job.kmax <= job.offloaded)) {
+    fail(`cpu stage: width ${job.kmax} out of range [0, ${job.offloaded}]`);
+  }
+  if (!(Number.isFinite(job.scale) && job.scale > 0)) fail(`cpu stage: scale must be a positive number, got ${job.scale}`);
+  const w = job.work;
+  if (w.kind === "topk" && !(Number.isInteger(w.budget) && w.budget >= 0 && w.budget <= job.kmax)) {
+    fail(`cpu stage: top-K budget ${w.budget} out of range [0, ${job.kmax}]`);
+  }
+}

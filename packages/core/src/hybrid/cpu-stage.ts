@@ -1,0 +1,77 @@
+/**
+ * The CpuStage contract: the host side of hybrid attention for one layer at a time
+ * (paper §4.2 Logits Calculator + V gather). It scores a query against a layer's offloaded K,
+ * optionally selects top-K itself, and leaves the selected tokens' logits and V rows in a
+ * staging area the device reads (pinned memory a GPU receives by DMA).
+ *
+ * Two staging slots (0, 1) let the stage prepare layer l + 1 while the device still reads
+ * layer l's results (speculative mode). Output layout of a slot, for a step's width kmax:
+ *   logits  [heads, kmax] f32, scaled by 1/√d; a KV head's list shorter than kmax is padded
+ *           with −∞ (zero probability, so the softmax stays exact);
+ *   values  [kvHeads, kmax, headDim], padded rows are zeros;
+ *   ids     [kvHeads, kmax] store slots, ascending per KV head; counts[g] valid per head.
+ *
+ * An implementation may run submit() on threads of its own (`concurrent`), so the caller
+ * drives the device stage until wait(); the portable BackendCpuStage runs synchronously.
+ */
+import type { Tensor } from "../backend.js";
+import type { Selection } from "../contracts/selector.js";
+
+export interface CpuStageShape {
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  /** Rows per KV head of the store tensors (KvCache.storeCapacity). */
+  readonly storeCapacity: number;
+}
+
+/** What one submit() does. */
+export type CpuStageWork =
+  /** Post-QKᵀ, selection in JS afterwards: score every offloaded token into allLogits(). */
+  | { readonly kind: "score" }
+  /** Post-QKᵀ exact top-K inside the stage: per KV head the max over the group's query heads
+   * (or over all heads when `shared`), then the `budget` largest, ties to the lower slot. */
+  | { readonly kind: "topk"; readonly budget: number; readonly shared: boolean }
+  /** Pre-QKᵀ: score only the selected slots (per KV head lists may differ). */
+  | { readonly kind: "selected"; readonly selection: Selection };
+
+export interface CpuStageJob {
+  readonly slot: 0 | 1;
+  /** The layer's store K and V ([kvHeads, storeCapacity, headDim]). */
+  readonly k: Tensor;
+  readonly v: Tensor;
+  /** Offloaded tokens (valid store slots 0 … offloaded − 1). */
+  readonly offloaded: number;
+  /** Output width: lists are padded to it. */
+  readonly kmax: number;
+  readonly scale: number;
+  readonly work: CpuStageWork;
+}
+
+export interface CpuStageOutput {
+  readonly kmax: number;
+  readonly logits: Float32Array;
+  /** [kvHeads, kmax, headDim] view of the staging tensor (valid until the slot is reused). */
+  readonly values: Tensor;
+  readonly ids: Int32Array;
+  readonly counts: Int32Array;
+}
+
+export interface CpuStage extends Disposable {
+  readonly name: string;
+  /** True when submit() returns at once and the work runs on other threads. */
+  readonly concurrent: boolean;
+  /** Allocate buffers for a model/cache shape (called once, before any submit). */
+  prepare(shape: CpuStageShape): void;
+  /** The query buffer of a slot (heads × headDim, RoPE applied); fill it before submit. */
+  query(slot: 0 | 1): Float32Array;
+  submit(job: CpuStageJob): void;
+  /** Blocks until the last submitted job is done; returns its busy time in ms. */
+  wait(): number;
+  /** Per query head, the logits of a "score" job (valid until the next submit). */
+  allLogits(): readonly Float32Array[];
+  /** After a "score" job and a JS selection: stage the selected logits and V rows (synchronous). */
+  gather(job: CpuStageJob, selection: Selection): void;
+  output(slot: 0 | 1): CpuStageOutput;
+  close(): void;
+}

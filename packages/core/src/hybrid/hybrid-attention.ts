@@ -1,0 +1,342 @@
+/**
+ * HybridAttention: decode-step attention split by tokens (paper §4.2, Figure 12).
+ *
+ * Per layer: the CPU stage scores the query against the layer's offloaded K (all of it
+ * post-QKᵀ, only chosen slots pre-QKᵀ), selects, and stages the selected logits and V rows;
+ * the device scores the window (sinks + recent ring). The logits are concatenated in position
+ * order — columns [0, S) sinks, [S, S + K) the selected offloaded tokens (ascending slot =
+ * position order, short per-head lists padded with −∞), then the ring — softmaxed once and
+ * aggregated over the matching V rows (staged V for offloaded tokens, window V otherwise).
+ *
+ * Logits modes: "exact" submits layer l's stage with the true q of layer l, then scores the
+ * window while it runs. "speculative" computes q̃ₗ₊₁ = RoPE(W_q⁽ˡ⁺¹⁾·norm⁽ˡ⁺¹⁾(xₗ)) at the start
+ * of layer l and submits layer l + 1's stage as soon as layer l's is collected, so it runs
+ * during the rest of layer l and the start of layer l + 1 (layer 0's q̃ comes from the
+ * embedding output, i.e. it is exact). Prefill blocks always use exact full attention.
+ */
+import type { Tensor } from "../backend.js";
+import type { Attention, DecodeAttention, QueryProjector } from "../attention.js";
+import type { Scheduler, SchedulerDecision } from "../contracts/scheduler.js";
+import { referencePrimitives } from "../contracts/selector-primitives.js";
+import {
+  clampBudget, headLayout, type AccumulatedScores, type HeadLayout, type Selection, type SelectionTiming, type TokenSelector,
+} from "../contracts/selector.js";
+import { fail } from "../errors.js";
+import type { CpuStage, CpuStageJob, CpuStageWork } from "./cpu-stage.js";
+import { HybridStats } from "./hybrid-stats.js";
+import { HybridOptionsSchema, type HybridOptions, type LogitsMode } from "./options.js";
+
+export interface HybridAttentionParts {
+  readonly attention: Attention;
+  /** Computes a layer's query from a residual row (LlamaModel implements it). */
+  readonly projector: QueryProjector;
+  /** Owned from here on: closed with the HybridAttention. */
+  readonly stage: CpuStage;
+  readonly selector: TokenSelector;
+  readonly scheduler: Scheduler;
+}
+
+interface StepPlan {
+  timing: SelectionTiming;
+  budget: number;
+  kmax: number;
+  offloaded: number;
+  /** What the stage does; "score" means a JS selector chooses after the logits are back. */
+  work: "kernel" | "score" | "pre";
+}
+
+export class HybridAttention implements DecodeAttention, Disposable {
+  readonly stats = new HybridStats();
+  readonly logitsMode: LogitsMode;
+  readonly layout: HeadLayout;
+  private readonly attention: Attention;
+  private readonly projector: QueryProjector;
+  private readonly stage: CpuStage;
+  private readonly selector: TokenSelector;
+  private readonly scheduler: Scheduler;
+  private readonly layers: number;
+  private readonly positions: Int32Array;
+  private readonly specQ: Tensor;
+  private readonly trackScores: boolean;
+  private states: unknown[] = [];
+  private scoreRows: Float32Array[][] = []; // [layer][kvHead] per position
+  private scoreSteps = 0;
+  private decision: SchedulerDecision;
+  private plan: StepPlan | null = null;
+  private pos = 0;
+  private step = 0;
+  private jobs: (CpuStageJob | null)[] = [];
+  private selections: (Selection | null)[] = [];
+  private stepStart = 0;
+  private stepWait = 0;
+  private stepJs = 0;
+  private stepTx = 0;
+  private stepCpu = 0;
+  private clampSaid = false;
+  private closed = false;
+
+  constructor(parts: HybridAttentionParts, options: HybridOptions = {}) {
+    const parsed = HybridOptionsSchema.safeParse(options);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      fail(`invalid hybrid option ${issue.path.join(".")}: ${issue.message}`);
+    }
+    const { attention, projector, stage, selector, scheduler } = parts;
+    const cache = attention.cache;
+    if (cache.storeCapacity === 0) fail("hybrid attention needs a KV window budget smaller than the context (nothing would be offloaded)");
+    this.attention = attention;
+    this.projector = projector;
+    this.stage = stage;
+    this.selector = selector;
+    this.scheduler = scheduler;
+    this.logitsMode = parsed.data.logits;
+    this.trackScores = parsed.data.trackScores || selector.needsScores;
+    this.layers = cache.layers;
+    const { heads, kvHeads, headDim } = attention.layout;
+    this.layout = headLayout(heads, kvHeads, headDim);
+    stage.prepare({ heads, kvHeads, headDim, storeCapacity: cache.storeCapacity });
+    this.positions = new Int32Array(cache.storeCapacity);
+    for (let i = 0; i < this.positions.length; i++) this.positions[i] = cache.storeStart + i;
+    this.specQ = attention.backend.alloc([1, heads * headDim]);
+    this.decision = scheduler.initial();
+    this.jobs = new Array(this.layers).fill(null);
+    this.selections = new Array(this.layers).fill(null);
+    this.newSequence();
+  }
+
+  /** Route `attention`'s decode steps through a new HybridAttention. */
+  static attach(parts: HybridAttentionParts, options: HybridOptions = {}): HybridAttention {
+    const h = new HybridAttention(parts, options);
+    parts.attention.setDecodeAttention(h);
+    return h;
+  }
+
+  /** The current step's accumulated scores of `layer` (when tracked). */
+  accumulatedScores(layer: number): AccumulatedScores | undefined {
+    if (!this.trackScores) return undefined;
+    const S = this.attention.cache.storeStart;
+    return { perKvHead: this.scoreRows[layer].map((r) => r.subarray(S)), steps: this.scoreSteps };
+  }
+
+  newSequence(): void {
+    const info = (layer: number) => ({ layer, sequence: 0, layout: this.layout });
+    this.states = Array.from({ length: this.layers }, (_, l) => this.selector.initState(info(l)));
+    const maxContext = this.attention.cache.maxContext;
+    this.scoreRows = this.trackScores
+      ? Array.from({ length: this.layers }, () => Array.from({ length: this.layout.kvHeads }, () => new Float32Array(maxContext)))
+      : [];
+    this.scoreSteps = 0;
+    this.step = 0;
+    this.scheduler.reset();
+    this.decision = this.scheduler.initial();
+  }
+
+  beginStep(pos: number): void {
+    this.checkOpen();
+    this.pos = pos;
+    this.stepStart = performance.now();
+    this.stepWait = this.stepJs = this.stepTx = this.stepCpu = 0;
+    this.jobs.fill(null);
+    this.selections.fill(null);
+    const offloaded = this.attention.cache.storeCount;
+    if (offloaded === 0) {
+      this.plan = null;
+      return;
+    }
+    let timing = this.decision.timing;
+    if (!this.selector.timings.includes(timing)) {
+      this.stats.note(`selector "${this.selector.name}" cannot run ${timing}-QKᵀ selection; using ${this.selector.timings[0]}`);
+      timing = this.selector.timings[0];
+    }
+    const { budget, clamped } = clampBudget(this.decision.k, offloaded);
+    if (clamped && this.selector.usesBudget && !this.clampSaid) {
+      this.clampSaid = true;
+      this.stats.note(`K ${this.decision.k} exceeds the offloaded tokens (${offloaded} at step ${this.step}): clamped to the offloaded count`);
+    }
+    const kernel = this.selector.kernel;
+    const work = kernel === "all" || (kernel !== undefined && timing === "post") ? "kernel" : timing === "post" ? "score" : "pre";
+    const kmax = this.selector.usesBudget ? budget : offloaded;
+    this.plan = { timing, budget, kmax, offloaded, work };
+  }
+
+  layerInput(layer: number, x: Tensor): void {
+    if (!this.plan || this.logitsMode !== "speculative") return;
+    if (layer === 0) {
+      // Layer 0's input is the embedding output: q̃₀ is the true q₀.
+      this.project(0, x);
+      this.submit(0);
+    }
+    if (layer + 1 < this.layers) this.project(layer + 1, x);
+  }
+
+  attend(layer: number, q: Tensor, out: Tensor): void {
+    const plan = this.plan;
+    const a = this.attention;
+    if (!plan) {
+      a.attendFull(layer, q, 0, this.pos, out);
+      return;
+    }
+    const be = a.backend, c = a.cache, heads = this.layout.heads;
+    if (this.logitsMode === "exact") {
+      const t0 = performance.now();
+      this.stage.query((layer & 1) as 0 | 1).set(be.read(q, 0, heads * this.layout.headDim));
+      this.stepTx += performance.now() - t0;
+      this.submit(layer);
+    }
+    // Device: window logits at their concatenated columns while the CPU stage runs.
+    const storeCount = c.storeCount, kmax = plan.kmax;
+    const scores = a.scores, width = c.maxContext;
+    for (let s = 0; s < c.spanCount; s++) {
+      if (c.spanRegion[s] === 2) continue;
+      const p = c.spanPos[s];
+      const col = p < c.storeStart ? p : p - storeCount + kmax;
+      be.attnLogits(scores, col, q, 0, c.windowK[layer], c.spanSlot[s], c.spanLen[s], a.scale);
+    }
+    this.collect(layer);
+    if (this.logitsMode === "speculative" && layer + 1 < this.layers) this.submit(layer + 1);
+
+    const t0 = performance.now();
+    const outp = this.stage.output((layer & 1) as 0 | 1);
+    const S = c.storeStart;
+    for (let h = 0; h < heads && kmax > 0; h++) be.write(scores, outp.logits.subarray(h * kmax, (h + 1) * kmax), h * width + S);
+    this.stepTx += performance.now() - t0;
+
+    const total = c.length - storeCount + kmax;
+    be.softmax(scores, heads, total);
+    if (this.trackScores) this.accumulate(layer, total, outp.ids, outp.counts, kmax);
+    let first = true;
+    for (let s = 0; s < c.spanCount; s++) {
+      if (c.spanRegion[s] === 2) {
+        if (kmax > 0) be.attnAggregate(out, 0, scores, S, outp.values, 0, kmax, !first);
+      } else {
+        const p = c.spanPos[s];
+        be.attnAggregate(out, 0, scores, p < S ? p : p - storeCount + kmax, c.windowV[layer], c.spanSlot[s], c.spanLen[s], !first);
+      }
+      first = false;
+    }
+    this.stats.sumK += kmax;
+    this.stats.layerSteps++;
+  }
+
+  endStep(): void {
+    const plan = this.plan;
+    if (!plan) return;
+    this.plan = null;
+    const wall = performance.now() - this.stepStart;
+    const device = Math.max(0, wall - this.stepWait - this.stepJs - this.stepTx);
+    const st = this.stats;
+    st.steps++;
+    st.offloaded = plan.offloaded;
+    st.cpuStageMs += this.stepCpu;
+    st.cpuJsMs += this.stepJs;
+    st.waitMs += this.stepWait;
+    st.deviceMs += device;
+    st.txMs += this.stepTx;
+    if (this.trackScores) this.scoreSteps++;
+    this.decision = this.scheduler.next({
+      step: this.step, tGpuMs: device, tCpuMs: this.stepCpu + this.stepJs, tTxMs: this.stepTx,
+      k: this.decision.k, timing: plan.timing, offloaded: plan.offloaded, layers: this.layers,
+    });
+    this.step++;
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.attention.decodeAttention === this) this.attention.setDecodeAttention(null);
+    this.attention.backend.free(this.specQ);
+    this.stage.close();
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  // ---- the CPU stage ------------------------------------------------------------------------
+
+  /** q̃ of `layer` from residual row x, into the stage's query buffer of that layer's slot. */
+  private project(layer: number, x: Tensor): void {
+    this.projector.projectQuery(layer, x, this.pos, this.specQ);
+    const t0 = performance.now();
+    const q = this.attention.backend.read(this.specQ, 0, this.layout.heads * this.layout.headDim);
+    this.stage.query((layer & 1) as 0 | 1).set(q);
+    this.stepTx += performance.now() - t0;
+  }
+
+  private submit(layer: number): void {
+    const plan = this.plan!, c = this.attention.cache, slot = (layer & 1) as 0 | 1;
+    let work: CpuStageWork;
+    if (plan.work === "kernel") {
+      const kernel = this.selector.kernel!;
+      work = kernel === "all"
+        ? { kind: "topk", budget: plan.offloaded, shared: true }
+        : { kind: "topk", budget: plan.budget, shared: kernel === "topk-shared" };
+    } else if (plan.work === "score") {
+      work = { kind: "score" };
+    } else {
+      const t0 = performance.now();
+      const selection = this.selector.select({
+        ...this.selectionBase(layer, plan), timing: "pre",
+        query: this.stage.query(slot), speculative: this.logitsMode === "speculative",
+      });
+      this.stepJs += performance.now() - t0;
+      this.selections[layer] = selection;
+      work = { kind: "selected", selection };
+    }
+    const job: CpuStageJob = {
+      slot, k: c.storeK[layer], v: c.storeV[layer], offloaded: plan.offloaded, kmax: plan.kmax, scale: this.attention.scale, work,
+    };
+    this.jobs[layer] = job;
+    this.stage.submit(job);
+  }
+
+  /** Waits for layer's stage; a post-QKᵀ JS selector chooses now and the stage gathers. */
+  private collect(layer: number): void {
+    const job = this.jobs[layer];
+    if (!job) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted`);
+    const t0 = performance.now();
+    this.stepCpu += this.stage.wait();
+    const t1 = performance.now();
+    this.stepWait += t1 - t0;
+    if (job.work.kind === "score") {
+      const plan = this.plan!;
+      const selection = this.selector.select({
+        ...this.selectionBase(layer, plan), timing: "post",
+        logits: this.stage.allLogits(), query: this.stage.query(job.slot), speculative: this.logitsMode === "speculative",
+      });
+      this.stage.gather(job, selection);
+      this.stepJs += performance.now() - t1;
+    }
+  }
+
+  private selectionBase(layer: number, plan: StepPlan) {
+    return {
+      layer, step: this.step, sequence: 0, offloaded: plan.offloaded, positions: this.positions, budget: plan.budget,
+      layout: this.layout, state: this.states[layer], scores: this.accumulatedScores(layer), primitives: referencePrimitives,
+    };
+  }
+
+  /** Adds this layer's attention probabilities to the per-position sums of each KV head. */
+  private accumulate(layer: number, total: number, ids: Int32Array, counts: Int32Array, kmax: number): void {
+    const a = this.attention, c = a.cache, S = c.storeStart, storeCount = c.storeCount;
+    const group = this.layout.groupSize, width = c.maxContext;
+    for (let h = 0; h < this.layout.heads; h++) {
+      const g = Math.floor(h / group), acc = this.scoreRows[layer][g];
+      const p = a.backend.read(a.scores, h * width, total);
+      for (let col = 0; col < total; col++) {
+        let pos: number;
+        if (col < S) pos = col;
+        else if (col < S + kmax) {
+          const i = col - S;
+          if (i >= counts[g]) continue;
+          pos = S + ids[g * kmax + i];
+        } else pos = col - kmax + storeCount;
+        acc[pos] += p[col];
+      }
+    }
+  }
+
+  private checkOpen(): void {
+    if (this.closed) fail("hybrid attention used after close()");
+  }
+}

@@ -1,0 +1,51 @@
+/** Counters of a hybrid-attention run, and the CLI's one-line summary of them. */
+export class HybridStats {
+  /** Decode steps that ran the hybrid path (some tokens offloaded). */
+  steps = 0;
+  /** Layer-steps of those. */
+  layerSteps = 0;
+  /** Offloaded tokens per layer at the last step. */
+  offloaded = 0;
+  /** Σ of the width K (selected offloaded tokens per KV head, at most) over layer-steps. */
+  sumK = 0;
+  /** Σ over layer-steps of the CPU stage's busy time (native threads, or synchronous). */
+  cpuStageMs = 0;
+  /** Σ of JS work belonging to the CPU stage (selector calls, gathers after a JS selection). */
+  cpuJsMs = 0;
+  /** Σ of time the device driver was blocked waiting for the CPU stage. */
+  waitMs = 0;
+  /** Σ of the device stage (the step's wall time less waiting, CPU-stage JS work and copies). */
+  deviceMs = 0;
+  /** Σ of staging copies to the device (selected logits). */
+  txMs = 0;
+  /** Notes said once (clamps, fallbacks). */
+  readonly notes: string[] = [];
+
+  /** Fraction of the CPU stage's busy time that ran while the device stage ran. */
+  get hiddenFraction(): number {
+    if (this.cpuStageMs <= 0) return 0;
+    return Math.min(1, Math.max(0, (this.cpuStageMs - this.waitMs) / this.cpuStageMs));
+  }
+
+  get meanK(): number {
+    return this.layerSteps ? this.sumK / this.layerSteps : 0;
+  }
+
+  note(message: string): void {
+    if (!this.notes.includes(message)) this.notes.push(message);
+  }
+
+  reset(): void {
+    this.steps = this.layerSteps = this.offloaded = this.sumK = 0;
+    this.cpuStageMs = this.cpuJsMs = this.waitMs = this.deviceMs = this.txMs = 0;
+    this.notes.length = 0;
+  }
+
+  /** e.g. "hybrid: 224 tokens offloaded, mean K 32.0, per layer: CPU stage 0.021 ms, device 0.310 ms, 71% of the CPU stage hidden". */
+  summary(): string {
+    const per = (ms: number) => (this.layerSteps ? ms / this.layerSteps : 0).toFixed(3);
+    return `hybrid: ${this.offloaded} tokens offloaded, mean K ${this.meanK.toFixed(1)}, per layer: ` +
+      `CPU stage ${per(this.cpuStageMs + this.cpuJsMs)} ms, device stage ${per(this.deviceMs)} ms, ` +
+      `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (${this.steps} hybrid steps)`;
+  }
+}

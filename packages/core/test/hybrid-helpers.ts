@@ -1,0 +1,51 @@
+/** Minimal selectors and a fixed scheduler for the hybrid tests (core cannot import the
+ * selectors/scheduler packages, which depend on it). */
+import {
+  validateSelection, type Scheduler, type SelectionInput, type SelectionTiming, type SelectorKernel, type TokenSelector,
+} from "../src/index.js";
+
+function selector(name: string, timings: SelectionTiming[], usesBudget: boolean, kernel: SelectorKernel | undefined,
+  pick: (input: SelectionInput) => unknown): TokenSelector {
+  return {
+    name, timings, needsScores: false, usesBudget, kernel,
+    initState: () => undefined,
+    select: (input) => validateSelection(pick(input), {
+      offloaded: input.offloaded, kvHeads: input.layout.kvHeads, budget: usesBudget ? input.budget : undefined, source: name,
+    }),
+  };
+}
+
+/** Every offloaded token. `kernel` lets the stage run it natively. */
+export const allSelector = (kernel: boolean) =>
+  selector("all", ["pre", "post"], false, kernel ? "all" : undefined, (i) => ({ kind: "shared", ids: i.primitives.range(0, i.offloaded) }));
+
+/** Exact top-K per KV head (max over the group); `kernel` runs it in the stage. */
+export const topKSelector = (kernel: boolean) =>
+  selector("topk", ["post"], true, kernel ? "topk" : undefined, (i) => {
+    if (i.timing !== "post") throw new Error("post only");
+    const { layout: L, offloaded: n, primitives: P } = i;
+    const ids = [];
+    for (let g = 0; g < L.kvHeads; g++) {
+      const best = P.maxRows(i.logits.slice(g * L.groupSize, (g + 1) * L.groupSize), n);
+      ids.push(P.topK(best, i.budget, n));
+    }
+    return { kind: "perKvHead", ids };
+  });
+
+/** StreamingLLM positional, pre-QKᵀ. */
+export const streamingSelector = (sinks: number) =>
+  selector("streaming", ["pre"], true, undefined, (i) => {
+    const k = i.budget, n = i.offloaded, s = Math.min(sinks, k);
+    return { kind: "shared", ids: Int32Array.from([...i.primitives.range(0, s), ...i.primitives.range(n - (k - s), k - s)]) };
+  });
+
+/** Returns whatever `bad` gives, unvalidated (for bad-input tests). */
+export const rawSelector = (bad: (i: SelectionInput) => unknown): TokenSelector => ({
+  name: "raw", timings: ["pre", "post"], needsScores: false, usesBudget: true,
+  initState: () => undefined,
+  select: (i) => bad(i) as never,
+});
+
+export function fixedScheduler(k: number, timing: SelectionTiming): Scheduler {
+  return { name: "fixed", initial: () => ({ k, timing }), next: () => ({ k, timing }), reset() {} };
+}

@@ -1,0 +1,182 @@
+import { describe, expect, it } from "vitest";
+import {
+  BackendCpuStage, HybridAttention, LlamaModel, ReferenceBackend, type LogitsMode, type ModelFiles, type Scheduler, type TokenSelector,
+} from "../src/index.js";
+import { makeRng, maxAbsDiff, randomArray, testSeed, tinyModel, type TinyWeights } from "./engine-helpers.js";
+import { allSelector, fixedScheduler, rawSelector, streamingSelector, topKSelector } from "./hybrid-helpers.js";
+import { HybridReference, type RefSelect } from "./hybrid-reference.js";
+
+const CONTEXT = 40;
+
+function ids(seed: number, n: number, vocab = 50): number[] {
+  const rng = makeRng(seed);
+  return Array.from({ length: n }, () => Math.floor(rng() * vocab));
+}
+
+interface RunOptions {
+  budget?: number;
+  sinks?: number;
+  block?: number;
+  prompt: number;
+  selector?: TokenSelector;
+  scheduler?: Scheduler;
+  logits?: LogitsMode;
+}
+
+/** Prompt (prefill blocks of 5), then one token at a time; logits of every forward, and the
+ * offloaded count before each. */
+function run(files: ModelFiles, tokens: number[], o: RunOptions) {
+  const be = new ReferenceBackend();
+  const model = LlamaModel.load(files, be, {
+    prefillBlock: 5, maxContext: CONTEXT, kvWindow: o.budget, kvSinks: o.sinks ?? 0, kvEvictBlock: o.block,
+  });
+  const hybrid = o.selector
+    ? HybridAttention.attach(
+      { attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: o.selector, scheduler: o.scheduler ?? fixedScheduler(4, "post") },
+      { logits: o.logits ?? "exact" })
+    : null;
+  const out = [model.forward(Int32Array.from(tokens.slice(0, o.prompt)), 0)];
+  const stored: number[] = [];
+  for (let t = o.prompt; t < tokens.length; t++) {
+    stored.push(model.cache.storeCount);
+    out.push(model.forward(Int32Array.of(tokens[t]), t));
+  }
+  const stats = hybrid?.stats;
+  hybrid?.close();
+  model.close();
+  expect(be.liveTensors()).toBe(0);
+  return { out, stored, stats };
+}
+
+function reference(files: ModelFiles, weights: TinyWeights, tokens: number[], prompt: number, stored: number[], sinks: number, select: RefSelect, speculative: boolean) {
+  const ref = new HybridReference(files, weights);
+  let last: number[] = [];
+  for (let t = 0; t < prompt; t++) last = ref.step(tokens[t], { storeCount: 0, sinks, select, speculative });
+  const out = [last];
+  for (let t = prompt; t < tokens.length; t++) out.push(ref.step(tokens[t], { storeCount: stored[t - prompt], sinks, select, speculative }));
+  return out;
+}
+
+describe("hybrid attention: 'all' + exact logits equals full attention", () => {
+  // Budgets: 1, a few, most of the context; sinks on and off; prompts below, at and above the budget.
+  const layouts = [{ heads: 4, kvHeads: 4 }, { heads: 4, kvHeads: 2 }];
+  const windows = [{ budget: 1, sinks: 0, block: 1 }, { budget: 3, sinks: 1, block: 2 }, { budget: 6, sinks: 2, block: 2 }, { budget: 30, sinks: 0, block: 4 }, { budget: 30, sinks: 3, block: 8 }];
+  for (const [li, layout] of layouts.entries()) {
+    const kind = layout.heads === layout.kvHeads ? "MHA" : "GQA";
+    it(`${kind}: every step within 1e-5 of full attention, f32 (${windows.length} windows × 3 prompt lengths)`, () => {
+      const { files } = tinyModel({ seed: testSeed(100 + li), maxPositions: 64, ...layout });
+      const tokens = ids(testSeed(200 + li), CONTEXT);
+      for (const w of windows) {
+        for (const prompt of [Math.max(1, w.budget - 1), w.budget, Math.min(CONTEXT - 4, w.budget + 7)]) {
+          const full = run(files, tokens, { prompt });
+          for (const kernel of [false, true]) {
+            const hy = run(files, tokens, { ...w, prompt, selector: allSelector(kernel), scheduler: fixedScheduler(3, kernel ? "post" : "pre") });
+            expect(hy.stored.some((n) => n > 0)).toBe(true); // offloading really happened
+            expect(hy.stats!.steps).toBeGreaterThan(0);
+            hy.out.forEach((l, i) => expect(maxAbsDiff(l, full.out[i]), `budget ${w.budget} sinks ${w.sinks} prompt ${prompt} step ${i}`).toBeLessThan(1e-5));
+          }
+        }
+      }
+    });
+  }
+});
+
+describe("hybrid attention: selection equals the TypeScript reference on window ∪ selected", () => {
+  const TOL = 2e-4; // f32 engine vs f64 reference on O(1) logits
+  const { files, weights } = tinyModel({ seed: testSeed(300), maxPositions: 64, heads: 4, kvHeads: 2, layers: 3 });
+  const tokens = ids(testSeed(301), CONTEXT);
+  const cases: { name: string; selector: () => TokenSelector; timing: "pre" | "post"; ref: RefSelect }[] = [
+    { name: "top-K in JS", selector: () => topKSelector(false), timing: "post", ref: { kind: "topk", k: 5 } },
+    { name: "top-K in the stage", selector: () => topKSelector(true), timing: "post", ref: { kind: "topk", k: 5 } },
+    { name: "streaming pre-QKᵀ", selector: () => streamingSelector(2), timing: "pre", ref: { kind: "streaming", k: 5, sinks: 2 } },
+  ];
+  for (const c of cases) {
+    for (const mode of ["exact", "speculative"] as const) {
+      for (const sinks of [0, 2]) {
+        it(`${c.name}, ${mode} logits, ${sinks} sinks: within ${TOL} of the reference`, () => {
+          const prompt = 13;
+          const hy = run(files, tokens, { budget: 8, sinks, block: 3, prompt, selector: c.selector(), scheduler: fixedScheduler(5, c.timing), logits: mode });
+          expect(Math.max(...hy.stored)).toBeGreaterThan(5); // K < offloaded: selection matters
+          const want = reference(files, weights, tokens, prompt, hy.stored, sinks, c.ref, mode === "speculative");
+          hy.out.forEach((l, i) => expect(maxAbsDiff(l, want[i]), `step ${i}`).toBeLessThan(TOL));
+          expect(hy.stats!.meanK).toBe(5);
+        });
+      }
+    }
+  }
+
+  it("the reference itself: 'all' equals full attention and top-K differs from it", () => {
+    const stored = new Array(CONTEXT - 13).fill(8);
+    const all = reference(files, weights, tokens, 13, stored, 0, { kind: "all" }, false);
+    const full = reference(files, weights, tokens, 13, stored.map(() => 0), 0, { kind: "all" }, false);
+    const topk = reference(files, weights, tokens, 13, stored, 0, { kind: "topk", k: 3 }, false);
+    all.forEach((l, i) => expect(maxAbsDiff(l, full[i])).toBeLessThan(1e-9));
+    expect(Math.max(...topk.map((l, i) => maxAbsDiff(l, full[i])))).toBeGreaterThan(1e-3);
+  });
+});
+
+describe("speculative query", () => {
+  it("LlamaModel.projectQuery equals RoPE(W_q · rmsNorm(x)) of the reference", () => {
+    const { files, weights } = tinyModel({ seed: testSeed(400), heads: 4, kvHeads: 2, attentionBias: true });
+    const be = new ReferenceBackend();
+    using model = LlamaModel.load(files, be, {});
+    const ref = new HybridReference(files, weights);
+    const rng = makeRng(testSeed(401));
+    const dim = files.shape.hiddenSize, qw = files.shape.heads * files.shape.headDim;
+    const x = be.alloc([1, dim]), out = be.alloc([1, qw]);
+    for (const [layer, pos] of [[0, 0], [1, 17], [1, 63]]) {
+      const xs = randomArray(rng, dim);
+      be.write(x, xs);
+      model.projectQuery(layer, x, pos, out);
+      expect(maxAbsDiff(be.read(out), ref.query(layer, Array.from(xs), pos))).toBeLessThan(1e-5);
+    }
+    expect(() => model.projectQuery(2, x, 0, out)).toThrow(/layer 2 out of range/);
+    be.free(x);
+    be.free(out);
+  });
+});
+
+describe("hybrid attention: bad input", () => {
+  const { files } = tinyModel({ seed: testSeed(500), maxPositions: 64 });
+  const tokens = ids(testSeed(501), 24);
+
+  it("a budget of 0, sinks filling the budget, or no offloading are one-line errors", () => {
+    const be = new ReferenceBackend();
+    expect(() => LlamaModel.load(files, be, { kvWindow: 0 })).toThrow(/kvWindow/);
+    expect(() => LlamaModel.load(files, be, { kvWindow: 4, kvSinks: 4, maxContext: 32 })).toThrow(/sink tokens leave no room/);
+    using model = LlamaModel.load(files, be, { maxContext: 32 });
+    expect(() => new HybridAttention({ attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: allSelector(false), scheduler: fixedScheduler(4, "post") }))
+      .toThrow(/nothing would be offloaded/);
+  });
+
+  it("K larger than the offloaded count is clamped, and said once", () => {
+    const hy = run(files, tokens, { budget: 6, block: 2, prompt: 10, selector: topKSelector(true), scheduler: fixedScheduler(1000, "post") });
+    expect(hy.stats!.notes.join("\n")).toMatch(/K 1000 exceeds the offloaded tokens \(\d+ at step 0\): clamped/);
+    expect(hy.stats!.notes.length).toBe(1);
+  });
+
+  it("a selector returning out-of-range, duplicate or unsorted ids fails with a clear error", () => {
+    const bad = [
+      [(i: { offloaded: number }) => ({ kind: "shared", ids: Int32Array.of(0, i.offloaded) }), /out of range/],
+      [() => ({ kind: "shared", ids: Int32Array.of(1, 1) }), /not strictly ascending/],
+      [() => ({ kind: "shared", ids: Int32Array.of(2, 1) }), /not strictly ascending/],
+      [() => ({ kind: "shared", ids: Int32Array.of(-1) }), /out of range/],
+    ] as const;
+    for (const [pick, msg] of bad) {
+      expect(() => run(files, tokens, { budget: 6, block: 2, prompt: 10, selector: rawSelector(pick as never), scheduler: fixedScheduler(3, "pre") })).toThrow(msg);
+    }
+  });
+
+  it("a stage job with a mismatched head layout is refused before any memory access", () => {
+    const be = new ReferenceBackend();
+    using stage = new BackendCpuStage(be);
+    stage.prepare({ heads: 4, kvHeads: 2, headDim: 8, storeCapacity: 10 });
+    const k = be.alloc([3, 10, 8]), v = be.alloc([2, 10, 8]);
+    const job = { slot: 0 as const, k, v, offloaded: 5, kmax: 2, scale: 0.3, work: { kind: "score" as const } };
+    expect(() => stage.submit(job)).toThrow(/store K has shape \[3, 10, 8\].*mismatched head layout/);
+    expect(() => stage.submit({ ...job, k: v, offloaded: 11 })).toThrow(/offloaded count 11 out of range/);
+    expect(() => stage.submit({ ...job, k: v, kmax: 6 })).toThrow(/width 6 out of range/);
+    be.free(k);
+    be.free(v);
+  });
+});
