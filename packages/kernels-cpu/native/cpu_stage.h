@@ -1,0 +1,49 @@
+/* The hybrid CPU stage (paper §4.2): on threads of its own, score a query against a layer's
+ * offloaded K, pick top-K per KV head, and stage the selected logits and V rows for the device.
+ * JS submits a job and returns at once; hg_stage_wait blocks until it is done. */
+#ifndef HG_CPU_STAGE_H
+#define HG_CPU_STAGE_H
+#include <stdint.h>
+
+enum {
+    HG_STAGE_SCORE = 1,    /* all_logits[h, j] for j < n */
+    HG_STAGE_TOPK = 2,     /* ids/counts from all_logits: per KV head max over the group (or shared) */
+    HG_STAGE_SELECTED = 4, /* sel_logits from K rows of ids only (pre-QKᵀ) */
+    HG_STAGE_GATHER = 8,   /* sel_logits from all_logits at ids, and V rows -> vstage */
+    HG_STAGE_SHARED = 16,  /* with TOPK: one list for every KV head (max over all heads) */
+};
+
+/* Every field is 8 bytes so JS fills it through one BigInt64Array / Float64Array pair. */
+typedef struct {
+    int64_t flags;
+    int64_t q;          /* const float [heads * head_dim] */
+    int64_t k, ktype, kcap;  /* [kv_heads, kcap, head_dim] */
+    int64_t v, vtype, vcap;
+    int64_t n;          /* offloaded tokens: valid slots [0, n) */
+    int64_t heads, kv_heads, head_dim;
+    int64_t all_logits, lstride;  /* float [heads, lstride] */
+    int64_t ids, counts;          /* int32 [kv_heads, kmax], int32 [kv_heads] */
+    int64_t kmax, budget;
+    int64_t sel_logits;           /* float [heads, kmax] */
+    int64_t vstage;               /* vtype [kv_heads, kmax, head_dim] */
+    double scale;
+} hg_stage_job;
+
+typedef struct hg_stage hg_stage;
+
+#pragma GCC visibility push(default)
+/* threads: 1 coordinator + threads-1 helpers; isa < 0 picks the best. NULL on failure. */
+hg_stage *hg_stage_create(int threads, int isa);
+void hg_stage_destroy(hg_stage *s);
+int hg_stage_threads(const hg_stage *s);
+/* Copies the job and starts it. Returns 0, or -1 when a job is still running. */
+int hg_stage_submit(hg_stage *s, const hg_stage_job *job);
+/* Runs the job on the calling thread (same checks and results as submit + wait). */
+int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job);
+/* Waits for the submitted job. Returns 0 on success, -1 if none was submitted, -2 when scratch
+ * memory failed, -(3 + i) when a selected id at index i is out of range or not ascending. */
+int64_t hg_stage_wait(hg_stage *s);
+/* Nanoseconds the last job ran (from its start on the stage's thread to its end). */
+int64_t hg_stage_last_ns(const hg_stage *s);
+#pragma GCC visibility pop
+#endif
