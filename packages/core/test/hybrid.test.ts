@@ -170,7 +170,7 @@ describe("hybrid attention: bad input", () => {
   it("a stage job with a mismatched head layout is refused before any memory access", () => {
     const be = new ReferenceBackend();
     using stage = new BackendCpuStage(be);
-    stage.prepare({ heads: 4, kvHeads: 2, headDim: 8, storeCapacity: 10 });
+    stage.prepare({ heads: 4, kvHeads: 2, headDim: 8, storeCapacity: 10, dtype: "f32" });
     const k = be.alloc([3, 10, 8]), v = be.alloc([2, 10, 8]);
     const job = { slot: 0 as const, k, v, offloaded: 5, kmax: 2, scale: 0.3, work: { kind: "score" as const } };
     expect(() => stage.submit(job)).toThrow(/store K has shape \[3, 10, 8\].*mismatched head layout/);

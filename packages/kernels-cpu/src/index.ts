@@ -3,3 +3,4 @@ export { CpuBackendOptionsSchema, type CpuBackendOptions } from "./options.js";
 export { cpuFeatures, ISAS, type Isa, type CpuFeatures } from "./features.js";
 export { CpuTensor } from "./tensor.js";
 export { nativeLibraryPath } from "./native.js";
+export { NativeCpuStage, NativeCpuStageOptionsSchema, type NativeCpuStageOptions } from "./cpu-stage.js";

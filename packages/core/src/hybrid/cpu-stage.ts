@@ -14,7 +14,7 @@
  * An implementation may run submit() on threads of its own (`concurrent`), so the caller
  * drives the device stage until wait(); the portable BackendCpuStage runs synchronously.
  */
-import type { Tensor } from "../backend.js";
+import type { DType, Tensor } from "../backend.js";
 import type { Selection } from "../contracts/selector.js";
 
 export interface CpuStageShape {
@@ -23,6 +23,8 @@ export interface CpuStageShape {
   readonly headDim: number;
   /** Rows per KV head of the store tensors (KvCache.storeCapacity). */
   readonly storeCapacity: number;
+  /** Storage dtype of the store's K and V (a stage may stage V rows in it, unconverted). */
+  readonly dtype: DType;
 }
 
 /** What one submit() does. */

@@ -94,7 +94,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.layers = cache.layers;
     const { heads, kvHeads, headDim } = attention.layout;
     this.layout = headLayout(heads, kvHeads, headDim);
-    stage.prepare({ heads, kvHeads, headDim, storeCapacity: cache.storeCapacity });
+    stage.prepare({ heads, kvHeads, headDim, storeCapacity: cache.storeCapacity, dtype: cache.dtype });
     this.positions = new Int32Array(cache.storeCapacity);
     for (let i = 0; i < this.positions.length; i++) this.positions[i] = cache.storeStart + i;
     this.specQ = attention.backend.alloc([1, heads * headDim]);

@@ -1,0 +1,263 @@
+/**
+ * NativeCpuStage: core's CpuStage on libhgcpu's stage (native/cpu_stage.c). submit() hands the
+ * job to the stage's own coordinator thread (and its helper pool) and returns at once, so JS
+ * drives the device stage meanwhile; wait() blocks until it is done. Staged V rows land
+ * directly in a CpuBackend tensor (the "pinned" buffer the device reads), in the store's dtype.
+ */
+import { dlopen, FFIType, ptr as addressOf, toArrayBuffer, type Pointer } from "bun:ffi";
+import {
+  checkStageJob, fail, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape,
+  type DType, type Selection, type Tensor,
+} from "@hybridgen/core";
+import { z } from "zod";
+import type { CpuBackend } from "./cpu-backend.js";
+import { chooseIsa, isaCode } from "./features.js";
+import { nativeLibraryPath } from "./native.js";
+import { CpuTensor } from "./tensor.js";
+
+const { ptr, i32, i64_fast, u64, void: none } = FFIType;
+const symbols = {
+  hg_stage_create: { args: [i32, i32], returns: ptr },
+  hg_stage_destroy: { args: [ptr], returns: none },
+  hg_stage_threads: { args: [ptr], returns: i32 },
+  hg_stage_submit: { args: [ptr, ptr], returns: i32 },
+  hg_stage_run: { args: [ptr, ptr], returns: i64_fast },
+  hg_stage_wait: { args: [ptr], returns: i64_fast },
+  hg_stage_last_ns: { args: [ptr], returns: i64_fast },
+  hg_alloc: { args: [u64], returns: ptr },
+  hg_free: { args: [ptr, u64], returns: none },
+} as const;
+type StageLib = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
+let lib: StageLib | undefined;
+function stageLib(): StageLib {
+  if (!lib) {
+    try {
+      lib = dlopen(nativeLibraryPath(), symbols).symbols;
+    } catch (e) {
+      fail(`kernels-cpu: cannot load the CPU stage from ${nativeLibraryPath()}: ${(e as Error).message.split("\n")[0]} (run 'bun run build' in packages/kernels-cpu)`, "ENATIVE");
+    }
+  }
+  return lib;
+}
+
+export const NativeCpuStageOptionsSchema = z.object({
+  /** Threads of the stage: one coordinator plus threads − 1 helpers (default 1). */
+  threads: z.number().int().min(1).max(256).default(1),
+}).strict();
+export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
+
+const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
+const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16;
+// Field indices of hg_stage_job (all 8-byte; scale is the double at the end).
+const F = { flags: 0, q: 1, k: 2, ktype: 3, kcap: 4, v: 5, vtype: 6, vcap: 7, n: 8, heads: 9, kvHeads: 10, headDim: 11,
+  all: 12, lstride: 13, ids: 14, counts: 15, kmax: 16, budget: 17, sel: 18, vstage: 19 } as const;
+const JOB_FIELDS = 21;
+
+interface NativeBuf { p: Pointer; bytes: number }
+interface Slot {
+  q: NativeBuf; query: Float32Array;
+  sel: NativeBuf; logits: Float32Array;
+  ids: NativeBuf; idsView: Int32Array;
+  counts: NativeBuf; countsView: Int32Array;
+  values: CpuTensor; view: Tensor | null; viewKmax: number; kmax: number;
+}
+
+export class NativeCpuStage implements CpuStage {
+  readonly name = "native";
+  readonly concurrent = true;
+  readonly threads: number;
+  private readonly lib: StageLib;
+  private handle: Pointer | null;
+  private shape: CpuStageShape | null = null;
+  private readonly bufs: NativeBuf[] = [];
+  private slots: Slot[] = [];
+  private all: NativeBuf | null = null;
+  private rows: Float32Array[] = [];
+  private readonly job = new BigInt64Array(JOB_FIELDS);
+  private readonly jobF64 = new Float64Array(this.job.buffer);
+  private readonly jobPtr: Pointer;
+  private pending = false;
+
+  constructor(private readonly backend: CpuBackend, options: NativeCpuStageOptions = {}) {
+    const parsed = NativeCpuStageOptionsSchema.safeParse(options);
+    if (!parsed.success) fail(`NativeCpuStage options: ${parsed.error.issues[0].path.join(".") || "options"}: ${parsed.error.issues[0].message}`);
+    this.lib = stageLib();
+    const h = this.lib.hg_stage_create(parsed.data.threads, isaCode(chooseIsa(backend.isa)));
+    if (!h) fail("NativeCpuStage: could not create the stage threads");
+    this.handle = h as Pointer;
+    this.threads = this.lib.hg_stage_threads(this.handle);
+    this.jobPtr = addressOf(this.job);
+  }
+
+  prepare(shape: CpuStageShape): void {
+    if (this.shape) fail("cpu stage: prepare() called twice");
+    this.live();
+    const { heads, kvHeads, headDim, storeCapacity: cap, dtype } = shape;
+    this.shape = shape;
+    this.all = this.alloc(heads * cap * 4);
+    const allF = new Float32Array(toArrayBuffer(this.all.p, 0, this.all.bytes));
+    this.rows = Array.from({ length: heads }, (_, h) => allF.subarray(h * cap, (h + 1) * cap));
+    for (let s = 0; s < 2; s++) {
+      const q = this.alloc(heads * headDim * 4), sel = this.alloc(heads * cap * 4);
+      const ids = this.alloc(kvHeads * cap * 4), counts = this.alloc(kvHeads * 4);
+      this.slots.push({
+        q, query: new Float32Array(toArrayBuffer(q.p, 0, q.bytes)),
+        sel, logits: new Float32Array(toArrayBuffer(sel.p, 0, sel.bytes)),
+        ids, idsView: new Int32Array(toArrayBuffer(ids.p, 0, ids.bytes)),
+        counts, countsView: new Int32Array(toArrayBuffer(counts.p, 0, counts.bytes)),
+        values: this.backend.alloc([kvHeads * cap, headDim], dtype) as CpuTensor, view: null, viewKmax: -1, kmax: 0,
+      });
+    }
+  }
+
+  query(slot: 0 | 1): Float32Array {
+    return this.slot(slot).query;
+  }
+
+  submit(job: CpuStageJob): void {
+    if (this.pending) fail("cpu stage: submit() while a job is running (wait() first)");
+    const w = job.work;
+    let flags: number;
+    if (w.kind === "score") flags = SCORE;
+    else if (w.kind === "topk") flags = SCORE | TOPK | GATHER | (w.shared ? SHARED : 0);
+    else {
+      this.writeIds(job, w.selection);
+      flags = SELECTED | GATHER;
+    }
+    this.fill(job, flags, w.kind === "topk" ? w.budget : 0);
+    if (this.lib.hg_stage_submit(this.handle!, this.jobPtr) !== 0) fail("cpu stage: the native stage is busy");
+    this.pending = true;
+  }
+
+  wait(): number {
+    if (!this.pending) fail("cpu stage: wait() without a submitted job");
+    this.pending = false;
+    this.check(Number(this.lib.hg_stage_wait(this.handle!)));
+    return Number(this.lib.hg_stage_last_ns(this.handle!)) / 1e6;
+  }
+
+  allLogits(): readonly Float32Array[] {
+    return this.rows;
+  }
+
+  gather(job: CpuStageJob, selection: Selection): void {
+    if (this.pending) fail("cpu stage: gather() while a job is running (wait() first)");
+    this.writeIds(job, selection);
+    this.fill(job, GATHER, 0);
+    this.check(Number(this.lib.hg_stage_run(this.handle!, this.jobPtr)));
+  }
+
+  output(slot: 0 | 1): CpuStageOutput {
+    const { kvHeads, headDim } = this.ready();
+    const s = this.slot(slot);
+    if (s.viewKmax !== s.kmax) {
+      if (s.view) this.backend.free(s.view);
+      s.view = this.backend.view(s.values, 0, [kvHeads, Math.max(1, s.kmax), headDim]);
+      s.viewKmax = s.kmax;
+    }
+    return { kmax: s.kmax, logits: s.logits, values: s.view!, ids: s.idsView, counts: s.countsView };
+  }
+
+  close(): void {
+    if (!this.handle) return;
+    if (this.pending) this.lib.hg_stage_wait(this.handle);
+    this.pending = false;
+    this.lib.hg_stage_destroy(this.handle);
+    this.handle = null;
+    for (const s of this.slots) {
+      if (s.view) this.backend.free(s.view);
+      this.backend.free(s.values);
+    }
+    this.slots = [];
+    for (const b of this.bufs) this.lib.hg_free(b.p, b.bytes);
+    this.bufs.length = 0;
+    this.rows = [];
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  // ---- internals ----------------------------------------------------------------------------
+
+  /** Validates the job, then writes hg_stage_job; every pointer it holds is checked here. */
+  private fill(job: CpuStageJob, flags: number, budget: number): void {
+    const shape = this.ready();
+    checkStageJob(job, shape);
+    const k = this.store(job.k, "K"), v = this.store(job.v, "V");
+    const s = this.slot(job.slot), J = this.job;
+    s.kmax = job.kmax;
+    const set = (i: number, x: number) => (J[i] = BigInt(x));
+    set(F.flags, flags);
+    set(F.q, s.q.p);
+    set(F.k, k.ptr); set(F.ktype, DTYPE_CODE[k.dtype]); set(F.kcap, shape.storeCapacity);
+    set(F.v, v.ptr); set(F.vtype, DTYPE_CODE[v.dtype]); set(F.vcap, shape.storeCapacity);
+    set(F.n, job.offloaded);
+    set(F.heads, shape.heads); set(F.kvHeads, shape.kvHeads); set(F.headDim, shape.headDim);
+    set(F.all, this.all!.p); set(F.lstride, shape.storeCapacity);
+    set(F.ids, s.ids.p); set(F.counts, s.counts.p);
+    set(F.kmax, job.kmax); set(F.budget, budget);
+    set(F.sel, s.sel.p); set(F.vstage, s.values.ptr);
+    this.jobF64[20] = job.scale;
+  }
+
+  /** Copies a JS selection into the slot's id lists (length checked against the width). */
+  private writeIds(job: CpuStageJob, selection: Selection): void {
+    const { kvHeads } = this.ready();
+    const s = this.slot(job.slot), kmax = job.kmax;
+    if (!(Number.isInteger(kmax) && kmax >= 0 && kmax <= this.shape!.storeCapacity)) fail(`cpu stage: width ${kmax} out of range [0, ${this.shape!.storeCapacity}]`);
+    if (selection.kind === "perKvHead" && selection.ids.length !== kvHeads) fail(`cpu stage: selection has ${selection.ids.length} lists, expected ${kvHeads}`);
+    for (let g = 0; g < kvHeads; g++) {
+      const ids = selectionForKvHead(selection, g);
+      if (ids.length > kmax) fail(`cpu stage: KV head ${g} selected ${ids.length} tokens, more than the step's width ${kmax}`);
+      // The C side checks again; here it names the culprit before anything is submitted.
+      for (let i = 0; i < ids.length; i++) {
+        const id = ids[i];
+        if (!(id >= 0 && id < job.offloaded) || (i > 0 && id <= ids[i - 1])) {
+          fail(`cpu stage: KV head ${g} selected slot ${id}, out of range [0, ${job.offloaded}) or not strictly ascending`);
+        }
+      }
+      s.idsView.set(ids, g * kmax);
+      s.countsView[g] = ids.length;
+    }
+  }
+
+  private check(rc: number): void {
+    if (rc === 0) return;
+    if (rc === -1) fail("cpu stage: no job was submitted");
+    if (rc === -2) fail("cpu stage: out of memory for top-K scratch");
+    fail(`cpu stage: selected id at list index ${-rc - 3} is out of range or not strictly ascending`);
+  }
+
+  private store(t: Tensor, what: string): CpuTensor {
+    if (!(t instanceof CpuTensor) || t.owner !== this.backend) fail(`cpu stage: store ${what} is not a tensor of this CpuBackend`);
+    if (t.dead) fail(`cpu stage: store ${what} was freed`);
+    if (t.dtype !== this.shape!.dtype) fail(`cpu stage: store ${what} is ${t.dtype}, the stage was prepared for ${this.shape!.dtype}`);
+    return t;
+  }
+
+  private alloc(bytes: number): NativeBuf {
+    const p = this.lib.hg_alloc(bytes);
+    if (!p) fail(`cpu stage: could not allocate ${bytes} bytes`);
+    const b = { p: p as Pointer, bytes };
+    this.bufs.push(b);
+    return b;
+  }
+
+  private slot(i: 0 | 1): Slot {
+    const s = this.slots[i];
+    if (!s) fail(this.handle ? `cpu stage: slot ${i} does not exist (call prepare() first)` : "cpu stage used after close()");
+    return s;
+  }
+
+  private live(): Pointer {
+    if (!this.handle) fail("cpu stage used after close()");
+    return this.handle;
+  }
+
+  private ready(): CpuStageShape {
+    this.live();
+    if (!this.shape) fail("cpu stage: prepare() was not called");
+    return this.shape;
+  }
+}
