@@ -23,6 +23,9 @@ Model:
       --dtype f32|f16|bf16     weight dtype at load (default: as stored)
       --threads N              CPU threads (default: $HYBRIDGEN_THREADS or every core)
       --context N              KV cache positions (default: the model's, at most 4096)
+      --kv-window N            keep the N most recent positions resident; older ones are
+                               offloaded and still attended exactly (default: all resident)
+      --kv-sinks N             pin the first N positions in the window (needs --kv-window)
 
 Prompt (one of; default: read stdin):
   -p, --prompt TEXT            the prompt

@@ -3,7 +3,7 @@ import { HybridgenError } from "@hybridgen/core";
 import { FLAG_OF, GenerateCliOptionsSchema, type GenerateCliOptions } from "./generate-options.js";
 import { parseArgsError } from "./parse-args-error.js";
 
-const NUMERIC = new Set(["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "threads", "context"]);
+const NUMERIC = new Set(["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "threads", "context", "kvWindow", "kvSinks"]);
 
 /** A strict decimal number: "1", "-2", "0.5", "1e-3". Rejects "", "0x10", "1abc", "Infinity". */
 function toNumber(flag: string, raw: string): number {
@@ -39,6 +39,8 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateCliOptions &
         stop: { type: "string", multiple: true },
         threads: { type: "string" },
         context: { type: "string" },
+        "kv-window": { type: "string" },
+        "kv-sinks": { type: "string" },
         dtype: { type: "string" },
         json: { type: "boolean" },
         help: { type: "boolean", short: "h" },

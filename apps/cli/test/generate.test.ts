@@ -29,6 +29,17 @@ describe("hybridgen generate on stories15M", () => {
     expect(lines.some((l) => l.startsWith("loaded "))).toBe(true);
   });
 
+  it("offloading old KV positions (--kv-window, --kv-sinks) leaves the greedy story unchanged", () => {
+    // Offloaded positions are still attended exactly (logits concatenated in position order,
+    // one softmax), so only summation order differs: far below the story's 0.01 logit margin.
+    for (const kv of [["--kv-window", "17"], ["--kv-window", "64", "--kv-sinks", "4"]]) {
+      const r = runBin(["generate", "--model", model, "--prompt", PROMPT, "--temperature", "0", "--max-tokens", "256", ...kv]);
+      expect(r.stderr).toMatch(/KV window/);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toBe(greedyStory());
+    }
+  });
+
   it("is the same story at f16 and bf16 weights for the first sentences", () => {
     for (const dtype of ["f16", "bf16"]) {
       const r = runBin(["generate", "--model", model, "--prompt", PROMPT, "--temperature", "0", "--max-tokens", "40", "--dtype", dtype]);

@@ -36,6 +36,8 @@ describe("parseGenerateArgs", () => {
         stop: Array.from({ length: Math.floor(rand() * 3) }, (_, i) => `stop${i}-${trial}`),
         threads: 1 + Math.floor(rand() * 8),
         context: 1 + Math.floor(rand() * 8192),
+        kvWindow: 2 + Math.floor(rand() * 512),
+        kvSinks: Math.floor(rand() * 2),
         dtype: pick(["f32", "f16", "bf16"] as const),
         json: rand() < 0.5,
       };
@@ -51,6 +53,8 @@ describe("parseGenerateArgs", () => {
         ...want.stop.flatMap((s) => ["--stop", s]),
         "--threads", String(want.threads),
         "--context", String(want.context),
+        "--kv-window", String(want.kvWindow),
+        "--kv-sinks", String(want.kvSinks),
         "--dtype", want.dtype,
         ...(want.json ? ["--json"] : []),
       ];
@@ -76,6 +80,9 @@ describe("parseGenerateArgs", () => {
     [["--threads", "0"], /--threads.*at least 1/],
     [["--threads", "300"], /--threads.*≤ 256/],
     [["--context", "0"], /--context.*at least 1/],
+    [["--kv-sinks", "4"], /--kv-sinks needs --kv-window/],
+    [["--kv-window", "8", "--kv-sinks", "8"], /--kv-sinks must be smaller than --kv-window/],
+    [["--kv-window", "0"], /--kv-window.*at least 1/],
     [["--dtype", "f64"], /--dtype.*f32, f16, bf16/],
     [["--stop", ""], /--stop.*empty/],
     [["--bogus"], /unknown option --bogus/],
