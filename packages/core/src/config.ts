@@ -49,9 +49,12 @@ export const LlamaConfigSchema = z
 
 export type LlamaConfigJson = z.infer<typeof LlamaConfigSchema>;
 
+/** The model families the engine implements (see architectures.ts). */
+export type ArchitectureFamily = "llama" | "qwen2" | "opt";
+
 /** The resolved numbers the engine runs with. */
 export interface ModelShape {
-  readonly architecture: "llama";
+  readonly architecture: ArchitectureFamily;
   readonly hiddenSize: number;
   readonly intermediateSize: number;
   readonly layers: number;
@@ -61,17 +64,18 @@ export interface ModelShape {
   readonly vocabSize: number;
   readonly maxPositions: number;
   readonly normEps: number;
+  /** 0 for architectures without rotary embeddings (OPT). */
   readonly ropeTheta: number;
   readonly tieEmbeddings: boolean;
   readonly bosTokenId: number | null;
   readonly eosTokenIds: readonly number[];
 }
 
-export function resolveLlamaShape(c: LlamaConfigJson): ModelShape {
+export function resolveLlamaShape(c: LlamaConfigJson, architecture: ArchitectureFamily = "llama"): ModelShape {
   const heads = c.num_attention_heads;
   const eos = c.eos_token_id;
   return {
-    architecture: "llama",
+    architecture,
     hiddenSize: c.hidden_size,
     intermediateSize: c.intermediate_size,
     layers: c.num_hidden_layers,

@@ -133,7 +133,8 @@ export class LlamaModel implements Disposable, QueryProjector {
     }
     const opts = parsed.data;
     const shape = files.shape;
-    check(shape.architecture === "llama", `unsupported architecture ${shape.architecture}`);
+    // Qwen2 is Llama with q/k/v biases (see qwen2.ts); OPT has its own model (opt.ts).
+    check(shape.architecture === "llama" || shape.architecture === "qwen2", `LlamaModel cannot run the ${shape.architecture} architecture (use loadModel)`);
     check(shape.heads % shape.kvHeads === 0, `${shape.heads} attention heads is not a multiple of ${shape.kvHeads} KV heads`);
     check(shape.headDim % 2 === 0, `head_dim ${shape.headDim} must be even for rotary embeddings`);
     const maxContext = opts.maxContext ?? Math.min(shape.maxPositions, DEFAULT_MAX_CONTEXT);
@@ -142,7 +143,7 @@ export class LlamaModel implements Disposable, QueryProjector {
     const weightDtype = opts.weightDtype ?? embedView.dtype;
     const model = new LlamaModel(backend, shape, opts, maxContext, weightDtype);
     try {
-      model.loadWeights(files.weights, files.config);
+      model.loadWeights(files.weights, files.config as LlamaConfigJson);
       model.allocActivations();
     } catch (e) {
       model.close();
@@ -287,13 +288,16 @@ export class LlamaModel implements Disposable, QueryProjector {
   private loadWeights(src: WeightSource, config: LlamaConfigJson): void {
     const s = this.shape, hd = s.headDim, dim = s.hiddenSize, inter = s.intermediateSize;
     const qRows = s.heads * hd, kvRows = s.kvHeads * hd;
-    const attnBias = config.attention_bias === true, mlpBias = config.mlp_bias === true;
+    // attention_bias puts biases on q, k, v and o; Qwen2 always has them on q, k, v only.
+    const qwen2 = s.architecture === "qwen2";
+    const qkvBias = qwen2 || config.attention_bias === true, oBias = !qwen2 && config.attention_bias === true;
+    const mlpBias = config.mlp_bias === true;
 
     this.embed = this.matrix(src, "model.embed_tokens.weight", [s.vocabSize, dim]);
     for (let l = 0; l < s.layers; l++) {
       const p = `model.layers.${l}.`;
       const wqkv = this.fused(src, [`${p}self_attn.q_proj.weight`, `${p}self_attn.k_proj.weight`, `${p}self_attn.v_proj.weight`], [qRows, kvRows, kvRows], dim);
-      const bqkv = attnBias ? this.fusedBias(src, [`${p}self_attn.q_proj.bias`, `${p}self_attn.k_proj.bias`, `${p}self_attn.v_proj.bias`], [qRows, kvRows, kvRows]) : null;
+      const bqkv = qkvBias ? this.fusedBias(src, [`${p}self_attn.q_proj.bias`, `${p}self_attn.k_proj.bias`, `${p}self_attn.v_proj.bias`], [qRows, kvRows, kvRows]) : null;
       const wgu = this.fused(src, [`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`], [inter, inter], dim);
       const bgu = mlpBias ? this.fusedBias(src, [`${p}mlp.gate_proj.bias`, `${p}mlp.up_proj.bias`], [inter, inter]) : null;
       this.layers.push({
@@ -306,7 +310,7 @@ export class LlamaModel implements Disposable, QueryProjector {
         bk: bqkv && this.view(bqkv, qRows, [kvRows]),
         bv: bqkv && this.view(bqkv, qRows + kvRows, [kvRows]),
         wo: this.matrix(src, `${p}self_attn.o_proj.weight`, [dim, qRows]),
-        bo: attnBias ? this.vector(src, `${p}self_attn.o_proj.bias`, dim) : null,
+        bo: oBias ? this.vector(src, `${p}self_attn.o_proj.bias`, dim) : null,
         mlpNorm: this.vector(src, `${p}post_attention_layernorm.weight`, dim),
         wgu, bgu,
         wg: this.view(wgu, 0, [inter, dim]),
@@ -322,7 +326,7 @@ export class LlamaModel implements Disposable, QueryProjector {
     this.loadRope(config);
   }
 
-  /** cos/sin [maxContext, headDim/2] computed in f64, with Llama-3 / linear scaling if configured. */
+  /** cos/sin [maxContext, headDim/2] computed in f64, with Llama-3 / linear / dynamic scaling if configured. */
   private loadRope(config: LlamaConfigJson): void {
     const hd = this.shape.headDim, half = hd / 2, theta = this.shape.ropeTheta;
     const invFreq = new Float64Array(half);
@@ -343,7 +347,9 @@ export class LlamaModel implements Disposable, QueryProjector {
       }
     } else if (kind === "linear") {
       posScale = 1 / (scaling?.factor ?? 1);
-    } else if (kind !== "default") {
+    } else if (kind !== "default" && kind !== "dynamic") {
+      // "dynamic" (NTK) only changes frequencies past max_position_embeddings, which the
+      // context never exceeds (load checks maxContext against it), so it equals "default".
       fail(`unsupported rope scaling type "${kind}"`);
     }
     const cos = new Float32Array(this.maxContext * half), sin = new Float32Array(this.maxContext * half);

@@ -1,13 +1,16 @@
 /**
  * Opens a Hugging Face model directory: config.json (+ generation_config.json), the
  * safetensors weights (single file or sharded with model.safetensors.index.json), and
- * tokenizer.json. Weights are memory-mapped, never copied.
+ * tokenizer.json (+ tokenizer_config.json). Weights are memory-mapped, never copied. The
+ * architecture (Llama, Qwen2, OPT) is chosen from config.json by architectures.ts.
  */
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { LlamaConfigSchema, resolveLlamaShape, type LlamaConfigJson, type ModelShape } from "./config.js";
+import { describeModel } from "./architectures.js";
+import { LlamaConfigSchema, type LlamaConfigJson, type ModelShape } from "./config.js";
+import { parseConfigWith } from "./config-parse.js";
 import { fail } from "./errors.js";
-import { loadTokenizer } from "./bpe-tokenizer.js";
+import { loadTokenizerFiles } from "./tokenizer-files.js";
 import type { ModelFiles, WeightSource, WeightView } from "./model-files.js";
 import { openSafetensors, type SafetensorsFile } from "./safetensors.js";
 
@@ -25,24 +28,9 @@ function readJson(path: string): unknown {
   }
 }
 
-function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
-  let v = root;
-  for (const k of path) {
-    if (v === null || typeof v !== "object") return undefined;
-    v = (v as Record<PropertyKey, unknown>)[k];
-  }
-  return v;
-}
-
-/** Validates config.json; the first problem becomes one line: file, key path, message, value. */
+/** Validates a Llama config.json; the first problem becomes one line: file, key path, message, value. */
 export function parseLlamaConfig(json: unknown, src = "config.json"): LlamaConfigJson {
-  const r = LlamaConfigSchema.safeParse(json);
-  if (r.success) return r.data;
-  const issue = r.error.issues[0];
-  const path = issue.path.map(String).join(".") || "(root)";
-  const value = valueAt(json, issue.path);
-  const shown = value === undefined ? "missing" : `got ${JSON.stringify(value)}`;
-  fail(`${src}: ${path}: ${issue.message} (${shown})`);
+  return parseConfigWith(LlamaConfigSchema, json, src);
 }
 
 /** Several safetensors shards behind one name → tensor lookup. */
@@ -109,9 +97,7 @@ export function openModelDir(dir: string): ModelFiles {
   if (!isDir) fail(`${dir} is not a directory`);
   const configPath = join(dir, "config.json");
   if (!existsSync(configPath)) fail(`${dir}: no config.json (not a Hugging Face model directory)`);
-  const config = parseLlamaConfig(readJson(configPath), configPath);
-  const base = resolveLlamaShape(config);
-  if (!Number.isInteger(base.headDim)) fail(`${configPath}: hidden_size ${base.hiddenSize} is not a multiple of num_attention_heads ${base.heads}`);
+  const { config, shape: base } = describeModel(readJson(configPath), configPath);
 
   // generation_config.json often lists extra stop ids (e.g. llama2.c: BOS ends a story).
   const eos = [...base.eosTokenIds];
@@ -127,12 +113,11 @@ export function openModelDir(dir: string): ModelFiles {
     }
     if (bos === null && Number.isSafeInteger(gen?.bos_token_id)) bos = gen!.bos_token_id as number;
   }
+  const { tokenizer, chatTemplate, eosId } = loadTokenizerFiles(dir, { bosId: bos, eosId: eos[0] });
+  // tokenizer_config's eos_token ends a chat turn (<|im_end|>, <|eot_id|>): stop there too.
+  if (eosId !== null && !eos.includes(eosId)) eos.push(eosId);
   for (const id of eos) if (id < 0 || id >= base.vocabSize) fail(`${dir}: eos token id ${id} is outside the vocab (${base.vocabSize})`);
   const shape: ModelShape = { ...base, bosTokenId: bos, eosTokenIds: eos };
-
-  const tokPath = join(dir, "tokenizer.json");
-  if (!existsSync(tokPath)) fail(`${dir}: no tokenizer.json`);
-  const tokenizer = loadTokenizer(tokPath, { bosId: bos ?? undefined, eosId: eos[0] });
   if (tokenizer.vocabSize > shape.vocabSize) {
     fail(`${dir}: tokenizer.json has ${tokenizer.vocabSize} tokens but config.json vocab_size is ${shape.vocabSize}`);
   }
@@ -144,5 +129,5 @@ export function openModelDir(dir: string): ModelFiles {
     closed = true;
     for (const f of files) f.close();
   };
-  return { dir, config, shape, weights, tokenizer, close, [Symbol.dispose]: close };
+  return { dir, config, shape, weights, tokenizer, chatTemplate, close, [Symbol.dispose]: close };
 }

@@ -1,5 +1,7 @@
 import type { DType } from "./backend.js";
 import type { LlamaConfigJson, ModelShape } from "./config.js";
+import type { ChatRenderer } from "./chat-template.js";
+import type { OptConfigJson } from "./opt-config.js";
 import type { Tokenizer } from "./tokenizer.js";
 
 /** One stored tensor: raw little-endian bytes (usually a view into an mmap). */
@@ -18,10 +20,13 @@ export interface WeightSource {
 /** A model directory opened for loading: config, weights (mapped, not copied), tokenizer. */
 export interface ModelFiles {
   readonly dir: string;
-  readonly config: LlamaConfigJson;
+  /** The parsed config.json of the model's family (shape.architecture tells which). */
+  readonly config: LlamaConfigJson | OptConfigJson;
   readonly shape: ModelShape;
   readonly weights: WeightSource;
   readonly tokenizer: Tokenizer;
+  /** The chat template of tokenizer_config.json / chat_template.jinja, when the model has one. */
+  readonly chatTemplate?: ChatRenderer | null;
   /** Unmaps the weight files; tensors loaded in place from them must be freed first. */
   close(): void;
   [Symbol.dispose](): void;

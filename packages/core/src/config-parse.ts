@@ -1,0 +1,23 @@
+/** One-line errors for config files that fail their zod schema: file, key path, message, value. */
+import type { z } from "zod";
+import { fail } from "./errors.js";
+
+function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
+  let v = root;
+  for (const k of path) {
+    if (v === null || typeof v !== "object") return undefined;
+    v = (v as Record<PropertyKey, unknown>)[k];
+  }
+  return v;
+}
+
+/** Parses `json` with `schema`; the first issue becomes `src: key.path: message (got value)`. */
+export function parseConfigWith<S extends z.ZodType>(schema: S, json: unknown, src: string): z.output<S> {
+  const r = schema.safeParse(json);
+  if (r.success) return r.data;
+  const issue = r.error.issues[0];
+  const path = issue.path.map(String).join(".") || "(root)";
+  const value = valueAt(json, issue.path);
+  const shown = value === undefined ? "missing" : `got ${JSON.stringify(value)}`;
+  fail(`${src}: ${path}: ${issue.message} (${shown})`);
+}

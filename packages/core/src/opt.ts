@@ -1,0 +1,318 @@
+/**
+ * OptModel: Meta's OPT (OPTForCausalLM) over any Backend.
+ *
+ *   x = project_in(embed(ids)) + positions[pos + 2]
+ *   per layer (do_layer_norm_before = true, OPT-125m/1.3b/…):
+ *     x += out_proj(attn(LN₁(x)))            x += fc2(relu(fc1(LN₂(x))))
+ *   per layer (do_layer_norm_before = false, OPT-350m):
+ *     x = LN₁(x + out_proj(attn(x)))         x = LN₂(x + fc2(relu(fc1(x))))
+ *   logits = project_out(LN_final(x_last)) · embedᵀ     (LN_final only with pre-norm)
+ *
+ * Multi-head attention with biases on every projection; q/k/v are fused for decode steps as
+ * in llama.ts, and attention itself is the shared Attention stage (KV cache, hybrid hook).
+ */
+import type { Backend, DType, Tensor } from "./backend.js";
+import { Attention, type QueryProjector } from "./attention.js";
+import { check, fail } from "./errors.js";
+import { KvCache } from "./kv-cache.js";
+import { DEFAULT_MAX_CONTEXT, LlamaLoadOptionsSchema, type LlamaLoadOptions } from "./llama.js";
+import type { ModelShape } from "./config.js";
+import type { ModelFiles, WeightSource, WeightView } from "./model-files.js";
+import { OPT_POSITION_OFFSET, optEmbedDim, optHasFinalNorm, type OptConfigJson } from "./opt-config.js";
+import { WeightLoader, requireTensor } from "./weight-loader.js";
+
+interface OptLayer {
+  ln1w: Tensor; ln1b: Tensor;
+  wqkv: Tensor; bqkv: Tensor; // [3·dim, dim], [3·dim]
+  wq: Tensor; wk: Tensor; wv: Tensor; bq: Tensor; bk: Tensor; bv: Tensor; // views
+  wo: Tensor; bo: Tensor;
+  ln2w: Tensor; ln2b: Tensor;
+  fc1: Tensor; b1: Tensor; fc2: Tensor; b2: Tensor;
+}
+
+interface OptActivations {
+  x: Tensor; h: Tensor; h2: Tensor;
+  emb: Tensor | null; // [B, embedDim] when project_in exists
+  q: Tensor; k: Tensor; v: Tensor; kRows: Tensor; vRows: Tensor;
+  qkv: Tensor; qkvQ: Tensor; qkvK: Tensor; qkvV: Tensor;
+  att: Tensor; ff: Tensor;
+  specH: Tensor;
+  last: Tensor; lastEmb: Tensor | null; logits: Tensor;
+  posIds: Int32Array;
+  posOne: Int32Array; // posIds[0, 1): a decode step allocates nothing
+}
+
+/** Older OPT checkpoints name tensors `decoder.*` rather than `model.decoder.*`. */
+function withDecoderAlias(src: WeightSource): WeightSource {
+  return {
+    get: (name: string): WeightView | undefined =>
+      src.get(name) ?? (name.startsWith("model.decoder.") ? src.get(name.slice("model.".length)) : undefined),
+    names: () => src.names(),
+  };
+}
+
+export class OptModel implements Disposable, QueryProjector {
+  readonly maxContext: number;
+  readonly prefillBlock: number;
+  readonly weightDtype: DType;
+  readonly cache: KvCache;
+  readonly attention: Attention;
+  readonly embedDim: number;
+
+  private readonly w: WeightLoader;
+  private readonly layers: OptLayer[] = [];
+  private embed!: Tensor;
+  private posTable!: Tensor;
+  private projIn: Tensor | null = null;
+  private projOut: Tensor | null = null;
+  private finalW: Tensor | null = null;
+  private finalB: Tensor | null = null;
+  private lmHead!: Tensor;
+  private act!: OptActivations;
+  private readonly specPos = new Int32Array(1);
+  private closed = false;
+
+  private constructor(
+    readonly backend: Backend,
+    readonly shape: ModelShape,
+    readonly config: OptConfigJson,
+    src: WeightSource,
+    opts: ReturnType<typeof LlamaLoadOptionsSchema.parse>,
+    maxContext: number,
+    weightDtype: DType,
+  ) {
+    this.maxContext = maxContext;
+    this.prefillBlock = Math.min(opts.prefillBlock, maxContext);
+    this.weightDtype = weightDtype;
+    this.embedDim = optEmbedDim(config);
+    this.w = new WeightLoader(backend, src, weightDtype);
+    const window = opts.kvWindow;
+    const sinks = window === undefined ? 0 : opts.kvSinks;
+    this.cache = new KvCache(backend, {
+      layers: shape.layers, kvHeads: shape.kvHeads, headDim: shape.headDim, maxContext,
+      dtype: opts.kvDtype, windowBudget: window, sinkTokens: sinks,
+      evictBlock: opts.kvEvictBlock ?? Math.max(1, Math.min(16, (window ?? 16) - sinks)),
+      maxAppend: this.prefillBlock,
+    });
+    try {
+      this.attention = new Attention(backend, this.cache, shape);
+    } catch (e) {
+      this.cache.close();
+      throw e;
+    }
+  }
+
+  /** Load an OPT checkpoint onto `backend` (same options as LlamaModel). `files` must stay open. */
+  static load(files: ModelFiles, backend: Backend, options: LlamaLoadOptions = {}): OptModel {
+    const parsed = LlamaLoadOptionsSchema.safeParse(options);
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      fail(`invalid load option ${issue.path.join(".")}: ${issue.message}`);
+    }
+    const opts = parsed.data;
+    const shape = files.shape;
+    check(shape.architecture === "opt", `OptModel cannot run the ${shape.architecture} architecture (use loadModel)`);
+    const config = files.config as OptConfigJson;
+    const maxContext = opts.maxContext ?? Math.min(shape.maxPositions, DEFAULT_MAX_CONTEXT);
+    check(maxContext <= shape.maxPositions, `maxContext ${maxContext} exceeds the model's max_position_embeddings ${shape.maxPositions}`);
+    const src = withDecoderAlias(files.weights);
+    const embedView = requireTensor(src, "model.decoder.embed_tokens.weight", [shape.vocabSize, optEmbedDim(config)]);
+    const model = new OptModel(backend, shape, config, src, opts, maxContext, opts.weightDtype ?? embedView.dtype);
+    try {
+      model.loadWeights();
+      model.allocActivations();
+    } catch (e) {
+      model.close();
+      throw e;
+    }
+    return model;
+  }
+
+  get length(): number {
+    return this.cache.length;
+  }
+
+  /** Run `ids` at positions [startPos, …) and return the logits of the last token. */
+  forward(ids: Int32Array, startPos: number): Float32Array {
+    this.step(ids, startPos);
+    return this.readLogits();
+  }
+
+  step(ids: Int32Array, startPos: number): void {
+    this.checkOpen();
+    const n = ids.length;
+    if (n < 1) fail("forward: no tokens");
+    if (startPos !== this.cache.length) {
+      fail(`forward: startPos ${startPos} must equal the cached length ${this.cache.length} (reset() to start over)`);
+    }
+    if (startPos + n > this.maxContext) fail(`context overflow: ${startPos} + ${n} tokens exceed the context of ${this.maxContext}`);
+    const vocab = this.shape.vocabSize;
+    for (let i = 0; i < n; i++) {
+      if (!(ids[i] >= 0 && ids[i] < vocab)) fail(`forward: token id ${ids[i]} out of range [0, ${vocab})`);
+    }
+    const block = this.prefillBlock;
+    for (let off = 0; off < n; off += block) {
+      const rows = Math.min(block, n - off);
+      this.runBlock(rows === n ? ids : ids.subarray(off, off + rows), startPos + off, rows);
+    }
+  }
+
+  readLogits(): Float32Array {
+    this.checkOpen();
+    return this.backend.read(this.act.logits, 0, this.shape.vocabSize);
+  }
+
+  argmaxLogits(): number {
+    this.checkOpen();
+    return this.backend.argmax(this.act.logits, 0);
+  }
+
+  reset(): void {
+    this.checkOpen();
+    this.cache.reset();
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.w.close();
+    this.attention.close();
+    this.cache.close();
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  /** QueryProjector: q of `layer` from residual row x (row 0), unscaled (attention scales). */
+  projectQuery(layer: number, x: Tensor, pos: number, out: Tensor): void {
+    this.checkOpen();
+    if (!(Number.isInteger(layer) && layer >= 0 && layer < this.shape.layers)) fail(`projectQuery: layer ${layer} out of range [0, ${this.shape.layers})`);
+    if (!(Number.isInteger(pos) && pos >= 0 && pos < this.maxContext)) fail(`projectQuery: position ${pos} out of range [0, ${this.maxContext})`);
+    const be = this.backend, L = this.layers[layer];
+    let src = x;
+    if (this.config.do_layer_norm_before) {
+      be.layerNorm(this.act.specH, x, L.ln1w, L.ln1b, 1, this.shape.normEps);
+      src = this.act.specH;
+    }
+    be.matmul(out, src, L.wq, 1, L.bq);
+  }
+
+  // ---- the forward pass ---------------------------------------------------------------------
+
+  private runBlock(ids: Int32Array, pos0: number, n: number): void {
+    const be = this.backend, a = this.act, s = this.shape, eps = s.normEps;
+    const pre = this.config.do_layer_norm_before, decode = n === 1;
+    const attn = this.attention;
+    attn.beginBlock(n);
+    if (a.emb) {
+      be.embedding(a.emb, this.embed, ids);
+      be.matmul(a.x, a.emb, this.projIn!, n);
+    } else {
+      be.embedding(a.x, this.embed, ids);
+    }
+    for (let i = 0; i < n; i++) a.posIds[i] = pos0 + i + OPT_POSITION_OFFSET;
+    be.embedding(a.h, this.posTable, n === 1 ? a.posOne : n === a.posIds.length ? a.posIds : a.posIds.subarray(0, n));
+    be.add(a.x, a.x, a.h, n);
+
+    for (let l = 0; l < s.layers; l++) {
+      const L = this.layers[l];
+      attn.layerInput(l, a.x);
+      let src = a.x;
+      if (pre) {
+        be.layerNorm(a.h, a.x, L.ln1w, L.ln1b, n, eps);
+        src = a.h;
+      }
+      if (decode) {
+        be.matmul(a.qkv, src, L.wqkv, 1, L.bqkv);
+        attn.attend(l, a.qkvQ, a.qkvK, a.qkvV, a.att);
+      } else {
+        be.matmul(a.q, src, L.wq, n, L.bq);
+        be.matmul(a.k, src, L.wk, n, L.bk);
+        be.matmul(a.v, src, L.wv, n, L.bv);
+        attn.attend(l, a.q, a.kRows, a.vRows, a.att);
+      }
+      be.matmul(a.h2, a.att, L.wo, n, L.bo);
+      be.add(a.x, a.x, a.h2, n);
+      if (!pre) be.layerNorm(a.x, a.x, L.ln1w, L.ln1b, n, eps);
+
+      src = a.x;
+      if (pre) {
+        be.layerNorm(a.h, a.x, L.ln2w, L.ln2b, n, eps);
+        src = a.h;
+      }
+      be.matmul(a.ff, src, L.fc1, n, L.b1);
+      if (this.config.activation_function === "relu") be.relu(a.ff, n);
+      else be.gelu(a.ff, n);
+      be.matmul(a.h2, a.ff, L.fc2, n, L.b2);
+      be.add(a.x, a.x, a.h2, n);
+      if (!pre) be.layerNorm(a.x, a.x, L.ln2w, L.ln2b, n, eps);
+    }
+    be.copyRows(a.last, 0, a.x, n - 1, 1);
+    if (this.finalW) be.layerNorm(a.last, a.last, this.finalW, this.finalB!, 1, eps);
+    if (a.lastEmb) be.matmul(a.lastEmb, a.last, this.projOut!, 1);
+    be.matmul(a.logits, a.lastEmb ?? a.last, this.lmHead, 1);
+    attn.endBlock();
+  }
+
+  // ---- loading --------------------------------------------------------------------------------
+
+  private loadWeights(): void {
+    const w = this.w, s = this.shape, c = this.config, dim = s.hiddenSize, ffn = s.intermediateSize, emb = this.embedDim;
+    const d = "model.decoder.";
+    this.embed = w.matrix(`${d}embed_tokens.weight`, [s.vocabSize, emb]);
+    // Position rows are added to f32 activations through embedding(): any dtype works.
+    this.posTable = w.matrix(`${d}embed_positions.weight`, [s.maxPositions + OPT_POSITION_OFFSET, dim]);
+    if (emb !== dim) {
+      this.projIn = w.matrix(`${d}project_in.weight`, [dim, emb]);
+      this.projOut = w.matrix(`${d}project_out.weight`, [emb, dim]);
+    }
+    for (let l = 0; l < s.layers; l++) {
+      const p = `${d}layers.${l}.`;
+      const names = ["q_proj", "k_proj", "v_proj"].map((x) => `${p}self_attn.${x}`);
+      const wqkv = w.fused(names.map((x) => `${x}.weight`), [dim, dim, dim], dim);
+      const bqkv = w.fusedVector(names.map((x) => `${x}.bias`), [dim, dim, dim]);
+      this.layers.push({
+        ln1w: w.vector(`${p}self_attn_layer_norm.weight`, dim),
+        ln1b: w.vector(`${p}self_attn_layer_norm.bias`, dim),
+        wqkv, bqkv,
+        wq: w.view(wqkv, 0, [dim, dim]), wk: w.view(wqkv, dim * dim, [dim, dim]), wv: w.view(wqkv, 2 * dim * dim, [dim, dim]),
+        bq: w.view(bqkv, 0, [dim]), bk: w.view(bqkv, dim, [dim]), bv: w.view(bqkv, 2 * dim, [dim]),
+        wo: w.matrix(`${p}self_attn.out_proj.weight`, [dim, dim]),
+        bo: w.vector(`${p}self_attn.out_proj.bias`, dim),
+        ln2w: w.vector(`${p}final_layer_norm.weight`, dim),
+        ln2b: w.vector(`${p}final_layer_norm.bias`, dim),
+        fc1: w.matrix(`${p}fc1.weight`, [ffn, dim]), b1: w.vector(`${p}fc1.bias`, ffn),
+        fc2: w.matrix(`${p}fc2.weight`, [dim, ffn]), b2: w.vector(`${p}fc2.bias`, dim),
+      });
+    }
+    if (optHasFinalNorm(c)) {
+      this.finalW = w.vector(`${d}final_layer_norm.weight`, dim);
+      this.finalB = w.vector(`${d}final_layer_norm.bias`, dim);
+    }
+    this.lmHead = s.tieEmbeddings ? this.embed : w.matrix("lm_head.weight", [s.vocabSize, emb]);
+  }
+
+  private allocActivations(): void {
+    const w = this.w, s = this.shape, B = this.prefillBlock, dim = s.hiddenSize, hd = s.headDim, emb = this.embedDim;
+    const k = w.alloc([B, dim]), v = w.alloc([B, dim]), qkv = w.alloc([1, 3 * dim]);
+    const posIds = new Int32Array(B);
+    this.act = {
+      x: w.alloc([B, dim]), h: w.alloc([B, dim]), h2: w.alloc([B, dim]),
+      emb: emb !== dim ? w.alloc([B, emb]) : null,
+      q: w.alloc([B, dim]), k, v,
+      kRows: w.view(k, 0, [B * s.heads, hd]), vRows: w.view(v, 0, [B * s.heads, hd]),
+      qkv, qkvQ: w.view(qkv, 0, [1, dim]), qkvK: w.view(qkv, dim, [s.heads, hd]), qkvV: w.view(qkv, 2 * dim, [s.heads, hd]),
+      att: w.alloc([B, dim]), ff: w.alloc([B, s.intermediateSize]),
+      specH: w.alloc([1, dim]),
+      last: w.alloc([1, dim]), lastEmb: emb !== dim ? w.alloc([1, emb]) : null,
+      logits: w.alloc([1, s.vocabSize]),
+      posIds,
+      posOne: posIds.subarray(0, 1),
+    };
+  }
+
+  private checkOpen(): void {
+    if (this.closed) fail("model used after close()");
+  }
+}
