@@ -12,6 +12,7 @@ import {
   type Selection,
   type SelectionInput,
   type SelectionTiming,
+  type SelectorKernel,
   type SelectorLayerInfo,
   type TokenSelector,
 } from "@hybridgen/core";
@@ -35,6 +36,8 @@ export interface SelectorDefinition<O, S> {
   needsScores?: boolean | ((options: O) => boolean);
   /** False when the selector returns every token whatever K is. Default true. */
   usesBudget?: boolean;
+  /** The selection equals this CpuStage kernel (the engine may run it natively instead of select()). */
+  kernel?: SelectorKernel | ((options: O) => SelectorKernel | undefined);
   /** Per-(layer, sequence) state, created once when the sequence starts. */
   initState?: (info: SelectorLayerInfo, options: O) => S;
   select: (input: SelectionInput<S>, options: O) => LooseSelection;
@@ -58,6 +61,7 @@ const DefinitionSchema = z.object({
   options: z.custom<z.ZodType>((v) => v === undefined || v instanceof z.ZodType, "must be a zod schema").optional(),
   needsScores: z.union([z.boolean(), z.custom<(o: unknown) => boolean>(isFunction)]).optional(),
   usesBudget: z.boolean().optional(),
+  kernel: z.union([z.enum(["topk", "topk-shared", "all"]), z.custom<(o: unknown) => unknown>(isFunction)]).optional(),
   initState: z.custom<(...a: unknown[]) => unknown>(isFunction, "must be a function").optional(),
   select: z.custom<(...a: unknown[]) => unknown>(isFunction, "must be a function"),
 });
@@ -95,12 +99,14 @@ export function defineSelector<O = Record<string, never>, S = undefined>(definit
     }
     const needsScores = typeof def.needsScores === "function" ? def.needsScores(options) : def.needsScores ?? false;
     const usesBudget = def.usesBudget ?? true;
+    const kernel = typeof def.kernel === "function" ? def.kernel(options) : def.kernel;
 
     return Object.freeze({
       name: def.name,
       timings,
       needsScores,
       usesBudget,
+      ...(kernel === undefined ? {} : { kernel }),
       initState(info: SelectorLayerInfo): S {
         if (!def.initState) return undefined as S;
         try {

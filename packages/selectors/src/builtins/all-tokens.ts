@@ -6,5 +6,6 @@ export const allTokens = defineSelector({
   description: "every offloaded token (K ignored): the exactness oracle",
   timings: ["pre", "post"],
   usesBudget: false,
+  kernel: "all",
   select: ({ offloaded, primitives }) => ({ kind: "shared", ids: primitives.range(0, offloaded) }),
 });

@@ -19,6 +19,7 @@ export const exactTopK = defineSelector<z.output<typeof ExactTopKOptionsSchema>,
   description: "post-QKᵀ exact top-K per KV head (max over the group's query heads)",
   timings: ["post"],
   options: ExactTopKOptionsSchema,
+  kernel: (o) => (o.shared ? "topk-shared" : "topk"),
   initState: () => newScratch(),
   select(input, options) {
     if (input.timing !== "post") throw new Error("needs logits");
