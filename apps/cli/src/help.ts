@@ -3,6 +3,7 @@ export const MAIN_HELP = `hybridgen — long-context LLM inference (HybridGen: C
 Usage:
   hybridgen generate [options]   generate text from a prompt (see hybridgen generate --help)
   hybridgen fetch                download and convert the default model (stories15M), print its directory
+  hybridgen info [--json]        CPU kernels, CUDA devices, memory tiers (DRAM/CXL), model cache
   hybridgen --help | -h          this help
   hybridgen --version | -v       the version
 

@@ -2,6 +2,7 @@ import { parseArgs } from "node:util";
 import { HybridgenError } from "@hybridgen/core";
 import pkg from "../package.json" with { type: "json" };
 import { runFetch } from "./commands/fetch.js";
+import { runInfo } from "./commands/info.js";
 import { runGenerate } from "./commands/generate.js";
 import { GENERATE_HELP, MAIN_HELP } from "./help.js";
 import type { CliIo } from "./io.js";
@@ -70,11 +71,19 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       }
       return runFetch(io);
     }
+    case "info": {
+      const values = parseStrict(rest, { help: { type: "boolean", short: "h" }, json: { type: "boolean" } }, "hybridgen info");
+      if (values.help) {
+        io.stdout(MAIN_HELP);
+        return 0;
+      }
+      return runInfo(io, values.json === true);
+    }
     case "help":
       io.stdout(rest[0] === "generate" ? GENERATE_HELP : MAIN_HELP);
       return 0;
     default:
-      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, help; see hybridgen --help)`, "EUSAGE");
+      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, help; see hybridgen --help)`, "EUSAGE");
   }
 }
 

@@ -1,0 +1,41 @@
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { defaultCacheDir, STORIES15M_NAME } from "@hybridgen/core";
+import type { CliIo } from "../io.js";
+
+/**
+ * `hybridgen info`: what this machine offers the engine — the CPU kernel set, CUDA, the
+ * memory tiers (DRAM / CXL nodes) the offloaded KV can use, and the model cache.
+ */
+export async function runInfo(io: CliIo, json: boolean): Promise<number> {
+  // Imported here: the other commands should not pay for (or fail on) these libraries.
+  const { cpuFeatures } = await import("@hybridgen/kernels-cpu");
+  const { cudaAvailability, describeCudaAvailability } = await import("@hybridgen/kernels-cuda");
+  const { discoverTiers, formatBytes } = await import("@hybridgen/memtier");
+
+  const cpu = cpuFeatures();
+  const cuda = cudaAvailability();
+  const tiers = discoverTiers();
+  const cacheDir = io.env.HYBRIDGEN_CACHE || defaultCacheDir();
+  const defaultModel = join(cacheDir, "models", STORIES15M_NAME);
+  const cached = existsSync(join(defaultModel, "model.safetensors"));
+
+  if (json) {
+    io.stdout(`${JSON.stringify({ cpu, cuda, tiers, cache: { dir: cacheDir, defaultModel, cached } })}\n`);
+    return 0;
+  }
+  const flags = [cpu.avx2 && "avx2", cpu.avx512 && "avx512", cpu.avx512bf16 && "avx512bf16"].filter(Boolean).join(" ") || "none";
+  const lines = [
+    `cpu:    ${cpu.cpus} threads, features: ${flags}; kernels: ${cpu.chosen} (best ${cpu.best})`,
+    `cuda:   ${describeCudaAvailability(cuda)}`,
+    "memory tiers:",
+    ...tiers.map(
+      (t) =>
+        `  ${t.id.padEnd(10)} ${t.kind.padEnd(5)} ${formatBytes(t.capacityBytes).padStart(10)}` +
+        `${t.numaNode === undefined ? "" : `  NUMA node ${t.numaNode}`}${t.path ? `  ${t.path}` : ""}`,
+    ),
+    `model cache: ${cacheDir} (${STORIES15M_NAME} ${cached ? "present" : "not fetched yet"})`,
+  ];
+  io.stdout(`${lines.join("\n")}\n`);
+  return 0;
+}
