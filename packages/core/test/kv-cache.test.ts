@@ -7,10 +7,10 @@ const layers = 2, kvHeads = 3, headDim = 4, maxContext = 70;
 
 /** Random appends / writes / evictions, checking after every step that window ∪ store holds
  * each position exactly once, in order, with the data written for it. */
-function exercise(budget: number | undefined, block: number, maxAppend: number, dtype: DType, seed: number) {
+function exercise(budget: number | undefined, block: number, maxAppend: number, dtype: DType, seed: number, sinks = 0) {
   const rng = makeRng(seed);
   const be = new ReferenceBackend();
-  const cache = new KvCache(be, { layers, kvHeads, headDim, maxContext, windowBudget: budget, evictBlock: block, maxAppend, dtype });
+  const cache = new KvCache(be, { layers, kvHeads, headDim, maxContext, windowBudget: budget, evictBlock: block, maxAppend, dtype, sinkTokens: sinks });
   // written[layer][kv][pos] = the row values of position pos, KV head g.
   const written: Float32Array[][][] = [];
   for (let l = 0; l < layers; l++) written.push([[], []]);
@@ -19,22 +19,22 @@ function exercise(budget: number | undefined, block: number, maxAppend: number, 
   const checkInvariants = () => {
     const len = cache.length;
     const seen = new Array(len).fill(0);
-    // Store: positions [0, storeCount) at slot = position.
-    for (let p = 0; p < cache.storeCount; p++) {
-      expect(cache.locate(p)).toEqual({ region: "store", slot: p });
-      seen[p]++;
-    }
-    // Window: spans in position order, contiguous, covering [storeCount, length).
-    let next = cache.storeCount;
-    for (const s of cache.windowSpans()) {
+    // Store: positions [S, S + storeCount) at slot = position − S (S = sinks, pinned in the window).
+    const S = cache.storeStart;
+    for (let p = S; p < S + cache.storeCount; p++) expect(cache.locate(p)).toEqual({ region: "store", slot: p - S });
+    for (let p = 0; p < Math.min(sinks, len); p++) expect(cache.locate(p)).toEqual({ region: "window", slot: p });
+    // All spans: position order, contiguous, covering [0, length); the token map agrees.
+    let next = 0;
+    for (const s of cache.spans()) {
       expect(s.pos).toBe(next);
       for (let j = 0; j < s.count; j++) {
-        expect(cache.locate(s.pos + j)).toEqual({ region: "window", slot: s.slot + j });
+        expect(cache.locate(s.pos + j)).toEqual({ region: s.region, slot: s.slot + j });
         seen[s.pos + j]++;
       }
       next += s.count;
     }
     expect(next).toBe(len);
+    expect(cache.windowSpans().reduce((a, s) => a + s.count, 0)).toBe(cache.windowCount);
     expect(seen.every((c) => c === 1)).toBe(true);
     expect(cache.windowCount).toBeLessThanOrEqual(cache.windowCapacity);
     // Data: every position's rows are where the map says.
@@ -77,6 +77,7 @@ function exercise(budget: number | undefined, block: number, maxAppend: number, 
       expect(moved % block === 0 || moved === before).toBe(true);
       expect(cache.windowCount).toBeLessThanOrEqual(cache.windowBudget);
       expect(cache.windowCount).toBeGreaterThan(Math.min(before - moved, cache.windowBudget - block) - 1);
+      expect(cache.sinkCount).toBe(Math.min(sinks, cache.length)); // sinks are never evicted
     }
     checkInvariants();
   }
@@ -107,6 +108,14 @@ describe("KvCache residency", () => {
     });
   }
 
+  for (const [budget, block, maxAppend, sinks] of [[20, 8, 7, 4], [9, 4, 12, 5], [6, 1, 1, 5], [12, 3, 30, 1]] as const) {
+    it(`window ${budget} with ${sinks} sinks, block ${block}, appends ≤ ${maxAppend}: sinks stay, every position exactly once`, () => {
+      const r = exercise(budget, block, maxAppend, "f32", testSeed(budget * 17 + sinks), sinks);
+      expect(r.evictions).toBeGreaterThan(0);
+      expect(r.storeCount).toBeGreaterThan(maxContext - budget - block);
+    });
+  }
+
   it("rejects overflow, oversized appends and writes to evicted positions with one-line errors", () => {
     const be = new ReferenceBackend();
     const cache = new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 4, evictBlock: 2, maxAppend: 4 });
@@ -123,6 +132,9 @@ describe("KvCache residency", () => {
     expect(() => cache.append(1)).toThrow(HybridgenError);
     expect(() => cache.append(1)).toThrow("context overflow: 10 + 1 tokens exceed the context of 10");
     expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 3, evictBlock: 4 })).toThrow(/eviction block \(4\) must not exceed/);
+    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 3, sinkTokens: 3, evictBlock: 1 })).toThrow(/3 sink tokens leave no room/);
+    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 4, sinkTokens: 2, evictBlock: 3 })).toThrow(/less the sinks \(2\)/);
+    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 0 })).toThrow(/windowBudget/);
     expect(() => new KvCache(be, { layers: 0, kvHeads: 1, headDim: 2, maxContext: 10 })).toThrow(/invalid KV cache option layers/);
     cache.close();
     expect(() => cache.append(1)).toThrow(/after close/);
