@@ -4,3 +4,4 @@ export { cpuFeatures, ISAS, type Isa, type CpuFeatures } from "./features.js";
 export { CpuTensor } from "./tensor.js";
 export { nativeLibraryPath } from "./native.js";
 export { NativeCpuStage, NativeCpuStageOptionsSchema, type NativeCpuStageOptions } from "./cpu-stage.js";
+export { createNativeRandomFill } from "./random-fill.js";
