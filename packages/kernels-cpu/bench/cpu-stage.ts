@@ -1,0 +1,98 @@
+/**
+ * The hybrid CPU stage's speed (bun bench/cpu-stage.ts [--quick]):
+ *
+ * 1. Logits calculator throughput in GB/s of K read, for 1K … 256K offloaded tokens × 8 KV heads
+ *    × 128 dims (32 query heads, Llama-3.1-8B's layout), f32 and bf16 storage, next to the read
+ *    bandwidth of a plain streaming sum over as many bytes in the same run.
+ * 2. The full stage (logits + top-K 64 per KV head + V gather) at the same sizes.
+ * 3. Overlap: the stage on its own thread while JS drives "device" work on the backend's pool:
+ *    how much of the stage's time the device work hides.
+ */
+import type { CpuStageJob, DType, Tensor } from "@hybridgen/core";
+import { cpus } from "node:os";
+import { createCpuBackend, NativeCpuStage } from "../src/index.js";
+
+const quick = process.argv.includes("--quick");
+const threads = cpus().length;
+const KV = 8, HEADS = 32, D = 128;
+const SIZES = quick ? [1024, 16384, 65536] : [1024, 4096, 16384, 65536, 262144];
+
+function time(fn: () => void, budget = quick ? 0.1 : 0.4): number {
+  for (let i = 0; i < 2; i++) fn();
+  let best = Infinity, perBatch = 1;
+  const start = Bun.nanoseconds();
+  while ((Bun.nanoseconds() - start) / 1e9 < budget) {
+    const t0 = Bun.nanoseconds();
+    for (let i = 0; i < perBatch; i++) fn();
+    const dt = (Bun.nanoseconds() - t0) / 1e9;
+    best = Math.min(best, dt / perBatch);
+    if (dt < 0.002) perBatch *= 2;
+  }
+  return best;
+}
+
+const be = createCpuBackend({ threads });
+function filled(shape: number[], dtype: DType): Tensor {
+  const t = be.alloc(shape, dtype);
+  const n = shape.reduce((a, b) => a * b, 1);
+  const chunk = new Float32Array(Math.min(n, 1 << 20));
+  for (let i = 0; i < chunk.length; i++) chunk[i] = Math.sin(i * 0.37) * 0.5;
+  for (let off = 0; off < n; off += chunk.length) be.write(t, chunk.subarray(0, Math.min(chunk.length, n - off)), off);
+  return t;
+}
+
+function table(title: string, head: string[], rows: string[][]): void {
+  const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+  console.log(`\n${title}`);
+  console.log(head.map((h, i) => h.padStart(w[i])).join("  "));
+  for (const r of rows) console.log(r.map((c, i) => c.padStart(w[i])).join("  "));
+}
+
+const fmtN = (n: number) => (n >= 1024 ? `${n / 1024}K` : `${n}`);
+const stageRows: string[][] = [], fullRows: string[][] = [];
+const overlapRows: string[][] = [];
+
+for (const dtype of ["f32", "bf16"] as DType[]) {
+  for (const n of SIZES) {
+    const bytes = KV * n * D * (dtype === "f32" ? 4 : 2);
+    const K = filled([KV, n, D], dtype), V = filled([KV, n, D], dtype);
+    const stage = new NativeCpuStage(be, { threads });
+    stage.prepare({ heads: HEADS, kvHeads: KV, headDim: D, storeCapacity: n, dtype });
+    stage.query(0).set(Float32Array.from({ length: HEADS * D }, (_, i) => Math.cos(i) * 0.1));
+    const job = (work: CpuStageJob["work"], kmax: number): CpuStageJob => ({ slot: 0, k: K, v: V, offloaded: n, kmax, scale: 1 / Math.sqrt(D), work });
+    const score = job({ kind: "score" }, 0), full = job({ kind: "topk", budget: 64, shared: false }, 64);
+    const run = (j: CpuStageJob) => { stage.submit(j); stage.wait(); };
+    const tScore = time(() => run(score));
+    const tFull = time(() => run(full));
+    const sum = filled([bytes / 4], "f32"); // same byte count, streamed as floats (written: untouched pages would all map the zero page)
+    const tStream = time(() => be.streamSum(sum));
+    be.free(sum);
+    const gbs = bytes / tScore / 1e9, stream = bytes / tStream / 1e9;
+    stageRows.push([fmtN(n), dtype, (bytes / 2 ** 20).toFixed(0), (tScore * 1e3).toFixed(3), gbs.toFixed(1), stream.toFixed(1), `${Math.round((gbs / stream) * 100)}%`]);
+    fullRows.push([fmtN(n), dtype, (tFull * 1e3).toFixed(3), (bytes / tFull / 1e9).toFixed(1)]);
+
+    if (n === 65536) {
+      // Overlap: JS drives matmuls on the backend (the device stage) while the stage scores.
+      const x = filled([1, 2048], "f32"), w = filled([2048, 2048], "bf16"), y = be.alloc([1, 2048]);
+      const device = () => { for (let i = 0; i < 6; i++) be.matmul(y, x, w, 1); };
+      const tDev = time(device);
+      const tStage = time(() => run(score));
+      const tBoth = time(() => { stage.submit(score); device(); stage.wait(); });
+      const hidden = Math.max(0, Math.min(1, (tStage + tDev - tBoth) / Math.min(tStage, tDev)));
+      overlapRows.push([fmtN(n), dtype, (tStage * 1e3).toFixed(3), (tDev * 1e3).toFixed(3), (tBoth * 1e3).toFixed(3),
+        ((tStage + tDev) * 1e3).toFixed(3), `${Math.round(hidden * 100)}%`]);
+      for (const t of [x, w, y]) be.free(t);
+    }
+    stage.close();
+    be.free(K);
+    be.free(V);
+  }
+}
+
+console.log(`CPU stage on ${threads} cores (${be.isa}); ${KV} KV heads × ${D} dims, ${HEADS} query heads; stage threads = ${threads}`);
+table("logits calculator (q·Kᵀ over all offloaded K) vs a streaming sum over as many bytes, same run",
+  ["tokens", "dtype", "K MiB", "ms", "GB/s", "stream GB/s", "of stream"], stageRows);
+table("full stage: logits + top-64 per KV head + V gather (GB/s of K read)", ["tokens", "dtype", "ms", "GB/s"], fullRows);
+table("overlap: stage (own thread) while JS drives backend matmuls; hidden = (stage + device − both) / min(stage, device)",
+  ["tokens", "dtype", "stage ms", "device ms", "both ms", "serial ms", "hidden"], overlapRows);
+be.close();
