@@ -1,4 +1,4 @@
-import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, LlamaModel, openModelDir } from "@hybridgen/core";
+import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel, openModelDir } from "@hybridgen/core";
 import type { GenerateCliOptions } from "../generate-options.js";
 import type { CliIo } from "../io.js";
 import { readPrompt } from "../read-prompt.js";
@@ -71,14 +71,15 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
   // Loaded here, not at the top: --help, --version and flag errors need no native library.
   const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
   using backend = createCpuBackend(threads === undefined ? {} : { threads });
-  using model = LlamaModel.load(files, backend, {
+  // The family (Llama, Qwen2, OPT) comes from config.json.
+  using model = loadModel(files, backend, {
     maxContext,
     ...(opts.dtype === undefined ? {} : { weightDtype: opts.dtype }),
     ...(opts.kvWindow === undefined ? {} : { kvWindow: opts.kvWindow }),
     ...(opts.kvSinks === undefined ? {} : { kvSinks: opts.kvSinks }),
   });
   progress(
-    `loaded ${dir} (${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dtype ?? "stored"} weights` +
+    `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dtype ?? "stored"} weights` +
       `${opts.kvWindow === undefined ? "" : `, KV window ${opts.kvWindow}${opts.kvSinks ? ` with ${opts.kvSinks} sinks` : ""}`}) ` +
       `on cpu/${backend.isa} with ${backend.threads} threads in ${(performance.now() - t0).toFixed(0)} ms`,
   );
