@@ -37,3 +37,5 @@ export * from "./byte-tokenizer.js";
 export * from "./hf-tokenizer.js";
 export * from "./chat-template.js";
 export * from "./tokenizer-files.js";
+export * from "./presets.js";
+export * from "./model-info.js";

@@ -6,9 +6,10 @@
  */
 import { existsSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { describeModel } from "./architectures.js";
+import { describeModel, tensorSpecsOf } from "./architectures.js";
 import { LlamaConfigSchema, type LlamaConfigJson, type ModelShape } from "./config.js";
 import { parseConfigWith } from "./config-parse.js";
+import { DummyWeightSource, type DummyWeightOptions } from "./dummy-weights.js";
 import { fail } from "./errors.js";
 import { loadTokenizerFiles } from "./tokenizer-files.js";
 import type { ModelFiles, WeightSource, WeightView } from "./model-files.js";
@@ -86,8 +87,14 @@ function openWeights(dir: string): { weights: WeightSource; files: SafetensorsFi
   return { weights: new ShardedWeights(byTensor), files: [...files.values()] };
 }
 
+export interface OpenModelDirOptions {
+  /** Use deterministic random weights of the config's architecture instead of the
+   * directory's safetensors (which then need not exist). */
+  readonly dummyWeights?: DummyWeightOptions;
+}
+
 /** Opens `dir`; every missing or malformed file is a HybridgenError naming it. */
-export function openModelDir(dir: string): ModelFiles {
+export function openModelDir(dir: string, options: OpenModelDirOptions = {}): ModelFiles {
   let isDir = false;
   try {
     isDir = statSync(dir).isDirectory();
@@ -122,7 +129,9 @@ export function openModelDir(dir: string): ModelFiles {
     fail(`${dir}: tokenizer.json has ${tokenizer.vocabSize} tokens but config.json vocab_size is ${shape.vocabSize}`);
   }
 
-  const { weights, files } = openWeights(dir);
+  const { weights, files } = options.dummyWeights
+    ? { weights: new DummyWeightSource(tensorSpecsOf(config, shape), options.dummyWeights), files: [] }
+    : openWeights(dir);
   let closed = false;
   const close = (): void => {
     if (closed) return;
