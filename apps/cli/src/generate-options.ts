@@ -11,6 +11,10 @@ export const GenerateCliOptionsSchema = z
     model: z.string().min(1, "must not be empty").optional(),
     prompt: z.string().optional(),
     promptFile: z.string().min(1, "must not be empty").optional(),
+    /** Wrap the prompt as a user message in the model's chat template (instruct models). */
+    chat: z.boolean().default(false),
+    /** A system message before the user's (needs --chat). */
+    system: z.string().optional(),
     maxTokens: z.number().int("must be an integer").min(1, "must be at least 1").default(256),
     /** 0 = greedy (argmax), as llama2.c. */
     temperature: z.number().min(0, "must be ≥ 0").max(100, "must be ≤ 100").default(1),
@@ -35,6 +39,7 @@ export const GenerateCliOptionsSchema = z
     json: z.boolean().default(false),
   })
   .strict()
+  .refine((o) => o.system === undefined || o.chat, { message: "--system needs --chat", path: ["system"] })
   .refine((o) => o.kvSinks === undefined || o.kvWindow !== undefined, {
     message: "--kv-sinks needs --kv-window",
     path: ["kvSinks"],
@@ -69,4 +74,6 @@ export const FLAG_OF: Readonly<Record<string, string>> = {
   kvSinks: "--kv-sinks",
   dtype: "--dtype",
   json: "--json",
+  chat: "--chat",
+  system: "--system",
 };

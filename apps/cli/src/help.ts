@@ -31,6 +31,9 @@ Model:
 Prompt (one of; default: read stdin):
   -p, --prompt TEXT            the prompt
   -f, --prompt-file FILE       read the prompt from a UTF-8 file
+      --chat                   send the prompt as a user message through the model's chat
+                               template (instruct models); only the reply is printed
+      --system TEXT            a system message before it (with --chat)
 
 Sampling:
   -n, --max-tokens N           tokens to generate at most (default 256; the context may end it sooner)

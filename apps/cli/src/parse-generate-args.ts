@@ -43,6 +43,8 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateCliOptions &
         "kv-sinks": { type: "string" },
         dtype: { type: "string" },
         json: { type: "boolean" },
+        chat: { type: "boolean" },
+        system: { type: "string" },
         help: { type: "boolean", short: "h" },
       },
     });

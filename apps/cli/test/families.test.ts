@@ -67,8 +67,8 @@ beforeAll(async () => {
 });
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-function writeCheckpoint(f: (typeof FAMILIES)[number]): string {
-  const dir = join(tmp, f.name);
+function writeCheckpoint(f: (typeof FAMILIES)[number], extraFiles: Record<string, string> = {}): string {
+  const dir = join(tmp, f.name + (Object.keys(extraFiles).length ? "-extra" : ""));
   mkdirSync(dir, { recursive: true });
   const { config, shape } = describeModel(f.config, `${f.name}/config.json`);
   const specs = tensorSpecsOf(config, shape);
@@ -80,6 +80,7 @@ function writeCheckpoint(f: (typeof FAMILIES)[number]): string {
   writeSafetensors(join(dir, "model.safetensors"), tensors);
   writeFileSync(join(dir, "config.json"), JSON.stringify({ ...f.config, torch_dtype: "float32" }));
   copyFileSync(tokenizerJson, join(dir, "tokenizer.json"));
+  for (const [name, text] of Object.entries(extraFiles)) writeFileSync(join(dir, name), text);
   return dir;
 }
 
@@ -122,4 +123,33 @@ describe("--model with each architecture family", () => {
       expect(r.stderr).toContain(`(${describeModel(f.config).shape.architecture},`);
     });
   }
+});
+
+describe("--chat", () => {
+  // A template with no special tokens, so the expected prompt can be written out by hand.
+  const TEMPLATE =
+    "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}";
+
+  it("renders the prompt through the model's chat template and prints only the reply", () => {
+    const dir = writeCheckpoint(FAMILIES[0]!, { "tokenizer_config.json": JSON.stringify({ chat_template: TEMPLATE }) });
+    const args = ["generate", "--model", dir, "--chat", "--system", "Be brief.", "--prompt", "Tell me a story", "-t", "0", "-n", "8"];
+    const r = runBin([...args, "--json"]);
+    expect(r.code, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout);
+    const expected = "[system] Be brief.\n[user] Tell me a story\n[assistant] ";
+    expect(out.prompt).toBe(expected);
+    using files = openModelDir(dir);
+    expect(out.promptTokens).toBe(files.tokenizer.encode(expected, { addBos: false }).length);
+
+    const streamed = runBin(args);
+    expect(streamed.code).toBe(0);
+    expect(streamed.stdout).toBe(`${out.text}\n`); // no echo of the rendered prompt
+  });
+
+  it("is a one-line error for a model without a chat template", async () => {
+    const r = runBin(["generate", "--model", await stories15M(), "--chat", "--prompt", "hi"]);
+    expect(r.code).not.toBe(0);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toMatch(/^error: .*has no chat template.*drop --chat\n$/);
+  });
 });

@@ -15,6 +15,7 @@ describe("parseGenerateArgs", () => {
       repetitionPenalty: 1,
       stop: [],
       json: false,
+      chat: false,
       help: false,
     });
   });
@@ -40,6 +41,8 @@ describe("parseGenerateArgs", () => {
         kvSinks: Math.floor(rand() * 2),
         dtype: pick(["f32", "f16", "bf16"] as const),
         json: rand() < 0.5,
+        chat: true,
+        system: pick(["Be brief.", "", "--dash"]),
       };
       const argv = [
         ...(rand() < 0.5 ? ["--model", want.model] : [`--model=${want.model}`]),
@@ -57,6 +60,8 @@ describe("parseGenerateArgs", () => {
         "--kv-sinks", String(want.kvSinks),
         "--dtype", want.dtype,
         ...(want.json ? ["--json"] : []),
+        "--chat",
+        `--system=${want.system}`,
       ];
       expect(parseGenerateArgs(argv)).toEqual({ ...want, help: false });
     }
@@ -81,6 +86,7 @@ describe("parseGenerateArgs", () => {
     [["--threads", "300"], /--threads.*≤ 256/],
     [["--context", "0"], /--context.*at least 1/],
     [["--kv-sinks", "4"], /--kv-sinks needs --kv-window/],
+    [["--system", "be nice"], /--system needs --chat/],
     [["--kv-window", "8", "--kv-sinks", "8"], /--kv-sinks must be smaller than --kv-window/],
     [["--kv-window", "0"], /--kv-window.*at least 1/],
     [["--dtype", "f64"], /--dtype.*f32, f16, bf16/],

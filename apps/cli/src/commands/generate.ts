@@ -1,4 +1,4 @@
-import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel, openModelDir } from "@hybridgen/core";
+import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel, openModelDir, type ChatMessage, type ModelFiles } from "@hybridgen/core";
 import type { GenerateCliOptions } from "../generate-options.js";
 import type { CliIo } from "../io.js";
 import { readPrompt } from "../read-prompt.js";
@@ -18,6 +18,14 @@ function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | unde
 }
 
 const ABORTED = Symbol("aborted");
+
+function renderChat(files: ModelFiles, user: string, system: string | undefined): string {
+  if (!files.chatTemplate) {
+    throw new HybridgenError(`${files.dir} has no chat template (tokenizer_config.json chat_template or chat_template.jinja): drop --chat`, "ECHAT");
+  }
+  const messages: ChatMessage[] = [...(system === undefined ? [] : [{ role: "system" as const, content: system }]), { role: "user", content: user }];
+  return files.chatTemplate.render(messages, { addGenerationPrompt: true });
+}
 
 /** `work`, or ABORTED as soon as `signal` fires: Ctrl-C during a first-use download returns
  * at once (the download writes to a temp dir and renames, so leaving it is safe). */
@@ -59,7 +67,10 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
   if (maxContext > shape.maxPositions) {
     throw new HybridgenError(`--context ${maxContext} exceeds the model's max_position_embeddings (${shape.maxPositions})`, "ECONTEXT");
   }
-  const promptIds = files.tokenizer.encode(prompt);
+  const promptText = opts.chat ? renderChat(files, prompt, opts.system) : prompt;
+  // A rendered chat template carries its own special tokens (BOS included), as
+  // transformers' apply_chat_template does.
+  const promptIds = files.tokenizer.encode(promptText, { addBos: !opts.chat });
   if (promptIds.length > maxContext) {
     throw new HybridgenError(
       `the prompt is ${promptIds.length} tokens but the context holds ${maxContext}` +
@@ -98,7 +109,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
     signal: io.signal,
   });
 
-  if (!opts.json) io.stdout(prompt);
+  if (!opts.json && !opts.chat) io.stdout(prompt); // echo, as llama2.c does; a chat shows only the reply
   for await (const token of stream) {
     if (!opts.json) io.stdout(token.text);
   }
@@ -108,7 +119,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
     io.stdout(
       `${JSON.stringify({
         model: dir,
-        prompt,
+        prompt: promptText,
         text: result.text,
         finishReason: result.finishReason,
         promptTokens: result.promptTokens,
