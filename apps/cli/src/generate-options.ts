@@ -37,6 +37,8 @@ export const GenerateCliOptionsSchema = z
     /** Weight dtype at load; absent: as stored in the checkpoint. */
     dtype: z.enum(["f32", "f16", "bf16"], { error: "must be one of f32, f16, bf16" }).optional(),
     json: z.boolean().default(false),
+    /** Deterministic random weights (bf16 unless --dtype) instead of the checkpoint's; needed by preset:<name>. */
+    dummyWeights: z.boolean().default(false),
   })
   .strict()
   .refine((o) => o.system === undefined || o.chat, { message: "--system needs --chat", path: ["system"] })
@@ -74,6 +76,7 @@ export const FLAG_OF: Readonly<Record<string, string>> = {
   kvSinks: "--kv-sinks",
   dtype: "--dtype",
   json: "--json",
+  dummyWeights: "--dummy-weights",
   chat: "--chat",
   system: "--system",
 };

@@ -4,6 +4,7 @@ Usage:
   hybridgen generate [options]   generate text from a prompt (see hybridgen generate --help)
   hybridgen fetch                download and convert the default model (stories15M), print its directory
   hybridgen info [--json]        CPU kernels, CUDA devices, memory tiers (DRAM/CXL), model cache
+  hybridgen inspect <model>      architecture, parameters, weight and KV-cache bytes (see --help)
   hybridgen --help | -h          this help
   hybridgen --version | -v       the version
 
@@ -19,9 +20,13 @@ Streams the prompt, then the generated text, to stdout; progress and timings go 
 
 Model:
   -m, --model DIR              model directory (Hugging Face layout: config.json,
-                               model.safetensors, tokenizer.json). Default: stories15M,
-                               downloaded and converted on first use
-      --dtype f32|f16|bf16     weight dtype at load (default: as stored)
+                               model.safetensors, tokenizer.json; Llama, Qwen2, OPT), or
+                               preset:NAME with --dummy-weights (hybridgen inspect --help
+                               lists the presets). Default: stories15M, downloaded and
+                               converted on first use
+      --dtype f32|f16|bf16     weight dtype at load (default: as stored; bf16 for --dummy-weights)
+      --dummy-weights          deterministic random weights of the model's architecture instead
+                               of its checkpoint (benchmarking); needed by --model preset:NAME
       --threads N              CPU threads (default: $HYBRIDGEN_THREADS or every core)
       --context N              KV cache positions (default: the model's, at most 4096)
       --kv-window N            keep the N most recent positions resident; older ones are
@@ -51,4 +56,5 @@ Output:
 Examples:
   hybridgen generate --prompt "Once upon a time" --temperature 0 --max-tokens 256
   echo "The little dog" | hybridgen generate --temperature 0.8 --seed 42 --json
+  hybridgen generate --model preset:llama-3.2-1b --dummy-weights --prompt "x" -n 16
 `;

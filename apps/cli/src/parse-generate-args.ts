@@ -43,6 +43,7 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateCliOptions &
         "kv-sinks": { type: "string" },
         dtype: { type: "string" },
         json: { type: "boolean" },
+        "dummy-weights": { type: "boolean" },
         chat: { type: "boolean" },
         system: { type: "string" },
         help: { type: "boolean", short: "h" },

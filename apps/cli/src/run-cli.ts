@@ -3,6 +3,7 @@ import { HybridgenError } from "@hybridgen/core";
 import pkg from "../package.json" with { type: "json" };
 import { runFetch } from "./commands/fetch.js";
 import { runInfo } from "./commands/info.js";
+import { runInspect } from "./commands/inspect.js";
 import { runGenerate } from "./commands/generate.js";
 import { GENERATE_HELP, MAIN_HELP } from "./help.js";
 import type { CliIo } from "./io.js";
@@ -71,6 +72,8 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       }
       return runFetch(io);
     }
+    case "inspect":
+      return runInspect(rest, io);
     case "info": {
       const values = parseStrict(rest, { help: { type: "boolean", short: "h" }, json: { type: "boolean" } }, "hybridgen info");
       if (values.help) {
@@ -83,7 +86,7 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       io.stdout(rest[0] === "generate" ? GENERATE_HELP : MAIN_HELP);
       return 0;
     default:
-      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, help; see hybridgen --help)`, "EUSAGE");
+      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, inspect, help; see hybridgen --help)`, "EUSAGE");
   }
 }
 

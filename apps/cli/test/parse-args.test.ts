@@ -16,6 +16,7 @@ describe("parseGenerateArgs", () => {
       stop: [],
       json: false,
       chat: false,
+      dummyWeights: false,
       help: false,
     });
   });
@@ -43,6 +44,7 @@ describe("parseGenerateArgs", () => {
         json: rand() < 0.5,
         chat: true,
         system: pick(["Be brief.", "", "--dash"]),
+        dummyWeights: rand() < 0.5,
       };
       const argv = [
         ...(rand() < 0.5 ? ["--model", want.model] : [`--model=${want.model}`]),
@@ -62,6 +64,7 @@ describe("parseGenerateArgs", () => {
         ...(want.json ? ["--json"] : []),
         "--chat",
         `--system=${want.system}`,
+        ...(want.dummyWeights ? ["--dummy-weights"] : []),
       ];
       expect(parseGenerateArgs(argv)).toEqual({ ...want, help: false });
     }

@@ -1,6 +1,7 @@
-import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel, openModelDir, type ChatMessage, type ModelFiles } from "@hybridgen/core";
+import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel, type ChatMessage, type ModelFiles } from "@hybridgen/core";
 import type { GenerateCliOptions } from "../generate-options.js";
 import type { CliIo } from "../io.js";
+import { openModelSource } from "../model-source.js";
 import { readPrompt } from "../read-prompt.js";
 
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
@@ -59,7 +60,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
   if (dir === ABORTED) return interrupted();
 
   const t0 = performance.now();
-  using files = openModelDir(dir);
+  // A directory, or preset:<name> (--dummy-weights): random weights, generated natively.
+  using files = await openModelSource(dir, { dummyWeights: opts.dummyWeights, dtype: opts.dtype, threads: threadsFrom(opts, io.env) });
   const shape = files.shape;
   // The KV cache's size, as LlamaModel.load picks it; checked here so a too-long prompt
   // fails before any weight is loaded.
@@ -90,7 +92,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
     ...(opts.kvSinks === undefined ? {} : { kvSinks: opts.kvSinks }),
   });
   progress(
-    `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dtype ?? "stored"} weights` +
+    `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dummyWeights ? `dummy ${opts.dtype ?? "bf16"}` : (opts.dtype ?? "stored")} weights` +
       `${opts.kvWindow === undefined ? "" : `, KV window ${opts.kvWindow}${opts.kvSinks ? ` with ${opts.kvSinks} sinks` : ""}`}) ` +
       `on cpu/${backend.isa} with ${backend.threads} threads in ${(performance.now() - t0).toFixed(0)} ms`,
   );
