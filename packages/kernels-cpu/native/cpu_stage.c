@@ -17,7 +17,12 @@ static inline void relax(void) { _mm_pause(); }
 static inline void relax(void) { }
 #endif
 
-#define SPIN 20000 /* pause iterations (~0.5 ms) before sleeping on a condition variable */
+/* How long the coordinator spins for the next job, and JS for the job's end, before sleeping
+ * on a condition variable. Spinning saves a wake-up (~10-50 µs) per layer on a machine with
+ * cores to spare, but on an oversubscribed one a spinning thread steals the core the other
+ * side needs (measured: 2 cores shared with other work, 5 ms of spin made waits 30x longer),
+ * so the default is to sleep at once. */
+#define DEFAULT_IDLE_SPIN_NS 0
 enum { IDLE = 0, PENDING = 1, DONE = 2 };
 
 struct hg_stage {
@@ -29,7 +34,7 @@ struct hg_stage {
     atomic_int stop;
     int started;
     hg_stage_job job;
-    int64_t result, last_ns;
+    int64_t result, last_ns, idle_spin_ns;
     float *scratch; /* per KV head: best[n] and a copy for quickselect */
     size_t scratch_bytes;
 };
@@ -215,7 +220,11 @@ static int64_t timed(hg_stage *s, const hg_stage_job *j) {
 static void *coordinator(void *arg) {
     hg_stage *s = arg;
     for (;;) {
-        for (int i = 0; i < SPIN && atomic_load_explicit(&s->state, memory_order_acquire) != PENDING && !s->stop; i++) relax();
+        int64_t t0 = now_ns();
+        while (atomic_load_explicit(&s->state, memory_order_acquire) != PENDING && !atomic_load(&s->stop)) {
+            for (int i = 0; i < 64; i++) relax();
+            if (now_ns() - t0 > s->idle_spin_ns) break;
+        }
         pthread_mutex_lock(&s->mu);
         while (atomic_load(&s->state) != PENDING && !s->stop) pthread_cond_wait(&s->job_cv, &s->mu);
         int stop = s->stop;
@@ -238,6 +247,7 @@ hg_stage *hg_stage_create(int threads, int isa) {
     pthread_cond_init(&s->job_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     atomic_init(&s->state, IDLE);
+    s->idle_spin_ns = DEFAULT_IDLE_SPIN_NS;
     if (pthread_create(&s->thread, NULL, coordinator, s) != 0) {
         hg_destroy(s->ctx);
         free(s);
@@ -283,7 +293,11 @@ int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job) {
 int64_t hg_stage_wait(hg_stage *s) {
     int st = atomic_load_explicit(&s->state, memory_order_acquire);
     if (st == IDLE) return -1;
-    for (int i = 0; i < SPIN && atomic_load_explicit(&s->state, memory_order_acquire) != DONE; i++) relax();
+    int64_t t0 = s->idle_spin_ns > 0 ? now_ns() : 0;
+    while (s->idle_spin_ns > 0 && atomic_load_explicit(&s->state, memory_order_acquire) != DONE) {
+        for (int i = 0; i < 64; i++) relax();
+        if (now_ns() - t0 > s->idle_spin_ns) break;
+    }
     pthread_mutex_lock(&s->mu);
     while (atomic_load(&s->state) != DONE) pthread_cond_wait(&s->done_cv, &s->mu);
     atomic_store(&s->state, IDLE);
@@ -292,3 +306,5 @@ int64_t hg_stage_wait(hg_stage *s) {
 }
 
 int64_t hg_stage_last_ns(const hg_stage *s) { return s->last_ns; }
+
+void hg_stage_set_idle_spin(hg_stage *s, int64_t ns) { s->idle_spin_ns = ns < 0 ? 0 : ns; }

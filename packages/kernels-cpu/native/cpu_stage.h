@@ -45,5 +45,8 @@ int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job);
 int64_t hg_stage_wait(hg_stage *s);
 /* Nanoseconds the last job ran (from its start on the stage's thread to its end). */
 int64_t hg_stage_last_ns(const hg_stage *s);
+/* How long the idle stage thread spins for the next job, and hg_stage_wait for the job's
+ * end, before sleeping (default 0: sleep at once). */
+void hg_stage_set_idle_spin(hg_stage *s, int64_t ns);
 #pragma GCC visibility pop
 #endif

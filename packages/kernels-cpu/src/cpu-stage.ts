@@ -15,7 +15,7 @@ import { chooseIsa, isaCode } from "./features.js";
 import { nativeLibraryPath } from "./native.js";
 import { CpuTensor } from "./tensor.js";
 
-const { ptr, i32, i64_fast, u64, void: none } = FFIType;
+const { ptr, i32, i64, i64_fast, u64, void: none } = FFIType;
 const symbols = {
   hg_stage_create: { args: [i32, i32], returns: ptr },
   hg_stage_destroy: { args: [ptr], returns: none },
@@ -24,6 +24,7 @@ const symbols = {
   hg_stage_run: { args: [ptr, ptr], returns: i64_fast },
   hg_stage_wait: { args: [ptr], returns: i64_fast },
   hg_stage_last_ns: { args: [ptr], returns: i64_fast },
+  hg_stage_set_idle_spin: { args: [ptr, i64], returns: none },
   hg_alloc: { args: [u64], returns: ptr },
   hg_free: { args: [ptr, u64], returns: none },
 } as const;
@@ -43,6 +44,9 @@ function stageLib(): StageLib {
 export const NativeCpuStageOptionsSchema = z.object({
   /** Threads of the stage: one coordinator plus threads − 1 helpers (default 1). */
   threads: z.number().int().min(1).max(256).default(1),
+  /** How long the idle stage thread spins for the next job (and wait() for the job's end)
+   * before sleeping, in µs. Worth it only with cores to spare; 0 (default): sleep at once. */
+  idleSpinUs: z.number().int().min(0).max(1_000_000).default(0),
 }).strict();
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
@@ -86,6 +90,7 @@ export class NativeCpuStage implements CpuStage {
     if (!h) fail("NativeCpuStage: could not create the stage threads");
     this.handle = h as Pointer;
     this.threads = this.lib.hg_stage_threads(this.handle);
+    this.lib.hg_stage_set_idle_spin(this.handle, parsed.data.idleSpinUs * 1000);
     this.jobPtr = addressOf(this.job);
   }
 

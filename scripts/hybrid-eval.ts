@@ -1,0 +1,126 @@
+/**
+ * Hybrid attention accuracy on stories15M (bun scripts/hybrid-eval.ts [--budget 32] [--tokens 256]):
+ *
+ * - "all" + exact logits with a 32-token device window must reproduce full attention's greedy
+ *   text exactly over 256 tokens;
+ * - teacher-forced over a TinyStories-style text written for this project, top-1 next-token
+ *   agreement and mean KL(full ‖ hybrid) for K ∈ {8, 16, 32, 64}, post-QKᵀ exact top-K, in both
+ *   logits modes (plus StreamingLLM pre-QKᵀ and "all" as reference rows);
+ * Run `bun run build` first (this imports the built packages).
+ * - the stage timings of each run: mean CPU stage and device stage per layer, and how much of
+ *   the CPU stage the device stage hid.
+ */
+import { ensureStories15M, HybridAttention, LlamaModel, openModelDir, type LogitsMode, type SelectionTiming } from "../packages/core/dist/index.js";
+import { createCpuBackend, NativeCpuStage } from "../packages/kernels-cpu/dist/index.js";
+import { createSelector } from "../packages/selectors/dist/index.js";
+import { FixedScheduler } from "../packages/scheduler/dist/index.js";
+
+const arg = (name: string, def: number) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? Number(process.argv[i + 1]) : def;
+};
+const BUDGET = arg("budget", 32), TOKENS = arg("tokens", 256), PROMPT = 16;
+
+// Written for this project in the TinyStories style (simple words, a small plot, repetition).
+const TEXT = `Once upon a time, in a small town near a big green hill, there lived a little girl named Mia. \
+Mia had a red ball that she loved very much. Every morning she took the red ball to the park and played with her dog, Max. \
+Max was brown and fluffy, and he liked to run after the ball. One sunny day, Mia threw the ball very high. \
+The ball went over the fence and into the garden of old Mr. Brown. Mia was sad. "My ball is gone," she said. \
+Max barked and wagged his tail. Mia walked to the gate and knocked on the door. Mr. Brown opened the door and smiled. \
+"Hello, little one. Is this your ball?" he asked. He held the red ball in his big hands. Mia nodded and said, "Yes, thank you!" \
+Mr. Brown gave her the ball and a cookie too. Mia and Max went back to the park. They played until the sun went down. \
+That night, Mia told her mom about kind Mr. Brown. Her mom hugged her and said, "It is good to say thank you." \
+The next day, Mia made a picture of Max and the red ball, and she gave it to Mr. Brown. He put it on his wall and smiled every time he saw it.`;
+
+const dir = await ensureStories15M({ onProgress: (m) => console.error(m) });
+using files = openModelDir(dir);
+using be = createCpuBackend({ threads: 1 }); // one "device" thread; the CPU stage has its own
+const ids = files.tokenizer.encode(TEXT).slice(0, TOKENS);
+if (ids.length < TOKENS) throw new Error(`the text is only ${ids.length} tokens`);
+const maxContext = TOKENS; // stories15M holds 256 positions
+
+using full = LlamaModel.load(files, be, { maxContext });
+using hyb = LlamaModel.load(files, be, { maxContext, kvWindow: BUDGET, kvEvictBlock: Math.min(16, BUDGET) });
+
+/** Teacher-forced logits after each token from PROMPT − 1 on. */
+function forced(model: LlamaModel): Float32Array[] {
+  model.reset();
+  const out = [model.forward(Int32Array.from(ids.slice(0, PROMPT)), 0)];
+  for (let t = PROMPT; t < ids.length - 1; t++) out.push(model.forward(Int32Array.of(ids[t]), t));
+  return out;
+}
+
+function greedy(model: LlamaModel): number[] {
+  model.reset();
+  const out: number[] = [];
+  model.step(Int32Array.from(ids.slice(0, PROMPT)), 0);
+  for (let t = PROMPT; t < TOKENS; t++) {
+    const next = model.argmaxLogits();
+    out.push(next);
+    model.step(Int32Array.of(next), t);
+  }
+  return out;
+}
+
+function logSoftmax(l: Float32Array): Float64Array {
+  let m = -Infinity;
+  for (const v of l) m = Math.max(m, v);
+  let z = 0;
+  for (const v of l) z += Math.exp(v - m);
+  const lz = m + Math.log(z);
+  return Float64Array.from(l, (v) => v - lz);
+}
+
+function argmax(l: Float32Array): number {
+  let b = 0;
+  for (let i = 1; i < l.length; i++) if (l[i] > l[b]) b = i;
+  return b;
+}
+
+function attach(selector: string, k: number, timing: SelectionTiming, logits: LogitsMode): HybridAttention {
+  return HybridAttention.attach({
+    attention: hyb.attention, projector: hyb, stage: new NativeCpuStage(be, { threads: 1 }),
+    selector: createSelector(selector), scheduler: new FixedScheduler({ k, timing }),
+  }, { logits });
+}
+
+// 1. Greedy reproduction with "all" + exact.
+const wantGreedy = greedy(full);
+{
+  using h = attach("all", 1, "post", "exact");
+  const got = greedy(hyb);
+  const same = got.every((t, i) => t === wantGreedy[i]);
+  console.log(`greedy, ${TOKENS} tokens, device window ${BUDGET}: "all" + exact ${same ? "reproduces" : "DIFFERS FROM"} full attention ` +
+    `(${h.stats.summary()})`);
+  if (!same) process.exitCode = 1;
+}
+
+// 2. Teacher-forced agreement and KL.
+const ref = forced(full).map((l) => ({ top: argmax(l), logp: logSoftmax(l) }));
+const rows: string[][] = [];
+const configs: [string, string, number, SelectionTiming, LogitsMode][] = [["all", "all", 1, "post", "exact"]];
+for (const logits of ["exact", "speculative"] as LogitsMode[]) {
+  for (const k of [8, 16, 32, 64]) configs.push([`top-K`, "topk", k, "post", logits]);
+  configs.push(["streaming", "streaming", 32, "pre", logits]);
+  if (logits === "speculative") configs.push(["all", "all", 1, "post", logits]);
+}
+for (const [label, selector, k, timing, logits] of configs) {
+  using h = attach(selector, k, timing, logits);
+  const got = forced(hyb);
+  let agree = 0, kl = 0;
+  got.forEach((l, i) => {
+    const lp = logSoftmax(l), r = ref[i];
+    if (argmax(l) === r.top) agree++;
+    let d = 0;
+    for (let j = 0; j < lp.length; j++) d += Math.exp(r.logp[j]) * (r.logp[j] - lp[j]);
+    kl += d;
+  });
+  const s = h.stats, per = (ms: number) => (s.layerSteps ? (ms / s.layerSteps) * 1000 : 0).toFixed(1);
+  rows.push([label, selector === "all" ? "all" : String(k), timing, logits, `${((agree / got.length) * 100).toFixed(1)}%`, (kl / got.length).toExponential(2),
+    s.meanK.toFixed(1), per(s.cpuStageMs + s.cpuJsMs), per(s.deviceMs), `${Math.round(s.hiddenFraction * 100)}%`]);
+}
+const head = ["selector", "K", "timing", "logits", "top-1 agree", "mean KL", "mean K", "CPU µs/layer", "device µs/layer", "CPU hidden"];
+const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));
+console.log(`\nstories15M, ${ids.length} tokens (prompt ${PROMPT}, then teacher-forced), device window ${BUDGET}, vs full attention:`);
+console.log(head.map((h, i) => h.padStart(w[i])).join("  "));
+for (const r of rows) console.log(r.map((c, i) => c.padStart(w[i])).join("  "));
