@@ -5,7 +5,9 @@
  * loaded model. The stats line comes from HybridAttention.stats.summary().
  */
 import { z } from "zod";
-import { HybridAttention, HybridgenError, LogitsModeSchema, SelectionTimingSchema, type Backend, type LlamaModel } from "@hybridgen/core";
+import {
+  HybridAttention, HybridgenError, LogitsModeSchema, SelectionTimingSchema, type Attention, type Backend, type KvCache, type QueryProjector,
+} from "@hybridgen/core";
 import { createSelector } from "@hybridgen/selectors";
 import { FixedScheduler } from "@hybridgen/scheduler";
 
@@ -25,7 +27,10 @@ export const HybridCliOptionsSchema = z
   })
   .strict()
   .refine((o) => o.attention === "full" || o.gpuKvBudget !== undefined, { message: "--attention hybrid needs --gpu-kv-budget N", path: ["gpuKvBudget"] })
-  .refine((o) => o.gpuKvBudget === undefined || o.sinkTokens < o.gpuKvBudget, { message: "--sink-tokens must be smaller than --gpu-kv-budget", path: ["sinkTokens"] });
+  .refine((o) => o.gpuKvBudget === undefined || o.sinkTokens < o.gpuKvBudget, { message: "--sink-tokens must be smaller than --gpu-kv-budget", path: ["sinkTokens"] })
+  .refine((o) => o.attention === "hybrid" || (o.gpuKvBudget === undefined && o.selector === undefined), {
+    message: "--gpu-kv-budget and --selector need --attention hybrid", path: ["attention"],
+  });
 export type HybridCliOptions = z.infer<typeof HybridCliOptionsSchema>;
 
 const FLAGS = {
@@ -78,6 +83,9 @@ export function splitHybridArgs(argv: readonly string[]): { rest: string[]; hybr
 
 export const HYBRID_FLAG_NAMES = Object.keys(FLAGS);
 
+/** Full attention, as when no hybrid flag is given. */
+export const FULL_ATTENTION: HybridCliOptions = HybridCliOptionsSchema.parse({});
+
 /** LlamaModel.load options for the hybrid window (empty for full attention). */
 export function hybridLoadOptions(h: HybridCliOptions): { kvWindow?: number; kvSinks?: number } {
   return h.attention === "hybrid" ? { kvWindow: h.gpuKvBudget!, kvSinks: h.sinkTokens } : {};
@@ -87,7 +95,11 @@ export function hybridLoadOptions(h: HybridCliOptions): { kvWindow?: number; kvS
  * Attach hybrid attention to a loaded model on the CPU backend: the named (or default)
  * selector, a fixed scheduler with --k and --selection, and the native CPU stage.
  */
-export async function attachHybrid(model: LlamaModel, backend: Backend, h: HybridCliOptions): Promise<HybridAttention | null> {
+export async function attachHybrid(
+  model: { readonly attention: Attention; readonly cache: KvCache; readonly maxContext: number } & QueryProjector,
+  backend: Backend,
+  h: HybridCliOptions,
+): Promise<HybridAttention | null> {
   if (h.attention !== "hybrid") return null;
   if (model.cache.storeCapacity === 0) {
     throw new HybridgenError(`--gpu-kv-budget ${h.gpuKvBudget} holds the whole context (${model.maxContext}): nothing would be offloaded`);

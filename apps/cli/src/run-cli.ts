@@ -9,6 +9,7 @@ import { GENERATE_HELP, MAIN_HELP } from "./help.js";
 import type { CliIo } from "./io.js";
 import { parseArgsError } from "./parse-args-error.js";
 import { parseGenerateArgs } from "./parse-generate-args.js";
+import { HYBRID_HELP, splitHybridArgs } from "./hybrid-options.js";
 
 export const VERSION: string = pkg.version;
 
@@ -57,12 +58,13 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
   }
   switch (command) {
     case "generate": {
-      const opts = parseGenerateArgs(rest);
+      const { rest: generateArgs, hybrid } = splitHybridArgs(rest);
+      const opts = parseGenerateArgs(generateArgs);
       if (opts.help) {
-        io.stdout(GENERATE_HELP);
+        io.stdout(GENERATE_HELP + HYBRID_HELP);
         return 0;
       }
-      return runGenerate(opts, io);
+      return runGenerate(opts, io, hybrid);
     }
     case "fetch": {
       const values = parseStrict(rest, { help: { type: "boolean", short: "h" } }, "hybridgen fetch");

@@ -3,6 +3,7 @@ import type { GenerateCliOptions } from "../generate-options.js";
 import type { CliIo } from "../io.js";
 import { openModelSource } from "../model-source.js";
 import { readPrompt } from "../read-prompt.js";
+import { attachHybrid, FULL_ATTENTION, hybridLoadOptions, type HybridCliOptions } from "../hybrid-options.js";
 
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
 export const EXIT_INTERRUPTED = 130;
@@ -47,7 +48,7 @@ function untilAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Pro
  * `hybridgen generate`: load a model on the CPU backend, stream tokens to stdout (the
  * prompt echoed first, as llama2.c does), timings on stderr. Returns the exit code.
  */
-export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<number> {
+export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: HybridCliOptions = FULL_ATTENTION): Promise<number> {
   const prompt = await untilAborted(readPrompt(opts, io), io.signal); // stdin may be a terminal
   const progress = (msg: string) => io.stderr(`${msg}\n`);
   const interrupted = () => {
@@ -90,7 +91,9 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
     ...(opts.dtype === undefined ? {} : { weightDtype: opts.dtype }),
     ...(opts.kvWindow === undefined ? {} : { kvWindow: opts.kvWindow }),
     ...(opts.kvSinks === undefined ? {} : { kvSinks: opts.kvSinks }),
+    ...hybridLoadOptions(hybrid), // --attention hybrid: the device window is --gpu-kv-budget
   });
+  using hybridAttention = await attachHybrid(model, backend, hybrid);
   progress(
     `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dummyWeights ? `dummy ${opts.dtype ?? "bf16"}` : (opts.dtype ?? "stored")} weights` +
       `${opts.kvWindow === undefined ? "" : `, KV window ${opts.kvWindow}${opts.kvSinks ? ` with ${opts.kvSinks} sinks` : ""}`}) ` +
@@ -141,5 +144,6 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo): Promise<
     `prompt: ${result.promptTokens} tokens, ${fmt(t.promptTokensPerSec)} tok/s | ` +
       `generated: ${result.tokens.length} tokens, ${fmt(t.tokensPerSec)} tok/s | finish: ${result.finishReason}\n`,
   );
+  if (hybridAttention) io.stderr(`${[hybridAttention.stats.summary(), ...hybridAttention.stats.notes].join("\n")}\n`);
   return code;
 }
