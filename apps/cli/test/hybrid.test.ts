@@ -28,8 +28,8 @@ describe("hybridgen generate --attention hybrid (stories15M)", () => {
     await stories15M();
   });
 
-  it('"all" + exact logits with a 32-token window prints full attention\'s greedy text, then the stats line', () => {
-    const base = ["generate", "-p", PROMPT, "-n", "100", "-t", "0", "--threads", "1"];
+  it('"all" + exact logits with a 32-token window prints full attention\'s greedy text over the whole 256-token context, then the stats line', () => {
+    const base = ["generate", "-p", PROMPT, "-n", "251", "-t", "0", "--threads", "1"];
     const full = runBin(base);
     const hy = runBin([...base, "--attention", "hybrid", "--gpu-kv-budget", "32", "--selector", "all", "--logits", "exact"]);
     expect(full.code).toBe(0);

@@ -115,6 +115,30 @@ describe("hybrid attention: selection equals the TypeScript reference on window 
   });
 });
 
+describe("accumulated scores", () => {
+  it("per KV head, the tracked probabilities sum to steps × group size, and only attended tokens gain", () => {
+    const { files } = tinyModel({ seed: testSeed(600), maxPositions: 64, heads: 4, kvHeads: 2 });
+    const tokens = ids(testSeed(601), 30);
+    const be = new ReferenceBackend();
+    using model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 32, kvWindow: 6, kvEvictBlock: 2 });
+    using h = HybridAttention.attach(
+      { attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: topKSelector(true), scheduler: fixedScheduler(3, "post") },
+      { logits: "exact", trackScores: true });
+    model.forward(Int32Array.from(tokens.slice(0, 10)), 0);
+    for (let t = 10; t < tokens.length; t++) model.forward(Int32Array.of(tokens[t]), t);
+    const sc = h.accumulatedScores(1)!;
+    expect(sc.steps).toBe(h.stats.steps);
+    const offloaded = model.cache.storeCount;
+    for (const row of sc.perKvHead) {
+      let total = 0;
+      for (let i = 0; i < row.length; i++) total += row[i];
+      expect(total).toBeCloseTo(sc.steps * 2, 4); // group of 2 query heads, each row sums to 1
+      // With K = 3 per step, at most 3 × steps offloaded slots can have gained anything.
+      expect(Array.from(row.subarray(0, offloaded)).filter((v) => v > 0).length).toBeLessThanOrEqual(3 * sc.steps);
+    }
+  });
+});
+
 describe("speculative query", () => {
   it("LlamaModel.projectQuery equals RoPE(W_q · rmsNorm(x)) of the reference", () => {
     const { files, weights } = tinyModel({ seed: testSeed(400), heads: 4, kvHeads: 2, attentionBias: true });
