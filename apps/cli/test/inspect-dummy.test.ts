@@ -63,6 +63,15 @@ describe("hybridgen inspect", () => {
     const params = specs.reduce((a, s) => a + s.shape.reduce((x, y) => x * y, 1), 0);
     expect(j).toMatchObject({ family: "qwen2", parameters: params, weightBytes: { f16: params * 2 }, context: 256, batch: 1 });
     expect(j.kvBytesPerToken.bf16).toBe(2 * 2 * 2 * 16 * 2);
+    expect(j.weightsFrom).toBe("checkpoint");
+    // Without weights (a config downloaded alone): the numbers, dtype from torch_dtype.
+    const bare = join(tmp, "qwen-config-only");
+    mkdirSync(bare);
+    writeFileSync(join(bare, "config.json"), JSON.stringify({ ...QWEN, torch_dtype: "float16" }));
+    const k = JSON.parse((await cli(["inspect", bare, "--json"])).out);
+    expect(k).toMatchObject({ parameters: params, weightBytes: { f16: params * 2 }, weightsFrom: "config" });
+    writeFileSync(join(bare, "config.json"), "{");
+    expect((await cli(["inspect", bare])).err).toMatch(/config\.json: cannot read it as JSON/);
   });
 
   it("rejects bad input with one line", async () => {

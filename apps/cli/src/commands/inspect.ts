@@ -3,8 +3,10 @@
  * per token, and the KV cache a --context × --batch needs — what decides where the cache goes.
  * Reads only the config (and the safetensors headers of a directory): no weights are loaded.
  */
-import { parseArgs } from "node:util";
+import { existsSync, readFileSync } from "node:fs";
 import { totalmem } from "node:os";
+import { join } from "node:path";
+import { parseArgs } from "node:util";
 import {
   HybridgenError, PRESET_PREFIX, configDtype, describeModel, kvCacheBytes, modelInfo, openModelDir, presetConfig,
   type DType, type ModelInfo,
@@ -53,21 +55,40 @@ export interface InspectReport extends ModelInfo {
   readonly kvDtype: DType;
   readonly kvCacheBytes: number;
   readonly hostMemoryBytes: number;
+  /** Where the weight dtypes come from: the checkpoint's headers, or config.json's
+   * torch_dtype (a preset, or a directory without weights). */
+  readonly weightsFrom: "checkpoint" | "config";
+}
+
+/** config.json of a directory that has no weights (only its numbers are needed). */
+function configOnly(dir: string): unknown {
+  const path = join(dir, "config.json");
+  try {
+    return JSON.parse(readFileSync(path, "utf8"));
+  } catch (e) {
+    throw new HybridgenError(`${path}: cannot read it as JSON (${(e as Error).message.split("\n")[0]})`);
+  }
 }
 
 export function inspectModel(model: string, opts: { context?: number; batch?: number; kvDtype?: DType } = {}): InspectReport {
   let info: ModelInfo;
+  let weightsFrom: InspectReport["weightsFrom"] = "config";
+  const hasWeights = (dir: string) => existsSync(join(dir, "model.safetensors")) || existsSync(join(dir, "model.safetensors.index.json"));
   if (model.startsWith(PRESET_PREFIX)) {
     const { config, shape } = describeModel(presetConfig(model.slice(PRESET_PREFIX.length)), `${model} config.json`);
     info = modelInfo(config, shape, undefined, configDtype(config) ?? "bf16");
+  } else if (existsSync(join(model, "config.json")) && !hasWeights(model)) {
+    const { config, shape } = describeModel(configOnly(model), join(model, "config.json"));
+    info = modelInfo(config, shape, undefined, configDtype(config) ?? "bf16");
   } else {
+    weightsFrom = "checkpoint";
     using files = openModelDir(model);
     info = modelInfo(files.config, files.shape, files.weights);
   }
   const context = opts.context ?? info.maxPositions;
   const batch = opts.batch ?? 1;
   const kvDtype = opts.kvDtype ?? "bf16";
-  return { ...info, model, context, batch, kvDtype, kvCacheBytes: kvCacheBytes(info, kvDtype, context, batch), hostMemoryBytes: totalmem() };
+  return { ...info, model, context, batch, kvDtype, kvCacheBytes: kvCacheBytes(info, kvDtype, context, batch), hostMemoryBytes: totalmem(), weightsFrom };
 }
 
 export function formatInspect(r: InspectReport): string {
@@ -77,7 +98,7 @@ export function formatInspect(r: InspectReport): string {
     `model:          ${r.model}`,
     `architecture:   ${r.architecture} (${r.family}): ${r.layers} layers, hidden ${r.hiddenSize}, ${r.heads} heads / ${r.kvHeads} KV heads × ${r.headDim}, vocab ${r.vocabSize}, max positions ${r.maxPositions}`,
     `parameters:     ${(r.parameters / 1e9).toFixed(3)} B (${r.parameters.toLocaleString("en-US")}; tied embeddings: ${r.tiedEmbeddings ? "yes" : "no"})`,
-    `weights:        ${weights}${Object.keys(r.weightBytes).length > 1 ? ` (total ${formatBytes(total)})` : ""}`,
+    `weights:        ${weights}${Object.keys(r.weightBytes).length > 1 ? ` (total ${formatBytes(total)})` : ""}${r.weightsFrom === "config" ? " (dtype from config.json; no weights read)" : ""}`,
     `KV per token:   ${formatBytes(r.kvBytesPerToken.bf16)} in bf16/f16, ${formatBytes(r.kvBytesPerToken.f32)} in f32 (K + V, all layers)`,
     `KV cache:       ${formatBytes(r.kvCacheBytes)} for ${r.context} positions × batch ${r.batch} in ${r.kvDtype}`,
     `with weights:   ${formatBytes(r.kvCacheBytes + total)} (host memory here: ${(r.hostMemoryBytes / GiB).toFixed(1)} GiB)`,
