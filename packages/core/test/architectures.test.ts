@@ -205,6 +205,19 @@ describe("model directories of every family", () => {
     expect(errorOf(() => openModelDir(dir)).message).toMatch(/unsupported dtype I8 for tensor model\.norm\.weight \(supported: F32, F16, BF16\)/);
   });
 
+  it("rope scaling: dynamic equals default within max_position_embeddings; unknown types are named", () => {
+    const c = caseByName("llama-gqa");
+    const withScaling = (rope_scaling: unknown): ModelFiles => {
+      const { config, shape } = describeModel({ ...c.config, rope_scaling });
+      const weights = new DummyWeightSource(tensorSpecsOf(config, shape), { seed: c.seed, dtype: "f32" });
+      return { dir: c.name, config, shape, weights, tokenizer: new ByteTokenizer(256), close() {}, [Symbol.dispose]() {} };
+    };
+    const dynamic = run(withScaling({ rope_type: "dynamic", factor: 4 })).map((a) => Array.from(a));
+    expect(dynamic).toEqual(run(inMemory("llama-gqa", "f32")).map((a) => Array.from(a)));
+    using backend = new ReferenceBackend();
+    expect(errorOf(() => loadModel(withScaling({ rope_type: "yarn", factor: 4 }), backend)).message).toBe('unsupported rope scaling type "yarn"');
+  });
+
   it("names an unknown architecture in a directory", () => {
     const dir = writeDir("llama-gqa", "f32", false, (_t, cfg) => (cfg.architectures = ["FalconForCausalLM"]));
     expect(errorOf(() => openModelDir(dir)).message).toMatch(/config\.json: unsupported architecture "FalconForCausalLM" \(supported: LlamaForCausalLM, Qwen2ForCausalLM, OPTForCausalLM\)/);
