@@ -1,4 +1,5 @@
-/** Text ↔ token ids. Implementations: the SentencePiece-style BPE read from tokenizer.json. */
+/** Text ↔ token ids. Implementations: HfTokenizer (tokenizer.json through @huggingface/tokenizers),
+ * BpeTokenizer (SentencePiece-style BPE, Llama-2 / llama2.c) and ByteTokenizer (dummy-weight presets). */
 export interface Tokenizer {
   readonly vocabSize: number;
   readonly bosId: number | null;
