@@ -78,6 +78,10 @@ static void matmul_##T(const hg_matmul_args *a, long r0, long r1) {             
     const int k = a->k, m = a->m, n = a->n;                                                    \
     float r[4 * NX];                                                                           \
     long row = r0;                                                                             \
+    /* start the prefetch pipeline: the two blocks after the first (the loop takes it on) */ \
+    for (const char *p = (const char *)(w + (r0 + 4) * (long)k),                               \
+                    *e = (const char *)(w + (r0 + 12 <= r1 ? r0 + 12 : r1) * (long)k); p < e; p += 64) \
+        __builtin_prefetch(p, 0, 3);                                                           \
     for (; row + 4 <= r1; row += 4) {                                                          \
         const WT *wr = w + row * (long)k;                                                      \
         if (row + 12 <= r1) /* the block two ahead: more misses in flight than the hardware keeps */ \

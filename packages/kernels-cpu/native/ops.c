@@ -12,13 +12,14 @@
 #define LINE 16
 
 /* How many pieces to cut an op of `work` into: 1 (run here) when small, else between one and
- * four per thread so a busy or descheduled thread leaves little for the others to wait on. */
-static int parts_for(hg_ctx *c, int64_t work) {
+ * `per_thread` per thread, so a busy or descheduled thread leaves little for the others. */
+static int parts_for(hg_ctx *c, int64_t work, int per_thread) {
     int t = hg_pool_threads(c->pool);
     if (t == 1 || work < PAR_MIN_WORK) return 1;
     int64_t p = work / (PAR_MIN_WORK / 2);
-    return p < t ? t : p > 4 * t ? 4 * t : (int)p;
+    return p < t ? t : p > per_thread * t ? per_thread * t : (int)p;
 }
+#define PIECES 4
 
 /* Parameter vectors (norm weights, biases) as f32: used in place when already f32, else
  * converted into the context's buffer (slot 0 or 1). Returns NULL when out of memory. */
@@ -58,7 +59,7 @@ void hg_convert(hg_ctx *c, void *dst, int dst_type, const void *src, int src_typ
         if (d < s + bytes && s < d + bytes) { memmove(dst, src, bytes); return; }
     }
     convert_job j = {c, dst, dst_type, src, src_type, count};
-    hg_pool_run(c->pool, convert_task, &j, parts_for(c, count / 4));
+    hg_pool_run(c->pool, convert_task, &j, parts_for(c, count / 4, PIECES));
 }
 
 void hg_embedding(hg_ctx *c, float *out, const void *table, int type, int cols, const int32_t *ids, int n) {
@@ -80,7 +81,9 @@ static void matmul_task(void *v, int ith, int nth) {
 void hg_matmul(hg_ctx *c, float *out, const float *x, const void *w, int wtype,
                const void *bias, int btype, int n, int k, int m) {
     matmul_job j = {c, {out, x, w, bias, wtype, btype, n, k, m}};
-    hg_pool_run(c->pool, matmul_task, &j, parts_for(c, (int64_t)n * k * m));
+    /* one piece per thread: a GEMV streams memory, and one long contiguous range per thread
+     * keeps the prefetchers (hardware and ours) running, as an OpenMP static split does */
+    hg_pool_run(c->pool, matmul_task, &j, parts_for(c, (int64_t)n * k * m, 1));
 }
 
 /* ---- norms -------------------------------------------------------------------------- */
@@ -99,7 +102,7 @@ static void norm_task(void *v, int ith, int nth) {
 int hg_rmsnorm(hg_ctx *c, float *out, const float *x, const void *w, int wtype, int n, int k, float eps) {
     norm_job j = {c, out, x, params_f32(c, w, wtype, k, 0), NULL, n, k, eps};
     if (!j.w) return 0;
-    hg_pool_run(c->pool, norm_task, &j, n > 1 ? parts_for(c, (int64_t)n * k) : 1);
+    hg_pool_run(c->pool, norm_task, &j, n > 1 ? parts_for(c, (int64_t)n * k, PIECES) : 1);
     return 1;
 }
 
@@ -107,7 +110,7 @@ int hg_layernorm(hg_ctx *c, float *out, const float *x, const void *w, int wtype
                  const void *b, int btype, int n, int k, float eps) {
     norm_job j = {c, out, x, params_f32(c, w, wtype, k, 0), params_f32(c, b, btype, k, 1), n, k, eps};
     if (!j.w || !j.b) return 0;
-    hg_pool_run(c->pool, norm_task, &j, n > 1 ? parts_for(c, (int64_t)n * k) : 1);
+    hg_pool_run(c->pool, norm_task, &j, n > 1 ? parts_for(c, (int64_t)n * k, PIECES) : 1);
     return 1;
 }
 
@@ -135,7 +138,7 @@ static void rope_task(void *v, int ith, int nth) {
 void hg_rope(hg_ctx *c, float *x, int n, int row_stride, const int32_t *pos, int heads, int head_dim,
              const float *cos_t, const float *sin_t, int half) {
     rope_job j = {x, n, row_stride, pos, heads, head_dim, cos_t, sin_t, half};
-    hg_pool_run(c->pool, rope_task, &j, n > 1 ? parts_for(c, (int64_t)n * heads * head_dim) : 1);
+    hg_pool_run(c->pool, rope_task, &j, n > 1 ? parts_for(c, (int64_t)n * heads * head_dim, PIECES) : 1);
 }
 
 /* ---- elementwise -------------------------------------------------------------------- */
@@ -161,7 +164,7 @@ static void ew_task(void *v, int ith, int nth) {
 
 static void elementwise(hg_ctx *c, int op, float *out, const float *a, const float *b, int64_t count) {
     ew_job j = {c, op, out, a, b, count};
-    hg_pool_run(c->pool, ew_task, &j, parts_for(c, count));
+    hg_pool_run(c->pool, ew_task, &j, parts_for(c, count, PIECES));
 }
 
 void hg_silu_mul(hg_ctx *c, float *out, const float *gate, const float *up, int64_t count) {
@@ -183,7 +186,7 @@ static void softmax_task(void *v, int ith, int nth) {
 
 void hg_softmax(hg_ctx *c, float *x, int rows, int stride, int cols) {
     softmax_job j = {c, x, rows, stride, cols};
-    hg_pool_run(c->pool, softmax_task, &j, rows > 1 ? parts_for(c, (int64_t)rows * cols) : 1);
+    hg_pool_run(c->pool, softmax_task, &j, rows > 1 ? parts_for(c, (int64_t)rows * cols, PIECES) : 1);
 }
 
 int64_t hg_argmax(hg_ctx *c, const float *x, int64_t count) { return c->k->argmax(x, count); }
@@ -209,7 +212,7 @@ void hg_attn_logits(hg_ctx *c, float *logits, int lstride, const float *q, const
                     int64_t start, const int32_t *slots, int64_t count, float scale) {
     /* logits_args indexes output columns by j; shift the base so column j lands at logits + j */
     logits_job j = {c, {logits, q, k, slots, lstride, cap, start, ktype, heads, kv_heads, head_dim, scale}, count};
-    hg_pool_run(c->pool, logits_task, &j, parts_for(c, count * heads * head_dim));
+    hg_pool_run(c->pool, logits_task, &j, parts_for(c, count * heads * head_dim, PIECES));
 }
 
 typedef struct { hg_ctx *c; hg_aggr_args a; float *out, *partials; int64_t count; int accumulate, parts; } aggr_job;
@@ -241,7 +244,7 @@ int hg_attn_aggregate(hg_ctx *c, float *out, const float *probs, int pstride, co
                       int64_t start, const int32_t *slots, int64_t count, int accumulate) {
     aggr_job j = {c, {out, probs, v, slots, pstride, cap, start, vtype, heads, kv_heads, head_dim}, out, NULL, count, accumulate, 1};
     int64_t size = (int64_t)heads * head_dim;
-    int parts = count >= 8 ? parts_for(c, count * size) : 1;
+    int parts = count >= 8 ? parts_for(c, count * size, PIECES) : 1;
     if (parts > hg_pool_threads(c->pool)) parts = hg_pool_threads(c->pool); /* one partial per thread is enough */
     if (parts == 1) {
         /* one piece: accumulate straight into out */
@@ -259,7 +262,7 @@ int hg_attn_aggregate(hg_ctx *c, float *out, const float *probs, int pstride, co
     j.partials = c->scratch;
     j.parts = parts;
     hg_pool_run(c->pool, aggr_partial_task, &j, parts);
-    hg_pool_run(c->pool, aggr_reduce_task, &j, parts_for(c, size) > 1 ? hg_pool_threads(c->pool) : 1);
+    hg_pool_run(c->pool, aggr_reduce_task, &j, parts_for(c, size, 1) > 1 ? hg_pool_threads(c->pool) : 1);
     return 1;
 }
 
