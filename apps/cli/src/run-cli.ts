@@ -3,7 +3,7 @@ import { HybridgenError } from "@hybridgen/core";
 import pkg from "../package.json" with { type: "json" };
 import { runFetch } from "./commands/fetch.js";
 import { runInfo } from "./commands/info.js";
-import { runInspect } from "./commands/inspect.js";
+import { INSPECT_HELP, runInspect } from "./commands/inspect.js";
 import { runGenerate } from "./commands/generate.js";
 import { GENERATE_HELP, MAIN_HELP } from "./help.js";
 import type { CliIo } from "./io.js";
@@ -85,7 +85,7 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       return runInfo(io, values.json === true);
     }
     case "help":
-      io.stdout(rest[0] === "generate" ? GENERATE_HELP : MAIN_HELP);
+      io.stdout(rest[0] === "generate" ? GENERATE_HELP : rest[0] === "inspect" ? INSPECT_HELP : MAIN_HELP);
       return 0;
     default:
       throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, inspect, help; see hybridgen --help)`, "EUSAGE");

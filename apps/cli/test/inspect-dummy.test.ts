@@ -74,6 +74,11 @@ describe("hybridgen inspect", () => {
     expect((await cli(["inspect", bare])).err).toMatch(/config\.json: cannot read it as JSON/);
   });
 
+  it("has its help", async () => {
+    expect((await cli(["inspect", "--help"])).out).toMatch(/^Usage: hybridgen inspect <model>/);
+    expect((await cli(["help", "inspect"])).out).toMatch(/Presets: opt-125m, /);
+  });
+
   it("rejects bad input with one line", async () => {
     for (const [args, msg] of [
       [["inspect"], /takes one model .* got 0/],
