@@ -191,6 +191,24 @@ describe("hybrid attention: bad input", () => {
     }
   });
 
+  it("after a selector fails mid-step (speculative, a job in flight) the model resets and runs again", () => {
+    const be = new ReferenceBackend();
+    using model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 32, kvWindow: 6, kvEvictBlock: 2 });
+    let fail = true;
+    const flaky = rawSelector((i) => {
+      if (fail && i.layer === 1) throw new Error("boom");
+      return { kind: "shared", ids: i.primitives.range(0, i.budget) };
+    });
+    using h = HybridAttention.attach({ attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: flaky, scheduler: fixedScheduler(2, "pre") }, { logits: "speculative" });
+    model.forward(Int32Array.from(tokens.slice(0, 10)), 0);
+    expect(() => model.forward(Int32Array.of(tokens[10]), 10)).toThrow(/boom/);
+    fail = false;
+    model.reset();
+    model.forward(Int32Array.from(tokens.slice(0, 10)), 0);
+    expect(model.forward(Int32Array.of(tokens[10]), 10).every(Number.isFinite)).toBe(true);
+    expect(h.stats.steps).toBe(1);
+  });
+
   it("a stage job with a mismatched head layout is refused before any memory access", () => {
     const be = new ReferenceBackend();
     using stage = new BackendCpuStage(be);

@@ -73,6 +73,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private stepTx = 0;
   private stepCpu = 0;
   private clampSaid = false;
+  private inFlight = false; // a stage job was submitted and not yet collected
   private closed = false;
 
   constructor(parts: HybridAttentionParts, options: HybridOptions = {}) {
@@ -119,6 +120,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
   }
 
   newSequence(): void {
+    this.drain();
     const info = (layer: number) => ({ layer, sequence: 0, layout: this.layout });
     this.states = Array.from({ length: this.layers }, (_, l) => this.selector.initState(info(l)));
     const maxContext = this.attention.cache.maxContext;
@@ -133,6 +135,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
   beginStep(pos: number): void {
     this.checkOpen();
+    this.drain();
     this.pos = pos;
     this.stepStart = performance.now();
     this.stepWait = this.stepJs = this.stepTx = this.stepCpu = 0;
@@ -242,6 +245,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
   close(): void {
     if (this.closed) return;
+    this.drain();
     this.closed = true;
     if (this.attention.decodeAttention === this) this.attention.setDecodeAttention(null);
     this.attention.backend.free(this.specQ);
@@ -288,6 +292,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     };
     this.jobs[layer] = job;
     this.stage.submit(job);
+    this.inFlight = true;
   }
 
   /** Waits for layer's stage; a post-QKᵀ JS selector chooses now and the stage gathers. */
@@ -295,6 +300,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const job = this.jobs[layer];
     if (!job) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted`);
     const t0 = performance.now();
+    this.inFlight = false;
     this.stepCpu += this.stage.wait();
     const t1 = performance.now();
     this.stepWait += t1 - t0;
@@ -333,6 +339,17 @@ export class HybridAttention implements DecodeAttention, Disposable {
         } else pos = col - kmax + storeCount;
         acc[pos] += p[col];
       }
+    }
+  }
+
+  /** After a step that failed mid-way (a selector threw), collect the job left running. */
+  private drain(): void {
+    if (!this.inFlight) return;
+    this.inFlight = false;
+    try {
+      this.stage.wait();
+    } catch {
+      // the failed step already reported its error
     }
   }
 
