@@ -1,4 +1,6 @@
-import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel, type ChatMessage, type ModelFiles } from "@hybridgen/core";
+import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel } from "@hybridgen/core";
+import { ABORTED, untilAborted } from "../abortable.js";
+import { renderChat } from "../chat-prompt.js";
 import type { GenerateCliOptions } from "../generate-options.js";
 import type { CliIo } from "../io.js";
 import { openModelSource } from "../model-source.js";
@@ -17,31 +19,6 @@ function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | unde
   const n = Number(raw);
   if (!Number.isInteger(n) || n < 1 || n > 256) throw new HybridgenError(`invalid HYBRIDGEN_THREADS=${JSON.stringify(raw)}: must be an integer from 1 to 256`);
   return n;
-}
-
-const ABORTED = Symbol("aborted");
-
-function renderChat(files: ModelFiles, user: string, system: string | undefined): string {
-  if (!files.chatTemplate) {
-    throw new HybridgenError(`${files.dir} has no chat template (tokenizer_config.json chat_template or chat_template.jinja): drop --chat`, "ECHAT");
-  }
-  const messages: ChatMessage[] = [...(system === undefined ? [] : [{ role: "system" as const, content: system }]), { role: "user", content: user }];
-  return files.chatTemplate.render(messages, { addGenerationPrompt: true });
-}
-
-/** `work`, or ABORTED as soon as `signal` fires: Ctrl-C during a first-use download returns
- * at once (the download writes to a temp dir and renames, so leaving it is safe). */
-function untilAborted<T>(work: Promise<T>, signal: AbortSignal | undefined): Promise<T | typeof ABORTED> {
-  if (!signal) return work;
-  if (signal.aborted) return Promise.resolve(ABORTED);
-  return new Promise((resolve, reject) => {
-    const onAbort = () => resolve(ABORTED);
-    signal.addEventListener("abort", onAbort, { once: true });
-    work.then(
-      (v) => (signal.removeEventListener("abort", onAbort), resolve(v)),
-      (e) => (signal.removeEventListener("abort", onAbort), reject(e)),
-    );
-  });
 }
 
 /**
