@@ -300,7 +300,7 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Each piece records its thread, then waits (up to 1 s) for all pieces to have started:
+/* Each piece records its thread, then waits (up to 5 s) for all pieces to have started:
  * no thread can take two pieces unless another thread never showed up. */
 static void probe_task(void *v, int part, int parts) {
     probe_job *j = v;
@@ -308,7 +308,7 @@ static void probe_task(void *v, int part, int parts) {
     j->ids[part] = pthread_self();
     atomic_fetch_add(&j->arrived, 1);
     double t0 = now_s();
-    while (atomic_load(&j->arrived) < j->n && now_s() - t0 < 1.0) { }
+    while (atomic_load(&j->arrived) < j->n && now_s() - t0 < 5.0) { }
 }
 
 /* Runs one op with a piece per thread; returns how many distinct OS threads ran it. */
