@@ -1,0 +1,296 @@
+// The backend context: device, streams, the arena (one cudaMalloc for the backend's life),
+// host<->device copies, synchronisation and error strings.
+#include "common.cuh"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const size_t INT_SCRATCH_BYTES = 8u << 20;   // 2M ints: ids, positions, slots
+static const size_t SCRATCH_BYTES = 96u << 20;      // conversions and GEMM operands
+static const size_t CUBLAS_WS_BYTES = 32u << 20;    // cuBLAS workspace
+static const size_t MISC_BYTES = 1u << 20;          // argmax result
+// The arena's first bytes, in this order; the TypeScript allocator gets the rest.
+static const size_t INTERNAL_BYTES = INT_SCRATCH_BYTES + SCRATCH_BYTES + CUBLAS_WS_BYTES + MISC_BYTES;
+
+static void put(char *buf, int len, const char *text) {
+  if (buf && len > 0) snprintf(buf, (size_t)len, "%s", text);
+}
+
+// cuBLAS statuses are reported as 10000 + status so they never collide with cudaError_t.
+static const char *cublas_status_name(int s) {
+  switch (s) {
+    case 1: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case 3: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case 7: return "CUBLAS_STATUS_INVALID_VALUE";
+    case 8: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case 11: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case 13: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case 14: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case 15: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case 16: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "CUBLAS_STATUS_UNKNOWN";
+  }
+}
+
+extern "C" {
+
+HG_EXPORT void hg_cu_error_string(int code, char *buf, int len) {
+  char tmp[512];
+  if (code >= 10000) snprintf(tmp, sizeof tmp, "%s (cuBLAS status %d)", cublas_status_name(code - 10000), code - 10000);
+  else snprintf(tmp, sizeof tmp, "%s: %s", cudaGetErrorName((cudaError_t)code), cudaGetErrorString((cudaError_t)code));
+  put(buf, len, tmp);
+}
+
+// Free and total bytes of `device` before any arena is taken (for sizing and error messages).
+HG_EXPORT int hg_cu_mem_info(int device, double *freeTotal) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) return (int)e;
+  size_t f = 0, t = 0;
+  e = cudaMemGetInfo(&f, &t);
+  if (e != cudaSuccess) return (int)e;
+  freeTotal[0] = (double)f;
+  freeTotal[1] = (double)t;
+  return 0;
+}
+
+// Creates a context whose arena is `arenaBytes` (0: `fraction` of the free memory). The
+// first bytes of the arena are the context's scratch; the rest is handed out by the
+// TypeScript allocator. On failure returns null and writes the reason to err.
+HG_EXPORT HgCtx *hg_cu_create(int device, double arenaBytes, double fraction, const char *cublasPath, int cublasOff, char *err, int errLen) {
+  cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) { hg_cu_error_string((int)e, err, errLen); return NULL; }
+  size_t freeB = 0, totalB = 0;
+  if ((e = cudaMemGetInfo(&freeB, &totalB)) != cudaSuccess) { hg_cu_error_string((int)e, err, errLen); return NULL; }
+  size_t want = arenaBytes > 0 ? (size_t)arenaBytes : (size_t)((double)freeB * fraction);
+  want &= ~(size_t)((1u << 21) - 1);  // whole 2 MiB pages
+  size_t internal = INTERNAL_BYTES;
+  if (want < internal + (16u << 20)) {
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "an arena of %zu bytes is too small (the backend needs at least %zu)", want, internal + (16u << 20));
+    put(err, errLen, tmp);
+    return NULL;
+  }
+  if (want > freeB) {
+    char tmp[256];
+    snprintf(tmp, sizeof tmp, "an arena of %zu bytes was requested, but device %d has %zu bytes free (%zu in all)", want, device, freeB, totalB);
+    put(err, errLen, tmp);
+    return NULL;
+  }
+  HgCtx *c = (HgCtx *)calloc(1, sizeof(HgCtx));
+  if (!c) { put(err, errLen, "out of host memory"); return NULL; }
+  c->device = device;
+  cudaDeviceGetAttribute(&c->numSMs, cudaDevAttrMultiProcessorCount, device);
+  if ((e = cudaMalloc((void **)&c->arena, want)) != cudaSuccess) goto fail;
+  c->arenaBytes = want;
+  if ((e = cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking)) != cudaSuccess) goto fail;
+  if ((e = cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking)) != cudaSuccess) goto fail;
+  if ((e = cudaMallocHost((void **)&c->argmaxHost, 64)) != cudaSuccess) goto fail;
+  c->intScratch = (int *)c->arena;
+  c->intScratchCount = INT_SCRATCH_BYTES / sizeof(int);
+  c->scratch = c->arena + INT_SCRATCH_BYTES;
+  c->scratchBytes = SCRATCH_BYTES;
+  c->cublasWorkspace = c->arena + INT_SCRATCH_BYTES + SCRATCH_BYTES;
+  c->cublasWorkspaceBytes = CUBLAS_WS_BYTES;
+  c->argmaxOut = (int *)(c->arena + INT_SCRATCH_BYTES + SCRATCH_BYTES + CUBLAS_WS_BYTES);
+  if (cublasOff) snprintf(c->cublasInfo, sizeof c->cublasInfo, "off");
+  else hg_cublas_load(c, cublasPath && cublasPath[0] ? cublasPath : NULL);
+  return c;
+fail:
+  hg_cu_error_string((int)e, err, errLen);
+  if (c->argmaxHost) cudaFreeHost(c->argmaxHost);
+  if (c->compute) cudaStreamDestroy(c->compute);
+  if (c->copy) cudaStreamDestroy(c->copy);
+  if (c->arena) cudaFree(c->arena);
+  free(c);
+  return NULL;
+}
+
+HG_EXPORT void hg_cu_destroy(HgCtx *c) {
+  if (!c) return;
+  cudaSetDevice(c->device);
+  cudaStreamSynchronize(c->compute);
+  hg_cublas_unload(c);
+  cudaFreeHost(c->argmaxHost);
+  cudaStreamDestroy(c->compute);
+  cudaStreamDestroy(c->copy);
+  cudaFree(c->arena);
+  free(c);
+}
+
+// Where the allocator's part of the arena starts (device address) and how many bytes it has.
+HG_EXPORT double hg_cu_heap_base(HgCtx *c) { return (double)(uintptr_t)(c->arena + INTERNAL_BYTES); }
+HG_EXPORT double hg_cu_heap_bytes(HgCtx *c) { return (double)(c->arenaBytes - INTERNAL_BYTES); }
+HG_EXPORT double hg_cu_arena_bytes(HgCtx *c) { return (double)c->arenaBytes; }
+HG_EXPORT int hg_cu_num_sms(HgCtx *c) { return c->numSMs; }
+HG_EXPORT void hg_cu_cublas_info(HgCtx *c, char *buf, int len) { put(buf, len, c->cublasInfo); }
+
+// Waits for the compute stream; returns the first error of anything queued on it.
+HG_EXPORT int hg_cu_sync(HgCtx *c) {
+  cudaError_t e = cudaStreamSynchronize(c->compute);
+  if (e == cudaSuccess) e = cudaGetLastError();
+  return (int)e;
+}
+
+// Raw bytes host -> device (loadWeight); synchronous, so the host bytes may go right after.
+HG_EXPORT int hg_cu_upload(HgCtx *c, void *dst, const void *src, double bytes) {
+  cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, c->compute);
+  if (e != cudaSuccess) return (int)e;
+  return (int)cudaStreamSynchronize(c->compute);
+}
+
+HG_EXPORT int hg_cu_memset0(HgCtx *c, void *dst, double bytes) {
+  return (int)cudaMemsetAsync(dst, 0, (size_t)bytes, c->compute);
+}
+
+}  // extern "C"
+
+int hg_upload_ints(HgCtx *c, const int *host, size_t count, int **dev) {
+  if (count > c->intScratchCount) return (int)cudaErrorInvalidValue;
+  // Pageable source: the call returns once the bytes are staged, so the caller may reuse them.
+  cudaError_t e = cudaMemcpyAsync(c->intScratch, host, count * sizeof(int), cudaMemcpyHostToDevice, c->compute);
+  *dev = c->intScratch;
+  return (int)e;
+}
+
+// ---- dtype conversion ------------------------------------------------------------------------
+
+template <int DD, int SD>
+__global__ void convert_kernel(void *dst, const void *src, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    st<DD>(dst, i, ld<SD>(src, i));
+}
+
+static int convert(HgCtx *c, void *dst, int dd, const void *src, int sd, size_t n) {
+  if (n == 0) return 0;
+  if (dd == sd) {
+    size_t b = n * (dd == DT_F32 ? 4 : 2);
+    return (int)cudaMemcpyAsync(dst, src, b, cudaMemcpyDeviceToDevice, c->compute);
+  }
+  unsigned blocks = hg_blocks(n, 256, (unsigned)c->numSMs * 16);
+  HG_DISPATCH_DT(dd, D, HG_DISPATCH_DT(sd, S, (convert_kernel<D, S><<<blocks, 256, 0, c->compute>>>(dst, src, n))));
+  return hg_launched();
+}
+
+int hg_convert_device(HgCtx *c, void *dst, int dd, const void *src, int sd, size_t n) { return convert(c, dst, dd, src, sd, n); }
+
+extern "C" {
+
+// f32 host values -> tensor of dtype dt (through the scratch when a conversion is needed).
+HG_EXPORT int hg_cu_write(HgCtx *c, void *dst, int dt, const float *src, double countD) {
+  size_t count = (size_t)countD;
+  if (dt == DT_F32) return (int)cudaMemcpyAsync(dst, src, count * 4, cudaMemcpyHostToDevice, c->compute);
+  size_t chunk = c->scratchBytes / 4, eb = 2;
+  for (size_t off = 0; off < count; off += chunk) {
+    size_t n = count - off < chunk ? count - off : chunk;
+    cudaError_t e = cudaMemcpyAsync(c->scratch, src + off, n * 4, cudaMemcpyHostToDevice, c->compute);
+    if (e != cudaSuccess) return (int)e;
+    int r = convert(c, (char *)dst + off * eb, dt, c->scratch, DT_F32, n);
+    if (r) return r;
+  }
+  return 0;
+}
+
+// Tensor of dtype dt -> f32 host values; waits for the copy (and everything before it).
+HG_EXPORT int hg_cu_read(HgCtx *c, float *dst, const void *src, int dt, double countD) {
+  size_t count = (size_t)countD;
+  if (dt == DT_F32) {
+    cudaError_t e = cudaMemcpyAsync(dst, src, count * 4, cudaMemcpyDeviceToHost, c->compute);
+    if (e != cudaSuccess) return (int)e;
+    return hg_cu_sync(c);
+  }
+  size_t chunk = c->scratchBytes / 4, eb = 2;
+  for (size_t off = 0; off < count; off += chunk) {
+    size_t n = count - off < chunk ? count - off : chunk;
+    int r = convert(c, c->scratch, DT_F32, (const char *)src + off * eb, dt, n);
+    if (r) return r;
+    cudaError_t e = cudaMemcpyAsync(dst + off, c->scratch, n * 4, cudaMemcpyDeviceToHost, c->compute);
+    if (e != cudaSuccess) return (int)e;
+    if ((r = hg_cu_sync(c))) return r;
+  }
+  return hg_cu_sync(c);
+}
+
+// count elements src (dtype sd) -> dst (dtype dd), memmove semantics for same-dtype overlap.
+HG_EXPORT int hg_cu_copy(HgCtx *c, void *dst, int dd, const void *src, int sd, double countD) {
+  size_t count = (size_t)countD;
+  if (count == 0) return 0;
+  if (dd != sd) return convert(c, dst, dd, src, sd, count);
+  size_t bytes = count * (dd == DT_F32 ? 4 : 2);
+  char *d = (char *)dst;
+  const char *s = (const char *)src;
+  size_t gap = d > s ? (size_t)(d - s) : (size_t)(s - d);
+  if (gap >= bytes) return (int)cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, c->compute);
+  if (gap == 0) return 0;
+  if (bytes <= c->scratchBytes) {  // through the scratch: two plain copies
+    cudaError_t e = cudaMemcpyAsync(c->scratch, s, bytes, cudaMemcpyDeviceToDevice, c->compute);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(d, c->scratch, bytes, cudaMemcpyDeviceToDevice, c->compute);
+    return (int)e;
+  }
+  // Overlap: pieces no longer than the gap never overlap each other; go forward when the
+  // destination is below the source, backward otherwise, so no source byte is overwritten first.
+  size_t pieces = (bytes + gap - 1) / gap;
+  for (size_t i = 0; i < pieces; i++) {
+    size_t p = d < s ? i : pieces - 1 - i;
+    size_t off = p * gap, len = bytes - off < gap ? bytes - off : gap;
+    cudaError_t e = cudaMemcpyAsync(d + off, s + off, len, cudaMemcpyDeviceToDevice, c->compute);
+    if (e != cudaSuccess) return (int)e;
+  }
+  return 0;
+}
+
+}  // extern "C"
+
+// ---- events (timing and stream ordering) and diagnostics -------------------------------------
+
+extern "C" {
+
+HG_EXPORT void *hg_cu_event_new(void) {
+  cudaEvent_t e = NULL;
+  return cudaEventCreate(&e) == cudaSuccess ? (void *)e : NULL;
+}
+HG_EXPORT void hg_cu_event_free(void *e) { if (e) cudaEventDestroy((cudaEvent_t)e); }
+// stream: 0 compute, 1 copy.
+HG_EXPORT int hg_cu_event_record(HgCtx *c, void *e, int stream) { return (int)cudaEventRecord((cudaEvent_t)e, stream ? c->copy : c->compute); }
+// Makes `stream` wait for the event (cross-stream ordering without a host sync).
+HG_EXPORT int hg_cu_stream_wait(HgCtx *c, int stream, void *e) { return (int)cudaStreamWaitEvent(stream ? c->copy : c->compute, (cudaEvent_t)e, 0); }
+// Milliseconds between two recorded events; waits for the second.
+HG_EXPORT int hg_cu_event_elapsed(void *a, void *b, float *ms) {
+  cudaError_t e = cudaEventSynchronize((cudaEvent_t)b);
+  if (e == cudaSuccess) e = cudaEventElapsedTime(ms, (cudaEvent_t)a, (cudaEvent_t)b);
+  return (int)e;
+}
+
+// Device-to-device copy bandwidth (bytes read + written per second) over `iters` copies of
+// `bytes` from src to dst, timed with events: the floor the decode benchmark compares with.
+HG_EXPORT int hg_cu_copy_bandwidth(HgCtx *c, void *dst, const void *src, double bytes, int iters, double *bytesPerSecond) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, c->compute);  // warm-up
+  if (e == cudaSuccess) e = cudaEventRecord(a, c->compute);
+  for (int i = 0; i < iters && e == cudaSuccess; i++) e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, c->compute);
+  if (e == cudaSuccess) e = cudaEventRecord(b, c->compute);
+  float ms = 0;
+  if (e == cudaSuccess) e = cudaEventSynchronize(b);
+  if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  if (e == cudaSuccess) *bytesPerSecond = 2.0 * bytes * iters / (ms / 1e3);
+  return (int)e;
+}
+
+}  // extern "C"
+
+__global__ void trap_kernel(int *p) { if (threadIdx.x == 0) __trap(); *p = 1; }
+__global__ void noop_kernel(void) {}
+
+extern "C" {
+// Test hook: kind 0 launches with an invalid block size (a launch error the context survives),
+// kind 1 traps inside a kernel (a sticky error: the context is lost until the process ends).
+HG_EXPORT int hg_cu_test_fault(HgCtx *c, int kind) {
+  if (kind == 0) noop_kernel<<<1, 4096, 0, c->compute>>>();
+  else trap_kernel<<<1, 32, 0, c->compute>>>(c->argmaxOut);
+  int r = hg_launched();
+  return r ? r : (int)cudaStreamSynchronize(c->compute);
+}
+}

@@ -1,0 +1,71 @@
+/**
+ * The backend's entry points in libhgcuda (native/context.cu, rowops.cu, matmul.cu,
+ * attention.cu) through bun:ffi. Device addresses travel as numbers (`ptr`); host arrays as
+ * typed arrays whose lengths the TypeScript side has checked. Ops return 0 or a CUDA error
+ * code (10000 + status for cuBLAS), named by hg_cu_error_string.
+ */
+import { dlopen, FFIType } from "bun:ffi";
+
+const { ptr, i32, f32, f64, void: none } = FFIType;
+
+export const backendSymbols = {
+  hg_cu_error_string: { args: [i32, ptr, i32], returns: none },
+  hg_cu_mem_info: { args: [i32, ptr], returns: i32 },
+  hg_cu_create: { args: [i32, f64, f64, ptr, i32, ptr, i32], returns: ptr },
+  hg_cu_destroy: { args: [ptr], returns: none },
+  hg_cu_heap_base: { args: [ptr], returns: f64 },
+  hg_cu_heap_bytes: { args: [ptr], returns: f64 },
+  hg_cu_arena_bytes: { args: [ptr], returns: f64 },
+  hg_cu_num_sms: { args: [ptr], returns: i32 },
+  hg_cu_cublas_info: { args: [ptr, ptr, i32], returns: none },
+  hg_cu_sync: { args: [ptr], returns: i32 },
+  hg_cu_upload: { args: [ptr, ptr, ptr, f64], returns: i32 },
+  hg_cu_memset0: { args: [ptr, ptr, f64], returns: i32 },
+  hg_cu_write: { args: [ptr, ptr, i32, ptr, f64], returns: i32 },
+  hg_cu_read: { args: [ptr, ptr, ptr, i32, f64], returns: i32 },
+  hg_cu_copy: { args: [ptr, ptr, i32, ptr, i32, f64], returns: i32 },
+  hg_cu_embedding: { args: [ptr, ptr, ptr, i32, i32, ptr, i32], returns: i32 },
+  hg_cu_rmsnorm: { args: [ptr, ptr, ptr, ptr, i32, i32, i32, f32], returns: i32 },
+  hg_cu_layernorm: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, i32, i32, f32], returns: i32 },
+  hg_cu_rope: { args: [ptr, ptr, i32, i32, ptr, i32, i32, ptr, ptr, i32], returns: i32 },
+  hg_cu_silu_mul: { args: [ptr, ptr, ptr, ptr, f64], returns: i32 },
+  hg_cu_relu: { args: [ptr, ptr, f64], returns: i32 },
+  hg_cu_gelu: { args: [ptr, ptr, f64], returns: i32 },
+  hg_cu_add: { args: [ptr, ptr, ptr, ptr, f64], returns: i32 },
+  hg_cu_softmax: { args: [ptr, ptr, i32, i32, i32], returns: i32 },
+  hg_cu_argmax: { args: [ptr, ptr, i32], returns: i32 },
+  hg_cu_matmul_path: { args: [ptr, i32], returns: i32 },
+  hg_cu_matmul: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32, i32], returns: i32 },
+  hg_cu_attn_logits: { args: [ptr, ptr, i32, ptr, ptr, i32, i32, i32, i32, i32, i32, ptr, i32, f32], returns: i32 },
+  hg_cu_attn_aggregate: { args: [ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32, i32, i32, ptr, i32, i32], returns: i32 },
+  hg_cu_event_new: { args: [], returns: ptr },
+  hg_cu_event_free: { args: [ptr], returns: none },
+  hg_cu_event_record: { args: [ptr, ptr, i32], returns: i32 },
+  hg_cu_stream_wait: { args: [ptr, i32, ptr], returns: i32 },
+  hg_cu_event_elapsed: { args: [ptr, ptr, ptr], returns: i32 },
+  hg_cu_copy_bandwidth: { args: [ptr, ptr, ptr, f64, i32, ptr], returns: i32 },
+  hg_cu_test_fault: { args: [ptr, i32], returns: i32 },
+} as const;
+
+/** The functions the backend calls; a test can hand the backend a stand-in with the same shape. */
+export type CudaNative = ReturnType<typeof dlopen<typeof backendSymbols>>["symbols"];
+
+const loaded = new Map<string, CudaNative>();
+
+/** Opens the backend's symbols of the library at `path` (once per process and path). */
+export function openCudaNative(path: string): CudaNative {
+  let lib = loaded.get(path);
+  if (!lib) {
+    lib = dlopen(path, backendSymbols).symbols;
+    loaded.set(path, lib);
+  }
+  return lib;
+}
+
+/** "cudaErrorX: text" for a code an op returned. */
+export function cudaErrorString(native: CudaNative, code: number): string {
+  const buf = new Uint8Array(512);
+  native.hg_cu_error_string(code, buf, buf.length);
+  const end = buf.indexOf(0);
+  return new TextDecoder().decode(end < 0 ? buf : buf.subarray(0, end));
+}
