@@ -14,8 +14,6 @@ struct hg_ctx {
     size_t params_bytes;
     float *scratch;    /* per-piece partial sums of attention aggregation */
     size_t scratch_bytes;
-    float *x_pairs;    /* x split into even/odd halves per vector pair, for bf16 decode */
-    size_t x_pairs_bytes;
 };
 
 #endif

@@ -60,7 +60,6 @@ void hg_destroy(hg_ctx *c) {
     hg_pool_destroy(c->pool);
     free(c->params);
     free(c->scratch);
-    free(c->x_pairs);
     free(c);
 }
 

@@ -8,8 +8,6 @@
 typedef struct {
     float *out; const float *x; const void *w; const void *bias;
     int wtype, btype, n, k, m;
-    /* bf16 decode: x with every 2*VW chunk split into its even then odd elements (or NULL) */
-    const float *x_pairs;
 } hg_matmul_args;
 
 typedef struct {
@@ -39,7 +37,6 @@ typedef struct {
     /* f32 <-> any dtype; same dtype is a plain copy */
     void (*convert)(void *dst, int dst_type, const void *src, int src_type, int64_t count);
     double (*stream_sum)(const float *p, int64_t count);
-    int vector_width; /* VW: floats per vector of this ISA */
 } hg_kernels;
 
 extern const hg_kernels hg_kernels_generic;

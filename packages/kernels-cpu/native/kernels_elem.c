@@ -145,5 +145,4 @@ const hg_kernels KFN(hg_kernels) = {
     .argmax = argmax,
     .convert = convert,
     .stream_sum = stream_sum,
-    .vector_width = VW,
 };

@@ -73,7 +73,6 @@ static void gemm4_##T(const WT *w, long ldw, const float *x, long ldx, int k, fl
             for (int t = i; t < k; t++) r[j * 4 + q] += SLD(w + q * ldw + t) * x[j * ldx + t]; \
     }                                                                                          \
 }                                                                                              \
-static void gemv4_pairs_##T(const WT *w, long ldw, const float *x, const float *xp, int k, float *r); \
 static void matmul_##T(const hg_matmul_args *a, long r0, long r1) {                            \
     const WT *w = (const WT *)a->w;                                                            \
     const int k = a->k, m = a->m, n = a->n;                                                    \
@@ -94,11 +93,6 @@ static void matmul_##T(const hg_matmul_args *a, long r0, long r1) {             
             for (int j = 0; j < NX; j++)                                                       \
                 for (int q = 0; q < 4; q++) a->out[(long)(i + j) * m + row + q] = r[j * 4 + q]; \
         }                                                                                      \
-        if (a->x_pairs) { /* bf16 decode: widen without shuffles */                         \
-            gemv4_pairs_##T(wr, k, a->x, a->x_pairs, k, r);                                    \
-            for (int q = 0; q < 4; q++) a->out[row + q] = r[q];                                \
-            continue;                                                                          \
-        }                                                                                      \
         for (; i < n; i++) {                                                                   \
             gemv4_##T(wr, k, a->x + (long)i * k, k, r);                                        \
             for (int q = 0; q < 4; q++) a->out[(long)i * m + row + q] = r[q];                  \
@@ -115,37 +109,6 @@ static void matmul_##T(const hg_matmul_args *a, long r0, long r1) {             
 DEFINE_MATMUL(f32, float, vld, sld_f32)
 DEFINE_MATMUL(f16, uint16_t, vld_f16, sld_f16)
 DEFINE_MATMUL(bf16, uint16_t, vld_bf16, sld_bf16)
-
-/* 4 bf16 weight rows . x, reading 2*VW weights per step as their even and odd halves
- * (vld_bf16_pair: shift / mask) against x split the same way (xp), so widening bf16
- * needs no lane shuffles. The tail past the last full chunk uses x itself. */
-static void gemv4_pairs_bf16(const uint16_t *w, long ldw, const float *x, const float *xp, int k, float *r) {
-#ifdef HG_HAVE_BF16_PAIR
-    const uint16_t *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
-    vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
-    vf b0 = vzero(), b1 = vzero(), b2 = vzero(), b3 = vzero();
-    int i = 0;
-    for (; i + 2 * VW <= k; i += 2 * VW) {
-        vf xe = vld(xp + i), xo = vld(xp + i + VW), e, o;
-        vld_bf16_pair(w0 + i, &e, &o); a0 = vfma(e, xe, a0); b0 = vfma(o, xo, b0);
-        vld_bf16_pair(w1 + i, &e, &o); a1 = vfma(e, xe, a1); b1 = vfma(o, xo, b1);
-        vld_bf16_pair(w2 + i, &e, &o); a2 = vfma(e, xe, a2); b2 = vfma(o, xo, b2);
-        vld_bf16_pair(w3 + i, &e, &o); a3 = vfma(e, xe, a3); b3 = vfma(o, xo, b3);
-    }
-    vhsum4(vadd(a0, b0), vadd(a1, b1), vadd(a2, b2), vadd(a3, b3), r);
-    for (; i < k; i++) {
-        float xi = x[i];
-        r[0] += sld_bf16(w0 + i) * xi; r[1] += sld_bf16(w1 + i) * xi;
-        r[2] += sld_bf16(w2 + i) * xi; r[3] += sld_bf16(w3 + i) * xi;
-    }
-#else
-    (void)xp;
-    gemv4_bf16(w, ldw, x, k, r);
-#endif
-}
-/* only the bf16 instance is ever called with x_pairs set */
-static void gemv4_pairs_f32(const float *w, long ldw, const float *x, const float *xp, int k, float *r) { (void)xp; gemv4_f32(w, ldw, x, k, r); }
-static void gemv4_pairs_f16(const uint16_t *w, long ldw, const float *x, const float *xp, int k, float *r) { (void)xp; gemv4_f16(w, ldw, x, k, r); }
 
 void KFN(hg_k_matmul)(const hg_matmul_args *a, long r0, long r1) {
     if (a->wtype == 0) matmul_f32(a, r0, r1);

@@ -69,26 +69,6 @@ void hg_embedding(hg_ctx *c, float *out, const void *table, int type, int cols, 
 }
 
 /* ---- matmul ------------------------------------------------------------------------- */
-/* x rearranged for the bf16 pair kernel: each chunk of 2*VW values as its VW even-indexed
- * values then its VW odd-indexed ones (the tail past the last chunk is not needed). NULL
- * when out of memory: the kernel then takes the plain path. */
-static const float *split_pairs(hg_ctx *c, const float *x, int k) {
-    size_t need = (size_t)k * sizeof(float);
-    if (c->x_pairs_bytes < need) {
-        free(c->x_pairs);
-        c->x_pairs = aligned_alloc(64, (need + 63) & ~(size_t)63);
-        c->x_pairs_bytes = c->x_pairs ? need : 0;
-        if (!c->x_pairs) return NULL;
-    }
-    int vw = c->k->vector_width;
-    for (int i = 0; i + 2 * vw <= k; i += 2 * vw)
-        for (int t = 0; t < vw; t++) {
-            c->x_pairs[i + t] = x[i + 2 * t];
-            c->x_pairs[i + vw + t] = x[i + 2 * t + 1];
-        }
-    return c->x_pairs;
-}
-
 typedef struct { hg_ctx *c; hg_matmul_args a; } matmul_job;
 
 static void matmul_task(void *v, int ith, int nth) {
@@ -100,8 +80,7 @@ static void matmul_task(void *v, int ith, int nth) {
 
 void hg_matmul(hg_ctx *c, float *out, const float *x, const void *w, int wtype,
                const void *bias, int btype, int n, int k, int m) {
-    matmul_job j = {c, {out, x, w, bias, wtype, btype, n, k, m, NULL}};
-    if (wtype == HG_BF16 && n == 1 && c->isa != HG_ISA_GENERIC) j.a.x_pairs = split_pairs(c, x, k);
+    matmul_job j = {c, {out, x, w, bias, wtype, btype, n, k, m}};
     /* one piece per thread: a GEMV streams memory, and one long contiguous range per thread
      * keeps the prefetchers (hardware and ours) running, as an OpenMP static split does */
     hg_pool_run(c->pool, matmul_task, &j, parts_for(c, (int64_t)n * k * m, 1));

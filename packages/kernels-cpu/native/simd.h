@@ -26,13 +26,6 @@ static inline vf vld_bf16(const uint16_t *p) {
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
 }
 static inline void vst_f16(uint16_t *p, vf v) { _mm256_storeu_si256((__m256i *)p, _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
-/* 2*VW bf16 as two f32 vectors, even and odd elements: a shift and a mask, no shuffle. */
-static inline void vld_bf16_pair(const uint16_t *p, vf *even, vf *odd) {
-    __m512i v = _mm512_loadu_si512((const void *)p);
-    *even = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-    *odd = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32((int)0xffff0000u)));
-}
-#define HG_HAVE_BF16_PAIR 1
 static inline vf vset1(float x) { return _mm512_set1_ps(x); }
 static inline vf vzero(void) { return _mm512_setzero_ps(); }
 static inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
@@ -72,12 +65,6 @@ static inline vf vld_bf16(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 static inline void vst_f16(uint16_t *p, vf v) { _mm_storeu_si128((__m128i *)p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)); }
-static inline void vld_bf16_pair(const uint16_t *p, vf *even, vf *odd) {
-    __m256i v = _mm256_loadu_si256((const __m256i *)p);
-    *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
-    *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
-}
-#define HG_HAVE_BF16_PAIR 1
 static inline vf vset1(float x) { return _mm256_set1_ps(x); }
 static inline vf vzero(void) { return _mm256_setzero_ps(); }
 static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }

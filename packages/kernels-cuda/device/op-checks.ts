@@ -1,0 +1,265 @@
+/**
+ * Every Backend op of the CUDA backend against core's ReferenceBackend (f64 accumulation) on
+ * fresh random inputs, for f32/f16/bf16 weights and K/V, including every matmul path (our
+ * GEMV, cuBLAS, our tiled GEMM), spans and gathers, overlapping copies and odd sizes.
+ * Outputs are poisoned with NaN first, so an element a kernel fails to write fails the check.
+ * Used by test/gpu.test.ts (where a GPU is present) and device/device-check.ts.
+ */
+import { ReferenceBackend, type Backend, type DType, type Tensor } from "@hybridgen/core";
+import type { CudaBackend, MatmulPath } from "../src/index.js";
+
+export interface CheckResult {
+  readonly name: string;
+  /** ‖cuda − ref‖ / ‖ref‖ (or max |Δ| for exact checks). */
+  readonly err: number;
+  readonly tol: number;
+  readonly ok: boolean;
+}
+
+export function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export function relErr(a: Float32Array, b: Float32Array): number {
+  if (a.length !== b.length) return Infinity;
+  let num = 0, den = 0;
+  for (let i = 0; i < a.length; i++) {
+    const d = a[i] - b[i];
+    num += d * d;
+    den += b[i] * b[i];
+  }
+  if (!Number.isFinite(num)) return Infinity;
+  return den === 0 ? Math.sqrt(num) : Math.sqrt(num / den);
+}
+
+function maxAbs(a: Float32Array, b: Float32Array): number {
+  let m = 0;
+  for (let i = 0; i < a.length; i++) {
+    const d = Math.abs(a[i] - b[i]);
+    if (!(d <= m)) m = Number.isNaN(d) ? Infinity : d;
+  }
+  return m;
+}
+
+const DTYPES: readonly DType[] = ["f32", "f16", "bf16"];
+
+export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
+  const ref = new ReferenceBackend();
+  const rnd = mulberry32(seed);
+  const results: CheckResult[] = [];
+  const owned: [Backend, Tensor][] = [];
+  const values = (n: number, scale = 1) => {
+    const v = new Float32Array(n);
+    for (let i = 0; i < n; i++) v[i] = (rnd() * 2 - 1) * scale;
+    return v;
+  };
+  /** The same data in both backends. */
+  const pair = (shape: number[], dtype: DType = "f32", v?: Float32Array, poison = false) => {
+    const n = shape.reduce((a, b) => a * b, 1);
+    const data = v ?? values(n);
+    const c = cuda.alloc(shape, dtype), r = ref.alloc(shape, dtype);
+    owned.push([cuda, c], [ref, r]);
+    ref.write(r, data);
+    cuda.write(c, poison ? new Float32Array(n).fill(NaN) : data);
+    if (poison) ref.write(r, new Float32Array(n).fill(NaN));
+    return { c, r, data };
+  };
+  const record = (name: string, err: number, tol: number) => results.push({ name, err, tol, ok: err <= tol });
+  const compare = (name: string, c: Tensor, r: Tensor, tol: number) => record(name, relErr(cuda.read(c), ref.read(r)), tol);
+
+  try {
+    // write/read round trips round exactly as the reference does.
+    for (const dt of DTYPES) {
+      const { c, r } = pair([3, 77], dt);
+      record(`write/read ${dt} (exact)`, maxAbs(cuda.read(c), ref.read(r)), 0);
+      const part = values(20);
+      cuda.write(c, part, 50);
+      ref.write(r, part, 50);
+      record(`write at offset, read a range ${dt}`, maxAbs(cuda.read(c, 40, 100), ref.read(r, 40, 100)), 0);
+    }
+    // loadWeight from raw little-endian bytes.
+    {
+      const v = values(6 * 40);
+      const bytes = new Uint8Array(v.buffer.slice(0));
+      const c = cuda.loadWeight(bytes, "f32", [6, 40]);
+      owned.push([cuda, c]);
+      record("loadWeight f32 bytes", maxAbs(cuda.read(c), v), 0);
+    }
+    // copyRows: same dtype, f32 -> half, and overlapping ranges both ways (memmove).
+    for (const dt of DTYPES) {
+      const dst = pair([50, 24], dt), src = pair([30, 24], "f32");
+      cuda.copyRows(dst.c, 7, src.c, 3, 20);
+      ref.copyRows(dst.r, 7, src.r, 3, 20);
+      compare(`copyRows f32->${dt}`, dst.c, dst.r, 0);
+      cuda.copyRows(dst.c, 2, dst.c, 5, 30);
+      ref.copyRows(dst.r, 2, dst.r, 5, 30);
+      cuda.copyRows(dst.c, 9, dst.c, 4, 35);
+      ref.copyRows(dst.r, 9, dst.r, 4, 35);
+      compare(`copyRows overlapping ${dt}`, dst.c, dst.r, 0);
+    }
+    // embedding (tables in every dtype), one id and many.
+    for (const dt of DTYPES) {
+      const table = pair([97, 48], dt);
+      const out = pair([9, 48], "f32", undefined, true);
+      const ids = Int32Array.from({ length: 9 }, () => Math.floor(rnd() * 97));
+      cuda.embedding(out.c, table.c, ids);
+      ref.embedding(out.r, table.r, ids);
+      compare(`embedding ${dt} (9 ids)`, out.c, out.r, 0);
+      cuda.embedding(out.c, table.c, ids.subarray(0, 1));
+      ref.embedding(out.r, table.r, ids.subarray(0, 1));
+      compare(`embedding ${dt} (1 id)`, out.c, out.r, 0);
+    }
+    // norms
+    for (const [rows, d] of [[1, 4096], [5, 288], [3, 77]] as const) {
+      const x = pair([rows, d], "f32", values(rows * d, 3));
+      const w = pair([d]), b = pair([d]);
+      const o1 = pair([rows, d], "f32", undefined, true), o2 = pair([rows, d], "f32", undefined, true);
+      cuda.rmsNorm(o1.c, x.c, w.c, rows, 1e-5);
+      ref.rmsNorm(o1.r, x.r, w.r, rows, 1e-5);
+      compare(`rmsNorm ${rows}x${d}`, o1.c, o1.r, 1e-5);
+      cuda.layerNorm(o2.c, x.c, w.c, b.c, rows, 1e-5);
+      ref.layerNorm(o2.r, x.r, w.r, b.r, rows, 1e-5);
+      compare(`layerNorm ${rows}x${d}`, o2.c, o2.r, 1e-5);
+      cuda.rmsNorm(x.c, x.c, w.c, rows, 1e-6); // in place
+      ref.rmsNorm(x.r, x.r, w.r, rows, 1e-6);
+      compare(`rmsNorm in place ${rows}x${d}`, x.c, x.r, 1e-5);
+    }
+    // rope: several rows (uploaded positions) and one (by value); partial rotary width.
+    for (const [rows, heads, hd, half] of [[4, 6, 64, 32], [1, 40, 128, 64], [3, 2, 48, 16]] as const) {
+      const maxPos = 300;
+      const cosV = new Float32Array(maxPos * half), sinV = new Float32Array(maxPos * half);
+      for (let p = 0; p < maxPos; p++) for (let j = 0; j < half; j++) {
+        const a = p * 10000 ** (-(2 * j) / hd);
+        cosV[p * half + j] = Math.cos(a);
+        sinV[p * half + j] = Math.sin(a);
+      }
+      const cos = pair([maxPos, half], "f32", cosV), sin = pair([maxPos, half], "f32", sinV);
+      const x = pair([rows, heads * hd]);
+      const pos = Int32Array.from({ length: rows }, () => Math.floor(rnd() * maxPos));
+      cuda.rope(x.c, rows, pos, heads, hd, cos.c, sin.c);
+      ref.rope(x.r, rows, pos, heads, hd, cos.r, sin.r);
+      compare(`rope ${rows} rows ${heads}x${hd} rot ${2 * half}`, x.c, x.r, 1e-6);
+    }
+    // elementwise
+    {
+      const n = 7, w = 1000;
+      const g = pair([n, w], "f32", values(n * w, 6)), u = pair([n, w]), o = pair([n, w], "f32", undefined, true);
+      cuda.siluMul(o.c, g.c, u.c, n);
+      ref.siluMul(o.r, g.r, u.r, n);
+      compare("siluMul", o.c, o.r, 1e-6);
+      cuda.add(o.c, o.c, u.c, n);
+      ref.add(o.r, o.r, u.r, n);
+      compare("add (aliasing out)", o.c, o.r, 1e-6);
+      cuda.relu(g.c, 4);
+      ref.relu(g.r, 4);
+      compare("relu (4 of 7 rows)", g.c, g.r, 0);
+      cuda.gelu(u.c, n);
+      ref.gelu(u.r, n);
+      compare("gelu (erf)", u.c, u.r, 1e-6);
+    }
+    // softmax over part of the row, short and long rows; argmax with ties.
+    for (const [rows, width, cols] of [[4, 100, 73], [2, 40000, 32768], [32, 2048, 2048]] as const) {
+      const x = pair([rows, width], "f32", values(rows * width, 8));
+      cuda.softmax(x.c, rows, cols);
+      ref.softmax(x.r, rows, cols);
+      compare(`softmax ${rows}x${cols} of ${width}`, x.c, x.r, 1e-5);
+    }
+    for (const width of [5, 1000, 128256]) {
+      const v = values(2 * width);
+      const tie = Math.floor(rnd() * width);
+      v[width + tie] = 50;
+      v[width + Math.min(width - 1, tie + 1 + Math.floor(rnd() * 3))] = 50; // a later equal value must lose
+      const x = pair([2, width], "f32", v);
+      const a0 = cuda.argmax(x.c, 0), a1 = cuda.argmax(x.c, 1);
+      record(`argmax width ${width}`, a0 === ref.argmax(x.r, 0) && a1 === ref.argmax(x.r, 1) ? 0 : 1, 0);
+    }
+    // matmul: every weight dtype, decode and prefill row counts, every path, with and without bias.
+    const paths: MatmulPath[] = ["gemv", "tiled"];
+    if (!cuda.cublas.startsWith("off") && !cuda.cublas.startsWith("not found")) paths.push("cublas");
+    for (const dt of DTYPES) {
+      for (const [k, m] of [[256, 96], [100, 33], [4096, 512]] as const) {
+        const w = pair([m, k], dt, values(m * k, 0.05));
+        const bias = pair([m]);
+        for (const n of [1, 3, 8, 17, 70]) {
+          const x = pair([n, k]);
+          const oRef = ref.alloc([n, m]);
+          owned.push([ref, oRef]);
+          ref.matmul(oRef, x.r, w.r, n, bias.r);
+          const want = ref.read(oRef);
+          for (const path of paths) {
+            if (path === "gemv" && n > 8) continue;
+            const o = pair([n, m], "f32", undefined, true);
+            cuda.setMatmulPath(path);
+            cuda.matmul(o.c, x.c, w.c, n, bias.c);
+            // cuBLAS rounds x to the weight dtype: half-precision tolerances there.
+            const tol = path === "cublas" && dt === "bf16" ? 1e-2 : path === "cublas" && dt === "f16" ? 2e-3 : 1e-5;
+            record(`matmul ${path} ${dt} n=${n} k=${k} m=${m} +bias`, relErr(cuda.read(o.c), want), tol);
+          }
+        }
+        const x = pair([2, k]), o = pair([2, m], "f32", undefined, true);
+        cuda.setMatmulPath("auto");
+        cuda.matmul(o.c, x.c, w.c, 2);
+        ref.matmul(o.r, x.r, w.r, 2);
+        compare(`matmul auto ${dt} n=2 k=${k} m=${m} no bias`, o.c, o.r, 1e-5);
+      }
+    }
+    cuda.setMatmulPath("auto");
+    // matmul through views at odd offsets (the GEMV's unaligned fallback).
+    {
+      const base = pair([1, 3 + 40 * 64], "bf16", values(3 + 40 * 64, 0.1));
+      const wc = cuda.view(base.c, 3, [40, 64]), wr = ref.view(base.r, 3, [40, 64]);
+      const x = pair([1, 64]), o = pair([1, 40], "f32", undefined, true);
+      cuda.matmul(o.c, x.c, wc, 1);
+      ref.matmul(o.r, x.r, wr, 1);
+      compare("matmul gemv bf16 misaligned view", o.c, o.r, 1e-5);
+    }
+    // attention stages: K/V in every dtype, GQA, spans at offsets, gathers, accumulate.
+    for (const dt of DTYPES) {
+      for (const [heads, kvHeads, hd, cap, count] of [[8, 2, 64, 300, 200], [32, 8, 128, 6000, 5000], [6, 6, 40, 50, 17], [16, 1, 256, 100, 64]] as const) {
+        const tag = `${dt} h${heads}/${kvHeads} d${hd} n${count}`;
+        const width = count + 37;
+        const q = pair([2, heads * hd]);
+        const k = pair([kvHeads, cap, hd], dt), v = pair([kvHeads, cap, hd], dt);
+        const lg = pair([heads, width], "f32", undefined, true);
+        const start = Math.floor(rnd() * (cap - count));
+        const scale = 1 / Math.sqrt(hd);
+        const half = Math.floor(count / 2);
+        cuda.attnLogits(lg.c, 5, q.c, 1, k.c, start, half, scale);
+        ref.attnLogits(lg.r, 5, q.r, 1, k.r, start, half, scale);
+        const slots = Int32Array.from({ length: count - half }, () => Math.floor(rnd() * cap));
+        cuda.attnLogitsGather(lg.c, 5 + half, q.c, 1, k.c, slots, scale);
+        ref.attnLogitsGather(lg.r, 5 + half, q.r, 1, k.r, slots, scale);
+        const lc = cuda.read(lg.c), lr = ref.read(lg.r);
+        const pick = (a: Float32Array) => Float32Array.from({ length: heads * count }, (_, i) => a[Math.floor(i / count) * width + 5 + (i % count)]);
+        record(`attnLogits+Gather ${tag}`, relErr(pick(lc), pick(lr)), 1e-5);
+        // Probabilities for the aggregation: a proper softmax over the written columns.
+        const probs = pair([heads, width], "f32", values(heads * width, 4));
+        cuda.softmax(probs.c, heads, width);
+        ref.softmax(probs.r, heads, width);
+        const out = pair([3, heads * hd], "f32", undefined, true);
+        cuda.attnAggregate(out.c, 2, probs.c, 5, v.c, start, half, false);
+        ref.attnAggregate(out.r, 2, probs.r, 5, v.r, start, half, false);
+        cuda.attnAggregateGather(out.c, 2, probs.c, 5 + half, v.c, slots, true);
+        ref.attnAggregateGather(out.r, 2, probs.r, 5 + half, v.r, slots, true);
+        const oc = cuda.read(out.c, 2 * heads * hd, heads * hd), or = ref.read(out.r, 2 * heads * hd, heads * hd);
+        record(`attnAggregate+Gather ${tag}`, relErr(oc, or), 1e-5);
+        cuda.attnAggregateGather(out.c, 0, probs.c, 0, v.c, new Int32Array(0), false);
+        ref.attnAggregateGather(out.r, 0, probs.r, 0, v.r, new Int32Array(0), false);
+        record(`attnAggregateGather empty overwrites with zeros ${tag}`, maxAbs(cuda.read(out.c, 0, heads * hd), ref.read(out.r, 0, heads * hd)), 0);
+      }
+    }
+    cuda.synchronize();
+  } finally {
+    cuda.setMatmulPath("auto");
+    for (const [be, t] of owned.reverse()) be.free(t);
+    ref.close();
+  }
+  return results;
+}

@@ -1,0 +1,150 @@
+/**
+ * The CUDA backend's validation layer against a stand-in for the native library (no GPU
+ * needed): bad input is a one-line HybridgenError and never reaches native code; good input
+ * reaches it with the right addresses and sizes; native failures become "CUDA error in <op>".
+ */
+import { describe, expect, it } from "vitest";
+import { HybridgenError, ReferenceBackend } from "@hybridgen/core";
+import { CudaBackend, backendSymbols, createCudaBackend, cudaAvailability, type CudaNative } from "../src/index.js";
+
+const HEAP = 2 ** 40;
+
+function fakeNative(calls: { name: string; args: unknown[] }[], fail: Record<string, number> = {}): CudaNative {
+  const lib: Record<string, (...args: unknown[]) => unknown> = {};
+  for (const name of Object.keys(backendSymbols)) {
+    lib[name] = (...args: unknown[]) => {
+      calls.push({ name, args });
+      if (name in fail) return fail[name];
+      switch (name) {
+        case "hg_cu_create": return 4096;
+        case "hg_cu_heap_base": return HEAP;
+        case "hg_cu_heap_bytes": return 1 << 20;
+        case "hg_cu_arena_bytes": return (1 << 20) + 4096;
+        case "hg_cu_num_sms": return 132;
+        case "hg_cu_matmul_path": return (args[1] as number) <= 8 ? 0 : 1;
+        case "hg_cu_error_string": {
+          const buf = args[1] as Uint8Array;
+          buf.set(new TextEncoder().encode(`cudaErrorFake${args[0]}: fake failure\0`));
+          return undefined;
+        }
+        default: return 0;
+      }
+    };
+  }
+  return lib as unknown as CudaNative;
+}
+
+const device = { index: 0, name: "Fake GPU", major: 9, minor: 0, computeCapability: "9.0", totalMemoryBytes: 2 ** 34, multiprocessors: 132, pciBusId: "" };
+
+function make(fail: Record<string, number> = {}) {
+  const calls: { name: string; args: unknown[] }[] = [];
+  const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: fakeNative(calls, fail), device });
+  const opCalls = () => calls.filter((c) => !/^hg_cu_(create|heap|arena|num_sms|cublas_info|memset0|write|error_string)/.test(c.name));
+  return { be, calls, opCalls };
+}
+
+describe("CudaBackend validation (stand-in native library)", () => {
+  it("createCudaBackend on a machine without a GPU throws the availability reason", () => {
+    const a = cudaAvailability();
+    if (a.available) return; // a GPU machine: gpu.test.ts covers it
+    expect(() => createCudaBackend()).toThrow(HybridgenError);
+    expect(() => createCudaBackend()).toThrow(/^CUDA unavailable: /);
+  });
+
+  it("rejects bad input before any native op call", () => {
+    const { be, opCalls } = make();
+    const x = be.alloc([4, 64]);
+    const w = be.alloc([32, 64], "bf16");
+    const out = be.alloc([4, 32]);
+    const k = be.alloc([2, 100, 16], "f16");
+    const lg = be.alloc([4, 120]);
+    const q = be.alloc([1, 64]);
+    const ref = new ReferenceBackend();
+    const foreign = ref.alloc([4, 64]);
+    const cases: [() => void, RegExp][] = [
+      [() => be.matmul(out, x, w, 5), /matmul: x f32\[4x64\] has 4 rows, 5 requested/],
+      [() => be.matmul(out, out, w, 1), /x rows have 32 values but w bf16\[32x64\] expects k=64/],
+      [() => be.matmul(out, foreign, w, 1), /x belongs to backend 'reference'/],
+      [() => be.matmul(out, x, w, 1, x), /bias f32\[4x64\] must have m=32 elements/],
+      [() => be.matmul(w, x, w, 1), /out must be f32, got bf16/],
+      [() => be.embedding(x, be.alloc([10, 64], "bf16"), Int32Array.of(3, 10)), /id 10 at position 1 is outside the table's 10 rows/],
+      [() => be.rmsNorm(x, x, be.alloc([63]), 1, 1e-5), /weight f32\[63\] must have 64 elements/],
+      [() => be.rmsNorm(x, x, be.alloc([64]), 1, -1), /eps -1 must be >= 0/],
+      [() => be.softmax(lg, 5, 10), /has 4 rows, 5 requested/],
+      [() => be.softmax(lg, 1, 121), /121 columns requested/],
+      [() => be.argmax(lg, 4), /row 4 is outside/],
+      [() => be.rope(x, 1, Int32Array.of(9), 4, 16, be.alloc([8, 8]), be.alloc([8, 8])), /position 9 of row 0 is outside the tables' 8 positions/],
+      [() => be.rope(x, 1, Int32Array.of(0), 4, 16, be.alloc([8, 9]), be.alloc([8, 9])), /rotary width 18 exceeds headDim 16/],
+      [() => be.attnLogits(lg, 0, q, 0, k, 90, 20, 1), /tokens 90..110 exceed the cache capacity 100/],
+      [() => be.attnLogits(lg, 110, q, 0, k, 0, 20, 1), /columns 110..130 exceed logits width 120/],
+      [() => be.attnLogits(lg, 0, q, 1, k, 0, 20, 1), /q row 1 is outside/],
+      [() => be.attnLogitsGather(lg, 0, q, 0, k, Int32Array.of(1, 100), 1), /slot 100 at index 1 is outside the cache capacity 100/],
+      [() => be.attnAggregateGather(q, 0, lg, 0, k, Int32Array.of(-1), false), /slot -1 at index 0/],
+      [() => be.attnAggregate(q, 0, lg, 0, be.alloc([3, 100, 16]), 0, 5, false), /4 query heads are not a multiple of 3 KV heads/],
+      [() => be.copyRows(out, 0, x, 0, 1), /row widths differ/],
+      [() => be.copyRows(be.alloc([4, 64], "bf16"), 0, be.alloc([4, 64], "f16"), 0, 1), /cannot convert f16 rows to bf16/],
+      [() => be.copyRows(x, 3, x, 0, 2), /dst rows 3..5 exceed 4 rows/],
+      [() => be.write(x, new Float32Array(10), 250), /10 values at offset 250 do not fit/],
+      [() => be.read(x, 200, 100), /100 values at offset 200 are outside/],
+      [() => be.view(x, 200, [100]), /100 elements at offset 200 are outside/],
+      [() => be.alloc([2, 0]), /dimension that is not a positive integer/],
+      [() => be.alloc([2], "f64" as never), /unknown dtype 'f64'/],
+      [() => be.loadWeight(new Uint8Array(10), "bf16", [2, 3]), /bf16\[2x3\] needs 12 bytes, got 10/],
+      [() => be.setMatmulPath("fast" as never), /unknown path 'fast'/],
+    ];
+    for (const [fn, msg] of cases) {
+      expect(fn, String(msg)).toThrow(HybridgenError);
+      expect(fn).toThrow(msg);
+    }
+    expect(opCalls()).toEqual([]);
+    be.free(x);
+    expect(() => be.free(x)).toThrow(/already freed/);
+    expect(() => be.relu(x, 1)).toThrow(/x was freed/);
+    const v = be.view(out, 32, [1, 32]);
+    be.free(out);
+    expect(() => be.relu(v, 1)).toThrow(/its base tensor was/);
+    expect(opCalls()).toEqual([]);
+    be.close();
+    expect(() => be.alloc([1])).toThrow(/CudaBackend is closed/);
+    ref.close();
+  });
+
+  it("passes device addresses and sizes through, and accounts for memory", () => {
+    const { be, calls } = make();
+    const x = be.alloc([2, 64]);
+    const w = be.alloc([48, 64], "bf16");
+    const out = be.alloc([2, 48]);
+    expect(be.memory()).toMatchObject({ usedBytes: 512 + 6144 + 512, liveBlocks: 3, capacityBytes: 1 << 20 });
+    be.matmul(out, x, w, 2);
+    const mm = calls.find((c) => c.name === "hg_cu_matmul")!;
+    expect(mm.args.slice(1, 5)).toEqual([be.address(out), be.address(x), be.address(w), 2]);
+    expect(mm.args.slice(6, 11)).toEqual([0, 2, 64, 48, -1]);
+    expect(be.address(x)).toBe(HEAP);
+    const row1 = be.view(x, 64, [1, 64]);
+    expect(be.address(row1)).toBe(HEAP + 256);
+    expect(() => be.alloc([1 << 20])).toThrow(/^CUDA out of memory: alloc of f32\[1048576\] needs 4194304 bytes, but the device arena has \d+ bytes free of 1048576$/);
+    be.free(w);
+    expect(be.memory().liveBlocks).toBe(2);
+    be.close();
+  });
+
+  it("turns a native failure into 'CUDA error in <op>', and a lost context into a refusal", () => {
+    const { be } = make({ hg_cu_add: 1, hg_cu_relu: 700 });
+    const x = be.alloc([1, 8]);
+    expect(() => be.add(x, x, x, 1)).toThrow(/^CUDA error in add: cudaErrorFake1: fake failure$/);
+    be.gelu(x, 1); // a launch error leaves the backend usable
+    expect(() => be.relu(x, 1)).toThrow(/^CUDA error in relu: cudaErrorFake700: fake failure \(the CUDA context is lost; restart the process\)$/);
+    expect(() => be.gelu(x, 1)).toThrow(/gelu: the CUDA backend is unusable after an earlier error \(relu: cudaErrorFake700/);
+    be.close();
+  });
+
+  it("reports a failed context creation with the device and the reason", () => {
+    const calls: { name: string; args: unknown[] }[] = [];
+    const lib = fakeNative(calls);
+    (lib as unknown as Record<string, unknown>).hg_cu_create = (...args: unknown[]) => {
+      (args[5] as Uint8Array).set(new TextEncoder().encode("an arena of 99 bytes was requested, but device 0 has 7 bytes free\0"));
+      return null;
+    };
+    expect(() => new CudaBackend({}, { lib, device })).toThrow(/^CUDA backend on device 0 \(Fake GPU\): an arena of 99 bytes was requested, but device 0 has 7 bytes free$/);
+  });
+});
