@@ -39,6 +39,8 @@ export const GenerateCliOptionsSchema = z
     json: z.boolean().default(false),
     /** Deterministic random weights (bf16 unless --dtype) instead of the checkpoint's; needed by preset:<name>. */
     dummyWeights: z.boolean().default(false),
+    /** auto: the GPU when CUDA is usable, else the CPU (the reason goes to stderr). */
+    device: z.enum(["auto", "cpu", "cuda"], { error: "must be one of auto, cpu, cuda" }).default("auto"),
   })
   .strict()
   .refine((o) => o.system === undefined || o.chat, { message: "--system needs --chat", path: ["system"] })
@@ -74,6 +76,7 @@ export const FLAG_OF: Readonly<Record<string, string>> = {
   context: "--context",
   kvWindow: "--kv-window",
   kvSinks: "--kv-sinks",
+  device: "--device",
   dtype: "--dtype",
   json: "--json",
   dummyWeights: "--dummy-weights",

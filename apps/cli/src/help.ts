@@ -27,6 +27,8 @@ Model:
       --dtype f32|f16|bf16     weight dtype at load (default: as stored; bf16 for --dummy-weights)
       --dummy-weights          deterministic random weights of the model's architecture instead
                                of its checkpoint (benchmarking); needed by --model preset:NAME
+      --device auto|cpu|cuda   where the model runs (default auto: the GPU when CUDA is usable,
+                               else the CPU, with the reason on stderr)
       --threads N              CPU threads (default: $HYBRIDGEN_THREADS or every core)
       --context N              KV cache positions (default: the model's, at most 4096)
       --kv-window N            keep the N most recent positions resident; older ones are

@@ -44,6 +44,7 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateCliOptions &
         dtype: { type: "string" },
         json: { type: "boolean" },
         "dummy-weights": { type: "boolean" },
+        device: { type: "string" },
         chat: { type: "boolean" },
         system: { type: "string" },
         help: { type: "boolean", short: "h" },

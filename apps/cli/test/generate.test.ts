@@ -14,7 +14,7 @@ beforeAll(async () => {
 });
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
-const TIMINGS_LINE = /^prompt: \d+ tokens, [\d.]+ tok\/s \| generated: \d+ tokens, [\d.]+ tok\/s \| finish: \w+$/;
+const TIMINGS_LINE = /^prompt: \d+ tokens, [\d.]+ tok\/s \| generated: \d+ tokens, [\d.]+ tok\/s \| finish: \w+ \| device: (cpu|cuda)\/.+$/;
 
 describe("hybridgen generate on stories15M", () => {
   it("greedy 'Once upon a time' prints llama2.c's story exactly (the headline check)", () => {

@@ -5,6 +5,7 @@ import type { GenerateCliOptions } from "../generate-options.js";
 import type { CliIo } from "../io.js";
 import { openModelSource } from "../model-source.js";
 import { readPrompt } from "../read-prompt.js";
+import { openBackend } from "../device-backend.js";
 import { attachHybrid, FULL_ATTENTION, hybridLoadOptions, type HybridCliOptions } from "../hybrid-options.js";
 
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
@@ -59,9 +60,9 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
     );
   }
   const threads = threadsFrom(opts, io.env);
-  // Loaded here, not at the top: --help, --version and flag errors need no native library.
-  const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
-  using backend = createCpuBackend(threads === undefined ? {} : { threads });
+  // Opened here, not at the top: --help, --version and flag errors need no native library.
+  const opened = await openBackend(opts.device, threads, hybrid.attention === "hybrid");
+  using backend = opened.backend;
   // The family (Llama, Qwen2, OPT) comes from config.json.
   using model = loadModel(files, backend, {
     maxContext,
@@ -74,7 +75,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
   progress(
     `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dummyWeights ? `dummy ${opts.dtype ?? "bf16"}` : (opts.dtype ?? "stored")} weights` +
       `${opts.kvWindow === undefined ? "" : `, KV window ${opts.kvWindow}${opts.kvSinks ? ` with ${opts.kvSinks} sinks` : ""}`}) ` +
-      `on cpu/${backend.isa} with ${backend.threads} threads in ${(performance.now() - t0).toFixed(0)} ms`,
+      `on ${opened.device}${opened.device.startsWith("cpu") ? ` with ${opened.threads} threads` : ""}` +
+      `${opened.fallback ? ` (${opened.fallback})` : ""} in ${(performance.now() - t0).toFixed(0)} ms`,
   );
   if (io.signal?.aborted) return interrupted();
 
@@ -108,7 +110,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
         generatedTokens: result.tokens.length,
         tokens: result.tokens,
         seed: result.seed,
-        threads: backend.threads,
+        threads: opened.threads,
+        device: opened.device,
         dtype: opts.dtype ?? null,
         timings: t,
       })}\n`,
@@ -119,7 +122,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
   const code = result.finishReason === "abort" ? interrupted() : 0;
   io.stderr(
     `prompt: ${result.promptTokens} tokens, ${fmt(t.promptTokensPerSec)} tok/s | ` +
-      `generated: ${result.tokens.length} tokens, ${fmt(t.tokensPerSec)} tok/s | finish: ${result.finishReason}\n`,
+      `generated: ${result.tokens.length} tokens, ${fmt(t.tokensPerSec)} tok/s | finish: ${result.finishReason} | device: ${opened.device}\n`,
   );
   if (hybridAttention) io.stderr(`${[hybridAttention.stats.summary(), ...hybridAttention.stats.notes].join("\n")}\n`);
   return code;

@@ -1,0 +1,41 @@
+/**
+ * `--device auto|cpu|cuda`: which backend runs the model. auto takes the GPU when CUDA is
+ * usable and otherwise the CPU, keeping the reason so the CLI can say why it fell back.
+ * Hybrid attention's device side runs on the CPU backend for now, so auto picks the CPU there.
+ */
+import type { Backend } from "@hybridgen/core";
+
+export type DeviceChoice = "auto" | "cpu" | "cuda";
+
+export interface OpenedBackend {
+  readonly backend: Backend;
+  /** "cpu/avx2" or "cuda/NVIDIA H200". */
+  readonly device: string;
+  /** Why auto did not take the GPU (null when it did, or when cpu/cuda was asked for). */
+  readonly fallback: string | null;
+  readonly threads: number;
+}
+
+export async function openBackend(choice: DeviceChoice, threads: number | undefined, hybrid: boolean): Promise<OpenedBackend> {
+  let fallback: string | null = null;
+  if (choice === "cuda" || (choice === "auto" && !hybrid)) {
+    const cuda = await import("@hybridgen/kernels-cuda");
+    const a = cuda.cudaAvailability();
+    if (a.available || choice === "cuda") {
+      try {
+        const backend = cuda.createCudaBackend(); // throws "CUDA unavailable: …" for --device cuda
+        return { backend, device: `cuda/${backend.device.name}`, fallback: null, threads: 1 };
+      } catch (e) {
+        if (choice === "cuda") throw e;
+        fallback = e instanceof Error ? e.message : String(e);
+      }
+    } else {
+      fallback = a.reason;
+    }
+  } else if (choice === "auto") {
+    fallback = "hybrid attention runs its device side on the CPU backend for now";
+  }
+  const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
+  const backend = createCpuBackend(threads === undefined ? {} : { threads });
+  return { backend, device: `cpu/${backend.isa}`, fallback, threads: backend.threads };
+}

@@ -1,0 +1,48 @@
+/** --device auto|cpu|cuda: which backend runs, the fallback reason, and the stats line. */
+import { beforeAll, describe, expect, it } from "vitest";
+import { cudaAvailability } from "@hybridgen/kernels-cuda";
+import { requireBuiltBin, runBin } from "./helpers.js";
+import { PROMPT, greedyStory, stories15M } from "./model-fixture.js";
+
+let model = "";
+beforeAll(async () => {
+  requireBuiltBin();
+  model = await stories15M();
+});
+
+const cuda = cudaAvailability();
+const args = () => ["generate", "--model", model, "--prompt", PROMPT, "--temperature", "0", "--max-tokens", "24"];
+
+describe("--device", () => {
+  it("cpu runs on the CPU backend and says so on the stats line", () => {
+    const r = runBin([...args(), "--device", "cpu"]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(greedyStory().startsWith(r.stdout.trimEnd())).toBe(true);
+    expect(r.stderr.trimEnd().split("\n").at(-1)).toMatch(/\| device: cpu\/\w+$/);
+  });
+
+  it("auto takes the GPU where CUDA is usable, else the CPU with the reason on stderr", () => {
+    const r = runBin(args());
+    expect(r.code, r.stderr).toBe(0);
+    expect(greedyStory().startsWith(r.stdout.trimEnd())).toBe(true);
+    if (cuda.available) {
+      expect(r.stderr).toMatch(/\| device: cuda\//);
+    } else {
+      expect(r.stderr).toContain(`(${cuda.reason})`);
+      expect(r.stderr).toMatch(/\| device: cpu\/\w+\n$/);
+    }
+  });
+
+  it.skipIf(cuda.available)("cuda without a usable GPU is a one-line error with the reason", () => {
+    const r = runBin([...args(), "--device", "cuda"]);
+    expect(r.code).not.toBe(0);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toMatch(/^error: CUDA unavailable: .+\n$/);
+  });
+
+  it("rejects an unknown device", () => {
+    const r = runBin([...args(), "--device", "tpu"]);
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/^error: invalid value for --device: must be one of auto, cpu, cuda \(got "tpu"\)\n$/);
+  });
+});
