@@ -104,6 +104,23 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       ref.copyRows(dst.r, 9, dst.r, 4, 35);
       compare(`copyRows overlapping ${dt}`, dst.c, dst.r, 0);
     }
+    // chained small copies (queued as one batch on the GPU): each must see the one before.
+    for (const dt of DTYPES) {
+      const a = pair([4, 64], dt), b = pair([4, 64], dt), c = pair([4, 64], dt);
+      const steps: [typeof a, number, typeof a, number, number][] = [[b, 0, a, 1, 2], [c, 1, b, 0, 2], [a, 3, c, 1, 1], [b, 2, b, 0, 1], [a, 0, a, 3, 1]];
+      for (const [d, dr, s2, sr, n] of steps) {
+        cuda.copyRows(d.c, dr, s2.c, sr, n);
+        ref.copyRows(d.r, dr, s2.r, sr, n);
+      }
+      const k = pair([1, 2, 64], dt); // an op reading copied rows right after the queue
+      cuda.copyRows(k.c, 0, a.c, 0, 2);
+      ref.copyRows(k.r, 0, a.r, 0, 2);
+      const q = pair([1, 64]), lg = pair([1, 2], "f32", undefined, true);
+      cuda.attnLogits(lg.c, 0, q.c, 0, cuda.view(k.c, 0, [1, 2, 64]), 0, 2, 1);
+      ref.attnLogits(lg.r, 0, q.r, 0, ref.view(k.r, 0, [1, 2, 64]), 0, 2, 1);
+      compare(`queued copies then attnLogits ${dt}`, lg.c, lg.r, 1e-5);
+      for (const [x, nm] of [[a, "a"], [b, "b"], [c, "c"]] as const) compare(`chained small copies ${dt} (${nm})`, x.c, x.r, 0);
+    }
     // embedding (tables in every dtype), one id and many.
     for (const dt of DTYPES) {
       const table = pair([97, 48], dt);

@@ -71,6 +71,7 @@ extern "C" {
 // logits/probs already point at [0, col]; q/out at the row. slots (host) may be null.
 HG_EXPORT int hg_cu_attn_logits(HgCtx *c, float *logits, int width, const float *q, const void *k, int kt, int heads, int kvHeads, int headDim,
                                 int cap, int start, const int *slots, int count, float scale) {
+  HG_FLUSH(c);
   if (count <= 0) return 0;
   const int *ds = NULL;
   if (slots) { int r = hg_upload_ints(c, slots, (size_t)count, (int **)&ds); if (r) return r; }
@@ -82,6 +83,7 @@ HG_EXPORT int hg_cu_attn_logits(HgCtx *c, float *logits, int width, const float 
 
 HG_EXPORT int hg_cu_attn_aggregate(HgCtx *c, float *out, const float *probs, int width, const void *v, int vt, int heads, int kvHeads, int headDim,
                                    int cap, int start, const int *slots, int count, int accumulate) {
+  HG_FLUSH(c);
   if (!accumulate) {
     cudaError_t e = cudaMemsetAsync(out, 0, (size_t)heads * headDim * sizeof(float), c->compute);
     if (e != cudaSuccess) return (int)e;

@@ -13,6 +13,19 @@ enum { DT_F32 = 0, DT_F16 = 1, DT_BF16 = 2 };
 
 struct Cublas;  // cublas.cu
 
+// Small same-dtype row copies (a decode step's K/V appends: one per KV head) are queued and
+// run as one kernel at the next other op, instead of one cudaMemcpyAsync each.
+struct CopyDesc {
+  const char *src;
+  char *dst;
+  unsigned long long bytes;
+};
+#define HG_MAX_PENDING_COPIES 48
+struct CopyBatch {
+  CopyDesc d[HG_MAX_PENDING_COPIES];
+  int n;
+};
+
 // One backend instance: its device, streams, the arena (one cudaMalloc at start) and the
 // arena's internal scratch, which host arrays (ids, positions, slots) and dtype conversions use.
 struct HgCtx {
@@ -31,6 +44,8 @@ struct HgCtx {
   int *argmaxHost;      // pinned
   int numSMs;
   Cublas *cublas;       // null when cuBLAS is off or not found
+  CopyBatch pending;    // queued small copies (see hg_flush_copies)
+  int batchCopies;      // 0 turns the queue off (benchmarks compare)
   char cublasInfo[256];
 };
 
@@ -91,6 +106,10 @@ __device__ __forceinline__ float block_max(float v, float *red) {
   float t = lane < nw ? red[lane] : -INFINITY;
   return warp_max(t);
 }
+
+// Runs the queued small copies (one launch); every op calls it before its own work.
+int hg_flush_copies(HgCtx *c);
+#define HG_FLUSH(c) do { int fr_ = hg_flush_copies(c); if (fr_) return fr_; } while (0)
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload
 // cannot overwrite them before the kernels queued before it have run).

@@ -32,7 +32,55 @@ static const char *cublas_status_name(int s) {
   }
 }
 
+__global__ void batched_copy_kernel(CopyBatch b) {
+  const CopyDesc d = b.d[blockIdx.y];
+  const size_t stride = (size_t)gridDim.x * blockDim.x, t0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if ((((uintptr_t)d.src | (uintptr_t)d.dst | d.bytes) & 15) == 0) {
+    const uint4 *s = (const uint4 *)d.src;
+    uint4 *o = (uint4 *)d.dst;
+    for (size_t i = t0; i < d.bytes / 16; i += stride) o[i] = s[i];
+  } else if ((((uintptr_t)d.src | (uintptr_t)d.dst | d.bytes) & 3) == 0) {
+    const unsigned *s = (const unsigned *)d.src;
+    unsigned *o = (unsigned *)d.dst;
+    for (size_t i = t0; i < d.bytes / 4; i += stride) o[i] = s[i];
+  } else {
+    for (size_t i = t0; i < d.bytes; i += stride) d.dst[i] = d.src[i];
+  }
+}
+
+int hg_flush_copies(HgCtx *c) {
+  if (c->pending.n == 0) return 0;
+  unsigned long long most = 0;
+  for (int i = 0; i < c->pending.n; i++) most = c->pending.d[i].bytes > most ? c->pending.d[i].bytes : most;
+  unsigned bx = (unsigned)((most / 16 + 255) / 256);
+  dim3 grid(bx < 1 ? 1 : bx > 64 ? 64 : bx, c->pending.n);
+  batched_copy_kernel<<<grid, 256, 0, c->compute>>>(c->pending);
+  c->pending.n = 0;
+  return hg_launched();
+}
+
+static bool overlaps(const char *a, size_t an, const char *b, size_t bn) { return a < b + bn && b < a + an; }
+
+// Queues a small copy unless it touches memory a queued copy writes or reads (then the queue
+// runs first, keeping program order). Returns 1 when queued.
+static int queue_copy(HgCtx *c, char *dst, const char *src, size_t bytes) {
+  if (!c->batchCopies || bytes > (64u << 10)) return 0;
+  for (int i = 0; i < c->pending.n; i++) {
+    const CopyDesc &p = c->pending.d[i];
+    if (overlaps(src, bytes, p.dst, p.bytes) || overlaps(dst, bytes, p.dst, p.bytes) || overlaps(dst, bytes, p.src, p.bytes)) return 0;
+  }
+  if (c->pending.n == HG_MAX_PENDING_COPIES) return 0;
+  c->pending.d[c->pending.n++] = CopyDesc{src, dst, (unsigned long long)bytes};
+  return 1;
+}
+
 extern "C" {
+
+// 0 runs every small copy as its own cudaMemcpyAsync (to measure what the queue saves).
+HG_EXPORT void hg_cu_set_batch_copies(HgCtx *c, int on) {
+  if (!on) hg_flush_copies(c);
+  c->batchCopies = on;
+}
 
 HG_EXPORT void hg_cu_error_string(int code, char *buf, int len) {
   char tmp[512];
@@ -79,6 +127,7 @@ HG_EXPORT HgCtx *hg_cu_create(int device, double arenaBytes, double fraction, co
   HgCtx *c = (HgCtx *)calloc(1, sizeof(HgCtx));
   if (!c) { put(err, errLen, "out of host memory"); return NULL; }
   c->device = device;
+  c->batchCopies = 1;
   cudaDeviceGetAttribute(&c->numSMs, cudaDevAttrMultiProcessorCount, device);
   if ((e = cudaMalloc((void **)&c->arena, want)) != cudaSuccess) goto fail;
   c->arenaBytes = want;
@@ -108,6 +157,7 @@ fail:
 HG_EXPORT void hg_cu_destroy(HgCtx *c) {
   if (!c) return;
   cudaSetDevice(c->device);
+  hg_flush_copies(c);
   cudaStreamSynchronize(c->compute);
   hg_cublas_unload(c);
   cudaFreeHost(c->argmaxHost);
@@ -126,6 +176,7 @@ HG_EXPORT void hg_cu_cublas_info(HgCtx *c, char *buf, int len) { put(buf, len, c
 
 // Waits for the compute stream; returns the first error of anything queued on it.
 HG_EXPORT int hg_cu_sync(HgCtx *c) {
+  HG_FLUSH(c);
   cudaError_t e = cudaStreamSynchronize(c->compute);
   if (e == cudaSuccess) e = cudaGetLastError();
   return (int)e;
@@ -133,12 +184,14 @@ HG_EXPORT int hg_cu_sync(HgCtx *c) {
 
 // Raw bytes host -> device (loadWeight); synchronous, so the host bytes may go right after.
 HG_EXPORT int hg_cu_upload(HgCtx *c, void *dst, const void *src, double bytes) {
+  HG_FLUSH(c);
   cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyHostToDevice, c->compute);
   if (e != cudaSuccess) return (int)e;
   return (int)cudaStreamSynchronize(c->compute);
 }
 
 HG_EXPORT int hg_cu_memset0(HgCtx *c, void *dst, double bytes) {
+  HG_FLUSH(c);
   return (int)cudaMemsetAsync(dst, 0, (size_t)bytes, c->compute);
 }
 
@@ -178,6 +231,7 @@ extern "C" {
 // f32 host values -> tensor of dtype dt (through the scratch when a conversion is needed).
 HG_EXPORT int hg_cu_write(HgCtx *c, void *dst, int dt, const float *src, double countD) {
   size_t count = (size_t)countD;
+  HG_FLUSH(c);
   if (dt == DT_F32) return (int)cudaMemcpyAsync(dst, src, count * 4, cudaMemcpyHostToDevice, c->compute);
   size_t chunk = c->scratchBytes / 4, eb = 2;
   for (size_t off = 0; off < count; off += chunk) {
@@ -193,6 +247,7 @@ HG_EXPORT int hg_cu_write(HgCtx *c, void *dst, int dt, const float *src, double 
 // Tensor of dtype dt -> f32 host values; waits for the copy (and everything before it).
 HG_EXPORT int hg_cu_read(HgCtx *c, float *dst, const void *src, int dt, double countD) {
   size_t count = (size_t)countD;
+  HG_FLUSH(c);
   if (dt == DT_F32) {
     cudaError_t e = cudaMemcpyAsync(dst, src, count * 4, cudaMemcpyDeviceToHost, c->compute);
     if (e != cudaSuccess) return (int)e;
@@ -214,11 +269,13 @@ HG_EXPORT int hg_cu_read(HgCtx *c, float *dst, const void *src, int dt, double c
 HG_EXPORT int hg_cu_copy(HgCtx *c, void *dst, int dd, const void *src, int sd, double countD) {
   size_t count = (size_t)countD;
   if (count == 0) return 0;
-  if (dd != sd) return convert(c, dst, dd, src, sd, count);
   size_t bytes = count * (dd == DT_F32 ? 4 : 2);
   char *d = (char *)dst;
   const char *s = (const char *)src;
   size_t gap = d > s ? (size_t)(d - s) : (size_t)(s - d);
+  if (dd == sd && gap >= bytes && queue_copy(c, d, s, bytes)) return 0;
+  HG_FLUSH(c);
+  if (dd != sd) return convert(c, dst, dd, src, sd, count);
   if (gap >= bytes) return (int)cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, c->compute);
   if (gap == 0) return 0;
   if (bytes <= c->scratchBytes) {  // through the scratch: two plain copies
@@ -250,9 +307,15 @@ HG_EXPORT void *hg_cu_event_new(void) {
 }
 HG_EXPORT void hg_cu_event_free(void *e) { if (e) cudaEventDestroy((cudaEvent_t)e); }
 // stream: 0 compute, 1 copy.
-HG_EXPORT int hg_cu_event_record(HgCtx *c, void *e, int stream) { return (int)cudaEventRecord((cudaEvent_t)e, stream ? c->copy : c->compute); }
+HG_EXPORT int hg_cu_event_record(HgCtx *c, void *e, int stream) {
+  HG_FLUSH(c);
+  return (int)cudaEventRecord((cudaEvent_t)e, stream ? c->copy : c->compute);
+}
 // Makes `stream` wait for the event (cross-stream ordering without a host sync).
-HG_EXPORT int hg_cu_stream_wait(HgCtx *c, int stream, void *e) { return (int)cudaStreamWaitEvent(stream ? c->copy : c->compute, (cudaEvent_t)e, 0); }
+HG_EXPORT int hg_cu_stream_wait(HgCtx *c, int stream, void *e) {
+  HG_FLUSH(c);
+  return (int)cudaStreamWaitEvent(stream ? c->copy : c->compute, (cudaEvent_t)e, 0);
+}
 // Milliseconds between two recorded events; waits for the second.
 HG_EXPORT int hg_cu_event_elapsed(void *a, void *b, float *ms) {
   cudaError_t e = cudaEventSynchronize((cudaEvent_t)b);
@@ -263,6 +326,7 @@ HG_EXPORT int hg_cu_event_elapsed(void *a, void *b, float *ms) {
 // Device-to-device copy bandwidth (bytes read + written per second) over `iters` copies of
 // `bytes` from src to dst, timed with events: the floor the decode benchmark compares with.
 HG_EXPORT int hg_cu_copy_bandwidth(HgCtx *c, void *dst, const void *src, double bytes, int iters, double *bytesPerSecond) {
+  HG_FLUSH(c);
   cudaEvent_t a, b;
   cudaEventCreate(&a);
   cudaEventCreate(&b);
@@ -288,6 +352,7 @@ extern "C" {
 // Test hook: kind 0 launches with an invalid block size (a launch error the context survives),
 // kind 1 traps inside a kernel (a sticky error: the context is lost until the process ends).
 HG_EXPORT int hg_cu_test_fault(HgCtx *c, int kind) {
+  HG_FLUSH(c);
   if (kind == 0) noop_kernel<<<1, 4096, 0, c->compute>>>();
   else trap_kernel<<<1, 32, 0, c->compute>>>(c->argmaxOut);
   int r = hg_launched();

@@ -159,6 +159,7 @@ HG_EXPORT int hg_cu_matmul_path(HgCtx *c, int n) { return n <= GEMV_MAX_ROWS ? 0
 
 // bias may be null. forcePath: -1 automatic, else 0/1/2 as hg_cu_matmul_path (tests compare them).
 HG_EXPORT int hg_cu_matmul(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, int n, int k, int m, int forcePath) {
+  HG_FLUSH(c);
   int path = forcePath >= 0 ? forcePath : hg_cu_matmul_path(c, n);
   if (path == 1 && !c->cublas) path = 2;
   if (path == 0 && n > GEMV_MAX_ROWS) path = 2;

@@ -116,6 +116,7 @@ extern "C" {
 
 // ids: host array of n ids (already range-checked); n == 1 passes the id by value.
 HG_EXPORT int hg_cu_embedding(HgCtx *c, float *out, const void *table, int dt, int dim, const int *ids, int n) {
+  HG_FLUSH(c);
   const int *dids = NULL;
   if (n > 1) { int r = hg_upload_ints(c, ids, (size_t)n, (int **)&dids); if (r) return r; }
   dim3 grid((dim + 255) / 256, n);
@@ -124,16 +125,19 @@ HG_EXPORT int hg_cu_embedding(HgCtx *c, float *out, const void *table, int dt, i
 }
 
 HG_EXPORT int hg_cu_rmsnorm(HgCtx *c, float *out, const float *x, const void *w, int wt, int n, int d, float eps) {
+  HG_FLUSH(c);
   HG_DISPATCH_DT(wt, W, (rmsnorm_kernel<W><<<n, row_threads(d), 0, c->compute>>>(out, x, w, d, eps)));
   return hg_launched();
 }
 
 HG_EXPORT int hg_cu_layernorm(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *b, int bt, int n, int d, float eps) {
+  HG_FLUSH(c);
   HG_DISPATCH_DT(wt, W, HG_DISPATCH_DT(bt, B, (layernorm_kernel<W, B><<<n, row_threads(d), 0, c->compute>>>(out, x, w, b, d, eps))));
   return hg_launched();
 }
 
 HG_EXPORT int hg_cu_rope(HgCtx *c, float *x, int n, int width, const int *positions, int heads, int headDim, const float *cosT, const float *sinT, int half) {
+  HG_FLUSH(c);
   const int *dpos = NULL;
   if (n > 1) { int r = hg_upload_ints(c, positions, (size_t)n, (int **)&dpos); if (r) return r; }
   unsigned t = half >= 64 ? 64 : 32;
@@ -142,22 +146,27 @@ HG_EXPORT int hg_cu_rope(HgCtx *c, float *x, int n, int width, const int *positi
 }
 
 HG_EXPORT int hg_cu_silu_mul(HgCtx *c, float *out, const float *g, const float *u, double n) {
+  HG_FLUSH(c);
   silu_mul_kernel<<<hg_blocks((size_t)n, 256, c->numSMs * 8), 256, 0, c->compute>>>(out, g, u, (size_t)n);
   return hg_launched();
 }
 HG_EXPORT int hg_cu_relu(HgCtx *c, float *x, double n) {
+  HG_FLUSH(c);
   relu_kernel<<<hg_blocks((size_t)n, 256, c->numSMs * 8), 256, 0, c->compute>>>(x, (size_t)n);
   return hg_launched();
 }
 HG_EXPORT int hg_cu_gelu(HgCtx *c, float *x, double n) {
+  HG_FLUSH(c);
   gelu_kernel<<<hg_blocks((size_t)n, 256, c->numSMs * 8), 256, 0, c->compute>>>(x, (size_t)n);
   return hg_launched();
 }
 HG_EXPORT int hg_cu_add(HgCtx *c, float *out, const float *a, const float *b, double n) {
+  HG_FLUSH(c);
   add_kernel<<<hg_blocks((size_t)n, 256, c->numSMs * 8), 256, 0, c->compute>>>(out, a, b, (size_t)n);
   return hg_launched();
 }
 HG_EXPORT int hg_cu_softmax(HgCtx *c, float *x, int rows, int width, int cols) {
+  HG_FLUSH(c);
   softmax_kernel<<<rows, cols >= 4096 ? 1024 : 256, 0, c->compute>>>(x, width, cols);
   return hg_launched();
 }
@@ -165,6 +174,7 @@ HG_EXPORT int hg_cu_softmax(HgCtx *c, float *x, int rows, int width, int cols) {
 // Greedy pick on the device: only one int crosses to the host. Returns the index, or
 // -(error) on failure.
 HG_EXPORT int hg_cu_argmax(HgCtx *c, const float *x, int n) {
+  { int fr = hg_flush_copies(c); if (fr) return -fr; }
   argmax_kernel<<<1, 1024, 0, c->compute>>>(x, n, c->argmaxOut);
   int r = hg_launched();
   if (r) return -r;

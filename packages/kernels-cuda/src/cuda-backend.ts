@@ -282,6 +282,14 @@ export class CudaBackend implements Backend {
     this.matmulPath = PATH_CODE[path];
   }
 
+  /**
+   * Small same-dtype copyRows (a decode step's K/V appends, one per KV head) are queued and
+   * run as one kernel before the next other op (default on); off runs each as its own copy.
+   */
+  setBatchCopies(on: boolean): void {
+    this.lib.hg_cu_set_batch_copies(this.live_("setBatchCopies"), on ? 1 : 0);
+  }
+
   /** The path a matmul of n rows takes under "auto". */
   matmulPathFor(n: number): MatmulPath {
     return (["gemv", "cublas", "tiled"] as const)[this.lib.hg_cu_matmul_path(this.live_("matmulPathFor"), n)];

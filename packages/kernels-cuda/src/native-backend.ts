@@ -45,6 +45,7 @@ export const backendSymbols = {
   hg_cu_event_elapsed: { args: [ptr, ptr, ptr], returns: i32 },
   hg_cu_copy_bandwidth: { args: [ptr, ptr, ptr, f64, i32, ptr], returns: i32 },
   hg_cu_test_fault: { args: [ptr, i32], returns: i32 },
+  hg_cu_set_batch_copies: { args: [ptr, i32], returns: none },
 } as const;
 
 /** The functions the backend calls; a test can hand the backend a stand-in with the same shape. */
