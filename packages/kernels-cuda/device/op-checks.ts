@@ -115,6 +115,9 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       const k = pair([1, 2, 64], dt); // an op reading copied rows right after the queue
       cuda.copyRows(k.c, 0, a.c, 0, 2);
       ref.copyRows(k.r, 0, a.r, 0, 2);
+      const f = pair([2, 64]); // and an f32 row converted into it, as a decode step's K append
+      cuda.copyRows(k.c, 1, f.c, 1, 1);
+      ref.copyRows(k.r, 1, f.r, 1, 1);
       const q = pair([1, 64]), lg = pair([1, 2], "f32", undefined, true);
       cuda.attnLogits(lg.c, 0, q.c, 0, cuda.view(k.c, 0, [1, 2, 64]), 0, 2, 1);
       ref.attnLogits(lg.r, 0, q.r, 0, ref.view(k.r, 0, [1, 2, 64]), 0, 2, 1);

@@ -18,9 +18,10 @@ struct Cublas;  // cublas.cu
 struct CopyDesc {
   const char *src;
   char *dst;
-  unsigned long long bytes;
+  unsigned long long bytes;  // destination bytes
+  int sd, dd;                // dtypes: equal = plain copy, else f32 -> f16/bf16 conversion
 };
-#define HG_MAX_PENDING_COPIES 48
+#define HG_MAX_PENDING_COPIES 40
 struct CopyBatch {
   CopyDesc d[HG_MAX_PENDING_COPIES];
   int n;

@@ -35,6 +35,14 @@ static const char *cublas_status_name(int s) {
 __global__ void batched_copy_kernel(CopyBatch b) {
   const CopyDesc d = b.d[blockIdx.y];
   const size_t stride = (size_t)gridDim.x * blockDim.x, t0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  if (d.sd != d.dd) {  // f32 rows into an f16/bf16 cache (the K/V append of a decode step)
+    const float *s = (const float *)d.src;
+    for (size_t i = t0; i < d.bytes / 2; i += stride) {
+      if (d.dd == DT_BF16) st<DT_BF16>(d.dst, i, s[i]);
+      else st<DT_F16>(d.dst, i, s[i]);
+    }
+    return;
+  }
   if ((((uintptr_t)d.src | (uintptr_t)d.dst | d.bytes) & 15) == 0) {
     const uint4 *s = (const uint4 *)d.src;
     uint4 *o = (uint4 *)d.dst;
@@ -63,14 +71,17 @@ static bool overlaps(const char *a, size_t an, const char *b, size_t bn) { retur
 
 // Queues a small copy unless it touches memory a queued copy writes or reads (then the queue
 // runs first, keeping program order). Returns 1 when queued.
-static int queue_copy(HgCtx *c, char *dst, const char *src, size_t bytes) {
-  if (!c->batchCopies || bytes > (64u << 10)) return 0;
+static int queue_copy(HgCtx *c, char *dst, int dd, const char *src, int sd, size_t count) {
+  const size_t db = count * (dd == DT_F32 ? 4 : 2), sb = count * (sd == DT_F32 ? 4 : 2);
+  if (!c->batchCopies || db > (64u << 10) || (sd != dd && sd != DT_F32)) return 0;
+  if (overlaps(src, sb, dst, db)) return 0;
   for (int i = 0; i < c->pending.n; i++) {
     const CopyDesc &p = c->pending.d[i];
-    if (overlaps(src, bytes, p.dst, p.bytes) || overlaps(dst, bytes, p.dst, p.bytes) || overlaps(dst, bytes, p.src, p.bytes)) return 0;
+    const size_t psb = p.sd == p.dd ? p.bytes : p.bytes * 2;
+    if (overlaps(src, sb, p.dst, p.bytes) || overlaps(dst, db, p.dst, p.bytes) || overlaps(dst, db, p.src, psb)) return 0;
   }
   if (c->pending.n == HG_MAX_PENDING_COPIES) return 0;
-  c->pending.d[c->pending.n++] = CopyDesc{src, dst, (unsigned long long)bytes};
+  c->pending.d[c->pending.n++] = CopyDesc{src, dst, (unsigned long long)db, sd, dd};
   return 1;
 }
 
@@ -273,7 +284,7 @@ HG_EXPORT int hg_cu_copy(HgCtx *c, void *dst, int dd, const void *src, int sd, d
   char *d = (char *)dst;
   const char *s = (const char *)src;
   size_t gap = d > s ? (size_t)(d - s) : (size_t)(s - d);
-  if (dd == sd && gap >= bytes && queue_copy(c, d, s, bytes)) return 0;
+  if (queue_copy(c, d, dd, s, sd, count)) return 0;
   HG_FLUSH(c);
   if (dd != sd) return convert(c, dst, dd, src, sd, count);
   if (gap >= bytes) return (int)cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, c->compute);
