@@ -17,6 +17,7 @@ describe("parseGenerateArgs", () => {
       json: false,
       chat: false,
       dummyWeights: false,
+      device: "auto",
       help: false,
     });
   });
@@ -45,6 +46,7 @@ describe("parseGenerateArgs", () => {
         chat: true,
         system: pick(["Be brief.", "", "--dash"]),
         dummyWeights: rand() < 0.5,
+        device: pick(["auto", "cpu", "cuda"] as const),
       };
       const argv = [
         ...(rand() < 0.5 ? ["--model", want.model] : [`--model=${want.model}`]),
@@ -65,6 +67,7 @@ describe("parseGenerateArgs", () => {
         "--chat",
         `--system=${want.system}`,
         ...(want.dummyWeights ? ["--dummy-weights"] : []),
+        "--device", want.device,
       ];
       expect(parseGenerateArgs(argv)).toEqual({ ...want, help: false });
     }
