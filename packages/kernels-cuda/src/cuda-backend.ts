@@ -1,12 +1,13 @@
 /**
  * CudaBackend: core's Backend contract on one GPU through libhgcuda. Every call is validated
- * here (ownership, liveness, dtype, shapes, ranges) before an address reaches C, the way
- * CpuBackend does, so bad input is a HybridgenError and never a wild device access. Ops are
+ * here (core's BackendChecks: ownership, liveness, dtype, shapes, ranges, as in CpuBackend;
+ * then the kernels' own limits: 32-bit indices, the int scratch) before an address reaches C,
+ * so bad input is a HybridgenError and never a wild device access. Ops are
  * queued on the backend's compute stream; read/argmax/synchronize wait for them. Device memory
  * comes from an arena reserved once at creation (DeviceArena does the bookkeeping).
  */
 import type { Pointer } from "bun:ffi";
-import { DTYPE_BYTES, HybridgenError, type Backend, type DType, type Tensor } from "@hybridgen/core";
+import { BackendChecks, DTYPE_BYTES, HybridgenError, shapeNumel, type Backend, type DType, type Tensor } from "@hybridgen/core";
 import { DeviceArena, type ArenaStats } from "./arena.js";
 import { cudaAvailability } from "./availability.js";
 import { CudaTensor } from "./cuda-tensor.js";
@@ -29,10 +30,6 @@ const P = (address: number) => address as Pointer;
 
 function bad(message: string): never {
   throw new HybridgenError(message, "EBADARG");
-}
-
-function isIndex(v: number): boolean {
-  return Number.isInteger(v) && v >= 0;
 }
 
 function cString(s: string): Uint8Array {
@@ -61,6 +58,7 @@ export class CudaBackend implements Backend {
   /** Set by a sticky CUDA error: the context is unusable for the rest of the process. */
   private lost: string | null = null;
   private matmulPath = PATH_CODE.auto;
+  private readonly check: BackendChecks<CudaTensor>;
 
   /** `native` replaces the library (tests of the validation layer run without a GPU). */
   constructor(options: CudaBackendOptions = {}, native?: { lib: CudaNative; device: CudaDevice }) {
@@ -88,6 +86,7 @@ export class CudaBackend implements Backend {
     this.lib.hg_cu_cublas_info(ctx, info, info.length);
     const end = info.indexOf(0);
     this.cublas = new TextDecoder().decode(info.subarray(0, end < 0 ? info.length : end));
+    this.check = new BackendChecks({ name: "cuda", className: "CudaBackend", tensorClass: CudaTensor, owner: this, usable: (op) => this.live_(op) });
   }
 
   // ---- errors and validation ----------------------------------------------------------------
@@ -106,40 +105,6 @@ export class CudaBackend implements Backend {
     return this.ctx;
   }
 
-  private own(t: Tensor, op: string, what: string): CudaTensor {
-    this.live_(op);
-    if (!(t instanceof CudaTensor)) bad(`${op}: ${what} belongs to backend '${(t as Tensor | undefined)?.backend ?? typeof t}', not this cuda backend`);
-    if (t.owner !== this) bad(`${op}: ${what} belongs to another CudaBackend instance`);
-    if (t.dead) bad(`${op}: ${what} was freed${t.freed ? "" : " (its base tensor was)"}`);
-    return t;
-  }
-
-  private f32(t: Tensor, op: string, what: string): CudaTensor {
-    const c = this.own(t, op, what);
-    if (c.dtype !== "f32") bad(`${op}: ${what} must be f32, got ${c.dtype}`);
-    return c;
-  }
-
-  private rowsAtLeast(t: CudaTensor, n: number, op: string, what: string): void {
-    if (!isIndex(n)) bad(`${op}: row count ${n} is not a non-negative integer`);
-    if (n > t.rows) bad(`${op}: ${what} ${t} has ${t.rows} rows, ${n} requested`);
-  }
-
-  private static shapeOf(shape: readonly number[], op: string): number {
-    if (!Array.isArray(shape) || shape.length === 0) bad(`${op}: shape must be a non-empty array`);
-    let numel = 1;
-    for (const d of shape) {
-      if (!Number.isInteger(d) || d < 1) bad(`${op}: shape [${shape.join(", ")}] has a dimension that is not a positive integer`);
-      numel *= d;
-    }
-    if (!Number.isSafeInteger(numel)) bad(`${op}: shape [${shape.join(", ")}] is too large`);
-    return numel;
-  }
-
-  private static dtypeOk(dtype: DType, op: string): void {
-    if (!(dtype in DTYPE_CODE)) bad(`${op}: unknown dtype '${dtype}' (f32, f16 or bf16)`);
-  }
-
   /** Native kernels index rows and columns with 32-bit ints. */
   private static int32(v: number, op: string, what: string): void {
     if (v > 0x7fffffff) bad(`${op}: ${what} ${v} exceeds the kernels' 32-bit index range`);
@@ -148,8 +113,7 @@ export class CudaBackend implements Backend {
   // ---- memory ---------------------------------------------------------------------------------
 
   private allocRaw(shape: number[], dtype: DType, op: string): CudaTensor {
-    const numel = CudaBackend.shapeOf(shape, op);
-    const bytes = numel * DTYPE_BYTES[dtype];
+    const bytes = shapeNumel(shape, op) * DTYPE_BYTES[dtype];
     const off = this.arena.allocate(bytes, `${op} of ${dtype}[${shape.join("x")}]`);
     const t = new CudaTensor(this, dtype, shape, this.heapBase + off, bytes, off);
     this.live.add(t);
@@ -157,12 +121,7 @@ export class CudaBackend implements Backend {
   }
 
   loadWeight(bytes: Uint8Array, dtype: DType, shape: readonly number[]): Tensor {
-    this.live_("loadWeight");
-    CudaBackend.dtypeOk(dtype, "loadWeight");
-    const numel = CudaBackend.shapeOf(shape, "loadWeight");
-    if (!(bytes instanceof Uint8Array)) bad("loadWeight: bytes must be a Uint8Array");
-    const need = numel * DTYPE_BYTES[dtype];
-    if (bytes.byteLength !== need) bad(`loadWeight: ${dtype}[${shape.join("x")}] needs ${need} bytes, got ${bytes.byteLength}`);
+    const need = this.check.loadWeight(bytes, dtype, shape);
     const t = this.allocRaw([...shape], dtype, "loadWeight");
     try {
       this.ok("loadWeight", this.lib.hg_cu_upload(this.ctx, P(t.addr), bytes, need));
@@ -174,61 +133,45 @@ export class CudaBackend implements Backend {
   }
 
   alloc(shape: readonly number[], dtype: DType = "f32"): Tensor {
-    this.live_("alloc");
-    CudaBackend.dtypeOk(dtype, "alloc");
+    this.check.alloc(shape, dtype);
     const t = this.allocRaw([...shape], dtype, "alloc");
     this.ok("alloc", this.lib.hg_cu_memset0(this.ctx, P(t.addr), t.byteLength));
     return t;
   }
 
   write(t: Tensor, src: Float32Array, offset = 0): void {
-    const d = this.own(t, "write", "tensor");
-    if (!(src instanceof Float32Array)) bad("write: src must be a Float32Array");
-    if (!isIndex(offset) || offset + src.length > d.numel) bad(`write: ${src.length} values at offset ${offset} do not fit in ${d} (${d.numel} elements)`);
+    const d = this.check.write(t, src, offset);
     if (src.length === 0) return;
     this.ok("write", this.lib.hg_cu_write(this.ctx, P(d.at(offset)), DTYPE_CODE[d.dtype], src, src.length));
   }
 
   read(t: Tensor, offset = 0, count?: number): Float32Array {
-    const s = this.own(t, "read", "tensor");
-    const n = count ?? s.numel - offset;
-    if (!isIndex(offset) || !isIndex(n) || offset + n > s.numel) bad(`read: ${n} values at offset ${offset} are outside ${s} (${s.numel} elements)`);
+    const [s, n] = this.check.read(t, offset, count);
     const out = new Float32Array(n);
     if (n > 0) this.ok("read (or an op queued before it)", this.lib.hg_cu_read(this.ctx, out, P(s.at(offset)), DTYPE_CODE[s.dtype], n));
     return out;
   }
 
   copyRows(dst: Tensor, dstRow: number, src: Tensor, srcRow: number, count: number): void {
-    const d = this.own(dst, "copyRows", "dst");
-    const s = this.own(src, "copyRows", "src");
-    if (d.cols !== s.cols) bad(`copyRows: row widths differ (dst ${d} has ${d.cols}, src ${s} has ${s.cols})`);
-    if (d.dtype !== s.dtype && s.dtype !== "f32") bad(`copyRows: cannot convert ${s.dtype} rows to ${d.dtype} (same dtype or f32 source)`);
-    if (!isIndex(count) || !isIndex(dstRow) || !isIndex(srcRow)) bad("copyRows: rows and count must be non-negative integers");
-    if (dstRow + count > d.rows) bad(`copyRows: dst rows ${dstRow}..${dstRow + count} exceed ${d.rows} rows of ${d}`);
-    if (srcRow + count > s.rows) bad(`copyRows: src rows ${srcRow}..${srcRow + count} exceed ${s.rows} rows of ${s}`);
+    const [d, s] = this.check.copyRows(dst, dstRow, src, srcRow, count);
     if (count === 0) return;
     this.ok("copyRows", this.lib.hg_cu_copy(this.ctx, P(d.at(dstRow * d.cols)), DTYPE_CODE[d.dtype], P(s.at(srcRow * s.cols)), DTYPE_CODE[s.dtype], count * d.cols));
   }
 
   view(t: Tensor, offset: number, shape: readonly number[]): Tensor {
-    const b = this.own(t, "view", "tensor");
-    const numel = CudaBackend.shapeOf(shape, "view");
-    if (!isIndex(offset) || offset + numel > b.numel) bad(`view: ${numel} elements at offset ${offset} are outside ${b} (${b.numel} elements)`);
+    const [b, numel] = this.check.view(t, offset, shape);
     const root = b.base ?? b;
     // Not tracked in `live`: a view dies with its base, so per-step views need no free.
     return new CudaTensor(this, b.dtype, [...shape], b.at(offset), numel * b.elementBytes, -1, root);
   }
 
   free(t: Tensor): void {
-    if (t instanceof CudaTensor && t.owner === this && t.freed) bad(`free: tensor ${t} was already freed`);
-    if (this.isClosed) bad("free: CudaBackend is closed");
-    if (!(t instanceof CudaTensor) || t.owner !== this) bad(`free: tensor belongs to backend '${(t as Tensor | undefined)?.backend ?? typeof t}', not this cuda backend`);
-    if (t.dead) bad(`free: tensor ${t} was freed (its base tensor was)`);
-    if (t.base) {
-      t.freed = true; // a view: only the handle
+    const c = this.check.free(t);
+    if (c.base) {
+      c.freed = true; // a view: only the handle
       return;
     }
-    this.release(t);
+    this.release(c);
   }
 
   private release(t: CudaTensor): void {
@@ -273,7 +216,7 @@ export class CudaBackend implements Backend {
 
   /** Device address of a tensor's first element, for other native code (valid until free). */
   address(t: Tensor): number {
-    return this.own(t, "address", "tensor").addr;
+    return this.check.own(t, "address", "tensor").addr;
   }
 
   /** Force a matmul path ("auto" by default): tests and benches compare the kernels. */
@@ -335,145 +278,80 @@ export class CudaBackend implements Backend {
   }
 
   embedding(out: Tensor, table: Tensor, ids: Int32Array): void {
-    const o = this.f32(out, "embedding", "out");
-    const tb = this.own(table, "embedding", "table");
-    if (!(ids instanceof Int32Array)) bad("embedding: ids must be an Int32Array");
-    if (tb.shape.length !== 2) bad(`embedding: table must be 2-D [vocab, dim], got ${tb}`);
-    if (o.cols !== tb.cols) bad(`embedding: out rows have ${o.cols} values, table rows ${tb.cols}`);
-    this.rowsAtLeast(o, ids.length, "embedding", "out");
-    for (let i = 0; i < ids.length; i++) {
-      const id = ids[i];
-      if (id < 0 || id >= tb.rows) bad(`embedding: id ${id} at position ${i} is outside the table's ${tb.rows} rows`);
-    }
+    const [o, tb] = this.check.embedding(out, table, ids);
     if (ids.length === 0) return;
     this.uploadable(ids.length, "embedding");
     this.ok("embedding", this.lib.hg_cu_embedding(this.ctx, P(o.addr), P(tb.addr), DTYPE_CODE[tb.dtype], tb.cols, ids, ids.length));
   }
 
   matmul(out: Tensor, x: Tensor, w: Tensor, n: number, bias?: Tensor): void {
-    const o = this.f32(out, "matmul", "out");
-    const xi = this.f32(x, "matmul", "x");
-    const wt = this.own(w, "matmul", "w");
-    if (wt.shape.length !== 2) bad(`matmul: w must be 2-D [m, k], got ${wt}`);
-    const m = wt.shape[0], k = wt.shape[1];
-    if (xi.cols !== k) bad(`matmul: x rows have ${xi.cols} values but w ${wt} expects k=${k}`);
-    if (o.cols !== m) bad(`matmul: out rows have ${o.cols} values but w ${wt} gives m=${m}`);
-    this.rowsAtLeast(xi, n, "matmul", "x");
-    this.rowsAtLeast(o, n, "matmul", "out");
-    if (o.overlaps(xi, n, n)) bad("matmul: out must not overlap x");
+    const [o, xi, wt, b] = this.check.matmul(out, x, w, n, bias);
+    if (b && o.overlaps(b, n, b.rows)) bad("matmul: out must not overlap bias");
     CudaBackend.int32(n, "matmul", "row count");
-    let bp = 0, bt = 0;
-    if (bias !== undefined) {
-      const b = this.own(bias, "matmul", "bias");
-      if (b.numel !== m) bad(`matmul: bias ${b} must have m=${m} elements`);
-      if (o.overlaps(b, n, b.rows)) bad("matmul: out must not overlap bias");
-      bp = b.addr;
-      bt = DTYPE_CODE[b.dtype];
-    }
     if (n === 0) return;
+    const [m, k] = wt.shape;
     let path = this.matmulPath;
     if (path === PATH_CODE.gemv && n > GEMV_MAX_ROWS) path = PATH_CODE.auto;
-    this.ok("matmul", this.lib.hg_cu_matmul(this.ctx, P(o.addr), P(xi.addr), P(wt.addr), DTYPE_CODE[wt.dtype], bp ? P(bp) : null, bt, n, k, m, path));
+    this.ok("matmul", this.lib.hg_cu_matmul(this.ctx, P(o.addr), P(xi.addr), P(wt.addr), DTYPE_CODE[wt.dtype], b ? P(b.addr) : null, b ? DTYPE_CODE[b.dtype] : 0, n, k, m, path));
   }
 
   rmsNorm(out: Tensor, x: Tensor, weight: Tensor, n: number, eps: number): void {
-    const o = this.f32(out, "rmsNorm", "out");
-    const xi = this.f32(x, "rmsNorm", "x");
-    const w = this.own(weight, "rmsNorm", "weight");
-    if (o.cols !== xi.cols) bad(`rmsNorm: out rows have ${o.cols} values, x rows ${xi.cols}`);
-    if (w.numel !== xi.cols) bad(`rmsNorm: weight ${w} must have ${xi.cols} elements`);
-    this.rowsAtLeast(xi, n, "rmsNorm", "x");
-    this.rowsAtLeast(o, n, "rmsNorm", "out");
-    if (!(eps >= 0)) bad(`rmsNorm: eps ${eps} must be >= 0`);
+    const [o, xi, w] = this.check.rmsNorm(out, x, weight, n, eps);
     if (n === 0) return;
     this.ok("rmsNorm", this.lib.hg_cu_rmsnorm(this.ctx, P(o.addr), P(xi.addr), P(w.addr), DTYPE_CODE[w.dtype], n, xi.cols, eps));
   }
 
   layerNorm(out: Tensor, x: Tensor, weight: Tensor, bias: Tensor, n: number, eps: number): void {
-    const o = this.f32(out, "layerNorm", "out");
-    const xi = this.f32(x, "layerNorm", "x");
-    const w = this.own(weight, "layerNorm", "weight");
-    const b = this.own(bias, "layerNorm", "bias");
-    if (o.cols !== xi.cols) bad(`layerNorm: out rows have ${o.cols} values, x rows ${xi.cols}`);
-    if (w.numel !== xi.cols) bad(`layerNorm: weight ${w} must have ${xi.cols} elements`);
-    if (b.numel !== xi.cols) bad(`layerNorm: bias ${b} must have ${xi.cols} elements`);
-    this.rowsAtLeast(xi, n, "layerNorm", "x");
-    this.rowsAtLeast(o, n, "layerNorm", "out");
-    if (!(eps >= 0)) bad(`layerNorm: eps ${eps} must be >= 0`);
+    const [o, xi, w, b] = this.check.layerNorm(out, x, weight, bias, n, eps);
     if (n === 0) return;
     this.ok("layerNorm", this.lib.hg_cu_layernorm(this.ctx, P(o.addr), P(xi.addr), P(w.addr), DTYPE_CODE[w.dtype], P(b.addr), DTYPE_CODE[b.dtype], n, xi.cols, eps));
   }
 
   rope(x: Tensor, n: number, positions: Int32Array, heads: number, headDim: number, cos: Tensor, sin: Tensor): void {
-    const xi = this.f32(x, "rope", "x");
-    const c = this.f32(cos, "rope", "cos");
-    const s = this.f32(sin, "rope", "sin");
-    if (!(positions instanceof Int32Array)) bad("rope: positions must be an Int32Array");
-    if (!isIndex(heads) || !isIndex(headDim) || heads * headDim !== xi.cols) bad(`rope: x rows have ${xi.cols} values, not heads ${heads} x headDim ${headDim}`);
-    if (c.shape.length !== 2 || s.shape.length !== 2 || c.shape[0] !== s.shape[0] || c.cols !== s.cols) bad(`rope: cos ${c} and sin ${s} must both be [maxPos, rot/2]`);
-    const half = c.cols;
-    if (2 * half > headDim) bad(`rope: rotary width ${2 * half} exceeds headDim ${headDim}`);
-    this.rowsAtLeast(xi, n, "rope", "x");
-    if (positions.length < n) bad(`rope: ${positions.length} positions for ${n} rows`);
-    for (let i = 0; i < n; i++) {
-      const p = positions[i];
-      if (p < 0 || p >= c.rows) bad(`rope: position ${p} of row ${i} is outside the tables' ${c.rows} positions`);
-    }
+    const [xi, c, s] = this.check.rope(x, n, positions, heads, headDim, cos, sin);
     if (n === 0) return;
     this.uploadable(n, "rope");
     CudaBackend.int32(heads, "rope", "heads");
-    this.ok("rope", this.lib.hg_cu_rope(this.ctx, P(xi.addr), n, xi.cols, positions, heads, headDim, P(c.addr), P(s.addr), half));
-  }
-
-  private sameRows(op: string, n: number, ...ts: [CudaTensor, string][]): number {
-    const cols = ts[0][0].cols;
-    for (const [t, what] of ts) {
-      if (t.cols !== cols) bad(`${op}: ${what} rows have ${t.cols} values, expected ${cols}`);
-      this.rowsAtLeast(t, n, op, what);
-    }
-    return n * cols;
+    this.ok("rope", this.lib.hg_cu_rope(this.ctx, P(xi.addr), n, xi.cols, positions, heads, headDim, P(c.addr), P(s.addr), c.cols));
   }
 
   siluMul(out: Tensor, gate: Tensor, up: Tensor, n: number): void {
-    const o = this.f32(out, "siluMul", "out");
-    const g = this.f32(gate, "siluMul", "gate");
-    const u = this.f32(up, "siluMul", "up");
-    const count = this.sameRows("siluMul", n, [o, "out"], [g, "gate"], [u, "up"]);
+    const o = this.check.f32(out, "siluMul", "out");
+    const g = this.check.f32(gate, "siluMul", "gate");
+    const u = this.check.f32(up, "siluMul", "up");
+    const count = this.check.elementwise("siluMul", n, [o, "out"], [g, "gate"], [u, "up"]);
     if (count) this.ok("siluMul", this.lib.hg_cu_silu_mul(this.ctx, P(o.addr), P(g.addr), P(u.addr), count));
   }
 
   relu(x: Tensor, n: number): void {
-    const xi = this.f32(x, "relu", "x");
-    const count = this.sameRows("relu", n, [xi, "x"]);
+    const xi = this.check.f32(x, "relu", "x");
+    const count = this.check.elementwise("relu", n, [xi, "x"]);
     if (count) this.ok("relu", this.lib.hg_cu_relu(this.ctx, P(xi.addr), count));
   }
 
   gelu(x: Tensor, n: number): void {
-    const xi = this.f32(x, "gelu", "x");
-    const count = this.sameRows("gelu", n, [xi, "x"]);
+    const xi = this.check.f32(x, "gelu", "x");
+    const count = this.check.elementwise("gelu", n, [xi, "x"]);
     if (count) this.ok("gelu", this.lib.hg_cu_gelu(this.ctx, P(xi.addr), count));
   }
 
   add(out: Tensor, a: Tensor, b: Tensor, n: number): void {
-    const o = this.f32(out, "add", "out");
-    const ai = this.f32(a, "add", "a");
-    const bi = this.f32(b, "add", "b");
-    const count = this.sameRows("add", n, [o, "out"], [ai, "a"], [bi, "b"]);
+    const o = this.check.f32(out, "add", "out");
+    const ai = this.check.f32(a, "add", "a");
+    const bi = this.check.f32(b, "add", "b");
+    const count = this.check.elementwise("add", n, [o, "out"], [ai, "a"], [bi, "b"]);
     if (count) this.ok("add", this.lib.hg_cu_add(this.ctx, P(o.addr), P(ai.addr), P(bi.addr), count));
   }
 
   softmax(x: Tensor, rows: number, cols: number): void {
-    const xi = this.f32(x, "softmax", "x");
-    this.rowsAtLeast(xi, rows, "softmax", "x");
-    if (!isIndex(cols) || cols > xi.cols) bad(`softmax: ${cols} columns requested, ${xi} has ${xi.cols}`);
+    const xi = this.check.softmax(x, rows, cols);
     if (rows === 0 || cols === 0) return;
     CudaBackend.int32(rows, "softmax", "rows");
     this.ok("softmax", this.lib.hg_cu_softmax(this.ctx, P(xi.addr), rows, xi.cols, cols));
   }
 
   argmax(x: Tensor, row: number): number {
-    const xi = this.f32(x, "argmax", "x");
-    if (!isIndex(row) || row >= xi.rows) bad(`argmax: row ${row} is outside ${xi} (${xi.rows} rows)`);
+    const xi = this.check.argmax(x, row);
     CudaBackend.int32(xi.cols, "argmax", "row width");
     const r = this.lib.hg_cu_argmax(this.ctx, P(xi.at(row * xi.cols)), xi.cols);
     if (r < 0) this.ok("argmax (or an op queued before it)", -r);
@@ -482,76 +360,37 @@ export class CudaBackend implements Backend {
 
   // ---- attention stages ---------------------------------------------------------------------
 
-  private attnShape(op: string, rowsT: CudaTensor, rowsWhat: string, row: number, wide: CudaTensor, wideWhat: string, col: number, count: number, kv: CudaTensor, kvWhat: string): [number, number, number, number] {
-    if (wide.shape.length !== 2) bad(`${op}: ${wideWhat} must be 2-D [heads, width], got ${wide}`);
-    if (kv.shape.length !== 3) bad(`${op}: ${kvWhat} must be 3-D [kvHeads, cap, headDim], got ${kv}`);
-    const heads = wide.shape[0];
-    const [kvHeads, cap, headDim] = kv.shape;
-    if (heads % kvHeads !== 0) bad(`${op}: ${heads} query heads are not a multiple of ${kvHeads} KV heads`);
-    if (rowsT.cols !== heads * headDim) bad(`${op}: ${rowsWhat} rows have ${rowsT.cols} values, not heads ${heads} x headDim ${headDim}`);
-    if (!isIndex(row) || row >= rowsT.rows) bad(`${op}: ${rowsWhat} row ${row} is outside ${rowsT} (${rowsT.rows} rows)`);
-    if (!isIndex(col) || col + count > wide.cols) bad(`${op}: columns ${col}..${col + count} exceed ${wideWhat} width ${wide.cols}`);
+  /** The kernels' limits on top of core's checks: 32-bit element indices of K/V, the int scratch for slots. */
+  private attnLimits(op: string, kv: CudaTensor, kvWhat: string, slots?: Int32Array): void {
     CudaBackend.int32(kv.numel, op, `${kvWhat} elements`);
-    return [heads, kvHeads, headDim, cap];
-  }
-
-  private checkSlots(op: string, slots: Int32Array, cap: number): void {
-    if (!(slots instanceof Int32Array)) bad(`${op}: slots must be an Int32Array`);
-    this.uploadable(slots.length, op);
-    for (let j = 0; j < slots.length; j++) {
-      const s = slots[j];
-      if (s < 0 || s >= cap) bad(`${op}: slot ${s} at index ${j} is outside the cache capacity ${cap}`);
-    }
-  }
-
-  private checkSpan(op: string, start: number, count: number, cap: number): void {
-    if (!isIndex(start) || !isIndex(count)) bad(`${op}: start and count must be non-negative integers`);
-    if (start + count > cap) bad(`${op}: tokens ${start}..${start + count} exceed the cache capacity ${cap}`);
+    if (slots) this.uploadable(slots.length, op);
   }
 
   attnLogits(logits: Tensor, outCol: number, q: Tensor, qRow: number, k: Tensor, start: number, count: number, scale: number): void {
-    const l = this.f32(logits, "attnLogits", "logits");
-    const qi = this.f32(q, "attnLogits", "q");
-    const kt = this.own(k, "attnLogits", "k");
-    if (!isIndex(count)) bad("attnLogits: count must be a non-negative integer");
-    const [heads, kvHeads, headDim, cap] = this.attnShape("attnLogits", qi, "q", qRow, l, "logits", outCol, count, kt, "k");
-    this.checkSpan("attnLogits", start, count, cap);
+    const [l, qi, kt, [heads, kvHeads, headDim, cap]] = this.check.attnLogits(logits, outCol, q, qRow, k, start, count);
+    this.attnLimits("attnLogits", kt, "k");
     if (count === 0) return;
     this.ok("attnLogits", this.lib.hg_cu_attn_logits(this.ctx, P(l.at(outCol)), l.cols, P(qi.at(qRow * qi.cols)), P(kt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, start, null, count, scale));
   }
 
   attnLogitsGather(logits: Tensor, outCol: number, q: Tensor, qRow: number, k: Tensor, slots: Int32Array, scale: number): void {
-    const l = this.f32(logits, "attnLogitsGather", "logits");
-    const qi = this.f32(q, "attnLogitsGather", "q");
-    const kt = this.own(k, "attnLogitsGather", "k");
-    if (!(slots instanceof Int32Array)) bad("attnLogitsGather: slots must be an Int32Array");
+    const [l, qi, kt, [heads, kvHeads, headDim, cap]] = this.check.attnLogitsGather(logits, outCol, q, qRow, k, slots);
+    this.attnLimits("attnLogitsGather", kt, "k", slots);
     const count = slots.length;
-    const [heads, kvHeads, headDim, cap] = this.attnShape("attnLogitsGather", qi, "q", qRow, l, "logits", outCol, count, kt, "k");
-    this.checkSlots("attnLogitsGather", slots, cap);
     if (count === 0) return;
     this.ok("attnLogitsGather", this.lib.hg_cu_attn_logits(this.ctx, P(l.at(outCol)), l.cols, P(qi.at(qRow * qi.cols)), P(kt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, 0, slots, count, scale));
   }
 
   attnAggregate(out: Tensor, outRow: number, probs: Tensor, probCol: number, v: Tensor, start: number, count: number, accumulate: boolean): void {
-    const o = this.f32(out, "attnAggregate", "out");
-    const p = this.f32(probs, "attnAggregate", "probs");
-    const vt = this.own(v, "attnAggregate", "v");
-    if (!isIndex(count)) bad("attnAggregate: count must be a non-negative integer");
-    const [heads, kvHeads, headDim, cap] = this.attnShape("attnAggregate", o, "out", outRow, p, "probs", probCol, count, vt, "v");
-    this.checkSpan("attnAggregate", start, count, cap);
-    if (o.overlaps(p, o.rows, p.rows)) bad("attnAggregate: out must not overlap probs");
+    const [o, p, vt, [heads, kvHeads, headDim, cap]] = this.check.attnAggregate(out, outRow, probs, probCol, v, start, count);
+    this.attnLimits("attnAggregate", vt, "v");
     this.ok("attnAggregate", this.lib.hg_cu_attn_aggregate(this.ctx, P(o.at(outRow * o.cols)), P(p.at(probCol)), p.cols, P(vt.addr), DTYPE_CODE[vt.dtype], heads, kvHeads, headDim, cap, start, null, count, accumulate ? 1 : 0));
   }
 
   attnAggregateGather(out: Tensor, outRow: number, probs: Tensor, probCol: number, v: Tensor, slots: Int32Array, accumulate: boolean): void {
-    const o = this.f32(out, "attnAggregateGather", "out");
-    const p = this.f32(probs, "attnAggregateGather", "probs");
-    const vt = this.own(v, "attnAggregateGather", "v");
-    if (!(slots instanceof Int32Array)) bad("attnAggregateGather: slots must be an Int32Array");
+    const [o, p, vt, [heads, kvHeads, headDim, cap]] = this.check.attnAggregateGather(out, outRow, probs, probCol, v, slots);
+    this.attnLimits("attnAggregateGather", vt, "v", slots);
     const count = slots.length;
-    const [heads, kvHeads, headDim, cap] = this.attnShape("attnAggregateGather", o, "out", outRow, p, "probs", probCol, count, vt, "v");
-    this.checkSlots("attnAggregateGather", slots, cap);
-    if (o.overlaps(p, o.rows, p.rows)) bad("attnAggregateGather: out must not overlap probs");
     this.ok("attnAggregateGather", this.lib.hg_cu_attn_aggregate(this.ctx, P(o.at(outRow * o.cols)), P(p.at(probCol)), p.cols, P(vt.addr), DTYPE_CODE[vt.dtype], heads, kvHeads, headDim, cap, 0, count ? slots : null, count, accumulate ? 1 : 0));
   }
 }
