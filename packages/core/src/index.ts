@@ -13,6 +13,7 @@ export * from "./model-dir.js";
 export * from "./reference-backend.js";
 export * from "./kv-cache.js";
 export * from "./attention.js";
+export * from "./decoder-model.js";
 export * from "./llama.js";
 export * from "./sampler.js";
 export * from "./generate.js";

@@ -11,39 +11,15 @@
  * matmul for each pair/triple; the parts of the fused outputs are views, so nothing is
  * copied. Prefill runs blocks of `prefillBlock` rows with the same weights seen as views
  * (one matmul per part, since rows of a fused output would be strided). Every activation
- * is preallocated: a decode step allocates nothing in JS.
+ * is preallocated: a decode step allocates nothing in JS. Load options, the KV cache and
+ * the step loop are DecoderModel's (decoder-model.ts).
  */
-import { z } from "zod";
-import type { Backend, DType, Tensor } from "./backend.js";
-import { DTYPE_BYTES } from "./backend.js";
-import type { LlamaConfigJson, ModelShape } from "./config.js";
+import type { Backend, Tensor } from "./backend.js";
+import type { LlamaConfigJson } from "./config.js";
 import { check, fail } from "./errors.js";
-import { convertBytes } from "./half-float.js";
-import { Attention, type QueryProjector } from "./attention.js";
-import { KvCache } from "./kv-cache.js";
-import type { ModelFiles, WeightSource, WeightView } from "./model-files.js";
-
-const DTypeSchema = z.enum(["f32", "f16", "bf16"]);
-
-export const LlamaLoadOptionsSchema = z.object({
-  /** Convert matmul/embedding weights to this dtype at load; default: as stored. */
-  weightDtype: DTypeSchema.optional(),
-  /** Positions the KV cache holds; default min(max_position_embeddings, 4096). */
-  maxContext: z.number().int().positive().optional(),
-  /** Rows per prefill block (batched matmuls). */
-  prefillBlock: z.number().int().positive().default(64),
-  /** Tokens kept resident in the KV window; older ones are offloaded. Default: all. */
-  kvWindow: z.number().int().positive().optional(),
-  /** Eviction granularity of the KV window; default min(16, kvWindow − kvSinks). */
-  kvEvictBlock: z.number().int().positive().optional(),
-  /** The first positions stay in the KV window for good (attention sinks); only with kvWindow. */
-  kvSinks: z.number().int().nonnegative().default(0),
-  /** Storage dtype of the KV cache. */
-  kvDtype: DTypeSchema.default("f32"),
-});
-export type LlamaLoadOptions = z.input<typeof LlamaLoadOptionsSchema>;
-
-export const DEFAULT_MAX_CONTEXT = 4096;
+import { DecoderModel, contextLength, parseLoadOptions, type LlamaLoadOptions } from "./decoder-model.js";
+import type { ModelFiles } from "./model-files.js";
+import { requireTensor } from "./weight-loader.js";
 
 interface LayerWeights {
   attnNorm: Tensor;
@@ -78,16 +54,7 @@ interface Activations {
   positions: Int32Array;
 }
 
-export class LlamaModel implements Disposable, QueryProjector {
-  readonly maxContext: number;
-  readonly prefillBlock: number;
-  readonly weightDtype: DType;
-  readonly cache: KvCache;
-  /** The attention stage (KV append, full or hybrid attention). */
-  readonly attention: Attention;
-
-  private readonly owned: Tensor[] = [];
-  private readonly views: Tensor[] = [];
+export class LlamaModel extends DecoderModel {
   private readonly layers: LayerWeights[] = [];
   private embed!: Tensor;
   private finalNorm!: Tensor;
@@ -96,133 +63,31 @@ export class LlamaModel implements Disposable, QueryProjector {
   private sin!: Tensor;
   private act!: Activations;
   private readonly specPos = new Int32Array(1);
-  private closed = false;
-
-  private constructor(
-    readonly backend: Backend,
-    readonly shape: ModelShape,
-    opts: z.output<typeof LlamaLoadOptionsSchema>,
-    maxContext: number,
-    weightDtype: DType,
-  ) {
-    this.maxContext = maxContext;
-    this.prefillBlock = Math.min(opts.prefillBlock, maxContext);
-    this.weightDtype = weightDtype;
-    const window = opts.kvWindow;
-    const sinks = window === undefined ? 0 : opts.kvSinks;
-    this.cache = new KvCache(backend, {
-      layers: shape.layers, kvHeads: shape.kvHeads, headDim: shape.headDim, maxContext,
-      dtype: opts.kvDtype, windowBudget: window, sinkTokens: sinks,
-      evictBlock: opts.kvEvictBlock ?? Math.max(1, Math.min(16, (window ?? 16) - sinks)),
-      maxAppend: this.prefillBlock,
-    });
-    try {
-      this.attention = new Attention(backend, this.cache, shape);
-    } catch (e) {
-      this.cache.close();
-      throw e;
-    }
-  }
 
   /** Load weights from `files` onto `backend`. `files` must stay open until close(). */
   static load(files: ModelFiles, backend: Backend, options: LlamaLoadOptions = {}): LlamaModel {
-    const parsed = LlamaLoadOptionsSchema.safeParse(options);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      fail(`invalid load option ${issue.path.join(".")}: ${issue.message}`);
-    }
-    const opts = parsed.data;
+    const opts = parseLoadOptions(options);
     const shape = files.shape;
     // Qwen2 is Llama with q/k/v biases (see qwen2.ts); OPT has its own model (opt.ts).
     check(shape.architecture === "llama" || shape.architecture === "qwen2", `LlamaModel cannot run the ${shape.architecture} architecture (use loadModel)`);
     check(shape.heads % shape.kvHeads === 0, `${shape.heads} attention heads is not a multiple of ${shape.kvHeads} KV heads`);
     check(shape.headDim % 2 === 0, `head_dim ${shape.headDim} must be even for rotary embeddings`);
-    const maxContext = opts.maxContext ?? Math.min(shape.maxPositions, DEFAULT_MAX_CONTEXT);
-    check(maxContext <= shape.maxPositions, `maxContext ${maxContext} exceeds the model's max_position_embeddings ${shape.maxPositions}`);
-    const embedView = requireWeight(files.weights, "model.embed_tokens.weight", [shape.vocabSize, shape.hiddenSize]);
-    const weightDtype = opts.weightDtype ?? embedView.dtype;
-    const model = new LlamaModel(backend, shape, opts, maxContext, weightDtype);
-    try {
-      model.loadWeights(files.weights, files.config as LlamaConfigJson);
+    const maxContext = contextLength(opts, shape);
+    const embedView = requireTensor(files.weights, "model.embed_tokens.weight", [shape.vocabSize, shape.hiddenSize]);
+    const model = new LlamaModel(backend, shape, files.weights, opts, maxContext, opts.weightDtype ?? embedView.dtype);
+    return model.loadOrClose(() => {
+      model.loadWeights(files.config as LlamaConfigJson);
       model.allocActivations();
-    } catch (e) {
-      model.close();
-      throw e;
-    }
-    return model;
+    });
   }
 
-  /** Positions in the KV cache. */
-  get length(): number {
-    return this.cache.length;
-  }
-
-  /**
-   * Run `ids` at positions [startPos, startPos + ids.length) (startPos must equal `length`),
-   * appending to the KV cache, and return the logits of the last token.
-   */
-  forward(ids: Int32Array, startPos: number): Float32Array {
-    this.step(ids, startPos);
-    return this.readLogits();
-  }
-
-  /** forward() without reading the logits back: they stay on the backend for argmaxLogits(). */
-  step(ids: Int32Array, startPos: number): void {
-    this.checkOpen();
-    const n = ids.length;
-    // `if` rather than check(): a template message would be built on every decode step.
-    if (n < 1) fail("forward: no tokens");
-    if (startPos !== this.cache.length) {
-      fail(`forward: startPos ${startPos} must equal the cached length ${this.cache.length} (reset() to start over)`);
-    }
-    if (startPos + n > this.maxContext) fail(`context overflow: ${startPos} + ${n} tokens exceed the context of ${this.maxContext}`);
-    const vocab = this.shape.vocabSize;
-    for (let i = 0; i < n; i++) {
-      if (!(ids[i] >= 0 && ids[i] < vocab)) fail(`forward: token id ${ids[i]} out of range [0, ${vocab})`);
-    }
-    const block = this.prefillBlock;
-    for (let off = 0; off < n; off += block) {
-      const rows = Math.min(block, n - off);
-      this.runBlock(rows === n ? ids : ids.subarray(off, off + rows), startPos + off, rows);
-    }
-  }
-
-  /** Logits of the last token of the last forward/step. */
-  readLogits(): Float32Array {
-    this.checkOpen();
-    return this.backend.read(this.act.logits, 0, this.shape.vocabSize);
-  }
-
-  /** Greedy choice on the backend, without reading the logits. */
-  argmaxLogits(): number {
-    this.checkOpen();
-    return this.backend.argmax(this.act.logits, 0);
-  }
-
-  /** Forget the context (weights and buffers are kept). */
-  reset(): void {
-    this.checkOpen();
-    this.cache.reset();
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    for (const t of this.views) this.backend.free(t);
-    for (const t of this.owned) this.backend.free(t);
-    this.views.length = 0;
-    this.owned.length = 0;
-    this.attention.close();
-    this.cache.close();
-  }
-
-  [Symbol.dispose](): void {
-    this.close();
+  protected get logits(): Tensor {
+    return this.act.logits;
   }
 
   // ---- the forward pass ---------------------------------------------------------------------
 
-  private runBlock(ids: Int32Array, pos0: number, n: number): void {
+  protected runBlock(ids: Int32Array, pos0: number, n: number): void {
     const be = this.backend, a = this.act, s = this.shape, eps = s.normEps;
     const decode = n === 1;
     for (let i = 0; i < n; i++) a.positions[i] = pos0 + i;
@@ -268,14 +133,8 @@ export class LlamaModel implements Disposable, QueryProjector {
     attn.endBlock();
   }
 
-  /**
-   * QueryProjector: q of `layer` from residual row x (row 0): RoPE(W_q · rmsNorm(x)) at `pos`.
-   * The hybrid runtime calls it with layer l's input for layer l + 1 (speculative query).
-   */
-  projectQuery(layer: number, x: Tensor, pos: number, out: Tensor): void {
-    this.checkOpen();
-    if (!(Number.isInteger(layer) && layer >= 0 && layer < this.shape.layers)) fail(`projectQuery: layer ${layer} out of range [0, ${this.shape.layers})`);
-    if (!(Number.isInteger(pos) && pos >= 0 && pos < this.maxContext)) fail(`projectQuery: position ${pos} out of range [0, ${this.maxContext})`);
+  /** q of `layer` from residual row x: RoPE(W_q · rmsNorm(x)) at `pos`. */
+  protected computeQuery(layer: number, x: Tensor, pos: number, out: Tensor): void {
     const be = this.backend, s = this.shape, w = this.layers[layer], a = this.act;
     be.rmsNorm(a.specH, x, w.attnNorm, 1, s.normEps);
     be.matmul(out, a.specH, w.wq, 1, w.bq ?? undefined);
@@ -285,44 +144,44 @@ export class LlamaModel implements Disposable, QueryProjector {
 
   // ---- loading --------------------------------------------------------------------------------
 
-  private loadWeights(src: WeightSource, config: LlamaConfigJson): void {
-    const s = this.shape, hd = s.headDim, dim = s.hiddenSize, inter = s.intermediateSize;
+  private loadWeights(config: LlamaConfigJson): void {
+    const w = this.w, s = this.shape, hd = s.headDim, dim = s.hiddenSize, inter = s.intermediateSize;
     const qRows = s.heads * hd, kvRows = s.kvHeads * hd;
     // attention_bias puts biases on q, k, v and o; Qwen2 always has them on q, k, v only.
     const qwen2 = s.architecture === "qwen2";
     const qkvBias = qwen2 || config.attention_bias === true, oBias = !qwen2 && config.attention_bias === true;
     const mlpBias = config.mlp_bias === true;
 
-    this.embed = this.matrix(src, "model.embed_tokens.weight", [s.vocabSize, dim]);
+    this.embed = w.matrix("model.embed_tokens.weight", [s.vocabSize, dim]);
     for (let l = 0; l < s.layers; l++) {
       const p = `model.layers.${l}.`;
-      const wqkv = this.fused(src, [`${p}self_attn.q_proj.weight`, `${p}self_attn.k_proj.weight`, `${p}self_attn.v_proj.weight`], [qRows, kvRows, kvRows], dim);
-      const bqkv = qkvBias ? this.fusedBias(src, [`${p}self_attn.q_proj.bias`, `${p}self_attn.k_proj.bias`, `${p}self_attn.v_proj.bias`], [qRows, kvRows, kvRows]) : null;
-      const wgu = this.fused(src, [`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`], [inter, inter], dim);
-      const bgu = mlpBias ? this.fusedBias(src, [`${p}mlp.gate_proj.bias`, `${p}mlp.up_proj.bias`], [inter, inter]) : null;
+      const wqkv = w.fused([`${p}self_attn.q_proj.weight`, `${p}self_attn.k_proj.weight`, `${p}self_attn.v_proj.weight`], [qRows, kvRows, kvRows], dim);
+      const bqkv = qkvBias ? w.fusedVector([`${p}self_attn.q_proj.bias`, `${p}self_attn.k_proj.bias`, `${p}self_attn.v_proj.bias`], [qRows, kvRows, kvRows]) : null;
+      const wgu = w.fused([`${p}mlp.gate_proj.weight`, `${p}mlp.up_proj.weight`], [inter, inter], dim);
+      const bgu = mlpBias ? w.fusedVector([`${p}mlp.gate_proj.bias`, `${p}mlp.up_proj.bias`], [inter, inter]) : null;
       this.layers.push({
-        attnNorm: this.vector(src, `${p}input_layernorm.weight`, dim),
+        attnNorm: w.vector(`${p}input_layernorm.weight`, dim),
         wqkv, bqkv,
-        wq: this.view(wqkv, 0, [qRows, dim]),
-        wk: this.view(wqkv, qRows * dim, [kvRows, dim]),
-        wv: this.view(wqkv, (qRows + kvRows) * dim, [kvRows, dim]),
-        bq: bqkv && this.view(bqkv, 0, [qRows]),
-        bk: bqkv && this.view(bqkv, qRows, [kvRows]),
-        bv: bqkv && this.view(bqkv, qRows + kvRows, [kvRows]),
-        wo: this.matrix(src, `${p}self_attn.o_proj.weight`, [dim, qRows]),
-        bo: oBias ? this.vector(src, `${p}self_attn.o_proj.bias`, dim) : null,
-        mlpNorm: this.vector(src, `${p}post_attention_layernorm.weight`, dim),
+        wq: w.view(wqkv, 0, [qRows, dim]),
+        wk: w.view(wqkv, qRows * dim, [kvRows, dim]),
+        wv: w.view(wqkv, (qRows + kvRows) * dim, [kvRows, dim]),
+        bq: bqkv && w.view(bqkv, 0, [qRows]),
+        bk: bqkv && w.view(bqkv, qRows, [kvRows]),
+        bv: bqkv && w.view(bqkv, qRows + kvRows, [kvRows]),
+        wo: w.matrix(`${p}self_attn.o_proj.weight`, [dim, qRows]),
+        bo: oBias ? w.vector(`${p}self_attn.o_proj.bias`, dim) : null,
+        mlpNorm: w.vector(`${p}post_attention_layernorm.weight`, dim),
         wgu, bgu,
-        wg: this.view(wgu, 0, [inter, dim]),
-        wu: this.view(wgu, inter * dim, [inter, dim]),
-        bg: bgu && this.view(bgu, 0, [inter]),
-        bu: bgu && this.view(bgu, inter, [inter]),
-        wdown: this.matrix(src, `${p}mlp.down_proj.weight`, [dim, inter]),
-        bdown: mlpBias ? this.vector(src, `${p}mlp.down_proj.bias`, dim) : null,
+        wg: w.view(wgu, 0, [inter, dim]),
+        wu: w.view(wgu, inter * dim, [inter, dim]),
+        bg: bgu && w.view(bgu, 0, [inter]),
+        bu: bgu && w.view(bgu, inter, [inter]),
+        wdown: w.matrix(`${p}mlp.down_proj.weight`, [dim, inter]),
+        bdown: mlpBias ? w.vector(`${p}mlp.down_proj.bias`, dim) : null,
       });
     }
-    this.finalNorm = this.vector(src, "model.norm.weight", dim);
-    this.lmHead = s.tieEmbeddings ? this.embed : this.matrix(src, "lm_head.weight", [s.vocabSize, dim]);
+    this.finalNorm = w.vector("model.norm.weight", dim);
+    this.lmHead = s.tieEmbeddings ? this.embed : w.matrix("lm_head.weight", [s.vocabSize, dim]);
     this.loadRope(config);
   }
 
@@ -360,101 +219,34 @@ export class LlamaModel implements Disposable, QueryProjector {
         sin[p * half + j] = Math.sin(angle);
       }
     }
-    this.cos = this.alloc([this.maxContext, half]);
-    this.sin = this.alloc([this.maxContext, half]);
+    this.cos = this.w.alloc([this.maxContext, half]);
+    this.sin = this.w.alloc([this.maxContext, half]);
     this.backend.write(this.cos, cos);
     this.backend.write(this.sin, sin);
   }
 
   private allocActivations(): void {
-    const s = this.shape, B = this.prefillBlock, dim = s.hiddenSize, hd = s.headDim, inter = s.intermediateSize;
+    const w = this.w, s = this.shape, B = this.prefillBlock, dim = s.hiddenSize, hd = s.headDim, inter = s.intermediateSize;
     const qw = s.heads * hd, kvw = s.kvHeads * hd;
-    const k = this.alloc([B, kvw]), v = this.alloc([B, kvw]);
-    const qkv = this.alloc([1, qw + 2 * kvw]);
-    const gu = this.alloc([1, 2 * inter]);
+    const k = w.alloc([B, kvw]), v = w.alloc([B, kvw]);
+    const qkv = w.alloc([1, qw + 2 * kvw]);
+    const gu = w.alloc([1, 2 * inter]);
     this.act = {
-      x: this.alloc([B, dim]), h: this.alloc([B, dim]), h2: this.alloc([B, dim]),
-      q: this.alloc([B, qw]), k, v,
-      kRows: this.view(k, 0, [B * s.kvHeads, hd]), vRows: this.view(v, 0, [B * s.kvHeads, hd]),
+      x: w.alloc([B, dim]), h: w.alloc([B, dim]), h2: w.alloc([B, dim]),
+      q: w.alloc([B, qw]), k, v,
+      kRows: w.view(k, 0, [B * s.kvHeads, hd]), vRows: w.view(v, 0, [B * s.kvHeads, hd]),
       qkv,
-      qkvQ: this.view(qkv, 0, [1, qw]),
-      qkvQK: this.view(qkv, 0, [1, qw + kvw]),
-      qkvK: this.view(qkv, qw, [s.kvHeads, hd]),
-      qkvV: this.view(qkv, qw + kvw, [s.kvHeads, hd]),
-      att: this.alloc([B, qw]),
-      gate: this.alloc([B, inter]), up: this.alloc([B, inter]),
-      gu, guG: this.view(gu, 0, [1, inter]), guU: this.view(gu, inter, [1, inter]),
-      specH: this.alloc([1, dim]),
-      last: this.alloc([1, dim]),
-      logits: this.alloc([1, s.vocabSize]),
+      qkvQ: w.view(qkv, 0, [1, qw]),
+      qkvQK: w.view(qkv, 0, [1, qw + kvw]),
+      qkvK: w.view(qkv, qw, [s.kvHeads, hd]),
+      qkvV: w.view(qkv, qw + kvw, [s.kvHeads, hd]),
+      att: w.alloc([B, qw]),
+      gate: w.alloc([B, inter]), up: w.alloc([B, inter]),
+      gu, guG: w.view(gu, 0, [1, inter]), guU: w.view(gu, inter, [1, inter]),
+      specH: w.alloc([1, dim]),
+      last: w.alloc([1, dim]),
+      logits: w.alloc([1, s.vocabSize]),
       positions: new Int32Array(B),
     };
   }
-
-  /** A matmul/embedding weight, converted to the weight dtype (in place when it already is). */
-  private matrix(src: WeightSource, name: string, shape: number[]): Tensor {
-    const w = requireWeight(src, name, shape);
-    return this.own(this.backend.loadWeight(convertBytes(w.bytes, w.dtype, this.weightDtype), this.weightDtype, shape));
-  }
-
-  /** Row-wise concatenation of several weights with the same column count. */
-  private fused(src: WeightSource, names: string[], rows: number[], cols: number): Tensor {
-    const size = DTYPE_BYTES[this.weightDtype];
-    const total = rows.reduce((a, r) => a + r, 0);
-    const bytes = new Uint8Array(total * cols * size);
-    let off = 0;
-    names.forEach((name, i) => {
-      const w = requireWeight(src, name, [rows[i], cols]);
-      bytes.set(convertBytes(w.bytes, w.dtype, this.weightDtype), off);
-      off += rows[i] * cols * size;
-    });
-    return this.own(this.backend.loadWeight(bytes, this.weightDtype, [total, cols]));
-  }
-
-  /** Norm weights and biases stay f32 (they are tiny and read by f32-only ops). */
-  private vector(src: WeightSource, name: string, len: number): Tensor {
-    const w = requireWeight(src, name, [len]);
-    return this.own(this.backend.loadWeight(convertBytes(w.bytes, w.dtype, "f32"), "f32", [len]));
-  }
-
-  private fusedBias(src: WeightSource, names: string[], lens: number[]): Tensor {
-    const total = lens.reduce((a, r) => a + r, 0);
-    const bytes = new Uint8Array(total * 4);
-    let off = 0;
-    names.forEach((name, i) => {
-      const w = requireWeight(src, name, [lens[i]]);
-      bytes.set(convertBytes(w.bytes, w.dtype, "f32"), off);
-      off += lens[i] * 4;
-    });
-    return this.own(this.backend.loadWeight(bytes, "f32", [total]));
-  }
-
-  private alloc(shape: number[]): Tensor {
-    return this.own(this.backend.alloc(shape, "f32"));
-  }
-
-  private own(t: Tensor): Tensor {
-    this.owned.push(t);
-    return t;
-  }
-
-  private view(t: Tensor, offset: number, shape: number[]): Tensor {
-    const v = this.backend.view(t, offset, shape);
-    this.views.push(v);
-    return v;
-  }
-
-  private checkOpen(): void {
-    if (this.closed) fail("model used after close()");
-  }
-}
-
-/** The stored tensor `name`, checked to exist with exactly `shape`. */
-function requireWeight(src: WeightSource, name: string, shape: number[]): WeightView {
-  const w = src.get(name);
-  if (!w) fail(`missing tensor ${name} in the model weights`);
-  if (w.shape.length !== shape.length || w.shape.some((d, i) => d !== shape[i])) {
-    fail(`tensor ${name} has shape [${w.shape.join(", ")}], expected [${shape.join(", ")}]`);
-  }
-  return w;
 }

@@ -10,16 +10,15 @@
  *
  * Multi-head attention with biases on every projection; q/k/v are fused for decode steps as
  * in llama.ts, and attention itself is the shared Attention stage (KV cache, hybrid hook).
+ * Load options, the KV cache and the step loop are DecoderModel's (decoder-model.ts).
  */
 import type { Backend, DType, Tensor } from "./backend.js";
-import { Attention, type QueryProjector } from "./attention.js";
-import { check, fail } from "./errors.js";
-import { KvCache } from "./kv-cache.js";
-import { DEFAULT_MAX_CONTEXT, LlamaLoadOptionsSchema, type LlamaLoadOptions } from "./llama.js";
 import type { ModelShape } from "./config.js";
+import { check } from "./errors.js";
+import { DecoderModel, contextLength, parseLoadOptions, type LlamaLoadOptions, type ParsedLoadOptions } from "./decoder-model.js";
 import type { ModelFiles, WeightSource, WeightView } from "./model-files.js";
 import { OPT_POSITION_OFFSET, optEmbedDim, optHasFinalNorm, type OptConfigJson } from "./opt-config.js";
-import { WeightLoader, requireTensor } from "./weight-loader.js";
+import { requireTensor } from "./weight-loader.js";
 
 interface OptLayer {
   ln1w: Tensor; ln1b: Tensor;
@@ -51,15 +50,9 @@ function withDecoderAlias(src: WeightSource): WeightSource {
   };
 }
 
-export class OptModel implements Disposable, QueryProjector {
-  readonly maxContext: number;
-  readonly prefillBlock: number;
-  readonly weightDtype: DType;
-  readonly cache: KvCache;
-  readonly attention: Attention;
+export class OptModel extends DecoderModel {
+  /** Width of the token embeddings (project_in/out map it to the hidden size when it differs). */
   readonly embedDim: number;
-
-  private readonly w: WeightLoader;
   private readonly layers: OptLayer[] = [];
   private embed!: Tensor;
   private posTable!: Tensor;
@@ -69,126 +62,42 @@ export class OptModel implements Disposable, QueryProjector {
   private finalB: Tensor | null = null;
   private lmHead!: Tensor;
   private act!: OptActivations;
-  private readonly specPos = new Int32Array(1);
-  private closed = false;
-
-  private constructor(
-    readonly backend: Backend,
-    readonly shape: ModelShape,
-    readonly config: OptConfigJson,
-    src: WeightSource,
-    opts: ReturnType<typeof LlamaLoadOptionsSchema.parse>,
-    maxContext: number,
-    weightDtype: DType,
-  ) {
-    this.maxContext = maxContext;
-    this.prefillBlock = Math.min(opts.prefillBlock, maxContext);
-    this.weightDtype = weightDtype;
-    this.embedDim = optEmbedDim(config);
-    this.w = new WeightLoader(backend, src, weightDtype);
-    const window = opts.kvWindow;
-    const sinks = window === undefined ? 0 : opts.kvSinks;
-    this.cache = new KvCache(backend, {
-      layers: shape.layers, kvHeads: shape.kvHeads, headDim: shape.headDim, maxContext,
-      dtype: opts.kvDtype, windowBudget: window, sinkTokens: sinks,
-      evictBlock: opts.kvEvictBlock ?? Math.max(1, Math.min(16, (window ?? 16) - sinks)),
-      maxAppend: this.prefillBlock,
-    });
-    try {
-      this.attention = new Attention(backend, this.cache, shape);
-    } catch (e) {
-      this.cache.close();
-      throw e;
-    }
-  }
 
   /** Load an OPT checkpoint onto `backend` (same options as LlamaModel). `files` must stay open. */
   static load(files: ModelFiles, backend: Backend, options: LlamaLoadOptions = {}): OptModel {
-    const parsed = LlamaLoadOptionsSchema.safeParse(options);
-    if (!parsed.success) {
-      const issue = parsed.error.issues[0];
-      fail(`invalid load option ${issue.path.join(".")}: ${issue.message}`);
-    }
-    const opts = parsed.data;
+    const opts = parseLoadOptions(options);
     const shape = files.shape;
     check(shape.architecture === "opt", `OptModel cannot run the ${shape.architecture} architecture (use loadModel)`);
     const config = files.config as OptConfigJson;
-    const maxContext = opts.maxContext ?? Math.min(shape.maxPositions, DEFAULT_MAX_CONTEXT);
-    check(maxContext <= shape.maxPositions, `maxContext ${maxContext} exceeds the model's max_position_embeddings ${shape.maxPositions}`);
+    const maxContext = contextLength(opts, shape);
     const src = withDecoderAlias(files.weights);
     const embedView = requireTensor(src, "model.decoder.embed_tokens.weight", [shape.vocabSize, optEmbedDim(config)]);
     const model = new OptModel(backend, shape, config, src, opts, maxContext, opts.weightDtype ?? embedView.dtype);
-    try {
+    return model.loadOrClose(() => {
       model.loadWeights();
       model.allocActivations();
-    } catch (e) {
-      model.close();
-      throw e;
-    }
-    return model;
+    });
   }
 
-  get length(): number {
-    return this.cache.length;
+  private constructor(
+    backend: Backend,
+    shape: ModelShape,
+    readonly config: OptConfigJson,
+    src: WeightSource,
+    opts: ParsedLoadOptions,
+    maxContext: number,
+    weightDtype: DType,
+  ) {
+    super(backend, shape, src, opts, maxContext, weightDtype);
+    this.embedDim = optEmbedDim(config);
   }
 
-  /** Run `ids` at positions [startPos, …) and return the logits of the last token. */
-  forward(ids: Int32Array, startPos: number): Float32Array {
-    this.step(ids, startPos);
-    return this.readLogits();
+  protected get logits(): Tensor {
+    return this.act.logits;
   }
 
-  step(ids: Int32Array, startPos: number): void {
-    this.checkOpen();
-    const n = ids.length;
-    if (n < 1) fail("forward: no tokens");
-    if (startPos !== this.cache.length) {
-      fail(`forward: startPos ${startPos} must equal the cached length ${this.cache.length} (reset() to start over)`);
-    }
-    if (startPos + n > this.maxContext) fail(`context overflow: ${startPos} + ${n} tokens exceed the context of ${this.maxContext}`);
-    const vocab = this.shape.vocabSize;
-    for (let i = 0; i < n; i++) {
-      if (!(ids[i] >= 0 && ids[i] < vocab)) fail(`forward: token id ${ids[i]} out of range [0, ${vocab})`);
-    }
-    const block = this.prefillBlock;
-    for (let off = 0; off < n; off += block) {
-      const rows = Math.min(block, n - off);
-      this.runBlock(rows === n ? ids : ids.subarray(off, off + rows), startPos + off, rows);
-    }
-  }
-
-  readLogits(): Float32Array {
-    this.checkOpen();
-    return this.backend.read(this.act.logits, 0, this.shape.vocabSize);
-  }
-
-  argmaxLogits(): number {
-    this.checkOpen();
-    return this.backend.argmax(this.act.logits, 0);
-  }
-
-  reset(): void {
-    this.checkOpen();
-    this.cache.reset();
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    this.w.close();
-    this.attention.close();
-    this.cache.close();
-  }
-
-  [Symbol.dispose](): void {
-    this.close();
-  }
-
-  /** QueryProjector: q of `layer` from residual row x (row 0), unscaled (attention scales). */
-  projectQuery(layer: number, x: Tensor, pos: number, out: Tensor): void {
-    this.checkOpen();
-    if (!(Number.isInteger(layer) && layer >= 0 && layer < this.shape.layers)) fail(`projectQuery: layer ${layer} out of range [0, ${this.shape.layers})`);
-    if (!(Number.isInteger(pos) && pos >= 0 && pos < this.maxContext)) fail(`projectQuery: position ${pos} out of range [0, ${this.maxContext})`);
+  /** q of `layer` from residual row x (row 0), unscaled (attention scales). */
+  protected computeQuery(layer: number, x: Tensor, _pos: number, out: Tensor): void {
     const be = this.backend, L = this.layers[layer];
     let src = x;
     if (this.config.do_layer_norm_before) {
@@ -200,7 +109,7 @@ export class OptModel implements Disposable, QueryProjector {
 
   // ---- the forward pass ---------------------------------------------------------------------
 
-  private runBlock(ids: Int32Array, pos0: number, n: number): void {
+  protected runBlock(ids: Int32Array, pos0: number, n: number): void {
     const be = this.backend, a = this.act, s = this.shape, eps = s.normEps;
     const pre = this.config.do_layer_norm_before, decode = n === 1;
     const attn = this.attention;
@@ -312,7 +221,4 @@ export class OptModel implements Disposable, QueryProjector {
     };
   }
 
-  private checkOpen(): void {
-    if (this.closed) fail("model used after close()");
-  }
 }
