@@ -4,30 +4,17 @@
  * tokenizer.json (+ tokenizer_config.json). Weights are memory-mapped, never copied. The
  * architecture (Llama, Qwen2, OPT) is chosen from config.json by architectures.ts.
  */
-import { existsSync, readFileSync, statSync } from "node:fs";
+import { existsSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { describeModel, tensorSpecsOf } from "./architectures.js";
 import { LlamaConfigSchema, type LlamaConfigJson, type ModelShape } from "./config.js";
 import { parseConfigWith } from "./config-parse.js";
 import { DummyWeightSource, type DummyWeightOptions } from "./dummy-weights.js";
 import { fail } from "./errors.js";
+import { readJsonFile } from "./json-file.js";
 import { loadTokenizerFiles } from "./tokenizer-files.js";
 import type { ModelFiles, WeightSource, WeightView } from "./model-files.js";
 import { openSafetensors, type SafetensorsFile } from "./safetensors.js";
-
-function readJson(path: string): unknown {
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (e) {
-    fail(`${path}: cannot read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
-  }
-  try {
-    return JSON.parse(text);
-  } catch (e) {
-    fail(`${path}: not valid JSON (${(e as Error).message})`);
-  }
-}
 
 /** Validates a Llama config.json; the first problem becomes one line: file, key path, message, value. */
 export function parseLlamaConfig(json: unknown, src = "config.json"): LlamaConfigJson {
@@ -61,7 +48,7 @@ function openWeights(dir: string): { weights: WeightSource; files: SafetensorsFi
     const hint = existsSync(join(dir, "pytorch_model.bin")) ? " (PyTorch .bin checkpoints are not supported; convert to safetensors)" : "";
     fail(`${dir}: no model.safetensors or model.safetensors.index.json${hint}`);
   }
-  const index = readJson(indexPath);
+  const index = readJsonFile(indexPath);
   const weightMap = (index as { weight_map?: unknown })?.weight_map;
   if (weightMap === null || typeof weightMap !== "object" || Array.isArray(weightMap)) fail(`${indexPath}: no weight_map object`);
 
@@ -104,14 +91,14 @@ export function openModelDir(dir: string, options: OpenModelDirOptions = {}): Mo
   if (!isDir) fail(`${dir} is not a directory`);
   const configPath = join(dir, "config.json");
   if (!existsSync(configPath)) fail(`${dir}: no config.json (not a Hugging Face model directory)`);
-  const { config, shape: base } = describeModel(readJson(configPath), configPath);
+  const { config, shape: base } = describeModel(readJsonFile(configPath), configPath);
 
   // generation_config.json often lists extra stop ids (e.g. llama2.c: BOS ends a story).
   const eos = [...base.eosTokenIds];
   let bos = base.bosTokenId;
   const genPath = join(dir, "generation_config.json");
   if (existsSync(genPath)) {
-    const gen = readJson(genPath) as { eos_token_id?: unknown; bos_token_id?: unknown } | null;
+    const gen = readJsonFile(genPath) as { eos_token_id?: unknown; bos_token_id?: unknown } | null;
     const g = gen?.eos_token_id;
     const list = g == null ? [] : Array.isArray(g) ? g : [g];
     for (const id of list) {

@@ -9,22 +9,9 @@ import { join } from "node:path";
 import { loadTokenizer } from "./bpe-tokenizer.js";
 import { ChatTemplate, chatTemplateSource } from "./chat-template.js";
 import { fail } from "./errors.js";
+import { readJsonFile } from "./json-file.js";
 import { HfTokenizer, tokenText } from "./hf-tokenizer.js";
 import type { Tokenizer } from "./tokenizer.js";
-
-function readJsonFile(path: string, what: string): unknown {
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (e) {
-    fail(`${path}: cannot read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
-  }
-  try {
-    return JSON.parse(text);
-  } catch (e) {
-    fail(`${path}: ${what} is not valid JSON (${(e as Error).message.split("\n")[0]})`);
-  }
-}
 
 function has(component: unknown, type: string): boolean {
   if (component === null || typeof component !== "object") return false;

@@ -1,0 +1,20 @@
+import { readFileSync } from "node:fs";
+import { fail } from "./errors.js";
+
+/**
+ * The parsed JSON of `path`, or a one-line error naming the file: unreadable (with the OS
+ * code), or not JSON (with the parser's first line; `what` says what the file should be).
+ */
+export function readJsonFile(path: string, what?: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    fail(`${path}: cannot read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+  }
+  try {
+    return JSON.parse(text);
+  } catch (e) {
+    fail(`${path}: ${what ? `${what} is ` : ""}not valid JSON (${(e as Error).message.split("\n")[0]})`);
+  }
+}
