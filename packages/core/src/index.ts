@@ -2,6 +2,7 @@ export * from "./errors.js";
 export * from "./backend.js";
 export * from "./native-tensor.js";
 export * from "./backend-checks.js";
+export * from "./native-library.js";
 export * from "./config.js";
 export * from "./tokenizer.js";
 export * from "./model-files.js";
