@@ -12,6 +12,10 @@
  * Full attention (the default) scores the store span, then the window spans, each at its
  * position's column of a [heads, maxContext] scores row, applies one softmax and sums the
  * matching V spans. A DecodeAttention (hybrid/) may take over single-token decode steps.
+ *
+ * Optional backend fast paths: a one-token block is bracketed by beginStep/endStep (a GPU
+ * backend replays the whole step as one graph), and a prefill block over a contiguous cache
+ * uses attnCausal (no n × n scores) instead of the row-by-row stages.
  */
 import type { Backend, Tensor } from "./backend.js";
 import { fail } from "./errors.js";
@@ -46,8 +50,13 @@ export interface DecodeAttention {
   endStep(): void;
 }
 
+let attentionCount = 0;
+
 export class Attention implements Disposable {
   readonly scale: number;
+  /** beginStep key: one per attention stage (so per model), as the steps' ops differ by model. */
+  private readonly stepKey = `decode-${attentionCount++}`;
+  private stepOpen = false;
   /** [heads, maxContext]: one row per head, column = position. */
   readonly scores: Tensor;
   private pos0 = 0;
@@ -80,10 +89,16 @@ export class Attention implements Disposable {
   /** Appends n positions to the cache; returns the first. */
   beginBlock(n: number): number {
     this.checkOpen();
+    this.closeStep(); // a block that threw before endBlock
     this.pos0 = this.cache.append(n);
     this.n = n;
     if (this.pos0 === 0 && this.decode) this.decode.newSequence();
     if (n === 1 && this.decode) this.decode.beginStep(this.pos0);
+    // Hybrid steps talk to the host mid-step: only full-attention decode steps are recorded.
+    if (n === 1 && !this.decode && this.backend.beginStep && this.backend.endStep) {
+      this.backend.beginStep(this.stepKey);
+      this.stepOpen = true;
+    }
     return this.pos0;
   }
 
@@ -104,14 +119,26 @@ export class Attention implements Disposable {
       this.decode.attend(layer, q, out);
       return;
     }
+    const c = this.cache;
+    if (n > 1 && this.backend.attnCausal && c.spanCount === 1 && c.spanPos[0] === 0 && c.spanLen[0] === pos0 + n) {
+      this.backend.attnCausal(out, q, n, c.spanK(0, layer), c.spanV(0, layer), c.spanSlot[0], pos0, this.scale);
+      return;
+    }
     for (let i = 0; i < n; i++) this.attendFull(layer, q, i, pos0 + i, out);
   }
 
   /** Ends the block: the decode hook sees the step end, then the window overflow is evicted. */
   endBlock(): void {
+    this.closeStep();
     if (this.n === 1 && this.decode) this.decode.endStep();
     this.cache.evict();
     this.n = 0;
+  }
+
+  private closeStep(): void {
+    if (!this.stepOpen) return;
+    this.stepOpen = false;
+    this.backend.endStep?.();
   }
 
   /**
@@ -138,6 +165,7 @@ export class Attention implements Disposable {
 
   close(): void {
     if (this.closed) return;
+    this.closeStep();
     this.closed = true;
     this.backend.free(this.scores);
   }

@@ -98,4 +98,21 @@ export interface Backend extends Disposable {
   attnAggregate(out: Tensor, outRow: number, probs: Tensor, probCol: number, v: Tensor, start: number, count: number, accumulate: boolean): void;
   /** As attnAggregate over explicit V slots. */
   attnAggregateGather(out: Tensor, outRow: number, probs: Tensor, probCol: number, v: Tensor, slots: Int32Array, accumulate: boolean): void;
+
+  // ---- optional fast paths (core uses them when a backend has them) -------------------------
+  /**
+   * The ops until endStep() are one decode step of the kind `key` names (one key per model).
+   * A backend may record them and run the step as a whole at endStep() (a GPU backend replays
+   * a graph captured from an earlier step with the same launches); results must be as if every
+   * op ran when called, and a read or write in between sees every op before it.
+   */
+  beginStep?(key: string): void;
+  endStep?(): void;
+  /**
+   * Causal attention of a prefill block over one contiguous cached span, never materialising
+   * the n × (firstPos + n) scores: for rows i < n of q (heads × headDim each),
+   *   out[i, h, :] = Σ_{j ≤ firstPos + i} softmax_j(scale · q[i, h, :] · K[h / group, start + j, :]) · V[h / group, start + j, :]
+   * with K, V [kvHeads, cap, headDim] (f32/f16/bf16) and slots start .. start + firstPos + n − 1.
+   */
+  attnCausal?(out: Tensor, q: Tensor, n: number, k: Tensor, v: Tensor, start: number, firstPos: number, scale: number): void;
 }
