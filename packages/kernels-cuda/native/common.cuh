@@ -27,6 +27,34 @@ struct CopyBatch {
   int n;
 };
 
+// ---- decode-step graphs (graph.cu) ----
+// Between hg_cu_step_begin and hg_cu_step_end the recordable ops (row ops, GEMV, attention
+// stages, queued copies) are not launched but appended as commands; their per-step values
+// (positions, token ids, span lengths, copy destinations) go to a host blob that is copied to
+// the device before the step runs, and the kernels read them from there. At the end of the
+// step the command list either equals the one a cached CUDA graph was captured from (the
+// static part: kernels, pointers, grid) and the graph is replayed, or a new graph is captured.
+// Any other op in the middle of a step (a read, a write, cuBLAS) first runs the recorded
+// commands ("drain") and the rest of the step runs eagerly.
+enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH };
+struct Cmd {
+  int kind;
+  int s[11];         // static ints (shapes, dtypes, grid choices)
+  float f[2];        // static floats (eps, scale)
+  const void *p[6];  // device pointers (blob pointers included: their offsets are static)
+  int dynOff;        // offset of this command's per-step ints in the device blob, -1 none
+  int d[3];          // per-step ints by value (eager runs); NOT part of the signature
+};
+#define HG_CMD_SIG_BYTES offsetof(Cmd, d)
+enum { STEP_NONE = 0, STEP_RECORDING = 1, STEP_EAGER = 2 };
+#define HG_MAX_GRAPH_KEYS 8
+#define HG_BLOB_BYTES (4u << 20)
+struct StepGraph {
+  Cmd *sig;
+  int n;
+  cudaGraphExec_t exec;
+};
+
 // One backend instance: its device, streams, the arena (one cudaMalloc at start) and the
 // arena's internal scratch, which host arrays (ids, positions, slots) and dtype conversions use.
 struct HgCtx {
@@ -48,6 +76,18 @@ struct HgCtx {
   CopyBatch pending;    // queued small copies (see hg_flush_copies)
   int batchCopies;      // 0 turns the queue off (benchmarks compare)
   char cublasInfo[256];
+  // decode-step graphs (graph.cu)
+  int stepMode, stepKey, stepDrained;
+  Cmd *cmds;
+  int ncmds, capCmds;
+  char *blobHost[2];        // pinned; alternate steps use alternate buffers
+  cudaEvent_t blobDone[2];  // the blob's upload has run: the buffer may be rewritten
+  int blobCur;
+  size_t blobUsed;
+  char *blobDev;            // in the arena's internal part
+  StepGraph graphs[HG_MAX_GRAPH_KEYS];
+  int skipSteps[HG_MAX_GRAPH_KEYS];
+  long long nCaptures, nReplays, nDrains, nEagerSteps, nRecorded;
 };
 
 // Loads one element of any dtype as float.
@@ -108,12 +148,30 @@ __device__ __forceinline__ float block_max(float v, float *red) {
   return warp_max(t);
 }
 
-// Runs the queued small copies (one launch); every op calls it before its own work.
+// Runs the queued small copies (one launch, or one recorded command inside a step).
 int hg_flush_copies(HgCtx *c);
-#define HG_FLUSH(c) do { int fr_ = hg_flush_copies(c); if (fr_) return fr_; } while (0)
+// Inside a recorded step: runs what was recorded, and the rest of the step runs eagerly.
+int hg_drain(HgCtx *c);
+// Ops that cannot be recorded call HG_FLUSH before their work; recordable ones HG_FLUSH_REC.
+#define HG_FLUSH(c) do { int fr_ = hg_drain(c); if (!fr_) fr_ = hg_flush_copies(c); if (fr_) return fr_; } while (0)
+#define HG_FLUSH_REC(c) do { int fr_ = hg_flush_copies(c); if (fr_) return fr_; } while (0)
+static inline bool hg_recording(const HgCtx *c) { return c->stepMode == STEP_RECORDING; }
+// Appends `bytes` of per-step data to the blob; returns its offset, or -1 when the blob is
+// full (the step is then drained and continues eagerly).
+long hg_blob_put(HgCtx *c, const void *data, size_t bytes);
+// Records a command (inside a step) or runs it now.
+int hg_submit(HgCtx *c, const Cmd &cmd);
+// Launches one command; dynBase null: eager (per-step ints by value), else the device blob.
+int hg_run_cmd(HgCtx *c, const Cmd &cmd, const char *dynBase);
+// Per-kind launchers (in the .cu file of each op).
+int hg_launch_rowop(HgCtx *c, const Cmd &cmd, const char *dynBase);
+int hg_launch_gemv(HgCtx *c, const Cmd &cmd);
+int hg_launch_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
+int hg_launch_copybatch(HgCtx *c, const Cmd &cmd);
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload
-// cannot overwrite them before the kernels queued before it have run).
+// cannot overwrite them before the kernels queued before it have run). Inside a recorded
+// step they go to the step's blob instead (the device pointer is then the blob's).
 int hg_upload_ints(HgCtx *c, const int *host, size_t count, int **dev);
 
 // cuBLAS (cublas.cu): out[n,m] = x[n,k]·w[m,k]ᵀ with x and w of dtype `dt`, out f32.

@@ -5,12 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const size_t INT_SCRATCH_BYTES = 8u << 20;   // 2M ints: ids, positions, slots
+static const size_t INT_SCRATCH_BYTES = 4u << 20;   // 1M ints: ids, positions, slots
+static const size_t BLOB_BYTES = HG_BLOB_BYTES;      // a recorded step's per-step values (graph.cu)
 static const size_t SCRATCH_BYTES = 96u << 20;      // conversions and GEMM operands
 static const size_t CUBLAS_WS_BYTES = 32u << 20;    // cuBLAS workspace
 static const size_t MISC_BYTES = 1u << 20;          // argmax result
 // The arena's first bytes, in this order; the TypeScript allocator gets the rest.
-static const size_t INTERNAL_BYTES = INT_SCRATCH_BYTES + SCRATCH_BYTES + CUBLAS_WS_BYTES + MISC_BYTES;
+static const size_t INTERNAL_BYTES = INT_SCRATCH_BYTES + BLOB_BYTES + SCRATCH_BYTES + CUBLAS_WS_BYTES + MISC_BYTES;
+
+int hg_graph_init(HgCtx *c);
+void hg_graph_free(HgCtx *c);
 
 static void put(char *buf, int len, const char *text) {
   if (buf && len > 0) snprintf(buf, (size_t)len, "%s", text);
@@ -32,8 +36,7 @@ static const char *cublas_status_name(int s) {
   }
 }
 
-__global__ void batched_copy_kernel(CopyBatch b) {
-  const CopyDesc d = b.d[blockIdx.y];
+__device__ __forceinline__ void batched_copy(const CopyDesc &d) {
   const size_t stride = (size_t)gridDim.x * blockDim.x, t0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
   if (d.sd != d.dd) {  // f32 rows into an f16/bf16 cache (the K/V append of a decode step)
     const float *s = (const float *)d.src;
@@ -56,12 +59,37 @@ __global__ void batched_copy_kernel(CopyBatch b) {
   }
 }
 
+__global__ void batched_copy_kernel(CopyBatch b) { batched_copy(b.d[blockIdx.y]); }
+// The recorded form: the descriptors (destinations change every step) are in the device blob.
+__global__ void batched_copy_ptr_kernel(const CopyBatch *b) { batched_copy(b->d[blockIdx.y]); }
+
+int hg_launch_copybatch(HgCtx *c, const Cmd &cmd) {
+  batched_copy_ptr_kernel<<<dim3(cmd.s[1], cmd.s[0]), 256, 0, c->compute>>>((const CopyBatch *)cmd.p[0]);
+  return hg_launched();
+}
+
 int hg_flush_copies(HgCtx *c) {
   if (c->pending.n == 0) return 0;
   unsigned long long most = 0;
   for (int i = 0; i < c->pending.n; i++) most = c->pending.d[i].bytes > most ? c->pending.d[i].bytes : most;
   unsigned bx = (unsigned)((most / 16 + 255) / 256);
   dim3 grid(bx < 1 ? 1 : bx > 64 ? 64 : bx, c->pending.n);
+  if (hg_recording(c)) {
+    const long off = hg_blob_put(c, &c->pending, sizeof(CopyBatch));
+    if (off >= 0) {
+      Cmd cmd;
+      memset(&cmd, 0, sizeof cmd);
+      cmd.kind = CMD_COPYBATCH;
+      cmd.s[0] = (int)grid.y;
+      cmd.s[1] = (int)grid.x;
+      cmd.p[0] = c->blobDev + off;
+      cmd.dynOff = -1;
+      c->pending.n = 0;
+      return hg_submit(c, cmd);
+    }
+    int r = hg_drain(c);  // blob full: the rest of the step runs eagerly
+    if (r) return r;
+  }
   batched_copy_kernel<<<grid, 256, 0, c->compute>>>(c->pending);
   c->pending.n = 0;
   return hg_launched();
@@ -139,24 +167,28 @@ HG_EXPORT HgCtx *hg_cu_create(int device, double arenaBytes, double fraction, co
   if (!c) { put(err, errLen, "out of host memory"); return NULL; }
   c->device = device;
   c->batchCopies = 1;
+  c->stepKey = -1;
   cudaDeviceGetAttribute(&c->numSMs, cudaDevAttrMultiProcessorCount, device);
   if ((e = cudaMalloc((void **)&c->arena, want)) != cudaSuccess) goto fail;
   c->arenaBytes = want;
   if ((e = cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking)) != cudaSuccess) goto fail;
   if ((e = cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking)) != cudaSuccess) goto fail;
   if ((e = cudaMallocHost((void **)&c->argmaxHost, 64)) != cudaSuccess) goto fail;
+  if ((e = (cudaError_t)hg_graph_init(c)) != cudaSuccess) goto fail;
   c->intScratch = (int *)c->arena;
   c->intScratchCount = INT_SCRATCH_BYTES / sizeof(int);
-  c->scratch = c->arena + INT_SCRATCH_BYTES;
+  c->blobDev = c->arena + INT_SCRATCH_BYTES;
+  c->scratch = c->blobDev + BLOB_BYTES;
   c->scratchBytes = SCRATCH_BYTES;
-  c->cublasWorkspace = c->arena + INT_SCRATCH_BYTES + SCRATCH_BYTES;
+  c->cublasWorkspace = c->scratch + SCRATCH_BYTES;
   c->cublasWorkspaceBytes = CUBLAS_WS_BYTES;
-  c->argmaxOut = (int *)(c->arena + INT_SCRATCH_BYTES + SCRATCH_BYTES + CUBLAS_WS_BYTES);
+  c->argmaxOut = (int *)((char *)c->cublasWorkspace + CUBLAS_WS_BYTES);
   if (cublasOff) snprintf(c->cublasInfo, sizeof c->cublasInfo, "off");
   else hg_cublas_load(c, cublasPath && cublasPath[0] ? cublasPath : NULL);
   return c;
 fail:
   hg_cu_error_string((int)e, err, errLen);
+  hg_graph_free(c);
   if (c->argmaxHost) cudaFreeHost(c->argmaxHost);
   if (c->compute) cudaStreamDestroy(c->compute);
   if (c->copy) cudaStreamDestroy(c->copy);
@@ -168,8 +200,11 @@ fail:
 HG_EXPORT void hg_cu_destroy(HgCtx *c) {
   if (!c) return;
   cudaSetDevice(c->device);
+  hg_drain(c);
+  c->stepMode = STEP_NONE;
   hg_flush_copies(c);
   cudaStreamSynchronize(c->compute);
+  hg_graph_free(c);
   hg_cublas_unload(c);
   cudaFreeHost(c->argmaxHost);
   cudaStreamDestroy(c->compute);
@@ -209,6 +244,15 @@ HG_EXPORT int hg_cu_memset0(HgCtx *c, void *dst, double bytes) {
 }  // extern "C"
 
 int hg_upload_ints(HgCtx *c, const int *host, size_t count, int **dev) {
+  if (hg_recording(c)) {
+    const long off = hg_blob_put(c, host, count * sizeof(int));
+    if (off >= 0) {
+      *dev = (int *)(c->blobDev + off);
+      return 0;
+    }
+    int r = hg_drain(c);  // blob full: the caller sees the step is no longer recording
+    if (r) return r;
+  }
   if (count > c->intScratchCount) return (int)cudaErrorInvalidValue;
   // Pageable source: the call returns once the bytes are staged, so the caller may reuse them.
   cudaError_t e = cudaMemcpyAsync(c->intScratch, host, count * sizeof(int), cudaMemcpyHostToDevice, c->compute);

@@ -152,6 +152,23 @@ static void launch_gemv(HgCtx *c, bool vec, float *out, const float *x, const vo
 
 static const int GEMV_MAX_ROWS = 8;
 
+Cmd hg_new_cmd(int kind);
+
+int hg_launch_gemv(HgCtx *c, const Cmd &m) {
+  float *out = (float *)m.p[0];
+  const float *x = (const float *)m.p[1];
+  const void *w = m.p[2], *bias = m.p[3];
+  const int wt = m.s[0], bt = m.s[1], n = m.s[2], k = m.s[3], rows = m.s[4];
+  const bool vec = m.s[5] != 0;
+  switch (m.s[6]) {
+    case 1: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 1>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
+    case 2: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 2>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
+    case 4: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 4>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
+    default: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 8>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
+  }
+  return hg_launched();
+}
+
 extern "C" {
 
 // Which path a matmul of n rows takes (0 gemv, 1 cuBLAS, 2 tiled); for tests and benches.
@@ -159,22 +176,20 @@ HG_EXPORT int hg_cu_matmul_path(HgCtx *c, int n) { return n <= GEMV_MAX_ROWS ? 0
 
 // bias may be null. forcePath: -1 automatic, else 0/1/2 as hg_cu_matmul_path (tests compare them).
 HG_EXPORT int hg_cu_matmul(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, int n, int k, int m, int forcePath) {
-  HG_FLUSH(c);
   int path = forcePath >= 0 ? forcePath : hg_cu_matmul_path(c, n);
   if (path == 1 && !c->cublas) path = 2;
   if (path == 0 && n > GEMV_MAX_ROWS) path = 2;
-  if (path == 0) {
+  if (path == 0) {  // the decode GEMV: recordable in a step
+    HG_FLUSH_REC(c);
     const int vw = wt == DT_F32 ? 4 : 8;
-    const bool vec = k % vw == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0;
-    const int nr = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
-    switch (nr) {
-      case 1: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 1>(c, vec, out, x, w, bias, bt, n, k, m))); break;
-      case 2: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 2>(c, vec, out, x, w, bias, bt, n, k, m))); break;
-      case 4: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 4>(c, vec, out, x, w, bias, bt, n, k, m))); break;
-      default: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 8>(c, vec, out, x, w, bias, bt, n, k, m))); break;
-    }
-    return hg_launched();
+    Cmd cmd = hg_new_cmd(CMD_GEMV);
+    cmd.p[0] = out; cmd.p[1] = x; cmd.p[2] = w; cmd.p[3] = bias;
+    cmd.s[0] = wt; cmd.s[1] = bt; cmd.s[2] = n; cmd.s[3] = k; cmd.s[4] = m;
+    cmd.s[5] = k % vw == 0 && ((uintptr_t)w & 15) == 0 && ((uintptr_t)x & 15) == 0;
+    cmd.s[6] = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
+    return hg_submit(c, cmd);
   }
+  HG_FLUSH(c);
   if (path == 1) {
     // cuBLAS wants both operands in one type: x is rounded to the weight dtype in the scratch,
     // in row chunks that fit.

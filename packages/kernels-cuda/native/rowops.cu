@@ -1,6 +1,7 @@
 // Row and elementwise ops: embedding, RMSNorm, LayerNorm, RoPE, SiLU·up, ReLU, GELU, add,
 // softmax, argmax. Activations are f32; tables and norm weights may be any dtype.
 #include "common.cuh"
+#include <string.h>
 
 template <int DT>
 __global__ void embedding_kernel(float *out, const void *table, int dim, const int *ids, int id0) {
@@ -67,8 +68,10 @@ __global__ void add_kernel(float *out, const float *a, const float *b, size_t n)
 }
 
 // Row-wise softmax of the first `cols` of each row (row stride `width`); one block per row.
-__global__ void softmax_kernel(float *x, int width, int cols) {
+// In a recorded step `cols` comes from the device blob (it grows every decode step).
+__global__ void softmax_kernel(float *x, int width, int cols, const int *dyn) {
   __shared__ float red[32];
+  if (dyn) cols = dyn[0];
   float *r = x + (size_t)blockIdx.x * width;
   float m = -INFINITY;
   for (int j = threadIdx.x; j < cols; j += blockDim.x) m = fmaxf(m, r[j]);
@@ -112,69 +115,139 @@ __global__ void argmax_kernel(const float *x, int n, int *out) {
 
 static unsigned row_threads(int d) { return d >= 4096 ? 1024 : d >= 1024 ? 512 : d >= 256 ? 256 : 128; }
 
+static Cmd new_cmd(int kind) {
+  Cmd cmd;
+  memset(&cmd, 0, sizeof cmd);
+  cmd.kind = kind;
+  cmd.dynOff = -1;
+  return cmd;
+}
+static void put_count(Cmd &cmd, size_t n) { cmd.s[0] = (int)(n & 0x7fffffff); cmd.s[1] = (int)(n >> 31); }
+static size_t get_count(const Cmd &cmd) { return (size_t)(unsigned)cmd.s[0] | ((size_t)(unsigned)cmd.s[1] << 31); }
+
+int hg_launch_rowop(HgCtx *c, const Cmd &m, const char *dynBase) {
+  float *out = (float *)m.p[0];
+  switch (m.kind) {
+    case CMD_EMBED: {
+      dim3 grid((m.s[1] + 255) / 256, m.s[2]);
+      HG_DISPATCH_DT(m.s[0], T, (embedding_kernel<T><<<grid, 256, 0, c->compute>>>(out, m.p[1], m.s[1], (const int *)m.p[2], m.d[0])));
+      break;
+    }
+    case CMD_RMSNORM:
+      HG_DISPATCH_DT(m.s[0], W, (rmsnorm_kernel<W><<<m.s[2], row_threads(m.s[3]), 0, c->compute>>>(out, (const float *)m.p[1], m.p[2], m.s[3], m.f[0])));
+      break;
+    case CMD_LAYERNORM:
+      HG_DISPATCH_DT(m.s[0], W, HG_DISPATCH_DT(m.s[1], B, (layernorm_kernel<W, B><<<m.s[2], row_threads(m.s[3]), 0, c->compute>>>(out, (const float *)m.p[1], m.p[2], m.p[3], m.s[3], m.f[0]))));
+      break;
+    case CMD_ROPE:
+      rope_kernel<<<dim3(m.s[0], m.s[2]), m.s[4] >= 64 ? 64 : 32, 0, c->compute>>>(out, m.s[1], (const int *)m.p[1], m.d[0], m.s[3], (const float *)m.p[2], (const float *)m.p[3], m.s[4]);
+      break;
+    case CMD_SILU: {
+      const size_t n = get_count(m);
+      silu_mul_kernel<<<hg_blocks(n, 256, c->numSMs * 8), 256, 0, c->compute>>>(out, (const float *)m.p[1], (const float *)m.p[2], n);
+      break;
+    }
+    case CMD_RELU: {
+      const size_t n = get_count(m);
+      relu_kernel<<<hg_blocks(n, 256, c->numSMs * 8), 256, 0, c->compute>>>(out, n);
+      break;
+    }
+    case CMD_GELU: {
+      const size_t n = get_count(m);
+      gelu_kernel<<<hg_blocks(n, 256, c->numSMs * 8), 256, 0, c->compute>>>(out, n);
+      break;
+    }
+    case CMD_ADD: {
+      const size_t n = get_count(m);
+      add_kernel<<<hg_blocks(n, 256, c->numSMs * 8), 256, 0, c->compute>>>(out, (const float *)m.p[1], (const float *)m.p[2], n);
+      break;
+    }
+    case CMD_SOFTMAX: {
+      // Recorded: the block size follows the row width (static), not the per-step column count.
+      const int by = dynBase ? m.s[1] : m.d[0];
+      softmax_kernel<<<m.s[0], by >= 4096 ? 1024 : 256, 0, c->compute>>>(out, m.s[1], m.d[0], dynBase ? (const int *)(dynBase + m.dynOff) : NULL);
+      break;
+    }
+    default: return (int)cudaErrorInvalidValue;
+  }
+  return hg_launched();
+}
+
+// Per-step ints of a command: into the blob when recording (the kernel reads them there).
+static int put_dyn(HgCtx *c, Cmd &cmd, int count) {
+  if (!hg_recording(c)) return 0;
+  const long off = hg_blob_put(c, cmd.d, (size_t)count * sizeof(int));
+  if (off >= 0) { cmd.dynOff = (int)off; return 0; }
+  return hg_drain(c);
+}
+int hg_put_dyn(HgCtx *c, Cmd &cmd, int count) { return put_dyn(c, cmd, count); }
+Cmd hg_new_cmd(int kind) { return new_cmd(kind); }
+
 extern "C" {
 
 // ids: host array of n ids (already range-checked); n == 1 passes the id by value.
 HG_EXPORT int hg_cu_embedding(HgCtx *c, float *out, const void *table, int dt, int dim, const int *ids, int n) {
-  HG_FLUSH(c);
+  HG_FLUSH_REC(c);
   const int *dids = NULL;
-  if (n > 1) { int r = hg_upload_ints(c, ids, (size_t)n, (int **)&dids); if (r) return r; }
-  dim3 grid((dim + 255) / 256, n);
-  HG_DISPATCH_DT(dt, T, (embedding_kernel<T><<<grid, 256, 0, c->compute>>>(out, table, dim, dids, ids[0])));
-  return hg_launched();
+  if (n > 1 || hg_recording(c)) { int r = hg_upload_ints(c, ids, (size_t)n, (int **)&dids); if (r) return r; }
+  Cmd m = new_cmd(CMD_EMBED);
+  m.p[0] = out; m.p[1] = table; m.p[2] = dids;
+  m.s[0] = dt; m.s[1] = dim; m.s[2] = n; m.d[0] = ids[0];
+  return hg_submit(c, m);
 }
 
 HG_EXPORT int hg_cu_rmsnorm(HgCtx *c, float *out, const float *x, const void *w, int wt, int n, int d, float eps) {
-  HG_FLUSH(c);
-  HG_DISPATCH_DT(wt, W, (rmsnorm_kernel<W><<<n, row_threads(d), 0, c->compute>>>(out, x, w, d, eps)));
-  return hg_launched();
+  HG_FLUSH_REC(c);
+  Cmd m = new_cmd(CMD_RMSNORM);
+  m.p[0] = out; m.p[1] = x; m.p[2] = w;
+  m.s[0] = wt; m.s[2] = n; m.s[3] = d; m.f[0] = eps;
+  return hg_submit(c, m);
 }
 
 HG_EXPORT int hg_cu_layernorm(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *b, int bt, int n, int d, float eps) {
-  HG_FLUSH(c);
-  HG_DISPATCH_DT(wt, W, HG_DISPATCH_DT(bt, B, (layernorm_kernel<W, B><<<n, row_threads(d), 0, c->compute>>>(out, x, w, b, d, eps))));
-  return hg_launched();
+  HG_FLUSH_REC(c);
+  Cmd m = new_cmd(CMD_LAYERNORM);
+  m.p[0] = out; m.p[1] = x; m.p[2] = w; m.p[3] = b;
+  m.s[0] = wt; m.s[1] = bt; m.s[2] = n; m.s[3] = d; m.f[0] = eps;
+  return hg_submit(c, m);
 }
 
 HG_EXPORT int hg_cu_rope(HgCtx *c, float *x, int n, int width, const int *positions, int heads, int headDim, const float *cosT, const float *sinT, int half) {
-  HG_FLUSH(c);
+  HG_FLUSH_REC(c);
   const int *dpos = NULL;
-  if (n > 1) { int r = hg_upload_ints(c, positions, (size_t)n, (int **)&dpos); if (r) return r; }
-  unsigned t = half >= 64 ? 64 : 32;
-  rope_kernel<<<dim3(n, heads), t, 0, c->compute>>>(x, width, dpos, positions[0], headDim, cosT, sinT, half);
-  return hg_launched();
+  if (n > 1 || hg_recording(c)) { int r = hg_upload_ints(c, positions, (size_t)n, (int **)&dpos); if (r) return r; }
+  Cmd m = new_cmd(CMD_ROPE);
+  m.p[0] = x; m.p[1] = dpos; m.p[2] = cosT; m.p[3] = sinT;
+  m.s[0] = n; m.s[1] = width; m.s[2] = heads; m.s[3] = headDim; m.s[4] = half; m.d[0] = positions[0];
+  return hg_submit(c, m);
 }
 
-HG_EXPORT int hg_cu_silu_mul(HgCtx *c, float *out, const float *g, const float *u, double n) {
-  HG_FLUSH(c);
-  silu_mul_kernel<<<hg_blocks((size_t)n, 256, c->numSMs * 8), 256, 0, c->compute>>>(out, g, u, (size_t)n);
-  return hg_launched();
+static int elementwise(HgCtx *c, int kind, float *out, const float *a, const float *b, double n) {
+  HG_FLUSH_REC(c);
+  Cmd m = new_cmd(kind);
+  m.p[0] = out; m.p[1] = a; m.p[2] = b;
+  put_count(m, (size_t)n);
+  return hg_submit(c, m);
 }
-HG_EXPORT int hg_cu_relu(HgCtx *c, float *x, double n) {
-  HG_FLUSH(c);
-  relu_kernel<<<hg_blocks((size_t)n, 256, c->numSMs * 8), 256, 0, c->compute>>>(x, (size_t)n);
-  return hg_launched();
-}
-HG_EXPORT int hg_cu_gelu(HgCtx *c, float *x, double n) {
-  HG_FLUSH(c);
-  gelu_kernel<<<hg_blocks((size_t)n, 256, c->numSMs * 8), 256, 0, c->compute>>>(x, (size_t)n);
-  return hg_launched();
-}
-HG_EXPORT int hg_cu_add(HgCtx *c, float *out, const float *a, const float *b, double n) {
-  HG_FLUSH(c);
-  add_kernel<<<hg_blocks((size_t)n, 256, c->numSMs * 8), 256, 0, c->compute>>>(out, a, b, (size_t)n);
-  return hg_launched();
-}
+
+HG_EXPORT int hg_cu_silu_mul(HgCtx *c, float *out, const float *g, const float *u, double n) { return elementwise(c, CMD_SILU, out, g, u, n); }
+HG_EXPORT int hg_cu_relu(HgCtx *c, float *x, double n) { return elementwise(c, CMD_RELU, x, NULL, NULL, n); }
+HG_EXPORT int hg_cu_gelu(HgCtx *c, float *x, double n) { return elementwise(c, CMD_GELU, x, NULL, NULL, n); }
+HG_EXPORT int hg_cu_add(HgCtx *c, float *out, const float *a, const float *b, double n) { return elementwise(c, CMD_ADD, out, a, b, n); }
+
 HG_EXPORT int hg_cu_softmax(HgCtx *c, float *x, int rows, int width, int cols) {
-  HG_FLUSH(c);
-  softmax_kernel<<<rows, cols >= 4096 ? 1024 : 256, 0, c->compute>>>(x, width, cols);
-  return hg_launched();
+  HG_FLUSH_REC(c);
+  Cmd m = new_cmd(CMD_SOFTMAX);
+  m.p[0] = x;
+  m.s[0] = rows; m.s[1] = width; m.d[0] = cols;
+  int r = put_dyn(c, m, 1);
+  return r ? r : hg_submit(c, m);
 }
 
 // Greedy pick on the device: only one int crosses to the host. Returns the index, or
 // -(error) on failure.
 HG_EXPORT int hg_cu_argmax(HgCtx *c, const float *x, int n) {
-  { int fr = hg_flush_copies(c); if (fr) return -fr; }
+  { int fr = hg_drain(c); if (!fr) fr = hg_flush_copies(c); if (fr) return -fr; }
   argmax_kernel<<<1, 1024, 0, c->compute>>>(x, n, c->argmaxOut);
   int r = hg_launched();
   if (r) return -r;

@@ -7,7 +7,7 @@
  * comes from an arena reserved once at creation (DeviceArena does the bookkeeping).
  */
 import type { Pointer } from "bun:ffi";
-import { BackendChecks, DTYPE_BYTES, HybridgenError, shapeNumel, type Backend, type DType, type Tensor } from "@hybridgen/core";
+import { BackendChecks, DTYPE_BYTES, HybridgenError, isIndex, shapeNumel, type Backend, type DType, type Tensor } from "@hybridgen/core";
 import { DeviceArena, type ArenaStats } from "./arena.js";
 import { cudaAvailability } from "./availability.js";
 import { CudaTensor } from "./cuda-tensor.js";
@@ -24,7 +24,8 @@ const PATH_CODE: Readonly<Record<MatmulPath | "auto", number>> = { auto: -1, gem
 const GEMV_MAX_ROWS = 8;
 // Execution errors after which the CUDA context is lost for the rest of the process.
 const STICKY = new Set([700, 710, 714, 715, 716, 717, 718, 719, 720, 999]);
-const MAX_HOST_INTS = 2 * 1024 * 1024; // the native int scratch (ids, positions, slots)
+const MAX_GRAPH_KEYS = 8; // HG_MAX_GRAPH_KEYS in native/common.cuh
+const MAX_HOST_INTS = 1024 * 1024; // the native int scratch (ids, positions, slots)
 
 const P = (address: number) => address as Pointer;
 
@@ -59,10 +60,15 @@ export class CudaBackend implements Backend {
   private lost: string | null = null;
   private matmulPath = PATH_CODE.auto;
   private readonly check: BackendChecks<CudaTensor>;
+  /** cudaGraphs option: beginStep/endStep record and replay decode steps. */
+  private readonly graphs: boolean;
+  private readonly stepKeys = new Map<string, number>();
+  private inStep = false;
 
   /** `native` replaces the library (tests of the validation layer run without a GPU). */
   constructor(options: CudaBackendOptions = {}, native?: { lib: CudaNative; device: CudaDevice }) {
     const o = parseCudaBackendOptions(options);
+    this.graphs = o.cudaGraphs;
     if (native) {
       this.lib = native.lib;
       this.device = native.device;
@@ -190,6 +196,7 @@ export class CudaBackend implements Backend {
   close(): void {
     if (this.isClosed) return;
     this.isClosed = true;
+    this.inStep = false;
     for (const t of this.live) t.freed = true;
     this.live.clear();
     this.arena.reset();
@@ -356,6 +363,88 @@ export class CudaBackend implements Backend {
     const r = this.lib.hg_cu_argmax(this.ctx, P(xi.at(row * xi.cols)), xi.cols);
     if (r < 0) this.ok("argmax (or an op queued before it)", -r);
     return r;
+  }
+
+  // ---- decode-step graphs ----------------------------------------------------------------------
+
+  /**
+   * Starts a decode step (core's Attention calls it for one-token blocks): until endStep() the
+   * GEMVs, row ops, attention stages and K/V appends are recorded instead of launched; their
+   * per-step values (token id, position, span length, copy destinations) go to a small blob.
+   * endStep() replays the CUDA graph captured for `key` when the recorded launches match the
+   * ones it was captured from, else captures a new one: one graph launch instead of ~420 kernel
+   * launches a step. Any other op in between (a read, a write, a cuBLAS GEMM) first runs what
+   * was recorded, and the step finishes eagerly. No-op with the option cudaGraphs: false.
+   */
+  beginStep(key: string): void {
+    const ctx = this.live_("beginStep");
+    if (!this.graphs) return;
+    if (this.inStep) this.endStep();
+    let id = this.stepKeys.get(key);
+    if (id === undefined) {
+      id = this.stepKeys.size % MAX_GRAPH_KEYS; // a reused slot re-captures: still correct
+      this.stepKeys.set(key, id);
+    }
+    this.ok("beginStep", this.lib.hg_cu_step_begin(ctx, id));
+    this.inStep = true;
+  }
+
+  /** Ends the step begun by beginStep(): replays or captures its graph (see beginStep). */
+  endStep(): void {
+    if (!this.inStep) return;
+    this.inStep = false;
+    this.ok("endStep (an op of the recorded decode step)", this.lib.hg_cu_step_end(this.live_("endStep")));
+  }
+
+  /** Counters of the decode-step graphs since creation. */
+  graphStats(): { captures: number; replays: number; drained: number; eagerSteps: number; recordedOps: number } {
+    const c = new Float64Array(5);
+    this.lib.hg_cu_step_stats(this.live_("graphStats"), c);
+    return { captures: c[0], replays: c[1], drained: c[2], eagerSteps: c[3], recordedOps: c[4] };
+  }
+
+  /** Forgets every captured graph (the next step of each key captures again). */
+  resetGraphs(): void {
+    const ctx = this.live_("resetGraphs");
+    if (this.inStep) this.endStep();
+    this.lib.hg_cu_step_reset(ctx);
+  }
+
+  // ---- prefill attention ------------------------------------------------------------------------
+
+  /**
+   * Causal attention of n query rows (positions firstPos + i) over cached keys [0, firstPos + i]
+   * at slots start + j, without the score matrix: a flash-style kernel (tensor cores for
+   * bf16/f16 caches with head dim 64 or 128, a warp-per-row kernel otherwise).
+   */
+  attnCausal(out: Tensor, q: Tensor, n: number, k: Tensor, v: Tensor, start: number, firstPos: number, scale: number): void {
+    const op = "attnCausal";
+    const o = this.check.f32(out, op, "out");
+    const qi = this.check.f32(q, op, "q");
+    const kt = this.check.own(k, op, "k");
+    const vt = this.check.own(v, op, "v");
+    if (kt.shape.length !== 3) bad(`${op}: k must be 3-D [kvHeads, cap, headDim], got ${kt}`);
+    if (vt.shape.length !== 3 || vt.shape.some((d, i) => d !== kt.shape[i]) || vt.dtype !== kt.dtype) bad(`${op}: v ${vt} must have the shape and dtype of k ${kt}`);
+    const [kvHeads, cap, headDim] = kt.shape;
+    if (qi.cols % headDim !== 0 || (qi.cols / headDim) % kvHeads !== 0) bad(`${op}: q rows have ${qi.cols} values, not a multiple of ${kvHeads} KV heads x headDim ${headDim}`);
+    const heads = qi.cols / headDim;
+    if (o.cols !== qi.cols) bad(`${op}: out rows have ${o.cols} values, q rows ${qi.cols}`);
+    this.check.rowsAtLeast(qi, n, op, "q");
+    this.check.rowsAtLeast(o, n, op, "out");
+    if (!isIndex(start) || !isIndex(firstPos)) bad(`${op}: start and firstPos must be non-negative integers`);
+    if (start + firstPos + n > cap) bad(`${op}: keys at slots ${start}..${start + firstPos + n} exceed the cache capacity ${cap}`);
+    if (headDim > 256) bad(`${op}: head dim ${headDim} exceeds the kernels' limit of 256`);
+    if (!Number.isFinite(scale)) bad(`${op}: scale ${scale} is not finite`);
+    if (o.overlaps(qi, n, n)) bad(`${op}: out must not overlap q`);
+    CudaBackend.int32(kt.numel, op, "k elements");
+    CudaBackend.int32(n * qi.cols, op, "q elements");
+    if (n === 0) return;
+    this.ok(op, this.lib.hg_cu_attn_causal(this.ctx, P(o.addr), P(qi.addr), qi.cols, P(kt.addr), P(vt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, start, firstPos, n, scale));
+  }
+
+  /** Whether attnCausal takes the tensor-core kernel for this cache dtype and head dim. */
+  attnCausalUsesTensorCores(dtype: DType, headDim: number): boolean {
+    return this.lib.hg_cu_attn_causal_path(DTYPE_CODE[dtype], headDim) === 1;
   }
 
   // ---- attention stages ---------------------------------------------------------------------

@@ -46,6 +46,12 @@ export const backendSymbols = {
   hg_cu_copy_bandwidth: { args: [ptr, ptr, ptr, f64, i32, ptr], returns: i32 },
   hg_cu_test_fault: { args: [ptr, i32], returns: i32 },
   hg_cu_set_batch_copies: { args: [ptr, i32], returns: none },
+  hg_cu_step_begin: { args: [ptr, i32], returns: i32 },
+  hg_cu_step_end: { args: [ptr], returns: i32 },
+  hg_cu_step_stats: { args: [ptr, ptr], returns: none },
+  hg_cu_step_reset: { args: [ptr], returns: none },
+  hg_cu_attn_causal: { args: [ptr, ptr, ptr, i32, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, i32, f32], returns: i32 },
+  hg_cu_attn_causal_path: { args: [i32, i32], returns: i32 },
 } as const;
 
 /** The functions the backend calls; a test can hand the backend a stand-in with the same shape. */
