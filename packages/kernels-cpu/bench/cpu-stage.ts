@@ -11,6 +11,7 @@
 import type { CpuStageJob, DType, Tensor } from "@hybridgen/core";
 import { cpus } from "node:os";
 import { createCpuBackend, NativeCpuStage } from "../src/index.js";
+import { bestSeconds, filledTensor } from "./measure.js";
 
 const quick = process.argv.includes("--quick");
 const threads = Number(process.env.HYBRIDGEN_THREADS ?? cpus().length);
@@ -18,27 +19,12 @@ const KV = 8, HEADS = 32, D = 128;
 const SIZES = quick ? [1024, 16384, 65536] : [1024, 4096, 16384, 65536, 262144];
 
 function time(fn: () => void, budget = quick ? 0.1 : 0.4): number {
-  for (let i = 0; i < 2; i++) fn();
-  let best = Infinity, perBatch = 1;
-  const start = Bun.nanoseconds();
-  while ((Bun.nanoseconds() - start) / 1e9 < budget) {
-    const t0 = Bun.nanoseconds();
-    for (let i = 0; i < perBatch; i++) fn();
-    const dt = (Bun.nanoseconds() - t0) / 1e9;
-    best = Math.min(best, dt / perBatch);
-    if (dt < 0.002) perBatch *= 2;
-  }
-  return best;
+  return bestSeconds(fn, budget, 2);
 }
 
 const be = createCpuBackend({ threads });
 function filled(shape: number[], dtype: DType): Tensor {
-  const t = be.alloc(shape, dtype);
-  const n = shape.reduce((a, b) => a * b, 1);
-  const chunk = new Float32Array(Math.min(n, 1 << 20));
-  for (let i = 0; i < chunk.length; i++) chunk[i] = Math.sin(i * 0.37) * 0.5;
-  for (let off = 0; off < n; off += chunk.length) be.write(t, chunk.subarray(0, Math.min(chunk.length, n - off)), off);
-  return t;
+  return filledTensor(be, shape, dtype, 0.37);
 }
 
 function table(title: string, head: string[], rows: string[][]): void {

@@ -10,39 +10,19 @@ import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { createCpuBackend, cpuFeatures } from "../src/index.js";
+import { bestSeconds, filledTensor } from "./measure.js";
 import { cpus } from "node:os";
 
 const quick = process.argv.includes("--quick");
 const be = createCpuBackend(process.env.BENCH_THREADS ? { threads: Number(process.env.BENCH_THREADS) } : {});
 const features = cpuFeatures();
 
-/**
- * Seconds per call: calls run in batches of at least 2 ms until `budget` seconds have passed;
- * the result is the fastest batch's mean, so other processes on a shared machine disturb
- * it less than they would a plain mean.
- */
 function time(fn: () => void, budget = quick ? 0.05 : 0.25): number {
-  for (let i = 0; i < 3; i++) fn();
-  let perBatch = 1;
-  let best = Infinity;
-  const start = Bun.nanoseconds();
-  while ((Bun.nanoseconds() - start) / 1e9 < budget) {
-    const t0 = Bun.nanoseconds();
-    for (let i = 0; i < perBatch; i++) fn();
-    const dt = (Bun.nanoseconds() - t0) / 1e9;
-    best = Math.min(best, dt / perBatch);
-    if (dt < 0.002) perBatch *= 2;
-  }
-  return best;
+  return bestSeconds(fn, budget, 3);
 }
 
 function filled(shape: number[], dtype: DType = "f32"): Tensor {
-  const t = be.alloc(shape, dtype);
-  const n = shape.reduce((a, b) => a * b, 1);
-  const chunk = new Float32Array(Math.min(n, 1 << 20));
-  for (let i = 0; i < chunk.length; i++) chunk[i] = Math.sin(i) * 0.5;
-  for (let off = 0; off < n; off += chunk.length) be.write(t, chunk.subarray(0, Math.min(chunk.length, n - off)), off);
-  return t;
+  return filledTensor(be, shape, dtype, 1);
 }
 
 const streamCache = new Map<number, number>();
