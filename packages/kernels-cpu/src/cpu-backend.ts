@@ -174,7 +174,7 @@ export class CpuBackend implements Backend {
   matmul(out: Tensor, x: Tensor, w: Tensor, n: number, bias?: Tensor): void {
     const [o, xi, wt, b] = this.check.matmul(out, x, w, n, bias);
     if (n === 0) return;
-    const [m, k] = wt.shape;
+    const m = wt.shape[0], k = wt.shape[1]; // not destructured: this runs per decode op
     this.lib.hg_matmul(this.ctx, o.ptr, xi.ptr, wt.ptr, DTYPE_CODE[wt.dtype], b ? b.ptr : null, b ? DTYPE_CODE[b.dtype] : 0, n, k, m);
   }
 
