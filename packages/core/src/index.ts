@@ -23,6 +23,7 @@ export * from "./contracts/scheduler.js";
 export * from "./contracts/memory.js";
 export * from "./hybrid/cpu-stage.js";
 export * from "./hybrid/backend-cpu-stage.js";
+export * from "./hybrid/gathered-values.js";
 export * from "./hybrid/check-stage-job.js";
 export * from "./hybrid/hybrid-attention.js";
 export * from "./hybrid/hybrid-stats.js";

@@ -6,7 +6,7 @@
  */
 import { dlopen, FFIType, ptr as addressOf, toArrayBuffer, type Pointer } from "bun:ffi";
 import {
-  checkStageJob, fail, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape,
+  checkStageJob, fail, GatheredValues, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape,
   type DType, type Selection, type Tensor,
 } from "@hybridgen/core";
 import { z } from "zod";
@@ -63,7 +63,7 @@ interface Slot {
   sel: NativeBuf; logits: Float32Array;
   ids: NativeBuf; idsView: Int32Array;
   counts: NativeBuf; countsView: Int32Array;
-  values: CpuTensor; view: Tensor | null; viewKmax: number; kmax: number;
+  values: GatheredValues<CpuTensor>; // store: [kvHeads · cap, headDim] in the K/V dtype
 }
 
 export class NativeCpuStage implements CpuStage {
@@ -110,7 +110,7 @@ export class NativeCpuStage implements CpuStage {
         sel, logits: new Float32Array(toArrayBuffer(sel.p, 0, sel.bytes)),
         ids, idsView: new Int32Array(toArrayBuffer(ids.p, 0, ids.bytes)),
         counts, countsView: new Int32Array(toArrayBuffer(counts.p, 0, counts.bytes)),
-        values: this.backend.alloc([kvHeads * cap, headDim], dtype) as CpuTensor, view: null, viewKmax: -1, kmax: 0,
+        values: new GatheredValues(this.backend, this.backend.alloc([kvHeads * cap, headDim], dtype) as CpuTensor, kvHeads, headDim),
       });
     }
   }
@@ -153,14 +153,9 @@ export class NativeCpuStage implements CpuStage {
   }
 
   output(slot: 0 | 1): CpuStageOutput {
-    const { kvHeads, headDim } = this.ready();
+    this.ready();
     const s = this.slot(slot);
-    if (s.viewKmax !== s.kmax) {
-      if (s.view) this.backend.free(s.view);
-      s.view = this.backend.view(s.values, 0, [kvHeads, Math.max(1, s.kmax), headDim]);
-      s.viewKmax = s.kmax;
-    }
-    return { kmax: s.kmax, logits: s.logits, values: s.view!, ids: s.idsView, counts: s.countsView };
+    return { kmax: s.values.kmax, logits: s.logits, values: s.values.output(), ids: s.idsView, counts: s.countsView };
   }
 
   close(): void {
@@ -169,10 +164,7 @@ export class NativeCpuStage implements CpuStage {
     this.pending = false;
     this.lib.hg_stage_destroy(this.handle);
     this.handle = null;
-    for (const s of this.slots) {
-      if (s.view) this.backend.free(s.view);
-      this.backend.free(s.values);
-    }
+    for (const s of this.slots) s.values.close();
     this.slots = [];
     for (const b of this.bufs) this.lib.hg_free(b.p, b.bytes);
     this.bufs.length = 0;
@@ -191,7 +183,7 @@ export class NativeCpuStage implements CpuStage {
     checkStageJob(job, shape);
     const k = this.store(job.k, "K"), v = this.store(job.v, "V");
     const s = this.slot(job.slot), J = this.job;
-    s.kmax = job.kmax;
+    s.values.kmax = job.kmax;
     const set = (i: number, x: number) => (J[i] = BigInt(x));
     set(F.flags, flags);
     set(F.q, s.q.p);
@@ -202,7 +194,7 @@ export class NativeCpuStage implements CpuStage {
     set(F.all, this.all!.p); set(F.lstride, shape.storeCapacity);
     set(F.ids, s.ids.p); set(F.counts, s.counts.p);
     set(F.kmax, job.kmax); set(F.budget, budget);
-    set(F.sel, s.sel.p); set(F.vstage, s.values.ptr);
+    set(F.sel, s.sel.p); set(F.vstage, s.values.store.ptr);
     this.jobF64[20] = job.scale;
   }
 

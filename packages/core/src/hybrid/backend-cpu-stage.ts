@@ -9,16 +9,14 @@ import { selectionForKvHead, type Selection } from "../contracts/selector.js";
 import { fail } from "../errors.js";
 import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape } from "./cpu-stage.js";
 import { checkStageJob } from "./check-stage-job.js";
+import { GatheredValues } from "./gathered-values.js";
 
 interface Slot {
   query: Float32Array;
   logits: Float32Array;
   ids: Int32Array;
   counts: Int32Array;
-  values: Tensor; // [kvHeads · storeCapacity, headDim] f32
-  view: Tensor | null;
-  viewKmax: number;
-  kmax: number;
+  values: GatheredValues; // store: [kvHeads · storeCapacity, headDim] f32
 }
 
 export class BackendCpuStage implements CpuStage {
@@ -47,7 +45,7 @@ export class BackendCpuStage implements CpuStage {
       this.slots.push({
         query: new Float32Array(heads * headDim), logits: new Float32Array(heads * cap),
         ids: new Int32Array(kvHeads * cap), counts: new Int32Array(kvHeads),
-        values: be.alloc([kvHeads * cap, headDim]), view: null, viewKmax: -1, kmax: 0,
+        values: new GatheredValues(be, be.alloc([kvHeads * cap, headDim]), kvHeads, headDim),
       });
     }
   }
@@ -92,14 +90,9 @@ export class BackendCpuStage implements CpuStage {
   }
 
   output(slot: 0 | 1): CpuStageOutput {
-    const { kvHeads, headDim } = this.ready();
+    this.ready();
     const s = this.slot(slot);
-    if (s.viewKmax !== s.kmax) {
-      if (s.view) this.backend.free(s.view);
-      s.view = this.backend.view(s.values, 0, [kvHeads, Math.max(1, s.kmax), headDim]);
-      s.viewKmax = s.kmax;
-    }
-    return { kmax: s.kmax, logits: s.logits, values: s.view!, ids: s.ids, counts: s.counts };
+    return { kmax: s.values.kmax, logits: s.logits, values: s.values.output(), ids: s.ids, counts: s.counts };
   }
 
   close(): void {
@@ -107,10 +100,7 @@ export class BackendCpuStage implements CpuStage {
     this.closed = true;
     const be = this.backend;
     for (const v of this.tableViews.values()) be.free(v);
-    for (const s of this.slots) {
-      if (s.view) be.free(s.view);
-      be.free(s.values);
-    }
+    for (const s of this.slots) s.values.close();
     if (this.scoresT) be.free(this.scoresT);
     if (this.qT) be.free(this.qT);
     this.slots = [];
@@ -148,7 +138,7 @@ export class BackendCpuStage implements CpuStage {
 
   private setIds(s: Slot, job: CpuStageJob, selection: Selection): void {
     const { kvHeads } = this.shape!, kmax = job.kmax;
-    s.kmax = kmax;
+    s.values.kmax = kmax;
     for (let g = 0; g < kvHeads; g++) {
       const ids = selectionForKvHead(selection, g);
       if (ids.length > kmax) fail(`cpu stage: KV head ${g} selected ${ids.length} tokens, more than the step's width ${kmax}`);
@@ -174,7 +164,7 @@ export class BackendCpuStage implements CpuStage {
     }
     const rows = new Int32Array(kvHeads * kmax);
     for (let g = 0; g < kvHeads; g++) for (let i = 0; i < kmax; i++) rows[g * kmax + i] = g * cap + s.ids[g * kmax + i];
-    this.backend.embedding(s.values, table, rows);
+    this.backend.embedding(s.values.store, table, rows);
   }
 
   private slot(i: 0 | 1): Slot {
