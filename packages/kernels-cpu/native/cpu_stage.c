@@ -48,12 +48,13 @@ static int64_t now_ns(void) {
 static inline int64_t esize(int64_t type) { return type == HG_F32 ? 4 : 2; }
 
 /* ---- parallel pieces ------------------------------------------------------------------ */
-typedef struct { hg_stage *s; const hg_stage_job *j; hg_logits_args a; int64_t count; int chunks; } run_ctx;
+typedef struct { hg_stage *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks; } run_ctx;
 
+/* Contiguous runs of the (KV head, token) space: long streams of one head's rows per piece. */
 static void score_task(void *v, int part, int parts) {
     run_ctx *r = v;
     int64_t b, e;
-    hg_split(r->count, 16, part, parts, &b, &e);
+    hg_split(r->a.count * r->a.kv_heads, 16, part, parts, &b, &e);
     if (b < e) r->s->ctx->k->attn_logits(&r->a, b, e);
 }
 
@@ -140,9 +141,9 @@ static void selected_task(void *v, int part, int parts) {
     if (j->flags & HG_STAGE_SELECTED) {
         if (vb < ve) {
             hg_logits_args a = {
-                sel + g * group * kmax, (const float *)(intptr_t)j->q + g * group * j->head_dim,
+                sel + g * group * kmax, r->qp + g * group * r->qs,
                 (const char *)(intptr_t)j->k + g * j->kcap * j->head_dim * esize(j->ktype),
-                ids, kmax, j->kcap, 0, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale,
+                ids, kmax, j->kcap, 0, cnt, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale,
             };
             r->s->ctx->k->attn_logits(&a, vb, ve);
         }
@@ -177,11 +178,18 @@ static int64_t check_ids(const hg_stage_job *j) {
 
 static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     int threads = hg_pool_threads(s->ctx->pool);
-    run_ctx r = {s, j, {0}, 0, 1};
+    run_ctx r = {s, j, {0}, NULL, 0, 1};
+    if (j->flags & (HG_STAGE_SCORE | HG_STAGE_SELECTED)) { /* the query, packed once for the logits kernel */
+        const hg_kernels *k = s->ctx->k;
+        r.qs = k->attn_qstride((int)j->ktype, (int)j->head_dim);
+        float *qp = hg_grow(&s->ctx->qpack, &s->ctx->qpack_bytes, (size_t)(j->heads * r.qs) * sizeof(float));
+        if (!qp) return -2;
+        k->attn_qpack(qp, (const float *)(intptr_t)j->q, (int)j->heads, (int)j->head_dim, (int)j->ktype);
+        r.qp = qp;
+    }
     if (j->flags & HG_STAGE_SCORE) {
-        r.a = (hg_logits_args){(float *)(intptr_t)j->all_logits, (const float *)(intptr_t)j->q, (const void *)(intptr_t)j->k,
-                               NULL, j->lstride, j->kcap, 0, (int)j->ktype, (int)j->heads, (int)j->kv_heads, (int)j->head_dim, (float)j->scale};
-        r.count = j->n;
+        r.a = (hg_logits_args){(float *)(intptr_t)j->all_logits, r.qp, (const void *)(intptr_t)j->k, NULL, j->lstride, j->kcap, 0,
+                               j->n, (int)j->ktype, (int)j->heads, (int)j->kv_heads, (int)j->head_dim, (float)j->scale};
         int64_t work = j->n * j->heads * j->head_dim;
         int parts = work < 32768 ? 1 : 4 * threads;
         hg_pool_run(s->ctx->pool, score_task, &r, parts);

@@ -14,6 +14,11 @@ struct hg_ctx {
     size_t params_bytes;
     float *scratch;    /* per-piece partial sums of attention aggregation */
     size_t scratch_bytes;
+    float *qpack;      /* the query of attention logits, packed for the kernel */
+    size_t qpack_bytes;
 };
+
+/* A buffer of at least `bytes` in *buf (grown, 64-byte aligned); NULL when out of memory. */
+float *hg_grow(float **buf, size_t *have, size_t bytes);
 
 #endif

@@ -60,8 +60,17 @@ void hg_destroy(hg_ctx *c) {
     hg_pool_destroy(c->pool);
     free(c->params);
     free(c->scratch);
+    free(c->qpack);
     free(c);
 }
 
 int hg_ctx_isa(const hg_ctx *c) { return c->isa; }
 int hg_ctx_threads(const hg_ctx *c) { return hg_pool_threads(c->pool); }
+
+float *hg_grow(float **buf, size_t *have, size_t bytes) {
+    if (*have >= bytes) return *buf;
+    free(*buf);
+    *buf = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    *have = *buf ? bytes : 0;
+    return *buf;
+}

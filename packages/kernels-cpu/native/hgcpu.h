@@ -47,11 +47,11 @@ void hg_softmax(hg_ctx *c, float *x, int rows, int stride, int cols);
 int64_t hg_argmax(hg_ctx *c, const float *x, int64_t count);
 /* Returns -1 on success, else the index of the first slot outside [0, cap). */
 int64_t hg_check_slots(const int32_t *slots, int64_t count, int64_t cap);
+/* Ops returning int give 0 when scratch memory could not be allocated, else 1. */
 /* logits[h*lstride + j] = scale * q[h] . K[h/group, tok(j)] for j < count. */
-void hg_attn_logits(hg_ctx *c, float *logits, int lstride, const float *q, const void *k, int ktype,
+int hg_attn_logits(hg_ctx *c, float *logits, int lstride, const float *q, const void *k, int ktype,
                     int heads, int kv_heads, int head_dim, int64_t cap,
                     int64_t start, const int32_t *slots, int64_t count, float scale);
-/* Ops returning int give 0 when scratch memory could not be allocated, else 1. */
 /* out[h] (+)= sum_j probs[h*pstride + j] * V[h/group, tok(j)]. */
 int hg_attn_aggregate(hg_ctx *c, float *out, const float *probs, int pstride, const void *v, int vtype,
                        int heads, int kv_heads, int head_dim, int64_t cap,

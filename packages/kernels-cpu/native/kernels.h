@@ -10,9 +10,11 @@ typedef struct {
     int wtype, btype, n, k, m;
 } hg_matmul_args;
 
+/* logits[h*lstride + j] = scale * q[h] . K[h/group, tok(j)] for j < count, tok(j) = slots ? slots[j] :
+ * start + j. qp is the query packed by the same table's attn_qpack (attn_qstride floats per head). */
 typedef struct {
-    float *logits; const float *q; const void *k; const int32_t *slots;
-    int64_t lstride, cap, start; int ktype, heads, kv_heads, head_dim; float scale;
+    float *logits; const float *qp; const void *k; const int32_t *slots;
+    int64_t lstride, cap, start, count; int ktype, heads, kv_heads, head_dim; float scale;
 } hg_logits_args;
 
 typedef struct {
@@ -23,8 +25,12 @@ typedef struct {
 typedef struct {
     /* rows [r0, r1) of matrix out[m] = w[m] . x over x rows 0..n-1 */
     void (*matmul)(const hg_matmul_args *a, long r0, long r1);
-    /* tokens [j0, j1) of the span/gather */
-    void (*attn_logits)(const hg_logits_args *a, int64_t j0, int64_t j1);
+    /* items [f0, f1) of the (KV head, token) space, item f = kv_head * count + j */
+    void (*attn_logits)(const hg_logits_args *a, int64_t f0, int64_t f1);
+    /* floats per head of a packed query (<= head_dim rounded up to 32) */
+    int (*attn_qstride)(int ktype, int head_dim);
+    /* q [heads, head_dim] -> dst [heads, attn_qstride]: the layout the logits kernel reads */
+    void (*attn_qpack)(float *dst, const float *q, int heads, int head_dim, int ktype);
     /* acc[heads*head_dim] += contribution of tokens [j0, j1) */
     void (*attn_aggregate)(const hg_aggr_args *a, float *acc, int64_t j0, int64_t j1);
     void (*rmsnorm_row)(float *out, const float *x, const float *w, int k, float eps);

@@ -198,21 +198,27 @@ int64_t hg_check_slots(const int32_t *slots, int64_t count, int64_t cap) {
     return -1;
 }
 
-typedef struct { hg_ctx *c; hg_logits_args a; int64_t count; } logits_job;
+typedef struct { hg_ctx *c; hg_logits_args a; } logits_job;
 
+/* Pieces are contiguous runs of the (KV head, token) space: each thread streams long runs of
+ * one head's rows, and every piece is about the same size whatever the head count. */
 static void logits_task(void *v, int ith, int nth) {
     logits_job *j = v;
     int64_t b, e;
-    hg_split(j->count, LINE, ith, nth, &b, &e);
+    hg_split(j->a.count * j->a.kv_heads, LINE, ith, nth, &b, &e);
     if (b < e) j->c->k->attn_logits(&j->a, b, e);
 }
 
-void hg_attn_logits(hg_ctx *c, float *logits, int lstride, const float *q, const void *k, int ktype,
-                    int heads, int kv_heads, int head_dim, int64_t cap,
-                    int64_t start, const int32_t *slots, int64_t count, float scale) {
-    /* logits_args indexes output columns by j; shift the base so column j lands at logits + j */
-    logits_job j = {c, {logits, q, k, slots, lstride, cap, start, ktype, heads, kv_heads, head_dim, scale}, count};
+int hg_attn_logits(hg_ctx *c, float *logits, int lstride, const float *q, const void *k, int ktype,
+                   int heads, int kv_heads, int head_dim, int64_t cap,
+                   int64_t start, const int32_t *slots, int64_t count, float scale) {
+    size_t qs = (size_t)c->k->attn_qstride(ktype, head_dim);
+    float *qp = hg_grow(&c->qpack, &c->qpack_bytes, (size_t)heads * qs * sizeof(float));
+    if (!qp) return 0;
+    c->k->attn_qpack(qp, q, heads, head_dim, ktype);
+    logits_job j = {c, {logits, qp, k, slots, lstride, cap, start, count, ktype, heads, kv_heads, head_dim, scale}};
     hg_pool_run(c->pool, logits_task, &j, parts_for(c, count * heads * head_dim, PIECES));
+    return 1;
 }
 
 typedef struct { hg_ctx *c; hg_aggr_args a; float *out, *partials; int64_t count; int accumulate, parts; } aggr_job;

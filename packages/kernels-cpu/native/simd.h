@@ -3,7 +3,12 @@
  * symbol suffix (HG_SUFFIX), so the three copies of each kernel link into one library.
  *   vf        a vector of VW floats
  *   vld/vst   unaligned f32 load/store; vld_f16 / vld_bf16 load VW halves widened to f32
- *   vfma(a,b,c) = a*b + c, vhsum = sum of lanes, vexp = e^x (about 2 ulp; 0 below -87.3) */
+ *   vfma(a,b,c) = a*b + c, vhsum = sum of lanes, vexp = e^x (about 2 ulp; 0 below -87.3)
+ *   vld_part / vld_f16_part  the first n < VW elements, the rest zero (never reads past p + n)
+ *   vld_bf16_eo   2*VW bf16 widened as two vectors: even elements, odd elements (shift and mask,
+ *                 no lane shuffles: the dot-product kernels pair them with a query split the same way)
+ *   vsum_lanes(a) one vector whose lane i is vhsum(a[i]) for VW vectors a[0..VW), bit for bit:
+ *                 the same halving tree, done for VW sums at once (a transposing add tree) */
 #ifndef HG_SIMD_H
 #define HG_SIMD_H
 #include <stdint.h>
@@ -44,6 +49,37 @@ static inline void vhsum4(vf a, vf b, vf c, vf d, float *r) {
     __m256 abcd = _mm256_hadd_ps(ab, cd);
     _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
 }
+static inline vf vld_part(const float *p, int n) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
+static inline vf vld_f16_part(const uint16_t *p, int n) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), p));
+}
+static inline void bf16_eo(__m512i x, vf *e, vf *o) {
+    *e = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    *o = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xffff0000u)));
+}
+static inline void vld_bf16_eo(const uint16_t *p, vf *e, vf *o) { bf16_eo(_mm512_loadu_si512(p), e, o); }
+static inline void vld_bf16_eo_part(const uint16_t *p, int n, vf *e, vf *o) {
+    bf16_eo(_mm512_maskz_loadu_epi16((__mmask32)((1u << n) - 1), p), e, o);
+}
+/* One level of the transposing add tree: in each pair of w-lane blocks, the low block gets
+ * the pair's sum from a, the high block the pair's sum from b (blend + one shuffle + add). */
+static inline vf comb8(vf a, vf b) { return _mm512_add_ps(_mm512_mask_blend_ps(0xFF00, a, b), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 3, 2))); }
+static inline vf comb4(vf a, vf b) {
+    const __m512i idx = _mm512_setr_epi32(4, 5, 6, 7, 16, 17, 18, 19, 12, 13, 14, 15, 24, 25, 26, 27);
+    return _mm512_add_ps(_mm512_mask_blend_ps(0xF0F0, a, b), _mm512_permutex2var_ps(a, idx, b));
+}
+static inline vf comb2(vf a, vf b) { return _mm512_add_ps(_mm512_mask_blend_ps(0xCCCC, a, b), _mm512_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 3, 2))); }
+static inline vf comb1(vf a, vf b) {
+    return _mm512_add_ps(_mm512_mask_blend_ps(0xAAAA, a, b), _mm512_permute_ps(_mm512_mask_blend_ps(0x5555, a, b), _MM_SHUFFLE(2, 3, 0, 1)));
+}
+/* lanes l and l+8, then +4, +2, +1: the tree of _mm512_reduce_add_ps */
+static inline vf vsum_lanes(const vf *a) {
+    vf c8[8], c4[4], c2[2];
+    for (int i = 0; i < 8; i++) c8[i] = comb8(a[i], a[i + 8]);
+    for (int i = 0; i < 4; i++) c4[i] = comb4(c8[i], c8[i + 4]);
+    for (int i = 0; i < 2; i++) c2[i] = comb2(c4[i], c4[i + 2]);
+    return comb1(c2[0], c2[1]);
+}
 static inline vf vround(vf v) { return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 /* 2^n for integral n in [-126, 127] */
 static inline vf vpow2i(vf n) {
@@ -83,6 +119,37 @@ static inline float vhsum(vf v) {
 static inline void vhsum4(vf a, vf b, vf c, vf d, float *r) {
     __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
     _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
+}
+static inline vf vld_part(const float *p, int n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
+}
+static inline vf vld_f16_part(const uint16_t *p, int n) {
+    uint16_t t[8] = {0};
+    memcpy(t, p, (size_t)n * 2);
+    return vld_f16(t);
+}
+static inline void bf16_eo(__m256i x, vf *e, vf *o) {
+    *e = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+    *o = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline void vld_bf16_eo(const uint16_t *p, vf *e, vf *o) { bf16_eo(_mm256_loadu_si256((const __m256i *)p), e, o); }
+static inline void vld_bf16_eo_part(const uint16_t *p, int n, vf *e, vf *o) {
+    uint16_t t[16] = {0};
+    memcpy(t, p, (size_t)n * 2);
+    vld_bf16_eo(t, e, o);
+}
+static inline vf comb4(vf a, vf b) { return _mm256_add_ps(_mm256_blend_ps(a, b, 0xF0), _mm256_permute2f128_ps(a, b, 0x21)); }
+static inline vf comb2(vf a, vf b) { return _mm256_add_ps(_mm256_blend_ps(a, b, 0xCC), _mm256_shuffle_ps(a, b, _MM_SHUFFLE(1, 0, 3, 2))); }
+static inline vf comb1(vf a, vf b) {
+    return _mm256_add_ps(_mm256_blend_ps(a, b, 0xAA), _mm256_permute_ps(_mm256_blend_ps(a, b, 0x55), _MM_SHUFFLE(2, 3, 0, 1)));
+}
+/* lanes l and l+4, then +2, +1: the tree of vhsum */
+static inline vf vsum_lanes(const vf *a) {
+    vf c4[4], c2[2];
+    for (int i = 0; i < 4; i++) c4[i] = comb4(a[i], a[i + 4]);
+    for (int i = 0; i < 2; i++) c2[i] = comb2(c4[i], c4[i + 2]);
+    return comb1(c2[0], c2[1]);
 }
 static inline float vhmax(vf v) {
     __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -125,6 +192,19 @@ static inline vf vfma(vf a, vf b, vf c) { return a * b + c; }
 static inline float vhsum(vf v) { return (v[0] + v[1]) + (v[2] + v[3]); }
 static inline float vhmax(vf v) { float a = v[0] > v[1] ? v[0] : v[1], b = v[2] > v[3] ? v[2] : v[3]; return a > b ? a : b; }
 static inline void vhsum4(vf a, vf b, vf c, vf d, float *r) { r[0] = vhsum(a); r[1] = vhsum(b); r[2] = vhsum(c); r[3] = vhsum(d); }
+static inline vf vld_part(const float *p, int n) { vf v = vzero(); for (int i = 0; i < n; i++) v[i] = p[i]; return v; }
+static inline vf vld_f16_part(const uint16_t *p, int n) { vf v = vzero(); for (int i = 0; i < n; i++) v[i] = hg_f16_to_f32(p[i]); return v; }
+static inline void vld_bf16_eo_part(const uint16_t *p, int n, vf *e, vf *o) {
+    vf a = vzero(), b = vzero();
+    for (int i = 0; i < n; i++) {
+        if (i & 1) b[i >> 1] = hg_bf16_to_f32(p[i]);
+        else a[i >> 1] = hg_bf16_to_f32(p[i]);
+    }
+    *e = a;
+    *o = b;
+}
+static inline void vld_bf16_eo(const uint16_t *p, vf *e, vf *o) { vld_bf16_eo_part(p, 8, e, o); }
+static inline vf vsum_lanes(const vf *a) { vf r = {vhsum(a[0]), vhsum(a[1]), vhsum(a[2]), vhsum(a[3])}; return r; }
 #else
 #error "define one of HG_ISA_AVX512, HG_ISA_AVX2, HG_ISA_GENERIC"
 #endif

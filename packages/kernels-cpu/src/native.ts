@@ -31,7 +31,7 @@ const symbols = {
   hg_check_slots: { args: [ptr, i64, i64], returns: i64_fast },
   hg_attn_logits: {
     args: [ptr, ptr, i32, ptr, ptr, i32, i32, i32, i32, i64, i64, ptr, i64, f32],
-    returns: none,
+    returns: i32,
   },
   hg_attn_aggregate: {
     args: [ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32, i64, i64, ptr, i64, i32],
