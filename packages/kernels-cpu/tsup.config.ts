@@ -1,11 +1,4 @@
 import { defineConfig } from "tsup";
+import { packageBuild } from "../../tsup.package";
 
-export default defineConfig({
-  entry: ["src/index.ts"],
-  format: ["esm"],
-  dts: true,
-  clean: true,
-  target: "es2022",
-  platform: "node",
-  external: [/^bun:/, /^@hybridgen\//],
-});
+export default defineConfig(packageBuild);
