@@ -1,8 +1,7 @@
 /** Loads libhgcpu.so through bun:ffi. One library per process, opened on first use. */
 import { dlopen, FFIType } from "bun:ffi";
 import { existsSync } from "node:fs";
-import { fileURLToPath } from "node:url";
-import { fail } from "@hybridgen/core";
+import { fail, resolveNativeLibrary } from "@hybridgen/core";
 
 const { ptr, i32, i64, i64_fast, u64, f32, f64, void: none } = FFIType;
 
@@ -45,9 +44,7 @@ export type NativeLib = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
 
 /** Absolute path of the library: $HYBRIDGEN_KERNELS_CPU_LIB, else ../lib/libhgcpu.so next to this module. */
 export function nativeLibraryPath(): string {
-  const env = process.env.HYBRIDGEN_KERNELS_CPU_LIB;
-  if (env) return env;
-  return fileURLToPath(new URL("../lib/libhgcpu.so", import.meta.url));
+  return resolveNativeLibrary("HYBRIDGEN_KERNELS_CPU_LIB", new URL("../lib/libhgcpu.so", import.meta.url));
 }
 
 let lib: NativeLib | undefined;
