@@ -2,7 +2,8 @@
  * Decode and prefill speed of the CUDA backend on preset:llama-3.1-8b with dummy bf16 weights
  * (batch 1), next to the floor measured in the same run: (weight bytes + KV bytes read per
  * step) ÷ device-to-device copy bandwidth. Prints one table. Usage:
- *   bun bench.js [--contexts 2048,8192] [--steps 32] [--preset llama-3.1-8b]
+ *   bun bench.js [--contexts 2048,8192,32768] [--steps 32] [--preset llama-3.1-8b] [--prefill-block 8192]
+ * The first context runs twice: decode-step CUDA graphs off, then on (the rest: on).
  */
 import { loadModel, presetConfig, type Backend } from "@hybridgen/core";
 import { createCudaBackend, describeCudaAvailability, cudaAvailability } from "../src/index.js";
@@ -14,7 +15,8 @@ function arg(name: string, dflt: string): string {
   return i >= 0 ? process.argv[i + 1] : dflt;
 }
 
-const contexts = arg("contexts", "2048,8192").split(",").map(Number);
+const contexts = arg("contexts", "2048,8192,32768").split(",").map(Number);
+const prefillBlock = Number(arg("prefill-block", "8192"));
 const steps = Number(arg("steps", "32"));
 const preset = arg("preset", "llama-3.1-8b");
 
@@ -96,12 +98,12 @@ const maxContext = Math.max(...contexts) + steps + 1;
 const counter = counting(cuda);
 let t0 = performance.now();
 using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
-using model = loadModel(files, counter.backend, { maxContext, prefillBlock: 512, kvDtype: "bf16" });
+using model = loadModel(files, counter.backend, { maxContext, prefillBlock, kvDtype: "bf16" });
 console.log(`loaded ${preset} (bf16 dummy weights, ${(weightBytes / 1e9).toFixed(2)} GB read per step) in ${((performance.now() - t0) / 1e3).toFixed(1)} s; arena used ${(cuda.memory().usedBytes / 1e9).toFixed(1)} GB`);
 
-const rows: string[] = ["| context | batched copies | prefill s | prefill tok/s | decode ms/token | floor ms | ratio | backend calls/step |", "| --- | --- | --- | --- | --- | --- | --- | --- |"];
-for (const [ctx, batched] of contexts.flatMap((c, i) => (i === 0 ? [[c, false], [c, true]] : [[c, true]])) as [number, boolean][]) {
-  cuda.setBatchCopies(batched);
+const rows: string[] = ["| context | CUDA graphs | prefill s | prefill tok/s | decode ms/token | floor ms | ratio | backend calls/step | graphs captured/replayed/drained | arena peak GB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
+for (const [ctx, graphs] of contexts.flatMap((c, i) => (i === 0 ? [[c, false], [c, true]] : [[c, true]])) as [number, boolean][]) {
+  cuda.setCudaGraphs(graphs);
   model.reset();
   const prompt = Int32Array.from({ length: ctx }, (_, i) => (i * 7919 + 13) % vocab);
   t0 = performance.now();
@@ -112,6 +114,7 @@ for (const [ctx, batched] of contexts.flatMap((c, i) => (i === 0 ? [[c, false], 
   model.step(Int32Array.of(tok), ctx);
   tok = model.argmaxLogits();
   counter.reset();
+  const g0 = cuda.graphStats();
   t0 = performance.now();
   for (let s = 1; s < steps; s++) {
     model.step(Int32Array.of(tok), ctx + s);
@@ -119,12 +122,14 @@ for (const [ctx, batched] of contexts.flatMap((c, i) => (i === 0 ? [[c, false], 
   }
   const ms = (performance.now() - t0) / (steps - 1);
   const calls = counter.calls() / (steps - 1);
+  const g1 = cuda.graphStats();
+  const gs = `${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain}`;
   // bw counts bytes read + written by a copy: the memory's throughput, which a read-only step can use whole.
   const floorMs = ((weightBytes + kvBytesPerToken * (ctx + steps / 2)) / bw) * 1e3;
-  rows.push(`| ${ctx} | ${batched} | ${prefillS.toFixed(2)} | ${(ctx / prefillS).toFixed(0)} | ${ms.toFixed(2)} | ${floorMs.toFixed(2)} | ${(ms / floorMs).toFixed(2)} | ${calls.toFixed(0)} |`);
+  rows.push(`| ${ctx} | ${graphs} | ${prefillS.toFixed(2)} | ${(ctx / prefillS).toFixed(0)} | ${ms.toFixed(2)} | ${floorMs.toFixed(2)} | ${(ms / floorMs).toFixed(2)} | ${calls.toFixed(0)} | ${gs} | ${(cuda.memory().peakBytes / 1e9).toFixed(1)} |`);
   console.log(rows[rows.length - 1]);
 }
-console.log(`\n## decode, ${preset} bf16 dummy weights, batch 1, ${steps - 1} timed steps; floor = (weights + KV) bytes ÷ D2D copy bandwidth (read + write)`);
+console.log(`\n## ${preset} bf16 dummy weights, bf16 KV, batch 1, prefill blocks of ${prefillBlock} (attnCausal, tensor cores: ${cuda.attnCausalUsesTensorCores("bf16", hd)}), ${steps - 1} timed decode steps; floor = (weights + KV) bytes ÷ D2D copy bandwidth (read + write)`);
 for (const r of diag) console.log(r);
 for (const r of rows) console.log(r);
 model.close();

@@ -14,12 +14,15 @@ for impl in ["sdpa"]:
     config = LlamaConfig(**{k: v for k, v in cfg.items() if k not in ("architectures",)}, attn_implementation=impl)
     with torch.device("cuda"):
         model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    with torch.no_grad():  # warm-up: cuBLAS handles and kernels, outside the timings
+        model(torch.arange(512, device="cuda")[None], use_cache=True, logits_to_keep=1)
+        torch.cuda.synchronize()
     for ctx in contexts:
         ids = (torch.arange(ctx, device="cuda") * 7919 + 13) % config.vocab_size
         with torch.no_grad():
             model.config._attn_implementation = "sdpa"
             torch.cuda.synchronize(); t = time.perf_counter()
-            out = model(ids[None], use_cache=True)
+            out = model(ids[None], use_cache=True, logits_to_keep=1)  # the last row's logits, as ours
             torch.cuda.synchronize(); pre = time.perf_counter() - t
             model.config._attn_implementation = "eager"
             past = out.past_key_values

@@ -275,6 +275,84 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         record(`attnAggregateGather empty overwrites with zeros ${tag}`, maxAbs(cuda.read(out.c, 0, heads * hd), ref.read(out.r, 0, heads * hd)), 0);
       }
     }
+    // attnCausal (prefill attention without the score matrix) against the reference's row stages.
+    for (const dt of DTYPES) {
+      for (const [heads, kvHeads, hd, n, firstPos, start] of [[32, 8, 128, 150, 70, 5], [8, 2, 64, 97, 0, 0], [6, 6, 40, 33, 10, 3], [4, 1, 128, 64, 200, 0]] as const) {
+        const cap = start + firstPos + n + 3, total = firstPos + n;
+        const tc = cuda.attnCausalUsesTensorCores(dt, hd);
+        const tag = `${dt} h${heads}/${kvHeads} d${hd} n${n}@${firstPos}${tc ? " tensor cores" : ""}`;
+        const q = pair([n, heads * hd]);
+        const k = pair([kvHeads, cap, hd], dt), v = pair([kvHeads, cap, hd], dt);
+        const out = pair([n + 1, heads * hd], "f32", undefined, true);
+        const scale = 1 / Math.sqrt(hd);
+        cuda.attnCausal(out.c, q.c, n, k.c, v.c, start, firstPos, scale);
+        const sc = ref.alloc([heads, total]);
+        owned.push([ref, sc]);
+        for (let i = 0; i < n; i++) {
+          ref.attnLogits(sc, 0, q.r, i, k.r, start, firstPos + i + 1, scale);
+          ref.softmax(sc, heads, firstPos + i + 1);
+          ref.attnAggregate(out.r, i, sc, 0, v.r, start, firstPos + i + 1, false);
+        }
+        // Tensor cores round q and the probabilities to the cache's 16-bit type.
+        const tol = !tc ? 1e-5 : dt === "bf16" ? 2e-2 : 4e-3;
+        record(`attnCausal ${tag}`, relErr(cuda.read(out.c, 0, n * heads * hd), ref.read(out.r, 0, n * heads * hd)), tol);
+        record(`attnCausal leaves row n alone ${tag}`, cuda.read(out.c, n * heads * hd, heads * hd).every(Number.isNaN) ? 0 : 1, 0);
+      }
+    }
+    // Recorded decode steps (CUDA graphs): per-step values change every step (K/V append row,
+    // position, span length); the first step captures, the rest replay.
+    {
+      const heads = 8, kvHeads = 2, hd = 64, cap = 40, steps = 12;
+      const before = cuda.graphStats();
+      const k = pair([kvHeads, cap, hd], "bf16"), v = pair([kvHeads, cap, hd], "bf16");
+      const x = pair([1, heads * hd]), qkv = pair([1, (heads + 2 * kvHeads) * hd]);
+      const cos = pair([cap, hd / 2]), sin = pair([cap, hd / 2]);
+      const lg = pair([heads, cap]), out = pair([1, heads * hd], "f32", undefined, true);
+      const views = (be: Backend, t: Tensor) => ({
+        q: be.view(t, 0, [1, heads * hd]), qk: be.view(t, 0, [1, (heads + kvHeads) * hd]),
+        kRows: be.view(t, heads * hd, [kvHeads, hd]), vRows: be.view(t, (heads + kvHeads) * hd, [kvHeads, hd]),
+      });
+      const sides = [
+        { be: cuda as Backend, ...views(cuda, qkv.c), x: x.c, k: k.c, v: v.c, lg: lg.c, out: out.c, cos: cos.c, sin: sin.c },
+        { be: ref as Backend, ...views(ref, qkv.r), x: x.r, k: k.r, v: v.r, lg: lg.r, out: out.r, cos: cos.r, sin: sin.r },
+      ];
+      let worst = 0;
+      for (let s = 0; s < steps; s++) {
+        const pos = Int32Array.of(s);
+        const fresh = values((heads + 2 * kvHeads) * hd);
+        cuda.write(qkv.c, fresh);
+        ref.write(qkv.r, fresh);
+        cuda.beginStep("op-checks");
+        for (const t of sides) {
+          const be = t.be;
+          be.rope(t.qk, 1, pos, heads + kvHeads, hd, t.cos, t.sin);
+          for (let g = 0; g < kvHeads; g++) {
+            be.copyRows(t.k, g * cap + s, t.kRows, g, 1);
+            be.copyRows(t.v, g * cap + s, t.vRows, g, 1);
+          }
+          be.attnLogits(t.lg, 0, t.q, 0, t.k, 0, s + 1, 1 / Math.sqrt(hd));
+          be.softmax(t.lg, heads, s + 1);
+          be.attnAggregate(t.out, 0, t.lg, 0, t.v, 0, s + 1, false);
+          be.add(t.x, t.out, t.out, 1);
+          if (be === cuda) cuda.endStep();
+        }
+        worst = Math.max(worst, relErr(cuda.read(x.c), ref.read(x.r)));
+      }
+      const after = cuda.graphStats();
+      record(`recorded decode steps x${steps} (K/V append, rope, attention, add)`, worst, 1e-5);
+      record("recorded steps: 1 capture, the rest replayed, none drained", Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
+      // A read in the middle of a step runs what was recorded first.
+      cuda.beginStep("op-checks-drain");
+      cuda.add(out.c, x.c, x.c, 1);
+      const mid = cuda.read(out.c);
+      const y = pair([1, heads * hd]);
+      cuda.add(y.c, out.c, x.c, 1);
+      cuda.endStep();
+      const xv = cuda.read(x.c);
+      record("read inside a step sees the ops before it", maxAbs(mid, xv.map((a) => 2 * a)), 0);
+      record("ops after a mid-step read still run", maxAbs(cuda.read(y.c), xv.map((a) => 3 * a)), 1e-6);
+      record("a mid-step read drains the step", cuda.graphStats().drained - after.drained === 1 ? 0 : 1, 0);
+    }
     cuda.synchronize();
   } finally {
     cuda.setMatmulPath("auto");

@@ -88,6 +88,8 @@ struct HgCtx {
   StepGraph graphs[HG_MAX_GRAPH_KEYS];
   int skipSteps[HG_MAX_GRAPH_KEYS];
   long long nCaptures, nReplays, nDrains, nEagerSteps, nRecorded;
+  char lastDrain[64];     // the entry point that last drained a step (diagnostics)
+  int lastCaptureError;   // the last failed capture's error, 0 none
 };
 
 // Loads one element of any dtype as float.
@@ -151,7 +153,8 @@ __device__ __forceinline__ float block_max(float v, float *red) {
 // Runs the queued small copies (one launch, or one recorded command inside a step).
 int hg_flush_copies(HgCtx *c);
 // Inside a recorded step: runs what was recorded, and the rest of the step runs eagerly.
-int hg_drain(HgCtx *c);
+int hg_drain_at(HgCtx *c, const char *who);
+#define hg_drain(c) hg_drain_at((c), __func__)
 // Ops that cannot be recorded call HG_FLUSH before their work; recordable ones HG_FLUSH_REC.
 #define HG_FLUSH(c) do { int fr_ = hg_drain(c); if (!fr_) fr_ = hg_flush_copies(c); if (fr_) return fr_; } while (0)
 #define HG_FLUSH_REC(c) do { int fr_ = hg_flush_copies(c); if (fr_) return fr_; } while (0)

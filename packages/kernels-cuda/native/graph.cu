@@ -5,6 +5,7 @@
 #include "common.cuh"
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
 
 // A key whose step had to drain runs its next steps eagerly without recording (a step that
 // reads or writes host memory mid-way, e.g. hybrid attention, would drain every time).
@@ -45,8 +46,9 @@ static int run_all(HgCtx *c) {
   return 0;
 }
 
-int hg_drain(HgCtx *c) {
+int hg_drain_at(HgCtx *c, const char *who) {
   if (c->stepMode != STEP_RECORDING) return 0;
+  snprintf(c->lastDrain, sizeof c->lastDrain, "%s", who);
   c->stepMode = STEP_EAGER;  // first: the flush below must launch, not record
   c->stepDrained = 1;
   c->nDrains++;
@@ -153,6 +155,7 @@ HG_EXPORT int hg_cu_step_end(HgCtx *c) {
   if (matches(g, c->cmds, c->ncmds)) {
     c->nReplays++;
   } else if ((r = capture(c, g))) {
+    c->lastCaptureError = r;
     // Could not capture (an unsupported launch): run the step eagerly and stop trying for a while.
     c->skipSteps[c->stepKey] = SKIP_AFTER_DRAIN;
     r = run_all(c);
@@ -172,6 +175,11 @@ HG_EXPORT void hg_cu_step_stats(HgCtx *c, double *counts) {
   counts[2] = (double)c->nDrains;
   counts[3] = (double)c->nEagerSteps;
   counts[4] = (double)c->nRecorded;
+}
+
+// The entry point that last drained a step, and the last capture error ("name:code").
+HG_EXPORT void hg_cu_step_info(HgCtx *c, char *buf, int len) {
+  if (buf && len > 0) snprintf(buf, (size_t)len, "%s:%d", c->lastDrain, c->lastCaptureError);
 }
 
 // Forgets every captured graph (the next step of each key captures again).

@@ -4,11 +4,12 @@
 #include <string.h>
 
 template <int DT>
-__global__ void embedding_kernel(float *out, const void *table, int dim, const int *ids, int id0) {
-  const int row = blockIdx.y;
-  const size_t id = ids ? (size_t)ids[row] : (size_t)id0;
-  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < dim; c += gridDim.x * blockDim.x)
-    out[(size_t)row * dim + c] = ld<DT>(table, id * dim + c);
+__global__ void embedding_kernel(float *out, const void *table, int dim, const int *ids, int id0, int n) {
+  for (int row = blockIdx.y; row < n; row += gridDim.y) {  // grid.y is capped at 65535 rows
+    const size_t id = ids ? (size_t)ids[row] : (size_t)id0;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < dim; c += gridDim.x * blockDim.x)
+      out[(size_t)row * dim + c] = ld<DT>(table, id * dim + c);
+  }
 }
 
 template <int WT>
@@ -129,8 +130,8 @@ int hg_launch_rowop(HgCtx *c, const Cmd &m, const char *dynBase) {
   float *out = (float *)m.p[0];
   switch (m.kind) {
     case CMD_EMBED: {
-      dim3 grid((m.s[1] + 255) / 256, m.s[2]);
-      HG_DISPATCH_DT(m.s[0], T, (embedding_kernel<T><<<grid, 256, 0, c->compute>>>(out, m.p[1], m.s[1], (const int *)m.p[2], m.d[0])));
+      dim3 grid((m.s[1] + 255) / 256, m.s[2] < 65535 ? m.s[2] : 65535);
+      HG_DISPATCH_DT(m.s[0], T, (embedding_kernel<T><<<grid, 256, 0, c->compute>>>(out, m.p[1], m.s[1], (const int *)m.p[2], m.d[0], m.s[2])));
       break;
     }
     case CMD_RMSNORM:

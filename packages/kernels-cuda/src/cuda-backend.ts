@@ -61,7 +61,7 @@ export class CudaBackend implements Backend {
   private matmulPath = PATH_CODE.auto;
   private readonly check: BackendChecks<CudaTensor>;
   /** cudaGraphs option: beginStep/endStep record and replay decode steps. */
-  private readonly graphs: boolean;
+  private graphs: boolean;
   private readonly stepKeys = new Map<string, number>();
   private inStep = false;
 
@@ -396,11 +396,23 @@ export class CudaBackend implements Backend {
     this.ok("endStep (an op of the recorded decode step)", this.lib.hg_cu_step_end(this.live_("endStep")));
   }
 
+  /** Turns decode-step graphs on or off (the cudaGraphs option; benches compare both). */
+  setCudaGraphs(on: boolean): void {
+    if (this.inStep) this.endStep();
+    this.graphs = on;
+  }
+
   /** Counters of the decode-step graphs since creation. */
-  graphStats(): { captures: number; replays: number; drained: number; eagerSteps: number; recordedOps: number } {
+  graphStats(): { captures: number; replays: number; drained: number; eagerSteps: number; recordedOps: number; lastDrain: string } {
     const c = new Float64Array(5);
-    this.lib.hg_cu_step_stats(this.live_("graphStats"), c);
-    return { captures: c[0], replays: c[1], drained: c[2], eagerSteps: c[3], recordedOps: c[4] };
+    const ctx = this.live_("graphStats");
+    this.lib.hg_cu_step_stats(ctx, c);
+    const info = new Uint8Array(96);
+    this.lib.hg_cu_step_info(ctx, info, info.length);
+    const end = info.indexOf(0);
+    // "<entry point that last drained a step>:<last capture error>"
+    const lastDrain = new TextDecoder().decode(info.subarray(0, end < 0 ? info.length : end));
+    return { captures: c[0], replays: c[1], drained: c[2], eagerSteps: c[3], recordedOps: c[4], lastDrain };
   }
 
   /** Forgets every captured graph (the next step of each key captures again). */
