@@ -182,6 +182,13 @@ HG_EXPORT void hg_cu_step_info(HgCtx *c, char *buf, int len) {
   if (buf && len > 0) snprintf(buf, (size_t)len, "%s:%d", c->lastDrain, c->lastCaptureError);
 }
 
+// Forgets one slot's graph and skip counter (the TypeScript side hands the slot to another key).
+HG_EXPORT void hg_cu_step_forget(HgCtx *c, int key) {
+  if (key < 0 || key >= HG_MAX_GRAPH_KEYS) return;
+  drop_graph(c->graphs[key]);
+  c->skipSteps[key] = 0;
+}
+
 // Forgets every captured graph (the next step of each key captures again).
 HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
   for (int k = 0; k < HG_MAX_GRAPH_KEYS; k++) {

@@ -63,6 +63,9 @@ export class CudaBackend implements Backend {
   /** cudaGraphs option: beginStep/endStep record and replay decode steps. */
   private graphs: boolean;
   private readonly stepKeys = new Map<string, number>();
+  /** Which key holds each native graph slot (slots are reused round-robin past MAX_GRAPH_KEYS). */
+  private readonly slotOwners: (string | undefined)[] = new Array(MAX_GRAPH_KEYS);
+  private nextSlot = 0;
   private inStep = false;
 
   /** `native` replaces the library (tests of the validation layer run without a GPU). */
@@ -382,7 +385,16 @@ export class CudaBackend implements Backend {
     if (this.inStep) this.endStep();
     let id = this.stepKeys.get(key);
     if (id === undefined) {
-      id = this.stepKeys.size % MAX_GRAPH_KEYS; // a reused slot re-captures: still correct
+      id = this.nextSlot;
+      this.nextSlot = (this.nextSlot + 1) % MAX_GRAPH_KEYS;
+      const previous = this.slotOwners[id];
+      if (previous !== undefined) {
+        // A reused slot starts clean: the previous key's graph and its "run eagerly for the
+        // next steps" counter (after a drained step) belong to that key, not this one.
+        this.stepKeys.delete(previous);
+        this.lib.hg_cu_step_forget(ctx, id);
+      }
+      this.slotOwners[id] = key;
       this.stepKeys.set(key, id);
     }
     this.ok("beginStep", this.lib.hg_cu_step_begin(ctx, id));

@@ -147,4 +147,24 @@ describe("CudaBackend validation (stand-in native library)", () => {
     };
     expect(() => new CudaBackend({}, { lib, device })).toThrow(/^CUDA backend on device 0 \(Fake GPU\): an arena of 99 bytes was requested, but device 0 has 7 bytes free$/);
   });
+
+  it("hands a graph slot to a new key clean: the previous key's graph and skip counter are forgotten", () => {
+    const { be, calls } = make();
+    const slotOf = (key: string) => {
+      be.beginStep(key);
+      be.endStep();
+      const begins = calls.filter((c) => c.name === "hg_cu_step_begin");
+      return begins[begins.length - 1].args[1] as number;
+    };
+    const keys = Array.from({ length: 10 }, (_, i) => `decode-${i}`);
+    const slots = keys.map(slotOf);
+    expect(slots).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 0, 1]);
+    // the first 8 keys took fresh slots; keys 8 and 9 took over slots 0 and 1 and reset them
+    expect(calls.filter((c) => c.name === "hg_cu_step_forget").map((c) => c.args[1])).toEqual([0, 1]);
+    // a key keeps its slot while it owns it; an evicted key gets a fresh (reset) slot
+    expect(slotOf("decode-9")).toBe(1);
+    expect(slotOf("decode-0")).toBe(2);
+    expect(calls.filter((c) => c.name === "hg_cu_step_forget").map((c) => c.args[1])).toEqual([0, 1, 2]);
+    be.close();
+  });
 });
