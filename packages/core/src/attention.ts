@@ -14,8 +14,9 @@
  * matching V spans. A DecodeAttention (hybrid/) may take over single-token decode steps.
  *
  * Optional backend fast paths: a one-token block is bracketed by beginStep/endStep (a GPU
- * backend replays the whole step as one graph), and a prefill block over a contiguous cache
- * uses attnCausal (no n × n scores) instead of the row-by-row stages.
+ * backend replays the whole step as one graph), and a block over a contiguous cache (prefill,
+ * or a full-attention decode step) uses attnCausal (no n × n scores, one kernel for a decode
+ * step) instead of the row-by-row stages.
  */
 import type { Backend, Tensor } from "./backend.js";
 import { fail } from "./errors.js";
@@ -120,7 +121,8 @@ export class Attention implements Disposable {
       return;
     }
     const c = this.cache;
-    if (n > 1 && this.backend.attnCausal && c.spanCount === 1 && c.spanPos[0] === 0 && c.spanLen[0] === pos0 + n) {
+    // One contiguous span from position 0: the backend's causal kernel (also a decode step's).
+    if (this.backend.attnCausal && c.spanCount === 1 && c.spanPos[0] === 0 && c.spanLen[0] === pos0 + n) {
       this.backend.attnCausal(out, q, n, c.spanK(0, layer), c.spanV(0, layer), c.spanSlot[0], pos0, this.scale);
       return;
     }

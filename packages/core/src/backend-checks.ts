@@ -8,7 +8,7 @@
  * ReferenceBackend keeps its own validation: it is the readable specification, and its
  * messages are worded for its storage (element ranges rather than addresses).
  */
-import { DTYPE_BYTES, type DType, type Tensor } from "./backend.js";
+import { DTYPE_BYTES, type DType, type MatvecFusion, type Tensor } from "./backend.js";
 import { HybridgenError } from "./errors.js";
 import type { NativeTensor } from "./native-tensor.js";
 
@@ -181,6 +181,35 @@ export class BackendChecks<T extends NativeTensor> {
       if (b.numel !== m) badArgument(`matmul: bias ${b} must have m=${m} elements`);
     }
     return [o, xi, wt, b];
+  }
+
+  /** Backend.matvec: returns [out, x, w, bias, norm weight, m (result width), k]. */
+  matvec(out: Tensor, x: Tensor, w: Tensor, f: MatvecFusion): [T, T, T, T | undefined, T | undefined, number, number] {
+    const op = "matvec";
+    const o = this.f32(out, op, "out");
+    const xi = this.f32(x, op, "x");
+    const wt = this.own(w, op, "w");
+    if (wt.shape.length !== 2) badArgument(`${op}: w must be 2-D [m, k], got ${wt}`);
+    const rows = wt.shape[0], k = wt.shape[1];
+    if (f.siluMul && rows % 2 !== 0) badArgument(`${op}: siluMul needs w with an even row count ([gate; up]), got ${wt}`);
+    const m = f.siluMul ? rows / 2 : rows;
+    if (xi.cols !== k) badArgument(`${op}: x rows have ${xi.cols} values but w ${wt} expects k=${k}`);
+    if (o.cols !== m) badArgument(`${op}: out rows have ${o.cols} values but the result has ${m}`);
+    this.rowsAtLeast(xi, 1, op, "x");
+    this.rowsAtLeast(o, 1, op, "out");
+    if (o.overlaps(xi, 1, 1)) badArgument(`${op}: out must not overlap x`);
+    let b: T | undefined, nw: T | undefined;
+    if (f.bias !== undefined) {
+      b = this.own(f.bias, op, "bias");
+      if (b.numel !== rows) badArgument(`${op}: bias ${b} must have ${rows} elements`);
+      if (o.overlaps(b, 1, b.rows)) badArgument(`${op}: out must not overlap bias`);
+    }
+    if (f.normWeight !== undefined) {
+      nw = this.own(f.normWeight, op, "normWeight");
+      if (nw.numel !== k) badArgument(`${op}: normWeight ${nw} must have ${k} elements`);
+      if (!(typeof f.normEps === "number" && f.normEps >= 0)) badArgument(`${op}: normEps ${f.normEps} must be a number >= 0`);
+    }
+    return [o, xi, wt, b, nw, m, k];
   }
 
   rmsNorm(out: Tensor, x: Tensor, weight: Tensor, n: number, eps: number): [T, T, T] {

@@ -13,6 +13,18 @@ export type DType = "f32" | "f16" | "bf16";
 
 export const DTYPE_BYTES: Readonly<Record<DType, number>> = { f32: 4, f16: 2, bf16: 2 };
 
+/** What Backend.matvec fuses around y = h·wᵀ (+ bias) for one row. */
+export interface MatvecFusion {
+  readonly bias?: Tensor;
+  /** h = rmsNorm(x) with this weight (x's width elements) and normEps, instead of h = x. */
+  readonly normWeight?: Tensor;
+  readonly normEps?: number;
+  /** w (and bias) hold [gate; up], 2m rows: result[j] = silu(y[j]) · y[m + j], j < m. */
+  readonly siluMul?: boolean;
+  /** out += result (a residual add) instead of out = result. */
+  readonly accumulate?: boolean;
+}
+
 export interface Tensor {
   readonly dtype: DType;
   /** Row-major shape; the last dimension is contiguous. */
@@ -113,6 +125,17 @@ export interface Backend extends Disposable {
    * the n × (firstPos + n) scores: for rows i < n of q (heads × headDim each),
    *   out[i, h, :] = Σ_{j ≤ firstPos + i} softmax_j(scale · q[i, h, :] · K[h / group, start + j, :]) · V[h / group, start + j, :]
    * with K, V [kvHeads, cap, headDim] (f32/f16/bf16) and slots start .. start + firstPos + n − 1.
+   * Core also calls it for a full-attention decode step (n = 1) over a contiguous cache; a GPU
+   * backend runs a split-K decode kernel there.
    */
   attnCausal?(out: Tensor, q: Tensor, n: number, k: Tensor, v: Tensor, start: number, firstPos: number, scale: number): void;
+  /**
+   * Row 0 only (decode): out[0, :m] = result, or += result with `accumulate`, where
+   *   h = f.normWeight ? rmsNorm(x[0], f.normWeight, f.normEps) : x[0];  y = h·wᵀ (+ f.bias)
+   *   result = f.siluMul ? silu(y[:m]) · y[m:] : y
+   * out has m columns (w has m rows, or 2m with siluMul) and must not overlap x. It lets a
+   * GPU backend fuse the norm, the residual add and SiLU·up into the GEMV (fewer launches,
+   * no round trips of h); the norm step is one matmul's read of x, not a separate kernel.
+   */
+  matvec?(out: Tensor, x: Tensor, w: Tensor, f: MatvecFusion): void;
 }

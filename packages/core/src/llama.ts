@@ -14,7 +14,7 @@
  * is preallocated: a decode step allocates nothing in JS. Load options, the KV cache and
  * the step loop are DecoderModel's (decoder-model.ts).
  */
-import type { Backend, Tensor } from "./backend.js";
+import type { Backend, MatvecFusion, Tensor } from "./backend.js";
 import type { LlamaConfigJson } from "./config.js";
 import { check, fail } from "./errors.js";
 import { DecoderModel, contextLength, parseLoadOptions, type LlamaLoadOptions } from "./decoder-model.js";
@@ -36,6 +36,14 @@ interface LayerWeights {
   bg: Tensor | null; bu: Tensor | null;
   wdown: Tensor;
   bdown: Tensor | null;
+}
+
+/** Decode-step fusions per layer, when the backend has matvec (see runFusedLayer). */
+interface LayerFusions {
+  qkv: MatvecFusion; // rmsNorm(x) · Wqkvᵀ
+  o: MatvecFusion; // x += att · Woᵀ
+  gu: MatvecFusion; // silu(g)·u of rmsNorm(x) · Wguᵀ
+  down: MatvecFusion; // x += (silu(g)·u) · Wdownᵀ
 }
 
 /** Preallocated activations, sized for a prefill block (decode uses row 0). */
@@ -62,6 +70,9 @@ export class LlamaModel extends DecoderModel {
   private cos!: Tensor;
   private sin!: Tensor;
   private act!: Activations;
+  /** Set when the backend has matvec: decode steps then run 4 fused matvecs a layer. */
+  private fusions: LayerFusions[] | null = null;
+  private headFusion: MatvecFusion | null = null;
   private readonly specPos = new Int32Array(1);
 
   /** Load weights from `files` onto `backend`. `files` must stay open until close(). */
@@ -78,6 +89,7 @@ export class LlamaModel extends DecoderModel {
     return model.loadOrClose(() => {
       model.loadWeights(files.config as LlamaConfigJson);
       model.allocActivations();
+      model.prepareFusions();
     });
   }
 
@@ -94,9 +106,14 @@ export class LlamaModel extends DecoderModel {
     const attn = this.attention;
     attn.beginBlock(n);
     be.embedding(a.x, this.embed, ids);
+    const fused = decode ? this.fusions : null;
     for (let l = 0; l < s.layers; l++) {
       const w = this.layers[l];
       attn.layerInput(l, a.x);
+      if (fused) {
+        this.runFusedLayer(l, fused[l]);
+        continue;
+      }
       be.rmsNorm(a.h, a.x, w.attnNorm, n, eps);
       if (decode) {
         be.matmul(a.qkv, a.h, w.wqkv, 1, w.bqkv ?? undefined);
@@ -127,10 +144,37 @@ export class LlamaModel extends DecoderModel {
       be.add(a.x, a.x, a.h2, n);
     }
     // Only the last row's logits are needed.
-    if (n > 1) be.copyRows(a.last, 0, a.x, n - 1, 1);
-    be.rmsNorm(a.last, n > 1 ? a.last : a.x, this.finalNorm, 1, eps);
-    be.matmul(a.logits, a.last, this.lmHead, 1);
+    if (fused && this.headFusion) {
+      be.matvec!(a.logits, a.x, this.lmHead, this.headFusion);
+    } else {
+      if (n > 1) be.copyRows(a.last, 0, a.x, n - 1, 1);
+      be.rmsNorm(a.last, n > 1 ? a.last : a.x, this.finalNorm, 1, eps);
+      be.matmul(a.logits, a.last, this.lmHead, 1);
+    }
     attn.endBlock();
+  }
+
+  /** A decode step's layer through the backend's fused matvec: 4 matvecs, RoPE, attention. */
+  private runFusedLayer(l: number, f: LayerFusions): void {
+    const be = this.backend, a = this.act, s = this.shape, w = this.layers[l];
+    be.matvec!(a.qkv, a.x, w.wqkv, f.qkv);
+    be.rope(a.qkvQK, 1, a.positions, s.heads + s.kvHeads, s.headDim, this.cos, this.sin);
+    this.attention.attend(l, a.qkvQ, a.qkvK, a.qkvV, a.att);
+    be.matvec!(a.x, a.att, w.wo, f.o);
+    be.matvec!(a.guG, a.x, w.wgu, f.gu);
+    be.matvec!(a.x, a.guG, w.wdown, f.down);
+  }
+
+  private prepareFusions(): void {
+    if (!this.backend.matvec) return;
+    const eps = this.shape.normEps;
+    this.fusions = this.layers.map((w) => ({
+      qkv: { bias: w.bqkv ?? undefined, normWeight: w.attnNorm, normEps: eps },
+      o: { bias: w.bo ?? undefined, accumulate: true },
+      gu: { bias: w.bgu ?? undefined, normWeight: w.mlpNorm, normEps: eps, siluMul: true },
+      down: { bias: w.bdown ?? undefined, accumulate: true },
+    }));
+    this.headFusion = { normWeight: this.finalNorm, normEps: eps };
   }
 
   /** q of `layer` from residual row x: RoPE(W_q · rmsNorm(x)) at `pos`. */

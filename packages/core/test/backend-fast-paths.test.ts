@@ -1,8 +1,9 @@
 // Core's use of the optional Backend fast paths (beginStep/endStep around a decode step,
-// attnCausal for prefill blocks over a contiguous cache), on a ReferenceBackend given a
-// TypeScript f64 attnCausal and a step recorder that defers every op to endStep().
+// attnCausal for blocks over a contiguous cache, matvec fusions in decode steps), on a
+// ReferenceBackend given a TypeScript f64 attnCausal, a matvec composed of its plain ops, and a
+// step recorder that defers every op to endStep().
 import { describe, expect, it } from "vitest";
-import { LlamaModel, ReferenceBackend, type Backend, type Tensor } from "../src/index.js";
+import { LlamaModel, ReferenceBackend, type Backend, type MatvecFusion, type Tensor } from "../src/index.js";
 import { makeRng, maxAbsDiff, testSeed, tinyModel } from "./engine-helpers.js";
 
 const TOL = 1e-5; // f64 reference attention vs the f32 stage ops, on O(1) activations
@@ -40,7 +41,7 @@ function causalReference(be: Backend, out: Tensor, q: Tensor, n: number, k: Tens
  * A ReferenceBackend with the fast paths. Ops between beginStep and endStep are queued and run
  * at endStep (as a graph-replaying backend would), except reads, which run the queue first.
  */
-function fastPathBackend(): { be: Backend; log: string[] } {
+function fastPathBackend(opts: { matvec?: boolean } = {}): { be: Backend; log: string[] } {
   const inner = new ReferenceBackend();
   const log: string[] = [];
   let queue: (() => void)[] | null = null;
@@ -55,9 +56,19 @@ function fastPathBackend(): { be: Backend; log: string[] } {
     endStep: () => { log.push("endStep"); flush(); queue = null; },
     attnCausal: (out: Tensor, q: Tensor, n: number, k: Tensor, v: Tensor, start: number, firstPos: number, scale: number) => {
       log.push(`attnCausal:${n}@${firstPos}`);
-      causalReference(inner, out, q, n, k, v, start, firstPos, scale);
+      const run = () => causalReference(inner, out, q, n, k, v, start, firstPos, scale);
+      if (queue) queue.push(run);
+      else run();
     },
   };
+  if (opts.matvec) {
+    extra.matvec = (out: Tensor, x: Tensor, w: Tensor, f: MatvecFusion) => {
+      log.push(`matvec${f.normWeight ? "+norm" : ""}${f.siluMul ? "+silu" : ""}${f.accumulate ? "+acc" : ""}`);
+      const run = () => matvecByParts(inner, out, x, w, f);
+      if (queue) queue.push(run);
+      else run();
+    };
+  }
   const be = new Proxy(inner, {
     get(target, prop) {
       if (typeof prop === "string" && prop in extra) return extra[prop];
@@ -77,6 +88,20 @@ function fastPathBackend(): { be: Backend; log: string[] } {
     },
   }) as unknown as Backend;
   return { be, log };
+}
+
+/** Backend.matvec's definition, from the plain ops (the fused model must match the plain one). */
+function matvecByParts(be: Backend, out: Tensor, x: Tensor, w: Tensor, f: MatvecFusion): void {
+  const [rows, k] = w.shape, m = f.siluMul ? rows / 2 : rows;
+  const h = be.alloc([1, k]), y = be.alloc([1, rows]);
+  if (f.normWeight) be.rmsNorm(h, x, f.normWeight, 1, f.normEps ?? 0);
+  else be.copyRows(h, 0, be.view(x, 0, [1, k]), 0, 1);
+  be.matmul(y, h, w, 1, f.bias);
+  const r = f.siluMul ? be.alloc([1, m]) : y;
+  if (f.siluMul) be.siluMul(r, be.view(y, 0, [1, m]), be.view(y, m, [1, m]), 1);
+  if (f.accumulate) be.add(out, out, r, 1);
+  else be.copyRows(be.view(out, 0, [1, m]), 0, r, 0, 1);
+  for (const t of new Set([h, y, r])) be.free(t);
 }
 
 function randomIds(seed: number, n: number, vocab: number): Int32Array {
@@ -103,10 +128,33 @@ describe("optional Backend fast paths", () => {
       expect(log[0]).toMatch(/^beginStep:decode-\d+$/);
       expect(log.indexOf("endStep")).toBe(log.lastIndexOf("matmul") + 1);
       expect(log[log.length - 1]).toBe("read");
-      expect(log).not.toContain("attnCausal");
+      // A decode step over the contiguous cache is one attnCausal call a layer, no stage ops.
+      expect(log.filter((s) => s.startsWith("attnCausal"))).toEqual([`attnCausal:1@${t}`, `attnCausal:1@${t}`]);
+      expect(log).not.toContain("attnLogits");
     }
     expect(fast.argmaxLogits()).toBe(plain.argmaxLogits());
   });
+
+  for (const attentionBias of [false, true]) {
+    it(`decode steps through matvec fusions give the plain backend's logits (biases: ${attentionBias})`, () => {
+      const { files } = tinyModel({ seed: testSeed(45), attentionBias });
+      const ids = randomIds(testSeed(46), 24, 50);
+      using plain = LlamaModel.load(files, new ReferenceBackend(), { prefillBlock: 8 });
+      const { be, log } = fastPathBackend({ matvec: true });
+      using fast = LlamaModel.load(files, be, { prefillBlock: 8 });
+      expect(maxAbsDiff(fast.forward(ids.subarray(0, 16), 0), plain.forward(ids.subarray(0, 16), 0))).toBeLessThan(TOL);
+      expect(log.some((s) => s.startsWith("matvec"))).toBe(false); // prefill keeps the matmuls
+      for (let t = 16; t < ids.length; t++) {
+        log.length = 0;
+        expect(maxAbsDiff(fast.forward(ids.subarray(t, t + 1), t), plain.forward(ids.subarray(t, t + 1), t))).toBeLessThan(TOL);
+        // Per layer: norm+qkv, o (+= x), norm+gate/up with SiLU·up, down (+= x); then norm+lm_head.
+        const layer = ["matvec+norm", "matvec+acc", "matvec+norm+silu", "matvec+acc"];
+        expect(log.filter((s) => s.startsWith("matvec"))).toEqual([...layer, ...layer, "matvec+norm"]);
+        for (const op of ["rmsNorm", "matmul", "add", "siluMul"]) expect(log).not.toContain(op);
+      }
+      expect(fast.argmaxLogits()).toBe(plain.argmaxLogits());
+    });
+  }
 
   it("a KV window that offloads falls back to the stage ops", () => {
     const { files } = tinyModel({ seed: testSeed(43) });
