@@ -70,9 +70,9 @@ export class LlamaModel extends DecoderModel {
   private cos!: Tensor;
   private sin!: Tensor;
   private act!: Activations;
-  /** Set when the backend has matvec: decode steps then run 4 fused matvecs a layer. */
-  private fusions: LayerFusions[] | null = null;
-  private headFusion: MatvecFusion | null = null;
+  /** Decode steps run 4 fused matvecs a layer when the backend has matvec (checked per step). */
+  private fusions: LayerFusions[] = [];
+  private headFusion!: MatvecFusion;
   private readonly specPos = new Int32Array(1);
 
   /** Load weights from `files` onto `backend`. `files` must stay open until close(). */
@@ -106,7 +106,7 @@ export class LlamaModel extends DecoderModel {
     const attn = this.attention;
     attn.beginBlock(n);
     be.embedding(a.x, this.embed, ids);
-    const fused = decode ? this.fusions : null;
+    const fused = decode && be.matvec ? this.fusions : null;
     for (let l = 0; l < s.layers; l++) {
       const w = this.layers[l];
       attn.layerInput(l, a.x);
@@ -144,7 +144,7 @@ export class LlamaModel extends DecoderModel {
       be.add(a.x, a.x, a.h2, n);
     }
     // Only the last row's logits are needed.
-    if (fused && this.headFusion) {
+    if (fused) {
       be.matvec!(a.logits, a.x, this.lmHead, this.headFusion);
     } else {
       if (n > 1) be.copyRows(a.last, 0, a.x, n - 1, 1);
@@ -166,7 +166,6 @@ export class LlamaModel extends DecoderModel {
   }
 
   private prepareFusions(): void {
-    if (!this.backend.matvec) return;
     const eps = this.shape.normEps;
     this.fusions = this.layers.map((w) => ({
       qkv: { bias: w.bqkv ?? undefined, normWeight: w.attnNorm, normEps: eps },
