@@ -3,9 +3,10 @@
  * (batch 1), next to the floor measured in the same run: (weight bytes + KV bytes read per
  * step) ÷ device-to-device copy bandwidth. Prints one table. Usage:
  *   bun bench.js [--contexts 2048,8192,32768] [--steps 32] [--preset llama-3.1-8b] [--prefill-block 8192]
- * The first context runs twice: decode-step CUDA graphs off, then on (the rest: on).
+ * The first context runs in several variants (graphs off; the decode fusions — Backend.matvec
+ * and the split-K decode attention — each hidden from core in turn); the rest: everything on.
  */
-import { loadModel, presetConfig, type Backend } from "@hybridgen/core";
+import { loadModel, presetConfig, type Backend, type MatvecFusion } from "@hybridgen/core";
 import { createCudaBackend, describeCudaAvailability, cudaAvailability } from "../src/index.js";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { dummyFiles } from "./models.js";
@@ -63,6 +64,61 @@ const diag: string[] = ["| what | result |", "| --- | --- |"];
     diag.push(`| GEMV bf16 ${m}x${k} | ${(ms * 1e3).toFixed(1)} µs, ${((m * k * 2) / (ms / 1e3) / 1e12).toFixed(2)} TB/s |`);
     for (const tt of [w, x, o]) cuda.free(tt);
   }
+  // The fused decode GEMVs (Backend.matvec) on the 8B shapes, as a decode step calls them.
+  const xk = cuda.alloc([1, 14336]), nwv = cuda.alloc([4096], "bf16");
+  cuda.write(xk, chunk.subarray(0, 14336));
+  cuda.write(nwv, chunk.subarray(0, 4096).map((a) => 1 + a));
+  const x4 = cuda.view(xk, 0, [1, 4096]);
+  for (const [name, m, k, f] of [
+    ["norm + qkv", 6144, 4096, { normWeight: nwv, normEps: 1e-5 }], ["o_proj, x +=", 4096, 4096, { accumulate: true }],
+    ["norm + gate/up, SiLU·up", 28672, 4096, { normWeight: nwv, normEps: 1e-5, siluMul: true }], ["down_proj, x +=", 4096, 14336, { accumulate: true }],
+    ["norm + lm_head", 128256, 4096, { normWeight: nwv, normEps: 1e-5 }],
+  ] as [string, number, number, MatvecFusion][]) {
+    const w = cuda.alloc([m, k], "bf16");
+    for (let off = 0; off < m * k; off += chunk.length) cuda.write(w, chunk.subarray(0, Math.min(chunk.length, m * k - off)), off);
+    const o = cuda.alloc([1, f.siluMul ? m / 2 : m]);
+    const xin = k === 4096 ? x4 : xk;
+    cuda.matvec(o, xin, w, f);
+    using t = cuda.timer();
+    const reps = 30;
+    t.mark();
+    for (let r = 0; r < reps; r++) cuda.matvec(o, xin, w, f);
+    t.mark();
+    const ms = t.ms() / reps;
+    diag.push(`| matvec bf16 ${m}x${k} (${name}) | ${(ms * 1e3).toFixed(1)} µs, ${((m * k * 2) / (ms / 1e3) / 1e12).toFixed(2)} TB/s |`);
+    for (const tt of [w, o]) cuda.free(tt);
+  }
+  // Decode attention of one row over 2K and 32K cached tokens (8B layout, one layer): split-K vs the stages.
+  {
+    const cap = 32768 + 1, kvH = 8, hdim = 128, nh = 32;
+    const kc = cuda.alloc([kvH, cap, hdim], "bf16"), vc = cuda.alloc([kvH, cap, hdim], "bf16");
+    for (const t of [kc, vc]) for (let off = 0; off < kvH * cap * hdim; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, kvH * cap * hdim - off)), off);
+    const q = cuda.alloc([1, nh * hdim]), o = cuda.alloc([1, nh * hdim]), sc = cuda.alloc([nh, cap]);
+    cuda.write(q, chunk.subarray(0, nh * hdim));
+    for (const len of [2048, 32768]) {
+      const reps = 30;
+      const time = (f: () => void) => {
+        f();
+        using t = cuda.timer();
+        t.mark();
+        for (let r = 0; r < reps; r++) f();
+        t.mark();
+        return t.ms() / reps;
+      };
+      const split = time(() => cuda.attnCausal(o, q, 1, kc, vc, 0, len - 1, 0.088));
+      const stages = time(() => {
+        cuda.attnLogits(sc, 0, q, 0, kc, 0, len, 0.088);
+        cuda.softmax(sc, nh, len);
+        cuda.attnAggregate(o, 0, sc, 0, vc, 0, len, false);
+      });
+      const kvB = 2 * kvH * len * hdim * 2;
+      diag.push(`| decode attention, ${len} tokens, 32/8 heads d128 bf16 | split-K ${(split * 1e3).toFixed(1)} µs (${(kvB / (split / 1e3) / 1e12).toFixed(2)} TB/s), stages ${(stages * 1e3).toFixed(1)} µs (${(kvB / (stages / 1e3) / 1e12).toFixed(2)} TB/s) |`);
+    }
+    for (const t of [kc, vc, q, o, sc]) cuda.free(t);
+  }
+  cuda.free(x4);
+  cuda.free(xk);
+  cuda.free(nwv);
   const x = cuda.alloc([1, 4096]);
   cuda.synchronize();
   const n = 5000;
@@ -101,15 +157,34 @@ using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${pr
 using model = loadModel(files, counter.backend, { maxContext, prefillBlock, kvDtype: "bf16" });
 console.log(`loaded ${preset} (bf16 dummy weights, ${(weightBytes / 1e9).toFixed(2)} GB read per step) in ${((performance.now() - t0) / 1e3).toFixed(1)} s; arena used ${(cuda.memory().usedBytes / 1e9).toFixed(1)} GB`);
 
-const rows: string[] = ["| context | CUDA graphs | prefill s | prefill tok/s | decode ms/token | floor ms | ratio | backend calls/step | graphs captured/replayed/drained | arena peak GB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
-for (const [ctx, graphs] of contexts.flatMap((c, i) => (i === 0 ? [[c, false], [c, true]] : [[c, true]])) as [number, boolean][]) {
+/** Hides a Backend method from core (an own property shadowing the class's), or restores it. */
+function hide(name: "matvec" | "attnCausal", hidden: boolean): void {
+  if (hidden) Object.defineProperty(cuda, name, { value: undefined, configurable: true, writable: true });
+  else delete (cuda as unknown as Record<string, unknown>)[name];
+}
+interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean }
+const ALL: Variant = { name: "all fused", graphs: true, matvec: true, splitK: true };
+const variants: Variant[] = [
+  { name: "no fusions (second pass)", graphs: true, matvec: false, splitK: false },
+  { name: "split-K attention only", graphs: true, matvec: false, splitK: true },
+  { name: "matvec fusions only", graphs: true, matvec: true, splitK: false },
+  { name: "all fused, graphs off", graphs: false, matvec: true, splitK: true },
+  ALL,
+];
+
+const rows: string[] = ["| context | variant | prefill s | prefill tok/s | decode ms/token | floor ms | ratio | backend calls/step | graphs captured/replayed/drained | arena peak GB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
+for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 ? variants.map((x) => [c, x]) : [[c, ALL]])) as [number, Variant][]) {
+  const graphs = v.graphs;
   cuda.setCudaGraphs(graphs);
+  hide("matvec", !v.matvec);
+  hide("attnCausal", false); // prefill always through attnCausal
   model.reset();
   const prompt = Int32Array.from({ length: ctx }, (_, i) => (i * 7919 + 13) % vocab);
   t0 = performance.now();
   model.step(prompt, 0);
   let tok = model.argmaxLogits(); // waits for the prefill
   const prefillS = (performance.now() - t0) / 1e3;
+  hide("attnCausal", !v.splitK); // decode steps: split-K kernel, or the logits/softmax/aggregate stages
   // warm-up step, then the timed steps (argmax waits for each step's last kernel)
   model.step(Int32Array.of(tok), ctx);
   tok = model.argmaxLogits();
@@ -126,9 +201,11 @@ for (const [ctx, graphs] of contexts.flatMap((c, i) => (i === 0 ? [[c, false], [
   const gs = `${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain}`;
   // bw counts bytes read + written by a copy: the memory's throughput, which a read-only step can use whole.
   const floorMs = ((weightBytes + kvBytesPerToken * (ctx + steps / 2)) / bw) * 1e3;
-  rows.push(`| ${ctx} | ${graphs} | ${prefillS.toFixed(2)} | ${(ctx / prefillS).toFixed(0)} | ${ms.toFixed(2)} | ${floorMs.toFixed(2)} | ${(ms / floorMs).toFixed(2)} | ${calls.toFixed(0)} | ${gs} | ${(cuda.memory().peakBytes / 1e9).toFixed(1)} |`);
+  rows.push(`| ${ctx} | ${v.name} | ${prefillS.toFixed(2)} | ${(ctx / prefillS).toFixed(0)} | ${ms.toFixed(2)} | ${floorMs.toFixed(2)} | ${(ms / floorMs).toFixed(2)} | ${calls.toFixed(0)} | ${gs} | ${(cuda.memory().peakBytes / 1e9).toFixed(1)} |`);
   console.log(rows[rows.length - 1]);
 }
+hide("matvec", false);
+hide("attnCausal", false);
 console.log(`\n## ${preset} bf16 dummy weights, bf16 KV, batch 1, prefill blocks of ${prefillBlock} (attnCausal, tensor cores: ${cuda.attnCausalUsesTensorCores("bf16", hd)}), ${steps - 1} timed decode steps; floor = (weights + KV) bytes ÷ D2D copy bandwidth (read + write)`);
 for (const r of diag) console.log(r);
 for (const r of rows) console.log(r);

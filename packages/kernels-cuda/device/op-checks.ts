@@ -5,7 +5,7 @@
  * Outputs are poisoned with NaN first, so an element a kernel fails to write fails the check.
  * Used by test/gpu.test.ts (where a GPU is present) and device/device-check.ts.
  */
-import { ReferenceBackend, type Backend, type DType, type Tensor } from "@hybridgen/core";
+import { ReferenceBackend, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
 import type { CudaBackend, MatmulPath } from "../src/index.js";
 
 export interface CheckResult {
@@ -49,6 +49,27 @@ function maxAbs(a: Float32Array, b: Float32Array): number {
 }
 
 const DTYPES: readonly DType[] = ["f32", "f16", "bf16"];
+
+/** Backend.matvec's definition from plain ops (the oracle for the fused kernel). */
+export function matvecByParts(be: Backend, out: Tensor, x: Tensor, w: Tensor, f: MatvecFusion): void {
+  const [rows, k] = w.shape, m = f.siluMul ? rows / 2 : rows;
+  const h = be.alloc([1, k]), y = be.alloc([1, rows]);
+  const views: Tensor[] = [];
+  const view = (t: Tensor, off: number, shape: number[]) => {
+    const v = be.view(t, off, shape);
+    views.push(v);
+    return v;
+  };
+  if (f.normWeight) be.rmsNorm(h, x, f.normWeight, 1, f.normEps ?? 0);
+  else be.copyRows(h, 0, view(x, 0, [1, k]), 0, 1);
+  be.matmul(y, h, w, 1, f.bias);
+  const r = f.siluMul ? be.alloc([1, m]) : y;
+  if (f.siluMul) be.siluMul(r, view(y, 0, [1, m]), view(y, m, [1, m]), 1);
+  if (f.accumulate) be.add(view(out, 0, [1, m]), view(out, 0, [1, m]), r, 1);
+  else be.copyRows(view(out, 0, [1, m]), 0, r, 0, 1);
+  for (const v of views) be.free(v);
+  for (const t of new Set([h, y, r])) be.free(t);
+}
 
 export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
   const ref = new ReferenceBackend();
@@ -299,22 +320,67 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         record(`attnCausal leaves row n alone ${tag}`, cuda.read(out.c, n * heads * hd, heads * hd).every(Number.isNaN) ? 0 : 1, 0);
       }
     }
+    // Decode attention (attnCausal with one row: split-K flash decoding) against the row stages.
+    for (const dt of DTYPES) {
+      for (const [heads, kvHeads, hd, firstPos, start] of [[32, 8, 128, 2047, 0], [8, 2, 64, 300, 7], [6, 6, 40, 0, 2], [4, 1, 128, 5000, 0], [12, 2, 128, 777, 1], [4, 2, 80, 129, 0]] as const) {
+        const cap = start + firstPos + 1 + 5, total = firstPos + 1;
+        const split = cuda.attnDecodeIsSplitK(dt, hd);
+        const tag = `${dt} h${heads}/${kvHeads} d${hd} @${firstPos}${split ? " split-K" : " flash kernel"}`;
+        const q = pair([1, heads * hd]);
+        const k = pair([kvHeads, cap, hd], dt), v = pair([kvHeads, cap, hd], dt);
+        const out = pair([1, heads * hd], "f32", undefined, true);
+        const scale = 1 / Math.sqrt(hd);
+        cuda.attnCausal(out.c, q.c, 1, k.c, v.c, start, firstPos, scale);
+        const sc = ref.alloc([heads, total]);
+        owned.push([ref, sc]);
+        ref.attnLogits(sc, 0, q.r, 0, k.r, start, total, scale);
+        ref.softmax(sc, heads, total);
+        ref.attnAggregate(out.r, 0, sc, 0, v.r, start, total, false);
+        compare(`decode attention ${tag}`, out.c, out.r, 1e-5);
+      }
+    }
+    // matvec: the GEMV with a fused rmsNorm prologue and residual-add / SiLU·up epilogues.
+    for (const dt of DTYPES) {
+      for (const [m, k] of [[96, 256], [50, 70], [1024, 4096], [40, 16384]] as const) {
+        const big = k >= 4096;
+        for (let flags = 0; flags < 16; flags++) {
+          if (big && flags !== 15 && flags !== 5) continue;
+          const norm = (flags & 1) !== 0, silu = (flags & 2) !== 0, acc = (flags & 4) !== 0, withBias = (flags & 8) !== 0;
+          const rows = silu ? 2 * m : m;
+          const w = pair([rows, k], dt, values(rows * k, 1 / Math.sqrt(k)));
+          const x = pair([2, k], "f32", values(2 * k, 2));
+          const nw = pair([k], dt, values(k, 0.5).map((a) => a + 1));
+          const bias = pair([rows], "f32");
+          const out = pair([2, m], "f32", undefined, !acc);
+          const f = (side: "c" | "r"): MatvecFusion => ({
+            bias: withBias ? bias[side] : undefined, normWeight: norm ? nw[side] : undefined, normEps: 1e-5, siluMul: silu, accumulate: acc,
+          });
+          cuda.matvec(out.c, x.c, w.c, f("c"));
+          matvecByParts(ref, out.r, x.r, w.r, f("r"));
+          const tag = `matvec ${dt} ${rows}x${k}${norm ? " +norm" : ""}${silu ? " +siluMul" : ""}${acc ? " +=" : ""}${withBias ? " +bias" : ""}`;
+          record(tag, relErr(cuda.read(out.c, 0, m), ref.read(out.r, 0, m)), 1e-5);
+          const row1 = cuda.read(out.c, m, m);
+          record(`${tag}: row 1 untouched`, acc ? maxAbs(row1, out.data.subarray(m, 2 * m)) : row1.every(Number.isNaN) ? 0 : 1, 0);
+        }
+      }
+    }
     // Recorded decode steps (CUDA graphs): per-step values change every step (K/V append row,
     // position, span length); the first step captures, the rest replay.
-    {
+    for (const fused of [false, true]) {
       const heads = 8, kvHeads = 2, hd = 64, cap = 40, steps = 12;
       const before = cuda.graphStats();
       const k = pair([kvHeads, cap, hd], "bf16"), v = pair([kvHeads, cap, hd], "bf16");
       const x = pair([1, heads * hd]), qkv = pair([1, (heads + 2 * kvHeads) * hd]);
       const cos = pair([cap, hd / 2]), sin = pair([cap, hd / 2]);
       const lg = pair([heads, cap]), out = pair([1, heads * hd], "f32", undefined, true);
+      const wo = pair([heads * hd, heads * hd], "bf16", values(heads * heads * hd * hd, 0.05)), nw = pair([heads * hd], "bf16");
       const views = (be: Backend, t: Tensor) => ({
         q: be.view(t, 0, [1, heads * hd]), qk: be.view(t, 0, [1, (heads + kvHeads) * hd]),
         kRows: be.view(t, heads * hd, [kvHeads, hd]), vRows: be.view(t, (heads + kvHeads) * hd, [kvHeads, hd]),
       });
       const sides = [
-        { be: cuda as Backend, ...views(cuda, qkv.c), x: x.c, k: k.c, v: v.c, lg: lg.c, out: out.c, cos: cos.c, sin: sin.c },
-        { be: ref as Backend, ...views(ref, qkv.r), x: x.r, k: k.r, v: v.r, lg: lg.r, out: out.r, cos: cos.r, sin: sin.r },
+        { be: cuda as Backend, ...views(cuda, qkv.c), x: x.c, k: k.c, v: v.c, lg: lg.c, out: out.c, cos: cos.c, sin: sin.c, wo: wo.c, nw: nw.c },
+        { be: ref as Backend, ...views(ref, qkv.r), x: x.r, k: k.r, v: v.r, lg: lg.r, out: out.r, cos: cos.r, sin: sin.r, wo: wo.r, nw: nw.r },
       ];
       let worst = 0;
       for (let s = 0; s < steps; s++) {
@@ -322,7 +388,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         const fresh = values((heads + 2 * kvHeads) * hd);
         cuda.write(qkv.c, fresh);
         ref.write(qkv.r, fresh);
-        cuda.beginStep("op-checks");
+        cuda.beginStep(fused ? "op-checks-fused" : "op-checks");
         for (const t of sides) {
           const be = t.be;
           be.rope(t.qk, 1, pos, heads + kvHeads, hd, t.cos, t.sin);
@@ -330,17 +396,25 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
             be.copyRows(t.k, g * cap + s, t.kRows, g, 1);
             be.copyRows(t.v, g * cap + s, t.vRows, g, 1);
           }
-          be.attnLogits(t.lg, 0, t.q, 0, t.k, 0, s + 1, 1 / Math.sqrt(hd));
-          be.softmax(t.lg, heads, s + 1);
-          be.attnAggregate(t.out, 0, t.lg, 0, t.v, 0, s + 1, false);
-          be.add(t.x, t.out, t.out, 1);
+          if (fused && be === cuda) {
+            // the decode kernels core uses on the GPU: split-K attention, then x += rmsNorm(att)·Woᵀ
+            cuda.attnCausal(t.out, t.q, 1, t.k, t.v, 0, s, 1 / Math.sqrt(hd));
+            cuda.matvec(t.x, t.out, t.wo, { normWeight: t.nw, normEps: 1e-5, accumulate: true });
+          } else {
+            be.attnLogits(t.lg, 0, t.q, 0, t.k, 0, s + 1, 1 / Math.sqrt(hd));
+            be.softmax(t.lg, heads, s + 1);
+            be.attnAggregate(t.out, 0, t.lg, 0, t.v, 0, s + 1, false);
+            if (fused) matvecByParts(be, t.x, t.out, t.wo, { normWeight: t.nw, normEps: 1e-5, accumulate: true });
+            else be.add(t.x, t.out, t.out, 1);
+          }
           if (be === cuda) cuda.endStep();
         }
         worst = Math.max(worst, relErr(cuda.read(x.c), ref.read(x.r)));
       }
       const after = cuda.graphStats();
-      record(`recorded decode steps x${steps} (K/V append, rope, attention, add)`, worst, 1e-5);
-      record("recorded steps: 1 capture, the rest replayed, none drained", Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
+      record(`recorded decode steps x${steps} (K/V append, rope, ${fused ? "split-K attention, fused norm+GEMV+add" : "attention stages, add"})`, worst, 1e-5);
+      record(`recorded steps${fused ? " (fused)" : ""}: 1 capture, the rest replayed, none drained`, Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
+      if (fused) continue;
       // A read in the middle of a step runs what was recorded first.
       cuda.beginStep("op-checks-drain");
       cuda.add(out.c, x.c, x.c, 1);

@@ -10,8 +10,9 @@ static const size_t BLOB_BYTES = HG_BLOB_BYTES;      // a recorded step's per-st
 static const size_t SCRATCH_BYTES = 96u << 20;      // conversions and GEMM operands
 static const size_t CUBLAS_WS_BYTES = 32u << 20;    // cuBLAS workspace
 static const size_t MISC_BYTES = 1u << 20;          // argmax result
+static const size_t DECODE_BYTES = 8u << 20;        // split-K decode attention partials (decode_attn.cu)
 // The arena's first bytes, in this order; the TypeScript allocator gets the rest.
-static const size_t INTERNAL_BYTES = INT_SCRATCH_BYTES + BLOB_BYTES + SCRATCH_BYTES + CUBLAS_WS_BYTES + MISC_BYTES;
+static const size_t INTERNAL_BYTES = INT_SCRATCH_BYTES + BLOB_BYTES + SCRATCH_BYTES + CUBLAS_WS_BYTES + MISC_BYTES + DECODE_BYTES;
 
 int hg_graph_init(HgCtx *c);
 void hg_graph_free(HgCtx *c);
@@ -183,6 +184,8 @@ HG_EXPORT HgCtx *hg_cu_create(int device, double arenaBytes, double fraction, co
   c->cublasWorkspace = c->scratch + SCRATCH_BYTES;
   c->cublasWorkspaceBytes = CUBLAS_WS_BYTES;
   c->argmaxOut = (int *)((char *)c->cublasWorkspace + CUBLAS_WS_BYTES);
+  c->decodePart = (float *)((char *)c->argmaxOut + MISC_BYTES);
+  c->decodePartBytes = DECODE_BYTES;
   if (cublasOff) snprintf(c->cublasInfo, sizeof c->cublasInfo, "off");
   else hg_cublas_load(c, cublasPath && cublasPath[0] ? cublasPath : NULL);
   return c;

@@ -7,7 +7,7 @@
  * comes from an arena reserved once at creation (DeviceArena does the bookkeeping).
  */
 import type { Pointer } from "bun:ffi";
-import { BackendChecks, DTYPE_BYTES, HybridgenError, isIndex, shapeNumel, type Backend, type DType, type Tensor } from "@hybridgen/core";
+import { BackendChecks, DTYPE_BYTES, HybridgenError, isIndex, shapeNumel, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
 import { DeviceArena, type ArenaStats } from "./arena.js";
 import { cudaAvailability } from "./availability.js";
 import { CudaTensor } from "./cuda-tensor.js";
@@ -305,6 +305,18 @@ export class CudaBackend implements Backend {
     this.ok("matmul", this.lib.hg_cu_matmul(this.ctx, P(o.addr), P(xi.addr), P(wt.addr), DTYPE_CODE[wt.dtype], b ? P(b.addr) : null, b ? DTYPE_CODE[b.dtype] : 0, n, k, m, path));
   }
 
+  /**
+   * The decode GEMV with core's fusions (Backend.matvec): the rmsNorm of x computed by every
+   * block into shared memory, the residual add or SiLU·up in the epilogue; one launch.
+   */
+  matvec(out: Tensor, x: Tensor, w: Tensor, f: MatvecFusion): void {
+    const [o, xi, wt, b, nw, m, k] = this.check.matvec(out, x, w, f);
+    if (nw && k > this.lib.hg_cu_matvec_max_norm_k()) bad(`matvec: a fused norm takes rows of at most ${this.lib.hg_cu_matvec_max_norm_k()} values, x has ${k}`);
+    const epi = (f.accumulate ? 1 : 0) | (f.siluMul ? 2 : 0);
+    this.ok("matvec", this.lib.hg_cu_matvec(this.ctx, P(o.addr), P(xi.addr), P(wt.addr), DTYPE_CODE[wt.dtype], b ? P(b.addr) : null, b ? DTYPE_CODE[b.dtype] : 0,
+      nw ? P(nw.addr) : null, nw ? DTYPE_CODE[nw.dtype] : 0, nw ? (f.normEps as number) : 0, k, m, epi));
+  }
+
   rmsNorm(out: Tensor, x: Tensor, weight: Tensor, n: number, eps: number): void {
     const [o, xi, w] = this.check.rmsNorm(out, x, weight, n, eps);
     if (n === 0) return;
@@ -463,7 +475,17 @@ export class CudaBackend implements Backend {
     CudaBackend.int32(kt.numel, op, "k elements");
     CudaBackend.int32(n * qi.cols, op, "q elements");
     if (n === 0) return;
+    if (n === 1) {
+      // A decode step: split-K flash decoding, recordable in the step's graph.
+      this.ok(op, this.lib.hg_cu_attn_decode(this.ctx, P(o.addr), P(qi.addr), P(kt.addr), P(vt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, start, firstPos, scale));
+      return;
+    }
     this.ok(op, this.lib.hg_cu_attn_causal(this.ctx, P(o.addr), P(qi.addr), qi.cols, P(kt.addr), P(vt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, start, firstPos, n, scale));
+  }
+
+  /** Whether a one-row attnCausal (a decode step) takes the split-K kernels (else the flash kernel). */
+  attnDecodeIsSplitK(dtype: DType, headDim: number): boolean {
+    return this.lib.hg_cu_attn_decode_path(DTYPE_CODE[dtype], headDim) === 1;
   }
 
   /** Whether attnCausal takes the tensor-core kernel for this cache dtype and head dim. */

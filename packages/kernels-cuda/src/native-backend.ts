@@ -54,6 +54,10 @@ export const backendSymbols = {
   hg_cu_step_info: { args: [ptr, ptr, i32], returns: none },
   hg_cu_attn_causal: { args: [ptr, ptr, ptr, i32, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, i32, f32], returns: i32 },
   hg_cu_attn_causal_path: { args: [i32, i32], returns: i32 },
+  hg_cu_attn_decode: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, f32], returns: i32 },
+  hg_cu_attn_decode_path: { args: [i32, i32], returns: i32 },
+  hg_cu_matvec: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, ptr, i32, f32, i32, i32, i32], returns: i32 },
+  hg_cu_matvec_max_norm_k: { args: [], returns: i32 },
 } as const;
 
 /** The functions the backend calls; a test can hand the backend a stand-in with the same shape. */

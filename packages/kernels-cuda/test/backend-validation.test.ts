@@ -21,6 +21,7 @@ function fakeNative(calls: { name: string; args: unknown[] }[], fail: Record<str
         case "hg_cu_heap_bytes": return 1 << 20;
         case "hg_cu_arena_bytes": return (1 << 20) + 4096;
         case "hg_cu_num_sms": return 132;
+        case "hg_cu_matvec_max_norm_k": return 57344;
         case "hg_cu_matmul_path": return (args[1] as number) <= 8 ? 0 : 1;
         case "hg_cu_error_string": {
           const buf = args[1] as Uint8Array;
@@ -165,6 +166,34 @@ describe("CudaBackend validation (stand-in native library)", () => {
     expect(slotOf("decode-9")).toBe(1);
     expect(slotOf("decode-0")).toBe(2);
     expect(calls.filter((c) => c.name === "hg_cu_step_forget").map((c) => c.args[1])).toEqual([0, 1, 2]);
+    be.close();
+  });
+
+  it("matvec (fused decode GEMV): bad input is refused before native code; good input passes its flags", () => {
+    const { be, calls, opCalls } = make();
+    const x = be.alloc([2, 64]), out = be.alloc([1, 32]), out16 = be.alloc([1, 16]);
+    const w = be.alloc([32, 64], "bf16"), nw = be.alloc([64], "bf16"), bias = be.alloc([32]);
+    const before = opCalls().length;
+    const cases: [() => void, RegExp][] = [
+      [() => be.matvec(out, be.alloc([1, 63]), w, {}), /^matvec: x rows have 63 values but w bf16\[32x64\] expects k=64$/],
+      [() => be.matvec(out16, x, w, {}), /^matvec: out rows have 16 values but the result has 32$/],
+      [() => be.matvec(out, x, w, { siluMul: true }), /^matvec: out rows have 32 values but the result has 16$/],
+      [() => be.matvec(out, x, be.alloc([31, 64], "bf16"), { siluMul: true }), /siluMul needs w with an even row count/],
+      [() => be.matvec(out, x, w, { normWeight: be.alloc([32]), normEps: 1e-5 }), /normWeight f32\[32\] must have 64 elements/],
+      [() => be.matvec(out, x, w, { normWeight: nw }), /normEps undefined must be a number >= 0/],
+      [() => be.matvec(out, x, w, { bias: be.alloc([16]) }), /bias f32\[16\] must have 32 elements/],
+      [() => be.matvec(be.view(x, 0, [1, 32]), x, w, {}), /out must not overlap x/],
+    ];
+    for (const [f, re] of cases) expect(f).toThrow(re);
+    expect(opCalls().length).toBe(before + 0);
+    be.matvec(out16, x, w, { bias, normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
+    const mv = calls.filter((c) => c.name === "hg_cu_matvec").at(-1)!;
+    // ..., wt, bias, bt, nw, nt, eps, k, m, epi
+    expect(mv.args.slice(4, 5)).toEqual([2]);
+    expect(mv.args[7]).toBe(be.address(nw));
+    expect(mv.args.slice(8)).toEqual([2, 1e-5, 64, 16, 3]);
+    be.matvec(out, x, w, {});
+    expect(calls.filter((c) => c.name === "hg_cu_matvec").at(-1)!.args.slice(5)).toEqual([null, 0, null, 0, 0, 64, 32, 0]);
     be.close();
   });
 });

@@ -1,0 +1,199 @@
+// The decode GEMV with its neighbours fused in (one row x, one launch instead of two or three):
+//   prologue  h = rmsNorm(x)·normWeight, computed by every block into shared memory
+//             (x is a few KB and sits in L2; the norm's own kernel and h's round trip go away);
+//   epilogue  out = y, out += y (the residual add), or out = silu(y[j])·y[m + j] (w = [gate; up]).
+// A warp computes two weight rows at once (two rows' 16-byte loads in flight per lane): rows
+// 2i, 2i + 1, or with SiLU·up the gate row j and the up row m + j.
+#include "common.cuh"
+
+static const int FG_WARPS = 8, FG_UNROLL = 4;
+enum { FG_ACCUMULATE = 1, FG_SILU = 2 };
+
+template <int WT> struct FgVec;
+template <> struct FgVec<DT_F32> {
+  static constexpr int N = 4;
+  __device__ static void cvt(const uint4 &r, float *f) { f[0] = __uint_as_float(r.x); f[1] = __uint_as_float(r.y); f[2] = __uint_as_float(r.z); f[3] = __uint_as_float(r.w); }
+};
+template <> struct FgVec<DT_BF16> {
+  static constexpr int N = 8;
+  __device__ static void cvt(const uint4 &r, float *f) {
+    const unsigned u[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) { f[2 * i] = __uint_as_float(u[i] << 16); f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u); }
+  }
+};
+template <> struct FgVec<DT_F16> {
+  static constexpr int N = 8;
+  __device__ static void cvt(const uint4 &r, float *f) {
+    const unsigned u[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const float2 t = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
+      f[2 * i] = t.x; f[2 * i + 1] = t.y;
+    }
+  }
+};
+
+__device__ __forceinline__ float fg_load(const void *p, int dt, int i) {
+  return dt == DT_F32 ? ld<DT_F32>(p, i) : dt == DT_F16 ? ld<DT_F16>(p, i) : ld<DT_BF16>(p, i);
+}
+
+// grid: ceil(warps needed / FG_WARPS); dynamic shared memory: k floats when NORM.
+// VEC: k a multiple of the vector width, w and x (or the shared copy) 16-byte aligned.
+template <int WT, bool NORM, int EPI, bool VEC>
+__global__ void __launch_bounds__(256) gemv_fused_kernel(float *out, const float *x, const void *w, const void *bias, int bt, const void *nw,
+                                                         int nt, float eps, int k, int m) {
+  extern __shared__ __align__(16) float xs[];
+  const float *xv = x;
+  if (NORM) {
+    __shared__ float red[32];
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x) ss += x[i] * x[i];
+    ss = block_sum(ss, red);
+    const float r = rsqrtf(ss / k + eps);
+    for (int i = threadIdx.x; i < k; i += blockDim.x) xs[i] = x[i] * r * fg_load(nw, nt, i);
+    __syncthreads();
+    xv = xs;
+  }
+  constexpr bool SILU = (EPI & FG_SILU) != 0;
+  const int lane = threadIdx.x & 31;
+  const int wg = blockIdx.x * FG_WARPS + (threadIdx.x >> 5);
+  // The two rows of this warp; a row ≥ rowsW (the end of w) is skipped.
+  const int rowsW = SILU ? 2 * m : m;
+  const int r0 = SILU ? wg : 2 * wg, r1 = SILU ? wg + m : 2 * wg + 1;
+  if (SILU ? wg >= m : r0 >= m) return;
+  const bool has1 = r1 < rowsW;
+  float a0 = 0.f, a1 = 0.f;
+  if (VEC) {
+    constexpr int V = FgVec<WT>::N, ES = WT == DT_F32 ? 4 : 2;
+    const uint4 *w0 = reinterpret_cast<const uint4 *>((const char *)w + (size_t)r0 * k * ES);
+    const uint4 *w1 = reinterpret_cast<const uint4 *>((const char *)w + (size_t)(has1 ? r1 : r0) * k * ES);
+    const int nvec = k / V;
+    for (int base = lane; base < nvec; base += 32 * FG_UNROLL) {
+      uint4 raw0[FG_UNROLL], raw1[FG_UNROLL];
+#pragma unroll
+      for (int u = 0; u < FG_UNROLL; u++) {
+        const int i = base + u * 32;
+        raw0[u] = i < nvec ? __ldg(w0 + i) : make_uint4(0, 0, 0, 0);
+        raw1[u] = i < nvec && has1 ? __ldg(w1 + i) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < FG_UNROLL; u++) {
+        const int i = base + u * 32;
+        if (i < nvec) {
+          float f0[V], f1[V];
+          FgVec<WT>::cvt(raw0[u], f0);
+          FgVec<WT>::cvt(raw1[u], f1);
+          const float4 *xr = reinterpret_cast<const float4 *>(xv + (size_t)i * V);
+#pragma unroll
+          for (int qq = 0; qq < V / 4; qq++) {
+            const float4 t = xr[qq];
+            a0 += f0[4 * qq] * t.x + f0[4 * qq + 1] * t.y + f0[4 * qq + 2] * t.z + f0[4 * qq + 3] * t.w;
+            a1 += f1[4 * qq] * t.x + f1[4 * qq + 1] * t.y + f1[4 * qq + 2] * t.z + f1[4 * qq + 3] * t.w;
+          }
+        }
+      }
+    }
+  } else {
+    for (int c = lane; c < k; c += 32) {
+      const float t = xv[c];
+      a0 += ld<WT>(w, (size_t)r0 * k + c) * t;
+      if (has1) a1 += ld<WT>(w, (size_t)r1 * k + c) * t;
+    }
+  }
+  a0 = warp_sum(a0);
+  a1 = warp_sum(a1);
+  if (lane != 0) return;
+  const float y0 = a0 + (bias ? fg_load(bias, bt, r0) : 0.f);
+  const float y1 = has1 ? a1 + (bias ? fg_load(bias, bt, r1) : 0.f) : 0.f;
+  if (SILU) {
+    const float v = y0 / (1.f + expf(-y0)) * y1;
+    if (EPI & FG_ACCUMULATE) out[r0] += v; else out[r0] = v;
+  } else {
+    if (EPI & FG_ACCUMULATE) { out[r0] += y0; if (has1) out[r1] += y1; }
+    else { out[r0] = y0; if (has1) out[r1] = y1; }
+  }
+}
+
+template <int WT, bool NORM, int EPI>
+static void launch_fg(HgCtx *c, bool vec, unsigned blocks, size_t shmem, float *out, const float *x, const void *w, const void *bias, int bt,
+                      const void *nw, int nt, float eps, int k, int m) {
+  if (vec) gemv_fused_kernel<WT, NORM, EPI, true><<<blocks, 256, shmem, c->compute>>>(out, x, w, bias, bt, nw, nt, eps, k, m);
+  else gemv_fused_kernel<WT, NORM, EPI, false><<<blocks, 256, shmem, c->compute>>>(out, x, w, bias, bt, nw, nt, eps, k, m);
+}
+
+template <int WT, bool NORM>
+static int launch_fg_epi(HgCtx *c, int epi, bool vec, unsigned blocks, size_t shmem, float *out, const float *x, const void *w, const void *bias,
+                         int bt, const void *nw, int nt, float eps, int k, int m) {
+  switch (epi) {
+    case 0: launch_fg<WT, NORM, 0>(c, vec, blocks, shmem, out, x, w, bias, bt, nw, nt, eps, k, m); break;
+    case 1: launch_fg<WT, NORM, 1>(c, vec, blocks, shmem, out, x, w, bias, bt, nw, nt, eps, k, m); break;
+    case 2: launch_fg<WT, NORM, 2>(c, vec, blocks, shmem, out, x, w, bias, bt, nw, nt, eps, k, m); break;
+    default: launch_fg<WT, NORM, 3>(c, vec, blocks, shmem, out, x, w, bias, bt, nw, nt, eps, k, m); break;
+  }
+  return hg_launched();
+}
+
+// Shared memory above the default 48 KB must be opted into, per kernel instance.
+template <int WT>
+static int allow_shmem(size_t bytes) {
+  const void *fns[8] = {
+      (const void *)gemv_fused_kernel<WT, true, 0, true>, (const void *)gemv_fused_kernel<WT, true, 1, true>,
+      (const void *)gemv_fused_kernel<WT, true, 2, true>, (const void *)gemv_fused_kernel<WT, true, 3, true>,
+      (const void *)gemv_fused_kernel<WT, true, 0, false>, (const void *)gemv_fused_kernel<WT, true, 1, false>,
+      (const void *)gemv_fused_kernel<WT, true, 2, false>, (const void *)gemv_fused_kernel<WT, true, 3, false>};
+  for (const void *f : fns) {
+    cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e != cudaSuccess) return (int)e;
+  }
+  return 0;
+}
+
+int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd) {
+  float *out = (float *)cmd.p[0];
+  const float *x = (const float *)cmd.p[1];
+  const void *w = cmd.p[2], *bias = cmd.p[3], *nw = cmd.p[4];
+  const int wt = cmd.s[0], bt = cmd.s[1], nt = cmd.s[2], k = cmd.s[3], m = cmd.s[4], epi = cmd.s[5];
+  const bool vec = cmd.s[6] != 0;
+  const long warps = (epi & FG_SILU) ? m : (m + 1) / 2;
+  const unsigned blocks = (unsigned)((warps + FG_WARPS - 1) / FG_WARPS);
+  const size_t shmem = nw ? (size_t)k * sizeof(float) : 0;
+  if (nw) { HG_DISPATCH_DT(wt, W, return (launch_fg_epi<W, true>(c, epi, vec, blocks, shmem, out, x, w, bias, bt, nw, nt, cmd.f[0], k, m))); }
+  HG_DISPATCH_DT(wt, W, return (launch_fg_epi<W, false>(c, epi, vec, blocks, shmem, out, x, w, bias, bt, nw, nt, cmd.f[0], k, m)));
+  return 0;
+}
+
+Cmd hg_new_cmd(int kind);
+
+extern "C" {
+
+// Largest k the normalising prologue takes (x staged in shared memory).
+HG_EXPORT int hg_cu_matvec_max_norm_k(void) { return 57344; }
+
+// out[0, :m] (+)= epilogue(h · wᵀ + bias), h = x or rmsNorm(x)·nw (nw null: no norm). epi: bit 0
+// accumulate, bit 1 SiLU·up (w and bias have 2m rows: gate then up). One row; recordable.
+HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, const void *nw, int nt, float eps,
+                           int k, int m, int epi) {
+  if (nw && k > hg_cu_matvec_max_norm_k()) return (int)cudaErrorInvalidValue;
+  if (nw && (size_t)k * sizeof(float) > (48u << 10)) {
+    static size_t allowed[3] = {0, 0, 0};  // per weight dtype: the largest opt-in made so far
+    const size_t bytes = (size_t)k * sizeof(float);
+    if (wt < 0 || wt > 2) return (int)cudaErrorInvalidValue;
+    if (bytes > allowed[wt]) {
+      int r = 0;
+      HG_DISPATCH_DT(wt, W, r = allow_shmem<W>(bytes));
+      if (r) return r;
+      allowed[wt] = bytes;
+    }
+  }
+  HG_FLUSH_REC(c);
+  const int vw = wt == DT_F32 ? 4 : 8;
+  Cmd cmd = hg_new_cmd(CMD_GEMV_FUSED);
+  cmd.p[0] = out; cmd.p[1] = x; cmd.p[2] = w; cmd.p[3] = bias; cmd.p[4] = nw;
+  cmd.s[0] = wt; cmd.s[1] = bt; cmd.s[2] = nt; cmd.s[3] = k; cmd.s[4] = m; cmd.s[5] = epi & 3;
+  cmd.s[6] = k % vw == 0 && ((uintptr_t)w & 15) == 0 && (nw || ((uintptr_t)x & 15) == 0);
+  cmd.f[0] = eps;
+  return hg_submit(c, cmd);
+}
+
+}  // extern "C"
