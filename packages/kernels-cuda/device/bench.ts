@@ -162,12 +162,15 @@ function hide(name: "matvec" | "attnCausal", hidden: boolean): void {
   if (hidden) Object.defineProperty(cuda, name, { value: undefined, configurable: true, writable: true });
   else delete (cuda as unknown as Record<string, unknown>)[name];
 }
-interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean }
+interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean; fuse?: { norm: boolean; siluMul: boolean; accumulate: boolean } }
 const ALL: Variant = { name: "all fused", graphs: true, matvec: true, splitK: true };
 const variants: Variant[] = [
   { name: "no fusions (second pass)", graphs: true, matvec: false, splitK: false },
   { name: "split-K attention only", graphs: true, matvec: false, splitK: true },
-  { name: "matvec fusions only", graphs: true, matvec: true, splitK: false },
+  { name: "split-K + matvec, every part its own kernel", graphs: true, matvec: true, splitK: true, fuse: { norm: false, siluMul: false, accumulate: false } },
+  { name: "split-K + matvec, norm apart", graphs: true, matvec: true, splitK: true, fuse: { norm: false, siluMul: true, accumulate: true } },
+  { name: "split-K + matvec, SiLU·up apart", graphs: true, matvec: true, splitK: true, fuse: { norm: true, siluMul: false, accumulate: true } },
+  { name: "split-K + matvec, norm + SiLU·up apart", graphs: true, matvec: true, splitK: true, fuse: { norm: false, siluMul: false, accumulate: true } },
   { name: "all fused, graphs off", graphs: false, matvec: true, splitK: true },
   ALL,
 ];
@@ -177,6 +180,7 @@ for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 ? variants.map((x) =>
   const graphs = v.graphs;
   cuda.setCudaGraphs(graphs);
   hide("matvec", !v.matvec);
+  cuda.setMatvecFusion(v.fuse ?? { norm: true, siluMul: true, accumulate: true });
   hide("attnCausal", false); // prefill always through attnCausal
   model.reset();
   const prompt = Int32Array.from({ length: ctx }, (_, i) => (i * 7919 + 13) % vocab);

@@ -340,9 +340,17 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       }
     }
     // matvec: the GEMV with a fused rmsNorm prologue and residual-add / SiLU·up epilogues.
+    const fusions = [
+      { norm: true, siluMul: true, accumulate: true }, { norm: false, siluMul: false, accumulate: false },
+      { norm: false, siluMul: true, accumulate: true }, { norm: true, siluMul: false, accumulate: false },
+    ];
+    for (const fz of fusions)
     for (const dt of DTYPES) {
+      const apart = Object.entries(fz).filter(([, on]) => !on).map(([name]) => name).join("+");
+      cuda.setMatvecFusion(fz);
       for (const [m, k] of [[96, 256], [50, 70], [1024, 4096], [40, 16384]] as const) {
         const big = k >= 4096;
+        if (apart && m !== 96) continue;
         for (let flags = 0; flags < 16; flags++) {
           if (big && flags !== 15 && flags !== 5) continue;
           const norm = (flags & 1) !== 0, silu = (flags & 2) !== 0, acc = (flags & 4) !== 0, withBias = (flags & 8) !== 0;
@@ -357,7 +365,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           });
           cuda.matvec(out.c, x.c, w.c, f("c"));
           matvecByParts(ref, out.r, x.r, w.r, f("r"));
-          const tag = `matvec ${dt} ${rows}x${k}${norm ? " +norm" : ""}${silu ? " +siluMul" : ""}${acc ? " +=" : ""}${withBias ? " +bias" : ""}`;
+          const tag = `matvec ${dt} ${rows}x${k}${apart ? ` (apart: ${apart})` : ""}${norm ? " +norm" : ""}${silu ? " +siluMul" : ""}${acc ? " +=" : ""}${withBias ? " +bias" : ""}`;
           record(tag, relErr(cuda.read(out.c, 0, m), ref.read(out.r, 0, m)), 1e-5);
           const row1 = cuda.read(out.c, m, m);
           record(`${tag}: row 1 untouched`, acc ? maxAbs(row1, out.data.subarray(m, 2 * m)) : row1.every(Number.isNaN) ? 0 : 1, 0);
@@ -430,6 +438,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     cuda.synchronize();
   } finally {
     cuda.setMatmulPath("auto");
+    cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
     for (const [be, t] of owned.reverse()) be.free(t);
     ref.close();
   }

@@ -2,11 +2,12 @@
 //   prologue  h = rmsNorm(x)·normWeight, computed by every block into shared memory
 //             (x is a few KB and sits in L2; the norm's own kernel and h's round trip go away);
 //   epilogue  out = y, out += y (the residual add), or out = silu(y[j])·y[m + j] (w = [gate; up]).
-// A warp computes two weight rows at once (two rows' 16-byte loads in flight per lane): rows
-// 2i, 2i + 1, or with SiLU·up the gate row j and the up row m + j.
+// A warp computes one weight row, or with SiLU·up two at once: the gate row j and the up row
+// m + j. Blocks of 16 warps (fewer blocks: fewer norm prologues); the warp's first weight
+// lines are prefetched into L2 before the prologue, so the memory stream starts at once.
 #include "common.cuh"
 
-static const int FG_WARPS = 8, FG_UNROLL = 4;
+static const int FG_WARPS = 16, FG_UNROLL = 4, FG_THREADS = FG_WARPS * 32;
 enum { FG_ACCUMULATE = 1, FG_SILU = 2 };
 
 template <int WT> struct FgVec;
@@ -41,33 +42,58 @@ __device__ __forceinline__ float fg_load(const void *p, int dt, int i) {
 // grid: ceil(warps needed / FG_WARPS); dynamic shared memory: k floats when NORM.
 // VEC: k a multiple of the vector width, w and x (or the shared copy) 16-byte aligned.
 template <int WT, bool NORM, int EPI, bool VEC>
-__global__ void __launch_bounds__(256) gemv_fused_kernel(float *out, const float *x, const void *w, const void *bias, int bt, const void *nw,
+__global__ void __launch_bounds__(FG_THREADS) gemv_fused_kernel(float *out, const float *x, const void *w, const void *bias, int bt, const void *nw,
                                                          int nt, float eps, int k, int m) {
   extern __shared__ __align__(16) float xs[];
+  constexpr bool SILU = (EPI & FG_SILU) != 0;
+  constexpr int ES = WT == DT_F32 ? 4 : 2;
+  const int lane = threadIdx.x & 31;
+  const int wg = blockIdx.x * FG_WARPS + (threadIdx.x >> 5);
+  const int r0 = wg, r1 = wg + m;  // r1: the up row (SiLU·up only)
+  const bool live = wg < m;
   const float *xv = x;
   if (NORM) {
+    if (live) {  // start the weight stream while the block normalises x
+      const char *row0 = (const char *)w + (size_t)r0 * k * ES, *row1 = (const char *)w + (size_t)r1 * k * ES;
+      const size_t rowBytes = (size_t)k * ES;
+#pragma unroll
+      for (int u = 0; u < 2 * FG_UNROLL; u++) {
+        const size_t off = (size_t)(lane + u * 32) * 16;
+        if (off < rowBytes) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(row0 + off));
+          if (SILU) asm volatile("prefetch.global.L2 [%0];" ::"l"(row1 + off));
+        }
+      }
+    }
     __shared__ float red[32];
     float ss = 0.f;
-    for (int i = threadIdx.x; i < k; i += blockDim.x) ss += x[i] * x[i];
-    ss = block_sum(ss, red);
+    if ((((uintptr_t)x & 15) | (k & 3)) == 0) {  // 16-byte pieces of x
+      const float4 *x4 = reinterpret_cast<const float4 *>(x);
+      float4 *s4 = reinterpret_cast<float4 *>(xs);
+      for (int i = threadIdx.x; i < k / 4; i += blockDim.x) {
+        const float4 t = x4[i];
+        s4[i] = t;
+        ss += t.x * t.x + t.y * t.y + t.z * t.z + t.w * t.w;
+      }
+    } else {
+      for (int i = threadIdx.x; i < k; i += blockDim.x) {
+        const float t = x[i];
+        xs[i] = t;
+        ss += t * t;
+      }
+    }
+    ss = block_sum(ss, red);  // its barriers also publish xs
     const float r = rsqrtf(ss / k + eps);
-    for (int i = threadIdx.x; i < k; i += blockDim.x) xs[i] = x[i] * r * fg_load(nw, nt, i);
+    for (int i = threadIdx.x; i < k; i += blockDim.x) xs[i] *= r * fg_load(nw, nt, i);
     __syncthreads();
     xv = xs;
   }
-  constexpr bool SILU = (EPI & FG_SILU) != 0;
-  const int lane = threadIdx.x & 31;
-  const int wg = blockIdx.x * FG_WARPS + (threadIdx.x >> 5);
-  // The two rows of this warp; a row ≥ rowsW (the end of w) is skipped.
-  const int rowsW = SILU ? 2 * m : m;
-  const int r0 = SILU ? wg : 2 * wg, r1 = SILU ? wg + m : 2 * wg + 1;
-  if (SILU ? wg >= m : r0 >= m) return;
-  const bool has1 = r1 < rowsW;
+  if (!live) return;
   float a0 = 0.f, a1 = 0.f;
   if (VEC) {
-    constexpr int V = FgVec<WT>::N, ES = WT == DT_F32 ? 4 : 2;
+    constexpr int V = FgVec<WT>::N;
     const uint4 *w0 = reinterpret_cast<const uint4 *>((const char *)w + (size_t)r0 * k * ES);
-    const uint4 *w1 = reinterpret_cast<const uint4 *>((const char *)w + (size_t)(has1 ? r1 : r0) * k * ES);
+    const uint4 *w1 = reinterpret_cast<const uint4 *>((const char *)w + (size_t)(SILU ? r1 : r0) * k * ES);
     const int nvec = k / V;
     for (int base = lane; base < nvec; base += 32 * FG_UNROLL) {
       uint4 raw0[FG_UNROLL], raw1[FG_UNROLL];
@@ -75,7 +101,7 @@ __global__ void __launch_bounds__(256) gemv_fused_kernel(float *out, const float
       for (int u = 0; u < FG_UNROLL; u++) {
         const int i = base + u * 32;
         raw0[u] = i < nvec ? __ldg(w0 + i) : make_uint4(0, 0, 0, 0);
-        raw1[u] = i < nvec && has1 ? __ldg(w1 + i) : make_uint4(0, 0, 0, 0);
+        if (SILU) raw1[u] = i < nvec ? __ldg(w1 + i) : make_uint4(0, 0, 0, 0);
       }
 #pragma unroll
       for (int u = 0; u < FG_UNROLL; u++) {
@@ -83,13 +109,13 @@ __global__ void __launch_bounds__(256) gemv_fused_kernel(float *out, const float
         if (i < nvec) {
           float f0[V], f1[V];
           FgVec<WT>::cvt(raw0[u], f0);
-          FgVec<WT>::cvt(raw1[u], f1);
+          if (SILU) FgVec<WT>::cvt(raw1[u], f1);
           const float4 *xr = reinterpret_cast<const float4 *>(xv + (size_t)i * V);
 #pragma unroll
           for (int qq = 0; qq < V / 4; qq++) {
             const float4 t = xr[qq];
             a0 += f0[4 * qq] * t.x + f0[4 * qq + 1] * t.y + f0[4 * qq + 2] * t.z + f0[4 * qq + 3] * t.w;
-            a1 += f1[4 * qq] * t.x + f1[4 * qq + 1] * t.y + f1[4 * qq + 2] * t.z + f1[4 * qq + 3] * t.w;
+            if (SILU) a1 += f1[4 * qq] * t.x + f1[4 * qq + 1] * t.y + f1[4 * qq + 2] * t.z + f1[4 * qq + 3] * t.w;
           }
         }
       }
@@ -98,28 +124,26 @@ __global__ void __launch_bounds__(256) gemv_fused_kernel(float *out, const float
     for (int c = lane; c < k; c += 32) {
       const float t = xv[c];
       a0 += ld<WT>(w, (size_t)r0 * k + c) * t;
-      if (has1) a1 += ld<WT>(w, (size_t)r1 * k + c) * t;
+      if (SILU) a1 += ld<WT>(w, (size_t)r1 * k + c) * t;
     }
   }
   a0 = warp_sum(a0);
-  a1 = warp_sum(a1);
+  if (SILU) a1 = warp_sum(a1);
   if (lane != 0) return;
   const float y0 = a0 + (bias ? fg_load(bias, bt, r0) : 0.f);
-  const float y1 = has1 ? a1 + (bias ? fg_load(bias, bt, r1) : 0.f) : 0.f;
+  float v = y0;
   if (SILU) {
-    const float v = y0 / (1.f + expf(-y0)) * y1;
-    if (EPI & FG_ACCUMULATE) out[r0] += v; else out[r0] = v;
-  } else {
-    if (EPI & FG_ACCUMULATE) { out[r0] += y0; if (has1) out[r1] += y1; }
-    else { out[r0] = y0; if (has1) out[r1] = y1; }
+    const float y1 = a1 + (bias ? fg_load(bias, bt, r1) : 0.f);
+    v = y0 / (1.f + expf(-y0)) * y1;
   }
+  if (EPI & FG_ACCUMULATE) out[r0] += v; else out[r0] = v;
 }
 
 template <int WT, bool NORM, int EPI>
 static void launch_fg(HgCtx *c, bool vec, unsigned blocks, size_t shmem, float *out, const float *x, const void *w, const void *bias, int bt,
                       const void *nw, int nt, float eps, int k, int m) {
-  if (vec) gemv_fused_kernel<WT, NORM, EPI, true><<<blocks, 256, shmem, c->compute>>>(out, x, w, bias, bt, nw, nt, eps, k, m);
-  else gemv_fused_kernel<WT, NORM, EPI, false><<<blocks, 256, shmem, c->compute>>>(out, x, w, bias, bt, nw, nt, eps, k, m);
+  if (vec) gemv_fused_kernel<WT, NORM, EPI, true><<<blocks, FG_THREADS, shmem, c->compute>>>(out, x, w, bias, bt, nw, nt, eps, k, m);
+  else gemv_fused_kernel<WT, NORM, EPI, false><<<blocks, FG_THREADS, shmem, c->compute>>>(out, x, w, bias, bt, nw, nt, eps, k, m);
 }
 
 template <int WT, bool NORM>
@@ -155,8 +179,7 @@ int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd) {
   const void *w = cmd.p[2], *bias = cmd.p[3], *nw = cmd.p[4];
   const int wt = cmd.s[0], bt = cmd.s[1], nt = cmd.s[2], k = cmd.s[3], m = cmd.s[4], epi = cmd.s[5];
   const bool vec = cmd.s[6] != 0;
-  const long warps = (epi & FG_SILU) ? m : (m + 1) / 2;
-  const unsigned blocks = (unsigned)((warps + FG_WARPS - 1) / FG_WARPS);
+  const unsigned blocks = (unsigned)((m + FG_WARPS - 1) / FG_WARPS);
   const size_t shmem = nw ? (size_t)k * sizeof(float) : 0;
   if (nw) { HG_DISPATCH_DT(wt, W, return (launch_fg_epi<W, true>(c, epi, vec, blocks, shmem, out, x, w, bias, bt, nw, nt, cmd.f[0], k, m))); }
   HG_DISPATCH_DT(wt, W, return (launch_fg_epi<W, false>(c, epi, vec, blocks, shmem, out, x, w, bias, bt, nw, nt, cmd.f[0], k, m)));

@@ -62,6 +62,10 @@ export class CudaBackend implements Backend {
   private readonly check: BackendChecks<CudaTensor>;
   /** cudaGraphs option: beginStep/endStep record and replay decode steps. */
   private graphs: boolean;
+  /** Which of matvec's fusions run inside the GEMV kernel (else as their own kernels); benches compare. */
+  private fuse = { norm: true, siluMul: true, accumulate: true };
+  /** Scratch of the unfused matvec parts (h, y, silu result), grown on demand. */
+  private mvScratch: CudaTensor | null = null;
   private readonly stepKeys = new Map<string, number>();
   /** Which key holds each native graph slot (slots are reused round-robin past MAX_GRAPH_KEYS). */
   private readonly slotOwners: (string | undefined)[] = new Array(MAX_GRAPH_KEYS);
@@ -311,10 +315,56 @@ export class CudaBackend implements Backend {
    */
   matvec(out: Tensor, x: Tensor, w: Tensor, f: MatvecFusion): void {
     const [o, xi, wt, b, nw, m, k] = this.check.matvec(out, x, w, f);
-    if (nw && k > this.lib.hg_cu_matvec_max_norm_k()) bad(`matvec: a fused norm takes rows of at most ${this.lib.hg_cu_matvec_max_norm_k()} values, x has ${k}`);
-    const epi = (f.accumulate ? 1 : 0) | (f.siluMul ? 2 : 0);
-    this.ok("matvec", this.lib.hg_cu_matvec(this.ctx, P(o.addr), P(xi.addr), P(wt.addr), DTYPE_CODE[wt.dtype], b ? P(b.addr) : null, b ? DTYPE_CODE[b.dtype] : 0,
-      nw ? P(nw.addr) : null, nw ? DTYPE_CODE[nw.dtype] : 0, nw ? (f.normEps as number) : 0, k, m, epi));
+    const maxNormK = this.lib.hg_cu_matvec_max_norm_k();
+    if (nw && k > maxNormK && this.fuse.norm) bad(`matvec: a fused norm takes rows of at most ${maxNormK} values, x has ${k}`);
+    const rows = wt.shape[0], wd = DTYPE_CODE[wt.dtype], bp = b ? P(b.addr) : null, bt = b ? DTYPE_CODE[b.dtype] : 0;
+    const eps = nw ? (f.normEps as number) : 0;
+    const normApart = nw !== undefined && !this.fuse.norm;
+    const siluApart = f.siluMul === true && !this.fuse.siluMul;
+    const addApart = f.accumulate === true && (!this.fuse.accumulate || siluApart);
+    if (!normApart && !siluApart && !addApart) {
+      const epi = (f.accumulate ? 1 : 0) | (f.siluMul ? 2 : 0);
+      this.ok("matvec", this.lib.hg_cu_matvec(this.ctx, P(o.addr), P(xi.addr), P(wt.addr), wd, bp, bt, nw ? P(nw.addr) : null, nw ? DTYPE_CODE[nw.dtype] : 0, eps, k, m, epi));
+      return;
+    }
+    // Some parts as their own kernels (setMatvecFusion): h, y and the SiLU·up result in a scratch.
+    const a64 = (n: number) => Math.ceil(n / 64) * 64;
+    const s = this.matvecScratch(a64(k) + a64(rows) + m);
+    const hA = s.addr, yA = hA + a64(k) * 4, rA = yA + a64(rows) * 4;
+    let xA = xi.addr;
+    if (nw && normApart) {
+      this.ok("matvec (rmsNorm)", this.lib.hg_cu_rmsnorm(this.ctx, P(hA), P(xi.addr), P(nw.addr), DTYPE_CODE[nw.dtype], 1, k, eps));
+      xA = hA;
+    }
+    const nwFused = nw && !normApart ? P(nw.addr) : null, ntFused = nw && !normApart ? DTYPE_CODE[nw.dtype] : 0;
+    if (siluApart) {
+      this.ok("matvec", this.lib.hg_cu_matvec(this.ctx, P(yA), P(xA), P(wt.addr), wd, bp, bt, nwFused, ntFused, eps, k, rows, 0));
+      this.ok("matvec (siluMul)", this.lib.hg_cu_silu_mul(this.ctx, P(f.accumulate ? rA : o.addr), P(yA), P(yA + m * 4), m));
+    } else {
+      const epi = f.siluMul ? 2 : 0;
+      this.ok("matvec", this.lib.hg_cu_matvec(this.ctx, P(addApart ? rA : o.addr), P(xA), P(wt.addr), wd, bp, bt, nwFused, ntFused, eps, k, m, epi | (f.accumulate && !addApart ? 1 : 0)));
+    }
+    if (addApart) this.ok("matvec (add)", this.lib.hg_cu_add(this.ctx, P(o.addr), P(o.addr), P(rA), m));
+  }
+
+  /** Which matvec fusions run inside the GEMV (default all); the rest run as their own kernels. */
+  setMatvecFusion(fuse: { norm: boolean; siluMul: boolean; accumulate: boolean }): void {
+    this.fuse = { ...fuse };
+    if (this.mvScratch && fuse.norm && fuse.siluMul && fuse.accumulate) {
+      if (this.inStep) this.endStep();
+      this.free(this.mvScratch);
+      this.mvScratch = null;
+    }
+  }
+
+  private matvecScratch(floats: number): CudaTensor {
+    if (!this.mvScratch || this.mvScratch.numel < floats) {
+      if (this.inStep) this.endStep(); // growing it writes zeros: not inside a recorded step
+      if (this.mvScratch) this.free(this.mvScratch);
+      this.mvScratch = null;
+      this.mvScratch = this.alloc([floats]) as CudaTensor;
+    }
+    return this.mvScratch;
   }
 
   rmsNorm(out: Tensor, x: Tensor, weight: Tensor, n: number, eps: number): void {
