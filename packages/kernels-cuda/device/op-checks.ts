@@ -6,7 +6,7 @@
  * Used by test/gpu.test.ts (where a GPU is present) and device/device-check.ts.
  */
 import { ReferenceBackend, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
-import type { CudaBackend, MatmulPath } from "../src/index.js";
+import { CudaBackend, type MatmulPath } from "../src/index.js";
 
 export interface CheckResult {
   readonly name: string;
@@ -372,6 +372,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         }
       }
     }
+    cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
     // Recorded decode steps (CUDA graphs): per-step values change every step (K/V append row,
     // position, span length); the first step captures, the rest replay.
     for (const fused of [false, true]) {
@@ -420,7 +421,9 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         worst = Math.max(worst, relErr(cuda.read(x.c), ref.read(x.r)));
       }
       const after = cuda.graphStats();
-      record(`recorded decode steps x${steps} (K/V append, rope, ${fused ? "split-K attention, fused norm+GEMV+add" : "attention stages, add"})`, worst, 1e-5);
+      // Fused: the f32 norm + GEMV (k = 512, bf16 weights) against the reference's f64 one; the
+      // H200 showed 2.2e-5 (third pass, call 2), so this one is 1e-4 where the stage ops are 1e-5.
+      record(`recorded decode steps x${steps} (K/V append, rope, ${fused ? "split-K attention, norm+GEMV+add" : "attention stages, add"})`, worst, fused ? 1e-4 : 1e-5);
       record(`recorded steps${fused ? " (fused)" : ""}: 1 capture, the rest replayed, none drained`, Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
       if (fused) continue;
       // A read in the middle of a step runs what was recorded first.
@@ -438,7 +441,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     cuda.synchronize();
   } finally {
     cuda.setMatmulPath("auto");
-    cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
+    cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
     for (const [be, t] of owned.reverse()) be.free(t);
     ref.close();
   }

@@ -29,6 +29,16 @@ const MAX_HOST_INTS = 1024 * 1024; // the native int scratch (ids, positions, sl
 
 const P = (address: number) => address as Pointer;
 
+/** Which parts of Backend.matvec run inside the GEMV kernel (see CudaBackend.setMatvecFusion). */
+export interface MatvecFusionChoice {
+  norm: boolean;
+  siluMul: boolean;
+  accumulate: boolean;
+}
+
+/** Floats of the unfused matvec parts' scratch made before a step (so a step never allocates). */
+const MATVEC_SCRATCH_FLOATS = 65536;
+
 function bad(message: string): never {
   throw new HybridgenError(message, "EBADARG");
 }
@@ -62,8 +72,14 @@ export class CudaBackend implements Backend {
   private readonly check: BackendChecks<CudaTensor>;
   /** cudaGraphs option: beginStep/endStep record and replay decode steps. */
   private graphs: boolean;
-  /** Which of matvec's fusions run inside the GEMV kernel (else as their own kernels); benches compare. */
-  private fuse = { norm: true, siluMul: true, accumulate: true };
+  /**
+   * Which of matvec's fusions run inside the GEMV kernel (else as their own kernels). Default
+   * from the H200 bench (DEVICE-NOTES.md, third pass): the norm as its own kernel (its per-block
+   * prologue cost more than the launch it saves: 5.22 vs 5.65 ms a step at 2K), SiLU·up and the
+   * residual add in the epilogue.
+   */
+  static readonly DEFAULT_MATVEC_FUSION: Readonly<MatvecFusionChoice> = { norm: false, siluMul: true, accumulate: true };
+  private fuse: MatvecFusionChoice = { ...CudaBackend.DEFAULT_MATVEC_FUSION };
   /** Scratch of the unfused matvec parts (h, y, silu result), grown on demand. */
   private mvScratch: CudaTensor | null = null;
   private readonly stepKeys = new Map<string, number>();
@@ -329,8 +345,9 @@ export class CudaBackend implements Backend {
     }
     // Some parts as their own kernels (setMatvecFusion): h, y and the SiLU·up result in a scratch.
     const a64 = (n: number) => Math.ceil(n / 64) * 64;
-    const s = this.matvecScratch(a64(k) + a64(rows) + m);
-    const hA = s.addr, yA = hA + a64(k) * 4, rA = yA + a64(rows) * 4;
+    const yOff = normApart ? a64(k) : 0, rOff = yOff + (siluApart ? a64(rows) : 0);
+    const s = this.matvecScratch(rOff + (addApart ? m : 0));
+    const hA = s.addr, yA = hA + yOff * 4, rA = hA + rOff * 4;
     let xA = xi.addr;
     if (nw && normApart) {
       this.ok("matvec (rmsNorm)", this.lib.hg_cu_rmsnorm(this.ctx, P(hA), P(xi.addr), P(nw.addr), DTYPE_CODE[nw.dtype], 1, k, eps));
@@ -347,9 +364,9 @@ export class CudaBackend implements Backend {
     if (addApart) this.ok("matvec (add)", this.lib.hg_cu_add(this.ctx, P(o.addr), P(o.addr), P(rA), m));
   }
 
-  /** Which matvec fusions run inside the GEMV (default all); the rest run as their own kernels. */
-  setMatvecFusion(fuse: { norm: boolean; siluMul: boolean; accumulate: boolean }): void {
-    this.fuse = { ...fuse };
+  /** Which matvec fusions run inside the GEMV (default DEFAULT_MATVEC_FUSION); the rest run as their own kernels. */
+  setMatvecFusion(fuse: MatvecFusionChoice): void {
+    this.fuse = { norm: fuse.norm, siluMul: fuse.siluMul, accumulate: fuse.accumulate };
     if (this.mvScratch && fuse.norm && fuse.siluMul && fuse.accumulate) {
       if (this.inStep) this.endStep();
       this.free(this.mvScratch);
@@ -357,12 +374,16 @@ export class CudaBackend implements Backend {
     }
   }
 
+  get matvecFusion(): MatvecFusionChoice {
+    return { ...this.fuse };
+  }
+
   private matvecScratch(floats: number): CudaTensor {
     if (!this.mvScratch || this.mvScratch.numel < floats) {
-      if (this.inStep) this.endStep(); // growing it writes zeros: not inside a recorded step
+      if (this.inStep) this.endStep(); // allocating writes zeros: not inside a recorded step
       if (this.mvScratch) this.free(this.mvScratch);
       this.mvScratch = null;
-      this.mvScratch = this.alloc([floats]) as CudaTensor;
+      this.mvScratch = this.alloc([Math.max(floats, MATVEC_SCRATCH_FLOATS)]) as CudaTensor;
     }
     return this.mvScratch;
   }
@@ -459,6 +480,8 @@ export class CudaBackend implements Backend {
       this.slotOwners[id] = key;
       this.stepKeys.set(key, id);
     }
+    // The unfused matvec parts' scratch is made before the step (allocating inside would end it).
+    if (!this.mvScratch && !(this.fuse.norm && this.fuse.siluMul && this.fuse.accumulate)) this.matvecScratch(MATVEC_SCRATCH_FLOATS);
     this.ok("beginStep", this.lib.hg_cu_step_begin(ctx, id));
     this.inStep = true;
   }

@@ -186,6 +186,15 @@ describe("CudaBackend validation (stand-in native library)", () => {
     ];
     for (const [f, re] of cases) expect(f).toThrow(re);
     expect(opCalls().length).toBe(before + 0);
+    // The default: the norm as its own kernel into the scratch, SiLU·up and += in the GEMV.
+    be.matvec(out16, x, w, { bias, normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
+    const norm = calls.filter((c) => c.name === "hg_cu_rmsnorm").at(-1)!;
+    const viaScratch = calls.filter((c) => c.name === "hg_cu_matvec").at(-1)!;
+    expect(norm.args[2]).toBe(be.address(x));
+    expect(viaScratch.args[2]).toBe(norm.args[1]); // x of the GEMV = the normed scratch row
+    expect(viaScratch.args.slice(7)).toEqual([null, 0, 1e-5, 64, 16, 3]);
+    expect(viaScratch.args[1]).toBe(be.address(out16));
+    be.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
     be.matvec(out16, x, w, { bias, normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
     const mv = calls.filter((c) => c.name === "hg_cu_matvec").at(-1)!;
     // ..., wt, bias, bt, nw, nt, eps, k, m, epi
@@ -194,6 +203,13 @@ describe("CudaBackend validation (stand-in native library)", () => {
     expect(mv.args.slice(8)).toEqual([2, 1e-5, 64, 16, 3]);
     be.matvec(out, x, w, {});
     expect(calls.filter((c) => c.name === "hg_cu_matvec").at(-1)!.args.slice(5)).toEqual([null, 0, null, 0, 0, 64, 32, 0]);
+    // Everything apart: GEMV into the scratch, SiLU·up into the scratch, then out += it.
+    be.setMatvecFusion({ norm: false, siluMul: false, accumulate: false });
+    const from = calls.length;
+    be.matvec(out16, x, w, { normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
+    expect(calls.slice(from).map((c) => c.name).filter((n) => n !== "hg_cu_memset0" && n !== "hg_cu_matvec_max_norm_k")).toEqual(["hg_cu_rmsnorm", "hg_cu_matvec", "hg_cu_silu_mul", "hg_cu_add"]);
+    const add = calls.at(-1)!;
+    expect(add.args.slice(1, 3)).toEqual([be.address(out16), be.address(out16)]);
     be.close();
   });
 });
