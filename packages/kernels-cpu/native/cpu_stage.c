@@ -141,7 +141,7 @@ static void selected_task(void *v, int part, int parts) {
     if (j->flags & HG_STAGE_SELECTED) {
         if (vb < ve) {
             hg_logits_args a = {
-                sel + g * group * kmax, r->qp + g * group * r->qs,
+                sel + g * group * kmax, r->qp + g * r->qs,
                 (const char *)(intptr_t)j->k + g * j->kcap * j->head_dim * esize(j->ktype),
                 ids, kmax, j->kcap, 0, cnt, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale,
             };
@@ -181,10 +181,10 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     run_ctx r = {s, j, {0}, NULL, 0, 1};
     if (j->flags & (HG_STAGE_SCORE | HG_STAGE_SELECTED)) { /* the query, packed once for the logits kernel */
         const hg_kernels *k = s->ctx->k;
-        r.qs = k->attn_qstride((int)j->ktype, (int)j->head_dim);
-        float *qp = hg_grow(&s->ctx->qpack, &s->ctx->qpack_bytes, (size_t)(j->heads * r.qs) * sizeof(float));
+        r.qs = k->attn_qfloats((int)(j->heads / j->kv_heads), 1, (int)j->head_dim, (int)j->ktype); /* per KV head */
+        float *qp = hg_grow(&s->ctx->qpack, &s->ctx->qpack_bytes, (size_t)(j->kv_heads * r.qs) * sizeof(float));
         if (!qp) return -2;
-        k->attn_qpack(qp, (const float *)(intptr_t)j->q, (int)j->heads, (int)j->head_dim, (int)j->ktype);
+        k->attn_qpack(qp, (const float *)(intptr_t)j->q, (int)j->heads, (int)j->kv_heads, (int)j->head_dim, (int)j->ktype);
         r.qp = qp;
     }
     if (j->flags & HG_STAGE_SCORE) {

@@ -11,7 +11,7 @@ typedef struct {
 } hg_matmul_args;
 
 /* logits[h*lstride + j] = scale * q[h] . K[h/group, tok(j)] for j < count, tok(j) = slots ? slots[j] :
- * start + j. qp is the query packed by the same table's attn_qpack (attn_qstride floats per head). */
+ * start + j. qp is the query packed by the same table's attn_qpack. */
 typedef struct {
     float *logits; const float *qp; const void *k; const int32_t *slots;
     int64_t lstride, cap, start, count; int ktype, heads, kv_heads, head_dim; float scale;
@@ -27,10 +27,10 @@ typedef struct {
     void (*matmul)(const hg_matmul_args *a, long r0, long r1);
     /* items [f0, f1) of the (KV head, token) space, item f = kv_head * count + j */
     void (*attn_logits)(const hg_logits_args *a, int64_t f0, int64_t f1);
-    /* floats per head of a packed query (<= head_dim rounded up to 32) */
-    int (*attn_qstride)(int ktype, int head_dim);
-    /* q [heads, head_dim] -> dst [heads, attn_qstride]: the layout the logits kernel reads */
-    void (*attn_qpack)(float *dst, const float *q, int heads, int head_dim, int ktype);
+    /* floats of a packed query (per KV head: attn_qfloats(group, 1, ...)) */
+    int64_t (*attn_qfloats)(int heads, int kv_heads, int head_dim, int ktype);
+    /* q [heads, head_dim] -> dst: the layout the logits kernel reads */
+    void (*attn_qpack)(float *dst, const float *q, int heads, int kv_heads, int head_dim, int ktype);
     /* acc[heads*head_dim] += contribution of tokens [j0, j1) */
     void (*attn_aggregate)(const hg_aggr_args *a, float *acc, int64_t j0, int64_t j1);
     void (*rmsnorm_row)(float *out, const float *x, const float *w, int k, float eps);

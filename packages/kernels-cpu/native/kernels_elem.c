@@ -130,14 +130,14 @@ static double stream_sum(const float *p, int64_t count) {
 
 void KFN(hg_k_matmul)(const hg_matmul_args *a, long r0, long r1);
 void KFN(hg_k_attn_logits)(const hg_logits_args *a, int64_t f0, int64_t f1);
-int KFN(hg_k_attn_qstride)(int ktype, int head_dim);
-void KFN(hg_k_attn_qpack)(float *dst, const float *q, int heads, int head_dim, int ktype);
+int64_t KFN(hg_k_attn_qfloats)(int heads, int kv_heads, int head_dim, int ktype);
+void KFN(hg_k_attn_qpack)(float *dst, const float *q, int heads, int kv_heads, int head_dim, int ktype);
 void KFN(hg_k_attn_aggregate)(const hg_aggr_args *a, float *acc, int64_t j0, int64_t j1);
 
 const hg_kernels KFN(hg_kernels) = {
     .matmul = KFN(hg_k_matmul),
     .attn_logits = KFN(hg_k_attn_logits),
-    .attn_qstride = KFN(hg_k_attn_qstride),
+    .attn_qfloats = KFN(hg_k_attn_qfloats),
     .attn_qpack = KFN(hg_k_attn_qpack),
     .attn_aggregate = KFN(hg_k_attn_aggregate),
     .rmsnorm_row = rmsnorm_row,

@@ -212,10 +212,10 @@ static void logits_task(void *v, int ith, int nth) {
 int hg_attn_logits(hg_ctx *c, float *logits, int lstride, const float *q, const void *k, int ktype,
                    int heads, int kv_heads, int head_dim, int64_t cap,
                    int64_t start, const int32_t *slots, int64_t count, float scale) {
-    size_t qs = (size_t)c->k->attn_qstride(ktype, head_dim);
-    float *qp = hg_grow(&c->qpack, &c->qpack_bytes, (size_t)heads * qs * sizeof(float));
+    size_t qf = (size_t)c->k->attn_qfloats(heads, kv_heads, head_dim, ktype);
+    float *qp = hg_grow(&c->qpack, &c->qpack_bytes, qf * sizeof(float));
     if (!qp) return 0;
-    c->k->attn_qpack(qp, q, heads, head_dim, ktype);
+    c->k->attn_qpack(qp, q, heads, kv_heads, head_dim, ktype);
     logits_job j = {c, {logits, qp, k, slots, lstride, cap, start, count, ktype, heads, kv_heads, head_dim, scale}};
     hg_pool_run(c->pool, logits_task, &j, parts_for(c, count * heads * head_dim, PIECES));
     return 1;

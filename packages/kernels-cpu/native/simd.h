@@ -7,6 +7,7 @@
  *   vld_part / vld_f16_part  the first n < VW elements, the rest zero (never reads past p + n)
  *   vld_bf16_eo   2*VW bf16 widened as two vectors: even elements, odd elements (shift and mask,
  *                 no lane shuffles: the dot-product kernels pair them with a query split the same way)
+ *   vst_lanes(p, v, l, n)    lanes l .. l+n-1 of v to p[0 .. n) (n <= VW - l)
  *   vsum_lanes(a) one vector whose lane i is vhsum(a[i]) for VW vectors a[0..VW), bit for bit:
  *                 the same halving tree, done for VW sums at once (a transposing add tree) */
 #ifndef HG_SIMD_H
@@ -50,6 +51,18 @@ static inline void vhsum4(vf a, vf b, vf c, vf d, float *r) {
     _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
 }
 static inline vf vld_part(const float *p, int n) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
+static inline void vst_lanes(float *p, vf v, int l, int n) {
+    if (n == 4 && (l & 3) == 0) { /* a 128-bit lane: the 4x4 blocks' common case */
+        switch (l >> 2) {
+        case 0: _mm_storeu_ps(p, _mm512_castps512_ps128(v)); return;
+        case 1: _mm_storeu_ps(p, _mm512_extractf32x4_ps(v, 1)); return;
+        case 2: _mm_storeu_ps(p, _mm512_extractf32x4_ps(v, 2)); return;
+        default: _mm_storeu_ps(p, _mm512_extractf32x4_ps(v, 3)); return;
+        }
+    }
+    vf r = _mm512_permutexvar_ps(_mm512_add_epi32(_mm512_set1_epi32(l), _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15)), v);
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), r);
+}
 static inline vf vld_f16_part(const uint16_t *p, int n) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16((__mmask16)((1u << n) - 1), p));
 }
@@ -124,6 +137,11 @@ static inline vf vld_part(const float *p, int n) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
 }
+static inline void vst_lanes(float *p, vf v, int l, int n) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    vf r = _mm256_permutevar8x32_ps(v, _mm256_add_epi32(_mm256_set1_epi32(l), lane));
+    _mm256_maskstore_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane), r);
+}
 static inline vf vld_f16_part(const uint16_t *p, int n) {
     uint16_t t[8] = {0};
     memcpy(t, p, (size_t)n * 2);
@@ -193,6 +211,7 @@ static inline float vhsum(vf v) { return (v[0] + v[1]) + (v[2] + v[3]); }
 static inline float vhmax(vf v) { float a = v[0] > v[1] ? v[0] : v[1], b = v[2] > v[3] ? v[2] : v[3]; return a > b ? a : b; }
 static inline void vhsum4(vf a, vf b, vf c, vf d, float *r) { r[0] = vhsum(a); r[1] = vhsum(b); r[2] = vhsum(c); r[3] = vhsum(d); }
 static inline vf vld_part(const float *p, int n) { vf v = vzero(); for (int i = 0; i < n; i++) v[i] = p[i]; return v; }
+static inline void vst_lanes(float *p, vf v, int l, int n) { for (int i = 0; i < n; i++) p[i] = v[l + i]; }
 static inline vf vld_f16_part(const uint16_t *p, int n) { vf v = vzero(); for (int i = 0; i < n; i++) v[i] = hg_f16_to_f32(p[i]); return v; }
 static inline void vld_bf16_eo_part(const uint16_t *p, int n, vf *e, vf *o) {
     vf a = vzero(), b = vzero();
