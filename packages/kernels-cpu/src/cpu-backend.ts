@@ -241,14 +241,16 @@ export class CpuBackend implements Backend {
   attnLogits(logits: Tensor, outCol: number, q: Tensor, qRow: number, k: Tensor, start: number, count: number, scale: number): void {
     const [l, qi, kt, [heads, kvHeads, headDim, cap]] = this.check.attnLogits(logits, outCol, q, qRow, k, start, count);
     if (count === 0) return;
-    this.lib.hg_attn_logits(this.ctx, l.at(outCol), l.cols, qi.at(qRow * qi.cols), kt.ptr, DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, start, null, count, scale);
+    const ok = this.lib.hg_attn_logits(this.ctx, l.at(outCol), l.cols, qi.at(qRow * qi.cols), kt.ptr, DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, start, null, count, scale);
+    if (!ok) bad("attnLogits: out of memory"); // the packed query buffer
   }
 
   attnLogitsGather(logits: Tensor, outCol: number, q: Tensor, qRow: number, k: Tensor, slots: Int32Array, scale: number): void {
     const [l, qi, kt, [heads, kvHeads, headDim, cap]] = this.check.attnLogitsGather(logits, outCol, q, qRow, k, slots);
     const count = slots.length;
     if (count === 0) return;
-    this.lib.hg_attn_logits(this.ctx, l.at(outCol), l.cols, qi.at(qRow * qi.cols), kt.ptr, DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, 0, slots, count, scale);
+    const ok = this.lib.hg_attn_logits(this.ctx, l.at(outCol), l.cols, qi.at(qRow * qi.cols), kt.ptr, DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, 0, slots, count, scale);
+    if (!ok) bad("attnLogitsGather: out of memory");
   }
 
   attnAggregate(out: Tensor, outRow: number, probs: Tensor, probCol: number, v: Tensor, start: number, count: number, accumulate: boolean): void {
