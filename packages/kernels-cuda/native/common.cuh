@@ -105,6 +105,38 @@ template <> __device__ __forceinline__ void st<DT_F32>(void *p, size_t i, float 
 template <> __device__ __forceinline__ void st<DT_F16>(void *p, size_t i, float v) { ((__half *)p)[i] = __float2half_rn(v); }
 template <> __device__ __forceinline__ void st<DT_BF16>(void *p, size_t i, float v) { ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v); }
 
+// 16 bytes of f32/bf16/f16 data widened to floats (N elements); shared by the GEMV, the fused
+// decode GEMV and split-K decode attention.
+template <int WT> struct Vec16;
+template <> struct Vec16<DT_F32> {
+  static constexpr int N = 4;
+  __device__ static void cvt(const uint4 &r, float *f) { f[0] = __uint_as_float(r.x); f[1] = __uint_as_float(r.y); f[2] = __uint_as_float(r.z); f[3] = __uint_as_float(r.w); }
+};
+template <> struct Vec16<DT_BF16> {
+  static constexpr int N = 8;
+  __device__ static void cvt(const uint4 &r, float *f) {
+    const unsigned u[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) { f[2 * i] = __uint_as_float(u[i] << 16); f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u); }
+  }
+};
+template <> struct Vec16<DT_F16> {
+  static constexpr int N = 8;
+  __device__ static void cvt(const uint4 &r, float *f) {
+    const unsigned u[4] = {r.x, r.y, r.z, r.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const float2 t = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
+      f[2 * i] = t.x; f[2 * i + 1] = t.y;
+    }
+  }
+};
+
+// One element of any dtype by a run-time dtype code.
+__device__ __forceinline__ float load_any(const void *p, int dt, int i) {
+  return dt == DT_F32 ? ld<DT_F32>(p, i) : dt == DT_F16 ? ld<DT_F16>(p, i) : ld<DT_BF16>(p, i);
+}
+
 // Dispatch a templated launch on a runtime dtype code.
 #define HG_DISPATCH_DT(code, DTNAME, ...)                  \
   switch (code) {                                          \

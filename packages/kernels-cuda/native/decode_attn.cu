@@ -17,30 +17,6 @@ __device__ __forceinline__ int da_chunk(int count, int maxSplits) {
   return c > DA_MIN_CHUNK ? c : DA_MIN_CHUNK;
 }
 
-template <int KT> struct DaVec;  // 16 bytes of K/V as floats
-template <> struct DaVec<DT_F32> {
-  static constexpr int N = 4;
-  __device__ static void cvt(const uint4 &r, float *f) { f[0] = __uint_as_float(r.x); f[1] = __uint_as_float(r.y); f[2] = __uint_as_float(r.z); f[3] = __uint_as_float(r.w); }
-};
-template <> struct DaVec<DT_BF16> {
-  static constexpr int N = 8;
-  __device__ static void cvt(const uint4 &r, float *f) {
-    const unsigned u[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) { f[2 * i] = __uint_as_float(u[i] << 16); f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u); }
-  }
-};
-template <> struct DaVec<DT_F16> {
-  static constexpr int N = 8;
-  __device__ static void cvt(const uint4 &r, float *f) {
-    const unsigned u[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const float2 t = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
-      f[2 * i] = t.x; f[2 * i + 1] = t.y;
-    }
-  }
-};
 
 // Merges (m2, l2, a2) into (m, l, a): softmax states in log2 units.
 template <int EL>
@@ -59,7 +35,7 @@ __device__ __forceinline__ void da_merge(float &m, float &l, float *a, float m2,
 template <int KT, int LPT>
 __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group,
                                                           int headDim, int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
-  constexpr int ES = KT == DT_F32 ? 4 : 2, EL = DaVec<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW, UNR = 2;
+  constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW, UNR = 2;
   __shared__ float smA[DA_WARPS][DA_HEADS][256];
   __shared__ float smM[DA_WARPS][DA_HEADS], smL[DA_WARPS][DA_HEADS];
   if (dyn) { start = dyn[0]; count = dyn[1]; }
@@ -101,8 +77,8 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
     for (int u = 0; u < UNR; u++) {
       const int j = base + u * SLOTS + sub;
       float kf[EL], vf[EL];
-      DaVec<KT>::cvt(kr[u], kf);
-      DaVec<KT>::cvt(vr[u], vf);
+      Vec16<KT>::cvt(kr[u], kf);
+      Vec16<KT>::cvt(vr[u], vf);
       float s[DA_HEADS];
 #pragma unroll
       for (int h = 0; h < DA_HEADS; h++) {

@@ -10,35 +10,6 @@
 static const int FG_WARPS = 16, FG_UNROLL = 4, FG_THREADS = FG_WARPS * 32;
 enum { FG_ACCUMULATE = 1, FG_SILU = 2 };
 
-template <int WT> struct FgVec;
-template <> struct FgVec<DT_F32> {
-  static constexpr int N = 4;
-  __device__ static void cvt(const uint4 &r, float *f) { f[0] = __uint_as_float(r.x); f[1] = __uint_as_float(r.y); f[2] = __uint_as_float(r.z); f[3] = __uint_as_float(r.w); }
-};
-template <> struct FgVec<DT_BF16> {
-  static constexpr int N = 8;
-  __device__ static void cvt(const uint4 &r, float *f) {
-    const unsigned u[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) { f[2 * i] = __uint_as_float(u[i] << 16); f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u); }
-  }
-};
-template <> struct FgVec<DT_F16> {
-  static constexpr int N = 8;
-  __device__ static void cvt(const uint4 &r, float *f) {
-    const unsigned u[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const float2 t = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
-      f[2 * i] = t.x; f[2 * i + 1] = t.y;
-    }
-  }
-};
-
-__device__ __forceinline__ float fg_load(const void *p, int dt, int i) {
-  return dt == DT_F32 ? ld<DT_F32>(p, i) : dt == DT_F16 ? ld<DT_F16>(p, i) : ld<DT_BF16>(p, i);
-}
-
 // grid: ceil(warps needed / FG_WARPS); dynamic shared memory: k floats when NORM.
 // VEC: k a multiple of the vector width, w and x (or the shared copy) 16-byte aligned.
 template <int WT, bool NORM, int EPI, bool VEC>
@@ -84,14 +55,14 @@ __global__ void __launch_bounds__(FG_THREADS) gemv_fused_kernel(float *out, cons
     }
     ss = block_sum(ss, red);  // its barriers also publish xs
     const float r = rsqrtf(ss / k + eps);
-    for (int i = threadIdx.x; i < k; i += blockDim.x) xs[i] *= r * fg_load(nw, nt, i);
+    for (int i = threadIdx.x; i < k; i += blockDim.x) xs[i] *= r * load_any(nw, nt, i);
     __syncthreads();
     xv = xs;
   }
   if (!live) return;
   float a0 = 0.f, a1 = 0.f;
   if (VEC) {
-    constexpr int V = FgVec<WT>::N;
+    constexpr int V = Vec16<WT>::N;
     const uint4 *w0 = reinterpret_cast<const uint4 *>((const char *)w + (size_t)r0 * k * ES);
     const uint4 *w1 = reinterpret_cast<const uint4 *>((const char *)w + (size_t)(SILU ? r1 : r0) * k * ES);
     const int nvec = k / V;
@@ -108,8 +79,8 @@ __global__ void __launch_bounds__(FG_THREADS) gemv_fused_kernel(float *out, cons
         const int i = base + u * 32;
         if (i < nvec) {
           float f0[V], f1[V];
-          FgVec<WT>::cvt(raw0[u], f0);
-          if (SILU) FgVec<WT>::cvt(raw1[u], f1);
+          Vec16<WT>::cvt(raw0[u], f0);
+          if (SILU) Vec16<WT>::cvt(raw1[u], f1);
           const float4 *xr = reinterpret_cast<const float4 *>(xv + (size_t)i * V);
 #pragma unroll
           for (int qq = 0; qq < V / 4; qq++) {
@@ -130,10 +101,10 @@ __global__ void __launch_bounds__(FG_THREADS) gemv_fused_kernel(float *out, cons
   a0 = warp_sum(a0);
   if (SILU) a1 = warp_sum(a1);
   if (lane != 0) return;
-  const float y0 = a0 + (bias ? fg_load(bias, bt, r0) : 0.f);
+  const float y0 = a0 + (bias ? load_any(bias, bt, r0) : 0.f);
   float v = y0;
   if (SILU) {
-    const float y1 = a1 + (bias ? fg_load(bias, bt, r1) : 0.f);
+    const float y1 = a1 + (bias ? load_any(bias, bt, r1) : 0.f);
     v = y0 / (1.f + expf(-y0)) * y1;
   }
   if (EPI & FG_ACCUMULATE) out[r0] += v; else out[r0] = v;

@@ -4,34 +4,6 @@
 
 // ---- GEMV for n ≤ 8 rows: one warp per weight row, 16-byte weight loads, 8 rows per block ----
 
-template <int WT> struct Vec;  // elements per 16-byte load and their conversion to float
-template <> struct Vec<DT_F32> {
-  static constexpr int N = 4;
-  __device__ static void cvt(const uint4 &r, float *f) { f[0] = __uint_as_float(r.x); f[1] = __uint_as_float(r.y); f[2] = __uint_as_float(r.z); f[3] = __uint_as_float(r.w); }
-};
-template <> struct Vec<DT_BF16> {
-  static constexpr int N = 8;
-  __device__ static void cvt(const uint4 &r, float *f) {
-    const unsigned u[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) { f[2 * i] = __uint_as_float(u[i] << 16); f[2 * i + 1] = __uint_as_float(u[i] & 0xffff0000u); }
-  }
-};
-template <> struct Vec<DT_F16> {
-  static constexpr int N = 8;
-  __device__ static void cvt(const uint4 &r, float *f) {
-    const unsigned u[4] = {r.x, r.y, r.z, r.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-      const float2 t = __half22float2(*reinterpret_cast<const __half2 *>(&u[i]));
-      f[2 * i] = t.x; f[2 * i + 1] = t.y;
-    }
-  }
-};
-
-__device__ __forceinline__ float load_any(const void *p, int dt, int i) {
-  return dt == DT_F32 ? ld<DT_F32>(p, i) : dt == DT_F16 ? ld<DT_F16>(p, i) : ld<DT_BF16>(p, i);
-}
 
 static const int GEMV_WARPS = 8, GEMV_UNROLL = 4;
 
@@ -45,7 +17,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *out, const float *x, c
 #pragma unroll
   for (int r = 0; r < NR; r++) acc[r] = 0.f;
   if (VEC) {
-    constexpr int V = Vec<WT>::N;
+    constexpr int V = Vec16<WT>::N;
     constexpr int ES = WT == DT_F32 ? 4 : 2;
     const uint4 *wr = reinterpret_cast<const uint4 *>((const char *)w + (size_t)row * k * ES);
     const int nvec = k / V;  // 16-byte words in the row
@@ -61,7 +33,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *out, const float *x, c
         const int i = base + u * 32;
         if (i < nvec) {
           float wf[V];
-          Vec<WT>::cvt(raw[u], wf);
+          Vec16<WT>::cvt(raw[u], wf);
 #pragma unroll
           for (int r = 0; r < NR; r++) {
             if (r < n) {
