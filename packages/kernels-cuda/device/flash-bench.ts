@@ -1,0 +1,219 @@
+/**
+ * Prefill attention alone (attnCausal) on the GPU machine, every tensor-core kernel in one run:
+ *  1. each kernel variant against a float64 TypeScript reference on fresh random inputs (head dims
+ *     64/128, bf16/f16, rows not a multiple of the block, firstPos > 0, ring start > 0, GQA 1/4/8);
+ *  2. TFLOP/s at 2K/8K/32K tokens on Llama-3.1-8B's attention (32 heads, 8 KV heads, head dim 128,
+ *     bf16 cache), causal flop = 2·2·n²/2·hd·heads; each variant's 32K output against v1's;
+ *  3. the 32K prefill as the model runs it (blocks of 8192 rows, firstPos 0/8K/16K/24K) and the
+ *     cuBLAS GEMMs of one 8192-row block, to split the whole-model prefill time.
+ * Prints markdown tables, writes the fastest variant's name to --best-out (for bench.ts via
+ * HYBRIDGEN_FLASH) and exits non-zero when a check fails.
+ * Usage: bun flash-bench.js [--sizes 2048,8192,32768] [--best-out file]
+ */
+import { writeFileSync } from "node:fs";
+import { dlopen, FFIType } from "bun:ffi";
+import type { DType, Tensor } from "@hybridgen/core";
+import { createCudaBackend, cudaAvailability, cudaLibraryPath, describeCudaAvailability } from "../src/index.js";
+
+function arg(name: string, dflt: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : dflt;
+}
+const sizes = arg("sizes", "2048,8192,32768").split(",").map(Number);
+const bestOut = arg("best-out", "");
+
+const a = cudaAvailability();
+console.log(describeCudaAvailability(a));
+if (!a.available) process.exit(1);
+const cuda = createCudaBackend({ arenaFraction: 0.5 });
+// The same library file the backend opened: dlopen hands back the same handle, so this switch
+// reaches the backend's kernels.
+const lib = dlopen(cudaLibraryPath(), { hg_cu_flash_variant: { args: [FFIType.i32], returns: FFIType.i32 } });
+const VARIANTS = [
+  { id: 1, name: "v1" },
+  { id: 2, name: "v2-64" },
+  { id: 4, name: "v2-64x3" },
+  { id: 3, name: "v2-128" },
+];
+const defaultVariant = lib.symbols.hg_cu_flash_variant(-1);
+const useVariant = (id: number) => {
+  if (lib.symbols.hg_cu_flash_variant(id) !== id) throw new Error(`flash variant ${id} not taken`);
+};
+
+/** Deterministic uniform(-1, 1) stream (mulberry32), so a failing seed can be re-run. */
+function rand(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return (((t ^ (t >>> 14)) >>> 0) / 4294967296) * 2 - 1;
+  };
+}
+const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
+const rnd = rand(seed);
+const fill = (len: number, amp = 1) => Float32Array.from({ length: len }, () => rnd() * amp);
+let failures = 0;
+
+// ---- 1. correctness of every variant against a float64 reference ----
+/** out[i, h·hd + d] = Σ_j softmax_j(scale · q_i·k_j) v_j[d] over keys j ≤ firstPos + i (slots start + j). */
+function reference(q: Float32Array, k: Float32Array, v: Float32Array, heads: number, kvHeads: number, hd: number, cap: number, start: number, firstPos: number, n: number, scale: number): Float64Array {
+  const out = new Float64Array(n * heads * hd), group = heads / kvHeads;
+  const s = new Float64Array(firstPos + n);
+  for (let i = 0; i < n; i++) {
+    for (let h = 0; h < heads; h++) {
+      const g = Math.floor(h / group), keys = firstPos + i + 1, qo = (i * heads + h) * hd;
+      let mx = -Infinity;
+      for (let j = 0; j < keys; j++) {
+        const ko = (g * cap + start + j) * hd;
+        let dot = 0;
+        for (let d = 0; d < hd; d++) dot += q[qo + d] * k[ko + d];
+        s[j] = dot * scale;
+        mx = Math.max(mx, s[j]);
+      }
+      let sum = 0;
+      for (let j = 0; j < keys; j++) sum += (s[j] = Math.exp(s[j] - mx));
+      for (let j = 0; j < keys; j++) {
+        const vo = (g * cap + start + j) * hd, p = s[j] / sum;
+        for (let d = 0; d < hd; d++) out[qo + d] += p * v[vo + d];
+      }
+    }
+  }
+  return out;
+}
+const maxRel = (got: Float32Array, want: ArrayLike<number>) => {
+  let err = 0, mag = 0;
+  for (let i = 0; i < want.length; i++) {
+    err = Math.max(err, Number.isFinite(got[i]) ? Math.abs(got[i] - want[i]) : Infinity);
+    mag = Math.max(mag, Math.abs(want[i]));
+  }
+  return err / mag;
+};
+
+const checkRows: string[] = ["| variant | case | max error / max value | tolerance | result |", "| --- | --- | --- | --- | --- |"];
+// [heads, kvHeads, headDim, n, firstPos, start, dtype]
+const CASES: [number, number, number, number, number, number, DType][] = [
+  [8, 1, 128, 200, 77, 3, "bf16"], // GQA 8, a second prefill block at an odd position, ring start
+  [4, 4, 64, 130, 0, 0, "f16"], // no GQA, a first block of 2 blocks + 2 rows
+  [8, 2, 128, 333, 129, 5, "f16"], // GQA 4, 128-row blocks not filled
+  [16, 2, 64, 190, 64, 11, "bf16"], // GQA 8, head dim 64, firstPos on a tile edge
+  [4, 1, 128, 70, 1000, 0, "bf16"], // few rows after a long first block
+];
+for (const [heads, kvHeads, hd, n, firstPos, start, dt] of CASES) {
+  const cap = start + firstPos + n + 9;
+  const q = cuda.alloc([n + 1, heads * hd]), out = cuda.alloc([n + 1, heads * hd]);
+  const k = cuda.alloc([kvHeads, cap, hd], dt), v = cuda.alloc([kvHeads, cap, hd], dt);
+  cuda.write(q, fill((n + 1) * heads * hd, 2));
+  cuda.write(k, fill(kvHeads * cap * hd, 2));
+  cuda.write(v, fill(kvHeads * cap * hd));
+  // The reference reads back the cache as stored (rounded to the 16-bit type).
+  const want = reference(cuda.read(q), cuda.read(k), cuda.read(v), heads, kvHeads, hd, cap, start, firstPos, n, 1 / Math.sqrt(hd));
+  // Tensor cores take q and the probabilities rounded to the cache's type (8 / 11 significant bits).
+  const tol = dt === "bf16" ? 2e-2 : 4e-3;
+  const tag = `h${heads}/${kvHeads} d${hd} ${dt} n${n}@${firstPos} start ${start}`;
+  for (const vr of VARIANTS) {
+    useVariant(vr.id);
+    cuda.write(out, new Float32Array((n + 1) * heads * hd).fill(Number.NaN));
+    cuda.attnCausal(out, q, n, k, v, start, firstPos, 1 / Math.sqrt(hd));
+    const err = maxRel(cuda.read(out, 0, n * heads * hd), want);
+    const untouched = cuda.read(out, n * heads * hd, heads * hd).every(Number.isNaN);
+    const ok = err <= tol && untouched;
+    if (!ok) failures++;
+    checkRows.push(`| ${vr.name} | ${tag} | ${err.toExponential(2)}${untouched ? "" : " (wrote row n)"} | ${tol} | ${ok ? "pass" : "FAIL"} |`);
+  }
+  for (const t of [q, out, k, v]) cuda.free(t);
+}
+for (const r of checkRows) console.log(r);
+
+// ---- 2. speed on the 8B shape ----
+const HEADS = 32, KV = 8, HD = 128;
+const flop = (n: number) => 2 * n * n * HD * HEADS; // 2 products · 2 flop · n²/2 (causal) · hd · heads
+const chunk = fill(1 << 20, 2);
+const fillTensor = (t: Tensor, count: number) => {
+  for (let off = 0; off < count; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, count - off)), off);
+};
+const timeMs = (reps: number, f: () => void) => {
+  f(); // warm-up (and the one-time shared-memory attribute)
+  using t = cuda.timer();
+  t.mark();
+  for (let r = 0; r < reps; r++) f();
+  t.mark();
+  return t.ms() / reps;
+};
+const speedRows: string[] = ["| tokens | variant | ms | TFLOP/s | vs v1 | 32K output vs v1 (max error / max value) |", "| --- | --- | --- | --- | --- | --- |"];
+const best = new Map<string, number>();
+for (const n of sizes) {
+  const q = cuda.alloc([n, HEADS * HD]), out = cuda.alloc([n, HEADS * HD]);
+  const k = cuda.alloc([KV, n, HD], "bf16"), v = cuda.alloc([KV, n, HD], "bf16");
+  fillTensor(q, n * HEADS * HD);
+  fillTensor(k, KV * n * HD);
+  fillTensor(v, KV * n * HD);
+  const reps = n >= 32768 ? 3 : n >= 8192 ? 10 : 30;
+  let v1ms = 0;
+  let v1out: Float32Array | undefined;
+  for (const vr of VARIANTS) {
+    useVariant(vr.id);
+    const ms = timeMs(reps, () => cuda.attnCausal(out, q, n, k, v, 0, 0, 1 / Math.sqrt(HD)));
+    if (vr.id === 1) v1ms = ms;
+    let cmp = "";
+    if (n === Math.max(...sizes)) {
+      const o = cuda.read(out, 0, Math.min(n, 4096) * HEADS * HD); // the first 4096 rows: 0.5 GB read back is slow
+      if (!v1out) v1out = o;
+      else {
+        const e = maxRel(o, v1out);
+        cmp = e.toExponential(2);
+        if (!(e <= 2e-2)) failures++;
+      }
+    }
+    best.set(vr.name, (best.get(vr.name) ?? 0) + ms * (n === Math.max(...sizes) ? 1 : 0));
+    speedRows.push(`| ${n} | ${vr.name} | ${ms.toFixed(2)} | ${(flop(n) / (ms / 1e3) / 1e12).toFixed(0)} | ${(v1ms / ms).toFixed(2)}x | ${cmp} |`);
+    console.log(speedRows[speedRows.length - 1]);
+  }
+  for (const t of [q, out, k, v]) cuda.free(t);
+}
+const fastest = [...best.entries()].filter(([name]) => name !== "v1").sort((x, y) => x[1] - y[1])[0][0];
+
+// ---- 3. the 32K prefill as the model runs it, and the GEMMs of one block ----
+const split: string[] = ["| what (32K prefill, Llama-3.1-8B shapes) | ms | per 32 layers |", "| --- | --- | --- |"];
+{
+  const N = 32768, BLOCK = 8192;
+  const q = cuda.alloc([BLOCK, HEADS * HD]), out = cuda.alloc([BLOCK, HEADS * HD]);
+  const k = cuda.alloc([KV, N, HD], "bf16"), v = cuda.alloc([KV, N, HD], "bf16");
+  fillTensor(q, BLOCK * HEADS * HD);
+  fillTensor(k, KV * N * HD);
+  fillTensor(v, KV * N * HD);
+  for (const name of ["v1", fastest]) {
+    useVariant(VARIANTS.find((x) => x.name === name)!.id);
+    const ms = timeMs(2, () => {
+      for (let b = 0; b < N / BLOCK; b++) cuda.attnCausal(out, q, BLOCK, k, v, 0, b * BLOCK, 1 / Math.sqrt(HD));
+    });
+    split.push(`| attention, 4 blocks of 8192 rows, ${name} (${(flop(N) / (ms / 1e3) / 1e12).toFixed(0)} TFLOP/s) | ${ms.toFixed(2)} | ${((ms * 32) / 1e3).toFixed(2)} s |`);
+  }
+  for (const t of [q, out, k, v]) cuda.free(t);
+  let gemms = 0;
+  for (const [m, kk] of [[6144, 4096], [4096, 4096], [28672, 4096], [4096, 14336]]) {
+    const x = cuda.alloc([BLOCK, kk]), w = cuda.alloc([m, kk], "bf16"), o = cuda.alloc([BLOCK, m]);
+    fillTensor(x, BLOCK * kk);
+    fillTensor(w, m * kk);
+    const ms = timeMs(3, () => cuda.matmul(o, x, w, BLOCK));
+    gemms += ms * (N / BLOCK);
+    split.push(`| GEMM ${BLOCK}x${kk} · ${m}x${kk}ᵀ (bf16 weights, f32 x) ${((2 * BLOCK * m * kk) / (ms / 1e3) / 1e12).toFixed(0)} TFLOP/s | ${ms.toFixed(2)} | ${(((ms * 32 * N) / BLOCK) / 1e3).toFixed(2)} s |`);
+    for (const t of [x, w, o]) cuda.free(t);
+  }
+  split.push(`| the four GEMMs of a layer, 4 blocks | ${gemms.toFixed(2)} | ${((gemms * 32) / 1e3).toFixed(2)} s |`);
+}
+useVariant(defaultVariant);
+
+console.log(`\n## attnCausal check (seed ${seed}; the default variant is id ${defaultVariant})`);
+for (const r of checkRows) console.log(r);
+console.log("\n## attnCausal speed, 32 heads / 8 KV heads, head dim 128, bf16 cache, firstPos 0");
+for (const r of speedRows) console.log(r);
+console.log(`\nfastest at ${Math.max(...sizes)}: ${fastest}`);
+console.log("\n## where a 32K prefill's time goes");
+for (const r of split) console.log(r);
+if (bestOut) writeFileSync(bestOut, fastest);
+lib.close();
+cuda.close();
+console.log(failures ? `\n${failures} FAILED` : "\nALL PASS");
+process.exit(failures ? 1 : 0);
