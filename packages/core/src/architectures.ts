@@ -8,6 +8,7 @@
  */
 import type { Backend, DType } from "./backend.js";
 import type { Attention, QueryProjector } from "./attention.js";
+import type { BatchModel } from "./batch-decoder.js";
 import { LlamaConfigSchema, resolveLlamaShape, type ArchitectureFamily, type LlamaConfigJson, type ModelShape } from "./config.js";
 import { parseConfigWith } from "./config-parse.js";
 import { fail } from "./errors.js";
@@ -22,8 +23,8 @@ import { parseOptConfig, optTensorSpecs, type OptConfigJson } from "./opt-config
 import { parseQwen2Config, qwen2TensorSpecs } from "./qwen2.js";
 import type { TensorSpec } from "./tensor-spec.js";
 
-/** A loaded causal language model of any family. */
-export interface CausalLM extends GenerativeModel, QueryProjector, Disposable {
+/** A loaded causal language model of any family (batched decode: BatchDecoder, generateBatch). */
+export interface CausalLM extends GenerativeModel, QueryProjector, BatchModel, Disposable {
   readonly backend: Backend;
   readonly shape: ModelShape;
   readonly maxContext: number;

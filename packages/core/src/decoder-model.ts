@@ -4,13 +4,20 @@
  * owns every tensor, the step loop that checks its input and cuts a prompt into prefill
  * blocks, logits readout, reset and close. An architecture file adds its weights, its
  * activation buffers and `runBlock` (one block of rows through every layer).
+ *
+ * Batched decode (batch-decoder.ts drives it): a model can hold several sequences, each a
+ * KV cache with its attention stage (createSequence). The model's own sequence is bound by
+ * default; prefill of another runs the ordinary path with that sequence bound (withSequence).
+ * stepBatch runs one token of each of B sequences as ONE block of B rows through every layer
+ * (the architecture's runBatch, every matmul with n = B), each row attending over its own cache.
  */
 import { z } from "zod";
 import type { Backend, DType, Tensor } from "./backend.js";
 import { Attention, type QueryProjector } from "./attention.js";
 import type { ModelShape } from "./config.js";
 import { check, fail } from "./errors.js";
-import { KvCache } from "./kv-cache.js";
+import { BatchRows, type SequenceState } from "./batch-rows.js";
+import { KvCache, type KvCacheOptions } from "./kv-cache.js";
 import type { WeightSource } from "./model-files.js";
 import { WeightLoader } from "./weight-loader.js";
 
@@ -38,6 +45,11 @@ export type ParsedLoadOptions = z.output<typeof LlamaLoadOptionsSchema>;
 
 export const DEFAULT_MAX_CONTEXT = 4096;
 
+/** The most sequences one batched decode step takes. */
+export const MAX_BATCH = 32;
+
+let modelCount = 0;
+
 /** Validated load options (a one-line error naming the bad option otherwise). */
 export function parseLoadOptions(options: LlamaLoadOptions): ParsedLoadOptions {
   const parsed = LlamaLoadOptionsSchema.safeParse(options);
@@ -58,12 +70,23 @@ export function contextLength(opts: ParsedLoadOptions, shape: ModelShape): numbe
 export abstract class DecoderModel implements Disposable, QueryProjector {
   readonly maxContext: number;
   readonly prefillBlock: number;
-  readonly cache: KvCache;
-  /** The attention stage (KV append, full or hybrid attention). */
-  readonly attention: Attention;
   /** Loads and owns every weight and activation buffer; close() frees them. */
   protected readonly w: WeightLoader;
   private closed = false;
+  private readonly cacheOptions: KvCacheOptions;
+  /** The model's own sequence, and the one forward/step/reset use now. */
+  private readonly own: SequenceState;
+  private bound: SequenceState;
+  /** Sequences made by createSequence (closed with the model unless released first). */
+  private readonly extra = new Set<SequenceState>();
+  /** Batched decode buffers (reserveBatch); the rows of the last batched step. */
+  protected batch: BatchRows | null = null;
+  private batchSeqs: SequenceState[] = [];
+  private readonly batchPos = new Int32Array(MAX_BATCH);
+  /** Rows of the last stepBatch's logits (0: they are in the one-row logits of step()). */
+  private lastBatchRows = 0;
+  private readonly batchKey = `batch-${modelCount++}-`;
+  private readonly batchKeys: string[] = [];
 
   protected constructor(
     readonly backend: Backend,
@@ -78,18 +101,177 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
     this.w = new WeightLoader(backend, src, weightDtype);
     const window = opts.kvWindow;
     const sinks = window === undefined ? 0 : opts.kvSinks;
-    this.cache = new KvCache(backend, {
+    this.cacheOptions = {
       layers: shape.layers, kvHeads: shape.kvHeads, headDim: shape.headDim, maxContext,
       dtype: opts.kvDtype, windowBudget: window, sinkTokens: sinks,
       evictBlock: opts.kvEvictBlock ?? Math.max(1, Math.min(16, (window ?? 16) - sinks)),
       maxAppend: this.prefillBlock,
-    });
+    };
+    this.own = this.bound = this.newSequenceState();
+  }
+
+  /** The bound sequence's KV cache (the model's own unless withSequence is running). */
+  get cache(): KvCache {
+    return this.bound.cache;
+  }
+
+  /** The bound sequence's attention stage (KV append, full or hybrid attention). */
+  get attention(): Attention {
+    return this.bound.attention;
+  }
+
+  /** The model's own sequence (what forward/step use outside withSequence). */
+  get ownSequence(): SequenceState {
+    return this.own;
+  }
+
+  private newSequenceState(): SequenceState {
+    const cache = new KvCache(this.backend, this.cacheOptions);
     try {
-      this.attention = new Attention(backend, this.cache, shape);
+      return { cache, attention: new Attention(this.backend, cache, this.shape) };
     } catch (e) {
-      this.cache.close();
+      cache.close();
       throw e;
     }
+  }
+
+  // ---- several sequences (batched decode) ------------------------------------------------------
+
+  /** A new empty sequence with its own KV cache (same options as the model's). */
+  createSequence(): SequenceState {
+    this.checkOpen();
+    const s = this.newSequenceState();
+    this.extra.add(s);
+    return s;
+  }
+
+  /** Free a sequence made by createSequence (its KV storage goes back to the backend). */
+  releaseSequence(s: SequenceState): void {
+    if (!this.extra.delete(s)) return;
+    s.attention.close();
+    s.cache.close();
+  }
+
+  /** Run `f` with `s` bound: forward/step/reset/readLogits then act on s (prefill of one sequence). */
+  withSequence<T>(s: SequenceState, f: () => T): T {
+    this.checkOpen();
+    this.checkSequence(s);
+    const prev = this.bound;
+    this.bound = s;
+    try {
+      return f();
+    } finally {
+      this.bound = prev;
+    }
+  }
+
+  /** Make stepBatch take up to `capacity` sequences (≤ MAX_BATCH); allocates the batch buffers once. */
+  reserveBatch(capacity: number): void {
+    this.checkOpen();
+    if (!(Number.isInteger(capacity) && capacity >= 1 && capacity <= MAX_BATCH)) fail(`batch size ${capacity} out of range [1, ${MAX_BATCH}]`);
+    if (capacity === 1 || (this.batch && this.batch.capacity >= capacity)) return;
+    if (this.batch) fail(`batched decode buffers were made for ${this.batch.capacity} sequences; reserve the largest batch first`);
+    this.batch = new BatchRows(this.backend, this.w, this.shape, capacity);
+    this.allocBatch(capacity);
+  }
+
+  /** Largest batch stepBatch takes now (1 until reserveBatch). */
+  get batchCapacity(): number {
+    return this.batch?.capacity ?? 1;
+  }
+
+  /**
+   * One decode step of B = ids.length sequences: ids[i] goes to the next position of seqs[i].
+   * B = 1 is the ordinary step (fused decode paths included); B ≥ 2 runs the B rows as one
+   * block (runBatch). Logits of row i: readBatchLogits(i) / argmaxBatch(i).
+   */
+  stepBatch(ids: Int32Array, seqs: readonly SequenceState[]): void {
+    this.checkOpen();
+    const B = ids.length;
+    if (B !== seqs.length) fail(`stepBatch: ${B} token ids for ${seqs.length} sequences`);
+    if (B === 1) {
+      this.withSequence(seqs[0], () => this.step(ids, seqs[0].cache.length));
+      return;
+    }
+    this.lastBatchRows = 0; // until the step completes, no row's logits are valid
+    if (!this.batch) fail(`stepBatch: ${B} sequences but no batch buffers (call reserveBatch first)`);
+    this.batch.checkRows(B);
+    const vocab = this.shape.vocabSize;
+    for (let i = 0; i < B; i++) {
+      const s = seqs[i];
+      this.checkSequence(s);
+      for (let j = 0; j < i; j++) if (seqs[j] === s) fail(`stepBatch: sequence ${i} is also row ${j}`);
+      if (s.attention.decodeAttention) fail("batched decode does not support hybrid attention (use batch 1)");
+      if (s.cache.length + 1 > this.maxContext) fail(`context overflow: row ${i} holds ${s.cache.length} tokens, the context is ${this.maxContext}`);
+      if (!(ids[i] >= 0 && ids[i] < vocab)) fail(`stepBatch: token id ${ids[i]} of row ${i} out of range [0, ${vocab})`);
+    }
+    this.batchSeqs.length = 0;
+    for (let i = 0; i < B; i++) {
+      this.batchSeqs.push(seqs[i]);
+      this.batchPos[i] = seqs[i].cache.append(1);
+    }
+    const be = this.backend;
+    // One recorded step per batch size: a GPU backend replays the graph of the last step of this B.
+    const graphs = be.beginStep !== undefined && be.endStep !== undefined;
+    if (graphs) be.beginStep!((this.batchKeys[B] ??= this.batchKey + B));
+    try {
+      this.runBatch(ids, this.batchPos.subarray(0, B), B);
+    } finally {
+      if (graphs) be.endStep!();
+      for (let i = 0; i < B; i++) seqs[i].cache.evict();
+    }
+    this.lastBatchRows = B;
+  }
+
+  /** Logits of row `row` of the last stepBatch. */
+  readBatchLogits(row: number): Float32Array {
+    this.checkOpen();
+    if (this.lastBatchRows === 0) {
+      if (row !== 0) fail(`readBatchLogits: row ${row} of a one-row step`);
+      return this.readLogits();
+    }
+    if (!(Number.isInteger(row) && row >= 0 && row < this.lastBatchRows)) fail(`readBatchLogits: row ${row} out of range [0, ${this.lastBatchRows})`);
+    const vocab = this.shape.vocabSize;
+    return this.backend.read(this.batchLogits, row * vocab, vocab);
+  }
+
+  /** Greedy choice of row `row` of the last stepBatch, on the backend. */
+  argmaxBatch(row: number): number {
+    this.checkOpen();
+    if (this.lastBatchRows === 0) {
+      if (row !== 0) fail(`argmaxBatch: row ${row} of a one-row step`);
+      return this.argmaxLogits();
+    }
+    if (!(Number.isInteger(row) && row >= 0 && row < this.lastBatchRows)) fail(`argmaxBatch: row ${row} out of range [0, ${this.lastBatchRows})`);
+    return this.backend.argmax(this.batchLogits, row);
+  }
+
+  /** The architecture's batch activations for `capacity` rows (after this.batch is made). */
+  protected allocBatch(_capacity: number): void {
+    fail(`batched decode is not supported for ${this.shape.architecture} yet`);
+  }
+
+  /**
+   * One token of each of B sequences through every layer as one block of B rows; row i is at
+   * positions[i] of sequence i (already appended). Attention: this.batch.attend(l, …, B).
+   * Writes [B, vocab] logits to batchLogits.
+   */
+  protected runBatch(_ids: Int32Array, _positions: Int32Array, _B: number): void {
+    fail(`batched decode is not supported for ${this.shape.architecture} yet`);
+  }
+
+  /** The [capacity, vocab] logits runBatch writes. */
+  protected get batchLogits(): Tensor {
+    return fail(`batched decode is not supported for ${this.shape.architecture} yet`);
+  }
+
+  /** Sequences of the running batched step, row by row (for runBatch's attention). */
+  protected get batchSequences(): readonly SequenceState[] {
+    return this.batchSeqs;
+  }
+
+  private checkSequence(s: SequenceState): void {
+    if (s !== this.own && !this.extra.has(s)) fail("sequence is not one of this model's (released, or made by another model)");
   }
 
   /** Runs `load` (weights, activations); on failure frees what it loaded and rethrows. */
@@ -129,6 +311,7 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
   /** forward() without reading the logits back: they stay on the backend for argmaxLogits(). */
   step(ids: Int32Array, startPos: number): void {
     this.checkOpen();
+    this.lastBatchRows = 0;
     const n = ids.length;
     // `if` rather than check(): a template message would be built on every decode step.
     if (n < 1) fail("forward: no tokens");
@@ -180,8 +363,11 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
     if (this.closed) return;
     this.closed = true;
     this.w.close();
-    this.attention.close();
-    this.cache.close();
+    for (const s of [this.own, ...this.extra]) {
+      s.attention.close();
+      s.cache.close();
+    }
+    this.extra.clear();
   }
 
   [Symbol.dispose](): void {

@@ -12,7 +12,10 @@
 import { z } from "zod";
 import type { ModelShape } from "./config.js";
 import { check, fail } from "./errors.js";
+import { checkIdle, claimModel, releaseModel } from "./model-busy.js";
+import { nextTurn } from "./next-turn.js";
 import { Sampler, SamplingOptionsSchema } from "./sampler.js";
+import { TokenText } from "./token-text.js";
 import type { Tokenizer } from "./tokenizer.js";
 
 /** What generate needs from a model (LlamaModel has it). */
@@ -71,8 +74,6 @@ export interface Generation extends AsyncIterable<GeneratedToken> {
   result(): Promise<GenerateResult>;
 }
 
-const busy = new WeakSet<GenerativeModel>();
-
 /**
  * Start generating. Options and the prompt are checked now (a prompt longer than the context
  * throws before any work); tokens are produced as the returned Generation is iterated.
@@ -84,13 +85,9 @@ export function generate(model: GenerativeModel, tokenizer: Tokenizer, prompt: s
     fail(`invalid generate option ${issue.path.join(".")}: ${issue.message}`);
   }
   const opts = parsed.data;
-  const ids = typeof prompt === "string" ? tokenizer.encode(prompt, { addBos: opts.addBos }) : Array.from(prompt);
-  check(ids.length > 0, "the prompt is empty");
-  const vocab = model.shape.vocabSize;
-  for (const id of ids) if (!(Number.isInteger(id) && id >= 0 && id < vocab)) fail(`prompt token id ${id} out of range [0, ${vocab})`);
-  check(ids.length <= model.maxContext, `the prompt has ${ids.length} tokens but the context holds ${model.maxContext}`);
-  check(!busy.has(model), "the model is already generating (one generation at a time per model)");
-  const sampler = new Sampler(vocab, opts.sampling);
+  const ids = promptIds(model, tokenizer, prompt, opts.addBos, "the prompt");
+  checkIdle(model);
+  const sampler = new Sampler(model.shape.vocabSize, opts.sampling);
   let final: GenerateResult | null = null;
   const stream = run(model, tokenizer, ids, opts, sampler, (r) => (final = r));
   return {
@@ -107,6 +104,16 @@ export function generateText(model: GenerativeModel, tokenizer: Tokenizer, promp
   return generate(model, tokenizer, prompt, options).result();
 }
 
+/** The prompt's token ids, checked: not empty, ids in the vocabulary, within the context. */
+export function promptIds(model: Pick<GenerativeModel, "shape" | "maxContext">, tokenizer: Tokenizer, prompt: string | readonly number[], addBos: boolean, what: string): number[] {
+  const ids = typeof prompt === "string" ? tokenizer.encode(prompt, { addBos }) : Array.from(prompt);
+  check(ids.length > 0, `${what} is empty`);
+  const vocab = model.shape.vocabSize;
+  for (const id of ids) if (!(Number.isInteger(id) && id >= 0 && id < vocab)) fail(`${what === "the prompt" ? "prompt" : `${what}:`} token id ${id} out of range [0, ${vocab})`);
+  check(ids.length <= model.maxContext, `${what} has ${ids.length} tokens but the context holds ${model.maxContext}`);
+  return ids;
+}
+
 async function* run(
   model: GenerativeModel, tokenizer: Tokenizer, promptIds: number[],
   opts: z.output<typeof GenerateOptionsSchema>, sampler: Sampler, done: (r: GenerateResult) => void,
@@ -114,17 +121,14 @@ async function* run(
   const { maxTokens, stop, signal } = opts;
   const greedy = sampler.options.temperature === 0 && sampler.options.repetitionPenalty === 1;
   const eos = new Set(model.shape.eosTokenIds);
-  const decoder = new TextDecoder("utf-8");
   const tokens: number[] = [];
   const P = promptIds.length;
-  let text = "";
-  let pending = ""; // decoded, not yet released (could begin a stop string)
+  const out = new TokenText(tokenizer, stop, promptIds[P - 1]);
   let finish: FinishReason | null = null;
   let prefillMs = 0, decodeMs = 0;
   const aborted = () => signal?.aborted === true;
 
-  check(!busy.has(model), "the model is already generating (one generation at a time per model)");
-  busy.add(model);
+  claimModel(model);
   try {
     model.reset();
     sampler.observeAll(promptIds);
@@ -141,7 +145,6 @@ async function* run(
       }
     }
     const one = new Int32Array(1);
-    let prev = promptIds[P - 1];
     for (let index = 0; !finish; index++) {
       if (aborted()) {
         finish = "abort";
@@ -156,26 +159,11 @@ async function* run(
       }
       tokens.push(id);
       sampler.observe(id);
-      pending += decoder.decode(tokenizer.decodeBytes(id, prev), { stream: true });
-      prev = id;
-
-      let release: string;
-      const hit = firstStop(pending, stop);
-      if (hit >= 0) {
-        release = pending.slice(0, hit);
-        pending = "";
-        finish = "stop";
-      } else if (index + 1 >= maxTokens || P + index >= model.maxContext) {
-        // Last token: nothing can complete a stop string any more, release everything.
-        finish = index + 1 >= maxTokens ? "length" : "context";
-        release = pending + decoder.decode();
-        pending = "";
-      } else {
-        const hold = heldBack(pending, stop);
-        release = pending.slice(0, pending.length - hold);
-        pending = pending.slice(pending.length - hold);
-      }
-      text += release;
+      // The last token (length, or no position left to feed it back) releases everything.
+      const last = index + 1 >= maxTokens || P + index >= model.maxContext;
+      const { release, stopped } = out.push(id, last);
+      if (stopped) finish = "stop";
+      else if (last) finish = index + 1 >= maxTokens ? "length" : "context";
       yield { id, text: release, index };
       if (finish) break;
 
@@ -190,18 +178,17 @@ async function* run(
       decodeMs += performance.now() - t0;
     }
     if (finish === "eos" || finish === "abort") {
-      const rest = pending + decoder.decode();
+      const rest = out.flush();
       if (rest) {
-        text += rest;
         yield { id: -1, text: rest, index: tokens.length };
       }
     }
   } finally {
     // Reached with finish unset when the consumer stops iterating early.
-    busy.delete(model);
+    releaseModel(model);
     const reason = finish ?? "abort";
     done({
-      text, tokens, promptTokens: P, finishReason: reason, seed: sampler.options.seed,
+      text: out.text, tokens, promptTokens: P, finishReason: reason, seed: sampler.options.seed,
       timings: {
         prefillMs, decodeMs,
         promptTokensPerSec: prefillMs > 0 ? (P * 1000) / prefillMs : 0,
@@ -209,32 +196,4 @@ async function* run(
       },
     });
   }
-}
-
-function nextTurn(): Promise<void> {
-  return new Promise((resolve) => setImmediate(resolve));
-}
-
-/** Index of the earliest stop-string occurrence in `s`, or -1. */
-function firstStop(s: string, stops: readonly string[]): number {
-  let best = -1;
-  for (const st of stops) {
-    const i = s.indexOf(st);
-    if (i >= 0 && (best < 0 || i < best)) best = i;
-  }
-  return best;
-}
-
-/** Length of the longest suffix of `s` that is a proper prefix of some stop string. */
-function heldBack(s: string, stops: readonly string[]): number {
-  let hold = 0;
-  for (const st of stops) {
-    for (let len = Math.min(st.length - 1, s.length); len > hold; len--) {
-      if (s.endsWith(st.slice(0, len))) {
-        hold = len;
-        break;
-      }
-    }
-  }
-  return hold;
 }

@@ -12,7 +12,9 @@
  * copied. Prefill runs blocks of `prefillBlock` rows with the same weights seen as views
  * (one matmul per part, since rows of a fused output would be strided). Every activation
  * is preallocated: a decode step allocates nothing in JS. Load options, the KV cache and
- * the step loop are DecoderModel's (decoder-model.ts).
+ * the step loop are DecoderModel's (decoder-model.ts). A batched decode step (runBatch) runs
+ * B sequences' tokens as B rows through the prefill-style ops (q, k, v apart, so RoPE sees
+ * contiguous rows), each row attending over its own sequence's cache (batch-rows.ts).
  */
 import type { Backend, MatvecFusion, Tensor } from "./backend.js";
 import type { LlamaConfigJson } from "./config.js";
@@ -62,6 +64,13 @@ interface Activations {
   positions: Int32Array;
 }
 
+/** Batched decode activations, [capacity, …] (q, k, v and att are BatchRows'). */
+interface BatchActivations {
+  x: Tensor; h: Tensor; h2: Tensor;
+  gate: Tensor; up: Tensor;
+  logits: Tensor; // [capacity, vocab]
+}
+
 export class LlamaModel extends DecoderModel {
   private readonly layers: LayerWeights[] = [];
   private embed!: Tensor;
@@ -70,6 +79,7 @@ export class LlamaModel extends DecoderModel {
   private cos!: Tensor;
   private sin!: Tensor;
   private act!: Activations;
+  private bact: BatchActivations | null = null;
   /** Decode steps run 4 fused matvecs a layer when the backend has matvec (checked per step). */
   private fusions: LayerFusions[] = [];
   private headFusion!: MatvecFusion;
@@ -152,6 +162,46 @@ export class LlamaModel extends DecoderModel {
       be.matmul(a.logits, a.last, this.lmHead, 1);
     }
     attn.endBlock();
+  }
+
+  protected get batchLogits(): Tensor {
+    return this.bact?.logits ?? fail("batched decode: no batch buffers (reserveBatch first)");
+  }
+
+  protected allocBatch(capacity: number): void {
+    const w = this.w, s = this.shape, dim = s.hiddenSize, inter = s.intermediateSize;
+    this.bact = {
+      x: w.alloc([capacity, dim]), h: w.alloc([capacity, dim]), h2: w.alloc([capacity, dim]),
+      gate: w.alloc([capacity, inter]), up: w.alloc([capacity, inter]),
+      logits: w.alloc([capacity, s.vocabSize]),
+    };
+  }
+
+  /** B sequences' next tokens as one block: every matmul has n = B rows; attention per row. */
+  protected runBatch(ids: Int32Array, positions: Int32Array, B: number): void {
+    const be = this.backend, a = this.bact!, r = this.batch!, s = this.shape, eps = s.normEps, seqs = this.batchSequences;
+    be.embedding(a.x, this.embed, ids);
+    for (let l = 0; l < s.layers; l++) {
+      const w = this.layers[l];
+      be.rmsNorm(a.h, a.x, w.attnNorm, B, eps);
+      be.matmul(r.q, a.h, w.wq, B, w.bq ?? undefined);
+      be.matmul(r.k, a.h, w.wk, B, w.bk ?? undefined);
+      be.matmul(r.v, a.h, w.wv, B, w.bv ?? undefined);
+      be.rope(r.q, B, positions, s.heads, s.headDim, this.cos, this.sin);
+      be.rope(r.k, B, positions, s.kvHeads, s.headDim, this.cos, this.sin);
+      r.attend(l, seqs, positions, B);
+      be.matmul(a.h2, r.att, w.wo, B, w.bo ?? undefined);
+      be.add(a.x, a.x, a.h2, B);
+
+      be.rmsNorm(a.h, a.x, w.mlpNorm, B, eps);
+      be.matmul(a.gate, a.h, w.wg, B, w.bg ?? undefined);
+      be.matmul(a.up, a.h, w.wu, B, w.bu ?? undefined);
+      be.siluMul(a.gate, a.gate, a.up, B);
+      be.matmul(a.h2, a.gate, w.wdown, B, w.bdown ?? undefined);
+      be.add(a.x, a.x, a.h2, B);
+    }
+    be.rmsNorm(a.h, a.x, this.finalNorm, B, eps);
+    be.matmul(a.logits, a.h, this.lmHead, B);
   }
 
   /** A decode step's layer through the backend's fused matvec: 4 matvecs, RoPE, attention. */

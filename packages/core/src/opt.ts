@@ -11,10 +11,12 @@
  * Multi-head attention with biases on every projection; q/k/v are fused for decode steps as
  * in llama.ts, and attention itself is the shared Attention stage (KV cache, hybrid hook).
  * Load options, the KV cache and the step loop are DecoderModel's (decoder-model.ts).
+ * Batched decode (runBatch) runs B sequences' tokens as B rows, each row attending over its
+ * own sequence's cache (batch-rows.ts).
  */
 import type { Backend, DType, Tensor } from "./backend.js";
 import type { ModelShape } from "./config.js";
-import { check } from "./errors.js";
+import { check, fail } from "./errors.js";
 import { DecoderModel, contextLength, parseLoadOptions, type LlamaLoadOptions, type ParsedLoadOptions } from "./decoder-model.js";
 import type { ModelFiles, WeightSource, WeightView } from "./model-files.js";
 import { OPT_POSITION_OFFSET, optEmbedDim, optHasFinalNorm, type OptConfigJson } from "./opt-config.js";
@@ -41,6 +43,14 @@ interface OptActivations {
   posOne: Int32Array; // posIds[0, 1): a decode step allocates nothing
 }
 
+/** Batched decode activations, [capacity, …] (q, k, v and att are BatchRows'). */
+interface OptBatchActivations {
+  x: Tensor; h: Tensor; h2: Tensor; ff: Tensor;
+  emb: Tensor | null; // [capacity, embedDim] when project_in/out exist
+  logits: Tensor; // [capacity, vocab]
+  posIds: Int32Array;
+}
+
 /** Older OPT checkpoints name tensors `decoder.*` rather than `model.decoder.*`. */
 function withDecoderAlias(src: WeightSource): WeightSource {
   return {
@@ -62,6 +72,7 @@ export class OptModel extends DecoderModel {
   private finalB: Tensor | null = null;
   private lmHead!: Tensor;
   private act!: OptActivations;
+  private bact: OptBatchActivations | null = null;
 
   /** Load an OPT checkpoint onto `backend` (same options as LlamaModel). `files` must stay open. */
   static load(files: ModelFiles, backend: Backend, options: LlamaLoadOptions = {}): OptModel {
@@ -162,6 +173,72 @@ export class OptModel extends DecoderModel {
     if (a.lastEmb) be.matmul(a.lastEmb, a.last, this.projOut!, 1);
     be.matmul(a.logits, a.lastEmb ?? a.last, this.lmHead, 1);
     attn.endBlock();
+  }
+
+  protected get batchLogits(): Tensor {
+    return this.bact?.logits ?? fail("batched decode: no batch buffers (reserveBatch first)");
+  }
+
+  protected allocBatch(capacity: number): void {
+    const w = this.w, s = this.shape, dim = s.hiddenSize, emb = this.embedDim;
+    this.bact = {
+      x: w.alloc([capacity, dim]), h: w.alloc([capacity, dim]), h2: w.alloc([capacity, dim]),
+      ff: w.alloc([capacity, s.intermediateSize]),
+      emb: emb !== dim ? w.alloc([capacity, emb]) : null,
+      logits: w.alloc([capacity, s.vocabSize]),
+      posIds: new Int32Array(capacity),
+    };
+  }
+
+  /** B sequences' next tokens as one block: every matmul has n = B rows; attention per row. */
+  protected runBatch(ids: Int32Array, positions: Int32Array, B: number): void {
+    const be = this.backend, a = this.bact!, r = this.batch!, s = this.shape, eps = s.normEps, seqs = this.batchSequences;
+    const pre = this.config.do_layer_norm_before;
+    if (a.emb) {
+      be.embedding(a.emb, this.embed, ids);
+      be.matmul(a.x, a.emb, this.projIn!, B);
+    } else {
+      be.embedding(a.x, this.embed, ids);
+    }
+    for (let i = 0; i < B; i++) a.posIds[i] = positions[i] + OPT_POSITION_OFFSET;
+    be.embedding(a.h, this.posTable, a.posIds.subarray(0, B));
+    be.add(a.x, a.x, a.h, B);
+    for (let l = 0; l < s.layers; l++) {
+      const L = this.layers[l];
+      let src = a.x;
+      if (pre) {
+        be.layerNorm(a.h, a.x, L.ln1w, L.ln1b, B, eps);
+        src = a.h;
+      }
+      be.matmul(r.q, src, L.wq, B, L.bq);
+      be.matmul(r.k, src, L.wk, B, L.bk);
+      be.matmul(r.v, src, L.wv, B, L.bv);
+      r.attend(l, seqs, positions, B);
+      be.matmul(a.h2, r.att, L.wo, B, L.bo);
+      be.add(a.x, a.x, a.h2, B);
+      if (!pre) be.layerNorm(a.x, a.x, L.ln1w, L.ln1b, B, eps);
+      src = a.x;
+      if (pre) {
+        be.layerNorm(a.h, a.x, L.ln2w, L.ln2b, B, eps);
+        src = a.h;
+      }
+      be.matmul(a.ff, src, L.fc1, B, L.b1);
+      if (this.config.activation_function === "relu") be.relu(a.ff, B);
+      else be.gelu(a.ff, B);
+      be.matmul(a.h2, a.ff, L.fc2, B, L.b2);
+      be.add(a.x, a.x, a.h2, B);
+      if (!pre) be.layerNorm(a.x, a.x, L.ln2w, L.ln2b, B, eps);
+    }
+    let last = a.x;
+    if (this.finalW) {
+      be.layerNorm(a.h, a.x, this.finalW, this.finalB!, B, eps);
+      last = a.h;
+    }
+    if (a.emb) {
+      be.matmul(a.emb, last, this.projOut!, B);
+      last = a.emb;
+    }
+    be.matmul(a.logits, last, this.lmHead, B);
   }
 
   // ---- loading --------------------------------------------------------------------------------

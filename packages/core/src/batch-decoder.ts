@@ -1,0 +1,108 @@
+/**
+ * BatchDecoder: B sequence slots over one model, for batched decode.
+ *
+ *   using dec = new BatchDecoder(model, 8);
+ *   dec.prefill(slot, promptIds, 0);           // one sequence at a time (the ordinary path)
+ *   const first = dec.argmax(slot);
+ *   dec.step([0, 1, 2], Int32Array.of(a, b, c)); // one forward pass for all three slots
+ *   const next = dec.argmax(1);                  // logits of slot 1's row
+ *
+ * Every slot owns a KV cache (its own length and positions); slot 0 is the model's own
+ * sequence, so with one slot everything runs exactly as a single-sequence decode. Logits of a
+ * slot can be read until the next prefill or step.
+ */
+import type { SequenceState } from "./batch-rows.js";
+import { MAX_BATCH, type DecoderModel } from "./decoder-model.js";
+import { fail } from "./errors.js";
+
+/** What BatchDecoder needs of a model (DecoderModel has it). */
+export type BatchModel = Pick<
+  DecoderModel,
+  "shape" | "maxContext" | "prefillBlock" | "attention" | "ownSequence" | "createSequence" | "releaseSequence" | "withSequence" | "reserveBatch" |
+  "stepBatch" | "readBatchLogits" | "argmaxBatch" | "step" | "reset"
+>;
+
+export class BatchDecoder implements Disposable {
+  private readonly slots: SequenceState[] = [];
+  private readonly rowOfSlot: Int32Array;
+  private readonly seqs: SequenceState[] = [];
+  private closed = false;
+
+  constructor(
+    readonly model: BatchModel,
+    readonly capacity: number,
+  ) {
+    if (!(Number.isInteger(capacity) && capacity >= 1 && capacity <= MAX_BATCH)) fail(`batch size ${capacity} out of range [1, ${MAX_BATCH}]`);
+    this.rowOfSlot = new Int32Array(capacity).fill(-1);
+    model.reserveBatch(capacity);
+    this.slots.push(model.ownSequence);
+    try {
+      for (let i = 1; i < capacity; i++) this.slots.push(model.createSequence());
+    } catch (e) {
+      this.close();
+      throw e;
+    }
+  }
+
+  /** Positions held by `slot`'s cache. */
+  length(slot: number): number {
+    return this.slot(slot).cache.length;
+  }
+
+  /**
+   * Run prompt tokens `ids` of `slot` at positions [startPos, startPos + ids.length); startPos 0
+   * starts a new sequence there (the slot's cache is reset). Logits of the last token: logits(slot).
+   */
+  prefill(slot: number, ids: Int32Array, startPos: number): void {
+    const s = this.slot(slot);
+    this.model.withSequence(s, () => {
+      if (startPos === 0) this.model.reset();
+      this.model.step(ids, startPos);
+    });
+    this.rowOfSlot.fill(-1);
+    this.rowOfSlot[slot] = 0;
+  }
+
+  /** One decode step: ids[i] is the next token of slots[i] (distinct slots, 1 ≤ count ≤ capacity). */
+  step(slots: readonly number[], ids: Int32Array): void {
+    if (slots.length !== ids.length) fail(`batch step: ${ids.length} token ids for ${slots.length} slots`);
+    this.seqs.length = 0;
+    for (const s of slots) this.seqs.push(this.slot(s));
+    this.model.stepBatch(ids, this.seqs);
+    this.rowOfSlot.fill(-1);
+    slots.forEach((s, row) => (this.rowOfSlot[s] = row));
+  }
+
+  /** Logits of `slot`'s last token (from the last prefill or step). */
+  logits(slot: number): Float32Array {
+    return this.model.readBatchLogits(this.row(slot));
+  }
+
+  /** Greedy next token of `slot`, chosen on the backend. */
+  argmax(slot: number): number {
+    return this.model.argmaxBatch(this.row(slot));
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const s of this.slots.slice(1)) this.model.releaseSequence(s);
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  private row(slot: number): number {
+    this.slot(slot);
+    const r = this.rowOfSlot[slot];
+    if (r < 0) fail(`batch decoder: slot ${slot} has no logits (it was not in the last prefill or step)`);
+    return r;
+  }
+
+  private slot(slot: number): SequenceState {
+    if (this.closed) fail("batch decoder used after close()");
+    if (!(Number.isInteger(slot) && slot >= 0 && slot < this.capacity)) fail(`batch decoder: slot ${slot} out of range [0, ${this.capacity})`);
+    return this.slots[slot];
+  }
+}

@@ -1,0 +1,287 @@
+// Batched decode: B sequences of different prompt lengths decoded together (one forward pass
+// per step, every matmul with n = B rows) against each sequence decoded alone, for Llama,
+// Qwen2 and OPT, with a windowed (offloading) cache too; continuous batching in generateBatch;
+// the recorded-step key per batch size; bad input.
+import { describe, expect, it } from "vitest";
+import {
+  BatchDecoder, ByteTokenizer, HybridgenError, ReferenceBackend, generateBatch, generateText, loadModel,
+  type Backend, type CausalLM, type LlamaLoadOptions, type ModelFiles,
+} from "../src/index.js";
+import { charTokenizer, makeRng, testSeed, tinyModel } from "./engine-helpers.js";
+import { PARITY_CASES, parityCheckpoint } from "./parity/cases.js";
+
+/** Batched and alone differ only in summation order of f32 matmuls over B rows: ≤ 1e-5 relative. */
+const REL_TOL = 1e-5;
+const STEPS = 6;
+
+function errorOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(HybridgenError);
+    return (e as Error).message;
+  }
+  throw new Error("expected an error");
+}
+
+function relDiff(a: Float32Array, b: Float32Array): number {
+  let diff = 0, scale = 0;
+  for (let i = 0; i < a.length; i++) {
+    diff = Math.max(diff, Math.abs(a[i] - b[i]));
+    scale = Math.max(scale, Math.abs(b[i]));
+  }
+  return diff / scale;
+}
+
+function caseFiles(name: string): ModelFiles {
+  const c = PARITY_CASES.find((x) => x.name === name)!;
+  const { config, shape, weights } = parityCheckpoint(c);
+  return { dir: name, config, shape, weights, tokenizer: new ByteTokenizer(shape.vocabSize), close() {}, [Symbol.dispose]() {} };
+}
+
+function randomPrompts(seed: number, lengths: number[], vocab: number): Int32Array[] {
+  const rng = makeRng(seed);
+  // Ids from 3 up: clear of BOS/EOS so no sequence ends early.
+  return lengths.map((n) => Int32Array.from({ length: n }, () => 3 + Math.floor(rng() * (vocab - 3))));
+}
+
+/** Greedy decode of one prompt alone: the logits before each generated token. */
+function decodeAlone(model: CausalLM, prompt: Int32Array, steps: number): { tokens: number[]; logits: Float32Array[] } {
+  model.reset();
+  let logits = model.forward(prompt, 0);
+  const tokens: number[] = [], all: Float32Array[] = [];
+  for (let s = 0; s < steps; s++) {
+    all.push(logits);
+    const id = argmax(logits);
+    tokens.push(id);
+    logits = model.forward(Int32Array.of(id), prompt.length + s);
+  }
+  return { tokens, logits: all };
+}
+
+function argmax(x: Float32Array): number {
+  let b = 0;
+  for (let i = 1; i < x.length; i++) if (x[i] > x[b]) b = i;
+  return b;
+}
+
+/** Every prompt prefilled into its slot, then `steps` greedy steps of all slots together. */
+function decodeBatched(model: CausalLM, prompts: Int32Array[], steps: number): { tokens: number[][]; logits: Float32Array[][] } {
+  using dec = new BatchDecoder(model, prompts.length);
+  const B = prompts.length;
+  const tokens: number[][] = prompts.map(() => []), logits: Float32Array[][] = prompts.map(() => []);
+  const next = new Int32Array(B);
+  prompts.forEach((p, slot) => {
+    dec.prefill(slot, p, 0);
+    logits[slot].push(dec.logits(slot));
+    next[slot] = dec.argmax(slot);
+    tokens[slot].push(next[slot]);
+  });
+  const slots = prompts.map((_, i) => i);
+  for (let s = 1; s < steps; s++) {
+    dec.step(slots, next);
+    for (let i = 0; i < B; i++) {
+      logits[i].push(dec.logits(i));
+      next[i] = dec.argmax(i);
+      tokens[i].push(next[i]);
+    }
+  }
+  return { tokens, logits };
+}
+
+function expectBatchedEqualsAlone(files: ModelFiles, opts: LlamaLoadOptions, lengths: number[], seed: number, backend: Backend = new ReferenceBackend()): void {
+  using model = loadModel(files, backend, { maxContext: 64, ...opts });
+  const prompts = randomPrompts(testSeed(seed), lengths, files.shape.vocabSize);
+  const alone = prompts.map((p) => decodeAlone(model, p, STEPS));
+  const batched = decodeBatched(model, prompts, STEPS);
+  prompts.forEach((_, i) => {
+    expect(batched.tokens[i]).toEqual(alone[i].tokens);
+    for (let s = 0; s < STEPS; s++) expect(relDiff(batched.logits[i][s], alone[i].logits[s])).toBeLessThanOrEqual(REL_TOL);
+  });
+}
+
+describe("batched decode = each sequence alone (f32 weights, ReferenceBackend)", () => {
+  it("Llama GQA, 4 sequences of 3, 11, 6 and 17 prompt tokens", () => {
+    expectBatchedEqualsAlone(caseFiles("llama-gqa"), {}, [3, 11, 6, 17], 101);
+  });
+
+  it("Llama-3 rope scaling with biases, tied; prefill blocks shorter than the prompts", () => {
+    expectBatchedEqualsAlone(caseFiles("llama3-scaled-bias-tied"), { prefillBlock: 4 }, [9, 2, 13], 102);
+  });
+
+  it("Qwen2 (q/k/v biases)", () => {
+    expectBatchedEqualsAlone(caseFiles("qwen2-untied"), {}, [5, 14, 8, 1, 10], 103);
+  });
+
+  it("OPT pre-norm and post-norm with project_in/out", () => {
+    expectBatchedEqualsAlone(caseFiles("opt-prenorm"), {}, [7, 3, 12], 104);
+    expectBatchedEqualsAlone(caseFiles("opt-350m-style"), {}, [4, 15], 105);
+  });
+
+  it("a windowed KV cache (old positions offloaded, sinks pinned) per sequence", () => {
+    expectBatchedEqualsAlone(caseFiles("llama-gqa"), { kvWindow: 8, kvSinks: 2, kvEvictBlock: 2, prefillBlock: 4 }, [6, 19, 10], 106);
+  });
+
+  it("one row runs the ordinary decode step (identical logits)", () => {
+    const files = caseFiles("llama-gqa");
+    using model = loadModel(files, new ReferenceBackend(), { maxContext: 64 });
+    const [p] = randomPrompts(testSeed(107), [9], files.shape.vocabSize);
+    const alone = decodeAlone(model, p, STEPS);
+    const batched = decodeBatched(model, [p], STEPS);
+    expect(batched.tokens[0]).toEqual(alone.tokens);
+    for (let s = 0; s < STEPS; s++) expect(batched.logits[0][s]).toEqual(alone.logits[s]);
+  });
+});
+
+describe("a batched step is one recorded step per batch size", () => {
+  it("brackets the B-row step with beginStep/endStep keyed by B", () => {
+    const inner = new ReferenceBackend();
+    const keys: string[] = [];
+    let open = 0;
+    const be = new Proxy(inner, {
+      get(target, prop) {
+        if (prop === "beginStep") return (key: string) => { keys.push(key); open++; };
+        if (prop === "endStep") return () => { open--; };
+        const v = Reflect.get(target, prop, target);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    }) as Backend;
+    const files = caseFiles("llama-gqa");
+    using model = loadModel(files, be, { maxContext: 64 });
+    using dec = new BatchDecoder(model, 3);
+    const prompts = randomPrompts(testSeed(108), [4, 7, 2], files.shape.vocabSize);
+    prompts.forEach((p, slot) => dec.prefill(slot, p, 0));
+    keys.length = 0;
+    dec.step([0, 1, 2], Int32Array.of(5, 6, 7));
+    dec.step([2, 0], Int32Array.of(8, 9));
+    dec.step([1, 0, 2], Int32Array.of(10, 11, 12));
+    expect(open).toBe(0);
+    expect(keys).toHaveLength(3);
+    expect(keys[0]).toMatch(/^batch-\d+-3$/);
+    expect(keys[1]).toMatch(/^batch-\d+-2$/);
+    expect(keys[2]).toBe(keys[0]);
+    expect([dec.length(0), dec.length(1), dec.length(2)]).toEqual([7, 9, 5]);
+  });
+});
+
+describe("generateBatch: continuous batching", () => {
+  const { files } = tinyModel({ seed: testSeed(21), layers: 2, hidden: 32, heads: 4, kvHeads: 2, vocab: 259, maxPositions: 96 });
+  const tok = charTokenizer(259);
+  const prompts = ["Once upon", "a", "time there was a", "dog named Rex who", "liked", "to run in the park"];
+
+  it("7 prompts through 3 slots give each prompt's text alone (greedy, per-prompt budgets and stops)", async () => {
+    using model = loadModel(files, new ReferenceBackend(), { maxContext: 96 });
+    const requests = prompts.map((prompt, i) => ({ prompt, maxTokens: 22 - 3 * i }));
+    requests.push({ prompt: "stop here", maxTokens: 30, stop: ["e"] } as never);
+    const alone: Awaited<ReturnType<typeof generateText>>[] = [];
+    for (const r of requests) {
+      alone.push(await generateText(model, tok, r.prompt, { maxTokens: r.maxTokens, stop: (r as { stop?: string[] }).stop ?? [], sampling: { temperature: 0 } }));
+    }
+    const gen = generateBatch(model, tok, requests, { batch: 3, sampling: { temperature: 0 } });
+    const order: number[] = [];
+    const streamed = requests.map(() => "");
+    for await (const e of gen) {
+      if (e.type === "token") streamed[e.index] += e.token.text;
+      else order.push(e.index);
+    }
+    const res = await gen.result();
+    expect(res.batch).toBe(3);
+    expect(res.results).toHaveLength(requests.length);
+    res.results.forEach((r, i) => {
+      expect(r.tokens).toEqual(alone[i].tokens);
+      expect(r.text).toBe(alone[i].text);
+      expect(streamed[i]).toBe(r.text);
+      expect(r.finishReason).toBe(alone[i].finishReason);
+    });
+    // Slots were refilled: all finished, not in input order (short budgets end first).
+    expect([...order].sort((a, b) => a - b)).toEqual(requests.map((_, i) => i));
+    expect(order).not.toEqual(requests.map((_, i) => i));
+    expect(res.generatedTokens).toBe(res.results.reduce((a, r) => a + r.tokens.length, 0));
+    expect(res.steps).toBeGreaterThan(0);
+  });
+
+  it("sampled sequences keep their own seeds (equal to each alone)", async () => {
+    using model = loadModel(files, new ReferenceBackend(), { maxContext: 96 });
+    const requests = prompts.slice(0, 4).map((prompt, i) => ({ prompt, maxTokens: 12, sampling: { seed: 100 + i, temperature: 0.9 } }));
+    const res = await generateBatch(model, tok, requests, { batch: 4, sampling: { topK: 20, topP: 0.95 } }).result();
+    for (const [i, r] of requests.entries()) {
+      const alone = await generateText(model, tok, r.prompt, { maxTokens: 12, sampling: { seed: 100 + i, temperature: 0.9, topK: 20, topP: 0.95 } });
+      expect(res.results[i].tokens).toEqual(alone.tokens);
+      expect(res.results[i].seed).toBe(100 + i);
+    }
+  });
+
+  it("batch 1 is the ordinary generate path, one prompt after another", async () => {
+    using model = loadModel(files, new ReferenceBackend(), { maxContext: 96 });
+    const res = await generateBatch(model, tok, prompts.slice(0, 2).map((prompt) => ({ prompt })), { batch: 1, maxTokens: 10, sampling: { temperature: 0 } }).result();
+    for (const [i, p] of prompts.slice(0, 2).entries()) {
+      expect(res.results[i].tokens).toEqual((await generateText(model, tok, p, { maxTokens: 10, sampling: { temperature: 0 } })).tokens);
+    }
+    expect(res.steps).toBe(18);
+  });
+
+  it("an abort ends every sequence in flight or queued with 'abort'", async () => {
+    using model = loadModel(files, new ReferenceBackend(), { maxContext: 96 });
+    const ac = new AbortController();
+    const gen = generateBatch(model, tok, prompts.map((prompt) => ({ prompt })), { batch: 2, maxTokens: 50, signal: ac.signal, sampling: { temperature: 0 } });
+    let n = 0;
+    for await (const e of gen) if (e.type === "token" && ++n === 5) ac.abort();
+    const res = await gen.result();
+    expect(res.results.map((r) => r.finishReason)).toEqual(prompts.map(() => "abort"));
+    expect(res.results.slice(2).every((r) => r.tokens.length === 0)).toBe(true);
+    // The model is free again.
+    expect((await generateText(model, tok, "x", { maxTokens: 2 })).tokens).toHaveLength(2);
+  });
+});
+
+describe("batched decode: bad input", () => {
+  const files = caseFiles("llama-gqa");
+
+  it("one-line errors, checked before any work", () => {
+    using model = loadModel(files, new ReferenceBackend(), { maxContext: 16 });
+    const m = model;
+    const tok = new ByteTokenizer(files.shape.vocabSize);
+    expect(errorOf(() => generateBatch(model, tok, []))).toBe("generateBatch: no prompts");
+    expect(errorOf(() => generateBatch(model, tok, [{ prompt: [5] }, { prompt: Array(17).fill(5) }]))).toBe("prompt 1 has 17 tokens but the context holds 16");
+    expect(errorOf(() => generateBatch(model, tok, [{ prompt: [5] }], { batch: 33 }))).toMatch(/^invalid generate option batch: /);
+    expect(errorOf(() => generateBatch(model, tok, [{ prompt: [5], maxTokens: 0 }]))).toMatch(/^prompt 0: invalid maxTokens: /);
+    expect(errorOf(() => new BatchDecoder(m, 0))).toBe("batch size 0 out of range [1, 32]");
+    const s1 = m.createSequence();
+    expect(errorOf(() => m.stepBatch(Int32Array.of(5, 6), [s1, m.createSequence()]))).toBe("stepBatch: 2 sequences but no batch buffers (call reserveBatch first)");
+    m.reserveBatch(2);
+    expect(errorOf(() => m.reserveBatch(4))).toMatch(/reserve the largest batch first/);
+    expect(errorOf(() => m.stepBatch(Int32Array.of(5, 6), [s1, s1]))).toBe("stepBatch: sequence 1 is also row 0");
+    expect(errorOf(() => m.stepBatch(Int32Array.of(5), [s1, s1]))).toBe("stepBatch: 1 token ids for 2 sequences");
+    expect(errorOf(() => m.stepBatch(Int32Array.of(5, 6, 7), [s1, m.createSequence(), m.createSequence()]))).toBe("batched decode: 3 rows, the batch holds 1..2");
+    expect(errorOf(() => m.stepBatch(Int32Array.of(5, 999), [s1, m.createSequence()]))).toBe("stepBatch: token id 999 of row 1 out of range [0, 128)");
+    m.releaseSequence(s1);
+    expect(errorOf(() => m.stepBatch(Int32Array.of(5, 6), [s1, m.createSequence()]))).toMatch(/^sequence is not one of this model's/);
+    using other = loadModel(files, new ReferenceBackend(), { maxContext: 16 });
+    const foreign = other.createSequence();
+    expect(errorOf(() => m.withSequence(foreign, () => 0))).toMatch(/^sequence is not one of this model's/);
+  });
+
+  it("a full context is an error naming the row; slots are checked", () => {
+    using model = loadModel(files, new ReferenceBackend(), { maxContext: 8 });
+    using dec = new BatchDecoder(model, 2);
+    dec.prefill(0, Int32Array.of(5, 6, 7), 0);
+    dec.prefill(1, Int32Array.from({ length: 8 }, (_, i) => 3 + i), 0);
+    expect(errorOf(() => dec.logits(0))).toBe("batch decoder: slot 0 has no logits (it was not in the last prefill or step)");
+    expect(errorOf(() => dec.step([0, 1], Int32Array.of(5, 6)))).toBe("context overflow: row 1 holds 8 tokens, the context is 8");
+    expect(errorOf(() => dec.step([0, 2], Int32Array.of(5, 6)))).toBe("batch decoder: slot 2 out of range [0, 2)");
+  });
+
+  it("freeing: a closed decoder releases its sequences' KV storage", () => {
+    const be = new ReferenceBackend();
+    using model = loadModel(files, be, { maxContext: 16 });
+    const before = be.liveTensors();
+    const dec = new BatchDecoder(model, 4);
+    const during = be.liveTensors();
+    dec.close();
+    // Batch buffers stay with the model (reused by the next decoder); the 3 extra caches go.
+    expect(during).toBeGreaterThan(before);
+    const caches = 3 * (2 * files.shape.layers + 1); // K and V per layer + attention scores
+    expect(be.liveTensors()).toBe(during - caches);
+    expect(errorOf(() => dec.step([0], Int32Array.of(5)))).toBe("batch decoder used after close()");
+  });
+});
