@@ -33,6 +33,64 @@ export interface Tensor {
   readonly backend: string;
 }
 
+/** Host memory another object owns (a CPU tensor, a CPU stage's staging buffer), by address. */
+export interface HostRegion {
+  readonly address: number;
+  readonly byteLength: number;
+}
+
+/**
+ * One 2-D copy between host memory and a device tensor: `rows` rows of `width` bytes, row r
+ * at byte hostOffset + r·hostPitch of the region and tensorOffset + r·tensorPitch of the
+ * tensor (pitches may be omitted when rows is 1).
+ */
+export interface HostCopy {
+  readonly host: HostRegion;
+  readonly hostOffset: number;
+  readonly tensor: Tensor;
+  readonly tensorOffset: number;
+  readonly width: number;
+  readonly rows: number;
+  readonly hostPitch?: number;
+  readonly tensorPitch?: number;
+}
+
+/**
+ * The overlap machinery of a device backend (paper §4.2): page-locked host memory, a copy
+ * stream beside the compute stream, events that order the two, and timing from those events.
+ * The hybrid runtime moves evicted K/V rows to host memory, and the CPU stage's logits and V
+ * rows to the device, through it; a CPU backend has none (its "device" memory is host memory).
+ */
+export interface HostTransfers extends Disposable {
+  /** Page-locks a region so copies with it run asynchronously (DMA); unpin() before it is freed. */
+  pin(region: HostRegion): void;
+  unpin(region: HostRegion): void;
+  /**
+   * Device → host on the copy stream, after every op queued so far; later ops of the compute
+   * stream wait for it (so the source may be reused at once). The host reads the region only
+   * after fence().
+   */
+  toHost(copies: readonly HostCopy[]): void;
+  /**
+   * Host → device on the copy stream; later compute ops wait for it. Double buffering: it waits
+   * only for the compute ops queued before the previous toDevice() call, so a destination may be
+   * rewritten every second call while the compute stream still reads the other one.
+   */
+  toDevice(copies: readonly HostCopy[]): void;
+  /** The host waits for every copy issued so far (then host regions may be read or rewritten). */
+  fence(): void;
+  /** "resume": the host queues device work again; "pause": it is about to block (a read, the CPU stage). */
+  mark(kind: "resume" | "pause"): void;
+  /**
+   * Waits for the device, then returns the times since the last call: gpuMs = compute-stream
+   * busy time between resume and pause marks (less its waits on copies), txMs = copy-stream
+   * time of the transfers.
+   */
+  times(): { gpuMs: number; txMs: number };
+  /** Pinned copy bandwidth in bytes/s over `bytes` (host → device, device → host). */
+  bandwidth?(bytes: number, iters: number): { h2d: number; d2h: number };
+}
+
 export interface Backend extends Disposable {
   readonly name: string;
   /** Worker threads used by ops (1 for single-threaded backends). */
@@ -138,4 +196,11 @@ export interface Backend extends Disposable {
    * no round trips of h); the norm step is one matmul's read of x, not a separate kernel.
    */
   matvec?(out: Tensor, x: Tensor, w: Tensor, f: MatvecFusion): void;
+  /**
+   * A device backend's host link (copy stream, pinned memory, event timing); made on first
+   * call and owned by the backend (closed with it). Absent on host backends.
+   */
+  hostTransfers?(): HostTransfers;
+  /** A host backend: the memory of tensor `t` (for a device backend's copies). Absent on device backends. */
+  hostRegion?(t: Tensor): HostRegion;
 }

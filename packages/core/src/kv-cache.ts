@@ -12,9 +12,16 @@
  * store. So the store holds positions [S, S + storeCount) at slot = position − S, and the
  * whole cache is at most four spans in position order — sinks, store, two ring segments —
  * exactly the segments attention concatenates, without sorting.
+ *
+ * Host store (hybrid mode on a device backend, attachHostStore): the store is also kept in host
+ * memory of a host backend, page-locked, where the CPU stage reads it. Every eviction then also
+ * copies the moved K and V rows device → host on the backend's copy stream, ordered after the
+ * compute that wrote them (one 2-D copy per layer and K/V); syncHostStore() waits for them.
+ * The device keeps its store as well: prefill blocks (and steps with nothing offloaded yet)
+ * attend over it on the device, as the paper's prefill runs on the GPU over the whole prompt.
  */
 import { z } from "zod";
-import type { Backend, DType, Tensor } from "./backend.js";
+import { DTYPE_BYTES, type Backend, type DType, type HostCopy, type HostRegion, type HostTransfers, type Tensor } from "./backend.js";
 import { check, fail } from "./errors.js";
 
 export const KvCacheOptionsSchema = z.object({
@@ -35,6 +42,17 @@ export const KvCacheOptionsSchema = z.object({
 export type KvCacheOptions = z.input<typeof KvCacheOptionsSchema>;
 
 export type Residency = "window" | "store";
+
+/** The host copy of the store (see attachHostStore). */
+interface HostStore {
+  readonly backend: Backend;
+  readonly link: HostTransfers;
+  readonly k: Tensor[];
+  readonly v: Tensor[];
+  readonly regions: HostRegion[]; // pinned, K then V of every layer
+  /** Device → host copies issued since the last syncHostStore(). */
+  pending: boolean;
+}
 const NONE = 0, WINDOW = 1, STORE = 2;
 
 export class KvCache implements Disposable {
@@ -78,6 +96,7 @@ export class KvCache implements Disposable {
   private readonly gatherIds: Int32Array;
   private gatherView: Int32Array | null = null;
   private closed = false;
+  private host: HostStore | null = null;
 
   constructor(private readonly backend: Backend, options: KvCacheOptions) {
     const parsed = KvCacheOptionsSchema.safeParse(options);
@@ -128,6 +147,58 @@ export class KvCache implements Disposable {
     this.windowV = wv;
     this.storeK = sk;
     this.storeV = sv;
+  }
+
+  /**
+   * Keep the store in host memory too: tensors of `host` (a host backend, e.g. the CPU backend)
+   * with the store's layout, pinned through `link` (the device backend's hostTransfers()), filled
+   * by every later eviction with a device → host copy. Call it before the first append.
+   */
+  attachHostStore(host: Backend, link: HostTransfers): void {
+    this.checkOpen();
+    if (this.host) fail("KV cache: a host store is already attached");
+    if (this.storeCapacity === 0) fail("KV cache: no store to keep in host memory (the window holds the whole context)");
+    if (this._length > 0) fail(`KV cache: attach the host store before the first token (${this._length} are cached)`);
+    if (!host.hostRegion) fail(`KV cache: backend '${host.name}' has no host memory to hold the store`);
+    const k: Tensor[] = [], v: Tensor[] = [], regions: HostRegion[] = [];
+    try {
+      for (const list of [k, v]) {
+        for (let l = 0; l < this.layers; l++) {
+          const t = host.alloc([this.kvHeads, this.storeCapacity, this.headDim], this.dtype);
+          list.push(t);
+          const r = host.hostRegion(t);
+          link.pin(r);
+          regions.push(r);
+        }
+      }
+    } catch (e) {
+      for (const r of regions) link.unpin(r);
+      for (const t of [...k, ...v]) host.free(t);
+      throw e;
+    }
+    this.host = { backend: host, link, k, v, regions, pending: false };
+  }
+
+  /** The link of the host store (null without one). */
+  get hostLink(): HostTransfers | null {
+    return this.host?.link ?? null;
+  }
+
+  /** Store K of `layer` where the CPU stage reads it: the host store when attached, else the store. */
+  stageStoreK(layer: number): Tensor {
+    return this.host ? this.host.k[layer] : this.storeK[layer];
+  }
+
+  stageStoreV(layer: number): Tensor {
+    return this.host ? this.host.v[layer] : this.storeV[layer];
+  }
+
+  /** Waits for the evictions' device → host copies (no-op without a host store or pending copies). */
+  syncHostStore(): void {
+    const h = this.host;
+    if (!h || !h.pending) return;
+    h.link.fence();
+    h.pending = false;
   }
 
   /** Positions held (window + store). */
@@ -269,6 +340,7 @@ export class KvCache implements Disposable {
         }
       }
     }
+    if (this.host) this.copyToHost(dst, count);
     for (let p = S + dst; p < S + dst + count; p++) {
       this.regionOf[p] = STORE;
       this.slotOf[p] = p - S;
@@ -292,6 +364,16 @@ export class KvCache implements Disposable {
   close(): void {
     if (this.closed) return;
     this.closed = true;
+    const h = this.host;
+    this.host = null;
+    if (h) {
+      try {
+        h.link.fence(); // no DMA may still be writing memory about to be freed
+      } finally {
+        for (const r of h.regions) h.link.unpin(r);
+        for (const t of [...h.k, ...h.v]) h.backend.free(t);
+      }
+    }
     for (const t of [...this.windowK, ...this.windowV, ...this.storeK, ...this.storeV]) this.backend.free(t);
     if (this.stage) this.backend.free(this.stage);
     this.stage = null;
@@ -299,6 +381,19 @@ export class KvCache implements Disposable {
 
   [Symbol.dispose](): void {
     this.close();
+  }
+
+  /** Store slots [dst, dst + count) of every layer, K and V: device → host, one 2-D copy each. */
+  private copyToHost(dst: number, count: number): void {
+    const h = this.host!, eb = DTYPE_BYTES[this.dtype], row = this.headDim * eb, pitch = this.storeCapacity * row;
+    const copies: HostCopy[] = [];
+    for (let l = 0; l < this.layers; l++) {
+      for (const [tensor, host] of [[this.storeK[l], h.regions[l]], [this.storeV[l], h.regions[this.layers + l]]] as const) {
+        copies.push({ host, hostOffset: dst * row, tensor, tensorOffset: dst * row, width: count * row, rows: this.kvHeads, hostPitch: pitch, tensorPitch: pitch });
+      }
+    }
+    h.link.toHost(copies);
+    h.pending = true;
   }
 
   /** Tokens in the ring (the window less the sinks). */

@@ -4,7 +4,7 @@
  * before any pointer reaches C, so bad input is a HybridgenError and never a wild memory access.
  */
 import { ptr as addressOf, type Pointer } from "bun:ffi";
-import { BackendChecks, DTYPE_BYTES, HybridgenError, shapeNumel, type Backend, type DType, type Tensor } from "@hybridgen/core";
+import { BackendChecks, DTYPE_BYTES, HybridgenError, shapeNumel, type Backend, type DType, type HostRegion, type Tensor } from "@hybridgen/core";
 import { native, type NativeLib } from "./native.js";
 import { chooseIsa, isaCode, type Isa } from "./features.js";
 import { CpuBackendOptionsSchema, type CpuBackendOptions } from "./options.js";
@@ -150,6 +150,12 @@ export class CpuBackend implements Backend {
   /** Native address of a tensor's first element, for other native code (kept valid until free). */
   address(t: Tensor): Pointer {
     return this.check.own(t, "address", "tensor").ptr;
+  }
+
+  /** Backend.hostRegion: a tensor's host memory, for a device backend's copies (valid until free). */
+  hostRegion(t: Tensor): HostRegion {
+    const c = this.check.own(t, "hostRegion", "tensor");
+    return { address: c.ptr, byteLength: c.byteLength };
   }
 
   /** Multithreaded streaming read of a whole tensor (sum of its f32 values): the bandwidth baseline. */

@@ -7,7 +7,7 @@
 import { dlopen, FFIType, ptr as addressOf, toArrayBuffer, type Pointer } from "bun:ffi";
 import {
   checkStageJob, fail, GatheredValues, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape,
-  type DType, type Selection, type Tensor,
+  type DType, type HostRegion, type Selection, type Tensor,
 } from "@hybridgen/core";
 import { z } from "zod";
 import type { CpuBackend } from "./cpu-backend.js";
@@ -156,6 +156,16 @@ export class NativeCpuStage implements CpuStage {
     this.ready();
     const s = this.slot(slot);
     return { kmax: s.values.kmax, logits: s.logits, values: s.values.output(), ids: s.idsView, counts: s.countsView };
+  }
+
+  hostStaging(slot: 0 | 1): { query: HostRegion; logits: HostRegion; values: HostRegion } {
+    this.ready();
+    const s = this.slot(slot), v = s.values.store;
+    return {
+      query: { address: s.q.p, byteLength: s.q.bytes },
+      logits: { address: s.sel.p, byteLength: s.sel.bytes },
+      values: { address: v.ptr, byteLength: v.byteLength },
+    };
   }
 
   close(): void {

@@ -7,8 +7,9 @@
  * comes from an arena reserved once at creation (DeviceArena does the bookkeeping).
  */
 import type { Pointer } from "bun:ffi";
-import { BackendChecks, DTYPE_BYTES, HybridgenError, isIndex, shapeNumel, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
+import { BackendChecks, DTYPE_BYTES, HybridgenError, isIndex, shapeNumel, type Backend, type DType, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/core";
 import { DeviceArena, type ArenaStats } from "./arena.js";
+import { CudaHostLink } from "./host-link.js";
 import { cudaAvailability } from "./availability.js";
 import { CudaTensor } from "./cuda-tensor.js";
 import type { CudaDevice } from "./device-record.js";
@@ -87,6 +88,8 @@ export class CudaBackend implements Backend {
   private readonly slotOwners: (string | undefined)[] = new Array(MAX_GRAPH_KEYS);
   private nextSlot = 0;
   private inStep = false;
+  /** The host link (copy stream, pinned memory, event timeline), made by hostTransfers(). */
+  private hostLink: CudaHostLink | null = null;
 
   /** `native` replaces the library (tests of the validation layer run without a GPU). */
   constructor(options: CudaBackendOptions = {}, native?: { lib: CudaNative; device: CudaDevice }) {
@@ -220,6 +223,8 @@ export class CudaBackend implements Backend {
     if (this.isClosed) return;
     this.isClosed = true;
     this.inStep = false;
+    this.hostLink?.close();
+    this.hostLink = null;
     for (const t of this.live) t.freed = true;
     this.live.clear();
     this.arena.reset();
@@ -294,6 +299,22 @@ export class CudaBackend implements Backend {
   timer(): CudaTimer {
     this.live_("timer");
     return new CudaTimer(this.lib, this.ctx, (op, rc) => this.ok(op, rc));
+  }
+
+  /**
+   * Backend.hostTransfers: the copy stream's link to host memory (pinning, async copies ordered
+   * by events, T_gpu / T_tx timing), made on first call; closed with the backend.
+   */
+  hostTransfers(): HostTransfers {
+    const ctx = this.live_("hostTransfers");
+    this.hostLink ??= new CudaHostLink({
+      lib: this.lib, ctx,
+      own: (t, op) => { this.live_(op); return this.check.own(t, op, "tensor"); },
+      ok: (op, rc) => this.ok(op, rc),
+      allocBytes: (bytes, op) => this.allocRaw([Math.ceil(bytes / 4)], "f32", op),
+      release: (t) => this.release(t),
+    });
+    return this.hostLink;
   }
 
   /** Test hook: 0 = an invalid launch (recoverable), 1 = a trap inside a kernel (the context is lost). */

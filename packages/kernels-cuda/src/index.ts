@@ -13,3 +13,4 @@ export { CudaBackend, CudaTimer, createCudaBackend, type CudaMemoryStats, type M
 export { CudaTensor } from "./cuda-tensor.js";
 export { DeviceArena, ARENA_ALIGN, type ArenaStats } from "./arena.js";
 export { backendSymbols, openCudaNative, cudaErrorString, type CudaNative } from "./native-backend.js";
+export { CudaHostLink, type HostLinkOwner } from "./host-link.js";

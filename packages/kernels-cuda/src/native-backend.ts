@@ -58,6 +58,16 @@ export const backendSymbols = {
   hg_cu_attn_decode_path: { args: [i32, i32], returns: i32 },
   hg_cu_matvec: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, ptr, i32, f32, i32, i32, i32], returns: i32 },
   hg_cu_matvec_max_norm_k: { args: [], returns: i32 },
+  // host link (native/host_copy.cu): pinned memory, copy stream, event timeline
+  hg_link_create: { args: [ptr], returns: ptr },
+  hg_link_destroy: { args: [ptr], returns: none },
+  hg_host_pin: { args: [ptr, f64], returns: i32 },
+  hg_host_unpin: { args: [ptr], returns: i32 },
+  hg_link_copy: { args: [ptr, i32, ptr, i32], returns: i32 },
+  hg_link_mark: { args: [ptr, i32], returns: i32 },
+  hg_link_fence: { args: [ptr], returns: i32 },
+  hg_link_times: { args: [ptr, ptr], returns: i32 },
+  hg_link_bandwidth: { args: [ptr, ptr, f64, i32, ptr], returns: i32 },
 } as const;
 
 /** The functions the backend calls; a test can hand the backend a stand-in with the same shape. */

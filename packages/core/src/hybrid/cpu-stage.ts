@@ -14,7 +14,7 @@
  * An implementation may run submit() on threads of its own (`concurrent`), so the caller
  * drives the device stage until wait(); the portable BackendCpuStage runs synchronously.
  */
-import type { DType, Tensor } from "../backend.js";
+import type { DType, HostRegion, Tensor } from "../backend.js";
 import type { Selection } from "../contracts/selector.js";
 
 export interface CpuStageShape {
@@ -75,5 +75,11 @@ export interface CpuStage extends Disposable {
   /** After a "score" job and a JS selection: stage the selected logits and V rows (synchronous). */
   gather(job: CpuStageJob, selection: Selection): void;
   output(slot: 0 | 1): CpuStageOutput;
+  /**
+   * Native stages: the host memory of a slot's buffers, which a device backend pins and copies
+   * with its own DMA — query (heads × headDim f32), logits ([heads, kmax] f32 packed from the
+   * start) and values ([kvHeads, kmax, headDim] in the store dtype, packed from the start).
+   */
+  hostStaging?(slot: 0 | 1): { readonly query: HostRegion; readonly logits: HostRegion; readonly values: HostRegion };
   close(): void;
 }

@@ -13,6 +13,11 @@
  * of layer l and submits layer l + 1's stage as soon as layer l's is collected, so it runs
  * during the rest of layer l and the start of layer l + 1 (layer 0's q̃ comes from the
  * embedding output, i.e. it is exact). Prefill blocks always use exact full attention.
+ *
+ * On a device backend whose KV cache keeps its store in host memory (KvCache.attachHostStore),
+ * a DeviceStaging moves the query to the host and the stage's logits and V rows to the device
+ * on the copy stream, and T_gpu / T_tx come from the backend's events; otherwise (the CPU
+ * backend) the stage's output is written with Backend.write and times are host wall times.
  */
 import type { Tensor } from "../backend.js";
 import type { Attention, DecodeAttention, QueryProjector } from "../attention.js";
@@ -23,6 +28,7 @@ import {
 } from "../contracts/selector.js";
 import { fail } from "../errors.js";
 import type { CpuStage, CpuStageJob, CpuStageWork } from "./cpu-stage.js";
+import { DeviceStaging } from "./device-staging.js";
 import { HybridStats } from "./hybrid-stats.js";
 import { HybridOptionsSchema, type HybridOptions, type LogitsMode } from "./options.js";
 
@@ -58,6 +64,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private readonly positions: Int32Array;
   private readonly specQ: Tensor;
   private readonly trackScores: boolean;
+  /** Set when the cache's store is in host memory the device reaches by copies. */
+  private readonly device: DeviceStaging | null;
   private states: unknown[] = [];
   private scoreRows: Float32Array[][] = []; // [layer][kvHead] per position
   private scoreSteps = 0;
@@ -73,6 +81,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private stepTx = 0;
   private stepCpu = 0;
   private clampSaid = false;
+  private discardTimes = true; // the device's first timed step drops what prefill recorded
   private inFlight = false; // a stage job was submitted and not yet collected
   private closed = false;
 
@@ -99,6 +108,12 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.positions = new Int32Array(cache.storeCapacity);
     for (let i = 0; i < this.positions.length; i++) this.positions[i] = cache.storeStart + i;
     this.specQ = attention.backend.alloc([1, heads * headDim]);
+    try {
+      this.device = cache.hostLink ? new DeviceStaging(attention.backend, cache, stage, heads, headDim) : null;
+    } catch (e) {
+      attention.backend.free(this.specQ);
+      throw e;
+    }
     this.decision = scheduler.initial();
     this.jobs = new Array(this.layers).fill(null);
     this.selections = new Array(this.layers).fill(null);
@@ -129,6 +144,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
       : [];
     this.scoreSteps = 0;
     this.step = 0;
+    this.discardTimes = true;
     this.scheduler.reset();
     this.decision = this.scheduler.initial();
   }
@@ -145,6 +161,13 @@ export class HybridAttention implements DecodeAttention, Disposable {
     if (offloaded === 0) {
       this.plan = null;
       return;
+    }
+    if (this.device) {
+      if (this.discardTimes) this.device.times();
+      this.discardTimes = false;
+      this.device.pause();
+      this.attention.cache.syncHostStore(); // the evictions' rows are in host memory
+      this.device.resume();
     }
     let timing = this.decision.timing;
     if (!this.selector.timings.includes(timing)) {
@@ -179,6 +202,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
       a.attendFull(layer, q, 0, this.pos, out);
       return;
     }
+    if (this.device) {
+      this.attendStaged(this.device, plan, layer, q, out);
+      return;
+    }
     const be = a.backend, c = a.cache, heads = this.layout.heads;
     if (this.logitsMode === "exact") {
       const t0 = performance.now();
@@ -206,11 +233,53 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
     const total = c.length - storeCount + kmax;
     be.softmax(scores, heads, total);
-    if (this.trackScores) this.accumulate(layer, total, outp.ids, outp.counts, kmax);
+    if (this.trackScores) this.accumulate(layer, scores, total, outp.ids, outp.counts, kmax);
     let first = true;
     for (let s = 0; s < c.spanCount; s++) {
       if (c.spanRegion[s] === 2) {
         if (kmax > 0) be.attnAggregate(out, 0, scores, S, outp.values, 0, kmax, !first);
+      } else {
+        const p = c.spanPos[s];
+        be.attnAggregate(out, 0, scores, p < S ? p : p - storeCount + kmax, c.windowV[layer], c.spanSlot[s], c.spanLen[s], !first);
+      }
+      first = false;
+    }
+    this.stats.sumK += kmax;
+    this.stats.layerSteps++;
+  }
+
+  /**
+   * attend() on a device backend with the store in host memory: as the CPU-backend path, but
+   * the query goes to the stage's pinned buffer by a device → host copy, the window logits and
+   * the uploaded stage output share scores[layer & 1], and the stage's V rows arrive by copy.
+   */
+  private attendStaged(d: DeviceStaging, plan: StepPlan, layer: number, q: Tensor, out: Tensor): void {
+    const a = this.attention, be = a.backend, c = a.cache, heads = this.layout.heads;
+    const slot = (layer & 1) as 0 | 1, scores = d.scores[slot];
+    if (this.logitsMode === "exact") {
+      d.queryToHost(slot, q);
+      this.submit(layer);
+    }
+    const storeCount = c.storeCount, kmax = plan.kmax, S = c.storeStart;
+    for (let s = 0; s < c.spanCount; s++) {
+      if (c.spanRegion[s] === 2) continue;
+      const p = c.spanPos[s];
+      be.attnLogits(scores, p < S ? p : p - storeCount + kmax, q, 0, c.windowK[layer], c.spanSlot[s], c.spanLen[s], a.scale);
+    }
+    d.pause();
+    this.collect(layer);
+    d.resume();
+    if (this.logitsMode === "speculative" && layer + 1 < this.layers) this.submit(layer + 1);
+    const outp = this.stage.output(slot);
+    const values = kmax > 0 ? d.upload(slot, kmax, S) : null;
+    const total = c.length - storeCount + kmax;
+    be.softmax(scores, heads, total);
+    if (this.trackScores) this.accumulate(layer, scores, total, outp.ids, outp.counts, kmax);
+    let first = true;
+    for (let s = 0; s < c.spanCount; s++) {
+      if (c.spanRegion[s] === 2) {
+        if (!values) continue;
+        be.attnAggregate(out, 0, scores, S, values, 0, kmax, !first);
       } else {
         const p = c.spanPos[s];
         be.attnAggregate(out, 0, scores, p < S ? p : p - storeCount + kmax, c.windowV[layer], c.spanSlot[s], c.spanLen[s], !first);
@@ -226,7 +295,13 @@ export class HybridAttention implements DecodeAttention, Disposable {
     if (!plan) return;
     this.plan = null;
     const wall = performance.now() - this.stepStart;
-    const device = Math.max(0, wall - this.stepWait - this.stepJs - this.stepTx);
+    let device = Math.max(0, wall - this.stepWait - this.stepJs - this.stepTx);
+    if (this.device) {
+      this.device.pause();
+      const t = this.device.times(); // CUDA events: compute-stream busy time, copy-stream time
+      device = t.gpuMs;
+      this.stepTx = t.txMs;
+    }
     const st = this.stats;
     st.steps++;
     st.offloaded = plan.offloaded;
@@ -248,8 +323,12 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.drain();
     this.closed = true;
     if (this.attention.decodeAttention === this) this.attention.setDecodeAttention(null);
-    this.attention.backend.free(this.specQ);
-    this.stage.close();
+    try {
+      this.device?.close();
+    } finally {
+      this.attention.backend.free(this.specQ);
+      this.stage.close();
+    }
   }
 
   [Symbol.dispose](): void {
@@ -261,6 +340,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
   /** q̃ of `layer` from residual row x, into the stage's query buffer of that layer's slot. */
   private project(layer: number, x: Tensor): void {
     this.projector.projectQuery(layer, x, this.pos, this.specQ);
+    if (this.device) {
+      this.device.queryToHost((layer & 1) as 0 | 1, this.specQ);
+      return;
+    }
     const t0 = performance.now();
     const q = this.attention.backend.read(this.specQ, 0, this.layout.heads * this.layout.headDim);
     this.stage.query((layer & 1) as 0 | 1).set(q);
@@ -288,9 +371,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
       work = { kind: "selected", selection };
     }
     const job: CpuStageJob = {
-      slot, k: c.storeK[layer], v: c.storeV[layer], offloaded: plan.offloaded, kmax: plan.kmax, scale: this.attention.scale, work,
+      slot, k: c.stageStoreK(layer), v: c.stageStoreV(layer), offloaded: plan.offloaded, kmax: plan.kmax, scale: this.attention.scale, work,
     };
     this.jobs[layer] = job;
+    this.device?.beforeSubmit();
     this.stage.submit(job);
     this.inFlight = true;
   }
@@ -323,12 +407,12 @@ export class HybridAttention implements DecodeAttention, Disposable {
   }
 
   /** Adds this layer's attention probabilities to the per-position sums of each KV head. */
-  private accumulate(layer: number, total: number, ids: Int32Array, counts: Int32Array, kmax: number): void {
+  private accumulate(layer: number, scores: Tensor, total: number, ids: Int32Array, counts: Int32Array, kmax: number): void {
     const a = this.attention, c = a.cache, S = c.storeStart, storeCount = c.storeCount;
     const group = this.layout.groupSize, width = c.maxContext;
     for (let h = 0; h < this.layout.heads; h++) {
       const g = Math.floor(h / group), acc = this.scoreRows[layer][g];
-      const p = a.backend.read(a.scores, h * width, total);
+      const p = a.backend.read(scores, h * width, total);
       for (let col = 0; col < total; col++) {
         let pos: number;
         if (col < S) pos = col;

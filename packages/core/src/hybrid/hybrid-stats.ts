@@ -14,9 +14,11 @@ export class HybridStats {
   cpuJsMs = 0;
   /** Σ of time the device driver was blocked waiting for the CPU stage. */
   waitMs = 0;
-  /** Σ of the device stage (the step's wall time less waiting, CPU-stage JS work and copies). */
+  /** Σ of the device stage: T_gpu, the compute stream's busy time from CUDA events on a device
+   * backend; else the step's wall time less waiting, CPU-stage JS work and copies. */
   deviceMs = 0;
-  /** Σ of staging copies to the device (selected logits). */
+  /** Σ of T_tx: the copy stream's time on a device backend (query down, logits and V rows up,
+   * evicted K/V down); else the host time of writing the selected logits. */
   txMs = 0;
   /** Notes said once (clamps, fallbacks). */
   readonly notes: string[] = [];
@@ -41,11 +43,12 @@ export class HybridStats {
     this.notes.length = 0;
   }
 
-  /** e.g. "hybrid: 224 tokens offloaded, mean K 32.0, per layer: CPU stage 0.021 ms, device 0.310 ms, 71% of the CPU stage hidden". */
+  /** e.g. "hybrid: 224 tokens offloaded, mean K 32.0, per layer: CPU stage 0.021 ms, device stage 0.310 ms, 71% of the CPU stage hidden … (9 hybrid steps), transfers 0.004 ms". */
   summary(): string {
     const per = (ms: number) => (this.layerSteps ? ms / this.layerSteps : 0).toFixed(3);
     return `hybrid: ${this.offloaded} tokens offloaded, mean K ${this.meanK.toFixed(1)}, per layer: ` +
       `CPU stage ${per(this.cpuStageMs + this.cpuJsMs)} ms, device stage ${per(this.deviceMs)} ms, ` +
-      `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (${this.steps} hybrid steps)`;
+      `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (${this.steps} hybrid steps), ` +
+      `transfers ${per(this.txMs)} ms`;
   }
 }

@@ -1,0 +1,139 @@
+/**
+ * Hybrid attention through DeviceStaging (the GPU path: KV store in host memory filled by
+ * device → host copies, the stage's output uploaded by copies), on ReferenceBackends and a
+ * loopback link whose device → host copies land only at fence().
+ */
+import { describe, expect, it } from "vitest";
+import {
+  BackendCpuStage, HybridAttention, KvCache, LlamaModel, ReferenceBackend, type LogitsMode, type ModelFiles, type Scheduler, type TokenSelector,
+} from "../src/index.js";
+import { makeRng, maxAbsDiff, testSeed, tinyModel } from "./engine-helpers.js";
+import { allSelector, fixedScheduler, topKSelector } from "./hybrid-helpers.js";
+import { AddressBook, HostReference, LoopbackLink, StagedBackendCpuStage } from "./loopback-link.js";
+
+const CONTEXT = 40;
+
+function ids(seed: number, n: number, vocab = 50): number[] {
+  const rng = makeRng(seed);
+  return Array.from({ length: n }, () => Math.floor(rng() * vocab));
+}
+
+interface RunOptions {
+  budget?: number;
+  sinks?: number;
+  block?: number;
+  prompt: number;
+  selector?: TokenSelector;
+  scheduler?: Scheduler;
+  logits?: LogitsMode;
+  staged?: boolean;
+}
+
+function run(files: ModelFiles, tokens: number[], o: RunOptions) {
+  const be = new ReferenceBackend();
+  const book = new AddressBook();
+  const host = new HostReference(book);
+  const link = new LoopbackLink(be, host, book);
+  const model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: CONTEXT, kvWindow: o.budget, kvSinks: o.sinks ?? 0, kvEvictBlock: o.block });
+  if (o.staged && o.selector) model.cache.attachHostStore(host, link);
+  const stage = o.staged ? new StagedBackendCpuStage(host, book) : new BackendCpuStage(be);
+  const hybrid = o.selector
+    ? HybridAttention.attach(
+      { attention: model.attention, projector: model, stage, selector: o.selector, scheduler: o.scheduler ?? fixedScheduler(4, "post") },
+      { logits: o.logits ?? "exact" })
+    : null;
+  const out = [model.forward(Int32Array.from(tokens.slice(0, o.prompt)), 0)];
+  const stored: number[] = [];
+  let hostMatches = true;
+  for (let t = o.prompt; t < tokens.length; t++) {
+    stored.push(model.cache.storeCount);
+    out.push(model.forward(Int32Array.of(tokens[t]), t));
+    if (o.staged && o.selector) hostMatches &&= hostStoreMatches(model.cache, be, host);
+  }
+  const stats = hybrid?.stats;
+  hybrid?.close();
+  model.close();
+  expect(be.liveTensors()).toBe(0);
+  expect(host.liveTensors()).toBe(0);
+  expect(link.pinned.size).toBe(0);
+  return { out, stored, stats, hostMatches, log: link.log };
+}
+
+/** After a fence, the host store holds exactly the device store's rows [0, storeCount) of every head. */
+function hostStoreMatches(c: KvCache, be: ReferenceBackend, host: ReferenceBackend): boolean {
+  c.syncHostStore();
+  const n = c.storeCount, row = c.headDim, cap = c.storeCapacity;
+  for (let l = 0; l < c.layers; l++) {
+    for (const [dev, hst] of [[c.storeK[l], c.stageStoreK(l)], [c.storeV[l], c.stageStoreV(l)]] as const) {
+      for (let g = 0; g < c.kvHeads; g++) {
+        if (maxAbsDiff(be.read(dev, g * cap * row, n * row), host.read(hst, g * cap * row, n * row)) !== 0) return false;
+      }
+    }
+  }
+  return true;
+}
+
+describe("hybrid attention staged through host memory (the device-backend path)", () => {
+  const windows = [{ budget: 3, sinks: 1, block: 2 }, { budget: 6, sinks: 0, block: 2 }, { budget: 30, sinks: 3, block: 8 }];
+
+  it("'all' + exact logits equals full attention within 1e-5 at every step (MHA and GQA, 3 windows)", () => {
+    for (const [li, layout] of [{ heads: 4, kvHeads: 4 }, { heads: 4, kvHeads: 2 }].entries()) {
+      const { files } = tinyModel({ seed: testSeed(300 + li), maxPositions: 64, ...layout });
+      const tokens = ids(testSeed(400 + li), CONTEXT);
+      for (const w of windows) {
+        const prompt = Math.min(CONTEXT - 4, w.budget + 5);
+        const full = run(files, tokens, { prompt });
+        for (const kernel of [false, true]) {
+          const hy = run(files, tokens, { ...w, prompt, staged: true, selector: allSelector(kernel), scheduler: fixedScheduler(3, kernel ? "post" : "pre") });
+          expect(hy.stored.some((n) => n > 0)).toBe(true);
+          expect(hy.stats!.steps).toBeGreaterThan(0);
+          expect(hy.hostMatches).toBe(true);
+          expect(hy.log.some((l) => l.startsWith("toHost"))).toBe(true);
+          expect(hy.log.some((l) => l.startsWith("toDevice"))).toBe(true);
+          hy.out.forEach((l, i) => expect(maxAbsDiff(l, full.out[i]), `budget ${w.budget} step ${i}`).toBeLessThan(1e-5));
+        }
+      }
+    }
+  });
+
+  it("top-K, exact and speculative: the staged path gives the CPU-backend path's logits (within 1e-6)", () => {
+    const { files } = tinyModel({ seed: testSeed(310), maxPositions: 64, heads: 4, kvHeads: 2, layers: 3 });
+    const tokens = ids(testSeed(410), CONTEXT);
+    for (const logits of ["exact", "speculative"] as const) {
+      for (const kernel of [false, true]) {
+        const o = { budget: 6, sinks: 1, block: 2, prompt: 12, logits, selector: topKSelector(kernel), scheduler: fixedScheduler(3, "post") };
+        const plain = run(files, tokens, o);
+        const staged = run(files, tokens, { ...o, staged: true });
+        expect(staged.hostMatches).toBe(true);
+        staged.out.forEach((l, i) => expect(maxAbsDiff(l, plain.out[i]), `${logits} step ${i}`).toBeLessThan(1e-6));
+        // Device timings come from the link's events (the loopback reports 1 ms and 0.5 ms a step).
+        expect(staged.stats!.deviceMs).toBeCloseTo(staged.stats!.steps * 1, 6);
+        expect(staged.stats!.txMs).toBeCloseTo(staged.stats!.steps * 0.5, 6);
+      }
+    }
+  });
+
+  it("attachHostStore and a stage without host buffers fail with one-line errors", () => {
+    const { files } = tinyModel({ seed: testSeed(320), maxPositions: 64 });
+    const be = new ReferenceBackend(), book = new AddressBook(), host = new HostReference(book), link = new LoopbackLink(be, host, book);
+    const full = LlamaModel.load(files, be, { maxContext: 16 });
+    expect(() => full.cache.attachHostStore(host, link)).toThrow(/no store to keep in host memory/);
+    full.close();
+    const model = LlamaModel.load(files, be, { maxContext: 16, kvWindow: 4, prefillBlock: 4 });
+    expect(() => model.cache.attachHostStore(new ReferenceBackend(), link)).toThrow(/has no host memory/);
+    model.cache.attachHostStore(host, link);
+    expect(() => model.cache.attachHostStore(host, link)).toThrow(/already attached/);
+    const parts = { attention: model.attention, projector: model, selector: allSelector(true), scheduler: fixedScheduler(2, "post") };
+    const plain = new BackendCpuStage(host);
+    expect(() => HybridAttention.attach({ ...parts, stage: plain })).toThrow(/does not expose host staging buffers/);
+    plain.close(); // a failed attach leaves the stage to its caller
+    model.close();
+    expect(link.pinned.size).toBe(0);
+    const late = LlamaModel.load(files, be, { maxContext: 16, kvWindow: 4, prefillBlock: 4 });
+    late.forward(Int32Array.of(1, 2), 0);
+    expect(() => late.cache.attachHostStore(host, link)).toThrow(/before the first token \(2 are cached\)/);
+    late.close();
+    expect(be.liveTensors()).toBe(0);
+    expect(host.liveTensors()).toBe(0);
+  });
+});

@@ -1,0 +1,204 @@
+// The host link of the hybrid runtime: page-locked host memory, 2-D copies between host and
+// device on the context's copy stream, events that order the copy and compute streams, and a
+// per-step timeline of events from which T_gpu (compute-stream busy time) and T_tx (copy-stream
+// time) are read. One HgLink per context; TypeScript (src/host-link.ts) checks every range.
+#include "common.cuh"
+#include <stdlib.h>
+#include <string.h>
+
+static const int POOL = 2048;  // timeline events a step may record (more are not timed)
+enum { MARK_RESUME = 0, MARK_PAUSE = 1, STALL_BEGIN = 2, STALL_END = 3, COPY_BEGIN = 4, COPY_END = 5 };
+
+struct HgLink {
+  HgCtx *c;
+  cudaEvent_t order[3];  // untimed: compute marks for double buffering (2), copy done (1)
+  int prev;              // which order[] holds the compute mark of the previous H2D, -1 none
+  cudaEvent_t ev[POOL];
+  int kind[POOL];
+  int n;
+  int open;  // between a resume and a pause mark: compute stalls count against T_gpu
+};
+
+static int record(HgLink *l, int kind, cudaStream_t s) {
+  if (l->n >= POOL) return 0;  // past the pool: ordering stays right, the step is timed short
+  if (kind == STALL_BEGIN || kind == STALL_END) {
+    if (!l->open) return 0;
+  }
+  cudaError_t e = cudaEventRecord(l->ev[l->n], s);
+  if (e != cudaSuccess) return (int)e;
+  l->kind[l->n++] = kind;
+  return 0;
+}
+
+extern "C" {
+
+HG_EXPORT HgLink *hg_link_create(HgCtx *c) {
+  HgLink *l = (HgLink *)calloc(1, sizeof(HgLink));
+  if (!l) return NULL;
+  l->c = c;
+  l->prev = -1;
+  cudaSetDevice(c->device);
+  int ok = 1;
+  for (int i = 0; i < 3 && ok; i++) ok = cudaEventCreateWithFlags(&l->order[i], cudaEventDisableTiming) == cudaSuccess;
+  for (int i = 0; i < POOL && ok; i++) ok = cudaEventCreate(&l->ev[i]) == cudaSuccess;
+  if (!ok) {
+    for (int i = 0; i < 3; i++) if (l->order[i]) cudaEventDestroy(l->order[i]);
+    for (int i = 0; i < POOL; i++) if (l->ev[i]) cudaEventDestroy(l->ev[i]);
+    free(l);
+    return NULL;
+  }
+  return l;
+}
+
+HG_EXPORT void hg_link_destroy(HgLink *l) {
+  if (!l) return;
+  cudaStreamSynchronize(l->c->copy);
+  for (int i = 0; i < 3; i++) cudaEventDestroy(l->order[i]);
+  for (int i = 0; i < POOL; i++) cudaEventDestroy(l->ev[i]);
+  free(l);
+}
+
+// Page-locks [p, p + bytes) so copies with it are DMA'd asynchronously (cudaHostRegister).
+// -1: its pages overlap memory pinned before (a small buffer sharing a page): left pageable,
+// which copies still handle correctly, only synchronously.
+HG_EXPORT int hg_host_pin(void *p, double bytes) {
+  cudaError_t e = cudaHostRegister(p, (size_t)bytes, cudaHostRegisterPortable);
+  if (e == cudaErrorHostMemoryAlreadyRegistered) {
+    cudaGetLastError();
+    return -1;
+  }
+  return (int)e;
+}
+HG_EXPORT int hg_host_unpin(void *p) { return (int)cudaHostUnregister(p); }
+
+// n copies, each 6 doubles: dst address, src address, width bytes, rows, dst pitch, src pitch.
+// dir 0 (device -> host): the copy stream first waits for every compute op queued so far.
+// dir 1 (host -> device): it waits for the compute ops queued before the previous dir-1 call
+// (the destination is double-buffered by the caller). Either way the compute stream's later
+// ops wait for the copies (a D2H source may be overwritten at once; H2D data is there).
+HG_EXPORT int hg_link_copy(HgLink *l, int dir, const double *d, int n) {
+  HgCtx *c = l->c;
+  HG_FLUSH(c);
+  cudaError_t e;
+  if (dir == 0) {
+    if ((e = cudaEventRecord(l->order[0], c->compute)) != cudaSuccess) return (int)e;
+    if ((e = cudaStreamWaitEvent(c->copy, l->order[0], 0)) != cudaSuccess) return (int)e;
+    l->prev = -1;  // order[0] was reused: the next H2D waits for everything queued by then
+  } else {
+    const int now = l->prev == 1 ? 2 : 1;
+    if (l->prev >= 0 && (e = cudaStreamWaitEvent(c->copy, l->order[l->prev], 0)) != cudaSuccess) return (int)e;
+    if (l->prev < 0) {
+      if ((e = cudaEventRecord(l->order[0], c->compute)) != cudaSuccess) return (int)e;
+      if ((e = cudaStreamWaitEvent(c->copy, l->order[0], 0)) != cudaSuccess) return (int)e;
+    }
+    if ((e = cudaEventRecord(l->order[now], c->compute)) != cudaSuccess) return (int)e;
+    l->prev = now;
+  }
+  int r = record(l, COPY_BEGIN, c->copy);
+  if (r) return r;
+  const cudaMemcpyKind kind = dir == 0 ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+  for (int i = 0; i < n; i++, d += 6) {
+    void *dst = (void *)(uintptr_t)d[0];
+    const void *src = (const void *)(uintptr_t)d[1];
+    const size_t width = (size_t)d[2], rows = (size_t)d[3];
+    if (width == 0 || rows == 0) continue;
+    if (rows == 1) e = cudaMemcpyAsync(dst, src, width, kind, c->copy);
+    else e = cudaMemcpy2DAsync(dst, (size_t)d[4], src, (size_t)d[5], width, rows, kind, c->copy);
+    if (e != cudaSuccess) return (int)e;
+  }
+  if ((r = record(l, COPY_END, c->copy))) return r;
+  // A dedicated untimed event for the compute wait: order[0] may be re-recorded meanwhile.
+  cudaEvent_t done = l->ev[l->n < POOL ? l->n - 1 : POOL - 1];
+  if (l->n >= POOL) {
+    if ((e = cudaEventRecord(l->order[0], c->copy)) != cudaSuccess) return (int)e;
+    done = l->order[0];
+    l->prev = -1;
+  }
+  if ((r = record(l, STALL_BEGIN, c->compute))) return r;
+  if ((e = cudaStreamWaitEvent(c->compute, done, 0)) != cudaSuccess) return (int)e;
+  return record(l, STALL_END, c->compute);
+}
+
+// Resume (0): the host queues compute work again; pause (1): it is about to block.
+HG_EXPORT int hg_link_mark(HgLink *l, int pause) {
+  HG_FLUSH(l->c);
+  int r = record(l, pause ? MARK_PAUSE : MARK_RESUME, l->c->compute);
+  if (!r) l->open = !pause;
+  return r;
+}
+
+// The host waits for every copy issued so far.
+HG_EXPORT int hg_link_fence(HgLink *l) { return (int)cudaStreamSynchronize(l->c->copy); }
+
+// Waits for both streams, then out[0] = T_gpu ms (resume..pause spans less the compute stalls
+// on copies inside them), out[1] = T_tx ms (copy spans), out[2] = events recorded; restarts.
+HG_EXPORT int hg_link_times(HgLink *l, double *out) {
+  HgCtx *c = l->c;
+  HG_FLUSH(c);
+  cudaError_t e = cudaStreamSynchronize(c->compute);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(c->copy);
+  if (e != cudaSuccess) return (int)e;
+  double gpu = 0, tx = 0, stall = 0;
+  int resume = -1, copyBegin = -1, stallBegin = -1;
+  for (int i = 0; i < l->n; i++) {
+    float ms = 0;
+    switch (l->kind[i]) {
+      case MARK_RESUME: resume = i; break;
+      case MARK_PAUSE:
+        if (resume >= 0 && cudaEventElapsedTime(&ms, l->ev[resume], l->ev[i]) == cudaSuccess) gpu += ms;
+        resume = -1;
+        break;
+      case STALL_BEGIN: stallBegin = i; break;
+      case STALL_END:
+        if (stallBegin >= 0 && cudaEventElapsedTime(&ms, l->ev[stallBegin], l->ev[i]) == cudaSuccess) stall += ms;
+        stallBegin = -1;
+        break;
+      case COPY_BEGIN: copyBegin = i; break;
+      case COPY_END:
+        if (copyBegin >= 0 && cudaEventElapsedTime(&ms, l->ev[copyBegin], l->ev[i]) == cudaSuccess) tx += ms;
+        copyBegin = -1;
+        break;
+    }
+  }
+  out[0] = gpu - stall > 0 ? gpu - stall : 0;
+  out[1] = tx;
+  out[2] = l->n;
+  l->n = 0;
+  l->open = 0;
+  cudaGetLastError();  // an elapsed-time query on an unrecorded pair is not an error of the step
+  return 0;
+}
+
+// Pinned copy bandwidth over `bytes` between a cudaMallocHost buffer and `dev` on the copy
+// stream: out[0] host -> device, out[1] device -> host, in bytes per second.
+HG_EXPORT int hg_link_bandwidth(HgLink *l, void *dev, double bytesD, int iters, double *out) {
+  HgCtx *c = l->c;
+  HG_FLUSH(c);
+  const size_t bytes = (size_t)bytesD;
+  void *host = NULL;
+  cudaError_t e = cudaMallocHost(&host, bytes);
+  if (e != cudaSuccess) return (int)e;
+  memset(host, 1, bytes);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int dir = 0; dir < 2 && e == cudaSuccess; dir++) {
+    const cudaMemcpyKind k = dir == 0 ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost;
+    void *dst = dir == 0 ? dev : host;
+    const void *src = dir == 0 ? host : dev;
+    e = cudaMemcpyAsync(dst, src, bytes, k, c->copy);  // warm-up
+    if (e == cudaSuccess) e = cudaEventRecord(a, c->copy);
+    for (int i = 0; i < iters && e == cudaSuccess; i++) e = cudaMemcpyAsync(dst, src, bytes, k, c->copy);
+    if (e == cudaSuccess) e = cudaEventRecord(b, c->copy);
+    float ms = 0;
+    if (e == cudaSuccess) e = cudaEventSynchronize(b);
+    if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, a, b);
+    if (e == cudaSuccess) out[dir] = (double)bytes * iters / (ms / 1e3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  cudaFreeHost(host);
+  return (int)e;
+}
+
+}  // extern "C"
