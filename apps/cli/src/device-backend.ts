@@ -1,7 +1,8 @@
 /**
  * `--device auto|cpu|cuda`: which backend runs the model. auto takes the GPU when CUDA is
  * usable and otherwise the CPU, keeping the reason so the CLI can say why it fell back.
- * Hybrid attention's device side runs on the CPU backend for now, so auto picks the CPU there.
+ * Hybrid attention runs its device side on either (on CUDA its KV store and CPU stage live in
+ * host memory, see hybrid-options.ts), so auto decides the same way for it.
  */
 import type { Backend } from "@hybridgen/core";
 
@@ -16,9 +17,9 @@ export interface OpenedBackend {
   readonly threads: number;
 }
 
-export async function openBackend(choice: DeviceChoice, threads: number | undefined, hybrid: boolean): Promise<OpenedBackend> {
+export async function openBackend(choice: DeviceChoice, threads: number | undefined, _hybrid = false): Promise<OpenedBackend> {
   let fallback: string | null = null;
-  if (choice === "cuda" || (choice === "auto" && !hybrid)) {
+  if (choice === "cuda" || choice === "auto") {
     const cuda = await import("@hybridgen/kernels-cuda");
     const a = cuda.cudaAvailability();
     if (a.available || choice === "cuda") {
@@ -32,8 +33,6 @@ export async function openBackend(choice: DeviceChoice, threads: number | undefi
     } else {
       fallback = a.reason;
     }
-  } else if (choice === "auto") {
-    fallback = "hybrid attention runs its device side on the CPU backend for now";
   }
   const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
   const backend = createCpuBackend(threads === undefined ? {} : { threads });

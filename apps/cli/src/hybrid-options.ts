@@ -92,8 +92,11 @@ export function hybridLoadOptions(h: HybridCliOptions): { kvWindow?: number; kvS
 }
 
 /**
- * Attach hybrid attention to a loaded model on the CPU backend: the named (or default)
- * selector, a fixed scheduler with --k and --selection, and the native CPU stage.
+ * Attach hybrid attention to a loaded model: the named (or default) selector, a fixed scheduler
+ * with --k and --selection, and the native CPU stage. On the CPU backend the stage reads the
+ * cache's store in place; on a device backend (CUDA) the store is kept in host memory of a CPU
+ * backend made for it (pinned, filled by device → host copies on eviction) and the stage's
+ * logits and V rows go to the device on the copy stream.
  */
 export async function attachHybrid(
   model: { readonly attention: Attention; readonly cache: KvCache; readonly maxContext: number } & QueryProjector,
@@ -104,11 +107,25 @@ export async function attachHybrid(
   if (model.cache.storeCapacity === 0) {
     throw new HybridgenError(`--gpu-kv-budget ${h.gpuKvBudget} holds the whole context (${model.maxContext}): nothing would be offloaded`);
   }
-  const { NativeCpuStage, CpuBackend } = await import("@hybridgen/kernels-cpu");
-  if (!(backend instanceof CpuBackend)) throw new HybridgenError("--attention hybrid runs on the CPU backend for now");
+  const { NativeCpuStage, CpuBackend, createCpuBackend } = await import("@hybridgen/kernels-cpu");
+  let host: InstanceType<typeof CpuBackend>;
+  if (backend instanceof CpuBackend) {
+    host = backend;
+  } else if (backend.hostTransfers) {
+    const link = backend.hostTransfers();
+    host = createCpuBackend({ threads: 1 }); // holds the host store; the stage has threads of its own
+    try {
+      model.cache.attachHostStore(host, link, true);
+    } catch (e) {
+      host.close();
+      throw e;
+    }
+  } else {
+    throw new HybridgenError(`--attention hybrid needs the CPU backend or a device backend with host transfers (got ${backend.name})`);
+  }
   const selector = createSelector(h.selector ?? (h.selection === "post" ? "topk" : "streaming"));
   const scheduler = new FixedScheduler({ k: h.k, timing: h.selection });
-  const stage = new NativeCpuStage(backend, { threads: h.cpuStageThreads });
+  const stage = new NativeCpuStage(host, { threads: h.cpuStageThreads });
   try {
     return HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler }, { logits: h.logits });
   } catch (e) {

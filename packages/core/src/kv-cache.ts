@@ -50,6 +50,8 @@ interface HostStore {
   readonly k: Tensor[];
   readonly v: Tensor[];
   readonly regions: HostRegion[]; // pinned, K then V of every layer
+  /** Close `backend` with the cache (it was made for the store alone). */
+  readonly ownsBackend: boolean;
   /** Device → host copies issued since the last syncHostStore(). */
   pending: boolean;
 }
@@ -153,8 +155,9 @@ export class KvCache implements Disposable {
    * Keep the store in host memory too: tensors of `host` (a host backend, e.g. the CPU backend)
    * with the store's layout, pinned through `link` (the device backend's hostTransfers()), filled
    * by every later eviction with a device → host copy. Call it before the first append.
+   * `ownsBackend`: close `host` when the cache closes (a backend made for the store alone).
    */
-  attachHostStore(host: Backend, link: HostTransfers): void {
+  attachHostStore(host: Backend, link: HostTransfers, ownsBackend = false): void {
     this.checkOpen();
     if (this.host) fail("KV cache: a host store is already attached");
     if (this.storeCapacity === 0) fail("KV cache: no store to keep in host memory (the window holds the whole context)");
@@ -176,7 +179,7 @@ export class KvCache implements Disposable {
       for (const t of [...k, ...v]) host.free(t);
       throw e;
     }
-    this.host = { backend: host, link, k, v, regions, pending: false };
+    this.host = { backend: host, link, k, v, regions, pending: false, ownsBackend };
   }
 
   /** The link of the host store (null without one). */
@@ -372,6 +375,7 @@ export class KvCache implements Disposable {
       } finally {
         for (const r of h.regions) h.link.unpin(r);
         for (const t of [...h.k, ...h.v]) h.backend.free(t);
+        if (h.ownsBackend) h.backend[Symbol.dispose]();
       }
     }
     for (const t of [...this.windowK, ...this.windowV, ...this.storeK, ...this.storeV]) this.backend.free(t);
