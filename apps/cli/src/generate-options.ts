@@ -11,6 +11,10 @@ export const GenerateCliOptionsSchema = z
     model: z.string().min(1, "must not be empty").optional(),
     prompt: z.string().optional(),
     promptFile: z.string().min(1, "must not be empty").optional(),
+    /** A JSONL file of prompts ({"prompt": "...", optional "max_tokens", "temperature", "seed"} a line). */
+    prompts: z.string().min(1, "must not be empty").optional(),
+    /** Sequences decoded together with --prompts (continuous batching); default 1. */
+    batch: z.number().int("must be an integer").min(1, "must be at least 1").max(32, "must be ≤ 32").optional(),
     /** Wrap the prompt as a user message in the model's chat template (instruct models). */
     chat: z.boolean().default(false),
     /** A system message before the user's (needs --chat). */
@@ -55,7 +59,12 @@ export const GenerateCliOptionsSchema = z
   .refine((o) => o.prompt === undefined || o.promptFile === undefined, {
     message: "give either --prompt or --prompt-file, not both",
     path: ["promptFile"],
-  });
+  })
+  .refine((o) => o.prompts === undefined || (o.prompt === undefined && o.promptFile === undefined), {
+    message: "give either --prompts or --prompt/--prompt-file, not both",
+    path: ["prompts"],
+  })
+  .refine((o) => o.batch === undefined || o.prompts !== undefined, { message: "--batch needs --prompts FILE (a JSONL file of prompts)", path: ["batch"] });
 
 export type GenerateCliOptions = z.infer<typeof GenerateCliOptionsSchema>;
 export type GenerateCliInput = z.input<typeof GenerateCliOptionsSchema>;
@@ -65,6 +74,8 @@ export const FLAG_OF: Readonly<Record<string, string>> = {
   model: "--model",
   prompt: "--prompt",
   promptFile: "--prompt-file",
+  prompts: "--prompts",
+  batch: "--batch",
   maxTokens: "--max-tokens",
   temperature: "--temperature",
   topK: "--top-k",

@@ -41,6 +41,13 @@ Prompt (one of; default: read stdin):
       --chat                   send the prompt as a user message through the model's chat
                                template (instruct models); only the reply is printed
       --system TEXT            a system message before it (with --chat)
+      --prompts FILE           many prompts, one JSON object a line: {"prompt": "..."} with
+                               optional "max_tokens", "temperature", "seed" (else the flags').
+                               Prints one JSON line per prompt as it finishes (its "index" is
+                               its position among the file's prompts); totals on stderr
+      --batch N                decode N prompts together, 1 ≤ N ≤ 32 (with --prompts; default 1):
+                               one forward pass a step for all N, a finished prompt's slot
+                               takes the next one (continuous batching); full attention only
 
 Sampling:
   -n, --max-tokens N           tokens to generate at most (default 256; the context may end it sooner)
@@ -59,4 +66,5 @@ Examples:
   hybridgen generate --prompt "Once upon a time" --temperature 0 --max-tokens 256
   echo "The little dog" | hybridgen generate --temperature 0.8 --seed 42 --json
   hybridgen generate --model preset:llama-3.2-1b --dummy-weights --prompt "x" -n 16
+  hybridgen generate --prompts prompts.jsonl --batch 8 --temperature 0 -n 64 > results.jsonl
 `;

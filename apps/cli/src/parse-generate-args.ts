@@ -3,7 +3,7 @@ import { HybridgenError } from "@hybridgen/core";
 import { FLAG_OF, GenerateCliOptionsSchema, type GenerateCliOptions } from "./generate-options.js";
 import { parseArgsError } from "./parse-args-error.js";
 
-const NUMERIC = new Set(["maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "threads", "context", "kvWindow", "kvSinks"]);
+const NUMERIC = new Set(["batch", "maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "threads", "context", "kvWindow", "kvSinks"]);
 
 /** A strict decimal number: "1", "-2", "0.5", "1e-3". Rejects "", "0x10", "1abc", "Infinity". */
 function toNumber(flag: string, raw: string): number {
@@ -30,6 +30,8 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateCliOptions &
         model: { type: "string", short: "m" },
         prompt: { type: "string", short: "p" },
         "prompt-file": { type: "string", short: "f" },
+        prompts: { type: "string" },
+        batch: { type: "string" },
         "max-tokens": { type: "string", short: "n" },
         temperature: { type: "string", short: "t" },
         "top-k": { type: "string" },

@@ -35,19 +35,22 @@ export function firstInvalidUtf8Offset(bytes: Uint8Array): number {
   return -1;
 }
 
+/** A UTF-8 text file; `what` names it in errors ("prompt file", "prompts file"). */
+export function readTextFile(path: string, what: string): string {
+  let bytes: Uint8Array;
+  try {
+    bytes = readFileSync(path);
+  } catch (e) {
+    const code = (e as { code?: string }).code;
+    const why = code === "ENOENT" ? "no such file" : code === "EISDIR" ? "it is a directory" : (code ?? String(e));
+    throw new HybridgenError(`cannot read ${what} ${path}: ${why}`, "EPROMPT");
+  }
+  return decodeUtf8(bytes, `${what} ${path}`);
+}
+
 /** The prompt text: --prompt, else --prompt-file, else all of stdin. */
 export async function readPrompt(opts: { prompt?: string; promptFile?: string }, io: CliIo): Promise<string> {
   if (opts.prompt !== undefined) return opts.prompt;
-  if (opts.promptFile !== undefined) {
-    let bytes: Uint8Array;
-    try {
-      bytes = readFileSync(opts.promptFile);
-    } catch (e) {
-      const code = (e as { code?: string }).code;
-      const why = code === "ENOENT" ? "no such file" : code === "EISDIR" ? "it is a directory" : (code ?? String(e));
-      throw new HybridgenError(`cannot read prompt file ${opts.promptFile}: ${why}`, "EPROMPT");
-    }
-    return decodeUtf8(bytes, `prompt file ${opts.promptFile}`);
-  }
+  if (opts.promptFile !== undefined) return readTextFile(opts.promptFile, "prompt file");
   return decodeUtf8(await io.readStdin(), "the prompt on stdin");
 }

@@ -5,6 +5,8 @@ import type { GenerateCliOptions } from "../generate-options.js";
 import type { CliIo } from "../io.js";
 import { openModelSource } from "../model-source.js";
 import { readPrompt } from "../read-prompt.js";
+import { readPromptsJsonl } from "../read-prompts-jsonl.js";
+import { runPromptsBatch } from "./generate-batch.js";
 import { openBackend } from "../device-backend.js";
 import { attachHybrid, FULL_ATTENTION, hybridLoadOptions, type HybridCliOptions } from "../hybrid-options.js";
 
@@ -27,7 +29,12 @@ function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | unde
  * prompt echoed first, as llama2.c does), timings on stderr. Returns the exit code.
  */
 export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: HybridCliOptions = FULL_ATTENTION): Promise<number> {
-  const prompt = await untilAborted(readPrompt(opts, io), io.signal); // stdin may be a terminal
+  // --prompts: many prompts from a JSONL file, decoded --batch at a time (generate-batch.ts).
+  const jsonl = opts.prompts === undefined ? null : readPromptsJsonl(opts.prompts);
+  if (jsonl && hybrid.attention === "hybrid" && (opts.batch ?? 1) > 1) {
+    throw new HybridgenError("--attention hybrid needs --batch 1 (batched decode runs full attention)", "EUSAGE");
+  }
+  const prompt = jsonl ? "" : await untilAborted(readPrompt(opts, io), io.signal); // stdin may be a terminal
   const progress = (msg: string) => io.stderr(`${msg}\n`);
   const interrupted = () => {
     io.stderr("\ninterrupted\n");
@@ -48,17 +55,23 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
   if (maxContext > shape.maxPositions) {
     throw new HybridgenError(`--context ${maxContext} exceeds the model's max_position_embeddings (${shape.maxPositions})`, "ECONTEXT");
   }
-  const promptText = opts.chat ? renderChat(files, prompt, opts.system) : prompt;
-  // A rendered chat template carries its own special tokens (BOS included), as
-  // transformers' apply_chat_template does.
-  const promptIds = files.tokenizer.encode(promptText, { addBos: !opts.chat });
-  if (promptIds.length > maxContext) {
-    throw new HybridgenError(
-      `the prompt is ${promptIds.length} tokens but the context holds ${maxContext}` +
-        (maxContext < shape.maxPositions ? ` (raise it with --context, up to ${shape.maxPositions})` : ""),
-      "ECONTEXT",
-    );
-  }
+  const encode = (text: string, what: string): { text: string; ids: number[] } => {
+    const promptText = opts.chat ? renderChat(files, text, opts.system) : text;
+    // A rendered chat template carries its own special tokens (BOS included), as
+    // transformers' apply_chat_template does.
+    const ids = files.tokenizer.encode(promptText, { addBos: !opts.chat });
+    if (ids.length > maxContext) {
+      throw new HybridgenError(
+        `${what} is ${ids.length} tokens but the context holds ${maxContext}` +
+          (maxContext < shape.maxPositions ? ` (raise it with --context, up to ${shape.maxPositions})` : ""),
+        "ECONTEXT",
+      );
+    }
+    return { text: promptText, ids };
+  };
+  // Every prompt is checked before any weight is loaded.
+  const batchPrompts = jsonl?.map((p) => ({ ...p, ...encode(p.prompt, `${opts.prompts} line ${p.line}: the prompt`) }));
+  const { text: promptText, ids: promptIds } = jsonl ? { text: "", ids: [] } : encode(prompt, "the prompt");
   const threads = threadsFrom(opts, io.env);
   // Opened here, not at the top: --help, --version and flag errors need no native library.
   const opened = await openBackend(opts.device, threads, hybrid.attention === "hybrid");
@@ -79,6 +92,12 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
       `${opened.fallback ? ` (${opened.fallback})` : ""} in ${(performance.now() - t0).toFixed(0)} ms`,
   );
   if (io.signal?.aborted) return interrupted();
+  if (batchPrompts) {
+    const aborted = await runPromptsBatch(model, files.tokenizer, batchPrompts, opts, io, opened.device);
+    const code = aborted ? interrupted() : 0;
+    if (hybridAttention) io.stderr(`${[hybridAttention.stats.summary(), ...hybridAttention.stats.notes].join("\n")}\n`);
+    return code;
+  }
 
   const stream = generate(model, files.tokenizer, promptIds, {
     maxTokens: opts.maxTokens,
