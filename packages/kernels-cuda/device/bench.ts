@@ -7,7 +7,7 @@
  * and the split-K decode attention — each hidden from core in turn); the rest: everything on.
  */
 import { loadModel, presetConfig, type Backend, type MatvecFusion } from "@hybridgen/core";
-import { CudaBackend, createCudaBackend, describeCudaAvailability, cudaAvailability } from "../src/index.js";
+import { CudaBackend, createCudaBackend, describeCudaAvailability, cudaAvailability, type DecodeTuning } from "../src/index.js";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { dummyFiles } from "./models.js";
 
@@ -116,6 +116,77 @@ const diag: string[] = ["| what | result |", "| --- | --- |"];
     }
     for (const t of [kc, vc, q, o, sc]) cuda.free(t);
   }
+  // The decode kernels as a step graph runs them: 32 launches (one per layer, each on its own
+  // weights or K/V, so L2 holds none of it) recorded and replayed; µs per launch including the
+  // boundary to the next one, with each decode-tuning choice.
+  {
+    const tunings: [string, DecodeTuning][] = [
+      ["plain launches", { programmaticLaunch: false, gemvPrefetch: "off" }],
+      ["PDL", { programmaticLaunch: true, gemvPrefetch: "off" }],
+      ["PDL + L2 prefetch a chunk ahead", { programmaticLaunch: true, gemvPrefetch: "chunk" }],
+      ["PDL + L2 prefetch of the row", { programmaticLaunch: true, gemvPrefetch: "row" }],
+    ];
+    const saved = cuda.decodeTuning;
+    const L = 32, reps = 10;
+    const inGraph = (key: string, body: (l: number) => void): number => {
+      const once = () => {
+        cuda.beginStep(key);
+        for (let l = 0; l < L; l++) body(l);
+        cuda.endStep();
+      };
+      once();
+      once();
+      using t = cuda.timer();
+      t.mark();
+      for (let r = 0; r < reps; r++) once();
+      t.mark();
+      return (t.ms() / reps / L) * 1e3;
+    };
+    const cells = (name: string, bytes: number, body: (l: number) => void) => {
+      const out: string[] = [];
+      for (const [tn, tu] of tunings) {
+        cuda.setDecodeTuning(tu);
+        const us = inGraph(`diag-${name}`, body);
+        out.push(`${tn} ${us.toFixed(1)} µs (${(bytes / (us / 1e6) / 1e12).toFixed(2)} TB/s)`);
+      }
+      diag.push(`| in a step graph, ${L} launches: ${name} | ${out.join("; ")} |`);
+    };
+    const xg = cuda.alloc([1, 14336]), yg = cuda.alloc([1, 28672]);
+    cuda.write(xg, chunk.subarray(0, 14336));
+    const xg4 = cuda.view(xg, 0, [1, 4096]);
+    for (const [name, m, k, f] of [
+      ["qkv 6144x4096", 6144, 4096, {}], ["o_proj 4096x4096, x +=", 4096, 4096, { accumulate: true }],
+      ["gate/up 28672x4096, SiLU·up", 28672, 4096, { siluMul: true }], ["down 4096x14336, x +=", 4096, 14336, { accumulate: true }],
+    ] as [string, number, number, MatvecFusion][]) {
+      const ws = Array.from({ length: L }, () => {
+        const w = cuda.alloc([m, k], "bf16");
+        for (let off = 0; off < m * k; off += chunk.length) cuda.write(w, chunk.subarray(0, Math.min(chunk.length, m * k - off)), off);
+        return w;
+      });
+      const o = cuda.view(yg, 0, [1, f.siluMul ? m / 2 : m]);
+      const xin = k === 4096 ? xg4 : xg;
+      cells(`matvec ${name}`, m * k * 2, (l) => cuda.matvec(o, xin, ws[l], f));
+      for (const w of ws) cuda.free(w);
+      cuda.free(o);
+    }
+    {
+      const kvH = 8, hdim = 128, nh = 32, len = 2048, cap = len + 1;
+      const kv = Array.from({ length: 2 * L }, () => {
+        const t = cuda.alloc([kvH, cap, hdim], "bf16");
+        for (let off = 0; off < kvH * cap * hdim; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, kvH * cap * hdim - off)), off);
+        return t;
+      });
+      const q = cuda.alloc([1, nh * hdim]), o = cuda.alloc([1, nh * hdim]);
+      cuda.write(q, chunk.subarray(0, nh * hdim));
+      cells(`decode attention 2048 tokens (split-K + merge)`, 2 * kvH * len * hdim * 2, (l) => cuda.attnCausal(o, q, 1, kv[2 * l], kv[2 * l + 1], 0, len - 1, 0.088));
+      const nw = cuda.alloc([4096], "bf16");
+      cuda.write(nw, chunk.subarray(0, 4096).map((a) => 1 + a));
+      cells(`rmsNorm 4096`, 4096 * 8, () => cuda.rmsNorm(o, xg4, nw, 1, 1e-5));
+      for (const t of [...kv, q, o, nw]) cuda.free(t);
+    }
+    cuda.setDecodeTuning(saved);
+    for (const t of [xg4, xg, yg]) cuda.free(t);
+  }
   cuda.free(x4);
   cuda.free(xk);
   cuda.free(nwv);
@@ -162,16 +233,20 @@ function hide(name: "matvec" | "attnCausal", hidden: boolean): void {
   if (hidden) Object.defineProperty(cuda, name, { value: undefined, configurable: true, writable: true });
   else delete (cuda as unknown as Record<string, unknown>)[name];
 }
-interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean; fuse?: { norm: boolean; siluMul: boolean; accumulate: boolean } }
-const ALL: Variant = { name: "default (split-K + matvec, norm apart)", graphs: true, matvec: true, splitK: true };
+interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean; fuse?: { norm: boolean; siluMul: boolean; accumulate: boolean }; tuning?: Partial<DecodeTuning> }
+const DEFAULT_TUNING = cuda.decodeTuning;
+const ALL: Variant = { name: `default (split-K + matvec, norm apart, PDL ${DEFAULT_TUNING.programmaticLaunch ? "on" : "off"}, GEMV L2 prefetch ${DEFAULT_TUNING.gemvPrefetch})`, graphs: true, matvec: true, splitK: true };
+const NORM_IN: Variant["fuse"] = { norm: true, siluMul: true, accumulate: true };
+// The third pass's fusion variants are in DEVICE-NOTES.md; these compare the fourth pass's switches.
 const variants: Variant[] = [
   { name: "no fusions (second pass)", graphs: true, matvec: false, splitK: false },
-  { name: "split-K attention only", graphs: true, matvec: false, splitK: true },
-  { name: "split-K + matvec, every part its own kernel", graphs: true, matvec: true, splitK: true, fuse: { norm: false, siluMul: false, accumulate: false } },
-  { name: "split-K + matvec, all in the kernel", graphs: true, matvec: true, splitK: true, fuse: { norm: true, siluMul: true, accumulate: true } },
-  { name: "split-K + matvec, SiLU·up apart", graphs: true, matvec: true, splitK: true, fuse: { norm: true, siluMul: false, accumulate: true } },
-  { name: "split-K + matvec, norm + SiLU·up apart", graphs: true, matvec: true, splitK: true, fuse: { norm: false, siluMul: false, accumulate: true } },
   { name: "default, graphs off", graphs: false, matvec: true, splitK: true },
+  { name: "default, plain launches (third pass)", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: false, gemvPrefetch: "off" } },
+  { name: "default, PDL only", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, gemvPrefetch: "off" } },
+  { name: "default, PDL + GEMV L2 prefetch a chunk ahead", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, gemvPrefetch: "chunk" } },
+  { name: "default, PDL + GEMV L2 prefetch of the row", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, gemvPrefetch: "row" } },
+  { name: "norm in the GEMV, PDL", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { programmaticLaunch: true, gemvPrefetch: "off" } },
+  { name: "norm in the GEMV, PDL + GEMV L2 prefetch a chunk ahead", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { programmaticLaunch: true, gemvPrefetch: "chunk" } },
   ALL,
 ];
 
@@ -181,6 +256,7 @@ for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 ? variants.map((x) =>
   cuda.setCudaGraphs(graphs);
   hide("matvec", !v.matvec);
   cuda.setMatvecFusion(v.fuse ?? CudaBackend.DEFAULT_MATVEC_FUSION);
+  cuda.setDecodeTuning({ ...DEFAULT_TUNING, ...v.tuning });
   hide("attnCausal", false); // prefill always through attnCausal
   model.reset();
   const prompt = Int32Array.from({ length: ctx }, (_, i) => (i * 7919 + 13) % vocab);

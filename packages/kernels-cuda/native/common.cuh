@@ -92,6 +92,9 @@ struct HgCtx {
   long long nCaptures, nReplays, nDrains, nEagerSteps, nRecorded;
   char lastDrain[64];     // the entry point that last drained a step (diagnostics)
   int lastCaptureError;   // the last failed capture's error, 0 none
+  // decode tuning switches (hg_cu_set_decode_option; defaults set in hg_graph_init)
+  int pdl;                // decode kernels launched with programmatic dependent launch
+  int gemvPrefetch;       // decode GEMV: 0 none, 1 the next chunk of each row into L2 ahead of its loads
 };
 
 // Loads one element of any dtype as float.
@@ -148,6 +151,49 @@ __device__ __forceinline__ float load_any(const void *p, int dt, int i) {
 
 // Error of the launch just made (configuration errors); execution errors surface at the next sync.
 static inline int hg_launched(void) { return (int)cudaGetLastError(); }
+
+// Programmatic dependent launch (sm_90): a kernel launched with hg_launch may start while the
+// kernel before it drains. It must call hg_pdl_wait() before it touches anything an earlier
+// kernel writes (or writes anything an earlier kernel reads); what comes before the wait is
+// only reads of data no kernel of the step writes (weights) and L2 prefetches (L2 is the point
+// of coherence). hg_pdl_trigger() lets the next kernel's blocks be scheduled. Both are no-ops
+// for a kernel launched without the attribute. Every kernel launched this way waits in every
+// thread before it exits, so completion stays transitive along the chain.
+__device__ __forceinline__ void hg_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void hg_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// `bytes` (a multiple of 16, 16-byte aligned) from global memory into L2, one instruction (TMA).
+__device__ __forceinline__ void hg_prefetch_l2_bulk(const void *p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
+// Launches `kernel` on the compute stream, with the programmatic-serialization attribute when
+// c->pdl is on (the kernel then follows the hg_pdl_wait contract above).
+template <typename... KArgs, typename... Args>
+static inline int hg_launch(const HgCtx *c, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, Args... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = shmem;
+  cfg.stream = c->compute;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = c->pdl ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+  const cudaError_t last = cudaGetLastError();
+  return (int)(e != cudaSuccess ? e : last);
+}
 
 static inline unsigned hg_blocks(size_t n, unsigned threads, unsigned cap = 65535u * 16u) {
   size_t b = (n + threads - 1) / threads;

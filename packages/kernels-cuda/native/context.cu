@@ -62,11 +62,15 @@ __device__ __forceinline__ void batched_copy(const CopyDesc &d) {
 
 __global__ void batched_copy_kernel(CopyBatch b) { batched_copy(b.d[blockIdx.y]); }
 // The recorded form: the descriptors (destinations change every step) are in the device blob.
-__global__ void batched_copy_ptr_kernel(const CopyBatch *b) { batched_copy(b->d[blockIdx.y]); }
+// Programmatic launch (hg_launch, common.cuh): waits before it reads the rows the kernel before wrote.
+__global__ void batched_copy_ptr_kernel(const CopyBatch *b) {
+  hg_pdl_trigger();
+  hg_pdl_wait();
+  batched_copy(b->d[blockIdx.y]);
+}
 
 int hg_launch_copybatch(HgCtx *c, const Cmd &cmd) {
-  batched_copy_ptr_kernel<<<dim3(cmd.s[1], cmd.s[0]), 256, 0, c->compute>>>((const CopyBatch *)cmd.p[0]);
-  return hg_launched();
+  return hg_launch(c, batched_copy_ptr_kernel, dim3(cmd.s[1], cmd.s[0]), dim3(256), 0, (const CopyBatch *)cmd.p[0]);
 }
 
 int hg_flush_copies(HgCtx *c) {

@@ -38,11 +38,23 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
   constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW, UNR = 2;
   __shared__ float smA[DA_WARPS][DA_HEADS][256];
   __shared__ float smM[DA_WARPS][DA_HEADS], smL[DA_WARPS][DA_HEADS];
+  hg_pdl_trigger();
+  // dyn was uploaded before the step's graph: readable before the wait.
   if (dyn) { start = dyn[0]; count = dyn[1]; }
   const int chunk = da_chunk(count, maxSplits);
   const int split = blockIdx.x;
-  if (split * chunk >= count) return;  // the whole block, before any barrier
   const int g = blockIdx.y, h0 = g * group + blockIdx.z * DA_HEADS;
+  const size_t rowBytes = (size_t)headDim * ES;
+  if (threadIdx.x < 2 && blockIdx.z == 0 && split * chunk < count) {
+    // Programmatic launch: ask L2 for this chunk's K and V (up to 32 KB each) while the kernels
+    // before this one finish; L2 is coherent, so the row the K/V append is writing is safe.
+    const int rows = min(count - split * chunk, chunk);
+    const size_t bytes = min((size_t)rows * rowBytes, (size_t)32768) & ~(size_t)15;
+    const char *base = (const char *)(threadIdx.x == 0 ? k : v) + ((size_t)g * cap + start + (size_t)split * chunk) * rowBytes;
+    if (bytes && ((uintptr_t)base & 15) == 0) hg_prefetch_l2_bulk(base, (unsigned)bytes);
+  }
+  hg_pdl_wait();
+  if (split * chunk >= count) return;  // the whole block, before any barrier
   const int nh = min(DA_HEADS, group - (int)blockIdx.z * DA_HEADS);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / LPT, li = lane % LPT;
   const int d0 = li * EL;
@@ -59,7 +71,6 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
 #pragma unroll
     for (int e = 0; e < EL; e++) acc[h][e] = 0.f;
   }
-  const size_t rowBytes = (size_t)headDim * ES;
   const char *kb = (const char *)k + ((size_t)g * cap + start) * rowBytes + (size_t)d0 * ES;
   const char *vb = (const char *)v + ((size_t)g * cap + start) * rowBytes + (size_t)d0 * ES;
   const int j0 = split * chunk, j1 = min(count, j0 + chunk);
@@ -136,6 +147,8 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
 
 // grid (heads): out[h, :] = Σ_split e^(m_s − M) a_s / Σ_split e^(m_s − M) l_s.
 __global__ void decode_attn_merge_kernel(float *out, const float *part, int heads, int headDim, int maxSplits, int count, const int *dyn) {
+  hg_pdl_trigger();
+  hg_pdl_wait();
   if (dyn) count = dyn[1];
   const int nsplit = (count + da_chunk(count, maxSplits) - 1) / da_chunk(count, maxSplits);
   const int h = blockIdx.x;
@@ -163,13 +176,13 @@ static int da_lanes(int dt, int headDim) {
 }
 
 template <int KT>
-static void launch_da(HgCtx *c, int lpt, dim3 grid, float *part, const float *q, const void *k, const void *v, int heads, int group, int headDim,
-                      int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
+static int launch_da(HgCtx *c, int lpt, dim3 grid, float *part, const float *q, const void *k, const void *v, int heads, int group, int headDim,
+                     int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
   switch (lpt) {
-    case 4: decode_attn_kernel<KT, 4><<<grid, 256, 0, c->compute>>>(part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn); break;
-    case 8: decode_attn_kernel<KT, 8><<<grid, 256, 0, c->compute>>>(part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn); break;
-    case 16: decode_attn_kernel<KT, 16><<<grid, 256, 0, c->compute>>>(part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn); break;
-    default: decode_attn_kernel<KT, 32><<<grid, 256, 0, c->compute>>>(part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn); break;
+    case 4: return hg_launch(c, decode_attn_kernel<KT, 4>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+    case 8: return hg_launch(c, decode_attn_kernel<KT, 8>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+    case 16: return hg_launch(c, decode_attn_kernel<KT, 16>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+    default: return hg_launch(c, decode_attn_kernel<KT, 32>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
   }
 }
 
@@ -180,11 +193,11 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   const int group = heads / kvHeads;
   const int *dyn = dynBase ? (const int *)(dynBase + m.dynOff) : NULL;
   dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
-  HG_DISPATCH_DT(dt, K, (launch_da<K>(c, lpt, grid, c->decodePart, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
-  int r = hg_launched();
+  int r = 0;
+  HG_DISPATCH_DT(dt, K, r = launch_da<K>(c, lpt, grid, c->decodePart, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn));
   if (r) return r;
-  decode_attn_merge_kernel<<<heads, headDim >= 128 ? 128 : 64, 0, c->compute>>>(out, c->decodePart, heads, headDim, maxSplits, m.d[1], dyn);
-  return hg_launched();
+  return hg_launch(c, decode_attn_merge_kernel, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, out, (const float *)c->decodePart, heads, headDim, maxSplits,
+                   m.d[1], dyn);
 }
 
 Cmd hg_new_cmd(int kind);

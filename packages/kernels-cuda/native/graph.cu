@@ -199,9 +199,32 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
   }
 }
 
+// Decode tuning switches (benches compare them): 0 programmatic dependent launch of the decode
+// kernels (0/1; on by default where the device has it, sm_90+), 1 the decode GEMV's L2 prefetch
+// (0 none, 1 one chunk ahead, 2 the whole row at the start). Returns the switch's previous value,
+// or -1 for an unknown switch or value. Captured graphs hold the old launches, so they are dropped.
+HG_EXPORT int hg_cu_set_decode_option(HgCtx *c, int which, int value) {
+  int *slot = which == 0 ? &c->pdl : which == 1 ? &c->gemvPrefetch : NULL;
+  if (!slot || value < 0 || value > (which == 0 ? 1 : 2)) return -1;
+  const int old = *slot;
+  if (which == 0 && value) {
+    int major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device) != cudaSuccess || major < 9) value = 0;
+  }
+  *slot = value;
+  if (*slot != old) hg_cu_step_reset(c);
+  return old;
+}
+
+// A switch's value (-1 unknown).
+HG_EXPORT int hg_cu_get_decode_option(HgCtx *c, int which) { return which == 0 ? c->pdl : which == 1 ? c->gemvPrefetch : -1; }
+
 }  // extern "C"
 
 int hg_graph_init(HgCtx *c) {
+  c->pdl = 0;
+  c->gemvPrefetch = 0;
+  hg_cu_set_decode_option(c, 0, 1);  // programmatic launch where the device has it
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

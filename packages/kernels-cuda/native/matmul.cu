@@ -10,6 +10,8 @@ static const int GEMV_WARPS = 8, GEMV_UNROLL = 4;
 // VEC: k is a multiple of the vector width and w, x are 16-byte aligned.
 template <int WT, int NR, bool VEC>
 __global__ void __launch_bounds__(256) gemv_kernel(float *out, const float *x, const void *w, const void *bias, int bt, int n, int k, int m) {
+  hg_pdl_trigger();  // programmatic launch (hg_launch): see common.cuh
+  hg_pdl_wait();
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
   if (row >= m) return;
@@ -116,10 +118,10 @@ __global__ void bias_rows_kernel(float *out, const void *bias, int bt, int n, in
 int hg_convert_device(HgCtx *c, void *dst, int dd, const void *src, int sd, size_t n);
 
 template <int WT, int NR>
-static void launch_gemv(HgCtx *c, bool vec, float *out, const float *x, const void *w, const void *bias, int bt, int n, int k, int m) {
+static int launch_gemv(HgCtx *c, bool vec, float *out, const float *x, const void *w, const void *bias, int bt, int n, int k, int m) {
   const unsigned blocks = (unsigned)((m + GEMV_WARPS - 1) / GEMV_WARPS);
-  if (vec) gemv_kernel<WT, NR, true><<<blocks, 256, 0, c->compute>>>(out, x, w, bias, bt, n, k, m);
-  else gemv_kernel<WT, NR, false><<<blocks, 256, 0, c->compute>>>(out, x, w, bias, bt, n, k, m);
+  if (vec) return hg_launch(c, gemv_kernel<WT, NR, true>, dim3(blocks), dim3(256), 0, out, x, w, bias, bt, n, k, m);
+  return hg_launch(c, gemv_kernel<WT, NR, false>, dim3(blocks), dim3(256), 0, out, x, w, bias, bt, n, k, m);
 }
 
 static const int GEMV_MAX_ROWS = 8;
@@ -133,12 +135,12 @@ int hg_launch_gemv(HgCtx *c, const Cmd &m) {
   const int wt = m.s[0], bt = m.s[1], n = m.s[2], k = m.s[3], rows = m.s[4];
   const bool vec = m.s[5] != 0;
   switch (m.s[6]) {
-    case 1: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 1>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
-    case 2: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 2>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
-    case 4: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 4>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
-    default: HG_DISPATCH_DT(wt, W, (launch_gemv<W, 8>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
+    case 1: HG_DISPATCH_DT(wt, W, return (launch_gemv<W, 1>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
+    case 2: HG_DISPATCH_DT(wt, W, return (launch_gemv<W, 2>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
+    case 4: HG_DISPATCH_DT(wt, W, return (launch_gemv<W, 4>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
+    default: HG_DISPATCH_DT(wt, W, return (launch_gemv<W, 8>(c, vec, out, x, w, bias, bt, n, k, rows))); break;
   }
-  return hg_launched();
+  return 0;
 }
 
 extern "C" {

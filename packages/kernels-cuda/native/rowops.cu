@@ -5,6 +5,8 @@
 
 template <int DT>
 __global__ void embedding_kernel(float *out, const void *table, int dim, const int *ids, int id0, int n) {
+  hg_pdl_trigger();
+  hg_pdl_wait();  // out may still be read by the kernel before (the previous step's last one)
   for (int row = blockIdx.y; row < n; row += gridDim.y) {  // grid.y is capped at 65535 rows
     const size_t id = ids ? (size_t)ids[row] : (size_t)id0;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < dim; c += gridDim.x * blockDim.x)
@@ -15,6 +17,8 @@ __global__ void embedding_kernel(float *out, const void *table, int dim, const i
 template <int WT>
 __global__ void rmsnorm_kernel(float *out, const float *x, const void *w, int d, float eps) {
   __shared__ float red[32];
+  hg_pdl_trigger();  // one block: the next kernel (a GEMV) may start loading its weights
+  hg_pdl_wait();
   const float *xr = x + (size_t)blockIdx.x * d;
   float *orow = out + (size_t)blockIdx.x * d;
   float ss = 0.f;
@@ -40,6 +44,8 @@ __global__ void layernorm_kernel(float *out, const float *x, const void *w, cons
 
 // One block per (row, head); pairs (j, j + half) rotate by the angle of the row's position.
 __global__ void rope_kernel(float *x, int width, const int *positions, int pos0, int headDim, const float *cosT, const float *sinT, int half) {
+  hg_pdl_trigger();
+  hg_pdl_wait();
   const int row = blockIdx.x, h = blockIdx.y;
   const int p = positions ? positions[row] : pos0;
   float *base = x + (size_t)row * width + (size_t)h * headDim;
@@ -131,18 +137,18 @@ int hg_launch_rowop(HgCtx *c, const Cmd &m, const char *dynBase) {
   switch (m.kind) {
     case CMD_EMBED: {
       dim3 grid((m.s[1] + 255) / 256, m.s[2] < 65535 ? m.s[2] : 65535);
-      HG_DISPATCH_DT(m.s[0], T, (embedding_kernel<T><<<grid, 256, 0, c->compute>>>(out, m.p[1], m.s[1], (const int *)m.p[2], m.d[0], m.s[2])));
+      HG_DISPATCH_DT(m.s[0], T, return hg_launch(c, embedding_kernel<T>, grid, dim3(256), 0, out, m.p[1], m.s[1], (const int *)m.p[2], m.d[0], m.s[2]));
       break;
     }
     case CMD_RMSNORM:
-      HG_DISPATCH_DT(m.s[0], W, (rmsnorm_kernel<W><<<m.s[2], row_threads(m.s[3]), 0, c->compute>>>(out, (const float *)m.p[1], m.p[2], m.s[3], m.f[0])));
+      HG_DISPATCH_DT(m.s[0], W, return hg_launch(c, rmsnorm_kernel<W>, dim3(m.s[2]), dim3(row_threads(m.s[3])), 0, out, (const float *)m.p[1], m.p[2], m.s[3], m.f[0]));
       break;
     case CMD_LAYERNORM:
       HG_DISPATCH_DT(m.s[0], W, HG_DISPATCH_DT(m.s[1], B, (layernorm_kernel<W, B><<<m.s[2], row_threads(m.s[3]), 0, c->compute>>>(out, (const float *)m.p[1], m.p[2], m.p[3], m.s[3], m.f[0]))));
       break;
     case CMD_ROPE:
-      rope_kernel<<<dim3(m.s[0], m.s[2]), m.s[4] >= 64 ? 64 : 32, 0, c->compute>>>(out, m.s[1], (const int *)m.p[1], m.d[0], m.s[3], (const float *)m.p[2], (const float *)m.p[3], m.s[4]);
-      break;
+      return hg_launch(c, rope_kernel, dim3(m.s[0], m.s[2]), dim3(m.s[4] >= 64 ? 64 : 32), 0, out, m.s[1], (const int *)m.p[1], m.d[0], m.s[3], (const float *)m.p[2],
+                       (const float *)m.p[3], m.s[4]);
     case CMD_SILU: {
       const size_t n = get_count(m);
       silu_mul_kernel<<<hg_blocks(n, 256, c->numSMs * 8), 256, 0, c->compute>>>(out, (const float *)m.p[1], (const float *)m.p[2], n);

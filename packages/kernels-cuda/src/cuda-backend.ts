@@ -37,6 +37,19 @@ export interface MatvecFusionChoice {
   accumulate: boolean;
 }
 
+/** Decode-kernel switches (CudaBackend.setDecodeTuning); DEVICE-NOTES.md, fourth pass, measures them. */
+export interface DecodeTuning {
+  /** Programmatic dependent launch: a decode kernel starts (and loads its weights) while the one before drains. sm_90+ only. */
+  programmaticLaunch: boolean;
+  /**
+   * The decode GEMV's L2 prefetch: "off"; "chunk": each warp asks for its rows' next chunk one
+   * iteration ahead of its loads; "row": for the whole rest of its rows when it starts.
+   */
+  gemvPrefetch: GemvPrefetch;
+}
+export type GemvPrefetch = "off" | "chunk" | "row";
+const GEMV_PREFETCH: readonly GemvPrefetch[] = ["off", "chunk", "row"];
+
 /** Floats of the unfused matvec parts' scratch made before a step (so a step never allocates). */
 const MATVEC_SCRATCH_FLOATS = 65536;
 
@@ -538,6 +551,38 @@ export class CudaBackend implements Backend {
     const ctx = this.live_("resetGraphs");
     if (this.inStep) this.endStep();
     this.lib.hg_cu_step_reset(ctx);
+  }
+
+  /**
+   * Sets decode-kernel switches (benches compare them); fields left out keep their value.
+   * programmaticLaunch is on by default where the device has it (sm_90+) and stays off elsewhere.
+   * Captured step graphs hold the old launches: a change drops them.
+   */
+  setDecodeTuning(t: Partial<DecodeTuning>): void {
+    const ctx = this.live_("setDecodeTuning");
+    const codes: [number, number][] = [];
+    for (const [key, v] of Object.entries(t)) {
+      if (key === "programmaticLaunch") {
+        if (v === undefined) continue;
+        if (typeof v !== "boolean") bad(`setDecodeTuning: programmaticLaunch must be a boolean, got ${String(v)}`);
+        codes.push([0, v ? 1 : 0]);
+      } else if (key === "gemvPrefetch") {
+        if (v === undefined) continue;
+        const code = GEMV_PREFETCH.indexOf(v as GemvPrefetch);
+        if (code < 0) bad(`setDecodeTuning: gemvPrefetch must be one of ${GEMV_PREFETCH.map((p) => `"${p}"`).join(", ")}, got ${String(v)}`);
+        codes.push([1, code]);
+      } else {
+        bad(`setDecodeTuning: unknown switch "${key}" (programmaticLaunch, gemvPrefetch)`);
+      }
+    }
+    if (codes.length && this.inStep) this.endStep();
+    for (const [which, code] of codes) this.lib.hg_cu_set_decode_option(ctx, which, code);
+  }
+
+  /** The decode-kernel switches in effect. */
+  get decodeTuning(): DecodeTuning {
+    const ctx = this.live_("decodeTuning");
+    return { programmaticLaunch: this.lib.hg_cu_get_decode_option(ctx, 0) === 1, gemvPrefetch: GEMV_PREFETCH[this.lib.hg_cu_get_decode_option(ctx, 1)] ?? "off" };
   }
 
   // ---- prefill attention ------------------------------------------------------------------------

@@ -1,0 +1,84 @@
+/**
+ * The decode-kernel switches (CudaBackend.setDecodeTuning) on the GPU machine:
+ *  1. every op check (device/op-checks.ts) with programmatic launch on (the default), alone and
+ *     with each GEMV L2 prefetch;
+ *  2. a bf16 llama-3.2-1b-shaped model of 4 layers (dummy weights), prompt then greedy decode steps recorded
+ *     as CUDA graphs: logits and tokens with every combination must equal the plain launches'
+ *     bit for bit (the switches change when kernels start and what L2 holds, never arithmetic).
+ * Exits non-zero if anything failed. Usage: bun decode-tuning-check.js
+ */
+import { loadModel, type Backend } from "@hybridgen/core";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type DecodeTuning } from "../src/index.js";
+import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
+import { runOpChecks } from "./op-checks.js";
+import { dummyFiles, shrunkPreset } from "./models.js";
+
+const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
+const PLAIN: DecodeTuning = { programmaticLaunch: false, gemvPrefetch: "off" };
+const COMBOS: DecodeTuning[] = [
+  { programmaticLaunch: true, gemvPrefetch: "off" },
+  { programmaticLaunch: true, gemvPrefetch: "chunk" },
+  { programmaticLaunch: true, gemvPrefetch: "row" },
+  { programmaticLaunch: false, gemvPrefetch: "chunk" },
+];
+const label = (t: DecodeTuning) => `PDL ${t.programmaticLaunch ? "on" : "off"}, GEMV L2 prefetch ${t.gemvPrefetch}`;
+let failures = 0;
+
+/** Prompt, then `steps` greedy decode steps (recorded as graphs): every step's logits and tokens. */
+function decodeRun(be: Backend, prompt: Int32Array, steps: number): { logits: Float32Array[]; tokens: number[] } {
+  const json = shrunkPreset("llama-3.2-1b", { num_hidden_layers: 4 });
+  using files = dummyFiles(json, "bf16", 11, createNativeRandomFill());
+  using model = loadModel(files, be, { maxContext: prompt.length + steps + 1, prefillBlock: 64, kvDtype: "bf16" });
+  model.forward(prompt, 0);
+  let tok = model.argmaxLogits();
+  const logits: Float32Array[] = [];
+  const tokens: number[] = [];
+  for (let s = 0; s < steps; s++) {
+    tokens.push(tok);
+    logits.push(model.forward(Int32Array.of(tok), prompt.length + s).slice());
+    tok = model.argmaxLogits();
+  }
+  return { logits, tokens };
+}
+
+function main(): void {
+  const a = cudaAvailability();
+  console.log(`# decode tuning check (seed ${seed})\n${describeCudaAvailability(a)}`);
+  if (!a.available) process.exit(1);
+  const cuda: CudaBackend = createCudaBackend({ arenaBytes: 24 * 2 ** 30 });
+  console.log(`default switches: ${label(cuda.decodeTuning)}`);
+  for (const t of COMBOS.slice(0, 3)) {
+    cuda.setDecodeTuning(t);
+    const t0 = performance.now();
+    const ops = runOpChecks(cuda, seed);
+    const bad = ops.filter((r) => !r.ok);
+    failures += bad.length;
+    console.log(`ops vs ReferenceBackend (${label(t)}): ${ops.length - bad.length}/${ops.length} pass (${((performance.now() - t0) / 1e3).toFixed(1)} s)`);
+    for (const r of bad) console.log(`  FAIL ${r.name}: ${r.err} (tol ${r.tol})`);
+  }
+  const prompt = Int32Array.from({ length: 100 }, (_, i) => (i * 7919 + seed) % 128256);
+  const steps = 16;
+  cuda.setDecodeTuning(PLAIN);
+  const g0 = cuda.graphStats();
+  const ref = decodeRun(cuda, prompt, steps);
+  const g1 = cuda.graphStats();
+  console.log(`llama-3.2-1b shape bf16, plain launches: ${g1.captures - g0.captures} captured / ${g1.replays - g0.replays} replayed / ${g1.drained - g0.drained} drained; tokens ${ref.tokens.slice(0, 8).join(",")}…`);
+  for (const t of COMBOS) {
+    cuda.setDecodeTuning(t);
+    const s0 = cuda.graphStats();
+    const r = decodeRun(cuda, prompt, steps);
+    const s1 = cuda.graphStats();
+    let worst = 0;
+    for (let s = 0; s < steps; s++) for (let i = 0; i < r.logits[s].length; i++) worst = Math.max(worst, Math.abs(r.logits[s][i] - ref.logits[s][i]));
+    const same = r.tokens.every((x, i) => x === ref.tokens[i]);
+    const replayed = s1.replays - s0.replays;
+    const ok = worst === 0 && same && replayed >= steps - 2 && s1.drained === s0.drained;
+    if (!ok) failures++;
+    console.log(`llama-3.2-1b shape bf16, ${label(t)}: largest logit difference vs plain ${worst}, tokens ${same ? "identical" : "DIFFER"}, ${s1.captures - s0.captures} captured / ${replayed} replayed / ${s1.drained - s0.drained} drained ${s1.lastDrain}${ok ? "" : " FAIL"}`);
+  }
+  cuda.close();
+  console.log(failures ? `FAILED: ${failures}` : "ALL PASS");
+  process.exit(failures ? 1 : 0);
+}
+
+main();
