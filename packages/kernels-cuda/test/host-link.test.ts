@@ -1,0 +1,117 @@
+/**
+ * CudaBackend.hostTransfers: range checks against a stand-in native library (no GPU needed),
+ * and on a GPU (skipped without CUDA) pinned round trips through the copy stream against the
+ * host data, with event times.
+ */
+import { describe, expect, it } from "vitest";
+import { HybridgenError, type HostRegion } from "@hybridgen/core";
+import { CudaBackend, backendSymbols, createCudaBackend, cudaAvailability, type CudaNative } from "../src/index.js";
+
+const cuda = cudaAvailability();
+
+function standIn(calls: { name: string; args: unknown[] }[]): CudaNative {
+  const lib: Record<string, (...args: unknown[]) => unknown> = {};
+  for (const name of Object.keys(backendSymbols)) {
+    lib[name] = (...args: unknown[]) => {
+      calls.push({ name, args });
+      if (name === "hg_cu_create" || name === "hg_link_create") return 4096;
+      if (name === "hg_cu_heap_base") return 2 ** 40;
+      if (name === "hg_cu_heap_bytes") return 1 << 20;
+      if (name === "hg_cu_num_sms") return 132;
+      if (name === "hg_host_pin") return (args[1] as number) === 12345 ? -1 : 0;
+      return 0;
+    };
+  }
+  return lib as unknown as CudaNative;
+}
+
+const device = { index: 0, name: "Stand-in GPU", major: 9, minor: 0, computeCapability: "9.0", totalMemoryBytes: 2 ** 34, multiprocessors: 132, pciBusId: "" };
+
+describe("CudaBackend.hostTransfers checks (stand-in library)", () => {
+  it("refuses out-of-range copies before any native copy, and passes good ones as 2-D descriptors", () => {
+    const calls: { name: string; args: unknown[] }[] = [];
+    using be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: standIn(calls), device });
+    const link = be.hostTransfers();
+    expect(be.hostTransfers()).toBe(link); // one link per backend
+    const t = be.alloc([4, 8]); // 128 bytes
+    const host: HostRegion = { address: 0x7000_0000, byteLength: 64 };
+    const copy = { host, hostOffset: 0, tensor: t, tensorOffset: 0, width: 16, rows: 4, hostPitch: 16, tensorPitch: 32 };
+    const copies = () => calls.filter((c) => c.name === "hg_link_copy").length;
+    expect(() => link.toHost([{ ...copy, tensorPitch: 40 }])).toThrow(/tensor bytes \[0, 136\) exceed f32\[4x8\]'s 128/);
+    expect(() => link.toHost([{ ...copy, hostOffset: 8 }])).toThrow(/host bytes \[8, 72\) exceed the region's 64/);
+    expect(() => link.toDevice([{ ...copy, hostPitch: 8 }])).toThrow(/pitches \(8, 32\) are smaller than the row width 16/);
+    expect(() => link.toDevice([{ ...copy, width: 1.5 }])).toThrow(HybridgenError);
+    expect(() => link.toDevice([{ ...copy, host: { address: 0, byteLength: 64 } }])).toThrow(/non-null address/);
+    const other = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: standIn([]), device });
+    const foreign = other.alloc([4, 8]);
+    expect(() => link.toHost([{ ...copy, tensor: foreign }])).toThrow(HybridgenError);
+    other.close();
+    expect(copies()).toBe(0);
+
+    link.toHost([copy]);
+    const c = calls.filter((x) => x.name === "hg_link_copy").at(-1)!;
+    expect(c.args[1]).toBe(0); // device → host
+    expect(c.args[3]).toBe(1);
+    const d = c.args[2] as Float64Array;
+    expect(Array.from(d.subarray(0, 6))).toEqual([0x7000_0000, be.address(t), 16, 4, 16, 32]);
+    link.toDevice([copy]);
+    const u = calls.filter((x) => x.name === "hg_link_copy").at(-1)!;
+    expect(u.args[1]).toBe(1);
+    expect(Array.from((u.args[2] as Float64Array).subarray(0, 6))).toEqual([be.address(t), 0x7000_0000, 16, 4, 32, 16]);
+  });
+
+  it("pins once, unpins what it pinned, leaves shared pages pageable, and unpins the rest on close", () => {
+    const calls: { name: string; args: unknown[] }[] = [];
+    const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: standIn(calls), device });
+    const link = be.hostTransfers();
+    const a = { address: 0x1000, byteLength: 4096 }, shared = { address: 0x9000, byteLength: 12345 }, b = { address: 0x20000, byteLength: 8192 };
+    link.pin(a);
+    expect(() => link.pin(a)).toThrow(/already pinned/);
+    link.pin(shared); // the stand-in answers -1: pages pinned before
+    link.pin(b);
+    expect(() => link.unpin({ address: 0x5000, byteLength: 1 })).toThrow(/is not pinned/);
+    link.unpin(shared);
+    link.unpin(a);
+    expect(calls.filter((c) => c.name === "hg_host_unpin").map((c) => c.args[0])).toEqual([0x1000]);
+    be.close();
+    expect(calls.filter((c) => c.name === "hg_host_unpin").map((c) => c.args[0])).toEqual([0x1000, 0x20000]);
+    expect(calls.some((c) => c.name === "hg_link_destroy")).toBe(true);
+    link.unpin(b); // after close: everything was unpinned already
+    expect(() => link.toHost([])).toThrow(/host link is closed/);
+  });
+});
+
+describe.skipIf(!cuda.available)("host link on the GPU", () => {
+  it("pinned round trips through the copy stream keep the data; events give T_tx and T_gpu", async () => {
+    const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
+    using be = createCudaBackend({ arenaBytes: 2 ** 28 });
+    using host = createCpuBackend({ threads: 1 });
+    const link = be.hostTransfers();
+    const rows = 64, cols = 96;
+    const src = Float32Array.from({ length: rows * cols }, (_, i) => Math.sin(i * 0.37) * 100);
+    const h = host.alloc([rows, cols]);
+    host.write(h, src);
+    const region = host.hostRegion(h);
+    link.pin(region);
+    const d = be.alloc([rows, 2 * cols]); // wider rows: a pitched copy into the left half
+    link.mark("resume");
+    link.toDevice([{ host: region, hostOffset: 0, tensor: d, tensorOffset: 0, width: cols * 4, rows, hostPitch: cols * 4, tensorPitch: 2 * cols * 4 }]);
+    be.add(d, d, d, rows); // compute after the upload: doubles the left half
+    const back = host.alloc([rows, cols]);
+    const backRegion = host.hostRegion(back);
+    link.pin(backRegion);
+    link.toHost([{ host: backRegion, hostOffset: 0, tensor: d, tensorOffset: 0, width: cols * 4, rows, hostPitch: cols * 4, tensorPitch: 2 * cols * 4 }]);
+    link.mark("pause");
+    link.fence();
+    const got = host.read(back);
+    for (let i = 0; i < src.length; i++) expect(got[i]).toBe(src[i] * 2);
+    const t = link.times();
+    expect(t.txMs).toBeGreaterThan(0);
+    expect(t.gpuMs).toBeGreaterThanOrEqual(0);
+    const bw = link.bandwidth!(16 * 2 ** 20, 2);
+    expect(bw.h2d).toBeGreaterThan(1e8);
+    expect(bw.d2h).toBeGreaterThan(1e8);
+    link.unpin(region);
+    link.unpin(backRegion);
+  });
+});
