@@ -121,12 +121,25 @@ export class Attention implements Disposable {
       return;
     }
     const c = this.cache;
-    // One contiguous span from position 0: the backend's causal kernel (also a decode step's).
-    if (this.backend.attnCausal && c.spanCount === 1 && c.spanPos[0] === 0 && c.spanLen[0] === pos0 + n) {
+    // One contiguous run of window slots from position 0 (sinks then an unwrapped ring count):
+    // the backend's causal kernel (also a decode step's).
+    if (this.backend.attnCausal && this.contiguousFromZero(pos0 + n)) {
       this.backend.attnCausal(out, q, n, c.spanK(0, layer), c.spanV(0, layer), c.spanSlot[0], pos0, this.scale);
       return;
     }
     for (let i = 0; i < n; i++) this.attendFull(layer, q, i, pos0 + i, out);
+  }
+
+  /** Whether positions [0, total) sit in consecutive window slots (spans adjoining in slots and positions). */
+  private contiguousFromZero(total: number): boolean {
+    const c = this.cache;
+    if (c.spanCount === 0 || c.spanPos[0] !== 0 || c.spanRegion[0] !== 1) return false;
+    let end = c.spanLen[0];
+    for (let s = 1; s < c.spanCount; s++) {
+      if (c.spanRegion[s] !== 1 || c.spanPos[s] !== end || c.spanSlot[s] !== c.spanSlot[0] + end) return false;
+      end += c.spanLen[s];
+    }
+    return end === total;
   }
 
   /** Ends the block: the decode hook sees the step end, then the window overflow is evicted. */

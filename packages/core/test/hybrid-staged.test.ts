@@ -5,7 +5,8 @@
  */
 import { describe, expect, it } from "vitest";
 import {
-  BackendCpuStage, HybridAttention, KvCache, LlamaModel, ReferenceBackend, type LogitsMode, type ModelFiles, type Scheduler, type TokenSelector,
+  BackendCpuStage, HybridAttention, KvCache, LlamaModel, ReferenceBackend, type Backend, type LogitsMode, type ModelFiles, type Scheduler, type Tensor,
+  type TokenSelector,
 } from "../src/index.js";
 import { makeRng, maxAbsDiff, testSeed, tinyModel } from "./engine-helpers.js";
 import { allSelector, fixedScheduler, topKSelector } from "./hybrid-helpers.js";
@@ -135,5 +136,33 @@ describe("hybrid attention staged through host memory (the device-backend path)"
     late.close();
     expect(be.liveTensors()).toBe(0);
     expect(host.liveTensors()).toBe(0);
+  });
+});
+
+describe("prefill over sinks and an unwrapped ring", () => {
+  it("goes through attnCausal (one call a layer) and gives the plain backend's logits", () => {
+    const { files } = tinyModel({ seed: testSeed(330), maxPositions: 64 });
+    const tokens = Int32Array.from(ids(testSeed(430), 20));
+    const inner = new ReferenceBackend();
+    const calls: string[] = [];
+    // attnCausal from the stage ops, one query row at a time (a [heads, cap] scores scratch).
+    const attnCausal = (out: Tensor, q: Tensor, n: number, k: Tensor, v: Tensor, start: number, firstPos: number, scale: number) => {
+      calls.push(`${n}@${firstPos}:${start}`);
+      const heads = q.shape[q.shape.length - 1] / k.shape[2];
+      const scores = inner.alloc([heads, k.shape[1]]);
+      for (let i = 0; i < n; i++) {
+        inner.attnLogits(scores, 0, q, i, k, start, firstPos + i + 1, scale);
+        inner.softmax(scores, heads, firstPos + i + 1);
+        inner.attnAggregate(out, i, scores, 0, v, start, firstPos + i + 1, false);
+      }
+      inner.free(scores);
+    };
+    const be = new Proxy(inner, { get: (t, p) => (p === "attnCausal" ? attnCausal : Reflect.get(t, p, t)) }) as unknown as Backend;
+    const opts = { prefillBlock: 20, maxContext: 32, kvWindow: 8, kvSinks: 3 };
+    using plain = LlamaModel.load(files, new ReferenceBackend(), opts);
+    using fast = LlamaModel.load(files, be, opts);
+    expect(maxAbsDiff(fast.forward(tokens, 0), plain.forward(tokens, 0))).toBeLessThan(1e-5);
+    expect(calls).toEqual(["20@0:0", "20@0:0"]); // sinks [0, 3) + ring from slot 3: one run of slots
+    expect(fast.cache.storeCount).toBeGreaterThan(0); // then the window overflow was evicted
   });
 });
