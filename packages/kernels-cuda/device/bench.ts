@@ -120,11 +120,11 @@ const diag: string[] = ["| what | result |", "| --- | --- |"];
   // weights or K/V, so L2 holds none of it) recorded and replayed; µs per launch including the
   // boundary to the next one, with each decode-tuning choice.
   {
-    const tunings: [string, DecodeTuning][] = [
-      ["plain launches", { programmaticLaunch: false, gemvPrefetch: "off" }],
-      ["PDL", { programmaticLaunch: true, gemvPrefetch: "off" }],
-      ["PDL + L2 prefetch a chunk ahead", { programmaticLaunch: true, gemvPrefetch: "chunk" }],
-      ["PDL + L2 prefetch of the row", { programmaticLaunch: true, gemvPrefetch: "row" }],
+    const tunings: [string, Partial<DecodeTuning>][] = [
+      ["plain launches", { programmaticLaunch: false, gemvPrefetch: "off", attnUnroll: 2 }],
+      ["PDL", { programmaticLaunch: true, gemvPrefetch: "off", attnUnroll: 2 }],
+      ["PDL + L2 prefetch a chunk ahead / attention 4 rows a round", { programmaticLaunch: true, gemvPrefetch: "chunk", attnUnroll: 4 }],
+      ["PDL + L2 prefetch of the row", { programmaticLaunch: true, gemvPrefetch: "row", attnUnroll: 2 }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -235,16 +235,17 @@ function hide(name: "matvec" | "attnCausal", hidden: boolean): void {
 }
 interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean; fuse?: { norm: boolean; siluMul: boolean; accumulate: boolean }; tuning?: Partial<DecodeTuning> }
 const DEFAULT_TUNING = cuda.decodeTuning;
-const ALL: Variant = { name: `default (split-K + matvec, norm apart, PDL ${DEFAULT_TUNING.programmaticLaunch ? "on" : "off"}, GEMV L2 prefetch ${DEFAULT_TUNING.gemvPrefetch})`, graphs: true, matvec: true, splitK: true };
+const ALL: Variant = { name: `default (split-K + matvec, norm apart, PDL ${DEFAULT_TUNING.programmaticLaunch ? "on" : "off"}, GEMV L2 prefetch ${DEFAULT_TUNING.gemvPrefetch}, attention ${DEFAULT_TUNING.attnUnroll} rows a round)`, graphs: true, matvec: true, splitK: true };
 const NORM_IN: Variant["fuse"] = { norm: true, siluMul: true, accumulate: true };
 // The third pass's fusion variants are in DEVICE-NOTES.md; these compare the fourth pass's switches.
 const variants: Variant[] = [
   { name: "no fusions (second pass)", graphs: true, matvec: false, splitK: false },
   { name: "default, graphs off", graphs: false, matvec: true, splitK: true },
-  { name: "default, plain launches (third pass)", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: false, gemvPrefetch: "off" } },
+  { name: "default, PDL off", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: false, gemvPrefetch: "off" } },
   { name: "default, PDL only", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, gemvPrefetch: "off" } },
   { name: "default, PDL + GEMV L2 prefetch a chunk ahead", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, gemvPrefetch: "chunk" } },
   { name: "default, PDL + GEMV L2 prefetch of the row", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, gemvPrefetch: "row" } },
+  { name: "default, PDL + attention 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, gemvPrefetch: "off", attnUnroll: 4 } },
   { name: "norm in the GEMV, PDL", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { programmaticLaunch: true, gemvPrefetch: "off" } },
   { name: "norm in the GEMV, PDL + GEMV L2 prefetch a chunk ahead", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { programmaticLaunch: true, gemvPrefetch: "chunk" } },
   ALL,

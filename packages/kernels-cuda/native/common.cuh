@@ -94,7 +94,8 @@ struct HgCtx {
   int lastCaptureError;   // the last failed capture's error, 0 none
   // decode tuning switches (hg_cu_set_decode_option; defaults set in hg_graph_init)
   int pdl;                // decode kernels launched with programmatic dependent launch
-  int gemvPrefetch;       // decode GEMV: 0 none, 1 the next chunk of each row into L2 ahead of its loads
+  int gemvPrefetch;       // decode GEMV L2 prefetch: 0 the first chunks only, 1 a chunk ahead, 2 whole rows
+  int attnUnroll;         // split-K decode attention: token rows a lane loads per round (2 or 4)
 };
 
 // Loads one element of any dtype as float.

@@ -32,10 +32,10 @@ __device__ __forceinline__ void da_merge(float &m, float &l, float *a, float m2,
 // grid (maxSplits, kvHeads, head groups of DA_HEADS). LPT lanes hold one token row (EL values
 // each, 16-byte loads); a warp covers 32 / LPT tokens at a time, two at once per lane for loads
 // in flight. part: [split][head][headDim + 2] = unnormalised output, then max (log2), sum.
-template <int KT, int LPT>
+template <int KT, int LPT, int UNR>
 __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group,
                                                           int headDim, int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
-  constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW, UNR = 2;
+  constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW;
   __shared__ float smA[DA_WARPS][DA_HEADS][256];
   __shared__ float smM[DA_WARPS][DA_HEADS], smL[DA_WARPS][DA_HEADS];
   hg_pdl_trigger();
@@ -175,15 +175,23 @@ static int da_lanes(int dt, int headDim) {
   return lpt <= 32 ? lpt : 0;
 }
 
-template <int KT>
-static int launch_da(HgCtx *c, int lpt, dim3 grid, float *part, const float *q, const void *k, const void *v, int heads, int group, int headDim,
-                     int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
+template <int KT, int UNR>
+static int launch_da_u(HgCtx *c, int lpt, dim3 grid, float *part, const float *q, const void *k, const void *v, int heads, int group, int headDim,
+                       int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
   switch (lpt) {
-    case 4: return hg_launch(c, decode_attn_kernel<KT, 4>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
-    case 8: return hg_launch(c, decode_attn_kernel<KT, 8>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
-    case 16: return hg_launch(c, decode_attn_kernel<KT, 16>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
-    default: return hg_launch(c, decode_attn_kernel<KT, 32>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+    case 4: return hg_launch(c, decode_attn_kernel<KT, 4, UNR>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+    case 8: return hg_launch(c, decode_attn_kernel<KT, 8, UNR>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+    case 16: return hg_launch(c, decode_attn_kernel<KT, 16, UNR>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+    default: return hg_launch(c, decode_attn_kernel<KT, 32, UNR>, grid, dim3(256), 0, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
   }
+}
+
+// unr: token rows a lane loads per round (K and V each), 2 or 4 (the attnUnroll switch).
+template <int KT>
+static int launch_da(HgCtx *c, int lpt, int unr, dim3 grid, float *part, const float *q, const void *k, const void *v, int heads, int group,
+                     int headDim, int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
+  if (unr == 4) return launch_da_u<KT, 4>(c, lpt, grid, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+  return launch_da_u<KT, 2>(c, lpt, grid, part, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
 }
 
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
@@ -194,7 +202,7 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   const int *dyn = dynBase ? (const int *)(dynBase + m.dynOff) : NULL;
   dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
   int r = 0;
-  HG_DISPATCH_DT(dt, K, r = launch_da<K>(c, lpt, grid, c->decodePart, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn));
+  HG_DISPATCH_DT(dt, K, r = launch_da<K>(c, lpt, m.s[7], grid, c->decodePart, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn));
   if (r) return r;
   return hg_launch(c, decode_attn_merge_kernel, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, out, (const float *)c->decodePart, heads, headDim, maxSplits,
                    m.d[1], dyn);
@@ -231,7 +239,7 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   HG_FLUSH_REC(c);
   Cmd m = hg_new_cmd(CMD_DECODE_ATTN);
   m.p[0] = out; m.p[1] = q; m.p[2] = k; m.p[3] = v;
-  m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt;
+  m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt; m.s[7] = c->attnUnroll;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;
   int r = hg_put_dyn(c, m, 2);

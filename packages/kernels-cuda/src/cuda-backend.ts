@@ -42,10 +42,13 @@ export interface DecodeTuning {
   /** Programmatic dependent launch: a decode kernel starts (and loads its weights) while the one before drains. sm_90+ only. */
   programmaticLaunch: boolean;
   /**
-   * The decode GEMV's L2 prefetch: "off"; "chunk": each warp asks for its rows' next chunk one
-   * iteration ahead of its loads; "row": for the whole rest of its rows when it starts.
+   * The decode GEMV's L2 prefetch: "off": only its rows' first two chunks, as it starts (before
+   * waiting on the kernel before); "chunk": then one chunk further ahead of its loads every
+   * iteration; "row": the whole rows as it starts.
    */
   gemvPrefetch: GemvPrefetch;
+  /** Split-K decode attention: token rows each lane loads per round, K and V each (2 or 4). */
+  attnUnroll: 2 | 4;
 }
 export type GemvPrefetch = "off" | "chunk" | "row";
 const GEMV_PREFETCH: readonly GemvPrefetch[] = ["off", "chunk", "row"];
@@ -571,8 +574,12 @@ export class CudaBackend implements Backend {
         const code = GEMV_PREFETCH.indexOf(v as GemvPrefetch);
         if (code < 0) bad(`setDecodeTuning: gemvPrefetch must be one of ${GEMV_PREFETCH.map((p) => `"${p}"`).join(", ")}, got ${String(v)}`);
         codes.push([1, code]);
+      } else if (key === "attnUnroll") {
+        if (v === undefined) continue;
+        if (v !== 2 && v !== 4) bad(`setDecodeTuning: attnUnroll must be 2 or 4, got ${String(v)}`);
+        codes.push([2, v]);
       } else {
-        bad(`setDecodeTuning: unknown switch "${key}" (programmaticLaunch, gemvPrefetch)`);
+        bad(`setDecodeTuning: unknown switch "${key}" (programmaticLaunch, gemvPrefetch, attnUnroll)`);
       }
     }
     if (codes.length && this.inStep) this.endStep();
@@ -582,7 +589,11 @@ export class CudaBackend implements Backend {
   /** The decode-kernel switches in effect. */
   get decodeTuning(): DecodeTuning {
     const ctx = this.live_("decodeTuning");
-    return { programmaticLaunch: this.lib.hg_cu_get_decode_option(ctx, 0) === 1, gemvPrefetch: GEMV_PREFETCH[this.lib.hg_cu_get_decode_option(ctx, 1)] ?? "off" };
+    return {
+      programmaticLaunch: this.lib.hg_cu_get_decode_option(ctx, 0) === 1,
+      gemvPrefetch: GEMV_PREFETCH[this.lib.hg_cu_get_decode_option(ctx, 1)] ?? "off",
+      attnUnroll: this.lib.hg_cu_get_decode_option(ctx, 2) === 4 ? 4 : 2,
+    };
   }
 
   // ---- prefill attention ------------------------------------------------------------------------
