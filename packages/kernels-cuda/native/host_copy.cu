@@ -5,6 +5,7 @@
 #include "common.cuh"
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const int POOL = 2048;  // timeline events a step may record (more are not timed)
 enum { MARK_RESUME = 0, MARK_PAUSE = 1, STALL_BEGIN = 2, STALL_END = 3, COPY_BEGIN = 4, COPY_END = 5 };
@@ -61,15 +62,27 @@ HG_EXPORT void hg_link_destroy(HgLink *l) {
 // Page-locks [p, p + bytes) so copies with it are DMA'd asynchronously (cudaHostRegister).
 // -1: its pages overlap memory pinned before (a small buffer sharing a page): left pageable,
 // which copies still handle correctly, only synchronously.
+// Whole pages: [p, p + bytes) rounded out to page boundaries (unpin rounds p down the same way).
+static size_t page_size(void) {
+  static size_t ps = 0;
+  if (!ps) {
+    long v = sysconf(_SC_PAGESIZE);
+    ps = v > 0 ? (size_t)v : 4096;
+  }
+  return ps;
+}
+
 HG_EXPORT int hg_host_pin(void *p, double bytes) {
-  cudaError_t e = cudaHostRegister(p, (size_t)bytes, cudaHostRegisterPortable);
+  const size_t ps = page_size();
+  const uintptr_t a = (uintptr_t)p & ~(uintptr_t)(ps - 1), b = ((uintptr_t)p + (size_t)bytes + ps - 1) & ~(uintptr_t)(ps - 1);
+  cudaError_t e = cudaHostRegister((void *)a, (size_t)(b - a), cudaHostRegisterPortable);
   if (e == cudaErrorHostMemoryAlreadyRegistered) {
     cudaGetLastError();
     return -1;
   }
   return (int)e;
 }
-HG_EXPORT int hg_host_unpin(void *p) { return (int)cudaHostUnregister(p); }
+HG_EXPORT int hg_host_unpin(void *p) { return (int)cudaHostUnregister((void *)((uintptr_t)p & ~(uintptr_t)(page_size() - 1))); }
 
 // n copies, each 6 doubles: dst address, src address, width bytes, rows, dst pitch, src pitch.
 // dir 0 (device -> host): the copy stream first waits for every compute op queued so far.
