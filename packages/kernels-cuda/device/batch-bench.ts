@@ -1,0 +1,183 @@
+/**
+ * Batched decode on the CUDA backend (issue 5 item 5). Two parts, one table each:
+ *
+ * 1. Check (f32 weights, stories15M's shape): B sequences with different prompt lengths
+ *    decoded together give the tokens and logits of each decoded alone, for B = 4 (the
+ *    multi-row GEMV) and B = 12 (cuBLAS); the matmul path per B; graphs captured/replayed.
+ * 2. Bench: preset:llama-3.1-8b, dummy bf16 weights, bf16 KV; 32 sequences prefilled with
+ *    random lengths in [1536, 2560]; then for B = 1, 8, 16, 32 (slots 0..B−1) one warm-up step
+ *    and `steps` timed steps (each: one batched forward pass + a greedy pick per row, as
+ *    generateBatch does), next to the floor of a step: (weight bytes + the B caches' KV bytes)
+ *    ÷ the device-to-device bandwidth measured in the same run.
+ *
+ *   bun batch-bench.js [--steps 32] [--batches 1,8,16,32] [--preset llama-3.1-8b]
+ */
+import { BatchDecoder, loadModel, presetConfig, type CausalLM } from "@hybridgen/core";
+import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend } from "../src/index.js";
+import { STORIES15M_SHAPE, dummyFiles } from "./models.js";
+
+function arg(name: string, dflt: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : dflt;
+}
+const steps = Number(arg("steps", "32"));
+const batches = arg("batches", "1,8,16,32").split(",").map(Number);
+const preset = arg("preset", "llama-3.1-8b");
+
+/** mulberry32: seeded prompt ids and lengths. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+function prompts(seed: number, lengths: number[], vocab: number): Int32Array[] {
+  const r = rng(seed);
+  return lengths.map((n) => Int32Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3))));
+}
+
+function argmaxOf(x: Float32Array): number {
+  let b = 0;
+  for (let i = 1; i < x.length; i++) if (x[i] > x[b]) b = i;
+  return b;
+}
+
+const a = cudaAvailability();
+console.log(describeCudaAvailability(a));
+if (!a.available) process.exit(1);
+const cuda: CudaBackend = createCudaBackend({ arenaFraction: 0.92 });
+const bw = cuda.copyBandwidth(2 ** 31, 10);
+console.log(`D2D copy bandwidth (read + write): ${(bw / 1e12).toFixed(2)} TB/s; cuBLAS ${cuda.cublas}`);
+
+// ---- 1. batched = alone, f32 ---------------------------------------------------------------------
+const checks: string[] = ["| B | matmul path | prompt lengths | tokens equal | max rel. logit diff (bound 1e-4) | graphs captured/replayed/drained | result |", "| --- | --- | --- | --- | --- | --- | --- |"];
+let failures = 0;
+{
+  using files = dummyFiles(STORIES15M_SHAPE, "f32", 7, createNativeRandomFill(), "stories15M-shape f32");
+  using model = loadModel(files, cuda, { maxContext: 256 });
+  const vocab = files.shape.vocabSize, STEPS = 8;
+  for (const lengths of [[5, 40, 17, 90], [3, 60, 11, 25, 7, 100, 31, 2, 48, 19, 77, 9]]) {
+    const ps = prompts(lengths.length, lengths, vocab);
+    const alone = ps.map((p) => {
+      model.reset();
+      let logits = model.forward(p, 0);
+      const toks: number[] = [], all: Float32Array[] = [];
+      for (let s = 0; s < STEPS; s++) {
+        all.push(logits);
+        toks.push(argmaxOf(logits));
+        logits = model.forward(Int32Array.of(toks[s]), p.length + s);
+      }
+      return { toks, all };
+    });
+    const B = ps.length;
+    const g0 = cuda.graphStats();
+    let equal = true, worst = 0;
+    {
+      using dec = new BatchDecoder(model, B);
+      const next = new Int32Array(B), slots = ps.map((_, i) => i);
+      const toks: number[][] = ps.map(() => []);
+      const compare = (i: number, s: number) => {
+        const got = dec.logits(i), want = alone[i].all[s];
+        let d = 0, m = 0;
+        for (let j = 0; j < vocab; j++) {
+          d = Math.max(d, Math.abs(got[j] - want[j]));
+          m = Math.max(m, Math.abs(want[j]));
+        }
+        worst = Math.max(worst, d / m);
+        next[i] = dec.argmax(i);
+        toks[i].push(next[i]);
+      };
+      ps.forEach((p, i) => {
+        dec.prefill(i, p, 0);
+        compare(i, 0);
+      });
+      for (let s = 1; s < STEPS; s++) {
+        dec.step(slots, next);
+        for (let i = 0; i < B; i++) compare(i, s);
+      }
+      toks.forEach((t, i) => (equal &&= t.join() === alone[i].toks.join()));
+    }
+    const g1 = cuda.graphStats();
+    const ok = equal && worst <= 1e-4;
+    if (!ok) failures++;
+    checks.push(`| ${B} | ${cuda.matmulPathFor(B)} | ${lengths.join(", ")} | ${equal} | ${worst.toExponential(2)} | ${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain} | ${ok ? "PASS" : "FAIL"} |`);
+    console.log(checks[checks.length - 1]);
+  }
+}
+
+// ---- 2. throughput on the 8B preset ---------------------------------------------------------------
+const json = presetConfig(preset);
+const hidden = json.hidden_size as number, layers = json.num_hidden_layers as number, heads = json.num_attention_heads as number;
+const kvHeads = (json.num_key_value_heads as number) ?? heads, inter = json.intermediate_size as number, vocab = json.vocab_size as number;
+const hd = (json.head_dim as number) ?? hidden / heads;
+const weightBytes = 2 * (layers * (hidden * (heads + 2 * kvHeads) * hd + heads * hd * hidden + 3 * hidden * inter) + vocab * hidden);
+const kvBytesPerToken = 2 * layers * 2 * kvHeads * hd;
+const maxB = Math.max(...batches);
+const r = rng(2026);
+const lengths = Array.from({ length: maxB }, () => 1536 + Math.floor(r() * 1025));
+interface Variant { B: number; name: string; graphs: boolean; path: "auto" | "tiled" | "cublas"; pickAll: boolean }
+const variants: Variant[] = [];
+for (const B of batches) {
+  variants.push({ B, name: "default", graphs: true, path: "auto", pickAll: true });
+  if (B === 8) variants.push({ B, name: "graphs off", graphs: false, path: "auto", pickAll: true });
+  // Not in the first run (call 1 of this section): where the GEMV should hand over to cuBLAS.
+  if (B > 1 && B <= 8) variants.push({ B, name: "cuBLAS instead of the multi-row GEMV", graphs: true, path: "cublas", pickAll: true });
+  if (B > 8) variants.push({ B, name: "tiled GEMM instead of cuBLAS", graphs: true, path: "tiled", pickAll: true });
+  if (B > 1) variants.push({ B, name: "greedy pick of row 0 only (the pick's cost)", graphs: true, path: "auto", pickAll: false });
+}
+// Every variant appends warm-up + timed steps to the slots it runs.
+const maxContext = Math.max(...lengths) + variants.length * (steps + 1) + 8;
+
+let t0 = performance.now();
+using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
+using model: CausalLM = loadModel(files, cuda, { maxContext, prefillBlock: 2048, kvDtype: "bf16" });
+using dec = new BatchDecoder(model, maxB);
+console.log(`loaded ${preset} (bf16 dummy weights, ${(weightBytes / 1e9).toFixed(2)} GB) and ${maxB} slots of ${maxContext} positions in ${((performance.now() - t0) / 1e3).toFixed(1)} s; arena used ${(cuda.memory().usedBytes / 1e9).toFixed(1)} GB`);
+t0 = performance.now();
+const ps = prompts(99, lengths, vocab);
+const next = new Int32Array(maxB);
+ps.forEach((p, i) => {
+  dec.prefill(i, p, 0);
+  next[i] = dec.argmax(i);
+});
+const prefillS = (performance.now() - t0) / 1e3;
+console.log(`prefilled ${maxB} sequences (${lengths.reduce((x, y) => x + y, 0)} tokens, lengths ${Math.min(...lengths)}–${Math.max(...lengths)}) in ${prefillS.toFixed(1)} s`);
+
+const rows = ["| B | variant | matmul path | step ms | tokens/s | floor step ms | floor tokens/s | ratio | graphs captured/replayed/drained |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
+for (const v of variants) {
+  cuda.setCudaGraphs(v.graphs);
+  cuda.setMatmulPath(v.path);
+  const slots = Array.from({ length: v.B }, (_, i) => i);
+  const run = () => {
+    const ids = next.subarray(0, v.B);
+    dec.step(slots, ids);
+    for (let i = 0; i < (v.pickAll ? v.B : 1); i++) next[i] = dec.argmax(i);
+  };
+  run(); // warm-up (captures the step's graph)
+  const g0 = cuda.graphStats();
+  const kvTokens = slots.reduce((acc, s) => acc + dec.length(s), 0) + (v.B * steps) / 2;
+  t0 = performance.now();
+  for (let s = 0; s < steps; s++) run();
+  const ms = (performance.now() - t0) / steps;
+  const g1 = cuda.graphStats();
+  const floorMs = ((weightBytes + kvBytesPerToken * kvTokens) / bw) * 1e3;
+  rows.push(
+    `| ${v.B} | ${v.name} | ${v.path === "auto" ? cuda.matmulPathFor(v.B) : v.path} | ${ms.toFixed(2)} | ${((v.B * 1000) / ms).toFixed(0)} | ${floorMs.toFixed(2)} | ` +
+      `${((v.B * 1000) / floorMs).toFixed(0)} | ${(ms / floorMs).toFixed(2)} | ${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain} |`,
+  );
+  console.log(rows[rows.length - 1]);
+}
+cuda.setCudaGraphs(true);
+cuda.setMatmulPath("auto");
+
+console.log(`\n## Batched decode check (f32, stories15M shape): ${failures === 0 ? "ALL PASS" : `${failures} FAILED`}`);
+for (const c of checks) console.log(c);
+console.log(`\n## ${preset} bf16 dummy weights, bf16 KV, ${maxB} sequences of ${Math.min(...lengths)}–${Math.max(...lengths)} prompt tokens (prefill ${prefillS.toFixed(1)} s); ${steps} timed steps per row after one warm-up; floor = (weights + the B caches' KV) bytes ÷ D2D copy bandwidth ${(bw / 1e12).toFixed(2)} TB/s`);
+for (const row of rows) console.log(row);
+process.exitCode = failures === 0 ? 0 : 1;
