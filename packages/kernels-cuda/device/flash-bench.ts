@@ -28,13 +28,23 @@ if (!a.available) process.exit(1);
 const cuda = createCudaBackend({ arenaFraction: 0.5 });
 // The same library file the backend opened: dlopen hands back the same handle, so this switch
 // reaches the backend's kernels.
-const lib = dlopen(cudaLibraryPath(), { hg_cu_flash_variant: { args: [FFIType.i32], returns: FFIType.i32 } });
+const lib = dlopen(cudaLibraryPath(), {
+  hg_cu_flash_variant: { args: [FFIType.i32], returns: FFIType.i32 },
+  hg_cu_flash_wgmma: { args: [], returns: FFIType.i32 },
+});
+// HG_FLASH_NO_V3=1 leaves the wgmma kernel out (a rerun after it broke the context).
+const wgmma = lib.symbols.hg_cu_flash_wgmma() === 1 && !process.env.HG_FLASH_NO_V3;
+// v3 (wgmma) is experimental: its failures are reported and it is then left out of the speed runs,
+// but they do not fail the run (the default stays a v2 kernel until v3 has passed here).
 const VARIANTS = [
   { id: 1, name: "v1" },
   { id: 2, name: "v2-64" },
   { id: 4, name: "v2-64x3" },
   { id: 3, name: "v2-128" },
+  ...(wgmma ? [{ id: 5, name: "v3" }, { id: 6, name: "v3x3" }] : []),
 ];
+const experimental = (name: string) => name.startsWith("v3");
+const broken = new Set<string>();
 const defaultVariant = lib.symbols.hg_cu_flash_variant(-1);
 const useVariant = (id: number) => {
   if (lib.symbols.hg_cu_flash_variant(id) !== id) throw new Error(`flash variant ${id} not taken`);
@@ -119,7 +129,10 @@ for (const [heads, kvHeads, hd, n, firstPos, start, dt] of CASES) {
     const err = maxRel(cuda.read(out, 0, n * heads * hd), want);
     const untouched = cuda.read(out, n * heads * hd, heads * hd).every(Number.isNaN);
     const ok = err <= tol && untouched;
-    if (!ok) failures++;
+    if (!ok) {
+      if (experimental(vr.name)) broken.add(vr.name);
+      else failures++;
+    }
     checkRows.push(`| ${vr.name} | ${tag} | ${err.toExponential(2)}${untouched ? "" : " (wrote row n)"} | ${tol} | ${ok ? "pass" : "FAIL"} |`);
   }
   for (const t of [q, out, k, v]) cuda.free(t);
@@ -152,7 +165,7 @@ for (const n of sizes) {
   const reps = n >= 32768 ? 3 : n >= 8192 ? 10 : 30;
   let v1ms = 0;
   let v1out: Float32Array | undefined;
-  for (const vr of VARIANTS) {
+  for (const vr of VARIANTS.filter((x) => !broken.has(x.name))) {
     useVariant(vr.id);
     const ms = timeMs(reps, () => cuda.attnCausal(out, q, n, k, v, 0, 0, 1 / Math.sqrt(HD)));
     if (vr.id === 1) v1ms = ms;
@@ -163,7 +176,10 @@ for (const n of sizes) {
       else {
         const e = maxRel(o, v1out);
         cmp = e.toExponential(2);
-        if (!(e <= 2e-2)) failures++;
+        if (!(e <= 2e-2)) {
+          if (experimental(vr.name)) broken.add(vr.name);
+          else failures++;
+        }
       }
     }
     best.set(vr.name, (best.get(vr.name) ?? 0) + ms * (n === Math.max(...sizes) ? 1 : 0));
@@ -172,7 +188,7 @@ for (const n of sizes) {
   }
   for (const t of [q, out, k, v]) cuda.free(t);
 }
-const fastest = [...best.entries()].filter(([name]) => name !== "v1").sort((x, y) => x[1] - y[1])[0][0];
+const fastest = [...best.entries()].filter(([name]) => name !== "v1" && !broken.has(name)).sort((x, y) => x[1] - y[1])[0][0];
 
 // ---- 3. the 32K prefill as the model runs it, and the GEMMs of one block ----
 const split: string[] = ["| what (32K prefill, Llama-3.1-8B shapes) | ms | per 32 layers |", "| --- | --- | --- |"];
@@ -205,7 +221,7 @@ const split: string[] = ["| what (32K prefill, Llama-3.1-8B shapes) | ms | per 3
 }
 useVariant(defaultVariant);
 
-console.log(`\n## attnCausal check (seed ${seed}; the default variant is id ${defaultVariant})`);
+console.log(`\n## attnCausal check (seed ${seed}; the default variant is id ${defaultVariant}; wgmma kernel ${wgmma ? "available" : "not on this device"}${broken.size ? `; FAILED, left out: ${[...broken].join(", ")}` : ""})`);
 for (const r of checkRows) console.log(r);
 console.log("\n## attnCausal speed, 32 heads / 8 KV heads, head dim 128, bf16 cache, firstPos 0");
 for (const r of speedRows) console.log(r);

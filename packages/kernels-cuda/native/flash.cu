@@ -56,11 +56,12 @@ __global__ void __launch_bounds__(128) flash_causal_simt_kernel(float *out, cons
   }
 }
 
-// Which tensor-core kernel serves: FLASH_V1, or FLASH_V2 with 4 warps (64 query rows a block) at 2
-// or 3 blocks an SM, or 8 warps (128 rows). HYBRIDGEN_FLASH=v1|v2-64|v2-64x3|v2-128 picks one at the
-// first call; hg_cu_flash_variant switches in a running process (benches).
-enum { FLASH_DEFAULT = 0, FLASH_V1 = 1, FLASH_V2_64 = 2, FLASH_V2_128 = 3, FLASH_V2_64X3 = 4, FLASH_VARIANTS = 5 };
-static const char *const FLASH_NAMES[FLASH_VARIANTS] = {"", "v1", "v2-64", "v2-128", "v2-64x3"};
+// Which tensor-core kernel serves: FLASH_V1, FLASH_V2 with 4 warps (64 query rows a block) at 2 or
+// 3 blocks an SM or with 8 warps (128 rows), or FLASH_V3 (wgmma; sm_90 only, else v2-64 serves).
+// HYBRIDGEN_FLASH=v1|v2-64|v2-64x3|v2-128|v3|v3x3 picks one at the first call; hg_cu_flash_variant
+// switches in a running process (benches).
+enum { FLASH_DEFAULT = 0, FLASH_V1 = 1, FLASH_V2_64 = 2, FLASH_V2_128 = 3, FLASH_V2_64X3 = 4, FLASH_V3 = 5, FLASH_V3X3 = 6, FLASH_VARIANTS = 7 };
+static const char *const FLASH_NAMES[FLASH_VARIANTS] = {"", "v1", "v2-64", "v2-128", "v2-64x3", "v3", "v3x3"};
 static const int FLASH_CHOSEN = FLASH_V2_64;  // the default
 static int flashVariant = -1;                 // -1: not read from the environment yet
 
@@ -82,6 +83,9 @@ HG_EXPORT int hg_cu_flash_variant(int v) {
   return flash_variant();
 }
 
+// 1 when this device runs the wgmma kernel (v3, v3x3); elsewhere those variants fall back to v2-64.
+HG_EXPORT int hg_cu_flash_wgmma(void) { return hg_flash_v3_supported(); }
+
 // 1 when a tensor-core kernel serves this dtype/head dim (tests and benches report it).
 HG_EXPORT int hg_cu_attn_causal_path(int dt, int headDim) { return (dt == DT_BF16 || dt == DT_F16) && (headDim == 64 || headDim == 128) ? 1 : 0; }
 
@@ -98,6 +102,8 @@ HG_EXPORT int hg_cu_attn_causal(HgCtx *c, float *out, const float *q, int rowStr
   if (hg_cu_attn_causal_path(dt, headDim) && aligned) {
     const int variant = flash_variant();
     if (variant == FLASH_V1) return hg_flash_v1(c, out, q, rowStride, k, v, dt, heads, group, headDim, cap, start, firstPos, n, sl);
+    if ((variant == FLASH_V3 || variant == FLASH_V3X3) && hg_flash_v3_supported())
+      return hg_flash_v3(c, variant == FLASH_V3X3, out, q, rowStride, k, v, dt, heads, group, headDim, cap, start, firstPos, n, sl);
     const int shape = variant == FLASH_V2_128 ? FLASH2_W8 : variant == FLASH_V2_64X3 ? FLASH2_W4_OCC3 : FLASH2_W4;
     return hg_flash_v2(c, shape, out, q, rowStride, k, v, dt, heads, group, headDim, cap, start, firstPos, n, sl);
   }

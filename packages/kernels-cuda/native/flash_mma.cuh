@@ -51,6 +51,14 @@ __device__ __forceinline__ void load_q_fragments(unsigned (&qa)[HD / 16][4], con
   }
 }
 
+// 2^x as one MUFU op: flushing subnormal results to zero drops nothing a softmax keeps, while
+// exp2f's subnormal handling costs three more instructions per probability.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+
 __device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 // 16 bytes global -> shared without a register stop; `valid` false writes zeros (keys past the
@@ -75,6 +83,11 @@ enum { FLASH2_W4 = 0, FLASH2_W4_OCC3 = 1, FLASH2_W8 = 2 };
 // Launchers (dt: DT_BF16 or DT_F16, headDim 64 or 128; pointers checked aligned by the caller).
 // Both return the launch's cudaError_t as int.
 int hg_flash_v1(HgCtx *c, float *out, const float *q, int rowStride, const void *k, const void *v, int dt, int heads, int group, int headDim, int cap,
+                int start, int firstPos, int n, float scaleLog2);
+// The wgmma kernel (flash_v3.cu; occ3: 3 blocks an SM, else 2) runs only where
+// hg_flash_v3_supported says 1 (sm_90 devices).
+int hg_flash_v3_supported(void);
+int hg_flash_v3(HgCtx *c, int occ3, float *out, const float *q, int rowStride, const void *k, const void *v, int dt, int heads, int group, int headDim, int cap,
                 int start, int firstPos, int n, float scaleLog2);
 int hg_flash_v2(HgCtx *c, int shape, float *out, const float *q, int rowStride, const void *k, const void *v, int dt, int heads, int group,
                 int headDim, int cap, int start, int firstPos, int n, float scaleLog2);

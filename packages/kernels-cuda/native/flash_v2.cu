@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(NW * 32, MINB)
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float a0 = exp2f(m0 - mx0), a1 = exp2f(m1 - mx1);  // first tile: exp2(-inf) = 0
+    const float a0 = exp2_ftz(m0 - mx0), a1 = exp2_ftz(m1 - mx1);  // first tile: 2^-inf = 0
     m0 = mx0;
     m1 = mx1;
     l0 *= a0;
@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(NW * 32, MINB)
     unsigned pa[BK / 16][4];  // P as A fragments: n-tiles 2kk and 2kk+1 are k-step kk's two halves
 #pragma unroll
     for (int nt = 0; nt < BK / 8; nt++) {
-      const float p00 = exp2f(sc[nt][0] - mx0), p01 = exp2f(sc[nt][1] - mx0);
-      const float p10 = exp2f(sc[nt][2] - mx1), p11 = exp2f(sc[nt][3] - mx1);
+      const float p00 = exp2_ftz(sc[nt][0] - mx0), p01 = exp2_ftz(sc[nt][1] - mx0);
+      const float p10 = exp2_ftz(sc[nt][2] - mx1), p11 = exp2_ftz(sc[nt][3] - mx1);
       l0 += p00 + p01;
       l1 += p10 + p11;
       pa[nt / 2][(nt & 1) * 2] = Mma<T>::pack(p00, p01);

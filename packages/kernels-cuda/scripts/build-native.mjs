@@ -1,4 +1,4 @@
-// Builds lib/libhgcuda.so from native/*.cu with nvcc: sm_90 machine code plus compute_90 PTX
+// Builds lib/libhgcuda.so from native/*.cu with nvcc: sm_90a machine code plus compute_90 PTX
 // (other GPUs JIT it), cudart linked statically (the default) so the library loads where no
 // CUDA runtime is installed. No nvcc: says so and exits 0 (the JS side then reports
 // "CUDA unavailable: library not built"). A compile error exits non-zero, so CI catches it.
@@ -47,7 +47,7 @@ const tmp = `${out}.tmp-${process.pid}`;
 const args = [
   "-O3",
   "-std=c++17",
-  "-gencode", "arch=compute_90,code=sm_90",
+  "-gencode", "arch=compute_90a,code=sm_90a", // sm_90a: wgmma (flash_v3.cu); same code as sm_90 otherwise
   "-gencode", "arch=compute_90,code=compute_90",
   "-Xcompiler", "-fPIC,-O2,-fvisibility=hidden",
   "-shared",
