@@ -298,7 +298,8 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     }
     // attnCausal (prefill attention without the score matrix) against the reference's row stages.
     for (const dt of DTYPES) {
-      for (const [heads, kvHeads, hd, n, firstPos, start] of [[32, 8, 128, 150, 70, 5], [8, 2, 64, 97, 0, 0], [6, 6, 40, 33, 10, 3], [4, 1, 128, 64, 200, 0]] as const) {
+      // GQA groups 4, 4, 1, 4, 1 and 8; rows not a multiple of 64; second blocks (firstPos > 0); ring starts.
+      for (const [heads, kvHeads, hd, n, firstPos, start] of [[32, 8, 128, 150, 70, 5], [8, 2, 64, 97, 0, 0], [6, 6, 40, 33, 10, 3], [4, 1, 128, 64, 200, 0], [8, 8, 128, 300, 0, 0], [16, 2, 64, 190, 129, 7]] as const) {
         const cap = start + firstPos + n + 3, total = firstPos + n;
         const tc = cuda.attnCausalUsesTensorCores(dt, hd);
         const tag = `${dt} h${heads}/${kvHeads} d${hd} n${n}@${firstPos}${tc ? " tensor cores" : ""}`;
