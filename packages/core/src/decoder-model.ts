@@ -165,12 +165,15 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
     }
   }
 
-  /** Make stepBatch take up to `capacity` sequences (≤ MAX_BATCH); allocates the batch buffers once. */
+  /**
+   * Make stepBatch take up to `capacity` sequences (≤ MAX_BATCH). The batch buffers are made
+   * once; a larger capacity later makes new ones (the smaller stay allocated until close, so
+   * reserve the largest batch first).
+   */
   reserveBatch(capacity: number): void {
     this.checkOpen();
     if (!(Number.isInteger(capacity) && capacity >= 1 && capacity <= MAX_BATCH)) fail(`batch size ${capacity} out of range [1, ${MAX_BATCH}]`);
     if (capacity === 1 || (this.batch && this.batch.capacity >= capacity)) return;
-    if (this.batch) fail(`batched decode buffers were made for ${this.batch.capacity} sequences; reserve the largest batch first`);
     this.batch = new BatchRows(this.backend, this.w, this.shape, capacity);
     this.allocBatch(capacity);
   }
