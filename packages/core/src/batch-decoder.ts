@@ -33,6 +33,7 @@ export class BatchDecoder implements Disposable {
     readonly capacity: number,
   ) {
     if (!(Number.isInteger(capacity) && capacity >= 1 && capacity <= MAX_BATCH)) fail(`batch size ${capacity} out of range [1, ${MAX_BATCH}]`);
+    if (capacity > 1 && model.attention.decodeAttention) fail("batched decode does not support hybrid attention (use batch 1)");
     this.rowOfSlot = new Int32Array(capacity).fill(-1);
     model.reserveBatch(capacity);
     this.slots.push(model.ownSequence);
