@@ -14,13 +14,13 @@
  * pinned host↔device bandwidth of the copy path.
  */
 import {
-  HybridAttention, loadModel, presetConfig, type Backend, type DecoderModel, type LogitsMode,
+  HybridAttention, loadModel, presetConfig, type Backend, type CausalLM, type LogitsMode,
 } from "@hybridgen/core";
 import { createSelector } from "../../selectors/src/index.js";
 import { FixedScheduler } from "../../scheduler/src/index.js";
 import { createCpuBackend, createNativeRandomFill, NativeCpuStage } from "../../kernels-cpu/dist/index.js"; // the dist the CLI code uses too (one CpuBackend class)
 import { attachHybrid, HybridCliOptionsSchema } from "../../../apps/cli/src/hybrid-options.js";
-import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend } from "../src/index.js";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type CudaHostLink } from "../src/index.js";
 import { dummyFiles, STORIES15M_SHAPE } from "./models.js";
 
 function arg(name: string, dflt: string): string {
@@ -46,17 +46,21 @@ function check(ok: boolean, what: string): void {
   if (!ok) failures.push(what);
 }
 
-const SMALL_CONTEXT = 256, PROMPT = 40, SMALL_STEPS = 60;
+// A 2400-token cache (max_position_embeddings raised) so the host store and the stage's V
+// buffer are blocks of over 2 MiB, which the host link pins: the checks cover the DMA path.
+const SMALL_CONTEXT = 2400, PROMPT = 40, SMALL_STEPS = 60;
+const SMALL_SHAPE = { ...STORIES15M_SHAPE, max_position_embeddings: 4096 };
 const prompt = Int32Array.from({ length: PROMPT }, (_, i) => (i * 7919 + 11) % 32000);
 
 interface HybridRun { logits: Float32Array[]; tokens: number[]; summary: string }
 
 /** Prompt then greedy steps (or the given tokens), logits of every forward. */
 async function runSmall(be: Backend, hybrid: Record<string, unknown> | null, feed?: number[]): Promise<HybridRun> {
-  using files = dummyFiles(STORIES15M_SHAPE, "f32", 7);
+  using files = dummyFiles(SMALL_SHAPE, "f32", 7);
   const h = HybridCliOptionsSchema.parse(hybrid ?? {});
   using model = loadModel(files, be, { maxContext: SMALL_CONTEXT, prefillBlock: 64, ...(hybrid ? { kvWindow: h.gpuKvBudget!, kvSinks: h.sinkTokens } : {}) });
   using ha = await attachHybrid(model, be, h);
+  if (ha && be.hostTransfers) console.log(`  host link regions: ${JSON.stringify((be.hostTransfers() as CudaHostLink).pinCounts())}`);
   const logits = [model.forward(prompt, 0)];
   const tokens: number[] = [];
   for (let s = 0; s < SMALL_STEPS; s++) {
@@ -86,20 +90,32 @@ function relDiff(a: Float32Array, b: Float32Array): number {
   using cuda = createCudaBackend({ arenaBytes: 2 ** 32 });
   using cpu = createCpuBackend({ threads: 4 });
   const base = { attention: "hybrid", gpuKvBudget: 32, sinkTokens: 4, cpuStageThreads: 4 };
-  const full = await runSmall(cuda, null);
-  const all = await runSmall(cuda, { ...base, selector: "all", logits: "exact" }, full.tokens);
-  const worst = Math.max(...all.logits.map((l, i) => relDiff(l, full.logits[i])));
-  check(worst < 1e-5, `CUDA hybrid "all" + exact vs CUDA full attention, ${SMALL_STEPS + 1} forwards: worst max|Δ|/max|logit| ${worst.toExponential(2)} (< 1e-5)`);
-  console.log(`  ${all.summary}`);
+  const attempt = async (what: string, f: () => Promise<void>) => {
+    try {
+      await f();
+    } catch (e) {
+      check(false, `${what}: ${(e as Error).message}`);
+    }
+  };
+  await attempt("all + exact", async () => {
+    const full = await runSmall(cuda, null);
+    const all = await runSmall(cuda, { ...base, selector: "all", logits: "exact" }, full.tokens);
+    const worst = Math.max(...all.logits.map((l, i) => relDiff(l, full.logits[i])));
+    check(worst < 1e-5, `CUDA hybrid "all" + exact vs CUDA full attention, ${SMALL_STEPS + 1} forwards: worst max|Δ|/max|logit| ${worst.toExponential(2)} (< 1e-5)`);
+    console.log(`  ${all.summary}`);
+  });
   for (const logits of ["exact", "speculative"] as LogitsMode[]) {
-    const opts = { ...base, k: 8, logits };
-    const onCuda = await runSmall(cuda, opts);
-    const onCpu = await runSmall(cpu, opts);
-    const same = onCuda.tokens.filter((t, i) => t === onCpu.tokens[i]).length;
-    const worstL = Math.max(...onCuda.logits.map((l, i) => relDiff(l, onCpu.logits[i])));
-    check(same === SMALL_STEPS, `top-K 8 ${logits}: CUDA greedy tokens equal the CPU backend's hybrid run (${same}/${SMALL_STEPS}; logits within ${worstL.toExponential(2)} relative)`);
-    console.log(`  cuda: ${onCuda.summary}`);
+    await attempt(`top-K ${logits}`, async () => {
+      const opts = { ...base, k: 8, logits };
+      const onCuda = await runSmall(cuda, opts);
+      const onCpu = await runSmall(cpu, opts);
+      const same = onCuda.tokens.filter((t, i) => t === onCpu.tokens[i]).length;
+      const worstL = Math.max(...onCuda.logits.map((l, i) => relDiff(l, onCpu.logits[i])));
+      check(same === SMALL_STEPS, `top-K 8 ${logits}: CUDA greedy tokens equal the CPU backend's hybrid run (${same}/${SMALL_STEPS}; logits within ${worstL.toExponential(2)} relative)`);
+      console.log(`  cuda: ${onCuda.summary}`);
+    });
   }
+  console.log(`host link diagnostics: ${JSON.stringify((cuda.hostTransfers() as CudaHostLink).diagnostics())}`);
   check(cuda.liveTensors === 0, `device tensors left after the checks: ${cuda.liveTensors}`);
 }
 
@@ -118,7 +134,7 @@ const rows: string[] = [
   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ];
 
-function decode(model: DecoderModel, first: number): { ms: number; tok: number } {
+function decode(model: CausalLM, first: number): { ms: number; tok: number } {
   let tok = model.argmaxLogits();
   model.step(Int32Array.of(tok), first); // warm-up step (first hybrid step, graph capture)
   tok = model.argmaxLogits();
@@ -158,7 +174,7 @@ console.log(`pinned copy path (copy stream, 256 MiB): host→device ${(bw.h2d / 
   model.cache.attachHostStore(host, link, true);
   console.log(`hybrid model loaded, host store (${(model.cache.storeCapacity * model.cache.layers * 2 * model.cache.kvHeads * model.cache.headDim * 2 / 1e9).toFixed(2)} GB pinned) in ${((performance.now() - t0) / 1e3).toFixed(1)} s`);
   for (const k of ks) {
-    for (const logits of ["exact", "speculative"] as LogitsMode[]) {
+    for (const logits of ["exact", "speculative"] as LogitsMode[]) try {
       const stage = new NativeCpuStage(host, { threads });
       using ha = HybridAttention.attach(
         { attention: model.attention, projector: model, stage, selector: createSelector("topk"), scheduler: new FixedScheduler({ k, timing: "post" }) },
@@ -177,10 +193,14 @@ console.log(`pinned copy path (copy stream, 256 MiB): host→device ${(bw.h2d / 
       console.log(rows[rows.length - 1]);
       console.log(`  ${st.summary()}`);
       model.attention.setDecodeAttention(null);
+    } catch (e) {
+      check(false, `hybrid K ${k} ${logits}: ${(e as Error).message}`);
+      model.attention.setDecodeAttention(null);
     }
   }
 }
 
+console.log(`host link: ${JSON.stringify({ ...(link as CudaHostLink).diagnostics(), ...(link as CudaHostLink).pinCounts() })}`);
 console.log(`\n## preset:llama-3.1-8b, dummy bf16 weights, bf16 KV, batch 1, context ${context} + ${steps} steps; CPU stage ${threads} threads, top-K per KV head (post-QKᵀ, in the stage); ${sinks} sinks`);
 console.log(`pinned copy path: H2D ${(bw.h2d / 1e9).toFixed(1)} GB/s, D2H ${(bw.d2h / 1e9).toFixed(1)} GB/s`);
 for (const r of rows) console.log(r);

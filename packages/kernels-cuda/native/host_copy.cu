@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <stdio.h>
 
 static const int POOL = 2048;  // timeline events a step may record (more are not timed)
 enum { MARK_RESUME = 0, MARK_PAUSE = 1, STALL_BEGIN = 2, STALL_END = 3, COPY_BEGIN = 4, COPY_END = 5 };
@@ -18,7 +19,19 @@ struct HgLink {
   int kind[POOL];
   int n;
   int open;  // between a resume and a pause mark: compute stalls count against T_gpu
+  int rowwise;     // 2-D copies the driver refused and that ran row by row instead
+  char why[256];   // the call that failed, with its arguments (hg_link_error)
 };
+
+// Keeps the first failure's details for hg_link_error; returns e.
+static cudaError_t note(HgLink *l, cudaError_t e, const char *what, const double *d) {
+  if (e != cudaSuccess && !l->why[0]) {
+    if (d) snprintf(l->why, sizeof l->why, "%s: %s (dst %#llx, src %#llx, width %.0f, rows %.0f, pitches %.0f/%.0f)", what, cudaGetErrorName(e),
+                    (unsigned long long)d[0], (unsigned long long)d[1], d[2], d[3], d[4], d[5]);
+    else snprintf(l->why, sizeof l->why, "%s: %s", what, cudaGetErrorName(e));
+  }
+  return e;
+}
 
 static int record(HgLink *l, int kind, cudaStream_t s) {
   if (l->n >= POOL) return 0;  // past the pool: ordering stays right, the step is timed short
@@ -59,10 +72,13 @@ HG_EXPORT void hg_link_destroy(HgLink *l) {
   free(l);
 }
 
-// Page-locks [p, p + bytes) so copies with it are DMA'd asynchronously (cudaHostRegister).
-// -1: its pages overlap memory pinned before (a small buffer sharing a page): left pageable,
-// which copies still handle correctly, only synchronously.
-// Whole pages: [p, p + bytes) rounded out to page boundaries (unpin rounds p down the same way).
+// Page-locks [p, p + bytes) so copies with it are DMA'd asynchronously (cudaHostRegister),
+// rounded out to whole pages. A registration must never cover another region's bytes: the
+// driver takes a copy whose start lies in a registered range to be inside that range and
+// refuses one that runs past its end (cudaErrorInvalidValue). So only blocks that own their
+// pages are pinned — page-aligned and at least 2 MiB, as kernels-cpu's mmap'd blocks are
+// (memory.c); smaller ones (and any whose pages another registration holds) return -1 and
+// stay pageable, which copies handle correctly, only synchronously.
 static size_t page_size(void) {
   static size_t ps = 0;
   if (!ps) {
@@ -72,17 +88,20 @@ static size_t page_size(void) {
   return ps;
 }
 
+static const size_t PIN_MIN_BYTES = 2u << 20;
+
 HG_EXPORT int hg_host_pin(void *p, double bytes) {
   const size_t ps = page_size();
-  const uintptr_t a = (uintptr_t)p & ~(uintptr_t)(ps - 1), b = ((uintptr_t)p + (size_t)bytes + ps - 1) & ~(uintptr_t)(ps - 1);
-  cudaError_t e = cudaHostRegister((void *)a, (size_t)(b - a), cudaHostRegisterPortable);
+  if (((uintptr_t)p & (ps - 1)) != 0 || (size_t)bytes < PIN_MIN_BYTES) return -1;
+  const size_t len = ((size_t)bytes + ps - 1) & ~(ps - 1);
+  cudaError_t e = cudaHostRegister(p, len, cudaHostRegisterPortable);
   if (e == cudaErrorHostMemoryAlreadyRegistered) {
     cudaGetLastError();
     return -1;
   }
   return (int)e;
 }
-HG_EXPORT int hg_host_unpin(void *p) { return (int)cudaHostUnregister((void *)((uintptr_t)p & ~(uintptr_t)(page_size() - 1))); }
+HG_EXPORT int hg_host_unpin(void *p) { return (int)cudaHostUnregister(p); }
 
 // n copies, each 6 doubles: dst address, src address, width bytes, rows, dst pitch, src pitch.
 // dir 0 (device -> host): the copy stream first waits for every compute op queued so far.
@@ -91,11 +110,15 @@ HG_EXPORT int hg_host_unpin(void *p) { return (int)cudaHostUnregister((void *)((
 // ops wait for the copies (a D2H source may be overwritten at once; H2D data is there).
 HG_EXPORT int hg_link_copy(HgLink *l, int dir, const double *d, int n) {
   HgCtx *c = l->c;
-  HG_FLUSH(c);
+  {
+    int fr = hg_drain(c);
+    if (!fr) fr = hg_flush_copies(c);
+    if (fr) return (int)note(l, (cudaError_t)fr, "queued ops before the copy", NULL);
+  }
   cudaError_t e;
   if (dir == 0) {
-    if ((e = cudaEventRecord(l->order[0], c->compute)) != cudaSuccess) return (int)e;
-    if ((e = cudaStreamWaitEvent(c->copy, l->order[0], 0)) != cudaSuccess) return (int)e;
+    if ((e = note(l, cudaEventRecord(l->order[0], c->compute), "record compute", NULL)) != cudaSuccess) return (int)e;
+    if ((e = note(l, cudaStreamWaitEvent(c->copy, l->order[0], 0), "copy waits on compute", NULL)) != cudaSuccess) return (int)e;
     l->prev = -1;  // order[0] was reused: the next H2D waits for everything queued by then
   } else {
     const int now = l->prev == 1 ? 2 : 1;
@@ -115,9 +138,20 @@ HG_EXPORT int hg_link_copy(HgLink *l, int dir, const double *d, int n) {
     const void *src = (const void *)(uintptr_t)d[1];
     const size_t width = (size_t)d[2], rows = (size_t)d[3];
     if (width == 0 || rows == 0) continue;
-    if (rows == 1) e = cudaMemcpyAsync(dst, src, width, kind, c->copy);
-    else e = cudaMemcpy2DAsync(dst, (size_t)d[4], src, (size_t)d[5], width, rows, kind, c->copy);
-    if (e != cudaSuccess) return (int)e;
+    if (rows == 1) {
+      e = cudaMemcpyAsync(dst, src, width, kind, c->copy);
+    } else {
+      e = cudaMemcpy2DAsync(dst, (size_t)d[4], src, (size_t)d[5], width, rows, kind, c->copy);
+      if (e != cudaSuccess) {  // refused as a 2-D copy: the same bytes row by row
+        note(l, e, "2-D copy (then row by row)", d);
+        cudaGetLastError();
+        l->rowwise++;
+        e = cudaSuccess;
+        for (size_t r = 0; r < rows && e == cudaSuccess; r++)
+          e = cudaMemcpyAsync((char *)dst + r * (size_t)d[4], (const char *)src + r * (size_t)d[5], width, kind, c->copy);
+      }
+    }
+    if (note(l, e, "copy", d) != cudaSuccess) return (int)e;
   }
   if ((r = record(l, COPY_END, c->copy))) return r;
   // A dedicated untimed event for the compute wait: order[0] may be re-recorded meanwhile.
@@ -130,6 +164,12 @@ HG_EXPORT int hg_link_copy(HgLink *l, int dir, const double *d, int n) {
   if ((r = record(l, STALL_BEGIN, c->compute))) return r;
   if ((e = cudaStreamWaitEvent(c->compute, done, 0)) != cudaSuccess) return (int)e;
   return record(l, STALL_END, c->compute);
+}
+
+// The first failure of a copy call since creation ("" if none); out[0] = 2-D copies run row by row.
+HG_EXPORT void hg_link_error(HgLink *l, char *buf, int len, double *rowwise) {
+  if (buf && len > 0) snprintf(buf, (size_t)len, "%s", l->why);
+  if (rowwise) *rowwise = l->rowwise;
 }
 
 // Resume (0): the host queues compute work again; pause (1): it is about to block.

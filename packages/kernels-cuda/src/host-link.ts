@@ -55,7 +55,7 @@ export class CudaHostLink implements HostTransfers {
     if (region.byteLength === 0) return;
     const rc = this.owner.lib.hg_host_pin(P(region.address), region.byteLength);
     if (rc === -1) {
-      this.pageable.add(region.address); // shares a page with pinned memory: copies stay correct, synchronous
+      this.pageable.add(region.address); // not a page-owning block (see hg_host_pin): copies stay correct, synchronous
       return;
     }
     this.owner.ok("pin (cudaHostRegister)", rc);
@@ -69,6 +69,11 @@ export class CudaHostLink implements HostTransfers {
     if (this.pageable.delete(region.address)) return;
     if (!this.pinned.delete(region.address)) bad(`unpin: host region at 0x${region.address.toString(16)} is not pinned`);
     this.owner.ok("unpin (cudaHostUnregister)", this.owner.lib.hg_host_unpin(P(region.address)));
+  }
+
+  /** Regions pinned, and regions pin() left pageable (smaller than 2 MiB or not page-aligned). */
+  pinCounts(): { pinned: number; pageable: number } {
+    return { pinned: this.pinned.size, pageable: this.pageable.size };
   }
 
   /** Whether `region` lies inside a pinned region (copies from pageable memory would be synchronous). */
@@ -154,7 +159,17 @@ export class CudaHostLink implements HostTransfers {
       d[o + 4] = dir === 0 ? hp : tp;
       d[o + 5] = dir === 0 ? tp : hp;
     }
-    this.owner.ok(op, this.owner.lib.hg_link_copy(link, dir, d, copies.length));
+    const rc = this.owner.lib.hg_link_copy(link, dir, d, copies.length);
+    if (rc !== 0) this.owner.ok(`${op} (${this.diagnostics().firstError})`, rc);
+  }
+
+  /** The first failing call of a copy since creation (with its arguments), and how many 2-D
+   * copies the driver refused and that ran row by row instead. */
+  diagnostics(): { firstError: string; rowwise: number } {
+    const buf = new Uint8Array(256), n = new Float64Array(1);
+    this.owner.lib.hg_link_error(this.live("diagnostics"), buf, buf.length, n);
+    const end = buf.indexOf(0);
+    return { firstError: new TextDecoder().decode(buf.subarray(0, end < 0 ? buf.length : end)), rowwise: n[0] };
   }
 }
 

@@ -70,6 +70,7 @@ export const backendSymbols = {
   hg_link_fence: { args: [ptr], returns: i32 },
   hg_link_times: { args: [ptr, ptr], returns: i32 },
   hg_link_bandwidth: { args: [ptr, ptr, f64, i32, ptr], returns: i32 },
+  hg_link_error: { args: [ptr, ptr, i32, ptr], returns: none },
 } as const;
 
 /** The functions the backend calls; a test can hand the backend a stand-in with the same shape. */

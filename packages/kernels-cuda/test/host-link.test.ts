@@ -83,7 +83,7 @@ describe("CudaBackend.hostTransfers checks (stand-in library)", () => {
 
 describe.skipIf(!cuda.available)("host link on the GPU", () => {
   it("pinned round trips through the copy stream keep the data; events give T_tx and T_gpu", async () => {
-    const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
+    const { createCpuBackend } = await import("../../kernels-cpu/src/index.js");
     using be = createCudaBackend({ arenaBytes: 2 ** 28 });
     using host = createCpuBackend({ threads: 1 });
     const link = be.hostTransfers();
