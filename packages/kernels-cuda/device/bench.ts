@@ -3,8 +3,9 @@
  * (batch 1), next to the floor measured in the same run: (weight bytes + KV bytes read per
  * step) ÷ device-to-device copy bandwidth. Prints one table. Usage:
  *   bun bench.js [--contexts 2048,8192,32768] [--steps 32] [--preset llama-3.1-8b] [--prefill-block 8192]
- * The first context runs in several variants (graphs off; the decode fusions — Backend.matvec
- * and the split-K decode attention — each hidden from core in turn); the rest: everything on.
+ *                [--diag off] [--variants 2,3]  (skip the kernel diagnostics; run only those first-context variants)
+ * The first context runs in several variants (graphs off, no fusions, the decode-tuning
+ * switches: programmatic launch, attention rows a round); the rest: the defaults.
  */
 import { loadModel, presetConfig, type Backend, type MatvecFusion } from "@hybridgen/core";
 import { CudaBackend, createCudaBackend, describeCudaAvailability, cudaAvailability, type DecodeTuning } from "../src/index.js";
@@ -46,7 +47,7 @@ console.log(`D2D copy bandwidth (read + write): ${(bw / 1e12).toFixed(2)} TB/s; 
 
 // ---- diagnostics: GEMV bandwidth on the 8B shapes, and the host cost of one op from JS ----
 const diag: string[] = ["| what | result |", "| --- | --- |"];
-{
+if (arg("diag", "on") !== "off") {
   const chunk = new Float32Array(1 << 20);
   for (let i = 0; i < chunk.length; i++) chunk[i] = Math.sin(i * 12.9898) * 0.05;
   for (const [m, k] of [[6144, 4096], [4096, 4096], [28672, 4096], [4096, 14336], [128256, 4096]]) {
@@ -121,10 +122,9 @@ const diag: string[] = ["| what | result |", "| --- | --- |"];
   // boundary to the next one, with each decode-tuning choice.
   {
     const tunings: [string, Partial<DecodeTuning>][] = [
-      ["plain launches", { programmaticLaunch: false, gemvPrefetch: "off", attnUnroll: 2 }],
-      ["PDL", { programmaticLaunch: true, gemvPrefetch: "off", attnUnroll: 2 }],
-      ["PDL + L2 prefetch a chunk ahead / attention 4 rows a round", { programmaticLaunch: true, gemvPrefetch: "chunk", attnUnroll: 4 }],
-      ["PDL + L2 prefetch of the row", { programmaticLaunch: true, gemvPrefetch: "row", attnUnroll: 2 }],
+      ["plain launches", { programmaticLaunch: false, attnUnroll: 2 }],
+      ["PDL", { programmaticLaunch: true, attnUnroll: 2 }],
+      ["PDL + attention 4 rows a round", { programmaticLaunch: true, attnUnroll: 4 }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -235,21 +235,21 @@ function hide(name: "matvec" | "attnCausal", hidden: boolean): void {
 }
 interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean; fuse?: { norm: boolean; siluMul: boolean; accumulate: boolean }; tuning?: Partial<DecodeTuning> }
 const DEFAULT_TUNING = cuda.decodeTuning;
-const ALL: Variant = { name: `default (split-K + matvec, norm apart, PDL ${DEFAULT_TUNING.programmaticLaunch ? "on" : "off"}, GEMV L2 prefetch ${DEFAULT_TUNING.gemvPrefetch}, attention ${DEFAULT_TUNING.attnUnroll} rows a round)`, graphs: true, matvec: true, splitK: true };
+const ALL: Variant = { name: `default (split-K + matvec, norm apart, PDL ${DEFAULT_TUNING.programmaticLaunch ? "on" : "off"}, attention ${DEFAULT_TUNING.attnUnroll} rows a round)`, graphs: true, matvec: true, splitK: true };
 const NORM_IN: Variant["fuse"] = { norm: true, siluMul: true, accumulate: true };
 // The third pass's fusion variants are in DEVICE-NOTES.md; these compare the fourth pass's switches.
-const variants: Variant[] = [
+const allVariants: Variant[] = [
   { name: "no fusions (second pass)", graphs: true, matvec: false, splitK: false },
   { name: "default, graphs off", graphs: false, matvec: true, splitK: true },
-  { name: "default, PDL off", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: false, gemvPrefetch: "off" } },
-  { name: "default, PDL only", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, gemvPrefetch: "off" } },
-  { name: "default, PDL + GEMV L2 prefetch a chunk ahead", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, gemvPrefetch: "chunk" } },
-  { name: "default, PDL + GEMV L2 prefetch of the row", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, gemvPrefetch: "row" } },
-  { name: "default, PDL + attention 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, gemvPrefetch: "off", attnUnroll: 4 } },
-  { name: "norm in the GEMV, PDL", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { programmaticLaunch: true, gemvPrefetch: "off" } },
-  { name: "norm in the GEMV, PDL + GEMV L2 prefetch a chunk ahead", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { programmaticLaunch: true, gemvPrefetch: "chunk" } },
-  ALL,
+  { name: "default, PDL off, attention 2 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: false, attnUnroll: 2 } },
+  { name: "default, PDL on, attention 2 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, attnUnroll: 2 } },
+  { name: "default, PDL off, attention 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: false, attnUnroll: 4 } },
+  { name: "default, PDL on, attention 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, attnUnroll: 4 } },
+  { name: "norm in the GEMV, PDL on", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { programmaticLaunch: true } },
 ];
+// --variants 2,3: only those (indices into allVariants); the default is always run last.
+const picked = arg("variants", "");
+const variants: Variant[] = [...(picked ? picked.split(",").map((i) => allVariants[Number(i)]).filter(Boolean) : allVariants), ALL];
 
 const rows: string[] = ["| context | variant | prefill s | prefill tok/s | decode ms/token | floor ms | ratio | backend calls/step | graphs captured/replayed/drained | arena peak GB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
 for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 ? variants.map((x) => [c, x]) : [[c, ALL]])) as [number, Variant][]) {

@@ -94,7 +94,6 @@ struct HgCtx {
   int lastCaptureError;   // the last failed capture's error, 0 none
   // decode tuning switches (hg_cu_set_decode_option; defaults set in hg_graph_init)
   int pdl;                // decode kernels launched with programmatic dependent launch
-  int gemvPrefetch;       // decode GEMV L2 prefetch: 0 the first chunks only, 1 a chunk ahead, 2 whole rows
   int attnUnroll;         // split-K decode attention: token rows a lane loads per round (2 or 4)
 };
 
@@ -155,11 +154,11 @@ static inline int hg_launched(void) { return (int)cudaGetLastError(); }
 
 // Programmatic dependent launch (sm_90): a kernel launched with hg_launch may start while the
 // kernel before it drains. It must call hg_pdl_wait() before it touches anything an earlier
-// kernel writes (or writes anything an earlier kernel reads); what comes before the wait is
-// only reads of data no kernel of the step writes (weights) and L2 prefetches (L2 is the point
-// of coherence). hg_pdl_trigger() lets the next kernel's blocks be scheduled. Both are no-ops
-// for a kernel launched without the attribute. Every kernel launched this way waits in every
-// thread before it exits, so completion stays transitive along the chain.
+// kernel writes (or writes anything an earlier kernel reads). hg_pdl_trigger() lets the next
+// kernel's blocks be scheduled once every block of this one has called it (or exited): the big
+// kernels call it after their loads, not at their start, else a chain of later kernels takes SM
+// slots early. Both are no-ops for a kernel launched without the attribute. Every kernel
+// launched this way waits in every thread before it exits, so completion stays transitive.
 __device__ __forceinline__ void hg_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -170,13 +169,6 @@ __device__ __forceinline__ void hg_pdl_trigger() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-// `bytes` (a multiple of 16, 16-byte aligned) from global memory into L2, one instruction (TMA).
-__device__ __forceinline__ void hg_prefetch_l2_bulk(const void *p, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 // Launches `kernel` on the compute stream, with the programmatic-serialization attribute when
 // c->pdl is on (the kernel then follows the hg_pdl_wait contract above).
 template <typename... KArgs, typename... Args>

@@ -38,23 +38,13 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
   constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW;
   __shared__ float smA[DA_WARPS][DA_HEADS][256];
   __shared__ float smM[DA_WARPS][DA_HEADS], smL[DA_WARPS][DA_HEADS];
-  hg_pdl_trigger();
-  // dyn was uploaded before the step's graph: readable before the wait.
+  hg_pdl_wait();  // programmatic launch (common.cuh): q and the K/V append come from the kernels before
   if (dyn) { start = dyn[0]; count = dyn[1]; }
   const int chunk = da_chunk(count, maxSplits);
   const int split = blockIdx.x;
+  if (split * chunk >= count) return;  // the whole block, before any barrier
   const int g = blockIdx.y, h0 = g * group + blockIdx.z * DA_HEADS;
   const size_t rowBytes = (size_t)headDim * ES;
-  if (threadIdx.x < 2 && blockIdx.z == 0 && split * chunk < count) {
-    // Programmatic launch: ask L2 for this chunk's K and V (up to 32 KB each) while the kernels
-    // before this one finish; L2 is coherent, so the row the K/V append is writing is safe.
-    const int rows = min(count - split * chunk, chunk);
-    const size_t bytes = min((size_t)rows * rowBytes, (size_t)32768) & ~(size_t)15;
-    const char *base = (const char *)(threadIdx.x == 0 ? k : v) + ((size_t)g * cap + start + (size_t)split * chunk) * rowBytes;
-    if (bytes && ((uintptr_t)base & 15) == 0) hg_prefetch_l2_bulk(base, (unsigned)bytes);
-  }
-  hg_pdl_wait();
-  if (split * chunk >= count) return;  // the whole block, before any barrier
   const int nh = min(DA_HEADS, group - (int)blockIdx.z * DA_HEADS);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / LPT, li = lane % LPT;
   const int d0 = li * EL;
@@ -113,6 +103,7 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
       }
     }
   }
+  hg_pdl_trigger();  // this warp's loads are done: the merge kernel may be scheduled
   // Merge the warp's token rows (lanes with the same li), then the warps through shared memory.
 #pragma unroll
   for (int o = LPT; o < 32; o <<= 1) {

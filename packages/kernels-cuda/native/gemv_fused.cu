@@ -12,28 +12,30 @@ enum { FG_ACCUMULATE = 1, FG_SILU = 2 };
 
 // grid: ceil(warps needed / FG_WARPS); dynamic shared memory: k floats when NORM.
 // VEC: k a multiple of the vector width, w and x (or the shared copy) 16-byte aligned.
-// Before hg_pdl_wait() (programmatic launch, see common.cuh) lane 0 asks L2 for the first two
-// chunks of its rows (one bulk prefetch each): the weights are read-only during a step, so their
-// stream starts while the kernel before drains (or, with NORM, while the block normalises x).
-// pf: 1 = then one more chunk ahead each iteration (twice the bytes in flight, no registers);
-// 2 = the whole rows at once before the wait (L2 must hold them until they are read).
+// Programmatic launch (hg_launch, common.cuh): the kernel waits before it reads x, and lets the
+// next kernel in only once its loads are done (an early trigger let a chain of later kernels
+// take SM slots and prefetch ahead; the H200 measured that slower, DEVICE-NOTES.md fourth pass).
 template <int WT, bool NORM, int EPI, bool VEC>
-__global__ void __launch_bounds__(FG_THREADS, (EPI & FG_SILU) ? 2 : 4) gemv_fused_kernel(float *out, const float *x, const void *w, const void *bias, int bt, const void *nw,
-                                                         int nt, float eps, int k, int m, int pf) {
+__global__ void __launch_bounds__(FG_THREADS, (EPI & FG_SILU) ? 2 : 4) gemv_fused_kernel(float *out, const float *x, const void *w, const void *bias, int bt,
+                                                                                  const void *nw, int nt, float eps, int k, int m) {
   extern __shared__ __align__(16) float xs[];
   constexpr bool SILU = (EPI & FG_SILU) != 0;
   constexpr int ES = WT == DT_F32 ? 4 : 2;
-  constexpr int V = Vec16<WT>::N, CHUNK = 32 * FG_UNROLL;  // 16-byte words a warp loads per iteration
-  hg_pdl_trigger();
   const int lane = threadIdx.x & 31;
   const int wg = blockIdx.x * FG_WARPS + (threadIdx.x >> 5);
   const int r0 = wg, r1 = wg + m;  // r1: the up row (SiLU·up only)
   const bool live = wg < m;
-  if (VEC && live && lane == 0) {
-    const int nvec = k / V;
-    const unsigned bytes = (unsigned)(pf == 2 ? nvec : min(nvec, 2 * CHUNK)) * 16u;
-    hg_prefetch_l2_bulk((const char *)w + (size_t)r0 * k * ES, bytes);
-    if (SILU) hg_prefetch_l2_bulk((const char *)w + (size_t)r1 * k * ES, bytes);
+  if (NORM && live) {  // start the weight stream while the block normalises x
+    const char *row0 = (const char *)w + (size_t)r0 * k * ES, *row1 = (const char *)w + (size_t)r1 * k * ES;
+    const size_t rowBytes = (size_t)k * ES;
+#pragma unroll
+    for (int u = 0; u < 2 * FG_UNROLL; u++) {
+      const size_t off = (size_t)(lane + u * 32) * 16;
+      if (off < rowBytes) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row0 + off));
+        if (SILU) asm volatile("prefetch.global.L2 [%0];" ::"l"(row1 + off));
+      }
+    }
   }
   hg_pdl_wait();  // x (and out, for +=) come from the kernels before this one
   const float *xv = x;
@@ -64,15 +66,11 @@ __global__ void __launch_bounds__(FG_THREADS, (EPI & FG_SILU) ? 2 : 4) gemv_fuse
   if (!live) return;
   float a0 = 0.f, a1 = 0.f;
   if (VEC) {
+    constexpr int V = Vec16<WT>::N, CHUNK = 32 * FG_UNROLL;  // 16-byte words a warp loads per iteration
     const int nvec = k / V;
     const uint4 *w0 = reinterpret_cast<const uint4 *>((const char *)w + (size_t)r0 * k * ES);
     const uint4 *w1 = reinterpret_cast<const uint4 *>((const char *)w + (size_t)(SILU ? r1 : r0) * k * ES);
     for (int c0 = 0; c0 < nvec; c0 += CHUNK) {
-      if (pf == 1 && lane == 0 && nvec > c0 + 2 * CHUNK) {  // chunks c0 and c0 + CHUNK were asked for already
-        const unsigned bytes = (unsigned)min(nvec - c0 - 2 * CHUNK, CHUNK) * 16u;
-        hg_prefetch_l2_bulk(w0 + c0 + 2 * CHUNK, bytes);
-        if (SILU) hg_prefetch_l2_bulk(w1 + c0 + 2 * CHUNK, bytes);
-      }
       uint4 raw0[FG_UNROLL], raw1[FG_UNROLL];
 #pragma unroll
       for (int u = 0; u < FG_UNROLL; u++) {
@@ -104,6 +102,7 @@ __global__ void __launch_bounds__(FG_THREADS, (EPI & FG_SILU) ? 2 : 4) gemv_fuse
       if (SILU) a1 += ld<WT>(w, (size_t)r1 * k + c) * t;
     }
   }
+  hg_pdl_trigger();  // this warp's loads are done
   a0 = warp_sum(a0);
   if (SILU) a1 = warp_sum(a1);
   if (lane != 0) return;
@@ -119,8 +118,8 @@ __global__ void __launch_bounds__(FG_THREADS, (EPI & FG_SILU) ? 2 : 4) gemv_fuse
 template <int WT, bool NORM, int EPI>
 static int launch_fg(HgCtx *c, bool vec, unsigned blocks, size_t shmem, float *out, const float *x, const void *w, const void *bias, int bt,
                       const void *nw, int nt, float eps, int k, int m) {
-  if (vec) return hg_launch(c, gemv_fused_kernel<WT, NORM, EPI, true>, dim3(blocks), dim3(FG_THREADS), shmem, out, x, w, bias, bt, nw, nt, eps, k, m, c->gemvPrefetch);
-  return hg_launch(c, gemv_fused_kernel<WT, NORM, EPI, false>, dim3(blocks), dim3(FG_THREADS), shmem, out, x, w, bias, bt, nw, nt, eps, k, m, c->gemvPrefetch);
+  if (vec) return hg_launch(c, gemv_fused_kernel<WT, NORM, EPI, true>, dim3(blocks), dim3(FG_THREADS), shmem, out, x, w, bias, bt, nw, nt, eps, k, m);
+  return hg_launch(c, gemv_fused_kernel<WT, NORM, EPI, false>, dim3(blocks), dim3(FG_THREADS), shmem, out, x, w, bias, bt, nw, nt, eps, k, m);
 }
 
 template <int WT, bool NORM>

@@ -200,15 +200,14 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 }
 
 // Decode tuning switches (benches compare them): 0 programmatic dependent launch of the decode
-// kernels (0/1; on by default where the device has it, sm_90+), 1 the decode GEMV's L2 prefetch
-// (0 the first two chunks, 1 also one chunk ahead, 2 the whole row at the start), 2 the split-K
-// attention's token rows per lane and round (2 or 4). Returns the switch's previous value, or -1
-// for an unknown switch or value. Captured graphs hold the old launches, so they are dropped.
-static int *decode_option(HgCtx *c, int which) { return which == 0 ? &c->pdl : which == 1 ? &c->gemvPrefetch : which == 2 ? &c->attnUnroll : NULL; }
+// kernels (0/1; on by default where the device has it, sm_90+), 1 the split-K attention's token
+// rows per lane and round (2 or 4). Returns the switch's previous value, or -1 for an unknown
+// switch or value. Captured graphs hold the old launches, so they are dropped.
+static int *decode_option(HgCtx *c, int which) { return which == 0 ? &c->pdl : which == 1 ? &c->attnUnroll : NULL; }
 
 HG_EXPORT int hg_cu_set_decode_option(HgCtx *c, int which, int value) {
   int *slot = decode_option(c, which);
-  const bool ok = which == 0 ? (value == 0 || value == 1) : which == 1 ? (value >= 0 && value <= 2) : (value == 2 || value == 4);
+  const bool ok = which == 0 ? (value == 0 || value == 1) : (value == 2 || value == 4);
   if (!slot || !ok) return -1;
   const int old = *slot;
   if (which == 0 && value) {
@@ -230,7 +229,6 @@ HG_EXPORT int hg_cu_get_decode_option(HgCtx *c, int which) {
 
 int hg_graph_init(HgCtx *c) {
   c->pdl = 0;
-  c->gemvPrefetch = 0;
   c->attnUnroll = 2;
   hg_cu_set_decode_option(c, 0, 1);  // programmatic launch where the device has it
   for (int i = 0; i < 2; i++) {

@@ -10,8 +10,7 @@ static const int GEMV_WARPS = 8, GEMV_UNROLL = 4;
 // VEC: k is a multiple of the vector width and w, x are 16-byte aligned.
 template <int WT, int NR, bool VEC>
 __global__ void __launch_bounds__(256) gemv_kernel(float *out, const float *x, const void *w, const void *bias, int bt, int n, int k, int m) {
-  hg_pdl_trigger();  // programmatic launch (hg_launch): see common.cuh
-  hg_pdl_wait();
+  hg_pdl_wait();  // programmatic launch (hg_launch): see common.cuh
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
   if (row >= m) return;
@@ -58,6 +57,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(float *out, const float *x, c
         if (r < n) acc[r] += wv * x[(size_t)r * k + c];
     }
   }
+  hg_pdl_trigger();  // this warp's loads are done
   const float b = bias ? load_any(bias, bt, row) : 0.f;
 #pragma unroll
   for (int r = 0; r < NR; r++) {
@@ -127,6 +127,8 @@ static int launch_gemv(HgCtx *c, bool vec, float *out, const float *x, const voi
 static const int GEMV_MAX_ROWS = 8;
 
 Cmd hg_new_cmd(int kind);
+int hg_skinny_matmul(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, int n, int k, int m);  // gemm_skinny.cu
+#define HG_SKINNY_NOT_TAKEN (-2)
 
 int hg_launch_gemv(HgCtx *c, const Cmd &m) {
   float *out = (float *)m.p[0];
@@ -150,6 +152,13 @@ HG_EXPORT int hg_cu_matmul_path(HgCtx *c, int n) { return n <= GEMV_MAX_ROWS ? 0
 
 // bias may be null. forcePath: -1 automatic, else 0/1/2 as hg_cu_matmul_path (tests compare them).
 HG_EXPORT int hg_cu_matmul(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, int n, int k, int m, int forcePath) {
+  // Path 3 and the automatic choice for 2..32 rows of f16/bf16 weights: the skinny tensor-core
+  // GEMM (gemm_skinny.cu), unless the shape is not its case.
+  if (forcePath == 3 || (forcePath < 0 && n >= 2 && n <= 32)) {
+    const int r = hg_skinny_matmul(c, out, x, w, wt, bias, bt, n, k, m);
+    if (r != HG_SKINNY_NOT_TAKEN) return r;
+    forcePath = -1;
+  }
   int path = forcePath >= 0 ? forcePath : hg_cu_matmul_path(c, n);
   if (path == 1 && !c->cublas) path = 2;
   if (path == 0 && n > GEMV_MAX_ROWS) path = 2;

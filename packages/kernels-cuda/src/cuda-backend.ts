@@ -39,19 +39,11 @@ export interface MatvecFusionChoice {
 
 /** Decode-kernel switches (CudaBackend.setDecodeTuning); DEVICE-NOTES.md, fourth pass, measures them. */
 export interface DecodeTuning {
-  /** Programmatic dependent launch: a decode kernel starts (and loads its weights) while the one before drains. sm_90+ only. */
+  /** Programmatic dependent launch: a decode kernel's blocks are scheduled while the one before drains. sm_90+ only. */
   programmaticLaunch: boolean;
-  /**
-   * The decode GEMV's L2 prefetch: "off": only its rows' first two chunks, as it starts (before
-   * waiting on the kernel before); "chunk": then one chunk further ahead of its loads every
-   * iteration; "row": the whole rows as it starts.
-   */
-  gemvPrefetch: GemvPrefetch;
   /** Split-K decode attention: token rows each lane loads per round, K and V each (2 or 4). */
   attnUnroll: 2 | 4;
 }
-export type GemvPrefetch = "off" | "chunk" | "row";
-const GEMV_PREFETCH: readonly GemvPrefetch[] = ["off", "chunk", "row"];
 
 /** Floats of the unfused matvec parts' scratch made before a step (so a step never allocates). */
 const MATVEC_SCRATCH_FLOATS = 65536;
@@ -569,17 +561,12 @@ export class CudaBackend implements Backend {
         if (v === undefined) continue;
         if (typeof v !== "boolean") bad(`setDecodeTuning: programmaticLaunch must be a boolean, got ${String(v)}`);
         codes.push([0, v ? 1 : 0]);
-      } else if (key === "gemvPrefetch") {
-        if (v === undefined) continue;
-        const code = GEMV_PREFETCH.indexOf(v as GemvPrefetch);
-        if (code < 0) bad(`setDecodeTuning: gemvPrefetch must be one of ${GEMV_PREFETCH.map((p) => `"${p}"`).join(", ")}, got ${String(v)}`);
-        codes.push([1, code]);
       } else if (key === "attnUnroll") {
         if (v === undefined) continue;
         if (v !== 2 && v !== 4) bad(`setDecodeTuning: attnUnroll must be 2 or 4, got ${String(v)}`);
-        codes.push([2, v]);
+        codes.push([1, v]);
       } else {
-        bad(`setDecodeTuning: unknown switch "${key}" (programmaticLaunch, gemvPrefetch, attnUnroll)`);
+        bad(`setDecodeTuning: unknown switch "${key}" (programmaticLaunch, attnUnroll)`);
       }
     }
     if (codes.length && this.inStep) this.endStep();
@@ -591,8 +578,7 @@ export class CudaBackend implements Backend {
     const ctx = this.live_("decodeTuning");
     return {
       programmaticLaunch: this.lib.hg_cu_get_decode_option(ctx, 0) === 1,
-      gemvPrefetch: GEMV_PREFETCH[this.lib.hg_cu_get_decode_option(ctx, 1)] ?? "off",
-      attnUnroll: this.lib.hg_cu_get_decode_option(ctx, 2) === 4 ? 4 : 2,
+      attnUnroll: this.lib.hg_cu_get_decode_option(ctx, 1) === 4 ? 4 : 2,
     };
   }
 

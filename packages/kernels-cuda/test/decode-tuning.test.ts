@@ -8,7 +8,7 @@ import { HybridgenError } from "@hybridgen/core";
 import { CudaBackend, backendSymbols, type CudaNative } from "../src/index.js";
 
 function fake(): { lib: CudaNative; sets: [number, number][] } {
-  const options = [1, 0, 2]; // what a fresh sm_90 context starts with (PDL on, no prefetch, 2 rows a round)
+  const options = [1, 2]; // what a fresh sm_90 context starts with (PDL on, 2 rows a round)
   const sets: [number, number][] = [];
   const lib: Record<string, (...args: unknown[]) => unknown> = {};
   for (const name of Object.keys(backendSymbols)) {
@@ -40,16 +40,13 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ programmaticLaunch: true, gemvPrefetch: "off", attnUnroll: 2 });
-    be.setDecodeTuning({ gemvPrefetch: "chunk" });
-    expect(sets).toEqual([[1, 1]]);
-    expect(be.decodeTuning.gemvPrefetch).toBe("chunk");
-    be.setDecodeTuning({ programmaticLaunch: false, gemvPrefetch: "row" });
-    expect(sets).toEqual([[1, 1], [0, 0], [1, 2]]);
-    expect(be.decodeTuning).toEqual({ programmaticLaunch: false, gemvPrefetch: "row", attnUnroll: 2 });
+    expect(be.decodeTuning).toEqual({ programmaticLaunch: true, attnUnroll: 2 });
     be.setDecodeTuning({ attnUnroll: 4 });
-    expect(sets.at(-1)).toEqual([2, 4]);
+    expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
+    be.setDecodeTuning({ programmaticLaunch: false, attnUnroll: 2 });
+    expect(sets).toEqual([[1, 4], [0, 0], [1, 2]]);
+    expect(be.decodeTuning).toEqual({ programmaticLaunch: false, attnUnroll: 2 });
     be.close();
   });
 
@@ -58,13 +55,12 @@ describe("CudaBackend decode tuning", () => {
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(HybridgenError);
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(/unknown switch "warpSpecialise"/);
-    expect(() => be.setDecodeTuning({ gemvPrefetch: true } as never)).toThrow(/gemvPrefetch must be one of "off", "chunk", "row", got true/);
     expect(() => be.setDecodeTuning({ programmaticLaunch: 1 } as never)).toThrow(/programmaticLaunch must be a boolean, got 1/);
     expect(() => be.setDecodeTuning({ attnUnroll: 3 } as never)).toThrow(/attnUnroll must be 2 or 4, got 3/);
     // a bad field anywhere: nothing is set, not even the good fields before it
-    expect(() => be.setDecodeTuning({ programmaticLaunch: false, gemvPrefetch: "all" } as never)).toThrow(HybridgenError);
+    expect(() => be.setDecodeTuning({ programmaticLaunch: false, attnUnroll: 8 } as never)).toThrow(HybridgenError);
     expect(sets).toEqual([]);
     be.close();
-    expect(() => be.setDecodeTuning({ gemvPrefetch: "chunk" })).toThrow(HybridgenError);
+    expect(() => be.setDecodeTuning({ attnUnroll: 4 })).toThrow(HybridgenError);
   });
 });
