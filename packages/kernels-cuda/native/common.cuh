@@ -36,7 +36,7 @@ struct CopyBatch {
 // static part: kernels, pointers, grid) and the graph is replayed, or a new graph is captured.
 // Any other op in the middle of a step (a read, a write, cuBLAS) first runs the recorded
 // commands ("drain") and the rest of the step runs eagerly.
-enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED };
+enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN };
 struct Cmd {
   int kind;
   int s[11];         // static ints (shapes, dtypes, grid choices)
@@ -246,6 +246,8 @@ int hg_launch_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_copybatch(HgCtx *c, const Cmd &cmd);
 int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd);
 int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
+int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu
+int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload
 // cannot overwrite them before the kernels queued before it have run). Inside a recorded

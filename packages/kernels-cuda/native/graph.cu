@@ -27,6 +27,8 @@ int hg_run_cmd(HgCtx *c, const Cmd &cmd, const char *dynBase) {
     case CMD_COPYBATCH: return hg_launch_copybatch(c, cmd);
     case CMD_GEMV_FUSED: return hg_launch_gemv_fused(c, cmd);
     case CMD_DECODE_ATTN: return hg_launch_decode_attn(c, cmd, dynBase);
+    case CMD_SKINNY: return hg_launch_skinny(c, cmd);
+    case CMD_BATCH_ATTN: return hg_launch_batch_attn(c, cmd);
     case CMD_MEMSET: return (int)cudaMemsetAsync((void *)cmd.p[0], 0, (size_t)cmd.s[0] * (size_t)cmd.s[1], c->compute);
     default: return hg_launch_rowop(c, cmd, dynBase);
   }
