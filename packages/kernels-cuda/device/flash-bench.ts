@@ -41,9 +41,10 @@ const VARIANTS = [
   { id: 2, name: "v2-64" },
   { id: 4, name: "v2-64x3" },
   { id: 3, name: "v2-128" },
-  ...(wgmma ? [{ id: 5, name: "v3" }, { id: 6, name: "v3x3" }] : []),
+  ...(wgmma ? [{ id: 5, name: "v3" }, { id: 6, name: "v3x3" }, { id: 7, name: "v3-all" }] : []),
 ];
 const experimental = (name: string) => name.startsWith("v3");
+const checkOnly = (name: string) => name === "v3-all"; // v3 at head dim 64 too: a diagnosis, never timed
 const broken = new Set<string>();
 const defaultVariant = lib.symbols.hg_cu_flash_variant(-1);
 const useVariant = (id: number) => {
@@ -109,6 +110,9 @@ const CASES: [number, number, number, number, number, number, DType][] = [
   [8, 2, 128, 333, 129, 5, "f16"], // GQA 4, 128-row blocks not filled
   [16, 2, 64, 190, 64, 11, "bf16"], // GQA 8, head dim 64, firstPos on a tile edge
   [4, 1, 128, 70, 1000, 0, "bf16"], // few rows after a long first block
+  [4, 4, 64, 130, 77, 0, "f16"], // head dim 64 off the tile grid, head dim 128 on it (v3 diagnosis)
+  [4, 4, 128, 130, 0, 0, "f16"],
+  [16, 2, 128, 190, 64, 11, "bf16"],
 ];
 for (const [heads, kvHeads, hd, n, firstPos, start, dt] of CASES) {
   const cap = start + firstPos + n + 9;
@@ -165,7 +169,7 @@ for (const n of sizes) {
   const reps = n >= 32768 ? 3 : n >= 8192 ? 10 : 30;
   let v1ms = 0;
   let v1out: Float32Array | undefined;
-  for (const vr of VARIANTS.filter((x) => !broken.has(x.name))) {
+  for (const vr of VARIANTS.filter((x) => !broken.has(x.name) && !checkOnly(x.name))) {
     useVariant(vr.id);
     const ms = timeMs(reps, () => cuda.attnCausal(out, q, n, k, v, 0, 0, 1 / Math.sqrt(HD)));
     if (vr.id === 1) v1ms = ms;
