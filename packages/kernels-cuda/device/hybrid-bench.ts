@@ -116,7 +116,9 @@ function relDiff(a: Float32Array, b: Float32Array): number {
     });
   }
   console.log(`host link diagnostics: ${JSON.stringify((cuda.hostTransfers() as CudaHostLink).diagnostics())}`);
-  check(cuda.liveTensors === 0, `device tensors left after the checks: ${cuda.liveTensors}`);
+  // The backend keeps one tensor of its own once a decode step ran (the unfused matvec parts'
+  // scratch, CudaBackend.matvecScratch); the hybrid runs must leave nothing beyond it.
+  check(cuda.liveTensors <= 1, `device tensors left after the checks: ${cuda.liveTensors} (≤ 1: the backend's matvec scratch)`);
 }
 
 if (process.argv.includes("--skip-bench")) {
