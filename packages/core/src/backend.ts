@@ -91,6 +91,18 @@ export interface HostTransfers extends Disposable {
   bandwidth?(bytes: number, iters: number): { h2d: number; d2h: number };
 }
 
+/** One row of Backend.attnDecodeBatch: where its new K/V row goes and the span it attends over. */
+export interface BatchAttnRow {
+  /** The row's K and V caches [kvHeads, cap, headDim]. */
+  kCache: Tensor;
+  vCache: Tensor;
+  /** Cache slot the row's new K/V go to. */
+  slot: number;
+  /** The row attends over slots start .. start + firstPos (firstPos + 1 tokens). */
+  start: number;
+  firstPos: number;
+}
+
 export interface Backend extends Disposable {
   readonly name: string;
   /** Worker threads used by ops (1 for single-threaded backends). */
@@ -187,6 +199,18 @@ export interface Backend extends Disposable {
    * backend runs a split-K decode kernel there.
    */
   attnCausal?(out: Tensor, q: Tensor, n: number, k: Tensor, v: Tensor, start: number, firstPos: number, scale: number): void;
+  /**
+   * The attention half of a batched decode step (B = rows.length rows, each its own sequence)
+   * in one call. For row i, with rows[i] = {kCache, vCache, slot, start, firstPos}:
+   *   kCache[g, slot, :] = k[i, g·headDim ..], vCache[g, slot, :] = v[i, g·headDim ..]  (every KV head g)
+   *   out[i, h, :] = Σ_{j ≤ firstPos} softmax_j(scale · q[i, h, :] · K[h / group, start + j, :]) · V[h / group, start + j, :]
+   * q, out: [≥ B, heads·headDim] f32; k, v: [≥ B, kvHeads·headDim] f32; the caches [kvHeads, cap,
+   * headDim] (one dtype for all rows, cap may differ), the new rows written before any row
+   * attends. It equals, row by row, copyRows of each KV head then attnCausal(n = 1); a GPU
+   * backend runs it as a few launches for all rows instead of 2·kvHeads + 1 calls a row.
+   * Core's BatchRows.attend uses it when every row's cache is one contiguous span from position 0.
+   */
+  attnDecodeBatch?(out: Tensor, q: Tensor, k: Tensor, v: Tensor, rows: readonly BatchAttnRow[], scale: number): void;
   /**
    * Row 0 only (decode): out[0, :m] = result, or += result with `accumulate`, where
    *   h = f.normWeight ? rmsNorm(x[0], f.normWeight, f.normEps) : x[0];  y = h·wᵀ (+ f.bias)

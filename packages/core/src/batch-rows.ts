@@ -8,7 +8,7 @@
  * sequence i's cache and its attention goes to row i of `att`. Buffers and the per-row views
  * (a row of q seen as a one-row tensor, a row of k as [kvHeads, headDim]) are made once.
  */
-import type { Backend, Tensor } from "./backend.js";
+import type { Backend, BatchAttnRow, Tensor } from "./backend.js";
 import type { Attention, AttentionLayout } from "./attention.js";
 import { fail } from "./errors.js";
 import type { KvCache } from "./kv-cache.js";
@@ -33,6 +33,8 @@ export class BatchRows {
   private readonly kRow: Tensor[] = [];
   private readonly vRow: Tensor[] = [];
   private readonly attRow: Tensor[] = [];
+  /** attnDecodeBatch's rows, rewritten in place every layer (no allocation in a step). */
+  private readonly table: BatchAttnRow[] = [];
 
   constructor(private readonly backend: Backend, w: WeightLoader, layout: AttentionLayout, capacity: number) {
     this.capacity = capacity;
@@ -55,6 +57,21 @@ export class BatchRows {
    */
   attend(layer: number, seqs: readonly SequenceState[], positions: Int32Array, B: number): void {
     const be = this.backend;
+    if (be.attnDecodeBatch && this.batchable(seqs, positions, B)) {
+      // One backend call for all rows: each row's K/V append and its attention over its own cache.
+      const t = this.table;
+      t.length = B;
+      for (let i = 0; i < B; i++) {
+        const c = seqs[i].cache, pos = positions[i], r = t[i];
+        r.kCache = c.spanK(0, layer);
+        r.vCache = c.spanV(0, layer);
+        r.start = c.spanSlot[0];
+        r.slot = r.start + pos;
+        r.firstPos = pos;
+      }
+      be.attnDecodeBatch(this.att, this.q, this.k, this.v, t, seqs[0].attention.scale);
+      return;
+    }
     for (let i = 0; i < B; i++) {
       const { cache: c, attention } = seqs[i], pos = positions[i];
       c.writeRows(layer, this.kRow[i], this.vRow[i], pos, 1);
@@ -65,6 +82,21 @@ export class BatchRows {
         attention.attendFull(layer, this.q, i, pos, this.att);
       }
     }
+  }
+
+  /**
+   * Whether every row's cache is one contiguous span of slots from position 0 through its new
+   * position (full attention, no eviction yet): then attnDecodeBatch's one span per row is exact.
+   * Positions must have been appended (the span covers them only then).
+   */
+  private batchable(seqs: readonly SequenceState[], positions: Int32Array, B: number): boolean {
+    const scale = seqs[0].attention.scale;
+    for (let i = 0; i < B; i++) {
+      const { cache: c, attention } = seqs[i];
+      if (c.spanCount !== 1 || c.spanPos[0] !== 0 || c.spanLen[0] !== positions[i] + 1 || attention.scale !== scale) return false;
+    }
+    while (this.table.length < B) this.table.push({ kCache: this.q, vCache: this.q, slot: 0, start: 0, firstPos: 0 });
+    return true;
   }
 
   /** Fails unless 1 ≤ B ≤ capacity. */

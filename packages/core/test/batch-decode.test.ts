@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import {
   BatchDecoder, ByteTokenizer, HybridgenError, ReferenceBackend, generateBatch, generateText, loadModel,
-  type Backend, type CausalLM, type LlamaLoadOptions, type ModelFiles,
+  type Backend, type BatchAttnRow, type CausalLM, type LlamaLoadOptions, type ModelFiles, type Tensor,
 } from "../src/index.js";
 import { charTokenizer, makeRng, testSeed, tinyModel } from "./engine-helpers.js";
 import { PARITY_CASES, parityCheckpoint } from "./parity/cases.js";
@@ -161,6 +161,70 @@ describe("a batched step is one recorded step per batch size", () => {
     expect(keys[1]).toMatch(/^batch-\d+-2$/);
     expect(keys[2]).toBe(keys[0]);
     expect([dec.length(0), dec.length(1), dec.length(2)]).toEqual([7, 9, 5]);
+  });
+});
+
+/**
+ * A backend with the optional attnDecodeBatch: a ReferenceBackend plus a plain TypeScript version
+ * of the op (f64 softmax over the row's own cache, read back through the backend), counting calls.
+ */
+function withBatchAttention(inner: ReferenceBackend, calls: number[]): Backend {
+  const attnDecodeBatch = (out: Tensor, q: Tensor, k: Tensor, v: Tensor, rows: readonly BatchAttnRow[], scale: number): void => {
+    calls.push(rows.length);
+    const qw = q.shape[q.shape.length - 1];
+    rows.forEach((r, i) => {
+      const [kvHeads, cap, hd] = r.kCache.shape;
+      const heads = qw / hd, group = heads / kvHeads, kvw = kvHeads * hd;
+      const kNew = inner.read(k, i * kvw, kvw), vNew = inner.read(v, i * kvw, kvw);
+      for (let g = 0; g < kvHeads; g++) {
+        inner.write(r.kCache, kNew.subarray(g * hd, (g + 1) * hd), (g * cap + r.slot) * hd);
+        inner.write(r.vCache, vNew.subarray(g * hd, (g + 1) * hd), (g * cap + r.slot) * hd);
+      }
+      const K = inner.read(r.kCache), V = inner.read(r.vCache), qr = inner.read(q, i * qw, qw);
+      const o = new Float32Array(qw), n = r.firstPos + 1;
+      for (let h = 0; h < heads; h++) {
+        const base = Math.floor(h / group) * cap;
+        const s = Array.from({ length: n }, (_, j) => {
+          let d = 0;
+          for (let e = 0; e < hd; e++) d += qr[h * hd + e] * K[(base + r.start + j) * hd + e];
+          return d * scale;
+        });
+        const mx = Math.max(...s), p = s.map((x) => Math.exp(x - mx)), sum = p.reduce((a, b) => a + b, 0);
+        for (let e = 0; e < hd; e++) {
+          let acc = 0;
+          for (let j = 0; j < n; j++) acc += p[j] * V[(base + r.start + j) * hd + e];
+          o[h * hd + e] = acc / sum;
+        }
+      }
+      inner.write(out, o, i * qw);
+    });
+  };
+  return new Proxy(inner, {
+    get(target, prop) {
+      if (prop === "attnDecodeBatch") return attnDecodeBatch;
+      const val = Reflect.get(target, prop, target);
+      return typeof val === "function" ? val.bind(target) : val;
+    },
+  }) as Backend;
+}
+
+describe("Backend.attnDecodeBatch: one call a layer for all rows", () => {
+  it("Llama GQA and OPT: batched = alone, one call per layer and step with every row", () => {
+    for (const [name, lengths, seed] of [["llama-gqa", [3, 11, 6, 17], 111], ["opt-prenorm", [7, 3, 12], 112]] as const) {
+      const calls: number[] = [];
+      const files = caseFiles(name);
+      expectBatchedEqualsAlone(files, {}, [...lengths], seed, withBatchAttention(new ReferenceBackend(), calls));
+      const layers = files.shape.layers;
+      expect(calls).toHaveLength(layers * (STEPS - 1));
+      expect(calls.every((b) => b === lengths.length)).toBe(true);
+    }
+  });
+
+  it("a windowed cache whose span is no longer one run from position 0 takes the per-row path", () => {
+    const calls: number[] = [];
+    const opts = { kvWindow: 8, kvSinks: 2, kvEvictBlock: 2, prefillBlock: 4 };
+    expectBatchedEqualsAlone(caseFiles("llama-gqa"), opts, [6, 19, 10], 113, withBatchAttention(new ReferenceBackend(), calls));
+    expect(calls).toHaveLength(0);
   });
 });
 
