@@ -7,7 +7,7 @@
  * comes from an arena reserved once at creation (DeviceArena does the bookkeeping).
  */
 import type { Pointer } from "bun:ffi";
-import { BackendChecks, DTYPE_BYTES, HybridgenError, isIndex, shapeNumel, type Backend, type DType, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/core";
+import { BackendChecks, DTYPE_BYTES, HybridgenError, isIndex, shapeNumel, type Backend, type BatchAttnRow, type DType, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/core";
 import { DeviceArena, type ArenaStats } from "./arena.js";
 import { CudaHostLink } from "./host-link.js";
 import { cudaAvailability } from "./availability.js";
@@ -19,9 +19,12 @@ import { parseCudaBackendOptions, selectCudaDevice, type CudaBackendOptions } fr
 
 const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
 const F32 = 0;
-/** Decode GEMV (ours), cuBLAS GEMM, tiled GEMM (ours, without cuBLAS). */
-export type MatmulPath = "gemv" | "cublas" | "tiled";
-const PATH_CODE: Readonly<Record<MatmulPath | "auto", number>> = { auto: -1, gemv: 0, cublas: 1, tiled: 2 };
+/** Decode GEMV (ours), cuBLAS GEMM, tiled GEMM (ours, without cuBLAS), skinny tensor-core GEMM (ours, 2..32 rows of f16/bf16 weights). */
+export type MatmulPath = "gemv" | "cublas" | "tiled" | "skinny";
+const PATH_CODE: Readonly<Record<MatmulPath | "auto", number>> = { auto: -1, gemv: 0, cublas: 1, tiled: 2, skinny: 3 };
+const PATH_NAMES: readonly MatmulPath[] = ["gemv", "cublas", "tiled", "skinny"];
+/** Rows of attnDecodeBatch in one call (the native table's limit). */
+const MAX_BATCH_ATTN_ROWS = 64;
 const GEMV_MAX_ROWS = 8;
 // Execution errors after which the CUDA context is lost for the rest of the process.
 const STICKY = new Set([700, 710, 714, 715, 716, 717, 718, 719, 720, 999]);
@@ -96,6 +99,10 @@ export class CudaBackend implements Backend {
   private readonly slotOwners: (string | undefined)[] = new Array(MAX_GRAPH_KEYS);
   private nextSlot = 0;
   private inStep = false;
+  /** attnDecodeBatch: the batched kernels (true) or the per-row calls (benches compare). */
+  private batchAttention = true;
+  /** attnDecodeBatch's per-row table (BatchAttnRow in native/batch_attn.cu: 8 ints a row). */
+  private readonly batchTable = new Int32Array(MAX_BATCH_ATTN_ROWS * 8);
   /** The host link (copy stream, pinned memory, event timeline), made by hostTransfers(). */
   private hostLink: CudaHostLink | null = null;
 
@@ -264,7 +271,7 @@ export class CudaBackend implements Backend {
 
   /** Force a matmul path ("auto" by default): tests and benches compare the kernels. */
   setMatmulPath(path: MatmulPath | "auto"): void {
-    if (!(path in PATH_CODE)) bad(`setMatmulPath: unknown path '${path}' (auto, gemv, cublas, tiled)`);
+    if (!(path in PATH_CODE)) bad(`setMatmulPath: unknown path '${path}' (auto, gemv, cublas, tiled, skinny)`);
     this.matmulPath = PATH_CODE[path];
   }
 
@@ -276,9 +283,14 @@ export class CudaBackend implements Backend {
     this.lib.hg_cu_set_batch_copies(this.live_("setBatchCopies"), on ? 1 : 0);
   }
 
-  /** The path a matmul of n rows takes under "auto". */
-  matmulPathFor(n: number): MatmulPath {
-    return (["gemv", "cublas", "tiled"] as const)[this.lib.hg_cu_matmul_path(this.live_("matmulPathFor"), n)];
+  /**
+   * The path a matmul of n rows takes under "auto": for f32 weights by default; give the weight
+   * dtype (and k) for f16/bf16, where 2..32 rows take the skinny tensor-core GEMM.
+   */
+  matmulPathFor(n: number, dtype: DType = "f32", k = 4096): MatmulPath {
+    const ctx = this.live_("matmulPathFor");
+    const code = dtype === "f32" ? this.lib.hg_cu_matmul_path(ctx, n) : this.lib.hg_cu_matmul_path_for(ctx, n, DTYPE_CODE[dtype], k);
+    return PATH_NAMES[code];
   }
 
   /**
@@ -627,6 +639,88 @@ export class CudaBackend implements Backend {
   /** Whether attnCausal takes the tensor-core kernel for this cache dtype and head dim. */
   attnCausalUsesTensorCores(dtype: DType, headDim: number): boolean {
     return this.lib.hg_cu_attn_causal_path(DTYPE_CODE[dtype], headDim) === 1;
+  }
+
+  // ---- batched decode attention -------------------------------------------------------------
+
+  /**
+   * Backend.attnDecodeBatch: the B rows' K/V appends, split-K decode attention of every row over
+   * its own cache, and the merge: three launches for all rows, recordable in a decode step (the
+   * per-row table of cache addresses and spans goes with the step's blob, so one captured graph
+   * serves every step). Where the split-K kernel does not take the cache (dtype/head dim, a
+   * misaligned cache) or after setBatchAttention(false), each row runs as before: one copy per
+   * KV head for K and V, then a one-row decode attention.
+   */
+  attnDecodeBatch(out: Tensor, q: Tensor, k: Tensor, v: Tensor, rows: readonly BatchAttnRow[], scale: number): void {
+    const op = "attnDecodeBatch";
+    const o = this.check.f32(out, op, "out");
+    const qi = this.check.f32(q, op, "q");
+    const kn = this.check.f32(k, op, "k");
+    const vn = this.check.f32(v, op, "v");
+    const B = rows.length;
+    if (!(B >= 1 && B <= MAX_BATCH_ATTN_ROWS)) bad(`${op}: ${B} rows, the kernels take 1..${MAX_BATCH_ATTN_ROWS}`);
+    const first = this.check.own(rows[0].kCache, op, "rows[0].kCache");
+    if (first.shape.length !== 3) bad(`${op}: rows[0].kCache must be 3-D [kvHeads, cap, headDim], got ${first}`);
+    const [kvHeads, , headDim] = first.shape;
+    const dtype = first.dtype;
+    if (qi.cols % headDim !== 0 || (qi.cols / headDim) % kvHeads !== 0) bad(`${op}: q rows have ${qi.cols} values, not a multiple of ${kvHeads} KV heads x headDim ${headDim}`);
+    const heads = qi.cols / headDim, kvw = kvHeads * headDim;
+    if (o.cols !== qi.cols) bad(`${op}: out rows have ${o.cols} values, q rows ${qi.cols}`);
+    if (kn.cols !== kvw || vn.cols !== kvw) bad(`${op}: k and v rows must have ${kvw} values (kvHeads ${kvHeads} x headDim ${headDim}), got ${kn.cols} and ${vn.cols}`);
+    this.check.rowsAtLeast(qi, B, op, "q");
+    this.check.rowsAtLeast(o, B, op, "out");
+    this.check.rowsAtLeast(kn, B, op, "k");
+    this.check.rowsAtLeast(vn, B, op, "v");
+    if (o.overlaps(qi, B, B) || o.overlaps(kn, B, B) || o.overlaps(vn, B, B)) bad(`${op}: out must not overlap q, k or v`);
+    if (headDim > 256) bad(`${op}: head dim ${headDim} exceeds the kernels' limit of 256`);
+    if (!Number.isFinite(scale)) bad(`${op}: scale ${scale} is not finite`);
+    const t = this.batchTable;
+    let aligned = true;
+    for (let i = 0; i < B; i++) {
+      const r = rows[i];
+      const kc = this.check.own(r.kCache, op, `rows[${i}].kCache`);
+      const vc = this.check.own(r.vCache, op, `rows[${i}].vCache`);
+      if (kc.shape.length !== 3 || kc.shape[0] !== kvHeads || kc.shape[2] !== headDim || kc.dtype !== dtype) {
+        bad(`${op}: rows[${i}].kCache ${kc} must be ${dtype}[${kvHeads}, cap, ${headDim}] like rows[0].kCache`);
+      }
+      if (vc.shape.length !== 3 || vc.shape.some((d, j) => d !== kc.shape[j]) || vc.dtype !== kc.dtype) bad(`${op}: rows[${i}].vCache ${vc} must have the shape and dtype of its kCache ${kc}`);
+      const cap = kc.shape[1];
+      if (!isIndex(r.slot) || !isIndex(r.start) || !isIndex(r.firstPos)) bad(`${op}: rows[${i}] slot, start and firstPos must be non-negative integers`);
+      if (r.slot >= cap) bad(`${op}: rows[${i}] slot ${r.slot} is outside the cache capacity ${cap}`);
+      if (r.start + r.firstPos + 1 > cap) bad(`${op}: rows[${i}] keys at slots ${r.start}..${r.start + r.firstPos} exceed the cache capacity ${cap}`);
+      CudaBackend.int32(kc.numel, op, `rows[${i}] cache elements`);
+      aligned &&= kc.addr % 16 === 0 && vc.addr % 16 === 0;
+      const o8 = 8 * i;
+      t[o8] = kc.addr % 2 ** 32;
+      t[o8 + 1] = Math.floor(kc.addr / 2 ** 32);
+      t[o8 + 2] = vc.addr % 2 ** 32;
+      t[o8 + 3] = Math.floor(vc.addr / 2 ** 32);
+      t[o8 + 4] = cap;
+      t[o8 + 5] = r.slot;
+      t[o8 + 6] = r.start;
+      t[o8 + 7] = r.firstPos + 1;
+    }
+    const code = DTYPE_CODE[dtype];
+    if (this.batchAttention && aligned && this.lib.hg_cu_attn_decode_path(code, headDim) === 1) {
+      this.ok(op, this.lib.hg_cu_attn_decode_batch(this.ctx, P(o.addr), P(qi.addr), P(kn.addr), P(vn.addr), code, B, heads, kvHeads, headDim, t, scale));
+      return;
+    }
+    for (let i = 0; i < B; i++) {
+      const o8 = 8 * i, cap = t[o8 + 4], slot = t[o8 + 5];
+      const kc = rows[i].kCache as CudaTensor, vc = rows[i].vCache as CudaTensor;
+      for (let g = 0; g < kvHeads; g++) {
+        const dst = (g * cap + slot) * headDim, src = i * kvw + g * headDim;
+        this.ok(op, this.lib.hg_cu_copy(this.ctx, P(kc.at(dst)), code, P(kn.at(src)), F32, headDim));
+        this.ok(op, this.lib.hg_cu_copy(this.ctx, P(vc.at(dst)), code, P(vn.at(src)), F32, headDim));
+      }
+      this.ok(op, this.lib.hg_cu_attn_decode(this.ctx, P(o.at(i * qi.cols)), P(qi.at(i * qi.cols)), P(kc.addr), P(vc.addr), code, heads, kvHeads, headDim, cap, t[o8 + 6], t[o8 + 7] - 1, scale));
+    }
+  }
+
+  /** attnDecodeBatch through the batched kernels (default) or row by row (benches compare). */
+  setBatchAttention(batched: boolean): void {
+    this.live_("setBatchAttention");
+    this.batchAttention = batched;
   }
 
   // ---- attention stages ---------------------------------------------------------------------

@@ -1,0 +1,145 @@
+/**
+ * Batched decode on the CUDA backend against a stand-in for the native library (no GPU needed):
+ * attnDecodeBatch refuses bad input before native code, hands the batched kernel a table of the
+ * rows' cache addresses and spans, and runs the per-row calls where the batched kernel does not
+ * apply; the skinny GEMM path is selectable and reported. The kernels themselves are checked on
+ * a GPU by device/batch-bench.ts.
+ */
+import { describe, expect, it } from "vitest";
+import { HybridgenError, ReferenceBackend, type BatchAttnRow } from "@hybridgen/core";
+import { CudaBackend, backendSymbols, type CudaNative } from "../src/index.js";
+
+const HEAP = 2 ** 40;
+const device = { index: 0, name: "Fake GPU", major: 9, minor: 0, computeCapability: "9.0", totalMemoryBytes: 2 ** 34, multiprocessors: 132, pciBusId: "" };
+
+function make(splitK = true) {
+  const calls: { name: string; args: unknown[] }[] = [];
+  const lib: Record<string, (...args: unknown[]) => unknown> = {};
+  for (const name of Object.keys(backendSymbols)) {
+    lib[name] = (...args: unknown[]) => {
+      // The table is reused by the backend: keep a copy of what this call saw.
+      calls.push({ name, args: args.map((a) => (a instanceof Int32Array ? a.slice() : a)) });
+      switch (name) {
+        case "hg_cu_create": return 4096;
+        case "hg_cu_heap_base": return HEAP;
+        case "hg_cu_heap_bytes": return 1 << 22;
+        case "hg_cu_arena_bytes": return (1 << 22) + 4096;
+        case "hg_cu_num_sms": return 132;
+        case "hg_cu_attn_decode_path": return splitK ? 1 : 0;
+        case "hg_cu_matmul_path": return (args[1] as number) <= 8 ? 0 : 1;
+        case "hg_cu_matmul_path_for": return 3;
+        default: return 0;
+      }
+    };
+  }
+  const be = new CudaBackend({ arenaBytes: 1 << 23 }, { lib: lib as unknown as CudaNative, device });
+  const ops = () => calls.filter((c) => /^hg_cu_(attn|copy)/.test(c.name) && !c.name.endsWith("_path"));
+  return { be, calls, ops };
+}
+
+/** 3 rows, 4 query heads over 2 KV heads of dim 8, caches of 16 (row 2: 24) slots in bf16. */
+function setup(be: CudaBackend) {
+  const B = 3, heads = 4, kvHeads = 2, hd = 8;
+  const q = be.alloc([B, heads * hd]), out = be.alloc([B, heads * hd]);
+  const k = be.alloc([B, kvHeads * hd]), v = be.alloc([B, kvHeads * hd]);
+  const caps = [16, 16, 24];
+  const caches = caps.map((cap) => ({ k: be.alloc([kvHeads, cap, hd], "bf16"), v: be.alloc([kvHeads, cap, hd], "bf16") }));
+  const rows: BatchAttnRow[] = caches.map((c, i) => ({ kCache: c.k, vCache: c.v, start: i, slot: i + 5 + i, firstPos: 5 + i }));
+  return { B, heads, kvHeads, hd, q, out, k, v, caps, caches, rows };
+}
+
+describe("CudaBackend.attnDecodeBatch (stand-in native library)", () => {
+  it("passes one table of the rows' cache addresses, capacities, slots and spans to the batched kernel", () => {
+    const { be, ops } = make();
+    const s = setup(be);
+    be.attnDecodeBatch(s.out, s.q, s.k, s.v, s.rows, 0.25);
+    const [call, ...rest] = ops();
+    expect(rest).toEqual([]);
+    expect(call.name).toBe("hg_cu_attn_decode_batch");
+    expect(call.args.slice(1, 10)).toEqual([be.address(s.out), be.address(s.q), be.address(s.k), be.address(s.v), 2, s.B, s.heads, s.kvHeads, s.hd]);
+    expect(call.args[11]).toBe(0.25);
+    const t = call.args[10] as Int32Array;
+    s.rows.forEach((r, i) => {
+      const ka = be.address(r.kCache), va = be.address(r.vCache);
+      const row = Array.from(t.subarray(8 * i, 8 * i + 8));
+      expect(row[0] >>> 0).toBe(ka % 2 ** 32);
+      expect(row[1]).toBe(Math.floor(ka / 2 ** 32));
+      expect(row[2] >>> 0).toBe(va % 2 ** 32);
+      expect(row[3]).toBe(Math.floor(va / 2 ** 32));
+      expect(row.slice(4)).toEqual([s.caps[i], r.slot, r.start, r.firstPos + 1]);
+    });
+    be.close();
+  });
+
+  it("runs the rows one by one (a copy per KV head for K and V, then one-row attention) when switched off or without the split-K kernel", () => {
+    for (const [splitK, batched] of [[true, false], [false, true]] as const) {
+      const { be, ops } = make(splitK);
+      const s = setup(be);
+      be.setBatchAttention(batched);
+      be.attnDecodeBatch(s.out, s.q, s.k, s.v, s.rows, 0.5);
+      const got = ops();
+      expect(got.map((c) => c.name)).toEqual(s.rows.flatMap(() => [...Array(2 * s.kvHeads).fill("hg_cu_copy"), "hg_cu_attn_decode"]));
+      // Row 2's V copy of KV head 1: cache element (1·cap + slot)·hd from k/v row element 2·kvw + hd (bf16 ← f32).
+      const per = 2 * s.kvHeads + 1, r = s.rows[2], cap = s.caps[2];
+      const vCopy = got[2 * per + 3];
+      expect(vCopy.args.slice(1, 6)).toEqual([be.address(r.vCache) + (cap + r.slot) * s.hd * 2, 2, be.address(s.v) + (2 * s.kvHeads * s.hd + s.hd) * 4, 0, s.hd]);
+      const attn = got[2 * per + 2 * s.kvHeads];
+      expect(attn.args.slice(1, 13)).toEqual([be.address(s.out) + 2 * s.heads * s.hd * 4, be.address(s.q) + 2 * s.heads * s.hd * 4, be.address(r.kCache), be.address(r.vCache), 2, s.heads, s.kvHeads, s.hd, cap, r.start, r.firstPos, 0.5]);
+      be.close();
+    }
+  });
+
+  it("refuses bad input with one line before any native call", () => {
+    const { be, ops } = make();
+    const s = setup(be);
+    const ref = new ReferenceBackend();
+    const foreign = ref.alloc([2, 16, 8], "bf16");
+    const f16 = be.alloc([2, 16, 8], "f16");
+    const wide = be.alloc([4, 16, 8], "bf16");
+    const row = (i: number, patch: Partial<BatchAttnRow>): BatchAttnRow[] => s.rows.map((r, j) => (j === i ? { ...r, ...patch } : r));
+    const cases: [() => void, RegExp][] = [
+      [() => be.attnDecodeBatch(s.out, s.q, s.k, s.v, [], 1), /attnDecodeBatch: 0 rows, the kernels take 1\.\.64/],
+      [() => be.attnDecodeBatch(s.out, s.q, s.k, s.v, Array(65).fill(s.rows[0]), 1), /65 rows/],
+      [() => be.attnDecodeBatch(s.out, s.q, s.k, s.v, row(1, { slot: 16 }), 1), /rows\[1\] slot 16 is outside the cache capacity 16/],
+      [() => be.attnDecodeBatch(s.out, s.q, s.k, s.v, row(0, { start: 10, firstPos: 6 }), 1), /rows\[0\] keys at slots 10\.\.16 exceed the cache capacity 16/],
+      [() => be.attnDecodeBatch(s.out, s.q, s.k, s.v, row(2, { firstPos: -1 }), 1), /rows\[2\] slot, start and firstPos must be non-negative integers/],
+      [() => be.attnDecodeBatch(s.out, s.q, s.k, s.v, row(1, { kCache: f16, vCache: f16 }), 1), /rows\[1\]\.kCache f16\[2x16x8\] must be bf16\[2, cap, 8\]/],
+      [() => be.attnDecodeBatch(s.out, s.q, s.k, s.v, row(1, { kCache: wide }), 1), /rows\[1\]\.kCache bf16\[4x16x8\] must be bf16\[2, cap, 8\]/],
+      [() => be.attnDecodeBatch(s.out, s.q, s.k, s.v, row(2, { vCache: s.caches[0].v }), 1), /rows\[2\]\.vCache .* must have the shape and dtype of its kCache/],
+      [() => be.attnDecodeBatch(s.out, s.q, s.k, s.v, row(0, { kCache: foreign }), 1), /rows\[0\]\.kCache belongs to backend 'reference'/],
+      [() => be.attnDecodeBatch(s.out, s.q, s.q, s.v, s.rows, 1), /k and v rows must have 16 values/],
+      [() => be.attnDecodeBatch(s.out, s.q, s.k, s.v, s.rows, Number.NaN), /scale NaN is not finite/],
+      [() => be.attnDecodeBatch(s.q, s.q, s.k, s.v, s.rows, 1), /out must not overlap q, k or v/],
+      [() => be.attnDecodeBatch(be.view(s.out, 0, [2, 32]), s.q, s.k, s.v, s.rows, 1), /out .* has 2 rows, 3 requested/],
+    ];
+    for (const [fn, re] of cases) {
+      let err: unknown;
+      try {
+        fn();
+      } catch (e) {
+        err = e;
+      }
+      expect(err, String(re)).toBeInstanceOf(HybridgenError);
+      expect((err as Error).message).toMatch(re);
+      expect((err as Error).message).not.toContain("\n");
+    }
+    expect(ops()).toEqual([]);
+    be.close();
+    ref.close();
+  });
+});
+
+describe("CudaBackend skinny GEMM path (stand-in native library)", () => {
+  it("setMatmulPath('skinny') passes path 3; matmulPathFor asks the native side with the weight dtype", () => {
+    const { be, calls } = make();
+    const x = be.alloc([4, 64]), w = be.alloc([48, 64], "bf16"), out = be.alloc([4, 48]);
+    be.setMatmulPath("skinny");
+    be.matmul(out, x, w, 4);
+    expect(calls.find((c) => c.name === "hg_cu_matmul")!.args[10]).toBe(3);
+    expect(be.matmulPathFor(16, "bf16", 64)).toBe("skinny");
+    expect(calls.find((c) => c.name === "hg_cu_matmul_path_for")!.args.slice(1)).toEqual([16, 2, 64]);
+    expect(be.matmulPathFor(16)).toBe("cublas");
+    expect(() => be.setMatmulPath("fast" as "auto")).toThrow(/unknown path 'fast' \(auto, gemv, cublas, tiled, skinny\)/);
+    be.close();
+  });
+});
