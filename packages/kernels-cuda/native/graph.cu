@@ -202,7 +202,7 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 }
 
 // Decode tuning switches (benches compare them): 0 programmatic dependent launch of the decode
-// kernels (0/1; on by default where the device has it, sm_90+), 1 the split-K attention's token
+// kernels (0/1, off by default; refused (stays 0) below sm_90), 1 the split-K attention's token
 // rows per lane and round (2 or 4). Returns the switch's previous value, or -1 for an unknown
 // switch or value. Captured graphs hold the old launches, so they are dropped.
 static int *decode_option(HgCtx *c, int which) { return which == 0 ? &c->pdl : which == 1 ? &c->attnUnroll : NULL; }
@@ -230,9 +230,10 @@ HG_EXPORT int hg_cu_get_decode_option(HgCtx *c, int which) {
 }  // extern "C"
 
 int hg_graph_init(HgCtx *c) {
+  // Plain launches by default: programmatic launch with an early trigger measured slower on the
+  // H200 (DEVICE-NOTES.md, fourth pass); the late-trigger form is a switch until it is measured.
   c->pdl = 0;
   c->attnUnroll = 2;
-  hg_cu_set_decode_option(c, 0, 1);  // programmatic launch where the device has it
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

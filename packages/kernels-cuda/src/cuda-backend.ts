@@ -562,7 +562,7 @@ export class CudaBackend implements Backend {
 
   /**
    * Sets decode-kernel switches (benches compare them); fields left out keep their value.
-   * programmaticLaunch is on by default where the device has it (sm_90+) and stays off elsewhere.
+   * programmaticLaunch is off by default (DEVICE-NOTES.md, fourth pass) and stays off below sm_90.
    * Captured step graphs hold the old launches: a change drops them.
    */
   setDecodeTuning(t: Partial<DecodeTuning>): void {

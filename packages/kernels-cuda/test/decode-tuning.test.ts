@@ -8,7 +8,7 @@ import { HybridgenError } from "@hybridgen/core";
 import { CudaBackend, backendSymbols, type CudaNative } from "../src/index.js";
 
 function fake(): { lib: CudaNative; sets: [number, number][] } {
-  const options = [1, 2]; // what a fresh sm_90 context starts with (PDL on, 2 rows a round)
+  const options = [0, 2]; // what a fresh context starts with (PDL off, 2 rows a round)
   const sets: [number, number][] = [];
   const lib: Record<string, (...args: unknown[]) => unknown> = {};
   for (const name of Object.keys(backendSymbols)) {
@@ -40,13 +40,13 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ programmaticLaunch: true, attnUnroll: 2 });
+    expect(be.decodeTuning).toEqual({ programmaticLaunch: false, attnUnroll: 2 });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
-    be.setDecodeTuning({ programmaticLaunch: false, attnUnroll: 2 });
-    expect(sets).toEqual([[1, 4], [0, 0], [1, 2]]);
-    expect(be.decodeTuning).toEqual({ programmaticLaunch: false, attnUnroll: 2 });
+    be.setDecodeTuning({ programmaticLaunch: true, attnUnroll: 2 });
+    expect(sets).toEqual([[1, 4], [0, 1], [1, 2]]);
+    expect(be.decodeTuning).toEqual({ programmaticLaunch: true, attnUnroll: 2 });
     be.close();
   });
 
