@@ -1,0 +1,148 @@
+/**
+ * Checks of the batched-decode kernels on a GPU (fresh random inputs, seeded):
+ *
+ * - skinny GEMM (path "skinny", 2..32 rows, f16/bf16 weights) against a TypeScript f64
+ *   reference of x rounded to the weight dtype times the weights as stored, with and without
+ *   bias, at n = 2, 3, 8, 9, 17, 32 and m, k that are not multiples of the tiles (k % 8 ≠ 0
+ *   takes the fallback path: checked with the looser bound of f32 x);
+ * - attnDecodeBatch (batched kernels) against the per-row path (setBatchAttention(false)) on
+ *   identical copies of the caches: the appended K/V rows bit for bit, the outputs within 1e-5
+ *   (the split counts differ, so the merge order does), eager and inside recorded steps whose
+ *   graph is replayed with new positions.
+ *
+ * Used by device/batch-bench.ts and test/batch-gpu.test.ts.
+ */
+import type { BatchAttnRow, DType, Tensor } from "@hybridgen/core";
+import { roundTo } from "../../core/src/half-float.js";
+import type { CudaBackend } from "../src/index.js";
+import { mulberry32, relErr, type CheckResult } from "./op-checks.js";
+
+/** x (f32, rounded to the weight dtype) · wᵀ + bias in f64. */
+function refMatmul(x: Float32Array, w: Float32Array, bias: Float32Array | null, n: number, k: number, m: number, dt: DType): Float32Array {
+  const xr = x.map((v) => roundTo(dt, v));
+  const out = new Float32Array(n * m);
+  for (let r = 0; r < n; r++)
+    for (let c = 0; c < m; c++) {
+      let s = 0;
+      for (let i = 0; i < k; i++) s += xr[r * k + i] * w[c * k + i];
+      out[r * m + c] = s + (bias ? bias[c] : 0);
+    }
+  return out;
+}
+
+export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] {
+  const rnd = mulberry32(seed);
+  const vals = (len: number) => Float32Array.from({ length: len }, () => rnd() * 2 - 1);
+  const results: CheckResult[] = [];
+  // [n, m, k, bias]: tails in m (not a multiple of 64) and k (not of 32); k splits (m small, k large).
+  const shapes: [number, number, number, boolean][] = [
+    [2, 37, 72, false], [3, 130, 264, true], [8, 64, 4096, false], [9, 1000, 520, true],
+    [17, 77, 136, false], [32, 4096, 1024, true], [32, 200, 2056, false], [5, 96, 70, true],
+  ];
+  for (const dt of ["bf16", "f16"] as const) {
+    for (const [n, m, k, hasBias] of shapes) {
+      const x = cuda.alloc([n, k]), w = cuda.alloc([m, k], dt), out = cuda.alloc([n, m]);
+      const b = hasBias ? cuda.alloc([m]) : null;
+      try {
+        const xv = vals(n * k);
+        cuda.write(x, xv);
+        cuda.write(w, vals(m * k));
+        const bv = b ? vals(m) : null;
+        if (b && bv) cuda.write(b, bv);
+        cuda.write(out, new Float32Array(n * m).fill(Number.NaN));
+        const want = refMatmul(xv, cuda.read(w), bv, n, k, m, dt);
+        cuda.setMatmulPath("skinny");
+        cuda.matmul(out, x, w, n, b ?? undefined);
+        const err = relErr(cuda.read(out), want);
+        // k % 8 ≠ 0 is not the kernel's case: the fallback keeps x in f32 (GEMV) or rounds it (cuBLAS).
+        const fallback = k % 8 !== 0;
+        const tol = fallback ? 1e-2 : 1e-5;
+        results.push({ name: `skinny ${dt} n=${n} m=${m} k=${k}${hasBias ? " +bias" : ""}${fallback ? ` (fallback: ${cuda.matmulPathFor(n)})` : ""}`, err, tol, ok: err <= tol });
+      } finally {
+        cuda.setMatmulPath("auto");
+        for (const t of [x, w, out, b]) if (t) cuda.free(t);
+      }
+    }
+  }
+  return results;
+}
+
+interface AttnCase {
+  name: string;
+  dtype: DType;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  /** Per row: cache capacity, span start, first position (the new token's). */
+  rows: [number, number, number][];
+}
+
+export function runBatchAttnChecks(cuda: CudaBackend, seed: number): CheckResult[] {
+  const rnd = mulberry32(seed);
+  const vals = (len: number) => Float32Array.from({ length: len }, () => rnd() * 2 - 1);
+  const results: CheckResult[] = [];
+  const cases: AttnCase[] = [
+    { name: "bf16 GQA 32/8 x 128", dtype: "bf16", heads: 32, kvHeads: 8, headDim: 128, rows: [[2600, 0, 2047], [2600, 0, 0], [2600, 3, 700], [3000, 0, 2999], [2600, 100, 64], [2600, 0, 1536]] },
+    { name: "f32 MHA 4/4 x 64", dtype: "f32", heads: 4, kvHeads: 4, headDim: 64, rows: [[300, 0, 5], [300, 7, 290], [128, 0, 127]] },
+    { name: "f16 GQA 12/2 x 48", dtype: "f16", heads: 12, kvHeads: 2, headDim: 48, rows: [[90, 0, 17], [90, 2, 80], [90, 0, 1], [90, 0, 64], [90, 1, 33]] },
+  ];
+  for (const c of cases) {
+    const B = c.rows.length, qw = c.heads * c.headDim, kvw = c.kvHeads * c.headDim;
+    const owned: Tensor[] = [];
+    const alloc = (shape: number[], dt: DType = "f32") => {
+      const t = cuda.alloc(shape, dt);
+      owned.push(t);
+      return t;
+    };
+    try {
+      const q = alloc([B, qw]), k = alloc([B, kvw]), v = alloc([B, kvw]);
+      const outA = alloc([B, qw]), outB = alloc([B, qw]);
+      // Two identical cache sets: A for the per-row path, B for the batched kernels.
+      const sets = [0, 1].map(() => c.rows.map(([cap]) => ({ k: alloc([c.kvHeads, cap, c.headDim], c.dtype), v: alloc([c.kvHeads, cap, c.headDim], c.dtype) })));
+      c.rows.forEach(([cap], i) => {
+        const kv = vals(c.kvHeads * cap * c.headDim), vv = vals(c.kvHeads * cap * c.headDim);
+        for (const s of sets) {
+          cuda.write(s[i].k, kv);
+          cuda.write(s[i].v, vv);
+        }
+      });
+      const tableOf = (set: number, shift: number): BatchAttnRow[] =>
+        c.rows.map(([cap, start, pos], i) => {
+          const p = Math.min(pos + shift, cap - 1 - start);
+          return { kCache: sets[set][i].k, vCache: sets[set][i].v, start, firstPos: p, slot: start + p };
+        });
+      // Three rounds: eager, then two recorded steps (capture, replay) with positions moved on.
+      for (let round = 0; round < 3; round++) {
+        cuda.write(q, vals(B * qw));
+        cuda.write(k, vals(B * kvw));
+        cuda.write(v, vals(B * kvw));
+        cuda.write(outA, new Float32Array(B * qw).fill(Number.NaN));
+        cuda.write(outB, new Float32Array(B * qw).fill(Number.NaN));
+        const scale = 1 / Math.sqrt(c.headDim);
+        cuda.setBatchAttention(false);
+        cuda.attnDecodeBatch(outA, q, k, v, tableOf(0, round), scale);
+        cuda.setBatchAttention(true);
+        const g0 = cuda.graphStats();
+        if (round > 0) cuda.beginStep(`batch-attn-check-${c.name}`);
+        cuda.attnDecodeBatch(outB, q, k, v, tableOf(1, round), scale);
+        if (round > 0) cuda.endStep();
+        const g1 = cuda.graphStats();
+        const mode = round === 0 ? "eager" : `recorded (graphs captured/replayed ${g1.captures - g0.captures}/${g1.replays - g0.replays})`;
+        const err = relErr(cuda.read(outB), cuda.read(outA));
+        results.push({ name: `attnDecodeBatch ${c.name}, ${B} rows, ${mode}: out vs per-row`, err, tol: 1e-5, ok: err <= 1e-5 });
+        let cacheDiff = 0;
+        c.rows.forEach((_, i) => {
+          for (const kind of ["k", "v"] as const) {
+            const a = cuda.read(sets[0][i][kind]), b = cuda.read(sets[1][i][kind]);
+            for (let j = 0; j < a.length; j++) cacheDiff = Math.max(cacheDiff, Math.abs(a[j] - b[j]));
+          }
+        });
+        results.push({ name: `attnDecodeBatch ${c.name}, ${mode}: appended caches vs per-row (max |Δ|)`, err: cacheDiff, tol: 0, ok: cacheDiff === 0 });
+      }
+    } finally {
+      cuda.setBatchAttention(true);
+      for (const t of owned) cuda.free(t);
+    }
+  }
+  return results;
+}
