@@ -30,8 +30,8 @@ __device__ __forceinline__ void da_merge(float &m, float &l, float *a, float m2,
 }
 
 // grid (maxSplits, kvHeads, head groups of DA_HEADS). LPT lanes hold one token row (EL values
-// each, 16-byte loads); a warp covers 32 / LPT tokens at a time, two at once per lane for loads
-// in flight. part: [split][head][headDim + 2] = unnormalised output, then max (log2), sum.
+// each, 16-byte loads); a warp covers 32 / LPT tokens at a time, UNR (2 or 4) at once per lane
+// for loads in flight. part: [split][head][headDim + 2] = unnormalised output, then max (log2), sum.
 template <int KT, int LPT, int UNR>
 __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group,
                                                           int headDim, int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
