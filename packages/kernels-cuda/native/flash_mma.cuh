@@ -77,6 +77,76 @@ __device__ __forceinline__ void ldsm_x4_trans(unsigned &r0, unsigned &r1, unsign
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n" : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr) : "memory");
 }
 
+// ---- the per-tile softmax shared by the kernels: 16 rows a warp (r0 = row gid, r1 = r0 + 8), a
+// tile of BK keys as BK/8 accumulator fragments sc[nt] (columns 8·nt + 2·tid, +1) ----
+
+// Keys after a row's position (p0, p1: positions of rows r0, r1) score -inf.
+template <int BK>
+__device__ __forceinline__ void mask_future(float (&sc)[BK / 8][4], int kt0, int p0, int p1) {
+  const int tid = threadIdx.x & 3;
+#pragma unroll
+  for (int nt = 0; nt < BK / 8; nt++) {
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+      const int kj = kt0 + nt * 8 + 2 * tid + e;
+      if (kj > p0) sc[nt][e] = -INFINITY;
+      if (kj > p1) sc[nt][2 + e] = -INFINITY;
+    }
+  }
+}
+
+// One online-softmax step (scores already scaled by log2 e): the running max m and sum l of both
+// rows absorb the tile, o is rescaled, and the probabilities become P's A fragments (n-tiles 2kk,
+// 2kk+1 are k-step kk's two halves). Key 0 is in the first tile and visible to every row, so the
+// max is finite from then on; a row whose keys in a later tile are all masked keeps it (2^-inf = 0).
+template <typename T, int BK, int HD>
+__device__ __forceinline__ void softmax_step(float (&sc)[BK / 8][4], float &m0, float &m1, float &l0, float &l1, float (&o)[HD / 8][4],
+                                             unsigned (&pa)[BK / 16][4]) {
+  float mx0 = m0, mx1 = m1;
+#pragma unroll
+  for (int nt = 0; nt < BK / 8; nt++) {
+    mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
+    mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
+  }
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+  mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+  mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+  const float a0 = exp2_ftz(m0 - mx0), a1 = exp2_ftz(m1 - mx1);  // first tile: 2^-inf = 0
+  m0 = mx0;
+  m1 = mx1;
+  l0 *= a0;
+  l1 *= a1;
+#pragma unroll
+  for (int j = 0; j < HD / 8; j++) { o[j][0] *= a0; o[j][1] *= a0; o[j][2] *= a1; o[j][3] *= a1; }
+#pragma unroll
+  for (int nt = 0; nt < BK / 8; nt++) {
+    const float p00 = exp2_ftz(sc[nt][0] - mx0), p01 = exp2_ftz(sc[nt][1] - mx0);
+    const float p10 = exp2_ftz(sc[nt][2] - mx1), p11 = exp2_ftz(sc[nt][3] - mx1);
+    l0 += p00 + p01;
+    l1 += p10 + p11;
+    pa[nt / 2][(nt & 1) * 2] = Mma<T>::pack(p00, p01);
+    pa[nt / 2][(nt & 1) * 2 + 1] = Mma<T>::pack(p10, p11);
+  }
+}
+
+// The rows' sums over the quad, then o / l written to out rows r0 and r0 + 8 of head h (rows < n).
+template <int HD>
+__device__ __forceinline__ void store_rows(float *out, int rowStride, int h, int r0, int n, const float (&o)[HD / 8][4], float l0, float l1) {
+  const int tid = threadIdx.x & 3, r1 = r0 + 8;
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+  for (int j = 0; j < HD / 8; j++) {
+    const size_t col = (size_t)h * HD + 8 * j + 2 * tid;
+    if (r0 < n) *reinterpret_cast<float2 *>(out + (size_t)r0 * rowStride + col) = make_float2(o[j][0] * i0, o[j][1] * i0);
+    if (r1 < n) *reinterpret_cast<float2 *>(out + (size_t)r1 * rowStride + col) = make_float2(o[j][2] * i1, o[j][3] * i1);
+  }
+}
+
 // Block shapes of flash_v2.cu: 4 warps (64 query rows) at 2 or 3 blocks an SM, or 8 warps (128 rows).
 enum { FLASH2_W4 = 0, FLASH2_W4_OCC3 = 1, FLASH2_W8 = 2 };
 

@@ -1,6 +1,7 @@
 // The first tensor-core causal prefill kernel (second pass), kept selectable (HYBRIDGEN_FLASH=v1)
 // so benches compare it with flash_v2.cu in one run: 64 query rows a block (16 per warp), K/V tiles
-// of 64 keys stored synchronously into shared memory (V transposed on the way), one buffer.
+// of 64 keys stored synchronously into shared memory (V transposed on the way), one buffer. Its
+// softmax is flash_mma.cuh's shared step (ex2.approx.ftz since the fourth pass; was exp2f).
 #include "flash_mma.cuh"
 
 static const int FA_BQ = 64, FA_BK = 64;  // query rows per block (16 per warp), keys per tile
@@ -58,45 +59,9 @@ __global__ void __launch_bounds__(128) flash_causal_kernel(float *out, const flo
         Mma<T>::run(sc[nt], qa[s], b0, b1);
       }
     }
-    if (kt0 + FA_BK - 1 > warpFirstPos) {  // the tile reaches past some row's position: mask the future
-#pragma unroll
-      for (int nt = 0; nt < FA_BK / 8; nt++) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int kj = kt0 + nt * 8 + 2 * tid + e;
-          if (kj > firstPos + r0) sc[nt][e] = -INFINITY;
-          if (kj > firstPos + r1) sc[nt][2 + e] = -INFINITY;
-        }
-      }
-    }
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
-    for (int nt = 0; nt < FA_BK / 8; nt++) {
-      mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
-      mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float base0 = mx0 == -INFINITY ? 0.f : mx0, base1 = mx1 == -INFINITY ? 0.f : mx1;
-    const float a0 = exp2f(m0 - base0), a1 = exp2f(m1 - base1);
-    m0 = mx0;
-    m1 = mx1;
-    l0 *= a0;
-    l1 *= a1;
-#pragma unroll
-    for (int j = 0; j < HD / 8; j++) { o[j][0] *= a0; o[j][1] *= a0; o[j][2] *= a1; o[j][3] *= a1; }
+    if (kt0 + FA_BK - 1 > warpFirstPos) mask_future<FA_BK>(sc, kt0, firstPos + r0, firstPos + r1);
     unsigned pa[FA_BK / 16][4];
-#pragma unroll
-    for (int nt = 0; nt < FA_BK / 8; nt++) {
-      const float p00 = exp2f(sc[nt][0] - base0), p01 = exp2f(sc[nt][1] - base0);
-      const float p10 = exp2f(sc[nt][2] - base1), p11 = exp2f(sc[nt][3] - base1);
-      l0 += p00 + p01;
-      l1 += p10 + p11;
-      pa[nt / 2][(nt & 1) * 2] = Mma<T>::pack(p00, p01);
-      pa[nt / 2][(nt & 1) * 2 + 1] = Mma<T>::pack(p10, p11);
-    }
+    softmax_step<T, FA_BK, HD>(sc, m0, m1, l0, l1, o, pa);
 #pragma unroll
     for (int j = 0; j < HD / 8; j++) {
 #pragma unroll
@@ -107,17 +72,7 @@ __global__ void __launch_bounds__(128) flash_causal_kernel(float *out, const flo
       }
     }
   }
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-#pragma unroll
-  for (int j = 0; j < HD / 8; j++) {
-    const size_t col = (size_t)h * HD + 8 * j + 2 * tid;
-    if (r0 < n) *reinterpret_cast<float2 *>(out + (size_t)r0 * rowStride + col) = make_float2(o[j][0] * i0, o[j][1] * i0);
-    if (r1 < n) *reinterpret_cast<float2 *>(out + (size_t)r1 * rowStride + col) = make_float2(o[j][2] * i1, o[j][3] * i1);
-  }
+  store_rows<HD>(out, rowStride, h, r0, n, o, l0, l1);
 }
 
 template <typename T, int HD>

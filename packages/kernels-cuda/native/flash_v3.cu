@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(128, MINB)
   const unsigned base = (smem_addr(smem_raw) + 1023) & ~1023u;  // panels must be 1024-byte aligned for the swizzle
   const int h = blockIdx.x, g = h / group;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2, tid = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2;
   const int r0 = q0 + warp * 16 + gid, r1 = r0 + 8;
   const int qLast = min(q0 + BQ, n) - 1;
   const int keyEnd = firstPos + qLast + 1;
@@ -133,45 +133,9 @@ __global__ void __launch_bounds__(128, MINB)
     wg_commit_wait();
     wg_pin(&sc[0][0]);
 
-    if (kt0 + BK - 1 > warpFirstPos) {
-#pragma unroll
-      for (int nt = 0; nt < BK / 8; nt++) {
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          const int kj = kt0 + nt * 8 + 2 * tid + e;
-          if (kj > firstPos + r0) sc[nt][e] = -INFINITY;
-          if (kj > firstPos + r1) sc[nt][2 + e] = -INFINITY;
-        }
-      }
-    }
-    float mx0 = m0, mx1 = m1;
-#pragma unroll
-    for (int nt = 0; nt < BK / 8; nt++) {
-      mx0 = fmaxf(mx0, fmaxf(sc[nt][0], sc[nt][1]));
-      mx1 = fmaxf(mx1, fmaxf(sc[nt][2], sc[nt][3]));
-    }
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    // Key 0 is in tile 0 and visible to every row, so the max is finite from the first tile on.
-    const float a0 = exp2_ftz(m0 - mx0), a1 = exp2_ftz(m1 - mx1);
-    m0 = mx0;
-    m1 = mx1;
-    l0 *= a0;
-    l1 *= a1;
-#pragma unroll
-    for (int j = 0; j < HD / 8; j++) { o[j][0] *= a0; o[j][1] *= a0; o[j][2] *= a1; o[j][3] *= a1; }
+    if (kt0 + BK - 1 > warpFirstPos) mask_future<BK>(sc, kt0, firstPos + r0, firstPos + r1);
     unsigned pa[BK / 16][4];
-#pragma unroll
-    for (int nt = 0; nt < BK / 8; nt++) {
-      const float p00 = exp2_ftz(sc[nt][0] - mx0), p01 = exp2_ftz(sc[nt][1] - mx0);
-      const float p10 = exp2_ftz(sc[nt][2] - mx1), p11 = exp2_ftz(sc[nt][3] - mx1);
-      l0 += p00 + p01;
-      l1 += p10 + p11;
-      pa[nt / 2][(nt & 1) * 2] = Mma<T>::pack(p00, p01);
-      pa[nt / 2][(nt & 1) * 2 + 1] = Mma<T>::pack(p10, p11);
-    }
+    softmax_step<T, BK, HD>(sc, m0, m1, l0, l1, o, pa);
 #pragma unroll
     for (int p = 0; p < PANELS; p++) wg_pin(&o[8 * p][0]);
     wg_fence();
@@ -183,17 +147,7 @@ __global__ void __launch_bounds__(128, MINB)
 #pragma unroll
     for (int p = 0; p < PANELS; p++) wg_pin(&o[8 * p][0]);
   }
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float i0 = l0 > 0.f ? 1.f / l0 : 0.f, i1 = l1 > 0.f ? 1.f / l1 : 0.f;
-#pragma unroll
-  for (int j = 0; j < HD / 8; j++) {
-    const size_t col = (size_t)h * HD + 8 * j + 2 * tid;
-    if (r0 < n) *reinterpret_cast<float2 *>(out + (size_t)r0 * rowStride + col) = make_float2(o[j][0] * i0, o[j][1] * i0);
-    if (r1 < n) *reinterpret_cast<float2 *>(out + (size_t)r1 * rowStride + col) = make_float2(o[j][2] * i1, o[j][3] * i1);
-  }
+  store_rows<HD>(out, rowStride, h, r0, n, o, l0, l1);
 #elif defined(__CUDA_ARCH__)
   __trap();  // not sm_90a code: never launched (hg_flash_v3_supported), and loud if it were
 #endif
