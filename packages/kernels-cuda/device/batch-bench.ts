@@ -14,12 +14,17 @@
  *    (multi-row GEMV or cuBLAS + per-row attention) in the same run, next to the floor of a step:
  *    (weight bytes + the B caches' KV bytes) ÷ the device-to-device bandwidth measured in the run.
  *
- *   bun batch-bench.js [--steps 32] [--batches 1,8,16,32] [--preset llama-3.1-8b]
+ *   bun batch-bench.js [--steps 32] [--batches 1,8,16,32] [--preset llama-3.1-8b] [--log FILE]
+ *
+ * --log appends every printed line to FILE as it is printed (synchronously), so a run killed by
+ * a timeout still leaves what it measured (stdout piped to `tee` may be lost with the process).
  */
+import { appendFileSync } from "node:fs";
 import { BatchDecoder, loadModel, presetConfig, type CausalLM } from "@hybridgen/core";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend } from "../src/index.js";
 import { runBatchAttnChecks, runSkinnyChecks } from "./batch-checks.js";
+import type { CheckResult } from "./op-checks.js";
 import { STORIES15M_SHAPE, dummyFiles } from "./models.js";
 
 function arg(name: string, dflt: string): string {
@@ -29,6 +34,12 @@ function arg(name: string, dflt: string): string {
 const steps = Number(arg("steps", "32"));
 const batches = arg("batches", "1,8,16,32").split(",").map(Number);
 const preset = arg("preset", "llama-3.1-8b");
+const logPath = process.argv.includes("--log") ? arg("log", "") : "";
+
+function say(line: string): void {
+  console.log(line);
+  if (logPath) appendFileSync(logPath, `${line}\n`);
+}
 
 /** mulberry32: seeded prompt ids and lengths. */
 function rng(seed: number): () => number {
@@ -54,18 +65,26 @@ function argmaxOf(x: Float32Array): number {
 }
 
 const a = cudaAvailability();
-console.log(describeCudaAvailability(a));
+say(describeCudaAvailability(a));
 if (!a.available) process.exit(1);
 const cuda: CudaBackend = createCudaBackend({ arenaFraction: 0.92 });
 const bw = cuda.copyBandwidth(2 ** 31, 10);
-console.log(`D2D copy bandwidth (read + write): ${(bw / 1e12).toFixed(2)} TB/s; cuBLAS ${cuda.cublas}`);
+say(`D2D copy bandwidth (read + write): ${(bw / 1e12).toFixed(2)} TB/s; cuBLAS ${cuda.cublas}`);
 
 // ---- 1. kernel checks ------------------------------------------------------------------------------
-const kernelChecks = [...runSkinnyChecks(cuda, 11), ...runBatchAttnChecks(cuda, 12)];
+const kernelChecks: CheckResult[] = [];
+for (const [name, run] of [["skinny GEMM", () => runSkinnyChecks(cuda, 11)], ["attnDecodeBatch", () => runBatchAttnChecks(cuda, 12)]] as const) {
+  try {
+    kernelChecks.push(...run());
+  } catch (e) {
+    // Logged and counted; a lost context makes the rest of the run fail too, with its own message.
+    kernelChecks.push({ name: `${name}: ${(e as Error).message}`, err: Infinity, tol: 0, ok: false });
+  }
+}
 let failures = kernelChecks.filter((c) => !c.ok).length;
 const kernelRows = ["| check | error | bound | result |", "| --- | --- | --- | --- |"];
 for (const c of kernelChecks) kernelRows.push(`| ${c.name} | ${c.err.toExponential(2)} | ${c.tol} | ${c.ok ? "PASS" : "FAIL"} |`);
-for (const row of kernelRows) console.log(row);
+for (const row of kernelRows) say(row);
 
 // ---- 2. batched = alone -----------------------------------------------------------------------------
 const checks: string[] = [
@@ -122,7 +141,7 @@ for (const dtype of ["f32", "bf16"] as const) {
       `| ${dtype} | ${B} | ${cuda.matmulPathFor(B, dtype, files.shape.hiddenSize)} | batched | ${lengths.join(", ")} | ${equal} | ${worst.toExponential(2)} | ${bound} | ` +
         `${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain} | ${ok ? "PASS" : "FAIL"} |`,
     );
-    console.log(checks[checks.length - 1]);
+    say(checks[checks.length - 1]);
   }
 }
 
@@ -154,7 +173,7 @@ let t0 = performance.now();
 using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
 using model: CausalLM = loadModel(files, cuda, { maxContext, prefillBlock: 2048, kvDtype: "bf16" });
 using dec = new BatchDecoder(model, maxB);
-console.log(`loaded ${preset} (bf16 dummy weights, ${(weightBytes / 1e9).toFixed(2)} GB) and ${maxB} slots of ${maxContext} positions in ${((performance.now() - t0) / 1e3).toFixed(1)} s; arena used ${(cuda.memory().usedBytes / 1e9).toFixed(1)} GB`);
+say(`loaded ${preset} (bf16 dummy weights, ${(weightBytes / 1e9).toFixed(2)} GB) and ${maxB} slots of ${maxContext} positions in ${((performance.now() - t0) / 1e3).toFixed(1)} s; arena used ${(cuda.memory().usedBytes / 1e9).toFixed(1)} GB`);
 t0 = performance.now();
 const ps = prompts(99, lengths, vocab);
 const next = new Int32Array(maxB);
@@ -163,7 +182,7 @@ ps.forEach((p, i) => {
   next[i] = dec.argmax(i);
 });
 const prefillS = (performance.now() - t0) / 1e3;
-console.log(`prefilled ${maxB} sequences (${lengths.reduce((x, y) => x + y, 0)} tokens, lengths ${Math.min(...lengths)}–${Math.max(...lengths)}) in ${prefillS.toFixed(1)} s`);
+say(`prefilled ${maxB} sequences (${lengths.reduce((x, y) => x + y, 0)} tokens, lengths ${Math.min(...lengths)}–${Math.max(...lengths)}) in ${prefillS.toFixed(1)} s`);
 
 const rows = ["| B | variant | matmul path | step ms | tokens/s | floor step ms | floor tokens/s | ratio | graphs captured/replayed/drained |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
 for (const v of variants) {
@@ -189,16 +208,16 @@ for (const v of variants) {
     `| ${v.B} | ${v.name} | ${v.path === "auto" ? cuda.matmulPathFor(v.B, "bf16", hidden) : v.path} | ${ms.toFixed(2)} | ${((v.B * 1000) / ms).toFixed(0)} | ${floorMs.toFixed(2)} | ` +
       `${((v.B * 1000) / floorMs).toFixed(0)} | ${(ms / floorMs).toFixed(2)} | ${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain} |`,
   );
-  console.log(rows[rows.length - 1]);
+  say(rows[rows.length - 1]);
 }
 cuda.setCudaGraphs(true);
 cuda.setMatmulPath("auto");
 cuda.setBatchAttention(true);
 
-console.log(`\n## Batched-decode checks: ${failures === 0 ? "ALL PASS" : `${failures} FAILED`}`);
-for (const row of kernelRows) console.log(row);
-console.log("");
-for (const c of checks) console.log(c);
-console.log(`\n## ${preset} bf16 dummy weights, bf16 KV, ${maxB} sequences of ${Math.min(...lengths)}–${Math.max(...lengths)} prompt tokens (prefill ${prefillS.toFixed(1)} s); ${steps} timed steps per row after one warm-up; floor = (weights + the B caches' KV) bytes ÷ D2D copy bandwidth ${(bw / 1e12).toFixed(2)} TB/s`);
-for (const row of rows) console.log(row);
+say(`\n## Batched-decode checks: ${failures === 0 ? "ALL PASS" : `${failures} FAILED`}`);
+for (const row of kernelRows) say(row);
+say("");
+for (const c of checks) say(c);
+say(`\n## ${preset} bf16 dummy weights, bf16 KV, ${maxB} sequences of ${Math.min(...lengths)}–${Math.max(...lengths)} prompt tokens (prefill ${prefillS.toFixed(1)} s); ${steps} timed steps per row after one warm-up; floor = (weights + the B caches' KV) bytes ÷ D2D copy bandwidth ${(bw / 1e12).toFixed(2)} TB/s`);
+for (const row of rows) say(row);
 process.exitCode = failures === 0 ? 0 : 1;
