@@ -169,6 +169,19 @@ static bool skinny_fits(const float *x, const void *w, int wt, int n, int k) {
   return (wt == DT_BF16 || wt == DT_F16) && n >= 2 && n <= 32 && k > 0 && k % 8 == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
 }
 
+// Blocks of the (WT, NT) kernel one SM holds at once (registers bound it: 72–136 a thread), asked
+// of the runtime once per process.
+template <int WT, int NT>
+static int sk_occupancy_nt() {
+  static int blocks = 0;
+  if (!blocks && cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, skinny_gemm_kernel<WT, NT>, 32 * SK_WARPS, 0) != cudaSuccess) blocks = 0;
+  return blocks > 0 ? blocks : 2;
+}
+template <int WT>
+static int sk_occupancy(int nt) {
+  return nt == 1 ? sk_occupancy_nt<WT, 1>() : nt == 2 ? sk_occupancy_nt<WT, 2>() : nt == 3 ? sk_occupancy_nt<WT, 3>() : sk_occupancy_nt<WT, 4>();
+}
+
 Cmd hg_new_cmd(int kind);
 
 // Called by hg_cu_matmul (matmul.cu) for path 3 and for the automatic choice; HG_SKINNY_NOT_TAKEN
@@ -176,9 +189,11 @@ Cmd hg_new_cmd(int kind);
 int hg_skinny_matmul(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, int n, int k, int m) {
   if (!skinny_fits(x, w, wt, n, k) || m <= 0) return HG_SKINNY_NOT_TAKEN;
   HG_FLUSH_REC(c);
-  // k splits: about 3 blocks an SM in all, at least 2 k chunks a warp, partials within the scratch.
-  const int rowBlocks = (m + SK_ROWS - 1) / SK_ROWS, nChunks = (k + 31) / 32;
-  long splits = (3L * c->numSMs + rowBlocks - 1) / rowBlocks;
+  // k splits: as many blocks as the SMs hold at once, rounded down (no second, mostly empty wave),
+  // at least 2 k chunks a warp, partials within the scratch.
+  const int rowBlocks = (m + SK_ROWS - 1) / SK_ROWS, nChunks = (k + 31) / 32, nt = (n + 7) / 8;
+  const long slots = (long)(wt == DT_BF16 ? sk_occupancy<DT_BF16>(nt) : sk_occupancy<DT_F16>(nt)) * c->numSMs;
+  long splits = slots / rowBlocks;
   const long byWork = nChunks / (2 * SK_WARPS);
   const long bySpace = (long)(c->scratchBytes / ((size_t)n * m * sizeof(float)));
   if (splits > byWork) splits = byWork;
