@@ -96,8 +96,8 @@ __global__ void __launch_bounds__(256) batch_attn_kernel(float *part, const floa
     for (int u = 0; u < UNR; u++) {
       const int j = base + u * SLOTS + sub;
       const bool ok = active && j < j1;
-      kr[u] = ok ? *reinterpret_cast<const uint4 *>(kb + (size_t)j * rowBytes) : make_uint4(0, 0, 0, 0);
-      vr[u] = ok ? *reinterpret_cast<const uint4 *>(vb + (size_t)j * rowBytes) : make_uint4(0, 0, 0, 0);
+      kr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(kb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
+      vr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(vb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int u = 0; u < UNR; u++) {
