@@ -13,6 +13,10 @@
  * position's column of a [heads, maxContext] scores row, applies one softmax and sums the
  * matching V spans. A DecodeAttention (hybrid/) may take over single-token decode steps.
  *
+ * When the cache keeps its store in host memory (hybrid mode on a device backend), a block
+ * that attends over offloaded rows on the device first brings the layer's store up
+ * (KvCache.loadStore); decode steps leave the offloaded rows to the hybrid runtime's CPU stage.
+ *
  * Optional backend fast paths: a one-token block is bracketed by beginStep/endStep (a GPU
  * backend replays the whole step as one graph), and a block over a contiguous cache (prefill,
  * or a full-attention decode step) uses attnCausal (no n × n scores, one kernel for a decode
@@ -127,6 +131,7 @@ export class Attention implements Disposable {
       this.backend.attnCausal(out, q, n, c.spanK(0, layer), c.spanV(0, layer), c.spanSlot[0], pos0, this.scale);
       return;
     }
+    c.loadStore(layer); // a store in host memory comes up for this layer's rows (no-op otherwise)
     for (let i = 0; i < n; i++) this.attendFull(layer, q, i, pos0 + i, out);
   }
 

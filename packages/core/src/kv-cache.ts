@@ -13,12 +13,17 @@
  * whole cache is at most four spans in position order — sinks, store, two ring segments —
  * exactly the segments attention concatenates, without sorting.
  *
- * Host store (hybrid mode on a device backend, attachHostStore): the store is also kept in host
- * memory of a host backend, page-locked, where the CPU stage reads it. Every eviction then also
- * copies the moved K and V rows device → host on the backend's copy stream, ordered after the
- * compute that wrote them (one 2-D copy per layer and K/V); syncHostStore() waits for them.
- * The device keeps its store as well: prefill blocks (and steps with nothing offloaded yet)
- * attend over it on the device, as the paper's prefill runs on the GPU over the whole prompt.
+ * Host store (hybrid mode on a device backend, attachHostStore): the store lives only in host
+ * memory of a host backend, page-locked, where the CPU stage reads it; the device store tensors
+ * are freed, which is the device memory offloading exists to save. Every eviction copies the
+ * moved K and V rows straight from the window's ring slots device → host on the backend's copy
+ * stream, ordered after the compute that wrote them and before any later compute that reuses
+ * the slots (one 2-D copy per layer, K/V and ring run); syncHostStore() waits for them.
+ * A block that must attend over offloaded rows on the device (a prompt prefilled in several
+ * blocks) calls loadStore(layer): one layer's store goes host → device into a scratch, two of
+ * them used in turn (the link's double-buffered toDevice), so the device holds two layers'
+ * store rows at most, and only once such a block has run. Decode steps never need it: the
+ * hybrid runtime's CPU stage scores the offloaded rows.
  */
 import { z } from "zod";
 import { DTYPE_BYTES, type Backend, type DType, type HostCopy, type HostRegion, type HostTransfers, type Tensor } from "./backend.js";
@@ -72,9 +77,13 @@ export class KvCache implements Disposable {
   readonly storeCapacity: number;
   readonly windowK: readonly Tensor[];
   readonly windowV: readonly Tensor[];
-  /** Empty when storeCapacity is 0. */
-  readonly storeK: readonly Tensor[];
-  readonly storeV: readonly Tensor[];
+  /** The device store; empty when storeCapacity is 0 or the store is in host memory. */
+  get storeK(): readonly Tensor[] {
+    return this._storeK;
+  }
+  get storeV(): readonly Tensor[] {
+    return this._storeV;
+  }
 
   /**
    * Every cached position in position order as `spanCount` (≤ 4) spans: span s covers
@@ -99,6 +108,11 @@ export class KvCache implements Disposable {
   private gatherView: Int32Array | null = null;
   private closed = false;
   private host: HostStore | null = null;
+  private _storeK: Tensor[];
+  private _storeV: Tensor[];
+  /** Device scratch for loadStore(): two [K, V] pairs used in turn, and the layer each holds. */
+  private readonly scratch: { k: Tensor; v: Tensor; layer: number }[] = [];
+  private scratchTurn = 0;
 
   constructor(private readonly backend: Backend, options: KvCacheOptions) {
     const parsed = KvCacheOptionsSchema.safeParse(options);
@@ -147,15 +161,16 @@ export class KvCache implements Disposable {
     }
     this.windowK = wk;
     this.windowV = wv;
-    this.storeK = sk;
-    this.storeV = sv;
+    this._storeK = sk;
+    this._storeV = sv;
   }
 
   /**
-   * Keep the store in host memory too: tensors of `host` (a host backend, e.g. the CPU backend)
+   * Keep the store in host memory only: tensors of `host` (a host backend, e.g. the CPU backend)
    * with the store's layout, pinned through `link` (the device backend's hostTransfers()), filled
-   * by every later eviction with a device → host copy. Call it before the first append.
-   * `ownsBackend`: close `host` when the cache closes (a backend made for the store alone).
+   * by every later eviction with a device → host copy; the device store tensors are freed. Call
+   * it before the first append. `ownsBackend`: close `host` when the cache closes (a backend made
+   * for the store alone).
    */
   attachHostStore(host: Backend, link: HostTransfers, ownsBackend = false): void {
     this.checkOpen();
@@ -180,6 +195,57 @@ export class KvCache implements Disposable {
       throw e;
     }
     this.host = { backend: host, link, k, v, regions, pending: false, ownsBackend };
+    for (const t of [...this._storeK, ...this._storeV]) this.backend.free(t);
+    this._storeK = [];
+    this._storeV = [];
+  }
+
+  /** Whether the store is in host memory only (attachHostStore). */
+  get storeInHost(): boolean {
+    return this.host !== null;
+  }
+
+  /** Bytes of device memory the store would take on the device (K and V, every layer). */
+  get storeBytes(): number {
+    return 2 * this.layers * this.kvHeads * this.storeCapacity * this.headDim * DTYPE_BYTES[this.dtype];
+  }
+
+  /**
+   * Before device ops of `layer` read store spans (spanK/spanV): with the store in host memory,
+   * copy the layer's offloaded rows host → device into the next scratch pair (no-op otherwise).
+   * Later compute ops wait for the copy; the one after next may reuse the pair.
+   */
+  loadStore(layer: number): void {
+    this.checkOpen();
+    const h = this.host;
+    if (!h || this._storeCount === 0) return;
+    if (!(Number.isInteger(layer) && layer >= 0 && layer < this.layers)) fail(`KV cache: layer ${layer} out of range [0, ${this.layers})`);
+    this.syncHostStore(); // the evictions' rows must be in host memory before they go back up
+    const turn = this.scratchTurn;
+    this.scratchTurn ^= 1;
+    if (!this.scratch[turn]) {
+      const alloc = () => this.backend.alloc([this.kvHeads, this.storeCapacity, this.headDim], this.dtype);
+      const k = alloc();
+      try {
+        this.scratch[turn] = { k, v: alloc(), layer: -1 };
+      } catch (e) {
+        this.backend.free(k);
+        throw e;
+      }
+    }
+    const s = this.scratch[turn];
+    s.layer = -1;
+    const row = this.headDim * DTYPE_BYTES[this.dtype], pitch = this.storeCapacity * row, width = this._storeCount * row;
+    h.link.toDevice([
+      { host: h.regions[layer], hostOffset: 0, tensor: s.k, tensorOffset: 0, width, rows: this.kvHeads, hostPitch: pitch, tensorPitch: pitch },
+      { host: h.regions[this.layers + layer], hostOffset: 0, tensor: s.v, tensorOffset: 0, width, rows: this.kvHeads, hostPitch: pitch, tensorPitch: pitch },
+    ]);
+    s.layer = layer;
+  }
+
+  /** Device scratch tensors loadStore() has allocated (0, 2 or 4). */
+  get storeScratchTensors(): number {
+    return this.scratch.length * 2;
   }
 
   /** The link of the host store (null without one). */
@@ -244,13 +310,21 @@ export class KvCache implements Disposable {
     }));
   }
 
-  /** K tensor of span s for `layer`. */
+  /** K tensor of span s for `layer` (a store span in host memory: after loadStore(layer)). */
   spanK(s: number, layer: number): Tensor {
-    return this.spanRegion[s] === STORE ? this.storeK[layer] : this.windowK[layer];
+    if (this.spanRegion[s] !== STORE) return this.windowK[layer];
+    return this.host ? this.loaded(layer).k : this._storeK[layer];
   }
   /** V tensor of span s for `layer`. */
   spanV(s: number, layer: number): Tensor {
-    return this.spanRegion[s] === STORE ? this.storeV[layer] : this.windowV[layer];
+    if (this.spanRegion[s] !== STORE) return this.windowV[layer];
+    return this.host ? this.loaded(layer).v : this._storeV[layer];
+  }
+
+  private loaded(layer: number): { k: Tensor; v: Tensor } {
+    const s = this.scratch.find((x) => x.layer === layer);
+    if (!s) fail(`KV cache: layer ${layer}'s offloaded rows are in host memory; call loadStore(${layer}) before device ops read them`);
+    return s;
   }
 
   /**
@@ -335,15 +409,19 @@ export class KvCache implements Disposable {
     const be = this.backend, wcap = this.windowCapacity, scap = this.storeCapacity, rcap = this.ringCapacity;
     const S = this.sinkTokens, head = this.ringHead, dst = this._storeCount;
     const first = Math.min(count, rcap - head);
-    for (let l = 0; l < this.layers; l++) {
-      for (const [win, store] of [[this.windowK[l], this.storeK[l]], [this.windowV[l], this.storeV[l]]] as const) {
-        for (let g = 0; g < this.kvHeads; g++) {
-          be.copyRows(store, g * scap + dst, win, g * wcap + S + head, first);
-          if (first < count) be.copyRows(store, g * scap + dst + first, win, g * wcap + S, count - first);
+    if (this.host) {
+      this.copyToHost(dst, count, S + head, first);
+    } else {
+      for (let l = 0; l < this.layers; l++) {
+        for (const [win, store] of [[this.windowK[l], this._storeK[l]], [this.windowV[l], this._storeV[l]]] as const) {
+          for (let g = 0; g < this.kvHeads; g++) {
+            be.copyRows(store, g * scap + dst, win, g * wcap + S + head, first);
+            if (first < count) be.copyRows(store, g * scap + dst + first, win, g * wcap + S, count - first);
+          }
         }
       }
     }
-    if (this.host) this.copyToHost(dst, count);
+    for (const s of this.scratch) s.layer = -1; // the store changed: a block reloads it
     for (let p = S + dst; p < S + dst + count; p++) {
       this.regionOf[p] = STORE;
       this.slotOf[p] = p - S;
@@ -362,6 +440,7 @@ export class KvCache implements Disposable {
     this._storeCount = 0;
     this.ringHead = 0;
     this.spanCount = 0;
+    for (const s of this.scratch) s.layer = -1;
   }
 
   close(): void {
@@ -378,7 +457,12 @@ export class KvCache implements Disposable {
         if (h.ownsBackend) h.backend[Symbol.dispose]();
       }
     }
-    for (const t of [...this.windowK, ...this.windowV, ...this.storeK, ...this.storeV]) this.backend.free(t);
+    for (const t of [...this.windowK, ...this.windowV, ...this._storeK, ...this._storeV]) this.backend.free(t);
+    for (const s of this.scratch) {
+      this.backend.free(s.k);
+      this.backend.free(s.v);
+    }
+    this.scratch.length = 0;
     if (this.stage) this.backend.free(this.stage);
     this.stage = null;
   }
@@ -387,13 +471,21 @@ export class KvCache implements Disposable {
     this.close();
   }
 
-  /** Store slots [dst, dst + count) of every layer, K and V: device → host, one 2-D copy each. */
-  private copyToHost(dst: number, count: number): void {
-    const h = this.host!, eb = DTYPE_BYTES[this.dtype], row = this.headDim * eb, pitch = this.storeCapacity * row;
+  /**
+   * Window slots [slot, slot + first) then, when the ring wrapped, [S, S + count − first) of every
+   * layer, K and V, to host store slots [dst, dst + count): device → host, one 2-D copy (a row per
+   * KV head) for each run. The link orders later compute after them, so the slots may be reused.
+   */
+  private copyToHost(dst: number, count: number, slot: number, first: number): void {
+    const h = this.host!, eb = DTYPE_BYTES[this.dtype], row = this.headDim * eb;
+    const hostPitch = this.storeCapacity * row, tensorPitch = this.windowCapacity * row, S = this.sinkTokens;
     const copies: HostCopy[] = [];
     for (let l = 0; l < this.layers; l++) {
-      for (const [tensor, host] of [[this.storeK[l], h.regions[l]], [this.storeV[l], h.regions[this.layers + l]]] as const) {
-        copies.push({ host, hostOffset: dst * row, tensor, tensorOffset: dst * row, width: count * row, rows: this.kvHeads, hostPitch: pitch, tensorPitch: pitch });
+      for (const [tensor, host] of [[this.windowK[l], h.regions[l]], [this.windowV[l], h.regions[this.layers + l]]] as const) {
+        copies.push({ host, hostOffset: dst * row, tensor, tensorOffset: slot * row, width: first * row, rows: this.kvHeads, hostPitch, tensorPitch });
+        if (first < count) {
+          copies.push({ host, hostOffset: (dst + first) * row, tensor, tensorOffset: S * row, width: (count - first) * row, rows: this.kvHeads, hostPitch, tensorPitch });
+        }
       }
     }
     h.link.toHost(copies);

@@ -43,35 +43,52 @@ function run(files: ModelFiles, tokens: number[], o: RunOptions) {
       { attention: model.attention, projector: model, stage, selector: o.selector, scheduler: o.scheduler ?? fixedScheduler(4, "post") },
       { logits: o.logits ?? "exact" })
     : null;
+  const staged = !!(o.staged && o.selector);
+  // With the store in host memory the device holds no store tensors at all.
+  if (staged) expect(model.cache.storeK.length + model.cache.storeV.length).toBe(0);
   const out = [model.forward(Int32Array.from(tokens.slice(0, o.prompt)), 0)];
   const stored: number[] = [];
-  let hostMatches = true;
+  const snapshots: Float32Array[] = [];
   for (let t = o.prompt; t < tokens.length; t++) {
     stored.push(model.cache.storeCount);
     out.push(model.forward(Int32Array.of(tokens[t]), t));
-    if (o.staged && o.selector) hostMatches &&= hostStoreMatches(model.cache, be, host);
+    if (o.selector) snapshots.push(storeRows(model.cache, staged ? host : be));
   }
+  const scratch = model.cache.storeScratchTensors;
   const stats = hybrid?.stats;
   hybrid?.close();
   model.close();
   expect(be.liveTensors()).toBe(0);
   expect(host.liveTensors()).toBe(0);
   expect(link.pinned.size).toBe(0);
-  return { out, stored, stats, hostMatches, log: link.log };
+  return { out, stored, stats, snapshots, scratch, log: link.log };
 }
 
-/** After a fence, the host store holds exactly the device store's rows [0, storeCount) of every head. */
-function hostStoreMatches(c: KvCache, be: ReferenceBackend, host: ReferenceBackend): boolean {
+/** The store's rows [0, storeCount) of every layer, K then V, head by head (after a fence). */
+function storeRows(c: KvCache, mem: ReferenceBackend): Float32Array {
   c.syncHostStore();
-  const n = c.storeCount, row = c.headDim, cap = c.storeCapacity;
+  const n = c.storeCount, row = c.headDim, cap = c.storeCapacity, parts: Float32Array[] = [];
   for (let l = 0; l < c.layers; l++) {
-    for (const [dev, hst] of [[c.storeK[l], c.stageStoreK(l)], [c.storeV[l], c.stageStoreV(l)]] as const) {
-      for (let g = 0; g < c.kvHeads; g++) {
-        if (maxAbsDiff(be.read(dev, g * cap * row, n * row), host.read(hst, g * cap * row, n * row)) !== 0) return false;
-      }
+    for (const t of [c.stageStoreK(l), c.stageStoreV(l)]) {
+      for (let g = 0; g < c.kvHeads; g++) parts.push(mem.read(t, g * cap * row, n * row));
     }
   }
-  return true;
+  const all = new Float32Array(parts.reduce((a, p) => a + p.length, 0));
+  let o = 0;
+  for (const p of parts) {
+    all.set(p, o);
+    o += p.length;
+  }
+  return all;
+}
+
+/** Both runs offloaded the same rows (within tol) after every step. */
+function sameStores(a: Float32Array[], b: Float32Array[], tol: number): void {
+  expect(a.length).toBe(b.length);
+  a.forEach((x, i) => {
+    expect(x.length, `store size after step ${i}`).toBe(b[i].length);
+    expect(maxAbsDiff(x, b[i]), `store rows after step ${i}`).toBeLessThanOrEqual(tol);
+  });
 }
 
 describe("hybrid attention staged through host memory (the device-backend path)", () => {
@@ -85,16 +102,58 @@ describe("hybrid attention staged through host memory (the device-backend path)"
         const prompt = Math.min(CONTEXT - 4, w.budget + 5);
         const full = run(files, tokens, { prompt });
         for (const kernel of [false, true]) {
-          const hy = run(files, tokens, { ...w, prompt, staged: true, selector: allSelector(kernel), scheduler: fixedScheduler(3, kernel ? "post" : "pre") });
+          const o = { ...w, prompt, selector: allSelector(kernel), scheduler: fixedScheduler(3, kernel ? "post" : "pre") };
+          const hy = run(files, tokens, { ...o, staged: true });
           expect(hy.stored.some((n) => n > 0)).toBe(true);
           expect(hy.stats!.steps).toBeGreaterThan(0);
-          expect(hy.hostMatches).toBe(true);
+          sameStores(hy.snapshots, run(files, tokens, o).snapshots, 1e-5);
           expect(hy.log.some((l) => l.startsWith("toHost"))).toBe(true);
           expect(hy.log.some((l) => l.startsWith("toDevice"))).toBe(true);
           hy.out.forEach((l, i) => expect(maxAbsDiff(l, full.out[i]), `budget ${w.budget} step ${i}`).toBeLessThan(1e-5));
         }
       }
     }
+  });
+
+  it("a prompt prefilled in several blocks over offloaded rows (loadStore) equals full attention within 1e-5; no device store", () => {
+    for (const [li, layout] of [{ heads: 4, kvHeads: 4 }, { heads: 4, kvHeads: 2 }].entries()) {
+      const { files } = tinyModel({ seed: testSeed(340 + li), maxPositions: 64, layers: 3, ...layout });
+      const tokens = ids(testSeed(440 + li), CONTEXT);
+      const prompt = 31; // 7 blocks of 5 (the last of 1): blocks 3.. attend over an offloaded store
+      const full = run(files, tokens, { prompt });
+      for (const w of [{ budget: 6, sinks: 1, block: 2 }, { budget: 8, sinks: 0, block: 4 }]) {
+        const o = { ...w, prompt, selector: allSelector(true), scheduler: fixedScheduler(3, "post") };
+        const hy = run(files, tokens, { ...o, staged: true });
+        expect(hy.stored[0]).toBeGreaterThan(15); // most of the prompt was offloaded during prefill
+        expect(hy.scratch).toBe(4); // two layers' K and V: the only store rows ever on the device
+        expect(hy.log.filter((l) => l === "toDevice 2").length).toBeGreaterThan(3 * 3); // a load per layer and block
+        hy.out.forEach((l, i) => expect(maxAbsDiff(l, full.out[i]), `budget ${w.budget} forward ${i}`).toBeLessThan(1e-5));
+        sameStores(hy.snapshots, run(files, tokens, o).snapshots, 1e-5);
+      }
+    }
+  });
+
+  it("the host store frees the device store: device tensors drop by 2 per layer", () => {
+    const { files } = tinyModel({ seed: testSeed(350), maxPositions: 64, layers: 3 });
+    const be = new ReferenceBackend(), book = new AddressBook(), host = new HostReference(book), link = new LoopbackLink(be, host, book);
+    const opts = { maxContext: 32, kvWindow: 6, prefillBlock: 4 };
+    using plain = LlamaModel.load(files, be, opts);
+    const before = be.liveTensors();
+    using model = LlamaModel.load(files, be, opts);
+    const loaded = be.liveTensors() - before;
+    model.cache.attachHostStore(host, link);
+    expect(be.liveTensors() - before).toBe(loaded - 2 * 3);
+    expect(model.cache.storeInHost).toBe(true);
+    expect(plain.cache.storeInHost).toBe(false);
+    expect(model.cache.storeBytes).toBe(2 * 3 * model.cache.kvHeads * model.cache.storeCapacity * model.cache.headDim * 4);
+    // A device op over the store without loadStore fails with a one-line error, never reads stale memory.
+    model.forward(Int32Array.from(ids(testSeed(351), 12)), 0);
+    expect(model.cache.storeCount).toBeGreaterThan(0);
+    const s = model.cache.spans().findIndex((x) => x.region === "store");
+    // The last block loaded layers 0, 1, 2 in turn into two scratch pairs: layer 0's was reused.
+    expect(() => model.cache.spanK(s, 0)).toThrow(/call loadStore\(0\)/);
+    model.cache.loadStore(0);
+    expect(model.cache.spanK(s, 0).shape).toEqual([model.cache.kvHeads, model.cache.storeCapacity, model.cache.headDim]);
   });
 
   it("top-K, exact and speculative: the staged path gives the CPU-backend path's logits (within 1e-6)", () => {
@@ -105,7 +164,7 @@ describe("hybrid attention staged through host memory (the device-backend path)"
         const o = { budget: 6, sinks: 1, block: 2, prompt: 12, logits, selector: topKSelector(kernel), scheduler: fixedScheduler(3, "post") };
         const plain = run(files, tokens, o);
         const staged = run(files, tokens, { ...o, staged: true });
-        expect(staged.hostMatches).toBe(true);
+        sameStores(staged.snapshots, plain.snapshots, 1e-6);
         staged.out.forEach((l, i) => expect(maxAbsDiff(l, plain.out[i]), `${logits} step ${i}`).toBeLessThan(1e-6));
         // Device timings come from the link's events (the loopback reports 1 ms and 0.5 ms a step).
         expect(staged.stats!.deviceMs).toBeCloseTo(staged.stats!.steps * 1, 6);
