@@ -34,6 +34,10 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
   if (jsonl && hybrid.attention === "hybrid" && (opts.batch ?? 1) > 1) {
     throw new HybridgenError("--attention hybrid needs --batch 1 (batched decode runs full attention)", "EUSAGE");
   }
+  // Both pairs size the resident window; hybrid's would silently win, so refuse the mix.
+  if (hybrid.attention === "hybrid" && (opts.kvWindow !== undefined || opts.kvSinks !== undefined)) {
+    throw new HybridgenError("--kv-window/--kv-sinks set the window of full attention; with --attention hybrid use --gpu-kv-budget/--sink-tokens", "EUSAGE");
+  }
   const prompt = jsonl ? "" : await untilAborted(readPrompt(opts, io), io.signal); // stdin may be a terminal
   const progress = (msg: string) => io.stderr(`${msg}\n`);
   const interrupted = () => {
