@@ -212,6 +212,16 @@ export interface Backend extends Disposable {
    */
   attnDecodeBatch?(out: Tensor, q: Tensor, k: Tensor, v: Tensor, rows: readonly BatchAttnRow[], scale: number): void;
   /**
+   * A batched step's matmul whose weight rows go to 1–3 outputs, optionally added to them:
+   *   outs[j][r, :] (+)= x[r] · w[o_j .. o_j + m_j)ᵀ (+ bias[o_j .. o_j + m_j))   for rows r < n
+   * with m_j = outs[j]'s columns, o_j = m_0 + … + m_{j−1}, Σ m_j = w's rows and bias [Σ m_j].
+   * It is a fused [q; k; v] or [gate; up] weight into separate outputs in one launch, or o / down
+   * with the residual add in the epilogue (`accumulate`). Outputs must not overlap x, bias or each
+   * other. Returns false, having done nothing, when the backend has no fast kernel for the case
+   * (dtype, n, alignment, a switch); the caller then runs matmul (and add) as before.
+   */
+  matmulSplit?(outs: readonly Tensor[], x: Tensor, w: Tensor, n: number, bias: Tensor | undefined, accumulate: boolean): boolean;
+  /**
    * Row 0 only (decode): out[0, :m] = result, or += result with `accumulate`, where
    *   h = f.normWeight ? rmsNorm(x[0], f.normWeight, f.normEps) : x[0];  y = h·wᵀ (+ f.bias)
    *   result = f.siluMul ? silu(y[:m]) · y[m:] : y

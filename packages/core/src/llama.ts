@@ -69,6 +69,8 @@ interface BatchActivations {
   x: Tensor; h: Tensor; h2: Tensor;
   gate: Tensor; up: Tensor;
   logits: Tensor; // [capacity, vocab]
+  /** Backend.matmulSplit's output lists, made once: [q, k, v], [gate, up], [x]. */
+  split: { qkv: readonly Tensor[]; gu: readonly Tensor[]; x: readonly Tensor[] };
 }
 
 export class LlamaModel extends DecoderModel {
@@ -169,36 +171,49 @@ export class LlamaModel extends DecoderModel {
   }
 
   protected allocBatch(capacity: number): void {
-    const w = this.w, s = this.shape, dim = s.hiddenSize, inter = s.intermediateSize;
+    const w = this.w, s = this.shape, dim = s.hiddenSize, inter = s.intermediateSize, r = this.batch!;
+    const x = w.alloc([capacity, dim]), gate = w.alloc([capacity, inter]), up = w.alloc([capacity, inter]);
     this.bact = {
-      x: w.alloc([capacity, dim]), h: w.alloc([capacity, dim]), h2: w.alloc([capacity, dim]),
-      gate: w.alloc([capacity, inter]), up: w.alloc([capacity, inter]),
+      x, h: w.alloc([capacity, dim]), h2: w.alloc([capacity, dim]),
+      gate, up,
       logits: w.alloc([capacity, s.vocabSize]),
+      split: { qkv: [r.q, r.k, r.v], gu: [gate, up], x: [x] },
     };
   }
 
   /** B sequences' next tokens as one block: every matmul has n = B rows; attention per row. */
   protected runBatch(ids: Int32Array, positions: Int32Array, B: number): void {
     const be = this.backend, a = this.bact!, r = this.batch!, s = this.shape, eps = s.normEps, seqs = this.batchSequences;
+    // Backend.matmulSplit, where the backend takes it: q/k/v and gate/up as one matmul each over
+    // the fused weights, the residual adds in o's and down's epilogues (4 launches a layer, not 9).
+    const split = be.matmulSplit ? a.split : null;
     be.embedding(a.x, this.embed, ids);
     for (let l = 0; l < s.layers; l++) {
       const w = this.layers[l];
       be.rmsNorm(a.h, a.x, w.attnNorm, B, eps);
-      be.matmul(r.q, a.h, w.wq, B, w.bq ?? undefined);
-      be.matmul(r.k, a.h, w.wk, B, w.bk ?? undefined);
-      be.matmul(r.v, a.h, w.wv, B, w.bv ?? undefined);
+      if (!split || !be.matmulSplit!(split.qkv, a.h, w.wqkv, B, w.bqkv ?? undefined, false)) {
+        be.matmul(r.q, a.h, w.wq, B, w.bq ?? undefined);
+        be.matmul(r.k, a.h, w.wk, B, w.bk ?? undefined);
+        be.matmul(r.v, a.h, w.wv, B, w.bv ?? undefined);
+      }
       be.rope(r.q, B, positions, s.heads, s.headDim, this.cos, this.sin);
       be.rope(r.k, B, positions, s.kvHeads, s.headDim, this.cos, this.sin);
       r.attend(l, seqs, positions, B);
-      be.matmul(a.h2, r.att, w.wo, B, w.bo ?? undefined);
-      be.add(a.x, a.x, a.h2, B);
+      if (!split || !be.matmulSplit!(split.x, r.att, w.wo, B, w.bo ?? undefined, true)) {
+        be.matmul(a.h2, r.att, w.wo, B, w.bo ?? undefined);
+        be.add(a.x, a.x, a.h2, B);
+      }
 
       be.rmsNorm(a.h, a.x, w.mlpNorm, B, eps);
-      be.matmul(a.gate, a.h, w.wg, B, w.bg ?? undefined);
-      be.matmul(a.up, a.h, w.wu, B, w.bu ?? undefined);
+      if (!split || !be.matmulSplit!(split.gu, a.h, w.wgu, B, w.bgu ?? undefined, false)) {
+        be.matmul(a.gate, a.h, w.wg, B, w.bg ?? undefined);
+        be.matmul(a.up, a.h, w.wu, B, w.bu ?? undefined);
+      }
       be.siluMul(a.gate, a.gate, a.up, B);
-      be.matmul(a.h2, a.gate, w.wdown, B, w.bdown ?? undefined);
-      be.add(a.x, a.x, a.h2, B);
+      if (!split || !be.matmulSplit!(split.x, a.gate, w.wdown, B, w.bdown ?? undefined, true)) {
+        be.matmul(a.h2, a.gate, w.wdown, B, w.bdown ?? undefined);
+        be.add(a.x, a.x, a.h2, B);
+      }
     }
     be.rmsNorm(a.h, a.x, this.finalNorm, B, eps);
     be.matmul(a.logits, a.h, this.lmHead, B);

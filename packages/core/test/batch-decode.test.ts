@@ -365,3 +365,57 @@ describe("batched decode: bad input", () => {
     expect(errorOf(() => dec.step([0], Int32Array.of(5)))).toBe("batch decoder used after close()");
   });
 });
+
+/**
+ * A backend with the optional matmulSplit: a ReferenceBackend plus a plain TypeScript (f64) version
+ * of the op, recording each call's output count and accumulate flag; `take` false declines every
+ * call (the caller must then run matmul and add itself).
+ */
+function withMatmulSplit(inner: ReferenceBackend, calls: string[], take: boolean): Backend {
+  const matmulSplit = (outs: readonly Tensor[], x: Tensor, w: Tensor, n: number, bias: Tensor | undefined, accumulate: boolean): boolean => {
+    calls.push(`${outs.length}${accumulate ? "+" : ""}`);
+    if (!take) return false;
+    const [m, k] = w.shape, W = inner.read(w), X = inner.read(x, 0, n * k), b = bias ? inner.read(bias) : null;
+    expect(outs.reduce((acc, o) => acc + o.shape[1], 0)).toBe(m);
+    let off = 0;
+    for (const out of outs) {
+      const mj = out.shape[1], O = inner.read(out, 0, n * mj);
+      for (let r = 0; r < n; r++)
+        for (let c = 0; c < mj; c++) {
+          let s = b ? b[off + c] : 0;
+          for (let i = 0; i < k; i++) s += X[r * k + i] * W[(off + c) * k + i];
+          O[r * mj + c] = accumulate ? O[r * mj + c] + s : s;
+        }
+      inner.write(out, O, 0);
+      off += mj;
+    }
+    return true;
+  };
+  return new Proxy(inner, {
+    get(target, prop) {
+      if (prop === "matmulSplit") return matmulSplit;
+      const val = Reflect.get(target, prop, target);
+      return typeof val === "function" ? val.bind(target) : val;
+    },
+  }) as Backend;
+}
+
+describe("Backend.matmulSplit: fused q/k/v and gate/up, residual adds in the epilogue", () => {
+  it("Llama GQA and Qwen2 (q/k/v biases): batched = alone, 4 calls a layer and step", () => {
+    for (const [name, lengths, seed] of [["llama-gqa", [3, 11, 6, 17], 121], ["qwen2-untied", [5, 14, 8], 122]] as const) {
+      const calls: string[] = [];
+      const files = caseFiles(name);
+      expectBatchedEqualsAlone(files, {}, [...lengths], seed, withMatmulSplit(new ReferenceBackend(), calls, true));
+      // Per layer: [q, k, v], [x] += o, [gate, up], [x] += down.
+      const perLayer = ["3", "1+", "2", "1+"];
+      expect(calls).toEqual(Array.from({ length: files.shape.layers * (STEPS - 1) }, () => perLayer).flat());
+    }
+  });
+
+  it("a backend that declines every call gets the plain matmuls (same results)", () => {
+    const calls: string[] = [];
+    const files = caseFiles("llama3-scaled-bias-tied");
+    expectBatchedEqualsAlone(files, { prefillBlock: 4 }, [9, 2, 13], 123, withMatmulSplit(new ReferenceBackend(), calls, false));
+    expect(calls).toHaveLength(files.shape.layers * (STEPS - 1) * 4);
+  });
+});
