@@ -128,6 +128,7 @@ static const int GEMV_MAX_ROWS = 8;
 
 Cmd hg_new_cmd(int kind);
 int hg_skinny_matmul(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, int n, int k, int m);  // gemm_skinny.cu
+int hg_skinny_max_rows(const HgCtx *c);  // gemm_skinny.cu (setSkinny)
 #define HG_SKINNY_NOT_TAKEN (-2)
 
 int hg_launch_gemv(HgCtx *c, const Cmd &m) {
@@ -152,12 +153,16 @@ HG_EXPORT int hg_cu_matmul_path(HgCtx *c, int n) { return n <= GEMV_MAX_ROWS ? 0
 
 // bias may be null. forcePath: -1 automatic, else 0/1/2 as hg_cu_matmul_path (tests compare them).
 HG_EXPORT int hg_cu_matmul(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, int n, int k, int m, int forcePath) {
-  // Path 3 and the automatic choice for 2..32 rows of f16/bf16 weights: the skinny tensor-core
-  // GEMM (gemm_skinny.cu), unless the shape is not its case.
-  if (forcePath == 3 || (forcePath < 0 && n >= 2 && n <= 32)) {
+  // Path 3 and the automatic choice for 2..maxRows (setSkinny, ≤ 32) rows of f16/bf16 weights:
+  // the skinny tensor-core GEMM (gemm_skinny.cu), unless the shape is not its case. Above
+  // maxRows, up to 32, "auto" takes cuBLAS when it is loaded (the GEMV would be slower).
+  const bool half = wt == DT_BF16 || wt == DT_F16;
+  if (forcePath == 3 || (forcePath < 0 && n >= 2 && n <= hg_skinny_max_rows(c))) {
     const int r = hg_skinny_matmul(c, out, x, w, wt, bias, bt, n, k, m);
     if (r != HG_SKINNY_NOT_TAKEN) return r;
     forcePath = -1;
+  } else if (forcePath < 0 && half && n >= 2 && n <= 32 && c->cublas) {
+    forcePath = 1;
   }
   int path = forcePath >= 0 ? forcePath : hg_cu_matmul_path(c, n);
   if (path == 1 && !c->cublas) path = 2;
