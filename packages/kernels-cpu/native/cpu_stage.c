@@ -1,7 +1,9 @@
 /* The hybrid CPU stage on threads of its own: a coordinator pthread that takes one job at a
  * time from JS, with an hg_ctx (its own thread pool and kernel table) for the parallel parts.
- * The logits reuse the ISA kernel of hg_attn_logits; top-K is a quickselect per KV head;
- * the V gather is row memcpy into the staging buffer the device reads. */
+ * The logits reuse the ISA kernel of hg_attn_logits; top-K is a radix select per list over
+ * order-preserving integer keys of the group's max logit (the keys are built by every thread,
+ * a chunk of tokens each); the V gather is row memcpy into the staging buffer the device reads.
+ * Each job records how long its phases took (hg_stage_last_split). */
 #include "cpu_stage.h"
 #include "ctx.h"
 #include <math.h>
@@ -35,7 +37,11 @@ struct hg_stage {
     int started;
     hg_stage_job job;
     int64_t result, last_ns, idle_spin_ns;
-    float *scratch; /* per KV head: best[n] and a copy for quickselect */
+    /* phases of the last job (ns): query pack, score, top-K, gather; submit -> start, and the
+     * later of (job end, wait call) -> wait's return */
+    int64_t split[6];
+    int64_t submit_ns, end_ns;
+    uint32_t *scratch; /* per list: keys[n] */
     size_t scratch_bytes;
 };
 
@@ -58,42 +64,79 @@ static void score_task(void *v, int part, int parts) {
     if (b < e) r->s->ctx->k->attn_logits(&r->a, b, e);
 }
 
-/* Descending-rank selection: after it, a[r] holds the value of ascending rank r. */
-static float select_rank(float *a, int64_t n, int64_t r) {
-    int64_t lo = 0, hi = n - 1;
-    while (hi > lo) {
-        int64_t mid = lo + (hi - lo) / 2;
-        float x = a[lo], y = a[mid], z = a[hi];
-        float pivot = x < y ? (y < z ? y : (x < z ? z : x)) : (x < z ? x : (y < z ? z : y));
-        int64_t lt = lo, i = lo, gt = hi;
-        while (i <= gt) {
-            float t = a[i];
-            if (t < pivot) { a[i] = a[lt]; a[lt++] = t; i++; }
-            else if (t > pivot) { a[i] = a[gt]; a[gt--] = t; }
-            else i++;
-        }
-        if (r < lt) hi = lt - 1;
-        else if (r > gt) lo = gt + 1;
-        else return pivot;
-    }
-    return a[r];
+/* Order-preserving key of a float: a > b (as floats) iff key(a) > key(b); -0 maps to +0's key
+ * so the two tie, as they do as floats. */
+static inline uint32_t fkey(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (u == 0x80000000u) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* ids (ascending) of the `k` largest of best[0..n), ties to the lower index. */
-static void top_k(float *best, float *tmp, int64_t n, int64_t k, int32_t *ids) {
+/* The k-th largest of key[0..n) (1 <= k <= n): a radix select over 11 + 11 + 10 bits, each pass
+ * a histogram of the next digit among the keys that share the digits found so far. Three
+ * straight passes with predictable branches; a quickselect's partitions mispredict on nearly
+ * every element of a random row. */
+static uint32_t kth_largest(const uint32_t *key, int64_t n, int64_t k) {
+    static const int shift[3] = {21, 10, 0}, width[3] = {11, 11, 10};
+    uint32_t hist[2048];
+    uint32_t prefix = 0, mask = 0;
+    int64_t need = k;
+    for (int p = 0; p < 3; p++) {
+        const int sh = shift[p], bins = 1 << width[p];
+        memset(hist, 0, (size_t)bins * sizeof *hist);
+        if (p == 0)
+            for (int64_t i = 0; i < n; i++) hist[key[i] >> sh]++;
+        else
+            for (int64_t i = 0; i < n; i++)
+                if ((key[i] & mask) == prefix) hist[(key[i] >> sh) & (uint32_t)(bins - 1)]++;
+        int b = bins - 1;
+        while (b > 0 && need > (int64_t)hist[b]) need -= hist[b--];
+        prefix |= (uint32_t)b << sh;
+        mask |= (uint32_t)(bins - 1) << sh;
+    }
+    return prefix;
+}
+
+/* ids (ascending) of the `k` largest keys, ties to the lower index. */
+static void top_k(const uint32_t *key, int64_t n, int64_t k, int32_t *ids) {
     if (k >= n) {
         for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)i;
         return;
     }
     if (k <= 0) return;
-    memcpy(tmp, best, (size_t)n * sizeof(float));
-    float t = select_rank(tmp, n, n - k);
+    const uint32_t t = kth_largest(key, n, k);
     int64_t above = 0;
-    for (int64_t i = 0; i < n; i++) above += best[i] > t;
+    for (int64_t i = 0; i < n; i++) above += key[i] > t;
     int64_t ties = k - above, o = 0;
     for (int64_t i = 0; i < n && o < k; i++) {
-        float v = best[i];
+        uint32_t v = key[i];
         if (v > t || (v == t && ties-- > 0)) ids[o++] = (int32_t)i;
+    }
+}
+
+/* Keys of a chunk of tokens for one list: the max logit over the list's heads (a KV head's
+ * group, or every head when shared). Pieces = lists x chunks, so every thread builds keys. */
+static void keys_task(void *v, int part, int parts) {
+    (void)parts;
+    run_ctx *r = v;
+    const hg_stage_job *j = r->j;
+    int64_t n = j->n, group = j->heads / j->kv_heads;
+    int shared = (j->flags & HG_STAGE_SHARED) != 0;
+    int64_t g = part / r->chunks, c = part % r->chunks, b, e;
+    hg_split(n, 64, (int)c, r->chunks, &b, &e);
+    int64_t h0 = shared ? 0 : g * group, h1 = shared ? j->heads : (g + 1) * group;
+    const float *L = (const float *)(intptr_t)j->all_logits;
+    float best[256];
+    uint32_t *key = r->s->scratch + (size_t)g * n;
+    for (int64_t i0 = b; i0 < e; i0 += 256) {
+        int64_t m = e - i0 < 256 ? e - i0 : 256;
+        for (int64_t i = 0; i < m; i++) best[i] = -INFINITY;
+        for (int64_t h = h0; h < h1; h++) {
+            const float *row = L + h * j->lstride + i0;
+            for (int64_t i = 0; i < m; i++) best[i] = row[i] > best[i] ? row[i] : best[i]; /* NaN never wins */
+        }
+        for (int64_t i = 0; i < m; i++) key[i0 + i] = fkey(best[i]);
     }
 }
 
@@ -101,25 +144,13 @@ static void topk_task(void *v, int g, int parts) {
     (void)parts;
     run_ctx *r = v;
     const hg_stage_job *j = r->j;
-    int64_t n = j->n, group = j->heads / j->kv_heads;
-    int shared = (j->flags & HG_STAGE_SHARED) != 0;
-    int64_t h0 = shared ? 0 : g * group, h1 = shared ? j->heads : (g + 1) * group;
-    float *best = r->s->scratch + (size_t)g * 2 * n, *tmp = best + n;
-    const float *L = (const float *)(intptr_t)j->all_logits;
-    for (int64_t i = 0; i < n; i++) best[i] = -INFINITY;
-    for (int64_t h = h0; h < h1; h++) {
-        const float *row = L + h * j->lstride;
-        for (int64_t i = 0; i < n; i++) {
-            float x = row[i];
-            if (x > best[i]) best[i] = x; /* NaN never wins: it ranks below every number */
-        }
-    }
+    int64_t n = j->n;
     int32_t *ids = (int32_t *)(intptr_t)j->ids;
     int32_t *counts = (int32_t *)(intptr_t)j->counts;
     int64_t k = j->budget < n ? j->budget : n;
-    top_k(best, tmp, n, k, ids + g * j->kmax);
+    top_k(r->s->scratch + (size_t)g * n, n, k, ids + g * j->kmax);
     counts[g] = (int32_t)k;
-    if (shared)
+    if (j->flags & HG_STAGE_SHARED)
         for (int64_t h = 1; h < j->kv_heads; h++) {
             memcpy(ids + h * j->kmax, ids, (size_t)k * sizeof(int32_t));
             counts[h] = (int32_t)k;
@@ -179,6 +210,9 @@ static int64_t check_ids(const hg_stage_job *j) {
 static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     int threads = hg_pool_threads(s->ctx->pool);
     run_ctx r = {s, j, {0}, NULL, 0, 1};
+    int64_t t = now_ns(), t1;
+    for (int i = 0; i < 4; i++) s->split[i] = 0;
+#define LAP(i) (t1 = now_ns(), s->split[i] += t1 - t, t = t1)
     if (j->flags & (HG_STAGE_SCORE | HG_STAGE_SELECTED)) { /* the query, packed once for the logits kernel */
         const hg_kernels *k = s->ctx->k;
         r.qs = k->attn_qfloats((int)(j->heads / j->kv_heads), 1, (int)j->head_dim, (int)j->ktype); /* per KV head */
@@ -186,6 +220,7 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
         if (!qp) return -2;
         k->attn_qpack(qp, (const float *)(intptr_t)j->q, (int)j->heads, (int)j->kv_heads, (int)j->head_dim, (int)j->ktype);
         r.qp = qp;
+        LAP(0);
     }
     if (j->flags & HG_STAGE_SCORE) {
         r.a = (hg_logits_args){(float *)(intptr_t)j->all_logits, r.qp, (const void *)(intptr_t)j->k, NULL, j->lstride, j->kcap, 0,
@@ -193,16 +228,23 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
         int64_t work = j->n * j->heads * j->head_dim;
         int parts = work < 32768 ? 1 : 4 * threads;
         hg_pool_run(s->ctx->pool, score_task, &r, parts);
+        LAP(1);
     }
     if (j->flags & HG_STAGE_TOPK) {
-        size_t need = (size_t)j->kv_heads * 2 * (size_t)j->n * sizeof(float);
+        int lists = (j->flags & HG_STAGE_SHARED) ? 1 : (int)j->kv_heads;
+        size_t need = (size_t)lists * (size_t)j->n * sizeof(uint32_t);
         if (s->scratch_bytes < need) {
             free(s->scratch);
             s->scratch = malloc(need);
             s->scratch_bytes = s->scratch ? need : 0;
             if (!s->scratch) return -2;
         }
-        hg_pool_run(s->ctx->pool, topk_task, &r, (j->flags & HG_STAGE_SHARED) ? 1 : (int)j->kv_heads);
+        int64_t per = (4 * threads + lists - 1) / lists, most = (j->n + 1023) / 1024;
+        r.chunks = (int)(per < most ? per : most);
+        if (r.chunks < 1) r.chunks = 1;
+        hg_pool_run(s->ctx->pool, keys_task, &r, lists * r.chunks);
+        hg_pool_run(s->ctx->pool, topk_task, &r, lists);
+        LAP(2);
     } else if (j->flags & (HG_STAGE_SELECTED | HG_STAGE_GATHER)) {
         int64_t bad = check_ids(j);
         if (bad) return bad;
@@ -214,14 +256,19 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
         if (r.chunks < 1) r.chunks = 1;
         if (j->kmax * j->heads * j->head_dim < 16384) r.chunks = 1;
         hg_pool_run(s->ctx->pool, selected_task, &r, (int)(j->kv_heads * r.chunks));
+        LAP(3);
     }
+#undef LAP
     return 0;
 }
 
 static int64_t timed(hg_stage *s, const hg_stage_job *j) {
     int64_t t0 = now_ns();
+    s->split[4] = s->submit_ns ? t0 - s->submit_ns : 0;
+    s->submit_ns = 0;
     int64_t rc = run_job(s, j);
-    s->last_ns = now_ns() - t0;
+    s->end_ns = now_ns();
+    s->last_ns = s->end_ns - t0;
     return rc;
 }
 
@@ -287,6 +334,7 @@ int hg_stage_submit(hg_stage *s, const hg_stage_job *job) {
     if (atomic_load(&s->state) == PENDING) return -1;
     pthread_mutex_lock(&s->mu);
     s->job = *job;
+    s->submit_ns = now_ns();
     atomic_store_explicit(&s->state, PENDING, memory_order_release);
     pthread_cond_signal(&s->job_cv);
     pthread_mutex_unlock(&s->mu);
@@ -295,13 +343,16 @@ int hg_stage_submit(hg_stage *s, const hg_stage_job *job) {
 
 int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job) {
     if (atomic_load(&s->state) == PENDING) return -1;
-    return timed(s, job);
+    s->submit_ns = 0;
+    int64_t rc = timed(s, job);
+    s->split[5] = 0;
+    return rc;
 }
 
 int64_t hg_stage_wait(hg_stage *s) {
     int st = atomic_load_explicit(&s->state, memory_order_acquire);
     if (st == IDLE) return -1;
-    int64_t t0 = s->idle_spin_ns > 0 ? now_ns() : 0;
+    int64_t called = now_ns(), t0 = called;
     while (s->idle_spin_ns > 0 && atomic_load_explicit(&s->state, memory_order_acquire) != DONE) {
         for (int i = 0; i < 64; i++) relax();
         if (now_ns() - t0 > s->idle_spin_ns) break;
@@ -310,9 +361,15 @@ int64_t hg_stage_wait(hg_stage *s) {
     while (atomic_load(&s->state) != DONE) pthread_cond_wait(&s->done_cv, &s->mu);
     atomic_store(&s->state, IDLE);
     pthread_mutex_unlock(&s->mu);
+    int64_t back = now_ns(), from = s->end_ns > called ? s->end_ns : called;
+    s->split[5] = back > from ? back - from : 0;
     return s->result;
 }
 
 int64_t hg_stage_last_ns(const hg_stage *s) { return s->last_ns; }
+
+void hg_stage_last_split(const hg_stage *s, double *out) {
+    for (int i = 0; i < 6; i++) out[i] = (double)s->split[i];
+}
 
 void hg_stage_set_idle_spin(hg_stage *s, int64_t ns) { s->idle_spin_ns = ns < 0 ? 0 : ns; }

@@ -45,6 +45,10 @@ int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job);
 int64_t hg_stage_wait(hg_stage *s);
 /* Nanoseconds the last job ran (from its start on the stage's thread to its end). */
 int64_t hg_stage_last_ns(const hg_stage *s);
+/* Phases of the last job in ns: out[0] query pack, [1] scoring, [2] top-K (keys + select),
+ * [3] selected logits and V gather, [4] submit -> start on the stage thread (0 for run),
+ * [5] from the later of (job end, the wait call) to wait's return (0 for run). */
+void hg_stage_last_split(const hg_stage *s, double *out);
 /* How long the idle stage thread spins for the next job, and hg_stage_wait for the job's
  * end, before sleeping (default 0: sleep at once). */
 void hg_stage_set_idle_spin(hg_stage *s, int64_t ns);

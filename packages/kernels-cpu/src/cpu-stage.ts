@@ -6,7 +6,7 @@
  */
 import { dlopen, FFIType, ptr as addressOf, toArrayBuffer, type Pointer } from "bun:ffi";
 import {
-  checkStageJob, fail, GatheredValues, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape,
+  checkStageJob, fail, GatheredValues, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape, type CpuStageSplit,
   type DType, type HostRegion, type Selection, type Tensor,
 } from "@hybridgen/core";
 import { z } from "zod";
@@ -25,6 +25,7 @@ const symbols = {
   hg_stage_wait: { args: [ptr], returns: i64_fast },
   hg_stage_last_ns: { args: [ptr], returns: i64_fast },
   hg_stage_set_idle_spin: { args: [ptr, i64], returns: none },
+  hg_stage_last_split: { args: [ptr, ptr], returns: none },
   hg_alloc: { args: [u64], returns: ptr },
   hg_free: { args: [ptr, u64], returns: none },
 } as const;
@@ -80,6 +81,7 @@ export class NativeCpuStage implements CpuStage {
   private readonly job = new BigInt64Array(JOB_FIELDS);
   private readonly jobF64 = new Float64Array(this.job.buffer);
   private readonly jobPtr: Pointer;
+  private readonly split = new Float64Array(6);
   private pending = false;
 
   constructor(private readonly backend: CpuBackend, options: NativeCpuStageOptions = {}) {
@@ -139,6 +141,13 @@ export class NativeCpuStage implements CpuStage {
     this.pending = false;
     this.check(Number(this.lib.hg_stage_wait(this.handle!)));
     return Number(this.lib.hg_stage_last_ns(this.handle!)) / 1e6;
+  }
+
+  /** The last job's phases (after wait(); a gather() run afterwards replaces them). */
+  lastSplit(): CpuStageSplit {
+    this.lib.hg_stage_last_split(this.live(), addressOf(this.split));
+    const ms = (i: number) => this.split[i] / 1e6;
+    return { scoreMs: ms(0) + ms(1), selectMs: ms(2), gatherMs: ms(3), handoffMs: ms(4) + ms(5) };
   }
 
   allLogits(): readonly Float32Array[] {

@@ -110,6 +110,44 @@ describe(`NativeCpuStage equals BackendCpuStage on the reference backend (seed $
     });
   }
 
+  it("top-K over thousands of tokens in parallel chunks, with heavy ties and ±0, equals the TypeScript top-K; the split adds up", () => {
+    const r = rng(31);
+    const big = 5003, d = 16;
+    using cpu = createCpuBackend({ threads: 2 });
+    using stage = new NativeCpuStage(cpu, { threads: 2 });
+    stage.prepare({ heads, kvHeads, headDim: d, storeCapacity: big, dtype: "f32" });
+    // K rows repeat with period 7 (equal logits: ties across far-apart tokens), every 5th row is
+    // zero (logit ±0 next to the negative and positive ones).
+    const base = randn(r, kvHeads * 7 * d), k = new Float32Array(kvHeads * big * d);
+    for (let g = 0; g < kvHeads; g++)
+      for (let t = 0; t < big; t++)
+        if (t % 5 !== 0) k.set(base.subarray((g * 7 + (t % 7)) * d, (g * 7 + (t % 7) + 1) * d), (g * big + t) * d);
+    const K = cpu.alloc([kvHeads, big, d]), V = cpu.alloc([kvHeads, big, d]);
+    cpu.write(K, k);
+    cpu.write(V, randn(r, kvHeads * big * d));
+    const queries = [randn(r, heads * d), new Float32Array(heads * d), randn(r, heads * d).map((x) => -Math.abs(x))];
+    for (const q of queries) {
+      for (const [budget, shared] of [[1, false], [37, false], [700, true], [4999, false], [big, true]] as const) {
+        stage.query(1).set(q);
+        stage.submit({ slot: 1, k: K, v: V, offloaded: big, kmax: budget, scale: 0.25, work: { kind: "topk", budget, shared } });
+        const busy = stage.wait();
+        const split = stage.lastSplit();
+        expect(split.scoreMs + split.selectMs + split.gatherMs).toBeLessThanOrEqual(busy + 1e-6);
+        expect(split.selectMs).toBeGreaterThan(0);
+        expect(split.handoffMs).toBeGreaterThanOrEqual(0);
+        const want = topKSelection(stage.allLogits(), big, budget, shared, { heads, kvHeads });
+        const got = stage.output(1);
+        for (let g = 0; g < kvHeads; g++) {
+          const w = want.kind === "shared" ? want.ids : want.ids[g];
+          expect(got.counts[g]).toBe(w.length);
+          expect(Array.from(got.ids.subarray(g * budget, g * budget + w.length)), `budget ${budget} shared ${shared}`).toEqual(Array.from(w));
+        }
+      }
+    }
+    cpu.free(K);
+    cpu.free(V);
+  });
+
   it("JS keeps running while the stage works, and results are the same as a synchronous run", () => {
     const r = rng(21);
     using cpu = createCpuBackend({ threads: 1 });

@@ -81,5 +81,19 @@ export interface CpuStage extends Disposable {
    * start) and values ([kvHeads, kmax, headDim] in the store dtype, packed from the start).
    */
   hostStaging?(slot: 0 | 1): { readonly query: HostRegion; readonly logits: HostRegion; readonly values: HostRegion };
+  /** Native stages: where the last waited-for job's time went (ms). */
+  lastSplit?(): CpuStageSplit;
   close(): void;
+}
+
+/** One job's time by phase (ms): what wait() returns is about score + select + gather. */
+export interface CpuStageSplit {
+  /** Query packing and q·Kᵀ over the offloaded rows (or the selected ones, pre-QKᵀ). */
+  readonly scoreMs: number;
+  /** Top-K: the group max per token and the selection. */
+  readonly selectMs: number;
+  /** Selected logits and the V rows copied to the staging buffer. */
+  readonly gatherMs: number;
+  /** Hand-offs: submit → the stage thread starts it, and the job's end → wait() returns. */
+  readonly handoffMs: number;
 }

@@ -388,6 +388,14 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.stepCpu += this.stage.wait();
     const t1 = performance.now();
     this.stepWait += t1 - t0;
+    const split = this.stage.lastSplit?.();
+    if (split) {
+      const st = this.stats;
+      st.cpuScoreMs += split.scoreMs;
+      st.cpuSelectMs += split.selectMs;
+      st.cpuGatherMs += split.gatherMs;
+      st.handoffMs += split.handoffMs;
+    }
     if (job.work.kind === "score") {
       const plan = this.plan!;
       const selection = this.selector.select({

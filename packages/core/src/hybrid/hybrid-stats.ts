@@ -12,6 +12,12 @@ export class HybridStats {
   cpuStageMs = 0;
   /** Σ of JS work belonging to the CPU stage (selector calls, gathers after a JS selection). */
   cpuJsMs = 0;
+  /** Σ of the CPU stage's phases (native stages with lastSplit): scoring, top-K, V gather, and
+   * the thread hand-offs (submit → start, end → wait returns), which are not in cpuStageMs. */
+  cpuScoreMs = 0;
+  cpuSelectMs = 0;
+  cpuGatherMs = 0;
+  handoffMs = 0;
   /** Σ of time the device driver was blocked waiting for the CPU stage. */
   waitMs = 0;
   /** Σ of the device stage: T_gpu, the compute stream's busy time from CUDA events on a device
@@ -40,6 +46,7 @@ export class HybridStats {
   reset(): void {
     this.steps = this.layerSteps = this.offloaded = this.sumK = 0;
     this.cpuStageMs = this.cpuJsMs = this.waitMs = this.deviceMs = this.txMs = 0;
+    this.cpuScoreMs = this.cpuSelectMs = this.cpuGatherMs = this.handoffMs = 0;
     this.notes.length = 0;
   }
 
@@ -49,6 +56,14 @@ export class HybridStats {
     return `hybrid: ${this.offloaded} tokens offloaded, mean K ${this.meanK.toFixed(1)}, per layer: ` +
       `CPU stage ${per(this.cpuStageMs + this.cpuJsMs)} ms, device stage ${per(this.deviceMs)} ms, ` +
       `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (${this.steps} hybrid steps), ` +
-      `transfers ${per(this.txMs)} ms`;
+      `transfers ${per(this.txMs)} ms` + this.splitSummary();
+  }
+
+  /** "; CPU stage split per layer: score … ms, top-K … ms, gather … ms, hand-offs … ms" (when recorded). */
+  splitSummary(): string {
+    if (!this.layerSteps || this.cpuScoreMs + this.cpuSelectMs + this.cpuGatherMs + this.handoffMs === 0) return "";
+    const per = (ms: number) => (ms / this.layerSteps).toFixed(3);
+    return `; CPU stage split per layer: score ${per(this.cpuScoreMs)} ms, top-K ${per(this.cpuSelectMs)} ms, ` +
+      `gather ${per(this.cpuGatherMs)} ms, hand-offs ${per(this.handoffMs)} ms`;
   }
 }

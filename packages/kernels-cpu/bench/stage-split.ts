@@ -1,0 +1,84 @@
+/**
+ * Where the hybrid CPU stage's time goes on one layer of Llama-3.1-8B's offloaded store
+ * (8 KV heads × 128 dims, 32 query heads, bf16), with the stage's per-phase split:
+ *   bun bench/stage-split.ts [--tokens 28704] [--layers 8] [--threads N] [--ks 256,1024] [--rounds 5]
+ * Jobs rotate over `layers` distinct stores (8 × 58.8 MB at 28.7K tokens: more than an L3), as a
+ * decode step's 32 layers do, and are compared with a streaming sum over the same K bytes and
+ * with the logits alone ("score"). Reported: medians over rounds of the per-layer mean.
+ */
+import type { CpuStageJob, CpuStageSplit, Tensor } from "@hybridgen/core";
+import { cpus } from "node:os";
+import { createCpuBackend, NativeCpuStage } from "../src/index.js";
+import { filledTensor } from "./measure.js";
+
+function arg(name: string, dflt: string): string {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? process.argv[i + 1] : dflt;
+}
+const n = Number(arg("tokens", "28704"));
+const layers = Number(arg("layers", "8"));
+const threads = Number(arg("threads", String(cpus().length)));
+const ks = arg("ks", "256,1024").split(",").map(Number);
+const rounds = Number(arg("rounds", "5"));
+const KV = 8, HEADS = 32, D = 128;
+const kBytes = KV * n * D * 2;
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+
+using be = createCpuBackend({ threads });
+using stage = new NativeCpuStage(be, { threads });
+stage.prepare({ heads: HEADS, kvHeads: KV, headDim: D, storeCapacity: n, dtype: "bf16" });
+const K: Tensor[] = [], V: Tensor[] = [];
+for (let l = 0; l < layers; l++) {
+  K.push(filledTensor(be, [KV, n, D], "bf16", 0.37 + l * 0.01));
+  V.push(filledTensor(be, [KV, n, D], "bf16", 0.41 + l * 0.01));
+}
+const q = Float32Array.from({ length: HEADS * D }, (_, i) => Math.cos(i * 1.3) * 0.3);
+stage.query(0).set(q);
+
+interface Row { what: string; ms: number; split: CpuStageSplit }
+const rows: Row[] = [];
+
+function measure(what: string, work: CpuStageJob["work"], kmax: number): void {
+  const per: number[] = [], parts: CpuStageSplit[] = [];
+  for (let r = 0; r < rounds + 1; r++) {
+    let busy = 0;
+    const sum = { scoreMs: 0, selectMs: 0, gatherMs: 0, handoffMs: 0 };
+    for (let l = 0; l < layers; l++) {
+      stage.submit({ slot: 0, k: K[l], v: V[l], offloaded: n, kmax, scale: 1 / Math.sqrt(D), work });
+      busy += stage.wait();
+      const s = stage.lastSplit();
+      sum.scoreMs += s.scoreMs; sum.selectMs += s.selectMs; sum.gatherMs += s.gatherMs; sum.handoffMs += s.handoffMs;
+    }
+    if (r === 0) continue; // warm-up round
+    per.push(busy / layers);
+    parts.push({ scoreMs: sum.scoreMs / layers, selectMs: sum.selectMs / layers, gatherMs: sum.gatherMs / layers, handoffMs: sum.handoffMs / layers });
+  }
+  const ms = median(per);
+  const pick = (f: (s: CpuStageSplit) => number) => median(parts.map(f));
+  rows.push({ what, ms, split: { scoreMs: pick((s) => s.scoreMs), selectMs: pick((s) => s.selectMs), gatherMs: pick((s) => s.gatherMs), handoffMs: pick((s) => s.handoffMs) } });
+}
+
+const streams: number[] = [];
+{
+  const plain = Array.from({ length: layers }, (_, l) => filledTensor(be, [kBytes / 4], "f32", 0.29 + l * 0.01)); // as many bytes, f32
+  for (let r = 0; r < rounds + 1; r++) {
+    const t0 = Bun.nanoseconds();
+    for (let l = 0; l < layers; l++) be.streamSum(plain[l]);
+    if (r > 0) streams.push((kBytes * layers) / ((Bun.nanoseconds() - t0) / 1e9) / 1e9);
+  }
+  for (const t of plain) be.free(t);
+}
+measure("score only", { kind: "score" }, 0);
+for (const k of ks) measure(`top-${k} per KV head`, { kind: "topk", budget: k, shared: false }, k);
+measure(`top-${ks[0]} shared`, { kind: "topk", budget: ks[0], shared: true }, ks[0]);
+measure("all (shared, K = n)", { kind: "topk", budget: n, shared: true }, n);
+
+console.log(`CPU stage split: ${n} tokens × ${KV} KV heads × ${D} bf16 (K ${(kBytes / 1e6).toFixed(1)} MB a layer), ${layers} layers rotating, ${threads} stage threads, ${cpus().length} cores`);
+console.log(`streaming sum over the same K bytes: ${median(streams).toFixed(1)} GB/s`);
+console.log("| job | ms/layer | K GB/s (whole job) | score ms | top-K ms | gather ms | hand-offs ms | score GB/s |");
+console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+for (const r of rows) {
+  const s = r.split;
+  console.log(`| ${r.what} | ${r.ms.toFixed(3)} | ${(kBytes / r.ms / 1e6).toFixed(1)} | ${s.scoreMs.toFixed(3)} | ${s.selectMs.toFixed(3)} | ${s.gatherMs.toFixed(3)} | ${s.handoffMs.toFixed(3)} | ${(kBytes / s.scoreMs / 1e6).toFixed(1)} |`);
+}
+for (const t of [...K, ...V]) be.free(t);
