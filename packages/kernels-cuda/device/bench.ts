@@ -125,6 +125,7 @@ if (arg("diag", "on") !== "off") {
       ["plain launches", { programmaticLaunch: false, attnUnroll: 2 }],
       ["PDL", { programmaticLaunch: true, attnUnroll: 2 }],
       ["PDL + attention 4 rows a round", { programmaticLaunch: true, attnUnroll: 4 }],
+      ["split GEMV (auto) + attention merged in its kernel", { gemvSplit: 1, attnMergeInKernel: true }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -145,7 +146,7 @@ if (arg("diag", "on") !== "off") {
     const cells = (name: string, bytes: number, body: (l: number) => void) => {
       const out: string[] = [];
       for (const [tn, tu] of tunings) {
-        cuda.setDecodeTuning(tu);
+        cuda.setDecodeTuning({ ...saved, ...tu });
         const us = inGraph(`diag-${name}`, body);
         out.push(`${tn} ${us.toFixed(1)} µs (${(bytes / (us / 1e6) / 1e12).toFixed(2)} TB/s)`);
       }
@@ -246,6 +247,16 @@ const allVariants: Variant[] = [
   { name: "default, PDL off, attention 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: false, attnUnroll: 4 } },
   { name: "default, PDL on, attention 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, attnUnroll: 4 } },
   { name: "norm in the GEMV, PDL on", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { programmaticLaunch: true } },
+  // fifth pass (DEVICE-NOTES.md): switches off by default, from index 7
+  { name: "attention: last block merges (no merge kernel)", graphs: true, matvec: true, splitK: true, tuning: { attnMergeInKernel: true } },
+  { name: "attention: chunks of >= 128 tokens", graphs: true, matvec: true, splitK: true, tuning: { attnMinChunk: 128 } },
+  { name: "attention: last block merges, chunks of >= 256 tokens", graphs: true, matvec: true, splitK: true, tuning: { attnMergeInKernel: true, attnMinChunk: 256 } },
+  { name: "GEMV: k split over warps (auto)", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1 } },
+  { name: "GEMV: k split over 4 warps", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 4 } },
+  { name: "GEMV: k split (auto), 8 loads a lane", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, gemvUnroll: 8 } },
+  { name: "GEMV: k split over 8 warps", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 8 } },
+  { name: "GEMV split (auto) + attention last block merges", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, attnMergeInKernel: true } },
+  { name: "GEMV split (auto) + attention last block merges + PDL", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, attnMergeInKernel: true, programmaticLaunch: true } },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

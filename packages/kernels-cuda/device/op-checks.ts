@@ -6,7 +6,7 @@
  * Used by test/gpu.test.ts (where a GPU is present) and device/device-check.ts.
  */
 import { ReferenceBackend, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
-import { CudaBackend, type MatmulPath } from "../src/index.js";
+import { CudaBackend, type DecodeTuning, type MatmulPath } from "../src/index.js";
 
 export interface CheckResult {
   readonly name: string;
@@ -377,6 +377,101 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       }
     }
     cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
+    // The decode switches that are off by default (setDecodeTuning; DEVICE-NOTES.md, fifth pass),
+    // each on against the reference, and against the default path's own output where the switch
+    // promises the same bits.
+    const savedTuning = cuda.decodeTuning;
+    try {
+      // Split-K attention: merge in the split kernel's last block; longer minimum chunks.
+      const attnTunings: Partial<DecodeTuning>[] = [
+        { attnMergeInKernel: true }, { attnMinChunk: 256 }, { attnMergeInKernel: true, attnMinChunk: 128, attnUnroll: 4 },
+      ];
+      for (const dt of DTYPES) {
+        for (const [heads, kvHeads, hd, firstPos, start] of [[32, 8, 128, 2047, 0], [8, 2, 64, 300, 7], [6, 6, 40, 0, 2], [4, 1, 128, 5000, 0], [12, 2, 128, 777, 1]] as const) {
+          const cap = start + firstPos + 1 + 5, total = firstPos + 1, scale = 1 / Math.sqrt(hd);
+          const q = pair([1, heads * hd]);
+          const k = pair([kvHeads, cap, hd], dt), v = pair([kvHeads, cap, hd], dt);
+          const out = pair([1, heads * hd], "f32", undefined, true);
+          const sc = ref.alloc([heads, total]);
+          owned.push([ref, sc]);
+          ref.attnLogits(sc, 0, q.r, 0, k.r, start, total, scale);
+          ref.softmax(sc, heads, total);
+          ref.attnAggregate(out.r, 0, sc, 0, v.r, start, total, false);
+          cuda.setDecodeTuning(savedTuning);
+          cuda.attnCausal(out.c, q.c, 1, k.c, v.c, start, firstPos, scale);
+          const plain = cuda.read(out.c);
+          for (const t of attnTunings) {
+            cuda.setDecodeTuning({ ...savedTuning, ...t });
+            cuda.write(out.c, new Float32Array(heads * hd).fill(NaN));
+            cuda.attnCausal(out.c, q.c, 1, k.c, v.c, start, firstPos, scale);
+            const tag = `decode attention ${JSON.stringify(t)} ${dt} h${heads}/${kvHeads} d${hd} @${firstPos}`;
+            compare(tag, out.c, out.r, 1e-5);
+            // the last-block merge runs the merge kernel's arithmetic in the same order: same bits
+            if (t.attnMinChunk === undefined) record(`${tag}: equal to the merge kernel's output`, maxAbs(cuda.read(out.c), plain), 0);
+          }
+        }
+      }
+      // The last-block merge in recorded steps: the tickets reset themselves launch after launch.
+      {
+        const heads = 16, kvHeads = 4, hd = 128, cap = 700, steps = 10, layers = 3;
+        cuda.setDecodeTuning({ ...savedTuning, attnMergeInKernel: true });
+        const k = pair([kvHeads, cap, hd], "bf16"), v = pair([kvHeads, cap, hd], "bf16");
+        const q = pair([1, heads * hd]), outs = Array.from({ length: layers }, () => pair([1, heads * hd], "f32", undefined, true));
+        const sc = ref.alloc([heads, cap]);
+        owned.push([ref, sc]);
+        const before = cuda.graphStats();
+        let worst = 0;
+        for (let s = 0; s < steps; s++) {
+          const len = 100 + 61 * s;
+          cuda.beginStep("op-checks-merge-in-kernel");
+          for (const o of outs) cuda.attnCausal(o.c, q.c, 1, k.c, v.c, 0, len - 1, 0.09);
+          cuda.endStep();
+          ref.attnLogits(sc, 0, q.r, 0, k.r, 0, len, 0.09);
+          ref.softmax(sc, heads, len);
+          ref.attnAggregate(outs[0].r, 0, sc, 0, v.r, 0, len, false);
+          for (const o of outs) worst = Math.max(worst, relErr(cuda.read(o.c), ref.read(outs[0].r)));
+        }
+        const after = cuda.graphStats();
+        record(`decode attention, merge in the split kernel, recorded: ${steps} steps x ${layers} launches`, worst, 1e-5);
+        record("decode attention, merge in the split kernel: 1 capture, the rest replayed", Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
+      }
+      cuda.setDecodeTuning(savedTuning);
+      // The split GEMV (k of a row over several warps; norm apart, as the default fusion runs it).
+      cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
+      const gemvTunings: Partial<DecodeTuning>[] = [{ gemvSplit: 1 }, { gemvSplit: 2 }, { gemvSplit: 4, gemvUnroll: 8 }, { gemvSplit: 8 }, { gemvSplit: 8, gemvUnroll: 8 }];
+      for (const dt of DTYPES) {
+        for (const [m, k] of [[96, 256], [50, 70], [333, 1000], [1024, 4096], [40, 16384], [3000, 512]] as const) {
+          for (const flags of k >= 4096 ? [0, 4 | 8, 2 | 8] : [0, 1 | 8, 2 | 4, 2 | 8, 4 | 8, 2 | 4 | 8]) {
+            const norm = (flags & 1) !== 0, silu = (flags & 2) !== 0, acc = (flags & 4) !== 0, withBias = (flags & 8) !== 0;
+            const rows = silu ? 2 * m : m;
+            const w = pair([rows, k], dt, values(rows * k, 1 / Math.sqrt(k)));
+            const x = pair([1, k], "f32", values(k, 2));
+            const nw = pair([k], dt, values(k, 0.5).map((a) => a + 1));
+            const bias = pair([rows], "f32");
+            const out = pair([1, m], "f32", undefined, !acc);
+            const f = (side: "c" | "r"): MatvecFusion => ({
+              bias: withBias ? bias[side] : undefined, normWeight: norm ? nw[side] : undefined, normEps: 1e-5, siluMul: silu, accumulate: acc,
+            });
+            matvecByParts(ref, out.r, x.r, w.r, f("r"));
+            const want = ref.read(out.r);
+            for (const t of gemvTunings) {
+              cuda.setDecodeTuning({ ...savedTuning, ...t });
+              const got: Float32Array[] = [];
+              for (let rep = 0; rep < 2; rep++) {
+                cuda.write(out.c, acc ? out.data : new Float32Array(m).fill(NaN));
+                cuda.matvec(out.c, x.c, w.c, f("c"));
+                got.push(cuda.read(out.c));
+              }
+              const tag = `split matvec ${JSON.stringify(t)} ${dt} ${rows}x${k}${norm ? " +norm" : ""}${silu ? " +siluMul" : ""}${acc ? " +=" : ""}${withBias ? " +bias" : ""}`;
+              record(tag, relErr(got[0], want), 1e-5);
+              record(`${tag}: run twice, same bits`, maxAbs(got[0], got[1]), 0);
+            }
+          }
+        }
+      }
+    } finally {
+      cuda.setDecodeTuning(savedTuning);
+    }
     // Recorded decode steps (CUDA graphs): per-step values change every step (K/V append row,
     // position, span length); the first step captures, the rest replay.
     for (const fused of [false, true]) {

@@ -95,6 +95,10 @@ struct HgCtx {
   // decode tuning switches (hg_cu_set_decode_option; defaults set in hg_graph_init)
   int pdl;                // decode kernels launched with programmatic dependent launch
   int attnUnroll;         // split-K decode attention: token rows a lane loads per round (2 or 4)
+  int attnMergeInKernel;  // split-K decode attention: the last block merges (no merge kernel)
+  int attnMinChunk;       // split-K decode attention: shortest chunk in tokens (64, 128, 256)
+  int gemvSplit;          // decode GEMV: k of a row over up to this many warps (0 off, 1 auto, 2/4/8)
+  int gemvUnroll;         // decode GEMV (split form): 16-byte loads a lane has in flight a row (4, 8)
 };
 
 // Loads one element of any dtype as float.

@@ -203,18 +203,46 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 
 // Decode tuning switches (benches compare them): 0 programmatic dependent launch of the decode
 // kernels (0/1, off by default; refused (stays 0) below sm_90), 1 the split-K attention's token
-// rows per lane and round (2 or 4). Returns the switch's previous value, or -1 for an unknown
-// switch or value. Captured graphs hold the old launches, so they are dropped.
-static int *decode_option(HgCtx *c, int which) { return which == 0 ? &c->pdl : which == 1 ? &c->attnUnroll : NULL; }
+// rows per lane and round (2 or 4), 2 the split kernel's last block merges (0/1), 3 the
+// attention chunks' minimum length (64, 128, 256 tokens), 4 the decode GEMV's k split (0 off,
+// 1 auto, 2, 4, 8 warps a row at most), 5 the split GEMV's loads in flight per lane and row
+// (4, 8). Returns the switch's previous value, or -1 for an unknown switch or value. Captured
+// graphs hold the old launches, so they are dropped.
+int hg_decode_attn_reset_tickets(HgCtx *c);  // decode_attn.cu
+
+static int *decode_option(HgCtx *c, int which) {
+  switch (which) {
+    case 0: return &c->pdl;
+    case 1: return &c->attnUnroll;
+    case 2: return &c->attnMergeInKernel;
+    case 3: return &c->attnMinChunk;
+    case 4: return &c->gemvSplit;
+    case 5: return &c->gemvUnroll;
+    default: return NULL;
+  }
+}
+
+static bool decode_option_ok(int which, int v) {
+  switch (which) {
+    case 0: case 2: return v == 0 || v == 1;
+    case 1: return v == 2 || v == 4;
+    case 3: return v == 64 || v == 128 || v == 256;
+    case 4: return v == 0 || v == 1 || v == 2 || v == 4 || v == 8;
+    case 5: return v == 4 || v == 8;
+    default: return false;
+  }
+}
 
 HG_EXPORT int hg_cu_set_decode_option(HgCtx *c, int which, int value) {
   int *slot = decode_option(c, which);
-  const bool ok = which == 0 ? (value == 0 || value == 1) : (value == 2 || value == 4);
-  if (!slot || !ok) return -1;
+  if (!slot || !decode_option_ok(which, value)) return -1;
   const int old = *slot;
   if (which == 0 && value) {
     int major = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device) != cudaSuccess || major < 9) value = 0;
+  }
+  if (which == 2 && value && !old) {  // the tickets start at zero (each merging block resets its own); stream-ordered
+    if (hg_decode_attn_reset_tickets(c) != 0) return -1;
   }
   *slot = value;
   if (*slot != old) hg_cu_step_reset(c);
@@ -234,6 +262,10 @@ int hg_graph_init(HgCtx *c) {
   // H200 (DEVICE-NOTES.md, fourth pass); the late-trigger form is a switch until it is measured.
   c->pdl = 0;
   c->attnUnroll = 2;
+  c->attnMergeInKernel = 0;  // the validated two-kernel form until the merge in the split kernel is measured
+  c->attnMinChunk = 64;
+  c->gemvSplit = 0;          // one warp a row until the split form is measured
+  c->gemvUnroll = 4;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

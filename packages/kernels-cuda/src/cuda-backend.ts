@@ -46,7 +46,29 @@ export interface DecodeTuning {
   programmaticLaunch: boolean;
   /** Split-K decode attention: token rows each lane loads per round, K and V each (2 or 4). */
   attnUnroll: 2 | 4;
+  /** Split-K decode attention: the split kernel's last block merges the chunks (no merge launch). Off by default. */
+  attnMergeInKernel: boolean;
+  /** Split-K decode attention: the chunks' minimum length in tokens (64 default; 128, 256: fewer, busier blocks). */
+  attnMinChunk: 64 | 128 | 256;
+  /**
+   * Decode GEMV (matvec without a fused norm): k of a row split over up to this many warps of a
+   * block, partial sums added in shared memory in a fixed order. 0 (default): one warp a row;
+   * 1: automatic (about two waves of resident warps); 2, 4, 8: that many at most.
+   */
+  gemvSplit: 0 | 1 | 2 | 4 | 8;
+  /** Split decode GEMV: 16-byte loads each lane has in flight per row and round (4 default, or 8). */
+  gemvUnroll: 4 | 8;
 }
+
+/** setDecodeTuning's switches: native option code and the values it takes. */
+const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
+  programmaticLaunch: { code: 0, values: [false, true] },
+  attnUnroll: { code: 1, values: [2, 4] },
+  attnMergeInKernel: { code: 2, values: [false, true] },
+  attnMinChunk: { code: 3, values: [64, 128, 256] },
+  gemvSplit: { code: 4, values: [0, 1, 2, 4, 8] },
+  gemvUnroll: { code: 5, values: [4, 8] },
+};
 
 /** Floats of the unfused matvec parts' scratch made before a step (so a step never allocates). */
 const MATVEC_SCRATCH_FLOATS = 65536;
@@ -569,28 +591,35 @@ export class CudaBackend implements Backend {
     const ctx = this.live_("setDecodeTuning");
     const codes: [number, number][] = [];
     for (const [key, v] of Object.entries(t)) {
-      if (key === "programmaticLaunch") {
-        if (v === undefined) continue;
-        if (typeof v !== "boolean") bad(`setDecodeTuning: programmaticLaunch must be a boolean, got ${String(v)}`);
-        codes.push([0, v ? 1 : 0]);
-      } else if (key === "attnUnroll") {
-        if (v === undefined) continue;
-        if (v !== 2 && v !== 4) bad(`setDecodeTuning: attnUnroll must be 2 or 4, got ${String(v)}`);
-        codes.push([1, v]);
-      } else {
-        bad(`setDecodeTuning: unknown switch "${key}" (programmaticLaunch, attnUnroll)`);
+      const sw = (DECODE_SWITCHES as Record<string, { code: number; values: readonly (number | boolean)[] }>)[key];
+      if (!sw) bad(`setDecodeTuning: unknown switch "${key}" (${Object.keys(DECODE_SWITCHES).join(", ")})`);
+      if (v === undefined) continue;
+      if (!sw.values.includes(v as number | boolean)) {
+        const what = typeof sw.values[0] === "boolean" ? "a boolean" : sw.values.join(", ").replace(/, (\d+)$/, " or $1");
+        bad(`setDecodeTuning: ${key} must be ${what}, got ${String(v)}`);
       }
+      codes.push([sw.code, typeof v === "boolean" ? (v ? 1 : 0) : (v as number)]);
     }
     if (codes.length && this.inStep) this.endStep();
-    for (const [which, code] of codes) this.lib.hg_cu_set_decode_option(ctx, which, code);
+    for (const [which, code] of codes) {
+      if (this.lib.hg_cu_set_decode_option(ctx, which, code) < 0) bad(`setDecodeTuning: the library refused switch ${which} = ${code} (an older libhgcuda.so?)`);
+    }
   }
 
   /** The decode-kernel switches in effect. */
   get decodeTuning(): DecodeTuning {
     const ctx = this.live_("decodeTuning");
+    const get = (key: keyof DecodeTuning, dflt: number) => {
+      const v = this.lib.hg_cu_get_decode_option(ctx, DECODE_SWITCHES[key].code);
+      return v < 0 ? dflt : v;
+    };
     return {
-      programmaticLaunch: this.lib.hg_cu_get_decode_option(ctx, 0) === 1,
-      attnUnroll: this.lib.hg_cu_get_decode_option(ctx, 1) === 4 ? 4 : 2,
+      programmaticLaunch: get("programmaticLaunch", 0) === 1,
+      attnUnroll: get("attnUnroll", 2) === 4 ? 4 : 2,
+      attnMergeInKernel: get("attnMergeInKernel", 0) === 1,
+      attnMinChunk: get("attnMinChunk", 64) as DecodeTuning["attnMinChunk"],
+      gemvSplit: get("gemvSplit", 0) as DecodeTuning["gemvSplit"],
+      gemvUnroll: get("gemvUnroll", 4) as DecodeTuning["gemvUnroll"],
     };
   }
 

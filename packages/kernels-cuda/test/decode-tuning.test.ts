@@ -8,7 +8,8 @@ import { HybridgenError } from "@hybridgen/core";
 import { CudaBackend, backendSymbols, type CudaNative } from "../src/index.js";
 
 function fake(): { lib: CudaNative; sets: [number, number][] } {
-  const options = [0, 2]; // what a fresh context starts with (PDL off, 2 rows a round)
+  // what a fresh context starts with: PDL off, 2 rows a round, merge kernel, chunks ≥ 64, one warp a row, 4 loads
+  const options = [0, 2, 0, 64, 0, 4];
   const sets: [number, number][] = [];
   const lib: Record<string, (...args: unknown[]) => unknown> = {};
   for (const name of Object.keys(backendSymbols)) {
@@ -40,13 +41,27 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ programmaticLaunch: false, attnUnroll: 2 });
+    expect(be.decodeTuning).toEqual({ programmaticLaunch: false, attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, gemvSplit: 0, gemvUnroll: 4 });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
     be.setDecodeTuning({ programmaticLaunch: true, attnUnroll: 2 });
     expect(sets).toEqual([[1, 4], [0, 1], [1, 2]]);
-    expect(be.decodeTuning).toEqual({ programmaticLaunch: true, attnUnroll: 2 });
+    expect(be.decodeTuning).toMatchObject({ programmaticLaunch: true, attnUnroll: 2 });
+    sets.length = 0;
+    be.setDecodeTuning({ attnMergeInKernel: true, attnMinChunk: 128, gemvSplit: 1, gemvUnroll: 8 });
+    expect(sets).toEqual([[2, 1], [3, 128], [4, 1], [5, 8]]);
+    expect(be.decodeTuning).toEqual({ programmaticLaunch: true, attnUnroll: 2, attnMergeInKernel: true, attnMinChunk: 128, gemvSplit: 1, gemvUnroll: 8 });
+    be.setDecodeTuning({ gemvSplit: 4, attnMergeInKernel: false });
+    expect(sets.slice(4)).toEqual([[4, 4], [2, 0]]);
+    be.close();
+  });
+
+  it("reports a switch the library refuses", () => {
+    const { lib } = fake();
+    (lib as unknown as Record<string, unknown>).hg_cu_set_decode_option = () => -1;
+    const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
+    expect(() => be.setDecodeTuning({ gemvSplit: 2 })).toThrow(/refused switch 4 = 2/);
     be.close();
   });
 
@@ -58,6 +73,10 @@ describe("CudaBackend decode tuning", () => {
     expect(() => be.setDecodeTuning({ programmaticLaunch: 1 } as never)).toThrow(/programmaticLaunch must be a boolean, got 1/);
     expect(() => be.setDecodeTuning({ attnUnroll: 3 } as never)).toThrow(/attnUnroll must be 2 or 4, got 3/);
     // a bad field anywhere: nothing is set, not even the good fields before it
+    expect(() => be.setDecodeTuning({ gemvSplit: 3 } as never)).toThrow(/gemvSplit must be 0, 1, 2, 4 or 8, got 3/);
+    expect(() => be.setDecodeTuning({ attnMinChunk: 32 } as never)).toThrow(/attnMinChunk must be 64, 128 or 256, got 32/);
+    expect(() => be.setDecodeTuning({ attnMergeInKernel: "yes" } as never)).toThrow(/attnMergeInKernel must be a boolean/);
+    expect(() => be.setDecodeTuning({ gemvUnroll: 16 } as never)).toThrow(/gemvUnroll must be 4 or 8, got 16/);
     expect(() => be.setDecodeTuning({ programmaticLaunch: false, attnUnroll: 8 } as never)).toThrow(HybridgenError);
     expect(sets).toEqual([]);
     be.close();

@@ -1,0 +1,159 @@
+// The split-K decode-attention block shared by decode_attn.cu (one row) and batch_attn.cu (B
+// rows): one block scores a chunk of cached tokens for up to DA_HEADS query heads of one KV head
+// with an online softmax (log2 units), K and V read once, and stores the chunk's partial state
+// per head; plus the merge of the chunks' partials. One copy, so both paths get every change.
+#pragma once
+#include "common.cuh"
+
+static const int DA_WARPS = 8;  // 256 threads a block
+static const int DA_HEADS = 4;  // query heads a block serves (grid.z covers the rest of a group)
+static const int DA_MIN_CHUNK = 64;
+
+// Chunk length for `count` tokens over at most maxSplits chunks of at least minChunk tokens
+// (the split kernel and the merge agree on it).
+__device__ __forceinline__ int da_chunk(int count, int maxSplits, int minChunk = DA_MIN_CHUNK) {
+  const int c = (count + maxSplits - 1) / maxSplits;
+  return c > minChunk ? c : minChunk;
+}
+
+// Merges (m2, l2, a2) into (m, l, a): softmax states in log2 units.
+template <int EL>
+__device__ __forceinline__ void da_merge(float &m, float &l, float *a, float m2, float l2, const float *a2) {
+  const float mx = fmaxf(m, m2);
+  const float s1 = m == -INFINITY ? 0.f : exp2f(m - mx), s2 = m2 == -INFINITY ? 0.f : exp2f(m2 - mx);
+  l = l * s1 + l2 * s2;
+#pragma unroll
+  for (int e = 0; e < EL; e++) a[e] = a[e] * s1 + a2[e] * s2;
+  m = mx;
+}
+
+// One block's chunk [j0, j1) for heads h0 .. h0 + nh − 1 of KV head g. qh: the first of those
+// heads' query rows; kb/vb: the cache rows of slot `start` of KV head g (byte pointers);
+// dst: the first head's partial row ([headDim + 2]: unnormalised output, max (log2), sum; the
+// next head's row follows). LPT lanes hold one token row (EL values each, 16-byte loads); a warp
+// covers 32 / LPT tokens at a time, UNR at once per lane for loads in flight. TRIGGER: let the
+// next kernel in (programmatic launch, common.cuh) once the loads are done.
+template <int KT, int LPT, int UNR, bool TRIGGER>
+__device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1,
+                                         float sl) {
+  constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW;
+  __shared__ float smA[DA_WARPS][DA_HEADS][256];
+  __shared__ float smM[DA_WARPS][DA_HEADS], smL[DA_WARPS][DA_HEADS];
+  const size_t rowBytes = (size_t)headDim * ES;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / LPT, li = lane % LPT;
+  const int d0 = li * EL;
+  const bool active = d0 < headDim;
+  float qr[DA_HEADS][EL];
+#pragma unroll
+  for (int h = 0; h < DA_HEADS; h++)
+#pragma unroll
+    for (int e = 0; e < EL; e++) qr[h][e] = (h < nh && active) ? qh[(size_t)h * headDim + d0 + e] * sl : 0.f;
+  float m[DA_HEADS], l[DA_HEADS], acc[DA_HEADS][EL];
+#pragma unroll
+  for (int h = 0; h < DA_HEADS; h++) {
+    m[h] = -INFINITY; l[h] = 0.f;
+#pragma unroll
+    for (int e = 0; e < EL; e++) acc[h][e] = 0.f;
+  }
+  const char *kb = kbase + (size_t)d0 * ES;
+  const char *vb = vbase + (size_t)d0 * ES;
+  // `base` depends only on the warp: every lane runs the same iterations (the shuffles below).
+  for (int base = j0 + warp * TPW; base < j1; base += SLOTS * UNR) {
+    uint4 kr[UNR], vr[UNR];
+#pragma unroll
+    for (int u = 0; u < UNR; u++) {
+      const int j = base + u * SLOTS + sub;
+      const bool ok = active && j < j1;
+      kr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(kb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
+      vr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(vb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < UNR; u++) {
+      const int j = base + u * SLOTS + sub;
+      float kf[EL], vf[EL];
+      Vec16<KT>::cvt(kr[u], kf);
+      Vec16<KT>::cvt(vr[u], vf);
+      float s[DA_HEADS];
+#pragma unroll
+      for (int h = 0; h < DA_HEADS; h++) {
+        float t = 0.f;
+#pragma unroll
+        for (int e = 0; e < EL; e++) t += qr[h][e] * kf[e];
+#pragma unroll
+        for (int o = LPT / 2; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        s[h] = t;
+      }
+      if (j < j1) {
+#pragma unroll
+        for (int h = 0; h < DA_HEADS; h++) {
+          const float mx = fmaxf(m[h], s[h]);
+          const float cr = exp2f(m[h] - mx), p = exp2f(s[h] - mx);
+          l[h] = l[h] * cr + p;
+#pragma unroll
+          for (int e = 0; e < EL; e++) acc[h][e] = acc[h][e] * cr + p * vf[e];
+          m[h] = mx;
+        }
+      }
+    }
+  }
+  if (TRIGGER) hg_pdl_trigger();  // this warp's loads are done
+  // Merge the warp's token rows (lanes with the same li), then the warps through shared memory.
+#pragma unroll
+  for (int o = LPT; o < 32; o <<= 1) {
+#pragma unroll
+    for (int h = 0; h < DA_HEADS; h++) {
+      float a2[EL];
+#pragma unroll
+      for (int e = 0; e < EL; e++) a2[e] = __shfl_xor_sync(0xffffffffu, acc[h][e], o);
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[h], o), l2 = __shfl_xor_sync(0xffffffffu, l[h], o);
+      da_merge<EL>(m[h], l[h], acc[h], m2, l2, a2);
+    }
+  }
+  if (sub == 0) {
+#pragma unroll
+    for (int h = 0; h < DA_HEADS; h++) {
+      if (active)
+#pragma unroll
+        for (int e = 0; e < EL; e++) smA[warp][h][d0 + e] = acc[h][e];
+      if (li == 0) { smM[warp][h] = m[h]; smL[warp][h] = l[h]; }
+    }
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < nh * headDim; t += blockDim.x) {
+    const int h = t / headDim, d = t % headDim;
+    float mm = -INFINITY, ll = 0.f, a = 0.f;
+    for (int w = 0; w < DA_WARPS; w++) da_merge<1>(mm, ll, &a, smM[w][h], smL[w][h], &smA[w][h][d]);
+    float *o = dst + (size_t)h * (headDim + 2);
+    o[d] = a;
+    if (d == 0) { o[headDim] = mm; o[headDim + 1] = ll; }
+  }
+}
+
+// Value d of one head's merged output: Σ_split e^(m_s − M) a_s / Σ_split e^(m_s − M) l_s over
+// the nsplit partial rows p, p + stride, ... (in split order: the same bits whoever merges).
+// LOADCG: read through L2 only (partials other blocks of the same grid wrote).
+template <bool LOADCG>
+__device__ __forceinline__ float da_ld(const float *p) { return LOADCG ? __ldcg(p) : *p; }
+
+template <bool LOADCG>
+__device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t stride, int nsplit, int headDim, int t0, int nt) {
+  float mx = -INFINITY;
+  for (int s = 0; s < nsplit; s++) mx = fmaxf(mx, da_ld<LOADCG>(p + s * stride + headDim));
+  float den = 0.f;
+  for (int s = 0; s < nsplit; s++) den += da_ld<LOADCG>(p + s * stride + headDim + 1) * exp2f(da_ld<LOADCG>(p + s * stride + headDim) - mx);
+  const float inv = 1.f / den;
+  for (int d = t0; d < headDim; d += nt) {
+    float a = 0.f;
+    for (int s = 0; s < nsplit; s++) a += da_ld<LOADCG>(p + s * stride + d) * exp2f(da_ld<LOADCG>(p + s * stride + headDim) - mx);
+    out[d] = a * inv;
+  }
+}
+
+// Lanes per token row: EL-value pieces rounded up to a power of two (≤ 32); 0 unsupported.
+static inline int da_lanes(int dt, int headDim) {
+  const int el = dt == DT_F32 ? 4 : 8;
+  if (headDim <= 0 || headDim % el != 0 || headDim > 256) return 0;
+  int pieces = headDim / el, lpt = 4;
+  while (lpt < pieces) lpt <<= 1;
+  return lpt <= 32 ? lpt : 0;
+}
