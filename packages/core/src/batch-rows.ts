@@ -7,6 +7,8 @@
  * ([B, heads·headDim], [B, kvHeads·headDim] ×2) and calls attend(); row i's k, v go to
  * sequence i's cache and its attention goes to row i of `att`. Buffers and the per-row views
  * (a row of q seen as a one-row tensor, a row of k as [kvHeads, headDim]) are made once.
+ * q and k share one allocation (q's capacity rows, then k's) so that RoPE of both is one call
+ * over their heads (ropeQK).
  */
 import type { Backend, BatchAttnRow, Tensor } from "./backend.js";
 import type { Attention, AttentionLayout } from "./attention.js";
@@ -35,12 +37,23 @@ export class BatchRows {
   private readonly attRow: Tensor[] = [];
   /** attnDecodeBatch's rows, rewritten in place every layer (no allocation in a step). */
   private readonly table: BatchAttnRow[] = [];
+  /** q's and k's heads as rows of headDim: [capacity·heads q heads, then capacity·kvHeads k heads]. */
+  private readonly qkHeads: Tensor;
+  /** ropeQK's position of each head row (setPositions fills it once a step). */
+  private readonly headPos: Int32Array;
+  private readonly layout: AttentionLayout;
+  private ropeRows = 0;
 
   constructor(private readonly backend: Backend, w: WeightLoader, layout: AttentionLayout, capacity: number) {
     this.capacity = capacity;
+    this.layout = layout;
     const qw = layout.heads * layout.headDim, kvw = layout.kvHeads * layout.headDim;
-    this.q = w.alloc([capacity, qw]);
-    this.k = w.alloc([capacity, kvw]);
+    const qk = w.alloc([capacity * (qw + kvw)]);
+    this.q = w.view(qk, 0, [capacity, qw]);
+    this.k = w.view(qk, capacity * qw, [capacity, kvw]);
+    const headRows = capacity * (layout.heads + layout.kvHeads);
+    this.qkHeads = w.view(qk, 0, [headRows, layout.headDim]);
+    this.headPos = new Int32Array(headRows);
     this.v = w.alloc([capacity, kvw]);
     this.att = w.alloc([capacity, qw]);
     for (let i = 0; i < capacity; i++) {
@@ -49,6 +62,26 @@ export class BatchRows {
       this.kRow.push(w.view(this.k, i * kvw, [layout.kvHeads, layout.headDim]));
       this.vRow.push(w.view(this.v, i * kvw, [layout.kvHeads, layout.headDim]));
     }
+  }
+
+  /**
+   * The step's positions (row i of the batch at positions[i]) for ropeQK: every head row of q's
+   * first B rows and of k's first B rows takes its row's position. q's rows B..capacity−1 lie
+   * between (position 0: rotated, never read).
+   */
+  setPositions(positions: Int32Array, B: number): void {
+    const { heads, kvHeads } = this.layout, p = this.headPos, kBase = this.capacity * heads;
+    p.fill(0, 0, kBase);
+    for (let i = 0; i < B; i++) {
+      p.fill(positions[i], i * heads, (i + 1) * heads);
+      p.fill(positions[i], kBase + i * kvHeads, kBase + (i + 1) * kvHeads);
+    }
+    this.ropeRows = kBase + B * kvHeads;
+  }
+
+  /** RoPE of q's and k's first B rows (setPositions first) in one backend call. */
+  ropeQK(be: Backend, cos: Tensor, sin: Tensor): void {
+    be.rope(this.qkHeads, this.ropeRows, this.headPos, 1, this.layout.headDim, cos, sin);
   }
 
   /**

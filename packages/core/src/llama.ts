@@ -187,6 +187,7 @@ export class LlamaModel extends DecoderModel {
     // Backend.matmulSplit, where the backend takes it: q/k/v and gate/up as one matmul each over
     // the fused weights, the residual adds in o's and down's epilogues (4 launches a layer, not 9).
     const split = be.matmulSplit ? a.split : null;
+    r.setPositions(positions, B);
     be.embedding(a.x, this.embed, ids);
     for (let l = 0; l < s.layers; l++) {
       const w = this.layers[l];
@@ -196,8 +197,7 @@ export class LlamaModel extends DecoderModel {
         be.matmul(r.k, a.h, w.wk, B, w.bk ?? undefined);
         be.matmul(r.v, a.h, w.wv, B, w.bv ?? undefined);
       }
-      be.rope(r.q, B, positions, s.heads, s.headDim, this.cos, this.sin);
-      be.rope(r.k, B, positions, s.kvHeads, s.headDim, this.cos, this.sin);
+      r.ropeQK(be, this.cos, this.sin);
       r.attend(l, seqs, positions, B);
       if (!split || !be.matmulSplit!(split.x, r.att, w.wo, B, w.bo ?? undefined, true)) {
         be.matmul(a.h2, r.att, w.wo, B, w.bo ?? undefined);
