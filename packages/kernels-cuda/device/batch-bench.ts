@@ -1,20 +1,22 @@
 /**
  * Batched decode on the CUDA backend (issue 5 item 5). Three parts, one table each:
  *
- * 1. Kernel checks (device/batch-checks.ts): the skinny tensor-core GEMM against a TypeScript
- *    reference, attnDecodeBatch's batched kernels against the per-row path (eager and recorded).
+ * 1. Kernel checks (device/batch-checks.ts): the skinny tensor-core GEMM (every setSkinny
+ *    variant) and matmulSplit against a TypeScript reference, attnDecodeBatch's batched kernels
+ *    against the per-row path (eager and recorded).
  * 2. Batched = alone (stories15M's shape): B sequences with different prompt lengths decoded
  *    together against each decoded alone (the batched steps are fed the tokens each sequence
  *    picked alone, so a bf16 near-tie cannot make them diverge): f32 weights (GEMV at B = 4,
- *    cuBLAS at B = 12; tokens equal, logits ≤ 1e-4) and bf16 weights (skinny GEMM; logits ≤ 1e-2).
- * 3. Bench: preset:llama-3.1-8b, dummy bf16 weights, bf16 KV; 32 sequences prefilled with
- *    random lengths in [1536, 2560]; then for B = 1, 8, 16, 32 (slots 0..B−1) one warm-up step
- *    and `steps` timed steps (each: one batched forward pass + a greedy pick per row, as
- *    generateBatch does) for the new kernels (skinny GEMM + batched attention) and the old paths
- *    (multi-row GEMV or cuBLAS + per-row attention) in the same run, next to the floor of a step:
- *    (weight bytes + the B caches' KV bytes) ÷ the device-to-device bandwidth measured in the run.
+ *    cuBLAS at B = 12; tokens equal, logits ≤ 1e-4), bf16 weights (skinny GEMM; logits ≤ 1e-2),
+ *    and bf16 with every new setSkinny switch on (pipelined, fused reduce, matmulSplit).
+ * 3. Bench: preset:llama-3.1-8b, dummy bf16 weights, bf16 KV; max(B) sequences prefilled with
+ *    random lengths in [1536, 2560]; then for each B (slots 0..B−1) one warm-up step and `steps`
+ *    timed steps (each: one batched forward pass + a greedy pick per row, as generateBatch does)
+ *    for the skinny GEMM as it was, each new switch, all of them, and cuBLAS, all with batched
+ *    attention, in the same run, next to the floor of a step: (weight bytes + the B caches' KV
+ *    bytes) ÷ the device-to-device bandwidth measured in the run.
  *
- *   bun batch-bench.js [--steps 32] [--batches 1,8,16,32] [--preset llama-3.1-8b] [--log FILE]
+ *   bun batch-bench.js [--steps 32] [--batches 1,8,16,24,32] [--preset llama-3.1-8b] [--log FILE]
  *
  * --log appends every printed line to FILE as it is printed (synchronously), so a run killed by
  * a timeout still leaves what it measured (stdout piped to `tee` may be lost with the process).
@@ -22,8 +24,8 @@
 import { appendFileSync } from "node:fs";
 import { BatchDecoder, loadModel, presetConfig, type CausalLM } from "@hybridgen/core";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
-import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend } from "../src/index.js";
-import { runBatchAttnChecks, runSkinnyChecks } from "./batch-checks.js";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type SkinnyOptions } from "../src/index.js";
+import { runBatchAttnChecks, runMatmulSplitChecks, runSkinnyChecks } from "./batch-checks.js";
 import type { CheckResult } from "./op-checks.js";
 import { STORIES15M_SHAPE, dummyFiles } from "./models.js";
 
@@ -73,7 +75,11 @@ say(`D2D copy bandwidth (read + write): ${(bw / 1e12).toFixed(2)} TB/s; cuBLAS $
 
 // ---- 1. kernel checks ------------------------------------------------------------------------------
 const kernelChecks: CheckResult[] = [];
-for (const [name, run] of [["skinny GEMM", () => runSkinnyChecks(cuda, 11)], ["attnDecodeBatch", () => runBatchAttnChecks(cuda, 12)]] as const) {
+for (const [name, run] of [
+  ["skinny GEMM", () => runSkinnyChecks(cuda, 11)],
+  ["matmulSplit", () => runMatmulSplitChecks(cuda, 13)],
+  ["attnDecodeBatch", () => runBatchAttnChecks(cuda, 12)],
+] as const) {
   try {
     kernelChecks.push(...run());
   } catch (e) {
@@ -91,7 +97,12 @@ const checks: string[] = [
   "| weights | B | matmul path | attention | prompt lengths | tokens equal | max rel. logit diff | bound | graphs captured/replayed/drained | result |",
   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ];
-for (const dtype of ["f32", "bf16"] as const) {
+/** Every new batched-GEMM switch on (setSkinny): the fifth pass's candidate defaults. */
+const ALL_NEW: Partial<SkinnyOptions> = { pipeline: true, fusedReduce: true, split: true };
+const SKINNY_OFF: SkinnyOptions = { maxRows: 32, pipeline: false, fusedReduce: false, split: false };
+const skinnyLabel = (o: Partial<SkinnyOptions>) => (o.split || o.pipeline || o.fusedReduce ? ` (${[o.pipeline && "pipelined", o.fusedReduce && "fused reduce", o.split && "matmulSplit"].filter(Boolean).join(", ")})` : "");
+for (const [dtype, skinny] of [["f32", {}], ["bf16", {}], ["bf16", ALL_NEW]] as const) {
+  cuda.setSkinny({ ...SKINNY_OFF, ...skinny });
   using files = dummyFiles(STORIES15M_SHAPE, dtype, 7, createNativeRandomFill(), `stories15M-shape ${dtype}`);
   using model = loadModel(files, cuda, { maxContext: 256, kvDtype: dtype });
   const vocab = files.shape.vocabSize, STEPS = 8, bound = dtype === "f32" ? 1e-4 : 1e-2;
@@ -138,12 +149,13 @@ for (const dtype of ["f32", "bf16"] as const) {
     const ok = (dtype === "bf16" || equal) && worst <= bound;
     if (!ok) failures++;
     checks.push(
-      `| ${dtype} | ${B} | ${cuda.matmulPathFor(B, dtype, files.shape.hiddenSize)} | batched | ${lengths.join(", ")} | ${equal} | ${worst.toExponential(2)} | ${bound} | ` +
+      `| ${dtype} | ${B} | ${cuda.matmulPathFor(B, dtype, files.shape.hiddenSize)}${skinnyLabel(skinny)} | batched | ${lengths.join(", ")} | ${equal} | ${worst.toExponential(2)} | ${bound} | ` +
         `${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain} | ${ok ? "PASS" : "FAIL"} |`,
     );
     say(checks[checks.length - 1]);
   }
 }
+cuda.setSkinny(SKINNY_OFF);
 
 // ---- 3. throughput on the 8B preset ---------------------------------------------------------------
 const json = presetConfig(preset);
@@ -155,16 +167,23 @@ const kvBytesPerToken = 2 * layers * 2 * kvHeads * hd;
 const maxB = Math.max(...batches);
 const r = rng(2026);
 const lengths = Array.from({ length: maxB }, () => 1536 + Math.floor(r() * 1025));
-interface Variant { B: number; name: string; graphs: boolean; path: "auto" | "gemv" | "cublas"; batchedAttention: boolean }
+interface Variant { B: number; name: string; graphs: boolean; path: "auto" | "gemv" | "cublas"; batchedAttention: boolean; skinny: Partial<SkinnyOptions> }
 const variants: Variant[] = [];
+// Batched attention everywhere (measured better at 17:20); the GEMM side compared per B: the
+// skinny kernels as they were (default), each new switch, all of them, and cuBLAS (whose
+// crossing with the skinny GEMM gives setSkinny's maxRows).
 for (const B of batches) {
-  variants.push({ B, name: B === 1 ? "default (the ordinary fused decode step)" : "new: skinny GEMM + batched attention", graphs: true, path: "auto", batchedAttention: true });
-  if (B === 1) continue;
-  const old = B <= 8 ? "gemv" : "cublas";
-  variants.push({ B, name: `old: ${old === "gemv" ? "multi-row GEMV" : "cuBLAS"} + per-row attention`, graphs: true, path: old, batchedAttention: false });
-  variants.push({ B, name: "skinny GEMM + per-row attention", graphs: true, path: "auto", batchedAttention: false });
-  variants.push({ B, name: `${old === "gemv" ? "multi-row GEMV" : "cuBLAS"} + batched attention`, graphs: true, path: old, batchedAttention: true });
-  if (B === Math.max(...batches)) variants.push({ B, name: "new, graphs off", graphs: false, path: "auto", batchedAttention: true });
+  const base = { B, graphs: true, path: "auto" as const, batchedAttention: true, skinny: {} };
+  if (B === 1) {
+    variants.push({ ...base, name: "default (the ordinary fused decode step)" });
+    continue;
+  }
+  variants.push({ ...base, name: "skinny GEMM (default) + batched attention" });
+  variants.push({ ...base, name: "skinny pipelined", skinny: { pipeline: true } });
+  variants.push({ ...base, name: "skinny + fused reduce + matmulSplit", skinny: { fusedReduce: true, split: true } });
+  variants.push({ ...base, name: "skinny pipelined + fused reduce + matmulSplit (all new)", skinny: ALL_NEW });
+  variants.push({ ...base, name: "cuBLAS + batched attention", path: "cublas" });
+  if (B === Math.max(...batches)) variants.push({ ...base, name: "all new, graphs off", graphs: false, skinny: ALL_NEW });
 }
 // Every variant appends warm-up + timed steps to the slots it runs.
 const maxContext = Math.max(...lengths) + variants.length * (steps + 1) + 8;
@@ -189,6 +208,7 @@ for (const v of variants) {
   cuda.setCudaGraphs(v.graphs);
   cuda.setMatmulPath(v.path);
   cuda.setBatchAttention(v.batchedAttention);
+  cuda.setSkinny({ ...SKINNY_OFF, ...v.skinny });
   cuda.resetGraphs(); // a variant starts clean: no graph or drained-step counter of the one before
   const slots = Array.from({ length: v.B }, (_, i) => i);
   const run = () => {
@@ -205,7 +225,7 @@ for (const v of variants) {
   const g1 = cuda.graphStats();
   const floorMs = ((weightBytes + kvBytesPerToken * kvTokens) / bw) * 1e3;
   rows.push(
-    `| ${v.B} | ${v.name} | ${v.path === "auto" ? cuda.matmulPathFor(v.B, "bf16", hidden) : v.path} | ${ms.toFixed(2)} | ${((v.B * 1000) / ms).toFixed(0)} | ${floorMs.toFixed(2)} | ` +
+    `| ${v.B} | ${v.name} | ${v.path === "auto" ? cuda.matmulPathFor(v.B, "bf16", hidden) : v.path}${skinnyLabel(v.skinny)} | ${ms.toFixed(2)} | ${((v.B * 1000) / ms).toFixed(0)} | ${floorMs.toFixed(2)} | ` +
       `${((v.B * 1000) / floorMs).toFixed(0)} | ${(ms / floorMs).toFixed(2)} | ${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain} |`,
   );
   say(rows[rows.length - 1]);
@@ -213,6 +233,7 @@ for (const v of variants) {
 cuda.setCudaGraphs(true);
 cuda.setMatmulPath("auto");
 cuda.setBatchAttention(true);
+cuda.setSkinny(SKINNY_OFF);
 
 say(`\n## Batched-decode checks: ${failures === 0 ? "ALL PASS" : `${failures} FAILED`}`);
 for (const row of kernelRows) say(row);

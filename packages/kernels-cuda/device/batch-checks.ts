@@ -4,7 +4,11 @@
  * - skinny GEMM (path "skinny", 2..32 rows, f16/bf16 weights) against a TypeScript f64
  *   reference of x rounded to the weight dtype times the weights as stored, with and without
  *   bias, at n = 2, 3, 8, 9, 17, 32 and m, k that are not multiples of the tiles (k % 8 ≠ 0
- *   takes the fallback path: checked with the looser bound of f32 x);
+ *   takes the fallback path: checked with the looser bound of f32 x), for each kernel variant
+ *   (setSkinny: first kernel, pipelined, each with the fused split reduction); every variant runs
+ *   twice on NaN-filled outputs (the fused reduction's counters must be back at 0);
+ * - matmulSplit (setSkinny({ split: true })): a fused weight into 3, 2 and 1 outputs whose
+ *   widths cut through the 64-row blocks, with bias, overwriting and accumulating, per variant;
  * - attnDecodeBatch (batched kernels) against the per-row path (setBatchAttention(false)) on
  *   identical copies of the caches: the appended K/V rows bit for bit, the outputs within 1e-5
  *   (the split counts differ, so the merge order does), eager and inside recorded steps whose
@@ -30,6 +34,14 @@ function refMatmul(x: Float32Array, w: Float32Array, bias: Float32Array | null, 
   return out;
 }
 
+/** setSkinny variants the checks cover: the kernel, and who sums the k splits. */
+export const SKINNY_VARIANTS: readonly { name: string; pipeline: boolean; fusedReduce: boolean }[] = [
+  { name: "first kernel", pipeline: false, fusedReduce: false },
+  { name: "first kernel, fused reduce", pipeline: false, fusedReduce: true },
+  { name: "pipelined", pipeline: true, fusedReduce: false },
+  { name: "pipelined, fused reduce", pipeline: true, fusedReduce: true },
+];
+
 export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] {
   const rnd = mulberry32(seed);
   const vals = (len: number) => Float32Array.from({ length: len }, () => rnd() * 2 - 1);
@@ -49,20 +61,85 @@ export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] 
         cuda.write(w, vals(m * k));
         const bv = b ? vals(m) : null;
         if (b && bv) cuda.write(b, bv);
-        cuda.write(out, new Float32Array(n * m).fill(Number.NaN));
         const want = refMatmul(xv, cuda.read(w), bv, n, k, m, dt);
         cuda.setMatmulPath("skinny");
-        cuda.matmul(out, x, w, n, b ?? undefined);
-        const err = relErr(cuda.read(out), want);
         // k % 8 ≠ 0 is not the kernel's case: the fallback keeps x in f32 (GEMV) or rounds it (cuBLAS).
         const fallback = k % 8 !== 0;
         const tol = fallback ? 1e-2 : 1e-5;
-        results.push({ name: `skinny ${dt} n=${n} m=${m} k=${k}${hasBias ? " +bias" : ""}${fallback ? ` (fallback: ${cuda.matmulPathFor(n)})` : ""}`, err, tol, ok: err <= tol });
+        for (const vr of fallback ? SKINNY_VARIANTS.slice(0, 1) : SKINNY_VARIANTS) {
+          cuda.setSkinny({ pipeline: vr.pipeline, fusedReduce: vr.fusedReduce });
+          let err = 0;
+          for (let rep = 0; rep < 2; rep++) {
+            cuda.write(out, new Float32Array(n * m).fill(Number.NaN));
+            cuda.matmul(out, x, w, n, b ?? undefined);
+            err = Math.max(err, relErr(cuda.read(out), want));
+          }
+          const what = fallback ? ` (fallback: ${cuda.matmulPathFor(n)})` : `, ${vr.name}`;
+          results.push({ name: `skinny ${dt} n=${n} m=${m} k=${k}${hasBias ? " +bias" : ""}${what}`, err, tol, ok: err <= tol });
+        }
       } finally {
         cuda.setMatmulPath("auto");
+        cuda.setSkinny({ pipeline: false, fusedReduce: false });
         for (const t of [x, w, out, b]) if (t) cuda.free(t);
       }
     }
+  }
+  return results;
+}
+
+/**
+ * matmulSplit on the skinny kernels: a fused [Σ widths, k] weight into separate outputs, with a
+ * bias, against the f64 reference; accumulating cases start from random outputs.
+ */
+export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResult[] {
+  const rnd = mulberry32(seed);
+  const vals = (len: number) => Float32Array.from({ length: len }, () => rnd() * 2 - 1);
+  const results: CheckResult[] = [];
+  // [n, widths, k, accumulate]: widths that cut through the 64-row blocks; k splits at small m.
+  const cases: [number, number[], number, boolean][] = [
+    [3, [200, 72, 40], 1024, false], [8, [96, 32, 32], 2048, false], [17, [130, 130], 520, false],
+    [32, [64], 4096, true], [5, [300, 77], 264, true],
+  ];
+  const dt = "bf16";
+  try {
+    for (const [n, widths, k, accumulate] of cases) {
+      const m = widths.reduce((a, b) => a + b, 0);
+      const owned: Tensor[] = [];
+      const alloc = (shape: number[], d: DType = "f32") => {
+        const t = cuda.alloc(shape, d);
+        owned.push(t);
+        return t;
+      };
+      try {
+        const x = alloc([n, k]), w = alloc([m, k], dt), bias = alloc([m]);
+        const outs = widths.map((wd) => alloc([n, wd]));
+        const xv = vals(n * k), bv = vals(m), start = widths.map((wd) => vals(n * wd));
+        cuda.write(x, xv);
+        cuda.write(w, vals(m * k));
+        cuda.write(bias, bv);
+        const full = refMatmul(xv, cuda.read(w), bv, n, k, m, dt);
+        // The reference per output: its columns of the full product (+ the starting values).
+        let off = 0;
+        const want = widths.map((wd, j) => {
+          const o = new Float32Array(n * wd);
+          for (let r = 0; r < n; r++) for (let c = 0; c < wd; c++) o[r * wd + c] = full[r * m + off + c] + (accumulate ? start[j][r * wd + c] : 0);
+          off += wd;
+          return o;
+        });
+        for (const vr of SKINNY_VARIANTS) {
+          cuda.setSkinny({ split: true, pipeline: vr.pipeline, fusedReduce: vr.fusedReduce });
+          outs.forEach((o, j) => cuda.write(o, accumulate ? start[j] : new Float32Array(n * widths[j]).fill(Number.NaN)));
+          const taken = cuda.matmulSplit(outs, x, w, n, bias, accumulate);
+          let err = taken ? 0 : Infinity;
+          outs.forEach((o, j) => (err = Math.max(err, relErr(cuda.read(o), want[j]))));
+          results.push({ name: `matmulSplit ${dt} n=${n} widths=${widths.join("+")} k=${k}${accumulate ? " accumulate" : ""} +bias, ${vr.name}${taken ? "" : " (declined)"}`, err, tol: 1e-5, ok: err <= 1e-5 });
+        }
+      } finally {
+        for (const t of owned) cuda.free(t);
+      }
+    }
+  } finally {
+    cuda.setSkinny({ split: false, pipeline: false, fusedReduce: false });
   }
   return results;
 }

@@ -26,6 +26,8 @@ const PATH_NAMES: readonly MatmulPath[] = ["gemv", "cublas", "tiled", "skinny"];
 /** Rows of attnDecodeBatch in one call (the native table's limit). */
 const MAX_BATCH_ATTN_ROWS = 64;
 const GEMV_MAX_ROWS = 8;
+/** hg_cu_matmul_rows: the skinny kernel does not take this shape (HG_SKINNY_NOT_TAKEN). */
+const SKINNY_NOT_TAKEN = -2;
 // Execution errors after which the CUDA context is lost for the rest of the process.
 const STICKY = new Set([700, 710, 714, 715, 716, 717, 718, 719, 720, 999]);
 const MAX_GRAPH_KEYS = 8; // HG_MAX_GRAPH_KEYS in native/common.cuh
@@ -39,6 +41,19 @@ export interface MatvecFusionChoice {
   siluMul: boolean;
   accumulate: boolean;
 }
+
+/** Batched-decode GEMM switches (CudaBackend.setSkinny); DEVICE-NOTES.md, fifth pass, measures them. */
+export interface SkinnyOptions {
+  /** The largest row count "auto" gives the skinny GEMM (1..32, 1 = none); cuBLAS above it when loaded. Default 32. */
+  maxRows: number;
+  /** The cp.async-pipelined skinny kernel (S−1 chunks a warp in flight in shared memory). Default off. */
+  pipeline: boolean;
+  /** k splits summed by the GEMM's last block of each row block, not a second kernel. Default off. */
+  fusedReduce: boolean;
+  /** Backend.matmulSplit takes batched q/k/v, gate/up and o/down + add (skinny path only). Default off: it declines. */
+  split: boolean;
+}
+const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 32, pipeline: false, fusedReduce: false, split: false };
 
 /** Decode-kernel switches (CudaBackend.setDecodeTuning); DEVICE-NOTES.md, fourth pass, measures them. */
 export interface DecodeTuning {
@@ -123,6 +138,9 @@ export class CudaBackend implements Backend {
   private inStep = false;
   /** attnDecodeBatch: the batched kernels (true) or the per-row calls (benches compare). */
   private batchAttention = true;
+  /** setSkinny's values; `skinnySet` once they were sent to the library (reset there at close). */
+  private skinnyOpts: SkinnyOptions = { ...SKINNY_DEFAULTS };
+  private skinnySet = false;
   /** attnDecodeBatch's per-row table (BatchAttnRow in native/batch_attn.cu: 8 ints a row). */
   private readonly batchTable = new Int32Array(MAX_BATCH_ATTN_ROWS * 8);
   /** The host link (copy stream, pinned memory, event timeline), made by hostTransfers(). */
@@ -262,6 +280,8 @@ export class CudaBackend implements Backend {
     this.inStep = false;
     this.hostLink?.close();
     this.hostLink = null;
+    // The library keys these by context address: a later context at the same address starts at the defaults.
+    if (this.skinnySet) this.lib.hg_cu_set_skinny(this.ctx, SKINNY_DEFAULTS.maxRows, 0);
     for (const t of this.live) t.freed = true;
     this.live.clear();
     this.arena.reset();
@@ -306,8 +326,68 @@ export class CudaBackend implements Backend {
   }
 
   /**
+   * Batched-decode GEMM switches (SkinnyOptions; unset fields keep their values). The defaults
+   * are the measured-safe ones; benches flip them to compare in one run.
+   */
+  setSkinny(o: Partial<SkinnyOptions>): void {
+    const ctx = this.live_("setSkinny");
+    const next = { ...this.skinnyOpts, ...o };
+    if (!(Number.isInteger(next.maxRows) && next.maxRows >= 1 && next.maxRows <= 32)) bad(`setSkinny: maxRows must be an integer in 1..32, got ${next.maxRows}`);
+    for (const key of ["pipeline", "fusedReduce", "split"] as const) if (typeof next[key] !== "boolean") bad(`setSkinny: ${key} must be a boolean, got ${String(next[key])}`);
+    this.ok("setSkinny", this.lib.hg_cu_set_skinny(ctx, next.maxRows, (next.pipeline ? 1 : 0) | (next.fusedReduce ? 2 : 0)));
+    this.skinnyOpts = next;
+    this.skinnySet = true;
+  }
+
+  get skinny(): SkinnyOptions {
+    return { ...this.skinnyOpts };
+  }
+
+  /**
+   * Backend.matmulSplit on the skinny GEMM: one launch for a fused weight's row segments into
+   * separate outputs, the residual add in its epilogue. Declines (false) unless setSkinny({ split })
+   * is on, the weights are f16/bf16 and n rows take the skinny path (auto with n ≤ maxRows, or
+   * setMatmulPath("skinny")); the kernel itself declines k % 8 ≠ 0 and misaligned operands.
+   */
+  matmulSplit(outs: readonly Tensor[], x: Tensor, w: Tensor, n: number, bias: Tensor | undefined, accumulate: boolean): boolean {
+    const op = "matmulSplit";
+    if (!Array.isArray(outs) || outs.length < 1 || outs.length > 3) bad(`${op}: 1 to 3 outputs, got ${Array.isArray(outs) ? outs.length : typeof outs}`);
+    const xi = this.check.f32(x, op, "x");
+    const wt = this.check.own(w, op, "w");
+    if (wt.shape.length !== 2) bad(`${op}: w must be 2-D [m, k], got ${wt}`);
+    const [m, k] = wt.shape;
+    if (xi.cols !== k) bad(`${op}: x rows have ${xi.cols} values but w ${wt} expects k=${k}`);
+    this.check.rowsAtLeast(xi, n, op, "x");
+    CudaBackend.int32(n, op, "row count");
+    const os = outs.map((t, j) => {
+      const o = this.check.f32(t, op, `outs[${j}]`);
+      this.check.rowsAtLeast(o, n, op, `outs[${j}]`);
+      return o;
+    });
+    const widths = os.map((o) => o.cols);
+    if (widths.reduce((a, b) => a + b, 0) !== m) bad(`${op}: the outputs' widths ${widths.join(" + ")} must add up to w's ${m} rows`);
+    const b = bias === undefined ? undefined : this.check.own(bias, op, "bias");
+    if (b && b.numel !== m) bad(`${op}: bias ${b} must have m=${m} elements`);
+    os.forEach((o, j) => {
+      if (o.overlaps(xi, n, n)) bad(`${op}: outs[${j}] must not overlap x`);
+      if (b && o.overlaps(b, n, b.rows)) bad(`${op}: outs[${j}] must not overlap bias`);
+      for (let i = 0; i < j; i++) if (o.overlaps(os[i], n, n)) bad(`${op}: outs[${j}] must not overlap outs[${i}]`);
+    });
+    if (typeof accumulate !== "boolean") bad(`${op}: accumulate must be a boolean`);
+    if (n === 0) return true;
+    const path = this.matmulPath, so = this.skinnyOpts;
+    const skinny = path === PATH_CODE.skinny || (path === PATH_CODE.auto && n <= so.maxRows);
+    if (!so.split || !skinny || wt.dtype === "f32" || n < 2 || n > 32) return false;
+    const o1 = os[1] ? P(os[1].addr) : null, o2 = os[2] ? P(os[2].addr) : null;
+    const rc = this.lib.hg_cu_matmul_rows(this.ctx, P(os[0].addr), o1, o2, widths[0], widths[1] ?? 0, widths[2] ?? 0, accumulate ? 1 : 0, P(xi.addr), P(wt.addr), DTYPE_CODE[wt.dtype], b ? P(b.addr) : null, b ? DTYPE_CODE[b.dtype] : 0, n, k);
+    if (rc === SKINNY_NOT_TAKEN) return false;
+    this.ok(op, rc);
+    return true;
+  }
+
+  /**
    * The path a matmul of n rows takes under "auto": for f32 weights by default; give the weight
-   * dtype (and k) for f16/bf16, where 2..32 rows take the skinny tensor-core GEMM.
+   * dtype (and k) for f16/bf16, where 2..maxRows (setSkinny) rows take the skinny tensor-core GEMM.
    */
   matmulPathFor(n: number, dtype: DType = "f32", k = 4096): MatmulPath {
     const ctx = this.live_("matmulPathFor");

@@ -9,7 +9,7 @@ export {
   type CudaBackendOptions,
   type ResolvedCudaBackendOptions,
 } from "./options.js";
-export { CudaBackend, CudaTimer, createCudaBackend, type CudaMemoryStats, type DecodeTuning, type MatmulPath, type MatvecFusionChoice } from "./cuda-backend.js";
+export { CudaBackend, CudaTimer, createCudaBackend, type CudaMemoryStats, type DecodeTuning, type MatmulPath, type MatvecFusionChoice, type SkinnyOptions } from "./cuda-backend.js";
 export { CudaTensor } from "./cuda-tensor.js";
 export { DeviceArena, ARENA_ALIGN, type ArenaStats } from "./arena.js";
 export { backendSymbols, openCudaNative, cudaErrorString, type CudaNative } from "./native-backend.js";

@@ -143,3 +143,87 @@ describe("CudaBackend skinny GEMM path (stand-in native library)", () => {
     be.close();
   });
 });
+
+describe("CudaBackend.setSkinny and matmulSplit (stand-in native library)", () => {
+  /** [q, k, v] outputs of 3 rows over a fused bf16 weight [48 + 16 + 16, 64] with a bias. */
+  function splitSetup(be: CudaBackend) {
+    const n = 3, k = 64;
+    const x = be.alloc([4, k]), w = be.alloc([80, k], "bf16"), bias = be.alloc([80]);
+    const q = be.alloc([4, 48]), kk = be.alloc([4, 16]), v = be.alloc([4, 16]);
+    return { n, k, x, w, bias, q, kk, v };
+  }
+
+  it("declines by default; once on, one hg_cu_matmul_rows call with the outputs, widths and accumulate flag", () => {
+    const { be, calls } = make();
+    const s = splitSetup(be);
+    expect(be.skinny).toEqual({ maxRows: 32, pipeline: false, fusedReduce: false, split: false });
+    expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, s.n, s.bias, false)).toBe(false);
+    expect(calls.some((c) => c.name === "hg_cu_matmul_rows" || c.name === "hg_cu_set_skinny")).toBe(false);
+    be.setSkinny({ split: true, pipeline: true, fusedReduce: true, maxRows: 16 });
+    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").map((c) => c.args.slice(1))).toEqual([[16, 3]]);
+    expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, s.n, s.bias, false)).toBe(true);
+    const call = calls.find((c) => c.name === "hg_cu_matmul_rows")!;
+    expect(call.args.slice(1, 15)).toEqual([
+      be.address(s.q), be.address(s.kk), be.address(s.v), 48, 16, 16, 0, be.address(s.x), be.address(s.w), 2, be.address(s.bias), 0, s.n, s.k,
+    ]);
+    // One output with the residual add; no bias.
+    const x2 = be.alloc([4, 80]);
+    const wo = be.alloc([64, 80], "f16");
+    expect(be.matmulSplit([s.x], x2, wo, s.n, undefined, true)).toBe(true);
+    expect(calls.filter((c) => c.name === "hg_cu_matmul_rows").at(-1)!.args.slice(1, 15)).toEqual([
+      be.address(s.x), null, null, 64, 0, 0, 1, be.address(x2), be.address(wo), 1, null, 0, s.n, 80,
+    ]);
+    be.close();
+    // close() puts the library's entry for this context back to the defaults.
+    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").at(-1)!.args.slice(1)).toEqual([32, 0]);
+  });
+
+  it("declines f32 weights, one row, rows above maxRows and a forced non-skinny path", () => {
+    const { be, calls } = make();
+    const s = splitSetup(be);
+    be.setSkinny({ split: true, maxRows: 2 });
+    const wf = be.alloc([80, s.k]);
+    expect(be.matmulSplit([s.q, s.kk, s.v], s.x, wf, s.n, undefined, false)).toBe(false);
+    expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, 1, undefined, false)).toBe(false);
+    expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, 3, undefined, false)).toBe(false); // 3 > maxRows
+    be.setMatmulPath("skinny");
+    expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, 3, undefined, false)).toBe(true); // forced
+    be.setMatmulPath("cublas");
+    expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, 2, undefined, false)).toBe(false);
+    expect(calls.filter((c) => c.name === "hg_cu_matmul_rows")).toHaveLength(1);
+    be.close();
+  });
+
+  it("bad input: one-line errors before any native call", () => {
+    const { be, calls } = make();
+    const s = splitSetup(be);
+    be.setSkinny({ split: true });
+    const wide = be.alloc([4, 20]), half = be.alloc([4, 48], "bf16"), shortBias = be.alloc([79]);
+    const cases: [() => unknown, RegExp][] = [
+      [() => be.matmulSplit([], s.x, s.w, s.n, undefined, false), /matmulSplit: 1 to 3 outputs, got 0/],
+      [() => be.matmulSplit([s.q, s.kk, s.v, s.v], s.x, s.w, s.n, undefined, false), /1 to 3 outputs, got 4/],
+      [() => be.matmulSplit([s.q, s.kk, wide], s.x, s.w, s.n, undefined, false), /widths 48 \+ 16 \+ 20 must add up to w's 80 rows/],
+      [() => be.matmulSplit([half, s.kk, s.v], s.x, s.w, s.n, undefined, false), /outs\[0\] must be f32, got bf16/],
+      [() => be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, 5, undefined, false), /x .* has 4 rows, 5 requested/],
+      [() => be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, s.n, shortBias, false), /bias .* must have m=80 elements/],
+      [() => be.matmulSplit([s.q, s.q, s.v], s.x, s.w, s.n, undefined, false), /widths|outs\[1\] must not overlap outs\[0\]/],
+      [() => be.matmulSplit([s.q, s.kk, s.kk], s.x, s.w, s.n, undefined, false), /outs\[2\] must not overlap outs\[1\]/],
+      [() => be.matmulSplit([s.x], s.x, be.alloc([64, 64], "bf16"), s.n, undefined, true), /outs\[0\] must not overlap x/],
+      [() => be.setSkinny({ maxRows: 33 }), /setSkinny: maxRows must be an integer in 1\.\.32, got 33/],
+      [() => be.setSkinny({ pipeline: 1 as unknown as boolean }), /setSkinny: pipeline must be a boolean/],
+    ];
+    for (const [fn, re] of cases) {
+      let err: unknown;
+      try {
+        fn();
+      } catch (e) {
+        err = e;
+      }
+      expect(err, String(re)).toBeInstanceOf(HybridgenError);
+      expect((err as Error).message).toMatch(re);
+      expect((err as Error).message).not.toContain("\n");
+    }
+    expect(calls.filter((c) => c.name === "hg_cu_matmul_rows")).toHaveLength(0);
+    be.close();
+  });
+});
