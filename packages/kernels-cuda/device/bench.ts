@@ -255,8 +255,11 @@ const allVariants: Variant[] = [
   { name: "GEMV: k split over 4 warps", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 4 } },
   { name: "GEMV: k split (auto), 8 loads a lane", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, gemvUnroll: 8 } },
   { name: "GEMV: k split over 8 warps", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 8 } },
+  { name: "GEMV: k split over 2 warps", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 2 } },
   { name: "GEMV split (auto) + attention last block merges", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, attnMergeInKernel: true } },
   { name: "GEMV split (auto) + attention last block merges + PDL", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, attnMergeInKernel: true, programmaticLaunch: true } },
+  { name: "GEMV split (auto), norm folded into its epilogue (no rmsNorm launches)", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1 } },
+  { name: "GEMV split (auto), norm folded in + attention last block merges", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1, attnMergeInKernel: true } },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

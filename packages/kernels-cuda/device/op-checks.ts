@@ -436,12 +436,14 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         record("decode attention, merge in the split kernel: 1 capture, the rest replayed", Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
       }
       cuda.setDecodeTuning(savedTuning);
-      // The split GEMV (k of a row over several warps; norm apart, as the default fusion runs it).
-      cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
+      // The split GEMV (k of a row over several warps), with the norm apart (the default fusion)
+      // and with the norm in the kernel (folded into the split form's epilogue).
       const gemvTunings: Partial<DecodeTuning>[] = [{ gemvSplit: 1 }, { gemvSplit: 2 }, { gemvSplit: 4, gemvUnroll: 8 }, { gemvSplit: 8 }, { gemvSplit: 8, gemvUnroll: 8 }];
+      for (const fz of [CudaBackend.DEFAULT_MATVEC_FUSION, { norm: true, siluMul: true, accumulate: true }])
       for (const dt of DTYPES) {
+        cuda.setMatvecFusion(fz);
         for (const [m, k] of [[96, 256], [50, 70], [333, 1000], [1024, 4096], [40, 16384], [3000, 512]] as const) {
-          for (const flags of k >= 4096 ? [0, 4 | 8, 2 | 8] : [0, 1 | 8, 2 | 4, 2 | 8, 4 | 8, 2 | 4 | 8]) {
+          for (const flags of k >= 4096 ? [0, 4 | 8, 2 | 8, 1 | 2, 1] : [0, 1 | 8, 2 | 4, 2 | 8, 4 | 8, 2 | 4 | 8, 1 | 2 | 8, 1 | 4]) {
             const norm = (flags & 1) !== 0, silu = (flags & 2) !== 0, acc = (flags & 4) !== 0, withBias = (flags & 8) !== 0;
             const rows = silu ? 2 * m : m;
             const w = pair([rows, k], dt, values(rows * k, 1 / Math.sqrt(k)));
@@ -462,13 +464,14 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
                 cuda.matvec(out.c, x.c, w.c, f("c"));
                 got.push(cuda.read(out.c));
               }
-              const tag = `split matvec ${JSON.stringify(t)} ${dt} ${rows}x${k}${norm ? " +norm" : ""}${silu ? " +siluMul" : ""}${acc ? " +=" : ""}${withBias ? " +bias" : ""}`;
+              const tag = `split matvec ${JSON.stringify(t)}${fz.norm ? " norm in the kernel" : ""} ${dt} ${rows}x${k}${norm ? " +norm" : ""}${silu ? " +siluMul" : ""}${acc ? " +=" : ""}${withBias ? " +bias" : ""}`;
               record(tag, relErr(got[0], want), 1e-5);
               record(`${tag}: run twice, same bits`, maxAbs(got[0], got[1]), 0);
             }
           }
         }
       }
+      cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
     } finally {
       cuda.setDecodeTuning(savedTuning);
     }
