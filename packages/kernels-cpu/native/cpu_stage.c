@@ -54,7 +54,7 @@ static int64_t now_ns(void) {
 static inline int64_t esize(int64_t type) { return type == HG_F32 ? 4 : 2; }
 
 /* ---- parallel pieces ------------------------------------------------------------------ */
-typedef struct { hg_stage *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks; } run_ctx;
+typedef struct { hg_stage *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks, lists; } run_ctx;
 
 /* Contiguous runs of the (KV head, token) space: long streams of one head's rows per piece. */
 static void score_task(void *v, int part, int parts) {
@@ -73,39 +73,60 @@ static inline uint32_t fkey(float x) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* The k-th largest of key[0..n) (1 <= k <= n): a radix select over 11 + 11 + 10 bits, each pass
- * a histogram of the next digit among the keys that share the digits found so far. Three
- * straight passes with predictable branches; a quickselect's partitions mispredict on nearly
- * every element of a random row. */
-static uint32_t kth_largest(const uint32_t *key, int64_t n, int64_t k) {
-    static const int shift[3] = {21, 10, 0}, width[3] = {11, 11, 10};
-    uint32_t hist[2048];
-    uint32_t prefix = 0, mask = 0;
-    int64_t need = k;
-    for (int p = 0; p < 3; p++) {
-        const int sh = shift[p], bins = 1 << width[p];
-        memset(hist, 0, (size_t)bins * sizeof *hist);
-        if (p == 0)
-            for (int64_t i = 0; i < n; i++) hist[key[i] >> sh]++;
-        else
-            for (int64_t i = 0; i < n; i++)
-                if ((key[i] & mask) == prefix) hist[(key[i] >> sh) & (uint32_t)(bins - 1)]++;
+/* The k-th largest of key[0..n) (1 <= k <= n), all in [lo, hi]: a histogram of 2048 bins over
+ * the keys' actual range finds the bin holding it (a few dozen keys of a 28K-token row), the
+ * keys of that bin are compacted into `cand`, and the same repeats on them with the bin's range
+ * (at most three rounds for 32-bit keys). Four interleaved histograms keep runs of equal bins
+ * from serializing on one counter; the compaction is branch-free. */
+static uint32_t kth_largest(const uint32_t *key, int64_t n, int64_t k, uint32_t lo, uint32_t hi, uint32_t *cand) {
+    static _Thread_local uint32_t hist[4][2048];
+    const uint32_t *src = key;
+    int64_t m = n, need = k;
+    for (;;) {
+        if (lo == hi) return lo;
+        const uint32_t range = hi - lo;
+        int sh = 0;
+        while ((range >> sh) >= 2048) sh++;
+        const int bins = (int)(range >> sh) + 1;
+        for (int c = 0; c < 4; c++) memset(hist[c], 0, (size_t)bins * sizeof(uint32_t));
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            hist[0][(src[i] - lo) >> sh]++;
+            hist[1][(src[i + 1] - lo) >> sh]++;
+            hist[2][(src[i + 2] - lo) >> sh]++;
+            hist[3][(src[i + 3] - lo) >> sh]++;
+        }
+        for (; i < m; i++) hist[0][(src[i] - lo) >> sh]++;
         int b = bins - 1;
-        while (b > 0 && need > (int64_t)hist[b]) need -= hist[b--];
-        prefix |= (uint32_t)b << sh;
-        mask |= (uint32_t)(bins - 1) << sh;
+        for (;; b--) {
+            int64_t c = (int64_t)hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b];
+            if (need <= c || b == 0) break;
+            need -= c;
+        }
+        if (sh == 0) return lo + (uint32_t)b;
+        const uint32_t blo = lo + ((uint32_t)b << sh), span = (1u << sh) - 1;
+        const uint32_t bhi = hi - blo < span ? hi : blo + span;
+        int64_t o = 0;
+        for (int64_t j = 0; j < m; j++) { /* in place once src == cand: o <= j */
+            uint32_t x = src[j];
+            cand[o] = x;
+            o += (x - blo) <= (bhi - blo);
+        }
+        src = cand;
+        m = o;
+        lo = blo;
+        hi = bhi;
     }
-    return prefix;
 }
 
 /* ids (ascending) of the `k` largest keys, ties to the lower index. */
-static void top_k(const uint32_t *key, int64_t n, int64_t k, int32_t *ids) {
+static void top_k(const uint32_t *key, int64_t n, int64_t k, uint32_t lo, uint32_t hi, uint32_t *cand, int32_t *ids) {
     if (k >= n) {
         for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)i;
         return;
     }
     if (k <= 0) return;
-    const uint32_t t = kth_largest(key, n, k);
+    const uint32_t t = kth_largest(key, n, k, lo, hi, cand);
     int64_t above = 0;
     for (int64_t i = 0; i < n; i++) above += key[i] > t;
     int64_t ties = k - above, o = 0;
@@ -116,7 +137,9 @@ static void top_k(const uint32_t *key, int64_t n, int64_t k, int32_t *ids) {
 }
 
 /* Keys of a chunk of tokens for one list: the max logit over the list's heads (a KV head's
- * group, or every head when shared). Pieces = lists x chunks, so every thread builds keys. */
+ * group, or every head when shared), and the chunk's lowest and highest max. Pieces = lists x
+ * chunks, so every thread builds keys. Scratch: keys [lists][n], candidates [lists][n], then
+ * the ranges [lists][chunks][2]. */
 static void keys_task(void *v, int part, int parts) {
     (void)parts;
     run_ctx *r = v;
@@ -127,7 +150,7 @@ static void keys_task(void *v, int part, int parts) {
     hg_split(n, 64, (int)c, r->chunks, &b, &e);
     int64_t h0 = shared ? 0 : g * group, h1 = shared ? j->heads : (g + 1) * group;
     const float *L = (const float *)(intptr_t)j->all_logits;
-    float best[256];
+    float best[256], lo = INFINITY, hi = -INFINITY;
     uint32_t *key = r->s->scratch + (size_t)g * n;
     for (int64_t i0 = b; i0 < e; i0 += 256) {
         int64_t m = e - i0 < 256 ? e - i0 : 256;
@@ -136,8 +159,15 @@ static void keys_task(void *v, int part, int parts) {
             const float *row = L + h * j->lstride + i0;
             for (int64_t i = 0; i < m; i++) best[i] = row[i] > best[i] ? row[i] : best[i]; /* NaN never wins */
         }
-        for (int64_t i = 0; i < m; i++) key[i0 + i] = fkey(best[i]);
+        for (int64_t i = 0; i < m; i++) {
+            lo = best[i] < lo ? best[i] : lo;
+            hi = best[i] > hi ? best[i] : hi;
+            key[i0 + i] = fkey(best[i]);
+        }
     }
+    float *range = (float *)(r->s->scratch + (size_t)r->lists * 2 * n) + 2 * (size_t)part;
+    range[0] = lo;
+    range[1] = hi;
 }
 
 static void topk_task(void *v, int g, int parts) {
@@ -148,7 +178,14 @@ static void topk_task(void *v, int g, int parts) {
     int32_t *ids = (int32_t *)(intptr_t)j->ids;
     int32_t *counts = (int32_t *)(intptr_t)j->counts;
     int64_t k = j->budget < n ? j->budget : n;
-    top_k(r->s->scratch + (size_t)g * n, n, k, ids + g * j->kmax);
+    const float *range = (const float *)(r->s->scratch + (size_t)r->lists * 2 * n) + 2 * (size_t)g * r->chunks;
+    float lo = INFINITY, hi = -INFINITY;
+    for (int c = 0; c < r->chunks; c++) {
+        lo = range[2 * c] < lo ? range[2 * c] : lo;
+        hi = range[2 * c + 1] > hi ? range[2 * c + 1] : hi;
+    }
+    uint32_t *key = r->s->scratch + (size_t)g * n, *cand = r->s->scratch + (size_t)(r->lists + g) * n;
+    top_k(key, n, k, fkey(lo), fkey(hi), cand, ids + g * j->kmax);
     counts[g] = (int32_t)k;
     if (j->flags & HG_STAGE_SHARED)
         for (int64_t h = 1; h < j->kv_heads; h++) {
@@ -189,6 +226,8 @@ static void selected_task(void *v, int part, int parts) {
     const char *V = (const char *)(intptr_t)j->v + g * j->vcap * row;
     char *dst = (char *)(intptr_t)j->vstage + g * kmax * row;
     for (int64_t i = b; i < e; i++) {
+        if (i + 8 < ve) /* scattered rows: keep misses in flight ahead of the copies */
+            for (int64_t o = 0; o < row; o += 64) __builtin_prefetch(V + (int64_t)ids[i + 8] * row + o, 0, 1);
         if (i < cnt) memcpy(dst + i * row, V + (int64_t)ids[i] * row, (size_t)row);
         else memset(dst + i * row, 0, (size_t)row);
     }
@@ -209,7 +248,7 @@ static int64_t check_ids(const hg_stage_job *j) {
 
 static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     int threads = hg_pool_threads(s->ctx->pool);
-    run_ctx r = {s, j, {0}, NULL, 0, 1};
+    run_ctx r = {s, j, {0}, NULL, 0, 1, 1};
     int64_t t = now_ns(), t1;
     for (int i = 0; i < 4; i++) s->split[i] = 0;
 #define LAP(i) (t1 = now_ns(), s->split[i] += t1 - t, t = t1)
@@ -232,16 +271,17 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     }
     if (j->flags & HG_STAGE_TOPK) {
         int lists = (j->flags & HG_STAGE_SHARED) ? 1 : (int)j->kv_heads;
-        size_t need = (size_t)lists * (size_t)j->n * sizeof(uint32_t);
+        int64_t per = (4 * threads + lists - 1) / lists, most = (j->n + 1023) / 1024;
+        r.chunks = (int)(per < most ? per : most);
+        if (r.chunks < 1) r.chunks = 1;
+        r.lists = lists;
+        size_t need = ((size_t)lists * 2 * (size_t)j->n + (size_t)lists * r.chunks * 2) * sizeof(uint32_t);
         if (s->scratch_bytes < need) {
             free(s->scratch);
             s->scratch = malloc(need);
             s->scratch_bytes = s->scratch ? need : 0;
             if (!s->scratch) return -2;
         }
-        int64_t per = (4 * threads + lists - 1) / lists, most = (j->n + 1023) / 1024;
-        r.chunks = (int)(per < most ? per : most);
-        if (r.chunks < 1) r.chunks = 1;
         hg_pool_run(s->ctx->pool, keys_task, &r, lists * r.chunks);
         hg_pool_run(s->ctx->pool, topk_task, &r, lists);
         LAP(2);
