@@ -260,6 +260,7 @@ const allVariants: Variant[] = [
   { name: "GEMV split (auto) + attention last block merges + PDL", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, attnMergeInKernel: true, programmaticLaunch: true } },
   { name: "GEMV split (auto), norm folded into its epilogue (no rmsNorm launches)", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1 } },
   { name: "GEMV split (auto), norm folded in + attention last block merges", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1, attnMergeInKernel: true } },
+  { name: "attention: last block merges, 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { attnMergeInKernel: true, attnUnroll: 4 } },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -389,6 +389,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       for (const dt of DTYPES) {
         for (const [heads, kvHeads, hd, firstPos, start] of [[32, 8, 128, 2047, 0], [8, 2, 64, 300, 7], [6, 6, 40, 0, 2], [4, 1, 128, 5000, 0], [12, 2, 128, 777, 1]] as const) {
           const cap = start + firstPos + 1 + 5, total = firstPos + 1, scale = 1 / Math.sqrt(hd);
+          const mark = owned.length;
           const q = pair([1, heads * hd]);
           const k = pair([kvHeads, cap, hd], dt), v = pair([kvHeads, cap, hd], dt);
           const out = pair([1, heads * hd], "f32", undefined, true);
@@ -409,6 +410,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
             // the last-block merge runs the merge kernel's arithmetic in the same order: same bits
             if (t.attnMinChunk === undefined) record(`${tag}: equal to the merge kernel's output`, maxAbs(cuda.read(out.c), plain), 0);
           }
+          for (const [be, tt] of owned.splice(mark).reverse()) be.free(tt);
         }
       }
       // The last-block merge in recorded steps: the tickets reset themselves launch after launch.
@@ -446,6 +448,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           for (const flags of k >= 4096 ? [0, 4 | 8, 2 | 8, 1 | 2, 1] : [0, 1 | 8, 2 | 4, 2 | 8, 4 | 8, 2 | 4 | 8, 1 | 2 | 8, 1 | 4]) {
             const norm = (flags & 1) !== 0, silu = (flags & 2) !== 0, acc = (flags & 4) !== 0, withBias = (flags & 8) !== 0;
             const rows = silu ? 2 * m : m;
+            const mark = owned.length; // this case's tensors are freed at its end (the arena may be small)
             const w = pair([rows, k], dt, values(rows * k, 1 / Math.sqrt(k)));
             const x = pair([1, k], "f32", values(k, 2));
             const nw = pair([k], dt, values(k, 0.5).map((a) => a + 1));
@@ -468,6 +471,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
               record(tag, relErr(got[0], want), 1e-5);
               record(`${tag}: run twice, same bits`, maxAbs(got[0], got[1]), 0);
             }
+            for (const [be, t] of owned.splice(mark).reverse()) be.free(t);
           }
         }
       }
