@@ -1,23 +1,35 @@
 /**
  * Hybrid attention on the CUDA backend (KV store in pinned host memory, the native CPU stage,
  * copies on the copy stream): correctness, then speed. Usage:
- *   bun hybrid-bench.js [--context 32768] [--steps 32] [--window 4096] [--sinks 4] [--threads 16] [--ks 256,1024] [--skip-bench]
+ *   bun hybrid-bench.js [--context 32768] [--steps 32] [--window 4096] [--sinks 4] [--threads 15]
+ *     [--ks 256,1024] [--modes exact,speculative] [--thread-variants 16,14] [--spin-us 0] [--spin-variants 200]
+ *     [--probe-threads 16,15,14] [--skip-full] [--skip-bench]
  *
  * Checks (stories15M shape, random f32 weights, f32 KV; the CLI's attachHybrid composes it):
  *   1. selector "all" + exact logits on CUDA equals full attention on CUDA within 1e-5 (relative
  *      to the largest logit) at every step, the same tokens fed to both;
- *   2. top-K greedy tokens on CUDA equal the CPU backend's hybrid run (exact and speculative).
+ *   2. top-K greedy tokens on CUDA equal the CPU backend's hybrid run (exact and speculative);
+ *   3. a prompt prefilled in several blocks with eviction during prefill (the offloaded rows come
+ *      up per layer by KvCache.loadStore), "all" + exact, equals full attention within 1e-5;
+ *   4. the store is host-only: no device store tensors while the runs hold the model.
  * Bench (preset:llama-3.1-8b, dummy bf16 weights, bf16 KV): prefill `context` tokens in one
  * block, then `steps` greedy decode steps — full attention on the GPU, and hybrid with a GPU
  * window of `window` tokens (sinks included) and the CPU stage's top-K for each K, exact and
- * speculative logits: ms/token and per step T_gpu, T_cpu, T_tx from the hybrid stats. Also the
- * pinned host↔device bandwidth of the copy path.
+ * speculative logits: ms/token and per step T_gpu, T_cpu, T_tx from the hybrid stats, T_cpu split
+ * into scoring / top-K / V gather / hand-offs; variants of the stage's thread count and idle spin.
+ * Device memory: the arena's used/peak bytes with the store host-only, next to what the device
+ * store took before (the same shapes). A stage probe runs the CPU stage alone over the pinned host
+ * store's 32 layers (no GPU work meanwhile) per thread count, and over unpinned copies of 8
+ * layers against 8 pinned ones (is cudaHostRegister'd memory slower to read?), with the
+ * machine's transparent-huge-page setting. Also the pinned host↔device bandwidth of the copy path.
  */
 import {
-  HybridAttention, loadModel, presetConfig, type Backend, type CausalLM, type LogitsMode,
+  HybridAttention, loadModel, presetConfig, type Backend, type CausalLM, type CpuStageJob, type LogitsMode, type Tensor,
 } from "@hybridgen/core";
 import { createSelector } from "../../selectors/src/index.js";
 import { FixedScheduler } from "../../scheduler/src/index.js";
+import { readFileSync } from "node:fs";
+import { cpus } from "node:os";
 import { createCpuBackend, createNativeRandomFill, NativeCpuStage } from "../../kernels-cpu/dist/index.js"; // the dist the CLI code uses too (one CpuBackend class)
 import { attachHybrid, HybridCliOptionsSchema } from "../../../apps/cli/src/hybrid-options.js";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type CudaHostLink } from "../src/index.js";
@@ -31,8 +43,14 @@ const context = Number(arg("context", "32768"));
 const steps = Number(arg("steps", "32"));
 const window = Number(arg("window", "4096"));
 const sinks = Number(arg("sinks", "4"));
-const threads = Number(arg("threads", "16"));
+const threads = Number(arg("threads", String(Math.max(1, cpus().length - 1))));
 const ks = arg("ks", "256,1024").split(",").map(Number);
+const list = (name: string, dflt: string) => arg(name, dflt).split(",").filter((x) => x !== "");
+const modes = list("modes", "exact,speculative") as LogitsMode[];
+const threadVariants = list("thread-variants", "").map(Number);
+const spinUs = Number(arg("spin-us", "0"));
+const spinVariants = list("spin-variants", "").map(Number);
+const probeThreads = list("probe-threads", "").map(Number);
 
 const avail = cudaAvailability();
 console.log(describeCudaAvailability(avail));
@@ -55,13 +73,17 @@ const prompt = Int32Array.from({ length: PROMPT }, (_, i) => (i * 7919 + 11) % 3
 interface HybridRun { logits: Float32Array[]; tokens: number[]; summary: string }
 
 /** Prompt then greedy steps (or the given tokens), logits of every forward. */
-async function runSmall(be: Backend, hybrid: Record<string, unknown> | null, feed?: number[]): Promise<HybridRun> {
+async function runSmall(be: Backend, hybrid: Record<string, unknown> | null, feed?: number[], prefillBlock = 64): Promise<HybridRun> {
   using files = dummyFiles(SMALL_SHAPE, "f32", 7);
   const h = HybridCliOptionsSchema.parse(hybrid ?? {});
-  using model = loadModel(files, be, { maxContext: SMALL_CONTEXT, prefillBlock: 64, ...(hybrid ? { kvWindow: h.gpuKvBudget!, kvSinks: h.sinkTokens } : {}) });
+  using model = loadModel(files, be, { maxContext: SMALL_CONTEXT, prefillBlock, ...(hybrid ? { kvWindow: h.gpuKvBudget!, kvSinks: h.sinkTokens } : {}) });
   using ha = await attachHybrid(model, be, h);
-  if (ha && be.hostTransfers) console.log(`  host link regions: ${JSON.stringify((be.hostTransfers() as CudaHostLink).pinCounts())}`);
+  if (ha && be.hostTransfers) {
+    console.log(`  host link regions: ${JSON.stringify((be.hostTransfers() as CudaHostLink).pinCounts())}`);
+    check(model.cache.storeInHost && model.cache.storeK.length + model.cache.storeV.length === 0, "the store is host-only: no device store tensors");
+  }
   const logits = [model.forward(prompt, 0)];
+  if (ha && be.hostTransfers && prefillBlock < PROMPT) console.log(`  after a prefill in blocks of ${prefillBlock}: ${model.cache.storeCount} offloaded, ${model.cache.storeScratchTensors} device scratch tensors (loadStore)`);
   const tokens: number[] = [];
   for (let s = 0; s < SMALL_STEPS; s++) {
     const tok = feed ? feed[s] : argmax(logits[logits.length - 1]);
@@ -104,6 +126,13 @@ function relDiff(a: Float32Array, b: Float32Array): number {
     check(worst < 1e-5, `CUDA hybrid "all" + exact vs CUDA full attention, ${SMALL_STEPS + 1} forwards: worst max|Δ|/max|logit| ${worst.toExponential(2)} (< 1e-5)`);
     console.log(`  ${all.summary}`);
   });
+  await attempt("multi-block prefill, all + exact", async () => {
+    // 40 prompt tokens in blocks of 8, window 32: blocks 5.. attend over offloaded rows on the device.
+    const full = await runSmall(cuda, null);
+    const all = await runSmall(cuda, { ...base, selector: "all", logits: "exact" }, full.tokens, 8);
+    const worst = Math.max(...all.logits.map((l, i) => relDiff(l, full.logits[i])));
+    check(worst < 1e-5, `CUDA hybrid, prompt in blocks of 8 with eviction during prefill, "all" + exact vs CUDA full attention: worst ${worst.toExponential(2)} (< 1e-5)`);
+  });
   for (const logits of ["exact", "speculative"] as LogitsMode[]) {
     await attempt(`top-K ${logits}`, async () => {
       const opts = { ...base, k: 8, logits };
@@ -132,9 +161,11 @@ const json = presetConfig("llama-3.1-8b");
 const maxContext = context + steps + 2;
 const longPrompt = Int32Array.from({ length: context }, (_, i) => (i * 7919 + 13) % (json.vocab_size as number));
 const rows: string[] = [
-  "| attention | K | logits | ms/token | T_gpu ms/step | T_cpu ms/step | T_tx ms/step | wait ms/step | CPU stage hidden | prefill s |",
-  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+  "| attention | K | logits | stage threads | ms/token | T_gpu ms/step | T_cpu ms/step | score / top-K / gather / hand-offs ms/step | T_tx ms/step | wait ms/step | CPU stage hidden | prefill s |",
+  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ];
+const memRows: string[] = [];
+const GB = (b: number) => (b / 1e9).toFixed(2);
 
 function decode(model: CausalLM, first: number): { ms: number; tok: number } {
   let tok = model.argmaxLogits();
@@ -153,7 +184,7 @@ const link = cuda.hostTransfers();
 const bw = link.bandwidth!(256 * 2 ** 20, 10);
 console.log(`pinned copy path (copy stream, 256 MiB): host→device ${(bw.h2d / 1e9).toFixed(1)} GB/s, device→host ${(bw.d2h / 1e9).toFixed(1)} GB/s`);
 
-{
+if (!process.argv.includes("--skip-full")) {
   let t0 = performance.now();
   using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), "preset:llama-3.1-8b");
   using model = loadModel(files, cuda, { maxContext, prefillBlock: 8192, kvDtype: "bf16" });
@@ -163,21 +194,41 @@ console.log(`pinned copy path (copy stream, 256 MiB): host→device ${(bw.h2d / 
   model.argmaxLogits();
   const prefill = (performance.now() - t0) / 1e3;
   const { ms } = decode(model, context);
-  rows.push(`| full (GPU) | – | – | ${ms.toFixed(2)} | – | – | – | – | – | ${prefill.toFixed(2)} |`);
+  rows.push(`| full (GPU) | – | – | – | ${ms.toFixed(2)} | – | – | – | – | – | – | ${prefill.toFixed(2)} |`);
   console.log(rows[rows.length - 1]);
+  const m = cuda.memory();
+  memRows.push(`| full attention (window = context) | ${GB(kvBytes(model.cache, model.cache.windowCapacity))} | – | ${GB(m.usedBytes)} | ${GB(m.peakBytes)} |`);
 }
+
+/** Device bytes of a K+V region of `slots` tokens (every layer). */
+function kvBytes(c: { layers: number; kvHeads: number; headDim: number; dtype: string }, slots: number): number {
+  return 2 * c.layers * c.kvHeads * slots * c.headDim * (c.dtype === "f32" ? 4 : 2);
+}
+
+function thp(): string {
+  const read = (p: string) => { try { return readFileSync(p, "utf8").trim(); } catch { return "?"; } };
+  const anon = (read("/proc/meminfo").match(/AnonHugePages:\s+(\d+ kB)/) ?? [])[1] ?? "?";
+  return `THP enabled: ${read("/sys/kernel/mm/transparent_hugepage/enabled")}; defrag: ${read("/sys/kernel/mm/transparent_hugepage/defrag")}; AnonHugePages ${anon}`;
+}
+console.log(thp());
 
 {
   let t0 = performance.now();
   using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), "preset:llama-3.1-8b");
   // The whole prompt in one block: sinks + ring stay one run of slots, so it prefills by attnCausal.
+  const before = cuda.memory().usedBytes;
   using model = loadModel(files, cuda, { maxContext, prefillBlock: context, kvDtype: "bf16", kvWindow: window, kvSinks: sinks });
+  const withStore = cuda.memory().usedBytes;
   const host = createCpuBackend({ threads: 1 });
   model.cache.attachHostStore(host, link, true);
-  console.log(`hybrid model loaded, host store (${(model.cache.storeCapacity * model.cache.layers * 2 * model.cache.kvHeads * model.cache.headDim * 2 / 1e9).toFixed(2)} GB pinned) in ${((performance.now() - t0) / 1e3).toFixed(1)} s`);
-  for (const k of ks) {
-    for (const logits of ["exact", "speculative"] as LogitsMode[]) try {
-      const stage = new NativeCpuStage(host, { threads });
+  const c = model.cache;
+  console.log(`hybrid model loaded, host store (${GB(c.storeBytes)} GB pinned) in ${((performance.now() - t0) / 1e3).toFixed(1)} s; device store freed: ${GB(withStore - cuda.memory().usedBytes)} GB (weights etc. ${GB(before)} GB before the model)`);
+  console.log(thp());
+  let memDone = false;
+
+  const variant = async (k: number, logits: LogitsMode, stageThreads: number, spin: number) => {
+    try {
+      const stage = new NativeCpuStage(host, { threads: stageThreads, idleSpinUs: spin });
       using ha = HybridAttention.attach(
         { attention: model.attention, projector: model, stage, selector: createSelector("topk"), scheduler: new FixedScheduler({ k, timing: "post" }) },
         { logits },
@@ -187,23 +238,87 @@ console.log(`pinned copy path (copy stream, 256 MiB): host→device ${(bw.h2d / 
       model.step(longPrompt, 0);
       model.argmaxLogits();
       const prefill = (performance.now() - t0) / 1e3;
+      if (!memDone) {
+        memDone = true;
+        const m = cuda.memory(), win = kvBytes(c, c.windowCapacity);
+        memRows.push(`| hybrid, store host-only (this run) | ${GB(win)} | 0 (${GB(c.storeBytes)} in pinned host memory) | ${GB(m.usedBytes)} | ${GB(m.peakBytes)} |`);
+        memRows.push(`| hybrid, device store as before (same shapes, computed) | ${GB(win)} | ${GB(c.storeBytes)} | ${GB(m.usedBytes + c.storeBytes)} | ${GB(m.peakBytes + c.storeBytes)} |`);
+        // With a prefill block of B tokens the window would be budget + B slots.
+        memRows.push(`| hybrid, prefill blocks of 4096 (computed: window ${window} + 4096 slots) | ${GB(kvBytes(c, window + 4096))} | 0 | ${GB(m.usedBytes - win + kvBytes(c, window + 4096) + 2 * kvBytes({ ...c, layers: 1 }, c.storeCapacity))} (with loadStore's two scratch pairs) | – |`);
+      }
       ha.stats.reset();
       const { ms } = decode(model, context);
       const st = ha.stats, n = Math.max(1, st.steps);
+      const split = [st.cpuScoreMs, st.cpuSelectMs, st.cpuGatherMs, st.handoffMs].map((x) => (x / n).toFixed(2)).join(" / ");
       // The warm-up step is in the stats too: per-step figures are means over every hybrid step.
-      rows.push(`| hybrid (window ${window}, ${st.offloaded} offloaded) | ${k} | ${logits} | ${ms.toFixed(2)} | ${(st.deviceMs / n).toFixed(2)} | ${((st.cpuStageMs + st.cpuJsMs) / n).toFixed(2)} | ${(st.txMs / n).toFixed(2)} | ${(st.waitMs / n).toFixed(2)} | ${Math.round(st.hiddenFraction * 100)}% | ${prefill.toFixed(2)} |`);
+      rows.push(`| hybrid (window ${window}, ${st.offloaded} offloaded)${spin ? `, spin ${spin} µs` : ""} | ${k} | ${logits} | ${stageThreads} | ${ms.toFixed(2)} | ${(st.deviceMs / n).toFixed(2)} | ${((st.cpuStageMs + st.cpuJsMs) / n).toFixed(2)} | ${split} | ${(st.txMs / n).toFixed(2)} | ${(st.waitMs / n).toFixed(2)} | ${Math.round(st.hiddenFraction * 100)}% | ${prefill.toFixed(2)} |`);
       console.log(rows[rows.length - 1]);
       console.log(`  ${st.summary()}`);
       model.attention.setDecodeAttention(null);
     } catch (e) {
-      check(false, `hybrid K ${k} ${logits}: ${(e as Error).message}`);
+      check(false, `hybrid K ${k} ${logits} threads ${stageThreads}: ${(e as Error).message}`);
       model.attention.setDecodeAttention(null);
     }
+  };
+  for (const k of ks) for (const logits of modes) await variant(k, logits, threads, spinUs);
+  for (const tv of threadVariants) await variant(ks[0], "speculative", tv, spinUs);
+  for (const sv of spinVariants) await variant(ks[0], "speculative", threads, sv);
+
+  // The stage alone over the host store (after the last prefill every layer holds c.storeCount rows).
+  if (probeThreads.length > 0 && c.storeCount > 0) {
+    const q = Float32Array.from({ length: 32 * 128 }, (_, i) => Math.cos(i * 1.3) * 0.3);
+    const probe = (stageThreads: number, K: (l: number) => Tensor, V: (l: number) => Tensor, layers: number, work: CpuStageJob["work"], kmax: number) => {
+      using stage = new NativeCpuStage(host, { threads: stageThreads });
+      stage.prepare({ heads: 32, kvHeads: c.kvHeads, headDim: c.headDim, storeCapacity: c.storeCapacity, dtype: c.dtype });
+      stage.query(0).set(q);
+      const best = { ms: Infinity, score: 0, select: 0, gather: 0, handoff: 0 };
+      for (let round = 0; round < 3; round++) {
+        let ms = 0, score = 0, select = 0, gather = 0, handoff = 0;
+        for (let l = 0; l < layers; l++) {
+          stage.submit({ slot: 0, k: K(l), v: V(l), offloaded: c.storeCount, kmax, scale: 1 / Math.sqrt(c.headDim), work });
+          ms += stage.wait();
+          const sp = stage.lastSplit();
+          score += sp.scoreMs; select += sp.selectMs; gather += sp.gatherMs; handoff += sp.handoffMs;
+        }
+        if (round > 0 && ms < best.ms) Object.assign(best, { ms, score, select, gather, handoff });
+      }
+      const per = (x: number) => (x / layers).toFixed(3);
+      const kb = c.kvHeads * c.storeCount * c.headDim * 2;
+      return `${per(best.ms)} | ${(kb * layers / best.ms / 1e6).toFixed(1)} | ${per(best.score)} | ${(kb * layers / best.score / 1e6).toFixed(1)} | ${per(best.select)} | ${per(best.gather)} | ${per(best.handoff)}`;
+    };
+    const probeRows = ["| store | layers | stage threads | job | ms/layer | K GB/s | score ms | score GB/s | top-K ms | gather ms | hand-offs ms |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
+    const topk = { kind: "topk" as const, budget: ks[0], shared: false };
+    for (const pt of probeThreads) {
+      probeRows.push(`| pinned | 32 | ${pt} | top-${ks[0]} | ${probe(pt, (l) => c.stageStoreK(l), (l) => c.stageStoreV(l), c.layers, topk, ks[0])} |`);
+      console.log(probeRows[probeRows.length - 1]);
+    }
+    probeRows.push(`| pinned | 32 | ${probeThreads[0]} | score only | ${probe(probeThreads[0], (l) => c.stageStoreK(l), (l) => c.stageStoreV(l), c.layers, { kind: "score" }, 0)} |`);
+    // Unpinned copies of layers 0..7 (fresh mmap'd blocks, MADV_HUGEPAGE) against pinned layers 0..7.
+    const shape = [c.kvHeads, c.storeCapacity, c.headDim];
+    const plainK: Tensor[] = [], plainV: Tensor[] = [];
+    for (let l = 0; l < 8; l++) {
+      plainK.push(host.alloc(shape, c.dtype));
+      plainV.push(host.alloc(shape, c.dtype));
+      for (const [dst, src] of [[plainK[l], c.stageStoreK(l)], [plainV[l], c.stageStoreV(l)]] as const) host.copyRows(dst, 0, src, 0, c.kvHeads * c.storeCapacity);
+    }
+    console.log(`after the unpinned copies: ${thp()}`);
+    const pt = probeThreads[0];
+    for (let rep = 0; rep < 2; rep++) {
+      probeRows.push(`| pinned | 8 | ${pt} | score only | ${probe(pt, (l) => c.stageStoreK(l), (l) => c.stageStoreV(l), 8, { kind: "score" }, 0)} |`);
+      probeRows.push(`| unpinned | 8 | ${pt} | score only | ${probe(pt, (l) => plainK[l], (l) => plainV[l], 8, { kind: "score" }, 0)} |`);
+    }
+    for (const t of [...plainK, ...plainV]) host.free(t);
+    console.log(`\n## CPU stage alone over the host store (${c.storeCount} offloaded tokens a layer, no GPU work meanwhile; best of 2 rounds)`);
+    for (const r of probeRows) console.log(r);
   }
 }
 
 console.log(`host link: ${JSON.stringify({ ...(link as CudaHostLink).diagnostics(), ...(link as CudaHostLink).pinCounts() })}`);
-console.log(`\n## preset:llama-3.1-8b, dummy bf16 weights, bf16 KV, batch 1, context ${context} + ${steps} steps; CPU stage ${threads} threads, top-K per KV head (post-QKᵀ, in the stage); ${sinks} sinks`);
+console.log(`\n## Device memory (arena; KV bf16, ${json.num_hidden_layers} layers; GB = 1e9 bytes)`);
+console.log("| case | window K+V GB | device store K+V GB | arena used GB | arena peak GB |");
+console.log("| --- | --- | --- | --- | --- |");
+for (const r of memRows) console.log(r);
+console.log(`\n## preset:llama-3.1-8b, dummy bf16 weights, bf16 KV, batch 1, context ${context} + ${steps} steps; CPU stage top-K per KV head (post-QKᵀ, in the stage); ${sinks} sinks; ${cpus().length} cores`);
 console.log(`pinned copy path: H2D ${(bw.h2d / 1e9).toFixed(1)} GB/s, D2H ${(bw.d2h / 1e9).toFixed(1)} GB/s`);
 for (const r of rows) console.log(r);
 console.log(failures.length ? `${failures.length} FAILED` : "ALL PASS");
