@@ -13,7 +13,13 @@
 // value loaded is used for 64 rows); the warps take every 4th k chunk of the block's k range and
 // are summed through shared memory. When the row blocks alone cannot fill the GPU (q/k/v/o
 // projections), grid.y splits k further and a second kernel sums the splits in a fixed order
-// (deterministic, no atomics) and adds the bias.
+// (deterministic, no atomics) and adds the bias; or, with the fused reduction (setSkinny), the
+// last block of each row block does, in the same order.
+//
+// Variants and switches (hg_cu_set_skinny, per context): a cp.async-pipelined kernel
+// (skinny_pipe_kernel), the fused reduction, and the largest n "auto" routes here. Outputs:
+// the m weight rows may go to up to 3 tensors (a fused q/k/v or gate/up weight), and the
+// result may be added to them (a residual add): hg_cu_matmul_rows, CudaBackend.matmulSplit.
 #include "common.cuh"
 
 static const int SK_WARPS = 4, SK_MT = 4, SK_ROWS = SK_MT * 16;
@@ -485,7 +491,7 @@ HG_EXPORT int hg_cu_set_skinny(HgCtx *c, int maxRows, int flags) {
   return 0;
 }
 
-// CudaBackend.matmulRows: out_j[n, widths[j]] (+)= x · w[rows of segment j]ᵀ (+ bias), the
+// CudaBackend.matmulSplit: out_j[n, widths[j]] (+)= x · w[rows of segment j]ᵀ (+ bias), the
 // segments (1..3) taking the weight's m rows in order; the skinny kernel only (the caller checks
 // shapes, overlaps and the path first). HG_SKINNY_NOT_TAKEN (−2) when its shape is not the
 // kernel's (the caller then runs matmul and add).
@@ -502,13 +508,6 @@ HG_EXPORT int hg_cu_matmul_rows(HgCtx *c, float *out0, float *out1, float *out2,
   }
   if (count == 0) return (int)cudaErrorInvalidValue;
   return sk_submit(c, outs, ends, count, accumulate, x, w, wt, bias, bt, n, k, m);
-}
-
-// The current values: out[0] maxRows, out[1] flags.
-HG_EXPORT void hg_cu_get_skinny(HgCtx *c, int *out) {
-  const SkState &st = sk_state(c);
-  out[0] = st.maxRows;
-  out[1] = st.flags;
 }
 
 }  // extern "C"
