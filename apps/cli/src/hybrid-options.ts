@@ -4,6 +4,7 @@
  * attachHybrid() composes the hybrid runtime (selector, scheduler, native CPU stage) onto a
  * loaded model. The stats line comes from HybridAttention.stats.summary().
  */
+import { availableParallelism } from "node:os";
 import { z } from "zod";
 import {
   HybridAttention, HybridgenError, LogitsModeSchema, SelectionTimingSchema, type Attention, type Backend, type KvCache, type QueryProjector,
@@ -23,7 +24,10 @@ export const HybridCliOptionsSchema = z
     logits: LogitsModeSchema.default("speculative"),
     /** Default: "topk" for post, "streaming" for pre. */
     selector: z.string().min(1).optional(),
-    cpuStageThreads: z.number().int("must be an integer").min(1, "must be at least 1").max(256, "must be ≤ 256").default(1),
+    /** Default: 1 on the CPU backend (its own ops use the other cores); on a device backend every
+     * core but one (the one JS drives the device from: a 16th stage thread on 16 cores shares a core
+     * with it, and each layer's stage then waits for whichever thread lost its core). */
+    cpuStageThreads: z.number().int("must be an integer").min(1, "must be at least 1").max(256, "must be ≤ 256").optional(),
   })
   .strict()
   .refine((o) => o.attention === "full" || o.gpuKvBudget !== undefined, { message: "--attention hybrid needs --gpu-kv-budget N", path: ["gpuKvBudget"] })
@@ -47,7 +51,7 @@ export const HYBRID_HELP = `Hybrid attention (paper §4.2):
       --selection post|pre     post: score all offloaded tokens, keep top-K; pre: StreamingLLM positions
       --logits exact|speculative  speculative (default): score layer i+1 with q̃ from layer i's input
       --selector NAME          a built-in selector (default topk for post, streaming for pre; "all" = exact)
-      --cpu-stage-threads N    native threads of the CPU stage (default 1)
+      --cpu-stage-threads N    native threads of the CPU stage (default 1 on the CPU backend, cores − 1 on a GPU)
 `;
 
 /** Takes the hybrid flags out of argv; returns the remaining args and the validated options. */
@@ -125,7 +129,8 @@ export async function attachHybrid(
   }
   const selector = createSelector(h.selector ?? (h.selection === "post" ? "topk" : "streaming"));
   const scheduler = new FixedScheduler({ k: h.k, timing: h.selection });
-  const stage = new NativeCpuStage(host, { threads: h.cpuStageThreads });
+  const threads = h.cpuStageThreads ?? (host === backend ? 1 : Math.max(1, availableParallelism() - 1));
+  const stage = new NativeCpuStage(host, { threads });
   try {
     return HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler }, { logits: h.logits });
   } catch (e) {
