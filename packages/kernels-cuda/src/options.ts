@@ -1,14 +1,12 @@
 /**
  * Options of the CUDA backend (issue 5): which device, how much device memory the arena takes
- * once at start-up (no cudaMalloc per step), the host staging buffers the CPU stage's logits
- * and V rows arrive through, the stream layout, CUDA graphs and cuBLAS.
+ * once at start-up (no cudaMalloc per step), the stream layout, CUDA graphs and cuBLAS. (The
+ * hybrid runtime's host buffers belong to the CPU stage and the KV cache; the backend pins them.)
  */
 import { z } from "zod";
 import { HybridgenError } from "@hybridgen/core";
 import type { CudaAvailability } from "./availability.js";
 import type { CudaDevice } from "./device-record.js";
-
-const MiB = 2 ** 20;
 
 export const CudaBackendOptionsSchema = z.object({
   /** Device index (after CUDA_VISIBLE_DEVICES). */
@@ -16,8 +14,6 @@ export const CudaBackendOptionsSchema = z.object({
   /** Bytes of device memory the arena reserves; default: `arenaFraction` of the memory free at start. */
   arenaBytes: z.number().int().positive().optional(),
   arenaFraction: z.number().gt(0).max(0.98).default(0.9),
-  /** Pinned host memory for host→device staging (selected logits and V rows from the CPU stage). */
-  pinnedStagingBytes: z.number().int().positive().default(256 * MiB),
   /** Streams: compute, plus copy streams so transfers overlap kernels. */
   computeStreams: z.number().int().min(1).max(8).default(1),
   copyStreams: z.number().int().min(1).max(8).default(1),

@@ -20,7 +20,7 @@ describe("CudaBackendOptionsSchema", () => {
   it("fills defaults", () => {
     const o = parseCudaBackendOptions({});
     expect(o).toMatchObject({ device: 0, arenaFraction: 0.9, computeStreams: 1, copyStreams: 1, cudaGraphs: true, cublas: "auto" });
-    expect(o.pinnedStagingBytes).toBe(256 * 2 ** 20);
+    expect("pinnedStagingBytes" in o).toBe(false); // the stage's and the cache's own buffers are pinned instead
     expect(CudaBackendOptionsSchema.parse({ device: 1, arenaBytes: 2 ** 34 }).arenaBytes).toBe(2 ** 34);
   });
   it("rejects bad values, naming the option", () => {
