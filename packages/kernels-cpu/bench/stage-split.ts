@@ -1,10 +1,12 @@
 /**
  * Where the hybrid CPU stage's time goes on one layer of Llama-3.1-8B's offloaded store
  * (8 KV heads × 128 dims, 32 query heads, bf16), with the stage's per-phase split:
- *   bun bench/stage-split.ts [--tokens 28704] [--layers 8] [--threads N] [--ks 256,1024] [--rounds 5]
+ *   bun bench/stage-split.ts [--tokens 28704] [--layers 8] [--threads N] [--ks 256,1024] [--rounds 5] [--spinners 0]
  * Jobs rotate over `layers` distinct stores (8 × 58.8 MB at 28.7K tokens: more than an L3), as a
  * decode step's 32 layers do, and are compared with a streaming sum over the same K bytes and
  * with the logits alone ("score"). Reported: medians over rounds of the per-layer mean.
+ * --spinners N runs N busy processes meanwhile: a thread that never sleeps (the host thread
+ * driving a GPU, Bun's main thread launching kernels) competing with the stage for the cores.
  */
 import type { CpuStageJob, CpuStageSplit, Tensor } from "@hybridgen/core";
 import { cpus } from "node:os";
@@ -20,6 +22,8 @@ const layers = Number(arg("layers", "8"));
 const threads = Number(arg("threads", String(cpus().length)));
 const ks = arg("ks", "256,1024").split(",").map(Number);
 const rounds = Number(arg("rounds", "5"));
+const spinners = Array.from({ length: Number(arg("spinners", "0")) }, () => Bun.spawn(["bun", "-e", "for (;;) {}"], { stdout: "ignore", stderr: "ignore" }));
+process.on("exit", () => { for (const p of spinners) p.kill(); });
 const KV = 8, HEADS = 32, D = 128;
 const kBytes = KV * n * D * 2;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
@@ -73,7 +77,7 @@ for (const k of ks) measure(`top-${k} per KV head`, { kind: "topk", budget: k, s
 measure(`top-${ks[0]} shared`, { kind: "topk", budget: ks[0], shared: true }, ks[0]);
 measure("all (shared, K = n)", { kind: "topk", budget: n, shared: true }, n);
 
-console.log(`CPU stage split: ${n} tokens × ${KV} KV heads × ${D} bf16 (K ${(kBytes / 1e6).toFixed(1)} MB a layer), ${layers} layers rotating, ${threads} stage threads, ${cpus().length} cores`);
+console.log(`CPU stage split: ${n} tokens × ${KV} KV heads × ${D} bf16 (K ${(kBytes / 1e6).toFixed(1)} MB a layer), ${layers} layers rotating, ${threads} stage threads, ${spinners.length} busy processes, ${cpus().length} cores`);
 console.log(`streaming sum over the same K bytes: ${median(streams).toFixed(1)} GB/s`);
 console.log("| job | ms/layer | K GB/s (whole job) | score ms | top-K ms | gather ms | hand-offs ms | score GB/s |");
 console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
@@ -82,3 +86,4 @@ for (const r of rows) {
   console.log(`| ${r.what} | ${r.ms.toFixed(3)} | ${(kBytes / r.ms / 1e6).toFixed(1)} | ${s.scoreMs.toFixed(3)} | ${s.selectMs.toFixed(3)} | ${s.gatherMs.toFixed(3)} | ${s.handoffMs.toFixed(3)} | ${(kBytes / s.scoreMs / 1e6).toFixed(1)} |`);
 }
 for (const t of [...K, ...V]) be.free(t);
+for (const p of spinners) p.kill();
