@@ -222,6 +222,11 @@ export interface Backend extends Disposable {
    */
   matmulSplit?(outs: readonly Tensor[], x: Tensor, w: Tensor, n: number, bias: Tensor | undefined, accumulate: boolean): boolean;
   /**
+   * out[i] = argmax(x, i) for rows i < n (the index argmax returns: the first of equal maxima), in
+   * one call: a batched step's greedy picks without n round trips to a device.
+   */
+  argmaxRows?(x: Tensor, n: number, out: Int32Array): void;
+  /**
    * Row 0 only (decode): out[0, :m] = result, or += result with `accumulate`, where
    *   h = f.normWeight ? rmsNorm(x[0], f.normWeight, f.normEps) : x[0];  y = h·wᵀ (+ f.bias)
    *   result = f.siluMul ? silu(y[:m]) · y[m:] : y

@@ -20,12 +20,14 @@ export type BatchModel = Pick<
   DecoderModel,
   "shape" | "maxContext" | "prefillBlock" | "attention" | "ownSequence" | "createSequence" | "releaseSequence" | "withSequence" | "reserveBatch" |
   "stepBatch" | "readBatchLogits" | "argmaxBatch" | "step" | "reset"
->;
+> & Partial<Pick<DecoderModel, "argmaxBatchRows">>;
 
 export class BatchDecoder implements Disposable {
   private readonly slots: SequenceState[] = [];
   private readonly rowOfSlot: Int32Array;
   private readonly seqs: SequenceState[] = [];
+  /** argmaxSlots' picks by row. */
+  private picks = new Int32Array(0);
   private closed = false;
 
   constructor(
@@ -82,6 +84,21 @@ export class BatchDecoder implements Disposable {
   /** Greedy next token of `slot`, chosen on the backend. */
   argmax(slot: number): number {
     return this.model.argmaxBatch(this.row(slot));
+  }
+
+  /**
+   * Greedy next tokens of every slot of the last step: out[i] for slots[i], the same as
+   * argmax(slots[i]), chosen on the backend in one call for all the step's rows.
+   */
+  argmaxSlots(slots: readonly number[], out: Int32Array): void {
+    if (!(out instanceof Int32Array) || out.length < slots.length) fail(`batch decoder: out must be an Int32Array of at least ${slots.length} values`);
+    let rows = 0;
+    for (const s of slots) rows = Math.max(rows, this.row(s) + 1);
+    if (rows === 0) return;
+    if (this.picks.length < rows) this.picks = new Int32Array(this.capacity);
+    if (this.model.argmaxBatchRows) this.model.argmaxBatchRows(rows, this.picks);
+    else for (let r = 0; r < rows; r++) this.picks[r] = this.model.argmaxBatch(r);
+    slots.forEach((s, i) => (out[i] = this.picks[this.row(s)]));
   }
 
   close(): void {

@@ -249,6 +249,22 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
     return this.backend.argmax(this.batchLogits, row);
   }
 
+  /**
+   * Greedy choices of rows 0..n−1 of the last stepBatch into out[0..n): one backend call where
+   * the backend has argmaxRows, else argmaxBatch row by row.
+   */
+  argmaxBatchRows(n: number, out: Int32Array): void {
+    this.checkOpen();
+    const rows = Math.max(1, this.lastBatchRows);
+    if (!(Number.isInteger(n) && n >= 1 && n <= rows)) fail(`argmaxBatchRows: ${n} rows, the last step has ${rows}`);
+    if (!(out instanceof Int32Array) || out.length < n) fail(`argmaxBatchRows: out must be an Int32Array of at least ${n} values`);
+    if (this.lastBatchRows === 0 || !this.backend.argmaxRows) {
+      for (let i = 0; i < n; i++) out[i] = this.argmaxBatch(i);
+      return;
+    }
+    this.backend.argmaxRows(this.batchLogits, n, out);
+  }
+
   /** The architecture's batch activations for `capacity` rows (after this.batch is made). */
   protected allocBatch(_capacity: number): void {
     fail(`batched decode is not supported for ${this.shape.architecture} yet`);

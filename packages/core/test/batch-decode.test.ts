@@ -419,3 +419,46 @@ describe("Backend.matmulSplit: fused q/k/v and gate/up, residual adds in the epi
     expect(calls).toHaveLength(files.shape.layers * (STEPS - 1) * 4);
   });
 });
+
+describe("Backend.argmaxRows: a step's greedy picks in one call", () => {
+  it("BatchDecoder.argmaxSlots = argmax of each slot, one backend call a step; without argmaxRows, row by row", () => {
+    const files = caseFiles("llama-gqa");
+    const calls: number[] = [];
+    const inner = new ReferenceBackend();
+    const backend = new Proxy(inner, {
+      get(target, prop) {
+        if (prop === "argmaxRows")
+          return (x: Tensor, n: number, out: Int32Array) => {
+            calls.push(n);
+            for (let i = 0; i < n; i++) out[i] = target.argmax(x, i);
+          };
+        const val = Reflect.get(target, prop, target);
+        return typeof val === "function" ? val.bind(target) : val;
+      },
+    }) as Backend;
+    for (const be of [backend, new ReferenceBackend()]) {
+      using model = loadModel(files, be, { maxContext: 64 });
+      using dec = new BatchDecoder(model, 4);
+      const prompts = randomPrompts(testSeed(131), [3, 9, 5, 12], files.shape.vocabSize);
+      const next = new Int32Array(4), picks = new Int32Array(4);
+      prompts.forEach((p, slot) => {
+        dec.prefill(slot, p, 0);
+        next[slot] = dec.argmax(slot);
+      });
+      dec.argmaxSlots([3], picks); // after a prefill: its one row
+      expect(picks[0]).toBe(next[3]);
+      calls.length = 0;
+      const slots = [2, 0, 3, 1];
+      for (let s = 0; s < 3; s++) {
+        dec.step(slots, Int32Array.from(slots, (i) => next[i]));
+        dec.argmaxSlots(slots, picks);
+        slots.forEach((slot, i) => {
+          expect(picks[i]).toBe(dec.argmax(slot));
+          next[slot] = picks[i];
+        });
+      }
+      expect(calls).toEqual(be === backend ? [4, 4, 4] : []);
+      expect(errorOf(() => dec.argmaxSlots([0, 1], new Int32Array(1)))).toMatch(/out must be an Int32Array of at least 2 values/);
+    }
+  });
+});
