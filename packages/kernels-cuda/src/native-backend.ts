@@ -62,6 +62,7 @@ export const backendSymbols = {
   hg_cu_matmul_path_for: { args: [ptr, i32, i32, i32], returns: i32 },
   hg_cu_set_skinny: { args: [ptr, i32, i32], returns: i32 },
   hg_cu_matmul_rows: { args: [ptr, ptr, ptr, ptr, i32, i32, i32, i32, ptr, ptr, i32, ptr, i32, i32, i32], returns: i32 },
+  hg_cu_argmax_rows: { args: [ptr, ptr, i32, i32, ptr, ptr], returns: i32 },
   hg_cu_matvec: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, ptr, i32, f32, i32, i32, i32], returns: i32 },
   hg_cu_matvec_max_norm_k: { args: [], returns: i32 },
   // host link (native/host_copy.cu): pinned memory, copy stream, event timeline
