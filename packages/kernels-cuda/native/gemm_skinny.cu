@@ -406,6 +406,8 @@ static int sk_occupancy_nt(bool pipe) {
     cudaError_t e;
     if (pipe) {
       e = cudaFuncSetAttribute(skinny_pipe_kernel<WT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SkPipe<NT>::SMEM);
+      // All of L1 as shared memory: two rings an SM (the ring's copies bypass L1 anyway).
+      if (e == cudaSuccess) e = cudaFuncSetAttribute(skinny_pipe_kernel<WT, NT>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
       if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_pipe_kernel<WT, NT>, 32 * SK_WARPS, SkPipe<NT>::SMEM);
     } else {
       e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_gemm_kernel<WT, NT>, 32 * SK_WARPS, 0);
