@@ -4,8 +4,9 @@
  * step) ÷ device-to-device copy bandwidth. Prints one table. Usage:
  *   bun bench.js [--contexts 2048,8192,32768] [--steps 32] [--preset llama-3.1-8b] [--prefill-block 8192]
  *                [--diag off] [--variants 2,3]  (skip the kernel diagnostics; run only those first-context variants)
+ *                [--variant-contexts all]  (run the variants at every context, not only the first)
  * The first context runs in several variants (graphs off, no fusions, the decode-tuning
- * switches: programmatic launch, attention rows a round); the rest: the defaults.
+ * switches); the rest: the defaults.
  */
 import { loadModel, presetConfig, type Backend, type MatvecFusion } from "@hybridgen/core";
 import { CudaBackend, createCudaBackend, describeCudaAvailability, cudaAvailability, type DecodeTuning } from "../src/index.js";
@@ -261,13 +262,16 @@ const allVariants: Variant[] = [
   { name: "GEMV split (auto), norm folded into its epilogue (no rmsNorm launches)", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1 } },
   { name: "GEMV split (auto), norm folded in + attention last block merges", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1, attnMergeInKernel: true } },
   { name: "attention: last block merges, 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { attnMergeInKernel: true, attnUnroll: 4 } },
+  { name: "attention: K/V by cp.async (3 shared-memory stages)", graphs: true, matvec: true, splitK: true, tuning: { attnAsyncCopy: true } },
+  { name: "attention: cp.async stages + last block merges", graphs: true, matvec: true, splitK: true, tuning: { attnAsyncCopy: true, attnMergeInKernel: true } },
+  { name: "all fifth-pass switches: GEMV split (auto), norm folded in, attention cp.async + last block merges", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1, attnMergeInKernel: true, attnAsyncCopy: true } },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");
 const variants: Variant[] = [...(picked ? picked.split(",").map((i) => allVariants[Number(i)]).filter(Boolean) : allVariants), ALL];
 
 const rows: string[] = ["| context | variant | prefill s | prefill tok/s | decode ms/token | floor ms | ratio | backend calls/step | graphs captured/replayed/drained | arena peak GB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
-for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 ? variants.map((x) => [c, x]) : [[c, ALL]])) as [number, Variant][]) {
+for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 || arg("variant-contexts", "first") === "all" ? variants.map((x) => [c, x]) : [[c, ALL]])) as [number, Variant][]) {
   const graphs = v.graphs;
   cuda.setCudaGraphs(graphs);
   hide("matvec", !v.matvec);

@@ -15,16 +15,17 @@ import { relErr, runOpChecks } from "./op-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const PLAIN: DecodeTuning = { programmaticLaunch: false, attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, gemvSplit: 0, gemvUnroll: 4 };
+const PLAIN: DecodeTuning = { programmaticLaunch: false, attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, gemvSplit: 0, gemvUnroll: 4, attnAsyncCopy: false };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, programmaticLaunch: true, attnUnroll: 2 },
   { ...PLAIN, programmaticLaunch: true, attnUnroll: 4 },
   { ...PLAIN, programmaticLaunch: false, attnUnroll: 4 },
   { ...PLAIN, attnMergeInKernel: true },
+  { ...PLAIN, attnAsyncCopy: true },
   { ...PLAIN, attnMinChunk: 256 },
   { ...PLAIN, gemvSplit: 1 },
   { ...PLAIN, gemvSplit: 4, gemvUnroll: 8 },
-  { ...PLAIN, programmaticLaunch: true, attnMergeInKernel: true, attnMinChunk: 128, gemvSplit: 1 },
+  { ...PLAIN, programmaticLaunch: true, attnMergeInKernel: true, attnMinChunk: 128, gemvSplit: 1, attnAsyncCopy: true },
 ];
 const label = (t: DecodeTuning) => {
   const changed = Object.entries(t).filter(([key, v]) => PLAIN[key as keyof DecodeTuning] !== v).map(([key, v]) => `${key} ${String(v)}`);
@@ -78,7 +79,7 @@ function main(): void {
     const s1 = cuda.graphStats();
     // 4 attention rows a round, other chunk lengths and the split GEMV change the order of f32
     // sums: rounding only, so those logits are held to 1e-4 relative while the tokens agree. The
-    // merge in the split kernel and programmatic launch keep the same bits.
+    // merge in the split kernel, the cp.async stages and programmatic launch keep the same bits.
     const exact = t.attnUnroll === PLAIN.attnUnroll && t.attnMinChunk === PLAIN.attnMinChunk && t.gemvSplit === PLAIN.gemvSplit;
     let worst = 0;
     for (let s = 0; s < steps && r.tokens[s] === ref.tokens[s]; s++)

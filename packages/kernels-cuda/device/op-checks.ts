@@ -385,6 +385,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       // Split-K attention: merge in the split kernel's last block; longer minimum chunks.
       const attnTunings: Partial<DecodeTuning>[] = [
         { attnMergeInKernel: true }, { attnMinChunk: 256 }, { attnMergeInKernel: true, attnMinChunk: 128, attnUnroll: 4 },
+        { attnAsyncCopy: true }, { attnAsyncCopy: true, attnMergeInKernel: true }, { attnAsyncCopy: true, attnMinChunk: 128 },
       ];
       for (const dt of DTYPES) {
         for (const [heads, kvHeads, hd, firstPos, start] of [[32, 8, 128, 2047, 0], [8, 2, 64, 300, 7], [6, 6, 40, 0, 2], [4, 1, 128, 5000, 0], [12, 2, 128, 777, 1]] as const) {
@@ -407,8 +408,9 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
             cuda.attnCausal(out.c, q.c, 1, k.c, v.c, start, firstPos, scale);
             const tag = `decode attention ${JSON.stringify(t)} ${dt} h${heads}/${kvHeads} d${hd} @${firstPos}`;
             compare(tag, out.c, out.r, 1e-5);
-            // the last-block merge runs the merge kernel's arithmetic in the same order: same bits
-            if (t.attnMinChunk === undefined) record(`${tag}: equal to the merge kernel's output`, maxAbs(cuda.read(out.c), plain), 0);
+            // the last-block merge runs the merge kernel's arithmetic in the same order, and the
+            // cp.async stages feed each lane the same rows in the same order: same bits
+            if (t.attnMinChunk === undefined && t.attnUnroll === undefined) record(`${tag}: equal to the merge kernel's output`, maxAbs(cuda.read(out.c), plain), 0);
           }
           for (const [be, tt] of owned.splice(mark).reverse()) be.free(tt);
         }
@@ -436,6 +438,28 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         const after = cuda.graphStats();
         record(`decode attention, merge in the split kernel, recorded: ${steps} steps x ${layers} launches`, worst, 1e-5);
         record("decode attention, merge in the split kernel: 1 capture, the rest replayed", Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
+      }
+      // Long spans through the cp.async stages (many tiles a chunk, the last one partial).
+      for (const [len, merge] of [[32768, false], [9001, true]] as const) {
+        const heads = 32, kvHeads = 8, hd = 128, mark = owned.length;
+        const k = pair([kvHeads, len + 3, hd], "bf16"), v = pair([kvHeads, len + 3, hd], "bf16");
+        const q = pair([1, heads * hd]), out = pair([1, heads * hd], "f32", undefined, true);
+        cuda.setDecodeTuning(savedTuning);
+        cuda.attnCausal(out.c, q.c, 1, k.c, v.c, 2, len - 1, 0.088);
+        const plain = cuda.read(out.c);
+        cuda.setDecodeTuning({ ...savedTuning, attnAsyncCopy: true, attnMergeInKernel: merge });
+        cuda.write(out.c, new Float32Array(heads * hd).fill(NaN));
+        cuda.attnCausal(out.c, q.c, 1, k.c, v.c, 2, len - 1, 0.088);
+        const sc = ref.alloc([heads, len]);
+        owned.push([ref, sc]);
+        ref.attnLogits(sc, 0, q.r, 0, k.r, 2, len, 0.088);
+        ref.softmax(sc, heads, len);
+        ref.attnAggregate(out.r, 0, sc, 0, v.r, 2, len, false);
+        const tag = `decode attention, cp.async stages${merge ? " + last-block merge" : ""}, bf16 h32/8 d128 @${len - 1}`;
+        compare(tag, out.c, out.r, 1e-5);
+        record(`${tag}: equal to the register-load kernel's output`, maxAbs(cuda.read(out.c), plain), 0);
+        for (const [be, tt] of owned.splice(mark).reverse()) be.free(tt);
+        cuda.setDecodeTuning(savedTuning);
       }
       cuda.setDecodeTuning(savedTuning);
       // The split GEMV (k of a row over several warps), with the norm apart (the default fusion)

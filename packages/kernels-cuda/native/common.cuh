@@ -99,6 +99,7 @@ struct HgCtx {
   int attnMinChunk;       // split-K decode attention: shortest chunk in tokens (64, 128, 256)
   int gemvSplit;          // decode GEMV: k of a row over up to this many warps (0 off, 1 auto, 2/4/8)
   int gemvUnroll;         // decode GEMV (split form): 16-byte loads a lane has in flight a row (4, 8)
+  int attnAsyncCopy;      // split-K decode attention: K/V tiles by cp.async into shared-memory stages
 };
 
 // Loads one element of any dtype as float.

@@ -14,7 +14,9 @@
 // partials into out itself (same order and arithmetic as the merge kernel, so the same bits),
 // and the merge kernel's launch goes away. tickets: one int per (KV head, head group), zero
 // between launches (the merging block resets its own).
-template <int KT, int LPT, int UNR, bool MERGE>
+// ASYNC (the attnAsyncCopy switch): K/V tiles arrive by cp.async in DA_STAGES shared-memory
+// stages (dynamic shared memory, da_async_smem(UNR) bytes; decode_attn_block.cuh).
+template <int KT, int LPT, int UNR, bool MERGE, bool ASYNC>
 __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, float *out, int *tickets, const float *q, const void *k, const void *v, int heads,
                                                           int group, int headDim, int cap, int maxSplits, int minChunk, int start, int count, float sl,
                                                           const int *dyn) {
@@ -29,8 +31,9 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, float *ou
   const int nh = min(DA_HEADS, group - (int)blockIdx.z * DA_HEADS);
   const size_t cacheRow = ((size_t)g * cap + start) * rowBytes;
   const int j0 = split * chunk, j1 = min(count, j0 + chunk);
-  da_block<KT, LPT, UNR, true>(part + ((size_t)split * heads + h0) * (headDim + 2), q + (size_t)h0 * headDim, (const char *)k + cacheRow,
-                               (const char *)v + cacheRow, nh, headDim, j0, j1, sl);
+  extern __shared__ __align__(16) char daStage[];
+  da_block<KT, LPT, UNR, true, ASYNC>(part + ((size_t)split * heads + h0) * (headDim + 2), q + (size_t)h0 * headDim, (const char *)k + cacheRow,
+                                      (const char *)v + cacheRow, nh, headDim, j0, j1, sl, daStage);
   if (!MERGE) return;
   __shared__ int isLast;
   __threadfence();  // this block's partials are visible device-wide before its ticket
@@ -78,35 +81,59 @@ struct DaLaunch {
   const int *dyn;
 };
 
-template <int KT, int LPT, int UNR, bool MERGE>
+template <int KT, int LPT, int UNR, bool MERGE, bool ASYNC>
 static int launch_da_k(HgCtx *c, const DaLaunch &a) {
-  return hg_launch(c, decode_attn_kernel<KT, LPT, UNR, MERGE>, a.grid, dim3(256), 0, a.part, a.out, a.tickets, a.q, a.k, a.v, a.heads, a.group, a.headDim,
-                   a.cap, a.maxSplits, a.minChunk, a.start, a.count, a.sl, a.dyn);
+  return hg_launch(c, decode_attn_kernel<KT, LPT, UNR, MERGE, ASYNC>, a.grid, dim3(256), ASYNC ? da_async_smem(UNR) : 0, a.part, a.out, a.tickets, a.q, a.k,
+                   a.v, a.heads, a.group, a.headDim, a.cap, a.maxSplits, a.minChunk, a.start, a.count, a.sl, a.dyn);
 }
 
-template <int KT, int UNR, bool MERGE>
+template <int KT, int UNR, bool MERGE, bool ASYNC>
 static int launch_da_u(HgCtx *c, int lpt, const DaLaunch &a) {
   switch (lpt) {
-    case 4: return launch_da_k<KT, 4, UNR, MERGE>(c, a);
-    case 8: return launch_da_k<KT, 8, UNR, MERGE>(c, a);
-    case 16: return launch_da_k<KT, 16, UNR, MERGE>(c, a);
-    default: return launch_da_k<KT, 32, UNR, MERGE>(c, a);
+    case 4: return launch_da_k<KT, 4, UNR, MERGE, ASYNC>(c, a);
+    case 8: return launch_da_k<KT, 8, UNR, MERGE, ASYNC>(c, a);
+    case 16: return launch_da_k<KT, 16, UNR, MERGE, ASYNC>(c, a);
+    default: return launch_da_k<KT, 32, UNR, MERGE, ASYNC>(c, a);
   }
 }
 
-// unr: token rows a lane loads per round (K and V each), 2 or 4 (the attnUnroll switch).
+// unr: token rows a lane loads per round (K and V each), 2 or 4 (the attnUnroll switch); the
+// cp.async form takes 2 (4 would need 96 KB of stages: one block an SM).
 template <int KT, bool MERGE>
-static int launch_da(HgCtx *c, int lpt, int unr, const DaLaunch &a) {
-  if (unr == 4) return launch_da_u<KT, 4, MERGE>(c, lpt, a);
-  return launch_da_u<KT, 2, MERGE>(c, lpt, a);
+static int launch_da(HgCtx *c, int lpt, int unr, bool async, const DaLaunch &a) {
+  if (async) return launch_da_u<KT, 2, MERGE, true>(c, lpt, a);
+  if (unr == 4) return launch_da_u<KT, 4, MERGE, false>(c, lpt, a);
+  return launch_da_u<KT, 2, MERGE, false>(c, lpt, a);
+}
+
+// The cp.async form's stages exceed the default 48 KB of shared memory a block (with the
+// block's static 33 KB): opted into per kernel instance when the switch turns on.
+template <int KT, bool MERGE>
+static int da_allow_async_kt(void) {
+  const void *fns[4] = {(const void *)decode_attn_kernel<KT, 4, 2, MERGE, true>, (const void *)decode_attn_kernel<KT, 8, 2, MERGE, true>,
+                        (const void *)decode_attn_kernel<KT, 16, 2, MERGE, true>, (const void *)decode_attn_kernel<KT, 32, 2, MERGE, true>};
+  for (const void *f : fns) {
+    const cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)da_async_smem(2));
+    if (e != cudaSuccess) return (int)e;
+  }
+  return 0;
+}
+int hg_decode_attn_allow_async(void) {
+  int r = da_allow_async_kt<DT_F32, false>();
+  if (!r) r = da_allow_async_kt<DT_F32, true>();
+  if (!r) r = da_allow_async_kt<DT_F16, false>();
+  if (!r) r = da_allow_async_kt<DT_F16, true>();
+  if (!r) r = da_allow_async_kt<DT_BF16, false>();
+  if (!r) r = da_allow_async_kt<DT_BF16, true>();
+  return r;
 }
 
 // Command: s[5] maxSplits, s[6] lanes a token row, s[7] unroll, s[8] merge in the split kernel,
-// s[9] the chunks' minimum length (tokens).
+// s[9] the chunks' minimum length (tokens), s[10] K/V by cp.async.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   DaLaunch a;
   const int dt = m.s[0], kvHeads = m.s[2], lpt = m.s[6], unr = m.s[7];
-  const bool merge = m.s[8] != 0;
+  const bool merge = m.s[8] != 0, async = m.s[10] != 0;
   a.out = (float *)m.p[0];
   a.q = (const float *)m.p[1];
   a.k = m.p[2]; a.v = m.p[3];
@@ -119,10 +146,10 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   a.grid = dim3((unsigned)a.maxSplits, kvHeads, (a.group + DA_HEADS - 1) / DA_HEADS);
   int r = 0;
   if (merge) {
-    HG_DISPATCH_DT(dt, K, r = (launch_da<K, true>(c, lpt, unr, a)));
+    HG_DISPATCH_DT(dt, K, r = (launch_da<K, true>(c, lpt, unr, async, a)));
     return r;
   }
-  HG_DISPATCH_DT(dt, K, r = (launch_da<K, false>(c, lpt, unr, a)));
+  HG_DISPATCH_DT(dt, K, r = (launch_da<K, false>(c, lpt, unr, async, a)));
   if (r) return r;
   return hg_launch(c, decode_attn_merge_kernel, dim3(a.heads), dim3(a.headDim >= 128 ? 128 : 64), 0, a.out, (const float *)a.part, a.heads, a.headDim,
                    a.maxSplits, a.minChunk, a.count, a.dyn);
@@ -163,7 +190,7 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   Cmd m = hg_new_cmd(CMD_DECODE_ATTN);
   m.p[0] = out; m.p[1] = q; m.p[2] = k; m.p[3] = v;
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt; m.s[7] = c->attnUnroll;
-  m.s[8] = merge ? 1 : 0; m.s[9] = minChunk;
+  m.s[8] = merge ? 1 : 0; m.s[9] = minChunk; m.s[10] = c->attnAsyncCopy ? 1 : 0;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;
   int r = hg_put_dyn(c, m, 2);

@@ -27,15 +27,34 @@ __device__ __forceinline__ void da_merge(float &m, float &l, float *a, float m2,
   m = mx;
 }
 
+// cp.async helpers (the ASYNC form below): 16 bytes global → shared, skipped (no bytes) when
+// !valid; groups committed and waited per thread.
+__device__ __forceinline__ void da_cp16(void *dst, const void *src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void da_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void da_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// The ASYNC form's shared-memory stages: DA_STAGES tiles of SLOTS·UNR tokens (K rows, then V
+// rows), at most 16 KB a stage (8 warps × 32 lanes × UNR 16-byte pieces, K and V).
+static const int DA_STAGES = 3;
+static inline size_t da_async_smem(int unr) { return (size_t)DA_STAGES * DA_WARPS * 32 * unr * 16 * 2; }
+
 // One block's chunk [j0, j1) for heads h0 .. h0 + nh − 1 of KV head g. qh: the first of those
 // heads' query rows; kb/vb: the cache rows of slot `start` of KV head g (byte pointers);
 // dst: the first head's partial row ([headDim + 2]: unnormalised output, max (log2), sum; the
 // next head's row follows). LPT lanes hold one token row (EL values each, 16-byte loads); a warp
 // covers 32 / LPT tokens at a time, UNR at once per lane for loads in flight. TRIGGER: let the
 // next kernel in (programmatic launch, common.cuh) once the loads are done.
-template <int KT, int LPT, int UNR, bool TRIGGER>
+// ASYNC (stage: dynamic shared memory of da_async_smem(UNR) bytes): the tiles of SLOTS·UNR
+// tokens a round covers arrive by cp.async, DA_STAGES − 1 tiles ahead of the one computed, so
+// the bytes in flight no longer depend on the registers (at 122–128 registers a thread only two
+// blocks fit an SM, 32 KB of loads in flight: about half the bandwidth at long spans). Each lane
+// reads the same token rows in the same order as from registers: the same arithmetic, the same bits.
+template <int KT, int LPT, int UNR, bool TRIGGER, bool ASYNC = false>
 __device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1,
-                                         float sl) {
+                                         float sl, char *stage = nullptr) {
   constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW;
   __shared__ float smA[DA_WARPS][DA_HEADS][256];
   __shared__ float smM[DA_WARPS][DA_HEADS], smL[DA_WARPS][DA_HEADS];
@@ -55,46 +74,88 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
 #pragma unroll
     for (int e = 0; e < EL; e++) acc[h][e] = 0.f;
   }
-  const char *kb = kbase + (size_t)d0 * ES;
-  const char *vb = vbase + (size_t)d0 * ES;
-  // `base` depends only on the warp: every lane runs the same iterations (the shuffles below).
-  for (int base = j0 + warp * TPW; base < j1; base += SLOTS * UNR) {
-    uint4 kr[UNR], vr[UNR];
+  // One token row (K and V pieces of this lane) into the online softmax; j ≥ j1: scores only.
+  auto token = [&](const uint4 &kraw, const uint4 &vraw, int j) {
+    float kf[EL], vf[EL];
+    Vec16<KT>::cvt(kraw, kf);
+    Vec16<KT>::cvt(vraw, vf);
+    float s[DA_HEADS];
 #pragma unroll
-    for (int u = 0; u < UNR; u++) {
-      const int j = base + u * SLOTS + sub;
-      const bool ok = active && j < j1;
-      kr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(kb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
-      vr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(vb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
+    for (int h = 0; h < DA_HEADS; h++) {
+      float t = 0.f;
+#pragma unroll
+      for (int e = 0; e < EL; e++) t += qr[h][e] * kf[e];
+#pragma unroll
+      for (int o = LPT / 2; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+      s[h] = t;
     }
-#pragma unroll
-    for (int u = 0; u < UNR; u++) {
-      const int j = base + u * SLOTS + sub;
-      float kf[EL], vf[EL];
-      Vec16<KT>::cvt(kr[u], kf);
-      Vec16<KT>::cvt(vr[u], vf);
-      float s[DA_HEADS];
+    if (j < j1) {
 #pragma unroll
       for (int h = 0; h < DA_HEADS; h++) {
-        float t = 0.f;
+        const float mx = fmaxf(m[h], s[h]);
+        const float cr = exp2f(m[h] - mx), p = exp2f(s[h] - mx);
+        l[h] = l[h] * cr + p;
 #pragma unroll
-        for (int e = 0; e < EL; e++) t += qr[h][e] * kf[e];
-#pragma unroll
-        for (int o = LPT / 2; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-        s[h] = t;
-      }
-      if (j < j1) {
-#pragma unroll
-        for (int h = 0; h < DA_HEADS; h++) {
-          const float mx = fmaxf(m[h], s[h]);
-          const float cr = exp2f(m[h] - mx), p = exp2f(s[h] - mx);
-          l[h] = l[h] * cr + p;
-#pragma unroll
-          for (int e = 0; e < EL; e++) acc[h][e] = acc[h][e] * cr + p * vf[e];
-          m[h] = mx;
-        }
+        for (int e = 0; e < EL; e++) acc[h][e] = acc[h][e] * cr + p * vf[e];
+        m[h] = mx;
       }
     }
+  };
+  if constexpr (!ASYNC) {
+    const char *kb = kbase + (size_t)d0 * ES;
+    const char *vb = vbase + (size_t)d0 * ES;
+    // `base` depends only on the warp: every lane runs the same iterations (the shuffles below).
+    for (int base = j0 + warp * TPW; base < j1; base += SLOTS * UNR) {
+      uint4 kr[UNR], vr[UNR];
+#pragma unroll
+      for (int u = 0; u < UNR; u++) {
+        const int j = base + u * SLOTS + sub;
+        const bool ok = active && j < j1;
+        kr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(kb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
+        vr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(vb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
+      }
+#pragma unroll
+      for (int u = 0; u < UNR; u++) token(kr[u], vr[u], base + u * SLOTS + sub);
+    }
+  } else {
+    constexpr int T = SLOTS * UNR;  // tokens a tile (one round of every warp)
+    const int rowPieces = (int)(rowBytes / 16), tilePieces = T * rowPieces;
+    const size_t half = (size_t)T * rowBytes;  // a stage: K rows, then V rows
+    const int ntiles = (j1 - j0 + T - 1) / T;
+    // Tile t's K and V rows into stage t % DA_STAGES; every thread commits a group per tile
+    // (empty past the last tile) so the group counts stay uniform.
+    auto issue = [&](int t) {
+      if (t < ntiles) {
+        char *st = stage + (size_t)(t % DA_STAGES) * 2 * half;
+        const int t0 = j0 + t * T;
+        for (int pc = threadIdx.x; pc < tilePieces; pc += blockDim.x) {
+          const int jj = pc / rowPieces, off = (pc % rowPieces) * 16;
+          const bool ok = t0 + jj < j1;
+          const size_t src = (size_t)(ok ? t0 + jj : j0) * rowBytes + off;
+          da_cp16(st + (size_t)jj * rowBytes + off, kbase + src, ok);
+          da_cp16(st + half + (size_t)jj * rowBytes + off, vbase + src, ok);
+        }
+      }
+      da_cp_commit();
+    };
+#pragma unroll
+    for (int t = 0; t < DA_STAGES - 1; t++) issue(t);
+    for (int t = 0; t < ntiles; t++) {
+      da_cp_wait<DA_STAGES - 2>();  // this thread's pieces of tile t have landed
+      __syncthreads();              // everyone's; and the stage tile t + 2 overwrites is consumed
+      issue(t + DA_STAGES - 1);
+      const char *st = stage + (size_t)(t % DA_STAGES) * 2 * half;
+      const int base = j0 + t * T + warp * TPW;
+#pragma unroll
+      for (int u = 0; u < UNR; u++) {
+        const int jj = warp * TPW + u * SLOTS + sub, j = base + u * SLOTS + sub;
+        const bool ok = active && j < j1;
+        const uint4 kraw = ok ? *reinterpret_cast<const uint4 *>(st + (size_t)jj * rowBytes + (size_t)d0 * ES) : make_uint4(0, 0, 0, 0);
+        const uint4 vraw = ok ? *reinterpret_cast<const uint4 *>(st + half + (size_t)jj * rowBytes + (size_t)d0 * ES) : make_uint4(0, 0, 0, 0);
+        token(kraw, vraw, j);
+      }
+    }
+    da_cp_wait<0>();
   }
   if (TRIGGER) hg_pdl_trigger();  // this warp's loads are done
   // Merge the warp's token rows (lanes with the same li), then the warps through shared memory.

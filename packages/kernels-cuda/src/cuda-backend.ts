@@ -65,6 +65,8 @@ export interface DecodeTuning {
   attnMergeInKernel: boolean;
   /** Split-K decode attention: the chunks' minimum length in tokens (64 default; 128, 256: fewer, busier blocks). */
   attnMinChunk: 64 | 128 | 256;
+  /** Split-K decode attention: K/V tiles by cp.async into 3 shared-memory stages (more bytes in flight; same bits). Off by default. */
+  attnAsyncCopy: boolean;
   /**
    * Decode GEMV (matvec without a fused norm): k of a row split over up to this many warps of a
    * block, partial sums added in shared memory in a fixed order. 0 (default): one warp a row;
@@ -83,6 +85,7 @@ const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readon
   attnMinChunk: { code: 3, values: [64, 128, 256] },
   gemvSplit: { code: 4, values: [0, 1, 2, 4, 8] },
   gemvUnroll: { code: 5, values: [4, 8] },
+  attnAsyncCopy: { code: 6, values: [false, true] },
 };
 
 /** Floats of the unfused matvec parts' scratch made before a step (so a step never allocates). */
@@ -700,6 +703,7 @@ export class CudaBackend implements Backend {
       attnMinChunk: get("attnMinChunk", 64) as DecodeTuning["attnMinChunk"],
       gemvSplit: get("gemvSplit", 0) as DecodeTuning["gemvSplit"],
       gemvUnroll: get("gemvUnroll", 4) as DecodeTuning["gemvUnroll"],
+      attnAsyncCopy: get("attnAsyncCopy", 0) === 1,
     };
   }
 
