@@ -14,8 +14,9 @@
  * matching V spans. A DecodeAttention (hybrid/) may take over single-token decode steps.
  *
  * When the cache keeps its store in host memory (hybrid mode on a device backend), a block
- * that attends over offloaded rows on the device first brings the layer's store up
- * (KvCache.loadStore); decode steps leave the offloaded rows to the hybrid runtime's CPU stage.
+ * that attends over offloaded rows on the device first brings the layer up (KvCache.
+ * loadContiguous for attnCausal, else loadStore); decode steps leave the offloaded rows to the
+ * hybrid runtime's CPU stage.
  *
  * Optional backend fast paths: a one-token block is bracketed by beginStep/endStep (a GPU
  * backend replays the whole step as one graph), and a block over a contiguous cache (prefill,
@@ -131,7 +132,14 @@ export class Attention implements Disposable {
       this.backend.attnCausal(out, q, n, c.spanK(0, layer), c.spanV(0, layer), c.spanSlot[0], pos0, this.scale);
       return;
     }
-    c.loadStore(layer); // a store in host memory comes up for this layer's rows (no-op otherwise)
+    // A store in host memory comes up for this layer: with the causal kernel, the whole cache
+    // laid out at slot = position; otherwise the store alone, for the spans (no-ops without one).
+    const whole = this.backend.attnCausal ? c.loadContiguous(layer) : null;
+    if (whole) {
+      this.backend.attnCausal!(out, q, n, whole.k, whole.v, 0, pos0, this.scale);
+      return;
+    }
+    c.loadStore(layer);
     for (let i = 0; i < n; i++) this.attendFull(layer, q, i, pos0 + i, out);
   }
 

@@ -20,10 +20,12 @@
  * stream, ordered after the compute that wrote them and before any later compute that reuses
  * the slots (one 2-D copy per layer, K/V and ring run); syncHostStore() waits for them.
  * A block that must attend over offloaded rows on the device (a prompt prefilled in several
- * blocks) calls loadStore(layer): one layer's store goes host → device into a scratch, two of
- * them used in turn (the link's double-buffered toDevice), so the device holds two layers'
- * store rows at most, and only once such a block has run. Decode steps never need it: the
- * hybrid runtime's CPU stage scores the offloaded rows.
+ * blocks) brings one layer up at a time into a scratch pair, two pairs used in turn (the link's
+ * double-buffered toDevice), so the device holds two layers' rows at most, and only once such a
+ * block has run: loadContiguous(layer) lays the whole cache out at slot = position (sinks and
+ * ring by device copies, the store by host → device copy) for one causal kernel over it;
+ * loadStore(layer) brings only the store, where spanK/spanV find it (the row-by-row path).
+ * Decode steps never need either: the hybrid runtime's CPU stage scores the offloaded rows.
  */
 import { z } from "zod";
 import { DTYPE_BYTES, type Backend, type DType, type HostCopy, type HostRegion, type HostTransfers, type Tensor } from "./backend.js";
@@ -110,8 +112,9 @@ export class KvCache implements Disposable {
   private host: HostStore | null = null;
   private _storeK: Tensor[];
   private _storeV: Tensor[];
-  /** Device scratch for loadStore(): two [K, V] pairs used in turn, and the layer each holds. */
-  private readonly scratch: { k: Tensor; v: Tensor; layer: number }[] = [];
+  /** Device scratch for loadStore()/loadContiguous(): two [K, V] pairs of maxContext slots used
+   * in turn, the layer each holds (−1: none) and whether it holds the contiguous layout. */
+  private readonly scratch: { k: Tensor; v: Tensor; layer: number; contiguous: boolean }[] = [];
   private scratchTurn = 0;
 
   constructor(private readonly backend: Backend, options: KvCacheOptions) {
@@ -217,17 +220,48 @@ export class KvCache implements Disposable {
    */
   loadStore(layer: number): void {
     this.checkOpen();
-    const h = this.host;
-    if (!h || this._storeCount === 0) return;
+    if (!this.host || this._storeCount === 0) return;
+    const s = this.upload(layer, 0);
+    s.contiguous = false;
+    s.layer = layer;
+  }
+
+  /**
+   * With the store in host memory and rows offloaded: K and V of every cached position of
+   * `layer` (the rows written so far) at slot = position of a device scratch pair, for one causal
+   * kernel over slots [0, length). The store comes up by a host → device copy, sinks and ring
+   * by device copies after the rows already written. Null otherwise (the cache's own spans serve).
+   */
+  loadContiguous(layer: number): { k: Tensor; v: Tensor } | null {
+    this.checkOpen();
+    if (!this.host || this._storeCount === 0) return null;
+    const s = this.upload(layer, this.sinkTokens);
+    const be = this.backend, mc = this.maxContext, wcap = this.windowCapacity;
+    for (let i = 0; i < this.spanCount; i++) {
+      if (this.spanRegion[i] !== WINDOW) continue;
+      const pos = this.spanPos[i], slot = this.spanSlot[i], len = this.spanLen[i];
+      for (let g = 0; g < this.kvHeads; g++) {
+        be.copyRows(s.k, g * mc + pos, this.windowK[layer], g * wcap + slot, len);
+        be.copyRows(s.v, g * mc + pos, this.windowV[layer], g * wcap + slot, len);
+      }
+    }
+    s.contiguous = true;
+    s.layer = layer;
+    return s;
+  }
+
+  /** The layer's offloaded rows host → device into the next scratch pair, from slot `at`. */
+  private upload(layer: number, at: number): { k: Tensor; v: Tensor; layer: number; contiguous: boolean } {
+    const h = this.host!;
     if (!(Number.isInteger(layer) && layer >= 0 && layer < this.layers)) fail(`KV cache: layer ${layer} out of range [0, ${this.layers})`);
     this.syncHostStore(); // the evictions' rows must be in host memory before they go back up
     const turn = this.scratchTurn;
     this.scratchTurn ^= 1;
     if (!this.scratch[turn]) {
-      const alloc = () => this.backend.alloc([this.kvHeads, this.storeCapacity, this.headDim], this.dtype);
+      const alloc = () => this.backend.alloc([this.kvHeads, this.maxContext, this.headDim], this.dtype);
       const k = alloc();
       try {
-        this.scratch[turn] = { k, v: alloc(), layer: -1 };
+        this.scratch[turn] = { k, v: alloc(), layer: -1, contiguous: false };
       } catch (e) {
         this.backend.free(k);
         throw e;
@@ -235,15 +269,16 @@ export class KvCache implements Disposable {
     }
     const s = this.scratch[turn];
     s.layer = -1;
-    const row = this.headDim * DTYPE_BYTES[this.dtype], pitch = this.storeCapacity * row, width = this._storeCount * row;
+    const row = this.headDim * DTYPE_BYTES[this.dtype], hostPitch = this.storeCapacity * row, tensorPitch = this.maxContext * row;
+    const width = this._storeCount * row, tensorOffset = at * row;
     h.link.toDevice([
-      { host: h.regions[layer], hostOffset: 0, tensor: s.k, tensorOffset: 0, width, rows: this.kvHeads, hostPitch: pitch, tensorPitch: pitch },
-      { host: h.regions[this.layers + layer], hostOffset: 0, tensor: s.v, tensorOffset: 0, width, rows: this.kvHeads, hostPitch: pitch, tensorPitch: pitch },
+      { host: h.regions[layer], hostOffset: 0, tensor: s.k, tensorOffset, width, rows: this.kvHeads, hostPitch, tensorPitch },
+      { host: h.regions[this.layers + layer], hostOffset: 0, tensor: s.v, tensorOffset, width, rows: this.kvHeads, hostPitch, tensorPitch },
     ]);
-    s.layer = layer;
+    return s;
   }
 
-  /** Device scratch tensors loadStore() has allocated (0, 2 or 4). */
+  /** Device scratch tensors loadStore()/loadContiguous() have allocated (0, 2 or 4). */
   get storeScratchTensors(): number {
     return this.scratch.length * 2;
   }
@@ -322,7 +357,7 @@ export class KvCache implements Disposable {
   }
 
   private loaded(layer: number): { k: Tensor; v: Tensor } {
-    const s = this.scratch.find((x) => x.layer === layer);
+    const s = this.scratch.find((x) => x.layer === layer && !x.contiguous);
     if (!s) fail(`KV cache: layer ${layer}'s offloaded rows are in host memory; call loadStore(${layer}) before device ops read them`);
     return s;
   }

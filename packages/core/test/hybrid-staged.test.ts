@@ -28,6 +28,24 @@ interface RunOptions {
   scheduler?: Scheduler;
   logits?: LogitsMode;
   staged?: boolean;
+  /** Give the device backend attnCausal (from its stage ops) and log its calls "n@firstPos:start". */
+  causal?: string[];
+}
+
+/** attnCausal from the stage ops, one query row at a time (a [heads, cap] scores scratch). */
+function withCausal(inner: ReferenceBackend, calls: string[]): Backend {
+  const attnCausal = (out: Tensor, q: Tensor, n: number, k: Tensor, v: Tensor, start: number, firstPos: number, scale: number) => {
+    calls.push(`${n}@${firstPos}:${start}`);
+    const heads = q.shape[q.shape.length - 1] / k.shape[2];
+    const scores = inner.alloc([heads, k.shape[1]]);
+    for (let i = 0; i < n; i++) {
+      inner.attnLogits(scores, 0, q, i, k, start, firstPos + i + 1, scale);
+      inner.softmax(scores, heads, firstPos + i + 1);
+      inner.attnAggregate(out, i, scores, 0, v, start, firstPos + i + 1, false);
+    }
+    inner.free(scores);
+  };
+  return new Proxy(inner, { get: (t, p) => (p === "attnCausal" ? attnCausal : Reflect.get(t, p, t)) }) as unknown as Backend;
 }
 
 function run(files: ModelFiles, tokens: number[], o: RunOptions) {
@@ -35,7 +53,8 @@ function run(files: ModelFiles, tokens: number[], o: RunOptions) {
   const book = new AddressBook();
   const host = new HostReference(book);
   const link = new LoopbackLink(be, host, book);
-  const model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: CONTEXT, kvWindow: o.budget, kvSinks: o.sinks ?? 0, kvEvictBlock: o.block });
+  const device = o.causal ? withCausal(be, o.causal) : be;
+  const model = LlamaModel.load(files, device, { prefillBlock: 5, maxContext: CONTEXT, kvWindow: o.budget, kvSinks: o.sinks ?? 0, kvEvictBlock: o.block });
   if (o.staged && o.selector) model.cache.attachHostStore(host, link);
   const stage = o.staged ? new StagedBackendCpuStage(host, book) : new BackendCpuStage(be);
   const hybrid = o.selector
@@ -123,12 +142,19 @@ describe("hybrid attention staged through host memory (the device-backend path)"
       const full = run(files, tokens, { prompt });
       for (const w of [{ budget: 6, sinks: 1, block: 2 }, { budget: 8, sinks: 0, block: 4 }]) {
         const o = { ...w, prompt, selector: allSelector(true), scheduler: fixedScheduler(3, "post") };
-        const hy = run(files, tokens, { ...o, staged: true });
-        expect(hy.stored[0]).toBeGreaterThan(15); // most of the prompt was offloaded during prefill
-        expect(hy.scratch).toBe(4); // two layers' K and V: the only store rows ever on the device
-        expect(hy.log.filter((l) => l === "toDevice 2").length).toBeGreaterThan(3 * 3); // a load per layer and block
-        hy.out.forEach((l, i) => expect(maxAbsDiff(l, full.out[i]), `budget ${w.budget} forward ${i}`).toBeLessThan(1e-5));
-        sameStores(hy.snapshots, run(files, tokens, o).snapshots, 1e-5);
+        const plainStores = run(files, tokens, o).snapshots;
+        // Without attnCausal the store comes up alone (loadStore); with it, the whole cache at
+        // slot = position (loadContiguous) for one causal call a layer and block.
+        for (const causal of [undefined, [] as string[]]) {
+          const hy = run(files, tokens, { ...o, staged: true, causal });
+          expect(hy.stored[0]).toBeGreaterThan(15); // most of the prompt was offloaded during prefill
+          expect(hy.scratch).toBe(4); // two layers' K and V: the only offloaded rows ever on the device
+          expect(hy.log.filter((l) => l === "toDevice 2").length).toBeGreaterThan(3 * 3); // a load per layer and block
+          hy.out.forEach((l, i) => expect(maxAbsDiff(l, full.out[i]), `budget ${w.budget} forward ${i}`).toBeLessThan(1e-5));
+          sameStores(hy.snapshots, plainStores, 1e-5);
+          // Blocks at positions 15, 20, 25 (n = 5) and 30 (n = 1) ran over offloaded rows from slot 0.
+          if (causal) for (const p of [15, 20, 25]) expect(causal.filter((x) => x === `5@${p}:0`).length).toBe(3);
+        }
       }
     }
   });
@@ -153,7 +179,7 @@ describe("hybrid attention staged through host memory (the device-backend path)"
     // The last block loaded layers 0, 1, 2 in turn into two scratch pairs: layer 0's was reused.
     expect(() => model.cache.spanK(s, 0)).toThrow(/call loadStore\(0\)/);
     model.cache.loadStore(0);
-    expect(model.cache.spanK(s, 0).shape).toEqual([model.cache.kvHeads, model.cache.storeCapacity, model.cache.headDim]);
+    expect(model.cache.spanK(s, 0).shape).toEqual([model.cache.kvHeads, model.cache.maxContext, model.cache.headDim]);
   });
 
   it("top-K, exact and speculative: the staged path gives the CPU-backend path's logits (within 1e-6)", () => {
