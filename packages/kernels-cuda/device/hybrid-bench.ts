@@ -3,7 +3,7 @@
  * copies on the copy stream): correctness, then speed. Usage:
  *   bun hybrid-bench.js [--context 32768] [--steps 32] [--window 4096] [--sinks 4] [--threads 15]
  *     [--ks 256,1024] [--modes exact,speculative] [--thread-variants 16,14] [--spin-us 0] [--spin-variants 200]
- *     [--probe-threads 16,15,14] [--skip-full] [--skip-bench]
+ *     [--probe-threads 16,15,14] [--block-variant 4096] [--skip-full] [--skip-bench]
  *
  * Checks (stories15M shape, random f32 weights, f32 KV; the CLI's attachHybrid composes it):
  *   1. selector "all" + exact logits on CUDA equals full attention on CUDA within 1e-5 (relative
@@ -21,7 +21,11 @@
  * store took before (the same shapes). A stage probe runs the CPU stage alone over the pinned host
  * store's 32 layers (no GPU work meanwhile) per thread count, and over unpinned copies of 8
  * layers against 8 pinned ones (is cudaHostRegister'd memory slower to read?), with the
- * machine's transparent-huge-page setting. Also the pinned host↔device bandwidth of the copy path.
+ * machine's transparent-huge-page setting. --block-variant B loads the hybrid model again with a
+ * prefill block of B tokens (window = budget + B slots: the device memory hybrid saves), prefills
+ * the prompt in blocks (blocks over offloaded rows: KvCache.loadContiguous + one causal kernel),
+ * compares its logits with the one-block prefill's and decodes. Also the pinned host↔device
+ * bandwidth of the copy path.
  */
 import {
   HybridAttention, loadModel, presetConfig, type Backend, type CausalLM, type CpuStageJob, type LogitsMode, type Tensor,
@@ -51,6 +55,7 @@ const threadVariants = list("thread-variants", "").map(Number);
 const spinUs = Number(arg("spin-us", "0"));
 const spinVariants = list("spin-variants", "").map(Number);
 const probeThreads = list("probe-threads", "").map(Number);
+const blockVariant = Number(arg("block-variant", "0"));
 
 const avail = cudaAvailability();
 console.log(describeCudaAvailability(avail));
@@ -166,6 +171,7 @@ const rows: string[] = [
   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ];
 const memRows: string[] = [];
+let oneBlockLogits: Float32Array | null = null;
 const GB = (b: number) => (b / 1e9).toFixed(2);
 
 function decode(model: CausalLM, first: number): { ms: number; tok: number } {
@@ -241,11 +247,12 @@ console.log(thp());
       const prefill = (performance.now() - t0) / 1e3;
       if (!memDone) {
         memDone = true;
+        oneBlockLogits = model.readLogits();
         const m = cuda.memory(), win = kvBytes(c, c.windowCapacity);
         memRows.push(`| hybrid, store host-only (this run) | ${GB(win)} | 0 (${GB(c.storeBytes)} in pinned host memory) | ${GB(m.usedBytes)} | ${GB(m.peakBytes)} |`);
         memRows.push(`| hybrid, device store as before (same shapes, computed) | ${GB(win)} | ${GB(c.storeBytes)} | ${GB(m.usedBytes + c.storeBytes)} | ${GB(m.peakBytes + c.storeBytes)} |`);
         // With a prefill block of B tokens the window would be budget + B slots.
-        memRows.push(`| hybrid, prefill blocks of 4096 (computed: window ${window} + 4096 slots) | ${GB(kvBytes(c, window + 4096))} | 0 | ${GB(m.usedBytes - win + kvBytes(c, window + 4096) + 2 * kvBytes({ ...c, layers: 1 }, c.storeCapacity))} (with loadStore's two scratch pairs) | – |`);
+        memRows.push(`| hybrid, prefill blocks of 4096 (computed: window ${window} + 4096 slots) | ${GB(kvBytes(c, window + 4096))} | 0 | ${GB(m.usedBytes - win + kvBytes(c, window + 4096) + 2 * kvBytes({ ...c, layers: 1 }, c.maxContext))} (with loadContiguous's two scratch pairs) | – |`);
       }
       ha.stats.reset();
       const { ms } = decode(model, context);
@@ -311,6 +318,42 @@ console.log(thp());
     for (const t of [...plainK, ...plainV]) host.free(t);
     console.log(`\n## CPU stage alone over the host store (${c.storeCount} offloaded tokens a layer, no GPU work meanwhile; best of 2 rounds)`);
     for (const r of probeRows) console.log(r);
+  }
+}
+
+if (blockVariant > 0) {
+  try {
+    let t0 = performance.now();
+    using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), "preset:llama-3.1-8b");
+    const before = cuda.memory().usedBytes;
+    using model = loadModel(files, cuda, { maxContext, prefillBlock: blockVariant, kvDtype: "bf16", kvWindow: window, kvSinks: sinks });
+    const host = createCpuBackend({ threads: 1 });
+    model.cache.attachHostStore(host, link, true);
+    const c = model.cache;
+    console.log(`hybrid model with prefill blocks of ${blockVariant} loaded in ${((performance.now() - t0) / 1e3).toFixed(1)} s`);
+    const stage = new NativeCpuStage(host, { threads, idleSpinUs: spinUs });
+    using ha = HybridAttention.attach(
+      { attention: model.attention, projector: model, stage, selector: createSelector("topk"), scheduler: new FixedScheduler({ k: ks[0], timing: "post" }) },
+      { logits: "speculative" },
+    );
+    t0 = performance.now();
+    model.step(longPrompt, 0);
+    const logits = model.readLogits();
+    const prefill = (performance.now() - t0) / 1e3;
+    const m = cuda.memory(), scratch = (c.storeScratchTensors / 2) * kvBytes({ ...c, layers: 1 }, c.maxContext);
+    memRows.push(`| hybrid, prefill blocks of ${blockVariant} (this run; + loadContiguous scratch ${GB(scratch)} GB) | ${GB(kvBytes(c, c.windowCapacity))} | 0 | ${GB(m.usedBytes)} (this model: ${GB(m.usedBytes - before)}) | ${GB(m.peakBytes)} (over the whole run) |`);
+    if (oneBlockLogits) {
+      const d = relDiff(logits, oneBlockLogits);
+      check(d < 5e-2, `prefill in blocks of ${blockVariant} (loadContiguous + attnCausal over offloaded rows) vs one block: max|Δ|/max|logit| ${d.toExponential(2)} (< 5e-2; bf16 KV, different block splits)`);
+    }
+    ha.stats.reset();
+    const { ms } = decode(model, context);
+    const st = ha.stats, n = Math.max(1, st.steps);
+    rows.push(`| hybrid, prefill blocks of ${blockVariant} (window ${window}, ${st.offloaded} offloaded) | ${ks[0]} | speculative | ${threads} | ${ms.toFixed(2)} | ${(st.deviceMs / n).toFixed(2)} | ${((st.cpuStageMs + st.cpuJsMs) / n).toFixed(2)} | ${[st.cpuScoreMs, st.cpuSelectMs, st.cpuGatherMs, st.handoffMs].map((x) => (x / n).toFixed(2)).join(" / ")} | ${(st.txMs / n).toFixed(2)} | ${(st.waitMs / n).toFixed(2)} | ${Math.round(st.hiddenFraction * 100)}% | ${prefill.toFixed(2)} |`);
+    console.log(rows[rows.length - 1]);
+    model.attention.setDecodeAttention(null);
+  } catch (e) {
+    check(false, `prefill blocks of ${blockVariant}: ${(e as Error).message}`);
   }
 }
 
