@@ -126,7 +126,7 @@ if (arg("diag", "on") !== "off") {
       ["plain launches", { programmaticLaunch: false, attnUnroll: 2 }],
       ["PDL", { programmaticLaunch: true, attnUnroll: 2 }],
       ["PDL + attention 4 rows a round", { programmaticLaunch: true, attnUnroll: 4 }],
-      ["split GEMV (auto) + attention merged in its kernel", { gemvSplit: 1, attnMergeInKernel: true }],
+      ["fifth pass: split GEMV (auto), attention cp.async + merged in its kernel", { gemvSplit: 1, attnMergeInKernel: true, attnAsyncCopy: true }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -181,6 +181,17 @@ if (arg("diag", "on") !== "off") {
       const q = cuda.alloc([1, nh * hdim]), o = cuda.alloc([1, nh * hdim]);
       cuda.write(q, chunk.subarray(0, nh * hdim));
       cells(`decode attention 2048 tokens (split-K + merge)`, 2 * kvH * len * hdim * 2, (l) => cuda.attnCausal(o, q, 1, kv[2 * l], kv[2 * l + 1], 0, len - 1, 0.088));
+      {
+        // 32K tokens: 4 caches of 67 MB each reused in turn (134 MB a launch: L2 holds none of it)
+        const long = 32768;
+        const kvl = Array.from({ length: 8 }, () => {
+          const t = cuda.alloc([kvH, long, hdim], "bf16");
+          for (let off = 0; off < kvH * long * hdim; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, kvH * long * hdim - off)), off);
+          return t;
+        });
+        cells(`decode attention 32768 tokens`, 2 * kvH * long * hdim * 2, (l) => cuda.attnCausal(o, q, 1, kvl[2 * (l % 4)], kvl[2 * (l % 4) + 1], 0, long - 1, 0.088));
+        for (const t of kvl) cuda.free(t);
+      }
       const nw = cuda.alloc([4096], "bf16");
       cuda.write(nw, chunk.subarray(0, 4096).map((a) => 1 + a));
       cells(`rmsNorm 4096`, 4096 * 8, () => cuda.rmsNorm(o, xg4, nw, 1, 1e-5));
