@@ -73,9 +73,16 @@ function main(): void {
   const g1 = cuda.graphStats();
   console.log(`llama-3.2-1b shape bf16, plain launches: ${g1.captures - g0.captures} captured / ${g1.replays - g0.replays} replayed / ${g1.drained - g0.drained} drained; tokens ${ref.tokens.slice(0, 8).join(",")}…`);
   for (const t of COMBOS) {
-    cuda.setDecodeTuning(t);
+    let r: { logits: Float32Array[]; tokens: number[] };
     const s0 = cuda.graphStats();
-    const r = decodeRun(cuda, prompt, steps);
+    try {
+      cuda.setDecodeTuning(t);
+      r = decodeRun(cuda, prompt, steps);
+    } catch (e) {
+      failures++;
+      console.log(`llama-3.2-1b shape bf16, ${label(t)}: threw ${e instanceof Error ? e.message : String(e)} FAIL`);
+      continue;
+    }
     const s1 = cuda.graphStats();
     // 4 attention rows a round, other chunk lengths and the split GEMV change the order of f32
     // sums: rounding only, so those logits are held to 1e-4 relative while the tokens agree. The
