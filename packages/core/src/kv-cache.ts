@@ -255,18 +255,18 @@ export class KvCache implements Disposable {
     const h = this.host!;
     if (!(Number.isInteger(layer) && layer >= 0 && layer < this.layers)) fail(`KV cache: layer ${layer} out of range [0, ${this.layers})`);
     this.syncHostStore(); // the evictions' rows must be in host memory before they go back up
-    const turn = this.scratchTurn;
-    this.scratchTurn ^= 1;
+    const turn = this.scratch.length < 2 ? this.scratch.length : this.scratchTurn; // pairs fill 0, 1 in order
     if (!this.scratch[turn]) {
       const alloc = () => this.backend.alloc([this.kvHeads, this.maxContext, this.headDim], this.dtype);
       const k = alloc();
       try {
-        this.scratch[turn] = { k, v: alloc(), layer: -1, contiguous: false };
+        this.scratch.push({ k, v: alloc(), layer: -1, contiguous: false });
       } catch (e) {
         this.backend.free(k);
         throw e;
       }
     }
+    this.scratchTurn = turn ^ 1;
     const s = this.scratch[turn];
     s.layer = -1;
     const row = this.headDim * DTYPE_BYTES[this.dtype], hostPitch = this.storeCapacity * row, tensorPitch = this.maxContext * row;
