@@ -172,6 +172,11 @@ const rows: string[] = [
 ];
 const memRows: string[] = [];
 let oneBlockLogits: Float32Array | null = null;
+/** A memory-table row, printed at once too (a run cut short keeps it). */
+function pushMem(row: string): void {
+  memRows.push(row);
+  console.log(`memory: ${row}`);
+}
 const GB = (b: number) => (b / 1e9).toFixed(2);
 
 function decode(model: CausalLM, first: number): { ms: number; tok: number } {
@@ -204,7 +209,7 @@ if (!process.argv.includes("--skip-full")) {
   rows.push(`| full (GPU) | – | – | – | ${ms.toFixed(2)} | – | – | – | – | – | – | ${prefill.toFixed(2)} |`);
   console.log(rows[rows.length - 1]);
   const m = cuda.memory();
-  memRows.push(`| full attention (window = context) | ${GB(kvBytes(model.cache, model.cache.windowCapacity))} | – | ${GB(m.usedBytes)} | ${GB(m.peakBytes)} |`);
+  pushMem(`| full attention (window = context) | ${GB(kvBytes(model.cache, model.cache.windowCapacity))} | – | ${GB(m.usedBytes)} | ${GB(m.peakBytes)} |`);
 }
 
 /** Device bytes of a K+V region of `slots` tokens (every layer). */
@@ -249,10 +254,10 @@ console.log(thp());
         memDone = true;
         oneBlockLogits = model.readLogits();
         const m = cuda.memory(), win = kvBytes(c, c.windowCapacity);
-        memRows.push(`| hybrid, store host-only (this run) | ${GB(win)} | 0 (${GB(c.storeBytes)} in pinned host memory) | ${GB(m.usedBytes)} | ${GB(m.peakBytes)} |`);
-        memRows.push(`| hybrid, device store as before (same shapes, computed) | ${GB(win)} | ${GB(c.storeBytes)} | ${GB(m.usedBytes + c.storeBytes)} | ${GB(m.peakBytes + c.storeBytes)} |`);
+        pushMem(`| hybrid, store host-only (this run) | ${GB(win)} | 0 (${GB(c.storeBytes)} in pinned host memory) | ${GB(m.usedBytes)} | ${GB(m.peakBytes)} |`);
+        pushMem(`| hybrid, device store as before (same shapes, computed) | ${GB(win)} | ${GB(c.storeBytes)} | ${GB(m.usedBytes + c.storeBytes)} | ${GB(m.peakBytes + c.storeBytes)} |`);
         // With a prefill block of B tokens the window would be budget + B slots.
-        memRows.push(`| hybrid, prefill blocks of 4096 (computed: window ${window} + 4096 slots) | ${GB(kvBytes(c, window + 4096))} | 0 | ${GB(m.usedBytes - win + kvBytes(c, window + 4096) + 2 * kvBytes({ ...c, layers: 1 }, c.maxContext))} (with loadContiguous's two scratch pairs) | – |`);
+        pushMem(`| hybrid, prefill blocks of 4096 (computed: window ${window} + 4096 slots) | ${GB(kvBytes(c, window + 4096))} | 0 | ${GB(m.usedBytes - win + kvBytes(c, window + 4096) + 2 * kvBytes({ ...c, layers: 1 }, c.maxContext))} (with loadContiguous's two scratch pairs) | – |`);
       }
       ha.stats.reset();
       const { ms } = decode(model, context);
@@ -341,7 +346,7 @@ if (blockVariant > 0) {
     const logits = model.readLogits();
     const prefill = (performance.now() - t0) / 1e3;
     const m = cuda.memory(), scratch = (c.storeScratchTensors / 2) * kvBytes({ ...c, layers: 1 }, c.maxContext);
-    memRows.push(`| hybrid, prefill blocks of ${blockVariant} (this run; + loadContiguous scratch ${GB(scratch)} GB) | ${GB(kvBytes(c, c.windowCapacity))} | 0 | ${GB(m.usedBytes)} (this model: ${GB(m.usedBytes - before)}) | ${GB(m.peakBytes)} (over the whole run) |`);
+    pushMem(`| hybrid, prefill blocks of ${blockVariant} (this run; + loadContiguous scratch ${GB(scratch)} GB) | ${GB(kvBytes(c, c.windowCapacity))} | 0 | ${GB(m.usedBytes)} (this model: ${GB(m.usedBytes - before)}) | ${GB(m.peakBytes)} (over the whole run) |`);
     if (oneBlockLogits) {
       const d = relDiff(logits, oneBlockLogits);
       check(d < 5e-2, `prefill in blocks of ${blockVariant} (loadContiguous + attnCausal over offloaded rows) vs one block: max|Δ|/max|logit| ${d.toExponential(2)} (< 5e-2; bf16 KV, different block splits)`);
