@@ -12,8 +12,8 @@
  * 3. Bench: preset:llama-3.1-8b, dummy bf16 weights, bf16 KV; max(B) sequences prefilled with
  *    random lengths in [1536, 2560]; then for each B (slots 0..B−1) one warm-up step and `steps`
  *    timed steps (each: one batched forward pass + a greedy pick per row, as generateBatch does)
- *    for the skinny GEMM as it was, each new switch, all of them, and cuBLAS, all with batched
- *    attention, in the same run, next to the floor of a step: (weight bytes + the B caches' KV
+ *    for the skinny GEMM as it was, each new switch, all of them (also with the step's greedy picks
+ *    as one argmaxRows call), and cuBLAS, all with batched attention, in the same run, next to the floor of a step: (weight bytes + the B caches' KV
  *    bytes) ÷ the device-to-device bandwidth measured in the run.
  *
  *   bun batch-bench.js [--steps 32] [--batches 1,8,16,24,32] [--preset llama-3.1-8b] [--log FILE]
@@ -25,7 +25,7 @@ import { appendFileSync } from "node:fs";
 import { BatchDecoder, loadModel, presetConfig, type CausalLM } from "@hybridgen/core";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type SkinnyOptions } from "../src/index.js";
-import { runBatchAttnChecks, runMatmulSplitChecks, runSkinnyChecks } from "./batch-checks.js";
+import { runArgmaxRowsChecks, runBatchAttnChecks, runMatmulSplitChecks, runSkinnyChecks } from "./batch-checks.js";
 import type { CheckResult } from "./op-checks.js";
 import { STORIES15M_SHAPE, dummyFiles } from "./models.js";
 
@@ -78,6 +78,7 @@ const kernelChecks: CheckResult[] = [];
 for (const [name, run] of [
   ["skinny GEMM", () => runSkinnyChecks(cuda, 11)],
   ["matmulSplit", () => runMatmulSplitChecks(cuda, 13)],
+  ["argmaxRows", () => runArgmaxRowsChecks(cuda, 14)],
   ["attnDecodeBatch", () => runBatchAttnChecks(cuda, 12)],
 ] as const) {
   try {
@@ -167,7 +168,11 @@ const kvBytesPerToken = 2 * layers * 2 * kvHeads * hd;
 const maxB = Math.max(...batches);
 const r = rng(2026);
 const lengths = Array.from({ length: maxB }, () => 1536 + Math.floor(r() * 1025));
-interface Variant { B: number; name: string; graphs: boolean; path: "auto" | "gemv" | "cublas"; batchedAttention: boolean; skinny: Partial<SkinnyOptions> }
+interface Variant {
+  B: number; name: string; graphs: boolean; path: "auto" | "gemv" | "cublas"; batchedAttention: boolean; skinny: Partial<SkinnyOptions>;
+  /** Greedy picks: one argmaxRows call for the step (BatchDecoder.argmaxSlots), else argmax per row. */
+  batchedPicks?: boolean;
+}
 const variants: Variant[] = [];
 // Batched attention everywhere (measured better at 17:20); the GEMM side compared per B: the
 // skinny kernels as they were (default), each new switch, all of them, and cuBLAS (whose
@@ -182,6 +187,7 @@ for (const B of batches) {
   variants.push({ ...base, name: "skinny pipelined", skinny: { pipeline: true } });
   variants.push({ ...base, name: "skinny + fused reduce + matmulSplit", skinny: { fusedReduce: true, split: true } });
   variants.push({ ...base, name: "skinny pipelined + fused reduce + matmulSplit (all new)", skinny: ALL_NEW });
+  variants.push({ ...base, name: "all new + one argmaxRows pick a step", skinny: ALL_NEW, batchedPicks: true });
   variants.push({ ...base, name: "cuBLAS + batched attention", path: "cublas" });
   if (B === Math.max(...batches)) variants.push({ ...base, name: "all new, graphs off", graphs: false, skinny: ALL_NEW });
 }
@@ -214,7 +220,8 @@ for (const v of variants) {
   const run = () => {
     const ids = next.subarray(0, v.B);
     dec.step(slots, ids);
-    for (let i = 0; i < v.B; i++) next[i] = dec.argmax(i);
+    if (v.batchedPicks) dec.argmaxSlots(slots, ids);
+    else for (let i = 0; i < v.B; i++) next[i] = dec.argmax(i);
   };
   run(); // warm-up (captures the step's graph)
   const g0 = cuda.graphStats();

@@ -9,6 +9,8 @@
  *   twice on NaN-filled outputs (the fused reduction's counters must be back at 0);
  * - matmulSplit (setSkinny({ split: true })): a fused weight into 3, 2 and 1 outputs whose
  *   widths cut through the 64-row blocks, with bias, overwriting and accumulating, per variant;
+ * - argmaxRows against argmax row by row, on rows with planted ties and a maximum in the last
+ *   column (the first index of equal maxima must win);
  * - attnDecodeBatch (batched kernels) against the per-row path (setBatchAttention(false)) on
  *   identical copies of the caches: the appended K/V rows bit for bit, the outputs within 1e-5
  *   (the split counts differ, so the merge order does), eager and inside recorded steps whose
@@ -140,6 +142,32 @@ export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResu
     }
   } finally {
     cuda.setSkinny({ split: false, pipeline: false, fusedReduce: false });
+  }
+  return results;
+}
+
+/** argmaxRows = argmax of each row (n = 1, 8, 32; vocab-sized rows; ties planted). */
+export function runArgmaxRowsChecks(cuda: CudaBackend, seed: number): CheckResult[] {
+  const rnd = mulberry32(seed);
+  const results: CheckResult[] = [];
+  for (const [n, cols] of [[1, 1000], [8, 128256], [32, 32000]] as const) {
+    const x = cuda.alloc([n, cols]);
+    try {
+      const v = Float32Array.from({ length: n * cols }, () => rnd() * 20 - 10);
+      for (let r = 0; r < n; r++) {
+        const at = (c: number) => r * cols + c;
+        if (r % 3 === 0) v[at(cols - 1)] = 50; // the maximum in the last column
+        if (r % 3 === 1) v[at(Math.floor(rnd() * cols))] = v[at(Math.floor(rnd() * cols))] = 40; // a planted tie
+      }
+      cuda.write(x, v);
+      const got = new Int32Array(n).fill(-1);
+      cuda.argmaxRows(x, n, got);
+      let wrong = 0;
+      for (let r = 0; r < n; r++) if (got[r] !== cuda.argmax(x, r)) wrong++;
+      results.push({ name: `argmaxRows n=${n} cols=${cols}: rows unlike argmax`, err: wrong, tol: 0, ok: wrong === 0 });
+    } finally {
+      cuda.free(x);
+    }
   }
   return results;
 }

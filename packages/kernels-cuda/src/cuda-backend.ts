@@ -144,6 +144,8 @@ export class CudaBackend implements Backend {
   /** setSkinny's values; `skinnySet` once they were sent to the library (reset there at close). */
   private skinnyOpts: SkinnyOptions = { ...SKINNY_DEFAULTS };
   private skinnySet = false;
+  /** argmaxRows' device ints (grown on demand; freed with the arena). */
+  private pickScratch: CudaTensor | null = null;
   /** attnDecodeBatch's per-row table (BatchAttnRow in native/batch_attn.cu: 8 ints a row). */
   private readonly batchTable = new Int32Array(MAX_BATCH_ATTN_ROWS * 8);
   /** The host link (copy stream, pinned memory, event timeline), made by hostTransfers(). */
@@ -587,6 +589,28 @@ export class CudaBackend implements Backend {
     if (rows === 0 || cols === 0) return;
     CudaBackend.int32(rows, "softmax", "rows");
     this.ok("softmax", this.lib.hg_cu_softmax(this.ctx, P(xi.addr), rows, xi.cols, cols));
+  }
+
+  /**
+   * Backend.argmaxRows: out[i] = argmax(x, i) for i < n in one launch (a block a row, argmax's
+   * tie rule) and one copy of the n indices: a batched step's greedy picks in one round trip.
+   */
+  argmaxRows(x: Tensor, n: number, out: Int32Array): void {
+    const op = "argmaxRows";
+    const xi = this.check.f32(x, op, "x");
+    this.check.rowsAtLeast(xi, n, op, "x");
+    if (!(out instanceof Int32Array) || out.length < n) bad(`${op}: out must be an Int32Array of at least ${n} values`);
+    if (xi.cols < 1) bad(`${op}: x ${xi} has empty rows`);
+    CudaBackend.int32(xi.cols, op, "row width");
+    CudaBackend.int32(n, op, "row count");
+    if (n === 0) return;
+    if (!this.pickScratch || this.pickScratch.numel < n) {
+      if (this.pickScratch) this.release(this.pickScratch);
+      this.pickScratch = null;
+      this.pickScratch = this.allocRaw([Math.max(n, 64)], "f32", op);
+      this.live.delete(this.pickScratch); // internal: not one of the caller's live tensors
+    }
+    this.ok(op, this.lib.hg_cu_argmax_rows(this.ctx, P(xi.addr), n, xi.cols, P(this.pickScratch.addr), out));
   }
 
   argmax(x: Tensor, row: number): number {

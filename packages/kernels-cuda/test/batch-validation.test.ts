@@ -37,6 +37,21 @@ function make(splitK = true) {
   return { be, calls, ops };
 }
 
+/** Each call throws a one-line HybridgenError matching its pattern. */
+function expectOneLineErrors(cases: [() => unknown, RegExp][]): void {
+  for (const [fn, re] of cases) {
+    let err: unknown;
+    try {
+      fn();
+    } catch (e) {
+      err = e;
+    }
+    expect(err, String(re)).toBeInstanceOf(HybridgenError);
+    expect((err as Error).message).toMatch(re);
+    expect((err as Error).message).not.toContain("\n");
+  }
+}
+
 /** 3 rows, 4 query heads over 2 KV heads of dim 8, caches of 16 (row 2: 24) slots in bf16. */
 function setup(be: CudaBackend) {
   const B = 3, heads = 4, kvHeads = 2, hd = 8;
@@ -112,17 +127,7 @@ describe("CudaBackend.attnDecodeBatch (stand-in native library)", () => {
       [() => be.attnDecodeBatch(s.q, s.q, s.k, s.v, s.rows, 1), /out must not overlap q, k or v/],
       [() => be.attnDecodeBatch(be.view(s.out, 0, [2, 32]), s.q, s.k, s.v, s.rows, 1), /out .* has 2 rows, 3 requested/],
     ];
-    for (const [fn, re] of cases) {
-      let err: unknown;
-      try {
-        fn();
-      } catch (e) {
-        err = e;
-      }
-      expect(err, String(re)).toBeInstanceOf(HybridgenError);
-      expect((err as Error).message).toMatch(re);
-      expect((err as Error).message).not.toContain("\n");
-    }
+    expectOneLineErrors(cases);
     expect(ops()).toEqual([]);
     be.close();
     ref.close();
@@ -212,18 +217,28 @@ describe("CudaBackend.setSkinny and matmulSplit (stand-in native library)", () =
       [() => be.setSkinny({ maxRows: 33 }), /setSkinny: maxRows must be an integer in 1\.\.32, got 33/],
       [() => be.setSkinny({ pipeline: 1 as unknown as boolean }), /setSkinny: pipeline must be a boolean/],
     ];
-    for (const [fn, re] of cases) {
-      let err: unknown;
-      try {
-        fn();
-      } catch (e) {
-        err = e;
-      }
-      expect(err, String(re)).toBeInstanceOf(HybridgenError);
-      expect((err as Error).message).toMatch(re);
-      expect((err as Error).message).not.toContain("\n");
-    }
+    expectOneLineErrors(cases);
     expect(calls.filter((c) => c.name === "hg_cu_matmul_rows")).toHaveLength(0);
+    be.close();
+  });
+});
+
+describe("CudaBackend.argmaxRows (stand-in native library)", () => {
+  it("one hg_cu_argmax_rows call with x, n, the row width, a device scratch and the caller's array; bad input refused first", () => {
+    const { be, calls } = make();
+    const x = be.alloc([8, 1000]), out = new Int32Array(8);
+    be.argmaxRows(x, 6, out);
+    const call = calls.find((c) => c.name === "hg_cu_argmax_rows")!;
+    expect(call.args.slice(1, 4)).toEqual([be.address(x), 6, 1000]);
+    expect(call.args[5]).toBeInstanceOf(Int32Array); // the caller's array (the stand-in keeps a copy)
+    expect((call.args[5] as Int32Array).length).toBe(8);
+    expect(be.liveTensors).toBe(1); // the scratch is internal
+    expectOneLineErrors([
+      [() => be.argmaxRows(x, 9, new Int32Array(9)), /argmaxRows: x .* has 8 rows, 9 requested/],
+      [() => be.argmaxRows(x, 4, new Int32Array(3)), /argmaxRows: out must be an Int32Array of at least 4 values/],
+      [() => be.argmaxRows(be.alloc([2, 4], "bf16"), 2, new Int32Array(2)), /argmaxRows: x must be f32, got bf16/],
+    ]);
+    expect(calls.filter((c) => c.name === "hg_cu_argmax_rows")).toHaveLength(1);
     be.close();
   });
 });
