@@ -438,7 +438,7 @@ static int sk_submit(HgCtx *c, float *const *outs, const int *ends, int count, i
   if (!skinny_fits(x, w, wt, n, k) || m <= 0) return HG_SKINNY_NOT_TAKEN;
   HG_FLUSH_REC(c);
   const SkState &st = sk_state(c);
-  const bool pipe = (st.flags & SK_PIPELINE) != 0;
+  const bool pipe = (st.flags & SK_PIPELINE) && n >= (st.flags >> 8);
   // k splits: as many blocks as the SMs hold at once, rounded down (no second, mostly empty wave),
   // partials within the scratch; at least 2 k chunks a warp (the pipelined kernel: 3, its ring).
   const int rowBlocks = (m + SK_ROWS - 1) / SK_ROWS, nChunks = (k + 31) / 32, nt = (n + 7) / 8;
@@ -483,10 +483,11 @@ HG_EXPORT int hg_cu_matmul_path_for(HgCtx *c, int n, int wt, int k) {
 }
 
 // maxRows (1..32; 1 = never automatically): the largest n "auto" gives the skinny GEMM, cuBLAS
-// above (default 32). flags: 1 the pipelined kernel, 2 its fused split reduction (default 0).
+// above (default 32). flags: 1 the pipelined kernel (for n ≥ flags >> 8), 2 the fused split
+// reduction (default 0).
 // Negative leaves a value as it is. Returns 0, or cudaErrorInvalidValue out of range.
 HG_EXPORT int hg_cu_set_skinny(HgCtx *c, int maxRows, int flags) {
-  if (maxRows > 32 || maxRows == 0 || flags > (SK_PIPELINE | SK_FUSED_REDUCE)) return (int)cudaErrorInvalidValue;
+  if (maxRows > 32 || maxRows == 0 || (flags >= 0 && ((flags & 0xff) > (SK_PIPELINE | SK_FUSED_REDUCE) || (flags >> 8) > 32))) return (int)cudaErrorInvalidValue;
   SkState &st = sk_state(c);
   if (maxRows > 0) st.maxRows = maxRows;
   if (flags >= 0) st.flags = flags;
