@@ -219,11 +219,19 @@ describe("hybrid attention on the CPU backend with the native stage", () => {
       const out = [model.forward(Int32Array.from(tokens.slice(0, 12)), 0)];
       for (let t = 12; t < tokens.length; t++) out.push(model.forward(Int32Array.of(tokens[t]), t));
       const steps = h?.stats.steps ?? 0;
+      const st = h?.stats;
+      const split = st ? { score: st.cpuScoreMs, select: st.cpuSelectMs, gather: st.cpuGatherMs, busy: st.cpuStageMs, summary: st.summary() } : null;
       h?.close();
-      return { out, steps };
+      return { out, steps, split };
     };
     const full = runModel(false), hy = runModel(true);
     expect(hy.steps).toBe(tokens.length - 12);
+    // The native stage's phases reach the stats: every job scored and selected, and they fit in its busy time.
+    const sp = hy.split!;
+    expect(sp.score).toBeGreaterThan(0);
+    expect(sp.select).toBeGreaterThan(0);
+    expect(sp.score + sp.select + sp.gather).toBeLessThanOrEqual(sp.busy + 1e-6);
+    expect(sp.summary).toMatch(/CPU stage split per layer: score [\d.]+ ms, top-K [\d.]+ ms, gather [\d.]+ ms, hand-offs [\d.]+ ms/);
     hy.out.forEach((l, i) => expect(maxDiff(l, full.out[i])).toBeLessThan(1e-4));
   });
 });
