@@ -165,6 +165,7 @@ async function* run(
   try {
     const dec = (decoder = new BatchDecoder(model, batch));
     const pick = (s: Seq): number => (s.greedy ? dec.argmax(s.slot) : s.sampler.sample(dec.logits(s.slot)));
+    const picks = new Int32Array(batch); // a step's greedy picks, one backend call (argmaxSlots)
     for (;;) {
       // Continuous batching: free slots take queued prompts (prefilled one at a time).
       while (free.length > 0 && queued < seqs.length && !aborted()) {
@@ -203,9 +204,11 @@ async function* run(
 
       // One forward pass for every sequence in flight, then each picks its token.
       const t0 = performance.now();
-      dec.step(active.map((s) => s.slot), Int32Array.from(active, (s) => s.next));
+      const slots = active.map((s) => s.slot);
+      dec.step(slots, Int32Array.from(active, (s) => s.next));
       steps++;
-      const ids = active.map((s) => pick(s));
+      if (active.some((s) => s.greedy)) dec.argmaxSlots(slots, picks);
+      const ids = active.map((s, i) => (s.greedy ? picks[i] : pick(s)));
       const ms = performance.now() - t0;
       decodeMs += ms;
       for (let i = 0; i < active.length; i++) {
