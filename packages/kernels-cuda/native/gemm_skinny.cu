@@ -395,7 +395,7 @@ static bool skinny_fits(const float *x, const void *w, int wt, int n, int k) {
   return (wt == DT_BF16 || wt == DT_F16) && n >= 2 && n <= 32 && k > 0 && k % 8 == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
 }
 
-// Blocks of a (WT, NT) kernel one SM holds at once (registers bound the first variant: 72–136 a
+// Blocks of a (WT, NT) kernel one SM holds at once (registers bound the first variant: 66–132 a
 // thread; shared memory the pipelined one), asked of the runtime once per process. The pipelined
 // kernel's dynamic shared memory is allowed here, before its first launch.
 template <int WT, int NT>
