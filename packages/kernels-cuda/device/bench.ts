@@ -276,6 +276,8 @@ const allVariants: Variant[] = [
   { name: "attention: K/V by cp.async (3 shared-memory stages)", graphs: true, matvec: true, splitK: true, tuning: { attnAsyncCopy: true } },
   { name: "attention: cp.async stages + last block merges", graphs: true, matvec: true, splitK: true, tuning: { attnAsyncCopy: true, attnMergeInKernel: true } },
   { name: "all fifth-pass switches: GEMV split (auto), norm folded in, attention cp.async + last block merges", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1, attnMergeInKernel: true, attnAsyncCopy: true } },
+  { name: "GEMV split (auto) + RoPE in the qkv GEMV's epilogue", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, qkvRope: true } },
+  { name: "all fifth-pass switches + RoPE in the qkv GEMV", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1, attnMergeInKernel: true, attnAsyncCopy: true, qkvRope: true } },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -15,7 +15,7 @@ import { relErr, runOpChecks } from "./op-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const PLAIN: DecodeTuning = { programmaticLaunch: false, attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, gemvSplit: 0, gemvUnroll: 4, attnAsyncCopy: false };
+const PLAIN: DecodeTuning = { programmaticLaunch: false, attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, gemvSplit: 0, gemvUnroll: 4, attnAsyncCopy: false, qkvRope: false };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, programmaticLaunch: true, attnUnroll: 2 },
   { ...PLAIN, programmaticLaunch: true, attnUnroll: 4 },
@@ -25,7 +25,8 @@ const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnMinChunk: 256 },
   { ...PLAIN, gemvSplit: 1 },
   { ...PLAIN, gemvSplit: 4, gemvUnroll: 8 },
-  { ...PLAIN, programmaticLaunch: true, attnMergeInKernel: true, attnMinChunk: 128, gemvSplit: 1, attnAsyncCopy: true },
+  { ...PLAIN, gemvSplit: 1, qkvRope: true },
+  { ...PLAIN, programmaticLaunch: true, attnMergeInKernel: true, attnMinChunk: 128, gemvSplit: 1, attnAsyncCopy: true, qkvRope: true },
 ];
 const label = (t: DecodeTuning) => {
   const changed = Object.entries(t).filter(([key, v]) => PLAIN[key as keyof DecodeTuning] !== v).map(([key, v]) => `${key} ${String(v)}`);

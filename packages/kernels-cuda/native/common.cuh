@@ -41,7 +41,7 @@ struct Cmd {
   int kind;
   int s[11];         // static ints (shapes, dtypes, grid choices)
   float f[2];        // static floats (eps, scale)
-  const void *p[6];  // device pointers (blob pointers included: their offsets are static)
+  const void *p[8];  // device pointers (blob pointers included: their offsets are static)
   int dynOff;        // offset of this command's per-step ints in the device blob, -1 none
   int d[3];          // per-step ints by value (eager runs); NOT part of the signature
 };
@@ -100,6 +100,7 @@ struct HgCtx {
   int gemvSplit;          // decode GEMV: k of a row over up to this many warps (0 off, 1 auto, 2/4/8)
   int gemvUnroll;         // decode GEMV (split form): 16-byte loads a lane has in flight a row (4, 8)
   int attnAsyncCopy;      // split-K decode attention: K/V tiles by cp.async into shared-memory stages
+  int qkvRope;            // a recorded RoPE right after a split GEMV into its output: done in its epilogue
 };
 
 // Loads one element of any dtype as float.

@@ -134,16 +134,36 @@ struct SplitArgs {
   const void *w, *bias, *nw;  // nw (NORM): the norm weight, of the weights' dtype
   int bt, k, m;
   float eps;
+  // ROPE: rows [0, ropeRows) are heads of 2·half values rotated by RoPE at position *pos
+  // (cos/sin tables [positions, half]), as rope_kernel (rowops.cu) does it.
+  const float *cosT, *sinT;
+  const int *pos;
+  int ropeRows, half;
 };
+
+// ROPE: a block's R rows are R/2 RoPE pairs (j, j + half of one head), so the epilogue rotates
+// them in place; the rows past the RoPE region follow in order. Else: rows b·R + i.
+template <int R, bool ROPE>
+__device__ __forceinline__ int split_row(const SplitArgs &a, int b, int i) {
+  if (ROPE) {
+    const int ropeBlocks = a.ropeRows / R;
+    if (b < ropeBlocks) {
+      const int p = b * (R / 2) + i / 2, hh = p / a.half, pi = p % a.half;
+      return hh * 2 * a.half + pi + (i & 1) * a.half;
+    }
+    return a.ropeRows + (b - ropeBlocks) * R + i;
+  }
+  return b * R + i;
+}
 template <int EPI, int U>
 struct SplitOcc { static constexpr int L = U * ((EPI & FG_SILU) ? 2 : 1), BLOCKS = L <= 4 ? 3 : L <= 8 ? 2 : 1; };
-template <int WT, int EPI, int S, int U, bool NORM>
+template <int WT, int EPI, int S, int U, bool NORM, bool ROPE>
 __global__ void __launch_bounds__(FG_THREADS, SplitOcc<EPI, U>::BLOCKS) gemv_split_kernel(SplitArgs a) {
   constexpr bool SILU = (EPI & FG_SILU) != 0;
   constexpr int ES = WT == DT_F32 ? 4 : 2, V = Vec16<WT>::N, R = FG_WARPS / S, CHUNK = 32 * U;
   __shared__ float part[3][FG_WARPS];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, k = a.k, m = a.m;
-  const int r0 = blockIdx.x * R + warp / S, slice = warp % S;
+  const int r0 = split_row<R, ROPE>(a, blockIdx.x, warp / S), slice = warp % S;
   hg_pdl_wait();  // x (and out, for +=) come from the kernels before this one
   float a0 = 0.f, a1 = 0.f, ss = 0.f;
   if (r0 < m) {
@@ -195,8 +215,8 @@ __global__ void __launch_bounds__(FG_THREADS, SplitOcc<EPI, U>::BLOCKS) gemv_spl
   if (lane == 0) { part[0][warp] = a0; part[1][warp] = a1; part[2][warp] = ss; }
   __syncthreads();
   if (threadIdx.x >= R) return;
-  const int row = blockIdx.x * R + threadIdx.x;
-  if (row >= m) return;
+  const int row = split_row<R, ROPE>(a, blockIdx.x, threadIdx.x);
+  if (row >= m) return;  // never inside the RoPE region (ropeRows ≤ m): the pairs below stay whole
   float y0 = 0.f, y1 = 0.f, sq = 0.f;
 #pragma unroll
   for (int j = 0; j < S; j++) {
@@ -215,6 +235,16 @@ __global__ void __launch_bounds__(FG_THREADS, SplitOcc<EPI, U>::BLOCKS) gemv_spl
     y1 += a.bias ? load_any(a.bias, a.bt, row + m) : 0.f;
     v = y0 / (1.f + expf(-y0)) * y1;
   }
+  if (ROPE && blockIdx.x < a.ropeRows / R) {  // rotate the pair (thread i holds j or j + half)
+    __shared__ float yv[FG_WARPS];
+    yv[threadIdx.x] = v;
+    __syncwarp((1u << R) - 1);
+    const float other = yv[threadIdx.x ^ 1];
+    const int pi = (blockIdx.x * (R / 2) + threadIdx.x / 2) % a.half;
+    const size_t t = (size_t)*a.pos * a.half + pi;
+    const float c = a.cosT[t], s = a.sinT[t];
+    v = (threadIdx.x & 1) == 0 ? v * c - other * s : other * s + v * c;
+  }
   if (EPI & FG_ACCUMULATE) a.out[row] += v; else a.out[row] = v;
 }
 
@@ -231,16 +261,16 @@ static int split_ways(const HgCtx *c, int setting, int chunks, int m) {
   return s;
 }
 
-template <int WT, int EPI, int U, bool NORM>
+template <int WT, int EPI, int U, bool NORM, bool ROPE = false>
 static int launch_split_s(HgCtx *c, int S, const SplitArgs &a) {
   const unsigned blocks = (unsigned)((a.m + FG_WARPS / S - 1) / (FG_WARPS / S));
   switch (S) {
     case 1:
-      if constexpr (NORM) return hg_launch(c, gemv_split_kernel<WT, EPI, 1, U, NORM>, dim3(blocks), dim3(FG_THREADS), 0, a);
+      if constexpr (NORM) return hg_launch(c, gemv_split_kernel<WT, EPI, 1, U, NORM, ROPE>, dim3(blocks), dim3(FG_THREADS), 0, a);
       return (int)cudaErrorInvalidValue;  // S = 1 without a norm is the one-warp kernel's
-    case 2: return hg_launch(c, gemv_split_kernel<WT, EPI, 2, U, NORM>, dim3(blocks), dim3(FG_THREADS), 0, a);
-    case 4: return hg_launch(c, gemv_split_kernel<WT, EPI, 4, U, NORM>, dim3(blocks), dim3(FG_THREADS), 0, a);
-    default: return hg_launch(c, gemv_split_kernel<WT, EPI, 8, U, NORM>, dim3(blocks), dim3(FG_THREADS), 0, a);
+    case 2: return hg_launch(c, gemv_split_kernel<WT, EPI, 2, U, NORM, ROPE>, dim3(blocks), dim3(FG_THREADS), 0, a);
+    case 4: return hg_launch(c, gemv_split_kernel<WT, EPI, 4, U, NORM, ROPE>, dim3(blocks), dim3(FG_THREADS), 0, a);
+    default: return hg_launch(c, gemv_split_kernel<WT, EPI, 8, U, NORM, ROPE>, dim3(blocks), dim3(FG_THREADS), 0, a);
   }
 }
 
@@ -249,9 +279,14 @@ static int launch_split_u(HgCtx *c, int S, int U, const SplitArgs &a) {
   return U == 8 ? launch_split_s<WT, EPI, 8, NORM>(c, S, a) : launch_split_s<WT, EPI, 4, NORM>(c, S, a);
 }
 
-// epi 0 (y), 1 (+= y), 2 (SiLU·up); with the norm only 0 and 2 (core's qkv, gate/up and lm_head).
+// epi 0 (y), 1 (+= y), 2 (SiLU·up); with the norm only 0 and 2 (core's qkv, gate/up and lm_head);
+// RoPE (ropeRows > 0) only with epi 0 and 4 loads a lane (hg_cu_rope folds it only then).
 template <int WT>
 static int launch_split(HgCtx *c, int epi, int S, int U, const SplitArgs &a) {
+  if (a.ropeRows > 0) {
+    if (epi != 0 || U != 4) return (int)cudaErrorInvalidValue;
+    return a.nw ? launch_split_s<WT, 0, 4, true, true>(c, S, a) : launch_split_s<WT, 0, 4, false, true>(c, S, a);
+  }
   if (a.nw) {
     if (epi == 0) return launch_split_u<WT, 0, true>(c, S, U, a);
     if (epi == 2) return launch_split_u<WT, 2, true>(c, S, U, a);
@@ -307,7 +342,8 @@ int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd) {
   const size_t shmem = nw ? (size_t)k * sizeof(float) : 0;
   // The split form (s[7] S, s[8] U; 0: not taken): vector loads, the norm in the epilogue.
   if (cmd.s[7] > 0) {
-    const SplitArgs a = {out, x, w, bias, nw, bt, k, m, cmd.f[0]};
+    // s[9] RoPE rows (0 none), s[10] half; p[5] cos, p[6] sin, p[7] the position (blob)
+    const SplitArgs a = {out, x, w, bias, nw, bt, k, m, cmd.f[0], (const float *)cmd.p[5], (const float *)cmd.p[6], (const int *)cmd.p[7], cmd.s[9], cmd.s[10]};
     HG_DISPATCH_DT(wt, W, return launch_split<W>(c, epi, cmd.s[7], cmd.s[8], a));
   }
   if (nw) { HG_DISPATCH_DT(wt, W, return (launch_fg_epi<W, true>(c, epi, vec, blocks, shmem, out, x, w, bias, bt, nw, nt, cmd.f[0], k, m))); }
@@ -316,6 +352,20 @@ int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd) {
 }
 
 Cmd hg_new_cmd(int kind);
+
+// The qkvRope switch: RoPE of one row (n = 1) recorded right after a split GEMV (4 loads a lane,
+// epilogue y) that wrote that row is done by the GEMV's epilogue instead of rope_kernel. g: the
+// last recorded command; x: the row RoPE rotates (heads·2·half values); dpos: the position in
+// the step's blob. Returns 1 when folded (the caller then records nothing).
+int hg_gemv_fold_rope(Cmd &g, const float *x, int heads, int headDim, const float *cosT, const float *sinT, int half, const int *dpos) {
+  if (g.kind != CMD_GEMV_FUSED || g.s[7] < 1 || g.s[8] != 4 || g.s[5] != 0 || g.s[9] != 0 || g.p[0] != x || !dpos) return 0;
+  const int R = FG_WARPS / g.s[7];
+  const long ropeRows = (long)heads * headDim;
+  if (headDim != 2 * half || half < 1 || R < 2 || ropeRows > g.s[4] || ropeRows % R != 0) return 0;
+  g.p[5] = cosT; g.p[6] = sinT; g.p[7] = dpos;
+  g.s[9] = (int)ropeRows; g.s[10] = half;
+  return 1;
+}
 
 extern "C" {
 

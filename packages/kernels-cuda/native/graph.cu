@@ -206,7 +206,8 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // rows per lane and round (2 or 4), 2 the split kernel's last block merges (0/1), 3 the
 // attention chunks' minimum length (64, 128, 256 tokens), 4 the decode GEMV's k split (0 off,
 // 1 auto, 2, 4, 8 warps a row at most), 5 the split GEMV's loads in flight per lane and row
-// (4, 8), 6 the split-K attention's K/V tiles by cp.async into shared-memory stages (0/1).
+// (4, 8), 6 the split-K attention's K/V tiles by cp.async into shared-memory stages (0/1), 7 a
+// recorded one-row RoPE folded into the split GEMV that wrote its row (0/1).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 int hg_decode_attn_reset_tickets(HgCtx *c);  // decode_attn.cu
@@ -221,13 +222,14 @@ static int *decode_option(HgCtx *c, int which) {
     case 4: return &c->gemvSplit;
     case 5: return &c->gemvUnroll;
     case 6: return &c->attnAsyncCopy;
+    case 7: return &c->qkvRope;
     default: return NULL;
   }
 }
 
 static bool decode_option_ok(int which, int v) {
   switch (which) {
-    case 0: case 2: case 6: return v == 0 || v == 1;
+    case 0: case 2: case 6: case 7: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
     case 3: return v == 64 || v == 128 || v == 256;
     case 4: return v == 0 || v == 1 || v == 2 || v == 4 || v == 8;
@@ -271,6 +273,7 @@ int hg_graph_init(HgCtx *c) {
   c->gemvSplit = 0;          // one warp a row until the split form is measured
   c->gemvUnroll = 4;
   c->attnAsyncCopy = 0;      // register loads until the cp.async stages are measured
+  c->qkvRope = 0;            // RoPE its own kernel until the fold is measured
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

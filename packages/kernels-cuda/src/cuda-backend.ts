@@ -68,6 +68,12 @@ export interface DecodeTuning {
   /** Split-K decode attention: K/V tiles by cp.async into 3 shared-memory stages (more bytes in flight; same bits). Off by default. */
   attnAsyncCopy: boolean;
   /**
+   * A recorded one-row RoPE right after the split GEMV that wrote its row (core's qkv) runs in
+   * that GEMV's epilogue (a block's rows are RoPE pairs): one launch less a layer. Needs gemvSplit
+   * on with 4 loads a lane. Off by default.
+   */
+  qkvRope: boolean;
+  /**
    * Decode GEMV (matvec without a fused norm): k of a row split over up to this many warps of a
    * block, partial sums added in shared memory in a fixed order. 0 (default): one warp a row;
    * 1: automatic (about two waves of resident warps); 2, 4, 8: that many at most.
@@ -86,6 +92,7 @@ const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readon
   gemvSplit: { code: 4, values: [0, 1, 2, 4, 8] },
   gemvUnroll: { code: 5, values: [4, 8] },
   attnAsyncCopy: { code: 6, values: [false, true] },
+  qkvRope: { code: 7, values: [false, true] },
 };
 
 /** Floats of the unfused matvec parts' scratch made before a step (so a step never allocates). */
@@ -728,6 +735,7 @@ export class CudaBackend implements Backend {
       gemvSplit: get("gemvSplit", 0) as DecodeTuning["gemvSplit"],
       gemvUnroll: get("gemvUnroll", 4) as DecodeTuning["gemvUnroll"],
       attnAsyncCopy: get("attnAsyncCopy", 0) === 1,
+      qkvRope: get("qkvRope", 0) === 1,
     };
   }
 
