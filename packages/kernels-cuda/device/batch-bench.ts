@@ -100,7 +100,7 @@ const checks: string[] = [
 ];
 /** Every new batched-GEMM switch on (setSkinny): the fifth pass's candidate defaults. */
 const ALL_NEW: Partial<SkinnyOptions> = { pipeline: true, fusedReduce: true, split: true };
-const SKINNY_OFF: SkinnyOptions = { maxRows: 32, pipeline: false, fusedReduce: false, split: false };
+const SKINNY_OFF: SkinnyOptions = { maxRows: 32, pipeline: false, pipelineMinRows: 2, fusedReduce: false, split: false };
 const skinnyLabel = (o: Partial<SkinnyOptions>) => (o.split || o.pipeline || o.fusedReduce ? ` (${[o.pipeline && "pipelined", o.fusedReduce && "fused reduce", o.split && "matmulSplit"].filter(Boolean).join(", ")})` : "");
 for (const [dtype, skinny] of [["f32", {}], ["bf16", {}], ["bf16", ALL_NEW]] as const) {
   cuda.setSkinny({ ...SKINNY_OFF, ...skinny });

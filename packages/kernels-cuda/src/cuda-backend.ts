@@ -48,12 +48,14 @@ export interface SkinnyOptions {
   maxRows: number;
   /** The cp.async-pipelined skinny kernel (S−1 chunks a warp in flight in shared memory). Default off. */
   pipeline: boolean;
+  /** With pipeline: the fewest rows that take the pipelined kernel (2..33, 33 = none); fewer take the first one. Default 2. */
+  pipelineMinRows: number;
   /** k splits summed by the GEMM's last block of each row block, not a second kernel. Default off. */
   fusedReduce: boolean;
   /** Backend.matmulSplit takes batched q/k/v, gate/up and o/down + add (skinny path only). Default off: it declines. */
   split: boolean;
 }
-const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 32, pipeline: false, fusedReduce: false, split: false };
+const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 32, pipeline: false, pipelineMinRows: 2, fusedReduce: false, split: false };
 
 /** Decode-kernel switches (CudaBackend.setDecodeTuning); DEVICE-NOTES.md, fourth pass, measures them. */
 export interface DecodeTuning {
@@ -345,8 +347,11 @@ export class CudaBackend implements Backend {
     const ctx = this.live_("setSkinny");
     const next = { ...this.skinnyOpts, ...o };
     if (!(Number.isInteger(next.maxRows) && next.maxRows >= 1 && next.maxRows <= 32)) bad(`setSkinny: maxRows must be an integer in 1..32, got ${next.maxRows}`);
+    if (!(Number.isInteger(next.pipelineMinRows) && next.pipelineMinRows >= 2 && next.pipelineMinRows <= 33)) bad(`setSkinny: pipelineMinRows must be an integer in 2..33, got ${next.pipelineMinRows}`);
     for (const key of ["pipeline", "fusedReduce", "split"] as const) if (typeof next[key] !== "boolean") bad(`setSkinny: ${key} must be a boolean, got ${String(next[key])}`);
-    this.ok("setSkinny", this.lib.hg_cu_set_skinny(ctx, next.maxRows, (next.pipeline ? 1 : 0) | (next.fusedReduce ? 2 : 0)));
+    // Native flags: bit 0 pipelined, bit 1 fused reduce, bits 8.. the pipelined kernel's fewest rows (33 = never).
+    const pipeFlags = next.pipeline && next.pipelineMinRows <= 32 ? 1 | (next.pipelineMinRows << 8) : 0;
+    this.ok("setSkinny", this.lib.hg_cu_set_skinny(ctx, next.maxRows, pipeFlags | (next.fusedReduce ? 2 : 0)));
     this.skinnyOpts = next;
     this.skinnySet = true;
   }

@@ -161,11 +161,15 @@ describe("CudaBackend.setSkinny and matmulSplit (stand-in native library)", () =
   it("declines by default; once on, one hg_cu_matmul_rows call with the outputs, widths and accumulate flag", () => {
     const { be, calls } = make();
     const s = splitSetup(be);
-    expect(be.skinny).toEqual({ maxRows: 32, pipeline: false, fusedReduce: false, split: false });
+    expect(be.skinny).toEqual({ maxRows: 32, pipeline: false, pipelineMinRows: 2, fusedReduce: false, split: false });
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, s.n, s.bias, false)).toBe(false);
     expect(calls.some((c) => c.name === "hg_cu_matmul_rows" || c.name === "hg_cu_set_skinny")).toBe(false);
     be.setSkinny({ split: true, pipeline: true, fusedReduce: true, maxRows: 16 });
-    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").map((c) => c.args.slice(1))).toEqual([[16, 3]]);
+    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").map((c) => c.args.slice(1))).toEqual([[16, 3 | (2 << 8)]]);
+    be.setSkinny({ pipelineMinRows: 17 });
+    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").at(-1)!.args.slice(1)).toEqual([16, 3 | (17 << 8)]);
+    be.setSkinny({ pipelineMinRows: 33 });
+    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").at(-1)!.args.slice(1)).toEqual([16, 2]);
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, s.n, s.bias, false)).toBe(true);
     const call = calls.find((c) => c.name === "hg_cu_matmul_rows")!;
     expect(call.args.slice(1, 15)).toEqual([
@@ -216,6 +220,7 @@ describe("CudaBackend.setSkinny and matmulSplit (stand-in native library)", () =
       [() => be.matmulSplit([s.x], s.x, be.alloc([64, 64], "bf16"), s.n, undefined, true), /outs\[0\] must not overlap x/],
       [() => be.setSkinny({ maxRows: 33 }), /setSkinny: maxRows must be an integer in 1\.\.32, got 33/],
       [() => be.setSkinny({ pipeline: 1 as unknown as boolean }), /setSkinny: pipeline must be a boolean/],
+      [() => be.setSkinny({ pipelineMinRows: 1 }), /setSkinny: pipelineMinRows must be an integer in 2\.\.33, got 1/],
     ];
     expectOneLineErrors(cases);
     expect(calls.filter((c) => c.name === "hg_cu_matmul_rows")).toHaveLength(0);
