@@ -172,6 +172,8 @@ interface Variant {
   B: number; name: string; graphs: boolean; path: "auto" | "gemv" | "cublas"; batchedAttention: boolean; skinny: Partial<SkinnyOptions>;
   /** Greedy picks: one argmaxRows call for the step (BatchDecoder.argmaxSlots), else argmax per row. */
   batchedPicks?: boolean;
+  /** setDecodeTuning({ programmaticLaunch }): the step's kernels launched with programmatic dependent launch. */
+  pdl?: boolean;
 }
 const variants: Variant[] = [];
 // Batched attention everywhere (measured better at 17:20); the GEMM side compared per B: the
@@ -188,6 +190,7 @@ for (const B of batches) {
   variants.push({ ...base, name: "skinny + fused reduce + matmulSplit", skinny: { fusedReduce: true, split: true } });
   variants.push({ ...base, name: "skinny pipelined + fused reduce + matmulSplit (all new)", skinny: ALL_NEW });
   variants.push({ ...base, name: "all new + one argmaxRows pick a step", skinny: ALL_NEW, batchedPicks: true });
+  variants.push({ ...base, name: "all new + argmaxRows + programmatic launch", skinny: ALL_NEW, batchedPicks: true, pdl: true });
   variants.push({ ...base, name: "cuBLAS + batched attention", path: "cublas" });
   if (B === Math.max(...batches)) variants.push({ ...base, name: "all new, graphs off", graphs: false, skinny: ALL_NEW });
 }
@@ -215,6 +218,7 @@ for (const v of variants) {
   cuda.setMatmulPath(v.path);
   cuda.setBatchAttention(v.batchedAttention);
   cuda.setSkinny({ ...SKINNY_OFF, ...v.skinny });
+  cuda.setDecodeTuning({ programmaticLaunch: v.pdl === true });
   cuda.resetGraphs(); // a variant starts clean: no graph or drained-step counter of the one before
   const slots = Array.from({ length: v.B }, (_, i) => i);
   const run = () => {
@@ -241,6 +245,7 @@ cuda.setCudaGraphs(true);
 cuda.setMatmulPath("auto");
 cuda.setBatchAttention(true);
 cuda.setSkinny(SKINNY_OFF);
+cuda.setDecodeTuning({ programmaticLaunch: false });
 
 say(`\n## Batched-decode checks: ${failures === 0 ? "ALL PASS" : `${failures} FAILED`}`);
 for (const row of kernelRows) say(row);
