@@ -119,6 +119,10 @@ static int capture(HgCtx *c, StepGraph &g) {
   return 0;
 }
 
+// Defined in other files of the library with C++ linkage (not exported).
+int hg_decode_attn_reset_tickets(HgCtx *c);  // decode_attn.cu
+int hg_decode_attn_allow_async(void);         // decode_attn.cu
+
 extern "C" {
 
 // Starts a decode step under `key` (0 ≤ key < HG_MAX_GRAPH_KEYS).
@@ -210,8 +214,6 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // recorded one-row RoPE folded into the split GEMV that wrote its row (0/1).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
-int hg_decode_attn_reset_tickets(HgCtx *c);  // decode_attn.cu
-int hg_decode_attn_allow_async(void);         // decode_attn.cu
 
 static int *decode_option(HgCtx *c, int which) {
   switch (which) {

@@ -190,6 +190,9 @@ static int put_dyn(HgCtx *c, Cmd &cmd, int count) {
 int hg_put_dyn(HgCtx *c, Cmd &cmd, int count) { return put_dyn(c, cmd, count); }
 Cmd hg_new_cmd(int kind) { return new_cmd(kind); }
 
+// Defined in other files of the library with C++ linkage (not exported).
+int hg_gemv_fold_rope(Cmd &g, const float *x, int heads, int headDim, const float *cosT, const float *sinT, int half, const int *dpos);  // gemv_fused.cu
+
 extern "C" {
 
 // ids: host array of n ids (already range-checked); n == 1 passes the id by value.
@@ -219,7 +222,6 @@ HG_EXPORT int hg_cu_layernorm(HgCtx *c, float *out, const float *x, const void *
   return hg_submit(c, m);
 }
 
-int hg_gemv_fold_rope(Cmd &g, const float *x, int heads, int headDim, const float *cosT, const float *sinT, int half, const int *dpos);  // gemv_fused.cu
 
 HG_EXPORT int hg_cu_rope(HgCtx *c, float *x, int n, int width, const int *positions, int heads, int headDim, const float *cosT, const float *sinT, int half) {
   HG_FLUSH_REC(c);

@@ -62,5 +62,14 @@ if (r.status !== 0) {
   console.error(`kernels-cuda: nvcc failed (exit ${r.status ?? r.signal})`);
   process.exit(1);
 }
+// A function of ours declared with C linkage but defined with C++ linkage (or not at all)
+// links fine into a shared library and fails only when called: refuse such a library here.
+const nm = spawnSync("nm", ["-D", "--undefined-only", tmp], { encoding: "utf8" });
+const unresolved = nm.status === 0 ? nm.stdout.split("\n").map((l) => l.trim().split(/\s+/).pop() ?? "").filter((s) => /^hg_/.test(s)) : [];
+if (unresolved.length > 0) {
+  rmSync(tmp, { force: true });
+  console.error(`kernels-cuda: the library leaves its own functions unresolved: ${unresolved.join(", ")} (a declaration inside extern "C" for a C++ definition?)`);
+  process.exit(1);
+}
 renameSync(tmp, out); // atomic: a concurrent loader never sees a half-written library
 console.log(`kernels-cuda: built ${out}`);
