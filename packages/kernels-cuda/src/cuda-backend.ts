@@ -44,18 +44,21 @@ export interface MatvecFusionChoice {
 
 /** Batched-decode GEMM switches (CudaBackend.setSkinny); DEVICE-NOTES.md, fifth pass, measures them. */
 export interface SkinnyOptions {
-  /** The largest row count "auto" gives the skinny GEMM (1..32, 1 = none); cuBLAS above it when loaded. Default 32. */
+  /** The largest row count "auto" gives the skinny GEMM (1..32, 1 = none); cuBLAS above it when loaded. Default 8. */
   maxRows: number;
   /** The cp.async-pipelined skinny kernel (S−1 chunks a warp in flight in shared memory). Default off. */
   pipeline: boolean;
   /** With pipeline: the fewest rows that take the pipelined kernel (2..33, 33 = none); fewer take the first one. Default 2. */
   pipelineMinRows: number;
-  /** k splits summed by the GEMM's last block of each row block, not a second kernel. Default off. */
+  /** k splits summed by the GEMM's last block of each row block, not a second kernel. Default on. */
   fusedReduce: boolean;
-  /** Backend.matmulSplit takes batched q/k/v, gate/up and o/down + add (skinny path only). Default off: it declines. */
+  /** Backend.matmulSplit takes batched q/k/v, gate/up and o/down + add (skinny path only; off: it declines). Default on. */
   split: boolean;
 }
-const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 32, pipeline: false, pipelineMinRows: 2, fusedReduce: false, split: false };
+// Measured on the H200 (DEVICE-NOTES.md, integrator's fifth-pass run): at B = 8 the skinny GEMM with the
+// fused reduction and matmulSplit was fastest (1 077 tok/s vs 1 028 plain, 958 cuBLAS); at B = 16 and 32
+// cuBLAS won (1 637 / 2 594 vs 1 454 / 1 959); the pipelined kernel lost at every B.
+const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 8, pipeline: false, pipelineMinRows: 2, fusedReduce: true, split: true };
 
 /** Decode-kernel switches (CudaBackend.setDecodeTuning); DEVICE-NOTES.md, fourth pass, measures them. */
 export interface DecodeTuning {
@@ -188,6 +191,7 @@ export class CudaBackend implements Backend {
     const end = info.indexOf(0);
     this.cublas = new TextDecoder().decode(info.subarray(0, end < 0 ? info.length : end));
     this.check = new BackendChecks({ name: "cuda", className: "CudaBackend", tensorClass: CudaTensor, owner: this, usable: (op) => this.live_(op) });
+    this.setSkinny(SKINNY_DEFAULTS); // the library's own defaults are the first version's (32 rows, no fused reduce)
   }
 
   // ---- errors and validation ----------------------------------------------------------------
@@ -294,8 +298,9 @@ export class CudaBackend implements Backend {
     this.inStep = false;
     this.hostLink?.close();
     this.hostLink = null;
-    // The library keys these by context address: a later context at the same address starts at the defaults.
-    if (this.skinnySet) this.lib.hg_cu_set_skinny(this.ctx, SKINNY_DEFAULTS.maxRows, 0);
+    // The library keys these by context address: put its own defaults (32 rows, no flags) back for
+    // whatever context is made at this address next.
+    if (this.skinnySet) this.lib.hg_cu_set_skinny(this.ctx, 32, 0);
     for (const t of this.live) t.freed = true;
     this.live.clear();
     this.arena.reset();

@@ -40,7 +40,7 @@ const device = { index: 0, name: "Fake GPU", major: 9, minor: 0, computeCapabili
 function make(fail: Record<string, number> = {}) {
   const calls: { name: string; args: unknown[] }[] = [];
   const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: fakeNative(calls, fail), device });
-  const opCalls = () => calls.filter((c) => !/^hg_cu_(create|heap|arena|num_sms|cublas_info|memset0|write|error_string)/.test(c.name));
+  const opCalls = () => calls.filter((c) => !/^hg_cu_(create|heap|arena|num_sms|cublas_info|memset0|write|error_string|set_skinny)/.test(c.name));
   return { be, calls, opCalls };
 }
 

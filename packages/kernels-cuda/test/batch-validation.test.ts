@@ -158,14 +158,16 @@ describe("CudaBackend.setSkinny and matmulSplit (stand-in native library)", () =
     return { n, k, x, w, bias, q, kk, v };
   }
 
-  it("declines by default; once on, one hg_cu_matmul_rows call with the outputs, widths and accumulate flag", () => {
+  it("the measured defaults reach the library at creation; split off declines; on, one hg_cu_matmul_rows call with the outputs, widths and accumulate flag", () => {
     const { be, calls } = make();
     const s = splitSetup(be);
-    expect(be.skinny).toEqual({ maxRows: 32, pipeline: false, pipelineMinRows: 2, fusedReduce: false, split: false });
+    expect(be.skinny).toEqual({ maxRows: 8, pipeline: false, pipelineMinRows: 2, fusedReduce: true, split: true });
+    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").map((c) => c.args.slice(1))).toEqual([[8, 2]]);
+    be.setSkinny({ split: false });
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, s.n, s.bias, false)).toBe(false);
-    expect(calls.some((c) => c.name === "hg_cu_matmul_rows" || c.name === "hg_cu_set_skinny")).toBe(false);
+    expect(calls.some((c) => c.name === "hg_cu_matmul_rows")).toBe(false);
     be.setSkinny({ split: true, pipeline: true, fusedReduce: true, maxRows: 16 });
-    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").map((c) => c.args.slice(1))).toEqual([[16, 3 | (2 << 8)]]);
+    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").at(-1)!.args.slice(1)).toEqual([16, 3 | (2 << 8)]);
     be.setSkinny({ pipelineMinRows: 17 });
     expect(calls.filter((c) => c.name === "hg_cu_set_skinny").at(-1)!.args.slice(1)).toEqual([16, 3 | (17 << 8)]);
     be.setSkinny({ pipelineMinRows: 33 });
