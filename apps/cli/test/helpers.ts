@@ -51,14 +51,5 @@ export function runBinStreaming(
   });
 }
 
-/** mulberry32: small seeded PRNG so "random" test inputs are reproducible. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Seeded PRNG (core's mulberry32) so "random" test inputs are reproducible. */
+export { seededRandom as rng } from "@hybridgen/core";

@@ -35,6 +35,7 @@ export * from "./hybrid/options.js";
 export * from "./config-parse.js";
 export * from "./tensor-spec.js";
 export * from "./random-fill.js";
+export * from "./seeded-random.js";
 export * from "./dummy-weights.js";
 export * from "./weight-loader.js";
 export * from "./llama-family.js";

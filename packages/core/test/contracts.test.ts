@@ -13,21 +13,10 @@ import {
   kvCacheBytes,
   parseStepTimings,
   referencePrimitives as P,
+  seededRandom,
   selectionForKvHead,
   validateSelection,
 } from "../src/index.js";
-
-/** mulberry32: small seeded PRNG so failures reproduce. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Plain reference: sort indices by (value desc, NaN last, index asc), take k, return ascending (or in rank order). */
 function refTopK(v: Float32Array, k: number, n = v.length, ascending = true): number[] {
@@ -44,7 +33,7 @@ function refTopK(v: Float32Array, k: number, n = v.length, ascending = true): nu
 
 describe("referencePrimitives.topK", () => {
   it("matches a sort-based reference on fresh random logits (exact index sets)", () => {
-    const r = rng(1234);
+    const r = seededRandom(1234);
     for (let trial = 0; trial < 60; trial++) {
       const n = 1 + Math.floor(r() * 3000);
       const v = new Float32Array(n);
@@ -54,7 +43,7 @@ describe("referencePrimitives.topK", () => {
     }
   });
   it("breaks ties by lower index and ranks NaN last, with heavy duplicates", () => {
-    const r = rng(99);
+    const r = seededRandom(99);
     for (let trial = 0; trial < 40; trial++) {
       const n = 2 + Math.floor(r() * 500);
       const v = new Float32Array(n);
@@ -64,7 +53,7 @@ describe("referencePrimitives.topK", () => {
     }
   });
   it("honours length (a view longer than the offloaded count)", () => {
-    const r = rng(7);
+    const r = seededRandom(7);
     const v = new Float32Array(1000);
     for (let i = 0; i < v.length; i++) v[i] = r();
     v[900] = 1e9; // beyond length: must not be chosen
@@ -73,7 +62,7 @@ describe("referencePrimitives.topK", () => {
     expect(() => P.topK(v, 2.5)).toThrow(/integer/);
   });
   it("large stores (the sampled fast path) equal the reference for many value distributions", () => {
-    const r = rng(4321);
+    const r = seededRandom(4321);
     const gens: ((i: number, n: number) => number)[] = [
       () => (r() - 0.5) * 20, // uniform
       (i) => i, // ascending: the largest all at the end
@@ -104,7 +93,7 @@ describe("referencePrimitives.topK", () => {
 
 describe("referencePrimitives row reductions", () => {
   it("maxRows / sumRows equal an element-wise f64 reference", () => {
-    const r = rng(5);
+    const r = seededRandom(5);
     const rows = Array.from({ length: 4 }, () => Float32Array.from({ length: 333 }, () => (r() - 0.5) * 8));
     const max = P.maxRows(rows, 300);
     const sum = P.sumRows(rows, 300);

@@ -1,18 +1,9 @@
 /** Test helpers of the engine tests: a seeded PRNG, random arrays, a tiny in-memory Llama. */
-import { LlamaConfigSchema, resolveLlamaShape, type DType, type ModelFiles, type Tokenizer, type WeightView } from "../src/index.js";
+import { LlamaConfigSchema, resolveLlamaShape, seededRandom, type DType, type ModelFiles, type Tokenizer, type WeightView } from "../src/index.js";
 import { encodeFromF32 } from "../src/half-float.js";
 
-/** mulberry32: tiny, seedable, good enough for test data. */
-export function makeRng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Seeded PRNG (mulberry32, src/seeded-random.ts) for test data. */
+export const makeRng = seededRandom;
 
 /** Uniform values in [-scale, scale), never all zero. */
 export function randomArray(rng: () => number, n: number, scale = 1): Float32Array {
@@ -35,7 +26,6 @@ export function testSeed(base: number): number {
 }
 
 // ---- a tiny random Llama held in memory -------------------------------------------------
-
 
 export interface TinyModelOptions {
   seed: number;

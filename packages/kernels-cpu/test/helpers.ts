@@ -1,21 +1,14 @@
 /** Test helpers: a seeded PRNG, f16/bf16 encoders, the backends under test, and comparisons. */
 import { expect } from "vitest";
-import type { DType } from "@hybridgen/core";
+import { seededRandom, type DType } from "@hybridgen/core";
 import { createCpuBackend, cpuFeatures, type CpuBackend, type Isa } from "../src/index.js";
 
 /** Fresh inputs each run; set HG_TEST_SEED to replay a failure (the seed is in every message). */
 export const SEED = Number(process.env.HG_TEST_SEED ?? (Date.now() % 2 ** 31));
 
-/** mulberry32: small, fast, good enough for test data. */
+/** Seeded PRNG (core's mulberry32) on `seed ^ SEED`, so each run draws fresh inputs. */
 export function rng(seed: number): () => number {
-  let a = (seed ^ SEED) >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
+  return seededRandom(seed ^ SEED);
 }
 
 /** Uniform values in [-scale, scale). */

@@ -22,7 +22,7 @@
  * a timeout still leaves what it measured (stdout piped to `tee` may be lost with the process).
  */
 import { appendFileSync } from "node:fs";
-import { BatchDecoder, loadModel, presetConfig, type CausalLM } from "@hybridgen/core";
+import { BatchDecoder, loadModel, presetConfig, seededRandom, type CausalLM } from "@hybridgen/core";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type SkinnyOptions } from "../src/index.js";
 import { runArgmaxRowsChecks, runBatchAttnChecks, runMatmulSplitChecks, runSkinnyChecks } from "./batch-checks.js";
@@ -43,20 +43,8 @@ function say(line: string): void {
   if (logPath) appendFileSync(logPath, `${line}\n`);
 }
 
-/** mulberry32: seeded prompt ids and lengths. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 function prompts(seed: number, lengths: number[], vocab: number): Int32Array[] {
-  const r = rng(seed);
+  const r = seededRandom(seed);
   return lengths.map((n) => Int32Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3))));
 }
 
@@ -166,7 +154,7 @@ const hd = (json.head_dim as number) ?? hidden / heads;
 const weightBytes = 2 * (layers * (hidden * (heads + 2 * kvHeads) * hd + heads * hd * hidden + 3 * hidden * inter) + vocab * hidden);
 const kvBytesPerToken = 2 * layers * 2 * kvHeads * hd;
 const maxB = Math.max(...batches);
-const r = rng(2026);
+const r = seededRandom(2026);
 const lengths = Array.from({ length: maxB }, () => 1536 + Math.floor(r() * 1025));
 interface Variant {
   B: number; name: string; graphs: boolean; path: "auto" | "gemv" | "cublas"; batchedAttention: boolean; skinny: Partial<SkinnyOptions>;

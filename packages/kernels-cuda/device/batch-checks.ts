@@ -18,10 +18,10 @@
  *
  * Used by device/batch-bench.ts and test/batch-gpu.test.ts.
  */
-import type { BatchAttnRow, DType, Tensor } from "@hybridgen/core";
+import { seededRandom, type BatchAttnRow, type DType, type Tensor } from "@hybridgen/core";
 import { roundTo } from "../../core/src/half-float.js";
 import type { CudaBackend } from "../src/index.js";
-import { mulberry32, relErr, type CheckResult } from "./op-checks.js";
+import { relErr, type CheckResult } from "./op-checks.js";
 
 /** x (f32, rounded to the weight dtype) · wᵀ + bias in f64. */
 function refMatmul(x: Float32Array, w: Float32Array, bias: Float32Array | null, n: number, k: number, m: number, dt: DType): Float32Array {
@@ -45,7 +45,7 @@ export const SKINNY_VARIANTS: readonly { name: string; pipeline: boolean; fusedR
 ];
 
 export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] {
-  const rnd = mulberry32(seed);
+  const rnd = seededRandom(seed);
   const vals = (len: number) => Float32Array.from({ length: len }, () => rnd() * 2 - 1);
   const results: CheckResult[] = [];
   // [n, m, k, bias]: tails in m (not a multiple of 64) and k (not of 32); k splits (m small, k large).
@@ -94,7 +94,7 @@ export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] 
  * bias, against the f64 reference; accumulating cases start from random outputs.
  */
 export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResult[] {
-  const rnd = mulberry32(seed);
+  const rnd = seededRandom(seed);
   const vals = (len: number) => Float32Array.from({ length: len }, () => rnd() * 2 - 1);
   const results: CheckResult[] = [];
   // [n, widths, k, accumulate]: widths that cut through the 64-row blocks; k splits at small m.
@@ -148,7 +148,7 @@ export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResu
 
 /** argmaxRows = argmax of each row (n = 1, 8, 32; vocab-sized rows; ties planted). */
 export function runArgmaxRowsChecks(cuda: CudaBackend, seed: number): CheckResult[] {
-  const rnd = mulberry32(seed);
+  const rnd = seededRandom(seed);
   const results: CheckResult[] = [];
   for (const [n, cols] of [[1, 1000], [8, 128256], [32, 32000]] as const) {
     const x = cuda.alloc([n, cols]);
@@ -183,7 +183,7 @@ interface AttnCase {
 }
 
 export function runBatchAttnChecks(cuda: CudaBackend, seed: number): CheckResult[] {
-  const rnd = mulberry32(seed);
+  const rnd = seededRandom(seed);
   const vals = (len: number) => Float32Array.from({ length: len }, () => rnd() * 2 - 1);
   const results: CheckResult[] = [];
   const cases: AttnCase[] = [

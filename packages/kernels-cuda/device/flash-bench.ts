@@ -12,7 +12,7 @@
  */
 import { writeFileSync } from "node:fs";
 import { dlopen, FFIType } from "bun:ffi";
-import type { DType, Tensor } from "@hybridgen/core";
+import { seededRandom, type DType, type Tensor } from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, cudaLibraryPath, describeCudaAvailability } from "../src/index.js";
 
 function arg(name: string, dflt: string): string {
@@ -51,19 +51,10 @@ const useVariant = (id: number) => {
   if (lib.symbols.hg_cu_flash_variant(id) !== id) throw new Error(`flash variant ${id} not taken`);
 };
 
-/** Deterministic uniform(-1, 1) stream (mulberry32), so a failing seed can be re-run. */
-function rand(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (((t ^ (t >>> 14)) >>> 0) / 4294967296) * 2 - 1;
-  };
-}
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const rnd = rand(seed);
+/** Uniform in [-1, 1), seeded so a failing seed can be re-run. */
+const uniform = seededRandom(seed);
+const rnd = () => uniform() * 2 - 1;
 const fill = (len: number, amp = 1) => Float32Array.from({ length: len }, () => rnd() * amp);
 let failures = 0;
 

@@ -5,7 +5,7 @@
  * Outputs are poisoned with NaN first, so an element a kernel fails to write fails the check.
  * Used by test/gpu.test.ts (where a GPU is present) and device/device-check.ts.
  */
-import { ReferenceBackend, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
+import { ReferenceBackend, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
 import { CudaBackend, type DecodeTuning, type MatmulPath } from "../src/index.js";
 
 export interface CheckResult {
@@ -14,17 +14,6 @@ export interface CheckResult {
   readonly err: number;
   readonly tol: number;
   readonly ok: boolean;
-}
-
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 export function relErr(a: Float32Array, b: Float32Array): number {
@@ -73,7 +62,7 @@ export function matvecByParts(be: Backend, out: Tensor, x: Tensor, w: Tensor, f:
 
 export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
   const ref = new ReferenceBackend();
-  const rnd = mulberry32(seed);
+  const rnd = seededRandom(seed);
   const results: CheckResult[] = [];
   const owned: [Backend, Tensor][] = [];
   const values = (n: number, scale = 1) => {

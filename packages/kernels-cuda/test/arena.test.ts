@@ -1,17 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError, seededRandom } from "@hybridgen/core";
 import { ARENA_ALIGN, DeviceArena } from "../src/arena.js";
 
 const SEED = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-function rng(seed: number): () => number {
-  let a = (seed ^ SEED) >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = Math.imul(a ^ (a >>> 15), a | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+const rng = (seed: number) => seededRandom(seed ^ SEED);
 
 describe(`DeviceArena (seed ${SEED})`, () => {
   it("hands out aligned, disjoint blocks and coalesces everything back on free", () => {

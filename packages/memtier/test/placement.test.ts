@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { kvBytesPerToken, type MemoryTier } from "@hybridgen/core";
+import { kvBytesPerToken, seededRandom, type MemoryTier } from "@hybridgen/core";
 import { fastestFirst, formatBytes, placeDramOnly, placeInterleave, placeKv, placeSemantic, planCapacity } from "../src/index.js";
 
 const GiB = 2 ** 30;
@@ -9,18 +9,6 @@ const tiers: MemoryTier[] = [
   { id: "file:/nvme", kind: "file", capacityBytes: 2048 * GiB, path: "/nvme" },
   { id: "node1", kind: "dram", numaNode: 1, capacityBytes: 64 * GiB },
 ];
-
-/** mulberry32: seeded PRNG. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 describe("placement policies", () => {
   it("orders tiers fastest first: DRAM by bandwidth then node, CXL, files", () => {
@@ -74,7 +62,7 @@ describe("planCapacity", () => {
   });
 
   it("invariants on random tiers and sizes: bytes conserved, no tier over, fill order respected", () => {
-    const r = rng(17);
+    const r = seededRandom(17);
     for (let trial = 0; trial < 200; trial++) {
       const t: MemoryTier[] = Array.from({ length: 1 + Math.floor(r() * 4) }, (_, i) => ({
         id: `node${i}`,

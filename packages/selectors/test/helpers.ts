@@ -8,17 +8,8 @@ import {
   type TokenSelector,
 } from "@hybridgen/core";
 
-/** mulberry32: seeded PRNG so failures reproduce. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** Seeded PRNG (core's mulberry32) so failures reproduce. */
+export { seededRandom as rng } from "@hybridgen/core";
 
 export interface Case {
   layout: HeadLayout;
