@@ -4,7 +4,7 @@
 // step recorder that defers every op to endStep().
 import { describe, expect, it } from "vitest";
 import { LlamaModel, ReferenceBackend, type Backend, type MatvecFusion, type Tensor } from "../src/index.js";
-import { makeRng, maxAbsDiff, testSeed, tinyModel } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
 
 const TOL = 1e-5; // f64 reference attention vs the f32 stage ops, on O(1) activations
 
@@ -104,15 +104,10 @@ function matvecByParts(be: Backend, out: Tensor, x: Tensor, w: Tensor, f: Matvec
   for (const t of new Set([h, y, r])) be.free(t);
 }
 
-function randomIds(seed: number, n: number, vocab: number): Int32Array {
-  const rng = makeRng(seed);
-  return Int32Array.from({ length: n }, () => Math.floor(rng() * vocab));
-}
-
 describe("optional Backend fast paths", () => {
   it("prefill through attnCausal and recorded decode steps give the plain backend's logits", () => {
     const { files } = tinyModel({ seed: testSeed(41) });
-    const ids = randomIds(testSeed(42), 30, 50);
+    const ids = Int32Array.from(randomIds(testSeed(42), 30, 50));
     using plain = LlamaModel.load(files, new ReferenceBackend(), { prefillBlock: 8 });
     const { be, log } = fastPathBackend();
     using fast = LlamaModel.load(files, be, { prefillBlock: 8 });
@@ -138,7 +133,7 @@ describe("optional Backend fast paths", () => {
   for (const attentionBias of [false, true]) {
     it(`decode steps through matvec fusions give the plain backend's logits (biases: ${attentionBias})`, () => {
       const { files } = tinyModel({ seed: testSeed(45), attentionBias });
-      const ids = randomIds(testSeed(46), 24, 50);
+      const ids = Int32Array.from(randomIds(testSeed(46), 24, 50));
       using plain = LlamaModel.load(files, new ReferenceBackend(), { prefillBlock: 8 });
       const { be, log } = fastPathBackend({ matvec: true });
       using fast = LlamaModel.load(files, be, { prefillBlock: 8 });
@@ -158,7 +153,7 @@ describe("optional Backend fast paths", () => {
 
   it("a KV window that offloads falls back to the stage ops", () => {
     const { files } = tinyModel({ seed: testSeed(43) });
-    const ids = randomIds(testSeed(44), 28, 50);
+    const ids = Int32Array.from(randomIds(testSeed(44), 28, 50));
     const opts = { prefillBlock: 8, kvWindow: 12, kvEvictBlock: 4 };
     using plain = LlamaModel.load(files, new ReferenceBackend(), opts);
     const { be, log } = fastPathBackend();

@@ -19,6 +19,12 @@ export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return m;
 }
 
+/** `n` token ids uniform in [0, vocab), from the seed. */
+export function randomIds(seed: number, n: number, vocab = 50): number[] {
+  const rng = makeRng(seed);
+  return Array.from({ length: n }, () => Math.floor(rng() * vocab));
+}
+
 /** The seed of a test: fixed for reproducible CI, HYBRIDGEN_TEST_SEED=n draws fresh inputs. */
 export function testSeed(base: number): number {
   const env = process.env.HYBRIDGEN_TEST_SEED;

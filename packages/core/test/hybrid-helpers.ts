@@ -1,8 +1,21 @@
 /** Minimal selectors and a fixed scheduler for the hybrid tests (core cannot import the
  * selectors/scheduler packages, which depend on it). */
 import {
-  validateSelection, type Scheduler, type SelectionInput, type SelectionTiming, type SelectorKernel, type TokenSelector,
+  validateSelection, type Backend, type LogitsMode, type ReferenceBackend, type Scheduler, type SelectionInput, type SelectionTiming,
+  type SelectorKernel, type Tensor, type TokenSelector,
 } from "../src/index.js";
+
+/** How a hybrid test runs its model: KV window (`budget`), sinks, eviction block, prompt length,
+ * and the selector/scheduler/logits mode (no selector: the plain model). */
+export interface HybridRunOptions {
+  budget?: number;
+  sinks?: number;
+  block?: number;
+  prompt: number;
+  selector?: TokenSelector;
+  scheduler?: Scheduler;
+  logits?: LogitsMode;
+}
 
 function selector(name: string, timings: SelectionTiming[], usesBudget: boolean, kernel: SelectorKernel | undefined,
   pick: (input: SelectionInput) => unknown): TokenSelector {
@@ -48,4 +61,21 @@ export const rawSelector = (bad: (i: SelectionInput) => unknown): TokenSelector 
 
 export function fixedScheduler(k: number, timing: SelectionTiming): Scheduler {
   return { name: "fixed", initial: () => ({ k, timing }), next: () => ({ k, timing }), reset() {} };
+}
+
+/** `inner` with an attnCausal built from the stage ops, one query row at a time (a [heads, cap]
+ * scores scratch); each call is logged as "n@firstPos:start". */
+export function withCausal(inner: ReferenceBackend, calls: string[]): Backend {
+  const attnCausal = (out: Tensor, q: Tensor, n: number, k: Tensor, v: Tensor, start: number, firstPos: number, scale: number) => {
+    calls.push(`${n}@${firstPos}:${start}`);
+    const heads = q.shape[q.shape.length - 1] / k.shape[2];
+    const scores = inner.alloc([heads, k.shape[1]]);
+    for (let i = 0; i < n; i++) {
+      inner.attnLogits(scores, 0, q, i, k, start, firstPos + i + 1, scale);
+      inner.softmax(scores, heads, firstPos + i + 1);
+      inner.attnAggregate(out, i, scores, 0, v, start, firstPos + i + 1, false);
+    }
+    inner.free(scores);
+  };
+  return new Proxy(inner, { get: (t, p) => (p === "attnCausal" ? attnCausal : Reflect.get(t, p, t)) }) as unknown as Backend;
 }

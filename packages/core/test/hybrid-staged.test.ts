@@ -4,48 +4,17 @@
  * loopback link whose device → host copies land only at fence().
  */
 import { describe, expect, it } from "vitest";
-import {
-  BackendCpuStage, HybridAttention, KvCache, LlamaModel, ReferenceBackend, type Backend, type LogitsMode, type ModelFiles, type Scheduler, type Tensor,
-  type TokenSelector,
-} from "../src/index.js";
-import { makeRng, maxAbsDiff, testSeed, tinyModel } from "./engine-helpers.js";
-import { allSelector, fixedScheduler, topKSelector } from "./hybrid-helpers.js";
+import { BackendCpuStage, HybridAttention, KvCache, LlamaModel, ReferenceBackend, type ModelFiles } from "../src/index.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { allSelector, fixedScheduler, topKSelector, withCausal, type HybridRunOptions } from "./hybrid-helpers.js";
 import { AddressBook, HostReference, LoopbackLink, StagedBackendCpuStage } from "./loopback-link.js";
 
 const CONTEXT = 40;
 
-function ids(seed: number, n: number, vocab = 50): number[] {
-  const rng = makeRng(seed);
-  return Array.from({ length: n }, () => Math.floor(rng() * vocab));
-}
-
-interface RunOptions {
-  budget?: number;
-  sinks?: number;
-  block?: number;
-  prompt: number;
-  selector?: TokenSelector;
-  scheduler?: Scheduler;
-  logits?: LogitsMode;
+interface RunOptions extends HybridRunOptions {
   staged?: boolean;
   /** Give the device backend attnCausal (from its stage ops) and log its calls "n@firstPos:start". */
   causal?: string[];
-}
-
-/** attnCausal from the stage ops, one query row at a time (a [heads, cap] scores scratch). */
-function withCausal(inner: ReferenceBackend, calls: string[]): Backend {
-  const attnCausal = (out: Tensor, q: Tensor, n: number, k: Tensor, v: Tensor, start: number, firstPos: number, scale: number) => {
-    calls.push(`${n}@${firstPos}:${start}`);
-    const heads = q.shape[q.shape.length - 1] / k.shape[2];
-    const scores = inner.alloc([heads, k.shape[1]]);
-    for (let i = 0; i < n; i++) {
-      inner.attnLogits(scores, 0, q, i, k, start, firstPos + i + 1, scale);
-      inner.softmax(scores, heads, firstPos + i + 1);
-      inner.attnAggregate(out, i, scores, 0, v, start, firstPos + i + 1, false);
-    }
-    inner.free(scores);
-  };
-  return new Proxy(inner, { get: (t, p) => (p === "attnCausal" ? attnCausal : Reflect.get(t, p, t)) }) as unknown as Backend;
 }
 
 function run(files: ModelFiles, tokens: number[], o: RunOptions) {
@@ -116,7 +85,7 @@ describe("hybrid attention staged through host memory (the device-backend path)"
   it("'all' + exact logits equals full attention within 1e-5 at every step (MHA and GQA, 3 windows)", () => {
     for (const [li, layout] of [{ heads: 4, kvHeads: 4 }, { heads: 4, kvHeads: 2 }].entries()) {
       const { files } = tinyModel({ seed: testSeed(300 + li), maxPositions: 64, ...layout });
-      const tokens = ids(testSeed(400 + li), CONTEXT);
+      const tokens = randomIds(testSeed(400 + li), CONTEXT);
       for (const w of windows) {
         const prompt = Math.min(CONTEXT - 4, w.budget + 5);
         const full = run(files, tokens, { prompt });
@@ -137,7 +106,7 @@ describe("hybrid attention staged through host memory (the device-backend path)"
   it("a prompt prefilled in several blocks over offloaded rows (loadStore) equals full attention within 1e-5; no device store", () => {
     for (const [li, layout] of [{ heads: 4, kvHeads: 4 }, { heads: 4, kvHeads: 2 }].entries()) {
       const { files } = tinyModel({ seed: testSeed(340 + li), maxPositions: 64, layers: 3, ...layout });
-      const tokens = ids(testSeed(440 + li), CONTEXT);
+      const tokens = randomIds(testSeed(440 + li), CONTEXT);
       const prompt = 31; // 7 blocks of 5 (the last of 1): blocks 3.. attend over an offloaded store
       const full = run(files, tokens, { prompt });
       for (const w of [{ budget: 6, sinks: 1, block: 2 }, { budget: 8, sinks: 0, block: 4 }]) {
@@ -173,7 +142,7 @@ describe("hybrid attention staged through host memory (the device-backend path)"
     expect(plain.cache.storeInHost).toBe(false);
     expect(model.cache.storeBytes).toBe(2 * 3 * model.cache.kvHeads * model.cache.storeCapacity * model.cache.headDim * 4);
     // A device op over the store without loadStore fails with a one-line error, never reads stale memory.
-    model.forward(Int32Array.from(ids(testSeed(351), 12)), 0);
+    model.forward(Int32Array.from(randomIds(testSeed(351), 12)), 0);
     expect(model.cache.storeCount).toBeGreaterThan(0);
     const s = model.cache.spans().findIndex((x) => x.region === "store");
     // The last block loaded layers 0, 1, 2 in turn into two scratch pairs: layer 0's was reused.
@@ -184,7 +153,7 @@ describe("hybrid attention staged through host memory (the device-backend path)"
 
   it("top-K, exact and speculative: the staged path gives the CPU-backend path's logits (within 1e-6)", () => {
     const { files } = tinyModel({ seed: testSeed(310), maxPositions: 64, heads: 4, kvHeads: 2, layers: 3 });
-    const tokens = ids(testSeed(410), CONTEXT);
+    const tokens = randomIds(testSeed(410), CONTEXT);
     for (const logits of ["exact", "speculative"] as const) {
       for (const kernel of [false, true]) {
         const o = { budget: 6, sinks: 1, block: 2, prompt: 12, logits, selector: topKSelector(kernel), scheduler: fixedScheduler(3, "post") };
@@ -227,22 +196,10 @@ describe("hybrid attention staged through host memory (the device-backend path)"
 describe("prefill over sinks and an unwrapped ring", () => {
   it("goes through attnCausal (one call a layer) and gives the plain backend's logits", () => {
     const { files } = tinyModel({ seed: testSeed(330), maxPositions: 64 });
-    const tokens = Int32Array.from(ids(testSeed(430), 20));
+    const tokens = Int32Array.from(randomIds(testSeed(430), 20));
     const inner = new ReferenceBackend();
     const calls: string[] = [];
-    // attnCausal from the stage ops, one query row at a time (a [heads, cap] scores scratch).
-    const attnCausal = (out: Tensor, q: Tensor, n: number, k: Tensor, v: Tensor, start: number, firstPos: number, scale: number) => {
-      calls.push(`${n}@${firstPos}:${start}`);
-      const heads = q.shape[q.shape.length - 1] / k.shape[2];
-      const scores = inner.alloc([heads, k.shape[1]]);
-      for (let i = 0; i < n; i++) {
-        inner.attnLogits(scores, 0, q, i, k, start, firstPos + i + 1, scale);
-        inner.softmax(scores, heads, firstPos + i + 1);
-        inner.attnAggregate(out, i, scores, 0, v, start, firstPos + i + 1, false);
-      }
-      inner.free(scores);
-    };
-    const be = new Proxy(inner, { get: (t, p) => (p === "attnCausal" ? attnCausal : Reflect.get(t, p, t)) }) as unknown as Backend;
+    const be = withCausal(inner, calls);
     const opts = { prefillBlock: 20, maxContext: 32, kvWindow: 8, kvSinks: 3 };
     using plain = LlamaModel.load(files, new ReferenceBackend(), opts);
     using fast = LlamaModel.load(files, be, opts);

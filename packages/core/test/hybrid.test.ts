@@ -1,31 +1,16 @@
 import { describe, expect, it } from "vitest";
 import {
-  BackendCpuStage, HybridAttention, LlamaModel, ReferenceBackend, type LogitsMode, type ModelFiles, type Scheduler, type TokenSelector,
+  BackendCpuStage, HybridAttention, LlamaModel, ReferenceBackend, type ModelFiles, type TokenSelector,
 } from "../src/index.js";
-import { makeRng, maxAbsDiff, randomArray, testSeed, tinyModel, type TinyWeights } from "./engine-helpers.js";
-import { allSelector, fixedScheduler, rawSelector, streamingSelector, topKSelector } from "./hybrid-helpers.js";
+import { makeRng, maxAbsDiff, randomIds, randomArray, testSeed, tinyModel, type TinyWeights } from "./engine-helpers.js";
+import { allSelector, fixedScheduler, rawSelector, streamingSelector, topKSelector, type HybridRunOptions } from "./hybrid-helpers.js";
 import { HybridReference, type RefSelect } from "./hybrid-reference.js";
 
 const CONTEXT = 40;
 
-function ids(seed: number, n: number, vocab = 50): number[] {
-  const rng = makeRng(seed);
-  return Array.from({ length: n }, () => Math.floor(rng() * vocab));
-}
-
-interface RunOptions {
-  budget?: number;
-  sinks?: number;
-  block?: number;
-  prompt: number;
-  selector?: TokenSelector;
-  scheduler?: Scheduler;
-  logits?: LogitsMode;
-}
-
 /** Prompt (prefill blocks of 5), then one token at a time; logits of every forward, and the
  * offloaded count before each. */
-function run(files: ModelFiles, tokens: number[], o: RunOptions) {
+function run(files: ModelFiles, tokens: number[], o: HybridRunOptions) {
   const be = new ReferenceBackend();
   const model = LlamaModel.load(files, be, {
     prefillBlock: 5, maxContext: CONTEXT, kvWindow: o.budget, kvSinks: o.sinks ?? 0, kvEvictBlock: o.block,
@@ -65,7 +50,7 @@ describe("hybrid attention: 'all' + exact logits equals full attention", () => {
     const kind = layout.heads === layout.kvHeads ? "MHA" : "GQA";
     it(`${kind}: every step within 1e-5 of full attention, f32 (${windows.length} windows × 3 prompt lengths)`, () => {
       const { files } = tinyModel({ seed: testSeed(100 + li), maxPositions: 64, ...layout });
-      const tokens = ids(testSeed(200 + li), CONTEXT);
+      const tokens = randomIds(testSeed(200 + li), CONTEXT);
       for (const w of windows) {
         for (const prompt of [Math.max(1, w.budget - 1), w.budget, Math.min(CONTEXT - 4, w.budget + 7)]) {
           const full = run(files, tokens, { prompt });
@@ -84,7 +69,7 @@ describe("hybrid attention: 'all' + exact logits equals full attention", () => {
 describe("hybrid attention: selection equals the TypeScript reference on window ∪ selected", () => {
   const TOL = 2e-4; // f32 engine vs f64 reference on O(1) logits
   const { files, weights } = tinyModel({ seed: testSeed(300), maxPositions: 64, heads: 4, kvHeads: 2, layers: 3 });
-  const tokens = ids(testSeed(301), CONTEXT);
+  const tokens = randomIds(testSeed(301), CONTEXT);
   const cases: { name: string; selector: () => TokenSelector; timing: "pre" | "post"; ref: RefSelect }[] = [
     { name: "top-K in JS", selector: () => topKSelector(false), timing: "post", ref: { kind: "topk", k: 5 } },
     { name: "top-K in the stage", selector: () => topKSelector(true), timing: "post", ref: { kind: "topk", k: 5 } },
@@ -118,7 +103,7 @@ describe("hybrid attention: selection equals the TypeScript reference on window 
 describe("accumulated scores", () => {
   it("per KV head, the tracked probabilities sum to steps × group size, and only attended tokens gain", () => {
     const { files } = tinyModel({ seed: testSeed(600), maxPositions: 64, heads: 4, kvHeads: 2 });
-    const tokens = ids(testSeed(601), 30);
+    const tokens = randomIds(testSeed(601), 30);
     const be = new ReferenceBackend();
     using model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 32, kvWindow: 6, kvEvictBlock: 2 });
     using h = HybridAttention.attach(
@@ -162,7 +147,7 @@ describe("speculative query", () => {
 
 describe("hybrid attention: bad input", () => {
   const { files } = tinyModel({ seed: testSeed(500), maxPositions: 64 });
-  const tokens = ids(testSeed(501), 24);
+  const tokens = randomIds(testSeed(501), 24);
 
   it("a budget of 0, sinks filling the budget, or no offloading are one-line errors", () => {
     const be = new ReferenceBackend();

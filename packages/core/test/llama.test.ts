@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { HybridgenError, LlamaModel, ReferenceBackend, type DType, type ModelFiles } from "../src/index.js";
 import { roundTo } from "../src/half-float.js";
-import { makeRng, maxAbsDiff, testSeed, tinyModel, type TinyWeights } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel, type TinyWeights } from "./engine-helpers.js";
 
 /**
  * Independent naive Llama forward over the whole sequence in f64: logits of every position.
@@ -71,11 +71,6 @@ function naiveForward(files: ModelFiles, weights: TinyWeights, ids: number[], ro
   }
   const head = s.tieEmbeddings ? embed : W("lm_head.weight");
   return xs.map((x) => linear(rms(x, get("model.norm.weight")), head, s.vocabSize, dim));
-}
-
-function randomIds(seed: number, n: number, vocab: number): number[] {
-  const rng = makeRng(seed);
-  return Array.from({ length: n }, () => Math.floor(rng() * vocab));
 }
 
 // f32 activations vs the f64 reference: logits are O(1..10), the error of a 2-layer pass
