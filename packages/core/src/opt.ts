@@ -109,28 +109,49 @@ export class OptModel extends DecoderModel {
 
   /** q of `layer` from residual row x (row 0), unscaled (attention scales). */
   protected computeQuery(layer: number, x: Tensor, _pos: number, out: Tensor): void {
-    const be = this.backend, L = this.layers[layer];
-    let src = x;
-    if (this.config.do_layer_norm_before) {
-      be.layerNorm(this.act.specH, x, L.ln1w, L.ln1b, 1, this.shape.normEps);
-      src = this.act.specH;
-    }
-    be.matmul(out, src, L.wq, 1, L.bq);
+    const L = this.layers[layer];
+    this.backend.matmul(out, this.preNorm(this.act.specH, x, L.ln1w, L.ln1b, 1), L.wq, 1, L.bq);
   }
 
   // ---- the forward pass ---------------------------------------------------------------------
+
+  /** n token embeddings into x (through project_in where the embedding is narrower). */
+  private embedTokens(x: Tensor, emb: Tensor | null, ids: Int32Array, n: number): void {
+    const be = this.backend;
+    if (emb) {
+      be.embedding(emb, this.embed, ids);
+      be.matmul(x, emb, this.projIn!, n);
+    } else {
+      be.embedding(x, this.embed, ids);
+    }
+  }
+
+  /** The input of a sublayer: LN(x) into `scratch` with pre-norm, else x itself (post-norm
+   * normalizes after the residual add instead). */
+  private preNorm(scratch: Tensor, x: Tensor, w: Tensor, b: Tensor, n: number): Tensor {
+    if (!this.config.do_layer_norm_before) return x;
+    this.backend.layerNorm(scratch, x, w, b, n, this.shape.normEps);
+    return scratch;
+  }
+
+  /** The feed-forward half of a layer on n rows: x += fc2(act(fc1(LN₂ x))), or with post-norm
+   * x = LN₂(x + fc2(act(fc1(x)))). h, h2, ff are scratch. */
+  private feedForward(L: OptLayer, x: Tensor, h: Tensor, h2: Tensor, ff: Tensor, n: number): void {
+    const be = this.backend;
+    be.matmul(ff, this.preNorm(h, x, L.ln2w, L.ln2b, n), L.fc1, n, L.b1);
+    if (this.config.activation_function === "relu") be.relu(ff, n);
+    else be.gelu(ff, n);
+    be.matmul(h2, ff, L.fc2, n, L.b2);
+    be.add(x, x, h2, n);
+    if (!this.config.do_layer_norm_before) be.layerNorm(x, x, L.ln2w, L.ln2b, n, this.shape.normEps);
+  }
 
   protected runBlock(ids: Int32Array, pos0: number, n: number): void {
     const be = this.backend, a = this.act, s = this.shape, eps = s.normEps;
     const pre = this.config.do_layer_norm_before, decode = n === 1;
     const attn = this.attention;
     attn.beginBlock(n);
-    if (a.emb) {
-      be.embedding(a.emb, this.embed, ids);
-      be.matmul(a.x, a.emb, this.projIn!, n);
-    } else {
-      be.embedding(a.x, this.embed, ids);
-    }
+    this.embedTokens(a.x, a.emb, ids, n);
     for (let i = 0; i < n; i++) a.posIds[i] = pos0 + i + OPT_POSITION_OFFSET;
     be.embedding(a.h, this.posTable, n === 1 ? a.posOne : n === a.posIds.length ? a.posIds : a.posIds.subarray(0, n));
     be.add(a.x, a.x, a.h, n);
@@ -138,11 +159,7 @@ export class OptModel extends DecoderModel {
     for (let l = 0; l < s.layers; l++) {
       const L = this.layers[l];
       attn.layerInput(l, a.x);
-      let src = a.x;
-      if (pre) {
-        be.layerNorm(a.h, a.x, L.ln1w, L.ln1b, n, eps);
-        src = a.h;
-      }
+      const src = this.preNorm(a.h, a.x, L.ln1w, L.ln1b, n);
       if (decode) {
         be.matmul(a.qkv, src, L.wqkv, 1, L.bqkv);
         attn.attend(l, a.qkvQ, a.qkvK, a.qkvV, a.att);
@@ -155,18 +172,7 @@ export class OptModel extends DecoderModel {
       be.matmul(a.h2, a.att, L.wo, n, L.bo);
       be.add(a.x, a.x, a.h2, n);
       if (!pre) be.layerNorm(a.x, a.x, L.ln1w, L.ln1b, n, eps);
-
-      src = a.x;
-      if (pre) {
-        be.layerNorm(a.h, a.x, L.ln2w, L.ln2b, n, eps);
-        src = a.h;
-      }
-      be.matmul(a.ff, src, L.fc1, n, L.b1);
-      if (this.config.activation_function === "relu") be.relu(a.ff, n);
-      else be.gelu(a.ff, n);
-      be.matmul(a.h2, a.ff, L.fc2, n, L.b2);
-      be.add(a.x, a.x, a.h2, n);
-      if (!pre) be.layerNorm(a.x, a.x, L.ln2w, L.ln2b, n, eps);
+      this.feedForward(L, a.x, a.h, a.h2, a.ff, n);
     }
     be.copyRows(a.last, 0, a.x, n - 1, 1);
     if (this.finalW) be.layerNorm(a.last, a.last, this.finalW, this.finalB!, 1, eps);
@@ -194,22 +200,13 @@ export class OptModel extends DecoderModel {
   protected runBatch(ids: Int32Array, positions: Int32Array, B: number): void {
     const be = this.backend, a = this.bact!, r = this.batch!, s = this.shape, eps = s.normEps, seqs = this.batchSequences;
     const pre = this.config.do_layer_norm_before;
-    if (a.emb) {
-      be.embedding(a.emb, this.embed, ids);
-      be.matmul(a.x, a.emb, this.projIn!, B);
-    } else {
-      be.embedding(a.x, this.embed, ids);
-    }
+    this.embedTokens(a.x, a.emb, ids, B);
     for (let i = 0; i < B; i++) a.posIds[i] = positions[i] + OPT_POSITION_OFFSET;
     be.embedding(a.h, this.posTable, a.posIds.subarray(0, B));
     be.add(a.x, a.x, a.h, B);
     for (let l = 0; l < s.layers; l++) {
       const L = this.layers[l];
-      let src = a.x;
-      if (pre) {
-        be.layerNorm(a.h, a.x, L.ln1w, L.ln1b, B, eps);
-        src = a.h;
-      }
+      const src = this.preNorm(a.h, a.x, L.ln1w, L.ln1b, B);
       be.matmul(r.q, src, L.wq, B, L.bq);
       be.matmul(r.k, src, L.wk, B, L.bk);
       be.matmul(r.v, src, L.wv, B, L.bv);
@@ -217,17 +214,7 @@ export class OptModel extends DecoderModel {
       be.matmul(a.h2, r.att, L.wo, B, L.bo);
       be.add(a.x, a.x, a.h2, B);
       if (!pre) be.layerNorm(a.x, a.x, L.ln1w, L.ln1b, B, eps);
-      src = a.x;
-      if (pre) {
-        be.layerNorm(a.h, a.x, L.ln2w, L.ln2b, B, eps);
-        src = a.h;
-      }
-      be.matmul(a.ff, src, L.fc1, B, L.b1);
-      if (this.config.activation_function === "relu") be.relu(a.ff, B);
-      else be.gelu(a.ff, B);
-      be.matmul(a.h2, a.ff, L.fc2, B, L.b2);
-      be.add(a.x, a.x, a.h2, B);
-      if (!pre) be.layerNorm(a.x, a.x, L.ln2w, L.ln2b, B, eps);
+      this.feedForward(L, a.x, a.h, a.h2, a.ff, B);
     }
     let last = a.x;
     if (this.finalW) {
