@@ -90,6 +90,15 @@ describe("hybrid attention: selection equals the TypeScript reference on window 
     }
   }
 
+  it("K = 0, no sinks: the window alone (the empty store span, first in order, writes nothing)", () => {
+    for (const kernel of [false, true]) {
+      const hy = run(files, tokens, { budget: 8, sinks: 0, block: 3, prompt: 13, selector: topKSelector(kernel), scheduler: fixedScheduler(0, "post") });
+      expect(Math.max(...hy.stored)).toBeGreaterThan(0);
+      const want = reference(files, weights, tokens, 13, hy.stored, 0, { kind: "topk", k: 0 }, false);
+      hy.out.forEach((l, i) => expect(maxAbsDiff(l, want[i]), `kernel ${kernel} step ${i}`).toBeLessThan(TOL));
+    }
+  });
+
   it("the reference itself: 'all' equals full attention and top-K differs from it", () => {
     const stored = new Array(CONTEXT - 13).fill(8);
     const all = reference(files, weights, tokens, 13, stored, 0, { kind: "all" }, false);

@@ -27,7 +27,7 @@ import {
   clampBudget, headLayout, type AccumulatedScores, type HeadLayout, type Selection, type SelectionTiming, type TokenSelector,
 } from "../contracts/selector.js";
 import { fail } from "../errors.js";
-import type { CpuStage, CpuStageJob, CpuStageWork } from "./cpu-stage.js";
+import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageWork } from "./cpu-stage.js";
 import { DeviceStaging } from "./device-staging.js";
 import { HybridStats } from "./hybrid-stats.js";
 import { HybridOptionsSchema, type HybridOptions, type LogitsMode } from "./options.js";
@@ -214,14 +214,9 @@ export class HybridAttention implements DecodeAttention, Disposable {
       this.submit(layer);
     }
     // Device: window logits at their concatenated columns while the CPU stage runs.
-    const storeCount = c.storeCount, kmax = plan.kmax;
+    const kmax = plan.kmax;
     const scores = a.scores, width = c.maxContext;
-    for (let s = 0; s < c.spanCount; s++) {
-      if (c.spanRegion[s] === 2) continue;
-      const p = c.spanPos[s];
-      const col = p < c.storeStart ? p : p - storeCount + kmax;
-      be.attnLogits(scores, col, q, 0, c.windowK[layer], c.spanSlot[s], c.spanLen[s], a.scale);
-    }
+    this.windowLogits(layer, q, scores, kmax);
     this.collect(layer);
     if (this.logitsMode === "speculative" && layer + 1 < this.layers) this.submit(layer + 1);
 
@@ -231,21 +226,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     for (let h = 0; h < heads && kmax > 0; h++) be.write(scores, outp.logits.subarray(h * kmax, (h + 1) * kmax), h * width + S);
     this.stepTx += performance.now() - t0;
 
-    const total = c.length - storeCount + kmax;
-    be.softmax(scores, heads, total);
-    if (this.trackScores) this.accumulate(layer, scores, total, outp.ids, outp.counts, kmax);
-    let first = true;
-    for (let s = 0; s < c.spanCount; s++) {
-      if (c.spanRegion[s] === 2) {
-        if (kmax > 0) be.attnAggregate(out, 0, scores, S, outp.values, 0, kmax, !first);
-      } else {
-        const p = c.spanPos[s];
-        be.attnAggregate(out, 0, scores, p < S ? p : p - storeCount + kmax, c.windowV[layer], c.spanSlot[s], c.spanLen[s], !first);
-      }
-      first = false;
-    }
-    this.stats.sumK += kmax;
-    this.stats.layerSteps++;
+    this.softmaxAggregate(layer, scores, outp, kmax > 0 ? outp.values : null, kmax, out);
   }
 
   /**
@@ -254,35 +235,55 @@ export class HybridAttention implements DecodeAttention, Disposable {
    * the uploaded stage output share scores[layer & 1], and the stage's V rows arrive by copy.
    */
   private attendStaged(d: DeviceStaging, plan: StepPlan, layer: number, q: Tensor, out: Tensor): void {
-    const a = this.attention, be = a.backend, c = a.cache, heads = this.layout.heads;
     const slot = (layer & 1) as 0 | 1, scores = d.scores[slot];
     if (this.logitsMode === "exact") {
       d.queryToHost(slot, q);
       this.submit(layer);
     }
-    const storeCount = c.storeCount, kmax = plan.kmax, S = c.storeStart;
-    for (let s = 0; s < c.spanCount; s++) {
-      if (c.spanRegion[s] === 2) continue;
-      const p = c.spanPos[s];
-      be.attnLogits(scores, p < S ? p : p - storeCount + kmax, q, 0, c.windowK[layer], c.spanSlot[s], c.spanLen[s], a.scale);
-    }
+    const kmax = plan.kmax;
+    this.windowLogits(layer, q, scores, kmax);
     d.pause();
     this.collect(layer);
     d.resume();
     if (this.logitsMode === "speculative" && layer + 1 < this.layers) this.submit(layer + 1);
     const outp = this.stage.output(slot);
-    const values = kmax > 0 ? d.upload(slot, kmax, S) : null;
-    const total = c.length - storeCount + kmax;
-    be.softmax(scores, heads, total);
+    const values = kmax > 0 ? d.upload(slot, kmax, this.attention.cache.storeStart) : null;
+    this.softmaxAggregate(layer, scores, outp, values, kmax, out);
+  }
+
+  /** Column of position p in the concatenated logits [before the store | K selected | after]. */
+  private column(p: number, kmax: number): number {
+    const c = this.attention.cache;
+    return p < c.storeStart ? p : p - c.storeCount + kmax;
+  }
+
+  /** q·Kᵀ of every window span (sinks and ring) at its concatenated column. */
+  private windowLogits(layer: number, q: Tensor, scores: Tensor, kmax: number): void {
+    const a = this.attention, c = a.cache;
+    for (let s = 0; s < c.spanCount; s++) {
+      if (c.spanRegion[s] === 2) continue;
+      a.backend.attnLogits(scores, this.column(c.spanPos[s], kmax), q, 0, c.windowK[layer], c.spanSlot[s], c.spanLen[s], a.scale);
+    }
+  }
+
+  /**
+   * One softmax over window ∪ selected, then A·V span by span in position order: window spans
+   * from their V rows, the store span from `values` (the stage's kmax selected rows; null when
+   * nothing was selected, and then the span is skipped). The first span written overwrites
+   * `out`, the rest accumulate.
+   */
+  private softmaxAggregate(layer: number, scores: Tensor, outp: CpuStageOutput, values: Tensor | null, kmax: number, out: Tensor): void {
+    const a = this.attention, be = a.backend, c = a.cache;
+    const total = c.length - c.storeCount + kmax;
+    be.softmax(scores, this.layout.heads, total);
     if (this.trackScores) this.accumulate(layer, scores, total, outp.ids, outp.counts, kmax);
     let first = true;
     for (let s = 0; s < c.spanCount; s++) {
       if (c.spanRegion[s] === 2) {
         if (!values) continue;
-        be.attnAggregate(out, 0, scores, S, values, 0, kmax, !first);
+        be.attnAggregate(out, 0, scores, c.storeStart, values, 0, kmax, !first);
       } else {
-        const p = c.spanPos[s];
-        be.attnAggregate(out, 0, scores, p < S ? p : p - storeCount + kmax, c.windowV[layer], c.spanSlot[s], c.spanLen[s], !first);
+        be.attnAggregate(out, 0, scores, this.column(c.spanPos[s], kmax), c.windowV[layer], c.spanSlot[s], c.spanLen[s], !first);
       }
       first = false;
     }
