@@ -228,25 +228,27 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
 
   /** Logits of row `row` of the last stepBatch. */
   readBatchLogits(row: number): Float32Array {
-    this.checkOpen();
-    if (this.lastBatchRows === 0) {
-      if (row !== 0) fail(`readBatchLogits: row ${row} of a one-row step`);
-      return this.readLogits();
-    }
-    if (!(Number.isInteger(row) && row >= 0 && row < this.lastBatchRows)) fail(`readBatchLogits: row ${row} out of range [0, ${this.lastBatchRows})`);
+    if (!this.batchRow("readBatchLogits", row)) return this.readLogits();
     const vocab = this.shape.vocabSize;
     return this.backend.read(this.batchLogits, row * vocab, vocab);
   }
 
   /** Greedy choice of row `row` of the last stepBatch, on the backend. */
   argmaxBatch(row: number): number {
+    if (!this.batchRow("argmaxBatch", row)) return this.argmaxLogits();
+    return this.backend.argmax(this.batchLogits, row);
+  }
+
+  /** Checks `row` against the last stepBatch: true for a row of the batch buffers, false for
+   * row 0 of a step that ran as a plain one-row step (its logits are the single-step ones). */
+  private batchRow(op: string, row: number): boolean {
     this.checkOpen();
     if (this.lastBatchRows === 0) {
-      if (row !== 0) fail(`argmaxBatch: row ${row} of a one-row step`);
-      return this.argmaxLogits();
+      if (row !== 0) fail(`${op}: row ${row} of a one-row step`);
+      return false;
     }
-    if (!(Number.isInteger(row) && row >= 0 && row < this.lastBatchRows)) fail(`argmaxBatch: row ${row} out of range [0, ${this.lastBatchRows})`);
-    return this.backend.argmax(this.batchLogits, row);
+    if (!(Number.isInteger(row) && row >= 0 && row < this.lastBatchRows)) fail(`${op}: row ${row} out of range [0, ${this.lastBatchRows})`);
+    return true;
   }
 
   /**
