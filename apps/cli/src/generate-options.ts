@@ -1,3 +1,4 @@
+import type { SamplingOptionsInput } from "@hybridgen/core";
 import { z } from "zod";
 
 /**
@@ -68,6 +69,20 @@ export const GenerateCliOptionsSchema = z
 
 export type GenerateCliOptions = z.infer<typeof GenerateCliOptionsSchema>;
 export type GenerateCliInput = z.input<typeof GenerateCliOptionsSchema>;
+
+/** The run's sampling options for core (generate and generateBatch); without --seed core draws one. */
+export function samplingOf(opts: GenerateCliOptions): SamplingOptionsInput {
+  return {
+    temperature: opts.temperature,
+    topK: opts.topK,
+    topP: opts.topP,
+    repetitionPenalty: opts.repetitionPenalty,
+    ...(opts.seed === undefined ? {} : { seed: opts.seed }),
+  };
+}
+
+/** A tokens/s figure of the stderr summary: one decimal, "n/a" when nothing was timed. */
+export const formatRate = (x: number): string => (Number.isFinite(x) ? x.toFixed(1) : "n/a");
 
 /** Option key → the flag a user typed, for error messages. */
 export const FLAG_OF: Readonly<Record<string, string>> = {

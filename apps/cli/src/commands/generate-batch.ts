@@ -5,7 +5,7 @@
  * file's prompts (and its "line"); stderr gets the totals: aggregate decode tokens/s and the batch.
  */
 import { generateBatch, type CausalLM, type Tokenizer } from "@hybridgen/core";
-import type { GenerateCliOptions } from "../generate-options.js";
+import { formatRate, samplingOf, type GenerateCliOptions } from "../generate-options.js";
 import type { CliIo } from "../io.js";
 import type { JsonlPrompt } from "../read-prompts-jsonl.js";
 
@@ -14,8 +14,6 @@ export interface EncodedPrompt extends JsonlPrompt {
   readonly text: string;
   readonly ids: number[];
 }
-
-const fmt = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : "n/a");
 
 /** Runs every prompt; returns true when Ctrl-C stopped it (unfinished prompts end with "abort"). */
 export async function runPromptsBatch(
@@ -32,13 +30,7 @@ export async function runPromptsBatch(
       batch: opts.batch ?? 1,
       maxTokens: opts.maxTokens,
       stop: opts.stop,
-      sampling: {
-        temperature: opts.temperature,
-        topK: opts.topK,
-        topP: opts.topP,
-        repetitionPenalty: opts.repetitionPenalty,
-        ...(opts.seed === undefined ? {} : { seed: opts.seed }), // absent: each prompt draws one
-      },
+      sampling: samplingOf(opts), // without --seed each prompt draws one
       signal: io.signal,
     },
   );
@@ -64,8 +56,8 @@ export async function runPromptsBatch(
   }
   const res = await gen.result();
   io.stderr(
-    `prompts: ${res.results.length}, batch: ${res.batch} | prompt: ${res.promptTokens} tokens, ${fmt(res.promptTokensPerSec)} tok/s | ` +
-      `generated: ${res.generatedTokens} tokens, ${fmt(res.tokensPerSec)} tok/s (all sequences) in ${res.steps} decode steps | device: ${device}\n`,
+    `prompts: ${res.results.length}, batch: ${res.batch} | prompt: ${res.promptTokens} tokens, ${formatRate(res.promptTokensPerSec)} tok/s | ` +
+      `generated: ${res.generatedTokens} tokens, ${formatRate(res.tokensPerSec)} tok/s (all sequences) in ${res.steps} decode steps | device: ${device}\n`,
   );
   return aborted;
 }

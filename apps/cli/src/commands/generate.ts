@@ -1,7 +1,7 @@
 import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel } from "@hybridgen/core";
 import { ABORTED, untilAborted } from "../abortable.js";
 import { renderChat } from "../chat-prompt.js";
-import type { GenerateCliOptions } from "../generate-options.js";
+import { formatRate, samplingOf, type GenerateCliOptions } from "../generate-options.js";
 import type { CliIo } from "../io.js";
 import { openModelSource } from "../model-source.js";
 import { readPrompt } from "../read-prompt.js";
@@ -12,8 +12,6 @@ import { attachHybrid, FULL_ATTENTION, hybridLoadOptions, type HybridCliOptions 
 
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
 export const EXIT_INTERRUPTED = 130;
-
-const fmt = (x: number) => (Number.isFinite(x) ? x.toFixed(1) : "n/a");
 
 function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | undefined {
   if (opts.threads !== undefined) return opts.threads;
@@ -106,13 +104,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
   const stream = generate(model, files.tokenizer, promptIds, {
     maxTokens: opts.maxTokens,
     stop: opts.stop,
-    sampling: {
-      temperature: opts.temperature,
-      topK: opts.topK,
-      topP: opts.topP,
-      repetitionPenalty: opts.repetitionPenalty,
-      ...(opts.seed === undefined ? {} : { seed: opts.seed }), // absent: generate draws one
-    },
+    sampling: samplingOf(opts),
     signal: io.signal,
   });
 
@@ -144,8 +136,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
   }
   const code = result.finishReason === "abort" ? interrupted() : 0;
   io.stderr(
-    `prompt: ${result.promptTokens} tokens, ${fmt(t.promptTokensPerSec)} tok/s | ` +
-      `generated: ${result.tokens.length} tokens, ${fmt(t.tokensPerSec)} tok/s | finish: ${result.finishReason} | device: ${opened.device}\n`,
+    `prompt: ${result.promptTokens} tokens, ${formatRate(t.promptTokensPerSec)} tok/s | ` +
+      `generated: ${result.tokens.length} tokens, ${formatRate(t.tokensPerSec)} tok/s | finish: ${result.finishReason} | device: ${opened.device}\n`,
   );
   if (hybridAttention) io.stderr(`${[hybridAttention.stats.summary(), ...hybridAttention.stats.notes].join("\n")}\n`);
   return code;
