@@ -8,24 +8,15 @@ import { mkdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import {
-  ByteTokenizer, DummyWeightSource, HybridgenError, LlamaModel, OptModel, PRESET_NAMES, ReferenceBackend, SUPPORTED_ARCHITECTURES,
+  ByteTokenizer, DummyWeightSource, LlamaModel, OptModel, PRESET_NAMES, ReferenceBackend, SUPPORTED_ARCHITECTURES,
   describeModel, familyOf, kvCacheBytes, loadModel, modelInfo, openModelDir, openPreset, presetConfig, tensorSpecsOf, writeSafetensors,
   type DType, type ModelFiles, type SafetensorsTensor,
 } from "../src/index.js";
 import { removeTempDirs, tempDir } from "./model-io-fixtures.js";
+import { errorMessage } from "./error-helpers.js";
 import { PARITY_CASES, promptIds } from "./parity/cases.js";
 
 afterAll(removeTempDirs);
-
-function errorOf(fn: () => unknown): Error {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(HybridgenError);
-    return e as Error;
-  }
-  throw new Error("expected an error");
-}
 
 /** Published parameter counts (Hugging Face model cards / num_parameters()). */
 const PUBLISHED: Record<string, number> = {
@@ -92,24 +83,24 @@ describe("architecture registry", () => {
     expect(SUPPORTED_ARCHITECTURES).toEqual(["LlamaForCausalLM", "Qwen2ForCausalLM", "OPTForCausalLM"]);
     expect(familyOf({ architectures: ["Qwen2ForCausalLM"], model_type: "llama" }).family).toBe("qwen2");
     expect(familyOf({ model_type: "opt" }).family).toBe("opt");
-    expect(errorOf(() => familyOf({ architectures: ["MambaForCausalLM"] })).message).toBe(
+    expect(errorMessage(() => familyOf({ architectures: ["MambaForCausalLM"] }))).toBe(
       'config.json: unsupported architecture "MambaForCausalLM" (supported: LlamaForCausalLM, Qwen2ForCausalLM, OPTForCausalLM)',
     );
-    expect(errorOf(() => familyOf({ model_type: "gpt2" })).message).toMatch(/unsupported model_type "gpt2" \(supported: LlamaForCausalLM, /);
-    expect(errorOf(() => familyOf({ hidden_size: 8 })).message).toMatch(/no architectures or model_type .*supported: /);
-    expect(errorOf(() => familyOf([1])).message).toMatch(/not a JSON object/);
+    expect(errorMessage(() => familyOf({ model_type: "gpt2" }))).toMatch(/unsupported model_type "gpt2" \(supported: LlamaForCausalLM, /);
+    expect(errorMessage(() => familyOf({ hidden_size: 8 }))).toMatch(/no architectures or model_type .*supported: /);
+    expect(errorMessage(() => familyOf([1]))).toMatch(/not a JSON object/);
   });
 
   it("validates each family's config with its schema: key path and value in one line", () => {
     const opt = caseByName("opt-prenorm").config, qwen = caseByName("qwen2-tied").config;
-    expect(errorOf(() => describeModel({ ...opt, ffn_dim: "big" }, "x/config.json")).message).toMatch(/^x\/config\.json: ffn_dim: .*\(got "big"\)$/);
-    expect(errorOf(() => describeModel({ ...opt, activation_function: "swish" })).message).toMatch(/activation_function: .*\(got "swish"\)/);
-    expect(errorOf(() => describeModel({ ...opt, enable_bias: false })).message).toMatch(/enable_bias: .*\(got false\)/);
-    expect(errorOf(() => describeModel({ ...opt, hidden_size: 130 })).message).toMatch(/hidden_size: 130 is not a multiple of num_attention_heads 4/);
+    expect(errorMessage(() => describeModel({ ...opt, ffn_dim: "big" }, "x/config.json"))).toMatch(/^x\/config\.json: ffn_dim: .*\(got "big"\)$/);
+    expect(errorMessage(() => describeModel({ ...opt, activation_function: "swish" }))).toMatch(/activation_function: .*\(got "swish"\)/);
+    expect(errorMessage(() => describeModel({ ...opt, enable_bias: false }))).toMatch(/enable_bias: .*\(got false\)/);
+    expect(errorMessage(() => describeModel({ ...opt, hidden_size: 130 }))).toMatch(/hidden_size: 130 is not a multiple of num_attention_heads 4/);
     const { ffn_dim: _f, ...noFfn } = opt;
-    expect(errorOf(() => describeModel(noFfn)).message).toMatch(/ffn_dim: .*\(missing\)/);
-    expect(errorOf(() => describeModel({ ...qwen, use_sliding_window: true })).message).toMatch(/use_sliding_window: sliding-window attention is not supported \(got true; window 4096\)/);
-    expect(errorOf(() => describeModel({ ...qwen, num_key_value_heads: 3 })).message).toMatch(/num_key_value_heads: .*\(got 3\)/);
+    expect(errorMessage(() => describeModel(noFfn))).toMatch(/ffn_dim: .*\(missing\)/);
+    expect(errorMessage(() => describeModel({ ...qwen, use_sliding_window: true }))).toMatch(/use_sliding_window: sliding-window attention is not supported \(got true; window 4096\)/);
+    expect(errorMessage(() => describeModel({ ...qwen, num_key_value_heads: 3 }))).toMatch(/num_key_value_heads: .*\(got 3\)/);
   });
 
   it("OPT resolves positions, projection and norm placement from its config", () => {
@@ -127,7 +118,7 @@ describe("presets", () => {
       const { config, shape } = describeModel(presetConfig(name));
       expect(modelInfo(config, shape).parameters, name).toBe(PUBLISHED[name]);
     }
-    expect(errorOf(() => presetConfig("gpt-5")).message).toMatch(/unknown preset "gpt-5" \(presets: opt-125m, /);
+    expect(errorMessage(() => presetConfig("gpt-5"))).toMatch(/unknown preset "gpt-5" \(presets: opt-125m, /);
   });
 
   it("report KV bytes: Llama-3.1-8B holds 128 KiB per token in bf16, 16 GiB at 128K", () => {
@@ -173,8 +164,8 @@ describe("model directories of every family", () => {
     using qwen = loadModel(inMemory("qwen2-tied", "f32"), backend, { maxContext: 16 });
     expect(opt).toBeInstanceOf(OptModel);
     expect(qwen).toBeInstanceOf(LlamaModel);
-    expect(errorOf(() => OptModel.load(inMemory("qwen2-tied", "f32"), backend)).message).toMatch(/OptModel cannot run the qwen2 architecture/);
-    expect(errorOf(() => LlamaModel.load(inMemory("opt-prenorm", "f32"), backend)).message).toMatch(/LlamaModel cannot run the opt architecture/);
+    expect(errorMessage(() => OptModel.load(inMemory("qwen2-tied", "f32"), backend))).toMatch(/OptModel cannot run the qwen2 architecture/);
+    expect(errorMessage(() => LlamaModel.load(inMemory("opt-prenorm", "f32"), backend))).toMatch(/LlamaModel cannot run the opt architecture/);
   });
 
   it("uses dummy weights for a directory without weights", () => {
@@ -190,19 +181,19 @@ describe("model directories of every family", () => {
       loadModel(files, backend, { maxContext: 16 }).close();
     };
     const drop = writeDir("opt-prenorm", "f32", false, (t) => t.splice(t.findIndex((x) => x.name === "model.decoder.layers.1.fc2.bias"), 1));
-    expect(errorOf(() => load(drop)).message).toBe("missing tensor model.decoder.layers.1.fc2.bias in the model weights");
+    expect(errorMessage(() => load(drop))).toBe("missing tensor model.decoder.layers.1.fc2.bias in the model weights");
     const reshaped = writeDir("qwen2-tied", "f32", false, (t) => {
       const i = t.findIndex((x) => x.name === "model.layers.0.self_attn.k_proj.bias");
       t[i] = { ...t[i], shape: [2, 32] };
     });
-    expect(errorOf(() => load(reshaped)).message).toBe("tensor model.layers.0.self_attn.k_proj.bias has shape [2, 32], expected [64]");
+    expect(errorMessage(() => load(reshaped))).toBe("tensor model.layers.0.self_attn.k_proj.bias has shape [2, 32], expected [64]");
     const dir = writeDir("llama-gqa", "f32");
     const bytes = new Uint8Array(8 + 80);
     const header = new TextEncoder().encode(JSON.stringify({ "model.norm.weight": { dtype: "I8", shape: [8], data_offsets: [0, 8] } }).padEnd(80, " "));
     new DataView(bytes.buffer).setBigUint64(0, 80n, true);
     bytes.set(header, 8);
     writeFileSync(join(dir, "model.safetensors"), Buffer.concat([Buffer.from(bytes), Buffer.alloc(8)]));
-    expect(errorOf(() => openModelDir(dir)).message).toMatch(/unsupported dtype I8 for tensor model\.norm\.weight \(supported: F32, F16, BF16\)/);
+    expect(errorMessage(() => openModelDir(dir))).toMatch(/unsupported dtype I8 for tensor model\.norm\.weight \(supported: F32, F16, BF16\)/);
   });
 
   it("rope scaling: dynamic equals default within max_position_embeddings; unknown types are named", () => {
@@ -215,11 +206,11 @@ describe("model directories of every family", () => {
     const dynamic = run(withScaling({ rope_type: "dynamic", factor: 4 })).map((a) => Array.from(a));
     expect(dynamic).toEqual(run(inMemory("llama-gqa", "f32")).map((a) => Array.from(a)));
     using backend = new ReferenceBackend();
-    expect(errorOf(() => loadModel(withScaling({ rope_type: "yarn", factor: 4 }), backend)).message).toBe('unsupported rope scaling type "yarn"');
+    expect(errorMessage(() => loadModel(withScaling({ rope_type: "yarn", factor: 4 }), backend))).toBe('unsupported rope scaling type "yarn"');
   });
 
   it("names an unknown architecture in a directory", () => {
     const dir = writeDir("llama-gqa", "f32", false, (_t, cfg) => (cfg.architectures = ["FalconForCausalLM"]));
-    expect(errorOf(() => openModelDir(dir)).message).toMatch(/config\.json: unsupported architecture "FalconForCausalLM" \(supported: LlamaForCausalLM, Qwen2ForCausalLM, OPTForCausalLM\)/);
+    expect(errorMessage(() => openModelDir(dir))).toMatch(/config\.json: unsupported architecture "FalconForCausalLM" \(supported: LlamaForCausalLM, Qwen2ForCausalLM, OPTForCausalLM\)/);
   });
 });

@@ -4,25 +4,16 @@
 // the recorded-step key per batch size; bad input.
 import { describe, expect, it } from "vitest";
 import {
-  BatchDecoder, ByteTokenizer, HybridgenError, ReferenceBackend, generateBatch, generateText, loadModel,
+  BatchDecoder, ByteTokenizer, ReferenceBackend, generateBatch, generateText, loadModel,
   type Backend, type BatchAttnRow, type CausalLM, type LlamaLoadOptions, type ModelFiles, type Tensor,
 } from "../src/index.js";
 import { charTokenizer, makeRng, testSeed, tinyModel } from "./engine-helpers.js";
+import { errorMessage } from "./error-helpers.js";
 import { PARITY_CASES, parityCheckpoint } from "./parity/cases.js";
 
 /** Batched and alone differ only in summation order of f32 matmuls over B rows: ≤ 1e-5 relative. */
 const REL_TOL = 1e-5;
 const STEPS = 6;
-
-function errorOf(fn: () => unknown): string {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(HybridgenError);
-    return (e as Error).message;
-  }
-  throw new Error("expected an error");
-}
 
 function relDiff(a: Float32Array, b: Float32Array): number {
   let diff = 0, scale = 0;
@@ -305,27 +296,27 @@ describe("batched decode: bad input", () => {
     using model = loadModel(files, new ReferenceBackend(), { maxContext: 16 });
     const m = model;
     const tok = new ByteTokenizer(files.shape.vocabSize);
-    expect(errorOf(() => generateBatch(model, tok, []))).toBe("generateBatch: no prompts");
-    expect(errorOf(() => generateBatch(model, tok, [{ prompt: [5] }, { prompt: Array(17).fill(5) }]))).toBe("prompt 1 has 17 tokens but the context holds 16");
-    expect(errorOf(() => generateBatch(model, tok, [{ prompt: [5] }], { batch: 33 }))).toMatch(/^invalid generate option batch: /);
-    expect(errorOf(() => generateBatch(model, tok, [{ prompt: [5], maxTokens: 0 }]))).toMatch(/^prompt 0: invalid maxTokens: /);
-    expect(errorOf(() => new BatchDecoder(m, 0))).toBe("batch size 0 out of range [1, 32]");
+    expect(errorMessage(() => generateBatch(model, tok, []))).toBe("generateBatch: no prompts");
+    expect(errorMessage(() => generateBatch(model, tok, [{ prompt: [5] }, { prompt: Array(17).fill(5) }]))).toBe("prompt 1 has 17 tokens but the context holds 16");
+    expect(errorMessage(() => generateBatch(model, tok, [{ prompt: [5] }], { batch: 33 }))).toMatch(/^invalid generate option batch: /);
+    expect(errorMessage(() => generateBatch(model, tok, [{ prompt: [5], maxTokens: 0 }]))).toMatch(/^prompt 0: invalid maxTokens: /);
+    expect(errorMessage(() => new BatchDecoder(m, 0))).toBe("batch size 0 out of range [1, 32]");
     const s1 = m.createSequence();
-    expect(errorOf(() => m.stepBatch(Int32Array.of(5, 6), [s1, m.createSequence()]))).toBe("stepBatch: 2 sequences but no batch buffers (call reserveBatch first)");
+    expect(errorMessage(() => m.stepBatch(Int32Array.of(5, 6), [s1, m.createSequence()]))).toBe("stepBatch: 2 sequences but no batch buffers (call reserveBatch first)");
     m.reserveBatch(2);
-    expect(errorOf(() => m.reserveBatch(33))).toBe("batch size 33 out of range [1, 32]");
-    expect(errorOf(() => m.stepBatch(Int32Array.of(5, 6), [s1, s1]))).toBe("stepBatch: sequence 1 is also row 0");
-    expect(errorOf(() => m.stepBatch(Int32Array.of(5), [s1, s1]))).toBe("stepBatch: 1 token ids for 2 sequences");
-    expect(errorOf(() => m.stepBatch(Int32Array.of(5, 6, 7), [s1, m.createSequence(), m.createSequence()]))).toBe("batched decode: 3 rows, the batch holds 1..2");
+    expect(errorMessage(() => m.reserveBatch(33))).toBe("batch size 33 out of range [1, 32]");
+    expect(errorMessage(() => m.stepBatch(Int32Array.of(5, 6), [s1, s1]))).toBe("stepBatch: sequence 1 is also row 0");
+    expect(errorMessage(() => m.stepBatch(Int32Array.of(5), [s1, s1]))).toBe("stepBatch: 1 token ids for 2 sequences");
+    expect(errorMessage(() => m.stepBatch(Int32Array.of(5, 6, 7), [s1, m.createSequence(), m.createSequence()]))).toBe("batched decode: 3 rows, the batch holds 1..2");
     m.reserveBatch(3); // grows
     m.stepBatch(Int32Array.of(5, 6, 7), [s1, m.createSequence(), m.createSequence()]);
     expect(m.readBatchLogits(2)).toHaveLength(files.shape.vocabSize);
-    expect(errorOf(() => m.stepBatch(Int32Array.of(5, 999), [s1, m.createSequence()]))).toBe("stepBatch: token id 999 of row 1 out of range [0, 128)");
+    expect(errorMessage(() => m.stepBatch(Int32Array.of(5, 999), [s1, m.createSequence()]))).toBe("stepBatch: token id 999 of row 1 out of range [0, 128)");
     m.releaseSequence(s1);
-    expect(errorOf(() => m.stepBatch(Int32Array.of(5, 6), [s1, m.createSequence()]))).toMatch(/^sequence is not one of this model's/);
+    expect(errorMessage(() => m.stepBatch(Int32Array.of(5, 6), [s1, m.createSequence()]))).toMatch(/^sequence is not one of this model's/);
     using other = loadModel(files, new ReferenceBackend(), { maxContext: 16 });
     const foreign = other.createSequence();
-    expect(errorOf(() => m.withSequence(foreign, () => 0))).toMatch(/^sequence is not one of this model's/);
+    expect(errorMessage(() => m.withSequence(foreign, () => 0))).toMatch(/^sequence is not one of this model's/);
   });
 
   it("hybrid attention runs at batch 1 only", () => {
@@ -333,12 +324,12 @@ describe("batched decode: bad input", () => {
     const noop = () => {};
     model.attention.setDecodeAttention({ newSequence: noop, beginStep: noop, layerInput: noop, attend: noop, endStep: noop });
     const msg = "batched decode does not support hybrid attention (use batch 1)";
-    expect(errorOf(() => new BatchDecoder(model, 2))).toBe(msg);
-    expect(errorOf(() => generateBatch(model, new ByteTokenizer(128), [{ prompt: [5] }, { prompt: [6] }], { batch: 2 }))).toBe(msg);
+    expect(errorMessage(() => new BatchDecoder(model, 2))).toBe(msg);
+    expect(errorMessage(() => generateBatch(model, new ByteTokenizer(128), [{ prompt: [5] }, { prompt: [6] }], { batch: 2 }))).toBe(msg);
     const s = model.createSequence();
     s.attention.setDecodeAttention({ newSequence: noop, beginStep: noop, layerInput: noop, attend: noop, endStep: noop });
     model.reserveBatch(2);
-    expect(errorOf(() => model.stepBatch(Int32Array.of(5, 6), [model.createSequence(), s]))).toBe(msg);
+    expect(errorMessage(() => model.stepBatch(Int32Array.of(5, 6), [model.createSequence(), s]))).toBe(msg);
   });
 
   it("a full context is an error naming the row; slots are checked", () => {
@@ -346,9 +337,9 @@ describe("batched decode: bad input", () => {
     using dec = new BatchDecoder(model, 2);
     dec.prefill(0, Int32Array.of(5, 6, 7), 0);
     dec.prefill(1, Int32Array.from({ length: 8 }, (_, i) => 3 + i), 0);
-    expect(errorOf(() => dec.logits(0))).toBe("batch decoder: slot 0 has no logits (it was not in the last prefill or step)");
-    expect(errorOf(() => dec.step([0, 1], Int32Array.of(5, 6)))).toBe("context overflow: row 1 holds 8 tokens, the context is 8");
-    expect(errorOf(() => dec.step([0, 2], Int32Array.of(5, 6)))).toBe("batch decoder: slot 2 out of range [0, 2)");
+    expect(errorMessage(() => dec.logits(0))).toBe("batch decoder: slot 0 has no logits (it was not in the last prefill or step)");
+    expect(errorMessage(() => dec.step([0, 1], Int32Array.of(5, 6)))).toBe("context overflow: row 1 holds 8 tokens, the context is 8");
+    expect(errorMessage(() => dec.step([0, 2], Int32Array.of(5, 6)))).toBe("batch decoder: slot 2 out of range [0, 2)");
   });
 
   it("freeing: a closed decoder releases its sequences' KV storage", () => {
@@ -362,7 +353,7 @@ describe("batched decode: bad input", () => {
     expect(during).toBeGreaterThan(before);
     const caches = 3 * (2 * files.shape.layers + 1); // K and V per layer + attention scores
     expect(be.liveTensors()).toBe(during - caches);
-    expect(errorOf(() => dec.step([0], Int32Array.of(5)))).toBe("batch decoder used after close()");
+    expect(errorMessage(() => dec.step([0], Int32Array.of(5)))).toBe("batch decoder used after close()");
   });
 });
 
@@ -458,7 +449,7 @@ describe("Backend.argmaxRows: a step's greedy picks in one call", () => {
         });
       }
       expect(calls).toEqual(be === backend ? [4, 4, 4] : []);
-      expect(errorOf(() => dec.argmaxSlots([0, 1], new Int32Array(1)))).toMatch(/out must be an Int32Array of at least 2 values/);
+      expect(errorMessage(() => dec.argmaxSlots([0, 1], new Int32Array(1)))).toMatch(/out must be an Int32Array of at least 2 values/);
     }
   });
 });

@@ -9,8 +9,9 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { HfTokenizer, HybridgenError, loadTokenizerFiles, type ChatRenderer } from "../src/index.js";
+import { HfTokenizer, loadTokenizerFiles, type ChatRenderer } from "../src/index.js";
 import { removeTempDirs, rng, tempDir } from "./model-io-fixtures.js";
+import { errorMessage } from "./error-helpers.js";
 import { CHAT_CASES, TOKENIZER_STRINGS } from "./parity/tokenizer-cases.js";
 
 afterAll(removeTempDirs);
@@ -132,27 +133,18 @@ describe("tokenizer files: bad input", () => {
     for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
     return dir;
   };
-  const message = (fn: () => unknown) => {
-    try {
-      fn();
-    } catch (e) {
-      expect(e).toBeInstanceOf(HybridgenError);
-      return (e as Error).message;
-    }
-    throw new Error("expected an error");
-  };
 
   it("names a tokenizer.json that does not parse, or is not a tokenizer", () => {
-    expect(message(() => loadTokenizerFiles(dirWith({ "tokenizer.json": "{ not json" })))).toMatch(/tokenizer\.json: tokenizer\.json is not valid JSON/);
-    expect(message(() => loadTokenizerFiles(dirWith({ "tokenizer.json": "[1, 2]" })))).toMatch(/tokenizer\.json: not a tokenizer\.json \(no model object\)/);
-    expect(message(() => loadTokenizerFiles(dirWith({ "tokenizer.json": JSON.stringify({ model: { type: "Nope" } }) })))).toMatch(/tokenizer\.json: cannot build the tokenizer/);
-    expect(message(() => loadTokenizerFiles(dirWith({})))).toMatch(/no tokenizer\.json/);
+    expect(errorMessage(() => loadTokenizerFiles(dirWith({ "tokenizer.json": "{ not json" })))).toMatch(/tokenizer\.json: tokenizer\.json is not valid JSON/);
+    expect(errorMessage(() => loadTokenizerFiles(dirWith({ "tokenizer.json": "[1, 2]" })))).toMatch(/tokenizer\.json: not a tokenizer\.json \(no model object\)/);
+    expect(errorMessage(() => loadTokenizerFiles(dirWith({ "tokenizer.json": JSON.stringify({ model: { type: "Nope" } }) })))).toMatch(/tokenizer\.json: cannot build the tokenizer/);
+    expect(errorMessage(() => loadTokenizerFiles(dirWith({})))).toMatch(/no tokenizer\.json/);
   });
 
   it("names a broken tokenizer_config.json and a chat template that does not parse", () => {
     const tj = readFileSync(join(modelsDir("tokenizer-gpt2"), "tokenizer.json"), "utf8");
-    expect(message(() => loadTokenizerFiles(dirWith({ "tokenizer.json": tj, "tokenizer_config.json": "{" })))).toMatch(/tokenizer_config\.json is not valid JSON/);
-    expect(message(() => loadTokenizerFiles(dirWith({ "tokenizer.json": tj, "tokenizer_config.json": JSON.stringify({ chat_template: "{% for %}" }) })))).toMatch(/chat template does not parse/);
-    expect(message(() => loadTokenizerFiles(dirWith({ "tokenizer.json": tj, "tokenizer_config.json": JSON.stringify({ chat_template: 5 }) })))).toMatch(/chat_template is neither a string/);
+    expect(errorMessage(() => loadTokenizerFiles(dirWith({ "tokenizer.json": tj, "tokenizer_config.json": "{" })))).toMatch(/tokenizer_config\.json is not valid JSON/);
+    expect(errorMessage(() => loadTokenizerFiles(dirWith({ "tokenizer.json": tj, "tokenizer_config.json": JSON.stringify({ chat_template: "{% for %}" }) })))).toMatch(/chat template does not parse/);
+    expect(errorMessage(() => loadTokenizerFiles(dirWith({ "tokenizer.json": tj, "tokenizer_config.json": JSON.stringify({ chat_template: 5 }) })))).toMatch(/chat_template is neither a string/);
   });
 });

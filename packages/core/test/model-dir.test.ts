@@ -1,8 +1,9 @@
 import { mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { HybridgenError, ensureStories15M, openModelDir, writeSafetensors, type SafetensorsTensor } from "../src/index.js";
+import { ensureStories15M, openModelDir, writeSafetensors, type SafetensorsTensor } from "../src/index.js";
 import { bytesOf, randomF32, rng, tempDir, removeTempDirs } from "./model-io-fixtures.js";
+import { errorMessage } from "./error-helpers.js";
 
 afterAll(removeTempDirs);
 
@@ -33,17 +34,6 @@ function makeDir(edit?: (dir: string) => void): string {
   writeSafetensors(join(dir, "model.safetensors"), [tensor("model.embed_tokens.weight", [8, 8]), tensor("model.norm.weight", [8])]);
   edit?.(dir);
   return dir;
-}
-
-function errorOf(fn: () => unknown): Error {
-  try {
-    fn();
-  } catch (e) {
-    expect(e).toBeInstanceOf(HybridgenError);
-    expect((e as Error).message).not.toContain("\n");
-    return e as Error;
-  }
-  throw new Error("expected an error");
 }
 
 describe("openModelDir", () => {
@@ -82,23 +72,23 @@ describe("openModelDir", () => {
 
   it("names a missing or wrong directory and missing files", () => {
     const root = tempDir("hg-md-");
-    expect(errorOf(() => openModelDir(join(root, "nope"))).message).toMatch(/model directory .*nope does not exist/);
+    expect(errorMessage(() => openModelDir(join(root, "nope")))).toMatch(/model directory .*nope does not exist/);
     writeFileSync(join(root, "file"), "x");
-    expect(errorOf(() => openModelDir(join(root, "file"))).message).toMatch(/file is not a directory/);
-    expect(errorOf(() => openModelDir(makeDir((d) => rmSync(join(d, "config.json"))))).message).toMatch(/no config\.json/);
-    expect(errorOf(() => openModelDir(makeDir((d) => rmSync(join(d, "tokenizer.json"))))).message).toMatch(/no tokenizer\.json/);
-    expect(errorOf(() => openModelDir(makeDir((d) => rmSync(join(d, "model.safetensors"))))).message).toMatch(/no model\.safetensors or model\.safetensors\.index\.json/);
+    expect(errorMessage(() => openModelDir(join(root, "file")))).toMatch(/file is not a directory/);
+    expect(errorMessage(() => openModelDir(makeDir((d) => rmSync(join(d, "config.json")))))).toMatch(/no config\.json/);
+    expect(errorMessage(() => openModelDir(makeDir((d) => rmSync(join(d, "tokenizer.json")))))).toMatch(/no tokenizer\.json/);
+    expect(errorMessage(() => openModelDir(makeDir((d) => rmSync(join(d, "model.safetensors")))))).toMatch(/no model\.safetensors or model\.safetensors\.index\.json/);
   });
 
   it("reports config.json problems on one line with the key path and value", () => {
     const bad = (c: unknown) => makeDir((d) => writeFileSync(join(d, "config.json"), typeof c === "string" ? c : JSON.stringify(c)));
-    expect(errorOf(() => openModelDir(bad("{oops"))).message).toMatch(/config\.json: not valid JSON/);
-    const e1 = errorOf(() => openModelDir(bad({ ...config, hidden_size: "big" }))).message;
+    expect(errorMessage(() => openModelDir(bad("{oops")))).toMatch(/config\.json: not valid JSON/);
+    const e1 = errorMessage(() => openModelDir(bad({ ...config, hidden_size: "big" })));
     expect(e1).toMatch(/config\.json: hidden_size: .*\(got "big"\)/);
     const { num_hidden_layers: _drop, ...missing } = config;
-    expect(errorOf(() => openModelDir(bad(missing))).message).toMatch(/config\.json: num_hidden_layers: .*\(missing\)/);
-    expect(errorOf(() => openModelDir(bad({ ...config, num_key_value_heads: 3 }))).message).toMatch(/num_key_value_heads: num_attention_heads must be a multiple of num_key_value_heads \(got 3\)/);
-    expect(errorOf(() => openModelDir(bad({ ...config, rope_scaling: { factor: -2 } }))).message).toMatch(/rope_scaling\.factor: .*\(got -2\)/);
+    expect(errorMessage(() => openModelDir(bad(missing)))).toMatch(/config\.json: num_hidden_layers: .*\(missing\)/);
+    expect(errorMessage(() => openModelDir(bad({ ...config, num_key_value_heads: 3 })))).toMatch(/num_key_value_heads: num_attention_heads must be a multiple of num_key_value_heads \(got 3\)/);
+    expect(errorMessage(() => openModelDir(bad({ ...config, rope_scaling: { factor: -2 } })))).toMatch(/rope_scaling\.factor: .*\(got -2\)/);
   });
 
   it("rejects missing shards, misplaced tensors, and a tokenizer larger than the model's vocab", () => {
@@ -109,18 +99,18 @@ describe("openModelDir", () => {
         writeFileSync(join(d, "model.safetensors.index.json"), JSON.stringify({ weight_map: map }));
       });
     const missing = sharded({ "model.norm.weight": "model-00002-of-00002.safetensors" }, {});
-    expect(errorOf(() => openModelDir(missing)).message).toMatch(/shard model-00002-of-00002\.safetensors \(holding model\.norm\.weight\) is missing/);
+    expect(errorMessage(() => openModelDir(missing))).toMatch(/shard model-00002-of-00002\.safetensors \(holding model\.norm\.weight\) is missing/);
     const misplaced = sharded({ "model.norm.weight": "a.safetensors" }, { "a.safetensors": [tensor("other", [2])] });
-    expect(errorOf(() => openModelDir(misplaced)).message).toMatch(/tensor model\.norm\.weight is not in its shard a\.safetensors/);
+    expect(errorMessage(() => openModelDir(misplaced))).toMatch(/tensor model\.norm\.weight is not in its shard a\.safetensors/);
     const noMap = makeDir((d) => {
       rmSync(join(d, "model.safetensors"));
       writeFileSync(join(d, "model.safetensors.index.json"), "{}");
     });
-    expect(errorOf(() => openModelDir(noMap)).message).toMatch(/no weight_map/);
+    expect(errorMessage(() => openModelDir(noMap))).toMatch(/no weight_map/);
     const small = makeDir((d) => writeFileSync(join(d, "config.json"), JSON.stringify({ ...config, vocab_size: 4 })));
-    expect(errorOf(() => openModelDir(small)).message).toMatch(/tokenizer\.json has 6 tokens but config\.json vocab_size is 4/);
+    expect(errorMessage(() => openModelDir(small))).toMatch(/tokenizer\.json has 6 tokens but config\.json vocab_size is 4/);
     const badWeights = makeDir((d) => writeFileSync(join(d, "model.safetensors"), "garbage!garbage!"));
-    expect(errorOf(() => openModelDir(badWeights)).message).toMatch(/model\.safetensors: header length .* exceeds the file/);
+    expect(errorMessage(() => openModelDir(badWeights))).toMatch(/model\.safetensors: header length .* exceeds the file/);
   });
 });
 
