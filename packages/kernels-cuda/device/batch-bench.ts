@@ -27,7 +27,7 @@ import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type SkinnyOptions } from "../src/index.js";
 import { runArgmaxRowsChecks, runBatchAttnChecks, runMatmulSplitChecks, runSkinnyChecks } from "./batch-checks.js";
 import type { CheckResult } from "./op-checks.js";
-import { STORIES15M_SHAPE, dummyFiles } from "./models.js";
+import { STORIES15M_SHAPE, dummyFiles, llamaBf16Sizes } from "./models.js";
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -148,11 +148,7 @@ cuda.setSkinny(SKINNY_OFF);
 
 // ---- 3. throughput on the 8B preset ---------------------------------------------------------------
 const json = presetConfig(preset);
-const hidden = json.hidden_size as number, layers = json.num_hidden_layers as number, heads = json.num_attention_heads as number;
-const kvHeads = (json.num_key_value_heads as number) ?? heads, inter = json.intermediate_size as number, vocab = json.vocab_size as number;
-const hd = (json.head_dim as number) ?? hidden / heads;
-const weightBytes = 2 * (layers * (hidden * (heads + 2 * kvHeads) * hd + heads * hd * hidden + 3 * hidden * inter) + vocab * hidden);
-const kvBytesPerToken = 2 * layers * 2 * kvHeads * hd;
+const { hidden, layers, heads, kvHeads, inter, vocab, hd, weightBytes, kvBytesPerToken } = llamaBf16Sizes(json);
 const maxB = Math.max(...batches);
 const r = seededRandom(2026);
 const lengths = Array.from({ length: maxB }, () => 1536 + Math.floor(r() * 1025));

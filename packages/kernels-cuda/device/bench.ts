@@ -11,7 +11,7 @@
 import { loadModel, presetConfig, type Backend, type MatvecFusion } from "@hybridgen/core";
 import { CudaBackend, createCudaBackend, describeCudaAvailability, cudaAvailability, type DecodeTuning } from "../src/index.js";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
-import { dummyFiles } from "./models.js";
+import { dummyFiles, llamaBf16Sizes } from "./models.js";
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -228,11 +228,7 @@ if (arg("diag", "on") !== "off") {
 for (const r of diag) console.log(r);
 
 const json = presetConfig(preset);
-const hidden = json.hidden_size as number, layers = json.num_hidden_layers as number, heads = json.num_attention_heads as number;
-const kvHeads = (json.num_key_value_heads as number) ?? heads, inter = json.intermediate_size as number, vocab = json.vocab_size as number;
-const hd = (json.head_dim as number) ?? hidden / heads;
-const weightBytes = 2 * (layers * (hidden * (heads + 2 * kvHeads) * hd + heads * hd * hidden + 3 * hidden * inter) + vocab * hidden);
-const kvBytesPerToken = 2 * layers * 2 * kvHeads * hd;
+const { hidden, layers, heads, kvHeads, inter, vocab, hd, weightBytes, kvBytesPerToken } = llamaBf16Sizes(json);
 
 const maxContext = Math.max(...contexts) + steps + 1;
 const counter = counting(cuda);
