@@ -1,6 +1,7 @@
 /**
  * Options of the CUDA backend (issue 5): which device, how much device memory the arena takes
- * once at start-up (no cudaMalloc per step), the stream layout, CUDA graphs and cuBLAS. (The
+ * once at start-up (no cudaMalloc per step), CUDA graphs and cuBLAS. The stream layout is fixed
+ * (one compute stream; one copy stream, made by hostTransfers()), so it has no option. (The
  * hybrid runtime's host buffers belong to the CPU stage and the KV cache; the backend pins them.)
  */
 import { z } from "zod";
@@ -14,9 +15,6 @@ export const CudaBackendOptionsSchema = z.object({
   /** Bytes of device memory the arena reserves; default: `arenaFraction` of the memory free at start. */
   arenaBytes: z.number().int().positive().optional(),
   arenaFraction: z.number().gt(0).max(0.98).default(0.9),
-  /** Streams: compute, plus copy streams so transfers overlap kernels. */
-  computeStreams: z.number().int().min(1).max(8).default(1),
-  copyStreams: z.number().int().min(1).max(8).default(1),
   /** Capture the decode step in a CUDA graph (one launch per step). */
   cudaGraphs: z.boolean().default(true),
   /** cuBLAS is opened at run time (libcublas.so.13, then .so.12); "off" uses only this package's kernels. */

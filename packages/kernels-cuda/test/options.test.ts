@@ -19,14 +19,16 @@ describe("device records", () => {
 describe("CudaBackendOptionsSchema", () => {
   it("fills defaults", () => {
     const o = parseCudaBackendOptions({});
-    expect(o).toMatchObject({ device: 0, arenaFraction: 0.9, computeStreams: 1, copyStreams: 1, cudaGraphs: true, cublas: "auto" });
+    expect(o).toMatchObject({ device: 0, arenaFraction: 0.9, cudaGraphs: true, cublas: "auto" });
     expect("pinnedStagingBytes" in o).toBe(false); // the stage's and the cache's own buffers are pinned instead
+    // The stream layout is fixed (one compute, one copy stream): no option, and an old caller's key is dropped.
+    expect(Object.keys(parseCudaBackendOptions({ computeStreams: 2, copyStreams: 2 }))).not.toContain("copyStreams");
     expect(CudaBackendOptionsSchema.parse({ device: 1, arenaBytes: 2 ** 34 }).arenaBytes).toBe(2 ** 34);
   });
   it("rejects bad values, naming the option", () => {
     expect(() => parseCudaBackendOptions({ device: -1 })).toThrow(/CUDA backend options: device/);
     expect(() => parseCudaBackendOptions({ arenaFraction: 1.5 })).toThrow(/arenaFraction/);
-    expect(() => parseCudaBackendOptions({ copyStreams: 0 })).toThrow(/copyStreams/);
+    expect(() => parseCudaBackendOptions({ arenaBytes: 0 })).toThrow(/CUDA backend options: arenaBytes/);
     expect(() => parseCudaBackendOptions({ cublas: "on" })).toThrow(/cublas/);
   });
 });
