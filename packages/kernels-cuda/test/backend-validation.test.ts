@@ -5,40 +5,22 @@
  */
 import { describe, expect, it } from "vitest";
 import { HybridgenError, ReferenceBackend } from "@hybridgen/core";
-import { CudaBackend, backendSymbols, createCudaBackend, cudaAvailability, type CudaNative } from "../src/index.js";
+import { CudaBackend, createCudaBackend, cudaAvailability, type CudaNative } from "../src/index.js";
+import { STAND_IN_DEVICE, STAND_IN_HEAP, standInNative, type NativeCall } from "./stand-in-native.js";
 
-const HEAP = 2 ** 40;
+const HEAP = STAND_IN_HEAP;
+const device = STAND_IN_DEVICE;
 
-function fakeNative(calls: { name: string; args: unknown[] }[], fail: Record<string, number> = {}): CudaNative {
-  const lib: Record<string, (...args: unknown[]) => unknown> = {};
-  for (const name of Object.keys(backendSymbols)) {
-    lib[name] = (...args: unknown[]) => {
-      calls.push({ name, args });
-      if (name in fail) return fail[name];
-      switch (name) {
-        case "hg_cu_create": return 4096;
-        case "hg_cu_heap_base": return HEAP;
-        case "hg_cu_heap_bytes": return 1 << 20;
-        case "hg_cu_arena_bytes": return (1 << 20) + 4096;
-        case "hg_cu_num_sms": return 132;
-        case "hg_cu_matvec_max_norm_k": return 57344;
-        case "hg_cu_matmul_path": return (args[1] as number) <= 8 ? 0 : 1;
-        case "hg_cu_error_string": {
-          const buf = args[1] as Uint8Array;
-          buf.set(new TextEncoder().encode(`cudaErrorFake${args[0]}: fake failure\0`));
-          return undefined;
-        }
-        default: return 0;
-      }
-    };
-  }
-  return lib as unknown as CudaNative;
+/** The stand-in library, with `fail` answering those symbols (a failure code) instead. */
+function fakeNative(calls: NativeCall[], fail: Record<string, number> = {}): CudaNative {
+  return standInNative({
+    calls,
+    answer: (name) => (name in fail ? fail[name] : name === "hg_cu_matvec_max_norm_k" ? 57344 : undefined),
+  });
 }
 
-const device = { index: 0, name: "Fake GPU", major: 9, minor: 0, computeCapability: "9.0", totalMemoryBytes: 2 ** 34, multiprocessors: 132, pciBusId: "" };
-
 function make(fail: Record<string, number> = {}) {
-  const calls: { name: string; args: unknown[] }[] = [];
+  const calls: NativeCall[] = [];
   const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: fakeNative(calls, fail), device });
   const opCalls = () => calls.filter((c) => !/^hg_cu_(create|heap|arena|num_sms|cublas_info|memset0|write|error_string|set_skinny)/.test(c.name));
   return { be, calls, opCalls };
@@ -140,13 +122,13 @@ describe("CudaBackend validation (stand-in native library)", () => {
   });
 
   it("reports a failed context creation with the device and the reason", () => {
-    const calls: { name: string; args: unknown[] }[] = [];
+    const calls: NativeCall[] = [];
     const lib = fakeNative(calls);
     (lib as unknown as Record<string, unknown>).hg_cu_create = (...args: unknown[]) => {
       (args[5] as Uint8Array).set(new TextEncoder().encode("an arena of 99 bytes was requested, but device 0 has 7 bytes free\0"));
       return null;
     };
-    expect(() => new CudaBackend({}, { lib, device })).toThrow(/^CUDA backend on device 0 \(Fake GPU\): an arena of 99 bytes was requested, but device 0 has 7 bytes free$/);
+    expect(() => new CudaBackend({}, { lib, device })).toThrow(/^CUDA backend on device 0 \(Stand-in GPU\): an arena of 99 bytes was requested, but device 0 has 7 bytes free$/);
   });
 
   it("hands a graph slot to a new key clean: the previous key's graph and skip counter are forgotten", () => {

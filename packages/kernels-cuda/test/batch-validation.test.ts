@@ -7,32 +7,16 @@
  */
 import { describe, expect, it } from "vitest";
 import { HybridgenError, ReferenceBackend, type BatchAttnRow } from "@hybridgen/core";
-import { CudaBackend, backendSymbols, type CudaNative } from "../src/index.js";
+import { CudaBackend } from "../src/index.js";
+import { STAND_IN_DEVICE, standInNative, type NativeCall } from "./stand-in-native.js";
 
-const HEAP = 2 ** 40;
-const device = { index: 0, name: "Fake GPU", major: 9, minor: 0, computeCapability: "9.0", totalMemoryBytes: 2 ** 34, multiprocessors: 132, pciBusId: "" };
+const device = STAND_IN_DEVICE;
 
 function make(splitK = true) {
-  const calls: { name: string; args: unknown[] }[] = [];
-  const lib: Record<string, (...args: unknown[]) => unknown> = {};
-  for (const name of Object.keys(backendSymbols)) {
-    lib[name] = (...args: unknown[]) => {
-      // The table is reused by the backend: keep a copy of what this call saw.
-      calls.push({ name, args: args.map((a) => (a instanceof Int32Array ? a.slice() : a)) });
-      switch (name) {
-        case "hg_cu_create": return 4096;
-        case "hg_cu_heap_base": return HEAP;
-        case "hg_cu_heap_bytes": return 1 << 22;
-        case "hg_cu_arena_bytes": return (1 << 22) + 4096;
-        case "hg_cu_num_sms": return 132;
-        case "hg_cu_attn_decode_path": return splitK ? 1 : 0;
-        case "hg_cu_matmul_path": return (args[1] as number) <= 8 ? 0 : 1;
-        case "hg_cu_matmul_path_for": return 3;
-        default: return 0;
-      }
-    };
-  }
-  const be = new CudaBackend({ arenaBytes: 1 << 23 }, { lib: lib as unknown as CudaNative, device });
+  const calls: NativeCall[] = [];
+  const answers: Record<string, number> = { hg_cu_attn_decode_path: splitK ? 1 : 0, hg_cu_matmul_path_for: 3 };
+  const lib = standInNative({ calls, heapBytes: 1 << 22, answer: (name) => answers[name] });
+  const be = new CudaBackend({ arenaBytes: 1 << 23 }, { lib, device });
   const ops = () => calls.filter((c) => /^hg_cu_(attn|copy)/.test(c.name) && !c.name.endsWith("_path"));
   return { be, calls, ops };
 }

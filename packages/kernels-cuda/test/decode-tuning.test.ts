@@ -5,37 +5,30 @@
  */
 import { describe, expect, it } from "vitest";
 import { HybridgenError } from "@hybridgen/core";
-import { CudaBackend, backendSymbols, type CudaNative } from "../src/index.js";
+import { CudaBackend, type CudaNative } from "../src/index.js";
+import { STAND_IN_DEVICE, standInNative } from "./stand-in-native.js";
 
 function fake(): { lib: CudaNative; sets: [number, number][] } {
   // what a fresh context starts with: PDL off, 2 rows a round, merge kernel, chunks ≥ 64, one warp a row, 4 loads
   const options = [0, 2, 0, 64, 0, 4, 0, 0];
   const sets: [number, number][] = [];
-  const lib: Record<string, (...args: unknown[]) => unknown> = {};
-  for (const name of Object.keys(backendSymbols)) {
-    lib[name] = (...args: unknown[]) => {
-      switch (name) {
-        case "hg_cu_create": return 4096;
-        case "hg_cu_heap_base": return 2 ** 40;
-        case "hg_cu_heap_bytes": return 1 << 20;
-        case "hg_cu_arena_bytes": return (1 << 20) + 4096;
-        case "hg_cu_num_sms": return 132;
-        case "hg_cu_set_decode_option": {
-          const [which, value] = [args[1] as number, args[2] as number];
-          sets.push([which, value]);
-          const old = options[which];
-          options[which] = value;
-          return old;
-        }
-        case "hg_cu_get_decode_option": return options[args[1] as number] ?? -1;
-        default: return 0;
+  const lib = standInNative({
+    answer: (name, args) => {
+      if (name === "hg_cu_set_decode_option") {
+        const [which, value] = [args[1] as number, args[2] as number];
+        sets.push([which, value]);
+        const old = options[which];
+        options[which] = value;
+        return old;
       }
-    };
-  }
-  return { lib: lib as unknown as CudaNative, sets };
+      if (name === "hg_cu_get_decode_option") return options[args[1] as number] ?? -1;
+      return undefined;
+    },
+  });
+  return { lib, sets };
 }
 
-const device = { index: 0, name: "Fake GPU", major: 9, minor: 0, computeCapability: "9.0", totalMemoryBytes: 2 ** 34, multiprocessors: 132, pciBusId: "" };
+const device = STAND_IN_DEVICE;
 
 describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {

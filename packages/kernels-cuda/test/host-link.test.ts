@@ -5,31 +5,21 @@
  */
 import { describe, expect, it } from "vitest";
 import { HybridgenError, type HostRegion } from "@hybridgen/core";
-import { CudaBackend, backendSymbols, createCudaBackend, cudaAvailability, type CudaNative } from "../src/index.js";
+import { CudaBackend, createCudaBackend, cudaAvailability, type CudaNative } from "../src/index.js";
+import { STAND_IN_DEVICE, standInNative, type NativeCall } from "./stand-in-native.js";
 
 const cuda = cudaAvailability();
 
-function standIn(calls: { name: string; args: unknown[] }[]): CudaNative {
-  const lib: Record<string, (...args: unknown[]) => unknown> = {};
-  for (const name of Object.keys(backendSymbols)) {
-    lib[name] = (...args: unknown[]) => {
-      calls.push({ name, args });
-      if (name === "hg_cu_create" || name === "hg_link_create") return 4096;
-      if (name === "hg_cu_heap_base") return 2 ** 40;
-      if (name === "hg_cu_heap_bytes") return 1 << 20;
-      if (name === "hg_cu_num_sms") return 132;
-      if (name === "hg_host_pin") return (args[1] as number) === 12345 ? -1 : 0;
-      return 0;
-    };
-  }
-  return lib as unknown as CudaNative;
+/** The stand-in library; pinning the region at address 12345 fails. */
+function standIn(calls: NativeCall[]): CudaNative {
+  return standInNative({ calls, answer: (name, args) => (name === "hg_host_pin" ? ((args[1] as number) === 12345 ? -1 : 0) : undefined) });
 }
 
-const device = { index: 0, name: "Stand-in GPU", major: 9, minor: 0, computeCapability: "9.0", totalMemoryBytes: 2 ** 34, multiprocessors: 132, pciBusId: "" };
+const device = STAND_IN_DEVICE;
 
 describe("CudaBackend.hostTransfers checks (stand-in library)", () => {
   it("refuses out-of-range copies before any native copy, and passes good ones as 2-D descriptors", () => {
-    const calls: { name: string; args: unknown[] }[] = [];
+    const calls: NativeCall[] = [];
     using be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: standIn(calls), device });
     const link = be.hostTransfers();
     expect(be.hostTransfers()).toBe(link); // one link per backend
@@ -61,7 +51,7 @@ describe("CudaBackend.hostTransfers checks (stand-in library)", () => {
   });
 
   it("pins once, unpins what it pinned, leaves shared pages pageable, and unpins the rest on close", () => {
-    const calls: { name: string; args: unknown[] }[] = [];
+    const calls: NativeCall[] = [];
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: standIn(calls), device });
     const link = be.hostTransfers();
     const a = { address: 0x1000, byteLength: 4096 }, shared = { address: 0x9000, byteLength: 12345 }, b = { address: 0x20000, byteLength: 8192 };
