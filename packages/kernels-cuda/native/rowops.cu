@@ -89,15 +89,18 @@ __global__ void softmax_kernel(float *x, int width, int cols, const int *dyn) {
   for (int j = threadIdx.x; j < cols; j += blockDim.x) r[j] = expf(r[j] - m) * inv;
 }
 
-// First index of the largest value of one row; one block.
-__global__ void argmax_kernel(const float *x, int n, int *out) {
+// First index of the largest value of each row of x [gridDim.x, cols], a block a row (1024
+// threads): a thread keeps the first of its strided maxima, the reductions keep the lower index
+// of equal values. One block serves Backend.argmax, n blocks argmaxRows.
+__global__ void __launch_bounds__(1024) argmax_rows_kernel(const float *x, int cols, int *out) {
   __shared__ float bv[32];
   __shared__ int bi[32];
+  const float *row = x + (size_t)blockIdx.x * cols;
   float v = -INFINITY;
-  int idx = n;  // "none yet": loses every tie
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const float t = x[j];
-    if (t > v || idx == n) { v = t; idx = j; }
+  int idx = cols;  // "none yet": loses every tie
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float t = row[j];
+    if (t > v || idx == cols) { v = t; idx = j; }
   }
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, o);
@@ -110,13 +113,13 @@ __global__ void argmax_kernel(const float *x, int n, int *out) {
   if (warp == 0) {
     const int nw = blockDim.x >> 5;
     v = lane < nw ? bv[lane] : -INFINITY;
-    idx = lane < nw ? bi[lane] : n;
+    idx = lane < nw ? bi[lane] : cols;
     for (int o = 16; o > 0; o >>= 1) {
       const float ov = __shfl_xor_sync(0xffffffffu, v, o);
       const int oi = __shfl_xor_sync(0xffffffffu, idx, o);
       if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
     }
-    if (lane == 0) *out = idx < n ? idx : 0;
+    if (lane == 0) out[blockIdx.x] = idx < cols ? idx : 0;
   }
 }
 
@@ -260,11 +263,27 @@ HG_EXPORT int hg_cu_softmax(HgCtx *c, float *x, int rows, int width, int cols) {
   return r ? r : hg_submit(c, m);
 }
 
+// Greedy picks of a batched decode step: the argmax of each of n rows in one launch and one copy
+// of the n indices to the host, instead of n launch + copy + sync round trips.
+// hostOut[i] = argmax of row i of x [n, cols] (f32), for i < n. devOut: n ints of device memory
+// (the caller's scratch). Runs whatever a recorded step holds first (a read), then waits.
+HG_EXPORT int hg_cu_argmax_rows(HgCtx *c, const float *x, int n, int cols, int *devOut, int *hostOut) {
+  HG_FLUSH(c);
+  if (n <= 0 || cols <= 0) return (int)cudaErrorInvalidValue;
+  argmax_rows_kernel<<<(unsigned)n, 1024, 0, c->compute>>>(x, cols, devOut);
+  int r = hg_launched();
+  if (r) return r;
+  cudaError_t e = cudaMemcpyAsync(hostOut, devOut, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost, c->compute);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(c->compute);
+  return (int)e;
+}
+
+
 // Greedy pick on the device: only one int crosses to the host. Returns the index, or
 // -(error) on failure.
 HG_EXPORT int hg_cu_argmax(HgCtx *c, const float *x, int n) {
   { int fr = hg_drain(c); if (!fr) fr = hg_flush_copies(c); if (fr) return -fr; }
-  argmax_kernel<<<1, 1024, 0, c->compute>>>(x, n, c->argmaxOut);
+  argmax_rows_kernel<<<1, 1024, 0, c->compute>>>(x, n, c->argmaxOut);
   int r = hg_launched();
   if (r) return -r;
   cudaError_t e = cudaMemcpyAsync(c->argmaxHost, c->argmaxOut, sizeof(int), cudaMemcpyDeviceToHost, c->compute);
