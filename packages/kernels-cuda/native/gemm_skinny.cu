@@ -50,6 +50,29 @@ template <> __device__ __forceinline__ void sk_mma<DT_F16>(float *d, const unsig
 
 __device__ __forceinline__ unsigned sk_word(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
+// 8 x values (k order of the lane's fragment) rounded to the weight dtype, 2 to a register.
+template <int WT> __device__ __forceinline__ void sk_pack8(unsigned (&xb)[4], const float4 &a, const float4 &b) {
+  xb[0] = sk_pack<WT>(a.x, a.y); xb[1] = sk_pack<WT>(a.z, a.w);
+  xb[2] = sk_pack<WT>(b.x, b.y); xb[3] = sk_pack<WT>(b.z, b.w);
+}
+
+// One 32-wide k chunk: the two k16 steps of every (weight tile i, batch tile j) product, from the
+// lane's 16-byte weight words wa and its packed x words xb (both kernels' inner step).
+template <int WT, int NT>
+__device__ __forceinline__ void sk_chunk_mma(float (&acc)[SK_MT][NT][4], const uint4 (&wa)[SK_MT][2], const unsigned (&xb)[NT][4]) {
+#pragma unroll
+  for (int s = 0; s < 2; s++)
+#pragma unroll
+    for (int i = 0; i < SK_MT; i++) {
+      const unsigned a[4] = {sk_word(wa[i][0], 2 * s), sk_word(wa[i][1], 2 * s), sk_word(wa[i][0], 2 * s + 1), sk_word(wa[i][1], 2 * s + 1)};
+#pragma unroll
+      for (int j = 0; j < NT; j++) {
+        const unsigned b[2] = {xb[j][2 * s], xb[j][2 * s + 1]};
+        sk_mma<WT>(acc[i][j], a, b);
+      }
+    }
+}
+
 // Where the m output rows (weight rows) go: up to 3 row ranges of the weight, each to its own
 // [n, width] matrix (a fused q/k/v or gate/up weight into separate outputs, matmulRows), and
 // whether the result is added to what the output holds (a residual add in the epilogue).
@@ -164,23 +187,12 @@ __global__ void __launch_bounds__(128) skinny_gemm_kernel(SkOut out, float *part
       if (kin && r < n) {
         const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)r * k + kk);
         const float4 a = xp[0], b = xp[1];
-        xb[j][0] = sk_pack<WT>(a.x, a.y); xb[j][1] = sk_pack<WT>(a.z, a.w);
-        xb[j][2] = sk_pack<WT>(b.x, b.y); xb[j][3] = sk_pack<WT>(b.z, b.w);
+        sk_pack8<WT>(xb[j], a, b);
       } else {
         xb[j][0] = xb[j][1] = xb[j][2] = xb[j][3] = 0u;
       }
     }
-#pragma unroll
-    for (int s = 0; s < 2; s++)
-#pragma unroll
-      for (int i = 0; i < SK_MT; i++) {
-        const unsigned a[4] = {sk_word(wa[i][0], 2 * s), sk_word(wa[i][1], 2 * s), sk_word(wa[i][0], 2 * s + 1), sk_word(wa[i][1], 2 * s + 1)};
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-          const unsigned b[2] = {xb[j][2 * s], xb[j][2 * s + 1]};
-          sk_mma<WT>(acc[i][j], a, b);
-        }
-      }
+    sk_chunk_mma<WT, NT>(acc, wa, xb);
   }
   sk_finish<NT>(out, part, bias, bt, n, m, acc, &red[0][0][0], counters);
 }
@@ -289,21 +301,10 @@ __global__ void __launch_bounds__(128) skinny_pipe_kernel(SkOut out, float *part
     for (int j = 0; j < NT; j++) {
       const float4 a = *reinterpret_cast<const float4 *>(st + (SK_MT * 2 + j * 2) * 32);
       const float4 b = *reinterpret_cast<const float4 *>(st + (SK_MT * 2 + j * 2 + 1) * 32);
-      xb[j][0] = sk_pack<WT>(a.x, a.y); xb[j][1] = sk_pack<WT>(a.z, a.w);
-      xb[j][2] = sk_pack<WT>(b.x, b.y); xb[j][3] = sk_pack<WT>(b.z, b.w);
+      sk_pack8<WT>(xb[j], a, b);
     }
     issue(it + S - 1);  // into the stage read one iteration ago (already in registers)
-#pragma unroll
-    for (int s = 0; s < 2; s++)
-#pragma unroll
-      for (int i = 0; i < SK_MT; i++) {
-        const unsigned a[4] = {sk_word(wa[i][0], 2 * s), sk_word(wa[i][1], 2 * s), sk_word(wa[i][0], 2 * s + 1), sk_word(wa[i][1], 2 * s + 1)};
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-          const unsigned b[2] = {xb[j][2 * s], xb[j][2 * s + 1]};
-          sk_mma<WT>(acc[i][j], a, b);
-        }
-      }
+    sk_chunk_mma<WT, NT>(acc, wa, xb);
   }
   sk_cp_wait<0>();
   hg_pdl_trigger();  // this block's loads are done
