@@ -127,6 +127,8 @@ if (arg("diag", "on") !== "off") {
       ["PDL", { programmaticLaunch: true, attnUnroll: 2 }],
       ["PDL + attention 4 rows a round", { programmaticLaunch: true, attnUnroll: 4 }],
       ["fifth pass: split GEMV (auto), attention cp.async + merged in its kernel", { gemvSplit: 1, attnMergeInKernel: true, attnAsyncCopy: true }],
+      ["GEMV stream 192 KB", { gemvStream: 192 }],
+      ["GEMV stream 64 KB", { gemvStream: 64 }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -274,6 +276,12 @@ const allVariants: Variant[] = [
   { name: "all fifth-pass switches: GEMV split (auto), norm folded in, attention cp.async + last block merges", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1, attnMergeInKernel: true, attnAsyncCopy: true } },
   { name: "GEMV split (auto) + RoPE in the qkv GEMV's epilogue", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, qkvRope: true } },
   { name: "all fifth-pass switches + RoPE in the qkv GEMV", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1, attnMergeInKernel: true, attnAsyncCopy: true, qkvRope: true } },
+  // sixth pass, from index 25: the GEMV as a bulk-copy weight stream (gemv_stream.cu)
+  { name: "GEMV stream, ring 192 KB, norm in the kernel", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 192 } },
+  { name: "GEMV stream, ring 128 KB, norm in the kernel", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128 } },
+  { name: "GEMV stream, ring 64 KB, norm in the kernel", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 64 } },
+  { name: "GEMV stream, ring 192 KB, norm apart", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 192 } },
+  { name: "GEMV stream, ring 192 KB, norm in the kernel, graphs off", graphs: false, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 192 } },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

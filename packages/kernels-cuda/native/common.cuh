@@ -36,7 +36,7 @@ struct CopyBatch {
 // static part: kernels, pointers, grid) and the graph is replayed, or a new graph is captured.
 // Any other op in the middle of a step (a read, a write, cuBLAS) first runs the recorded
 // commands ("drain") and the rest of the step runs eagerly.
-enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN };
+enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM };
 struct Cmd {
   int kind;
   int s[11];         // static ints (shapes, dtypes, grid choices)
@@ -101,6 +101,7 @@ struct HgCtx {
   int gemvUnroll;         // decode GEMV (split form): 16-byte loads a lane has in flight a row (4, 8)
   int attnAsyncCopy;      // split-K decode attention: K/V tiles by cp.async into shared-memory stages
   int qkvRope;            // a recorded RoPE right after a split GEMV into its output: done in its epilogue
+  int gemvStream;         // decode GEMV as a bulk-copy weight stream (gemv_stream.cu): its ring in KB, 0 off
 };
 
 // Loads one element of any dtype as float.
@@ -177,8 +178,10 @@ __device__ __forceinline__ void hg_pdl_trigger() {
 }
 // Launches `kernel` on the compute stream, with the programmatic-serialization attribute when
 // c->pdl is on (the kernel then follows the hg_pdl_wait contract above).
+// hg_launch_pdl: the same with the attribute chosen by the caller (kernels that always follow
+// the contract, whatever c->pdl says).
 template <typename... KArgs, typename... Args>
-static inline int hg_launch(const HgCtx *c, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, Args... args) {
+static inline int hg_launch_pdl(const HgCtx *c, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, Args... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -188,10 +191,14 @@ static inline int hg_launch(const HgCtx *c, void (*kernel)(KArgs...), dim3 grid,
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = c->pdl ? 1 : 0;
+  cfg.numAttrs = pdl ? 1 : 0;
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
   const cudaError_t last = cudaGetLastError();
   return (int)(e != cudaSuccess ? e : last);
+}
+template <typename... KArgs, typename... Args>
+static inline int hg_launch(const HgCtx *c, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, Args... args) {
+  return hg_launch_pdl(c, c->pdl != 0, kernel, grid, block, shmem, args...);
 }
 
 static inline unsigned hg_blocks(size_t n, unsigned threads, unsigned cap = 65535u * 16u) {
@@ -254,6 +261,8 @@ int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd);
 int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu
 int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
+int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);                        // gemv_stream.cu
+int hg_gemv_stream_slots(int k, int ringKb);                                // gemv_stream.cu
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload
 // cannot overwrite them before the kernels queued before it have run). Inside a recorded

@@ -389,6 +389,16 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
     }
   }
   HG_FLUSH_REC(c);
+  // The weight stream (gemvStream switch, gemv_stream.cu): 2-byte weights in rows of 16-byte pieces.
+  const int spw = c->gemvStream && (wt == DT_BF16 || wt == DT_F16) && k % 8 == 0 && ((uintptr_t)w & 15) == 0 && (epi & 3) != 3
+                      ? hg_gemv_stream_slots(k, c->gemvStream) : 0;
+  if (spw > 0) {
+    Cmd sc = hg_new_cmd(CMD_GEMV_STREAM);
+    sc.p[0] = out; sc.p[1] = x; sc.p[2] = w; sc.p[3] = bias; sc.p[4] = nw;
+    sc.s[0] = wt; sc.s[1] = bt; sc.s[2] = nt; sc.s[3] = k; sc.s[4] = m; sc.s[5] = epi & 3; sc.s[6] = spw;
+    sc.f[0] = eps;
+    return hg_submit(c, sc);
+  }
   const int vw = wt == DT_F32 ? 4 : 8;
   Cmd cmd = hg_new_cmd(CMD_GEMV_FUSED);
   cmd.p[0] = out; cmd.p[1] = x; cmd.p[2] = w; cmd.p[3] = bias; cmd.p[4] = nw;

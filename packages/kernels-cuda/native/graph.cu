@@ -29,6 +29,7 @@ int hg_run_cmd(HgCtx *c, const Cmd &cmd, const char *dynBase) {
     case CMD_DECODE_ATTN: return hg_launch_decode_attn(c, cmd, dynBase);
     case CMD_SKINNY: return hg_launch_skinny(c, cmd);
     case CMD_BATCH_ATTN: return hg_launch_batch_attn(c, cmd);
+    case CMD_GEMV_STREAM: return hg_launch_gemv_stream(c, cmd);
     case CMD_MEMSET: return (int)cudaMemsetAsync((void *)cmd.p[0], 0, (size_t)cmd.s[0] * (size_t)cmd.s[1], c->compute);
     default: return hg_launch_rowop(c, cmd, dynBase);
   }
@@ -211,7 +212,8 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // attention chunks' minimum length (64, 128, 256 tokens), 4 the decode GEMV's k split (0 off,
 // 1 auto, 2, 4, 8 warps a row at most), 5 the split GEMV's loads in flight per lane and row
 // (4, 8), 6 the split-K attention's K/V tiles by cp.async into shared-memory stages (0/1), 7 a
-// recorded one-row RoPE folded into the split GEMV that wrote its row (0/1).
+// recorded one-row RoPE folded into the split GEMV that wrote its row (0/1), 8 the decode GEMV
+// as a bulk-copy weight stream: its ring in KB (0 off, 64, 128, 192; refused (stays 0) below sm_90).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -225,6 +227,7 @@ static int *decode_option(HgCtx *c, int which) {
     case 5: return &c->gemvUnroll;
     case 6: return &c->attnAsyncCopy;
     case 7: return &c->qkvRope;
+    case 8: return &c->gemvStream;
     default: return NULL;
   }
 }
@@ -236,6 +239,7 @@ static bool decode_option_ok(int which, int v) {
     case 3: return v == 64 || v == 128 || v == 256;
     case 4: return v == 0 || v == 1 || v == 2 || v == 4 || v == 8;
     case 5: return v == 4 || v == 8;
+    case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
   }
 }
@@ -244,7 +248,7 @@ HG_EXPORT int hg_cu_set_decode_option(HgCtx *c, int which, int value) {
   int *slot = decode_option(c, which);
   if (!slot || !decode_option_ok(which, value)) return -1;
   const int old = *slot;
-  if (which == 0 && value) {
+  if ((which == 0 || which == 8) && value) {
     int major = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device) != cudaSuccess || major < 9) value = 0;
   }
@@ -276,6 +280,7 @@ int hg_graph_init(HgCtx *c) {
   c->gemvUnroll = 4;
   c->attnAsyncCopy = 0;      // register loads until the cp.async stages are measured
   c->qkvRope = 0;            // RoPE its own kernel until the fold is measured
+  c->gemvStream = 0;         // the one-warp-a-row GEMV until the stream is measured
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

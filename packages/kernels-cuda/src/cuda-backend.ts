@@ -86,6 +86,12 @@ export interface DecodeTuning {
   gemvSplit: 0 | 1 | 2 | 4 | 8;
   /** Split decode GEMV: 16-byte loads each lane has in flight per row and round (4 default, or 8). */
   gemvUnroll: 4 | 8;
+  /**
+   * Decode GEMV of bf16/f16 weights as a weight stream (sm_90+): a persistent block an SM copies
+   * weight chunks into a shared-memory ring of this many KB with bulk async copies, started
+   * before the kernel before it has finished (programmatic launch). 0: off.
+   */
+  gemvStream: 0 | 64 | 128 | 192;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes. */
@@ -98,6 +104,7 @@ const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readon
   gemvUnroll: { code: 5, values: [4, 8] },
   attnAsyncCopy: { code: 6, values: [false, true] },
   qkvRope: { code: 7, values: [false, true] },
+  gemvStream: { code: 8, values: [0, 64, 128, 192] },
 };
 
 /** Floats of the unfused matvec parts' scratch made before a step (so a step never allocates). */
@@ -746,6 +753,7 @@ export class CudaBackend implements Backend {
       gemvUnroll: get("gemvUnroll", 4) as DecodeTuning["gemvUnroll"],
       attnAsyncCopy: get("attnAsyncCopy", 0) === 1,
       qkvRope: get("qkvRope", 0) === 1,
+      gemvStream: get("gemvStream", 0) as DecodeTuning["gemvStream"],
     };
   }
 
