@@ -174,6 +174,42 @@ if (arg("diag", "on") !== "off") {
       cuda.free(o);
     }
     {
+      // A layer's four GEMVs as a decode step records them (o +=, norm + gate/up SiLU·up, down +=,
+      // the next layer's norm + qkv): 4 launches plus 2 rmsNorms with the default fusion choice,
+      // one multi-phase launch with the weight stream. 8 layers' weights (3.5 GB) in turn.
+      const distinct = 8, shapes: [number, number][] = [[4096, 4096], [28672, 4096], [4096, 14336], [6144, 4096]];
+      const ws = Array.from({ length: distinct }, () =>
+        shapes.map(([m, k]) => {
+          const w = cuda.alloc([m, k], "bf16");
+          for (let off = 0; off < m * k; off += chunk.length) cuda.write(w, chunk.subarray(0, Math.min(chunk.length, m * k - off)), off);
+          return w;
+        }),
+      );
+      const nw = cuda.alloc([4096], "bf16");
+      cuda.write(nw, chunk.subarray(0, 4096).map((a) => 1 + a));
+      const xr = cuda.alloc([1, 4096]), att = cuda.alloc([1, 4096]), h = cuda.alloc([1, 14336]), qkv = cuda.alloc([1, 6144]);
+      cuda.write(xr, chunk.subarray(0, 4096));
+      cuda.write(att, chunk.subarray(4096, 8192));
+      const bytes = shapes.reduce((t, [m, k]) => t + m * k * 2, 0);
+      const out: string[] = [];
+      const savedFuse = cuda.matvecFusion;
+      for (const [tn, tu] of tunings) {
+        cuda.setDecodeTuning({ ...saved, ...tu });
+        cuda.setMatvecFusion(tu.gemvStream ? { norm: true, siluMul: true, accumulate: true } : CudaBackend.DEFAULT_MATVEC_FUSION);
+        const us = inGraph("diag-layer-gemvs", (l) => {
+          const [wo, wgu, wd, wqkv] = ws[l % distinct];
+          cuda.matvec(xr, att, wo, { accumulate: true });
+          cuda.matvec(h, xr, wgu, { normWeight: nw, normEps: 1e-5, siluMul: true });
+          cuda.matvec(xr, h, wd, { accumulate: true });
+          cuda.matvec(qkv, xr, wqkv, { normWeight: nw, normEps: 1e-5 });
+        });
+        out.push(`${tn} ${us.toFixed(1)} µs (${(bytes / (us / 1e6) / 1e12).toFixed(2)} TB/s)`);
+      }
+      cuda.setMatvecFusion(savedFuse);
+      diag.push(`| in a step graph, ${L} layers: o_proj +=, norm + gate/up, down +=, norm + qkv (${(bytes / 1e6).toFixed(0)} MB a layer) | ${out.join("; ")} |`);
+      for (const t of [...ws.flat(), nw, xr, att, h, qkv]) cuda.free(t);
+    }
+    {
       const kvH = 8, hdim = 128, nh = 32, len = 2048, cap = len + 1;
       const kv = Array.from({ length: 2 * L }, () => {
         const t = cuda.alloc([kvH, cap, hdim], "bf16");

@@ -18,6 +18,7 @@ import { createCpuBackend, createNativeRandomFill } from "../../kernels-cpu/src/
 import { PARITY_CASES } from "../../core/test/parity/cases.js";
 import { runParityCase, type CaseRef } from "../../core/test/parity/run-parity.js";
 import { runOpChecks, relErr } from "./op-checks.js";
+import { streamGemvChecks } from "./stream-checks.js";
 import { STORIES15M_SHAPE, dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
@@ -83,12 +84,12 @@ async function main(): Promise<void> {
 
   // 1. ops
   let t0 = performance.now();
-  const ops = runOpChecks(cuda, seed);
+  const ops = [...runOpChecks(cuda, seed), ...streamGemvChecks(cuda, seed + 2)];
   const bad = ops.filter((r) => !r.ok);
   failures += bad.length;
   table(`ops vs ReferenceBackend: ${ops.length - bad.length}/${ops.length} pass (${((performance.now() - t0) / 1e3).toFixed(1)} s)`, [
     ["check", "error", "tol"],
-    ...(bad.length ? bad : ops.filter((r) => r.name.startsWith("matmul cublas") || r.name.startsWith("attnAggregate+")).slice(0, 12)).map((r) => [r.name + (r.ok ? "" : " FAIL"), r.err, r.tol]),
+    ...(bad.length ? bad : [...ops.filter((r) => r.name.startsWith("matmul cublas") || r.name.startsWith("attnAggregate+")).slice(0, 12), ...ops.filter((r) => r.name.startsWith("stream GEMV chain"))]).map((r) => [r.name + (r.ok ? "" : " FAIL"), r.err, r.tol]),
   ]);
 
   // 2. transformers parity (f32 checkpoints, f32 weights on the GPU)

@@ -261,8 +261,10 @@ int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd);
 int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu
 int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
-int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);                        // gemv_stream.cu
-int hg_gemv_stream_slots(int k, int ringKb);                                // gemv_stream.cu
+// gemv_stream.cu: launches cmds[0] and the stream GEMVs after it as one multi-phase launch
+int hg_launch_gemv_stream(HgCtx *c, const Cmd *cmds, int avail, int index, int *used);
+int hg_gemv_stream_slots(int k, int ringKb);
+int hg_gemv_stream_reset(HgCtx *c);
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload
 // cannot overwrite them before the kernels queued before it have run). Inside a recorded

@@ -29,7 +29,10 @@ int hg_run_cmd(HgCtx *c, const Cmd &cmd, const char *dynBase) {
     case CMD_DECODE_ATTN: return hg_launch_decode_attn(c, cmd, dynBase);
     case CMD_SKINNY: return hg_launch_skinny(c, cmd);
     case CMD_BATCH_ATTN: return hg_launch_batch_attn(c, cmd);
-    case CMD_GEMV_STREAM: return hg_launch_gemv_stream(c, cmd);
+    case CMD_GEMV_STREAM: {
+      int used = 0;
+      return hg_launch_gemv_stream(c, &cmd, 1, 0, &used);
+    }
     case CMD_MEMSET: return (int)cudaMemsetAsync((void *)cmd.p[0], 0, (size_t)cmd.s[0] * (size_t)cmd.s[1], c->compute);
     default: return hg_launch_rowop(c, cmd, dynBase);
   }
@@ -45,8 +48,12 @@ static int upload_blob(HgCtx *c) {
 
 static int run_all(HgCtx *c) {
   for (int i = 0; i < c->ncmds; i++) {
-    int r = hg_run_cmd(c, c->cmds[i], c->blobDev);
+    int r, used = 1;
+    // consecutive stream GEMVs run as the phases of one launch (gemv_stream.cu)
+    if (c->cmds[i].kind == CMD_GEMV_STREAM) r = hg_launch_gemv_stream(c, &c->cmds[i], c->ncmds - i, i, &used);
+    else r = hg_run_cmd(c, c->cmds[i], c->blobDev);
     if (r) return r;
+    i += used - 1;
   }
   return 0;
 }
@@ -256,6 +263,7 @@ HG_EXPORT int hg_cu_set_decode_option(HgCtx *c, int which, int value) {
     if (hg_decode_attn_reset_tickets(c) != 0) return -1;
   }
   if (which == 6 && value && hg_decode_attn_allow_async() != 0) return -1;  // its shared-memory stages
+  if (which == 8 && value && !old && hg_gemv_stream_reset(c) != 0) return -1;  // the grid-barrier counters start at zero
   *slot = value;
   if (*slot != old) hg_cu_step_reset(c);
   return old;

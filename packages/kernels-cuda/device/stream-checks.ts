@@ -1,0 +1,104 @@
+/**
+ * Checks of the weight-stream GEMV's multi-phase launches (DecodeTuning.gemvStream,
+ * native/gemv_stream.cu) on the GPU: chains of matvecs recorded in one step run as the phases of
+ * one launch with grid barriers between them. Each chain is a layer's pattern (o +=, norm +
+ * gate/up SiLU·up, down +=, norm + qkv), where every phase reads what the one before wrote,
+ * against core's ReferenceBackend (matvecByParts), over several recorded steps (fresh inputs each
+ * step; the first captures, the rest replay). Chains of 5 and 9 commands (split at 4 phases), a
+ * dtype change in the middle (splits the launch), rows fewer than the SMs, ring sizes 64 and 192.
+ * Run by op-checks.ts (runOpChecks).
+ */
+import { ReferenceBackend, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
+import type { CudaBackend } from "../src/index.js";
+import { matvecByParts, relErr, type CheckResult } from "./op-checks.js";
+
+interface Link {
+  out: string; // buffer names: "att" (attention output, d), "x" (residual, d), "h" (FFN, f), "qkv" (q)
+  inp: string;
+  dt: DType;
+  norm: boolean;
+  silu: boolean;
+  acc: boolean;
+  bias: boolean;
+}
+
+// A layer's decode GEMVs in the order a step records them: x += o(att), h = SiLU·up(norm x),
+// x += down(h), qkv = norm x · Wqkv. Each phase reads what the one before wrote.
+function layerChain(dt: DType, bias = false): Link[] {
+  return [
+    { out: "x", inp: "att", dt, norm: false, silu: false, acc: true, bias },
+    { out: "h", inp: "x", dt, norm: true, silu: true, acc: false, bias },
+    { out: "x", inp: "h", dt, norm: false, silu: false, acc: true, bias },
+    { out: "qkv", inp: "x", dt, norm: true, silu: false, acc: false, bias },
+  ];
+}
+const ATT_FROM_QKV: Link = { out: "att", inp: "qkv", dt: "bf16", norm: false, silu: false, acc: true, bias: false };
+
+export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[] {
+  const ref = new ReferenceBackend();
+  const rnd = seededRandom(seed);
+  const results: CheckResult[] = [];
+  const savedTuning = cuda.decodeTuning, savedFuse = cuda.matvecFusion;
+  const record = (name: string, err: number, tol: number) => results.push({ name, err, tol, ok: err <= tol });
+  const values = (n: number, scale = 1) => Float32Array.from({ length: n }, () => (rnd() * 2 - 1) * scale);
+  // [name, links, widths d / f / q, ring KB]
+  const cases: [string, Link[], [number, number, number], number][] = [
+    ["layer bf16 d512 f1536 q768", layerChain("bf16"), [512, 1536, 768], 192],
+    ["layer f16 d256 f688 q384, biases", layerChain("f16", true), [256, 688, 384], 64],
+    ["layer bf16 d64 f96 q96 (rows < SMs)", layerChain("bf16"), [64, 96, 96], 192],
+    ["layer bf16 d4096 f14336 q6144 (8B shapes)", layerChain("bf16"), [4096, 14336, 6144], 128],
+    ["5 links (split at 4 phases)", [...layerChain("bf16"), ATT_FROM_QKV], [256, 512, 256], 192],
+    ["9 links, dtype change in the middle", [...layerChain("bf16"), ATT_FROM_QKV, ...layerChain("f16")], [256, 512, 256], 64],
+  ];
+  try {
+    for (const [name, links, [d, f, q], ring] of cases) {
+      cuda.setDecodeTuning({ ...savedTuning, gemvSplit: 0, gemvStream: ring as DecodeRing });
+      cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
+      const owned: [Backend, Tensor][] = [];
+      const both = (shape: number[], dt: DType, v?: Float32Array) => {
+        const c = cuda.alloc(shape, dt), r = ref.alloc(shape, dt);
+        owned.push([cuda, c], [ref, r]);
+        if (v) {
+          cuda.write(c, v);
+          ref.write(r, v);
+        }
+        return { c, r };
+      };
+      const width: Record<string, number> = { att: d, x: d, h: f, qkv: q };
+      const bufs = Object.fromEntries(Object.entries(width).map(([k, n]) => [k, { ...both([1, n], "f32"), n }]));
+      const weights = links.map((l) => {
+        const m = width[l.out], k = width[l.inp], rows = l.silu ? 2 * m : m;
+        return { w: both([rows, k], l.dt, values(rows * k, 1 / Math.sqrt(k))), nw: both([k], l.dt, values(k, 0.5).map((a) => a + 1)), b: both([rows], "f32", values(rows, 0.1)) };
+      });
+      const fusion = (l: Link, j: number, side: "c" | "r"): MatvecFusion => ({
+        normWeight: l.norm ? weights[j].nw[side] : undefined, normEps: 1e-5, siluMul: l.silu, accumulate: l.acc, bias: l.bias ? weights[j].b[side] : undefined,
+      });
+      const steps = 4, before = cuda.graphStats();
+      let worst = 0;
+      for (let s = 0; s < steps; s++) {
+        for (const b of Object.values(bufs)) {
+          const v = values(b.n);
+          cuda.write(b.c, v);
+          ref.write(b.r, v);
+        }
+        cuda.beginStep(`stream-checks-${name}`);
+        links.forEach((l, j) => cuda.matvec(bufs[l.out].c, bufs[l.inp].c, weights[j].w.c, fusion(l, j, "c")));
+        cuda.endStep();
+        links.forEach((l, j) => matvecByParts(ref, bufs[l.out].r, bufs[l.inp].r, weights[j].w.r, fusion(l, j, "r")));
+        for (const b of Object.values(bufs)) worst = Math.max(worst, relErr(cuda.read(b.c), ref.read(b.r)));
+      }
+      const after = cuda.graphStats();
+      record(`stream GEMV chain ${name}, ring ${ring} KB, recorded x${steps}: every buffer vs the reference`, worst, 1e-4);
+      record(`stream GEMV chain ${name}: 1 capture, the rest replayed, none drained`, Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
+      for (const [be, t] of owned.reverse()) be.free(t);
+    }
+  } catch (e) {
+    record(`stream GEMV chains: ${(e as Error).message}`, Infinity, 0);
+  } finally {
+    cuda.setDecodeTuning(savedTuning);
+    cuda.setMatvecFusion(savedFuse);
+  }
+  return results;
+}
+
+type DecodeRing = 0 | 64 | 128 | 192;
