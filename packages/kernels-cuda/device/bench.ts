@@ -323,7 +323,7 @@ const allVariants: Variant[] = [
 const picked = arg("variants", "");
 const variants: Variant[] = [...(picked ? picked.split(",").map((i) => allVariants[Number(i)]).filter(Boolean) : allVariants), ALL];
 
-const rows: string[] = ["| context | variant | prefill s | prefill tok/s | decode ms/token | floor ms | ratio | backend calls/step | graphs captured/replayed/drained | arena peak GB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
+const rows: string[] = ["| context | variant | prefill s | prefill tok/s | decode ms/token | floor ms | ratio | host ms in step() | backend calls/step | graphs captured/replayed/drained | arena peak GB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
 for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 || arg("variant-contexts", "first") === "all" ? variants.map((x) => [c, x]) : [[c, ALL]])) as [number, Variant][]) {
   const graphs = v.graphs;
   cuda.setCudaGraphs(graphs);
@@ -344,17 +344,21 @@ for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 || arg("variant-conte
   counter.reset();
   const g0 = cuda.graphStats();
   t0 = performance.now();
+  let hostMs = 0; // time in step(): recording the step and launching its graph (the GPU waits for it)
   for (let s = 1; s < steps; s++) {
+    const th = performance.now();
     model.step(Int32Array.of(tok), ctx + s);
+    hostMs += performance.now() - th;
     tok = model.argmaxLogits();
   }
   const ms = (performance.now() - t0) / (steps - 1);
+  hostMs /= steps - 1;
   const calls = counter.calls() / (steps - 1);
   const g1 = cuda.graphStats();
   const gs = `${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain}`;
   // bw counts bytes read + written by a copy: the memory's throughput, which a read-only step can use whole.
   const floorMs = ((weightBytes + kvBytesPerToken * (ctx + steps / 2)) / bw) * 1e3;
-  rows.push(`| ${ctx} | ${v.name} | ${prefillS.toFixed(2)} | ${(ctx / prefillS).toFixed(0)} | ${ms.toFixed(2)} | ${floorMs.toFixed(2)} | ${(ms / floorMs).toFixed(2)} | ${calls.toFixed(0)} | ${gs} | ${(cuda.memory().peakBytes / 1e9).toFixed(1)} |`);
+  rows.push(`| ${ctx} | ${v.name} | ${prefillS.toFixed(2)} | ${(ctx / prefillS).toFixed(0)} | ${ms.toFixed(2)} | ${floorMs.toFixed(2)} | ${(ms / floorMs).toFixed(2)} | ${hostMs.toFixed(3)} | ${calls.toFixed(0)} | ${gs} | ${(cuda.memory().peakBytes / 1e9).toFixed(1)} |`);
   console.log(rows[rows.length - 1]);
 }
 hide("matvec", false);
