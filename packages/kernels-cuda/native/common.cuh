@@ -102,6 +102,8 @@ struct HgCtx {
   int attnAsyncCopy;      // split-K decode attention: K/V tiles by cp.async into shared-memory stages
   int qkvRope;            // a recorded RoPE right after a split GEMV into its output: done in its epilogue
   int gemvStream;         // decode GEMV as a bulk-copy weight stream (gemv_stream.cu): its ring in KB, 0 off
+  int gemvStreamPhases;   // the most consecutive stream GEMVs of a recorded step one launch runs (1: no merging)
+  int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
 };
 
 // Loads one element of any dtype as float.

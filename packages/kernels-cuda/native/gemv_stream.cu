@@ -280,7 +280,7 @@ int hg_launch_gemv_stream(HgCtx *c, const Cmd *cmds, int avail, int index, int *
   StreamArgs a = {};
   int spw = cmds[0].s[6], kmax = cmds[0].s[3], n = 1;
   a.ph[0] = stream_phase(cmds[0]);
-  while (n < avail && n < GS_MAX_PHASES && cmds[n].kind == CMD_GEMV_STREAM && cmds[n].s[0] == cmds[0].s[0]) {
+  while (n < avail && n < GS_MAX_PHASES && n < c->gemvStreamPhases && cmds[n].kind == CMD_GEMV_STREAM && cmds[n].s[0] == cmds[0].s[0]) {
     const int k2 = max(kmax, cmds[n].s[3]);
     int s2 = min(spw, cmds[n].s[6]);
     while (s2 > 1 && stream_smem(k2, s2) > (size_t)GS_MAX_SMEM) s2--;

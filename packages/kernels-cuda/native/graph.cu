@@ -220,7 +220,10 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // 1 auto, 2, 4, 8 warps a row at most), 5 the split GEMV's loads in flight per lane and row
 // (4, 8), 6 the split-K attention's K/V tiles by cp.async into shared-memory stages (0/1), 7 a
 // recorded one-row RoPE folded into the split GEMV that wrote its row (0/1), 8 the decode GEMV
-// as a bulk-copy weight stream: its ring in KB (0 off, 64, 128, 192; refused (stays 0) below sm_90).
+// as a bulk-copy weight stream: its ring in KB (0 off, 64, 128, 192; refused (stays 0) below sm_90),
+// 9 decode attention as one clustered launch, the step's K/V append and RoPE folded in (0/1; on a
+// GPU without clusters the split-K kernels still run).
+// 10: the most consecutive stream GEMVs of a recorded step that run as the phases of one launch (1–4).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -235,18 +238,21 @@ static int *decode_option(HgCtx *c, int which) {
     case 6: return &c->attnAsyncCopy;
     case 7: return &c->qkvRope;
     case 8: return &c->gemvStream;
+    case 10: return &c->gemvStreamPhases;
+    case 9: return &c->attnCluster;
     default: return NULL;
   }
 }
 
 static bool decode_option_ok(int which, int v) {
   switch (which) {
-    case 0: case 2: case 6: case 7: return v == 0 || v == 1;
+    case 0: case 2: case 6: case 7: case 9: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
     case 3: return v == 64 || v == 128 || v == 256;
     case 4: return v == 0 || v == 1 || v == 2 || v == 4 || v == 8;
     case 5: return v == 4 || v == 8;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
+    case 10: return v >= 1 && v <= 4;
     default: return false;
   }
 }
@@ -289,6 +295,8 @@ int hg_graph_init(HgCtx *c) {
   c->attnAsyncCopy = 0;      // register loads until the cp.async stages are measured
   c->qkvRope = 0;            // RoPE its own kernel until the fold is measured
   c->gemvStream = 0;         // the one-warp-a-row GEMV until the stream is measured
+  c->gemvStreamPhases = 1;   // merged phases measured slower on the H200 (DEVICE-NOTES.md, sixth pass)
+  c->attnCluster = 0;        // the split-K kernels + merge until the clustered kernel is measured
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;
