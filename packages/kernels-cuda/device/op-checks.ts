@@ -28,7 +28,7 @@ export function relErr(a: Float32Array, b: Float32Array): number {
   return den === 0 ? Math.sqrt(num) : Math.sqrt(num / den);
 }
 
-function maxAbs(a: Float32Array, b: Float32Array): number {
+export function maxAbs(a: Float32Array, b: Float32Array): number {
   let m = 0;
   for (let i = 0; i < a.length; i++) {
     const d = Math.abs(a[i] - b[i]);

@@ -41,6 +41,59 @@ __device__ __forceinline__ void da_cp_wait() { asm volatile("cp.async.wait_group
 static const int DA_STAGES = 3;
 static inline size_t da_async_smem(int unr) { return (size_t)DA_STAGES * DA_WARPS * 32 * unr * 16 * 2; }
 
+// q·k of one head over a token row held by LPT lanes (EL values each), summed across them: every
+// lane of the row gets the same bits.
+template <int EL, int LPT>
+__device__ __forceinline__ float da_score(const float (&q)[EL], const float (&k)[EL]) {
+  float t = 0.f;
+#pragma unroll
+  for (int e = 0; e < EL; e++) t += q[e] * k[e];
+#pragma unroll
+  for (int o = LPT / 2; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  return t;
+}
+
+// The end of a block's chunk: each lane's softmax state merged over the warp's token rows (lanes
+// with the same li), then over the warps through shared memory, into dst: per head h, at
+// dst + h·(headDim + 2), the unnormalised output, then max (log2), sum. dst: the split's partial
+// row in global memory (da_block), or a cluster block's shared memory (decode_attn.cu).
+template <int EL, int LPT>
+__device__ __forceinline__ void da_block_state(float *dst, float (&m)[DA_HEADS], float (&l)[DA_HEADS], float (&acc)[DA_HEADS][EL], int nh, int headDim) {
+  __shared__ float smA[DA_WARPS][DA_HEADS][256];
+  __shared__ float smM[DA_WARPS][DA_HEADS], smL[DA_WARPS][DA_HEADS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / LPT, li = lane % LPT, d0 = li * EL;
+  const bool active = d0 < headDim;
+#pragma unroll
+  for (int o = LPT; o < 32; o <<= 1) {
+#pragma unroll
+    for (int h = 0; h < DA_HEADS; h++) {
+      float a2[EL];
+#pragma unroll
+      for (int e = 0; e < EL; e++) a2[e] = __shfl_xor_sync(0xffffffffu, acc[h][e], o);
+      const float m2 = __shfl_xor_sync(0xffffffffu, m[h], o), l2 = __shfl_xor_sync(0xffffffffu, l[h], o);
+      da_merge<EL>(m[h], l[h], acc[h], m2, l2, a2);
+    }
+  }
+  if (sub == 0) {
+#pragma unroll
+    for (int h = 0; h < DA_HEADS; h++) {
+      if (active)
+#pragma unroll
+        for (int e = 0; e < EL; e++) smA[warp][h][d0 + e] = acc[h][e];
+      if (li == 0) { smM[warp][h] = m[h]; smL[warp][h] = l[h]; }
+    }
+  }
+  __syncthreads();
+  for (int t = threadIdx.x; t < nh * headDim; t += blockDim.x) {
+    const int h = t / headDim, d = t % headDim;
+    float mm = -INFINITY, ll = 0.f, a = 0.f;
+    for (int w = 0; w < DA_WARPS; w++) da_merge<1>(mm, ll, &a, smM[w][h], smL[w][h], &smA[w][h][d]);
+    float *o = dst + (size_t)h * (headDim + 2);
+    o[d] = a;
+    if (d == 0) { o[headDim] = mm; o[headDim + 1] = ll; }
+  }
+}
+
 // One block's chunk [j0, j1) for heads h0 .. h0 + nh − 1 of KV head g. qh: the first of those
 // heads' query rows; kb/vb: the cache rows of slot `start` of KV head g (byte pointers);
 // dst: the first head's partial row ([headDim + 2]: unnormalised output, max (log2), sum; the
@@ -56,8 +109,6 @@ template <int KT, int LPT, int UNR, bool TRIGGER, bool ASYNC = false>
 __device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1,
                                          float sl, char *stage = nullptr) {
   constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW;
-  __shared__ float smA[DA_WARPS][DA_HEADS][256];
-  __shared__ float smM[DA_WARPS][DA_HEADS], smL[DA_WARPS][DA_HEADS];
   const size_t rowBytes = (size_t)headDim * ES;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / LPT, li = lane % LPT;
   const int d0 = li * EL;
@@ -81,14 +132,7 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
     Vec16<KT>::cvt(vraw, vf);
     float s[DA_HEADS];
 #pragma unroll
-    for (int h = 0; h < DA_HEADS; h++) {
-      float t = 0.f;
-#pragma unroll
-      for (int e = 0; e < EL; e++) t += qr[h][e] * kf[e];
-#pragma unroll
-      for (int o = LPT / 2; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-      s[h] = t;
-    }
+    for (int h = 0; h < DA_HEADS; h++) s[h] = da_score<EL, LPT>(qr[h], kf);
     if (j < j1) {
 #pragma unroll
       for (int h = 0; h < DA_HEADS; h++) {
@@ -158,36 +202,7 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
     da_cp_wait<0>();
   }
   if (TRIGGER) hg_pdl_trigger();  // this warp's loads are done
-  // Merge the warp's token rows (lanes with the same li), then the warps through shared memory.
-#pragma unroll
-  for (int o = LPT; o < 32; o <<= 1) {
-#pragma unroll
-    for (int h = 0; h < DA_HEADS; h++) {
-      float a2[EL];
-#pragma unroll
-      for (int e = 0; e < EL; e++) a2[e] = __shfl_xor_sync(0xffffffffu, acc[h][e], o);
-      const float m2 = __shfl_xor_sync(0xffffffffu, m[h], o), l2 = __shfl_xor_sync(0xffffffffu, l[h], o);
-      da_merge<EL>(m[h], l[h], acc[h], m2, l2, a2);
-    }
-  }
-  if (sub == 0) {
-#pragma unroll
-    for (int h = 0; h < DA_HEADS; h++) {
-      if (active)
-#pragma unroll
-        for (int e = 0; e < EL; e++) smA[warp][h][d0 + e] = acc[h][e];
-      if (li == 0) { smM[warp][h] = m[h]; smL[warp][h] = l[h]; }
-    }
-  }
-  __syncthreads();
-  for (int t = threadIdx.x; t < nh * headDim; t += blockDim.x) {
-    const int h = t / headDim, d = t % headDim;
-    float mm = -INFINITY, ll = 0.f, a = 0.f;
-    for (int w = 0; w < DA_WARPS; w++) da_merge<1>(mm, ll, &a, smM[w][h], smL[w][h], &smA[w][h][d]);
-    float *o = dst + (size_t)h * (headDim + 2);
-    o[d] = a;
-    if (d == 0) { o[headDim] = mm; o[headDim + 1] = ll; }
-  }
+  da_block_state<EL, LPT>(dst, m, l, acc, nh, headDim);
 }
 
 // Value d of one head's merged output: Σ_split e^(m_s − M) a_s / Σ_split e^(m_s − M) l_s over

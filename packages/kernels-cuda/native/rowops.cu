@@ -1,6 +1,7 @@
 // Row and elementwise ops: embedding, RMSNorm, LayerNorm, RoPE, SiLU·up, ReLU, GELU, add,
 // softmax, argmax. Activations are f32; tables and norm weights may be any dtype.
 #include "common.cuh"
+#include "rope.cuh"
 #include <string.h>
 
 template <int DT>
@@ -52,8 +53,8 @@ __global__ void rope_kernel(float *x, int width, const int *positions, int pos0,
   const float *cr = cosT + (size_t)p * half, *sr = sinT + (size_t)p * half;
   for (int j = threadIdx.x; j < half; j += blockDim.x) {
     const float a = base[j], b = base[j + half], c = cr[j], s = sr[j];
-    base[j] = a * c - b * s;
-    base[j + half] = a * s + b * c;
+    base[j] = hg_rope_lo(a, b, c, s);  // rope.cuh: the rounding the clustered decode attention repeats
+    base[j + half] = hg_rope_hi(a, b, c, s);
   }
 }
 
