@@ -5,6 +5,7 @@
  * attention part as core runs it (RoPE, the K/V append, attention), then preset:llama-3.1-8b
  * decode (dummy bf16 weights, bf16 KV) with the switch off and on. Usage:
  *   bun attn-bench.js [--contexts 2048,32768] [--steps 32] [--log file] [--skip-model]
+ *   bun attn-bench.js --profile   (two eager launches of each kernel at 2K and 32K tokens, for ncu)
  * Lines go to --log as they are made (a timeout keeps what was measured).
  */
 import { appendFileSync } from "node:fs";
@@ -37,6 +38,26 @@ line(`D2D copy bandwidth (read + write): ${(bw / 1e12).toFixed(2)} TB/s`);
   const sizes = [[2, 128, 8], [2, 128, 16], [0, 128, 8], [2, 64, 8]].map(([dt, hd, n]) => `dtype ${dt} d${hd} ${n} clusters: ${lib.symbols.hg_cu_attn_cluster_size(dt, hd, n)}`);
   line(`clustered attention, blocks a cluster: ${sizes.join("; ")}`);
   lib.close();
+}
+
+// --profile: only a few eager launches of each kernel (split-K + merge, clustered) at 2K and 32K
+// tokens, for Nsight Compute (which flushes the caches before each profiled kernel).
+if (process.argv.includes("--profile")) {
+  const kvH = 8, hd = 128, nh = 32;
+  const q = cuda.alloc([1, nh * hd]), o = cuda.alloc([1, nh * hd]);
+  cuda.write(q, Float32Array.from({ length: nh * hd }, (_, i) => Math.sin(i)));
+  for (const len of [2048, 32768]) {
+    const k = cuda.alloc([kvH, len + 1, hd], "bf16"), v = cuda.alloc([kvH, len + 1, hd], "bf16");
+    for (const on of [false, true]) {
+      cuda.setDecodeTuning({ attnCluster: on });
+      for (let r = 0; r < 2; r++) cuda.attnCausal(o, q, 1, k, v, 0, len - 1, 0.088);
+    }
+    cuda.synchronize();
+    cuda.free(k);
+    cuda.free(v);
+  }
+  cuda.close();
+  process.exit(0);
 }
 
 // ---- checks ----
