@@ -34,6 +34,11 @@ export interface CausalLM extends GenerativeModel, QueryProjector, BatchModel, D
   readonly attention: Attention;
   readonly length: number;
   forward(ids: Int32Array, startPos: number): Float32Array;
+  /** Greedy decode fed on the device (DecoderModel.pickToFeed / stepFed / fedToken). */
+  readonly feedsOnDevice: boolean;
+  pickToFeed(slot: number): void;
+  stepFed(startPos: number): void;
+  fedToken(slot: number): number;
   close(): void;
 }
 

@@ -191,6 +191,16 @@ export interface Backend extends Disposable {
   beginStep?(key: string): void;
   endStep?(): void;
   /**
+   * Greedy decode fed on the device (all three or none). argmaxToFeed picks the argmax of row
+   * `row` of x (first index on ties) into the backend's token feed and starts copying it to host
+   * slot `slot` (0 or 1) without waiting. embeddingFromFeed embeds the token the feed holds when
+   * the op runs, so the next step can be recorded and launched before the host knows the token.
+   * feedResult(slot) waits for that slot's pick and returns it. Ops run in call order, as ever.
+   */
+  argmaxToFeed?(x: Tensor, row: number, slot: number): void;
+  embeddingFromFeed?(out: Tensor, table: Tensor): void;
+  feedResult?(slot: number): number;
+  /**
    * Causal attention of a prefill block over one contiguous cached span, never materialising
    * the n × (firstPos + n) scores: for rows i < n of q (heads × headDim each),
    *   out[i, h, :] = Σ_{j ≤ firstPos + i} softmax_j(scale · q[i, h, :] · K[h / group, start + j, :]) · V[h / group, start + j, :]

@@ -49,6 +49,8 @@ export const DEFAULT_MAX_CONTEXT = 4096;
 export const MAX_BATCH = 32;
 
 let modelCount = 0;
+/** step()'s ids in a stepFed: a valid id (0) the embedding never reads. */
+const FED_PLACEHOLDER = Int32Array.of(0);
 
 /** Validated load options (a one-line error naming the bad option otherwise). */
 export function parseLoadOptions(options: LlamaLoadOptions): ParsedLoadOptions {
@@ -87,6 +89,8 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
   private lastBatchRows = 0;
   private readonly batchKey = `batch-${modelCount++}-`;
   private readonly batchKeys: string[] = [];
+  /** stepFed: the step's token comes from the backend's feed, not from `ids`. */
+  private fedStep = false;
 
   protected constructor(
     readonly backend: Backend,
@@ -349,6 +353,47 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
       const rows = Math.min(block, n - off);
       this.runBlock(rows === n ? ids : ids.subarray(off, off + rows), startPos + off, rows);
     }
+  }
+
+  // ---- greedy decode fed on the device (Backend.argmaxToFeed) ----------------------------------
+  // The host records and launches step t + 1 while the device still runs step t: the step embeds
+  // the token the device picked, and the host reads that token afterwards (generate does this).
+
+  /** Whether the backend can feed greedy picks to the next step on the device. */
+  get feedsOnDevice(): boolean {
+    const be = this.backend;
+    return be.argmaxToFeed !== undefined && be.embeddingFromFeed !== undefined && be.feedResult !== undefined;
+  }
+
+  /** Greedy pick of the last step's logits into the feed and, without waiting, host slot `slot`. */
+  pickToFeed(slot: number): void {
+    this.checkOpen();
+    if (!this.feedsOnDevice) fail("pickToFeed: the backend cannot feed tokens on the device");
+    this.backend.argmaxToFeed!(this.logits, 0, slot);
+  }
+
+  /** step() of one token at `startPos`: the token the last pickToFeed picked, read on the device. */
+  stepFed(startPos: number): void {
+    if (!this.feedsOnDevice) fail("stepFed: the backend cannot feed tokens on the device");
+    this.fedStep = true;
+    try {
+      this.step(FED_PLACEHOLDER, startPos);
+    } finally {
+      this.fedStep = false;
+    }
+  }
+
+  /** The token pickToFeed(slot) picked (waits for it). */
+  fedToken(slot: number): number {
+    this.checkOpen();
+    if (!this.feedsOnDevice) fail("fedToken: the backend cannot feed tokens on the device");
+    return this.backend.feedResult!(slot);
+  }
+
+  /** Token embeddings of a block: `ids`, or in a stepFed the device's pick. */
+  protected embedIds(out: Tensor, table: Tensor, ids: Int32Array): void {
+    if (this.fedStep) this.backend.embeddingFromFeed!(out, table);
+    else this.backend.embedding(out, table, ids);
   }
 
   /** Logits of the last token of the last forward/step. */

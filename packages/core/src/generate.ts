@@ -28,6 +28,11 @@ export interface GenerativeModel {
   step(ids: Int32Array, startPos: number): void;
   readLogits(): Float32Array;
   argmaxLogits(): number;
+  /** Greedy decode fed on the device (DecoderModel has it; used when feedsOnDevice is true). */
+  readonly feedsOnDevice?: boolean;
+  pickToFeed?(slot: number): void;
+  stepFed?(startPos: number): void;
+  fedToken?(slot: number): number;
 }
 
 export const GenerateOptionsSchema = z.object({
@@ -145,13 +150,27 @@ async function* run(
       }
     }
     const one = new Int32Array(1);
+    // Greedy decode fed on the device: step index + 1 (which embeds token `index` on the device)
+    // is launched before the host reads token `index`, so the device never waits for the host.
+    // When token `index` ends generation, that step ran for nothing (the next generate resets).
+    const fed = greedy && model.feedsOnDevice === true;
+    if (fed && !finish) model.pickToFeed!(0);
     for (let index = 0; !finish; index++) {
       if (aborted()) {
         finish = "abort";
         break;
       }
       let t0 = performance.now();
-      const id = greedy ? model.argmaxLogits() : sampler.sample(model.readLogits());
+      let id: number;
+      if (fed) {
+        if (index + 1 < maxTokens && P + index < model.maxContext) {
+          model.stepFed!(P + index);
+          model.pickToFeed!((index + 1) & 1);
+        }
+        id = model.fedToken!(index & 1);
+      } else {
+        id = greedy ? model.argmaxLogits() : sampler.sample(model.readLogits());
+      }
       decodeMs += performance.now() - t0;
       if (eos.has(id)) {
         finish = "eos";
@@ -172,6 +191,7 @@ async function* run(
         finish = "abort";
         break;
       }
+      if (fed) continue; // this token's step is already running
       t0 = performance.now();
       one[0] = id;
       model.step(one, P + index);

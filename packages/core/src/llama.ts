@@ -117,7 +117,7 @@ export class LlamaModel extends DecoderModel {
     for (let i = 0; i < n; i++) a.positions[i] = pos0 + i;
     const attn = this.attention;
     attn.beginBlock(n);
-    be.embedding(a.x, this.embed, ids);
+    this.embedIds(a.x, this.embed, ids);
     const fused = decode && be.matvec ? this.fusions : null;
     for (let l = 0; l < s.layers; l++) {
       const w = this.layers[l];

@@ -119,10 +119,10 @@ export class OptModel extends DecoderModel {
   private embedTokens(x: Tensor, emb: Tensor | null, ids: Int32Array, n: number): void {
     const be = this.backend;
     if (emb) {
-      be.embedding(emb, this.embed, ids);
+      this.embedIds(emb, this.embed, ids);
       be.matmul(x, emb, this.projIn!, n);
     } else {
-      be.embedding(x, this.embed, ids);
+      this.embedIds(x, this.embed, ids);
     }
   }
 

@@ -256,6 +256,25 @@ export class ReferenceBackend implements Backend {
     return best;
   }
 
+  // Greedy decode fed on the device: here the "device" is host memory, so the pick is done at once.
+  private feed = 0;
+  private readonly fedSlots = [0, 0];
+
+  argmaxToFeed(x: Tensor, row: number, slot: number): void {
+    if (slot !== 0 && slot !== 1) fail(`reference backend: argmaxToFeed: slot must be 0 or 1, got ${slot}`);
+    this.feed = this.argmax(x, row);
+    this.fedSlots[slot] = this.feed;
+  }
+
+  embeddingFromFeed(out: Tensor, table: Tensor): void {
+    this.embedding(out, table, Int32Array.of(this.feed));
+  }
+
+  feedResult(slot: number): number {
+    if (slot !== 0 && slot !== 1) fail(`reference backend: feedResult: slot must be 0 or 1, got ${slot}`);
+    return this.fedSlots[slot];
+  }
+
   // ---- attention stages -------------------------------------------------------------------
 
   attnLogits(logits: Tensor, outCol: number, q: Tensor, qRow: number, k: Tensor, start: number, count: number, scale: number): void {

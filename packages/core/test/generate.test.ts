@@ -187,3 +187,87 @@ describe("generate with a LlamaModel", () => {
     expect(a.seed).toBe(1234);
   });
 });
+
+describe("generate fed on the device (Backend.argmaxToFeed)", () => {
+  /** The reference backend without the feed ops: generate takes the host round trip. */
+  function withoutFeed(be: ReferenceBackend): ReferenceBackend {
+    return new Proxy(be, {
+      get(target, prop, recv) {
+        if (prop === "argmaxToFeed" || prop === "embeddingFromFeed" || prop === "feedResult") return undefined;
+        const v = Reflect.get(target, prop, recv);
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+  }
+
+  it("gives the host round trip's tokens and finish reasons (length, eos, context); each step is launched before its token is read", async () => {
+    const seed = testSeed(37);
+    const prompt = [1, 7, 12, 30, 4, 18];
+    const host = tinyModel({ seed, eos: 9999 });
+    using plain = LlamaModel.load(host.files, withoutFeed(new ReferenceBackend()), { prefillBlock: 4 });
+    expect(plain.feedsOnDevice).toBe(false);
+    const want = await generateText(plain, host.files.tokenizer, prompt, { maxTokens: 12, sampling: { temperature: 0 } });
+    const calls: string[] = [];
+    const be = new ReferenceBackend();
+    const spy = new Proxy(be, {
+      get(target, prop, recv) {
+        const v = Reflect.get(target, prop, recv);
+        if (typeof v !== "function") return v;
+        return (...args: unknown[]) => {
+          if (prop === "argmaxToFeed" || prop === "embeddingFromFeed" || prop === "feedResult") calls.push(`${String(prop)}(${prop === "embeddingFromFeed" ? "" : String(args.at(-1))})`);
+          return (v as (...a: unknown[]) => unknown).apply(target, args);
+        };
+      },
+    });
+    using fed = LlamaModel.load(host.files, spy, { prefillBlock: 4 });
+    expect(fed.feedsOnDevice).toBe(true);
+    const got = await generateText(fed, host.files.tokenizer, prompt, { maxTokens: 12, sampling: { temperature: 0 } });
+    expect(got.tokens).toEqual(want.tokens);
+    expect(got.finishReason).toBe("length");
+    // pick 0; then per token: the next step (embedding from the feed), its pick, this token's result
+    expect(calls.slice(0, 7)).toEqual(["argmaxToFeed(0)", "embeddingFromFeed()", "argmaxToFeed(1)", "feedResult(0)", "embeddingFromFeed()", "argmaxToFeed(0)", "feedResult(1)"]);
+    expect(calls.filter((c) => c.startsWith("embeddingFromFeed")).length).toBe(11); // none after the last token
+
+    // EOS: the 5th greedy token as EOS ends both the same way (the fed run stepped once more, unseen)
+    const eosTok = want.tokens[4];
+    const withEos = tinyModel({ seed, eos: eosTok });
+    using plainEos = LlamaModel.load(withEos.files, withoutFeed(new ReferenceBackend()), { prefillBlock: 4 });
+    using fedEos = LlamaModel.load(withEos.files, new ReferenceBackend(), { prefillBlock: 4 });
+    const a = await generateText(plainEos, withEos.files.tokenizer, prompt, { maxTokens: 12, sampling: { temperature: 0 } });
+    const b = await generateText(fedEos, withEos.files.tokenizer, prompt, { maxTokens: 12, sampling: { temperature: 0 } });
+    expect(b.finishReason).toBe("eos");
+    expect(b.tokens).toEqual(a.tokens);
+    expect(b.tokens).toEqual(want.tokens.slice(0, want.tokens.indexOf(eosTok)));
+
+    // the context ends first: no step past it
+    using small = LlamaModel.load(host.files, new ReferenceBackend(), { prefillBlock: 4, maxContext: 10 });
+    using smallPlain = LlamaModel.load(host.files, withoutFeed(new ReferenceBackend()), { prefillBlock: 4, maxContext: 10 });
+    const c = await generateText(small, host.files.tokenizer, prompt, { maxTokens: 12, sampling: { temperature: 0 } });
+    const d = await generateText(smallPlain, host.files.tokenizer, prompt, { maxTokens: 12, sampling: { temperature: 0 } });
+    expect(c.finishReason).toBe("context");
+    expect(c.tokens).toEqual(d.tokens);
+  });
+
+  it("sampling keeps the host round trip; bad feed calls are one-line errors", async () => {
+    const { files } = tinyModel({ seed: testSeed(38), eos: 9999 });
+    const be = new ReferenceBackend();
+    let fedCalls = 0;
+    const counting = new Proxy(be, {
+      get(target, prop, recv) {
+        const v = Reflect.get(target, prop, recv);
+        if (prop === "argmaxToFeed") fedCalls++;
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+    using model = LlamaModel.load(files, counting, { prefillBlock: 4 });
+    await generateText(model, files.tokenizer, [1, 5, 9], { maxTokens: 5, sampling: { temperature: 0.8, seed: 7 } });
+    expect(fedCalls).toBe(0);
+    model.reset();
+    model.forward(Int32Array.of(1, 5), 0);
+    expect(() => model.pickToFeed(2)).toThrow(/slot must be 0 or 1, got 2/);
+    expect(() => model.stepFed(5)).toThrow(/startPos 5 must equal the cached length 2/);
+    using plain = LlamaModel.load(files, withoutFeed(new ReferenceBackend()), { prefillBlock: 4 });
+    expect(() => plain.stepFed(0)).toThrow(HybridgenError);
+    expect(() => plain.pickToFeed(0)).toThrow(/cannot feed tokens on the device/);
+  });
+});

@@ -281,7 +281,7 @@ function hide(name: "matvec" | "attnCausal", hidden: boolean): void {
   if (hidden) Object.defineProperty(cuda, name, { value: undefined, configurable: true, writable: true });
   else delete (cuda as unknown as Record<string, unknown>)[name];
 }
-interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean; fuse?: { norm: boolean; siluMul: boolean; accumulate: boolean }; tuning?: Partial<DecodeTuning> }
+interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean; fuse?: { norm: boolean; siluMul: boolean; accumulate: boolean }; tuning?: Partial<DecodeTuning>; fed?: boolean }
 const DEFAULT_TUNING = cuda.decodeTuning;
 const ALL: Variant = { name: `default (split-K + matvec, norm apart, PDL ${DEFAULT_TUNING.programmaticLaunch ? "on" : "off"}, attention ${DEFAULT_TUNING.attnUnroll} rows a round)`, graphs: true, matvec: true, splitK: true };
 const NORM_IN: Variant["fuse"] = { norm: true, siluMul: true, accumulate: true };
@@ -320,6 +320,10 @@ const allVariants: Variant[] = [
   { name: "GEMV stream, ring 192 KB, norm apart", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 192 } },
   { name: "GEMV stream, ring 192 KB, norm in the kernel, graphs off", graphs: false, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 192 } },
   { name: "GEMV stream, ring 128 KB, norm in the kernel, up to 4 GEMVs a launch", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128, gemvStreamPhases: 4 } },
+  // from index 31: greedy decode fed on the device (each step launched before the host reads its token)
+  { name: "default, fed on the device", graphs: true, matvec: true, splitK: true, fed: true },
+  { name: "GEMV stream, ring 128 KB, norm in the kernel, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128 }, fed: true },
+  { name: "GEMV stream, ring 192 KB, norm in the kernel, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 192 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");
@@ -340,18 +344,32 @@ for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 || arg("variant-conte
   let tok = model.argmaxLogits(); // waits for the prefill
   const prefillS = (performance.now() - t0) / 1e3;
   hide("attnCausal", !v.splitK); // decode steps: split-K kernel, or the logits/softmax/aggregate stages
-  // warm-up step, then the timed steps (argmax waits for each step's last kernel)
-  model.step(Int32Array.of(tok), ctx);
-  tok = model.argmaxLogits();
+  // warm-up step, then the timed steps (argmax waits for each step's last kernel). Fed on the
+  // device: step s embeds the device's pick s and is launched before the host reads token s.
+  if (v.fed) {
+    model.pickToFeed(0);
+    model.stepFed(ctx);
+    model.pickToFeed(1);
+    tok = model.fedToken(0);
+  } else {
+    model.step(Int32Array.of(tok), ctx);
+    tok = model.argmaxLogits();
+  }
   counter.reset();
   const g0 = cuda.graphStats();
   t0 = performance.now();
-  let hostMs = 0; // time in step(): recording the step and launching its graph (the GPU waits for it)
+  let hostMs = 0; // time in step(): recording the step and launching its graph (the GPU waits for it unless fed)
   for (let s = 1; s < steps; s++) {
     const th = performance.now();
-    model.step(Int32Array.of(tok), ctx + s);
+    if (v.fed) model.stepFed(ctx + s);
+    else model.step(Int32Array.of(tok), ctx + s);
     hostMs += performance.now() - th;
-    tok = model.argmaxLogits();
+    if (v.fed) {
+      model.pickToFeed((s + 1) & 1);
+      tok = model.fedToken(s & 1);
+    } else {
+      tok = model.argmaxLogits();
+    }
   }
   const ms = (performance.now() - t0) / (steps - 1);
   hostMs /= steps - 1;

@@ -12,7 +12,7 @@
  * Env: HYBRIDGEN_KERNELS_CUDA_LIB, HYBRIDGEN_KERNELS_CPU_LIB (absolute paths; the bundle moves).
  */
 import { readFileSync } from "node:fs";
-import { loadModel, type Backend, type DType } from "@hybridgen/core";
+import { generateText, loadModel, type Backend, type DType } from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "../src/index.js";
 import { createCpuBackend, createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { PARITY_CASES } from "../../core/test/parity/cases.js";
@@ -152,6 +152,18 @@ async function main(): Promise<void> {
     const ok = worst <= 1e-5 && same && captures >= 1 && replays >= 30 && drained === 0;
     if (!ok) failures++;
     cmpRows.push([`stories15M shape: CUDA graphs on vs off${ok ? "" : " FAIL"}`, "f32", worst, `${captures} captures, ${replays} replays, ${drained} drained (${s1.lastDrain})`, `${same} (32)`, "", ""]);
+  }
+  for (const [name, json, dt] of [["stories15M shape", STORIES15M_SHAPE, "f32"], ["preset llama-3.2-1b", shrunkPreset("llama-3.2-1b", {}), "bf16"]] as const) {
+    // Greedy decode fed on the device (generate's path on CUDA: each step launched before the host
+    // reads its token) against the host round trip of run(): the same tokens, up to an EOS.
+    const prompt = rnd(40, (json as Record<string, unknown>).vocab_size as number), steps = 32;
+    const host = run(cuda, json as Record<string, unknown>, dt, prompt, steps, fill);
+    using files = dummyFiles(json as Record<string, unknown>, dt, 7, fill);
+    using model = loadModel(files, cuda, { maxContext: prompt.length + steps + 1, prefillBlock: 64, kvDtype: dt === "f32" ? "f32" : "bf16" });
+    const r = await generateText(model, files.tokenizer, Array.from(prompt), { maxTokens: steps, sampling: { temperature: 0 }, addBos: false });
+    const same = r.tokens.length > 0 && r.tokens.every((t, i) => t === host.tokens[i]) && (r.finishReason === "eos" || r.tokens.length === steps);
+    if (!same || !model.feedsOnDevice) failures++;
+    cmpRows.push([`${name}: greedy fed on the device vs host round trip${same ? "" : " FAIL"}`, dt, "", `feedsOnDevice ${model.feedsOnDevice}, finish ${r.finishReason}`, `${same} (${r.tokens.length})`, "", ""]);
   }
   table("CPU backend vs CUDA backend (dummy weights; f32 tol 1e-4 and identical greedy tokens, bf16 tol 1e-2)", cmpRows);
 

@@ -72,7 +72,8 @@ struct HgCtx {
   int *argmaxOut;       // one int on the device
   float *decodePart;    // split-K decode attention: per-split (max, sum, unnormalised output)
   size_t decodePartBytes;
-  int *argmaxHost;      // pinned
+  int *argmaxHost;      // pinned (16 ints: [0] the argmax, [4], [5] the token feed's host slots)
+  cudaEvent_t feedDone[2];  // the token feed's host slots have their pick (token_feed.cu)
   int numSMs;
   Cublas *cublas;       // null when cuBLAS is off or not found
   CopyBatch pending;    // queued small copies (see hg_flush_copies)
@@ -267,6 +268,7 @@ int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // b
 int hg_launch_gemv_stream(HgCtx *c, const Cmd *cmds, int avail, int index, int *used);
 int hg_gemv_stream_slots(int k, int ringKb);
 int hg_gemv_stream_reset(HgCtx *c);
+void hg_feed_free(HgCtx *c);  // token_feed.cu
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload
 // cannot overwrite them before the kernels queued before it have run). Inside a recorded

@@ -212,6 +212,7 @@ HG_EXPORT void hg_cu_destroy(HgCtx *c) {
   hg_flush_copies(c);
   cudaStreamSynchronize(c->compute);
   hg_graph_free(c);
+  hg_feed_free(c);
   hg_cublas_unload(c);
   cudaFreeHost(c->argmaxHost);
   cudaStreamDestroy(c->compute);

@@ -647,6 +647,36 @@ export class CudaBackend implements Backend {
     this.ok(op, this.lib.hg_cu_argmax_rows(this.ctx, P(xi.addr), n, xi.cols, P(this.pickScratch.addr), out));
   }
 
+  // Greedy decode fed on the device (Backend.argmaxToFeed; native/token_feed.cu).
+  private feedWidth = 0; // the row width of the last argmaxToFeed: its pick is below it
+  private readonly feedOut = new Int32Array(1);
+  private readonly feedPicked = [false, false];
+
+  argmaxToFeed(x: Tensor, row: number, slot: number): void {
+    const xi = this.check.argmax(x, row);
+    if (slot !== 0 && slot !== 1) bad(`argmaxToFeed: slot must be 0 or 1, got ${slot}`);
+    CudaBackend.int32(xi.cols, "argmaxToFeed", "row width");
+    this.ok("argmaxToFeed", this.lib.hg_cu_argmax_feed(this.ctx, P(xi.at(row * xi.cols)), xi.cols, slot));
+    this.feedWidth = xi.cols;
+    this.feedPicked[slot] = true;
+  }
+
+  embeddingFromFeed(out: Tensor, table: Tensor): void {
+    if (this.feedWidth === 0) bad("embeddingFromFeed: nothing was picked into the feed (argmaxToFeed first)");
+    const [o, tb] = this.check.embedding(out, table, new Int32Array(1));
+    // the pick is an index into a row of feedWidth values: it must be a row of the table
+    if (this.feedWidth > tb.rows) bad(`embeddingFromFeed: the feed holds picks below ${this.feedWidth}, the table has ${tb.rows} rows`);
+    this.ok("embeddingFromFeed", this.lib.hg_cu_embedding_feed(this.ctx, P(o.addr), P(tb.addr), DTYPE_CODE[tb.dtype], tb.cols));
+  }
+
+  feedResult(slot: number): number {
+    this.live_("feedResult");
+    if (slot !== 0 && slot !== 1) bad(`feedResult: slot must be 0 or 1, got ${slot}`);
+    if (!this.feedPicked[slot]) bad(`feedResult: slot ${slot} has no pick (argmaxToFeed first)`);
+    this.ok("feedResult (or an op queued before it)", this.lib.hg_cu_feed_result(this.ctx, slot, this.feedOut));
+    return this.feedOut[0];
+  }
+
   argmax(x: Tensor, row: number): number {
     const xi = this.check.argmax(x, row);
     CudaBackend.int32(xi.cols, "argmax", "row width");

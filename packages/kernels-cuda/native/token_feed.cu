@@ -1,0 +1,57 @@
+// Greedy decode fed on the device (Backend.argmaxToFeed / embeddingFromFeed / feedResult): the
+// step's argmax lands in a device int, the feed, which the next step's embedding reads when it
+// runs; the pick is also copied to pinned host memory (two slots, each with an event) without
+// waiting. So the host records and launches step t + 1 while the device still runs step t, and
+// reads token t afterwards: the device does not sit idle while the host records a step.
+#include "common.cuh"
+
+__global__ void argmax_rows_kernel(const float *x, int cols, int *out);  // rowops.cu
+Cmd hg_new_cmd(int kind);
+
+// The feed: in the context's misc area, past the argmax result. Host slots: argmaxHost[4 + slot].
+static int *feed(HgCtx *c) { return c->argmaxOut + 8; }
+
+void hg_feed_free(HgCtx *c) {
+  for (int i = 0; i < 2; i++) {
+    if (c->feedDone[i]) cudaEventDestroy(c->feedDone[i]);
+    c->feedDone[i] = NULL;
+  }
+}
+
+extern "C" {
+
+// The argmax of x[0, n) into the feed, then (not waited for) into host slot `slot` (0 or 1).
+HG_EXPORT int hg_cu_argmax_feed(HgCtx *c, const float *x, int n, int slot) {
+  if (slot < 0 || slot > 1 || n <= 0) return (int)cudaErrorInvalidValue;
+  HG_FLUSH(c);  // a step being recorded runs first
+  if (!c->feedDone[slot]) {
+    cudaError_t e = cudaEventCreateWithFlags(&c->feedDone[slot], cudaEventDisableTiming);
+    if (e != cudaSuccess) return (int)e;
+  }
+  argmax_rows_kernel<<<1, 1024, 0, c->compute>>>(x, n, feed(c));
+  int r = hg_launched();
+  if (r) return r;
+  cudaError_t e = cudaMemcpyAsync(c->argmaxHost + 4 + slot, feed(c), sizeof(int), cudaMemcpyDeviceToHost, c->compute);
+  if (e == cudaSuccess) e = cudaEventRecord(c->feedDone[slot], c->compute);
+  return (int)e;
+}
+
+// Waits for slot `slot`'s pick; *out = the token.
+HG_EXPORT int hg_cu_feed_result(HgCtx *c, int slot, int *out) {
+  if (slot < 0 || slot > 1 || !c->feedDone[slot]) return (int)cudaErrorInvalidValue;
+  cudaError_t e = cudaEventSynchronize(c->feedDone[slot]);
+  if (e != cudaSuccess) return (int)e;
+  *out = c->argmaxHost[4 + slot];
+  return 0;
+}
+
+// out[0, :dim] = table[feed] (the embedding op with the id read on the device; recordable).
+HG_EXPORT int hg_cu_embedding_feed(HgCtx *c, float *out, const void *table, int dt, int dim) {
+  HG_FLUSH_REC(c);
+  Cmd m = hg_new_cmd(CMD_EMBED);
+  m.p[0] = out; m.p[1] = table; m.p[2] = feed(c);
+  m.s[0] = dt; m.s[1] = dim; m.s[2] = 1;
+  return hg_submit(c, m);
+}
+
+}  // extern "C"
