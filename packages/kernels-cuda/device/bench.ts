@@ -324,6 +324,8 @@ const allVariants: Variant[] = [
   { name: "default, fed on the device", graphs: true, matvec: true, splitK: true, fed: true },
   { name: "GEMV stream, ring 128 KB, norm in the kernel, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128 }, fed: true },
   { name: "GEMV stream, ring 192 KB, norm in the kernel, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 192 }, fed: true },
+  { name: "attention clustered (attnCluster), fed on the device", graphs: true, matvec: true, splitK: true, tuning: { attnCluster: true }, fed: true },
+  { name: "GEMV stream 128 KB + attention clustered, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128, attnCluster: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");
