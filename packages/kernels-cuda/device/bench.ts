@@ -129,7 +129,6 @@ if (arg("diag", "on") !== "off") {
       ["fifth pass: split GEMV (auto), attention cp.async + merged in its kernel", { gemvSplit: 1, attnMergeInKernel: true, attnAsyncCopy: true }],
       ["GEMV stream 192 KB", { gemvStream: 192 }],
       ["GEMV stream 64 KB", { gemvStream: 64 }],
-      ["GEMV stream 128 KB, up to 4 a launch", { gemvStream: 128, gemvStreamPhases: 4 }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -319,7 +318,7 @@ const allVariants: Variant[] = [
   { name: "GEMV stream, ring 64 KB, norm in the kernel", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 64 } },
   { name: "GEMV stream, ring 192 KB, norm apart", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 192 } },
   { name: "GEMV stream, ring 192 KB, norm in the kernel, graphs off", graphs: false, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 192 } },
-  { name: "GEMV stream, ring 128 KB, norm in the kernel, up to 4 GEMVs a launch", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128, gemvStreamPhases: 4 } },
+  { name: "(index 30: merged stream GEMVs, removed: slower, DEVICE-NOTES.md sixth pass) default", graphs: true, matvec: true, splitK: true },
   // from index 31: greedy decode fed on the device (each step launched before the host reads its token)
   { name: "default, fed on the device", graphs: true, matvec: true, splitK: true, fed: true },
   { name: "GEMV stream, ring 128 KB, norm in the kernel, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128 }, fed: true },

@@ -15,7 +15,7 @@ import { relErr, runOpChecks } from "./op-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const PLAIN: DecodeTuning = { programmaticLaunch: false, attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, gemvSplit: 0, gemvUnroll: 4, attnAsyncCopy: false, qkvRope: false, gemvStream: 0, attnCluster: false, gemvStreamPhases: 1 };
+const PLAIN: DecodeTuning = { programmaticLaunch: false, attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, gemvSplit: 0, gemvUnroll: 4, attnAsyncCopy: false, qkvRope: false, gemvStream: 0, attnCluster: false };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, programmaticLaunch: true, attnUnroll: 2 },
   { ...PLAIN, programmaticLaunch: true, attnUnroll: 4 },

@@ -1,12 +1,11 @@
 /**
- * Checks of the weight-stream GEMV's multi-phase launches (DecodeTuning.gemvStream,
- * native/gemv_stream.cu) on the GPU: chains of matvecs recorded in one step run as the phases of
- * one launch with grid barriers between them. Each chain is a layer's pattern (o +=, norm +
- * gate/up SiLU·up, down +=, norm + qkv), where every phase reads what the one before wrote,
- * against core's ReferenceBackend (matvecByParts), over several recorded steps (fresh inputs each
- * step; the first captures, the rest replay). Chains of 5 and 9 commands (split at 4 phases), a
- * dtype change in the middle (splits the launch), rows fewer than the SMs, ring sizes 64 and 192.
- * Run by op-checks.ts (runOpChecks).
+ * Checks of the weight-stream GEMV (DecodeTuning.gemvStream, native/gemv_stream.cu) in recorded
+ * steps: chains of matvecs in a layer's pattern (o +=, norm + gate/up SiLU·up, down +=, norm +
+ * qkv), where every GEMV reads what the one before wrote, each a programmatic launch whose
+ * producer starts streaming weights before the kernel before it has finished. Against core's
+ * ReferenceBackend (matvecByParts) over several recorded steps (fresh inputs each step; the first
+ * captures, the rest replay): widths from 64 (rows fewer than the SMs) to the 8B shapes, biases,
+ * f16 and bf16 in one chain, rings of 64, 128 and 192 KB. Run by device-check.ts.
  */
 import { ReferenceBackend, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
 import type { CudaBackend } from "../src/index.js";
@@ -47,8 +46,8 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
     ["layer f16 d256 f688 q384, biases", layerChain("f16", true), [256, 688, 384], 64],
     ["layer bf16 d64 f96 q96 (rows < SMs)", layerChain("bf16"), [64, 96, 96], 192],
     ["layer bf16 d4096 f14336 q6144 (8B shapes)", layerChain("bf16"), [4096, 14336, 6144], 128],
-    ["5 links (split at 4 phases)", [...layerChain("bf16"), ATT_FROM_QKV], [256, 512, 256], 192],
-    ["9 links, dtype change in the middle", [...layerChain("bf16"), ATT_FROM_QKV, ...layerChain("f16")], [256, 512, 256], 64],
+    ["5 links, ending in attention-width +=", [...layerChain("bf16"), ATT_FROM_QKV], [256, 512, 256], 192],
+    ["9 links, bf16 then f16", [...layerChain("bf16"), ATT_FROM_QKV, ...layerChain("f16")], [256, 512, 256], 64],
   ];
   try {
     for (const [name, links, [d, f, q], ring] of cases) {

@@ -103,7 +103,6 @@ struct HgCtx {
   int attnAsyncCopy;      // split-K decode attention: K/V tiles by cp.async into shared-memory stages
   int qkvRope;            // a recorded RoPE right after a split GEMV into its output: done in its epilogue
   int gemvStream;         // decode GEMV as a bulk-copy weight stream (gemv_stream.cu): its ring in KB, 0 off
-  int gemvStreamPhases;   // the most consecutive stream GEMVs of a recorded step one launch runs (1: no merging)
   int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
 };
 
@@ -264,10 +263,8 @@ int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd);
 int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu
 int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
-// gemv_stream.cu: launches cmds[0] and the stream GEMVs after it as one multi-phase launch
-int hg_launch_gemv_stream(HgCtx *c, const Cmd *cmds, int avail, int index, int *used);
-int hg_gemv_stream_slots(int k, int ringKb);
-int hg_gemv_stream_reset(HgCtx *c);
+int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
+int hg_gemv_stream_slots(int k, int ringKb);          // gemv_stream.cu
 void hg_feed_free(HgCtx *c);  // token_feed.cu
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload

@@ -29,10 +29,7 @@ int hg_run_cmd(HgCtx *c, const Cmd &cmd, const char *dynBase) {
     case CMD_DECODE_ATTN: return hg_launch_decode_attn(c, cmd, dynBase);
     case CMD_SKINNY: return hg_launch_skinny(c, cmd);
     case CMD_BATCH_ATTN: return hg_launch_batch_attn(c, cmd);
-    case CMD_GEMV_STREAM: {
-      int used = 0;
-      return hg_launch_gemv_stream(c, &cmd, 1, 0, &used);
-    }
+    case CMD_GEMV_STREAM: return hg_launch_gemv_stream(c, cmd);
     case CMD_MEMSET: return (int)cudaMemsetAsync((void *)cmd.p[0], 0, (size_t)cmd.s[0] * (size_t)cmd.s[1], c->compute);
     default: return hg_launch_rowop(c, cmd, dynBase);
   }
@@ -48,12 +45,8 @@ static int upload_blob(HgCtx *c) {
 
 static int run_all(HgCtx *c) {
   for (int i = 0; i < c->ncmds; i++) {
-    int r, used = 1;
-    // consecutive stream GEMVs run as the phases of one launch (gemv_stream.cu)
-    if (c->cmds[i].kind == CMD_GEMV_STREAM) r = hg_launch_gemv_stream(c, &c->cmds[i], c->ncmds - i, i, &used);
-    else r = hg_run_cmd(c, c->cmds[i], c->blobDev);
+    int r = hg_run_cmd(c, c->cmds[i], c->blobDev);
     if (r) return r;
-    i += used - 1;
   }
   return 0;
 }
@@ -223,7 +216,6 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // as a bulk-copy weight stream: its ring in KB (0 off, 64, 128, 192; refused (stays 0) below sm_90),
 // 9 decode attention as one clustered launch, the step's K/V append and RoPE folded in (0/1; on a
 // GPU without clusters the split-K kernels still run).
-// 10: the most consecutive stream GEMVs of a recorded step that run as the phases of one launch (1–4).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -238,7 +230,6 @@ static int *decode_option(HgCtx *c, int which) {
     case 6: return &c->attnAsyncCopy;
     case 7: return &c->qkvRope;
     case 8: return &c->gemvStream;
-    case 10: return &c->gemvStreamPhases;
     case 9: return &c->attnCluster;
     default: return NULL;
   }
@@ -252,7 +243,6 @@ static bool decode_option_ok(int which, int v) {
     case 4: return v == 0 || v == 1 || v == 2 || v == 4 || v == 8;
     case 5: return v == 4 || v == 8;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
-    case 10: return v >= 1 && v <= 4;
     default: return false;
   }
 }
@@ -269,7 +259,6 @@ HG_EXPORT int hg_cu_set_decode_option(HgCtx *c, int which, int value) {
     if (hg_decode_attn_reset_tickets(c) != 0) return -1;
   }
   if (which == 6 && value && hg_decode_attn_allow_async() != 0) return -1;  // its shared-memory stages
-  if (which == 8 && value && !old && hg_gemv_stream_reset(c) != 0) return -1;  // the grid-barrier counters start at zero
   *slot = value;
   if (*slot != old) hg_cu_step_reset(c);
   return old;
@@ -295,7 +284,6 @@ int hg_graph_init(HgCtx *c) {
   c->attnAsyncCopy = 0;      // register loads until the cp.async stages are measured
   c->qkvRope = 0;            // RoPE its own kernel until the fold is measured
   c->gemvStream = 0;         // the one-warp-a-row GEMV until the stream is measured
-  c->gemvStreamPhases = 1;   // merged phases measured slower on the H200 (DEVICE-NOTES.md, sixth pass)
   c->attnCluster = 0;        // the split-K kernels + merge until the clustered kernel is measured
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);

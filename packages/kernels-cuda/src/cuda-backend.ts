@@ -92,8 +92,6 @@ export interface DecodeTuning {
    * before the kernel before it has finished (programmatic launch). 0: off.
    */
   gemvStream: 0 | 64 | 128 | 192;
-  /** Weight stream: the most consecutive stream GEMVs of a recorded step run as the phases of one launch (grid barriers between); 1 (default): none merged. */
-  gemvStreamPhases: 1 | 2 | 3 | 4;
   /**
    * Decode attention as one launch (sm_90+): a cluster of blocks a KV head, K/V tiles by bulk
    * async copies, the chunks merged through distributed shared memory; the step's K/V append
@@ -113,7 +111,6 @@ const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readon
   attnAsyncCopy: { code: 6, values: [false, true] },
   qkvRope: { code: 7, values: [false, true] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
-  gemvStreamPhases: { code: 10, values: [1, 2, 3, 4] },
   attnCluster: { code: 9, values: [false, true] },
 };
 
@@ -794,7 +791,6 @@ export class CudaBackend implements Backend {
       attnAsyncCopy: get("attnAsyncCopy", 0) === 1,
       qkvRope: get("qkvRope", 0) === 1,
       gemvStream: get("gemvStream", 0) as DecodeTuning["gemvStream"],
-      gemvStreamPhases: get("gemvStreamPhases", 1) as DecodeTuning["gemvStreamPhases"],
       attnCluster: get("attnCluster", 0) === 1,
     };
   }

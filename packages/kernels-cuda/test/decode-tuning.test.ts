@@ -10,7 +10,7 @@ import { STAND_IN_DEVICE, standInNative } from "./stand-in-native.js";
 
 function fake(): { lib: CudaNative; sets: [number, number][] } {
   // what a fresh context starts with: PDL off, 2 rows a round, merge kernel, chunks ≥ 64, one warp a row, 4 loads
-  const options = [0, 2, 0, 64, 0, 4, 0, 0, 0, 0, 1];
+  const options = [0, 2, 0, 64, 0, 4, 0, 0, 0, 0];
   const sets: [number, number][] = [];
   const lib = standInNative({
     answer: (name, args) => {
@@ -34,7 +34,7 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ programmaticLaunch: false, attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, gemvSplit: 0, gemvUnroll: 4, attnAsyncCopy: false, qkvRope: false, gemvStream: 0, attnCluster: false, gemvStreamPhases: 1 });
+    expect(be.decodeTuning).toEqual({ programmaticLaunch: false, attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, gemvSplit: 0, gemvUnroll: 4, attnAsyncCopy: false, qkvRope: false, gemvStream: 0, attnCluster: false });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
@@ -42,11 +42,11 @@ describe("CudaBackend decode tuning", () => {
     expect(sets).toEqual([[1, 4], [0, 1], [1, 2]]);
     expect(be.decodeTuning).toMatchObject({ programmaticLaunch: true, attnUnroll: 2 });
     sets.length = 0;
-    be.setDecodeTuning({ attnMergeInKernel: true, attnMinChunk: 128, gemvSplit: 1, gemvUnroll: 8, attnAsyncCopy: true, qkvRope: true, gemvStream: 128, attnCluster: true, gemvStreamPhases: 4 });
-    expect(sets).toEqual([[2, 1], [3, 128], [4, 1], [5, 8], [6, 1], [7, 1], [8, 128], [9, 1], [10, 4]]);
-    expect(be.decodeTuning).toEqual({ programmaticLaunch: true, attnUnroll: 2, attnMergeInKernel: true, attnMinChunk: 128, gemvSplit: 1, gemvUnroll: 8, attnAsyncCopy: true, qkvRope: true, gemvStream: 128, attnCluster: true, gemvStreamPhases: 4 });
+    be.setDecodeTuning({ attnMergeInKernel: true, attnMinChunk: 128, gemvSplit: 1, gemvUnroll: 8, attnAsyncCopy: true, qkvRope: true, gemvStream: 128, attnCluster: true });
+    expect(sets).toEqual([[2, 1], [3, 128], [4, 1], [5, 8], [6, 1], [7, 1], [8, 128], [9, 1]]);
+    expect(be.decodeTuning).toEqual({ programmaticLaunch: true, attnUnroll: 2, attnMergeInKernel: true, attnMinChunk: 128, gemvSplit: 1, gemvUnroll: 8, attnAsyncCopy: true, qkvRope: true, gemvStream: 128, attnCluster: true });
     be.setDecodeTuning({ gemvSplit: 4, attnMergeInKernel: false });
-    expect(sets.slice(9)).toEqual([[4, 4], [2, 0]]);
+    expect(sets.slice(8)).toEqual([[4, 4], [2, 0]]);
     be.close();
   });
 
