@@ -282,7 +282,10 @@ function hide(name: "matvec" | "attnCausal", hidden: boolean): void {
 }
 interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean; fuse?: { norm: boolean; siluMul: boolean; accumulate: boolean }; tuning?: Partial<DecodeTuning>; fed?: boolean }
 const DEFAULT_TUNING = cuda.decodeTuning;
-const ALL: Variant = { name: `default (split-K + matvec, norm apart, PDL ${DEFAULT_TUNING.programmaticLaunch ? "on" : "off"}, attention ${DEFAULT_TUNING.attnUnroll} rows a round)`, graphs: true, matvec: true, splitK: true };
+const ALL: Variant = {
+  name: `default (${DEFAULT_TUNING.gemvStream ? `weight-stream GEMV ${DEFAULT_TUNING.gemvStream} KB, norm in it` : "one-warp GEMV, norm apart"}, split-K attention, fed on the device as generate runs it)`,
+  graphs: true, matvec: true, splitK: true, fed: true,
+};
 const NORM_IN: Variant["fuse"] = { norm: true, siluMul: true, accumulate: true };
 // The third pass's fusion variants are in DEVICE-NOTES.md; these compare the fourth pass's switches.
 const allVariants: Variant[] = [
@@ -325,6 +328,9 @@ const allVariants: Variant[] = [
   { name: "GEMV stream, ring 192 KB, norm in the kernel, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 192 }, fed: true },
   { name: "attention clustered (attnCluster), fed on the device", graphs: true, matvec: true, splitK: true, tuning: { attnCluster: true }, fed: true },
   { name: "GEMV stream 128 KB + attention clustered, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128, attnCluster: true }, fed: true },
+  // index 36, 37: the default with the host round trip per token; the fifth pass's default (one-warp GEMV)
+  { name: "default, host round trip per token (step, then argmax read back)", graphs: true, matvec: true, splitK: true },
+  { name: "one-warp GEMV, norm apart (the fifth pass's default), fed on the device", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 0 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

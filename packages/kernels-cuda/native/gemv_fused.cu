@@ -373,9 +373,14 @@ extern "C" {
 HG_EXPORT int hg_cu_matvec_max_norm_k(void) { return 57344; }
 
 // out[0, :m] (+)= epilogue(h · wᵀ + bias), h = x or rmsNorm(x)·nw (nw null: no norm). epi: bit 0
-// accumulate, bit 1 SiLU·up (w and bias have 2m rows: gate then up). One row; recordable.
+// accumulate, bit 1 SiLU·up (w and bias have 2m rows: gate then up), bit 2: take the norm only
+// in the weight stream (free there), else return -1 and launch nothing. One row; recordable.
 HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, const void *nw, int nt, float eps,
                            int k, int m, int epi) {
+  // The weight stream (gemvStream switch, gemv_stream.cu): 2-byte weights in rows of 16-byte pieces.
+  const int spw = c->gemvStream && (wt == DT_BF16 || wt == DT_F16) && k % 8 == 0 && ((uintptr_t)w & 15) == 0 && (epi & 3) != 3
+                      ? hg_gemv_stream_slots(k, c->gemvStream) : 0;
+  if ((epi & 4) && nw && spw == 0) return -1;  // the caller rather normalises apart than in this kernel's prologue
   if (nw && k > hg_cu_matvec_max_norm_k()) return (int)cudaErrorInvalidValue;
   if (nw && (size_t)k * sizeof(float) > (48u << 10)) {
     static size_t allowed[3] = {0, 0, 0};  // per weight dtype: the largest opt-in made so far
@@ -389,9 +394,6 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
     }
   }
   HG_FLUSH_REC(c);
-  // The weight stream (gemvStream switch, gemv_stream.cu): 2-byte weights in rows of 16-byte pieces.
-  const int spw = c->gemvStream && (wt == DT_BF16 || wt == DT_F16) && k % 8 == 0 && ((uintptr_t)w & 15) == 0 && (epi & 3) != 3
-                      ? hg_gemv_stream_slots(k, c->gemvStream) : 0;
   if (spw > 0) {
     Cmd sc = hg_new_cmd(CMD_GEMV_STREAM);
     sc.p[0] = out; sc.p[1] = x; sc.p[2] = w; sc.p[3] = bias; sc.p[4] = nw;

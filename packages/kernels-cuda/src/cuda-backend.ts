@@ -152,9 +152,10 @@ export class CudaBackend implements Backend {
   private graphs: boolean;
   /**
    * Which of matvec's fusions run inside the GEMV kernel (else as their own kernels). Default
-   * from the H200 bench (DEVICE-NOTES.md, third pass): the norm as its own kernel (its per-block
-   * prologue cost more than the launch it saves: 5.22 vs 5.65 ms a step at 2K), SiLU·up and the
-   * residual add in the epilogue.
+   * from the H200 bench (DEVICE-NOTES.md, third pass): the norm as its own kernel (the one-warp
+   * GEMV's per-block prologue cost more than the launch it saves: 5.22 vs 5.65 ms a step at 2K)
+   * unless the weight stream takes the GEMV (it normalises once a block, for free), SiLU·up and
+   * the residual add in the epilogue.
    */
   static readonly DEFAULT_MATVEC_FUSION: Readonly<MatvecFusionChoice> = { norm: false, siluMul: true, accumulate: true };
   private fuse: MatvecFusionChoice = { ...CudaBackend.DEFAULT_MATVEC_FUSION };
@@ -517,6 +518,13 @@ export class CudaBackend implements Backend {
     const normApart = nw !== undefined && !this.fuse.norm;
     const siluApart = f.siluMul === true && !this.fuse.siluMul;
     const addApart = f.accumulate === true && (!this.fuse.accumulate || siluApart);
+    if (normApart && !siluApart && !addApart) {
+      // The weight stream takes the norm at no cost (once a block, while its first weights land):
+      // the library runs it there, or declines (-1) and the norm runs as its own kernel below.
+      const epi = (f.accumulate ? 1 : 0) | (f.siluMul ? 2 : 0) | 4;
+      const r = this.lib.hg_cu_matvec(this.ctx, P(o.addr), P(xi.addr), P(wt.addr), wd, bp, bt, P(nw.addr), DTYPE_CODE[nw.dtype], eps, k, m, epi);
+      if (r !== -1) return this.ok("matvec", r);
+    }
     if (!normApart && !siluApart && !addApart) {
       const epi = (f.accumulate ? 1 : 0) | (f.siluMul ? 2 : 0);
       this.ok("matvec", this.lib.hg_cu_matvec(this.ctx, P(o.addr), P(xi.addr), P(wt.addr), wd, bp, bt, nw ? P(nw.addr) : null, nw ? DTYPE_CODE[nw.dtype] : 0, eps, k, m, epi));

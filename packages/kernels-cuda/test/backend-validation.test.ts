@@ -11,11 +11,19 @@ import { STAND_IN_DEVICE, STAND_IN_HEAP, standInNative, type NativeCall } from "
 const HEAP = STAND_IN_HEAP;
 const device = STAND_IN_DEVICE;
 
+/** Whether the stand-in's weight stream takes a norm offered with matvec's epilogue bit 4 (else -1: declined). */
+let streamTakesNorm = false;
+
 /** The stand-in library, with `fail` answering those symbols (a failure code) instead. */
 function fakeNative(calls: NativeCall[], fail: Record<string, number> = {}): CudaNative {
   return standInNative({
     calls,
-    answer: (name) => (name in fail ? fail[name] : name === "hg_cu_matvec_max_norm_k" ? 57344 : undefined),
+    answer: (name, args) => {
+      if (name in fail) return fail[name];
+      if (name === "hg_cu_matvec_max_norm_k") return 57344;
+      if (name === "hg_cu_matvec" && ((args[12] as number) & 4) !== 0) return streamTakesNorm ? 0 : -1;
+      return undefined;
+    },
   });
 }
 
@@ -168,8 +176,16 @@ describe("CudaBackend validation (stand-in native library)", () => {
     ];
     for (const [f, re] of cases) expect(f).toThrow(re);
     expect(opCalls().length).toBe(before + 0);
-    // The default: the norm as its own kernel into the scratch, SiLU·up and += in the GEMV.
+    // The default: the norm offered to the weight stream (epilogue bit 4); declined, it runs as
+    // its own kernel into the scratch, SiLU·up and += in the GEMV.
+    streamTakesNorm = true;
+    let from = calls.length;
     be.matvec(out16, x, w, { bias, normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
+    expect(calls.slice(from).filter((c) => /^hg_cu_(rmsnorm|matvec)$/.test(c.name)).map((c) => [c.name, c.args.slice(7)])).toEqual([["hg_cu_matvec", [be.address(nw), 2, 1e-5, 64, 16, 7]]]);
+    streamTakesNorm = false;
+    from = calls.length;
+    be.matvec(out16, x, w, { bias, normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
+    expect(calls.slice(from).filter((c) => /^hg_cu_(rmsnorm|matvec)$/.test(c.name)).map((c) => c.name)).toEqual(["hg_cu_matvec", "hg_cu_rmsnorm", "hg_cu_matvec"]);
     const norm = calls.filter((c) => c.name === "hg_cu_rmsnorm").at(-1)!;
     const viaScratch = calls.filter((c) => c.name === "hg_cu_matvec").at(-1)!;
     expect(norm.args[2]).toBe(be.address(x));
@@ -187,7 +203,7 @@ describe("CudaBackend validation (stand-in native library)", () => {
     expect(calls.filter((c) => c.name === "hg_cu_matvec").at(-1)!.args.slice(5)).toEqual([null, 0, null, 0, 0, 64, 32, 0]);
     // Everything apart: GEMV into the scratch, SiLU·up into the scratch, then out += it.
     be.setMatvecFusion({ norm: false, siluMul: false, accumulate: false });
-    const from = calls.length;
+    from = calls.length;
     be.matvec(out16, x, w, { normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
     expect(calls.slice(from).map((c) => c.name).filter((n) => n !== "hg_cu_memset0" && n !== "hg_cu_matvec_max_norm_k")).toEqual(["hg_cu_rmsnorm", "hg_cu_matvec", "hg_cu_silu_mul", "hg_cu_add"]);
     const add = calls.at(-1)!;
