@@ -8,12 +8,12 @@
  *    together against each decoded alone (the batched steps are fed the tokens each sequence
  *    picked alone, so a bf16 near-tie cannot make them diverge): f32 weights (GEMV at B = 4,
  *    cuBLAS at B = 12; tokens equal, logits ≤ 1e-4), bf16 weights (skinny GEMM; logits ≤ 1e-2),
- *    and bf16 with every new setSkinny switch on (pipelined, fused reduce, matmulSplit).
+ *    and bf16 with every setSkinny switch on (fused reduce, matmulSplit).
  * 3. Bench: preset:llama-3.1-8b, dummy bf16 weights, bf16 KV; max(B) sequences prefilled with
  *    random lengths in [1536, 2560]; then for each B (slots 0..B−1) one warm-up step and `steps`
  *    timed steps (each: one batched forward pass + a greedy pick per row, as generateBatch does)
- *    for the skinny GEMM as it was, each new switch, all of them (also with the step's greedy picks
- *    as one argmaxRows call), and cuBLAS, all with batched attention, in the same run, next to the floor of a step: (weight bytes + the B caches' KV
+ *    for the skinny GEMM without its switches, with them (also with the step's greedy picks as one
+ *    argmaxRows call), and cuBLAS, all with batched attention, in the same run, next to the floor of a step: (weight bytes + the B caches' KV
  *    bytes) ÷ the device-to-device bandwidth measured in the run.
  *
  *   bun batch-bench.js [--steps 32] [--batches 1,8,16,24,32] [--preset llama-3.1-8b] [--log FILE]
@@ -86,10 +86,10 @@ const checks: string[] = [
   "| weights | B | matmul path | attention | prompt lengths | tokens equal | max rel. logit diff | bound | graphs captured/replayed/drained | result |",
   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ];
-/** Every new batched-GEMM switch on (setSkinny): the fifth pass's candidate defaults. */
-const ALL_NEW: Partial<SkinnyOptions> = { pipeline: true, fusedReduce: true, split: true };
-const SKINNY_OFF: SkinnyOptions = { maxRows: 32, pipeline: false, pipelineMinRows: 2, fusedReduce: false, split: false };
-const skinnyLabel = (o: Partial<SkinnyOptions>) => (o.split || o.pipeline || o.fusedReduce ? ` (${[o.pipeline && "pipelined", o.fusedReduce && "fused reduce", o.split && "matmulSplit"].filter(Boolean).join(", ")})` : "");
+/** Every batched-GEMM switch on (setSkinny); the defaults since the fifth pass. */
+const ALL_NEW: Partial<SkinnyOptions> = { fusedReduce: true, split: true };
+const SKINNY_OFF: SkinnyOptions = { maxRows: 32, fusedReduce: false, split: false };
+const skinnyLabel = (o: Partial<SkinnyOptions>) => (o.split || o.fusedReduce ? ` (${[o.fusedReduce && "fused reduce", o.split && "matmulSplit"].filter(Boolean).join(", ")})` : "");
 for (const [dtype, skinny] of [["f32", {}], ["bf16", {}], ["bf16", ALL_NEW]] as const) {
   cuda.setSkinny({ ...SKINNY_OFF, ...skinny });
   using files = dummyFiles(STORIES15M_SHAPE, dtype, 7, createNativeRandomFill(), `stories15M-shape ${dtype}`);
@@ -156,27 +156,22 @@ interface Variant {
   B: number; name: string; graphs: boolean; path: "auto" | "gemv" | "cublas"; batchedAttention: boolean; skinny: Partial<SkinnyOptions>;
   /** Greedy picks: one argmaxRows call for the step (BatchDecoder.argmaxSlots), else argmax per row. */
   batchedPicks?: boolean;
-  /** setDecodeTuning({ programmaticLaunch }): the step's kernels launched with programmatic dependent launch. */
-  pdl?: boolean;
 }
 const variants: Variant[] = [];
 // Batched attention everywhere (measured better at 17:20); the GEMM side compared per B: the
-// skinny kernels as they were (default), each new switch, all of them, and cuBLAS (whose
-// crossing with the skinny GEMM gives setSkinny's maxRows).
+// skinny kernel without and with its switches, and cuBLAS (whose crossing with the skinny GEMM
+// gives setSkinny's maxRows). The pipelined kernel and programmatic launch are gone (slower).
 for (const B of batches) {
   const base = { B, graphs: true, path: "auto" as const, batchedAttention: true, skinny: {} };
   if (B === 1) {
     variants.push({ ...base, name: "default (the ordinary fused decode step)" });
     continue;
   }
-  variants.push({ ...base, name: "skinny GEMM (default) + batched attention" });
-  variants.push({ ...base, name: "skinny pipelined", skinny: { pipeline: true } });
-  variants.push({ ...base, name: "skinny + fused reduce + matmulSplit", skinny: { fusedReduce: true, split: true } });
-  variants.push({ ...base, name: "skinny pipelined + fused reduce + matmulSplit (all new)", skinny: ALL_NEW });
-  variants.push({ ...base, name: "all new + one argmaxRows pick a step", skinny: ALL_NEW, batchedPicks: true });
-  variants.push({ ...base, name: "all new + argmaxRows + programmatic launch", skinny: ALL_NEW, batchedPicks: true, pdl: true });
+  variants.push({ ...base, name: "skinny GEMM, switches off + batched attention" });
+  variants.push({ ...base, name: "skinny + fused reduce + matmulSplit (the defaults)", skinny: ALL_NEW });
+  variants.push({ ...base, name: "the defaults + one argmaxRows pick a step", skinny: ALL_NEW, batchedPicks: true });
   variants.push({ ...base, name: "cuBLAS + batched attention", path: "cublas" });
-  if (B === Math.max(...batches)) variants.push({ ...base, name: "all new, graphs off", graphs: false, skinny: ALL_NEW });
+  if (B === Math.max(...batches)) variants.push({ ...base, name: "skinny defaults, graphs off", graphs: false, skinny: ALL_NEW });
 }
 // Every variant appends warm-up + timed steps to the slots it runs.
 const maxContext = Math.max(...lengths) + variants.length * (steps + 1) + 8;
@@ -202,7 +197,6 @@ for (const v of variants) {
   cuda.setMatmulPath(v.path);
   cuda.setBatchAttention(v.batchedAttention);
   cuda.setSkinny({ ...SKINNY_OFF, ...v.skinny });
-  cuda.setDecodeTuning({ programmaticLaunch: v.pdl === true });
   cuda.resetGraphs(); // a variant starts clean: no graph or drained-step counter of the one before
   const slots = Array.from({ length: v.B }, (_, i) => i);
   const run = () => {
@@ -229,7 +223,6 @@ cuda.setCudaGraphs(true);
 cuda.setMatmulPath("auto");
 cuda.setBatchAttention(true);
 cuda.setSkinny(SKINNY_OFF);
-cuda.setDecodeTuning({ programmaticLaunch: false });
 
 say(`\n## Batched-decode checks: ${failures === 0 ? "ALL PASS" : `${failures} FAILED`}`);
 for (const row of kernelRows) say(row);

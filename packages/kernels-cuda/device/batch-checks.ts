@@ -5,7 +5,7 @@
  *   reference of x rounded to the weight dtype times the weights as stored, with and without
  *   bias, at n = 2, 3, 8, 9, 17, 32 and m, k that are not multiples of the tiles (k % 8 ≠ 0
  *   takes the fallback path: checked with the looser bound of f32 x), for each kernel variant
- *   (setSkinny: first kernel, pipelined, each with the fused split reduction); every variant runs
+ *   (setSkinny: with and without the fused split reduction); every variant runs
  *   twice on NaN-filled outputs (the fused reduction's counters must be back at 0);
  * - matmulSplit (setSkinny({ split: true })): a fused weight into 3, 2 and 1 outputs whose
  *   widths cut through the 64-row blocks, with bias, overwriting and accumulating, per variant;
@@ -36,12 +36,10 @@ function refMatmul(x: Float32Array, w: Float32Array, bias: Float32Array | null, 
   return out;
 }
 
-/** setSkinny variants the checks cover: the kernel, and who sums the k splits. */
-export const SKINNY_VARIANTS: readonly { name: string; pipeline: boolean; fusedReduce: boolean }[] = [
-  { name: "first kernel", pipeline: false, fusedReduce: false },
-  { name: "first kernel, fused reduce", pipeline: false, fusedReduce: true },
-  { name: "pipelined", pipeline: true, fusedReduce: false },
-  { name: "pipelined, fused reduce", pipeline: true, fusedReduce: true },
+/** setSkinny variants the checks cover: who sums the k splits. */
+export const SKINNY_VARIANTS: readonly { name: string; fusedReduce: boolean }[] = [
+  { name: "reduce kernel", fusedReduce: false },
+  { name: "fused reduce", fusedReduce: true },
 ];
 
 export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] {
@@ -69,7 +67,7 @@ export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] 
         const fallback = k % 8 !== 0;
         const tol = fallback ? 1e-2 : 1e-5;
         for (const vr of fallback ? SKINNY_VARIANTS.slice(0, 1) : SKINNY_VARIANTS) {
-          cuda.setSkinny({ pipeline: vr.pipeline, fusedReduce: vr.fusedReduce });
+          cuda.setSkinny({ fusedReduce: vr.fusedReduce });
           let err = 0;
           for (let rep = 0; rep < 2; rep++) {
             cuda.write(out, new Float32Array(n * m).fill(Number.NaN));
@@ -81,7 +79,7 @@ export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] 
         }
       } finally {
         cuda.setMatmulPath("auto");
-        cuda.setSkinny({ pipeline: false, fusedReduce: false });
+        cuda.setSkinny({ fusedReduce: false });
         for (const t of [x, w, out, b]) if (t) cuda.free(t);
       }
     }
@@ -129,7 +127,7 @@ export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResu
           return o;
         });
         for (const vr of SKINNY_VARIANTS) {
-          cuda.setSkinny({ split: true, pipeline: vr.pipeline, fusedReduce: vr.fusedReduce });
+          cuda.setSkinny({ split: true, fusedReduce: vr.fusedReduce });
           outs.forEach((o, j) => cuda.write(o, accumulate ? start[j] : new Float32Array(n * widths[j]).fill(Number.NaN)));
           const taken = cuda.matmulSplit(outs, x, w, n, bias, accumulate);
           let err = taken ? 0 : Infinity;
@@ -141,7 +139,7 @@ export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResu
       }
     }
   } finally {
-    cuda.setSkinny({ split: false, pipeline: false, fusedReduce: false });
+    cuda.setSkinny({ split: false, fusedReduce: false });
   }
   return results;
 }

@@ -16,8 +16,8 @@
 // (deterministic, no atomics) and adds the bias; or, with the fused reduction (setSkinny), the
 // last block of each row block does, in the same order.
 //
-// Variants and switches (hg_cu_set_skinny, per context): a cp.async-pipelined kernel
-// (skinny_pipe_kernel), the fused reduction, and the largest n "auto" routes here. Outputs:
+// Switches (hg_cu_set_skinny, per context): the fused reduction, and the largest n "auto"
+// routes here. Outputs:
 // the m weight rows may go to up to 3 tensors (a fused q/k/v or gate/up weight), and the
 // result may be added to them (a residual add): hg_cu_matmul_rows, CudaBackend.matmulSplit.
 #include "common.cuh"
@@ -57,7 +57,7 @@ template <int WT> __device__ __forceinline__ void sk_pack8(unsigned (&xb)[4], co
 }
 
 // One 32-wide k chunk: the two k16 steps of every (weight tile i, batch tile j) product, from the
-// lane's 16-byte weight words wa and its packed x words xb (both kernels' inner step).
+// lane's 16-byte weight words wa and its packed x words xb.
 template <int WT, int NT>
 __device__ __forceinline__ void sk_chunk_mma(float (&acc)[SK_MT][NT][4], const uint4 (&wa)[SK_MT][2], const unsigned (&xb)[NT][4]) {
 #pragma unroll
@@ -96,7 +96,7 @@ __device__ __forceinline__ void sk_store(const SkOut &o, int nn, int row, float 
   *dst = o.accumulate ? *dst + v : v;
 }
 
-// The end of both kernels: the 4 warps' accumulators summed through shared memory `red`
+// The kernel's end: the 4 warps' accumulators summed through shared memory `red`
 // (SK_WARPS × SK_ROWS × (8·NT + 1) floats; the caller has synchronised if it is reused), then
 // either stored (+ bias) or, with k splits, written to part[split][n][m]. With counters (fused
 // reduction) the last of a row block's gridDim.y blocks to finish then sums the partials in split
@@ -209,108 +209,10 @@ __global__ void skinny_reduce_kernel(SkOut out, const float *part, const void *b
   }
 }
 
-// ---- pipelined variant (setSkinny: flags & SK_PIPELINE) ----------------------------------------
-//
-// The kernel above keeps one 4 KB chunk a warp in flight and waits for it before it computes;
-// at 32 rows its registers allow ~3 blocks an SM, and gate/up (224 row blocks, no k split) then
-// have ~28 KB in flight an SM, short of what the H200 needs to stream at full bandwidth. Here
-// every lane copies its own 16-byte pieces (the same fragment layout) with cp.async into its
-// own slots of an S-stage ring in shared memory and reads back only what it copied itself, so
-// no barrier is needed: S−1 chunks (weights and x) a warp are in flight, held in shared memory
-// instead of registers. (SK_FUSED_REDUCE, either kernel: the k splits are summed by the last
-// block of each row block to finish, sk_finish: no second launch.)
-
-enum { SK_PIPELINE = 1, SK_FUSED_REDUCE = 2 };
-
-__device__ __forceinline__ void sk_cp16(void *smem, const void *src, bool ok) {
-  const unsigned d = (unsigned)__cvta_generic_to_shared(smem);
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(ok ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void sk_cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N> __device__ __forceinline__ void sk_cp_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
-
-// Stages of the ring: 4 while a stage is small, 3 at 3–4 n tiles (two blocks an SM either way).
-template <int NT> struct SkPipe {
-  static const int S = NT <= 2 ? 4 : 3;
-  static const int SW = SK_MT * 2 + NT * 2;  // 16-byte slots a lane fills a stage: weights, then x
-  static const size_t RING = (size_t)SK_WARPS * S * SW * 32 * 16;
-  static const size_t RED = (size_t)SK_WARPS * SK_ROWS * (NT * 8 + 1) * sizeof(float);
-  static const size_t SMEM = RING > RED ? RING : RED;
-};
-
-// grid (row blocks of 64, k splits), 128 threads, SkPipe<NT>::SMEM bytes of dynamic shared
-// memory. Same requirements and outputs as skinny_gemm_kernel; counters (one a row block, zero
-// between launches) only with fused reduction and part set.
-template <int WT, int NT>
-__global__ void __launch_bounds__(128) skinny_pipe_kernel(SkOut out, float *part, const float *x, const void *w, const void *bias, int bt, int n,
-                                                          int k, int m, int chunksPerSplit, unsigned *counters) {
-  constexpr int S = SkPipe<NT>::S, SW = SkPipe<NT>::SW;
-  extern __shared__ __align__(16) unsigned char sk_smem[];
-  hg_pdl_wait();
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-  const int row0 = blockIdx.x * SK_ROWS;
-  const int nChunks = (k + 31) >> 5;
-  const int c0 = blockIdx.y * chunksPerSplit, c1 = min(nChunks, c0 + chunksPerSplit);
-  const int first = c0 + warp, ni = first < c1 ? (c1 - first + SK_WARPS - 1) / SK_WARPS : 0;
-  uint4 *ring = reinterpret_cast<uint4 *>(sk_smem) + (size_t)warp * S * SW * 32 + lane;  // this lane's slot 0 of stage 0
-  const unsigned short *wh = reinterpret_cast<const unsigned short *>(w);
-  // Chunk `it` of this warp into stage it % S; an empty group past the end keeps the count uniform.
-  auto issue = [&](int it) {
-    if (it < ni) {
-      const int kk = ((first + it * SK_WARPS) << 5) + (t << 3);
-      const bool kin = kk < k;
-      uint4 *st = ring + (size_t)(it % S) * SW * 32;
-#pragma unroll
-      for (int i = 0; i < SK_MT; i++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-          const int r = row0 + i * 16 + g + 8 * h;
-          const bool ok = kin && r < m;
-          sk_cp16(st + (i * 2 + h) * 32, ok ? (const void *)(wh + (size_t)r * k + kk) : w, ok);
-        }
-#pragma unroll
-      for (int j = 0; j < NT; j++) {
-        const int r = j * 8 + g;
-        const bool ok = kin && r < n;
-        const float *xp = ok ? x + (size_t)r * k + kk : x;
-        sk_cp16(st + (SK_MT * 2 + j * 2) * 32, xp, ok);
-        sk_cp16(st + (SK_MT * 2 + j * 2 + 1) * 32, ok ? xp + 4 : x, ok);
-      }
-    }
-    sk_cp_commit();
-  };
-  float acc[SK_MT][NT][4];
-#pragma unroll
-  for (int i = 0; i < SK_MT; i++)
-#pragma unroll
-    for (int j = 0; j < NT; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
-#pragma unroll
-  for (int s = 0; s < S - 1; s++) issue(s);
-  for (int it = 0; it < ni; it++) {
-    sk_cp_wait<S - 2>();  // groups 0..it are complete (S−1+it committed, at most S−2 pending)
-    const uint4 *st = ring + (size_t)(it % S) * SW * 32;
-    uint4 wa[SK_MT][2];
-#pragma unroll
-    for (int i = 0; i < SK_MT; i++)
-#pragma unroll
-      for (int h = 0; h < 2; h++) wa[i][h] = st[(i * 2 + h) * 32];
-    unsigned xb[NT][4];
-#pragma unroll
-    for (int j = 0; j < NT; j++) {
-      const float4 a = *reinterpret_cast<const float4 *>(st + (SK_MT * 2 + j * 2) * 32);
-      const float4 b = *reinterpret_cast<const float4 *>(st + (SK_MT * 2 + j * 2 + 1) * 32);
-      sk_pack8<WT>(xb[j], a, b);
-    }
-    issue(it + S - 1);  // into the stage read one iteration ago (already in registers)
-    sk_chunk_mma<WT, NT>(acc, wa, xb);
-  }
-  sk_cp_wait<0>();
-  hg_pdl_trigger();  // this block's loads are done
-  __syncthreads();   // every warp is out of its ring: the reduction reuses the shared memory
-  sk_finish<NT>(out, part, bias, bt, n, m, acc, reinterpret_cast<float *>(sk_smem), counters);
-}
+// Variant flags (setSkinny; the Cmd's s[7]). SK_FUSED_REDUCE: the k splits are summed by the
+// last block of each row block to finish (sk_finish), no second launch. (Bit 0, a cp.async-
+// pipelined kernel, is gone: it lost at every batch size, DEVICE-NOTES.md, sixth pass.)
+enum { SK_FUSED_REDUCE = 2 };
 
 // ---- per-context switches and counters ----------------------------------------------------------
 //
@@ -318,8 +220,8 @@ __global__ void __launch_bounds__(128) skinny_pipe_kernel(SkOut out, float *part
 // cuBLAS, as before it), and the variant flags. Kept here, keyed by context, so the shared
 // context struct stays as it is; a context claiming a free entry starts at the defaults. The
 // fused reduction's counters are one set per entry: past SK_STATES live contexts entries are
-// shared, and two contexts running pipelined GEMMs at the same moment on one device could then
-// mix their counts (not a memory hazard; documented in the README).
+// shared, and two contexts running split GEMMs with the fused reduction at the same moment on one
+// device could then mix their counts (not a memory hazard; documented in the README).
 static const int SK_STATES = 16, SK_COUNTERS = 4096;
 __device__ unsigned sk_counter_sets[SK_STATES][SK_COUNTERS];
 struct SkState {
@@ -352,10 +254,7 @@ static int launch_skinny_nt(HgCtx *c, const SkOut &out, const float *x, const vo
   const dim3 grid((unsigned)((m + SK_ROWS - 1) / SK_ROWS), (unsigned)splits);
   int r;
   unsigned *cnt = part && (flags & SK_FUSED_REDUCE) ? counters : NULL;
-  if (flags & SK_PIPELINE)
-    r = hg_launch(c, skinny_pipe_kernel<WT, NT>, grid, dim3(32 * SK_WARPS), SkPipe<NT>::SMEM, out, part, x, w, bias, bt, n, k, m, cps, cnt);
-  else
-    r = hg_launch(c, skinny_gemm_kernel<WT, NT>, grid, dim3(32 * SK_WARPS), 0, out, part, x, w, bias, bt, n, k, m, cps, cnt);
+  r = hg_launch(c, skinny_gemm_kernel<WT, NT>, grid, dim3(32 * SK_WARPS), 0, out, part, x, w, bias, bt, n, k, m, cps, cnt);
   if (r || splits == 1 || cnt) return r;
   return hg_launch(c, skinny_reduce_kernel, dim3(hg_blocks((size_t)n * m, 256, (unsigned)c->numSMs * 4)), dim3(256), 0, out, (const float *)part, bias, bt, n, m,
                    splits);
@@ -396,34 +295,24 @@ static bool skinny_fits(const float *x, const void *w, int wt, int n, int k) {
   return (wt == DT_BF16 || wt == DT_F16) && n >= 2 && n <= 32 && k > 0 && k % 8 == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
 }
 
-// Blocks of a (WT, NT) kernel one SM holds at once (registers bound the first variant: 66–132 a
-// thread; shared memory the pipelined one), asked of the runtime once per process. The pipelined
-// kernel's dynamic shared memory is allowed here, before its first launch.
+// Blocks of a (WT, NT) kernel one SM holds at once (registers bound it: 66–132 a thread), asked
+// of the runtime once per process.
 template <int WT, int NT>
-static int sk_occupancy_nt(bool pipe) {
-  static int blocks[2] = {0, 0};
-  int &b = blocks[pipe ? 1 : 0];
+static int sk_occupancy_nt() {
+  static int b = 0;
   if (!b) {
-    cudaError_t e;
-    if (pipe) {
-      e = cudaFuncSetAttribute(skinny_pipe_kernel<WT, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)SkPipe<NT>::SMEM);
-      // All of L1 as shared memory: two rings an SM (the ring's copies bypass L1 anyway).
-      if (e == cudaSuccess) e = cudaFuncSetAttribute(skinny_pipe_kernel<WT, NT>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
-      if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_pipe_kernel<WT, NT>, 32 * SK_WARPS, SkPipe<NT>::SMEM);
-    } else {
-      e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_gemm_kernel<WT, NT>, 32 * SK_WARPS, 0);
-    }
+    const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, skinny_gemm_kernel<WT, NT>, 32 * SK_WARPS, 0);
     if (e != cudaSuccess || b < 0) {
       (void)cudaGetLastError();  // not sticky: the launch reports a real problem
       b = 0;
-      return pipe ? 1 : 2;
+      return 2;
     }
   }
   return b > 0 ? b : 1;
 }
 template <int WT>
-static int sk_occupancy(int nt, bool pipe) {
-  return nt == 1 ? sk_occupancy_nt<WT, 1>(pipe) : nt == 2 ? sk_occupancy_nt<WT, 2>(pipe) : nt == 3 ? sk_occupancy_nt<WT, 3>(pipe) : sk_occupancy_nt<WT, 4>(pipe);
+static int sk_occupancy(int nt) {
+  return nt == 1 ? sk_occupancy_nt<WT, 1>() : nt == 2 ? sk_occupancy_nt<WT, 2>() : nt == 3 ? sk_occupancy_nt<WT, 3>() : sk_occupancy_nt<WT, 4>();
 }
 
 Cmd hg_new_cmd(int kind);
@@ -439,13 +328,12 @@ static int sk_submit(HgCtx *c, float *const *outs, const int *ends, int count, i
   if (!skinny_fits(x, w, wt, n, k) || m <= 0) return HG_SKINNY_NOT_TAKEN;
   HG_FLUSH_REC(c);
   const SkState &st = sk_state(c);
-  const bool pipe = (st.flags & SK_PIPELINE) && n >= (st.flags >> 8);
   // k splits: as many blocks as the SMs hold at once, rounded down (no second, mostly empty wave),
-  // partials within the scratch; at least 2 k chunks a warp (the pipelined kernel: 3, its ring).
+  // partials within the scratch; at least 2 k chunks a warp.
   const int rowBlocks = (m + SK_ROWS - 1) / SK_ROWS, nChunks = (k + 31) / 32, nt = (n + 7) / 8;
-  const long slots = (long)(wt == DT_BF16 ? sk_occupancy<DT_BF16>(nt, pipe) : sk_occupancy<DT_F16>(nt, pipe)) * c->numSMs;
+  const long slots = (long)(wt == DT_BF16 ? sk_occupancy<DT_BF16>(nt) : sk_occupancy<DT_F16>(nt)) * c->numSMs;
   long splits = slots / rowBlocks;
-  const long byWork = nChunks / ((pipe ? 3 : 2) * SK_WARPS);
+  const long byWork = nChunks / (2 * SK_WARPS);
   const long bySpace = (long)(c->scratchBytes / ((size_t)n * m * sizeof(float)));
   if (splits > byWork) splits = byWork;
   if (splits > bySpace) splits = bySpace;
@@ -458,7 +346,7 @@ static int sk_submit(HgCtx *c, float *const *outs, const int *ends, int count, i
   cmd.p[0] = outs[0]; cmd.p[1] = x; cmd.p[2] = w; cmd.p[3] = bias;
   cmd.p[4] = count > 1 ? outs[1] : NULL; cmd.p[5] = count > 2 ? outs[2] : NULL;
   cmd.s[0] = wt; cmd.s[1] = bt; cmd.s[2] = n; cmd.s[3] = k; cmd.s[4] = m; cmd.s[5] = (int)splits; cmd.s[6] = cps;
-  cmd.s[7] = (pipe ? SK_PIPELINE : 0) | (fused ? SK_FUSED_REDUCE : 0);
+  cmd.s[7] = fused ? SK_FUSED_REDUCE : 0;
   cmd.s[8] = count > 1 ? ends[0] : m; cmd.s[9] = count > 2 ? ends[1] : m; cmd.s[10] = accumulate ? 1 : 0;
   return hg_submit(c, cmd);
 }
@@ -484,11 +372,11 @@ HG_EXPORT int hg_cu_matmul_path_for(HgCtx *c, int n, int wt, int k) {
 }
 
 // maxRows (1..32; 1 = never automatically): the largest n "auto" gives the skinny GEMM, cuBLAS
-// above (default 32). flags: 1 the pipelined kernel (for n ≥ flags >> 8), 2 the fused split
-// reduction (default 0).
+// above (default 32). flags: 2 the fused split reduction (default 0); other bits are refused (1,
+// the pipelined kernel, is gone).
 // Negative leaves a value as it is. Returns 0, or cudaErrorInvalidValue out of range.
 HG_EXPORT int hg_cu_set_skinny(HgCtx *c, int maxRows, int flags) {
-  if (maxRows > 32 || maxRows == 0 || (flags >= 0 && ((flags & 0xff) > (SK_PIPELINE | SK_FUSED_REDUCE) || (flags >> 8) > 32))) return (int)cudaErrorInvalidValue;
+  if (maxRows > 32 || maxRows == 0 || (flags >= 0 && (flags & ~SK_FUSED_REDUCE) != 0)) return (int)cudaErrorInvalidValue;
   SkState &st = sk_state(c);
   if (maxRows > 0) st.maxRows = maxRows;
   if (flags >= 0) st.flags = flags;

@@ -46,10 +46,6 @@ export interface MatvecFusionChoice {
 export interface SkinnyOptions {
   /** The largest row count "auto" gives the skinny GEMM (1..32, 1 = none); cuBLAS above it when loaded. Default 8. */
   maxRows: number;
-  /** The cp.async-pipelined skinny kernel (S−1 chunks a warp in flight in shared memory). Default off. */
-  pipeline: boolean;
-  /** With pipeline: the fewest rows that take the pipelined kernel (2..33, 33 = none); fewer take the first one. Default 2. */
-  pipelineMinRows: number;
   /** k splits summed by the GEMM's last block of each row block, not a second kernel. Default on. */
   fusedReduce: boolean;
   /** Backend.matmulSplit takes batched q/k/v, gate/up and o/down + add (skinny path only; off: it declines). Default on. */
@@ -57,8 +53,8 @@ export interface SkinnyOptions {
 }
 // Measured on the H200 (DEVICE-NOTES.md, integrator's fifth-pass run): at B = 8 the skinny GEMM with the
 // fused reduction and matmulSplit was fastest (1 077 tok/s vs 1 028 plain, 958 cuBLAS); at B = 16 and 32
-// cuBLAS won (1 637 / 2 594 vs 1 454 / 1 959); the pipelined kernel lost at every B.
-const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 8, pipeline: false, pipelineMinRows: 2, fusedReduce: true, split: true };
+// cuBLAS won (1 637 / 2 594 vs 1 454 / 1 959). (A cp.async-pipelined kernel lost at every B and is gone.)
+const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 8, fusedReduce: true, split: true };
 
 /** Decode-kernel switches (CudaBackend.setDecodeTuning); DEVICE-NOTES.md, fourth pass, measures them. */
 export interface DecodeTuning {
@@ -365,14 +361,13 @@ export class CudaBackend implements Backend {
    */
   setSkinny(o: Partial<SkinnyOptions>): void {
     const ctx = this.live_("setSkinny");
+    for (const key of Object.keys(o)) if (!(key in SKINNY_DEFAULTS)) bad(`setSkinny: unknown option "${key}" (${Object.keys(SKINNY_DEFAULTS).join(", ")})`);
     const next = { ...this.skinnyOpts, ...o };
     if (!(Number.isInteger(next.maxRows) && next.maxRows >= 1 && next.maxRows <= 32)) bad(`setSkinny: maxRows must be an integer in 1..32, got ${next.maxRows}`);
-    if (!(Number.isInteger(next.pipelineMinRows) && next.pipelineMinRows >= 2 && next.pipelineMinRows <= 33)) bad(`setSkinny: pipelineMinRows must be an integer in 2..33, got ${next.pipelineMinRows}`);
-    for (const key of ["pipeline", "fusedReduce", "split"] as const) if (typeof next[key] !== "boolean") bad(`setSkinny: ${key} must be a boolean, got ${String(next[key])}`);
-    // Native flags: bit 0 pipelined, bit 1 fused reduce, bits 8.. the pipelined kernel's fewest rows (33 = never).
-    const pipeFlags = next.pipeline && next.pipelineMinRows <= 32 ? 1 | (next.pipelineMinRows << 8) : 0;
-    this.ok("setSkinny", this.lib.hg_cu_set_skinny(ctx, next.maxRows, pipeFlags | (next.fusedReduce ? 2 : 0)));
-    this.skinnyOpts = next;
+    for (const key of ["fusedReduce", "split"] as const) if (typeof next[key] !== "boolean") bad(`setSkinny: ${key} must be a boolean, got ${String(next[key])}`);
+    // Native flags: bit 1 fused reduce (bit 0, the pipelined kernel, is retired).
+    this.ok("setSkinny", this.lib.hg_cu_set_skinny(ctx, next.maxRows, next.fusedReduce ? 2 : 0));
+    this.skinnyOpts = { maxRows: next.maxRows, fusedReduce: next.fusedReduce, split: next.split };
     this.skinnySet = true;
   }
 

@@ -145,17 +145,16 @@ describe("CudaBackend.setSkinny and matmulSplit (stand-in native library)", () =
   it("the measured defaults reach the library at creation; split off declines; on, one hg_cu_matmul_rows call with the outputs, widths and accumulate flag", () => {
     const { be, calls } = make();
     const s = splitSetup(be);
-    expect(be.skinny).toEqual({ maxRows: 8, pipeline: false, pipelineMinRows: 2, fusedReduce: true, split: true });
+    expect(be.skinny).toEqual({ maxRows: 8, fusedReduce: true, split: true });
     expect(calls.filter((c) => c.name === "hg_cu_set_skinny").map((c) => c.args.slice(1))).toEqual([[8, 2]]);
     be.setSkinny({ split: false });
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, s.n, s.bias, false)).toBe(false);
     expect(calls.some((c) => c.name === "hg_cu_matmul_rows")).toBe(false);
-    be.setSkinny({ split: true, pipeline: true, fusedReduce: true, maxRows: 16 });
-    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").at(-1)!.args.slice(1)).toEqual([16, 3 | (2 << 8)]);
-    be.setSkinny({ pipelineMinRows: 17 });
-    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").at(-1)!.args.slice(1)).toEqual([16, 3 | (17 << 8)]);
-    be.setSkinny({ pipelineMinRows: 33 });
+    be.setSkinny({ split: true, fusedReduce: false, maxRows: 16 });
+    expect(calls.filter((c) => c.name === "hg_cu_set_skinny").at(-1)!.args.slice(1)).toEqual([16, 0]);
+    be.setSkinny({ fusedReduce: true });
     expect(calls.filter((c) => c.name === "hg_cu_set_skinny").at(-1)!.args.slice(1)).toEqual([16, 2]);
+    expect(be.skinny).toEqual({ maxRows: 16, fusedReduce: true, split: true });
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, s.n, s.bias, false)).toBe(true);
     const call = calls.find((c) => c.name === "hg_cu_matmul_rows")!;
     expect(call.args.slice(1, 15)).toEqual([
@@ -205,8 +204,10 @@ describe("CudaBackend.setSkinny and matmulSplit (stand-in native library)", () =
       [() => be.matmulSplit([s.q, s.kk, s.kk], s.x, s.w, s.n, undefined, false), /outs\[2\] must not overlap outs\[1\]/],
       [() => be.matmulSplit([s.x], s.x, be.alloc([64, 64], "bf16"), s.n, undefined, true), /outs\[0\] must not overlap x/],
       [() => be.setSkinny({ maxRows: 33 }), /setSkinny: maxRows must be an integer in 1\.\.32, got 33/],
-      [() => be.setSkinny({ pipeline: 1 as unknown as boolean }), /setSkinny: pipeline must be a boolean/],
-      [() => be.setSkinny({ pipelineMinRows: 1 }), /setSkinny: pipelineMinRows must be an integer in 2\.\.33, got 1/],
+      [() => be.setSkinny({ fusedReduce: 1 as unknown as boolean }), /setSkinny: fusedReduce must be a boolean, got 1/],
+      // the retired pipelined kernel's switches
+      [() => be.setSkinny({ pipeline: true } as never), /setSkinny: unknown option "pipeline" \(maxRows, fusedReduce, split\)/],
+      [() => be.setSkinny({ pipelineMinRows: 2 } as never), /setSkinny: unknown option "pipelineMinRows"/],
     ];
     expectOneLineErrors(cases);
     expect(calls.filter((c) => c.name === "hg_cu_matmul_rows")).toHaveLength(0);
