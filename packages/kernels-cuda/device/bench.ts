@@ -123,10 +123,9 @@ if (arg("diag", "on") !== "off") {
   // boundary to the next one, with each decode-tuning choice.
   {
     const tunings: [string, Partial<DecodeTuning>][] = [
-      ["plain launches", { programmaticLaunch: false, attnUnroll: 2 }],
-      ["PDL", { programmaticLaunch: true, attnUnroll: 2 }],
-      ["PDL + attention 4 rows a round", { programmaticLaunch: true, attnUnroll: 4 }],
-      ["fifth pass: split GEMV (auto), attention cp.async + merged in its kernel", { gemvSplit: 1, attnMergeInKernel: true, attnAsyncCopy: true }],
+      ["default", { attnUnroll: 2 }],
+      ["attention 4 rows a round", { attnUnroll: 4 }],
+      ["fifth pass: attention cp.async + merged in its kernel", { attnMergeInKernel: true, attnAsyncCopy: true }],
       ["GEMV stream 192 KB", { gemvStream: 192 }],
       ["GEMV stream 64 KB", { gemvStream: 64 }],
     ];
@@ -287,34 +286,36 @@ const ALL: Variant = {
   graphs: true, matvec: true, splitK: true, fed: true,
 };
 const NORM_IN: Variant["fuse"] = { norm: true, siluMul: true, accumulate: true };
-// The third pass's fusion variants are in DEVICE-NOTES.md; these compare the fourth pass's switches.
-const allVariants: Variant[] = [
+// The third pass's fusion variants are in DEVICE-NOTES.md; these compare the later passes' switches.
+// undefined: a variant of a switch that measured slower and is gone (programmatic launch, the k-split
+// GEMV, RoPE folded into it: DEVICE-NOTES.md, sixth pass, pruning); the hole keeps the indices.
+const allVariants: (Variant | undefined)[] = [
   { name: "no fusions (second pass)", graphs: true, matvec: false, splitK: false },
   { name: "default, graphs off", graphs: false, matvec: true, splitK: true },
-  { name: "default, PDL off, attention 2 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: false, attnUnroll: 2 } },
-  { name: "default, PDL on, attention 2 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, attnUnroll: 2 } },
-  { name: "default, PDL off, attention 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: false, attnUnroll: 4 } },
-  { name: "default, PDL on, attention 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { programmaticLaunch: true, attnUnroll: 4 } },
-  { name: "norm in the GEMV, PDL on", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { programmaticLaunch: true } },
+  { name: "default, attention 2 rows a round", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 2 } },
+  undefined, // 3: PDL on
+  { name: "default, attention 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 4 } },
+  undefined, // 5: PDL on, attention 4 rows a round
+  undefined, // 6: norm in the GEMV, PDL on
   // fifth pass (DEVICE-NOTES.md): switches off by default, from index 7
   { name: "attention: last block merges (no merge kernel)", graphs: true, matvec: true, splitK: true, tuning: { attnMergeInKernel: true } },
   { name: "attention: chunks of >= 128 tokens", graphs: true, matvec: true, splitK: true, tuning: { attnMinChunk: 128 } },
   { name: "attention: last block merges, chunks of >= 256 tokens", graphs: true, matvec: true, splitK: true, tuning: { attnMergeInKernel: true, attnMinChunk: 256 } },
-  { name: "GEMV: k split over warps (auto)", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1 } },
-  { name: "GEMV: k split over 4 warps", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 4 } },
-  { name: "GEMV: k split (auto), 8 loads a lane", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, gemvUnroll: 8 } },
-  { name: "GEMV: k split over 8 warps", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 8 } },
-  { name: "GEMV: k split over 2 warps", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 2 } },
-  { name: "GEMV split (auto) + attention last block merges", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, attnMergeInKernel: true } },
-  { name: "GEMV split (auto) + attention last block merges + PDL", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, attnMergeInKernel: true, programmaticLaunch: true } },
-  { name: "GEMV split (auto), norm folded into its epilogue (no rmsNorm launches)", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1 } },
-  { name: "GEMV split (auto), norm folded in + attention last block merges", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1, attnMergeInKernel: true } },
+  undefined, // 10–14: the k-split GEMV (auto; 4 warps; auto, 8 loads a lane; 8 warps; 2 warps)
+  undefined,
+  undefined,
+  undefined,
+  undefined,
+  undefined, // 15: GEMV split + attention last block merges
+  undefined, // 16: 15 + PDL
+  undefined, // 17: GEMV split, norm folded into its epilogue
+  undefined, // 18: 17 + attention last block merges
   { name: "attention: last block merges, 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { attnMergeInKernel: true, attnUnroll: 4 } },
   { name: "attention: K/V by cp.async (3 shared-memory stages)", graphs: true, matvec: true, splitK: true, tuning: { attnAsyncCopy: true } },
   { name: "attention: cp.async stages + last block merges", graphs: true, matvec: true, splitK: true, tuning: { attnAsyncCopy: true, attnMergeInKernel: true } },
-  { name: "all fifth-pass switches: GEMV split (auto), norm folded in, attention cp.async + last block merges", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1, attnMergeInKernel: true, attnAsyncCopy: true } },
-  { name: "GEMV split (auto) + RoPE in the qkv GEMV's epilogue", graphs: true, matvec: true, splitK: true, tuning: { gemvSplit: 1, qkvRope: true } },
-  { name: "all fifth-pass switches + RoPE in the qkv GEMV", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvSplit: 1, attnMergeInKernel: true, attnAsyncCopy: true, qkvRope: true } },
+  undefined, // 22: all fifth-pass switches (GEMV split, norm folded in, attention cp.async + last block merges)
+  undefined, // 23: GEMV split + RoPE in the qkv GEMV's epilogue
+  undefined, // 24: 22 + RoPE in the qkv GEMV
   // sixth pass, from index 25: the GEMV as a bulk-copy weight stream (gemv_stream.cu)
   { name: "GEMV stream, ring 192 KB, norm in the kernel", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 192 } },
   { name: "GEMV stream, ring 128 KB, norm in the kernel", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128 } },
@@ -334,7 +335,7 @@ const allVariants: Variant[] = [
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");
-const variants: Variant[] = [...(picked ? picked.split(",").map((i) => allVariants[Number(i)]).filter(Boolean) : allVariants), ALL];
+const variants: Variant[] = [...(picked ? picked.split(",").map((i) => allVariants[Number(i)]) : allVariants).filter((v): v is Variant => v !== undefined), ALL];
 
 const rows: string[] = ["| context | variant | prefill s | prefill tok/s | decode ms/token | floor ms | ratio | host ms in step() | backend calls/step | graphs captured/replayed/drained | arena peak GB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
 for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 || arg("variant-contexts", "first") === "all" ? variants.map((x) => [c, x]) : [[c, ALL]])) as [number, Variant][]) {

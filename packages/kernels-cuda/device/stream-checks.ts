@@ -51,7 +51,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
   ];
   try {
     for (const [name, links, [d, f, q], ring] of cases) {
-      cuda.setDecodeTuning({ ...savedTuning, gemvSplit: 0, gemvStream: ring as DecodeRing });
+      cuda.setDecodeTuning({ ...savedTuning, gemvStream: ring as DecodeRing });
       cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
       const owned: [Backend, Tensor][] = [];
       const both = (shape: number[], dt: DType, v?: Float32Array) => {

@@ -94,14 +94,10 @@ struct HgCtx {
   char lastDrain[64];     // the entry point that last drained a step (diagnostics)
   int lastCaptureError;   // the last failed capture's error, 0 none
   // decode tuning switches (hg_cu_set_decode_option; defaults set in hg_graph_init)
-  int pdl;                // decode kernels launched with programmatic dependent launch
   int attnUnroll;         // split-K decode attention: token rows a lane loads per round (2 or 4)
   int attnMergeInKernel;  // split-K decode attention: the last block merges (no merge kernel)
   int attnMinChunk;       // split-K decode attention: shortest chunk in tokens (64, 128, 256)
-  int gemvSplit;          // decode GEMV: k of a row over up to this many warps (0 off, 1 auto, 2/4/8)
-  int gemvUnroll;         // decode GEMV (split form): 16-byte loads a lane has in flight a row (4, 8)
   int attnAsyncCopy;      // split-K decode attention: K/V tiles by cp.async into shared-memory stages
-  int qkvRope;            // a recorded RoPE right after a split GEMV into its output: done in its epilogue
   int gemvStream;         // decode GEMV as a bulk-copy weight stream (gemv_stream.cu): its ring in KB, 0 off
   int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
 };
@@ -161,13 +157,16 @@ __device__ __forceinline__ float load_any(const void *p, int dt, int i) {
 // Error of the launch just made (configuration errors); execution errors surface at the next sync.
 static inline int hg_launched(void) { return (int)cudaGetLastError(); }
 
-// Programmatic dependent launch (sm_90): a kernel launched with hg_launch may start while the
-// kernel before it drains. It must call hg_pdl_wait() before it touches anything an earlier
-// kernel writes (or writes anything an earlier kernel reads). hg_pdl_trigger() lets the next
-// kernel's blocks be scheduled once every block of this one has called it (or exited): the big
-// kernels call it after their loads, not at their start, else a chain of later kernels takes SM
-// slots early. Both are no-ops for a kernel launched without the attribute. Every kernel
-// launched this way waits in every thread before it exits, so completion stays transitive.
+// Programmatic dependent launch (sm_90): a kernel launched with the attribute (hg_launch_pdl(c,
+// true, ...): the weight stream, gemv_stream.cu) may start while the kernel before it drains. It
+// must call hg_pdl_wait() before it touches anything an earlier kernel writes (or writes anything
+// an earlier kernel reads). hg_pdl_trigger() lets the next kernel's blocks be scheduled once every
+// block of this one has called it (or exited): the big kernels call it after their loads, not at
+// their start. Both are no-ops in a kernel launched without the attribute, which is how hg_launch
+// launches every other kernel (the attribute on all decode kernels measured slower on the H200:
+// DEVICE-NOTES.md, fourth pass); their waits and triggers stay so that a weight stream after
+// them can start early. Every kernel launched with the attribute waits in every thread before it
+// exits, so completion stays transitive.
 __device__ __forceinline__ void hg_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -179,9 +178,7 @@ __device__ __forceinline__ void hg_pdl_trigger() {
 #endif
 }
 // Launches `kernel` on the compute stream, with the programmatic-serialization attribute when
-// c->pdl is on (the kernel then follows the hg_pdl_wait contract above).
-// hg_launch_pdl: the same with the attribute chosen by the caller (kernels that always follow
-// the contract, whatever c->pdl says).
+// `pdl` (the kernel then follows the hg_pdl_wait contract above).
 template <typename... KArgs, typename... Args>
 static inline int hg_launch_pdl(const HgCtx *c, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, Args... args) {
   cudaLaunchConfig_t cfg = {};
@@ -198,9 +195,10 @@ static inline int hg_launch_pdl(const HgCtx *c, bool pdl, void (*kernel)(KArgs..
   const cudaError_t last = cudaGetLastError();
   return (int)(e != cudaSuccess ? e : last);
 }
+// A plain launch on the compute stream (the launch error, as hg_launched reports it).
 template <typename... KArgs, typename... Args>
 static inline int hg_launch(const HgCtx *c, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, Args... args) {
-  return hg_launch_pdl(c, c->pdl != 0, kernel, grid, block, shmem, args...);
+  return hg_launch_pdl(c, false, kernel, grid, block, shmem, args...);
 }
 
 static inline unsigned hg_blocks(size_t n, unsigned threads, unsigned cap = 65535u * 16u) {

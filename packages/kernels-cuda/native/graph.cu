@@ -206,29 +206,23 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
   }
 }
 
-// Decode tuning switches (benches compare them): 0 programmatic dependent launch of the decode
-// kernels (0/1, off by default; refused (stays 0) below sm_90), 1 the split-K attention's token
-// rows per lane and round (2 or 4), 2 the split kernel's last block merges (0/1), 3 the
-// attention chunks' minimum length (64, 128, 256 tokens), 4 the decode GEMV's k split (0 off,
-// 1 auto, 2, 4, 8 warps a row at most), 5 the split GEMV's loads in flight per lane and row
-// (4, 8), 6 the split-K attention's K/V tiles by cp.async into shared-memory stages (0/1), 7 a
-// recorded one-row RoPE folded into the split GEMV that wrote its row (0/1), 8 the decode GEMV
-// as a bulk-copy weight stream: its ring in KB (0 off, 64, 128, 192; refused (stays 0) below sm_90),
-// 9 decode attention as one clustered launch, the step's K/V append and RoPE folded in (0/1; on a
-// GPU without clusters the split-K kernels still run).
+// Decode tuning switches (benches compare them): 1 the split-K attention's token rows per lane
+// and round (2 or 4), 2 the split kernel's last block merges (0/1), 3 the attention chunks'
+// minimum length (64, 128, 256 tokens), 6 the split-K attention's K/V tiles by cp.async into
+// shared-memory stages (0/1), 8 the decode GEMV as a bulk-copy weight stream: its ring in KB (0
+// off, 64, 128, 192; refused (stays 0) below sm_90), 9 decode attention as one clustered launch,
+// the step's K/V append and RoPE folded in (0/1; on a GPU without clusters the split-K kernels
+// still run). Codes 0 (programmatic launch), 4 and 5 (the k-split GEMV) and 7 (RoPE folded into
+// it) are gone: every H200 run measured them slower (DEVICE-NOTES.md, sixth pass, pruning).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
 static int *decode_option(HgCtx *c, int which) {
   switch (which) {
-    case 0: return &c->pdl;
     case 1: return &c->attnUnroll;
     case 2: return &c->attnMergeInKernel;
     case 3: return &c->attnMinChunk;
-    case 4: return &c->gemvSplit;
-    case 5: return &c->gemvUnroll;
     case 6: return &c->attnAsyncCopy;
-    case 7: return &c->qkvRope;
     case 8: return &c->gemvStream;
     case 9: return &c->attnCluster;
     default: return NULL;
@@ -237,11 +231,9 @@ static int *decode_option(HgCtx *c, int which) {
 
 static bool decode_option_ok(int which, int v) {
   switch (which) {
-    case 0: case 2: case 6: case 7: case 9: return v == 0 || v == 1;
+    case 2: case 6: case 9: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
     case 3: return v == 64 || v == 128 || v == 256;
-    case 4: return v == 0 || v == 1 || v == 2 || v == 4 || v == 8;
-    case 5: return v == 4 || v == 8;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
   }
@@ -251,7 +243,7 @@ HG_EXPORT int hg_cu_set_decode_option(HgCtx *c, int which, int value) {
   int *slot = decode_option(c, which);
   if (!slot || !decode_option_ok(which, value)) return -1;
   const int old = *slot;
-  if ((which == 0 || which == 8) && value) {
+  if (which == 8 && value) {
     int major = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device) != cudaSuccess || major < 9) value = 0;
   }
@@ -273,16 +265,10 @@ HG_EXPORT int hg_cu_get_decode_option(HgCtx *c, int which) {
 }  // extern "C"
 
 int hg_graph_init(HgCtx *c) {
-  // Plain launches by default: programmatic launch with an early trigger measured slower on the
-  // H200 (DEVICE-NOTES.md, fourth pass); the late-trigger form is a switch until it is measured.
-  c->pdl = 0;
   c->attnUnroll = 2;
   c->attnMergeInKernel = 0;  // the validated two-kernel form until the merge in the split kernel is measured
   c->attnMinChunk = 64;
-  c->gemvSplit = 0;          // one warp a row until the split form is measured
-  c->gemvUnroll = 4;
   c->attnAsyncCopy = 0;      // register loads until the cp.async stages are measured
-  c->qkvRope = 0;            // RoPE its own kernel until the fold is measured
   // The weight stream on sm_90+ (needs cp.async.bulk): 4.71 vs 4.89 ms a step (8B, 2K, fed; sixth pass).
   int major = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);

@@ -10,7 +10,7 @@ static const int GEMV_WARPS = 8, GEMV_UNROLL = 4;
 // VEC: k is a multiple of the vector width and w, x are 16-byte aligned.
 template <int WT, int NR, bool VEC>
 __global__ void __launch_bounds__(256) gemv_kernel(float *out, const float *x, const void *w, const void *bias, int bt, int n, int k, int m) {
-  hg_pdl_wait();  // programmatic launch (hg_launch): see common.cuh
+  hg_pdl_wait();  // a no-op in hg_launch's plain launch: see common.cuh
   const int lane = threadIdx.x & 31;
   const int row = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
   if (row >= m) return;

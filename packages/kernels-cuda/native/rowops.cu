@@ -194,9 +194,6 @@ static int put_dyn(HgCtx *c, Cmd &cmd, int count) {
 int hg_put_dyn(HgCtx *c, Cmd &cmd, int count) { return put_dyn(c, cmd, count); }
 Cmd hg_new_cmd(int kind) { return new_cmd(kind); }
 
-// Defined in other files of the library with C++ linkage (not exported).
-int hg_gemv_fold_rope(Cmd &g, const float *x, int heads, int headDim, const float *cosT, const float *sinT, int half, const int *dpos);  // gemv_fused.cu
-
 extern "C" {
 
 // ids: host array of n ids (already range-checked); n == 1 passes the id by value.
@@ -231,11 +228,6 @@ HG_EXPORT int hg_cu_rope(HgCtx *c, float *x, int n, int width, const int *positi
   HG_FLUSH_REC(c);
   const int *dpos = NULL;
   if (n > 1 || hg_recording(c)) { int r = hg_upload_ints(c, positions, (size_t)n, (int **)&dpos); if (r) return r; }
-  // qkvRope switch: still recording (the upload may have drained) and the GEMV that wrote x is
-  // the last command (HG_FLUSH_REC above recorded any queued copy after it, which stops this).
-  if (c->qkvRope && n == 1 && hg_recording(c) && c->ncmds > 0 &&
-      hg_gemv_fold_rope(c->cmds[c->ncmds - 1], x, heads, headDim, cosT, sinT, half, dpos))
-    return 0;
   Cmd m = new_cmd(CMD_ROPE);
   m.p[0] = x; m.p[1] = dpos; m.p[2] = cosT; m.p[3] = sinT;
   m.s[0] = n; m.s[1] = width; m.s[2] = heads; m.s[3] = headDim; m.s[4] = half; m.d[0] = positions[0];

@@ -56,10 +56,12 @@ export interface SkinnyOptions {
 // cuBLAS won (1 637 / 2 594 vs 1 454 / 1 959). (A cp.async-pipelined kernel lost at every B and is gone.)
 const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 8, fusedReduce: true, split: true };
 
-/** Decode-kernel switches (CudaBackend.setDecodeTuning); DEVICE-NOTES.md, fourth pass, measures them. */
+/**
+ * Decode-kernel switches (CudaBackend.setDecodeTuning); DEVICE-NOTES.md measures them. Programmatic
+ * launch of every decode kernel, the k-split GEMV and RoPE folded into it measured slower and are
+ * gone (sixth pass, pruning).
+ */
 export interface DecodeTuning {
-  /** Programmatic dependent launch: a decode kernel's blocks are scheduled while the one before drains. sm_90+ only. */
-  programmaticLaunch: boolean;
   /** Split-K decode attention: token rows each lane loads per round, K and V each (2 or 4). */
   attnUnroll: 2 | 4;
   /** Split-K decode attention: the split kernel's last block merges the chunks (no merge launch). Off by default. */
@@ -68,20 +70,6 @@ export interface DecodeTuning {
   attnMinChunk: 64 | 128 | 256;
   /** Split-K decode attention: K/V tiles by cp.async into 3 shared-memory stages (more bytes in flight; same bits). Off by default. */
   attnAsyncCopy: boolean;
-  /**
-   * A recorded one-row RoPE right after the split GEMV that wrote its row (core's qkv) runs in
-   * that GEMV's epilogue (a block's rows are RoPE pairs): one launch less a layer. Needs gemvSplit
-   * on with 4 loads a lane. Off by default.
-   */
-  qkvRope: boolean;
-  /**
-   * Decode GEMV (matvec without a fused norm): k of a row split over up to this many warps of a
-   * block, partial sums added in shared memory in a fixed order. 0 (default): one warp a row;
-   * 1: automatic (about two waves of resident warps); 2, 4, 8: that many at most.
-   */
-  gemvSplit: 0 | 1 | 2 | 4 | 8;
-  /** Split decode GEMV: 16-byte loads each lane has in flight per row and round (4 default, or 8). */
-  gemvUnroll: 4 | 8;
   /**
    * Decode GEMV of bf16/f16 weights as a weight stream (sm_90+): a persistent block an SM copies
    * weight chunks into a shared-memory ring of this many KB with bulk async copies, started
@@ -96,16 +84,12 @@ export interface DecodeTuning {
   attnCluster: boolean;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes. */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 4, 5, 7 are retired). */
 const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
-  programmaticLaunch: { code: 0, values: [false, true] },
   attnUnroll: { code: 1, values: [2, 4] },
   attnMergeInKernel: { code: 2, values: [false, true] },
   attnMinChunk: { code: 3, values: [64, 128, 256] },
-  gemvSplit: { code: 4, values: [0, 1, 2, 4, 8] },
-  gemvUnroll: { code: 5, values: [4, 8] },
   attnAsyncCopy: { code: 6, values: [false, true] },
-  qkvRope: { code: 7, values: [false, true] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
   attnCluster: { code: 9, values: [false, true] },
 };
@@ -755,7 +739,6 @@ export class CudaBackend implements Backend {
 
   /**
    * Sets decode-kernel switches (benches compare them); fields left out keep their value.
-   * programmaticLaunch is off by default (DEVICE-NOTES.md, fourth pass) and stays off below sm_90.
    * Captured step graphs hold the old launches: a change drops them.
    */
   setDecodeTuning(t: Partial<DecodeTuning>): void {
@@ -785,14 +768,10 @@ export class CudaBackend implements Backend {
       return v < 0 ? dflt : v;
     };
     return {
-      programmaticLaunch: get("programmaticLaunch", 0) === 1,
       attnUnroll: get("attnUnroll", 2) === 4 ? 4 : 2,
       attnMergeInKernel: get("attnMergeInKernel", 0) === 1,
       attnMinChunk: get("attnMinChunk", 64) as DecodeTuning["attnMinChunk"],
-      gemvSplit: get("gemvSplit", 0) as DecodeTuning["gemvSplit"],
-      gemvUnroll: get("gemvUnroll", 4) as DecodeTuning["gemvUnroll"],
       attnAsyncCopy: get("attnAsyncCopy", 0) === 1,
-      qkvRope: get("qkvRope", 0) === 1,
       gemvStream: get("gemvStream", 0) as DecodeTuning["gemvStream"],
       attnCluster: get("attnCluster", 0) === 1,
     };
