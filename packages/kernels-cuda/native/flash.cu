@@ -1,7 +1,7 @@
 // Causal prefill attention without the n × n score matrix. Query row i (position firstPos + i)
 // attends cached keys [0, firstPos + i], stored at slots start + j. bf16/f16 caches with head dims
-// 64/128 take a tensor-core kernel (flash_v2.cu by default; flash_v1.cu, the second pass's, stays
-// selectable for comparisons); other shapes and f32 caches take the warp-per-row kernel below.
+// 64/128 take a tensor-core kernel (flash_v3.cu on sm_90 at head dim 128, else flash_v2.cu);
+// other shapes and f32 caches take the warp-per-row kernel below.
 #include <stdlib.h>
 #include <string.h>
 #include "flash_mma.cuh"
@@ -56,15 +56,17 @@ __global__ void __launch_bounds__(128) flash_causal_simt_kernel(float *out, cons
   }
 }
 
-// Which tensor-core kernel serves: FLASH_V1, FLASH_V2 with 4 warps (64 query rows a block) at 2 or
-// 3 blocks an SM or with 8 warps (128 rows), or FLASH_V3 (wgmma; sm_90 only, else v2-64 serves).
-// HYBRIDGEN_FLASH=v1|v2-64|v2-64x3|v2-128|v3|v3x3|v3-all picks one at the first call; hg_cu_flash_variant
-// switches in a running process (benches).
+// Which tensor-core kernel serves: FLASH_V2 with 4 warps (64 query rows a block) at 2 or 3 blocks
+// an SM or with 8 warps (128 rows), or FLASH_V3 (wgmma; sm_90 only, else v2-64 serves).
+// HYBRIDGEN_FLASH=v2-64|v2-64x3|v2-128|v3|v3x3|v3-all picks one at the first call; hg_cu_flash_variant
+// switches in a running process (benches). Code 1 was the second pass's kernel (v1, 113 TFLOP/s
+// at 32K against v3's 485), kept only as the benches' baseline and removed (DEVICE-NOTES.md,
+// sixth pass): it is now unknown, like any code out of range.
 // v3 serves head dim 128 only: at 64 it failed the device check (2026-11-29, call 2; not
 // understood yet), so there v2-64 serves; FLASH_V3_ALL forces it at 64 too (diagnosis only).
-enum { FLASH_DEFAULT = 0, FLASH_V1 = 1, FLASH_V2_64 = 2, FLASH_V2_128 = 3, FLASH_V2_64X3 = 4, FLASH_V3 = 5, FLASH_V3X3 = 6, FLASH_V3_ALL = 7, FLASH_VARIANTS = 8 };
-static const char *const FLASH_NAMES[FLASH_VARIANTS] = {"", "v1", "v2-64", "v2-128", "v2-64x3", "v3", "v3x3", "v3-all"};
-// The default: v3 (485 TFLOP/s at 32K on the H200 vs 314 for v2-64 and 113 for v1; DEVICE-NOTES.md),
+enum { FLASH_DEFAULT = 0, FLASH_V2_64 = 2, FLASH_V2_128 = 3, FLASH_V2_64X3 = 4, FLASH_V3 = 5, FLASH_V3X3 = 6, FLASH_V3_ALL = 7, FLASH_VARIANTS = 8 };
+static const char *const FLASH_NAMES[FLASH_VARIANTS] = {NULL, NULL, "v2-64", "v2-128", "v2-64x3", "v3", "v3x3", "v3-all"};
+// The default: v3 (485 TFLOP/s at 32K on the H200 vs 314 for v2-64; DEVICE-NOTES.md),
 // which falls back to v2-64 at head dim 64 and on devices other than sm_90.
 static const int FLASH_CHOSEN = FLASH_V3;
 static int flashVariant = -1;                 // -1: not read from the environment yet
@@ -74,16 +76,17 @@ static int flash_variant(void) {
     const char *e = getenv("HYBRIDGEN_FLASH");
     flashVariant = FLASH_CHOSEN;
     for (int i = 1; e && i < FLASH_VARIANTS; i++)
-      if (!strcmp(e, FLASH_NAMES[i])) flashVariant = i;
+      if (FLASH_NAMES[i] && !strcmp(e, FLASH_NAMES[i])) flashVariant = i;
   }
   return flashVariant;
 }
 
 extern "C" {
 
-// Sets the tensor-core kernel (FLASH_* above; 0 = the default) when v >= 0; returns the one in effect.
+// Sets the tensor-core kernel (FLASH_* above; 0 = the default) when v is one of them; returns the
+// one in effect.
 HG_EXPORT int hg_cu_flash_variant(int v) {
-  if (v >= 0 && v < FLASH_VARIANTS) flashVariant = v == FLASH_DEFAULT ? FLASH_CHOSEN : v;
+  if (v >= 0 && v < FLASH_VARIANTS && (v == FLASH_DEFAULT || FLASH_NAMES[v])) flashVariant = v == FLASH_DEFAULT ? FLASH_CHOSEN : v;
   return flash_variant();
 }
 
@@ -105,7 +108,6 @@ HG_EXPORT int hg_cu_attn_causal(HgCtx *c, float *out, const float *q, int rowStr
   const bool aligned = (((uintptr_t)q | (uintptr_t)out) & 7) == 0 && rowStride % 2 == 0 && (((uintptr_t)k | (uintptr_t)v) & 15) == 0;
   if (hg_cu_attn_causal_path(dt, headDim) && aligned) {
     const int variant = flash_variant();
-    if (variant == FLASH_V1) return hg_flash_v1(c, out, q, rowStride, k, v, dt, heads, group, headDim, cap, start, firstPos, n, sl);
     if ((((variant == FLASH_V3 || variant == FLASH_V3X3) && headDim == 128) || variant == FLASH_V3_ALL) && hg_flash_v3_supported())
       return hg_flash_v3(c, variant == FLASH_V3X3, out, q, rowStride, k, v, dt, heads, group, headDim, cap, start, firstPos, n, sl);
     const int shape = variant == FLASH_V2_128 ? FLASH2_W8 : variant == FLASH_V2_64X3 ? FLASH2_W4_OCC3 : FLASH2_W4;

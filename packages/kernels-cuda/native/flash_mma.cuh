@@ -1,4 +1,4 @@
-// Tensor-core pieces shared by the causal prefill attention kernels (flash_v1.cu, flash_v2.cu):
+// Tensor-core pieces shared by the causal prefill attention kernels (flash_v2.cu, flash_v3.cu):
 // mma.sync m16n8k16 with f32 accumulation per 16-bit type, ldmatrix, cp.async, and the launchers
 // flash.cu dispatches to. Fragment layouts are PTX's for m16n8k16: lane = 4·gid + tid; A rows
 // gid and gid + 8, columns 2·tid (+1) and 2·tid + 8 (+1); B column gid, rows 2·tid (+1) and
@@ -152,8 +152,6 @@ enum { FLASH2_W4 = 0, FLASH2_W4_OCC3 = 1, FLASH2_W8 = 2 };
 
 // Launchers (dt: DT_BF16 or DT_F16, headDim 64 or 128; pointers checked aligned by the caller).
 // Both return the launch's cudaError_t as int.
-int hg_flash_v1(HgCtx *c, float *out, const float *q, int rowStride, const void *k, const void *v, int dt, int heads, int group, int headDim, int cap,
-                int start, int firstPos, int n, float scaleLog2);
 // The wgmma kernel (flash_v3.cu; occ3: 3 blocks an SM, else 2) runs only where
 // hg_flash_v3_supported says 1 (sm_90 devices).
 int hg_flash_v3_supported(void);
