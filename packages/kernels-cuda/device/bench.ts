@@ -128,7 +128,6 @@ if (arg("diag", "on") !== "off") {
       ["fifth pass: attention cp.async + merged in its kernel", { attnMergeInKernel: true, attnAsyncCopy: true }],
       ["GEMV stream 192 KB", { gemvStream: 192 }],
       ["GEMV stream 64 KB", { gemvStream: 64 }],
-      ["GEMV stream 128 KB, 16 consumer warps", { gemvStream: 128, gemvStreamWarps: 16 }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -332,9 +331,7 @@ const allVariants: (Variant | undefined)[] = [
   { name: "GEMV stream 128 KB + attention clustered, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128, attnCluster: true }, fed: true },
   // index 36, 37: the default with the host round trip per token; the fifth pass's default (one-warp GEMV)
   { name: "default, host round trip per token (step, then argmax read back)", graphs: true, matvec: true, splitK: true },
-  { name: "one-warp GEMV, norm apart (the fifth pass's default), fed on the device", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 0 }, fed: true },  // index 38, 39: the weight stream with 16 consumer warps a block
-  { name: "weight stream, 16 consumer warps, ring 128 KB, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvStreamWarps: 16 }, fed: true },
-  { name: "weight stream, 16 consumer warps, ring 192 KB, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvStreamWarps: 16, gemvStream: 192 }, fed: true },
+  { name: "one-warp GEMV, norm apart (the fifth pass's default), fed on the device", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 0 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

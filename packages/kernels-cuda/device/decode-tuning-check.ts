@@ -15,7 +15,7 @@ import { relErr, runOpChecks } from "./op-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const PLAIN: DecodeTuning = { attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, attnAsyncCopy: false, gemvStream: 0, attnCluster: false, gemvStreamWarps: 8 };
+const PLAIN: DecodeTuning = { attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, attnAsyncCopy: false, gemvStream: 0, attnCluster: false };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4 },
   { ...PLAIN, attnMergeInKernel: true },

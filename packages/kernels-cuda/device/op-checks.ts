@@ -528,7 +528,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       cuda.setDecodeTuning(savedTuning);
       // The GEMV as a weight stream (bf16/f16, k % 8 = 0; else the one-warp kernel), with the norm
       // apart (the default fusion) and with the norm in the kernel.
-      const gemvTunings: Partial<DecodeTuning>[] = [{ gemvStream: 192 }, { gemvStream: 64 }, { gemvStream: 0 }, { gemvStream: 128, gemvStreamWarps: 16 }];
+      const gemvTunings: Partial<DecodeTuning>[] = [{ gemvStream: 192 }, { gemvStream: 64 }];
       for (const fz of [CudaBackend.DEFAULT_MATVEC_FUSION, { norm: true, siluMul: true, accumulate: true }])
       for (const dt of DTYPES) {
         cuda.setMatvecFusion(fz);

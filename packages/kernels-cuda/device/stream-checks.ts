@@ -40,20 +40,18 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
   const savedTuning = cuda.decodeTuning, savedFuse = cuda.matvecFusion;
   const record = (name: string, err: number, tol: number) => results.push({ name, err, tol, ok: err <= tol });
   const values = (n: number, scale = 1) => Float32Array.from({ length: n }, () => (rnd() * 2 - 1) * scale);
-  // [name, links, widths d / f / q, ring KB, consumer warps (default 8)]
-  const cases: [string, Link[], [number, number, number], number, (8 | 16)?][] = [
+  // [name, links, widths d / f / q, ring KB]
+  const cases: [string, Link[], [number, number, number], number][] = [
     ["layer bf16 d512 f1536 q768", layerChain("bf16"), [512, 1536, 768], 192],
     ["layer f16 d256 f688 q384, biases", layerChain("f16", true), [256, 688, 384], 64],
     ["layer bf16 d64 f96 q96 (rows < SMs)", layerChain("bf16"), [64, 96, 96], 192],
     ["layer bf16 d4096 f14336 q6144 (8B shapes)", layerChain("bf16"), [4096, 14336, 6144], 128],
     ["5 links, ending in attention-width +=", [...layerChain("bf16"), ATT_FROM_QKV], [256, 512, 256], 192],
     ["9 links, bf16 then f16", [...layerChain("bf16"), ATT_FROM_QKV, ...layerChain("f16")], [256, 512, 256], 64],
-    ["layer bf16 d4096 f14336 q6144, 16 consumer warps", layerChain("bf16"), [4096, 14336, 6144], 128, 16],
-    ["layer f16 d256 f688 q384, biases, 16 consumer warps", layerChain("f16", true), [256, 688, 384], 192, 16],
   ];
   try {
-    for (const [name, links, [d, f, q], ring, warps = 8] of cases) {
-      cuda.setDecodeTuning({ ...savedTuning, gemvStream: ring as DecodeRing, gemvStreamWarps: warps });
+    for (const [name, links, [d, f, q], ring] of cases) {
+      cuda.setDecodeTuning({ ...savedTuning, gemvStream: ring as DecodeRing });
       cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
       const owned: [Backend, Tensor][] = [];
       const both = (shape: number[], dt: DType, v?: Float32Array) => {

@@ -99,7 +99,6 @@ struct HgCtx {
   int attnMinChunk;       // split-K decode attention: shortest chunk in tokens (64, 128, 256)
   int attnAsyncCopy;      // split-K decode attention: K/V tiles by cp.async into shared-memory stages
   int gemvStream;         // decode GEMV as a bulk-copy weight stream (gemv_stream.cu): its ring in KB, 0 off
-  int gemvStreamWarps;    // the weight stream's consumer warps a block (8 or 16)
   int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
 };
 
@@ -263,7 +262,7 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu
 int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
-int hg_gemv_stream_slots(int k, int ringKb, int nw);          // gemv_stream.cu
+int hg_gemv_stream_slots(int k, int ringKb);          // gemv_stream.cu
 void hg_feed_free(HgCtx *c);  // token_feed.cu
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload

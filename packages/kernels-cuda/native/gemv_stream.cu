@@ -15,7 +15,7 @@
 // round-robin, one chunk each.
 #include "common.cuh"
 
-static const int GS_MAX_NW = 16, GS_SLOT_BYTES = 8192;  // consumer warps a block: 8 or 16 (gemvStreamWarps)
+static const int GS_NW = 8, GS_THREADS = (GS_NW + 1) * 32, GS_SLOT_BYTES = 8192;
 static const int GS_MAX_SMEM = 227 * 1024;  // sm_90's largest dynamic shared memory a block
 enum { GS_ACCUMULATE = 1, GS_SILU = 2 };
 
@@ -59,19 +59,18 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
 #endif
 }
 // Barrier of the consumer warps alone (the producer warp does not take part).
-template <int NW>
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(NW * 32) : "memory"); }
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(GS_NW * 32) : "memory"); }
 
 // Bytes before x in shared memory: the full and empty barriers of ns slots, the norm's sums.
-__host__ __device__ __forceinline__ size_t stream_header(int ns) { return ((size_t)2 * ns * 8 + GS_MAX_NW * 4 + 127) & ~(size_t)127; }
+__host__ __device__ __forceinline__ size_t stream_header(int ns) { return ((size_t)2 * ns * 8 + GS_NW * 4 + 127) & ~(size_t)127; }
 
 template <int WT>
 struct StreamShape {
   static constexpr int ES = 2;  // bf16 / f16 only (f32 weights keep the one-warp kernel)
 };
 
-template <int WT, bool NORM, int EPI, int GS_NW>
-__global__ void __launch_bounds__((GS_NW + 1) * 32, 1) gemv_stream_kernel(StreamArgs a) {
+template <int WT, bool NORM, int EPI>
+__global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr bool SILU = (EPI & GS_SILU) != 0;
   constexpr int ES = StreamShape<WT>::ES, CH = GS_SLOT_BYTES / ES / (SILU ? 2 : 1);  // elements a chunk
@@ -135,14 +134,14 @@ __global__ void __launch_bounds__((GS_NW + 1) * 32, 1) gemv_stream_kernel(Stream
     if (NORM) {
       ss = warp_sum(ss);
       if (lane == 0) red[warp] = ss;
-      consumers_sync<GS_NW>();
+      consumers_sync();
       float tot = 0.f;
 #pragma unroll
       for (int i = 0; i < GS_NW; i++) tot += red[i];
       const float r = rsqrtf(tot / k + a.eps);
       for (int i = tid; i < k; i += nt) xs[i] *= r * load_any(a.nw, a.nt, i);
     }
-    consumers_sync<GS_NW>();
+    consumers_sync();
   }
   int t = 0;  // this warp's chunk counter (its slot is warp·spw + t % spw, use t / spw)
   for (int i = warp; i < rows; i += GS_NW) {
@@ -182,55 +181,49 @@ __global__ void __launch_bounds__((GS_NW + 1) * 32, 1) gemv_stream_kernel(Stream
 }
 
 // Shared memory of a launch: the barriers, x, the slots.
-static size_t stream_smem(int k, int spw, int nw) {
-  const int ns = nw * spw;
+static size_t stream_smem(int k, int spw) {
+  const int ns = GS_NW * spw;
   return stream_header(ns) + (((size_t)k * 4 + 127) & ~(size_t)127) + (size_t)ns * GS_SLOT_BYTES;
 }
 
 // Slots a warp owns for a ring of ringKb (at least one; fewer where x leaves less room), or 0
 // when x and one slot a warp do not fit.
-int hg_gemv_stream_slots(int k, int ringKb, int nw) {
-  int spw = ringKb * 1024 / (nw * GS_SLOT_BYTES);
+int hg_gemv_stream_slots(int k, int ringKb) {
+  int spw = ringKb * 1024 / (GS_NW * GS_SLOT_BYTES);
   if (spw < 1) spw = 1;
-  while (spw > 1 && stream_smem(k, spw, nw) > (size_t)GS_MAX_SMEM) spw--;
-  return stream_smem(k, spw, nw) <= (size_t)GS_MAX_SMEM ? spw : 0;
+  while (spw > 1 && stream_smem(k, spw) > (size_t)GS_MAX_SMEM) spw--;
+  return stream_smem(k, spw) <= (size_t)GS_MAX_SMEM ? spw : 0;
 }
 
-template <int WT, bool NORM, int EPI, int NW>
+template <int WT, bool NORM, int EPI>
 static int launch_stream(HgCtx *c, const StreamArgs &a) {
   static bool opted = false;  // shared memory above 48 KB is opted into once per kernel instance
   if (!opted) {
-    cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
+    cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
     if (e != cudaSuccess) return (int)e;
     opted = true;
   }
-  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI, NW>, dim3((unsigned)c->numSMs), dim3((NW + 1) * 32), stream_smem(a.k, a.spw, NW), a);
+  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), stream_smem(a.k, a.spw), a);
 }
 
-template <int WT, bool NORM, int NW>
+template <int WT, bool NORM>
 static int launch_stream_epi(HgCtx *c, int epi, const StreamArgs &a) {
   switch (epi) {
-    case 0: return launch_stream<WT, NORM, 0, NW>(c, a);
-    case 1: return launch_stream<WT, NORM, 1, NW>(c, a);
-    case 2: return launch_stream<WT, NORM, 2, NW>(c, a);
+    case 0: return launch_stream<WT, NORM, 0>(c, a);
+    case 1: return launch_stream<WT, NORM, 1>(c, a);
+    case 2: return launch_stream<WT, NORM, 2>(c, a);
     default: return (int)cudaErrorInvalidValue;  // SiLU·up with += has no caller
   }
 }
 
-template <int WT, int NW>
-static int launch_stream_nw(HgCtx *c, const Cmd &cmd, const StreamArgs &a) {
-  return cmd.p[4] != nullptr ? launch_stream_epi<WT, true, NW>(c, cmd.s[5], a) : launch_stream_epi<WT, false, NW>(c, cmd.s[5], a);
-}
-
 // CMD_GEMV_STREAM: p[0] out, p[1] x, p[2] w, p[3] bias, p[4] norm weight; s[0] weight dtype,
-// s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp, s[7]
-// consumer warps (8 or 16); f[0] eps.
+// s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp; f[0] eps.
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
   const StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0]};
-  const bool wide = cmd.s[7] == 16;
+  const bool norm = cmd.p[4] != nullptr;
   switch (cmd.s[0]) {
-    case DT_BF16: return wide ? launch_stream_nw<DT_BF16, 16>(c, cmd, a) : launch_stream_nw<DT_BF16, 8>(c, cmd, a);
-    case DT_F16: return wide ? launch_stream_nw<DT_F16, 16>(c, cmd, a) : launch_stream_nw<DT_F16, 8>(c, cmd, a);
+    case DT_BF16: return norm ? launch_stream_epi<DT_BF16, true>(c, cmd.s[5], a) : launch_stream_epi<DT_BF16, false>(c, cmd.s[5], a);
+    case DT_F16: return norm ? launch_stream_epi<DT_F16, true>(c, cmd.s[5], a) : launch_stream_epi<DT_F16, false>(c, cmd.s[5], a);
     default: return (int)cudaErrorInvalidValue;
   }
 }

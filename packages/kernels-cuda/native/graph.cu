@@ -214,7 +214,6 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // the step's K/V append and RoPE folded in (0/1; on a GPU without clusters the split-K kernels
 // still run). Codes 0 (programmatic launch), 4 and 5 (the k-split GEMV) and 7 (RoPE folded into
 // it) are gone: every H200 run measured them slower (DEVICE-NOTES.md, sixth pass, pruning).
-// 10: the weight stream's consumer warps a block (8 or 16).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -225,7 +224,6 @@ static int *decode_option(HgCtx *c, int which) {
     case 3: return &c->attnMinChunk;
     case 6: return &c->attnAsyncCopy;
     case 8: return &c->gemvStream;
-    case 10: return &c->gemvStreamWarps;
     case 9: return &c->attnCluster;
     default: return NULL;
   }
@@ -237,7 +235,6 @@ static bool decode_option_ok(int which, int v) {
     case 1: return v == 2 || v == 4;
     case 3: return v == 64 || v == 128 || v == 256;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
-    case 10: return v == 8 || v == 16;
     default: return false;
   }
 }
@@ -276,7 +273,6 @@ int hg_graph_init(HgCtx *c) {
   int major = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
   c->gemvStream = major >= 9 ? 128 : 0;
-  c->gemvStreamWarps = 8;
   c->attnCluster = 0;        // the split-K kernels + merge until the clustered kernel is measured
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);

@@ -76,8 +76,6 @@ export interface DecodeTuning {
    * before the kernel before it has finished (programmatic launch). 0: off.
    */
   gemvStream: 0 | 64 | 128 | 192;
-  /** Weight stream: consumer warps a block (8 default, or 16: twice the shared-memory reads in flight). */
-  gemvStreamWarps: 8 | 16;
   /**
    * Decode attention as one launch (sm_90+): a cluster of blocks a KV head, K/V tiles by bulk
    * async copies, the chunks merged through distributed shared memory; the step's K/V append
@@ -93,7 +91,6 @@ const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readon
   attnMinChunk: { code: 3, values: [64, 128, 256] },
   attnAsyncCopy: { code: 6, values: [false, true] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
-  gemvStreamWarps: { code: 10, values: [8, 16] },
   attnCluster: { code: 9, values: [false, true] },
 };
 
@@ -776,7 +773,6 @@ export class CudaBackend implements Backend {
       attnMinChunk: get("attnMinChunk", 64) as DecodeTuning["attnMinChunk"],
       attnAsyncCopy: get("attnAsyncCopy", 0) === 1,
       gemvStream: get("gemvStream", 0) as DecodeTuning["gemvStream"],
-      gemvStreamWarps: get("gemvStreamWarps", 8) === 16 ? 16 : 8,
       attnCluster: get("attnCluster", 0) === 1,
     };
   }

@@ -11,7 +11,7 @@ import { STAND_IN_DEVICE, standInNative } from "./stand-in-native.js";
 function fake(): { lib: CudaNative; sets: [number, number][] } {
   // what a fresh context starts with: 2 rows a round, merge kernel, chunks ≥ 64, register loads, no
   // weight stream, no cluster; codes 0, 4, 5, 7 (retired switches) are unknown (-1)
-  const options = [-1, 2, 0, 64, -1, -1, 0, -1, 0, 0, 8];
+  const options = [-1, 2, 0, 64, -1, -1, 0, -1, 0, 0];
   const sets: [number, number][] = [];
   const lib = standInNative({
     answer: (name, args) => {
@@ -36,7 +36,7 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, attnAsyncCopy: false, gemvStream: 0, attnCluster: false, gemvStreamWarps: 8 });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, attnAsyncCopy: false, gemvStream: 0, attnCluster: false });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
@@ -44,11 +44,11 @@ describe("CudaBackend decode tuning", () => {
     expect(sets).toEqual([[1, 4], [3, 256], [1, 2]]);
     expect(be.decodeTuning).toMatchObject({ attnMinChunk: 256, attnUnroll: 2 });
     sets.length = 0;
-    be.setDecodeTuning({ attnMergeInKernel: true, attnMinChunk: 128, attnAsyncCopy: true, gemvStream: 128, attnCluster: true, gemvStreamWarps: 16 });
-    expect(sets).toEqual([[2, 1], [3, 128], [6, 1], [8, 128], [9, 1], [10, 16]]);
-    expect(be.decodeTuning).toEqual({ attnUnroll: 2, attnMergeInKernel: true, attnMinChunk: 128, attnAsyncCopy: true, gemvStream: 128, attnCluster: true, gemvStreamWarps: 16 });
+    be.setDecodeTuning({ attnMergeInKernel: true, attnMinChunk: 128, attnAsyncCopy: true, gemvStream: 128, attnCluster: true });
+    expect(sets).toEqual([[2, 1], [3, 128], [6, 1], [8, 128], [9, 1]]);
+    expect(be.decodeTuning).toEqual({ attnUnroll: 2, attnMergeInKernel: true, attnMinChunk: 128, attnAsyncCopy: true, gemvStream: 128, attnCluster: true });
     be.setDecodeTuning({ gemvStream: 0, attnMergeInKernel: false });
-    expect(sets.slice(6)).toEqual([[8, 0], [2, 0]]);
+    expect(sets.slice(5)).toEqual([[8, 0], [2, 0]]);
     be.close();
   });
 
