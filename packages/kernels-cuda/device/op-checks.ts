@@ -7,6 +7,7 @@
  */
 import { ReferenceBackend, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
 import { CudaBackend, type DecodeTuning, type MatmulPath } from "../src/index.js";
+import { clusterAttnChecks } from "./attn-checks.js";
 
 export interface CheckResult {
   readonly name: string;
@@ -569,6 +570,8 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     } finally {
       cuda.setDecodeTuning(savedTuning);
     }
+    // The clustered decode attention (the attnCluster switch): its own checks, caught inside.
+    results.push(...clusterAttnChecks(cuda, seed + 1));
     cuda.synchronize();
   } finally {
     cuda.setMatmulPath("auto");
