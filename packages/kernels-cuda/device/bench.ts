@@ -125,7 +125,7 @@ if (arg("diag", "on") !== "off") {
     const tunings: [string, Partial<DecodeTuning>][] = [
       ["default", { attnUnroll: 2 }],
       ["attention 4 rows a round", { attnUnroll: 4 }],
-      ["fifth pass: attention cp.async + merged in its kernel", { attnMergeInKernel: true, attnAsyncCopy: true }],
+      ["clustered attention", { attnCluster: true }],
       ["GEMV stream 192 KB", { gemvStream: 192 }],
       ["GEMV stream 64 KB", { gemvStream: 64 }],
     ];
@@ -288,7 +288,8 @@ const ALL: Variant = {
 const NORM_IN: Variant["fuse"] = { norm: true, siluMul: true, accumulate: true };
 // The third pass's fusion variants are in DEVICE-NOTES.md; these compare the later passes' switches.
 // undefined: a variant of a switch that measured slower and is gone (programmatic launch, the k-split
-// GEMV, RoPE folded into it: DEVICE-NOTES.md, sixth pass, pruning); the hole keeps the indices.
+// GEMV, RoPE folded into it: DEVICE-NOTES.md, sixth pass, pruning; the split-K attention's last-block
+// merge, longer chunks and cp.async stages: sixth pass, decode attention); the hole keeps the indices.
 const allVariants: (Variant | undefined)[] = [
   { name: "no fusions (second pass)", graphs: true, matvec: false, splitK: false },
   { name: "default, graphs off", graphs: false, matvec: true, splitK: true },
@@ -298,9 +299,9 @@ const allVariants: (Variant | undefined)[] = [
   undefined, // 5: PDL on, attention 4 rows a round
   undefined, // 6: norm in the GEMV, PDL on
   // fifth pass (DEVICE-NOTES.md): switches off by default, from index 7
-  { name: "attention: last block merges (no merge kernel)", graphs: true, matvec: true, splitK: true, tuning: { attnMergeInKernel: true } },
-  { name: "attention: chunks of >= 128 tokens", graphs: true, matvec: true, splitK: true, tuning: { attnMinChunk: 128 } },
-  { name: "attention: last block merges, chunks of >= 256 tokens", graphs: true, matvec: true, splitK: true, tuning: { attnMergeInKernel: true, attnMinChunk: 256 } },
+  undefined, // 7: attention, last block merges (gone: sixth pass, decode attention)
+  undefined, // 8: attention chunks of >= 128 tokens
+  undefined, // 9: last block merges, chunks of >= 256 tokens
   undefined, // 10–14: the k-split GEMV (auto; 4 warps; auto, 8 loads a lane; 8 warps; 2 warps)
   undefined,
   undefined,
@@ -310,9 +311,9 @@ const allVariants: (Variant | undefined)[] = [
   undefined, // 16: 15 + PDL
   undefined, // 17: GEMV split, norm folded into its epilogue
   undefined, // 18: 17 + attention last block merges
-  { name: "attention: last block merges, 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { attnMergeInKernel: true, attnUnroll: 4 } },
-  { name: "attention: K/V by cp.async (3 shared-memory stages)", graphs: true, matvec: true, splitK: true, tuning: { attnAsyncCopy: true } },
-  { name: "attention: cp.async stages + last block merges", graphs: true, matvec: true, splitK: true, tuning: { attnAsyncCopy: true, attnMergeInKernel: true } },
+  undefined, // 19: last block merges, 4 rows a round
+  undefined, // 20: attention K/V by cp.async (3 shared-memory stages)
+  undefined, // 21: cp.async stages + last block merges
   undefined, // 22: all fifth-pass switches (GEMV split, norm folded in, attention cp.async + last block merges)
   undefined, // 23: GEMV split + RoPE in the qkv GEMV's epilogue
   undefined, // 24: 22 + RoPE in the qkv GEMV

@@ -68,7 +68,7 @@ __global__ void batch_attn_merge_kernel(float *out, const float *part, const Bat
   const int nsplit = (count + chunk - 1) / chunk;
   const size_t stride = (size_t)heads * (headDim + 2);
   const float *p = part + (size_t)row * maxSplits * stride + (size_t)h * (headDim + 2);
-  da_merge_head<false>(out + ((size_t)row * heads + h) * headDim, p, stride, nsplit, headDim, threadIdx.x, blockDim.x);
+  da_merge_head(out + ((size_t)row * heads + h) * headDim, p, stride, nsplit, headDim, threadIdx.x, blockDim.x);
 }
 
 template <int KT, int UNR>

@@ -95,9 +95,6 @@ struct HgCtx {
   int lastCaptureError;   // the last failed capture's error, 0 none
   // decode tuning switches (hg_cu_set_decode_option; defaults set in hg_graph_init)
   int attnUnroll;         // split-K decode attention: token rows a lane loads per round (2 or 4)
-  int attnMergeInKernel;  // split-K decode attention: the last block merges (no merge kernel)
-  int attnMinChunk;       // split-K decode attention: shortest chunk in tokens (64, 128, 256)
-  int attnAsyncCopy;      // split-K decode attention: K/V tiles by cp.async into shared-memory stages
   int gemvStream;         // decode GEMV as a bulk-copy weight stream (gemv_stream.cu): its ring in KB, 0 off
   int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
 };

@@ -9,11 +9,11 @@ static const int DA_WARPS = 8;  // 256 threads a block
 static const int DA_HEADS = 4;  // query heads a block serves (grid.z covers the rest of a group)
 static const int DA_MIN_CHUNK = 64;
 
-// Chunk length for `count` tokens over at most maxSplits chunks of at least minChunk tokens
+// Chunk length for `count` tokens over at most maxSplits chunks of at least DA_MIN_CHUNK tokens
 // (the split kernel and the merge agree on it).
-__device__ __forceinline__ int da_chunk(int count, int maxSplits, int minChunk = DA_MIN_CHUNK) {
+__device__ __forceinline__ int da_chunk(int count, int maxSplits) {
   const int c = (count + maxSplits - 1) / maxSplits;
-  return c > minChunk ? c : minChunk;
+  return c > DA_MIN_CHUNK ? c : DA_MIN_CHUNK;
 }
 
 // Merges (m2, l2, a2) into (m, l, a): softmax states in log2 units.
@@ -26,20 +26,6 @@ __device__ __forceinline__ void da_merge(float &m, float &l, float *a, float m2,
   for (int e = 0; e < EL; e++) a[e] = a[e] * s1 + a2[e] * s2;
   m = mx;
 }
-
-// cp.async helpers (the ASYNC form below): 16 bytes global → shared, skipped (no bytes) when
-// !valid; groups committed and waited per thread.
-__device__ __forceinline__ void da_cp16(void *dst, const void *src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"((unsigned)__cvta_generic_to_shared(dst)), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void da_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void da_cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
-
-// The ASYNC form's shared-memory stages: DA_STAGES tiles of SLOTS·UNR tokens (K rows, then V
-// rows), at most 16 KB a stage (8 warps × 32 lanes × UNR 16-byte pieces, K and V).
-static const int DA_STAGES = 3;
-static inline size_t da_async_smem(int unr) { return (size_t)DA_STAGES * DA_WARPS * 32 * unr * 16 * 2; }
 
 // q·k of one head over a token row held by LPT lanes (EL values each), summed across them: every
 // lane of the row gets the same bits.
@@ -100,14 +86,8 @@ __device__ __forceinline__ void da_block_state(float *dst, float (&m)[DA_HEADS],
 // next head's row follows). LPT lanes hold one token row (EL values each, 16-byte loads); a warp
 // covers 32 / LPT tokens at a time, UNR at once per lane for loads in flight. TRIGGER: let the
 // next kernel in (programmatic launch, common.cuh) once the loads are done.
-// ASYNC (stage: dynamic shared memory of da_async_smem(UNR) bytes): the tiles of SLOTS·UNR
-// tokens a round covers arrive by cp.async, DA_STAGES − 1 tiles ahead of the one computed, so
-// the bytes in flight no longer depend on the registers (at 122–128 registers a thread only two
-// blocks fit an SM, 32 KB of loads in flight: about half the bandwidth at long spans). Each lane
-// reads the same token rows in the same order as from registers: the same arithmetic, the same bits.
-template <int KT, int LPT, int UNR, bool TRIGGER, bool ASYNC = false>
-__device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1,
-                                         float sl, char *stage = nullptr) {
+template <int KT, int LPT, int UNR, bool TRIGGER>
+__device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1, float sl) {
   constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW;
   const size_t rowBytes = (size_t)headDim * ES;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / LPT, li = lane % LPT;
@@ -145,82 +125,36 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
       }
     }
   };
-  if constexpr (!ASYNC) {
-    const char *kb = kbase + (size_t)d0 * ES;
-    const char *vb = vbase + (size_t)d0 * ES;
-    // `base` depends only on the warp: every lane runs the same iterations (the shuffles below).
-    for (int base = j0 + warp * TPW; base < j1; base += SLOTS * UNR) {
-      uint4 kr[UNR], vr[UNR];
+  const char *kb = kbase + (size_t)d0 * ES;
+  const char *vb = vbase + (size_t)d0 * ES;
+  // `base` depends only on the warp: every lane runs the same iterations (the shuffles below).
+  for (int base = j0 + warp * TPW; base < j1; base += SLOTS * UNR) {
+    uint4 kr[UNR], vr[UNR];
 #pragma unroll
-      for (int u = 0; u < UNR; u++) {
-        const int j = base + u * SLOTS + sub;
-        const bool ok = active && j < j1;
-        kr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(kb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
-        vr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(vb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int u = 0; u < UNR; u++) token(kr[u], vr[u], base + u * SLOTS + sub);
+    for (int u = 0; u < UNR; u++) {
+      const int j = base + u * SLOTS + sub;
+      const bool ok = active && j < j1;
+      kr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(kb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
+      vr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(vb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
     }
-  } else {
-    constexpr int T = SLOTS * UNR;  // tokens a tile (one round of every warp)
-    const int rowPieces = (int)(rowBytes / 16), tilePieces = T * rowPieces;
-    const size_t half = (size_t)T * rowBytes;  // a stage: K rows, then V rows
-    const int ntiles = (j1 - j0 + T - 1) / T;
-    // Tile t's K and V rows into stage t % DA_STAGES; every thread commits a group per tile
-    // (empty past the last tile) so the group counts stay uniform.
-    auto issue = [&](int t) {
-      if (t < ntiles) {
-        char *st = stage + (size_t)(t % DA_STAGES) * 2 * half;
-        const int t0 = j0 + t * T;
-        for (int pc = threadIdx.x; pc < tilePieces; pc += blockDim.x) {
-          const int jj = pc / rowPieces, off = (pc % rowPieces) * 16;
-          const bool ok = t0 + jj < j1;
-          const size_t src = (size_t)(ok ? t0 + jj : j0) * rowBytes + off;
-          da_cp16(st + (size_t)jj * rowBytes + off, kbase + src, ok);
-          da_cp16(st + half + (size_t)jj * rowBytes + off, vbase + src, ok);
-        }
-      }
-      da_cp_commit();
-    };
 #pragma unroll
-    for (int t = 0; t < DA_STAGES - 1; t++) issue(t);
-    for (int t = 0; t < ntiles; t++) {
-      da_cp_wait<DA_STAGES - 2>();  // this thread's pieces of tile t have landed
-      __syncthreads();              // everyone's; and the stage tile t + 2 overwrites is consumed
-      issue(t + DA_STAGES - 1);
-      const char *st = stage + (size_t)(t % DA_STAGES) * 2 * half;
-      const int base = j0 + t * T + warp * TPW;
-#pragma unroll
-      for (int u = 0; u < UNR; u++) {
-        const int jj = warp * TPW + u * SLOTS + sub, j = base + u * SLOTS + sub;
-        const bool ok = active && j < j1;
-        const uint4 kraw = ok ? *reinterpret_cast<const uint4 *>(st + (size_t)jj * rowBytes + (size_t)d0 * ES) : make_uint4(0, 0, 0, 0);
-        const uint4 vraw = ok ? *reinterpret_cast<const uint4 *>(st + half + (size_t)jj * rowBytes + (size_t)d0 * ES) : make_uint4(0, 0, 0, 0);
-        token(kraw, vraw, j);
-      }
-    }
-    da_cp_wait<0>();
+    for (int u = 0; u < UNR; u++) token(kr[u], vr[u], base + u * SLOTS + sub);
   }
   if (TRIGGER) hg_pdl_trigger();  // this warp's loads are done
   da_block_state<EL, LPT>(dst, m, l, acc, nh, headDim);
 }
 
 // Value d of one head's merged output: Σ_split e^(m_s − M) a_s / Σ_split e^(m_s − M) l_s over
-// the nsplit partial rows p, p + stride, ... (in split order: the same bits whoever merges).
-// LOADCG: read through L2 only (partials other blocks of the same grid wrote).
-template <bool LOADCG>
-__device__ __forceinline__ float da_ld(const float *p) { return LOADCG ? __ldcg(p) : *p; }
-
-template <bool LOADCG>
+// the nsplit partial rows p, p + stride, ... (in split order).
 __device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t stride, int nsplit, int headDim, int t0, int nt) {
   float mx = -INFINITY;
-  for (int s = 0; s < nsplit; s++) mx = fmaxf(mx, da_ld<LOADCG>(p + s * stride + headDim));
+  for (int s = 0; s < nsplit; s++) mx = fmaxf(mx, p[s * stride + headDim]);
   float den = 0.f;
-  for (int s = 0; s < nsplit; s++) den += da_ld<LOADCG>(p + s * stride + headDim + 1) * exp2f(da_ld<LOADCG>(p + s * stride + headDim) - mx);
+  for (int s = 0; s < nsplit; s++) den += p[s * stride + headDim + 1] * exp2f(p[s * stride + headDim] - mx);
   const float inv = 1.f / den;
   for (int d = t0; d < headDim; d += nt) {
     float a = 0.f;
-    for (int s = 0; s < nsplit; s++) a += da_ld<LOADCG>(p + s * stride + d) * exp2f(da_ld<LOADCG>(p + s * stride + headDim) - mx);
+    for (int s = 0; s < nsplit; s++) a += p[s * stride + d] * exp2f(p[s * stride + headDim] - mx);
     out[d] = a * inv;
   }
 }

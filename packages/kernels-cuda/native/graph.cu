@@ -121,8 +121,6 @@ static int capture(HgCtx *c, StepGraph &g) {
 }
 
 // Defined in other files of the library with C++ linkage (not exported).
-int hg_decode_attn_reset_tickets(HgCtx *c);  // decode_attn.cu
-int hg_decode_attn_allow_async(void);         // decode_attn.cu
 
 extern "C" {
 
@@ -207,22 +205,19 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 }
 
 // Decode tuning switches (benches compare them): 1 the split-K attention's token rows per lane
-// and round (2 or 4), 2 the split kernel's last block merges (0/1), 3 the attention chunks'
-// minimum length (64, 128, 256 tokens), 6 the split-K attention's K/V tiles by cp.async into
-// shared-memory stages (0/1), 8 the decode GEMV as a bulk-copy weight stream: its ring in KB (0
+// and round (2 or 4), 8 the decode GEMV as a bulk-copy weight stream: its ring in KB (0
 // off, 64, 128, 192; refused (stays 0) below sm_90), 9 decode attention as one clustered launch,
 // the step's K/V append and RoPE folded in (0/1; on a GPU without clusters the split-K kernels
 // still run). Codes 0 (programmatic launch), 4 and 5 (the k-split GEMV) and 7 (RoPE folded into
-// it) are gone: every H200 run measured them slower (DEVICE-NOTES.md, sixth pass, pruning).
+// it) are gone: every H200 run measured them slower (DEVICE-NOTES.md, sixth pass, pruning), and
+// so are 2 (the split kernel's last block merges), 3 (the chunks' minimum length) and 6 (K/V by
+// cp.async into shared-memory stages): slower in the fifth pass (sixth pass, decode attention).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
 static int *decode_option(HgCtx *c, int which) {
   switch (which) {
     case 1: return &c->attnUnroll;
-    case 2: return &c->attnMergeInKernel;
-    case 3: return &c->attnMinChunk;
-    case 6: return &c->attnAsyncCopy;
     case 8: return &c->gemvStream;
     case 9: return &c->attnCluster;
     default: return NULL;
@@ -231,9 +226,8 @@ static int *decode_option(HgCtx *c, int which) {
 
 static bool decode_option_ok(int which, int v) {
   switch (which) {
-    case 2: case 6: case 9: return v == 0 || v == 1;
+    case 9: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
-    case 3: return v == 64 || v == 128 || v == 256;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
   }
@@ -247,10 +241,6 @@ HG_EXPORT int hg_cu_set_decode_option(HgCtx *c, int which, int value) {
     int major = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device) != cudaSuccess || major < 9) value = 0;
   }
-  if (which == 2 && value && !old) {  // the tickets start at zero (each merging block resets its own); stream-ordered
-    if (hg_decode_attn_reset_tickets(c) != 0) return -1;
-  }
-  if (which == 6 && value && hg_decode_attn_allow_async() != 0) return -1;  // its shared-memory stages
   *slot = value;
   if (*slot != old) hg_cu_step_reset(c);
   return old;
@@ -266,9 +256,6 @@ HG_EXPORT int hg_cu_get_decode_option(HgCtx *c, int which) {
 
 int hg_graph_init(HgCtx *c) {
   c->attnUnroll = 2;
-  c->attnMergeInKernel = 0;  // the validated two-kernel form until the merge in the split kernel is measured
-  c->attnMinChunk = 64;
-  c->attnAsyncCopy = 0;      // register loads until the cp.async stages are measured
   // The weight stream on sm_90+ (needs cp.async.bulk): 4.71 vs 4.89 ms a step (8B, 2K, fed; sixth pass).
   int major = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);

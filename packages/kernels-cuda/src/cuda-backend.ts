@@ -59,17 +59,12 @@ const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 8, fusedReduce: true
 /**
  * Decode-kernel switches (CudaBackend.setDecodeTuning); DEVICE-NOTES.md measures them. Programmatic
  * launch of every decode kernel, the k-split GEMV and RoPE folded into it measured slower and are
- * gone (sixth pass, pruning).
+ * gone (sixth pass, pruning); so are the split-K attention's last-block merge, longer minimum
+ * chunks and cp.async stages (sixth pass, decode attention).
  */
 export interface DecodeTuning {
   /** Split-K decode attention: token rows each lane loads per round, K and V each (2 or 4). */
   attnUnroll: 2 | 4;
-  /** Split-K decode attention: the split kernel's last block merges the chunks (no merge launch). Off by default. */
-  attnMergeInKernel: boolean;
-  /** Split-K decode attention: the chunks' minimum length in tokens (64 default; 128, 256: fewer, busier blocks). */
-  attnMinChunk: 64 | 128 | 256;
-  /** Split-K decode attention: K/V tiles by cp.async into 3 shared-memory stages (more bytes in flight; same bits). Off by default. */
-  attnAsyncCopy: boolean;
   /**
    * Decode GEMV of bf16/f16 weights as a weight stream (sm_90+): a persistent block an SM copies
    * weight chunks into a shared-memory ring of this many KB with bulk async copies, started
@@ -84,12 +79,9 @@ export interface DecodeTuning {
   attnCluster: boolean;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 4, 5, 7 are retired). */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7 are retired). */
 const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
   attnUnroll: { code: 1, values: [2, 4] },
-  attnMergeInKernel: { code: 2, values: [false, true] },
-  attnMinChunk: { code: 3, values: [64, 128, 256] },
-  attnAsyncCopy: { code: 6, values: [false, true] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
   attnCluster: { code: 9, values: [false, true] },
 };
@@ -769,9 +761,6 @@ export class CudaBackend implements Backend {
     };
     return {
       attnUnroll: get("attnUnroll", 2) === 4 ? 4 : 2,
-      attnMergeInKernel: get("attnMergeInKernel", 0) === 1,
-      attnMinChunk: get("attnMinChunk", 64) as DecodeTuning["attnMinChunk"],
-      attnAsyncCopy: get("attnAsyncCopy", 0) === 1,
       gemvStream: get("gemvStream", 0) as DecodeTuning["gemvStream"],
       attnCluster: get("attnCluster", 0) === 1,
     };

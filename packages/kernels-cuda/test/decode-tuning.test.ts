@@ -9,9 +9,9 @@ import { CudaBackend, type CudaNative } from "../src/index.js";
 import { STAND_IN_DEVICE, standInNative } from "./stand-in-native.js";
 
 function fake(): { lib: CudaNative; sets: [number, number][] } {
-  // what a fresh context starts with: 2 rows a round, merge kernel, chunks ≥ 64, register loads, no
-  // weight stream, no cluster; codes 0, 4, 5, 7 (retired switches) are unknown (-1)
-  const options = [-1, 2, 0, 64, -1, -1, 0, -1, 0, 0];
+  // what a fresh context starts with: 2 rows a round, no weight stream, no cluster; codes 0, 2–7
+  // (retired switches) are unknown (-1)
+  const options = [-1, 2, -1, -1, -1, -1, -1, -1, 0, 0];
   const sets: [number, number][] = [];
   const lib = standInNative({
     answer: (name, args) => {
@@ -36,19 +36,19 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ attnUnroll: 2, attnMergeInKernel: false, attnMinChunk: 64, attnAsyncCopy: false, gemvStream: 0, attnCluster: false });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 2, gemvStream: 0, attnCluster: false });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
-    be.setDecodeTuning({ attnMinChunk: 256, attnUnroll: 2 });
-    expect(sets).toEqual([[1, 4], [3, 256], [1, 2]]);
-    expect(be.decodeTuning).toMatchObject({ attnMinChunk: 256, attnUnroll: 2 });
+    be.setDecodeTuning({ attnCluster: true, attnUnroll: 2 });
+    expect(sets).toEqual([[1, 4], [9, 1], [1, 2]]);
+    expect(be.decodeTuning).toMatchObject({ attnCluster: true, attnUnroll: 2 });
     sets.length = 0;
-    be.setDecodeTuning({ attnMergeInKernel: true, attnMinChunk: 128, attnAsyncCopy: true, gemvStream: 128, attnCluster: true });
-    expect(sets).toEqual([[2, 1], [3, 128], [6, 1], [8, 128], [9, 1]]);
-    expect(be.decodeTuning).toEqual({ attnUnroll: 2, attnMergeInKernel: true, attnMinChunk: 128, attnAsyncCopy: true, gemvStream: 128, attnCluster: true });
-    be.setDecodeTuning({ gemvStream: 0, attnMergeInKernel: false });
-    expect(sets.slice(5)).toEqual([[8, 0], [2, 0]]);
+    be.setDecodeTuning({ attnUnroll: 4, gemvStream: 128, attnCluster: false });
+    expect(sets).toEqual([[1, 4], [8, 128], [9, 0]]);
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false });
+    be.setDecodeTuning({ gemvStream: 0, attnCluster: true });
+    expect(sets.slice(3)).toEqual([[8, 0], [9, 1]]);
     be.close();
   });
 
@@ -66,15 +66,13 @@ describe("CudaBackend decode tuning", () => {
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(HybridgenError);
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(/unknown switch "warpSpecialise"/);
     // the retired switches are unknown now, whatever the value
-    for (const gone of ["programmaticLaunch", "gemvSplit", "gemvUnroll", "qkvRope"]) {
+    for (const gone of ["programmaticLaunch", "gemvSplit", "gemvUnroll", "qkvRope", "attnMergeInKernel", "attnMinChunk", "attnAsyncCopy"]) {
       expect(() => be.setDecodeTuning({ [gone]: false } as never)).toThrow(new RegExp(`unknown switch "${gone}"`));
     }
-    expect(() => be.setDecodeTuning({ attnAsyncCopy: 1 } as never)).toThrow(/attnAsyncCopy must be a boolean, got 1/);
     expect(() => be.setDecodeTuning({ attnUnroll: 3 } as never)).toThrow(/attnUnroll must be 2 or 4, got 3/);
     // a bad field anywhere: nothing is set, not even the good fields before it
     expect(() => be.setDecodeTuning({ attnUnroll: 2, gemvStream: 32 } as never)).toThrow(/gemvStream must be 0, 64, 128 or 192, got 32/);
-    expect(() => be.setDecodeTuning({ attnMinChunk: 32 } as never)).toThrow(/attnMinChunk must be 64, 128 or 256, got 32/);
-    expect(() => be.setDecodeTuning({ attnMergeInKernel: "yes" } as never)).toThrow(/attnMergeInKernel must be a boolean/);
+    expect(() => be.setDecodeTuning({ attnCluster: "yes" } as never)).toThrow(/attnCluster must be a boolean/);
     expect(() => be.setDecodeTuning({ attnCluster: 1 } as never)).toThrow(/attnCluster must be a boolean, got 1/);
     expect(() => be.setDecodeTuning({ attnCluster: false, attnUnroll: 8 } as never)).toThrow(HybridgenError);
     expect(sets).toEqual([]);
