@@ -51,6 +51,7 @@ export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] 
     [2, 37, 72, false], [3, 130, 264, true], [8, 64, 4096, false], [9, 1000, 520, true],
     [17, 77, 136, false], [32, 4096, 1024, true], [32, 200, 2056, false], [5, 96, 70, true],
   ];
+  const saved = cuda.skinny;
   for (const dt of ["bf16", "f16"] as const) {
     for (const [n, m, k, hasBias] of shapes) {
       const x = cuda.alloc([n, k]), w = cuda.alloc([m, k], dt), out = cuda.alloc([n, m]);
@@ -79,7 +80,7 @@ export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] 
         }
       } finally {
         cuda.setMatmulPath("auto");
-        cuda.setSkinny({ fusedReduce: false });
+        cuda.setSkinny(saved);
         for (const t of [x, w, out, b]) if (t) cuda.free(t);
       }
     }
@@ -101,6 +102,7 @@ export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResu
     [32, [64], 4096, true], [5, [300, 77], 264, true],
   ];
   const dt = "bf16";
+  const saved = cuda.skinny;
   try {
     for (const [n, widths, k, accumulate] of cases) {
       const m = widths.reduce((a, b) => a + b, 0);
@@ -127,7 +129,8 @@ export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResu
           return o;
         });
         for (const vr of SKINNY_VARIANTS) {
-          cuda.setSkinny({ split: true, fusedReduce: vr.fusedReduce });
+          // maxRows 32: the skinny kernel takes every n here (by default it stops at 8, cuBLAS above, and matmulSplit declines)
+          cuda.setSkinny({ maxRows: 32, split: true, fusedReduce: vr.fusedReduce });
           outs.forEach((o, j) => cuda.write(o, accumulate ? start[j] : new Float32Array(n * widths[j]).fill(Number.NaN)));
           const taken = cuda.matmulSplit(outs, x, w, n, bias, accumulate);
           let err = taken ? 0 : Infinity;
@@ -139,7 +142,7 @@ export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResu
       }
     }
   } finally {
-    cuda.setSkinny({ split: false, fusedReduce: false });
+    cuda.setSkinny(saved);
   }
   return results;
 }

@@ -332,8 +332,9 @@ const allVariants: (Variant | undefined)[] = [
   { name: "GEMV stream 128 KB + attention clustered, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128, attnCluster: true }, fed: true },
   // index 36, 37: the default with the host round trip per token; the fifth pass's default (one-warp GEMV)
   { name: "default, host round trip per token (step, then argmax read back)", graphs: true, matvec: true, splitK: true },
-  { name: "one-warp GEMV, norm apart (the fifth pass's default), fed on the device", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 0 }, fed: true },  // index 38: split-K attention with 4 token rows a lane per round (32K in a graph: 73.8 vs 83.0 µs a layer)
+  { name: "one-warp GEMV, norm apart (the fifth pass's default), fed on the device", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 0 }, fed: true },  // index 38: split-K attention with 4 token rows a lane per round (32K in a graph: 73.8 vs 83.0 µs a layer); 39: 2 rows
   { name: "split-K attention 4 rows a round, fed", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 4 }, fed: true },
+  { name: "split-K attention 2 rows a round (the default until the sixth pass's final call), fed", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 2 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

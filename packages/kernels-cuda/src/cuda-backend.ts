@@ -760,7 +760,7 @@ export class CudaBackend implements Backend {
       return v < 0 ? dflt : v;
     };
     return {
-      attnUnroll: get("attnUnroll", 2) === 4 ? 4 : 2,
+      attnUnroll: get("attnUnroll", 4) === 2 ? 2 : 4,
       gemvStream: get("gemvStream", 0) as DecodeTuning["gemvStream"],
       attnCluster: get("attnCluster", 0) === 1,
     };
