@@ -63,7 +63,7 @@ const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 8, fusedReduce: true
  * chunks and cp.async stages (sixth pass, decode attention).
  */
 export interface DecodeTuning {
-  /** Split-K decode attention: token rows each lane loads per round, K and V each (2 or 4). */
+  /** Split-K decode attention (batch 1): token rows each lane loads per round, K and V each (4 default, or 2; batched attention keeps 2). */
   attnUnroll: 2 | 4;
   /**
    * Decode GEMV of bf16/f16 weights as a weight stream (sm_90+): a persistent block an SM copies
