@@ -15,6 +15,7 @@ import { createCudaBackend, cudaAvailability, describeCudaAvailability } from ".
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { clusterAttnChecks } from "./attn-checks.js";
 import { dummyFiles, llamaBf16Sizes } from "./models.js";
+import { inGraphUs } from "./in-graph.js";
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -78,20 +79,7 @@ const fill = (t: Tensor, n: number) => {
   for (let off = 0; off < n; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, n - off)), off);
 };
 const L = 32, reps = 10;
-const inGraph = (key: string, body: (l: number) => void): number => {
-  const once = () => {
-    cuda.beginStep(key);
-    for (let l = 0; l < L; l++) body(l);
-    cuda.endStep();
-  };
-  once();
-  once();
-  using t = cuda.timer();
-  t.mark();
-  for (let r = 0; r < reps; r++) once();
-  t.mark();
-  return (t.ms() / reps / L) * 1e3;
-};
+const inGraph = (key: string, body: (l: number) => void): number => inGraphUs(cuda, key, body, L, reps);
 const saved = cuda.decodeTuning;
 line("\n## in a step graph, 32 launches a step (8B layout: 32/8 heads, d128, bf16 K/V), µs a layer");
 line("| what | tokens | split-K + merge (default) | clustered | K/V bytes at the clustered time |");

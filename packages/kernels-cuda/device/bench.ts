@@ -12,6 +12,7 @@ import { loadModel, presetConfig, type Backend, type MatvecFusion } from "@hybri
 import { CudaBackend, createCudaBackend, describeCudaAvailability, cudaAvailability, type DecodeTuning } from "../src/index.js";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { dummyFiles, llamaBf16Sizes } from "./models.js";
+import { inGraphUs } from "./in-graph.js";
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -131,20 +132,7 @@ if (arg("diag", "on") !== "off") {
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
-    const inGraph = (key: string, body: (l: number) => void): number => {
-      const once = () => {
-        cuda.beginStep(key);
-        for (let l = 0; l < L; l++) body(l);
-        cuda.endStep();
-      };
-      once();
-      once();
-      using t = cuda.timer();
-      t.mark();
-      for (let r = 0; r < reps; r++) once();
-      t.mark();
-      return (t.ms() / reps / L) * 1e3;
-    };
+    const inGraph = (key: string, body: (l: number) => void): number => inGraphUs(cuda, key, body, L, reps);
     const cells = (name: string, bytes: number, body: (l: number) => void) => {
       const out: string[] = [];
       for (const [tn, tu] of tunings) {

@@ -187,12 +187,7 @@ __global__ void __launch_bounds__(256, 1) decode_attn_cluster_kernel(const DcArg
     }
   }
   float m[DA_HEADS], l[DA_HEADS], acc[DA_HEADS][EL];
-#pragma unroll
-  for (int h = 0; h < DA_HEADS; h++) {
-    m[h] = -INFINITY; l[h] = 0.f;
-#pragma unroll
-    for (int e = 0; e < EL; e++) acc[h][e] = 0.f;
-  }
+  da_state_init<EL>(m, l, acc);
   for (int t = 0; t < ntiles; t++) {
     const int s = t % DC_STAGES, tj = j0 + t * T;
     dc_wait(bar0 + 8 * s, (unsigned)(t / DC_STAGES) & 1u);

@@ -86,6 +86,17 @@ __device__ __forceinline__ void da_block_state(float *dst, float (&m)[DA_HEADS],
 // next head's row follows). LPT lanes hold one token row (EL values each, 16-byte loads); a warp
 // covers 32 / LPT tokens at a time, UNR at once per lane for loads in flight. TRIGGER: let the
 // next kernel in (programmatic launch, common.cuh) once the loads are done.
+
+// An empty online-softmax state per head: running max, sum, unnormalised output.
+template <int EL>
+__device__ __forceinline__ void da_state_init(float (&m)[DA_HEADS], float (&l)[DA_HEADS], float (&acc)[DA_HEADS][EL]) {
+#pragma unroll
+  for (int h = 0; h < DA_HEADS; h++) {
+    m[h] = -INFINITY; l[h] = 0.f;
+#pragma unroll
+    for (int e = 0; e < EL; e++) acc[h][e] = 0.f;
+  }
+}
 template <int KT, int LPT, int UNR, bool TRIGGER>
 __device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1, float sl) {
   constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW;
@@ -99,12 +110,7 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
 #pragma unroll
     for (int e = 0; e < EL; e++) qr[h][e] = (h < nh && active) ? qh[(size_t)h * headDim + d0 + e] * sl : 0.f;
   float m[DA_HEADS], l[DA_HEADS], acc[DA_HEADS][EL];
-#pragma unroll
-  for (int h = 0; h < DA_HEADS; h++) {
-    m[h] = -INFINITY; l[h] = 0.f;
-#pragma unroll
-    for (int e = 0; e < EL; e++) acc[h][e] = 0.f;
-  }
+  da_state_init<EL>(m, l, acc);
   // One token row (K and V pieces of this lane) into the online softmax; j ≥ j1: scores only.
   auto token = [&](const uint4 &kraw, const uint4 &vraw, int j) {
     float kf[EL], vf[EL];
