@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { HybridgenError, LlamaModel, ReferenceBackend, generate, generateText, type GeneratedToken, type GenerativeModel } from "../src/index.js";
+import { BackendCpuStage, HybridAttention, HybridgenError, LlamaModel, ReferenceBackend, generate, generateText, type GeneratedToken, type GenerativeModel } from "../src/index.js";
 import { charTokenizer, testSeed, tinyModel } from "./engine-helpers.js";
+import { fixedScheduler, topKSelector } from "./hybrid-helpers.js";
 
 const VOCAB = 259; // BOS/EOS/unk + every byte
 const EOS = 2;
@@ -269,5 +270,36 @@ describe("generate fed on the device (Backend.argmaxToFeed)", () => {
     using plain = LlamaModel.load(files, withoutFeed(new ReferenceBackend()), { prefillBlock: 4 });
     expect(() => plain.stepFed(0)).toThrow(HybridgenError);
     expect(() => plain.pickToFeed(0)).toThrow(/cannot feed tokens on the device/);
+  });
+});
+
+describe("generate fed on the device with hybrid attention", () => {
+  it("gives the host round trip's tokens with an offloading cache and a top-K selector, exact and speculative logits", async () => {
+    const { files } = tinyModel({ seed: testSeed(39), eos: 9999 });
+    const prompt = [1, 5, 9, 14, 22, 3, 8, 17, 11, 6, 2, 30];
+    const tokensOf = async (feed: boolean, logits: "exact" | "speculative") => {
+      const be = new ReferenceBackend();
+      const runBe = feed ? be : new Proxy(be, {
+        get(target, prop, recv) {
+          if (prop === "argmaxToFeed" || prop === "embeddingFromFeed" || prop === "feedResult") return undefined;
+          const v = Reflect.get(target, prop, recv);
+          return typeof v === "function" ? v.bind(target) : v;
+        },
+      });
+      using model = LlamaModel.load(files, runBe, { prefillBlock: 5, maxContext: 40, kvWindow: 8, kvEvictBlock: 2 });
+      using hybrid = HybridAttention.attach(
+        { attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: topKSelector(false), scheduler: fixedScheduler(3, "post") },
+        { logits },
+      );
+      expect(model.feedsOnDevice).toBe(feed);
+      const r = await generateText(model, files.tokenizer, prompt, { maxTokens: 14, sampling: { temperature: 0 } });
+      expect(hybrid.stats.steps).toBeGreaterThan(0);
+      return r.tokens;
+    };
+    for (const logits of ["exact", "speculative"] as const) {
+      const fed = await tokensOf(true, logits);
+      expect(fed).toHaveLength(14);
+      expect(fed).toEqual(await tokensOf(false, logits));
+    }
   });
 });
