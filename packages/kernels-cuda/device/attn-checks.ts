@@ -1,5 +1,5 @@
 /**
- * Checks of the clustered decode attention (DecodeTuning.attnCluster, native/decode_attn.cu) on
+ * Checks of the clustered decode attention (DecodeTuning.attnCluster, native/decode_attn_cluster.cu) on
  * the GPU, against core's ReferenceBackend (f64 accumulation) and against the split-K kernels:
  *  - attnCausal with one row: every dtype, head dims 32–256, GQA groups 1–6 (6: two head groups a
  *    KV head), spans of 1 to 40 000 tokens, start offsets; twice on NaN-poisoned outputs (same bits);
