@@ -12,6 +12,8 @@ import { DeviceArena, type ArenaStats } from "./arena.js";
 import { CudaHostLink } from "./host-link.js";
 import { cudaAvailability } from "./availability.js";
 import { CudaTensor } from "./cuda-tensor.js";
+import { CudaTimer } from "./cuda-timer.js";
+import { encodeDecodeTuning, readDecodeTuning, type DecodeTuning } from "./decode-tuning.js";
 import type { CudaDevice } from "./device-record.js";
 import { cudaLibraryPath } from "./library-path.js";
 import { cudaErrorString, openCudaNative, type CudaNative } from "./native-backend.js";
@@ -55,36 +57,6 @@ export interface SkinnyOptions {
 // fused reduction and matmulSplit was fastest (1 077 tok/s vs 1 028 plain, 958 cuBLAS); at B = 16 and 32
 // cuBLAS won (1 637 / 2 594 vs 1 454 / 1 959). (A cp.async-pipelined kernel lost at every B and is gone.)
 const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 8, fusedReduce: true, split: true };
-
-/**
- * Decode-kernel switches (CudaBackend.setDecodeTuning); DEVICE-NOTES.md measures them. Programmatic
- * launch of every decode kernel, the k-split GEMV and RoPE folded into it measured slower and are
- * gone (sixth pass, pruning); so are the split-K attention's last-block merge, longer minimum
- * chunks and cp.async stages (sixth pass, decode attention).
- */
-export interface DecodeTuning {
-  /** Split-K decode attention (batch 1): token rows each lane loads per round, K and V each (4 default, or 2; batched attention keeps 2). */
-  attnUnroll: 2 | 4;
-  /**
-   * Decode GEMV of bf16/f16 weights as a weight stream (sm_90+): a persistent block an SM copies
-   * weight chunks into a shared-memory ring of this many KB with bulk async copies, started
-   * before the kernel before it has finished (programmatic launch). 0: off.
-   */
-  gemvStream: 0 | 64 | 128 | 192;
-  /**
-   * Decode attention as one launch (sm_90+): a cluster of blocks a KV head, K/V tiles by bulk
-   * async copies, the chunks merged through distributed shared memory; the step's K/V append
-   * (and, in a recorded step, its RoPE) folded in. Off by default (falls back where clusters do not run).
-   */
-  attnCluster: boolean;
-}
-
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7 are retired). */
-const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
-  attnUnroll: { code: 1, values: [2, 4] },
-  gemvStream: { code: 8, values: [0, 64, 128, 192] },
-  attnCluster: { code: 9, values: [false, true] },
-};
 
 /** Floats of the unfused matvec parts' scratch made before a step (so a step never allocates). */
 const MATVEC_SCRATCH_FLOATS = 65536;
@@ -735,17 +707,7 @@ export class CudaBackend implements Backend {
    */
   setDecodeTuning(t: Partial<DecodeTuning>): void {
     const ctx = this.live_("setDecodeTuning");
-    const codes: [number, number][] = [];
-    for (const [key, v] of Object.entries(t)) {
-      const sw = (DECODE_SWITCHES as Record<string, { code: number; values: readonly (number | boolean)[] }>)[key];
-      if (!sw) bad(`setDecodeTuning: unknown switch "${key}" (${Object.keys(DECODE_SWITCHES).join(", ")})`);
-      if (v === undefined) continue;
-      if (!sw.values.includes(v as number | boolean)) {
-        const what = typeof sw.values[0] === "boolean" ? "a boolean" : sw.values.join(", ").replace(/, (\d+)$/, " or $1");
-        bad(`setDecodeTuning: ${key} must be ${what}, got ${String(v)}`);
-      }
-      codes.push([sw.code, typeof v === "boolean" ? (v ? 1 : 0) : (v as number)]);
-    }
+    const codes = encodeDecodeTuning(t);
     if (codes.length && this.inStep) this.endStep();
     for (const [which, code] of codes) {
       if (this.lib.hg_cu_set_decode_option(ctx, which, code) < 0) bad(`setDecodeTuning: the library refused switch ${which} = ${code} (an older libhgcuda.so?)`);
@@ -755,15 +717,7 @@ export class CudaBackend implements Backend {
   /** The decode-kernel switches in effect. */
   get decodeTuning(): DecodeTuning {
     const ctx = this.live_("decodeTuning");
-    const get = (key: keyof DecodeTuning, dflt: number) => {
-      const v = this.lib.hg_cu_get_decode_option(ctx, DECODE_SWITCHES[key].code);
-      return v < 0 ? dflt : v;
-    };
-    return {
-      attnUnroll: get("attnUnroll", 4) === 2 ? 2 : 4,
-      gemvStream: get("gemvStream", 0) as DecodeTuning["gemvStream"],
-      attnCluster: get("attnCluster", 0) === 1,
-    };
+    return readDecodeTuning((code) => this.lib.hg_cu_get_decode_option(ctx, code));
   }
 
   // ---- prefill attention ------------------------------------------------------------------------
@@ -929,48 +883,6 @@ export class CudaBackend implements Backend {
     this.attnLimits("attnAggregateGather", vt, "v", slots);
     const count = slots.length;
     this.ok("attnAggregateGather", this.lib.hg_cu_attn_aggregate(this.ctx, P(o.at(outRow * o.cols)), P(p.at(probCol)), p.cols, P(vt.addr), DTYPE_CODE[vt.dtype], heads, kvHeads, headDim, cap, 0, count ? slots : null, count, accumulate ? 1 : 0));
-  }
-}
-
-/** Two CUDA events on the backend's compute stream (T_gpu for the scheduler; benchmarks). */
-export class CudaTimer implements Disposable {
-  private readonly a: Pointer;
-  private readonly b: Pointer;
-  private marks = 0;
-
-  constructor(private readonly lib: CudaNative, private readonly ctx: Pointer, private readonly ok: (op: string, rc: number) => void) {
-    const a = lib.hg_cu_event_new(), b = lib.hg_cu_event_new();
-    if (!a || !b) {
-      if (a) lib.hg_cu_event_free(a);
-      if (b) lib.hg_cu_event_free(b);
-      throw new HybridgenError("CUDA timer: could not create events", "ECUDA");
-    }
-    this.a = a as Pointer;
-    this.b = b as Pointer;
-  }
-
-  /** First call: start; second: stop. */
-  mark(): void {
-    this.ok("timer.mark", this.lib.hg_cu_event_record(this.ctx, this.marks === 0 ? this.a : this.b, 0));
-    this.marks = this.marks === 0 ? 1 : 2;
-  }
-
-  /** Milliseconds between the two marks (waits for the second). */
-  ms(): number {
-    if (this.marks !== 2) throw new HybridgenError("CUDA timer: ms() needs two mark() calls", "EBADARG");
-    const out = new Float32Array(1);
-    this.ok("timer.ms", this.lib.hg_cu_event_elapsed(this.a, this.b, out));
-    this.marks = 0;
-    return out[0];
-  }
-
-  close(): void {
-    this.lib.hg_cu_event_free(this.a);
-    this.lib.hg_cu_event_free(this.b);
-  }
-
-  [Symbol.dispose](): void {
-    this.close();
   }
 }
 

@@ -9,7 +9,9 @@ export {
   type CudaBackendOptions,
   type ResolvedCudaBackendOptions,
 } from "./options.js";
-export { CudaBackend, CudaTimer, createCudaBackend, type CudaMemoryStats, type DecodeTuning, type MatmulPath, type MatvecFusionChoice, type SkinnyOptions } from "./cuda-backend.js";
+export { CudaBackend, createCudaBackend, type CudaMemoryStats, type MatmulPath, type MatvecFusionChoice, type SkinnyOptions } from "./cuda-backend.js";
+export { CudaTimer } from "./cuda-timer.js";
+export { DECODE_SWITCHES, encodeDecodeTuning, readDecodeTuning, type DecodeTuning } from "./decode-tuning.js";
 export { CudaTensor } from "./cuda-tensor.js";
 export { DeviceArena, ARENA_ALIGN, type ArenaStats } from "./arena.js";
 export { backendSymbols, openCudaNative, cudaErrorString, type CudaNative } from "./native-backend.js";

@@ -1,0 +1,68 @@
+/**
+ * The decode-kernel switches of CudaBackend.setDecodeTuning: their native option codes, the
+ * values each takes, and reading them back. DEVICE-NOTES.md measures them.
+ */
+import { HybridgenError } from "@hybridgen/core";
+
+/**
+ * Decode-kernel switches (CudaBackend.setDecodeTuning); DEVICE-NOTES.md measures them. Programmatic
+ * launch of every decode kernel, the k-split GEMV and RoPE folded into it measured slower and are
+ * gone (sixth pass, pruning); so are the split-K attention's last-block merge, longer minimum
+ * chunks and cp.async stages (sixth pass, decode attention).
+ */
+export interface DecodeTuning {
+  /** Split-K decode attention (batch 1): token rows each lane loads per round, K and V each (4 default, or 2; batched attention keeps 2). */
+  attnUnroll: 2 | 4;
+  /**
+   * Decode GEMV of bf16/f16 weights as a weight stream (sm_90+): a persistent block an SM copies
+   * weight chunks into a shared-memory ring of this many KB with bulk async copies, started
+   * before the kernel before it has finished (programmatic launch). 0: off.
+   */
+  gemvStream: 0 | 64 | 128 | 192;
+  /**
+   * Decode attention as one launch (sm_90+): a cluster of blocks a KV head, K/V tiles by bulk
+   * async copies, the chunks merged through distributed shared memory; the step's K/V append
+   * (and, in a recorded step, its RoPE) folded in. Off by default (falls back where clusters do not run).
+   */
+  attnCluster: boolean;
+}
+
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7 are retired). */
+export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
+  attnUnroll: { code: 1, values: [2, 4] },
+  gemvStream: { code: 8, values: [0, 64, 128, 192] },
+  attnCluster: { code: 9, values: [false, true] },
+};
+
+/** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
+export function encodeDecodeTuning(t: Partial<DecodeTuning>): [number, number][] {
+  const codes: [number, number][] = [];
+  for (const [key, v] of Object.entries(t)) {
+    const sw = (DECODE_SWITCHES as Record<string, { code: number; values: readonly (number | boolean)[] }>)[key];
+    if (!sw) bad(`setDecodeTuning: unknown switch "${key}" (${Object.keys(DECODE_SWITCHES).join(", ")})`);
+    if (v === undefined) continue;
+    if (!sw.values.includes(v as number | boolean)) {
+      const what = typeof sw.values[0] === "boolean" ? "a boolean" : sw.values.join(", ").replace(/, (\d+)$/, " or $1");
+      bad(`setDecodeTuning: ${key} must be ${what}, got ${String(v)}`);
+    }
+    codes.push([sw.code, typeof v === "boolean" ? (v ? 1 : 0) : (v as number)]);
+  }
+  return codes;
+}
+
+/** The switches in effect, from the library's answer per option code (-1: unknown, the default then). */
+export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
+  const value = (key: keyof DecodeTuning, dflt: number) => {
+    const v = get(DECODE_SWITCHES[key].code);
+    return v < 0 ? dflt : v;
+  };
+  return {
+    attnUnroll: value("attnUnroll", 4) === 2 ? 2 : 4,
+    gemvStream: value("gemvStream", 0) as DecodeTuning["gemvStream"],
+    attnCluster: value("attnCluster", 0) === 1,
+  };
+}
+
+function bad(message: string): never {
+  throw new HybridgenError(message, "EBADARG");
+}
