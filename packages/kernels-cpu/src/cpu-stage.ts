@@ -12,7 +12,7 @@ import {
 import { z } from "zod";
 import type { CpuBackend } from "./cpu-backend.js";
 import { chooseIsa, isaCode } from "./features.js";
-import { nativeLibraryPath } from "./native.js";
+import { openNativeSymbols } from "./native.js";
 import { CpuTensor } from "./tensor.js";
 
 const { ptr, i32, i64, i64_fast, u64, void: none } = FFIType;
@@ -32,13 +32,7 @@ const symbols = {
 type StageLib = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
 let lib: StageLib | undefined;
 function stageLib(): StageLib {
-  if (!lib) {
-    try {
-      lib = dlopen(nativeLibraryPath(), symbols).symbols;
-    } catch (e) {
-      fail(`kernels-cpu: cannot load the CPU stage from ${nativeLibraryPath()}: ${(e as Error).message.split("\n")[0]} (run 'bun run build' in packages/kernels-cpu)`, "ENATIVE");
-    }
-  }
+  lib ??= openNativeSymbols(symbols);
   return lib;
 }
 

@@ -47,10 +47,11 @@ export function nativeLibraryPath(): string {
   return resolveNativeLibrary("HYBRIDGEN_KERNELS_CPU_LIB", new URL("../lib/libhgcpu.so", import.meta.url));
 }
 
-let lib: NativeLib | undefined;
-
-export function native(): NativeLib {
-  if (lib) return lib;
+/**
+ * dlopen of libhgcpu.so for one module's symbols (the backend's, the CPU stage's, the random
+ * fill's), with one error message for a missing or unloadable library.
+ */
+export function openNativeSymbols<S extends Record<string, { args: readonly FFIType[]; returns: FFIType }>>(syms: S): ReturnType<typeof dlopen<S>>["symbols"] {
   const path = nativeLibraryPath();
   if (!existsSync(path)) {
     fail(
@@ -60,9 +61,15 @@ export function native(): NativeLib {
     );
   }
   try {
-    lib = dlopen(path, symbols).symbols;
+    return dlopen(path, syms).symbols;
   } catch (e) {
-    fail(`kernels-cpu: cannot load ${path}: ${(e as Error).message.split("\n")[0]}`, "ENATIVE");
+    fail(`kernels-cpu: cannot load ${path}: ${(e as Error).message.split("\n")[0]} (an older build? run 'bun run build' in packages/kernels-cpu)`, "ENATIVE");
   }
+}
+
+let lib: NativeLib | undefined;
+
+export function native(): NativeLib {
+  lib ??= openNativeSymbols(symbols);
   return lib;
 }

@@ -3,10 +3,10 @@
  * @hybridgen/core's randomFillTs, bit for bit, on several threads. Used to build dummy
  * weights (`--dummy-weights`) fast.
  */
-import { dlopen, FFIType } from "bun:ffi";
+import { FFIType } from "bun:ffi";
 import { availableParallelism } from "node:os";
 import { DTYPE_BYTES, fail, fillStep, type DType, type FillParams, type RandomFill } from "@hybridgen/core";
-import { nativeLibraryPath } from "./native.js";
+import { openNativeSymbols } from "./native.js";
 
 const TYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
 
@@ -14,17 +14,10 @@ type NativeFill = (dst: Uint8Array, type: number, count: number, key: number, k:
 let fillFn: NativeFill | undefined;
 
 function nativeFill(): NativeFill {
-  if (fillFn) return fillFn;
-  const path = nativeLibraryPath();
-  try {
-    const { symbols } = dlopen(path, {
-      hg_random_fill: { args: [FFIType.ptr, FFIType.i32, FFIType.i64, FFIType.u32, FFIType.f32, FFIType.f32, FFIType.i32], returns: FFIType.i32 },
-    });
-    fillFn = symbols.hg_random_fill as unknown as NativeFill;
-  } catch (e) {
-    fail(`kernels-cpu: cannot load hg_random_fill from ${path}: ${(e as Error).message.split("\n")[0]} (rebuild with 'bun run build')`, "ENATIVE");
-  }
-  return fillFn!;
+  fillFn ??= openNativeSymbols({
+    hg_random_fill: { args: [FFIType.ptr, FFIType.i32, FFIType.i64, FFIType.u32, FFIType.f32, FFIType.f32, FFIType.i32], returns: FFIType.i32 },
+  }).hg_random_fill as unknown as NativeFill;
+  return fillFn;
 }
 
 /** A RandomFill on `threads` native threads (default: every core). */
