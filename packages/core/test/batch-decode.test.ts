@@ -7,22 +7,14 @@ import {
   BatchDecoder, ByteTokenizer, ReferenceBackend, generateBatch, generateText, loadModel,
   type Backend, type BatchAttnRow, type CausalLM, type LlamaLoadOptions, type ModelFiles, type Tensor,
 } from "../src/index.js";
-import { charTokenizer, makeRng, testSeed, tinyModel } from "./engine-helpers.js";
+import { charTokenizer, makeRng, testSeed, tinyModel, withMethods } from "./engine-helpers.js";
 import { errorMessage } from "./error-helpers.js";
 import { PARITY_CASES, parityCheckpoint } from "./parity/cases.js";
+import { relError } from "./parity/run-parity.js";
 
 /** Batched and alone differ only in summation order of f32 matmuls over B rows: ≤ 1e-5 relative. */
 const REL_TOL = 1e-5;
 const STEPS = 6;
-
-function relDiff(a: Float32Array, b: Float32Array): number {
-  let diff = 0, scale = 0;
-  for (let i = 0; i < a.length; i++) {
-    diff = Math.max(diff, Math.abs(a[i] - b[i]));
-    scale = Math.max(scale, Math.abs(b[i]));
-  }
-  return diff / scale;
-}
 
 function caseFiles(name: string): ModelFiles {
   const c = PARITY_CASES.find((x) => x.name === name)!;
@@ -87,7 +79,7 @@ function expectBatchedEqualsAlone(files: ModelFiles, opts: LlamaLoadOptions, len
   const batched = decodeBatched(model, prompts, STEPS);
   prompts.forEach((_, i) => {
     expect(batched.tokens[i]).toEqual(alone[i].tokens);
-    for (let s = 0; s < STEPS; s++) expect(relDiff(batched.logits[i][s], alone[i].logits[s])).toBeLessThanOrEqual(REL_TOL);
+    for (let s = 0; s < STEPS; s++) expect(relError(batched.logits[i][s], alone[i].logits[s])).toBeLessThanOrEqual(REL_TOL);
   });
 }
 
@@ -129,14 +121,7 @@ describe("a batched step is one recorded step per batch size", () => {
     const inner = new ReferenceBackend();
     const keys: string[] = [];
     let open = 0;
-    const be = new Proxy(inner, {
-      get(target, prop) {
-        if (prop === "beginStep") return (key: string) => { keys.push(key); open++; };
-        if (prop === "endStep") return () => { open--; };
-        const v = Reflect.get(target, prop, target);
-        return typeof v === "function" ? v.bind(target) : v;
-      },
-    }) as Backend;
+    const be = withMethods<Backend>(inner, { beginStep: (key: string) => { keys.push(key); open++; }, endStep: () => { open--; } });
     const files = caseFiles("llama-gqa");
     using model = loadModel(files, be, { maxContext: 64 });
     using dec = new BatchDecoder(model, 3);
@@ -190,13 +175,7 @@ function withBatchAttention(inner: ReferenceBackend, calls: number[]): Backend {
       inner.write(out, o, i * qw);
     });
   };
-  return new Proxy(inner, {
-    get(target, prop) {
-      if (prop === "attnDecodeBatch") return attnDecodeBatch;
-      const val = Reflect.get(target, prop, target);
-      return typeof val === "function" ? val.bind(target) : val;
-    },
-  }) as Backend;
+  return withMethods<Backend>(inner, { attnDecodeBatch });
 }
 
 describe("Backend.attnDecodeBatch: one call a layer for all rows", () => {
@@ -382,13 +361,7 @@ function withMatmulSplit(inner: ReferenceBackend, calls: string[], take: boolean
     }
     return true;
   };
-  return new Proxy(inner, {
-    get(target, prop) {
-      if (prop === "matmulSplit") return matmulSplit;
-      const val = Reflect.get(target, prop, target);
-      return typeof val === "function" ? val.bind(target) : val;
-    },
-  }) as Backend;
+  return withMethods<Backend>(inner, { matmulSplit });
 }
 
 describe("Backend.matmulSplit: fused q/k/v and gate/up, residual adds in the epilogue", () => {
@@ -416,17 +389,12 @@ describe("Backend.argmaxRows: a step's greedy picks in one call", () => {
     const files = caseFiles("llama-gqa");
     const calls: number[] = [];
     const inner = new ReferenceBackend();
-    const backend = new Proxy(inner, {
-      get(target, prop) {
-        if (prop === "argmaxRows")
-          return (x: Tensor, n: number, out: Int32Array) => {
-            calls.push(n);
-            for (let i = 0; i < n; i++) out[i] = target.argmax(x, i);
-          };
-        const val = Reflect.get(target, prop, target);
-        return typeof val === "function" ? val.bind(target) : val;
+    const backend = withMethods<Backend>(inner, {
+      argmaxRows: (x: Tensor, n: number, out: Int32Array) => {
+        calls.push(n);
+        for (let i = 0; i < n; i++) out[i] = inner.argmax(x, i);
       },
-    }) as Backend;
+    });
     for (const be of [backend, new ReferenceBackend()]) {
       using model = loadModel(files, be, { maxContext: 64 });
       using dec = new BatchDecoder(model, 4);

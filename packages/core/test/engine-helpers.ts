@@ -19,6 +19,20 @@ export function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return m;
 }
 
+/**
+ * `inner` with some methods replaced (an `undefined` entry hides one, as a backend without that
+ * optional op); every other method is bound to `inner`.
+ */
+export function withMethods<T extends object>(inner: T, methods: Record<string, unknown>): T {
+  return new Proxy(inner, {
+    get(target, prop) {
+      if (typeof prop === "string" && prop in methods) return methods[prop];
+      const v = Reflect.get(target, prop, target);
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+}
+
 /** `n` token ids uniform in [0, vocab), from the seed. */
 export function randomIds(seed: number, n: number, vocab = 50): number[] {
   const rng = makeRng(seed);

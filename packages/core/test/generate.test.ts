@@ -1,7 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { BackendCpuStage, HybridAttention, HybridgenError, LlamaModel, ReferenceBackend, generate, generateText, type GeneratedToken, type GenerativeModel } from "../src/index.js";
-import { charTokenizer, testSeed, tinyModel } from "./engine-helpers.js";
+import { charTokenizer, testSeed, tinyModel, withMethods } from "./engine-helpers.js";
 import { fixedScheduler, topKSelector } from "./hybrid-helpers.js";
+
+/** The reference backend without the token-feed ops: generate takes the host round trip. */
+const withoutFeed = (be: ReferenceBackend) => withMethods(be, { argmaxToFeed: undefined, embeddingFromFeed: undefined, feedResult: undefined });
 
 const VOCAB = 259; // BOS/EOS/unk + every byte
 const EOS = 2;
@@ -190,17 +193,6 @@ describe("generate with a LlamaModel", () => {
 });
 
 describe("generate fed on the device (Backend.argmaxToFeed)", () => {
-  /** The reference backend without the feed ops: generate takes the host round trip. */
-  function withoutFeed(be: ReferenceBackend): ReferenceBackend {
-    return new Proxy(be, {
-      get(target, prop, recv) {
-        if (prop === "argmaxToFeed" || prop === "embeddingFromFeed" || prop === "feedResult") return undefined;
-        const v = Reflect.get(target, prop, recv);
-        return typeof v === "function" ? v.bind(target) : v;
-      },
-    });
-  }
-
   it("gives the host round trip's tokens and finish reasons (length, eos, context); each step is launched before its token is read", async () => {
     const seed = testSeed(37);
     const prompt = [1, 7, 12, 30, 4, 18];
@@ -253,13 +245,7 @@ describe("generate fed on the device (Backend.argmaxToFeed)", () => {
     const { files } = tinyModel({ seed: testSeed(38), eos: 9999 });
     const be = new ReferenceBackend();
     let fedCalls = 0;
-    const counting = new Proxy(be, {
-      get(target, prop, recv) {
-        const v = Reflect.get(target, prop, recv);
-        if (prop === "argmaxToFeed") fedCalls++;
-        return typeof v === "function" ? v.bind(target) : v;
-      },
-    });
+    const counting = withMethods(be, { argmaxToFeed: (...a: Parameters<ReferenceBackend["argmaxToFeed"]>) => (fedCalls++, be.argmaxToFeed(...a)) });
     using model = LlamaModel.load(files, counting, { prefillBlock: 4 });
     await generateText(model, files.tokenizer, [1, 5, 9], { maxTokens: 5, sampling: { temperature: 0.8, seed: 7 } });
     expect(fedCalls).toBe(0);
@@ -279,13 +265,7 @@ describe("generate fed on the device with hybrid attention", () => {
     const prompt = [1, 5, 9, 14, 22, 3, 8, 17, 11, 6, 2, 30];
     const tokensOf = async (feed: boolean, logits: "exact" | "speculative") => {
       const be = new ReferenceBackend();
-      const runBe = feed ? be : new Proxy(be, {
-        get(target, prop, recv) {
-          if (prop === "argmaxToFeed" || prop === "embeddingFromFeed" || prop === "feedResult") return undefined;
-          const v = Reflect.get(target, prop, recv);
-          return typeof v === "function" ? v.bind(target) : v;
-        },
-      });
+      const runBe = feed ? be : withoutFeed(be);
       using model = LlamaModel.load(files, runBe, { prefillBlock: 5, maxContext: 40, kvWindow: 8, kvEvictBlock: 2 });
       using hybrid = HybridAttention.attach(
         { attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: topKSelector(false), scheduler: fixedScheduler(3, "post") },

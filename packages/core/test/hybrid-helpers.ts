@@ -4,6 +4,7 @@ import {
   validateSelection, type Backend, type LogitsMode, type ReferenceBackend, type Scheduler, type SelectionInput, type SelectionTiming,
   type SelectorKernel, type Tensor, type TokenSelector,
 } from "../src/index.js";
+import { withMethods } from "./engine-helpers.js";
 
 /** How a hybrid test runs its model: KV window (`budget`), sinks, eviction block, prompt length,
  * and the selector/scheduler/logits mode (no selector: the plain model). */
@@ -77,5 +78,5 @@ export function withCausal(inner: ReferenceBackend, calls: string[]): Backend {
     }
     inner.free(scores);
   };
-  return new Proxy(inner, { get: (t, p) => (p === "attnCausal" ? attnCausal : Reflect.get(t, p, t)) }) as unknown as Backend;
+  return withMethods<Backend>(inner, { attnCausal });
 }
