@@ -38,6 +38,7 @@ import { createCpuBackend, createNativeRandomFill, NativeCpuStage } from "../../
 import { attachHybrid, HybridCliOptionsSchema } from "../../../apps/cli/src/hybrid-options.js";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type CudaHostLink } from "../src/index.js";
 import { dummyFiles, STORIES15M_SHAPE } from "./models.js";
+import { relError } from "../../core/test/parity/run-parity.js";
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -104,15 +105,6 @@ function argmax(x: Float32Array): number {
   return b;
 }
 
-function relDiff(a: Float32Array, b: Float32Array): number {
-  let m = 0, r = 0;
-  for (let i = 0; i < a.length; i++) {
-    m = Math.max(m, Math.abs(a[i] - b[i]));
-    r = Math.max(r, Math.abs(b[i]));
-  }
-  return m / Math.max(r, 1e-30);
-}
-
 {
   using cuda = createCudaBackend({ arenaBytes: 2 ** 32 });
   using cpu = createCpuBackend({ threads: 4 });
@@ -127,7 +119,7 @@ function relDiff(a: Float32Array, b: Float32Array): number {
   await attempt("all + exact", async () => {
     const full = await runSmall(cuda, null);
     const all = await runSmall(cuda, { ...base, selector: "all", logits: "exact" }, full.tokens);
-    const worst = Math.max(...all.logits.map((l, i) => relDiff(l, full.logits[i])));
+    const worst = Math.max(...all.logits.map((l, i) => relError(l, full.logits[i])));
     check(worst < 1e-5, `CUDA hybrid "all" + exact vs CUDA full attention, ${SMALL_STEPS + 1} forwards: worst max|Δ|/max|logit| ${worst.toExponential(2)} (< 1e-5)`);
     console.log(`  ${all.summary}`);
   });
@@ -136,7 +128,7 @@ function relDiff(a: Float32Array, b: Float32Array): number {
     // and 5 attend over offloaded rows on the device (loadStore), then decode steps go hybrid.
     const full = await runSmall(cuda, null);
     const all = await runSmall(cuda, { ...base, gpuKvBudget: 16, selector: "all", logits: "exact" }, full.tokens, 8);
-    const worst = Math.max(...all.logits.map((l, i) => relDiff(l, full.logits[i])));
+    const worst = Math.max(...all.logits.map((l, i) => relError(l, full.logits[i])));
     check(worst < 1e-5, `CUDA hybrid, prompt in blocks of 8 with eviction during prefill, "all" + exact vs CUDA full attention: worst ${worst.toExponential(2)} (< 1e-5)`);
   });
   for (const logits of ["exact", "speculative"] as LogitsMode[]) {
@@ -145,7 +137,7 @@ function relDiff(a: Float32Array, b: Float32Array): number {
       const onCuda = await runSmall(cuda, opts);
       const onCpu = await runSmall(cpu, opts);
       const same = onCuda.tokens.filter((t, i) => t === onCpu.tokens[i]).length;
-      const worstL = Math.max(...onCuda.logits.map((l, i) => relDiff(l, onCpu.logits[i])));
+      const worstL = Math.max(...onCuda.logits.map((l, i) => relError(l, onCpu.logits[i])));
       check(same === SMALL_STEPS, `top-K 8 ${logits}: CUDA greedy tokens equal the CPU backend's hybrid run (${same}/${SMALL_STEPS}; logits within ${worstL.toExponential(2)} relative)`);
       console.log(`  cuda: ${onCuda.summary}`);
     });
@@ -348,7 +340,7 @@ if (blockVariant > 0) {
     const m = cuda.memory(), scratch = (c.storeScratchTensors / 2) * kvBytes({ ...c, layers: 1 }, c.maxContext);
     pushMem(`| hybrid, prefill blocks of ${blockVariant} (this run; + loadContiguous scratch ${GB(scratch)} GB) | ${GB(kvBytes(c, c.windowCapacity))} | 0 | ${GB(m.usedBytes)} (this model: ${GB(m.usedBytes - before)}) | ${GB(m.peakBytes)} (over the whole run) |`);
     if (oneBlockLogits) {
-      const d = relDiff(logits, oneBlockLogits);
+      const d = relError(logits, oneBlockLogits);
       check(d < 5e-2, `prefill in blocks of ${blockVariant} (loadContiguous + attnCausal over offloaded rows) vs one block: max|Δ|/max|logit| ${d.toExponential(2)} (< 5e-2; bf16 KV, different block splits)`);
     }
     ha.stats.reset();
