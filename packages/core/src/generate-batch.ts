@@ -108,9 +108,8 @@ export function generateBatch(model: BatchModel, tokenizer: Tokenizer, requests:
     const ids = promptIds(model, tokenizer, r.data.prompt, opts.addBos, `prompt ${index}`);
     const own = Object.fromEntries(Object.entries(r.data.sampling ?? {}).filter(([, v]) => v !== undefined));
     const sampler = new Sampler(model.shape.vocabSize, { ...opts.sampling, ...own });
-    const so = sampler.options;
     return {
-      index, ids, sampler, greedy: so.temperature === 0 && so.repetitionPenalty === 1,
+      index, ids, sampler, greedy: sampler.greedy,
       maxTokens: r.data.maxTokens ?? opts.maxTokens, text: new TokenText(tokenizer, r.data.stop ?? opts.stop, ids[ids.length - 1]),
       tokens: [], slot: -1, next: -1, finish: null, prefillMs: 0, decodeMs: 0,
     };

@@ -124,7 +124,7 @@ async function* run(
   opts: z.output<typeof GenerateOptionsSchema>, sampler: Sampler, done: (r: GenerateResult) => void,
 ): AsyncGenerator<GeneratedToken> {
   const { maxTokens, stop, signal } = opts;
-  const greedy = sampler.options.temperature === 0 && sampler.options.repetitionPenalty === 1;
+  const greedy = sampler.greedy;
   const eos = new Set(model.shape.eosTokenIds);
   const tokens: number[] = [];
   const P = promptIds.length;

@@ -91,6 +91,11 @@ export class Sampler {
   private readonly heap: Int32Array;
   private allMass = 0; // Σ weights of all tokens, set by nucleusCandidates
 
+  /** Plain argmax of the logits (temperature 0, no repetition penalty): a backend may pick on the device. */
+  get greedy(): boolean {
+    return this.options.temperature === 0 && this.options.repetitionPenalty === 1;
+  }
+
   constructor(vocabSize: number, options: SamplingOptionsInput = {}) {
     check(Number.isInteger(vocabSize) && vocabSize > 0, `sampler: bad vocabulary size ${vocabSize}`);
     this.vocabSize = vocabSize;

@@ -58,6 +58,9 @@ export interface SkinnyOptions {
 // cuBLAS won (1 637 / 2 594 vs 1 454 / 1 959). (A cp.async-pipelined kernel lost at every B and is gone.)
 const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 8, fusedReduce: true, split: true };
 
+/** embeddingFromFeed's stand-in id for the shared embedding check (one row, a valid id). */
+const FEED_ROW_ID = new Int32Array(1);
+
 /** Floats of the unfused matvec parts' scratch made before a step (so a step never allocates). */
 const MATVEC_SCRATCH_FLOATS = 65536;
 
@@ -611,7 +614,7 @@ export class CudaBackend implements Backend {
 
   embeddingFromFeed(out: Tensor, table: Tensor): void {
     if (this.feedWidth === 0) bad("embeddingFromFeed: nothing was picked into the feed (argmaxToFeed first)");
-    const [o, tb] = this.check.embedding(out, table, new Int32Array(1));
+    const [o, tb] = this.check.embedding(out, table, FEED_ROW_ID);
     // the pick is an index into a row of feedWidth values: it must be a row of the table
     if (this.feedWidth > tb.rows) bad(`embeddingFromFeed: the feed holds picks below ${this.feedWidth}, the table has ${tb.rows} rows`);
     this.ok("embeddingFromFeed", this.lib.hg_cu_embedding_feed(this.ctx, P(o.addr), P(tb.addr), DTYPE_CODE[tb.dtype], tb.cols));
