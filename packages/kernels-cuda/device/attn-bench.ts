@@ -11,7 +11,7 @@
 import { appendFileSync } from "node:fs";
 import { dlopen, FFIType } from "bun:ffi";
 import { loadModel, presetConfig, type Tensor } from "@hybridgen/core";
-import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "../src/index.js";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability, type DecodeTuning } from "../src/index.js";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { clusterAttnChecks } from "./attn-checks.js";
 import { dummyFiles, llamaBf16Sizes } from "./models.js";
@@ -30,7 +30,8 @@ const line = (s: string) => {
 const a = cudaAvailability();
 line(describeCudaAvailability(a));
 if (!a.available) process.exit(1);
-const cuda = createCudaBackend({ arenaFraction: 0.92 });
+// --profile: a 2 GiB arena (Nsight Compute backs the whole arena up on every replay).
+const cuda = createCudaBackend(process.argv.includes("--profile") ? { arenaBytes: 2 ** 31 } : { arenaFraction: 0.92 });
 const bw = cuda.copyBandwidth(2 ** 31, 10);
 line(`D2D copy bandwidth (read + write): ${(bw / 1e12).toFixed(2)} TB/s`);
 {
@@ -49,8 +50,8 @@ if (process.argv.includes("--profile")) {
   cuda.write(q, Float32Array.from({ length: nh * hd }, (_, i) => Math.sin(i)));
   for (const len of [2048, 32768]) {
     const k = cuda.alloc([kvH, len + 1, hd], "bf16"), v = cuda.alloc([kvH, len + 1, hd], "bf16");
-    for (const on of [false, true]) {
-      cuda.setDecodeTuning({ attnCluster: on });
+    for (const t of [{ attnCluster: false, attnTile: 0 }, { attnTile: 1 }, { attnTile: 2 }, { attnTile: 0, attnCluster: true }] as Partial<DecodeTuning>[]) {
+      cuda.setDecodeTuning(t);
       for (let r = 0; r < 2; r++) cuda.attnCausal(o, q, 1, k, v, 0, len - 1, 0.088);
     }
     cuda.synchronize();
@@ -82,8 +83,11 @@ const L = 32, reps = 10;
 const inGraph = (key: string, body: (l: number) => void): number => inGraphUs(cuda, key, body, L, reps);
 const saved = cuda.decodeTuning;
 line("\n## in a step graph, 32 launches a step (8B layout: 32/8 heads, d128, bf16 K/V), µs a layer");
-line("| what | tokens | split-K + merge (default) | clustered | K/V bytes at the clustered time |");
-line("| --- | --- | --- | --- | --- |");
+// The attention forms compared: the default split-K kernels, their first kernel with a lane a
+// token (attnTile), the clustered kernel (attnCluster).
+const FORMS: [string, Partial<DecodeTuning>][] = [["split-K + merge (default)", {}], ["lane a token, K in registers (attnTile 1)", { attnTile: 1 }], ["lane a token, K via shared memory (attnTile 2)", { attnTile: 2 }], ["clustered", { attnCluster: true }]];
+line(`| what | tokens | ${FORMS.map(([n]) => n).join(" | ")} | K/V bytes at the best time |`);
+line(`| --- | --- | ${FORMS.map(() => "---").join(" | ")} | --- |`);
 {
   const kvH = 8, hd = 128, nh = 32, width = (nh + 2 * kvH) * hd;
   const qkv = cuda.alloc([1, width]), o = cuda.alloc([1, nh * hd]);
@@ -115,12 +119,12 @@ line("| --- | --- | --- | --- | --- |");
     };
     for (const [name, body] of [["attention", attnOnly], ["RoPE + K/V append + attention", layer]] as const) {
       const us: number[] = [];
-      for (const on of [false, true]) {
-        cuda.setDecodeTuning({ ...saved, attnCluster: on });
+      for (const [, t] of FORMS) {
+        cuda.setDecodeTuning({ ...saved, ...t });
         cuda.write(qkv, chunk.subarray(0, width));
         us.push(inGraph(`attn-bench-${name}-${len}`, body));
       }
-      line(`| ${name} | ${len} | ${us[0].toFixed(1)} | ${us[1].toFixed(1)} | ${(bytes / (us[1] / 1e6) / 1e12).toFixed(2)} TB/s |`);
+      line(`| ${name} | ${len} | ${us.map((u) => u.toFixed(1)).join(" | ")} | ${(bytes / (Math.min(...us) / 1e6) / 1e12).toFixed(2)} TB/s |`);
     }
     for (const t of [...kv, cosT, sinT]) cuda.free(t);
   }
@@ -146,8 +150,8 @@ if (!process.argv.includes("--skip-model")) {
     model.step(prompt, 0);
     let tok = model.argmaxLogits();
     let pos = ctx;
-    for (const on of [false, true, false, true]) {
-      cuda.setDecodeTuning({ ...saved, attnCluster: on });
+    for (const [form, t] of [...FORMS, ...FORMS]) {
+      cuda.setDecodeTuning({ ...saved, ...t });
       model.step(Int32Array.of(tok), pos++); // warm-up (captures)
       tok = model.argmaxLogits();
       const g0 = cuda.graphStats();
@@ -160,7 +164,7 @@ if (!process.argv.includes("--skip-model")) {
       const ms = (performance.now() - t1) / n;
       const g1 = cuda.graphStats();
       const floorMs = ((weightBytes + kvBytesPerToken * pos) / bw) * 1e3;
-      line(`| ${ctx} | ${on ? "clustered (RoPE + K/V append folded)" : "split-K + merge (default)"} | ${ms.toFixed(3)} | ${floorMs.toFixed(2)} | ${(ms / floorMs).toFixed(3)} | ${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} |`);
+      line(`| ${ctx} | ${form} | ${ms.toFixed(3)} | ${floorMs.toFixed(2)} | ${(ms / floorMs).toFixed(3)} | ${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} |`);
     }
   }
   cuda.setDecodeTuning(saved);

@@ -323,6 +323,15 @@ const allVariants: (Variant | undefined)[] = [
   { name: "one-warp GEMV, norm apart (the fifth pass's default), fed on the device", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 0 }, fed: true },  // index 38: split-K attention with 4 token rows a lane per round (32K in a graph: 73.8 vs 83.0 µs a layer); 39: 2 rows
   { name: "split-K attention 4 rows a round, fed", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 4 }, fed: true },
   { name: "split-K attention 2 rows a round (the default until the sixth pass's final call), fed", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 2 }, fed: true },
+  // seventh pass, from index 40: the qkv weight stream prefetches o_proj's weights into L2 across the attention
+  { name: "L2 prefetch of o_proj, 50% of L2, fed", graphs: true, matvec: true, splitK: true, tuning: { l2Prefetch: 50 }, fed: true },
+  { name: "L2 prefetch of o_proj, 75% of L2, fed", graphs: true, matvec: true, splitK: true, tuning: { l2Prefetch: 75 }, fed: true },
+  { name: "L2 prefetch of o_proj, 90% of L2, fed", graphs: true, matvec: true, splitK: true, tuning: { l2Prefetch: 90 }, fed: true },
+  // index 43, 44: split-K attention with a lane a token (attnTile), alone and with the L2 prefetch
+  { name: "attention a lane a token, K in registers (attnTile 1), fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: 1 }, fed: true },
+  { name: "attnTile 1 + L2 prefetch 75%, fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: 1, l2Prefetch: 75 }, fed: true },
+  { name: "attention a lane a token, K via shared memory (attnTile 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: 2 }, fed: true },
+  { name: "attnTile 2 + L2 prefetch 75%, fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: 2, l2Prefetch: 75 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");
