@@ -31,8 +31,8 @@ const a = cudaAvailability();
 line(describeCudaAvailability(a));
 if (!a.available) process.exit(1);
 // --profile: a 2 GiB arena (Nsight Compute backs the whole arena up on every replay).
-const cuda = createCudaBackend(process.argv.includes("--profile") ? { arenaBytes: 2 ** 31 } : { arenaFraction: 0.92 });
-const bw = cuda.copyBandwidth(2 ** 31, 10);
+const cuda = createCudaBackend(process.argv.includes("--profile") ? { arenaBytes: 2 ** 32 } : { arenaFraction: 0.92 });
+const bw = cuda.copyBandwidth(process.argv.includes("--profile") ? 2 ** 26 : 2 ** 31, 10);
 line(`D2D copy bandwidth (read + write): ${(bw / 1e12).toFixed(2)} TB/s`);
 {
   // The clustered kernel's blocks a cluster on this GPU (a diagnostic export of the library).
@@ -50,7 +50,7 @@ if (process.argv.includes("--profile")) {
   cuda.write(q, Float32Array.from({ length: nh * hd }, (_, i) => Math.sin(i)));
   for (const len of [2048, 32768]) {
     const k = cuda.alloc([kvH, len + 1, hd], "bf16"), v = cuda.alloc([kvH, len + 1, hd], "bf16");
-    for (const t of [{ attnCluster: false, attnTile: 0 }, { attnTile: 1 }, { attnTile: 2 }, { attnTile: 0, attnCluster: true }] as Partial<DecodeTuning>[]) {
+    for (const t of [{ attnCluster: false, attnTile: false }, { attnTile: true }, { attnTile: false, attnCluster: true }] as Partial<DecodeTuning>[]) {
       cuda.setDecodeTuning(t);
       for (let r = 0; r < 2; r++) cuda.attnCausal(o, q, 1, k, v, 0, len - 1, 0.088);
     }
@@ -85,7 +85,7 @@ const saved = cuda.decodeTuning;
 line("\n## in a step graph, 32 launches a step (8B layout: 32/8 heads, d128, bf16 K/V), µs a layer");
 // The attention forms compared: the default split-K kernels, their first kernel with a lane a
 // token (attnTile), the clustered kernel (attnCluster).
-const FORMS: [string, Partial<DecodeTuning>][] = [["split-K + merge (default)", {}], ["lane a token, K in registers (attnTile 1)", { attnTile: 1 }], ["lane a token, K via shared memory (attnTile 2)", { attnTile: 2 }], ["clustered", { attnCluster: true }]];
+const FORMS: [string, Partial<DecodeTuning>][] = [["split-K + merge (default)", {}], ["lane a token + merge (attnTile)", { attnTile: true }], ["clustered", { attnCluster: true }]];
 line(`| what | tokens | ${FORMS.map(([n]) => n).join(" | ")} | K/V bytes at the best time |`);
 line(`| --- | --- | ${FORMS.map(() => "---").join(" | ")} | --- |`);
 {

@@ -328,10 +328,8 @@ const allVariants: (Variant | undefined)[] = [
   { name: "L2 prefetch of o_proj, 75% of L2, fed", graphs: true, matvec: true, splitK: true, tuning: { l2Prefetch: 75 }, fed: true },
   { name: "L2 prefetch of o_proj, 90% of L2, fed", graphs: true, matvec: true, splitK: true, tuning: { l2Prefetch: 90 }, fed: true },
   // index 43, 44: split-K attention with a lane a token (attnTile), alone and with the L2 prefetch
-  { name: "attention a lane a token, K in registers (attnTile 1), fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: 1 }, fed: true },
-  { name: "attnTile 1 + L2 prefetch 75%, fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: 1, l2Prefetch: 75 }, fed: true },
-  { name: "attention a lane a token, K via shared memory (attnTile 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: 2 }, fed: true },
-  { name: "attnTile 2 + L2 prefetch 75%, fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: 2, l2Prefetch: 75 }, fed: true },
+  { name: "attention a lane a token (attnTile), fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: true }, fed: true },
+  { name: "attnTile + L2 prefetch 75%, fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: true, l2Prefetch: 75 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -15,13 +15,12 @@ import { relErr, runOpChecks } from "./op-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const PLAIN: DecodeTuning = { attnUnroll: 2, gemvStream: 0, attnCluster: false, l2Prefetch: 0, attnTile: 0 };
+const PLAIN: DecodeTuning = { attnUnroll: 2, gemvStream: 0, attnCluster: false, l2Prefetch: 0, attnTile: false };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4 },
   { ...PLAIN, attnCluster: true },
   { ...PLAIN, attnUnroll: 4, attnCluster: true },
-  { ...PLAIN, attnTile: 1 },
-  { ...PLAIN, attnTile: 2 },
+  { ...PLAIN, attnTile: true },
   { ...PLAIN, gemvStream: 128 },
   { ...PLAIN, gemvStream: 128, l2Prefetch: 90 },
 ];

@@ -6,9 +6,9 @@
 // shuffle reductions per head and an online-softmax rescale of the whole accumulator; Nsight
 // Compute counted ≈ 250 warp-instructions a token row (8B, 2K: 9.9 µs at 18% of DRAM bandwidth,
 // instruction-bound). Here a warp takes tiles of 32 tokens: lane j scores token j against the
-// block's query heads (q broadcast from shared memory, K straight from global memory into
-// registers), the softmax rescales once a tile, and the p·V pass gives each lane HD/32 output
-// dims, V rows coming through shared memory by cp.async. ≈ 50 warp-instructions a token row.
+// block's query heads (q broadcast from shared memory), the softmax rescales once a tile, and
+// the p·V pass gives each lane HD/32 output dims; K and V tiles come through shared memory by
+// cp.async. ≈ 50 warp-instructions a token row.
 #include "decode_attn_block.cuh"
 
 static const int DT_WARPS = 4, DT_TILE = 32;
@@ -17,7 +17,6 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool vali
   const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(valid ? 16 : 0) : "memory");
 }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 template <int KT>
 __device__ __forceinline__ void dt_cvt4(const uint2 &r, float (&f)[4]) {
@@ -32,36 +31,52 @@ __device__ __forceinline__ void dt_cvt4(const uint2 &r, float (&f)[4]) {
 
 // grid (maxSplits, kvHeads, head groups of DA_HEADS), DT_WARPS·32 threads; arguments as
 // decode_attn_kernel's. part: [split][head][HD + 2] = unnormalised output, max (log2), sum.
-// Shared memory of a block: q, per warp its V tile (and with KSM its K tile) and p, the warps' states.
-template <int HD, bool KSM>
+// Shared memory of a block: q, per warp its K and V tiles and p, the warps' states.
+template <int HD>
 struct TileSmem {
   float qs[DA_HEADS][HD];
   union {  // the warps' outputs take the V tiles' place once every warp is done with them
     unsigned char vs[DT_WARPS][DT_TILE * HD * 2];
     float smA[DT_WARPS][DA_HEADS][HD];
   };
-  unsigned char ks[KSM ? DT_WARPS : 1][KSM ? DT_TILE * HD * 2 : 16];
+  unsigned char ks[DT_WARPS][DT_TILE * HD * 2];
   float ps[DT_WARPS][DT_TILE][DA_HEADS];
   float smM[DT_WARPS][DA_HEADS], smL[DT_WARPS][DA_HEADS];
 };
 
-// KSM: K tiles also come by cp.async (coalesced), into shared memory with each row's 16-byte
-// pieces rotated (piece c of row r at c ^ (r mod NCH)) so lane r reading piece c is free of bank
-// conflicts while q stays a broadcast; else K comes straight from global memory into registers.
-template <int KT, int HD, bool KSM>
+// One tile's rows [t0, t0 + n) of K or V (ROW bytes each) into a warp's buffer by cp.async, rows
+// past n zero-filled; ROT: each row's 16-byte pieces rotated (piece c of row r at c ^ (r mod NCH)),
+// so that lane r reading piece c of its K row is free of bank conflicts while q stays a broadcast.
+template <int HD, bool ROT>
+__device__ __forceinline__ void dt_load_tile(unsigned char *buf, const char *base, int t0, int n, int lane) {
+  constexpr int NCH = HD / 8;
+  constexpr size_t ROW = HD * 2;
+#pragma unroll
+  for (int i = 0; i < NCH; i++) {
+    const int ci = i * 32 + lane, row = ci / NCH, piece = ci % NCH;
+    const int at = ROT ? piece ^ (row % NCH) : piece;
+    cp_async16(buf + (size_t)row * ROW + (size_t)at * 16, base + (size_t)(t0 + min(row, n - 1)) * ROW + piece * 16, row < n);
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most one of this thread's cp.async groups is still in flight, then for the warp.
+__device__ __forceinline__ void dt_wait_all_but_one() {
+  asm volatile("cp.async.wait_group 1;" ::: "memory");
+  __syncwarp();
+}
+
+// grid (maxSplits, kvHeads, head groups of DA_HEADS), DT_WARPS·32 threads; arguments as
+// decode_attn_kernel's. part: [split][head][HD + 2] = unnormalised output, max (log2), sum.
+// Each warp pipelines its tiles: the next tile's K loads while this tile's p·V runs, the next
+// tile's V while the next scores run (one cp.async group each, waited on in turn).
+template <int KT, int HD>
 __global__ void __launch_bounds__(DT_WARPS * 32) decode_attn_tile_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group,
                                                                          int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
   constexpr int NCH = HD / 8;   // 16-byte pieces of a K row
   constexpr int DPL = HD / 32;  // output dims a lane owns in the p·V pass (4 or 2)
   constexpr size_t ROW = HD * 2;
   extern __shared__ __align__(16) unsigned char dsm[];
-  TileSmem<HD, KSM> &S = *reinterpret_cast<TileSmem<HD, KSM> *>(dsm);
-  auto &qs = S.qs;
-  auto &vs = S.vs;
-  auto &ps = S.ps;
-  auto &smM = S.smM;
-  auto &smL = S.smL;
-  auto &smA = S.smA;
+  TileSmem<HD> &S = *reinterpret_cast<TileSmem<HD> *>(dsm);
   hg_pdl_wait();
   if (dyn) { start = dyn[0]; count = dyn[1]; }
   const int chunk = da_chunk(count, maxSplits);
@@ -73,9 +88,16 @@ __global__ void __launch_bounds__(DT_WARPS * 32) decode_attn_tile_kernel(float *
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const char *kb = (const char *)k + ((size_t)g * cap + start) * ROW;
   const char *vb = (const char *)v + ((size_t)g * cap + start) * ROW;
+  unsigned char *kw = S.ks[warp], *vw = S.vs[warp];
+  const int step = DT_WARPS * DT_TILE;
+  int t0 = j0 + warp * DT_TILE;
+  if (t0 < j1) {  // the first tile's loads go out before q is staged
+    dt_load_tile<HD, true>(kw, kb, t0, min(DT_TILE, j1 - t0), lane);
+    dt_load_tile<HD, false>(vw, vb, t0, min(DT_TILE, j1 - t0), lane);
+  }
   for (int i = threadIdx.x; i < DA_HEADS * HD; i += blockDim.x) {
     const int h = i / HD;
-    qs[h][i % HD] = h < nh ? q[(size_t)(h0 + h) * HD + i % HD] * sl : 0.f;
+    S.qs[h][i % HD] = h < nh ? q[(size_t)(h0 + h) * HD + i % HD] * sl : 0.f;
   }
   __syncthreads();
   float m[DA_HEADS], l[DA_HEADS], acc[DA_HEADS][DPL];  // m uniform over the warp; l a lane's share
@@ -85,50 +107,27 @@ __global__ void __launch_bounds__(DT_WARPS * 32) decode_attn_tile_kernel(float *
 #pragma unroll
     for (int e = 0; e < DPL; e++) acc[h][e] = 0.f;
   }
-  unsigned char *vw = vs[warp];
-  for (int t0 = j0 + warp * DT_TILE; t0 < j1; t0 += DT_WARPS * DT_TILE) {
-    const int n = min(DT_TILE, j1 - t0);  // valid tokens in the tile (warp-uniform)
-    // V tile into shared memory (rows past n zero-filled), while K comes into registers.
-#pragma unroll
-    for (int i = 0; i < NCH; i++) {
-      const int ci = i * 32 + lane, row = ci / NCH, piece = ci % NCH;
-      cp_async16(vw + (size_t)ci * 16, vb + (size_t)(t0 + min(row, n - 1)) * ROW + piece * 16, row < n);
-    }
-    if (KSM) {
-      unsigned char *kw = S.ks[warp];
-#pragma unroll
-      for (int i = 0; i < NCH; i++) {
-        const int ci = i * 32 + lane, row = ci / NCH, piece = ci % NCH;
-        cp_async16(kw + (size_t)row * ROW + (size_t)(piece ^ (row % NCH)) * 16, kb + (size_t)(t0 + min(row, n - 1)) * ROW + piece * 16, row < n);
-      }
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+  for (; t0 < j1; t0 += step) {
+    const int n = min(DT_TILE, j1 - t0), tn = t0 + step, nn = min(DT_TILE, j1 - tn);  // this tile's and the next one's tokens
     const bool valid = lane < n;
-    uint4 kr[NCH];
-    if (KSM) {
-      cp_async_wait_all();
-      __syncwarp();
-      const uint4 *krow = reinterpret_cast<const uint4 *>(S.ks[warp] + (size_t)lane * ROW);
-#pragma unroll
-      for (int c = 0; c < NCH; c++) kr[c] = krow[c ^ (lane % NCH)];
-    } else {
-      const uint4 *krow = reinterpret_cast<const uint4 *>(kb + (size_t)(t0 + (valid ? lane : 0)) * ROW);
-#pragma unroll
-      for (int c = 0; c < NCH; c++) kr[c] = __ldg(krow + c);
-    }
+    dt_wait_all_but_one();  // K of this tile (its V may still be on the way)
     float s[DA_HEADS];
 #pragma unroll
     for (int h = 0; h < DA_HEADS; h++) s[h] = 0.f;
+    const uint4 *krow = reinterpret_cast<const uint4 *>(kw + (size_t)lane * ROW);
 #pragma unroll
     for (int c = 0; c < NCH; c++) {
       float kf[8];
-      Vec16<KT>::cvt(kr[c], kf);
+      Vec16<KT>::cvt(krow[c ^ (lane % NCH)], kf);
 #pragma unroll
       for (int h = 0; h < DA_HEADS; h++) {
-        const float4 qa = *reinterpret_cast<const float4 *>(&qs[h][c * 8]), qb = *reinterpret_cast<const float4 *>(&qs[h][c * 8 + 4]);
+        const float4 qa = *reinterpret_cast<const float4 *>(&S.qs[h][c * 8]), qb = *reinterpret_cast<const float4 *>(&S.qs[h][c * 8 + 4]);
         s[h] += kf[0] * qa.x + kf[1] * qa.y + kf[2] * qa.z + kf[3] * qa.w + kf[4] * qb.x + kf[5] * qb.y + kf[6] * qb.z + kf[7] * qb.w;
       }
     }
+    __syncwarp();  // every lane is done with the K tile: the next one may land there
+    if (nn > 0) dt_load_tile<HD, true>(kw, kb, tn, nn, lane);
+    else asm volatile("cp.async.commit_group;" ::: "memory");  // an empty group keeps the count
     // Online softmax, once a tile: the tile's max per head, then p for this lane's token.
     float p[DA_HEADS];
 #pragma unroll
@@ -144,9 +143,8 @@ __global__ void __launch_bounds__(DT_WARPS * 32) decode_attn_tile_kernel(float *
       for (int e = 0; e < DPL; e++) acc[h][e] *= cr;
       m[h] = mx;
     }
-    *reinterpret_cast<float4 *>(&ps[warp][lane][0]) = make_float4(p[0], p[1], p[2], p[3]);
-    cp_async_wait_all();
-    __syncwarp();
+    *reinterpret_cast<float4 *>(&S.ps[warp][lane][0]) = make_float4(p[0], p[1], p[2], p[3]);
+    dt_wait_all_but_one();  // V of this tile (the next K may still be on the way)
     // p·V: lane owns dims [DPL·lane, DPL·lane + DPL) of every head.
 #pragma unroll 4
     for (int jj = 0; jj < n; jj++) {
@@ -159,23 +157,26 @@ __global__ void __launch_bounds__(DT_WARPS * 32) decode_attn_tile_kernel(float *
         dt_cvt4<KT>(make_uint2(r, 0u), t4);
         vf[0] = t4[0]; vf[1] = t4[1];
       }
-      const float4 pj = *reinterpret_cast<const float4 *>(&ps[warp][jj][0]);
+      const float4 pj = *reinterpret_cast<const float4 *>(&S.ps[warp][jj][0]);
       const float pp[4] = {pj.x, pj.y, pj.z, pj.w};
 #pragma unroll
       for (int h = 0; h < DA_HEADS; h++)
 #pragma unroll
         for (int e = 0; e < DPL; e++) acc[h][e] += pp[h] * vf[e];
     }
-    __syncwarp();  // the V and p buffers are rewritten by the next tile
+    __syncwarp();  // the V tile and p are rewritten next
+    if (nn > 0) dt_load_tile<HD, false>(vw, vb, tn, nn, lane);
+    else asm volatile("cp.async.commit_group;" ::: "memory");
   }
+  asm volatile("cp.async.wait_all;" ::: "memory");
   // The warps' states into shared memory, then merged per head and output dim into the partial row.
   __syncthreads();  // smA overlays the V tiles
 #pragma unroll
   for (int h = 0; h < DA_HEADS; h++) {
     const float lt = warp_sum(l[h]);
 #pragma unroll
-    for (int e = 0; e < DPL; e++) smA[warp][h][lane * DPL + e] = acc[h][e];
-    if (lane == 0) { smM[warp][h] = m[h]; smL[warp][h] = lt; }
+    for (int e = 0; e < DPL; e++) S.smA[warp][h][lane * DPL + e] = acc[h][e];
+    if (lane == 0) { S.smM[warp][h] = m[h]; S.smL[warp][h] = lt; }
   }
   __syncthreads();
   float *dst = part + ((size_t)split * heads + h0) * (HD + 2);
@@ -183,37 +184,38 @@ __global__ void __launch_bounds__(DT_WARPS * 32) decode_attn_tile_kernel(float *
     const int h = t / HD, d = t % HD;
     float mm = -INFINITY, ll = 0.f, a = 0.f;
 #pragma unroll
-    for (int w = 0; w < DT_WARPS; w++) da_merge<1>(mm, ll, &a, smM[w][h], smL[w][h], &smA[w][h][d]);
+    for (int w = 0; w < DT_WARPS; w++) da_merge<1>(mm, ll, &a, S.smM[w][h], S.smL[w][h], &S.smA[w][h][d]);
     float *o = dst + (size_t)h * (HD + 2);
     o[d] = a;
     if (d == 0) { o[HD] = mm; o[HD + 1] = ll; }
   }
 }
 
+// Blocks of this kernel an SM holds (68 KB of shared memory each at d128): the host sizes the
+// split count to one wave of them.
+int dt_tile_blocks_per_sm(void) { return 3; }
+
 // 1 when the tile kernel takes this dtype / head dim.
 int dt_tile_supported(int dt, int headDim) { return (dt == DT_BF16 || dt == DT_F16) && (headDim == 64 || headDim == 128); }
 
-template <int KT, int HD, bool KSM>
+template <int KT, int HD>
 static int launch_tile(HgCtx *c, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int cap, int maxSplits, int start,
                        int count, float sl, const int *dyn) {
   static bool opted = false;  // shared memory above 48 KB is opted into once per kernel instance
-  const size_t bytes = sizeof(TileSmem<HD, KSM>);
+  const size_t bytes = sizeof(TileSmem<HD>);
   if (!opted) {
-    const cudaError_t e = cudaFuncSetAttribute(decode_attn_tile_kernel<KT, HD, KSM>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    const cudaError_t e = cudaFuncSetAttribute(decode_attn_tile_kernel<KT, HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (e != cudaSuccess) return (int)e;
     opted = true;
   }
-  return hg_launch(c, decode_attn_tile_kernel<KT, HD, KSM>, grid, dim3(DT_WARPS * 32), bytes, c->decodePart, q, k, v, heads, group, cap, maxSplits, start,
+  return hg_launch(c, decode_attn_tile_kernel<KT, HD>, grid, dim3(DT_WARPS * 32), bytes, c->decodePart, q, k, v, heads, group, cap, maxSplits, start,
                    count, sl, dyn);
 }
 
-// The first kernel of hg_launch_decode_attn in its tile form (same grid and partials); ksm: K
-// through shared memory.
-int launch_decode_attn_tile(HgCtx *c, dim3 grid, int dt, bool ksm, const float *q, const void *k, const void *v, int heads, int group, int headDim,
-                            int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
-#define DT_CASE(KT, HD)                                                                                                                   \
-  return ksm ? launch_tile<KT, HD, true>(c, grid, q, k, v, heads, group, cap, maxSplits, start, count, sl, dyn)                          \
-             : launch_tile<KT, HD, false>(c, grid, q, k, v, heads, group, cap, maxSplits, start, count, sl, dyn)
+// The first kernel of hg_launch_decode_attn in its tile form (same grid and partials).
+int launch_decode_attn_tile(HgCtx *c, dim3 grid, int dt, const float *q, const void *k, const void *v, int heads, int group, int headDim, int cap,
+                            int maxSplits, int start, int count, float sl, const int *dyn) {
+#define DT_CASE(KT, HD) return launch_tile<KT, HD>(c, grid, q, k, v, heads, group, cap, maxSplits, start, count, sl, dyn)
   if (dt == DT_BF16) {
     if (headDim == 128) DT_CASE(DT_BF16, 128);
     if (headDim == 64) DT_CASE(DT_BF16, 64);

@@ -210,8 +210,7 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // the step's K/V append and RoPE folded in (0/1; on a GPU without clusters the split-K kernels
 // still run), 10 the weight stream before a decode attention prefetches the next stream's
 // weights into L2, up to this % of L2 less the attention's K/V (0 off, 50, 75, 90), 11 the
-// split-K attention's first kernel with a lane a token (decode_attn_tile.cu; 0 off, 1 K from
-// global memory into registers, 2 K through shared memory). Codes 0 (programmatic launch), 4 and 5 (the k-split GEMV) and 7 (RoPE folded into
+// split-K attention's first kernel with a lane a token (decode_attn_tile.cu; 0/1). Codes 0 (programmatic launch), 4 and 5 (the k-split GEMV) and 7 (RoPE folded into
 // it) are gone: every H200 run measured them slower (DEVICE-NOTES.md, sixth pass, pruning), and
 // so are 2 (the split kernel's last block merges), 3 (the chunks' minimum length) and 6 (K/V by
 // cp.async into shared-memory stages): slower in the fifth pass (sixth pass, decode attention).
@@ -233,7 +232,7 @@ static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: return v == 0 || v == 1;
     case 10: return v == 0 || v == 50 || v == 75 || v == 90;
-    case 11: return v == 0 || v == 1 || v == 2;
+    case 11: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;

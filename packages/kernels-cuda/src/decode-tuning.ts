@@ -33,10 +33,10 @@ export interface DecodeTuning {
   l2Prefetch: 0 | 50 | 75 | 90;
   /**
    * Split-K decode attention (batch 1) with a lane a token: tiles of 32 tokens a warp, the softmax
-   * rescaled once a tile, V through shared memory (2-byte K/V at head dim 64 or 128; else the
-   * other kernel). 1: K from global memory into registers, 2: K through shared memory too; 0 off.
+   * rescaled once a tile, K and V tiles through shared memory (2-byte K/V at head dim 64 or 128;
+   * else the other kernel). Off by default.
    */
-  attnTile: 0 | 1 | 2;
+  attnTile: boolean;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7 are retired). */
@@ -45,7 +45,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
   attnCluster: { code: 9, values: [false, true] },
   l2Prefetch: { code: 10, values: [0, 50, 75, 90] },
-  attnTile: { code: 11, values: [0, 1, 2] },
+  attnTile: { code: 11, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -75,7 +75,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvStream: value("gemvStream", 0) as DecodeTuning["gemvStream"],
     attnCluster: value("attnCluster", 0) === 1,
     l2Prefetch: value("l2Prefetch", 0) as DecodeTuning["l2Prefetch"],
-    attnTile: value("attnTile", 0) as DecodeTuning["attnTile"],
+    attnTile: value("attnTile", 0) === 1,
   };
 }
 

@@ -36,7 +36,7 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, l2Prefetch: 0, attnTile: 0 });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, l2Prefetch: 0, attnTile: false });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
@@ -46,15 +46,15 @@ describe("CudaBackend decode tuning", () => {
     sets.length = 0;
     be.setDecodeTuning({ attnUnroll: 4, gemvStream: 128, attnCluster: false });
     expect(sets).toEqual([[1, 4], [8, 128], [9, 0]]);
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, l2Prefetch: 0, attnTile: 0 });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, l2Prefetch: 0, attnTile: false });
     be.setDecodeTuning({ gemvStream: 0, attnCluster: true });
     expect(sets.slice(3)).toEqual([[8, 0], [9, 1]]);
     be.setDecodeTuning({ l2Prefetch: 75 });
     expect(sets.slice(5)).toEqual([[10, 75]]);
     expect(be.decodeTuning.l2Prefetch).toBe(75);
-    be.setDecodeTuning({ attnTile: 2 });
-    expect(sets.slice(6)).toEqual([[11, 2]]);
-    expect(be.decodeTuning.attnTile).toBe(2);
+    be.setDecodeTuning({ attnTile: true });
+    expect(sets.slice(6)).toEqual([[11, 1]]);
+    expect(be.decodeTuning.attnTile).toBe(true);
     be.close();
   });
 
