@@ -50,7 +50,7 @@ if (process.argv.includes("--profile")) {
   cuda.write(q, Float32Array.from({ length: nh * hd }, (_, i) => Math.sin(i)));
   for (const len of [2048, 32768]) {
     const k = cuda.alloc([kvH, len + 1, hd], "bf16"), v = cuda.alloc([kvH, len + 1, hd], "bf16");
-    for (const t of [{ attnCluster: false, attnTile: false }, { attnTile: true }, { attnTile: false, attnCluster: true }] as Partial<DecodeTuning>[]) {
+    for (const t of [{ attnCluster: false }, { attnCluster: true }] as Partial<DecodeTuning>[]) {
       cuda.setDecodeTuning(t);
       for (let r = 0; r < 2; r++) cuda.attnCausal(o, q, 1, k, v, 0, len - 1, 0.088);
     }
@@ -83,9 +83,8 @@ const L = 32, reps = 10;
 const inGraph = (key: string, body: (l: number) => void): number => inGraphUs(cuda, key, body, L, reps);
 const saved = cuda.decodeTuning;
 line("\n## in a step graph, 32 launches a step (8B layout: 32/8 heads, d128, bf16 K/V), µs a layer");
-// The attention forms compared: the default split-K kernels, their first kernel with a lane a
-// token (attnTile), the clustered kernel (attnCluster).
-const FORMS: [string, Partial<DecodeTuning>][] = [["split-K + merge (default)", {}], ["lane a token + merge (attnTile)", { attnTile: true }], ["clustered", { attnCluster: true }]];
+// The attention forms compared: the default split-K kernels, the clustered kernel (attnCluster).
+const FORMS: [string, Partial<DecodeTuning>][] = [["split-K + merge (default)", {}], ["clustered", { attnCluster: true }]];
 line(`| what | tokens | ${FORMS.map(([n]) => n).join(" | ")} | K/V bytes at the best time |`);
 line(`| --- | --- | ${FORMS.map(() => "---").join(" | ")} | --- |`);
 {

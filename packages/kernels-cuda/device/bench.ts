@@ -323,13 +323,13 @@ const allVariants: (Variant | undefined)[] = [
   { name: "one-warp GEMV, norm apart (the fifth pass's default), fed on the device", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 0 }, fed: true },  // index 38: split-K attention with 4 token rows a lane per round (32K in a graph: 73.8 vs 83.0 µs a layer); 39: 2 rows
   { name: "split-K attention 4 rows a round, fed", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 4 }, fed: true },
   { name: "split-K attention 2 rows a round (the default until the sixth pass's final call), fed", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 2 }, fed: true },
-  // seventh pass, from index 40: the qkv weight stream prefetches o_proj's weights into L2 across the attention
-  { name: "L2 prefetch of o_proj, 50% of L2, fed", graphs: true, matvec: true, splitK: true, tuning: { l2Prefetch: 50 }, fed: true },
-  { name: "L2 prefetch of o_proj, 75% of L2, fed", graphs: true, matvec: true, splitK: true, tuning: { l2Prefetch: 75 }, fed: true },
-  { name: "L2 prefetch of o_proj, 90% of L2, fed", graphs: true, matvec: true, splitK: true, tuning: { l2Prefetch: 90 }, fed: true },
-  // index 43, 44: split-K attention with a lane a token (attnTile), alone and with the L2 prefetch
-  { name: "attention a lane a token (attnTile), fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: true }, fed: true },
-  { name: "attnTile + L2 prefetch 75%, fed", graphs: true, matvec: true, splitK: true, tuning: { attnTile: true, l2Prefetch: 75 }, fed: true },
+  // seventh pass, indices 40–44 (removed: no gain, DEVICE-NOTES.md seventh pass): the qkv weight stream
+  // prefetching o_proj's weights into L2 (50 / 75 / 90% of L2), the split-K attention with a lane a token
+  undefined,
+  undefined,
+  undefined,
+  undefined,
+  undefined,
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -15,14 +15,11 @@ import { relErr, runOpChecks } from "./op-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const PLAIN: DecodeTuning = { attnUnroll: 2, gemvStream: 0, attnCluster: false, l2Prefetch: 0, attnTile: false };
+const PLAIN: DecodeTuning = { attnUnroll: 2, gemvStream: 0, attnCluster: false };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4 },
   { ...PLAIN, attnCluster: true },
   { ...PLAIN, attnUnroll: 4, attnCluster: true },
-  { ...PLAIN, attnTile: true },
-  { ...PLAIN, gemvStream: 128 },
-  { ...PLAIN, gemvStream: 128, l2Prefetch: 90 },
 ];
 const label = (t: DecodeTuning) => {
   const changed = Object.entries(t).filter(([key, v]) => PLAIN[key as keyof DecodeTuning] !== v).map(([key, v]) => `${key} ${String(v)}`);
@@ -83,8 +80,7 @@ function main(): void {
     const s1 = cuda.graphStats();
     // 4 attention rows a round and the clustered attention change the order of f32 sums: rounding
     // only, so those logits are held to 1e-4 relative while the tokens agree.
-    // So do the lane-a-token attention and the weight stream (its dot products sum in another order).
-    const exact = t.attnUnroll === PLAIN.attnUnroll && t.attnCluster === PLAIN.attnCluster && !t.attnTile && t.gemvStream === PLAIN.gemvStream;
+    const exact = t.attnUnroll === PLAIN.attnUnroll && t.attnCluster === PLAIN.attnCluster;
     let worst = 0;
     for (let s = 0; s < steps && r.tokens[s] === ref.tokens[s]; s++)
       worst = Math.max(worst, exact ? r.logits[s].reduce((m, v, i) => Math.max(m, Math.abs(v - ref.logits[s][i])), 0) : relErr(r.logits[s], ref.logits[s]));

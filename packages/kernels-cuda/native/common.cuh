@@ -97,9 +97,6 @@ struct HgCtx {
   int attnUnroll;         // split-K decode attention: token rows a lane loads per round (2 or 4)
   int gemvStream;         // decode GEMV as a bulk-copy weight stream (gemv_stream.cu): its ring in KB, 0 off
   int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
-  int attnTile;           // split-K decode attention's first kernel with a lane a token (decode_attn_tile.cu)
-  int l2Prefetch;         // % of L2 a weight stream may fill with the next stream's weights across a decode attention (gemv_stream.cu), 0 off
-  int l2Bytes;            // the device's L2 cache size
 };
 
 // Loads one element of any dtype as float.

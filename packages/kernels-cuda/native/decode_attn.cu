@@ -40,11 +40,6 @@ __global__ void decode_attn_merge_kernel(float *out, const float *part, int head
   da_merge_head(out + (size_t)h * headDim, part + (size_t)h * (headDim + 2), (size_t)heads * (headDim + 2), nsplit, headDim, threadIdx.x, blockDim.x);
 }
 
-// The lane-a-token form of the first kernel (decode_attn_tile.cu).
-int dt_tile_supported(int dt, int headDim);
-int dt_tile_blocks_per_sm(void);
-int launch_decode_attn_tile(HgCtx *c, dim3 grid, int dt, const float *q, const void *k, const void *v, int heads, int group, int headDim, int cap,
-                            int maxSplits, int start, int count, float sl, const int *dyn);
 // The clustered form (decode_attn_cluster.cu).
 int dc_cluster_size(int dt, int lpt, int clusters);
 int launch_decode_attn_cluster(HgCtx *c, const Cmd &m, const char *dynBase);
@@ -67,7 +62,7 @@ static int launch_da_u(HgCtx *c, int lpt, dim3 grid, const float *q, const void 
 }
 
 // Command: s[5] maxSplits, s[6] lanes a token row, s[7] token rows a lane loads per round (2 or
-// 4); s[10] == 2: the clustered form, 3: the first kernel in its lane-a-token form.
+// 4); s[10] == 2: the clustered form.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
   const int dt = m.s[0], heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], cap = m.s[4], maxSplits = m.s[5], lpt = m.s[6], unr = m.s[7];
@@ -76,9 +71,7 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   const dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
   const float *q = (const float *)m.p[1];
   int r = 0;
-  if (m.s[10] == 3) {
-    r = launch_decode_attn_tile(c, grid, dt, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn);
-  } else if (unr == 4) {
+  if (unr == 4) {
     HG_DISPATCH_DT(dt, K, r = (launch_da_u<K, 4>(c, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
   } else {
     HG_DISPATCH_DT(dt, K, r = (launch_da_u<K, 2>(c, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
@@ -113,9 +106,7 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   // step sizes the grid for the capacity (blocks past the span return at once).
   const int zGroups = (heads / kvHeads + DA_HEADS - 1) / DA_HEADS;
   const int bound = hg_recording(c) ? cap : count;
-  const bool tile = c->attnTile && dt_tile_supported(dt, headDim);
-  const long perSM = tile ? dt_tile_blocks_per_sm() : 4;
-  long splits = (perSM * c->numSMs + (long)kvHeads * zGroups - 1) / ((long)kvHeads * zGroups);
+  long splits = (4L * c->numSMs + (long)kvHeads * zGroups - 1) / ((long)kvHeads * zGroups);
   const long byLength = (bound + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK;
   const long bySpace = (long)(c->decodePartBytes / ((size_t)heads * (headDim + 2) * sizeof(float)));
   if (splits > byLength) splits = byLength;
@@ -131,7 +122,6 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   m.p[0] = out; m.p[1] = q; m.p[2] = k; m.p[3] = v;
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt;
   m.s[7] = c->attnUnroll;
-  if (tile) m.s[10] = 3;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;
   int r = hg_put_dyn(c, m, 2);

@@ -161,7 +161,6 @@ int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd) {
 }
 
 Cmd hg_new_cmd(int kind);
-void hg_stream_link_prefetch(HgCtx *c, const Cmd &next);  // gemv_stream.cu
 
 extern "C" {
 
@@ -195,7 +194,6 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
     sc.p[0] = out; sc.p[1] = x; sc.p[2] = w; sc.p[3] = bias; sc.p[4] = nw;
     sc.s[0] = wt; sc.s[1] = bt; sc.s[2] = nt; sc.s[3] = k; sc.s[4] = m; sc.s[5] = epi & 3; sc.s[6] = spw;
     sc.f[0] = eps;
-    if (hg_recording(c)) hg_stream_link_prefetch(c, sc);
     return hg_submit(c, sc);
   }
   const int vw = wt == DT_F32 ? 4 : 8;

@@ -25,13 +25,6 @@ struct StreamArgs {
   const void *w, *bias, *nw;
   int bt, nt, k, m, spw;  // spw: slots a consumer warp owns
   float eps;
-  // The next stream GEMV's weights to prefetch into L2 (hg_stream_link_prefetch), pf null none:
-  // its rows pfM × pfK (2-byte), pfSilu: gate and up rows; at most pfBudget bytes less the
-  // attention's K/V bytes (pfDyn[1] tokens × pfKvPerTok).
-  const char *pf;
-  const int *pfDyn;
-  int pfM, pfK, pfSilu, pfKvPerTok;
-  float pfBudget;
 };
 
 __device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
@@ -65,37 +58,6 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
                : "memory");
 #endif
 }
-// Starts `bytes` (a multiple of 16, 16-byte aligned) from global memory on their way into L2;
-// nothing waits for them.
-__device__ __forceinline__ void bulk_prefetch_l2(const void *src, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-#endif
-}
-
-// The producer's last job (l2Prefetch): block b prefetches the first rows of the range block b
-// of the next stream GEMV will read (same grid), as many as the L2 budget leaves after the
-// decode attention's K/V, which is read in between.
-__device__ void stream_prefetch_next(const StreamArgs &a) {
-  const long long kv = a.pfDyn ? (long long)a.pfDyn[1] * a.pfKvPerTok : 0;
-  const long long room = (long long)a.pfBudget - kv;
-  const size_t rowBytes = (size_t)a.pfK * 2;
-  const int parts = a.pfSilu ? 2 : 1, G = gridDim.x;
-  if (room <= 0) return;
-  const int q0 = (int)((long)a.pfM * blockIdx.x / G), q1 = (int)((long)a.pfM * (blockIdx.x + 1) / G);
-  const long long rows = min((long long)(q1 - q0), room / ((long long)G * rowBytes * parts));
-  const size_t piece = 64 << 10;
-  for (int part = 0; part < parts; part++) {
-    const char *p = a.pf + (size_t)(q0 + part * a.pfM) * rowBytes;
-    for (size_t left = (size_t)rows * rowBytes; left > 0;) {
-      const size_t n = left < piece ? left : piece;
-      bulk_prefetch_l2(p, (unsigned)n);
-      p += n;
-      left -= n;
-    }
-  }
-}
-
 // Barrier of the consumer warps alone (the producer warp does not take part).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(GS_NW * 32) : "memory"); }
 
@@ -145,7 +107,6 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
           if (SILU) bulk_copy(dst + CH * ES, wb + ((row + m) * k + (size_t)c * CH) * ES, bytes, &full[s]);
         }
       }
-      if (a.pf) stream_prefetch_next(a);
     }
     hg_pdl_wait();  // every thread waits before it exits: completion stays transitive
     return;
@@ -257,41 +218,12 @@ static int launch_stream_epi(HgCtx *c, int epi, const StreamArgs &a) {
 
 // CMD_GEMV_STREAM: p[0] out, p[1] x, p[2] w, p[3] bias, p[4] norm weight; s[0] weight dtype,
 // s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp; f[0] eps.
-// The L2 prefetch (hg_stream_link_prefetch): p[5] the next stream's weights (null none), p[6]
-// the attention's per-step ints in the blob, s[7] its m, s[8] its k, s[9] SiLU·up, s[10] K/V
-// bytes a token; f[1] the budget in bytes.
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
-  const StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2],         cmd.p[3],        cmd.p[4],       cmd.s[1],
-                        cmd.s[2],          cmd.s[3],                  cmd.s[4],         cmd.s[6],        cmd.f[0],       (const char *)cmd.p[5],
-                        (const int *)cmd.p[6], cmd.s[7],            cmd.s[8],         cmd.s[9],        cmd.s[10],      cmd.f[1]};
+  const StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0]};
   const bool norm = cmd.p[4] != nullptr;
   switch (cmd.s[0]) {
     case DT_BF16: return norm ? launch_stream_epi<DT_BF16, true>(c, cmd.s[5], a) : launch_stream_epi<DT_BF16, false>(c, cmd.s[5], a);
     case DT_F16: return norm ? launch_stream_epi<DT_F16, true>(c, cmd.s[5], a) : launch_stream_epi<DT_F16, false>(c, cmd.s[5], a);
     default: return (int)cudaErrorInvalidValue;
-  }
-}
-
-// l2Prefetch: called as a recorded step submits stream GEMV `next`. If a decode attention lies
-// between it and the step's previous stream GEMV (qkv … attention … o_proj), that GEMV's producer
-// prefetches `next`'s weights into L2 once its own copies are issued: RoPE, the K/V append and
-// the attention leave DRAM mostly idle for ~20 µs a layer, long enough for o_proj's 33.5 MB (8B).
-// The budget is a share of L2 less the attention's K/V bytes, counted in the kernel from the
-// step's length, so one graph serves every step and long spans prefetch nothing.
-void hg_stream_link_prefetch(HgCtx *c, const Cmd &next) {
-  if (!c->l2Prefetch || c->l2Bytes <= 0) return;
-  const Cmd *attn = NULL;
-  for (int i = c->ncmds - 1; i >= 0; i--) {
-    Cmd &q = c->cmds[i];
-    if (q.kind == CMD_DECODE_ATTN && !attn) attn = &q;
-    if (q.kind != CMD_GEMV_STREAM) continue;
-    if (!attn || attn->dynOff < 0) return;  // no attention between the two: no idle DRAM to fill
-    const int es = attn->s[0] == DT_F32 ? 4 : 2;
-    q.p[5] = next.p[2];
-    q.p[6] = c->blobDev + attn->dynOff;
-    q.s[7] = next.s[4]; q.s[8] = next.s[3]; q.s[9] = (next.s[5] & GS_SILU) ? 1 : 0;
-    q.s[10] = 2 * attn->s[2] * attn->s[3] * es;
-    q.f[1] = (float)((double)c->l2Bytes * c->l2Prefetch / 100.0);
-    return;
   }
 }

@@ -208,12 +208,12 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // and round (2 or 4), 8 the decode GEMV as a bulk-copy weight stream: its ring in KB (0
 // off, 64, 128, 192; refused (stays 0) below sm_90), 9 decode attention as one clustered launch,
 // the step's K/V append and RoPE folded in (0/1; on a GPU without clusters the split-K kernels
-// still run), 10 the weight stream before a decode attention prefetches the next stream's
-// weights into L2, up to this % of L2 less the attention's K/V (0 off, 50, 75, 90), 11 the
-// split-K attention's first kernel with a lane a token (decode_attn_tile.cu; 0/1). Codes 0 (programmatic launch), 4 and 5 (the k-split GEMV) and 7 (RoPE folded into
+// still run). Codes 0 (programmatic launch), 4 and 5 (the k-split GEMV) and 7 (RoPE folded into
 // it) are gone: every H200 run measured them slower (DEVICE-NOTES.md, sixth pass, pruning), and
 // so are 2 (the split kernel's last block merges), 3 (the chunks' minimum length) and 6 (K/V by
-// cp.async into shared-memory stages): slower in the fifth pass (sixth pass, decode attention).
+// cp.async into shared-memory stages): slower in the fifth pass (sixth pass, decode attention);
+// 10 (the qkv weight stream prefetching o_proj's weights into L2) and 11 (the split-K attention
+// with a lane a token): no gain on the H200 (seventh pass).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -222,8 +222,6 @@ static int *decode_option(HgCtx *c, int which) {
     case 1: return &c->attnUnroll;
     case 8: return &c->gemvStream;
     case 9: return &c->attnCluster;
-    case 10: return &c->l2Prefetch;
-    case 11: return &c->attnTile;
     default: return NULL;
   }
 }
@@ -231,8 +229,6 @@ static int *decode_option(HgCtx *c, int which) {
 static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: return v == 0 || v == 1;
-    case 10: return v == 0 || v == 50 || v == 75 || v == 90;
-    case 11: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
@@ -267,8 +263,6 @@ int hg_graph_init(HgCtx *c) {
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
   c->gemvStream = major >= 9 ? 128 : 0;
   c->attnCluster = 0;        // the split-K kernels + merge until the clustered kernel is measured
-  c->l2Prefetch = 0;         // off until measured on the H200
-  c->attnTile = 0;           // off until measured on the H200
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

@@ -25,18 +25,6 @@ export interface DecodeTuning {
    * (and, in a recorded step, its RoPE) folded in. Off by default (falls back where clusters do not run).
    */
   attnCluster: boolean;
-  /**
-   * In a recorded step, the weight stream before a decode attention (qkv) prefetches the next
-   * stream's weights (o_proj) into L2 while RoPE, the K/V append and the attention leave DRAM
-   * idle: up to this % of L2, less the attention's K/V bytes (counted per step). 0: off.
-   */
-  l2Prefetch: 0 | 50 | 75 | 90;
-  /**
-   * Split-K decode attention (batch 1) with a lane a token: tiles of 32 tokens a warp, the softmax
-   * rescaled once a tile, K and V tiles through shared memory (2-byte K/V at head dim 64 or 128;
-   * else the other kernel). Off by default.
-   */
-  attnTile: boolean;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7 are retired). */
@@ -44,8 +32,6 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
   attnCluster: { code: 9, values: [false, true] },
-  l2Prefetch: { code: 10, values: [0, 50, 75, 90] },
-  attnTile: { code: 11, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -74,8 +60,6 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnUnroll: value("attnUnroll", 4) === 2 ? 2 : 4,
     gemvStream: value("gemvStream", 0) as DecodeTuning["gemvStream"],
     attnCluster: value("attnCluster", 0) === 1,
-    l2Prefetch: value("l2Prefetch", 0) as DecodeTuning["l2Prefetch"],
-    attnTile: value("attnTile", 0) === 1,
   };
 }
 

@@ -10,8 +10,8 @@ import { STAND_IN_DEVICE, standInNative } from "./stand-in-native.js";
 
 function fake(): { lib: CudaNative; sets: [number, number][] } {
   // what a fresh context on an sm_90 GPU starts with: 4 rows a round, the weight stream's 128 KB
-  // ring, no cluster, no L2 prefetch; codes 0, 2–7 (retired switches) are unknown (-1)
-  const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0, 0, 0];
+  // ring, no cluster; codes 0, 2–7 (retired switches) are unknown (-1)
+  const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0];
   const sets: [number, number][] = [];
   const lib = standInNative({
     answer: (name, args) => {
@@ -36,7 +36,7 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, l2Prefetch: 0, attnTile: false });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
@@ -46,15 +46,9 @@ describe("CudaBackend decode tuning", () => {
     sets.length = 0;
     be.setDecodeTuning({ attnUnroll: 4, gemvStream: 128, attnCluster: false });
     expect(sets).toEqual([[1, 4], [8, 128], [9, 0]]);
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, l2Prefetch: 0, attnTile: false });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false });
     be.setDecodeTuning({ gemvStream: 0, attnCluster: true });
     expect(sets.slice(3)).toEqual([[8, 0], [9, 1]]);
-    be.setDecodeTuning({ l2Prefetch: 75 });
-    expect(sets.slice(5)).toEqual([[10, 75]]);
-    expect(be.decodeTuning.l2Prefetch).toBe(75);
-    be.setDecodeTuning({ attnTile: true });
-    expect(sets.slice(6)).toEqual([[11, 1]]);
-    expect(be.decodeTuning.attnTile).toBe(true);
     be.close();
   });
 
@@ -72,7 +66,7 @@ describe("CudaBackend decode tuning", () => {
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(HybridgenError);
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(/unknown switch "warpSpecialise"/);
     // the retired switches are unknown now, whatever the value
-    for (const gone of ["programmaticLaunch", "gemvSplit", "gemvUnroll", "qkvRope", "attnMergeInKernel", "attnMinChunk", "attnAsyncCopy"]) {
+    for (const gone of ["programmaticLaunch", "gemvSplit", "gemvUnroll", "qkvRope", "attnMergeInKernel", "attnMinChunk", "attnAsyncCopy", "l2Prefetch", "attnTile"]) {
       expect(() => be.setDecodeTuning({ [gone]: false } as never)).toThrow(new RegExp(`unknown switch "${gone}"`));
     }
     expect(() => be.setDecodeTuning({ attnUnroll: 3 } as never)).toThrow(/attnUnroll must be 2 or 4, got 3/);
@@ -81,7 +75,6 @@ describe("CudaBackend decode tuning", () => {
     expect(() => be.setDecodeTuning({ attnCluster: "yes" } as never)).toThrow(/attnCluster must be a boolean/);
     expect(() => be.setDecodeTuning({ attnCluster: 1 } as never)).toThrow(/attnCluster must be a boolean, got 1/);
     expect(() => be.setDecodeTuning({ attnCluster: false, attnUnroll: 8 } as never)).toThrow(HybridgenError);
-    expect(() => be.setDecodeTuning({ l2Prefetch: 100 } as never)).toThrow(/l2Prefetch must be 0, 50, 75 or 90, got 100/);
     expect(sets).toEqual([]);
     be.close();
     expect(() => be.setDecodeTuning({ attnUnroll: 4 })).toThrow(HybridgenError);
