@@ -330,6 +330,7 @@ const allVariants: (Variant | undefined)[] = [
   undefined,
   undefined,
   undefined,
+  undefined, // 45: RoPE and the K/V append folded into the split-K attention (attnFold; removed: slower)
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -213,7 +213,9 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // so are 2 (the split kernel's last block merges), 3 (the chunks' minimum length) and 6 (K/V by
 // cp.async into shared-memory stages): slower in the fifth pass (sixth pass, decode attention);
 // 10 (the qkv weight stream prefetching o_proj's weights into L2) and 11 (the split-K attention
-// with a lane a token): no gain on the H200 (seventh pass).
+// with a lane a token): no gain on the H200 (seventh pass); 12 (RoPE and the K/V append folded
+// into the split-K attention): slower, its dependent loads of the position and the angle rows
+// sat on every block's critical path (seventh pass).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 

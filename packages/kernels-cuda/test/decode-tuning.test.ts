@@ -66,7 +66,7 @@ describe("CudaBackend decode tuning", () => {
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(HybridgenError);
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(/unknown switch "warpSpecialise"/);
     // the retired switches are unknown now, whatever the value
-    for (const gone of ["programmaticLaunch", "gemvSplit", "gemvUnroll", "qkvRope", "attnMergeInKernel", "attnMinChunk", "attnAsyncCopy", "l2Prefetch", "attnTile"]) {
+    for (const gone of ["programmaticLaunch", "gemvSplit", "gemvUnroll", "qkvRope", "attnMergeInKernel", "attnMinChunk", "attnAsyncCopy", "l2Prefetch", "attnTile", "attnFold"]) {
       expect(() => be.setDecodeTuning({ [gone]: false } as never)).toThrow(new RegExp(`unknown switch "${gone}"`));
     }
     expect(() => be.setDecodeTuning({ attnUnroll: 3 } as never)).toThrow(/attnUnroll must be 2 or 4, got 3/);
