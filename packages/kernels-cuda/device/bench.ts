@@ -331,6 +331,8 @@ const allVariants: (Variant | undefined)[] = [
   undefined,
   undefined,
   undefined, // 45: RoPE and the K/V append folded into the split-K attention (attnFold; removed: slower)
+  // index 46: the split-K attention's kernels launched programmatically (attnPdl)
+  { name: "split-K attention launched programmatically (attnPdl), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

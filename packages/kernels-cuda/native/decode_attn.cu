@@ -53,11 +53,11 @@ static int launch_da_u(HgCtx *c, int lpt, dim3 grid, const float *q, const void 
                        int start, int count, float sl, const int *dyn) {
   switch (lpt) {
 #define DA_CASE(L) \
-  case L: return hg_launch(c, decode_attn_kernel<KT, L, UNR>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+  case L: return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, L, UNR>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
     DA_CASE(4) DA_CASE(8) DA_CASE(16)
 #undef DA_CASE
     default:
-      return hg_launch(c, decode_attn_kernel<KT, 32, UNR>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+      return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, 32, UNR>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
   }
 }
 
@@ -77,8 +77,10 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
     HG_DISPATCH_DT(dt, K, r = (launch_da_u<K, 2>(c, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
   }
   if (r) return r;
-  return hg_launch(c, decode_attn_merge_kernel, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, (float *)m.p[0], (const float *)c->decodePart, heads, headDim,
-                   maxSplits, m.d[1], dyn);
+  // attnPdl: both kernels launched programmatically (they wait before they read), so the merge and
+  // then the weight stream after it (o_proj) are scheduled as the split kernel's blocks drain.
+  return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_merge_kernel, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, (float *)m.p[0],
+                       (const float *)c->decodePart, heads, headDim, maxSplits, m.d[1], dyn);
 }
 
 extern "C" {

@@ -215,7 +215,8 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // 10 (the qkv weight stream prefetching o_proj's weights into L2) and 11 (the split-K attention
 // with a lane a token): no gain on the H200 (seventh pass); 12 (RoPE and the K/V append folded
 // into the split-K attention): slower, its dependent loads of the position and the angle rows
-// sat on every block's critical path (seventh pass).
+// sat on every block's critical path (seventh pass); 13 the split-K attention's two kernels
+// launched programmatically (0/1).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -224,6 +225,7 @@ static int *decode_option(HgCtx *c, int which) {
     case 1: return &c->attnUnroll;
     case 8: return &c->gemvStream;
     case 9: return &c->attnCluster;
+    case 13: return &c->attnPdl;
     default: return NULL;
   }
 }
@@ -231,6 +233,7 @@ static int *decode_option(HgCtx *c, int which) {
 static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: return v == 0 || v == 1;
+    case 13: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;

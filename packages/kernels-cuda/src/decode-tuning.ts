@@ -25,6 +25,11 @@ export interface DecodeTuning {
    * (and, in a recorded step, its RoPE) folded in. Off by default (falls back where clusters do not run).
    */
   attnCluster: boolean;
+  /**
+   * The split-K attention's two kernels launched programmatically (PDL), so that the merge and the
+   * weight stream after it are scheduled while the split kernel drains. Off by default.
+   */
+  attnPdl: boolean;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7 are retired). */
@@ -32,6 +37,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
   attnCluster: { code: 9, values: [false, true] },
+  attnPdl: { code: 13, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -60,6 +66,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnUnroll: value("attnUnroll", 4) === 2 ? 2 : 4,
     gemvStream: value("gemvStream", 0) as DecodeTuning["gemvStream"],
     attnCluster: value("attnCluster", 0) === 1,
+    attnPdl: value("attnPdl", 0) === 1,
   };
 }
 
