@@ -331,8 +331,9 @@ const allVariants: (Variant | undefined)[] = [
   undefined,
   undefined,
   undefined, // 45: RoPE and the K/V append folded into the split-K attention (attnFold; removed: slower)
-  // index 46: the split-K attention's kernels launched programmatically (attnPdl)
+  // index 46: the split-K attention's kernels launched programmatically (attnPdl, the default since the seventh pass); 47: plain launches
   { name: "split-K attention launched programmatically (attnPdl), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: true }, fed: true },
+  { name: "split-K attention, plain launches (attnPdl off, the default until the seventh pass), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: false }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -268,6 +268,7 @@ int hg_graph_init(HgCtx *c) {
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
   c->gemvStream = major >= 9 ? 128 : 0;
   c->attnCluster = 0;        // the split-K kernels + merge until the clustered kernel is measured
+  c->attnPdl = 1;            // 8B decode 4.63–4.64 vs 4.65 ms at 2K, 6.04–6.07 vs 6.10 at 32K; same bits (seventh pass, call 9)
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

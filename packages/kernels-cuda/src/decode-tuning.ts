@@ -27,7 +27,7 @@ export interface DecodeTuning {
   attnCluster: boolean;
   /**
    * The split-K attention's two kernels launched programmatically (PDL), so that the merge and the
-   * weight stream after it are scheduled while the split kernel drains. Off by default.
+   * weight stream after it are scheduled while the split kernel drains. On by default.
    */
   attnPdl: boolean;
 }
@@ -66,7 +66,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnUnroll: value("attnUnroll", 4) === 2 ? 2 : 4,
     gemvStream: value("gemvStream", 0) as DecodeTuning["gemvStream"],
     attnCluster: value("attnCluster", 0) === 1,
-    attnPdl: value("attnPdl", 0) === 1,
+    attnPdl: value("attnPdl", 1) === 1,
   };
 }
 
