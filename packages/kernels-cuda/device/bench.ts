@@ -124,8 +124,8 @@ if (arg("diag", "on") !== "off") {
   // boundary to the next one, with each decode-tuning choice.
   {
     const tunings: [string, Partial<DecodeTuning>][] = [
-      ["default", { attnUnroll: 2 }],
-      ["attention 4 rows a round", { attnUnroll: 4 }],
+      ["default", {}],
+      ["attention 2 rows a round", { attnUnroll: 2 }],
       ["clustered attention", { attnCluster: true }],
       ["GEMV stream 192 KB", { gemvStream: 192 }],
       ["GEMV stream 64 KB", { gemvStream: 64 }],

@@ -122,6 +122,9 @@ export class CudaBackend implements Backend {
   private pickScratch: CudaTensor | null = null;
   /** attnDecodeBatch's per-row table (BatchAttnRow in native/batch_attn.cu: 8 ints a row). */
   private readonly batchTable = new Int32Array(MAX_BATCH_ATTN_ROWS * 8);
+  /** The library's answers that never change (asked once: every decode step asks them per layer). */
+  private maxNormK = -1;
+  private readonly splitKPath = new Map<number, boolean>();
   /** The host link (copy stream, pinned memory, event timeline), made by hostTransfers(). */
   private hostLink: CudaHostLink | null = null;
 
@@ -457,7 +460,8 @@ export class CudaBackend implements Backend {
    */
   matvec(out: Tensor, x: Tensor, w: Tensor, f: MatvecFusion): void {
     const [o, xi, wt, b, nw, m, k] = this.check.matvec(out, x, w, f);
-    const maxNormK = this.lib.hg_cu_matvec_max_norm_k();
+    if (this.maxNormK < 0) this.maxNormK = this.lib.hg_cu_matvec_max_norm_k();
+    const maxNormK = this.maxNormK;
     if (nw && k > maxNormK && this.fuse.norm) bad(`matvec: a fused norm takes rows of at most ${maxNormK} values, x has ${k}`);
     const rows = wt.shape[0], wd = DTYPE_CODE[wt.dtype], bp = b ? P(b.addr) : null, bt = b ? DTYPE_CODE[b.dtype] : 0;
     const eps = nw ? (f.normEps as number) : 0;
@@ -762,7 +766,13 @@ export class CudaBackend implements Backend {
 
   /** Whether a one-row attnCausal (a decode step) takes the split-K kernels (else the flash kernel). */
   attnDecodeIsSplitK(dtype: DType, headDim: number): boolean {
-    return this.lib.hg_cu_attn_decode_path(DTYPE_CODE[dtype], headDim) === 1;
+    const key = DTYPE_CODE[dtype] * 65536 + headDim;
+    let yes = this.splitKPath.get(key);
+    if (yes === undefined) {
+      yes = this.lib.hg_cu_attn_decode_path(DTYPE_CODE[dtype], headDim) === 1;
+      this.splitKPath.set(key, yes);
+    }
+    return yes;
   }
 
   /** Whether attnCausal takes the tensor-core kernel for this cache dtype and head dim. */
@@ -830,7 +840,7 @@ export class CudaBackend implements Backend {
       t[o8 + 7] = r.firstPos + 1;
     }
     const code = DTYPE_CODE[dtype];
-    if (this.batchAttention && aligned && this.lib.hg_cu_attn_decode_path(code, headDim) === 1) {
+    if (this.batchAttention && aligned && this.attnDecodeIsSplitK(dtype, headDim)) {
       this.ok(op, this.lib.hg_cu_attn_decode_batch(this.ctx, P(o.addr), P(qi.addr), P(kn.addr), P(vn.addr), code, B, heads, kvHeads, headDim, t, scale));
       return;
     }
