@@ -15,10 +15,11 @@ import { relErr, runOpChecks } from "./op-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const PLAIN: DecodeTuning = { attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: false };
+const PLAIN: DecodeTuning = { attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0 };
 const COMBOS: DecodeTuning[] = [
-  { ...PLAIN, attnPdl: true },
-  { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: true },
+  { ...PLAIN, attnPdl: 1 },
+  { ...PLAIN, attnPdl: 2 },
+  { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2 },
   { ...PLAIN, attnUnroll: 4 },
   { ...PLAIN, attnCluster: true },
   { ...PLAIN, attnUnroll: 4, attnCluster: true },

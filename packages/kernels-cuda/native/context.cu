@@ -70,7 +70,8 @@ __global__ void batched_copy_ptr_kernel(const CopyBatch *b) {
 }
 
 int hg_launch_copybatch(HgCtx *c, const Cmd &cmd) {
-  return hg_launch(c, batched_copy_ptr_kernel, dim3(cmd.s[1], cmd.s[0]), dim3(256), 0, (const CopyBatch *)cmd.p[0]);
+  // attnPdl 2: launched programmatically too (a recorded step's K/V append, before the attention)
+  return hg_launch_pdl(c, c->attnPdl >= 2, batched_copy_ptr_kernel, dim3(cmd.s[1], cmd.s[0]), dim3(256), 0, (const CopyBatch *)cmd.p[0]);
 }
 
 int hg_flush_copies(HgCtx *c) {

@@ -216,7 +216,7 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // with a lane a token): no gain on the H200 (seventh pass); 12 (RoPE and the K/V append folded
 // into the split-K attention): slower, its dependent loads of the position and the angle rows
 // sat on every block's critical path (seventh pass); 13 the split-K attention's two kernels
-// launched programmatically (0/1).
+// launched programmatically (0 off, 1, 2: a recorded step's RoPE and K/V append kernels too).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -233,7 +233,7 @@ static int *decode_option(HgCtx *c, int which) {
 static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: return v == 0 || v == 1;
-    case 13: return v == 0 || v == 1;
+    case 13: return v == 0 || v == 1 || v == 2;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;

@@ -27,9 +27,10 @@ export interface DecodeTuning {
   attnCluster: boolean;
   /**
    * The split-K attention's two kernels launched programmatically (PDL), so that the merge and the
-   * weight stream after it are scheduled while the split kernel drains. On by default.
+   * weight stream after it are scheduled while the split kernel drains (1, the default); 2: a
+   * recorded step's RoPE and K/V append kernels before it too; 0 off.
    */
-  attnPdl: boolean;
+  attnPdl: 0 | 1 | 2;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7 are retired). */
@@ -37,7 +38,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
   attnCluster: { code: 9, values: [false, true] },
-  attnPdl: { code: 13, values: [false, true] },
+  attnPdl: { code: 13, values: [0, 1, 2] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -66,7 +67,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnUnroll: value("attnUnroll", 4) === 2 ? 2 : 4,
     gemvStream: value("gemvStream", 0) as DecodeTuning["gemvStream"],
     attnCluster: value("attnCluster", 0) === 1,
-    attnPdl: value("attnPdl", 1) === 1,
+    attnPdl: value("attnPdl", 1) as DecodeTuning["attnPdl"],
   };
 }
 

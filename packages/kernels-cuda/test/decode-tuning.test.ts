@@ -37,7 +37,7 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: true });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 1 });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
@@ -47,12 +47,12 @@ describe("CudaBackend decode tuning", () => {
     sets.length = 0;
     be.setDecodeTuning({ attnUnroll: 4, gemvStream: 128, attnCluster: false });
     expect(sets).toEqual([[1, 4], [8, 128], [9, 0]]);
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: true });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 1 });
     be.setDecodeTuning({ gemvStream: 0, attnCluster: true });
     expect(sets.slice(3)).toEqual([[8, 0], [9, 1]]);
-    be.setDecodeTuning({ attnPdl: false });
-    expect(sets.slice(5)).toEqual([[13, 0]]);
-    expect(be.decodeTuning.attnPdl).toBe(false);
+    be.setDecodeTuning({ attnPdl: 2 });
+    expect(sets.slice(5)).toEqual([[13, 2]]);
+    expect(be.decodeTuning.attnPdl).toBe(2);
     be.close();
   });
 
