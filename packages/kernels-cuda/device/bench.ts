@@ -331,10 +331,10 @@ const allVariants: (Variant | undefined)[] = [
   undefined,
   undefined,
   undefined, // 45: RoPE and the K/V append folded into the split-K attention (attnFold; removed: slower)
-  // index 46: the split-K attention's kernels launched programmatically (attnPdl, the default since the seventh pass); 47: plain launches
+  // index 46: the split-K attention's kernels launched programmatically (attnPdl 1); 47: plain launches; 48: the default since the seventh pass
   { name: "split-K attention launched programmatically (attnPdl 1), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 1 }, fed: true },
   { name: "split-K attention, plain launches (attnPdl off, the default until the seventh pass), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 0 }, fed: true },
-  // index 48: RoPE and the K/V append launched programmatically too (attnPdl 2)
+  // index 48: RoPE and the K/V append launched programmatically too (attnPdl 2, the default)
   { name: "RoPE, K/V append and split-K attention launched programmatically (attnPdl 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 2 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.

@@ -163,8 +163,8 @@ static inline int hg_launched(void) { return (int)cudaGetLastError(); }
 // their start. Both are no-ops in a kernel launched without the attribute, which is how hg_launch
 // launches most kernels (the attribute on all decode kernels measured slower on the H200:
 // DEVICE-NOTES.md, fourth pass); their waits and triggers stay so that a weight stream after
-// them can start early. The split-K decode attention's two kernels are launched with it
-// (attnPdl, seventh pass: 0.7–1 µs a layer). Every kernel launched with the attribute waits in every thread before it
+// them can start early. The split-K decode attention's two kernels, and a recorded step's RoPE
+// and K/V append before them, are launched with it (attnPdl, seventh pass: ≈ 1.5 µs a layer). Every kernel launched with the attribute waits in every thread before it
 // exits, so completion stays transitive.
 __device__ __forceinline__ void hg_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

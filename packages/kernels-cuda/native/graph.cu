@@ -268,7 +268,10 @@ int hg_graph_init(HgCtx *c) {
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, c->device);
   c->gemvStream = major >= 9 ? 128 : 0;
   c->attnCluster = 0;        // the split-K kernels + merge until the clustered kernel is measured
-  c->attnPdl = 1;            // 8B decode 4.63–4.64 vs 4.65 ms at 2K, 6.04–6.07 vs 6.10 at 32K; same bits (seventh pass, call 9)
+  // The attention's kernels, and a recorded step's RoPE and K/V append before them, launched
+  // programmatically: RoPE + append + attention 13.9 vs 14.8 (attention kernels only) vs 15.4 µs
+  // (plain) a layer at 2K, 8B decode 4.54–4.58 vs 4.58 vs 4.63 ms; same bits (seventh pass, calls 9, 11).
+  c->attnPdl = 2;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

@@ -27,7 +27,7 @@ export interface DecodeTuning {
   attnCluster: boolean;
   /**
    * The split-K attention's two kernels launched programmatically (PDL), so that the merge and the
-   * weight stream after it are scheduled while the split kernel drains (1, the default); 2: a
+   * weight stream after it are scheduled while the split kernel drains (1); 2 (the default): a
    * recorded step's RoPE and K/V append kernels before it too; 0 off.
    */
   attnPdl: 0 | 1 | 2;
@@ -67,7 +67,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnUnroll: value("attnUnroll", 4) === 2 ? 2 : 4,
     gemvStream: value("gemvStream", 0) as DecodeTuning["gemvStream"],
     attnCluster: value("attnCluster", 0) === 1,
-    attnPdl: value("attnPdl", 1) as DecodeTuning["attnPdl"],
+    attnPdl: value("attnPdl", 2) as DecodeTuning["attnPdl"],
   };
 }
 
