@@ -336,6 +336,8 @@ const allVariants: (Variant | undefined)[] = [
   { name: "split-K attention, plain launches (attnPdl off, the default until the seventh pass), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 0 }, fed: true },
   // index 48: RoPE and the K/V append launched programmatically too (attnPdl 2, the default)
   { name: "RoPE, K/V append and split-K attention launched programmatically (attnPdl 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 2 }, fed: true },
+  // index 49: a round's 4 token rows folded into the softmax together (attnGroup; not measured yet)
+  { name: "split-K attention, a round's rows folded in together (attnGroup), fed", graphs: true, matvec: true, splitK: true, tuning: { attnGroup: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -11,7 +11,7 @@
 
 // grid (maxSplits, kvHeads, head groups of DA_HEADS). part: [split][head][headDim + 2] =
 // unnormalised output, then max (log2), sum. UNR: token rows a lane loads per round.
-template <int KT, int LPT, int UNR>
+template <int KT, int LPT, int UNR, bool GROUP>
 __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group, int headDim,
                                                           int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
   constexpr int ES = KT == DT_F32 ? 4 : 2;
@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
   const int nh = min(DA_HEADS, group - (int)blockIdx.z * DA_HEADS);
   const size_t cacheRow = ((size_t)g * cap + start) * rowBytes;
   const int j0 = split * chunk, j1 = min(count, j0 + chunk);
-  da_block<KT, LPT, UNR, true>(part + ((size_t)split * heads + h0) * (headDim + 2), q + (size_t)h0 * headDim, (const char *)k + cacheRow,
+  da_block<KT, LPT, UNR, true, GROUP>(part + ((size_t)split * heads + h0) * (headDim + 2), q + (size_t)h0 * headDim, (const char *)k + cacheRow,
                                (const char *)v + cacheRow, nh, headDim, j0, j1, sl);
 }
 
@@ -48,21 +48,22 @@ int decode_attn_cluster(HgCtx *c, int cs, float *out, const float *q, const void
 Cmd hg_new_cmd(int kind);                       // rowops.cu
 int hg_put_dyn(HgCtx *c, Cmd &cmd, int count);  // rowops.cu
 
-template <int KT, int UNR>
+template <int KT, int UNR, bool GROUP>
 static int launch_da_u(HgCtx *c, int lpt, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int headDim, int cap, int maxSplits,
                        int start, int count, float sl, const int *dyn) {
   switch (lpt) {
 #define DA_CASE(L) \
-  case L: return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, L, UNR>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+  case L: return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, L, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
     DA_CASE(4) DA_CASE(8) DA_CASE(16)
 #undef DA_CASE
     default:
-      return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, 32, UNR>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+      return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, 32, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
   }
 }
 
 // Command: s[5] maxSplits, s[6] lanes a token row, s[7] token rows a lane loads per round (2 or
-// 4); s[10] == 2: the clustered form.
+// 4), s[9] 1: a round's rows folded in together (attnGroup, with 4 rows); s[10] == 2: the
+// clustered form.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
   const int dt = m.s[0], heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], cap = m.s[4], maxSplits = m.s[5], lpt = m.s[6], unr = m.s[7];
@@ -71,10 +72,12 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   const dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
   const float *q = (const float *)m.p[1];
   int r = 0;
-  if (unr == 4) {
-    HG_DISPATCH_DT(dt, K, r = (launch_da_u<K, 4>(c, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
+  if (unr == 4 && m.s[9] == 1) {  // attnGroup (4 rows a round only)
+    HG_DISPATCH_DT(dt, K, r = (launch_da_u<K, 4, true>(c, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
+  } else if (unr == 4) {
+    HG_DISPATCH_DT(dt, K, r = (launch_da_u<K, 4, false>(c, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
   } else {
-    HG_DISPATCH_DT(dt, K, r = (launch_da_u<K, 2>(c, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
+    HG_DISPATCH_DT(dt, K, r = (launch_da_u<K, 2, false>(c, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
   }
   if (r) return r;
   // attnPdl: both kernels launched programmatically (they wait before they read), so the merge and
@@ -124,6 +127,7 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   m.p[0] = out; m.p[1] = q; m.p[2] = k; m.p[3] = v;
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt;
   m.s[7] = c->attnUnroll;
+  m.s[9] = c->attnGroup;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;
   int r = hg_put_dyn(c, m, 2);

@@ -97,7 +97,17 @@ __device__ __forceinline__ void da_state_init(float (&m)[DA_HEADS], float (&l)[D
     for (int e = 0; e < EL; e++) acc[h][e] = 0.f;
   }
 }
-template <int KT, int LPT, int UNR, bool TRIGGER>
+// 2^x by the SFU's approximation, subnormals flushed (x = −∞ gives 0): the grouped rescale's exp.
+__device__ __forceinline__ float da_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// GROUP (attnGroup switch): a lane's UNR token rows of a round are scored first and folded into
+// the online softmax together — one max, one rescale of the accumulator and one exp for it per
+// round instead of per row, and exps by da_exp2 — about a fifth fewer instructions a token row.
+template <int KT, int LPT, int UNR, bool TRIGGER, bool GROUP = false>
 __device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1, float sl) {
   constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW;
   const size_t rowBytes = (size_t)headDim * ES;
@@ -143,8 +153,50 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
       kr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(kb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
       vr[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(vb + (size_t)j * rowBytes)) : make_uint4(0, 0, 0, 0);
     }
+    if (GROUP) {
+      float sc[UNR][DA_HEADS];
 #pragma unroll
-    for (int u = 0; u < UNR; u++) token(kr[u], vr[u], base + u * SLOTS + sub);
+      for (int u = 0; u < UNR; u++) {
+        float kf[EL];
+        Vec16<KT>::cvt(kr[u], kf);
+        const bool in = base + u * SLOTS + sub < j1;
+#pragma unroll
+        for (int h = 0; h < DA_HEADS; h++) {
+          const float x = da_score<EL, LPT>(qr[h], kf);
+          sc[u][h] = in ? x : -INFINITY;
+        }
+      }
+#pragma unroll
+      for (int h = 0; h < DA_HEADS; h++) {
+        float mx = m[h];
+#pragma unroll
+        for (int u = 0; u < UNR; u++) mx = fmaxf(mx, sc[u][h]);
+        if (mx == -INFINITY) continue;  // no row of this lane yet: the state stays empty
+        const float cr = da_exp2(m[h] - mx);
+        float ps = 0.f;
+#pragma unroll
+        for (int u = 0; u < UNR; u++) {
+          sc[u][h] = da_exp2(sc[u][h] - mx);
+          ps += sc[u][h];
+        }
+        l[h] = l[h] * cr + ps;
+#pragma unroll
+        for (int e = 0; e < EL; e++) acc[h][e] *= cr;
+        m[h] = mx;
+      }
+#pragma unroll
+      for (int u = 0; u < UNR; u++) {
+        float vf[EL];
+        Vec16<KT>::cvt(vr[u], vf);
+#pragma unroll
+        for (int h = 0; h < DA_HEADS; h++)
+#pragma unroll
+          for (int e = 0; e < EL; e++) acc[h][e] = fmaf(sc[u][h], vf[e], acc[h][e]);
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < UNR; u++) token(kr[u], vr[u], base + u * SLOTS + sub);
+    }
   }
   if (TRIGGER) hg_pdl_trigger();  // this warp's loads are done
   da_block_state<EL, LPT>(dst, m, l, acc, nh, headDim);

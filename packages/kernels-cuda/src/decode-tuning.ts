@@ -31,6 +31,12 @@ export interface DecodeTuning {
    * recorded step's RoPE and K/V append kernels before it too; 0 off.
    */
   attnPdl: 0 | 1 | 2;
+  /**
+   * Split-K attention with 4 rows a round: a lane's 4 token rows folded into the online softmax
+   * together (one rescale a round, not a row). Off by default: written at the end of the seventh
+   * pass without a GPU, not measured yet.
+   */
+  attnGroup: boolean;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7 are retired). */
@@ -39,6 +45,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
   attnCluster: { code: 9, values: [false, true] },
   attnPdl: { code: 13, values: [0, 1, 2] },
+  attnGroup: { code: 14, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -68,6 +75,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvStream: value("gemvStream", 0) as DecodeTuning["gemvStream"],
     attnCluster: value("attnCluster", 0) === 1,
     attnPdl: value("attnPdl", 2) as DecodeTuning["attnPdl"],
+    attnGroup: value("attnGroup", 0) === 1,
   };
 }
 
