@@ -48,6 +48,7 @@ struct Cmd {
 #define HG_CMD_SIG_BYTES offsetof(Cmd, d)
 enum { STEP_NONE = 0, STEP_RECORDING = 1, STEP_EAGER = 2 };
 #define HG_MAX_GRAPH_KEYS 8
+#define HG_DECODE_TICKETS 4096
 #define HG_BLOB_BYTES (4u << 20)
 struct StepGraph {
   Cmd *sig;
@@ -71,6 +72,7 @@ struct HgCtx {
   size_t cublasWorkspaceBytes;
   int *argmaxOut;       // one int on the device
   float *decodePart;    // split-K decode attention: per-split (max, sum, unnormalised output)
+  int *decodeTickets;   // its last-block counters, one a (KV head, head group); HG_DECODE_TICKETS of them
   size_t decodePartBytes;
   int *argmaxHost;      // pinned (16 ints: [0] the argmax, [4], [5] the token feed's host slots)
   cudaEvent_t feedDone[2];  // the token feed's host slots have their pick (token_feed.cu)
@@ -97,6 +99,7 @@ struct HgCtx {
   int attnUnroll;         // split-K decode attention: token rows a lane loads per round (2 or 4)
   int gemvStream;         // decode GEMV as a bulk-copy weight stream (gemv_stream.cu): its ring in KB, 0 off
   int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
+  int attnMergeLast;      // split-K attention: the last block of a (KV head, head group) merges, no merge kernel (decode_attn.cu)
   int attnGroup;          // split-K attention: a round's token rows folded into the softmax together (decode_attn_block.cuh)
   int attnPdl;            // the split-K attention's two kernels launched programmatically (decode_attn.cu); 2: RoPE and the K/V append too
 };

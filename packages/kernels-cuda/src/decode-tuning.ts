@@ -37,6 +37,12 @@ export interface DecodeTuning {
    * pass without a GPU, not measured yet.
    */
   attnGroup: boolean;
+  /**
+   * Split-K attention with 4 rows a round: the last split block of each (KV head, head group)
+   * merges the partials itself (a ticket counter), so no merge kernel runs. Off by default:
+   * written at the end of the seventh pass without a GPU, not measured yet.
+   */
+  attnMergeLast: boolean;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7 are retired). */
@@ -46,6 +52,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   attnCluster: { code: 9, values: [false, true] },
   attnPdl: { code: 13, values: [0, 1, 2] },
   attnGroup: { code: 14, values: [false, true] },
+  attnMergeLast: { code: 15, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -76,6 +83,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnCluster: value("attnCluster", 0) === 1,
     attnPdl: value("attnPdl", 2) as DecodeTuning["attnPdl"],
     attnGroup: value("attnGroup", 0) === 1,
+    attnMergeLast: value("attnMergeLast", 0) === 1,
   };
 }
 
