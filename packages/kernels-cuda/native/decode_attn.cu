@@ -3,14 +3,12 @@
 // into chunks; a block scores its chunk for the query heads of one KV head and keeps an online
 // softmax (running max, sum, unnormalised output) per head, so K and V are read once and no
 // score row is written (decode_attn_block.cuh). The second kernel merges the chunks' partials
-// into the output row. The attnCluster switch runs all of it as one clustered launch
-// (decode_attn_cluster.cu).
+// into the output row (with attnMergeLast the first kernel's last block of each group does it).
+// The attnCluster switch runs all of it as one clustered launch (decode_attn_cluster.cu).
 // This replaces logits + softmax + memset + aggregate (4 launches a layer) and the score row's
 // round trips; recorded in a decode-step graph, start and count come from the step's blob.
 #include "decode_attn_block.cuh"
 
-// grid (maxSplits, kvHeads, head groups of DA_HEADS). part: [split][head][headDim + 2] =
-// unnormalised output, then max (log2), sum. UNR: token rows a lane loads per round.
 // attnMergeLast: the last split block of a (KV head, head group) to finish — a ticket counter
 // says which — merges that group's heads into out (256 threads: 64 a head, 2 warps), and puts
 // its counter back to 0; partials are read through L2 (__ldcg), not the non-coherent cache.
@@ -56,6 +54,9 @@ __device__ void da_merge_group(float *out, const float *part, int heads, int h0,
   }
 }
 
+// grid (maxSplits, kvHeads, head groups of DA_HEADS). part: [split][head][headDim + 2] =
+// unnormalised output, then max (log2), sum. UNR: token rows a lane loads per round; GROUP: a
+// round's rows folded in together (attnGroup); LAST: the last block of a group merges.
 template <int KT, int LPT, int UNR, bool GROUP, bool LAST>
 __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group, int headDim,
                                                           int cap, int maxSplits, int start, int count, float sl, const int *dyn, float *out, int *tickets) {
