@@ -382,6 +382,29 @@ export class CudaBackend implements Backend {
   }
 
   /**
+   * Read bandwidth (bytes read per second) streaming `bytes` of one arena block `iters` times, for
+   * the benches: `{ mode: "loads" }` plain 16-byte loads, or `{ mode: "bulk", slotKb, ringKb }` the
+   * weight-stream GEMV's structure (one block an SM, cp.async.bulk copies of slotKb into a ring of
+   * ringKb, consumers that only hand slots back; sm_90). A bad probe is a one-line error.
+   */
+  readBandwidth(probe: { mode: "loads" } | { mode: "bulk"; slotKb: number; ringKb: number }, bytes = 2 ** 31, iters = 5): number {
+    const ctx = this.live_("readBandwidth");
+    if (probe.mode === "bulk" && (![4, 8, 16, 32].includes(probe.slotKb) || ![64, 128, 192].includes(probe.ringKb) || probe.ringKb < 8 * probe.slotKb))
+      bad(`readBandwidth: a bulk probe takes slotKb 4, 8, 16 or 32 and ringKb 64, 128 or 192 holding a slot for each of 8 warps, got ${probe.slotKb} / ${probe.ringKb}`);
+    if (!Number.isInteger(bytes) || bytes < 16 || !Number.isInteger(iters) || iters < 1) bad(`readBandwidth: bytes must be an integer ≥ 16 and iters ≥ 1, got ${bytes} / ${iters}`);
+    const elems = Math.ceil(bytes / 16) * 4;
+    const a = this.allocRaw([elems], "f32", "readBandwidth");
+    try {
+      const out = new Float64Array(1);
+      const [mode, slot, ring] = probe.mode === "loads" ? [0, 0, 0] : [1, probe.slotKb, probe.ringKb];
+      this.ok("readBandwidth", this.lib.hg_cu_read_bandwidth(ctx, P(a.addr), elems * 4, mode, slot, ring, iters, out));
+      return out[0];
+    } finally {
+      this.release(a);
+    }
+  }
+
+  /**
    * Device-to-device copy bandwidth (bytes read + written per second) copying `bytes` between
    * two arena blocks `iters` times: the memory-bandwidth ceiling, measured in the same run.
    */

@@ -210,4 +210,18 @@ describe("CudaBackend validation (stand-in native library)", () => {
     expect(add.args.slice(1, 3)).toEqual([be.address(out16), be.address(out16)]);
     be.close();
   });
+
+  it("readBandwidth: probes reach the library with their mode codes; bad probes are refused before it", () => {
+    const { be, calls } = make();
+    const probes = () => calls.filter((c) => c.name === "hg_cu_read_bandwidth");
+    be.readBandwidth({ mode: "loads" }, 4096, 2);
+    be.readBandwidth({ mode: "bulk", slotKb: 16, ringKb: 128 }, 4096, 3);
+    expect(probes().map((c) => c.args.slice(2, 7))).toEqual([[4096, 0, 0, 0, 2], [4096, 1, 16, 128, 3]]);
+    expect(() => be.readBandwidth({ mode: "bulk", slotKb: 32, ringKb: 192 })).toThrow(/slotKb 4, 8, 16 or 32 and ringKb 64, 128 or 192 holding a slot for each of 8 warps, got 32 \/ 192/);
+    expect(() => be.readBandwidth({ mode: "bulk", slotKb: 12, ringKb: 128 })).toThrow(HybridgenError);
+    expect(() => be.readBandwidth({ mode: "loads" }, 0)).toThrow(/bytes must be an integer ≥ 16/);
+    expect(probes()).toHaveLength(2);
+    expect(be.memory().usedBytes).toBe(0);
+    be.close();
+  });
 });
