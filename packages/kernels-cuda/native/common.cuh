@@ -204,6 +204,24 @@ static inline int hg_launch(const HgCtx *c, void (*kernel)(KArgs...), dim3 grid,
   return hg_launch_pdl(c, false, kernel, grid, block, shmem, args...);
 }
 
+// Runs `run()` (which returns a cudaError_t) once to warm up, then `iters` times between two
+// events on the compute stream; *ms is the time of the iters runs (the bandwidth probes).
+template <typename F>
+static inline int hg_time_runs(HgCtx *c, int iters, F run, float *ms) {
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  cudaError_t e = run();  // warm-up
+  if (e == cudaSuccess) e = cudaEventRecord(a, c->compute);
+  for (int i = 0; i < iters && e == cudaSuccess; i++) e = run();
+  if (e == cudaSuccess) e = cudaEventRecord(b, c->compute);
+  if (e == cudaSuccess) e = cudaEventSynchronize(b);
+  if (e == cudaSuccess) e = cudaEventElapsedTime(ms, a, b);
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return (int)e;
+}
+
 static inline unsigned hg_blocks(size_t n, unsigned threads, unsigned cap = 65535u * 16u) {
   size_t b = (n + threads - 1) / threads;
   if (b < 1) b = 1;

@@ -395,20 +395,10 @@ HG_EXPORT int hg_cu_event_elapsed(void *a, void *b, float *ms) {
 // `bytes` from src to dst, timed with events: the floor the decode benchmark compares with.
 HG_EXPORT int hg_cu_copy_bandwidth(HgCtx *c, void *dst, const void *src, double bytes, int iters, double *bytesPerSecond) {
   HG_FLUSH(c);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  cudaError_t e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, c->compute);  // warm-up
-  if (e == cudaSuccess) e = cudaEventRecord(a, c->compute);
-  for (int i = 0; i < iters && e == cudaSuccess; i++) e = cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, c->compute);
-  if (e == cudaSuccess) e = cudaEventRecord(b, c->compute);
   float ms = 0;
-  if (e == cudaSuccess) e = cudaEventSynchronize(b);
-  if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  if (e == cudaSuccess) *bytesPerSecond = 2.0 * bytes * iters / (ms / 1e3);
-  return (int)e;
+  const int r = hg_time_runs(c, iters, [&]() { return cudaMemcpyAsync(dst, src, (size_t)bytes, cudaMemcpyDeviceToDevice, c->compute); }, &ms);
+  if (r == 0) *bytesPerSecond = 2.0 * bytes * iters / (ms / 1e3);
+  return r;
 }
 
 }  // extern "C"

@@ -88,20 +88,10 @@ HG_EXPORT int hg_cu_read_bandwidth(HgCtx *c, const void *src, double bytes, int 
     else read_bulk_kernel<<<c->numSMs, RP_THREADS, smem, c->compute>>>((const char *)src, n, slot, spw);
     return cudaGetLastError();
   };
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  cudaError_t e = launch();  // warm-up
-  if (e == cudaSuccess) e = cudaEventRecord(a, c->compute);
-  for (int i = 0; i < iters && e == cudaSuccess; i++) e = launch();
-  if (e == cudaSuccess) e = cudaEventRecord(b, c->compute);
   float ms = 0;
-  if (e == cudaSuccess) e = cudaEventSynchronize(b);
-  if (e == cudaSuccess) e = cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  if (e == cudaSuccess) *bytesPerSecond = bytes * iters / (ms / 1e3);
-  return (int)e;
+  const int r = hg_time_runs(c, iters, launch, &ms);
+  if (r == 0) *bytesPerSecond = bytes * iters / (ms / 1e3);
+  return r;
 }
 
 }  // extern "C"
