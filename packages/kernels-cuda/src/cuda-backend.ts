@@ -340,6 +340,11 @@ export class CudaBackend implements Backend {
     if (!Array.isArray(outs) || outs.length < 1 || outs.length > 3) bad(`${op}: 1 to 3 outputs, got ${Array.isArray(outs) ? outs.length : typeof outs}`);
     const xi = this.check.f32(x, op, "x");
     const wt = this.check.own(w, op, "w");
+    // Declined (core then calls matmul, which validates the same operands) before the rest is
+    // validated twice: f32 weights, a row count the split kernel does not take, the split off.
+    const path = this.matmulPath, so = this.skinnyOpts;
+    const skinny = path === PATH_CODE.skinny || (path === PATH_CODE.auto && n <= so.maxRows);
+    if (Number.isInteger(n) && n !== 0 && (!so.split || !skinny || wt.dtype === "f32" || n < 2 || n > 32)) return false;
     if (wt.shape.length !== 2) bad(`${op}: w must be 2-D [m, k], got ${wt}`);
     const [m, k] = wt.shape;
     if (xi.cols !== k) bad(`${op}: x rows have ${xi.cols} values but w ${wt} expects k=${k}`);
@@ -361,9 +366,6 @@ export class CudaBackend implements Backend {
     });
     if (typeof accumulate !== "boolean") bad(`${op}: accumulate must be a boolean`);
     if (n === 0) return true;
-    const path = this.matmulPath, so = this.skinnyOpts;
-    const skinny = path === PATH_CODE.skinny || (path === PATH_CODE.auto && n <= so.maxRows);
-    if (!so.split || !skinny || wt.dtype === "f32" || n < 2 || n > 32) return false;
     const o1 = os[1] ? P(os[1].addr) : null, o2 = os[2] ? P(os[2].addr) : null;
     const rc = this.lib.hg_cu_matmul_rows(this.ctx, P(os[0].addr), o1, o2, widths[0], widths[1] ?? 0, widths[2] ?? 0, accumulate ? 1 : 0, P(xi.addr), P(wt.addr), DTYPE_CODE[wt.dtype], b ? P(b.addr) : null, b ? DTYPE_CODE[b.dtype] : 0, n, k);
     if (rc === SKINNY_NOT_TAKEN) return false;
