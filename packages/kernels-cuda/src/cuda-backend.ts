@@ -124,6 +124,8 @@ export class CudaBackend implements Backend {
   private readonly batchTable = new Int32Array(MAX_BATCH_ATTN_ROWS * 8);
   /** The library's answers that never change (asked once: every decode step asks them per layer). */
   private maxNormK = -1;
+  /** Weights whose GEMV declined the norm (a bit per epilogue 0–3): not offered again until the switches change. */
+  private normDeclined = new WeakMap<CudaTensor, number>();
   private readonly splitKPath = new Map<number, boolean>();
   /** The host link (copy stream, pinned memory, event timeline), made by hostTransfers(). */
   private hostLink: CudaHostLink | null = null;
@@ -496,9 +498,12 @@ export class CudaBackend implements Backend {
     if (normApart && !siluApart && !addApart) {
       // The weight stream takes the norm at no cost (once a block, while its first weights land):
       // the library runs it there, or declines (-1) and the norm runs as its own kernel below.
-      const epi = (f.accumulate ? 1 : 0) | (f.siluMul ? 2 : 0) | 4;
-      const r = this.lib.hg_cu_matvec(this.ctx, P(o.addr), P(xi.addr), P(wt.addr), wd, bp, bt, P(nw.addr), DTYPE_CODE[nw.dtype], eps, k, m, epi);
-      if (r !== -1) return this.ok("matvec", r);
+      const epi = (f.accumulate ? 1 : 0) | (f.siluMul ? 2 : 0) | 4, bit = 1 << (epi & 3), declined = this.normDeclined.get(wt) ?? 0;
+      if ((declined & bit) === 0) {
+        const r = this.lib.hg_cu_matvec(this.ctx, P(o.addr), P(xi.addr), P(wt.addr), wd, bp, bt, P(nw.addr), DTYPE_CODE[nw.dtype], eps, k, m, epi);
+        if (r !== -1) return this.ok("matvec", r);
+        this.normDeclined.set(wt, declined | bit);
+      }
     }
     if (!normApart && !siluApart && !addApart) {
       const epi = (f.accumulate ? 1 : 0) | (f.siluMul ? 2 : 0);
@@ -741,6 +746,7 @@ export class CudaBackend implements Backend {
     const ctx = this.live_("setDecodeTuning");
     const codes = encodeDecodeTuning(t);
     if (codes.length && this.inStep) this.endStep();
+    if (codes.length) this.normDeclined = new WeakMap();  // the weight stream may now take (or decline) the norm
     for (const [which, code] of codes) {
       if (this.lib.hg_cu_set_decode_option(ctx, which, code) < 0) bad(`setDecodeTuning: the library refused switch ${which} = ${code} (an older libhgcuda.so?)`);
     }
