@@ -338,9 +338,6 @@ const allVariants: (Variant | undefined)[] = [
   { name: "RoPE, K/V append and split-K attention launched programmatically (attnPdl 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 2 }, fed: true },
   // index 49: a round's 4 token rows folded into the softmax together (attnGroup; not measured yet)
   { name: "split-K attention, a round's rows folded in together (attnGroup), fed", graphs: true, matvec: true, splitK: true, tuning: { attnGroup: true }, fed: true },
-  // index 50, 51: the last split block merges (attnMergeLast; not measured yet), and with attnGroup
-  { name: "split-K attention, last block merges (attnMergeLast), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMergeLast: true }, fed: true },
-  { name: "split-K attention, attnGroup + attnMergeLast, fed", graphs: true, matvec: true, splitK: true, tuning: { attnGroup: true, attnMergeLast: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -48,7 +48,6 @@ struct Cmd {
 #define HG_CMD_SIG_BYTES offsetof(Cmd, d)
 enum { STEP_NONE = 0, STEP_RECORDING = 1, STEP_EAGER = 2 };
 #define HG_MAX_GRAPH_KEYS 8
-#define HG_DECODE_TICKETS 4096
 #define HG_BLOB_BYTES (4u << 20)
 struct StepGraph {
   Cmd *sig;
@@ -72,7 +71,6 @@ struct HgCtx {
   size_t cublasWorkspaceBytes;
   int *argmaxOut;       // one int on the device
   float *decodePart;    // split-K decode attention: per-split (max, sum, unnormalised output)
-  int *decodeTickets;   // its last-block counters, one a (KV head, head group); HG_DECODE_TICKETS of them
   size_t decodePartBytes;
   int *argmaxHost;      // pinned (16 ints: [0] the argmax, [4], [5] the token feed's host slots)
   cudaEvent_t feedDone[2];  // the token feed's host slots have their pick (token_feed.cu)
@@ -99,7 +97,6 @@ struct HgCtx {
   int attnUnroll;         // split-K decode attention: token rows a lane loads per round (2 or 4)
   int gemvStream;         // decode GEMV as a bulk-copy weight stream (gemv_stream.cu): its ring in KB, 0 off
   int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
-  int attnMergeLast;      // split-K attention: the last block of a (KV head, head group) merges, no merge kernel (decode_attn.cu)
   int attnGroup;          // split-K attention: a round's token rows folded into the softmax together (decode_attn_block.cuh)
   int attnPdl;            // the split-K attention's two kernels launched programmatically (decode_attn.cu); 2: RoPE and the K/V append too
 };
@@ -168,8 +165,9 @@ static inline int hg_launched(void) { return (int)cudaGetLastError(); }
 // launches most kernels (the attribute on all decode kernels measured slower on the H200:
 // DEVICE-NOTES.md, fourth pass); their waits and triggers stay so that a weight stream after
 // them can start early. The split-K decode attention's two kernels, and a recorded step's RoPE
-// and K/V append before them, are launched with it (attnPdl, seventh pass: ≈ 1.5 µs a layer). Every kernel launched with the attribute waits in every thread before it
-// exits, so completion stays transitive.
+// and K/V append before them, are launched with it (attnPdl, seventh pass: ≈ 1.5 µs a layer).
+// Every kernel launched with the attribute waits in every thread before it exits, so completion
+// stays transitive.
 __device__ __forceinline__ void hg_pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -256,6 +254,16 @@ __device__ __forceinline__ float block_max(float v, float *red) {
   float t = lane < nw ? red[lane] : -INFINITY;
   return warp_max(t);
 }
+
+// 2^x as one MUFU op: flushing subnormal results to zero drops nothing a softmax keeps, while
+// exp2f's subnormal handling costs three more instructions per probability.
+__device__ __forceinline__ float exp2_ftz(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+}
+// A shared-memory pointer as the 32-bit address PTX's shared-space instructions take.
+__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 // Runs the queued small copies (one launch, or one recorded command inside a step).
 int hg_flush_copies(HgCtx *c);

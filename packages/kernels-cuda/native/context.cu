@@ -191,10 +191,6 @@ HG_EXPORT HgCtx *hg_cu_create(int device, double arenaBytes, double fraction, co
   c->argmaxOut = (int *)((char *)c->cublasWorkspace + CUBLAS_WS_BYTES);
   c->decodePart = (float *)((char *)c->argmaxOut + MISC_BYTES);
   c->decodePartBytes = DECODE_BYTES;
-  // The split-K attention's last-block tickets (attnMergeLast) in the misc area's second half: zero
-  // at rest (the last block of a group puts its counter back).
-  c->decodeTickets = (int *)((char *)c->argmaxOut + MISC_BYTES / 2);
-  if ((e = cudaMemset(c->decodeTickets, 0, HG_DECODE_TICKETS * sizeof(int))) != cudaSuccess) goto fail;
   if (cublasOff) snprintf(c->cublasInfo, sizeof c->cublasInfo, "off");
   else hg_cublas_load(c, cublasPath && cublasPath[0] ? cublasPath : NULL);
   return c;

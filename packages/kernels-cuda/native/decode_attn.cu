@@ -3,63 +3,18 @@
 // into chunks; a block scores its chunk for the query heads of one KV head and keeps an online
 // softmax (running max, sum, unnormalised output) per head, so K and V are read once and no
 // score row is written (decode_attn_block.cuh). The second kernel merges the chunks' partials
-// into the output row (with attnMergeLast the first kernel's last block of each group does it).
-// The attnCluster switch runs all of it as one clustered launch (decode_attn_cluster.cu).
+// into the output row. The attnCluster switch runs all of it as one clustered launch
+// (decode_attn_cluster.cu).
 // This replaces logits + softmax + memset + aggregate (4 launches a layer) and the score row's
 // round trips; recorded in a decode-step graph, start and count come from the step's blob.
 #include "decode_attn_block.cuh"
 
-// attnMergeLast: the last split block of a (KV head, head group) to finish — a ticket counter
-// says which — merges that group's heads into out (256 threads: 64 a head, 2 warps), and puts
-// its counter back to 0; partials are read through L2 (__ldcg), not the non-coherent cache.
-__device__ void da_merge_group(float *out, const float *part, int heads, int h0, int nh, int headDim, int nsplit) {
-  __shared__ float wts[DA_HEADS][256];
-  __shared__ float red[DA_HEADS][2];
-  const int t = threadIdx.x, hh = t >> 6, li = t & 63, lane = t & 31, half = (t >> 5) & 1;
-  const size_t stride = (size_t)heads * (headDim + 2);
-  const bool on = hh < nh;
-  const float *p = part + (size_t)(h0 + (on ? hh : 0)) * (headDim + 2);
-  float mx = -INFINITY;
-  for (int s = li; on && s < nsplit; s += 64) mx = fmaxf(mx, __ldcg(p + s * stride + headDim));
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if (lane == 0) red[hh][half] = mx;
-  __syncthreads();
-  mx = fmaxf(red[hh][0], red[hh][1]);
-  float den = 0.f;
-  for (int s = li; on && s < nsplit; s += 64) {
-    const float w = exp2f(__ldcg(p + s * stride + headDim) - mx);
-    if (s < 256) wts[hh][s] = w;
-    den += __ldcg(p + s * stride + headDim + 1) * w;
-  }
-  for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
-  __syncthreads();  // every thread has read red's maxima
-  if (lane == 0) red[hh][half] = den;
-  __syncthreads();
-  if (!on) return;
-  const float inv = 1.f / (red[hh][0] + red[hh][1]);
-  const int cached = min(nsplit, 256);
-  for (int d = li; d < headDim; d += 64) {
-    float a = 0.f;
-    int s = 0;
-    for (; s + 8 <= cached; s += 8) {
-      float v[8];
-#pragma unroll
-      for (int u = 0; u < 8; u++) v[u] = __ldcg(p + (s + u) * stride + d);
-#pragma unroll
-      for (int u = 0; u < 8; u++) a += v[u] * wts[hh][s + u];
-    }
-    for (; s < cached; s++) a += __ldcg(p + s * stride + d) * wts[hh][s];
-    for (; s < nsplit; s++) a += __ldcg(p + s * stride + d) * exp2f(__ldcg(p + s * stride + headDim) - mx);
-    out[(size_t)(h0 + hh) * headDim + d] = a * inv;
-  }
-}
-
 // grid (maxSplits, kvHeads, head groups of DA_HEADS). part: [split][head][headDim + 2] =
 // unnormalised output, then max (log2), sum. UNR: token rows a lane loads per round; GROUP: a
-// round's rows folded in together (attnGroup); LAST: the last block of a group merges.
-template <int KT, int LPT, int UNR, bool GROUP, bool LAST>
+// round's rows folded in together (attnGroup).
+template <int KT, int LPT, int UNR, bool GROUP>
 __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group, int headDim,
-                                                          int cap, int maxSplits, int start, int count, float sl, const int *dyn, float *out, int *tickets) {
+                                                          int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
   constexpr int ES = KT == DT_F32 ? 4 : 2;
   hg_pdl_wait();  // programmatic launch (common.cuh): q and the K/V append come from the kernels before
   if (dyn) { start = dyn[0]; count = dyn[1]; }
@@ -73,19 +28,6 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
   const int j0 = split * chunk, j1 = min(count, j0 + chunk);
   da_block<KT, LPT, UNR, true, GROUP>(part + ((size_t)split * heads + h0) * (headDim + 2), q + (size_t)h0 * headDim, (const char *)k + cacheRow,
                                (const char *)v + cacheRow, nh, headDim, j0, j1, sl);
-  if (LAST) {
-    __shared__ int last;
-    __threadfence();  // this block's partial rows before its ticket
-    __syncthreads();
-    int *ticket = tickets + (size_t)g * gridDim.z + blockIdx.z;
-    const int nsplit = (count + chunk - 1) / chunk;
-    if (threadIdx.x == 0) last = atomicAdd(ticket, 1) == nsplit - 1;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();  // the other blocks' partials after their tickets
-    da_merge_group(out, part, heads, h0, nh, headDim, nsplit);
-    if (threadIdx.x == 0) *ticket = 0;
-  }
 }
 
 // grid (heads): out[h, :] = Σ_split e^(m_s − M) a_s / Σ_split e^(m_s − M) l_s.
@@ -107,33 +49,30 @@ int decode_attn_cluster(HgCtx *c, int cs, float *out, const float *q, const void
 Cmd hg_new_cmd(int kind);                       // rowops.cu
 int hg_put_dyn(HgCtx *c, Cmd &cmd, int count);  // rowops.cu
 
-template <int KT, int UNR, bool GROUP, bool LAST>
+template <int KT, int UNR, bool GROUP>
 static int launch_da_l(HgCtx *c, int lpt, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int headDim, int cap, int maxSplits,
-                       int start, int count, float sl, const int *dyn, float *out) {
+                       int start, int count, float sl, const int *dyn) {
   switch (lpt) {
 #define DA_CASE(L) \
-  case L: return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, L, UNR, GROUP, LAST>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn, out, c->decodeTickets);
+  case L: return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, L, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
     DA_CASE(4) DA_CASE(8) DA_CASE(16)
 #undef DA_CASE
     default:
-      return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, 32, UNR, GROUP, LAST>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn, out, c->decodeTickets);
+      return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, 32, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
   }
 }
-// The split kernel's variants: UNR 2 plain; UNR 4 plain, grouped (attnGroup), with the last
-// block merging (attnMergeLast), or both.
+// The split kernel's variants: 2 or 4 rows a round, the 4-row form also grouped (attnGroup).
 template <int KT>
-static int launch_da_u(HgCtx *c, int unr, bool group4, bool last, int lpt, dim3 grid, const float *q, const void *k, const void *v, int heads, int group,
-                       int headDim, int cap, int maxSplits, int start, int count, float sl, const int *dyn, float *out) {
-#define DA_ARGS c, lpt, grid, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn, out
-  if (unr != 4) return launch_da_l<KT, 2, false, false>(DA_ARGS);
-  if (group4) return last ? launch_da_l<KT, 4, true, true>(DA_ARGS) : launch_da_l<KT, 4, true, false>(DA_ARGS);
-  return last ? launch_da_l<KT, 4, false, true>(DA_ARGS) : launch_da_l<KT, 4, false, false>(DA_ARGS);
+static int launch_da_u(HgCtx *c, int unr, bool group4, int lpt, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int headDim,
+                       int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
+#define DA_ARGS c, lpt, grid, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn
+  if (unr != 4) return launch_da_l<KT, 2, false>(DA_ARGS);
+  return group4 ? launch_da_l<KT, 4, true>(DA_ARGS) : launch_da_l<KT, 4, false>(DA_ARGS);
 #undef DA_ARGS
 }
 
 // Command: s[5] maxSplits, s[6] lanes a token row, s[7] token rows a lane loads per round (2 or
-// 4), s[9] 1: a round's rows folded in together (attnGroup, with 4 rows), s[8] 1: the last split
-// block of a group merges (attnMergeLast, with 4 rows; no merge kernel); s[10] == 2: the
+// 4), s[9] 1: a round's rows folded in together (attnGroup, with 4 rows); s[10] == 2: the
 // clustered form.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
@@ -142,11 +81,9 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   const int *dyn = dynBase ? (const int *)(dynBase + m.dynOff) : NULL;
   const dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
   const float *q = (const float *)m.p[1];
-  const bool last = m.s[8] == 1;  // attnMergeLast (4 rows a round only)
   int r = 0;
-  HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, last, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn,
-                                            (float *)m.p[0])));
-  if (r || (last && unr == 4)) return r;
+  HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
+  if (r) return r;
   // attnPdl: both kernels launched programmatically (they wait before they read), so the merge and
   // then the weight stream after it (o_proj) are scheduled as the split kernel's blocks drain.
   return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_merge_kernel, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, (float *)m.p[0],
@@ -195,8 +132,6 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt;
   m.s[7] = c->attnUnroll;
   m.s[9] = c->attnGroup;
-  // The last block merges only where the tickets cover the grid's (KV head, head group) pairs.
-  m.s[8] = c->attnMergeLast && kvHeads * zGroups <= HG_DECODE_TICKETS && c->attnUnroll == 4 ? 1 : 0;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;
   int r = hg_put_dyn(c, m, 2);

@@ -80,13 +80,6 @@ __device__ __forceinline__ void da_block_state(float *dst, float (&m)[DA_HEADS],
   }
 }
 
-// One block's chunk [j0, j1) for heads h0 .. h0 + nh − 1 of KV head g. qh: the first of those
-// heads' query rows; kb/vb: the cache rows of slot `start` of KV head g (byte pointers);
-// dst: the first head's partial row ([headDim + 2]: unnormalised output, max (log2), sum; the
-// next head's row follows). LPT lanes hold one token row (EL values each, 16-byte loads); a warp
-// covers 32 / LPT tokens at a time, UNR at once per lane for loads in flight. TRIGGER: let the
-// next kernel in (programmatic launch, common.cuh) once the loads are done.
-
 // An empty online-softmax state per head: running max, sum, unnormalised output.
 template <int EL>
 __device__ __forceinline__ void da_state_init(float (&m)[DA_HEADS], float (&l)[DA_HEADS], float (&acc)[DA_HEADS][EL]) {
@@ -97,16 +90,16 @@ __device__ __forceinline__ void da_state_init(float (&m)[DA_HEADS], float (&l)[D
     for (int e = 0; e < EL; e++) acc[h][e] = 0.f;
   }
 }
-// 2^x by the SFU's approximation, subnormals flushed (x = −∞ gives 0): the grouped rescale's exp.
-__device__ __forceinline__ float da_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
+// One block's chunk [j0, j1) for heads h0 .. h0 + nh − 1 of KV head g. qh: the first of those
+// heads' query rows; kb/vb: the cache rows of slot `start` of KV head g (byte pointers);
+// dst: the first head's partial row ([headDim + 2]: unnormalised output, max (log2), sum; the
+// next head's row follows). LPT lanes hold one token row (EL values each, 16-byte loads); a warp
+// covers 32 / LPT tokens at a time, UNR at once per lane for loads in flight. TRIGGER: let the
+// next kernel in (programmatic launch, common.cuh) once the loads are done.
 // GROUP (attnGroup switch): a lane's UNR token rows of a round are scored first and folded into
 // the online softmax together — one max, one rescale of the accumulator and one exp for it per
-// round instead of per row, and exps by da_exp2 — about a fifth fewer instructions a token row.
+// round instead of per row, and exps by exp2_ftz — about a fifth fewer instructions a token row.
 template <int KT, int LPT, int UNR, bool TRIGGER, bool GROUP = false>
 __device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1, float sl) {
   constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW;
@@ -172,11 +165,11 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
 #pragma unroll
         for (int u = 0; u < UNR; u++) mx = fmaxf(mx, sc[u][h]);
         if (mx == -INFINITY) continue;  // no row of this lane yet: the state stays empty
-        const float cr = da_exp2(m[h] - mx);
+        const float cr = exp2_ftz(m[h] - mx);
         float ps = 0.f;
 #pragma unroll
         for (int u = 0; u < UNR; u++) {
-          sc[u][h] = da_exp2(sc[u][h] - mx);
+          sc[u][h] = exp2_ftz(sc[u][h] - mx);
           ps += sc[u][h];
         }
         l[h] = l[h] * cr + ps;
@@ -209,31 +202,19 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
 // splits one dependent load at a time cost 12.6 µs at 2K (32 splits) and 24.7 µs at 32K (Nsight
 // Compute, cold caches), more than the split kernel before it.
 static const int DA_MERGE_MAX = 1024;  // splits the weights' shared array holds; more are folded in place
-__device__ __forceinline__ float da_block_reduce(float v, bool isMax, float *red, int t0, int nt) {
-  for (int o = 16; o > 0; o >>= 1) {
-    const float u = __shfl_xor_sync(0xffffffffu, v, o);
-    v = isMax ? fmaxf(v, u) : v + u;
-  }
-  __syncthreads();  // red may still be read from a previous reduction
-  if ((t0 & 31) == 0) red[t0 >> 5] = v;
-  __syncthreads();
-  float r = red[0];
-  for (int w = 1; w < (nt + 31) / 32; w++) r = isMax ? fmaxf(r, red[w]) : r + red[w];
-  return r;
-}
 __device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t stride, int nsplit, int headDim, int t0, int nt) {
   __shared__ float wts[DA_MERGE_MAX];
   __shared__ float red[32];
   float mx = -INFINITY;
   for (int s = t0; s < nsplit; s += nt) mx = fmaxf(mx, p[s * stride + headDim]);
-  mx = da_block_reduce(mx, true, red, t0, nt);
+  mx = block_max(mx, red);
   float den = 0.f;
   for (int s = t0; s < nsplit; s += nt) {
     const float w = exp2f(p[s * stride + headDim] - mx);
     if (s < DA_MERGE_MAX) wts[s] = w;
     den += p[s * stride + headDim + 1] * w;
   }
-  den = da_block_reduce(den, false, red, t0, nt);  // its barriers also publish wts
+  den = block_sum(den, red);  // its barriers also publish wts
   const float inv = 1.f / den;
   const int cached = min(nsplit, DA_MERGE_MAX);
   for (int d = t0; d < headDim; d += nt) {

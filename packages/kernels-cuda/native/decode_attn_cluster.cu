@@ -60,7 +60,6 @@ template <> __device__ __forceinline__ uint4 dc_pack<DT_F16>(const float *f) {
   return make_uint4(u[0], u[1], u[2], u[3]);
 }
 
-__device__ __forceinline__ unsigned dc_smem(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void dc_wait(unsigned bar, unsigned parity) {
   asm volatile(
       "{\n"
@@ -94,7 +93,7 @@ __global__ void __launch_bounds__(256, 1) decode_attn_cluster_kernel(const DcArg
   const char *kb = a.k + ((size_t)g * a.cap + start) * rowBytes, *vb = a.v + ((size_t)g * a.cap + start) * rowBytes;
   const int chunk = (count + cs - 1) / cs, j0 = min(count, rank * chunk), j1 = min(count, j0 + chunk);
   const int ntiles = (j1 - j0 + T - 1) / T;
-  const unsigned bar0 = dc_smem(full), st0 = dc_smem(dcStage);
+  const unsigned bar0 = smem_u32(full), st0 = smem_u32(dcStage);
   if (tid == 0) {
     for (int s = 0; s < DC_STAGES; s++) asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(bar0 + 8 * s) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");

@@ -51,15 +51,6 @@ __device__ __forceinline__ void load_q_fragments(unsigned (&qa)[HD / 16][4], con
   }
 }
 
-// 2^x as one MUFU op: flushing subnormal results to zero drops nothing a softmax keeps, while
-// exp2f's subnormal handling costs three more instructions per probability.
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
-  return r;
-}
-
-__device__ __forceinline__ unsigned smem_addr(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 // 16 bytes global -> shared without a register stop; `valid` false writes zeros (keys past the
 // end are never read from memory, and zeros cannot turn into NaN in P·V).

@@ -48,8 +48,8 @@ __global__ void __launch_bounds__(NW * 32, MINB)
       const int e = threadIdx.x + i * NW * 32, key = e / CH, c = (e % CH) * 8;
       const bool ok = kt0 + key < keyEnd;
       const size_t off = (size_t)(ok ? kt0 + key : 0) * HD + c;
-      cp_async16(smem_addr(ks + key * S + c), kb + off, ok);
-      cp_async16(smem_addr(vs + key * S + c), vb + off, ok);
+      cp_async16(smem_u32(ks + key * S + c), kb + off, ok);
+      cp_async16(smem_u32(vs + key * S + c), vb + off, ok);
     }
     cp_async_commit();
   };
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(NW * 32, MINB)
 #pragma unroll
       for (int nt = 0; nt < BK / 8; nt++) {
         unsigned b0, b1, b2, b3;  // keys 8nt.., dims 16s.. (b0, b1) and 16(s+1).. (b2, b3)
-        ldsm_x4(b0, b1, b2, b3, smem_addr(ks + (nt * 8 + kRow) * S + 16 * s + kCol));
+        ldsm_x4(b0, b1, b2, b3, smem_u32(ks + (nt * 8 + kRow) * S + 16 * s + kCol));
         Mma<T>::run(sc[nt], qa[s], b0, b1);
         Mma<T>::run(sc[nt], qa[s + 1], b2, b3);
       }
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(NW * 32, MINB)
 #pragma unroll
       for (int j = 0; j < HD / 8; j += 2) {
         unsigned b0, b1, b2, b3;  // keys 16kk.. (b0) and 16kk+8.. (b1) of dims 8j.., then of dims 8(j+1)..
-        ldsm_x4_trans(b0, b1, b2, b3, smem_addr(vs + (16 * kk + vRow) * S + 8 * j + vCol));
+        ldsm_x4_trans(b0, b1, b2, b3, smem_u32(vs + (16 * kk + vRow) * S + 8 * j + vCol));
         Mma<T>::run(o[j], pa[kk], b0, b1);
         Mma<T>::run(o[j + 1], pa[kk], b2, b3);
       }

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(128, MINB)
 #ifdef HG_WGMMA
   extern __shared__ unsigned char smem_raw[];
   constexpr int TB = Tiles3<HD>::TILE_BYTES, CH = HD / 8, PANELS = HD / 64;
-  const unsigned base = (smem_addr(smem_raw) + 1023) & ~1023u;  // panels must be 1024-byte aligned for the swizzle
+  const unsigned base = (smem_u32(smem_raw) + 1023) & ~1023u;  // panels must be 1024-byte aligned for the swizzle
   const int h = blockIdx.x, g = h / group;
   const int q0 = (gridDim.y - 1 - blockIdx.y) * BQ;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gid = lane >> 2;

@@ -120,8 +120,6 @@ static int capture(HgCtx *c, StepGraph &g) {
   return 0;
 }
 
-// Defined in other files of the library with C++ linkage (not exported).
-
 extern "C" {
 
 // Starts a decode step under `key` (0 ≤ key < HG_MAX_GRAPH_KEYS).
@@ -218,8 +216,8 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // sat on every block's critical path (seventh pass); 13 the split-K attention's two kernels
 // launched programmatically (0 off, 1, 2: a recorded step's RoPE and K/V append kernels too); 14
 // the split-K attention folds a round's 4 token rows into its softmax together (0/1; with
-// attnUnroll 4), 15 its last split block of a (KV head, head group) merges, no merge kernel
-// (0/1; with attnUnroll 4).
+// attnUnroll 4). 15 (the last split block merging: code 2 again, with the parallel merge) was
+// written without a GPU and removed unmeasured (it repeated code 2's tickets and the merge).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -230,7 +228,6 @@ static int *decode_option(HgCtx *c, int which) {
     case 9: return &c->attnCluster;
     case 13: return &c->attnPdl;
     case 14: return &c->attnGroup;
-    case 15: return &c->attnMergeLast;
     default: return NULL;
   }
 }
@@ -240,7 +237,6 @@ static bool decode_option_ok(int which, int v) {
     case 9: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
     case 14: return v == 0 || v == 1;
-    case 15: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
@@ -280,7 +276,6 @@ int hg_graph_init(HgCtx *c) {
   // (plain) a layer at 2K, 8B decode 4.54–4.58 vs 4.58 vs 4.63 ms; same bits (seventh pass, calls 9, 11).
   c->attnPdl = 2;
   c->attnGroup = 0;          // written without a GPU at the end of the seventh pass: not measured yet
-  c->attnMergeLast = 0;      // the same
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

@@ -37,22 +37,15 @@ export interface DecodeTuning {
    * pass without a GPU, not measured yet.
    */
   attnGroup: boolean;
-  /**
-   * Split-K attention with 4 rows a round: the last split block of each (KV head, head group)
-   * merges the partials itself (a ticket counter), so no merge kernel runs. Off by default:
-   * written at the end of the seventh pass without a GPU, not measured yet.
-   */
-  attnMergeLast: boolean;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7 are retired). */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12 are retired). */
 export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
   attnCluster: { code: 9, values: [false, true] },
   attnPdl: { code: 13, values: [0, 1, 2] },
   attnGroup: { code: 14, values: [false, true] },
-  attnMergeLast: { code: 15, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -83,7 +76,6 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnCluster: value("attnCluster", 0) === 1,
     attnPdl: value("attnPdl", 2) as DecodeTuning["attnPdl"],
     attnGroup: value("attnGroup", 0) === 1,
-    attnMergeLast: value("attnMergeLast", 0) === 1,
   };
 }
 
