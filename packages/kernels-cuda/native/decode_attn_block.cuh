@@ -164,7 +164,10 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
         float mx = m[h];
 #pragma unroll
         for (int u = 0; u < UNR; u++) mx = fmaxf(mx, sc[u][h]);
-        if (mx == -INFINITY) continue;  // no row of this lane yet: the state stays empty
+        if (mx == -INFINITY) {  // no row of this lane yet: the state stays empty, and p·V
+          for (int u = 0; u < UNR; u++) sc[u][h] = 0.f;  // below must see p = 0, not −∞ (−∞·0 = NaN)
+          continue;
+        }
         const float cr = exp2_ftz(m[h] - mx);
         float ps = 0.f;
 #pragma unroll
