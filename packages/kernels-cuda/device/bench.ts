@@ -127,8 +127,7 @@ if (arg("diag", "on") !== "off") {
       ["default", {}],
       ["attention 2 rows a round", { attnUnroll: 2 }],
       ["clustered attention", { attnCluster: true }],
-      ["GEMV stream 192 KB", { gemvStream: 192 }],
-      ["GEMV stream 64 KB", { gemvStream: 64 }],
+      ["a layer's four GEMVs as one launch (gemvChain)", { gemvChain: true }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -338,6 +337,9 @@ const allVariants: (Variant | undefined)[] = [
   { name: "RoPE, K/V append and split-K attention launched programmatically (attnPdl 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 2 }, fed: true },
   // index 49: a round's 4 token rows folded into the softmax together (attnGroup; not measured yet)
   { name: "split-K attention, a round's rows folded in together (attnGroup), fed", graphs: true, matvec: true, splitK: true, tuning: { attnGroup: true }, fed: true },
+  // eighth pass, index 50: a layer's four stream GEMVs as one launch with grid barriers (gemvChain); 51: with attnGroup
+  { name: "a layer's four GEMVs as one launch (gemvChain), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvChain: true }, fed: true },
+  { name: "gemvChain + attnGroup, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvChain: true, attnGroup: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

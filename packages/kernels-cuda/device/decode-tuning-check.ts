@@ -12,16 +12,19 @@ import { loadModel, type Backend } from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type DecodeTuning } from "../src/index.js";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { relErr, runOpChecks } from "./op-checks.js";
+import { streamGemvChecks } from "./stream-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const PLAIN: DecodeTuning = { attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false };
+const PLAIN: DecodeTuning = { attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvChain: false };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4, attnGroup: true },
   { ...PLAIN, attnUnroll: 4, attnGroup: true, attnPdl: 2, gemvStream: 128 },
   { ...PLAIN, attnPdl: 1 },
   { ...PLAIN, attnPdl: 2 },
   { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2 },
+  { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, gemvChain: true },
+  { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvChain: true },
   { ...PLAIN, attnUnroll: 4 },
   { ...PLAIN, attnCluster: true },
   { ...PLAIN, attnUnroll: 4, attnCluster: true },
@@ -62,6 +65,13 @@ function main(): void {
     const bad = ops.filter((r) => !r.ok);
     failures += bad.length;
     console.log(`ops vs ReferenceBackend (${label(t)}): ${ops.length - bad.length}/${ops.length} pass (${((performance.now() - t0) / 1e3).toFixed(1)} s)`);
+    for (const r of bad) console.log(`  FAIL ${r.name}: ${r.err} (tol ${r.tol})`);
+  }
+  {
+    const st = streamGemvChecks(cuda, seed + 2);
+    const bad = st.filter((r) => !r.ok);
+    failures += bad.length;
+    console.log(`stream GEMV chains, single and chained (gemvChain): ${st.length - bad.length}/${st.length} pass`);
     for (const r of bad) console.log(`  FAIL ${r.name}: ${r.err} (tol ${r.tol})`);
   }
   const prompt = Int32Array.from({ length: 100 }, (_, i) => (i * 7919 + seed) % 128256);

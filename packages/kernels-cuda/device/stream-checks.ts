@@ -51,7 +51,6 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
   ];
   try {
     for (const [name, links, [d, f, q], ring] of cases) {
-      cuda.setDecodeTuning({ ...savedTuning, gemvStream: ring as DecodeRing });
       cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
       const owned: [Backend, Tensor][] = [];
       const both = (shape: number[], dt: DType, v?: Float32Array) => {
@@ -72,23 +71,35 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
       const fusion = (l: Link, j: number, side: "c" | "r"): MatvecFusion => ({
         normWeight: l.norm ? weights[j].nw[side] : undefined, normEps: 1e-5, siluMul: l.silu, accumulate: l.acc, bias: l.bias ? weights[j].b[side] : undefined,
       });
-      const steps = 4, before = cuda.graphStats();
-      let worst = 0;
-      for (let s = 0; s < steps; s++) {
-        for (const b of Object.values(bufs)) {
-          const v = values(b.n);
-          cuda.write(b.c, v);
-          ref.write(b.r, v);
+      // Each case runs as single launches, then with gemvChain (a layer's four GEMVs as one
+      // launch): the same inputs, and the chained outputs must equal the single ones bit for bit.
+      const steps = 4;
+      const inputs = Array.from({ length: steps }, () => Object.values(bufs).map((b) => values(b.n)));
+      const singles: Float32Array[][] = [];
+      for (const chain of [false, true]) {
+        cuda.setDecodeTuning({ ...savedTuning, gemvStream: ring as DecodeRing, gemvChain: chain });
+        const before = cuda.graphStats();
+        let worst = 0, apart = 0;
+        for (let s = 0; s < steps; s++) {
+          Object.values(bufs).forEach((b, i) => {
+            cuda.write(b.c, inputs[s][i]);
+            ref.write(b.r, inputs[s][i]);
+          });
+          cuda.beginStep(`stream-checks-${name}`);
+          links.forEach((l, j) => cuda.matvec(bufs[l.out].c, bufs[l.inp].c, weights[j].w.c, fusion(l, j, "c")));
+          cuda.endStep();
+          links.forEach((l, j) => matvecByParts(ref, bufs[l.out].r, bufs[l.inp].r, weights[j].w.r, fusion(l, j, "r")));
+          const outs = Object.values(bufs).map((b) => cuda.read(b.c));
+          Object.values(bufs).forEach((b, i) => (worst = Math.max(worst, relErr(outs[i], ref.read(b.r)))));
+          if (!chain) singles.push(outs);
+          else outs.forEach((o, i) => (apart = Math.max(apart, o.reduce((m, v, e) => Math.max(m, Math.abs(v - singles[s][i][e])), 0))));
         }
-        cuda.beginStep(`stream-checks-${name}`);
-        links.forEach((l, j) => cuda.matvec(bufs[l.out].c, bufs[l.inp].c, weights[j].w.c, fusion(l, j, "c")));
-        cuda.endStep();
-        links.forEach((l, j) => matvecByParts(ref, bufs[l.out].r, bufs[l.inp].r, weights[j].w.r, fusion(l, j, "r")));
-        for (const b of Object.values(bufs)) worst = Math.max(worst, relErr(cuda.read(b.c), ref.read(b.r)));
+        const after = cuda.graphStats();
+        const how = chain ? "chained (gemvChain)" : "single launches";
+        record(`stream GEMV chain ${name}, ring ${ring} KB, ${how}, recorded x${steps}: every buffer vs the reference`, worst, 1e-4);
+        record(`stream GEMV chain ${name}, ${how}: 1 capture, the rest replayed, none drained`, Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
+        if (chain) record(`stream GEMV chain ${name}: chained = single launches (max |Δ|)`, apart, 0);
       }
-      const after = cuda.graphStats();
-      record(`stream GEMV chain ${name}, ring ${ring} KB, recorded x${steps}: every buffer vs the reference`, worst, 1e-4);
-      record(`stream GEMV chain ${name}: 1 capture, the rest replayed, none drained`, Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
       for (const [be, t] of owned.reverse()) be.free(t);
     }
   } catch (e) {

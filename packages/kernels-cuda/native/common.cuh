@@ -99,6 +99,7 @@ struct HgCtx {
   int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
   int attnGroup;          // split-K attention: a round's token rows folded into the softmax together (decode_attn_block.cuh)
   int attnPdl;            // the split-K attention's two kernels launched programmatically (decode_attn.cu); 2: RoPE and the K/V append too
+  int gemvChain;          // a recorded layer's four stream GEMVs as one launch with grid barriers (gemv_stream.cu)
 };
 
 // Loads one element of any dtype as float.
@@ -292,6 +293,7 @@ int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // g
 int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
 int hg_gemv_stream_slots(int k, int ringKb);          // gemv_stream.cu
+int hg_launch_gemv_chain(HgCtx *c, const Cmd *cmds, int avail, int index);  // gemv_stream.cu: -1 when cmds do not chain
 void hg_feed_free(HgCtx *c);  // token_feed.cu
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload

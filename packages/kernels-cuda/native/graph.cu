@@ -45,6 +45,11 @@ static int upload_blob(HgCtx *c) {
 
 static int run_all(HgCtx *c) {
   for (int i = 0; i < c->ncmds; i++) {
+    if (c->cmds[i].kind == CMD_GEMV_STREAM) {  // a layer's four stream GEMVs: one launch (gemvChain)
+      const int r = hg_launch_gemv_chain(c, &c->cmds[i], c->ncmds - i, i);
+      if (r > 0) return r;
+      if (r == 0) { i += 3; continue; }
+    }
     int r = hg_run_cmd(c, c->cmds[i], c->blobDev);
     if (r) return r;
   }
@@ -218,6 +223,8 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // the split-K attention folds a round's 4 token rows into its softmax together (0/1; with
 // attnUnroll 4). 15 (the last split block merging: code 2 again, with the parallel merge) was
 // written without a GPU and removed unmeasured (it repeated code 2's tickets and the merge).
+// 16: a recorded layer's four stream GEMVs (o_proj, gate/up, down, next qkv or lm_head) as one
+// launch with grid barriers between them (0/1; gemv_stream.cu).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -228,6 +235,7 @@ static int *decode_option(HgCtx *c, int which) {
     case 9: return &c->attnCluster;
     case 13: return &c->attnPdl;
     case 14: return &c->attnGroup;
+    case 16: return &c->gemvChain;
     default: return NULL;
   }
 }
@@ -237,6 +245,7 @@ static bool decode_option_ok(int which, int v) {
     case 9: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
     case 14: return v == 0 || v == 1;
+    case 16: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
@@ -276,6 +285,7 @@ int hg_graph_init(HgCtx *c) {
   // (plain) a layer at 2K, 8B decode 4.54–4.58 vs 4.58 vs 4.63 ms; same bits (seventh pass, calls 9, 11).
   c->attnPdl = 2;
   c->attnGroup = 0;          // written without a GPU at the end of the seventh pass: not measured yet
+  c->gemvChain = 0;          // written in the eighth pass: measured before it becomes the default
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

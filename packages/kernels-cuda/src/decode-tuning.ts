@@ -37,15 +37,22 @@ export interface DecodeTuning {
    * pass without a GPU, not measured yet.
    */
   attnGroup: boolean;
+  /**
+   * A recorded step's four stream GEMVs of a layer (o_proj, gate/up, down, the next qkv or lm_head)
+   * as one launch with grid barriers between them, so the weight stream does not stop at their
+   * boundaries (needs gemvStream).
+   */
+  gemvChain: boolean;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12 are retired). */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12 and 15 are retired). */
 export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
   attnCluster: { code: 9, values: [false, true] },
   attnPdl: { code: 13, values: [0, 1, 2] },
   attnGroup: { code: 14, values: [false, true] },
+  gemvChain: { code: 16, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -76,6 +83,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnCluster: value("attnCluster", 0) === 1,
     attnPdl: value("attnPdl", 2) as DecodeTuning["attnPdl"],
     attnGroup: value("attnGroup", 0) === 1,
+    gemvChain: value("gemvChain", 0) === 1,
   };
 }
 
