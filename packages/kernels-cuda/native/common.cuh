@@ -292,7 +292,7 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu
 int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
-int hg_gemv_stream_slots(int k, int ringKb);          // gemv_stream.cu
+int hg_gemv_stream_slots(int k, int ringKb, bool norm);          // gemv_stream.cu
 int hg_launch_gemv_chain(HgCtx *c, const Cmd *cmds, int avail, int index);  // gemv_stream.cu: -1 when cmds do not chain
 void hg_feed_free(HgCtx *c);  // token_feed.cu
 

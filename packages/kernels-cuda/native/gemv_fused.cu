@@ -174,7 +174,7 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
                            int k, int m, int epi) {
   // The weight stream (gemvStream switch, gemv_stream.cu): 2-byte weights in rows of 16-byte pieces.
   const int spw = c->gemvStream && (wt == DT_BF16 || wt == DT_F16) && k % 8 == 0 && ((uintptr_t)w & 15) == 0 && (epi & 3) != 3
-                      ? hg_gemv_stream_slots(k, c->gemvStream) : 0;
+                      ? hg_gemv_stream_slots(k, c->gemvStream, nw != nullptr) : 0;
   if ((epi & 4) && nw && spw == 0) return -1;  // the caller rather normalises apart than in this kernel's prologue
   if (nw && k > hg_cu_matvec_max_norm_k()) return (int)cudaErrorInvalidValue;
   if (nw && (size_t)k * sizeof(float) > (48u << 10)) {

@@ -9,16 +9,31 @@
 // first slots fill, so the norm needs no launch of its own.
 //
 // Work: block b takes rows [m·b/G, m·(b+1)/G); consumer warp w of NW takes the block's rows
-// w, w + NW, ...; a row is read in chunks of CH elements (one slot each; with SiLU·up a slot holds
-// the gate chunk and the up chunk). Each warp owns SPW slots, used in turn, so a slot's phases
-// are waited on in order by one warp only (no parity aliasing); the producer visits the warps
-// round-robin, one chunk each.
+// w, w + NW, ...; a row is read in chunks of CH elements, one 8 KB copy a slot (with SiLU·up a
+// row's gate chunks, then its up chunks). Each warp owns SPW slots, used in turn, so a slot's
+// phases are waited on in order by one warp only (no parity aliasing); the producer visits the
+// warps round-robin, one chunk each.
+//
+// Two things the eighth pass's per-block timeline (device/trace-bench.ts) showed, and changed:
+// x was staged one dependent load a loop pass (the ring's copies land on the same SM at the same
+// time, so each trip is slow: 2.3–3.5 µs a GEMV before the first dot product); now every load of
+// a pass is issued before any is used, and the norm weights are staged before the wait. And
+// SiLU·up's slots held two 4 KB copies (gate and up): its stream reached 3.7 TB/s where 8 KB
+// copies reach 4.45; now each slot is one 8 KB copy of either.
 #include "common.cuh"
 #include "mbarrier.cuh"
+#include "trace.cuh"
 
 static const int GS_NW = 8, GS_THREADS = (GS_NW + 1) * 32, GS_SLOT_BYTES = 8192;
 static const int GS_MAX_SMEM = 227 * 1024;  // sm_90's largest dynamic shared memory a block
+static const int GS_XPASS = 8;              // float4 loads of x in flight a thread
 enum { GS_ACCUMULATE = 1, GS_SILU = 2 };
+#ifndef GS_OLD_XSTAGE
+#define GS_OLD_XSTAGE 1  // 0: the eighth pass's x staging (not yet measured on a GPU)
+#endif
+#ifndef GS_OLD_SILU
+#define GS_OLD_SILU 1    // 0: the eighth pass's SiLU·up slots (not yet measured on a GPU)
+#endif
 
 struct StreamArgs {
   float *out;
@@ -31,41 +46,81 @@ struct StreamArgs {
 // Barrier of the consumer warps alone (the producer warp does not take part).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(GS_NW * 32) : "memory"); }
 
-// Bytes before x in shared memory: the full and empty barriers of ns slots, the norm's sums.
-__host__ __device__ __forceinline__ size_t stream_header(int ns) { return ((size_t)2 * ns * 8 + GS_NW * 4 + 127) & ~(size_t)127; }
+// Shared memory: a header (the full and empty barriers of ns slots, the norm's per-warp sums, a
+// chain's per-warp chunk counts), x (k floats), the norm weights (k floats, with a norm), the slots.
+__host__ __device__ __forceinline__ size_t stream_header(int ns) { return ((size_t)2 * ns * 8 + 2 * GS_NW * 4 + 127) & ~(size_t)127; }
+__host__ __device__ __forceinline__ size_t stream_vec(int k) { return ((size_t)k * 4 + 127) & ~(size_t)127; }
+struct StreamSmem {
+  uint64_t *full, *empty;
+  float *red;
+  int *tw;
+  float *xs, *nws;
+  unsigned char *ring;
+  __device__ StreamSmem(unsigned char *smem, int ns, int kx, int knorm) {
+    full = reinterpret_cast<uint64_t *>(smem);
+    empty = full + ns;
+    red = reinterpret_cast<float *>(empty + ns);
+    tw = reinterpret_cast<int *>(red + GS_NW);
+    xs = reinterpret_cast<float *>(smem + stream_header(ns));
+    nws = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(xs) + stream_vec(kx));
+    ring = reinterpret_cast<unsigned char *>(nws) + (knorm ? stream_vec(knorm) : 0);
+  }
+};
 
 template <int WT>
 struct StreamShape {
   static constexpr int ES = 2;  // bf16 / f16 only (f32 weights keep the one-warp kernel)
 };
 
-// The producer's share of one GEMV: every chunk of the block's rows, warp by warp round-robin.
-// tw[w]: chunks already given to warp w (in earlier phases of a chain; 0 for a single GEMV).
+// Elements a chunk holds, and chunks a row takes (SiLU·up: its gate chunks, then its up chunks).
 template <bool SILU>
-__device__ __forceinline__ void stream_produce(const StreamArgs &a, int spw, uint64_t *full, uint64_t *empty, unsigned char *ring, int (&tw)[GS_NW]) {
-  constexpr int ES = 2, CH = GS_SLOT_BYTES / ES / (SILU ? 2 : 1);  // elements a chunk
-  const int k = a.k, m = a.m, nch = (k + CH - 1) / CH;
+struct StreamChunks {
+  static constexpr int CH = GS_SLOT_BYTES / 2 / (SILU && GS_OLD_SILU ? 2 : 1);
+  static constexpr int PER_ROW_COPIES = SILU && GS_OLD_SILU ? 2 : 1;
+  __device__ static int per_row(int k) { return (k + CH - 1) / CH * (SILU && !GS_OLD_SILU ? 2 : 1); }
+};
+
+// The producer's share of one GEMV: every chunk of the block's rows, warp by warp round-robin.
+// In a chain, tw[w] (shared memory, the producer's alone) counts the chunks already given to warp
+// w in the phases before; a single GEMV has none, and its loop is the first kernel's, unchanged.
+template <bool SILU, bool CHAINED>
+__device__ __forceinline__ void stream_produce(const StreamArgs &a, int spw, const StreamSmem &sm) {
+  using C = StreamChunks<SILU>;
+  constexpr int ES = 2, CH = C::CH;
+  const int k = a.k, m = a.m, nch = (k + CH - 1) / CH, nrow = C::per_row(k);
   const int r0 = (int)((long)m * blockIdx.x / gridDim.x), rows = (int)((long)m * (blockIdx.x + 1) / gridDim.x) - r0;
   const char *wb = static_cast<const char *>(a.w);
-  const int perWarp = (rows + GS_NW - 1) / GS_NW * nch;  // most chunks any warp takes
+  const int perWarp = (rows + GS_NW - 1) / GS_NW * nrow;  // most chunks any warp takes
+  HG_TR(a.w, 1);  // producer: the GEMV's first copy
   for (int t = 0; t < perWarp; t++) {
-#pragma unroll
+    if (t == 2) HG_TR(a.w, 2);  // the ring's first pass issued (two slots a warp)
     for (int cw = 0; cw < GS_NW; cw++) {
-      const int i = cw + GS_NW * (t / nch), c = t % nch;  // the warp's row (in the block) and chunk
+      const int i = cw + GS_NW * (t / nrow), cr = t % nrow;  // the warp's row (in the block) and chunk of the row
       if (i >= rows) continue;
-      const int n = tw[cw] + t, s = cw * spw + n % spw, use = n / spw;
-      if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
-      const int elems = min(CH, k - c * CH);
-      const unsigned bytes = (unsigned)(elems * ES);
-      mbar_expect_tx(&full[s], SILU ? 2 * bytes : bytes);
-      unsigned char *dst = ring + (size_t)s * GS_SLOT_BYTES;
-      const size_t row = (size_t)(r0 + i);
-      bulk_copy(dst, wb + (row * k + (size_t)c * CH) * ES, bytes, &full[s]);
-      if (SILU) bulk_copy(dst + CH * ES, wb + ((row + m) * k + (size_t)c * CH) * ES, bytes, &full[s]);
+      const int n = CHAINED ? sm.tw[cw] + t : t;
+      const int s = cw * spw + n % spw, use = n / spw;
+      if (use > 0) mbar_wait(&sm.empty[s], (use - 1) & 1);
+      const bool up = SILU && !GS_OLD_SILU && cr >= nch;  // the up half of W, same row and chunk
+      const int c = up ? cr - nch : cr;
+      const unsigned bytes = (unsigned)(min(CH, k - c * CH) * ES);
+      mbar_expect_tx(&sm.full[s], bytes * C::PER_ROW_COPIES);
+      unsigned char *dst = sm.ring + (size_t)s * GS_SLOT_BYTES;
+      const size_t row = (size_t)(r0 + i) + (up ? m : 0);
+      bulk_copy(dst, wb + (row * k + (size_t)c * CH) * ES, bytes, &sm.full[s]);
+      if (SILU && GS_OLD_SILU) bulk_copy(dst + CH * ES, wb + ((row + m) * k + (size_t)c * CH) * ES, bytes, &sm.full[s]);
     }
   }
-#pragma unroll
-  for (int cw = 0; cw < GS_NW; cw++) tw[cw] += (rows > cw ? (rows - cw + GS_NW - 1) / GS_NW : 0) * nch;
+  HG_TR(a.w, 3);  // producer: the last copy issued
+  if (CHAINED)
+    for (int cw = 0; cw < GS_NW; cw++) sm.tw[cw] += (rows > cw ? (rows - cw + GS_NW - 1) / GS_NW : 0) * nrow;
+}
+
+// Before the wait (or a chain's barrier): the norm weights into shared memory as floats, since
+// they depend on no kernel. Consumer warps only.
+template <bool NORM>
+__device__ __forceinline__ void stream_stage_nw(const StreamArgs &a, const StreamSmem &sm) {
+  if constexpr (NORM && !GS_OLD_XSTAGE)
+    for (int i = threadIdx.x; i < a.k; i += GS_NW * 32) sm.nws[i] = load_any(a.nw, a.nt, i);
 }
 
 // The consumers' share of one GEMV: x (normalised: x·rsqrt(mean x² + eps)·nw) into shared memory,
@@ -74,23 +129,43 @@ __device__ __forceinline__ void stream_produce(const StreamArgs &a, int spw, uin
 // +=) are read through L2 only, since in a chain other SMs wrote them after this SM's L1 may
 // have seen the line.
 template <int WT, bool NORM, int EPI, bool L2>
-__device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, uint64_t *full, uint64_t *empty, float *red, float *xs, const unsigned char *ring,
-                                               int &t) {
+__device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, const StreamSmem &sm, int &t) {
   constexpr bool SILU = (EPI & GS_SILU) != 0;
-  constexpr int ES = StreamShape<WT>::ES, CH = GS_SLOT_BYTES / ES / (SILU ? 2 : 1);  // elements a chunk
-  const int k = a.k, m = a.m, nch = (k + CH - 1) / CH;
+  using C = StreamChunks<SILU>;
+  constexpr int ES = StreamShape<WT>::ES, CH = C::CH;
+  const int k = a.k, m = a.m, nch = (k + CH - 1) / CH, nrow = C::per_row(k);
   const int r0 = (int)((long)m * blockIdx.x / gridDim.x), r1 = (int)((long)m * (blockIdx.x + 1) / gridDim.x);
   const int rows = r1 - r0, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float *xs = sm.xs;
+  if (threadIdx.x == 0) HG_TR(a.w, 4);  // consumers: x may be read (wait or barrier passed)
   {
     const int tid = threadIdx.x, nt = GS_NW * 32;
     float ss = 0.f;
     if ((((uintptr_t)a.x & 15) | (k & 3)) == 0) {
       const float4 *x4 = reinterpret_cast<const float4 *>(a.x);
       float4 *s4 = reinterpret_cast<float4 *>(xs);
-      for (int i = tid; i < k / 4; i += nt) {
-        const float4 v = L2 ? __ldcg(x4 + i) : x4[i];
-        s4[i] = v;
-        if (NORM) ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      if constexpr (GS_OLD_XSTAGE != 0) {
+        for (int i = tid; i < k / 4; i += nt) {
+          const float4 v = L2 ? __ldcg(x4 + i) : x4[i];
+          s4[i] = v;
+          if (NORM) ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+      } else {
+        // GS_XPASS loads in flight a thread, all issued before any is used.
+        for (int b = 0; b < k / 4; b += nt * GS_XPASS) {
+          float4 v[GS_XPASS];
+#pragma unroll
+          for (int u = 0; u < GS_XPASS; u++) {
+            const int i = b + u * nt + tid;
+            v[u] = i < k / 4 ? (L2 ? __ldcg(x4 + i) : x4[i]) : make_float4(0.f, 0.f, 0.f, 0.f);
+          }
+#pragma unroll
+          for (int u = 0; u < GS_XPASS; u++) {
+            const int i = b + u * nt + tid;
+            if (i < k / 4) s4[i] = v[u];
+            if (NORM) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+          }
+        }
       }
     } else {
       for (int i = tid; i < k; i += nt) {
@@ -101,36 +176,57 @@ __device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, uin
     }
     if (NORM) {
       ss = warp_sum(ss);
-      if (lane == 0) red[warp] = ss;
+      if (lane == 0) sm.red[warp] = ss;
       consumers_sync();
       float tot = 0.f;
 #pragma unroll
-      for (int i = 0; i < GS_NW; i++) tot += red[i];
+      for (int i = 0; i < GS_NW; i++) tot += sm.red[i];
       const float r = rsqrtf(tot / k + a.eps);
-      for (int i = tid; i < k; i += nt) xs[i] *= r * load_any(a.nw, a.nt, i);
+      if constexpr (GS_OLD_XSTAGE != 0)
+        for (int i = tid; i < k; i += nt) xs[i] *= r * load_any(a.nw, a.nt, i);
+      else
+        for (int i = tid; i < k; i += nt) xs[i] *= r * sm.nws[i];
     }
     consumers_sync();
   }
+  if (threadIdx.x == 0) HG_TR(a.w, 5);  // x in shared memory (normalised)
   for (int i = warp; i < rows; i += GS_NW) {
     float a0 = 0.f, a1 = 0.f;
-    for (int c = 0; c < nch; c++, t++) {
+    for (int cr = 0; cr < nrow; cr++, t++) {
       const int s = warp * spw + t % spw;
-      mbar_wait(&full[s], (t / spw) & 1);
-      const uint4 *w0 = reinterpret_cast<const uint4 *>(ring + (size_t)s * GS_SLOT_BYTES);
-      const uint4 *w1 = w0 + CH * ES / 16;
+      mbar_wait(&sm.full[s], (t / spw) & 1);
+#ifdef HG_TRACE
+      if (threadIdx.x == 0 && i == 0 && cr == 0) HG_TR(a.w, 6);  // warp 0's first slot landed
+#endif
+      const uint4 *w0 = reinterpret_cast<const uint4 *>(sm.ring + (size_t)s * GS_SLOT_BYTES);
+      const bool up = SILU && !GS_OLD_SILU && cr >= nch;
+      const int c = up ? cr - nch : cr;
       const float4 *x4 = reinterpret_cast<const float4 *>(xs + (size_t)c * CH);
       const int nv = min(CH, k - c * CH) / 8;
+      if constexpr (SILU && GS_OLD_SILU) {
+        const uint4 *w1 = w0 + CH * ES / 16;
 #pragma unroll 4
-      for (int v = lane; v < nv; v += 32) {
-        float f0[8], f1[8];
-        Vec16<WT>::cvt(w0[v], f0);
-        if (SILU) Vec16<WT>::cvt(w1[v], f1);
-        const float4 xa = x4[2 * v], xb = x4[2 * v + 1];
-        a0 += f0[0] * xa.x + f0[1] * xa.y + f0[2] * xa.z + f0[3] * xa.w + f0[4] * xb.x + f0[5] * xb.y + f0[6] * xb.z + f0[7] * xb.w;
-        if (SILU) a1 += f1[0] * xa.x + f1[1] * xa.y + f1[2] * xa.z + f1[3] * xa.w + f1[4] * xb.x + f1[5] * xb.y + f1[6] * xb.z + f1[7] * xb.w;
+        for (int v = lane; v < nv; v += 32) {
+          float f0[8], f1[8];
+          Vec16<WT>::cvt(w0[v], f0);
+          Vec16<WT>::cvt(w1[v], f1);
+          const float4 xa = x4[2 * v], xb = x4[2 * v + 1];
+          a0 += f0[0] * xa.x + f0[1] * xa.y + f0[2] * xa.z + f0[3] * xa.w + f0[4] * xb.x + f0[5] * xb.y + f0[6] * xb.z + f0[7] * xb.w;
+          a1 += f1[0] * xa.x + f1[1] * xa.y + f1[2] * xa.z + f1[3] * xa.w + f1[4] * xb.x + f1[5] * xb.y + f1[6] * xb.z + f1[7] * xb.w;
+        }
+      } else {
+        float acc = up ? a1 : a0;  // SiLU·up: the gate chunks sum into a0, the up chunks into a1
+#pragma unroll 4
+        for (int v = lane; v < nv; v += 32) {
+          float f0[8];
+          Vec16<WT>::cvt(w0[v], f0);
+          const float4 xa = x4[2 * v], xb = x4[2 * v + 1];
+          acc += f0[0] * xa.x + f0[1] * xa.y + f0[2] * xa.z + f0[3] * xa.w + f0[4] * xb.x + f0[5] * xb.y + f0[6] * xb.z + f0[7] * xb.w;
+        }
+        if (up) a1 = acc; else a0 = acc;
       }
       __syncwarp();
-      if (lane == 0) mbar_arrive(&empty[s]);  // the slot may be refilled
+      if (lane == 0) mbar_arrive(&sm.empty[s]);  // the slot may be refilled
     }
     a0 = warp_sum(a0);
     if (SILU) a1 = warp_sum(a1);
@@ -145,6 +241,9 @@ __device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, uin
       if (EPI & GS_ACCUMULATE) a.out[r] = (L2 ? __ldcg(a.out + r) : a.out[r]) + v; else a.out[r] = v;
     }
   }
+#ifdef HG_TRACE
+  if (lane == 0) HG_TR(a.w, 7);  // a consumer warp done with the GEMV
+#endif
 }
 
 // The barriers and slots of a block's ring: thread 0 initialises them, then the whole block syncs.
@@ -160,23 +259,19 @@ template <int WT, bool NORM, int EPI>
 __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int spw = a.spw, ns = GS_NW * spw;
-  uint64_t *full = reinterpret_cast<uint64_t *>(smem), *empty = full + ns;
-  float *red = reinterpret_cast<float *>(empty + ns);  // the norm's per-warp sums
-  float *xs = reinterpret_cast<float *>(smem + stream_header(ns));
-  unsigned char *ring = reinterpret_cast<unsigned char *>(xs) + (((size_t)a.k * 4 + 127) & ~(size_t)127);
-  stream_init(full, empty, ns);
+  const StreamSmem sm(smem, ns, a.k, NORM && !GS_OLD_XSTAGE ? a.k : 0);
+  stream_init(sm.full, sm.empty, ns);
+  if (threadIdx.x == 0) HG_TR(a.w, 0);  // the block is resident
   hg_pdl_trigger();  // the next kernel's blocks may queue now; they cannot share an SM with this one
   if (threadIdx.x >> 5 == GS_NW) {  // the producer: weights only, so it need not wait for the kernel before
-    if ((threadIdx.x & 31) == 0) {
-      int tw[GS_NW] = {};
-      stream_produce<(EPI & GS_SILU) != 0>(a, spw, full, empty, ring, tw);
-    }
+    if ((threadIdx.x & 31) == 0) stream_produce<(EPI & GS_SILU) != 0, false>(a, spw, sm);
     hg_pdl_wait();  // every thread waits before it exits: completion stays transitive
     return;
   }
+  stream_stage_nw<NORM>(a, sm);  // constant: before the wait
   hg_pdl_wait();  // x (and out, for +=) come from the kernels before this one
   int t = 0;
-  stream_consume<WT, NORM, EPI, false>(a, spw, full, empty, red, xs, ring, t);
+  stream_consume<WT, NORM, EPI, false>(a, spw, sm, t);
 }
 
 // ---- A layer's four GEMVs as one launch (gemvChain switch) ----
@@ -197,14 +292,15 @@ static const int GS_BARS = 4096;
 struct ChainArgs {
   StreamArgs ph[GS_CHAIN];
   unsigned *bar;  // this launch's counter: every block adds 1 a phase; the last one out resets it
-  int spw;
+  int spw, kmax, knorm;  // the longest x, the longest normalised x
 };
 
 // Every block's consumers have finished the phases before (their outputs are the next x).
 // Called by the consumer warps only; thread 0 arrives and spins (release / acquire at gpu scope).
-__device__ __forceinline__ void chain_barrier(unsigned *bar, unsigned target) {
+__device__ __forceinline__ void chain_barrier(unsigned *bar, unsigned target, const void *tag) {
   consumers_sync();
   if (threadIdx.x == 0) {
+    HG_TR(tag, 8);  // every consumer warp of the block is done: arrive
     __threadfence();
     atomicAdd(bar, 1u);
     unsigned seen;
@@ -220,22 +316,17 @@ template <int WT>
 __global__ void __launch_bounds__(GS_THREADS, 1) gemv_chain_kernel(ChainArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   const int spw = a.spw, ns = GS_NW * spw;
-  uint64_t *full = reinterpret_cast<uint64_t *>(smem), *empty = full + ns;
-  float *red = reinterpret_cast<float *>(empty + ns);
-  float *xs = reinterpret_cast<float *>(smem + stream_header(ns));
-  int kmax = 0;
-#pragma unroll
-  for (int p = 0; p < GS_CHAIN; p++) kmax = max(kmax, a.ph[p].k);
-  unsigned char *ring = reinterpret_cast<unsigned char *>(xs) + (((size_t)kmax * 4 + 127) & ~(size_t)127);
-  stream_init(full, empty, ns);
+  const StreamSmem sm(smem, ns, a.kmax, GS_OLD_XSTAGE ? 0 : a.knorm);
+  stream_init(sm.full, sm.empty, ns);
+  if (threadIdx.x == 0) HG_TR(a.ph[0].w, 0);
   hg_pdl_trigger();
   if (threadIdx.x >> 5 == GS_NW) {
     if ((threadIdx.x & 31) == 0) {
-      int tw[GS_NW] = {};
-      stream_produce<false>(a.ph[0], spw, full, empty, ring, tw);
-      stream_produce<true>(a.ph[1], spw, full, empty, ring, tw);
-      stream_produce<false>(a.ph[2], spw, full, empty, ring, tw);
-      stream_produce<false>(a.ph[3], spw, full, empty, ring, tw);
+      for (int w = 0; w < GS_NW; w++) sm.tw[w] = 0;
+      stream_produce<false, true>(a.ph[0], spw, sm);
+      stream_produce<true, true>(a.ph[1], spw, sm);
+      stream_produce<false, true>(a.ph[2], spw, sm);
+      stream_produce<false, true>(a.ph[3], spw, sm);
     }
     hg_pdl_wait();
     return;
@@ -243,30 +334,33 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_chain_kernel(ChainArgs a) 
   hg_pdl_wait();
   const unsigned G = gridDim.x;
   int t = 0;
-  stream_consume<WT, false, GS_ACCUMULATE, true>(a.ph[0], spw, full, empty, red, xs, ring, t);
-  chain_barrier(a.bar, G);
-  stream_consume<WT, true, GS_SILU, true>(a.ph[1], spw, full, empty, red, xs, ring, t);
-  chain_barrier(a.bar, 2 * G);
-  stream_consume<WT, false, GS_ACCUMULATE, true>(a.ph[2], spw, full, empty, red, xs, ring, t);
-  chain_barrier(a.bar, 3 * G);
-  stream_consume<WT, true, 0, true>(a.ph[3], spw, full, empty, red, xs, ring, t);
+  stream_consume<WT, false, GS_ACCUMULATE, true>(a.ph[0], spw, sm, t);
+  stream_stage_nw<true>(a.ph[1], sm);  // before the barrier: weights only (x is in its own array)
+  chain_barrier(a.bar, G, a.ph[0].w);
+  stream_consume<WT, true, GS_SILU, true>(a.ph[1], spw, sm, t);
+  chain_barrier(a.bar, 2 * G, a.ph[1].w);
+  stream_consume<WT, false, GS_ACCUMULATE, true>(a.ph[2], spw, sm, t);
+  stream_stage_nw<true>(a.ph[3], sm);
+  chain_barrier(a.bar, 3 * G, a.ph[2].w);
+  stream_consume<WT, true, 0, true>(a.ph[3], spw, sm, t);
   consumers_sync();  // the last block out resets the counter for the next launch (stream-ordered)
   if (threadIdx.x == 0 && atomicAdd(a.bar, 1u) == 4 * G - 1) atomicExch(a.bar, 0u);
 }
 
-// Shared memory of a launch: the barriers, x, the slots.
-static size_t stream_smem(int k, int spw) {
+// Shared memory of a launch: the header, x, the norm weights (knorm > 0), the slots.
+static size_t stream_smem(int k, int spw, int knorm) {
   const int ns = GS_NW * spw;
-  return stream_header(ns) + (((size_t)k * 4 + 127) & ~(size_t)127) + (size_t)ns * GS_SLOT_BYTES;
+  return stream_header(ns) + stream_vec(k) + (knorm > 0 && !GS_OLD_XSTAGE ? stream_vec(knorm) : 0) + (size_t)ns * GS_SLOT_BYTES;
 }
 
-// Slots a warp owns for a ring of ringKb (at least one; fewer where x leaves less room), or 0
-// when x and one slot a warp do not fit.
-int hg_gemv_stream_slots(int k, int ringKb) {
+// Slots a warp owns for a ring of ringKb (at least one; fewer where x, and the norm weights with
+// a norm, leave less room), or 0 when they and one slot a warp do not fit.
+int hg_gemv_stream_slots(int k, int ringKb, bool norm) {
+  const int knorm = norm ? k : 0;
   int spw = ringKb * 1024 / (GS_NW * GS_SLOT_BYTES);
   if (spw < 1) spw = 1;
-  while (spw > 1 && stream_smem(k, spw) > (size_t)GS_MAX_SMEM) spw--;
-  return stream_smem(k, spw) <= (size_t)GS_MAX_SMEM ? spw : 0;
+  while (spw > 1 && stream_smem(k, spw, knorm) > (size_t)GS_MAX_SMEM) spw--;
+  return stream_smem(k, spw, knorm) <= (size_t)GS_MAX_SMEM ? spw : 0;
 }
 
 template <int WT, bool NORM, int EPI>
@@ -277,7 +371,7 @@ static int launch_stream(HgCtx *c, const StreamArgs &a) {
     if (e != cudaSuccess) return (int)e;
     opted = true;
   }
-  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), stream_smem(a.k, a.spw), a);
+  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), stream_smem(a.k, a.spw, NORM ? a.k : 0), a);
 }
 
 template <int WT, bool NORM>
@@ -323,21 +417,55 @@ static int launch_chain(HgCtx *c, const ChainArgs &a, size_t smem) {
 int hg_launch_gemv_chain(HgCtx *c, const Cmd *cmds, int avail, int index) {
   if (!c->gemvChain || avail < GS_CHAIN) return -1;
   ChainArgs a = {};
-  int spw = 1 << 30, kmax = 0;
+  int spw = 1 << 30, kmax = 0, knorm = 0;
   for (int p = 0; p < GS_CHAIN; p++) {
     const Cmd &m = cmds[p];
     if (m.kind != CMD_GEMV_STREAM || m.s[0] != cmds[0].s[0] || (m.p[4] ? 4 : 0) + m.s[5] != GS_CHAIN_SPEC[p]) return -1;
     a.ph[p] = stream_args(m);
     spw = min(spw, m.s[6]);
     kmax = max(kmax, m.s[3]);
+    if (m.p[4]) knorm = max(knorm, m.s[3]);
   }
-  while (spw > 1 && stream_smem(kmax, spw) > (size_t)GS_MAX_SMEM) spw--;
-  if (stream_smem(kmax, spw) > (size_t)GS_MAX_SMEM) return -1;
+  while (spw > 1 && stream_smem(kmax, spw, knorm) > (size_t)GS_MAX_SMEM) spw--;
+  if (stream_smem(kmax, spw, knorm) > (size_t)GS_MAX_SMEM) return -1;
   a.spw = spw;
+  a.kmax = kmax;
+  a.knorm = knorm;
   a.bar = (unsigned *)((char *)c->argmaxOut + GS_BAR_OFFSET) + index % GS_BARS;
   switch (cmds[0].s[0]) {
-    case DT_BF16: return launch_chain<DT_BF16>(c, a, stream_smem(kmax, spw));
-    case DT_F16: return launch_chain<DT_F16>(c, a, stream_smem(kmax, spw));
+    case DT_BF16: return launch_chain<DT_BF16>(c, a, stream_smem(kmax, spw, knorm));
+    case DT_F16: return launch_chain<DT_F16>(c, a, stream_smem(kmax, spw, knorm));
     default: return -1;
   }
 }
+
+extern "C" {
+
+// Device studies (HG_TRACE builds only; -1 elsewhere): turn the per-block event records on or
+// off (on: from zero), and read them back (returns how many were written, up to max).
+HG_EXPORT int hg_trace_set(int on) {
+#ifdef HG_TRACE
+  if (cudaDeviceSynchronize() != cudaSuccess) return -1;
+  const unsigned zero = 0;
+  if (on && cudaMemcpyToSymbol(g_trace_n, &zero, sizeof zero) != cudaSuccess) return -1;
+  return cudaMemcpyToSymbol(g_trace_on, &on, sizeof on) == cudaSuccess ? 0 : -1;
+#else
+  (void)on;
+  return -1;
+#endif
+}
+
+HG_EXPORT int hg_trace_read(TraceRec *out, int max) {
+#ifdef HG_TRACE
+  unsigned n = 0;
+  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(&n, g_trace_n, sizeof n) != cudaSuccess) return -1;
+  if (n > HG_TRACE_MAX) n = HG_TRACE_MAX;
+  if ((int)n > max) n = (unsigned)max;
+  return cudaMemcpyFromSymbol(out, g_trace, (size_t)n * sizeof(TraceRec)) == cudaSuccess ? (int)n : -1;
+#else
+  (void)out; (void)max;
+  return -1;
+#endif
+}
+
+}  // extern "C"

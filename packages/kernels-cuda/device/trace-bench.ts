@@ -1,0 +1,110 @@
+/**
+ * Where a decode layer's weight stream stops (a device study, eighth pass): per-block timestamps
+ * (%globaltimer) of the stream GEMVs' events, from a library built with -DHG_TRACE
+ * (native/trace.cuh), for one replayed step graph of 8 layers in the 8B shapes — o_proj +=,
+ * norm + gate/up, down +=, norm + qkv, then split-K attention over 2 048 tokens — as single
+ * launches and as one chained launch a layer (gemvChain). Prints, a GEMV a row, each event's
+ * earliest / median / latest block in µs from the step's first event, the step's µs a layer, and
+ * the DRAM-idle estimate (gaps between one GEMV's last landed slot and the next one's first).
+ * Usage: HYBRIDGEN_KERNELS_CUDA_LIB=<trace build> bun trace-bench.js [--layers 8] [--no-attn]
+ */
+import { dlopen, FFIType, ptr } from "bun:ffi";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "../src/index.js";
+
+const a = cudaAvailability();
+console.log(describeCudaAvailability(a));
+if (!a.available) process.exit(1);
+const lib = dlopen(process.env.HYBRIDGEN_KERNELS_CUDA_LIB ?? "", {
+  hg_trace_set: { args: [FFIType.i32], returns: FFIType.i32 },
+  hg_trace_read: { args: [FFIType.ptr, FFIType.i32], returns: FFIType.i32 },
+});
+const argi = (name: string, d: number) => (process.argv.includes(`--${name}`) ? Number(process.argv[process.argv.indexOf(`--${name}`) + 1]) : d);
+const L = argi("layers", 8), withAttn = !process.argv.includes("--no-attn");
+const cuda = createCudaBackend({ arenaBytes: 12 * 2 ** 30 });
+const chunk = Float32Array.from({ length: 1 << 20 }, (_, i) => Math.sin(i * 0.37) * 0.02);
+const fill = (t: ReturnType<typeof cuda.alloc>, n: number) => {
+  for (let off = 0; off < n; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, n - off)), off);
+};
+const shapes: [number, number][] = [[4096, 4096], [28672, 4096], [4096, 14336], [6144, 4096]];
+const names = ["o_proj", "gate/up", "down", "qkv"];
+const ws = Array.from({ length: L }, () => shapes.map(([m, k]) => {
+  const w = cuda.alloc([m, k], "bf16");
+  fill(w, m * k);
+  return w;
+}));
+const nw = cuda.alloc([4096], "bf16");
+cuda.write(nw, chunk.subarray(0, 4096).map((v) => 1 + v));
+const xr = cuda.alloc([1, 4096]), att = cuda.alloc([1, 4096]), h = cuda.alloc([1, 14336]), qkv = cuda.alloc([1, 6144]);
+cuda.write(xr, chunk.subarray(0, 4096));
+cuda.write(att, chunk.subarray(4096, 8192));
+const kvH = 8, hd = 128, span = 2048;
+const kv = Array.from({ length: 2 * L }, () => {
+  const t = cuda.alloc([kvH, span + 1, hd], "bf16");
+  fill(t, kvH * (span + 1) * hd);
+  return t;
+});
+const q = cuda.view(qkv, 0, [1, 4096]);
+cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
+
+const tagName = new Map<bigint, string>();
+ws.forEach((layer, l) => layer.forEach((w, j) => tagName.set(BigInt(cuda.address(w)), `L${l} ${names[j]}`)));
+
+function step(): void {
+  cuda.beginStep("trace-bench");
+  for (let l = 0; l < L; l++) {
+    const [wo, wgu, wd, wqkv] = ws[l];
+    cuda.matvec(xr, att, wo, { accumulate: true });
+    cuda.matvec(h, xr, wgu, { normWeight: nw, normEps: 1e-5, siluMul: true });
+    cuda.matvec(xr, h, wd, { accumulate: true });
+    cuda.matvec(qkv, xr, wqkv, { normWeight: nw, normEps: 1e-5 });
+    if (withAttn) cuda.attnCausal(att, q, 1, kv[2 * l], kv[2 * l + 1], 0, span - 1, 0.088);
+  }
+  cuda.endStep();
+}
+
+const EVENTS = ["block in", "1st copy", "ring issued", "last copy", "x readable", "x ready", "1st slot", "warp done", "barrier arrive"];
+const REC = 32;  // bytes: t u64, tag ptr, block i32, ev i32
+const buf = new ArrayBuffer(REC * (1 << 20));
+for (const chain of [false, true]) {
+  cuda.setDecodeTuning({ gemvChain: chain });
+  step();
+  step();
+  using t = cuda.timer();
+  t.mark();
+  for (let r = 0; r < 10; r++) step();
+  t.mark();
+  const usLayer = (t.ms() / 10 / L) * 1e3;
+  lib.symbols.hg_trace_set(1);
+  step();
+  cuda.synchronize();
+  const n = lib.symbols.hg_trace_read(ptr(buf), 1 << 20);
+  lib.symbols.hg_trace_set(0);
+  if (n < 0) {
+    console.log("this library has no trace (build it with -DHG_TRACE)");
+    process.exit(1);
+  }
+  const dv = new DataView(buf);
+  const recs = Array.from({ length: n }, (_, i) => ({ t: dv.getBigUint64(i * REC, true), tag: dv.getBigUint64(i * REC + 8, true), block: dv.getInt32(i * REC + 16, true), ev: dv.getInt32(i * REC + 20, true) })).filter((r) => r.t > 0n);
+  const t0 = recs.reduce((m, r) => (r.t < m ? r.t : m), recs[0].t);
+  const ts = [...new Set(recs.map((r) => r.t))].sort((x, y) => (x < y ? -1 : 1));
+  let res = Infinity;
+  for (let i = 1; i < ts.length; i++) res = Math.min(res, Number(ts[i] - ts[i - 1]));
+  const byTag = new Map<bigint, Map<number, number[]>>();
+  for (const r of recs) {
+    const m = byTag.get(r.tag) ?? new Map<number, number[]>();
+    byTag.set(r.tag, m);
+    const l = m.get(r.ev) ?? [];
+    m.set(r.ev, l);
+    l.push(Number(r.t - t0) / 1e3);
+  }
+  const order = [...byTag.entries()].sort((x, y) => Math.min(...x[1].get(0) ?? x[1].get(1) ?? [Infinity]) - Math.min(...y[1].get(0) ?? y[1].get(1) ?? [Infinity]));
+  console.log(`\n## ${chain ? "chained (gemvChain)" : "single launches"}${withAttn ? ", attention 2K after qkv" : ""}: ${usLayer.toFixed(1)} µs a layer in a graph; ${n} events, timer steps ≥ ${res} ns`);
+  console.log(`| GEMV | ${EVENTS.join(" | ")} |\n| --- |${EVENTS.map(() => " --- |").join("")}`);
+  const cell = (v?: number[]) => {
+    if (!v || !v.length) return "";
+    const s = [...v].sort((x, y) => x - y);
+    return `${s[0].toFixed(1)} / ${s[s.length >> 1].toFixed(1)} / ${s[s.length - 1].toFixed(1)}`;
+  };
+  for (const [tag, m] of order.slice(0, 12)) console.log(`| ${tagName.get(tag) ?? tag.toString(16)} | ${EVENTS.map((_, e) => cell(m.get(e))).join(" | ")} |`);
+}
+cuda.close();
