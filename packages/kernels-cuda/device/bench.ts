@@ -128,6 +128,9 @@ if (arg("diag", "on") !== "off") {
       ["attention 2 rows a round", { attnUnroll: 2 }],
       ["clustered attention", { attnCluster: true }],
       ["a layer's four GEMVs as one launch (gemvChain)", { gemvChain: true }],
+      ["x a pass at a time + SiLU·up in 8 KB copies (gemvXPass, gemvSiluSplit)", { gemvXPass: true, gemvSiluSplit: true }],
+      ["both, chained", { gemvXPass: true, gemvSiluSplit: true, gemvChain: true }],
+      ["both + 16 KB slots (gemvSlot16)", { gemvXPass: true, gemvSiluSplit: true, gemvSlot16: true }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -335,11 +338,19 @@ const allVariants: (Variant | undefined)[] = [
   { name: "split-K attention, plain launches (attnPdl off, the default until the seventh pass), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 0 }, fed: true },
   // index 48: RoPE and the K/V append launched programmatically too (attnPdl 2, the default)
   { name: "RoPE, K/V append and split-K attention launched programmatically (attnPdl 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 2 }, fed: true },
-  // index 49: a round's 4 token rows folded into the softmax together (attnGroup; not measured yet)
-  { name: "split-K attention, a round's rows folded in together (attnGroup), fed", graphs: true, matvec: true, splitK: true, tuning: { attnGroup: true }, fed: true },
-  // eighth pass, index 50: a layer's four stream GEMVs as one launch with grid barriers (gemvChain); 51: with attnGroup
+  // index 49: a round's token rows one at a time into the softmax (attnGroup off: the default until the eighth pass)
+  { name: "split-K attention, rows one at a time (attnGroup off), fed", graphs: true, matvec: true, splitK: true, tuning: { attnGroup: false }, fed: true },
+  // eighth pass, index 50: a layer's four stream GEMVs as one launch with grid barriers (gemvChain); 51: with attnGroup off
   { name: "a layer's four GEMVs as one launch (gemvChain), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvChain: true }, fed: true },
-  { name: "gemvChain + attnGroup, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvChain: true, attnGroup: true }, fed: true },
+  { name: "gemvChain, attnGroup off, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvChain: true, attnGroup: false }, fed: true },
+  // 52–55: the stream GEMV's x staged a pass at a time (gemvXPass), SiLU·up in 8 KB copies (gemvSiluSplit), both, both chained (not yet measured)
+  { name: "stream GEMV x staged a pass at a time (gemvXPass), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvXPass: true }, fed: true },
+  { name: "stream GEMV SiLU·up in 8 KB copies (gemvSiluSplit), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSiluSplit: true }, fed: true },
+  { name: "gemvXPass + gemvSiluSplit, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvXPass: true, gemvSiluSplit: true }, fed: true },
+  { name: "gemvXPass + gemvSiluSplit + gemvChain, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvXPass: true, gemvSiluSplit: true, gemvChain: true }, fed: true },
+  // 56: 16 KB slots (gemvSlot16); 57: with gemvXPass + gemvSiluSplit
+  { name: "stream GEMV 16 KB slots (gemvSlot16), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlot16: true }, fed: true },
+  { name: "gemvSlot16 + gemvXPass + gemvSiluSplit, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlot16: true, gemvXPass: true, gemvSiluSplit: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

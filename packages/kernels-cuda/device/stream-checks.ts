@@ -8,7 +8,7 @@
  * f16 and bf16 in one chain, rings of 64, 128 and 192 KB. Run by device-check.ts.
  */
 import { ReferenceBackend, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
-import type { CudaBackend } from "../src/index.js";
+import type { CudaBackend, DecodeTuning } from "../src/index.js";
 import { matvecByParts, relErr, type CheckResult } from "./op-checks.js";
 
 interface Link {
@@ -46,6 +46,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
     ["layer f16 d256 f688 q384, biases", layerChain("f16", true), [256, 688, 384], 64],
     ["layer bf16 d64 f96 q96 (rows < SMs)", layerChain("bf16"), [64, 96, 96], 192],
     ["layer bf16 d4096 f14336 q6144 (8B shapes)", layerChain("bf16"), [4096, 14336, 6144], 128],
+    ["layer bf16 d5000 f1024 q768 (rows of several chunks, the last one short)", layerChain("bf16"), [5000, 1024, 768], 128],
     ["5 links, ending in attention-width +=", [...layerChain("bf16"), ATT_FROM_QKV], [256, 512, 256], 192],
     ["9 links, bf16 then f16", [...layerChain("bf16"), ATT_FROM_QKV, ...layerChain("f16")], [256, 512, 256], 64],
   ];
@@ -71,13 +72,23 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
       const fusion = (l: Link, j: number, side: "c" | "r"): MatvecFusion => ({
         normWeight: l.norm ? weights[j].nw[side] : undefined, normEps: 1e-5, siluMul: l.silu, accumulate: l.acc, bias: l.bias ? weights[j].b[side] : undefined,
       });
-      // Each case runs as single launches, then with gemvChain (a layer's four GEMVs as one
-      // launch): the same inputs, and the chained outputs must equal the single ones bit for bit.
+      // Each case runs as single launches with the default switches, then with each stream switch
+      // that promises the same bits (gemvChain: the layer's four as one launch; gemvXPass: x staged
+      // a pass at a time; gemvSiluSplit: SiLU·up in 8 KB copies; gemvSlot16: 16 KB slots; all
+      // four): the same inputs, and every output must equal the first run's bit for bit.
       const steps = 4;
       const inputs = Array.from({ length: steps }, () => Object.values(bufs).map((b) => values(b.n)));
-      const singles: Float32Array[][] = [];
-      for (const chain of [false, true]) {
-        cuda.setDecodeTuning({ ...savedTuning, gemvStream: ring as DecodeRing, gemvChain: chain });
+      const firsts: Float32Array[][] = [];
+      const forms: [string, Partial<DecodeTuning>][] = [
+        ["single launches", {}],
+        ["chained (gemvChain)", { gemvChain: true }],
+        ["x a pass at a time (gemvXPass)", { gemvXPass: true }],
+        ["SiLU·up in 8 KB copies (gemvSiluSplit)", { gemvSiluSplit: true }],
+        ["16 KB slots (gemvSlot16)", { gemvSlot16: true }],
+        ["all four", { gemvChain: true, gemvXPass: true, gemvSiluSplit: true, gemvSlot16: true }],
+      ];
+      for (const [how, form] of forms) {
+        cuda.setDecodeTuning({ ...savedTuning, gemvChain: false, gemvXPass: false, gemvSiluSplit: false, gemvSlot16: false, gemvStream: ring as DecodeRing, ...form });
         const before = cuda.graphStats();
         let worst = 0, apart = 0;
         for (let s = 0; s < steps; s++) {
@@ -91,14 +102,13 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
           links.forEach((l, j) => matvecByParts(ref, bufs[l.out].r, bufs[l.inp].r, weights[j].w.r, fusion(l, j, "r")));
           const outs = Object.values(bufs).map((b) => cuda.read(b.c));
           Object.values(bufs).forEach((b, i) => (worst = Math.max(worst, relErr(outs[i], ref.read(b.r)))));
-          if (!chain) singles.push(outs);
-          else outs.forEach((o, i) => (apart = Math.max(apart, o.reduce((m, v, e) => Math.max(m, Math.abs(v - singles[s][i][e])), 0))));
+          if (!firsts[s]) firsts.push(outs);
+          else outs.forEach((o, i) => (apart = Math.max(apart, o.reduce((m, v, e) => Math.max(m, Math.abs(v - firsts[s][i][e])), 0))));
         }
         const after = cuda.graphStats();
-        const how = chain ? "chained (gemvChain)" : "single launches";
         record(`stream GEMV chain ${name}, ring ${ring} KB, ${how}, recorded x${steps}: every buffer vs the reference`, worst, 1e-4);
         record(`stream GEMV chain ${name}, ${how}: 1 capture, the rest replayed, none drained`, Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
-        if (chain) record(`stream GEMV chain ${name}: chained = single launches (max |Δ|)`, apart, 0);
+        if (form !== forms[0][1]) record(`stream GEMV chain ${name}: ${how} = single launches (max |Δ|)`, apart, 0);
       }
       for (const [be, t] of owned.reverse()) be.free(t);
     }

@@ -7,9 +7,11 @@
  * earliest / median / latest block in µs from the step's first event, the step's µs a layer, and
  * the DRAM-idle estimate (gaps between one GEMV's last landed slot and the next one's first).
  * Usage: HYBRIDGEN_KERNELS_CUDA_LIB=<trace build> bun trace-bench.js [--layers 8] [--no-attn]
+ *          [--tuning '{"gemvXPass":true}']   (decode switches for both runs; the trace build is
+ *          `node scripts/build-native.mjs --trace` → lib/libhgcuda-trace.so)
  */
 import { dlopen, FFIType, ptr } from "bun:ffi";
-import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "../src/index.js";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability, type DecodeTuning } from "../src/index.js";
 
 const a = cudaAvailability();
 console.log(describeCudaAvailability(a));
@@ -20,6 +22,7 @@ const lib = dlopen(process.env.HYBRIDGEN_KERNELS_CUDA_LIB ?? "", {
 });
 const argi = (name: string, d: number) => (process.argv.includes(`--${name}`) ? Number(process.argv[process.argv.indexOf(`--${name}`) + 1]) : d);
 const L = argi("layers", 8), withAttn = !process.argv.includes("--no-attn");
+const tuning = process.argv.includes("--tuning") ? (JSON.parse(process.argv[process.argv.indexOf("--tuning") + 1]) as Partial<DecodeTuning>) : {};
 const cuda = createCudaBackend({ arenaBytes: 12 * 2 ** 30 });
 const chunk = Float32Array.from({ length: 1 << 20 }, (_, i) => Math.sin(i * 0.37) * 0.02);
 const fill = (t: ReturnType<typeof cuda.alloc>, n: number) => {
@@ -66,7 +69,7 @@ const EVENTS = ["block in", "1st copy", "ring issued", "last copy", "x readable"
 const REC = 32;  // bytes: t u64, tag ptr, block i32, ev i32
 const buf = new ArrayBuffer(REC * (1 << 20));
 for (const chain of [false, true]) {
-  cuda.setDecodeTuning({ gemvChain: chain });
+  cuda.setDecodeTuning({ ...tuning, gemvChain: chain });
   step();
   step();
   using t = cuda.timer();
@@ -98,7 +101,7 @@ for (const chain of [false, true]) {
     l.push(Number(r.t - t0) / 1e3);
   }
   const order = [...byTag.entries()].sort((x, y) => Math.min(...x[1].get(0) ?? x[1].get(1) ?? [Infinity]) - Math.min(...y[1].get(0) ?? y[1].get(1) ?? [Infinity]));
-  console.log(`\n## ${chain ? "chained (gemvChain)" : "single launches"}${withAttn ? ", attention 2K after qkv" : ""}: ${usLayer.toFixed(1)} µs a layer in a graph; ${n} events, timer steps ≥ ${res} ns`);
+  console.log(`\n## ${chain ? "chained (gemvChain)" : "single launches"}${withAttn ? ", attention 2K after qkv" : ""} ${JSON.stringify(tuning)}: ${usLayer.toFixed(1)} µs a layer in a graph; ${n} events, timer steps ≥ ${res} ns`);
   console.log(`| GEMV | ${EVENTS.join(" | ")} |\n| --- |${EVENTS.map(() => " --- |").join("")}`);
   const cell = (v?: number[]) => {
     if (!v || !v.length) return "";

@@ -100,6 +100,9 @@ struct HgCtx {
   int attnGroup;          // split-K attention: a round's token rows folded into the softmax together (decode_attn_block.cuh)
   int attnPdl;            // the split-K attention's two kernels launched programmatically (decode_attn.cu); 2: RoPE and the K/V append too
   int gemvChain;          // a recorded layer's four stream GEMVs as one launch with grid barriers (gemv_stream.cu)
+  int gemvXPass;          // the stream GEMV stages x with a pass's loads in flight, norm weights before the wait
+  int gemvSiluSplit;      // the stream GEMV's SiLU·up slots: one 8 KB copy of gate or up, not 4 KB of each
+  int gemvSlot16;         // the stream GEMV's slots hold 16 KB, not 8
 };
 
 // Loads one element of any dtype as float.
@@ -292,7 +295,7 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu
 int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
-int hg_gemv_stream_slots(int k, int ringKb, bool norm);          // gemv_stream.cu
+int hg_gemv_stream_slots(int k, int ringKb, bool stagedNorm, int v);          // gemv_stream.cu
 int hg_launch_gemv_chain(HgCtx *c, const Cmd *cmds, int avail, int index);  // gemv_stream.cu: -1 when cmds do not chain
 void hg_feed_free(HgCtx *c);  // token_feed.cu
 

@@ -14,26 +14,25 @@
 // phases are waited on in order by one warp only (no parity aliasing); the producer visits the
 // warps round-robin, one chunk each.
 //
-// Two things the eighth pass's per-block timeline (device/trace-bench.ts) showed, and changed:
-// x was staged one dependent load a loop pass (the ring's copies land on the same SM at the same
-// time, so each trip is slow: 2.3–3.5 µs a GEMV before the first dot product); now every load of
-// a pass is issued before any is used, and the norm weights are staged before the wait. And
-// SiLU·up's slots held two 4 KB copies (gate and up): its stream reached 3.7 TB/s where 8 KB
-// copies reach 4.45; now each slot is one 8 KB copy of either.
+// Two switches (off by default until measured) answer what the eighth pass's per-block timeline
+// (device/trace-bench.ts, DEVICE-NOTES.md) showed. gemvXPass (GS_XPASS_ON): x was staged one
+// dependent load a loop pass, and the ring's copies land on the same SM at the same time, so each
+// trip is slow: 2.3–3.5 µs a GEMV before the first dot product; with it every load of a pass is
+// issued before any is used, and the norm weights are staged before the wait. gemvSiluSplit
+// (GS_SPLIT_ON): SiLU·up's slots hold two 4 KB copies (gate and up), and its stream reaches
+// 3.7 TB/s where 8 KB copies reach 4.45; with it each slot is one 8 KB copy of either. A third,
+// gemvSlot16 (GS_SLOT16_ON), makes the slots 16 KB: half the copies (and producer work) a byte.
 #include "common.cuh"
 #include "mbarrier.cuh"
 #include "trace.cuh"
 
-static const int GS_NW = 8, GS_THREADS = (GS_NW + 1) * 32, GS_SLOT_BYTES = 8192;
+static const int GS_NW = 8, GS_THREADS = (GS_NW + 1) * 32;
 static const int GS_MAX_SMEM = 227 * 1024;  // sm_90's largest dynamic shared memory a block
 static const int GS_XPASS = 8;              // float4 loads of x in flight a thread
 enum { GS_ACCUMULATE = 1, GS_SILU = 2 };
-#ifndef GS_OLD_XSTAGE
-#define GS_OLD_XSTAGE 1  // 0: the eighth pass's x staging (not yet measured on a GPU)
-#endif
-#ifndef GS_OLD_SILU
-#define GS_OLD_SILU 1    // 0: the eighth pass's SiLU·up slots (not yet measured on a GPU)
-#endif
+enum { GS_XPASS_ON = 1, GS_SPLIT_ON = 2, GS_SLOT16_ON = 4 };  // a command's s[7]: gemvXPass, gemvSiluSplit, gemvSlot16
+// Bytes a slot holds: 8 KB, or 16 KB with gemvSlot16 (half the copies a byte; one slot a warp in a 128 KB ring).
+__host__ __device__ constexpr int stream_slot_bytes(int v) { return v & GS_SLOT16_ON ? 16384 : 8192; }
 
 struct StreamArgs {
   float *out;
@@ -72,20 +71,22 @@ struct StreamShape {
   static constexpr int ES = 2;  // bf16 / f16 only (f32 weights keep the one-warp kernel)
 };
 
-// Elements a chunk holds, and chunks a row takes (SiLU·up: its gate chunks, then its up chunks).
-template <bool SILU>
+// Elements a chunk holds, copies a slot takes, and chunks a row takes: SiLU·up packs a gate chunk
+// and an up chunk into each slot, or (SPLIT) takes a row's gate chunks, then its up chunks.
+template <bool SILU, bool SPLIT, int SLOT>
 struct StreamChunks {
-  static constexpr int CH = GS_SLOT_BYTES / 2 / (SILU && GS_OLD_SILU ? 2 : 1);
-  static constexpr int PER_ROW_COPIES = SILU && GS_OLD_SILU ? 2 : 1;
-  __device__ static int per_row(int k) { return (k + CH - 1) / CH * (SILU && !GS_OLD_SILU ? 2 : 1); }
+  static constexpr bool PACKED = SILU && !SPLIT;
+  static constexpr int CH = SLOT / 2 / (PACKED ? 2 : 1);
+  static constexpr int COPIES = PACKED ? 2 : 1;
+  __device__ static int per_row(int k) { return (k + CH - 1) / CH * (SILU && SPLIT ? 2 : 1); }
 };
 
 // The producer's share of one GEMV: every chunk of the block's rows, warp by warp round-robin.
 // In a chain, tw[w] (shared memory, the producer's alone) counts the chunks already given to warp
 // w in the phases before; a single GEMV has none, and its loop is the first kernel's, unchanged.
-template <bool SILU, bool CHAINED>
+template <bool SILU, bool SPLIT, int SLOT, bool CHAINED>
 __device__ __forceinline__ void stream_produce(const StreamArgs &a, int spw, const StreamSmem &sm) {
-  using C = StreamChunks<SILU>;
+  using C = StreamChunks<SILU, SPLIT, SLOT>;
   constexpr int ES = 2, CH = C::CH;
   const int k = a.k, m = a.m, nch = (k + CH - 1) / CH, nrow = C::per_row(k);
   const int r0 = (int)((long)m * blockIdx.x / gridDim.x), rows = (int)((long)m * (blockIdx.x + 1) / gridDim.x) - r0;
@@ -100,14 +101,14 @@ __device__ __forceinline__ void stream_produce(const StreamArgs &a, int spw, con
       const int n = CHAINED ? sm.tw[cw] + t : t;
       const int s = cw * spw + n % spw, use = n / spw;
       if (use > 0) mbar_wait(&sm.empty[s], (use - 1) & 1);
-      const bool up = SILU && !GS_OLD_SILU && cr >= nch;  // the up half of W, same row and chunk
+      const bool up = SILU && SPLIT && cr >= nch;  // the up half of W, same row and chunk
       const int c = up ? cr - nch : cr;
       const unsigned bytes = (unsigned)(min(CH, k - c * CH) * ES);
-      mbar_expect_tx(&sm.full[s], bytes * C::PER_ROW_COPIES);
-      unsigned char *dst = sm.ring + (size_t)s * GS_SLOT_BYTES;
+      mbar_expect_tx(&sm.full[s], bytes * C::COPIES);
+      unsigned char *dst = sm.ring + (size_t)s * SLOT;
       const size_t row = (size_t)(r0 + i) + (up ? m : 0);
       bulk_copy(dst, wb + (row * k + (size_t)c * CH) * ES, bytes, &sm.full[s]);
-      if (SILU && GS_OLD_SILU) bulk_copy(dst + CH * ES, wb + ((row + m) * k + (size_t)c * CH) * ES, bytes, &sm.full[s]);
+      if (C::PACKED) bulk_copy(dst + CH * ES, wb + ((row + m) * k + (size_t)c * CH) * ES, bytes, &sm.full[s]);
     }
   }
   HG_TR(a.w, 3);  // producer: the last copy issued
@@ -117,9 +118,9 @@ __device__ __forceinline__ void stream_produce(const StreamArgs &a, int spw, con
 
 // Before the wait (or a chain's barrier): the norm weights into shared memory as floats, since
 // they depend on no kernel. Consumer warps only.
-template <bool NORM>
+template <bool NORM, bool XPASS>
 __device__ __forceinline__ void stream_stage_nw(const StreamArgs &a, const StreamSmem &sm) {
-  if constexpr (NORM && !GS_OLD_XSTAGE)
+  if constexpr (NORM && XPASS)
     for (int i = threadIdx.x; i < a.k; i += GS_NW * 32) sm.nws[i] = load_any(a.nw, a.nt, i);
 }
 
@@ -128,10 +129,11 @@ __device__ __forceinline__ void stream_stage_nw(const StreamArgs &a, const Strea
 // is warp·spw + t % spw, use t / spw), carried from phase to phase of a chain. L2: x and out (for
 // +=) are read through L2 only, since in a chain other SMs wrote them after this SM's L1 may
 // have seen the line.
-template <int WT, bool NORM, int EPI, bool L2>
+template <int WT, bool NORM, int EPI, bool L2, int V>
 __device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, const StreamSmem &sm, int &t) {
-  constexpr bool SILU = (EPI & GS_SILU) != 0;
-  using C = StreamChunks<SILU>;
+  constexpr bool SILU = (EPI & GS_SILU) != 0, XPASS = (V & GS_XPASS_ON) != 0, SPLIT = (V & GS_SPLIT_ON) != 0;
+  constexpr int SLOT = stream_slot_bytes(V);
+  using C = StreamChunks<SILU, SPLIT, SLOT>;
   constexpr int ES = StreamShape<WT>::ES, CH = C::CH;
   const int k = a.k, m = a.m, nch = (k + CH - 1) / CH, nrow = C::per_row(k);
   const int r0 = (int)((long)m * blockIdx.x / gridDim.x), r1 = (int)((long)m * (blockIdx.x + 1) / gridDim.x);
@@ -144,7 +146,7 @@ __device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, con
     if ((((uintptr_t)a.x & 15) | (k & 3)) == 0) {
       const float4 *x4 = reinterpret_cast<const float4 *>(a.x);
       float4 *s4 = reinterpret_cast<float4 *>(xs);
-      if constexpr (GS_OLD_XSTAGE != 0) {
+      if constexpr (!XPASS) {
         for (int i = tid; i < k / 4; i += nt) {
           const float4 v = L2 ? __ldcg(x4 + i) : x4[i];
           s4[i] = v;
@@ -182,7 +184,7 @@ __device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, con
 #pragma unroll
       for (int i = 0; i < GS_NW; i++) tot += sm.red[i];
       const float r = rsqrtf(tot / k + a.eps);
-      if constexpr (GS_OLD_XSTAGE != 0)
+      if constexpr (!XPASS)
         for (int i = tid; i < k; i += nt) xs[i] *= r * load_any(a.nw, a.nt, i);
       else
         for (int i = tid; i < k; i += nt) xs[i] *= r * sm.nws[i];
@@ -198,12 +200,12 @@ __device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, con
 #ifdef HG_TRACE
       if (threadIdx.x == 0 && i == 0 && cr == 0) HG_TR(a.w, 6);  // warp 0's first slot landed
 #endif
-      const uint4 *w0 = reinterpret_cast<const uint4 *>(sm.ring + (size_t)s * GS_SLOT_BYTES);
-      const bool up = SILU && !GS_OLD_SILU && cr >= nch;
+      const uint4 *w0 = reinterpret_cast<const uint4 *>(sm.ring + (size_t)s * SLOT);
+      const bool up = SILU && SPLIT && cr >= nch;
       const int c = up ? cr - nch : cr;
       const float4 *x4 = reinterpret_cast<const float4 *>(xs + (size_t)c * CH);
       const int nv = min(CH, k - c * CH) / 8;
-      if constexpr (SILU && GS_OLD_SILU) {
+      if constexpr (C::PACKED) {
         const uint4 *w1 = w0 + CH * ES / 16;
 #pragma unroll 4
         for (int v = lane; v < nv; v += 32) {
@@ -255,23 +257,25 @@ __device__ __forceinline__ void stream_init(uint64_t *full, uint64_t *empty, int
   __syncthreads();
 }
 
-template <int WT, bool NORM, int EPI>
+// V: the GS_XPASS_ON / GS_SPLIT_ON switches.
+template <int WT, bool NORM, int EPI, int V>
 __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr bool XPASS = (V & GS_XPASS_ON) != 0, SPLIT = (V & GS_SPLIT_ON) != 0;
   const int spw = a.spw, ns = GS_NW * spw;
-  const StreamSmem sm(smem, ns, a.k, NORM && !GS_OLD_XSTAGE ? a.k : 0);
+  const StreamSmem sm(smem, ns, a.k, NORM && XPASS ? a.k : 0);
   stream_init(sm.full, sm.empty, ns);
   if (threadIdx.x == 0) HG_TR(a.w, 0);  // the block is resident
   hg_pdl_trigger();  // the next kernel's blocks may queue now; they cannot share an SM with this one
   if (threadIdx.x >> 5 == GS_NW) {  // the producer: weights only, so it need not wait for the kernel before
-    if ((threadIdx.x & 31) == 0) stream_produce<(EPI & GS_SILU) != 0, false>(a, spw, sm);
+    if ((threadIdx.x & 31) == 0) stream_produce<(EPI & GS_SILU) != 0, SPLIT, stream_slot_bytes(V), false>(a, spw, sm);
     hg_pdl_wait();  // every thread waits before it exits: completion stays transitive
     return;
   }
-  stream_stage_nw<NORM>(a, sm);  // constant: before the wait
+  stream_stage_nw<NORM, XPASS>(a, sm);  // constant: before the wait
   hg_pdl_wait();  // x (and out, for +=) come from the kernels before this one
   int t = 0;
-  stream_consume<WT, NORM, EPI, false>(a, spw, sm, t);
+  stream_consume<WT, NORM, EPI, false, V>(a, spw, sm, t);
 }
 
 // ---- A layer's four GEMVs as one launch (gemvChain switch) ----
@@ -312,21 +316,23 @@ __device__ __forceinline__ void chain_barrier(unsigned *bar, unsigned target, co
   consumers_sync();
 }
 
-template <int WT>
+template <int WT, int V>
 __global__ void __launch_bounds__(GS_THREADS, 1) gemv_chain_kernel(ChainArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
+  constexpr bool XPASS = (V & GS_XPASS_ON) != 0, SPLIT = (V & GS_SPLIT_ON) != 0;
   const int spw = a.spw, ns = GS_NW * spw;
-  const StreamSmem sm(smem, ns, a.kmax, GS_OLD_XSTAGE ? 0 : a.knorm);
+  const StreamSmem sm(smem, ns, a.kmax, XPASS ? a.knorm : 0);
   stream_init(sm.full, sm.empty, ns);
   if (threadIdx.x == 0) HG_TR(a.ph[0].w, 0);
   hg_pdl_trigger();
   if (threadIdx.x >> 5 == GS_NW) {
     if ((threadIdx.x & 31) == 0) {
       for (int w = 0; w < GS_NW; w++) sm.tw[w] = 0;
-      stream_produce<false, true>(a.ph[0], spw, sm);
-      stream_produce<true, true>(a.ph[1], spw, sm);
-      stream_produce<false, true>(a.ph[2], spw, sm);
-      stream_produce<false, true>(a.ph[3], spw, sm);
+      constexpr int SLOT = stream_slot_bytes(V);
+      stream_produce<false, false, SLOT, true>(a.ph[0], spw, sm);
+      stream_produce<true, SPLIT, SLOT, true>(a.ph[1], spw, sm);
+      stream_produce<false, false, SLOT, true>(a.ph[2], spw, sm);
+      stream_produce<false, false, SLOT, true>(a.ph[3], spw, sm);
     }
     hg_pdl_wait();
     return;
@@ -334,58 +340,78 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_chain_kernel(ChainArgs a) 
   hg_pdl_wait();
   const unsigned G = gridDim.x;
   int t = 0;
-  stream_consume<WT, false, GS_ACCUMULATE, true>(a.ph[0], spw, sm, t);
-  stream_stage_nw<true>(a.ph[1], sm);  // before the barrier: weights only (x is in its own array)
+  constexpr int V1 = V & ~GS_SPLIT_ON;  // the phases without SiLU·up: no split to make
+  stream_consume<WT, false, GS_ACCUMULATE, true, V1>(a.ph[0], spw, sm, t);
+  stream_stage_nw<true, XPASS>(a.ph[1], sm);  // before the barrier: weights only (x is in its own array)
   chain_barrier(a.bar, G, a.ph[0].w);
-  stream_consume<WT, true, GS_SILU, true>(a.ph[1], spw, sm, t);
+  stream_consume<WT, true, GS_SILU, true, V>(a.ph[1], spw, sm, t);
   chain_barrier(a.bar, 2 * G, a.ph[1].w);
-  stream_consume<WT, false, GS_ACCUMULATE, true>(a.ph[2], spw, sm, t);
-  stream_stage_nw<true>(a.ph[3], sm);
+  stream_consume<WT, false, GS_ACCUMULATE, true, V1>(a.ph[2], spw, sm, t);
+  stream_stage_nw<true, XPASS>(a.ph[3], sm);
   chain_barrier(a.bar, 3 * G, a.ph[2].w);
-  stream_consume<WT, true, 0, true>(a.ph[3], spw, sm, t);
+  stream_consume<WT, true, 0, true, V1>(a.ph[3], spw, sm, t);
   consumers_sync();  // the last block out resets the counter for the next launch (stream-ordered)
   if (threadIdx.x == 0 && atomicAdd(a.bar, 1u) == 4 * G - 1) atomicExch(a.bar, 0u);
 }
 
 // Shared memory of a launch: the header, x, the norm weights (knorm > 0), the slots.
-static size_t stream_smem(int k, int spw, int knorm) {
+static size_t stream_smem(int k, int spw, int knorm, int v) {
   const int ns = GS_NW * spw;
-  return stream_header(ns) + stream_vec(k) + (knorm > 0 && !GS_OLD_XSTAGE ? stream_vec(knorm) : 0) + (size_t)ns * GS_SLOT_BYTES;
+  return stream_header(ns) + stream_vec(k) + (knorm > 0 ? stream_vec(knorm) : 0) + (size_t)ns * stream_slot_bytes(v);
 }
 
-// Slots a warp owns for a ring of ringKb (at least one; fewer where x, and the norm weights with
-// a norm, leave less room), or 0 when they and one slot a warp do not fit.
-int hg_gemv_stream_slots(int k, int ringKb, bool norm) {
-  const int knorm = norm ? k : 0;
-  int spw = ringKb * 1024 / (GS_NW * GS_SLOT_BYTES);
+// Slots a warp owns for a ring of ringKb (at least one; fewer where x, and the norm weights that
+// gemvXPass stages (stagedNorm), leave less room), or 0 when they and one slot a warp do not fit.
+int hg_gemv_stream_slots(int k, int ringKb, bool stagedNorm, int v) {
+  const int knorm = stagedNorm ? k : 0;
+  int spw = ringKb * 1024 / (GS_NW * stream_slot_bytes(v));
   if (spw < 1) spw = 1;
-  while (spw > 1 && stream_smem(k, spw, knorm) > (size_t)GS_MAX_SMEM) spw--;
-  return stream_smem(k, spw, knorm) <= (size_t)GS_MAX_SMEM ? spw : 0;
+  while (spw > 1 && stream_smem(k, spw, knorm, v) > (size_t)GS_MAX_SMEM) spw--;
+  return stream_smem(k, spw, knorm, v) <= (size_t)GS_MAX_SMEM ? spw : 0;
 }
 
-template <int WT, bool NORM, int EPI>
+template <int WT, bool NORM, int EPI, int V>
 static int launch_stream(HgCtx *c, const StreamArgs &a) {
   static bool opted = false;  // shared memory above 48 KB is opted into once per kernel instance
   if (!opted) {
-    cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
+    cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
     if (e != cudaSuccess) return (int)e;
     opted = true;
   }
-  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), stream_smem(a.k, a.spw, NORM ? a.k : 0), a);
+  const int knorm = NORM && (V & GS_XPASS_ON) ? a.k : 0;
+  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI, V>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), stream_smem(a.k, a.spw, knorm, V), a);
+}
+
+// v: the command's switch bits (the split only matters to SiLU·up).
+template <int WT, bool NORM, int EPI, int SPLIT>
+static int launch_stream_xs(HgCtx *c, int v, const StreamArgs &a) {
+  switch (v & (GS_XPASS_ON | GS_SLOT16_ON)) {
+    case 0: return launch_stream<WT, NORM, EPI, SPLIT>(c, a);
+    case GS_XPASS_ON: return launch_stream<WT, NORM, EPI, SPLIT | GS_XPASS_ON>(c, a);
+    case GS_SLOT16_ON: return launch_stream<WT, NORM, EPI, SPLIT | GS_SLOT16_ON>(c, a);
+    default: return launch_stream<WT, NORM, EPI, SPLIT | GS_XPASS_ON | GS_SLOT16_ON>(c, a);
+  }
+}
+template <int WT, bool NORM, int EPI>
+static int launch_stream_v(HgCtx *c, int v, const StreamArgs &a) {
+  if constexpr (EPI == GS_SILU)
+    if (v & GS_SPLIT_ON) return launch_stream_xs<WT, NORM, EPI, GS_SPLIT_ON>(c, v, a);
+  return launch_stream_xs<WT, NORM, EPI, 0>(c, v, a);
 }
 
 template <int WT, bool NORM>
-static int launch_stream_epi(HgCtx *c, int epi, const StreamArgs &a) {
+static int launch_stream_epi(HgCtx *c, int epi, int v, const StreamArgs &a) {
   switch (epi) {
-    case 0: return launch_stream<WT, NORM, 0>(c, a);
-    case 1: return launch_stream<WT, NORM, 1>(c, a);
-    case 2: return launch_stream<WT, NORM, 2>(c, a);
+    case 0: return launch_stream_v<WT, NORM, 0>(c, v, a);
+    case 1: return launch_stream_v<WT, NORM, 1>(c, v, a);
+    case 2: return launch_stream_v<WT, NORM, 2>(c, v, a);
     default: return (int)cudaErrorInvalidValue;  // SiLU·up with += has no caller
   }
 }
 
 // CMD_GEMV_STREAM: p[0] out, p[1] x, p[2] w, p[3] bias, p[4] norm weight; s[0] weight dtype,
-// s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp; f[0] eps.
+// s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp, s[7] the
+// GS_XPASS_ON / GS_SPLIT_ON switches as recorded; f[0] eps.
 static StreamArgs stream_args(const Cmd &cmd) {
   return {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0]};
 }
@@ -393,48 +419,62 @@ static StreamArgs stream_args(const Cmd &cmd) {
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
   const StreamArgs a = stream_args(cmd);
   const bool norm = cmd.p[4] != nullptr;
+  const int v = cmd.s[7];
   switch (cmd.s[0]) {
-    case DT_BF16: return norm ? launch_stream_epi<DT_BF16, true>(c, cmd.s[5], a) : launch_stream_epi<DT_BF16, false>(c, cmd.s[5], a);
-    case DT_F16: return norm ? launch_stream_epi<DT_F16, true>(c, cmd.s[5], a) : launch_stream_epi<DT_F16, false>(c, cmd.s[5], a);
+    case DT_BF16: return norm ? launch_stream_epi<DT_BF16, true>(c, cmd.s[5], v, a) : launch_stream_epi<DT_BF16, false>(c, cmd.s[5], v, a);
+    case DT_F16: return norm ? launch_stream_epi<DT_F16, true>(c, cmd.s[5], v, a) : launch_stream_epi<DT_F16, false>(c, cmd.s[5], v, a);
     default: return (int)cudaErrorInvalidValue;
   }
 }
 
-template <int WT>
+template <int WT, int V>
 static int launch_chain(HgCtx *c, const ChainArgs &a, size_t smem) {
   static bool opted = false;
   if (!opted) {
-    cudaError_t e = cudaFuncSetAttribute(gemv_chain_kernel<WT>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
+    cudaError_t e = cudaFuncSetAttribute(gemv_chain_kernel<WT, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
     if (e != cudaSuccess) return (int)e;
     opted = true;
   }
-  return hg_launch_pdl(c, true, gemv_chain_kernel<WT>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), smem, a);
+  return hg_launch_pdl(c, true, gemv_chain_kernel<WT, V>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), smem, a);
+}
+
+template <int WT>
+static int launch_chain_v(HgCtx *c, int v, const ChainArgs &a, size_t smem) {
+  switch (v & 7) {
+#define GS_CHAIN_CASE(V) \
+  case V: return launch_chain<WT, V>(c, a, smem);
+    GS_CHAIN_CASE(0) GS_CHAIN_CASE(1) GS_CHAIN_CASE(2) GS_CHAIN_CASE(3) GS_CHAIN_CASE(4) GS_CHAIN_CASE(5) GS_CHAIN_CASE(6) GS_CHAIN_CASE(7)
+#undef GS_CHAIN_CASE
+  }
+  return -1;
 }
 
 // cmds[0..3] as one chain launch when they are a layer's four stream GEMVs (GS_CHAIN_SPEC, one
-// weight dtype, the longest x and a ring fit); -1 and nothing launched otherwise. index: the
-// first command's place in its step, which picks its barrier counter.
+// weight dtype, the same switches, the longest x and a ring fit); -1 and nothing launched
+// otherwise. index: the first command's place in its step, which picks its barrier counter.
 int hg_launch_gemv_chain(HgCtx *c, const Cmd *cmds, int avail, int index) {
   if (!c->gemvChain || avail < GS_CHAIN) return -1;
   ChainArgs a = {};
+  const int v = cmds[0].s[7];
   int spw = 1 << 30, kmax = 0, knorm = 0;
   for (int p = 0; p < GS_CHAIN; p++) {
     const Cmd &m = cmds[p];
-    if (m.kind != CMD_GEMV_STREAM || m.s[0] != cmds[0].s[0] || (m.p[4] ? 4 : 0) + m.s[5] != GS_CHAIN_SPEC[p]) return -1;
+    if (m.kind != CMD_GEMV_STREAM || m.s[0] != cmds[0].s[0] || m.s[7] != v || (m.p[4] ? 4 : 0) + m.s[5] != GS_CHAIN_SPEC[p]) return -1;
     a.ph[p] = stream_args(m);
     spw = min(spw, m.s[6]);
     kmax = max(kmax, m.s[3]);
-    if (m.p[4]) knorm = max(knorm, m.s[3]);
+    if (m.p[4] && (v & GS_XPASS_ON)) knorm = max(knorm, m.s[3]);
   }
-  while (spw > 1 && stream_smem(kmax, spw, knorm) > (size_t)GS_MAX_SMEM) spw--;
-  if (stream_smem(kmax, spw, knorm) > (size_t)GS_MAX_SMEM) return -1;
+  while (spw > 1 && stream_smem(kmax, spw, knorm, v) > (size_t)GS_MAX_SMEM) spw--;
+  if (stream_smem(kmax, spw, knorm, v) > (size_t)GS_MAX_SMEM) return -1;
   a.spw = spw;
   a.kmax = kmax;
   a.knorm = knorm;
   a.bar = (unsigned *)((char *)c->argmaxOut + GS_BAR_OFFSET) + index % GS_BARS;
+  const size_t smem = stream_smem(kmax, spw, knorm, v);
   switch (cmds[0].s[0]) {
-    case DT_BF16: return launch_chain<DT_BF16>(c, a, stream_smem(kmax, spw, knorm));
-    case DT_F16: return launch_chain<DT_F16>(c, a, stream_smem(kmax, spw, knorm));
+    case DT_BF16: return launch_chain_v<DT_BF16>(c, v, a, smem);
+    case DT_F16: return launch_chain_v<DT_F16>(c, v, a, smem);
     default: return -1;
   }
 }

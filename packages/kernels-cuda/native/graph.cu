@@ -224,7 +224,10 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // attnUnroll 4). 15 (the last split block merging: code 2 again, with the parallel merge) was
 // written without a GPU and removed unmeasured (it repeated code 2's tickets and the merge).
 // 16: a recorded layer's four stream GEMVs (o_proj, gate/up, down, next qkv or lm_head) as one
-// launch with grid barriers between them (0/1; gemv_stream.cu).
+// launch with grid barriers between them (0/1; gemv_stream.cu); 17 the stream GEMV stages x with
+// every load of a pass in flight and the norm weights before the wait; 18 its SiLU·up slots hold
+// one 8 KB copy of gate or up instead of 4 KB of each; 19 its slots hold 16 KB (0/1 each; eighth
+// pass, not yet measured).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -236,6 +239,9 @@ static int *decode_option(HgCtx *c, int which) {
     case 13: return &c->attnPdl;
     case 14: return &c->attnGroup;
     case 16: return &c->gemvChain;
+    case 17: return &c->gemvXPass;
+    case 18: return &c->gemvSiluSplit;
+    case 19: return &c->gemvSlot16;
     default: return NULL;
   }
 }
@@ -245,7 +251,10 @@ static bool decode_option_ok(int which, int v) {
     case 9: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
     case 14: return v == 0 || v == 1;
-    case 16: return v == 0 || v == 1;
+    case 16:
+    case 17:
+    case 18:
+    case 19: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
@@ -284,8 +293,14 @@ int hg_graph_init(HgCtx *c) {
   // programmatically: RoPE + append + attention 13.9 vs 14.8 (attention kernels only) vs 15.4 µs
   // (plain) a layer at 2K, 8B decode 4.54–4.58 vs 4.58 vs 4.63 ms; same bits (seventh pass, calls 9, 11).
   c->attnPdl = 2;
-  c->attnGroup = 0;          // written without a GPU at the end of the seventh pass: not measured yet
-  c->gemvChain = 0;          // written in the eighth pass: measured before it becomes the default
+  // A round's 4 token rows folded into the softmax together: 8B decode 4.53 vs 4.57 / 4.99 vs 5.09 /
+  // 5.87 vs 6.07 ms at 2K / 8K / 32K (eighth pass, call 1; call 2: 4.79 vs 4.87 / 5.30 vs 5.31 / 6.15
+  // vs 6.35 on a slower machine); attention in a graph 11.0 vs 11.5 µs a layer at 2K, 50.9 vs 55.6 at 32K.
+  c->attnGroup = 1;
+  c->gemvChain = 0;          // slower as measured in the eighth pass (139.5 vs 125.6 µs a layer's GEMVs in a graph)
+  c->gemvXPass = 0;          // eighth pass, written after its device time ended: not measured yet
+  c->gemvSiluSplit = 0;      // the same
+  c->gemvSlot16 = 0;         // the same
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

@@ -2,6 +2,8 @@
 // (other GPUs JIT it), cudart linked statically (the default) so the library loads where no
 // CUDA runtime is installed. No nvcc: says so and exits 0 (the JS side then reports
 // "CUDA unavailable: library not built"). A compile error exits non-zero, so CI catches it.
+// --trace builds lib/libhgcuda-trace.so instead, with the stream GEMV's per-block event records
+// compiled in (-DHG_TRACE, native/trace.cuh; for device/trace-bench.ts, never the package's default).
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -10,7 +12,8 @@ import { fileURLToPath } from "node:url";
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const nativeDir = join(root, "native");
 const libDir = join(root, "lib");
-const out = join(libDir, "libhgcuda.so");
+const trace = process.argv.includes("--trace");
+const out = join(libDir, trace ? "libhgcuda-trace.so" : "libhgcuda.so");
 
 function findNvcc() {
   const candidates = [];
@@ -50,6 +53,7 @@ const args = [
   "-gencode", "arch=compute_90a,code=sm_90a", // sm_90a: wgmma (flash_v3.cu); same code as sm_90 otherwise
   "-gencode", "arch=compute_90,code=compute_90",
   "-Xcompiler", "-fPIC,-O2,-fvisibility=hidden",
+  ...(trace ? ["-DHG_TRACE"] : []),
   "-shared",
   "-cudart", "static",
   "-o", tmp,
