@@ -50,6 +50,7 @@ const tmp = `${out}.tmp-${process.pid}`;
 const args = [
   "-O3",
   "-std=c++17",
+  "--threads", "2", // the two targets of each file compiled side by side
   "-gencode", "arch=compute_90a,code=sm_90a", // sm_90a: wgmma (flash_v3.cu); same code as sm_90 otherwise
   "-gencode", "arch=compute_90,code=compute_90",
   "-Xcompiler", "-fPIC,-O2,-fvisibility=hidden",
