@@ -131,6 +131,7 @@ if (arg("diag", "on") !== "off") {
       ["x a pass at a time + SiLU·up in 8 KB copies (gemvXPass, gemvSiluSplit)", { gemvXPass: true, gemvSiluSplit: true }],
       ["both, chained", { gemvXPass: true, gemvSiluSplit: true, gemvChain: true }],
       ["both + 16 KB slots (gemvSlot16)", { gemvXPass: true, gemvSiluSplit: true, gemvSlot16: true }],
+      ["both + L2 prefetch a ring ahead (gemvL2Ahead)", { gemvXPass: true, gemvSiluSplit: true, gemvL2Ahead: true }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -351,6 +352,9 @@ const allVariants: (Variant | undefined)[] = [
   // 56: 16 KB slots (gemvSlot16); 57: with gemvXPass + gemvSiluSplit
   { name: "stream GEMV 16 KB slots (gemvSlot16), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlot16: true }, fed: true },
   { name: "gemvSlot16 + gemvXPass + gemvSiluSplit, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlot16: true, gemvXPass: true, gemvSiluSplit: true }, fed: true },
+  // 58: L2 prefetch a ring ahead of the copies (gemvL2Ahead); 59: with gemvXPass + gemvSiluSplit
+  { name: "stream GEMV L2 prefetch a ring ahead (gemvL2Ahead), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvL2Ahead: true }, fed: true },
+  { name: "gemvL2Ahead + gemvXPass + gemvSiluSplit, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvL2Ahead: true, gemvXPass: true, gemvSiluSplit: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

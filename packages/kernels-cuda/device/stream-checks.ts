@@ -74,8 +74,9 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
       });
       // Each case runs as single launches with the default switches, then with each stream switch
       // that promises the same bits (gemvChain: the layer's four as one launch; gemvXPass: x staged
-      // a pass at a time; gemvSiluSplit: SiLU·up in 8 KB copies; gemvSlot16: 16 KB slots; all
-      // four): the same inputs, and every output must equal the first run's bit for bit.
+      // a pass at a time; gemvSiluSplit: SiLU·up in 8 KB copies; gemvSlot16: 16 KB slots;
+      // gemvL2Ahead: L2 prefetch a ring ahead; all five): the same inputs, and every output must
+      // equal the first run's bit for bit.
       const steps = 4;
       const inputs = Array.from({ length: steps }, () => Object.values(bufs).map((b) => values(b.n)));
       const firsts: Float32Array[][] = [];
@@ -85,10 +86,11 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
         ["x a pass at a time (gemvXPass)", { gemvXPass: true }],
         ["SiLU·up in 8 KB copies (gemvSiluSplit)", { gemvSiluSplit: true }],
         ["16 KB slots (gemvSlot16)", { gemvSlot16: true }],
-        ["all four", { gemvChain: true, gemvXPass: true, gemvSiluSplit: true, gemvSlot16: true }],
+        ["L2 prefetch a ring ahead (gemvL2Ahead)", { gemvL2Ahead: true }],
+        ["all five", { gemvChain: true, gemvXPass: true, gemvSiluSplit: true, gemvSlot16: true, gemvL2Ahead: true }],
       ];
       for (const [how, form] of forms) {
-        cuda.setDecodeTuning({ ...savedTuning, gemvChain: false, gemvXPass: false, gemvSiluSplit: false, gemvSlot16: false, gemvStream: ring as DecodeRing, ...form });
+        cuda.setDecodeTuning({ ...savedTuning, gemvChain: false, gemvXPass: false, gemvSiluSplit: false, gemvSlot16: false, gemvL2Ahead: false, gemvStream: ring as DecodeRing, ...form });
         const before = cuda.graphStats();
         let worst = 0, apart = 0;
         for (let s = 0; s < steps; s++) {

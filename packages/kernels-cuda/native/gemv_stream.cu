@@ -22,6 +22,10 @@
 // (GS_SPLIT_ON): SiLU·up's slots hold two 4 KB copies (gate and up), and its stream reaches
 // 3.7 TB/s where 8 KB copies reach 4.45; with it each slot is one 8 KB copy of either. A third,
 // gemvSlot16 (GS_SLOT16_ON), makes the slots 16 KB: half the copies (and producer work) a byte.
+// A fourth, gemvL2Ahead (StreamArgs.ahead, a run-time field), has the producer prefetch into L2
+// the chunk one ring ahead of each copy: the first 16 copies of a GEMV took 3–4.7 µs to issue in
+// the trace, as if the SM's own outstanding copies were capped; a prefetch returns nothing to the
+// SM, so it may put more of the stream in flight, and the copies then find their bytes in L2.
 #include "common.cuh"
 #include "mbarrier.cuh"
 #include "trace.cuh"
@@ -40,6 +44,8 @@ struct StreamArgs {
   const void *w, *bias, *nw;
   int bt, nt, k, m, spw;  // spw: slots a consumer warp owns
   float eps;
+  int ahead;  // gemvL2Ahead: with each copy, prefetch into L2 the chunk this many of the warp's chunks later (0 none)
+  int trace;  // HG_TRACE builds: the launch's (or chain phase's) number for its event records
 };
 
 // Barrier of the consumer warps alone (the producer warp does not take part).
@@ -92,9 +98,9 @@ __device__ __forceinline__ void stream_produce(const StreamArgs &a, int spw, con
   const int r0 = (int)((long)m * blockIdx.x / gridDim.x), rows = (int)((long)m * (blockIdx.x + 1) / gridDim.x) - r0;
   const char *wb = static_cast<const char *>(a.w);
   const int perWarp = (rows + GS_NW - 1) / GS_NW * nrow;  // most chunks any warp takes
-  HG_TR(a.w, 1);  // producer: the GEMV's first copy
+  HG_TR(a, 1);  // producer: the GEMV's first copy
   for (int t = 0; t < perWarp; t++) {
-    if (t == 2) HG_TR(a.w, 2);  // the ring's first pass issued (two slots a warp)
+    if (t == 2) HG_TR(a, 2);  // the ring's first pass issued (two slots a warp)
     for (int cw = 0; cw < GS_NW; cw++) {
       const int i = cw + GS_NW * (t / nrow), cr = t % nrow;  // the warp's row (in the block) and chunk of the row
       if (i >= rows) continue;
@@ -109,9 +115,20 @@ __device__ __forceinline__ void stream_produce(const StreamArgs &a, int spw, con
       const size_t row = (size_t)(r0 + i) + (up ? m : 0);
       bulk_copy(dst, wb + (row * k + (size_t)c * CH) * ES, bytes, &sm.full[s]);
       if (C::PACKED) bulk_copy(dst + CH * ES, wb + ((row + m) * k + (size_t)c * CH) * ES, bytes, &sm.full[s]);
+      if (a.ahead) {  // gemvL2Ahead: the warp's chunk `ahead` later, into L2
+        const int t2 = t + a.ahead, i2 = cw + GS_NW * (t2 / nrow), cr2 = t2 % nrow;
+        if (i2 < rows) {
+          const bool up2 = SILU && SPLIT && cr2 >= nch;
+          const int c2 = up2 ? cr2 - nch : cr2;
+          const unsigned bytes2 = (unsigned)(min(CH, k - c2 * CH) * ES);
+          const size_t row2 = (size_t)(r0 + i2) + (up2 ? m : 0);
+          bulk_prefetch_l2(wb + (row2 * k + (size_t)c2 * CH) * ES, bytes2);
+          if (C::PACKED) bulk_prefetch_l2(wb + ((row2 + m) * k + (size_t)c2 * CH) * ES, bytes2);
+        }
+      }
     }
   }
-  HG_TR(a.w, 3);  // producer: the last copy issued
+  HG_TR(a, 3);  // producer: the last copy issued
   if (CHAINED)
     for (int cw = 0; cw < GS_NW; cw++) sm.tw[cw] += (rows > cw ? (rows - cw + GS_NW - 1) / GS_NW : 0) * nrow;
 }
@@ -139,7 +156,7 @@ __device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, con
   const int r0 = (int)((long)m * blockIdx.x / gridDim.x), r1 = (int)((long)m * (blockIdx.x + 1) / gridDim.x);
   const int rows = r1 - r0, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   float *xs = sm.xs;
-  if (threadIdx.x == 0) HG_TR(a.w, 4);  // consumers: x may be read (wait or barrier passed)
+  if (threadIdx.x == 0) HG_TR(a, 4);  // consumers: x may be read (wait or barrier passed)
   {
     const int tid = threadIdx.x, nt = GS_NW * 32;
     float ss = 0.f;
@@ -191,14 +208,14 @@ __device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, con
     }
     consumers_sync();
   }
-  if (threadIdx.x == 0) HG_TR(a.w, 5);  // x in shared memory (normalised)
+  if (threadIdx.x == 0) HG_TR(a, 5);  // x in shared memory (normalised)
   for (int i = warp; i < rows; i += GS_NW) {
     float a0 = 0.f, a1 = 0.f;
     for (int cr = 0; cr < nrow; cr++, t++) {
       const int s = warp * spw + t % spw;
       mbar_wait(&sm.full[s], (t / spw) & 1);
 #ifdef HG_TRACE
-      if (threadIdx.x == 0 && i == 0 && cr == 0) HG_TR(a.w, 6);  // warp 0's first slot landed
+      if (threadIdx.x == 0 && i == 0 && cr == 0) HG_TR(a, 6);  // warp 0's first slot landed
 #endif
       const uint4 *w0 = reinterpret_cast<const uint4 *>(sm.ring + (size_t)s * SLOT);
       const bool up = SILU && SPLIT && cr >= nch;
@@ -244,7 +261,7 @@ __device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, con
     }
   }
 #ifdef HG_TRACE
-  if (lane == 0) HG_TR(a.w, 7);  // a consumer warp done with the GEMV
+  if (lane == 0) HG_TR(a, 7 + warp);  // consumer warp `warp` done with the GEMV
 #endif
 }
 
@@ -265,7 +282,7 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
   const int spw = a.spw, ns = GS_NW * spw;
   const StreamSmem sm(smem, ns, a.k, NORM && XPASS ? a.k : 0);
   stream_init(sm.full, sm.empty, ns);
-  if (threadIdx.x == 0) HG_TR(a.w, 0);  // the block is resident
+  if (threadIdx.x == 0) HG_TR(a, 0);  // the block is resident
   hg_pdl_trigger();  // the next kernel's blocks may queue now; they cannot share an SM with this one
   if (threadIdx.x >> 5 == GS_NW) {  // the producer: weights only, so it need not wait for the kernel before
     if ((threadIdx.x & 31) == 0) stream_produce<(EPI & GS_SILU) != 0, SPLIT, stream_slot_bytes(V), false>(a, spw, sm);
@@ -301,10 +318,10 @@ struct ChainArgs {
 
 // Every block's consumers have finished the phases before (their outputs are the next x).
 // Called by the consumer warps only; thread 0 arrives and spins (release / acquire at gpu scope).
-__device__ __forceinline__ void chain_barrier(unsigned *bar, unsigned target, const void *tag) {
+__device__ __forceinline__ void chain_barrier(unsigned *bar, unsigned target, const StreamArgs &ph) {
   consumers_sync();
   if (threadIdx.x == 0) {
-    HG_TR(tag, 8);  // every consumer warp of the block is done: arrive
+    HG_TR(ph, 15);  // every consumer warp of the block is done with phase ph: arrive
     __threadfence();
     atomicAdd(bar, 1u);
     unsigned seen;
@@ -323,7 +340,7 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_chain_kernel(ChainArgs a) 
   const int spw = a.spw, ns = GS_NW * spw;
   const StreamSmem sm(smem, ns, a.kmax, XPASS ? a.knorm : 0);
   stream_init(sm.full, sm.empty, ns);
-  if (threadIdx.x == 0) HG_TR(a.ph[0].w, 0);
+  if (threadIdx.x == 0) HG_TR(a.ph[0], 0);
   hg_pdl_trigger();
   if (threadIdx.x >> 5 == GS_NW) {
     if ((threadIdx.x & 31) == 0) {
@@ -343,12 +360,12 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_chain_kernel(ChainArgs a) 
   constexpr int V1 = V & ~GS_SPLIT_ON;  // the phases without SiLU·up: no split to make
   stream_consume<WT, false, GS_ACCUMULATE, true, V1>(a.ph[0], spw, sm, t);
   stream_stage_nw<true, XPASS>(a.ph[1], sm);  // before the barrier: weights only (x is in its own array)
-  chain_barrier(a.bar, G, a.ph[0].w);
+  chain_barrier(a.bar, G, a.ph[0]);
   stream_consume<WT, true, GS_SILU, true, V>(a.ph[1], spw, sm, t);
-  chain_barrier(a.bar, 2 * G, a.ph[1].w);
+  chain_barrier(a.bar, 2 * G, a.ph[1]);
   stream_consume<WT, false, GS_ACCUMULATE, true, V1>(a.ph[2], spw, sm, t);
   stream_stage_nw<true, XPASS>(a.ph[3], sm);
-  chain_barrier(a.bar, 3 * G, a.ph[2].w);
+  chain_barrier(a.bar, 3 * G, a.ph[2]);
   stream_consume<WT, true, 0, true, V1>(a.ph[3], spw, sm, t);
   consumers_sync();  // the last block out resets the counter for the next launch (stream-ordered)
   if (threadIdx.x == 0 && atomicAdd(a.bar, 1u) == 4 * G - 1) atomicExch(a.bar, 0u);
@@ -411,13 +428,20 @@ static int launch_stream_epi(HgCtx *c, int epi, int v, const StreamArgs &a) {
 
 // CMD_GEMV_STREAM: p[0] out, p[1] x, p[2] w, p[3] bias, p[4] norm weight; s[0] weight dtype,
 // s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp, s[7] the
-// GS_XPASS_ON / GS_SPLIT_ON switches as recorded; f[0] eps.
+// GS_*_ON switches as recorded, s[8] the L2 prefetch's lead in chunks (0 none); f[0] eps.
 static StreamArgs stream_args(const Cmd &cmd) {
-  return {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0]};
+  return {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0], cmd.s[8]};
 }
 
+#ifdef HG_TRACE
+static int g_trace_seq;  // the next launch's number (host side; a captured graph keeps the ones it got)
+#endif
+
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
-  const StreamArgs a = stream_args(cmd);
+  StreamArgs a = stream_args(cmd);
+#ifdef HG_TRACE
+  a.trace = g_trace_seq++;
+#endif
   const bool norm = cmd.p[4] != nullptr;
   const int v = cmd.s[7];
   switch (cmd.s[0]) {
@@ -459,8 +483,11 @@ int hg_launch_gemv_chain(HgCtx *c, const Cmd *cmds, int avail, int index) {
   int spw = 1 << 30, kmax = 0, knorm = 0;
   for (int p = 0; p < GS_CHAIN; p++) {
     const Cmd &m = cmds[p];
-    if (m.kind != CMD_GEMV_STREAM || m.s[0] != cmds[0].s[0] || m.s[7] != v || (m.p[4] ? 4 : 0) + m.s[5] != GS_CHAIN_SPEC[p]) return -1;
+    if (m.kind != CMD_GEMV_STREAM || m.s[0] != cmds[0].s[0] || m.s[7] != v || m.s[8] != cmds[0].s[8] || (m.p[4] ? 4 : 0) + m.s[5] != GS_CHAIN_SPEC[p]) return -1;
     a.ph[p] = stream_args(m);
+#ifdef HG_TRACE
+    a.ph[p].trace = g_trace_seq++;
+#endif
     spw = min(spw, m.s[6]);
     kmax = max(kmax, m.s[3]);
     if (m.p[4] && (v & GS_XPASS_ON)) knorm = max(knorm, m.s[3]);
@@ -482,12 +509,13 @@ int hg_launch_gemv_chain(HgCtx *c, const Cmd *cmds, int avail, int index) {
 extern "C" {
 
 // Device studies (HG_TRACE builds only; -1 elsewhere): turn the per-block event records on or
-// off (on: from zero), and read them back (returns how many were written, up to max).
+// off (on: every record zeroed first), and read them back.
 HG_EXPORT int hg_trace_set(int on) {
 #ifdef HG_TRACE
   if (cudaDeviceSynchronize() != cudaSuccess) return -1;
-  const unsigned zero = 0;
-  if (on && cudaMemcpyToSymbol(g_trace_n, &zero, sizeof zero) != cudaSuccess) return -1;
+  void *buf = nullptr;
+  if (on && (cudaGetSymbolAddress(&buf, g_trace) != cudaSuccess || cudaMemset(buf, 0, sizeof(TraceRec) * HG_TRACE_MAX) != cudaSuccess)) return -1;
+  if (cudaDeviceSynchronize() != cudaSuccess) return -1;
   return cudaMemcpyToSymbol(g_trace_on, &on, sizeof on) == cudaSuccess ? 0 : -1;
 #else
   (void)on;
@@ -495,13 +523,12 @@ HG_EXPORT int hg_trace_set(int on) {
 #endif
 }
 
+// Every record slot (up to max), written or not (t = 0): returns how many were copied.
 HG_EXPORT int hg_trace_read(TraceRec *out, int max) {
 #ifdef HG_TRACE
-  unsigned n = 0;
-  if (cudaDeviceSynchronize() != cudaSuccess || cudaMemcpyFromSymbol(&n, g_trace_n, sizeof n) != cudaSuccess) return -1;
-  if (n > HG_TRACE_MAX) n = HG_TRACE_MAX;
-  if ((int)n > max) n = (unsigned)max;
-  return cudaMemcpyFromSymbol(out, g_trace, (size_t)n * sizeof(TraceRec)) == cudaSuccess ? (int)n : -1;
+  const int n = max < (int)HG_TRACE_MAX ? max : (int)HG_TRACE_MAX;
+  if (cudaDeviceSynchronize() != cudaSuccess) return -1;
+  return cudaMemcpyFromSymbol(out, g_trace, (size_t)n * sizeof(TraceRec)) == cudaSuccess ? n : -1;
 #else
   (void)out; (void)max;
   return -1;

@@ -52,6 +52,8 @@ export interface DecodeTuning {
   gemvSiluSplit: boolean;
   /** The stream GEMV's slots hold 16 KB, not 8: half the bulk copies a byte. Same bits. */
   gemvSlot16: boolean;
+  /** The stream GEMV prefetches into L2, with each copy, the chunk one ring ahead. Same bits. */
+  gemvL2Ahead: boolean;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12 and 15 are retired). */
@@ -65,6 +67,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvXPass: { code: 17, values: [false, true] },
   gemvSiluSplit: { code: 18, values: [false, true] },
   gemvSlot16: { code: 19, values: [false, true] },
+  gemvL2Ahead: { code: 20, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -99,6 +102,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvXPass: value("gemvXPass", 0) === 1,
     gemvSiluSplit: value("gemvSiluSplit", 0) === 1,
     gemvSlot16: value("gemvSlot16", 0) === 1,
+    gemvL2Ahead: value("gemvL2Ahead", 0) === 1,
   };
 }
 
