@@ -355,6 +355,10 @@ const allVariants: (Variant | undefined)[] = [
   // 58: L2 prefetch a ring ahead of the copies (gemvL2Ahead); 59: with gemvXPass + gemvSiluSplit
   { name: "stream GEMV L2 prefetch a ring ahead (gemvL2Ahead), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvL2Ahead: true }, fed: true },
   { name: "gemvL2Ahead + gemvXPass + gemvSiluSplit, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvL2Ahead: true, gemvXPass: true, gemvSiluSplit: true }, fed: true },
+  // 60: split-K attention a block an SM, o_proj's stream launched beside it (attnOverlap); 61: with gemvL2Ahead; 62: with every stream switch but the chain
+  { name: "attention a block an SM, o_proj streaming beside it (attnOverlap), fed", graphs: true, matvec: true, splitK: true, tuning: { attnOverlap: true }, fed: true },
+  { name: "attnOverlap + gemvL2Ahead, fed", graphs: true, matvec: true, splitK: true, tuning: { attnOverlap: true, gemvL2Ahead: true }, fed: true },
+  { name: "attnOverlap + gemvL2Ahead + gemvXPass + gemvSiluSplit, fed", graphs: true, matvec: true, splitK: true, tuning: { attnOverlap: true, gemvL2Ahead: true, gemvXPass: true, gemvSiluSplit: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -16,7 +16,7 @@ import { streamGemvChecks } from "./stream-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const PLAIN: DecodeTuning = { attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvChain: false, gemvXPass: false, gemvSiluSplit: false, gemvSlot16: false, gemvL2Ahead: false };
+const PLAIN: DecodeTuning = { attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvChain: false, gemvXPass: false, gemvSiluSplit: false, gemvSlot16: false, gemvL2Ahead: false, attnOverlap: false };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4, attnGroup: true },
   { ...PLAIN, attnUnroll: 4, attnGroup: true, attnPdl: 2, gemvStream: 128 },
@@ -29,6 +29,7 @@ const COMBOS: DecodeTuning[] = [
   { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvXPass: true, gemvSiluSplit: true, gemvChain: true },
   { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvXPass: true, gemvSiluSplit: true, gemvSlot16: true },
   { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvXPass: true, gemvSiluSplit: true, gemvL2Ahead: true },
+  { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, attnOverlap: true, gemvL2Ahead: true },
   { ...PLAIN, attnUnroll: 4 },
   { ...PLAIN, attnCluster: true },
   { ...PLAIN, attnUnroll: 4, attnCluster: true },

@@ -104,6 +104,7 @@ struct HgCtx {
   int gemvSiluSplit;      // the stream GEMV's SiLU·up slots: one 8 KB copy of gate or up, not 4 KB of each
   int gemvSlot16;         // the stream GEMV's slots hold 16 KB, not 8
   int gemvL2Ahead;        // the stream GEMV prefetches into L2 one ring ahead of its copies
+  int attnOverlap;        // split-K attention: a block an SM at most, the next kernels launched at its start
 };
 
 // Loads one element of any dtype as float.

@@ -227,7 +227,9 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // launch with grid barriers between them (0/1; gemv_stream.cu); 17 the stream GEMV stages x with
 // every load of a pass in flight and the norm weights before the wait; 18 its SiLU·up slots hold
 // one 8 KB copy of gate or up instead of 4 KB of each; 19 its slots hold 16 KB; 20 it prefetches
-// into L2 one ring ahead of its copies (0/1 each; eighth pass, not yet measured).
+// into L2 one ring ahead of its copies; 21 the split-K attention takes at most a block an SM and
+// lets the kernels after it launch at its start, so the o_proj stream fills its ring during the
+// attention (0/1 each; eighth pass, not yet measured).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -243,6 +245,7 @@ static int *decode_option(HgCtx *c, int which) {
     case 18: return &c->gemvSiluSplit;
     case 19: return &c->gemvSlot16;
     case 20: return &c->gemvL2Ahead;
+    case 21: return &c->attnOverlap;
     default: return NULL;
   }
 }
@@ -256,7 +259,8 @@ static bool decode_option_ok(int which, int v) {
     case 17:
     case 18:
     case 19:
-    case 20: return v == 0 || v == 1;
+    case 20:
+    case 21: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
@@ -304,6 +308,7 @@ int hg_graph_init(HgCtx *c) {
   c->gemvSiluSplit = 0;      // the same
   c->gemvSlot16 = 0;         // the same
   c->gemvL2Ahead = 0;        // the same
+  c->attnOverlap = 0;        // the same
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

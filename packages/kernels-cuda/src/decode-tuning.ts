@@ -54,6 +54,11 @@ export interface DecodeTuning {
   gemvSlot16: boolean;
   /** The stream GEMV prefetches into L2, with each copy, the chunk one ring ahead. Same bits. */
   gemvL2Ahead: boolean;
+  /**
+   * Split-K attention with at most one block of work an SM, letting the kernels after it launch at
+   * its start: the o_proj weight stream then sits beside it and fills its ring during the attention.
+   */
+  attnOverlap: boolean;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12 and 15 are retired). */
@@ -68,6 +73,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvSiluSplit: { code: 18, values: [false, true] },
   gemvSlot16: { code: 19, values: [false, true] },
   gemvL2Ahead: { code: 20, values: [false, true] },
+  attnOverlap: { code: 21, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -103,6 +109,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvSiluSplit: value("gemvSiluSplit", 0) === 1,
     gemvSlot16: value("gemvSlot16", 0) === 1,
     gemvL2Ahead: value("gemvL2Ahead", 0) === 1,
+    attnOverlap: value("attnOverlap", 0) === 1,
   };
 }
 
