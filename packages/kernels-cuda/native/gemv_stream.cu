@@ -9,23 +9,26 @@
 // first slots fill, so the norm needs no launch of its own.
 //
 // Work: block b takes rows [m·b/G, m·(b+1)/G); consumer warp w of NW takes the block's rows
-// w, w + NW, ...; a row is read in chunks of CH elements, one 8 KB copy a slot (with SiLU·up a
-// row's gate chunks, then its up chunks). Each warp owns SPW slots, used in turn, so a slot's
-// phases are waited on in order by one warp only (no parity aliasing); the producer visits the
-// warps round-robin, one chunk each.
+// w, w + NW, ...; a row is read in chunks of CH elements, one slot each (with SiLU·up a slot holds
+// the gate chunk and the up chunk, 4 KB each). Each warp owns SPW slots, used in turn, so a
+// slot's phases are waited on in order by one warp only (no parity aliasing); the producer visits
+// the warps round-robin, one chunk each.
 //
-// Two switches (off by default until measured) answer what the eighth pass's per-block timeline
-// (device/trace-bench.ts, DEVICE-NOTES.md) showed. gemvXPass (GS_XPASS_ON): x was staged one
-// dependent load a loop pass, and the ring's copies land on the same SM at the same time, so each
-// trip is slow: 2.3–3.5 µs a GEMV before the first dot product; with it every load of a pass is
-// issued before any is used, and the norm weights are staged before the wait. gemvSiluSplit
-// (GS_SPLIT_ON): SiLU·up's slots hold two 4 KB copies (gate and up), and its stream reaches
-// 3.7 TB/s where 8 KB copies reach 4.45; with it each slot is one 8 KB copy of either. A third,
-// gemvSlot16 (GS_SLOT16_ON), makes the slots 16 KB: half the copies (and producer work) a byte.
-// A fourth, gemvL2Ahead (StreamArgs.ahead, a run-time field), has the producer prefetch into L2
-// the chunk one ring ahead of each copy: the first 16 copies of a GEMV took 3–4.7 µs to issue in
-// the trace, as if the SM's own outstanding copies were capped; a prefetch returns nothing to the
-// SM, so it may put more of the stream in flight, and the copies then find their bytes in L2.
+// Switches, off by default until measured, from the eighth pass's per-block timeline
+// (device/trace-bench.ts; DEVICE-NOTES.md, whose figures include ≈ 1 µs of that trace's own cost):
+// - gemvXPass (GS_XPASS_ON): x was staged one dependent load a loop pass while the ring's copies
+//   land on the same SM, so each trip is slow (2.3–5 µs a GEMV before the first dot product);
+//   with it every load of a pass is issued before any is used, and the norm weights are staged
+//   before the wait.
+// - gemvSiluSplit (GS_SPLIT_ON): SiLU·up streamed at 3.7 TB/s with its two 4 KB copies a slot,
+//   where 8 KB copies reach 4.45; with it each slot is one 8 KB copy of gate or up (a row's gate
+//   chunks, then its up chunks).
+// - gemvSlot16 (GS_SLOT16_ON): 16 KB slots, half the copies (and producer work) a byte.
+// - gemvL2Ahead (StreamArgs.ahead, a run-time field): with each copy the producer prefetches into
+//   L2 the chunk one ring ahead. A GEMV's first 16 copies took 3–4.7 µs to issue, as if the SM's
+//   outstanding copies were capped; a prefetch returns nothing to the SM, so it may put more of the
+//   stream in flight, and the copies then find their bytes in L2.
+// Each gives the default's bits (the same elements summed in the same order).
 #include "common.cuh"
 #include "mbarrier.cuh"
 #include "trace.cuh"
