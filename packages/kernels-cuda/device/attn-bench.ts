@@ -16,6 +16,7 @@ import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { clusterAttnChecks } from "./attn-checks.js";
 import { dummyFiles, llamaBf16Sizes } from "./models.js";
 import { inGraphUs } from "./in-graph.js";
+import { writeRepeating } from "./fill.js";
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -77,7 +78,7 @@ line(`checks: ${checks.length - failed} passed, ${failed} failed`);
 const chunk = new Float32Array(1 << 20);
 for (let i = 0; i < chunk.length; i++) chunk[i] = Math.sin(i * 12.9898) * 0.5;
 const fill = (t: Tensor, n: number) => {
-  for (let off = 0; off < n; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, n - off)), off);
+  writeRepeating(cuda, t, chunk, n);
 };
 const L = 32, reps = 10;
 const inGraph = (key: string, body: (l: number) => void): number => inGraphUs(cuda, key, body, L, reps);

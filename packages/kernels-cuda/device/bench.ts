@@ -13,6 +13,8 @@ import { CudaBackend, createCudaBackend, describeCudaAvailability, cudaAvailabil
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { dummyFiles, llamaBf16Sizes } from "./models.js";
 import { inGraphUs } from "./in-graph.js";
+import { writeRepeating } from "./fill.js";
+import { layerGemvs } from "./layer-gemvs.js";
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -54,7 +56,7 @@ if (arg("diag", "on") !== "off") {
   for (let i = 0; i < chunk.length; i++) chunk[i] = Math.sin(i * 12.9898) * 0.05;
   for (const [m, k] of [[6144, 4096], [4096, 4096], [28672, 4096], [4096, 14336], [128256, 4096]]) {
     const w = cuda.alloc([m, k], "bf16");
-    for (let off = 0; off < m * k; off += chunk.length) cuda.write(w, chunk.subarray(0, Math.min(chunk.length, m * k - off)), off);
+    writeRepeating(cuda, w, chunk, m * k);
     const x = cuda.alloc([1, k]), o = cuda.alloc([1, m]);
     cuda.write(x, chunk.subarray(0, k));
     cuda.matmul(o, x, w, 1);
@@ -78,7 +80,7 @@ if (arg("diag", "on") !== "off") {
     ["norm + lm_head", 128256, 4096, { normWeight: nwv, normEps: 1e-5 }],
   ] as [string, number, number, MatvecFusion][]) {
     const w = cuda.alloc([m, k], "bf16");
-    for (let off = 0; off < m * k; off += chunk.length) cuda.write(w, chunk.subarray(0, Math.min(chunk.length, m * k - off)), off);
+    writeRepeating(cuda, w, chunk, m * k);
     const o = cuda.alloc([1, f.siluMul ? m / 2 : m]);
     const xin = k === 4096 ? x4 : xk;
     cuda.matvec(o, xin, w, f);
@@ -95,7 +97,7 @@ if (arg("diag", "on") !== "off") {
   {
     const cap = 32768 + 1, kvH = 8, hdim = 128, nh = 32;
     const kc = cuda.alloc([kvH, cap, hdim], "bf16"), vc = cuda.alloc([kvH, cap, hdim], "bf16");
-    for (const t of [kc, vc]) for (let off = 0; off < kvH * cap * hdim; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, kvH * cap * hdim - off)), off);
+    for (const t of [kc, vc]) writeRepeating(cuda, t, chunk, kvH * cap * hdim);
     const q = cuda.alloc([1, nh * hdim]), o = cuda.alloc([1, nh * hdim]), sc = cuda.alloc([nh, cap]);
     cuda.write(q, chunk.subarray(0, nh * hdim));
     for (const len of [2048, 32768]) {
@@ -154,7 +156,7 @@ if (arg("diag", "on") !== "off") {
     ] as [string, number, number, MatvecFusion][]) {
       const ws = Array.from({ length: L }, () => {
         const w = cuda.alloc([m, k], "bf16");
-        for (let off = 0; off < m * k; off += chunk.length) cuda.write(w, chunk.subarray(0, Math.min(chunk.length, m * k - off)), off);
+        writeRepeating(cuda, w, chunk, m * k);
         return w;
       });
       const o = cuda.view(yg, 0, [1, f.siluMul ? m / 2 : m]);
@@ -167,43 +169,24 @@ if (arg("diag", "on") !== "off") {
       // A layer's four GEMVs as a decode step records them (o +=, norm + gate/up SiLU·up, down +=,
       // the next layer's norm + qkv): 4 launches plus 2 rmsNorms with the default fusion choice,
       // one multi-phase launch with the weight stream. 8 layers' weights (3.5 GB) in turn.
-      const distinct = 8, shapes: [number, number][] = [[4096, 4096], [28672, 4096], [4096, 14336], [6144, 4096]];
-      const ws = Array.from({ length: distinct }, () =>
-        shapes.map(([m, k]) => {
-          const w = cuda.alloc([m, k], "bf16");
-          for (let off = 0; off < m * k; off += chunk.length) cuda.write(w, chunk.subarray(0, Math.min(chunk.length, m * k - off)), off);
-          return w;
-        }),
-      );
-      const nw = cuda.alloc([4096], "bf16");
-      cuda.write(nw, chunk.subarray(0, 4096).map((a) => 1 + a));
-      const xr = cuda.alloc([1, 4096]), att = cuda.alloc([1, 4096]), h = cuda.alloc([1, 14336]), qkv = cuda.alloc([1, 6144]);
-      cuda.write(xr, chunk.subarray(0, 4096));
-      cuda.write(att, chunk.subarray(4096, 8192));
-      const bytes = shapes.reduce((t, [m, k]) => t + m * k * 2, 0);
+      const layer = layerGemvs(cuda, chunk, 8);
       const out: string[] = [];
       const savedFuse = cuda.matvecFusion;
       for (const [tn, tu] of tunings) {
         cuda.setDecodeTuning({ ...saved, ...tu });
         cuda.setMatvecFusion(tu.gemvStream ? { norm: true, siluMul: true, accumulate: true } : CudaBackend.DEFAULT_MATVEC_FUSION);
-        const us = inGraph("diag-layer-gemvs", (l) => {
-          const [wo, wgu, wd, wqkv] = ws[l % distinct];
-          cuda.matvec(xr, att, wo, { accumulate: true });
-          cuda.matvec(h, xr, wgu, { normWeight: nw, normEps: 1e-5, siluMul: true });
-          cuda.matvec(xr, h, wd, { accumulate: true });
-          cuda.matvec(qkv, xr, wqkv, { normWeight: nw, normEps: 1e-5 });
-        });
-        out.push(`${tn} ${us.toFixed(1)} µs (${(bytes / (us / 1e6) / 1e12).toFixed(2)} TB/s)`);
+        const us = inGraph("diag-layer-gemvs", (l) => layer.run(l));
+        out.push(`${tn} ${us.toFixed(1)} µs (${(layer.bytes / (us / 1e6) / 1e12).toFixed(2)} TB/s)`);
       }
       cuda.setMatvecFusion(savedFuse);
-      diag.push(`| in a step graph, ${L} layers: o_proj +=, norm + gate/up, down +=, norm + qkv (${(bytes / 1e6).toFixed(0)} MB a layer) | ${out.join("; ")} |`);
-      for (const t of [...ws.flat(), nw, xr, att, h, qkv]) cuda.free(t);
+      diag.push(`| in a step graph, ${L} layers: o_proj +=, norm + gate/up, down +=, norm + qkv (${(layer.bytes / 1e6).toFixed(0)} MB a layer) | ${out.join("; ")} |`);
+      layer.free();
     }
     {
       const kvH = 8, hdim = 128, nh = 32, len = 2048, cap = len + 1;
       const kv = Array.from({ length: 2 * L }, () => {
         const t = cuda.alloc([kvH, cap, hdim], "bf16");
-        for (let off = 0; off < kvH * cap * hdim; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, kvH * cap * hdim - off)), off);
+        writeRepeating(cuda, t, chunk, kvH * cap * hdim);
         return t;
       });
       const q = cuda.alloc([1, nh * hdim]), o = cuda.alloc([1, nh * hdim]);
@@ -214,7 +197,7 @@ if (arg("diag", "on") !== "off") {
         const long = 32768;
         const kvl = Array.from({ length: 8 }, () => {
           const t = cuda.alloc([kvH, long, hdim], "bf16");
-          for (let off = 0; off < kvH * long * hdim; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, kvH * long * hdim - off)), off);
+          writeRepeating(cuda, t, chunk, kvH * long * hdim);
           return t;
         });
         cells(`decode attention 32768 tokens`, 2 * kvH * long * hdim * 2, (l) => cuda.attnCausal(o, q, 1, kvl[2 * (l % 4)], kvl[2 * (l % 4) + 1], 0, long - 1, 0.088));

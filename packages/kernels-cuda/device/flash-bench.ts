@@ -15,6 +15,7 @@ import { writeFileSync } from "node:fs";
 import { dlopen, FFIType } from "bun:ffi";
 import { seededRandom, type DType, type Tensor } from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, cudaLibraryPath, describeCudaAvailability } from "../src/index.js";
+import { writeRepeating } from "./fill.js";
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);
@@ -141,7 +142,7 @@ const HEADS = 32, KV = 8, HD = 128;
 const flop = (n: number) => 2 * n * n * HD * HEADS; // 2 products · 2 flop · n²/2 (causal) · hd · heads
 const chunk = fill(1 << 20, 2);
 const fillTensor = (t: Tensor, count: number) => {
-  for (let off = 0; off < count; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, count - off)), off);
+  writeRepeating(cuda, t, chunk, count);
 };
 const timeMs = (reps: number, f: () => void) => {
   f(); // warm-up (and the one-time shared-memory attribute)

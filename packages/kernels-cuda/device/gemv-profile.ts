@@ -6,6 +6,7 @@
  * Usage: bun gemv-profile.js [--reps 2]
  */
 import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "../src/index.js";
+import { writeRepeating } from "./fill.js";
 
 const i = process.argv.indexOf("--reps");
 const reps = i >= 0 ? Number(process.argv[i + 1]) : 2;
@@ -16,7 +17,7 @@ const cuda = createCudaBackend({ arenaBytes: 2 * 2 ** 30 });
 const chunk = Float32Array.from({ length: 1 << 20 }, (_, j) => Math.sin(j * 12.9898) * 0.05);
 const fill = (m: number, k: number) => {
   const w = cuda.alloc([m, k], "bf16");
-  for (let off = 0; off < m * k; off += chunk.length) cuda.write(w, chunk.subarray(0, Math.min(chunk.length, m * k - off)), off);
+  writeRepeating(cuda, w, chunk, m * k);
   return w;
 };
 const [wo, wgu, wd, wqkv] = [fill(4096, 4096), fill(28672, 4096), fill(4096, 14336), fill(6144, 4096)];

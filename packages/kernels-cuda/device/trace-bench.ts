@@ -12,6 +12,8 @@
  */
 import { dlopen, FFIType, ptr } from "bun:ffi";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type DecodeTuning } from "../src/index.js";
+import { writeRepeating } from "./fill.js";
+import { LAYER_GEMV_NAMES, layerGemvs } from "./layer-gemvs.js";
 
 const a = cudaAvailability();
 console.log(describeCudaAvailability(a));
@@ -25,42 +27,24 @@ const L = argi("layers", 8), withAttn = !process.argv.includes("--no-attn");
 const tuning = process.argv.includes("--tuning") ? (JSON.parse(process.argv[process.argv.indexOf("--tuning") + 1]) as Partial<DecodeTuning>) : {};
 const cuda = createCudaBackend({ arenaBytes: 12 * 2 ** 30 });
 const chunk = Float32Array.from({ length: 1 << 20 }, (_, i) => Math.sin(i * 0.37) * 0.02);
-const fill = (t: ReturnType<typeof cuda.alloc>, n: number) => {
-  for (let off = 0; off < n; off += chunk.length) cuda.write(t, chunk.subarray(0, Math.min(chunk.length, n - off)), off);
-};
-const shapes: [number, number][] = [[4096, 4096], [28672, 4096], [4096, 14336], [6144, 4096]];
-const names = ["o_proj", "gate/up", "down", "qkv"];
-const ws = Array.from({ length: L }, () => shapes.map(([m, k]) => {
-  const w = cuda.alloc([m, k], "bf16");
-  fill(w, m * k);
-  return w;
-}));
-const nw = cuda.alloc([4096], "bf16");
-cuda.write(nw, chunk.subarray(0, 4096).map((v) => 1 + v));
-const xr = cuda.alloc([1, 4096]), att = cuda.alloc([1, 4096]), h = cuda.alloc([1, 14336]), qkv = cuda.alloc([1, 6144]);
-cuda.write(xr, chunk.subarray(0, 4096));
-cuda.write(att, chunk.subarray(4096, 8192));
+const layer = layerGemvs(cuda, chunk, L);
 const kvH = 8, hd = 128, span = 2048;
 const kv = Array.from({ length: 2 * L }, () => {
   const t = cuda.alloc([kvH, span + 1, hd], "bf16");
-  fill(t, kvH * (span + 1) * hd);
+  writeRepeating(cuda, t, chunk, kvH * (span + 1) * hd);
   return t;
 });
-const q = cuda.view(qkv, 0, [1, 4096]);
+const q = cuda.view(layer.qkv, 0, [1, 4096]);
 cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
 
 const tagName = new Map<bigint, string>();
-ws.forEach((layer, l) => layer.forEach((w, j) => tagName.set(BigInt(cuda.address(w)), `L${l} ${names[j]}`)));
+layer.ws.forEach((set, l) => set.forEach((w, j) => tagName.set(BigInt(cuda.address(w)), `L${l} ${LAYER_GEMV_NAMES[j]}`)));
 
 function step(): void {
   cuda.beginStep("trace-bench");
   for (let l = 0; l < L; l++) {
-    const [wo, wgu, wd, wqkv] = ws[l];
-    cuda.matvec(xr, att, wo, { accumulate: true });
-    cuda.matvec(h, xr, wgu, { normWeight: nw, normEps: 1e-5, siluMul: true });
-    cuda.matvec(xr, h, wd, { accumulate: true });
-    cuda.matvec(qkv, xr, wqkv, { normWeight: nw, normEps: 1e-5 });
-    if (withAttn) cuda.attnCausal(att, q, 1, kv[2 * l], kv[2 * l + 1], 0, span - 1, 0.088);
+    layer.run(l);
+    if (withAttn) cuda.attnCausal(layer.att, q, 1, kv[2 * l], kv[2 * l + 1], 0, span - 1, 0.088);
   }
   cuda.endStep();
 }

@@ -90,16 +90,34 @@ struct StreamChunks {
   __device__ static int per_row(int k) { return (k + CH - 1) / CH * (SILU && SPLIT ? 2 : 1); }
 };
 
+// This block's rows of an m-row GEMV: [r0, r0 + rows).
+__device__ __forceinline__ void stream_block_rows(int m, int &r0, int &rows) {
+  r0 = (int)((long)m * blockIdx.x / gridDim.x);
+  rows = (int)((long)m * (blockIdx.x + 1) / gridDim.x) - r0;
+}
+
+// Where chunk cr of block row i starts in W, and its bytes (the gate half; a packed slot's up
+// chunk lies m rows further on). With SPLIT, chunks nch.. of a row are its up chunks.
+template <bool SILU, bool SPLIT, int CH>
+__device__ __forceinline__ const char *stream_chunk_src(const StreamArgs &a, int r0, int i, int cr, int nch, unsigned &bytes) {
+  const bool up = SILU && SPLIT && cr >= nch;
+  const int c = up ? cr - nch : cr;
+  bytes = (unsigned)(min(CH, a.k - c * CH) * 2);
+  const size_t row = (size_t)(r0 + i) + (up ? a.m : 0);
+  return static_cast<const char *>(a.w) + (row * a.k + (size_t)c * CH) * 2;
+}
+
 // The producer's share of one GEMV: every chunk of the block's rows, warp by warp round-robin.
 // In a chain, tw[w] (shared memory, the producer's alone) counts the chunks already given to warp
 // w in the phases before; a single GEMV has none, and its loop is the first kernel's, unchanged.
 template <bool SILU, bool SPLIT, int SLOT, bool CHAINED>
 __device__ __forceinline__ void stream_produce(const StreamArgs &a, int spw, const StreamSmem &sm) {
   using C = StreamChunks<SILU, SPLIT, SLOT>;
-  constexpr int ES = 2, CH = C::CH;
-  const int k = a.k, m = a.m, nch = (k + CH - 1) / CH, nrow = C::per_row(k);
-  const int r0 = (int)((long)m * blockIdx.x / gridDim.x), rows = (int)((long)m * (blockIdx.x + 1) / gridDim.x) - r0;
-  const char *wb = static_cast<const char *>(a.w);
+  constexpr int CH = C::CH;
+  const size_t upOff = (size_t)a.m * a.k * 2;  // a packed slot's up chunk: m rows further on
+  const int nch = (a.k + CH - 1) / CH, nrow = C::per_row(a.k);
+  int r0, rows;
+  stream_block_rows(a.m, r0, rows);
   const int perWarp = (rows + GS_NW - 1) / GS_NW * nrow;  // most chunks any warp takes
   HG_TR(a, 1);  // producer: the GEMV's first copy
   for (int t = 0; t < perWarp; t++) {
@@ -110,23 +128,19 @@ __device__ __forceinline__ void stream_produce(const StreamArgs &a, int spw, con
       const int n = CHAINED ? sm.tw[cw] + t : t;
       const int s = cw * spw + n % spw, use = n / spw;
       if (use > 0) mbar_wait(&sm.empty[s], (use - 1) & 1);
-      const bool up = SILU && SPLIT && cr >= nch;  // the up half of W, same row and chunk
-      const int c = up ? cr - nch : cr;
-      const unsigned bytes = (unsigned)(min(CH, k - c * CH) * ES);
+      unsigned bytes;
+      const char *src = stream_chunk_src<SILU, SPLIT, CH>(a, r0, i, cr, nch, bytes);
       mbar_expect_tx(&sm.full[s], bytes * C::COPIES);
       unsigned char *dst = sm.ring + (size_t)s * SLOT;
-      const size_t row = (size_t)(r0 + i) + (up ? m : 0);
-      bulk_copy(dst, wb + (row * k + (size_t)c * CH) * ES, bytes, &sm.full[s]);
-      if (C::PACKED) bulk_copy(dst + CH * ES, wb + ((row + m) * k + (size_t)c * CH) * ES, bytes, &sm.full[s]);
+      bulk_copy(dst, src, bytes, &sm.full[s]);
+      if (C::PACKED) bulk_copy(dst + CH * 2, src + upOff, bytes, &sm.full[s]);
       if (a.ahead) {  // gemvL2Ahead: the warp's chunk `ahead` later, into L2
-        const int t2 = t + a.ahead, i2 = cw + GS_NW * (t2 / nrow), cr2 = t2 % nrow;
+        const int t2 = t + a.ahead, i2 = cw + GS_NW * (t2 / nrow);
         if (i2 < rows) {
-          const bool up2 = SILU && SPLIT && cr2 >= nch;
-          const int c2 = up2 ? cr2 - nch : cr2;
-          const unsigned bytes2 = (unsigned)(min(CH, k - c2 * CH) * ES);
-          const size_t row2 = (size_t)(r0 + i2) + (up2 ? m : 0);
-          bulk_prefetch_l2(wb + (row2 * k + (size_t)c2 * CH) * ES, bytes2);
-          if (C::PACKED) bulk_prefetch_l2(wb + ((row2 + m) * k + (size_t)c2 * CH) * ES, bytes2);
+          unsigned bytes2;
+          const char *src2 = stream_chunk_src<SILU, SPLIT, CH>(a, r0, i2, t2 % nrow, nch, bytes2);
+          bulk_prefetch_l2(src2, bytes2);
+          if (C::PACKED) bulk_prefetch_l2(src2 + upOff, bytes2);
         }
       }
     }
@@ -156,8 +170,9 @@ __device__ __forceinline__ void stream_consume(const StreamArgs &a, int spw, con
   using C = StreamChunks<SILU, SPLIT, SLOT>;
   constexpr int ES = StreamShape<WT>::ES, CH = C::CH;
   const int k = a.k, m = a.m, nch = (k + CH - 1) / CH, nrow = C::per_row(k);
-  const int r0 = (int)((long)m * blockIdx.x / gridDim.x), r1 = (int)((long)m * (blockIdx.x + 1) / gridDim.x);
-  const int rows = r1 - r0, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  int r0, rows;
+  stream_block_rows(m, r0, rows);
   float *xs = sm.xs;
   if (threadIdx.x == 0) HG_TR(a, 4);  // consumers: x may be read (wait or barrier passed)
   {
@@ -390,14 +405,19 @@ int hg_gemv_stream_slots(int k, int ringKb, bool stagedNorm, int v) {
   return stream_smem(k, spw, knorm, v) <= (size_t)GS_MAX_SMEM ? spw : 0;
 }
 
+// Shared memory above 48 KB is opted into once per kernel instance (the caller's static flag).
+template <typename Args>
+static int stream_opt_in(void (*kernel)(Args), bool &opted) {
+  if (opted) return 0;
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
+  if (e == cudaSuccess) opted = true;
+  return (int)e;
+}
+
 template <int WT, bool NORM, int EPI, int V>
 static int launch_stream(HgCtx *c, const StreamArgs &a) {
-  static bool opted = false;  // shared memory above 48 KB is opted into once per kernel instance
-  if (!opted) {
-    cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
-    if (e != cudaSuccess) return (int)e;
-    opted = true;
-  }
+  static bool opted = false;
+  if (int e = stream_opt_in(gemv_stream_kernel<WT, NORM, EPI, V>, opted)) return e;
   const int knorm = NORM && (V & GS_XPASS_ON) ? a.k : 0;
   return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI, V>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), stream_smem(a.k, a.spw, knorm, V), a);
 }
@@ -457,11 +477,7 @@ int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
 template <int WT, int V>
 static int launch_chain(HgCtx *c, const ChainArgs &a, size_t smem) {
   static bool opted = false;
-  if (!opted) {
-    cudaError_t e = cudaFuncSetAttribute(gemv_chain_kernel<WT, V>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
-    if (e != cudaSuccess) return (int)e;
-    opted = true;
-  }
+  if (int e = stream_opt_in(gemv_chain_kernel<WT, V>, opted)) return e;
   return hg_launch_pdl(c, true, gemv_chain_kernel<WT, V>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), smem, a);
 }
 
