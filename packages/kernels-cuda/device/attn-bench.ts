@@ -85,7 +85,7 @@ const inGraph = (key: string, body: (l: number) => void): number => inGraphUs(cu
 const saved = cuda.decodeTuning;
 line("\n## in a step graph, 32 launches a step (8B layout: 32/8 heads, d128, bf16 K/V), µs a layer");
 // The attention forms compared: the default split-K kernels, the clustered kernel (attnCluster).
-const FORMS: [string, Partial<DecodeTuning>][] = [["split-K + merge (default: programmatic launches, attnPdl 2)", {}], ["split-K, plain launches (attnPdl 0)", { attnPdl: 0 }], ["attention kernels programmatic only (attnPdl 1)", { attnPdl: 1 }], ["rows one at a time (attnGroup off)", { attnGroup: false }], ["a block an SM, next kernels launched at its start (attnOverlap)", { attnOverlap: true }], ["clustered", { attnCluster: true }]];
+const FORMS: [string, Partial<DecodeTuning>][] = [["split-K + merge (default: programmatic launches, attnPdl 2)", {}], ["split-K, plain launches (attnPdl 0)", { attnPdl: 0 }], ["attention kernels programmatic only (attnPdl 1)", { attnPdl: 1 }], ["rows one at a time (attnGroup off)", { attnGroup: false }], ["clustered", { attnCluster: true }]];
 line(`| what | tokens | ${FORMS.map(([n]) => n).join(" | ")} | K/V bytes at the best time |`);
 line(`| --- | --- | ${FORMS.map(() => "---").join(" | ")} | --- |`);
 {

@@ -129,11 +129,8 @@ if (arg("diag", "on") !== "off") {
       ["default", {}],
       ["attention 2 rows a round", { attnUnroll: 2 }],
       ["clustered attention", { attnCluster: true }],
-      ["a layer's four GEMVs as one launch (gemvChain)", { gemvChain: true }],
-      ["x a pass at a time + SiLU·up in 8 KB copies (gemvXPass, gemvSiluSplit)", { gemvXPass: true, gemvSiluSplit: true }],
-      ["both, chained", { gemvXPass: true, gemvSiluSplit: true, gemvChain: true }],
-      ["both + 16 KB slots (gemvSlot16)", { gemvXPass: true, gemvSiluSplit: true, gemvSlot16: true }],
-      ["both + L2 prefetch a ring ahead (gemvL2Ahead)", { gemvXPass: true, gemvSiluSplit: true, gemvL2Ahead: true }],
+      ["8 KB slots everywhere", { gemvSlotKb: 8 }],
+      ["16 KB slots everywhere", { gemvSlotKb: 16 }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -324,24 +321,12 @@ const allVariants: (Variant | undefined)[] = [
   { name: "RoPE, K/V append and split-K attention launched programmatically (attnPdl 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 2 }, fed: true },
   // index 49: a round's token rows one at a time into the softmax (attnGroup off: the default until the eighth pass)
   { name: "split-K attention, rows one at a time (attnGroup off), fed", graphs: true, matvec: true, splitK: true, tuning: { attnGroup: false }, fed: true },
-  // eighth pass, index 50: a layer's four stream GEMVs as one launch with grid barriers (gemvChain); 51: with attnGroup off
-  { name: "a layer's four GEMVs as one launch (gemvChain), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvChain: true }, fed: true },
-  { name: "gemvChain, attnGroup off, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvChain: true, attnGroup: false }, fed: true },
-  // 52–55: the stream GEMV's x staged a pass at a time (gemvXPass), SiLU·up in 8 KB copies (gemvSiluSplit), both, both chained (not yet measured)
-  { name: "stream GEMV x staged a pass at a time (gemvXPass), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvXPass: true }, fed: true },
-  { name: "stream GEMV SiLU·up in 8 KB copies (gemvSiluSplit), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSiluSplit: true }, fed: true },
-  { name: "gemvXPass + gemvSiluSplit, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvXPass: true, gemvSiluSplit: true }, fed: true },
-  { name: "gemvXPass + gemvSiluSplit + gemvChain, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvXPass: true, gemvSiluSplit: true, gemvChain: true }, fed: true },
-  // 56: 16 KB slots (gemvSlot16); 57: with gemvXPass + gemvSiluSplit
-  { name: "stream GEMV 16 KB slots (gemvSlot16), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlot16: true }, fed: true },
-  { name: "gemvSlot16 + gemvXPass + gemvSiluSplit, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlot16: true, gemvXPass: true, gemvSiluSplit: true }, fed: true },
-  // 58: L2 prefetch a ring ahead of the copies (gemvL2Ahead); 59: with gemvXPass + gemvSiluSplit
-  { name: "stream GEMV L2 prefetch a ring ahead (gemvL2Ahead), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvL2Ahead: true }, fed: true },
-  { name: "gemvL2Ahead + gemvXPass + gemvSiluSplit, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvL2Ahead: true, gemvXPass: true, gemvSiluSplit: true }, fed: true },
-  // 60: split-K attention a block an SM, o_proj's stream launched beside it (attnOverlap); 61: with gemvL2Ahead; 62: with every stream switch but the chain
-  { name: "attention a block an SM, o_proj streaming beside it (attnOverlap), fed", graphs: true, matvec: true, splitK: true, tuning: { attnOverlap: true }, fed: true },
-  { name: "attnOverlap + gemvL2Ahead, fed", graphs: true, matvec: true, splitK: true, tuning: { attnOverlap: true, gemvL2Ahead: true }, fed: true },
-  { name: "attnOverlap + gemvL2Ahead + gemvXPass + gemvSiluSplit, fed", graphs: true, matvec: true, splitK: true, tuning: { attnOverlap: true, gemvL2Ahead: true, gemvXPass: true, gemvSiluSplit: true }, fed: true },
+  // eighth pass, 50–62 (removed after the ninth pass's call 1, DEVICE-NOTES.md): gemvChain, gemvXPass,
+  // gemvSiluSplit, gemvSlot16, gemvL2Ahead, attnOverlap and their combinations
+  ...Array<undefined>(13).fill(undefined),
+  // ninth pass, 63: 8 KB slots everywhere (the default until the ninth pass); 64: 16 KB everywhere
+  { name: "stream GEMV 8 KB slots everywhere (gemvSlotKb 8), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlotKb: 8 }, fed: true },
+  { name: "stream GEMV 16 KB slots everywhere (gemvSlotKb 16), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlotKb: 16 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

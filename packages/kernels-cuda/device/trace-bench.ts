@@ -3,11 +3,11 @@
  * (%globaltimer) of the stream GEMVs' events, from a library built with -DHG_TRACE
  * (native/trace.cuh), for one replayed step graph of 8 layers in the 8B shapes — o_proj +=,
  * norm + gate/up, down +=, norm + qkv, then split-K attention over 2 048 tokens — as single
- * launches and as one chained launch a layer (gemvChain). Prints, a GEMV a row, each event's
+ * launches. Prints, a GEMV a row, each event's
  * earliest / median / latest block in µs from the step's first event, the step's µs a layer, and
  * the DRAM-idle estimate (gaps between one GEMV's last landed slot and the next one's first).
  * Usage: HYBRIDGEN_KERNELS_CUDA_LIB=<trace build> bun trace-bench.js [--layers 8] [--no-attn]
- *          [--tuning '{"gemvXPass":true}']   (decode switches for both runs; the trace build is
+ *          [--tuning '{"gemvSlotKb":8}']   (decode switches; the trace build is
  *          `node scripts/build-native.mjs --trace` → lib/libhgcuda-trace.so)
  */
 import { dlopen, FFIType, ptr } from "bun:ffi";
@@ -49,11 +49,11 @@ function step(): void {
   cuda.endStep();
 }
 
-const EVENTS = ["block in", "1st copy", "ring issued", "last copy", "x readable", "x ready", "1st slot", "warp done", "barrier arrive"];
-const REC = 32;  // bytes: t u64, tag ptr, block i32, ev i32
+const EVENTS = ["block in", "1st copy", "ring issued", "last copy", "x readable", "x ready", "1st slot", "warp done"];
+const REC = 24;  // bytes: t u64, tag ptr, block i32, ev i32 (native/trace.cuh's TraceRec)
 const buf = new ArrayBuffer(REC * (1 << 20));
-for (const chain of [false, true]) {
-  cuda.setDecodeTuning({ ...tuning, gemvChain: chain });
+{
+  cuda.setDecodeTuning(tuning);
   step();
   step();
   using t = cuda.timer();
@@ -76,13 +76,13 @@ for (const chain of [false, true]) {
   }
   const dv = new DataView(buf);
   // Every record slot comes back; unwritten ones have t = 0. Events 7–14 are warps 0–7 done (one
-  // column, "warp done"), 15 a chain block's barrier arrival.
+  // column, "warp done").
   const recs: { t: bigint; tag: bigint; block: number; ev: number }[] = [];
   for (let i = 0; i < n; i++) {
     const t = dv.getBigUint64(i * REC, true);
     if (t === 0n) continue;
     const ev = dv.getInt32(i * REC + 20, true);
-    recs.push({ t, tag: dv.getBigUint64(i * REC + 8, true), block: dv.getInt32(i * REC + 16, true), ev: ev >= 7 && ev <= 14 ? 7 : ev === 15 ? 8 : ev });
+    recs.push({ t, tag: dv.getBigUint64(i * REC + 8, true), block: dv.getInt32(i * REC + 16, true), ev: ev >= 7 && ev <= 14 ? 7 : ev });
   }
   if (!recs.length) {
     console.log("no events recorded");
@@ -101,7 +101,7 @@ for (const chain of [false, true]) {
     l.push(Number(r.t - t0) / 1e3);
   }
   const order = [...byTag.entries()].sort((x, y) => Math.min(...x[1].get(0) ?? x[1].get(1) ?? [Infinity]) - Math.min(...y[1].get(0) ?? y[1].get(1) ?? [Infinity]));
-  console.log(`\n## ${chain ? "chained (gemvChain)" : "single launches"}${withAttn ? ", attention 2K after qkv" : ""} ${JSON.stringify(tuning)}: ${usLayer.toFixed(1)} µs a layer in a graph (the traced step: ${traceUs.toFixed(1)}); ${recs.length} events, timer steps ≥ ${res} ns`);
+  console.log(`\n## single launches${withAttn ? ", attention 2K after qkv" : ""} ${JSON.stringify(tuning)}: ${usLayer.toFixed(1)} µs a layer in a graph (the traced step: ${traceUs.toFixed(1)}); ${recs.length} events, timer steps ≥ ${res} ns`);
   console.log(`| GEMV | ${EVENTS.join(" | ")} |\n| --- |${EVENTS.map(() => " --- |").join("")}`);
   const cell = (v?: number[]) => {
     if (!v || !v.length) return "";

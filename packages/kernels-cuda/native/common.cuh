@@ -99,12 +99,7 @@ struct HgCtx {
   int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
   int attnGroup;          // split-K attention: a round's token rows folded into the softmax together (decode_attn_block.cuh)
   int attnPdl;            // the split-K attention's two kernels launched programmatically (decode_attn.cu); 2: RoPE and the K/V append too
-  int gemvChain;          // a recorded layer's four stream GEMVs as one launch with grid barriers (gemv_stream.cu)
-  int gemvXPass;          // the stream GEMV stages x with a pass's loads in flight, norm weights before the wait
-  int gemvSiluSplit;      // the stream GEMV's SiLU·up slots: one 8 KB copy of gate or up, not 4 KB of each
-  int gemvSlot16;         // the stream GEMV's slots hold 16 KB, not 8
-  int gemvL2Ahead;        // the stream GEMV prefetches into L2 one ring ahead of its copies
-  int attnOverlap;        // split-K attention: a block an SM at most, the next kernels launched at its start
+  int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
 };
 
 // Loads one element of any dtype as float.
@@ -297,8 +292,8 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu
 int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
-int hg_gemv_stream_slots(int k, int ringKb, bool stagedNorm, int v);          // gemv_stream.cu
-int hg_launch_gemv_chain(HgCtx *c, const Cmd *cmds, int avail, int index);  // gemv_stream.cu: -1 when cmds do not chain
+int hg_gemv_stream_slot_bytes(int k, bool silu, int slotKb);              // gemv_stream.cu
+int hg_gemv_stream_slots(int k, int ringKb, int slot);                      // gemv_stream.cu
 void hg_feed_free(HgCtx *c);  // token_feed.cu
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload

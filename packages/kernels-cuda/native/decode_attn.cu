@@ -11,13 +11,11 @@
 
 // grid (maxSplits, kvHeads, head groups of DA_HEADS). part: [split][head][headDim + 2] =
 // unnormalised output, then max (log2), sum. UNR: token rows a lane loads per round; GROUP: a
-// round's rows folded in together (attnGroup). early (attnOverlap): let the next kernels launch
-// at once, not after this block's loads (a later trigger is then a no-op).
+// round's rows folded in together (attnGroup).
 template <int KT, int LPT, int UNR, bool GROUP>
 __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group, int headDim,
-                                                          int cap, int maxSplits, int start, int count, float sl, const int *dyn, int early) {
+                                                          int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
   constexpr int ES = KT == DT_F32 ? 4 : 2;
-  if (early) hg_pdl_trigger();
   hg_pdl_wait();  // programmatic launch (common.cuh): q and the K/V append come from the kernels before
   if (dyn) { start = dyn[0]; count = dyn[1]; }
   const int chunk = da_chunk(count, maxSplits);
@@ -53,29 +51,29 @@ int hg_put_dyn(HgCtx *c, Cmd &cmd, int count);  // rowops.cu
 
 template <int KT, int UNR, bool GROUP>
 static int launch_da_l(HgCtx *c, int lpt, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int headDim, int cap, int maxSplits,
-                       int start, int count, float sl, const int *dyn, int early) {
+                       int start, int count, float sl, const int *dyn) {
   switch (lpt) {
 #define DA_CASE(L) \
-  case L: return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, L, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn, early);
+  case L: return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, L, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
     DA_CASE(4) DA_CASE(8) DA_CASE(16)
 #undef DA_CASE
     default:
-      return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, 32, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn, early);
+      return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, 32, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
   }
 }
 // The split kernel's variants: 2 or 4 rows a round, the 4-row form also grouped (attnGroup).
 template <int KT>
 static int launch_da_u(HgCtx *c, int unr, bool group4, int lpt, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int headDim,
-                       int cap, int maxSplits, int start, int count, float sl, const int *dyn, int early) {
-#define DA_ARGS c, lpt, grid, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn, early
+                       int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
+#define DA_ARGS c, lpt, grid, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn
   if (unr != 4) return launch_da_l<KT, 2, false>(DA_ARGS);
   return group4 ? launch_da_l<KT, 4, true>(DA_ARGS) : launch_da_l<KT, 4, false>(DA_ARGS);
 #undef DA_ARGS
 }
 
 // Command: s[5] maxSplits, s[6] lanes a token row, s[7] token rows a lane loads per round (2 or
-// 4), s[8] 1: the split kernel lets the next kernels launch at its start (attnOverlap), s[9] 1: a
-// round's rows folded in together (attnGroup, with 4 rows); s[10] == 2: the clustered form.
+// 4), s[9] 1: a round's rows folded in together (attnGroup, with 4 rows); s[10] == 2: the
+// clustered form.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
   const int dt = m.s[0], heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], cap = m.s[4], maxSplits = m.s[5], lpt = m.s[6], unr = m.s[7];
@@ -84,7 +82,7 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   const dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
   const float *q = (const float *)m.p[1];
   int r = 0;
-  HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn, m.s[8])));
+  HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
   if (r) return r;
   // attnPdl: both kernels launched programmatically (they wait before they read), so the merge and
   // then the weight stream after it (o_proj) are scheduled as the split kernel's blocks drain.
@@ -122,9 +120,6 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   const long bySpace = (long)(c->decodePartBytes / ((size_t)heads * (headDim + 2) * sizeof(float)));
   if (splits > byLength) splits = byLength;
   if (splits > bySpace) splits = bySpace;
-  // attnOverlap: at most one block of real work an SM, so the o_proj weight stream after the merge
-  // (launched at the split kernel's start) has room beside it and fills its ring meanwhile.
-  if (c->attnOverlap) splits = min(splits, max(1L, (long)c->numSMs / ((long)kvHeads * zGroups)));
   const bool aligned = (((uintptr_t)k | (uintptr_t)v) & 15) == 0;
   if (c->attnCluster && lpt && aligned) {
     const int cs = dc_cluster_size(dt, lpt, kvHeads * zGroups);
@@ -136,7 +131,6 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   m.p[0] = out; m.p[1] = q; m.p[2] = k; m.p[3] = v;
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt;
   m.s[7] = c->attnUnroll;
-  m.s[8] = c->attnOverlap ? 1 : 0;
   m.s[9] = c->attnGroup;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;

@@ -173,9 +173,9 @@ HG_EXPORT int hg_cu_matvec_max_norm_k(void) { return 57344; }
 HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, const void *nw, int nt, float eps,
                            int k, int m, int epi) {
   // The weight stream (gemvStream switch, gemv_stream.cu): 2-byte weights in rows of 16-byte pieces.
-  const int sv = (c->gemvXPass ? 1 : 0) | (c->gemvSiluSplit ? 2 : 0) | (c->gemvSlot16 ? 4 : 0);  // gemv_stream.cu's GS_*_ON
+  const int slot = hg_gemv_stream_slot_bytes(k, (epi & 2) != 0, c->gemvSlotKb);
   const int spw = c->gemvStream && (wt == DT_BF16 || wt == DT_F16) && k % 8 == 0 && ((uintptr_t)w & 15) == 0 && (epi & 3) != 3
-                      ? hg_gemv_stream_slots(k, c->gemvStream, nw != nullptr && c->gemvXPass, sv) : 0;
+                      ? hg_gemv_stream_slots(k, c->gemvStream, slot) : 0;
   if ((epi & 4) && nw && spw == 0) return -1;  // the caller rather normalises apart than in this kernel's prologue
   if (nw && k > hg_cu_matvec_max_norm_k()) return (int)cudaErrorInvalidValue;
   if (nw && (size_t)k * sizeof(float) > (48u << 10)) {
@@ -194,8 +194,7 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
     Cmd sc = hg_new_cmd(CMD_GEMV_STREAM);
     sc.p[0] = out; sc.p[1] = x; sc.p[2] = w; sc.p[3] = bias; sc.p[4] = nw;
     sc.s[0] = wt; sc.s[1] = bt; sc.s[2] = nt; sc.s[3] = k; sc.s[4] = m; sc.s[5] = epi & 3; sc.s[6] = spw;
-    sc.s[7] = sv;
-    sc.s[8] = c->gemvL2Ahead ? spw : 0;  // one ring ahead: a warp's spw chunks
+    sc.s[7] = slot;
     sc.f[0] = eps;
     return hg_submit(c, sc);
   }

@@ -45,11 +45,6 @@ static int upload_blob(HgCtx *c) {
 
 static int run_all(HgCtx *c) {
   for (int i = 0; i < c->ncmds; i++) {
-    if (c->cmds[i].kind == CMD_GEMV_STREAM) {  // a layer's four stream GEMVs: one launch (gemvChain)
-      const int r = hg_launch_gemv_chain(c, &c->cmds[i], c->ncmds - i, i);
-      if (r > 0) return r;
-      if (r == 0) { i += 3; continue; }
-    }
     int r = hg_run_cmd(c, c->cmds[i], c->blobDev);
     if (r) return r;
   }
@@ -223,13 +218,11 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // the split-K attention folds a round's 4 token rows into its softmax together (0/1; with
 // attnUnroll 4). 15 (the last split block merging: code 2 again, with the parallel merge) was
 // written without a GPU and removed unmeasured (it repeated code 2's tickets and the merge).
-// 16: a recorded layer's four stream GEMVs (o_proj, gate/up, down, next qkv or lm_head) as one
-// launch with grid barriers between them (0/1; gemv_stream.cu); 17 the stream GEMV stages x with
-// every load of a pass in flight and the norm weights before the wait; 18 its SiLU·up slots hold
-// one 8 KB copy of gate or up instead of 4 KB of each; 19 its slots hold 16 KB; 20 it prefetches
-// into L2 one ring ahead of its copies; 21 the split-K attention takes at most a block an SM and
-// lets the kernels after it launch at its start, so the o_proj stream fills its ring during the
-// attention (0/1 each; eighth pass, not yet measured).
+// 16 (a recorded layer's four stream GEMVs as one launch with grid barriers), 17 (x staged a pass
+// of loads at a time), 18 (SiLU·up slots of one 8 KB copy), 20 (L2 prefetch one ring ahead) and 21
+// (the split-K attention a block an SM, the kernels after it launched at its start) are gone:
+// slower or no gain on the H200 (ninth pass, call 1). 19: the stream GEMV's slot size in KB (8 or
+// 16; 0, the default, chooses per GEMV).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -240,12 +233,7 @@ static int *decode_option(HgCtx *c, int which) {
     case 9: return &c->attnCluster;
     case 13: return &c->attnPdl;
     case 14: return &c->attnGroup;
-    case 16: return &c->gemvChain;
-    case 17: return &c->gemvXPass;
-    case 18: return &c->gemvSiluSplit;
-    case 19: return &c->gemvSlot16;
-    case 20: return &c->gemvL2Ahead;
-    case 21: return &c->attnOverlap;
+    case 19: return &c->gemvSlotKb;
     default: return NULL;
   }
 }
@@ -255,12 +243,7 @@ static bool decode_option_ok(int which, int v) {
     case 9: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
     case 14: return v == 0 || v == 1;
-    case 16:
-    case 17:
-    case 18:
-    case 19:
-    case 20:
-    case 21: return v == 0 || v == 1;
+    case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
@@ -303,12 +286,10 @@ int hg_graph_init(HgCtx *c) {
   // 5.87 vs 6.07 ms at 2K / 8K / 32K (eighth pass, call 1; call 2: 4.79 vs 4.87 / 5.30 vs 5.31 / 6.15
   // vs 6.35 on a slower machine); attention in a graph 11.0 vs 11.5 µs a layer at 2K, 50.9 vs 55.6 at 32K.
   c->attnGroup = 1;
-  c->gemvChain = 0;          // slower as measured in the eighth pass (139.5 vs 125.6 µs a layer's GEMVs in a graph)
-  c->gemvXPass = 0;          // eighth pass, written after its device time ended: not measured yet
-  c->gemvSiluSplit = 0;      // the same
-  c->gemvSlot16 = 0;         // the same
-  c->gemvL2Ahead = 0;        // the same
-  c->attnOverlap = 0;        // the same
+  // Slots of 16 KB where a row fills them (SiLU·up, down), 8 KB elsewhere: 8B decode 4.52 vs 4.94 /
+  // 4.93 vs 5.40 / 5.87 vs 6.22 ms at 2K / 8K / 32K with 16 KB everywhere against 8 KB everywhere
+  // (ninth pass, call 1), where 16 KB lost at qkv and o_proj (14.9 vs 13.8, 10.5 vs 10.0 µs).
+  c->gemvSlotKb = 0;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

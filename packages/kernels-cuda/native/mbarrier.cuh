@@ -1,6 +1,5 @@
 // Shared-memory mbarriers and bulk async copies (sm_90), shared by the weight-stream GEMV
-// (gemv_stream.cu) and the read-bandwidth probe (read_probe.cu); the L2 prefetch of the stream's
-// gemvL2Ahead switch.
+// (gemv_stream.cu) and the read-bandwidth probe (read_probe.cu).
 #pragma once
 #include "common.cuh"
 
@@ -31,12 +30,5 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(smem_u32(dst)), "l"(src), "r"(bytes),
                "r"(smem_u32(bar))
                : "memory");
-#endif
-}
-// bytes (a multiple of 16, 16-byte aligned) from global memory into L2 only: no shared memory, no
-// barrier, nothing returned to the SM.
-__device__ __forceinline__ void bulk_prefetch_l2(const void *src, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
 #endif
 }

@@ -12,7 +12,7 @@ struct TraceRec {
   const void *tag;       // which GEMV: its weight pointer
   int block, ev;
 };
-static const int HG_TRACE_EVENTS = 16;  // a block's events a launch: 0–6, 7 + warp (warp done), 15
+static const int HG_TRACE_EVENTS = 16;  // a block's events a launch: 0–6, 7 + warp (warp done)
 #ifdef HG_TRACE
 static const unsigned HG_TRACE_MAX = 1u << 20;
 // Defined here (no relocatable device code): only gemv_stream.cu includes this header.

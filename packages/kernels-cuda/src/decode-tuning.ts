@@ -38,42 +38,20 @@ export interface DecodeTuning {
    */
   attnGroup: boolean;
   /**
-   * A recorded step's four stream GEMVs of a layer (o_proj, gate/up, down, the next qkv or lm_head)
-   * as one launch with grid barriers between them, so the weight stream does not stop at their
-   * boundaries (needs gemvStream).
+   * The stream GEMV's slot size in KB: 8 or 16, or 0 (the default) to choose per GEMV — 16 KB where
+   * a row (SiLU·up: its gate and up chunks) fills 16 KB slots as well as 8 KB ones. Same bits.
    */
-  gemvChain: boolean;
-  /**
-   * The stream GEMV stages x with every load of a pass in flight (not one dependent load a loop
-   * pass) and its norm weights before it waits for the kernel before. Same bits.
-   */
-  gemvXPass: boolean;
-  /** The stream GEMV's SiLU·up slots hold one 8 KB copy of gate or up, not 4 KB of each. Same bits. */
-  gemvSiluSplit: boolean;
-  /** The stream GEMV's slots hold 16 KB, not 8: half the bulk copies a byte. Same bits. */
-  gemvSlot16: boolean;
-  /** The stream GEMV prefetches into L2, with each copy, the chunk one ring ahead. Same bits. */
-  gemvL2Ahead: boolean;
-  /**
-   * Split-K attention with at most one block of work an SM, letting the kernels after it launch at
-   * its start: the o_proj weight stream then sits beside it and fills its ring during the attention.
-   */
-  attnOverlap: boolean;
+  gemvSlotKb: 0 | 8 | 16;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12 and 15 are retired). */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20 and 21 are retired). */
 export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
   attnCluster: { code: 9, values: [false, true] },
   attnPdl: { code: 13, values: [0, 1, 2] },
   attnGroup: { code: 14, values: [false, true] },
-  gemvChain: { code: 16, values: [false, true] },
-  gemvXPass: { code: 17, values: [false, true] },
-  gemvSiluSplit: { code: 18, values: [false, true] },
-  gemvSlot16: { code: 19, values: [false, true] },
-  gemvL2Ahead: { code: 20, values: [false, true] },
-  attnOverlap: { code: 21, values: [false, true] },
+  gemvSlotKb: { code: 19, values: [0, 8, 16] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -104,12 +82,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnCluster: value("attnCluster", 0) === 1,
     attnPdl: value("attnPdl", 2) as DecodeTuning["attnPdl"],
     attnGroup: value("attnGroup", 1) === 1,
-    gemvChain: value("gemvChain", 0) === 1,
-    gemvXPass: value("gemvXPass", 0) === 1,
-    gemvSiluSplit: value("gemvSiluSplit", 0) === 1,
-    gemvSlot16: value("gemvSlot16", 0) === 1,
-    gemvL2Ahead: value("gemvL2Ahead", 0) === 1,
-    attnOverlap: value("attnOverlap", 0) === 1,
+    gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
   };
 }
 
