@@ -131,9 +131,6 @@ if (arg("diag", "on") !== "off") {
       ["clustered attention", { attnCluster: true }],
       ["8 KB slots everywhere", { gemvSlotKb: 8 }],
       ["16 KB slots everywhere", { gemvSlotKb: 16 }],
-      ["rows handed out at run time (gemvDynamic)", { gemvDynamic: true }],
-      ["x staged with loads in flight (gemvStage)", { gemvStage: true }],
-      ["gemvDynamic + gemvStage", { gemvDynamic: true, gemvStage: true }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -330,10 +327,7 @@ const allVariants: (Variant | undefined)[] = [
   // ninth pass, 63: 8 KB slots everywhere (the default until the ninth pass); 64: 16 KB everywhere
   { name: "stream GEMV 8 KB slots everywhere (gemvSlotKb 8), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlotKb: 8 }, fed: true },
   { name: "stream GEMV 16 KB slots everywhere (gemvSlotKb 16), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlotKb: 16 }, fed: true },
-  // 65: the stream GEMV's rows handed out at run time (gemvDynamic); 66: x staged with loads in flight (gemvStage); 67: both
-  { name: "stream GEMV rows handed out at run time (gemvDynamic), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvDynamic: true }, fed: true },
-  { name: "stream GEMV x staged with loads in flight (gemvStage), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvStage: true }, fed: true },
-  { name: "gemvDynamic + gemvStage, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvDynamic: true, gemvStage: true }, fed: true },
+  // 65–67 (removed after the ninth pass's call 5): gemvDynamic (slower), gemvStage (now always on), both
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

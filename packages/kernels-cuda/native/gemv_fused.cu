@@ -175,7 +175,7 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
   // The weight stream (gemvStream switch, gemv_stream.cu): 2-byte weights in rows of 16-byte pieces.
   const int slot = hg_gemv_stream_slot_bytes(k, (epi & 2) != 0, c->gemvSlotKb);
   const int spw = c->gemvStream && (wt == DT_BF16 || wt == DT_F16) && k % 8 == 0 && ((uintptr_t)w & 15) == 0 && (epi & 3) != 3
-                      ? hg_gemv_stream_slots(k, c->gemvStream, slot, nw != nullptr && c->gemvStage) : 0;
+                      ? hg_gemv_stream_slots(k, c->gemvStream, slot, nw != nullptr) : 0;
   if ((epi & 4) && nw && spw == 0) return -1;  // the caller rather normalises apart than in this kernel's prologue
   if (nw && k > hg_cu_matvec_max_norm_k()) return (int)cudaErrorInvalidValue;
   if (nw && (size_t)k * sizeof(float) > (48u << 10)) {
@@ -195,11 +195,6 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
     sc.p[0] = out; sc.p[1] = x; sc.p[2] = w; sc.p[3] = bias; sc.p[4] = nw;
     sc.s[0] = wt; sc.s[1] = bt; sc.s[2] = nt; sc.s[3] = k; sc.s[4] = m; sc.s[5] = epi & 3; sc.s[6] = spw;
     sc.s[7] = slot;
-    sc.s[8] = (c->gemvDynamic ? 1 : 0) | (c->gemvStage ? 2 : 0);  // gemv_stream.cu's GS_DYN_ON, GS_STG_ON
-    if (c->gemvDynamic) {
-      sc.p[5] = hg_gemv_stream_counter(c, hg_recording(c), c->ncmds);
-      sc.s[9] = hg_gemv_stream_grab(k, (epi & 2) != 0);
-    }
     sc.f[0] = eps;
     return hg_submit(c, sc);
   }

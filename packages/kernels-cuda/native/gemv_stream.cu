@@ -24,9 +24,6 @@
 static const int GS_NW = 8, GS_THREADS = (GS_NW + 1) * 32;
 static const int GS_MAX_SMEM = 227 * 1024;  // sm_90's largest dynamic shared memory a block
 enum { GS_ACCUMULATE = 1, GS_SILU = 2 };
-enum { GS_DYN_ON = 1, GS_STG_ON = 2 };  // a command's s[8]: gemvDynamic, gemvStage
-static const size_t GS_CTR_OFFSET = 512u << 10;  // the dynamic GEMVs' row counters, in the context's zeroed misc area (1 MB)
-static const int GS_CTRS = 4096;                 // counter pairs: 32 KB
 
 struct StreamArgs {
   float *out;
@@ -34,18 +31,15 @@ struct StreamArgs {
   const void *w, *bias, *nw;
   int bt, nt, k, m, spw;  // spw: slots a consumer warp owns
   float eps;
-  unsigned *ctr;  // gemvDynamic: [next row, producers done], zero between launches (the last producer resets it)
-  int grab;       // gemvDynamic: rows a producer takes at a time
-  int trace;      // HG_TRACE builds: the launch's number for its event records
+  int trace;  // HG_TRACE builds: the launch's number for its event records
 };
 
 // Barrier of the consumer warps alone (the producer warp does not take part).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(GS_NW * 32) : "memory"); }
 
-// Shared memory: the full and empty barriers of ns slots, the norm's per-warp sums, each slot's row
-// (gemvDynamic) and the producer's per-warp row, chunk and slot count; then x (k floats), the norm
-// weights as floats (gemvStage, with a norm), the slots.
-__host__ __device__ __forceinline__ size_t stream_header(int ns) { return ((size_t)2 * ns * 8 + GS_NW * 4 + ns * 4 + 3 * GS_NW * 4 + 127) & ~(size_t)127; }
+// Shared memory: the full and empty barriers of ns slots and the norm's per-warp sums, then x
+// (k floats), the norm weights as floats (with a norm), the slots.
+__host__ __device__ __forceinline__ size_t stream_header(int ns) { return ((size_t)2 * ns * 8 + GS_NW * 4 + 127) & ~(size_t)127; }
 __host__ __device__ __forceinline__ size_t stream_vec(int k) { return ((size_t)k * 4 + 127) & ~(size_t)127; }
 
 // This block's rows of an m-row GEMV: [r0, r0 + rows).
@@ -54,61 +48,25 @@ __device__ __forceinline__ void stream_block_rows(int m, int &r0, int &rows) {
   rows = (int)((long)m * (blockIdx.x + 1) / gridDim.x) - r0;
 }
 
-// The dynamic producer's rows: its first grab is static (rows [G·block, G·block + G), so the
-// stream starts without a round trip), the rest come G at a time from the counter (past the
-// static grabs), asked for one grab ahead so that the atomic's round trip hides behind a grab's
-// copies. -1 when the rows are gone; the producer then counts itself out, and the last one
-// resets the counter for the next launch.
-struct RowGrabber {
-  unsigned *ctr;
-  int m, G, base, next, k;
-  bool done;
-  __device__ void start(unsigned *c, int m_, int g) {
-    ctr = c; m = m_; G = g; k = 0; done = false;
-    base = (int)blockIdx.x * G;
-    next = take();
-  }
-  __device__ int take() { return G * (int)gridDim.x + (int)atomicAdd(ctr, (unsigned)G); }
-  __device__ int row() {
-    if (done) return -1;
-    if (k == G || base + k >= m) {
-      base = next;  // waits for the atomic asked for a grab ago
-      k = 0;
-      if (base >= m) {
-        done = true;
-        __threadfence();  // this producer's grabs are over before it counts itself out
-        if (atomicAdd(ctr + 1, 1u) == gridDim.x - 1) { atomicExch(ctr, 0u); atomicExch(ctr + 1, 0u); }
-        return -1;
-      }
-      next = take();
-    }
-    return base + k++;
-  }
-};
-
 // SLOT: bytes a slot holds. A chunk is CH elements of a row; with SiLU·up a slot holds the gate
-// chunk and the up chunk (m rows further on), so CH is half as long. DYN (gemvDynamic): rows are
-// handed out at run time, G at a time from a global counter, so a block on a slow SM takes fewer
-// (the static split left blocks finishing up to 11 µs apart); each slot carries its row, and a
-// row of -1 tells a warp to stop. STG (gemvStage): x staged with GS_XLOADS loads in flight a
-// thread, and the norm weights staged before the wait. Both give the same bits: a row's sum is
-// the same wherever it runs, and x and its norm are the same elements in the same order.
+// chunk and the up chunk (m rows further on), so CH is half as long. x is staged with GS_XLOADS
+// loads in flight a thread and the norm weights before the wait (ninth pass: x ready 1–3 µs a
+// GEMV sooner, a layer's four GEMVs 112.7 vs 114.2 µs in a graph); the same bits as one load a pass.
 static const int GS_XLOADS = 4;
-template <int WT, bool NORM, int EPI, int SLOT, bool DYN, bool STG>
+template <int WT, bool NORM, int EPI, int SLOT>
 __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  constexpr bool SILU = (EPI & GS_SILU) != 0, SNW = STG && NORM;
+  constexpr bool SILU = (EPI & GS_SILU) != 0;
   constexpr int ES = 2, CH = SLOT / ES / (SILU ? 2 : 1);  // bf16 / f16 only (f32 weights keep the one-warp kernel)
   const int k = a.k, m = a.m, spw = a.spw, ns = GS_NW * spw, nch = (k + CH - 1) / CH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   uint64_t *full = reinterpret_cast<uint64_t *>(smem), *empty = full + ns;
   float *red = reinterpret_cast<float *>(empty + ns);
-  int *rowOf = reinterpret_cast<int *>(red + GS_NW), *prow = rowOf + ns, *pch = prow + GS_NW, *ptw = pch + GS_NW;
   float *xs = reinterpret_cast<float *>(smem + stream_header(ns));
   float *nws = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(xs) + stream_vec(k));
-  unsigned char *ring = reinterpret_cast<unsigned char *>(nws) + (SNW ? stream_vec(k) : 0);
-  int r0 = 0, rows = 0;
-  if (!DYN) stream_block_rows(m, r0, rows);
+  unsigned char *ring = reinterpret_cast<unsigned char *>(nws) + (NORM ? stream_vec(k) : 0);
+  int r0, rows;
+  stream_block_rows(m, r0, rows);
   if (threadIdx.x == 0) {
     for (int s = 0; s < ns; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 1); }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -118,57 +76,24 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
   hg_pdl_trigger();  // the next kernel's blocks may queue now; they cannot share an SM with this one
   if (warp == GS_NW) {  // the producer: weights only, so it need not wait for the kernel before
     if (lane == 0) {
+      // Every chunk of the block's rows, warp by warp round-robin: warp w's rows are w, w + NW, ...
+      // and it owns slots w·spw .. w·spw + spw - 1, used in turn.
       const char *wb = static_cast<const char *>(a.w);
-      // One chunk of row `row` into warp cw's next slot (its t-th).
-      auto issue = [&](int cw, int t, int row, int c) {
-        const int s = cw * spw + t % spw, use = t / spw;
-        if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
-        if (DYN) rowOf[s] = row;  // published by the arrive below (release), read after the wait (acquire)
-        const unsigned bytes = (unsigned)(min(CH, k - c * CH) * ES);
-        mbar_expect_tx(&full[s], SILU ? 2 * bytes : bytes);
-        unsigned char *dst = ring + (size_t)s * SLOT;
-        bulk_copy(dst, wb + ((size_t)row * k + (size_t)c * CH) * ES, bytes, &full[s]);
-        if (SILU) bulk_copy(dst + CH * ES, wb + ((size_t)(row + m) * k + (size_t)c * CH) * ES, bytes, &full[s]);
-      };
+      const int perWarp = (rows + GS_NW - 1) / GS_NW * nch;  // most chunks any warp takes
       HG_TR(a, 1);  // the GEMV's first copy
-      if constexpr (!DYN) {
-        // Every chunk of the block's rows, warp by warp round-robin: warp w's rows are w, w + NW, ...
-        // and it owns slots w·spw .. w·spw + spw - 1, used in turn.
-        const int perWarp = (rows + GS_NW - 1) / GS_NW * nch;  // most chunks any warp takes
-        for (int t = 0; t < perWarp; t++) {
-          if (t == spw) HG_TR(a, 2);  // the ring's first pass issued
-          for (int cw = 0; cw < GS_NW; cw++) {
-            const int i = cw + GS_NW * (t / nch);  // the warp's row (in the block)
-            if (i < rows) issue(cw, t, r0 + i, t % nch);
-          }
-        }
-      } else {
-        // Round-robin over the warps, a chunk each; a warp whose row is done takes the next row
-        // handed out, or gets a slot with row -1 (and no bytes) when none is left.
-        RowGrabber g;
-        g.start(a.ctr, m, a.grab);
-        int live = GS_NW;
-        for (int cw = 0; cw < GS_NW; cw++) { prow[cw] = g.row(); pch[cw] = 0; ptw[cw] = 0; }
-        for (int pass = 0; live > 0; pass++) {
-          if (pass == spw) HG_TR(a, 2);
-          for (int cw = 0; cw < GS_NW; cw++) {
-            const int row = prow[cw];
-            if (row == -2) continue;  // this warp has its stop slot
-            const int t = ptw[cw]++;
-            if (row < 0) {  // no row left: the stop slot
-              const int s = cw * spw + t % spw, use = t / spw;
-              if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
-              rowOf[s] = -1;
-              mbar_arrive(&full[s]);
-              prow[cw] = -2;
-              live--;
-              continue;
-            }
-            const int c = pch[cw];
-            issue(cw, t, row, c);
-            if (c + 1 < nch) pch[cw] = c + 1;
-            else { prow[cw] = g.row(); pch[cw] = 0; }
-          }
+      for (int t = 0; t < perWarp; t++) {
+        if (t == spw) HG_TR(a, 2);  // the ring's first pass issued
+        for (int cw = 0; cw < GS_NW; cw++) {
+          const int i = cw + GS_NW * (t / nch), c = t % nch;  // the warp's row (in the block) and chunk
+          if (i >= rows) continue;
+          const int s = cw * spw + t % spw, use = t / spw;
+          if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
+          const unsigned bytes = (unsigned)(min(CH, k - c * CH) * ES);
+          mbar_expect_tx(&full[s], SILU ? 2 * bytes : bytes);
+          unsigned char *dst = ring + (size_t)s * SLOT;
+          const size_t row = (size_t)(r0 + i);
+          bulk_copy(dst, wb + (row * k + (size_t)c * CH) * ES, bytes, &full[s]);
+          if (SILU) bulk_copy(dst + CH * ES, wb + ((row + m) * k + (size_t)c * CH) * ES, bytes, &full[s]);
         }
       }
       HG_TR(a, 3);  // the last copy issued
@@ -176,7 +101,7 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     hg_pdl_wait();  // every thread waits before it exits: completion stays transitive
     return;
   }
-  if (SNW)  // constant: staged before the wait
+  if (NORM)  // constant: staged before the wait
     for (int i = threadIdx.x; i < k; i += GS_NW * 32) nws[i] = load_any(a.nw, a.nt, i);
   hg_pdl_wait();  // x (and out, for +=) come from the kernels before this one
   if (threadIdx.x == 0) HG_TR(a, 4);  // x may be read
@@ -187,24 +112,16 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     if ((((uintptr_t)a.x & 15) | (k & 3)) == 0) {
       const float4 *x4 = reinterpret_cast<const float4 *>(a.x);
       float4 *s4 = reinterpret_cast<float4 *>(xs);
-      if constexpr (!STG) {
-        for (int i = tid; i < k / 4; i += nt) {
-          const float4 v = x4[i];
-          s4[i] = v;
-          if (NORM) ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-      } else {
-        for (int b = tid; b < k / 4; b += nt * GS_XLOADS) {  // every load of a pass issued before any is used
-          float4 v[GS_XLOADS];
+      for (int b = tid; b < k / 4; b += nt * GS_XLOADS) {  // every load of a pass issued before any is used
+        float4 v[GS_XLOADS];
 #pragma unroll
-          for (int u = 0; u < GS_XLOADS; u++) v[u] = b + u * nt < k / 4 ? x4[b + u * nt] : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int u = 0; u < GS_XLOADS; u++) v[u] = b + u * nt < k / 4 ? x4[b + u * nt] : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-          for (int u = 0; u < GS_XLOADS; u++)
-            if (b + u * nt < k / 4) {
-              s4[b + u * nt] = v[u];
-              if (NORM) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
-            }
-        }
+        for (int u = 0; u < GS_XLOADS; u++)
+          if (b + u * nt < k / 4) {
+            s4[b + u * nt] = v[u];
+            if (NORM) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+          }
       }
     } else {
       for (int i = tid; i < k; i += nt) {
@@ -221,30 +138,18 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
 #pragma unroll
       for (int i = 0; i < GS_NW; i++) tot += red[i];
       const float r = rsqrtf(tot / k + a.eps);
-      if (SNW)
-        for (int i = tid; i < k; i += nt) xs[i] *= r * nws[i];
-      else
-        for (int i = tid; i < k; i += nt) xs[i] *= r * load_any(a.nw, a.nt, i);
+      for (int i = tid; i < k; i += nt) xs[i] *= r * nws[i];
     }
     consumers_sync();
   }
   if (threadIdx.x == 0) HG_TR(a, 5);  // x in shared memory (normalised)
   int t = 0;  // this warp's chunk counter (its slot is warp·spw + t % spw, use t / spw)
-  for (int i = warp;; i += GS_NW) {
-    int r;  // the row (absolute)
-    if (!DYN) {
-      if (i >= rows) break;
-      r = r0 + i;
-    } else {
-      const int s = warp * spw + t % spw;
-      mbar_wait(&full[s], (t / spw) & 1);
-      r = rowOf[s];
-      if (r < 0) break;  // the stop slot
-    }
+  for (int i = warp; i < rows; i += GS_NW) {
+    const int r = r0 + i;
     float a0 = 0.f, a1 = 0.f;
     for (int c = 0; c < nch; c++, t++) {
       const int s = warp * spw + t % spw;
-      if (!DYN || c > 0) mbar_wait(&full[s], (t / spw) & 1);
+      mbar_wait(&full[s], (t / spw) & 1);
 #ifdef HG_TRACE
       if (threadIdx.x == 0 && i == 0 && c == 0) HG_TR(a, 6);  // warp 0's first slot landed
 #endif
@@ -281,10 +186,10 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
 #endif
 }
 
-// Shared memory of a launch: the header, x, the norm weights (knorm > 0: gemvStage), the slots.
-static size_t stream_smem(int k, int spw, int slot, int knorm) {
+// Shared memory of a launch: the header, x, the norm weights (with a norm), the slots.
+static size_t stream_smem(int k, int spw, int slot, bool norm) {
   const int ns = GS_NW * spw;
-  return stream_header(ns) + stream_vec(k) + (knorm > 0 ? stream_vec(knorm) : 0) + (size_t)ns * slot;
+  return stream_header(ns) + stream_vec(k) + (norm ? stream_vec(k) : 0) + (size_t)ns * slot;
 }
 
 // The slot size for a GEMV (slotKb 8 or 16 forces one; 0 chooses): 16 KB where a row (with
@@ -296,56 +201,38 @@ int hg_gemv_stream_slot_bytes(int k, bool silu, int slotKb) {
   return in16 <= in8 ? 16384 : 8192;
 }
 
-// Slots a warp owns for a ring of ringKb (at least one; fewer where x, and the norm weights that
-// gemvStage stages (stagedNorm), leave less room), or 0 when they and one slot a warp do not fit.
-int hg_gemv_stream_slots(int k, int ringKb, int slot, bool stagedNorm) {
-  const int knorm = stagedNorm ? k : 0;
+// Slots a warp owns for a ring of ringKb (at least one; fewer where x and the norm weights leave
+// less room), or 0 when they and one slot a warp do not fit.
+int hg_gemv_stream_slots(int k, int ringKb, int slot, bool norm) {
   int spw = ringKb * 1024 / (GS_NW * slot);
   if (spw < 1) spw = 1;
-  while (spw > 1 && stream_smem(k, spw, slot, knorm) > (size_t)GS_MAX_SMEM) spw--;
-  return stream_smem(k, spw, slot, knorm) <= (size_t)GS_MAX_SMEM ? spw : 0;
+  while (spw > 1 && stream_smem(k, spw, slot, norm) > (size_t)GS_MAX_SMEM) spw--;
+  return stream_smem(k, spw, slot, norm) <= (size_t)GS_MAX_SMEM ? spw : 0;
 }
 
-// Rows a dynamic producer takes at a time: about 64 KB of weights.
-int hg_gemv_stream_grab(int k, bool silu) {
-  const long row = (long)k * 2 * (silu ? 2 : 1);
-  return (int)(row >= 65536 ? 1 : 65536 / row);
-}
-
-template <int WT, bool NORM, int EPI, int SLOT, bool DYN, bool STG>
+template <int WT, bool NORM, int EPI, int SLOT>
 static int launch_stream(HgCtx *c, const StreamArgs &a) {
   static bool opted = false;  // shared memory above 48 KB is opted into once per kernel instance
   if (!opted) {
-    const cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI, SLOT, DYN, STG>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
+    const cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI, SLOT>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
     if (e != cudaSuccess) return (int)e;
     opted = true;
   }
-  const size_t smem = stream_smem(a.k, a.spw, SLOT, STG && NORM ? a.k : 0);
-  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI, SLOT, DYN, STG>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), smem, a);
-}
-
-// flags: GS_DYN_ON (gemvDynamic), GS_STG_ON (gemvStage).
-template <int WT, bool NORM, int EPI, int SLOT>
-static int launch_stream_flags(HgCtx *c, int flags, const StreamArgs &a) {
-  switch (flags & (GS_DYN_ON | GS_STG_ON)) {
-    case 0: return launch_stream<WT, NORM, EPI, SLOT, false, false>(c, a);
-    case GS_DYN_ON: return launch_stream<WT, NORM, EPI, SLOT, true, false>(c, a);
-    case GS_STG_ON: return launch_stream<WT, NORM, EPI, SLOT, false, true>(c, a);
-    default: return launch_stream<WT, NORM, EPI, SLOT, true, true>(c, a);
-  }
+  const size_t smem = stream_smem(a.k, a.spw, SLOT, NORM);
+  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI, SLOT>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), smem, a);
 }
 
 template <int WT, bool NORM, int EPI>
-static int launch_stream_slot(HgCtx *c, int slot, int flags, const StreamArgs &a) {
-  return slot == 16384 ? launch_stream_flags<WT, NORM, EPI, 16384>(c, flags, a) : launch_stream_flags<WT, NORM, EPI, 8192>(c, flags, a);
+static int launch_stream_slot(HgCtx *c, int slot, const StreamArgs &a) {
+  return slot == 16384 ? launch_stream<WT, NORM, EPI, 16384>(c, a) : launch_stream<WT, NORM, EPI, 8192>(c, a);
 }
 
 template <int WT, bool NORM>
-static int launch_stream_epi(HgCtx *c, int epi, int slot, int flags, const StreamArgs &a) {
+static int launch_stream_epi(HgCtx *c, int epi, int slot, const StreamArgs &a) {
   switch (epi) {
-    case 0: return launch_stream_slot<WT, NORM, 0>(c, slot, flags, a);
-    case 1: return launch_stream_slot<WT, NORM, 1>(c, slot, flags, a);
-    case 2: return launch_stream_slot<WT, NORM, 2>(c, slot, flags, a);
+    case 0: return launch_stream_slot<WT, NORM, 0>(c, slot, a);
+    case 1: return launch_stream_slot<WT, NORM, 1>(c, slot, a);
+    case 2: return launch_stream_slot<WT, NORM, 2>(c, slot, a);
     default: return (int)cudaErrorInvalidValue;  // SiLU·up with += has no caller
   }
 }
@@ -354,32 +241,21 @@ static int launch_stream_epi(HgCtx *c, int epi, int slot, int flags, const Strea
 static int g_trace_seq;  // the next launch's number (host side; a captured graph keeps the ones it got)
 #endif
 
-// CMD_GEMV_STREAM: p[0] out, p[1] x, p[2] w, p[3] bias, p[4] norm weight, p[5] the row counter
-// (gemvDynamic); s[0] weight dtype, s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5]
-// epilogue, s[6] slots a warp, s[7] slot bytes, s[8] GS_DYN_ON | GS_STG_ON, s[9] rows a grab; f[0] eps.
+// CMD_GEMV_STREAM: p[0] out, p[1] x, p[2] w, p[3] bias, p[4] norm weight; s[0] weight dtype,
+// s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp, s[7] slot
+// bytes; f[0] eps.
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
-  StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0],
-                  (unsigned *)cmd.p[5], cmd.s[9], 0};
+  StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0], 0};
 #ifdef HG_TRACE
   a.trace = g_trace_seq++;
 #endif
   const bool norm = cmd.p[4] != nullptr;
-  const int slot = cmd.s[7], flags = cmd.s[8];
+  const int slot = cmd.s[7];
   switch (cmd.s[0]) {
-    case DT_BF16: return norm ? launch_stream_epi<DT_BF16, true>(c, cmd.s[5], slot, flags, a) : launch_stream_epi<DT_BF16, false>(c, cmd.s[5], slot, flags, a);
-    case DT_F16: return norm ? launch_stream_epi<DT_F16, true>(c, cmd.s[5], slot, flags, a) : launch_stream_epi<DT_F16, false>(c, cmd.s[5], slot, flags, a);
+    case DT_BF16: return norm ? launch_stream_epi<DT_BF16, true>(c, cmd.s[5], slot, a) : launch_stream_epi<DT_BF16, false>(c, cmd.s[5], slot, a);
+    case DT_F16: return norm ? launch_stream_epi<DT_F16, true>(c, cmd.s[5], slot, a) : launch_stream_epi<DT_F16, false>(c, cmd.s[5], slot, a);
     default: return (int)cudaErrorInvalidValue;
   }
-}
-
-// The row counter of a dynamic stream GEMV: a pair of words in the context's zeroed misc area. A
-// recorded step's command takes the one of its place in the step (a replayed graph keeps it; the
-// command before or after, which may overlap it, has another), an eager launch the next of a
-// rotating second half. Each launch leaves its pair at zero.
-unsigned *hg_gemv_stream_counter(HgCtx *c, bool recording, int place) {
-  unsigned *base = (unsigned *)((char *)c->argmaxOut + GS_CTR_OFFSET);
-  const int i = recording ? place % (GS_CTRS / 2) : GS_CTRS / 2 + (c->eagerCounter++ % (GS_CTRS / 2));
-  return base + 2 * i;
 }
 
 extern "C" {
