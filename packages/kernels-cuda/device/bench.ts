@@ -131,6 +131,7 @@ if (arg("diag", "on") !== "off") {
       ["clustered attention", { attnCluster: true }],
       ["8 KB slots everywhere", { gemvSlotKb: 8 }],
       ["16 KB slots everywhere", { gemvSlotKb: 16 }],
+      ["ring 192 KB", { gemvStream: 192 }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -328,6 +329,10 @@ const allVariants: (Variant | undefined)[] = [
   { name: "stream GEMV 8 KB slots everywhere (gemvSlotKb 8), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlotKb: 8 }, fed: true },
   { name: "stream GEMV 16 KB slots everywhere (gemvSlotKb 16), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlotKb: 16 }, fed: true },
   // 65–67 (removed after the ninth pass's call 5): gemvDynamic (slower), gemvStage (now always on), both
+  ...Array<undefined>(3).fill(undefined),
+  // 68: the stream's ring of 192 KB (qkv / o_proj 3 slots a warp of 8 KB; gate/up and down stay at one of 16 KB); 69: 64 KB
+  { name: "stream GEMV ring 192 KB, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 192 }, fed: true },
+  { name: "stream GEMV ring 64 KB, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 64 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");
