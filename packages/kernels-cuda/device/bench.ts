@@ -131,7 +131,7 @@ if (arg("diag", "on") !== "off") {
       ["clustered attention", { attnCluster: true }],
       ["8 KB slots everywhere", { gemvSlotKb: 8 }],
       ["16 KB slots everywhere", { gemvSlotKb: 16 }],
-      ["rows handed out at run time (gemvDynamic)", { gemvDynamic: true }],
+      ["ring 192 KB", { gemvStream: 192 }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -333,8 +333,7 @@ const allVariants: (Variant | undefined)[] = [
   // 68: the stream's ring of 192 KB (qkv / o_proj 3 slots a warp of 8 KB; gate/up and down stay at one of 16 KB); 69: 64 KB
   { name: "stream GEMV ring 192 KB, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 192 }, fed: true },
   { name: "stream GEMV ring 64 KB, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 64 }, fed: true },
-  // 70: rows handed out at run time where a block has many (gemvDynamic, second form: a ring's worth static first, 64 KB grabs)
-  { name: "stream GEMV rows handed out at run time (gemvDynamic), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvDynamic: true }, fed: true },
+  // 70 (removed after the ninth pass's call 7): gemvDynamic's second form, slower
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

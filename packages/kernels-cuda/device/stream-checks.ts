@@ -73,7 +73,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
         normWeight: l.norm ? weights[j].nw[side] : undefined, normEps: 1e-5, siluMul: l.silu, accumulate: l.acc, bias: l.bias ? weights[j].b[side] : undefined,
       });
       // Each case runs with the default switches (the slot size chosen per GEMV), then with 8 KB and
-      // with 16 KB slots everywhere, and with rows handed out at run time: the same inputs, and every output must equal the first run's
+      // with 16 KB slots everywhere: the same inputs, and every output must equal the first run's
       // bit for bit (a lane sums the same elements in the same order whatever the chunk). The
       // reference runs once a step: in JS the 8B shapes take seconds.
       const steps = 4;
@@ -88,10 +88,9 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
         ["slots chosen per GEMV (default)", {}],
         ["8 KB slots", { gemvSlotKb: 8 }],
         ["16 KB slots", { gemvSlotKb: 16 }],
-        ["rows handed out at run time where many (gemvDynamic; the 8B shapes' gate/up and down)", { gemvDynamic: true }],
       ];
       for (const [how, form] of forms) {
-        cuda.setDecodeTuning({ ...savedTuning, gemvSlotKb: 0, gemvDynamic: false, gemvStream: ring as DecodeRing, ...form });
+        cuda.setDecodeTuning({ ...savedTuning, gemvSlotKb: 0, gemvStream: ring as DecodeRing, ...form });
         const before = cuda.graphStats();
         let worst = 0, apart = 0;
         for (let s = 0; s < steps; s++) {

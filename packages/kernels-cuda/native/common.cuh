@@ -100,8 +100,6 @@ struct HgCtx {
   int attnGroup;          // split-K attention: a round's token rows folded into the softmax together (decode_attn_block.cuh)
   int attnPdl;            // the split-K attention's two kernels launched programmatically (decode_attn.cu); 2: RoPE and the K/V append too
   int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
-  int gemvDynamic;        // the stream GEMV's rows handed out at run time from a counter, where rows are many (gemv_stream.cu)
-  unsigned eagerCounter;  // the next eager dynamic stream GEMV's row counter (gemv_stream.cu)
 };
 
 // Loads one element of any dtype as float.
@@ -296,8 +294,6 @@ int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // b
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
 int hg_gemv_stream_slot_bytes(int k, bool silu, int slotKb);              // gemv_stream.cu
 int hg_gemv_stream_slots(int k, int ringKb, int slot, bool norm);           // gemv_stream.cu
-int hg_gemv_stream_grab(int k, int m, bool silu, int blocks);                // gemv_stream.cu
-unsigned *hg_gemv_stream_counter(HgCtx *c, bool recording, int place);       // gemv_stream.cu
 void hg_feed_free(HgCtx *c);  // token_feed.cu
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload

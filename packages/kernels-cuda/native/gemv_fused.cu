@@ -195,11 +195,6 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
     sc.p[0] = out; sc.p[1] = x; sc.p[2] = w; sc.p[3] = bias; sc.p[4] = nw;
     sc.s[0] = wt; sc.s[1] = bt; sc.s[2] = nt; sc.s[3] = k; sc.s[4] = m; sc.s[5] = epi & 3; sc.s[6] = spw;
     sc.s[7] = slot;
-    const int grab = c->gemvDynamic ? hg_gemv_stream_grab(k, m, (epi & 2) != 0, c->numSMs) : 0;
-    if (grab) {
-      sc.p[5] = hg_gemv_stream_counter(c, hg_recording(c), c->ncmds);
-      sc.s[8] = grab;
-    }
     sc.f[0] = eps;
     return hg_submit(c, sc);
   }

@@ -222,11 +222,9 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // of loads at a time), 18 (SiLU·up slots of one 8 KB copy), 20 (L2 prefetch one ring ahead) and 21
 // (the split-K attention a block an SM, the kernels after it launched at its start) are gone:
 // slower or no gain on the H200 (ninth pass, call 1). 19: the stream GEMV's slot size in KB (8 or
-// 16; 0, the default, chooses per GEMV). 22: the stream GEMV's rows handed out at run time from a
-// counter, where a block has many (0/1; the first form's producer waited on its atomics, and the
-// small GEMVs lost; this one streams a ring's worth of static rows first and keeps the static
-// split for few rows: not yet measured). 23 (x staged with loads in flight and the norm weights
-// before the wait: a gain, now always on) is gone (ninth pass, call 5).
+// 16; 0, the default, chooses per GEMV). 22 (the stream GEMV's rows handed out at run time from a
+// counter: slower in two forms, ninth pass calls 5 and 7) and 23 (x staged with loads in flight
+// and the norm weights before the wait: a gain, now always on) are gone.
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -238,7 +236,6 @@ static int *decode_option(HgCtx *c, int which) {
     case 13: return &c->attnPdl;
     case 14: return &c->attnGroup;
     case 19: return &c->gemvSlotKb;
-    case 22: return &c->gemvDynamic;
     default: return NULL;
   }
 }
@@ -249,7 +246,6 @@ static bool decode_option_ok(int which, int v) {
     case 13: return v == 0 || v == 1 || v == 2;
     case 14: return v == 0 || v == 1;
     case 19: return v == 0 || v == 8 || v == 16;
-    case 22: return v == 0 || v == 1;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
@@ -296,8 +292,6 @@ int hg_graph_init(HgCtx *c) {
   // 4.93 vs 5.40 / 5.87 vs 6.22 ms at 2K / 8K / 32K with 16 KB everywhere against 8 KB everywhere
   // (ninth pass, call 1), where 16 KB lost at qkv and o_proj (14.9 vs 13.8, 10.5 vs 10.0 µs).
   c->gemvSlotKb = 0;
-  c->gemvDynamic = 0;  // ninth pass: the second form not yet measured
-  c->eagerCounter = 0;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

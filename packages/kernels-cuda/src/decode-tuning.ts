@@ -42,15 +42,9 @@ export interface DecodeTuning {
    * a row (SiLU·up: its gate and up chunks) fills 16 KB slots as well as 8 KB ones. Same bits.
    */
   gemvSlotKb: 0 | 8 | 16;
-  /**
-   * The stream GEMV's rows handed out at run time, a few at a time from a counter, where a block
-   * has many (gate/up, down, lm_head of an 8B model), so that blocks on slower SMs take fewer:
-   * with the static split they finish up to 12 µs apart. Same bits.
-   */
-  gemvDynamic: boolean;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20, 21 and 23 are retired). */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18 and 20–23 are retired). */
 export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
@@ -58,7 +52,6 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   attnPdl: { code: 13, values: [0, 1, 2] },
   attnGroup: { code: 14, values: [false, true] },
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
-  gemvDynamic: { code: 22, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -90,7 +83,6 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnPdl: value("attnPdl", 2) as DecodeTuning["attnPdl"],
     attnGroup: value("attnGroup", 1) === 1,
     gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
-    gemvDynamic: value("gemvDynamic", 0) === 1,
   };
 }
 
