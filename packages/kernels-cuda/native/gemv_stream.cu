@@ -50,11 +50,9 @@ __device__ __forceinline__ void stream_block_rows(int m, int &r0, int &rows) {
 
 // SLOT: bytes a slot holds. A chunk is CH elements of a row; with SiLU·up a slot holds the gate
 // chunk and the up chunk (m rows further on), so CH is half as long. x is staged with GS_XLOADS
-// loads in flight a thread, and the norm weights before the wait with GS_XLOADS in flight too
-// (ninth pass: with 4 of x, one norm weight at a time, x was ready 1–3 µs a GEMV sooner than with
-// one load a pass, a layer's four GEMVs 112.7 vs 114.2 µs in a graph, but the normalising GEMVs
-// still took 1.5–2.4 µs from x readable to x ready); the same bits as one load a pass.
-static const int GS_XLOADS = 16;  // 16 float4 a thread: x of up to 16 384 floats in one round trip
+// loads in flight a thread and the norm weights before the wait (ninth pass: x ready 1–3 µs a
+// GEMV sooner, a layer's four GEMVs 112.7 vs 114.2 µs in a graph); the same bits as one load a pass.
+static const int GS_XLOADS = 4;
 template <int WT, bool NORM, int EPI, int SLOT>
 __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
@@ -104,14 +102,7 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     return;
   }
   if (NORM)  // constant: staged before the wait
-    for (int b = threadIdx.x; b < k; b += GS_NW * 32 * GS_XLOADS) {
-      float v[GS_XLOADS];
-#pragma unroll
-      for (int u = 0; u < GS_XLOADS; u++) v[u] = b + u * GS_NW * 32 < k ? load_any(a.nw, a.nt, b + u * GS_NW * 32) : 0.f;
-#pragma unroll
-      for (int u = 0; u < GS_XLOADS; u++)
-        if (b + u * GS_NW * 32 < k) nws[b + u * GS_NW * 32] = v[u];
-    }
+    for (int i = threadIdx.x; i < k; i += GS_NW * 32) nws[i] = load_any(a.nw, a.nt, i);
   hg_pdl_wait();  // x (and out, for +=) come from the kernels before this one
   if (threadIdx.x == 0) HG_TR(a, 4);  // x may be read
   // x (normalised: x·rsqrt(mean x² + eps)·nw) into shared memory, by the consumer warps.
