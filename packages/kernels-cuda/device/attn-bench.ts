@@ -17,11 +17,8 @@ import { clusterAttnChecks } from "./attn-checks.js";
 import { dummyFiles, llamaBf16Sizes } from "./models.js";
 import { inGraphUs } from "./in-graph.js";
 import { writeRepeating } from "./fill.js";
+import { arg } from "./args.js";
 
-function arg(name: string, dflt: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : dflt;
-}
 const logFile = arg("log", "");
 const line = (s: string) => {
   console.log(s);

@@ -28,11 +28,8 @@ import { createCudaBackend, cudaAvailability, describeCudaAvailability, type Cud
 import { runArgmaxRowsChecks, runBatchAttnChecks, runMatmulSplitChecks, runSkinnyChecks } from "./batch-checks.js";
 import type { CheckResult } from "./op-checks.js";
 import { STORIES15M_SHAPE, dummyFiles, llamaBf16Sizes } from "./models.js";
+import { arg } from "./args.js";
 
-function arg(name: string, dflt: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : dflt;
-}
 const steps = Number(arg("steps", "32"));
 const batches = arg("batches", "1,8,16,32").split(",").map(Number);
 const preset = arg("preset", "llama-3.1-8b");

@@ -15,11 +15,7 @@ import { dummyFiles, llamaBf16Sizes } from "./models.js";
 import { inGraphUs } from "./in-graph.js";
 import { writeRepeating } from "./fill.js";
 import { layerGemvs } from "./layer-gemvs.js";
-
-function arg(name: string, dflt: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : dflt;
-}
+import { arg } from "./args.js";
 
 const contexts = arg("contexts", "2048,8192,32768").split(",").map(Number);
 const prefillBlock = Number(arg("prefill-block", "8192"));
@@ -165,8 +161,8 @@ if (arg("diag", "on") !== "off") {
     }
     {
       // A layer's four GEMVs as a decode step records them (o +=, norm + gate/up SiLU·up, down +=,
-      // the next layer's norm + qkv): 4 launches plus 2 rmsNorms with the default fusion choice,
-      // one multi-phase launch with the weight stream. 8 layers' weights (3.5 GB) in turn.
+      // the next layer's norm + qkv): four launches (the weight stream takes the norms). 8 layers'
+      // weights (3.5 GB) in turn.
       const layer = layerGemvs(cuda, chunk, 8);
       const out: string[] = [];
       const savedFuse = cuda.matvecFusion;

@@ -11,7 +11,7 @@
 import { loadModel, type Backend } from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type DecodeTuning } from "../src/index.js";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
-import { relErr, runOpChecks } from "./op-checks.js";
+import { relErr, runOpChecks, type CheckResult } from "./op-checks.js";
 import { streamGemvChecks } from "./stream-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
@@ -34,6 +34,14 @@ const label = (t: DecodeTuning) => {
   return changed.length ? changed.join(", ") : "plain (every switch at its default)";
 };
 let failures = 0;
+
+/** One line of passes, then each failure; counts the failures. */
+function report(what: string, results: CheckResult[], tail = ""): void {
+  const bad = results.filter((r) => !r.ok);
+  failures += bad.length;
+  console.log(`${what}: ${results.length - bad.length}/${results.length} pass${tail}`);
+  for (const r of bad) console.log(`  FAIL ${r.name}: ${r.err} (tol ${r.tol})`);
+}
 
 /** Prompt, then `steps` greedy decode steps (recorded as graphs): every step's logits and tokens. */
 function decodeRun(be: Backend, prompt: Int32Array, steps: number): { logits: Float32Array[]; tokens: number[] } {
@@ -62,18 +70,9 @@ function main(): void {
     cuda.setDecodeTuning(t);
     const t0 = performance.now();
     const ops = runOpChecks(cuda, seed);
-    const bad = ops.filter((r) => !r.ok);
-    failures += bad.length;
-    console.log(`ops vs ReferenceBackend (${label(t)}): ${ops.length - bad.length}/${ops.length} pass (${((performance.now() - t0) / 1e3).toFixed(1)} s)`);
-    for (const r of bad) console.log(`  FAIL ${r.name}: ${r.err} (tol ${r.tol})`);
+    report(`ops vs ReferenceBackend (${label(t)})`, ops, ` (${((performance.now() - t0) / 1e3).toFixed(1)} s)`);
   }
-  {
-    const st = streamGemvChecks(cuda, seed + 2);
-    const bad = st.filter((r) => !r.ok);
-    failures += bad.length;
-    console.log(`stream GEMV chains, every slot size: ${st.length - bad.length}/${st.length} pass`);
-    for (const r of bad) console.log(`  FAIL ${r.name}: ${r.err} (tol ${r.tol})`);
-  }
+  report("stream GEMV chains, every slot size", streamGemvChecks(cuda, seed + 2));
   const prompt = Int32Array.from({ length: 100 }, (_, i) => (i * 7919 + seed) % 128256);
   const steps = 16;
   cuda.setDecodeTuning(PLAIN);

@@ -16,11 +16,8 @@ import { dlopen, FFIType } from "bun:ffi";
 import { seededRandom, type DType, type Tensor } from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, cudaLibraryPath, describeCudaAvailability } from "../src/index.js";
 import { writeRepeating } from "./fill.js";
+import { arg } from "./args.js";
 
-function arg(name: string, dflt: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : dflt;
-}
 const sizes = arg("sizes", "2048,8192,32768").split(",").map(Number);
 const bestOut = arg("best-out", "");
 

@@ -39,11 +39,8 @@ import { attachHybrid, HybridCliOptionsSchema } from "../../../apps/cli/src/hybr
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type CudaHostLink } from "../src/index.js";
 import { dummyFiles, STORIES15M_SHAPE } from "./models.js";
 import { relError } from "../../core/test/parity/run-parity.js";
+import { arg } from "./args.js";
 
-function arg(name: string, dflt: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : dflt;
-}
 const context = Number(arg("context", "32768"));
 const steps = Number(arg("steps", "32"));
 const window = Number(arg("window", "4096"));

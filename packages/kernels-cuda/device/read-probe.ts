@@ -7,11 +7,8 @@
  * does not either, the copy pattern is. Usage: bun read-probe.js [--gib 2] [--iters 5]
  */
 import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "../src/index.js";
+import { arg } from "./args.js";
 
-function arg(name: string, dflt: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : dflt;
-}
 const bytes = Number(arg("gib", "2")) * 2 ** 30, iters = Number(arg("iters", "5"));
 const a = cudaAvailability();
 console.log(describeCudaAvailability(a));

@@ -9,7 +9,7 @@
  */
 import { ReferenceBackend, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
 import type { CudaBackend, DecodeTuning } from "../src/index.js";
-import { matvecByParts, relErr, type CheckResult } from "./op-checks.js";
+import { matvecByParts, maxAbs, relErr, type CheckResult } from "./op-checks.js";
 
 interface Link {
   out: string; // buffer names: "att" (attention output, d), "x" (residual, d), "h" (FFN, f), "qkv" (q)
@@ -101,7 +101,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
           const outs = Object.values(bufs).map((b) => cuda.read(b.c));
           outs.forEach((o, i) => (worst = Math.max(worst, relErr(o, expected[s][i]))));
           if (!firsts[s]) firsts.push(outs);
-          else outs.forEach((o, i) => (apart = Math.max(apart, o.reduce((m, v, e) => Math.max(m, Math.abs(v - firsts[s][i][e])), 0))));
+          else outs.forEach((o, i) => (apart = Math.max(apart, maxAbs(o, firsts[s][i]))));
         }
         const after = cuda.graphStats();
         record(`stream GEMV chain ${name}, ring ${ring} KB, ${how}, recorded x${steps}: every buffer vs the reference`, worst, 1e-4);

@@ -14,6 +14,7 @@ import { dlopen, FFIType, ptr } from "bun:ffi";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type DecodeTuning } from "../src/index.js";
 import { writeRepeating } from "./fill.js";
 import { LAYER_GEMV_NAMES, layerGemvs } from "./layer-gemvs.js";
+import { arg } from "./args.js";
 
 const a = cudaAvailability();
 console.log(describeCudaAvailability(a));
@@ -22,9 +23,8 @@ const lib = dlopen(process.env.HYBRIDGEN_KERNELS_CUDA_LIB ?? "", {
   hg_trace_set: { args: [FFIType.i32], returns: FFIType.i32 },
   hg_trace_read: { args: [FFIType.ptr, FFIType.i32], returns: FFIType.i32 },
 });
-const argi = (name: string, d: number) => (process.argv.includes(`--${name}`) ? Number(process.argv[process.argv.indexOf(`--${name}`) + 1]) : d);
-const L = argi("layers", 8), withAttn = !process.argv.includes("--no-attn");
-const tuning = process.argv.includes("--tuning") ? (JSON.parse(process.argv[process.argv.indexOf("--tuning") + 1]) as Partial<DecodeTuning>) : {};
+const L = Number(arg("layers", "8")), withAttn = !process.argv.includes("--no-attn");
+const tuning = JSON.parse(arg("tuning", "{}")) as Partial<DecodeTuning>;
 const cuda = createCudaBackend({ arenaBytes: 12 * 2 ** 30 });
 const chunk = Float32Array.from({ length: 1 << 20 }, (_, i) => Math.sin(i * 0.37) * 0.02);
 const layer = layerGemvs(cuda, chunk, L);

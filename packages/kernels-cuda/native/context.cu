@@ -191,7 +191,7 @@ HG_EXPORT HgCtx *hg_cu_create(int device, double arenaBytes, double fraction, co
   c->argmaxOut = (int *)((char *)c->cublasWorkspace + CUBLAS_WS_BYTES);
   c->decodePart = (float *)((char *)c->argmaxOut + MISC_BYTES);
   c->decodePartBytes = DECODE_BYTES;
-  // The misc area starts zeroed (the argmax result, the token feed, the read probe's sink).
+  // The misc area starts zeroed: a token feed read before any pick reads 0, not stale memory.
   if ((e = cudaMemsetAsync(c->argmaxOut, 0, MISC_BYTES, c->compute)) != cudaSuccess) goto fail;
   if (cublasOff) snprintf(c->cublasInfo, sizeof c->cublasInfo, "off");
   else hg_cublas_load(c, cublasPath && cublasPath[0] ? cublasPath : NULL);
