@@ -128,6 +128,7 @@ if (arg("diag", "on") !== "off") {
       ["8 KB slots everywhere", { gemvSlotKb: 8 }],
       ["16 KB slots everywhere", { gemvSlotKb: 16 }],
       ["ring 192 KB", { gemvStream: 192 }],
+      ["gemvNormFold", { gemvNormFold: true }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -330,6 +331,15 @@ const allVariants: (Variant | undefined)[] = [
   { name: "stream GEMV ring 192 KB, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 192 }, fed: true },
   { name: "stream GEMV ring 64 KB, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 64 }, fed: true },
   // 70 (removed after the ninth pass's call 7): gemvDynamic's second form, slower
+  undefined,
+  // tenth pass, 71–76 (removed after its call 1): attnEarly (the split-K attention's first round
+  // before its wait, the append folded in), attnMergeOnce, combinations
+  ...Array<undefined>(6).fill(undefined),
+  // 77: the stream GEMV's norm scale on the dot products (gemvNormFold); 78: the split-K
+  // attention prefetching o_proj's weights into L2 (attnL2Next); 79: both
+  { name: "stream GEMV norm scale on the dot products (gemvNormFold), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: true }, fed: true },
+  { name: "attention prefetches the next GEMV's weights into L2 (attnL2Next), fed", graphs: true, matvec: true, splitK: true, tuning: { attnL2Next: true }, fed: true },
+  { name: "gemvNormFold + attnL2Next, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: true, attnL2Next: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -16,7 +16,10 @@ import { streamGemvChecks } from "./stream-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const PLAIN: DecodeTuning = { attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0 };
+const PLAIN: DecodeTuning = {
+  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, attnL2Next: false,
+};
+const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4, attnGroup: true },
   { ...PLAIN, attnUnroll: 4, attnGroup: true, attnPdl: 2, gemvStream: 128 },
@@ -28,6 +31,9 @@ const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4 },
   { ...PLAIN, attnCluster: true },
   { ...PLAIN, attnUnroll: 4, attnCluster: true },
+  { ...DEFAULTS, gemvNormFold: true },
+  { ...DEFAULTS, attnL2Next: true },
+  { ...DEFAULTS, gemvNormFold: true, attnL2Next: true },
 ];
 const label = (t: DecodeTuning) => {
   const changed = Object.entries(t).filter(([key, v]) => PLAIN[key as keyof DecodeTuning] !== v).map(([key, v]) => `${key} ${String(v)}`);

@@ -16,6 +16,16 @@ __device__ __forceinline__ int da_chunk(int count, int maxSplits) {
   return c > DA_MIN_CHUNK ? c : DA_MIN_CHUNK;
 }
 
+// Bulk prefetch of [p, p + bytes) into L2 (sm_90; p and bytes multiples of 16), 32 KB an instruction.
+__device__ __forceinline__ void l2_prefetch(const char *p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  for (unsigned o = 0; o < bytes; o += 32768u) {
+    const unsigned n = min(32768u, bytes - o);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + o), "r"(n) : "memory");
+  }
+#endif
+}
+
 // Merges (m2, l2, a2) into (m, l, a): softmax states in log2 units.
 template <int EL>
 __device__ __forceinline__ void da_merge(float &m, float &l, float *a, float m2, float l2, const float *a2) {
@@ -100,8 +110,12 @@ __device__ __forceinline__ void da_state_init(float (&m)[DA_HEADS], float (&l)[D
 // GROUP (attnGroup switch): a lane's UNR token rows of a round are scored first and folded into
 // the online softmax together — one max, one rescale of the accumulator and one exp for it per
 // round instead of per row, and exps by exp2_ftz — about a fifth fewer instructions a token row.
+// pf/pfBytes (attnL2Next): bytes of the next kernel's weights this block prefetches into L2 once
+// its loads are done, while the memory system would otherwise idle through the softmax, the
+// partials and the merge.
 template <int KT, int LPT, int UNR, bool TRIGGER, bool GROUP = false>
-__device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1, float sl) {
+__device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1, float sl,
+                                         const char *pf = nullptr, unsigned pfBytes = 0) {
   constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW;
   const size_t rowBytes = (size_t)headDim * ES;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / LPT, li = lane % LPT;
@@ -195,6 +209,7 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
     }
   }
   if (TRIGGER) hg_pdl_trigger();  // this warp's loads are done
+  if (pf && threadIdx.x == 0) l2_prefetch(pf, pfBytes);
   da_block_state<EL, LPT>(dst, m, l, acc, nh, headDim);
 }
 

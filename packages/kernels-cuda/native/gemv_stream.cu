@@ -32,6 +32,7 @@ struct StreamArgs {
   int bt, nt, k, m, spw;  // spw: slots a consumer warp owns
   float eps;
   int trace;  // HG_TRACE builds: the launch's number for its event records
+  int fold;   // with a norm (gemvNormFold): x·nw staged, the norm's scale applied to each dot product
 };
 
 // Barrier of the consumer warps alone (the producer warp does not take part).
@@ -101,11 +102,17 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     hg_pdl_wait();  // every thread waits before it exits: completion stays transitive
     return;
   }
-  if (NORM)  // constant: staged before the wait
+  if (NORM) {  // constant: staged before the wait
     for (int i = threadIdx.x; i < k; i += GS_NW * 32) nws[i] = load_any(a.nw, a.nt, i);
+    if (a.fold) consumers_sync();  // fold reads other threads' elements while staging x
+  }
   hg_pdl_wait();  // x (and out, for +=) come from the kernels before this one
   if (threadIdx.x == 0) HG_TR(a, 4);  // x may be read
-  // x (normalised: x·rsqrt(mean x² + eps)·nw) into shared memory, by the consumer warps.
+  // x (normalised: x·rsqrt(mean x² + eps)·nw) into shared memory, by the consumer warps. With
+  // fold, x·nw goes in during the one pass and rs = rsqrt(mean x² + eps) scales each dot product
+  // instead: no second pass over shared memory and one barrier less before the first slot.
+  const bool fold = NORM && a.fold;
+  float rs = 1.f;
   {
     const int tid = threadIdx.x, nt = GS_NW * 32;
     float ss = 0.f;
@@ -119,14 +126,18 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
 #pragma unroll
         for (int u = 0; u < GS_XLOADS; u++)
           if (b + u * nt < k / 4) {
-            s4[b + u * nt] = v[u];
             if (NORM) ss += v[u].x * v[u].x + v[u].y * v[u].y + v[u].z * v[u].z + v[u].w * v[u].w;
+            if (fold) {
+              const float4 n = reinterpret_cast<const float4 *>(nws)[b + u * nt];
+              v[u].x *= n.x; v[u].y *= n.y; v[u].z *= n.z; v[u].w *= n.w;
+            }
+            s4[b + u * nt] = v[u];
           }
       }
     } else {
       for (int i = tid; i < k; i += nt) {
         const float v = a.x[i];
-        xs[i] = v;
+        xs[i] = fold ? v * nws[i] : v;
         if (NORM) ss += v * v;
       }
     }
@@ -138,9 +149,10 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
 #pragma unroll
       for (int i = 0; i < GS_NW; i++) tot += red[i];
       const float r = rsqrtf(tot / k + a.eps);
-      for (int i = tid; i < k; i += nt) xs[i] *= r * nws[i];
+      if (fold) rs = r;  // the barrier above also published x·nw
+      else for (int i = tid; i < k; i += nt) xs[i] *= r * nws[i];
     }
-    consumers_sync();
+    if (!fold) consumers_sync();
   }
   if (threadIdx.x == 0) HG_TR(a, 5);  // x in shared memory (normalised)
   int t = 0;  // this warp's chunk counter (its slot is warp·spw + t % spw, use t / spw)
@@ -171,6 +183,7 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     }
     a0 = warp_sum(a0);
     if (SILU) a1 = warp_sum(a1);
+    if (NORM) { a0 *= rs; a1 *= rs; }
     if (lane == 0) {
       const float y0 = a0 + (a.bias ? load_any(a.bias, a.bt, r) : 0.f);
       float v = y0;
@@ -245,7 +258,7 @@ static int g_trace_seq;  // the next launch's number (host side; a captured grap
 // s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp, s[7] slot
 // bytes; f[0] eps.
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
-  StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0], 0};
+  StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0], 0, cmd.s[8]};
 #ifdef HG_TRACE
   a.trace = g_trace_seq++;
 #endif

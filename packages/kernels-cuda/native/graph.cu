@@ -224,7 +224,12 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // slower or no gain on the H200 (ninth pass, call 1). 19: the stream GEMV's slot size in KB (8 or
 // 16; 0, the default, chooses per GEMV). 22 (the stream GEMV's rows handed out at run time from a
 // counter: slower in two forms, ninth pass calls 5 and 7) and 23 (x staged with loads in flight
-// and the norm weights before the wait: a gain, now always on) are gone.
+// and the norm weights before the wait: a gain, now always on) are gone. 24 (the split-K
+// attention's first round read before its wait, the append folded in) and 25 (its merge in one
+// pass) were no gain or slower (tenth pass, call 1) and are gone. 26: the stream GEMV's norm scale
+// applied to the dot products instead of to x in shared memory (0/1); 27: the split-K attention's
+// blocks prefetch the next stream GEMV's weights into L2 once their own loads are done (0/1,
+// recorded steps) — tenth pass.
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -236,6 +241,8 @@ static int *decode_option(HgCtx *c, int which) {
     case 13: return &c->attnPdl;
     case 14: return &c->attnGroup;
     case 19: return &c->gemvSlotKb;
+    case 26: return &c->gemvNormFold;
+    case 27: return &c->attnL2Next;
     default: return NULL;
   }
 }
@@ -244,7 +251,7 @@ static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
-    case 14: return v == 0 || v == 1;
+    case 14: case 26: case 27: return v == 0 || v == 1;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
@@ -292,6 +299,8 @@ int hg_graph_init(HgCtx *c) {
   // 4.93 vs 5.40 / 5.87 vs 6.22 ms at 2K / 8K / 32K with 16 KB everywhere against 8 KB everywhere
   // (ninth pass, call 1), where 16 KB lost at qkv and o_proj (14.9 vs 13.8, 10.5 vs 10.0 µs).
   c->gemvSlotKb = 0;
+  c->gemvNormFold = 0;
+  c->attnL2Next = 0;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

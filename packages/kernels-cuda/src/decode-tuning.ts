@@ -42,9 +42,17 @@ export interface DecodeTuning {
    * a row (SiLU·up: its gate and up chunks) fills 16 KB slots as well as 8 KB ones. Same bits.
    */
   gemvSlotKb: 0 | 8 | 16;
+  /**
+   * Split-K attention in a recorded step, right before a stream GEMV: its blocks prefetch that
+   * GEMV's weights into L2 (up to 60% of L2) once their own loads are done, while the memory system
+   * would idle through the softmax, the merge and the launch boundaries. Same bits.
+   */
+  attnL2Next: boolean;
+  /** Stream GEMV with a norm: x·nw staged in one pass, the norm's scale applied to each dot product (rounding-level differences). */
+  gemvNormFold: boolean;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18 and 20–23 are retired). */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18 and 20–25 are retired). */
 export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
@@ -52,6 +60,8 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   attnPdl: { code: 13, values: [0, 1, 2] },
   attnGroup: { code: 14, values: [false, true] },
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
+  gemvNormFold: { code: 26, values: [false, true] },
+  attnL2Next: { code: 27, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -83,6 +93,8 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnPdl: value("attnPdl", 2) as DecodeTuning["attnPdl"],
     attnGroup: value("attnGroup", 1) === 1,
     gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
+    gemvNormFold: value("gemvNormFold", 0) === 1,
+    attnL2Next: value("attnL2Next", 0) === 1,
   };
 }
 
