@@ -129,6 +129,7 @@ if (arg("diag", "on") !== "off") {
       ["16 KB slots everywhere", { gemvSlotKb: 16 }],
       ["ring 192 KB", { gemvStream: 192 }],
       ["gemvNormFold", { gemvNormFold: true }],
+      ["gemvIdleL2", { gemvIdleL2: true }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -340,6 +341,9 @@ const allVariants: (Variant | undefined)[] = [
   { name: "stream GEMV norm scale on the dot products (gemvNormFold), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: true }, fed: true },
   { name: "attention prefetches the next GEMV's weights into L2 (attnL2Next), fed", graphs: true, matvec: true, splitK: true, tuning: { attnL2Next: true }, fed: true },
   { name: "gemvNormFold + attnL2Next, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: true, attnL2Next: true }, fed: true },
+  // 80: the stream GEMV's second ring prefetched into L2 while the first waits (gemvIdleL2); 81: all three
+  { name: "stream GEMV second ring into L2 at the boundary (gemvIdleL2), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvIdleL2: true }, fed: true },
+  { name: "gemvNormFold + attnL2Next + gemvIdleL2, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: true, attnL2Next: true, gemvIdleL2: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

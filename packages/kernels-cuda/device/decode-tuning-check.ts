@@ -17,7 +17,7 @@ import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
 const PLAIN: DecodeTuning = {
-  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, attnL2Next: false,
+  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, attnL2Next: false, gemvIdleL2: false,
 };
 const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true };
 const COMBOS: DecodeTuning[] = [
@@ -33,7 +33,8 @@ const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4, attnCluster: true },
   { ...DEFAULTS, gemvNormFold: true },
   { ...DEFAULTS, attnL2Next: true },
-  { ...DEFAULTS, gemvNormFold: true, attnL2Next: true },
+  { ...DEFAULTS, gemvIdleL2: true },
+  { ...DEFAULTS, gemvNormFold: true, attnL2Next: true, gemvIdleL2: true },
 ];
 const label = (t: DecodeTuning) => {
   const changed = Object.entries(t).filter(([key, v]) => PLAIN[key as keyof DecodeTuning] !== v).map(([key, v]) => `${key} ${String(v)}`);

@@ -89,6 +89,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
         ["8 KB slots", { gemvSlotKb: 8 }],
         ["16 KB slots", { gemvSlotKb: 16 }],
         ["norm scale on the dot products (gemvNormFold)", { gemvNormFold: true }],
+        ["second ring prefetched into L2 (gemvIdleL2)", { gemvIdleL2: true }],
       ];
       for (const [how, form] of forms) {
         cuda.setDecodeTuning({ ...savedTuning, gemvSlotKb: 0, gemvStream: ring as DecodeRing, ...form });

@@ -4,6 +4,7 @@
 // per head; plus the merge of the chunks' partials. One copy, so both paths get every change.
 #pragma once
 #include "common.cuh"
+#include "mbarrier.cuh"
 
 static const int DA_WARPS = 8;  // 256 threads a block
 static const int DA_HEADS = 4;  // query heads a block serves (grid.z covers the rest of a group)
@@ -16,14 +17,9 @@ __device__ __forceinline__ int da_chunk(int count, int maxSplits) {
   return c > DA_MIN_CHUNK ? c : DA_MIN_CHUNK;
 }
 
-// Bulk prefetch of [p, p + bytes) into L2 (sm_90; p and bytes multiples of 16), 32 KB an instruction.
+// Bulk prefetch of [p, p + bytes) into L2 (p and bytes multiples of 16), 32 KB an instruction.
 __device__ __forceinline__ void l2_prefetch(const char *p, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  for (unsigned o = 0; o < bytes; o += 32768u) {
-    const unsigned n = min(32768u, bytes - o);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p + o), "r"(n) : "memory");
-  }
-#endif
+  for (unsigned o = 0; o < bytes; o += 32768u) l2_prefetch_bulk(p + o, min(32768u, bytes - o));
 }
 
 // Merges (m2, l2, a2) into (m, l, a): softmax states in log2 units.

@@ -229,7 +229,8 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // pass) were no gain or slower (tenth pass, call 1) and are gone. 26: the stream GEMV's norm scale
 // applied to the dot products instead of to x in shared memory (0/1); 27: the split-K attention's
 // blocks prefetch the next stream GEMV's weights into L2 once their own loads are done (0/1,
-// recorded steps) — tenth pass.
+// recorded steps); 28: the stream GEMV's producer prefetches its second ring of chunks into L2
+// once the first is in flight (0/1) — tenth pass.
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -243,6 +244,7 @@ static int *decode_option(HgCtx *c, int which) {
     case 19: return &c->gemvSlotKb;
     case 26: return &c->gemvNormFold;
     case 27: return &c->attnL2Next;
+    case 28: return &c->gemvIdleL2;
     default: return NULL;
   }
 }
@@ -251,7 +253,7 @@ static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
-    case 14: case 26: case 27: return v == 0 || v == 1;
+    case 14: case 26: case 27: case 28: return v == 0 || v == 1;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
@@ -301,6 +303,7 @@ int hg_graph_init(HgCtx *c) {
   c->gemvSlotKb = 0;
   c->gemvNormFold = 0;
   c->attnL2Next = 0;
+  c->gemvIdleL2 = 0;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

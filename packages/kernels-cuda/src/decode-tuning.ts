@@ -48,6 +48,12 @@ export interface DecodeTuning {
    * would idle through the softmax, the merge and the launch boundaries. Same bits.
    */
   attnL2Next: boolean;
+  /**
+   * Stream GEMV: once the producer has its first ring of copies in flight, it prefetches the next
+   * ring's chunks into L2, while the ring waits for the consumers (x staging, the kernel before's
+   * last blocks). Same bits.
+   */
+  gemvIdleL2: boolean;
   /** Stream GEMV with a norm: x·nw staged in one pass, the norm's scale applied to each dot product (rounding-level differences). */
   gemvNormFold: boolean;
 }
@@ -62,6 +68,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
   attnL2Next: { code: 27, values: [false, true] },
+  gemvIdleL2: { code: 28, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -95,6 +102,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
     gemvNormFold: value("gemvNormFold", 0) === 1,
     attnL2Next: value("attnL2Next", 0) === 1,
+    gemvIdleL2: value("gemvIdleL2", 0) === 1,
   };
 }
 
