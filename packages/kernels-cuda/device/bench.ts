@@ -128,8 +128,7 @@ if (arg("diag", "on") !== "off") {
       ["8 KB slots everywhere", { gemvSlotKb: 8 }],
       ["16 KB slots everywhere", { gemvSlotKb: 16 }],
       ["ring 192 KB", { gemvStream: 192 }],
-      ["gemvNormFold", { gemvNormFold: true }],
-      ["gemvIdleL2", { gemvIdleL2: true }],
+      ["norm apart (gemvNormFold off)", { gemvNormFold: false }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -336,14 +335,10 @@ const allVariants: (Variant | undefined)[] = [
   // tenth pass, 71–76 (removed after its call 1): attnEarly (the split-K attention's first round
   // before its wait, the append folded in), attnMergeOnce, combinations
   ...Array<undefined>(6).fill(undefined),
-  // 77: the stream GEMV's norm scale on the dot products (gemvNormFold); 78: the split-K
-  // attention prefetching o_proj's weights into L2 (attnL2Next); 79: both
-  { name: "stream GEMV norm scale on the dot products (gemvNormFold), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: true }, fed: true },
-  { name: "attention prefetches the next GEMV's weights into L2 (attnL2Next), fed", graphs: true, matvec: true, splitK: true, tuning: { attnL2Next: true }, fed: true },
-  { name: "gemvNormFold + attnL2Next, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: true, attnL2Next: true }, fed: true },
-  // 80: the stream GEMV's second ring prefetched into L2 while the first waits (gemvIdleL2); 81: all three
-  { name: "stream GEMV second ring into L2 at the boundary (gemvIdleL2), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvIdleL2: true }, fed: true },
-  { name: "gemvNormFold + attnL2Next + gemvIdleL2, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: true, attnL2Next: true, gemvIdleL2: true }, fed: true },
+  // 77: the norm's scale apart from the dot products (gemvNormFold off, the default until the tenth
+  // pass); 78–81 (removed after its call 2): attnL2Next (the attention prefetching o_proj's weights
+  // into L2), gemvIdleL2 (the stream's second ring into L2 at the boundary), combinations
+  { name: "stream GEMV norm apart from the dot products (gemvNormFold off), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: false }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

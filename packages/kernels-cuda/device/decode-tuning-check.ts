@@ -17,9 +17,9 @@ import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
 const PLAIN: DecodeTuning = {
-  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, attnL2Next: false, gemvIdleL2: false,
+  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false,
 };
-const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true };
+const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvNormFold: true };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4, attnGroup: true },
   { ...PLAIN, attnUnroll: 4, attnGroup: true, attnPdl: 2, gemvStream: 128 },
@@ -31,10 +31,8 @@ const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4 },
   { ...PLAIN, attnCluster: true },
   { ...PLAIN, attnUnroll: 4, attnCluster: true },
-  { ...DEFAULTS, gemvNormFold: true },
-  { ...DEFAULTS, attnL2Next: true },
-  { ...DEFAULTS, gemvIdleL2: true },
-  { ...DEFAULTS, gemvNormFold: true, attnL2Next: true, gemvIdleL2: true },
+  DEFAULTS,
+  { ...DEFAULTS, gemvNormFold: false },
 ];
 const label = (t: DecodeTuning) => {
   const changed = Object.entries(t).filter(([key, v]) => PLAIN[key as keyof DecodeTuning] !== v).map(([key, v]) => `${key} ${String(v)}`);

@@ -99,9 +99,6 @@ struct HgCtx {
   int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
   int attnGroup;          // split-K attention: a round's token rows folded into the softmax together (decode_attn_block.cuh)
   int attnPdl;            // the split-K attention's two kernels launched programmatically (decode_attn.cu); 2: RoPE and the K/V append too
-  int attnL2Next;         // split-K attention: its blocks prefetch the next stream GEMV's weights into L2 (decode_attn.cu)
-  int l2Bytes;            // the device's L2 cache
-  int gemvIdleL2;         // stream GEMV: the second ring's chunks prefetched into L2 while the first waits (gemv_stream.cu)
   int gemvNormFold;       // stream GEMV: the norm's scale applied to the dot products, x staged in one pass (gemv_stream.cu)
   int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
 };

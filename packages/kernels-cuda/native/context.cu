@@ -175,7 +175,6 @@ HG_EXPORT HgCtx *hg_cu_create(int device, double arenaBytes, double fraction, co
   c->batchCopies = 1;
   c->stepKey = -1;
   cudaDeviceGetAttribute(&c->numSMs, cudaDevAttrMultiProcessorCount, device);
-  cudaDeviceGetAttribute(&c->l2Bytes, cudaDevAttrL2CacheSize, device);
   if ((e = cudaMalloc((void **)&c->arena, want)) != cudaSuccess) goto fail;
   c->arenaBytes = want;
   if ((e = cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking)) != cudaSuccess) goto fail;

@@ -14,12 +14,11 @@
 // round's rows folded in together (attnGroup). The step's start and count are read before the
 // wait: the blob is copied before the step's first kernel, so the blocks past the span (a recorded
 // grid is sized for the capacity) leave at once instead of holding a slot until the kernel before
-// has finished. pf/pfKb (attnL2Next): the next stream GEMV's weights, pfKb KB of them shared out
-// over the blocks of short chunks (≤ 2 rounds; longer ones still stream their own K/V).
+// has finished.
 template <int KT, int LPT, int UNR, bool GROUP>
 __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group, int headDim,
-                                                          int cap, int maxSplits, int start, int count, float sl, const int *dyn, const char *pf, int pfKb) {
-  constexpr int ES = KT == DT_F32 ? 4 : 2, ROUND = DA_WARPS * (32 / LPT) * UNR;
+                                                          int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
+  constexpr int ES = KT == DT_F32 ? 4 : 2;
   if (dyn) { start = dyn[0]; count = dyn[1]; }
   const int chunk = da_chunk(count, maxSplits);
   const int split = blockIdx.x;
@@ -30,16 +29,8 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
   const int nh = min(DA_HEADS, group - (int)blockIdx.z * DA_HEADS);
   const size_t cacheRow = ((size_t)g * cap + start) * rowBytes;
   const int j0 = split * chunk, j1 = min(count, j0 + chunk);
-  const char *mine = nullptr;
-  unsigned myBytes = 0;
-  if (pf && chunk <= 2 * ROUND) {
-    const unsigned blocks = (unsigned)((count + chunk - 1) / chunk) * gridDim.y * gridDim.z;
-    const unsigned b = ((unsigned)split * gridDim.y + blockIdx.y) * gridDim.z + blockIdx.z;
-    const size_t total = (size_t)pfKb * 1024, share = (total / blocks + 15) & ~(size_t)15, o = (size_t)b * share;
-    if (o < total) { mine = pf + o; myBytes = (unsigned)min(share, total - o); }
-  }
   da_block<KT, LPT, UNR, true, GROUP>(part + ((size_t)split * heads + h0) * (headDim + 2), q + (size_t)h0 * headDim, (const char *)k + cacheRow,
-                               (const char *)v + cacheRow, nh, headDim, j0, j1, sl, mine, myBytes);
+                               (const char *)v + cacheRow, nh, headDim, j0, j1, sl);
 }
 
 // grid (heads): out[h, :] = Σ_split e^(m_s − M) a_s / Σ_split e^(m_s − M) l_s.
@@ -63,21 +54,21 @@ int hg_put_dyn(HgCtx *c, Cmd &cmd, int count);  // rowops.cu
 
 template <int KT, int UNR, bool GROUP>
 static int launch_da_l(HgCtx *c, int lpt, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int headDim, int cap, int maxSplits,
-                       int start, int count, float sl, const int *dyn, const char *pf, int pfKb) {
+                       int start, int count, float sl, const int *dyn) {
   switch (lpt) {
 #define DA_CASE(L) \
-  case L: return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, L, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn, pf, pfKb);
+  case L: return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, L, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
     DA_CASE(4) DA_CASE(8) DA_CASE(16)
 #undef DA_CASE
     default:
-      return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, 32, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn, pf, pfKb);
+      return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, 32, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
   }
 }
 // The split kernel's variants: 2 or 4 rows a round, the 4-row form also grouped (attnGroup).
 template <int KT>
 static int launch_da_u(HgCtx *c, int unr, bool group4, int lpt, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int headDim,
-                       int cap, int maxSplits, int start, int count, float sl, const int *dyn, const char *pf, int pfKb) {
-#define DA_ARGS c, lpt, grid, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn, pf, pfKb
+                       int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
+#define DA_ARGS c, lpt, grid, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn
   if (unr != 4) return launch_da_l<KT, 2, false>(DA_ARGS);
   return group4 ? launch_da_l<KT, 4, true>(DA_ARGS) : launch_da_l<KT, 4, false>(DA_ARGS);
 #undef DA_ARGS
@@ -85,7 +76,7 @@ static int launch_da_u(HgCtx *c, int unr, bool group4, int lpt, dim3 grid, const
 
 // Command: s[5] maxSplits, s[6] lanes a token row, s[7] token rows a lane loads per round (2 or
 // 4), s[9] 1: a round's rows folded in together (attnGroup, with 4 rows); s[10] == 2: the
-// clustered form; p[6] and s[8] (attnL2Next, set by hg_link_l2_next): weights to prefetch into L2, KB.
+// clustered form.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
   const int dt = m.s[0], heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], cap = m.s[4], maxSplits = m.s[5], lpt = m.s[6], unr = m.s[7];
@@ -94,25 +85,12 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   const dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
   const float *q = (const float *)m.p[1];
   int r = 0;
-  HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn,
-                                            (const char *)m.p[6], m.s[8])));
+  HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
   if (r) return r;
   // attnPdl: both kernels launched programmatically (they wait before they read), so the merge and
   // then the weight stream after it (o_proj) are scheduled as the split kernel's blocks drain.
   return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_merge_kernel, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, (float *)m.p[0],
                        (const float *)c->decodePart, heads, headDim, maxSplits, m.d[1], dyn);
-}
-
-// attnL2Next: when the last recorded command is a split-K decode attention, it prefetches into L2
-// the first bytes of this stream GEMV's weights (up to 60% of L2: its own K/V and the partials need
-// room too), once its loads are done; the GEMV's bulk copies then find them there.
-void hg_link_l2_next(HgCtx *c, const void *w, size_t bytes) {
-  if (!c->attnL2Next || !hg_recording(c) || c->ncmds == 0) return;
-  Cmd &a = c->cmds[c->ncmds - 1];
-  if (a.kind != CMD_DECODE_ATTN || a.s[10] == 2 || ((uintptr_t)w & 15)) return;
-  const size_t most = (size_t)c->l2Bytes * 6 / 10, n = bytes < most ? bytes : most;
-  a.p[6] = w;
-  a.s[8] = (int)(n / 1024);
 }
 
 extern "C" {

@@ -4,7 +4,6 @@
 // per head; plus the merge of the chunks' partials. One copy, so both paths get every change.
 #pragma once
 #include "common.cuh"
-#include "mbarrier.cuh"
 
 static const int DA_WARPS = 8;  // 256 threads a block
 static const int DA_HEADS = 4;  // query heads a block serves (grid.z covers the rest of a group)
@@ -15,11 +14,6 @@ static const int DA_MIN_CHUNK = 64;
 __device__ __forceinline__ int da_chunk(int count, int maxSplits) {
   const int c = (count + maxSplits - 1) / maxSplits;
   return c > DA_MIN_CHUNK ? c : DA_MIN_CHUNK;
-}
-
-// Bulk prefetch of [p, p + bytes) into L2 (p and bytes multiples of 16), 32 KB an instruction.
-__device__ __forceinline__ void l2_prefetch(const char *p, unsigned bytes) {
-  for (unsigned o = 0; o < bytes; o += 32768u) l2_prefetch_bulk(p + o, min(32768u, bytes - o));
 }
 
 // Merges (m2, l2, a2) into (m, l, a): softmax states in log2 units.
@@ -106,12 +100,8 @@ __device__ __forceinline__ void da_state_init(float (&m)[DA_HEADS], float (&l)[D
 // GROUP (attnGroup switch): a lane's UNR token rows of a round are scored first and folded into
 // the online softmax together — one max, one rescale of the accumulator and one exp for it per
 // round instead of per row, and exps by exp2_ftz — about a fifth fewer instructions a token row.
-// pf/pfBytes (attnL2Next): bytes of the next kernel's weights this block prefetches into L2 once
-// its loads are done, while the memory system would otherwise idle through the softmax, the
-// partials and the merge.
 template <int KT, int LPT, int UNR, bool TRIGGER, bool GROUP = false>
-__device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1, float sl,
-                                         const char *pf = nullptr, unsigned pfBytes = 0) {
+__device__ __forceinline__ void da_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int headDim, int j0, int j1, float sl) {
   constexpr int ES = KT == DT_F32 ? 4 : 2, EL = Vec16<KT>::N, TPW = 32 / LPT, SLOTS = DA_WARPS * TPW;
   const size_t rowBytes = (size_t)headDim * ES;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = lane / LPT, li = lane % LPT;
@@ -205,7 +195,6 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
     }
   }
   if (TRIGGER) hg_pdl_trigger();  // this warp's loads are done
-  if (pf && threadIdx.x == 0) l2_prefetch(pf, pfBytes);
   da_block_state<EL, LPT>(dst, m, l, acc, nh, headDim);
 }
 

@@ -161,7 +161,6 @@ int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd) {
 }
 
 Cmd hg_new_cmd(int kind);
-void hg_link_l2_next(HgCtx *c, const void *w, size_t bytes);  // decode_attn.cu
 
 extern "C" {
 
@@ -196,9 +195,8 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
     sc.p[0] = out; sc.p[1] = x; sc.p[2] = w; sc.p[3] = bias; sc.p[4] = nw;
     sc.s[0] = wt; sc.s[1] = bt; sc.s[2] = nt; sc.s[3] = k; sc.s[4] = m; sc.s[5] = epi & 3; sc.s[6] = spw;
     sc.s[7] = slot;
-    sc.s[8] = (nw && c->gemvNormFold ? 1 : 0) | (c->gemvIdleL2 ? 2 : 0);
+    sc.s[8] = nw && c->gemvNormFold ? 1 : 0;
     sc.f[0] = eps;
-    hg_link_l2_next(c, w, (size_t)k * m * 2 * ((epi & 2) ? 2 : 1));
     return hg_submit(c, sc);
   }
   const int vw = wt == DT_F32 ? 4 : 8;

@@ -33,7 +33,6 @@ struct StreamArgs {
   float eps;
   int trace;  // HG_TRACE builds: the launch's number for its event records
   int fold;   // with a norm (gemvNormFold): x·nw staged, the norm's scale applied to each dot product
-  int idleL2; // gemvIdleL2: the second ring's chunks prefetched into L2 while the first waits
 };
 
 // Barrier of the consumer warps alone (the producer warp does not take part).
@@ -85,19 +84,6 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
       HG_TR(a, 1);  // the GEMV's first copy
       for (int t = 0; t < perWarp; t++) {
         if (t == spw) HG_TR(a, 2);  // the ring's first pass issued
-        // gemvIdleL2: the ring is in flight and the next copy would wait for a slot, which stays
-        // taken until x is staged and the consumers begin: meanwhile the block's next ring of
-        // chunks goes to L2, so the memory system does not idle at the boundary.
-        if (a.idleL2 && t == spw)
-          for (int t2 = spw; t2 < 2 * spw && t2 < perWarp; t2++)
-            for (int cw = 0; cw < GS_NW; cw++) {
-              const int i = cw + GS_NW * (t2 / nch), c = t2 % nch;
-              if (i >= rows) continue;
-              const unsigned bytes = (unsigned)(min(CH, k - c * CH) * ES);
-              const size_t row = (size_t)(r0 + i);
-              l2_prefetch_bulk(wb + (row * k + (size_t)c * CH) * ES, bytes);
-              if (SILU) l2_prefetch_bulk(wb + ((row + m) * k + (size_t)c * CH) * ES, bytes);
-            }
         for (int cw = 0; cw < GS_NW; cw++) {
           const int i = cw + GS_NW * (t / nch), c = t % nch;  // the warp's row (in the block) and chunk
           if (i >= rows) continue;
@@ -272,7 +258,7 @@ static int g_trace_seq;  // the next launch's number (host side; a captured grap
 // s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp, s[7] slot
 // bytes; f[0] eps.
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
-  StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0], 0, cmd.s[8] & 1, (cmd.s[8] >> 1) & 1};
+  StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0], 0, cmd.s[8]};
 #ifdef HG_TRACE
   a.trace = g_trace_seq++;
 #endif

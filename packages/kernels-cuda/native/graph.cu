@@ -227,10 +227,9 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // and the norm weights before the wait: a gain, now always on) are gone. 24 (the split-K
 // attention's first round read before its wait, the append folded in) and 25 (its merge in one
 // pass) were no gain or slower (tenth pass, call 1) and are gone. 26: the stream GEMV's norm scale
-// applied to the dot products instead of to x in shared memory (0/1); 27: the split-K attention's
-// blocks prefetch the next stream GEMV's weights into L2 once their own loads are done (0/1,
-// recorded steps); 28: the stream GEMV's producer prefetches its second ring of chunks into L2
-// once the first is in flight (0/1) — tenth pass.
+// applied to the dot products instead of to x in shared memory (0/1, on). 27 (the split-K
+// attention prefetching the next stream GEMV's weights into L2) and 28 (the stream GEMV's second
+// ring prefetched into L2 while the first waits) are gone: no gain and slower (tenth pass, call 2).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -243,8 +242,6 @@ static int *decode_option(HgCtx *c, int which) {
     case 14: return &c->attnGroup;
     case 19: return &c->gemvSlotKb;
     case 26: return &c->gemvNormFold;
-    case 27: return &c->attnL2Next;
-    case 28: return &c->gemvIdleL2;
     default: return NULL;
   }
 }
@@ -253,7 +250,7 @@ static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
-    case 14: case 26: case 27: case 28: return v == 0 || v == 1;
+    case 14: case 26: return v == 0 || v == 1;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
@@ -301,9 +298,10 @@ int hg_graph_init(HgCtx *c) {
   // 4.93 vs 5.40 / 5.87 vs 6.22 ms at 2K / 8K / 32K with 16 KB everywhere against 8 KB everywhere
   // (ninth pass, call 1), where 16 KB lost at qkv and o_proj (14.9 vs 13.8, 10.5 vs 10.0 µs).
   c->gemvSlotKb = 0;
-  c->gemvNormFold = 0;
-  c->attnL2Next = 0;
-  c->gemvIdleL2 = 0;
+  // The norm's scale on the dot products, x·nw staged in one pass: 8B decode 4.39 vs 4.41 / 4.82–4.83
+  // vs 4.82–4.85 / 5.69–5.73 vs 5.74–5.76 ms at 2K / 8K / 32K over two calls, a layer's GEMVs 113.0–113.3
+  // vs 113.4–113.7 µs in a graph (tenth pass, calls 1–2); rounding-level differences only.
+  c->gemvNormFold = 1;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

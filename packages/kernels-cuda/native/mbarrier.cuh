@@ -32,9 +32,3 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, unsigned b
                : "memory");
 #endif
 }
-// bytes (a multiple of 16, 16-byte aligned) from global memory into L2, nothing returned to the SM.
-__device__ __forceinline__ void l2_prefetch_bulk(const void *src, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-#endif
-}

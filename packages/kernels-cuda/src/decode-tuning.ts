@@ -43,22 +43,14 @@ export interface DecodeTuning {
    */
   gemvSlotKb: 0 | 8 | 16;
   /**
-   * Split-K attention in a recorded step, right before a stream GEMV: its blocks prefetch that
-   * GEMV's weights into L2 (up to 60% of L2) once their own loads are done, while the memory system
-   * would idle through the softmax, the merge and the launch boundaries. Same bits.
+   * Stream GEMV with a norm: x·nw staged in one pass and the norm's scale applied to each dot
+   * product, instead of a second pass over x (rounding-level differences). On by default since the
+   * tenth pass (8B decode 4.39 vs 4.41 ms at 2K, 5.69–5.73 vs 5.74–5.76 at 32K on the H200).
    */
-  attnL2Next: boolean;
-  /**
-   * Stream GEMV: once the producer has its first ring of copies in flight, it prefetches the next
-   * ring's chunks into L2, while the ring waits for the consumers (x staging, the kernel before's
-   * last blocks). Same bits.
-   */
-  gemvIdleL2: boolean;
-  /** Stream GEMV with a norm: x·nw staged in one pass, the norm's scale applied to each dot product (rounding-level differences). */
   gemvNormFold: boolean;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18 and 20–25 are retired). */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27 and 28 are retired). */
 export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
@@ -67,8 +59,6 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   attnGroup: { code: 14, values: [false, true] },
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
-  attnL2Next: { code: 27, values: [false, true] },
-  gemvIdleL2: { code: 28, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -100,9 +90,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnPdl: value("attnPdl", 2) as DecodeTuning["attnPdl"],
     attnGroup: value("attnGroup", 1) === 1,
     gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
-    gemvNormFold: value("gemvNormFold", 0) === 1,
-    attnL2Next: value("attnL2Next", 0) === 1,
-    gemvIdleL2: value("gemvIdleL2", 0) === 1,
+    gemvNormFold: value("gemvNormFold", 1) === 1,
   };
 }
 
