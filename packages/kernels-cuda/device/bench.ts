@@ -129,6 +129,8 @@ if (arg("diag", "on") !== "off") {
       ["16 KB slots everywhere", { gemvSlotKb: 16 }],
       ["ring 192 KB", { gemvStream: 192 }],
       ["norm apart (gemvNormFold off)", { gemvNormFold: false }],
+      ["gemvBalance 1", { gemvBalance: 1 }],
+      ["gemvBalance 2", { gemvBalance: 2 }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -339,6 +341,10 @@ const allVariants: (Variant | undefined)[] = [
   // pass); 78–81 (removed after its call 2): attnL2Next (the attention prefetching o_proj's weights
   // into L2), gemvIdleL2 (the stream's second ring into L2 at the boundary), combinations
   { name: "stream GEMV norm apart from the dot products (gemvNormFold off), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: false }, fed: true },
+  ...Array<undefined>(4).fill(undefined),
+  // 82: the last eighth of gate/up's, down's and lm_head's rows handed out at run time (gemvBalance 1); 83: a quarter
+  { name: "stream GEMV last eighth of the rows handed out (gemvBalance 1), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvBalance: 1 }, fed: true },
+  { name: "stream GEMV last quarter of the rows handed out (gemvBalance 2), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvBalance: 2 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -101,6 +101,8 @@ struct HgCtx {
   int attnPdl;            // the split-K attention's two kernels launched programmatically (decode_attn.cu); 2: RoPE and the K/V append too
   int gemvNormFold;       // stream GEMV: the norm's scale applied to the dot products, x staged in one pass (gemv_stream.cu)
   int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
+  int gemvBalance;        // the stream GEMV's last rows handed out at run time from a counter, where a block has many (gemv_stream.cu)
+  unsigned eagerCounter;  // the next eager balanced stream GEMV's row counter (gemv_stream.cu)
 };
 
 // Loads one element of any dtype as float.
@@ -295,6 +297,9 @@ int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // b
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
 int hg_gemv_stream_slot_bytes(int k, bool silu, int slotKb);              // gemv_stream.cu
 int hg_gemv_stream_slots(int k, int ringKb, int slot, bool norm);           // gemv_stream.cu
+int hg_gemv_stream_grab(int k, int m, bool silu, int blocks);                // gemv_stream.cu
+int hg_gemv_stream_pool(int m, int grab, int share);                          // gemv_stream.cu
+unsigned *hg_gemv_stream_counter(HgCtx *c, bool recording, int place);       // gemv_stream.cu
 void hg_feed_free(HgCtx *c);  // token_feed.cu
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload

@@ -196,6 +196,12 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
     sc.s[0] = wt; sc.s[1] = bt; sc.s[2] = nt; sc.s[3] = k; sc.s[4] = m; sc.s[5] = epi & 3; sc.s[6] = spw;
     sc.s[7] = slot;
     sc.s[8] = nw && c->gemvNormFold ? 1 : 0;
+    const int grab = c->gemvBalance ? hg_gemv_stream_grab(k, m, (epi & 2) != 0, c->numSMs) : 0;
+    if (grab) {  // gemvBalance: a pool of the rows handed out at run time
+      sc.p[5] = hg_gemv_stream_counter(c, hg_recording(c), c->ncmds);
+      sc.s[9] = grab;
+      sc.s[10] = hg_gemv_stream_pool(m, grab, c->gemvBalance);
+    }
     sc.f[0] = eps;
     return hg_submit(c, sc);
   }

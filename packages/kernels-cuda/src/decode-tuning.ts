@@ -48,6 +48,12 @@ export interface DecodeTuning {
    * tenth pass (8B decode 4.39 vs 4.41 ms at 2K, 5.69–5.73 vs 5.74–5.76 at 32K on the H200).
    */
   gemvNormFold: boolean;
+  /**
+   * Stream GEMV where a block's share is ≥ 512 KB (gate/up, down, lm_head of 8B): the last rows (1:
+   * an eighth, 2: a quarter) handed out at run time from a counter, ≈ 32 KB a grab, so that blocks
+   * on faster SMs take more of them; the rest split evenly. Same bits. 0: off.
+   */
+  gemvBalance: 0 | 1 | 2;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27 and 28 are retired). */
@@ -59,6 +65,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   attnGroup: { code: 14, values: [false, true] },
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
+  gemvBalance: { code: 29, values: [0, 1, 2] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -91,6 +98,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnGroup: value("attnGroup", 1) === 1,
     gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
     gemvNormFold: value("gemvNormFold", 1) === 1,
+    gemvBalance: value("gemvBalance", 0) as DecodeTuning["gemvBalance"],
   };
 }
 
