@@ -129,8 +129,7 @@ if (arg("diag", "on") !== "off") {
       ["16 KB slots everywhere", { gemvSlotKb: 16 }],
       ["ring 192 KB", { gemvStream: 192 }],
       ["norm apart (gemvNormFold off)", { gemvNormFold: false }],
-      ["gemvBalance 1", { gemvBalance: 1 }],
-      ["gemvBalance 2", { gemvBalance: 2 }],
+      ["gemvFillRing", { gemvFillRing: true }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -337,14 +336,13 @@ const allVariants: (Variant | undefined)[] = [
   // tenth pass, 71–76 (removed after its call 1): attnEarly (the split-K attention's first round
   // before its wait, the append folded in), attnMergeOnce, combinations
   ...Array<undefined>(6).fill(undefined),
-  // 77: the norm's scale apart from the dot products (gemvNormFold off, the default until the tenth
-  // pass); 78–81 (removed after its call 2): attnL2Next (the attention prefetching o_proj's weights
-  // into L2), gemvIdleL2 (the stream's second ring into L2 at the boundary), combinations
+  // 77: the norm's scale apart from the dot products (gemvNormFold off, the default until the tenth pass)
   { name: "stream GEMV norm apart from the dot products (gemvNormFold off), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: false }, fed: true },
-  ...Array<undefined>(4).fill(undefined),
-  // 82: the last eighth of gate/up's, down's and lm_head's rows handed out at run time (gemvBalance 1); 83: a quarter
-  { name: "stream GEMV last eighth of the rows handed out (gemvBalance 1), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvBalance: 1 }, fed: true },
-  { name: "stream GEMV last quarter of the rows handed out (gemvBalance 2), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvBalance: 2 }, fed: true },
+  // 78–81 (removed after the tenth pass's call 2): attnL2Next, gemvIdleL2, combinations; 82–83
+  // (removed after its call 4): gemvBalance 1 and 2 (the last rows handed out at run time)
+  ...Array<undefined>(6).fill(undefined),
+  // 84: 7 KB slots filling shared memory for long plain rows (gemvFillRing: 8B's down)
+  { name: "stream GEMV 7 KB slots for long plain rows (gemvFillRing), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvFillRing: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -17,7 +17,7 @@ import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
 const PLAIN: DecodeTuning = {
-  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvBalance: 0,
+  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvFillRing: false,
 };
 const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvNormFold: true };
 const COMBOS: DecodeTuning[] = [
@@ -33,8 +33,7 @@ const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4, attnCluster: true },
   DEFAULTS,
   { ...DEFAULTS, gemvNormFold: false },
-  { ...DEFAULTS, gemvBalance: 1 },
-  { ...DEFAULTS, gemvBalance: 2 },
+  { ...DEFAULTS, gemvFillRing: true },
 ];
 const label = (t: DecodeTuning) => {
   const changed = Object.entries(t).filter(([key, v]) => PLAIN[key as keyof DecodeTuning] !== v).map(([key, v]) => `${key} ${String(v)}`);

@@ -89,8 +89,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
         ["slots chosen per GEMV, norm apart from the dot products", { gemvNormFold: false }],
         ["8 KB slots", { gemvSlotKb: 8, gemvNormFold: false }],
         ["16 KB slots", { gemvSlotKb: 16, gemvNormFold: false }],
-        ["an eighth of the rows handed out at run time (gemvBalance 1)", { gemvBalance: 1, gemvNormFold: false }],
-        ["a quarter handed out, 8 KB slots (gemvBalance 2)", { gemvBalance: 2, gemvSlotKb: 8, gemvNormFold: false }],
+        ["7 KB slots filling shared memory for long plain rows (gemvFillRing)", { gemvFillRing: true, gemvNormFold: false }],
         ["norm scale on the dot products (gemvNormFold, the default)", { gemvNormFold: true }],
       ];
       for (const [how, form] of forms) {

@@ -99,10 +99,9 @@ struct HgCtx {
   int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
   int attnGroup;          // split-K attention: a round's token rows folded into the softmax together (decode_attn_block.cuh)
   int attnPdl;            // the split-K attention's two kernels launched programmatically (decode_attn.cu); 2: RoPE and the K/V append too
+  int gemvFillRing;       // stream GEMV: 7 KB slots filling shared memory for long plain rows (gemv_stream.cu)
   int gemvNormFold;       // stream GEMV: the norm's scale applied to the dot products, x staged in one pass (gemv_stream.cu)
   int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
-  int gemvBalance;        // the stream GEMV's last rows handed out at run time from a counter, where a block has many (gemv_stream.cu)
-  unsigned eagerCounter;  // the next eager balanced stream GEMV's row counter (gemv_stream.cu)
 };
 
 // Loads one element of any dtype as float.
@@ -295,11 +294,8 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu
 int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
-int hg_gemv_stream_slot_bytes(int k, bool silu, int slotKb);              // gemv_stream.cu
+int hg_gemv_stream_slot_bytes(int k, bool silu, int slotKb, bool fill);   // gemv_stream.cu
 int hg_gemv_stream_slots(int k, int ringKb, int slot, bool norm);           // gemv_stream.cu
-int hg_gemv_stream_grab(int k, int m, bool silu, int blocks);                // gemv_stream.cu
-int hg_gemv_stream_pool(int m, int grab, int share);                          // gemv_stream.cu
-unsigned *hg_gemv_stream_counter(HgCtx *c, bool recording, int place);       // gemv_stream.cu
 void hg_feed_free(HgCtx *c);  // token_feed.cu
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload

@@ -173,7 +173,7 @@ HG_EXPORT int hg_cu_matvec_max_norm_k(void) { return 57344; }
 HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, const void *nw, int nt, float eps,
                            int k, int m, int epi) {
   // The weight stream (gemvStream switch, gemv_stream.cu): 2-byte weights in rows of 16-byte pieces.
-  const int slot = hg_gemv_stream_slot_bytes(k, (epi & 2) != 0, c->gemvSlotKb);
+  const int slot = hg_gemv_stream_slot_bytes(k, (epi & 2) != 0, c->gemvSlotKb, c->gemvFillRing != 0);
   const int spw = c->gemvStream && (wt == DT_BF16 || wt == DT_F16) && k % 8 == 0 && ((uintptr_t)w & 15) == 0 && (epi & 3) != 3
                       ? hg_gemv_stream_slots(k, c->gemvStream, slot, nw != nullptr) : 0;
   if ((epi & 4) && nw && spw == 0) return -1;  // the caller rather normalises apart than in this kernel's prologue
@@ -196,12 +196,6 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
     sc.s[0] = wt; sc.s[1] = bt; sc.s[2] = nt; sc.s[3] = k; sc.s[4] = m; sc.s[5] = epi & 3; sc.s[6] = spw;
     sc.s[7] = slot;
     sc.s[8] = nw && c->gemvNormFold ? 1 : 0;
-    const int grab = c->gemvBalance ? hg_gemv_stream_grab(k, m, (epi & 2) != 0, c->numSMs) : 0;
-    if (grab) {  // gemvBalance: a pool of the rows handed out at run time
-      sc.p[5] = hg_gemv_stream_counter(c, hg_recording(c), c->ncmds);
-      sc.s[9] = grab;
-      sc.s[10] = hg_gemv_stream_pool(m, grab, c->gemvBalance);
-    }
     sc.f[0] = eps;
     return hg_submit(c, sc);
   }

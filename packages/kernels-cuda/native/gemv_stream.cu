@@ -24,8 +24,7 @@
 static const int GS_NW = 8, GS_THREADS = (GS_NW + 1) * 32;
 static const int GS_MAX_SMEM = 227 * 1024;  // sm_90's largest dynamic shared memory a block
 enum { GS_ACCUMULATE = 1, GS_SILU = 2 };
-static const size_t GS_CTR_OFFSET = 512u << 10;  // the dynamic GEMVs' row counters, in the context's zeroed misc area (1 MB)
-static const int GS_CTRS = 4096;                 // counter pairs: 32 KB
+static const int GS_SLOT7 = 7168;  // gemvFillRing's slot (hg_gemv_stream_slot_bytes)
 
 struct StreamArgs {
   float *out;
@@ -33,20 +32,16 @@ struct StreamArgs {
   const void *w, *bias, *nw;
   int bt, nt, k, m, spw;  // spw: slots a consumer warp owns
   float eps;
-  unsigned *ctr;  // gemvBalance: [next pool row, producers done], zero between launches (the last producer resets it)
-  int grab;       // gemvBalance: pool rows a producer asks for at a time
-  int pool;       // gemvBalance: the last `pool` rows are handed out at run time, the rest split evenly
-  int trace;      // HG_TRACE builds: the launch's number for its event records
-  int fold;       // with a norm (gemvNormFold): x·nw staged, the norm's scale applied to each dot product
+  int trace;  // HG_TRACE builds: the launch's number for its event records
+  int fold;   // with a norm (gemvNormFold): x·nw staged, the norm's scale applied to each dot product
 };
 
 // Barrier of the consumer warps alone (the producer warp does not take part).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(GS_NW * 32) : "memory"); }
 
-// Shared memory: the full and empty barriers of ns slots, the norm's per-warp sums, each slot's row
-// and the producer's per-warp row, chunk and slot count (gemvBalance); then x (k floats), the norm
-// weights as floats (with a norm), the slots.
-__host__ __device__ __forceinline__ size_t stream_header(int ns) { return ((size_t)2 * ns * 8 + GS_NW * 4 + ns * 4 + 3 * GS_NW * 4 + 127) & ~(size_t)127; }
+// Shared memory: the full and empty barriers of ns slots and the norm's per-warp sums, then x
+// (k floats), the norm weights as floats (with a norm), the slots.
+__host__ __device__ __forceinline__ size_t stream_header(int ns) { return ((size_t)2 * ns * 8 + GS_NW * 4 + 127) & ~(size_t)127; }
 __host__ __device__ __forceinline__ size_t stream_vec(int k) { return ((size_t)k * 4 + 127) & ~(size_t)127; }
 
 // This block's rows of an m-row GEMV: [r0, r0 + rows).
@@ -55,51 +50,12 @@ __device__ __forceinline__ void stream_block_rows(int m, int &r0, int &rows) {
   rows = (int)((long)m * (blockIdx.x + 1) / gridDim.x) - r0;
 }
 
-// The balanced producer's rows (gemvBalance). The first S = m − pool rows are split evenly, so a
-// block streams its share of them, every warp's first rows and the ring included, without waiting
-// on a round trip; the last `pool` rows come G at a time from the counter, so the blocks on faster
-// SMs take more of them. A grab is asked for one grab ahead (the first at the start, behind the
-// static rows), so the atomic's round trip hides behind copies. -1 when the rows are gone: the
-// producer then counts itself out, and the last one resets the counter for the next launch.
-struct RowGrabber {
-  unsigned *ctr;
-  int m, G, S, base, size, next, k;
-  bool done;
-  __device__ void start(unsigned *c, int m_, int g, int pool) {
-    ctr = c; m = m_; G = g; S = m_ - pool; k = 0; done = false;
-    base = (int)((long)S * blockIdx.x / gridDim.x);
-    size = (int)((long)S * (blockIdx.x + 1) / gridDim.x) - base;
-    next = take();
-  }
-  __device__ int take() { return S + (int)atomicAdd(ctr, (unsigned)G); }
-  __device__ int row() {
-    if (done) return -1;
-    if (k == size || base + k >= m) {
-      base = next;  // waits for the atomic asked for a grab ago
-      size = G;
-      k = 0;
-      if (base >= m) {
-        done = true;
-        __threadfence();  // this producer's grabs are over before it counts itself out
-        if (atomicAdd(ctr + 1, 1u) == gridDim.x - 1) { atomicExch(ctr, 0u); atomicExch(ctr + 1, 0u); }
-        return -1;
-      }
-      next = take();
-    }
-    return base + k++;
-  }
-};
-
 // SLOT: bytes a slot holds. A chunk is CH elements of a row; with SiLU·up a slot holds the gate
 // chunk and the up chunk (m rows further on), so CH is half as long. x is staged with GS_XLOADS
 // loads in flight a thread and the norm weights before the wait (ninth pass: x ready 1–3 µs a
 // GEMV sooner, a layer's four GEMVs 112.7 vs 114.2 µs in a graph); the same bits as one load a pass.
-// DYN (gemvBalance): the last rows handed out at run time, so that a block on a slower SM takes
-// fewer (with the even split gate/up's blocks issue their last copies up to 12 µs apart); each slot
-// then carries its row, and a row of -1 tells its warp to stop. A row's sum is the same wherever it
-// runs: the same bits.
 static const int GS_XLOADS = 4;
-template <int WT, bool NORM, int EPI, int SLOT, bool DYN>
+template <int WT, bool NORM, int EPI, int SLOT>
 __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
   constexpr bool SILU = (EPI & GS_SILU) != 0;
@@ -108,12 +64,11 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   uint64_t *full = reinterpret_cast<uint64_t *>(smem), *empty = full + ns;
   float *red = reinterpret_cast<float *>(empty + ns);
-  int *rowOf = reinterpret_cast<int *>(red + GS_NW), *prow = rowOf + ns, *pch = prow + GS_NW, *ptw = pch + GS_NW;
   float *xs = reinterpret_cast<float *>(smem + stream_header(ns));
   float *nws = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(xs) + stream_vec(k));
   unsigned char *ring = reinterpret_cast<unsigned char *>(nws) + (NORM ? stream_vec(k) : 0);
-  int r0 = 0, rows = 0;
-  if (!DYN) stream_block_rows(m, r0, rows);
+  int r0, rows;
+  stream_block_rows(m, r0, rows);
   if (threadIdx.x == 0) {
     for (int s = 0; s < ns; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 1); }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -123,57 +78,24 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
   hg_pdl_trigger();  // the next kernel's blocks may queue now; they cannot share an SM with this one
   if (warp == GS_NW) {  // the producer: weights only, so it need not wait for the kernel before
     if (lane == 0) {
+      // Every chunk of the block's rows, warp by warp round-robin: warp w's rows are w, w + NW, ...
+      // and it owns slots w·spw .. w·spw + spw - 1, used in turn.
       const char *wb = static_cast<const char *>(a.w);
-      // One chunk of row `row` into warp cw's t-th slot.
-      auto issue = [&](int cw, int t, int row, int c) {
-        const int s = cw * spw + t % spw, use = t / spw;
-        if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
-        if (DYN) rowOf[s] = row;  // published by the arrive below (release), read after the wait (acquire)
-        const unsigned bytes = (unsigned)(min(CH, k - c * CH) * ES);
-        mbar_expect_tx(&full[s], SILU ? 2 * bytes : bytes);
-        unsigned char *dst = ring + (size_t)s * SLOT;
-        bulk_copy(dst, wb + ((size_t)row * k + (size_t)c * CH) * ES, bytes, &full[s]);
-        if (SILU) bulk_copy(dst + CH * ES, wb + ((size_t)(row + m) * k + (size_t)c * CH) * ES, bytes, &full[s]);
-      };
+      const int perWarp = (rows + GS_NW - 1) / GS_NW * nch;  // most chunks any warp takes
       HG_TR(a, 1);  // the GEMV's first copy
-      if constexpr (!DYN) {
-        // Every chunk of the block's rows, warp by warp round-robin: warp w's rows are w, w + NW, ...
-        // and it owns slots w·spw .. w·spw + spw - 1, used in turn.
-        const int perWarp = (rows + GS_NW - 1) / GS_NW * nch;  // most chunks any warp takes
-        for (int t = 0; t < perWarp; t++) {
-          if (t == spw) HG_TR(a, 2);  // the ring's first pass issued
-          for (int cw = 0; cw < GS_NW; cw++) {
-            const int i = cw + GS_NW * (t / nch);  // the warp's row (in the block)
-            if (i < rows) issue(cw, t, r0 + i, t % nch);
-          }
-        }
-      } else {
-        // Round-robin over the warps, a chunk each; a warp whose row is done takes the next row
-        // handed out, or gets a slot with row -1 (and no bytes) when none is left.
-        RowGrabber g;
-        g.start(a.ctr, m, a.grab, a.pool);
-        int live = GS_NW;
-        for (int cw = 0; cw < GS_NW; cw++) { prow[cw] = g.row(); pch[cw] = 0; ptw[cw] = 0; }
-        for (int pass = 0; live > 0; pass++) {
-          if (pass == spw) HG_TR(a, 2);
-          for (int cw = 0; cw < GS_NW; cw++) {
-            const int row = prow[cw];
-            if (row == -2) continue;  // this warp has had its stop slot
-            const int t = ptw[cw]++;
-            if (row < 0) {  // no row left: the stop slot
-              const int s = cw * spw + t % spw, use = t / spw;
-              if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
-              rowOf[s] = -1;
-              mbar_arrive(&full[s]);
-              prow[cw] = -2;
-              live--;
-              continue;
-            }
-            const int c = pch[cw];
-            issue(cw, t, row, c);
-            if (c + 1 < nch) pch[cw] = c + 1;
-            else { prow[cw] = g.row(); pch[cw] = 0; }
-          }
+      for (int t = 0; t < perWarp; t++) {
+        if (t == spw) HG_TR(a, 2);  // the ring's first pass issued
+        for (int cw = 0; cw < GS_NW; cw++) {
+          const int i = cw + GS_NW * (t / nch), c = t % nch;  // the warp's row (in the block) and chunk
+          if (i >= rows) continue;
+          const int s = cw * spw + t % spw, use = t / spw;
+          if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
+          const unsigned bytes = (unsigned)(min(CH, k - c * CH) * ES);
+          mbar_expect_tx(&full[s], SILU ? 2 * bytes : bytes);
+          unsigned char *dst = ring + (size_t)s * SLOT;
+          const size_t row = (size_t)(r0 + i);
+          bulk_copy(dst, wb + (row * k + (size_t)c * CH) * ES, bytes, &full[s]);
+          if (SILU) bulk_copy(dst + CH * ES, wb + ((row + m) * k + (size_t)c * CH) * ES, bytes, &full[s]);
         }
       }
       HG_TR(a, 3);  // the last copy issued
@@ -235,21 +157,12 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
   }
   if (threadIdx.x == 0) HG_TR(a, 5);  // x in shared memory (normalised)
   int t = 0;  // this warp's chunk counter (its slot is warp·spw + t % spw, use t / spw)
-  for (int i = warp;; i += GS_NW) {
-    int r;  // the row
-    if (!DYN) {
-      if (i >= rows) break;
-      r = r0 + i;
-    } else {
-      const int s = warp * spw + t % spw;
-      mbar_wait(&full[s], (t / spw) & 1);
-      r = rowOf[s];
-      if (r < 0) break;  // the stop slot
-    }
+  for (int i = warp; i < rows; i += GS_NW) {
+    const int r = r0 + i;
     float a0 = 0.f, a1 = 0.f;
     for (int c = 0; c < nch; c++, t++) {
       const int s = warp * spw + t % spw;
-      if (!DYN || c > 0) mbar_wait(&full[s], (t / spw) & 1);
+      mbar_wait(&full[s], (t / spw) & 1);
 #ifdef HG_TRACE
       if (threadIdx.x == 0 && i == 0 && c == 0) HG_TR(a, 6);  // warp 0's first slot landed
 #endif
@@ -295,9 +208,12 @@ static size_t stream_smem(int k, int spw, int slot, bool norm) {
 
 // The slot size for a GEMV (slotKb 8 or 16 forces one; 0 chooses): 16 KB where a row (with
 // SiLU·up: its gate and up halves) takes no more ring space in 16 KB slots than in 8 KB ones.
-int hg_gemv_stream_slot_bytes(int k, bool silu, int slotKb) {
+// fill (gemvFillRing): a plain row longer than 16 KB and a multiple of 7 KB (8B's down: 28 KB,
+// which 16 KB slots carry as 16 + 12) takes 7 KB slots, as many a warp as shared memory holds.
+int hg_gemv_stream_slot_bytes(int k, bool silu, int slotKb, bool fill) {
   if (slotKb == 8 || slotKb == 16) return slotKb * 1024;
   const long row = (long)k * 2 * (silu ? 2 : 1);
+  if (fill && !silu && row > 16384 && row % GS_SLOT7 == 0) return GS_SLOT7;
   const long in8 = (row + 8191) / 8192 * 8192, in16 = (row + 16383) / 16384 * 16384;
   return in16 <= in8 ? 16384 : 8192;
 }
@@ -305,28 +221,29 @@ int hg_gemv_stream_slot_bytes(int k, bool silu, int slotKb) {
 // Slots a warp owns for a ring of ringKb (at least one; fewer where x and the norm weights leave
 // less room), or 0 when they and one slot a warp do not fit.
 int hg_gemv_stream_slots(int k, int ringKb, int slot, bool norm) {
-  int spw = ringKb * 1024 / (GS_NW * slot);
+  int spw = slot == GS_SLOT7 ? 4 : ringKb * 1024 / (GS_NW * slot);  // 7 KB slots: the most that fit
   if (spw < 1) spw = 1;
   while (spw > 1 && stream_smem(k, spw, slot, norm) > (size_t)GS_MAX_SMEM) spw--;
   return stream_smem(k, spw, slot, norm) <= (size_t)GS_MAX_SMEM ? spw : 0;
 }
 
-template <int WT, bool NORM, int EPI, int SLOT, bool DYN>
+template <int WT, bool NORM, int EPI, int SLOT>
 static int launch_stream(HgCtx *c, const StreamArgs &a) {
   static bool opted = false;  // shared memory above 48 KB is opted into once per kernel instance
   if (!opted) {
-    const cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI, SLOT, DYN>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
+    const cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI, SLOT>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
     if (e != cudaSuccess) return (int)e;
     opted = true;
   }
   const size_t smem = stream_smem(a.k, a.spw, SLOT, NORM);
-  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI, SLOT, DYN>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), smem, a);
+  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI, SLOT>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), smem, a);
 }
 
 template <int WT, bool NORM, int EPI>
 static int launch_stream_slot(HgCtx *c, int slot, const StreamArgs &a) {
-  if (a.ctr) return slot == 16384 ? launch_stream<WT, NORM, EPI, 16384, true>(c, a) : launch_stream<WT, NORM, EPI, 8192, true>(c, a);
-  return slot == 16384 ? launch_stream<WT, NORM, EPI, 16384, false>(c, a) : launch_stream<WT, NORM, EPI, 8192, false>(c, a);
+  if constexpr ((EPI & GS_SILU) == 0)
+    if (slot == GS_SLOT7) return launch_stream<WT, NORM, EPI, GS_SLOT7>(c, a);
+  return slot == 16384 ? launch_stream<WT, NORM, EPI, 16384>(c, a) : launch_stream<WT, NORM, EPI, 8192>(c, a);
 }
 
 template <int WT, bool NORM>
@@ -343,13 +260,11 @@ static int launch_stream_epi(HgCtx *c, int epi, int slot, const StreamArgs &a) {
 static int g_trace_seq;  // the next launch's number (host side; a captured graph keeps the ones it got)
 #endif
 
-// CMD_GEMV_STREAM: p[0] out, p[1] x, p[2] w, p[3] bias, p[4] norm weight, p[5] the row counter
-// (gemvBalance, else null); s[0] weight dtype, s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m,
-// s[5] epilogue, s[6] slots a warp, s[7] slot bytes, s[8] 1: the norm's scale on the dot products
-// (gemvNormFold), s[9] rows a grab, s[10] rows in the pool (gemvBalance); f[0] eps.
+// CMD_GEMV_STREAM: p[0] out, p[1] x, p[2] w, p[3] bias, p[4] norm weight; s[0] weight dtype,
+// s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp, s[7] slot
+// bytes; f[0] eps.
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
-  StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0],
-                  (unsigned *)cmd.p[5], cmd.s[9], cmd.s[10], 0, cmd.s[8]};
+  StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0], 0, cmd.s[8]};
 #ifdef HG_TRACE
   a.trace = g_trace_seq++;
 #endif
@@ -360,31 +275,6 @@ int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
     case DT_F16: return norm ? launch_stream_epi<DT_F16, true>(c, cmd.s[5], slot, a) : launch_stream_epi<DT_F16, false>(c, cmd.s[5], slot, a);
     default: return (int)cudaErrorInvalidValue;
   }
-}
-
-// gemvBalance: rows a grab (≈ 32 KB of weights: its copies outlast the next grab's round trip), or
-// 0 where a block's share is under 512 KB (qkv, o_proj of 8B: their blocks end within ≈ 2 µs).
-int hg_gemv_stream_grab(int k, int m, bool silu, int blocks) {
-  const long row = (long)k * 2 * (silu ? 2 : 1);
-  const int g = (int)(row >= 32768 ? 1 : 32768 / row);
-  return (long)m * row >= 512L * 1024 * blocks ? g : 0;
-}
-
-// gemvBalance 1: the last eighth of the rows form the pool handed out at run time, 2: the last
-// quarter (whole grabs).
-int hg_gemv_stream_pool(int m, int grab, int share) {
-  const int pool = m / (share == 2 ? 4 : 8);
-  return pool / grab * grab;
-}
-
-// The row counter of a balanced stream GEMV: a pair of words in the context's zeroed misc area. A
-// recorded step's command takes the pair of its place in the step (a replayed graph keeps it; the
-// commands before and after it, which may overlap it, have others), an eager launch the next of a
-// rotating second half. Each launch leaves its pair at zero.
-unsigned *hg_gemv_stream_counter(HgCtx *c, bool recording, int place) {
-  unsigned *base = (unsigned *)((char *)c->argmaxOut + GS_CTR_OFFSET);
-  const int i = recording ? place % (GS_CTRS / 2) : GS_CTRS / 2 + (int)(c->eagerCounter++ % (GS_CTRS / 2));
-  return base + 2 * i;
 }
 
 extern "C" {

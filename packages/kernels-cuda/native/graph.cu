@@ -229,9 +229,10 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // pass) were no gain or slower (tenth pass, call 1) and are gone. 26: the stream GEMV's norm scale
 // applied to the dot products instead of to x in shared memory (0/1, on). 27 (the split-K
 // attention prefetching the next stream GEMV's weights into L2) and 28 (the stream GEMV's second
-// ring prefetched into L2 while the first waits) are gone: no gain and slower (tenth pass, call 2).
-// 29: the stream GEMV's last rows (1: an eighth, 2: a quarter) handed out at run time from a
-// counter where a block's share is ≥ 512 KB (gate/up, down, lm_head of 8B) — tenth pass.
+// ring prefetched into L2 while the first waits) are gone: no gain and slower (tenth pass, call 2),
+// and so is 29 (the stream GEMV's last rows handed out at run time: balanced, no faster; call 4).
+// 30: 7 KB slots, as many as shared memory holds, for plain rows longer than 16 KB that are a
+// multiple of 7 KB (8B's down) — tenth pass.
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -244,7 +245,7 @@ static int *decode_option(HgCtx *c, int which) {
     case 14: return &c->attnGroup;
     case 19: return &c->gemvSlotKb;
     case 26: return &c->gemvNormFold;
-    case 29: return &c->gemvBalance;
+    case 30: return &c->gemvFillRing;
     default: return NULL;
   }
 }
@@ -253,8 +254,7 @@ static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
-    case 14: case 26: return v == 0 || v == 1;
-    case 29: return v == 0 || v == 1 || v == 2;
+    case 14: case 26: case 30: return v == 0 || v == 1;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
@@ -306,7 +306,7 @@ int hg_graph_init(HgCtx *c) {
   // vs 4.82–4.85 / 5.69–5.73 vs 5.74–5.76 ms at 2K / 8K / 32K over two calls, a layer's GEMVs 113.0–113.3
   // vs 113.4–113.7 µs in a graph (tenth pass, calls 1–2); rounding-level differences only.
   c->gemvNormFold = 1;
-  c->gemvBalance = 0;
+  c->gemvFillRing = 0;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

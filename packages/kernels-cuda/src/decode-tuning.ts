@@ -49,14 +49,14 @@ export interface DecodeTuning {
    */
   gemvNormFold: boolean;
   /**
-   * Stream GEMV where a block's share is ≥ 512 KB (gate/up, down, lm_head of 8B): the last rows (1:
-   * an eighth, 2: a quarter) handed out at run time from a counter, ≈ 32 KB a grab, so that blocks
-   * on faster SMs take more of them; the rest split evenly. Same bits. 0: off.
+   * Stream GEMV of plain rows longer than 16 KB that are a multiple of 7 KB (8B's down: 28 KB rows,
+   * which 16 KB slots carry as 16 + 12 KB with one slot a warp): 7 KB slots, as many a warp as
+   * shared memory holds (3: a 168 KB ring instead of 112 KB of bytes in flight). Same bits.
    */
-  gemvBalance: 0 | 1 | 2;
+  gemvFillRing: boolean;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27 and 28 are retired). */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25 and 27–29 are retired). */
 export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
@@ -65,7 +65,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   attnGroup: { code: 14, values: [false, true] },
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
-  gemvBalance: { code: 29, values: [0, 1, 2] },
+  gemvFillRing: { code: 30, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -98,7 +98,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnGroup: value("attnGroup", 1) === 1,
     gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
     gemvNormFold: value("gemvNormFold", 1) === 1,
-    gemvBalance: value("gemvBalance", 0) as DecodeTuning["gemvBalance"],
+    gemvFillRing: value("gemvFillRing", 0) === 1,
   };
 }
 
