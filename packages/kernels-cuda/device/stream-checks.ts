@@ -73,9 +73,10 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
         normWeight: l.norm ? weights[j].nw[side] : undefined, normEps: 1e-5, siluMul: l.silu, accumulate: l.acc, bias: l.bias ? weights[j].b[side] : undefined,
       });
       // Each case runs with the slot size chosen per GEMV and the norm apart from the dot products,
-      // then with 8 KB and with 16 KB slots everywhere: the same inputs, and every output must equal
-      // the first run's bit for bit (a lane sums the same elements in the same order whatever the
-      // chunk); then with the norm's scale on the dot products (the default), against the reference. The
+      // then with 8 KB and with 16 KB slots everywhere and with 7 KB slots for long plain rows: the
+      // same inputs, and every output must equal the first run's bit for bit (a lane sums the same
+      // elements in the same order whatever the chunk); then the defaults (the norm's scale on the
+      // dot products), against the reference. The
       // reference runs once a step: in JS the 8B shapes take seconds.
       const steps = 4;
       const inputs = Array.from({ length: steps }, () => Object.values(bufs).map((b) => values(b.n)));
@@ -86,11 +87,11 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
       });
       const firsts: Float32Array[][] = [];
       const forms: [string, Partial<DecodeTuning>][] = [
-        ["slots chosen per GEMV, norm apart from the dot products", { gemvNormFold: false }],
-        ["8 KB slots", { gemvSlotKb: 8, gemvNormFold: false }],
-        ["16 KB slots", { gemvSlotKb: 16, gemvNormFold: false }],
+        ["slots chosen per GEMV, no 7 KB slots, norm apart from the dot products", { gemvNormFold: false, gemvFillRing: false }],
+        ["8 KB slots", { gemvSlotKb: 8, gemvNormFold: false, gemvFillRing: false }],
+        ["16 KB slots", { gemvSlotKb: 16, gemvNormFold: false, gemvFillRing: false }],
         ["7 KB slots filling shared memory for long plain rows (gemvFillRing)", { gemvFillRing: true, gemvNormFold: false }],
-        ["norm scale on the dot products (gemvNormFold, the default)", { gemvNormFold: true }],
+        ["norm scale on the dot products and 7 KB slots (the default)", { gemvNormFold: true, gemvFillRing: true }],
       ];
       for (const [how, form] of forms) {
         cuda.setDecodeTuning({ ...savedTuning, gemvSlotKb: 0, gemvStream: ring as DecodeRing, ...form });

@@ -306,7 +306,9 @@ int hg_graph_init(HgCtx *c) {
   // vs 4.82–4.85 / 5.69–5.73 vs 5.74–5.76 ms at 2K / 8K / 32K over two calls, a layer's GEMVs 113.0–113.3
   // vs 113.4–113.7 µs in a graph (tenth pass, calls 1–2); rounding-level differences only.
   c->gemvNormFold = 1;
-  c->gemvFillRing = 0;
+  // 7 KB slots, three a warp, for 8B's down (28 KB rows): down 30.6 vs 32.4 µs in a graph, a layer's
+  // GEMVs 109.8 vs 111.6, 8B decode 4.28 vs 4.33 / 4.75 vs 4.77 / 5.66 vs 5.65 ms (tenth pass, call 5); same bits.
+  c->gemvFillRing = 1;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;
