@@ -16,7 +16,10 @@
 //
 // Slots of 8 or 16 KB, chosen per GEMV (gemvSlotKb; hg_gemv_stream_slot_bytes): 16 KB halves the
 // copies a byte, but with k = 4096 a plain row is only 8 KB, and a 16 KB slot would carry half its
-// bytes, so the ring would hold half as much. The ninth pass measured both (DEVICE-NOTES.md).
+// bytes, so the ring would hold half as much. The ninth pass measured both (DEVICE-NOTES.md). A
+// plain row longer than 16 KB that is a multiple of 7 KB (8B's down: 28 KB) takes 7 KB slots,
+// three a warp beside its 57 KB of x (gemvFillRing, tenth pass): 168 KB in flight an SM, not the
+// 112 KB that 16 + 12 KB in one 16 KB slot a warp carry.
 #include "common.cuh"
 #include "mbarrier.cuh"
 #include "trace.cuh"
