@@ -106,16 +106,17 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     hg_pdl_wait();  // every thread waits before it exits: completion stays transitive
     return;
   }
+  // With fold (gemvNormFold), x·nw goes into shared memory in x's one pass and rs = rsqrt(mean x² +
+  // eps) scales each dot product instead: no second pass over x and one barrier less before the
+  // first slot.
+  const bool fold = NORM && a.fold;
   if (NORM) {  // constant: staged before the wait
     for (int i = threadIdx.x; i < k; i += GS_NW * 32) nws[i] = load_any(a.nw, a.nt, i);
-    if (a.fold) consumers_sync();  // fold reads other threads' elements while staging x
+    if (fold) consumers_sync();  // fold reads other threads' elements while staging x
   }
   hg_pdl_wait();  // x (and out, for +=) come from the kernels before this one
   if (threadIdx.x == 0) HG_TR(a, 4);  // x may be read
-  // x (normalised: x·rsqrt(mean x² + eps)·nw) into shared memory, by the consumer warps. With
-  // fold, x·nw goes in during the one pass and rs = rsqrt(mean x² + eps) scales each dot product
-  // instead: no second pass over shared memory and one barrier less before the first slot.
-  const bool fold = NORM && a.fold;
+  // x (normalised: x·rsqrt(mean x² + eps)·nw, or x·nw with fold) into shared memory, by the consumer warps.
   float rs = 1.f;
   {
     const int tid = threadIdx.x, nt = GS_NW * 32;
@@ -187,7 +188,7 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     }
     a0 = warp_sum(a0);
     if (SILU) a1 = warp_sum(a1);
-    if (NORM) { a0 *= rs; a1 *= rs; }
+    if (fold) { a0 *= rs; a1 *= rs; }
     if (lane == 0) {
       const float y0 = a0 + (a.bias ? load_any(a.bias, a.bt, r) : 0.f);
       float v = y0;

@@ -252,9 +252,8 @@ static int *decode_option(HgCtx *c, int which) {
 
 static bool decode_option_ok(int which, int v) {
   switch (which) {
-    case 9: return v == 0 || v == 1;
+    case 9: case 14: case 26: case 30: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
-    case 14: case 26: case 30: return v == 0 || v == 1;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
@@ -304,7 +303,8 @@ int hg_graph_init(HgCtx *c) {
   c->gemvSlotKb = 0;
   // The norm's scale on the dot products, x·nw staged in one pass: 8B decode 4.39 vs 4.41 / 4.82–4.83
   // vs 4.82–4.85 / 5.69–5.73 vs 5.74–5.76 ms at 2K / 8K / 32K over two calls, a layer's GEMVs 113.0–113.3
-  // vs 113.4–113.7 µs in a graph (tenth pass, calls 1–2); rounding-level differences only.
+  // vs 113.4–113.7 µs in a graph (tenth pass, calls 1–2); −0.02 / +0.02 ms at 2K in calls 3 and 6:
+  // a few hundredths at most, inside the machines' noise. Rounding-level differences only.
   c->gemvNormFold = 1;
   // 7 KB slots, three a warp, for 8B's down (28 KB rows): down 30.6 vs 32.4 µs in a graph, a layer's
   // GEMVs 109.8 vs 111.6, 8B decode 4.28 vs 4.33 / 4.75 vs 4.77 / 5.66 vs 5.65 ms (tenth pass, call 5); same bits.

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { HybridgenError } from "@hybridgen/core";
-import { CudaBackend, type CudaNative } from "../src/index.js";
+import { CudaBackend, type CudaNative, type DecodeTuning } from "../src/index.js";
 import { STAND_IN_DEVICE, standInNative } from "./stand-in-native.js";
 
 function fake(): { lib: CudaNative; sets: [number, number][] } {
@@ -52,21 +52,20 @@ describe("CudaBackend decode tuning", () => {
     expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true });
     be.setDecodeTuning({ gemvStream: 0, attnCluster: true });
     expect(sets.slice(3)).toEqual([[8, 0], [9, 1]]);
-    be.setDecodeTuning({ attnPdl: 1 });
-    expect(sets.slice(5)).toEqual([[13, 1]]);
-    expect(be.decodeTuning.attnPdl).toBe(1);
-    be.setDecodeTuning({ attnGroup: false });
-    expect(sets.slice(6)).toEqual([[14, 0]]);
-    expect(be.decodeTuning.attnGroup).toBe(false);
-    be.setDecodeTuning({ gemvSlotKb: 16 });
-    expect(sets.slice(7)).toEqual([[19, 16]]);
-    expect(be.decodeTuning.gemvSlotKb).toBe(16);
-    be.setDecodeTuning({ gemvNormFold: false });
-    expect(sets.slice(8)).toEqual([[26, 0]]);
-    expect(be.decodeTuning.gemvNormFold).toBe(false);
-    be.setDecodeTuning({ gemvFillRing: false });
-    expect(sets.slice(9)).toEqual([[30, 0]]);
-    expect(be.decodeTuning.gemvFillRing).toBe(false);
+    // one switch at a time: [the change, the option code and value passed to C]
+    const steps: [Partial<DecodeTuning>, [number, number]][] = [
+      [{ attnPdl: 1 }, [13, 1]],
+      [{ attnGroup: false }, [14, 0]],
+      [{ gemvSlotKb: 16 }, [19, 16]],
+      [{ gemvNormFold: false }, [26, 0]],
+      [{ gemvFillRing: false }, [30, 0]],
+    ];
+    for (const [change, code] of steps) {
+      const before = sets.length;
+      be.setDecodeTuning(change);
+      expect(sets.slice(before)).toEqual([code]);
+      expect(be.decodeTuning).toMatchObject(change);
+    }
     be.close();
   });
 
