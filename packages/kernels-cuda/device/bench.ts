@@ -130,6 +130,7 @@ if (arg("diag", "on") !== "off") {
       ["ring 192 KB", { gemvStream: 192 }],
       ["norm apart (gemvNormFold off)", { gemvNormFold: false }],
       ["gemvFillRing off", { gemvFillRing: false }],
+      ["attention on tensor cores (attnMma 1)", { attnMma: 1 }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -343,6 +344,9 @@ const allVariants: (Variant | undefined)[] = [
   ...Array<undefined>(6).fill(undefined),
   // 84: 7 KB slots filling shared memory for long plain rows (gemvFillRing: 8B's down)
   { name: "stream GEMV without 7 KB slots for long plain rows (gemvFillRing off, the default until the tenth pass), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvFillRing: false }, fed: true },
+  // eleventh pass, 85: the split-K attention on tensor cores (attnMma 1); 86: with twice the splits (attnMma 2)
+  { name: "split-K attention on tensor cores (attnMma 1), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 1 }, fed: true },
+  { name: "split-K attention on tensor cores, twice the splits (attnMma 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 2 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

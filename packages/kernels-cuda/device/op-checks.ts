@@ -448,8 +448,9 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     const savedTuning = cuda.decodeTuning;
     try {
       // Split-K attention with 4 token rows a lane per round (attnUnroll 4), also folded into the
-      // softmax together (attnGroup), eager and in a recorded step (replayed: the span from the
-      // step's blob), against the reference.
+      // softmax together (attnGroup), and on tensor cores (attnMma 1 and 2; f32 caches and head
+      // dims other than 64 and 128 fall back to the FMA block), eager and in a recorded step
+      // (replayed: the span from the step's blob), against the reference.
       for (const dt of DTYPES) {
         for (const [heads, kvHeads, hd, firstPos, start] of [[32, 8, 128, 2047, 0], [8, 2, 64, 300, 7], [6, 6, 40, 0, 2], [4, 1, 128, 5000, 0], [12, 2, 128, 777, 1], [12, 2, 64, 39999, 3], [32, 8, 128, 30, 0], [5, 5, 128, 64, 1]] as const) {
           const cap = start + firstPos + 1 + 5, total = firstPos + 1, scale = 1 / Math.sqrt(hd);
@@ -462,7 +463,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           ref.attnLogits(sc, 0, q.r, 0, k.r, start, total, scale);
           ref.softmax(sc, heads, total);
           ref.attnAggregate(out.r, 0, sc, 0, v.r, start, total, false);
-          for (const t of [{ attnUnroll: 4, attnGroup: false }, { attnUnroll: 4, attnGroup: true }] as Partial<DecodeTuning>[]) {
+          for (const t of [{ attnUnroll: 4, attnGroup: false }, { attnUnroll: 4, attnGroup: true }, { attnMma: 1 }, { attnMma: 2 }] as Partial<DecodeTuning>[]) {
             cuda.setDecodeTuning({ ...savedTuning, ...t });
             cuda.attnCausal(out.c, q.c, 1, k.c, v.c, start, firstPos, scale);
             compare(`decode attention ${JSON.stringify(t)} ${dt} h${heads}/${kvHeads} d${hd} @${firstPos}`, out.c, out.r, 1e-5);

@@ -102,6 +102,7 @@ struct HgCtx {
   int gemvFillRing;       // stream GEMV: 7 KB slots filling shared memory for long plain rows (gemv_stream.cu)
   int gemvNormFold;       // stream GEMV: the norm's scale applied to the dot products, x staged in one pass (gemv_stream.cu)
   int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
+  int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 0 off
 };
 
 // Loads one element of any dtype as float.

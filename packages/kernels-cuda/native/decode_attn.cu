@@ -8,6 +8,7 @@
 // This replaces logits + softmax + memset + aggregate (4 launches a layer) and the score row's
 // round trips; recorded in a decode-step graph, start and count come from the step's blob.
 #include "decode_attn_block.cuh"
+#include "decode_attn_mma.cuh"
 
 // grid (maxSplits, kvHeads, head groups of DA_HEADS). part: [split][head][headDim + 2] =
 // unnormalised output, then max (log2), sum. UNR: token rows a lane loads per round; GROUP: a
@@ -31,6 +32,37 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
   const int j0 = split * chunk, j1 = min(count, j0 + chunk);
   da_block<KT, LPT, UNR, true, GROUP>(part + ((size_t)split * heads + h0) * (headDim + 2), q + (size_t)h0 * headDim, (const char *)k + cacheRow,
                                (const char *)v + cacheRow, nh, headDim, j0, j1, sl);
+}
+
+// The tensor-core form (attnMma): grid (maxSplits, kvHeads, head groups of DM_HEADS), 128 threads;
+// the same chunks and partial rows as decode_attn_kernel, so the merge is shared.
+template <typename T, int HD>
+__global__ void __launch_bounds__(128) decode_attn_mma_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group, int cap,
+                                                              int maxSplits, int start, int count, float sl, const int *dyn) {
+  if (dyn) { start = dyn[0]; count = dyn[1]; }
+  const int chunk = da_chunk(count, maxSplits);
+  const int split = blockIdx.x;
+  if (split * chunk >= count) return;  // as decode_attn_kernel: before the wait and any barrier
+  hg_pdl_wait();
+  const int g = blockIdx.y, h0 = g * group + blockIdx.z * DM_HEADS;
+  const int nh = min(DM_HEADS, group - (int)blockIdx.z * DM_HEADS);
+  const size_t cacheRow = ((size_t)g * cap + start) * HD * 2;
+  const int j0 = split * chunk, j1 = min(count, j0 + chunk);
+  dm_block<T, HD, true>(part + ((size_t)split * heads + h0) * (HD + 2), q + (size_t)h0 * HD, (const char *)k + cacheRow, (const char *)v + cacheRow, nh,
+                        j0, j1, sl);
+}
+
+template <typename T>
+static int launch_dm(HgCtx *c, int headDim, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int cap, int maxSplits, int start,
+                     int count, float sl, const int *dyn) {
+  if (headDim == 64)
+    return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_mma_kernel<T, 64>, grid, dim3(128), 0, c->decodePart, q, k, v, heads, group, cap, maxSplits, start, count, sl, dyn);
+  return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_mma_kernel<T, 128>, grid, dim3(128), 0, c->decodePart, q, k, v, heads, group, cap, maxSplits, start, count, sl, dyn);
+}
+
+// 1 when the tensor-core form serves this dtype / head dim / q alignment (hg_cu_attn_decode).
+static bool dm_serves(int dt, int headDim, const float *q) {
+  return (dt == DT_BF16 || dt == DT_F16) && (headDim == 64 || headDim == 128) && ((uintptr_t)q & 15) == 0;
 }
 
 // grid (heads): out[h, :] = Σ_split e^(m_s − M) a_s / Σ_split e^(m_s − M) l_s.
@@ -75,17 +107,23 @@ static int launch_da_u(HgCtx *c, int unr, bool group4, int lpt, dim3 grid, const
 }
 
 // Command: s[5] maxSplits, s[6] lanes a token row, s[7] token rows a lane loads per round (2 or
-// 4), s[9] 1: a round's rows folded in together (attnGroup, with 4 rows); s[10] == 2: the
-// clustered form.
+// 4), s[8] 1: the tensor-core form (attnMma), s[9] 1: a round's rows folded in together
+// (attnGroup, with 4 rows); s[10] == 2: the clustered form.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
   const int dt = m.s[0], heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], cap = m.s[4], maxSplits = m.s[5], lpt = m.s[6], unr = m.s[7];
   const int group = heads / kvHeads;
   const int *dyn = dynBase ? (const int *)(dynBase + m.dynOff) : NULL;
-  const dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
   const float *q = (const float *)m.p[1];
   int r = 0;
-  HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
+  if (m.s[8] == 1) {
+    const dim3 grid((unsigned)maxSplits, kvHeads, (group + DM_HEADS - 1) / DM_HEADS);
+    r = dt == DT_BF16 ? launch_dm<__nv_bfloat16>(c, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)
+                      : launch_dm<__half>(c, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn);
+  } else {
+    const dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
+    HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
+  }
   if (r) return r;
   // attnPdl: both kernels launched programmatically (they wait before they read), so the merge and
   // then the weight stream after it (o_proj) are scheduled as the split kernel's blocks drain.
@@ -114,17 +152,20 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
                                 int cap, int start, int firstPos, float scale) {
   const int lpt = da_lanes(dt, headDim);
   const int count = firstPos + 1;
-  // Splits: enough blocks for ≈ 4 a SM at long spans, bounded by the partials' space; a recorded
-  // step sizes the grid for the capacity (blocks past the span return at once).
-  const int zGroups = (heads / kvHeads + DA_HEADS - 1) / DA_HEADS;
+  const bool mma = c->attnMma && dm_serves(dt, headDim, q);
+  // Splits: enough blocks for ≈ 4 a SM at long spans (attnMma 2: 8 of its 128-thread blocks),
+  // bounded by the partials' space; a recorded step sizes the grid for the capacity (blocks past
+  // the span return at once).
+  const int zGroups = (heads / kvHeads + (mma ? DM_HEADS : DA_HEADS) - 1) / (mma ? DM_HEADS : DA_HEADS);
   const int bound = hg_recording(c) ? cap : count;
-  long splits = (4L * c->numSMs + (long)kvHeads * zGroups - 1) / ((long)kvHeads * zGroups);
+  const long perSM = mma && c->attnMma == 2 ? 8 : 4;
+  long splits = (perSM * c->numSMs + (long)kvHeads * zGroups - 1) / ((long)kvHeads * zGroups);
   const long byLength = (bound + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK;
   const long bySpace = (long)(c->decodePartBytes / ((size_t)heads * (headDim + 2) * sizeof(float)));
   if (splits > byLength) splits = byLength;
   if (splits > bySpace) splits = bySpace;
   const bool aligned = (((uintptr_t)k | (uintptr_t)v) & 15) == 0;
-  if (c->attnCluster && lpt && aligned) {
+  if (c->attnCluster && lpt && aligned && !mma) {
     const int cs = dc_cluster_size(dt, lpt, kvHeads * zGroups);
     if (cs > 0) return decode_attn_cluster(c, cs, out, q, k, v, dt, heads, kvHeads, headDim, cap, start, count, scale, lpt);
   }
@@ -134,6 +175,7 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   m.p[0] = out; m.p[1] = q; m.p[2] = k; m.p[3] = v;
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt;
   m.s[7] = c->attnUnroll;
+  m.s[8] = mma ? 1 : 0;
   m.s[9] = c->attnGroup;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;

@@ -246,6 +246,7 @@ static int *decode_option(HgCtx *c, int which) {
     case 19: return &c->gemvSlotKb;
     case 26: return &c->gemvNormFold;
     case 30: return &c->gemvFillRing;
+    case 31: return &c->attnMma;
     default: return NULL;
   }
 }
@@ -253,7 +254,7 @@ static int *decode_option(HgCtx *c, int which) {
 static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: case 14: case 26: case 30: return v == 0 || v == 1;
-    case 13: return v == 0 || v == 1 || v == 2;
+    case 13: case 31: return v == 0 || v == 1 || v == 2;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
@@ -309,6 +310,7 @@ int hg_graph_init(HgCtx *c) {
   // 7 KB slots, three a warp, for 8B's down (28 KB rows): down 30.6 vs 32.4 µs in a graph, a layer's
   // GEMVs 109.8 vs 111.6, 8B decode 4.28 vs 4.33 / 4.75 vs 4.77 / 5.66 vs 5.65 ms (tenth pass, call 5); same bits.
   c->gemvFillRing = 1;
+  c->attnMma = 0;  // not measured yet (eleventh pass)
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

@@ -55,6 +55,12 @@ export interface DecodeTuning {
    * default since the tenth pass (down 30.6 vs 32.4 µs in a graph; 8B decode 4.28 vs 4.33 ms at 2K).
    */
   gemvFillRing: boolean;
+  /**
+   * Split-K attention (batch 1, bf16/f16 cache, head dim 64 or 128) on tensor cores: q·k and p·v as
+   * mma.m16n8k16 products, q and the probabilities split into 16-bit high and low parts (≈ 2⁻¹⁸
+   * relative); 2: with twice the splits. Off by default until measured.
+   */
+  attnMma: 0 | 1 | 2;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25 and 27–29 are retired). */
@@ -67,6 +73,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
   gemvFillRing: { code: 30, values: [false, true] },
+  attnMma: { code: 31, values: [0, 1, 2] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -100,6 +107,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
     gemvNormFold: value("gemvNormFold", 1) === 1,
     gemvFillRing: value("gemvFillRing", 1) === 1,
+    attnMma: value("attnMma", 0) as DecodeTuning["attnMma"],
   };
 }
 
