@@ -130,7 +130,7 @@ if (arg("diag", "on") !== "off") {
       ["ring 192 KB", { gemvStream: 192 }],
       ["norm apart (gemvNormFold off)", { gemvNormFold: false }],
       ["gemvFillRing off", { gemvFillRing: false }],
-      ["attention on tensor cores (attnMma 1)", { attnMma: 1 }],
+      ["attention's FMA block (attnMma 0)", { attnMma: 0 }],
     ];
     const saved = cuda.decodeTuning;
     const L = 32, reps = 10;
@@ -344,9 +344,14 @@ const allVariants: (Variant | undefined)[] = [
   ...Array<undefined>(6).fill(undefined),
   // 84: 7 KB slots filling shared memory for long plain rows (gemvFillRing: 8B's down)
   { name: "stream GEMV without 7 KB slots for long plain rows (gemvFillRing off, the default until the tenth pass), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvFillRing: false }, fed: true },
-  // eleventh pass, 85: the split-K attention on tensor cores (attnMma 1); 86: with twice the splits (attnMma 2)
-  { name: "split-K attention on tensor cores (attnMma 1), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 1 }, fed: true },
+  // eleventh pass, 85: the split-K attention's FMA block (attnMma 0, the default until the eleventh pass); 86: tensor cores with twice the splits (attnMma 2)
+  { name: "split-K attention, FMA block (attnMma 0), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 0 }, fed: true },
   { name: "split-K attention on tensor cores, twice the splits (attnMma 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 2 }, fed: true },
+  // 87: the K/V append inside the RoPE kernel (ropeAppend)
+  { name: "K/V append inside the RoPE kernel (ropeAppend), fed", graphs: true, matvec: true, splitK: true, tuning: { ropeAppend: true }, fed: true },
+  // 88: the attention's merge with 32 loads in flight (attnMergeLoads 32); 89: with ropeAppend too
+  { name: "attention merge 32 loads in flight (attnMergeLoads 32), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMergeLoads: 32 }, fed: true },
+  { name: "ropeAppend + attnMergeLoads 32, fed", graphs: true, matvec: true, splitK: true, tuning: { ropeAppend: true, attnMergeLoads: 32 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -17,9 +17,9 @@ import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
 const PLAIN: DecodeTuning = {
-  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvFillRing: false, attnMma: 0,
+  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvFillRing: false, attnMma: 0, ropeAppend: false, attnMergeLoads: 8,
 };
-const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvNormFold: true, gemvFillRing: true };
+const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvNormFold: true, gemvFillRing: true, attnMma: 1 };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4, attnGroup: true },
   { ...PLAIN, attnUnroll: 4, attnGroup: true, attnPdl: 2, gemvStream: 128 },
@@ -34,7 +34,11 @@ const COMBOS: DecodeTuning[] = [
   DEFAULTS,
   { ...DEFAULTS, gemvNormFold: false },
   { ...DEFAULTS, gemvFillRing: false },
-  { ...DEFAULTS, attnMma: 1 },
+  { ...PLAIN, ropeAppend: true },
+  { ...PLAIN, attnPdl: 2, ropeAppend: true },
+  { ...PLAIN, attnMergeLoads: 32 },
+  { ...DEFAULTS, ropeAppend: true },
+  { ...DEFAULTS, attnMma: 0 },
   { ...DEFAULTS, attnMma: 2 },
 ];
 const label = (t: DecodeTuning) => {

@@ -369,9 +369,12 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
     // Recorded decode steps (CUDA graphs): per-step values change every step (K/V append row,
     // position, span length); the first step captures, the rest replay.
-    for (const [fused, stream] of [[false, false], [true, false], [true, true]] as const) {
+    // Last, ropeAppend: the K/V append run inside the RoPE kernel (one recorded command less a step).
+    let plainOpsPerStep = 0;
+    for (const [fused, stream, ropeAppend] of [[false, false, false], [true, false, false], [true, true, false], [false, false, true]] as const) {
       const heads = 8, kvHeads = 2, hd = 64, cap = 40, steps = 12;
       const tuningBefore = cuda.decodeTuning, fusionBefore = cuda.matvecFusion;
+      cuda.setDecodeTuning({ ropeAppend });
       if (stream) {
         // the weight-stream GEMV (programmatic launch, norm in its kernel) inside captured graphs
         cuda.setDecodeTuning({ gemvStream: 192 });
@@ -424,11 +427,15 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       // Fused: the f32 norm + GEMV (k = 512, bf16 weights) against the reference's f64 one; the
       // H200 showed 2.2e-5 (third pass, call 2), so this one is 1e-4 where the stage ops are 1e-5.
       const what = stream ? "split-K attention, norm+GEMV+add as a weight stream" : fused ? "split-K attention, norm+GEMV+add" : "attention stages, add";
-      record(`recorded decode steps x${steps} (K/V append, rope, ${what})`, worst, fused ? 1e-4 : 1e-5);
-      record(`recorded steps${stream ? " (stream)" : fused ? " (fused)" : ""}: 1 capture, the rest replayed, none drained`, Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
+      record(`recorded decode steps x${steps} (K/V append, rope${ropeAppend ? " in one kernel" : ""}, ${what})`, worst, fused ? 1e-4 : 1e-5);
+      const tag = ropeAppend ? " (ropeAppend)" : stream ? " (stream)" : fused ? " (fused)" : "";
+      record(`recorded steps${tag}: 1 capture, the rest replayed, none drained`, Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
+      const opsPerStep = (after.recordedOps - before.recordedOps) / steps;
+      if (!fused && !ropeAppend) plainOpsPerStep = opsPerStep;
+      if (ropeAppend) record(`recorded steps (ropeAppend): ${opsPerStep} commands a step, one less than apart (${plainOpsPerStep})`, opsPerStep === plainOpsPerStep - 1 ? 0 : 1, 0);
       cuda.setDecodeTuning(tuningBefore);
       cuda.setMatvecFusion(fusionBefore);
-      if (fused) continue;
+      if (fused || ropeAppend) continue;
       // A read in the middle of a step runs what was recorded first.
       cuda.beginStep("op-checks-drain");
       cuda.add(out.c, x.c, x.c, 1);
@@ -463,7 +470,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           ref.attnLogits(sc, 0, q.r, 0, k.r, start, total, scale);
           ref.softmax(sc, heads, total);
           ref.attnAggregate(out.r, 0, sc, 0, v.r, start, total, false);
-          for (const t of [{ attnUnroll: 4, attnGroup: false }, { attnUnroll: 4, attnGroup: true }, { attnMma: 1 }, { attnMma: 2 }] as Partial<DecodeTuning>[]) {
+          for (const t of [{ attnMma: 0, attnUnroll: 4, attnGroup: false }, { attnMma: 0, attnUnroll: 4, attnGroup: true }, { attnMma: 1 }, { attnMma: 2 }, { attnMma: 1, attnMergeLoads: 16 }, { attnMma: 0, attnMergeLoads: 32 }] as Partial<DecodeTuning>[]) {
             cuda.setDecodeTuning({ ...savedTuning, ...t });
             cuda.attnCausal(out.c, q.c, 1, k.c, v.c, start, firstPos, scale);
             compare(`decode attention ${JSON.stringify(t)} ${dt} h${heads}/${kvHeads} d${hd} @${firstPos}`, out.c, out.r, 1e-5);

@@ -1,6 +1,7 @@
 // The backend context: device, streams, the arena (one cudaMalloc for the backend's life),
 // host<->device copies, synchronisation and error strings.
 #include "common.cuh"
+#include "copy_rows.cuh"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,36 +38,13 @@ static const char *cublas_status_name(int s) {
   }
 }
 
-__device__ __forceinline__ void batched_copy(const CopyDesc &d) {
-  const size_t stride = (size_t)gridDim.x * blockDim.x, t0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  if (d.sd != d.dd) {  // f32 rows into an f16/bf16 cache (the K/V append of a decode step)
-    const float *s = (const float *)d.src;
-    for (size_t i = t0; i < d.bytes / 2; i += stride) {
-      if (d.dd == DT_BF16) st<DT_BF16>(d.dst, i, s[i]);
-      else st<DT_F16>(d.dst, i, s[i]);
-    }
-    return;
-  }
-  if ((((uintptr_t)d.src | (uintptr_t)d.dst | d.bytes) & 15) == 0) {
-    const uint4 *s = (const uint4 *)d.src;
-    uint4 *o = (uint4 *)d.dst;
-    for (size_t i = t0; i < d.bytes / 16; i += stride) o[i] = s[i];
-  } else if ((((uintptr_t)d.src | (uintptr_t)d.dst | d.bytes) & 3) == 0) {
-    const unsigned *s = (const unsigned *)d.src;
-    unsigned *o = (unsigned *)d.dst;
-    for (size_t i = t0; i < d.bytes / 4; i += stride) o[i] = s[i];
-  } else {
-    for (size_t i = t0; i < d.bytes; i += stride) d.dst[i] = d.src[i];
-  }
-}
-
-__global__ void batched_copy_kernel(CopyBatch b) { batched_copy(b.d[blockIdx.y]); }
+__global__ void batched_copy_kernel(CopyBatch b) { batched_copy(b.d[blockIdx.y], blockIdx.x * (size_t)blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x); }
 // The recorded form: the descriptors (destinations change every step) are in the device blob.
 // Programmatic launch (hg_launch, common.cuh): waits before it reads the rows the kernel before wrote.
 __global__ void batched_copy_ptr_kernel(const CopyBatch *b) {
   hg_pdl_trigger();
   hg_pdl_wait();
-  batched_copy(b->d[blockIdx.y]);
+  batched_copy(b->d[blockIdx.y], blockIdx.x * (size_t)blockDim.x + threadIdx.x, (size_t)gridDim.x * blockDim.x);
 }
 
 int hg_launch_copybatch(HgCtx *c, const Cmd &cmd) {
@@ -81,6 +59,17 @@ int hg_flush_copies(HgCtx *c) {
   unsigned bx = (unsigned)((most / 16 + 255) / 256);
   dim3 grid(bx < 1 ? 1 : bx > 64 ? 64 : bx, c->pending.n);
   if (hg_recording(c)) {
+    // ropeAppend: the copies queued right after a recorded RoPE run inside it (rope_append.cu).
+    Cmd *last = c->ncmds > 0 ? &c->cmds[c->ncmds - 1] : NULL;
+    if (c->ropeAppend && last && last->kind == CMD_ROPE && !last->p[4] && rope_append_fits(*last, c->pending)) {
+      const long off = hg_blob_put(c, &c->pending, sizeof(CopyBatch));
+      if (off >= 0) {
+        last->p[4] = c->blobDev + off;
+        last->s[5] = c->pending.n;
+        c->pending.n = 0;
+        return 0;
+      }
+    }
     const long off = hg_blob_put(c, &c->pending, sizeof(CopyBatch));
     if (off >= 0) {
       Cmd cmd;

@@ -65,7 +65,8 @@ static bool dm_serves(int dt, int headDim, const float *q) {
   return (dt == DT_BF16 || dt == DT_F16) && (headDim == 64 || headDim == 128) && ((uintptr_t)q & 15) == 0;
 }
 
-// grid (heads): out[h, :] = Σ_split e^(m_s − M) a_s / Σ_split e^(m_s − M) l_s.
+// grid (heads): out[h, :] = Σ_split e^(m_s − M) a_s / Σ_split e^(m_s − M) l_s; B loads in flight a dim.
+template <int B>
 __global__ void decode_attn_merge_kernel(float *out, const float *part, int heads, int headDim, int maxSplits, int count, const int *dyn) {
   hg_pdl_trigger();
   if (dyn) count = dyn[1];  // the blob: before the wait (see decode_attn_kernel)
@@ -73,7 +74,7 @@ __global__ void decode_attn_merge_kernel(float *out, const float *part, int head
   const int chunk = da_chunk(count, maxSplits);
   const int nsplit = (count + chunk - 1) / chunk;
   const int h = blockIdx.x;
-  da_merge_head(out + (size_t)h * headDim, part + (size_t)h * (headDim + 2), (size_t)heads * (headDim + 2), nsplit, headDim, threadIdx.x, blockDim.x);
+  da_merge_head<B>(out + (size_t)h * headDim, part + (size_t)h * (headDim + 2), (size_t)heads * (headDim + 2), nsplit, headDim, threadIdx.x, blockDim.x);
 }
 
 // The clustered form (decode_attn_cluster.cu).
@@ -108,7 +109,8 @@ static int launch_da_u(HgCtx *c, int unr, bool group4, int lpt, dim3 grid, const
 
 // Command: s[5] maxSplits, s[6] lanes a token row, s[7] token rows a lane loads per round (2 or
 // 4), s[8] 1: the tensor-core form (attnMma), s[9] 1: a round's rows folded in together
-// (attnGroup, with 4 rows); s[10] == 2: the clustered form.
+// (attnGroup, with 4 rows); s[10]: the merge's loads in flight (attnMergeLoads: 8, 16, 32), or 2:
+// the clustered form.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
   const int dt = m.s[0], heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], cap = m.s[4], maxSplits = m.s[5], lpt = m.s[6], unr = m.s[7];
@@ -127,8 +129,9 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (r) return r;
   // attnPdl: both kernels launched programmatically (they wait before they read), so the merge and
   // then the weight stream after it (o_proj) are scheduled as the split kernel's blocks drain.
-  return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_merge_kernel, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, (float *)m.p[0],
-                       (const float *)c->decodePart, heads, headDim, maxSplits, m.d[1], dyn);
+  auto merge = m.s[10] == 32 ? decode_attn_merge_kernel<32> : m.s[10] == 16 ? decode_attn_merge_kernel<16> : decode_attn_merge_kernel<8>;
+  return hg_launch_pdl(c, c->attnPdl != 0, merge, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, (float *)m.p[0], (const float *)c->decodePart, heads,
+                       headDim, maxSplits, m.d[1], dyn);
 }
 
 extern "C" {
@@ -152,7 +155,7 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
                                 int cap, int start, int firstPos, float scale) {
   const int lpt = da_lanes(dt, headDim);
   const int count = firstPos + 1;
-  const bool mma = c->attnMma && dm_serves(dt, headDim, q);
+  const bool mma = c->attnMma && !c->attnCluster && dm_serves(dt, headDim, q);  // attnCluster first (its checks compare it with this path)
   // Splits: enough blocks for ≈ 4 a SM at long spans (attnMma 2: 8 of its 128-thread blocks),
   // bounded by the partials' space; a recorded step sizes the grid for the capacity (blocks past
   // the span return at once).
@@ -165,7 +168,7 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   if (splits > byLength) splits = byLength;
   if (splits > bySpace) splits = bySpace;
   const bool aligned = (((uintptr_t)k | (uintptr_t)v) & 15) == 0;
-  if (c->attnCluster && lpt && aligned && !mma) {
+  if (c->attnCluster && lpt && aligned) {
     const int cs = dc_cluster_size(dt, lpt, kvHeads * zGroups);
     if (cs > 0) return decode_attn_cluster(c, cs, out, q, k, v, dt, heads, kvHeads, headDim, cap, start, count, scale, lpt);
   }
@@ -177,6 +180,7 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   m.s[7] = c->attnUnroll;
   m.s[8] = mma ? 1 : 0;
   m.s[9] = c->attnGroup;
+  m.s[10] = c->attnMergeLoads;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;
   int r = hg_put_dyn(c, m, 2);

@@ -247,16 +247,19 @@ static int *decode_option(HgCtx *c, int which) {
     case 26: return &c->gemvNormFold;
     case 30: return &c->gemvFillRing;
     case 31: return &c->attnMma;
+    case 32: return &c->ropeAppend;
+    case 33: return &c->attnMergeLoads;
     default: return NULL;
   }
 }
 
 static bool decode_option_ok(int which, int v) {
   switch (which) {
-    case 9: case 14: case 26: case 30: return v == 0 || v == 1;
+    case 9: case 14: case 26: case 30: case 32: return v == 0 || v == 1;
     case 13: case 31: return v == 0 || v == 1 || v == 2;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
+    case 33: return v == 8 || v == 16 || v == 32;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
   }
@@ -310,7 +313,12 @@ int hg_graph_init(HgCtx *c) {
   // 7 KB slots, three a warp, for 8B's down (28 KB rows): down 30.6 vs 32.4 µs in a graph, a layer's
   // GEMVs 109.8 vs 111.6, 8B decode 4.28 vs 4.33 / 4.75 vs 4.77 / 5.66 vs 5.65 ms (tenth pass, call 5); same bits.
   c->gemvFillRing = 1;
-  c->attnMma = 0;  // not measured yet (eleventh pass)
+  // The split-K attention on tensor cores: attention in a graph 8.2 vs 10.4 / 18.0 vs 22.5 / 47.3 vs
+  // 50.9 µs a layer at 2K / 8K / 32K, 8B decode 4.20 vs 4.26 / 4.58 vs 4.75 / 5.66 vs 5.62 ms
+  // (eleventh pass, call 1); twice the splits (2): 8.2 / 20.3 / 48.9 µs, 4.21 / 4.68 / 5.62 ms.
+  c->attnMma = 1;
+  c->ropeAppend = 0;       // not measured yet (eleventh pass)
+  c->attnMergeLoads = 8;   // not measured yet (eleventh pass)
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

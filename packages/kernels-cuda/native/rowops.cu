@@ -150,7 +150,8 @@ int hg_launch_rowop(HgCtx *c, const Cmd &m, const char *dynBase) {
     case CMD_LAYERNORM:
       HG_DISPATCH_DT(m.s[0], W, HG_DISPATCH_DT(m.s[1], B, (layernorm_kernel<W, B><<<m.s[2], row_threads(m.s[3]), 0, c->compute>>>(out, (const float *)m.p[1], m.p[2], m.p[3], m.s[3], m.f[0]))));
       break;
-    case CMD_ROPE:  // attnPdl 2: a recorded step's RoPE launched programmatically
+    case CMD_ROPE:  // attnPdl 2: a recorded step's RoPE launched programmatically; p[4]: the K/V append folded in
+      if (m.p[4]) return hg_launch_rope_append(c, m, dynBase);
       return hg_launch_pdl(c, c->attnPdl >= 2 && dynBase != NULL, rope_kernel, dim3(m.s[0], m.s[2]), dim3(m.s[4] >= 64 ? 64 : 32), 0, out, m.s[1], (const int *)m.p[1], m.d[0], m.s[3], (const float *)m.p[2],
                        (const float *)m.p[3], m.s[4]);
     case CMD_SILU: {

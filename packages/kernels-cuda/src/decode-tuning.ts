@@ -58,9 +58,19 @@ export interface DecodeTuning {
   /**
    * Split-K attention (batch 1, bf16/f16 cache, head dim 64 or 128) on tensor cores: q·k and p·v as
    * mma.m16n8k16 products, q and the probabilities split into 16-bit high and low parts (≈ 2⁻¹⁸
-   * relative); 2: with twice the splits. Off by default until measured.
+   * relative); 2: with twice the splits; 0 the FMA block. 1 by default since the eleventh pass
+   * (attention in a graph 8.2 vs 10.4 µs a layer at 2K, 18.0 vs 22.5 at 8K; 8B decode 4.20 vs 4.26 ms
+   * at 2K, 4.58 vs 4.75 at 8K, 5.66 vs 5.62 at 32K on the H200).
    */
   attnMma: 0 | 1 | 2;
+  /**
+   * A recorded step's K/V append (the row copies queued right after its RoPE) run inside the RoPE
+   * kernel: the block that rotates a K head writes it to the cache, one more block copies V. One
+   * kernel and one programmatic boundary less a layer; the same bits. Off by default until measured.
+   */
+  ropeAppend: boolean;
+  /** The split-K attention's merge: loads in flight an output dim over the splits (8 default, 16 or 32); the same bits. */
+  attnMergeLoads: 8 | 16 | 32;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25 and 27–29 are retired). */
@@ -74,6 +84,8 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvNormFold: { code: 26, values: [false, true] },
   gemvFillRing: { code: 30, values: [false, true] },
   attnMma: { code: 31, values: [0, 1, 2] },
+  ropeAppend: { code: 32, values: [false, true] },
+  attnMergeLoads: { code: 33, values: [8, 16, 32] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -107,7 +119,9 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
     gemvNormFold: value("gemvNormFold", 1) === 1,
     gemvFillRing: value("gemvFillRing", 1) === 1,
-    attnMma: value("attnMma", 0) as DecodeTuning["attnMma"],
+    attnMma: value("attnMma", 1) as DecodeTuning["attnMma"],
+    ropeAppend: value("ropeAppend", 0) === 1,
+    attnMergeLoads: value("attnMergeLoads", 8) as DecodeTuning["attnMergeLoads"],
   };
 }
 
