@@ -349,9 +349,11 @@ const allVariants: (Variant | undefined)[] = [
   { name: "split-K attention on tensor cores, twice the splits (attnMma 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 2 }, fed: true },
   // 87: the K/V append inside the RoPE kernel (ropeAppend)
   { name: "K/V append inside the RoPE kernel (ropeAppend), fed", graphs: true, matvec: true, splitK: true, tuning: { ropeAppend: true }, fed: true },
-  // 88: the attention's merge with 32 loads in flight (attnMergeLoads 32); 89: with ropeAppend too
-  { name: "attention merge 32 loads in flight (attnMergeLoads 32), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMergeLoads: 32 }, fed: true },
-  { name: "ropeAppend + attnMergeLoads 32, fed", graphs: true, matvec: true, splitK: true, tuning: { ropeAppend: true, attnMergeLoads: 32 }, fed: true },
+  // 88–89 (removed after the eleventh pass's call 2): the merge with 32 loads in flight (attnMergeLoads), with ropeAppend
+  ...Array<undefined>(2).fill(undefined),
+  // 90: the tensor-core attention's last block merging (attnMergeLast); 91: with ropeAppend
+  { name: "attention merged by its last block (attnMergeLast), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMergeLast: true }, fed: true },
+  { name: "attnMergeLast + ropeAppend, fed", graphs: true, matvec: true, splitK: true, tuning: { attnMergeLast: true, ropeAppend: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

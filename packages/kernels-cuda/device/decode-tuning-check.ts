@@ -17,7 +17,7 @@ import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
 const PLAIN: DecodeTuning = {
-  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvFillRing: false, attnMma: 0, ropeAppend: false, attnMergeLoads: 8,
+  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvFillRing: false, attnMma: 0, ropeAppend: false, attnMergeLast: false,
 };
 const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvNormFold: true, gemvFillRing: true, attnMma: 1 };
 const COMBOS: DecodeTuning[] = [
@@ -36,8 +36,9 @@ const COMBOS: DecodeTuning[] = [
   { ...DEFAULTS, gemvFillRing: false },
   { ...PLAIN, ropeAppend: true },
   { ...PLAIN, attnPdl: 2, ropeAppend: true },
-  { ...PLAIN, attnMergeLoads: 32 },
   { ...DEFAULTS, ropeAppend: true },
+  { ...DEFAULTS, attnMergeLast: true },
+  { ...DEFAULTS, attnMergeLast: true, ropeAppend: true },
   { ...DEFAULTS, attnMma: 0 },
   { ...DEFAULTS, attnMma: 2 },
 ];

@@ -204,10 +204,7 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
 // into shared memory, and each output dim's sum keeps 8 loads in flight: a loop that walked the
 // splits one dependent load at a time cost 12.6 µs at 2K (32 splits) and 24.7 µs at 32K (Nsight
 // Compute, cold caches), more than the split kernel before it.
-// B: loads in flight a dim (8, or 16/32 with attnMergeLoads); the sum's order is the same for
-// every B, so the same bits.
 static const int DA_MERGE_MAX = 1024;  // splits the weights' shared array holds; more are folded in place
-template <int B = 8>
 __device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t stride, int nsplit, int headDim, int t0, int nt) {
   __shared__ float wts[DA_MERGE_MAX];
   __shared__ float red[32];
@@ -226,12 +223,12 @@ __device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t
   for (int d = t0; d < headDim; d += nt) {
     float a = 0.f;
     int s = 0;
-    for (; s + B <= cached; s += B) {
-      float v[B];
+    for (; s + 8 <= cached; s += 8) {
+      float v[8];
 #pragma unroll
-      for (int u = 0; u < B; u++) v[u] = p[(s + u) * stride + d];
+      for (int u = 0; u < 8; u++) v[u] = p[(s + u) * stride + d];
 #pragma unroll
-      for (int u = 0; u < B; u++) a += v[u] * wts[s + u];
+      for (int u = 0; u < 8; u++) a += v[u] * wts[s + u];
     }
     for (; s < cached; s++) a += p[s * stride + d] * wts[s];
     for (; s < nsplit; s++) a += p[s * stride + d] * exp2f(p[s * stride + headDim] - mx);

@@ -157,3 +157,56 @@ __device__ __forceinline__ void dm_block(float *dst, const float *qh, const char
     if (d == 0) { out[HD] = mm; out[HD + 1] = ll; }
   }
 }
+
+// attnMergeLast: the split partials of heads h0 .. h0 + nh − 1 merged by the block that finished
+// last (its caller's ticket), as decode_attn_merge_kernel does for all heads: out[h, :] = Σ_s
+// e^(m_s − M) a_s / Σ_s e^(m_s − M) l_s. A warp a head finds M and the weights; then every thread
+// sums its outputs (up to 8 a thread) over the splits with 8 splits × its outputs of loads in
+// flight, in split order (the denominator's order differs from the merge kernel's: rounding).
+// Partials are read through L2 (other SMs wrote them). nsplit ≤ DM_MERGE_SPLITS.
+static const int DM_MERGE_SPLITS = 128;
+template <int HD>
+__device__ __forceinline__ void dm_merge_group(float *out, const float *p, size_t stride, int nsplit, int nh) {
+  constexpr int OPT = DM_HEADS * HD / (DM_WARPS * 32);
+  __shared__ float wts[DM_HEADS][DM_MERGE_SPLITS + 8];
+  __shared__ float inv[DM_HEADS];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int h = warp; h < nh; h += DM_WARPS) {
+    const float *ph = p + (size_t)h * (HD + 2);
+    float mx = -INFINITY;
+    for (int s = lane; s < nsplit; s += 32) mx = fmaxf(mx, __ldcg(ph + s * stride + HD));
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    float den = 0.f;
+    for (int s = lane; s < nsplit + 8; s += 32) {
+      const float w = s < nsplit ? exp2f(__ldcg(ph + s * stride + HD) - mx) : 0.f;  // past nsplit: 0 (the 8-wide batches below)
+      wts[h][s] = w;
+      if (s < nsplit) den += __ldcg(ph + s * stride + HD + 1) * w;
+    }
+    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
+    if (lane == 0) inv[h] = 1.f / den;
+  }
+  __syncthreads();
+  float acc[OPT];
+#pragma unroll
+  for (int o = 0; o < OPT; o++) acc[o] = 0.f;
+  for (int s0 = 0; s0 < nsplit; s0 += 8) {
+    float v[OPT][8];
+#pragma unroll
+    for (int o = 0; o < OPT; o++) {
+      const int idx = threadIdx.x + o * DM_WARPS * 32, h = idx / HD, d = idx % HD;
+#pragma unroll
+      for (int u = 0; u < 8; u++) v[o][u] = h < nh && s0 + u < nsplit ? __ldcg(p + (size_t)(s0 + u) * stride + (size_t)h * (HD + 2) + d) : 0.f;
+    }
+#pragma unroll
+    for (int o = 0; o < OPT; o++) {
+      const int h = min((int)(threadIdx.x + o * DM_WARPS * 32) / HD, DM_HEADS - 1);
+#pragma unroll
+      for (int u = 0; u < 8; u++) acc[o] += v[o][u] * wts[h][s0 + u];
+    }
+  }
+#pragma unroll
+  for (int o = 0; o < OPT; o++) {
+    const int idx = threadIdx.x + o * DM_WARPS * 32, h = idx / HD, d = idx % HD;
+    if (h < nh) out[(size_t)h * HD + d] = acc[o] * inv[h];
+  }
+}

@@ -248,18 +248,17 @@ static int *decode_option(HgCtx *c, int which) {
     case 30: return &c->gemvFillRing;
     case 31: return &c->attnMma;
     case 32: return &c->ropeAppend;
-    case 33: return &c->attnMergeLoads;
+    case 34: return &c->attnMergeLast;
     default: return NULL;
   }
 }
 
 static bool decode_option_ok(int which, int v) {
   switch (which) {
-    case 9: case 14: case 26: case 30: case 32: return v == 0 || v == 1;
+    case 9: case 14: case 26: case 30: case 32: case 34: return v == 0 || v == 1;
     case 13: case 31: return v == 0 || v == 1 || v == 2;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
-    case 33: return v == 8 || v == 16 || v == 32;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
     default: return false;
   }
@@ -275,6 +274,10 @@ HG_EXPORT int hg_cu_set_decode_option(HgCtx *c, int which, int value) {
   }
   *slot = value;
   if (*slot != old) hg_cu_step_reset(c);
+  if (which == 34 && value && !old) {  // attnMergeLast's tickets start at zero
+    const int r = hg_decode_attn_reset_tickets(c);
+    if (r) return -1;
+  }
   return old;
 }
 
@@ -317,8 +320,8 @@ int hg_graph_init(HgCtx *c) {
   // 50.9 µs a layer at 2K / 8K / 32K, 8B decode 4.20 vs 4.26 / 4.58 vs 4.75 / 5.66 vs 5.62 ms
   // (eleventh pass, call 1); twice the splits (2): 8.2 / 20.3 / 48.9 µs, 4.21 / 4.68 / 5.62 ms.
   c->attnMma = 1;
-  c->ropeAppend = 0;       // not measured yet (eleventh pass)
-  c->attnMergeLoads = 8;   // not measured yet (eleventh pass)
+  c->ropeAppend = 0;     // not measured yet (eleventh pass)
+  c->attnMergeLast = 0;  // not measured yet (eleventh pass)
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

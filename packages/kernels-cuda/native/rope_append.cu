@@ -4,25 +4,25 @@
 // Apart, that is two small kernels and a programmatic boundary between them before the attention
 // (≈ 2.4 µs a layer at 2K with the tensor-core attention, eleventh pass). Folded, the block that
 // rotates a head also writes it to each copy whose source is that head (rounded as the copy kernel
-// rounds: the same bits), and one more block does the copies that read no rotated row.
+// rounds: the same bits), and one more block a copy does those that read no rotated row.
 #include "common.cuh"
 #include "copy_rows.cuh"
 #include "rope.cuh"
 
-// grid (rows, heads + 1), 64 or 32 threads. The copies are in the blob (destinations change every
-// step); every copy either reads exactly one rotated head or none (rope_append_fits).
+// grid (rows, heads + copies), 64 or 32 threads. The copies are in the blob (destinations change
+// every step); every copy either reads exactly one rotated head or none (rope_append_fits). Block
+// (0, heads + i) does copy i if it reads no rotated row (V), each in its own block: done in turn by
+// one block, call 2's form, a layer's 8 V rows took 15.5 vs 10.5 µs with the attention.
 __global__ void rope_append_kernel(float *x, int width, const int *positions, int pos0, int headDim, const float *cosT, const float *sinT, int half,
                                    int heads, int rows, const CopyBatch *b) {
   hg_pdl_trigger();
   hg_pdl_wait();
   const int row = blockIdx.x, h = blockIdx.y;
   const char *lo = (const char *)x, *hi = (const char *)(x + (size_t)(rows - 1) * width + (size_t)heads * headDim);
-  if (h == heads) {  // the copies from outside the rotated rows (V)
-    if (row != 0) return;
-    for (int i = 0; i < b->n; i++) {
-      const CopyDesc d = b->d[i];
-      if (d.src < lo || d.src >= hi) batched_copy(d, threadIdx.x, blockDim.x);
-    }
+  if (h >= heads) {  // a copy from outside the rotated rows (V)
+    if (row != 0 || h - heads >= b->n) return;
+    const CopyDesc d = b->d[h - heads];
+    if (d.src < lo || d.src >= hi) batched_copy(d, threadIdx.x, blockDim.x);
     return;
   }
   float *base = x + (size_t)row * width + (size_t)h * headDim;
@@ -80,6 +80,6 @@ bool rope_append_fits(const Cmd &m, const CopyBatch &q) {
 }
 
 int hg_launch_rope_append(HgCtx *c, const Cmd &m, const char *dynBase) {
-  return hg_launch_pdl(c, c->attnPdl >= 2 && dynBase != NULL, rope_append_kernel, dim3(m.s[0], m.s[2] + 1), dim3(m.s[4] >= 64 ? 64 : 32), 0, (float *)m.p[0], m.s[1],
+  return hg_launch_pdl(c, c->attnPdl >= 2 && dynBase != NULL, rope_append_kernel, dim3(m.s[0], m.s[2] + m.s[5]), dim3(m.s[4] >= 64 ? 64 : 32), 0, (float *)m.p[0], m.s[1],
                        (const int *)m.p[1], m.d[0], m.s[3], (const float *)m.p[2], (const float *)m.p[3], m.s[4], m.s[2], m.s[0], (const CopyBatch *)m.p[4]);
 }

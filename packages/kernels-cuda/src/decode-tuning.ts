@@ -69,11 +69,14 @@ export interface DecodeTuning {
    * kernel and one programmatic boundary less a layer; the same bits. Off by default until measured.
    */
   ropeAppend: boolean;
-  /** The split-K attention's merge: loads in flight an output dim over the splits (8 default, 16 or 32); the same bits. */
-  attnMergeLoads: 8 | 16 | 32;
+  /**
+   * The tensor-core split-K attention without its merge kernel: the last block of each KV head to
+   * finish (an atomic ticket) merges the splits' partials. Off by default until measured.
+   */
+  attnMergeLast: boolean;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25 and 27–29 are retired). */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27–29 and 33 are retired). */
 export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
@@ -85,7 +88,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvFillRing: { code: 30, values: [false, true] },
   attnMma: { code: 31, values: [0, 1, 2] },
   ropeAppend: { code: 32, values: [false, true] },
-  attnMergeLoads: { code: 33, values: [8, 16, 32] },
+  attnMergeLast: { code: 34, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -121,7 +124,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvFillRing: value("gemvFillRing", 1) === 1,
     attnMma: value("attnMma", 1) as DecodeTuning["attnMma"],
     ropeAppend: value("ropeAppend", 0) === 1,
-    attnMergeLoads: value("attnMergeLoads", 8) as DecodeTuning["attnMergeLoads"],
+    attnMergeLast: value("attnMergeLast", 0) === 1,
   };
 }
 
