@@ -347,13 +347,14 @@ const allVariants: (Variant | undefined)[] = [
   // eleventh pass, 85: the split-K attention's FMA block (attnMma 0, the default until the eleventh pass); 86: tensor cores with twice the splits (attnMma 2)
   { name: "split-K attention, FMA block (attnMma 0), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 0 }, fed: true },
   { name: "split-K attention on tensor cores, twice the splits (attnMma 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 2 }, fed: true },
-  // 87: the K/V append inside the RoPE kernel (ropeAppend)
-  { name: "K/V append inside the RoPE kernel (ropeAppend), fed", graphs: true, matvec: true, splitK: true, tuning: { ropeAppend: true }, fed: true },
+  // 87: the K/V append apart from the RoPE kernel (ropeAppend off, the default until the eleventh pass)
+  { name: "K/V append apart from the RoPE kernel (ropeAppend off), fed", graphs: true, matvec: true, splitK: true, tuning: { ropeAppend: false }, fed: true },
   // 88–89 (removed after the eleventh pass's call 2): the merge with 32 loads in flight (attnMergeLoads), with ropeAppend
   ...Array<undefined>(2).fill(undefined),
-  // 90: the tensor-core attention's last block merging (attnMergeLast); 91: with ropeAppend
-  { name: "attention merged by its last block (attnMergeLast), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMergeLast: true }, fed: true },
-  { name: "attnMergeLast + ropeAppend, fed", graphs: true, matvec: true, splitK: true, tuning: { attnMergeLast: true, ropeAppend: true }, fed: true },
+  // 90–91 (removed after the eleventh pass's call 3): the tensor-core attention's last block merging (attnMergeLast), with ropeAppend
+  ...Array<undefined>(2).fill(undefined),
+  // 92: the tensor-core attention loading a tile ahead (attnMma 3)
+  { name: "tensor-core attention, a tile ahead (attnMma 3), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 3 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -102,9 +102,8 @@ struct HgCtx {
   int gemvFillRing;       // stream GEMV: 7 KB slots filling shared memory for long plain rows (gemv_stream.cu)
   int gemvNormFold;       // stream GEMV: the norm's scale applied to the dot products, x staged in one pass (gemv_stream.cu)
   int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
-  int attnMergeLast;      // the tensor-core split-K attention's last block merges (no merge kernel; decode_attn.cu)
   int ropeAppend;         // a recorded step's K/V append run inside the RoPE kernel before it (rope_append.cu)
-  int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 0 off
+  int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 3 (tiles loaded ahead), 0 off
 };
 
 // Loads one element of any dtype as float.
@@ -292,7 +291,6 @@ int hg_launch_rowop(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_gemv(HgCtx *c, const Cmd &cmd);
 int hg_launch_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_copybatch(HgCtx *c, const Cmd &cmd);
-int hg_decode_attn_reset_tickets(HgCtx *c);                                 // decode_attn.cu
 bool rope_append_fits(const Cmd &rope, const CopyBatch &q);                 // rope_append.cu
 int hg_launch_rope_append(HgCtx *c, const Cmd &rope, const char *dynBase);  // rope_append.cu
 int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd);

@@ -35,13 +35,11 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
 }
 
 // The tensor-core form (attnMma): grid (maxSplits, kvHeads, head groups of DM_HEADS), 128 threads;
-// the same chunks and partial rows as decode_attn_kernel, so the merge is shared. MERGE
-// (attnMergeLast): no merge kernel; the last block of each (KV head, head group) to finish, by an
-// atomic ticket (one int each, zero between launches: the merging block resets its own), merges
-// the group's partials into out (dm_merge_group).
-template <typename T, int HD, bool MERGE>
-__global__ void __launch_bounds__(128) decode_attn_mma_kernel(float *part, float *out, int *tickets, const float *q, const void *k, const void *v, int heads,
-                                                              int group, int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
+// the same chunks and partial rows as decode_attn_kernel, so the merge is shared. AHEAD: attnMma 3
+// (dm_block).
+template <typename T, int HD, bool AHEAD>
+__global__ void __launch_bounds__(128) decode_attn_mma_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group, int cap,
+                                                              int maxSplits, int start, int count, float sl, const int *dyn) {
   if (dyn) { start = dyn[0]; count = dyn[1]; }
   const int chunk = da_chunk(count, maxSplits);
   const int split = blockIdx.x;
@@ -51,37 +49,17 @@ __global__ void __launch_bounds__(128) decode_attn_mma_kernel(float *part, float
   const int nh = min(DM_HEADS, group - (int)blockIdx.z * DM_HEADS);
   const size_t cacheRow = ((size_t)g * cap + start) * HD * 2;
   const int j0 = split * chunk, j1 = min(count, j0 + chunk);
-  dm_block<T, HD, true>(part + ((size_t)split * heads + h0) * (HD + 2), q + (size_t)h0 * HD, (const char *)k + cacheRow, (const char *)v + cacheRow, nh,
+  dm_block<T, HD, true, AHEAD>(part + ((size_t)split * heads + h0) * (HD + 2), q + (size_t)h0 * HD, (const char *)k + cacheRow, (const char *)v + cacheRow, nh,
                         j0, j1, sl);
-  if (!MERGE) return;
-  __shared__ int isLast;
-  __threadfence();  // this block's partials are visible device-wide before its ticket
-  __syncthreads();
-  const int nsplit = (count + chunk - 1) / chunk;
-  int *ticket = tickets + blockIdx.y * gridDim.z + blockIdx.z;
-  if (threadIdx.x == 0) {
-    const int t = atomicAdd(ticket, 1);
-    isLast = t == nsplit - 1;
-    if (isLast) *ticket = 0;  // ready for the next launch (stream order publishes it)
-  }
-  __syncthreads();
-  if (!isLast) return;
-  __threadfence();
-  dm_merge_group<HD>(out + (size_t)h0 * HD, part + (size_t)h0 * (HD + 2), (size_t)heads * (HD + 2), nsplit, nh);
 }
 
-// attnMergeLast's tickets: in the context's misc area, past the argmax result and the token feed.
-static const size_t DM_TICKET_OFFSET = 4096, DM_MAX_TICKETS = 4096;
-static int *dm_tickets(HgCtx *c) { return (int *)((char *)c->argmaxOut + DM_TICKET_OFFSET); }
-int hg_decode_attn_reset_tickets(HgCtx *c) { return (int)cudaMemsetAsync(dm_tickets(c), 0, DM_MAX_TICKETS * sizeof(int), c->compute); }
-
 template <typename T>
-static int launch_dm(HgCtx *c, bool merge, int headDim, dim3 grid, float *out, const float *q, const void *k, const void *v, int heads, int group, int cap,
-                     int maxSplits, int start, int count, float sl, const int *dyn) {
-#define DM_LAUNCH(HD, M) \
-  return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_mma_kernel<T, HD, M>, grid, dim3(128), 0, c->decodePart, out, dm_tickets(c), q, k, v, heads, group, cap, maxSplits, start, count, sl, dyn)
-  if (headDim == 64) { if (merge) DM_LAUNCH(64, true); DM_LAUNCH(64, false); }
-  if (merge) DM_LAUNCH(128, true);
+static int launch_dm(HgCtx *c, bool ahead, int headDim, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int cap, int maxSplits,
+                     int start, int count, float sl, const int *dyn) {
+#define DM_LAUNCH(HD, A) \
+  return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_mma_kernel<T, HD, A>, grid, dim3(128), 0, c->decodePart, q, k, v, heads, group, cap, maxSplits, start, count, sl, dyn)
+  if (headDim == 64) { if (ahead) DM_LAUNCH(64, true); DM_LAUNCH(64, false); }
+  if (ahead) DM_LAUNCH(128, true);
   DM_LAUNCH(128, false);
 #undef DM_LAUNCH
 }
@@ -133,7 +111,7 @@ static int launch_da_u(HgCtx *c, int unr, bool group4, int lpt, dim3 grid, const
 }
 
 // Command: s[5] maxSplits, s[6] lanes a token row, s[7] token rows a lane loads per round (2 or
-// 4), s[8] 1: the tensor-core form (attnMma), 2: that with its last block merging (attnMergeLast), s[9] 1: a round's rows folded in together
+// 4), s[8] 1: the tensor-core form (attnMma), 3: its tiles loaded a tile ahead (attnMma 3), s[9] 1: a round's rows folded in together
 // (attnGroup, with 4 rows); s[10] == 2: the clustered form.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
@@ -142,12 +120,11 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   const int *dyn = dynBase ? (const int *)(dynBase + m.dynOff) : NULL;
   const float *q = (const float *)m.p[1];
   int r = 0;
-  if (m.s[8] >= 1) {
+  if (m.s[8]) {
     const dim3 grid((unsigned)maxSplits, kvHeads, (group + DM_HEADS - 1) / DM_HEADS);
-    const bool merge = m.s[8] == 2;
-    r = dt == DT_BF16 ? launch_dm<__nv_bfloat16>(c, merge, headDim, grid, (float *)m.p[0], q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)
-                      : launch_dm<__half>(c, merge, headDim, grid, (float *)m.p[0], q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn);
-    if (r || merge) return r;
+    const bool ahead = m.s[8] == 3;
+    r = dt == DT_BF16 ? launch_dm<__nv_bfloat16>(c, ahead, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)
+                      : launch_dm<__half>(c, ahead, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn);
   } else {
     const dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
     HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
@@ -203,9 +180,7 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   m.p[0] = out; m.p[1] = q; m.p[2] = k; m.p[3] = v;
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt;
   m.s[7] = c->attnUnroll;
-  // attnMergeLast: while the tickets and the weights' shared array hold the grid
-  const bool mergeLast = mma && c->attnMergeLast && (long)kvHeads * zGroups <= (long)DM_MAX_TICKETS && splits <= DM_MERGE_SPLITS;
-  m.s[8] = mergeLast ? 2 : mma ? 1 : 0;
+  m.s[8] = mma ? (c->attnMma == 3 ? 3 : 1) : 0;
   m.s[9] = c->attnGroup;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;

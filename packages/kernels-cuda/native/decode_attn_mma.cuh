@@ -34,15 +34,43 @@ template <typename T> __device__ __forceinline__ void dm_split(float a, float b,
   lo = Mma<T>::pack(a - h.x, b - h.y);
 }
 
+// A lane's K and V pieces of the 16-token tile at `base` (chunk end j1): K rows base + g and base +
+// 8 + g (its QD dims), V rows base + 2c, 2c + 1, 2c + 8, 2c + 9 (its VD dims). Piece i of a lane is
+// 64 bytes apart in K (4 lanes a row), 128 in V (8 lanes a row). Rows past the chunk read as zeros
+// (no NaN into p·v).
+template <int HD>
+__device__ __forceinline__ void dm_load_tile(uint4 (&kr)[2][HD / 32], uint4 (&vr)[4][HD / 64], const char *kl, const char *vl, int base, int j1) {
+  constexpr size_t ROW = (size_t)HD * 2;
+  const int lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#pragma unroll
+  for (int t = 0; t < 2; t++) {
+    const int j = base + 8 * t + g;
+    const uint4 *p = reinterpret_cast<const uint4 *>(kl + (size_t)j * ROW);
+#pragma unroll
+    for (int i = 0; i < HD / 32; i++) kr[t][i] = j < j1 ? __ldg(p + 4 * i) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    const int j = base + 2 * c + (r & 1) + 8 * (r >> 1);
+    const uint4 *p = reinterpret_cast<const uint4 *>(vl + (size_t)j * ROW);
+#pragma unroll
+    for (int i = 0; i < HD / 64; i++) vr[r][i] = j < j1 ? __ldg(p + 8 * i) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // One block's chunk [j0, j1) for heads h0 .. h0 + nh − 1 (nh ≤ DM_HEADS) of one KV head; the
 // arguments as da_block's. TRIGGER: let the next kernel in once this warp's loads are done.
-template <typename T, int HD, bool TRIGGER>
+// AHEAD (attnMma 3): a warp's first tile is loaded before q, and each next tile while the one
+// before is computed (64 registers more: 2 blocks an SM instead of 3).
+template <typename T, int HD, bool TRIGGER, bool AHEAD = false>
 __device__ __forceinline__ void dm_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int j0, int j1, float sl) {
   constexpr int KS = HD / 16;  // k-steps of q·k
   constexpr int QD = HD / 4;   // dims a lane reads of a K row (and holds of the output)
   constexpr int VD = HD / 8;   // dims a lane reads of a V row; also the number of n-tiles
-  constexpr size_t ROW = (size_t)HD * 2;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+  const char *kl = kbase + (size_t)c * 16, *vl = vbase + (size_t)g * 16;
+  uint4 kr[2][QD / 8], vr[4][VD / 8];
+  if (AHEAD && j0 + warp * 16 < j1) dm_load_tile<HD>(kr, vr, kl, vl, j0 + warp * 16, j1);
   unsigned qa[KS][4];
   {
     const bool on = g < nh;
@@ -58,26 +86,10 @@ __device__ __forceinline__ void dm_block(float *dst, const float *qh, const char
   float o[VD][4];
 #pragma unroll
   for (int j = 0; j < VD; j++) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-  const char *kl = kbase + (size_t)c * 16, *vl = vbase + (size_t)g * 16;
   for (int base = j0 + warp * 16; base < j1; base += DM_WARPS * 16) {
-    // K rows base + g and base + 8 + g (this lane's QD dims); V rows base + 2c, 2c + 1, 2c + 8,
-    // 2c + 9 (its VD dims). Rows past the chunk read as zeros (no NaN into p·v).
-    // Piece i of a lane: 64 bytes apart in K (4 lanes a row), 128 in V (8 lanes a row).
-    uint4 kr[2][QD / 8], vr[4][VD / 8];
-#pragma unroll
-    for (int t = 0; t < 2; t++) {
-      const int j = base + 8 * t + g;
-      const uint4 *p = reinterpret_cast<const uint4 *>(kl + (size_t)j * ROW);
-#pragma unroll
-      for (int i = 0; i < QD / 8; i++) kr[t][i] = j < j1 ? __ldg(p + 4 * i) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-      const int j = base + 2 * c + (r & 1) + 8 * (r >> 1);
-      const uint4 *p = reinterpret_cast<const uint4 *>(vl + (size_t)j * ROW);
-#pragma unroll
-      for (int i = 0; i < VD / 8; i++) vr[r][i] = j < j1 ? __ldg(p + 8 * i) : make_uint4(0, 0, 0, 0);
-    }
+    if (!AHEAD) dm_load_tile<HD>(kr, vr, kl, vl, base, j1);
+    uint4 kn[2][QD / 8], vn[4][VD / 8];
+    if (AHEAD && base + DM_WARPS * 16 < j1) dm_load_tile<HD>(kn, vn, kl, vl, base + DM_WARPS * 16, j1);
     // Scores: n-tile t is tokens base + 8t … base + 8t + 7; this lane gets tokens 2c, 2c + 1 of each.
     float sc[2][4];
 #pragma unroll
@@ -123,6 +135,16 @@ __device__ __forceinline__ void dm_block(float *dst, const float *qh, const char
       const unsigned sel = (j & 1) ? 0x7632u : 0x5410u;  // the high or low 16-bit halves, token 2c's low
       Mma<T>::run(o[j], pa, __byte_perm(v0[j / 2], v1[j / 2], sel), __byte_perm(v2[j / 2], v3[j / 2], sel));
     }
+    if (AHEAD) {
+#pragma unroll
+      for (int t = 0; t < 2; t++)
+#pragma unroll
+        for (int i = 0; i < QD / 8; i++) kr[t][i] = kn[t][i];
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+#pragma unroll
+        for (int i = 0; i < VD / 8; i++) vr[r][i] = vn[r][i];
+    }
   }
   if (TRIGGER) hg_pdl_trigger();  // this warp's loads are done
   l += __shfl_xor_sync(0xffffffffu, l, 1);
@@ -158,55 +180,3 @@ __device__ __forceinline__ void dm_block(float *dst, const float *qh, const char
   }
 }
 
-// attnMergeLast: the split partials of heads h0 .. h0 + nh − 1 merged by the block that finished
-// last (its caller's ticket), as decode_attn_merge_kernel does for all heads: out[h, :] = Σ_s
-// e^(m_s − M) a_s / Σ_s e^(m_s − M) l_s. A warp a head finds M and the weights; then every thread
-// sums its outputs (up to 8 a thread) over the splits with 8 splits × its outputs of loads in
-// flight, in split order (the denominator's order differs from the merge kernel's: rounding).
-// Partials are read through L2 (other SMs wrote them). nsplit ≤ DM_MERGE_SPLITS.
-static const int DM_MERGE_SPLITS = 128;
-template <int HD>
-__device__ __forceinline__ void dm_merge_group(float *out, const float *p, size_t stride, int nsplit, int nh) {
-  constexpr int OPT = DM_HEADS * HD / (DM_WARPS * 32);
-  __shared__ float wts[DM_HEADS][DM_MERGE_SPLITS + 8];
-  __shared__ float inv[DM_HEADS];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int h = warp; h < nh; h += DM_WARPS) {
-    const float *ph = p + (size_t)h * (HD + 2);
-    float mx = -INFINITY;
-    for (int s = lane; s < nsplit; s += 32) mx = fmaxf(mx, __ldcg(ph + s * stride + HD));
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    float den = 0.f;
-    for (int s = lane; s < nsplit + 8; s += 32) {
-      const float w = s < nsplit ? exp2f(__ldcg(ph + s * stride + HD) - mx) : 0.f;  // past nsplit: 0 (the 8-wide batches below)
-      wts[h][s] = w;
-      if (s < nsplit) den += __ldcg(ph + s * stride + HD + 1) * w;
-    }
-    for (int o = 16; o > 0; o >>= 1) den += __shfl_xor_sync(0xffffffffu, den, o);
-    if (lane == 0) inv[h] = 1.f / den;
-  }
-  __syncthreads();
-  float acc[OPT];
-#pragma unroll
-  for (int o = 0; o < OPT; o++) acc[o] = 0.f;
-  for (int s0 = 0; s0 < nsplit; s0 += 8) {
-    float v[OPT][8];
-#pragma unroll
-    for (int o = 0; o < OPT; o++) {
-      const int idx = threadIdx.x + o * DM_WARPS * 32, h = idx / HD, d = idx % HD;
-#pragma unroll
-      for (int u = 0; u < 8; u++) v[o][u] = h < nh && s0 + u < nsplit ? __ldcg(p + (size_t)(s0 + u) * stride + (size_t)h * (HD + 2) + d) : 0.f;
-    }
-#pragma unroll
-    for (int o = 0; o < OPT; o++) {
-      const int h = min((int)(threadIdx.x + o * DM_WARPS * 32) / HD, DM_HEADS - 1);
-#pragma unroll
-      for (int u = 0; u < 8; u++) acc[o] += v[o][u] * wts[h][s0 + u];
-    }
-  }
-#pragma unroll
-  for (int o = 0; o < OPT; o++) {
-    const int idx = threadIdx.x + o * DM_WARPS * 32, h = idx / HD, d = idx % HD;
-    if (h < nh) out[(size_t)h * HD + d] = acc[o] * inv[h];
-  }
-}

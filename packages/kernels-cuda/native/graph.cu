@@ -232,7 +232,11 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // ring prefetched into L2 while the first waits) are gone: no gain and slower (tenth pass, call 2),
 // and so is 29 (the stream GEMV's last rows handed out at run time: balanced, no faster; call 4).
 // 30: 7 KB slots, as many as shared memory holds, for plain rows longer than 16 KB that are a
-// multiple of 7 KB (8B's down) — tenth pass.
+// multiple of 7 KB (8B's down) — tenth pass. 31: the split-K attention on tensor cores (0 the FMA
+// block, 1, 2 twice the splits, 3 a tile loaded ahead); 32: a recorded step's K/V append inside its
+// RoPE kernel (0/1, on) — eleventh pass. 33 (the merge's loads in flight: no gain) and 34 (the
+// tensor-core split kernel's last block merging, no merge kernel: 21.3 vs 8.2 µs a layer at 2K)
+// are gone (eleventh pass, calls 2–3).
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -248,15 +252,15 @@ static int *decode_option(HgCtx *c, int which) {
     case 30: return &c->gemvFillRing;
     case 31: return &c->attnMma;
     case 32: return &c->ropeAppend;
-    case 34: return &c->attnMergeLast;
     default: return NULL;
   }
 }
 
 static bool decode_option_ok(int which, int v) {
   switch (which) {
-    case 9: case 14: case 26: case 30: case 32: case 34: return v == 0 || v == 1;
-    case 13: case 31: return v == 0 || v == 1 || v == 2;
+    case 9: case 14: case 26: case 30: case 32: return v == 0 || v == 1;
+    case 13: return v == 0 || v == 1 || v == 2;
+    case 31: return v >= 0 && v <= 3;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
@@ -274,10 +278,6 @@ HG_EXPORT int hg_cu_set_decode_option(HgCtx *c, int which, int value) {
   }
   *slot = value;
   if (*slot != old) hg_cu_step_reset(c);
-  if (which == 34 && value && !old) {  // attnMergeLast's tickets start at zero
-    const int r = hg_decode_attn_reset_tickets(c);
-    if (r) return -1;
-  }
   return old;
 }
 
@@ -320,8 +320,10 @@ int hg_graph_init(HgCtx *c) {
   // 50.9 µs a layer at 2K / 8K / 32K, 8B decode 4.20 vs 4.26 / 4.58 vs 4.75 / 5.66 vs 5.62 ms
   // (eleventh pass, call 1); twice the splits (2): 8.2 / 20.3 / 48.9 µs, 4.21 / 4.68 / 5.62 ms.
   c->attnMma = 1;
-  c->ropeAppend = 0;     // not measured yet (eleventh pass)
-  c->attnMergeLast = 0;  // not measured yet (eleventh pass)
+  // The K/V append inside the RoPE kernel: RoPE + append + attention in a graph 10.3 vs 10.5 / 20.2
+  // vs 20.6 / 49.7 vs 50.2 µs a layer at 2K / 8K / 32K, 8B decode 4.26 vs 4.29 / 4.65 vs 4.63 / 5.71 vs
+  // 5.73 ms (eleventh pass, call 3); same bits, one kernel a layer less.
+  c->ropeAppend = 1;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

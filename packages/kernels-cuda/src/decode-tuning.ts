@@ -58,25 +58,21 @@ export interface DecodeTuning {
   /**
    * Split-K attention (batch 1, bf16/f16 cache, head dim 64 or 128) on tensor cores: q·k and p·v as
    * mma.m16n8k16 products, q and the probabilities split into 16-bit high and low parts (≈ 2⁻¹⁸
-   * relative); 2: with twice the splits; 0 the FMA block. 1 by default since the eleventh pass
+   * relative); 2: with twice the splits; 3: each warp's next tile loaded while one is computed; 0 the FMA block. 1 by default since the eleventh pass
    * (attention in a graph 8.2 vs 10.4 µs a layer at 2K, 18.0 vs 22.5 at 8K; 8B decode 4.20 vs 4.26 ms
    * at 2K, 4.58 vs 4.75 at 8K, 5.66 vs 5.62 at 32K on the H200).
    */
-  attnMma: 0 | 1 | 2;
+  attnMma: 0 | 1 | 2 | 3;
   /**
    * A recorded step's K/V append (the row copies queued right after its RoPE) run inside the RoPE
-   * kernel: the block that rotates a K head writes it to the cache, one more block copies V. One
-   * kernel and one programmatic boundary less a layer; the same bits. Off by default until measured.
+   * kernel: the block that rotates a K head writes it to the cache, one more block a copy does V. One
+   * kernel and one programmatic boundary less a layer; the same bits. On by default since the
+   * eleventh pass (RoPE + append + attention in a graph 10.3 vs 10.5 µs a layer at 2K on the H200).
    */
   ropeAppend: boolean;
-  /**
-   * The tensor-core split-K attention without its merge kernel: the last block of each KV head to
-   * finish (an atomic ticket) merges the splits' partials. Off by default until measured.
-   */
-  attnMergeLast: boolean;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27–29 and 33 are retired). */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27–29, 33 and 34 are retired). */
 export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
@@ -86,9 +82,8 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
   gemvFillRing: { code: 30, values: [false, true] },
-  attnMma: { code: 31, values: [0, 1, 2] },
+  attnMma: { code: 31, values: [0, 1, 2, 3] },
   ropeAppend: { code: 32, values: [false, true] },
-  attnMergeLast: { code: 34, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -123,8 +118,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvNormFold: value("gemvNormFold", 1) === 1,
     gemvFillRing: value("gemvFillRing", 1) === 1,
     attnMma: value("attnMma", 1) as DecodeTuning["attnMma"],
-    ropeAppend: value("ropeAppend", 0) === 1,
-    attnMergeLast: value("attnMergeLast", 0) === 1,
+    ropeAppend: value("ropeAppend", 1) === 1,
   };
 }
 

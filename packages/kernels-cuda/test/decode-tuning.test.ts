@@ -12,9 +12,10 @@ function fake(): { lib: CudaNative; sets: [number, number][] } {
   // what a fresh context on an sm_90 GPU starts with: 4 rows a round, the weight stream's 128 KB
   // ring, no cluster, the attention, RoPE and K/V append launched programmatically (13), a round's
   // rows folded in together (14), the slot size chosen per GEMV (19), the norm's scale on the dot
-  // products (26), 7 KB slots for long plain rows (30), the attention on tensor cores (31), the K/V append apart from RoPE (32), the merge kernel (34); codes 0, 2–7,
-  // 10–12, 15–18, 20–25 and 27–29 (retired switches) are unknown (-1)
-  const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0, -1, -1, -1, 2, 1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, 1, 1, 0, -1, 0];
+  // products (26), 7 KB slots for long plain rows (30), the attention on tensor cores (31), the K/V
+  // append inside RoPE (32); codes 0, 2–7, 10–12, 15–18, 20–25 and 27–29 (retired switches) are
+  // unknown (-1)
+  const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0, -1, -1, -1, 2, 1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, 1, 1, 1];
   const sets: [number, number][] = [];
   const lib = standInNative({
     answer: (name, args) => {
@@ -39,7 +40,7 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 1, ropeAppend: false, attnMergeLast: false });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 1, ropeAppend: true });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
@@ -49,7 +50,7 @@ describe("CudaBackend decode tuning", () => {
     sets.length = 0;
     be.setDecodeTuning({ attnUnroll: 4, gemvStream: 128, attnCluster: false });
     expect(sets).toEqual([[1, 4], [8, 128], [9, 0]]);
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 1, ropeAppend: false, attnMergeLast: false });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 1, ropeAppend: true });
     be.setDecodeTuning({ gemvStream: 0, attnCluster: true });
     expect(sets.slice(3)).toEqual([[8, 0], [9, 1]]);
     // one switch at a time: [the change, the option code and value passed to C]
@@ -61,8 +62,8 @@ describe("CudaBackend decode tuning", () => {
       [{ gemvFillRing: false }, [30, 0]],
       [{ attnMma: 2 }, [31, 2]],
       [{ attnMma: 0 }, [31, 0]],
-      [{ ropeAppend: true }, [32, 1]],
-      [{ attnMergeLast: true }, [34, 1]],
+      [{ ropeAppend: false }, [32, 0]],
+      [{ attnMma: 3 }, [31, 3]],
     ];
     for (const [change, code] of steps) {
       const before = sets.length;
@@ -87,7 +88,7 @@ describe("CudaBackend decode tuning", () => {
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(HybridgenError);
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(/unknown switch "warpSpecialise"/);
     // the retired switches are unknown now, whatever the value
-    for (const gone of ["programmaticLaunch", "gemvSplit", "gemvUnroll", "qkvRope", "attnMergeInKernel", "attnMinChunk", "attnAsyncCopy", "l2Prefetch", "attnTile", "attnFold", "gemvChain", "gemvXPass", "gemvSiluSplit", "gemvSlot16", "gemvL2Ahead", "attnOverlap", "gemvDynamic", "gemvStage", "attnEarly", "attnMergeOnce", "attnL2Next", "gemvIdleL2", "gemvBalance", "attnMergeLoads"]) {
+    for (const gone of ["programmaticLaunch", "gemvSplit", "gemvUnroll", "qkvRope", "attnMergeInKernel", "attnMinChunk", "attnAsyncCopy", "l2Prefetch", "attnTile", "attnFold", "gemvChain", "gemvXPass", "gemvSiluSplit", "gemvSlot16", "gemvL2Ahead", "attnOverlap", "gemvDynamic", "gemvStage", "attnEarly", "attnMergeOnce", "attnL2Next", "gemvIdleL2", "gemvBalance", "attnMergeLoads", "attnMergeLast"]) {
       expect(() => be.setDecodeTuning({ [gone]: false } as never)).toThrow(new RegExp(`unknown switch "${gone}"`));
     }
     expect(() => be.setDecodeTuning({ attnUnroll: 3 } as never)).toThrow(/attnUnroll must be 2 or 4, got 3/);
@@ -97,7 +98,7 @@ describe("CudaBackend decode tuning", () => {
     expect(() => be.setDecodeTuning({ attnCluster: 1 } as never)).toThrow(/attnCluster must be a boolean, got 1/);
     expect(() => be.setDecodeTuning({ attnCluster: false, attnUnroll: 8 } as never)).toThrow(HybridgenError);
     expect(() => be.setDecodeTuning({ gemvSlotKb: 4 } as never)).toThrow(/gemvSlotKb must be 0, 8 or 16, got 4/);
-    expect(() => be.setDecodeTuning({ attnMma: true } as never)).toThrow(/attnMma must be 0, 1 or 2, got true/);
+    expect(() => be.setDecodeTuning({ attnMma: true } as never)).toThrow(/attnMma must be 0, 1, 2 or 3, got true/);
     expect(sets).toEqual([]);
     be.close();
     expect(() => be.setDecodeTuning({ attnUnroll: 4 })).toThrow(HybridgenError);
