@@ -48,7 +48,7 @@ if (process.argv.includes("--profile")) {
   cuda.write(q, Float32Array.from({ length: nh * hd }, (_, i) => Math.sin(i)));
   for (const len of [2048, 32768]) {
     const k = cuda.alloc([kvH, len + 1, hd], "bf16"), v = cuda.alloc([kvH, len + 1, hd], "bf16");
-    for (const t of [{ attnMma: 0 }, { attnMma: 0, attnGroup: false }, { attnMma: 0, attnGroup: false, attnCluster: true }, { attnMma: 1 }] as Partial<DecodeTuning>[]) {
+    for (const t of [{ attnMma: 0 }, { attnMma: 0, attnGroup: false }, { attnMma: 0, attnGroup: false, attnCluster: true }, { attnMma: 1 }, { attnMma: 3 }] as Partial<DecodeTuning>[]) {
       cuda.setDecodeTuning(t);
       for (let r = 0; r < 2; r++) cuda.attnCausal(o, q, 1, k, v, 0, len - 1, 0.088);
     }
@@ -82,7 +82,7 @@ const inGraph = (key: string, body: (l: number) => void): number => inGraphUs(cu
 const saved = cuda.decodeTuning;
 line("\n## in a step graph, 32 launches a step (8B layout: 32/8 heads, d128, bf16 K/V), µs a layer");
 // The attention forms compared: the default split-K kernels, the clustered kernel (attnCluster).
-const FORMS: [string, Partial<DecodeTuning>][] = [["split-K + merge (default: tensor cores, programmatic launches)", {}], ["FMA block (attnMma 0)", { attnMma: 0 }], ["split-K, plain launches (attnPdl 0)", { attnPdl: 0 }], ["attention kernels programmatic only (attnPdl 1)", { attnPdl: 1 }], ["FMA block, rows one at a time (attnGroup off)", { attnMma: 0, attnGroup: false }], ["clustered", { attnMma: 0, attnCluster: true }], ["tensor cores, twice the splits (attnMma 2)", { attnMma: 2 }], ["K/V append apart (ropeAppend off)", { ropeAppend: false }], ["tensor cores, a tile ahead (attnMma 3)", { attnMma: 3 }]];
+const FORMS: [string, Partial<DecodeTuning>][] = [["split-K + merge (default: tensor cores a tile ahead, programmatic launches)", {}], ["FMA block (attnMma 0)", { attnMma: 0 }], ["split-K, plain launches (attnPdl 0)", { attnPdl: 0 }], ["attention kernels programmatic only (attnPdl 1)", { attnPdl: 1 }], ["FMA block, rows one at a time (attnGroup off)", { attnMma: 0, attnGroup: false }], ["clustered", { attnMma: 0, attnCluster: true }], ["tensor cores, twice the splits (attnMma 2)", { attnMma: 2 }], ["K/V append apart (ropeAppend off)", { ropeAppend: false }], ["tensor cores, no tile ahead (attnMma 1)", { attnMma: 1 }]];
 line(`| what | tokens | ${FORMS.map(([n]) => n).join(" | ")} | K/V bytes at the best time |`);
 line(`| --- | --- | ${FORMS.map(() => "---").join(" | ")} | --- |`);
 {

@@ -58,9 +58,9 @@ export interface DecodeTuning {
   /**
    * Split-K attention (batch 1, bf16/f16 cache, head dim 64 or 128) on tensor cores: q·k and p·v as
    * mma.m16n8k16 products, q and the probabilities split into 16-bit high and low parts (≈ 2⁻¹⁸
-   * relative); 2: with twice the splits; 3: each warp's next tile loaded while one is computed; 0 the FMA block. 1 by default since the eleventh pass
-   * (attention in a graph 8.2 vs 10.4 µs a layer at 2K, 18.0 vs 22.5 at 8K; 8B decode 4.20 vs 4.26 ms
-   * at 2K, 4.58 vs 4.75 at 8K, 5.66 vs 5.62 at 32K on the H200).
+   * relative); 2: with twice the splits; 3 (the default since the eleventh pass): each warp's next
+   * tile loaded while one is computed; 0: the FMA block. On the H200, 8B decode with 3 against 1 and
+   * the FMA block: 4.25 / 4.27 / 4.29 ms at 2K, 4.65 / 4.65 / 4.83 at 8K, 5.52 / 5.74 / 5.71 at 32K.
    */
   attnMma: 0 | 1 | 2 | 3;
   /**
@@ -117,7 +117,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
     gemvNormFold: value("gemvNormFold", 1) === 1,
     gemvFillRing: value("gemvFillRing", 1) === 1,
-    attnMma: value("attnMma", 1) as DecodeTuning["attnMma"],
+    attnMma: value("attnMma", 3) as DecodeTuning["attnMma"],
     ropeAppend: value("ropeAppend", 1) === 1,
   };
 }
