@@ -355,6 +355,8 @@ const allVariants: (Variant | undefined)[] = [
   ...Array<undefined>(2).fill(undefined),
   // 92: the tensor-core attention without its tile loaded ahead (attnMma 1)
   { name: "tensor-core attention, no tile ahead (attnMma 1), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 1 }, fed: true },
+  // 93: a tile ahead with half the splits (attnMma 4: one wave of its 2-a-SM blocks)
+  { name: "tensor-core attention, a tile ahead, half the splits (attnMma 4), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 4 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -38,6 +38,7 @@ const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnPdl: 2, ropeAppend: true },
   { ...DEFAULTS, ropeAppend: false },
   { ...DEFAULTS, attnMma: 1 },
+  { ...DEFAULTS, attnMma: 4 },
   { ...DEFAULTS, attnMma: 0 },
   { ...DEFAULTS, attnMma: 2 },
 ];

@@ -111,7 +111,7 @@ static int launch_da_u(HgCtx *c, int unr, bool group4, int lpt, dim3 grid, const
 }
 
 // Command: s[5] maxSplits, s[6] lanes a token row, s[7] token rows a lane loads per round (2 or
-// 4), s[8] 1: the tensor-core form (attnMma), 3: its tiles loaded a tile ahead (attnMma 3), s[9] 1: a round's rows folded in together
+// 4), s[8] 1: the tensor-core form (attnMma), 3: its tiles loaded a tile ahead (attnMma 3 and 4), s[9] 1: a round's rows folded in together
 // (attnGroup, with 4 rows); s[10] == 2: the clustered form.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
@@ -158,12 +158,13 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   const int lpt = da_lanes(dt, headDim);
   const int count = firstPos + 1;
   const bool mma = c->attnMma && !c->attnCluster && dm_serves(dt, headDim, q);  // attnCluster first (its checks compare it with this path)
-  // Splits: enough blocks for ≈ 4 a SM at long spans (attnMma 2: 8 of its 128-thread blocks),
+  // Splits: enough blocks for ≈ 4 a SM at long spans (attnMma 2: 8 of its 128-thread blocks; 4:
+  // 2, the blocks of a tile-ahead kernel one wave holds),
   // bounded by the partials' space; a recorded step sizes the grid for the capacity (blocks past
   // the span return at once).
   const int zGroups = (heads / kvHeads + (mma ? DM_HEADS : DA_HEADS) - 1) / (mma ? DM_HEADS : DA_HEADS);
   const int bound = hg_recording(c) ? cap : count;
-  const long perSM = mma && c->attnMma == 2 ? 8 : 4;
+  const long perSM = !mma ? 4 : c->attnMma == 2 ? 8 : c->attnMma == 4 ? 2 : 4;
   long splits = (perSM * c->numSMs + (long)kvHeads * zGroups - 1) / ((long)kvHeads * zGroups);
   const long byLength = (bound + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK;
   const long bySpace = (long)(c->decodePartBytes / ((size_t)heads * (headDim + 2) * sizeof(float)));
@@ -180,7 +181,7 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   m.p[0] = out; m.p[1] = q; m.p[2] = k; m.p[3] = v;
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt;
   m.s[7] = c->attnUnroll;
-  m.s[8] = mma ? (c->attnMma == 3 ? 3 : 1) : 0;
+  m.s[8] = mma ? (c->attnMma >= 3 ? 3 : 1) : 0;
   m.s[9] = c->attnGroup;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;

@@ -260,7 +260,7 @@ static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: case 14: case 26: case 30: case 32: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
-    case 31: return v >= 0 && v <= 3;
+    case 31: return v >= 0 && v <= 4;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;

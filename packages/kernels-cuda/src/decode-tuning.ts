@@ -59,10 +59,10 @@ export interface DecodeTuning {
    * Split-K attention (batch 1, bf16/f16 cache, head dim 64 or 128) on tensor cores: q·k and p·v as
    * mma.m16n8k16 products, q and the probabilities split into 16-bit high and low parts (≈ 2⁻¹⁸
    * relative); 2: with twice the splits; 3 (the default since the eleventh pass): each warp's next
-   * tile loaded while one is computed; 0: the FMA block. On the H200, 8B decode with 3 against 1 and
+   * tile loaded while one is computed; 4: that with half the splits (one wave of its blocks); 0: the FMA block. On the H200, 8B decode with 3 against 1 and
    * the FMA block: 4.25 / 4.27 / 4.29 ms at 2K, 4.65 / 4.65 / 4.83 at 8K, 5.52 / 5.74 / 5.71 at 32K.
    */
-  attnMma: 0 | 1 | 2 | 3;
+  attnMma: 0 | 1 | 2 | 3 | 4;
   /**
    * A recorded step's K/V append (the row copies queued right after its RoPE) run inside the RoPE
    * kernel: the block that rotates a K head writes it to the cache, one more block a copy does V. One
@@ -82,7 +82,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
   gemvFillRing: { code: 30, values: [false, true] },
-  attnMma: { code: 31, values: [0, 1, 2, 3] },
+  attnMma: { code: 31, values: [0, 1, 2, 3, 4] },
   ropeAppend: { code: 32, values: [false, true] },
 };
 
