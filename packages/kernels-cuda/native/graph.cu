@@ -320,8 +320,10 @@ int hg_graph_init(HgCtx *c) {
   // 50.9 µs a layer at 2K / 8K / 32K, 8B decode 4.20 vs 4.26 / 4.58 vs 4.75 / 5.66 vs 5.62 ms
   // (eleventh pass, call 1); twice the splits (2): 8.2 / 20.3 / 48.9 µs, 4.21 / 4.68 / 5.62 ms. A
   // tile loaded ahead (3): 8.1 / 17.8 / 43.6 vs 8.4 / 18.1 / 47.5 µs, 4.25 / 4.65 / 5.52 vs 4.27 /
-  // 4.65 / 5.74 ms, the FMA block 4.29 / 4.83 / 5.71 (call 4).
-  c->attnMma = 3;
+  // 4.65 / 5.74 ms, the FMA block 4.29 / 4.83 / 5.71 (call 4). That with half the splits (4, one
+  // wave of its 2-a-SM blocks): 8.2 / 14.7 / 38.8 vs 8.2 / 17.8 / 43.7 µs, 4.28 / 4.52 / 5.35 vs 4.23 /
+  // 4.64 / 5.51 ms (call 6; at 2K both run the same 32 chunks of 64 tokens).
+  c->attnMma = 4;
   // The K/V append inside the RoPE kernel: RoPE + append + attention in a graph 10.3 vs 10.5 / 20.2
   // vs 20.6 / 49.7 vs 50.2 µs a layer at 2K / 8K / 32K, 8B decode 4.26 vs 4.29 / 4.65 vs 4.63 / 5.71 vs
   // 5.73 ms (eleventh pass, call 3); same bits, one kernel a layer less.

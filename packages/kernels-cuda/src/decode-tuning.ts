@@ -58,9 +58,11 @@ export interface DecodeTuning {
   /**
    * Split-K attention (batch 1, bf16/f16 cache, head dim 64 or 128) on tensor cores: q·k and p·v as
    * mma.m16n8k16 products, q and the probabilities split into 16-bit high and low parts (≈ 2⁻¹⁸
-   * relative); 2: with twice the splits; 3 (the default since the eleventh pass): each warp's next
-   * tile loaded while one is computed; 4: that with half the splits (one wave of its blocks); 0: the FMA block. On the H200, 8B decode with 3 against 1 and
-   * the FMA block: 4.25 / 4.27 / 4.29 ms at 2K, 4.65 / 4.65 / 4.83 at 8K, 5.52 / 5.74 / 5.71 at 32K.
+   * relative); 2: with twice the splits; 3: each warp's next tile loaded while one is computed; 4
+   * (the default since the eleventh pass): that with half the splits, one wave of its blocks; 0:
+   * the FMA block. On the H200, 8B decode with 4 / 3 / 1 / the FMA block: 4.28 / 4.23 / 4.25 / 4.28
+   * ms at 2K (the same chunks at 2K: noise), 4.52 / 4.64 / 4.65 / 4.80 at 8K, 5.35 / 5.51 / 5.71 /
+   * 5.67 at 32K.
    */
   attnMma: 0 | 1 | 2 | 3 | 4;
   /**
@@ -117,7 +119,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
     gemvNormFold: value("gemvNormFold", 1) === 1,
     gemvFillRing: value("gemvFillRing", 1) === 1,
-    attnMma: value("attnMma", 3) as DecodeTuning["attnMma"],
+    attnMma: value("attnMma", 4) as DecodeTuning["attnMma"],
     ropeAppend: value("ropeAppend", 1) === 1,
   };
 }
