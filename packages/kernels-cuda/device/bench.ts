@@ -357,6 +357,8 @@ const allVariants: (Variant | undefined)[] = [
   { name: "tensor-core attention, no tile ahead (attnMma 1), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 1 }, fed: true },
   // 93: a tile ahead with the FMA block's splits (attnMma 3, the default in the eleventh pass's calls 4–5)
   { name: "tensor-core attention, a tile ahead, 4 blocks' worth of splits an SM (attnMma 3), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 3 }, fed: true },
+  // 94: attnMma 3's grid with attnMma 4's chunks (attnMma 5; prepared after the eleventh pass's device time)
+  { name: "tensor-core attention, attnMma 3's grid with 4's chunks (attnMma 5), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 5 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

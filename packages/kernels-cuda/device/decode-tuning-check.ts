@@ -39,6 +39,7 @@ const COMBOS: DecodeTuning[] = [
   { ...DEFAULTS, ropeAppend: false },
   { ...DEFAULTS, attnMma: 1 },
   { ...DEFAULTS, attnMma: 3 },
+  { ...DEFAULTS, attnMma: 5 },
   { ...DEFAULTS, attnMma: 0 },
   { ...DEFAULTS, attnMma: 2 },
 ];

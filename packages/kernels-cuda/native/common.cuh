@@ -103,7 +103,7 @@ struct HgCtx {
   int gemvNormFold;       // stream GEMV: the norm's scale applied to the dot products, x staged in one pass (gemv_stream.cu)
   int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
   int ropeAppend;         // a recorded step's K/V append run inside the RoPE kernel before it (rope_append.cu)
-  int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 3 (tiles loaded ahead), 4 (that, half the splits), 0 off
+  int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 3 (tiles loaded ahead), 4 (that, half the splits), 5 (3's grid, 4's chunks), 0 off
 };
 
 // Loads one element of any dtype as float.

@@ -233,7 +233,8 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // and so is 29 (the stream GEMV's last rows handed out at run time: balanced, no faster; call 4).
 // 30: 7 KB slots, as many as shared memory holds, for plain rows longer than 16 KB that are a
 // multiple of 7 KB (8B's down) — tenth pass. 31: the split-K attention on tensor cores (0 the FMA
-// block, 1, 2 twice the splits, 3 a tile loaded ahead); 32: a recorded step's K/V append inside its
+// block, 1, 2 twice the splits, 3 a tile loaded ahead, 4 that in one wave of blocks, 5 3's grid with
+// 4's chunks: prepared, not measured); 32: a recorded step's K/V append inside its
 // RoPE kernel (0/1, on) — eleventh pass. 33 (the merge's loads in flight: no gain) and 34 (the
 // tensor-core split kernel's last block merging, no merge kernel: 21.3 vs 8.2 µs a layer at 2K)
 // are gone (eleventh pass, calls 2–3).
@@ -260,7 +261,7 @@ static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: case 14: case 26: case 30: case 32: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
-    case 31: return v >= 0 && v <= 4;
+    case 31: return v >= 0 && v <= 5;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;

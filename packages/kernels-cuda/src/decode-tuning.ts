@@ -60,11 +60,12 @@ export interface DecodeTuning {
    * mma.m16n8k16 products, q and the probabilities split into 16-bit high and low parts (≈ 2⁻¹⁸
    * relative); 2: with twice the splits; 3: each warp's next tile loaded while one is computed; 4
    * (the default since the eleventh pass): that with half the splits, one wave of its blocks; 0:
-   * the FMA block. On the H200, 8B decode with 4 / 3 / 1 / the FMA block: 4.28 / 4.23 / 4.25 / 4.28
+   * the FMA block; 5: 3's grid with 4's chunks (written after the eleventh pass's device time, not
+   * measured yet: DEVICE-NOTES.md). On the H200, 8B decode with 4 / 3 / 1 / the FMA block: 4.28 / 4.23 / 4.25 / 4.28
    * ms at 2K (the same chunks at 2K: noise), 4.52 / 4.64 / 4.65 / 4.80 at 8K, 5.35 / 5.51 / 5.71 /
    * 5.67 at 32K.
    */
-  attnMma: 0 | 1 | 2 | 3 | 4;
+  attnMma: 0 | 1 | 2 | 3 | 4 | 5;
   /**
    * A recorded step's K/V append (the row copies queued right after its RoPE) run inside the RoPE
    * kernel: the block that rotates a K head writes it to the cache, one more block a copy does V. One
@@ -84,7 +85,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
   gemvFillRing: { code: 30, values: [false, true] },
-  attnMma: { code: 31, values: [0, 1, 2, 3, 4] },
+  attnMma: { code: 31, values: [0, 1, 2, 3, 4, 5] },
   ropeAppend: { code: 32, values: [false, true] },
 };
 
