@@ -455,8 +455,8 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     const savedTuning = cuda.decodeTuning;
     try {
       // Split-K attention with 4 token rows a lane per round (attnUnroll 4), also folded into the
-      // softmax together (attnGroup), and on tensor cores (attnMma 1 and 2; f32 caches and head
-      // dims other than 64 and 128 fall back to the FMA block), eager and in a recorded step
+      // softmax together (attnGroup), and on tensor cores (attnMma 1–5; f32 caches and head dims
+      // other than 64 and 128 fall back to the FMA block), eager and in a recorded step
       // (replayed: the span from the step's blob), against the reference.
       for (const dt of DTYPES) {
         for (const [heads, kvHeads, hd, firstPos, start] of [[32, 8, 128, 2047, 0], [8, 2, 64, 300, 7], [6, 6, 40, 0, 2], [4, 1, 128, 5000, 0], [12, 2, 128, 777, 1], [12, 2, 64, 39999, 3], [32, 8, 128, 30, 0], [5, 5, 128, 64, 1]] as const) {

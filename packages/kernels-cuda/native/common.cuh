@@ -279,6 +279,10 @@ int hg_drain_at(HgCtx *c, const char *who);
 #define HG_FLUSH(c) do { int fr_ = hg_drain(c); if (!fr_) fr_ = hg_flush_copies(c); if (fr_) return fr_; } while (0)
 #define HG_FLUSH_REC(c) do { int fr_ = hg_flush_copies(c); if (fr_) return fr_; } while (0)
 static inline bool hg_recording(const HgCtx *c) { return c->stepMode == STEP_RECORDING; }
+// Whether byte ranges [a, a + an) and [b, b + bn) share a byte (queued copies and the folds that take them).
+static inline bool hg_overlaps(const void *a, size_t an, const void *b, size_t bn) {
+  return (const char *)a < (const char *)b + bn && (const char *)b < (const char *)a + an;
+}
 // Appends `bytes` of per-step data to the blob; returns its offset, or -1 when the blob is
 // full (the step is then drained and continues eagerly).
 long hg_blob_put(HgCtx *c, const void *data, size_t bytes);

@@ -59,18 +59,15 @@ int hg_flush_copies(HgCtx *c) {
   unsigned bx = (unsigned)((most / 16 + 255) / 256);
   dim3 grid(bx < 1 ? 1 : bx > 64 ? 64 : bx, c->pending.n);
   if (hg_recording(c)) {
+    const long off = hg_blob_put(c, &c->pending, sizeof(CopyBatch));
     // ropeAppend: the copies queued right after a recorded RoPE run inside it (rope_append.cu).
     Cmd *last = c->ncmds > 0 ? &c->cmds[c->ncmds - 1] : NULL;
-    if (c->ropeAppend && last && last->kind == CMD_ROPE && !last->p[4] && rope_append_fits(*last, c->pending)) {
-      const long off = hg_blob_put(c, &c->pending, sizeof(CopyBatch));
-      if (off >= 0) {
-        last->p[4] = c->blobDev + off;
-        last->s[5] = c->pending.n;
-        c->pending.n = 0;
-        return 0;
-      }
+    if (off >= 0 && c->ropeAppend && last && last->kind == CMD_ROPE && !last->p[4] && rope_append_fits(*last, c->pending)) {
+      last->p[4] = c->blobDev + off;
+      last->s[5] = c->pending.n;
+      c->pending.n = 0;
+      return 0;
     }
-    const long off = hg_blob_put(c, &c->pending, sizeof(CopyBatch));
     if (off >= 0) {
       Cmd cmd;
       memset(&cmd, 0, sizeof cmd);
@@ -90,18 +87,15 @@ int hg_flush_copies(HgCtx *c) {
   return hg_launched();
 }
 
-static bool overlaps(const char *a, size_t an, const char *b, size_t bn) { return a < b + bn && b < a + an; }
-
 // Queues a small copy unless it touches memory a queued copy writes or reads (then the queue
 // runs first, keeping program order). Returns 1 when queued.
 static int queue_copy(HgCtx *c, char *dst, int dd, const char *src, int sd, size_t count) {
   const size_t db = count * (dd == DT_F32 ? 4 : 2), sb = count * (sd == DT_F32 ? 4 : 2);
   if (!c->batchCopies || db > (64u << 10) || (sd != dd && sd != DT_F32)) return 0;
-  if (overlaps(src, sb, dst, db)) return 0;
+  if (hg_overlaps(src, sb, dst, db)) return 0;
   for (int i = 0; i < c->pending.n; i++) {
     const CopyDesc &p = c->pending.d[i];
-    const size_t psb = p.sd == p.dd ? p.bytes : p.bytes * 2;
-    if (overlaps(src, sb, p.dst, p.bytes) || overlaps(dst, db, p.dst, p.bytes) || overlaps(dst, db, p.src, psb)) return 0;
+    if (hg_overlaps(src, sb, p.dst, p.bytes) || hg_overlaps(dst, db, p.dst, p.bytes) || hg_overlaps(dst, db, p.src, copy_src_bytes(p))) return 0;
   }
   if (c->pending.n == HG_MAX_PENDING_COPIES) return 0;
   c->pending.d[c->pending.n++] = CopyDesc{src, dst, (unsigned long long)db, sd, dd};

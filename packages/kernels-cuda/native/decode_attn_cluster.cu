@@ -358,7 +358,6 @@ int launch_decode_attn_cluster(HgCtx *c, const Cmd &m, const char *dynBase) {
   }
 }
 
-static bool dc_overlaps(const void *a, size_t an, const void *b, size_t bn) { return (const char *)a < (const char *)b + bn && (const char *)b < (const char *)a + an; }
 
 // The queued copies are exactly this step's K/V append into these caches: 2·kvHeads f32 rows
 // (K then V for each KV head, as core's KvCache.writeRows queues them), KV head g's from
@@ -376,7 +375,7 @@ static bool dc_match_append(const HgCtx *c, int dt, int kvHeads, int headDim, in
     if (ck.src != k0 + (size_t)g * headDim * 4 || cv.src != v0 + (size_t)g * headDim * 4) return false;
   }
   const size_t rows = (size_t)kvHeads * headDim * 4, outBytes = (size_t)heads * headDim * 4;
-  if (dc_overlaps(k0, rows, out, outBytes) || dc_overlaps(v0, rows, out, outBytes) || dc_overlaps(k0, rows, v0, rows)) return false;
+  if (hg_overlaps(k0, rows, out, outBytes) || hg_overlaps(v0, rows, out, outBytes) || hg_overlaps(k0, rows, v0, rows)) return false;
   *kNew = (const float *)k0;
   *vNew = (const float *)v0;
   return true;

@@ -36,28 +36,13 @@ __global__ void rope_append_kernel(float *x, int width, const int *positions, in
   __syncthreads();
   const int p = positions ? positions[row] : pos0;
   const float *cr = cosT + (size_t)p * half, *sr = sinT + (size_t)p * half;
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float a = base[j], bb = base[j + half], c = cr[j], s = sr[j];
-    const float r0 = hg_rope_lo(a, bb, c, s), r1 = hg_rope_hi(a, bb, c, s);
-    base[j] = r0;
-    base[j + half] = r1;
-    for (int k = 0; k < nmine; k++) {
-      const CopyDesc &d = b->d[mine[k]];
-      if (d.dd == DT_BF16) { st<DT_BF16>(d.dst, j, r0); st<DT_BF16>(d.dst, j + half, r1); }
-      else if (d.dd == DT_F16) { st<DT_F16>(d.dst, j, r0); st<DT_F16>(d.dst, j + half, r1); }
-      else { st<DT_F32>(d.dst, j, r0); st<DT_F32>(d.dst, j + half, r1); }
-    }
-  }
-  for (int j = 2 * half + threadIdx.x; j < headDim; j += blockDim.x)  // past the rotated pairs (partial rotary)
-    for (int k = 0; k < nmine; k++) {
-      const CopyDesc &d = b->d[mine[k]];
-      if (d.dd == DT_BF16) st<DT_BF16>(d.dst, j, base[j]);
-      else if (d.dd == DT_F16) st<DT_F16>(d.dst, j, base[j]);
-      else st<DT_F32>(d.dst, j, base[j]);
-    }
+  const int n = nmine;
+  auto append = [&](int j, float v) {
+    for (int k = 0; k < n; k++) store_any(b->d[mine[k]].dst, b->d[mine[k]].dd, j, v);
+  };
+  hg_rope_head(base, cr, sr, half, threadIdx.x, blockDim.x, append);
+  for (int j = 2 * half + threadIdx.x; j < headDim; j += blockDim.x) append(j, base[j]);  // past the rotated pairs (partial rotary)
 }
-
-static bool overlaps(const char *a, size_t an, const char *b, size_t bn) { return a < b + bn && b < a + an; }
 
 // True when every queued copy either reads exactly one head row of the RoPE command `m` (f32, headDim
 // elements) or nothing it rotates, and none writes into its rows: then the copies can run inside it.
@@ -68,9 +53,9 @@ bool rope_append_fits(const Cmd &m, const CopyBatch &q) {
   const size_t span = ((size_t)(rows - 1) * width + (size_t)heads * headDim) * sizeof(float);
   for (int i = 0; i < q.n; i++) {
     const CopyDesc &d = q.d[i];
-    const size_t srcBytes = d.sd == d.dd ? d.bytes : d.bytes * 2;
-    if (overlaps(d.dst, d.bytes, lo, span)) return false;
-    if (!overlaps(d.src, srcBytes, lo, span)) continue;
+    const size_t srcBytes = copy_src_bytes(d);
+    if (hg_overlaps(d.dst, d.bytes, lo, span)) return false;
+    if (!hg_overlaps(d.src, srcBytes, lo, span)) continue;
     const size_t off = (size_t)(d.src - lo);
     if (d.sd != DT_F32 || off % sizeof(float) || srcBytes != (size_t)headDim * sizeof(float)) return false;
     const size_t f = off / sizeof(float), r = f / width, col = f % width;

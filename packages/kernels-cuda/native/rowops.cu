@@ -51,11 +51,7 @@ __global__ void rope_kernel(float *x, int width, const int *positions, int pos0,
   const int p = positions ? positions[row] : pos0;
   float *base = x + (size_t)row * width + (size_t)h * headDim;
   const float *cr = cosT + (size_t)p * half, *sr = sinT + (size_t)p * half;
-  for (int j = threadIdx.x; j < half; j += blockDim.x) {
-    const float a = base[j], b = base[j + half], c = cr[j], s = sr[j];
-    base[j] = hg_rope_lo(a, b, c, s);  // rope.cuh: the rounding the clustered decode attention repeats
-    base[j + half] = hg_rope_hi(a, b, c, s);
-  }
+  hg_rope_head(base, cr, sr, half, threadIdx.x, blockDim.x, [](int, float) {});  // rope.cuh: the rounding every rotating kernel shares
 }
 
 __global__ void silu_mul_kernel(float *out, const float *g, const float *u, size_t n) {

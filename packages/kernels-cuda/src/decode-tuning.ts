@@ -61,9 +61,9 @@ export interface DecodeTuning {
    * relative); 2: with twice the splits; 3: each warp's next tile loaded while one is computed; 4
    * (the default since the eleventh pass): that with half the splits, one wave of its blocks; 0:
    * the FMA block; 5: 3's grid with 4's chunks (written after the eleventh pass's device time, not
-   * measured yet: DEVICE-NOTES.md). On the H200, 8B decode with 4 / 3 / 1 / the FMA block: 4.28 / 4.23 / 4.25 / 4.28
-   * ms at 2K (the same chunks at 2K: noise), 4.52 / 4.64 / 4.65 / 4.80 at 8K, 5.35 / 5.51 / 5.71 /
-   * 5.67 at 32K.
+   * measured yet: DEVICE-NOTES.md). On the H200, 8B decode with 4 / 3 / 1 / the FMA block in one
+   * run: 4.22 / 4.17 / 4.21 / 4.23 ms at 2K, 4.44 / 4.57 / 4.56 / 4.74 at 8K, 5.28 / 5.44 / 5.68 /
+   * 5.62 at 32K (3 was 0.05 ms faster at 2K in two runs; not understood).
    */
   attnMma: 0 | 1 | 2 | 3 | 4 | 5;
   /**
