@@ -13,11 +13,12 @@ import { createCudaBackend, cudaAvailability, describeCudaAvailability, type Cud
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { relErr, runOpChecks, type CheckResult } from "./op-checks.js";
 import { streamGemvChecks } from "./stream-checks.js";
+import { gemvRopeChecks } from "./rope-gemv-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
 const PLAIN: DecodeTuning = {
-  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvFillRing: false, attnMma: 0, ropeAppend: false,
+  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvFillRing: false, attnMma: 0, ropeAppend: false, gemvRope: false,
 };
 const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvNormFold: true, gemvFillRing: true, attnMma: 4, ropeAppend: true };
 const COMBOS: DecodeTuning[] = [
@@ -39,9 +40,10 @@ const COMBOS: DecodeTuning[] = [
   { ...DEFAULTS, ropeAppend: false },
   { ...DEFAULTS, attnMma: 1 },
   { ...DEFAULTS, attnMma: 3 },
-  { ...DEFAULTS, attnMma: 5 },
   { ...DEFAULTS, attnMma: 0 },
   { ...DEFAULTS, attnMma: 2 },
+  { ...DEFAULTS, gemvRope: true },
+  { ...DEFAULTS, ropeAppend: false, gemvRope: true },
 ];
 const label = (t: DecodeTuning) => {
   const changed = Object.entries(t).filter(([key, v]) => PLAIN[key as keyof DecodeTuning] !== v).map(([key, v]) => `${key} ${String(v)}`);
@@ -87,6 +89,7 @@ function main(): void {
     report(`ops vs ReferenceBackend (${label(t)})`, ops, ` (${((performance.now() - t0) / 1e3).toFixed(1)} s)`);
   }
   report("stream GEMV chains, every slot size", streamGemvChecks(cuda, seed + 2));
+  report("qkv GEMV with RoPE and K/V append folded (gemvRope)", gemvRopeChecks(cuda, seed + 3));
   const prompt = Int32Array.from({ length: 100 }, (_, i) => (i * 7919 + seed) % 128256);
   const steps = 16;
   cuda.setDecodeTuning(PLAIN);

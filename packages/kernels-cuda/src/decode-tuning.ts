@@ -60,12 +60,11 @@ export interface DecodeTuning {
    * mma.m16n8k16 products, q and the probabilities split into 16-bit high and low parts (≈ 2⁻¹⁸
    * relative); 2: with twice the splits; 3: each warp's next tile loaded while one is computed; 4
    * (the default since the eleventh pass): that with half the splits, one wave of its blocks; 0:
-   * the FMA block; 5: 3's grid with 4's chunks (written after the eleventh pass's device time, not
-   * measured yet: DEVICE-NOTES.md). On the H200, 8B decode with 4 / 3 / 1 / the FMA block in one
-   * run: 4.22 / 4.17 / 4.21 / 4.23 ms at 2K, 4.44 / 4.57 / 4.56 / 4.74 at 8K, 5.28 / 5.44 / 5.68 /
-   * 5.62 at 32K (3 was 0.05 ms faster at 2K in two runs; not understood).
+   * the FMA block. On the H200, 8B decode with 4 / 3 / 1 / the FMA block in one run: 4.22 / 4.17 /
+   * 4.21 / 4.23 ms at 2K, 4.44 / 4.57 / 4.56 / 4.74 at 8K, 5.28 / 5.44 / 5.68 / 5.62 at 32K (3 was
+   * 0.05 ms faster at 2K in two runs, 0.03 in a third; 3's grid with 4's chunks measured as 4).
    */
-  attnMma: 0 | 1 | 2 | 3 | 4 | 5;
+  attnMma: 0 | 1 | 2 | 3 | 4;
   /**
    * A recorded step's K/V append (the row copies queued right after its RoPE) run inside the RoPE
    * kernel: the block that rotates a K head writes it to the cache, one more block a copy does V. One
@@ -73,6 +72,12 @@ export interface DecodeTuning {
    * eleventh pass (RoPE + append + attention in a graph 10.3 vs 10.5 µs a layer at 2K on the H200).
    */
   ropeAppend: boolean;
+  /**
+   * A recorded step's RoPE and K/V append run inside the stream GEMV before them (core's qkv): its
+   * warps take RoPE pairs (rows j, j + half of a head), rotate them in the epilogue and write the
+   * new K/V rows into the cache. One kernel and one programmatic boundary less a layer; the same bits.
+   */
+  gemvRope: boolean;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27–29, 33 and 34 are retired). */
@@ -85,8 +90,9 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
   gemvFillRing: { code: 30, values: [false, true] },
-  attnMma: { code: 31, values: [0, 1, 2, 3, 4, 5] },
+  attnMma: { code: 31, values: [0, 1, 2, 3, 4] },
   ropeAppend: { code: 32, values: [false, true] },
+  gemvRope: { code: 35, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -122,6 +128,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvFillRing: value("gemvFillRing", 1) === 1,
     attnMma: value("attnMma", 4) as DecodeTuning["attnMma"],
     ropeAppend: value("ropeAppend", 1) === 1,
+    gemvRope: value("gemvRope", 0) === 1,
   };
 }
 
