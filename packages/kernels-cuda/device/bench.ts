@@ -361,6 +361,11 @@ const allVariants: (Variant | undefined)[] = [
   undefined,
   // twelfth pass, 95: a recorded step's RoPE and K/V append inside the qkv stream GEMV (gemvRope)
   { name: "RoPE and K/V append inside the qkv stream GEMV (gemvRope), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvRope: true }, fed: true },
+  // 96: the tile-ahead attention one block an SM with the largest shared-memory carve-out, o_proj's stream resident beside it (attnMma 6)
+  { name: "tensor-core attention one block an SM, o_proj's stream beside it (attnMma 6), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 6 }, fed: true },
+  // 97: the kernel without the tile ahead (168 registers) two blocks an SM, the largest carve-out (attnMma 7); 98: without the carve-out (attnMma 8)
+  { name: "tensor-core attention without the tile ahead, 2 blocks an SM, largest carve-out (attnMma 7), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 7 }, fed: true },
+  { name: "tensor-core attention without the tile ahead, 2 blocks an SM (attnMma 8), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 8 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

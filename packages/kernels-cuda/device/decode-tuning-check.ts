@@ -6,7 +6,7 @@
  *     as CUDA graphs: logits and tokens with every combination must equal the default switches'
  *      bit for bit where the arithmetic is the same; attnUnroll 4, the clustered attention and the
  *     tensor-core attention (attnMma) change the attention's rounding, so they get a rounding bound.
- * Exits non-zero if anything failed. Usage: bun decode-tuning-check.js
+ * Exits non-zero if anything failed. Usage: bun decode-tuning-check.js [--quick] [--rope: gemvRope only]
  */
 import { loadModel, type Backend } from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type DecodeTuning } from "../src/index.js";
@@ -42,6 +42,9 @@ const COMBOS: DecodeTuning[] = [
   { ...DEFAULTS, attnMma: 3 },
   { ...DEFAULTS, attnMma: 0 },
   { ...DEFAULTS, attnMma: 2 },
+  { ...DEFAULTS, attnMma: 6 },
+  { ...DEFAULTS, attnMma: 7 },
+  { ...DEFAULTS, attnMma: 8 },
   { ...DEFAULTS, gemvRope: true },
   { ...DEFAULTS, ropeAppend: false, gemvRope: true },
 ];
@@ -82,13 +85,15 @@ function main(): void {
   if (!a.available) process.exit(1);
   const cuda: CudaBackend = createCudaBackend({ arenaBytes: 24 * 2 ** 30 });
   console.log(`default switches: ${label(cuda.decodeTuning)}`);
-  for (const t of [PLAIN, COMBOS[0]].slice(0, process.argv.includes("--quick") ? 1 : 2)) {
+  // --rope: only gemvRope's checks and combinations
+  const ropeOnly = process.argv.includes("--rope");
+  for (const t of ropeOnly ? [] : [PLAIN, COMBOS[0]].slice(0, process.argv.includes("--quick") ? 1 : 2)) {
     cuda.setDecodeTuning(t);
     const t0 = performance.now();
     const ops = runOpChecks(cuda, seed);
     report(`ops vs ReferenceBackend (${label(t)})`, ops, ` (${((performance.now() - t0) / 1e3).toFixed(1)} s)`);
   }
-  report("stream GEMV chains, every slot size", streamGemvChecks(cuda, seed + 2));
+  if (!ropeOnly) report("stream GEMV chains, every slot size", streamGemvChecks(cuda, seed + 2));
   report("qkv GEMV with RoPE and K/V append folded (gemvRope)", gemvRopeChecks(cuda, seed + 3));
   const prompt = Int32Array.from({ length: 100 }, (_, i) => (i * 7919 + seed) % 128256);
   const steps = 16;
@@ -97,7 +102,7 @@ function main(): void {
   const ref = decodeRun(cuda, prompt, steps);
   const g1 = cuda.graphStats();
   console.log(`llama-3.2-1b shape bf16, plain launches: ${g1.captures - g0.captures} captured / ${g1.replays - g0.replays} replayed / ${g1.drained - g0.drained} drained; tokens ${ref.tokens.slice(0, 8).join(",")}…`);
-  for (const t of COMBOS) {
+  for (const t of ropeOnly ? COMBOS.filter((c) => c.gemvRope || c === DEFAULTS) : COMBOS) {
     let r: { logits: Float32Array[]; tokens: number[] };
     const s0 = cuda.graphStats();
     try {

@@ -79,7 +79,7 @@ export function gemvRopeChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       });
       const runs: { outs: Float32Array[][]; ops: number; graphs: number }[] = [];
       for (const gemvRope of [false, true]) {
-        cuda.setDecodeTuning({ ...savedTuning, gemvStream: 128, gemvRope });
+        cuda.setDecodeTuning({ ...savedTuning, gemvStream: 128, ropeAppend: true, gemvRope });
         cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
         cuda.write(kc.c, zeros);
         cuda.write(vc.c, zeros);
@@ -98,14 +98,15 @@ export function gemvRopeChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         let worst = 0;
         outs.forEach((o, s) => o.forEach((a, i) => (worst = Math.max(worst, relErr(a, expected[s][i])))));
         const how = gemvRope ? "RoPE and K/V append in the GEMV (gemvRope)" : "apart";
-        record(`qkv GEMV + RoPE + K/V append, ${sh.name}, ${how}, recorded x${steps}: qkv row and caches vs the reference`, worst, 1e-5);
+        // the f32 norm + GEMV against the reference's f64 one: 1e-4, as stream-checks.ts (the H200: 2.3e-5 at the 8B shape)
+        record(`qkv GEMV + RoPE + K/V append, ${sh.name}, ${how}, recorded x${steps}: qkv row and caches vs the reference`, worst, 1e-4);
         record(`qkv GEMV + RoPE + K/V append, ${sh.name}, ${how}: 1 capture, the rest replayed, none drained`, graphs, 0);
       }
       const [apart, folded] = runs;
       let diff = 0;
       folded.outs.forEach((o, s) => o.forEach((a, i) => (diff = Math.max(diff, maxAbs(a, apart.outs[s][i])))));
       record(`qkv GEMV + RoPE + K/V append, ${sh.name}: gemvRope = apart, bit for bit (max |Δ|)`, diff, 0);
-      record(`qkv GEMV + RoPE + K/V append, ${sh.name}: gemvRope records ${folded.ops} commands a step, one less than apart (${apart.ops})`, folded.ops === apart.ops - 1 ? 0 : 1, 0);
+      record(`qkv GEMV + RoPE + K/V append, ${sh.name}: gemvRope records ${folded.ops} commands a step, one less than apart with ropeAppend (${apart.ops})`, folded.ops === apart.ops - 1 ? 0 : 1, 0);
       for (const [be, t] of owned.reverse()) be.free(t);
     }
   } catch (e) {

@@ -104,7 +104,7 @@ struct HgCtx {
   int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
   int ropeAppend;         // a recorded step's K/V append run inside the RoPE kernel before it (rope_append.cu)
   int gemvRope;           // a recorded step's RoPE and K/V append run inside the stream GEMV before them (gemv_stream.cu)
-  int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 3 (tiles loaded ahead), 4 (that, half the splits), 0 off
+  int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 3 (tiles loaded ahead), 4 (that, half the splits), 6 (that, one block an SM, o_proj's stream beside it), 0 off
 };
 
 // Loads one element of any dtype as float.

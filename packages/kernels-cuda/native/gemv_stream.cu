@@ -72,6 +72,50 @@ __device__ __forceinline__ int rope_row(const StreamArgs &a, int u0, int units, 
   return h < a.rheads && d < 2 * a.half ? h * a.hd + (d >> 1) + (d & 1) * a.half : l;
 }
 
+// GS_ROPE's epilogue state: this lane's queued copies (lane, lane + 32) and the rotation of this
+// warp's unit `lane`.
+struct RopeEpi {
+  const char *src[2];
+  char *dst[2];
+  int dd[2];
+  float cs, sn;
+  int pos;
+  __device__ __forceinline__ void load(const StreamArgs &a, int u0, int units, int warp, int lane) {
+    pos = *a.pos;
+    const int n = a.copies->n;
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      const bool mine = lane + 32 * i < n;
+      src[i] = mine ? a.copies->d[lane + 32 * i].src : nullptr;
+      dst[i] = mine ? a.copies->d[lane + 32 * i].dst : nullptr;
+      dd[i] = mine ? a.copies->d[lane + 32 * i].dd : 0;
+    }
+    rotation(a, rope_row(a, u0, units, warp, 2 * lane), cs, sn);
+  }
+  // cos/sin of the pair starting at row r (1, 0 outside the rotated rows or past the warp's units).
+  __device__ __forceinline__ void rotation(const StreamArgs &a, int r, float &c, float &s) const {
+    c = 1.f;
+    s = 0.f;
+    if (r < 0) return;
+    const int h = r / a.hd, j = r - h * a.hd;
+    if (h < a.rheads && j < a.half) { c = a.cosT[(size_t)pos * a.half + j]; s = a.sinT[(size_t)pos * a.half + j]; }
+  }
+  // The warp's unit u (rows r = j, r2 = j + half of a rotated head, or two rows as they are):
+  // rotated with the rope kernel's arithmetic, written to out and into each copy that reads the head.
+  __device__ __forceinline__ void store(const StreamArgs &a, int u, int r, int r2, float y0, float y1, int lane) const {
+    float c = __shfl_sync(0xffffffffu, cs, u & 31), s = __shfl_sync(0xffffffffu, sn, u & 31);
+    if (u >= 32) rotation(a, r, c, s);
+    const int h = r / a.hd, e0 = r - h * a.hd, e1 = r2 - h * a.hd;
+    float v0 = y0, v1 = y1;
+    if (h < a.rheads && e0 < a.half) { v0 = hg_rope_lo(y0, y1, c, s); v1 = hg_rope_hi(y0, y1, c, s); }
+    if (lane == 0) { a.out[r] = v0; a.out[r2] = v1; }
+    const char *head = reinterpret_cast<const char *>(a.out + (size_t)h * a.hd);
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+      if (src[i] == head) { store_any(dst[i], dd[i], e0, v0); store_any(dst[i], dd[i], e1, v1); }
+  }
+};
+
 // SLOT: bytes a slot holds. A chunk is CH elements of a row; with SiLU·up a slot holds the gate
 // chunk and the up chunk (m rows further on), so CH is half as long. x is staged with GS_XLOADS
 // loads in flight a thread and the norm weights before the wait (ninth pass: x ready 1–3 µs a
@@ -140,6 +184,12 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     for (int i = threadIdx.x; i < k; i += GS_NW * 32) nws[i] = load_any(a.nw, a.nt, i);
     if (fold) consumers_sync();  // fold reads other threads' elements while staging x
   }
+  // GS_ROPE: what the epilogue needs from the step's blob and the tables, loaded before the wait
+  // (the blob was uploaded before the step's graph started; the tables never change), so that no
+  // chain of dependent loads stalls a warp while its slots sit full: this lane's queued copies
+  // (lane, lane + 32) and the cos/sin of this warp's unit `lane` (a unit past 32 loads its own).
+  RopeEpi re;
+  if constexpr (ROPE) re.load(a, r0, rows, warp, lane);
   hg_pdl_wait();  // x (and out, for +=) come from the kernels before this one
   if (threadIdx.x == 0) HG_TR(a, 4);  // x may be read
   // x (normalised: x·rsqrt(mean x² + eps)·nw, or x·nw with fold) into shared memory, by the consumer warps.
@@ -218,29 +268,16 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     if (fold) { a0 *= rs; a1 *= rs; }
   };
   if constexpr (ROPE) {
-    // A unit's two rows in turn; the rotation's cos/sin are loaded while they stream. This lane's
-    // queued copies (lane, lane + 32) are compared with each unit's head; every lane holds the sums
-    // (warp_sum is a butterfly), so the lane whose copy reads the head stores both elements.
-    const int pos = *a.pos, nCopies = a.copies->n;
-    const CopyDesc *cp0 = lane < nCopies ? &a.copies->d[lane] : nullptr, *cp1 = lane + 32 < nCopies ? &a.copies->d[lane + 32] : nullptr;
-    const char *src0 = cp0 ? cp0->src : nullptr, *src1 = cp1 ? cp1->src : nullptr;
+    // A unit's two rows in turn; every lane holds the sums (warp_sum is a butterfly), so the lane
+    // whose queued copy reads the unit's head stores both elements into the cache.
     for (int ri = 0;; ri += 2) {
       const int r = rope_row(a, r0, rows, warp, ri), r2 = rope_row(a, r0, rows, warp, ri + 1);
       if (r < 0) break;
-      const int h = r / a.hd, e0 = r - h * a.hd, e1 = r2 - h * a.hd;
-      const bool rotated = h < a.rheads && e0 < a.half;  // then r = j, r2 = j + half
-      float cs = 1.f, sn = 0.f;
-      if (rotated) { cs = a.cosT[(size_t)pos * a.half + e0]; sn = a.sinT[(size_t)pos * a.half + e0]; }
       float y0, y1, unused;
       row_dot(ri == 0, y0, unused);
       row_dot(false, y1, unused);
       if (a.bias) { y0 += load_any(a.bias, a.bt, r); y1 += load_any(a.bias, a.bt, r2); }
-      float v0 = y0, v1 = y1;
-      if (rotated) { v0 = hg_rope_lo(y0, y1, cs, sn); v1 = hg_rope_hi(y0, y1, cs, sn); }  // the rope kernel's arithmetic
-      if (lane == 0) { a.out[r] = v0; a.out[r2] = v1; }
-      const char *head = reinterpret_cast<const char *>(a.out + (size_t)h * a.hd);
-      if (src0 == head) { store_any(cp0->dst, cp0->dd, e0, v0); store_any(cp0->dst, cp0->dd, e1, v1); }
-      if (src1 == head) { store_any(cp1->dst, cp1->dd, e0, v0); store_any(cp1->dst, cp1->dd, e1, v1); }
+      re.store(a, ri >> 1, r, r2, y0, y1, lane);
     }
   } else {
     for (int i = warp; i < rows; i += GS_NW) {

@@ -234,7 +234,9 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // 30: 7 KB slots, as many as shared memory holds, for plain rows longer than 16 KB that are a
 // multiple of 7 KB (8B's down) — tenth pass. 31: the split-K attention on tensor cores (0 the FMA
 // block, 1, 2 twice the splits, 3 a tile loaded ahead, 4 that in one wave of blocks; 5, 3's grid
-// with 4's chunks, measured as 4 and removed in the twelfth pass); 32: a recorded step's K/V append inside its
+// with 4's chunks, measured as 4 and removed in the twelfth pass; 6 the tile-ahead kernel one block an
+// SM with the largest shared-memory carve-out, o_proj's stream beside it; 7 the kernel without the tile
+// ahead, two blocks an SM, that carve-out; 8 that without the carve-out — twelfth pass); 32: a recorded step's K/V append inside its
 // RoPE kernel (0/1, on) — eleventh pass. 33 (the merge's loads in flight: no gain) and 34 (the
 // tensor-core split kernel's last block merging, no merge kernel: 21.3 vs 8.2 µs a layer at 2K)
 // are gone (eleventh pass, calls 2–3). 35: a recorded step's RoPE and K/V append inside the
@@ -263,7 +265,7 @@ static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: case 14: case 26: case 30: case 32: case 35: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
-    case 31: return v >= 0 && v <= 4;
+    case 31: return v >= 0 && v <= 8 && v != 5;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;

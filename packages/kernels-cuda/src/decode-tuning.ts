@@ -63,8 +63,12 @@ export interface DecodeTuning {
    * the FMA block. On the H200, 8B decode with 4 / 3 / 1 / the FMA block in one run: 4.22 / 4.17 /
    * 4.21 / 4.23 ms at 2K, 4.44 / 4.57 / 4.56 / 4.74 at 8K, 5.28 / 5.44 / 5.68 / 5.62 at 32K (3 was
    * 0.05 ms faster at 2K in two runs, 0.03 in a third; 3's grid with 4's chunks measured as 4).
+   * 6: 4's kernel with one block an SM and the largest shared-memory carve-out, so that o_proj's
+   * weight stream can be resident beside it and fill its ring during the attention; 7: the kernel
+   * without the tile ahead (168 registers, not 254) two blocks an SM with that carve-out, which
+   * leaves the same room; 8: 7 without the carve-out (twelfth pass).
    */
-  attnMma: 0 | 1 | 2 | 3 | 4;
+  attnMma: 0 | 1 | 2 | 3 | 4 | 6 | 7 | 8;
   /**
    * A recorded step's K/V append (the row copies queued right after its RoPE) run inside the RoPE
    * kernel: the block that rotates a K head writes it to the cache, one more block a copy does V. One
@@ -90,7 +94,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
   gemvFillRing: { code: 30, values: [false, true] },
-  attnMma: { code: 31, values: [0, 1, 2, 3, 4] },
+  attnMma: { code: 31, values: [0, 1, 2, 3, 4, 6, 7, 8] },
   ropeAppend: { code: 32, values: [false, true] },
   gemvRope: { code: 35, values: [false, true] },
 };

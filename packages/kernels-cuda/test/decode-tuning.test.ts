@@ -99,7 +99,7 @@ describe("CudaBackend decode tuning", () => {
     expect(() => be.setDecodeTuning({ attnCluster: 1 } as never)).toThrow(/attnCluster must be a boolean, got 1/);
     expect(() => be.setDecodeTuning({ attnCluster: false, attnUnroll: 8 } as never)).toThrow(HybridgenError);
     expect(() => be.setDecodeTuning({ gemvSlotKb: 4 } as never)).toThrow(/gemvSlotKb must be 0, 8 or 16, got 4/);
-    expect(() => be.setDecodeTuning({ attnMma: true } as never)).toThrow(/attnMma must be 0, 1, 2, 3 or 4, got true/);
+    expect(() => be.setDecodeTuning({ attnMma: true } as never)).toThrow(/attnMma must be 0, 1, 2, 3, 4, 6, 7 or 8, got true/);
     expect(sets).toEqual([]);
     be.close();
     expect(() => be.setDecodeTuning({ attnUnroll: 4 })).toThrow(HybridgenError);
