@@ -357,15 +357,11 @@ const allVariants: (Variant | undefined)[] = [
   { name: "tensor-core attention, no tile ahead (attnMma 1), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 1 }, fed: true },
   // 93: a tile ahead with the FMA block's splits (attnMma 3, the default in the eleventh pass's calls 4–5)
   { name: "tensor-core attention, a tile ahead, 4 blocks' worth of splits an SM (attnMma 3), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 3 }, fed: true },
-  // 94 (removed after the twelfth pass's call 1): attnMma 3's grid with attnMma 4's chunks (attnMma 5): 4.24 / 4.52 / 5.36 ms vs the default's 4.26 / 4.52 / 5.36
-  undefined,
-  // twelfth pass, 95: a recorded step's RoPE and K/V append inside the qkv stream GEMV (gemvRope)
-  { name: "RoPE and K/V append inside the qkv stream GEMV (gemvRope), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvRope: true }, fed: true },
-  // 96: the tile-ahead attention one block an SM with the largest shared-memory carve-out, o_proj's stream resident beside it (attnMma 6)
-  { name: "tensor-core attention one block an SM, o_proj's stream beside it (attnMma 6), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 6 }, fed: true },
-  // 97: the kernel without the tile ahead (168 registers) two blocks an SM, the largest carve-out (attnMma 7); 98: without the carve-out (attnMma 8)
-  { name: "tensor-core attention without the tile ahead, 2 blocks an SM, largest carve-out (attnMma 7), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 7 }, fed: true },
-  { name: "tensor-core attention without the tile ahead, 2 blocks an SM (attnMma 8), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 8 }, fed: true },
+  // twelfth pass, removed after its calls 1–5 (DEVICE-NOTES.md): 94 attnMma 3's grid with 4's chunks (attnMma 5); 95 RoPE and
+  // the K/V append inside the qkv stream GEMV (gemvRope); 96–98 the attention leaving room for o_proj's stream (attnMma 6–8)
+  ...Array<undefined>(5).fill(undefined),
+  // 99: the argmax kernel one float at a time (argmaxVec off, the default until the twelfth pass)
+  { name: "greedy pick one float at a time (argmaxVec off), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxVec: false }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

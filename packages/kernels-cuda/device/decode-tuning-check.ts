@@ -6,21 +6,20 @@
  *     as CUDA graphs: logits and tokens with every combination must equal the default switches'
  *      bit for bit where the arithmetic is the same; attnUnroll 4, the clustered attention and the
  *     tensor-core attention (attnMma) change the attention's rounding, so they get a rounding bound.
- * Exits non-zero if anything failed. Usage: bun decode-tuning-check.js [--quick] [--rope: gemvRope only]
+ * Exits non-zero if anything failed. Usage: bun decode-tuning-check.js
  */
 import { loadModel, type Backend } from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type DecodeTuning } from "../src/index.js";
 import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
 import { relErr, runOpChecks, type CheckResult } from "./op-checks.js";
 import { streamGemvChecks } from "./stream-checks.js";
-import { gemvRopeChecks } from "./rope-gemv-checks.js";
 import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
 const PLAIN: DecodeTuning = {
-  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvFillRing: false, attnMma: 0, ropeAppend: false, gemvRope: false,
+  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvFillRing: false, attnMma: 0, ropeAppend: false, argmaxVec: false,
 };
-const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvNormFold: true, gemvFillRing: true, attnMma: 4, ropeAppend: true };
+const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvNormFold: true, gemvFillRing: true, attnMma: 4, ropeAppend: true, argmaxVec: true };
 const COMBOS: DecodeTuning[] = [
   { ...PLAIN, attnUnroll: 4, attnGroup: true },
   { ...PLAIN, attnUnroll: 4, attnGroup: true, attnPdl: 2, gemvStream: 128 },
@@ -42,11 +41,8 @@ const COMBOS: DecodeTuning[] = [
   { ...DEFAULTS, attnMma: 3 },
   { ...DEFAULTS, attnMma: 0 },
   { ...DEFAULTS, attnMma: 2 },
-  { ...DEFAULTS, attnMma: 6 },
-  { ...DEFAULTS, attnMma: 7 },
-  { ...DEFAULTS, attnMma: 8 },
-  { ...DEFAULTS, gemvRope: true },
-  { ...DEFAULTS, ropeAppend: false, gemvRope: true },
+  { ...DEFAULTS, argmaxVec: false },
+  { ...PLAIN, argmaxVec: true },
 ];
 const label = (t: DecodeTuning) => {
   const changed = Object.entries(t).filter(([key, v]) => PLAIN[key as keyof DecodeTuning] !== v).map(([key, v]) => `${key} ${String(v)}`);
@@ -85,16 +81,13 @@ function main(): void {
   if (!a.available) process.exit(1);
   const cuda: CudaBackend = createCudaBackend({ arenaBytes: 24 * 2 ** 30 });
   console.log(`default switches: ${label(cuda.decodeTuning)}`);
-  // --rope: only gemvRope's checks and combinations
-  const ropeOnly = process.argv.includes("--rope");
-  for (const t of ropeOnly ? [] : [PLAIN, COMBOS[0]].slice(0, process.argv.includes("--quick") ? 1 : 2)) {
+  for (const t of [PLAIN, COMBOS[0]].slice(0, process.argv.includes("--quick") ? 1 : 2)) {
     cuda.setDecodeTuning(t);
     const t0 = performance.now();
     const ops = runOpChecks(cuda, seed);
     report(`ops vs ReferenceBackend (${label(t)})`, ops, ` (${((performance.now() - t0) / 1e3).toFixed(1)} s)`);
   }
-  if (!ropeOnly) report("stream GEMV chains, every slot size", streamGemvChecks(cuda, seed + 2));
-  report("qkv GEMV with RoPE and K/V append folded (gemvRope)", gemvRopeChecks(cuda, seed + 3));
+  report("stream GEMV chains, every slot size", streamGemvChecks(cuda, seed + 2));
   const prompt = Int32Array.from({ length: 100 }, (_, i) => (i * 7919 + seed) % 128256);
   const steps = 16;
   cuda.setDecodeTuning(PLAIN);
@@ -102,7 +95,7 @@ function main(): void {
   const ref = decodeRun(cuda, prompt, steps);
   const g1 = cuda.graphStats();
   console.log(`llama-3.2-1b shape bf16, plain launches: ${g1.captures - g0.captures} captured / ${g1.replays - g0.replays} replayed / ${g1.drained - g0.drained} drained; tokens ${ref.tokens.slice(0, 8).join(",")}…`);
-  for (const t of ropeOnly ? COMBOS.filter((c) => c.gemvRope || c === DEFAULTS) : COMBOS) {
+  for (const t of COMBOS) {
     let r: { logits: Float32Array[]; tokens: number[] };
     const s0 = cuda.graphStats();
     try {

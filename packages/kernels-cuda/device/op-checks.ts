@@ -202,15 +202,23 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       ref.softmax(x.r, rows, cols);
       compare(`softmax ${rows}x${cols} of ${width}`, x.c, x.r, 1e-5);
     }
-    for (const width of [5, 1000, 128256]) {
-      const v = values(2 * width);
-      const tie = Math.floor(rnd() * width);
-      v[width + tie] = 50;
-      v[width + Math.min(width - 1, tie + 1 + Math.floor(rnd() * 3))] = 50; // a later equal value must lose
-      const x = pair([2, width], "f32", v);
-      const a0 = cuda.argmax(x.c, 0), a1 = cuda.argmax(x.c, 1);
-      record(`argmax width ${width}`, a0 === ref.argmax(x.r, 0) && a1 === ref.argmax(x.r, 1) ? 0 : 1, 0);
+    // Each width with the float4 rows (argmaxVec, on by default) and one float at a time; rows 1 and
+    // 2 start unaligned where width % 4 ≠ 0 (the scalar loop), and row 2's maximum is its last element.
+    const argmaxBefore = cuda.decodeTuning.argmaxVec;
+    for (const argmaxVec of [true, false]) {
+      cuda.setDecodeTuning({ argmaxVec });
+      for (const width of [5, 1000, 1003, 128256, 128259]) {
+        const v = values(3 * width);
+        const tie = Math.floor(rnd() * width);
+        v[width + tie] = 50;
+        v[width + Math.min(width - 1, tie + 1 + Math.floor(rnd() * 3))] = 50; // a later equal value must lose
+        v[3 * width - 1] = 60;
+        const x = pair([3, width], "f32", v);
+        const same = [0, 1, 2].every((r) => cuda.argmax(x.c, r) === ref.argmax(x.r, r));
+        record(`argmax width ${width}${argmaxVec ? "" : " (argmaxVec off)"}`, same ? 0 : 1, 0);
+      }
     }
+    cuda.setDecodeTuning({ argmaxVec: argmaxBefore });
     // matmul: every weight dtype, decode and prefill row counts, every path, with and without bias.
     const paths: MatmulPath[] = ["gemv", "tiled"];
     if (!cuda.cublas.startsWith("off") && !cuda.cublas.startsWith("not found")) paths.push("cublas");
@@ -455,7 +463,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     const savedTuning = cuda.decodeTuning;
     try {
       // Split-K attention with 4 token rows a lane per round (attnUnroll 4), also folded into the
-      // softmax together (attnGroup), and on tensor cores (attnMma 1–4 and 6–8; f32 caches and head dims
+      // softmax together (attnGroup), and on tensor cores (attnMma 1–4; f32 caches and head dims
       // other than 64 and 128 fall back to the FMA block), eager and in a recorded step
       // (replayed: the span from the step's blob), against the reference.
       for (const dt of DTYPES) {
@@ -470,7 +478,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           ref.attnLogits(sc, 0, q.r, 0, k.r, start, total, scale);
           ref.softmax(sc, heads, total);
           ref.attnAggregate(out.r, 0, sc, 0, v.r, start, total, false);
-          for (const t of [{ attnMma: 0, attnUnroll: 4, attnGroup: false }, { attnMma: 0, attnUnroll: 4, attnGroup: true }, { attnMma: 1 }, { attnMma: 2 }, { attnMma: 3 }, { attnMma: 4 }, { attnMma: 6 }, { attnMma: 7 }, { attnMma: 8 }] as Partial<DecodeTuning>[]) {
+          for (const t of [{ attnMma: 0, attnUnroll: 4, attnGroup: false }, { attnMma: 0, attnUnroll: 4, attnGroup: true }, { attnMma: 1 }, { attnMma: 2 }, { attnMma: 3 }, { attnMma: 4 }] as Partial<DecodeTuning>[]) {
             cuda.setDecodeTuning({ ...savedTuning, ...t });
             cuda.attnCausal(out.c, q.c, 1, k.c, v.c, start, firstPos, scale);
             compare(`decode attention ${JSON.stringify(t)} ${dt} h${heads}/${kvHeads} d${hd} @${firstPos}`, out.c, out.r, 1e-5);

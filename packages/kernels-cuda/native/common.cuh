@@ -39,9 +39,9 @@ struct CopyBatch {
 enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM };
 struct Cmd {
   int kind;
-  int s[12];         // static ints (shapes, dtypes, grid choices)
+  int s[11];         // static ints (shapes, dtypes, grid choices)
   float f[2];        // static floats (eps, scale)
-  const void *p[9];  // device pointers (blob pointers included: their offsets are static)
+  const void *p[8];  // device pointers (blob pointers included: their offsets are static)
   int dynOff;        // offset of this command's per-step ints in the device blob, -1 none
   int d[3];          // per-step ints by value (eager runs); NOT part of the signature
 };
@@ -103,8 +103,8 @@ struct HgCtx {
   int gemvNormFold;       // stream GEMV: the norm's scale applied to the dot products, x staged in one pass (gemv_stream.cu)
   int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
   int ropeAppend;         // a recorded step's K/V append run inside the RoPE kernel before it (rope_append.cu)
-  int gemvRope;           // a recorded step's RoPE and K/V append run inside the stream GEMV before them (gemv_stream.cu)
-  int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 3 (tiles loaded ahead), 4 (that, half the splits), 6 (that, one block an SM, o_proj's stream beside it), 0 off
+  int argmaxVec;          // the argmax kernel's rows read as float4s, 8 loads in flight a thread (rowops.cu)
+  int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 3 (tiles loaded ahead), 4 (that, half the splits), 0 off
 };
 
 // Loads one element of any dtype as float.
@@ -297,8 +297,8 @@ int hg_launch_gemv(HgCtx *c, const Cmd &cmd);
 int hg_launch_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_copybatch(HgCtx *c, const Cmd &cmd);
 bool rope_append_fits(const Cmd &rope, const CopyBatch &q);                 // rope_append.cu
+int hg_launch_argmax(HgCtx *c, const float *x, int rows, int cols, int *out);  // rowops.cu
 int hg_launch_rope_append(HgCtx *c, const Cmd &rope, const char *dynBase);  // rope_append.cu
-bool hg_gemv_rope_fold(Cmd &gemv, const Cmd &rope, const CopyBatch &q, const void *copies);  // gemv_stream.cu
 int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd);
 int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu

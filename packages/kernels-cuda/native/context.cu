@@ -62,14 +62,6 @@ int hg_flush_copies(HgCtx *c) {
     const long off = hg_blob_put(c, &c->pending, sizeof(CopyBatch));
     // ropeAppend: the copies queued right after a recorded RoPE run inside it (rope_append.cu).
     Cmd *last = c->ncmds > 0 ? &c->cmds[c->ncmds - 1] : NULL;
-    // gemvRope: that RoPE and the copies run inside the stream GEMV before it (gemv_stream.cu).
-    if (off >= 0 && c->gemvRope && last && last->kind == CMD_ROPE && !last->p[4] && c->ncmds >= 2 &&
-        hg_gemv_rope_fold(c->cmds[c->ncmds - 2], *last, c->pending, c->blobDev + off)) {
-      c->ncmds--;
-      c->nRecorded--;
-      c->pending.n = 0;
-      return 0;
-    }
     if (off >= 0 && c->ropeAppend && last && last->kind == CMD_ROPE && !last->p[4] && rope_append_fits(*last, c->pending)) {
       last->p[4] = c->blobDev + off;
       last->s[5] = c->pending.n;

@@ -54,27 +54,11 @@ __global__ void __launch_bounds__(128) decode_attn_mma_kernel(float *part, const
                         j0, j1, sl);
 }
 
-// attnMma 6: the kernel prefers the largest shared-memory carve-out, so that the stream GEMV after
-// the merge (o_proj, ≈ 150 KB of shared memory) can be resident beside its one block an SM and fill
-// its ring while the attention runs; otherwise the default carve-out. Set when it changes.
-template <typename K>
-static int dm_carveout(K kernel, bool maxShared) {
-  static int state = -1;  // per kernel instance: 0 default, 1 max shared
-  if (state == (int)maxShared) return 0;
-  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, maxShared ? (int)cudaSharedmemCarveoutMaxShared : (int)cudaSharedmemCarveoutDefault);
-  if (e == cudaSuccess) state = (int)maxShared;
-  return (int)e;
-}
-
 template <typename T>
-static int launch_dm(HgCtx *c, bool ahead, bool carve, int headDim, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int cap,
-                     int maxSplits, int start, int count, float sl, const int *dyn) {
-#define DM_LAUNCH(HD, A)                                                                                   \
-  do {                                                                                                     \
-    if (int e = dm_carveout(decode_attn_mma_kernel<T, HD, A>, carve)) return e;                            \
-    return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_mma_kernel<T, HD, A>, grid, dim3(128), 0, c->decodePart, q, k, v, heads, group, cap, maxSplits, \
-                         start, count, sl, dyn);                                                           \
-  } while (0)
+static int launch_dm(HgCtx *c, bool ahead, int headDim, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int cap, int maxSplits,
+                     int start, int count, float sl, const int *dyn) {
+#define DM_LAUNCH(HD, A) \
+  return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_mma_kernel<T, HD, A>, grid, dim3(128), 0, c->decodePart, q, k, v, heads, group, cap, maxSplits, start, count, sl, dyn)
   if (headDim == 64) { if (ahead) DM_LAUNCH(64, true); DM_LAUNCH(64, false); }
   if (ahead) DM_LAUNCH(128, true);
   DM_LAUNCH(128, false);
@@ -128,8 +112,8 @@ static int launch_da_u(HgCtx *c, int unr, bool group4, int lpt, dim3 grid, const
 }
 
 // Command: s[5] maxSplits, s[6] lanes a token row, s[7] token rows a lane loads per round (2 or
-// 4), s[8] the tensor-core form (attnMma) when nonzero: bit 1 its tiles loaded a tile ahead (attnMma
-// 3, 4 and 6), bit 2 the largest shared-memory carve-out (attnMma 6 and 7); s[9] 1: a round's rows folded in together
+// 4), s[8] 1: the tensor-core form (attnMma), 3: its tiles loaded a tile ahead (attnMma 3 and 4),
+// s[9] 1: a round's rows folded in together
 // (attnGroup, with 4 rows); s[10] == 2: the clustered form.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
@@ -140,9 +124,9 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   int r = 0;
   if (m.s[8]) {
     const dim3 grid((unsigned)maxSplits, kvHeads, (group + DM_HEADS - 1) / DM_HEADS);
-    const bool ahead = (m.s[8] & 2) != 0, carve = (m.s[8] & 4) != 0;
-    r = dt == DT_BF16 ? launch_dm<__nv_bfloat16>(c, ahead, carve, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)
-                      : launch_dm<__half>(c, ahead, carve, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn);
+    const bool ahead = m.s[8] >= 3;
+    r = dt == DT_BF16 ? launch_dm<__nv_bfloat16>(c, ahead, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)
+                      : launch_dm<__half>(c, ahead, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn);
   } else {
     const dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
     HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
@@ -177,13 +161,12 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   const int count = firstPos + 1;
   const bool mma = c->attnMma && !c->attnCluster && dm_serves(dt, headDim, q);  // attnCluster first (its checks compare it with this path)
   // Splits: enough blocks for ≈ 4 a SM at long spans (attnMma 2: 8 of its 128-thread blocks; 4:
-  // 2, the blocks of a tile-ahead kernel one wave holds; 6: 1, leaving room beside each for o_proj's
-  // stream; 7 and 8: 2 of the kernel without the tile ahead, which leave that room too),
+  // 2, the blocks of a tile-ahead kernel one wave holds),
   // bounded by the partials' space; a recorded step sizes the grid for the capacity (blocks past
   // the span return at once).
   const int zGroups = (heads / kvHeads + (mma ? DM_HEADS : DA_HEADS) - 1) / (mma ? DM_HEADS : DA_HEADS);
   const int bound = hg_recording(c) ? cap : count;
-  const long perSM = !mma ? 4 : c->attnMma == 2 ? 8 : c->attnMma == 6 ? 1 : c->attnMma >= 4 ? 2 : 4;
+  const long perSM = !mma ? 4 : c->attnMma == 2 ? 8 : c->attnMma == 4 ? 2 : 4;
   long splits = (perSM * c->numSMs + (long)kvHeads * zGroups - 1) / ((long)kvHeads * zGroups);
   const long byLength = (bound + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK;
   const long bySpace = (long)(c->decodePartBytes / ((size_t)heads * (headDim + 2) * sizeof(float)));
@@ -200,8 +183,7 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   m.p[0] = out; m.p[1] = q; m.p[2] = k; m.p[3] = v;
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt;
   m.s[7] = c->attnUnroll;
-  static const int form[9] = {0, 1, 1, 3, 3, 0, 7, 5, 1};  // per attnMma: 1 tensor cores, | 2 a tile ahead, | 4 the largest carve-out
-  m.s[8] = mma ? form[c->attnMma] : 0;
+  m.s[8] = !mma ? 0 : c->attnMma >= 3 ? 3 : 1;
   m.s[9] = c->attnGroup;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;

@@ -21,14 +21,12 @@
 // three a warp beside its 57 KB of x (gemvFillRing, tenth pass): 168 KB in flight an SM, not the
 // 112 KB that 16 + 12 KB in one 16 KB slot a warp carry.
 #include "common.cuh"
-#include "copy_rows.cuh"
 #include "mbarrier.cuh"
-#include "rope.cuh"
 #include "trace.cuh"
 
 static const int GS_NW = 8, GS_THREADS = (GS_NW + 1) * 32;
 static const int GS_MAX_SMEM = 227 * 1024;  // sm_90's largest dynamic shared memory a block
-enum { GS_ACCUMULATE = 1, GS_SILU = 2, GS_ROPE = 4 };
+enum { GS_ACCUMULATE = 1, GS_SILU = 2 };
 static const int GS_SLOT7 = 7168;  // gemvFillRing's slot (hg_gemv_stream_slot_bytes)
 
 struct StreamArgs {
@@ -39,12 +37,6 @@ struct StreamArgs {
   float eps;
   int trace;  // HG_TRACE builds: the launch's number for its event records
   int fold;   // with a norm (gemvNormFold): x·nw staged, the norm's scale applied to each dot product
-  // GS_ROPE (gemvRope): the output's first rheads heads (hd elements, pairs j, j + half) rotated at
-  // position *pos, and the step's queued K/V append done from the output rows (gemv_rope_fits).
-  const int *pos;
-  const float *cosT, *sinT;
-  const CopyBatch *copies;
-  int hd, half, rheads;
 };
 
 // Barrier of the consumer warps alone (the producer warp does not take part).
@@ -61,61 +53,6 @@ __device__ __forceinline__ void stream_block_rows(int m, int &r0, int &rows) {
   rows = (int)((long)m * (blockIdx.x + 1) / gridDim.x) - r0;
 }
 
-// GS_ROPE: the physical row of the ri-th row warp `warp` takes, or -1 when it has no more. The
-// block's units (row pairs, from u0) go to warps warp, warp + NW, …, a unit's two rows in turn; in
-// a rotated head a unit is a RoPE pair (j, j + half), so one warp holds both before it writes
-// either; elsewhere two adjacent rows.
-__device__ __forceinline__ int rope_row(const StreamArgs &a, int u0, int units, int warp, int ri) {
-  const int u = warp + GS_NW * (ri >> 1);
-  if (u >= units) return -1;
-  const int l = 2 * (u0 + u) + (ri & 1), h = l / a.hd, d = l - h * a.hd;
-  return h < a.rheads && d < 2 * a.half ? h * a.hd + (d >> 1) + (d & 1) * a.half : l;
-}
-
-// GS_ROPE's epilogue state: this lane's queued copies (lane, lane + 32) and the rotation of this
-// warp's unit `lane`.
-struct RopeEpi {
-  const char *src[2];
-  char *dst[2];
-  int dd[2];
-  float cs, sn;
-  int pos;
-  __device__ __forceinline__ void load(const StreamArgs &a, int u0, int units, int warp, int lane) {
-    pos = *a.pos;
-    const int n = a.copies->n;
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-      const bool mine = lane + 32 * i < n;
-      src[i] = mine ? a.copies->d[lane + 32 * i].src : nullptr;
-      dst[i] = mine ? a.copies->d[lane + 32 * i].dst : nullptr;
-      dd[i] = mine ? a.copies->d[lane + 32 * i].dd : 0;
-    }
-    rotation(a, rope_row(a, u0, units, warp, 2 * lane), cs, sn);
-  }
-  // cos/sin of the pair starting at row r (1, 0 outside the rotated rows or past the warp's units).
-  __device__ __forceinline__ void rotation(const StreamArgs &a, int r, float &c, float &s) const {
-    c = 1.f;
-    s = 0.f;
-    if (r < 0) return;
-    const int h = r / a.hd, j = r - h * a.hd;
-    if (h < a.rheads && j < a.half) { c = a.cosT[(size_t)pos * a.half + j]; s = a.sinT[(size_t)pos * a.half + j]; }
-  }
-  // The warp's unit u (rows r = j, r2 = j + half of a rotated head, or two rows as they are):
-  // rotated with the rope kernel's arithmetic, written to out and into each copy that reads the head.
-  __device__ __forceinline__ void store(const StreamArgs &a, int u, int r, int r2, float y0, float y1, int lane) const {
-    float c = __shfl_sync(0xffffffffu, cs, u & 31), s = __shfl_sync(0xffffffffu, sn, u & 31);
-    if (u >= 32) rotation(a, r, c, s);
-    const int h = r / a.hd, e0 = r - h * a.hd, e1 = r2 - h * a.hd;
-    float v0 = y0, v1 = y1;
-    if (h < a.rheads && e0 < a.half) { v0 = hg_rope_lo(y0, y1, c, s); v1 = hg_rope_hi(y0, y1, c, s); }
-    if (lane == 0) { a.out[r] = v0; a.out[r2] = v1; }
-    const char *head = reinterpret_cast<const char *>(a.out + (size_t)h * a.hd);
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-      if (src[i] == head) { store_any(dst[i], dd[i], e0, v0); store_any(dst[i], dd[i], e1, v1); }
-  }
-};
-
 // SLOT: bytes a slot holds. A chunk is CH elements of a row; with SiLU·up a slot holds the gate
 // chunk and the up chunk (m rows further on), so CH is half as long. x is staged with GS_XLOADS
 // loads in flight a thread and the norm weights before the wait (ninth pass: x ready 1–3 µs a
@@ -124,7 +61,7 @@ static const int GS_XLOADS = 4;
 template <int WT, bool NORM, int EPI, int SLOT>
 __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a) {
   extern __shared__ __align__(128) unsigned char smem[];
-  constexpr bool SILU = (EPI & GS_SILU) != 0, ROPE = (EPI & GS_ROPE) != 0;
+  constexpr bool SILU = (EPI & GS_SILU) != 0;
   constexpr int ES = 2, CH = SLOT / ES / (SILU ? 2 : 1);  // bf16 / f16 only (f32 weights keep the one-warp kernel)
   const int k = a.k, m = a.m, spw = a.spw, ns = GS_NW * spw, nch = (k + CH - 1) / CH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -133,8 +70,8 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
   float *xs = reinterpret_cast<float *>(smem + stream_header(ns));
   float *nws = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(xs) + stream_vec(k));
   unsigned char *ring = reinterpret_cast<unsigned char *>(nws) + (NORM ? stream_vec(k) : 0);
-  int r0, rows;  // GS_ROPE: units of two rows
-  stream_block_rows(ROPE ? m / 2 : m, r0, rows);
+  int r0, rows;
+  stream_block_rows(m, r0, rows);
   if (threadIdx.x == 0) {
     for (int s = 0; s < ns; s++) { mbar_init(&full[s], 1); mbar_init(&empty[s], 1); }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -147,26 +84,19 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
       // Every chunk of the block's rows, warp by warp round-robin: warp w's rows are w, w + NW, ...
       // and it owns slots w·spw .. w·spw + spw - 1, used in turn.
       const char *wb = static_cast<const char *>(a.w);
-      const int perWarp = (rows + GS_NW - 1) / GS_NW * (ROPE ? 2 : 1) * nch;  // most chunks any warp takes
+      const int perWarp = (rows + GS_NW - 1) / GS_NW * nch;  // most chunks any warp takes
       HG_TR(a, 1);  // the GEMV's first copy
       for (int t = 0; t < perWarp; t++) {
         if (t == spw) HG_TR(a, 2);  // the ring's first pass issued
         for (int cw = 0; cw < GS_NW; cw++) {
-          const int c = t % nch;  // the warp's row (below) and chunk
-          int r;
-          if constexpr (ROPE) {
-            if ((r = rope_row(a, r0, rows, cw, t / nch)) < 0) continue;
-          } else {
-            const int i = cw + GS_NW * (t / nch);
-            if (i >= rows) continue;
-            r = r0 + i;
-          }
+          const int i = cw + GS_NW * (t / nch), c = t % nch;  // the warp's row (in the block) and chunk
+          if (i >= rows) continue;
           const int s = cw * spw + t % spw, use = t / spw;
           if (use > 0) mbar_wait(&empty[s], (use - 1) & 1);
           const unsigned bytes = (unsigned)(min(CH, k - c * CH) * ES);
           mbar_expect_tx(&full[s], SILU ? 2 * bytes : bytes);
           unsigned char *dst = ring + (size_t)s * SLOT;
-          const size_t row = (size_t)r;
+          const size_t row = (size_t)(r0 + i);
           bulk_copy(dst, wb + (row * k + (size_t)c * CH) * ES, bytes, &full[s]);
           if (SILU) bulk_copy(dst + CH * ES, wb + ((row + m) * k + (size_t)c * CH) * ES, bytes, &full[s]);
         }
@@ -184,12 +114,6 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     for (int i = threadIdx.x; i < k; i += GS_NW * 32) nws[i] = load_any(a.nw, a.nt, i);
     if (fold) consumers_sync();  // fold reads other threads' elements while staging x
   }
-  // GS_ROPE: what the epilogue needs from the step's blob and the tables, loaded before the wait
-  // (the blob was uploaded before the step's graph started; the tables never change), so that no
-  // chain of dependent loads stalls a warp while its slots sit full: this lane's queued copies
-  // (lane, lane + 32) and the cos/sin of this warp's unit `lane` (a unit past 32 loads its own).
-  RopeEpi re;
-  if constexpr (ROPE) re.load(a, r0, rows, warp, lane);
   hg_pdl_wait();  // x (and out, for +=) come from the kernels before this one
   if (threadIdx.x == 0) HG_TR(a, 4);  // x may be read
   // x (normalised: x·rsqrt(mean x² + eps)·nw, or x·nw with fold) into shared memory, by the consumer warps.
@@ -237,15 +161,14 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
   }
   if (threadIdx.x == 0) HG_TR(a, 5);  // x in shared memory (normalised)
   int t = 0;  // this warp's chunk counter (its slot is warp·spw + t % spw, use t / spw)
-  // One row's dot products (a1: SiLU·up's up row), the norm's scale applied; its chunks from the ring.
-  auto row_dot = [&](bool firstRow, float &a0, float &a1) {
-    a0 = 0.f;
-    a1 = 0.f;
+  for (int i = warp; i < rows; i += GS_NW) {
+    const int r = r0 + i;
+    float a0 = 0.f, a1 = 0.f;
     for (int c = 0; c < nch; c++, t++) {
       const int s = warp * spw + t % spw;
       mbar_wait(&full[s], (t / spw) & 1);
 #ifdef HG_TRACE
-      if (threadIdx.x == 0 && firstRow && c == 0) HG_TR(a, 6);  // warp 0's first slot landed
+      if (threadIdx.x == 0 && i == 0 && c == 0) HG_TR(a, 6);  // warp 0's first slot landed
 #endif
       const uint4 *w0 = reinterpret_cast<const uint4 *>(ring + (size_t)s * SLOT);
       const uint4 *w1 = w0 + CH * ES / 16;
@@ -266,33 +189,14 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     a0 = warp_sum(a0);
     if (SILU) a1 = warp_sum(a1);
     if (fold) { a0 *= rs; a1 *= rs; }
-  };
-  if constexpr (ROPE) {
-    // A unit's two rows in turn; every lane holds the sums (warp_sum is a butterfly), so the lane
-    // whose queued copy reads the unit's head stores both elements into the cache.
-    for (int ri = 0;; ri += 2) {
-      const int r = rope_row(a, r0, rows, warp, ri), r2 = rope_row(a, r0, rows, warp, ri + 1);
-      if (r < 0) break;
-      float y0, y1, unused;
-      row_dot(ri == 0, y0, unused);
-      row_dot(false, y1, unused);
-      if (a.bias) { y0 += load_any(a.bias, a.bt, r); y1 += load_any(a.bias, a.bt, r2); }
-      re.store(a, ri >> 1, r, r2, y0, y1, lane);
-    }
-  } else {
-    for (int i = warp; i < rows; i += GS_NW) {
-      const int r = r0 + i;
-      float a0, a1;
-      row_dot(i == 0, a0, a1);
-      if (lane == 0) {
-        const float y0 = a0 + (a.bias ? load_any(a.bias, a.bt, r) : 0.f);
-        float v = y0;
-        if (SILU) {
-          const float y1 = a1 + (a.bias ? load_any(a.bias, a.bt, r + m) : 0.f);
-          v = y0 / (1.f + expf(-y0)) * y1;
-        }
-        if (EPI & GS_ACCUMULATE) a.out[r] += v; else a.out[r] = v;
+    if (lane == 0) {
+      const float y0 = a0 + (a.bias ? load_any(a.bias, a.bt, r) : 0.f);
+      float v = y0;
+      if (SILU) {
+        const float y1 = a1 + (a.bias ? load_any(a.bias, a.bt, r + m) : 0.f);
+        v = y0 / (1.f + expf(-y0)) * y1;
       }
+      if (EPI & GS_ACCUMULATE) a.out[r] += v; else a.out[r] = v;
     }
   }
 #ifdef HG_TRACE
@@ -352,8 +256,7 @@ static int launch_stream_epi(HgCtx *c, int epi, int slot, const StreamArgs &a) {
     case 0: return launch_stream_slot<WT, NORM, 0>(c, slot, a);
     case 1: return launch_stream_slot<WT, NORM, 1>(c, slot, a);
     case 2: return launch_stream_slot<WT, NORM, 2>(c, slot, a);
-    case 4: return launch_stream_slot<WT, NORM, 4>(c, slot, a);
-    default: return (int)cudaErrorInvalidValue;  // SiLU·up with += has no caller, nor either with RoPE
+    default: return (int)cudaErrorInvalidValue;  // SiLU·up with += has no caller
   }
 }
 
@@ -363,12 +266,9 @@ static int g_trace_seq;  // the next launch's number (host side; a captured grap
 
 // CMD_GEMV_STREAM: p[0] out, p[1] x, p[2] w, p[3] bias, p[4] norm weight; s[0] weight dtype,
 // s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp, s[7] slot
-// bytes, s[8] norm fold; f[0] eps. Epilogue 4 (gemvRope, folded in by hg_flush_copies): p[5]
-// positions, p[6] cos, p[7] sin, p[8] the queued copies (blob); s[9] head dim, s[10] half, s[11]
-// rotated heads.
+// bytes; f[0] eps.
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
-  StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0], 0, cmd.s[8],
-                  (const int *)cmd.p[5], (const float *)cmd.p[6], (const float *)cmd.p[7], (const CopyBatch *)cmd.p[8], cmd.s[9], cmd.s[10], cmd.s[11]};
+  StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0], 0, cmd.s[8]};
 #ifdef HG_TRACE
   a.trace = g_trace_seq++;
 #endif
@@ -379,27 +279,6 @@ int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
     case DT_F16: return norm ? launch_stream_epi<DT_F16, true>(c, cmd.s[5], slot, a) : launch_stream_epi<DT_F16, false>(c, cmd.s[5], slot, a);
     default: return (int)cudaErrorInvalidValue;
   }
-}
-
-// gemvRope: folds a recorded RoPE command and the copies queued after it into the stream GEMV
-// command right before it, when the GEMV (no epilogue) wrote the one row the RoPE rotates in place
-// (from its first row), and every copy reads exactly one head row of the GEMV's output (f32) into
-// memory that neither its output nor x overlaps (the K/V append). Returns true when folded.
-bool hg_gemv_rope_fold(Cmd &g, const Cmd &rope, const CopyBatch &q, const void *copies) {
-  const int m = g.s[4], k = g.s[3], heads = rope.s[2], hd = rope.s[3], half = rope.s[4];
-  if (g.kind != CMD_GEMV_STREAM || g.s[5] != 0 || rope.s[0] != 1 || rope.p[0] != g.p[0] || !rope.p[1] || q.n == 0 || q.n > 64) return false;
-  if (hd <= 0 || hd % 2 || half <= 0 || 2 * half > hd || m % hd || (long)heads * hd > m) return false;
-  const char *out = (const char *)g.p[0], *x = (const char *)g.p[1];
-  const size_t outBytes = (size_t)m * sizeof(float), headBytes = (size_t)hd * sizeof(float);
-  for (int i = 0; i < q.n; i++) {
-    const CopyDesc &d = q.d[i];
-    if (d.sd != DT_F32 || copy_src_bytes(d) != headBytes || d.src < out || d.src >= out + outBytes || (size_t)(d.src - out) % headBytes) return false;
-    if (hg_overlaps(d.dst, d.bytes, out, outBytes) || hg_overlaps(d.dst, d.bytes, x, (size_t)k * sizeof(float))) return false;
-  }
-  g.s[5] = GS_ROPE;
-  g.p[5] = rope.p[1]; g.p[6] = rope.p[2]; g.p[7] = rope.p[3]; g.p[8] = copies;
-  g.s[9] = hd; g.s[10] = half; g.s[11] = heads;
-  return true;
 }
 
 extern "C" {

@@ -233,14 +233,13 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // and so is 29 (the stream GEMV's last rows handed out at run time: balanced, no faster; call 4).
 // 30: 7 KB slots, as many as shared memory holds, for plain rows longer than 16 KB that are a
 // multiple of 7 KB (8B's down) — tenth pass. 31: the split-K attention on tensor cores (0 the FMA
-// block, 1, 2 twice the splits, 3 a tile loaded ahead, 4 that in one wave of blocks; 5, 3's grid
-// with 4's chunks, measured as 4 and removed in the twelfth pass; 6 the tile-ahead kernel one block an
-// SM with the largest shared-memory carve-out, o_proj's stream beside it; 7 the kernel without the tile
-// ahead, two blocks an SM, that carve-out; 8 that without the carve-out — twelfth pass); 32: a recorded step's K/V append inside its
-// RoPE kernel (0/1, on) — eleventh pass. 33 (the merge's loads in flight: no gain) and 34 (the
-// tensor-core split kernel's last block merging, no merge kernel: 21.3 vs 8.2 µs a layer at 2K)
-// are gone (eleventh pass, calls 2–3). 35: a recorded step's RoPE and K/V append inside the
-// stream GEMV before them (0/1) — twelfth pass.
+// block, 1, 2 twice the splits, 3 a tile loaded ahead, 4 that in one wave of blocks); 32: a
+// recorded step's K/V append inside its RoPE kernel (0/1, on) — eleventh pass. 33 (the merge's
+// loads in flight: no gain) and 34 (the tensor-core split kernel's last block merging, no merge
+// kernel: 21.3 vs 8.2 µs a layer at 2K) are gone (eleventh pass, calls 2–3); so are attnMma 5–8
+// (other grids and carve-outs: no gain) and 35 (RoPE and the K/V append inside the qkv stream
+// GEMV: 0.05–0.10 ms slower) — twelfth pass. 36: the argmax kernel's rows as float4s, 8 loads in
+// flight a thread (0/1) — twelfth pass.
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -256,16 +255,16 @@ static int *decode_option(HgCtx *c, int which) {
     case 30: return &c->gemvFillRing;
     case 31: return &c->attnMma;
     case 32: return &c->ropeAppend;
-    case 35: return &c->gemvRope;
+    case 36: return &c->argmaxVec;
     default: return NULL;
   }
 }
 
 static bool decode_option_ok(int which, int v) {
   switch (which) {
-    case 9: case 14: case 26: case 30: case 32: case 35: return v == 0 || v == 1;
+    case 9: case 14: case 26: case 30: case 32: case 36: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
-    case 31: return v >= 0 && v <= 8 && v != 5;
+    case 31: return v >= 0 && v <= 4;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
@@ -333,8 +332,9 @@ int hg_graph_init(HgCtx *c) {
   // vs 20.6 / 49.7 vs 50.2 µs a layer at 2K / 8K / 32K, 8B decode 4.26 vs 4.29 / 4.65 vs 4.63 / 5.71 vs
   // 5.73 ms (eleventh pass, call 3); same bits, one kernel a layer less.
   c->ropeAppend = 1;
-  // A recorded step's RoPE and K/V append inside the qkv stream GEMV: not measured yet.
-  c->gemvRope = 0;
+  // The greedy pick between two steps (outside their graphs) with 8 float4 loads in flight a thread
+  // instead of one float: not measured yet.
+  c->argmaxVec = 1;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

@@ -86,18 +86,47 @@ __global__ void softmax_kernel(float *x, int width, int cols, const int *dyn) {
   for (int j = threadIdx.x; j < cols; j += blockDim.x) r[j] = expf(r[j] - m) * inv;
 }
 
+// A thread's running argmax over the elements it visits in increasing index order: the first
+// of the largest (idx == cols: none yet, so the first visited is taken and loses every tie).
+__device__ __forceinline__ void argmax_take(float t, int j, int cols, float &v, int &idx) {
+  if (t > v || idx == cols) { v = t; idx = j; }
+}
+
 // First index of the largest value of each row of x [gridDim.x, cols], a block a row (1024
 // threads): a thread keeps the first of its strided maxima, the reductions keep the lower index
-// of equal values. One block serves Backend.argmax, n blocks argmaxRows.
+// of equal values. One block serves Backend.argmax and the greedy feed, n blocks argmaxRows.
+// VEC (argmaxVec): a 16-byte aligned row read as float4s, AM_LOADS of them in flight a thread,
+// then the last cols % 4 elements. One load in flight a thread (the scalar loop: each compare
+// waits for its load) leaves a 128K-vocabulary row at ≈ 125 L2 round trips in one SM; the same
+// pick either way (a thread still visits its elements in increasing order).
+static const int AM_LOADS = 8;
+template <bool VEC>
 __global__ void __launch_bounds__(1024) argmax_rows_kernel(const float *x, int cols, int *out) {
   __shared__ float bv[32];
   __shared__ int bi[32];
   const float *row = x + (size_t)blockIdx.x * cols;
   float v = -INFINITY;
   int idx = cols;  // "none yet": loses every tie
-  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
-    const float t = row[j];
-    if (t > v || idx == cols) { v = t; idx = j; }
+  if (VEC && ((uintptr_t)row & 15) == 0) {
+    const float4 *r4 = reinterpret_cast<const float4 *>(row);
+    const int n4 = cols >> 2, nt = blockDim.x;
+    for (int b = threadIdx.x; b < n4; b += AM_LOADS * nt) {
+      float4 q[AM_LOADS];
+#pragma unroll
+      for (int u = 0; u < AM_LOADS; u++) q[u] = b + u * nt < n4 ? r4[b + u * nt] : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int u = 0; u < AM_LOADS; u++)
+        if (b + u * nt < n4) {
+          const int j = 4 * (b + u * nt);
+          argmax_take(q[u].x, j, cols, v, idx);
+          argmax_take(q[u].y, j + 1, cols, v, idx);
+          argmax_take(q[u].z, j + 2, cols, v, idx);
+          argmax_take(q[u].w, j + 3, cols, v, idx);
+        }
+    }
+    for (int j = 4 * n4 + threadIdx.x; j < cols; j += nt) argmax_take(row[j], j, cols, v, idx);
+  } else {
+    for (int j = threadIdx.x; j < cols; j += blockDim.x) argmax_take(row[j], j, cols, v, idx);
   }
   for (int o = 16; o > 0; o >>= 1) {
     const float ov = __shfl_xor_sync(0xffffffffu, v, o);
@@ -118,6 +147,13 @@ __global__ void __launch_bounds__(1024) argmax_rows_kernel(const float *x, int c
     }
     if (lane == 0) out[blockIdx.x] = idx < cols ? idx : 0;
   }
+}
+
+// The argmax of each of `rows` rows of x [rows, cols] into out[0, rows) (argmaxVec: float4 loads).
+int hg_launch_argmax(HgCtx *c, const float *x, int rows, int cols, int *out) {
+  if (c->argmaxVec) argmax_rows_kernel<true><<<(unsigned)rows, 1024, 0, c->compute>>>(x, cols, out);
+  else argmax_rows_kernel<false><<<(unsigned)rows, 1024, 0, c->compute>>>(x, cols, out);
+  return hg_launched();
 }
 
 static unsigned row_threads(int d) { return d >= 4096 ? 1024 : d >= 1024 ? 512 : d >= 256 ? 256 : 128; }
@@ -260,8 +296,7 @@ HG_EXPORT int hg_cu_softmax(HgCtx *c, float *x, int rows, int width, int cols) {
 HG_EXPORT int hg_cu_argmax_rows(HgCtx *c, const float *x, int n, int cols, int *devOut, int *hostOut) {
   HG_FLUSH(c);
   if (n <= 0 || cols <= 0) return (int)cudaErrorInvalidValue;
-  argmax_rows_kernel<<<(unsigned)n, 1024, 0, c->compute>>>(x, cols, devOut);
-  int r = hg_launched();
+  int r = hg_launch_argmax(c, x, n, cols, devOut);
   if (r) return r;
   cudaError_t e = cudaMemcpyAsync(hostOut, devOut, (size_t)n * sizeof(int), cudaMemcpyDeviceToHost, c->compute);
   if (e == cudaSuccess) e = cudaStreamSynchronize(c->compute);
@@ -273,8 +308,7 @@ HG_EXPORT int hg_cu_argmax_rows(HgCtx *c, const float *x, int n, int cols, int *
 // -(error) on failure.
 HG_EXPORT int hg_cu_argmax(HgCtx *c, const float *x, int n) {
   { int fr = hg_drain(c); if (!fr) fr = hg_flush_copies(c); if (fr) return -fr; }
-  argmax_rows_kernel<<<1, 1024, 0, c->compute>>>(x, n, c->argmaxOut);
-  int r = hg_launched();
+  int r = hg_launch_argmax(c, x, 1, n, c->argmaxOut);
   if (r) return -r;
   cudaError_t e = cudaMemcpyAsync(c->argmaxHost, c->argmaxOut, sizeof(int), cudaMemcpyDeviceToHost, c->compute);
   if (e != cudaSuccess) return -(int)e;

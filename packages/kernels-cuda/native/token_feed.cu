@@ -5,7 +5,6 @@
 // reads token t afterwards: the device does not sit idle while the host records a step.
 #include "common.cuh"
 
-__global__ void argmax_rows_kernel(const float *x, int cols, int *out);  // rowops.cu
 Cmd hg_new_cmd(int kind);
 
 // The feed: in the context's misc area, past the argmax result. Host slots: argmaxHost[4 + slot].
@@ -28,8 +27,7 @@ HG_EXPORT int hg_cu_argmax_feed(HgCtx *c, const float *x, int n, int slot) {
     cudaError_t e = cudaEventCreateWithFlags(&c->feedDone[slot], cudaEventDisableTiming);
     if (e != cudaSuccess) return (int)e;
   }
-  argmax_rows_kernel<<<1, 1024, 0, c->compute>>>(x, n, feed(c));
-  int r = hg_launched();
+  int r = hg_launch_argmax(c, x, 1, n, feed(c));
   if (r) return r;
   cudaError_t e = cudaMemcpyAsync(c->argmaxHost + 4 + slot, feed(c), sizeof(int), cudaMemcpyDeviceToHost, c->compute);
   if (e == cudaSuccess) e = cudaEventRecord(c->feedDone[slot], c->compute);

@@ -62,13 +62,9 @@ export interface DecodeTuning {
    * (the default since the eleventh pass): that with half the splits, one wave of its blocks; 0:
    * the FMA block. On the H200, 8B decode with 4 / 3 / 1 / the FMA block in one run: 4.22 / 4.17 /
    * 4.21 / 4.23 ms at 2K, 4.44 / 4.57 / 4.56 / 4.74 at 8K, 5.28 / 5.44 / 5.68 / 5.62 at 32K (3 was
-   * 0.05 ms faster at 2K in two runs, 0.03 in a third; 3's grid with 4's chunks measured as 4).
-   * 6: 4's kernel with one block an SM and the largest shared-memory carve-out, so that o_proj's
-   * weight stream can be resident beside it and fill its ring during the attention; 7: the kernel
-   * without the tile ahead (168 registers, not 254) two blocks an SM with that carve-out, which
-   * leaves the same room; 8: 7 without the carve-out (twelfth pass).
+   * 0.05 ms faster at 2K in two runs, 0.01–0.05 in three more: DEVICE-NOTES.md, twelfth pass).
    */
-  attnMma: 0 | 1 | 2 | 3 | 4 | 6 | 7 | 8;
+  attnMma: 0 | 1 | 2 | 3 | 4;
   /**
    * A recorded step's K/V append (the row copies queued right after its RoPE) run inside the RoPE
    * kernel: the block that rotates a K head writes it to the cache, one more block a copy does V. One
@@ -77,14 +73,13 @@ export interface DecodeTuning {
    */
   ropeAppend: boolean;
   /**
-   * A recorded step's RoPE and K/V append run inside the stream GEMV before them (core's qkv): its
-   * warps take RoPE pairs (rows j, j + half of a head), rotate them in the epilogue and write the
-   * new K/V rows into the cache. One kernel and one programmatic boundary less a layer; the same bits.
+   * The argmax kernel (the greedy pick between decode steps, argmaxRows) reads a row as float4s,
+   * 8 loads in flight a thread, instead of one float at a time; the same pick. On by default.
    */
-  gemvRope: boolean;
+  argmaxVec: boolean;
 }
 
-/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27–29, 33 and 34 are retired). */
+/** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27–29 and 33–35 are retired). */
 export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values: readonly (number | boolean)[] }> = {
   attnUnroll: { code: 1, values: [2, 4] },
   gemvStream: { code: 8, values: [0, 64, 128, 192] },
@@ -94,9 +89,9 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
   gemvFillRing: { code: 30, values: [false, true] },
-  attnMma: { code: 31, values: [0, 1, 2, 3, 4, 6, 7, 8] },
+  attnMma: { code: 31, values: [0, 1, 2, 3, 4] },
   ropeAppend: { code: 32, values: [false, true] },
-  gemvRope: { code: 35, values: [false, true] },
+  argmaxVec: { code: 36, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -132,7 +127,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvFillRing: value("gemvFillRing", 1) === 1,
     attnMma: value("attnMma", 4) as DecodeTuning["attnMma"],
     ropeAppend: value("ropeAppend", 1) === 1,
-    gemvRope: value("gemvRope", 0) === 1,
+    argmaxVec: value("argmaxVec", 1) === 1,
   };
 }
 
