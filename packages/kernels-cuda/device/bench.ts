@@ -362,6 +362,8 @@ const allVariants: (Variant | undefined)[] = [
   ...Array<undefined>(5).fill(undefined),
   // 99: the argmax kernel one float at a time (argmaxVec off, the default until the twelfth pass)
   { name: "greedy pick one float at a time (argmaxVec off), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxVec: false }, fed: true },
+  // 100: the tile-ahead attention with one wave of blocks (attnMma 4, the default in the eleventh pass's calls 6–7 and the twelfth's 1–6)
+  { name: "tensor-core attention, a tile ahead, one wave of blocks (attnMma 4), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 4 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -463,7 +463,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     const savedTuning = cuda.decodeTuning;
     try {
       // Split-K attention with 4 token rows a lane per round (attnUnroll 4), also folded into the
-      // softmax together (attnGroup), and on tensor cores (attnMma 1–4; f32 caches and head dims
+      // softmax together (attnGroup), and on tensor cores (attnMma 1–5; f32 caches and head dims
       // other than 64 and 128 fall back to the FMA block), eager and in a recorded step
       // (replayed: the span from the step's blob), against the reference.
       for (const dt of DTYPES) {
@@ -478,7 +478,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           ref.attnLogits(sc, 0, q.r, 0, k.r, start, total, scale);
           ref.softmax(sc, heads, total);
           ref.attnAggregate(out.r, 0, sc, 0, v.r, start, total, false);
-          for (const t of [{ attnMma: 0, attnUnroll: 4, attnGroup: false }, { attnMma: 0, attnUnroll: 4, attnGroup: true }, { attnMma: 1 }, { attnMma: 2 }, { attnMma: 3 }, { attnMma: 4 }] as Partial<DecodeTuning>[]) {
+          for (const t of [{ attnMma: 0, attnUnroll: 4, attnGroup: false }, { attnMma: 0, attnUnroll: 4, attnGroup: true }, { attnMma: 1 }, { attnMma: 2 }, { attnMma: 3 }, { attnMma: 4 }, { attnMma: 5 }] as Partial<DecodeTuning>[]) {
             cuda.setDecodeTuning({ ...savedTuning, ...t });
             cuda.attnCausal(out.c, q.c, 1, k.c, v.c, start, firstPos, scale);
             compare(`decode attention ${JSON.stringify(t)} ${dt} h${heads}/${kvHeads} d${hd} @${firstPos}`, out.c, out.r, 1e-5);

@@ -233,11 +233,12 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // and so is 29 (the stream GEMV's last rows handed out at run time: balanced, no faster; call 4).
 // 30: 7 KB slots, as many as shared memory holds, for plain rows longer than 16 KB that are a
 // multiple of 7 KB (8B's down) — tenth pass. 31: the split-K attention on tensor cores (0 the FMA
-// block, 1, 2 twice the splits, 3 a tile loaded ahead, 4 that in one wave of blocks); 32: a
-// recorded step's K/V append inside its RoPE kernel (0/1, on) — eleventh pass. 33 (the merge's
-// loads in flight: no gain) and 34 (the tensor-core split kernel's last block merging, no merge
-// kernel: 21.3 vs 8.2 µs a layer at 2K) are gone (eleventh pass, calls 2–3); so are attnMma 5–8
-// (other grids and carve-outs: no gain) and 35 (RoPE and the K/V append inside the qkv stream
+// block, 1, 2 twice the splits, 3 a tile loaded ahead, 4 that in one wave of blocks, 5 3's grid with
+// 4's chunks: the default since the twelfth pass); 32: a recorded step's K/V append inside its RoPE
+// kernel (0/1, on) — eleventh pass. 33 (the merge's loads in flight: no gain) and 34 (the
+// tensor-core split kernel's last block merging, no merge kernel: 21.3 vs 8.2 µs a layer at 2K)
+// are gone (eleventh pass, calls 2–3); so are attnMma 6–8 (one block an SM, or the kernel
+// without the tile ahead, leaving room for o_proj's stream: no gain) and 35 (RoPE and the K/V append inside the qkv stream
 // GEMV: 0.05–0.10 ms slower) — twelfth pass. 36: the argmax kernel's rows as float4s, 8 loads in
 // flight a thread (0/1) — twelfth pass.
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
@@ -264,7 +265,7 @@ static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: case 14: case 26: case 30: case 32: case 36: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
-    case 31: return v >= 0 && v <= 4;
+    case 31: return v >= 0 && v <= 5;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
     case 8: return v == 0 || v == 64 || v == 128 || v == 192;
@@ -327,7 +328,9 @@ int hg_graph_init(HgCtx *c) {
   // 4.65 / 5.74 ms, the FMA block 4.29 / 4.83 / 5.71 (call 4). That with half the splits (4, one
   // wave of its 2-a-SM blocks): 8.2 / 14.7 / 38.8 vs 8.2 / 17.8 / 43.7 µs, 4.28 / 4.52 / 5.35 vs 4.23 /
   // 4.64 / 5.51 ms (call 6; at 2K both run the same 32 chunks of 64 tokens).
-  c->attnMma = 4;
+  // 3's grid (4 blocks' worth an SM, recorded for the capacity) with 4's chunks (5): the same live
+  // blocks as 3 at 2K, as 4 from 8K (twelfth pass; DEVICE-NOTES.md).
+  c->attnMma = 5;
   // The K/V append inside the RoPE kernel: RoPE + append + attention in a graph 10.3 vs 10.5 / 20.2
   // vs 20.6 / 49.7 vs 50.2 µs a layer at 2K / 8K / 32K, 8B decode 4.26 vs 4.29 / 4.65 vs 4.63 / 5.71 vs
   // 5.73 ms (eleventh pass, call 3); same bits, one kernel a layer less.

@@ -60,11 +60,12 @@ export interface DecodeTuning {
    * mma.m16n8k16 products, q and the probabilities split into 16-bit high and low parts (≈ 2⁻¹⁸
    * relative); 2: with twice the splits; 3: each warp's next tile loaded while one is computed; 4
    * (the default since the eleventh pass): that with half the splits, one wave of its blocks; 0:
-   * the FMA block. On the H200, 8B decode with 4 / 3 / 1 / the FMA block in one run: 4.22 / 4.17 /
-   * 4.21 / 4.23 ms at 2K, 4.44 / 4.57 / 4.56 / 4.74 at 8K, 5.28 / 5.44 / 5.68 / 5.62 at 32K (3 was
-   * 0.05 ms faster at 2K in two runs, 0.01–0.05 in three more: DEVICE-NOTES.md, twelfth pass).
+   * the FMA block; 5 (the default since the twelfth pass): 3's grid with 4's chunks, so the live
+   * blocks are 3's at 2K and 4's from 8K. On the H200, 8B decode with 4 / 3 / 1 / the FMA block in
+   * one run: 4.22 / 4.17 / 4.21 / 4.23 ms at 2K, 4.44 / 4.57 / 4.56 / 4.74 at 8K, 5.28 / 5.44 / 5.68 /
+   * 5.62 at 32K (3 was 0.03–0.06 ms faster than 4 at 2K in five runs: DEVICE-NOTES.md).
    */
-  attnMma: 0 | 1 | 2 | 3 | 4;
+  attnMma: 0 | 1 | 2 | 3 | 4 | 5;
   /**
    * A recorded step's K/V append (the row copies queued right after its RoPE) run inside the RoPE
    * kernel: the block that rotates a K head writes it to the cache, one more block a copy does V. One
@@ -89,7 +90,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   gemvSlotKb: { code: 19, values: [0, 8, 16] },
   gemvNormFold: { code: 26, values: [false, true] },
   gemvFillRing: { code: 30, values: [false, true] },
-  attnMma: { code: 31, values: [0, 1, 2, 3, 4] },
+  attnMma: { code: 31, values: [0, 1, 2, 3, 4, 5] },
   ropeAppend: { code: 32, values: [false, true] },
   argmaxVec: { code: 36, values: [false, true] },
 };
@@ -125,7 +126,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     gemvSlotKb: value("gemvSlotKb", 0) as DecodeTuning["gemvSlotKb"],
     gemvNormFold: value("gemvNormFold", 1) === 1,
     gemvFillRing: value("gemvFillRing", 1) === 1,
-    attnMma: value("attnMma", 4) as DecodeTuning["attnMma"],
+    attnMma: value("attnMma", 5) as DecodeTuning["attnMma"],
     ropeAppend: value("ropeAppend", 1) === 1,
     argmaxVec: value("argmaxVec", 1) === 1,
   };

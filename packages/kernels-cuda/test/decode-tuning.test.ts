@@ -15,7 +15,7 @@ function fake(): { lib: CudaNative; sets: [number, number][] } {
   // products (26), 7 KB slots for long plain rows (30), the attention on tensor cores (31), the K/V
   // append inside RoPE (32), the argmax's float4 rows (36); codes 0, 2–7, 10–12, 15–18, 20–25 and 27–29 and 33–35 (retired switches) are
   // unknown (-1)
-  const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0, -1, -1, -1, 2, 1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, 1, 4, 1, -1, -1, -1, 1];
+  const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0, -1, -1, -1, 2, 1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, 1, 5, 1, -1, -1, -1, 1];
   const sets: [number, number][] = [];
   const lib = standInNative({
     answer: (name, args) => {
@@ -40,7 +40,7 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 4, ropeAppend: true, argmaxVec: true });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 5, ropeAppend: true, argmaxVec: true });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
@@ -50,7 +50,7 @@ describe("CudaBackend decode tuning", () => {
     sets.length = 0;
     be.setDecodeTuning({ attnUnroll: 4, gemvStream: 128, attnCluster: false });
     expect(sets).toEqual([[1, 4], [8, 128], [9, 0]]);
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 4, ropeAppend: true, argmaxVec: true });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 5, ropeAppend: true, argmaxVec: true });
     be.setDecodeTuning({ gemvStream: 0, attnCluster: true });
     expect(sets.slice(3)).toEqual([[8, 0], [9, 1]]);
     // one switch at a time: [the change, the option code and value passed to C]
@@ -99,7 +99,7 @@ describe("CudaBackend decode tuning", () => {
     expect(() => be.setDecodeTuning({ attnCluster: 1 } as never)).toThrow(/attnCluster must be a boolean, got 1/);
     expect(() => be.setDecodeTuning({ attnCluster: false, attnUnroll: 8 } as never)).toThrow(HybridgenError);
     expect(() => be.setDecodeTuning({ gemvSlotKb: 4 } as never)).toThrow(/gemvSlotKb must be 0, 8 or 16, got 4/);
-    expect(() => be.setDecodeTuning({ attnMma: true } as never)).toThrow(/attnMma must be 0, 1, 2, 3 or 4, got true/);
+    expect(() => be.setDecodeTuning({ attnMma: true } as never)).toThrow(/attnMma must be 0, 1, 2, 3, 4 or 5, got true/);
     expect(sets).toEqual([]);
     be.close();
     expect(() => be.setDecodeTuning({ attnUnroll: 4 })).toThrow(HybridgenError);
