@@ -96,9 +96,9 @@ __device__ __forceinline__ void argmax_take(float t, int j, int cols, float &v, 
 // threads): a thread keeps the first of its strided maxima, the reductions keep the lower index
 // of equal values. One block serves Backend.argmax and the greedy feed, n blocks argmaxRows.
 // VEC (argmaxVec): a 16-byte aligned row read as float4s, AM_LOADS of them in flight a thread,
-// then the last cols % 4 elements. One load in flight a thread (the scalar loop: each compare
-// waits for its load) leaves a 128K-vocabulary row at ≈ 125 L2 round trips in one SM; the same
-// pick either way (a thread still visits its elements in increasing order).
+// then the last cols % 4 elements; the scalar loop compiles to one load a trip, each compare
+// waiting for it. The same pick either way (a thread still visits its elements in increasing
+// order); 8B decode 0 / −0.04 / −0.04 ms at 2K / 8K / 32K (twelfth pass).
 static const int AM_LOADS = 8;
 template <bool VEC>
 __global__ void __launch_bounds__(1024) argmax_rows_kernel(const float *x, int cols, int *out) {
