@@ -4,7 +4,7 @@
 // softmax (running max, sum, unnormalised output) per head, so K and V are read once and no
 // score row is written (decode_attn_block.cuh). The second kernel merges the chunks' partials
 // into the output row. For bf16/f16 caches with head dim 64 or 128 the split kernel's block runs
-// on tensor cores (attnMma, 4 by default: decode_attn_mma.cuh). The attnCluster switch runs all
+// on tensor cores (attnMma, 5 by default: decode_attn_mma.cuh). The attnCluster switch runs all
 // of it as one clustered launch (decode_attn_cluster.cu).
 // This replaces logits + softmax + memset + aggregate (4 launches a layer) and the score row's
 // round trips; recorded in a decode-step graph, start and count come from the step's blob.

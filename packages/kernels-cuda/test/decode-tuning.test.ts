@@ -13,7 +13,7 @@ function fake(): { lib: CudaNative; sets: [number, number][] } {
   // ring, no cluster, the attention, RoPE and K/V append launched programmatically (13), a round's
   // rows folded in together (14), the slot size chosen per GEMV (19), the norm's scale on the dot
   // products (26), 7 KB slots for long plain rows (30), the attention on tensor cores (31), the K/V
-  // append inside RoPE (32), the argmax's float4 rows (36); codes 0, 2–7, 10–12, 15–18, 20–25 and 27–29 and 33–35 (retired switches) are
+  // append inside RoPE (32), the argmax's float4 rows (36); codes 0, 2–7, 10–12, 15–18, 20–25, 27–29 and 33–35 (retired switches) are
   // unknown (-1)
   const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0, -1, -1, -1, 2, 1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, 1, 5, 1, -1, -1, -1, 1];
   const sets: [number, number][] = [];
