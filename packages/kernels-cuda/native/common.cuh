@@ -39,7 +39,7 @@ struct CopyBatch {
 enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM };
 struct Cmd {
   int kind;
-  int s[11];         // static ints (shapes, dtypes, grid choices)
+  int s[12];         // static ints (shapes, dtypes, grid choices)
   float f[2];        // static floats (eps, scale)
   const void *p[8];  // device pointers (blob pointers included: their offsets are static)
   int dynOff;        // offset of this command's per-step ints in the device blob, -1 none

@@ -111,15 +111,15 @@ static int launch_da_u(HgCtx *c, int unr, bool group4, int lpt, dim3 grid, const
 #undef DA_ARGS
 }
 
-// Command: s[5] maxSplits, s[6] lanes a token row, s[7] token rows a lane loads per round (2 or
-// 4), s[8] 1: the tensor-core form (attnMma), 3: its tiles loaded a tile ahead (attnMma 3 and 4), 5:
-// that with chunks for half the grid's splits (attnMma 5, the default), s[9] 1: a round's rows folded in together
-// (attnGroup, with 4 rows); s[10] == 2: the clustered form.
+// Command: s[5] the grid's splits, s[11] the splits the chunks are cut for (≤ s[5]; fewer with
+// attnMma 5, whose other blocks leave at once), s[6] lanes a token row, s[7] token rows a lane
+// loads per round (2 or 4), s[8] 1: the tensor-core form (attnMma), 3: its tiles loaded a tile
+// ahead (attnMma 3–5), s[9] 1: a round's rows folded in together (attnGroup, with 4 rows); s[10]
+// == 2: the clustered form.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
   if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
   const int dt = m.s[0], heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], cap = m.s[4], gridSplits = m.s[5], lpt = m.s[6], unr = m.s[7];
-  // attnMma 5: chunks for half the grid's splits (the rest of the grid leaves at once)
-  const int maxSplits = m.s[8] == 5 && gridSplits > 1 ? gridSplits / 2 : gridSplits;
+  const int maxSplits = m.s[11];
   const int group = heads / kvHeads;
   const int *dyn = dynBase ? (const int *)(dynBase + m.dynOff) : NULL;
   const float *q = (const float *)m.p[1];
@@ -130,7 +130,7 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
     r = dt == DT_BF16 ? launch_dm<__nv_bfloat16>(c, ahead, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)
                       : launch_dm<__half>(c, ahead, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn);
   } else {
-    const dim3 grid((unsigned)maxSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
+    const dim3 grid((unsigned)gridSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
     HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
   }
   if (r) return r;
@@ -163,17 +163,21 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   const int count = firstPos + 1;
   const bool mma = c->attnMma && !c->attnCluster && dm_serves(dt, headDim, q);  // attnCluster first (its checks compare it with this path)
   // Splits: enough blocks for ≈ 4 a SM at long spans (attnMma 2: 8 of its 128-thread blocks; 4:
-  // 2, the blocks of a tile-ahead kernel one wave holds; 5: 4, with chunks for 2),
-  // bounded by the partials' space; a recorded step sizes the grid for the capacity (blocks past
-  // the span return at once).
+  // 2, the blocks of a tile-ahead kernel one wave holds), bounded by the span and the partials'
+  // space; a recorded step sizes the grid for the capacity (blocks past the span return at once).
+  // attnMma 5: 4 a SM's grid with the chunks of 2 a SM (4's), the grid's other blocks leaving at once.
   const int zGroups = (heads / kvHeads + (mma ? DM_HEADS : DA_HEADS) - 1) / (mma ? DM_HEADS : DA_HEADS);
   const int bound = hg_recording(c) ? cap : count;
-  const long perSM = !mma ? 4 : c->attnMma == 2 ? 8 : c->attnMma == 4 ? 2 : 4;
-  long splits = (perSM * c->numSMs + (long)kvHeads * zGroups - 1) / ((long)kvHeads * zGroups);
   const long byLength = (bound + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK;
   const long bySpace = (long)(c->decodePartBytes / ((size_t)heads * (headDim + 2) * sizeof(float)));
-  if (splits > byLength) splits = byLength;
-  if (splits > bySpace) splits = bySpace;
+  auto splitsFor = [&](long perSM) {
+    long s = (perSM * c->numSMs + (long)kvHeads * zGroups - 1) / ((long)kvHeads * zGroups);
+    if (s > byLength) s = byLength;
+    if (s > bySpace) s = bySpace;
+    return s;
+  };
+  const long splits = splitsFor(!mma ? 4 : c->attnMma == 2 ? 8 : c->attnMma == 4 ? 2 : 4);
+  const long chunkSplits = mma && c->attnMma == 5 ? splitsFor(2) : splits;
   const bool aligned = (((uintptr_t)k | (uintptr_t)v) & 15) == 0;
   if (c->attnCluster && lpt && aligned) {
     const int cs = dc_cluster_size(dt, lpt, kvHeads * zGroups);
@@ -185,8 +189,9 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
   m.p[0] = out; m.p[1] = q; m.p[2] = k; m.p[3] = v;
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt;
   m.s[7] = c->attnUnroll;
-  m.s[8] = !mma ? 0 : c->attnMma == 5 ? 5 : c->attnMma >= 3 ? 3 : 1;
+  m.s[8] = !mma ? 0 : c->attnMma >= 3 ? 3 : 1;
   m.s[9] = c->attnGroup;
+  m.s[11] = (int)chunkSplits;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;
   int r = hg_put_dyn(c, m, 2);
