@@ -204,21 +204,28 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     }
     // Each width with the float4 rows (argmaxVec, on by default) and one float at a time; rows 1 and
     // 2 start unaligned where width % 4 ≠ 0 (the scalar loop), and row 2's maximum is its last element.
-    const argmaxBefore = cuda.decodeTuning.argmaxVec;
-    for (const argmaxVec of [true, false]) {
-      cuda.setDecodeTuning({ argmaxVec });
-      for (const width of [5, 1000, 1003, 128256, 128259]) {
+    // argmaxSplit (one row over many blocks) takes the aligned rows of 8192 floats or more; the
+    // equal maxima then often sit in different blocks, and a row of equal values picks 0.
+    const argmaxBefore = cuda.decodeTuning;
+    for (const [form, tuning] of [["", { argmaxVec: true, argmaxSplit: false }], [" (argmaxVec off)", { argmaxVec: false, argmaxSplit: false }], [" (argmaxSplit)", { argmaxVec: true, argmaxSplit: true }]] as const) {
+      cuda.setDecodeTuning(tuning);
+      {
+        const flat = pair([1, 32768], "f32", new Float32Array(32768).fill(-3));
+        record(`argmax of equal values, width 32768${form}`, cuda.argmax(flat.c, 0) === 0 ? 0 : 1, 0);
+      }
+      for (const width of [5, 1000, 1003, 8192, 40000, 128256, 128259]) {
         const v = values(3 * width);
         const tie = Math.floor(rnd() * width);
         v[width + tie] = 50;
         v[width + Math.min(width - 1, tie + 1 + Math.floor(rnd() * 3))] = 50; // a later equal value must lose
+        v[width + Math.floor(width / 2 + tie) % width] = 50; // one far away: often another block's (argmaxSplit)
         v[3 * width - 1] = 60;
         const x = pair([3, width], "f32", v);
         const same = [0, 1, 2].every((r) => cuda.argmax(x.c, r) === ref.argmax(x.r, r));
-        record(`argmax width ${width}${argmaxVec ? "" : " (argmaxVec off)"}`, same ? 0 : 1, 0);
+        record(`argmax width ${width}${form}`, same ? 0 : 1, 0);
       }
     }
-    cuda.setDecodeTuning({ argmaxVec: argmaxBefore });
+    cuda.setDecodeTuning({ argmaxVec: argmaxBefore.argmaxVec, argmaxSplit: argmaxBefore.argmaxSplit });
     // matmul: every weight dtype, decode and prefill row counts, every path, with and without bias.
     const paths: MatmulPath[] = ["gemv", "tiled"];
     if (!cuda.cublas.startsWith("off") && !cuda.cublas.startsWith("not found")) paths.push("cublas");

@@ -74,6 +74,8 @@ struct HgCtx {
   size_t decodePartBytes;
   int *argmaxHost;      // pinned (16 ints: [0] the argmax, [4], [5] the token feed's host slots)
   cudaEvent_t feedDone[2];  // the token feed's host slots have their pick (token_feed.cu)
+  cudaEvent_t feedPicked;   // feedSide: the pick is in the feed (the side stream's copy waits for it)
+  cudaStream_t feedStream;  // feedSide: the pick's copy to the host, off the compute stream
   int numSMs;
   Cublas *cublas;       // null when cuBLAS is off or not found
   CopyBatch pending;    // queued small copies (see hg_flush_copies)
@@ -104,6 +106,8 @@ struct HgCtx {
   int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
   int ropeAppend;         // a recorded step's K/V append run inside the RoPE kernel before it (rope_append.cu)
   int argmaxVec;          // the argmax kernel's rows read as float4s, 8 loads in flight a thread (rowops.cu)
+  int argmaxSplit;        // one long row's argmax over many blocks, then one warp (rowops.cu)
+  int feedSide;           // the greedy feed's copy to the host on a side stream, not the compute stream (token_feed.cu)
   int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 3 (tiles loaded ahead), 4 (that, half the splits), 5 (3's grid, 4's chunks: the default), 0 off
 };
 

@@ -240,7 +240,9 @@ HG_EXPORT void hg_cu_step_reset(HgCtx *c) {
 // are gone (eleventh pass, calls 2–3); so are attnMma 6–8 (one block an SM, or the kernel
 // without the tile ahead, leaving room for o_proj's stream: no gain) and 35 (RoPE and the K/V
 // append inside the qkv stream GEMV: 0.05–0.10 ms slower) — twelfth pass. 36: the argmax kernel's
-// rows as float4s, 8 loads in flight a thread (0/1, on) — twelfth pass.
+// rows as float4s, 8 loads in flight a thread (0/1, on) — twelfth pass. 37: one long row's argmax
+// over many blocks and one warp (0/1); 38: the greedy feed's copy to the host on a side stream
+// (0/1) — thirteenth pass.
 // Returns the switch's previous value, or -1 for an unknown switch or value. Captured
 // graphs hold the old launches, so they are dropped.
 
@@ -257,13 +259,15 @@ static int *decode_option(HgCtx *c, int which) {
     case 31: return &c->attnMma;
     case 32: return &c->ropeAppend;
     case 36: return &c->argmaxVec;
+    case 37: return &c->argmaxSplit;
+    case 38: return &c->feedSide;
     default: return NULL;
   }
 }
 
 static bool decode_option_ok(int which, int v) {
   switch (which) {
-    case 9: case 14: case 26: case 30: case 32: case 36: return v == 0 || v == 1;
+    case 9: case 14: case 26: case 30: case 32: case 36: case 37: case 38: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
     case 31: return v >= 0 && v <= 5;
     case 19: return v == 0 || v == 8 || v == 16;
@@ -338,6 +342,9 @@ int hg_graph_init(HgCtx *c) {
   // The greedy pick between two steps (outside their graphs) with 8 float4 loads in flight a thread
   // instead of one float: 8B decode 4.26 / 4.48 / 5.30 vs 4.26 / 4.52 / 5.34 ms (twelfth pass, call 6).
   c->argmaxVec = 1;
+  // To measure (thirteenth pass): the greedy pick over many blocks; its copy to the host aside.
+  c->argmaxSplit = 0;
+  c->feedSide = 0;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

@@ -149,8 +149,67 @@ __global__ void __launch_bounds__(1024) argmax_rows_kernel(const float *x, int c
   }
 }
 
-// The argmax of each of `rows` rows of x [rows, cols] into out[0, rows) (argmaxVec: float4 loads).
+// argmaxSplit: one long row's argmax over many blocks, then one warp. Part 1: block b takes the
+// float4s [n4·b/B, n4·(b+1)/B) (the last block also the cols % 4 tail), a thread in increasing
+// order, and writes its block's first largest (value, index) to pv[b], pi[b]. Part 2 (launched
+// programmatically) keeps the lowest index of the largest over the blocks in order: the pick of
+// the one-block kernel. Why: one block reads the 128K-float row of a greedy step in ≈ 16 dependent
+// rounds of L2 loads from one SM, on the step's critical path; 132 blocks read it in one.
+static const int AM_SPLIT_THREADS = 256, AM_SPLIT_MIN = 8192, AM_SPLIT_MAX_BLOCKS = 1024;
+static const int AM_SPLIT_AREA = 4096;  // the partials: ints past this many into the misc area (1 MB)
+__device__ __forceinline__ void argmax_keep(float ov, int oi, float &v, int &idx) {
+  if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
+}
+__global__ void __launch_bounds__(AM_SPLIT_THREADS) argmax_part_kernel(const float *x, int cols, float *pv, int *pi) {
+  __shared__ float bv[AM_SPLIT_THREADS / 32];
+  __shared__ int bi[AM_SPLIT_THREADS / 32];
+  hg_pdl_trigger();
+  const int n4 = cols >> 2, b = blockIdx.x, nb = gridDim.x;
+  const int lo = (int)((long)n4 * b / nb), hi = (int)((long)n4 * (b + 1) / nb);
+  const float4 *r4 = reinterpret_cast<const float4 *>(x);
+  float v = -INFINITY;
+  int idx = cols;
+  for (int j = lo + threadIdx.x; j < hi; j += AM_SPLIT_THREADS) {
+    const float4 q = r4[j];
+    argmax_take(q.x, 4 * j, cols, v, idx);
+    argmax_take(q.y, 4 * j + 1, cols, v, idx);
+    argmax_take(q.z, 4 * j + 2, cols, v, idx);
+    argmax_take(q.w, 4 * j + 3, cols, v, idx);
+  }
+  if (b == nb - 1)
+    for (int j = 4 * n4 + threadIdx.x; j < cols; j += AM_SPLIT_THREADS) argmax_take(x[j], j, cols, v, idx);
+  for (int o = 16; o > 0; o >>= 1) argmax_keep(__shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, idx, o), v, idx);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) { bv[warp] = v; bi[warp] = idx; }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < AM_SPLIT_THREADS / 32; w++) argmax_keep(bv[w], bi[w], v, idx);
+    pv[b] = v;
+    pi[b] = idx;
+  }
+}
+__global__ void argmax_final_kernel(const float *pv, const int *pi, int nb, int cols, int *out) {
+  hg_pdl_wait();
+  float v = -INFINITY;
+  int idx = cols;
+  for (int b = threadIdx.x; b < nb; b += 32) argmax_keep(pv[b], pi[b], v, idx);
+  for (int o = 16; o > 0; o >>= 1) argmax_keep(__shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, idx, o), v, idx);
+  if (threadIdx.x == 0) *out = idx < cols ? idx : 0;
+}
+
+// The argmax of each of `rows` rows of x [rows, cols] into out[0, rows) (argmaxVec: float4 loads;
+// argmaxSplit: one long aligned row over many blocks, its partials in the misc area).
 int hg_launch_argmax(HgCtx *c, const float *x, int rows, int cols, int *out) {
+  if (c->argmaxSplit && rows == 1 && cols >= AM_SPLIT_MIN && ((uintptr_t)x & 15) == 0) {
+    int nb = (cols >> 2) / AM_SPLIT_THREADS;
+    if (nb > c->numSMs) nb = c->numSMs;
+    if (nb > AM_SPLIT_MAX_BLOCKS) nb = AM_SPLIT_MAX_BLOCKS;
+    float *pv = reinterpret_cast<float *>(c->argmaxOut + AM_SPLIT_AREA);
+    int *pi = c->argmaxOut + AM_SPLIT_AREA + AM_SPLIT_MAX_BLOCKS;
+    argmax_part_kernel<<<(unsigned)nb, AM_SPLIT_THREADS, 0, c->compute>>>(x, cols, pv, pi);
+    int r = hg_launched();
+    return r ? r : hg_launch_pdl(c, true, argmax_final_kernel, dim3(1), dim3(32), 0, (const float *)pv, (const int *)pi, nb, cols, out);
+  }
   if (c->argmaxVec) argmax_rows_kernel<true><<<(unsigned)rows, 1024, 0, c->compute>>>(x, cols, out);
   else argmax_rows_kernel<false><<<(unsigned)rows, 1024, 0, c->compute>>>(x, cols, out);
   return hg_launched();

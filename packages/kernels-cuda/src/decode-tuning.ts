@@ -79,6 +79,16 @@ export interface DecodeTuning {
    * the twelfth pass (8B decode 4.26 / 4.48 / 5.30 vs 4.26 / 4.52 / 5.34 ms on the H200).
    */
   argmaxVec: boolean;
+  /**
+   * One long row's argmax (the greedy pick of a decode step) over many blocks, then one warp over
+   * their partials, instead of one block reading the whole row; the same pick. Off until measured.
+   */
+  argmaxSplit: boolean;
+  /**
+   * Greedy decode fed on the device: the pick's copy to the host on a stream of its own, so the
+   * next step's upload and graph do not queue behind it. Off until measured.
+   */
+  feedSide: boolean;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27–29 and 33–35 are retired). */
@@ -94,6 +104,8 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   attnMma: { code: 31, values: [0, 1, 2, 3, 4, 5] },
   ropeAppend: { code: 32, values: [false, true] },
   argmaxVec: { code: 36, values: [false, true] },
+  argmaxSplit: { code: 37, values: [false, true] },
+  feedSide: { code: 38, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -130,6 +142,8 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     attnMma: value("attnMma", 5) as DecodeTuning["attnMma"],
     ropeAppend: value("ropeAppend", 1) === 1,
     argmaxVec: value("argmaxVec", 1) === 1,
+    argmaxSplit: value("argmaxSplit", 0) === 1,
+    feedSide: value("feedSide", 0) === 1,
   };
 }
 
