@@ -364,6 +364,10 @@ const allVariants: (Variant | undefined)[] = [
   { name: "greedy pick one float at a time (argmaxVec off), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxVec: false }, fed: true },
   // 100: the tile-ahead attention with one wave of blocks (attnMma 4, the default in the eleventh pass's calls 6–7 and the twelfth's 1–6)
   { name: "tensor-core attention, a tile ahead, one wave of blocks (attnMma 4), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 4 }, fed: true },
+  // thirteenth pass, 101: the greedy pick over all SMs (argmaxSplit); 102: its 4-byte copy on a side stream (feedSide); 103: both
+  { name: "greedy pick over all SMs (argmaxSplit), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxSplit: true }, fed: true },
+  { name: "the pick's copy on a side stream (feedSide), fed", graphs: true, matvec: true, splitK: true, tuning: { feedSide: true }, fed: true },
+  { name: "argmaxSplit + feedSide, fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxSplit: true, feedSide: true }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");
@@ -418,7 +422,7 @@ for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 || arg("variant-conte
   const gs = `${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain}`;
   // bw counts bytes read + written by a copy: the memory's throughput, which a read-only step can use whole.
   const floorMs = ((weightBytes + kvBytesPerToken * (ctx + steps / 2)) / bw) * 1e3;
-  rows.push(`| ${ctx} | ${v.name} | ${prefillS.toFixed(2)} | ${(ctx / prefillS).toFixed(0)} | ${ms.toFixed(2)} | ${floorMs.toFixed(2)} | ${(ms / floorMs).toFixed(2)} | ${hostMs.toFixed(3)} | ${calls.toFixed(0)} | ${gs} | ${(cuda.memory().peakBytes / 1e9).toFixed(1)} |`);
+  rows.push(`| ${ctx} | ${v.name} | ${prefillS.toFixed(2)} | ${(ctx / prefillS).toFixed(0)} | ${ms.toFixed(3)} | ${floorMs.toFixed(3)} | ${(ms / floorMs).toFixed(3)} | ${hostMs.toFixed(3)} | ${calls.toFixed(0)} | ${gs} | ${(cuda.memory().peakBytes / 1e9).toFixed(1)} |`);
   console.log(rows[rows.length - 1]);
 }
 hide("matvec", false);
