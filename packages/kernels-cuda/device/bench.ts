@@ -364,10 +364,12 @@ const allVariants: (Variant | undefined)[] = [
   { name: "greedy pick one float at a time (argmaxVec off), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxVec: false }, fed: true },
   // 100: the tile-ahead attention with one wave of blocks (attnMma 4, the default in the eleventh pass's calls 6–7 and the twelfth's 1–6)
   { name: "tensor-core attention, a tile ahead, one wave of blocks (attnMma 4), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 4 }, fed: true },
-  // thirteenth pass, 101: the greedy pick over all SMs (argmaxSplit); 102: its 4-byte copy on a side stream (feedSide); 103: both
+  // thirteenth pass, 101: the greedy pick over all SMs (argmaxSplit); 102: its 4-byte copy on a side stream (feedSide); 103: both (the default since)
   { name: "greedy pick over all SMs (argmaxSplit), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxSplit: true }, fed: true },
   { name: "the pick's copy on a side stream (feedSide), fed", graphs: true, matvec: true, splitK: true, tuning: { feedSide: true }, fed: true },
   { name: "argmaxSplit + feedSide, fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxSplit: true, feedSide: true }, fed: true },
+  // 104: both off (the default until the thirteenth pass)
+  { name: "pick in one block, its copy on the compute stream (argmaxSplit, feedSide off), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxSplit: false, feedSide: false }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");
