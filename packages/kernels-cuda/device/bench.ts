@@ -370,10 +370,6 @@ const allVariants: (Variant | undefined)[] = [
   { name: "argmaxSplit + feedSide, fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxSplit: true, feedSide: true }, fed: true },
   // 104: both off (the default until the thirteenth pass)
   { name: "pick in one block, its copy on the compute stream (argmaxSplit, feedSide off), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxSplit: false, feedSide: false }, fed: true },
-  // 105–107: o_proj's weights prefetched into L2 by the RoPE + append kernel, 25 / 50 / 100% (l2Ahead)
-  { name: "o_proj 25% into L2 during the attention (l2Ahead 25), fed", graphs: true, matvec: true, splitK: true, tuning: { l2Ahead: 25 }, fed: true },
-  { name: "o_proj 50% into L2 during the attention (l2Ahead 50), fed", graphs: true, matvec: true, splitK: true, tuning: { l2Ahead: 50 }, fed: true },
-  { name: "o_proj 100% into L2 during the attention (l2Ahead 100), fed", graphs: true, matvec: true, splitK: true, tuning: { l2Ahead: 100 }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

@@ -108,7 +108,6 @@ struct HgCtx {
   int argmaxVec;          // the argmax kernel's rows read as float4s, 8 loads in flight a thread (rowops.cu)
   int argmaxSplit;        // one long row's argmax over many blocks, then one warp (rowops.cu)
   int feedSide;           // the greedy feed's copy to the host on a side stream, not the compute stream (token_feed.cu)
-  int l2Ahead;            // % of o_proj's block rows the RoPE + append kernel prefetches into L2 at short spans (rope_append.cu); 0 off
   int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 3 (tiles loaded ahead), 4 (that, half the splits), 5 (3's grid, 4's chunks: the default), 0 off
 };
 
@@ -304,7 +303,6 @@ int hg_launch_copybatch(HgCtx *c, const Cmd &cmd);
 bool rope_append_fits(const Cmd &rope, const CopyBatch &q);                 // rope_append.cu
 int hg_launch_argmax(HgCtx *c, const float *x, int rows, int cols, int *out);  // rowops.cu
 int hg_launch_rope_append(HgCtx *c, const Cmd &rope, const char *dynBase);  // rope_append.cu
-void hg_rope_l2_ahead(HgCtx *c);                                              // rope_append.cu
 int hg_launch_gemv_fused(HgCtx *c, const Cmd &cmd);
 int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu

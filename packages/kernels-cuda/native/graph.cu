@@ -155,7 +155,6 @@ HG_EXPORT int hg_cu_step_end(HgCtx *c) {
   c->stepMode = STEP_NONE;
   if (r) return r;
   if (c->ncmds == 0) return 0;
-  hg_rope_l2_ahead(c);
   if ((r = upload_blob(c))) return r;
   StepGraph &g = c->graphs[c->stepKey];
   if (matches(g, c->cmds, c->ncmds)) {
@@ -262,7 +261,6 @@ static int *decode_option(HgCtx *c, int which) {
     case 36: return &c->argmaxVec;
     case 37: return &c->argmaxSplit;
     case 38: return &c->feedSide;
-    case 39: return &c->l2Ahead;
     default: return NULL;
   }
 }
@@ -271,7 +269,6 @@ static bool decode_option_ok(int which, int v) {
   switch (which) {
     case 9: case 14: case 26: case 30: case 32: case 36: case 37: case 38: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
-    case 39: return v == 0 || v == 25 || v == 50 || v == 100;
     case 31: return v >= 0 && v <= 5;
     case 19: return v == 0 || v == 8 || v == 16;
     case 1: return v == 2 || v == 4;
@@ -350,8 +347,6 @@ int hg_graph_init(HgCtx *c) {
   // (thirteenth pass; the pick between steps 16 -> 7 µs).
   c->argmaxSplit = 1;
   c->feedSide = 1;
-  // To measure (thirteenth pass): o_proj's weights prefetched into L2 while the attention runs.
-  c->l2Ahead = 0;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

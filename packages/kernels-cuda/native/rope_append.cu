@@ -13,36 +13,11 @@
 // every step); every copy either reads exactly one rotated head or none (rope_append_fits). Block
 // (0, heads + i) does copy i if it reads no rotated row (V), each in its own block: done in turn by
 // one block, call 2's form, a layer's 8 V rows took 15.5 vs 10.5 µs with the attention.
-struct L2Ahead {
-  const char *w;  // the stream GEMV's weights (NULL: no prefetch blocks)
-  int m, rowBytes, pct, blocks, copies;
-};
-
-// l2Ahead: block `blk` of `a.blocks` (the stream GEMV's grid) prefetches the first pct% of that
-// GEMV block's rows into L2 through the load path (not the bulk-copy unit the GEMV's own copies
-// queue in), while DRAM is idle behind the latency-bound attention. Only where this layer's K/V
-// (span × the appended bytes a token) stays small next to L2, so the attention's rows and the
-// prefetched ones both fit.
-static const unsigned long long L2_AHEAD_KV_MAX = 16ull << 20;
-__device__ __forceinline__ void l2_ahead(const L2Ahead &a, int blk, int span, const CopyBatch *b) {
-  unsigned long long kv = 0;
-  for (int i = 0; i < b->n; i++) kv += b->d[i].bytes;
-  if ((unsigned long long)span * kv > L2_AHEAD_KV_MAX) return;
-  const long r0 = (long)a.m * blk / a.blocks, r1 = (long)a.m * (blk + 1) / a.blocks;
-  const size_t bytes = (size_t)((r1 - r0) * a.pct + 99) / 100 * (size_t)a.rowBytes;
-  const char *base = a.w + (size_t)r0 * a.rowBytes;
-  for (size_t o = (size_t)threadIdx.x * 128; o < bytes; o += (size_t)blockDim.x * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + o));
-}
-
 __global__ void rope_append_kernel(float *x, int width, const int *positions, int pos0, int headDim, const float *cosT, const float *sinT, int half,
-                                   int heads, int rows, const CopyBatch *b, L2Ahead ahead) {
+                                   int heads, int rows, const CopyBatch *b) {
   hg_pdl_trigger();
   hg_pdl_wait();
   const int row = blockIdx.x, h = blockIdx.y;
-  if (ahead.w && h >= heads + ahead.copies) {
-    if (row == 0) l2_ahead(ahead, h - heads - ahead.copies, (positions ? positions[0] : pos0) + 1, b);
-    return;
-  }
   const char *lo = (const char *)x, *hi = (const char *)(x + (size_t)(rows - 1) * width + (size_t)heads * headDim);
   if (h >= heads) {  // a copy from outside the rotated rows (V)
     if (row != 0 || h - heads >= b->n) return;
@@ -89,35 +64,7 @@ bool rope_append_fits(const Cmd &m, const CopyBatch &q) {
   return true;
 }
 
-// l2Ahead: each recorded RoPE + append followed by the decode attention and then a plain stream
-// GEMV (o_proj) names that GEMV's weights and grid (p[5], s[6..9]); run before a step's commands
-// are matched against its graph, so the patch is part of the signature.
-void hg_rope_l2_ahead(HgCtx *c) {
-  for (int i = 0; i < c->ncmds; i++) {
-    Cmd &r = c->cmds[i];
-    if (r.kind != CMD_ROPE || !r.p[4]) continue;
-    r.p[5] = NULL;
-    r.s[6] = r.s[7] = r.s[8] = r.s[9] = 0;
-    if (!c->l2Ahead) continue;
-    bool attn = false;
-    for (int j = i + 1; j < c->ncmds && j <= i + 4; j++) {
-      const Cmd &g = c->cmds[j];
-      if (g.kind == CMD_DECODE_ATTN) { attn = true; continue; }
-      if (g.kind == CMD_GEMV_STREAM && attn && !(g.s[5] & 2)) {  // no SiLU·up: a row is k weights of 2 bytes
-        r.p[5] = g.p[2];
-        r.s[6] = g.s[4];
-        r.s[7] = g.s[3] * 2;
-        r.s[8] = c->l2Ahead;
-        r.s[9] = c->numSMs;
-      }
-      break;
-    }
-  }
-}
-
 int hg_launch_rope_append(HgCtx *c, const Cmd &m, const char *dynBase) {
-  const L2Ahead ahead = {(const char *)m.p[5], m.s[6], m.s[7], m.s[8], m.s[9], m.s[5]};
-  const int extra = ahead.w ? ahead.blocks : 0;
-  return hg_launch_pdl(c, c->attnPdl >= 2 && dynBase != NULL, rope_append_kernel, dim3(m.s[0], m.s[2] + m.s[5] + extra), dim3(m.s[4] >= 64 ? 64 : 32), 0, (float *)m.p[0], m.s[1],
-                       (const int *)m.p[1], m.d[0], m.s[3], (const float *)m.p[2], (const float *)m.p[3], m.s[4], m.s[2], m.s[0], (const CopyBatch *)m.p[4], ahead);
+  return hg_launch_pdl(c, c->attnPdl >= 2 && dynBase != NULL, rope_append_kernel, dim3(m.s[0], m.s[2] + m.s[5]), dim3(m.s[4] >= 64 ? 64 : 32), 0, (float *)m.p[0], m.s[1],
+                       (const int *)m.p[1], m.d[0], m.s[3], (const float *)m.p[2], (const float *)m.p[3], m.s[4], m.s[2], m.s[0], (const CopyBatch *)m.p[4]);
 }

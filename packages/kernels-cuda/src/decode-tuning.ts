@@ -90,12 +90,6 @@ export interface DecodeTuning {
    * next step's upload and graph do not queue behind it. On by default since the thirteenth pass.
    */
   feedSide: boolean;
-  /**
-   * Percent of o_proj's weights (the first rows of each of its blocks) that the RoPE + K/V append
-   * kernel's extra blocks prefetch into L2 while the attention runs, where the layer's K/V is at
-   * most 16 MB (8B: spans to 4K); 0 off. The same bits. Off until measured.
-   */
-  l2Ahead: 0 | 25 | 50 | 100;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27–29 and 33–35 are retired). */
@@ -113,7 +107,6 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   argmaxVec: { code: 36, values: [false, true] },
   argmaxSplit: { code: 37, values: [false, true] },
   feedSide: { code: 38, values: [false, true] },
-  l2Ahead: { code: 39, values: [0, 25, 50, 100] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -152,7 +145,6 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     argmaxVec: value("argmaxVec", 1) === 1,
     argmaxSplit: value("argmaxSplit", 1) === 1,
     feedSide: value("feedSide", 1) === 1,
-    l2Ahead: value("l2Ahead", 0) as DecodeTuning["l2Ahead"],
   };
 }
 

@@ -13,10 +13,10 @@ function fake(): { lib: CudaNative; sets: [number, number][] } {
   // ring, no cluster, the attention, RoPE and K/V append launched programmatically (13), a round's
   // rows folded in together (14), the slot size chosen per GEMV (19), the norm's scale on the dot
   // products (26), 7 KB slots for long plain rows (30), the attention on tensor cores (31), the K/V
-  // append inside RoPE (32), the argmax's float4 rows (36), the argmax over all SMs (37), the
-  // pick copied on a side stream (38), no L2 prefetch of o_proj (39); codes 0, 2–7, 10–12, 15–18, 20–25, 27–29 and 33–35 (retired switches) are
+  // append inside RoPE (32), the argmax's float4 rows (36), the argmax over all SMs (37) and the
+  // pick copied on a side stream (38); codes 0, 2–7, 10–12, 15–18, 20–25, 27–29 and 33–35 (retired switches) are
   // unknown (-1)
-  const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0, -1, -1, -1, 2, 1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, 1, 5, 1, -1, -1, -1, 1, 1, 1, 0];
+  const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0, -1, -1, -1, 2, 1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, 1, 5, 1, -1, -1, -1, 1, 1, 1];
   const sets: [number, number][] = [];
   const lib = standInNative({
     answer: (name, args) => {
@@ -41,7 +41,7 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 5, ropeAppend: true, argmaxVec: true, argmaxSplit: true, feedSide: true, l2Ahead: 0 });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 5, ropeAppend: true, argmaxVec: true, argmaxSplit: true, feedSide: true });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
@@ -51,7 +51,7 @@ describe("CudaBackend decode tuning", () => {
     sets.length = 0;
     be.setDecodeTuning({ attnUnroll: 4, gemvStream: 128, attnCluster: false });
     expect(sets).toEqual([[1, 4], [8, 128], [9, 0]]);
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 5, ropeAppend: true, argmaxVec: true, argmaxSplit: true, feedSide: true, l2Ahead: 0 });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 5, ropeAppend: true, argmaxVec: true, argmaxSplit: true, feedSide: true });
     be.setDecodeTuning({ gemvStream: 0, attnCluster: true });
     expect(sets.slice(3)).toEqual([[8, 0], [9, 1]]);
     // one switch at a time: [the change, the option code and value passed to C]
@@ -68,7 +68,6 @@ describe("CudaBackend decode tuning", () => {
       [{ argmaxVec: false }, [36, 0]],
       [{ argmaxSplit: false }, [37, 0]],
       [{ feedSide: false }, [38, 0]],
-      [{ l2Ahead: 50 }, [39, 50]],
     ];
     for (const [change, code] of steps) {
       const before = sets.length;
@@ -104,7 +103,6 @@ describe("CudaBackend decode tuning", () => {
     expect(() => be.setDecodeTuning({ attnCluster: false, attnUnroll: 8 } as never)).toThrow(HybridgenError);
     expect(() => be.setDecodeTuning({ gemvSlotKb: 4 } as never)).toThrow(/gemvSlotKb must be 0, 8 or 16, got 4/);
     expect(() => be.setDecodeTuning({ attnMma: true } as never)).toThrow(/attnMma must be 0, 1, 2, 3, 4 or 5, got true/);
-    expect(() => be.setDecodeTuning({ l2Ahead: 75 } as never)).toThrow(/l2Ahead must be 0, 25, 50 or 100, got 75/);
     expect(sets).toEqual([]);
     be.close();
     expect(() => be.setDecodeTuning({ attnUnroll: 4 })).toThrow(HybridgenError);
