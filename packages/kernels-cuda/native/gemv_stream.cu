@@ -235,11 +235,7 @@ template <int WT, bool NORM, int EPI, int SLOT>
 static int launch_stream(HgCtx *c, const StreamArgs &a) {
   static bool opted = false;  // shared memory above 48 KB is opted into once per kernel instance
   if (!opted) {
-    cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI, SLOT>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
-    if (e != cudaSuccess) return (int)e;
-    // The largest shared-memory carve-out even where this launch needs little (gemvPair's 4 KB
-    // slots): an SM set up for less could not take the next stream GEMV's block beside it.
-    e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI, SLOT>, cudaFuncAttributePreferredSharedMemoryCarveout, (int)cudaSharedmemCarveoutMaxShared);
+    const cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI, SLOT>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
     if (e != cudaSuccess) return (int)e;
     opted = true;
   }
