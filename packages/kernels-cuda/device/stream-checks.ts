@@ -91,7 +91,6 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
         ["8 KB slots", { gemvSlotKb: 8, gemvNormFold: false, gemvFillRing: false }],
         ["16 KB slots", { gemvSlotKb: 16, gemvNormFold: false, gemvFillRing: false }],
         ["7 KB slots filling shared memory for long plain rows (gemvFillRing)", { gemvFillRing: true, gemvNormFold: false }],
-        ["4 KB slots for a plain += of 8 KB rows (gemvPair; the 8B shape's o_proj)", { gemvPair: true, gemvNormFold: false, gemvFillRing: false }],
         ["norm scale on the dot products and 7 KB slots (the default)", { gemvNormFold: true, gemvFillRing: true }],
       ];
       for (const [how, form] of forms) {

@@ -173,16 +173,9 @@ HG_EXPORT int hg_cu_matvec_max_norm_k(void) { return 57344; }
 HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, const void *nw, int nt, float eps,
                            int k, int m, int epi) {
   // The weight stream (gemvStream switch, gemv_stream.cu): 2-byte weights in rows of 16-byte pieces.
-  int slot = hg_gemv_stream_slot_bytes(k, (epi & 2) != 0, c->gemvSlotKb, c->gemvFillRing != 0);
-  int spw = c->gemvStream && (wt == DT_BF16 || wt == DT_F16) && k % 8 == 0 && ((uintptr_t)w & 15) == 0 && (epi & 3) != 3
-                ? hg_gemv_stream_slots(k, c->gemvStream, slot, nw != nullptr) : 0;
-  // gemvPair: a plain `x +=` GEMV of 8 KB rows (o_proj) takes one 4 KB slot a warp (≈ 49 KB of shared
-  // memory), so the next GEMV's block (gate/up, ≈ 161 KB) is resident beside it and fills its ring
-  // while this one drains, instead of after it has left the SM.
-  if (spw > 0 && c->gemvPair && !nw && (epi & 3) == 1 && slot == 8192 && k * 2 == 8192) {
-    slot = 4096;
-    spw = 1;
-  }
+  const int slot = hg_gemv_stream_slot_bytes(k, (epi & 2) != 0, c->gemvSlotKb, c->gemvFillRing != 0);
+  const int spw = c->gemvStream && (wt == DT_BF16 || wt == DT_F16) && k % 8 == 0 && ((uintptr_t)w & 15) == 0 && (epi & 3) != 3
+                      ? hg_gemv_stream_slots(k, c->gemvStream, slot, nw != nullptr) : 0;
   if ((epi & 4) && nw && spw == 0) return -1;  // the caller rather normalises apart than in this kernel's prologue
   if (nw && k > hg_cu_matvec_max_norm_k()) return (int)cudaErrorInvalidValue;
   if (nw && (size_t)k * sizeof(float) > (48u << 10)) {

@@ -245,10 +245,8 @@ static int launch_stream(HgCtx *c, const StreamArgs &a) {
 
 template <int WT, bool NORM, int EPI>
 static int launch_stream_slot(HgCtx *c, int slot, const StreamArgs &a) {
-  if constexpr ((EPI & GS_SILU) == 0) {
+  if constexpr ((EPI & GS_SILU) == 0)
     if (slot == GS_SLOT7) return launch_stream<WT, NORM, EPI, GS_SLOT7>(c, a);
-    if (slot == 4096) return launch_stream<WT, NORM, EPI, 4096>(c, a);  // gemvPair's small ring
-  }
   return slot == 16384 ? launch_stream<WT, NORM, EPI, 16384>(c, a) : launch_stream<WT, NORM, EPI, 8192>(c, a);
 }
 

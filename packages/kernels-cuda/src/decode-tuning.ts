@@ -90,12 +90,6 @@ export interface DecodeTuning {
    * next step's upload and graph do not queue behind it. On by default since the thirteenth pass.
    */
   feedSide: boolean;
-  /**
-   * A plain `x +=` stream GEMV of 8 KB rows (o_proj at k = 4096) in a 32 KB ring of 4 KB slots, so
-   * the next GEMV's block is resident beside it and fills its ring while this one drains. The same
-   * bits. Off until measured.
-   */
-  gemvPair: boolean;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27–29, 33–35 and 39 are retired). */
@@ -113,7 +107,6 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   argmaxVec: { code: 36, values: [false, true] },
   argmaxSplit: { code: 37, values: [false, true] },
   feedSide: { code: 38, values: [false, true] },
-  gemvPair: { code: 40, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -152,7 +145,6 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     argmaxVec: value("argmaxVec", 1) === 1,
     argmaxSplit: value("argmaxSplit", 1) === 1,
     feedSide: value("feedSide", 1) === 1,
-    gemvPair: value("gemvPair", 0) === 1,
   };
 }
 
