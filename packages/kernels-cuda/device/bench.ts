@@ -372,6 +372,8 @@ const allVariants: (Variant | undefined)[] = [
   { name: "pick in one block, its copy on the compute stream (argmaxSplit, feedSide off), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxSplit: false, feedSide: false }, fed: true },
   // 105–107 (removed after the thirteenth pass's call 7: slower): o_proj's weights prefetched into L2 by the RoPE + append kernel, 25 / 50 / 100% (l2Ahead)
   ...Array<undefined>(3).fill(undefined),
+  // 108 (removed after the thirteenth pass's call 9: slower): o_proj's stream in a 32 KB ring, gate/up's block resident beside it (gemvPair)
+  undefined,
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

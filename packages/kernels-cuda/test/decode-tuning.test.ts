@@ -14,7 +14,7 @@ function fake(): { lib: CudaNative; sets: [number, number][] } {
   // rows folded in together (14), the slot size chosen per GEMV (19), the norm's scale on the dot
   // products (26), 7 KB slots for long plain rows (30), the attention on tensor cores (31), the K/V
   // append inside RoPE (32), the argmax's float4 rows (36), the argmax over all SMs (37) and the
-  // pick copied on a side stream (38); codes 0, 2–7, 10–12, 15–18, 20–25, 27–29, 33–35 and 39 (retired switches) are
+  // pick copied on a side stream (38); codes 0, 2–7, 10–12, 15–18, 20–25, 27–29, 33–35, 39 and 40 (retired switches) are
   // unknown (-1)
   const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0, -1, -1, -1, 2, 1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, 1, 5, 1, -1, -1, -1, 1, 1, 1];
   const sets: [number, number][] = [];
@@ -92,7 +92,7 @@ describe("CudaBackend decode tuning", () => {
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(HybridgenError);
     expect(() => be.setDecodeTuning({ warpSpecialise: true } as never)).toThrow(/unknown switch "warpSpecialise"/);
     // the retired switches are unknown now, whatever the value
-    for (const gone of ["programmaticLaunch", "gemvSplit", "gemvUnroll", "qkvRope", "attnMergeInKernel", "attnMinChunk", "attnAsyncCopy", "l2Prefetch", "attnTile", "attnFold", "gemvChain", "gemvXPass", "gemvSiluSplit", "gemvSlot16", "gemvL2Ahead", "attnOverlap", "gemvDynamic", "gemvStage", "attnEarly", "attnMergeOnce", "attnL2Next", "gemvIdleL2", "gemvBalance", "attnMergeLoads", "attnMergeLast", "gemvRope", "l2Ahead"]) {
+    for (const gone of ["programmaticLaunch", "gemvSplit", "gemvUnroll", "qkvRope", "attnMergeInKernel", "attnMinChunk", "attnAsyncCopy", "l2Prefetch", "attnTile", "attnFold", "gemvChain", "gemvXPass", "gemvSiluSplit", "gemvSlot16", "gemvL2Ahead", "attnOverlap", "gemvDynamic", "gemvStage", "attnEarly", "attnMergeOnce", "attnL2Next", "gemvIdleL2", "gemvBalance", "attnMergeLoads", "attnMergeLast", "gemvRope", "l2Ahead", "gemvPair"]) {
       expect(() => be.setDecodeTuning({ [gone]: false } as never)).toThrow(new RegExp(`unknown switch "${gone}"`));
     }
     expect(() => be.setDecodeTuning({ attnUnroll: 3 } as never)).toThrow(/attnUnroll must be 2 or 4, got 3/);
