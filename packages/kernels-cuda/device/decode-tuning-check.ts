@@ -17,7 +17,7 @@ import { dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
 const PLAIN: DecodeTuning = {
-  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvFillRing: false, attnMma: 0, ropeAppend: false, argmaxVec: false, argmaxSplit: false, feedSide: false,
+  attnUnroll: 2, gemvStream: 0, attnCluster: false, attnPdl: 0, attnGroup: false, gemvSlotKb: 0, gemvNormFold: false, gemvFillRing: false, attnMma: 0, ropeAppend: false, argmaxVec: false, argmaxSplit: false, feedSide: false, gemvGrid: false,
 };
 const DEFAULTS: DecodeTuning = { ...PLAIN, gemvStream: 128, attnUnroll: 4, attnPdl: 2, attnGroup: true, gemvNormFold: true, gemvFillRing: true, attnMma: 5, ropeAppend: true, argmaxVec: true, argmaxSplit: true, feedSide: true };
 const COMBOS: DecodeTuning[] = [
@@ -46,6 +46,8 @@ const COMBOS: DecodeTuning[] = [
   { ...PLAIN, argmaxVec: true },
   { ...DEFAULTS, argmaxSplit: false, feedSide: false },
   { ...PLAIN, argmaxSplit: true, feedSide: true },
+  { ...DEFAULTS, gemvGrid: true },
+  { ...PLAIN, gemvStream: 128, gemvGrid: true },
 ];
 const label = (t: DecodeTuning) => {
   const changed = Object.entries(t).filter(([key, v]) => PLAIN[key as keyof DecodeTuning] !== v).map(([key, v]) => `${key} ${String(v)}`);

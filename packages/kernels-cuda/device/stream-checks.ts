@@ -91,6 +91,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
         ["8 KB slots", { gemvSlotKb: 8, gemvNormFold: false, gemvFillRing: false }],
         ["16 KB slots", { gemvSlotKb: 16, gemvNormFold: false, gemvFillRing: false }],
         ["7 KB slots filling shared memory for long plain rows (gemvFillRing)", { gemvFillRing: true, gemvNormFold: false }],
+        ["grids that split the rows evenly (gemvGrid)", { gemvGrid: true, gemvNormFold: false, gemvFillRing: false }],
         ["norm scale on the dot products and 7 KB slots (the default)", { gemvNormFold: true, gemvFillRing: true }],
       ];
       for (const [how, form] of forms) {

@@ -108,6 +108,7 @@ struct HgCtx {
   int argmaxVec;          // the argmax kernel's rows read as float4s, 8 loads in flight a thread (rowops.cu)
   int argmaxSplit;        // one long row's argmax over many blocks, then one warp (rowops.cu)
   int feedSide;           // the greedy feed's copy to the host on a side stream, not the compute stream (token_feed.cu)
+  int gemvGrid;           // a stream GEMV's grid: the most blocks ≤ the SMs that split its rows evenly, within 1/16 of the SMs (gemv_stream.cu)
   int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 3 (tiles loaded ahead), 4 (that, half the splits), 5 (3's grid, 4's chunks: the default), 0 off
 };
 

@@ -231,6 +231,17 @@ int hg_gemv_stream_slots(int k, int ringKb, int slot, bool norm) {
   return stream_smem(k, spw, slot, norm) <= (size_t)GS_MAX_SMEM ? spw : 0;
 }
 
+// The stream's grid: one block an SM, or with gemvGrid the most blocks down to 15/16 of the SMs
+// that give every block the same number of rows (8B's m: 4096, 6144, 14336, 128256 -> 128 on 132
+// SMs), so no block streams a row more than the rest while the others have left. A row is summed
+// by one warp whatever the block, so the bits do not change.
+static int stream_grid(const HgCtx *c, int m) {
+  if (c->gemvGrid)
+    for (int g = c->numSMs; g >= c->numSMs - c->numSMs / 16 && g > 0; g--)
+      if (m % g == 0) return g;
+  return c->numSMs;
+}
+
 template <int WT, bool NORM, int EPI, int SLOT>
 static int launch_stream(HgCtx *c, const StreamArgs &a) {
   static bool opted = false;  // shared memory above 48 KB is opted into once per kernel instance
@@ -240,7 +251,7 @@ static int launch_stream(HgCtx *c, const StreamArgs &a) {
     opted = true;
   }
   const size_t smem = stream_smem(a.k, a.spw, SLOT, NORM);
-  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI, SLOT>, dim3((unsigned)c->numSMs), dim3(GS_THREADS), smem, a);
+  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI, SLOT>, dim3((unsigned)stream_grid(c, a.m)), dim3(GS_THREADS), smem, a);
 }
 
 template <int WT, bool NORM, int EPI>

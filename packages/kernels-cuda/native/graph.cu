@@ -261,13 +261,14 @@ static int *decode_option(HgCtx *c, int which) {
     case 36: return &c->argmaxVec;
     case 37: return &c->argmaxSplit;
     case 38: return &c->feedSide;
+    case 41: return &c->gemvGrid;
     default: return NULL;
   }
 }
 
 static bool decode_option_ok(int which, int v) {
   switch (which) {
-    case 9: case 14: case 26: case 30: case 32: case 36: case 37: case 38: return v == 0 || v == 1;
+    case 9: case 14: case 26: case 30: case 32: case 36: case 37: case 38: case 41: return v == 0 || v == 1;
     case 13: return v == 0 || v == 1 || v == 2;
     case 31: return v >= 0 && v <= 5;
     case 19: return v == 0 || v == 8 || v == 16;
@@ -347,6 +348,8 @@ int hg_graph_init(HgCtx *c) {
   // (thirteenth pass; the pick between steps 16 -> 7 µs).
   c->argmaxSplit = 1;
   c->feedSide = 1;
+  // To measure (thirteenth pass): stream GEMV grids that split the rows evenly (8B: 128 blocks).
+  c->gemvGrid = 0;
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;

@@ -90,6 +90,11 @@ export interface DecodeTuning {
    * next step's upload and graph do not queue behind it. On by default since the thirteenth pass.
    */
   feedSide: boolean;
+  /**
+   * A stream GEMV's grid: the most blocks, down to 15/16 of the SMs, that split its rows evenly
+   * (8B on 132 SMs: 128), instead of one block an SM. The same bits. Off until measured.
+   */
+  gemvGrid: boolean;
 }
 
 /** setDecodeTuning's switches: native option code and the values it takes (codes 0, 2–7, 10–12, 15–18, 20–25, 27–29, 33–35, 39 and 40 are retired). */
@@ -107,6 +112,7 @@ export const DECODE_SWITCHES: Record<keyof DecodeTuning, { code: number; values:
   argmaxVec: { code: 36, values: [false, true] },
   argmaxSplit: { code: 37, values: [false, true] },
   feedSide: { code: 38, values: [false, true] },
+  gemvGrid: { code: 41, values: [false, true] },
 };
 
 /** [native option code, value] for each switch set in `t`; a one-line error for an unknown switch or value. */
@@ -145,6 +151,7 @@ export function readDecodeTuning(get: (code: number) => number): DecodeTuning {
     argmaxVec: value("argmaxVec", 1) === 1,
     argmaxSplit: value("argmaxSplit", 1) === 1,
     feedSide: value("feedSide", 1) === 1,
+    gemvGrid: value("gemvGrid", 0) === 1,
   };
 }
 
