@@ -374,8 +374,10 @@ const allVariants: (Variant | undefined)[] = [
   ...Array<undefined>(3).fill(undefined),
   // 108 (removed after the thirteenth pass's call 9: slower): o_proj's stream in a 32 KB ring, gate/up's block resident beside it (gemvPair)
   undefined,
-  // 109: stream GEMV grids that split the rows evenly (gemvGrid: 128 blocks for 8B on 132 SMs)
+  // 109: stream GEMV grids that split the rows evenly (gemvGrid: 128 blocks for 8B on 132 SMs; the default since)
   { name: "stream GEMV grids splitting the rows evenly (gemvGrid), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvGrid: true }, fed: true },
+  // 110: one stream block an SM (gemvGrid off, the default until the thirteenth pass)
+  { name: "one stream GEMV block an SM (gemvGrid off), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvGrid: false }, fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");

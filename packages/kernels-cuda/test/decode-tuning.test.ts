@@ -14,9 +14,9 @@ function fake(): { lib: CudaNative; sets: [number, number][] } {
   // rows folded in together (14), the slot size chosen per GEMV (19), the norm's scale on the dot
   // products (26), 7 KB slots for long plain rows (30), the attention on tensor cores (31), the K/V
   // append inside RoPE (32), the argmax's float4 rows (36), the argmax over all SMs (37) and the
-  // pick copied on a side stream (38), one stream block an SM (41); codes 0, 2–7, 10–12, 15–18, 20–25, 27–29, 33–35, 39 and 40 (retired switches) are
+  // pick copied on a side stream (38), stream grids splitting the rows evenly (41); codes 0, 2–7, 10–12, 15–18, 20–25, 27–29, 33–35, 39 and 40 (retired switches) are
   // unknown (-1)
-  const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0, -1, -1, -1, 2, 1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, 1, 5, 1, -1, -1, -1, 1, 1, 1, -1, -1, 0];
+  const options = [-1, 4, -1, -1, -1, -1, -1, -1, 128, 0, -1, -1, -1, 2, 1, -1, -1, -1, -1, 0, -1, -1, -1, -1, -1, -1, 1, -1, -1, -1, 1, 5, 1, -1, -1, -1, 1, 1, 1, -1, -1, 1];
   const sets: [number, number][] = [];
   const lib = standInNative({
     answer: (name, args) => {
@@ -41,7 +41,7 @@ describe("CudaBackend decode tuning", () => {
   it("passes each switch to the library and reads it back", () => {
     const { lib, sets } = fake();
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 5, ropeAppend: true, argmaxVec: true, argmaxSplit: true, feedSide: true, gemvGrid: false });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 5, ropeAppend: true, argmaxVec: true, argmaxSplit: true, feedSide: true, gemvGrid: true });
     be.setDecodeTuning({ attnUnroll: 4 });
     expect(sets).toEqual([[1, 4]]);
     expect(be.decodeTuning.attnUnroll).toBe(4);
@@ -51,7 +51,7 @@ describe("CudaBackend decode tuning", () => {
     sets.length = 0;
     be.setDecodeTuning({ attnUnroll: 4, gemvStream: 128, attnCluster: false });
     expect(sets).toEqual([[1, 4], [8, 128], [9, 0]]);
-    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 5, ropeAppend: true, argmaxVec: true, argmaxSplit: true, feedSide: true, gemvGrid: false });
+    expect(be.decodeTuning).toEqual({ attnUnroll: 4, gemvStream: 128, attnCluster: false, attnPdl: 2, attnGroup: true, gemvSlotKb: 0, gemvNormFold: true, gemvFillRing: true, attnMma: 5, ropeAppend: true, argmaxVec: true, argmaxSplit: true, feedSide: true, gemvGrid: true });
     be.setDecodeTuning({ gemvStream: 0, attnCluster: true });
     expect(sets.slice(3)).toEqual([[8, 0], [9, 1]]);
     // one switch at a time: [the change, the option code and value passed to C]
@@ -68,7 +68,7 @@ describe("CudaBackend decode tuning", () => {
       [{ argmaxVec: false }, [36, 0]],
       [{ argmaxSplit: false }, [37, 0]],
       [{ feedSide: false }, [38, 0]],
-      [{ gemvGrid: true }, [41, 1]],
+      [{ gemvGrid: false }, [41, 0]],
     ];
     for (const [change, code] of steps) {
       const before = sets.length;
