@@ -92,10 +92,10 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
         ["16 KB slots", { gemvSlotKb: 16, gemvNormFold: false, gemvFillRing: false }],
         ["7 KB slots filling shared memory for long plain rows (gemvFillRing)", { gemvFillRing: true, gemvNormFold: false }],
         ["grids that split the rows evenly (gemvGrid)", { gemvGrid: true, gemvNormFold: false, gemvFillRing: false }],
-        ["norm scale on the dot products and 7 KB slots (the default)", { gemvNormFold: true, gemvFillRing: true }],
+        ["norm scale on the dot products, 7 KB slots and even grids (the default)", { gemvNormFold: true, gemvFillRing: true, gemvGrid: true }],
       ];
       for (const [how, form] of forms) {
-        cuda.setDecodeTuning({ ...savedTuning, gemvSlotKb: 0, gemvStream: ring as DecodeRing, ...form });
+        cuda.setDecodeTuning({ ...savedTuning, gemvSlotKb: 0, gemvStream: ring as DecodeRing, gemvGrid: false, ...form });
         const before = cuda.graphStats();
         let worst = 0, apart = 0;
         for (let s = 0; s < steps; s++) {
