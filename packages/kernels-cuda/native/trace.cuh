@@ -18,12 +18,15 @@ static const unsigned HG_TRACE_MAX = 1u << 20;
 // Defined here (no relocatable device code): only gemv_stream.cu includes this header.
 static __device__ TraceRec g_trace[HG_TRACE_MAX];
 static __device__ int g_trace_on;
+// A launch's records start at id · HG_TRACE_BLOCKS, not id · gridDim.x: stream grids differ between
+// GEMVs (gemvGrid), and launches of different grids would overwrite each other's records.
+static const unsigned HG_TRACE_BLOCKS = 256;  // at least any stream grid (one block an SM at most)
 // id: the launch's number (StreamArgs.trace, given by the host at launch; a graph replays its ids).
 __device__ __forceinline__ void hg_trace(int id, const void *tag, int ev) {
   if (!g_trace_on) return;
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  const unsigned i = (((unsigned)id * gridDim.x + blockIdx.x) * HG_TRACE_EVENTS + (unsigned)ev) % HG_TRACE_MAX;
+  const unsigned i = (((unsigned)id * HG_TRACE_BLOCKS + blockIdx.x) * HG_TRACE_EVENTS + (unsigned)ev) % HG_TRACE_MAX;
   g_trace[i] = {t, tag, (int)blockIdx.x, ev};
 }
 #define HG_TR(a, ev) hg_trace((a).trace, (a).w, ev)
