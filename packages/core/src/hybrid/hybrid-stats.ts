@@ -1,3 +1,23 @@
+import type { StepTimings } from "../contracts/scheduler.js";
+import type { SelectionTiming } from "../contracts/selector.js";
+
+/** One hybrid decode step as the scheduler was told it: the K and timing it ran with, its
+ * offloaded count, T_gpu / T_cpu / T_tx summed over layers, and the step's wall time. */
+export interface HybridStepRecord {
+  readonly step: number;
+  readonly k: number;
+  readonly timing: SelectionTiming;
+  readonly offloaded: number;
+  readonly tGpuMs: number;
+  readonly tCpuMs: number;
+  readonly tTxMs: number;
+  /** beginStep → endStep on the host, after the device finished the step. */
+  readonly wallMs: number;
+}
+
+/** Steps kept in HybridStats.trace; older ones are dropped (counted in droppedSteps). */
+export const HYBRID_TRACE_LIMIT = 4096;
+
 /** Counters of a hybrid-attention run, and the CLI's one-line summary of them. */
 export class HybridStats {
   /** Decode steps that ran the hybrid path (some tokens offloaded). */
@@ -28,6 +48,13 @@ export class HybridStats {
   txMs = 0;
   /** Notes said once (clamps, fallbacks). */
   readonly notes: string[] = [];
+  /** The scheduler's inputs per step, the most recent HYBRID_TRACE_LIMIT of them. */
+  readonly trace: HybridStepRecord[] = [];
+  /** Steps recorded but no longer in trace. */
+  droppedSteps = 0;
+  /** Timing changes between consecutive recorded steps (all of them, dropped ones included). */
+  timingSwitches = 0;
+  private lastTiming: SelectionTiming | undefined;
 
   /** Fraction of the CPU stage's busy time that ran while the device stage ran. */
   get hiddenFraction(): number {
@@ -43,11 +70,27 @@ export class HybridStats {
     if (!this.notes.includes(message)) this.notes.push(message);
   }
 
+  /** Appends one step's scheduler inputs to the trace (the engine calls it once per hybrid step). */
+  record(t: StepTimings, wallMs: number): void {
+    if (this.lastTiming !== undefined && this.lastTiming !== t.timing) this.timingSwitches++;
+    this.lastTiming = t.timing;
+    if (this.trace.length >= HYBRID_TRACE_LIMIT) {
+      this.trace.shift();
+      this.droppedSteps++;
+    }
+    this.trace.push({
+      step: t.step, k: t.k, timing: t.timing, offloaded: t.offloaded, tGpuMs: t.tGpuMs, tCpuMs: t.tCpuMs, tTxMs: t.tTxMs, wallMs,
+    });
+  }
+
   reset(): void {
     this.steps = this.layerSteps = this.offloaded = this.sumK = 0;
     this.cpuStageMs = this.cpuJsMs = this.waitMs = this.deviceMs = this.txMs = 0;
     this.cpuScoreMs = this.cpuSelectMs = this.cpuGatherMs = this.handoffMs = 0;
     this.notes.length = 0;
+    this.trace.length = 0;
+    this.droppedSteps = this.timingSwitches = 0;
+    this.lastTiming = undefined;
   }
 
   /** e.g. "hybrid: 224 tokens offloaded, mean K 32.0, per layer: CPU stage 0.021 ms, device stage 0.310 ms, 71% of the CPU stage hidden … (9 hybrid steps), transfers 0.004 ms". */
@@ -56,7 +99,21 @@ export class HybridStats {
     return `hybrid: ${this.offloaded} tokens offloaded, mean K ${this.meanK.toFixed(1)}, per layer: ` +
       `CPU stage ${per(this.cpuStageMs + this.cpuJsMs)} ms, device stage ${per(this.deviceMs)} ms, ` +
       `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (${this.steps} hybrid steps), ` +
-      `transfers ${per(this.txMs)} ms` + this.splitSummary();
+      `transfers ${per(this.txMs)} ms` + this.splitSummary() + this.schedulerSummary();
+  }
+
+  /** "; scheduler: K 8 → 96 (range 8–128), post, 1 timing switch" from the trace (empty without one). */
+  schedulerSummary(): string {
+    const t = this.trace;
+    if (t.length === 0) return "";
+    let lo = Infinity, hi = 0;
+    for (const r of t) {
+      lo = Math.min(lo, r.k);
+      hi = Math.max(hi, r.k);
+    }
+    const first = t[0]!, last = t[t.length - 1]!;
+    const n = this.timingSwitches;
+    return `; scheduler: K ${first.k} → ${last.k} (range ${lo}–${hi}), ${last.timing}, ${n} timing switch${n === 1 ? "" : "es"}`;
   }
 
   /** "; CPU stage split per layer: score … ms, top-K … ms, gather … ms, hand-offs … ms" (when recorded). */
