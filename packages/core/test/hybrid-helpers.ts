@@ -16,6 +16,8 @@ export interface HybridRunOptions {
   selector?: TokenSelector;
   scheduler?: Scheduler;
   logits?: LogitsMode;
+  candidates?: number;
+  exactLayers?: number[];
 }
 
 function selector(name: string, timings: SelectionTiming[], usesBudget: boolean, kernel: SelectorKernel | undefined,

@@ -20,6 +20,11 @@ export interface RefStep {
   sinks: number;
   select: RefSelect;
   speculative: boolean;
+  /** q̃ chooses `candidates`·K tokens, the true query scores them (needs speculative). */
+  verified?: boolean;
+  candidates?: number;
+  /** Layers that select with the true query even when speculative. */
+  exactLayers?: number[];
 }
 
 /** Indices of the k largest of vals, ascending, ties to the lower index. */
@@ -96,7 +101,9 @@ export class HybridReference {
       this.vs[l].push(this.linear(h, `${p}self_attn.v_proj.weight`, KV * hd, dim, `${p}self_attn.v_proj.bias`));
       const specQ = l === 0 ? q : this.query(l, prevX, pos);
       this.lastSpecQ.push(specQ);
-      const qOff = st.speculative ? specQ : q;
+      const ahead = st.speculative && !(st.exactLayers ?? []).includes(l);
+      const widen = ahead && st.verified && l > 0 ? (st.candidates ?? 1) : 1;
+      const qSel = ahead ? specQ : q, qOff = ahead && !st.verified ? specQ : q;
       const dot = (qq: number[], hh: number, u: number) => {
         const g = Math.floor(hh / group);
         let d = 0;
@@ -110,17 +117,17 @@ export class HybridReference {
         if (n === 0) chosen.push([]);
         else if (st.select.kind === "all") chosen.push(Array.from({ length: n }, (_, j) => j));
         else if (st.select.kind === "streaming") {
-          const k = Math.min(st.select.k, n), sk = Math.min(st.select.sinks, k);
+          const k = Math.min(st.select.k * widen, n), sk = Math.min(st.select.sinks, k);
           const ids = Array.from({ length: sk }, (_, j) => j);
           for (let j = n - (k - sk); j < n; j++) ids.push(j);
           chosen.push(ids);
         } else {
           const best = Array.from({ length: n }, (_, j) => {
             let m = -Infinity;
-            for (let hh = g * group; hh < (g + 1) * group; hh++) m = Math.max(m, dot(qOff, hh, off0 + j));
+            for (let hh = g * group; hh < (g + 1) * group; hh++) m = Math.max(m, dot(qSel, hh, off0 + j));
             return m;
           });
-          chosen.push(refTopK(best, st.select.k));
+          chosen.push(refTopK(best, st.select.k * widen));
         }
       }
       const att = new Array(H * hd).fill(0);

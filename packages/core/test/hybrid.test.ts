@@ -4,7 +4,7 @@ import {
 } from "../src/index.js";
 import { makeRng, maxAbsDiff, randomIds, randomArray, testSeed, tinyModel, type TinyWeights } from "./engine-helpers.js";
 import { allSelector, fixedScheduler, rawSelector, streamingSelector, topKSelector, type HybridRunOptions } from "./hybrid-helpers.js";
-import { HybridReference, type RefSelect } from "./hybrid-reference.js";
+import { HybridReference, type RefSelect, type RefStep } from "./hybrid-reference.js";
 
 const CONTEXT = 40;
 
@@ -18,7 +18,7 @@ function run(files: ModelFiles, tokens: number[], o: HybridRunOptions) {
   const hybrid = o.selector
     ? HybridAttention.attach(
       { attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: o.selector, scheduler: o.scheduler ?? fixedScheduler(4, "post") },
-      { logits: o.logits ?? "exact" })
+      { logits: o.logits ?? "exact", ...(o.candidates ? { candidates: o.candidates } : {}), ...(o.exactLayers ? { exactLayers: o.exactLayers } : {}) })
     : null;
   const out = [model.forward(Int32Array.from(tokens.slice(0, o.prompt)), 0)];
   const stored: number[] = [];
@@ -33,12 +33,15 @@ function run(files: ModelFiles, tokens: number[], o: HybridRunOptions) {
   return { out, stored, stats };
 }
 
-function reference(files: ModelFiles, weights: TinyWeights, tokens: number[], prompt: number, stored: number[], sinks: number, select: RefSelect, speculative: boolean) {
+type RefMode = boolean | Pick<RefStep, "speculative" | "verified" | "candidates" | "exactLayers">;
+
+function reference(files: ModelFiles, weights: TinyWeights, tokens: number[], prompt: number, stored: number[], sinks: number, select: RefSelect, mode: RefMode) {
   const ref = new HybridReference(files, weights);
+  const m = typeof mode === "boolean" ? { speculative: mode } : mode;
   let last: number[] = [];
-  for (let t = 0; t < prompt; t++) last = ref.step(tokens[t], { storeCount: 0, sinks, select, speculative });
+  for (let t = 0; t < prompt; t++) last = ref.step(tokens[t], { storeCount: 0, sinks, select, ...m });
   const out = [last];
-  for (let t = prompt; t < tokens.length; t++) out.push(ref.step(tokens[t], { storeCount: stored[t - prompt], sinks, select, speculative }));
+  for (let t = prompt; t < tokens.length; t++) out.push(ref.step(tokens[t], { storeCount: stored[t - prompt], sinks, select, ...m }));
   return out;
 }
 
@@ -54,8 +57,8 @@ describe("hybrid attention: 'all' + exact logits equals full attention", () => {
       for (const w of windows) {
         for (const prompt of [Math.max(1, w.budget - 1), w.budget, Math.min(CONTEXT - 4, w.budget + 7)]) {
           const full = run(files, tokens, { prompt });
-          for (const kernel of [false, true]) {
-            const hy = run(files, tokens, { ...w, prompt, selector: allSelector(kernel), scheduler: fixedScheduler(3, kernel ? "post" : "pre") });
+          for (const [kernel, logits] of [[false, "exact"], [true, "exact"], [true, "verified"], [false, "verified"]] as const) {
+            const hy = run(files, tokens, { ...w, prompt, selector: allSelector(kernel), scheduler: fixedScheduler(3, kernel ? "post" : "pre"), logits });
             expect(hy.stored.some((n) => n > 0)).toBe(true); // offloading really happened
             expect(hy.stats!.steps).toBeGreaterThan(0);
             hy.out.forEach((l, i) => expect(maxAbsDiff(l, full.out[i]), `budget ${w.budget} sinks ${w.sinks} prompt ${prompt} step ${i}`).toBeLessThan(1e-5));
@@ -89,6 +92,46 @@ describe("hybrid attention: selection equals the TypeScript reference on window 
       }
     }
   }
+
+  // Verified: q̃ chooses (widened by `candidates`), the true query scores; exactLayers select with q.
+  const verifiedModes: { name: string; opts: { candidates?: number; exactLayers?: number[] } }[] = [
+    { name: "verified", opts: {} },
+    { name: "verified, 2× candidates", opts: { candidates: 2 } },
+    { name: "verified, layer 1 exact", opts: { exactLayers: [1] } },
+  ];
+  for (const c of cases) {
+    for (const v of verifiedModes) {
+      it(`${c.name}, ${v.name}: within ${TOL} of the reference`, () => {
+        const prompt = 13;
+        const hy = run(files, tokens, { budget: 8, sinks: 2, block: 3, prompt, selector: c.selector(), scheduler: fixedScheduler(5, c.timing), logits: "verified", ...v.opts });
+        expect(Math.max(...hy.stored)).toBeGreaterThan(10); // 2K < offloaded: the width matters
+        const want = reference(files, weights, tokens, prompt, hy.stored, 2, c.ref, { speculative: true, verified: true, ...v.opts });
+        hy.out.forEach((l, i) => expect(maxAbsDiff(l, want[i]), `step ${i}`).toBeLessThan(TOL));
+      });
+    }
+  }
+
+  it("verified differs from speculative, and a wider candidate set moves it toward exact", () => {
+    const prompt = 13, w = { budget: 8, sinks: 0, block: 3, prompt, scheduler: fixedScheduler(3, "post") as ReturnType<typeof fixedScheduler> };
+    const dist = (logits: "exact" | "speculative" | "verified", candidates = 1) => {
+      const full = run(files, tokens, { prompt });
+      const hy = run(files, tokens, { ...w, selector: topKSelector(true), scheduler: fixedScheduler(3, "post"), logits, candidates });
+      return hy.out.reduce((a, l, i) => a + maxAbsDiff(l, full.out[i]), 0);
+    };
+    const spec = dist("speculative"), ver = dist("verified"), wide = dist("verified", 8);
+    expect(Math.abs(spec - ver)).toBeGreaterThan(1e-4);
+    expect(wide).toBeLessThan(ver);
+  });
+
+  it("bad exactLayers / candidates are one-line errors", () => {
+    const { files: f } = tinyModel({ seed: testSeed(310), maxPositions: 64, heads: 4, kvHeads: 2, layers: 3 });
+    const be = new ReferenceBackend();
+    using model = LlamaModel.load(f, be, { maxContext: 32, kvWindow: 6 });
+    const parts = () => ({ attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: topKSelector(true), scheduler: fixedScheduler(3, "post") });
+    expect(() => new HybridAttention(parts(), { logits: "verified", exactLayers: [3] })).toThrow(/exactLayers: layer 3 does not exist \(the model has 3\)/);
+    expect(() => new HybridAttention(parts(), { logits: "verified", candidates: 0 })).toThrow(/invalid hybrid option candidates/);
+    expect(() => new HybridAttention(parts(), { logits: "nope" as "exact" })).toThrow(/invalid hybrid option logits/);
+  });
 
   it("K = 0, no sinks: the window alone (the empty store span, first in order, writes nothing)", () => {
     for (const kernel of [false, true]) {

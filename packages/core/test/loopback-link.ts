@@ -47,7 +47,7 @@ export class HostReference extends ReferenceBackend {
 
 /** BackendCpuStage with host staging regions (the native stage's buffers, faked). */
 export class StagedBackendCpuStage extends BackendCpuStage {
-  private staging: { query: HostRegion; logits: HostRegion; values: HostRegion }[] = [];
+  private staging: { query: HostRegion; logits: HostRegion; values: HostRegion; keys: HostRegion | null }[] = [];
   constructor(backend: ReferenceBackend, private readonly book: AddressBook) {
     super(backend);
   }
@@ -59,6 +59,7 @@ export class StagedBackendCpuStage extends BackendCpuStage {
         logits: this.book.add({ kind: "array", data: () => logits }, logits.length * 4),
         // the view of the last gather (its width changes with kmax); bytes: the whole store
         values: this.book.add({ kind: "tensor", t: () => this.output(slot).values }, 2 ** 30),
+        keys: this.book.add({ kind: "tensor", t: () => this.output(slot).keys ?? this.output(slot).values }, 2 ** 30),
       };
     }
     return this.staging[slot];

@@ -194,7 +194,22 @@ static void topk_task(void *v, int g, int parts) {
         }
 }
 
-/* Pieces over (KV head, chunk of its list): selected logits and/or the V gather. */
+/* Rows ids[b..e) of KV head g of a [kv_heads, cap, head_dim] store into dst's [kv_heads, kmax, head_dim];
+ * rows past the list's count are zeros. */
+static void gather_rows(const char *src, int64_t cap, int64_t type, char *dst, const hg_stage_job *j, int64_t g, const int32_t *ids,
+                        int64_t b, int64_t e, int64_t cnt) {
+    int64_t row = j->head_dim * esize(type), ve = e < cnt ? e : cnt;
+    const char *S = src + g * cap * row;
+    char *D = dst + g * j->kmax * row;
+    for (int64_t i = b; i < e; i++) {
+        if (i + 8 < ve) /* scattered rows: keep misses in flight ahead of the copies */
+            for (int64_t o = 0; o < row; o += 64) __builtin_prefetch(S + (int64_t)ids[i + 8] * row + o, 0, 1);
+        if (i < cnt) memcpy(D + i * row, S + (int64_t)ids[i] * row, (size_t)row);
+        else memset(D + i * row, 0, (size_t)row);
+    }
+}
+
+/* Pieces over (KV head, chunk of its list): selected logits and/or the V (and K) gather. */
 static void selected_task(void *v, int part, int parts) {
     (void)parts;
     run_ctx *r = v;
@@ -222,15 +237,8 @@ static void selected_task(void *v, int part, int parts) {
     }
     for (int64_t h = g * group; h < (g + 1) * group; h++)
         for (int64_t i = (b > cnt ? b : cnt); i < e; i++) sel[h * kmax + i] = -INFINITY;
-    int64_t row = j->head_dim * esize(j->vtype);
-    const char *V = (const char *)(intptr_t)j->v + g * j->vcap * row;
-    char *dst = (char *)(intptr_t)j->vstage + g * kmax * row;
-    for (int64_t i = b; i < e; i++) {
-        if (i + 8 < ve) /* scattered rows: keep misses in flight ahead of the copies */
-            for (int64_t o = 0; o < row; o += 64) __builtin_prefetch(V + (int64_t)ids[i + 8] * row + o, 0, 1);
-        if (i < cnt) memcpy(dst + i * row, V + (int64_t)ids[i] * row, (size_t)row);
-        else memset(dst + i * row, 0, (size_t)row);
-    }
+    gather_rows((const char *)(intptr_t)j->v, j->vcap, j->vtype, (char *)(intptr_t)j->vstage, j, g, ids, b, e, cnt);
+    if (j->flags & HG_STAGE_KEYS) gather_rows((const char *)(intptr_t)j->k, j->kcap, j->ktype, (char *)(intptr_t)j->kstage, j, g, ids, b, e, cnt);
 }
 
 /* ---- one job --------------------------------------------------------------------------- */

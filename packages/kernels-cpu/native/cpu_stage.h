@@ -11,6 +11,7 @@ enum {
     HG_STAGE_SELECTED = 4, /* sel_logits from K rows of ids only (pre-QKᵀ) */
     HG_STAGE_GATHER = 8,   /* sel_logits from all_logits at ids, and V rows -> vstage */
     HG_STAGE_SHARED = 16,  /* with TOPK: one list for every KV head (max over all heads) */
+    HG_STAGE_KEYS = 32,    /* with SELECTED or GATHER: the K rows of ids -> kstage too (verified logits) */
 };
 
 /* Every field is 8 bytes so JS fills it through one BigInt64Array / Float64Array pair. */
@@ -26,6 +27,7 @@ typedef struct {
     int64_t kmax, budget;
     int64_t sel_logits;           /* float [heads, kmax] */
     int64_t vstage;               /* vtype [kv_heads, kmax, head_dim] */
+    int64_t kstage;               /* ktype [kv_heads, kmax, head_dim], with HG_STAGE_KEYS */
     double scale;
 } hg_stage_job;
 

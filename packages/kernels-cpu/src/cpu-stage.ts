@@ -46,11 +46,11 @@ export const NativeCpuStageOptionsSchema = z.object({
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
 const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
-const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16;
+const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32;
 // Field indices of hg_stage_job (all 8-byte; scale is the double at the end).
 const F = { flags: 0, q: 1, k: 2, ktype: 3, kcap: 4, v: 5, vtype: 6, vcap: 7, n: 8, heads: 9, kvHeads: 10, headDim: 11,
-  all: 12, lstride: 13, ids: 14, counts: 15, kmax: 16, budget: 17, sel: 18, vstage: 19 } as const;
-const JOB_FIELDS = 21;
+  all: 12, lstride: 13, ids: 14, counts: 15, kmax: 16, budget: 17, sel: 18, vstage: 19, kstage: 20, scale: 21 } as const;
+const JOB_FIELDS = 22;
 
 interface NativeBuf { p: Pointer; bytes: number }
 interface Slot {
@@ -59,6 +59,8 @@ interface Slot {
   ids: NativeBuf; idsView: Int32Array;
   counts: NativeBuf; countsView: Int32Array;
   values: GatheredValues<CpuTensor>; // store: [kvHeads · cap, headDim] in the K/V dtype
+  keys: GatheredValues<CpuTensor> | null; // the same for K rows, when the shape asks for them
+  keysStaged: boolean; // the slot's last job staged K rows
 }
 
 export class NativeCpuStage implements CpuStage {
@@ -107,6 +109,8 @@ export class NativeCpuStage implements CpuStage {
         ids, idsView: new Int32Array(toArrayBuffer(ids.p, 0, ids.bytes)),
         counts, countsView: new Int32Array(toArrayBuffer(counts.p, 0, counts.bytes)),
         values: new GatheredValues(this.backend, this.backend.alloc([kvHeads * cap, headDim], dtype) as CpuTensor, kvHeads, headDim),
+        keys: shape.stageKeys ? new GatheredValues(this.backend, this.backend.alloc([kvHeads * cap, headDim], dtype) as CpuTensor, kvHeads, headDim) : null,
+        keysStaged: false,
       });
     }
   }
@@ -125,7 +129,7 @@ export class NativeCpuStage implements CpuStage {
       this.writeIds(job, w.selection);
       flags = SELECTED | GATHER;
     }
-    this.fill(job, flags, w.kind === "topk" ? w.budget : 0);
+    this.fill(job, flags | (job.keys ? KEYS : 0), w.kind === "topk" ? w.budget : 0);
     if (this.lib.hg_stage_submit(this.handle!, this.jobPtr) !== 0) fail("cpu stage: the native stage is busy");
     this.pending = true;
   }
@@ -151,23 +155,26 @@ export class NativeCpuStage implements CpuStage {
   gather(job: CpuStageJob, selection: Selection): void {
     if (this.pending) fail("cpu stage: gather() while a job is running (wait() first)");
     this.writeIds(job, selection);
-    this.fill(job, GATHER, 0);
+    this.fill(job, GATHER | (job.keys ? KEYS : 0), 0);
     this.check(Number(this.lib.hg_stage_run(this.handle!, this.jobPtr)));
   }
 
   output(slot: 0 | 1): CpuStageOutput {
     this.ready();
     const s = this.slot(slot);
-    return { kmax: s.values.kmax, logits: s.logits, values: s.values.output(), ids: s.idsView, counts: s.countsView };
+    return {
+      kmax: s.values.kmax, logits: s.logits, values: s.values.output(), keys: s.keysStaged && s.keys ? s.keys.output() : null, ids: s.idsView, counts: s.countsView,
+    };
   }
 
-  hostStaging(slot: 0 | 1): { query: HostRegion; logits: HostRegion; values: HostRegion } {
+  hostStaging(slot: 0 | 1): { query: HostRegion; logits: HostRegion; values: HostRegion; keys: HostRegion | null } {
     this.ready();
-    const s = this.slot(slot), v = s.values.store;
+    const s = this.slot(slot), v = s.values.store, k = s.keys?.store;
     return {
       query: { address: s.q.p, byteLength: s.q.bytes },
       logits: { address: s.sel.p, byteLength: s.sel.bytes },
       values: { address: v.ptr, byteLength: v.byteLength },
+      keys: k ? { address: k.ptr, byteLength: k.byteLength } : null,
     };
   }
 
@@ -177,7 +184,10 @@ export class NativeCpuStage implements CpuStage {
     this.pending = false;
     this.lib.hg_stage_destroy(this.handle);
     this.handle = null;
-    for (const s of this.slots) s.values.close();
+    for (const s of this.slots) {
+      s.values.close();
+      s.keys?.close();
+    }
     this.slots = [];
     for (const b of this.bufs) this.lib.hg_free(b.p, b.bytes);
     this.bufs.length = 0;
@@ -197,6 +207,8 @@ export class NativeCpuStage implements CpuStage {
     const k = this.store(job.k, "K"), v = this.store(job.v, "V");
     const s = this.slot(job.slot), J = this.job;
     s.values.kmax = job.kmax;
+    if (s.keys) s.keys.kmax = job.kmax;
+    s.keysStaged = job.keys === true;
     const set = (i: number, x: number) => (J[i] = BigInt(x));
     set(F.flags, flags);
     set(F.q, s.q.p);
@@ -207,8 +219,8 @@ export class NativeCpuStage implements CpuStage {
     set(F.all, this.all!.p); set(F.lstride, shape.storeCapacity);
     set(F.ids, s.ids.p); set(F.counts, s.counts.p);
     set(F.kmax, job.kmax); set(F.budget, budget);
-    set(F.sel, s.sel.p); set(F.vstage, s.values.store.ptr);
-    this.jobF64[20] = job.scale;
+    set(F.sel, s.sel.p); set(F.vstage, s.values.store.ptr); set(F.kstage, s.keys ? s.keys.store.ptr : 0);
+    this.jobF64[F.scale] = job.scale;
   }
 
   /** Copies a JS selection into the slot's id lists (length checked against the width). */

@@ -47,7 +47,7 @@ function randomSelection(r: () => number, n: number, kmax: number): Selection {
 
 describe(`NativeCpuStage equals BackendCpuStage on the reference backend (seed ${SEED})`, () => {
   for (const dtype of ["f32", "f16", "bf16"] as DType[]) {
-    it(`${dtype} store: score, top-K (per KV head and shared), pre-QKᵀ selected, gather after a JS selection`, () => {
+    it(`${dtype} store: score, top-K (per KV head and shared), pre-QKᵀ selected, gather after a JS selection; K rows staged on slot 1`, () => {
       const r = rng(11 + dtype.length);
       const kData = randn(r, kvHeads * cap * headDim), vData = randn(r, kvHeads * cap * headDim);
       const q = randn(r, heads * headDim);
@@ -55,7 +55,7 @@ describe(`NativeCpuStage equals BackendCpuStage on the reference backend (seed $
       const ref = new ReferenceBackend();
       const native = new NativeCpuStage(cpu, { threads: 2 });
       const portable = new BackendCpuStage(ref);
-      const shape = { heads, kvHeads, headDim, storeCapacity: cap, dtype };
+      const shape = { heads, kvHeads, headDim, storeCapacity: cap, dtype, stageKeys: true };
       native.prepare(shape);
       portable.prepare(shape);
       const a = store(cpu, dtype, kData, vData), b = store(ref, dtype, kData, vData);
@@ -72,7 +72,7 @@ describe(`NativeCpuStage equals BackendCpuStage on the reference backend (seed $
           native.query(slot).set(q);
           portable.query(slot).set(q);
           const js = work.kind === "score" ? randomSelection(r, n, width) : undefined;
-          const job = (k: Tensor, v: Tensor): CpuStageJob => ({ slot, k, v, offloaded: n, kmax: width, scale, work });
+          const job = (k: Tensor, v: Tensor): CpuStageJob => ({ slot, k, v, offloaded: n, kmax: width, scale, work, keys: slot === 1 });
           runJob(native, job(a.K, a.V), js);
           if (work.kind === "topk") {
             // The native top-K must be exactly the top-K of the native logits...
@@ -95,6 +95,19 @@ describe(`NativeCpuStage equals BackendCpuStage on the reference backend (seed $
             const used = x.counts[g] * headDim, base = g * width * headDim;
             expect(maxDiff(xv.subarray(base, base + used), yv.subarray(base, base + used))).toBe(0); // exact copies
             expect(xv.subarray(base + used, base + width * headDim).every((z) => z === 0)).toBe(true);
+          }
+          expect(x.keys === null).toBe(slot === 0);
+          expect(y.keys === null).toBe(slot === 0);
+          if (x.keys && y.keys) {
+            const xk = cpu.read(x.keys, 0, kvHeads * width * headDim), yk = ref.read(y.keys, 0, kvHeads * width * headDim);
+            for (let g = 0; g < kvHeads; g++) {
+              const used = x.counts[g] * headDim, base = g * width * headDim;
+              expect(maxDiff(xk.subarray(base, base + used), yk.subarray(base, base + used))).toBe(0); // exact copies of K rows
+              const stored = cpu.read(a.K, 0, kvHeads * cap * headDim); // the store's rounding of kData
+              const want = Float32Array.from({ length: used }, (_, i) => stored[(g * cap + x.ids[g * width + Math.floor(i / headDim)]) * headDim + (i % headDim)]);
+              expect(maxDiff(xk.subarray(base, base + used), want)).toBe(0); // the rows of the selected ids
+              expect(xk.subarray(base + used, base + width * headDim).every((z) => z === 0)).toBe(true);
+            }
           }
           if (work.kind === "score") {
             const xs = native.allLogits(), ys = portable.allLogits();
@@ -207,14 +220,14 @@ describe("hybrid attention on the CPU backend with the native stage", () => {
     name: "all", timings: ["post"], needsScores: false, usesBudget: false, kernel: "all", initState: () => undefined,
     select: () => { throw new Error("the kernel runs it"); },
   };
-  it("'all' + exact reproduces full attention (GQA, sinks, budget below the prompt) within 1e-4", () => {
+  it("'all' + exact and 'all' + verified reproduce full attention (GQA, sinks, budget below the prompt) within 1e-4", () => {
     const { files } = tinyModel({ seed: 7 + (SEED % 1000), heads: 4, kvHeads: 2, maxPositions: 64 });
     const tokens = Array.from({ length: 40 }, (_, i) => (i * 7 + 3) % 50);
-    const runModel = (hybrid: boolean) => {
+    const runModel = (hybrid: boolean, logits: "exact" | "verified" = "exact") => {
       using cpu = createCpuBackend({ threads: 1 });
       using model = LlamaModel.load(files, cpu, { prefillBlock: 8, maxContext: 48, ...(hybrid ? { kvWindow: 6, kvSinks: 2, kvEvictBlock: 2 } : {}) });
       const h = hybrid
-        ? HybridAttention.attach({ attention: model.attention, projector: model, stage: new NativeCpuStage(cpu), selector: all, scheduler: fixed(4, "post") }, { logits: "exact" })
+        ? HybridAttention.attach({ attention: model.attention, projector: model, stage: new NativeCpuStage(cpu), selector: all, scheduler: fixed(4, "post") }, { logits })
         : null;
       const out = [model.forward(Int32Array.from(tokens.slice(0, 12)), 0)];
       for (let t = 12; t < tokens.length; t++) out.push(model.forward(Int32Array.of(tokens[t]), t));
@@ -233,5 +246,8 @@ describe("hybrid attention on the CPU backend with the native stage", () => {
     expect(sp.score + sp.select + sp.gather).toBeLessThanOrEqual(sp.busy + 1e-6);
     expect(sp.summary).toMatch(/CPU stage split per layer: score [\d.]+ ms, top-K [\d.]+ ms, gather [\d.]+ ms, hand-offs [\d.]+ ms/);
     hy.out.forEach((l, i) => expect(maxDiff(l, full.out[i])).toBeLessThan(1e-4));
+    const verified = runModel(true, "verified");
+    expect(verified.steps).toBe(tokens.length - 12);
+    verified.out.forEach((l, i) => expect(maxDiff(l, full.out[i])).toBeLessThan(1e-4));
   });
 });

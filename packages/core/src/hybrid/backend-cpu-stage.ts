@@ -17,6 +17,8 @@ interface Slot {
   ids: Int32Array;
   counts: Int32Array;
   values: GatheredValues; // store: [kvHeads · storeCapacity, headDim] f32
+  keys: GatheredValues | null; // the same for K rows, when the shape asks for them
+  keysStaged: boolean; // the slot's last job staged K rows
 }
 
 export class BackendCpuStage implements CpuStage {
@@ -46,6 +48,8 @@ export class BackendCpuStage implements CpuStage {
         query: new Float32Array(heads * headDim), logits: new Float32Array(heads * cap),
         ids: new Int32Array(kvHeads * cap), counts: new Int32Array(kvHeads),
         values: new GatheredValues(be, be.alloc([kvHeads * cap, headDim]), kvHeads, headDim),
+        keys: shape.stageKeys ? new GatheredValues(be, be.alloc([kvHeads * cap, headDim]), kvHeads, headDim) : null,
+        keysStaged: false,
       });
     }
   }
@@ -92,7 +96,7 @@ export class BackendCpuStage implements CpuStage {
   output(slot: 0 | 1): CpuStageOutput {
     this.ready();
     const s = this.slot(slot);
-    return { kmax: s.values.kmax, logits: s.logits, values: s.values.output(), ids: s.ids, counts: s.counts };
+    return { kmax: s.values.kmax, logits: s.logits, values: s.values.output(), keys: s.keysStaged && s.keys ? s.keys.output() : null, ids: s.ids, counts: s.counts };
   }
 
   close(): void {
@@ -100,7 +104,10 @@ export class BackendCpuStage implements CpuStage {
     this.closed = true;
     const be = this.backend;
     for (const v of this.tableViews.values()) be.free(v);
-    for (const s of this.slots) s.values.close();
+    for (const s of this.slots) {
+      s.values.close();
+      s.keys?.close();
+    }
     if (this.scoresT) be.free(this.scoresT);
     if (this.qT) be.free(this.qT);
     this.slots = [];
@@ -153,18 +160,28 @@ export class BackendCpuStage implements CpuStage {
     }
   }
 
-  /** values[g, i] = V[g, ids[g, i]] as f32 rows; padding repeats slot 0 (finite, probability 0). */
+  /** values[g, i] = V[g, ids[g, i]] as f32 rows (and K rows for a job with `keys`); padding
+   * repeats slot 0 (finite; its logit is −∞ or masked, so probability 0). */
   private gatherValues(s: Slot, job: CpuStageJob): void {
-    const { kvHeads, storeCapacity: cap, headDim } = this.shape!, kmax = job.kmax;
+    s.keysStaged = job.keys === true;
+    if (s.keys) s.keys.kmax = job.kmax;
+    const { kvHeads, storeCapacity: cap } = this.shape!, kmax = job.kmax;
     if (kmax === 0) return;
-    let table = this.tableViews.get(job.v);
-    if (!table) {
-      table = this.backend.view(job.v, 0, [kvHeads * cap, headDim]);
-      this.tableViews.set(job.v, table);
-    }
     const rows = new Int32Array(kvHeads * kmax);
     for (let g = 0; g < kvHeads; g++) for (let i = 0; i < kmax; i++) rows[g * kmax + i] = g * cap + s.ids[g * kmax + i];
-    this.backend.embedding(s.values.store, table, rows);
+    this.backend.embedding(s.values.store, this.table(job.v), rows);
+    if (job.keys) this.backend.embedding(s.keys!.store, this.table(job.k), rows);
+  }
+
+  /** A store tensor as [kvHeads · cap, headDim] rows (views made once per store tensor). */
+  private table(store: Tensor): Tensor {
+    let table = this.tableViews.get(store);
+    if (!table) {
+      const { kvHeads, storeCapacity: cap, headDim } = this.shape!;
+      table = this.backend.view(store, 0, [kvHeads * cap, headDim]);
+      this.tableViews.set(store, table);
+    }
+    return table;
   }
 
   private slot(i: 0 | 1): Slot {

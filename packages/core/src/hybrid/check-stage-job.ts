@@ -21,6 +21,7 @@ export function checkStageJob(job: CpuStageJob, shape: CpuStageShape): void {
     fail(`cpu stage: width ${job.kmax} out of range [0, ${job.offloaded}]`);
   }
   if (!(Number.isFinite(job.scale) && job.scale > 0)) fail(`cpu stage: scale must be a positive number, got ${job.scale}`);
+  if (job.keys && !shape.stageKeys) fail("cpu stage: a job asks for K rows but the stage was prepared without stageKeys");
   const w = job.work;
   if (w.kind === "topk" && !(Number.isInteger(w.budget) && w.budget >= 0 && w.budget <= job.kmax)) {
     fail(`cpu stage: top-K budget ${w.budget} out of range [0, ${job.kmax}]`);

@@ -9,7 +9,8 @@
  *   logits  [heads, kmax] f32, scaled by 1/√d; a KV head's list shorter than kmax is padded
  *           with −∞ (zero probability, so the softmax stays exact);
  *   values  [kvHeads, kmax, headDim], padded rows are zeros;
- *   ids     [kvHeads, kmax] store slots, ascending per KV head; counts[g] valid per head.
+ *   ids     [kvHeads, kmax] store slots, ascending per KV head; counts[g] valid per head;
+ *   keys    [kvHeads, kmax, headDim] the selected K rows, for jobs that ask (verified logits).
  *
  * An implementation may run submit() on threads of its own (`concurrent`), so the caller
  * drives the device stage until wait(); the portable BackendCpuStage runs synchronously.
@@ -25,6 +26,8 @@ export interface CpuStageShape {
   readonly storeCapacity: number;
   /** Storage dtype of the store's K and V (a stage may stage V rows in it, unconverted). */
   readonly dtype: DType;
+  /** Also keep a staging area for the selected K rows (jobs with `keys`: verified logits). */
+  readonly stageKeys?: boolean;
 }
 
 /** What one submit() does. */
@@ -48,6 +51,9 @@ export interface CpuStageJob {
   readonly kmax: number;
   readonly scale: number;
   readonly work: CpuStageWork;
+  /** Stage the selected tokens' K rows beside their V rows (needs a shape with stageKeys), so the
+   * device can score them with the true query ("verified" logits). */
+  readonly keys?: boolean;
 }
 
 export interface CpuStageOutput {
@@ -55,6 +61,8 @@ export interface CpuStageOutput {
   readonly logits: Float32Array;
   /** [kvHeads, kmax, headDim] view of the staging tensor (valid until the slot is reused). */
   readonly values: Tensor;
+  /** [kvHeads, kmax, headDim] selected K rows, for a job with `keys` (else null). */
+  readonly keys: Tensor | null;
   readonly ids: Int32Array;
   readonly counts: Int32Array;
 }
@@ -80,7 +88,7 @@ export interface CpuStage extends Disposable {
    * with its own DMA — query (heads × headDim f32), logits ([heads, kmax] f32 packed from the
    * start) and values ([kvHeads, kmax, headDim] in the store dtype, packed from the start).
    */
-  hostStaging?(slot: 0 | 1): { readonly query: HostRegion; readonly logits: HostRegion; readonly values: HostRegion };
+  hostStaging?(slot: 0 | 1): { readonly query: HostRegion; readonly logits: HostRegion; readonly values: HostRegion; readonly keys: HostRegion | null };
   /** Native stages: where the last waited-for job's time went (ms). */
   lastSplit?(): CpuStageSplit;
   close(): void;

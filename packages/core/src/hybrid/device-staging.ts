@@ -10,7 +10,7 @@
  * copy for layer l only has to wait for the compute of layer l − 2, never for the layer the
  * compute stream is working on.
  */
-import type { Backend, HostRegion, HostTransfers, Tensor } from "../backend.js";
+import type { Backend, HostCopy, HostRegion, HostTransfers, Tensor } from "../backend.js";
 import { DTYPE_BYTES } from "../backend.js";
 import { fail } from "../errors.js";
 import type { KvCache } from "../kv-cache.js";
@@ -21,6 +21,7 @@ interface Regions {
   readonly query: HostRegion;
   readonly logits: HostRegion;
   readonly values: HostRegion;
+  readonly keys: HostRegion | null;
 }
 
 export class DeviceStaging implements Disposable {
@@ -30,6 +31,8 @@ export class DeviceStaging implements Disposable {
   /** [heads, maxContext] per slot: window logits and the uploaded offloaded logits, one row a head. */
   readonly scores: Tensor[] = [];
   private readonly values: GatheredValues[] = [];
+  /** The selected K rows per slot, for verified logits (when the stage stages them). */
+  private readonly keys: (GatheredValues | null)[] = [];
   private closed = false;
 
   constructor(
@@ -47,7 +50,7 @@ export class DeviceStaging implements Disposable {
     const { kvHeads, storeCapacity, maxContext, dtype } = cache;
     try {
       for (const r of this.regions) {
-        for (const region of [r.query, r.logits, r.values]) {
+        for (const region of [r.query, r.logits, r.values, ...(r.keys ? [r.keys] : [])]) {
           link.pin(region);
           this.pinned.push(region);
         }
@@ -55,6 +58,8 @@ export class DeviceStaging implements Disposable {
       for (let s = 0; s < 2; s++) {
         this.scores.push(backend.alloc([heads, maxContext]));
         this.values.push(new GatheredValues(backend, backend.alloc([kvHeads * storeCapacity, headDim], dtype), kvHeads, headDim));
+        const keys = this.regions[s]!.keys;
+        this.keys.push(keys ? new GatheredValues(backend, backend.alloc([kvHeads * storeCapacity, headDim], dtype), kvHeads, headDim) : null);
       }
     } catch (e) {
       this.close();
@@ -77,19 +82,25 @@ export class DeviceStaging implements Disposable {
   }
 
   /**
-   * The stage's output of `slot` for width kmax: logits [heads, kmax] into scores[slot] at
-   * column `col` of every head, V rows into the slot's device buffer; returns the V rows as
-   * [kvHeads, kmax, headDim]. Compute ops queued after it wait for the copy.
+   * The stage's output of `slot` for width kmax: its logits [heads, kmax] into scores[slot] at
+   * column `col` of every head (unless the device scores the K rows itself: `keys`), V rows (and
+   * K rows) into the slot's device buffers; returns them as [kvHeads, kmax, headDim]. Compute
+   * ops queued after it wait for the copy.
    */
-  upload(slot: 0 | 1, kmax: number, col: number): Tensor {
-    const r = this.regions[slot], v = this.values[slot];
+  upload(slot: 0 | 1, kmax: number, col: number, keys: boolean): { values: Tensor; keys: Tensor | null } {
+    const r = this.regions[slot]!, v = this.values[slot]!, k = keys ? this.keys[slot] : null;
+    if (keys && (!k || !r.keys)) fail("hybrid attention: the CPU stage stages no K rows (prepare it with stageKeys)");
     v.kmax = kmax;
-    const valueBytes = this.cache.kvHeads * kmax * this.headDim * DTYPE_BYTES[this.cache.dtype];
-    this.link.toDevice([
-      { host: r.logits, hostOffset: 0, tensor: this.scores[slot], tensorOffset: col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: this.cache.maxContext * 4 },
-      { host: r.values, hostOffset: 0, tensor: v.store, tensorOffset: 0, width: valueBytes, rows: 1 },
-    ]);
-    return v.output();
+    const rowBytes = this.cache.kvHeads * kmax * this.headDim * DTYPE_BYTES[this.cache.dtype];
+    const copies: HostCopy[] = [{ host: r.values, hostOffset: 0, tensor: v.store, tensorOffset: 0, width: rowBytes, rows: 1 }];
+    if (k) {
+      k.kmax = kmax;
+      copies.push({ host: r.keys!, hostOffset: 0, tensor: k.store, tensorOffset: 0, width: rowBytes, rows: 1 });
+    } else {
+      copies.push({ host: r.logits, hostOffset: 0, tensor: this.scores[slot]!, tensorOffset: col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: this.cache.maxContext * 4 });
+    }
+    this.link.toDevice(copies);
+    return { values: v.output(), keys: k ? k.output() : null };
   }
 
   /** The host is about to block on something other than the device (the CPU stage). */
@@ -114,6 +125,7 @@ export class DeviceStaging implements Disposable {
     } finally {
       for (const r of this.pinned) this.link.unpin(r);
       for (const v of this.values) v.close();
+      for (const k of this.keys) k?.close();
       for (const t of this.scores) this.backend.free(t);
     }
   }

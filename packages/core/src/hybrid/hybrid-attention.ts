@@ -12,7 +12,11 @@
  * window while it runs. "speculative" computes q̃ₗ₊₁ = RoPE(W_q⁽ˡ⁺¹⁾·norm⁽ˡ⁺¹⁾(xₗ)) at the start
  * of layer l and submits layer l + 1's stage as soon as layer l's is collected, so it runs
  * during the rest of layer l and the start of layer l + 1 (layer 0's q̃ comes from the
- * embedding output, i.e. it is exact). Prefill blocks always use exact full attention.
+ * embedding output, i.e. it is exact); q̃'s logits enter the softmax. "verified" runs the stage
+ * ahead as speculative does, but q̃ only chooses `candidates`·K tokens: their K rows are staged
+ * with the V rows and the device scores them with the true query. Layers in `exactLayers` (where
+ * q̃ is a poor stand-in for q, found by profiling) wait for the true query, as "exact" does.
+ * Prefill blocks always use exact full attention.
  *
  * On a device backend whose KV cache keeps its store in host memory (KvCache.attachHostStore),
  * a DeviceStaging moves the query to the host and the stage's logits and V rows to the device
@@ -64,6 +68,12 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private readonly positions: Int32Array;
   private readonly specQ: Tensor;
   private readonly trackScores: boolean;
+  /** Per layer: the stage is submitted ahead with q̃ (else it waits for the true query). */
+  private readonly ahead: boolean[];
+  /** Per layer: the device re-scores the staged K rows with the true query (verified). */
+  private readonly rescore: boolean[];
+  private readonly candidates: number;
+  private readonly negInf: Float32Array;
   /** Set when the cache's store is in host memory the device reaches by copies. */
   private readonly device: DeviceStaging | null;
   private states: unknown[] = [];
@@ -99,12 +109,21 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.stage = stage;
     this.selector = selector;
     this.scheduler = scheduler;
-    this.logitsMode = parsed.data.logits;
-    this.trackScores = parsed.data.trackScores || selector.needsScores;
+    const o = parsed.data;
+    this.logitsMode = o.logits;
+    this.trackScores = o.trackScores || selector.needsScores;
     this.layers = cache.layers;
+    const bad = o.exactLayers.find((l) => l >= cache.layers);
+    if (bad !== undefined) fail(`invalid hybrid option exactLayers: layer ${bad} does not exist (the model has ${cache.layers})`);
+    const exact = new Set(o.exactLayers);
+    this.ahead = Array.from({ length: this.layers }, (_, l) => o.logits !== "exact" && !exact.has(l));
+    // Layer 0's q̃ is its true query: nothing to verify there.
+    this.rescore = this.ahead.map((a, l) => a && l > 0 && o.logits === "verified");
+    this.candidates = o.logits === "verified" ? o.candidates : 1;
     const { heads, kvHeads, headDim } = attention.layout;
     this.layout = headLayout(heads, kvHeads, headDim);
-    stage.prepare({ heads, kvHeads, headDim, storeCapacity: cache.storeCapacity, dtype: cache.dtype });
+    stage.prepare({ heads, kvHeads, headDim, storeCapacity: cache.storeCapacity, dtype: cache.dtype, stageKeys: this.rescore.includes(true) });
+    this.negInf = new Float32Array(cache.storeCapacity).fill(-Infinity);
     this.positions = new Int32Array(cache.storeCapacity);
     for (let i = 0; i < this.positions.length; i++) this.positions[i] = cache.storeStart + i;
     this.specQ = attention.backend.alloc([1, heads * headDim]);
@@ -186,13 +205,13 @@ export class HybridAttention implements DecodeAttention, Disposable {
   }
 
   layerInput(layer: number, x: Tensor): void {
-    if (!this.plan || this.logitsMode !== "speculative") return;
-    if (layer === 0) {
+    if (!this.plan) return;
+    if (layer === 0 && this.ahead[0]) {
       // Layer 0's input is the embedding output: q̃₀ is the true q₀.
       this.project(0, x);
       this.submit(0);
     }
-    if (layer + 1 < this.layers) this.project(layer + 1, x);
+    if (layer + 1 < this.layers && this.ahead[layer + 1]) this.project(layer + 1, x);
   }
 
   attend(layer: number, q: Tensor, out: Tensor): void {
@@ -203,52 +222,88 @@ export class HybridAttention implements DecodeAttention, Disposable {
       return;
     }
     if (this.device) {
-      this.attendStaged(this.device, plan, layer, q, out);
+      this.attendStaged(this.device, layer, q, out);
       return;
     }
-    const be = a.backend, c = a.cache, heads = this.layout.heads;
-    if (this.logitsMode === "exact") {
+    const be = a.backend, c = a.cache, heads = this.layout.heads, slot = (layer & 1) as 0 | 1;
+    if (!this.ahead[layer]) {
       const t0 = performance.now();
-      this.stage.query((layer & 1) as 0 | 1).set(be.read(q, 0, heads * this.layout.headDim));
+      this.stage.query(slot).set(be.read(q, 0, heads * this.layout.headDim));
       this.stepTx += performance.now() - t0;
       this.submit(layer);
     }
     // Device: window logits at their concatenated columns while the CPU stage runs.
-    const kmax = plan.kmax;
-    const scores = a.scores, width = c.maxContext;
+    const kmax = this.layerKmax(layer);
+    const scores = a.scores, width = c.maxContext, S = c.storeStart;
     this.windowLogits(layer, q, scores, kmax);
     this.collect(layer);
-    if (this.logitsMode === "speculative" && layer + 1 < this.layers) this.submit(layer + 1);
+    this.submitNext(layer);
 
-    const t0 = performance.now();
-    const outp = this.stage.output((layer & 1) as 0 | 1);
-    const S = c.storeStart;
-    for (let h = 0; h < heads && kmax > 0; h++) be.write(scores, outp.logits.subarray(h * kmax, (h + 1) * kmax), h * width + S);
-    this.stepTx += performance.now() - t0;
-
+    const outp = this.stage.output(slot);
+    if (this.rescore[layer]) {
+      if (kmax > 0) this.verifiedLogits(scores, q, outp.keys, outp.counts, kmax);
+    } else {
+      const t0 = performance.now();
+      for (let h = 0; h < heads && kmax > 0; h++) be.write(scores, outp.logits.subarray(h * kmax, (h + 1) * kmax), h * width + S);
+      this.stepTx += performance.now() - t0;
+    }
     this.softmaxAggregate(layer, scores, outp, kmax > 0 ? outp.values : null, kmax, out);
   }
 
   /**
    * attend() on a device backend with the store in host memory: as the CPU-backend path, but
    * the query goes to the stage's pinned buffer by a device → host copy, the window logits and
-   * the uploaded stage output share scores[layer & 1], and the stage's V rows arrive by copy.
+   * the uploaded stage output (logits, or K rows to score here) share scores[layer & 1], and the
+   * stage's V rows arrive by copy.
    */
-  private attendStaged(d: DeviceStaging, plan: StepPlan, layer: number, q: Tensor, out: Tensor): void {
+  private attendStaged(d: DeviceStaging, layer: number, q: Tensor, out: Tensor): void {
     const slot = (layer & 1) as 0 | 1, scores = d.scores[slot];
-    if (this.logitsMode === "exact") {
+    if (!this.ahead[layer]) {
       d.queryToHost(slot, q);
       this.submit(layer);
     }
-    const kmax = plan.kmax;
+    const kmax = this.layerKmax(layer);
     this.windowLogits(layer, q, scores, kmax);
     d.pause();
     this.collect(layer);
     d.resume();
-    if (this.logitsMode === "speculative" && layer + 1 < this.layers) this.submit(layer + 1);
-    const outp = this.stage.output(slot);
-    const values = kmax > 0 ? d.upload(slot, kmax, this.attention.cache.storeStart) : null;
-    this.softmaxAggregate(layer, scores, outp, values, kmax, out);
+    this.submitNext(layer);
+    const outp = this.stage.output(slot), rescore = this.rescore[layer];
+    const up = kmax > 0 ? d.upload(slot, kmax, this.attention.cache.storeStart, rescore) : null;
+    if (rescore && up) this.verifiedLogits(scores, q, up.keys, outp.counts, kmax);
+    this.softmaxAggregate(layer, scores, outp, up ? up.values : null, kmax, out);
+  }
+
+  /** After layer l is collected: the next layer's stage goes ahead now when it runs on q̃. */
+  private submitNext(layer: number): void {
+    if (layer + 1 < this.layers && this.ahead[layer + 1]) this.submit(layer + 1);
+  }
+
+  /**
+   * Verified logits: the true query against the staged K rows, at the store's columns; a KV
+   * head's list shorter than kmax gets −∞ in its padded columns (the staged rows there are zeros).
+   */
+  private verifiedLogits(scores: Tensor, q: Tensor, keys: Tensor | null, counts: Int32Array, kmax: number): void {
+    if (!keys) fail("hybrid attention: the CPU stage returned no K rows for a verified layer");
+    const a = this.attention, S = a.cache.storeStart, width = a.cache.maxContext, group = this.layout.groupSize;
+    a.backend.attnLogits(scores, S, q, 0, keys, 0, kmax, a.scale);
+    for (let h = 0; h < this.layout.heads; h++) {
+      const n = counts[Math.floor(h / group)];
+      if (n < kmax) a.backend.write(scores, this.negInf.subarray(0, kmax - n), h * width + S + n);
+    }
+  }
+
+  /** The step's width at `layer`: verified layers score `candidates`·K tokens. */
+  private layerKmax(layer: number): number {
+    const plan = this.plan!;
+    if (!this.rescore[layer] || !this.selector.usesBudget) return plan.kmax;
+    return Math.min(plan.offloaded, plan.kmax * this.candidates);
+  }
+
+  /** The selection budget at `layer` (K, widened on verified layers). */
+  private layerBudget(layer: number): number {
+    const plan = this.plan!;
+    return this.rescore[layer] ? Math.min(plan.offloaded, plan.budget * this.candidates) : plan.budget;
   }
 
   /** Column of position p in the concatenated logits [before the store | K selected | after]. */
@@ -312,10 +367,12 @@ export class HybridAttention implements DecodeAttention, Disposable {
     st.deviceMs += device;
     st.txMs += this.stepTx;
     if (this.trackScores) this.scoreSteps++;
-    this.decision = this.scheduler.next({
+    const timings = {
       step: this.step, tGpuMs: device, tCpuMs: this.stepCpu + this.stepJs, tTxMs: this.stepTx,
       k: this.decision.k, timing: plan.timing, offloaded: plan.offloaded, layers: this.layers,
-    });
+    };
+    st.record(timings, performance.now() - this.stepStart); // the scheduler's inputs per step (stats trace, --json)
+    this.decision = this.scheduler.next(timings);
     this.step++;
   }
 
@@ -358,21 +415,22 @@ export class HybridAttention implements DecodeAttention, Disposable {
       const kernel = this.selector.kernel!;
       work = kernel === "all"
         ? { kind: "topk", budget: plan.offloaded, shared: true }
-        : { kind: "topk", budget: plan.budget, shared: kernel === "topk-shared" };
+        : { kind: "topk", budget: this.layerBudget(layer), shared: kernel === "topk-shared" };
     } else if (plan.work === "score") {
       work = { kind: "score" };
     } else {
       const t0 = performance.now();
       const selection = this.selector.select({
         ...this.selectionBase(layer, plan), timing: "pre",
-        query: this.stage.query(slot), speculative: this.logitsMode === "speculative",
+        query: this.stage.query(slot), speculative: this.ahead[layer] && layer > 0,
       });
       this.stepJs += performance.now() - t0;
       this.selections[layer] = selection;
       work = { kind: "selected", selection };
     }
     const job: CpuStageJob = {
-      slot, k: c.stageStoreK(layer), v: c.stageStoreV(layer), offloaded: plan.offloaded, kmax: plan.kmax, scale: this.attention.scale, work,
+      slot, k: c.stageStoreK(layer), v: c.stageStoreV(layer), offloaded: plan.offloaded, kmax: this.layerKmax(layer), scale: this.attention.scale, work,
+      keys: this.rescore[layer],
     };
     this.jobs[layer] = job;
     this.device?.beforeSubmit();
@@ -401,7 +459,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
       const plan = this.plan!;
       const selection = this.selector.select({
         ...this.selectionBase(layer, plan), timing: "post",
-        logits: this.stage.allLogits(), query: this.stage.query(job.slot), speculative: this.logitsMode === "speculative",
+        logits: this.stage.allLogits(), query: this.stage.query(job.slot), speculative: this.ahead[layer] && layer > 0,
       });
       this.stage.gather(job, selection);
       this.stepJs += performance.now() - t1;
@@ -410,7 +468,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
   private selectionBase(layer: number, plan: StepPlan) {
     return {
-      layer, step: this.step, sequence: 0, offloaded: plan.offloaded, positions: this.positions, budget: plan.budget,
+      layer, step: this.step, sequence: 0, offloaded: plan.offloaded, positions: this.positions, budget: this.layerBudget(layer),
       layout: this.layout, state: this.states[layer], scores: this.accumulatedScores(layer), primitives: referencePrimitives,
     };
   }

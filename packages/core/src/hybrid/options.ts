@@ -1,7 +1,7 @@
 /** Options of hybrid attention (the CLI's --attention hybrid flags map onto these). */
 import { z } from "zod";
 
-export const LogitsModeSchema = z.enum(["exact", "speculative"]);
+export const LogitsModeSchema = z.enum(["exact", "speculative", "verified"]);
 export type LogitsMode = z.infer<typeof LogitsModeSchema>;
 
 export const HybridOptionsSchema = z.object({
@@ -9,9 +9,15 @@ export const HybridOptionsSchema = z.object({
    * exact: the CPU stage of layer i scores with the true query of layer i (no cross-layer
    * overlap; with "all" selection identical to full attention). speculative (the paper's):
    * it scores with q̃ᵢ = RoPE(W_q⁽ⁱ⁾·norm⁽ⁱ⁾(xᵢ₋₁)), computed one layer ahead, so it runs
-   * while the device finishes layer i − 1.
+   * while the device finishes layer i − 1, and q̃'s logits enter the softmax. verified: q̃ only
+   * chooses the candidates (ahead, as speculative); the device scores their K rows with the true
+   * query, so the softmax sees exact logits over what q̃ chose.
    */
   logits: LogitsModeSchema.default("speculative"),
+  /** Layers whose selection waits for the true query (q̃ agrees poorly there; from profiling). */
+  exactLayers: z.array(z.number().int().nonnegative()).default([]),
+  /** Verified: q̃ chooses this many times K candidates for the device to score. */
+  candidates: z.number().int().min(1).max(64).default(1),
   /** Maintain accumulated scores even when the selector does not ask for them. */
   trackScores: z.boolean().default(false),
 });
