@@ -151,10 +151,10 @@ describe("hybrid attention staged through host memory (the device-backend path)"
     expect(model.cache.spanK(s, 0).shape).toEqual([model.cache.kvHeads, model.cache.maxContext, model.cache.headDim]);
   });
 
-  it("top-K, exact and speculative: the staged path gives the CPU-backend path's logits (within 1e-6)", () => {
+  it("top-K, exact, speculative and verified: the staged path gives the CPU-backend path's logits (within 1e-6)", () => {
     const { files } = tinyModel({ seed: testSeed(310), maxPositions: 64, heads: 4, kvHeads: 2, layers: 3 });
     const tokens = randomIds(testSeed(410), CONTEXT);
-    for (const logits of ["exact", "speculative"] as const) {
+    for (const logits of ["exact", "speculative", "verified"] as const) {
       for (const kernel of [false, true]) {
         const o = { budget: 6, sinks: 1, block: 2, prompt: 12, logits, selector: topKSelector(kernel), scheduler: fixedScheduler(3, "post") };
         const plain = run(files, tokens, o);
