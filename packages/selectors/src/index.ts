@@ -4,5 +4,7 @@ export { exactTopK, ExactTopKOptionsSchema } from "./builtins/exact-topk.js";
 export { streamingLLM, StreamingOptionsSchema } from "./builtins/streaming.js";
 export { allTokens } from "./builtins/all-tokens.js";
 export { h2o, H2OOptionsSchema } from "./builtins/h2o.js";
+export { quest, QuestOptionsSchema, type QuestState } from "./builtins/quest.js";
+export { infinigen, InfiniGenOptionsSchema, chooseChannels, type InfiniGenState } from "./builtins/infinigen.js";
 export { builtinSelectors, createSelector } from "./registry.js";
 export { pairSelectors, type PairState } from "./pair-selectors.js";

@@ -3,6 +3,8 @@ import type { SelectorFactory } from "./define-selector.js";
 import { allTokens } from "./builtins/all-tokens.js";
 import { exactTopK } from "./builtins/exact-topk.js";
 import { h2o } from "./builtins/h2o.js";
+import { infinigen } from "./builtins/infinigen.js";
+import { quest } from "./builtins/quest.js";
 import { streamingLLM } from "./builtins/streaming.js";
 
 /** The built-in selectors by the name users type. */
@@ -11,6 +13,8 @@ export const builtinSelectors: Readonly<Record<string, SelectorFactory<any, any>
   [streamingLLM.selectorName]: streamingLLM,
   [allTokens.selectorName]: allTokens,
   [h2o.selectorName]: h2o,
+  [quest.selectorName]: quest,
+  [infinigen.selectorName]: infinigen,
 });
 
 /** A built-in selector by name (`--selector topk`), with its options validated. */

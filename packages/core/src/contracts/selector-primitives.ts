@@ -3,8 +3,10 @@
  * allocation beyond the result (and one scratch copy for topK). Engines with native kernels
  * may hand selectors faster versions; these define the semantics they must match.
  */
+import type { DType } from "../backend.js";
 import { HybridgenError } from "../errors.js";
-import type { SelectorPrimitives } from "./selector.js";
+import { bf16BitsToF32, f16BitsToF32 } from "../half-float.js";
+import type { OffloadedKeys, PageSummaries, SelectorPrimitives } from "./selector.js";
 
 function checkLength(fn: string, arr: ArrayLike<number>, length: number, what: string): void {
   if (!Number.isInteger(length) || length < 0) throw new HybridgenError(`${fn}: length must be a non-negative integer, got ${length}`);
@@ -161,9 +163,150 @@ export function range(start: number, count: number): Int32Array {
   return out;
 }
 
+const positiveInt = (v: number) => Number.isInteger(v) && v > 0;
+
+/** A checked OffloadedKeys over `data` (zero-filled f32/u16 storage when omitted). */
+export function offloadedKeys(dtype: DType, kvHeads: number, capacity: number, headDim: number, data?: Float32Array | Uint16Array): OffloadedKeys {
+  if (!positiveInt(kvHeads) || !positiveInt(headDim) || !Number.isInteger(capacity) || capacity < 0) {
+    throw new HybridgenError(`offloaded keys: bad shape [${kvHeads}, ${capacity}, ${headDim}] (positive KV heads and headDim, capacity ≥ 0)`);
+  }
+  const n = kvHeads * capacity * headDim;
+  const d = data ?? (dtype === "f32" ? new Float32Array(n) : new Uint16Array(n));
+  if ((dtype === "f32") !== (d instanceof Float32Array) || !(d instanceof Float32Array || d instanceof Uint16Array)) {
+    throw new HybridgenError(`offloaded keys: ${dtype} rows need a ${dtype === "f32" ? "Float32Array" : "Uint16Array of bit patterns"}`);
+  }
+  if (d.length < n) throw new HybridgenError(`offloaded keys: data holds ${d.length} values, fewer than [${kvHeads}, ${capacity}, ${headDim}] = ${n}`);
+  return { dtype, kvHeads, headDim, capacity, data: d };
+}
+
+/** Empty page summaries for `capacity` slots of K per KV head in pages of `pageSize`. */
+export function pageSummaries(kvHeads: number, headDim: number, capacity: number, pageSize: number): PageSummaries {
+  if (!positiveInt(pageSize)) throw new HybridgenError(`page summaries: page size must be a positive integer, got ${pageSize}`);
+  if (!positiveInt(kvHeads) || !positiveInt(headDim) || !Number.isInteger(capacity) || capacity < 0) {
+    throw new HybridgenError(`page summaries: bad shape (${kvHeads} KV heads, headDim ${headDim}, capacity ${capacity})`);
+  }
+  const pageCapacity = Math.ceil(capacity / pageSize);
+  const n = kvHeads * pageCapacity * headDim;
+  return { pageSize, kvHeads, headDim, pageCapacity, min: new Float32Array(n), max: new Float32Array(n) };
+}
+
+/** Element reader of a key view as f32 (bit patterns decoded). */
+function keyReader(keys: OffloadedKeys): (i: number) => number {
+  const d = keys.data;
+  if (keys.dtype === "f32") return (i) => d[i]!;
+  return keys.dtype === "bf16" ? (i) => bf16BitsToF32(d[i]!) : (i) => f16BitsToF32(d[i]!);
+}
+
+function checkRows(fn: string, keys: OffloadedKeys, from: number, to: number): void {
+  if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to < from || to > keys.capacity) {
+    throw new HybridgenError(`${fn}: rows [${from}, ${to}) out of range [0, ${keys.capacity}]`);
+  }
+  if (keys.data.length < keys.kvHeads * keys.capacity * keys.headDim) throw new HybridgenError(`${fn}: key data shorter than its shape`);
+}
+
+function checkQuery(fn: string, query: Float32Array, groupSize: number, kvHeads: number, headDim: number): void {
+  if (!positiveInt(groupSize)) throw new HybridgenError(`${fn}: groupSize must be a positive integer, got ${groupSize}`);
+  if (query.length !== kvHeads * groupSize * headDim) {
+    throw new HybridgenError(`${fn}: query has ${query.length} values, expected ${kvHeads} KV heads × ${groupSize} × ${headDim}`);
+  }
+}
+
+function outBuffer(fn: string, out: Float32Array | undefined, n: number): Float32Array {
+  if (!out) return new Float32Array(n);
+  if (out.length < n) throw new HybridgenError(`${fn}: out has ${out.length} values, fewer than ${n}`);
+  return out;
+}
+
+export function summarizePages(keys: OffloadedKeys, from: number, to: number, pages: PageSummaries): void {
+  checkRows("summarizePages", keys, from, to);
+  const { kvHeads, headDim: d, capacity } = keys;
+  if (pages.kvHeads !== kvHeads || pages.headDim !== d || pages.pageCapacity * pages.pageSize < to) {
+    throw new HybridgenError(`summarizePages: summaries for ${pages.kvHeads} KV heads × headDim ${pages.headDim} × ${pages.pageCapacity} pages do not fit keys [${kvHeads}, ${capacity}, ${d}] up to row ${to}`);
+  }
+  const at = keyReader(keys), P = pages.pageSize;
+  for (let g = 0; g < kvHeads; g++) {
+    for (let slot = from; slot < to; slot++) {
+      const p = Math.floor(slot / P), row = (g * capacity + slot) * d, s = (g * pages.pageCapacity + p) * d;
+      const fresh = slot % P === 0;
+      for (let c = 0; c < d; c++) {
+        const v = at(row + c);
+        if (fresh || v < pages.min[s + c]!) pages.min[s + c] = v;
+        if (fresh || v > pages.max[s + c]!) pages.max[s + c] = v;
+      }
+    }
+  }
+}
+
+export function pageBounds(query: Float32Array, groupSize: number, pages: PageSummaries, count: number, out?: Float32Array): Float32Array {
+  const { kvHeads, headDim: d, pageCapacity } = pages;
+  checkQuery("pageBounds", query, groupSize, kvHeads, d);
+  if (!Number.isInteger(count) || count < 0 || count > pageCapacity) throw new HybridgenError(`pageBounds: page count ${count} out of range [0, ${pageCapacity}]`);
+  const dst = outBuffer("pageBounds", out, kvHeads * count);
+  for (let g = 0; g < kvHeads; g++) {
+    for (let p = 0; p < count; p++) {
+      const s = (g * pageCapacity + p) * d;
+      let best = -Infinity;
+      for (let j = 0; j < groupSize; j++) {
+        const q = (g * groupSize + j) * d;
+        let sum = 0;
+        for (let c = 0; c < d; c++) {
+          const qc = query[q + c]!;
+          sum += Math.max(qc * pages.min[s + c]!, qc * pages.max[s + c]!);
+        }
+        if (sum > best) best = sum;
+      }
+      dst[g * count + p] = best;
+    }
+  }
+  return dst;
+}
+
+export function keyScores(query: Float32Array, groupSize: number, keys: OffloadedKeys, from: number, to: number, out?: Float32Array): Float32Array {
+  checkRows("keyScores", keys, from, to);
+  const { kvHeads, headDim: d, capacity } = keys;
+  checkQuery("keyScores", query, groupSize, kvHeads, d);
+  const n = to - from, dst = outBuffer("keyScores", out, kvHeads * n), at = keyReader(keys);
+  for (let g = 0; g < kvHeads; g++) {
+    for (let slot = from; slot < to; slot++) {
+      const row = (g * capacity + slot) * d;
+      let best = -Infinity;
+      for (let j = 0; j < groupSize; j++) {
+        const q = (g * groupSize + j) * d;
+        let sum = 0;
+        for (let c = 0; c < d; c++) sum += query[q + c]! * at(row + c);
+        if (sum > best) best = sum;
+      }
+      dst[g * n + slot - from] = best;
+    }
+  }
+  return dst;
+}
+
+export function gatherChannels(keys: OffloadedKeys, channels: Int32Array, from: number, to: number, out: OffloadedKeys): void {
+  checkRows("gatherChannels", keys, from, to);
+  const { kvHeads, headDim: d, capacity } = keys, r = out.headDim;
+  if (out.dtype !== "f32" || out.kvHeads !== kvHeads || out.capacity < to) {
+    throw new HybridgenError(`gatherChannels: out must be f32 keys with ${kvHeads} KV heads and capacity ≥ ${to}`);
+  }
+  checkRows("gatherChannels", out, from, to);
+  if (channels.length !== kvHeads * r) throw new HybridgenError(`gatherChannels: ${channels.length} channels, expected ${r} per KV head (${kvHeads * r})`);
+  for (const c of channels) if (!(c >= 0 && c < d)) throw new HybridgenError(`gatherChannels: channel ${c} out of range [0, ${d})`);
+  const at = keyReader(keys), o = out.data;
+  for (let g = 0; g < kvHeads; g++) {
+    for (let slot = from; slot < to; slot++) {
+      const row = (g * capacity + slot) * d, dst = (g * out.capacity + slot) * r;
+      for (let i = 0; i < r; i++) o[dst + i] = at(row + channels[g * r + i]!);
+    }
+  }
+}
+
 export const referencePrimitives: SelectorPrimitives = {
   topK,
   maxRows: (rows, length, out) => reduceRows("maxRows", rows, length, out, true),
   sumRows: (rows, length, out) => reduceRows("sumRows", rows, length, out, false),
   range,
+  summarizePages,
+  pageBounds,
+  keyScores,
+  gatherChannels,
 };

@@ -14,6 +14,7 @@
  * - "post" — every offloaded token is scored first; the selector chooses from those logits.
  */
 import { z } from "zod";
+import type { DType } from "../backend.js";
 import { HybridgenError } from "../errors.js";
 
 export const SelectionTimingSchema = z.enum(["pre", "post"]);
@@ -67,6 +68,53 @@ export interface SelectorPrimitives {
   sumRows(rows: readonly Float32Array[], length: number, out?: Float32Array): Float32Array;
   /** [start, start + 1, …, start + count − 1]. */
   range(start: number, count: number): Int32Array;
+  /**
+   * Folds K rows [from, to) of every KV head into their pages' per-channel min and max
+   * (page p holds slots [p·pageSize, (p + 1)·pageSize)); a row at a page's first slot resets
+   * that page first, so pages are written once as they fill and a partial page stays current.
+   */
+  summarizePages(keys: OffloadedKeys, from: number, to: number, pages: PageSummaries): void;
+  /**
+   * Quest's upper bound of q·k over a page: out[g · count + p] = max over the query heads h of
+   * KV head g (h = g·groupSize …) of Σ_c max(q[h,c]·min[g,p,c], q[h,c]·max[g,p,c]), p < count.
+   * query is [kvHeads · groupSize, pages.headDim].
+   */
+  pageBounds(query: Float32Array, groupSize: number, pages: PageSummaries, count: number, out?: Float32Array): Float32Array;
+  /**
+   * out[g · (to − from) + slot − from] = max over the query heads h of KV head g of
+   * Σ_c q[h,c]·K[g,slot,c] (unscaled), for slots [from, to). query is [kvHeads · groupSize, keys.headDim].
+   */
+  keyScores(query: Float32Array, groupSize: number, keys: OffloadedKeys, from: number, to: number, out?: Float32Array): Float32Array;
+  /**
+   * Packs a few channels of K rows [from, to) as f32: out row (g, slot) = K[g, slot, channels[g·r + i]]
+   * for i < r = out.headDim (channels holds r per KV head). out is an f32 OffloadedKeys.
+   */
+  gatherChannels(keys: OffloadedKeys, channels: Int32Array, from: number, to: number, out: OffloadedKeys): void;
+}
+
+/**
+ * A read-only view of a layer's offloaded K rows (the host store), for selectors that read keys
+ * before scoring (pre-QKᵀ). Element (g, slot, c) is data[(g · capacity + slot) · headDim + c];
+ * f16/bf16 rows are their bit patterns in a Uint16Array. Rows ≥ offloaded hold no token yet.
+ * The engine hands the store itself (no copy) where its CPU stage can: read it, never write it.
+ */
+export interface OffloadedKeys {
+  readonly dtype: DType;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  readonly capacity: number;
+  readonly data: Float32Array | Uint16Array;
+}
+
+/** Per-page, per-channel min and max of K ([kvHeads, pageCapacity, headDim] f32 each). */
+export interface PageSummaries {
+  readonly pageSize: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  /** Pages per KV head the arrays hold. */
+  readonly pageCapacity: number;
+  readonly min: Float32Array;
+  readonly max: Float32Array;
 }
 
 /**
@@ -100,6 +148,8 @@ export interface SelectionBase<S = unknown> {
   /** Present when the selector declared `needsScores`. */
   readonly scores?: AccumulatedScores;
   readonly primitives: SelectorPrimitives;
+  /** The layer's offloaded K rows, when the engine's CPU stage exposes them (selectors that read keys need it). */
+  readonly keys?: OffloadedKeys;
 }
 
 export interface PreSelectionInput<S = unknown> extends SelectionBase<S> {
@@ -237,4 +287,4 @@ export interface TokenSelector<S = unknown> {
   select(input: SelectionInput<S>): Selection;
 }
 
-export { referencePrimitives } from "./selector-primitives.js";
+export { referencePrimitives, offloadedKeys, pageSummaries } from "./selector-primitives.js";
