@@ -109,6 +109,8 @@ export class KvCache implements Disposable {
   private readonly gatherIds: Int32Array;
   private gatherView: Int32Array | null = null;
   private closed = false;
+  /** Bumped by reset(): a checkpoint of an earlier sequence no longer matches the store. */
+  private generation = 0;
   private host: HostStore | null = null;
   private _storeK: Tensor[];
   private _storeV: Tensor[];
@@ -467,9 +469,53 @@ export class KvCache implements Disposable {
     return count;
   }
 
+  /**
+   * The cache's state now, to come back to with restore(): several continuations of one
+   * prefilled context (an evaluation's questions, a prompt prefix reused). The store only grows
+   * within a sequence, so its rows are not copied; the window (sinks and ring) is.
+   */
+  checkpoint(): KvCheckpoint {
+    this.checkOpen();
+    const be = this.backend, rows = this.kvHeads * this.windowCapacity, saved: Tensor[] = [];
+    try {
+      for (const t of [...this.windowK, ...this.windowV]) {
+        const copy = be.alloc(t.shape, this.dtype);
+        saved.push(copy);
+        be.copyRows(copy, 0, t, 0, rows);
+      }
+    } catch (e) {
+      for (const t of saved) be.free(t);
+      throw e;
+    }
+    return new KvCheckpoint(be, this, this.generation, this._length, this._storeCount, this.ringHead,
+      this.regionOf.slice(0, this._length), this.slotOf.slice(0, this._length), saved);
+  }
+
+  /** Back to a checkpoint of this cache's current sequence (positions appended since are forgotten). */
+  restore(cp: KvCheckpoint): void {
+    this.checkOpen();
+    if (cp.cache !== this) fail("KV cache: the checkpoint belongs to another cache");
+    if (cp.closed) fail("KV cache: the checkpoint was closed");
+    if (cp.generation !== this.generation || cp.storeCount > this._storeCount) {
+      fail("KV cache: the checkpoint is from an earlier sequence (reset since)");
+    }
+    this.syncHostStore();
+    const rows = this.kvHeads * this.windowCapacity;
+    [...this.windowK, ...this.windowV].forEach((t, i) => this.backend.copyRows(t, 0, cp.window[i]!, 0, rows));
+    this.regionOf.fill(NONE, 0, this._length);
+    this.regionOf.set(cp.regionOf);
+    this.slotOf.set(cp.slotOf);
+    this._length = cp.length;
+    this._storeCount = cp.storeCount;
+    this.ringHead = cp.ringHead;
+    for (const s of this.scratch) s.layer = -1;
+    this.updateSpans();
+  }
+
   /** Forget every position (storage is kept for reuse). */
   reset(): void {
     this.checkOpen();
+    this.generation++;
     this.regionOf.fill(NONE, 0, this._length);
     this._length = 0;
     this._storeCount = 0;
@@ -569,5 +615,31 @@ export class KvCache implements Disposable {
 
   private checkOpen(): void {
     if (this.closed) fail("KV cache used after close()");
+  }
+}
+
+/** A KvCache's state at one moment (KvCache.checkpoint); close it to free its copy of the window. */
+export class KvCheckpoint implements Disposable {
+  closed = false;
+  constructor(
+    private readonly backend: Backend,
+    readonly cache: KvCache,
+    readonly generation: number,
+    readonly length: number,
+    readonly storeCount: number,
+    readonly ringHead: number,
+    readonly regionOf: Uint8Array,
+    readonly slotOf: Int32Array,
+    readonly window: readonly Tensor[],
+  ) {}
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    for (const t of this.window) this.backend.free(t);
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
   }
 }

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { HybridgenError, KvCache, ReferenceBackend, type DType } from "../src/index.js";
+import { HybridgenError, KvCache, LlamaModel, ReferenceBackend, type DType } from "../src/index.js";
 import { roundTo } from "../src/half-float.js";
-import { makeRng, randomArray, testSeed } from "./engine-helpers.js";
+import { makeRng, randomArray, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
 
 const layers = 2, kvHeads = 3, headDim = 4, maxContext = 70;
 
@@ -138,5 +138,29 @@ describe("KvCache residency", () => {
     expect(() => new KvCache(be, { layers: 0, kvHeads: 1, headDim: 2, maxContext: 10 })).toThrow(/invalid KV cache option layers/);
     cache.close();
     expect(() => cache.append(1)).toThrow(/after close/);
+  });
+});
+
+describe("KvCache checkpoint / restore", () => {
+  it("decoding after restore() repeats the same logits, across evictions; stale checkpoints are refused", () => {
+    const { files } = tinyModel({ seed: testSeed(900), maxPositions: 64, heads: 4, kvHeads: 2 });
+    const tokens = randomIds(testSeed(901), 40);
+    const be = new ReferenceBackend();
+    const model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 48, kvWindow: 8, kvSinks: 2, kvEvictBlock: 3 });
+    model.forward(Int32Array.from(tokens.slice(0, 20)), 0);
+    const cp = model.cache.checkpoint();
+    const decode = () => tokens.slice(20).map((t, i) => Array.from(model.forward(Int32Array.of(t), 20 + i)));
+    const first = decode();
+    expect(model.cache.storeCount).toBeGreaterThan(cp.storeCount); // evictions happened after the checkpoint
+    model.cache.restore(cp);
+    expect(model.cache.length).toBe(20);
+    const again = decode();
+    again.forEach((l, i) => expect(l).toEqual(first[i]));
+    model.reset();
+    expect(() => model.cache.restore(cp)).toThrow(/checkpoint is from an earlier sequence/);
+    cp.close();
+    expect(() => model.cache.restore(cp)).toThrow(/checkpoint was closed/);
+    model.close();
+    expect(be.liveTensors()).toBe(0);
   });
 });
