@@ -5,6 +5,7 @@ import { runFetch } from "./commands/fetch.js";
 import { runInfo } from "./commands/info.js";
 import { INSPECT_HELP, runInspect } from "./commands/inspect.js";
 import { runGenerate } from "./commands/generate.js";
+import { PROFILE_KMIN_HELP, runProfileKmin } from "./commands/profile-kmin.js";
 import { GENERATE_HELP, MAIN_HELP } from "./help.js";
 import type { CliIo } from "./io.js";
 import { parseArgsError } from "./parse-args-error.js";
@@ -76,6 +77,8 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
     }
     case "inspect":
       return runInspect(rest, io);
+    case "profile-kmin":
+      return runProfileKmin(rest, io);
     case "info": {
       const values = parseStrict(rest, { help: { type: "boolean", short: "h" }, json: { type: "boolean" } }, "hybridgen info");
       if (values.help) {
@@ -85,10 +88,10 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       return runInfo(io, values.json === true);
     }
     case "help":
-      io.stdout(rest[0] === "generate" ? GENERATE_HELP : rest[0] === "inspect" ? INSPECT_HELP : MAIN_HELP);
+      io.stdout(rest[0] === "generate" ? GENERATE_HELP : rest[0] === "inspect" ? INSPECT_HELP : rest[0] === "profile-kmin" ? PROFILE_KMIN_HELP : MAIN_HELP);
       return 0;
     default:
-      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, inspect, help; see hybridgen --help)`, "EUSAGE");
+      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, inspect, profile-kmin, help; see hybridgen --help)`, "EUSAGE");
   }
 }
 
