@@ -11,24 +11,35 @@
  * a secant over consecutive steps of the same timing, smoothed) and jumps to the K whose load
  * lands in the middle of the deadband, limited to a factor `maxStep` per step; before it has a
  * slope it moves by the factor `maxStep` itself. Separate slopes are kept for pre and post,
- * whose costs per K differ.
+ * whose costs per K differ, and a secant never spans a stretch of the other timing.
  *
- * Algorithm 1 never leaves pre-QKᵀ. With `returnToPost` it does, when the post stage is
- * predicted to fit again: the predicted post load is (load per offloaded token measured in the
- * last post step) × today's offloaded count — or, never having run post, the pre load per
- * scored token × the offloaded count, which over-estimates (random gathers cost more than a
- * streaming pass). It must fit within (1 − postMargin)·T_gpu, and a timing is kept at least
- * `minDwellSteps` steps after a switch, so the two never flap.
+ * Algorithm 1 never leaves pre-QKᵀ. With `returnToPost` it does, when post at kMin is predicted
+ * to fit again: its load is the last post step's load per offloaded token × today's offloaded
+ * count, and its budget is that post step's T_gpu scaled by how much the device stage has grown
+ * since (pre T_gpu now, brought back to kMin by the learnt T_gpu-per-K slope, over pre T_gpu
+ * right after the switch) — not the pre step's own T_gpu, which includes work post steps do
+ * not have. It must fit within (1 − postMargin) of that budget. A timing is kept at least
+ * `minDwellSteps` steps after a switch, and a return to post that turns out over budget at
+ * kMin doubles that dwell, so a wrong prediction cannot flap every few steps.
+ *
+ * The engine runs a timing the selector supports: a step measured in the other timing than the
+ * one asked for means the selector cannot run it, and the scheduler stops asking for it.
  */
 import { clampK, parseStepTimings, type Scheduler, type SchedulerDecision, type SelectionTiming, type StepTimings } from "@hybridgen/core";
 import { FeedbackSchedulerOptionsSchema, type FeedbackSchedulerOptions, type ResolvedFeedbackOptions } from "./options.js";
 import { parseOptions } from "./parse-options.js";
 
 interface SlopeEstimate {
-  /** Smoothed ms of load per unit of K; undefined until two usable observations exist. */
+  /** Smoothed ms per unit of K; undefined until two usable observations exist. */
   msPerK?: number;
   lastK?: number;
-  lastLoad?: number;
+  lastMs?: number;
+}
+
+/** The last post step, the reference for predicting post's load and budget from pre. */
+interface PostReference {
+  loadPerOffloaded: number;
+  gpuMs: number;
 }
 
 /** What the scheduler believes, for stats lines and tests. */
@@ -39,8 +50,13 @@ export interface FeedbackSchedulerState {
   readonly msPerKPre?: number;
   /** Post load per offloaded token, from the last post step. */
   readonly postMsPerOffloaded?: number;
+  /** Timing switches the scheduler decided (not the engine's fallbacks). */
   readonly switches: number;
   readonly stepsInTiming: number;
+  /** Steps required in a timing after a switch (minDwellSteps, doubled by failed returns). */
+  readonly dwellSteps: number;
+  /** Timings the engine could not run (the selector lacks them), learnt from its reports. */
+  readonly unavailable: readonly SelectionTiming[];
 }
 
 const SLOPE_SMOOTHING = 0.5;
@@ -51,9 +67,18 @@ export class FeedbackScheduler implements Scheduler {
   private k = 0;
   private timing: SelectionTiming = "post";
   private slopes: Record<SelectionTiming, SlopeEstimate> = { pre: {}, post: {} };
-  private postMsPerOffloaded: number | undefined;
+  /** T_gpu per unit of K, per timing (the device aggregates K more rows). */
+  private gpuSlopes: Record<SelectionTiming, SlopeEstimate> = { pre: {}, post: {} };
+  private postRef: PostReference | undefined;
+  /** Pre T_gpu at kMin right after the last switch to pre. */
+  private preGpuRef: number | undefined;
   private switches = 0;
   private stepsInTiming = 0;
+  private switched = false;
+  private dwell = 0;
+  /** In post after a return from pre, until a post step fits (or the dwell passes). */
+  private trialPost = false;
+  private unavailable = new Set<SelectionTiming>();
 
   constructor(options: FeedbackSchedulerOptions = {}) {
     this.options = Object.freeze(parseOptions(FeedbackSchedulerOptionsSchema, options, "feedback scheduler"));
@@ -65,9 +90,15 @@ export class FeedbackScheduler implements Scheduler {
     this.k = clampK(o.kInitial ?? o.kMin, o);
     this.timing = o.initialTiming;
     this.slopes = { pre: {}, post: {} };
-    this.postMsPerOffloaded = undefined;
+    this.gpuSlopes = { pre: {}, post: {} };
+    this.postRef = undefined;
+    this.preGpuRef = undefined;
     this.switches = 0;
     this.stepsInTiming = 0;
+    this.switched = false;
+    this.dwell = o.minDwellSteps;
+    this.trialPost = false;
+    this.unavailable = new Set();
   }
 
   initial(): SchedulerDecision {
@@ -80,9 +111,11 @@ export class FeedbackScheduler implements Scheduler {
       timing: this.timing,
       msPerKPost: this.slopes.post.msPerK,
       msPerKPre: this.slopes.pre.msPerK,
-      postMsPerOffloaded: this.postMsPerOffloaded,
+      postMsPerOffloaded: this.postRef?.loadPerOffloaded,
       switches: this.switches,
       stepsInTiming: this.stepsInTiming,
+      dwellSteps: this.dwell,
+      unavailable: [...this.unavailable],
     };
   }
 
@@ -91,16 +124,22 @@ export class FeedbackScheduler implements Scheduler {
     const o = this.options;
     const load = t.tCpuMs + t.tTxMs;
     const budget = t.tGpuMs;
+
+    // The engine ran another timing than the one asked for: the selector cannot run it.
+    if (t.timing !== this.timing) {
+      this.unavailable.add(this.timing);
+      this.enter(t.timing);
+      this.trialPost = false;
+    }
     this.learn(t, load);
     this.stepsInTiming++;
 
-    // The measurement describes the decision the engine actually ran; follow its timing.
-    if (t.timing !== this.timing) this.setTiming(t.timing);
     const k = Math.max(t.k, 1);
-    const canSwitch = this.stepsInTiming >= o.minDwellSteps;
+    const canSwitch = !this.switched || this.stepsInTiming >= this.dwell;
 
-    if (this.timing === "pre" && o.returnToPost && canSwitch && this.postFits(t, k, budget)) {
-      this.setTiming("post");
+    if (this.timing === "pre" && o.returnToPost && !this.unavailable.has("post") && canSwitch && this.postFits(t, k)) {
+      this.switchTo("post");
+      this.trialPost = true;
       this.k = clampK(o.kMin, o);
       return this.initial();
     }
@@ -112,22 +151,35 @@ export class FeedbackScheduler implements Scheduler {
         this.k = clampK(this.resize(k, load, budget, "shrink"), o);
       } else {
         this.k = clampK(o.kMin, o);
-        if (this.timing === "post" && o.allowPre && canSwitch) this.setTiming("pre");
+        const preOk = o.allowPre && !this.unavailable.has("pre");
+        if (this.timing === "post" && preOk && (canSwitch || this.trialPost)) {
+          if (this.trialPost) this.dwell = Math.max(1, this.dwell) * 2; // the return was wrong: wait longer next time
+          this.trialPost = false;
+          this.switchTo("pre");
+        }
       }
     } else {
       this.k = clampK(k, o);
     }
+    if (this.trialPost && this.timing === "post" && (load <= budget || this.stepsInTiming >= this.dwell)) this.trialPost = false;
     // K beyond the offloaded count buys nothing (the engine clamps it) and would take many
     // steps to walk back once the CPU stage gets tight, so keep it within reach.
     if (t.offloaded > 0) this.k = clampK(Math.min(this.k, Math.max(o.kMin, t.offloaded)), o);
     return this.initial();
   }
 
-  private setTiming(timing: SelectionTiming): void {
-    if (timing === this.timing) return;
-    this.timing = timing;
+  private switchTo(timing: SelectionTiming): void {
     this.switches++;
+    this.switched = true;
+    this.enter(timing);
+  }
+
+  /** Starts a stretch of `timing`: secants restart, the pre reference is taken afresh. */
+  private enter(timing: SelectionTiming): void {
+    this.timing = timing;
     this.stepsInTiming = 0;
+    for (const s of [this.slopes[timing], this.gpuSlopes[timing]]) s.lastK = s.lastMs = undefined;
+    if (timing === "pre") this.preGpuRef = undefined;
   }
 
   /** K whose predicted load sits mid-deadband, within a factor maxStep of the current K. */
@@ -145,24 +197,49 @@ export class FeedbackScheduler implements Scheduler {
   }
 
   private learn(t: StepTimings, load: number): void {
-    const s = this.slopes[t.timing];
-    if (s.lastK !== undefined && s.lastLoad !== undefined) {
-      const dK = t.k - s.lastK;
-      // Secants over a tiny change of K are mostly noise; skip them.
-      if (Math.abs(dK) >= Math.max(1, 0.05 * Math.max(t.k, s.lastK))) {
-        const m = (load - s.lastLoad) / dK;
-        if (Number.isFinite(m) && m > 0) s.msPerK = s.msPerK === undefined ? m : SLOPE_SMOOTHING * m + (1 - SLOPE_SMOOTHING) * s.msPerK;
-      }
+    secant(this.slopes[t.timing], t.k, load);
+    secant(this.gpuSlopes[t.timing], t.k, t.tGpuMs);
+    if (t.timing === "post" && t.offloaded > 0) {
+      // Post's load at kMin, from this step's at K (scoring scales with the offloaded count).
+      const slope = this.slopes.post.msPerK ?? 0;
+      const atKMin = Math.max(0.5 * load, load - slope * Math.max(0, Math.min(t.k, t.offloaded) - this.options.kMin));
+      this.postRef = { loadPerOffloaded: atKMin / t.offloaded, gpuMs: t.tGpuMs };
     }
-    s.lastK = t.k;
-    s.lastLoad = load;
-    if (t.timing === "post" && t.offloaded > 0) this.postMsPerOffloaded = load / t.offloaded;
+    if (t.timing === "pre" && this.preGpuRef === undefined) this.preGpuRef = this.preGpuAtKMin(t);
+  }
+
+  /** This pre step's T_gpu brought back to kMin by the learnt T_gpu-per-K slope. */
+  private preGpuAtKMin(t: StepTimings): number {
+    const slope = this.gpuSlopes.pre.msPerK ?? 0;
+    // An over-estimated slope only delays a return (failed returns back off); keep it positive.
+    return Math.max(0.05 * t.tGpuMs, t.tGpuMs - slope * Math.max(0, Math.min(t.k, t.offloaded || t.k) - this.options.kMin));
   }
 
   /** Would post-QKᵀ at kMin fit under the GPU stage now? */
-  private postFits(t: StepTimings, k: number, budget: number): boolean {
+  private postFits(t: StepTimings, k: number): boolean {
     if (t.offloaded === 0) return true;
-    const perToken = this.postMsPerOffloaded ?? (t.tCpuMs + t.tTxMs) / k;
-    return perToken * t.offloaded <= (1 - this.options.postMargin) * budget;
+    const margin = 1 - this.options.postMargin;
+    const ref = this.postRef;
+    if (!ref) {
+      // Never ran post: the pre load per scored token over every offloaded token, an
+      // over-estimate (random gathers cost more than a streaming pass).
+      return ((t.tCpuMs + t.tTxMs) / k) * t.offloaded <= margin * t.tGpuMs;
+    }
+    const growth = this.preGpuRef ? this.preGpuAtKMin(t) / this.preGpuRef : 1;
+    return ref.loadPerOffloaded * t.offloaded <= margin * ref.gpuMs * growth;
   }
+}
+
+/** Feeds one (K, ms) observation to a secant slope estimate. */
+function secant(s: SlopeEstimate, k: number, ms: number): void {
+  if (s.lastK !== undefined && s.lastMs !== undefined) {
+    const dK = k - s.lastK;
+    // Secants over a tiny change of K are mostly noise; skip them.
+    if (Math.abs(dK) >= Math.max(1, 0.05 * Math.max(k, s.lastK))) {
+      const m = (ms - s.lastMs) / dK;
+      if (Number.isFinite(m) && m > 0) s.msPerK = s.msPerK === undefined ? m : SLOPE_SMOOTHING * m + (1 - SLOPE_SMOOTHING) * s.msPerK;
+    }
+  }
+  s.lastK = k;
+  s.lastMs = ms;
 }

@@ -10,3 +10,18 @@ export {
   type ResolvedFeedbackOptions,
   type SchedulerSpec,
 } from "./options.js";
+export { DEFAULT_K_MIN } from "./options.js";
+export {
+  TIMING_TRACE_FORMAT,
+  TimingTraceSchema,
+  TimingTraceRunSchema,
+  TraceStepSchema,
+  parseTimingTrace,
+  timingTraceFromRuns,
+  type TimingTrace,
+  type TimingTraceRun,
+  type TraceStep,
+  type RecordedRun,
+} from "./timing-trace.js";
+export { fitCostModel, simulateStep, type CostModel, type TimingCost, type LinearCost, type StepResidual, type SimulatedStep } from "./cost-model.js";
+export { replay, bestFixed, type ReplayOptions, type ReplayResult, type FixedChoice } from "./replay.js";

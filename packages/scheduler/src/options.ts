@@ -3,6 +3,9 @@ import { SelectionTimingSchema } from "@hybridgen/core";
 
 const positiveInt = z.number().int().positive();
 
+/** The feedback scheduler's accuracy floor when neither the caller nor a K_min profile gives one. */
+export const DEFAULT_K_MIN = 64;
+
 /** FixedScheduler: the same K and timing every step. */
 export const FixedSchedulerOptionsSchema = z.object({
   k: positiveInt.default(128),
@@ -14,7 +17,7 @@ export type FixedSchedulerOptions = z.input<typeof FixedSchedulerOptionsSchema>;
 export const FeedbackSchedulerOptionsSchema = z
   .object({
     /** Accuracy floor from offline profiling: K never goes below it. */
-    kMin: positiveInt.default(64),
+    kMin: positiveInt.default(DEFAULT_K_MIN),
     /** Upper bound on K (default: unbounded; the engine still clamps to the offloaded count). */
     kMax: positiveInt.optional(),
     /** K of the first step (Algorithm 1 starts at kMin). */
@@ -25,15 +28,21 @@ export const FeedbackSchedulerOptionsSchema = z
     maxStep: z.number().gt(1).max(16).default(2),
     /** Grow K only while T_cpu + T_tx ≤ (1 − deadband)·T_gpu; shrink when above T_gpu. Avoids flapping at the boundary. */
     deadband: z.number().min(0).max(0.5).default(0.05),
-    /** Allow switching to pre-QKᵀ when post is CPU-bound at kMin (false: post only, K pinned at kMin). */
+    /**
+     * Allow switching to pre-QKᵀ when post is CPU-bound at kMin (false: post only, K pinned at
+     * kMin). Set it from the selector: false when its timings lack "pre". A step the engine ran
+     * post although pre was asked for (the selector cannot run pre) turns it off as well.
+     */
     allowPre: z.boolean().default(true),
     /** Switch back to post-QKᵀ when its predicted CPU stage fits again (an extension of Algorithm 1). */
     returnToPost: z.boolean().default(true),
     /** Predicted post load must be ≤ (1 − postMargin)·T_gpu to return to post. */
     postMargin: z.number().min(0).max(0.9).default(0.15),
-    /** Steps to stay in a timing after switching before switching again. */
+    /** Steps to stay in a timing after switching before switching again; doubled after each
+     * return to post that did not fit (back-off). The first timing needs no dwell. */
     minDwellSteps: z.number().int().nonnegative().default(4),
   })
+  .refine((o) => o.allowPre || o.initialTiming === "post", { message: "initialTiming pre needs allowPre", path: ["initialTiming"] })
   .refine((o) => o.kMax === undefined || o.kMax >= o.kMin, { message: "kMax must be ≥ kMin", path: ["kMax"] })
   .refine((o) => o.kInitial === undefined || (o.kInitial >= o.kMin && (o.kMax === undefined || o.kInitial <= o.kMax)), {
     message: "kInitial must lie in [kMin, kMax]",

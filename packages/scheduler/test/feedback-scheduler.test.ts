@@ -138,10 +138,12 @@ describe("FeedbackScheduler: closed loop on synthetic timings", () => {
     expect(tr.k.slice(-5)).toEqual([64, 64, 64, 64, 64]);
   });
 
-  it("follows the timing the engine actually ran and resets", () => {
+  it("follows the timing the engine actually ran, stops asking for one it could not run, and resets", () => {
     const s = new FeedbackScheduler({ kMin: 16 });
     s.next(measure(balanced, 0, 16, "pre", 4096));
     expect(s.state().timing).toBe("pre");
+    expect(s.state().unavailable).toEqual(["post"]);
+    expect(s.state().switches).toBe(0); // the engine's fallback is not a decision of the scheduler
     s.reset();
     expect(s.initial()).toEqual({ k: 16, timing: "post" });
     expect(s.state().switches).toBe(0);
@@ -154,6 +156,7 @@ describe("FeedbackScheduler options", () => {
     expect(() => new FeedbackScheduler({ kMin: 0 })).toThrow(HybridgenError);
     expect(() => new FeedbackScheduler({ kMin: 10, kInitial: 5 })).toThrow(/kInitial/);
     expect(() => new FeedbackScheduler({ maxStep: 1 })).toThrow(/maxStep/);
+    expect(() => new FeedbackScheduler({ allowPre: false, initialTiming: "pre" })).toThrow("feedback scheduler options: initialTiming: initialTiming pre needs allowPre");
     const s = new FeedbackScheduler();
     expect(() => s.next({ step: 0, tGpuMs: NaN, tCpuMs: 1, tTxMs: 1, k: 64, timing: "post", offloaded: 10 })).toThrow(/step timings: tGpuMs/);
   });

@@ -1,0 +1,135 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { HybridStats } from "@hybridgen/core";
+import {
+  FeedbackScheduler, FixedScheduler, bestFixed, fitCostModel, parseTimingTrace, replay, simulateStep, timingTraceFromRuns, type CostModel,
+} from "../src/index.js";
+
+const fixture = (name: string) => parseTimingTrace(JSON.parse(readFileSync(join(import.meta.dirname, "fixtures", name), "utf8")));
+
+// The issue's setting: kMin 256 on the 8B shape, window 4 096, speculative logits.
+const K_MIN = 256;
+const TRACES = ["issue19-derived-32k.json", "issue19-derived-128k.json"];
+
+describe("timing traces of the issue's H200 runs (derived from its published figures until a recorded one lands)", () => {
+  for (const name of TRACES) {
+    const trace = fixture(name);
+    const model = fitCostModel(trace);
+
+    it(`${name}: the fitted model gives back the published ms/token at K = 256`, () => {
+      expect(trace.derived).toBe(true);
+      const want = trace.setup.context === 32768 ? { post: 29.41, pre: 10.5 } : { post: 114.09, pre: 11.04 };
+      for (const timing of ["post", "pre"] as const) {
+        const got = simulateStep(model, timing, 256, model.offloaded).wallMs;
+        expect(Math.abs(got - want[timing]) / want[timing], timing).toBeLessThan(0.03);
+      }
+    });
+
+    it(`${name}: with a pre-capable selector paired to a post one, feedback settles within 10 steps, switches at most twice in 64 and is within 10% of the best fixed (K, timing)`, () => {
+      for (const seed of [1, 2, 3]) {
+        const s = new FeedbackScheduler({ kMin: K_MIN });
+        const r = replay(s, model, { steps: 64, seed });
+        const best = bestFixed(model, K_MIN, { steps: 64, seed });
+        expect(r.settleStep, `seed ${seed}: k ${r.k.join(",")}`).toBeLessThanOrEqual(10);
+        expect(r.switches).toBeLessThanOrEqual(2);
+        expect(r.meanMs / best.meanMs, `seed ${seed}: ${r.meanMs.toFixed(2)} vs best ${best.timing} K=${best.k} ${best.meanMs.toFixed(2)} ms`).toBeLessThan(1.1);
+        expect(r.timing[r.timing.length - 1]).toBe("pre"); // post cannot hide at this context
+      }
+    });
+
+    it(`${name}: with a post-only selector it never runs pre, even when not told (the engine's fallback teaches it)`, () => {
+      for (const allowPre of [false, true]) {
+        const s = new FeedbackScheduler({ kMin: K_MIN, allowPre });
+        const r = replay(s, model, { steps: 64, timings: ["post"] });
+        expect(r.timing.every((t) => t === "post")).toBe(true);
+        expect(r.k.slice(2).every((k) => k === K_MIN)).toBe(true); // CPU-bound: held at the floor
+        expect(s.state().switches).toBeLessThanOrEqual(1); // at most the one request the engine refused
+        const best = bestFixed(model, K_MIN, { timings: ["post"] });
+        expect(r.meanMs / best.meanMs).toBeLessThan(1.1);
+      }
+    });
+  }
+});
+
+/** A machine where pre's device stage grows fast with K: post at kMin is just over budget. */
+function flapMachine(): CostModel {
+  const none = { gpu: 1, cpu: 1, tx: 1, wallMs: 0 };
+  return {
+    offloaded: 20_000,
+    timings: {
+      post: { gpu: { a: 10, b: 0 }, cpu: { a: 11.5, b: 0.001 }, tx: { a: 0.2, b: 0.001 }, overheadMs: 0.5, residuals: [none], kSeen: [64, 1024] },
+      // Each selected token costs the device 4 µs: at large K pre's T_gpu is far above post's.
+      pre: { gpu: { a: 10, b: 0.004 }, cpu: { a: 0.3, b: 0.0015 }, tx: { a: 0.2, b: 0.001 }, overheadMs: 0.5, residuals: [none], kSeen: [64, 1024] },
+    },
+  };
+}
+
+describe("the fixes behind the issue's flapping", () => {
+  it("does not return to post on pre's larger device stage: the budget is post's T_gpu, grown only as the device stage grew", () => {
+    const r = replay(new FeedbackScheduler({ kMin: 64 }), flapMachine(), { steps: 64 });
+    expect(r.switches).toBe(1);
+    expect(r.timing.slice(-40).every((t) => t === "pre")).toBe(true);
+  });
+
+  it("on a machine where post at kMin sits at the budget, ±10% noise does not make it flap", () => {
+    const noise = Array.from({ length: 21 }, (_, i) => {
+      const e = -0.1 + i * 0.01;
+      return { gpu: 1 - e / 2, cpu: 1 + e, tx: 1, wallMs: 0 };
+    });
+    const at = (cpuA: number): CostModel => ({
+      offloaded: 20_000,
+      timings: {
+        post: { gpu: { a: 10, b: 0 }, cpu: { a: cpuA, b: 0.001 }, tx: { a: 0.1, b: 0.0005 }, overheadMs: 0.5, residuals: noise, kSeen: [64, 1024] },
+        pre: { gpu: { a: 9.8, b: 0.0001 }, cpu: { a: 0.3, b: 0.002 }, tx: { a: 0.1, b: 0.0005 }, overheadMs: 0.5, residuals: noise, kSeen: [64, 1024] },
+      },
+    });
+    for (const cpuA of [9.2, 9.6, 9.8, 10.2]) {
+      for (const seed of [1, 2, 3, 4, 5]) {
+        const s = new FeedbackScheduler({ kMin: 64 });
+        const r = replay(s, at(cpuA), { steps: 64, seed });
+        expect(r.switches, `post load ${cpuA}, seed ${seed}: ${r.timing.join(" ")}`).toBeLessThanOrEqual(2);
+      }
+    }
+  });
+
+  it("first switch to pre comes right after the first over-budget step at kMin (no dwell before the first switch)", () => {
+    const model = fitCostModel(fixture("issue19-derived-128k.json"));
+    const r = replay(new FeedbackScheduler({ kMin: K_MIN }), model);
+    expect(r.timing[0]).toBe("post");
+    expect(r.timing[1]).toBe("pre");
+  });
+});
+
+describe("the recorder", () => {
+  it("turns HybridStats traces into a fixture that fits and replays", () => {
+    const model = fitCostModel(fixture("issue19-derived-32k.json"));
+    const runs = [];
+    for (const [timing, k] of [["post", 256], ["post", 2048], ["pre", 256], ["pre", 2048]] as const) {
+      const stats = new HybridStats();
+      for (let step = 0; step < 6; step++) {
+        const s = simulateStep(model, timing, k, model.offloaded + step);
+        stats.record({ step, tGpuMs: s.tGpuMs, tCpuMs: s.tCpuMs, tTxMs: s.tTxMs, k, timing, offloaded: model.offloaded + step }, s.wallMs);
+      }
+      runs.push({ label: `fixed ${timing} K=${k}`, scheduler: "fixed", steps: stats.trace });
+    }
+    const trace = timingTraceFromRuns(runs, { source: "test", setup: { context: 32768 } });
+    const again = parseTimingTrace(JSON.parse(JSON.stringify(trace)));
+    expect(again.runs.map((r) => r.steps.length)).toEqual([6, 6, 6, 6]);
+    const refit = fitCostModel(again);
+    for (const timing of ["post", "pre"] as const) {
+      for (const k of [256, 1024, 2048]) {
+        const a = simulateStep(model, timing, k, model.offloaded).wallMs;
+        const b = simulateStep(refit, timing, k, model.offloaded).wallMs;
+        expect(Math.abs(a - b) / a).toBeLessThan(1e-6);
+      }
+    }
+    expect(replay(new FixedScheduler({ k: 256, timing: "pre" }), refit).meanMs).toBeCloseTo(simulateStep(model, "pre", 256, model.offloaded).wallMs, 1);
+  });
+
+  it("rejects traces it cannot fit, with one line", () => {
+    const one = timingTraceFromRuns([{ label: "x", scheduler: "fixed", steps: [0, 1, 2].map((step) => ({ step, k: 64, timing: "post" as const, offloaded: 100, tGpuMs: 1, tCpuMs: 1, tTxMs: 0, wallMs: 1 })) }], { source: "t" });
+    expect(() => fitCostModel(one)).toThrow("timing trace: post steps at one K only (64): record a second K to fit its cost per K");
+    expect(() => parseTimingTrace({ format: "nope" })).toThrow(/^timing trace: format/);
+  });
+});
