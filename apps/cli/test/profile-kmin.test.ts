@@ -50,7 +50,7 @@ describe("hybridgen profile-kmin", () => {
     const p = readHybridProfile(dir, cache)!;
     expect(p).not.toBeNull();
     expect(r.stdout).toContain(`profile: ${hybridProfilePath(dir, cache)}\n`);
-    expect(p).toMatchObject({ version: 1, tolerance: 0.99, selector: "topk", gpuKvBudget: 16, sinkTokens: 2, recallThreshold: 0.9 });
+    expect(p).toMatchObject({ version: 1, tolerance: 0.99, selector: "topk", gpuKvBudget: 16, sinkTokens: 2, recallThreshold: 0.9, recallMetric: "tokens" });
     // 72 tokens, a 16-token window: the first step past it evicts, then 72 − 16 − 1 steps have offloaded tokens.
     expect(p.steps).toBe(55);
     expect(Object.keys(p.perSelector)).toEqual(["topk", "streaming", "all"]);
@@ -70,20 +70,25 @@ describe("hybridgen profile-kmin", () => {
     expect(r.stdout).toMatch(/^selector +timing +K=4 +K=8 +K=200 +K_min$/m);
     expect(r.stdout).toMatch(/^topk +post +[\d.]+% /m);
     expect(r.stdout).toMatch(/^layer +K=4 +K=8 +K=200\* +selection$/m);
+    expect(r.stdout).toMatch(/^1 +[01]\.\d{3} \/ [01]\.\d{3} /m);
     expect(r.stderr).toMatch(/^streaming \(post\) K=8: top-1 [\d.]+%, mean KL /m);
   });
 
   it("--json --no-write: one object with the profile and the recall per layer and K, nothing written", async () => {
     const other = join(tmp, "cache-nowrite");
     const io = bufferedIo({ env: { HYBRIDGEN_CACHE: other } });
-    const code = await runCli([...BASE, "--model", dir, "--selectors", "topk", "--recall-k", "6", "--recall-threshold", "0", "--json", "--no-write"], io);
+    const code = await runCli([...BASE, "--model", dir, "--selectors", "topk", "--recall-k", "6", "--recall-threshold", "1", "--recall-metric", "mass", "--json", "--no-write"], io);
     expect(code, io.err).toBe(0);
     const j = JSON.parse(io.out);
     expect(j.path).toBeNull();
-    expect(j.profile).toMatchObject({ recallK: 6, exactLayers: [], selector: "topk" });
+    expect(j.profile).toMatchObject({ recallK: 6, recallMetric: "mass", recallThreshold: 1, selector: "topk" });
     expect(j.recall.ks).toEqual([4, 6, 8, 200]);
-    expect(j.recall.layers).toHaveLength(3);
-    expect(j.profile.layerRecall).toEqual(j.recall.layers.map((r: number[]) => r[1]));
+    expect(j.recall.tokens).toHaveLength(3);
+    expect(j.profile.layerRecall).toEqual(j.recall.tokens.map((r: number[]) => r[1]));
+    expect(j.profile.layerMassRecall).toEqual(j.recall.mass.map((r: number[]) => r[1]));
+    // Threshold 1: every layer whose q̃ misses any attention mass selects exactly.
+    expect(j.profile.exactLayers).toEqual([1, 2].filter((l) => j.profile.layerMassRecall[l] < 1));
+    expect(j.profile.exactLayers.length).toBeGreaterThan(0);
     expect(readHybridProfile(dir, other)).toBeNull();
   });
 
@@ -112,6 +117,7 @@ describe("hybridgen profile-kmin", () => {
       [["--model", dir, "--text", join(tmp, "missing.txt")], /cannot read text file .*missing\.txt: no such file/],
       [["--model", dir, "--gpu-kv-budget", "8", "--sink-tokens", "8"], /--sink-tokens 8 must be smaller than --gpu-kv-budget 8/],
       [["--model", dir, "--recall-threshold", "2"], /--recall-threshold: "2" must be a number in \[0, 1\]/],
+      [["--model", dir, "--recall-metric", "heads"], /--recall-metric: "heads" must be tokens or mass/],
       [["--model", dir, "--bogus"], /unknown option --bogus for hybridgen profile-kmin/],
     ] as const) {
       const r = await cli(["profile-kmin", ...args]);

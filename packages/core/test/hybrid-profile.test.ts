@@ -32,7 +32,7 @@ const PROFILE: HybridProfile = {
     topk: { kMin: 32, agreement: [[16, 0.97, 0.01], [32, 0.995, 0.002]] },
     streaming: { kMin: null, agreement: [[16, 0.8, 0.3], [32, 0.85, 0.2]] },
   },
-  exactLayers: [1], layerRecall: [1, 0.4, 0.95], recallK: 32, recallThreshold: 0.9,
+  exactLayers: [1], layerRecall: [1, 0.4, 0.95], layerMassRecall: [1, 0.7, 0.99], recallMetric: "tokens", recallK: 32, recallThreshold: 0.9,
   gpuKvBudget: 64, sinkTokens: 4, steps: 200, createdAt: "2026-12-02T22:00:00.000Z",
 };
 
@@ -75,12 +75,14 @@ describe("hybrid profile file", () => {
 /** Recall by an independent count: f64 dot products, sets of indices (not the probe's ranks). */
 class BruteRecall implements DecodeAttention {
   sums: number[][] = [];
+  massSums: number[][] = [];
   counts: number[][] = [];
   private spec: (Float32Array | null)[] = [];
   private pos = 0;
   constructor(private readonly model: LlamaModel, private readonly inner: DecodeAttention, private readonly ks: number[], private readonly specQ: Tensor) {
     const L = model.shape.layers;
     this.sums = Array.from({ length: L }, () => ks.map(() => 0));
+    this.massSums = Array.from({ length: L }, () => ks.map(() => 0));
     this.counts = Array.from({ length: L }, () => ks.map(() => 0));
   }
   newSequence() { this.inner.newSequence(); }
@@ -114,10 +116,23 @@ class BruteRecall implements DecodeAttention {
         });
         const top = (v: number[], kk: number) => new Set(v.map((x, i) => i).sort((a, b) => v[b] - v[a] || a - b).slice(0, kk));
         const bt = best(trueQ), bs = best(spec);
+        // Each query head's attention over the offloaded tokens alone.
+        const probs = Array.from({ length: group }, (_, o) => {
+          const h = g * group + o;
+          const l = Array.from({ length: n }, (_, j) => {
+            let d = 0;
+            for (let e = 0; e < hd; e++) d += trueQ[h * hd + e] * k[(g * c.storeCapacity + j) * hd + e];
+            return d / Math.sqrt(hd);
+          });
+          const m = Math.max(...l), e = l.map((x) => Math.exp(x - m)), z = e.reduce((x, y) => x + y);
+          return e.map((x) => x / z);
+        });
         this.ks.forEach((kk, i) => {
           if (n <= kk) return;
           const a = top(bt, kk), b = top(bs, kk);
           this.sums[layer][i] += [...a].filter((x) => b.has(x)).length / kk;
+          const mass = (p: number[], set: Set<number>) => [...set].reduce((acc, j) => acc + p[j], 0);
+          this.massSums[layer][i] += probs.reduce((acc, p) => acc + Math.min(1, mass(p, b) / mass(p, a)), 0) / group;
           this.counts[layer][i]++;
         });
       }
@@ -146,15 +161,18 @@ describe("speculation recall probe and teacher-forced agreement", () => {
     teacherForce(plain, ids, 12, (l) => got.push(l.slice()));
     expect(got).toEqual(want);
 
-    const r = probe.recall();
+    const r = probe.recall(), mr = probe.massRecall();
     expect(r[0]).toEqual([1, 1, 1]);
+    expect(mr[0]).toEqual([1, 1, 1]);
     for (let l = 1; l < 3; l++) {
       for (let i = 0; i < 2; i++) {
         expect(probe.samples(l, i)).toBe(brute.counts[l][i]);
         expect(brute.counts[l][i]).toBeGreaterThan(0);
         expect(r[l][i]).toBeCloseTo(brute.sums[l][i] / brute.counts[l][i], 9);
+        expect(mr[l][i]).toBeCloseTo(brute.massSums[l][i] / brute.counts[l][i], 5);
       }
       expect(r[l][2]).toBe(1); // 40 ≥ every offloaded count here: nothing to miss
+      expect(mr[l][2]).toBe(1);
       expect(probe.samples(l, 2)).toBe(0);
     }
     expect(r.slice(1).some((row) => row[0] < 1)).toBe(true); // q̃ is not q: the count is not trivial

@@ -23,6 +23,8 @@ export interface ProfileKminOptions {
   readonly recallThreshold: number;
   /** K of the recall that decides exactLayers (default: K_min). */
   readonly recallK?: number;
+  /** Which recall decides exactLayers: shared tokens, or shared attention mass. */
+  readonly recallMetric: "tokens" | "mass";
   readonly threads: number;
   readonly json: boolean;
   readonly write: boolean;
@@ -55,6 +57,9 @@ true query). Prints the tables and writes the profile where generate reads it.
       --tokens N               use the first N tokens of each text (default: all, up to the context)
       --recall-threshold X     layers whose q̃ recall is below X must select exactly (default 0.9)
       --recall-k K             K of that recall (default: the default selector's K_min)
+      --recall-metric tokens|mass  tokens: the share of the true top-K that q̃'s top-K holds;
+                               mass: the share of the true top-K's attention mass it holds
+                               (a miss among near-equal weights costs little). Default tokens
       --threads N              CPU threads of the model (default 1; the CPU stage has its own)
       --json                   print one JSON object (profile, path, recall per layer and K)
       --no-write               measure and print, but write no profile
@@ -98,7 +103,7 @@ export function parseProfileKminArgs(argv: readonly string[]): ProfileKminOption
       options: {
         model: { type: "string", short: "m" }, text: { type: "string" }, prompts: { type: "string" }, tolerance: { type: "string" },
         selectors: { type: "string" }, ks: { type: "string" }, "gpu-kv-budget": { type: "string" }, "sink-tokens": { type: "string" },
-        tokens: { type: "string" }, "recall-threshold": { type: "string" }, "recall-k": { type: "string" }, threads: { type: "string" },
+        tokens: { type: "string" }, "recall-threshold": { type: "string" }, "recall-k": { type: "string" }, "recall-metric": { type: "string" }, threads: { type: "string" },
         json: { type: "boolean" }, "no-write": { type: "boolean" }, help: { type: "boolean", short: "h" },
       },
     }).values;
@@ -122,6 +127,8 @@ export function parseProfileKminArgs(argv: readonly string[]): ProfileKminOption
   const sinkTokens = integer("sink-tokens", str("sink-tokens"), 0) ?? PROFILE_KMIN_DEFAULTS.sinkTokens;
   if (sinkTokens >= gpuKvBudget) throw usage(`--sink-tokens ${sinkTokens} must be smaller than --gpu-kv-budget ${gpuKvBudget}`);
   const threads = integer("threads", str("threads"), 1) ?? PROFILE_KMIN_DEFAULTS.threads;
+  const recallMetric = str("recall-metric") ?? "tokens";
+  if (recallMetric !== "tokens" && recallMetric !== "mass") throw usage(`invalid value for --recall-metric: ${JSON.stringify(recallMetric)} must be tokens or mass`);
   if (threads > 256) throw usage(`invalid value for --threads: ${threads} must be ≤ 256`);
   return {
     help: v.help === true,
@@ -137,6 +144,7 @@ export function parseProfileKminArgs(argv: readonly string[]): ProfileKminOption
     tokens: integer("tokens", str("tokens"), 2),
     recallThreshold: fraction("recall-threshold", str("recall-threshold"), PROFILE_KMIN_DEFAULTS.recallThreshold, true),
     recallK: integer("recall-k", str("recall-k"), 1),
+    recallMetric,
     threads,
     json: v.json === true,
     write: v["no-write"] !== true,

@@ -27,8 +27,9 @@ export interface ProfileMeasurements {
   /** Decode steps compared per pass (over every sequence). */
   readonly steps: number;
   readonly perSelector: Record<string, SelectorAgreement>;
-  /** recall[layer][i]: recall of the true top-recallKs[i] by q̃'s. */
+  /** recall[layer][i]: recall of the true top-recallKs[i] by q̃'s; massRecall the same by attention mass. */
   readonly recall: number[][];
+  readonly massRecall: number[][];
   readonly recallKs: readonly number[];
 }
 
@@ -53,11 +54,12 @@ export function measureProfile(model: CausalLM, backend: Backend, seqs: readonly
 
   let t0 = performance.now();
   const refs: ReferenceStep[][] = seqs.map(() => []);
-  let recall: number[][];
+  let recall: number[][], massRecall: number[][];
   {
     using probe = SpeculationRecallProbe.attach(model.attention, model, o.recallKs);
     forced((i, l) => refs[i]!.push(referenceStep(l)));
     recall = probe.recall();
+    massRecall = probe.massRecall();
   }
   const steps = refs.reduce((n, r) => n + r.length, 0);
   o.progress(`full attention: ${steps} decode steps with offloaded tokens, q̃ recall per layer measured (${secs(t0)})`);
@@ -71,7 +73,7 @@ export function measureProfile(model: CausalLM, backend: Backend, seqs: readonly
       o.progress(`warning: ${name} left out: ${e.message.split("\n")[0]}`);
     }
   }
-  return { steps, perSelector, recall, recallKs: o.recallKs };
+  return { steps, perSelector, recall, massRecall, recallKs: o.recallKs };
 
   function sweepSelector(name: string): SelectorAgreement {
     const probe = createSelector(name);
@@ -106,5 +108,5 @@ export function measureProfile(model: CausalLM, backend: Backend, seqs: readonly
   }
 }
 
-export const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
+export const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
 const secs = (t0: number) => `${((performance.now() - t0) / 1000).toFixed(1)} s`;

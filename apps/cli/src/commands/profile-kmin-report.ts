@@ -23,13 +23,15 @@ export function formatProfileReport(p: HybridProfile, m: ProfileMeasurements, o:
   );
   out += `K_min: smallest K with top-1 ≥ ${pct(p.tolerance)}; the profile's kMin is ${p.selector}'s: ${p.kMin}\n\n`;
 
-  out += "speculation: recall of the true query's top-K by q̃'s (q̃ from the previous layer's input), per layer and KV head:\n";
+  out += "speculation: recall of the true query's top-K by q̃'s (q̃ from the previous layer's input), per layer, tokens / attention mass:\n";
   out += table(
     ["layer", ...m.recallKs.map((k) => (k === p.recallK ? `K=${k}*` : `K=${k}`)), "selection"],
     p.layerRecall.map((_, l) => [
-      String(l), ...m.recall[l]!.map((r) => r.toFixed(3)), l === 0 ? "speculative (q̃₀ is q₀)" : p.exactLayers.includes(l) ? "exact" : "speculative",
+      String(l),
+      ...m.recall[l]!.map((r, i) => `${r.toFixed(3)} / ${m.massRecall[l]![i]!.toFixed(3)}`),
+      l === 0 ? "speculative (q̃₀ is q₀)" : p.exactLayers.includes(l) ? "exact" : "speculative",
     ]),
   );
-  out += `exactLayers (recall at K=${p.recallK} below ${p.recallThreshold}): ${p.exactLayers.length === 0 ? "none" : p.exactLayers.join(", ")}\n`;
+  out += `exactLayers (${p.recallMetric} recall at K=${p.recallK} below ${p.recallThreshold}): ${p.exactLayers.length === 0 ? "none" : p.exactLayers.join(", ")}\n`;
   return out;
 }

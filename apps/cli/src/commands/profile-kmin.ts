@@ -63,7 +63,7 @@ export async function runProfileKmin(argv: readonly string[], io: CliIo): Promis
   const profile = buildProfile(model, o, m, progress);
   const path = o.write ? writeHybridProfile(model, profile, io.env.HYBRIDGEN_CACHE) : null;
   if (o.json) {
-    io.stdout(`${JSON.stringify({ path, profile, recall: { ks: m.recallKs, layers: m.recall } })}\n`);
+    io.stdout(`${JSON.stringify({ path, profile, recall: { ks: m.recallKs, tokens: m.recall, mass: m.massRecall } })}\n`);
   } else {
     io.stdout(formatProfileReport(profile, m, { texts: seqs.map((s) => `${s.name} (${s.ids.length} tokens)`) }));
     io.stdout(path === null ? "profile not written (--no-write)\n" : `profile: ${path}\n`);
@@ -86,7 +86,8 @@ function buildProfile(model: string, o: ProfileKminOptions, m: ProfileMeasuremen
   }
   const recallK = o.recallK ?? kMin;
   const ki = m.recallKs.indexOf(recallK);
-  const layerRecall = m.recall.map((r) => r[ki]!);
+  const layerRecall = m.recall.map((r) => r[ki]!), layerMassRecall = m.massRecall.map((r) => r[ki]!);
+  const decisive = o.recallMetric === "mass" ? layerMassRecall : layerRecall;
   return {
     version: 1,
     model: isPreset(model) ? model : realpathSync(model),
@@ -94,8 +95,10 @@ function buildProfile(model: string, o: ProfileKminOptions, m: ProfileMeasuremen
     selector,
     kMin,
     perSelector,
-    exactLayers: layerRecall.flatMap((r, l) => (l > 0 && r < o.recallThreshold ? [l] : [])),
+    exactLayers: decisive.flatMap((r, l) => (l > 0 && r < o.recallThreshold ? [l] : [])),
     layerRecall,
+    layerMassRecall,
+    recallMetric: o.recallMetric,
     recallK,
     recallThreshold: o.recallThreshold,
     gpuKvBudget: o.gpuKvBudget,

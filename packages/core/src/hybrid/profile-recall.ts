@@ -5,7 +5,10 @@
  * layer l ≥ 1 and KV head, both queries score the layer's offloaded K (max over the head's
  * group of query heads); recall = |top-K(q̃) ∩ top-K(q)| / K, averaged over steps and KV
  * heads, for every K asked (steps whose offloaded count is ≤ K select everything and are not
- * counted). Attention itself stays full attention, so the model's outputs are unchanged.
+ * counted). Mass recall weighs the tokens by attention: per query head, the share of the
+ * offloaded attention mass (softmax of the true logits over the offloaded tokens) on q̃'s
+ * top-K, relative to the mass on the true top-K (at most 1): a miss among near-equal weights
+ * costs little. Attention itself stays full attention, so the model's outputs are unchanged.
  */
 import type { Tensor } from "../backend.js";
 import type { Attention, DecodeAttention, QueryProjector } from "../attention.js";
@@ -19,11 +22,15 @@ export class SpeculationRecallProbe implements DecodeAttention, Disposable {
   private readonly group: number;
   private readonly specQ: Tensor;
   private readonly scores: Tensor;
-  /** [layer][k index]: summed recall and the number of (step, KV head) samples. */
+  /** [layer][k index]: summed recall, summed mass recall (per query head) and the (step, KV head) samples. */
   private readonly sums: Float64Array[];
+  private readonly massSums: Float64Array[];
   private readonly counts: Float64Array[];
-  /** Rank of every offloaded token under q̃ of the layer, per KV head (kvHeads × offloaded). */
+  /** Under q̃ of the layer, per KV head (kvHeads × offloaded): tokens best first, and each token's rank. */
+  private readonly specOrder: (Int32Array | null)[];
   private readonly specRank: (Int32Array | null)[];
+  /** The true query's softmax over the offloaded tokens, per query head (heads × offloaded). */
+  private probs = new Float32Array(0);
   private pos = 0;
   private offloaded = 0;
   private closed = false;
@@ -44,7 +51,9 @@ export class SpeculationRecallProbe implements DecodeAttention, Disposable {
     this.specQ = be.alloc([1, this.heads * attention.layout.headDim]);
     this.scores = be.alloc([this.heads, cache.storeCapacity]);
     this.sums = Array.from({ length: this.layers }, () => new Float64Array(ks.length));
+    this.massSums = Array.from({ length: this.layers }, () => new Float64Array(ks.length));
     this.counts = Array.from({ length: this.layers }, () => new Float64Array(ks.length));
+    this.specOrder = new Array(this.layers).fill(null);
     this.specRank = new Array(this.layers).fill(null);
   }
 
@@ -56,36 +65,48 @@ export class SpeculationRecallProbe implements DecodeAttention, Disposable {
   }
 
   newSequence(): void {
+    this.specOrder.fill(null);
     this.specRank.fill(null);
   }
 
   beginStep(pos: number): void {
     this.pos = pos;
     this.offloaded = this.attention.cache.storeCount;
-    this.specRank.fill(null);
+    this.newSequence();
   }
 
   layerInput(layer: number, x: Tensor): void {
     if (this.offloaded === 0 || layer + 1 >= this.layers) return;
     this.projector.projectQuery(layer + 1, x, this.pos, this.specQ);
-    const order = this.rankOrder(layer + 1, this.specQ);
+    const order = this.rankOrder(layer + 1, this.specQ, false);
     const n = this.offloaded, rank = new Int32Array(order.length);
     for (let g = 0; g < this.kvHeads; g++) {
       for (let r = 0; r < n; r++) rank[g * n + order[g * n + r]] = r;
     }
+    this.specOrder[layer + 1] = order;
     this.specRank[layer + 1] = rank;
   }
 
   attend(layer: number, q: Tensor, out: Tensor): void {
-    const rank = this.specRank[layer];
-    if (rank) {
-      const n = this.offloaded, order = this.rankOrder(layer, q);
+    const rank = this.specRank[layer], spec = this.specOrder[layer];
+    if (rank && spec) {
+      const n = this.offloaded, order = this.rankOrder(layer, q, true), p = this.probs;
       this.ks.forEach((k, i) => {
         if (n <= k) return;
         for (let g = 0; g < this.kvHeads; g++) {
           let hits = 0;
           for (let r = 0; r < k; r++) if (rank[g * n + order[g * n + r]] < k) hits++;
           this.sums[layer][i] += hits / k;
+          let mass = 0;
+          for (let h = g * this.group; h < (g + 1) * this.group; h++) {
+            let exact = 0, got = 0;
+            for (let r = 0; r < k; r++) {
+              exact += p[h * n + order[g * n + r]];
+              got += p[h * n + spec[g * n + r]];
+            }
+            mass += exact > 0 ? Math.min(1, got / exact) : 1;
+          }
+          this.massSums[layer][i] += mass / this.group;
           this.counts[layer][i]++;
         }
       });
@@ -100,7 +121,16 @@ export class SpeculationRecallProbe implements DecodeAttention, Disposable {
    * (it comes from the embedding), so its recall is 1; so is a K no step had more tokens than.
    */
   recall(): number[][] {
-    return this.sums.map((s, l) => Array.from(s, (sum, i) => (l === 0 || this.counts[l][i] === 0 ? 1 : sum / this.counts[l][i])));
+    return this.mean(this.sums);
+  }
+
+  /** Mean mass recall, laid out as recall(). */
+  massRecall(): number[][] {
+    return this.mean(this.massSums);
+  }
+
+  private mean(sums: Float64Array[]): number[][] {
+    return sums.map((s, l) => Array.from(s, (sum, i) => (l === 0 || this.counts[l][i] === 0 ? 1 : sum / this.counts[l][i])));
   }
 
   /** Samples behind recall()[layer][i] (steps × KV heads). */
@@ -120,17 +150,22 @@ export class SpeculationRecallProbe implements DecodeAttention, Disposable {
     this.close();
   }
 
-  /** Offloaded token indices per KV head (kvHeads × offloaded), best first under query `q`. */
-  private rankOrder(layer: number, q: Tensor): Int32Array {
+  /**
+   * Offloaded token indices per KV head (kvHeads × offloaded), best first under query `q`;
+   * with `keepProbs`, each query head's softmax over them goes to `probs`.
+   */
+  private rankOrder(layer: number, q: Tensor, keepProbs: boolean): Int32Array {
     const a = this.attention, be = a.backend, n = this.offloaded, width = a.cache.storeCapacity;
     be.attnLogits(this.scores, 0, q, 0, a.cache.stageStoreK(layer), 0, n, a.scale);
     const order = new Int32Array(this.kvHeads * n);
     const best = new Float32Array(n);
+    if (keepProbs && this.probs.length < this.heads * n) this.probs = new Float32Array(this.heads * a.cache.storeCapacity);
     for (let g = 0; g < this.kvHeads; g++) {
       best.fill(-Infinity);
       for (let h = g * this.group; h < (g + 1) * this.group; h++) {
         const row = be.read(this.scores, h * width, n);
         for (let j = 0; j < n; j++) if (row[j] > best[j]) best[j] = row[j];
+        if (keepProbs) softmaxInto(row, this.probs.subarray(h * n, (h + 1) * n));
       }
       const idx = order.subarray(g * n, (g + 1) * n);
       for (let j = 0; j < n; j++) idx[j] = j;
@@ -138,4 +173,12 @@ export class SpeculationRecallProbe implements DecodeAttention, Disposable {
     }
     return order;
   }
+}
+
+function softmaxInto(x: Float32Array, out: Float32Array): void {
+  let m = -Infinity;
+  for (const v of x) if (v > m) m = v;
+  let z = 0;
+  for (let i = 0; i < x.length; i++) z += out[i] = Math.exp(x[i] - m);
+  for (let i = 0; i < x.length; i++) out[i] /= z;
 }

@@ -37,10 +37,14 @@ export const HybridProfileSchema = z
         agreement: z.array(z.tuple([positiveInt, fraction, z.number().min(0)])).min(1),
       }),
     ),
-    /** Layers whose selection must wait for the true query (recall below recallThreshold). */
+    /** Layers whose selection must wait for the true query (recallMetric's recall below recallThreshold). */
     exactLayers: z.array(z.number().int().nonnegative()),
-    /** Per layer, the recall of the true top-recallK by q̃'s top-recallK (layer 0: 1, q̃₀ is exact). */
+    /** Per layer, the share of the true top-recallK that q̃'s top-recallK holds (layer 0: 1, q̃₀ is exact). */
     layerRecall: z.array(fraction).min(1),
+    /** Per layer, the share of the true top-recallK's attention mass that q̃'s top-recallK holds. */
+    layerMassRecall: z.array(fraction).min(1),
+    /** Which recall decides exactLayers: "tokens" (layerRecall) or "mass" (layerMassRecall). */
+    recallMetric: z.enum(["tokens", "mass"]),
     recallK: positiveInt,
     recallThreshold: fraction,
     /** Measurement conditions: the device window (sinks included), its sinks, decode steps compared. */
@@ -49,7 +53,8 @@ export const HybridProfileSchema = z
     steps: positiveInt,
     createdAt: z.iso.datetime(),
   })
-  .refine((p) => p.exactLayers.every((l) => l < p.layerRecall.length), { message: "exactLayers names a layer beyond layerRecall", path: ["exactLayers"] });
+  .refine((p) => p.exactLayers.every((l) => l < p.layerRecall.length), { message: "exactLayers names a layer beyond layerRecall", path: ["exactLayers"] })
+  .refine((p) => p.layerMassRecall.length === p.layerRecall.length, { message: "layerMassRecall and layerRecall differ in length", path: ["layerMassRecall"] });
 export type HybridProfile = z.infer<typeof HybridProfileSchema>;
 
 /** The file name (without .json) a model's profile is kept under. */
