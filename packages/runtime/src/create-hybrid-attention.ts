@@ -1,0 +1,59 @@
+/**
+ * createHybridAttention: options in, a ready HybridAttention out — the selector, the scheduler,
+ * the native CPU stage of @hybridgen/kernels-cpu, and on a device backend the KV store moved to
+ * host memory (a CPU backend of its own holds it, pinned through the device's host link). The
+ * CLI, the benches, the tests and library users all assemble hybrid attention through it.
+ */
+import { HybridAttention, HybridgenError, type Attention, type Backend, type KvCache, type QueryProjector } from "@hybridgen/core";
+import type { HybridRuntimeOptions } from "./options.js";
+import { resolveHybrid, type HybridPlan } from "./resolve.js";
+
+/** A loaded decoder model as hybrid attention needs it (LlamaModel and the other families). */
+export type HybridModel = { readonly attention: Attention; readonly cache: KvCache; readonly maxContext: number } & QueryProjector;
+
+/**
+ * Attaches hybrid attention to `model`'s decode steps on `backend` (the backend the model was
+ * loaded on: the CPU backend, or a device backend with hostTransfers). The model must have been
+ * loaded with a KV window smaller than its context (`kvWindow`, `kvSinks`). Dispose the result
+ * (or close() it) to detach it and free the stage.
+ */
+export async function createHybridAttention(model: HybridModel, backend: Backend, options: HybridRuntimeOptions = {}): Promise<HybridAttention> {
+  const { NativeCpuStage, CpuBackend, createCpuBackend } = await import("@hybridgen/kernels-cpu");
+  const onCpu = backend instanceof CpuBackend;
+  if (!onCpu && !backend.hostTransfers) {
+    throw new HybridgenError(`hybrid attention needs the CPU backend or a device backend with host transfers (got ${backend.name})`);
+  }
+  if (model.cache.storeCapacity === 0) {
+    throw new HybridgenError(`the KV window holds the whole context (${model.maxContext}): nothing would be offloaded; load the model with a smaller kvWindow`);
+  }
+  // Every option is checked before anything is allocated.
+  const { plan, selector, scheduler, hybridOptions } = resolveHybrid(options, { device: !onCpu });
+  let host: InstanceType<typeof CpuBackend>;
+  if (onCpu) {
+    host = backend;
+  } else {
+    host = createCpuBackend({ threads: 1 }); // holds the host store; the stage has threads of its own
+    try {
+      model.cache.attachHostStore(host, backend.hostTransfers!(), true);
+    } catch (e) {
+      host.close();
+      throw e;
+    }
+  }
+  const stage = new NativeCpuStage(host, { threads: plan.cpuStageThreads, idleSpinUs: plan.idleSpinUs });
+  try {
+    const ha = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler }, hybridOptions);
+    plans.set(ha, plan);
+    return ha;
+  } catch (e) {
+    stage.close();
+    throw e;
+  }
+}
+
+const plans = new WeakMap<HybridAttention, HybridPlan>();
+
+/** What createHybridAttention chose for `ha` (selector, scheduler, K, kMin, timing, logits, threads), or undefined for one it did not build. */
+export function hybridPlan(ha: HybridAttention): HybridPlan | undefined {
+  return plans.get(ha);
+}

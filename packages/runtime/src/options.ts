@@ -1,0 +1,55 @@
+/** Options of createHybridAttention(), validated once at the boundary. */
+import { z } from "zod";
+import { LogitsModeSchema, SelectionTimingSchema, type Scheduler, type TokenSelector } from "@hybridgen/core";
+
+const isSelector = (v: unknown): v is TokenSelector =>
+  typeof v === "object" && v !== null && typeof (v as TokenSelector).select === "function" && Array.isArray((v as TokenSelector).timings);
+const isScheduler = (v: unknown): v is Scheduler =>
+  typeof v === "object" && v !== null && typeof (v as Scheduler).next === "function" && typeof (v as Scheduler).initial === "function";
+
+const count = (min: number) => z.number().int("must be an integer").min(min, `must be at least ${min}`);
+
+/** What the runtime reads of a model's hybrid profile (core's HybridProfile, read by readHybridProfile, has these and more). */
+export const ProfileDefaultsSchema = z
+  .object({
+    kMin: count(1),
+    exactLayers: z.array(count(0)),
+    perSelector: z.record(z.string(), z.object({ kMin: count(1).nullable() }).loose()).optional(),
+  })
+  .loose();
+export type ProfileDefaults = z.infer<typeof ProfileDefaultsSchema>;
+
+export const HybridRuntimeOptionsSchema = z
+  .object({
+    /**
+     * A built-in selector's name ("topk", "streaming", "quest", …), "POST+PRE" for a pair that
+     * runs POST under post-QKᵀ and PRE under pre-QKᵀ ("topk+streaming"), or a TokenSelector.
+     * Default: "topk+streaming" with the feedback scheduler (it may switch); with the fixed one,
+     * "topk" for post and "streaming" for pre.
+     */
+    selector: z.union([z.string().min(1), z.custom<TokenSelector>(isSelector, { message: "must be a selector name or a TokenSelector" })]).optional(),
+    /** "fixed", "feedback", or a Scheduler. Default: feedback on a device backend (the CPU stage
+     * hides behind the GPU's), fixed on the CPU backend (both stages share its cores). */
+    scheduler: z.union([z.enum(["fixed", "feedback"], { error: "must be fixed or feedback" }), z.custom<Scheduler>(isScheduler)]).optional(),
+    /** Fixed: K every step (default: the profile's K_min, else DEFAULT_K_MIN). Feedback: the first step's K (default kMin). */
+    k: count(1).optional(),
+    /** Feedback: the accuracy floor (default: the profile's K_min, else DEFAULT_K_MIN). */
+    kMin: count(1).optional(),
+    /** Fixed: the timing every step; feedback: the first step's. Default: post when the selector can run it. */
+    timing: SelectionTimingSchema.optional(),
+    /** Logits mode (default: the engine's, HybridOptionsSchema). */
+    logits: LogitsModeSchema.optional(),
+    /** Layers whose selection waits for the true query (default: the profile's). */
+    exactLayers: z.array(count(0)).optional(),
+    /** Verified logits: candidates·K tokens chosen for the device to score. */
+    candidates: count(1).optional(),
+    /** Native CPU-stage threads. Default: 1 on the CPU backend, cores − 1 on a device backend. */
+    cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
+    /** µs the idle stage thread spins before sleeping (default 0). */
+    idleSpinUs: count(0).max(1_000_000, "must be ≤ 1000000").optional(),
+    /** The model's hybrid profile (readHybridProfile): default kMin and exactLayers. */
+    profile: ProfileDefaultsSchema.nullable().optional(),
+  })
+  .strict();
+export type HybridRuntimeOptions = z.input<typeof HybridRuntimeOptionsSchema>;
+export type ParsedHybridRuntimeOptions = z.output<typeof HybridRuntimeOptionsSchema>;

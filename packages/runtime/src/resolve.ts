@@ -1,0 +1,128 @@
+/**
+ * From options to decisions, with no native code: which selector, which scheduler with which
+ * K / kMin / timing, which logits mode and exact layers, how many stage threads. Every default
+ * is taken here, and every contradiction is a one-line HybridgenError.
+ */
+import { availableParallelism } from "node:os";
+import {
+  HybridgenError, HybridOptionsSchema, type HybridOptions, type Scheduler, type SelectionTiming, type TokenSelector,
+} from "@hybridgen/core";
+import { DEFAULT_K_MIN, FeedbackScheduler, FixedScheduler } from "@hybridgen/scheduler";
+import { createSelector, pairSelectors } from "@hybridgen/selectors";
+import { HybridRuntimeOptionsSchema, type HybridRuntimeOptions, type ParsedHybridRuntimeOptions, type ProfileDefaults } from "./options.js";
+
+/** What createHybridAttention builds, as plain data (for stats, --json, logs). */
+export interface HybridPlan {
+  readonly selector: string;
+  /** The timings the selector can run. */
+  readonly selectorTimings: readonly SelectionTiming[];
+  /** "fixed", "feedback", or a given Scheduler's name. */
+  readonly scheduler: string;
+  /** Fixed: K every step; feedback: the first step's K. */
+  readonly k: number;
+  /** Feedback only. */
+  readonly kMin?: number;
+  /** Fixed: every step's timing; feedback: the first step's. */
+  readonly timing: SelectionTiming;
+  /** Where kMin (or the fixed K) came from. */
+  readonly kSource: "option" | "profile" | "default";
+  readonly logits: NonNullable<HybridOptions["logits"]>;
+  readonly exactLayers: readonly number[];
+  readonly candidates?: number;
+  readonly cpuStageThreads: number;
+  readonly idleSpinUs: number;
+}
+
+export interface ResolvedHybrid {
+  readonly plan: HybridPlan;
+  readonly selector: TokenSelector;
+  readonly scheduler: Scheduler;
+  readonly hybridOptions: HybridOptions;
+}
+
+/** Where the hybrid runtime runs: a device backend (the store in host memory, the stage hidden behind the GPU) or the CPU backend. */
+export interface RuntimeTarget {
+  readonly device: boolean;
+}
+
+/** Validates the options once, then takes every decision (see HybridPlan). */
+export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarget): ResolvedHybrid {
+  const o = parseRuntimeOptions(options);
+  const given = typeof o.scheduler === "object" ? o.scheduler : undefined;
+  const named = typeof o.scheduler === "string" ? o.scheduler : undefined;
+  const kind = given ? undefined : (named ?? (target.device || o.kMin !== undefined ? "feedback" : "fixed"));
+  if (o.kMin !== undefined && kind !== "feedback") {
+    throw new HybridgenError(given ? "kMin configures the built-in feedback scheduler; a Scheduler object brings its own" : "kMin applies to the feedback scheduler, not fixed");
+  }
+  if (given && (o.k !== undefined || o.timing !== undefined)) {
+    throw new HybridgenError("k and timing configure a built-in scheduler; a Scheduler object brings its own");
+  }
+
+  const selector = resolveSelector(o.selector, kind, o.timing);
+  const can = selector.timings;
+  if (o.timing !== undefined && !can.includes(o.timing)) {
+    throw new HybridgenError(`selector "${selector.name}" cannot run ${o.timing}-QKᵀ selection (it supports ${can.join(", ")})`);
+  }
+  const timing: SelectionTiming = o.timing ?? (can.includes("post") ? "post" : "pre");
+
+  const profileK = o.profile ? profileKMin(o.profile, selector.name) : undefined;
+  // The feedback scheduler's floor, or the fixed scheduler's K: the option, the profile's K_min, or the default.
+  const own = kind === "feedback" ? o.kMin : o.k;
+  const kSource = given || own !== undefined ? "option" : profileK !== undefined ? "profile" : "default";
+  const floor = own ?? profileK ?? DEFAULT_K_MIN;
+
+  let scheduler: Scheduler;
+  let k: number;
+  let kMin: number | undefined;
+  if (given) {
+    scheduler = given;
+    ({ k } = given.initial());
+  } else if (kind === "feedback") {
+    kMin = floor;
+    k = o.k ?? floor;
+    if (k < floor) throw new HybridgenError(`k ${k} (the feedback scheduler's first K) is below kMin ${floor}`);
+    scheduler = new FeedbackScheduler({
+      kMin: floor, kInitial: k, initialTiming: timing, allowPre: can.includes("pre"), returnToPost: can.includes("post"),
+    });
+  } else {
+    k = floor;
+    scheduler = new FixedScheduler({ k, timing });
+  }
+
+  const logits = o.logits ?? HybridOptionsSchema.parse({}).logits;
+  const exactLayers = o.exactLayers ?? o.profile?.exactLayers ?? [];
+  const hybridOptions: HybridOptions = { logits, exactLayers, ...(o.candidates === undefined ? {} : { candidates: o.candidates }) };
+  const cpuStageThreads = o.cpuStageThreads ?? (target.device ? Math.max(1, availableParallelism() - 1) : 1);
+  return {
+    plan: {
+      selector: selector.name, selectorTimings: [...can], scheduler: scheduler.name, k, ...(kMin === undefined ? {} : { kMin }), timing, kSource,
+      logits, exactLayers, ...(o.candidates === undefined ? {} : { candidates: o.candidates }), cpuStageThreads, idleSpinUs: o.idleSpinUs ?? 0,
+    },
+    selector,
+    scheduler,
+    hybridOptions,
+  };
+}
+
+function parseRuntimeOptions(options: HybridRuntimeOptions): ParsedHybridRuntimeOptions {
+  const r = HybridRuntimeOptionsSchema.safeParse(options ?? {});
+  if (r.success) return r.data;
+  const i = r.error.issues[0];
+  throw new HybridgenError(`hybrid runtime option ${i?.path.join(".") || "value"}: ${i?.message ?? "invalid"}`);
+}
+
+/** A name, "POST+PRE", or a given selector; the default depends on the scheduler (see the options). */
+function resolveSelector(s: string | TokenSelector | undefined, kind: "fixed" | "feedback" | undefined, timing: SelectionTiming | undefined): TokenSelector {
+  if (typeof s === "object") return s;
+  const name = s ?? (kind === "fixed" ? (timing === "pre" ? "streaming" : "topk") : "topk+streaming");
+  const parts = name.split("+");
+  if (parts.length === 1) return createSelector(name);
+  if (parts.length !== 2 || !parts[0] || !parts[1]) throw new HybridgenError(`selector "${name}": a pair is POST+PRE, e.g. topk+streaming`);
+  return pairSelectors({ post: createSelector(parts[0]), pre: createSelector(parts[1]) });
+}
+
+/** The profile's K_min for this selector: its own entry, a pair's post half's, else the profile's. */
+export function profileKMin(profile: ProfileDefaults, selectorName: string): number {
+  const own = profile.perSelector?.[selectorName]?.kMin ?? profile.perSelector?.[selectorName.split("+")[0]!]?.kMin;
+  return own ?? profile.kMin;
+}

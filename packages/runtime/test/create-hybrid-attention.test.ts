@@ -1,0 +1,157 @@
+import { afterAll, describe, expect, it } from "vitest";
+import {
+  ByteTokenizer, DummyWeightSource, ReferenceBackend, describeModel, loadModel, tensorSpecsOf, type HybridProfile, type ModelFiles,
+} from "@hybridgen/core";
+import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { FixedScheduler } from "@hybridgen/scheduler";
+import { createSelector } from "@hybridgen/selectors";
+import { createHybridAttention, hybridPlan, resolveHybrid } from "../src/index.js";
+
+// A tiny Llama (GQA: 4 heads over 2 KV heads), random f32 weights: 3 layers, 96-token context.
+const CONFIG = {
+  architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 64, intermediate_size: 128, num_hidden_layers: 3,
+  num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 256, max_position_embeddings: 96, rms_norm_eps: 1e-5,
+  rope_theta: 10000, tie_word_embeddings: false, bos_token_id: 1, eos_token_id: 2,
+};
+const CONTEXT = 96, PROMPT = 40, STEPS = 12;
+
+function tinyFiles(): ModelFiles {
+  const { config, shape } = describeModel(CONFIG, "tiny config.json");
+  const weights = new DummyWeightSource(tensorSpecsOf(config, shape), { dtype: "f32", seed: 5 });
+  const close = (): void => {};
+  return { dir: "tiny", config, shape, weights, tokenizer: new ByteTokenizer(shape.vocabSize), chatTemplate: null, close, [Symbol.dispose]: close };
+}
+
+const backend = createCpuBackend({ threads: 1 });
+afterAll(() => backend.close());
+const prompt = Int32Array.from({ length: PROMPT }, (_, i) => (i * 37 + 11) % 256);
+
+function load(window?: number) {
+  return loadModel(tinyFiles(), backend, { maxContext: CONTEXT, ...(window ? { kvWindow: window, kvSinks: 2 } : {}) });
+}
+
+/** Prompt, then STEPS greedy steps fed with `feed` (when given); the logits of every forward. */
+function decode(model: ReturnType<typeof load>, feed?: number[]): { logits: Float32Array[]; tokens: number[] } {
+  const logits = [Float32Array.from(model.forward(prompt, 0))];
+  const tokens: number[] = [];
+  for (let s = 0; s < STEPS; s++) {
+    const last = logits[logits.length - 1]!;
+    const tok = feed ? feed[s]! : last.indexOf(Math.max(...last));
+    tokens.push(tok);
+    logits.push(Float32Array.from(model.forward(Int32Array.of(tok), PROMPT + s)));
+  }
+  return { logits, tokens };
+}
+
+// The part of a stored profile (core's HybridProfile) the runtime reads.
+const profile = (): Pick<HybridProfile, "kMin" | "exactLayers" | "perSelector" | "selector"> => ({
+  selector: "topk", kMin: 12, exactLayers: [1],
+  perSelector: { topk: { kMin: 12, agreement: [[4, 0.9, 0.1], [12, 1, 0]] }, quest: { kMin: 20, agreement: [[20, 1, 0]] } },
+});
+
+describe("createHybridAttention on the CPU backend", () => {
+  it('"all" + exact logits gives full attention\'s logits at every step', async () => {
+    using full = load();
+    const want = decode(full);
+    using model = load(16);
+    using ha = await createHybridAttention(model, backend, { selector: "all", logits: "exact" });
+    const got = decode(model, want.tokens);
+    for (let i = 0; i < got.logits.length; i++) {
+      const a = got.logits[i]!, b = want.logits[i]!;
+      let worst = 0, scale = 0;
+      for (let j = 0; j < a.length; j++) {
+        worst = Math.max(worst, Math.abs(a[j]! - b[j]!));
+        scale = Math.max(scale, Math.abs(b[j]!));
+      }
+      expect(worst / scale, `forward ${i}`).toBeLessThan(1e-5);
+    }
+    expect(ha.stats.trace.length).toBe(STEPS);
+  });
+
+  it("defaults on the CPU backend: the fixed scheduler, top-K post, K = DEFAULT_K_MIN, the engine's logits mode, one stage thread", async () => {
+    using model = load(16);
+    using ha = await createHybridAttention(model, backend);
+    expect(hybridPlan(ha)).toMatchObject({
+      selector: "topk", scheduler: "fixed", k: 64, timing: "post", kSource: "default", exactLayers: [], cpuStageThreads: 1, idleSpinUs: 0,
+    });
+    expect(hybridPlan(ha)!.kMin).toBeUndefined();
+    decode(model);
+    expect(ha.stats.trace.every((r) => r.k === 64 && r.timing === "post")).toBe(true);
+  });
+
+  it("feedback with a pair selector: every step recorded with its K, timing and times; K never below kMin", async () => {
+    using model = load(16);
+    using ha = await createHybridAttention(model, backend, { scheduler: "feedback", kMin: 4 });
+    const plan = hybridPlan(ha)!;
+    expect(plan).toMatchObject({ selector: "topk+streaming", selectorTimings: ["pre", "post"], scheduler: "feedback", k: 4, kMin: 4, timing: "post", kSource: "option" });
+    decode(model);
+    const t = ha.stats.trace;
+    expect(t.map((r) => r.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i));
+    for (const r of t) {
+      expect(r.k).toBeGreaterThanOrEqual(4);
+      expect(r.offloaded).toBeGreaterThan(0);
+      for (const v of [r.tGpuMs, r.tCpuMs, r.tTxMs, r.wallMs]) expect(Number.isFinite(v) && v >= 0).toBe(true);
+    }
+    expect(t[0]!.k).toBe(4);
+    expect(ha.stats.summary()).toMatch(/; scheduler: K 4 → \d+ \(range \d+–\d+\), (post|pre), \d+ timing switch(es)?$/);
+  });
+
+  it("a pre-only selector under feedback starts pre and never asks for post", () => {
+    const r = resolveHybrid({ selector: "quest", scheduler: "feedback", kMin: 8 }, { device: true });
+    expect(r.plan).toMatchObject({ timing: "pre", scheduler: "feedback", selectorTimings: ["pre"] });
+    expect(r.scheduler.initial()).toEqual({ k: 8, timing: "pre" });
+  });
+
+  it("on a device the default is feedback over topk+streaming; kMin alone also means feedback", () => {
+    expect(resolveHybrid({}, { device: true }).plan).toMatchObject({ scheduler: "feedback", selector: "topk+streaming", kMin: 64, k: 64 });
+    expect(resolveHybrid({ kMin: 16, k: 32 }, { device: false }).plan).toMatchObject({ scheduler: "feedback", kMin: 16, k: 32 });
+    expect(resolveHybrid({ timing: "pre" }, { device: false }).plan).toMatchObject({ scheduler: "fixed", selector: "streaming", timing: "pre" });
+  });
+
+  it("takes kMin and exactLayers from the model's profile; options override them", async () => {
+    const p = profile();
+    expect(resolveHybrid({ profile: p, scheduler: "feedback" }, { device: false }).plan).toMatchObject({ kMin: 12, kSource: "profile", exactLayers: [1] });
+    expect(resolveHybrid({ profile: p, scheduler: "feedback", selector: "topk+streaming" }, { device: false }).plan.kMin).toBe(12); // the pair's post half
+    expect(resolveHybrid({ profile: p, scheduler: "feedback", selector: "quest" }, { device: false }).plan.kMin).toBe(20);
+    expect(resolveHybrid({ profile: p }, { device: false }).plan).toMatchObject({ scheduler: "fixed", k: 12, kSource: "profile" });
+    expect(resolveHybrid({ profile: p, kMin: 5, exactLayers: [] }, { device: false }).plan).toMatchObject({ kMin: 5, kSource: "option", exactLayers: [] });
+    using model = load(16);
+    using ha = await createHybridAttention(model, backend, { profile: p, logits: "verified", candidates: 2 });
+    expect(hybridPlan(ha)).toMatchObject({ k: 12, exactLayers: [1], logits: "verified", candidates: 2 });
+    decode(model);
+    expect(ha.stats.trace.length).toBe(STEPS);
+  });
+
+  it("accepts a TokenSelector and a Scheduler object", async () => {
+    using model = load(16);
+    using ha = await createHybridAttention(model, backend, { selector: createSelector("topk"), scheduler: new FixedScheduler({ k: 5 }) });
+    expect(hybridPlan(ha)).toMatchObject({ selector: "topk", scheduler: "fixed", k: 5 });
+    decode(model);
+    expect(ha.stats.trace.every((r) => r.k === 5)).toBe(true);
+  });
+
+  it("bad options are one-line errors, before anything is allocated", async () => {
+    const bad: [Record<string, unknown>, string | RegExp][] = [
+      [{ kMin: 0 }, "hybrid runtime option kMin: must be at least 1"],
+      [{ scheduler: "nope" }, /^hybrid runtime option scheduler: /],
+      [{ selector: "quest", timing: "post" }, 'selector "quest" cannot run post-QKᵀ selection (it supports pre)'],
+      [{ selector: "topk", timing: "pre" }, 'selector "topk" cannot run pre-QKᵀ selection (it supports post)'],
+      [{ scheduler: "fixed", kMin: 8 }, "kMin applies to the feedback scheduler, not fixed"],
+      [{ scheduler: "feedback", kMin: 16, k: 8 }, "k 8 (the feedback scheduler's first K) is below kMin 16"],
+      [{ selector: "nope" }, /^unknown selector "nope"/],
+      [{ selector: "topk+" }, 'selector "topk+": a pair is POST+PRE, e.g. topk+streaming'],
+      [{ selector: "streaming+topk" }, /^pairSelectors: selector "topk" cannot run pre-QKᵀ/],
+      [{ scheduler: new FixedScheduler(), k: 3 }, "k and timing configure a built-in scheduler; a Scheduler object brings its own"],
+      [{ threads: 2 }, /^hybrid runtime option : Unrecognized key|^hybrid runtime option value: Unrecognized key/],
+    ];
+    using model = load(16);
+    for (const [options, message] of bad) {
+      await expect(createHybridAttention(model, backend, options as never), JSON.stringify(Object.keys(options))).rejects.toThrow(message);
+    }
+    expect(model.attention.decodeAttention).toBeNull();
+    using whole = load();
+    await expect(createHybridAttention(whole, backend)).rejects.toThrow(/nothing would be offloaded/);
+    using onRef = new ReferenceBackend();
+    await expect(createHybridAttention(model, onRef)).rejects.toThrow("hybrid attention needs the CPU backend or a device backend with host transfers (got reference)");
+  });
+});
