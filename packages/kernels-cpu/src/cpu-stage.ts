@@ -7,12 +7,14 @@
 import { dlopen, FFIType, ptr as addressOf, toArrayBuffer, type Pointer } from "bun:ffi";
 import {
   checkStageJob, fail, GatheredValues, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape, type CpuStageSplit,
-  type DType, type HostRegion, type Selection, type Tensor,
+  type DType, type HostRegion, type OffloadedKeys, type Selection, type SelectorPrimitives, type Tensor,
 } from "@hybridgen/core";
 import { z } from "zod";
 import type { CpuBackend } from "./cpu-backend.js";
 import { chooseIsa, isaCode } from "./features.js";
 import { openNativeSymbols } from "./native.js";
+import { nativeSelectorPrimitives } from "./selector-primitives.js";
+import { storeKeys } from "./store-keys.js";
 import { CpuTensor } from "./tensor.js";
 
 const { ptr, i32, i64, i64_fast, u64, void: none } = FFIType;
@@ -66,6 +68,7 @@ interface Slot {
 export class NativeCpuStage implements CpuStage {
   readonly name = "native";
   readonly concurrent = true;
+  readonly primitives: SelectorPrimitives = nativeSelectorPrimitives();
   readonly threads: number;
   private readonly lib: StageLib;
   private handle: Pointer | null;
@@ -139,6 +142,12 @@ export class NativeCpuStage implements CpuStage {
     this.pending = false;
     this.check(Number(this.lib.hg_stage_wait(this.handle!)));
     return Number(this.lib.hg_stage_last_ns(this.handle!)) / 1e6;
+  }
+
+  /** The store's K as selectors read it: a view of the tensor's memory (no copy). */
+  offloadedKeys(k: Tensor): OffloadedKeys {
+    this.ready();
+    return storeKeys(this.store(k, "K"));
   }
 
   /** The last job's phases (after wait(); a gather() run afterwards replaces them). */

@@ -201,7 +201,12 @@ function checkRows(fn: string, keys: OffloadedKeys, from: number, to: number): v
   if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to < from || to > keys.capacity) {
     throw new HybridgenError(`${fn}: rows [${from}, ${to}) out of range [0, ${keys.capacity}]`);
   }
-  if (keys.data.length < keys.kvHeads * keys.capacity * keys.headDim) throw new HybridgenError(`${fn}: key data shorter than its shape`);
+  if ((keys.dtype === "f32") !== (keys.data instanceof Float32Array) || !(keys.data instanceof Float32Array || keys.data instanceof Uint16Array)) {
+    throw new HybridgenError(`${fn}: ${keys.dtype} keys need a ${keys.dtype === "f32" ? "Float32Array" : "Uint16Array of bit patterns"}`);
+  }
+  if (!positiveInt(keys.kvHeads) || !positiveInt(keys.headDim) || keys.data.length < keys.kvHeads * keys.capacity * keys.headDim) {
+    throw new HybridgenError(`${fn}: key data shorter than its shape [${keys.kvHeads}, ${keys.capacity}, ${keys.headDim}]`);
+  }
 }
 
 function checkQuery(fn: string, query: Float32Array, groupSize: number, kvHeads: number, headDim: number): void {
@@ -217,12 +222,48 @@ function outBuffer(fn: string, out: Float32Array | undefined, n: number): Float3
   return out;
 }
 
+/**
+ * The argument checks of the key primitives (each throws one HybridgenError line), shared by
+ * every implementation: a native one must run them before it hands memory to C.
+ */
+export const keyPrimitiveChecks = {
+  summarizePages(keys: OffloadedKeys, from: number, to: number, pages: PageSummaries): void {
+    checkRows("summarizePages", keys, from, to);
+    const { kvHeads, headDim: d, capacity } = keys;
+    if (pages.kvHeads !== kvHeads || pages.headDim !== d || pages.pageCapacity * pages.pageSize < to ||
+      pages.min.length < kvHeads * pages.pageCapacity * d || pages.max.length < kvHeads * pages.pageCapacity * d) {
+      throw new HybridgenError(`summarizePages: summaries for ${pages.kvHeads} KV heads × headDim ${pages.headDim} × ${pages.pageCapacity} pages do not fit keys [${kvHeads}, ${capacity}, ${d}] up to row ${to}`);
+    }
+  },
+  /** Returns the output buffer (`out`, or a new one). */
+  pageBounds(query: Float32Array, groupSize: number, pages: PageSummaries, count: number, out?: Float32Array): Float32Array {
+    const { kvHeads, headDim: d, pageCapacity } = pages;
+    checkQuery("pageBounds", query, groupSize, kvHeads, d);
+    if (!Number.isInteger(count) || count < 0 || count > pageCapacity) throw new HybridgenError(`pageBounds: page count ${count} out of range [0, ${pageCapacity}]`);
+    if (pages.min.length < kvHeads * pageCapacity * d || pages.max.length < kvHeads * pageCapacity * d) throw new HybridgenError("pageBounds: summaries shorter than their shape");
+    return outBuffer("pageBounds", out, kvHeads * count);
+  },
+  /** Returns the output buffer (`out`, or a new one). */
+  keyScores(query: Float32Array, groupSize: number, keys: OffloadedKeys, from: number, to: number, out?: Float32Array): Float32Array {
+    checkRows("keyScores", keys, from, to);
+    checkQuery("keyScores", query, groupSize, keys.kvHeads, keys.headDim);
+    return outBuffer("keyScores", out, keys.kvHeads * (to - from));
+  },
+  gatherChannels(keys: OffloadedKeys, channels: Int32Array, from: number, to: number, out: OffloadedKeys): void {
+    checkRows("gatherChannels", keys, from, to);
+    const { kvHeads, headDim: d } = keys, r = out.headDim;
+    if (out.dtype !== "f32" || out.kvHeads !== kvHeads || out.capacity < to) {
+      throw new HybridgenError(`gatherChannels: out must be f32 keys with ${kvHeads} KV heads and capacity ≥ ${to}`);
+    }
+    checkRows("gatherChannels", out, from, to);
+    if (channels.length !== kvHeads * r) throw new HybridgenError(`gatherChannels: ${channels.length} channels, expected ${r} per KV head (${kvHeads * r})`);
+    for (const c of channels) if (!(c >= 0 && c < d)) throw new HybridgenError(`gatherChannels: channel ${c} out of range [0, ${d})`);
+  },
+};
+
 export function summarizePages(keys: OffloadedKeys, from: number, to: number, pages: PageSummaries): void {
-  checkRows("summarizePages", keys, from, to);
+  keyPrimitiveChecks.summarizePages(keys, from, to, pages);
   const { kvHeads, headDim: d, capacity } = keys;
-  if (pages.kvHeads !== kvHeads || pages.headDim !== d || pages.pageCapacity * pages.pageSize < to) {
-    throw new HybridgenError(`summarizePages: summaries for ${pages.kvHeads} KV heads × headDim ${pages.headDim} × ${pages.pageCapacity} pages do not fit keys [${kvHeads}, ${capacity}, ${d}] up to row ${to}`);
-  }
   const at = keyReader(keys), P = pages.pageSize;
   for (let g = 0; g < kvHeads; g++) {
     for (let slot = from; slot < to; slot++) {
@@ -238,10 +279,8 @@ export function summarizePages(keys: OffloadedKeys, from: number, to: number, pa
 }
 
 export function pageBounds(query: Float32Array, groupSize: number, pages: PageSummaries, count: number, out?: Float32Array): Float32Array {
+  const dst = keyPrimitiveChecks.pageBounds(query, groupSize, pages, count, out);
   const { kvHeads, headDim: d, pageCapacity } = pages;
-  checkQuery("pageBounds", query, groupSize, kvHeads, d);
-  if (!Number.isInteger(count) || count < 0 || count > pageCapacity) throw new HybridgenError(`pageBounds: page count ${count} out of range [0, ${pageCapacity}]`);
-  const dst = outBuffer("pageBounds", out, kvHeads * count);
   for (let g = 0; g < kvHeads; g++) {
     for (let p = 0; p < count; p++) {
       const s = (g * pageCapacity + p) * d;
@@ -262,10 +301,9 @@ export function pageBounds(query: Float32Array, groupSize: number, pages: PageSu
 }
 
 export function keyScores(query: Float32Array, groupSize: number, keys: OffloadedKeys, from: number, to: number, out?: Float32Array): Float32Array {
-  checkRows("keyScores", keys, from, to);
+  const dst = keyPrimitiveChecks.keyScores(query, groupSize, keys, from, to, out);
   const { kvHeads, headDim: d, capacity } = keys;
-  checkQuery("keyScores", query, groupSize, kvHeads, d);
-  const n = to - from, dst = outBuffer("keyScores", out, kvHeads * n), at = keyReader(keys);
+  const n = to - from, at = keyReader(keys);
   for (let g = 0; g < kvHeads; g++) {
     for (let slot = from; slot < to; slot++) {
       const row = (g * capacity + slot) * d;
@@ -283,14 +321,8 @@ export function keyScores(query: Float32Array, groupSize: number, keys: Offloade
 }
 
 export function gatherChannels(keys: OffloadedKeys, channels: Int32Array, from: number, to: number, out: OffloadedKeys): void {
-  checkRows("gatherChannels", keys, from, to);
+  keyPrimitiveChecks.gatherChannels(keys, channels, from, to, out);
   const { kvHeads, headDim: d, capacity } = keys, r = out.headDim;
-  if (out.dtype !== "f32" || out.kvHeads !== kvHeads || out.capacity < to) {
-    throw new HybridgenError(`gatherChannels: out must be f32 keys with ${kvHeads} KV heads and capacity ≥ ${to}`);
-  }
-  checkRows("gatherChannels", out, from, to);
-  if (channels.length !== kvHeads * r) throw new HybridgenError(`gatherChannels: ${channels.length} channels, expected ${r} per KV head (${kvHeads * r})`);
-  for (const c of channels) if (!(c >= 0 && c < d)) throw new HybridgenError(`gatherChannels: channel ${c} out of range [0, ${d})`);
   const at = keyReader(keys), o = out.data;
   for (let g = 0; g < kvHeads; g++) {
     for (let slot = from; slot < to; slot++) {

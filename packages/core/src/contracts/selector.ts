@@ -287,4 +287,4 @@ export interface TokenSelector<S = unknown> {
   select(input: SelectionInput<S>): Selection;
 }
 
-export { referencePrimitives, offloadedKeys, pageSummaries } from "./selector-primitives.js";
+export { referencePrimitives, offloadedKeys, pageSummaries, keyPrimitiveChecks } from "./selector-primitives.js";

@@ -4,8 +4,8 @@
  * stage computes; kernels-cpu's NativeCpuStage must match it.
  */
 import type { Backend, Tensor } from "../backend.js";
-import { referencePrimitives } from "../contracts/selector-primitives.js";
-import { selectionForKvHead, type Selection } from "../contracts/selector.js";
+import { offloadedKeys, referencePrimitives } from "../contracts/selector-primitives.js";
+import { selectionForKvHead, type OffloadedKeys, type Selection } from "../contracts/selector.js";
 import { fail } from "../errors.js";
 import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape } from "./cpu-stage.js";
 import { checkStageJob } from "./check-stage-job.js";
@@ -72,6 +72,12 @@ export class BackendCpuStage implements CpuStage {
       if (w.kind === "topk") this.gather(job, topKSelection(this.rows, job.offloaded, w.budget, w.shared, shape));
     }
     this.busyMs = performance.now() - t0;
+  }
+
+  /** The store's K as f32 values: a copy (this stage defines semantics; native stages hand a view). */
+  offloadedKeys(k: Tensor): OffloadedKeys {
+    const shape = this.ready();
+    return offloadedKeys("f32", shape.kvHeads, shape.storeCapacity, shape.headDim, this.backend.read(k));
   }
 
   wait(): number {

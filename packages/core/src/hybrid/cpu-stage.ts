@@ -16,7 +16,7 @@
  * drives the device stage until wait(); the portable BackendCpuStage runs synchronously.
  */
 import type { DType, HostRegion, Tensor } from "../backend.js";
-import type { Selection } from "../contracts/selector.js";
+import type { OffloadedKeys, Selection, SelectorPrimitives } from "../contracts/selector.js";
 
 export interface CpuStageShape {
   readonly heads: number;
@@ -91,6 +91,10 @@ export interface CpuStage extends Disposable {
   hostStaging?(slot: 0 | 1): { readonly query: HostRegion; readonly logits: HostRegion; readonly values: HostRegion; readonly keys: HostRegion | null };
   /** Native stages: where the last waited-for job's time went (ms). */
   lastSplit?(): CpuStageSplit;
+  /** A store K tensor as selectors read it (SelectionBase.keys), without a copy; absent: selectors get no keys. */
+  offloadedKeys?(k: Tensor): OffloadedKeys;
+  /** Selector primitives the stage runs natively; absent: the engine hands referencePrimitives. */
+  readonly primitives?: SelectorPrimitives;
   close(): void;
 }
 

@@ -469,7 +469,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private selectionBase(layer: number, plan: StepPlan) {
     return {
       layer, step: this.step, sequence: 0, offloaded: plan.offloaded, positions: this.positions, budget: this.layerBudget(layer),
-      layout: this.layout, state: this.states[layer], scores: this.accumulatedScores(layer), primitives: referencePrimitives,
+      layout: this.layout, state: this.states[layer], scores: this.accumulatedScores(layer),
+      primitives: this.stage.primitives ?? referencePrimitives, keys: this.stage.offloadedKeys?.(this.attention.cache.stageStoreK(layer)),
     };
   }
 

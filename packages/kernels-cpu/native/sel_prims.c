@@ -1,0 +1,241 @@
+/* Key primitives of pre-QKᵀ selectors (see sel_prims.h): a scalar form and an AVX2 form of
+ * each loop, picked per call; rows are widened to f32 into a small buffer first, so every
+ * dtype shares one vector loop. */
+#include "sel_prims.h"
+#include <stdlib.h>
+#include <string.h>
+#include "half.h"
+#include "hgcpu.h"
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HG_SEL_X86 1
+#endif
+
+#define ROW_STACK 1024 /* rows up to this many channels are widened on the stack */
+
+/* Row `row` of K (element offset row*d) as f32 into dst (scalar widening). */
+static void widen_scalar(float *dst, const void *k, int ktype, int64_t at, int64_t d) {
+    if (ktype == HG_F32) {
+        memcpy(dst, (const float *)k + at, (size_t)d * 4);
+    } else if (ktype == HG_BF16) {
+        const uint16_t *p = (const uint16_t *)k + at;
+        for (int64_t c = 0; c < d; c++) dst[c] = hg_bf16_to_f32(p[c]);
+    } else {
+        const uint16_t *p = (const uint16_t *)k + at;
+        for (int64_t c = 0; c < d; c++) dst[c] = hg_f16_to_f32(p[c]);
+    }
+}
+
+static float dot_scalar(const float *a, const float *b, int64_t d) {
+    float s = 0.0f;
+    for (int64_t c = 0; c < d; c++) s += a[c] * b[c];
+    return s;
+}
+
+#ifdef HG_SEL_X86
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+AVX2 static void widen_avx2(float *dst, const void *k, int ktype, int64_t at, int64_t d) {
+    int64_t c = 0;
+    if (ktype == HG_F16) {
+        const uint16_t *p = (const uint16_t *)k + at;
+        for (; c + 8 <= d; c += 8) _mm256_storeu_ps(dst + c, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + c))));
+        for (; c < d; c++) dst[c] = hg_f16_to_f32(p[c]);
+    } else if (ktype == HG_BF16) {
+        const uint16_t *p = (const uint16_t *)k + at;
+        for (; c + 8 <= d; c += 8) {
+            __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p + c)));
+            _mm256_storeu_ps(dst + c, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+        }
+        for (; c < d; c++) dst[c] = hg_bf16_to_f32(p[c]);
+    } else {
+        memcpy(dst, (const float *)k + at, (size_t)d * 4);
+    }
+}
+
+AVX2 static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+AVX2 static float dot_avx2(const float *a, const float *b, int64_t d) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= d; c += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + c), _mm256_loadu_ps(b + c), acc);
+    float s = hsum(acc);
+    for (; c < d; c++) s += a[c] * b[c];
+    return s;
+}
+
+AVX2 static void minmax_avx2(float *mn, float *mx, const float *row, int64_t d, int fresh) {
+    int64_t c = 0;
+    if (fresh) {
+        memcpy(mn, row, (size_t)d * 4);
+        memcpy(mx, row, (size_t)d * 4);
+        return;
+    }
+    for (; c + 8 <= d; c += 8) {
+        __m256 v = _mm256_loadu_ps(row + c);
+        _mm256_storeu_ps(mn + c, _mm256_min_ps(_mm256_loadu_ps(mn + c), v));
+        _mm256_storeu_ps(mx + c, _mm256_max_ps(_mm256_loadu_ps(mx + c), v));
+    }
+    for (; c < d; c++) {
+        if (row[c] < mn[c]) mn[c] = row[c];
+        if (row[c] > mx[c]) mx[c] = row[c];
+    }
+}
+
+AVX2 static float bound_avx2(const float *q, const float *mn, const float *mx, int64_t d) {
+    __m256 acc = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= d; c += 8) {
+        __m256 qv = _mm256_loadu_ps(q + c);
+        acc = _mm256_add_ps(acc, _mm256_max_ps(_mm256_mul_ps(qv, _mm256_loadu_ps(mn + c)), _mm256_mul_ps(qv, _mm256_loadu_ps(mx + c))));
+    }
+    float s = hsum(acc);
+    for (; c < d; c++) {
+        float a = q[c] * mn[c], b = q[c] * mx[c];
+        s += a > b ? a : b;
+    }
+    return s;
+}
+#endif
+
+static void minmax_scalar(float *mn, float *mx, const float *row, int64_t d, int fresh) {
+    for (int64_t c = 0; c < d; c++) {
+        if (fresh || row[c] < mn[c]) mn[c] = row[c];
+        if (fresh || row[c] > mx[c]) mx[c] = row[c];
+    }
+}
+
+static float bound_scalar(const float *q, const float *mn, const float *mx, int64_t d) {
+    float s = 0.0f;
+    for (int64_t c = 0; c < d; c++) {
+        float a = q[c] * mn[c], b = q[c] * mx[c];
+        s += a > b ? a : b;
+    }
+    return s;
+}
+
+int hg_sel_best_isa(void) {
+#ifdef HG_SEL_X86
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") ? 1 : 0;
+#else
+    return 0;
+#endif
+}
+
+static int use_avx2(int isa) {
+    static int best = -1;
+    if (isa >= 0) return isa == 1;
+    if (best < 0) best = hg_sel_best_isa();
+    return best == 1;
+}
+
+typedef void (*widen_fn)(float *, const void *, int, int64_t, int64_t);
+
+/* A widening buffer of d floats: the stack for usual head sizes, else the heap (NULL: out of memory). */
+static float *row_buffer(float *stack, int64_t d) {
+    return d <= ROW_STACK ? stack : (float *)malloc((size_t)d * 4);
+}
+
+void hg_sel_summarize(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, int64_t from, int64_t to,
+                      int64_t page, int64_t page_cap, float *mn, float *mx, int isa) {
+    float stack[ROW_STACK], *row = row_buffer(stack, d);
+    if (!row) return;
+    int v = use_avx2(isa);
+    widen_fn widen = widen_scalar;
+#ifdef HG_SEL_X86
+    if (v) widen = widen_avx2;
+#endif
+    for (int64_t g = 0; g < kv_heads; g++) {
+        for (int64_t s = from; s < to; s++) {
+            widen(row, k, ktype, (g * cap + s) * d, d);
+            int64_t at = (g * page_cap + s / page) * d;
+            int fresh = s % page == 0;
+#ifdef HG_SEL_X86
+            if (v) { minmax_avx2(mn + at, mx + at, row, d, fresh); continue; }
+#endif
+            minmax_scalar(mn + at, mx + at, row, d, fresh);
+        }
+    }
+    if (row != stack) free(row);
+}
+
+void hg_sel_page_bounds(const float *q, int64_t kv_heads, int64_t group, int64_t d, const float *mn, const float *mx,
+                        int64_t page_cap, int64_t count, float *out, int isa) {
+    int v = use_avx2(isa);
+    (void)v;
+    for (int64_t g = 0; g < kv_heads; g++) {
+        for (int64_t p = 0; p < count; p++) {
+            int64_t at = (g * page_cap + p) * d;
+            float best = -__builtin_inff();
+            for (int64_t j = 0; j < group; j++) {
+                const float *qh = q + (g * group + j) * d;
+                float b;
+#ifdef HG_SEL_X86
+                if (v) b = bound_avx2(qh, mn + at, mx + at, d);
+                else
+#endif
+                b = bound_scalar(qh, mn + at, mx + at, d);
+                if (b > best) best = b;
+            }
+            out[g * count + p] = best;
+        }
+    }
+}
+
+void hg_sel_key_scores(const float *q, int64_t kv_heads, int64_t group, const void *k, int ktype, int64_t cap, int64_t d,
+                       int64_t from, int64_t to, float *out, int isa) {
+    float stack[ROW_STACK], *row = row_buffer(stack, d);
+    if (!row) return;
+    int v = use_avx2(isa);
+    (void)v;
+    int64_t n = to - from;
+    for (int64_t g = 0; g < kv_heads; g++) {
+        for (int64_t s = from; s < to; s++) {
+            const float *kr = row;
+            int64_t at = (g * cap + s) * d;
+            if (ktype == HG_F32) kr = (const float *)k + at; /* f32 rows are read in place */
+#ifdef HG_SEL_X86
+            else if (v) widen_avx2(row, k, ktype, at, d);
+#endif
+            else widen_scalar(row, k, ktype, at, d);
+            float best = -__builtin_inff();
+            for (int64_t j = 0; j < group; j++) {
+                const float *qh = q + (g * group + j) * d;
+                float t;
+#ifdef HG_SEL_X86
+                if (v) t = dot_avx2(qh, kr, d);
+                else
+#endif
+                t = dot_scalar(qh, kr, d);
+                if (t > best) best = t;
+            }
+            out[g * n + s - from] = best;
+        }
+    }
+    if (row != stack) free(row);
+}
+
+void hg_sel_gather(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, const int32_t *ch, int64_t r,
+                   int64_t from, int64_t to, float *out, int64_t out_cap) {
+    for (int64_t g = 0; g < kv_heads; g++) {
+        const int32_t *cg = ch + g * r;
+        for (int64_t s = from; s < to; s++) {
+            int64_t at = (g * cap + s) * d;
+            float *o = out + (g * out_cap + s) * r;
+            if (ktype == HG_F32) {
+                const float *p = (const float *)k + at;
+                for (int64_t i = 0; i < r; i++) o[i] = p[cg[i]];
+            } else {
+                const uint16_t *p = (const uint16_t *)k + at;
+                if (ktype == HG_BF16) for (int64_t i = 0; i < r; i++) o[i] = hg_bf16_to_f32(p[cg[i]]);
+                else for (int64_t i = 0; i < r; i++) o[i] = hg_f16_to_f32(p[cg[i]]);
+            }
+        }
+    }
+}

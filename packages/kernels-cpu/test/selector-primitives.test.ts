@@ -1,0 +1,76 @@
+import { describe, expect, it } from "vitest";
+import { offloadedKeys, pageSummaries, referencePrimitives as ref, type DType } from "@hybridgen/core";
+import { createCpuBackend, nativeSelectorPrimitives, storeKeys, type CpuTensor, type SelectorIsa } from "../src/index.js";
+import { randn, rng, SEED } from "./helpers.js";
+
+const DTYPES: DType[] = ["f32", "f16", "bf16"];
+const ISAS: SelectorIsa[] = ["generic", "avx2"];
+const hasAvx2 = (() => {
+  try {
+    nativeSelectorPrimitives("avx2");
+    return true;
+  } catch {
+    return false;
+  }
+})();
+
+/** Relative closeness for sums whose order differs (vector lanes vs one accumulator). */
+function expectClose(got: Float32Array, want: Float32Array, n: number, what: string): void {
+  for (let i = 0; i < n; i++) {
+    const tol = 1e-5 * Math.max(1, Math.abs(want[i]!)) * 8;
+    if (!(Math.abs(got[i]! - want[i]!) <= tol)) throw new Error(`${what}: [${i}] ${got[i]} vs ${want[i]} (seed ${SEED})`);
+  }
+}
+
+describe("native selector primitives", () => {
+  for (const isa of ISAS.filter((i) => i === "generic" || hasAvx2)) {
+    it(`${isa}: match the reference on f32/f16/bf16 stores at sizes off the vector width`, () => {
+      const r = rng(71);
+      using be = createCpuBackend({ threads: 1 });
+      const P = nativeSelectorPrimitives(isa);
+      for (const d of [3, 13, 64, 67]) {
+        for (const dtype of DTYPES) {
+          const kvHeads = 1 + Math.floor(r() * 3), G = 1 + Math.floor(r() * 3), cap = 50 + Math.floor(r() * 40);
+          const t = be.alloc([kvHeads, cap, d], dtype) as CpuTensor;
+          be.write(t, randn(r, kvHeads * cap * d, 2));
+          const keys = storeKeys(t);
+          const what = `${isa} ${dtype} d=${d} kv=${kvHeads} G=${G}`;
+          const from = 1 + Math.floor(r() * 10), to = cap - Math.floor(r() * 10), page = 1 + Math.floor(r() * 17);
+          // Summaries: both folded in the same uneven steps must agree exactly (min/max, no rounding).
+          const a = pageSummaries(kvHeads, d, cap, page), b = pageSummaries(kvHeads, d, cap, page);
+          for (const [x, y] of [[0, from], [from, from + 1], [from + 1, to]] as const) {
+            ref.summarizePages(keys, x, y, a);
+            P.summarizePages(keys, x, y, b);
+          }
+          expect(b.min, what).toEqual(a.min);
+          expect(b.max, what).toEqual(a.max);
+          const q = randn(r, kvHeads * G * d);
+          const count = Math.ceil(to / page);
+          expectClose(P.pageBounds(q, G, b, count), ref.pageBounds(q, G, a, count), kvHeads * count, `pageBounds ${what}`);
+          expectClose(P.keyScores(q, G, keys, from, to), ref.keyScores(q, G, keys, from, to), kvHeads * (to - from), `keyScores ${what}`);
+          const rr = Math.min(d, 1 + Math.floor(r() * 9));
+          const ch = Int32Array.from({ length: kvHeads * rr }, () => Math.floor(r() * d));
+          const pa = offloadedKeys("f32", kvHeads, cap, rr), pb = offloadedKeys("f32", kvHeads, cap, rr);
+          ref.gatherChannels(keys, ch, from, to, pa);
+          P.gatherChannels(keys, ch, from, to, pb);
+          expect(pb.data, what).toEqual(pa.data);
+        }
+      }
+    });
+  }
+
+  it("store keys are a live view of the tensor (no copy), and bad arguments are refused before C runs", () => {
+    using be = createCpuBackend({ threads: 1 });
+    const t = be.alloc([2, 10, 4], "bf16") as CpuTensor;
+    const keys = storeKeys(t);
+    expect(keys).toMatchObject({ dtype: "bf16", kvHeads: 2, capacity: 10, headDim: 4 });
+    be.write(t, Float32Array.of(1.5), 4 * 13);
+    expect(keys.data[4 * 13]).toBe(0x3fc0);
+    expect(storeKeys(t)).toBe(keys);
+    const P = nativeSelectorPrimitives();
+    expect(() => P.keyScores(new Float32Array(8), 1, keys, 0, 11)).toThrow(/keyScores: rows \[0, 11\) out of range \[0, 10\]/);
+    expect(() => P.keyScores(new Float32Array(8), 1, { ...keys, data: new Float32Array(80) }, 0, 10)).toThrow(/bf16 keys need a Uint16Array/);
+    expect(() => P.gatherChannels(keys, Int32Array.of(0, 4), 0, 5, offloadedKeys("f32", 2, 10, 1))).toThrow(/channel 4 out of range/);
+    expect(() => P.pageBounds(new Float32Array(8), 1, pageSummaries(2, 4, 10, 4), 4)).toThrow(/page count 4 out of range \[0, 3\]/);
+  });
+});
