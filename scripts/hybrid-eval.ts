@@ -4,13 +4,13 @@
  * - "all" + exact logits with a 32-token device window must reproduce full attention's greedy
  *   text exactly over 256 tokens;
  * - teacher-forced over a TinyStories-style text written for this project, top-1 next-token
- *   agreement and mean KL(full ‖ hybrid) for K ∈ {8, 16, 32, 64}, post-QKᵀ exact top-K, in both
- *   logits modes (plus StreamingLLM pre-QKᵀ and "all" as reference rows);
+ *   agreement and mean KL(full ‖ hybrid) for K ∈ {8, 16, 32, 64}, post-QKᵀ exact top-K, in every
+ *   logits mode (plus StreamingLLM pre-QKᵀ and "all" as reference rows);
  * Run `bun run build` first (this imports the built packages).
  * - the stage timings of each run: mean CPU stage and device stage per layer, and how much of
  *   the CPU stage the device stage hid.
  */
-import { ensureStories15M, HybridAttention, LlamaModel, openModelDir, type LogitsMode, type SelectionTiming } from "../packages/core/dist/index.js";
+import { ensureStories15M, HybridAttention, LlamaModel, openModelDir, type HybridOptions, type SelectionTiming } from "../packages/core/dist/index.js";
 import { createCpuBackend, NativeCpuStage } from "../packages/kernels-cpu/dist/index.js";
 import { createSelector } from "../packages/selectors/dist/index.js";
 import { FixedScheduler } from "../packages/scheduler/dist/index.js";
@@ -77,20 +77,20 @@ function argmax(l: Float32Array): number {
   return b;
 }
 
-function attach(selector: string, k: number, timing: SelectionTiming, logits: LogitsMode): HybridAttention {
+function attach(selector: string, k: number, timing: SelectionTiming, options: HybridOptions): HybridAttention {
   return HybridAttention.attach({
     attention: hyb.attention, projector: hyb, stage: new NativeCpuStage(be, { threads: 1 }),
     selector: createSelector(selector), scheduler: new FixedScheduler({ k, timing }),
-  }, { logits });
+  }, options);
 }
 
-// 1. Greedy reproduction with "all" + exact.
+// 1. Greedy reproduction with "all" + exact and "all" + verified.
 const wantGreedy = greedy(full);
-{
-  using h = attach("all", 1, "post", "exact");
+for (const logits of ["exact", "verified"] as const) {
+  using h = attach("all", 1, "post", { logits });
   const got = greedy(hyb);
   const same = got.every((t, i) => t === wantGreedy[i]);
-  console.log(`greedy, ${TOKENS} tokens, device window ${BUDGET}: "all" + exact ${same ? "reproduces" : "DIFFERS FROM"} full attention ` +
+  console.log(`greedy, ${TOKENS} tokens, device window ${BUDGET}: "all" + ${logits} ${same ? "reproduces" : "DIFFERS FROM"} full attention ` +
     `(${h.stats.summary()})`);
   if (!same) process.exitCode = 1;
 }
@@ -98,14 +98,22 @@ const wantGreedy = greedy(full);
 // 2. Teacher-forced agreement and KL.
 const ref = forced(full).map((l) => ({ top: argmax(l), logp: logSoftmax(l) }));
 const rows: string[][] = [];
-const configs: [string, string, number, SelectionTiming, LogitsMode][] = [["all", "all", 1, "post", "exact"]];
-for (const logits of ["exact", "speculative"] as LogitsMode[]) {
-  for (const k of [8, 16, 32, 64]) configs.push([`top-K`, "topk", k, "post", logits]);
-  configs.push(["streaming", "streaming", 32, "pre", logits]);
-  if (logits === "speculative") configs.push(["all", "all", 1, "post", logits]);
+const EXTRA = (process.argv.find((a) => a.startsWith("--selectors="))?.slice(12) ?? "").split(",").filter(Boolean);
+const configs: [string, string, number, SelectionTiming, HybridOptions][] = [["all", "all", 1, "post", { logits: "exact" }]];
+const modes: [string, HybridOptions][] = [
+  ["exact", { logits: "exact" }], ["speculative", { logits: "speculative" }], ["verified", { logits: "verified" }],
+  ["verified ×2", { logits: "verified", candidates: 2 }],
+  ["verified ×4", { logits: "verified", candidates: 4 }],
+  ["verified ×2, layer 1 exact", { logits: "verified", candidates: 2, exactLayers: [1] }],
+];
+for (const [label, options] of modes) {
+  for (const k of [8, 16, 32, 64]) configs.push([`top-K ${label}`, "topk", k, "post", options]);
+  if (label === "exact" || label === "speculative") configs.push([`streaming ${label}`, "streaming", 32, "pre", options]);
+  if (label === "speculative") configs.push(["all speculative", "all", 1, "post", options]);
 }
-for (const [label, selector, k, timing, logits] of configs) {
-  using h = attach(selector, k, timing, logits);
+for (const name of EXTRA) for (const k of [8, 16, 32]) configs.push([`${name} verified`, name, k, "pre", { logits: "verified" }]);
+for (const [label, selector, k, timing, options] of configs) {
+  using h = attach(selector, k, timing, options);
   const got = forced(hyb);
   let agree = 0, kl = 0;
   got.forEach((l, i) => {
@@ -116,7 +124,7 @@ for (const [label, selector, k, timing, logits] of configs) {
     kl += d;
   });
   const s = h.stats, per = (ms: number) => (s.layerSteps ? (ms / s.layerSteps) * 1000 : 0).toFixed(1);
-  rows.push([label, selector === "all" ? "all" : String(k), timing, logits, `${((agree / got.length) * 100).toFixed(1)}%`, (kl / got.length).toExponential(2),
+  rows.push([label, selector === "all" ? "all" : String(k), timing, options.logits ?? "speculative", `${((agree / got.length) * 100).toFixed(1)}%`, (kl / got.length).toExponential(2),
     s.meanK.toFixed(1), per(s.cpuStageMs + s.cpuJsMs), per(s.deviceMs), `${Math.round(s.hiddenFraction * 100)}%`]);
 }
 const head = ["selector", "K", "timing", "logits", "top-1 agree", "mean KL", "mean K", "CPU µs/layer", "device µs/layer", "CPU hidden"];

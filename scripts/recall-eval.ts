@@ -1,0 +1,153 @@
+/**
+ * Retrieval accuracy of hybrid attention on recall-4l (a 4-layer Llama trained to answer
+ * `? kA` with the `vB` of a record `kA vB .` hidden far back in a haystack of fillers).
+ *
+ *   bun scripts/recall-eval.ts [--model ../shared/models/recall-4l] [--lengths 4096,8192,16384]
+ *     [--prompts 40] [--window 256] [--sinks 4] [--k-frac 0.05] [--records 128] [--threads 2]
+ *     [--modes full,exact,speculative,verified,...] [--exact-layers 1] [--seed 1] [--json FILE]
+ *
+ * Per prompt the context is prefilled once (prefill is exact full attention in every mode) and
+ * checkpointed; each mode then attaches its hybrid attention, feeds `?` and `kA` as decode steps
+ * (so the answer depends on decode-time attention) and checks the greedy next token against
+ * `vB`, and the cache goes back to the checkpoint. "full" is "all" + exact logits, which equals
+ * full attention (core's tests hold that). Run `bun run build` first (this imports the built packages).
+ */
+import { resolve } from "node:path";
+import { writeFileSync } from "node:fs";
+import { HybridAttention, LlamaModel, openModelDir, type HybridOptions, type SelectionTiming } from "../packages/core/dist/index.js";
+import { createCpuBackend, NativeCpuStage } from "../packages/kernels-cpu/dist/index.js";
+import { createSelector } from "../packages/selectors/dist/index.js";
+import { FixedScheduler } from "../packages/scheduler/dist/index.js";
+
+const arg = (name: string, def: string) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1]! : def;
+};
+const list = (name: string, def: string) => arg(name, def).split(",").filter((x) => x !== "");
+const MODEL = resolve(arg("model", new URL("../../shared/models/recall-4l", import.meta.url).pathname));
+const LENGTHS = list("lengths", "4096,8192,16384").map(Number);
+const PROMPTS = Number(arg("prompts", "40"));
+const WINDOW = Number(arg("window", "256")), SINKS = Number(arg("sinks", "4"));
+const K_FRAC = Number(arg("k-frac", "0.05"));
+const RECORDS = Number(arg("records", "128"));
+const THREADS = Number(arg("threads", "2"));
+const SEED = Number(arg("seed", "1"));
+const PROFILE_EXACT = list("exact-layers", "1").map(Number);
+
+interface Mode { label: string; selector: string; timing: SelectionTiming; options: HybridOptions }
+const MODES: Record<string, Mode> = {
+  full: { label: "full attention", selector: "all", timing: "post", options: { logits: "exact" } },
+  exact: { label: "top-K, exact", selector: "topk", timing: "post", options: { logits: "exact" } },
+  speculative: { label: "top-K, speculative", selector: "topk", timing: "post", options: { logits: "speculative" } },
+  verified: { label: "top-K, verified", selector: "topk", timing: "post", options: { logits: "verified" } },
+  "verified-c2": { label: "top-K, verified, 2× candidates", selector: "topk", timing: "post", options: { logits: "verified", candidates: 2 } },
+  "verified-c4": { label: "top-K, verified, 4× candidates", selector: "topk", timing: "post", options: { logits: "verified", candidates: 4 } },
+  "verified-exact": { label: `top-K, verified, exact selection at layers ${PROFILE_EXACT.join(",")}`, selector: "topk", timing: "post", options: { logits: "verified", exactLayers: PROFILE_EXACT } },
+  "speculative-exact": { label: `top-K, speculative, exact selection at layers ${PROFILE_EXACT.join(",")}`, selector: "topk", timing: "post", options: { logits: "speculative", exactLayers: PROFILE_EXACT } },
+  streaming: { label: "StreamingLLM (pre)", selector: "streaming", timing: "pre", options: { logits: "exact" } },
+  quest: { label: "Quest page bounds (pre), verified", selector: "quest", timing: "pre", options: { logits: "verified" } },
+  infinigen: { label: "InfiniGen partial keys (pre), verified", selector: "infinigen", timing: "pre", options: { logits: "verified" } },
+};
+const modeNames = list("modes", "full,exact,speculative,verified,verified-c2,verified-c4,verified-exact,streaming");
+for (const m of modeNames) if (!MODES[m]) throw new Error(`unknown mode ${m} (modes: ${Object.keys(MODES).join(", ")})`);
+
+/** Mulberry32: a small seeded generator, so every run asks the same questions. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+using files = openModelDir(MODEL);
+const vocab = (word: string) => {
+  const ids = files.tokenizer.encode(word, { addBos: false });
+  if (ids.length !== 1) throw new Error(`"${word}" is not one token of ${MODEL}'s vocabulary`);
+  return ids[0]!;
+};
+const FILLERS = Array.from({ length: 1000 }, (_, i) => vocab(`f${i}`));
+const KEYS = Array.from({ length: 256 }, (_, i) => vocab(`k${i}`));
+const VALUES = Array.from({ length: 256 }, (_, i) => vocab(`v${i}`));
+const DOT = vocab("."), ASK = vocab("?"), BOS = files.tokenizer.encode("", { addBos: true })[0]!;
+
+/**
+ * A haystack of `length` − 2 tokens (BOS, fillers, RECORDS records `kA vB .` with distinct keys
+ * at random places), then the query `? kA` of one record, asked as two decode steps.
+ */
+function makePrompt(r: () => number, length: number): { context: number[]; key: number; answer: number } {
+  const body = length - 3; // BOS + body + "? kA"
+  const context = Array.from({ length: body }, () => FILLERS[Math.floor(r() * FILLERS.length)]!);
+  const keys = new Set<number>();
+  while (keys.size < RECORDS) keys.add(Math.floor(r() * KEYS.length));
+  const records = [...keys].map((k) => ({ key: KEYS[k]!, value: VALUES[Math.floor(r() * VALUES.length)]! }));
+  // Non-overlapping places: one per equal share of the body.
+  const share = Math.floor(body / RECORDS);
+  records.forEach((rec, i) => {
+    const at = i * share + Math.floor(r() * (share - 3));
+    context.splice(at, 3, rec.key, rec.value, DOT);
+  });
+  const asked = records[Math.floor(r() * records.length)]!;
+  return { context: [BOS, ...context], key: asked.key, answer: asked.value };
+}
+
+function argmax(l: Float32Array): number {
+  let b = 0;
+  for (let i = 1; i < l.length; i++) if (l[i]! > l[b]!) b = i;
+  return b;
+}
+
+using be = createCpuBackend({ threads: THREADS });
+const results: Record<string, Record<number, { correct: number; total: number; meanK: number; cpuMsPerLayer: number }>> = {};
+for (const m of modeNames) results[m] = {};
+
+for (const length of LENGTHS) {
+  const k = Math.max(1, Math.round(K_FRAC * length));
+  using model = LlamaModel.load(files, be, { maxContext: length, kvWindow: WINDOW, kvSinks: SINKS, kvEvictBlock: 16 });
+  const r = rng(SEED * 1000 + length);
+  for (const m of modeNames) results[m]![length] = { correct: 0, total: 0, meanK: 0, cpuMsPerLayer: 0 };
+  const t0 = performance.now();
+  for (let p = 0; p < PROMPTS; p++) {
+    const { context, key, answer } = makePrompt(r, length);
+    model.reset();
+    model.forward(Int32Array.from(context), 0);
+    using cp = model.cache.checkpoint();
+    for (const name of modeNames) {
+      const mode = MODES[name]!;
+      const h = HybridAttention.attach({
+        attention: model.attention, projector: model, stage: new NativeCpuStage(be, { threads: 1 }),
+        selector: createSelector(mode.selector), scheduler: new FixedScheduler({ k, timing: mode.timing }),
+      }, mode.options);
+      try {
+        model.forward(Int32Array.of(ASK), context.length);
+        const logits = model.forward(Int32Array.of(key), context.length + 1);
+        const res = results[name]![length]!;
+        res.total++;
+        if (argmax(logits) === answer) res.correct++;
+        res.meanK += h.stats.meanK;
+        res.cpuMsPerLayer += h.stats.layerSteps ? (h.stats.cpuStageMs + h.stats.cpuJsMs) / h.stats.layerSteps : 0;
+      } finally {
+        h.close();
+        model.cache.restore(cp);
+      }
+    }
+    process.stderr.write(`\r${length}: prompt ${p + 1}/${PROMPTS} (${((performance.now() - t0) / 1000).toFixed(0)} s)`);
+  }
+  process.stderr.write("\n");
+}
+
+const head = ["mode", ...LENGTHS.map((l) => `${l}`)];
+const rows = modeNames.map((m) => [MODES[m]!.label, ...LENGTHS.map((l) => {
+  const x = results[m]![l]!;
+  return (x.correct / x.total).toFixed(3);
+})]);
+const w = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
+console.log(`\nrecall-4l retrieval accuracy (${PROMPTS} prompts per length, ${RECORDS} records each, window ${WINDOW} with ${SINKS} sinks, K = ${K_FRAC * 100}% of the context, CPU backend):`);
+console.log(`| ${head.map((h, i) => h.padEnd(w[i]!)).join(" | ")} |`);
+console.log(`| ${w.map((n) => "-".repeat(n)).join(" | ")} |`);
+for (const row of rows) console.log(`| ${row.map((c, i) => c.padEnd(w[i]!)).join(" | ")} |`);
+const json = arg("json", "");
+if (json) writeFileSync(json, `${JSON.stringify({ model: MODEL, prompts: PROMPTS, records: RECORDS, window: WINDOW, sinks: SINKS, kFrac: K_FRAC, results }, null, 2)}\n`);
