@@ -210,6 +210,11 @@ export class KvCache implements Disposable {
     return this.host !== null;
   }
 
+  /** The host backend holding the store (attachHostStore), whose CPU stage reads it; null without one. */
+  get hostBackend(): Backend | null {
+    return this.host?.backend ?? null;
+  }
+
   /** Bytes of device memory the store would take on the device (K and V, every layer). */
   get storeBytes(): number {
     return 2 * this.layers * this.kvHeads * this.storeCapacity * this.headDim * DTYPE_BYTES[this.dtype];

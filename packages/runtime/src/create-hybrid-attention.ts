@@ -29,8 +29,13 @@ export async function createHybridAttention(model: HybridModel, backend: Backend
   // Every option is checked before anything is allocated.
   const { plan, selector, scheduler, hybridOptions } = resolveHybrid(options, { device: !onCpu });
   let host: InstanceType<typeof CpuBackend>;
+  const attached = model.cache.hostBackend;
   if (onCpu) {
     host = backend;
+  } else if (attached) {
+    // The store is already in host memory (an earlier hybrid attention, or a prefill that needed it): reuse it.
+    if (!(attached instanceof CpuBackend)) throw new HybridgenError(`the KV cache's host store is on ${attached.name}, not the CPU backend the native stage reads`);
+    host = attached;
   } else {
     host = createCpuBackend({ threads: 1 }); // holds the host store; the stage has threads of its own
     try {
