@@ -20,6 +20,8 @@ export function pairSelectors(parts: { post: TokenSelector<any>; pre: TokenSelec
     needsScores: post.needsScores || pre.needsScores,
     // The engine passes the budget to whichever half runs; only "all"+"all" ignores it entirely.
     usesBudget: post.usesBudget || pre.usesBudget,
+    // The engine runs a top-K kernel only under post, where the post half chooses ("all" would apply to pre too).
+    ...(post.kernel === "topk" || post.kernel === "topk-shared" ? { kernel: post.kernel } : {}),
     initState: (info: SelectorLayerInfo): PairState => ({ post: post.initState(info), pre: pre.initState(info) }),
     select(input: SelectionInput<PairState>): Selection {
       if (input.timing === "post") return post.select({ ...input, state: input.state.post });
