@@ -1,56 +1,76 @@
 /**
  * `hybridgen generate --attention hybrid` flags, kept apart from the generic generate flags:
  * splitHybridArgs() takes them out of argv (the rest goes to parseGenerateArgs), and
- * attachHybrid() composes the hybrid runtime (selector, scheduler, native CPU stage) onto a
- * loaded model. The stats line comes from HybridAttention.stats.summary().
+ * attachHybrid() hands them to @hybridgen/runtime's createHybridAttention, which composes the
+ * hybrid runtime (selector, scheduler, native CPU stage, host store) onto a loaded model. The
+ * stats line comes from HybridAttention.stats.summary(), the --json trace from stats.trace.
  */
-import { availableParallelism } from "node:os";
 import { z } from "zod";
 import {
-  HybridAttention, HybridgenError, LogitsModeSchema, SelectionTimingSchema, type Attention, type Backend, type KvCache, type QueryProjector,
+  HybridgenError, HybridOptionsSchema, LogitsModeSchema, SelectionTimingSchema, type Backend, type HybridAttention, type HybridProfile,
 } from "@hybridgen/core";
-import { createSelector } from "@hybridgen/selectors";
-import { FixedScheduler } from "@hybridgen/scheduler";
+import { DEFAULT_K_MIN } from "@hybridgen/scheduler";
+import { createHybridAttention, hybridPlan, resolveHybrid, type HybridModel, type HybridPlan, type HybridRuntimeOptions } from "@hybridgen/runtime";
+
+const count = (min: number) => z.number().int("must be an integer").min(min, `must be at least ${min}`);
 
 export const HybridCliOptionsSchema = z
   .object({
     attention: z.enum(["full", "hybrid"], { error: "must be full or hybrid" }).default("full"),
     /** Tokens per sequence resident in the (device) window, sinks included. */
-    gpuKvBudget: z.number().int("must be an integer").min(1, "must be at least 1").optional(),
+    gpuKvBudget: count(1).optional(),
     sinkTokens: z.number().int("must be an integer").min(0, "must be ≥ 0").default(0),
-    /** Selected offloaded tokens per KV head and layer (clamped to the offloaded count). */
-    k: z.number().int("must be an integer").min(1, "must be at least 1").default(64),
-    selection: SelectionTimingSchema.default("post"),
-    logits: LogitsModeSchema.default("speculative"),
-    /** Default: "topk" for post, "streaming" for pre. */
+    /** fixed (--k, --selection every step) or feedback (K and timing from the measured stage times). Default: see the runtime. */
+    scheduler: z.enum(["fixed", "feedback"], { error: "must be fixed or feedback" }).optional(),
+    /** Fixed: selected offloaded tokens per KV head and layer; feedback: the first step's K. */
+    k: count(1).optional(),
+    /** Feedback: the accuracy floor K never goes below. */
+    kMin: count(1).optional(),
+    selection: SelectionTimingSchema.optional(),
+    logits: LogitsModeSchema.optional(),
+    /** Layers whose selection waits for the true query; [] overrides a profile's. */
+    exactLayers: z.array(count(0)).optional(),
+    candidates: count(1).optional(),
     selector: z.string().min(1).optional(),
     /** Default: 1 on the CPU backend (its own ops use the other cores); on a device backend every
      * core but one (the one JS drives the device from: a 16th stage thread on 16 cores shares a core
      * with it, and each layer's stage then waits for whichever thread lost its core). */
-    cpuStageThreads: z.number().int("must be an integer").min(1, "must be at least 1").max(256, "must be ≤ 256").optional(),
+    cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
   })
   .strict()
   .refine((o) => o.attention === "full" || o.gpuKvBudget !== undefined, { message: "--attention hybrid needs --gpu-kv-budget N", path: ["gpuKvBudget"] })
   .refine((o) => o.gpuKvBudget === undefined || o.sinkTokens < o.gpuKvBudget, { message: "--sink-tokens must be smaller than --gpu-kv-budget", path: ["sinkTokens"] })
-  .refine((o) => o.attention === "hybrid" || (o.gpuKvBudget === undefined && o.selector === undefined), {
-    message: "--gpu-kv-budget and --selector need --attention hybrid", path: ["attention"],
-  });
+  .refine((o) => o.attention === "hybrid" || (o.gpuKvBudget === undefined && o.selector === undefined && o.scheduler === undefined && o.kMin === undefined), {
+    message: "--gpu-kv-budget, --selector, --scheduler and --k-min need --attention hybrid", path: ["attention"],
+  })
+  .refine((o) => o.kMin === undefined || o.scheduler !== "fixed", { message: "--k-min sets the feedback scheduler's floor; --scheduler fixed uses --k", path: ["kMin"] })
+  .refine((o) => o.k === undefined || o.kMin === undefined || o.k >= o.kMin, { message: "--k (the feedback scheduler's first K) must be at least --k-min", path: ["k"] });
 export type HybridCliOptions = z.infer<typeof HybridCliOptionsSchema>;
 
 const FLAGS = {
-  attention: "attention", "gpu-kv-budget": "gpuKvBudget", "sink-tokens": "sinkTokens", k: "k",
-  selection: "selection", logits: "logits", selector: "selector", "cpu-stage-threads": "cpuStageThreads",
+  attention: "attention", "gpu-kv-budget": "gpuKvBudget", "sink-tokens": "sinkTokens", scheduler: "scheduler", k: "k", "k-min": "kMin",
+  selection: "selection", logits: "logits", "exact-layers": "exactLayers", candidates: "candidates", selector: "selector",
+  "cpu-stage-threads": "cpuStageThreads",
 } as const;
-const NUMERIC = new Set(["gpuKvBudget", "sinkTokens", "k", "cpuStageThreads"]);
+const NUMERIC = new Set(["gpuKvBudget", "sinkTokens", "k", "kMin", "candidates", "cpuStageThreads"]);
+
+const ENGINE_LOGITS = HybridOptionsSchema.parse({}).logits;
 
 export const HYBRID_HELP = `Hybrid attention (paper §4.2):
       --attention full|hybrid  hybrid: split each layer's attention between resident and offloaded tokens
       --gpu-kv-budget N        tokens kept in the device window per sequence (sinks included)
       --sink-tokens S          pin the first S tokens in the window (attention sinks, default 0)
-      --k N                    offloaded tokens selected per KV head and layer (default 64; clamped)
-      --selection post|pre     post: score all offloaded tokens, keep top-K; pre: StreamingLLM positions
-      --logits exact|speculative  speculative (default): score layer i+1 with q̃ from layer i's input
-      --selector NAME          a built-in selector (default topk for post, streaming for pre; "all" = exact)
+      --scheduler fixed|feedback  feedback: K and post/pre from the measured stage times (default on a
+                               GPU, or with --k-min); fixed: --k and --selection every step (default on the CPU)
+      --k N                    fixed: offloaded tokens selected per KV head and layer (clamped); feedback:
+                               the first step's K (default: the model's profiled K_min, else ${DEFAULT_K_MIN})
+      --k-min N                feedback: K never goes below N (default: the model's profile, else ${DEFAULT_K_MIN})
+      --selection post|pre     post: score all offloaded tokens, keep top-K; pre: choose first (feedback: first step)
+      --logits exact|speculative|verified  how the CPU stage's query is formed (default ${ENGINE_LOGITS})
+      --exact-layers L,L…      layers that select with the true query ("none" for none; default: the profile's)
+      --candidates N           verified: choose N·K candidates for the device to score
+      --selector NAME          a built-in selector, or POST+PRE (e.g. topk+streaming); default topk+streaming
+                               with feedback, else topk for post, streaming for pre ("all" = exact)
       --cpu-stage-threads N    native threads of the CPU stage (default 1 on the CPU backend, cores − 1 on a GPU)
 `;
 
@@ -74,14 +94,20 @@ export function splitHybridArgs(argv: readonly string[]): { rest: string[]; hybr
     if (NUMERIC.has(key)) {
       if (!/^\d+$/.test(value.trim())) throw new HybridgenError(`invalid value for --${m[1]}: ${JSON.stringify(value)} is not a non-negative integer`);
       raw[key] = Number(value);
+    } else if (key === "exactLayers") {
+      if (!/^(none|\d+(,\d+)*)$/.test(value.trim())) throw new HybridgenError(`invalid value for --exact-layers: ${JSON.stringify(value)} is not a comma-separated list of layers or "none"`);
+      raw[key] = value.trim() === "none" ? [] : value.split(",").map(Number);
     } else raw[key] = value;
   }
   const r = HybridCliOptionsSchema.safeParse(raw);
   if (!r.success) {
     const issue = r.error.issues[0]!;
     const flag = Object.entries(FLAGS).find(([, k]) => k === issue.path[0])?.[0];
-    throw new HybridgenError(flag ? `invalid value for --${flag}: ${issue.message}` : issue.message);
+    const cross = issue.code === "custom"; // a refine: its message names the flags itself
+    throw new HybridgenError(flag && !cross ? `invalid value for --${flag}: ${issue.message}` : issue.message);
   }
+  // Flag-only contradictions (a selector that cannot run --selection) fail before any model loads.
+  if (r.data.attention === "hybrid") resolveHybrid(runtimeOptions(r.data, null), { device: false });
   return { rest, hybrid: r.data };
 }
 
@@ -95,46 +121,57 @@ export function hybridLoadOptions(h: HybridCliOptions): { kvWindow?: number; kvS
   return h.attention === "hybrid" ? { kvWindow: h.gpuKvBudget!, kvSinks: h.sinkTokens } : {};
 }
 
+/** The flags as createHybridAttention options (only those given: the runtime owns the defaults). */
+export function runtimeOptions(h: HybridCliOptions, profile: HybridProfile | null): HybridRuntimeOptions {
+  const o: Record<string, unknown> = {
+    selector: h.selector, scheduler: h.scheduler, k: h.k, kMin: h.kMin, timing: h.selection, logits: h.logits,
+    exactLayers: h.exactLayers, candidates: h.candidates, cpuStageThreads: h.cpuStageThreads, profile,
+  };
+  for (const key of Object.keys(o)) if (o[key] === undefined) delete o[key];
+  return o as HybridRuntimeOptions;
+}
+
 /**
- * Attach hybrid attention to a loaded model: the named (or default) selector, a fixed scheduler
- * with --k and --selection, and the native CPU stage. On the CPU backend the stage reads the
- * cache's store in place; on a device backend (CUDA) the store is kept in host memory of a CPU
- * backend made for it (pinned, filled by device → host copies on eviction) and the stage's
- * logits and V rows go to the device on the copy stream.
+ * Attach hybrid attention to a loaded model through createHybridAttention: the flags, with the
+ * model's hybrid profile (`hybridgen profile-kmin`) for the defaults of --k-min and
+ * --exact-layers. On the CPU backend the stage reads the cache's store in place; on a device
+ * backend (CUDA) the store is kept in pinned host memory and the stage's output goes up on the
+ * copy stream.
  */
-export async function attachHybrid(
-  model: { readonly attention: Attention; readonly cache: KvCache; readonly maxContext: number } & QueryProjector,
-  backend: Backend,
-  h: HybridCliOptions,
-): Promise<HybridAttention | null> {
+export async function attachHybrid(model: HybridModel, backend: Backend, h: HybridCliOptions, profile: HybridProfile | null = null): Promise<HybridAttention | null> {
   if (h.attention !== "hybrid") return null;
   if (model.cache.storeCapacity === 0) {
     throw new HybridgenError(`--gpu-kv-budget ${h.gpuKvBudget} holds the whole context (${model.maxContext}): nothing would be offloaded`);
   }
-  const { NativeCpuStage, CpuBackend, createCpuBackend } = await import("@hybridgen/kernels-cpu");
-  let host: InstanceType<typeof CpuBackend>;
-  if (backend instanceof CpuBackend) {
-    host = backend;
-  } else if (backend.hostTransfers) {
-    const link = backend.hostTransfers();
-    host = createCpuBackend({ threads: 1 }); // holds the host store; the stage has threads of its own
-    try {
-      model.cache.attachHostStore(host, link, true);
-    } catch (e) {
-      host.close();
-      throw e;
-    }
-  } else {
-    throw new HybridgenError(`--attention hybrid needs the CPU backend or a device backend with host transfers (got ${backend.name})`);
-  }
-  const selector = createSelector(h.selector ?? (h.selection === "post" ? "topk" : "streaming"));
-  const scheduler = new FixedScheduler({ k: h.k, timing: h.selection });
-  const threads = h.cpuStageThreads ?? (host === backend ? 1 : Math.max(1, availableParallelism() - 1));
-  const stage = new NativeCpuStage(host, { threads });
-  try {
-    return HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler }, { logits: h.logits });
-  } catch (e) {
-    stage.close();
-    throw e;
-  }
+  return createHybridAttention(model, backend, runtimeOptions(h, profile));
+}
+
+/** "hybrid: selector topk+streaming, feedback scheduler (K from 8, kMin 8 from --k-min), logits speculative, exact layers none, 1 stage thread" */
+export function hybridPlanLine(ha: HybridAttention): string {
+  const p = hybridPlan(ha);
+  if (!p) return "";
+  const from = p.kSource === "option" ? "from the flags" : p.kSource === "profile" ? "from the model's profile" : "the default";
+  const k = p.kMin === undefined ? `K ${p.k} ${p.timing}, ${from}` : `K from ${p.k} ${p.timing}, kMin ${p.kMin} ${from}`;
+  return `hybrid: selector ${p.selector}, ${p.scheduler} scheduler (${k}), logits ${p.logits}, exact layers ${p.exactLayers.length ? p.exactLayers.join(",") : "none"}, ` +
+    `${p.cpuStageThreads} stage thread${p.cpuStageThreads === 1 ? "" : "s"}`;
+}
+
+/** The `scheduler` object of `generate --json`: what ran and, per step, the K, timing and stage times it decided from. */
+export function schedulerJson(ha: HybridAttention): Record<string, unknown> {
+  const plan: HybridPlan | undefined = hybridPlan(ha);
+  const s = ha.stats;
+  const last = s.trace[s.trace.length - 1];
+  return {
+    name: plan?.scheduler ?? null,
+    kMin: plan?.kMin ?? null,
+    kSource: plan?.kSource ?? null,
+    selector: plan?.selector ?? null,
+    logits: plan?.logits ?? null,
+    exactLayers: plan?.exactLayers ?? null,
+    finalK: last?.k ?? null,
+    finalTiming: last?.timing ?? null,
+    timingSwitches: s.timingSwitches,
+    droppedSteps: s.droppedSteps,
+    steps: s.trace,
+  };
 }

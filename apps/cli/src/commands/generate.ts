@@ -1,4 +1,4 @@
-import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel } from "@hybridgen/core";
+import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel, readHybridProfile } from "@hybridgen/core";
 import { ABORTED, untilAborted } from "../abortable.js";
 import { renderChat } from "../chat-prompt.js";
 import { formatRate, samplingOf, type GenerateCliOptions } from "../generate-options.js";
@@ -8,7 +8,7 @@ import { readPrompt } from "../read-prompt.js";
 import { readPromptsJsonl } from "../read-prompts-jsonl.js";
 import { runPromptsBatch } from "./generate-batch.js";
 import { openBackend } from "../device-backend.js";
-import { attachHybrid, FULL_ATTENTION, hybridLoadOptions, type HybridCliOptions } from "../hybrid-options.js";
+import { attachHybrid, FULL_ATTENTION, hybridLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions } from "../hybrid-options.js";
 
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
 export const EXIT_INTERRUPTED = 130;
@@ -86,13 +86,16 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
     ...(opts.kvSinks === undefined ? {} : { kvSinks: opts.kvSinks }),
     ...hybridLoadOptions(hybrid), // --attention hybrid: the device window is --gpu-kv-budget
   });
-  using hybridAttention = await attachHybrid(model, backend, hybrid);
+  // `hybridgen profile-kmin`'s result for this model gives the defaults of --k-min and --exact-layers.
+  const profile = hybrid.attention === "hybrid" ? readHybridProfile(dir, io.env.HYBRIDGEN_CACHE) : null;
+  using hybridAttention = await attachHybrid(model, backend, hybrid, profile);
   progress(
     `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dummyWeights ? `dummy ${opts.dtype ?? "bf16"}` : (opts.dtype ?? "stored")} weights` +
       `${opts.kvWindow === undefined ? "" : `, KV window ${opts.kvWindow}${opts.kvSinks ? ` with ${opts.kvSinks} sinks` : ""}`}) ` +
       `on ${opened.device}${opened.device.startsWith("cpu") ? ` with ${opened.threads} threads` : ""}` +
       `${opened.fallback ? ` (${opened.fallback})` : ""} in ${(performance.now() - t0).toFixed(0)} ms`,
   );
+  if (hybridAttention) progress(hybridPlanLine(hybridAttention));
   if (io.signal?.aborted) return interrupted();
   if (batchPrompts) {
     const aborted = await runPromptsBatch(model, files.tokenizer, batchPrompts, opts, io, opened.device);
@@ -129,6 +132,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
         device: opened.device,
         dtype: opts.dtype ?? null,
         timings: t,
+        ...(hybridAttention ? { scheduler: schedulerJson(hybridAttention) } : {}),
       })}\n`,
     );
   } else if (result.finishReason !== "abort") {

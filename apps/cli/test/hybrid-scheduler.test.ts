@@ -1,0 +1,104 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { writeHybridProfile } from "@hybridgen/core";
+import { splitHybridArgs } from "../src/hybrid-options.js";
+import { requireBuiltBin, runBin } from "./helpers.js";
+import { PROMPT, stories15M } from "./model-fixture.js";
+
+const HY = ["--attention", "hybrid", "--gpu-kv-budget", "32"];
+
+describe("--scheduler, --k-min and friends", () => {
+  it("are taken out of argv and validated", () => {
+    const { rest, hybrid } = splitHybridArgs(["-n", "4", ...HY, "--scheduler", "feedback", "--k-min", "8", "--k", "16", "--exact-layers", "0,2", "--candidates", "2", "--logits", "verified"]);
+    expect(rest).toEqual(["-n", "4"]);
+    expect(hybrid).toMatchObject({ scheduler: "feedback", kMin: 8, k: 16, exactLayers: [0, 2], candidates: 2, logits: "verified" });
+    expect(splitHybridArgs([...HY, "--exact-layers", "none"]).hybrid.exactLayers).toEqual([]);
+    // Nothing given: the runtime takes the defaults (backend, profile), not the flag parser.
+    const bare = splitHybridArgs(HY).hybrid;
+    for (const key of ["scheduler", "k", "kMin", "selection", "logits", "exactLayers"] as const) expect(bare[key]).toBeUndefined();
+  });
+
+  it("bad values are one-line errors naming the flag", () => {
+    const bad: [string[], string | RegExp][] = [
+      [["--k-min", "0"], "invalid value for --k-min: must be at least 1"],
+      [["--scheduler", "nope"], "invalid value for --scheduler: must be fixed or feedback"],
+      [["--selector", "quest", "--selection", "post"], 'selector "quest" cannot run post-QKᵀ selection (it supports pre)'],
+      [["--selector", "topk", "--selection", "pre"], 'selector "topk" cannot run pre-QKᵀ selection (it supports post)'],
+      [["--scheduler", "fixed", "--k-min", "8"], "--k-min sets the feedback scheduler's floor; --scheduler fixed uses --k"],
+      [["--k", "4", "--k-min", "8"], "--k (the feedback scheduler's first K) must be at least --k-min"],
+      [["--exact-layers", "1,x"], 'invalid value for --exact-layers: "1,x" is not a comma-separated list of layers or "none"'],
+      [["--candidates", "0"], "invalid value for --candidates: must be at least 1"],
+      [["--selector", "topk+nope"], /^unknown selector "nope"/],
+    ];
+    for (const [flags, message] of bad) expect(() => splitHybridArgs([...HY, ...flags]), flags.join(" ")).toThrow(message);
+    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--gpu-kv-budget, --selector, --scheduler and --k-min need --attention hybrid");
+  });
+});
+
+describe("hybridgen generate --scheduler (stories15M)", () => {
+  let cache: string;
+  let dir: string;
+  beforeAll(async () => {
+    requireBuiltBin();
+    dir = await stories15M();
+    cache = mkdtempSync(join(tmpdir(), "hybridgen-sched-test-"));
+  });
+  afterAll(() => rmSync(cache, { recursive: true, force: true }));
+
+  const json = (args: string[], env: Record<string, string> = {}) => {
+    const r = runBin(["generate", "--model", dir, "-p", PROMPT, "-t", "0", "--threads", "1", "--json", ...args], { env: { HYBRIDGEN_CACHE: cache, ...env } });
+    expect(r.code, r.stderr).toBe(0);
+    return { out: JSON.parse(r.stdout), stderr: r.stderr };
+  };
+
+  it("--scheduler feedback --k-min 8 --json includes the per-step trace; the stats line summarises it", () => {
+    const { out, stderr } = json([...HY, "--scheduler", "feedback", "--k-min", "8"]);
+    const s = out.scheduler;
+    expect(s).toMatchObject({ name: "feedback", kMin: 8, kSource: "option", selector: "topk+streaming", droppedSteps: 0 });
+    expect(s.steps.length).toBeGreaterThan(50);
+    s.steps.forEach((r: Record<string, unknown>, i: number) => {
+      expect(r.step).toBe(i);
+      expect(r.k as number).toBeGreaterThanOrEqual(8);
+      expect(["post", "pre"]).toContain(r.timing);
+      for (const key of ["tGpuMs", "tCpuMs", "tTxMs", "wallMs"]) expect(r[key] as number).toBeGreaterThanOrEqual(0);
+      expect(r.offloaded as number).toBeGreaterThan(0);
+    });
+    expect(s.steps[0].k).toBe(8); // Algorithm 1 starts at kMin, post
+    expect(s.steps[0].timing).toBe("post");
+    expect(s.finalK).toBe(s.steps[s.steps.length - 1].k);
+    expect(stderr).toContain("hybrid: selector topk+streaming, feedback scheduler (K from 8 post, kMin 8 from the flags)");
+    expect(stderr).toMatch(/; scheduler: K 8 → \d+ \(range 8–\d+\), (post|pre), \d+ timing switch(es)?\n/);
+  });
+
+  it("on the CPU backend the default is the fixed scheduler: --k and --selection every step", () => {
+    const { out } = json([...HY, "--k", "16", "-n", "40"]);
+    expect(out.scheduler).toMatchObject({ name: "fixed", kMin: null, selector: "topk" });
+    expect(out.scheduler.steps.every((r: { k: number; timing: string }) => r.k === 16 && r.timing === "post")).toBe(true);
+  });
+
+  it("takes --k-min and the exact layers from the model's profile (hybridgen profile-kmin); flags override it", () => {
+    writeHybridProfile(dir, {
+      version: 1, model: dir, tolerance: 0.99, selector: "topk", kMin: 12,
+      perSelector: { topk: { kMin: 12, agreement: [[4, 0.9, 0.2], [12, 1, 0.01]] } },
+      exactLayers: [2], layerRecall: [1, 0.9, 0.5, 0.9, 0.9, 0.9], layerMassRecall: [1, 0.9, 0.5, 0.9, 0.9, 0.9], recallMetric: "tokens",
+      recallK: 8, recallThreshold: 0.8, gpuKvBudget: 32, sinkTokens: 0, steps: 16, createdAt: "2026-12-02T22:00:00.000Z",
+    } as never, cache);
+    const fromProfile = json([...HY, "--scheduler", "feedback", "-n", "40"]);
+    expect(fromProfile.out.scheduler).toMatchObject({ kMin: 12, kSource: "profile", exactLayers: [2] });
+    expect(fromProfile.out.scheduler.steps[0].k).toBe(12);
+    expect(fromProfile.stderr).toContain("kMin 12 from the model's profile");
+    const overridden = json([...HY, "--scheduler", "feedback", "--k-min", "5", "--exact-layers", "none", "-n", "40"]);
+    expect(overridden.out.scheduler).toMatchObject({ kMin: 5, kSource: "option", exactLayers: [] });
+  });
+
+  it("bad flags exit 2 with one line before the model loads", () => {
+    for (const flags of [["--k-min", "0"], ["--scheduler", "nope"], ["--selector", "quest", "--selection", "post"], ["--scheduler", "fixed", "--k-min", "8"]]) {
+      const r = runBin(["generate", "-p", PROMPT, ...HY, ...flags]);
+      expect(r.code, flags.join(" ")).toBe(2);
+      expect(r.stderr).toMatch(/^error: [^\n]+\n$/);
+      expect(r.stdout).toBe("");
+    }
+  });
+});
