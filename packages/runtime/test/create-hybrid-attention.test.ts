@@ -103,7 +103,9 @@ describe("createHybridAttention on the CPU backend", () => {
   });
 
   it("on a device the default is feedback over topk+streaming; kMin alone also means feedback", () => {
-    expect(resolveHybrid({}, { device: true }).plan).toMatchObject({ scheduler: "feedback", selector: "topk+streaming", kMin: 64, k: 64 });
+    const onDevice = resolveHybrid({}, { device: true });
+    expect(onDevice.plan).toMatchObject({ scheduler: "feedback", selector: "topk+streaming", kMin: 64, k: 64 });
+    expect(onDevice.selector.kernel).toBe("topk"); // post-QKᵀ selection of the pair runs in the native stage
     expect(resolveHybrid({ kMin: 16, k: 32 }, { device: false }).plan).toMatchObject({ scheduler: "feedback", kMin: 16, k: 32 });
     expect(resolveHybrid({ timing: "pre" }, { device: false }).plan).toMatchObject({ scheduler: "fixed", selector: "streaming", timing: "pre" });
   });
