@@ -95,7 +95,8 @@ describe("hybrid attention: selection equals the TypeScript reference on window 
 
   // Verified: q̃ chooses (widened by `candidates`), the true query scores; exactLayers select with q.
   const verifiedModes: { name: string; opts: { candidates?: number; exactLayers?: number[] } }[] = [
-    { name: "verified", opts: {} },
+    { name: "verified", opts: { candidates: 1 } },
+    { name: "verified with the default options (4× candidates)", opts: {} },
     { name: "verified, 2× candidates", opts: { candidates: 2 } },
     { name: "verified, layer 1 exact", opts: { exactLayers: [1] } },
   ];
@@ -105,7 +106,7 @@ describe("hybrid attention: selection equals the TypeScript reference on window 
         const prompt = 13;
         const hy = run(files, tokens, { budget: 8, sinks: 2, block: 3, prompt, selector: c.selector(), scheduler: fixedScheduler(5, c.timing), logits: "verified", ...v.opts });
         expect(Math.max(...hy.stored)).toBeGreaterThan(10); // 2K < offloaded: the width matters
-        const want = reference(files, weights, tokens, prompt, hy.stored, 2, c.ref, { speculative: true, verified: true, ...v.opts });
+        const want = reference(files, weights, tokens, prompt, hy.stored, 2, c.ref, { speculative: true, verified: true, candidates: 4, ...v.opts });
         hy.out.forEach((l, i) => expect(maxAbsDiff(l, want[i]), `step ${i}`).toBeLessThan(TOL));
       });
     }

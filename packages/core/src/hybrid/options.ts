@@ -13,11 +13,12 @@ export const HybridOptionsSchema = z.object({
    * chooses the candidates (ahead, as speculative); the device scores their K rows with the true
    * query, so the softmax sees exact logits over what q̃ chose.
    */
-  logits: LogitsModeSchema.default("speculative"),
+  logits: LogitsModeSchema.default("verified"),
   /** Layers whose selection waits for the true query (q̃ agrees poorly there; from profiling). */
   exactLayers: z.array(z.number().int().nonnegative()).default([]),
-  /** Verified: q̃ chooses this many times K candidates for the device to score. */
-  candidates: z.number().int().min(1).max(64).default(1),
+  /** Verified: q̃ chooses this many times K candidates for the device to score (4: at least
+   * exact top-K's top-1 agreement and KL at every K of scripts/hybrid-eval.ts on stories15M). */
+  candidates: z.number().int().min(1).max(64).default(4),
   /** Maintain accumulated scores even when the selector does not ask for them. */
   trackScores: z.boolean().default(false),
 });
