@@ -4,8 +4,9 @@
  * squares, b ≥ 0), and a step's wall time is max(T_gpu, T_cpu + T_tx) + an overhead (the mean
  * of the rest in the trace: the part of a step neither stage hides). Each trace step leaves
  * residuals (ratios for the three times, a difference for the wall), which replay() draws
- * from to give simulated steps the noise the machine had. One trace describes one context;
- * other lengths need their own.
+ * from to give simulated steps the noise the machine had. A timing seen at one K only borrows
+ * its per-K slopes from the other timing (the same V rows are gathered, copied and aggregated
+ * per selected token). One trace describes one context; other lengths need their own.
  */
 import { HybridgenError, type SelectionTiming } from "@hybridgen/core";
 import type { TimingTrace, TraceStep } from "./timing-trace.js";
@@ -33,6 +34,8 @@ export interface TimingCost {
   readonly residuals: readonly StepResidual[];
   /** The K values the fit saw (extrapolating far beyond them is a guess). */
   readonly kSeen: readonly number[];
+  /** Set when this timing was seen at one K only and its slopes come from the other timing. */
+  readonly slopesFrom?: SelectionTiming;
 }
 
 export interface CostModel {
@@ -49,37 +52,47 @@ export interface SimulatedStep {
 }
 
 /**
- * Fits the model from every run of the trace; `skipSteps` leading steps of each run are left
- * out (the first hybrid step includes warm-up: graph capture, first touches).
+ * Fits the model from the trace's runs (all, or those labelled in `runs`: one configuration's
+ * logits mode and selectors); `skipSteps` leading steps of each run are left out (the first
+ * hybrid steps include warm-up: graph capture, first touches).
  */
-export function fitCostModel(trace: TimingTrace, options: { skipSteps?: number } = {}): CostModel {
+export function fitCostModel(trace: TimingTrace, options: { skipSteps?: number; runs?: readonly string[] } = {}): CostModel {
   const skip = options.skipSteps ?? 1;
+  const runs = options.runs ? trace.runs.filter((r) => options.runs!.includes(r.label)) : trace.runs;
+  if (runs.length === 0) throw new HybridgenError(`timing trace: no run labelled ${options.runs!.join(", ")} (runs: ${trace.runs.map((r) => r.label).join(", ")})`);
   const byTiming: Record<SelectionTiming, TraceStep[]> = { pre: [], post: [] };
-  for (const run of trace.runs) for (const s of run.steps.slice(skip)) byTiming[s.timing].push(s);
-  const timings: Partial<Record<SelectionTiming, TimingCost>> = {};
-  for (const timing of ["post", "pre"] as const) {
-    const steps = byTiming[timing];
-    if (steps.length === 0) continue;
-    const x = steps.map((s) => Math.min(s.k, s.offloaded));
-    const kSeen = [...new Set(x)].sort((p, q) => p - q);
-    if (kSeen.length < 2) {
-      throw new HybridgenError(`timing trace: ${timing} steps at one K only (${kSeen[0]}): record a second K to fit its cost per K`);
-    }
-    const gpu = fitLine(x, steps.map((s) => s.tGpuMs));
-    const cpu = fitLine(x, steps.map((s) => s.tCpuMs));
-    const tx = fitLine(x, steps.map((s) => s.tTxMs));
-    const bare = steps.map((s, i) => Math.max(at(gpu, x[i]!), at(cpu, x[i]!) + at(tx, x[i]!)));
-    const overheadMs = Math.max(0, mean(steps.map((s, i) => s.wallMs - bare[i]!)));
-    const residuals = steps.map((s, i) => ({
-      gpu: ratio(s.tGpuMs, at(gpu, x[i]!)),
-      cpu: ratio(s.tCpuMs, at(cpu, x[i]!)),
-      tx: ratio(s.tTxMs, at(tx, x[i]!)),
-      wallMs: s.wallMs - (Math.max(s.tGpuMs, s.tCpuMs + s.tTxMs) + overheadMs),
-    }));
-    timings[timing] = { gpu, cpu, tx, overheadMs, residuals, kSeen };
+  for (const run of runs) for (const s of run.steps.slice(skip)) byTiming[s.timing].push(s);
+  const xs = (steps: readonly TraceStep[]) => steps.map((s) => Math.min(s.k, s.offloaded));
+  const distinct = (timing: SelectionTiming) => [...new Set(xs(byTiming[timing]))].sort((p, q) => p - q);
+  const own = (["post", "pre"] as const).filter((t) => distinct(t).length >= 2);
+  if (own.length === 0) {
+    const seen = (["post", "pre"] as const).filter((t) => byTiming[t].length > 0).map((t) => `${t} at K ${distinct(t).join(", ")}`).join("; ");
+    throw new HybridgenError(`timing trace: every timing at one K only (${seen}): record a second K to fit the cost per K`);
   }
-  const first = trace.runs[0]!.steps[0]!;
+  const timings: Partial<Record<SelectionTiming, TimingCost>> = {};
+  for (const timing of own) timings[timing] = fitTiming(byTiming[timing], xs(byTiming[timing]), distinct(timing));
+  for (const timing of (["post", "pre"] as const).filter((t) => !own.includes(t) && byTiming[t].length > 0)) {
+    const from = own[0]!;
+    timings[timing] = fitTiming(byTiming[timing], xs(byTiming[timing]), distinct(timing), timings[from], from);
+  }
+  const first = runs[0]!.steps[0]!;
   return { timings, offloaded: first.offloaded };
+}
+
+function fitTiming(steps: readonly TraceStep[], x: readonly number[], kSeen: number[], slopes?: TimingCost, slopesFrom?: SelectionTiming): TimingCost {
+  const line = (y: number[], b?: number) => (b === undefined ? fitLine(x, y) : { a: mean(y) - b * mean(x), b });
+  const gpu = line(steps.map((s) => s.tGpuMs), slopes?.gpu.b);
+  const cpu = line(steps.map((s) => s.tCpuMs), slopes?.cpu.b);
+  const tx = line(steps.map((s) => s.tTxMs), slopes?.tx.b);
+  const bare = steps.map((_, i) => Math.max(at(gpu, x[i]!), at(cpu, x[i]!) + at(tx, x[i]!)));
+  const overheadMs = Math.max(0, mean(steps.map((s, i) => s.wallMs - bare[i]!)));
+  const residuals = steps.map((s, i) => ({
+    gpu: ratio(s.tGpuMs, at(gpu, x[i]!)),
+    cpu: ratio(s.tCpuMs, at(cpu, x[i]!)),
+    tx: ratio(s.tTxMs, at(tx, x[i]!)),
+    wallMs: s.wallMs - (Math.max(s.tGpuMs, s.tCpuMs + s.tTxMs) + overheadMs),
+  }));
+  return { gpu, cpu, tx, overheadMs, residuals, kSeen, ...(slopesFrom ? { slopesFrom } : {}) };
 }
 
 /** One step at (timing, K) with `offloaded` tokens; `noise` is a trace step's residual (none: the mean). */

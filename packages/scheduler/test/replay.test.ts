@@ -1,4 +1,4 @@
-import { readFileSync } from "node:fs";
+import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { HybridStats } from "@hybridgen/core";
@@ -47,6 +47,31 @@ describe("timing traces of the issue's H200 runs (derived from its published fig
         expect(s.state().switches).toBeLessThanOrEqual(1); // at most the one request the engine refused
         const best = bestFixed(model, K_MIN, { timings: ["post"] });
         expect(r.meanMs / best.meanMs).toBeLessThan(1.1);
+      }
+    });
+  }
+});
+
+// Recorded traces (timingTraceFromRuns on a device run, e.g. apps/bench hybrid-modes --trace-dir),
+// dropped into test/fixtures: the feedback configuration's runs are replayed against the same criteria.
+const FEEDBACK_RUNS = ["post-verified", "pre-streaming", "feedback"];
+const recorded = readdirSync(join(import.meta.dirname, "fixtures")).filter((f) => f.endsWith(".json") && !fixture(f).derived);
+
+describe("recorded timing traces", () => {
+  if (recorded.length === 0) it.skip("none in test/fixtures yet (the derived ones stand in)", () => {});
+  for (const name of recorded) {
+    it(`${name}: feedback settles within 10 steps, switches at most twice in 64, within 10% of the best fixed (K, timing)`, () => {
+      const trace = fixture(name);
+      const labels = trace.runs.map((r) => r.label).filter((l) => FEEDBACK_RUNS.includes(l));
+      const model = fitCostModel(trace, { skipSteps: 4, ...(labels.length ? { runs: labels } : {}) });
+      const fb = trace.runs.find((r) => r.label === "feedback");
+      const kMin = fb ? fb.steps[0]!.k : K_MIN;
+      for (const seed of [1, 2, 3]) {
+        const r = replay(new FeedbackScheduler({ kMin }), model, { steps: 64, seed });
+        const best = bestFixed(model, kMin, { steps: 64, seed });
+        expect(r.settleStep, `seed ${seed}: ${r.k.map((k, i) => r.timing[i]![1] + k).join(" ")}`).toBeLessThanOrEqual(10);
+        expect(r.switches).toBeLessThanOrEqual(2);
+        expect(r.meanMs / best.meanMs, `${r.meanMs.toFixed(2)} vs best ${best.timing} K=${best.k} ${best.meanMs.toFixed(2)} ms`).toBeLessThan(1.1);
       }
     });
   }
@@ -127,9 +152,30 @@ describe("the recorder", () => {
     expect(replay(new FixedScheduler({ k: 256, timing: "pre" }), refit).meanMs).toBeCloseTo(simulateStep(model, "pre", 256, model.offloaded).wallMs, 1);
   });
 
+  it("a timing seen at one K borrows the other timing's per-K slopes", () => {
+    const model = fitCostModel(fixture("issue19-derived-32k.json"));
+    const steps = (timing: "post" | "pre", k: number) => [0, 1, 2, 3].map((step) => {
+      const t = simulateStep(model, timing, k, model.offloaded);
+      return { step, k, timing, offloaded: model.offloaded, ...t };
+    });
+    const trace = timingTraceFromRuns([
+      { label: "post", scheduler: "fixed", steps: steps("post", 256) },
+      { label: "pre-a", scheduler: "fixed", steps: steps("pre", 256) },
+      { label: "pre-b", scheduler: "fixed", steps: steps("pre", 2048) },
+    ], { source: "t" });
+    const fit = fitCostModel(trace);
+    expect(fit.timings.post!.slopesFrom).toBe("pre");
+    expect(fit.timings.pre!.slopesFrom).toBeUndefined();
+    expect(fit.timings.post!.tx.b).toBeCloseTo(model.timings.pre!.tx.b, 9);
+    expect(simulateStep(fit, "post", 256, model.offloaded).wallMs).toBeCloseTo(simulateStep(model, "post", 256, model.offloaded).wallMs, 6);
+    expect(fitCostModel(trace, { runs: ["pre-a", "pre-b"] }).timings.post).toBeUndefined();
+    expect(() => fitCostModel(trace, { runs: ["post", "pre-b"] })).toThrow("timing trace: every timing at one K only (post at K 256; pre at K 2048)");
+  });
+
   it("rejects traces it cannot fit, with one line", () => {
     const one = timingTraceFromRuns([{ label: "x", scheduler: "fixed", steps: [0, 1, 2].map((step) => ({ step, k: 64, timing: "post" as const, offloaded: 100, tGpuMs: 1, tCpuMs: 1, tTxMs: 0, wallMs: 1 })) }], { source: "t" });
-    expect(() => fitCostModel(one)).toThrow("timing trace: post steps at one K only (64): record a second K to fit its cost per K");
+    expect(() => fitCostModel(one)).toThrow("timing trace: every timing at one K only (post at K 64): record a second K to fit the cost per K");
+    expect(() => fitCostModel(one, { runs: ["y"] })).toThrow("timing trace: no run labelled y (runs: x)");
     expect(() => parseTimingTrace({ format: "nope" })).toThrow(/^timing trace: format/);
   });
 });
