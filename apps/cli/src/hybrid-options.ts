@@ -54,7 +54,7 @@ const FLAGS = {
 } as const;
 const NUMERIC = new Set(["gpuKvBudget", "sinkTokens", "k", "kMin", "candidates", "cpuStageThreads"]);
 
-const ENGINE_LOGITS = HybridOptionsSchema.parse({}).logits;
+const ENGINE = HybridOptionsSchema.parse({});
 
 export const HYBRID_HELP = `Hybrid attention (paper §4.2):
       --attention full|hybrid  hybrid: split each layer's attention between resident and offloaded tokens
@@ -66,9 +66,9 @@ export const HYBRID_HELP = `Hybrid attention (paper §4.2):
                                the first step's K (default: the model's profiled K_min, else ${DEFAULT_K_MIN})
       --k-min N                feedback: K never goes below N (default: the model's profile, else ${DEFAULT_K_MIN})
       --selection post|pre     post: score all offloaded tokens, keep top-K; pre: choose first (feedback: first step)
-      --logits exact|speculative|verified  how the CPU stage's query is formed (default ${ENGINE_LOGITS})
+      --logits exact|speculative|verified  how the CPU stage's query is formed (default ${ENGINE.logits})
       --exact-layers L,L…      layers that select with the true query ("none" for none; default: the profile's)
-      --candidates N           verified: choose N·K candidates for the device to score
+      --candidates N           verified: choose N·K candidates for the device to score (default ${ENGINE.candidates})
       --selector NAME          a built-in selector, or POST+PRE (e.g. topk+streaming); default topk+streaming
                                with feedback, else topk for post, streaming for pre ("all" = exact)
       --cpu-stage-threads N    native threads of the CPU stage (default 1 on the CPU backend, cores − 1 on a GPU)
