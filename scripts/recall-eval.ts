@@ -14,10 +14,9 @@
  */
 import { resolve } from "node:path";
 import { writeFileSync } from "node:fs";
-import { HybridAttention, LlamaModel, openModelDir, type HybridOptions, type SelectionTiming } from "../packages/core/dist/index.js";
-import { createCpuBackend, NativeCpuStage } from "../packages/kernels-cpu/dist/index.js";
-import { createSelector } from "../packages/selectors/dist/index.js";
-import { FixedScheduler } from "../packages/scheduler/dist/index.js";
+import { LlamaModel, openModelDir } from "../packages/core/dist/index.js";
+import { createCpuBackend } from "../packages/kernels-cpu/dist/index.js";
+import { createHybridAttention, type HybridRuntimeOptions } from "../packages/runtime/dist/index.js";
 
 const arg = (name: string, def: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -34,19 +33,24 @@ const THREADS = Number(arg("threads", "2"));
 const SEED = Number(arg("seed", "1"));
 const PROFILE_EXACT = list("exact-layers", "1").map(Number);
 
-interface Mode { label: string; selector: string; timing: SelectionTiming; options: HybridOptions }
+/** A mode's hybrid runtime options; K (the fixed K, or the feedback scheduler's kMin) is added per length. */
+interface Mode { label: string; options: HybridRuntimeOptions; kAs: "k" | "kMin" }
+const fixed = (label: string, options: HybridRuntimeOptions): Mode => ({ label, options: { scheduler: "fixed", timing: "post", selector: "topk", ...options }, kAs: "k" });
 const MODES: Record<string, Mode> = {
-  full: { label: "full attention", selector: "all", timing: "post", options: { logits: "exact" } },
-  exact: { label: "top-K, exact", selector: "topk", timing: "post", options: { logits: "exact" } },
-  speculative: { label: "top-K, speculative", selector: "topk", timing: "post", options: { logits: "speculative" } },
-  verified: { label: "top-K, verified", selector: "topk", timing: "post", options: { logits: "verified" } },
-  "verified-c2": { label: "top-K, verified, 2× candidates", selector: "topk", timing: "post", options: { logits: "verified", candidates: 2 } },
-  "verified-c4": { label: "top-K, verified, 4× candidates", selector: "topk", timing: "post", options: { logits: "verified", candidates: 4 } },
-  "verified-exact": { label: `top-K, verified, exact selection at layers ${PROFILE_EXACT.join(",")}`, selector: "topk", timing: "post", options: { logits: "verified", exactLayers: PROFILE_EXACT } },
-  "speculative-exact": { label: `top-K, speculative, exact selection at layers ${PROFILE_EXACT.join(",")}`, selector: "topk", timing: "post", options: { logits: "speculative", exactLayers: PROFILE_EXACT } },
-  streaming: { label: "StreamingLLM (pre)", selector: "streaming", timing: "pre", options: { logits: "exact" } },
-  quest: { label: "Quest page bounds (pre), verified", selector: "quest", timing: "pre", options: { logits: "verified" } },
-  infinigen: { label: "InfiniGen partial keys (pre), verified", selector: "infinigen", timing: "pre", options: { logits: "verified" } },
+  full: fixed("full attention", { selector: "all", logits: "exact" }),
+  exact: fixed("top-K, exact", { logits: "exact" }),
+  speculative: fixed("top-K, speculative", { logits: "speculative" }),
+  verified: fixed("top-K, verified", { logits: "verified", candidates: 1 }),
+  "verified-c2": fixed("top-K, verified, 2× candidates", { logits: "verified", candidates: 2 }),
+  "verified-c4": fixed("top-K, verified, 4× candidates", { logits: "verified", candidates: 4 }),
+  "verified-exact": fixed(`top-K, verified, exact selection at layers ${PROFILE_EXACT.join(",")}`, { logits: "verified", candidates: 1, exactLayers: PROFILE_EXACT }),
+  "speculative-exact": fixed(`top-K, speculative, exact selection at layers ${PROFILE_EXACT.join(",")}`, { logits: "speculative", exactLayers: PROFILE_EXACT }),
+  default: fixed("top-K, the default logits (verified, 4× candidates)", {}),
+  streaming: fixed("StreamingLLM (pre)", { selector: "streaming", timing: "pre", logits: "exact" }),
+  quest: fixed("Quest page bounds (pre), verified", { selector: "quest", timing: "pre", logits: "verified" }),
+  infinigen: fixed("InfiniGen partial keys (pre), verified", { selector: "infinigen", timing: "pre", logits: "verified" }),
+  feedback: { label: "feedback scheduler (topk+streaming, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+streaming" }, kAs: "kMin" },
+  "feedback-quest": { label: "feedback scheduler (topk+quest, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+quest" }, kAs: "kMin" },
 };
 const modeNames = list("modes", "full,exact,speculative,verified,verified-c2,verified-c4,verified-exact,streaming");
 for (const m of modeNames) if (!MODES[m]) throw new Error(`unknown mode ${m} (modes: ${Object.keys(MODES).join(", ")})`);
@@ -117,10 +121,7 @@ for (const length of LENGTHS) {
     using cp = model.cache.checkpoint();
     for (const name of modeNames) {
       const mode = MODES[name]!;
-      const h = HybridAttention.attach({
-        attention: model.attention, projector: model, stage: new NativeCpuStage(be, { threads: 1 }),
-        selector: createSelector(mode.selector), scheduler: new FixedScheduler({ k, timing: mode.timing }),
-      }, mode.options);
+      const h = await createHybridAttention(model, be, { ...mode.options, [mode.kAs]: k, cpuStageThreads: 1 });
       try {
         model.forward(Int32Array.of(ASK), context.length);
         const logits = model.forward(Int32Array.of(key), context.length + 1);
