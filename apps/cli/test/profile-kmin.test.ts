@@ -6,7 +6,7 @@
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { DummyWeightSource, describeModel, hybridProfilePath, readHybridProfile, tensorSpecsOf, writeSafetensors } from "@hybridgen/core";
+import { DummyWeightSource, HybridOptionsSchema, describeModel, hybridProfilePath, readHybridProfile, tensorSpecsOf, writeSafetensors } from "@hybridgen/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bufferedIo } from "../src/io.js";
 import { runCli } from "../src/run-cli.js";
@@ -51,6 +51,7 @@ describe("hybridgen profile-kmin", () => {
     expect(p).not.toBeNull();
     expect(r.stdout).toContain(`profile: ${hybridProfilePath(dir, cache)}\n`);
     expect(p).toMatchObject({ version: 1, tolerance: 0.99, selector: "topk", gpuKvBudget: 16, sinkTokens: 2, recallThreshold: 0.9, recallMetric: "tokens" });
+    expect(p.candidates).toBe(HybridOptionsSchema.parse({}).candidates); // what generate's verified logits choose
     // 72 tokens, a 16-token window: the first step past it evicts, then 72 − 16 − 1 steps have offloaded tokens.
     expect(p.steps).toBe(55);
     expect(Object.keys(p.perSelector)).toEqual(["topk", "streaming", "all"]);
@@ -77,11 +78,11 @@ describe("hybridgen profile-kmin", () => {
   it("--json --no-write: one object with the profile and the recall per layer and K, nothing written", async () => {
     const other = join(tmp, "cache-nowrite");
     const io = bufferedIo({ env: { HYBRIDGEN_CACHE: other } });
-    const code = await runCli([...BASE, "--model", dir, "--selectors", "topk", "--recall-k", "6", "--recall-threshold", "1", "--recall-metric", "mass", "--json", "--no-write"], io);
+    const code = await runCli([...BASE, "--model", dir, "--selectors", "topk", "--recall-k", "6", "--recall-threshold", "1", "--recall-metric", "mass", "--candidates", "1", "--json", "--no-write"], io);
     expect(code, io.err).toBe(0);
     const j = JSON.parse(io.out);
     expect(j.path).toBeNull();
-    expect(j.profile).toMatchObject({ recallK: 6, recallMetric: "mass", recallThreshold: 1, selector: "topk" });
+    expect(j.profile).toMatchObject({ recallK: 6, recallMetric: "mass", recallThreshold: 1, candidates: 1, selector: "topk" });
     expect(j.recall.ks).toEqual([4, 6, 8, 200]);
     expect(j.recall.tokens).toHaveLength(3);
     expect(j.profile.layerRecall).toEqual(j.recall.tokens.map((r: number[]) => r[1]));
@@ -118,6 +119,8 @@ describe("hybridgen profile-kmin", () => {
       [["--model", dir, "--gpu-kv-budget", "8", "--sink-tokens", "8"], /--sink-tokens 8 must be smaller than --gpu-kv-budget 8/],
       [["--model", dir, "--recall-threshold", "2"], /--recall-threshold: "2" must be a number in \[0, 1\]/],
       [["--model", dir, "--recall-metric", "heads"], /--recall-metric: "heads" must be tokens or mass/],
+      [["--model", dir, "--candidates", "0"], /--candidates: "0" is not an integer ≥ 1/],
+      [["--model", dir, "--candidates", "65"], /--candidates: 65 must be ≤ 64/],
       [["--model", dir, "--bogus"], /unknown option --bogus for hybridgen profile-kmin/],
     ] as const) {
       const r = await cli(["profile-kmin", ...args]);

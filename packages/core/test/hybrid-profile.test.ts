@@ -32,7 +32,7 @@ const PROFILE: HybridProfile = {
     topk: { kMin: 32, agreement: [[16, 0.97, 0.01], [32, 0.995, 0.002]] },
     streaming: { kMin: null, agreement: [[16, 0.8, 0.3], [32, 0.85, 0.2]] },
   },
-  exactLayers: [1], layerRecall: [1, 0.4, 0.95], layerMassRecall: [1, 0.7, 0.99], recallMetric: "tokens", recallK: 32, recallThreshold: 0.9,
+  exactLayers: [1], layerRecall: [1, 0.4, 0.95], layerMassRecall: [1, 0.7, 0.99], recallMetric: "tokens", candidates: 4, recallK: 32, recallThreshold: 0.9,
   gpuKvBudget: 64, sinkTokens: 4, steps: 200, createdAt: "2026-12-02T22:00:00.000Z",
 };
 
@@ -79,7 +79,10 @@ class BruteRecall implements DecodeAttention {
   counts: number[][] = [];
   private spec: (Float32Array | null)[] = [];
   private pos = 0;
-  constructor(private readonly model: LlamaModel, private readonly inner: DecodeAttention, private readonly ks: number[], private readonly specQ: Tensor) {
+  constructor(
+    private readonly model: LlamaModel, private readonly inner: DecodeAttention, private readonly ks: number[], private readonly specQ: Tensor,
+    private readonly candidates: number,
+  ) {
     const L = model.shape.layers;
     this.sums = Array.from({ length: L }, () => ks.map(() => 0));
     this.massSums = Array.from({ length: L }, () => ks.map(() => 0));
@@ -129,7 +132,7 @@ class BruteRecall implements DecodeAttention {
         });
         this.ks.forEach((kk, i) => {
           if (n <= kk) return;
-          const a = top(bt, kk), b = top(bs, kk);
+          const a = top(bt, kk), b = top(bs, kk * this.candidates);
           this.sums[layer][i] += [...a].filter((x) => b.has(x)).length / kk;
           const mass = (p: number[], set: Set<number>) => [...set].reduce((acc, j) => acc + p[j], 0);
           this.massSums[layer][i] += probs.reduce((acc, p) => acc + Math.min(1, mass(p, b) / mass(p, a)), 0) / group;
@@ -143,7 +146,7 @@ class BruteRecall implements DecodeAttention {
 }
 
 describe("speculation recall probe and teacher-forced agreement", () => {
-  it("recall equals a brute-force count; logits stay full attention's; layer 0 and K ≥ offloaded give 1", () => {
+  it.each([1, 3])("recall equals a brute-force count; logits stay full attention's; layer 0 and K ≥ offloaded give 1 (candidates %i×)", (candidates) => {
     const { files } = tinyModel({ seed: testSeed(900), layers: 3, heads: 4, kvHeads: 2, maxPositions: 64 });
     const ids = randomIds(testSeed(901), 48);
     const be = new ReferenceBackend();
@@ -153,9 +156,9 @@ describe("speculation recall probe and teacher-forced agreement", () => {
     expect(want.length).toBe(forcedSteps(ids.length, 12));
 
     const ks = [2, 5, 40];
-    const probe = new SpeculationRecallProbe(plain.attention, plain, ks);
+    const probe = new SpeculationRecallProbe(plain.attention, plain, ks, candidates);
     const specQ = be.alloc([1, files.shape.heads * files.shape.headDim]);
-    const brute = new BruteRecall(plain, probe, ks, specQ);
+    const brute = new BruteRecall(plain, probe, ks, specQ, candidates);
     plain.attention.setDecodeAttention(brute);
     const got: Float32Array[] = [];
     teacherForce(plain, ids, 12, (l) => got.push(l.slice()));

@@ -1,6 +1,6 @@
 /** `hybridgen profile-kmin` flags: parsed strictly, every bad value a one-line HybridgenError. */
 import { parseArgs } from "node:util";
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError, HybridOptionsSchema } from "@hybridgen/core";
 import { builtinSelectors } from "@hybridgen/selectors";
 import { parseArgsError } from "../parse-args-error.js";
 
@@ -25,6 +25,8 @@ export interface ProfileKminOptions {
   readonly recallK?: number;
   /** Which recall decides exactLayers: shared tokens, or shared attention mass. */
   readonly recallMetric: "tokens" | "mass";
+  /** q̃ chooses candidates·K tokens in the recall. */
+  readonly candidates: number;
   readonly threads: number;
   readonly json: boolean;
   readonly write: boolean;
@@ -36,6 +38,9 @@ export const PROFILE_KMIN_DEFAULTS = {
 
 /** Every built-in selector but "all" (full attention over the offloaded tokens, the reference itself). */
 export const defaultProfileSelectors = (): string[] => Object.keys(builtinSelectors).filter((n) => n !== "all");
+
+/** Hybrid attention's own default candidate multiplier, so the recall measures what generate runs. */
+const DEFAULT_CANDIDATES = HybridOptionsSchema.parse({}).candidates;
 
 export const PROFILE_KMIN_HELP = `Usage: hybridgen profile-kmin [options]
 
@@ -60,6 +65,8 @@ true query). Prints the tables and writes the profile where generate reads it.
       --recall-metric tokens|mass  tokens: the share of the true top-K that q̃'s top-K holds;
                                mass: the share of the true top-K's attention mass it holds
                                (a miss among near-equal weights costs little). Default tokens
+      --candidates C           in the recall, q̃ chooses its top C·K, as verified logits do
+                               (default: hybrid attention's, ${DEFAULT_CANDIDATES})
       --threads N              CPU threads of the model (default 1; the CPU stage has its own)
       --json                   print one JSON object (profile, path, recall per layer and K)
       --no-write               measure and print, but write no profile
@@ -103,7 +110,7 @@ export function parseProfileKminArgs(argv: readonly string[]): ProfileKminOption
       options: {
         model: { type: "string", short: "m" }, text: { type: "string" }, prompts: { type: "string" }, tolerance: { type: "string" },
         selectors: { type: "string" }, ks: { type: "string" }, "gpu-kv-budget": { type: "string" }, "sink-tokens": { type: "string" },
-        tokens: { type: "string" }, "recall-threshold": { type: "string" }, "recall-k": { type: "string" }, "recall-metric": { type: "string" }, threads: { type: "string" },
+        tokens: { type: "string" }, "recall-threshold": { type: "string" }, "recall-k": { type: "string" }, "recall-metric": { type: "string" }, candidates: { type: "string" }, threads: { type: "string" },
         json: { type: "boolean" }, "no-write": { type: "boolean" }, help: { type: "boolean", short: "h" },
       },
     }).values;
@@ -129,6 +136,8 @@ export function parseProfileKminArgs(argv: readonly string[]): ProfileKminOption
   const threads = integer("threads", str("threads"), 1) ?? PROFILE_KMIN_DEFAULTS.threads;
   const recallMetric = str("recall-metric") ?? "tokens";
   if (recallMetric !== "tokens" && recallMetric !== "mass") throw usage(`invalid value for --recall-metric: ${JSON.stringify(recallMetric)} must be tokens or mass`);
+  const candidates = integer("candidates", str("candidates"), 1) ?? DEFAULT_CANDIDATES;
+  if (candidates > 64) throw usage(`invalid value for --candidates: ${candidates} must be ≤ 64`);
   if (threads > 256) throw usage(`invalid value for --threads: ${threads} must be ≤ 256`);
   return {
     help: v.help === true,
@@ -145,6 +154,7 @@ export function parseProfileKminArgs(argv: readonly string[]): ProfileKminOption
     recallThreshold: fraction("recall-threshold", str("recall-threshold"), PROFILE_KMIN_DEFAULTS.recallThreshold, true),
     recallK: integer("recall-k", str("recall-k"), 1),
     recallMetric,
+    candidates,
     threads,
     json: v.json === true,
     write: v["no-write"] !== true,

@@ -38,6 +38,8 @@ export interface MeasureOptions {
   readonly ks: readonly number[];
   /** K values of the recall (ks plus any other asked for). */
   readonly recallKs: readonly number[];
+  /** q̃ chooses candidates·K tokens in the recall. */
+  readonly candidates: number;
   /** The KV window: each sequence is prefilled up to it. */
   readonly window: number;
   /** Selectors that throw are left out with a warning (the defaults), rather than ending the run. */
@@ -56,7 +58,7 @@ export function measureProfile(model: CausalLM, backend: Backend, seqs: readonly
   const refs: ReferenceStep[][] = seqs.map(() => []);
   let recall: number[][], massRecall: number[][];
   {
-    using probe = SpeculationRecallProbe.attach(model.attention, model, o.recallKs);
+    using probe = SpeculationRecallProbe.attach(model.attention, model, o.recallKs, o.candidates);
     forced((i, l) => refs[i]!.push(referenceStep(l)));
     recall = probe.recall();
     massRecall = probe.massRecall();

@@ -23,7 +23,8 @@ export function formatProfileReport(p: HybridProfile, m: ProfileMeasurements, o:
   );
   out += `K_min: smallest K with top-1 ≥ ${pct(p.tolerance)}; the profile's kMin is ${p.selector}'s: ${p.kMin}\n\n`;
 
-  out += "speculation: recall of the true query's top-K by q̃'s (q̃ from the previous layer's input), per layer, tokens / attention mass:\n";
+  const choice = p.candidates === 1 ? "top-K" : `top ${p.candidates}·K`;
+  out += `speculation: recall of the true query's top-K by q̃'s ${choice} (q̃ from the previous layer's input), per layer, tokens / attention mass:\n`;
   out += table(
     ["layer", ...m.recallKs.map((k) => (k === p.recallK ? `K=${k}*` : `K=${k}`)), "selection"],
     p.layerRecall.map((_, l) => [

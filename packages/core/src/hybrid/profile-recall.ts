@@ -5,10 +5,12 @@
  * layer l ≥ 1 and KV head, both queries score the layer's offloaded K (max over the head's
  * group of query heads); recall = |top-K(q̃) ∩ top-K(q)| / K, averaged over steps and KV
  * heads, for every K asked (steps whose offloaded count is ≤ K select everything and are not
- * counted). Mass recall weighs the tokens by attention: per query head, the share of the
- * offloaded attention mass (softmax of the true logits over the offloaded tokens) on q̃'s
- * top-K, relative to the mass on the true top-K (at most 1): a miss among near-equal weights
- * costs little. Attention itself stays full attention, so the model's outputs are unchanged.
+ * counted). With `candidates` c > 1, q̃ chooses its top c·K (as verified logits do, the true
+ * query then scoring them) and recall is the share of the true top-K among them. Mass recall
+ * weighs the tokens by attention: per query head, the share of the offloaded attention mass
+ * (softmax of the true logits over the offloaded tokens) on q̃'s choice, relative to the mass
+ * on the true top-K (at most 1): a miss among near-equal weights costs little. Attention
+ * itself stays full attention, so the model's outputs are unchanged.
  */
 import type { Tensor } from "../backend.js";
 import type { Attention, DecodeAttention, QueryProjector } from "../attention.js";
@@ -39,8 +41,11 @@ export class SpeculationRecallProbe implements DecodeAttention, Disposable {
     private readonly attention: Attention,
     private readonly projector: QueryProjector,
     ks: readonly number[],
+    /** q̃ chooses candidates·K tokens. */
+    readonly candidates = 1,
   ) {
     if (ks.length === 0 || ks.some((k) => !Number.isInteger(k) || k < 1)) fail(`recall probe: K values must be positive integers (got ${ks.join(", ")})`);
+    if (!Number.isInteger(candidates) || candidates < 1) fail(`recall probe: candidates must be a positive integer (got ${candidates})`);
     const cache = attention.cache;
     if (cache.storeCapacity === 0) fail("recall probe: the KV window holds the whole context (nothing is offloaded)");
     this.ks = [...ks];
@@ -58,8 +63,8 @@ export class SpeculationRecallProbe implements DecodeAttention, Disposable {
   }
 
   /** Routes `attention`'s decode steps through a new probe. */
-  static attach(attention: Attention, projector: QueryProjector, ks: readonly number[]): SpeculationRecallProbe {
-    const p = new SpeculationRecallProbe(attention, projector, ks);
+  static attach(attention: Attention, projector: QueryProjector, ks: readonly number[], candidates = 1): SpeculationRecallProbe {
+    const p = new SpeculationRecallProbe(attention, projector, ks, candidates);
     attention.setDecodeAttention(p);
     return p;
   }
@@ -93,17 +98,16 @@ export class SpeculationRecallProbe implements DecodeAttention, Disposable {
       const n = this.offloaded, order = this.rankOrder(layer, q, true), p = this.probs;
       this.ks.forEach((k, i) => {
         if (n <= k) return;
+        const chosen = Math.min(n, k * this.candidates);
         for (let g = 0; g < this.kvHeads; g++) {
           let hits = 0;
-          for (let r = 0; r < k; r++) if (rank[g * n + order[g * n + r]] < k) hits++;
+          for (let r = 0; r < k; r++) if (rank[g * n + order[g * n + r]] < chosen) hits++;
           this.sums[layer][i] += hits / k;
           let mass = 0;
           for (let h = g * this.group; h < (g + 1) * this.group; h++) {
             let exact = 0, got = 0;
-            for (let r = 0; r < k; r++) {
-              exact += p[h * n + order[g * n + r]];
-              got += p[h * n + spec[g * n + r]];
-            }
+            for (let r = 0; r < k; r++) exact += p[h * n + order[g * n + r]];
+            for (let r = 0; r < chosen; r++) got += p[h * n + spec[g * n + r]];
             mass += exact > 0 ? Math.min(1, got / exact) : 1;
           }
           this.massSums[layer][i] += mass / this.group;

@@ -39,10 +39,12 @@ export const HybridProfileSchema = z
     ),
     /** Layers whose selection must wait for the true query (recallMetric's recall below recallThreshold). */
     exactLayers: z.array(z.number().int().nonnegative()),
-    /** Per layer, the share of the true top-recallK that q̃'s top-recallK holds (layer 0: 1, q̃₀ is exact). */
+    /** Per layer, the share of the true top-recallK that q̃'s top candidates·recallK holds (layer 0: 1, q̃₀ is exact). */
     layerRecall: z.array(fraction).min(1),
-    /** Per layer, the share of the true top-recallK's attention mass that q̃'s top-recallK holds. */
+    /** Per layer, the share of the true top-recallK's attention mass that q̃'s choice holds. */
     layerMassRecall: z.array(fraction).min(1),
+    /** q̃ chose candidates·K tokens in the recall (verified logits' candidate multiplier). */
+    candidates: positiveInt,
     /** Which recall decides exactLayers: "tokens" (layerRecall) or "mass" (layerMassRecall). */
     recallMetric: z.enum(["tokens", "mass"]),
     recallK: positiveInt,
