@@ -105,7 +105,7 @@ function argmax(x: Float32Array): number {
 {
   using cuda = createCudaBackend({ arenaBytes: 2 ** 32 });
   using cpu = createCpuBackend({ threads: 4 });
-  const base = { attention: "hybrid", gpuKvBudget: 32, sinkTokens: 4, cpuStageThreads: 4 };
+  const base = { attention: "hybrid", gpuKvBudget: 32, sinkTokens: 4, cpuStageThreads: 4, scheduler: "fixed" };
   const attempt = async (what: string, f: () => Promise<void>) => {
     try {
       await f();
@@ -128,7 +128,13 @@ function argmax(x: Float32Array): number {
     const worst = Math.max(...all.logits.map((l, i) => relError(l, full.logits[i])));
     check(worst < 1e-5, `CUDA hybrid, prompt in blocks of 8 with eviction during prefill, "all" + exact vs CUDA full attention: worst ${worst.toExponential(2)} (< 1e-5)`);
   });
-  for (const logits of ["exact", "speculative"] as LogitsMode[]) {
+  await attempt("all + verified", async () => {
+    const full = await runSmall(cuda, null);
+    const all = await runSmall(cuda, { ...base, selector: "all", logits: "verified" }, full.tokens);
+    const worst = Math.max(...all.logits.map((l, i) => relError(l, full.logits[i])));
+    check(worst < 1e-5, `CUDA hybrid "all" + verified (K rows staged, scored on the device) vs CUDA full attention: worst max|Δ|/max|logit| ${worst.toExponential(2)} (< 1e-5)`);
+  });
+  for (const logits of ["exact", "speculative", "verified"] as LogitsMode[]) {
     await attempt(`top-K ${logits}`, async () => {
       const opts = { ...base, k: 8, logits };
       const onCuda = await runSmall(cuda, opts);
