@@ -68,7 +68,8 @@ export const HYBRID_HELP = `Hybrid attention (paper §4.2):
       --selection post|pre     post: score all offloaded tokens, keep top-K; pre: choose first (feedback: first step)
       --logits exact|speculative|verified  how the CPU stage's query is formed (default ${ENGINE.logits})
       --exact-layers L,L…      layers that select with the true query ("none" for none; default: the profile's)
-      --candidates N           verified: choose N·K candidates for the device to score (default ${ENGINE.candidates})
+      --candidates N           verified: choose N·K candidates for the device to score (default: the
+                               profile's, else ${ENGINE.candidates})
       --selector NAME          a built-in selector, or POST+PRE (e.g. topk+streaming); default topk+streaming
                                with feedback, else topk for post, streaming for pre ("all" = exact)
       --cpu-stage-threads N    native threads of the CPU stage (default 1 on the CPU backend, cores − 1 on a GPU)
@@ -168,6 +169,7 @@ export function schedulerJson(ha: HybridAttention): Record<string, unknown> {
     selector: plan?.selector ?? null,
     logits: plan?.logits ?? null,
     exactLayers: plan?.exactLayers ?? null,
+    candidates: plan?.candidates ?? null,
     finalK: last?.k ?? null,
     finalTiming: last?.timing ?? null,
     timingSwitches: s.timingSwitches,

@@ -82,7 +82,7 @@ describe("hybridgen generate --scheduler (stories15M)", () => {
     writeHybridProfile(dir, {
       version: 1, model: dir, tolerance: 0.99, selector: "topk", kMin: 12,
       perSelector: { topk: { kMin: 12, agreement: [[4, 0.9, 0.2], [12, 1, 0.01]] } },
-      exactLayers: [2], layerRecall: [1, 0.9, 0.5, 0.9, 0.9, 0.9], layerMassRecall: [1, 0.9, 0.5, 0.9, 0.9, 0.9], recallMetric: "tokens",
+      exactLayers: [2], layerRecall: [1, 0.9, 0.5, 0.9, 0.9, 0.9], layerMassRecall: [1, 0.9, 0.5, 0.9, 0.9, 0.9], recallMetric: "tokens", candidates: 4,
       recallK: 8, recallThreshold: 0.8, gpuKvBudget: 32, sinkTokens: 0, steps: 16, createdAt: "2026-12-02T22:00:00.000Z",
     } as never, cache);
     const fromProfile = json([...HY, "--scheduler", "feedback", "-n", "40"]);

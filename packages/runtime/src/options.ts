@@ -14,6 +14,8 @@ export const ProfileDefaultsSchema = z
   .object({
     kMin: count(1),
     exactLayers: z.array(count(0)),
+    /** The candidate multiplier exactLayers was measured with (verified logits). */
+    candidates: count(1).optional(),
     perSelector: z.record(z.string(), z.object({ kMin: count(1).nullable() }).loose()).optional(),
   })
   .loose();
@@ -41,13 +43,13 @@ export const HybridRuntimeOptionsSchema = z
     logits: LogitsModeSchema.optional(),
     /** Layers whose selection waits for the true query (default: the profile's). */
     exactLayers: z.array(count(0)).optional(),
-    /** Verified logits: candidates·K tokens chosen for the device to score. */
+    /** Verified logits: candidates·K tokens chosen for the device to score (default: the profile's, else the engine's). */
     candidates: count(1).optional(),
     /** Native CPU-stage threads. Default: 1 on the CPU backend, cores − 1 on a device backend. */
     cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
     /** µs the idle stage thread spins before sleeping (default 0). */
     idleSpinUs: count(0).max(1_000_000, "must be ≤ 1000000").optional(),
-    /** The model's hybrid profile (readHybridProfile): default kMin and exactLayers. */
+    /** The model's hybrid profile (readHybridProfile): default kMin, exactLayers and candidates. */
     profile: ProfileDefaultsSchema.nullable().optional(),
   })
   .strict();

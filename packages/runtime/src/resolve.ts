@@ -91,12 +91,13 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
 
   const logits = o.logits ?? HybridOptionsSchema.parse({}).logits;
   const exactLayers = o.exactLayers ?? o.profile?.exactLayers ?? [];
-  const hybridOptions: HybridOptions = { logits, exactLayers, ...(o.candidates === undefined ? {} : { candidates: o.candidates }) };
+  const candidates = o.candidates ?? o.profile?.candidates;
+  const hybridOptions: HybridOptions = { logits, exactLayers, ...(candidates === undefined ? {} : { candidates }) };
   const cpuStageThreads = o.cpuStageThreads ?? (target.device ? Math.max(1, availableParallelism() - 1) : 1);
   return {
     plan: {
       selector: selector.name, selectorTimings: [...can], scheduler: scheduler.name, k, ...(kMin === undefined ? {} : { kMin }), timing, kSource,
-      logits, exactLayers, ...(o.candidates === undefined ? {} : { candidates: o.candidates }), cpuStageThreads, idleSpinUs: o.idleSpinUs ?? 0,
+      logits, exactLayers, ...(candidates === undefined ? {} : { candidates }), cpuStageThreads, idleSpinUs: o.idleSpinUs ?? 0,
     },
     selector,
     scheduler,

@@ -117,6 +117,8 @@ describe("createHybridAttention on the CPU backend", () => {
     expect(resolveHybrid({ profile: p, scheduler: "feedback", selector: "quest" }, { device: false }).plan.kMin).toBe(20);
     expect(resolveHybrid({ profile: p }, { device: false }).plan).toMatchObject({ scheduler: "fixed", k: 12, kSource: "profile" });
     expect(resolveHybrid({ profile: p, kMin: 5, exactLayers: [] }, { device: false }).plan).toMatchObject({ kMin: 5, kSource: "option", exactLayers: [] });
+    expect(resolveHybrid({ profile: { ...p, candidates: 3 } }, { device: false }).hybridOptions.candidates).toBe(3);
+    expect(resolveHybrid({ profile: { ...p, candidates: 3 }, candidates: 1 }, { device: false }).plan.candidates).toBe(1);
     using model = load(16);
     using ha = await createHybridAttention(model, backend, { profile: p, logits: "verified", candidates: 2 });
     expect(hybridPlan(ha)).toMatchObject({ k: 12, exactLayers: [1], logits: "verified", candidates: 2 });
