@@ -102,6 +102,8 @@ describe("hybridgen profile-kmin", () => {
   it("rejects bad input with one line and exit 2", async () => {
     const short = join(tmp, "short.txt");
     writeFileSync(short, "Once upon a time");
+    const jsonl = join(tmp, "p.jsonl");
+    writeFileSync(jsonl, `${JSON.stringify({ prompt: "x ".repeat(60) })}\n${JSON.stringify({ prompt: "Once upon a time" })}\n`);
     for (const [args, msg] of [
       [["--model", join(tmp, "nope")], /nope/],
       [["--model", dir, "--tolerance", "0"], /invalid value for --tolerance: "0" must be a number in \(0, 1\]/],
@@ -115,6 +117,7 @@ describe("hybridgen profile-kmin", () => {
       [["--model", dir, "--tokens", "20"], /the built-in text is 20 tokens: too short for --gpu-kv-budget 32/],
       [["--model", dir, "--tokens", "999"], /--tokens 999 exceeds the model's max_position_embeddings \(256\)/],
       [["--model", dir, "--text", short, "--prompts", short], /--text and --prompts are exclusive/],
+      [["--model", dir, "--prompts", jsonl], /p\.jsonl line 2 is \d+ tokens: too short for --gpu-kv-budget 32/],
       [["--model", dir, "--text", join(tmp, "missing.txt")], /cannot read text file .*missing\.txt: no such file/],
       [["--model", dir, "--gpu-kv-budget", "8", "--sink-tokens", "8"], /--sink-tokens 8 must be smaller than --gpu-kv-budget 8/],
       [["--model", dir, "--recall-threshold", "2"], /--recall-threshold: "2" must be a number in \[0, 1\]/],
