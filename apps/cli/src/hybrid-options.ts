@@ -60,8 +60,9 @@ export const HYBRID_HELP = `Hybrid attention (paper §4.2):
       --attention full|hybrid  hybrid: split each layer's attention between resident and offloaded tokens
       --gpu-kv-budget N        tokens kept in the device window per sequence (sinks included)
       --sink-tokens S          pin the first S tokens in the window (attention sinks, default 0)
-      --scheduler fixed|feedback  feedback: K and post/pre from the measured stage times (default on a
-                               GPU, or with --k-min); fixed: --k and --selection every step (default on the CPU)
+      --scheduler fixed|feedback  feedback: K and post/pre from the measured stage times; fixed: --k and
+                               --selection every step. Default: feedback with --k-min, fixed with --k or
+                               --selection alone, else feedback on a GPU and fixed on the CPU
       --k N                    fixed: offloaded tokens selected per KV head and layer (clamped); feedback:
                                the first step's K (default: the model's profiled K_min, else ${DEFAULT_K_MIN})
       --k-min N                feedback: K never goes below N (default: the model's profile, else ${DEFAULT_K_MIN})

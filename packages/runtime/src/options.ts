@@ -30,8 +30,9 @@ export const HybridRuntimeOptionsSchema = z
      * "topk" for post and "streaming" for pre.
      */
     selector: z.union([z.string().min(1), z.custom<TokenSelector>(isSelector, { message: "must be a selector name or a TokenSelector" })]).optional(),
-    /** "fixed", "feedback", or a Scheduler. Default: feedback on a device backend (the CPU stage
-     * hides behind the GPU's), fixed on the CPU backend (both stages share its cores). */
+    /** "fixed", "feedback", or a Scheduler. Default: feedback with kMin, fixed with k or timing
+     * alone; else feedback on a device backend (the CPU stage hides behind the GPU's) and fixed
+     * on the CPU backend (both stages share its cores). */
     scheduler: z.union([z.enum(["fixed", "feedback"], { error: "must be fixed or feedback" }), z.custom<Scheduler>(isScheduler)]).optional(),
     /** Fixed: K every step (default: the profile's K_min, else DEFAULT_K_MIN). Feedback: the first step's K (default kMin). */
     k: count(1).optional(),

@@ -50,7 +50,9 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   const o = parseRuntimeOptions(options);
   const given = typeof o.scheduler === "object" ? o.scheduler : undefined;
   const named = typeof o.scheduler === "string" ? o.scheduler : undefined;
-  const kind = given ? undefined : (named ?? (target.device || o.kMin !== undefined ? "feedback" : "fixed"));
+  // kMin asks for feedback; a K or a timing alone is a fixed choice; else the device decides.
+  const implied = o.kMin !== undefined ? "feedback" : o.k !== undefined || o.timing !== undefined ? "fixed" : undefined;
+  const kind = given ? undefined : (named ?? implied ?? (target.device ? "feedback" : "fixed"));
   if (o.kMin !== undefined && kind !== "feedback") {
     throw new HybridgenError(given ? "kMin configures the built-in feedback scheduler; a Scheduler object brings its own" : "kMin applies to the feedback scheduler, not fixed");
   }

@@ -102,7 +102,10 @@ describe("createHybridAttention on the CPU backend", () => {
     expect(r.scheduler.initial()).toEqual({ k: 8, timing: "pre" });
   });
 
-  it("on a device the default is feedback over topk+streaming; kMin alone also means feedback", () => {
+  it("on a device the default is feedback over topk+streaming; kMin means feedback, k or timing alone fixed", () => {
+    expect(resolveHybrid({ k: 8 }, { device: true }).plan).toMatchObject({ scheduler: "fixed", k: 8, selector: "topk" });
+    expect(resolveHybrid({ timing: "pre" }, { device: true }).plan).toMatchObject({ scheduler: "fixed", selector: "streaming" });
+    expect(resolveHybrid({ k: 32, kMin: 8 }, { device: true }).plan).toMatchObject({ scheduler: "feedback", k: 32, kMin: 8 });
     const onDevice = resolveHybrid({}, { device: true });
     expect(onDevice.plan).toMatchObject({ scheduler: "feedback", selector: "topk+streaming", kMin: 64, k: 64 });
     expect(onDevice.selector.kernel).toBe("topk"); // post-QKᵀ selection of the pair runs in the native stage
