@@ -69,4 +69,5 @@ Examples:
   echo "The little dog" | hybridgen generate --temperature 0.8 --seed 42 --json
   hybridgen generate --model preset:llama-3.2-1b --dummy-weights --prompt "x" -n 16
   hybridgen generate --prompts prompts.jsonl --batch 8 --temperature 0 -n 64 > results.jsonl
+  hybridgen generate -p "Once upon a time" --attention hybrid --gpu-kv-budget 32 --scheduler feedback --k-min 8 --json
 `;
