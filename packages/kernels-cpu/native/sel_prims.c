@@ -121,9 +121,14 @@ AVX2 static float bound_avx2(const float *q, const float *mn, const float *mx, i
 #endif
 
 static void minmax_scalar(float *mn, float *mx, const float *row, int64_t d, int fresh) {
+    if (fresh) {
+        memcpy(mn, row, (size_t)d * 4);
+        memcpy(mx, row, (size_t)d * 4);
+        return;
+    }
     for (int64_t c = 0; c < d; c++) {
-        if (fresh || row[c] < mn[c]) mn[c] = row[c];
-        if (fresh || row[c] > mx[c]) mx[c] = row[c];
+        mn[c] = row[c] < mn[c] ? row[c] : mn[c];
+        mx[c] = row[c] > mx[c] ? row[c] : mx[c];
     }
 }
 
