@@ -1,6 +1,6 @@
 /**
  * Pre-QKᵀ selectors on stories15M (bun scripts/selector-eval.ts [--budget 32] [--tokens 256]
- * [--selectors topk,streaming,quest,infinigen] [--logits exact,verified]): teacher-forced over
+ * [--selectors topk,streaming,quest,infinigen] [--modes exact,verified:1,verified:4]): teacher-forced over
  * hybrid-eval's text, top-1 next-token agreement and mean KL(full ‖ hybrid) for K ∈ {8, 16, 32}
  * with a 32-token device window, and what each selector reads of the host store per decode step
  * (all layers): the selector's own reads through the key primitives (page summaries, partial
@@ -21,7 +21,11 @@ const arg = (name: string, def: string) => {
 };
 const BUDGET = Number(arg("budget", "32")), TOKENS = Number(arg("tokens", "256")), PROMPT = 16;
 const SELECTORS = arg("selectors", "topk,streaming,quest,infinigen").split(",");
-const LOGITS = arg("logits", "exact,verified").split(",") as HybridOptions["logits"][];
+/** Logits modes, verified with its candidates multiplier (verified:4 = the device scores 4·K chosen tokens). */
+const MODES = arg("modes", "exact,verified:1,verified:4").split(",").map((m): { label: string; options: HybridOptions } => {
+  const [logits, c] = m.split(":");
+  return { label: m, options: logits === "verified" ? { logits, candidates: Number(c ?? 1) } : { logits: logits as HybridOptions["logits"] } };
+});
 const KS = arg("ks", "8,16,32").split(",").map(Number);
 
 // hybrid-eval's text (written for this project in the TinyStories style).
@@ -111,14 +115,14 @@ const argmax = (l: Float32Array) => l.indexOf(Math.max(...l));
 
 const ref = forced(full).map((l) => ({ top: argmax(l), logp: logSoftmax(l) }));
 const rows: string[][] = [];
-for (const logits of LOGITS) {
+for (const mode of MODES) {
   for (const name of SELECTORS) {
     const timing: SelectionTiming = name === "topk" ? "post" : "pre";
     for (const k of KS) {
       const meter = { bytes: 0 };
       using h = HybridAttention.attach({
         attention: hyb.attention, projector: hyb, stage: meteredStage(meter), selector: createSelector(name), scheduler: new FixedScheduler({ k, timing }),
-      }, { logits });
+      }, mode.options);
       const got = forced(hyb);
       let agree = 0, kl = 0;
       got.forEach((l, i) => {
@@ -129,7 +133,7 @@ for (const logits of LOGITS) {
         kl += d;
       });
       const s = h.stats;
-      rows.push([name, String(k), timing, logits, `${((agree / got.length) * 100).toFixed(1)}%`, (kl / got.length).toExponential(2),
+      rows.push([name, String(k), timing, mode.label, `${((agree / got.length) * 100).toFixed(1)}%`, (kl / got.length).toExponential(2),
         (meter.bytes / Math.max(1, s.steps) / 1024).toFixed(1), s.layerSteps ? ((s.cpuJsMs / s.layerSteps) * 1000).toFixed(1) : "0"]);
     }
   }
