@@ -1,0 +1,20 @@
+#!/bin/sh
+# One device call: the CUDA hybrid checks (every logits mode against full attention and the CPU
+# backend), then hybrid-modes at 32K and 128K with traces under $OUT. Prepare on the dev machine:
+#   sh ../shared/device/stage-bun.sh && (cd packages/kernels-cpu && bun run build) && (cd packages/kernels-cuda && bun run build)
+#   bun build --target=bun --external 'bun:*' apps/bench/src/hybrid-modes.ts --outfile .device/hybrid-modes.js
+#   bun build --target=bun --external 'bun:*' packages/kernels-cuda/device/hybrid-bench.ts --outfile .device/hybrid-bench.js
+# and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"].
+set -u
+mkdir -p /tmp/bunbin && xz -dc .device/bun.xz > /tmp/bunbin/bun && chmod +x /tmp/bunbin/bun
+export PATH=/tmp/bunbin:$PATH LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export HYBRIDGEN_KERNELS_CPU_LIB="$PWD/packages/kernels-cpu/lib/libhgcpu.so" HYBRIDGEN_KERNELS_CUDA_LIB="$PWD/packages/kernels-cuda/lib/libhgcuda.so"
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,serial,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/gpu.txt"
+timeout "${CHECK_S:-120}" bun .device/hybrid-bench.js --skip-bench > "$OUT/checks.log" 2>&1
+echo "checks exit $?"; grep -E 'PASS|FAIL' "$OUT/checks.log"
+timeout "${BENCH_S:-420}" bun .device/hybrid-modes.js --contexts "${CONTEXTS:-32768,131000}" --steps "${STEPS:-64}" --trace-dir "$OUT/traces" \
+  --source "apps/bench hybrid-modes, one H200 + 16-core host, $(date -u +%F)" ${BENCH_ARGS:-} > "$OUT/hybrid-modes.log" 2>&1
+echo "bench exit $?"; sed -n '/^## /,$p' "$OUT/hybrid-modes.log"; tail -3 "$OUT/hybrid-modes.log"
