@@ -49,6 +49,8 @@ const MODES: Record<string, Mode> = {
   streaming: fixed("StreamingLLM (pre)", { selector: "streaming", timing: "pre", logits: "exact" }),
   quest: fixed("Quest page bounds (pre), verified", { selector: "quest", timing: "pre", logits: "verified" }),
   infinigen: fixed("InfiniGen partial keys (pre), verified", { selector: "infinigen", timing: "pre", logits: "verified" }),
+  "quest-exact": fixed("Quest page bounds (pre), exact", { selector: "quest", timing: "pre", logits: "exact" }),
+  "infinigen-exact": fixed("InfiniGen partial keys (pre), exact", { selector: "infinigen", timing: "pre", logits: "exact" }),
   feedback: { label: "feedback scheduler (topk+streaming, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+streaming" }, kAs: "kMin" },
   "feedback-quest": { label: "feedback scheduler (topk+quest, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+quest" }, kAs: "kMin" },
 };
