@@ -36,6 +36,8 @@ export interface SelectorDefinition<O, S> {
   needsScores?: boolean | ((options: O) => boolean);
   /** False when the selector returns every token whatever K is. Default true. */
   usesBudget?: boolean;
+  /** Ask the engine for the layer's offloaded K rows (`input.keys`). Default false. */
+  needsKeys?: boolean;
   /** The selection equals this CpuStage kernel (the engine may run it natively instead of select()). */
   kernel?: SelectorKernel | ((options: O) => SelectorKernel | undefined);
   /** Per-(layer, sequence) state, created once when the sequence starts. */
@@ -61,6 +63,7 @@ const DefinitionSchema = z.object({
   options: z.custom<z.ZodType>((v) => v === undefined || v instanceof z.ZodType, "must be a zod schema").optional(),
   needsScores: z.union([z.boolean(), z.custom<(o: unknown) => boolean>(isFunction)]).optional(),
   usesBudget: z.boolean().optional(),
+  needsKeys: z.boolean().optional(),
   kernel: z.union([z.enum(["topk", "topk-shared", "all"]), z.custom<(o: unknown) => unknown>(isFunction)]).optional(),
   initState: z.custom<(...a: unknown[]) => unknown>(isFunction, "must be a function").optional(),
   select: z.custom<(...a: unknown[]) => unknown>(isFunction, "must be a function"),
@@ -106,6 +109,7 @@ export function defineSelector<O = Record<string, never>, S = undefined>(definit
       timings,
       needsScores,
       usesBudget,
+      needsKeys: def.needsKeys ?? false,
       ...(kernel === undefined ? {} : { kernel }),
       initState(info: SelectorLayerInfo): S {
         if (!def.initState) return undefined as S;
@@ -120,6 +124,7 @@ export function defineSelector<O = Record<string, never>, S = undefined>(definit
           throw new HybridgenError(`${who} cannot run ${input.timing}-QKᵀ selection (it supports ${timings.join(", ")})`);
         }
         if (needsScores && !input.scores) throw new HybridgenError(`${who} needs accumulated scores, and the engine passed none`);
+        if (def.needsKeys && !input.keys) throw new HybridgenError(`${who} needs the layer's offloaded keys, and the engine passed none (a CPU stage without offloadedKeys())`);
         checkSelectionInput(input, who);
         let raw: unknown;
         try {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { headLayout, pageSummaries, referencePrimitives as P, type HeadLayout, type OffloadedKeys, type PreSelectionInput, type TokenSelector } from "@hybridgen/core";
-import { createSelector, exactTopK, infinigen, quest } from "../src/index.js";
+import { createSelector, exactTopK, infinigen, pairSelectors, quest } from "../src/index.js";
 import { rng } from "./helpers.js";
 import { DTYPES, encodeKeys, keyValue } from "./key-helpers.js";
 
@@ -80,6 +80,8 @@ describe("quest and infinigen", () => {
     expect(createSelector("quest").timings).toEqual(["pre"]);
     expect(createSelector("infinigen", { channels: 4 }).timings).toEqual(["pre"]);
     expect(() => createSelector("quest", { pageSize: 0 })).toThrow(/selector "quest" options: pageSize/);
+    expect([quest().needsKeys, infinigen().needsKeys, exactTopK().needsKeys]).toEqual([true, true, false]);
+    expect(pairSelectors({ post: exactTopK(), pre: quest() }).needsKeys).toBe(true);
     expect(() => createSelector("infinigen", { channels: 2.5 })).toThrow(/selector "infinigen" options: channels/);
   });
 
@@ -90,8 +92,8 @@ describe("quest and infinigen", () => {
       const layout = headLayout(kvHeads * G, kvHeads, d), n = 1 + Math.floor(r() * 300), cap = n + Math.floor(r() * 20);
       const keys = randomKeys(r, DTYPES[t % 3]!, kvHeads, cap, d), k = Math.floor(r() * (n + 1));
       const q = Float32Array.from({ length: layout.heads * d }, () => r() - 0.5);
-      for (const sel of [quest({ pageSize: 1 + Math.floor(r() * 20) }), infinigen({ channels: 1 + Math.floor(r() * 10) })]) {
-        const out = sel.select(preInput(sel as TokenSelector<unknown>, layout, keys, n, k, q));
+      for (const sel of [quest({ pageSize: 1 + Math.floor(r() * 20) }), infinigen({ channels: 1 + Math.floor(r() * 10) })] as TokenSelector<unknown>[]) {
+        const out = sel.select(preInput(sel, layout, keys, n, k, q));
         expect(out.kind).toBe(k === 0 ? "shared" : "perKvHead");
         for (let g = 0; g < kvHeads; g++) {
           const ids = out.kind === "perKvHead" ? out.ids[g]! : out.ids;
@@ -108,8 +110,8 @@ describe("quest and infinigen", () => {
       const layout = headLayout(4, 2, 8), n = 90, keys = randomKeys(r, dtype, 2, 100, 8);
       const q = Float32Array.from({ length: 32 }, () => r() - 0.5);
       const want = exactIds(layout, keys, n, 10, q);
-      for (const sel of [quest({ pageSize: 1 }), infinigen({ channels: 8 })]) {
-        const out = sel.select(preInput(sel as TokenSelector<unknown>, layout, keys, n, 10, q));
+      for (const sel of [quest({ pageSize: 1 }), infinigen({ channels: 8 })] as TokenSelector<unknown>[]) {
+        const out = sel.select(preInput(sel, layout, keys, n, 10, q));
         if (out.kind !== "perKvHead") throw new Error("per KV head expected");
         expect(out.ids.map((a) => Array.from(a))).toEqual(want.map((a) => Array.from(a)));
       }
@@ -141,6 +143,6 @@ describe("quest and infinigen", () => {
   it("fail with one line when the engine passes no keys", () => {
     const sel = quest(), layout = headLayout(2, 1, 4), keys = randomKeys(rng(3), "f32", 1, 10, 4);
     const input = { ...preInput(sel, layout, keys, 10, 3, new Float32Array(8)), keys: undefined };
-    expect(() => sel.select(input)).toThrow(/selector "quest" failed at layer 0, step 0: needs the layer's offloaded keys/);
+    expect(() => sel.select(input)).toThrow(/selector "quest" needs the layer.s offloaded keys, and the engine passed none/);
   });
 });

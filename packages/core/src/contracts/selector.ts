@@ -148,7 +148,7 @@ export interface SelectionBase<S = unknown> {
   /** Present when the selector declared `needsScores`. */
   readonly scores?: AccumulatedScores;
   readonly primitives: SelectorPrimitives;
-  /** The layer's offloaded K rows, when the engine's CPU stage exposes them (selectors that read keys need it). */
+  /** The layer's offloaded K rows: present when the selector declared `needsKeys` and the engine's CPU stage exposes them. */
   readonly keys?: OffloadedKeys;
 }
 
@@ -274,6 +274,8 @@ export interface TokenSelector<S = unknown> {
   readonly needsScores: boolean;
   /** False for selectors that return every token whatever K is ("all"). */
   readonly usesBudget: boolean;
+  /** Ask the engine for the layer's offloaded K rows (SelectionBase.keys); absent: false. */
+  readonly needsKeys?: boolean;
   /**
    * Optional: this selector's choice equals a kernel a CpuStage can run on its own threads,
    * so the engine may skip select() and run selection there (no JS on the critical path).

@@ -470,7 +470,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
     return {
       layer, step: this.step, sequence: 0, offloaded: plan.offloaded, positions: this.positions, budget: this.layerBudget(layer),
       layout: this.layout, state: this.states[layer], scores: this.accumulatedScores(layer),
-      primitives: this.stage.primitives ?? referencePrimitives, keys: this.stage.offloadedKeys?.(this.attention.cache.stageStoreK(layer)),
+      primitives: this.stage.primitives ?? referencePrimitives,
+      keys: this.selector.needsKeys ? this.stage.offloadedKeys?.(this.attention.cache.stageStoreK(layer)) : undefined,
     };
   }
 

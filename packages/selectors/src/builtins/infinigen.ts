@@ -57,6 +57,7 @@ export const infinigen = defineSelector<z.output<typeof InfiniGenOptionsSchema>,
   name: "infinigen",
   description: "pre-QKᵀ partial keys (InfiniGen): q·k over a few calibrated channels of every offloaded token, top K per KV head",
   timings: ["pre"],
+  needsKeys: true,
   options: InfiniGenOptionsSchema,
   initState: () => ({ channels: null, packed: null, packedCount: 0, query: new Float32Array(0), scores: newScratch() }),
   select(input, options) {

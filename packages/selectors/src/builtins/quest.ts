@@ -28,6 +28,7 @@ export const quest = defineSelector<z.output<typeof QuestOptionsSchema>, QuestSt
   name: "quest",
   description: "pre-QKᵀ pages (Quest): per-page min/max of K bound q·k; the best pages' tokens, K per KV head",
   timings: ["pre"],
+  needsKeys: true,
   options: QuestOptionsSchema,
   initState: () => ({ pages: null, summarized: 0, bounds: newScratch() }),
   select(input, { pageSize }) {
