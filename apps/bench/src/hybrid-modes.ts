@@ -9,8 +9,9 @@
  *     [--trace-dir DIR] [--source TEXT]
  *
  * Configs: full; post-exact, post-speculative, post-verified (top-K in the stage, fixed K);
- * pre-streaming, pre-quest, pre-infinigen (verified, fixed K); feedback (verified, kMin = K,
- * topk under post and streaming under pre), feedback-quest (topk+quest). Dummy weights (bf16),
+ * pre-streaming, pre-quest, pre-infinigen (verified, fixed K), pre-streaming-speculative; feedback
+ * (verified, kMin = K, topk under post and streaming under pre), feedback-quest (topk+quest),
+ * feedback-infinigen (topk+infinigen). Dummy weights (bf16),
  * bf16 KV. One prefill per context (in blocks of at most 32 768 tokens); every hybrid config
  * starts from a KvCache checkpoint of it.
  */
@@ -47,6 +48,8 @@ const HYBRID: Record<string, HybridRuntimeOptions> = {
   "pre-infinigen": { scheduler: "fixed", selector: "infinigen", k: K, timing: "pre", logits: "verified" },
   feedback: { scheduler: "feedback", selector: "topk+streaming", kMin: K, logits: "verified" },
   "feedback-quest": { scheduler: "feedback", selector: "topk+quest", kMin: K, logits: "verified" },
+  "feedback-infinigen": { scheduler: "feedback", selector: "topk+infinigen", kMin: K, logits: "verified" },
+  "pre-streaming-speculative": { scheduler: "fixed", selector: "streaming", k: K, timing: "pre", logits: "speculative" },
 };
 for (const c of configs) if (c !== "full" && !HYBRID[c]) throw new Error(`unknown config ${c} (configs: full, ${Object.keys(HYBRID).join(", ")})`);
 
