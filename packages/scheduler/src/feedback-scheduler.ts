@@ -60,6 +60,23 @@ export interface FeedbackSchedulerState {
 }
 
 const SLOPE_SMOOTHING = 0.5;
+/** Steps of the current timing whose load and T_gpu are averaged before deciding: one H200 step
+ * is ±10% noisy, more than the deadband, so single steps alone make K wander. */
+const WINDOW = 8;
+
+interface Sample {
+  k: number;
+  load: number;
+  gpu: number;
+}
+
+/** Load and T_gpu expected at the current K from the recent steps, and their slopes per K. */
+interface Estimate {
+  load: number;
+  gpu: number;
+  slope?: number;
+  gpuSlope: number;
+}
 
 export class FeedbackScheduler implements Scheduler {
   readonly name = "feedback";
@@ -79,6 +96,8 @@ export class FeedbackScheduler implements Scheduler {
   /** In post after a return from pre, until a post step fits (or the dwell passes). */
   private trialPost = false;
   private unavailable = new Set<SelectionTiming>();
+  /** The current timing's last WINDOW steps. */
+  private recent: Sample[] = [];
 
   constructor(options: FeedbackSchedulerOptions = {}) {
     this.options = Object.freeze(parseOptions(FeedbackSchedulerOptionsSchema, options, "feedback scheduler"));
@@ -99,6 +118,7 @@ export class FeedbackScheduler implements Scheduler {
     this.dwell = o.minDwellSteps;
     this.trialPost = false;
     this.unavailable = new Set();
+    this.recent = [];
   }
 
   initial(): SchedulerDecision {
@@ -135,6 +155,8 @@ export class FeedbackScheduler implements Scheduler {
     this.stepsInTiming++;
 
     const k = Math.max(t.k, 1);
+    this.recent.push({ k: t.offloaded > 0 ? Math.min(k, t.offloaded) : k, load, gpu: budget });
+    if (this.recent.length > WINDOW) this.recent.shift();
     const canSwitch = !this.switched || this.stepsInTiming >= this.dwell;
 
     if (this.timing === "pre" && o.returnToPost && !this.unavailable.has("post") && canSwitch && this.postFits(t, k)) {
@@ -144,11 +166,12 @@ export class FeedbackScheduler implements Scheduler {
       return this.initial();
     }
 
-    if (load <= (1 - o.deadband) * budget) {
-      this.k = clampK(this.resize(k, load, budget, "grow"), o);
-    } else if (load > budget) {
+    const e = this.estimate(k);
+    if (e.load <= (1 - o.deadband) * e.gpu) {
+      this.k = clampK(this.resize(k, e, "grow"), o);
+    } else if (e.load > e.gpu) {
       if (k > o.kMin) {
-        this.k = clampK(this.resize(k, load, budget, "shrink"), o);
+        this.k = clampK(this.resize(k, e, "shrink"), o);
       } else {
         this.k = clampK(o.kMin, o);
         const preOk = o.allowPre && !this.unavailable.has("pre");
@@ -161,7 +184,7 @@ export class FeedbackScheduler implements Scheduler {
     } else {
       this.k = clampK(k, o);
     }
-    if (this.trialPost && this.timing === "post" && (load <= budget || this.stepsInTiming >= this.dwell)) this.trialPost = false;
+    if (this.trialPost && this.timing === "post" && (e.load <= e.gpu || this.stepsInTiming >= this.dwell)) this.trialPost = false;
     // K beyond the offloaded count buys nothing (the engine clamps it) and would take many
     // steps to walk back once the CPU stage gets tight, so keep it within reach.
     if (t.offloaded > 0) this.k = clampK(Math.min(this.k, Math.max(o.kMin, t.offloaded)), o);
@@ -174,21 +197,63 @@ export class FeedbackScheduler implements Scheduler {
     this.enter(timing);
   }
 
-  /** Starts a stretch of `timing`: secants restart, the pre reference is taken afresh. */
+  /** Starts a stretch of `timing`: secants and the window restart, the pre reference is taken afresh. */
   private enter(timing: SelectionTiming): void {
     this.timing = timing;
     this.stepsInTiming = 0;
+    this.recent = [];
     for (const s of [this.slopes[timing], this.gpuSlopes[timing]]) s.lastK = s.lastMs = undefined;
     if (timing === "pre") this.preGpuRef = undefined;
   }
 
-  /** K whose predicted load sits mid-deadband, within a factor maxStep of the current K. */
-  private resize(k: number, load: number, budget: number, dir: "grow" | "shrink"): number {
+  /**
+   * The window's load and T_gpu at K: each step moved to K along the slopes — a least-squares
+   * line's through the window when its K spread by 20% or more and the line is well determined,
+   * else the secants' — then the median T_gpu and the median load/T_gpu ratio. One step alone is
+   * taken as it is.
+   */
+  private estimate(k: number): Estimate {
+    const r = this.recent, n = r.length;
+    let slope = this.slopes[this.timing].msPerK;
+    let gpuSlope = this.gpuSlopes[this.timing].msPerK ?? 0;
+    const mk = r.reduce((a, x) => a + x.k, 0) / n;
+    const ml = r.reduce((a, x) => a + x.load, 0) / n;
+    const mg = r.reduce((a, x) => a + x.gpu, 0) / n;
+    let lo = Infinity, hi = 0, sxx = 0, sxl = 0, sxg = 0;
+    for (const x of r) {
+      lo = Math.min(lo, x.k);
+      hi = Math.max(hi, x.k);
+      sxx += (x.k - mk) ** 2;
+      sxl += (x.k - mk) * (x.load - ml);
+      sxg += (x.k - mk) * (x.gpu - mg);
+    }
+    if (n >= 3 && hi >= 1.2 * lo && sxx > 0) {
+      // A line's slope is taken only where the window determines it (standard error ≤ half of it).
+      const fit = (sxy: number, m: number, y: (x: Sample) => number) => {
+        const b = sxy / sxx;
+        const sse = r.reduce((a, x) => a + (y(x) - m - b * (x.k - mk)) ** 2, 0);
+        return b > 0 && Math.sqrt(sse / ((n - 2) * sxx)) <= 0.5 * b ? b : undefined;
+      };
+      slope = fit(sxl, ml, (x) => x.load) ?? slope;
+      gpuSlope = fit(sxg, mg, (x) => x.gpu) ?? gpuSlope;
+    }
+    // Medians, not means: a few steps of the H200 traces are 1.5–2× off (the host preempted).
+    const gpus = r.map((x) => Math.max(1e-9, x.gpu + gpuSlope * (k - x.k)));
+    const ratios = r.map((x, i) => (x.load + (slope ?? 0) * (k - x.k)) / gpus[i]!);
+    const gpu = median(gpus);
+    return { load: median(ratios) * gpu, gpu, slope, gpuSlope };
+  }
+
+  /** K whose predicted load sits mid-deadband of its predicted T_gpu, within a factor maxStep of the current K. */
+  private resize(k: number, e: Estimate, dir: "grow" | "shrink"): number {
     const o = this.options;
-    const slope = this.slopes[this.timing].msPerK;
-    const target = (1 - o.deadband / 2) * budget;
-    let next = dir === "grow" ? k * o.maxStep : k / o.maxStep;
-    if (slope !== undefined && slope > 0) next = k + (target - load) / slope;
+    const f = 1 - o.deadband / 2;
+    // Without a slope, as if the load were proportional to K (the largest slope a load with a
+    // non-negative fixed part can have: the cautious step).
+    let next = e.load > 0 ? (k * f * e.gpu) / e.load : dir === "grow" ? k * o.maxStep : k / o.maxStep;
+    // load + s·ΔK = f·(gpu + g·ΔK): only when the load rises faster than the budget does.
+    const net = e.slope === undefined ? 0 : e.slope - f * e.gpuSlope;
+    if (e.slope !== undefined && e.slope > 0 && net > 0) next = k + (f * e.gpu - e.load) / net;
     const lo = k / o.maxStep;
     const hi = k * o.maxStep;
     next = Math.min(hi, Math.max(lo, next));
@@ -230,12 +295,17 @@ export class FeedbackScheduler implements Scheduler {
   }
 }
 
+function median(v: readonly number[]): number {
+  const s = [...v].sort((a, b) => a - b), m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
 /** Feeds one (K, ms) observation to a secant slope estimate. */
 function secant(s: SlopeEstimate, k: number, ms: number): void {
   if (s.lastK !== undefined && s.lastMs !== undefined) {
     const dK = k - s.lastK;
     // Secants over a tiny change of K are mostly noise; skip them.
-    if (Math.abs(dK) >= Math.max(1, 0.05 * Math.max(k, s.lastK))) {
+    if (Math.abs(dK) >= Math.max(1, 0.2 * Math.max(k, s.lastK))) {
       const m = (ms - s.lastMs) / dK;
       if (Number.isFinite(m) && m > 0) s.msPerK = s.msPerK === undefined ? m : SLOPE_SMOOTHING * m + (1 - SLOPE_SMOOTHING) * s.msPerK;
     }
