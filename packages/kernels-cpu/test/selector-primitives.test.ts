@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { offloadedKeys, pageSummaries, referencePrimitives as ref, type DType } from "@hybridgen/core";
-import { createCpuBackend, nativeSelectorPrimitives, storeKeys, type CpuTensor, type SelectorIsa } from "../src/index.js";
+import { createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, storeKeys, type CpuTensor, type SelectorIsa } from "../src/index.js";
 import { randn, rng, SEED } from "./helpers.js";
 
 const DTYPES: DType[] = ["f32", "f16", "bf16"];
@@ -72,5 +72,20 @@ describe("native selector primitives", () => {
     expect(() => P.keyScores(new Float32Array(8), 1, { ...keys, data: new Float32Array(80) }, 0, 10)).toThrow(/bf16 keys need a Uint16Array/);
     expect(() => P.gatherChannels(keys, Int32Array.of(0, 4), 0, 5, offloadedKeys("f32", 2, 10, 1))).toThrow(/channel 4 out of range/);
     expect(() => P.pageBounds(new Float32Array(8), 1, pageSummaries(2, 4, 10, 4), 4)).toThrow(/page count 4 out of range \[0, 3\]/);
+  });
+
+  it("the native stage hands selectors its store's keys in place and native primitives", () => {
+    using be = createCpuBackend({ threads: 1 });
+    using other = createCpuBackend({ threads: 1 });
+    using stage = new NativeCpuStage(be, { threads: 1 });
+    stage.prepare({ heads: 4, kvHeads: 2, headDim: 8, storeCapacity: 12, dtype: "f16" });
+    const k = be.alloc([2, 12, 8], "f16") as CpuTensor;
+    be.write(k, randn(rng(5), 2 * 12 * 8));
+    const keys = stage.offloadedKeys(k);
+    expect(keys.data.buffer).toBe(storeKeys(k).data.buffer);
+    const q = randn(rng(6), 32);
+    expect(stage.primitives.keyScores(q, 2, keys, 0, 12)).toEqual(nativeSelectorPrimitives().keyScores(q, 2, keys, 0, 12));
+    expect(() => stage.offloadedKeys(other.alloc([2, 12, 8], "f16"))).toThrow(/not a tensor of this CpuBackend/);
+    expect(() => stage.offloadedKeys(be.alloc([2, 12, 8], "bf16"))).toThrow(/store K is bf16, the stage was prepared for f16/);
   });
 });
