@@ -111,6 +111,7 @@ export class KvCache implements Disposable {
   private closed = false;
   /** Bumped by reset(): a checkpoint of an earlier sequence no longer matches the store. */
   private generation = 0;
+  private _rewinds = 0;
   private host: HostStore | null = null;
   private _storeK: Tensor[];
   private _storeV: Tensor[];
@@ -514,7 +515,14 @@ export class KvCache implements Disposable {
     this._storeCount = cp.storeCount;
     this.ringHead = cp.ringHead;
     for (const s of this.scratch) s.layer = -1;
+    this._rewinds++;
     this.updateSpans();
+  }
+
+  /** Counts reset() and restore() calls: per-sequence state kept beside the cache (a selector's
+   * summaries of the store) is stale once it changes. */
+  get rewinds(): number {
+    return this.generation + this._rewinds;
   }
 
   /** Forget every position (storage is kept for reuse). */

@@ -91,6 +91,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private stepTx = 0;
   private stepCpu = 0;
   private clampSaid = false;
+  /** KvCache.rewinds when the per-sequence state was made: a restore() since means a new one. */
+  private cacheRewinds = -1;
   private discardTimes = true; // the device's first timed step drops what prefill recorded
   private inFlight = false; // a stage job was submitted and not yet collected
   private closed = false;
@@ -155,6 +157,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
   newSequence(): void {
     this.drain();
+    this.cacheRewinds = this.attention.cache.rewinds;
     const info = (layer: number) => ({ layer, sequence: 0, layout: this.layout });
     this.states = Array.from({ length: this.layers }, (_, l) => this.selector.initState(info(l)));
     const maxContext = this.attention.cache.maxContext;
@@ -171,6 +174,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
   beginStep(pos: number): void {
     this.checkOpen();
     this.drain();
+    // A checkpoint restored under a live hybrid attention: selector states describe another store.
+    if (this.attention.cache.rewinds !== this.cacheRewinds) this.newSequence();
     this.pos = pos;
     this.stepStart = performance.now();
     this.stepWait = this.stepJs = this.stepTx = this.stepCpu = 0;
