@@ -53,6 +53,7 @@ const MODES: Record<string, Mode> = {
   "infinigen-exact": fixed("InfiniGen partial keys (pre), exact", { selector: "infinigen", timing: "pre", logits: "exact" }),
   feedback: { label: "feedback scheduler (topk+streaming, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+streaming" }, kAs: "kMin" },
   "feedback-quest": { label: "feedback scheduler (topk+quest, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+quest" }, kAs: "kMin" },
+  "feedback-infinigen": { label: "feedback scheduler (topk+infinigen, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+infinigen" }, kAs: "kMin" },
 };
 const modeNames = list("modes", "full,exact,speculative,verified,verified-c2,verified-c4,verified-exact,streaming");
 for (const m of modeNames) if (!MODES[m]) throw new Error(`unknown mode ${m} (modes: ${Object.keys(MODES).join(", ")})`);
