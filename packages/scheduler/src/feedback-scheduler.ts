@@ -7,11 +7,14 @@
  *   load > T_gpu and K = kMin, post    → switch to pre-QKᵀ (score only the K chosen tokens)
  *   otherwise                          → hold
  *
- * Step size: the scheduler learns the marginal cost of one more selected token (ms per K,
- * a secant over consecutive steps of the same timing, smoothed) and jumps to the K whose load
- * lands in the middle of the deadband, limited to a factor `maxStep` per step; before it has a
- * slope it moves by the factor `maxStep` itself. Separate slopes are kept for pre and post,
- * whose costs per K differ, and a secant never spans a stretch of the other timing.
+ * The load and T_gpu compared are not one step's but the last WINDOW steps' of the current
+ * timing, each moved to the current K along the slopes, as medians (one step is noisier than
+ * the deadband). Step size: the scheduler learns the marginal cost of one more selected token
+ * (ms per K: a well-determined least-squares line through the window, else secants over
+ * consecutive steps of the same timing, smoothed) and jumps to the K whose load lands in the
+ * middle of the deadband of its T_gpu, limited to a factor `maxStep` per step; before it has a
+ * slope it sizes the step as if the load were proportional to K. Separate slopes are kept for
+ * pre and post, whose costs per K differ, and neither spans a stretch of the other timing.
  *
  * Algorithm 1 never leaves pre-QKᵀ. With `returnToPost` it does, when post at kMin is predicted
  * to fit again: its load is the last post step's load per offloaded token × today's offloaded
