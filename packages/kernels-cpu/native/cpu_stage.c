@@ -378,6 +378,9 @@ void hg_stage_destroy(hg_stage *s) {
 
 int hg_stage_threads(const hg_stage *s) { return hg_pool_threads(s->ctx->pool); }
 
+/* Selector primitives (sel_pool.h) borrow the pool between jobs; a running job owns it. */
+hg_pool *hg_stage_idle_pool(hg_stage *s) { return atomic_load(&s->state) == PENDING ? NULL : s->ctx->pool; }
+
 int hg_stage_submit(hg_stage *s, const hg_stage_job *job) {
     if (atomic_load(&s->state) == PENDING) return -1;
     pthread_mutex_lock(&s->mu);

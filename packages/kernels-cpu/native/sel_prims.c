@@ -1,7 +1,9 @@
 /* Key primitives of pre-QKᵀ selectors (see sel_prims.h): a scalar form and an AVX2 form of
  * each loop, picked per call; rows are widened to f32 into a small buffer first, so every
- * dtype shares one vector loop. */
+ * dtype shares one vector loop. With a pool, pieces of (KV head, run of tokens or pages) go
+ * to its threads, each running the same serial loop on its piece: results are bit-identical. */
 #include "sel_prims.h"
+#include "sel_pool.h"
 #include <stdlib.h>
 #include <string.h>
 #include "half.h"
@@ -164,7 +166,7 @@ static float *row_buffer(float *stack, int64_t d) {
     return d <= ROW_STACK ? stack : (float *)malloc((size_t)d * 4);
 }
 
-void hg_sel_summarize(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, int64_t from, int64_t to,
+static void summarize_serial(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, int64_t from, int64_t to,
                       int64_t page, int64_t page_cap, float *mn, float *mx, int isa) {
     float stack[ROW_STACK], *row = row_buffer(stack, d);
     if (!row) return;
@@ -187,7 +189,7 @@ void hg_sel_summarize(const void *k, int ktype, int64_t kv_heads, int64_t cap, i
     if (row != stack) free(row);
 }
 
-void hg_sel_page_bounds(const float *q, int64_t kv_heads, int64_t group, int64_t d, const float *mn, const float *mx,
+static void page_bounds_serial(const float *q, int64_t kv_heads, int64_t group, int64_t d, const float *mn, const float *mx,
                         int64_t page_cap, int64_t count, float *out, int isa) {
     int v = use_avx2(isa);
     (void)v;
@@ -210,7 +212,7 @@ void hg_sel_page_bounds(const float *q, int64_t kv_heads, int64_t group, int64_t
     }
 }
 
-void hg_sel_key_scores(const float *q, int64_t kv_heads, int64_t group, const void *k, int ktype, int64_t cap, int64_t d,
+static void key_scores_serial(const float *q, int64_t kv_heads, int64_t group, const void *k, int ktype, int64_t cap, int64_t d,
                        int64_t from, int64_t to, float *out, int isa) {
     float stack[ROW_STACK], *row = row_buffer(stack, d);
     if (!row) return;
@@ -241,7 +243,7 @@ void hg_sel_key_scores(const float *q, int64_t kv_heads, int64_t group, const vo
     if (row != stack) free(row);
 }
 
-void hg_sel_gather(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, const int32_t *ch, int64_t r,
+static void gather_serial(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, const int32_t *ch, int64_t r,
                    int64_t from, int64_t to, float *out, int64_t out_cap) {
     for (int64_t g = 0; g < kv_heads; g++) {
         const int32_t *cg = ch + g * r;
@@ -258,4 +260,97 @@ void hg_sel_gather(const void *k, int ktype, int64_t kv_heads, int64_t cap, int6
             }
         }
     }
+}
+
+/* ---- pieces on the pool ---------------------------------------------------------------- */
+#define PIECE_ROWS 512 /* fewest rows (or pages) per piece, so a piece outweighs its hand-off */
+
+enum { OP_SUMMARIZE, OP_BOUNDS, OP_SCORES, OP_GATHER };
+
+typedef struct {
+    int op, isa, ktype;
+    const void *k;
+    const float *q, *mn_c, *mx_c;
+    float *mn, *mx, *out;
+    const int32_t *ch;
+    int64_t kv_heads, cap, d, from, to, page, page_cap, group, count, r, out_cap, chunks;
+} sel_run;
+
+static inline int64_t kesize(int ktype) { return ktype == HG_F32 ? 4 : 2; }
+
+static void sel_part(void *v, int part, int parts) {
+    (void)parts;
+    const sel_run *a = v;
+    const int64_t g = part / a->chunks, c = part % a->chunks, d = a->d;
+    const void *kg = a->k ? (const char *)a->k + g * a->cap * d * kesize(a->ktype) : NULL;
+    int64_t b, e;
+    switch (a->op) {
+    case OP_SUMMARIZE: { /* whole pages per piece: a page's summary has one writer */
+        const int64_t p0 = a->from / a->page, p1 = (a->to + a->page - 1) / a->page;
+        hg_split(p1 - p0, 1, (int)c, (int)a->chunks, &b, &e);
+        int64_t s0 = (p0 + b) * a->page, s1 = (p0 + e) * a->page;
+        s0 = s0 > a->from ? s0 : a->from;
+        s1 = s1 < a->to ? s1 : a->to;
+        if (s0 < s1)
+            summarize_serial(kg, a->ktype, 1, a->cap, d, s0, s1, a->page, a->page_cap, a->mn + g * a->page_cap * d, a->mx + g * a->page_cap * d, a->isa);
+        break;
+    }
+    case OP_BOUNDS:
+        hg_split(a->count, 16, (int)c, (int)a->chunks, &b, &e);
+        if (b < e)
+            page_bounds_serial(a->q + g * a->group * d, 1, a->group, d, a->mn_c + (g * a->page_cap + b) * d, a->mx_c + (g * a->page_cap + b) * d,
+                               a->page_cap, e - b, a->out + g * a->count + b, a->isa);
+        break;
+    case OP_SCORES:
+        hg_split(a->to - a->from, 16, (int)c, (int)a->chunks, &b, &e);
+        if (b < e)
+            key_scores_serial(a->q + g * a->group * d, 1, a->group, kg, a->ktype, a->cap, d, a->from + b, a->from + e,
+                              a->out + g * (a->to - a->from) + b, a->isa);
+        break;
+    default:
+        hg_split(a->to - a->from, 16, (int)c, (int)a->chunks, &b, &e);
+        if (b < e) gather_serial(kg, a->ktype, 1, a->cap, d, a->ch + g * a->r, a->r, a->from + b, a->from + e, a->out + g * a->out_cap * a->r, a->out_cap);
+        break;
+    }
+}
+
+/* Runs the op over kv_heads x chunks pieces on the stage's idle pool; 0 when it should run
+ * serially (no pool, one thread, or too little work). */
+static int run_pieces(hg_stage *stage, sel_run *a, int64_t rows) {
+    hg_pool *pool = hg_sel_pool(stage);
+    if (!pool || hg_pool_threads(pool) < 2 || rows * a->kv_heads < 2 * PIECE_ROWS) return 0;
+    const int64_t threads = hg_pool_threads(pool);
+    int64_t per = (2 * threads + a->kv_heads - 1) / a->kv_heads, most = (rows + PIECE_ROWS - 1) / PIECE_ROWS;
+    a->chunks = per < most ? per : most;
+    if (a->chunks < 1) a->chunks = 1;
+    hg_pool_run(pool, sel_part, a, (int)(a->kv_heads * a->chunks));
+    return 1;
+}
+
+void hg_sel_summarize(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, int64_t from, int64_t to,
+                      int64_t page, int64_t page_cap, float *mn, float *mx, int isa, hg_stage *stage) {
+    sel_run a = { .op = OP_SUMMARIZE, .isa = isa, .ktype = ktype, .k = k, .mn = mn, .mx = mx, .kv_heads = kv_heads, .cap = cap, .d = d,
+                  .from = from, .to = to, .page = page, .page_cap = page_cap };
+    if (!run_pieces(stage, &a, to - from)) summarize_serial(k, ktype, kv_heads, cap, d, from, to, page, page_cap, mn, mx, isa);
+}
+
+void hg_sel_page_bounds(const float *q, int64_t kv_heads, int64_t group, int64_t d, const float *mn, const float *mx,
+                        int64_t page_cap, int64_t count, float *out, int isa, hg_stage *stage) {
+    sel_run a = { .op = OP_BOUNDS, .isa = isa, .q = q, .mn_c = mn, .mx_c = mx, .out = out, .kv_heads = kv_heads, .d = d, .group = group,
+                  .page_cap = page_cap, .count = count };
+    if (!run_pieces(stage, &a, count)) page_bounds_serial(q, kv_heads, group, d, mn, mx, page_cap, count, out, isa);
+}
+
+void hg_sel_key_scores(const float *q, int64_t kv_heads, int64_t group, const void *k, int ktype, int64_t cap, int64_t d,
+                       int64_t from, int64_t to, float *out, int isa, hg_stage *stage) {
+    sel_run a = { .op = OP_SCORES, .isa = isa, .ktype = ktype, .k = k, .q = q, .out = out, .kv_heads = kv_heads, .cap = cap, .d = d,
+                  .from = from, .to = to, .group = group };
+    if (!run_pieces(stage, &a, to - from)) key_scores_serial(q, kv_heads, group, k, ktype, cap, d, from, to, out, isa);
+}
+
+void hg_sel_gather(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, const int32_t *ch, int64_t r,
+                   int64_t from, int64_t to, float *out, int64_t out_cap, hg_stage *stage) {
+    sel_run a = { .op = OP_GATHER, .ktype = ktype, .k = k, .ch = ch, .out = out, .kv_heads = kv_heads, .cap = cap, .d = d, .from = from, .to = to,
+                  .r = r, .out_cap = out_cap };
+    if (!run_pieces(stage, &a, to - from)) gather_serial(k, ktype, kv_heads, cap, d, ch, r, from, to, out, out_cap);
 }

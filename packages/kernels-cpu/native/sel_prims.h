@@ -2,26 +2,33 @@
  * the native side of SelectorPrimitives' summarizePages / pageBounds / keyScores /
  * gatherChannels, same semantics as core's reference implementations. K is
  * [kv_heads, cap, d] in f32/f16/bf16 (HG_F32/HG_F16/HG_BF16); queries and outputs are f32.
- * isa: 0 scalar, 1 AVX2 (+FMA, F16C), < 0 the best the CPU runs. Single-threaded: a selector
- * runs between stage jobs, on the caller's thread. Arguments are checked by the caller. */
+ * isa: 0 scalar, 1 AVX2 (+FMA, F16C), < 0 the best the CPU runs. stage: NULL runs on the
+ * caller's thread; a CPU stage lends its thread pool while no job of its own runs (a selector
+ * runs between stage jobs), else the call stays on the caller's thread. Results do not depend
+ * on the thread count. Arguments are checked by the caller. */
 #ifndef HG_SEL_PRIMS_H
 #define HG_SEL_PRIMS_H
 #include <stdint.h>
+#include "cpu_stage.h"
 
 #pragma GCC visibility push(default)
 /* The ISA an isa argument < 0 resolves to (0 or 1). */
 int hg_sel_best_isa(void);
 /* Folds rows [from, to) into page summaries mn/mx [kv_heads, page_cap, d]; a row at a page start resets its page. */
 void hg_sel_summarize(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, int64_t from, int64_t to,
-                      int64_t page, int64_t page_cap, float *mn, float *mx, int isa);
+                      int64_t page, int64_t page_cap, float *mn, float *mx, int isa, hg_stage *stage);
 /* out[g*count + p] = max over the group's heads of sum_c max(q*mn, q*mx). q is [kv_heads*group, d]. */
 void hg_sel_page_bounds(const float *q, int64_t kv_heads, int64_t group, int64_t d, const float *mn, const float *mx,
-                        int64_t page_cap, int64_t count, float *out, int isa);
+                        int64_t page_cap, int64_t count, float *out, int isa, hg_stage *stage);
 /* out[g*(to-from) + slot-from] = max over the group's heads of q·K[g, slot]. */
 void hg_sel_key_scores(const float *q, int64_t kv_heads, int64_t group, const void *k, int ktype, int64_t cap, int64_t d,
-                       int64_t from, int64_t to, float *out, int isa);
+                       int64_t from, int64_t to, float *out, int isa, hg_stage *stage);
 /* out[(g*out_cap + slot)*r + i] = K[g, slot, ch[g*r + i]] as f32, slots [from, to). */
 void hg_sel_gather(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, const int32_t *ch, int64_t r,
-                   int64_t from, int64_t to, float *out, int64_t out_cap);
+                   int64_t from, int64_t to, float *out, int64_t out_cap, hg_stage *stage);
+/* Indices (ascending) of the k largest of x[0..n) into out: ties to the lower index, every NaN
+ * below every number, -0 equal to +0, k clamped to [0, n]. Returns the count, or -1 when
+ * scratch memory failed. */
+int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, hg_stage *stage);
 #pragma GCC visibility pop
 #endif

@@ -68,7 +68,8 @@ interface Slot {
 export class NativeCpuStage implements CpuStage {
   readonly name = "native";
   readonly concurrent = true;
-  readonly primitives: SelectorPrimitives = nativeSelectorPrimitives();
+  /** Native primitives on the stage's pool while it runs no job (a pre-QKᵀ selector runs between jobs). */
+  readonly primitives: SelectorPrimitives = nativeSelectorPrimitives(undefined, () => this.handle);
   readonly threads: number;
   private readonly lib: StageLib;
   private handle: Pointer | null;

@@ -1,7 +1,8 @@
 /**
  * SelectorPrimitives with the key primitives (page summaries, page bounds, key scores, channel
- * packing) in C (native/sel_prims.c, AVX2 with a scalar fallback); topK, maxRows, sumRows and
- * range are core's. Arguments go through core's keyPrimitiveChecks before any pointer reaches C.
+ * packing; native/sel_prims.c, AVX2 with a scalar fallback) and topK (native/sel_topk.c, a radix
+ * select) in C; maxRows, sumRows and range are core's. Arguments go through core's checks before
+ * any pointer reaches C. Bound to a CPU stage, they run on its thread pool while it is idle.
  */
 import { FFIType, ptr as addressOf, type Pointer } from "bun:ffi";
 import {
@@ -9,13 +10,14 @@ import {
 } from "@hybridgen/core";
 import { openNativeSymbols } from "./native.js";
 
-const { ptr, i32, i64, void: none } = FFIType;
+const { ptr, i32, i64, i64_fast, void: none } = FFIType;
 const symbols = {
   hg_sel_best_isa: { args: [], returns: i32 },
-  hg_sel_summarize: { args: [ptr, i32, i64, i64, i64, i64, i64, i64, i64, ptr, ptr, i32], returns: none },
-  hg_sel_page_bounds: { args: [ptr, i64, i64, i64, ptr, ptr, i64, i64, ptr, i32], returns: none },
-  hg_sel_key_scores: { args: [ptr, i64, i64, ptr, i32, i64, i64, i64, i64, ptr, i32], returns: none },
-  hg_sel_gather: { args: [ptr, i32, i64, i64, i64, ptr, i64, i64, i64, ptr, i64], returns: none },
+  hg_sel_summarize: { args: [ptr, i32, i64, i64, i64, i64, i64, i64, i64, ptr, ptr, i32, ptr], returns: none },
+  hg_sel_page_bounds: { args: [ptr, i64, i64, i64, ptr, ptr, i64, i64, ptr, i32, ptr], returns: none },
+  hg_sel_key_scores: { args: [ptr, i64, i64, ptr, i32, i64, i64, i64, i64, ptr, i32, ptr], returns: none },
+  hg_sel_gather: { args: [ptr, i32, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, ptr], returns: none },
+  hg_sel_topk: { args: [ptr, i64, i64, ptr, ptr], returns: i64_fast },
 } as const;
 let lib: ReturnType<typeof openNativeSymbols<typeof symbols>> | undefined;
 
@@ -26,38 +28,57 @@ export type SelectorIsa = "generic" | "avx2";
 
 const at = (a: Float32Array | Uint16Array | Int32Array): Pointer => addressOf(a);
 
-/** Native SelectorPrimitives; `isa` forces a loop (tests compare both with the reference). */
-export function nativeSelectorPrimitives(isa?: SelectorIsa): SelectorPrimitives {
+/**
+ * Native SelectorPrimitives; `isa` forces a loop (tests compare both with the reference).
+ * `stage` gives the handle of a native CPU stage (null once closed) whose pool the calls borrow
+ * while it runs no job; without one they run on the calling thread.
+ */
+export function nativeSelectorPrimitives(isa?: SelectorIsa, stage?: () => Pointer | null): SelectorPrimitives {
   lib ??= openNativeSymbols(symbols);
   const L = lib;
   const best = L.hg_sel_best_isa() === 1 ? "avx2" : "generic";
   if (isa === "avx2" && best !== "avx2") fail("native selector primitives: this CPU lacks AVX2/FMA/F16C (use isa \"generic\")");
   const code = (isa ?? best) === "avx2" ? 1 : 0;
+  const pool = stage ?? (() => null);
   return {
     ...referencePrimitives,
+    topK(values: Float32Array, k: number, length: number = values.length): Int32Array {
+      checkTopK(values, k, length);
+      const out = new Int32Array(Math.max(0, Math.min(k, length)));
+      if (out.length === 0) return out;
+      if (Number(L.hg_sel_topk(at(values), length, out.length, at(out), pool())) < 0) fail("topK: out of memory for the native select");
+      return out;
+    },
     summarizePages(keys: OffloadedKeys, from: number, to: number, pages: PageSummaries): void {
       check.summarizePages(keys, from, to, pages);
       if (to === from) return;
       L.hg_sel_summarize(at(keys.data), DTYPE_CODE[keys.dtype], keys.kvHeads, keys.capacity, keys.headDim, from, to,
-        pages.pageSize, pages.pageCapacity, at(pages.min), at(pages.max), code);
+        pages.pageSize, pages.pageCapacity, at(pages.min), at(pages.max), code, pool());
     },
     pageBounds(query: Float32Array, groupSize: number, pages: PageSummaries, count: number, out?: Float32Array): Float32Array {
       const dst = check.pageBounds(query, groupSize, pages, count, out);
       if (count === 0) return dst;
-      L.hg_sel_page_bounds(at(query), pages.kvHeads, groupSize, pages.headDim, at(pages.min), at(pages.max), pages.pageCapacity, count, at(dst), code);
+      L.hg_sel_page_bounds(at(query), pages.kvHeads, groupSize, pages.headDim, at(pages.min), at(pages.max), pages.pageCapacity, count, at(dst), code, pool());
       return dst;
     },
     keyScores(query: Float32Array, groupSize: number, keys: OffloadedKeys, from: number, to: number, out?: Float32Array): Float32Array {
       const dst = check.keyScores(query, groupSize, keys, from, to, out);
       if (to === from) return dst;
-      L.hg_sel_key_scores(at(query), keys.kvHeads, groupSize, at(keys.data), DTYPE_CODE[keys.dtype], keys.capacity, keys.headDim, from, to, at(dst), code);
+      L.hg_sel_key_scores(at(query), keys.kvHeads, groupSize, at(keys.data), DTYPE_CODE[keys.dtype], keys.capacity, keys.headDim, from, to, at(dst), code, pool());
       return dst;
     },
     gatherChannels(keys: OffloadedKeys, channels: Int32Array, from: number, to: number, out: OffloadedKeys): void {
       check.gatherChannels(keys, channels, from, to, out);
       if (to === from || out.headDim === 0) return;
       L.hg_sel_gather(at(keys.data), DTYPE_CODE[keys.dtype], keys.kvHeads, keys.capacity, keys.headDim, at(channels), out.headDim, from, to,
-        at(out.data), out.capacity);
+        at(out.data), out.capacity, pool());
     },
   };
+}
+
+/** The reference topK's argument checks (same messages). */
+function checkTopK(values: Float32Array, k: number, length: number): void {
+  if (!Number.isInteger(length) || length < 0) fail(`topK: length must be a non-negative integer, got ${length}`);
+  if (values.length < length) fail(`topK: values has ${values.length} elements, fewer than length ${length}`);
+  if (!Number.isFinite(k) || Math.floor(k) !== k) fail(`topK: k must be an integer, got ${k}`);
 }

@@ -1,0 +1,225 @@
+/* Native top-K of one f32 row for selectors (hg_sel_topk, see sel_prims.h): the radix select of
+ * cpu_stage.c over order-preserving integer keys. With a pool the O(n) passes (keys, the first
+ * histogram, the compaction, the final scan) run a chunk of the row per thread; the later
+ * rounds only see the few keys of one bin and stay on the calling thread. */
+#include "sel_prims.h"
+#include "sel_pool.h"
+#include <stdlib.h>
+#include <string.h>
+
+#define BINS 2048
+#define TOPK_CHUNK 4096 /* fewest elements worth a chunk of their own */
+
+/* Order-preserving key: a > b (as floats) iff key(a) > key(b); ±0 share a key; every NaN is 0,
+ * below every number's key (no number maps to 0: ~u == 0 needs u == 0xffffffff, a NaN). */
+static inline uint32_t tkey(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if (x != x) return 0;
+    if (u == 0x80000000u) u = 0;
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* The k-th largest of key[0..m) (1 <= k <= m), all in [lo, hi], as in cpu_stage.c: a
+ * histogram over the keys' range, the bin holding it compacted into cand (in place once
+ * src == cand), repeated on that bin's range. */
+static uint32_t kth_largest(const uint32_t *src, int64_t m, int64_t need, uint32_t lo, uint32_t hi, uint32_t *cand) {
+    static _Thread_local uint32_t hist[4][BINS];
+    for (;;) {
+        if (lo == hi) return lo;
+        const uint32_t range = hi - lo;
+        int sh = 0;
+        while ((range >> sh) >= BINS) sh++;
+        const int bins = (int)(range >> sh) + 1;
+        for (int c = 0; c < 4; c++) memset(hist[c], 0, (size_t)bins * sizeof(uint32_t));
+        int64_t i = 0;
+        for (; i + 4 <= m; i += 4) {
+            hist[0][(src[i] - lo) >> sh]++;
+            hist[1][(src[i + 1] - lo) >> sh]++;
+            hist[2][(src[i + 2] - lo) >> sh]++;
+            hist[3][(src[i + 3] - lo) >> sh]++;
+        }
+        for (; i < m; i++) hist[0][(src[i] - lo) >> sh]++;
+        int b = bins - 1;
+        for (;; b--) {
+            int64_t c = (int64_t)hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b];
+            if (need <= c || b == 0) break;
+            need -= c;
+        }
+        if (sh == 0) return lo + (uint32_t)b;
+        const uint32_t blo = lo + ((uint32_t)b << sh), span = (1u << sh) - 1;
+        const uint32_t bhi = hi - blo < span ? hi : blo + span;
+        int64_t o = 0;
+        for (int64_t j = 0; j < m; j++) {
+            uint32_t x = src[j];
+            cand[o] = x;
+            o += (x - blo) <= (bhi - blo);
+        }
+        src = cand;
+        m = o;
+        lo = blo;
+        hi = bhi;
+    }
+}
+
+/* Per chunk: its key range, then (first round) its histogram and compacted bin, then its
+ * count above / equal to the threshold and where its ids go. */
+typedef struct { uint32_t lo, hi; int64_t kept, above, equal, at, take; } chunk_stat;
+
+typedef struct {
+    const float *x;
+    int64_t n;
+    int32_t *out;
+    uint32_t *key, *cand, *hist; /* hist: [chunks][BINS] */
+    chunk_stat *st;
+    int chunks, sh, bins;
+    uint32_t lo, blo, bhi, t;
+} topk_run;
+
+static void chunk_of(const topk_run *r, int part, int64_t *b, int64_t *e) { hg_split(r->n, 64, part, r->chunks, b, e); }
+
+static void keys_part(void *v, int part, int parts) {
+    (void)parts;
+    topk_run *r = v;
+    int64_t b, e;
+    chunk_of(r, part, &b, &e);
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (int64_t i = b; i < e; i++) {
+        uint32_t k = tkey(r->x[i]);
+        r->key[i] = k;
+        lo = k < lo ? k : lo;
+        hi = k > hi ? k : hi;
+    }
+    r->st[part].lo = lo;
+    r->st[part].hi = hi;
+}
+
+static void hist_part(void *v, int part, int parts) {
+    (void)parts;
+    topk_run *r = v;
+    int64_t b, e;
+    chunk_of(r, part, &b, &e);
+    uint32_t *h = r->hist + (size_t)part * BINS;
+    memset(h, 0, (size_t)r->bins * sizeof(uint32_t));
+    for (int64_t i = b; i < e; i++) h[(r->key[i] - r->lo) >> r->sh]++;
+}
+
+/* The chunk's keys of the chosen bin, packed at the chunk's own start in cand. */
+static void compact_part(void *v, int part, int parts) {
+    (void)parts;
+    topk_run *r = v;
+    int64_t b, e;
+    chunk_of(r, part, &b, &e);
+    int64_t o = b;
+    const uint32_t blo = r->blo, w = r->bhi - r->blo;
+    for (int64_t i = b; i < e; i++) {
+        uint32_t x = r->key[i];
+        r->cand[o] = x;
+        o += (x - blo) <= w;
+    }
+    r->st[part].kept = o - b;
+}
+
+static void count_part(void *v, int part, int parts) {
+    (void)parts;
+    topk_run *r = v;
+    int64_t b, e, above = 0, equal = 0;
+    chunk_of(r, part, &b, &e);
+    for (int64_t i = b; i < e; i++) {
+        above += r->key[i] > r->t;
+        equal += r->key[i] == r->t;
+    }
+    r->st[part].above = above;
+    r->st[part].equal = equal;
+}
+
+static void emit_part(void *v, int part, int parts) {
+    (void)parts;
+    topk_run *r = v;
+    int64_t b, e, o = r->st[part].at, take = r->st[part].take;
+    chunk_of(r, part, &b, &e);
+    const uint32_t t = r->t;
+    for (int64_t i = b; i < e; i++) {
+        uint32_t k = r->key[i];
+        if (k > t || (k == t && take-- > 0)) r->out[o++] = (int32_t)i;
+    }
+}
+
+/* Scratch of the calling thread, grown as rows grow (selectors call top-K once per KV head). */
+static _Thread_local void *scratch;
+static _Thread_local size_t scratch_bytes;
+
+int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, hg_stage *stage) {
+    if (k > n) k = n;
+    if (k <= 0) return 0;
+    if (k == n) {
+        for (int64_t i = 0; i < n; i++) out[i] = (int32_t)i;
+        return k;
+    }
+    hg_pool *pool = hg_sel_pool(stage);
+    int threads = pool ? hg_pool_threads(pool) : 1;
+    int64_t most = n / TOPK_CHUNK;
+    int chunks = threads < most ? threads : (int)(most > 0 ? most : 1);
+    size_t need = (size_t)n * 2 * sizeof(uint32_t) + (size_t)chunks * (BINS * sizeof(uint32_t) + sizeof(chunk_stat));
+    if (scratch_bytes < need) {
+        free(scratch);
+        scratch = malloc(need);
+        scratch_bytes = scratch ? need : 0;
+        if (!scratch) return -1;
+    }
+    topk_run r = { x, n, out, scratch, (uint32_t *)scratch + n, (uint32_t *)scratch + 2 * n, NULL, chunks, 0, 0, 0, 0, 0, 0 };
+    r.st = (chunk_stat *)(r.hist + (size_t)chunks * BINS);
+    hg_sel_pool_run(pool, keys_part, &r, chunks);
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (int c = 0; c < chunks; c++) {
+        lo = r.st[c].lo < lo ? r.st[c].lo : lo;
+        hi = r.st[c].hi > hi ? r.st[c].hi : hi;
+    }
+    if (lo == hi) {
+        r.t = lo;
+    } else {
+        /* the first round, chunk-parallel; later rounds see one bin's keys */
+        const uint32_t range = hi - lo;
+        while ((range >> r.sh) >= BINS) r.sh++;
+        r.bins = (int)(range >> r.sh) + 1;
+        r.lo = lo;
+        hg_sel_pool_run(pool, hist_part, &r, chunks);
+        int64_t left = k;
+        int b = r.bins - 1;
+        for (;; b--) {
+            int64_t c = 0;
+            for (int p = 0; p < chunks; p++) c += r.hist[(size_t)p * BINS + b];
+            if (left <= c || b == 0) break;
+            left -= c;
+        }
+        if (r.sh == 0) {
+            r.t = lo + (uint32_t)b;
+        } else {
+            r.blo = lo + ((uint32_t)b << r.sh);
+            const uint32_t span = (1u << r.sh) - 1;
+            r.bhi = hi - r.blo < span ? hi : r.blo + span;
+            hg_sel_pool_run(pool, compact_part, &r, chunks);
+            int64_t m = 0;
+            for (int p = 0; p < chunks; p++) {
+                int64_t b0, e0;
+                chunk_of(&r, p, &b0, &e0);
+                memmove(r.cand + m, r.cand + b0, (size_t)r.st[p].kept * sizeof(uint32_t));
+                m += r.st[p].kept;
+            }
+            r.t = kth_largest(r.cand, m, left, r.blo, r.bhi, r.cand);
+        }
+    }
+    hg_sel_pool_run(pool, count_part, &r, chunks);
+    int64_t above = 0, at = 0;
+    for (int c = 0; c < chunks; c++) above += r.st[c].above;
+    int64_t ties = k - above;
+    for (int c = 0; c < chunks; c++) {
+        int64_t take = r.st[c].equal < ties ? r.st[c].equal : ties;
+        ties -= take;
+        r.st[c].take = take;
+        r.st[c].at = at;
+        at += r.st[c].above + take;
+    }
+    hg_sel_pool_run(pool, emit_part, &r, chunks);
+    return k;
+}
