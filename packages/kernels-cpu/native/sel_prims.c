@@ -143,6 +143,62 @@ static float bound_scalar(const float *q, const float *mn, const float *mx, int6
     return s;
 }
 
+#ifdef HG_SEL_X86
+/* Narrow f32 rows (InfiniGen's packed channels, d < NARROW_D): eight rows a block, transposed
+ * so each lane holds one row and every channel is one FMA per query head; a lane sums its
+ * channels in order with FMA, as the scalar tail does, so a row's score never depends on
+ * where a block starts. */
+#define NARROW_D 32
+AVX2 static void transpose8(__m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20); r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20); r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31); r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31); r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* out[i] = max over heads j < group of q_j·rows[i] for i < n (rows d floats apart, d < NARROW_D). */
+AVX2 static void narrow_scores_avx2(const float *q, int64_t group, const float *rows, int64_t n, int64_t d, float *out) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 col[NARROW_D];
+        const float *b = rows + i * d;
+        int64_t c = 0;
+        for (; c + 8 <= d; c += 8) {
+            for (int j = 0; j < 8; j++) col[c + j] = _mm256_loadu_ps(b + j * d + c);
+            transpose8(col + c);
+        }
+        for (; c < d; c++)
+            col[c] = _mm256_setr_ps(b[c], b[d + c], b[2 * d + c], b[3 * d + c], b[4 * d + c], b[5 * d + c], b[6 * d + c], b[7 * d + c]);
+        __m256 best = _mm256_set1_ps(-__builtin_inff());
+        for (int64_t j = 0; j < group; j++) {
+            const float *qj = q + j * d;
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t cc = 0; cc < d; cc++) acc = _mm256_fmadd_ps(_mm256_broadcast_ss(qj + cc), col[cc], acc);
+            best = _mm256_max_ps(acc, best); /* acc > best ? acc : best: a NaN never wins, as in the other loops */
+        }
+        _mm256_storeu_ps(out + i, best);
+    }
+    for (; i < n; i++) {
+        const float *row = rows + i * d;
+        float best = -__builtin_inff();
+        for (int64_t j = 0; j < group; j++) {
+            float acc = 0.0f;
+            for (int64_t c = 0; c < d; c++) acc = __builtin_fmaf(q[j * d + c], row[c], acc);
+            best = acc > best ? acc : best;
+        }
+        out[i] = best;
+    }
+}
+#endif
+
 int hg_sel_best_isa(void) {
 #ifdef HG_SEL_X86
     __builtin_cpu_init();
@@ -219,6 +275,14 @@ static void key_scores_serial(const float *q, int64_t kv_heads, int64_t group, c
     int v = use_avx2(isa);
     (void)v;
     int64_t n = to - from;
+#ifdef HG_SEL_X86
+    if (v && ktype == HG_F32 && d < NARROW_D) {
+        for (int64_t g = 0; g < kv_heads; g++)
+            narrow_scores_avx2(q + g * group * d, group, (const float *)k + (g * cap + from) * d, n, d, out + g * n);
+        if (row != stack) free(row);
+        return;
+    }
+#endif
     for (int64_t g = 0; g < kv_heads; g++) {
         for (int64_t s = from; s < to; s++) {
             const float *kr = row;
