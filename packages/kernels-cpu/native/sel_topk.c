@@ -1,7 +1,10 @@
-/* Native top-K of one f32 row for selectors (hg_sel_topk, see sel_prims.h): the radix select of
- * cpu_stage.c over order-preserving integer keys. With a pool the O(n) passes (keys, the first
- * histogram, the compaction, the final scan) run a chunk of the row per thread; the later
- * rounds only see the few keys of one bin and stay on the calling thread. */
+/* Native top-K of one f32 row for selectors (hg_sel_topk, see sel_prims.h). A small K of a long
+ * row reads the row once: a strided sample's rank sets a threshold a few K values deep, the
+ * values at or above it are collected in index order, and the exact K-th largest is found
+ * among them; when the sample misjudges (fewer than K collected, NaN-heavy rows) or K is a
+ * large part of the row, the radix select of cpu_stage.c over order-preserving integer keys
+ * runs instead. With a pool the O(n) passes run a chunk of the row per thread; the later
+ * radix rounds only see the few keys of one bin and stay on the calling thread. */
 #include "sel_prims.h"
 #include "sel_pool.h"
 #include <stdlib.h>
@@ -9,6 +12,12 @@
 
 #define BINS 2048
 #define TOPK_CHUNK 4096 /* fewest elements worth a chunk of their own */
+#define SAMPLE 512      /* sampled values that set the threshold */
+#define SCAN_CHUNK 32768 /* fewest elements per chunk of the collecting pass */
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HG_TOPK_X86 1
+#endif
 
 /* Order-preserving key: a > b (as floats) iff key(a) > key(b); ±0 share a key; every NaN is 0,
  * below every number's key (no number maps to 0: ~u == 0 needs u == 0xffffffff, a NaN). */
@@ -69,7 +78,8 @@ typedef struct { uint32_t lo, hi; int64_t kept, above, equal, at, take; } chunk_
 typedef struct {
     const float *x;
     int64_t n;
-    int32_t *out;
+    int32_t *out, *idx; /* idx: the collecting pass's indices, a chunk's at its own start */
+    float tf;           /* the collecting pass's threshold */
     uint32_t *key, *cand, *hist; /* hist: [chunks][BINS] */
     chunk_stat *st;
     int chunks, sh, bins;
@@ -145,6 +155,102 @@ static void emit_part(void *v, int part, int parts) {
     }
 }
 
+/* The float a key stands for (NaN's key 0 is never asked for). */
+static inline float unkey(uint32_t k) {
+    uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static int use_avx2_scan(void) {
+    static int best = -1;
+    if (best < 0) best = hg_sel_best_isa();
+    return best == 1;
+}
+
+#ifdef HG_TOPK_X86
+__attribute__((target("avx2"))) static int64_t collect_avx2(const float *x, int64_t b, int64_t e, float tf, int32_t *idx) {
+    const __m256 t = _mm256_set1_ps(tf);
+    int64_t i = b, o = 0;
+    for (; i + 8 <= e; i += 8) {
+        unsigned m = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), t, _CMP_GE_OQ)); /* NaN: false */
+        while (m) {
+            idx[o++] = (int32_t)(i + __builtin_ctz(m));
+            m &= m - 1;
+        }
+    }
+    for (; i < e; i++) {
+        idx[o] = (int32_t)i;
+        o += x[i] >= tf;
+    }
+    return o;
+}
+#endif
+
+/* Indices of x[b..e) >= tf, ascending, at idx + b; the chunk's count in kept. */
+static void collect_part(void *v, int part, int parts) {
+    (void)parts;
+    topk_run *r = v;
+    int64_t b, e, o = 0;
+    hg_split(r->n, 64, part, r->chunks, &b, &e);
+    int32_t *idx = r->idx + b;
+#ifdef HG_TOPK_X86
+    if (use_avx2_scan()) o = collect_avx2(r->x, b, e, r->tf, idx);
+    else
+#endif
+    for (int64_t i = b; i < e; i++) {
+        idx[o] = (int32_t)i;
+        o += r->x[i] >= r->tf;
+    }
+    r->st[part].kept = o;
+}
+
+/* The sampled path; 0 when it does not apply or misjudged (the radix path runs then). */
+static int64_t topk_sampled(topk_run *r, int64_t k, hg_pool *pool, int threads) {
+    const int64_t n = r->n;
+    if (n < 8 * SAMPLE || 4 * k > n) return 0;
+    const int64_t rank = ((3 * k + 128) * SAMPLE + n - 1) / n; /* about 3K + 128 values expected above */
+    if (rank >= SAMPLE / 2) return 0;
+    uint32_t *sk = r->key, lo = UINT32_MAX, hi = 0;
+    for (int64_t j = 0; j < SAMPLE; j++) {
+        uint32_t kk = tkey(r->x[(2 * j + 1) * n / (2 * SAMPLE)]);
+        sk[j] = kk;
+        lo = kk < lo ? kk : lo;
+        hi = kk > hi ? kk : hi;
+    }
+    const uint32_t t0 = kth_largest(sk, SAMPLE, rank, lo, hi, r->cand);
+    if (t0 == 0) return 0; /* NaN-deep: the threshold would take everything */
+    r->tf = unkey(t0);
+    int64_t most = n / SCAN_CHUNK;
+    r->chunks = threads < most ? threads : (int)(most > 0 ? most : 1);
+    hg_sel_pool_run(pool, collect_part, r, r->chunks);
+    int64_t m = 0;
+    for (int p = 0; p < r->chunks; p++) {
+        int64_t b0, e0;
+        hg_split(n, 64, p, r->chunks, &b0, &e0);
+        memmove(r->idx + m, r->idx + b0, (size_t)r->st[p].kept * sizeof(int32_t));
+        m += r->st[p].kept;
+    }
+    if (m < k) return 0;
+    uint32_t *key = r->key;
+    lo = UINT32_MAX;
+    hi = 0;
+    for (int64_t j = 0; j < m; j++) {
+        uint32_t kk = tkey(r->x[r->idx[j]]);
+        key[j] = kk;
+        lo = kk < lo ? kk : lo;
+        hi = kk > hi ? kk : hi;
+    }
+    const uint32_t t = kth_largest(key, m, k, lo, hi, r->cand);
+    int64_t above = 0, o = 0;
+    for (int64_t j = 0; j < m; j++) above += key[j] > t;
+    int64_t ties = k - above;
+    for (int64_t j = 0; j < m && o < k; j++)
+        if (key[j] > t || (key[j] == t && ties-- > 0)) r->out[o++] = r->idx[j];
+    return k;
+}
+
 /* Scratch of the calling thread, grown as rows grow (selectors call top-K once per KV head). */
 static _Thread_local void *scratch;
 static _Thread_local size_t scratch_bytes;
@@ -160,15 +266,20 @@ int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, hg_stage
     int threads = pool ? hg_pool_threads(pool) : 1;
     int64_t most = n / TOPK_CHUNK;
     int chunks = threads < most ? threads : (int)(most > 0 ? most : 1);
-    size_t need = (size_t)n * 2 * sizeof(uint32_t) + (size_t)chunks * (BINS * sizeof(uint32_t) + sizeof(chunk_stat));
+    const int64_t n2 = (n + 1) & ~(int64_t)1; /* keeps the chunk stats 8-byte aligned */
+    size_t need = (size_t)n2 * 3 * sizeof(uint32_t) + (size_t)chunks * (BINS * sizeof(uint32_t) + sizeof(chunk_stat));
     if (scratch_bytes < need) {
         free(scratch);
         scratch = malloc(need);
         scratch_bytes = scratch ? need : 0;
         if (!scratch) return -1;
     }
-    topk_run r = { x, n, out, scratch, (uint32_t *)scratch + n, (uint32_t *)scratch + 2 * n, NULL, chunks, 0, 0, 0, 0, 0, 0 };
+    /* scratch: keys [n2], candidate keys [n2], collected indices [n2], then per chunk a histogram and stats */
+    uint32_t *base = scratch;
+    topk_run r = { x, n, out, (int32_t *)(base + 2 * n2), 0.0f, base, base + n2, base + 3 * n2, NULL, chunks, 0, 0, 0, 0, 0, 0 };
     r.st = (chunk_stat *)(r.hist + (size_t)chunks * BINS);
+    if (topk_sampled(&r, k, pool, threads)) return k;
+    r.chunks = chunks;
     hg_sel_pool_run(pool, keys_part, &r, chunks);
     uint32_t lo = UINT32_MAX, hi = 0;
     for (int c = 0; c < chunks; c++) {

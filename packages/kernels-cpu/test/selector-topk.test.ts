@@ -40,11 +40,19 @@ describe("native topK", () => {
     using be = createCpuBackend({ threads: 1 });
     using stage = new NativeCpuStage(be, { threads: 3 });
     const serial = nativeSelectorPrimitives();
-    for (const n of [4096, 12289, 40000]) {
+    for (const n of [4096, 12289, 40000, 70001]) {
       const x = nasty(r, n + 10).subarray(7, 7 + n);
       for (const k of [1, 64, 1000, n - 3]) expect(stage.primitives.topK(x, k), `n=${n} k=${k} seed ${SEED}`).toEqual(serial.topK(x, k));
       expect(stage.primitives.topK(x, 100)).toEqual(ref.topK(x, 100));
     }
+  });
+
+  it("stays exact when a strided sample misjudges the row (the large values sit exactly where it looks)", () => {
+    const P = nativeSelectorPrimitives(), n = 8192;
+    const x = Float32Array.from({ length: n }, (_, i) => (i % 16 === 8 ? 10 : Math.sin(i)));
+    for (const k of [100, 700, 1000, 2000]) expect(P.topK(x, k), `k=${k}`).toEqual(ref.topK(x, k));
+    x.fill(NaN, 0, n - 3000); // a NaN-deep row: the sampled threshold lands on NaN
+    for (const k of [5, 1000]) expect(P.topK(x, k), `NaN k=${k}`).toEqual(ref.topK(x, k));
   });
 
   it("refuses bad arguments with the reference's messages", () => {
