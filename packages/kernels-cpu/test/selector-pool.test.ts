@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { offloadedKeys, pageSummaries, type DType } from "@hybridgen/core";
+import { offloadedKeys, pageSummaries, type CpuStageJob, type DType } from "@hybridgen/core";
 import { createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, storeKeys, type CpuTensor } from "../src/index.js";
 import { randn, rng, SEED } from "./helpers.js";
 
@@ -31,6 +31,33 @@ describe("selector primitives on a CPU stage's pool", () => {
       P.gatherChannels(keys, ch, from, to, pb);
       expect(pb.data, what).toEqual(pa.data);
     }
+  });
+
+  it("while a stage job runs they stay on the calling thread, and neither side's results change", () => {
+    const r = rng(94);
+    using be = createCpuBackend({ threads: 1 });
+    using stage = new NativeCpuStage(be, { threads: 3 });
+    const heads = 8, kvHeads = 2, d = 64, cap = 12000;
+    stage.prepare({ heads, kvHeads, headDim: d, storeCapacity: cap, dtype: "f32" });
+    const K = be.alloc([kvHeads, cap, d], "f32"), V = be.alloc([kvHeads, cap, d], "f32");
+    be.write(K, randn(r, kvHeads * cap * d));
+    be.write(V, randn(r, kvHeads * cap * d));
+    stage.query(0).set(randn(r, heads * d));
+    const job: CpuStageJob = { slot: 0, k: K, v: V, offloaded: cap, kmax: 64, scale: 0.125, work: { kind: "topk", budget: 64, shared: false } };
+    const keys = storeKeys(K), q = randn(r, heads * d), x = randn(r, 50000);
+    const serial = nativeSelectorPrimitives(), wantScores = serial.keyScores(q, 4, keys, 0, cap), wantTop = serial.topK(x, 300);
+    stage.submit(job);
+    for (let i = 0; i < 3; i++) {
+      expect(stage.primitives.keyScores(q, 4, keys, 0, cap)).toEqual(wantScores);
+      expect(stage.primitives.topK(x, 300)).toEqual(wantTop);
+    }
+    stage.wait();
+    const ids = Array.from(stage.output(0).ids.subarray(0, 2 * 64));
+    stage.submit(job);
+    stage.wait();
+    expect(Array.from(stage.output(0).ids.subarray(0, 2 * 64)), `seed ${SEED}`).toEqual(ids);
+    be.free(K);
+    be.free(V);
   });
 
   it("run on the calling thread once the stage is closed", () => {
