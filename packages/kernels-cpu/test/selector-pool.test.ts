@@ -44,7 +44,7 @@ describe("selector primitives on a CPU stage's pool", () => {
     be.write(V, randn(r, kvHeads * cap * d));
     stage.query(0).set(randn(r, heads * d));
     const job: CpuStageJob = { slot: 0, k: K, v: V, offloaded: cap, kmax: 64, scale: 0.125, work: { kind: "topk", budget: 64, shared: false } };
-    const keys = storeKeys(K), q = randn(r, heads * d), x = randn(r, 50000);
+    const keys = storeKeys(K as CpuTensor), q = randn(r, heads * d), x = randn(r, 50000);
     const serial = nativeSelectorPrimitives(), wantScores = serial.keyScores(q, 4, keys, 0, cap), wantTop = serial.topK(x, 300);
     stage.submit(job);
     for (let i = 0; i < 3; i++) {
