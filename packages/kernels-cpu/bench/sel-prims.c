@@ -1,6 +1,7 @@
 /* Key primitives of the pre-QKᵀ selectors (native/sel_prims.c), scalar vs AVX2, at Llama-3.1-8B's
  * heads (32 query, 8 KV, headDim 128) over N offloaded bf16 rows, one thread, best of 10:
- *   gcc -O2 -Inative bench/sel-prims.c native/sel_prims.c -o /tmp/sel-prims && /tmp/sel-prims [N]
+ *   gcc -O2 -Inative bench/sel-prims.c -Llib -lhgcpu -Wl,-rpath,$PWD/lib -o /tmp/sel-prims && /tmp/sel-prims [N]
+ * (after `bun run build`)
  * what each selector's step costs: keyScores over every row (what scoring all of them costs,
  * the post-QKᵀ baseline), over the packed 8 channels (infinigen), pageBounds over N/16 pages (quest). */
 #include <stdint.h>
@@ -39,14 +40,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 32 * 128; i++) q[i] = (float)((i * 37) % 11) * 0.1f - 0.5f;
     for (int i = 0; i < 32 * 8; i++) qp[i] = q[i];
     for (int i = 0; i < 64; i++) ch[i] = (i * 13) % 128;
-    hg_sel_gather(k, 2, KV, N, D, ch, R, 0, N, packed, N);
-    hg_sel_summarize(k, 2, KV, N, D, 0, N, P, pages, mn, mx, 1);
+    hg_sel_gather(k, 2, KV, N, D, ch, R, 0, N, packed, N, NULL);
+    hg_sel_summarize(k, 2, KV, N, D, 0, N, P, pages, mn, mx, 1, NULL);
     printf("N = %lld bf16 rows per KV head, %lld KV heads x group %lld x headDim %lld, best of 10:\n", (long long)N, (long long)KV, (long long)G, (long long)D);
     for (int isa = 0; isa < 2; isa++) {
-        BEST("keyScores, every row (bf16)", isa, (double)KV * N * D * 2, hg_sel_key_scores(q, KV, G, k, 2, N, D, 0, N, out, isa));
-        BEST("keyScores, 8 packed channels (f32)", isa, (double)KV * N * R * 4, hg_sel_key_scores(qp, KV, G, packed, 0, N, R, 0, N, out, isa));
-        BEST("pageBounds, N/16 pages", isa, (double)KV * pages * D * 8, hg_sel_page_bounds(q, KV, G, D, mn, mx, pages, pages, out, isa));
-        BEST("summarizePages, every row", isa, (double)KV * N * D * 2, hg_sel_summarize(k, 2, KV, N, D, 0, N, P, pages, mn, mx, isa));
+        BEST("keyScores, every row (bf16)", isa, (double)KV * N * D * 2, hg_sel_key_scores(q, KV, G, k, 2, N, D, 0, N, out, isa, NULL));
+        BEST("keyScores, 8 packed channels (f32)", isa, (double)KV * N * R * 4, hg_sel_key_scores(qp, KV, G, packed, 0, N, R, 0, N, out, isa, NULL));
+        BEST("pageBounds, N/16 pages", isa, (double)KV * pages * D * 8, hg_sel_page_bounds(q, KV, G, D, mn, mx, pages, pages, out, isa, NULL));
+        BEST("summarizePages, every row", isa, (double)KV * N * D * 2, hg_sel_summarize(k, 2, KV, N, D, 0, N, P, pages, mn, mx, isa, NULL));
     }
     return 0;
 }
