@@ -11,6 +11,7 @@
 #include <string.h>
 
 #define BINS 2048
+#define SMALL_BINS 256
 #define TOPK_CHUNK 4096 /* fewest elements worth a chunk of their own */
 #define SAMPLE 512      /* sampled values that set the threshold */
 #define SCAN_CHUNK 32768 /* fewest elements per chunk of the collecting pass */
@@ -36,9 +37,9 @@ static uint32_t kth_largest(const uint32_t *src, int64_t m, int64_t need, uint32
     static _Thread_local uint32_t hist[4][BINS];
     for (;;) {
         if (lo == hi) return lo;
-        const uint32_t range = hi - lo;
+        const uint32_t range = hi - lo, most = m <= 4 * SMALL_BINS ? SMALL_BINS : BINS; /* few keys: fewer bins to clear and scan */
         int sh = 0;
-        while ((range >> sh) >= BINS) sh++;
+        while ((range >> sh) >= most) sh++;
         const int bins = (int)(range >> sh) + 1;
         for (int c = 0; c < 4; c++) memset(hist[c], 0, (size_t)bins * sizeof(uint32_t));
         int64_t i = 0;
