@@ -14,7 +14,9 @@
 #define SMALL_BINS 256
 #define TOPK_CHUNK 4096 /* fewest elements worth a chunk of their own */
 #define SAMPLE 512      /* sampled values that set the threshold */
+#ifndef SCAN_CHUNK
 #define SCAN_CHUNK 32768 /* fewest elements per chunk of the collecting pass */
+#endif
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define HG_TOPK_X86 1
@@ -94,10 +96,11 @@ static void keys_part(void *v, int part, int parts) {
     topk_run *r = v;
     int64_t b, e;
     chunk_of(r, part, &b, &e);
-    uint32_t lo = UINT32_MAX, hi = 0;
+    uint32_t lo = UINT32_MAX, hi = 0, *key = r->key;
+    const float *x = r->x;
     for (int64_t i = b; i < e; i++) {
-        uint32_t k = tkey(r->x[i]);
-        r->key[i] = k;
+        uint32_t k = tkey(x[i]);
+        key[i] = k;
         lo = k < lo ? k : lo;
         hi = k > hi ? k : hi;
     }
@@ -111,8 +114,10 @@ static void hist_part(void *v, int part, int parts) {
     int64_t b, e;
     chunk_of(r, part, &b, &e);
     uint32_t *h = r->hist + (size_t)part * BINS;
+    const uint32_t *key = r->key, lo = r->lo; /* locals: stores to h may alias r's fields */
+    const int sh = r->sh;
     memset(h, 0, (size_t)r->bins * sizeof(uint32_t));
-    for (int64_t i = b; i < e; i++) h[(r->key[i] - r->lo) >> r->sh]++;
+    for (int64_t i = b; i < e; i++) h[(key[i] - lo) >> sh]++;
 }
 
 /* The chunk's keys of the chosen bin, packed at the chunk's own start in cand. */
@@ -136,9 +141,10 @@ static void count_part(void *v, int part, int parts) {
     topk_run *r = v;
     int64_t b, e, above = 0, equal = 0;
     chunk_of(r, part, &b, &e);
+    const uint32_t t = r->t, *key = r->key;
     for (int64_t i = b; i < e; i++) {
-        above += r->key[i] > r->t;
-        equal += r->key[i] == r->t;
+        above += key[i] > t;
+        equal += key[i] == t;
     }
     r->st[part].above = above;
     r->st[part].equal = equal;
@@ -149,10 +155,15 @@ static void emit_part(void *v, int part, int parts) {
     topk_run *r = v;
     int64_t b, e, o = r->st[part].at, take = r->st[part].take;
     chunk_of(r, part, &b, &e);
-    const uint32_t t = r->t;
-    for (int64_t i = b; i < e; i++) {
-        uint32_t k = r->key[i];
-        if (k > t || (k == t && take-- > 0)) r->out[o++] = (int32_t)i;
+    const int64_t end = o + r->st[part].above + take; /* this chunk's slots of out */
+    const uint32_t t = r->t, *key = r->key;
+    int32_t *out = r->out;
+    for (int64_t i = b; i < e && o < end; i++) { /* branch-free: a selected id is written, then kept */
+        const uint32_t k = key[i];
+        const int64_t tie = (k == t) & (take > 0);
+        out[o] = (int32_t)i;
+        o += (k > t) | tie;
+        take -= tie;
     }
 }
 
@@ -291,8 +302,8 @@ int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, hg_stage
         r.t = lo;
     } else {
         /* the first round, chunk-parallel; later rounds see one bin's keys */
-        const uint32_t range = hi - lo;
-        while ((range >> r.sh) >= BINS) r.sh++;
+        const uint32_t range = hi - lo, most = n <= 4 * SMALL_BINS ? SMALL_BINS : BINS;
+        while ((range >> r.sh) >= most) r.sh++;
         r.bins = (int)(range >> r.sh) + 1;
         r.lo = lo;
         hg_sel_pool_run(pool, hist_part, &r, chunks);
