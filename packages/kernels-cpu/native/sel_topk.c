@@ -14,9 +14,7 @@
 #define SMALL_BINS 256
 #define TOPK_CHUNK 4096 /* fewest elements worth a chunk of their own */
 #define SAMPLE 512      /* sampled values that set the threshold */
-#ifndef SCAN_CHUNK
 #define SCAN_CHUNK 32768 /* fewest elements per chunk of the collecting pass */
-#endif
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define HG_TOPK_X86 1
@@ -27,9 +25,10 @@
 static inline uint32_t tkey(float x) {
     uint32_t u;
     memcpy(&u, &x, sizeof u);
-    if (x != x) return 0;
-    if (u == 0x80000000u) u = 0;
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    const uint32_t neg = (uint32_t)((int32_t)u >> 31); /* branch-free, so the key loops vectorize */
+    uint32_t k = u ^ (neg | 0x80000000u);              /* negative: ~u; else u with the top bit set */
+    k += k == 0x7fffffffu;                             /* -0's key becomes +0's */
+    return (u & 0x7fffffffu) > 0x7f800000u ? 0 : k;
 }
 
 /* The k-th largest of key[0..m) (1 <= k <= m), all in [lo, hi], as in cpu_stage.c: a
@@ -89,7 +88,46 @@ typedef struct {
     uint32_t lo, blo, bhi, t;
 } topk_run;
 
+static int use_avx2_scan(void);
+static float unkey(uint32_t k);
+#ifdef HG_TOPK_X86
+static int64_t collect_avx2(const float *x, int64_t b, int64_t e, float tf, int32_t *idx);
+#endif
+
 static void chunk_of(const topk_run *r, int part, int64_t *b, int64_t *e) { hg_split(r->n, 64, part, r->chunks, b, e); }
+
+#ifdef HG_TOPK_X86
+/* tkey of x[b..e) into key, eight at a time; its lowest and highest key through *lo / *hi. */
+__attribute__((target("avx2"))) static void keys_avx2(const float *x, uint32_t *key, int64_t b, int64_t e, uint32_t *lo, uint32_t *hi) {
+    const __m256i top = _mm256_set1_epi32((int)0x80000000u), mag = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    __m256i vlo = _mm256_set1_epi32(-1), vhi = _mm256_setzero_si256();
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) {
+        __m256i u = _mm256_loadu_si256((const __m256i *)(x + i));
+        __m256i k = _mm256_xor_si256(u, _mm256_or_si256(_mm256_srai_epi32(u, 31), top));
+        k = _mm256_sub_epi32(k, _mm256_cmpeq_epi32(k, mag));                        /* -0 -> +0's key */
+        k = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_and_si256(u, mag), inf), k); /* NaN -> 0 */
+        _mm256_storeu_si256((__m256i *)(key + i), k);
+        vlo = _mm256_min_epu32(vlo, k);
+        vhi = _mm256_max_epu32(vhi, k);
+    }
+    uint32_t l[8], h[8], mn = *lo, mx = *hi;
+    _mm256_storeu_si256((__m256i *)l, vlo);
+    _mm256_storeu_si256((__m256i *)h, vhi);
+    for (int j = 0; j < 8; j++) {
+        mn = l[j] < mn ? l[j] : mn;
+        mx = h[j] > mx ? h[j] : mx;
+    }
+    for (; i < e; i++) {
+        uint32_t k = tkey(x[i]);
+        key[i] = k;
+        mn = k < mn ? k : mn;
+        mx = k > mx ? k : mx;
+    }
+    *lo = mn;
+    *hi = mx;
+}
+#endif
 
 static void keys_part(void *v, int part, int parts) {
     (void)parts;
@@ -98,6 +136,10 @@ static void keys_part(void *v, int part, int parts) {
     chunk_of(r, part, &b, &e);
     uint32_t lo = UINT32_MAX, hi = 0, *key = r->key;
     const float *x = r->x;
+#ifdef HG_TOPK_X86
+    if (use_avx2_scan()) keys_avx2(x, key, b, e, &lo, &hi);
+    else
+#endif
     for (int64_t i = b; i < e; i++) {
         uint32_t k = tkey(x[i]);
         key[i] = k;
@@ -136,7 +178,7 @@ static void compact_part(void *v, int part, int parts) {
     r->st[part].kept = o - b;
 }
 
-static void count_part(void *v, int part, int parts) {
+__attribute__((target_clones("avx2", "default"))) static void count_part(void *v, int part, int parts) {
     (void)parts;
     topk_run *r = v;
     int64_t b, e, above = 0, equal = 0;
@@ -156,6 +198,14 @@ static void emit_part(void *v, int part, int parts) {
     int64_t b, e, o = r->st[part].at, take = r->st[part].take;
     chunk_of(r, part, &b, &e);
     const int64_t end = o + r->st[part].above + take; /* this chunk's slots of out */
+#ifdef HG_TOPK_X86
+    /* every tie of the chunk is kept and no NaN is: exactly the values >= t's float, so the
+     * vector collect writes them (it writes exactly end - o ids then) */
+    if (take == r->st[part].equal && r->t != 0 && use_avx2_scan() && e - b >= 64) {
+        collect_avx2(r->x, b, e, unkey(r->t), r->out + o);
+        return;
+    }
+#endif
     const uint32_t t = r->t, *key = r->key;
     int32_t *out = r->out;
     for (int64_t i = b; i < e && o < end; i++) { /* branch-free: a selected id is written, then kept */
@@ -168,7 +218,7 @@ static void emit_part(void *v, int part, int parts) {
 }
 
 /* The float a key stands for (NaN's key 0 is never asked for). */
-static inline float unkey(uint32_t k) {
+static float unkey(uint32_t k) {
     uint32_t u = (k & 0x80000000u) ? (k & 0x7fffffffu) : ~k;
     float x;
     memcpy(&x, &u, sizeof x);
@@ -192,10 +242,8 @@ __attribute__((target("avx2"))) static int64_t collect_avx2(const float *x, int6
             m &= m - 1;
         }
     }
-    for (; i < e; i++) {
-        idx[o] = (int32_t)i;
-        o += x[i] >= tf;
-    }
+    for (; i < e; i++)
+        if (x[i] >= tf) idx[o++] = (int32_t)i; /* writes only what it keeps: idx may be exactly that long */
     return o;
 }
 #endif
