@@ -38,15 +38,15 @@ int main(int argc, char **argv) {
             hg_sel_gather(k, 2, KV, cap, D, ch, R, N - 1, N, packed, cap, st);
             hg_sel_key_scores(q8, KV, G, packed, 0, cap, R, 0, N, sc, -1, st);
             double t1 = now();
-            for (int g = 0; g < KV; g++) hg_sel_topk(sc + g * N, N, K, ids + g * K, st);
+            for (int g = 0; g < KV; g++) hg_sel_topk(sc + g * N, N, K, ids + g * K, -1, st);
             double t2 = now();
             hg_sel_summarize(k, 2, KV, cap, D, N - 1, N, page, pcap, mn, mx, -1, st);
             hg_sel_page_bounds(q, KV, G, D, mn, mx, pcap, count, b, -1, st);
             double t3 = now();
             for (int g = 0; g < KV; g++) {
-                hg_sel_topk(b + g * count, count, K / page + 1, ids, st);
+                hg_sel_topk(b + g * count, count, K / page + 1, ids, -1, st);
                 hg_sel_key_scores(q + g * G * D, 1, G, (const char *)k + g * cap * D * 2, 2, cap, D, ids[0] * page, ids[0] * page + page, ex, -1, st);
-                hg_sel_topk(ex, page, 5, ids + 32, st);
+                hg_sel_topk(ex, page, 5, ids + 32, -1, st);
             }
             double t4 = now();
             tsc[r] = t1 - t0; ttk[r] = t2 - t1; ti[r] = t2 - t0; tpb[r] = t3 - t2; tq[r] = t4 - t2;

@@ -29,6 +29,6 @@ void hg_sel_gather(const void *k, int ktype, int64_t kv_heads, int64_t cap, int6
 /* Indices (ascending) of the k largest of x[0..n) into out: ties to the lower index, every NaN
  * below every number, -0 equal to +0, k clamped to [0, n]. Returns the count, or -1 when
  * scratch memory failed. */
-int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, hg_stage *stage);
+int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, int isa, hg_stage *stage);
 #pragma GCC visibility pop
 #endif

@@ -84,11 +84,10 @@ typedef struct {
     float tf;           /* the collecting pass's threshold */
     uint32_t *key, *cand, *hist; /* hist: [chunks][BINS] */
     chunk_stat *st;
-    int chunks, sh, bins;
+    int chunks, sh, bins, avx2; /* avx2: the vector loops run */
     uint32_t lo, blo, bhi, t;
 } topk_run;
 
-static int use_avx2_scan(void);
 static float unkey(uint32_t k);
 #ifdef HG_TOPK_X86
 static int64_t collect_avx2(const float *x, int64_t b, int64_t e, float tf, int32_t *idx);
@@ -137,7 +136,7 @@ static void keys_part(void *v, int part, int parts) {
     uint32_t lo = UINT32_MAX, hi = 0, *key = r->key;
     const float *x = r->x;
 #ifdef HG_TOPK_X86
-    if (use_avx2_scan()) keys_avx2(x, key, b, e, &lo, &hi);
+    if (r->avx2) keys_avx2(x, key, b, e, &lo, &hi);
     else
 #endif
     for (int64_t i = b; i < e; i++) {
@@ -201,7 +200,7 @@ static void emit_part(void *v, int part, int parts) {
 #ifdef HG_TOPK_X86
     /* every tie of the chunk is kept and no NaN is: exactly the values >= t's float, so the
      * vector collect writes them (it writes exactly end - o ids then) */
-    if (take == r->st[part].equal && r->t != 0 && use_avx2_scan() && e - b >= 64) {
+    if (take == r->st[part].equal && r->t != 0 && r->avx2 && e - b >= 64) {
         collect_avx2(r->x, b, e, unkey(r->t), r->out + o);
         return;
     }
@@ -223,12 +222,6 @@ static float unkey(uint32_t k) {
     float x;
     memcpy(&x, &u, sizeof x);
     return x;
-}
-
-static int use_avx2_scan(void) {
-    static int best = -1;
-    if (best < 0) best = hg_sel_best_isa();
-    return best == 1;
 }
 
 #ifdef HG_TOPK_X86
@@ -256,7 +249,7 @@ static void collect_part(void *v, int part, int parts) {
     hg_split(r->n, 64, part, r->chunks, &b, &e);
     int32_t *idx = r->idx + b;
 #ifdef HG_TOPK_X86
-    if (use_avx2_scan()) o = collect_avx2(r->x, b, e, r->tf, idx);
+    if (r->avx2) o = collect_avx2(r->x, b, e, r->tf, idx);
     else
 #endif
     for (int64_t i = b; i < e; i++) {
@@ -315,7 +308,7 @@ static int64_t topk_sampled(topk_run *r, int64_t k, hg_pool *pool, int threads) 
 static _Thread_local void *scratch;
 static _Thread_local size_t scratch_bytes;
 
-int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, hg_stage *stage) {
+int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, int isa, hg_stage *stage) {
     if (k > n) k = n;
     if (k <= 0) return 0;
     if (k == n) {
@@ -336,8 +329,11 @@ int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, hg_stage
     }
     /* scratch: keys [n2], candidate keys [n2], collected indices [n2], then per chunk a histogram and stats */
     uint32_t *base = scratch;
-    topk_run r = { x, n, out, (int32_t *)(base + 2 * n2), 0.0f, base, base + n2, base + 3 * n2, NULL, chunks, 0, 0, 0, 0, 0, 0 };
+    topk_run r = { .x = x, .n = n, .out = out, .idx = (int32_t *)(base + 2 * n2), .key = base, .cand = base + n2, .hist = base + 3 * n2, .chunks = chunks };
     r.st = (chunk_stat *)(r.hist + (size_t)chunks * BINS);
+    static int best = -1; /* the CPU's, asked once */
+    if (best < 0) best = hg_sel_best_isa();
+    r.avx2 = isa < 0 ? best == 1 : isa == 1;
     if (topk_sampled(&r, k, pool, threads)) return k;
     r.chunks = chunks;
     hg_sel_pool_run(pool, keys_part, &r, chunks);

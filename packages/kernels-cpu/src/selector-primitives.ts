@@ -17,7 +17,7 @@ const symbols = {
   hg_sel_page_bounds: { args: [ptr, i64, i64, i64, ptr, ptr, i64, i64, ptr, i32, ptr], returns: none },
   hg_sel_key_scores: { args: [ptr, i64, i64, ptr, i32, i64, i64, i64, i64, ptr, i32, ptr], returns: none },
   hg_sel_gather: { args: [ptr, i32, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, ptr], returns: none },
-  hg_sel_topk: { args: [ptr, i64, i64, ptr, ptr], returns: i64_fast },
+  hg_sel_topk: { args: [ptr, i64, i64, ptr, i32, ptr], returns: i64_fast },
 } as const;
 let lib: ReturnType<typeof openNativeSymbols<typeof symbols>> | undefined;
 
@@ -46,7 +46,7 @@ export function nativeSelectorPrimitives(isa?: SelectorIsa, stage?: () => Pointe
       checkTopK(values, k, length);
       const out = new Int32Array(Math.max(0, Math.min(k, length)));
       if (out.length === 0) return out;
-      if (Number(L.hg_sel_topk(at(values), length, out.length, at(out), pool())) < 0) fail("topK: out of memory for the native select");
+      if (Number(L.hg_sel_topk(at(values), length, out.length, at(out), code, pool())) < 0) fail("topK: out of memory for the native select");
       return out;
     },
     summarizePages(keys: OffloadedKeys, from: number, to: number, pages: PageSummaries): void {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { referencePrimitives as ref } from "@hybridgen/core";
-import { createCpuBackend, NativeCpuStage, nativeSelectorPrimitives } from "../src/index.js";
+import { cpuFeatures, createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, type SelectorIsa } from "../src/index.js";
 import { rng, SEED } from "./helpers.js";
 
 /** Rows with many ties, ±0, ±Infinity and NaN (both signs), at sizes off any vector width. */
@@ -17,11 +17,12 @@ function nasty(r: () => number, n: number): Float32Array {
 }
 
 const sizes = [1, 2, 7, 13, 31, 100, 1001, 4097, 9000, 20011];
+const ISAS: SelectorIsa[] = cpuFeatures().avx2 ? ["generic", "avx2"] : ["generic"];
 
 describe("native topK", () => {
-  it("matches the reference: ties to the lower index, NaN below every number, ±0 equal, k clamped", () => {
+  for (const isa of ISAS) it(`${isa}: matches the reference: ties to the lower index, NaN below every number, ±0 equal, k clamped`, () => {
     const r = rng(91);
-    const P = nativeSelectorPrimitives();
+    const P = nativeSelectorPrimitives(isa);
     for (const n of sizes) {
       for (let trial = 0; trial < 4; trial++) {
         const x = nasty(r, n + 3);
@@ -29,7 +30,7 @@ describe("native topK", () => {
         for (const k of [0, 1, 2, Math.floor(n / 3), n - 1, n, n + 5, -2]) {
           const want = ref.topK(x, k, length), got = P.topK(x, k, length);
           if (got.length !== want.length || got.some((v, i) => v !== want[i]))
-            throw new Error(`topK n=${n} length=${length} k=${k}: ${got.slice(0, 8)} vs ${want.slice(0, 8)} (seed ${SEED})`);
+            throw new Error(`topK ${isa} n=${n} length=${length} k=${k}: ${got.slice(0, 8)} vs ${want.slice(0, 8)} (seed ${SEED})`);
         }
       }
     }
