@@ -4,6 +4,7 @@ import { allTokens } from "./builtins/all-tokens.js";
 import { exactTopK } from "./builtins/exact-topk.js";
 import { h2o } from "./builtins/h2o.js";
 import { infinigen } from "./builtins/infinigen.js";
+import { keyformer } from "./builtins/keyformer.js";
 import { quest } from "./builtins/quest.js";
 import { streamingLLM } from "./builtins/streaming.js";
 
@@ -15,6 +16,7 @@ export const builtinSelectors: Readonly<Record<string, SelectorFactory<any, any>
   [h2o.selectorName]: h2o,
   [quest.selectorName]: quest,
   [infinigen.selectorName]: infinigen,
+  [keyformer.selectorName]: keyformer,
 });
 
 /** A built-in selector by name (`--selector topk`), with its options validated. */
