@@ -1,0 +1,185 @@
+/* Where the offloaded KV store's memory lives: NUMA binding of anonymous regions (mbind,
+ * checked with get_mempolicy and move_pages), file-backed regions for the disk tier (a
+ * preallocated file mapped shared, so a full disk fails at creation and not as SIGBUS on a
+ * later write), read-ahead of file ranges, and the read-bandwidth probes of a tier.
+ * Raw syscalls: libnuma is not needed, and its absence must not stop the library loading. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+static long page_bytes(void) {
+  long p = sysconf(_SC_PAGESIZE);
+  return p > 0 ? p : 4096;
+}
+
+/* Anonymous, page-aligned, untouched memory (pages fault in under whatever policy is bound). */
+EXPORT void *hg_tier_map_anon(uint64_t bytes) {
+  if (bytes == 0) return NULL;
+  void *p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+  madvise(p, (size_t)bytes, MADV_HUGEPAGE);
+#endif
+  return p;
+}
+
+EXPORT int hg_tier_unmap(void *p, uint64_t bytes) {
+  return munmap(p, (size_t)bytes) == 0 ? 0 : -errno;
+}
+
+/* mbind(addr, bytes, mode, mask of `words` 64-bit words, flags): 0 or −errno. */
+EXPORT int hg_tier_mbind(void *p, uint64_t bytes, int mode, const uint64_t *mask, int words, int flags) {
+  long r = syscall(SYS_mbind, p, (unsigned long)bytes, mode, mask, (unsigned long)words * 64 + 1, (unsigned)flags);
+  return r == 0 ? 0 : -errno;
+}
+
+/* The policy bound at `p` (get_mempolicy with MPOL_F_ADDR): mode, or −errno; mask written. */
+EXPORT int hg_tier_policy(void *p, uint64_t *mask, int words) {
+  int mode = -1;
+  memset(mask, 0, (size_t)words * 8);
+  long r = syscall(SYS_get_mempolicy, &mode, mask, (unsigned long)words * 64, p, 2 /* MPOL_F_ADDR */);
+  return r == 0 ? mode : -errno;
+}
+
+/* The node of `count` pages sampled evenly over [p, p + bytes) (move_pages without moving):
+ * out[i] = node, or −errno for a page not faulted in yet (−ENOENT). Returns 0 or −errno. */
+EXPORT int hg_tier_page_nodes(void *p, uint64_t bytes, int count, int32_t *out) {
+  if (count <= 0) return 0;
+  void **pages = malloc(sizeof(void *) * (size_t)count);
+  int *status = malloc(sizeof(int) * (size_t)count);
+  if (!pages || !status) {
+    free(pages);
+    free(status);
+    return -ENOMEM;
+  }
+  const uint64_t ps = (uint64_t)page_bytes(), npages = (bytes + ps - 1) / ps;
+  for (int i = 0; i < count; i++) {
+    uint64_t page = count == 1 ? 0 : (npages - 1) * (uint64_t)i / (uint64_t)(count - 1);
+    pages[i] = (char *)p + page * ps;
+  }
+  long r = syscall(SYS_move_pages, 0, (unsigned long)count, pages, NULL, status, 0);
+  int rc = r < 0 ? -errno : 0;
+  for (int i = 0; i < count; i++) out[i] = rc ? rc : status[i];
+  free(pages);
+  free(status);
+  return rc;
+}
+
+/* Writes one byte per page (pages fault in where the policy says). */
+EXPORT void hg_tier_touch(void *p, uint64_t bytes) {
+  const uint64_t ps = (uint64_t)page_bytes();
+  volatile char *c = p;
+  for (uint64_t o = 0; o < bytes; o += ps) c[o] = c[o];
+}
+
+/* A new file of `bytes` at `path` (must not exist), space reserved up front, mapped shared at
+ * `at` (MAP_FIXED over memory the caller owns) or anywhere when `at` is NULL. `fail_errno` > 0
+ * makes the reservation fail with that errno (tests inject ENOSPC). Returns the address, or
+ * NULL with *err = errno; the file is removed on any failure. *fd_out keeps the descriptor. */
+EXPORT void *hg_tier_map_file(const char *path, uint64_t bytes, void *at, int fail_errno, int *fd_out, int *err) {
+  *err = 0;
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *err = errno;
+    return NULL;
+  }
+  int rc = fail_errno > 0 ? fail_errno : posix_fallocate(fd, 0, (off_t)bytes);
+  if (rc == EOPNOTSUPP || rc == EINVAL) rc = ftruncate(fd, (off_t)bytes) == 0 ? 0 : errno; /* no fallocate on this file system */
+  void *p = MAP_FAILED;
+  if (rc == 0) {
+    p = mmap(at, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
+    if (p == MAP_FAILED) rc = errno;
+  }
+  if (rc != 0) {
+    close(fd);
+    unlink(path);
+    *err = rc;
+    return NULL;
+  }
+  *fd_out = fd;
+  return p;
+}
+
+EXPORT int hg_tier_close_fd(int fd) {
+  return close(fd) == 0 ? 0 : -errno;
+}
+
+/* Starts reading [offset, offset + bytes) of a mapped file into the page cache (the read-ahead
+ * of the next layer's rows): madvise(WILLNEED) on the mapping. 0 or −errno. */
+EXPORT int hg_tier_prefetch(void *p, uint64_t bytes) {
+  const uintptr_t ps = (uintptr_t)page_bytes(), a = (uintptr_t)p & ~(ps - 1);
+  return madvise((void *)a, (size_t)((uintptr_t)p + bytes - a), MADV_WILLNEED) == 0 ? 0 : -errno;
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Single-thread streaming read of [p, p + bytes) `passes` times: bytes/s (the memory tier probe). */
+EXPORT double hg_tier_read_bw(const void *p, uint64_t bytes, int passes) {
+  const uint64_t *w = p;
+  const uint64_t n = bytes / 8;
+  uint64_t acc = 0;
+  double t0 = now_s();
+  for (int r = 0; r < passes; r++)
+    for (uint64_t i = 0; i < n; i += 4) acc += w[i] ^ w[i + 1] ^ w[i + 2] ^ w[i + 3];
+  double dt = now_s() - t0;
+  __asm__ volatile("" ::"r"(acc));
+  return dt > 0 ? (double)(n / 4 * 4 * 8) * passes / dt : 0;
+}
+
+/* Writes `bytes` to a new file at `path`, then reads it back with `block`-byte aligned reads,
+ * O_DIRECT where the file system allows (else the page cache is dropped first with
+ * fadvise(DONTNEED)): read bytes/s, or −errno. The file is removed. */
+EXPORT double hg_tier_file_read_bw(const char *path, uint64_t bytes, uint64_t block) {
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return -errno;
+  void *buf = NULL;
+  double result;
+  if (posix_memalign(&buf, 4096, (size_t)block) != 0) {
+    result = -ENOMEM;
+    goto out;
+  }
+  memset(buf, 0x5a, (size_t)block);
+  for (uint64_t o = 0; o < bytes; o += block) {
+    if (pwrite(fd, buf, (size_t)block, (off_t)o) != (ssize_t)block) {
+      result = -(errno ? errno : EIO);
+      goto out;
+    }
+  }
+  fdatasync(fd);
+  posix_fadvise(fd, 0, (off_t)bytes, POSIX_FADV_DONTNEED);
+  int rfd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (rfd < 0) rfd = open(path, O_RDONLY | O_CLOEXEC);
+  if (rfd < 0) {
+    result = -errno;
+    goto out;
+  }
+  double t0 = now_s();
+  uint64_t got = 0;
+  for (uint64_t o = 0; o < bytes; o += block) {
+    ssize_t r = pread(rfd, buf, (size_t)block, (off_t)o);
+    if (r <= 0) break;
+    got += (uint64_t)r;
+  }
+  double dt = now_s() - t0;
+  close(rfd);
+  result = got == bytes && dt > 0 ? (double)bytes / dt : -EIO;
+out:
+  free(buf);
+  close(fd);
+  unlink(path);
+  return result;
+}
