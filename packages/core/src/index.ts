@@ -52,3 +52,4 @@ export * from "./chat-template.js";
 export * from "./tokenizer-files.js";
 export * from "./presets.js";
 export * from "./model-info.js";
+export * from "./baselines/index.js";

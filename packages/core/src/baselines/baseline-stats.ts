@@ -1,0 +1,19 @@
+/** Counters of a baseline decode attention (AoG, AoC), for bench tables and --json. */
+export class BaselineStats {
+  steps = 0;
+  layerSteps = 0;
+  /** Offloaded tokens at the last step. */
+  offloaded = 0;
+  /** Wall time from beginStep to endStep, summed (ms). */
+  stepMs = 0;
+  /** Host ↔ device bytes the method moves for attention (AoG: K and V rows; AoC: q, partial output, logits). */
+  bytesMoved = 0;
+  /** AoC: time in the CPU's attention over the offloaded rows, summed (ms). */
+  cpuMs = 0;
+
+  summary(name: string): string {
+    const per = (x: number) => (this.steps ? x / this.steps : 0);
+    return `${name}: ${this.steps} steps, ${this.offloaded} offloaded, ${(per(this.bytesMoved) / 1e6).toFixed(2)} MB moved/step` +
+      (this.cpuMs ? `, CPU attention ${per(this.cpuMs).toFixed(2)} ms/step` : "");
+  }
+}

@@ -1,0 +1,3 @@
+export { AoGAttention } from "./aog-attention.js";
+export { AoCAttention, offloadedLayerBytes } from "./aoc-attention.js";
+export { BaselineStats } from "./baseline-stats.js";
