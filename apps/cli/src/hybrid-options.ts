@@ -71,7 +71,7 @@ export const HYBRID_HELP = `Hybrid attention (paper §4.2):
       --exact-layers L,L…      layers that select with the true query ("none" for none; default: the profile's)
       --candidates N           verified: choose N·K candidates for the device to score (default: the
                                profile's, else ${ENGINE.candidates})
-      --selector NAME          a built-in selector, or POST+PRE (e.g. topk+streaming); default topk+streaming
+      --selector NAME          a built-in selector, or POST+PRE (e.g. topk+quest); default topk+quest
                                with feedback, else topk for post, streaming for pre ("all" = exact)
       --cpu-stage-threads N    native threads of the CPU stage (default 1 on the CPU backend, cores − 1 on a GPU)
 `;

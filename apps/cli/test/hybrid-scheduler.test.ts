@@ -56,7 +56,7 @@ describe("hybridgen generate --scheduler (stories15M)", () => {
   it("--scheduler feedback --k-min 8 --json includes the per-step trace; the stats line summarises it", () => {
     const { out, stderr } = json([...HY, "--scheduler", "feedback", "--k-min", "8"]);
     const s = out.scheduler;
-    expect(s).toMatchObject({ name: "feedback", kMin: 8, kSource: "option", selector: "topk+streaming", droppedSteps: 0 });
+    expect(s).toMatchObject({ name: "feedback", kMin: 8, kSource: "option", selector: "topk+quest", droppedSteps: 0 });
     expect(s.steps.length).toBeGreaterThan(50);
     s.steps.forEach((r: Record<string, unknown>, i: number) => {
       expect(r.step).toBe(i);
@@ -68,7 +68,7 @@ describe("hybridgen generate --scheduler (stories15M)", () => {
     expect(s.steps[0].k).toBe(8); // Algorithm 1 starts at kMin, post
     expect(s.steps[0].timing).toBe("post");
     expect(s.finalK).toBe(s.steps[s.steps.length - 1].k);
-    expect(stderr).toContain("hybrid: selector topk+streaming, feedback scheduler (K from 8 post, kMin 8 from the flags)");
+    expect(stderr).toContain("hybrid: selector topk+quest, feedback scheduler (K from 8 post, kMin 8 from the flags)");
     expect(stderr).toMatch(/; scheduler: K 8 → \d+ \(range 8–\d+\), (post|pre), \d+ timing switch(es)?\n/);
   });
 
