@@ -1,3 +1,4 @@
 export { createHybridAttention, hybridPlan, type HybridModel } from "./create-hybrid-attention.js";
 export { resolveHybrid, profileKMin, type HybridPlan, type ResolvedHybrid, type RuntimeTarget } from "./resolve.js";
 export { HybridRuntimeOptionsSchema, ProfileDefaultsSchema, type HybridRuntimeOptions, type ProfileDefaults } from "./options.js";
+export { ATTENTION_CONFIG_NAMES, attentionConfig, attachAttentionConfig, prepareHostStore, type AttachedAttention, type AttentionConfig, type AttentionKind } from "./attention-configs.js";
