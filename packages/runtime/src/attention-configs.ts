@@ -121,24 +121,24 @@ export async function prepareHostStore(model: HybridModel, backend: Backend, thr
 
 /** Routes `model`'s decode steps through `config` ("full" attaches nothing: the model's own attention). */
 export async function attachAttentionConfig(model: HybridModel, backend: Backend, config: AttentionConfig, extra: HybridRuntimeOptions = {}): Promise<AttachedAttention> {
-  const none = { config, trace: () => [], [Symbol.dispose]() { this.close(); } };
-  if (config.kind === "full") return { ...none, summary: () => "full attention", close() {} };
+  const attached = (summary: () => string, close: () => void, trace: AttachedAttention["trace"] = () => []): AttachedAttention =>
+    ({ config, summary, trace, close, [Symbol.dispose]: close });
+  if (config.kind === "full") return attached(() => "full attention", () => {});
   if (model.cache.storeCapacity === 0) {
     throw new HybridgenError(`configuration "${config.name}" offloads, but the KV window holds the whole context (${model.maxContext}); load the model with a smaller gpuKvBudget`);
   }
   if (config.kind === "aog" || config.kind === "aoc") {
     if (!model.cache.hostBackend) await prepareHostStore(model, backend, 1);
     const a = config.kind === "aog" ? AoGAttention.attach(model.attention) : AoCAttention.attach(model.attention);
-    return { ...none, summary: () => a.stats.summary(config.name), close: () => a.close() };
+    return attached(() => a.stats.summary(config.name), () => a.close());
   }
   const ha = await createHybridAttention(model, backend, { ...config.hybrid, ...extra });
-  return {
-    ...none,
-    summary: () => {
+  return attached(
+    () => {
       const p = hybridPlan(ha);
       return `${config.name}: ${p ? `${p.selector}, ${p.scheduler} K ${p.k}, ${p.timing}, ${p.logits}; ` : ""}${ha.stats.summary()}`;
     },
-    trace: () => ha.stats.trace.map((t) => ({ k: t.k, timing: t.timing })),
-    close: () => ha.close(),
-  };
+    () => ha.close(),
+    () => ha.stats.trace.map((t) => ({ k: t.k, timing: t.timing })),
+  );
 }
