@@ -15,6 +15,6 @@ nvidia-smi --query-gpu=name,serial,clocks.max.sm --format=csv,noheader | tee "$O
 lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/gpu.txt"
 timeout "${CHECK_S:-120}" bun .device/hybrid-bench.js --skip-bench > "$OUT/checks.log" 2>&1
 echo "checks exit $?"; grep -E 'PASS|FAIL' "$OUT/checks.log"
-timeout "${BENCH_S:-420}" bun .device/hybrid-modes.js --contexts "${CONTEXTS:-32768,131000}" --steps "${STEPS:-64}" --trace-dir "$OUT/traces" \
+timeout "${BENCH_S:-420}" bun .device/hybrid-modes.js --contexts "${CONTEXTS:-4096,32768,131000}" --steps "${STEPS:-64}" --trace-dir "$OUT/traces" \
   --source "apps/bench hybrid-modes, one H200 + 16-core host, $(date -u +%F)" ${BENCH_ARGS:-} > "$OUT/hybrid-modes.log" 2>&1
 echo "bench exit $?"; sed -n '/^## /,$p' "$OUT/hybrid-modes.log"; tail -3 "$OUT/hybrid-modes.log"

@@ -9,21 +9,26 @@
  *     [--trace-dir DIR] [--source TEXT]
  *
  * Configs: full; post-exact, post-speculative, post-verified (top-K in the stage, fixed K);
- * pre-streaming, pre-quest, pre-infinigen (verified, fixed K), pre-streaming-speculative; feedback
- * (verified, kMin = K, topk under post and streaming under pre), feedback-quest (topk+quest),
- * feedback-infinigen (topk+infinigen). Dummy weights (bf16),
- * bf16 KV. One prefill per context (in blocks of at most 32 768 tokens); every hybrid config
- * starts from a KvCache checkpoint of it.
+ * pre-exact, pre-speculative, pre-verified (Quest pages, fixed K), pre-streaming, pre-infinigen
+ * (verified); feedback (the default pair topk+quest, verified, kMin = K), feedback-streaming
+ * (topk+streaming), feedback-infinigen (topk+infinigen). Dummy weights (bf16), bf16 KV. One
+ * prefill per context (in blocks of at most 32 768 tokens); every hybrid config starts from a
+ * KvCache checkpoint of it; a context no larger than the window runs full attention only.
+ *
+ * Each row has its floor (hybrid-floors.ts) from bandwidths measured in the same run: HBM (a
+ * D2D copy), the host's read rate (bf16 K scanned by the CPU attention-logits kernel on the
+ * stage's thread count) and the pinned host → device copy rate.
  */
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { cpus } from "node:os";
-import { loadModel, presetConfig, type Backend, type CausalLM, type HybridStepRecord } from "@hybridgen/core";
+import { HybridOptionsSchema, loadModel, presetConfig, type Backend, type CausalLM, type HybridStepRecord } from "@hybridgen/core";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { timingTraceFromRuns, type RecordedRun } from "@hybridgen/scheduler";
 import { arg, list } from "./args.js";
 import { dummyFiles } from "./dummy-files.js";
+import { fullFloorMs, llamaModelBytes, stepBytes, stepFloor, type Bandwidths, type FloorSelector } from "./hybrid-floors.js";
 
 const backendName = arg("backend", "cuda");
 const preset = arg("preset", "llama-3.1-8b");
@@ -33,25 +38,70 @@ const window = Number(arg("window", "4096"));
 const sinks = Number(arg("sinks", "4"));
 const K = Number(arg("k", "256"));
 const threads = Number(arg("threads", String(Math.max(1, cpus().length - 1))));
-const configs = list("configs", "full,post-exact,post-speculative,post-verified,pre-streaming,pre-quest,feedback,feedback-quest");
+const configs = list("configs", "full,post-exact,post-speculative,post-verified,pre-exact,pre-speculative,pre-verified,pre-streaming,feedback,feedback-streaming");
 const traceDir = arg("trace-dir", "");
 const source = arg("source", `apps/bench hybrid-modes on ${backendName}, ${new Date().toISOString().slice(0, 10)}`);
 /** Steps left out of the means: the first hybrid step captures and warms up. */
 const WARM = 4;
+/** The engine's candidate multiplier (verified logits): every config here runs the default. */
+const CANDIDATES = HybridOptionsSchema.parse({}).candidates;
 
 const HYBRID: Record<string, HybridRuntimeOptions> = {
   "post-exact": { scheduler: "fixed", selector: "topk", k: K, timing: "post", logits: "exact" },
   "post-speculative": { scheduler: "fixed", selector: "topk", k: K, timing: "post", logits: "speculative" },
   "post-verified": { scheduler: "fixed", selector: "topk", k: K, timing: "post", logits: "verified" },
+  "pre-exact": { scheduler: "fixed", selector: "quest", k: K, timing: "pre", logits: "exact" },
+  "pre-speculative": { scheduler: "fixed", selector: "quest", k: K, timing: "pre", logits: "speculative" },
+  "pre-verified": { scheduler: "fixed", selector: "quest", k: K, timing: "pre", logits: "verified" },
   "pre-streaming": { scheduler: "fixed", selector: "streaming", k: K, timing: "pre", logits: "verified" },
-  "pre-quest": { scheduler: "fixed", selector: "quest", k: K, timing: "pre", logits: "verified" },
   "pre-infinigen": { scheduler: "fixed", selector: "infinigen", k: K, timing: "pre", logits: "verified" },
-  feedback: { scheduler: "feedback", selector: "topk+streaming", kMin: K, logits: "verified" },
-  "feedback-quest": { scheduler: "feedback", selector: "topk+quest", kMin: K, logits: "verified" },
+  feedback: { scheduler: "feedback", selector: "topk+quest", kMin: K, logits: "verified" },
+  "feedback-streaming": { scheduler: "feedback", selector: "topk+streaming", kMin: K, logits: "verified" },
   "feedback-infinigen": { scheduler: "feedback", selector: "topk+infinigen", kMin: K, logits: "verified" },
-  "pre-streaming-speculative": { scheduler: "fixed", selector: "streaming", k: K, timing: "pre", logits: "speculative" },
 };
+/** The selector a step of `name` runs at `timing` (a pair's half), for its floor. */
+function floorSelector(name: string, timing: "post" | "pre"): FloorSelector {
+  const sel = HYBRID[name]!.selector as string;
+  const [post, pre] = sel.includes("+") ? sel.split("+") : [sel, sel];
+  return (timing === "post" ? post : pre) as FloorSelector;
+}
 for (const c of configs) if (c !== "full" && !HYBRID[c]) throw new Error(`unknown config ${c} (configs: full, ${Object.keys(HYBRID).join(", ")})`);
+
+/**
+ * The host's read rate: bf16 K of 8 KV heads × 262 144 tokens × 128 (537 MB, past any cache)
+ * scanned by the CPU attention-logits kernel — the stage's scoring kernel — on `threads` threads.
+ */
+function hostReadRate(threads: number): number {
+  using cpu = createCpuBackend({ threads });
+  const kvHeads = 8, n = 262144, hd = 128, heads = 32;
+  const k = cpu.alloc([kvHeads, n, hd], "bf16"), q = cpu.alloc([1, heads * hd]), logits = cpu.alloc([heads, n]);
+  try {
+    const chunk = Float32Array.from({ length: 1 << 20 }, (_, i) => Math.sin(i) * 0.1);
+    for (let at = 0; at < kvHeads * n * hd; at += chunk.length) cpu.write(k, chunk, at);
+    cpu.write(q, chunk.subarray(0, heads * hd));
+    let best = Infinity;
+    for (let r = 0; r < 5; r++) {
+      const t0 = performance.now();
+      cpu.attnLogits(logits, 0, q, 0, k, 0, n, 0.088);
+      cpu.read(logits, 0, 1); // the op has finished
+      best = Math.min(best, performance.now() - t0);
+    }
+    return (kvHeads * n * hd * 2) / (best / 1e3);
+  } finally {
+    cpu.free(k);
+    cpu.free(q);
+    cpu.free(logits);
+  }
+}
+
+/** HBM, host read and pinned upload rates, measured now (the CPU backend: its memory throughout). */
+async function bandwidths(be: Backend): Promise<Bandwidths> {
+  const hostRead = hostReadRate(threads);
+  const link = be.hostTransfers?.().bandwidth?.(256 * 2 ** 20, 10);
+  const copy = (be as { copyBandwidth?: (bytes: number, iters: number) => number }).copyBandwidth;
+  const hbm = copy ? copy.call(be, 2 ** 31, 10) : hostRead;
+  return { hbm, hostRead, h2d: link?.h2d ?? hostRead };
+}
 
 async function openBackend(): Promise<Backend> {
   if (backendName === "cpu") return createCpuBackend({});
@@ -102,11 +152,16 @@ const TINY = {
   num_attention_heads: 8, num_key_value_heads: 2, vocab_size: 1024, max_position_embeddings: 1 << 20, rms_norm_eps: 1e-5, rope_theta: 1e6,
 };
 const json: Record<string, unknown> = preset === "tiny" ? TINY : presetConfig(preset);
+const modelBytes = llamaModelBytes(json);
+const bw = await bandwidths(backend);
+const GBs = (x: number) => (x / 1e9).toFixed(1);
+console.log(`bandwidths: HBM ${GBs(bw.hbm)} GB/s (D2D copy), host read ${GBs(bw.hostRead)} GB/s (${threads} threads), pinned upload ${GBs(bw.h2d)} GB/s`);
 const rows = [
-  "| context | config | ms/token | × full | T_gpu ms/step | T_cpu ms/step | T_tx ms/step | final K / timing | switches | settled at step | CPU stage hidden |",
-  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+  "| context | config | ms/token | × full | floor ms (device / CPU / link) | × floor | T_gpu ms/step | T_cpu ms/step | T_tx ms/step | final K / timing | switches | settled at step | CPU stage hidden |",
+  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ];
 const recorded: Record<number, RecordedRun[]> = {};
+const results: { context: number; config: string; ms: number; floorMs: number }[] = [];
 
 for (const context of contexts) {
   const maxContext = context + steps + 8;
@@ -119,13 +174,15 @@ for (const context of contexts) {
     model.step(prompt, 0);
     const walls = decode(model, context);
     fullMs = mean(walls.slice(WARM));
-    rows.push(`| ${context} | full attention on the device | ${fullMs.toFixed(2)} | 1.00 | – | – | – | – | – | – | – |`);
+    const floor = fullFloorMs(modelBytes, context, bw.hbm);
+    results.push({ context, config: "full", ms: fullMs, floorMs: floor });
+    rows.push(`| ${context} | full attention on the device | ${fullMs.toFixed(2)} | 1.00 | ${floor.toFixed(2)} | ${(fullMs / floor).toFixed(2)} | – | – | – | – | – | – | – |`);
     console.log(rows[rows.length - 1]);
   }
   const hybridConfigs = configs.filter((c) => c !== "full");
-  if (hybridConfigs.length === 0) continue;
+  if (hybridConfigs.length === 0 || context <= window) continue;
   using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
-  using model = loadModel(files, backend, { maxContext, prefillBlock, kvDtype: "bf16", kvWindow: window, kvSinks: sinks });
+  using model = loadModel(files, backend, { maxContext, prefillBlock, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
   if (backend.hostTransfers) model.cache.attachHostStore(createCpuBackend({ threads: 1 }), backend.hostTransfers(), true);
   const t0 = performance.now();
   model.step(prompt, 0);
@@ -139,7 +196,14 @@ for (const context of contexts) {
       const trace = ha.stats.trace.slice();
       const tail = trace.slice(WARM);
       const ms = mean(walls.slice(WARM)), last = trace[trace.length - 1];
-      rows.push(`| ${context} | ${name} | ${ms.toFixed(2)} | ${fullMs ? (ms / fullMs).toFixed(2) : "–"} | ${mean(tail.map((t) => t.tGpuMs)).toFixed(2)} | ` +
+      const logits = (HYBRID[name]!.logits ?? "verified") as "exact" | "speculative" | "verified";
+      const floors = tail.map((t) => stepFloor(stepBytes(modelBytes, {
+        window, offloaded: t.offloaded, k: t.k, timing: t.timing, logits, candidates: CANDIDATES, selector: floorSelector(name, t.timing),
+      }), bw));
+      const f = { device: mean(floors.map((x) => x.deviceMs)), cpu: mean(floors.map((x) => x.cpuMs)), link: mean(floors.map((x) => x.linkMs)), step: mean(floors.map((x) => x.floorMs)) };
+      results.push({ context, config: name, ms, floorMs: f.step });
+      rows.push(`| ${context} | ${name} | ${ms.toFixed(2)} | ${fullMs ? (ms / fullMs).toFixed(2) : "–"} | ` +
+        `${f.step.toFixed(2)} (${f.device.toFixed(2)} / ${f.cpu.toFixed(2)} / ${f.link.toFixed(2)}) | ${(ms / f.step).toFixed(2)} | ${mean(tail.map((t) => t.tGpuMs)).toFixed(2)} | ` +
         `${mean(tail.map((t) => t.tCpuMs)).toFixed(2)} | ${mean(tail.map((t) => t.tTxMs)).toFixed(2)} | ${last ? `${last.k} / ${last.timing}` : "–"} | ` +
         `${switches(trace)} | ${settleStep(trace)} | ${Math.round(ha.stats.hiddenFraction * 100)}% |`);
       console.log(rows[rows.length - 1]);
@@ -160,5 +224,21 @@ for (const context of contexts) {
   }
 }
 
+/** Issue 20's targets, from this run: feedback (verified) ≤ 1.5× full at 32K and ≤ 2.5× at 128K, within 1.25× of its floor; pre at 32K ≤ 1.15× full at the window's size. */
+const targets: string[] = [];
+const verdict = (ok: boolean) => (ok ? "met" : "not met");
+for (const r of results) {
+  if (r.config !== "feedback") continue;
+  const full = results.find((x) => x.config === "full" && x.context === r.context);
+  const limit = r.context <= 32768 ? 1.5 : 2.5;
+  if (full) targets.push(`- ${r.context}: feedback ${r.ms.toFixed(2)} ms = ${(r.ms / full.ms).toFixed(2)}× full (target ≤ ${limit}×: ${verdict(r.ms / full.ms <= limit)}), ${(r.ms / r.floorMs).toFixed(2)}× its floor (target ≤ 1.25×: ${verdict(r.ms / r.floorMs <= 1.25)})`);
+}
+const fullAtWindow = results.find((x) => x.config === "full" && x.context === window);
+for (const r of results) {
+  if (!fullAtWindow || r.context !== 32768 || !r.config.startsWith("pre-")) continue;
+  targets.push(`- 32768 ${r.config}: ${r.ms.toFixed(2)} ms = ${(r.ms / fullAtWindow.ms).toFixed(2)}× full attention at a ${window}-token context (target ≤ 1.15×: ${verdict(r.ms / fullAtWindow.ms <= 1.15)})`);
+}
+
 console.log(`\n## ${preset}, dummy bf16 weights, bf16 KV, batch 1; window ${window} with ${sinks} sinks, K ${K}, ${threads} stage threads, ${steps} steps (means skip the first ${WARM}); ${backend.name}`);
 for (const r of rows) console.log(r);
+if (targets.length) console.log(`\nTargets:\n${targets.join("\n")}`);
