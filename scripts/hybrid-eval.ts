@@ -40,7 +40,7 @@ if (ids.length < TOKENS) throw new Error(`the text is only ${ids.length} tokens`
 const maxContext = TOKENS; // stories15M holds 256 positions
 
 using full = LlamaModel.load(files, be, { maxContext });
-using hyb = LlamaModel.load(files, be, { maxContext, kvWindow: BUDGET, kvEvictBlock: Math.min(16, BUDGET) });
+using hyb = LlamaModel.load(files, be, { maxContext, gpuKvBudget: BUDGET, kvEvictBlock: Math.min(16, BUDGET) });
 
 /** Teacher-forced logits after each token from PROMPT − 1 on. */
 function forced(model: LlamaModel): Float32Array[] {

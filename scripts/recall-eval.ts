@@ -113,7 +113,7 @@ for (const m of modeNames) results[m] = {};
 
 for (const length of LENGTHS) {
   const k = Math.max(1, Math.round(K_FRAC * length));
-  using model = LlamaModel.load(files, be, { maxContext: length, kvWindow: WINDOW, kvSinks: SINKS, kvEvictBlock: 16 });
+  using model = LlamaModel.load(files, be, { maxContext: length, gpuKvBudget: WINDOW, sinkTokens: SINKS, kvEvictBlock: 16 });
   const r = rng(SEED * 1000 + length);
   for (const m of modeNames) results[m]![length] = { correct: 0, total: 0, meanK: 0, cpuMsPerLayer: 0 };
   const t0 = performance.now();

@@ -45,7 +45,7 @@ using be = createCpuBackend({ threads: 1 });
 const ids = files.tokenizer.encode(TEXT).slice(0, TOKENS);
 if (ids.length < TOKENS) throw new Error(`the text is only ${ids.length} tokens`);
 using full = LlamaModel.load(files, be, { maxContext: TOKENS });
-using hyb = LlamaModel.load(files, be, { maxContext: TOKENS, kvWindow: BUDGET, kvEvictBlock: Math.min(16, BUDGET) });
+using hyb = LlamaModel.load(files, be, { maxContext: TOKENS, gpuKvBudget: BUDGET, kvEvictBlock: Math.min(16, BUDGET) });
 const { kvHeads, headDim } = hyb.attention.layout;
 const KV_BYTES = 4; // the models' KV cache is f32 here
 

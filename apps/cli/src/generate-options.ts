@@ -34,11 +34,6 @@ export const GenerateCliOptionsSchema = z
     threads: z.number().int("must be an integer").min(1, "must be at least 1").max(256, "must be ≤ 256").optional(),
     /** KV cache positions; absent: min(model's max_position_embeddings, 4096). */
     context: z.number().int("must be an integer").min(1, "must be at least 1").optional(),
-    /** KV positions kept resident in the (device) window; older ones are offloaded to the
-     * host store and still attended exactly. Absent: every position resident. */
-    kvWindow: z.number().int("must be an integer").min(1, "must be at least 1").optional(),
-    /** First positions pinned in the window for good (attention sinks); needs --kv-window. */
-    kvSinks: z.number().int("must be an integer").min(0, "must be ≥ 0").optional(),
     /** Weight dtype at load; absent: as stored in the checkpoint. */
     dtype: z.enum(["f32", "f16", "bf16"], { error: "must be one of f32, f16, bf16" }).optional(),
     json: z.boolean().default(false),
@@ -49,14 +44,6 @@ export const GenerateCliOptionsSchema = z
   })
   .strict()
   .refine((o) => o.system === undefined || o.chat, { message: "--system needs --chat", path: ["system"] })
-  .refine((o) => o.kvSinks === undefined || o.kvWindow !== undefined, {
-    message: "--kv-sinks needs --kv-window",
-    path: ["kvSinks"],
-  })
-  .refine((o) => o.kvSinks === undefined || o.kvWindow === undefined || o.kvSinks < o.kvWindow, {
-    message: "--kv-sinks must be smaller than --kv-window",
-    path: ["kvSinks"],
-  })
   .refine((o) => o.prompt === undefined || o.promptFile === undefined, {
     message: "give either --prompt or --prompt-file, not both",
     path: ["promptFile"],
@@ -100,8 +87,6 @@ export const FLAG_OF: Readonly<Record<string, string>> = {
   stop: "--stop",
   threads: "--threads",
   context: "--context",
-  kvWindow: "--kv-window",
-  kvSinks: "--kv-sinks",
   device: "--device",
   dtype: "--dtype",
   json: "--json",

@@ -32,10 +32,6 @@ Model:
                                else the CPU, with the reason on stderr)
       --threads N              CPU threads (default: $HYBRIDGEN_THREADS or every core)
       --context N              KV cache positions (default: the model's, at most 4096)
-      --kv-window N            keep the N most recent positions resident; older ones are
-                               offloaded and still attended exactly (default: all resident;
-                               with --attention hybrid use --gpu-kv-budget instead)
-      --kv-sinks N             pin the first N positions in the window (needs --kv-window)
 
 Prompt (one of; default: read stdin):
   -p, --prompt TEXT            the prompt

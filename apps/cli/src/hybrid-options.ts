@@ -7,9 +7,9 @@
  */
 import { z } from "zod";
 import {
-  HybridgenError, HybridOptionsSchema, LogitsModeSchema, SelectionTimingSchema, type Backend, type HybridAttention, type HybridProfile,
+  DEFAULT_K, DEFAULT_SINK_TOKENS, GPU_KV_BUDGET_AUTO, GpuKvBudgetSchema, HybridgenError, HybridOptionsSchema, KSchema, LogitsModeSchema,
+  SelectionTimingSchema, SinkTokensSchema, type Backend, type GpuKvBudget, type HybridAttention, type HybridProfile,
 } from "@hybridgen/core";
-import { DEFAULT_K_MIN } from "@hybridgen/scheduler";
 import { createHybridAttention, hybridPlan, resolveHybrid, type HybridModel, type HybridPlan, type HybridRuntimeOptions } from "@hybridgen/runtime";
 
 const count = (min: number) => z.number().int("must be an integer").min(min, `must be at least ${min}`);
@@ -17,16 +17,17 @@ const count = (min: number) => z.number().int("must be an integer").min(min, `mu
 export const HybridCliOptionsSchema = z
   .object({
     attention: z.enum(["full", "hybrid"], { error: "must be full or hybrid" }).default("full"),
-    /** Tokens per sequence resident in the (device) window, sinks included. */
-    gpuKvBudget: count(1).optional(),
-    sinkTokens: z.number().int("must be an integer").min(0, "must be ≥ 0").default(0),
-    /** fixed (--k, --selection every step) or feedback (K and timing from the measured stage times). Default: see the runtime. */
+    /** Tokens per sequence resident in the (device) window, sinks included, or "auto"; older ones are
+     * offloaded (full attention still attends them exactly). Absent: every token resident. */
+    gpuKvBudget: GpuKvBudgetSchema.optional(),
+    sinkTokens: SinkTokensSchema.default(DEFAULT_SINK_TOKENS),
+    /** fixed (--k, --timing every step) or feedback (K and timing from the measured stage times). Default: see the runtime. */
     scheduler: z.enum(["fixed", "feedback"], { error: "must be fixed or feedback" }).optional(),
     /** Fixed: selected offloaded tokens per KV head and layer; feedback: the first step's K. */
-    k: count(1).optional(),
+    k: KSchema.optional(),
     /** Feedback: the accuracy floor K never goes below. */
-    kMin: count(1).optional(),
-    selection: SelectionTimingSchema.optional(),
+    kMin: KSchema.optional(),
+    timing: SelectionTimingSchema.optional(),
     logits: LogitsModeSchema.optional(),
     /** Layers whose selection waits for the true query; [] overrides a profile's. */
     exactLayers: z.array(count(0)).optional(),
@@ -39,9 +40,10 @@ export const HybridCliOptionsSchema = z
   })
   .strict()
   .refine((o) => o.attention === "full" || o.gpuKvBudget !== undefined, { message: "--attention hybrid needs --gpu-kv-budget N", path: ["gpuKvBudget"] })
-  .refine((o) => o.gpuKvBudget === undefined || o.sinkTokens < o.gpuKvBudget, { message: "--sink-tokens must be smaller than --gpu-kv-budget", path: ["sinkTokens"] })
-  .refine((o) => o.attention === "hybrid" || (o.gpuKvBudget === undefined && o.selector === undefined && o.scheduler === undefined && o.kMin === undefined), {
-    message: "--gpu-kv-budget, --selector, --scheduler and --k-min need --attention hybrid", path: ["attention"],
+  .refine((o) => o.sinkTokens === 0 || o.gpuKvBudget !== undefined, { message: "--sink-tokens needs --gpu-kv-budget", path: ["sinkTokens"] })
+  .refine((o) => typeof o.gpuKvBudget !== "number" || o.sinkTokens < o.gpuKvBudget, { message: "--sink-tokens must be smaller than --gpu-kv-budget", path: ["sinkTokens"] })
+  .refine((o) => o.attention === "hybrid" || HYBRID_ONLY.every((key) => o[key] === undefined), {
+    message: "--selector, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates and --cpu-stage-threads need --attention hybrid", path: ["attention"],
   })
   .refine((o) => o.kMin === undefined || o.scheduler !== "fixed", { message: "--k-min sets the feedback scheduler's floor; --scheduler fixed uses --k", path: ["kMin"] })
   .refine((o) => o.k === undefined || o.kMin === undefined || o.k >= o.kMin, { message: "--k (the feedback scheduler's first K) must be at least --k-min", path: ["k"] });
@@ -49,24 +51,30 @@ export type HybridCliOptions = z.infer<typeof HybridCliOptionsSchema>;
 
 const FLAGS = {
   attention: "attention", "gpu-kv-budget": "gpuKvBudget", "sink-tokens": "sinkTokens", scheduler: "scheduler", k: "k", "k-min": "kMin",
-  selection: "selection", logits: "logits", "exact-layers": "exactLayers", candidates: "candidates", selector: "selector",
+  timing: "timing", logits: "logits", "exact-layers": "exactLayers", candidates: "candidates", selector: "selector",
   "cpu-stage-threads": "cpuStageThreads",
 } as const;
 const NUMERIC = new Set(["gpuKvBudget", "sinkTokens", "k", "kMin", "candidates", "cpuStageThreads"]);
+/** Flags that only mean something to hybrid attention. */
+const HYBRID_ONLY = ["selector", "scheduler", "k", "kMin", "timing", "logits", "exactLayers", "candidates", "cpuStageThreads"] as const;
+/** Old spellings of one concept, refused with the one name. */
+const RENAMED: Readonly<Record<string, string>> = { "kv-window": "--gpu-kv-budget", "kv-sinks": "--sink-tokens", selection: "--timing" };
 
 const ENGINE = HybridOptionsSchema.parse({});
 
-export const HYBRID_HELP = `Hybrid attention (paper §4.2):
+export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
       --attention full|hybrid  hybrid: split each layer's attention between resident and offloaded tokens
-      --gpu-kv-budget N        tokens kept in the device window per sequence (sinks included)
-      --sink-tokens S          pin the first S tokens in the window (attention sinks, default 0)
+      --gpu-kv-budget N|auto   tokens kept in the device window per sequence (sinks included); older ones are
+                               offloaded (full attention still attends them exactly). auto: what fits the
+                               device; with no planner, the whole context. Default: every token resident
+      --sink-tokens S          pin the first S tokens in the window (attention sinks, default ${DEFAULT_SINK_TOKENS})
       --scheduler fixed|feedback  feedback: K and post/pre from the measured stage times; fixed: --k and
-                               --selection every step. Default: feedback with --k-min, fixed with --k or
-                               --selection alone, else feedback on a GPU and fixed on the CPU
+                               --timing every step. Default: feedback with --k-min, fixed with --k or
+                               --timing alone, else feedback on a GPU and fixed on the CPU
       --k N                    fixed: offloaded tokens selected per KV head and layer (clamped); feedback:
-                               the first step's K (default: the model's profiled K_min, else ${DEFAULT_K_MIN})
-      --k-min N                feedback: K never goes below N (default: the model's profile, else ${DEFAULT_K_MIN})
-      --selection post|pre     post: score all offloaded tokens, keep top-K; pre: choose first (feedback: first step)
+                               the first step's K (default: the model's profiled K_min, else ${DEFAULT_K})
+      --k-min N                feedback: K never goes below N (default: the model's profile, else ${DEFAULT_K})
+      --timing post|pre        post: score all offloaded tokens, keep top-K; pre: choose first (feedback: first step)
       --logits exact|speculative|verified  how the CPU stage's query is formed (default ${ENGINE.logits})
       --exact-layers L,L…      layers that select with the true query ("none" for none; default: the profile's)
       --candidates N           verified: choose N·K candidates for the device to score (default: the
@@ -83,6 +91,7 @@ export function splitHybridArgs(argv: readonly string[]): { rest: string[]; hybr
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     const m = /^--([a-z-]+)(?:=(.*))?$/.exec(arg);
+    if (m && RENAMED[m[1]!]) throw new HybridgenError(`--${m[1]} is now ${RENAMED[m[1]!]}`);
     const key = m ? FLAGS[m[1] as keyof typeof FLAGS] : undefined;
     if (!m || !key) {
       rest.push(arg);
@@ -93,8 +102,13 @@ export function splitHybridArgs(argv: readonly string[]): { rest: string[]; hybr
       if (i + 1 >= argv.length) throw new HybridgenError(`${arg} needs a value`);
       value = argv[++i]!;
     }
-    if (NUMERIC.has(key)) {
-      if (!/^\d+$/.test(value.trim())) throw new HybridgenError(`invalid value for --${m[1]}: ${JSON.stringify(value)} is not a non-negative integer`);
+    if (key === "gpuKvBudget" && value.trim() === GPU_KV_BUDGET_AUTO) {
+      raw[key] = GPU_KV_BUDGET_AUTO;
+    } else if (NUMERIC.has(key)) {
+      if (!/^\d+$/.test(value.trim())) {
+        const want = key === "gpuKvBudget" ? `a positive integer or "${GPU_KV_BUDGET_AUTO}"` : "a non-negative integer";
+        throw new HybridgenError(`invalid value for --${m[1]}: ${JSON.stringify(value)} is not ${want}`);
+      }
       raw[key] = Number(value);
     } else if (key === "exactLayers") {
       if (!/^(none|\d+(,\d+)*)$/.test(value.trim())) throw new HybridgenError(`invalid value for --exact-layers: ${JSON.stringify(value)} is not a comma-separated list of layers or "none"`);
@@ -108,7 +122,7 @@ export function splitHybridArgs(argv: readonly string[]): { rest: string[]; hybr
     const cross = issue.code === "custom"; // a refine: its message names the flags itself
     throw new HybridgenError(flag && !cross ? `invalid value for --${flag}: ${issue.message}` : issue.message);
   }
-  // Flag-only contradictions (a selector that cannot run --selection) fail before any model loads.
+  // Flag-only contradictions (a selector that cannot run --timing) fail before any model loads.
   if (r.data.attention === "hybrid") resolveHybrid(runtimeOptions(r.data, null), { device: false });
   return { rest, hybrid: r.data };
 }
@@ -118,15 +132,15 @@ export const HYBRID_FLAG_NAMES = Object.keys(FLAGS);
 /** Full attention, as when no hybrid flag is given. */
 export const FULL_ATTENTION: HybridCliOptions = HybridCliOptionsSchema.parse({});
 
-/** LlamaModel.load options for the hybrid window (empty for full attention). */
-export function hybridLoadOptions(h: HybridCliOptions): { kvWindow?: number; kvSinks?: number } {
-  return h.attention === "hybrid" ? { kvWindow: h.gpuKvBudget!, kvSinks: h.sinkTokens } : {};
+/** LlamaModel.load options for the window (empty when every token stays resident). */
+export function windowLoadOptions(h: HybridCliOptions): { gpuKvBudget?: GpuKvBudget; sinkTokens?: number } {
+  return h.gpuKvBudget === undefined ? {} : { gpuKvBudget: h.gpuKvBudget, sinkTokens: h.sinkTokens };
 }
 
 /** The flags as createHybridAttention options (only those given: the runtime owns the defaults). */
 export function runtimeOptions(h: HybridCliOptions, profile: HybridProfile | null): HybridRuntimeOptions {
   const o: Record<string, unknown> = {
-    selector: h.selector, scheduler: h.scheduler, k: h.k, kMin: h.kMin, timing: h.selection, logits: h.logits,
+    selector: h.selector, scheduler: h.scheduler, k: h.k, kMin: h.kMin, timing: h.timing, logits: h.logits,
     exactLayers: h.exactLayers, candidates: h.candidates, cpuStageThreads: h.cpuStageThreads, profile,
   };
   for (const key of Object.keys(o)) if (o[key] === undefined) delete o[key];

@@ -3,7 +3,7 @@ import { HybridgenError } from "@hybridgen/core";
 import { FLAG_OF, GenerateCliOptionsSchema, type GenerateCliOptions } from "./generate-options.js";
 import { parseArgsError } from "./parse-args-error.js";
 
-const NUMERIC = new Set(["batch", "maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "threads", "context", "kvWindow", "kvSinks"]);
+const NUMERIC = new Set(["batch", "maxTokens", "temperature", "topK", "topP", "repetitionPenalty", "seed", "threads", "context"]);
 
 /** A strict decimal number: "1", "-2", "0.5", "1e-3". Rejects "", "0x10", "1abc", "Infinity". */
 function toNumber(flag: string, raw: string): number {
@@ -41,8 +41,6 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateCliOptions &
         stop: { type: "string", multiple: true },
         threads: { type: "string" },
         context: { type: "string" },
-        "kv-window": { type: "string" },
-        "kv-sinks": { type: "string" },
         dtype: { type: "string" },
         json: { type: "boolean" },
         "dummy-weights": { type: "boolean" },

@@ -29,10 +29,10 @@ describe("hybridgen generate on stories15M", () => {
     expect(lines.some((l) => l.startsWith("loaded "))).toBe(true);
   });
 
-  it("offloading old KV positions (--kv-window, --kv-sinks) leaves the greedy story unchanged", () => {
+  it("offloading old KV positions (--gpu-kv-budget, --sink-tokens) leaves the greedy story unchanged", () => {
     // Offloaded positions are still attended exactly (logits concatenated in position order,
     // one softmax), so only summation order differs: far below the story's 0.01 logit margin.
-    for (const kv of [["--kv-window", "17"], ["--kv-window", "64", "--kv-sinks", "4"]]) {
+    for (const kv of [["--gpu-kv-budget", "17"], ["--gpu-kv-budget", "64", "--sink-tokens", "4"]]) {
       const r = runBin(["generate", "--model", model, "--prompt", PROMPT, "--temperature", "0", "--max-tokens", "256", ...kv]);
       expect(r.stderr).toMatch(/KV window/);
       expect(r.code).toBe(0);

@@ -17,15 +17,15 @@ describe("--scheduler, --k-min and friends", () => {
     expect(splitHybridArgs([...HY, "--exact-layers", "none"]).hybrid.exactLayers).toEqual([]);
     // Nothing given: the runtime takes the defaults (backend, profile), not the flag parser.
     const bare = splitHybridArgs(HY).hybrid;
-    for (const key of ["scheduler", "k", "kMin", "selection", "logits", "exactLayers"] as const) expect(bare[key]).toBeUndefined();
+    for (const key of ["scheduler", "k", "kMin", "timing", "logits", "exactLayers"] as const) expect(bare[key]).toBeUndefined();
   });
 
   it("bad values are one-line errors naming the flag", () => {
     const bad: [string[], string | RegExp][] = [
       [["--k-min", "0"], "invalid value for --k-min: must be at least 1"],
       [["--scheduler", "nope"], "invalid value for --scheduler: must be fixed or feedback"],
-      [["--selector", "quest", "--selection", "post"], 'selector "quest" cannot run post-QKᵀ selection (it supports pre)'],
-      [["--selector", "topk", "--selection", "pre"], 'selector "topk" cannot run pre-QKᵀ selection (it supports post)'],
+      [["--selector", "quest", "--timing", "post"], 'selector "quest" cannot run post-QKᵀ selection (it supports pre)'],
+      [["--selector", "topk", "--timing", "pre"], 'selector "topk" cannot run pre-QKᵀ selection (it supports post)'],
       [["--scheduler", "fixed", "--k-min", "8"], "--k-min sets the feedback scheduler's floor; --scheduler fixed uses --k"],
       [["--k", "4", "--k-min", "8"], "--k (the feedback scheduler's first K) must be at least --k-min"],
       [["--exact-layers", "1,x"], 'invalid value for --exact-layers: "1,x" is not a comma-separated list of layers or "none"'],
@@ -33,7 +33,7 @@ describe("--scheduler, --k-min and friends", () => {
       [["--selector", "topk+nope"], /^unknown selector "nope"/],
     ];
     for (const [flags, message] of bad) expect(() => splitHybridArgs([...HY, ...flags]), flags.join(" ")).toThrow(message);
-    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--gpu-kv-budget, --selector, --scheduler and --k-min need --attention hybrid");
+    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--selector, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates and --cpu-stage-threads need --attention hybrid");
   });
 });
 
@@ -72,7 +72,7 @@ describe("hybridgen generate --scheduler (stories15M)", () => {
     expect(stderr).toMatch(/; scheduler: K 8 → \d+ \(range 8–\d+\), (post|pre), \d+ timing switch(es)?\n/);
   });
 
-  it("on the CPU backend the default is the fixed scheduler: --k and --selection every step", () => {
+  it("on the CPU backend the default is the fixed scheduler: --k and --timing every step", () => {
     const { out } = json([...HY, "--k", "16", "-n", "40"]);
     expect(out.scheduler).toMatchObject({ name: "fixed", kMin: null, selector: "topk" });
     expect(out.scheduler.steps.every((r: { k: number; timing: string }) => r.k === 16 && r.timing === "post")).toBe(true);
@@ -94,7 +94,7 @@ describe("hybridgen generate --scheduler (stories15M)", () => {
   });
 
   it("bad flags exit 2 with one line before the model loads", () => {
-    for (const flags of [["--k-min", "0"], ["--scheduler", "nope"], ["--selector", "quest", "--selection", "post"], ["--scheduler", "fixed", "--k-min", "8"]]) {
+    for (const flags of [["--k-min", "0"], ["--scheduler", "nope"], ["--selector", "quest", "--timing", "post"], ["--scheduler", "fixed", "--k-min", "8"]]) {
       const r = runBin(["generate", "-p", PROMPT, ...HY, ...flags]);
       expect(r.code, flags.join(" ")).toBe(2);
       expect(r.stderr).toMatch(/^error: [^\n]+\n$/);

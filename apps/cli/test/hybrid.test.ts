@@ -5,9 +5,9 @@ import { PROMPT, stories15M } from "./model-fixture.js";
 
 describe("hybrid flags", () => {
   it("are taken out of argv and validated; the rest goes to the generate parser", () => {
-    const { rest, hybrid } = splitHybridArgs(["-p", "hi", "--attention", "hybrid", "--gpu-kv-budget=32", "--k", "8", "--selection", "pre", "--logits", "exact", "-n", "4"]);
+    const { rest, hybrid } = splitHybridArgs(["-p", "hi", "--attention", "hybrid", "--gpu-kv-budget=32", "--k", "8", "--timing", "pre", "--logits", "exact", "-n", "4"]);
     expect(rest).toEqual(["-p", "hi", "-n", "4"]);
-    expect(hybrid).toMatchObject({ attention: "hybrid", gpuKvBudget: 32, k: 8, selection: "pre", logits: "exact", sinkTokens: 0 });
+    expect(hybrid).toMatchObject({ attention: "hybrid", gpuKvBudget: 32, k: 8, timing: "pre", logits: "exact", sinkTokens: 0 });
     expect(splitHybridArgs(["-n", "3"]).hybrid).toEqual(FULL_ATTENTION);
   });
 
@@ -17,7 +17,8 @@ describe("hybrid flags", () => {
     expect(() => splitHybridArgs(["--attention", "hybrid", "--gpu-kv-budget", "8", "--sink-tokens", "8"])).toThrow(/--sink-tokens must be smaller/);
     expect(() => splitHybridArgs(["--attention", "hybrid", "--gpu-kv-budget", "8", "--k", "-3"])).toThrow(/--k: "-3" is not a non-negative integer/);
     expect(() => splitHybridArgs(["--attention", "hybrid", "--gpu-kv-budget", "8", "--logits", "fast"])).toThrow(/invalid value for --logits/);
-    expect(() => splitHybridArgs(["--gpu-kv-budget", "8"])).toThrow(/need --attention hybrid/);
+    expect(() => splitHybridArgs(["--gpu-kv-budget", "8", "--k", "4"])).toThrow(/need --attention hybrid/);
+    expect(() => splitHybridArgs(["--attention", "hybrid", "--gpu-kv-budget", "many"])).toThrow('invalid value for --gpu-kv-budget: "many" is not a positive integer or "auto"');
     expect(() => splitHybridArgs(["--k"])).toThrow("--k needs a value");
   });
 });

@@ -20,6 +20,7 @@ import { BatchRows, type SequenceState } from "./batch-rows.js";
 import { KvCache, type KvCacheOptions } from "./kv-cache.js";
 import type { WeightSource } from "./model-files.js";
 import { WeightLoader } from "./weight-loader.js";
+import { DEFAULT_SINK_TOKENS, GpuKvBudgetSchema, SinkTokensSchema, resolveGpuKvBudget } from "./hybrid/params.js";
 
 const DTypeSchema = z.enum(["f32", "f16", "bf16"]);
 
@@ -31,12 +32,13 @@ export const LlamaLoadOptionsSchema = z.object({
   maxContext: z.number().int().positive().optional(),
   /** Rows per prefill block (batched matmuls). */
   prefillBlock: z.number().int().positive().default(64),
-  /** Tokens kept resident in the KV window; older ones are offloaded. Default: all. */
-  kvWindow: z.number().int().positive().optional(),
-  /** Eviction granularity of the KV window; default min(16, kvWindow − kvSinks). */
+  /** Tokens kept resident in the (device) KV window, sinks included; older ones are offloaded.
+   * Default: all; "auto" is resolveGpuKvBudget's (here, with no planner: all). */
+  gpuKvBudget: GpuKvBudgetSchema.optional(),
+  /** Eviction granularity of the KV window; default min(16, gpuKvBudget − sinkTokens). */
   kvEvictBlock: z.number().int().positive().optional(),
-  /** The first positions stay in the KV window for good (attention sinks); only with kvWindow. */
-  kvSinks: z.number().int().nonnegative().default(0),
+  /** The first positions stay in the KV window for good (attention sinks); only with a gpuKvBudget below the context. */
+  sinkTokens: SinkTokensSchema.default(DEFAULT_SINK_TOKENS),
   /** Storage dtype of the KV cache. */
   kvDtype: DTypeSchema.default("f32"),
 });
@@ -103,12 +105,12 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
     this.maxContext = maxContext;
     this.prefillBlock = Math.min(opts.prefillBlock, maxContext);
     this.w = new WeightLoader(backend, src, weightDtype);
-    const window = opts.kvWindow;
-    const sinks = window === undefined ? 0 : opts.kvSinks;
+    const window = resolveGpuKvBudget(opts.gpuKvBudget, { maxContext });
+    const sinks = window < maxContext ? opts.sinkTokens : 0;
     this.cacheOptions = {
       layers: shape.layers, kvHeads: shape.kvHeads, headDim: shape.headDim, maxContext,
-      dtype: opts.kvDtype, windowBudget: window, sinkTokens: sinks,
-      evictBlock: opts.kvEvictBlock ?? Math.max(1, Math.min(16, (window ?? 16) - sinks)),
+      dtype: opts.kvDtype, gpuKvBudget: window, sinkTokens: sinks,
+      evictBlock: opts.kvEvictBlock ?? Math.max(1, Math.min(16, window - sinks)),
       maxAppend: this.prefillBlock,
     };
     this.own = this.bound = this.newSequenceState();

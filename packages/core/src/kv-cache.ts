@@ -30,6 +30,7 @@
 import { z } from "zod";
 import { DTYPE_BYTES, type Backend, type DType, type HostCopy, type HostRegion, type HostTransfers, type Tensor } from "./backend.js";
 import { check, fail } from "./errors.js";
+import { DEFAULT_SINK_TOKENS, GpuKvBudgetTokensSchema, SinkTokensSchema } from "./hybrid/params.js";
 
 export const KvCacheOptionsSchema = z.object({
   layers: z.number().int().positive(),
@@ -38,9 +39,9 @@ export const KvCacheOptionsSchema = z.object({
   maxContext: z.number().int().positive(),
   dtype: z.enum(["f32", "f16", "bf16"]).default("f32"),
   /** Tokens kept resident in the window, sinks included; default: the whole context (no offloading). */
-  windowBudget: z.number().int().positive().optional(),
+  gpuKvBudget: GpuKvBudgetTokensSchema.optional(),
   /** The first S positions stay in the window for good (attention sinks). */
-  sinkTokens: z.number().int().nonnegative().default(0),
+  sinkTokens: SinkTokensSchema.default(DEFAULT_SINK_TOKENS),
   /** Eviction moves whole blocks of this many tokens. */
   evictBlock: z.number().int().positive().default(16),
   /** The most positions appended between two evictions (the prefill block). */
@@ -70,7 +71,7 @@ export class KvCache implements Disposable {
   readonly headDim: number;
   readonly maxContext: number;
   readonly dtype: DType;
-  readonly windowBudget: number;
+  readonly gpuKvBudget: number;
   readonly sinkTokens: number;
   readonly evictBlock: number;
   readonly maxAppend: number;
@@ -132,20 +133,20 @@ export class KvCache implements Disposable {
     this.headDim = o.headDim;
     this.maxContext = o.maxContext;
     this.dtype = o.dtype;
-    this.windowBudget = Math.min(o.windowBudget ?? o.maxContext, o.maxContext);
+    this.gpuKvBudget = Math.min(o.gpuKvBudget ?? o.maxContext, o.maxContext);
     this.evictBlock = o.evictBlock;
     this.maxAppend = Math.min(o.maxAppend, o.maxContext);
-    const offloads = this.windowBudget < this.maxContext;
+    const offloads = this.gpuKvBudget < this.maxContext;
     this.sinkTokens = offloads ? o.sinkTokens : 0; // nothing is ever evicted otherwise
-    check(!offloads || this.sinkTokens < this.windowBudget,
-      `KV cache: ${this.sinkTokens} sink tokens leave no room in a window budget of ${this.windowBudget} (need sinks < budget)`);
-    check(!offloads || this.evictBlock <= this.windowBudget - this.sinkTokens,
-      `KV eviction block (${this.evictBlock}) must not exceed the window budget less the sinks (${this.windowBudget - this.sinkTokens})`);
-    this.windowCapacity = Math.min(this.maxContext, this.windowBudget + this.maxAppend);
+    check(!offloads || this.sinkTokens < this.gpuKvBudget,
+      `KV cache: ${this.sinkTokens} sink tokens leave no room in a window budget of ${this.gpuKvBudget} (need sinks < budget)`);
+    check(!offloads || this.evictBlock <= this.gpuKvBudget - this.sinkTokens,
+      `KV eviction block (${this.evictBlock}) must not exceed the window budget less the sinks (${this.gpuKvBudget - this.sinkTokens})`);
+    this.windowCapacity = Math.min(this.maxContext, this.gpuKvBudget + this.maxAppend);
     this.ringCapacity = this.windowCapacity - this.sinkTokens;
     // After an eviction more than budget − block tokens stay in the window, so the store
     // never holds more than this.
-    this.storeCapacity = offloads ? Math.min(this.maxContext, this.maxContext - this.windowBudget + this.evictBlock) : 0;
+    this.storeCapacity = offloads ? Math.min(this.maxContext, this.maxContext - this.gpuKvBudget + this.evictBlock) : 0;
     this.regionOf = new Uint8Array(this.maxContext);
     this.slotOf = new Int32Array(this.maxContext);
     this.gatherIds = new Int32Array(this.kvHeads * this.maxAppend);
@@ -444,7 +445,7 @@ export class KvCache implements Disposable {
    */
   evict(): number {
     this.checkOpen();
-    const over = this.windowCount - this.windowBudget;
+    const over = this.windowCount - this.gpuKvBudget;
     if (over <= 0) return 0;
     const ringCount = this.ringCount();
     const count = Math.min(ringCount, Math.ceil(over / this.evictBlock) * this.evictBlock);

@@ -18,7 +18,7 @@ function run(files: ModelFiles, tokens: number[], kind: Kind, o: { budget?: numb
   const book = new AddressBook();
   const host = new HostReference(book);
   const link = new LoopbackLink(be, host, book);
-  const model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: CONTEXT, kvWindow: o.budget, kvSinks: o.sinks ?? 0, kvEvictBlock: o.block });
+  const model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: o.budget, sinkTokens: o.sinks ?? 0, kvEvictBlock: o.block });
   if (o.staged) model.cache.attachHostStore(host, link);
   const base = kind === "aog" ? AoGAttention.attach(model.attention) : kind === "aoc" ? AoCAttention.attach(model.attention) : null;
   const out = [model.forward(Int32Array.from(tokens.slice(0, o.prompt)), 0)];
@@ -62,7 +62,7 @@ describe("baselines over all offloaded tokens equal full attention", () => {
     expect(() => AoGAttention.attach(model.attention)).toThrow(/AoG attention needs a KV window smaller than the context/);
     expect(() => AoCAttention.attach(model.attention)).toThrow(/AoC attention needs a KV window smaller than the context/);
     model.close();
-    const windowed = LlamaModel.load(files, be, { maxContext: CONTEXT, kvWindow: 4 });
+    const windowed = LlamaModel.load(files, be, { maxContext: CONTEXT, gpuKvBudget: 4 });
     const a = AoCAttention.attach(windowed.attention);
     a.close();
     expect(() => a.beginStep(0)).toThrow(/AoC attention used after close\(\)/);

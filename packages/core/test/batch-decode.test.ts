@@ -102,7 +102,7 @@ describe("batched decode = each sequence alone (f32 weights, ReferenceBackend)",
   });
 
   it("a windowed KV cache (old positions offloaded, sinks pinned) per sequence", () => {
-    expectBatchedEqualsAlone(caseFiles("llama-gqa"), { kvWindow: 8, kvSinks: 2, kvEvictBlock: 2, prefillBlock: 4 }, [6, 19, 10], 106);
+    expectBatchedEqualsAlone(caseFiles("llama-gqa"), { gpuKvBudget: 8, sinkTokens: 2, kvEvictBlock: 2, prefillBlock: 4 }, [6, 19, 10], 106);
   });
 
   it("one row runs the ordinary decode step (identical logits)", () => {
@@ -192,7 +192,7 @@ describe("Backend.attnDecodeBatch: one call a layer for all rows", () => {
 
   it("a windowed cache whose span is no longer one run from position 0 takes the per-row path", () => {
     const calls: number[] = [];
-    const opts = { kvWindow: 8, kvSinks: 2, kvEvictBlock: 2, prefillBlock: 4 };
+    const opts = { gpuKvBudget: 8, sinkTokens: 2, kvEvictBlock: 2, prefillBlock: 4 };
     expectBatchedEqualsAlone(caseFiles("llama-gqa"), opts, [6, 19, 10], 113, withBatchAttention(new ReferenceBackend(), calls));
     expect(calls).toHaveLength(0);
   });

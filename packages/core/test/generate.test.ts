@@ -266,7 +266,7 @@ describe("generate fed on the device with hybrid attention", () => {
     const tokensOf = async (feed: boolean, logits: "exact" | "speculative") => {
       const be = new ReferenceBackend();
       const runBe = feed ? be : withoutFeed(be);
-      using model = LlamaModel.load(files, runBe, { prefillBlock: 5, maxContext: 40, kvWindow: 8, kvEvictBlock: 2 });
+      using model = LlamaModel.load(files, runBe, { prefillBlock: 5, maxContext: 40, gpuKvBudget: 8, kvEvictBlock: 2 });
       using hybrid = HybridAttention.attach(
         { attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: topKSelector(false), scheduler: fixedScheduler(3, "post") },
         { logits },

@@ -150,7 +150,7 @@ describe("speculation recall probe and teacher-forced agreement", () => {
     const { files } = tinyModel({ seed: testSeed(900), layers: 3, heads: 4, kvHeads: 2, maxPositions: 64 });
     const ids = randomIds(testSeed(901), 48);
     const be = new ReferenceBackend();
-    const plain = LlamaModel.load(files, be, { maxContext: 48, kvWindow: 12, kvSinks: 2 });
+    const plain = LlamaModel.load(files, be, { maxContext: 48, gpuKvBudget: 12, sinkTokens: 2 });
     const want: Float32Array[] = [];
     teacherForce(plain, ids, 12, (l) => want.push(l.slice()));
     expect(want.length).toBe(forcedSteps(ids.length, 12));

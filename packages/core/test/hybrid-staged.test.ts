@@ -23,7 +23,7 @@ function run(files: ModelFiles, tokens: number[], o: RunOptions) {
   const host = new HostReference(book);
   const link = new LoopbackLink(be, host, book);
   const device = o.causal ? withCausal(be, o.causal) : be;
-  const model = LlamaModel.load(files, device, { prefillBlock: 5, maxContext: CONTEXT, kvWindow: o.budget, kvSinks: o.sinks ?? 0, kvEvictBlock: o.block });
+  const model = LlamaModel.load(files, device, { prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: o.budget, sinkTokens: o.sinks ?? 0, kvEvictBlock: o.block });
   if (o.staged && o.selector) model.cache.attachHostStore(host, link);
   const stage = o.staged ? new StagedBackendCpuStage(host, book) : new BackendCpuStage(be);
   const hybrid = o.selector
@@ -131,7 +131,7 @@ describe("hybrid attention staged through host memory (the device-backend path)"
   it("the host store frees the device store: device tensors drop by 2 per layer", () => {
     const { files } = tinyModel({ seed: testSeed(350), maxPositions: 64, layers: 3 });
     const be = new ReferenceBackend(), book = new AddressBook(), host = new HostReference(book), link = new LoopbackLink(be, host, book);
-    const opts = { maxContext: 32, kvWindow: 6, prefillBlock: 4 };
+    const opts = { maxContext: 32, gpuKvBudget: 6, prefillBlock: 4 };
     using plain = LlamaModel.load(files, be, opts);
     const before = be.liveTensors();
     using model = LlamaModel.load(files, be, opts);
@@ -174,7 +174,7 @@ describe("hybrid attention staged through host memory (the device-backend path)"
     const full = LlamaModel.load(files, be, { maxContext: 16 });
     expect(() => full.cache.attachHostStore(host, link)).toThrow(/no store to keep in host memory/);
     full.close();
-    const model = LlamaModel.load(files, be, { maxContext: 16, kvWindow: 4, prefillBlock: 4 });
+    const model = LlamaModel.load(files, be, { maxContext: 16, gpuKvBudget: 4, prefillBlock: 4 });
     expect(() => model.cache.attachHostStore(new ReferenceBackend(), link)).toThrow(/has no host memory/);
     model.cache.attachHostStore(host, link);
     expect(() => model.cache.attachHostStore(host, link)).toThrow(/already attached/);
@@ -184,7 +184,7 @@ describe("hybrid attention staged through host memory (the device-backend path)"
     plain.close(); // a failed attach leaves the stage to its caller
     model.close();
     expect(link.pinned.size).toBe(0);
-    const late = LlamaModel.load(files, be, { maxContext: 16, kvWindow: 4, prefillBlock: 4 });
+    const late = LlamaModel.load(files, be, { maxContext: 16, gpuKvBudget: 4, prefillBlock: 4 });
     late.forward(Int32Array.of(1, 2), 0);
     expect(() => late.cache.attachHostStore(host, link)).toThrow(/before the first token \(2 are cached\)/);
     late.close();
@@ -200,7 +200,7 @@ describe("prefill over sinks and an unwrapped ring", () => {
     const inner = new ReferenceBackend();
     const calls: string[] = [];
     const be = withCausal(inner, calls);
-    const opts = { prefillBlock: 20, maxContext: 32, kvWindow: 8, kvSinks: 3 };
+    const opts = { prefillBlock: 20, maxContext: 32, gpuKvBudget: 8, sinkTokens: 3 };
     using plain = LlamaModel.load(files, new ReferenceBackend(), opts);
     using fast = LlamaModel.load(files, be, opts);
     expect(maxAbsDiff(fast.forward(tokens, 0), plain.forward(tokens, 0))).toBeLessThan(1e-5);

@@ -13,7 +13,7 @@ const CONTEXT = 40;
 function run(files: ModelFiles, tokens: number[], o: HybridRunOptions) {
   const be = new ReferenceBackend();
   const model = LlamaModel.load(files, be, {
-    prefillBlock: 5, maxContext: CONTEXT, kvWindow: o.budget, kvSinks: o.sinks ?? 0, kvEvictBlock: o.block,
+    prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: o.budget, sinkTokens: o.sinks ?? 0, kvEvictBlock: o.block,
   });
   const hybrid = o.selector
     ? HybridAttention.attach(
@@ -127,7 +127,7 @@ describe("hybrid attention: selection equals the TypeScript reference on window 
   it("bad exactLayers / candidates are one-line errors", () => {
     const { files: f } = tinyModel({ seed: testSeed(310), maxPositions: 64, heads: 4, kvHeads: 2, layers: 3 });
     const be = new ReferenceBackend();
-    using model = LlamaModel.load(f, be, { maxContext: 32, kvWindow: 6 });
+    using model = LlamaModel.load(f, be, { maxContext: 32, gpuKvBudget: 6 });
     const parts = () => ({ attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: topKSelector(true), scheduler: fixedScheduler(3, "post") });
     expect(() => new HybridAttention(parts(), { logits: "verified", exactLayers: [3] })).toThrow(/exactLayers: layer 3 does not exist \(the model has 3\)/);
     expect(() => new HybridAttention(parts(), { logits: "verified", candidates: 0 })).toThrow(/invalid hybrid option candidates/);
@@ -158,7 +158,7 @@ describe("accumulated scores", () => {
     const { files } = tinyModel({ seed: testSeed(600), maxPositions: 64, heads: 4, kvHeads: 2 });
     const tokens = randomIds(testSeed(601), 30);
     const be = new ReferenceBackend();
-    using model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 32, kvWindow: 6, kvEvictBlock: 2 });
+    using model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 32, gpuKvBudget: 6, kvEvictBlock: 2 });
     using h = HybridAttention.attach(
       { attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: topKSelector(true), scheduler: fixedScheduler(3, "post") },
       { logits: "exact", trackScores: true });
@@ -204,8 +204,8 @@ describe("hybrid attention: bad input", () => {
 
   it("a budget of 0, sinks filling the budget, or no offloading are one-line errors", () => {
     const be = new ReferenceBackend();
-    expect(() => LlamaModel.load(files, be, { kvWindow: 0 })).toThrow(/kvWindow/);
-    expect(() => LlamaModel.load(files, be, { kvWindow: 4, kvSinks: 4, maxContext: 32 })).toThrow(/sink tokens leave no room/);
+    expect(() => LlamaModel.load(files, be, { gpuKvBudget: 0 })).toThrow(/gpuKvBudget/);
+    expect(() => LlamaModel.load(files, be, { gpuKvBudget: 4, sinkTokens: 4, maxContext: 32 })).toThrow(/sink tokens leave no room/);
     using model = LlamaModel.load(files, be, { maxContext: 32 });
     expect(() => new HybridAttention({ attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: allSelector(false), scheduler: fixedScheduler(4, "post") }))
       .toThrow(/nothing would be offloaded/);
@@ -231,7 +231,7 @@ describe("hybrid attention: bad input", () => {
 
   it("after a selector fails mid-step (speculative, a job in flight) the model resets and runs again", () => {
     const be = new ReferenceBackend();
-    using model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 32, kvWindow: 6, kvEvictBlock: 2 });
+    using model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 32, gpuKvBudget: 6, kvEvictBlock: 2 });
     let fail = true;
     const flaky = rawSelector((i) => {
       if (fail && i.layer === 1) throw new Error("boom");

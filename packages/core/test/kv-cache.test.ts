@@ -10,7 +10,7 @@ const layers = 2, kvHeads = 3, headDim = 4, maxContext = 70;
 function exercise(budget: number | undefined, block: number, maxAppend: number, dtype: DType, seed: number, sinks = 0) {
   const rng = makeRng(seed);
   const be = new ReferenceBackend();
-  const cache = new KvCache(be, { layers, kvHeads, headDim, maxContext, windowBudget: budget, evictBlock: block, maxAppend, dtype, sinkTokens: sinks });
+  const cache = new KvCache(be, { layers, kvHeads, headDim, maxContext, gpuKvBudget: budget, evictBlock: block, maxAppend, dtype, sinkTokens: sinks });
   // written[layer][kv][pos] = the row values of position pos, KV head g.
   const written: Float32Array[][][] = [];
   for (let l = 0; l < layers; l++) written.push([[], []]);
@@ -75,8 +75,8 @@ function exercise(budget: number | undefined, block: number, maxAppend: number, 
       evictions++;
       // Whole blocks, unless the window emptied; never below budget − block resident.
       expect(moved % block === 0 || moved === before).toBe(true);
-      expect(cache.windowCount).toBeLessThanOrEqual(cache.windowBudget);
-      expect(cache.windowCount).toBeGreaterThan(Math.min(before - moved, cache.windowBudget - block) - 1);
+      expect(cache.windowCount).toBeLessThanOrEqual(cache.gpuKvBudget);
+      expect(cache.windowCount).toBeGreaterThan(Math.min(before - moved, cache.gpuKvBudget - block) - 1);
       expect(cache.sinkCount).toBe(Math.min(sinks, cache.length)); // sinks are never evicted
     }
     checkInvariants();
@@ -118,7 +118,7 @@ describe("KvCache residency", () => {
 
   it("rejects overflow, oversized appends and writes to evicted positions with one-line errors", () => {
     const be = new ReferenceBackend();
-    const cache = new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 4, evictBlock: 2, maxAppend: 4 });
+    const cache = new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, gpuKvBudget: 4, evictBlock: 2, maxAppend: 4 });
     const k = be.alloc([4, 2]);
     expect(() => cache.append(5)).toThrow(/cannot append 5 positions/);
     cache.append(4);
@@ -131,10 +131,10 @@ describe("KvCache residency", () => {
     expect(cache.length).toBe(10);
     expect(() => cache.append(1)).toThrow(HybridgenError);
     expect(() => cache.append(1)).toThrow("context overflow: 10 + 1 tokens exceed the context of 10");
-    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 3, evictBlock: 4 })).toThrow(/eviction block \(4\) must not exceed/);
-    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 3, sinkTokens: 3, evictBlock: 1 })).toThrow(/3 sink tokens leave no room/);
-    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 4, sinkTokens: 2, evictBlock: 3 })).toThrow(/less the sinks \(2\)/);
-    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, windowBudget: 0 })).toThrow(/windowBudget/);
+    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, gpuKvBudget: 3, evictBlock: 4 })).toThrow(/eviction block \(4\) must not exceed/);
+    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, gpuKvBudget: 3, sinkTokens: 3, evictBlock: 1 })).toThrow(/3 sink tokens leave no room/);
+    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, gpuKvBudget: 4, sinkTokens: 2, evictBlock: 3 })).toThrow(/less the sinks \(2\)/);
+    expect(() => new KvCache(be, { layers: 1, kvHeads: 1, headDim: 2, maxContext: 10, gpuKvBudget: 0 })).toThrow(/gpuKvBudget/);
     expect(() => new KvCache(be, { layers: 0, kvHeads: 1, headDim: 2, maxContext: 10 })).toThrow(/invalid KV cache option layers/);
     cache.close();
     expect(() => cache.append(1)).toThrow(/after close/);
@@ -146,7 +146,7 @@ describe("KvCache checkpoint / restore", () => {
     const { files } = tinyModel({ seed: testSeed(900), maxPositions: 64, heads: 4, kvHeads: 2 });
     const tokens = randomIds(testSeed(901), 40);
     const be = new ReferenceBackend();
-    const model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 48, kvWindow: 8, kvSinks: 2, kvEvictBlock: 3 });
+    const model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 48, gpuKvBudget: 8, sinkTokens: 2, kvEvictBlock: 3 });
     model.forward(Int32Array.from(tokens.slice(0, 20)), 0);
     const cp = model.cache.checkpoint();
     const decode = () => tokens.slice(20).map((t, i) => Array.from(model.forward(Int32Array.of(t), 20 + i)));
@@ -170,7 +170,7 @@ describe("hybrid attention across a KvCache restore", () => {
     const { files } = tinyModel({ seed: testSeed(910), maxPositions: 64, heads: 4, kvHeads: 2 });
     const tokens = randomIds(testSeed(911), 40);
     const be = new ReferenceBackend();
-    const model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 48, kvWindow: 8, kvSinks: 2, kvEvictBlock: 3 });
+    const model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 48, gpuKvBudget: 8, sinkTokens: 2, kvEvictBlock: 3 });
     const scheduler: Scheduler = { name: "fixed", initial: () => ({ k: 3, timing: "post" }), next: () => ({ k: 3, timing: "post" }), reset() {} };
     let inits = 0;
     const counting: TokenSelector<number> = {

@@ -121,8 +121,8 @@ describe("LlamaModel vs a naive f64 forward", () => {
     };
     const all = run({});
     expect(all.stored).toBe(0);
-    for (const [kvWindow, kvEvictBlock] of [[4, 2], [7, 3], [16, 16], [25, 4]]) {
-      const r = run({ kvWindow, kvEvictBlock });
+    for (const [gpuKvBudget, kvEvictBlock] of [[4, 2], [7, 3], [16, 16], [25, 4]]) {
+      const r = run({ gpuKvBudget, kvEvictBlock });
       expect(r.stored).toBeGreaterThan(0); // tokens really were offloaded
       r.out.forEach((l, i) => expect(maxAbsDiff(l, all.out[i])).toBeLessThan(1e-5));
     }
@@ -156,7 +156,7 @@ describe("LlamaModel lifecycle and errors", () => {
   it("reset() starts over with identical logits; close() frees every tensor", () => {
     const { files } = tinyModel({ seed: testSeed(11) });
     const be = new ReferenceBackend();
-    const model = LlamaModel.load(files, be, { kvWindow: 8, kvEvictBlock: 4, prefillBlock: 8 });
+    const model = LlamaModel.load(files, be, { gpuKvBudget: 8, kvEvictBlock: 4, prefillBlock: 8 });
     const ids = Int32Array.from(randomIds(testSeed(12), 20, 50));
     const a = model.forward(ids, 0);
     model.reset();

@@ -225,7 +225,7 @@ describe("hybrid attention on the CPU backend with the native stage", () => {
     const tokens = Array.from({ length: 40 }, (_, i) => (i * 7 + 3) % 50);
     const runModel = (hybrid: boolean, logits: "exact" | "verified" = "exact") => {
       using cpu = createCpuBackend({ threads: 1 });
-      using model = LlamaModel.load(files, cpu, { prefillBlock: 8, maxContext: 48, ...(hybrid ? { kvWindow: 6, kvSinks: 2, kvEvictBlock: 2 } : {}) });
+      using model = LlamaModel.load(files, cpu, { prefillBlock: 8, maxContext: 48, ...(hybrid ? { gpuKvBudget: 6, sinkTokens: 2, kvEvictBlock: 2 } : {}) });
       const h = hybrid
         ? HybridAttention.attach({ attention: model.attention, projector: model, stage: new NativeCpuStage(cpu), selector: all, scheduler: fixed(4, "post") }, { logits })
         : null;

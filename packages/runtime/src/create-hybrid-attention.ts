@@ -14,7 +14,7 @@ export type HybridModel = { readonly attention: Attention; readonly cache: KvCac
 /**
  * Attaches hybrid attention to `model`'s decode steps on `backend` (the backend the model was
  * loaded on: the CPU backend, or a device backend with hostTransfers). The model must have been
- * loaded with a KV window smaller than its context (`kvWindow`, `kvSinks`). Dispose the result
+ * loaded with a KV window smaller than its context (`gpuKvBudget`, `sinkTokens`). Dispose the result
  * (or close() it) to detach it and free the stage.
  */
 export async function createHybridAttention(model: HybridModel, backend: Backend, options: HybridRuntimeOptions = {}): Promise<HybridAttention> {
@@ -24,7 +24,7 @@ export async function createHybridAttention(model: HybridModel, backend: Backend
     throw new HybridgenError(`hybrid attention needs the CPU backend or a device backend with host transfers (got ${backend.name})`);
   }
   if (model.cache.storeCapacity === 0) {
-    throw new HybridgenError(`the KV window holds the whole context (${model.maxContext}): nothing would be offloaded; load the model with a smaller kvWindow`);
+    throw new HybridgenError(`the KV window holds the whole context (${model.maxContext}): nothing would be offloaded; load the model with a smaller gpuKvBudget`);
   }
   // Every option is checked before anything is allocated.
   const { plan, selector, scheduler, hybridOptions } = resolveHybrid(options, { device: !onCpu });

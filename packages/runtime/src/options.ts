@@ -1,6 +1,6 @@
 /** Options of createHybridAttention(), validated once at the boundary. */
 import { z } from "zod";
-import { LogitsModeSchema, SelectionTimingSchema, type Scheduler, type TokenSelector } from "@hybridgen/core";
+import { KSchema, LogitsModeSchema, SelectionTimingSchema, type Scheduler, type TokenSelector } from "@hybridgen/core";
 
 const isSelector = (v: unknown): v is TokenSelector =>
   typeof v === "object" && v !== null && typeof (v as TokenSelector).select === "function" && Array.isArray((v as TokenSelector).timings);
@@ -12,11 +12,11 @@ const count = (min: number) => z.number().int("must be an integer").min(min, `mu
 /** What the runtime reads of a model's hybrid profile (core's HybridProfile, read by readHybridProfile, has these and more). */
 export const ProfileDefaultsSchema = z
   .object({
-    kMin: count(1),
+    kMin: KSchema,
     exactLayers: z.array(count(0)),
     /** The candidate multiplier exactLayers was measured with (verified logits). */
     candidates: count(1).optional(),
-    perSelector: z.record(z.string(), z.object({ kMin: count(1).nullable() }).loose()).optional(),
+    perSelector: z.record(z.string(), z.object({ kMin: KSchema.nullable() }).loose()).optional(),
   })
   .loose();
 export type ProfileDefaults = z.infer<typeof ProfileDefaultsSchema>;
@@ -26,7 +26,7 @@ export const HybridRuntimeOptionsSchema = z
     /**
      * A built-in selector's name ("topk", "streaming", "quest", …), "POST+PRE" for a pair that
      * runs POST under post-QKᵀ and PRE under pre-QKᵀ ("topk+streaming"), or a TokenSelector.
-     * Default: "topk+streaming" with the feedback scheduler (it may switch); with the fixed one,
+     * Default: "topk+quest" (Quest page summaries keep retrieval under pre) with the feedback scheduler (it may switch); with the fixed one,
      * "topk" for post and "streaming" for pre.
      */
     selector: z.union([z.string().min(1), z.custom<TokenSelector>(isSelector, { message: "must be a selector name or a TokenSelector" })]).optional(),
@@ -34,10 +34,10 @@ export const HybridRuntimeOptionsSchema = z
      * alone; else feedback on a device backend (the CPU stage hides behind the GPU's) and fixed
      * on the CPU backend (both stages share its cores). */
     scheduler: z.union([z.enum(["fixed", "feedback"], { error: "must be fixed or feedback" }), z.custom<Scheduler>(isScheduler)]).optional(),
-    /** Fixed: K every step (default: the profile's K_min, else DEFAULT_K_MIN). Feedback: the first step's K (default kMin). */
-    k: count(1).optional(),
-    /** Feedback: the accuracy floor (default: the profile's K_min, else DEFAULT_K_MIN). */
-    kMin: count(1).optional(),
+    /** Fixed: K every step (default: the profile's K_min, else core's DEFAULT_K). Feedback: the first step's K (default kMin). */
+    k: KSchema.optional(),
+    /** Feedback: the accuracy floor (default: the profile's K_min, else core's DEFAULT_K). */
+    kMin: KSchema.optional(),
     /** Fixed: the timing every step; feedback: the first step's. Default: post when the selector can run it. */
     timing: SelectionTimingSchema.optional(),
     /** Logits mode (default: the engine's, HybridOptionsSchema). */

@@ -5,9 +5,9 @@
  */
 import { availableParallelism } from "node:os";
 import {
-  HybridgenError, HybridOptionsSchema, type HybridOptions, type Scheduler, type SelectionTiming, type TokenSelector,
+  DEFAULT_K, DEFAULT_TIMING, HybridgenError, HybridOptionsSchema, type HybridOptions, type Scheduler, type SelectionTiming, type TokenSelector,
 } from "@hybridgen/core";
-import { DEFAULT_K_MIN, FeedbackScheduler, FixedScheduler } from "@hybridgen/scheduler";
+import { FeedbackScheduler, FixedScheduler } from "@hybridgen/scheduler";
 import { createSelector, pairSelectors } from "@hybridgen/selectors";
 import { HybridRuntimeOptionsSchema, type HybridRuntimeOptions, type ParsedHybridRuntimeOptions, type ProfileDefaults } from "./options.js";
 
@@ -65,13 +65,13 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   if (o.timing !== undefined && !can.includes(o.timing)) {
     throw new HybridgenError(`selector "${selector.name}" cannot run ${o.timing}-QKᵀ selection (it supports ${can.join(", ")})`);
   }
-  const timing: SelectionTiming = o.timing ?? (can.includes("post") ? "post" : "pre");
+  const timing: SelectionTiming = o.timing ?? (can.includes(DEFAULT_TIMING) ? DEFAULT_TIMING : can[0]!);
 
   const profileK = o.profile ? profileKMin(o.profile, selector.name) : undefined;
   // The feedback scheduler's floor, or the fixed scheduler's K: the option, the profile's K_min, or the default.
   const own = kind === "feedback" ? o.kMin : o.k;
   const kSource = given || own !== undefined ? "option" : profileK !== undefined ? "profile" : "default";
-  const floor = own ?? profileK ?? DEFAULT_K_MIN;
+  const floor = own ?? profileK ?? DEFAULT_K;
 
   let scheduler: Scheduler;
   let k: number;
@@ -84,7 +84,7 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
     k = o.k ?? floor;
     if (k < floor) throw new HybridgenError(`k ${k} (the feedback scheduler's first K) is below kMin ${floor}`);
     scheduler = new FeedbackScheduler({
-      kMin: floor, kInitial: k, initialTiming: timing, allowPre: can.includes("pre"), returnToPost: can.includes("post"),
+      kMin: floor, k, timing, allowPre: can.includes("pre"), returnToPost: can.includes("post"),
     });
   } else {
     k = floor;
@@ -117,7 +117,7 @@ function parseRuntimeOptions(options: HybridRuntimeOptions): ParsedHybridRuntime
 /** A name, "POST+PRE", or a given selector; the default depends on the scheduler (see the options). */
 function resolveSelector(s: string | TokenSelector | undefined, kind: "fixed" | "feedback" | undefined, timing: SelectionTiming | undefined): TokenSelector {
   if (typeof s === "object") return s;
-  const name = s ?? (kind === "fixed" ? (timing === "pre" ? "streaming" : "topk") : "topk+streaming");
+  const name = s ?? (kind === "fixed" ? (timing === "pre" ? "streaming" : "topk") : "topk+quest");
   const parts = name.split("+");
   if (parts.length === 1) return createSelector(name);
   if (parts.length !== 2 || !parts[0] || !parts[1]) throw new HybridgenError(`selector "${name}": a pair is POST+PRE, e.g. topk+streaming`);

@@ -27,7 +27,7 @@ afterAll(() => backend.close());
 const prompt = Int32Array.from({ length: PROMPT }, (_, i) => (i * 37 + 11) % 256);
 
 function load(window?: number) {
-  return loadModel(tinyFiles(), backend, { maxContext: CONTEXT, ...(window ? { kvWindow: window, kvSinks: 2 } : {}) });
+  return loadModel(tinyFiles(), backend, { maxContext: CONTEXT, ...(window ? { gpuKvBudget: window, sinkTokens: 2 } : {}) });
 }
 
 /** Prompt, then STEPS greedy steps fed with `feed` (when given); the logits of every forward. */
@@ -68,7 +68,7 @@ describe("createHybridAttention on the CPU backend", () => {
     expect(ha.stats.trace.length).toBe(STEPS);
   });
 
-  it("defaults on the CPU backend: the fixed scheduler, top-K post, K = DEFAULT_K_MIN, the engine's logits mode, one stage thread", async () => {
+  it("defaults on the CPU backend: the fixed scheduler, top-K post, K = DEFAULT_K, the engine's logits mode, one stage thread", async () => {
     using model = load(16);
     using ha = await createHybridAttention(model, backend);
     expect(hybridPlan(ha)).toMatchObject({
@@ -83,7 +83,7 @@ describe("createHybridAttention on the CPU backend", () => {
     using model = load(16);
     using ha = await createHybridAttention(model, backend, { scheduler: "feedback", kMin: 4 });
     const plan = hybridPlan(ha)!;
-    expect(plan).toMatchObject({ selector: "topk+streaming", selectorTimings: ["pre", "post"], scheduler: "feedback", k: 4, kMin: 4, timing: "post", kSource: "option" });
+    expect(plan).toMatchObject({ selector: "topk+quest", selectorTimings: ["pre", "post"], scheduler: "feedback", k: 4, kMin: 4, timing: "post", kSource: "option" });
     decode(model);
     const t = ha.stats.trace;
     expect(t.map((r) => r.step)).toEqual(Array.from({ length: STEPS }, (_, i) => i));
@@ -102,12 +102,12 @@ describe("createHybridAttention on the CPU backend", () => {
     expect(r.scheduler.initial()).toEqual({ k: 8, timing: "pre" });
   });
 
-  it("on a device the default is feedback over topk+streaming; kMin means feedback, k or timing alone fixed", () => {
+  it("on a device the default is feedback over topk+quest; kMin means feedback, k or timing alone fixed", () => {
     expect(resolveHybrid({ k: 8 }, { device: true }).plan).toMatchObject({ scheduler: "fixed", k: 8, selector: "topk" });
     expect(resolveHybrid({ timing: "pre" }, { device: true }).plan).toMatchObject({ scheduler: "fixed", selector: "streaming" });
     expect(resolveHybrid({ k: 32, kMin: 8 }, { device: true }).plan).toMatchObject({ scheduler: "feedback", k: 32, kMin: 8 });
     const onDevice = resolveHybrid({}, { device: true });
-    expect(onDevice.plan).toMatchObject({ scheduler: "feedback", selector: "topk+streaming", kMin: 64, k: 64 });
+    expect(onDevice.plan).toMatchObject({ scheduler: "feedback", selector: "topk+quest", kMin: 64, k: 64 });
     expect(onDevice.selector.kernel).toBe("topk"); // post-QKᵀ selection of the pair runs in the native stage
     expect(resolveHybrid({ kMin: 16, k: 32 }, { device: false }).plan).toMatchObject({ scheduler: "feedback", kMin: 16, k: 32 });
     expect(resolveHybrid({ timing: "pre" }, { device: false }).plan).toMatchObject({ scheduler: "fixed", selector: "streaming", timing: "pre" });

@@ -109,8 +109,8 @@ export class FeedbackScheduler implements Scheduler {
 
   reset(): void {
     const o = this.options;
-    this.k = clampK(o.kInitial ?? o.kMin, o);
-    this.timing = o.initialTiming;
+    this.k = clampK(o.k ?? o.kMin, o);
+    this.timing = o.timing;
     this.slopes = { pre: {}, post: {} };
     this.gpuSlopes = { pre: {}, post: {} };
     this.postRef = undefined;

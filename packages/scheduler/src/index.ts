@@ -10,7 +10,6 @@ export {
   type ResolvedFeedbackOptions,
   type SchedulerSpec,
 } from "./options.js";
-export { DEFAULT_K_MIN } from "./options.js";
 export {
   TIMING_TRACE_FORMAT,
   TimingTraceSchema,

@@ -1,29 +1,26 @@
 import { z } from "zod";
-import { SelectionTimingSchema } from "@hybridgen/core";
-
-const positiveInt = z.number().int().positive();
-
-/** The feedback scheduler's accuracy floor when neither the caller nor a K_min profile gives one. */
-export const DEFAULT_K_MIN = 64;
+import { DEFAULT_K, DEFAULT_TIMING, KSchema, SelectionTimingSchema } from "@hybridgen/core";
 
 /** FixedScheduler: the same K and timing every step. */
-export const FixedSchedulerOptionsSchema = z.object({
-  k: positiveInt.default(128),
-  timing: SelectionTimingSchema.default("post"),
-});
+export const FixedSchedulerOptionsSchema = z
+  .object({
+    k: KSchema.default(DEFAULT_K),
+    timing: SelectionTimingSchema.default(DEFAULT_TIMING),
+  })
+  .strict();
 export type FixedSchedulerOptions = z.input<typeof FixedSchedulerOptionsSchema>;
 
 /** FeedbackScheduler: paper Algorithm 1 with a step-size model and hysteresis (see README). */
 export const FeedbackSchedulerOptionsSchema = z
   .object({
     /** Accuracy floor from offline profiling: K never goes below it. */
-    kMin: positiveInt.default(DEFAULT_K_MIN),
+    kMin: KSchema.default(DEFAULT_K),
     /** Upper bound on K (default: unbounded; the engine still clamps to the offloaded count). */
-    kMax: positiveInt.optional(),
-    /** K of the first step (Algorithm 1 starts at kMin). */
-    kInitial: positiveInt.optional(),
+    kMax: KSchema.optional(),
+    /** K of the first step (default kMin: Algorithm 1 starts there). */
+    k: KSchema.optional(),
     /** Timing of the first step (Algorithm 1 starts with post-QKᵀ). */
-    initialTiming: SelectionTimingSchema.default("post"),
+    timing: SelectionTimingSchema.default(DEFAULT_TIMING),
     /** Largest factor K may change by in one decision, up or down. */
     maxStep: z.number().gt(1).max(16).default(2),
     /** Grow K only while T_cpu + T_tx ≤ (1 − deadband)·T_gpu; shrink when above T_gpu. Avoids flapping at the boundary. */
@@ -42,11 +39,12 @@ export const FeedbackSchedulerOptionsSchema = z
      * return to post that did not fit (back-off). The first timing needs no dwell. */
     minDwellSteps: z.number().int().nonnegative().default(4),
   })
-  .refine((o) => o.allowPre || o.initialTiming === "post", { message: "initialTiming pre needs allowPre", path: ["initialTiming"] })
+  .strict()
+  .refine((o) => o.allowPre || o.timing === "post", { message: "timing pre needs allowPre", path: ["timing"] })
   .refine((o) => o.kMax === undefined || o.kMax >= o.kMin, { message: "kMax must be ≥ kMin", path: ["kMax"] })
-  .refine((o) => o.kInitial === undefined || (o.kInitial >= o.kMin && (o.kMax === undefined || o.kInitial <= o.kMax)), {
-    message: "kInitial must lie in [kMin, kMax]",
-    path: ["kInitial"],
+  .refine((o) => o.k === undefined || (o.k >= o.kMin && (o.kMax === undefined || o.k <= o.kMax)), {
+    message: "k (the first step's) must lie in [kMin, kMax]",
+    path: ["k"],
   });
 export type FeedbackSchedulerOptions = z.input<typeof FeedbackSchedulerOptionsSchema>;
 export type ResolvedFeedbackOptions = z.output<typeof FeedbackSchedulerOptionsSchema>;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { HybridgenError, type SelectionTiming } from "@hybridgen/core";
-import { FeedbackScheduler } from "../src/index.js";
+import { DEFAULT_K, HybridgenError, type SelectionTiming } from "@hybridgen/core";
+import { FeedbackScheduler, FixedScheduler } from "../src/index.js";
 import { load, measure, rng, run, type Machine } from "./simulate.js";
 
 // A CPU stage dominated by per-K costs: post at N = 8192 costs 0.5 + 0.82 + 0.003·K ms.
@@ -23,7 +23,7 @@ describe("FeedbackScheduler: Algorithm 1, one decision at a time", () => {
       const gpu = 0.5 + r() * 10;
       const total = gpu * (0.3 + r() * 1.4);
       const cpuShare = r();
-      const s = new FeedbackScheduler({ kMin, kInitial: k, minDwellSteps: 0 });
+      const s = new FeedbackScheduler({ kMin, k, minDwellSteps: 0 });
       const t = { step: 0, tGpuMs: gpu, tCpuMs: total * cpuShare, tTxMs: total * (1 - cpuShare), k, timing: "post" as const, offloaded };
       const d = s.next(t);
       const want = reference(kMin, k, "post", total, gpu, s.options.deadband);
@@ -88,7 +88,7 @@ describe("FeedbackScheduler: closed loop on synthetic timings", () => {
   it("switches to pre-QKᵀ when post is CPU-bound at kMin, then grows K under pre", () => {
     // Scoring all 64K offloaded tokens alone (6.5 ms) exceeds the 5 ms GPU stage.
     const N = 65536;
-    const s = new FeedbackScheduler({ kMin: 64, kInitial: 1024 });
+    const s = new FeedbackScheduler({ kMin: 64, k: 1024 });
     const tr = run(s, 60, () => balanced, () => N);
     const firstPre = tr.timing.indexOf("pre");
     expect(firstPre).toBeGreaterThan(0);
@@ -154,10 +154,20 @@ describe("FeedbackScheduler options", () => {
   it("rejects bad options and bad measurements with one-line errors naming the field", () => {
     expect(() => new FeedbackScheduler({ kMin: 100, kMax: 10 })).toThrow(/feedback scheduler options: kMax/);
     expect(() => new FeedbackScheduler({ kMin: 0 })).toThrow(HybridgenError);
-    expect(() => new FeedbackScheduler({ kMin: 10, kInitial: 5 })).toThrow(/kInitial/);
+    expect(() => new FeedbackScheduler({ kMin: 10, k: 5 })).toThrow(/k \(the first step's\)/);
     expect(() => new FeedbackScheduler({ maxStep: 1 })).toThrow(/maxStep/);
-    expect(() => new FeedbackScheduler({ allowPre: false, initialTiming: "pre" })).toThrow("feedback scheduler options: initialTiming: initialTiming pre needs allowPre");
+    expect(() => new FeedbackScheduler({ allowPre: false, timing: "pre" })).toThrow("feedback scheduler options: timing: timing pre needs allowPre");
     const s = new FeedbackScheduler();
     expect(() => s.next({ step: 0, tGpuMs: NaN, tCpuMs: 1, tTxMs: 1, k: 64, timing: "post", offloaded: 10 })).toThrow(/step timings: tGpuMs/);
+  });
+});
+
+describe("the one K default", () => {
+  it("fixed K and feedback kMin both default to core's DEFAULT_K; unknown keys name the key", () => {
+    expect(new FixedScheduler().initial()).toEqual({ k: DEFAULT_K, timing: "post" });
+    expect(new FeedbackScheduler().initial()).toEqual({ k: DEFAULT_K, timing: "post" });
+    expect(new FeedbackScheduler({ kMin: 8, k: 32, timing: "pre" }).initial()).toEqual({ k: 32, timing: "pre" });
+    expect(() => new FixedScheduler({ topK: 4 } as never)).toThrow(/fixed scheduler options: .*"topK"/);
+    expect(() => new FeedbackScheduler({ kInitial: 4 } as never)).toThrow(/feedback scheduler options: .*"kInitial"/);
   });
 });

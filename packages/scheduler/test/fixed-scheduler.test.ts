@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { DEFAULT_K } from "@hybridgen/core";
 import { FeedbackScheduler, FixedScheduler, SchedulerSpecSchema, createScheduler } from "../src/index.js";
 import { measure, rng } from "./simulate.js";
 
@@ -12,8 +13,8 @@ describe("FixedScheduler", () => {
       expect(s.next(measure(m, step, 96, "pre", 1 + Math.floor(r() * 1e5), 0.2, r))).toEqual({ k: 96, timing: "pre" });
     }
   });
-  it("defaults to K=128 post and rejects K < 1", () => {
-    expect(new FixedScheduler().initial()).toEqual({ k: 128, timing: "post" });
+  it("defaults to K = DEFAULT_K post and rejects K < 1", () => {
+    expect(new FixedScheduler().initial()).toEqual({ k: DEFAULT_K, timing: "post" });
     expect(() => new FixedScheduler({ k: 0 })).toThrow(/fixed scheduler options: k/);
   });
 });

@@ -45,7 +45,7 @@ function setup(be: ReferenceBackend) {
   const full = LlamaModel.load(files, be, { maxContext: CONTEXT });
   const want = forced(full);
   full.close();
-  const hyb = LlamaModel.load(files, be, { maxContext: CONTEXT, kvWindow: 20, kvSinks: 2, kvEvictBlock: 4 });
+  const hyb = LlamaModel.load(files, be, { maxContext: CONTEXT, gpuKvBudget: 20, sinkTokens: 2, kvEvictBlock: 4 });
   const run = (selector: TokenSelector, k: number, timing: SelectionTiming): Float32Array[] => {
     using h = HybridAttention.attach({
       attention: hyb.attention, projector: hyb, stage: new BackendCpuStage(be), selector, scheduler: fixed(k, timing),

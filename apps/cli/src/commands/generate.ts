@@ -8,7 +8,7 @@ import { readPrompt } from "../read-prompt.js";
 import { readPromptsJsonl } from "../read-prompts-jsonl.js";
 import { runPromptsBatch } from "./generate-batch.js";
 import { openBackend } from "../device-backend.js";
-import { attachHybrid, FULL_ATTENTION, hybridLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions } from "../hybrid-options.js";
+import { attachHybrid, FULL_ATTENTION, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions } from "../hybrid-options.js";
 
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
 export const EXIT_INTERRUPTED = 130;
@@ -31,10 +31,6 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
   const jsonl = opts.prompts === undefined ? null : readPromptsJsonl(opts.prompts);
   if (jsonl && hybrid.attention === "hybrid" && (opts.batch ?? 1) > 1) {
     throw new HybridgenError("--attention hybrid needs --batch 1 (batched decode runs full attention)", "EUSAGE");
-  }
-  // Both pairs size the resident window; hybrid's would silently win, so refuse the mix.
-  if (hybrid.attention === "hybrid" && (opts.kvWindow !== undefined || opts.kvSinks !== undefined)) {
-    throw new HybridgenError("--kv-window/--kv-sinks set the window of full attention; with --attention hybrid use --gpu-kv-budget/--sink-tokens", "EUSAGE");
   }
   const prompt = jsonl ? "" : await untilAborted(readPrompt(opts, io), io.signal); // stdin may be a terminal
   const progress = (msg: string) => io.stderr(`${msg}\n`);
@@ -82,16 +78,14 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: H
   using model = loadModel(files, backend, {
     maxContext,
     ...(opts.dtype === undefined ? {} : { weightDtype: opts.dtype }),
-    ...(opts.kvWindow === undefined ? {} : { kvWindow: opts.kvWindow }),
-    ...(opts.kvSinks === undefined ? {} : { kvSinks: opts.kvSinks }),
-    ...hybridLoadOptions(hybrid), // --attention hybrid: the device window is --gpu-kv-budget
+    ...windowLoadOptions(hybrid), // --gpu-kv-budget, --sink-tokens
   });
   // `hybridgen profile-kmin`'s result for this model gives the defaults of --k-min and --exact-layers.
   const profile = hybrid.attention === "hybrid" ? readHybridProfile(dir, io.env.HYBRIDGEN_CACHE) : null;
   using hybridAttention = await attachHybrid(model, backend, hybrid, profile);
   progress(
     `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dummyWeights ? `dummy ${opts.dtype ?? "bf16"}` : (opts.dtype ?? "stored")} weights` +
-      `${opts.kvWindow === undefined ? "" : `, KV window ${opts.kvWindow}${opts.kvSinks ? ` with ${opts.kvSinks} sinks` : ""}`}) ` +
+      `${model.cache.storeCapacity === 0 ? "" : `, KV window ${model.cache.gpuKvBudget}${model.cache.sinkTokens ? ` with ${model.cache.sinkTokens} sinks` : ""}`}) ` +
       `on ${opened.device}${opened.device.startsWith("cpu") ? ` with ${opened.threads} threads` : ""}` +
       `${opened.fallback ? ` (${opened.fallback})` : ""} in ${(performance.now() - t0).toFixed(0)} ms`,
   );

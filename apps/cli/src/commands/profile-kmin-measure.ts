@@ -41,7 +41,7 @@ export interface MeasureOptions {
   /** q̃ chooses candidates·K tokens in the recall. */
   readonly candidates: number;
   /** The KV window: each sequence is prefilled up to it. */
-  readonly window: number;
+  readonly gpuKvBudget: number;
   /** Selectors that throw are left out with a warning (the defaults), rather than ending the run. */
   readonly skipFailing: boolean;
   readonly progress: (line: string) => void;
@@ -52,7 +52,7 @@ const timingOf = (timings: readonly SelectionTiming[]): SelectionTiming => (timi
 
 export function measureProfile(model: CausalLM, backend: Backend, seqs: readonly ProfileSequence[], o: MeasureOptions): ProfileMeasurements {
   const forced = (visit: (seq: number, logits: Float32Array) => void) =>
-    seqs.forEach((s, i) => teacherForce(model, s.ids, o.window, (l) => visit(i, l)));
+    seqs.forEach((s, i) => teacherForce(model, s.ids, o.gpuKvBudget, (l) => visit(i, l)));
 
   let t0 = performance.now();
   const refs: ReferenceStep[][] = seqs.map(() => []);
