@@ -1,0 +1,126 @@
+/** `hybridgen bench` flags: parsed strictly, every bad value a one-line usage error. */
+import { parseArgs } from "node:util";
+import { ATTENTION_CONFIG_NAMES, attentionConfig } from "@hybridgen/runtime";
+import type { DeviceChoice } from "../device-backend.js";
+import { parseArgsError } from "../parse-args-error.js";
+import { configList, integer, integers, list, usage } from "./flag-values.js";
+
+export const DEFAULT_BENCH_CONFIGS = ATTENTION_CONFIG_NAMES.filter((n) => n !== "all-tokens");
+
+export interface BenchOptions {
+  readonly help: boolean;
+  /** Model directories or preset:NAME (default: stories15M). */
+  readonly models: readonly string[];
+  readonly dummyWeights: boolean;
+  readonly configs: readonly string[];
+  readonly contexts: readonly number[];
+  readonly batches: readonly number[];
+  readonly steps: number;
+  readonly warmup: number;
+  readonly gpuKvBudget: number;
+  readonly sinkTokens: number;
+  readonly k: number;
+  readonly device: DeviceChoice;
+  readonly threads?: number;
+  readonly cpuStageThreads?: number;
+  readonly kvDtype: "f32" | "f16" | "bf16";
+  readonly dtype?: "f32" | "f16" | "bf16";
+  readonly seed: number;
+  readonly out?: string;
+  readonly json: boolean;
+}
+
+export const BENCH_HELP = `Usage: hybridgen bench [options]
+
+Decode speed of attention configurations on one engine: for every model, context and batch
+size, the context is prefilled with random tokens (synthetic fill: its speed, not its text,
+is what is measured), then --steps greedy tokens are decoded under each configuration from
+the same prefilled KV cache. Prints one table per figure of the HybridGen paper (Fig. 15:
+latency per model; Fig. 16: per context; Fig. 17: per batch size; Fig. 21: the scheduler
+ablation) with ms/token, tokens/s, the ratio to full attention with every KV row on the device
+and HybridGen's speed-up over each baseline; with --out, writes those figures as SVG charts
+and bench.json with every number. Progress goes to stderr.
+
+  -m, --model A,B,...          model directories or preset:NAME (default stories15M)
+      --dummy-weights          random weights (needed by presets)
+      --configs A,B,...        attention configurations (default: ${DEFAULT_BENCH_CONFIGS.join(", ")});
+                               built-ins: ${ATTENTION_CONFIG_NAMES.join(", ")},
+                               or hybrid:KEY=VALUE,… (selector, scheduler, timing, logits, k, kMin, candidates)
+      --contexts N,...         context lengths in tokens (default 2048,8192)
+      --batch N,...            batch sizes (default 1); batch > 1 runs full attention only
+      --steps N                decode steps measured per point (default 32)
+      --warmup N               steps left out of the mean (default 4)
+      --gpu-kv-budget N        device window per sequence, sinks included (default 1024)
+      --sink-tokens S          attention sinks pinned in the window (default 4)
+      --k K                    K of the fixed configurations, K_min of the adaptive ones (default 64)
+      --device auto|cpu|cuda   backend (default auto)
+      --threads N              CPU backend threads (default: all cores)
+      --cpu-stage-threads N    hybrid CPU stage threads (default: the runtime's)
+      --kv-dtype f32|f16|bf16  KV cache dtype (default bf16)
+      --dtype f32|f16|bf16     weight dtype (default: stored; dummy weights bf16)
+      --seed N                 seed of the synthetic fill (default 1)
+      --out DIR                write bench.json and fig15/16/17/21 SVG charts there
+      --json                   print bench.json on stdout instead of the tables
+  -h, --help                   this help
+`;
+
+const DTYPES = ["f32", "f16", "bf16"] as const;
+
+function dtype(flag: string, raw: string | undefined): (typeof DTYPES)[number] | undefined {
+  if (raw === undefined) return undefined;
+  if (!(DTYPES as readonly string[]).includes(raw)) throw usage(`invalid value for --${flag}: ${JSON.stringify(raw)} must be f32, f16 or bf16`);
+  return raw as (typeof DTYPES)[number];
+}
+
+export function parseBenchArgs(argv: readonly string[]): BenchOptions {
+  let v: Record<string, string | boolean | undefined>;
+  try {
+    v = parseArgs({
+      args: [...argv], strict: true, allowPositionals: false,
+      options: {
+        model: { type: "string", short: "m" }, "dummy-weights": { type: "boolean" }, configs: { type: "string" }, contexts: { type: "string" },
+        batch: { type: "string" }, steps: { type: "string" }, warmup: { type: "string" }, "gpu-kv-budget": { type: "string" },
+        "sink-tokens": { type: "string" }, k: { type: "string" }, device: { type: "string" }, threads: { type: "string" },
+        "cpu-stage-threads": { type: "string" }, "kv-dtype": { type: "string" }, dtype: { type: "string" }, seed: { type: "string" },
+        out: { type: "string" }, json: { type: "boolean" }, help: { type: "boolean", short: "h" },
+      },
+    }).values;
+  } catch (e) {
+    throw parseArgsError(e, "hybridgen bench");
+  }
+  const str = (k: string) => v[k] as string | undefined;
+  const k = integer("k", str("k"), 1) ?? 64;
+  const configs = str("configs") === undefined ? [...DEFAULT_BENCH_CONFIGS] : configList("configs", str("configs")!);
+  for (const c of configs) attentionConfig(c, k); // names and specs checked before anything loads
+  const gpuKvBudget = integer("gpu-kv-budget", str("gpu-kv-budget"), 1) ?? 1024;
+  const sinkTokens = integer("sink-tokens", str("sink-tokens"), 0) ?? 4;
+  if (sinkTokens >= gpuKvBudget) throw usage(`--sink-tokens ${sinkTokens} must be smaller than --gpu-kv-budget ${gpuKvBudget}`);
+  const contexts = integers("contexts", str("contexts"), [2048, 8192], 2);
+  const steps = integer("steps", str("steps"), 1) ?? 32;
+  const warmup = integer("warmup", str("warmup"), 0) ?? 4;
+  if (warmup >= steps) throw usage(`--warmup ${warmup} must be smaller than --steps ${steps}`);
+  const device = str("device") ?? "auto";
+  if (device !== "auto" && device !== "cpu" && device !== "cuda") throw usage(`invalid value for --device: ${JSON.stringify(device)} must be auto, cpu or cuda`);
+  if (str("model") === "") throw usage("--model needs a directory or preset:NAME");
+  return {
+    help: v.help === true,
+    models: str("model") === undefined ? [] : list("model", str("model")!),
+    dummyWeights: v["dummy-weights"] === true,
+    configs,
+    contexts,
+    batches: integers("batch", str("batch"), [1], 1),
+    steps,
+    warmup,
+    gpuKvBudget,
+    sinkTokens,
+    k,
+    device,
+    threads: integer("threads", str("threads"), 1, 256),
+    cpuStageThreads: integer("cpu-stage-threads", str("cpu-stage-threads"), 1, 256),
+    kvDtype: dtype("kv-dtype", str("kv-dtype")) ?? "bf16",
+    dtype: dtype("dtype", str("dtype")),
+    seed: integer("seed", str("seed"), 0) ?? 1,
+    out: str("out"),
+    json: v.json === true,
+  };
+}

@@ -1,0 +1,157 @@
+/**
+ * The measurements of `hybridgen bench`: per model and context, full attention (every KV row on
+ * the device) at each batch size, then every offloading configuration from one prefilled,
+ * checkpointed KV cache with the device window of --gpu-kv-budget tokens. Decode is greedy
+ * from the same first token; ms/token is the mean wall time of the steps after the warm-up.
+ */
+import { BatchDecoder, HybridgenError, loadModel, seededRandom, type Backend, type CausalLM, type ModelFiles } from "@hybridgen/core";
+import { attachAttentionConfig, attentionConfig, prepareHostStore, type AttentionConfig } from "@hybridgen/runtime";
+import type { BenchOptions } from "./bench-args.js";
+
+export interface BenchPoint {
+  readonly model: string;
+  readonly context: number;
+  readonly batch: number;
+  readonly config: string;
+  readonly family: AttentionConfig["family"];
+  readonly kind: AttentionConfig["kind"];
+  readonly status: "ok" | "failed" | "skipped";
+  /** Why a point failed (e.g. out of device memory) or was skipped. */
+  readonly note?: string;
+  /** Wall ms per decode step (one token of each sequence in the batch). */
+  readonly msPerToken?: number;
+  /** Tokens per second over the whole batch. */
+  readonly tokensPerSec?: number;
+  readonly offloaded?: number;
+  /** Hybrid configurations: K and timing at the last step. */
+  readonly finalK?: number;
+  readonly finalTiming?: string;
+  readonly summary?: string;
+}
+
+export interface BenchContext {
+  readonly backend: Backend;
+  readonly progress: (line: string) => void;
+  readonly signal?: AbortSignal;
+}
+
+const mean = (xs: readonly number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+const message = (e: unknown) => (e instanceof Error ? e.message : String(e)).split("\n")[0]!;
+
+/** The synthetic fill: `n` seeded random token ids (special ids below 3 left out). */
+export function syntheticTokens(n: number, vocab: number, seed: number): Int32Array {
+  const r = seededRandom(seed);
+  return Int32Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3)));
+}
+
+/** Greedy decode of `steps` tokens from `first` at position `pos`; wall ms per step. */
+function decode(model: CausalLM, first: number, pos: number, steps: number, signal?: AbortSignal): number[] {
+  const walls: number[] = [];
+  let tok = first;
+  for (let s = 0; s < steps && !signal?.aborted; s++) {
+    const t0 = performance.now();
+    model.step(Int32Array.of(tok), pos + s);
+    tok = model.argmaxLogits();
+    walls.push(performance.now() - t0);
+  }
+  return walls;
+}
+
+/** Every point of one model, in the order the tables list them. */
+export async function measureModel(files: ModelFiles, name: string, o: BenchOptions, cx: BenchContext): Promise<BenchPoint[]> {
+  const points: BenchPoint[] = [];
+  const configs = o.configs.map((c) => attentionConfig(c, o.k));
+  const max = files.shape.maxPositions;
+  for (const context of o.contexts) {
+    if (context + o.steps > max) throw new HybridgenError(`--contexts ${context} plus --steps ${o.steps} exceeds ${name}'s max_position_embeddings (${max})`, "ECONTEXT");
+  }
+  const total = o.contexts.length * configs.length * o.batches.length;
+  const note = (p: BenchPoint) => {
+    points.push(p);
+    const what = p.status === "ok" ? `${p.msPerToken!.toFixed(2)} ms/token, ${p.tokensPerSec!.toFixed(1)} tok/s` : `${p.status}: ${p.note}`;
+    cx.progress(`[${points.length}/${total}] ${name} context ${p.context} batch ${p.batch} ${p.config}: ${what}`);
+  };
+  const load = (context: number, windowed: boolean) => loadModel(files, cx.backend, {
+    maxContext: context + o.steps, prefillBlock: Math.min(512, context), kvDtype: o.kvDtype,
+    ...(o.dtype === undefined ? {} : { weightDtype: o.dtype }),
+    ...(windowed ? { gpuKvBudget: o.gpuKvBudget, sinkTokens: o.sinkTokens } : {}),
+  });
+  for (const context of o.contexts) {
+    const prompt = syntheticTokens(context, files.shape.vocabSize, o.seed);
+    const base = (c: AttentionConfig, batch: number) => ({ model: name, context, batch, config: c.name, family: c.family, kind: c.kind });
+    for (const c of configs.filter((x) => x.kind === "full")) {
+      for (const batch of o.batches) {
+        if (cx.signal?.aborted) return points;
+        try {
+          note({ ...base(c, batch), status: "ok", ...measureFull(load(context, false), prompt, batch, o, cx.signal) });
+        } catch (e) {
+          note({ ...base(c, batch), status: "failed", note: message(e) });
+        }
+      }
+    }
+    const offloading = configs.filter((x) => x.kind !== "full");
+    if (offloading.length === 0) continue;
+    const skip = (why: string, batches: readonly number[]) => {
+      for (const c of offloading) for (const batch of batches) note({ ...base(c, batch), status: "skipped", note: why });
+    };
+    skip("batch > 1 runs full attention only", o.batches.filter((b) => b > 1));
+    if (!o.batches.includes(1)) continue;
+    if (o.gpuKvBudget >= context) {
+      skip(`the device window (${o.gpuKvBudget}) holds the whole context`, [1]);
+      continue;
+    }
+    using model = load(context, true);
+    await prepareHostStore(model, cx.backend, o.threads ?? 1);
+    const t0 = performance.now();
+    model.step(prompt, 0);
+    const first = model.argmaxLogits();
+    cx.progress(`${name} context ${context}: prefilled in ${((performance.now() - t0) / 1e3).toFixed(1)} s; ${model.cache.storeCount} tokens offloaded, window ${o.gpuKvBudget} with ${o.sinkTokens} sinks`);
+    using cp = model.cache.checkpoint();
+    for (const c of offloading) {
+      if (cx.signal?.aborted) return points;
+      try {
+        using a = await attachAttentionConfig(model, cx.backend, c, o.cpuStageThreads === undefined ? {} : { cpuStageThreads: o.cpuStageThreads });
+        const walls = decode(model, first, context, o.steps, cx.signal);
+        const ms = mean(walls.slice(o.warmup));
+        const last = a.trace().at(-1);
+        note({
+          ...base(c, 1), status: "ok", msPerToken: ms, tokensPerSec: 1000 / ms, offloaded: context - o.gpuKvBudget,
+          ...(last ? { finalK: last.k, finalTiming: last.timing } : {}), summary: a.summary(),
+        });
+      } catch (e) {
+        if (e instanceof HybridgenError && !/memory/i.test(e.message)) throw e;
+        note({ ...base(c, 1), status: "failed", note: message(e) });
+      } finally {
+        model.cache.restore(cp);
+      }
+    }
+  }
+  return points;
+}
+
+/** Full attention at `batch` sequences, each prefilled with the context (the model is closed here). */
+function measureFull(model: CausalLM, prompt: Int32Array, batch: number, o: BenchOptions, signal?: AbortSignal): { msPerToken: number; tokensPerSec: number } {
+  using m = model;
+  let walls: number[];
+  if (batch === 1) {
+    m.step(prompt, 0);
+    walls = decode(m, m.argmaxLogits(), prompt.length, o.steps, signal);
+  } else {
+    using dec = new BatchDecoder(m, batch);
+    const slots = Array.from({ length: batch }, (_, i) => i);
+    const ids = new Int32Array(batch);
+    for (const s of slots) {
+      dec.prefill(s, prompt, 0);
+      ids[s] = dec.argmax(s);
+    }
+    walls = [];
+    for (let s = 0; s < o.steps && !signal?.aborted; s++) {
+      const t0 = performance.now();
+      dec.step(slots, ids);
+      dec.argmaxSlots(slots, ids);
+      walls.push(performance.now() - t0);
+    }
+  }
+  const ms = mean(walls.slice(o.warmup));
+  return { msPerToken: ms, tokensPerSec: (1000 * batch) / ms };
+}
