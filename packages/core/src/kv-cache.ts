@@ -51,13 +51,28 @@ export type KvCacheOptions = z.input<typeof KvCacheOptionsSchema>;
 
 export type Residency = "window" | "store";
 
+/**
+ * Where the offloaded store's tensors come from when their memory must be placed: bound to a
+ * NUMA node, interleaved, or mapped from a file of the disk tier (@hybridgen/kernels-cpu's
+ * tiered store). Without one the backend's alloc() serves.
+ */
+export interface KvStoreAllocator {
+  /** The [kvHeads, capacity, headDim] tensor of `pool` for `layer`, a tensor of `backend`. */
+  alloc(backend: Backend, pool: "k" | "v", layer: number, shape: readonly number[], dtype: DType): Tensor;
+  /** Whether a device may page-lock it (a file-backed region stays pageable, or it would be held in RAM). */
+  pinnable(t: Tensor): boolean;
+  /** The cache has freed every tensor alloc() gave it: the memory may go. */
+  release(): void;
+}
+
 /** The host copy of the store (see attachHostStore). */
 interface HostStore {
   readonly backend: Backend;
   readonly link: HostTransfers;
   readonly k: Tensor[];
   readonly v: Tensor[];
-  readonly regions: HostRegion[]; // pinned, K then V of every layer
+  readonly regions: HostRegion[]; // K then V of every layer
+  readonly pinned: HostRegion[]; // those page-locked (all but file-backed ones)
   /** Close `backend` with the cache (it was made for the store alone). */
   readonly ownsBackend: boolean;
   /** Device → host copies issued since the last syncHostStore(). */
@@ -114,6 +129,7 @@ export class KvCache implements Disposable {
   private generation = 0;
   private _rewinds = 0;
   private host: HostStore | null = null;
+  private storeAllocator: KvStoreAllocator | null = null;
   private _storeK: Tensor[];
   private _storeV: Tensor[];
   /** Device scratch for loadStore()/loadContiguous(): two [K, V] pairs of maxContext slots used
@@ -179,32 +195,66 @@ export class KvCache implements Disposable {
    * it before the first append. `ownsBackend`: close `host` when the cache closes (a backend made
    * for the store alone).
    */
-  attachHostStore(host: Backend, link: HostTransfers, ownsBackend = false): void {
+  attachHostStore(host: Backend, link: HostTransfers, ownsBackend = false, allocator?: KvStoreAllocator): void {
     this.checkOpen();
     if (this.host) fail("KV cache: a host store is already attached");
     if (this.storeCapacity === 0) fail("KV cache: no store to keep in host memory (the window holds the whole context)");
     if (this._length > 0) fail(`KV cache: attach the host store before the first token (${this._length} are cached)`);
+    if (this.storeAllocator) fail("KV cache: the store was placed already (placeStore); attach the host store with the allocator instead");
     if (!host.hostRegion) fail(`KV cache: backend '${host.name}' has no host memory to hold the store`);
-    const k: Tensor[] = [], v: Tensor[] = [], regions: HostRegion[] = [];
+    const k: Tensor[] = [], v: Tensor[] = [], regions: HostRegion[] = [], pinned: HostRegion[] = [];
+    const shape = [this.kvHeads, this.storeCapacity, this.headDim];
     try {
-      for (const list of [k, v]) {
+      for (const [pool, list] of [["k", k], ["v", v]] as const) {
         for (let l = 0; l < this.layers; l++) {
-          const t = host.alloc([this.kvHeads, this.storeCapacity, this.headDim], this.dtype);
+          const t = allocator ? allocator.alloc(host, pool, l, shape, this.dtype) : host.alloc(shape, this.dtype);
           list.push(t);
           const r = host.hostRegion(t);
-          link.pin(r);
           regions.push(r);
+          if (allocator && !allocator.pinnable(t)) continue; // file-backed: copies from it stay synchronous
+          link.pin(r);
+          pinned.push(r);
         }
       }
     } catch (e) {
-      for (const r of regions) link.unpin(r);
+      for (const r of pinned) link.unpin(r);
       for (const t of [...k, ...v]) host.free(t);
+      allocator?.release();
       throw e;
     }
-    this.host = { backend: host, link, k, v, regions, pending: false, ownsBackend };
+    this.storeAllocator = allocator ?? null;
+    this.host = { backend: host, link, k, v, regions, pinned, pending: false, ownsBackend };
     for (const t of [...this._storeK, ...this._storeV]) this.backend.free(t);
     this._storeK = [];
     this._storeV = [];
+  }
+
+  /**
+   * The store on the cache's own backend (a host backend: the CPU backend's hybrid attention),
+   * reallocated from `allocator` before the first token: bound to NUMA nodes or file-backed.
+   * With a device backend use attachHostStore(…, allocator) instead.
+   */
+  placeStore(allocator: KvStoreAllocator): void {
+    this.checkOpen();
+    if (this.host) fail("KV cache: the store is in host memory already; pass the allocator to attachHostStore");
+    if (this.storeAllocator) fail("KV cache: the store was placed already");
+    if (this.storeCapacity === 0) fail("KV cache: no store to place (the window holds the whole context)");
+    if (this._length > 0) fail(`KV cache: place the store before the first token (${this._length} are cached)`);
+    const shape = [this.kvHeads, this.storeCapacity, this.headDim];
+    const k: Tensor[] = [], v: Tensor[] = [];
+    try {
+      for (const [pool, list] of [["k", k], ["v", v]] as const) {
+        for (let l = 0; l < this.layers; l++) list.push(allocator.alloc(this.backend, pool, l, shape, this.dtype));
+      }
+    } catch (e) {
+      for (const t of [...k, ...v]) this.backend.free(t);
+      allocator.release();
+      throw e;
+    }
+    for (const t of [...this._storeK, ...this._storeV]) this.backend.free(t);
+    this._storeK = k;
+    this._storeV = v;
+    this.storeAllocator = allocator;
   }
 
   /** Whether the store is in host memory only (attachHostStore). */
@@ -547,12 +597,14 @@ export class KvCache implements Disposable {
       try {
         h.link.fence(); // no DMA may still be writing memory about to be freed
       } finally {
-        for (const r of h.regions) h.link.unpin(r);
+        for (const r of h.pinned) h.link.unpin(r);
         for (const t of [...h.k, ...h.v]) h.backend.free(t);
         if (h.ownsBackend) h.backend[Symbol.dispose]();
       }
     }
     for (const t of [...this.windowK, ...this.windowV, ...this._storeK, ...this._storeV]) this.backend.free(t);
+    this.storeAllocator?.release();
+    this.storeAllocator = null;
     for (const s of this.scratch) {
       this.backend.free(s.k);
       this.backend.free(s.v);

@@ -30,7 +30,7 @@ export const MemoryTierSchema = z
   .refine((t) => t.kind !== "file" || t.path !== undefined, { message: "a file tier needs a path", path: ["path"] });
 export type MemoryTier = z.infer<typeof MemoryTierSchema>;
 
-export const PlacementPolicySchema = z.enum(["semantic", "interleave", "dram-only"]);
+export const PlacementPolicySchema = z.enum(["semantic", "interleave", "local", "dram-only"]);
 export type PlacementPolicy = z.infer<typeof PlacementPolicySchema>;
 
 /**
@@ -100,3 +100,28 @@ export function kvCacheBytes(shape: KvShape, dtype: DType, tokens: number, batch
   if (!Number.isInteger(batch) || batch <= 0) throw new HybridgenError(`kv bytes: batch must be a positive integer, got ${batch}`);
   return kvBytesPerToken(shape, dtype).total * tokens * batch;
 }
+
+/**
+ * One page-aligned byte range of a store region and where it lives: bound to NUMA nodes
+ * ("bind": those nodes only; "preferred": the first, falling back when full; "interleave":
+ * pages round-robin), left to the kernel ("local": no policy), or a file of the disk tier in
+ * `dir` ("file").
+ */
+export const StoreSegmentSchema = z.object({
+  offset: z.number().int().nonnegative(),
+  bytes: z.number().int().positive(),
+  tier: z.string().min(1),
+  mode: z.enum(["bind", "preferred", "interleave", "local", "file"]),
+  nodes: z.array(z.number().int().nonnegative()),
+  dir: z.string().min(1).optional(),
+});
+export type StoreSegment = z.infer<typeof StoreSegmentSchema>;
+
+/** Where every byte of the offloaded store goes: per layer, the segments of its K and its V region. */
+export const StoreLayoutSchema = z.object({
+  regionBytes: z.number().int().positive(),
+  pageBytes: z.number().int().positive(),
+  k: z.array(z.array(StoreSegmentSchema)),
+  v: z.array(z.array(StoreSegmentSchema)),
+});
+export type StoreLayout = z.infer<typeof StoreLayoutSchema>;
