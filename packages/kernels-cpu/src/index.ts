@@ -7,3 +7,5 @@ export { NativeCpuStage, NativeCpuStageOptionsSchema, type NativeCpuStageOptions
 export { createNativeRandomFill } from "./random-fill.js";
 export { nativeSelectorPrimitives, type SelectorIsa } from "./selector-primitives.js";
 export { storeKeys } from "./store-keys.js";
+export { TieredStore, probeMemoryReadBandwidth, probeFileReadBandwidth, type TieredStoreOptions, type SegmentCheck } from "./tiered-store.js";
+export { liveDiskFiles, removeAllDiskFiles, sweepStaleDiskFiles } from "./disk-files.js";

@@ -1,0 +1,242 @@
+/**
+ * TieredStore: core's KvStoreAllocator for the CPU backend, applying a StoreLayout (from
+ * @hybridgen/memtier's layoutStore). Each region is one anonymous mapping, untouched, whose
+ * segments are then bound to their NUMA nodes (mbind, before any page faults in, so pinning
+ * and the first writes land where the layout says) or replaced by a preallocated file of the
+ * disk tier mapped shared at the same addresses. verify() reads back what the kernel did.
+ */
+import { readFileSync } from "node:fs";
+import { HybridgenError, StoreLayoutSchema, type Backend, type DType, type KvStoreAllocator, type StoreLayout, type StoreSegment, type Tensor } from "@hybridgen/core";
+import type { Pointer } from "bun:ffi";
+import { CpuBackend } from "./cpu-backend.js";
+import { CpuTensor } from "./tensor.js";
+import { cPath, maskNodes, MASK_WORDS, MPOL, nodeMask, tierNative } from "./tier-native.js";
+import { diskFileName, removeDiskFile, sweepStaleDiskFiles, trackDiskFile } from "./disk-files.js";
+
+const ERRNO: Record<number, string> = { 1: "EPERM", 2: "ENOENT", 12: "ENOMEM", 13: "EACCES", 17: "EEXIST", 22: "EINVAL", 27: "EFBIG", 28: "ENOSPC", 30: "EROFS", 38: "ENOSYS", 122: "EDQUOT" };
+const errnoName = (e: number) => ERRNO[Math.abs(e)] ?? `errno ${Math.abs(e)}`;
+
+export interface TieredStoreOptions {
+  /** Tests: every file reservation fails with this errno (28 = ENOSPC: a full disk). */
+  failFileErrno?: number;
+}
+
+interface Region {
+  readonly pool: "k" | "v";
+  readonly layer: number;
+  readonly address: number;
+  readonly bytes: number;
+  readonly segments: readonly StoreSegment[];
+  readonly files: { path: string; fd: number; offset: number; bytes: number }[];
+  tensor: CpuTensor | null;
+}
+
+/** What verify() found for one segment. */
+export interface SegmentCheck {
+  readonly pool: "k" | "v";
+  readonly layer: number;
+  readonly tier: string;
+  readonly mode: StoreSegment["mode"];
+  readonly bytes: number;
+  /** NUMA segments: the policy the kernel reports at the segment's first page, and its nodes. */
+  readonly policy?: string;
+  readonly policyNodes?: number[];
+  /** NUMA segments: sampled resident pages by node (pages not faulted in yet are not counted). */
+  readonly pageNodes?: Record<number, number>;
+  /** File segments: the file /proc/self/numa_maps shows mapped at the segment. */
+  readonly mappedFile?: string;
+  readonly ok: boolean;
+}
+
+const POLICY_NAME = ["default", "preferred", "bind", "interleave", "local"];
+
+function numaMapsFiles(): Map<number, string> {
+  const out = new Map<number, string>();
+  let text = "";
+  try {
+    text = readFileSync("/proc/self/numa_maps", "utf8");
+  } catch {
+    return out;
+  }
+  for (const line of text.split("\n")) {
+    const m = /^([0-9a-f]+) \S+ file=(\S+)/.exec(line);
+    if (m) out.set(parseInt(m[1]!, 16), m[2]!);
+  }
+  return out;
+}
+
+export class TieredStore implements KvStoreAllocator {
+  readonly layout: StoreLayout;
+  private readonly regions: Region[] = [];
+  private readonly failFileErrno: number;
+  private released = false;
+
+  constructor(layout: StoreLayout, options: TieredStoreOptions = {}) {
+    const r = StoreLayoutSchema.safeParse(layout);
+    if (!r.success) throw new HybridgenError(`tiered store: invalid layout: ${r.error.issues[0]?.path.join(".")}: ${r.error.issues[0]?.message}`);
+    this.layout = r.data;
+    this.failFileErrno = options.failFileErrno ?? 0;
+    for (const pool of ["k", "v"] as const) {
+      for (const [layer, segs] of this.layout[pool].entries()) {
+        let at = 0;
+        for (const s of segs) {
+          if (s.offset !== at || s.offset % this.layout.pageBytes !== 0) {
+            throw new HybridgenError(`tiered store: ${pool}${layer} segment at ${s.offset} is not page-aligned and contiguous (expected ${at})`);
+          }
+          if (s.mode === "file" && !s.dir) throw new HybridgenError(`tiered store: ${pool}${layer} file segment has no directory`);
+          at += s.bytes;
+        }
+        if (at !== this.layout.regionBytes) throw new HybridgenError(`tiered store: ${pool}${layer} segments cover ${at} of ${this.layout.regionBytes} bytes`);
+      }
+    }
+    for (const dir of new Set(this.allSegments().filter((s) => s.mode === "file").map((s) => s.dir!))) sweepStaleDiskFiles(dir);
+  }
+
+  private allSegments(): StoreSegment[] {
+    return [...this.layout.k.flat(), ...this.layout.v.flat()];
+  }
+
+  alloc(backend: Backend, pool: "k" | "v", layer: number, shape: readonly number[], dtype: DType): Tensor {
+    if (this.released) throw new HybridgenError("tiered store: released");
+    if (!(backend instanceof CpuBackend)) throw new HybridgenError(`tiered store: the store must be on the CPU backend, not ${backend.name}`);
+    const segments = this.layout[pool][layer];
+    if (!segments) throw new HybridgenError(`tiered store: the layout has no ${pool.toUpperCase()} region for layer ${layer}`);
+    const bytes = shape.reduce((a, b) => a * b, 1) * ({ f32: 4, f16: 2, bf16: 2 } as Record<DType, number>)[dtype];
+    if (bytes > this.layout.regionBytes) throw new HybridgenError(`tiered store: a ${bytes}-byte region does not fit the layout's ${this.layout.regionBytes}`);
+    const lib = tierNative();
+    const address = Number(lib.hg_tier_map_anon(this.layout.regionBytes));
+    if (!address) throw new HybridgenError(`tiered store: out of memory mapping ${this.layout.regionBytes} bytes for ${pool.toUpperCase()} of layer ${layer}`);
+    const region: Region = { pool, layer, address, bytes: this.layout.regionBytes, segments, files: [], tensor: null };
+    this.regions.push(region);
+    for (const s of segments) this.applySegment(region, s);
+    region.tensor = new CpuTensor(backend, dtype, [...shape], address as Pointer, bytes, false);
+    return region.tensor;
+  }
+
+  private applySegment(r: Region, s: StoreSegment): void {
+    const lib = tierNative();
+    const at = r.address + s.offset;
+    if (s.mode === "local") return;
+    if (s.mode === "file") {
+      const path = diskFileName(s.dir!, `${r.pool}${r.layer}`);
+      const fd = new Int32Array(1), err = new Int32Array(1);
+      const p = Number(lib.hg_tier_map_file(cPath(path), s.bytes, at as Pointer, this.failFileErrno, fd, err));
+      if (!p) throw new HybridgenError(`disk tier: cannot create ${s.bytes}-byte file ${path}: ${errnoName(err[0]!)}`);
+      trackDiskFile(path);
+      r.files.push({ path, fd: fd[0]!, offset: s.offset, bytes: s.bytes });
+      return;
+    }
+    const mask = nodeMask(s.nodes);
+    const rc = lib.hg_tier_mbind(at as Pointer, s.bytes, MPOL[s.mode], mask, MASK_WORDS, 0);
+    if (rc !== 0) throw new HybridgenError(`placement: mbind(${s.mode} ${s.nodes.join(",")}) of ${r.pool.toUpperCase()} layer ${r.layer} failed: ${errnoName(rc)}`);
+  }
+
+  pinnable(t: Tensor): boolean {
+    const r = this.regions.find((x) => x.tensor === t);
+    return !r || r.files.length === 0;
+  }
+
+  /** Bytes in files of the disk tier. */
+  get diskBytes(): number {
+    return this.regions.reduce((n, r) => n + r.files.reduce((m, f) => m + f.bytes, 0), 0);
+  }
+
+  /** The disk tier's files (paths) of this store. */
+  get files(): string[] {
+    return this.regions.flatMap((r) => r.files.map((f) => f.path));
+  }
+
+  /**
+   * Starts reading the file-backed rows a CPU stage is about to gather: for each KV head
+   * (`heads` runs of `capacity` rows of `rowBytes`), rows [0, rows) of `pool`'s region of `layer`.
+   */
+  prefetch(pool: "k" | "v", layer: number, rows: number, rowBytes: number, capacity: number, heads: number): void {
+    const r = this.regions.find((x) => x.pool === pool && x.layer === layer);
+    if (!r || r.files.length === 0 || rows <= 0) return;
+    const lib = tierNative();
+    for (const f of r.files) {
+      for (let g = 0; g < heads; g++) {
+        const lo = Math.max(f.offset, g * capacity * rowBytes), hi = Math.min(f.offset + f.bytes, (g * capacity + rows) * rowBytes);
+        if (hi > lo) lib.hg_tier_prefetch((r.address + lo) as Pointer, hi - lo);
+      }
+    }
+  }
+
+  /** What the kernel did with every segment: policies and resident pages (NUMA), the mapped file (disk). */
+  verify(samplePages = 64): SegmentCheck[] {
+    const lib = tierNative();
+    const mapped = numaMapsFiles();
+    const out: SegmentCheck[] = [];
+    for (const r of this.regions) {
+      for (const s of r.segments) {
+        const at = r.address + s.offset;
+        const base = { pool: r.pool, layer: r.layer, tier: s.tier, mode: s.mode, bytes: s.bytes };
+        if (s.mode === "file") {
+          const want = r.files.find((f) => f.offset === s.offset)?.path;
+          const got = mapped.get(at);
+          out.push({ ...base, mappedFile: got, ok: got !== undefined && got === want });
+          continue;
+        }
+        const mask = new BigUint64Array(MASK_WORDS);
+        const mode = lib.hg_tier_policy(at as Pointer, mask, MASK_WORDS);
+        const status = new Int32Array(Math.max(1, Math.min(samplePages, Math.ceil(s.bytes / this.layout.pageBytes))));
+        lib.hg_tier_page_nodes(at as Pointer, s.bytes, status.length, status);
+        const pageNodes: Record<number, number> = {};
+        for (const n of status) if (n >= 0) pageNodes[n] = (pageNodes[n] ?? 0) + 1;
+        const policy = mode < 0 ? `error ${errnoName(mode)}` : POLICY_NAME[mode] ?? `mode ${mode}`;
+        const policyNodes = mode < 0 ? [] : maskNodes(mask);
+        const wantPolicy = s.mode === "local" ? "default" : s.mode;
+        const nodesOk = s.mode === "local" || policyNodes.join() === [...s.nodes].sort((a, b) => a - b).join();
+        // bind/interleave: every resident page on a listed node; preferred may fall back when the node is full.
+        const pagesOk = s.mode !== "bind" && s.mode !== "interleave" ? true : Object.keys(pageNodes).every((n) => s.nodes.includes(Number(n)));
+        out.push({ ...base, policy, policyNodes, pageNodes, ok: policy === wantPolicy && nodesOk && pagesOk });
+      }
+    }
+    return out;
+  }
+
+  /** Unmaps every region and removes the disk tier's files (the cache has freed the tensors). Idempotent. */
+  release(): void {
+    if (this.released) return;
+    this.released = true;
+    const lib = tierNative();
+    for (const r of this.regions) {
+      lib.hg_tier_unmap(r.address as Pointer, r.bytes);
+      for (const f of r.files) {
+        lib.hg_tier_close_fd(f.fd);
+        removeDiskFile(f.path);
+      }
+    }
+    this.regions.length = 0;
+  }
+
+  [Symbol.dispose](): void {
+    this.release();
+  }
+}
+
+/** Single-thread streaming read bandwidth (bytes/s) of `bytes` of memory bound to NUMA `node` (undefined: unbound). */
+export function probeMemoryReadBandwidth(bytes = 256 * 2 ** 20, node?: number, passes = 3): number {
+  const lib = tierNative();
+  const p = lib.hg_tier_map_anon(bytes);
+  if (!p) throw new HybridgenError(`memory probe: cannot map ${bytes} bytes`);
+  try {
+    if (node !== undefined) {
+      const rc = lib.hg_tier_mbind(p, bytes, MPOL.bind, nodeMask([node]), MASK_WORDS, 0);
+      if (rc !== 0) throw new HybridgenError(`memory probe: mbind to node ${node} failed: ${errnoName(rc)}`);
+    }
+    lib.hg_tier_touch(p, bytes);
+    lib.hg_tier_read_bw(p, bytes, 1); // warm the TLB and caches' state
+    return lib.hg_tier_read_bw(p, bytes, passes);
+  } finally {
+    lib.hg_tier_unmap(p, bytes);
+  }
+}
+
+/** Read bandwidth (bytes/s) of a file in `dir`: `bytes` written, then read back in `block`-byte aligned reads (O_DIRECT where allowed). */
+export function probeFileReadBandwidth(dir: string, bytes = 64 * 2 ** 20, block = 2 ** 20): number {
+  const path = diskFileName(dir, "probe");
+  const r = tierNative().hg_tier_file_read_bw(cPath(path), bytes, block);
+  if (r < 0) throw new HybridgenError(`disk probe: reading a file in ${dir} failed: ${errnoName(r)}`);
+  return r;
+}
