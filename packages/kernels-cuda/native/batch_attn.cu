@@ -139,7 +139,7 @@ HG_EXPORT int hg_cu_attn_decode_batch(HgCtx *c, float *out, const float *q, cons
   Cmd m = hg_new_cmd(CMD_BATCH_ATTN);
   m.p[0] = out; m.p[1] = q; m.p[2] = kNew; m.p[3] = vNew; m.p[4] = dev;
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = B; m.s[5] = (int)splits; m.s[6] = lpt;
-  m.s[7] = 2;  // 2 rows a round: with attnUnroll's 4, B = 8 fell from 1 081 to 1 001 tok/s (sixth pass, calls 9 and 10)
+  m.s[7] = 2;  // 2 rows a round: 4 measured slower at B = 8 (DEVICE-NOTES.md)
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units
   return hg_submit(c, m);
 }

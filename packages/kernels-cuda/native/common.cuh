@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <stddef.h>
+#include "decode_plan.h"
 
 #define HG_EXPORT __attribute__((visibility("default")))
 
@@ -74,8 +75,8 @@ struct HgCtx {
   size_t decodePartBytes;
   int *argmaxHost;      // pinned (16 ints: [0] the argmax, [4], [5] the token feed's host slots)
   cudaEvent_t feedDone[2];  // the token feed's host slots have their pick (token_feed.cu)
-  cudaEvent_t feedPicked;   // feedSide: the pick is in the feed (the side stream's copy waits for it)
-  cudaStream_t feedStream;  // feedSide: the pick's copy to the host, off the compute stream
+  cudaEvent_t feedPicked;   // the pick is in the feed (the side stream's copy waits for it)
+  cudaStream_t feedStream;  // the pick's copy to the host, off the compute stream
   int numSMs;
   Cublas *cublas;       // null when cuBLAS is off or not found
   CopyBatch pending;    // queued small copies (see hg_flush_copies)
@@ -95,21 +96,9 @@ struct HgCtx {
   long long nCaptures, nReplays, nDrains, nEagerSteps, nRecorded;
   char lastDrain[64];     // the entry point that last drained a step (diagnostics)
   int lastCaptureError;   // the last failed capture's error, 0 none
-  // decode tuning switches (hg_cu_set_decode_option; defaults set in hg_graph_init)
-  int attnUnroll;         // split-K decode attention: token rows a lane loads per round (2 or 4)
-  int gemvStream;         // decode GEMV as a bulk-copy weight stream (gemv_stream.cu): its ring in KB, 0 off
-  int attnCluster;        // decode attention as one clustered launch with the K/V append and RoPE folded in (decode_attn.cu)
-  int attnGroup;          // split-K attention: a round's token rows folded into the softmax together (decode_attn_block.cuh)
-  int attnPdl;            // the split-K attention's two kernels launched programmatically (decode_attn.cu); 2: RoPE and the K/V append too
-  int gemvFillRing;       // stream GEMV: 7 KB slots filling shared memory for long plain rows (gemv_stream.cu)
-  int gemvNormFold;       // stream GEMV: the norm's scale applied to the dot products, x staged in one pass (gemv_stream.cu)
-  int gemvSlotKb;         // the stream GEMV's slot size: 8 or 16 KB, 0 chosen per GEMV (gemv_stream.cu)
-  int ropeAppend;         // a recorded step's K/V append run inside the RoPE kernel before it (rope_append.cu)
-  int argmaxVec;          // the argmax kernel's rows read as float4s, 8 loads in flight a thread (rowops.cu)
-  int argmaxSplit;        // one long row's argmax over many blocks, then one warp (rowops.cu)
-  int feedSide;           // the greedy feed's copy to the host on a side stream, not the compute stream (token_feed.cu)
-  int gemvGrid;           // a stream GEMV's grid: the most blocks ≤ the SMs that split its rows evenly, within 1/16 of the SMs (gemv_stream.cu)
-  int attnMma;            // split-K attention on tensor cores (decode_attn_mma.cuh): 1, 2 (twice the splits), 3 (tiles loaded ahead), 4 (that, half the splits), 5 (3's grid, 4's chunks: the default), 0 off
+  // The compute capability major hg_decode_plan plans for: the device's, or lower
+  // (hg_cu_set_plan_major: checks and benches run another device's kernels here).
+  int planMajor;
 };
 
 // Loads one element of any dtype as float.
@@ -174,9 +163,9 @@ static inline int hg_launched(void) { return (int)cudaGetLastError(); }
 // block of this one has called it (or exited): the big kernels call it after their loads, not at
 // their start. Both are no-ops in a kernel launched without the attribute, which is how hg_launch
 // launches most kernels (the attribute on all decode kernels measured slower on the H200:
-// DEVICE-NOTES.md, fourth pass); their waits and triggers stay so that a weight stream after
-// them can start early. The split-K decode attention's two kernels, and a recorded step's RoPE
-// and K/V append before them, are launched with it (attnPdl, seventh pass: ≈ 1.5 µs a layer).
+// DEVICE-NOTES.md); their waits and triggers stay so that a weight stream after them can start
+// early. The split-K decode attention's two kernels, and a recorded step's RoPE and K/V append
+// before them, are launched with it.
 // Every kernel launched with the attribute waits in every thread before it exits, so completion
 // stays transitive.
 __device__ __forceinline__ void hg_pdl_wait() {
@@ -309,8 +298,9 @@ int hg_launch_decode_attn(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // gemm_skinny.cu
 int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
-int hg_gemv_stream_slot_bytes(int k, bool silu, int slotKb, bool fill);   // gemv_stream.cu
-int hg_gemv_stream_slots(int k, int ringKb, int slot, bool norm);           // gemv_stream.cu
+
+// The device a decode plan is made for (decode_plan.h).
+static inline HgPlanDevice hg_plan_device(const HgCtx *c) { return HgPlanDevice{c->planMajor, c->numSMs}; }
 void hg_feed_free(HgCtx *c);  // token_feed.cu
 
 // Copies `count` host ints into the context's int scratch (stream-ordered: a later upload

@@ -48,8 +48,8 @@ __global__ void batched_copy_ptr_kernel(const CopyBatch *b) {
 }
 
 int hg_launch_copybatch(HgCtx *c, const Cmd &cmd) {
-  // attnPdl 2: launched programmatically too (a recorded step's K/V append, before the attention)
-  return hg_launch_pdl(c, c->attnPdl >= 2, batched_copy_ptr_kernel, dim3(cmd.s[1], cmd.s[0]), dim3(256), 0, (const CopyBatch *)cmd.p[0]);
+  // launched programmatically (a recorded step's K/V append, before the attention)
+  return hg_launch_pdl(c, true, batched_copy_ptr_kernel, dim3(cmd.s[1], cmd.s[0]), dim3(256), 0, (const CopyBatch *)cmd.p[0]);
 }
 
 int hg_flush_copies(HgCtx *c) {
@@ -60,9 +60,9 @@ int hg_flush_copies(HgCtx *c) {
   dim3 grid(bx < 1 ? 1 : bx > 64 ? 64 : bx, c->pending.n);
   if (hg_recording(c)) {
     const long off = hg_blob_put(c, &c->pending, sizeof(CopyBatch));
-    // ropeAppend: the copies queued right after a recorded RoPE run inside it (rope_append.cu).
+    // The copies queued right after a recorded RoPE run inside it (rope_append.cu).
     Cmd *last = c->ncmds > 0 ? &c->cmds[c->ncmds - 1] : NULL;
-    if (off >= 0 && c->ropeAppend && last && last->kind == CMD_ROPE && !last->p[4] && rope_append_fits(*last, c->pending)) {
+    if (off >= 0 && last && last->kind == CMD_ROPE && !last->p[4] && rope_append_fits(*last, c->pending)) {
       last->p[4] = c->blobDev + off;
       last->s[5] = c->pending.n;
       c->pending.n = 0;

@@ -3,9 +3,8 @@
 // into chunks; a block scores its chunk for the query heads of one KV head and keeps an online
 // softmax (running max, sum, unnormalised output) per head, so K and V are read once and no
 // score row is written (decode_attn_block.cuh). The second kernel merges the chunks' partials
-// into the output row. For bf16/f16 caches with head dim 64 or 128 the split kernel's block runs
-// on tensor cores (attnMma, 5 by default: decode_attn_mma.cuh). The attnCluster switch runs all
-// of it as one clustered launch (decode_attn_cluster.cu).
+// into the output row. Which block runs (tensor cores for bf16/f16 caches with head dim 64 or 128,
+// decode_attn_mma.cuh; the FMA block elsewhere) and the grid: hg_decode_plan (decode_plan.h).
 // This replaces logits + softmax + memset + aggregate (4 launches a layer) and the score row's
 // round trips; recorded in a decode-step graph, start and count come from the step's blob.
 #include "decode_attn_block.cuh"
@@ -13,7 +12,7 @@
 
 // grid (maxSplits, kvHeads, head groups of DA_HEADS). part: [split][head][headDim + 2] =
 // unnormalised output, then max (log2), sum. UNR: token rows a lane loads per round; GROUP: a
-// round's rows folded in together (attnGroup). The step's start and count are read before the
+// round's rows folded in together. The step's start and count are read before the
 // wait: the blob is copied before the step's first kernel, so the blocks past the span (a recorded
 // grid is sized for the capacity) leave at once instead of holding a slot until the kernel before
 // has finished.
@@ -35,9 +34,9 @@ __global__ void __launch_bounds__(256) decode_attn_kernel(float *part, const flo
                                (const char *)v + cacheRow, nh, headDim, j0, j1, sl);
 }
 
-// The tensor-core form (attnMma): grid (maxSplits, kvHeads, head groups of DM_HEADS), 128 threads;
-// the same chunks and partial rows as decode_attn_kernel, so the merge is shared. AHEAD: attnMma 3
-// (dm_block).
+// The tensor-core form: grid (maxSplits, kvHeads, head groups of DM_HEADS), 128 threads; the same
+// chunks and partial rows as decode_attn_kernel, so the merge is shared. AHEAD: each warp's next
+// tile loaded while it computes one (dm_block).
 template <typename T, int HD, bool AHEAD>
 __global__ void __launch_bounds__(128) decode_attn_mma_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group, int cap,
                                                               int maxSplits, int start, int count, float sl, const int *dyn) {
@@ -55,19 +54,13 @@ __global__ void __launch_bounds__(128) decode_attn_mma_kernel(float *part, const
 }
 
 template <typename T>
-static int launch_dm(HgCtx *c, bool ahead, int headDim, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int cap, int maxSplits,
+static int launch_dm(HgCtx *c, int headDim, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int cap, int maxSplits,
                      int start, int count, float sl, const int *dyn) {
-#define DM_LAUNCH(HD, A) \
-  return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_mma_kernel<T, HD, A>, grid, dim3(128), 0, c->decodePart, q, k, v, heads, group, cap, maxSplits, start, count, sl, dyn)
-  if (headDim == 64) { if (ahead) DM_LAUNCH(64, true); DM_LAUNCH(64, false); }
-  if (ahead) DM_LAUNCH(128, true);
-  DM_LAUNCH(128, false);
+#define DM_LAUNCH(HD) \
+  return hg_launch_pdl(c, true, decode_attn_mma_kernel<T, HD, true>, grid, dim3(128), 0, c->decodePart, q, k, v, heads, group, cap, maxSplits, start, count, sl, dyn)
+  if (headDim == 64) DM_LAUNCH(64);
+  DM_LAUNCH(128);
 #undef DM_LAUNCH
-}
-
-// 1 when the tensor-core form serves this dtype / head dim / q alignment (hg_cu_attn_decode).
-static bool dm_serves(int dt, int headDim, const float *q) {
-  return (dt == DT_BF16 || dt == DT_F16) && (headDim == 64 || headDim == 128) && ((uintptr_t)q & 15) == 0;
 }
 
 // grid (heads): out[h, :] = Σ_split e^(m_s − M) a_s / Σ_split e^(m_s − M) l_s.
@@ -81,11 +74,6 @@ __global__ void decode_attn_merge_kernel(float *out, const float *part, int head
   da_merge_head(out + (size_t)h * headDim, part + (size_t)h * (headDim + 2), (size_t)heads * (headDim + 2), nsplit, headDim, threadIdx.x, blockDim.x);
 }
 
-// The clustered form (decode_attn_cluster.cu).
-int dc_cluster_size(int dt, int lpt, int clusters);
-int launch_decode_attn_cluster(HgCtx *c, const Cmd &m, const char *dynBase);
-int decode_attn_cluster(HgCtx *c, int cs, float *out, const float *q, const void *k, const void *v, int dt, int heads, int kvHeads, int headDim, int cap,
-                        int start, int count, float scale, int lpt);
 Cmd hg_new_cmd(int kind);                       // rowops.cu
 int hg_put_dyn(HgCtx *c, Cmd &cmd, int count);  // rowops.cu
 
@@ -94,49 +82,35 @@ static int launch_da_l(HgCtx *c, int lpt, dim3 grid, const float *q, const void 
                        int start, int count, float sl, const int *dyn) {
   switch (lpt) {
 #define DA_CASE(L) \
-  case L: return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, L, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+  case L: return hg_launch_pdl(c, true, decode_attn_kernel<KT, L, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
     DA_CASE(4) DA_CASE(8) DA_CASE(16)
 #undef DA_CASE
     default:
-      return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_kernel<KT, 32, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
+      return hg_launch_pdl(c, true, decode_attn_kernel<KT, 32, UNR, GROUP>, grid, dim3(256), 0, c->decodePart, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn);
   }
 }
-// The split kernel's variants: 2 or 4 rows a round, the 4-row form also grouped (attnGroup).
-template <int KT>
-static int launch_da_u(HgCtx *c, int unr, bool group4, int lpt, dim3 grid, const float *q, const void *k, const void *v, int heads, int group, int headDim,
-                       int cap, int maxSplits, int start, int count, float sl, const int *dyn) {
-#define DA_ARGS c, lpt, grid, q, k, v, heads, group, headDim, cap, maxSplits, start, count, sl, dyn
-  if (unr != 4) return launch_da_l<KT, 2, false>(DA_ARGS);
-  return group4 ? launch_da_l<KT, 4, true>(DA_ARGS) : launch_da_l<KT, 4, false>(DA_ARGS);
-#undef DA_ARGS
-}
-
-// Command: s[5] the grid's splits, s[11] the splits the chunks are cut for (≤ s[5]; fewer with
-// attnMma 5, whose other blocks leave at once), s[6] lanes a token row, s[7] token rows a lane
-// loads per round (2 or 4), s[8] 1: the tensor-core form (attnMma), 3: its tiles loaded a tile
-// ahead (attnMma 3–5), s[9] 1: a round's rows folded in together (attnGroup, with 4 rows); s[10]
-// == 2: the clustered form.
+// Command: s[5] the grid's splits, s[11] the splits the chunks are cut for (≤ s[5]; the grid's
+// other blocks leave at once), s[6] lanes a token row, s[8] the plan's kernel (HG_ATTN_SPLIT or
+// HG_ATTN_SPLIT_MMA). The FMA block loads 4 token rows a lane a round and folds them in together.
 int hg_launch_decode_attn(HgCtx *c, const Cmd &m, const char *dynBase) {
-  if (m.s[10] == 2) return launch_decode_attn_cluster(c, m, dynBase);
-  const int dt = m.s[0], heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], cap = m.s[4], gridSplits = m.s[5], lpt = m.s[6], unr = m.s[7];
+  const int dt = m.s[0], heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], cap = m.s[4], gridSplits = m.s[5], lpt = m.s[6];
   const int maxSplits = m.s[11];
   const int group = heads / kvHeads;
   const int *dyn = dynBase ? (const int *)(dynBase + m.dynOff) : NULL;
   const float *q = (const float *)m.p[1];
   int r = 0;
-  if (m.s[8]) {
+  if (m.s[8] == HG_ATTN_SPLIT_MMA) {
     const dim3 grid((unsigned)gridSplits, kvHeads, (group + DM_HEADS - 1) / DM_HEADS);
-    const bool ahead = m.s[8] >= 3;
-    r = dt == DT_BF16 ? launch_dm<__nv_bfloat16>(c, ahead, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)
-                      : launch_dm<__half>(c, ahead, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn);
+    r = dt == DT_BF16 ? launch_dm<__nv_bfloat16>(c, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)
+                      : launch_dm<__half>(c, headDim, grid, q, m.p[2], m.p[3], heads, group, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn);
   } else {
     const dim3 grid((unsigned)gridSplits, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
-    HG_DISPATCH_DT(dt, K, r = (launch_da_u<K>(c, unr, m.s[9] == 1, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
+    HG_DISPATCH_DT(dt, K, r = (launch_da_l<K, 4, true>(c, lpt, grid, q, m.p[2], m.p[3], heads, group, headDim, cap, maxSplits, m.d[0], m.d[1], m.f[0], dyn)));
   }
   if (r) return r;
-  // attnPdl: both kernels launched programmatically (they wait before they read), so the merge and
-  // then the weight stream after it (o_proj) are scheduled as the split kernel's blocks drain.
-  return hg_launch_pdl(c, c->attnPdl != 0, decode_attn_merge_kernel, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, (float *)m.p[0],
+  // Both kernels launched programmatically (they wait before they read), so the merge and then the
+  // weight stream after it (o_proj) are scheduled as the split kernel's blocks drain.
+  return hg_launch_pdl(c, true, decode_attn_merge_kernel, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, (float *)m.p[0],
                        (const float *)c->decodePart, heads, headDim, maxSplits, m.d[1], dyn);
 }
 
@@ -145,13 +119,6 @@ extern "C" {
 HG_EXPORT int hg_cu_attn_causal(HgCtx *c, float *out, const float *q, int rowStride, const void *k, const void *v, int dt, int heads, int kvHeads,
                                 int headDim, int cap, int start, int firstPos, int n, float scale);
 
-// Blocks a cluster the clustered decode attention takes for `clusters` clusters (KV heads × head
-// groups) of this dtype/head dim; 0 when it cannot run here (device scripts print it).
-HG_EXPORT int hg_cu_attn_cluster_size(int dt, int headDim, int clusters) {
-  const int lpt = da_lanes(dt, headDim);
-  return lpt && clusters > 0 ? dc_cluster_size(dt, lpt, clusters) : 0;
-}
-
 // 1 when hg_cu_attn_decode runs the split-K kernels for this dtype/head dim (else the flash kernel).
 HG_EXPORT int hg_cu_attn_decode_path(int dt, int headDim) { return da_lanes(dt, headDim) ? 1 : 0; }
 
@@ -159,13 +126,13 @@ HG_EXPORT int hg_cu_attn_decode_path(int dt, int headDim) { return da_lanes(dt, 
 // headDim]; out/q: heads·headDim f32. Recordable in a decode step (start and length per step).
 HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void *k, const void *v, int dt, int heads, int kvHeads, int headDim,
                                 int cap, int start, int firstPos, float scale) {
-  const int lpt = da_lanes(dt, headDim);
   const int count = firstPos + 1;
-  const bool mma = c->attnMma && !c->attnCluster && dm_serves(dt, headDim, q);  // attnCluster first (its checks compare it with this path)
-  // Splits: enough blocks for ≈ 4 a SM at long spans (attnMma 2: 8 of its 128-thread blocks; 4:
-  // 2, the blocks of a tile-ahead kernel one wave holds), bounded by the span and the partials'
-  // space; a recorded step sizes the grid for the capacity (blocks past the span return at once).
-  // attnMma 5: 4 a SM's grid with the chunks of 2 a SM (4's), the grid's other blocks leaving at once.
+  const bool aligned = (((uintptr_t)k | (uintptr_t)v) & 15) == 0;
+  HgPlanShape shape = {HG_PLAN_ATTN, dt, 0, 0, 0, 0, headDim, aligned, ((uintptr_t)q & 15) == 0};
+  const HgPlan plan = hg_decode_plan(hg_plan_device(c), shape);
+  const bool mma = plan.kernel == HG_ATTN_SPLIT_MMA;
+  // Splits: the plan's blocks an SM, bounded by the span and the partials' space; a recorded step
+  // sizes the grid for the capacity (blocks past the span return at once).
   const int zGroups = (heads / kvHeads + (mma ? DM_HEADS : DA_HEADS) - 1) / (mma ? DM_HEADS : DA_HEADS);
   const int bound = hg_recording(c) ? cap : count;
   const long byLength = (bound + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK;
@@ -176,21 +143,14 @@ HG_EXPORT int hg_cu_attn_decode(HgCtx *c, float *out, const float *q, const void
     if (s > bySpace) s = bySpace;
     return s;
   };
-  const long splits = splitsFor(!mma ? 4 : c->attnMma == 2 ? 8 : c->attnMma == 4 ? 2 : 4);
-  const long chunkSplits = mma && c->attnMma == 5 ? splitsFor(2) : splits;
-  const bool aligned = (((uintptr_t)k | (uintptr_t)v) & 15) == 0;
-  if (c->attnCluster && lpt && aligned) {
-    const int cs = dc_cluster_size(dt, lpt, kvHeads * zGroups);
-    if (cs > 0) return decode_attn_cluster(c, cs, out, q, k, v, dt, heads, kvHeads, headDim, cap, start, count, scale, lpt);
-  }
-  if (!lpt || !aligned || splits < 1) return hg_cu_attn_causal(c, out, q, heads * headDim, k, v, dt, heads, kvHeads, headDim, cap, start, firstPos, 1, scale);
+  const long splits = splitsFor(plan.splitsPerSm);
+  const long chunkSplits = splitsFor(plan.chunkSplitsPerSm);
+  if (plan.kernel == HG_ATTN_FLASH || splits < 1) return hg_cu_attn_causal(c, out, q, heads * headDim, k, v, dt, heads, kvHeads, headDim, cap, start, firstPos, 1, scale);
   HG_FLUSH_REC(c);
   Cmd m = hg_new_cmd(CMD_DECODE_ATTN);
   m.p[0] = out; m.p[1] = q; m.p[2] = k; m.p[3] = v;
-  m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = lpt;
-  m.s[7] = c->attnUnroll;
-  m.s[8] = !mma ? 0 : c->attnMma >= 3 ? 3 : 1;
-  m.s[9] = c->attnGroup;
+  m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = plan.lanes;
+  m.s[8] = plan.kernel;
   m.s[11] = (int)chunkSplits;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
   m.d[0] = start; m.d[1] = count;

@@ -42,7 +42,7 @@ __device__ __forceinline__ float da_score(const float (&q)[EL], const float (&k)
 // The end of a block's chunk: each lane's softmax state merged over the warp's token rows (lanes
 // with the same li), then over the warps through shared memory, into dst: per head h, at
 // dst + h·(headDim + 2), the unnormalised output, then max (log2), sum. dst: the split's partial
-// row in global memory (da_block), or a cluster block's shared memory (decode_attn.cu).
+// row in global memory (da_block).
 template <int EL, int LPT>
 __device__ __forceinline__ void da_block_state(float *dst, float (&m)[DA_HEADS], float (&l)[DA_HEADS], float (&acc)[DA_HEADS][EL], int nh, int headDim) {
   __shared__ float smA[DA_WARPS][DA_HEADS][256];
@@ -97,7 +97,7 @@ __device__ __forceinline__ void da_state_init(float (&m)[DA_HEADS], float (&l)[D
 // next head's row follows). LPT lanes hold one token row (EL values each, 16-byte loads); a warp
 // covers 32 / LPT tokens at a time, UNR at once per lane for loads in flight. TRIGGER: let the
 // next kernel in (programmatic launch, common.cuh) once the loads are done.
-// GROUP (attnGroup switch): a lane's UNR token rows of a round are scored first and folded into
+// GROUP: a lane's UNR token rows of a round are scored first and folded into
 // the online softmax together — one max, one rescale of the accumulator and one exp for it per
 // round instead of per row, and exps by exp2_ftz — about a fifth fewer instructions a token row.
 template <int KT, int LPT, int UNR, bool TRIGGER, bool GROUP = false>
@@ -236,11 +236,4 @@ __device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t
   }
 }
 
-// Lanes per token row: EL-value pieces rounded up to a power of two (≤ 32); 0 unsupported.
-static inline int da_lanes(int dt, int headDim) {
-  const int el = dt == DT_F32 ? 4 : 8;
-  if (headDim <= 0 || headDim % el != 0 || headDim > 256) return 0;
-  int pieces = headDim / el, lpt = 4;
-  while (lpt < pieces) lpt <<= 1;
-  return lpt <= 32 ? lpt : 0;
-}
+// Lanes per token row (da_lanes): decode_plan.h.

@@ -1,4 +1,4 @@
-// The split-K decode-attention block on tensor cores (attnMma switch): the same chunk and partial
+// The split-K decode-attention block on tensor cores (hg_decode_plan picks it): the same chunk and partial
 // rows as da_block (decode_attn_block.cuh), so the merge is shared, but q·k and p·v are
 // mma.m16n8k16 products with f32 accumulation. At 2K the FMA block is issue-bound (≈ 250
 // warp-instructions a token row, IPC 2.1: seventh pass); here a warp's 16 tokens take 32 MMAs.
@@ -60,7 +60,7 @@ __device__ __forceinline__ void dm_load_tile(uint4 (&kr)[2][HD / 32], uint4 (&vr
 
 // One block's chunk [j0, j1) for heads h0 .. h0 + nh − 1 (nh ≤ DM_HEADS) of one KV head; the
 // arguments as da_block's. TRIGGER: let the next kernel in once this warp's loads are done.
-// AHEAD (attnMma 3): a warp's first tile is loaded before q, and each next tile while the one
+// AHEAD: a warp's first tile is loaded before q, and each next tile while the one
 // before is computed (64 registers more: 2 blocks an SM instead of 3).
 template <typename T, int HD, bool TRIGGER, bool AHEAD = false>
 __device__ __forceinline__ void dm_block(float *dst, const float *qh, const char *kbase, const char *vbase, int nh, int j0, int j1, float sl) {

@@ -172,10 +172,10 @@ HG_EXPORT int hg_cu_matvec_max_norm_k(void) { return 57344; }
 // in the weight stream (free there), else return -1 and launch nothing. One row; recordable.
 HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, int wt, const void *bias, int bt, const void *nw, int nt, float eps,
                            int k, int m, int epi) {
-  // The weight stream (gemvStream switch, gemv_stream.cu): 2-byte weights in rows of 16-byte pieces.
-  const int slot = hg_gemv_stream_slot_bytes(k, (epi & 2) != 0, c->gemvSlotKb, c->gemvFillRing != 0);
-  const int spw = c->gemvStream && (wt == DT_BF16 || wt == DT_F16) && k % 8 == 0 && ((uintptr_t)w & 15) == 0 && (epi & 3) != 3
-                      ? hg_gemv_stream_slots(k, c->gemvStream, slot, nw != nullptr) : 0;
+  // The weight stream (gemv_stream.cu) or one warp a row: hg_decode_plan picks.
+  HgPlanShape shape = {HG_PLAN_GEMV, wt, k, m, epi & 3, nw != nullptr, 0, ((uintptr_t)w & 15) == 0, 0};
+  const HgPlan plan = hg_decode_plan(hg_plan_device(c), shape);
+  const int spw = plan.kernel == HG_GEMV_STREAM ? plan.slotsPerWarp : 0;
   if ((epi & 4) && nw && spw == 0) return -1;  // the caller rather normalises apart than in this kernel's prologue
   if (nw && k > hg_cu_matvec_max_norm_k()) return (int)cudaErrorInvalidValue;
   if (nw && (size_t)k * sizeof(float) > (48u << 10)) {
@@ -194,8 +194,9 @@ HG_EXPORT int hg_cu_matvec(HgCtx *c, float *out, const float *x, const void *w, 
     Cmd sc = hg_new_cmd(CMD_GEMV_STREAM);
     sc.p[0] = out; sc.p[1] = x; sc.p[2] = w; sc.p[3] = bias; sc.p[4] = nw;
     sc.s[0] = wt; sc.s[1] = bt; sc.s[2] = nt; sc.s[3] = k; sc.s[4] = m; sc.s[5] = epi & 3; sc.s[6] = spw;
-    sc.s[7] = slot;
-    sc.s[8] = nw && c->gemvNormFold ? 1 : 0;
+    sc.s[7] = plan.slotBytes;
+    sc.s[8] = nw ? 1 : 0;
+    sc.s[9] = plan.grid;
     sc.f[0] = eps;
     return hg_submit(c, sc);
   }

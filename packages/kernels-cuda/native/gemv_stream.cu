@@ -3,7 +3,7 @@
 // on an mbarrier), and consumer warps that take the slots' dot products against x held in shared
 // memory. Why: the one-warp-a-row kernel keeps only its registers' loads in flight and pays a
 // launch, a ramp and a tail at every one of a layer's GEMVs. Here each SM has the whole ring
-// (64–192 KB) in flight, and the kernel is launched programmatically: its producer starts the
+// (128 KB) in flight, and the kernel is launched programmatically: its producer starts the
 // weight stream before the kernel before it has finished (weights never depend on it), and only
 // the consumers wait (griddepcontrol.wait) for x. The rmsNorm of x runs once a block, while the
 // first slots fill, so the norm needs no launch of its own.
@@ -14,20 +14,18 @@
 // slot's phases are waited on in order by one warp only (no parity aliasing); the producer visits
 // the warps round-robin, one chunk each.
 //
-// Slots of 8 or 16 KB, chosen per GEMV (gemvSlotKb; hg_gemv_stream_slot_bytes): 16 KB halves the
-// copies a byte, but with k = 4096 a plain row is only 8 KB, and a 16 KB slot would carry half its
-// bytes, so the ring would hold half as much. The ninth pass measured both (DEVICE-NOTES.md). A
-// plain row longer than 16 KB that is a multiple of 7 KB (8B's down: 28 KB) takes 7 KB slots,
-// three a warp beside its 57 KB of x (gemvFillRing, tenth pass): 168 KB in flight an SM, not the
-// 112 KB that 16 + 12 KB in one 16 KB slot a warp carry.
+// Slots of 7, 8 or 16 KB, chosen per GEMV by hg_decode_plan (decode_plan.h): 16 KB halves the
+// copies a byte, but a 16 KB slot would carry only an 8 KB row (k = 4096) and the ring hold half as
+// much; 7 KB slots let three a warp sit beside 8B's down's 57 KB of x.
 #include "common.cuh"
+#include "decode_plan.h"
 #include "mbarrier.cuh"
 #include "trace.cuh"
 
-static const int GS_NW = 8, GS_THREADS = (GS_NW + 1) * 32;
-static const int GS_MAX_SMEM = 227 * 1024;  // sm_90's largest dynamic shared memory a block
+static const int GS_NW = HG_GS_NW, GS_THREADS = (GS_NW + 1) * 32;
+static const int GS_MAX_SMEM = HG_GS_MAX_SMEM;
 enum { GS_ACCUMULATE = 1, GS_SILU = 2 };
-static const int GS_SLOT7 = 7168;  // gemvFillRing's slot (hg_gemv_stream_slot_bytes)
+static const int GS_SLOT7 = HG_GS_SLOT7;
 
 struct StreamArgs {
   float *out;
@@ -36,16 +34,13 @@ struct StreamArgs {
   int bt, nt, k, m, spw;  // spw: slots a consumer warp owns
   float eps;
   int trace;  // HG_TRACE builds: the launch's number for its event records
-  int fold;   // with a norm (gemvNormFold): x·nw staged, the norm's scale applied to each dot product
+  int fold;   // with a norm (always set): x·nw staged, the norm's scale applied to each dot product
 };
 
 // Barrier of the consumer warps alone (the producer warp does not take part).
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(GS_NW * 32) : "memory"); }
 
-// Shared memory: the full and empty barriers of ns slots and the norm's per-warp sums, then x
-// (k floats), the norm weights as floats (with a norm), the slots.
-__host__ __device__ __forceinline__ size_t stream_header(int ns) { return ((size_t)2 * ns * 8 + GS_NW * 4 + 127) & ~(size_t)127; }
-__host__ __device__ __forceinline__ size_t stream_vec(int k) { return ((size_t)k * 4 + 127) & ~(size_t)127; }
+// Shared memory (stream_header, stream_vec, stream_smem): decode_plan.h.
 
 // This block's rows of an m-row GEMV: [r0, r0 + rows).
 __device__ __forceinline__ void stream_block_rows(int m, int &r0, int &rows) {
@@ -106,7 +101,7 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     hg_pdl_wait();  // every thread waits before it exits: completion stays transitive
     return;
   }
-  // With fold (gemvNormFold), x·nw goes into shared memory in x's one pass and rs = rsqrt(mean x² +
+  // With fold, x·nw goes into shared memory in x's one pass and rs = rsqrt(mean x² +
   // eps) scales each dot product instead: no second pass over x and one barrier less before the
   // first slot.
   const bool fold = NORM && a.fold;
@@ -204,46 +199,8 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
 #endif
 }
 
-// Shared memory of a launch: the header, x, the norm weights (with a norm), the slots.
-static size_t stream_smem(int k, int spw, int slot, bool norm) {
-  const int ns = GS_NW * spw;
-  return stream_header(ns) + stream_vec(k) + (norm ? stream_vec(k) : 0) + (size_t)ns * slot;
-}
-
-// The slot size for a GEMV (slotKb 8 or 16 forces one; 0 chooses): 16 KB where a row (with
-// SiLU·up: its gate and up halves) takes no more ring space in 16 KB slots than in 8 KB ones.
-// fill (gemvFillRing): a plain row longer than 16 KB and a multiple of 7 KB (8B's down: 28 KB,
-// which 16 KB slots carry as 16 + 12) takes 7 KB slots, as many a warp as shared memory holds.
-int hg_gemv_stream_slot_bytes(int k, bool silu, int slotKb, bool fill) {
-  if (slotKb == 8 || slotKb == 16) return slotKb * 1024;
-  const long row = (long)k * 2 * (silu ? 2 : 1);
-  if (fill && !silu && row > 16384 && row % GS_SLOT7 == 0) return GS_SLOT7;
-  const long in8 = (row + 8191) / 8192 * 8192, in16 = (row + 16383) / 16384 * 16384;
-  return in16 <= in8 ? 16384 : 8192;
-}
-
-// Slots a warp owns for a ring of ringKb (at least one; fewer where x and the norm weights leave
-// less room), or 0 when they and one slot a warp do not fit.
-int hg_gemv_stream_slots(int k, int ringKb, int slot, bool norm) {
-  int spw = slot == GS_SLOT7 ? 4 : ringKb * 1024 / (GS_NW * slot);  // 7 KB slots: the most that fit
-  if (spw < 1) spw = 1;
-  while (spw > 1 && stream_smem(k, spw, slot, norm) > (size_t)GS_MAX_SMEM) spw--;
-  return stream_smem(k, spw, slot, norm) <= (size_t)GS_MAX_SMEM ? spw : 0;
-}
-
-// The stream's grid: one block an SM, or with gemvGrid the most blocks down to 15/16 of the SMs
-// that give every block the same number of rows (8B's m: 4096, 6144, 14336, 128256 -> 128 on 132
-// SMs), so no block streams a row more than the rest while the others have left. A row is summed
-// by one warp whatever the block, so the bits do not change.
-static int stream_grid(const HgCtx *c, int m) {
-  if (c->gemvGrid)
-    for (int g = c->numSMs; g >= c->numSMs - c->numSMs / 16 && g > 0; g--)
-      if (m % g == 0) return g;
-  return c->numSMs;
-}
-
 template <int WT, bool NORM, int EPI, int SLOT>
-static int launch_stream(HgCtx *c, const StreamArgs &a) {
+static int launch_stream(HgCtx *c, const StreamArgs &a, int grid) {
   static bool opted = false;  // shared memory above 48 KB is opted into once per kernel instance
   if (!opted) {
     const cudaError_t e = cudaFuncSetAttribute(gemv_stream_kernel<WT, NORM, EPI, SLOT>, cudaFuncAttributeMaxDynamicSharedMemorySize, GS_MAX_SMEM);
@@ -251,22 +208,22 @@ static int launch_stream(HgCtx *c, const StreamArgs &a) {
     opted = true;
   }
   const size_t smem = stream_smem(a.k, a.spw, SLOT, NORM);
-  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI, SLOT>, dim3((unsigned)stream_grid(c, a.m)), dim3(GS_THREADS), smem, a);
+  return hg_launch_pdl(c, true, gemv_stream_kernel<WT, NORM, EPI, SLOT>, dim3((unsigned)grid), dim3(GS_THREADS), smem, a);
 }
 
 template <int WT, bool NORM, int EPI>
-static int launch_stream_slot(HgCtx *c, int slot, const StreamArgs &a) {
+static int launch_stream_slot(HgCtx *c, int slot, const StreamArgs &a, int grid) {
   if constexpr ((EPI & GS_SILU) == 0)
-    if (slot == GS_SLOT7) return launch_stream<WT, NORM, EPI, GS_SLOT7>(c, a);
-  return slot == 16384 ? launch_stream<WT, NORM, EPI, 16384>(c, a) : launch_stream<WT, NORM, EPI, 8192>(c, a);
+    if (slot == GS_SLOT7) return launch_stream<WT, NORM, EPI, GS_SLOT7>(c, a, grid);
+  return slot == 16384 ? launch_stream<WT, NORM, EPI, 16384>(c, a, grid) : launch_stream<WT, NORM, EPI, 8192>(c, a, grid);
 }
 
 template <int WT, bool NORM>
-static int launch_stream_epi(HgCtx *c, int epi, int slot, const StreamArgs &a) {
+static int launch_stream_epi(HgCtx *c, int epi, int slot, const StreamArgs &a, int grid) {
   switch (epi) {
-    case 0: return launch_stream_slot<WT, NORM, 0>(c, slot, a);
-    case 1: return launch_stream_slot<WT, NORM, 1>(c, slot, a);
-    case 2: return launch_stream_slot<WT, NORM, 2>(c, slot, a);
+    case 0: return launch_stream_slot<WT, NORM, 0>(c, slot, a, grid);
+    case 1: return launch_stream_slot<WT, NORM, 1>(c, slot, a, grid);
+    case 2: return launch_stream_slot<WT, NORM, 2>(c, slot, a, grid);
     default: return (int)cudaErrorInvalidValue;  // SiLU·up with += has no caller
   }
 }
@@ -277,7 +234,7 @@ static int g_trace_seq;  // the next launch's number (host side; a captured grap
 
 // CMD_GEMV_STREAM: p[0] out, p[1] x, p[2] w, p[3] bias, p[4] norm weight; s[0] weight dtype,
 // s[1] bias dtype, s[2] norm dtype, s[3] k, s[4] m, s[5] epilogue, s[6] slots a warp, s[7] slot
-// bytes; f[0] eps.
+// bytes, s[8] the norm folded into the dot products (always, with a norm), s[9] blocks; f[0] eps.
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
   StreamArgs a = {(float *)cmd.p[0], (const float *)cmd.p[1], cmd.p[2], cmd.p[3], cmd.p[4], cmd.s[1], cmd.s[2], cmd.s[3], cmd.s[4], cmd.s[6], cmd.f[0], 0, cmd.s[8]};
 #ifdef HG_TRACE
@@ -286,8 +243,8 @@ int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd) {
   const bool norm = cmd.p[4] != nullptr;
   const int slot = cmd.s[7];
   switch (cmd.s[0]) {
-    case DT_BF16: return norm ? launch_stream_epi<DT_BF16, true>(c, cmd.s[5], slot, a) : launch_stream_epi<DT_BF16, false>(c, cmd.s[5], slot, a);
-    case DT_F16: return norm ? launch_stream_epi<DT_F16, true>(c, cmd.s[5], slot, a) : launch_stream_epi<DT_F16, false>(c, cmd.s[5], slot, a);
+    case DT_BF16: return norm ? launch_stream_epi<DT_BF16, true>(c, cmd.s[5], slot, a, cmd.s[9]) : launch_stream_epi<DT_BF16, false>(c, cmd.s[5], slot, a, cmd.s[9]);
+    case DT_F16: return norm ? launch_stream_epi<DT_F16, true>(c, cmd.s[5], slot, a, cmd.s[9]) : launch_stream_epi<DT_F16, false>(c, cmd.s[5], slot, a, cmd.s[9]);
     default: return (int)cudaErrorInvalidValue;
   }
 }

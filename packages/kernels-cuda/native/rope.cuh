@@ -1,6 +1,6 @@
 // RoPE's rotation of one pair (rotate_half: a = x[j], b = x[j + half]) with one rounding
-// sequence, shared by every kernel that rotates (rowops.cu's rope kernel, and decode_attn.cu's
-// clustered kernel that folds a decode step's RoPE in): the same bits whichever kernel runs. x[j + half]
+// sequence, shared by every kernel that rotates (rowops.cu's rope kernel, rope_append.cu's): the
+// same bits whichever kernel runs. x[j + half]
 // keeps the order nvcc gave the rope kernel's old `a * s + b * c`; x[j] is `a * c - b * s` fused once.
 #pragma once
 

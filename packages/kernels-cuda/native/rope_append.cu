@@ -1,4 +1,4 @@
-// A recorded step's RoPE and the K/V append queued after it as one kernel (ropeAppend switch).
+// A recorded step's RoPE and the K/V append queued after it as one kernel.
 // Core rotates the step's q and k rows in place (qkv's first heads + kvHeads heads), then queues
 // one copy a KV head for K (from a rotated head) and one for V (from outside the rotated rows).
 // Apart, that is two small kernels and a programmatic boundary between them before the attention
@@ -65,6 +65,6 @@ bool rope_append_fits(const Cmd &m, const CopyBatch &q) {
 }
 
 int hg_launch_rope_append(HgCtx *c, const Cmd &m, const char *dynBase) {
-  return hg_launch_pdl(c, c->attnPdl >= 2 && dynBase != NULL, rope_append_kernel, dim3(m.s[0], m.s[2] + m.s[5]), dim3(m.s[4] >= 64 ? 64 : 32), 0, (float *)m.p[0], m.s[1],
+  return hg_launch_pdl(c, dynBase != NULL, rope_append_kernel, dim3(m.s[0], m.s[2] + m.s[5]), dim3(m.s[4] >= 64 ? 64 : 32), 0, (float *)m.p[0], m.s[1],
                        (const int *)m.p[1], m.d[0], m.s[3], (const float *)m.p[2], (const float *)m.p[3], m.s[4], m.s[2], m.s[0], (const CopyBatch *)m.p[4]);
 }

@@ -95,7 +95,7 @@ __device__ __forceinline__ void argmax_take(float t, int j, int cols, float &v, 
 // First index of the largest value of each row of x [gridDim.x, cols], a block a row (1024
 // threads): a thread keeps the first of its strided maxima, the reductions keep the lower index
 // of equal values. One block serves Backend.argmax and the greedy feed, n blocks argmaxRows.
-// VEC (argmaxVec): a 16-byte aligned row read as float4s, AM_LOADS of them in flight a thread,
+// VEC: a 16-byte aligned row read as float4s, AM_LOADS of them in flight a thread,
 // then the last cols % 4 elements; the scalar loop compiles to one load a trip, each compare
 // waiting for it. The same pick either way (a thread still visits its elements in increasing
 // order); 8B decode 0 / −0.04 / −0.04 ms at 2K / 8K / 32K (twelfth pass).
@@ -149,13 +149,13 @@ __global__ void __launch_bounds__(1024) argmax_rows_kernel(const float *x, int c
   }
 }
 
-// argmaxSplit: one long row's argmax over many blocks, then one warp. Part 1: block b takes the
+// The split argmax: one long row's argmax over many blocks, then one warp. Part 1: block b takes the
 // float4s [n4·b/B, n4·(b+1)/B) (the last block also the cols % 4 tail), a thread in increasing
 // order, and writes its block's first largest (value, index) to pv[b], pi[b]. Part 2 (launched
 // programmatically) keeps the lowest index of the largest over the blocks in order: the pick of
 // the one-block kernel. Why: one block reads the 128K-float row of a greedy step in ≈ 16 dependent
 // rounds of L2 loads from one SM, on the step's critical path; 132 blocks read it in one.
-static const int AM_SPLIT_THREADS = 256, AM_SPLIT_MIN = 8192, AM_SPLIT_MAX_BLOCKS = 1024;
+static const int AM_SPLIT_THREADS = HG_AM_SPLIT_THREADS, AM_SPLIT_MAX_BLOCKS = HG_AM_SPLIT_MAX_BLOCKS;
 static const int AM_SPLIT_AREA = 4096;  // the partials: ints past this many into the misc area (1 MB)
 __device__ __forceinline__ void argmax_keep(float ov, int oi, float &v, int &idx) {
   if (ov > v || (ov == v && oi < idx)) { v = ov; idx = oi; }
@@ -197,21 +197,20 @@ __global__ void argmax_final_kernel(const float *pv, const int *pi, int nb, int 
   if (threadIdx.x == 0) *out = idx < cols ? idx : 0;
 }
 
-// The argmax of each of `rows` rows of x [rows, cols] into out[0, rows) (argmaxVec: float4 loads;
-// argmaxSplit: one long aligned row over many blocks, its partials in the misc area).
+// The argmax of each of `rows` rows of x [rows, cols] into out[0, rows): float4 loads, or one long
+// aligned row over many blocks with its partials in the misc area, as hg_decode_plan picks.
 int hg_launch_argmax(HgCtx *c, const float *x, int rows, int cols, int *out) {
-  if (c->argmaxSplit && rows == 1 && cols >= AM_SPLIT_MIN && ((uintptr_t)x & 15) == 0) {
-    int nb = (cols >> 2) / AM_SPLIT_THREADS;
-    if (nb > c->numSMs) nb = c->numSMs;
-    if (nb > AM_SPLIT_MAX_BLOCKS) nb = AM_SPLIT_MAX_BLOCKS;
+  HgPlanShape shape = {HG_PLAN_ARGMAX, DT_F32, cols, rows, 0, 0, 0, ((uintptr_t)x & 15) == 0, 0};
+  const HgPlan plan = hg_decode_plan(hg_plan_device(c), shape);
+  if (plan.kernel == HG_ARGMAX_SPLIT) {
+    const int nb = plan.grid;
     float *pv = reinterpret_cast<float *>(c->argmaxOut + AM_SPLIT_AREA);
     int *pi = c->argmaxOut + AM_SPLIT_AREA + AM_SPLIT_MAX_BLOCKS;
     argmax_part_kernel<<<(unsigned)nb, AM_SPLIT_THREADS, 0, c->compute>>>(x, cols, pv, pi);
     int r = hg_launched();
     return r ? r : hg_launch_pdl(c, true, argmax_final_kernel, dim3(1), dim3(32), 0, (const float *)pv, (const int *)pi, nb, cols, out);
   }
-  if (c->argmaxVec) argmax_rows_kernel<true><<<(unsigned)rows, 1024, 0, c->compute>>>(x, cols, out);
-  else argmax_rows_kernel<false><<<(unsigned)rows, 1024, 0, c->compute>>>(x, cols, out);
+  argmax_rows_kernel<true><<<(unsigned)rows, 1024, 0, c->compute>>>(x, cols, out);
   return hg_launched();
 }
 
@@ -241,9 +240,9 @@ int hg_launch_rowop(HgCtx *c, const Cmd &m, const char *dynBase) {
     case CMD_LAYERNORM:
       HG_DISPATCH_DT(m.s[0], W, HG_DISPATCH_DT(m.s[1], B, (layernorm_kernel<W, B><<<m.s[2], row_threads(m.s[3]), 0, c->compute>>>(out, (const float *)m.p[1], m.p[2], m.p[3], m.s[3], m.f[0]))));
       break;
-    case CMD_ROPE:  // attnPdl 2: a recorded step's RoPE launched programmatically; p[4]: the K/V append folded in
+    case CMD_ROPE:  // a recorded step's RoPE launched programmatically; p[4]: the K/V append folded in
       if (m.p[4]) return hg_launch_rope_append(c, m, dynBase);
-      return hg_launch_pdl(c, c->attnPdl >= 2 && dynBase != NULL, rope_kernel, dim3(m.s[0], m.s[2]), dim3(m.s[4] >= 64 ? 64 : 32), 0, out, m.s[1], (const int *)m.p[1], m.d[0], m.s[3], (const float *)m.p[2],
+      return hg_launch_pdl(c, dynBase != NULL, rope_kernel, dim3(m.s[0], m.s[2]), dim3(m.s[4] >= 64 ? 64 : 32), 0, out, m.s[1], (const int *)m.p[1], m.d[0], m.s[3], (const float *)m.p[2],
                        (const float *)m.p[3], m.s[4]);
     case CMD_SILU: {
       const size_t n = get_count(m);

@@ -24,7 +24,7 @@ void hg_feed_free(HgCtx *c) {
   c->feedStream = NULL;
 }
 
-// feedSide: the pick's 4-byte copy to the host slot on a stream of its own, after an event on
+// The pick's 4-byte copy to the host slot on a stream of its own, after an event on
 // the compute stream, so the next step's blob upload and graph need not wait behind a device-to-
 // host copy. The host slot is only read after feedDone, which now follows that copy.
 static cudaError_t copy_pick_aside(HgCtx *c, int slot, int *dev) {
@@ -47,17 +47,14 @@ HG_EXPORT int hg_cu_argmax_feed(HgCtx *c, const float *x, int n, int slot) {
     cudaError_t e = cudaEventCreateWithFlags(&c->feedDone[slot], cudaEventDisableTiming);
     if (e != cudaSuccess) return (int)e;
   }
-  // feedSide: the other slot's copy may still read the feed; the pick must not overwrite it first.
-  if (c->feedSide && c->feedDone[slot ^ 1]) {
+  // The other slot's copy may still read the feed; the pick must not overwrite it first.
+  if (c->feedDone[slot ^ 1]) {
     cudaError_t e = cudaStreamWaitEvent(c->compute, c->feedDone[slot ^ 1], 0);
     if (e != cudaSuccess) return (int)e;
   }
   int r = hg_launch_argmax(c, x, 1, n, feed(c));
   if (r) return r;
-  if (c->feedSide) return (int)copy_pick_aside(c, slot, feed(c));
-  cudaError_t e = cudaMemcpyAsync(c->argmaxHost + 4 + slot, feed(c), sizeof(int), cudaMemcpyDeviceToHost, c->compute);
-  if (e == cudaSuccess) e = cudaEventRecord(c->feedDone[slot], c->compute);
-  return (int)e;
+  return (int)copy_pick_aside(c, slot, feed(c));
 }
 
 // Waits for slot `slot`'s pick; *out = the token.

@@ -19,7 +19,7 @@ static const unsigned HG_TRACE_MAX = 1u << 20;
 static __device__ TraceRec g_trace[HG_TRACE_MAX];
 static __device__ int g_trace_on;
 // A launch's records start at id · HG_TRACE_BLOCKS, not id · gridDim.x: stream grids differ between
-// GEMVs (gemvGrid), and launches of different grids would overwrite each other's records.
+// GEMVs (hg_decode_plan), and launches of different grids would overwrite each other's records.
 static const unsigned HG_TRACE_BLOCKS = 256;  // at least any stream grid (one block an SM at most)
 // id: the launch's number (StreamArgs.trace, given by the host at launch; a graph replays its ids).
 __device__ __forceinline__ void hg_trace(int id, const void *tag, int ev) {

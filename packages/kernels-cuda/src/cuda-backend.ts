@@ -13,7 +13,6 @@ import { CudaHostLink } from "./host-link.js";
 import { cudaAvailability } from "./availability.js";
 import { CudaTensor } from "./cuda-tensor.js";
 import { CudaTimer } from "./cuda-timer.js";
-import { encodeDecodeTuning, readDecodeTuning, type DecodeTuning } from "./decode-tuning.js";
 import type { CudaDevice } from "./device-record.js";
 import { cudaLibraryPath } from "./library-path.js";
 import { cudaErrorString, openCudaNative, type CudaNative } from "./native-backend.js";
@@ -739,23 +738,23 @@ export class CudaBackend implements Backend {
   }
 
   /**
-   * Sets decode-kernel switches (benches compare them); fields left out keep their value.
-   * Captured step graphs hold the old launches: a change drops them.
+   * Picks the decode kernels (native/decode_plan.h) as for a device of this compute capability
+   * major, from 1 to this device's own (null: its own), so checks and benches run another device's
+   * kernels here. Captured step graphs hold the old launches: a change drops them.
    */
-  setDecodeTuning(t: Partial<DecodeTuning>): void {
-    const ctx = this.live_("setDecodeTuning");
-    const codes = encodeDecodeTuning(t);
-    if (codes.length && this.inStep) this.endStep();
-    if (codes.length) this.normDeclined = new WeakMap();  // the weight stream may now take (or decline) the norm
-    for (const [which, code] of codes) {
-      if (this.lib.hg_cu_set_decode_option(ctx, which, code) < 0) bad(`setDecodeTuning: the library refused switch ${which} = ${code} (an older libhgcuda.so?)`);
-    }
+  setPlanMajor(major: number | null): void {
+    const ctx = this.live_("setPlanMajor");
+    const own = this.device.major;
+    const m = major ?? own;
+    if (!(Number.isInteger(m) && m >= 1 && m <= own)) bad(`setPlanMajor: major must be an integer from 1 to ${own} (this device's) or null, got ${String(major)}`);
+    if (this.inStep) this.endStep();
+    this.normDeclined = new WeakMap();  // the weight stream may now take (or decline) the norm
+    if (this.lib.hg_cu_set_plan_major(ctx, m) < 0) bad(`setPlanMajor: the library refused major ${m}`);
   }
 
-  /** The decode-kernel switches in effect. */
-  get decodeTuning(): DecodeTuning {
-    const ctx = this.live_("decodeTuning");
-    return readDecodeTuning((code) => this.lib.hg_cu_get_decode_option(ctx, code));
+  /** The compute capability major the decode kernels are picked for. */
+  get planMajor(): number {
+    return this.lib.hg_cu_get_plan_major(this.live_("planMajor"));
   }
 
   // ---- prefill attention ------------------------------------------------------------------------

@@ -11,7 +11,6 @@ export {
 } from "./options.js";
 export { CudaBackend, createCudaBackend, type CudaMemoryStats, type MatmulPath, type MatvecFusionChoice, type SkinnyOptions } from "./cuda-backend.js";
 export { CudaTimer } from "./cuda-timer.js";
-export { DECODE_SWITCHES, encodeDecodeTuning, readDecodeTuning, type DecodeTuning } from "./decode-tuning.js";
 export { CudaTensor } from "./cuda-tensor.js";
 export { DeviceArena, ARENA_ALIGN, type ArenaStats } from "./arena.js";
 export { backendSymbols, openCudaNative, cudaErrorString, type CudaNative } from "./native-backend.js";

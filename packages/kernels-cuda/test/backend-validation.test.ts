@@ -193,12 +193,12 @@ describe("CudaBackend validation (stand-in native library)", () => {
     expect(viaScratch.args.slice(7)).toEqual([null, 0, 1e-5, 64, 16, 3]);
     expect(viaScratch.args[1]).toBe(be.address(out16));
     // Declined once, this weight's norm is not offered again (one FFI call a GEMV fewer) until
-    // the decode switches change.
+    // the decode plan's device changes.
     const offers = () => calls.filter((c) => c.name === "hg_cu_matvec" && ((c.args[12] as number) & 4) !== 0).length;
     const offered = offers();
     be.matvec(out16, x, w, { bias, normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
     expect(offers()).toBe(offered);
-    be.setDecodeTuning({ gemvStream: 128 });
+    be.setPlanMajor(8);
     be.matvec(out16, x, w, { bias, normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
     expect(offers()).toBe(offered + 1);
     be.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
