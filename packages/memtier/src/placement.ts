@@ -6,6 +6,8 @@
  *                files last. K spills down the same speed order if DRAM runs out.
  * - interleave — the usual OS-style baseline: K and V pages round-robin over every memory tier
  *                (DRAM and CXL), equal shares.
+ * - local      — K and V on the node the process runs on (the kernel's default first-touch
+ *                policy, no binding), spilling down the speed order when it is full.
  * - dram-only  — K and V fill DRAM nodes, fastest first; CXL and files are not used.
  *
  * File tiers are a last resort in every fill order: a V row read from disk stalls the copy.
@@ -46,12 +48,21 @@ export function placeDramOnly(tiers: readonly MemoryTier[]): Placement {
   return { policy: "dram-only", k: { mode: "fill", order: dram }, v: { mode: "fill", order: dram } };
 }
 
+/** `localNode`: the NUMA node of the CPU the process runs on (default: the lowest DRAM node). */
+export function placeLocal(tiers: readonly MemoryTier[], localNode?: number): Placement {
+  const dram = requireDram(tiers, "local");
+  const local = dram.find((t) => t.numaNode === localNode) ?? [...dram].sort((a, b) => (a.numaNode ?? 0) - (b.numaNode ?? 0))[0]!;
+  const order = [local, ...fastestFirst(tiers).filter((t) => t !== local)];
+  return { policy: "local", k: { mode: "fill", order: ids(order) }, v: { mode: "fill", order: ids(order) } };
+}
+
 /** The placement a policy name gives on these tiers. */
-export function placeKv(policy: PlacementPolicy, tiers: readonly MemoryTier[]): Placement {
+export function placeKv(policy: PlacementPolicy, tiers: readonly MemoryTier[], localNode?: number): Placement {
   if (tiers.length === 0) throw new HybridgenError("placement: no memory tiers");
   const p = PlacementPolicySchema.safeParse(policy);
-  if (!p.success) throw new HybridgenError(`placement: unknown policy "${String(policy)}" (semantic, interleave, dram-only)`);
+  if (!p.success) throw new HybridgenError(`placement: unknown policy "${String(policy)}" (semantic, interleave, local, dram-only)`);
   if (p.data === "semantic") return placeSemantic(tiers);
   if (p.data === "interleave") return placeInterleave(tiers);
+  if (p.data === "local") return placeLocal(tiers, localNode);
   return placeDramOnly(tiers);
 }

@@ -1,0 +1,173 @@
+/**
+ * planRun: where every byte of a hybrid run goes — the weights, the GPU window, K and V on
+ * each host tier, the disk — and the ms/token those bytes cost at the tiers' bandwidths. It is
+ * what `hybridgen plan` prints and what `--gpu-kv-budget auto` sizes the window from; a run
+ * that fits nowhere is refused here, before anything is allocated.
+ *
+ * The prediction is a bandwidth floor per decode step (all sequences of the batch):
+ *   GPU stage   = (weights + window KV) / GPU read bandwidth
+ *   CPU stage   = Σ over tiers of the offloaded K bytes there / the tier's read bandwidth
+ *   V gather    = selected V rows read from their tiers (a disk row costs a whole page)
+ *   V transfer  = selected V bytes / host→device bandwidth
+ *   ms/token    = max(GPU stage, CPU stage) + V gather + V transfer
+ * (the two stages overlap; the selected rows can only move once the CPU stage chose them).
+ */
+import { z } from "zod";
+import { HybridgenError, MemoryTierSchema, PlacementPolicySchema } from "@hybridgen/core";
+import { formatBytes } from "./format.js";
+import { layoutStore, type StoreLayoutResult } from "./layout.js";
+import { placeKv } from "./placement.js";
+
+export const GpuPlanInputSchema = z.object({
+  /** Device memory free before the run (cudaMemGetInfo). */
+  freeBytes: z.number().int().nonnegative(),
+  /** Device memory read bandwidth, GB/s (a probe or the data sheet); absent: the GPU stage is not predicted. */
+  readBandwidthGBs: z.number().positive().optional(),
+  /** Host → device copy bandwidth, GB/s (the host link's probe); absent: the V transfer is not predicted. */
+  linkBandwidthGBs: z.number().positive().optional(),
+  /** Device bytes kept for activations, scratch and staging (default 2 GiB). */
+  reserveBytes: z.number().int().nonnegative().default(2 * 2 ** 30),
+});
+
+export const RunPlanInputSchema = z.object({
+  model: z.object({
+    layers: z.number().int().positive(),
+    kvHeads: z.number().int().positive(),
+    headDim: z.number().int().positive(),
+    weightsBytes: z.number().int().nonnegative(),
+  }),
+  /** Bytes of one K (or V) element: 2 for bf16/f16, 4 for f32. */
+  kvElementBytes: z.number().int().positive(),
+  contextTokens: z.number().int().positive(),
+  batch: z.number().int().positive().default(1),
+  /** No GPU: everything lives in host memory (the CPU backend). */
+  gpu: GpuPlanInputSchema.optional(),
+  /** Window tokens per sequence (sinks included), or "auto": what the device memory holds. */
+  gpuKvBudget: z.union([z.literal("auto"), z.number().int().positive()]).default("auto"),
+  tiers: z.array(MemoryTierSchema).min(1),
+  policy: PlacementPolicySchema.default("semantic"),
+  hostBudgetBytes: z.number().int().nonnegative().optional(),
+  headroom: z.number().min(0).max(0.95).default(0.1),
+  /** Offloaded tokens selected per KV head and layer (the CPU stage's K). */
+  k: z.number().int().positive().default(64),
+  pageBytes: z.number().int().positive().default(4096),
+});
+export type RunPlanInput = z.input<typeof RunPlanInputSchema>;
+
+export interface RunPlan {
+  readonly contextTokens: number;
+  readonly batch: number;
+  readonly bytesPerToken: { readonly k: number; readonly v: number };
+  readonly weights: { readonly where: "gpu" | "host"; readonly bytes: number };
+  readonly gpu: null | { readonly freeBytes: number; readonly reserveBytes: number; readonly fitTokens: number; readonly windowTokens: number; readonly windowBytes: number };
+  /** Host window (no GPU): the window's KV lives in host memory with the weights. */
+  readonly hostWindowBytes: number;
+  readonly offloadedTokens: number;
+  readonly store: StoreLayoutResult;
+  readonly tiers: readonly {
+    readonly id: string; readonly kind: string; readonly capacityBytes: number; readonly availableBytes: number;
+    readonly kBytes: number; readonly vBytes: number; readonly readBandwidthGBs?: number;
+  }[];
+  readonly fits: boolean;
+  /** The one-line reason the run cannot go ahead (null when it fits). */
+  readonly refusal: string | null;
+  readonly predicted: {
+    readonly gpuMs: number | null; readonly cpuMs: number | null; readonly vGatherMs: number | null; readonly vTransferMs: number | null;
+    readonly msPerToken: number | null;
+  };
+}
+
+/** Window tokens per sequence the device memory holds: what is free after weights and the reserve, over batch × KV bytes per token. */
+export function gpuWindowTokens(o: { freeBytes: number; weightsBytes: number; reserveBytes: number; bytesPerToken: number; batch: number }): number {
+  const left = o.freeBytes - o.weightsBytes - o.reserveBytes;
+  return left <= 0 ? 0 : Math.floor(left / (o.bytesPerToken * o.batch));
+}
+
+const ms = (bytes: number, gbs: number | undefined) => (gbs === undefined ? null : (bytes / (gbs * 1e9)) * 1e3);
+
+export function planRun(input: RunPlanInput): RunPlan {
+  const r = RunPlanInputSchema.safeParse(input);
+  if (!r.success) {
+    const i = r.error.issues[0];
+    throw new HybridgenError(`plan: ${i?.path.join(".") || "value"}: ${i?.message ?? "invalid"}`);
+  }
+  const o = r.data;
+  const per = o.model.layers * o.model.kvHeads * o.model.headDim * o.kvElementBytes; // K (or V) bytes of one token
+  const total = 2 * per;
+  const B = o.batch, ctx = o.contextTokens;
+  let refusal: string | null = null;
+
+  let gpu: RunPlan["gpu"] = null;
+  let window: number;
+  if (o.gpu) {
+    const fit = gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: o.gpu.reserveBytes, bytesPerToken: total, batch: B });
+    window = o.gpuKvBudget === "auto" ? Math.min(fit, ctx) : Math.min(o.gpuKvBudget, ctx);
+    if (o.model.weightsBytes + o.gpu.reserveBytes > o.gpu.freeBytes) {
+      refusal = `the weights (${formatBytes(o.model.weightsBytes)}) and the reserve (${formatBytes(o.gpu.reserveBytes)}) exceed the GPU's free ${formatBytes(o.gpu.freeBytes)}`;
+    } else if (window > fit) {
+      refusal = `a GPU window of ${window} tokens × batch ${B} needs ${formatBytes(window * B * total)}, but ${formatBytes(fit * B * total)} (${fit} tokens) is free after the weights and the reserve`;
+    } else if (window < 1) {
+      refusal = `no room for a GPU window: ${formatBytes(o.gpu.freeBytes)} free, weights ${formatBytes(o.model.weightsBytes)}, reserve ${formatBytes(o.gpu.reserveBytes)}`;
+    }
+    gpu = { freeBytes: o.gpu.freeBytes, reserveBytes: o.gpu.reserveBytes, fitTokens: fit, windowTokens: window, windowBytes: window * B * total };
+  } else {
+    window = o.gpuKvBudget === "auto" ? ctx : Math.min(o.gpuKvBudget, ctx);
+  }
+  const offloaded = ctx - window;
+  const hostWindowBytes = o.gpu ? 0 : window * B * total;
+
+  // On the CPU backend the weights and the window sit in the fastest DRAM tier before the store.
+  const placement = placeKv(o.policy, o.tiers);
+  const fastest = placement.k.mode === "fill" ? placement.k.order[0]! : placement.k.tiers[0]!;
+  const reserved = o.gpu ? {} : { [fastest]: o.model.weightsBytes + hostWindowBytes };
+  const store = layoutStore({
+    tiers: o.tiers, placement, layers: o.model.layers, regionBytes: Math.max(1, o.model.kvHeads * offloaded * B * o.model.headDim * o.kvElementBytes),
+    pageBytes: o.pageBytes, headroom: o.headroom, hostBudgetBytes: o.hostBudgetBytes, reservedBytes: reserved,
+  });
+  const storeK = offloaded === 0 ? 0 : offloaded * B * per;
+  const byId = new Map(o.tiers.map((t) => [t.id, t]));
+  const tiers = store.tiers.map((t) => {
+    const scale = offloaded === 0 ? 0 : 1; // an empty store takes nothing
+    return { id: t.id, kind: t.kind, capacityBytes: byId.get(t.id)!.capacityBytes, availableBytes: t.availableBytes, kBytes: t.kBytes * scale, vBytes: t.vBytes * scale, readBandwidthGBs: byId.get(t.id)!.readBandwidthGBs };
+  });
+  if (!refusal && offloaded > 0 && !store.fits) {
+    const room = store.tiers.reduce((n, t) => n + t.availableBytes, 0);
+    refusal = `context ${ctx} × batch ${B} needs ${formatBytes(ctx * B * total)} of KV: ` +
+      `${o.gpu ? `the GPU window holds ${window} tokens (${formatBytes(window * B * total)})` : `weights and window take ${formatBytes(o.model.weightsBytes + hostWindowBytes)} of host memory`}, ` +
+      `the host tiers and disk have room for ${formatBytes(room)} of the ${formatBytes(2 * storeK)} offloaded: short by ${formatBytes(store.shortfallBytes)} ` +
+      `(add --kv-disk DIR, raise --host-kv-budget, or shorten the context)`;
+  }
+
+  // Predicted step time from the tiers' bandwidths.
+  const kSel = Math.min(o.k, offloaded);
+  const selV = kSel * B * per; // selected V bytes per step (every layer and KV head picks kSel rows)
+  const rowBytes = o.model.headDim * o.kvElementBytes;
+  let cpuMs: number | null = offloaded === 0 ? 0 : 0;
+  let vGatherMs: number | null = offloaded === 0 ? 0 : 0;
+  const vTotal = tiers.reduce((n, t) => n + t.vBytes, 0);
+  for (const t of tiers) {
+    if (t.kBytes > 0) {
+      const m = ms(t.kBytes, t.readBandwidthGBs);
+      cpuMs = cpuMs === null || m === null ? null : cpuMs + m;
+    }
+    if (t.vBytes > 0 && vTotal > 0) {
+      const share = (selV * t.vBytes) / vTotal;
+      const bytes = t.kind === "file" ? (share / rowBytes) * o.pageBytes : share; // a disk row costs a page read
+      const m = ms(bytes, t.readBandwidthGBs);
+      vGatherMs = vGatherMs === null || m === null ? null : vGatherMs + m;
+    }
+  }
+  const gpuMs = o.gpu ? ms(o.model.weightsBytes + window * B * total, o.gpu.readBandwidthGBs) : null;
+  const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(selV, o.gpu.linkBandwidthGBs)) : 0;
+  const msPerToken = gpuMs === null && o.gpu ? null
+    : cpuMs === null || vGatherMs === null || vTransferMs === null ? null
+    : Math.max(gpuMs ?? 0, cpuMs) + vGatherMs + vTransferMs;
+
+  return {
+    contextTokens: ctx, batch: B, bytesPerToken: { k: per, v: per },
+    weights: { where: o.gpu ? "gpu" : "host", bytes: o.model.weightsBytes },
+    gpu, hostWindowBytes, offloadedTokens: offloaded, store, tiers,
+    fits: refusal === null, refusal,
+    predicted: { gpuMs, cpuMs, vGatherMs, vTransferMs, msPerToken },
+  };
+}

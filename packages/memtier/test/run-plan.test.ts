@@ -1,0 +1,83 @@
+import { describe, expect, it } from "vitest";
+import type { MemoryTier } from "@hybridgen/core";
+import { gpuWindowTokens, planRun } from "../src/index.js";
+
+const GiB = 2 ** 30, KiB = 1024;
+const llama8b = { layers: 32, kvHeads: 8, headDim: 128, weightsBytes: 16_060_522_496 };
+// The H200 machine: one node of 125 GiB, a 64 GiB disk; the GPU's free memory as cudaMemGetInfo reports it.
+const node0: MemoryTier = { id: "node0", kind: "dram", numaNode: 0, capacityBytes: 125 * GiB, readBandwidthGBs: 40 };
+const disk: MemoryTier = { id: "file:/scratch", kind: "file", capacityBytes: 60 * GiB, path: "/scratch", readBandwidthGBs: 2 };
+const h200 = { freeBytes: 140 * GiB, readBandwidthGBs: 4000, linkBandwidthGBs: 50 };
+
+describe("planRun: the arithmetic", () => {
+  it("window tokens = (free − weights − reserve) / (batch × KV bytes per token)", () => {
+    expect(gpuWindowTokens({ freeBytes: 100, weightsBytes: 30, reserveBytes: 10, bytesPerToken: 4, batch: 3 })).toBe(5);
+    expect(gpuWindowTokens({ freeBytes: 10, weightsBytes: 30, reserveBytes: 0, bytesPerToken: 4, batch: 1 })).toBe(0);
+  });
+
+  it("Llama-3.1-8B at 1.5M tokens on the H200 machine: the GPU window takes what HBM holds, the host the rest", () => {
+    const p = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256 });
+    expect(p.bytesPerToken).toEqual({ k: 64 * KiB, v: 64 * KiB });
+    const fit = Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB) / (128 * KiB));
+    expect(p.gpu).toMatchObject({ fitTokens: fit, windowTokens: fit, windowBytes: fit * 128 * KiB });
+    expect(p.offloadedTokens).toBe(1_500_000 - fit);
+    const t0 = p.tiers[0]!;
+    // Semantic on one node: K and V both on node0; regions are whole pages of kvHeads × offloaded × headDim × 2 bytes.
+    const region = Math.ceil((8 * p.offloadedTokens * 128 * 2) / 4096) * 4096;
+    expect(t0).toMatchObject({ kBytes: 32 * region, vBytes: 32 * region });
+    expect(p.fits).toBe(true);
+    expect(p.refusal).toBeNull();
+    // Predicted: GPU = (weights + window) / 4000 GB/s; CPU = K / 40 GB/s; V = 256 rows × layers × heads from node0 at 40 GB/s, then 50 GB/s up.
+    const gpuMs = ((llama8b.weightsBytes + fit * 128 * KiB) / 4000e9) * 1e3;
+    const cpuMs = ((32 * region) / 40e9) * 1e3;
+    const selV = 256 * 64 * KiB;
+    expect(p.predicted.gpuMs).toBeCloseTo(gpuMs, 6);
+    expect(p.predicted.cpuMs).toBeCloseTo(cpuMs, 6);
+    expect(p.predicted.vGatherMs).toBeCloseTo((selV / 40e9) * 1e3, 6);
+    expect(p.predicted.vTransferMs).toBeCloseTo((selV / 50e9) * 1e3, 6);
+    expect(p.predicted.msPerToken).toBeCloseTo(Math.max(gpuMs, cpuMs) + (selV / 40e9) * 1e3 + (selV / 50e9) * 1e3, 6);
+  });
+
+  it("2M tokens: refused without a disk tier, with the numbers; placed with one, V's overflow on disk at page cost", () => {
+    const refused = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, tiers: [node0] });
+    expect(refused.fits).toBe(false);
+    expect(refused.refusal).toMatch(/^context 2000000 × batch 1 needs 244\.1 GiB of KV: the GPU window holds 1007963 tokens \(123\.0 GiB\), the host tiers and disk have room for 112\.5 GiB of the 121\.1 GiB offloaded: short by 8\.60 GiB \(add --kv-disk DIR/);
+    const placed = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, tiers: [node0, disk], k: 128 });
+    expect(placed.fits).toBe(true);
+    const d = placed.tiers.find((t) => t.kind === "file")!;
+    expect(d.kBytes).toBe(0);
+    expect(d.vBytes).toBe(placed.store.diskBytes);
+    expect(d.vBytes).toBeGreaterThan(8.5 * GiB);
+    // The disk's share of the selected V rows costs a 4 KiB page per 256-byte row.
+    const vTotal = placed.tiers.reduce((n, t) => n + t.vBytes, 0);
+    const selV = 128 * 64 * KiB;
+    const nodeV = placed.tiers[0]!.vBytes;
+    const want = ((selV * nodeV) / vTotal / 40e9 + ((selV * d.vBytes) / vTotal / 256) * 4096 / 2e9) * 1e3;
+    expect(placed.predicted.vGatherMs).toBeCloseTo(want, 6);
+  });
+
+  it("a fixed budget larger than the GPU holds, and weights larger than the GPU, are refused", () => {
+    const big = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, gpuKvBudget: 1_500_000, tiers: [node0, disk] });
+    expect(big.refusal).toMatch(/^a GPU window of 1500000 tokens × batch 1 needs 183\.1 GiB, but 123\.0 GiB \(1007963 tokens\) is free after the weights and the reserve$/);
+    const small = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 8192, gpu: { freeBytes: 12 * GiB }, tiers: [node0] });
+    expect(small.refusal).toMatch(/^the weights \(15\.0 GiB\) and the reserve \(2\.00 GiB\) exceed the GPU's free 12\.0 GiB$/);
+  });
+
+  it("no GPU: weights and window sit in host memory before the store; batch multiplies the KV", () => {
+    const tiny: MemoryTier = { id: "node0", kind: "dram", numaNode: 0, capacityBytes: 64 * GiB };
+    const p = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 65_536, batch: 4, gpuKvBudget: 4096, tiers: [tiny] });
+    expect(p.weights.where).toBe("host");
+    expect(p.gpu).toBeNull();
+    expect(p.hostWindowBytes).toBe(4096 * 4 * 128 * KiB);
+    expect(p.store.tiers[0]!.availableBytes).toBe(Math.floor((Math.floor(64 * GiB * 0.9) - llama8b.weightsBytes - p.hostWindowBytes) / 4096) * 4096);
+    expect(p.tiers[0]!.kBytes).toBe(32 * 8 * (65_536 - 4096) * 4 * 128 * 2);
+    expect(p.predicted.gpuMs).toBeNull();
+    expect(p.predicted.msPerToken).toBeNull(); // no bandwidth known for node0
+    const over = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 262_144, batch: 4, gpuKvBudget: 4096, tiers: [tiny] });
+    expect(over.refusal).toMatch(/^context 262144 × batch 4 needs 128\.0 GiB of KV: weights and window take 17\.0 GiB of host memory/);
+  });
+
+  it("bad input is one line naming the field", () => {
+    expect(() => planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 0, tiers: [node0] })).toThrow(/^plan: contextTokens: /);
+  });
+});
