@@ -1,11 +1,12 @@
 /* The hybrid CPU stage on threads of its own: a coordinator pthread that takes one job at a
  * time from JS, with an hg_ctx (its own thread pool and kernel table) for the parallel parts.
- * The logits reuse the ISA kernel of hg_attn_logits; top-K is a radix select per list over
- * order-preserving integer keys of the group's max logit (the keys are built by every thread,
- * a chunk of tokens each); the V gather is row memcpy into the staging buffer the device reads.
+ * The logits reuse the ISA kernel of hg_attn_logits, which also leaves each token's group max;
+ * top-K is hg_sel_topk's selection (topk_row.h) on those rows, a list per thread; the V gather
+ * is row memcpy into the staging buffer the device reads.
  * Each job records how long its phases took (hg_stage_last_split). */
 #include "cpu_stage.h"
 #include "ctx.h"
+#include "topk_row.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -41,7 +42,7 @@ struct hg_stage {
      * later of (job end, wait call) -> wait's return */
     int64_t split[6];
     int64_t submit_ns, end_ns;
-    uint32_t *scratch; /* per list: keys[n] */
+    float *scratch; /* top-K: each KV head's group max [kv_heads][n], then the shared row [n] */
     size_t scratch_bytes;
 };
 
@@ -54,7 +55,10 @@ static int64_t now_ns(void) {
 static inline int64_t esize(int64_t type) { return type == HG_F32 ? 4 : 2; }
 
 /* ---- parallel pieces ------------------------------------------------------------------ */
-typedef struct { hg_stage *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks, lists; } run_ctx;
+typedef struct {
+    hg_stage *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks, lists;
+    const float *rows; int64_t k; int avx2; atomic_int failed; /* top-K: the lists' rows [lists][n] and K */
+} run_ctx;
 
 /* Contiguous runs of the (KV head, token) space: long streams of one head's rows per piece. */
 static void score_task(void *v, int part, int parts) {
@@ -64,134 +68,25 @@ static void score_task(void *v, int part, int parts) {
     if (b < e) r->s->ctx->k->attn_logits(&r->a, b, e);
 }
 
-/* Order-preserving key of a float: a > b (as floats) iff key(a) > key(b); -0 maps to +0's key
- * so the two tie, as they do as floats. */
-static inline uint32_t fkey(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if (u == 0x80000000u) u = 0;
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-/* The k-th largest of key[0..n) (1 <= k <= n), all in [lo, hi]: a histogram of 2048 bins over
- * the keys' actual range finds the bin holding it (a few dozen keys of a 28K-token row), the
- * keys of that bin are compacted into `cand`, and the same repeats on them with the bin's range
- * (at most three rounds for 32-bit keys). Four interleaved histograms keep runs of equal bins
- * from serializing on one counter; the compaction is branch-free. */
-static uint32_t kth_largest(const uint32_t *key, int64_t n, int64_t k, uint32_t lo, uint32_t hi, uint32_t *cand) {
-    static _Thread_local uint32_t hist[4][2048];
-    const uint32_t *src = key;
-    int64_t m = n, need = k;
-    for (;;) {
-        if (lo == hi) return lo;
-        const uint32_t range = hi - lo;
-        int sh = 0;
-        while ((range >> sh) >= 2048) sh++;
-        const int bins = (int)(range >> sh) + 1;
-        for (int c = 0; c < 4; c++) memset(hist[c], 0, (size_t)bins * sizeof(uint32_t));
-        int64_t i = 0;
-        for (; i + 4 <= m; i += 4) {
-            hist[0][(src[i] - lo) >> sh]++;
-            hist[1][(src[i + 1] - lo) >> sh]++;
-            hist[2][(src[i + 2] - lo) >> sh]++;
-            hist[3][(src[i + 3] - lo) >> sh]++;
-        }
-        for (; i < m; i++) hist[0][(src[i] - lo) >> sh]++;
-        int b = bins - 1;
-        for (;; b--) {
-            int64_t c = (int64_t)hist[0][b] + hist[1][b] + hist[2][b] + hist[3][b];
-            if (need <= c || b == 0) break;
-            need -= c;
-        }
-        if (sh == 0) return lo + (uint32_t)b;
-        const uint32_t blo = lo + ((uint32_t)b << sh), span = (1u << sh) - 1;
-        const uint32_t bhi = hi - blo < span ? hi : blo + span;
-        int64_t o = 0;
-        for (int64_t j = 0; j < m; j++) { /* in place once src == cand: o <= j */
-            uint32_t x = src[j];
-            cand[o] = x;
-            o += (x - blo) <= (bhi - blo);
-        }
-        src = cand;
-        m = o;
-        lo = blo;
-        hi = bhi;
-    }
-}
-
-/* ids (ascending) of the `k` largest keys, ties to the lower index. */
-static void top_k(const uint32_t *key, int64_t n, int64_t k, uint32_t lo, uint32_t hi, uint32_t *cand, int32_t *ids) {
-    if (k >= n) {
-        for (int64_t i = 0; i < n; i++) ids[i] = (int32_t)i;
-        return;
-    }
-    if (k <= 0) return;
-    const uint32_t t = kth_largest(key, n, k, lo, hi, cand);
-    int64_t above = 0;
-    for (int64_t i = 0; i < n; i++) above += key[i] > t;
-    int64_t ties = k - above, o = 0;
-    for (int64_t i = 0; i < n && o < k; i++) {
-        uint32_t v = key[i];
-        if (v > t || (v == t && ties-- > 0)) ids[o++] = (int32_t)i;
-    }
-}
-
-/* Keys of a chunk of tokens for one list: the max logit over the list's heads (a KV head's
- * group, or every head when shared), and the chunk's lowest and highest max. Pieces = lists x
- * chunks, so every thread builds keys. Scratch: keys [lists][n], candidates [lists][n], then
- * the ranges [lists][chunks][2]. */
-static void keys_task(void *v, int part, int parts) {
-    (void)parts;
+/* Shared: the max over every KV head's group max, into the row after them; chunks of tokens. */
+static void shared_task(void *v, int part, int parts) {
     run_ctx *r = v;
     const hg_stage_job *j = r->j;
-    int64_t n = j->n, group = j->heads / j->kv_heads;
-    int shared = (j->flags & HG_STAGE_SHARED) != 0;
-    int64_t g = part / r->chunks, c = part % r->chunks, b, e;
-    hg_split(n, 64, (int)c, r->chunks, &b, &e);
-    int64_t h0 = shared ? 0 : g * group, h1 = shared ? j->heads : (g + 1) * group;
-    const float *L = (const float *)(intptr_t)j->all_logits;
-    float best[256], lo = INFINITY, hi = -INFINITY;
-    uint32_t *key = r->s->scratch + (size_t)g * n;
-    for (int64_t i0 = b; i0 < e; i0 += 256) {
-        int64_t m = e - i0 < 256 ? e - i0 : 256;
-        for (int64_t i = 0; i < m; i++) best[i] = -INFINITY;
-        for (int64_t h = h0; h < h1; h++) {
-            const float *row = L + h * j->lstride + i0;
-            for (int64_t i = 0; i < m; i++) best[i] = row[i] > best[i] ? row[i] : best[i]; /* NaN never wins */
-        }
-        for (int64_t i = 0; i < m; i++) {
-            lo = best[i] < lo ? best[i] : lo;
-            hi = best[i] > hi ? best[i] : hi;
-            key[i0 + i] = fkey(best[i]);
-        }
-    }
-    float *range = (float *)(r->s->scratch + (size_t)r->lists * 2 * n) + 2 * (size_t)part;
-    range[0] = lo;
-    range[1] = hi;
+    const int64_t n = j->n;
+    int64_t b, e;
+    hg_split(n, 64, part, parts, &b, &e);
+    float *gm = r->s->scratch, *out = gm + (size_t)j->kv_heads * n;
+    for (int64_t i = b; i < e; i++) out[i] = -INFINITY;
+    for (int64_t g = 0; g < j->kv_heads; g++)
+        for (int64_t i = b; i < e; i++) out[i] = gm[g * n + i] > out[i] ? gm[g * n + i] : out[i];
 }
 
+/* List g's top-K on one pool thread (several lists run side by side). */
 static void topk_task(void *v, int g, int parts) {
     (void)parts;
     run_ctx *r = v;
     const hg_stage_job *j = r->j;
-    int64_t n = j->n;
-    int32_t *ids = (int32_t *)(intptr_t)j->ids;
-    int32_t *counts = (int32_t *)(intptr_t)j->counts;
-    int64_t k = j->budget < n ? j->budget : n;
-    const float *range = (const float *)(r->s->scratch + (size_t)r->lists * 2 * n) + 2 * (size_t)g * r->chunks;
-    float lo = INFINITY, hi = -INFINITY;
-    for (int c = 0; c < r->chunks; c++) {
-        lo = range[2 * c] < lo ? range[2 * c] : lo;
-        hi = range[2 * c + 1] > hi ? range[2 * c + 1] : hi;
-    }
-    uint32_t *key = r->s->scratch + (size_t)g * n, *cand = r->s->scratch + (size_t)(r->lists + g) * n;
-    top_k(key, n, k, fkey(lo), fkey(hi), cand, ids + g * j->kmax);
-    counts[g] = (int32_t)k;
-    if (j->flags & HG_STAGE_SHARED)
-        for (int64_t h = 1; h < j->kv_heads; h++) {
-            memcpy(ids + h * j->kmax, ids, (size_t)k * sizeof(int32_t));
-            counts[h] = (int32_t)k;
-        }
+    if (hg_topk_row(r->rows + (size_t)g * j->n, j->n, r->k, (int32_t *)(intptr_t)j->ids + g * j->kmax, r->avx2, NULL) < 0) r->failed = 1;
 }
 
 /* Rows ids[b..e) of KV head g of a [kv_heads, cap, head_dim] store into dst's [kv_heads, kmax, head_dim];
@@ -226,7 +121,7 @@ static void selected_task(void *v, int part, int parts) {
             hg_logits_args a = {
                 sel + g * group * kmax, r->qp + g * r->qs,
                 (const char *)(intptr_t)j->k + g * j->kcap * j->head_dim * esize(j->ktype),
-                ids, kmax, j->kcap, 0, cnt, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale,
+                ids, kmax, j->kcap, 0, cnt, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale, NULL, 0,
             };
             r->s->ctx->k->attn_logits(&a, vb, ve);
         }
@@ -256,7 +151,7 @@ static int64_t check_ids(const hg_stage_job *j) {
 
 static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     int threads = hg_pool_threads(s->ctx->pool);
-    run_ctx r = {s, j, {0}, NULL, 0, 1, 1};
+    run_ctx r = {.s = s, .j = j, .chunks = 1, .lists = 1};
     int64_t t = now_ns(), t1;
     for (int i = 0; i < 4; i++) s->split[i] = 0;
 #define LAP(i) (t1 = now_ns(), s->split[i] += t1 - t, t = t1)
@@ -269,29 +164,47 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
         r.qp = qp;
         LAP(0);
     }
-    if (j->flags & HG_STAGE_SCORE) {
-        r.a = (hg_logits_args){(float *)(intptr_t)j->all_logits, r.qp, (const void *)(intptr_t)j->k, NULL, j->lstride, j->kcap, 0,
-                               j->n, (int)j->ktype, (int)j->heads, (int)j->kv_heads, (int)j->head_dim, (float)j->scale};
-        int64_t work = j->n * j->heads * j->head_dim;
-        int parts = work < 32768 ? 1 : 4 * threads;
-        hg_pool_run(s->ctx->pool, score_task, &r, parts);
-        LAP(1);
-    }
-    if (j->flags & HG_STAGE_TOPK) {
-        int lists = (j->flags & HG_STAGE_SHARED) ? 1 : (int)j->kv_heads;
-        int64_t per = (4 * threads + lists - 1) / lists, most = (j->n + 1023) / 1024;
-        r.chunks = (int)(per < most ? per : most);
-        if (r.chunks < 1) r.chunks = 1;
-        r.lists = lists;
-        size_t need = ((size_t)lists * 2 * (size_t)j->n + (size_t)lists * r.chunks * 2) * sizeof(uint32_t);
+    const int topk = (j->flags & HG_STAGE_TOPK) != 0, shared = (j->flags & HG_STAGE_SHARED) != 0;
+    if (topk) {
+        size_t need = (size_t)(j->kv_heads + shared) * (size_t)j->n * sizeof(float);
         if (s->scratch_bytes < need) {
             free(s->scratch);
             s->scratch = malloc(need);
             s->scratch_bytes = s->scratch ? need : 0;
             if (!s->scratch) return -2;
         }
-        hg_pool_run(s->ctx->pool, keys_task, &r, lists * r.chunks);
-        hg_pool_run(s->ctx->pool, topk_task, &r, lists);
+    }
+    if (j->flags & (HG_STAGE_SCORE | HG_STAGE_TOPK)) { /* top-K reads the scoring's group max */
+        r.a = (hg_logits_args){(float *)(intptr_t)j->all_logits, r.qp, (const void *)(intptr_t)j->k, NULL, j->lstride, j->kcap, 0,
+                               j->n, (int)j->ktype, (int)j->heads, (int)j->kv_heads, (int)j->head_dim, (float)j->scale,
+                               topk ? s->scratch : NULL, j->n};
+        int64_t work = j->n * j->heads * j->head_dim;
+        int parts = work < 32768 ? 1 : 4 * threads;
+        hg_pool_run(s->ctx->pool, score_task, &r, parts);
+        LAP(1);
+    }
+    if (topk) {
+        r.lists = shared ? 1 : (int)j->kv_heads;
+        r.rows = s->scratch;
+        if (shared) {
+            int64_t most = (j->n + 4095) / 4096;
+            hg_pool_run(s->ctx->pool, shared_task, &r, (int)(most < 2 * threads ? most : 2 * threads));
+            r.rows = s->scratch + (size_t)j->kv_heads * j->n;
+        }
+        r.k = j->budget < j->n ? j->budget : j->n;
+        r.avx2 = s->ctx->isa >= 1;
+        atomic_init(&r.failed, 0);
+        int32_t *ids = (int32_t *)(intptr_t)j->ids, *counts = (int32_t *)(intptr_t)j->counts;
+        if (r.lists >= threads) /* a list per thread at a time */
+            hg_pool_run(s->ctx->pool, topk_task, &r, r.lists);
+        else /* one list at a time, split over the pool */
+            for (int g = 0; g < r.lists; g++)
+                if (hg_topk_row(r.rows + (size_t)g * j->n, j->n, r.k, ids + g * j->kmax, r.avx2, s->ctx->pool) < 0) r.failed = 1;
+        if (atomic_load(&r.failed)) return -2;
+        for (int64_t g = 0; g < j->kv_heads; g++) {
+            counts[g] = (int32_t)r.k;
+            if (shared && g > 0) memcpy(ids + g * j->kmax, ids, (size_t)r.k * sizeof(int32_t));
+        }
         LAP(2);
     } else if (j->flags & (HG_STAGE_SELECTED | HG_STAGE_GATHER)) {
         int64_t bad = check_ids(j);

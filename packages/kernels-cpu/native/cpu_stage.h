@@ -7,7 +7,7 @@
 
 enum {
     HG_STAGE_SCORE = 1,    /* all_logits[h, j] for j < n */
-    HG_STAGE_TOPK = 2,     /* ids/counts from all_logits: per KV head max over the group (or shared) */
+    HG_STAGE_TOPK = 2,     /* scores (as SCORE), then ids/counts: per KV head max over the group (or shared) */
     HG_STAGE_SELECTED = 4, /* sel_logits from K rows of ids only (pre-QKᵀ) */
     HG_STAGE_GATHER = 8,   /* sel_logits from all_logits at ids, and V rows -> vstage */
     HG_STAGE_SHARED = 16,  /* with TOPK: one list for every KV head (max over all heads) */

@@ -155,6 +155,19 @@ ALWAYS void score_group(const int kt, const int gather, const int d, int g, cons
         score_tile(kt, 1, gather, d, qg + h * qs, qs, 1, kb, sl, rb, m, lg + h * lstride, lstride, scale, psl, npf);
 }
 
+/* The tile's group max while its logits are in L1 (the top-K then reads a quarter of the bytes
+ * for a group of 4); `x > b ? x : b` keeps a NaN out, as the stage's selection always has. */
+static inline void group_max(float *gm, const float *lg, int64_t lstride, int g, int m) {
+    float b[TILE];
+    for (int t = 0; t < m; t++) b[t] = -__builtin_inff();
+    for (int h = 0; h < g; h++)
+        for (int t = 0; t < m; t++) {
+            float x = lg[h * lstride + t];
+            b[t] = x > b[t] ? x : b[t];
+        }
+    for (int t = 0; t < m; t++) gm[t] = b[t];
+}
+
 /* KV head kh, tokens [j0, j1): full tiles with the tile size a constant, then the tail. */
 ALWAYS void logits_head(const int kt, const int dk, const int gather, const hg_logits_args *a, int kh, int64_t j0, int64_t j1) {
     const int d = dk ? dk : a->head_dim, g = a->heads / a->kv_heads, qs = qstride(kt, d);
@@ -169,8 +182,10 @@ ALWAYS void logits_head(const int kt, const int dk, const int gather, const hg_l
         int64_t ahead = j1 - (j + PF_GATHER);
         int npf = !gather ? 1 : ahead <= 0 ? 0 : ahead < TILE ? (int)ahead : TILE;
         const int32_t *psl = gather ? sl + PF_GATHER : NULL;
-        if (j + TILE <= j1) score_group(kt, gather, d, g, qg, qs, kb, sl, rb, TILE, lg + j, lstride, scale, psl, npf);
-        else score_group(kt, gather, d, g, qg, qs, kb, sl, rb, (int)(j1 - j), lg + j, lstride, scale, psl, npf);
+        const int m = j + TILE <= j1 ? TILE : (int)(j1 - j);
+        if (m == TILE) score_group(kt, gather, d, g, qg, qs, kb, sl, rb, TILE, lg + j, lstride, scale, psl, npf);
+        else score_group(kt, gather, d, g, qg, qs, kb, sl, rb, m, lg + j, lstride, scale, psl, npf);
+        if (!gather && a->gmax) group_max(a->gmax + (int64_t)kh * a->gstride + j, lg + j, lstride, g, m);
     }
 }
 

@@ -7,6 +7,7 @@
  * radix rounds only see the few keys of one bin and stay on the calling thread. */
 #include "sel_prims.h"
 #include "sel_pool.h"
+#include "topk_row.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -309,13 +310,18 @@ static _Thread_local void *scratch;
 static _Thread_local size_t scratch_bytes;
 
 int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, int isa, hg_stage *stage) {
+    static int best = -1; /* the CPU's, asked once */
+    if (best < 0) best = hg_sel_best_isa();
+    return hg_topk_row(x, n, k, out, isa < 0 ? best == 1 : isa == 1, hg_sel_pool(stage));
+}
+
+int64_t hg_topk_row(const float *x, int64_t n, int64_t k, int32_t *out, int avx2, hg_pool *pool) {
     if (k > n) k = n;
     if (k <= 0) return 0;
     if (k == n) {
         for (int64_t i = 0; i < n; i++) out[i] = (int32_t)i;
         return k;
     }
-    hg_pool *pool = hg_sel_pool(stage);
     int threads = pool ? hg_pool_threads(pool) : 1;
     int64_t most = n / TOPK_CHUNK;
     int chunks = threads < most ? threads : (int)(most > 0 ? most : 1);
@@ -331,9 +337,7 @@ int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, int isa,
     uint32_t *base = scratch;
     topk_run r = { .x = x, .n = n, .out = out, .idx = (int32_t *)(base + 2 * n2), .key = base, .cand = base + n2, .hist = base + 3 * n2, .chunks = chunks };
     r.st = (chunk_stat *)(r.hist + (size_t)chunks * BINS);
-    static int best = -1; /* the CPU's, asked once */
-    if (best < 0) best = hg_sel_best_isa();
-    r.avx2 = isa < 0 ? best == 1 : isa == 1;
+    r.avx2 = avx2;
     if (topk_sampled(&r, k, pool, threads)) return k;
     r.chunks = chunks;
     hg_sel_pool_run(pool, keys_part, &r, chunks);
