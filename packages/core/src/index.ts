@@ -54,3 +54,5 @@ export * from "./tokenizer-files.js";
 export * from "./presets.js";
 export * from "./model-info.js";
 export * from "./baselines/index.js";
+export { PARITY_CASES, parityCheckpoint, type ParityCase } from "./parity/cases.js";
+export { parseParityRefs, relError, runParityCase, type CaseRef, type ParityResult } from "./parity/run-parity.js";
