@@ -7,6 +7,7 @@ Usage:
   hybridgen inspect <model>      architecture, parameters, weight and KV-cache bytes (see --help)
   hybridgen profile-kmin         K_min per selector and the layers that may speculate (see --help)
   hybridgen bench                decode speed of HybridGen and the baselines, tables and charts (see --help)
+  hybridgen eval                 accuracy of HybridGen and the baselines against full attention (see --help)
   hybridgen --help | -h          this help
   hybridgen --version | -v       the version
 

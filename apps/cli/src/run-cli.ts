@@ -2,6 +2,7 @@ import { parseArgs } from "node:util";
 import { HybridgenError } from "@hybridgen/core";
 import pkg from "../package.json" with { type: "json" };
 import { BENCH_HELP, runBench } from "./commands/bench.js";
+import { EVAL_HELP, runEval } from "./commands/eval.js";
 import { runFetch } from "./commands/fetch.js";
 import { runInfo } from "./commands/info.js";
 import { INSPECT_HELP, runInspect } from "./commands/inspect.js";
@@ -82,6 +83,8 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       return runProfileKmin(rest, io);
     case "bench":
       return runBench(rest, io);
+    case "eval":
+      return runEval(rest, io);
     case "info": {
       const values = parseStrict(rest, { help: { type: "boolean", short: "h" }, json: { type: "boolean" } }, "hybridgen info");
       if (values.help) {
@@ -91,10 +94,10 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       return runInfo(io, values.json === true);
     }
     case "help":
-      io.stdout(rest[0] === "generate" ? GENERATE_HELP : rest[0] === "inspect" ? INSPECT_HELP : rest[0] === "profile-kmin" ? PROFILE_KMIN_HELP : rest[0] === "bench" ? BENCH_HELP : MAIN_HELP);
+      io.stdout(rest[0] === "generate" ? GENERATE_HELP : rest[0] === "inspect" ? INSPECT_HELP : rest[0] === "profile-kmin" ? PROFILE_KMIN_HELP : rest[0] === "bench" ? BENCH_HELP : rest[0] === "eval" ? EVAL_HELP : MAIN_HELP);
       return 0;
     default:
-      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, inspect, profile-kmin, bench, help; see hybridgen --help)`, "EUSAGE");
+      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, inspect, profile-kmin, bench, eval, help; see hybridgen --help)`, "EUSAGE");
   }
 }
 
