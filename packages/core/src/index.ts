@@ -56,3 +56,4 @@ export * from "./model-info.js";
 export * from "./baselines/index.js";
 export { PARITY_CASES, parityCheckpoint, type ParityCase } from "./parity/cases.js";
 export { parseParityRefs, relError, runParityCase, type CaseRef, type ParityResult } from "./parity/run-parity.js";
+export { roundTo } from "./half-float.js";
