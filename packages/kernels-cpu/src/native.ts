@@ -42,9 +42,14 @@ const symbols = {
 
 export type NativeLib = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
 
-/** Absolute path of the library: $HYBRIDGEN_KERNELS_CPU_LIB, else ../lib/libhgcpu.so next to this module. */
+/**
+ * Absolute path of the library: $HYBRIDGEN_KERNELS_CPU_LIB, else one built here (../lib/), else
+ * the prebuilt one shipped for this platform (../prebuilds/<platform>-<arch>/).
+ */
 export function nativeLibraryPath(): string {
-  return resolveNativeLibrary("HYBRIDGEN_KERNELS_CPU_LIB", new URL("../lib/libhgcpu.so", import.meta.url));
+  const built = new URL("../lib/libhgcpu.so", import.meta.url);
+  const prebuilt = new URL(`../prebuilds/${process.platform}-${process.arch}/libhgcpu.so`, import.meta.url);
+  return resolveNativeLibrary("HYBRIDGEN_KERNELS_CPU_LIB", existsSync(built) || !existsSync(prebuilt) ? built : prebuilt);
 }
 
 /**
@@ -55,8 +60,8 @@ export function openNativeSymbols<S extends Record<string, { args: readonly FFIT
   const path = nativeLibraryPath();
   if (!existsSync(path)) {
     fail(
-      `kernels-cpu: native library not found at ${path}; build it with 'bun run build' in packages/kernels-cpu ` +
-        `(or 'node scripts/build-native.mjs'), or set HYBRIDGEN_KERNELS_CPU_LIB`,
+      `kernels-cpu: native library not found at ${path} and none prebuilt for ${process.platform}-${process.arch}; ` +
+        `build it with 'node scripts/build-native.mjs' in the package (needs gcc), or set HYBRIDGEN_KERNELS_CPU_LIB`,
       "ENATIVE",
     );
   }

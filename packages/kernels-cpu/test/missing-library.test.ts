@@ -18,7 +18,7 @@ function firstError(body: string): string {
 
 describe("kernels-cpu without its native library", () => {
   it("the backend, the CPU stage and the random fill give the same one-line error", () => {
-    const want = `ENATIVE kernels-cpu: native library not found at ${missing}; build it with 'bun run build' in packages/kernels-cpu (or 'node scripts/build-native.mjs'), or set HYBRIDGEN_KERNELS_CPU_LIB`;
+    const want = `ENATIVE kernels-cpu: native library not found at ${missing} and none prebuilt for ${process.platform}-${process.arch}; build it with 'node scripts/build-native.mjs' in the package (needs gcc), or set HYBRIDGEN_KERNELS_CPU_LIB`;
     expect(firstError("m.createCpuBackend({ threads: 1 })")).toBe(want);
     expect(firstError("new m.NativeCpuStage({ threads: 1 })")).toBe(want);
     expect(firstError(`m.createNativeRandomFill(1)(new Uint8Array(8), "f32", { key: 1, scale: 1, offset: 0 })`)).toBe(want);
