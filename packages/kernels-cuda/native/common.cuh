@@ -48,7 +48,7 @@ struct Cmd {
 };
 #define HG_CMD_SIG_BYTES offsetof(Cmd, d)
 enum { STEP_NONE = 0, STEP_RECORDING = 1, STEP_EAGER = 2 };
-#define HG_MAX_GRAPH_KEYS 8
+#define HG_MAX_GRAPH_KEYS 256
 #define HG_BLOB_BYTES (4u << 20)
 struct StepGraph {
   Cmd *sig;

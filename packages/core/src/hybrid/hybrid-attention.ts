@@ -22,6 +22,11 @@
  * a DeviceStaging moves the query to the host and the stage's logits and V rows to the device
  * on the copy stream, and T_gpu / T_tx come from the backend's events; otherwise (the CPU
  * backend) the stage's output is written with Backend.write and times are host wall times.
+ *
+ * On a backend that records decode steps (Backend.beginStep/endStep: CUDA graphs), the device
+ * work between two host interactions — a layer's softmax and A·V, the rest of the layer, the next
+ * layer's projections up to the query's copy to the host — is recorded as one segment per layer
+ * and replayed as a graph, instead of a launch per op.
  */
 import type { Tensor } from "../backend.js";
 import type { Attention, DecodeAttention, QueryProjector } from "../attention.js";
@@ -54,6 +59,8 @@ interface StepPlan {
   /** What the stage does; "score" means a JS selector chooses after the logits are back. */
   work: "kernel" | "score" | "pre";
 }
+
+let hybridCount = 0;
 
 export class HybridAttention implements DecodeAttention, Disposable {
   readonly stats = new HybridStats();
@@ -95,6 +102,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private cacheRewinds = -1;
   private discardTimes = true; // the device's first timed step drops what prefill recorded
   private inFlight = false; // a stage job was submitted and not yet collected
+  /** Whether the backend records segments (set when the store is in host memory and no scores are read back). */
+  private readonly segments: boolean;
+  private segmentOpen = false;
+  private readonly segmentKeys: string[];
   private closed = false;
 
   constructor(parts: HybridAttentionParts, options: HybridOptions = {}) {
@@ -135,6 +146,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
       attention.backend.free(this.specQ);
       throw e;
     }
+    const be = attention.backend;
+    this.segments = this.device !== null && !this.trackScores && be.beginStep !== undefined && be.endStep !== undefined;
+    this.segmentKeys = Array.from({ length: this.layers }, (_, l) => `hybrid-${hybridCount}-${l}`);
+    hybridCount++;
     this.decision = scheduler.initial();
     this.jobs = new Array(this.layers).fill(null);
     this.selections = new Array(this.layers).fill(null);
@@ -173,6 +188,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
   beginStep(pos: number): void {
     this.checkOpen();
+    this.closeSegment();
     this.drain();
     // A checkpoint restored under a live hybrid attention: selector states describe another store.
     if (this.attention.cache.rewinds !== this.cacheRewinds) this.newSequence();
@@ -262,6 +278,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
    * stage's V rows arrive by copy.
    */
   private attendStaged(d: DeviceStaging, layer: number, q: Tensor, out: Tensor): void {
+    this.closeSegment();
     const slot = (layer & 1) as 0 | 1, scores = d.scores[slot];
     if (!this.ahead[layer]) {
       d.queryToHost(slot, q);
@@ -276,7 +293,22 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const outp = this.stage.output(slot), rescore = this.rescore[layer];
     const up = kmax > 0 ? d.upload(slot, kmax, this.attention.cache.storeStart, rescore) : null;
     if (rescore && up) this.verifiedLogits(scores, q, up.keys, outp.counts, kmax);
+    this.openSegment(layer);
     this.softmaxAggregate(layer, scores, outp, up ? up.values : null, kmax, out);
+  }
+
+  /** Records the device ops from here to the next host interaction as layer's segment. */
+  private openSegment(layer: number): void {
+    if (!this.segments) return;
+    this.attention.backend.beginStep!(this.segmentKeys[layer]!);
+    this.segmentOpen = true;
+  }
+
+  /** Runs the recorded segment (a graph replay): before anything that talks to the host. */
+  private closeSegment(): void {
+    if (!this.segmentOpen) return;
+    this.segmentOpen = false;
+    this.attention.backend.endStep!();
   }
 
   /** After layer l is collected: the next layer's stage goes ahead now when it runs on q̃. */
@@ -352,6 +384,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
   }
 
   endStep(): void {
+    this.closeSegment();
     const plan = this.plan;
     if (!plan) return;
     this.plan = null;
@@ -383,6 +416,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
   close(): void {
     if (this.closed) return;
+    this.closeSegment();
     this.drain();
     this.closed = true;
     if (this.attention.decodeAttention === this) this.attention.setDecodeAttention(null);
@@ -404,6 +438,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private project(layer: number, x: Tensor): void {
     this.projector.projectQuery(layer, x, this.pos, this.specQ);
     if (this.device) {
+      this.closeSegment();
       this.device.queryToHost((layer & 1) as 0 | 1, this.specQ);
       return;
     }

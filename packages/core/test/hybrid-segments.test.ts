@@ -1,0 +1,121 @@
+/**
+ * Hybrid attention on a backend that records decode steps (beginStep/endStep: CUDA graphs on a
+ * GPU). The recorder here defers every op between beginStep and endStep and runs them at
+ * endStep, as a replayed graph would; a read, a write, an allocation or a host-link copy inside a
+ * segment throws. So a segment that encloses a host interaction fails the run, and a segment
+ * that ends too late changes the logits.
+ */
+import { describe, expect, it } from "vitest";
+import { HybridAttention, LlamaModel, ReferenceBackend, type Backend, type HostCopy, type ModelFiles } from "../src/index.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { fixedScheduler, streamingSelector, topKSelector } from "./hybrid-helpers.js";
+import { AddressBook, HostReference, LoopbackLink, StagedBackendCpuStage } from "./loopback-link.js";
+
+const CONTEXT = 40;
+/** Backend methods that talk to the host or manage memory: never inside a recorded segment. */
+const HOST_SIDE = new Set(["read", "write", "alloc", "free", "argmax", "liveTensors", "close", "hostTransfers"]);
+
+class Recorder {
+  recording = false;
+  segments = 0;
+  keys = new Set<string>();
+  private queue: (() => void)[] = [];
+
+  wrap(inner: ReferenceBackend): Backend {
+    return new Proxy(inner, {
+      get: (target, prop, receiver) => {
+        if (prop === "beginStep") return (key: string) => this.begin(key);
+        if (prop === "endStep") return () => this.end();
+        const v = Reflect.get(target, prop, receiver);
+        if (typeof v !== "function" || typeof prop !== "string") return v;
+        return (...args: unknown[]) => {
+          if (!this.recording) return v.apply(target, args);
+          if (HOST_SIDE.has(prop)) throw new Error(`${prop}() inside a recorded segment`);
+          this.queue.push(() => v.apply(target, args));
+          return undefined;
+        };
+      },
+    }) as unknown as Backend;
+  }
+
+  begin(key: string): void {
+    if (this.recording) throw new Error("beginStep inside a recorded segment");
+    this.recording = true;
+    this.keys.add(key);
+  }
+
+  end(): void {
+    if (!this.recording) throw new Error("endStep without beginStep");
+    this.recording = false;
+    this.segments++;
+    for (const op of this.queue) op();
+    this.queue = [];
+  }
+
+  check(what: string): void {
+    if (this.recording) throw new Error(`${what} inside a recorded segment`);
+  }
+}
+
+/** The loopback link, refusing copies and fences while a segment is being recorded. */
+class CheckedLink extends LoopbackLink {
+  constructor(device: ReferenceBackend, host: ReferenceBackend, book: AddressBook, private readonly rec: Recorder | null) {
+    super(device, host, book);
+  }
+  override toHost(copies: readonly HostCopy[]): void {
+    this.rec?.check("toHost");
+    super.toHost(copies);
+  }
+  override toDevice(copies: readonly HostCopy[]): void {
+    this.rec?.check("toDevice");
+    super.toDevice(copies);
+  }
+  override fence(): void {
+    this.rec?.check("fence");
+    super.fence();
+  }
+}
+
+function run(files: ModelFiles, tokens: number[], logits: "exact" | "speculative" | "verified", selector: ReturnType<typeof topKSelector>, timing: "post" | "pre", record: boolean) {
+  const be = new ReferenceBackend();
+  const rec = record ? new Recorder() : null;
+  const device = rec ? rec.wrap(be) : be;
+  const book = new AddressBook();
+  const host = new HostReference(book);
+  const link = new CheckedLink(be, host, book, rec);
+  const model = LlamaModel.load(files, device, { prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: 6, sinkTokens: 1, kvEvictBlock: 2 });
+  model.cache.attachHostStore(host, link);
+  const hybrid = HybridAttention.attach(
+    { attention: model.attention, projector: model, stage: new StagedBackendCpuStage(host, book), selector, scheduler: fixedScheduler(3, timing) },
+    { logits },
+  );
+  const out = [model.forward(Int32Array.from(tokens.slice(0, 12)), 0)];
+  for (let t = 12; t < tokens.length; t++) out.push(model.forward(Int32Array.of(tokens[t]!), t));
+  hybrid.close();
+  model.close();
+  expect(be.liveTensors()).toBe(0);
+  return { out, segments: rec?.segments ?? 0, keys: rec?.keys.size ?? 0 };
+}
+
+describe("hybrid attention in recorded segments (a backend with beginStep/endStep)", () => {
+  it("records one segment per layer and step, never around a host interaction, with the unrecorded logits", () => {
+    const layers = 3;
+    const { files } = tinyModel({ seed: testSeed(330), maxPositions: 64, heads: 4, kvHeads: 2, layers });
+    const tokens = randomIds(testSeed(430), CONTEXT);
+    const cases = [
+      ["exact", topKSelector(true), "post"],
+      ["speculative", topKSelector(true), "post"],
+      ["verified", topKSelector(true), "post"],
+      ["verified", topKSelector(false), "post"],
+      ["verified", streamingSelector(1), "pre"],
+    ] as const;
+    for (const [logits, selector, timing] of cases) {
+      const plain = run(files, tokens, logits, selector, timing, false);
+      const recorded = run(files, tokens, logits, selector, timing, true);
+      const decodeSteps = CONTEXT - 12;
+      expect(recorded.segments, `${logits} ${timing}`).toBe(decodeSteps * layers);
+      expect(recorded.keys).toBe(layers);
+      recorded.out.forEach((l, i) => expect(maxAbsDiff(l, plain.out[i]!), `${logits} ${timing} step ${i}`).toBe(0));
+    }
+  });
+});
