@@ -146,6 +146,9 @@ function switches(trace: readonly HybridStepRecord[]): number {
 }
 
 using backend = await openBackend();
+type GraphStats = { captures: number; replays: number; drained: number; eagerSteps: number; lastDrain: string };
+/** The CUDA backend's graph counters (hybrid steps replay one recorded segment per layer). */
+const graphStats = (): GraphStats | undefined => (backend as { graphStats?: () => GraphStats }).graphStats?.();
 /** "tiny": a 4-layer Llama for a dry run on the CPU backend. */
 const TINY = {
   architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 256, intermediate_size: 768, num_hidden_layers: 4,
@@ -192,7 +195,9 @@ for (const context of contexts) {
   for (const name of hybridConfigs) {
     using ha = await createHybridAttention(model, backend, { cpuStageThreads: threads, ...HYBRID[name] });
     try {
+      const g0 = graphStats();
       const walls = decode(model, context);
+      const g1 = graphStats();
       const trace = ha.stats.trace.slice();
       const tail = trace.slice(WARM);
       const ms = mean(walls.slice(WARM)), last = trace[trace.length - 1];
@@ -208,6 +213,7 @@ for (const context of contexts) {
         `${switches(trace)} | ${settleStep(trace)} | ${Math.round(ha.stats.hiddenFraction * 100)}% |`);
       console.log(rows[rows.length - 1]);
       console.log(`  ${ha.stats.summary()}`);
+      if (g0 && g1) console.log(`  graphs: ${g1.captures - g0.captures} captured, ${g1.replays - g0.replays} replayed, ${g1.drained - g0.drained} drained (last: ${g1.lastDrain}), ${g1.eagerSteps - g0.eagerSteps} eager`);
       recorded[context]!.push({ label: name, scheduler: HYBRID[name]!.scheduler as string, steps: trace });
     } finally {
       ha.close();
