@@ -1,7 +1,8 @@
 // Builds lib/libhgcuda.so from native/*.cu with nvcc: sm_90a machine code plus compute_90 PTX
 // (other GPUs JIT it), cudart linked statically (the default) so the library loads where no
-// CUDA runtime is installed. No nvcc: says so and exits 0 (the JS side then reports
-// "CUDA unavailable: library not built"). A compile error exits non-zero, so CI catches it.
+// CUDA runtime is installed. No nvcc, or no GPU (`nvidia-smi -L`) unless HYBRIDGEN_BUILD_CUDA=1
+// or --force: says so and exits 0 (the JS side then reports "CUDA unavailable: library not
+// built"); HYBRIDGEN_BUILD_CUDA=0 always skips. A compile error exits non-zero.
 // --trace builds lib/libhgcuda-trace.so instead, with the stream GEMV's per-block event records
 // compiled in (-DHG_TRACE, native/trace.cuh; for device/trace-bench.ts, never the package's default).
 import { execFileSync, spawnSync } from "node:child_process";
@@ -31,6 +32,23 @@ function findNvcc() {
 const nvcc = findNvcc();
 if (!nvcc) {
   console.log("nvcc not found: skipping the CUDA build");
+  process.exit(0);
+}
+
+/** `nvidia-smi -L` lists at least one GPU. */
+function gpuPresent() {
+  const r = spawnSync("nvidia-smi", ["-L"], { encoding: "utf8", timeout: 20_000 });
+  return r.status === 0 && /^GPU \d+/m.test(r.stdout ?? "");
+}
+
+// Without a GPU the library cannot run here, and compiling it takes minutes: only when asked.
+const wanted = process.env.HYBRIDGEN_BUILD_CUDA ?? "";
+if (wanted === "0" || (wanted !== "1" && !process.argv.includes("--force") && !gpuPresent())) {
+  console.log(
+    wanted === "0"
+      ? "kernels-cuda: HYBRIDGEN_BUILD_CUDA=0: skipping the CUDA build"
+      : "kernels-cuda: no GPU found (nvidia-smi -L): skipping the CUDA build (HYBRIDGEN_BUILD_CUDA=1 builds it anyway)",
+  );
   process.exit(0);
 }
 
