@@ -1,7 +1,7 @@
 /* Where the offloaded KV store's memory lives: NUMA binding of anonymous regions (mbind,
  * checked with get_mempolicy and move_pages), file-backed regions for the disk tier (a
  * preallocated file mapped shared, so a full disk fails at creation and not as SIGBUS on a
- * later write), read-ahead of file ranges, and the read-bandwidth probes of a tier.
+ * later write), read-ahead of file ranges, and the disk tier's read probe.
  * Raw syscalls: libnuma is not needed, and its absence must not stop the library loading. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -125,19 +125,6 @@ static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* Single-thread streaming read of [p, p + bytes) `passes` times: bytes/s (the memory tier probe). */
-EXPORT double hg_tier_read_bw(const void *p, uint64_t bytes, int passes) {
-  const uint64_t *w = p;
-  const uint64_t n = bytes / 8;
-  uint64_t acc = 0;
-  double t0 = now_s();
-  for (int r = 0; r < passes; r++)
-    for (uint64_t i = 0; i < n; i += 4) acc += w[i] ^ w[i + 1] ^ w[i + 2] ^ w[i + 3];
-  double dt = now_s() - t0;
-  __asm__ volatile("" ::"r"(acc));
-  return dt > 0 ? (double)(n / 4 * 4 * 8) * passes / dt : 0;
 }
 
 /* Writes `bytes` to a new file at `path`, then reads it back with `block`-byte aligned reads,

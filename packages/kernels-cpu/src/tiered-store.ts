@@ -8,7 +8,7 @@
 import { readFileSync } from "node:fs";
 import { HybridgenError, StoreLayoutSchema, type Backend, type DType, type KvStoreAllocator, type StoreLayout, type StoreSegment, type Tensor } from "@hybridgen/core";
 import type { Pointer } from "bun:ffi";
-import { CpuBackend } from "./cpu-backend.js";
+import { CpuBackend, createCpuBackend } from "./cpu-backend.js";
 import { CpuTensor } from "./tensor.js";
 import { cPath, maskNodes, MASK_WORDS, MPOL, nodeMask, tierNative } from "./tier-native.js";
 import { diskFileName, removeDiskFile, sweepStaleDiskFiles, trackDiskFile } from "./disk-files.js";
@@ -215,22 +215,28 @@ export class TieredStore implements KvStoreAllocator {
   }
 }
 
-/** Single-thread streaming read bandwidth (bytes/s) of `bytes` of memory bound to NUMA `node` (undefined: unbound). */
-export function probeMemoryReadBandwidth(bytes = 256 * 2 ** 20, node?: number, passes = 3): number {
-  const lib = tierNative();
-  const p = lib.hg_tier_map_anon(bytes);
-  if (!p) throw new HybridgenError(`memory probe: cannot map ${bytes} bytes`);
-  try {
-    if (node !== undefined) {
-      const rc = lib.hg_tier_mbind(p, bytes, MPOL.bind, nodeMask([node]), MASK_WORDS, 0);
-      if (rc !== 0) throw new HybridgenError(`memory probe: mbind to node ${node} failed: ${errnoName(rc)}`);
-    }
-    lib.hg_tier_touch(p, bytes);
-    lib.hg_tier_read_bw(p, bytes, 1); // warm the TLB and caches' state
-    return lib.hg_tier_read_bw(p, bytes, passes);
-  } finally {
-    lib.hg_tier_unmap(p, bytes);
+/**
+ * Streaming read bandwidth (bytes/s) of `bytes` of memory bound to NUMA `node` (undefined:
+ * unbound) on `threads` threads (the CPU backend's streamSum, as the CPU stage reads K): best of `passes`.
+ */
+export function probeMemoryReadBandwidth(bytes = 256 * 2 ** 20, node?: number, threads?: number, passes = 3): number {
+  const region = Math.ceil(bytes / 4096) * 4096;
+  using be = createCpuBackend(threads === undefined ? {} : { threads });
+  using store = new TieredStore({
+    regionBytes: region, pageBytes: 4096, v: [],
+    k: [[{ offset: 0, bytes: region, tier: "probe", mode: node === undefined ? "local" : "bind", nodes: node === undefined ? [] : [node] }]],
+  });
+  const t = store.alloc(be, "k", 0, [region / 4], "f32");
+  tierNative().hg_tier_touch(be.address(t), region); // fault every page in on its node
+  be.streamSum(t);
+  let best = 0;
+  for (let i = 0; i < passes; i++) {
+    const t0 = performance.now();
+    be.streamSum(t);
+    best = Math.max(best, region / ((performance.now() - t0) / 1e3));
   }
+  be.free(t);
+  return best;
 }
 
 /** Read bandwidth (bytes/s) of a file in `dir`: `bytes` written, then read back in `block`-byte aligned reads (O_DIRECT where allowed). */

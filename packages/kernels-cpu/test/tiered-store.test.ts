@@ -179,7 +179,8 @@ describe("TieredStore: the disk tier", () => {
 
 describe("tier probes", () => {
   it("memory and file read bandwidths are positive, and the probe file is gone", () => {
-    expect(probeMemoryReadBandwidth(16 * 2 ** 20, 0, 1)).toBeGreaterThan(0);
+    expect(probeMemoryReadBandwidth(16 * 2 ** 20, 0, 1, 1)).toBeGreaterThan(0);
+    expect(probeMemoryReadBandwidth(4 * 2 ** 20, undefined, 2, 1)).toBeGreaterThan(0);
     const dir = tmp();
     expect(probeFileReadBandwidth(dir, 4 * 2 ** 20, 2 ** 20)).toBeGreaterThan(0);
     expect(readdirSync(dir)).toEqual([]);
