@@ -3,7 +3,7 @@
 # backend), then hybrid-modes at 32K and 128K with traces under $OUT. Prepare on the dev machine:
 #   sh ../shared/device/stage-bun.sh && (cd packages/kernels-cpu && bun run build) && (cd packages/kernels-cuda && bun run build)
 #   bun build --target=bun --external 'bun:*' apps/bench/src/hybrid-modes.ts --outfile .device/hybrid-modes.js
-#   bun build --target=bun --external 'bun:*' packages/kernels-cuda/device/hybrid-bench.ts --outfile .device/hybrid-bench.js
+#   bun build --target=bun --external 'bun:*' apps/bench/src/cuda/hybrid-bench.ts --outfile .device/hybrid-bench.js
 # and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"].
 set -u
 mkdir -p /tmp/bunbin && xz -dc .device/bun.xz > /tmp/bunbin/bun && chmod +x /tmp/bunbin/bun

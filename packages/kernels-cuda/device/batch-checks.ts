@@ -18,8 +18,7 @@
  *
  * Used by device/batch-bench.ts and test/batch-gpu.test.ts.
  */
-import { seededRandom, type BatchAttnRow, type DType, type Tensor } from "@hybridgen/core";
-import { roundTo } from "../../core/src/half-float.js";
+import { roundTo, seededRandom, type BatchAttnRow, type DType, type Tensor } from "@hybridgen/core";
 import type { CudaBackend } from "../src/index.js";
 import { relErr, type CheckResult } from "./op-checks.js";
 

@@ -1,4 +1,4 @@
-/** Dummy-weight models for the device scripts: presets and small shapes, any weight dtype. */
+/** Dummy-weight models for the device checks: presets and small shapes, any weight dtype. */
 import { ByteTokenizer, DummyWeightSource, describeModel, presetConfig, tensorSpecsOf, type DType, type ModelFiles, type RandomFill } from "@hybridgen/core";
 
 /** stories15M's shape (llama2.c's 15M-parameter TinyStories model) as a Llama config. */
@@ -18,19 +18,4 @@ export function dummyFiles(json: Record<string, unknown>, dtype: DType, seed: nu
   const weights = new DummyWeightSource(tensorSpecsOf(config, shape), { dtype, seed, fill });
   const close = (): void => {};
   return { dir: label, config, shape, weights, tokenizer: new ByteTokenizer(shape.vocabSize), chatTemplate: null, close, [Symbol.dispose]: close };
-}
-
-/**
- * A Llama-family config's sizes and the bf16 bytes a decode step reads: q/k/v/o and
- * gate/up/down of every layer plus one vocab × hidden matrix (the LM head), norms left out;
- * and K+V of one cached token over all layers. bench.ts and batch-bench.ts take their memory
- * floor (bytes / HBM bandwidth) from these.
- */
-export function llamaBf16Sizes(json: Record<string, unknown>) {
-  const hidden = json.hidden_size as number, layers = json.num_hidden_layers as number, heads = json.num_attention_heads as number;
-  const kvHeads = (json.num_key_value_heads as number) ?? heads, inter = json.intermediate_size as number, vocab = json.vocab_size as number;
-  const hd = (json.head_dim as number) ?? hidden / heads;
-  const weightBytes = 2 * (layers * (hidden * (heads + 2 * kvHeads) * hd + heads * hd * hidden + 3 * hidden * inter) + vocab * hidden);
-  const kvBytesPerToken = 2 * layers * 2 * kvHeads * hd;
-  return { hidden, layers, heads, kvHeads, inter, vocab, hd, weightBytes, kvBytesPerToken };
 }

@@ -6,8 +6,7 @@
  * Used by test/gpu.test.ts (where a GPU is present) and device/device-check.ts.
  */
 import { ReferenceBackend, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
-import { CudaBackend, type DecodeTuning, type MatmulPath } from "../src/index.js";
-import { clusterAttnChecks } from "./attn-checks.js";
+import { CudaBackend, type MatmulPath } from "../src/index.js";
 
 export interface CheckResult {
   readonly name: string;
@@ -202,13 +201,11 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       ref.softmax(x.r, rows, cols);
       compare(`softmax ${rows}x${cols} of ${width}`, x.c, x.r, 1e-5);
     }
-    // Each width with the float4 rows (argmaxVec, on by default) and one float at a time; rows 1 and
-    // 2 start unaligned where width % 4 ≠ 0 (the scalar loop), and row 2's maximum is its last element.
-    // argmaxSplit (one row over many blocks) takes the aligned rows of 8192 floats or more; the
-    // equal maxima then often sit in different blocks, and a row of equal values picks 0.
-    const argmaxBefore = cuda.decodeTuning;
-    for (const [form, tuning] of [["", { argmaxVec: true, argmaxSplit: false }], [" (argmaxVec off)", { argmaxVec: false, argmaxSplit: false }], [" (argmaxSplit)", { argmaxVec: true, argmaxSplit: true }]] as const) {
-      cuda.setDecodeTuning(tuning);
+    // Each width: rows 1 and 2 start unaligned where width % 4 ≠ 0 (the scalar loop), and row 2's
+    // maximum is its last element. One row (argmax of row r) of 8192 aligned floats or more takes the
+    // split kernel (hg_decode_plan): the equal maxima then often sit in different blocks, and a row
+    // of equal values picks 0.
+    for (const form of [""]) {
       {
         const flat = pair([1, 32768], "f32", new Float32Array(32768).fill(-3));
         record(`argmax of equal values, width 32768${form}`, cuda.argmax(flat.c, 0) === 0 ? 0 : 1, 0);
@@ -225,7 +222,6 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         record(`argmax width ${width}${form}`, same ? 0 : 1, 0);
       }
     }
-    cuda.setDecodeTuning({ argmaxVec: argmaxBefore.argmaxVec, argmaxSplit: argmaxBefore.argmaxSplit });
     // matmul: every weight dtype, decode and prefill row counts, every path, with and without bias.
     const paths: MatmulPath[] = ["gemv", "tiled"];
     if (!cuda.cublas.startsWith("off") && !cuda.cublas.startsWith("not found")) paths.push("cublas");
@@ -384,17 +380,12 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
     // Recorded decode steps (CUDA graphs): per-step values change every step (K/V append row,
     // position, span length); the first step captures, the rest replay.
-    // Last, ropeAppend: the K/V append run inside the RoPE kernel (one recorded command less a step).
-    let plainOpsPerStep = 0;
-    for (const [fused, stream, ropeAppend] of [[false, false, false], [true, false, false], [true, true, false], [false, false, true]] as const) {
-      const heads = 8, kvHeads = 2, hd = 64, cap = 40, steps = 12;
-      const tuningBefore = cuda.decodeTuning, fusionBefore = cuda.matvecFusion;
-      cuda.setDecodeTuning({ ropeAppend });
-      if (stream) {
-        // the weight-stream GEMV (programmatic launch, norm in its kernel) inside captured graphs
-        cuda.setDecodeTuning({ gemvStream: 192 });
-        cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
-      }
+    // A recorded step's K/V append runs inside its RoPE kernel.
+    for (const [fused, stream] of [[false, false], [true, false], [true, true]] as const) {
+      const heads = 8, kvHeads = 2, hd = 64, cap = 40, steps = 12, ropeAppend = true;
+      const fusionBefore = cuda.matvecFusion;
+      // the weight-stream GEMV (programmatic launch, norm in its kernel) inside captured graphs
+      if (stream) cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
       const before = cuda.graphStats();
       const k = pair([kvHeads, cap, hd], "bf16"), v = pair([kvHeads, cap, hd], "bf16");
       const x = pair([1, heads * hd]), qkv = pair([1, (heads + 2 * kvHeads) * hd]);
@@ -443,14 +434,10 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       // H200 showed 2.2e-5 (third pass, call 2), so this one is 1e-4 where the stage ops are 1e-5.
       const what = stream ? "split-K attention, norm+GEMV+add as a weight stream" : fused ? "split-K attention, norm+GEMV+add" : "attention stages, add";
       record(`recorded decode steps x${steps} (K/V append, rope${ropeAppend ? " in one kernel" : ""}, ${what})`, worst, fused ? 1e-4 : 1e-5);
-      const tag = ropeAppend ? " (ropeAppend)" : stream ? " (stream)" : fused ? " (fused)" : "";
+      const tag = stream ? " (stream)" : fused ? " (fused)" : "";
       record(`recorded steps${tag}: 1 capture, the rest replayed, none drained`, Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
-      const opsPerStep = (after.recordedOps - before.recordedOps) / steps;
-      if (!fused && !ropeAppend) plainOpsPerStep = opsPerStep;
-      if (ropeAppend) record(`recorded steps (ropeAppend): ${opsPerStep} commands a step, one less than apart (${plainOpsPerStep})`, opsPerStep === plainOpsPerStep - 1 ? 0 : 1, 0);
-      cuda.setDecodeTuning(tuningBefore);
       cuda.setMatvecFusion(fusionBefore);
-      if (fused || ropeAppend) continue;
+      if (fused) continue;
       // A read in the middle of a step runs what was recorded first.
       cuda.beginStep("op-checks-drain");
       cuda.add(out.c, x.c, x.c, 1);
@@ -463,16 +450,12 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       record("ops after a mid-step read still run", maxAbs(cuda.read(y.c), xv.map((a) => 3 * a)), 1e-6);
       record("a mid-step read drains the step", cuda.graphStats().drained - after.drained === 1 ? 0 : 1, 0);
     }
-    // The decode switches that are off by default (setDecodeTuning; DEVICE-NOTES.md), each on
-    // against the reference, and against the default path's own output where the switch promises
-    // the same bits.
-    // Last, and caught: a switch that fails must not stop the checks before it from reporting.
-    const savedTuning = cuda.decodeTuning;
+    // Every decode kernel hg_decode_plan picks, against the reference; last, and caught: a kernel
+    // that fails must not stop the checks before it from reporting.
     try {
-      // Split-K attention with 4 token rows a lane per round (attnUnroll 4), also folded into the
-      // softmax together (attnGroup), and on tensor cores (attnMma 1–5; f32 caches and head dims
-      // other than 64 and 128 fall back to the FMA block), eager and in a recorded step
-      // (replayed: the span from the step's blob), against the reference.
+      // Split-K attention: on tensor cores for bf16/f16 with head dim 64 or 128, the FMA block for
+      // f32 caches and other head dims, eager and in a recorded step (replayed: the span from the
+      // step's blob).
       for (const dt of DTYPES) {
         for (const [heads, kvHeads, hd, firstPos, start] of [[32, 8, 128, 2047, 0], [8, 2, 64, 300, 7], [6, 6, 40, 0, 2], [4, 1, 128, 5000, 0], [12, 2, 128, 777, 1], [12, 2, 64, 39999, 3], [32, 8, 128, 30, 0], [5, 5, 128, 64, 1]] as const) {
           const cap = start + firstPos + 1 + 5, total = firstPos + 1, scale = 1 / Math.sqrt(hd);
@@ -485,8 +468,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           ref.attnLogits(sc, 0, q.r, 0, k.r, start, total, scale);
           ref.softmax(sc, heads, total);
           ref.attnAggregate(out.r, 0, sc, 0, v.r, start, total, false);
-          for (const t of [{ attnMma: 0, attnUnroll: 4, attnGroup: false }, { attnMma: 0, attnUnroll: 4, attnGroup: true }, { attnMma: 1 }, { attnMma: 2 }, { attnMma: 3 }, { attnMma: 4 }, { attnMma: 5 }] as Partial<DecodeTuning>[]) {
-            cuda.setDecodeTuning({ ...savedTuning, ...t });
+          for (const t of ["plan"]) {
             cuda.attnCausal(out.c, q.c, 1, k.c, v.c, start, firstPos, scale);
             compare(`decode attention ${JSON.stringify(t)} ${dt} h${heads}/${kvHeads} d${hd} @${firstPos}`, out.c, out.r, 1e-5);
             for (let step = 0; step < 3; step++) {
@@ -500,10 +482,10 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           for (const [be, tt] of owned.splice(mark).reverse()) be.free(tt);
         }
       }
-      cuda.setDecodeTuning(savedTuning);
-      // The GEMV as a weight stream (bf16/f16, k % 8 = 0; else the one-warp kernel), with the norm
+      // The GEMV as this device's plan picks it (a weight stream on sm_90 for bf16/f16 with k % 8 = 0,
+      // else the one-warp kernel) and as an sm_80 plan would (the one-warp kernel), with the norm
       // apart (the default fusion) and with the norm in the kernel.
-      const gemvTunings: Partial<DecodeTuning>[] = [{ gemvStream: 192 }, { gemvStream: 64 }];
+      const gemvPlans: (number | null)[] = [null, 8];
       for (const fz of [CudaBackend.DEFAULT_MATVEC_FUSION, { norm: true, siluMul: true, accumulate: true }])
       for (const dt of DTYPES) {
         cuda.setMatvecFusion(fz);
@@ -522,15 +504,15 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
             });
             matvecByParts(ref, out.r, x.r, w.r, f("r"));
             const want = ref.read(out.r);
-            for (const t of gemvTunings) {
-              cuda.setDecodeTuning({ ...savedTuning, ...t });
+            for (const t of gemvPlans) {
+              cuda.setPlanMajor(Math.min(t ?? cuda.device.major, cuda.device.major));
               const got: Float32Array[] = [];
               for (let rep = 0; rep < 2; rep++) {
                 cuda.write(out.c, acc ? out.data : new Float32Array(m).fill(NaN));
                 cuda.matvec(out.c, x.c, w.c, f("c"));
                 got.push(cuda.read(out.c));
               }
-              const tag = `stream matvec ${JSON.stringify(t)}${fz.norm ? " norm in the kernel" : ""} ${dt} ${rows}x${k}${norm ? " +norm" : ""}${silu ? " +siluMul" : ""}${acc ? " +=" : ""}${withBias ? " +bias" : ""}`;
+              const tag = `matvec planned for sm_${t ?? cuda.device.major}x${fz.norm ? " norm in the kernel" : ""} ${dt} ${rows}x${k}${norm ? " +norm" : ""}${silu ? " +siluMul" : ""}${acc ? " +=" : ""}${withBias ? " +bias" : ""}`;
               record(tag, relErr(got[0], want), 1e-5);
               record(`${tag}: run twice, same bits`, maxAbs(got[0], got[1]), 0);
             }
@@ -540,12 +522,10 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       }
       cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
     } catch (e) {
-      record(`fifth-pass decode switches: threw ${e instanceof Error ? e.message : String(e)}`, 1, 0);
+      record(`decode kernels: threw ${e instanceof Error ? e.message : String(e)}`, 1, 0);
     } finally {
-      cuda.setDecodeTuning(savedTuning);
+      cuda.setPlanMajor(null);
     }
-    // The clustered decode attention (the attnCluster switch): its own checks, caught inside.
-    results.push(...clusterAttnChecks(cuda, seed + 1));
     cuda.synchronize();
   } finally {
     cuda.setMatmulPath("auto");

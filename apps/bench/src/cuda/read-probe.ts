@@ -1,13 +1,12 @@
 /**
- * How fast the GPU streams memory into the SMs, against the decode GEMV (written in the seventh
- * pass for the next device call): the D2D copy the floors use, plain 16-byte loads, the weight
+ * How fast the GPU streams memory into the SMs, against the decode GEMV: the D2D copy the floors use, plain 16-byte loads, the weight
  * stream's bulk-copy ring with no arithmetic (slot and ring sizes), and the stream GEMV itself at
  * steady state (one 2 GiB matvec, so no kernel boundary counts). If the ring without arithmetic
  * reaches the copy's speed and the GEMV does not, the GEMV's consumers are the limit; if the ring
  * does not either, the copy pattern is. Usage: bun read-probe.js [--gib 2] [--iters 5]
  */
-import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "../src/index.js";
-import { arg } from "./args.js";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "@hybridgen/kernels-cuda";
+import { arg } from "../args.js";
 
 const bytes = Number(arg("gib", "2")) * 2 ** 30, iters = Number(arg("iters", "5"));
 const a = cudaAvailability();
@@ -27,15 +26,15 @@ for (const [slotKb, ringKb] of [[4, 64], [8, 64], [8, 128], [8, 192], [16, 128],
   const ones = new Float32Array(1 << 20).fill(0.01);
   for (let off = 0; off < m * k; off += ones.length) cuda.write(w, ones.subarray(0, Math.min(ones.length, m * k - off)), off);
   cuda.write(x, ones.subarray(0, k));
-  for (const ring of [128, 0] as const) {
-    cuda.setDecodeTuning({ gemvStream: ring });
+  for (const major of [null, 8] as const) {
+    cuda.setPlanMajor(major === null ? null : Math.min(major, cuda.device.major));
     cuda.matvec(y, x, w, {});
     using t = cuda.timer();
     t.mark();
     for (let i = 0; i < iters; i++) cuda.matvec(y, x, w, {});
     t.mark();
     const s = t.ms() / iters / 1e3;
-    rows.push(`| decode GEMV ${ring ? `weight stream, ring ${ring} KB` : "one warp a row"}: one [${m}, ${k}] bf16 matvec | ${tb((m * k * 2) / s)} |`);
+    rows.push(`| decode GEMV ${major === null ? "as planned for this device (sm_90: the weight stream)" : "one warp a row (an sm_80 plan)"}: one [${m}, ${k}] bf16 matvec | ${tb((m * k * 2) / s)} |`);
   }
   for (const t of [w, x, y]) cuda.free(t);
 }

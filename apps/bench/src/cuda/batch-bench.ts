@@ -1,15 +1,13 @@
 /**
- * Batched decode on the CUDA backend (issue 5 item 5). Three parts, one table each:
+ * Batched decode on the CUDA backend. Two parts, one table each (the batched kernels' own checks
+ * are part of the package's device check, packages/kernels-cuda/device/device-check.ts):
  *
- * 1. Kernel checks (device/batch-checks.ts): the skinny tensor-core GEMM (every setSkinny
- *    variant) and matmulSplit against a TypeScript reference, attnDecodeBatch's batched kernels
- *    against the per-row path (eager and recorded).
- * 2. Batched = alone (stories15M's shape): B sequences with different prompt lengths decoded
+ * 1. Batched = alone (stories15M's shape): B sequences with different prompt lengths decoded
  *    together against each decoded alone (the batched steps are fed the tokens each sequence
  *    picked alone, so a bf16 near-tie cannot make them diverge): f32 weights (GEMV at B = 4,
  *    cuBLAS at B = 12; tokens equal, logits ≤ 1e-4), bf16 weights (skinny GEMM; logits ≤ 1e-2),
  *    and bf16 with every setSkinny switch on (fused reduce, matmulSplit).
- * 3. Bench: preset:llama-3.1-8b, dummy bf16 weights, bf16 KV; max(B) sequences prefilled with
+ * 2. Bench: preset:llama-3.1-8b, dummy bf16 weights, bf16 KV; max(B) sequences prefilled with
  *    random lengths in [1536, 2560]; then for each B (slots 0..B−1) one warm-up step and `steps`
  *    timed steps (each: one batched forward pass + a greedy pick per row, as generateBatch does)
  *    for the skinny GEMM without its switches, with them (also with the step's greedy picks as one
@@ -23,12 +21,11 @@
  */
 import { appendFileSync } from "node:fs";
 import { BatchDecoder, loadModel, presetConfig, seededRandom, type CausalLM } from "@hybridgen/core";
-import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
-import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type SkinnyOptions } from "../src/index.js";
-import { runArgmaxRowsChecks, runBatchAttnChecks, runMatmulSplitChecks, runSkinnyChecks } from "./batch-checks.js";
-import type { CheckResult } from "./op-checks.js";
-import { STORIES15M_SHAPE, dummyFiles, llamaBf16Sizes } from "./models.js";
-import { arg } from "./args.js";
+import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type SkinnyOptions } from "@hybridgen/kernels-cuda";
+import { dummyFiles } from "../dummy-files.js";
+import { STORIES15M_SHAPE, llamaBf16Sizes } from "../models.js";
+import { arg } from "../args.js";
 
 const steps = Number(arg("steps", "32"));
 const batches = arg("batches", "1,8,16,32").split(",").map(Number);
@@ -58,27 +55,9 @@ const cuda: CudaBackend = createCudaBackend({ arenaFraction: 0.92 });
 const bw = cuda.copyBandwidth(2 ** 31, 10);
 say(`D2D copy bandwidth (read + write): ${(bw / 1e12).toFixed(2)} TB/s; cuBLAS ${cuda.cublas}`);
 
-// ---- 1. kernel checks ------------------------------------------------------------------------------
-const kernelChecks: CheckResult[] = [];
-for (const [name, run] of [
-  ["skinny GEMM", () => runSkinnyChecks(cuda, 11)],
-  ["matmulSplit", () => runMatmulSplitChecks(cuda, 13)],
-  ["argmaxRows", () => runArgmaxRowsChecks(cuda, 14)],
-  ["attnDecodeBatch", () => runBatchAttnChecks(cuda, 12)],
-] as const) {
-  try {
-    kernelChecks.push(...run());
-  } catch (e) {
-    // Logged and counted; a lost context makes the rest of the run fail too, with its own message.
-    kernelChecks.push({ name: `${name}: ${(e as Error).message}`, err: Infinity, tol: 0, ok: false });
-  }
-}
-let failures = kernelChecks.filter((c) => !c.ok).length;
-const kernelRows = ["| check | error | bound | result |", "| --- | --- | --- | --- |"];
-for (const c of kernelChecks) kernelRows.push(`| ${c.name} | ${c.err.toExponential(2)} | ${c.tol} | ${c.ok ? "PASS" : "FAIL"} |`);
-for (const row of kernelRows) say(row);
+let failures = 0;
 
-// ---- 2. batched = alone -----------------------------------------------------------------------------
+// ---- 1. batched = alone -----------------------------------------------------------------------------
 const checks: string[] = [
   "| weights | B | matmul path | attention | prompt lengths | tokens equal | max rel. logit diff | bound | graphs captured/replayed/drained | result |",
   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -143,7 +122,7 @@ for (const [dtype, skinny] of [["f32", {}], ["bf16", {}], ["bf16", ALL_NEW]] as 
 }
 cuda.setSkinny(SKINNY_OFF);
 
-// ---- 3. throughput on the 8B preset ---------------------------------------------------------------
+// ---- 2. throughput on the 8B preset ---------------------------------------------------------------
 const json = presetConfig(preset);
 const { hidden, layers, heads, kvHeads, inter, vocab, hd, weightBytes, kvBytesPerToken } = llamaBf16Sizes(json);
 const maxB = Math.max(...batches);
@@ -221,9 +200,7 @@ cuda.setMatmulPath("auto");
 cuda.setBatchAttention(true);
 cuda.setSkinny(SKINNY_OFF);
 
-say(`\n## Batched-decode checks: ${failures === 0 ? "ALL PASS" : `${failures} FAILED`}`);
-for (const row of kernelRows) say(row);
-say("");
+say(`\n## Batched = alone: ${failures === 0 ? "ALL PASS" : `${failures} FAILED`}`);
 for (const c of checks) say(c);
 say(`\n## ${preset} bf16 dummy weights, bf16 KV, ${maxB} sequences of ${Math.min(...lengths)}–${Math.max(...lengths)} prompt tokens (prefill ${prefillS.toFixed(1)} s); ${steps} timed steps per row after one warm-up; floor = (weights + the B caches' KV) bytes ÷ D2D copy bandwidth ${(bw / 1e12).toFixed(2)} TB/s`);
 for (const row of rows) say(row);

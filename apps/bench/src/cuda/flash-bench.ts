@@ -14,9 +14,9 @@
 import { writeFileSync } from "node:fs";
 import { dlopen, FFIType } from "bun:ffi";
 import { seededRandom, type DType, type Tensor } from "@hybridgen/core";
-import { createCudaBackend, cudaAvailability, cudaLibraryPath, describeCudaAvailability } from "../src/index.js";
+import { createCudaBackend, cudaAvailability, cudaLibraryPath, describeCudaAvailability } from "@hybridgen/kernels-cuda";
 import { writeRepeating } from "./fill.js";
-import { arg } from "./args.js";
+import { arg } from "../args.js";
 
 const sizes = arg("sizes", "2048,8192,32768").split(",").map(Number);
 const bestOut = arg("best-out", "");

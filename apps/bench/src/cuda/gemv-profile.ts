@@ -1,11 +1,11 @@
 /**
  * A decode layer's four GEMVs (8B shapes, bf16) launched eagerly a few times each, with the
- * weight-stream GEMV and with the one-warp GEMV, in a small arena: a target for Nsight Compute
+ * weight-stream GEMV (this device's plan) and with the one-warp GEMV (an sm_80 plan), in a small arena: a target for Nsight Compute
  * (`ncu --kernel-name regex:'gemv_stream|gemv_fused' …`), which backs up the whole arena per
  * replay, so the bench's 130 GB arena is no use there. Prints the µs of each launch set.
  * Usage: bun gemv-profile.js [--reps 2]
  */
-import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "../src/index.js";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "@hybridgen/kernels-cuda";
 import { writeRepeating } from "./fill.js";
 
 const i = process.argv.indexOf("--reps");
@@ -26,8 +26,8 @@ cuda.write(nw, chunk.subarray(0, 4096).map((v) => 1 + v));
 const xr = cuda.alloc([1, 4096]), att = cuda.alloc([1, 4096]), h = cuda.alloc([1, 14336]), qkv = cuda.alloc([1, 6144]);
 cuda.write(xr, chunk.subarray(0, 4096));
 cuda.write(att, chunk.subarray(4096, 8192));
-for (const ring of [128, 0] as const) {
-  cuda.setDecodeTuning({ gemvStream: ring });
+for (const major of [null, 8] as const) {
+  cuda.setPlanMajor(major === null ? null : Math.min(major, cuda.device.major));
   using t = cuda.timer();
   t.mark();
   for (let r = 0; r < reps; r++) {
@@ -37,6 +37,6 @@ for (const ring of [128, 0] as const) {
     cuda.matvec(qkv, xr, wqkv, { normWeight: nw, normEps: 1e-5 });
   }
   t.mark();
-  console.log(`gemvStream ${ring}: ${((t.ms() / reps) * 1e3).toFixed(1)} µs a layer's four GEMVs (eager launches)`);
+  console.log(`plan for sm_${major ?? cuda.device.major}x: ${((t.ms() / reps) * 1e3).toFixed(1)} µs a layer's four GEMVs (eager launches)`);
 }
 cuda.close();

@@ -5,17 +5,18 @@
  *   bun bench.js [--contexts 2048,8192,32768] [--steps 32] [--preset llama-3.1-8b] [--prefill-block 8192]
  *                [--diag off] [--variants 2,3]  (skip the kernel diagnostics; run only those first-context variants)
  *                [--variant-contexts all]  (run the variants at every context, not only the first)
- * The first context runs in several variants (graphs off, no fusions, the decode-tuning
- * switches); the rest: the defaults.
+ * The first context runs in several variants (graphs off, no fusions, the host round trip, an
+ * sm_80 plan's one-warp GEMV); the rest: the defaults.
  */
 import { loadModel, presetConfig, type Backend, type MatvecFusion } from "@hybridgen/core";
-import { CudaBackend, createCudaBackend, describeCudaAvailability, cudaAvailability, type DecodeTuning } from "../src/index.js";
-import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
-import { dummyFiles, llamaBf16Sizes } from "./models.js";
+import { CudaBackend, createCudaBackend, describeCudaAvailability, cudaAvailability } from "@hybridgen/kernels-cuda";
+import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
+import { dummyFiles } from "../dummy-files.js";
+import { llamaBf16Sizes } from "../models.js";
 import { inGraphUs } from "./in-graph.js";
 import { writeRepeating } from "./fill.js";
 import { layerGemvs } from "./layer-gemvs.js";
-import { arg } from "./args.js";
+import { arg } from "../args.js";
 
 const contexts = arg("contexts", "2048,8192,32768").split(",").map(Number);
 const prefillBlock = Number(arg("prefill-block", "8192"));
@@ -119,26 +120,15 @@ if (arg("diag", "on") !== "off") {
   }
   // The decode kernels as a step graph runs them: 32 launches (one per layer, each on its own
   // weights or K/V, so L2 holds none of it) recorded and replayed; µs per launch including the
-  // boundary to the next one, with each decode-tuning choice.
+  // boundary to the next one, as this device's plan picks the kernels and as an sm_80 plan would.
   {
-    const tunings: [string, Partial<DecodeTuning>][] = [
-      ["default", {}],
-      ["attention 2 rows a round", { attnUnroll: 2 }],
-      ["clustered attention", { attnCluster: true }],
-      ["8 KB slots everywhere", { gemvSlotKb: 8 }],
-      ["16 KB slots everywhere", { gemvSlotKb: 16 }],
-      ["ring 192 KB", { gemvStream: 192 }],
-      ["norm apart (gemvNormFold off)", { gemvNormFold: false }],
-      ["gemvFillRing off", { gemvFillRing: false }],
-      ["attention's FMA block (attnMma 0)", { attnMma: 0 }],
-    ];
-    const saved = cuda.decodeTuning;
+    const tunings: [string, number | null][] = [["this device's plan", null], ["sm_80 plan (one-warp GEMV)", Math.min(8, cuda.device.major)]];
     const L = 32, reps = 10;
     const inGraph = (key: string, body: (l: number) => void): number => inGraphUs(cuda, key, body, L, reps);
     const cells = (name: string, bytes: number, body: (l: number) => void) => {
       const out: string[] = [];
       for (const [tn, tu] of tunings) {
-        cuda.setDecodeTuning({ ...saved, ...tu });
+        cuda.setPlanMajor(tu);
         const us = inGraph(`diag-${name}`, body);
         out.push(`${tn} ${us.toFixed(1)} µs (${(bytes / (us / 1e6) / 1e12).toFixed(2)} TB/s)`);
       }
@@ -170,8 +160,8 @@ if (arg("diag", "on") !== "off") {
       const out: string[] = [];
       const savedFuse = cuda.matvecFusion;
       for (const [tn, tu] of tunings) {
-        cuda.setDecodeTuning({ ...saved, ...tu });
-        cuda.setMatvecFusion(tu.gemvStream ? { norm: true, siluMul: true, accumulate: true } : CudaBackend.DEFAULT_MATVEC_FUSION);
+        cuda.setPlanMajor(tu);
+        cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
         const us = inGraph("diag-layer-gemvs", (l) => layer.run(l));
         out.push(`${tn} ${us.toFixed(1)} µs (${(layer.bytes / (us / 1e6) / 1e12).toFixed(2)} TB/s)`);
       }
@@ -205,7 +195,7 @@ if (arg("diag", "on") !== "off") {
       cells(`rmsNorm 4096`, 4096 * 8, () => cuda.rmsNorm(o, xg4, nw, 1, 1e-5));
       for (const t of [...kv, q, o, nw]) cuda.free(t);
     }
-    cuda.setDecodeTuning(saved);
+    cuda.setPlanMajor(null);
     for (const t of [xg4, xg, yg]) cuda.free(t);
   }
   cuda.free(x4);
@@ -250,134 +240,18 @@ function hide(name: "matvec" | "attnCausal", hidden: boolean): void {
   if (hidden) Object.defineProperty(cuda, name, { value: undefined, configurable: true, writable: true });
   else delete (cuda as unknown as Record<string, unknown>)[name];
 }
-interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean; fuse?: { norm: boolean; siluMul: boolean; accumulate: boolean }; tuning?: Partial<DecodeTuning>; fed?: boolean }
-const DEFAULT_TUNING = cuda.decodeTuning;
+interface Variant { name: string; graphs: boolean; matvec: boolean; splitK: boolean; planMajor?: number; fed?: boolean }
 const ALL: Variant = {
-  name: `default (${DEFAULT_TUNING.gemvStream ? `weight-stream GEMV ${DEFAULT_TUNING.gemvStream} KB, norm in it` : "one-warp GEMV, norm apart"}, split-K attention, fed on the device as generate runs it)`,
+  name: `default (the kernels planned for sm_${cuda.device.major}x, split-K attention, fed on the device as generate runs it)`,
   graphs: true, matvec: true, splitK: true, fed: true,
 };
-const NORM_IN: Variant["fuse"] = { norm: true, siluMul: true, accumulate: true };
-// The third pass's fusion variants are in DEVICE-NOTES.md; these compare the later passes' switches.
-// undefined: a variant of a switch that measured slower and is gone (programmatic launch, the k-split
-// GEMV, RoPE folded into it: DEVICE-NOTES.md, sixth pass, pruning; the split-K attention's last-block
-// merge, longer chunks and cp.async stages: sixth pass, decode attention); the hole keeps the indices.
-const allVariants: (Variant | undefined)[] = [
-  { name: "no fusions (second pass)", graphs: true, matvec: false, splitK: false },
+// The default against: core's fast paths off (matvec, split-K attention), graphs off, the host round
+// trip per token, and the one-warp GEMV an sm_80 plan picks.
+const allVariants: Variant[] = [
+  { name: "no fusions (core's matvec and split-K attention off)", graphs: true, matvec: false, splitK: false },
   { name: "default, graphs off", graphs: false, matvec: true, splitK: true },
-  { name: "default, attention 2 rows a round", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 2 } },
-  undefined, // 3: PDL on
-  { name: "default, attention 4 rows a round", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 4 } },
-  undefined, // 5: PDL on, attention 4 rows a round
-  undefined, // 6: norm in the GEMV, PDL on
-  // fifth pass (DEVICE-NOTES.md): switches off by default, from index 7
-  undefined, // 7: attention, last block merges (gone: sixth pass, decode attention)
-  undefined, // 8: attention chunks of >= 128 tokens
-  undefined, // 9: last block merges, chunks of >= 256 tokens
-  undefined, // 10–14: the k-split GEMV (auto; 4 warps; auto, 8 loads a lane; 8 warps; 2 warps)
-  undefined,
-  undefined,
-  undefined,
-  undefined,
-  undefined, // 15: GEMV split + attention last block merges
-  undefined, // 16: 15 + PDL
-  undefined, // 17: GEMV split, norm folded into its epilogue
-  undefined, // 18: 17 + attention last block merges
-  undefined, // 19: last block merges, 4 rows a round
-  undefined, // 20: attention K/V by cp.async (3 shared-memory stages)
-  undefined, // 21: cp.async stages + last block merges
-  undefined, // 22: all fifth-pass switches (GEMV split, norm folded in, attention cp.async + last block merges)
-  undefined, // 23: GEMV split + RoPE in the qkv GEMV's epilogue
-  undefined, // 24: 22 + RoPE in the qkv GEMV
-  // sixth pass, from index 25: the GEMV as a bulk-copy weight stream (gemv_stream.cu)
-  { name: "GEMV stream, ring 192 KB, norm in the kernel", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 192 } },
-  { name: "GEMV stream, ring 128 KB, norm in the kernel", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128 } },
-  { name: "GEMV stream, ring 64 KB, norm in the kernel", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 64 } },
-  { name: "GEMV stream, ring 192 KB, norm apart", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 192 } },
-  { name: "GEMV stream, ring 192 KB, norm in the kernel, graphs off", graphs: false, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 192 } },
-  { name: "(index 30: merged stream GEMVs, removed: slower, DEVICE-NOTES.md sixth pass) default", graphs: true, matvec: true, splitK: true },
-  // from index 31: greedy decode fed on the device (each step launched before the host reads its token)
-  { name: "default, fed on the device", graphs: true, matvec: true, splitK: true, fed: true },
-  { name: "GEMV stream, ring 128 KB, norm in the kernel, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128 }, fed: true },
-  { name: "GEMV stream, ring 192 KB, norm in the kernel, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 192 }, fed: true },
-  { name: "attention clustered (attnCluster), fed on the device", graphs: true, matvec: true, splitK: true, tuning: { attnCluster: true }, fed: true },
-  { name: "GEMV stream 128 KB + attention clustered, fed on the device", graphs: true, matvec: true, splitK: true, fuse: NORM_IN, tuning: { gemvStream: 128, attnCluster: true }, fed: true },
-  // index 36, 37: the default with the host round trip per token; the fifth pass's default (one-warp GEMV)
   { name: "default, host round trip per token (step, then argmax read back)", graphs: true, matvec: true, splitK: true },
-  { name: "one-warp GEMV, norm apart (the fifth pass's default), fed on the device", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 0 }, fed: true },  // index 38: split-K attention with 4 token rows a lane per round (32K in a graph: 73.8 vs 83.0 µs a layer); 39: 2 rows
-  { name: "split-K attention 4 rows a round, fed", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 4 }, fed: true },
-  { name: "split-K attention 2 rows a round (the default until the sixth pass's final call), fed", graphs: true, matvec: true, splitK: true, tuning: { attnUnroll: 2 }, fed: true },
-  // seventh pass, indices 40–44 (removed: no gain, DEVICE-NOTES.md seventh pass): the qkv weight stream
-  // prefetching o_proj's weights into L2 (50 / 75 / 90% of L2), the split-K attention with a lane a token
-  undefined,
-  undefined,
-  undefined,
-  undefined,
-  undefined,
-  undefined, // 45: RoPE and the K/V append folded into the split-K attention (attnFold; removed: slower)
-  // index 46: the split-K attention's kernels launched programmatically (attnPdl 1); 47: plain launches; 48: the default since the seventh pass
-  { name: "split-K attention launched programmatically (attnPdl 1), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 1 }, fed: true },
-  { name: "split-K attention, plain launches (attnPdl off, the default until the seventh pass), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 0 }, fed: true },
-  // index 48: RoPE and the K/V append launched programmatically too (attnPdl 2, the default)
-  { name: "RoPE, K/V append and split-K attention launched programmatically (attnPdl 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnPdl: 2 }, fed: true },
-  // index 49: a round's token rows one at a time into the softmax (attnGroup off: the default until the eighth pass)
-  { name: "split-K attention, rows one at a time (attnGroup off), fed", graphs: true, matvec: true, splitK: true, tuning: { attnGroup: false }, fed: true },
-  // eighth pass, 50–62 (removed after the ninth pass's call 1, DEVICE-NOTES.md): gemvChain, gemvXPass,
-  // gemvSiluSplit, gemvSlot16, gemvL2Ahead, attnOverlap and their combinations
-  ...Array<undefined>(13).fill(undefined),
-  // ninth pass, 63: 8 KB slots everywhere (the default until the ninth pass); 64: 16 KB everywhere
-  { name: "stream GEMV 8 KB slots everywhere (gemvSlotKb 8), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlotKb: 8 }, fed: true },
-  { name: "stream GEMV 16 KB slots everywhere (gemvSlotKb 16), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvSlotKb: 16 }, fed: true },
-  // 65–67 (removed after the ninth pass's call 5): gemvDynamic (slower), gemvStage (now always on), both
-  ...Array<undefined>(3).fill(undefined),
-  // 68: the stream's ring of 192 KB (qkv / o_proj 3 slots a warp of 8 KB; gate/up and down stay at one of 16 KB); 69: 64 KB
-  { name: "stream GEMV ring 192 KB, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 192 }, fed: true },
-  { name: "stream GEMV ring 64 KB, fed", graphs: true, matvec: true, splitK: true, tuning: { gemvStream: 64 }, fed: true },
-  // 70 (removed after the ninth pass's call 7): gemvDynamic's second form, slower
-  undefined,
-  // tenth pass, 71–76 (removed after its call 1): attnEarly (the split-K attention's first round
-  // before its wait, the append folded in), attnMergeOnce, combinations
-  ...Array<undefined>(6).fill(undefined),
-  // 77: the norm's scale apart from the dot products (gemvNormFold off, the default until the tenth pass)
-  { name: "stream GEMV norm apart from the dot products (gemvNormFold off), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvNormFold: false }, fed: true },
-  // 78–81 (removed after the tenth pass's call 2): attnL2Next, gemvIdleL2, combinations; 82–83
-  // (removed after its call 4): gemvBalance 1 and 2 (the last rows handed out at run time)
-  ...Array<undefined>(6).fill(undefined),
-  // 84: 7 KB slots filling shared memory for long plain rows (gemvFillRing: 8B's down)
-  { name: "stream GEMV without 7 KB slots for long plain rows (gemvFillRing off, the default until the tenth pass), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvFillRing: false }, fed: true },
-  // eleventh pass, 85: the split-K attention's FMA block (attnMma 0, the default until the eleventh pass); 86: tensor cores with twice the splits (attnMma 2)
-  { name: "split-K attention, FMA block (attnMma 0), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 0 }, fed: true },
-  { name: "split-K attention on tensor cores, twice the splits (attnMma 2), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 2 }, fed: true },
-  // 87: the K/V append apart from the RoPE kernel (ropeAppend off, the default until the eleventh pass)
-  { name: "K/V append apart from the RoPE kernel (ropeAppend off), fed", graphs: true, matvec: true, splitK: true, tuning: { ropeAppend: false }, fed: true },
-  // 88–89 (removed after the eleventh pass's call 2): the merge with 32 loads in flight (attnMergeLoads), with ropeAppend
-  ...Array<undefined>(2).fill(undefined),
-  // 90–91 (removed after the eleventh pass's call 3): the tensor-core attention's last block merging (attnMergeLast), with ropeAppend
-  ...Array<undefined>(2).fill(undefined),
-  // 92: the tensor-core attention without its tile loaded ahead (attnMma 1)
-  { name: "tensor-core attention, no tile ahead (attnMma 1), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 1 }, fed: true },
-  // 93: a tile ahead with the FMA block's splits (attnMma 3, the default in the eleventh pass's calls 4–5)
-  { name: "tensor-core attention, a tile ahead, 4 blocks' worth of splits an SM (attnMma 3), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 3 }, fed: true },
-  // twelfth pass, removed after its calls 1–5 (DEVICE-NOTES.md): 94 attnMma 3's grid with 4's chunks (attnMma 5); 95 RoPE and
-  // the K/V append inside the qkv stream GEMV (gemvRope); 96–98 the attention leaving room for o_proj's stream (attnMma 6–8)
-  ...Array<undefined>(5).fill(undefined),
-  // 99: the argmax kernel one float at a time (argmaxVec off, the default until the twelfth pass)
-  { name: "greedy pick one float at a time (argmaxVec off), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxVec: false }, fed: true },
-  // 100: the tile-ahead attention with one wave of blocks (attnMma 4, the default in the eleventh pass's calls 6–7 and the twelfth's 1–6)
-  { name: "tensor-core attention, a tile ahead, one wave of blocks (attnMma 4), fed", graphs: true, matvec: true, splitK: true, tuning: { attnMma: 4 }, fed: true },
-  // thirteenth pass, 101: the greedy pick over all SMs (argmaxSplit); 102: its 4-byte copy on a side stream (feedSide); 103: both (the default since)
-  { name: "greedy pick over all SMs (argmaxSplit), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxSplit: true }, fed: true },
-  { name: "the pick's copy on a side stream (feedSide), fed", graphs: true, matvec: true, splitK: true, tuning: { feedSide: true }, fed: true },
-  { name: "argmaxSplit + feedSide, fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxSplit: true, feedSide: true }, fed: true },
-  // 104: both off (the default until the thirteenth pass)
-  { name: "pick in one block, its copy on the compute stream (argmaxSplit, feedSide off), fed", graphs: true, matvec: true, splitK: true, tuning: { argmaxSplit: false, feedSide: false }, fed: true },
-  // 105–107 (removed after the thirteenth pass's call 7: slower): o_proj's weights prefetched into L2 by the RoPE + append kernel, 25 / 50 / 100% (l2Ahead)
-  ...Array<undefined>(3).fill(undefined),
-  // 108 (removed after the thirteenth pass's call 9: slower): o_proj's stream in a 32 KB ring, gate/up's block resident beside it (gemvPair)
-  undefined,
-  // 109: stream GEMV grids that split the rows evenly (gemvGrid: 128 blocks for 8B on 132 SMs; the default since)
-  { name: "stream GEMV grids splitting the rows evenly (gemvGrid), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvGrid: true }, fed: true },
-  // 110: one stream block an SM (gemvGrid off, the default until the thirteenth pass)
-  { name: "one stream GEMV block an SM (gemvGrid off), fed", graphs: true, matvec: true, splitK: true, tuning: { gemvGrid: false }, fed: true },
+  { name: "one-warp GEMV (an sm_80 plan), fed on the device", graphs: true, matvec: true, splitK: true, planMajor: Math.min(8, cuda.device.major), fed: true },
 ];
 // --variants 2,3: only those (indices into allVariants); the default is always run last.
 const picked = arg("variants", "");
@@ -388,8 +262,8 @@ for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 || arg("variant-conte
   const graphs = v.graphs;
   cuda.setCudaGraphs(graphs);
   hide("matvec", !v.matvec);
-  cuda.setMatvecFusion(v.fuse ?? CudaBackend.DEFAULT_MATVEC_FUSION);
-  cuda.setDecodeTuning({ ...DEFAULT_TUNING, ...v.tuning });
+  cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
+  cuda.setPlanMajor(v.planMajor ?? null);
   hide("attnCausal", false); // prefill always through attnCausal
   model.reset();
   const prompt = Int32Array.from({ length: ctx }, (_, i) => (i * 7919 + 13) % vocab);

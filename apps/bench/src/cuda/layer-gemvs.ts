@@ -4,7 +4,7 @@
  * bf16 weights so L2 holds none of them; shared by bench.ts (the in-graph row) and trace-bench.ts.
  */
 import type { Tensor } from "@hybridgen/core";
-import type { CudaBackend } from "../src/index.js";
+import type { CudaBackend } from "@hybridgen/kernels-cuda";
 import { writeRepeating } from "./fill.js";
 
 export const LAYER_GEMV_SHAPES: readonly [number, number][] = [[4096, 4096], [28672, 4096], [4096, 14336], [6144, 4096]];

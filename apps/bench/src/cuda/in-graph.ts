@@ -3,7 +3,7 @@
  * on its own weights or K/V, so L2 holds none of it), replayed `reps` times after two warm-up
  * steps (capture, first replay); includes each launch's boundary to the next. Shared by the benches.
  */
-import type { CudaBackend } from "../src/index.js";
+import type { CudaBackend } from "@hybridgen/kernels-cuda";
 
 export function inGraphUs(cuda: CudaBackend, key: string, body: (l: number) => void, layers = 32, reps = 10): number {
   const once = () => {

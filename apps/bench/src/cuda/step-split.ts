@@ -1,32 +1,26 @@
 /**
  * Where a greedy decode step fed on the device spends its time (preset:llama-3.1-8b, dummy bf16
- * weights, bf16 KV, batch 1), per decode-tuning variant:
+ * weights, bf16 KV, batch 1):
  *   - wall ms/token of the fed loop as bench.ts times it (no events in the stream);
  *   - the same loop with CUDA events around each part, read after the loop (nothing waits in it):
  *     "step" = the blob upload + the step's graph, "pick" = the greedy pick and what it queues on
  *     the compute stream; step + pick against the wall clock says how long the device idles;
  *   - norm + lm_head alone in a graph (4 launches on 4 copies of the head, so L2 holds none).
- * The variants run twice, the second time in reverse order. Usage:
- *   bun step-split.js [--contexts 2048,8192] [--steps 64] [--variants default,argmaxSplit,feedSide,both]
+ * Usage:
+ *   bun step-split.js [--contexts 2048,8192] [--steps 64]
  */
 import { loadModel, presetConfig } from "@hybridgen/core";
-import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaTimer, type DecodeTuning } from "../src/index.js";
-import { createNativeRandomFill } from "../../kernels-cpu/src/index.js";
-import { dummyFiles, llamaBf16Sizes } from "./models.js";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaTimer } from "@hybridgen/kernels-cuda";
+import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
+import { dummyFiles } from "../dummy-files.js";
+import { llamaBf16Sizes } from "../models.js";
 import { inGraphUs } from "./in-graph.js";
 import { writeRepeating } from "./fill.js";
-import { arg } from "./args.js";
+import { arg } from "../args.js";
 
 const contexts = arg("contexts", "2048,8192").split(",").map(Number);
 const steps = Number(arg("steps", "64"));
 const preset = "llama-3.1-8b";
-const VARIANTS: Record<string, Partial<DecodeTuning>> = {
-  default: {},
-  argmaxSplit: { argmaxSplit: true },
-  feedSide: { feedSide: true },
-  both: { argmaxSplit: true, feedSide: true },
-};
-const names = arg("variants", Object.keys(VARIANTS).join(",")).split(",");
 
 const a = cudaAvailability();
 console.log(describeCudaAvailability(a));
@@ -58,13 +52,11 @@ for (let i = 0; i < chunk.length; i++) chunk[i] = Math.sin(i * 12.9898) * 0.05;
 const maxContext = Math.max(...contexts) + 2 * steps + 8;
 using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
 using model = loadModel(files, cuda, { maxContext, kvDtype: "bf16" });
-const base = cuda.decodeTuning;
-const rows = ["| context | variant | wall ms/token | floor ms | with events: wall | step (upload + graph) | pick | device idle |", "| --- | --- | --- | --- | --- | --- | --- | --- |"];
+const rows = ["| context | run | wall ms/token | floor ms | with events: wall | step (upload + graph) | pick | device idle |", "| --- | --- | --- | --- | --- | --- | --- | --- |"];
 const timers = (n: number): CudaTimer[] => Array.from({ length: n }, () => cuda.timer());
 
 for (const ctx of contexts) {
-  for (const name of [...names, ...[...names].reverse()]) {
-    cuda.setDecodeTuning({ ...base, ...VARIANTS[name] });
+  for (const name of ["first", "second"]) {
     model.reset();
     model.step(Int32Array.from({ length: ctx }, (_, i) => (i * 7919 + 13) % vocab), 0);
     model.argmaxLogits();

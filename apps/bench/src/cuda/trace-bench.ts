@@ -1,5 +1,5 @@
 /**
- * Where a decode layer's weight stream stops (a device study, eighth pass): per-block timestamps
+ * Where a decode layer's weight stream stops: per-block timestamps
  * (%globaltimer) of the stream GEMVs' events, from a library built with -DHG_TRACE
  * (native/trace.cuh), for one replayed step graph of 8 layers in the 8B shapes — o_proj +=,
  * norm + gate/up, down +=, norm + qkv, then split-K attention over 2 048 tokens — as single
@@ -7,14 +7,14 @@
  * earliest / median / latest block in µs from the step's first event, the step's µs a layer, and
  * the DRAM-idle estimate (gaps between one GEMV's last landed slot and the next one's first).
  * Usage: HYBRIDGEN_KERNELS_CUDA_LIB=<trace build> bun trace-bench.js [--layers 8] [--no-attn]
- *          [--tuning '{"gemvSlotKb":8}']   (decode switches; the trace build is
- *          `node scripts/build-native.mjs --trace` → lib/libhgcuda-trace.so)
+ *   (the trace build: `node scripts/build-native.mjs --trace` in packages/kernels-cuda →
+ *   lib/libhgcuda-trace.so)
  */
 import { dlopen, FFIType, ptr } from "bun:ffi";
-import { createCudaBackend, cudaAvailability, describeCudaAvailability, type DecodeTuning } from "../src/index.js";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "@hybridgen/kernels-cuda";
 import { writeRepeating } from "./fill.js";
 import { LAYER_GEMV_NAMES, layerGemvs } from "./layer-gemvs.js";
-import { arg } from "./args.js";
+import { arg } from "../args.js";
 
 const a = cudaAvailability();
 console.log(describeCudaAvailability(a));
@@ -24,7 +24,6 @@ const lib = dlopen(process.env.HYBRIDGEN_KERNELS_CUDA_LIB ?? "", {
   hg_trace_read: { args: [FFIType.ptr, FFIType.i32], returns: FFIType.i32 },
 });
 const L = Number(arg("layers", "8")), withAttn = !process.argv.includes("--no-attn");
-const tuning = JSON.parse(arg("tuning", "{}")) as Partial<DecodeTuning>;
 const cuda = createCudaBackend({ arenaBytes: 12 * 2 ** 30 });
 const chunk = Float32Array.from({ length: 1 << 20 }, (_, i) => Math.sin(i * 0.37) * 0.02);
 const layer = layerGemvs(cuda, chunk, L);
@@ -53,7 +52,6 @@ const EVENTS = ["block in", "1st copy", "ring issued", "last copy", "x readable"
 const REC = 24;  // bytes: t u64, tag ptr, block i32, ev i32 (native/trace.cuh's TraceRec)
 const buf = new ArrayBuffer(REC * (1 << 20));
 {
-  cuda.setDecodeTuning(tuning);
   step();
   step();
   using t = cuda.timer();
@@ -101,7 +99,7 @@ const buf = new ArrayBuffer(REC * (1 << 20));
     l.push(Number(r.t - t0) / 1e3);
   }
   const order = [...byTag.entries()].sort((x, y) => Math.min(...x[1].get(0) ?? x[1].get(1) ?? [Infinity]) - Math.min(...y[1].get(0) ?? y[1].get(1) ?? [Infinity]));
-  console.log(`\n## single launches${withAttn ? ", attention 2K after qkv" : ""} ${JSON.stringify(tuning)}: ${usLayer.toFixed(1)} µs a layer in a graph (the traced step: ${traceUs.toFixed(1)}); ${recs.length} events, timer steps ≥ ${res} ns`);
+  console.log(`\n## single launches${withAttn ? ", attention 2K after qkv" : ""}: ${usLayer.toFixed(1)} µs a layer in a graph (the traced step: ${traceUs.toFixed(1)}); ${recs.length} events, timer steps ≥ ${res} ns`);
   console.log(`| GEMV | ${EVENTS.join(" | ")} |\n| --- |${EVENTS.map(() => " --- |").join("")}`);
   const cell = (v?: number[]) => {
     if (!v || !v.length) return "";

@@ -5,7 +5,7 @@
  *     [--ks 256,1024] [--modes exact,speculative] [--thread-variants 16,14] [--spin-us 0] [--spin-variants 200]
  *     [--probe-threads 16,15,14] [--block-variant 4096] [--skip-full] [--skip-bench]
  *
- * Checks (stories15M shape, random f32 weights, f32 KV; the CLI's attachHybrid composes it):
+ * Checks (stories15M shape, random f32 weights, f32 KV; @hybridgen/runtime's createHybridAttention composes it):
  *   1. selector "all" + exact logits on CUDA equals full attention on CUDA within 1e-5 (relative
  *      to the largest logit) at every step, the same tokens fed to both;
  *   2. top-K greedy tokens on CUDA equal the CPU backend's hybrid run (exact and speculative);
@@ -28,18 +28,18 @@
  * bandwidth of the copy path.
  */
 import {
-  HybridAttention, loadModel, presetConfig, type Backend, type CausalLM, type CpuStageJob, type LogitsMode, type Tensor,
+  HybridAttention, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LogitsMode, type Tensor,
 } from "@hybridgen/core";
-import { createSelector } from "../../selectors/src/index.js";
-import { FixedScheduler } from "../../scheduler/src/index.js";
+import { createSelector } from "@hybridgen/selectors";
+import { FixedScheduler } from "@hybridgen/scheduler";
+import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
-import { createCpuBackend, createNativeRandomFill, NativeCpuStage } from "../../kernels-cpu/dist/index.js"; // the dist the CLI code uses too (one CpuBackend class)
-import { attachHybrid, HybridCliOptionsSchema } from "../../../apps/cli/src/hybrid-options.js";
-import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type CudaHostLink } from "../src/index.js";
-import { dummyFiles, STORIES15M_SHAPE } from "./models.js";
-import { relError } from "../../core/test/parity/run-parity.js";
-import { arg } from "./args.js";
+import { createCpuBackend, createNativeRandomFill, NativeCpuStage } from "@hybridgen/kernels-cpu";
+import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type CudaHostLink } from "@hybridgen/kernels-cuda";
+import { dummyFiles } from "../dummy-files.js";
+import { STORIES15M_SHAPE } from "../models.js";
+import { arg } from "../args.js";
 
 const context = Number(arg("context", "32768"));
 const steps = Number(arg("steps", "32"));
@@ -74,13 +74,15 @@ const SMALL_SHAPE = { ...STORIES15M_SHAPE, max_position_embeddings: 4096 };
 const prompt = Int32Array.from({ length: PROMPT }, (_, i) => (i * 7919 + 11) % 32000);
 
 interface HybridRun { logits: Float32Array[]; tokens: number[]; summary: string }
+/** A hybrid run of the checks: the device window (sinks included), its sinks, and the runtime's options. */
+type SmallHybrid = HybridRuntimeOptions & { gpuKvBudget: number; sinkTokens: number };
 
 /** Prompt then greedy steps (or the given tokens), logits of every forward. */
-async function runSmall(be: Backend, hybrid: Record<string, unknown> | null, feed?: number[], prefillBlock = 64): Promise<HybridRun> {
+async function runSmall(be: Backend, hybrid: SmallHybrid | null, feed?: number[], prefillBlock = 64): Promise<HybridRun> {
   using files = dummyFiles(SMALL_SHAPE, "f32", 7);
-  const h = HybridCliOptionsSchema.parse(hybrid ?? {});
-  using model = loadModel(files, be, { maxContext: SMALL_CONTEXT, prefillBlock, ...(hybrid ? { kvWindow: h.gpuKvBudget!, kvSinks: h.sinkTokens } : {}) });
-  using ha = await attachHybrid(model, be, h);
+  using model = loadModel(files, be, { maxContext: SMALL_CONTEXT, prefillBlock, ...(hybrid ? { gpuKvBudget: hybrid.gpuKvBudget, sinkTokens: hybrid.sinkTokens } : {}) });
+  const { gpuKvBudget: _b, sinkTokens: _s, ...runtime } = hybrid ?? { gpuKvBudget: 0, sinkTokens: 0 };
+  using ha = hybrid ? await createHybridAttention(model, be, runtime) : null;
   if (ha && be.hostTransfers) {
     console.log(`  host link regions: ${JSON.stringify((be.hostTransfers() as CudaHostLink).pinCounts())}`);
     check(model.cache.storeInHost && model.cache.storeK.length + model.cache.storeV.length === 0, "the store is host-only: no device store tensors");
@@ -105,7 +107,7 @@ function argmax(x: Float32Array): number {
 {
   using cuda = createCudaBackend({ arenaBytes: 2 ** 32 });
   using cpu = createCpuBackend({ threads: 4 });
-  const base = { attention: "hybrid", gpuKvBudget: 32, sinkTokens: 4, cpuStageThreads: 4, scheduler: "fixed" };
+  const base: SmallHybrid = { gpuKvBudget: 32, sinkTokens: 4, cpuStageThreads: 4, scheduler: "fixed" };
   const attempt = async (what: string, f: () => Promise<void>) => {
     try {
       await f();
@@ -224,7 +226,7 @@ console.log(thp());
   using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), "preset:llama-3.1-8b");
   // The whole prompt in one block: sinks + ring stay one run of slots, so it prefills by attnCausal.
   const before = cuda.memory().usedBytes;
-  using model = loadModel(files, cuda, { maxContext, prefillBlock: context, kvDtype: "bf16", kvWindow: window, kvSinks: sinks });
+  using model = loadModel(files, cuda, { maxContext, prefillBlock: context, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
   const withStore = cuda.memory().usedBytes;
   const host = createCpuBackend({ threads: 1 });
   model.cache.attachHostStore(host, link, true);
@@ -326,7 +328,7 @@ if (blockVariant > 0) {
     let t0 = performance.now();
     using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), "preset:llama-3.1-8b");
     const before = cuda.memory().usedBytes;
-    using model = loadModel(files, cuda, { maxContext, prefillBlock: blockVariant, kvDtype: "bf16", kvWindow: window, kvSinks: sinks });
+    using model = loadModel(files, cuda, { maxContext, prefillBlock: blockVariant, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
     const host = createCpuBackend({ threads: 1 });
     model.cache.attachHostStore(host, link, true);
     const c = model.cache;
