@@ -1,0 +1,26 @@
+#!/bin/sh
+# One device call: the baselines' parity on CUDA (flexgen, moe-lightning, all-tokens against full
+# attention; the selective ones run), then `hybridgen bench` with every configuration, results
+# under $OUT/bench (bench.json, the tables, Figs. 15/16/17/21 as SVG). Prepare on the dev machine:
+#   sh ../shared/device/stage-bun.sh && (cd packages/kernels-cpu && bun run build) && (cd packages/kernels-cuda && bun run build)
+#   bun build --target=bun --external 'bun:*' apps/cli/src/hybridgen.ts --outfile .device/hybridgen.js
+#   bun build --target=bun --external 'bun:*' apps/bench/src/baseline-parity.ts --outfile .device/baseline-parity.js
+# and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"].
+# MODELS, CONTEXTS, BATCHES, STEPS, BUDGET (--gpu-kv-budget), K and BENCH_ARGS override the bench.
+set -u
+mkdir -p /tmp/bunbin && xz -dc .device/bun.xz > /tmp/bunbin/bun && chmod +x /tmp/bunbin/bun
+export PATH=/tmp/bunbin:$PATH LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export HYBRIDGEN_KERNELS_CPU_LIB="$PWD/packages/kernels-cpu/lib/libhgcpu.so" HYBRIDGEN_KERNELS_CUDA_LIB="$PWD/packages/kernels-cuda/lib/libhgcuda.so"
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT/bench"
+nvidia-smi --query-gpu=name,serial,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/gpu.txt"
+if [ "${SKIP_PARITY:-0}" != 1 ]; then
+  timeout "${CHECK_S:-150}" bun .device/baseline-parity.js --backend cuda --preset "${PARITY_PRESET:-llama-3.2-1b}" > "$OUT/parity.log" 2>&1
+  echo "parity exit $?"; cat "$OUT/parity.log" | cut -c1-220
+fi
+timeout "${BENCH_S:-400}" bun .device/hybridgen.js bench --device cuda --dummy-weights \
+  --model "${MODELS:-preset:llama-3.1-8b}" --contexts "${CONTEXTS:-2048,8192,32768}" --batch "${BATCHES:-1,4,16}" \
+  --steps "${STEPS:-24}" --warmup 4 --gpu-kv-budget "${BUDGET:-1024}" --sink-tokens 4 --k "${K:-256}" \
+  --out "$OUT/bench" ${BENCH_ARGS:-} > "$OUT/bench/tables.md" 2> "$OUT/bench/progress.log"
+echo "bench exit $?"; cat "$OUT/bench/tables.md"; tail -5 "$OUT/bench/progress.log"
