@@ -102,6 +102,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private cacheRewinds = -1;
   private discardTimes = true; // the device's first timed step drops what prefill recorded
   private inFlight = false; // a stage job was submitted and not yet collected
+  /** A layer whose stage submission waits until the device work before it has been issued (-1: none). */
+  private deferred = -1;
   /** Whether the backend records segments (set when the store is in host memory and no scores are read back). */
   private readonly segments: boolean;
   private segmentOpen = false;
@@ -189,6 +191,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
   beginStep(pos: number): void {
     this.checkOpen();
     this.closeSegment();
+    this.deferred = -1;
     this.drain();
     // A checkpoint restored under a live hybrid attention: selector states describe another store.
     if (this.attention.cache.rewinds !== this.cacheRewinds) this.newSequence();
@@ -279,6 +282,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
    */
   private attendStaged(d: DeviceStaging, layer: number, q: Tensor, out: Tensor): void {
     this.closeSegment();
+    this.submitDeferred();
     const slot = (layer & 1) as 0 | 1, scores = d.scores[slot];
     if (!this.ahead[layer]) {
       d.queryToHost(slot, q);
@@ -289,7 +293,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
     d.pause();
     this.collect(layer);
     d.resume();
-    this.submitNext(layer);
+    // The next layer's selection runs on this thread: when the layer after it projects its q̃,
+    // submit then, so the selection overlaps the device work issued up to that point.
+    if (layer + 2 < this.layers && this.ahead[layer + 1] && this.ahead[layer + 2]) this.deferred = layer + 1;
+    else this.submitNext(layer);
     const outp = this.stage.output(slot), rescore = this.rescore[layer];
     const up = kmax > 0 ? d.upload(slot, kmax, this.attention.cache.storeStart, rescore) : null;
     if (rescore && up) this.verifiedLogits(scores, q, up.keys, outp.counts, kmax);
@@ -309,6 +316,13 @@ export class HybridAttention implements DecodeAttention, Disposable {
     if (!this.segmentOpen) return;
     this.segmentOpen = false;
     this.attention.backend.endStep!();
+  }
+
+  private submitDeferred(): void {
+    if (this.deferred < 0) return;
+    const layer = this.deferred;
+    this.deferred = -1;
+    this.submit(layer);
   }
 
   /** After layer l is collected: the next layer's stage goes ahead now when it runs on q̃. */
@@ -439,6 +453,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.projector.projectQuery(layer, x, this.pos, this.specQ);
     if (this.device) {
       this.closeSegment();
+      this.submitDeferred();
       this.device.queryToHost((layer & 1) as 0 | 1, this.specQ);
       return;
     }
