@@ -8,6 +8,8 @@ import { summarizeReport } from "./common/vitest-report.mjs";
 
 const bun = findBun();
 if (!bun) die("bun not found", "run `npm run setup` first");
+// Before set-up there is no turbo (nor any other dependency): say what to do, not "turbo: command not found".
+if (!existsSync(join(ROOT, "node_modules", ".bin", "turbo"))) die("the dependencies are not installed", "run `npm run setup` first");
 
 /** Workspace dirs (from the root package.json globs "dir/*") whose package has a test script. */
 function testedWorkspaces() {
