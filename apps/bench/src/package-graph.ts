@@ -1,0 +1,108 @@
+/**
+ * The workspace's package graph and the rules it must keep: no package (packages/*) depends on or
+ * imports an app (apps/*), no backend imports another backend, and no source file reaches into
+ * another workspace by a relative path. Read from every package.json's dependency fields and from
+ * the import specifiers of the source folders (src, device) of each workspace.
+ */
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { dirname, join, relative, resolve, sep } from "node:path";
+
+/** The backends: neither may import the other (the engine picks one; core holds their contract). */
+export const BACKENDS: readonly string[] = ["@hybridgen/kernels-cpu", "@hybridgen/kernels-cuda"];
+/** The folders of a workspace whose files are scanned for imports. */
+export const SOURCE_DIRS: readonly string[] = ["src", "device"];
+const DEP_FIELDS = ["dependencies", "devDependencies", "peerDependencies", "optionalDependencies"] as const;
+const SOURCE_FILE = /\.(ts|tsx|mts|cts|js|mjs|cjs)$/;
+// import … from "x", export … from "x", import "x", import("x"), require("x")
+const SPECIFIER = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+|\brequire\s*\(\s*)["']([^"']+)["']/g;
+
+export interface Workspace {
+  readonly name: string;
+  /** Absolute folder. */
+  readonly dir: string;
+  readonly kind: "package" | "app";
+  readonly deps: readonly string[];
+}
+
+export interface GraphViolation {
+  /** The file (or package.json) relative to the root, with its line where it is a source file. */
+  readonly where: string;
+  readonly rule: "package imports an app" | "backend imports a backend" | "relative import into another workspace" | "undeclared workspace import";
+  readonly detail: string;
+}
+
+/** Every workspace of the root package.json's "dir/*" globs: apps/* are apps, the rest packages. */
+export function readWorkspaces(root: string): Workspace[] {
+  const { workspaces } = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { workspaces: string[] };
+  const out: Workspace[] = [];
+  for (const glob of workspaces) {
+    const base = join(root, glob.replace(/\/\*$/, ""));
+    if (!existsSync(base)) continue;
+    for (const entry of readdirSync(base).sort()) {
+      const dir = join(base, entry);
+      const pj = join(dir, "package.json");
+      if (!existsSync(pj)) continue;
+      const pkg = JSON.parse(readFileSync(pj, "utf8")) as Record<string, unknown>;
+      const deps = DEP_FIELDS.flatMap((f) => Object.keys((pkg[f] as Record<string, string> | undefined) ?? {}));
+      out.push({ name: pkg.name as string, dir, kind: relative(root, base).split(sep)[0] === "apps" ? "app" : "package", deps });
+    }
+  }
+  return out;
+}
+
+function sourceFiles(dir: string): string[] {
+  if (!existsSync(dir)) return [];
+  const out: string[] = [];
+  for (const entry of readdirSync(dir).sort()) {
+    if (entry === "node_modules" || entry === "dist") continue;
+    const path = join(dir, entry);
+    if (statSync(path).isDirectory()) out.push(...sourceFiles(path));
+    else if (SOURCE_FILE.test(entry) && !entry.endsWith(".d.ts")) out.push(path);
+  }
+  return out;
+}
+
+/** The workspace package a bare specifier names ("@hybridgen/core/x" → "@hybridgen/core"), if any. */
+function workspaceOf(spec: string, byName: Map<string, Workspace>): Workspace | undefined {
+  const parts = spec.split("/");
+  return byName.get(spec.startsWith("@") ? parts.slice(0, 2).join("/") : parts[0]);
+}
+
+/** The rule an edge from `from` to `to` breaks, if any. */
+function edgeRule(from: Workspace, to: Workspace): GraphViolation["rule"] | null {
+  if (from.kind === "package" && to.kind === "app") return "package imports an app";
+  if (BACKENDS.includes(from.name) && BACKENDS.includes(to.name) && from.name !== to.name) return "backend imports a backend";
+  return null;
+}
+
+/** Every broken rule in the workspace under `root` (empty: the graph holds). */
+export function checkPackageGraph(root: string): GraphViolation[] {
+  const workspaces = readWorkspaces(root);
+  const byName = new Map(workspaces.map((w) => [w.name, w]));
+  const violations: GraphViolation[] = [];
+  for (const w of workspaces) {
+    for (const dep of w.deps) {
+      const to = byName.get(dep);
+      const rule = to && edgeRule(w, to);
+      if (rule) violations.push({ where: relative(root, join(w.dir, "package.json")), rule, detail: `${w.name} depends on ${dep}` });
+    }
+    for (const file of SOURCE_DIRS.flatMap((d) => sourceFiles(join(w.dir, d)))) {
+      const text = readFileSync(file, "utf8");
+      for (const m of text.matchAll(SPECIFIER)) {
+        const spec = m[1];
+        const where = `${relative(root, file)}:${text.slice(0, m.index).split("\n").length}`;
+        if (spec.startsWith(".")) {
+          const target = resolve(dirname(file), spec);
+          if (target !== w.dir && !target.startsWith(w.dir + sep)) violations.push({ where, rule: "relative import into another workspace", detail: `"${spec}" leaves ${relative(root, w.dir)}` });
+          continue;
+        }
+        const to = workspaceOf(spec, byName);
+        if (!to || to === w) continue;
+        const rule = edgeRule(w, to);
+        if (rule) violations.push({ where, rule, detail: `${w.name} imports ${spec}` });
+        else if (!w.deps.includes(to.name)) violations.push({ where, rule: "undeclared workspace import", detail: `${w.name} imports ${spec} without a dependency on ${to.name} in its package.json` });
+      }
+    }
+  }
+  return violations;
+}

@@ -1,0 +1,60 @@
+/**
+ * The package graph holds in this repository (no package imports an app, no backend imports the
+ * other, no relative import into another workspace, every workspace import declared), and the
+ * checker finds each kind of break in a small workspace written for the test.
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { checkPackageGraph, readWorkspaces } from "../src/package-graph.js";
+
+const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
+
+describe("package graph", () => {
+  it("holds in this repository", () => {
+    const names = readWorkspaces(ROOT).map((w) => `${w.kind} ${w.name}`);
+    expect(names).toEqual(expect.arrayContaining(["package @hybridgen/core", "package @hybridgen/kernels-cpu", "package @hybridgen/kernels-cuda", "app @hybridgen/cli", "app @hybridgen/bench"]));
+    expect(checkPackageGraph(ROOT)).toEqual([]);
+  });
+
+  describe("finds each break in a written workspace", () => {
+    const root = mkdtempSync(join(tmpdir(), "hg-graph-"));
+    afterAll(() => rmSync(root, { recursive: true, force: true }));
+    const write = (path: string, text: string) => {
+      mkdirSync(dirname(join(root, path)), { recursive: true });
+      writeFileSync(join(root, path), text);
+    };
+    const pkg = (dir: string, name: string, dependencies: Record<string, string> = {}) => write(`${dir}/package.json`, JSON.stringify({ name, dependencies }));
+    write("package.json", JSON.stringify({ workspaces: ["packages/*", "apps/*"] }));
+    pkg("packages/core", "@hybridgen/core");
+    pkg("packages/kernels-cpu", "@hybridgen/kernels-cpu", { "@hybridgen/core": "0.1.0" });
+    pkg("packages/kernels-cuda", "@hybridgen/kernels-cuda", { "@hybridgen/core": "0.1.0", "@hybridgen/cli": "0.1.0" });
+    pkg("packages/runtime", "@hybridgen/runtime", { "@hybridgen/core": "0.1.0", "@hybridgen/kernels-cpu": "0.1.0" });
+    pkg("apps/cli", "@hybridgen/cli", { "@hybridgen/core": "0.1.0", "@hybridgen/kernels-cpu": "0.1.0" });
+    write("packages/core/src/index.ts", 'export * from "./model.js";\n');
+    write("packages/kernels-cpu/src/index.ts", 'import { x } from "@hybridgen/core";\nimport { y } from "./native/y.js";\n');
+    write("packages/kernels-cuda/device/check.ts", [
+      'import { createCpuBackend } from "@hybridgen/kernels-cpu";',
+      'import { run } from "../../../apps/cli/src/run.js";',
+      'const { fill } = await import("../../kernels-cpu/src/fill.js");',
+      'import { own } from "../src/index.js";',
+    ].join("\n"));
+    write("packages/kernels-cuda/src/index.ts", 'export { parse } from "@hybridgen/cli/parse";\n');
+    write("packages/runtime/src/index.ts", 'import { a } from "@hybridgen/kernels-cpu";\nimport { s } from "@hybridgen/scheduler";\nimport { stage } from "@hybridgen/core";\n');
+    write("apps/cli/src/index.ts", 'import { createCudaBackend } from "@hybridgen/kernels-cuda";\nimport { b } from "@hybridgen/kernels-cpu";\nimport z from "zod";\n');
+
+    it("names each broken rule with its file and line", () => {
+      const got = checkPackageGraph(root).map((v) => `${v.where} ${v.rule}: ${v.detail}`);
+      expect(got).toEqual([
+        "packages/kernels-cuda/package.json package imports an app: @hybridgen/kernels-cuda depends on @hybridgen/cli",
+        "packages/kernels-cuda/src/index.ts:1 package imports an app: @hybridgen/kernels-cuda imports @hybridgen/cli/parse",
+        "packages/kernels-cuda/device/check.ts:1 backend imports a backend: @hybridgen/kernels-cuda imports @hybridgen/kernels-cpu",
+        'packages/kernels-cuda/device/check.ts:2 relative import into another workspace: "../../../apps/cli/src/run.js" leaves packages/kernels-cuda',
+        'packages/kernels-cuda/device/check.ts:3 relative import into another workspace: "../../kernels-cpu/src/fill.js" leaves packages/kernels-cuda',
+        "apps/cli/src/index.ts:1 undeclared workspace import: @hybridgen/cli imports @hybridgen/kernels-cuda without a dependency on @hybridgen/kernels-cuda in its package.json",
+      ]);
+    });
+  });
+});
