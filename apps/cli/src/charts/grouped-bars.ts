@@ -33,7 +33,7 @@ export function groupedBarsSpec(c: GroupedBars): TopLevelSpec {
       x: { field: "x", type: "nominal" as const, title: c.xTitle, sort: xOrder, axis: { labelAngle: 0 } },
       xOffset: { field: "series", type: "nominal" as const, sort: order },
       y: { field: "y", type: "quantitative" as const, title: c.yTitle },
-      color: { field: "series", type: "nominal" as const, title: null, sort: order, scale: { scheme: "tableau10" } },
+      color: { field: "series", type: "nominal" as const, title: null, sort: order, scale: { scheme: "tableau20" } },
     },
   };
   const layers = c.rule === undefined ? [bars] : [bars, { mark: { type: "rule" as const, strokeDash: [4, 3], color: "#444" }, encoding: { y: { datum: c.rule } } }];
