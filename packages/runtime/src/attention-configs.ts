@@ -10,9 +10,9 @@
  *   infinigen       pre-QKᵀ partial-channel prediction, waiting for each layer's true query
  *                   (exact logits: the selection and the fetch on the critical path, no overlap)
  *   hybridgen-post  fixed K post-QKᵀ top-K, verified logits (Fig. 21 "fixed post")
- *   hybridgen-pre   fixed K pre-QKᵀ (StreamingLLM's pattern chosen ahead), verified logits
+ *   hybridgen-pre   fixed K pre-QKᵀ (Quest page bounds chosen ahead), verified logits
  *   hybridgen-adaptive  the feedback scheduler's K, post-QKᵀ only
- *   hybridgen       the full feedback scheduler (K and the timing), topk+streaming, verified
+ *   hybridgen       the full feedback scheduler (K and the timing) with the runtime's default pair, verified
  *   all-tokens      hybrid attention over every offloaded token, exact logits (the oracle)
  *
  * or `hybrid:KEY=VALUE,…` with any createHybridAttention option (selector, scheduler, timing,
@@ -47,9 +47,9 @@ const BUILTIN: Readonly<Record<string, Builder>> = {
   streamingllm: hybrid("baseline", (k) => ({ selector: "streaming", scheduler: "fixed", k, timing: "pre", logits: "exact" })),
   infinigen: hybrid("baseline", (k) => ({ selector: "infinigen", scheduler: "fixed", k, timing: "pre", logits: "exact" })),
   "hybridgen-post": hybrid("hybridgen", (k) => ({ selector: "topk", scheduler: "fixed", k, timing: "post", logits: "verified" })),
-  "hybridgen-pre": hybrid("hybridgen", (k) => ({ selector: "streaming", scheduler: "fixed", k, timing: "pre", logits: "verified" })),
+  "hybridgen-pre": hybrid("hybridgen", (k) => ({ selector: "quest", scheduler: "fixed", k, timing: "pre", logits: "verified" })),
   "hybridgen-adaptive": hybrid("hybridgen", (k) => ({ selector: "topk", scheduler: "feedback", kMin: k, logits: "verified" })),
-  hybridgen: hybrid("hybridgen", (k) => ({ selector: "topk+streaming", scheduler: "feedback", kMin: k, logits: "verified" })),
+  hybridgen: hybrid("hybridgen", (k) => ({ scheduler: "feedback", kMin: k, logits: "verified" })),
   "all-tokens": hybrid("baseline", () => ({ selector: "all", scheduler: "fixed", timing: "post", logits: "exact" })),
 };
 
