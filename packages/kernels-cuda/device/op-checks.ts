@@ -431,7 +431,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       }
       const after = cuda.graphStats();
       // Fused: the f32 norm + GEMV (k = 512, bf16 weights) against the reference's f64 one; the
-      // H200 showed 2.2e-5 (third pass, call 2), so this one is 1e-4 where the stage ops are 1e-5.
+      // H200 showed 2.2e-5, so this one is 1e-4 where the stage ops are 1e-5.
       const what = stream ? "split-K attention, norm+GEMV+add as a weight stream" : fused ? "split-K attention, norm+GEMV+add" : "attention stages, add";
       record(`recorded decode steps x${steps} (K/V append, rope${ropeAppend ? " in one kernel" : ""}, ${what})`, worst, fused ? 1e-4 : 1e-5);
       const tag = stream ? " (stream)" : fused ? " (fused)" : "";

@@ -201,9 +201,8 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
 // One head's merged output, by the whole block (nt threads, t0 = threadIdx.x; every thread of the
 // block calls it): out[d] = Σ_split e^(m_s − M) a_s[d] / Σ_split e^(m_s − M) l_s over the nsplit
 // partial rows p, p + stride, ... The splits' weights e^(m_s − M) are computed once, in parallel,
-// into shared memory, and each output dim's sum keeps 8 loads in flight: a loop that walked the
-// splits one dependent load at a time cost 12.6 µs at 2K (32 splits) and 24.7 µs at 32K (Nsight
-// Compute, cold caches), more than the split kernel before it.
+// into shared memory, and each output dim's sum keeps 8 loads in flight: walking the splits one
+// dependent load at a time took longer than the split kernel before it.
 static const int DA_MERGE_MAX = 1024;  // splits the weights' shared array holds; more are folded in place
 __device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t stride, int nsplit, int headDim, int t0, int nt) {
   __shared__ float wts[DA_MERGE_MAX];

@@ -1,7 +1,7 @@
 // The split-K decode-attention block on tensor cores (hg_decode_plan picks it): the same chunk and partial
 // rows as da_block (decode_attn_block.cuh), so the merge is shared, but q·k and p·v are
 // mma.m16n8k16 products with f32 accumulation. At 2K the FMA block is issue-bound (≈ 250
-// warp-instructions a token row, IPC 2.1: seventh pass); here a warp's 16 tokens take 32 MMAs.
+// warp-instructions a token row); here a warp's 16 tokens take 32 MMAs.
 //
 // Layout (PTX's m16n8k16 fragments; g = lane / 4, c = lane % 4):
 // - S = Q·Kᵀ: A rows 0–7 are up to 8 query heads rounded to 16 bits (hi), rows 8–15 their

@@ -210,8 +210,7 @@ __global__ void skinny_reduce_kernel(SkOut out, const float *part, const void *b
 }
 
 // Variant flags (setSkinny; the Cmd's s[7]). SK_FUSED_REDUCE: the k splits are summed by the
-// last block of each row block to finish (sk_finish), no second launch. (Bit 0, a cp.async-
-// pipelined kernel, is gone: it lost at every batch size, DEVICE-NOTES.md, sixth pass.)
+// last block of each row block to finish (sk_finish), no second launch. (Bit 0 is unused.)
 enum { SK_FUSED_REDUCE = 2 };
 
 // ---- per-context switches and counters ----------------------------------------------------------

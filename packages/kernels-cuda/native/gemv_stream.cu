@@ -50,8 +50,8 @@ __device__ __forceinline__ void stream_block_rows(int m, int &r0, int &rows) {
 
 // SLOT: bytes a slot holds. A chunk is CH elements of a row; with SiLU·up a slot holds the gate
 // chunk and the up chunk (m rows further on), so CH is half as long. x is staged with GS_XLOADS
-// loads in flight a thread and the norm weights before the wait (ninth pass: x ready 1–3 µs a
-// GEMV sooner, a layer's four GEMVs 112.7 vs 114.2 µs in a graph); the same bits as one load a pass.
+// loads in flight a thread and the norm weights before the wait, so x is ready sooner after it; the
+// same bits as one load a pass.
 static const int GS_XLOADS = 4;
 template <int WT, bool NORM, int EPI, int SLOT>
 __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a) {

@@ -2,7 +2,7 @@
 // Core rotates the step's q and k rows in place (qkv's first heads + kvHeads heads), then queues
 // one copy a KV head for K (from a rotated head) and one for V (from outside the rotated rows).
 // Apart, that is two small kernels and a programmatic boundary between them before the attention
-// (≈ 2.4 µs a layer at 2K with the tensor-core attention, eleventh pass). Folded, the block that
+// (a few µs a layer at 2K beside the tensor-core attention). Folded, the block that
 // rotates a head also writes it to each copy whose source is that head (rounded as the copy kernel
 // rounds: the same bits), and one more block a copy does those that read no rotated row.
 #include "common.cuh"
@@ -11,8 +11,8 @@
 
 // grid (rows, heads + copies), 64 or 32 threads. The copies are in the blob (destinations change
 // every step); every copy either reads exactly one rotated head or none (rope_append_fits). Block
-// (0, heads + i) does copy i if it reads no rotated row (V), each in its own block: done in turn by
-// one block, call 2's form, a layer's 8 V rows took 15.5 vs 10.5 µs with the attention.
+// (0, heads + i) does copy i if it reads no rotated row (V), each in its own block: one block doing
+// them in turn measured slower (DEVICE-NOTES.md).
 __global__ void rope_append_kernel(float *x, int width, const int *positions, int pos0, int headDim, const float *cosT, const float *sinT, int half,
                                    int heads, int rows, const CopyBatch *b) {
   hg_pdl_trigger();

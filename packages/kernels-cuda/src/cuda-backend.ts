@@ -43,7 +43,7 @@ export interface MatvecFusionChoice {
   accumulate: boolean;
 }
 
-/** Batched-decode GEMM switches (CudaBackend.setSkinny); DEVICE-NOTES.md, fifth pass, measures them. */
+/** Batched-decode GEMM switches (CudaBackend.setSkinny); DEVICE-NOTES.md measures them. */
 export interface SkinnyOptions {
   /** The largest row count "auto" gives the skinny GEMM (1..32, 1 = none); cuBLAS above it when loaded. Default 8. */
   maxRows: number;
@@ -52,9 +52,7 @@ export interface SkinnyOptions {
   /** Backend.matmulSplit takes batched q/k/v, gate/up and o/down + add (skinny path only; off: it declines). Default on. */
   split: boolean;
 }
-// Measured on the H200 (DEVICE-NOTES.md, integrator's fifth-pass run): at B = 8 the skinny GEMM with the
-// fused reduction and matmulSplit was fastest (1 077 tok/s vs 1 028 plain, 958 cuBLAS); at B = 16 and 32
-// cuBLAS won (1 637 / 2 594 vs 1 454 / 1 959). (A cp.async-pipelined kernel lost at every B and is gone.)
+// The H200's fastest: the skinny GEMM with the fused reduction and matmulSplit up to B = 8, cuBLAS above.
 const SKINNY_DEFAULTS: Readonly<SkinnyOptions> = { maxRows: 8, fusedReduce: true, split: true };
 
 /** embeddingFromFeed's stand-in id for the shared embedding check (one row, a valid id). */
@@ -98,8 +96,8 @@ export class CudaBackend implements Backend {
   private graphs: boolean;
   /**
    * Which of matvec's fusions run inside the GEMV kernel (else as their own kernels). Default
-   * from the H200 bench (DEVICE-NOTES.md, third pass): the norm as its own kernel (the one-warp
-   * GEMV's per-block prologue cost more than the launch it saves: 5.22 vs 5.65 ms a step at 2K)
+   * from the H200 bench (DEVICE-NOTES.md): the norm as its own kernel (the one-warp GEMV's
+   * per-block prologue cost more than the launch it saves)
    * unless the weight stream takes the GEMV (it normalises once a block, for free), SiLU·up and
    * the residual add in the epilogue.
    */

@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { cudaLibraryPath } from "../src/index.js";
 
 const path = cudaLibraryPath();
-const V1 = 1, V2_64 = 2, V2_128 = 3, V3 = 5, V3_ALL = 7; // V1: retired (the second pass's kernel)
+const V1 = 1, V2_64 = 2, V2_128 = 3, V3 = 5, V3_ALL = 7; // V1: a retired kernel's code
 
 describe.skipIf(!existsSync(path))("flash kernel switch", () => {
   it("sets each variant, ignores unknown and retired ids, and 0 restores the default (v3)", () => {
