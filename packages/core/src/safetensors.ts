@@ -90,6 +90,12 @@ export class SafetensorsFile implements WeightSource, Disposable {
   }
 }
 
+/** A name or value from the header as it goes into a one-line error: control characters escaped, long ones cut. */
+function shown(text: string): string {
+  const cut = text.length > 80 ? `${text.slice(0, 80)}…` : text;
+  return /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/.test(cut) ? JSON.stringify(cut) : cut;
+}
+
 function isNonNegInt(v: unknown): v is number {
   return typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
 }
@@ -138,16 +144,17 @@ function parseHeader(path: string, header: Uint8Array, fileSize: number): {
     if (name === "__metadata__") {
       if (raw === null || typeof raw !== "object" || Array.isArray(raw)) fail(`${path}: __metadata__ is not an object`);
       for (const [k, v] of Object.entries(raw)) {
-        if (typeof v !== "string") fail(`${path}: __metadata__.${k} is not a string`);
+        if (typeof v !== "string") fail(`${path}: __metadata__.${shown(k)} is not a string`);
       }
       metadata = raw as Record<string, string>;
       continue;
     }
-    const where = `${path}: tensor ${name}`;
+    const where = `${path}: tensor ${shown(name)}`;
     if (raw === null || typeof raw !== "object" || Array.isArray(raw)) fail(`${where}: entry is not an object`);
     const e = raw as { dtype?: unknown; shape?: unknown; data_offsets?: unknown };
     if (typeof e.dtype !== "string") fail(`${where}: missing dtype`);
-    const dtype = FROM_ST[e.dtype] ?? fail(`${path}: unsupported dtype ${e.dtype} for tensor ${name} (supported: F32, F16, BF16)`);
+    const dtype = (Object.hasOwn(FROM_ST, e.dtype) ? FROM_ST[e.dtype] : undefined) ??
+      fail(`${path}: unsupported dtype ${shown(e.dtype)} for tensor ${shown(name)} (supported: F32, F16, BF16)`);
     if (!Array.isArray(e.shape) || !e.shape.every(isNonNegInt)) fail(`${where}: shape must be an array of non-negative integers`);
     const shape = e.shape as number[];
     const offs = e.data_offsets;
@@ -172,8 +179,8 @@ function parseHeader(path: string, header: Uint8Array, fileSize: number): {
   let cursor = 0;
   let prev: SafetensorsTensorInfo | undefined;
   for (const t of sorted) {
-    if (t.begin < cursor) fail(`${path}: tensors ${prev!.name} and ${t.name} overlap (bytes ${t.begin}..${cursor})`);
-    if (t.begin > cursor) fail(`${path}: gap of ${t.begin - cursor} unindexed bytes before tensor ${t.name}`);
+    if (t.begin < cursor) fail(`${path}: tensors ${shown(prev!.name)} and ${shown(t.name)} overlap (bytes ${t.begin}..${cursor})`);
+    if (t.begin > cursor) fail(`${path}: gap of ${t.begin - cursor} unindexed bytes before tensor ${shown(t.name)}`);
     cursor = t.end;
     prev = t;
   }
