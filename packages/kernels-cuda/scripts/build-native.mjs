@@ -4,7 +4,7 @@
 // or --force: says so and exits 0 (the JS side then reports "CUDA unavailable: library not
 // built"); HYBRIDGEN_BUILD_CUDA=0 always skips. A compile error exits non-zero.
 // --trace builds lib/libhgcuda-trace.so instead, with the stream GEMV's per-block event records
-// compiled in (-DHG_TRACE, native/trace.cuh; for device/trace-bench.ts, never the package's default).
+// compiled in (-DHG_TRACE, native/trace.cuh; for apps/bench/src/cuda/trace-bench.ts, never the default).
 import { execFileSync, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, renameSync, rmSync, statSync } from "node:fs";
 import { dirname, join } from "node:path";
