@@ -49,7 +49,7 @@ and bench.json with every number. Progress goes to stderr.
       --contexts N,...         context lengths in tokens (default 2048,8192)
       --batch N,...            batch sizes (default 1); batch > 1 runs full attention only
       --steps N                decode steps measured per point (default 32)
-      --warmup N               steps left out of the mean (default 4)
+      --warmup N               steps left out of the median (default 4)
       --gpu-kv-budget N        device window per sequence, sinks included (default 1024)
       --sink-tokens S          attention sinks pinned in the window (default 4)
       --k K                    K of the fixed configurations, K_min of the adaptive ones (default 64)

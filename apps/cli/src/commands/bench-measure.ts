@@ -2,7 +2,7 @@
  * The measurements of `hybridgen bench`: per model and context, full attention (every KV row on
  * the device) at each batch size, then every offloading configuration from one prefilled,
  * checkpointed KV cache with the device window of --gpu-kv-budget tokens. Decode is greedy
- * from the same first token; ms/token is the mean wall time of the steps after the warm-up.
+ * from the same first token; ms/token is the median wall time of the steps after the warm-up.
  */
 import { BatchDecoder, HybridgenError, loadModel, seededRandom, type Backend, type CausalLM, type ModelFiles } from "@hybridgen/core";
 import { attachAttentionConfig, attentionConfig, prepareHostStore, type AttentionConfig } from "@hybridgen/runtime";
@@ -18,7 +18,7 @@ export interface BenchPoint {
   readonly status: "ok" | "failed" | "skipped";
   /** Why a point failed (e.g. out of device memory) or was skipped. */
   readonly note?: string;
-  /** Wall ms per decode step (one token of each sequence in the batch). */
+  /** Median wall ms per decode step (one token of each sequence in the batch). */
   readonly msPerToken?: number;
   /** Tokens per second over the whole batch. */
   readonly tokensPerSec?: number;
@@ -35,7 +35,11 @@ export interface BenchContext {
   readonly signal?: AbortSignal;
 }
 
-const mean = (xs: readonly number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
+/** The median step: one step slowed by another process on a shared machine does not move it. */
+const median = (xs: readonly number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? NaN : s.length % 2 ? s[s.length >> 1]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
+};
 const message = (e: unknown) => (e instanceof Error ? e.message : String(e)).split("\n")[0]!;
 
 /** The synthetic fill: `n` seeded random token ids (special ids below 3 left out). */
@@ -112,7 +116,7 @@ export async function measureModel(files: ModelFiles, name: string, o: BenchOpti
       try {
         using a = await attachAttentionConfig(model, cx.backend, c, o.cpuStageThreads === undefined ? {} : { cpuStageThreads: o.cpuStageThreads });
         const walls = decode(model, first, context, o.steps, cx.signal);
-        const ms = mean(walls.slice(o.warmup));
+        const ms = median(walls.slice(o.warmup));
         const last = a.trace().at(-1);
         note({
           ...base(c, 1), status: "ok", msPerToken: ms, tokensPerSec: 1000 / ms, offloaded: context - o.gpuKvBudget,
@@ -152,6 +156,6 @@ function measureFull(model: CausalLM, prompt: Int32Array, batch: number, o: Benc
       walls.push(performance.now() - t0);
     }
   }
-  const ms = mean(walls.slice(o.warmup));
+  const ms = median(walls.slice(o.warmup));
   return { msPerToken: ms, tokensPerSec: (1000 * batch) / ms };
 }
