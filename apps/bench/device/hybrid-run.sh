@@ -1,7 +1,7 @@
 #!/bin/sh
 # One device call: the CUDA hybrid checks (every logits mode against full attention and the CPU
 # backend), then hybrid-modes at 32K and 128K with traces under $OUT. Prepare on the dev machine:
-#   sh ../shared/device/stage-bun.sh && (cd packages/kernels-cpu && bun run build) && (cd packages/kernels-cuda && bun run build)
+#   sh ../shared/device/stage-bun.sh && (cd packages/kernels-cpu && bun run build) && (cd packages/kernels-cuda && HYBRIDGEN_BUILD_CUDA=1 bun run build)
 #   bun build --target=bun --external 'bun:*' apps/bench/src/hybrid-modes.ts --outfile .device/hybrid-modes.js
 #   bun build --target=bun --external 'bun:*' apps/bench/src/cuda/hybrid-bench.ts --outfile .device/hybrid-bench.js
 # and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"].
