@@ -62,7 +62,7 @@ const checks: string[] = [
   "| weights | B | matmul path | attention | prompt lengths | tokens equal | max rel. logit diff | bound | graphs captured/replayed/drained | result |",
   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ];
-/** Every batched-GEMM switch on (setSkinny); the defaults since the fifth pass. */
+/** Every batched-GEMM switch on (setSkinny): the defaults. */
 const ALL_NEW: Partial<SkinnyOptions> = { fusedReduce: true, split: true };
 const SKINNY_OFF: SkinnyOptions = { maxRows: 32, fusedReduce: false, split: false };
 const skinnyLabel = (o: Partial<SkinnyOptions>) => (o.split || o.fusedReduce ? ` (${[o.fusedReduce && "fused reduce", o.split && "matmulSplit"].filter(Boolean).join(", ")})` : "");
