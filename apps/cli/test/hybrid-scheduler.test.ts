@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { writeHybridProfile } from "@hybridgen/core";
-import { splitHybridArgs } from "../src/hybrid-options.js";
+import { loadHybridSelector, splitHybridArgs } from "../src/hybrid-options.js";
 import { requireBuiltBin, runBin } from "./helpers.js";
 import { PROMPT, stories15M } from "./model-fixture.js";
 
@@ -30,10 +30,17 @@ describe("--scheduler, --k-min and friends", () => {
       [["--k", "4", "--k-min", "8"], "--k (the feedback scheduler's first K) must be at least --k-min"],
       [["--exact-layers", "1,x"], 'invalid value for --exact-layers: "1,x" is not a comma-separated list of layers or "none"'],
       [["--candidates", "0"], "invalid value for --candidates: must be at least 1"],
-      [["--selector", "topk+nope"], /^unknown selector "nope"/],
+      [["--selector-options", "{"], 'invalid value for --selector-options: "{" is not JSON'],
+      [["--selector-options", "[1]"], 'invalid value for --selector-options: "[1]" is not a JSON object'],
+      [["--selector", "quest", "--selector-options", '{"pagesize":8}'], 'selector "quest" options: unknown key "pagesize" (it takes pageSize)'],
     ];
     for (const [flags, message] of bad) expect(() => splitHybridArgs([...HY, ...flags]), flags.join(" ")).toThrow(message);
-    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--selector, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates and --cpu-stage-threads need --attention hybrid");
+    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates and --cpu-stage-threads need --attention hybrid");
+  });
+
+  it("a name that is neither registered nor an installed package fails when loaded, before any model", async () => {
+    const { hybrid } = splitHybridArgs([...HY, "--selector", "topk+nope"]);
+    await expect(loadHybridSelector(hybrid, process.cwd())).rejects.toThrow(/^unknown selector "nope": not a registered name \(topk, .*\) and no package "nope" installed from /);
   });
 });
 

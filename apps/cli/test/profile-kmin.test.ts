@@ -112,7 +112,7 @@ describe("hybridgen profile-kmin", () => {
       [["--model", dir, "--ks", ","], /--ks needs at least one value/],
       [["--model", dir, "--ks", "8,x"], /invalid value for --ks: "x" is not an integer ≥ 1/],
       [["--model", dir, "--ks", "0"], /--ks: "0" is not an integer ≥ 1/],
-      [["--model", dir, "--selectors", "topk,nope"], /unknown selector "nope" for --selectors \(built-ins: topk, /],
+      [["--model", dir, "--selectors", "topk,nope"], /unknown selector "nope": not a registered name \(topk, /],
       [["--model", dir, "--text", short], /short\.txt is \d+ tokens: too short for --gpu-kv-budget 32 \(it needs at least 34 tokens/],
       [["--model", dir, "--tokens", "20"], /the built-in text is 20 tokens: too short for --gpu-kv-budget 32/],
       [["--model", dir, "--tokens", "999"], /--tokens 999 exceeds the model's max_position_embeddings \(256\)/],

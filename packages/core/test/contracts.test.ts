@@ -125,7 +125,7 @@ describe("validateSelection", () => {
     expect(() => validateSelection({ kind: "perKvHead", ids: [[1]] }, limits)).toThrow(/1 lists, expected one per KV head \(2\)/);
     expect(() => validateSelection({ kind: "perKvHead", ids: [[1], [2, 2]] }, limits)).toThrow(/KV head 1 has duplicate id 2/);
     expect(() => validateSelection([1, 2, 3], limits)).toThrow(HybridgenError);
-    expect(() => validateSelection({ kind: "shared", ids: [1.5] }, limits)).toThrow(/not a selection at ids/);
+    expect(() => validateSelection({ kind: "shared", ids: [1.5] }, limits)).toThrow('selector "demo": ids[0] is 1.5, not an integer slot');
     // Without a budget ("all"-style selectors) only the offloaded count limits the length.
     expect(validateSelection({ kind: "shared", ids: P.range(0, 100) }, { offloaded: 100, kvHeads: 2 }).kind).toBe("shared");
   });

@@ -8,7 +8,7 @@ import {
   DEFAULT_K, DEFAULT_TIMING, HybridgenError, HybridOptionsSchema, type HybridOptions, type Scheduler, type SelectionTiming, type TokenSelector,
 } from "@hybridgen/core";
 import { FeedbackScheduler, FixedScheduler } from "@hybridgen/scheduler";
-import { createSelector, pairSelectors } from "@hybridgen/selectors";
+import { selectorFromSpec } from "@hybridgen/selectors";
 import { HybridRuntimeOptionsSchema, type HybridRuntimeOptions, type ParsedHybridRuntimeOptions, type ProfileDefaults } from "./options.js";
 
 /** What createHybridAttention builds, as plain data (for stats, --json, logs). */
@@ -60,7 +60,7 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
     throw new HybridgenError("k and timing configure a built-in scheduler; a Scheduler object brings its own");
   }
 
-  const selector = resolveSelector(o.selector, kind, o.timing);
+  const selector = resolveSelector(o.selector, kind, o.timing, o.selectorOptions);
   const can = selector.timings;
   if (o.timing !== undefined && !can.includes(o.timing)) {
     throw new HybridgenError(`selector "${selector.name}" cannot run ${o.timing}-QKᵀ selection (it supports ${can.join(", ")})`);
@@ -114,14 +114,13 @@ function parseRuntimeOptions(options: HybridRuntimeOptions): ParsedHybridRuntime
   throw new HybridgenError(`hybrid runtime option ${i?.path.join(".") || "value"}: ${i?.message ?? "invalid"}`);
 }
 
-/** A name, "POST+PRE", or a given selector; the default depends on the scheduler (see the options). */
-function resolveSelector(s: string | TokenSelector | undefined, kind: "fixed" | "feedback" | undefined, timing: SelectionTiming | undefined): TokenSelector {
-  if (typeof s === "object") return s;
-  const name = s ?? (kind === "fixed" ? (timing === "pre" ? "streaming" : "topk") : "topk+quest");
-  const parts = name.split("+");
-  if (parts.length === 1) return createSelector(name);
-  if (parts.length !== 2 || !parts[0] || !parts[1]) throw new HybridgenError(`selector "${name}": a pair is POST+PRE, e.g. topk+streaming`);
-  return pairSelectors({ post: createSelector(parts[0]), pre: createSelector(parts[1]) });
+/** A registered name, "POST+PRE", or a given selector; the default depends on the scheduler (see the options). */
+function resolveSelector(s: string | TokenSelector | undefined, kind: "fixed" | "feedback" | undefined, timing: SelectionTiming | undefined, options?: Record<string, unknown>): TokenSelector {
+  if (typeof s === "object") {
+    if (options !== undefined) throw new HybridgenError("selectorOptions apply to a selector given by name; a TokenSelector has its options already");
+    return s;
+  }
+  return selectorFromSpec(s ?? (kind === "fixed" ? (timing === "pre" ? "streaming" : "topk") : "topk+quest"), options);
 }
 
 /** The profile's K_min for this selector: its own entry, a pair's post half's, else the profile's. */

@@ -1,8 +1,9 @@
 /**
  * defineSelector(): how a plugin author writes a TokenSelector. The definition is checked once
- * with zod; the returned factory validates options, and every select() call is wrapped so a
- * plugin that throws, or returns out-of-range, duplicate or too many ids, fails with an error
- * that names the plugin, the layer and the step.
+ * with zod; the returned factory validates options (an unknown key is an error naming it), and
+ * every select() call is wrapped: a plugin gets a private copy of its input (input-copy.ts), and
+ * one that throws, or returns non-integer, out-of-range, duplicate or too many ids, fails with an
+ * error that names the plugin, the layer, the step and the value.
  */
 import { z } from "zod";
 import {
@@ -17,6 +18,12 @@ import {
   type TokenSelector,
 } from "@hybridgen/core";
 import { checkSelectionInput } from "./check-input.js";
+import { BUILTIN, type BuiltinMark } from "./builtin-mark.js";
+import { InputCopier } from "./input-copy.js";
+import { unknownOptionKey } from "./option-keys.js";
+
+/** Marks a factory made by defineSelector (Symbol.for: a plugin's own copy of this package marks it the same way). */
+export const SELECTOR_FACTORY: unique symbol = Symbol.for("@hybridgen/selectors:factory") as never;
 
 /** What a plugin's select() may return: the contract's Selection, or plain number arrays. */
 export type LooseSelection =
@@ -52,6 +59,12 @@ export interface SelectorFactory<O, S> {
   readonly description: string;
   readonly timings: readonly SelectionTiming[];
   readonly optionsSchema: z.ZodType<O> | undefined;
+  readonly [SELECTOR_FACTORY]: true;
+}
+
+/** Whether `v` is a factory made by defineSelector (this copy of the package or another). */
+export function isSelectorFactory(v: unknown): v is SelectorFactory<unknown, unknown> {
+  return typeof v === "function" && (v as unknown as Record<symbol, unknown>)[SELECTOR_FACTORY] === true;
 }
 
 const isFunction = (v: unknown) => typeof v === "function";
@@ -78,7 +91,7 @@ function message(e: unknown): string {
   return e instanceof Error ? e.message : String(e);
 }
 
-export function defineSelector<O = Record<string, never>, S = undefined>(definition: SelectorDefinition<O, S>): SelectorFactory<O, S> {
+export function defineSelector<O = Record<string, never>, S = undefined>(definition: SelectorDefinition<O, S>, mark?: BuiltinMark): SelectorFactory<O, S> {
   const named = (definition as { name?: unknown })?.name;
   const parsed = DefinitionSchema.safeParse(definition);
   if (!parsed.success) {
@@ -91,6 +104,10 @@ export function defineSelector<O = Record<string, never>, S = undefined>(definit
   const factory = (rawOptions?: unknown): TokenSelector<S> => {
     let options: O;
     if (def.options) {
+      const unknown = unknownOptionKey(def.options, rawOptions);
+      if (unknown) {
+        throw new HybridgenError(`${who} options: unknown key ${JSON.stringify(unknown.key)} (it takes ${unknown.known.length ? unknown.known.join(", ") : "none"})`);
+      }
       const r = def.options.safeParse(rawOptions ?? {});
       if (!r.success) throw new HybridgenError(`${who} options: ${firstIssue(r.error)}`);
       options = r.data;
@@ -103,6 +120,8 @@ export function defineSelector<O = Record<string, never>, S = undefined>(definit
     const needsScores = typeof def.needsScores === "function" ? def.needsScores(options) : def.needsScores ?? false;
     const usesBudget = def.usesBudget ?? true;
     const kernel = typeof def.kernel === "function" ? def.kernel(options) : def.kernel;
+    // A built-in reads the engine's buffers in place; a plugin reads its own copy.
+    const copier = mark === BUILTIN ? undefined : new InputCopier();
 
     return Object.freeze({
       name: def.name,
@@ -128,7 +147,7 @@ export function defineSelector<O = Record<string, never>, S = undefined>(definit
         checkSelectionInput(input, who);
         let raw: unknown;
         try {
-          raw = def.select(input, options);
+          raw = def.select(copier ? copier.copy(input) : input, options);
         } catch (e) {
           throw new HybridgenError(`${who} failed at layer ${input.layer}, step ${input.step}: ${message(e)}`);
         }
@@ -147,5 +166,6 @@ export function defineSelector<O = Record<string, never>, S = undefined>(definit
     description: def.description ?? "",
     timings,
     optionsSchema: def.options,
+    [SELECTOR_FACTORY]: true as const,
   });
 }

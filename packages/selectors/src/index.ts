@@ -1,4 +1,6 @@
-export { defineSelector, type SelectorDefinition, type SelectorFactory, type LooseSelection } from "./define-selector.js";
+export {
+  defineSelector, isSelectorFactory, SELECTOR_FACTORY, type SelectorDefinition, type SelectorFactory, type LooseSelection,
+} from "./define-selector.js";
 export { checkSelectionInput } from "./check-input.js";
 export { exactTopK, ExactTopKOptionsSchema } from "./builtins/exact-topk.js";
 export { streamingLLM, StreamingOptionsSchema } from "./builtins/streaming.js";
@@ -7,5 +9,9 @@ export { h2o, H2OOptionsSchema } from "./builtins/h2o.js";
 export { quest, QuestOptionsSchema, type QuestState } from "./builtins/quest.js";
 export { infinigen, InfiniGenOptionsSchema, chooseChannels, type InfiniGenState } from "./builtins/infinigen.js";
 export { keyformer, KeyformerOptionsSchema, keyformerTau, type KeyformerOptions, type KeyformerState } from "./builtins/keyformer.js";
-export { builtinSelectors, createSelector } from "./registry.js";
+export {
+  builtinSelectors, createSelector, registerSelector, unregisterSelector, lookupSelector, selectorNames, isBuiltinSelector, type RegisterOptions,
+} from "./registry.js";
+export { loadSelectorSpec, selectorFromSpec, isRegisteredSpec, specParts } from "./selector-spec.js";
+export { splitModuleRef } from "./load-selector.js";
 export { pairSelectors, type PairState } from "./pair-selectors.js";

@@ -9,7 +9,7 @@ import {
 } from "@hybridgen/core";
 import { NativeCpuStage, type CpuBackend } from "@hybridgen/kernels-cpu";
 import { FixedScheduler } from "@hybridgen/scheduler";
-import { createSelector } from "@hybridgen/selectors";
+import { selectorFromSpec } from "@hybridgen/selectors";
 
 export interface ProfileSequence {
   /** Where it came from (errors and the report). */
@@ -78,7 +78,7 @@ export function measureProfile(model: CausalLM, backend: Backend, seqs: readonly
   return { steps, perSelector, recall, massRecall, recallKs: o.recallKs };
 
   function sweepSelector(name: string): SelectorAgreement {
-    const probe = createSelector(name);
+    const probe = selectorFromSpec(name);
     const timing = timingOf(probe.timings);
     const rows: [number, number, number][] = [];
     // A selector that ignores K (no budget) gives one answer for every K.
@@ -89,7 +89,7 @@ export function measureProfile(model: CausalLM, backend: Backend, seqs: readonly
       let hybrid: HybridAttention;
       try {
         hybrid = HybridAttention.attach(
-          { attention: model.attention, projector: model, stage, selector: createSelector(name), scheduler: new FixedScheduler({ k, timing }) },
+          { attention: model.attention, projector: model, stage, selector: selectorFromSpec(name), scheduler: new FixedScheduler({ k, timing }) },
           { logits: "exact" },
         );
       } catch (e) {

@@ -7,6 +7,7 @@ import { realpathSync } from "node:fs";
 import {
   DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, forcedSteps, loadModel, writeHybridProfile, type HybridProfile,
 } from "@hybridgen/core";
+import { loadSelectorSpec } from "@hybridgen/selectors";
 import type { CliIo } from "../io.js";
 import { isPreset, openModelSource } from "../model-source.js";
 import { readTextFile } from "../read-prompt.js";
@@ -22,11 +23,15 @@ export { PROFILE_KMIN_HELP };
 const defaultSelectorOf = (selectors: readonly string[]) => (selectors.includes("topk") ? "topk" : selectors[0]!);
 
 export async function runProfileKmin(argv: readonly string[], io: CliIo): Promise<number> {
-  const o = parseProfileKminArgs(argv);
-  if (o.help) {
+  const parsed = parseProfileKminArgs(argv);
+  if (parsed.help) {
     io.stdout(PROFILE_KMIN_HELP);
     return 0;
   }
+  // Plugin modules among --selectors are imported and registered; the profile keys them by name.
+  const selectors: string[] = [];
+  for (const s of parsed.selectors) selectors.push(await loadSelectorSpec(s, { cwd: process.cwd() }));
+  const o: ProfileKminOptions = { ...parsed, selectors: [...new Set(selectors)] };
   const progress = (line: string) => io.stderr(`${line}\n`);
   const texts = o.prompts !== undefined
     ? readPromptsJsonl(o.prompts).map((p) => ({ name: `${o.prompts} line ${p.line}`, text: p.prompt }))

@@ -183,16 +183,21 @@ export type Selection =
   | { readonly kind: "shared"; readonly ids: Int32Array }
   | { readonly kind: "perKvHead"; readonly ids: readonly Int32Array[] };
 
+/** An Int32Array, or a plain or typed array of numbers whose elements checkIds() vets one by one. */
 const IdsSchema = z.union([
   z.instanceof(Int32Array),
-  z.array(z.number().int()).transform((a) => Int32Array.from(a)),
-]);
+  z.array(z.unknown()),
+  z.custom<ArrayLike<number>>((v) => ArrayBuffer.isView(v) && !(v instanceof DataView) && !(v instanceof BigInt64Array) && !(v instanceof BigUint64Array)),
+], { error: "ids must be an Int32Array or an array of integers" });
 
-/** Accepts typed arrays or plain integer arrays (plugins written loosely); emits Int32Array. */
+/** Accepts typed arrays or plain integer arrays (plugins written loosely); validateSelection emits Int32Array. */
 export const SelectionSchema = z.discriminatedUnion("kind", [
   z.object({ kind: z.literal("shared"), ids: IdsSchema }),
   z.object({ kind: z.literal("perKvHead"), ids: z.array(IdsSchema).min(1) }),
 ]);
+
+/** A value as an error message shows it: NaN, 3.5, "3", undefined. */
+const shown = (v: unknown): string => (typeof v === "number" || v === undefined ? String(v) : typeof v === "bigint" ? `${v}n` : JSON.stringify(v) ?? String(v));
 
 export interface SelectionLimits {
   /** Slots 0 … offloaded − 1 are valid. */
@@ -204,9 +209,17 @@ export interface SelectionLimits {
   readonly source?: string;
 }
 
-function checkIds(ids: Int32Array, limits: SelectionLimits, where: string, who: string): Int32Array {
-  const sorted = ids.slice().sort();
+function checkIds(raw: ArrayLike<unknown>, limits: SelectionLimits, where: string, who: string): Int32Array {
   const max = limits.budget ?? limits.offloaded;
+  if (!(raw instanceof Int32Array)) {
+    // Vetted before the conversion, which would truncate 3.5 and wrap 2³² to 0.
+    for (let i = 0; i < raw.length; i++) {
+      const v = raw[i];
+      if (typeof v !== "number" || !Number.isInteger(v)) throw new HybridgenError(`${who}: ${where}[${i}] is ${shown(v)}, not an integer slot`);
+      if (v < 0 || v >= limits.offloaded) throw new HybridgenError(`${who}: ${where} has id ${v} out of range [0, ${limits.offloaded})`);
+    }
+  }
+  const sorted = Int32Array.from(raw as ArrayLike<number>).sort();
   if (sorted.length > max) {
     throw new HybridgenError(`${who}: ${where} holds ${sorted.length} ids, more than the ${limits.budget === undefined ? "offloaded count" : "budget K"} ${max}`);
   }

@@ -1,5 +1,6 @@
 /** Every offloaded token, whatever K is: with exact logits, hybrid attention equals full attention. */
 import { defineSelector } from "../define-selector.js";
+import { BUILTIN } from "../builtin-mark.js";
 
 export const allTokens = defineSelector({
   name: "all",
@@ -8,4 +9,4 @@ export const allTokens = defineSelector({
   usesBudget: false,
   kernel: "all",
   select: ({ offloaded, primitives }) => ({ kind: "shared", ids: primitives.range(0, offloaded) }),
-});
+}, BUILTIN);

@@ -7,6 +7,7 @@
  */
 import { z } from "zod";
 import { defineSelector } from "../define-selector.js";
+import { BUILTIN } from "../builtin-mark.js";
 import { newScratch, scratchView, type Scratch } from "./scratch.js";
 
 export const ExactTopKOptionsSchema = z.object({
@@ -37,4 +38,4 @@ export const exactTopK = defineSelector<z.output<typeof ExactTopKOptionsSchema>,
     }
     return { kind: "perKvHead", ids };
   },
-});
+}, BUILTIN);

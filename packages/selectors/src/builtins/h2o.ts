@@ -6,6 +6,7 @@
  */
 import { z } from "zod";
 import { defineSelector } from "../define-selector.js";
+import { BUILTIN } from "../builtin-mark.js";
 
 export const H2OOptionsSchema = z.object({
   /** Share of K given to the most recent offloaded tokens. */
@@ -33,4 +34,4 @@ export const h2o = defineSelector<z.output<typeof H2OOptionsSchema>>({
     }
     return { kind: "perKvHead", ids };
   },
-});
+}, BUILTIN);

@@ -11,6 +11,7 @@
 import { offloadedKeys, pageSummaries, type OffloadedKeys, type SelectorPrimitives } from "@hybridgen/core";
 import { z } from "zod";
 import { defineSelector } from "../define-selector.js";
+import { BUILTIN } from "../builtin-mark.js";
 import { layerKeys } from "./layer-keys.js";
 import { newScratch, scratchView, type Scratch } from "./scratch.js";
 
@@ -85,4 +86,4 @@ export const infinigen = defineSelector<z.output<typeof InfiniGenOptionsSchema>,
     for (let g = 0; g < kvHeads; g++) ids.push(P.topK(scores.subarray(g * n, (g + 1) * n), k));
     return { kind: "perKvHead", ids };
   },
-});
+}, BUILTIN);

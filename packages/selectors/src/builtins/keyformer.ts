@@ -9,6 +9,7 @@
 import { z } from "zod";
 import { seededRandom } from "@hybridgen/core";
 import { defineSelector } from "../define-selector.js";
+import { BUILTIN } from "../builtin-mark.js";
 
 export const KeyformerOptionsSchema = z.object({
   /** Share of K given to the most recent offloaded tokens. */
@@ -101,4 +102,4 @@ export const keyformer = defineSelector<KeyformerOptions, KeyformerState>({
     }
     return { kind: "perKvHead", ids };
   },
-});
+}, BUILTIN);

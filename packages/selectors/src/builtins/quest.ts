@@ -9,6 +9,7 @@
 import { pageSummaries, type OffloadedKeys, type PageSummaries } from "@hybridgen/core";
 import { z } from "zod";
 import { defineSelector } from "../define-selector.js";
+import { BUILTIN } from "../builtin-mark.js";
 import { layerKeys } from "./layer-keys.js";
 import { newScratch, scratchView, type Scratch } from "./scratch.js";
 
@@ -67,7 +68,7 @@ export const quest = defineSelector<z.output<typeof QuestOptionsSchema>, QuestSt
     }
     return { kind: "perKvHead", ids };
   },
-});
+}, BUILTIN);
 
 /** KV head g's rows alone, as a one-head view (no copy). */
 function headKeys(keys: OffloadedKeys, g: number): OffloadedKeys {

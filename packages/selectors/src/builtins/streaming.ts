@@ -5,6 +5,7 @@
  */
 import { z } from "zod";
 import { defineSelector } from "../define-selector.js";
+import { BUILTIN } from "../builtin-mark.js";
 
 export const StreamingOptionsSchema = z.object({
   /** Oldest offloaded tokens always kept (StreamingLLM keeps 4). */
@@ -24,4 +25,4 @@ export const streamingLLM = defineSelector<z.output<typeof StreamingOptionsSchem
     ids.set(P.range(n - recent, recent), s);
     return { kind: "shared", ids };
   },
-});
+}, BUILTIN);
