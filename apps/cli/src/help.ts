@@ -5,6 +5,7 @@ Usage:
   hybridgen fetch                download and convert the default model (stories15M), print its directory
   hybridgen info [--json]        CPU kernels, CUDA devices, memory tiers (DRAM/CXL), model cache
   hybridgen inspect <model>      architecture, parameters, weight and KV-cache bytes (see --help)
+  hybridgen plan                 where every byte of a hybrid run goes (GPU, host tiers, disk), predicted ms/token (see --help)
   hybridgen profile-kmin         K_min per selector and the layers that may speculate (see --help)
   hybridgen bench                decode speed of HybridGen and the baselines, tables and charts (see --help)
   hybridgen eval                 accuracy of HybridGen and the baselines against full attention (see --help)

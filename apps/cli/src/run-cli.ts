@@ -13,6 +13,8 @@ import type { CliIo } from "./io.js";
 import { parseArgsError } from "./parse-args-error.js";
 import { parseGenerateArgs } from "./parse-generate-args.js";
 import { HYBRID_HELP, splitHybridArgs } from "./hybrid-options.js";
+import { KV_TIER_HELP, splitKvTierArgs } from "./kv-tier-options.js";
+import { PLAN_HELP, runPlan } from "./commands/plan.js";
 
 export const VERSION: string = pkg.version;
 
@@ -61,13 +63,15 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
   }
   switch (command) {
     case "generate": {
-      const { rest: generateArgs, hybrid } = splitHybridArgs(rest);
+      const { rest: tierArgs, tier, given } = splitKvTierArgs(rest);
+      const { rest: generateArgs, hybrid } = splitHybridArgs(tierArgs);
+      if (given && hybrid.attention !== "hybrid") throw new HybridgenError("--kv-placement, --kv-disk and --host-kv-budget place hybrid attention's offloaded store: add --attention hybrid", "EUSAGE");
       const opts = parseGenerateArgs(generateArgs);
       if (opts.help) {
-        io.stdout(GENERATE_HELP + HYBRID_HELP);
+        io.stdout(GENERATE_HELP + HYBRID_HELP + KV_TIER_HELP);
         return 0;
       }
-      return runGenerate(opts, io, hybrid);
+      return runGenerate(opts, io, hybrid, tier);
     }
     case "fetch": {
       const values = parseStrict(rest, { help: { type: "boolean", short: "h" } }, "hybridgen fetch");
@@ -77,6 +81,8 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       }
       return runFetch(io);
     }
+    case "plan":
+      return runPlan(rest, io);
     case "inspect":
       return runInspect(rest, io);
     case "profile-kmin":
@@ -94,10 +100,10 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       return runInfo(io, values.json === true);
     }
     case "help":
-      io.stdout(rest[0] === "generate" ? GENERATE_HELP : rest[0] === "inspect" ? INSPECT_HELP : rest[0] === "profile-kmin" ? PROFILE_KMIN_HELP : rest[0] === "bench" ? BENCH_HELP : rest[0] === "eval" ? EVAL_HELP : MAIN_HELP);
+      io.stdout(rest[0] === "generate" ? GENERATE_HELP : rest[0] === "inspect" ? INSPECT_HELP : rest[0] === "plan" ? PLAN_HELP : rest[0] === "profile-kmin" ? PROFILE_KMIN_HELP : rest[0] === "bench" ? BENCH_HELP : rest[0] === "eval" ? EVAL_HELP : MAIN_HELP);
       return 0;
     default:
-      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, inspect, profile-kmin, bench, eval, help; see hybridgen --help)`, "EUSAGE");
+      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, inspect, plan, profile-kmin, bench, eval, help; see hybridgen --help)`, "EUSAGE");
   }
 }
 

@@ -5,7 +5,8 @@
  * that fits nowhere is refused here, before anything is allocated.
  *
  * The prediction is a bandwidth floor per decode step (all sequences of the batch):
- *   GPU stage   = (weights + window KV) / GPU read bandwidth
+ *   GPU stage   = (weights + window KV) / GPU read bandwidth (no GPU: the fastest tier's, where
+ *                 the CPU backend runs the same step)
  *   CPU stage   = Σ over tiers of the offloaded K bytes there / the tier's read bandwidth
  *   V gather    = selected V rows read from their tiers (a disk row costs a whole page)
  *   V transfer  = selected V bytes / host→device bandwidth
@@ -48,6 +49,8 @@ export const RunPlanInputSchema = z.object({
   policy: PlacementPolicySchema.default("semantic"),
   hostBudgetBytes: z.number().int().nonnegative().optional(),
   headroom: z.number().min(0).max(0.95).default(0.1),
+  /** Plan against the memory free now (MemFree) instead of each tier's capacity. */
+  useFree: z.boolean().default(false),
   /** Offloaded tokens selected per KV head and layer (the CPU stage's K). */
   k: z.number().int().positive().default(64),
   pageBytes: z.number().int().positive().default(4096),
@@ -122,7 +125,7 @@ export function planRun(input: RunPlanInput): RunPlan {
   const reserved = o.gpu ? {} : { [fastest]: o.model.weightsBytes + hostWindowBytes };
   const store = layoutStore({
     tiers: o.tiers, placement, layers: o.model.layers, regionBytes: Math.max(1, o.model.kvHeads * offloaded * B * o.model.headDim * o.kvElementBytes),
-    pageBytes: o.pageBytes, headroom: o.headroom, hostBudgetBytes: o.hostBudgetBytes, reservedBytes: reserved,
+    pageBytes: o.pageBytes, headroom: o.headroom, useFreeBytes: o.useFree, hostBudgetBytes: o.hostBudgetBytes, reservedBytes: reserved,
   });
   const storeK = offloaded === 0 ? 0 : offloaded * B * per;
   const byId = new Map(o.tiers.map((t) => [t.id, t]));
@@ -130,6 +133,14 @@ export function planRun(input: RunPlanInput): RunPlan {
     const scale = offloaded === 0 ? 0 : 1; // an empty store takes nothing
     return { id: t.id, kind: t.kind, capacityBytes: byId.get(t.id)!.capacityBytes, availableBytes: t.availableBytes, kBytes: t.kBytes * scale, vBytes: t.vBytes * scale, readBandwidthGBs: byId.get(t.id)!.readBandwidthGBs };
   });
+  if (!refusal && !o.gpu) {
+    const t = byId.get(fastest)!;
+    const usable = Math.floor((o.useFree && t.freeBytes !== undefined ? t.freeBytes : t.capacityBytes) * (1 - o.headroom));
+    if (o.model.weightsBytes + hostWindowBytes > usable) {
+      refusal = `the weights (${formatBytes(o.model.weightsBytes)}) and a window of ${window} tokens × batch ${B} (${formatBytes(hostWindowBytes)}) exceed ${fastest}'s usable ${formatBytes(usable)}` +
+        ` (a smaller --gpu-kv-budget offloads the rest)`;
+    }
+  }
   if (!refusal && offloaded > 0 && !store.fits) {
     const room = store.tiers.reduce((n, t) => n + t.availableBytes, 0);
     refusal = `context ${ctx} × batch ${B} needs ${formatBytes(ctx * B * total)} of KV: ` +
@@ -157,11 +168,10 @@ export function planRun(input: RunPlanInput): RunPlan {
       vGatherMs = vGatherMs === null || m === null ? null : vGatherMs + m;
     }
   }
-  const gpuMs = o.gpu ? ms(o.model.weightsBytes + window * B * total, o.gpu.readBandwidthGBs) : null;
+  // Without a GPU the CPU backend's own step reads the weights and the window from the fastest tier.
+  const gpuMs = ms(o.model.weightsBytes + window * B * total, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
   const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(selV, o.gpu.linkBandwidthGBs)) : 0;
-  const msPerToken = gpuMs === null && o.gpu ? null
-    : cpuMs === null || vGatherMs === null || vTransferMs === null ? null
-    : Math.max(gpuMs ?? 0, cpuMs) + vGatherMs + vTransferMs;
+  const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null : Math.max(gpuMs, cpuMs) + vGatherMs + vTransferMs;
 
   return {
     contextTokens: ctx, batch: B, bytesPerToken: { k: per, v: per },

@@ -5,7 +5,6 @@
  * CLI, the benches, the tests and library users all assemble hybrid attention through it.
  */
 import { HybridAttention, HybridgenError, type Attention, type Backend, type KvCache, type QueryProjector } from "@hybridgen/core";
-import { loadSelectorSpec } from "@hybridgen/selectors";
 import type { HybridRuntimeOptions } from "./options.js";
 import { resolveHybrid, type HybridPlan } from "./resolve.js";
 
@@ -27,21 +26,23 @@ export async function createHybridAttention(model: HybridModel, backend: Backend
   if (model.cache.storeCapacity === 0) {
     throw new HybridgenError(`the KV window holds the whole context (${model.maxContext}): nothing would be offloaded; load the model with a smaller gpuKvBudget`);
   }
-  // A plugin named by module is imported and registered first; then every option is checked before anything is allocated.
-  const named = typeof options.selector === "string" ? { ...options, selector: await loadSelectorSpec(options.selector) } : options;
-  const { plan, selector, scheduler, hybridOptions } = resolveHybrid(named, { device: !onCpu });
+  // Every option is checked before anything is allocated.
+  const { plan, selector, scheduler, hybridOptions } = resolveHybrid(options, { device: !onCpu });
   let host: InstanceType<typeof CpuBackend>;
   const attached = model.cache.hostBackend;
+  const allocator = options.storeAllocator;
   if (onCpu) {
     host = backend;
+    if (allocator) model.cache.placeStore(allocator);
   } else if (attached) {
+    if (allocator) throw new HybridgenError("the KV cache's host store is already attached: a storeAllocator can only place a new one");
     // The store is already in host memory (an earlier hybrid attention, or a prefill that needed it): reuse it.
     if (!(attached instanceof CpuBackend)) throw new HybridgenError(`the KV cache's host store is on ${attached.name}, not the CPU backend the native stage reads`);
     host = attached;
   } else {
     host = createCpuBackend({ threads: 1 }); // holds the host store; the stage has threads of its own
     try {
-      model.cache.attachHostStore(host, backend.hostTransfers!(), true);
+      model.cache.attachHostStore(host, backend.hostTransfers!(), true, allocator);
     } catch (e) {
       host.close();
       throw e;

@@ -1,11 +1,14 @@
 /** Options of createHybridAttention(), validated once at the boundary. */
 import { z } from "zod";
-import { KSchema, LogitsModeSchema, SelectionTimingSchema, type Scheduler, type TokenSelector } from "@hybridgen/core";
+import { KSchema, LogitsModeSchema, SelectionTimingSchema, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
 
 const isSelector = (v: unknown): v is TokenSelector =>
   typeof v === "object" && v !== null && typeof (v as TokenSelector).select === "function" && Array.isArray((v as TokenSelector).timings);
 const isScheduler = (v: unknown): v is Scheduler =>
   typeof v === "object" && v !== null && typeof (v as Scheduler).next === "function" && typeof (v as Scheduler).initial === "function";
+
+const isAllocator = (v: unknown): v is KvStoreAllocator =>
+  typeof v === "object" && v !== null && typeof (v as KvStoreAllocator).alloc === "function" && typeof (v as KvStoreAllocator).release === "function";
 
 const count = (min: number) => z.number().int("must be an integer").min(min, `must be at least ${min}`);
 
@@ -24,15 +27,12 @@ export type ProfileDefaults = z.infer<typeof ProfileDefaultsSchema>;
 export const HybridRuntimeOptionsSchema = z
   .object({
     /**
-     * A registered selector's name ("topk", "quest", a plugin's), a plugin module ("./my.ts",
-     * "a-package", "./many.ts:named"; createHybridAttention loads it), "POST+PRE" for a pair that
+     * A built-in selector's name ("topk", "streaming", "quest", …), "POST+PRE" for a pair that
      * runs POST under post-QKᵀ and PRE under pre-QKᵀ ("topk+streaming"), or a TokenSelector.
      * Default: "topk+quest" (Quest page summaries keep retrieval under pre) with the feedback scheduler (it may switch); with the fixed one,
      * "topk" for post and "streaming" for pre.
      */
     selector: z.union([z.string().min(1), z.custom<TokenSelector>(isSelector, { message: "must be a selector name or a TokenSelector" })]).optional(),
-    /** Options of a selector given by name or module (its factory validates them; an unknown key is an error). */
-    selectorOptions: z.record(z.string(), z.unknown()).optional(),
     /** "fixed", "feedback", or a Scheduler. Default: feedback with kMin, fixed with k or timing
      * alone; else feedback on a device backend (the CPU stage hides behind the GPU's) and fixed
      * on the CPU backend (both stages share its cores). */
@@ -53,6 +53,9 @@ export const HybridRuntimeOptionsSchema = z
     cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
     /** µs the idle stage thread spins before sleeping (default 0). */
     idleSpinUs: count(0).max(1_000_000, "must be ≤ 1000000").optional(),
+    /** Where the offloaded store's memory comes from (NUMA nodes, the disk tier): @hybridgen/kernels-cpu's
+     * TieredStore over a @hybridgen/memtier layout. The cache releases it when it closes. Default: the host backend's alloc(). */
+    storeAllocator: z.custom<KvStoreAllocator>(isAllocator, { message: "must be a KvStoreAllocator" }).optional(),
     /** The model's hybrid profile (readHybridProfile): default kMin, exactLayers and candidates. */
     profile: ProfileDefaultsSchema.nullable().optional(),
   })

@@ -8,7 +8,8 @@ import { readPrompt } from "../read-prompt.js";
 import { readPromptsJsonl } from "../read-prompts-jsonl.js";
 import { runPromptsBatch } from "./generate-batch.js";
 import { openBackend } from "../device-backend.js";
-import { attachHybrid, FULL_ATTENTION, loadHybridSelector, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions } from "../hybrid-options.js";
+import { attachHybrid, FULL_ATTENTION, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions } from "../hybrid-options.js";
+import { KvTierCliOptionsSchema, storeAllocatorFor, type KvTierCliOptions } from "../kv-tier-options.js";
 
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
 export const EXIT_INTERRUPTED = 130;
@@ -26,9 +27,7 @@ function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | unde
  * `hybridgen generate`: load a model on the CPU backend, stream tokens to stdout (the
  * prompt echoed first, as llama2.c does), timings on stderr. Returns the exit code.
  */
-export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: HybridCliOptions = FULL_ATTENTION): Promise<number> {
-  // --selector ./plugin.ts (or a package): imported and registered before anything else runs.
-  const hybrid = await loadHybridSelector(flags, process.cwd());
+export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: HybridCliOptions = FULL_ATTENTION, tier: KvTierCliOptions = KvTierCliOptionsSchema.parse({})): Promise<number> {
   // --prompts: many prompts from a JSONL file, decoded --batch at a time (generate-batch.ts).
   const jsonl = opts.prompts === undefined ? null : readPromptsJsonl(opts.prompts);
   if (jsonl && hybrid.attention === "hybrid" && (opts.batch ?? 1) > 1) {
@@ -84,7 +83,9 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   });
   // `hybridgen profile-kmin`'s result for this model gives the defaults of --k-min and --exact-layers.
   const profile = hybrid.attention === "hybrid" ? readHybridProfile(dir, io.env.HYBRIDGEN_CACHE) : null;
-  using hybridAttention = await attachHybrid(model, backend, hybrid, profile);
+  // The offloaded store placed on the memory tiers (and the disk) before the first token.
+  const placed = hybrid.attention === "hybrid" && model.cache.storeCapacity > 0 ? await storeAllocatorFor(model.cache, tier) : null;
+  using hybridAttention = await attachHybrid(model, backend, hybrid, profile, placed?.allocator);
   progress(
     `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dummyWeights ? `dummy ${opts.dtype ?? "bf16"}` : (opts.dtype ?? "stored")} weights` +
       `${model.cache.storeCapacity === 0 ? "" : `, KV window ${model.cache.gpuKvBudget}${model.cache.sinkTokens ? ` with ${model.cache.sinkTokens} sinks` : ""}`}) ` +
@@ -92,6 +93,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
       `${opened.fallback ? ` (${opened.fallback})` : ""} in ${(performance.now() - t0).toFixed(0)} ms`,
   );
   if (hybridAttention) progress(hybridPlanLine(hybridAttention));
+  if (placed) progress(placed.line);
   if (io.signal?.aborted) return interrupted();
   if (batchPrompts) {
     const aborted = await runPromptsBatch(model, files.tokenizer, batchPrompts, opts, io, opened.device);

@@ -12,6 +12,7 @@ export async function runInfo(io: CliIo, json: boolean): Promise<number> {
   const { cpuFeatures } = await import("@hybridgen/kernels-cpu");
   const { cudaAvailability, describeCudaAvailability } = await import("@hybridgen/kernels-cuda");
   const { discoverTiers, formatBytes } = await import("@hybridgen/memtier");
+  const { placementNote } = await import("../kv-tier-options.js");
 
   const cpu = cpuFeatures();
   const cuda = cudaAvailability();
@@ -21,7 +22,7 @@ export async function runInfo(io: CliIo, json: boolean): Promise<number> {
   const cached = existsSync(join(defaultModel, "model.safetensors"));
 
   if (json) {
-    io.stdout(`${JSON.stringify({ cpu, cuda, tiers, cache: { dir: cacheDir, defaultModel, cached } })}\n`);
+    io.stdout(`${JSON.stringify({ cpu, cuda, tiers, placement: placementNote(tiers), cache: { dir: cacheDir, defaultModel, cached } })}\n`);
     return 0;
   }
   const flags = [cpu.avx2 && "avx2", cpu.avx512 && "avx512", cpu.avx512bf16 && "avx512bf16"].filter(Boolean).join(" ") || "none";
@@ -34,6 +35,7 @@ export async function runInfo(io: CliIo, json: boolean): Promise<number> {
         `  ${t.id.padEnd(10)} ${t.kind.padEnd(5)} ${formatBytes(t.capacityBytes).padStart(10)}` +
         `${t.numaNode === undefined ? "" : `  NUMA node ${t.numaNode}`}${t.path ? `  ${t.path}` : ""}`,
     ),
+    `placement: ${placementNote(tiers)}; default policy semantic (K on the fastest DRAM, V on the slowest memory; hybridgen plan shows the bytes)`,
     `model cache: ${cacheDir} (${STORIES15M_NAME} ${cached ? "present" : "not fetched yet"})`,
   ];
   io.stdout(`${lines.join("\n")}\n`);

@@ -1,0 +1,52 @@
+/**
+ * What `hybridgen plan` measures: the GPU's free memory (cudaMemGetInfo, before any arena is
+ * taken), its copy bandwidth device → device and host → device on a small arena, and each host
+ * tier's read bandwidth (a node-bound buffer read on every core; the disk tier: large aligned
+ * reads of a scratch file, O_DIRECT where allowed). Tiers keep a bandwidth HMAT already gave.
+ */
+import { HybridgenError, type MemoryTier } from "@hybridgen/core";
+
+export interface GpuProbe {
+  readonly name: string;
+  readonly freeBytes: number;
+  readonly readBandwidthGBs?: number;
+  readonly linkBandwidthGBs?: number;
+}
+
+const MiB = 2 ** 20;
+
+/** The first CUDA device's free memory and (with `bandwidth`) its copy bandwidths; null without CUDA unless `required`. */
+export async function probeGpu(required: boolean, bandwidth: boolean): Promise<GpuProbe | null> {
+  const { cudaAvailability, openCudaNative, createCudaBackend } = await import("@hybridgen/kernels-cuda");
+  const a = cudaAvailability();
+  if (!a.available) {
+    if (required) throw new HybridgenError(a.reason);
+    return null;
+  }
+  const out = new Float64Array(2);
+  const rc = openCudaNative(a.libraryPath).hg_cu_mem_info(0, out);
+  if (rc !== 0) throw new HybridgenError(`CUDA device 0: cannot read its free memory (error ${rc})`);
+  const probe: GpuProbe = { name: a.devices[0]?.name ?? "CUDA device 0", freeBytes: out[0]! };
+  if (!bandwidth) return probe;
+  using be = createCudaBackend({ arenaBytes: 1024 * MiB });
+  const rows = 256, cols = (256 * MiB) / 4 / rows;
+  const src = be.alloc([rows, cols], "f32"), dst = be.alloc([rows, cols], "f32");
+  be.copyRows(dst, 0, src, 0, rows);
+  be.synchronize();
+  const reps = 10, t0 = performance.now();
+  for (let i = 0; i < reps; i++) be.copyRows(dst, 0, src, 0, rows);
+  be.synchronize();
+  const copyS = (performance.now() - t0) / 1e3;
+  const link = (be.hostTransfers() as unknown as { bandwidth?: (bytes?: number, iters?: number) => { h2d: number } }).bandwidth?.(256 * MiB, 5);
+  return { ...probe, readBandwidthGBs: (2 * reps * 256 * MiB) / copyS / 1e9, ...(link ? { linkBandwidthGBs: link.h2d / 1e9 } : {}) };
+}
+
+/** The tiers with a measured read bandwidth where none is known. */
+export async function probeTiers(tiers: readonly MemoryTier[]): Promise<MemoryTier[]> {
+  const { probeMemoryReadBandwidth, probeFileReadBandwidth } = await import("@hybridgen/kernels-cpu");
+  return tiers.map((t) => {
+    if (t.readBandwidthGBs !== undefined) return t;
+    const bytesPerS = t.kind === "file" ? probeFileReadBandwidth(t.path!, 128 * MiB, 4 * MiB) : probeMemoryReadBandwidth(256 * MiB, t.numaNode);
+    return { ...t, readBandwidthGBs: bytesPerS / 1e9 };
+  });
+}

@@ -1,0 +1,144 @@
+/**
+ * `hybridgen plan --model DIR|preset:X --context N [--batch B]`: where every byte of a hybrid
+ * run would go — weights, the GPU window, K and V on each host tier, the disk — from the GPU's
+ * free memory and each tier's measured read bandwidth, and the ms/token those bandwidths
+ * predict (@hybridgen/memtier's planRun). A run that fits nowhere prints the plan and the
+ * reason, and exits non-zero. No weights are loaded.
+ */
+import { parseArgs } from "node:util";
+import { HybridgenError, type DType, type MemoryTier } from "@hybridgen/core";
+import type { RunPlan } from "@hybridgen/memtier";
+import type { CliIo } from "../io.js";
+import { checkDiskDir, KV_TIER_HELP, parseSize, placementNote, storeTiers, KvTierCliOptionsSchema } from "../kv-tier-options.js";
+import { parseArgsError } from "../parse-args-error.js";
+import { inspectModel } from "./inspect.js";
+import { probeGpu, probeTiers, type GpuProbe } from "./plan-probe.js";
+
+export const PLAN_HELP = `Usage: hybridgen plan --model DIR|preset:NAME --context N [options]
+
+Where every byte of a hybrid-attention run would go (weights, the GPU window, K and V on each
+host memory tier, the disk) and the ms/token predicted from the tiers' measured bandwidths.
+A context that fits nowhere is refused with the numbers (exit 2).
+
+      --model M                a model directory or preset:NAME (only its config is read)
+      --context N              positions per sequence
+      --batch B                sequences (default 1)
+      --gpu-kv-budget N|auto   window tokens per sequence on the GPU (default auto: what its memory holds)
+      --k K                    offloaded tokens selected per KV head and layer (default 64)
+      --kv-dtype D             f32, f16 or bf16 (default bf16)
+      --device auto|cpu|cuda   plan for the GPU (auto: when CUDA is usable) or for the CPU alone
+      --gpu-free SIZE          plan for a GPU with this much free memory instead of probing one
+      --gpu-bandwidth GB/s     its read bandwidth (default: measured when a GPU is present)
+      --link-bandwidth GB/s    host→device copy bandwidth (default: measured when a GPU is present)
+      --no-probe               skip the bandwidth probes (ms/token is then not predicted)
+      --json                   the plan as one JSON object
+${KV_TIER_HELP}`;
+
+const num = (flag: string, raw: string | undefined): number | undefined => {
+  if (raw === undefined) return undefined;
+  const n = Number(raw);
+  if (!/^\d+(\.\d+)?$/.test(raw.trim()) || !(n > 0)) throw new HybridgenError(`invalid value for ${flag}: ${JSON.stringify(raw)} is not a positive number`, "EUSAGE");
+  return n;
+};
+const int = (flag: string, raw: string | undefined): number | undefined => {
+  const n = num(flag, raw);
+  if (n !== undefined && !Number.isInteger(n)) throw new HybridgenError(`invalid value for ${flag}: ${JSON.stringify(raw)} is not a positive integer`, "EUSAGE");
+  return n;
+};
+
+export async function runPlan(argv: readonly string[], io: CliIo): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: [...argv],
+      strict: true,
+      allowPositionals: false,
+      options: {
+        model: { type: "string" }, context: { type: "string" }, batch: { type: "string" }, "gpu-kv-budget": { type: "string" }, k: { type: "string" },
+        "kv-dtype": { type: "string" }, device: { type: "string" }, "gpu-free": { type: "string" }, "gpu-bandwidth": { type: "string" },
+        "link-bandwidth": { type: "string" }, "no-probe": { type: "boolean" }, json: { type: "boolean" },
+        "kv-placement": { type: "string" }, "kv-disk": { type: "string" }, "host-kv-budget": { type: "string" }, help: { type: "boolean", short: "h" },
+      },
+    });
+  } catch (e) {
+    throw parseArgsError(e, "hybridgen plan");
+  }
+  const v = parsed.values;
+  if (v.help) {
+    io.stdout(PLAN_HELP);
+    return 0;
+  }
+  if (v.model === undefined) throw new HybridgenError("hybridgen plan needs --model DIR|preset:NAME", "EUSAGE");
+  const context = int("--context", v.context);
+  if (context === undefined) throw new HybridgenError("hybridgen plan needs --context N", "EUSAGE");
+  const batch = int("--batch", v.batch) ?? 1;
+  const kvDtype = (v["kv-dtype"] ?? "bf16") as DType;
+  if (!["f32", "f16", "bf16"].includes(kvDtype)) throw new HybridgenError(`invalid value for --kv-dtype: must be one of f32, f16, bf16 (got ${JSON.stringify(kvDtype)})`, "EUSAGE");
+  const device = v.device ?? "auto";
+  if (!["auto", "cpu", "cuda"].includes(device)) throw new HybridgenError(`invalid value for --device: must be one of auto, cpu, cuda (got ${JSON.stringify(device)})`, "EUSAGE");
+  const budgetRaw = v["gpu-kv-budget"] ?? "auto";
+  const gpuKvBudget = budgetRaw.trim() === "auto" ? ("auto" as const) : int("--gpu-kv-budget", budgetRaw)!;
+  const tierRaw = KvTierCliOptionsSchema.safeParse({
+    kvPlacement: v["kv-placement"], kvDisk: v["kv-disk"], hostKvBudget: v["host-kv-budget"] === undefined ? undefined : parseSize(v["host-kv-budget"], "--host-kv-budget"),
+  });
+  if (!tierRaw.success) throw new HybridgenError(`invalid value for --kv-placement: ${tierRaw.error.issues[0]!.message}`, "EUSAGE");
+  const tierOpts = tierRaw.data;
+  if (tierOpts.kvDisk !== undefined) checkDiskDir(tierOpts.kvDisk);
+
+  const info = inspectModel(v.model, { context, batch, kvDtype });
+  const weightsBytes = Object.values(info.weightBytes).reduce((a, b) => a + (b ?? 0), 0);
+  const probe = v["no-probe"] !== true;
+
+  let gpu: GpuProbe | null = null;
+  const gpuFree = v["gpu-free"] === undefined ? undefined : parseSize(v["gpu-free"], "--gpu-free");
+  if (gpuFree !== undefined) gpu = { name: "described", freeBytes: gpuFree };
+  else if (device !== "cpu") gpu = await probeGpu(device === "cuda", probe);
+  if (gpu) {
+    const bw = num("--gpu-bandwidth", v["gpu-bandwidth"]), link = num("--link-bandwidth", v["link-bandwidth"]);
+    gpu = { ...gpu, ...(bw ? { readBandwidthGBs: bw } : {}), ...(link ? { linkBandwidthGBs: link } : {}) };
+  }
+  const tiers: MemoryTier[] = probe ? await probeTiers(await storeTiers(tierOpts)) : await storeTiers(tierOpts);
+
+  const { planRun } = await import("@hybridgen/memtier");
+  const plan = planRun({
+    model: { layers: info.layers, kvHeads: info.kvHeads, headDim: info.headDim, weightsBytes },
+    kvElementBytes: kvDtype === "f32" ? 4 : 2, contextTokens: context, batch, gpuKvBudget,
+    gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs } : undefined,
+    tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64,
+  });
+  if (v.json) io.stdout(`${JSON.stringify({ model: v.model, kvDtype, gpuName: gpu?.name ?? null, placementNote: placementNote(tiers), ...plan, store: { diskBytes: plan.store.diskBytes, fits: plan.store.fits, shortfallBytes: plan.store.shortfallBytes } })}\n`);
+  else {
+    io.stdout(await formatPlan(v.model, kvDtype, gpu, tiers, tierOpts.kvPlacement, plan));
+    // The bytes are the shape's at any length (the scale bench's synthetic KV); generate refuses such a context.
+    if (context > info.maxPositions) io.stdout(`note:       ${context} positions exceed the model's max_position_embeddings (${info.maxPositions})\n`);
+  }
+  if (plan.refusal) throw new HybridgenError(plan.refusal, "ECONTEXT");
+  return 0;
+}
+
+async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, tiers: readonly MemoryTier[], policy: string, p: RunPlan): Promise<string> {
+  const { formatBytes: fb } = await import("@hybridgen/memtier");
+  const f = (x: number | null | undefined, d = 2) => (x === null || x === undefined ? "–" : x.toFixed(d));
+  const per = p.bytesPerToken.k + p.bytesPerToken.v;
+  const lines = [
+    `plan:       ${model}, ${kvDtype} KV: ${fb(per)} a token (K ${fb(p.bytesPerToken.k)} + V ${fb(p.bytesPerToken.v)})`,
+    `context:    ${p.contextTokens} × batch ${p.batch} = ${fb(per * p.contextTokens * p.batch)} of KV`,
+    `weights:    ${fb(p.weights.bytes)} in ${p.weights.where === "gpu" ? "GPU" : "host"} memory`,
+    p.gpu
+      ? `GPU:        ${gpu?.name ?? "GPU"}: ${fb(p.gpu.freeBytes)} free, ${fb(p.gpu.reserveBytes)} reserved → window ${p.gpu.windowTokens} tokens (${fb(p.gpu.windowBytes)}; ${p.gpu.fitTokens} fit)` +
+        `${gpu?.readBandwidthGBs ? `, reads ${f(gpu.readBandwidthGBs, 0)} GB/s` : ""}${gpu?.linkBandwidthGBs ? `, host→device ${f(gpu.linkBandwidthGBs, 1)} GB/s` : ""}`
+      : `GPU:        none (the CPU backend: weights and a window of ${p.contextTokens - p.offloadedTokens} tokens, ${fb(p.hostWindowBytes)}, in host memory)`,
+    `offloaded:  ${p.offloadedTokens} tokens a sequence: K ${fb(p.offloadedTokens * p.batch * p.bytesPerToken.k)}, V ${fb(p.offloadedTokens * p.batch * p.bytesPerToken.v)}`,
+    `placement:  ${policy}; ${placementNote(tiers)}`,
+    `tier        kind  capacity     usable       K            V            read GB/s`,
+    ...p.tiers.map(
+      (t) =>
+        `${(t.kind === "file" ? "disk" : t.id).padEnd(11)} ${t.kind.padEnd(5)} ${fb(t.capacityBytes).padStart(11)}  ${fb(t.availableBytes).padStart(11)}  ${fb(t.kBytes).padStart(11)}  ${fb(t.vBytes).padStart(11)}  ${f(t.readBandwidthGBs, 1).padStart(9)}`,
+    ),
+    ...(p.store.diskBytes > 0 ? [`disk:       ${fb(p.store.diskBytes)} in files under ${tiers.find((t) => t.kind === "file")?.path}`] : []),
+    p.predicted.msPerToken === null
+      ? `predicted:  – ms/token (a bandwidth is unknown: GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}, V gather ${f(p.predicted.vGatherMs)}, V transfer ${f(p.predicted.vTransferMs)} ms)`
+      : `predicted:  ${f(p.predicted.msPerToken)} ms/token = max(GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}) + V gather ${f(p.predicted.vGatherMs)} + V transfer ${f(p.predicted.vTransferMs)} ms`,
+  ];
+  return `${lines.join("\n")}\n`;
+}

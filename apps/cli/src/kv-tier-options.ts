@@ -1,0 +1,140 @@
+/**
+ * Where the offloaded KV store lives (issue 22): `--kv-placement`, `--kv-disk DIR`,
+ * `--host-kv-budget SIZE`, taken out of argv like the hybrid flags. storeAllocatorFor() turns
+ * them and the loaded cache into @hybridgen/kernels-cpu's TieredStore over a
+ * @hybridgen/memtier layout, refusing (one line, before any token) a disk directory that is
+ * missing, read-only or too small, and a store that fits nowhere.
+ */
+import { closeSync, openSync, statSync, statfsSync, unlinkSync } from "node:fs";
+import { join } from "node:path";
+import { z } from "zod";
+import { HybridgenError, PlacementPolicySchema, DTYPE_BYTES, type KvCache, type KvStoreAllocator, type MemoryTier } from "@hybridgen/core";
+
+export const KvTierCliOptionsSchema = z.object({
+  /** semantic (K fast tier, V capacity tier), interleave, local, dram-only. */
+  kvPlacement: PlacementPolicySchema.default("semantic"),
+  /** Directory of the disk tier's files. */
+  kvDisk: z.string().min(1).optional(),
+  /** Most bytes of host memory the store may take; the rest goes to --kv-disk. */
+  hostKvBudget: z.number().int().nonnegative().optional(),
+});
+export type KvTierCliOptions = z.infer<typeof KvTierCliOptionsSchema>;
+
+const FLAGS = { "kv-placement": "kvPlacement", "kv-disk": "kvDisk", "host-kv-budget": "hostKvBudget" } as const;
+
+export const KV_TIER_HELP = `KV memory tiers (hybrid attention's offloaded store):
+      --kv-placement P         semantic (default: K on the fastest DRAM, V on the capacity tier, e.g. CXL),
+                               interleave (pages over every memory node), local, dram-only
+      --kv-disk DIR            a disk tier: what host memory (or --host-kv-budget) cannot hold, V first,
+                               lives in files in DIR, removed on exit and Ctrl-C
+      --host-kv-budget SIZE    most host memory the store may take (bytes, or with K/M/G/T: 8G)
+`;
+
+/** "8G" → 8 GiB; plain digits are bytes. */
+export function parseSize(text: string, flag: string): number {
+  const m = /^(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?$/i.exec(text.trim());
+  if (!m) throw new HybridgenError(`invalid value for ${flag}: ${JSON.stringify(text)} is not a size (bytes, or a number with K, M, G or T)`);
+  const scale = { "": 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 }[m[2]!.toLowerCase() as "" | "k" | "m" | "g" | "t"];
+  return Math.floor(Number(m[1]) * scale);
+}
+
+/** A disk-tier directory that exists, is a directory and is writable; else a one-line error. */
+export function checkDiskDir(dir: string): void {
+  let isDir = false;
+  try {
+    isDir = statSync(dir).isDirectory();
+  } catch {
+    throw new HybridgenError(`--kv-disk ${dir}: no such directory`);
+  }
+  if (!isDir) throw new HybridgenError(`--kv-disk ${dir}: not a directory`);
+  // A file actually created and removed: access(W_OK) says yes to root on a read-only mount's directory.
+  const probe = join(dir, `.hybridgen-kv-check-${process.pid}`);
+  try {
+    closeSync(openSync(probe, "wx"));
+    unlinkSync(probe);
+  } catch (e) {
+    throw new HybridgenError(`--kv-disk ${dir}: not writable (${(e as NodeJS.ErrnoException).code ?? "error"}: read-only file system or permissions)`);
+  }
+}
+
+/** Free bytes of the file system holding `dir` (statfs, as an unprivileged writer sees it). */
+export function diskFreeBytes(dir: string): number {
+  const s = statfsSync(dir);
+  return Number(s.bavail) * Number(s.bsize);
+}
+
+/** Takes the tier flags out of argv; returns the remaining args and the validated options. */
+export function splitKvTierArgs(argv: readonly string[]): { rest: string[]; tier: KvTierCliOptions; given: boolean } {
+  const rest: string[] = [];
+  const raw: Record<string, unknown> = {};
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const m = /^--([a-z-]+)(?:=(.*))?$/.exec(arg);
+    const key = m ? FLAGS[m[1] as keyof typeof FLAGS] : undefined;
+    if (!m || !key) {
+      rest.push(arg);
+      continue;
+    }
+    let value = m[2];
+    if (value === undefined) {
+      if (i + 1 >= argv.length) throw new HybridgenError(`${arg} needs a value`);
+      value = argv[++i]!;
+    }
+    raw[key] = key === "hostKvBudget" ? parseSize(value, `--${m[1]}`) : value;
+  }
+  const r = KvTierCliOptionsSchema.safeParse(raw);
+  if (!r.success) {
+    const issue = r.error.issues[0]!;
+    const flag = Object.entries(FLAGS).find(([, k]) => k === issue.path[0])?.[0];
+    throw new HybridgenError(`invalid value for --${flag}: ${issue.message}`);
+  }
+  if (r.data.kvDisk !== undefined) checkDiskDir(r.data.kvDisk);
+  return { rest, tier: r.data, given: Object.keys(raw).length > 0 };
+}
+
+export const KV_TIER_FLAG_NAMES = Object.keys(FLAGS);
+
+export interface PlacedStore {
+  readonly allocator: KvStoreAllocator & { verify(): { ok: boolean; tier: string; mode: string }[]; readonly diskBytes: number };
+  /** "placement semantic: K node0 12.0 MiB, V node0 8.0 MiB + disk 4.0 MiB (/tmp/kv); one NUMA node: binding changes nothing" */
+  readonly line: string;
+}
+
+/** The machine's tiers for the store: NUMA nodes, and the disk directory as a file tier. */
+export async function storeTiers(o: KvTierCliOptions): Promise<MemoryTier[]> {
+  const { discoverTiers } = await import("@hybridgen/memtier");
+  return discoverTiers({ fileTiers: o.kvDisk === undefined ? [] : [{ path: o.kvDisk, capacityBytes: diskFreeBytes(o.kvDisk) }] });
+}
+
+/** One line on what a placement does on these tiers (the no-op on a one-node machine says so). */
+export function placementNote(tiers: readonly MemoryTier[]): string {
+  const memory = tiers.filter((t) => t.kind !== "file");
+  if (memory.length <= 1) return `one NUMA node (${memory[0]?.id ?? "none"}): binding K and V there changes nothing`;
+  const cxl = memory.filter((t) => t.kind === "cxl").map((t) => t.id);
+  return `${memory.length} NUMA nodes${cxl.length ? `, CPU-less (CXL): ${cxl.join(", ")}` : ""}`;
+}
+
+/**
+ * The allocator that places `cache`'s store as the flags say, and the line describing it.
+ * Refuses, before anything is allocated, a store that fits nowhere and a disk that is too small.
+ */
+export async function storeAllocatorFor(cache: KvCache, o: KvTierCliOptions): Promise<PlacedStore> {
+  const { layoutStore, placeKv, formatBytes } = await import("@hybridgen/memtier");
+  const { TieredStore } = await import("@hybridgen/kernels-cpu");
+  const tiers = await storeTiers(o);
+  if (o.hostKvBudget !== undefined && o.kvDisk === undefined) throw new HybridgenError("--host-kv-budget needs --kv-disk DIR (where the rest of the store goes)");
+  const regionBytes = cache.kvHeads * cache.storeCapacity * cache.headDim * DTYPE_BYTES[cache.dtype];
+  const r = layoutStore({ tiers, placement: placeKv(o.kvPlacement, tiers), layers: cache.layers, regionBytes, hostBudgetBytes: o.hostKvBudget });
+  if (!r.fits) {
+    const disk = tiers.find((t) => t.kind === "file");
+    throw new HybridgenError(
+      `the KV store needs ${formatBytes(2 * cache.layers * r.layout.regionBytes)}, ${formatBytes(r.shortfallBytes)} more than ` +
+        (disk ? `host memory and ${o.kvDisk} (${formatBytes(disk.capacityBytes)} free) hold` : "host memory holds (add --kv-disk DIR)"),
+    );
+  }
+  const allocator = new TieredStore(r.layout);
+  const per = (pool: "kBytes" | "vBytes") =>
+    r.tiers.filter((t) => t[pool] > 0).map((t) => `${t.kind === "file" ? "disk" : t.id} ${formatBytes(t[pool])}`).join(" + ") || "none";
+  const line = `placement ${o.kvPlacement}: K ${per("kBytes")}, V ${per("vBytes")}; ${placementNote(tiers)}`;
+  return { allocator, line };
+}

@@ -1,0 +1,119 @@
+import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parseSize, splitKvTierArgs } from "../src/kv-tier-options.js";
+import { requireBuiltBin, runBin, runBinStreaming } from "./helpers.js";
+import { PROMPT, stories15M } from "./model-fixture.js";
+
+const dirs: string[] = [];
+const tmp = () => {
+  const d = mkdtempSync(join(tmpdir(), "hg-kvdisk-"));
+  dirs.push(d);
+  return d;
+};
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+describe("KV tier flags", () => {
+  it("are taken out of argv; sizes take K/M/G/T", () => {
+    const dir = tmp();
+    const r = splitKvTierArgs(["-p", "x", "--kv-placement", "interleave", `--kv-disk=${dir}`, "--host-kv-budget", "1.5G", "-n", "3"]);
+    expect(r).toEqual({ rest: ["-p", "x", "-n", "3"], tier: { kvPlacement: "interleave", kvDisk: dir, hostKvBudget: 1.5 * 2 ** 30 }, given: true });
+    expect(splitKvTierArgs(["-n", "3"])).toEqual({ rest: ["-n", "3"], tier: { kvPlacement: "semantic" }, given: false });
+    expect(parseSize("4096", "--x")).toBe(4096);
+    expect(parseSize("8m", "--x")).toBe(8 * 2 ** 20);
+  });
+
+  it("bad values, a missing, non-directory or unwritable --kv-disk are one-line errors before anything runs", () => {
+    expect(() => splitKvTierArgs(["--kv-placement", "fastest"])).toThrow(/^invalid value for --kv-placement: /);
+    expect(() => splitKvTierArgs(["--host-kv-budget", "lots"])).toThrow('invalid value for --host-kv-budget: "lots" is not a size (bytes, or a number with K, M, G or T)');
+    expect(() => splitKvTierArgs(["--kv-disk", "/nonexistent-hg"])).toThrow("--kv-disk /nonexistent-hg: no such directory");
+    const file = join(tmp(), "f");
+    writeFileSync(file, "x");
+    expect(() => splitKvTierArgs(["--kv-disk", file])).toThrow(`--kv-disk ${file}: not a directory`);
+    expect(() => splitKvTierArgs(["--kv-disk", "/sys/devices"])).toThrow(/^--kv-disk \/sys\/devices: not writable \(E[A-Z]+: read-only file system or permissions\)$/);
+  });
+});
+
+describe("hybridgen generate with the store placed (stories15M)", () => {
+  beforeAll(async () => {
+    requireBuiltBin();
+    await stories15M();
+  });
+  const base = ["generate", "-p", PROMPT, "-n", "120", "-t", "0", "--threads", "1", "--attention", "hybrid", "--gpu-kv-budget", "32", "--selector", "all", "--logits", "exact"];
+
+  it("a forced disk tier (no host budget: K and V in files; 2 MiB: V's last layers) prints the in-memory text, and leaves no file", () => {
+    const mem = runBin(base);
+    expect(mem.code).toBe(0);
+    expect(mem.stderr).toMatch(/placement semantic: K node0 [\d.]+ [KM]iB, V node0 [\d.]+ [KM]iB; one NUMA node \(node0\)/);
+    const dir = tmp();
+    const all = runBin([...base, "--kv-disk", dir, "--host-kv-budget", "0"]);
+    expect(all.stderr).toMatch(/placement semantic: K disk [\d.]+ [KM]iB, V disk [\d.]+ [KM]iB;/);
+    expect(all.code).toBe(0);
+    expect(all.stdout).toBe(mem.stdout);
+    const split = runBin([...base, "--kv-disk", dir, "--host-kv-budget", "2M"]);
+    expect(split.stderr).toMatch(/placement semantic: K node0 [\d.]+ [KM]iB, V node0 [\d.]+ [KM]iB \+ disk [\d.]+ [KM]iB;/);
+    expect(split.stdout).toBe(mem.stdout);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it("Ctrl-C during a disk-tier run exits 130 and removes the files", async () => {
+    const dir = tmp();
+    let sawFiles = -1;
+    const r = await runBinStreaming([...base.map((a) => (a === "120" ? "250" : a)), "--kv-disk", dir, "--host-kv-budget", "0"], (out, child) => {
+      if (sawFiles < 0 && out.length > PROMPT.length) {
+        sawFiles = readdirSync(dir).length;
+        child.kill("SIGINT");
+      }
+    });
+    expect(sawFiles).toBe(12); // K and V of 6 layers
+    expect(r.code).toBe(130);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it("the tier flags need --attention hybrid", () => {
+    const r = runBin(["generate", "-p", PROMPT, "-n", "2", "--kv-placement", "local"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toBe("error: --kv-placement, --kv-disk and --host-kv-budget place hybrid attention's offloaded store: add --attention hybrid\n");
+  });
+});
+
+describe("hybridgen plan", () => {
+  beforeAll(requireBuiltBin);
+
+  it("Llama-3.1-8B at 1.5M tokens on a described 140 GiB GPU: weights, window, offloaded bytes and the predicted ms/token", () => {
+    const r = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "1500000", "--gpu-free", "140G", "--gpu-bandwidth", "4000", "--link-bandwidth", "50", "--k", "256", "--kv-disk", tmp(), "--json"]);
+    const p = JSON.parse(r.stdout);
+    expect(p.weights).toEqual({ where: "gpu", bytes: 16_060_522_496 });
+    expect(p.gpu).toMatchObject({ freeBytes: 140 * 2 ** 30, windowTokens: 1_007_963, fitTokens: 1_007_963 });
+    expect(p.offloadedTokens).toBe(1_500_000 - 1_007_963);
+    const placed = p.tiers.reduce((n: number, t: { kBytes: number; vBytes: number }) => n + t.kBytes + t.vBytes, 0);
+    expect(placed).toBe(2 * 32 * Math.ceil((8 * p.offloadedTokens * 128 * 2) / 4096) * 4096);
+    expect(p.predicted.gpuMs).toBeCloseTo(((16_060_522_496 + 1_007_963 * 131072) / 4000e9) * 1e3, 6);
+    expect(p.predicted.msPerToken).toBeGreaterThan(p.predicted.gpuMs);
+    expect(r.code).toBe(0);
+  });
+
+  it("a context that fits nowhere is refused with the numbers after the plan (exit 2)", () => {
+    const r = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "100000000", "--gpu-free", "140G", "--no-probe", "--kv-disk", tmp(), "--host-kv-budget", "1G"]);
+    expect(r.code).toBe(2);
+    expect(r.stdout).toMatch(/^plan: {7}preset:llama-3\.1-8b, bf16 KV: 128\.0 KiB a token/);
+    expect(r.stdout).toMatch(/\ndisk +file /);
+    expect(r.stderr).toMatch(/^error: context 100000000 × batch 1 needs 11\.9 TiB of KV: the GPU window holds 1007963 tokens \(123\.0 GiB\), the host tiers and disk have room for .* of the 11\.8 TiB offloaded: short by .* \(add --kv-disk DIR, raise --host-kv-budget, or shorten the context\)\n$/);
+  });
+
+  it("on the CPU alone the weights and window must fit host memory; bad flags are one line", () => {
+    const r = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "1000000", "--device", "cpu", "--no-probe", "--gpu-kv-budget", "200000000"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^error: the weights \(15\.0 GiB\) and a window of 1000000 tokens × batch 1 \(122\.1 GiB\) exceed node0's usable .*\n$/);
+    expect(runBin(["plan", "--model", "preset:llama-3.1-8b"]).stderr).toBe("error: hybridgen plan needs --context N\n");
+    expect(runBin(["plan", "--context", "5"]).stderr).toBe("error: hybridgen plan needs --model DIR|preset:NAME\n");
+  });
+
+  it("info says what placement does on this machine", () => {
+    const r = runBin(["info"]);
+    expect(r.stdout).toMatch(/\nplacement: (one NUMA node \(\w+\): binding K and V there changes nothing|\d+ NUMA nodes.*); default policy semantic/);
+  });
+});
