@@ -10,6 +10,7 @@ import {
   DEFAULT_K, DEFAULT_SINK_TOKENS, GPU_KV_BUDGET_AUTO, GpuKvBudgetSchema, HybridgenError, HybridOptionsSchema, KSchema, LogitsModeSchema,
   SelectionTimingSchema, SinkTokensSchema, type Backend, type GpuKvBudget, type KvStoreAllocator, type HybridAttention, type HybridProfile,
 } from "@hybridgen/core";
+import { isRegisteredSpec, loadSelectorSpec } from "@hybridgen/selectors";
 import { createHybridAttention, hybridPlan, resolveHybrid, type HybridModel, type HybridPlan, type HybridRuntimeOptions } from "@hybridgen/runtime";
 
 const count = (min: number) => z.number().int("must be an integer").min(min, `must be at least ${min}`);
@@ -32,7 +33,10 @@ export const HybridCliOptionsSchema = z
     /** Layers whose selection waits for the true query; [] overrides a profile's. */
     exactLayers: z.array(count(0)).optional(),
     candidates: count(1).optional(),
+    /** A registered selector, a plugin module (PATH|PACKAGE[:export]), or POST+PRE. */
     selector: z.string().min(1).optional(),
+    /** The selector's options, a JSON object (checked by its factory: an unknown key is an error). */
+    selectorOptions: z.record(z.string(), z.unknown()).optional(),
     /** Default: 1 on the CPU backend (its own ops use the other cores); on a device backend every
      * core but one (the one JS drives the device from: a 16th stage thread on 16 cores shares a core
      * with it, and each layer's stage then waits for whichever thread lost its core). */
@@ -43,7 +47,7 @@ export const HybridCliOptionsSchema = z
   .refine((o) => o.sinkTokens === 0 || o.gpuKvBudget !== undefined, { message: "--sink-tokens needs --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => typeof o.gpuKvBudget !== "number" || o.sinkTokens < o.gpuKvBudget, { message: "--sink-tokens must be smaller than --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => o.attention === "hybrid" || HYBRID_ONLY.every((key) => o[key] === undefined), {
-    message: "--selector, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates and --cpu-stage-threads need --attention hybrid", path: ["attention"],
+    message: "--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates and --cpu-stage-threads need --attention hybrid", path: ["attention"],
   })
   .refine((o) => o.kMin === undefined || o.scheduler !== "fixed", { message: "--k-min sets the feedback scheduler's floor; --scheduler fixed uses --k", path: ["kMin"] })
   .refine((o) => o.k === undefined || o.kMin === undefined || o.k >= o.kMin, { message: "--k (the feedback scheduler's first K) must be at least --k-min", path: ["k"] });
@@ -51,12 +55,12 @@ export type HybridCliOptions = z.infer<typeof HybridCliOptionsSchema>;
 
 const FLAGS = {
   attention: "attention", "gpu-kv-budget": "gpuKvBudget", "sink-tokens": "sinkTokens", scheduler: "scheduler", k: "k", "k-min": "kMin",
-  timing: "timing", logits: "logits", "exact-layers": "exactLayers", candidates: "candidates", selector: "selector",
+  timing: "timing", logits: "logits", "exact-layers": "exactLayers", candidates: "candidates", selector: "selector", "selector-options": "selectorOptions",
   "cpu-stage-threads": "cpuStageThreads",
 } as const;
 const NUMERIC = new Set(["gpuKvBudget", "sinkTokens", "k", "kMin", "candidates", "cpuStageThreads"]);
 /** Flags that only mean something to hybrid attention. */
-const HYBRID_ONLY = ["selector", "scheduler", "k", "kMin", "timing", "logits", "exactLayers", "candidates", "cpuStageThreads"] as const;
+const HYBRID_ONLY = ["selector", "selectorOptions", "scheduler", "k", "kMin", "timing", "logits", "exactLayers", "candidates", "cpuStageThreads"] as const;
 /** Old spellings of one concept, refused with the one name. */
 const RENAMED: Readonly<Record<string, string>> = { "kv-window": "--gpu-kv-budget", "kv-sinks": "--sink-tokens", selection: "--timing" };
 
@@ -79,8 +83,12 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
       --exact-layers L,L…      layers that select with the true query ("none" for none; default: the profile's)
       --candidates N           verified: choose N·K candidates for the device to score (default: the
                                profile's, else ${ENGINE.candidates})
-      --selector NAME          a built-in selector, or POST+PRE (e.g. topk+quest); default topk+quest
-                               with feedback, else topk for post, streaming for pre ("all" = exact)
+      --selector NAME|PATH|PACKAGE[:export]  a registered selector (topk, streaming, all, h2o, quest,
+                               infinigen, keyformer), a plugin module exporting one made with defineSelector
+                               (./my-selector.ts, a package name; :name picks a named export), or POST+PRE
+                               (e.g. topk+quest); default topk+quest with feedback, else topk for post,
+                               streaming for pre ("all" = exact)
+      --selector-options JSON  the selector's options, e.g. '{"pageSize":32}' (unknown keys are errors)
       --cpu-stage-threads N    native threads of the CPU stage (default 1 on the CPU backend, cores − 1 on a GPU)
 `;
 
@@ -113,6 +121,8 @@ export function splitHybridArgs(argv: readonly string[]): { rest: string[]; hybr
     } else if (key === "exactLayers") {
       if (!/^(none|\d+(,\d+)*)$/.test(value.trim())) throw new HybridgenError(`invalid value for --exact-layers: ${JSON.stringify(value)} is not a comma-separated list of layers or "none"`);
       raw[key] = value.trim() === "none" ? [] : value.split(",").map(Number);
+    } else if (key === "selectorOptions") {
+      raw[key] = parseJsonObject(value);
     } else raw[key] = value;
   }
   const r = HybridCliOptionsSchema.safeParse(raw);
@@ -122,9 +132,34 @@ export function splitHybridArgs(argv: readonly string[]): { rest: string[]; hybr
     const cross = issue.code === "custom"; // a refine: its message names the flags itself
     throw new HybridgenError(flag && !cross ? `invalid value for --${flag}: ${issue.message}` : issue.message);
   }
-  // Flag-only contradictions (a selector that cannot run --timing) fail before any model loads.
-  if (r.data.attention === "hybrid") resolveHybrid(runtimeOptions(r.data, null), { device: false });
+  // Flag-only contradictions (a selector that cannot run --timing) fail before any model loads;
+  // a plugin's are checked once it is loaded (loadHybridSelector).
+  if (r.data.attention === "hybrid" && (r.data.selector === undefined || isRegisteredSpec(r.data.selector))) {
+    resolveHybrid(runtimeOptions(r.data, null), { device: false });
+  }
   return { rest, hybrid: r.data };
+}
+
+function parseJsonObject(value: string): Record<string, unknown> {
+  let v: unknown;
+  try {
+    v = JSON.parse(value);
+  } catch {
+    throw new HybridgenError(`invalid value for --selector-options: ${JSON.stringify(value)} is not JSON`);
+  }
+  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new HybridgenError(`invalid value for --selector-options: ${JSON.stringify(value)} is not a JSON object`);
+  return v as Record<string, unknown>;
+}
+
+/**
+ * Imports and registers the plugin modules --selector names (paths from `cwd`, packages
+ * installed there), then checks the flags against the loaded selector, before any model loads.
+ */
+export async function loadHybridSelector(h: HybridCliOptions, cwd: string): Promise<HybridCliOptions> {
+  if (h.attention !== "hybrid" || h.selector === undefined) return h;
+  const loaded = { ...h, selector: await loadSelectorSpec(h.selector, { cwd }) };
+  resolveHybrid(runtimeOptions(loaded, null), { device: false });
+  return loaded;
 }
 
 export const HYBRID_FLAG_NAMES = Object.keys(FLAGS);
@@ -140,7 +175,7 @@ export function windowLoadOptions(h: HybridCliOptions): { gpuKvBudget?: GpuKvBud
 /** The flags as createHybridAttention options (only those given: the runtime owns the defaults). */
 export function runtimeOptions(h: HybridCliOptions, profile: HybridProfile | null): HybridRuntimeOptions {
   const o: Record<string, unknown> = {
-    selector: h.selector, scheduler: h.scheduler, k: h.k, kMin: h.kMin, timing: h.timing, logits: h.logits,
+    selector: h.selector, selectorOptions: h.selectorOptions, scheduler: h.scheduler, k: h.k, kMin: h.kMin, timing: h.timing, logits: h.logits,
     exactLayers: h.exactLayers, candidates: h.candidates, cpuStageThreads: h.cpuStageThreads, profile,
   };
   for (const key of Object.keys(o)) if (o[key] === undefined) delete o[key];

@@ -5,6 +5,7 @@
  * CLI, the benches, the tests and library users all assemble hybrid attention through it.
  */
 import { HybridAttention, HybridgenError, type Attention, type Backend, type KvCache, type QueryProjector } from "@hybridgen/core";
+import { loadSelectorSpec } from "@hybridgen/selectors";
 import type { HybridRuntimeOptions } from "./options.js";
 import { resolveHybrid, type HybridPlan } from "./resolve.js";
 
@@ -26,8 +27,9 @@ export async function createHybridAttention(model: HybridModel, backend: Backend
   if (model.cache.storeCapacity === 0) {
     throw new HybridgenError(`the KV window holds the whole context (${model.maxContext}): nothing would be offloaded; load the model with a smaller gpuKvBudget`);
   }
-  // Every option is checked before anything is allocated.
-  const { plan, selector, scheduler, hybridOptions } = resolveHybrid(options, { device: !onCpu });
+  // A plugin named by module is imported and registered first; then every option is checked before anything is allocated.
+  const named = typeof options.selector === "string" ? { ...options, selector: await loadSelectorSpec(options.selector) } : options;
+  const { plan, selector, scheduler, hybridOptions } = resolveHybrid(named, { device: !onCpu });
   let host: InstanceType<typeof CpuBackend>;
   const attached = model.cache.hostBackend;
   const allocator = options.storeAllocator;

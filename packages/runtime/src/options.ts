@@ -27,12 +27,15 @@ export type ProfileDefaults = z.infer<typeof ProfileDefaultsSchema>;
 export const HybridRuntimeOptionsSchema = z
   .object({
     /**
-     * A built-in selector's name ("topk", "streaming", "quest", …), "POST+PRE" for a pair that
+     * A registered selector's name ("topk", "quest", a plugin's), a plugin module ("./my.ts",
+     * "a-package", "./many.ts:named"; createHybridAttention loads it), "POST+PRE" for a pair that
      * runs POST under post-QKᵀ and PRE under pre-QKᵀ ("topk+streaming"), or a TokenSelector.
      * Default: "topk+quest" (Quest page summaries keep retrieval under pre) with the feedback scheduler (it may switch); with the fixed one,
      * "topk" for post and "streaming" for pre.
      */
     selector: z.union([z.string().min(1), z.custom<TokenSelector>(isSelector, { message: "must be a selector name or a TokenSelector" })]).optional(),
+    /** Options of a selector given by name or module (its factory validates them; an unknown key is an error). */
+    selectorOptions: z.record(z.string(), z.unknown()).optional(),
     /** "fixed", "feedback", or a Scheduler. Default: feedback with kMin, fixed with k or timing
      * alone; else feedback on a device backend (the CPU stage hides behind the GPU's) and fixed
      * on the CPU backend (both stages share its cores). */

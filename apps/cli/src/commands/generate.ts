@@ -8,7 +8,7 @@ import { readPrompt } from "../read-prompt.js";
 import { readPromptsJsonl } from "../read-prompts-jsonl.js";
 import { runPromptsBatch } from "./generate-batch.js";
 import { openBackend } from "../device-backend.js";
-import { attachHybrid, FULL_ATTENTION, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions } from "../hybrid-options.js";
+import { attachHybrid, FULL_ATTENTION, loadHybridSelector, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions } from "../hybrid-options.js";
 import { KvTierCliOptionsSchema, storeAllocatorFor, type KvTierCliOptions } from "../kv-tier-options.js";
 
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
@@ -27,7 +27,9 @@ function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | unde
  * `hybridgen generate`: load a model on the CPU backend, stream tokens to stdout (the
  * prompt echoed first, as llama2.c does), timings on stderr. Returns the exit code.
  */
-export async function runGenerate(opts: GenerateCliOptions, io: CliIo, hybrid: HybridCliOptions = FULL_ATTENTION, tier: KvTierCliOptions = KvTierCliOptionsSchema.parse({})): Promise<number> {
+export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: HybridCliOptions = FULL_ATTENTION, tier: KvTierCliOptions = KvTierCliOptionsSchema.parse({})): Promise<number> {
+  // --selector ./plugin.ts (or a package): imported and registered before anything else runs.
+  const hybrid = await loadHybridSelector(flags, process.cwd());
   // --prompts: many prompts from a JSONL file, decoded --batch at a time (generate-batch.ts).
   const jsonl = opts.prompts === undefined ? null : readPromptsJsonl(opts.prompts);
   if (jsonl && hybrid.attention === "hybrid" && (opts.batch ?? 1) > 1) {
