@@ -2,6 +2,8 @@ import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { modelInfo, openModelDir, type Backend } from "@hybridgen/core";
+import { GPU_RESERVE_BYTES, resolveWindowBudget } from "../src/auto-budget.js";
 import { parseSize, splitKvTierArgs } from "../src/kv-tier-options.js";
 import { requireBuiltBin, runBin, runBinStreaming } from "./helpers.js";
 import { PROMPT, stories15M } from "./model-fixture.js";
@@ -80,6 +82,23 @@ describe("hybridgen generate with the store placed (stories15M)", () => {
   });
 });
 
+describe("--gpu-kv-budget auto", () => {
+  it("is the device arena's free bytes less weights, reserve and prefill scratch, over the KV bytes of a token; a number passes; no GPU is an error", async () => {
+    using files = openModelDir(await stories15M());
+    const { layers, kvHeads, headDim } = files.shape;
+    const weights = Object.values(modelInfo(files.config, files.shape, files.weights).weightBytes).reduce((a, b) => a + (b ?? 0), 0);
+    const perToken = 2 * layers * kvHeads * headDim * 4, scratch = 4 * 256 * kvHeads * headDim * 4;
+    const gpu = (freeBytes: number) => ({ name: "fake-gpu", memory: () => ({ freeBytes }) }) as unknown as Backend;
+    expect(await resolveWindowBudget("auto", gpu(weights + GPU_RESERVE_BYTES + scratch + 100 * perToken + 5), files, { maxContext: 256 })).toBe(100);
+    expect(await resolveWindowBudget("auto", gpu(8 * 2 ** 30), files, { maxContext: 256 })).toBe(256); // capped at the context
+    await expect(resolveWindowBudget("auto", gpu(weights), files, { maxContext: 256 })).rejects.toThrow(/^--gpu-kv-budget auto: no room for a window on fake-gpu/);
+    expect(await resolveWindowBudget(48, { name: "cpu" } as Backend, files, { maxContext: 256 })).toBe(48);
+    await expect(resolveWindowBudget("auto", { name: "cpu" } as Backend, files, { maxContext: 256 })).rejects.toThrow(
+      "--gpu-kv-budget auto sizes the window from GPU memory, and cpu has none: give the window in tokens (--gpu-kv-budget N)",
+    );
+  });
+});
+
 describe("hybridgen plan", () => {
   beforeAll(requireBuiltBin);
 
@@ -87,21 +106,23 @@ describe("hybridgen plan", () => {
     const r = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "1500000", "--gpu-free", "140G", "--gpu-bandwidth", "4000", "--link-bandwidth", "50", "--k", "256", "--kv-disk", tmp(), "--json"]);
     const p = JSON.parse(r.stdout);
     expect(p.weights).toEqual({ where: "gpu", bytes: 16_060_522_496 });
-    expect(p.gpu).toMatchObject({ freeBytes: 140 * 2 ** 30, windowTokens: 1_007_963, fitTokens: 1_007_963 });
-    expect(p.offloadedTokens).toBe(1_500_000 - 1_007_963);
+    // Free less weights, the 2 GiB reserve and the prefill's scratch (two K/V pairs of one layer over the context), over 128 KiB a token.
+    const fit = Math.floor((140 * 2 ** 30 - 16_060_522_496 - 2 * 2 ** 30 - 4 * 1_500_000 * 8 * 128 * 2) / 131072);
+    expect(p.gpu).toMatchObject({ freeBytes: 140 * 2 ** 30, windowTokens: fit, fitTokens: fit });
+    expect(p.offloadedTokens).toBe(1_500_000 - fit);
     const placed = p.tiers.reduce((n: number, t: { kBytes: number; vBytes: number }) => n + t.kBytes + t.vBytes, 0);
     expect(placed).toBe(2 * 32 * Math.ceil((8 * p.offloadedTokens * 128 * 2) / 4096) * 4096);
-    expect(p.predicted.gpuMs).toBeCloseTo(((16_060_522_496 + 1_007_963 * 131072) / 4000e9) * 1e3, 6);
+    expect(p.predicted.gpuMs).toBeCloseTo(((16_060_522_496 + fit * 131072) / 4000e9) * 1e3, 6);
     expect(p.predicted.msPerToken).toBeGreaterThan(p.predicted.gpuMs);
     expect(r.code).toBe(0);
   });
 
   it("a context that fits nowhere is refused with the numbers after the plan (exit 2)", () => {
-    const r = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "100000000", "--gpu-free", "140G", "--no-probe", "--kv-disk", tmp(), "--host-kv-budget", "1G"]);
+    const r = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "10000000", "--gpu-free", "140G", "--no-probe", "--kv-disk", tmp(), "--host-kv-budget", "1G"]);
     expect(r.code).toBe(2);
     expect(r.stdout).toMatch(/^plan: {7}preset:llama-3\.1-8b, bf16 KV: 128\.0 KiB a token/);
     expect(r.stdout).toMatch(/\ndisk +file /);
-    expect(r.stderr).toMatch(/^error: context 100000000 × batch 1 needs 11\.9 TiB of KV: the GPU window holds 1007963 tokens \(123\.0 GiB\), the host tiers and disk have room for .* of the 11\.8 TiB offloaded: short by .* \(add --kv-disk DIR, raise --host-kv-budget, or shorten the context\)\n$/);
+    expect(r.stderr).toMatch(/^error: context 10000000 × batch 1 needs 1\.19 TiB of KV: the GPU window holds \d+ tokens \([\d.]+ GiB\), the host tiers and disk have room for .* of the 1\.1\d TiB offloaded: short by .* \(add --kv-disk DIR, raise --host-kv-budget, or shorten the context\)\n$/);
   });
 
   it("on the CPU alone the weights and window must fit host memory; bad flags are one line", () => {

@@ -26,7 +26,7 @@ export const GpuPlanInputSchema = z.object({
   readBandwidthGBs: z.number().positive().optional(),
   /** Host → device copy bandwidth, GB/s (the host link's probe); absent: the V transfer is not predicted. */
   linkBandwidthGBs: z.number().positive().optional(),
-  /** Device bytes kept for activations, scratch and staging (default 2 GiB). */
+  /** Device bytes kept for activations and staging (default 2 GiB); the prefill's K/V scratch (4 × context rows of one layer) comes on top. */
   reserveBytes: z.number().int().nonnegative().default(2 * 2 ** 30),
 });
 
@@ -103,16 +103,19 @@ export function planRun(input: RunPlanInput): RunPlan {
   let gpu: RunPlan["gpu"] = null;
   let window: number;
   if (o.gpu) {
-    const fit = gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: o.gpu.reserveBytes, bytesPerToken: total, batch: B });
+    // A prompt prefilled in blocks over offloaded rows brings one layer up at a time into two K/V scratch pairs of the whole context.
+    const scratch = 4 * ctx * o.model.kvHeads * o.model.headDim * o.kvElementBytes;
+    const reserve = o.gpu.reserveBytes + scratch;
+    const fit = gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: reserve, bytesPerToken: total, batch: B });
     window = o.gpuKvBudget === "auto" ? Math.min(fit, ctx) : Math.min(o.gpuKvBudget, ctx);
-    if (o.model.weightsBytes + o.gpu.reserveBytes > o.gpu.freeBytes) {
-      refusal = `the weights (${formatBytes(o.model.weightsBytes)}) and the reserve (${formatBytes(o.gpu.reserveBytes)}) exceed the GPU's free ${formatBytes(o.gpu.freeBytes)}`;
+    if (o.model.weightsBytes + reserve > o.gpu.freeBytes) {
+      refusal = `the weights (${formatBytes(o.model.weightsBytes)}) and the reserve (${formatBytes(reserve)}, prefill scratch included) exceed the GPU's free ${formatBytes(o.gpu.freeBytes)}`;
     } else if (window > fit) {
       refusal = `a GPU window of ${window} tokens × batch ${B} needs ${formatBytes(window * B * total)}, but ${formatBytes(fit * B * total)} (${fit} tokens) is free after the weights and the reserve`;
     } else if (window < 1) {
-      refusal = `no room for a GPU window: ${formatBytes(o.gpu.freeBytes)} free, weights ${formatBytes(o.model.weightsBytes)}, reserve ${formatBytes(o.gpu.reserveBytes)}`;
+      refusal = `no room for a GPU window: ${formatBytes(o.gpu.freeBytes)} free, weights ${formatBytes(o.model.weightsBytes)}, reserve ${formatBytes(reserve)}`;
     }
-    gpu = { freeBytes: o.gpu.freeBytes, reserveBytes: o.gpu.reserveBytes, fitTokens: fit, windowTokens: window, windowBytes: window * B * total };
+    gpu = { freeBytes: o.gpu.freeBytes, reserveBytes: reserve, fitTokens: fit, windowTokens: window, windowBytes: window * B * total };
   } else {
     window = o.gpuKvBudget === "auto" ? ctx : Math.min(o.gpuKvBudget, ctx);
   }

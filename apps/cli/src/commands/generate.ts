@@ -10,6 +10,7 @@ import { runPromptsBatch } from "./generate-batch.js";
 import { openBackend } from "../device-backend.js";
 import { attachHybrid, FULL_ATTENTION, loadHybridSelector, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions } from "../hybrid-options.js";
 import { KvTierCliOptionsSchema, storeAllocatorFor, type KvTierCliOptions } from "../kv-tier-options.js";
+import { resolveWindowBudget } from "../auto-budget.js";
 
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
 export const EXIT_INTERRUPTED = 130;
@@ -81,7 +82,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   using model = loadModel(files, backend, {
     maxContext,
     ...(opts.dtype === undefined ? {} : { weightDtype: opts.dtype }),
-    ...windowLoadOptions(hybrid), // --gpu-kv-budget, --sink-tokens
+    // --gpu-kv-budget (auto: what the device's memory holds), --sink-tokens
+    ...windowLoadOptions({ ...hybrid, gpuKvBudget: await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext }) }),
   });
   // `hybridgen profile-kmin`'s result for this model gives the defaults of --k-min and --exact-layers.
   const profile = hybrid.attention === "hybrid" ? readHybridProfile(dir, io.env.HYBRIDGEN_CACHE) : null;
