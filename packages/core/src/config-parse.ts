@@ -16,8 +16,9 @@ export function parseConfigWith<S extends z.ZodType>(schema: S, json: unknown, s
   const r = schema.safeParse(json);
   if (r.success) return r.data;
   const issue = r.error.issues[0];
-  const path = issue.path.map(String).join(".") || "(root)";
+  const path = issue.path.map((k) => JSON.stringify(String(k)).slice(1, -1)).join(".") || "(root)";
   const value = valueAt(json, issue.path);
-  const shown = value === undefined ? "missing" : `got ${JSON.stringify(value)}`;
+  const text = JSON.stringify(value);
+  const shown = value === undefined ? "missing" : `got ${text.length > 80 ? `${text.slice(0, 80)}…` : text}`;
   fail(`${src}: ${path}: ${issue.message} (${shown})`);
 }

@@ -5,6 +5,23 @@ import { z } from "zod";
  * pass through (real configs carry many). transformers 5 writes `rope_parameters`
  * instead of a top-level `rope_theta`; both are accepted.
  */
+/**
+ * Upper bounds of config.json's sizes, well above any released model's: a larger value is a
+ * corrupt file, and would size loops and allocations before any weight is read.
+ */
+export const CONFIG_SIZE_LIMITS = {
+  hidden: 1 << 17,
+  intermediate: 1 << 20,
+  layers: 1024,
+  heads: 1024,
+  headDim: 4096,
+  vocab: 1 << 24,
+  positions: 1 << 24,
+} as const;
+
+/** A positive integer size of config.json, at most `max`. */
+export const configSize = (max: number) => z.number().int().positive().max(max, `must be at most ${max}`);
+
 export const RopeScalingSchema = z
   .object({
     rope_type: z.string().optional(),
@@ -13,7 +30,7 @@ export const RopeScalingSchema = z
     rope_theta: z.number().positive().optional(),
     low_freq_factor: z.number().optional(),
     high_freq_factor: z.number().optional(),
-    original_max_position_embeddings: z.number().int().positive().optional(),
+    original_max_position_embeddings: configSize(CONFIG_SIZE_LIMITS.positions).optional(),
   })
   .passthrough();
 
@@ -21,14 +38,14 @@ export const LlamaConfigSchema = z
   .object({
     architectures: z.array(z.string()).optional(),
     model_type: z.literal("llama").or(z.string()).optional(),
-    hidden_size: z.number().int().positive(),
-    intermediate_size: z.number().int().positive(),
-    num_hidden_layers: z.number().int().positive(),
-    num_attention_heads: z.number().int().positive(),
-    num_key_value_heads: z.number().int().positive().optional(),
-    head_dim: z.number().int().positive().optional(),
-    vocab_size: z.number().int().positive(),
-    max_position_embeddings: z.number().int().positive(),
+    hidden_size: configSize(CONFIG_SIZE_LIMITS.hidden),
+    intermediate_size: configSize(CONFIG_SIZE_LIMITS.intermediate),
+    num_hidden_layers: configSize(CONFIG_SIZE_LIMITS.layers),
+    num_attention_heads: configSize(CONFIG_SIZE_LIMITS.heads),
+    num_key_value_heads: configSize(CONFIG_SIZE_LIMITS.heads).optional(),
+    head_dim: configSize(CONFIG_SIZE_LIMITS.headDim).optional(),
+    vocab_size: configSize(CONFIG_SIZE_LIMITS.vocab),
+    max_position_embeddings: configSize(CONFIG_SIZE_LIMITS.positions),
     rms_norm_eps: z.number().positive().default(1e-6),
     rope_theta: z.number().positive().optional(),
     rope_parameters: RopeScalingSchema.nullable().optional(),

@@ -3,14 +3,20 @@ import { fail } from "./errors.js";
 
 /**
  * The parsed JSON of `path`, or a one-line error naming the file: unreadable (with the OS
- * code), or not JSON (with the parser's first line; `what` says what the file should be).
+ * code), not UTF-8, or not JSON (with the parser's first line; `what` says what the file should be).
  */
 export function readJsonFile(path: string, what?: string): unknown {
-  let text: string;
+  let bytes: Uint8Array;
   try {
-    text = readFileSync(path, "utf8");
+    bytes = readFileSync(path);
   } catch (e) {
     fail(`${path}: cannot read (${(e as NodeJS.ErrnoException).code ?? (e as Error).message})`);
+  }
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    fail(`${path}: ${what ? `${what} is ` : ""}not valid UTF-8 text (JSON must be)`);
   }
   try {
     return JSON.parse(text);

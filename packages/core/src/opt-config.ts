@@ -3,7 +3,7 @@
  * shape, and the tensors a checkpoint holds. The forward pass is opt.ts.
  */
 import { z } from "zod";
-import type { ModelShape } from "./config.js";
+import { CONFIG_SIZE_LIMITS, configSize, type ModelShape } from "./config.js";
 import { parseConfigWith } from "./config-parse.js";
 import { fail } from "./errors.js";
 import type { TensorSpec } from "./tensor-spec.js";
@@ -15,17 +15,17 @@ export const OptConfigSchema = z
   .object({
     architectures: z.array(z.string()).optional(),
     model_type: z.string().optional(),
-    vocab_size: z.number().int().positive(),
-    hidden_size: z.number().int().positive(),
-    num_hidden_layers: z.number().int().positive(),
-    ffn_dim: z.number().int().positive(),
-    num_attention_heads: z.number().int().positive(),
-    max_position_embeddings: z.number().int().positive(),
+    vocab_size: configSize(CONFIG_SIZE_LIMITS.vocab),
+    hidden_size: configSize(CONFIG_SIZE_LIMITS.hidden),
+    num_hidden_layers: configSize(CONFIG_SIZE_LIMITS.layers),
+    ffn_dim: configSize(CONFIG_SIZE_LIMITS.intermediate),
+    num_attention_heads: configSize(CONFIG_SIZE_LIMITS.heads),
+    max_position_embeddings: configSize(CONFIG_SIZE_LIMITS.positions),
     /** false (OPT-350m): LayerNorm after each residual add, and no final LayerNorm. */
     do_layer_norm_before: z.boolean().default(true),
     _remove_final_layer_norm: z.boolean().default(false),
     /** Embedding width; ≠ hidden_size means project_in / project_out (OPT-350m: 512 vs 1024). */
-    word_embed_proj_dim: z.number().int().positive().optional(),
+    word_embed_proj_dim: configSize(CONFIG_SIZE_LIMITS.hidden).optional(),
     activation_function: z.enum(["relu", "gelu"]).default("relu"),
     enable_bias: z.literal(true).default(true),
     layer_norm_elementwise_affine: z.literal(true).default(true),
