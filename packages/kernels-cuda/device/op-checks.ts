@@ -215,7 +215,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         const tie = Math.floor(rnd() * width);
         v[width + tie] = 50;
         v[width + Math.min(width - 1, tie + 1 + Math.floor(rnd() * 3))] = 50; // a later equal value must lose
-        v[width + Math.floor(width / 2 + tie) % width] = 50; // one far away: often another block's (argmaxSplit)
+        v[width + Math.floor(width / 2 + tie) % width] = 50; // one far away: often another block's (the split argmax)
         v[3 * width - 1] = 60;
         const x = pair([3, width], "f32", v);
         const same = [0, 1, 2].every((r) => cuda.argmax(x.c, r) === ref.argmax(x.r, r));
