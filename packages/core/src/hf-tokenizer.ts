@@ -59,9 +59,11 @@ export class HfTokenizer implements Tokenizer {
   private readonly byteLevel: Map<number, number> | null;
   private readonly added: Map<number, { content: string; special: boolean }>;
   private readonly pieceCache = new Map<number, Uint8Array>();
+  private readonly src: string;
 
   constructor(tokenizerJson: unknown, tokenizerConfig: unknown = {}, options: HfTokenizerOptions = {}) {
     const src = options.src ?? "tokenizer.json";
+    this.src = src;
     if (!isObject(tokenizerJson) || !isObject(tokenizerJson.model)) fail(`${src}: not a tokenizer.json (no model object)`);
     const cfg = isObject(tokenizerConfig) ? tokenizerConfig : {};
     try {
@@ -90,8 +92,18 @@ export class HfTokenizer implements Tokenizer {
     this.eosId = options.eosId !== undefined ? options.eosId : eosText !== undefined ? (this.tok.token_to_id(eosText) ?? null) : null;
   }
 
+  /** Runs the library; what it throws on a malformed tokenizer.json becomes one line naming the file. */
+  private lib<T>(what: string, run: () => T): T {
+    try {
+      return run();
+    } catch (e) {
+      fail(`${this.src}: cannot ${what} with this tokenizer (${(e instanceof Error ? e.message : String(e)).split("\n")[0]})`);
+    }
+  }
+
   encode(text: string, options: { addBos?: boolean } = {}): number[] {
-    const ids = this.tok.encode(text, { add_special_tokens: false }).ids;
+    const ids = this.lib("encode text", () => this.tok.encode(text, { add_special_tokens: false }).ids);
+    if (!ids.every((id) => Number.isInteger(id) && id >= 0)) fail(`${this.src}: the tokenizer produced an invalid id (vocab entries must be non-negative integers)`);
     if ((options.addBos ?? true) && this.bosId !== null) ids.unshift(this.bosId);
     return ids;
   }
@@ -126,7 +138,7 @@ export class HfTokenizer implements Tokenizer {
   }
 
   decode(ids: readonly number[]): string {
-    return this.tok.decode([...ids], { skip_special_tokens: true, clean_up_tokenization_spaces: false });
+    return this.lib("decode ids", () => this.tok.decode([...ids], { skip_special_tokens: true, clean_up_tokenization_spaces: false }));
   }
 
   /** The id of a token string, if the vocabulary has it. */
