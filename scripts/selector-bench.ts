@@ -42,7 +42,7 @@ for (const [name, opts] of [["quest", {}], ["quest", { pageSize: 32 }], ["infini
   const sel = createSelector(name, opts) as TokenSelector<unknown>;
   const state = sel.initState({ layer: 0, sequence: 0, layout });
   const input = (n: number): PreSelectionInput<unknown> => ({
-    timing: "pre", layer: 0, step: 0, sequence: 0, offloaded: n, budget: K, layout, state, query, speculative: false,
+    timing: "pre", layer: 0, step: 0, sequence: 0, offloaded: n, k: K, layout, state, query, speculative: false,
     positions, primitives: P, keys,
   });
   sel.select(input(N - 1)); // the state folds the store in once, as decode would have

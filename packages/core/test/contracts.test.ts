@@ -108,7 +108,7 @@ describe("referencePrimitives row reductions", () => {
 });
 
 describe("validateSelection", () => {
-  const limits = { offloaded: 100, kvHeads: 2, budget: 10, source: 'selector "demo"' };
+  const limits = { offloaded: 100, kvHeads: 2, k: 10, source: 'selector "demo"' };
   it("normalises to sorted Int32Array and accepts plain arrays", () => {
     const s = validateSelection({ kind: "shared", ids: [9, 3, 50] }, limits);
     expect(s.kind).toBe("shared");
@@ -121,7 +121,7 @@ describe("validateSelection", () => {
     expect(() => validateSelection({ kind: "shared", ids: [1, 100] }, limits)).toThrow(/selector "demo".*id 100 out of range \[0, 100\)/);
     expect(() => validateSelection({ kind: "shared", ids: [-1] }, limits)).toThrow(/id -1 out of range/);
     expect(() => validateSelection({ kind: "shared", ids: [4, 2, 4] }, limits)).toThrow(/duplicate id 4/);
-    expect(() => validateSelection({ kind: "shared", ids: Int32Array.from({ length: 11 }, (_, i) => i) }, limits)).toThrow(/budget K 10/);
+    expect(() => validateSelection({ kind: "shared", ids: Int32Array.from({ length: 11 }, (_, i) => i) }, limits)).toThrow(/more than K = 10/);
     expect(() => validateSelection({ kind: "perKvHead", ids: [[1]] }, limits)).toThrow(/1 lists, expected one per KV head \(2\)/);
     expect(() => validateSelection({ kind: "perKvHead", ids: [[1], [2, 2]] }, limits)).toThrow(/KV head 1 has duplicate id 2/);
     expect(() => validateSelection([1, 2, 3], limits)).toThrow(HybridgenError);

@@ -26,7 +26,7 @@ function selector(name: string, timings: SelectionTiming[], usesBudget: boolean,
     name, timings, needsScores: false, usesBudget, kernel,
     initState: () => undefined,
     select: (input) => validateSelection(pick(input), {
-      offloaded: input.offloaded, kvHeads: input.layout.kvHeads, budget: usesBudget ? input.budget : undefined, source: name,
+      offloaded: input.offloaded, kvHeads: input.layout.kvHeads, k: usesBudget ? input.k : undefined, source: name,
     }),
   };
 }
@@ -43,7 +43,7 @@ export const topKSelector = (kernel: boolean) =>
     const ids = [];
     for (let g = 0; g < L.kvHeads; g++) {
       const best = P.maxRows(i.logits.slice(g * L.groupSize, (g + 1) * L.groupSize), n);
-      ids.push(P.topK(best, i.budget, n));
+      ids.push(P.topK(best, i.k, n));
     }
     return { kind: "perKvHead", ids };
   });
@@ -51,7 +51,7 @@ export const topKSelector = (kernel: boolean) =>
 /** StreamingLLM positional, pre-QKᵀ. */
 export const streamingSelector = (sinks: number) =>
   selector("streaming", ["pre"], true, undefined, (i) => {
-    const k = i.budget, n = i.offloaded, s = Math.min(sinks, k);
+    const k = i.k, n = i.offloaded, s = Math.min(sinks, k);
     return { kind: "shared", ids: Int32Array.from([...i.primitives.range(0, s), ...i.primitives.range(n - (k - s), k - s)]) };
   });
 

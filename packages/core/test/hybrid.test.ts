@@ -235,7 +235,7 @@ describe("hybrid attention: bad input", () => {
     let fail = true;
     const flaky = rawSelector((i) => {
       if (fail && i.layer === 1) throw new Error("boom");
-      return { kind: "shared", ids: i.primitives.range(0, i.budget) };
+      return { kind: "shared", ids: i.primitives.range(0, i.k) };
     });
     using h = HybridAttention.attach({ attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: flaky, scheduler: fixedScheduler(2, "pre") }, { logits: "speculative" });
     model.forward(Int32Array.from(tokens.slice(0, 10)), 0);

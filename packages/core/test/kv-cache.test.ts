@@ -176,7 +176,7 @@ describe("hybrid attention across a KvCache restore", () => {
     const counting: TokenSelector<number> = {
       name: "first-k", timings: ["post"], needsScores: false, usesBudget: true,
       initState: () => ++inits,
-      select: (input) => ({ kind: "shared", ids: Int32Array.from({ length: input.budget }, (_, i) => i) }),
+      select: (input) => ({ kind: "shared", ids: Int32Array.from({ length: input.k }, (_, i) => i) }),
     };
     model.forward(Int32Array.from(tokens.slice(0, 20)), 0);
     using cp = model.cache.checkpoint();

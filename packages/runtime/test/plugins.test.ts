@@ -44,7 +44,7 @@ export default defineSelector({
   name: "${name}",
   timings: ["post"],
   select: (input) => {
-    const { offloaded: n, budget: k, logits, layout, primitives: P } = input;
+    const { offloaded: n, k, logits, layout, primitives: P } = input;
     seen.push(P);
     const ids = [];
     for (let g = 0; g < layout.kvHeads; g++) ids.push(P.topK(P.maxRows(logits.slice(g * layout.groupSize, (g + 1) * layout.groupSize), n), k, n));

@@ -52,7 +52,7 @@ for (const n of sizes) {
   const layout = headLayout(heads, 8, 128);
   const logits = Array.from({ length: heads }, () => Float32Array.from({ length: n }, () => Math.random()));
   const input: PostSelectionInput = {
-    timing: "post", layer: 0, step: 0, sequence: 0, offloaded: n, positions: referencePrimitives.range(0, n), budget: 256, layout,
+    timing: "post", layer: 0, step: 0, sequence: 0, offloaded: n, positions: referencePrimitives.range(0, n), k: 256, layout,
     state: undefined, primitives: referencePrimitives, logits, query: new Float32Array(heads * 128), speculative: false,
   };
   const copier = new InputCopier();

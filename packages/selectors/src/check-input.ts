@@ -6,12 +6,12 @@ import { HybridgenError, type SelectionInput } from "@hybridgen/core";
  * past their end as undefined, not as a crash). O(heads) per call.
  */
 export function checkSelectionInput(input: SelectionInput<unknown>, who: string): void {
-  const { offloaded, budget, layout, positions } = input;
+  const { offloaded, k, layout, positions } = input;
   const bad = (msg: string): never => {
     throw new HybridgenError(`${who}: bad input at layer ${input.layer}, step ${input.step}: ${msg}`);
   };
   if (!Number.isInteger(offloaded) || offloaded < 0) bad(`offloaded must be a non-negative integer, got ${offloaded}`);
-  if (!Number.isInteger(budget) || budget < 0 || budget > offloaded) bad(`budget K=${budget} must lie in [0, offloaded=${offloaded}] (the engine clamps K)`);
+  if (!Number.isInteger(k) || k < 0 || k > offloaded) bad(`k=${k} must lie in [0, offloaded=${offloaded}] (the engine clamps K)`);
   if (layout.heads !== layout.kvHeads * layout.groupSize) bad(`head layout ${layout.heads} heads ≠ ${layout.kvHeads} KV heads × group ${layout.groupSize}`);
   if (positions.length < offloaded) bad(`positions has ${positions.length} entries for ${offloaded} offloaded tokens`);
   if (input.query.length !== layout.heads * layout.headDim) {

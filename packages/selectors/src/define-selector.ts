@@ -154,7 +154,7 @@ export function defineSelector<O = Record<string, never>, S = undefined>(definit
         return validateSelection(raw, {
           offloaded: input.offloaded,
           kvHeads: input.layout.kvHeads,
-          budget: usesBudget ? input.budget : undefined,
+          k: usesBudget ? input.k : undefined,
           source: `${who} at layer ${input.layer}, step ${input.step}`,
         });
       },

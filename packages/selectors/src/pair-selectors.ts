@@ -19,7 +19,7 @@ export function pairSelectors(parts: { post: TokenSelector<any>; pre: TokenSelec
     timings: Object.freeze(["pre", "post"] as const),
     needsScores: post.needsScores || pre.needsScores,
     needsKeys: (post.needsKeys ?? false) || (pre.needsKeys ?? false),
-    // The engine passes the budget to whichever half runs; only "all"+"all" ignores it entirely.
+    // The engine passes K to whichever half runs; only "all"+"all" ignores it entirely.
     usesBudget: post.usesBudget || pre.usesBudget,
     // The engine runs a top-K kernel only under post, where the post half chooses ("all" would apply to pre too).
     ...(post.kernel === "topk" || post.kernel === "topk-shared" ? { kernel: post.kernel } : {}),

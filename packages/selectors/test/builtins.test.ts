@@ -19,7 +19,7 @@ describe("exactTopK (post-QKᵀ)", () => {
           for (let h = g * c.layout.groupSize; h < (g + 1) * c.layout.groupSize; h++) m = Math.max(m, c.logits[h]![j]!);
           return m;
         });
-        expect(Array.from(selectionForKvHead(out, g)), `trial ${t} head ${g}`).toEqual(refTopK(best, c.budget, c.offloaded));
+        expect(Array.from(selectionForKvHead(out, g)), `trial ${t} head ${g}`).toEqual(refTopK(best, c.k, c.offloaded));
       }
     }
   });
@@ -32,7 +32,7 @@ describe("exactTopK (post-QKᵀ)", () => {
       const out = sel.select(postInput(sel, c));
       expect(out.kind).toBe("shared");
       const best = Array.from({ length: c.offloaded }, (_, j) => Math.max(...c.logits.map((row) => row[j]!)));
-      expect(Array.from(selectionForKvHead(out, 0))).toEqual(refTopK(best, c.budget, c.offloaded));
+      expect(Array.from(selectionForKvHead(out, 0))).toEqual(refTopK(best, c.k, c.offloaded));
     }
   });
 
@@ -41,11 +41,11 @@ describe("exactTopK (post-QKᵀ)", () => {
     const c = randomCase(r);
     const sel = exactTopK();
     const input = postInput(sel, c);
-    const small = { ...input, offloaded: Math.max(1, c.offloaded >> 1), budget: Math.min(c.budget, Math.max(1, c.offloaded >> 1)) };
+    const small = { ...input, offloaded: Math.max(1, c.offloaded >> 1), k: Math.min(c.k, Math.max(1, c.offloaded >> 1)) };
     sel.select(input);
     const out = sel.select(small);
     const best = Array.from({ length: small.offloaded }, (_, j) => Math.max(...c.logits.slice(0, c.layout.groupSize).map((row) => row[j]!)));
-    expect(Array.from(selectionForKvHead(out, 0))).toEqual(refTopK(best, small.budget, small.offloaded));
+    expect(Array.from(selectionForKvHead(out, 0))).toEqual(refTopK(best, small.k, small.offloaded));
   });
 
   it("refuses pre-QKᵀ, naming itself", () => {
@@ -62,8 +62,8 @@ describe("streamingLLM (pre-QKᵀ positional)", () => {
       const c = randomCase(r);
       const sinks = Math.floor(r() * 8);
       const sel = streamingLLM({ sinks });
-      const s = Math.min(sinks, c.budget);
-      const want = [...Array.from({ length: s }, (_, i) => i), ...Array.from({ length: c.budget - s }, (_, i) => c.offloaded - (c.budget - s) + i)];
+      const s = Math.min(sinks, c.k);
+      const want = [...Array.from({ length: s }, (_, i) => i), ...Array.from({ length: c.k - s }, (_, i) => c.offloaded - (c.k - s) + i)];
       for (const input of [preInput(sel, c), postInput(sel, c)]) {
         const out = sel.select(input);
         expect(out.kind).toBe("shared");
@@ -72,7 +72,7 @@ describe("streamingLLM (pre-QKᵀ positional)", () => {
     }
   });
   it("defaults to 4 sinks and rejects negative sinks", () => {
-    const c = { ...randomCase(rng(2)), offloaded: 100, budget: 6 };
+    const c = { ...randomCase(rng(2)), offloaded: 100, k: 6 };
     const sel = streamingLLM();
     expect(Array.from(selectionForKvHead(sel.select(preInput(sel, c)), 0))).toEqual([0, 1, 2, 3, 98, 99]);
     expect(() => streamingLLM({ sinks: -1 })).toThrow(/selector "streaming" options: sinks/);
@@ -84,7 +84,7 @@ describe("allTokens", () => {
     const r = rng(8);
     for (let t = 0; t < 10; t++) {
       const c = { ...randomCase(r) };
-      c.budget = Math.min(c.budget, 3);
+      c.k = Math.min(c.k, 3);
       const sel = allTokens();
       expect(sel.usesBudget).toBe(false);
       expect(Array.from(selectionForKvHead(sel.select(preInput(sel, c)), 0))).toEqual(Array.from({ length: c.offloaded }, (_, i) => i));
@@ -101,10 +101,10 @@ describe("h2o (accumulated scores)", () => {
       const sel = h2o({ recentFraction: frac });
       expect(sel.needsScores).toBe(true);
       const out = sel.select(preInput(sel, c));
-      const recent = Math.min(c.budget, Math.floor(c.budget * frac));
+      const recent = Math.min(c.k, Math.floor(c.k * frac));
       const older = c.offloaded - recent;
       for (let g = 0; g < c.layout.kvHeads; g++) {
-        const want = [...refTopK(c.scores.perKvHead[g]!, c.budget - recent, older), ...Array.from({ length: recent }, (_, i) => older + i)];
+        const want = [...refTopK(c.scores.perKvHead[g]!, c.k - recent, older), ...Array.from({ length: recent }, (_, i) => older + i)];
         expect(Array.from(selectionForKvHead(out, g))).toEqual(want);
       }
     }

@@ -10,23 +10,23 @@ describe("defineSelector", () => {
       name: "evens",
       timings: ["pre"],
       options: z.object({ stride: z.number().int().positive().default(2) }),
-      select: ({ offloaded, budget }, { stride }) => {
+      select: ({ offloaded, k }, { stride }) => {
         const ids: number[] = [];
-        for (let i = offloaded - 1; i >= 0 && ids.length < budget; i--) if (i % stride === 0) ids.push(i);
+        for (let i = offloaded - 1; i >= 0 && ids.length < k; i--) if (i % stride === 0) ids.push(i);
         return { kind: "shared", ids };
       },
     });
-    const c = { ...randomCase(rng(1)), offloaded: 50, budget: 5 };
+    const c = { ...randomCase(rng(1)), offloaded: 50, k: 5 };
     const sel = evens({ stride: 3 });
     expect(Array.from(selectionForKvHead(sel.select(preInput(sel, c)), 0))).toEqual([36, 39, 42, 45, 48]);
   });
 
   it("names the plugin, layer and step when it returns garbage", () => {
-    const c = { ...randomCase(rng(2)), offloaded: 40, budget: 4 };
+    const c = { ...randomCase(rng(2)), offloaded: 40, k: 4 };
     const cases: [unknown, RegExp][] = [
       [{ kind: "shared", ids: [1, 2, 40] }, /selector "bad" at layer 3, step 17: ids has id 40 out of range \[0, 40\)/],
       [{ kind: "shared", ids: [5, 5] }, /selector "bad" at layer 3, step 17: ids has duplicate id 5/],
-      [{ kind: "shared", ids: [1, 2, 3, 4, 5] }, /more than the budget K 4/],
+      [{ kind: "shared", ids: [1, 2, 3, 4, 5] }, /more than K = 4/],
       [{ kind: "perKvHead", ids: [] }, /selector "bad" at layer 3, step 17: not a selection/],
       [null, /selector "bad" at layer 3, step 17: not a selection/],
       [{ ids: [1] }, /not a selection/],
@@ -60,7 +60,7 @@ describe("defineSelector", () => {
     const post = postInput(sel, c);
     expect(() => sel.select({ ...post, logits: post.logits.slice(1) })).toThrow(/selector "probe": bad input at layer 3, step 17: post-QKᵀ logits have/);
     expect(() => sel.select({ ...post, logits: post.logits.map((l) => l.subarray(0, c.offloaded - 1)) })).toThrow(/logits of head 0 hold/);
-    expect(() => sel.select({ ...post, budget: c.offloaded + 1 })).toThrow(/budget K=/);
+    expect(() => sel.select({ ...post, k: c.offloaded + 1 })).toThrow(/k=/);
     expect(() => sel.select({ ...post, query: new Float32Array(3) })).toThrow(/query has 3 values/);
     expect(() => sel.select({ ...post, layout: { ...c.layout, groupSize: c.layout.groupSize + 1 } })).toThrow(/head layout/);
     expect(() => sel.select({ ...post, positions: new Int32Array(0) })).toThrow(/positions has 0 entries/);

@@ -14,7 +14,7 @@ export { seededRandom as rng } from "@hybridgen/core";
 export interface Case {
   layout: HeadLayout;
   offloaded: number;
-  budget: number;
+  k: number;
   logits: Float32Array[];
   query: Float32Array;
   scores: AccumulatedScores;
@@ -27,11 +27,11 @@ export function randomCase(r: () => number): Case {
   const layout = headLayout(kvHeads * groupSize, kvHeads, 8);
   const offloaded = 1 + Math.floor(r() * 2000);
   const cap = offloaded + Math.floor(r() * 64); // views longer than the live store
-  const budget = Math.floor(r() * (offloaded + 1));
+  const k = Math.floor(r() * (offloaded + 1));
   const logits = Array.from({ length: layout.heads }, () => Float32Array.from({ length: cap }, () => (r() - 0.5) * 12));
   const query = Float32Array.from({ length: layout.heads * layout.headDim }, () => r() - 0.5);
   const scores = { steps: 10, perKvHead: Array.from({ length: kvHeads }, () => Float32Array.from({ length: cap }, () => r() * 3)) };
-  return { layout, offloaded, budget, logits, query, scores };
+  return { layout, offloaded, k, logits, query, scores };
 }
 
 function base<S>(sel: TokenSelector<S>, c: Case) {
@@ -41,7 +41,7 @@ function base<S>(sel: TokenSelector<S>, c: Case) {
     sequence: 0,
     offloaded: c.offloaded,
     positions: Int32Array.from({ length: c.offloaded }, (_, i) => 4 + i),
-    budget: c.budget,
+    k: c.k,
     layout: c.layout,
     state: sel.initState({ layer: 3, sequence: 0, layout: c.layout }),
     scores: sel.needsScores ? c.scores : undefined,

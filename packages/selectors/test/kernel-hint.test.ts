@@ -14,7 +14,7 @@ describe("kernel hints equal select()", () => {
         const sel = exactTopK({ shared });
         expect(sel.kernel).toBe(shared ? "topk-shared" : "topk");
         const got = sel.select(postInput(sel, c));
-        const want = topKSelection(c.logits, c.offloaded, c.budget, shared, c.layout);
+        const want = topKSelection(c.logits, c.offloaded, c.k, shared, c.layout);
         for (let g = 0; g < c.layout.kvHeads; g++) {
           expect(Array.from(selectionForKvHead(got, g))).toEqual(Array.from(selectionForKvHead(want, g)));
         }

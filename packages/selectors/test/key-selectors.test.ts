@@ -8,9 +8,9 @@ function randomKeys(r: () => number, dtype: "f32" | "f16" | "bf16", kvHeads: num
   return encodeKeys(dtype, kvHeads, capacity, headDim, Float32Array.from({ length: kvHeads * capacity * headDim }, () => (r() - 0.5) * 4));
 }
 
-function preInput<S>(sel: TokenSelector<S>, layout: HeadLayout, keys: OffloadedKeys, offloaded: number, budget: number, query: Float32Array, state?: S): PreSelectionInput<S> {
+function preInput<S>(sel: TokenSelector<S>, layout: HeadLayout, keys: OffloadedKeys, offloaded: number, k: number, query: Float32Array, state?: S): PreSelectionInput<S> {
   return {
-    timing: "pre", layer: 0, step: 0, sequence: 0, offloaded, budget, layout, query, speculative: false,
+    timing: "pre", layer: 0, step: 0, sequence: 0, offloaded, k, layout, query, speculative: false,
     positions: P.range(4, keys.capacity), state: state ?? sel.initState({ layer: 0, sequence: 0, layout }), primitives: P, keys,
   };
 }

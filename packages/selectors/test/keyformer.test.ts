@@ -31,7 +31,7 @@ describe("keyformer (accumulated Gumbel-softmax scores, post-QKᵀ)", () => {
     for (let t = 0; t < 30; t++) {
       const c = randomCase(r);
       c.offloaded = Math.min(c.offloaded, 400);
-      c.budget = Math.min(c.budget, c.offloaded);
+      c.k = Math.min(c.k, c.offloaded);
       const opts = { recentFraction: r(), seed: t, tauSteps: 3 };
       const sel = keyformer(opts);
       const input = postInput(sel, c);
@@ -39,10 +39,10 @@ describe("keyformer (accumulated Gumbel-softmax scores, post-QKᵀ)", () => {
       let out = sel.select(input);
       for (let s = 1; s < steps; s++) out = sel.select(input);
       const acc = reference(c, steps, opts);
-      const recent = Math.min(c.budget, Math.floor(c.budget * opts.recentFraction));
+      const recent = Math.min(c.k, Math.floor(c.k * opts.recentFraction));
       const older = c.offloaded - recent;
       for (let g = 0; g < c.layout.kvHeads; g++) {
-        const want = [...refTopK(acc[g]!, c.budget - recent, older), ...Array.from({ length: recent }, (_, i) => older + i)];
+        const want = [...refTopK(acc[g]!, c.k - recent, older), ...Array.from({ length: recent }, (_, i) => older + i)];
         expect(Array.from(selectionForKvHead(out, g)), `trial ${t} head ${g}`).toEqual(want);
       }
     }
@@ -63,12 +63,12 @@ describe("keyformer (accumulated Gumbel-softmax scores, post-QKᵀ)", () => {
         }
         return s;
       });
-      expect(Array.from(selectionForKvHead(out, g))).toEqual(refTopK(sum, c.budget, c.offloaded));
+      expect(Array.from(selectionForKvHead(out, g))).toEqual(refTopK(sum, c.k, c.offloaded));
     }
   });
 
   it("the noise changes the choice with the seed; the same seed reproduces it", () => {
-    const c = { ...randomCase(rng(11)), offloaded: 500, budget: 20 };
+    const c = { ...randomCase(rng(11)), offloaded: 500, k: 20 };
     const pick = (seed: number) => {
       const sel = keyformer({ seed, recentFraction: 0 });
       return Array.from(selectionForKvHead(sel.select(postInput(sel, c)), 0));

@@ -10,9 +10,9 @@ const strided = defineSelector({
   name: "strided-contract",
   timings: ["pre"],
   options: z.object({ stride: z.number().int().positive().default(8) }),
-  select: ({ offloaded, budget }, { stride }) => {
+  select: ({ offloaded, k }, { stride }) => {
     const ids: number[] = [];
-    for (let slot = offloaded - 1; slot >= 0 && ids.length < budget; slot -= stride) ids.push(slot);
+    for (let slot = offloaded - 1; slot >= 0 && ids.length < k; slot -= stride) ids.push(slot);
     return { kind: "shared", ids };
   },
 });
@@ -33,7 +33,7 @@ describe("plugin options", () => {
 });
 
 describe("contract violations name the value", () => {
-  const c = { ...randomCase(rng(11)), offloaded: 40, budget: 4 };
+  const c = { ...randomCase(rng(11)), offloaded: 40, k: 4 };
   const cases: [unknown, string][] = [
     [{ kind: "shared", ids: [1, 2.5] }, "ids[1] is 2.5, not an integer slot"],
     [{ kind: "shared", ids: [NaN] }, "ids[0] is NaN, not an integer slot"],
@@ -42,7 +42,7 @@ describe("contract violations name the value", () => {
     [{ kind: "shared", ids: new Float64Array([1, 0.5]) }, "ids[1] is 0.5, not an integer slot"],
     [{ kind: "shared", ids: [2 ** 32] }, "ids has id 4294967296 out of range [0, 40)"],
     [{ kind: "shared", ids: [-1] }, "ids has id -1 out of range [0, 40)"],
-    [{ kind: "shared", ids: [1, 2, 3, 4, 5] }, "ids holds 5 ids, more than the budget K 4"],
+    [{ kind: "shared", ids: [1, 2, 3, 4, 5] }, "ids holds 5 ids, more than K = 4"],
     [{ kind: "perKvHead", ids: [[1], [7.25]] }, "KV head 1[0] is 7.25, not an integer slot"],
     [{ kind: "shared", ids: "0,1" }, "not a selection at ids"],
   ];
@@ -67,7 +67,7 @@ describe("a plugin's input is its own", () => {
         if (input.timing !== "post") throw new Error("post only");
         // Chose first, from what the engine handed…
         const best = referencePrimitives.maxRows(input.logits, input.offloaded);
-        const ids = input.primitives.topK(best, input.budget, input.offloaded);
+        const ids = input.primitives.topK(best, input.k, input.offloaded);
         // …then scribble over everything within reach.
         for (const row of input.logits) row.fill(1e9);
         input.query.fill(-7);
@@ -93,7 +93,7 @@ describe("a plugin's input is its own", () => {
       expect(seen.logits![0]).not.toBe(input.logits[0]);
       // The copy held the engine's values: the plugin chose the true top-K of the group maxima.
       const max = Array.from({ length: c.offloaded }, (_, j) => Math.max(...before.logits.map((l) => l[j]!)));
-      expect(Array.from(selectionForKvHead(got, 0))).toEqual(refTopK(max, c.budget, c.offloaded));
+      expect(Array.from(selectionForKvHead(got, 0))).toEqual(refTopK(max, c.k, c.offloaded));
     }
   });
 

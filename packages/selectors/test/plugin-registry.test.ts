@@ -20,9 +20,9 @@ export default defineSelector({
   name: "${name}",
   timings: ["pre"],
   options: z.object({ stride: z.number().int().positive().default(8) }),
-  select: ({ offloaded, budget }, { stride }) => {
+  select: ({ offloaded, k }, { stride }) => {
     const ids = [];
-    for (let slot = offloaded - 1; slot >= 0 && ids.length < budget; slot -= stride) ids.push(slot);
+    for (let slot = offloaded - 1; slot >= 0 && ids.length < k; slot -= stride) ids.push(slot);
     return { kind: "shared", ids };
   },
 });

@@ -141,7 +141,7 @@ export interface SelectionBase<S = unknown> {
   /** positions[slot] = the token's position in the sequence; ascending; length ≥ offloaded. */
   readonly positions: Int32Array;
   /** K from the scheduler, already clamped to [0, offloaded]: ids to return per list, at most. */
-  readonly budget: number;
+  readonly k: number;
   readonly layout: HeadLayout;
   /** The state this selector's initState() made for (layer, sequence); the selector may mutate it. */
   readonly state: S;
@@ -203,14 +203,14 @@ export interface SelectionLimits {
   /** Slots 0 … offloaded − 1 are valid. */
   readonly offloaded: number;
   readonly kvHeads: number;
-  /** Maximum ids per list; omit for selectors that ignore the budget (e.g. "all"). */
-  readonly budget?: number;
+  /** K: the most ids per list; omit for selectors that ignore K (e.g. "all"). */
+  readonly k?: number;
   /** Names the culprit in error messages, e.g. `selector "h2o"`. */
   readonly source?: string;
 }
 
 function checkIds(raw: ArrayLike<unknown>, limits: SelectionLimits, where: string, who: string): Int32Array {
-  const max = limits.budget ?? limits.offloaded;
+  const max = limits.k ?? limits.offloaded;
   if (!(raw instanceof Int32Array)) {
     // Vetted before the conversion, which would truncate 3.5 and wrap 2³² to 0.
     for (let i = 0; i < raw.length; i++) {
@@ -221,7 +221,7 @@ function checkIds(raw: ArrayLike<unknown>, limits: SelectionLimits, where: strin
   }
   const sorted = Int32Array.from(raw as ArrayLike<number>).sort();
   if (sorted.length > max) {
-    throw new HybridgenError(`${who}: ${where} holds ${sorted.length} ids, more than the ${limits.budget === undefined ? "offloaded count" : "budget K"} ${max}`);
+    throw new HybridgenError(`${who}: ${where} holds ${sorted.length} ids, more than ${limits.k === undefined ? "the offloaded count" : "K ="} ${max}`);
   }
   for (let i = 0; i < sorted.length; i++) {
     const id = sorted[i]!;
@@ -236,7 +236,7 @@ function checkIds(raw: ArrayLike<unknown>, limits: SelectionLimits, where: strin
 /**
  * Checks a selector's result and returns it normalised (Int32Array, ascending). Throws a
  * HybridgenError naming the problem for a malformed object, out-of-range or duplicate ids, a
- * list longer than the budget, or a per-KV-head result with the wrong number of lists.
+ * list longer than K, or a per-KV-head result with the wrong number of lists.
  */
 export function validateSelection(raw: unknown, limits: SelectionLimits): Selection {
   const who = limits.source ?? "selection";

@@ -523,7 +523,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
   private selectionBase(layer: number, plan: StepPlan) {
     return {
-      layer, step: this.step, sequence: 0, offloaded: plan.offloaded, positions: this.positions, budget: this.layerBudget(layer),
+      layer, step: this.step, sequence: 0, offloaded: plan.offloaded, positions: this.positions, k: this.layerBudget(layer),
       layout: this.layout, state: this.states[layer], scores: this.accumulatedScores(layer),
       primitives: this.stage.primitives ?? referencePrimitives,
       keys: this.selector.needsKeys ? this.stage.offloadedKeys?.(this.attention.cache.stageStoreK(layer)) : undefined,

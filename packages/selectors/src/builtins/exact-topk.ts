@@ -24,7 +24,7 @@ export const exactTopK = defineSelector<z.output<typeof ExactTopKOptionsSchema>,
   initState: () => newScratch(),
   select(input, options) {
     if (input.timing !== "post") throw new Error("needs logits");
-    const { offloaded: n, budget: k, logits, layout, primitives: P, state } = input;
+    const { offloaded: n, k, logits, layout, primitives: P, state } = input;
     const best = scratchView(state, n);
     if (options.shared) {
       P.maxRows(logits, n, best);

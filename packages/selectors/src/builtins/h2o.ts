@@ -19,7 +19,7 @@ export const h2o = defineSelector<z.output<typeof H2OOptionsSchema>>({
   timings: ["pre", "post"],
   options: H2OOptionsSchema,
   needsScores: true,
-  select({ offloaded: n, budget: k, layout, scores, primitives: P }, { recentFraction }) {
+  select({ offloaded: n, k, layout, scores, primitives: P }, { recentFraction }) {
     if (!scores) throw new Error("accumulated scores missing");
     const recent = Math.min(k, Math.floor(k * recentFraction));
     const older = n - recent;

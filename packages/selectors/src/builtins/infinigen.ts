@@ -62,7 +62,7 @@ export const infinigen = defineSelector<z.output<typeof InfiniGenOptionsSchema>,
   options: InfiniGenOptionsSchema,
   initState: () => ({ channels: null, packed: null, packedCount: 0, query: new Float32Array(0), scores: newScratch() }),
   select(input, options) {
-    const { offloaded: n, budget: k, layout, primitives: P, state, query } = input;
+    const { offloaded: n, k, layout, primitives: P, state, query } = input;
     const keys = layerKeys(input);
     const { kvHeads, groupSize: G, headDim: d, heads } = layout;
     const r = Math.min(options.channels, d);

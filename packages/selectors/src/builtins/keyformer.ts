@@ -60,7 +60,7 @@ export const keyformer = defineSelector<KeyformerOptions, KeyformerState>({
   }),
   select(input, o) {
     if (input.timing !== "post") throw new Error("needs logits");
-    const { offloaded: n, budget: k, layout, logits, state, primitives: P } = input;
+    const { offloaded: n, k, layout, logits, state, primitives: P } = input;
     const tau = keyformerTau(o, state.steps);
     state.steps++;
     state.noise = grow(state.noise, n);

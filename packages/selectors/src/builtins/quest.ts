@@ -2,7 +2,7 @@
  * Quest-style page selection, pre-QKᵀ: per page of `pageSize` offloaded tokens and KV head, the
  * per-channel min and max of K (kept as pages fill, never recomputed); a page's upper bound of
  * q·k is Σ_c max(q_c·min_c, q_c·max_c), max over the group's query heads. Per KV head the pages
- * with the highest bounds give their tokens, whole, while they fit the budget K; the page that
+ * with the highest bounds give their tokens, whole, while they fit K; the page that
  * does not fit gives its best tokens by exact q·k (at most pageSize rows read), so every list
  * holds exactly K ids.
  */
@@ -33,7 +33,7 @@ export const quest = defineSelector<z.output<typeof QuestOptionsSchema>, QuestSt
   options: QuestOptionsSchema,
   initState: () => ({ pages: null, summarized: 0, bounds: newScratch() }),
   select(input, { pageSize }) {
-    const { offloaded: n, budget: k, layout, primitives: P, state, query } = input;
+    const { offloaded: n, k, layout, primitives: P, state, query } = input;
     const keys = layerKeys(input);
     if (!state.pages || state.pages.pageCapacity * pageSize < keys.capacity || n < state.summarized) {
       state.pages = pageSummaries(layout.kvHeads, layout.headDim, keys.capacity, pageSize);

@@ -17,7 +17,7 @@ export const streamingLLM = defineSelector<z.output<typeof StreamingOptionsSchem
   description: "pre-QKᵀ positional: the oldest `sinks` offloaded tokens plus the newest (StreamingLLM)",
   timings: ["pre", "post"],
   options: StreamingOptionsSchema,
-  select({ offloaded: n, budget: k, primitives: P }, { sinks }) {
+  select({ offloaded: n, k, primitives: P }, { sinks }) {
     const s = Math.min(sinks, k, n);
     const recent = k - s; // k ≤ n, so [n − recent, n) never overlaps [0, s)
     const ids = new Int32Array(k);
