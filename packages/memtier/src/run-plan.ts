@@ -54,6 +54,8 @@ export const RunPlanInputSchema = z.object({
   /** Offloaded tokens selected per KV head and layer (the CPU stage's K). */
   k: z.number().int().positive().default(64),
   pageBytes: z.number().int().positive().default(4096),
+  /** The prompt is prefilled over offloaded rows (its K/V scratch is reserved); false: decode only (a synthetic KV fill). */
+  prefill: z.boolean().default(true),
 });
 export type RunPlanInput = z.input<typeof RunPlanInputSchema>;
 
@@ -104,7 +106,7 @@ export function planRun(input: RunPlanInput): RunPlan {
   let window: number;
   if (o.gpu) {
     // A prompt prefilled in blocks over offloaded rows brings one layer up at a time into two K/V scratch pairs of the whole context.
-    const scratch = 4 * ctx * o.model.kvHeads * o.model.headDim * o.kvElementBytes;
+    const scratch = o.prefill ? 4 * ctx * o.model.kvHeads * o.model.headDim * o.kvElementBytes : 0;
     const reserve = o.gpu.reserveBytes + scratch;
     const fit = gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: reserve, bytesPerToken: total, batch: B });
     window = o.gpuKvBudget === "auto" ? Math.min(fit, ctx) : Math.min(o.gpuKvBudget, ctx);

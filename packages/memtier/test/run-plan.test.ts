@@ -37,6 +37,9 @@ describe("planRun: the arithmetic", () => {
     expect(p.predicted.vGatherMs).toBeCloseTo((selV / 40e9) * 1e3, 6);
     expect(p.predicted.vTransferMs).toBeCloseTo((selV / 50e9) * 1e3, 6);
     expect(p.predicted.msPerToken).toBeCloseTo(Math.max(gpuMs, cpuMs) + (selV / 40e9) * 1e3 + (selV / 50e9) * 1e3, 6);
+    // Decode only (a synthetic fill): no prefill scratch, a larger window.
+    const decodeOnly = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, prefill: false });
+    expect(decodeOnly.gpu!.fitTokens).toBe(Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB) / (128 * KiB)));
   });
 
   it("2M tokens: refused without a disk tier, with the numbers; placed with one, V's overflow on disk at page cost", () => {

@@ -1,0 +1,25 @@
+#!/bin/sh
+# One device call: issue 22's scale run on the H200 machine (Llama-3.1-8B shape, dummy bf16
+# weights, bf16 KV, batch 1): 1.5M tokens with synthetic KV (GPU window + host), 2M with
+# synthetic KV and the disk tier, then a real chunked prefill of 256K tokens. Each run prints the
+# planner's bytes per tier and predicted ms/token beside the measurement. Prepare on the dev machine:
+#   sh ../shared/device/stage-bun.sh && (cd packages/kernels-cpu && bun run build) && (cd packages/kernels-cuda && HYBRIDGEN_BUILD_CUDA=1 bun run build)
+#   bun build --target=bun --external 'bun:*' apps/bench/src/scale-run.ts --outfile .device/scale-run.js
+# and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"].
+set -u
+mkdir -p /tmp/bunbin && xz -dc .device/bun.xz > /tmp/bunbin/bun && chmod +x /tmp/bunbin/bun
+export PATH=/tmp/bunbin:$PATH LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export HYBRIDGEN_KERNELS_CPU_LIB="$PWD/packages/kernels-cpu/lib/libhgcpu.so" HYBRIDGEN_KERNELS_CUDA_LIB="$PWD/packages/kernels-cuda/lib/libhgcuda.so"
+OUT=${OUT:-/tmp/out}
+DISK=${KV_DISK:-/var/tmp/hg-kv} # the disk tier's files: never under $OUT (they would come back)
+mkdir -p "$OUT" "$DISK"
+nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader | tee "$OUT/machine.txt"
+lscpu | grep -E 'Model name|^CPU\(s\)|NUMA node' | tee -a "$OUT/machine.txt"
+free -g | tee -a "$OUT/machine.txt"; df -h "$DISK" | tee -a "$OUT/machine.txt"
+run() { name=$1; limit=$2; shift 2
+  timeout "$limit" bun .device/scale-run.js "$@" > "$OUT/$name.log" 2>&1
+  echo "$name exit $? (files left in $DISK: $(ls "$DISK" | wc -l))"; sed -n '/^| [0-9]/p' "$OUT/$name.log" | tail -1; grep -E 'refused|Error|error' "$OUT/$name.log" | head -3
+}
+run scale-1.5M "${S1:-200}" --contexts 1500000 --synthetic-kv --steps "${STEPS:-24}" ${ARGS:-}
+run scale-2M "${S2:-230}" --contexts 2000000 --synthetic-kv --steps "${STEPS:-24}" --kv-disk "$DISK" --host-kv-budget "${HOST_BUDGET:-88G}" ${ARGS:-}
+run prefill-256K "${S3:-150}" --contexts 262144 --steps 16 ${ARGS:-}

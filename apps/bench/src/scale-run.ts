@@ -1,0 +1,192 @@
+/**
+ * Issue 22's scale run: hybrid decode at contexts whose KV exceeds the GPU — the window sized by
+ * memtier's planner from the device's free memory, the rest of the store placed on the host
+ * tiers (and the disk tier with --kv-disk) by a TieredStore — with the planner's bytes per tier
+ * and predicted ms/token printed beside the measurement.
+ *
+ *   bun apps/bench/src/scale-run.ts --contexts 1500000,2000000 --synthetic-kv [--kv-disk DIR]
+ *     [--host-kv-budget 88G] [--preset llama-3.1-8b] [--backend cuda|cpu] [--steps 24] [--k 256]
+ *     [--sinks 4] [--window auto|N] [--placement semantic] [--config post-verified] [--threads N]
+ *
+ * --synthetic-kv (never the default): no prefill; the cache is filled through its own append
+ * and evict path (every eviction's device → host copy runs) without computing any row, then the
+ * window and the host store are overwritten with random bf16 rows (native fill, seeded). Without
+ * it the prompt is prefilled for real in blocks of 32 768 tokens (the ≥ 256K proof of the path).
+ * Dummy bf16 weights, bf16 KV, batch 1; one config per context (a checkpoint of a 100 GB window
+ * would not fit anywhere).
+ */
+import { toArrayBuffer, type Pointer } from "bun:ffi";
+import { cpus } from "node:os";
+import { loadModel, modelInfo, presetConfig, type Backend, type CausalLM, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
+import { createCpuBackend, createNativeRandomFill, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore, type CpuBackend } from "@hybridgen/kernels-cpu";
+import { discoverTiers, formatBytes, layoutStore, placeKv, planRun } from "@hybridgen/memtier";
+import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { arg, list } from "./args.js";
+import { dummyFiles } from "./dummy-files.js";
+
+const backendName = arg("backend", "cuda");
+const preset = arg("preset", "llama-3.1-8b");
+const contexts = list("contexts", "1500000").map(Number);
+const steps = Number(arg("steps", "24"));
+const K = Number(arg("k", "256"));
+const sinks = Number(arg("sinks", "4"));
+const windowArg = arg("window", "auto");
+const policy = arg("placement", "semantic") as "semantic" | "interleave" | "local" | "dram-only";
+const kvDisk = arg("kv-disk", "");
+const hostBudgetArg = arg("host-kv-budget", "");
+const threads = Number(arg("threads", String(Math.max(1, cpus().length - 1))));
+const config = arg("config", "post-verified");
+const synthetic = process.argv.includes("--synthetic-kv");
+const WARM = 4;
+/** "tiny": a 4-layer Llama for a dry run of the script on the CPU backend. */
+const TINY = {
+  architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 256, intermediate_size: 768, num_hidden_layers: 4,
+  num_attention_heads: 8, num_key_value_heads: 2, vocab_size: 1024, max_position_embeddings: 1 << 20, rms_norm_eps: 1e-5, rope_theta: 1e6,
+};
+
+const CONFIGS: Record<string, HybridRuntimeOptions> = {
+  "post-verified": { scheduler: "fixed", selector: "topk", k: K, timing: "post", logits: "verified" },
+  "post-speculative": { scheduler: "fixed", selector: "topk", k: K, timing: "post", logits: "speculative" },
+  "post-exact": { scheduler: "fixed", selector: "topk", k: K, timing: "post", logits: "exact" },
+  "pre-streaming": { scheduler: "fixed", selector: "streaming", k: K, timing: "pre", logits: "verified" },
+};
+if (!CONFIGS[config]) throw new Error(`unknown config ${config} (${Object.keys(CONFIGS).join(", ")})`);
+
+const size = (s: string) => {
+  const m = /^(\d+(?:\.\d+)?)([KMGT]?)$/i.exec(s);
+  if (!m) throw new Error(`bad size ${s}`);
+  return Math.floor(Number(m[1]) * 1024 ** " KMGT".indexOf((m[2] || " ").toUpperCase()));
+};
+const hostBudget = hostBudgetArg ? size(hostBudgetArg) : undefined;
+const mean = (xs: readonly number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
+
+async function openBackend(): Promise<Backend & { memory?: () => { freeBytes: number } }> {
+  if (backendName === "cpu") return createCpuBackend({});
+  const { createCudaBackend, cudaAvailability, describeCudaAvailability } = await import("@hybridgen/kernels-cuda");
+  const avail = cudaAvailability();
+  if (!avail.available) throw new Error(describeCudaAvailability(avail));
+  return createCudaBackend({ arenaFraction: 0.95 });
+}
+
+/** Random rows in every window tensor: one seeded chunk written, then doubled by device copies. */
+function randomizeWindow(be: Backend, cache: KvCache): void {
+  const chunkRows = 4096, hd = cache.headDim;
+  const chunk = new Float32Array(chunkRows * hd);
+  const fill = createNativeRandomFill();
+  const bytes = new Uint8Array(chunk.buffer);
+  [...cache.windowK, ...cache.windowV].forEach((t: Tensor, i) => {
+    fill(bytes, "f32", { key: 1000 + i, scale: 0.5, offset: 0 });
+    const rows = t.shape[0]! * t.shape[1]!;
+    be.write(t, chunk.subarray(0, Math.min(chunk.length, rows * hd)));
+    for (let n = chunkRows; n < rows; n *= 2) be.copyRows(t, n, t, 0, Math.min(n, rows - n));
+  });
+}
+
+/** Random bf16 rows in every store region (the CPU stage scores these): the host store, or the CPU backend's own. */
+function randomizeStore(cache: KvCache): void {
+  const fill = createNativeRandomFill();
+  const host = (cache.hostBackend ?? backend) as CpuBackend;
+  for (let l = 0; l < cache.layers; l++) {
+    for (const [i, t] of [cache.stageStoreK(l), cache.stageStoreV(l)].entries()) {
+      fill(new Uint8Array(toArrayBuffer(host.address(t) as Pointer, 0, t.shape.reduce((a, b) => a * b, 1) * 2)), cache.dtype, { key: 7 + 2 * l + i, scale: 0.5, offset: 0 });
+    }
+  }
+}
+
+/** The cache at `length` positions through its own append/evict path, no row computed. */
+function fillSynthetic(cache: KvCache, length: number): void {
+  while (cache.length < length) {
+    const room = cache.windowCapacity - cache.windowCount;
+    cache.append(Math.min(cache.maxAppend, length - cache.length, room));
+    cache.evict();
+  }
+  cache.syncHostStore();
+}
+
+function decode(model: CausalLM, first: number): number[] {
+  const walls: number[] = [];
+  let tok = model.argmaxLogits();
+  for (let s = 0; s < steps; s++) {
+    const t0 = performance.now();
+    model.step(Int32Array.of(tok), first + s);
+    tok = model.argmaxLogits();
+    walls.push(performance.now() - t0);
+  }
+  return walls;
+}
+
+using backend = await openBackend();
+const GiB = 2 ** 30;
+const copyBw = (backend as { copyBandwidth?: (b: number, i: number) => number }).copyBandwidth?.call(backend, GiB, 10);
+const link = backend.hostTransfers?.().bandwidth?.(256 * 2 ** 20, 10);
+const baseTiers = discoverTiers({ fileTiers: kvDisk ? [{ path: kvDisk }] : [] }).map((t) => ({
+  ...t,
+  readBandwidthGBs: t.readBandwidthGBs ?? (t.kind === "file" ? probeFileReadBandwidth(t.path!, 256 * 2 ** 20, 4 * 2 ** 20) : probeMemoryReadBandwidth(256 * 2 ** 20, t.numaNode, threads)) / 1e9,
+}));
+console.log(`tiers: ${baseTiers.map((t) => `${t.id} ${t.kind} ${formatBytes(t.capacityBytes)} ${t.readBandwidthGBs!.toFixed(1)} GB/s`).join("; ")}`);
+if (copyBw) console.log(`device: copy ${(copyBw / 1e9).toFixed(0)} GB/s, host→device ${link ? (link.h2d / 1e9).toFixed(1) : "–"} GB/s`);
+const rows = [
+  "| context | window (GPU) | offloaded | K host / disk | V host / disk | predicted ms/token (GPU / CPU / V) | measured ms/token | × predicted | T_gpu | T_cpu | T_tx | placement checked |",
+  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+];
+
+for (const context of contexts) {
+  const maxContext = context + steps + 8;
+  const json = { ...(preset === "tiny" ? TINY : presetConfig(preset)), max_position_embeddings: maxContext };
+  using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
+  const weightsBytes = Object.values(modelInfo(files.config, files.shape, files.weights).weightBytes).reduce((a, b) => a + (b ?? 0), 0);
+  const freeBytes = backend.memory?.().freeBytes;
+  const plan = planRun({
+    model: { layers: files.shape.layers, kvHeads: files.shape.kvHeads, headDim: files.shape.headDim, weightsBytes },
+    kvElementBytes: 2, contextTokens: maxContext, k: K, policy, prefill: !synthetic, hostBudgetBytes: hostBudget, tiers: baseTiers,
+    gpuKvBudget: windowArg === "auto" ? "auto" : Number(windowArg),
+    gpu: freeBytes === undefined ? undefined : { freeBytes, readBandwidthGBs: copyBw ? (2 * copyBw) / 1e9 : undefined, linkBandwidthGBs: link ? link.h2d / 1e9 : undefined },
+  });
+  const window = plan.gpu?.windowTokens ?? (windowArg === "auto" ? Math.min(maxContext, 65536) : Number(windowArg));
+  console.log(`context ${context}: plan window ${window}, offloaded ${plan.offloadedTokens}, predicted ${plan.predicted.msPerToken?.toFixed(2) ?? "–"} ms/token`);
+  if (plan.refusal) {
+    console.log(`  refused by the planner: ${plan.refusal}`);
+    rows.push(`| ${context} | – | – | – | – | refused: ${plan.refusal} | – | – | – | – | – | – |`);
+    continue;
+  }
+  const t0 = performance.now();
+  using model = loadModel(files, backend, { maxContext, prefillBlock: 32768, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
+  const cache = model.cache;
+  const regionBytes = cache.kvHeads * cache.storeCapacity * cache.headDim * 2;
+  const layout = layoutStore({ tiers: baseTiers, placement: placeKv(policy, baseTiers), layers: cache.layers, regionBytes, hostBudgetBytes: hostBudget });
+  if (!layout.fits) throw new Error(`the store does not fit: short by ${formatBytes(layout.shortfallBytes)}`);
+  const store = new TieredStore(layout.layout);
+  using ha = await createHybridAttention(model, backend, { cpuStageThreads: threads, storeAllocator: store, ...CONFIGS[config] });
+  console.log(`  loaded in ${((performance.now() - t0) / 1e3).toFixed(1)} s; store ${formatBytes(2 * cache.layers * layout.layout.regionBytes)}, disk ${formatBytes(store.diskBytes)} in ${store.files.length} files`);
+  const t1 = performance.now();
+  if (synthetic) {
+    fillSynthetic(cache, context);
+    randomizeWindow(backend, cache);
+    randomizeStore(cache);
+    model.step(Int32Array.of(1), context); // the step at `context` gives argmaxLogits a row
+    console.log(`  synthetic KV: ${context} positions (${cache.storeCount} offloaded) in ${((performance.now() - t1) / 1e3).toFixed(1)} s`);
+  } else {
+    model.step(Int32Array.from({ length: context }, (_, i) => (i * 7919 + 13) % files.shape.vocabSize), 0);
+    console.log(`  prefilled ${context} tokens in ${((performance.now() - t1) / 1e3).toFixed(1)} s (${cache.storeCount} offloaded)`);
+  }
+  const first = synthetic ? context + 1 : context;
+  const walls = decode(model, first);
+  const checks = store.verify(16);
+  const trace: readonly HybridStepRecord[] = ha.stats.trace.slice(WARM);
+  const ms = mean(walls.slice(WARM));
+  const tier = (pool: "kBytes" | "vBytes", file: boolean) => formatBytes(layout.tiers.filter((t) => (t.kind === "file") === file).reduce((n, t) => n + t[pool], 0));
+  const p = plan.predicted;
+  rows.push(`| ${context} | ${window} | ${cache.storeCount} | ${tier("kBytes", false)} / ${tier("kBytes", true)} | ${tier("vBytes", false)} / ${tier("vBytes", true)} | ` +
+    `${p.msPerToken?.toFixed(2) ?? "–"} (${p.gpuMs?.toFixed(2) ?? "–"} / ${p.cpuMs?.toFixed(2) ?? "–"} / ${((p.vGatherMs ?? 0) + (p.vTransferMs ?? 0)).toFixed(2)}) | ${ms.toFixed(2)} | ` +
+    `${p.msPerToken ? (ms / p.msPerToken).toFixed(2) : "–"} | ${mean(trace.map((t) => t.tGpuMs)).toFixed(2)} | ${mean(trace.map((t) => t.tCpuMs)).toFixed(2)} | ${mean(trace.map((t) => t.tTxMs)).toFixed(2)} | ` +
+    `${checks.filter((c) => c.ok).length}/${checks.length} |`);
+  console.log(rows[rows.length - 1]);
+  console.log(`  ${ha.stats.summary()}`);
+  for (const n of ha.stats.notes) console.log(`  ${n}`);
+  const bad = checks.filter((c) => !c.ok).slice(0, 3);
+  for (const c of bad) console.log(`  placement mismatch: ${JSON.stringify(c)}`);
+}
+
+console.log(`\n## ${preset} shape, dummy bf16 weights, bf16 KV, batch 1, ${config} K ${K}, ${sinks} sinks, placement ${policy}, ${threads} stage threads, ` +
+  `${steps} steps (means skip the first ${WARM}); ${synthetic ? "synthetic KV (--synthetic-kv)" : "real prefill"}; ${backend.name}`);
+for (const r of rows) console.log(r);
