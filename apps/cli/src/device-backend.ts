@@ -4,6 +4,7 @@
  * Hybrid attention runs its device side on either (on CUDA its KV store and CPU stage live in
  * host memory, see hybrid-options.ts), so auto decides the same way for it.
  */
+import { existsSync } from "node:fs";
 import type { Backend } from "@hybridgen/core";
 
 export type DeviceChoice = "auto" | "cpu" | "cuda";
@@ -12,8 +13,10 @@ export interface OpenedBackend {
   readonly backend: Backend;
   /** "cpu/avx2" or "cuda/NVIDIA H200". */
   readonly device: string;
-  /** Why auto did not take the GPU (null when it did, or when cpu/cuda was asked for). */
+  /** Why auto did not take the GPU, in a few words (null when it did, or when cpu/cuda was asked for). */
   readonly fallback: string | null;
+  /** The full reason behind `fallback` (the CUDA error), for --verbose. */
+  readonly fallbackDetail: string | null;
   readonly threads: number;
 }
 
@@ -25,7 +28,7 @@ export async function openBackend(choice: DeviceChoice, threads: number | undefi
     if (a.available || choice === "cuda") {
       try {
         const backend = cuda.createCudaBackend(); // throws "CUDA unavailable: …" for --device cuda
-        return { backend, device: `cuda/${backend.device.name}`, fallback: null, threads: 1 };
+        return { backend, device: `cuda/${backend.device.name}`, fallback: null, fallbackDetail: null, threads: 1 };
       } catch (e) {
         if (choice === "cuda") throw e;
         fallback = e instanceof Error ? e.message : String(e);
@@ -36,5 +39,16 @@ export async function openBackend(choice: DeviceChoice, threads: number | undefi
   }
   const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
   const backend = createCpuBackend(threads === undefined ? {} : { threads });
-  return { backend, device: `cpu/${backend.isa}`, fallback, threads: backend.threads };
+  return { backend, device: `cpu/${backend.isa}`, fallback: fallback === null ? null : fallbackSummary(), fallbackDetail: fallback, threads: backend.threads };
 }
+
+/** A machine with an NVIDIA GPU and driver has these device nodes. */
+const gpuPresent = (): boolean => existsSync("/dev/nvidiactl") || existsSync("/dev/nvidia0");
+
+/** What most users need to know when auto runs on the CPU; the CUDA error is the detail. */
+function fallbackSummary(): string {
+  return gpuPresent() ? "the GPU is not usable: running on the CPU (--verbose says why)" : "no GPU found: running on the CPU";
+}
+
+/** "1 thread", "2 threads". */
+export const threadCount = (n: number): string => `${n} thread${n === 1 ? "" : "s"}`;

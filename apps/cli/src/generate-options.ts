@@ -37,6 +37,8 @@ export const GenerateCliOptionsSchema = z
     /** Weight dtype at load; absent: as stored in the checkpoint. */
     dtype: z.enum(["f32", "f16", "bf16"], { error: "must be one of f32, f16, bf16" }).optional(),
     json: z.boolean().default(false),
+    /** The detail behind device choices (the CUDA error when auto runs on the CPU). */
+    verbose: z.boolean().default(false),
     /** Deterministic random weights (bf16 unless --dtype) instead of the checkpoint's; needed by preset:<name>. */
     dummyWeights: z.boolean().default(false),
     /** auto: the GPU when CUDA is usable, else the CPU (the reason goes to stderr). */
@@ -90,6 +92,7 @@ export const FLAG_OF: Readonly<Record<string, string>> = {
   device: "--device",
   dtype: "--dtype",
   json: "--json",
+  verbose: "--verbose",
   dummyWeights: "--dummy-weights",
   chat: "--chat",
   system: "--system",

@@ -61,6 +61,7 @@ Sampling:
 
 Output:
       --json                   print one JSON result object instead of streaming
+      --verbose                the detail behind device choices (why the GPU was not used)
   -h, --help                   this help
 
 Examples:

@@ -5,6 +5,7 @@
 import { runCli } from "./run-cli.js";
 import { EXIT_INTERRUPTED } from "./commands/generate.js";
 import { processIo } from "./process-io.js";
+import { rawProcessArgs } from "./raw-args.js";
 
 const controller = new AbortController();
 let sigints = 0;
@@ -21,8 +22,18 @@ process.stdout.on("error", (e: NodeJS.ErrnoException) => {
   throw e;
 });
 
-const io = processIo(controller.signal);
-const code = await runCli(process.argv.slice(2), io);
+const args = process.argv.slice(2);
+const io = {
+  ...processIo(controller.signal),
+  rawArgs: rawProcessArgs(args.length) ?? undefined,
+  // During a model load JavaScript does not run until the load returns: without our handler
+  // the default action ends the process at the first Ctrl-C (the OS frees what it held).
+  uninterruptible(on: boolean) {
+    if (on) process.off("SIGINT", onSigint);
+    else if (!process.listeners("SIGINT").includes(onSigint)) process.on("SIGINT", onSigint);
+  },
+};
+const code = await runCli(args, io);
 process.off("SIGINT", onSigint);
 await io.flush();
 process.exit(code);

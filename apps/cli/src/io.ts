@@ -13,6 +13,13 @@ export interface CliIo {
   env: Record<string, string | undefined>;
   /** Aborted when the user presses Ctrl-C; generation stops and the CLI exits 130. */
   signal?: AbortSignal;
+  /** The arguments' raw bytes (the bin's, from the kernel): checked for UTF-8 before anything runs. */
+  rawArgs?: readonly Uint8Array[];
+  /**
+   * Called with true before a long uninterruptible step (model load) and false after it: the bin
+   * then lets Ctrl-C end the process at once instead of waiting for the step to return.
+   */
+  uninterruptible?(on: boolean): void;
 }
 
 /** An io that collects output in strings: handy for tests and for embedding the CLI. */

@@ -43,6 +43,7 @@ export function parseGenerateArgs(argv: readonly string[]): GenerateCliOptions &
         context: { type: "string" },
         dtype: { type: "string" },
         json: { type: "boolean" },
+        verbose: { type: "boolean" },
         "dummy-weights": { type: "boolean" },
         device: { type: "string" },
         chat: { type: "boolean" },

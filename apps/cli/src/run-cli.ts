@@ -11,6 +11,7 @@ import { PROFILE_KMIN_HELP, runProfileKmin } from "./commands/profile-kmin.js";
 import { GENERATE_HELP, MAIN_HELP } from "./help.js";
 import type { CliIo } from "./io.js";
 import { parseArgsError } from "./parse-args-error.js";
+import { checkArgsUtf8 } from "./raw-args.js";
 import { parseGenerateArgs } from "./parse-generate-args.js";
 import { HYBRID_HELP, splitHybridArgs } from "./hybrid-options.js";
 import { KV_TIER_HELP, splitKvTierArgs } from "./kv-tier-options.js";
@@ -31,6 +32,7 @@ const oneLine = (s: string) => s.replace(/\s*\n\s*/g, " ").trim();
  */
 export async function runCli(argv: readonly string[], io: CliIo): Promise<number> {
   try {
+    if (io.rawArgs) checkArgsUtf8(argv, io.rawArgs);
     return await dispatch(argv, io);
   } catch (e) {
     const debug = io.env.HYBRIDGEN_DEBUG === "1";
@@ -100,8 +102,8 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       return runInfo(io, values.json === true);
     }
     case "help":
-      io.stdout(rest[0] === "generate" ? GENERATE_HELP : rest[0] === "inspect" ? INSPECT_HELP : rest[0] === "plan" ? PLAN_HELP : rest[0] === "profile-kmin" ? PROFILE_KMIN_HELP : rest[0] === "bench" ? BENCH_HELP : rest[0] === "eval" ? EVAL_HELP : MAIN_HELP);
-      return 0;
+      // `hybridgen help X` is `hybridgen X --help`, so the two never differ.
+      return rest[0] === undefined || rest[0] === "help" ? (io.stdout(MAIN_HELP), 0) : dispatch([rest[0], "--help"], io);
     default:
       throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, inspect, plan, profile-kmin, bench, eval, help; see hybridgen --help)`, "EUSAGE");
   }

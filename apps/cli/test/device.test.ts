@@ -28,8 +28,10 @@ describe("--device", () => {
     if (cuda.available) {
       expect(r.stderr).toMatch(/\| device: cuda\//);
     } else {
-      expect(r.stderr).toContain(`(${cuda.reason})`);
+      // The reason in plain words; the CUDA error itself with --verbose.
+      expect(r.stderr).toMatch(/ \((no GPU found|the GPU is not usable): running on the CPU[^)]*\) in \d+ ms\n/);
       expect(r.stderr).toMatch(/\| device: cpu\/\w+\n$/);
+      expect(runBin([...args(), "--verbose"]).stderr).toContain(`: ${cuda.reason}) in `);
     }
   });
 

@@ -2,7 +2,7 @@
 import { availableParallelism, cpus } from "node:os";
 import { basename } from "node:path";
 import { ensureStories15M } from "@hybridgen/core";
-import { openBackend } from "../device-backend.js";
+import { openBackend, threadCount } from "../device-backend.js";
 import type { CliIo } from "../io.js";
 import { openModelSource } from "../model-source.js";
 import { BENCH_HELP, parseBenchArgs } from "./bench-args.js";
@@ -25,7 +25,7 @@ export async function runBench(argv: readonly string[], io: CliIo): Promise<numb
   const threads = o.threads ?? availableParallelism();
   const opened = await openBackend(o.device, threads, true);
   using backend = opened.backend;
-  progress(`bench on ${opened.device}${opened.device.startsWith("cpu") ? ` with ${opened.threads} threads` : ""}${opened.fallback ? ` (${opened.fallback})` : ""}`);
+  progress(`bench on ${opened.device}${opened.device.startsWith("cpu") ? ` with ${threadCount(opened.threads)}` : ""}${opened.fallback ? ` (${opened.fallback})` : ""}`);
   const points: BenchPoint[] = [];
   for (const name of models) {
     using files = await openModelSource(name, { dummyWeights: o.dummyWeights, dtype: o.dtype, threads });

@@ -1,7 +1,7 @@
 /** `hybridgen eval`: see EVAL_HELP. */
 import { basename } from "node:path";
 import { ensureStories15M, HybridgenError, loadModel } from "@hybridgen/core";
-import { openBackend } from "../device-backend.js";
+import { openBackend, threadCount } from "../device-backend.js";
 import type { CliIo } from "../io.js";
 import { openModelSource } from "../model-source.js";
 import { readTextFile } from "../read-prompt.js";
@@ -37,7 +37,7 @@ export async function runEval(argv: readonly string[], io: CliIo): Promise<numbe
   using backend = opened.backend;
   using full = loadModel(files, backend, { maxContext: context });
   using windowed = loadModel(files, backend, { maxContext: context, gpuKvBudget: o.gpuKvBudget, sinkTokens: o.sinkTokens });
-  progress(`eval of ${dir} on ${opened.device} with ${opened.threads} threads: window ${o.gpuKvBudget} with ${o.sinkTokens} sinks, K ${o.ks.join(", ")}`);
+  progress(`eval of ${dir} on ${opened.device} with ${threadCount(opened.threads)}: window ${o.gpuKvBudget} with ${o.sinkTokens} sinks, K ${o.ks.join(", ")}`);
   const models = { full, windowed, backend, progress };
   const t0 = performance.now();
   const textResults: TextResult[] = ids ? await evalText(models, ids, o) : [];

@@ -7,7 +7,7 @@ import { openModelSource } from "../model-source.js";
 import { readPrompt } from "../read-prompt.js";
 import { readPromptsJsonl } from "../read-prompts-jsonl.js";
 import { runPromptsBatch } from "./generate-batch.js";
-import { openBackend } from "../device-backend.js";
+import { openBackend, threadCount } from "../device-backend.js";
 import { attachHybrid, FULL_ATTENTION, loadHybridSelector, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions } from "../hybrid-options.js";
 import { KvTierCliOptionsSchema, storeAllocatorFor, type KvTierCliOptions } from "../kv-tier-options.js";
 import { resolveWindowBudget } from "../auto-budget.js";
@@ -48,6 +48,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   if (dir === ABORTED) return interrupted();
 
   const t0 = performance.now();
+  // Loading runs synchronously for seconds on a big model: Ctrl-C must end it at once.
+  io.uninterruptible?.(true);
   // A directory, or preset:<name> (--dummy-weights): random weights, generated natively.
   using files = await openModelSource(dir, { dummyWeights: opts.dummyWeights, dtype: opts.dtype, threads: threadsFrom(opts, io.env) });
   const shape = files.shape;
@@ -93,9 +95,10 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   progress(
     `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dummyWeights ? `dummy ${opts.dtype ?? "bf16"}` : (opts.dtype ?? "stored")} weights` +
       `${model.cache.storeCapacity === 0 ? "" : `, KV window ${model.cache.gpuKvBudget}${model.cache.sinkTokens ? ` with ${model.cache.sinkTokens} sinks` : ""}`}) ` +
-      `on ${opened.device}${opened.device.startsWith("cpu") ? ` with ${opened.threads} threads` : ""}` +
-      `${opened.fallback ? ` (${opened.fallback})` : ""} in ${(performance.now() - t0).toFixed(0)} ms`,
+      `on ${opened.device}${opened.device.startsWith("cpu") ? ` with ${threadCount(opened.threads)}` : ""}` +
+      `${opened.fallback ? ` (${opened.fallback}${opts.verbose ? `: ${opened.fallbackDetail}` : ""})` : ""} in ${(performance.now() - t0).toFixed(0)} ms`,
   );
+  io.uninterruptible?.(false);
   if (hybridAttention) progress(hybridPlanLine(hybridAttention));
   if (placed) progress(placed.line);
   if (io.signal?.aborted) return interrupted();

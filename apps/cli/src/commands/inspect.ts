@@ -4,13 +4,13 @@
  * Reads only the config (and the safetensors headers of a directory): no weights are loaded.
  */
 import { existsSync, readFileSync } from "node:fs";
-import { totalmem } from "node:os";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import {
   HybridgenError, PRESET_PREFIX, configDtype, describeModel, kvCacheBytes, modelInfo, openModelDir, presetConfig,
   type DType, type ModelInfo,
 } from "@hybridgen/core";
+import { hostMemoryBytes } from "../host-memory.js";
 import type { CliIo } from "../io.js";
 import { parseArgsError } from "../parse-args-error.js";
 
@@ -88,7 +88,7 @@ export function inspectModel(model: string, opts: { context?: number; batch?: nu
   const context = opts.context ?? info.maxPositions;
   const batch = opts.batch ?? 1;
   const kvDtype = opts.kvDtype ?? "bf16";
-  return { ...info, model, context, batch, kvDtype, kvCacheBytes: kvCacheBytes(info, kvDtype, context, batch), hostMemoryBytes: totalmem(), weightsFrom };
+  return { ...info, model, context, batch, kvDtype, kvCacheBytes: kvCacheBytes(info, kvDtype, context, batch), hostMemoryBytes: hostMemoryBytes(), weightsFrom };
 }
 
 export function formatInspect(r: InspectReport): string {
@@ -101,7 +101,7 @@ export function formatInspect(r: InspectReport): string {
     `weights:        ${weights}${Object.keys(r.weightBytes).length > 1 ? ` (total ${formatBytes(total)})` : ""}${r.weightsFrom === "config" ? " (dtype from config.json; no weights read)" : ""}`,
     `KV per token:   ${formatBytes(r.kvBytesPerToken.bf16)} in bf16/f16, ${formatBytes(r.kvBytesPerToken.f32)} in f32 (K + V, all layers)`,
     `KV cache:       ${formatBytes(r.kvCacheBytes)} for ${r.context} positions × batch ${r.batch} in ${r.kvDtype}`,
-    `with weights:   ${formatBytes(r.kvCacheBytes + total)} (host memory here: ${(r.hostMemoryBytes / GiB).toFixed(1)} GiB)`,
+    `with weights:   ${formatBytes(r.kvCacheBytes + total)} (host memory here: ${(r.hostMemoryBytes / GiB).toFixed(1)} GiB in the memory tiers of hybridgen info)`,
   ];
   return `${lines.join("\n")}\n`;
 }

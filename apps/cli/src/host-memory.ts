@@ -1,0 +1,11 @@
+/**
+ * The host memory this machine offers the engine, from one source: the memory tiers (DRAM and
+ * CXL nodes) that `hybridgen info` lists, so info and inspect never disagree.
+ */
+import { discoverTiers } from "@hybridgen/memtier";
+
+export function hostMemoryBytes(): number {
+  return discoverTiers()
+    .filter((t) => t.kind !== "file")
+    .reduce((sum, t) => sum + (t.capacityBytes ?? 0), 0);
+}
