@@ -54,6 +54,9 @@ export interface CpuStageJob {
   /** Stage the selected tokens' K rows beside their V rows (needs a shape with stageKeys), so the
    * device can score them with the true query ("verified" logits). */
   readonly keys?: boolean;
+  /** Changes whenever store rows below `offloaded` may have been rewritten (KvCache.rewinds): a
+   * stage that keeps copies derived from the rows (compressed K) makes them again. */
+  readonly storeEpoch?: number;
 }
 
 export interface CpuStageOutput {

@@ -485,7 +485,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     }
     const job: CpuStageJob = {
       slot, k: c.stageStoreK(layer), v: c.stageStoreV(layer), offloaded: plan.offloaded, kmax: this.layerKmax(layer), scale: this.attention.scale, work,
-      keys: this.rescore[layer],
+      keys: this.rescore[layer], storeEpoch: c.rewinds,
     };
     this.jobs[layer] = job;
     this.device?.beforeSubmit();
