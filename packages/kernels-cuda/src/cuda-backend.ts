@@ -31,7 +31,8 @@ const GEMV_MAX_ROWS = 8;
 const SKINNY_NOT_TAKEN = -2;
 // Execution errors after which the CUDA context is lost for the rest of the process.
 const STICKY = new Set([700, 710, 714, 715, 716, 717, 718, 719, 720, 999]);
-const MAX_GRAPH_KEYS = 256; // HG_MAX_GRAPH_KEYS in native/common.cuh: hybrid attention records a segment per layer
+/** HG_MAX_GRAPH_KEYS in native/common.cuh: hybrid attention records a segment per layer. */
+export const MAX_GRAPH_KEYS = 256;
 const MAX_HOST_INTS = 1024 * 1024; // the native int scratch (ids, positions, slots)
 
 const P = (address: number) => address as Pointer;

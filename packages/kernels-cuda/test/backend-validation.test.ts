@@ -6,6 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { HybridgenError, ReferenceBackend } from "@hybridgen/core";
 import { CudaBackend, createCudaBackend, cudaAvailability, type CudaNative } from "../src/index.js";
+import { MAX_GRAPH_KEYS } from "../src/cuda-backend.js";
 import { STAND_IN_DEVICE, STAND_IN_HEAP, standInNative, type NativeCall } from "./stand-in-native.js";
 
 const HEAP = STAND_IN_HEAP;
@@ -147,13 +148,14 @@ describe("CudaBackend validation (stand-in native library)", () => {
       const begins = calls.filter((c) => c.name === "hg_cu_step_begin");
       return begins[begins.length - 1].args[1] as number;
     };
-    const keys = Array.from({ length: 10 }, (_, i) => `decode-${i}`);
+    const N = MAX_GRAPH_KEYS;
+    const keys = Array.from({ length: N + 2 }, (_, i) => `decode-${i}`);
     const slots = keys.map(slotOf);
-    expect(slots).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 0, 1]);
-    // the first 8 keys took fresh slots; keys 8 and 9 took over slots 0 and 1 and reset them
+    expect(slots).toEqual([...Array.from({ length: N }, (_, i) => i), 0, 1]);
+    // the first N keys took fresh slots; keys N and N + 1 took over slots 0 and 1 and reset them
     expect(calls.filter((c) => c.name === "hg_cu_step_forget").map((c) => c.args[1])).toEqual([0, 1]);
     // a key keeps its slot while it owns it; an evicted key gets a fresh (reset) slot
-    expect(slotOf("decode-9")).toBe(1);
+    expect(slotOf(`decode-${N + 1}`)).toBe(1);
     expect(slotOf("decode-0")).toBe(2);
     expect(calls.filter((c) => c.name === "hg_cu_step_forget").map((c) => c.args[1])).toEqual([0, 1, 2]);
     be.close();

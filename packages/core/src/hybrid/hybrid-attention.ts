@@ -293,9 +293,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
     d.pause();
     this.collect(layer);
     d.resume();
-    // The next layer's selection runs on this thread: when the layer after it projects its q̃,
-    // submit then, so the selection overlaps the device work issued up to that point.
-    if (layer + 2 < this.layers && this.ahead[layer + 1] && this.ahead[layer + 2]) this.deferred = layer + 1;
+    // A JS pre-QKᵀ selection runs on this thread: submit the next layer when the layer after it
+    // projects its q̃, so the selection overlaps the device work issued up to then. A native
+    // stage job (top-K) starts at once: it runs on its own threads.
+    if (this.plan!.work === "pre" && layer + 2 < this.layers && this.ahead[layer + 1] && this.ahead[layer + 2]) this.deferred = layer + 1;
     else this.submitNext(layer);
     const outp = this.stage.output(slot), rescore = this.rescore[layer];
     const up = kmax > 0 ? d.upload(slot, kmax, this.attention.cache.storeStart, rescore) : null;
