@@ -7,6 +7,7 @@
 #include "cpu_stage.h"
 #include "ctx.h"
 #include "topk_row.h"
+#include "kq.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -44,6 +45,8 @@ struct hg_stage {
     int64_t submit_ns, end_ns;
     float *scratch; /* top-K: each KV head's group max [kv_heads][n], then the shared row [n] */
     size_t scratch_bytes;
+    char *two; /* two-step: packed query, candidates, their exact logits and group max, positions */
+    size_t two_bytes;
 };
 
 static int64_t now_ns(void) {
@@ -58,6 +61,7 @@ static inline int64_t esize(int64_t type) { return type == HG_F32 ? 4 : 2; }
 typedef struct {
     hg_stage *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks, lists;
     const float *rows; int64_t k; int avx2; atomic_int failed; /* top-K: the lists' rows [lists][n] and K */
+    hg_kq_query kq; int32_t *cand; float *exact, *cmax; int32_t *pos; int64_t nc; /* two-step */
 } run_ctx;
 
 /* Contiguous runs of the (KV head, token) space: long streams of one head's rows per piece. */
@@ -81,12 +85,143 @@ static void shared_task(void *v, int part, int parts) {
         for (int64_t i = b; i < e; i++) out[i] = gm[g * n + i] > out[i] ? gm[g * n + i] : out[i];
 }
 
-/* List g's top-K on one pool thread (several lists run side by side). */
+/* List g's top-K on one pool thread (several lists run side by side); two-step: its candidates. */
 static void topk_task(void *v, int g, int parts) {
     (void)parts;
     run_ctx *r = v;
     const hg_stage_job *j = r->j;
-    if (hg_topk_row(r->rows + (size_t)g * j->n, j->n, r->k, (int32_t *)(intptr_t)j->ids + g * j->kmax, r->avx2, NULL) < 0) r->failed = 1;
+    int32_t *out = r->cand ? r->cand + (size_t)g * r->nc : (int32_t *)(intptr_t)j->ids + g * j->kmax;
+    if (hg_topk_row(r->rows + (size_t)g * j->n, j->n, r->k, out, r->avx2, NULL) < 0) r->failed = 1;
+}
+
+/* ---- two-step top-K ------------------------------------------------------------------- */
+/* Rows [kq_from, n) of KV head (part / chunks) into the compressed copy. */
+static void encode_task(void *v, int part, int parts) {
+    (void)parts;
+    run_ctx *r = v;
+    const hg_stage_job *j = r->j;
+    const int64_t g = part / r->chunks;
+    int64_t b, e;
+    hg_split(j->n - j->kq_from, 1, part % r->chunks, r->chunks, &b, &e);
+    const int64_t rb = hg_kq_row_bytes((int)j->kq_form, j->head_dim), row = j->head_dim * esize(j->ktype);
+    const char *k = (const char *)(intptr_t)j->k + g * j->kcap * row;
+    uint8_t *out = (uint8_t *)(intptr_t)j->kq + g * j->kcap * rb;
+    /* a one-head view: rows of head g start at k, records at out */
+    hg_kq_encode((int)j->kq_form, k, (int)j->ktype, 1, j->kcap, j->head_dim, j->kq_from + b, j->kq_from + e, out);
+}
+
+/* Approximate scores: contiguous runs of the (KV head, token) space, as score_task. */
+static void approx_task(void *v, int part, int parts) {
+    run_ctx *r = v;
+    const hg_stage_job *j = r->j;
+    const int64_t n = j->n;
+    int64_t b, e;
+    hg_split(n * j->kv_heads, 16, part, parts, &b, &e);
+    for (int64_t g = b / n; g < j->kv_heads && g * n < e; g++) {
+        const int64_t j0 = b - g * n > 0 ? b - g * n : 0, j1 = e - g * n < n ? e - g * n : n;
+        hg_kq_score_rows(&r->kq, (const uint8_t *)(intptr_t)j->kq, j->kcap, g, j0, j1, r->s->scratch + g * n, r->s->ctx->isa);
+    }
+}
+
+/* Exact logits of KV head g's candidates (the shared list for every head when shared), for the
+ * group's heads, into exact[h][nc]; pieces over (KV head, chunk of candidates). */
+static void rescore_task(void *v, int part, int parts) {
+    (void)parts;
+    run_ctx *r = v;
+    const hg_stage_job *j = r->j;
+    const int64_t g = part / r->chunks, group = j->heads / j->kv_heads, nc = r->nc;
+    const int32_t *ids = r->cand + ((j->flags & HG_STAGE_SHARED) ? 0 : g * nc);
+    int64_t b, e;
+    hg_split(nc, 16, part % r->chunks, r->chunks, &b, &e);
+    if (b >= e) return;
+    hg_logits_args a = {
+        r->exact + g * group * nc, r->qp + g * r->qs, (const char *)(intptr_t)j->k + g * j->kcap * j->head_dim * esize(j->ktype),
+        ids, nc, j->kcap, 0, nc, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale, NULL, 0,
+    };
+    r->s->ctx->k->attn_logits(&a, b, e);
+}
+
+/* List g: the group max (all heads when shared) of its candidates' exact logits, the top-K of
+ * those, their ids, and the exact logits written into all_logits at the ids for the gather. */
+static void final_task(void *v, int g, int parts) {
+    (void)parts;
+    run_ctx *r = v;
+    const hg_stage_job *j = r->j;
+    const int shared = (j->flags & HG_STAGE_SHARED) != 0;
+    const int64_t nc = r->nc, group = j->heads / j->kv_heads, h0 = shared ? 0 : g * group, h1 = shared ? j->heads : h0 + group;
+    const int32_t *cand = r->cand + (size_t)g * nc;
+    float *cm = r->cmax + (size_t)g * nc, *L = (float *)(intptr_t)j->all_logits;
+    for (int64_t i = 0; i < nc; i++) cm[i] = -INFINITY;
+    for (int64_t h = h0; h < h1; h++) {
+        const float *x = r->exact + h * nc;
+        for (int64_t i = 0; i < nc; i++) cm[i] = x[i] > cm[i] ? x[i] : cm[i];
+        for (int64_t i = 0; i < nc; i++) L[h * j->lstride + cand[i]] = x[i];
+    }
+    int32_t *pos = r->pos + (size_t)g * r->k, *ids = (int32_t *)(intptr_t)j->ids + g * j->kmax;
+    if (hg_topk_row(cm, nc, r->k, pos, r->avx2, NULL) < 0) {
+        r->failed = 1;
+        return;
+    }
+    for (int64_t i = 0; i < r->k; i++) ids[i] = cand[pos[i]]; /* positions ascend, so do the ids */
+}
+
+static int64_t two_step(hg_stage *s, const hg_stage_job *j, run_ctx *r, int threads, int64_t *t) {
+    int64_t t1;
+#define LAP(i) (t1 = now_ns(), s->split[i] += t1 - *t, *t = t1)
+    const int shared = (j->flags & HG_STAGE_SHARED) != 0, lists = shared ? 1 : (int)j->kv_heads;
+    const int64_t n = j->n, k = j->budget < n ? j->budget : n, nc = j->cand < k ? k : j->cand < n ? j->cand : n;
+    const int64_t qb = (hg_kq_query_bytes((int)j->kq_form, j->heads, j->head_dim) + 63) & ~(int64_t)63;
+    const size_t need = (size_t)qb + (size_t)lists * nc * 8 + (size_t)j->heads * nc * 4 + (size_t)lists * k * 4 + 256;
+    if (s->two_bytes < need) {
+        free(s->two);
+        s->two = aligned_alloc(64, (need + 63) & ~(size_t)63);
+        s->two_bytes = s->two ? need : 0;
+        if (!s->two) return -2;
+    }
+    hg_kq_pack_query(&r->kq, (int)j->kq_form, (const float *)(intptr_t)j->q, j->heads, j->kv_heads, j->head_dim, s->two);
+    r->cand = (int32_t *)(s->two + qb);
+    r->cmax = (float *)(r->cand + (size_t)lists * nc);
+    r->exact = r->cmax + (size_t)lists * nc;
+    r->pos = (int32_t *)(r->exact + (size_t)j->heads * nc);
+    r->nc = nc;
+    LAP(0);
+    if (j->kq_from < n) { /* rows evicted since the last job */
+        const int64_t rows = n - j->kq_from, most = (rows + 63) / 64, per = (2 * threads + j->kv_heads - 1) / j->kv_heads;
+        r->chunks = (int)(per < most ? per : most);
+        hg_pool_run(s->ctx->pool, encode_task, r, (int)j->kv_heads * r->chunks);
+    }
+    hg_pool_run(s->ctx->pool, approx_task, r, n * j->kv_heads < 4096 ? 1 : 4 * threads);
+    LAP(1);
+    r->rows = s->scratch;
+    if (shared) {
+        int64_t most = (n + 4095) / 4096;
+        hg_pool_run(s->ctx->pool, shared_task, r, (int)(most < 2 * threads ? most : 2 * threads));
+        r->rows = s->scratch + (size_t)j->kv_heads * n;
+    }
+    r->k = nc;
+    if (lists >= threads) hg_pool_run(s->ctx->pool, topk_task, r, lists);
+    else
+        for (int g = 0; g < lists; g++)
+            if (hg_topk_row(r->rows + (size_t)g * n, n, nc, r->cand + (size_t)g * nc, r->avx2, s->ctx->pool) < 0) r->failed = 1;
+    LAP(2);
+    {
+        int64_t per = (4 * threads + j->kv_heads - 1) / j->kv_heads, most = (nc + 63) / 64;
+        r->chunks = (int)(per < most ? per : most);
+        if (r->chunks < 1) r->chunks = 1;
+        hg_pool_run(s->ctx->pool, rescore_task, r, (int)j->kv_heads * r->chunks);
+    }
+    LAP(1);
+    r->k = k;
+    hg_pool_run(s->ctx->pool, final_task, r, lists);
+    if (atomic_load(&r->failed)) return -2;
+    int32_t *ids = (int32_t *)(intptr_t)j->ids, *counts = (int32_t *)(intptr_t)j->counts;
+    for (int64_t g = 0; g < j->kv_heads; g++) {
+        counts[g] = (int32_t)k;
+        if (shared && g > 0) memcpy(ids + g * j->kmax, ids, (size_t)k * sizeof(int32_t));
+    }
+    LAP(2);
+#undef LAP
+    return 0;
 }
 
 /* Rows ids[b..e) of KV head g of a [kv_heads, cap, head_dim] store into dst's [kv_heads, kmax, head_dim];
@@ -155,7 +290,7 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     int64_t t = now_ns(), t1;
     for (int i = 0; i < 4; i++) s->split[i] = 0;
 #define LAP(i) (t1 = now_ns(), s->split[i] += t1 - t, t = t1)
-    if (j->flags & (HG_STAGE_SCORE | HG_STAGE_SELECTED)) { /* the query, packed once for the logits kernel */
+    if (j->flags & (HG_STAGE_SCORE | HG_STAGE_TOPK | HG_STAGE_SELECTED)) { /* the query, packed once for the logits kernel */
         const hg_kernels *k = s->ctx->k;
         r.qs = k->attn_qfloats((int)(j->heads / j->kv_heads), 1, (int)j->head_dim, (int)j->ktype); /* per KV head */
         float *qp = hg_grow(&s->ctx->qpack, &s->ctx->qpack_bytes, (size_t)(j->kv_heads * r.qs) * sizeof(float));
@@ -174,7 +309,12 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
             if (!s->scratch) return -2;
         }
     }
-    if (j->flags & (HG_STAGE_SCORE | HG_STAGE_TOPK)) { /* top-K reads the scoring's group max */
+    if (topk && j->kq_form) {
+        r.avx2 = s->ctx->isa >= 1;
+        atomic_init(&r.failed, 0);
+        int64_t rc = two_step(s, j, &r, threads, &t);
+        if (rc) return rc;
+    } else if (j->flags & (HG_STAGE_SCORE | HG_STAGE_TOPK)) { /* top-K reads the scoring's group max */
         r.a = (hg_logits_args){(float *)(intptr_t)j->all_logits, r.qp, (const void *)(intptr_t)j->k, NULL, j->lstride, j->kcap, 0,
                                j->n, (int)j->ktype, (int)j->heads, (int)j->kv_heads, (int)j->head_dim, (float)j->scale,
                                topk ? s->scratch : NULL, j->n};
@@ -183,7 +323,7 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
         hg_pool_run(s->ctx->pool, score_task, &r, parts);
         LAP(1);
     }
-    if (topk) {
+    if (topk && !j->kq_form) {
         r.lists = shared ? 1 : (int)j->kv_heads;
         r.rows = s->scratch;
         if (shared) {
@@ -206,7 +346,7 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
             if (shared && g > 0) memcpy(ids + g * j->kmax, ids, (size_t)r.k * sizeof(int32_t));
         }
         LAP(2);
-    } else if (j->flags & (HG_STAGE_SELECTED | HG_STAGE_GATHER)) {
+    } else if (!topk && (j->flags & (HG_STAGE_SELECTED | HG_STAGE_GATHER))) {
         int64_t bad = check_ids(j);
         if (bad) return bad;
     }
@@ -286,6 +426,7 @@ void hg_stage_destroy(hg_stage *s) {
     pthread_cond_destroy(&s->done_cv);
     hg_destroy(s->ctx);
     free(s->scratch);
+    free(s->two);
     free(s);
 }
 

@@ -29,6 +29,10 @@ typedef struct {
     int64_t vstage;               /* vtype [kv_heads, kmax, head_dim] */
     int64_t kstage;               /* ktype [kv_heads, kmax, head_dim], with HG_STAGE_KEYS */
     double scale;
+    /* Two-step top-K (TOPK with kq_form HG_KQ_INT8/INT4, kq.h): rows [kq_from, n) of the compressed
+     * copy kq [kv_heads, kcap, row bytes] are encoded from K first; the approximate scores choose
+     * `cand` candidates per list, rescored from K; the final top-K is taken among them. */
+    int64_t kq, kq_form, kq_from, cand;
 } hg_stage_job;
 
 typedef struct hg_stage hg_stage;

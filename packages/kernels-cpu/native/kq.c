@@ -22,53 +22,71 @@ static int64_t padded(int64_t d) { return (d + CH - 1) / CH * CH; }
 int64_t hg_kq_row_bytes(int form, int64_t d) {
     if (d < 1) return 0;
     const int64_t dp = padded(d);
-    return form == HG_KQ_INT8 ? dp + 4 : form == HG_KQ_INT4 ? dp / 2 + 4 * (dp / CH) : 0;
+    return form == HG_KQ_INT8 ? dp + 4 : form == HG_KQ_INT4 ? dp / 2 + 4 + dp / CH : 0;
 }
 
 static inline float kval(const void *k, int kt, int64_t i) {
     return kt == 0 ? ((const float *)k)[i] : kt == 1 ? hg_f16_to_f32(((const uint16_t *)k)[i]) : hg_bf16_to_f32(((const uint16_t *)k)[i]);
 }
 
-/* round(x * inv) clamped to [-lim, lim], ties to even; NaN -> 0 */
+/* round(x * inv) clamped to [-lim, lim], ties to even (adding 1.5 * 2^23 rounds in the default
+ * mode, without a libm call); NaN -> 0 */
 static inline int quant(float x, float inv, int lim) {
     float v = x * inv;
     if (!(v == v)) return 0;
     v = v > (float)lim ? (float)lim : v < (float)-lim ? (float)-lim : v;
-    return (int)nearbyintf(v);
+    const float big = 12582912.0f; /* without -ffast-math the compiler keeps (v + big) - big */
+    return (int)((v + big) - big);
 }
 
-static float absmax(const void *k, int kt, int64_t i0, int64_t i1) {
+static float absmax(const float *x, int64_t n) {
     float m = 0;
-    for (int64_t i = i0; i < i1; i++) {
-        float a = fabsf(kval(k, kt, i));
+    for (int64_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
         m = a > m ? a : m; /* NaN never wins */
     }
     return m;
 }
 
-static void encode_row(int form, const void *k, int kt, int64_t at, int64_t d, uint8_t *rec) {
+/* int4: a row scale S (f32) and per 32 channels an 8-bit multiple e of it, so a block's step is
+ * S * e and the score's integer sum takes the e's as the multipliers of vpmaddwd. */
+static void encode_row(int form, const float *x, int64_t d, uint8_t *rec) {
     const int64_t dp = padded(d);
+    const float m = absmax(x, d);
     if (form == HG_KQ_INT8) {
-        const float m = absmax(k, kt, at, at + d), s = m / 127.0f, inv = m > 0 ? 127.0f / m : 0.0f;
-        for (int64_t i = 0; i < dp; i++) rec[i] = (uint8_t)((i < d ? quant(kval(k, kt, at + i), inv, 127) : 0) + 128);
+        const float s = m / 127.0f, inv = m > 0 ? 127.0f / m : 0.0f;
+        for (int64_t i = 0; i < dp; i++) rec[i] = (uint8_t)((i < d ? quant(x[i], inv, 127) : 0) + 128);
         memcpy(rec + dp, &s, 4);
         return;
     }
+    const float S = m / (7.0f * 255.0f);
+    memcpy(rec + dp / 2, &S, 4);
     for (int64_t g = 0; g < dp / CH; g++) { /* byte i of a block: channel i low, channel 16 + i high */
         const int64_t c0 = g * CH, c1 = c0 + CH < d ? c0 + CH : d;
-        const float m = c0 < d ? absmax(k, kt, at + c0, at + c1) : 0.0f, s = m / 7.0f, inv = m > 0 ? 7.0f / m : 0.0f;
+        const float mg = c0 < d ? absmax(x + c0, c1 - c0) : 0.0f;
+        float ef = m > 0 ? ceilf(255.0f * mg / m) : 0.0f;
+        ef = ef > 255.0f ? 255.0f : ef;
+        const float step = S * ef, inv = step > 0 ? 1.0f / step : 0.0f;
         uint8_t nib[CH];
-        for (int i = 0; i < CH; i++) nib[i] = (uint8_t)((c0 + i < d ? quant(kval(k, kt, at + c0 + i), inv, 7) : 0) + 8);
+        for (int i = 0; i < CH; i++) nib[i] = (uint8_t)((c0 + i < d ? quant(x[c0 + i], inv, 7) : 0) + 8);
         for (int i = 0; i < CH / 2; i++) rec[g * (CH / 2) + i] = (uint8_t)(nib[i] | nib[CH / 2 + i] << 4);
-        memcpy(rec + dp / 2 + 4 * g, &s, 4);
+        rec[dp / 2 + 4 + g] = (uint8_t)ef;
     }
 }
 
 void hg_kq_encode(int form, const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, int64_t from, int64_t to, uint8_t *out) {
     const int64_t rb = hg_kq_row_bytes(form, d);
     if (rb == 0) return;
+    float x[1024];
+    if (d > 1024) return; /* callers check head_dim */
     for (int64_t g = 0; g < kv_heads; g++)
-        for (int64_t r = from; r < to; r++) encode_row(form, k, ktype, (g * cap + r) * d, d, out + (g * cap + r) * rb);
+        for (int64_t r = from; r < to; r++) {
+            const int64_t at = (g * cap + r) * d;
+            if (ktype == 0) memcpy(x, (const float *)k + at, (size_t)d * 4);
+            else if (ktype == 1) for (int64_t i = 0; i < d; i++) x[i] = hg_f16_to_f32(((const uint16_t *)k)[at + i]);
+            else for (int64_t i = 0; i < d; i++) x[i] = hg_bf16_to_f32(((const uint16_t *)k)[at + i]);
+            encode_row(form, x, d, out + (g * cap + r) * rb);
+        }
 }
 
 /* ---- the query ------------------------------------------------------------------------- */
@@ -91,7 +109,7 @@ void hg_kq_pack_query(hg_kq_query *Q, int form, const float *q, int64_t heads, i
     memset(Q->corr, 0, (size_t)(H * G) * 4);
     const int lim = form == HG_KQ_INT8 ? Q8_MAX : Q4_MAX;
     for (int64_t h = 0; h < heads; h++) {
-        const float m = absmax(q, 0, h * d, (h + 1) * d), inv = m > 0 ? (float)lim / m : 0.0f;
+        const float m = absmax(q + h * d, d), inv = m > 0 ? (float)lim / m : 0.0f;
         Q->t[h] = m / (float)lim;
         for (int64_t i = 0; i < d; i++) Q->p[h * dp + i] = (int8_t)quant(q[h * d + i], inv, lim);
         for (int64_t i = 0; i < dp; i++) {
@@ -115,25 +133,22 @@ static void rows_generic(const hg_kq_query *Q, const uint8_t *kq, int64_t cap, i
                 for (int64_t i = 0; i < dp; i++) dot += rec[i] * p[i];
                 v = Q->t[h] * (float)dot;
             } else {
-                float acc = 0.0f;
+                const uint8_t *e = rec + dp / 2 + 4;
+                int32_t dot = 0;
                 for (int64_t c = 0; c < G; c++) {
-                    int32_t dot = -Q->corr[h * G + c];
+                    int32_t part = -Q->corr[h * G + c];
                     for (int i = 0; i < CH / 2; i++) {
                         const uint8_t x = rec[c * (CH / 2) + i];
-                        dot += (x & 15) * p[c * CH + i] + (x >> 4) * p[c * CH + CH / 2 + i];
+                        part += (x & 15) * p[c * CH + i] + (x >> 4) * p[c * CH + CH / 2 + i];
                     }
-                    memcpy(&s, rec + dp / 2 + 4 * c, 4);
-                    acc += s * (float)dot;
+                    dot += e[c] * part;
                 }
-                v = Q->t[h] * acc;
+                v = Q->t[h] * (float)dot;
             }
             m = v > m ? v : m;
         }
-        if (Q->form == HG_KQ_INT8) {
-            memcpy(&s, rec + dp, 4);
-            m = s * m;
-        }
-        out[r] = m;
+        memcpy(&s, rec + (Q->form == HG_KQ_INT8 ? dp : dp / 2), 4);
+        out[r] = s * m;
     }
 }
 
@@ -178,40 +193,44 @@ AVX2 static void rows_int8_avx2(const hg_kq_query *Q, const uint8_t *kq, int64_t
     }
 }
 
-/* Per head, the groups' integer dots four groups at a time; then scale and sum in group order. */
+/* As int8, a block of 32 channels at a time: vpmaddwd multiplies the pair sums by the block's e. */
 AVX2 static void rows_int4_avx2(const hg_kq_query *Q, const uint8_t *kq, int64_t cap, int64_t g, int64_t b, int64_t e, float *out) {
     const int64_t dp = Q->dp, G = Q->groups, h0 = g * Q->group, h1 = h0 + Q->group, rb = Q->rb;
-    const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(15);
+    const __m256i low = _mm256_set1_epi8(15);
     const int8_t *zero = Q->p + Q->heads * dp;
+    const int32_t *zc = Q->corr + Q->heads * G;
     for (int64_t r = b; r < e; r++) {
-        const uint8_t *rec = kq + (g * cap + r) * rb;
+        const uint8_t *rec = kq + (g * cap + r) * rb, *ev = rec + dp / 2 + 4;
         __builtin_prefetch(rec + 16 * rb, 0, 1);
         __builtin_prefetch(rec + 16 * rb + rb - 1, 0, 1);
-        float sc[8], m = -INFINITY;
-        memcpy(sc, rec + dp / 2, (size_t)G * 4);
-        __m256i codes[8];
-        for (int64_t c = 0; c < G; c++) {
-            const __m128i x = _mm_loadu_si128((const __m128i *)(rec + c * (CH / 2)));
-            const __m256i w = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
-            codes[c] = _mm256_and_si256(w, low);
-        }
-        for (int64_t h = h0; h < h1; h++) {
-            const int8_t *p = Q->p + h * dp;
-            int32_t dots[8];
-            for (int64_t c = 0; c < G; c += 4) {
-                __m256i a[4];
-                for (int j = 0; j < 4; j++)
-                    a[j] = c + j < G ? _mm256_madd_epi16(_mm256_maddubs_epi16(codes[c + j], _mm256_loadu_si256((const __m256i *)(p + (c + j) * CH))), ones)
-                                     : _mm256_setzero_si256();
-                _mm_storeu_si128((__m128i *)(dots + c), sum4(a[0], a[1], a[2], a[3]));
+        float m = -INFINITY, v[4], s;
+        for (int64_t h = h0; h < h1; h += 4) {
+            const int8_t *p[4];
+            const int32_t *cr[4];
+            for (int j = 0; j < 4; j++) {
+                p[j] = h + j < h1 ? Q->p + (h + j) * dp : zero;
+                cr[j] = h + j < h1 ? Q->corr + (h + j) * G : zc;
             }
-            float acc = 0.0f;
-            for (int64_t c = 0; c < G; c++) acc += sc[c] * (float)(dots[c] - Q->corr[h * G + c]);
-            const float v = Q->t[h] * acc;
-            m = v > m ? v : m;
+            __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+            int32_t c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+            for (int64_t c = 0; c < G; c++) {
+                const __m128i x = _mm_loadu_si128((const __m128i *)(rec + c * (CH / 2)));
+                const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), low), w = _mm256_set1_epi16(ev[c]);
+                a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p[0] + c * CH))), w));
+                a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p[1] + c * CH))), w));
+                a2 = _mm256_add_epi32(a2, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p[2] + c * CH))), w));
+                a3 = _mm256_add_epi32(a3, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p[3] + c * CH))), w));
+                c0 += ev[c] * cr[0][c];
+                c1 += ev[c] * cr[1][c];
+                c2 += ev[c] * cr[2][c];
+                c3 += ev[c] * cr[3][c];
+            }
+            const __m128i dot = _mm_sub_epi32(sum4(a0, a1, a2, a3), _mm_set_epi32(c3, c2, c1, c0));
+            _mm_storeu_ps(v, _mm_mul_ps(_mm_loadu_ps(Q->t + h), _mm_cvtepi32_ps(dot)));
+            for (int64_t j = 0; j < 4 && h + j < h1; j++) m = v[j] > m ? v[j] : m;
         }
-        (void)zero;
-        out[r] = m;
+        memcpy(&s, rec + dp / 2, 4);
+        out[r] = s * m;
     }
 }
 #endif
@@ -228,7 +247,7 @@ int hg_kq_best_isa(void) {
 void hg_kq_score_rows(const hg_kq_query *Q, const uint8_t *kq, int64_t cap, int64_t g, int64_t b, int64_t e, float *out, int isa) {
 #ifdef KQ_X86
     if (isa >= 1 && Q->form == HG_KQ_INT8) return rows_int8_avx2(Q, kq, cap, g, b, e, out);
-    if (isa >= 1 && Q->form == HG_KQ_INT4 && Q->groups <= 8) return rows_int4_avx2(Q, kq, cap, g, b, e, out);
+    if (isa >= 1 && Q->form == HG_KQ_INT4) return rows_int4_avx2(Q, kq, cap, g, b, e, out);
 #endif
     (void)isa;
     rows_generic(Q, kq, cap, g, b, e, out);

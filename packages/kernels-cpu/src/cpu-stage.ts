@@ -15,6 +15,7 @@ import { chooseIsa, isaCode } from "./features.js";
 import { openNativeSymbols } from "./native.js";
 import { nativeSelectorPrimitives } from "./selector-primitives.js";
 import { storeKeys } from "./store-keys.js";
+import { KeySketches, SCORING_CODE, ScoringSchema, type Scoring } from "./key-scoring.js";
 import { CpuTensor } from "./tensor.js";
 
 const { ptr, i32, i64, i64_fast, u64, void: none } = FFIType;
@@ -44,6 +45,11 @@ export const NativeCpuStageOptionsSchema = z.object({
   /** How long the idle stage thread spins for the next job (and wait() for the job's end)
    * before sleeping, in µs. Worth it only with cores to spare; 0 (default): sleep at once. */
   idleSpinUs: z.number().int().min(0).max(1_000_000).default(0),
+  /** Top-K jobs: score compressed copies of the K rows first (int8, int4), then rescore the best
+   * rescoreFactor·K candidates from the full rows; "full" (default) scores the full rows only. */
+  scoring: ScoringSchema.default("full"),
+  /** Candidates per selected token that the compressed scores pass on to the full rows. */
+  rescoreFactor: z.number().int().min(1).max(64).default(4),
 }).strict();
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
@@ -51,8 +57,9 @@ const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
 const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32;
 // Field indices of hg_stage_job (all 8-byte; scale is the double at the end).
 const F = { flags: 0, q: 1, k: 2, ktype: 3, kcap: 4, v: 5, vtype: 6, vcap: 7, n: 8, heads: 9, kvHeads: 10, headDim: 11,
-  all: 12, lstride: 13, ids: 14, counts: 15, kmax: 16, budget: 17, sel: 18, vstage: 19, kstage: 20, scale: 21 } as const;
-const JOB_FIELDS = 22;
+  all: 12, lstride: 13, ids: 14, counts: 15, kmax: 16, budget: 17, sel: 18, vstage: 19, kstage: 20, scale: 21,
+  kq: 22, kqForm: 23, kqFrom: 24, cand: 25 } as const;
+const JOB_FIELDS = 26;
 
 interface NativeBuf { p: Pointer; bytes: number }
 interface Slot {
@@ -71,6 +78,10 @@ export class NativeCpuStage implements CpuStage {
   /** Native primitives on the stage's pool while it runs no job (a pre-QKᵀ selector runs between jobs). */
   readonly primitives: SelectorPrimitives = nativeSelectorPrimitives(undefined, () => this.handle);
   readonly threads: number;
+  /** How top-K jobs score (options.scoring) and the candidates per selected token. */
+  readonly scoring: Scoring;
+  readonly rescoreFactor: number;
+  private sketches: KeySketches | null = null;
   private readonly lib: StageLib;
   private handle: Pointer | null;
   private shape: CpuStageShape | null = null;
@@ -92,6 +103,8 @@ export class NativeCpuStage implements CpuStage {
     if (!h) fail("NativeCpuStage: could not create the stage threads");
     this.handle = h as Pointer;
     this.threads = this.lib.hg_stage_threads(this.handle);
+    this.scoring = parsed.data.scoring;
+    this.rescoreFactor = parsed.data.rescoreFactor;
     this.lib.hg_stage_set_idle_spin(this.handle, parsed.data.idleSpinUs * 1000);
     this.jobPtr = addressOf(this.job);
   }
@@ -100,6 +113,7 @@ export class NativeCpuStage implements CpuStage {
     if (this.shape) fail("cpu stage: prepare() called twice");
     this.live();
     const { heads, kvHeads, headDim, storeCapacity: cap, dtype } = shape;
+    if (this.scoring !== "full") this.sketches = new KeySketches(this.scoring, kvHeads, cap, headDim);
     this.shape = shape;
     this.all = this.alloc(heads * cap * 4);
     const allF = new Float32Array(toArrayBuffer(this.all.p, 0, this.all.bytes));
@@ -199,6 +213,8 @@ export class NativeCpuStage implements CpuStage {
       s.keys?.close();
     }
     this.slots = [];
+    this.sketches?.close();
+    this.sketches = null;
     for (const b of this.bufs) this.lib.hg_free(b.p, b.bytes);
     this.bufs.length = 0;
     this.rows = [];
@@ -231,6 +247,19 @@ export class NativeCpuStage implements CpuStage {
     set(F.kmax, job.kmax); set(F.budget, budget);
     set(F.sel, s.sel.p); set(F.vstage, s.values.store.ptr); set(F.kstage, s.keys ? s.keys.store.ptr : 0);
     this.jobF64[F.scale] = job.scale;
+    const sk = this.sketches;
+    if (sk && job.work.kind === "topk" && (flags & GATHER) !== 0 && (flags & TOPK) !== 0) {
+      const { address, from } = sk.region(k, job.offloaded, job.storeEpoch);
+      set(F.kq, address); set(F.kqForm, SCORING_CODE[sk.scoring]); set(F.kqFrom, from);
+      set(F.cand, Math.min(job.offloaded, budget * this.rescoreFactor));
+    } else {
+      set(F.kq, 0); set(F.kqForm, 0); set(F.kqFrom, 0); set(F.cand, 0);
+    }
+  }
+
+  /** Bytes of the compressed K copies (0 with full scoring). */
+  get sketchBytes(): number {
+    return this.sketches?.bytes ?? 0;
   }
 
   /** Copies a JS selection into the slot's id lists (length checked against the width). */
