@@ -63,6 +63,12 @@ export interface KvStoreAllocator {
   pinnable(t: Tensor): boolean;
   /** The cache has freed every tensor alloc() gave it: the memory may go. */
   release(): void;
+  /**
+   * Optional: a CPU stage has just gathered slots `ids` of the V region `v` (per KV head g,
+   * `counts[g]` ids from g·kmax). Consecutive layers select much alike, so a file-backed
+   * allocator may start reading the same slots of the next layer's V (the runtime calls it).
+   */
+  readAhead?(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number): void;
 }
 
 /** The host copy of the store (see attachHostStore). */

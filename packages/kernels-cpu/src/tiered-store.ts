@@ -70,6 +70,8 @@ export class TieredStore implements KvStoreAllocator {
   private readonly regions: Region[] = [];
   private readonly failFileErrno: number;
   private released = false;
+  /** Read-ahead requests made (page ranges) and the bytes they cover. */
+  readonly readAheadStats = { requests: 0, bytes: 0 };
 
   constructor(layout: StoreLayout, options: TieredStoreOptions = {}) {
     const r = StoreLayoutSchema.safeParse(layout);
@@ -159,6 +161,42 @@ export class TieredStore implements KvStoreAllocator {
         const lo = Math.max(f.offset, g * capacity * rowBytes), hi = Math.min(f.offset + f.bytes, (g * capacity + rows) * rowBytes);
         if (hi > lo) lib.hg_tier_prefetch((r.address + lo) as Pointer, hi - lo);
       }
+    }
+  }
+
+  /**
+   * The next layer's V rows at the slots a stage just gathered from `v` (per KV head g,
+   * `counts[g]` ids from g·kmax): read-ahead of the pages holding them, where that layer's
+   * region is file-backed (adjacent rows of one page are one request). Memory regions: nothing.
+   */
+  readAhead(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number): void {
+    const r = this.regions.find((x) => x.tensor === v);
+    if (!r) return;
+    const next = this.regions.find((x) => x.pool === r.pool && x.layer === r.layer + 1);
+    if (!next || next.files.length === 0 || !next.tensor) return;
+    const [heads, cap, hd] = next.tensor.shape as [number, number, number];
+    const row = hd * next.tensor.elementBytes, page = this.layout.pageBytes, lib = tierNative();
+    const inFile = (off: number) => next.files.some((f) => off >= f.offset && off < f.offset + f.bytes);
+    for (let g = 0; g < Math.min(heads, counts.length); g++) {
+      let runStart = -1, runEnd = -1;
+      const flush = () => {
+        if (runStart < 0) return;
+        lib.hg_tier_prefetch((next.address + runStart) as Pointer, runEnd - runStart);
+        this.readAheadStats.requests++;
+        this.readAheadStats.bytes += runEnd - runStart;
+      };
+      for (let i = 0; i < counts[g]!; i++) {
+        const off = (g * cap + ids[g * kmax + i]!) * row;
+        if (!inFile(off)) continue;
+        const p0 = Math.floor(off / page) * page, p1 = Math.ceil((off + row) / page) * page;
+        if (runStart >= 0 && p0 <= runEnd) runEnd = Math.max(runEnd, p1);
+        else {
+          flush();
+          runStart = p0;
+          runEnd = p1;
+        }
+      }
+      flush();
     }
   }
 

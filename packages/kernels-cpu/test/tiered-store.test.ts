@@ -116,6 +116,26 @@ describe("TieredStore: the disk tier", () => {
     expect(readdirSync(dir)).toEqual([]);
   });
 
+  it("readAhead: the next layer's file-backed pages at the gathered slots, adjacent rows in one request; memory layers none", () => {
+    const dir = tmp();
+    using be = createCpuBackend({ threads: 1 });
+    // V: layer 0 in memory, layer 1 file-backed; rows of 64 f32 = 256 bytes, 16 to a page.
+    using store = new TieredStore(layoutOf([[seg(0, REGION, "bind")], [seg(0, REGION, "bind")]], [[seg(0, REGION, "bind")], [seg(0, REGION, "file", { dir })]]));
+    const v0 = store.alloc(be, "v", 0, [heads, cap, headDim], "f32");
+    const v1 = store.alloc(be, "v", 1, [heads, cap, headDim], "f32");
+    const kmax = 20;
+    const ids = new Int32Array(heads * kmax), counts = Int32Array.of(16, 3);
+    for (let i = 0; i < 16; i++) ids[i] = i; // head 0: slots 0..15, one page
+    ids.set([5, 100, 101], kmax); // head 1: two pages apart
+    store.readAhead(v0, ids, counts, kmax);
+    expect(store.readAheadStats).toEqual({ requests: 3, bytes: 3 * PAGE });
+    store.readAhead(v1, ids, counts, kmax); // no layer 2
+    const k0 = store.alloc(be, "k", 0, [heads, cap, headDim], "f32");
+    store.alloc(be, "k", 1, [heads, cap, headDim], "f32");
+    store.readAhead(k0, ids, counts, kmax); // K layer 1 is in memory
+    expect(store.readAheadStats.requests).toBe(3);
+  });
+
   it("a full disk (ENOSPC from the reservation) is a one-line error that leaves no file behind", () => {
     const dir = tmp();
     using be = createCpuBackend({ threads: 1 });

@@ -8,6 +8,7 @@ import { HybridAttention, HybridgenError, type Attention, type Backend, type KvC
 import { loadSelectorSpec } from "@hybridgen/selectors";
 import type { HybridRuntimeOptions } from "./options.js";
 import { resolveHybrid, type HybridPlan } from "./resolve.js";
+import { ReadAheadStage } from "./read-ahead-stage.js";
 
 /** A loaded decoder model as hybrid attention needs it (LlamaModel and the other families). */
 export type HybridModel = { readonly attention: Attention; readonly cache: KvCache; readonly maxContext: number } & QueryProjector;
@@ -50,7 +51,9 @@ export async function createHybridAttention(model: HybridModel, backend: Backend
       throw e;
     }
   }
-  const stage = new NativeCpuStage(host, { threads: plan.cpuStageThreads, idleSpinUs: plan.idleSpinUs });
+  const native = new NativeCpuStage(host, { threads: plan.cpuStageThreads, idleSpinUs: plan.idleSpinUs });
+  // A placed store hears which rows each layer gathered: the disk tier reads the next layer's ahead.
+  const stage = allocator?.readAhead ? new ReadAheadStage(native, allocator.readAhead.bind(allocator)) : native;
   try {
     const ha = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler }, hybridOptions);
     plans.set(ha, plan);
