@@ -10,14 +10,20 @@
  * the part's normalised output o (exp(λ)·o = Σ_j exp(l_j)·v_j over the offloaded tokens). As V
  * rows belong to KV heads, a group of G query heads gets G extra columns; query head h sees its
  * own at logit λ_h and −∞ at the others. λ comes from the host's softmax itself: one more
- * column at each head's max m adds exp(0) = 1 to S = Σ_j exp(l_j − m), so its probability is
- * p = 1/(S + 1) ∈ (0, ½]; then λ = m + log((1 − p)/p) and o is the aggregate divided by 1 − p
- * (no second pass over the logits).
+ * column at a reference logit c adds exp(c) to the sum, so its probability p = exp(c)/(exp(c) +
+ * Σ_j exp(l_j)) gives λ = c + log((1 − p)/p), and o is the aggregate divided by 1 − p. Any c is
+ * exact on paper; in f32 it must be neither far below λ (p underflows) nor above it (1 − p
+ * cancels), so c is the head's λ of the previous step less REF_MARGIN (p ≈ 3e−4 when λ holds
+ * still; λ may fall by 8 or rise by 60 before p leaves [1e−30, ½]; no pass over the logits in
+ * JavaScript), and the head's maximum logit (p ∈ (0, ½]) on the first step or after a miss.
  */
 import { DTYPE_BYTES, type Backend, type Tensor } from "../backend.js";
 import type { Attention, DecodeAttention } from "../attention.js";
 import { fail } from "../errors.js";
 import { BaselineStats } from "./baseline-stats.js";
+
+/** How far below the previous step's λ the reference logit sits (see the header). */
+const REF_MARGIN = 8;
 
 export class AoCAttention implements DecodeAttention, Disposable {
   readonly name = "aoc";
@@ -35,6 +41,8 @@ export class AoCAttention implements DecodeAttention, Disposable {
   private readonly dv: Tensor;
   private readonly dsWidth: number;
   private readonly extra: Float32Array;
+  /** Per layer and head: the reference logit c of the next step (the last λ less REF_MARGIN; NaN: none yet). */
+  private readonly ref: Float32Array;
   private pos = 0;
   private offloaded = 0;
   private stepStart = 0;
@@ -51,6 +59,7 @@ export class AoCAttention implements DecodeAttention, Disposable {
     this.group = heads / kvHeads;
     this.dsWidth = this.group + c.windowCapacity + 1;
     this.extra = new Float32Array((heads - 1) * this.dsWidth + this.group);
+    this.ref = new Float32Array(c.layers * heads).fill(NaN);
     try {
       this.hq = this.alloc(this.host, [1, heads * headDim]);
       this.hs = this.alloc(this.host, [heads, c.storeCapacity + 1]);
@@ -70,7 +79,9 @@ export class AoCAttention implements DecodeAttention, Disposable {
     return a;
   }
 
-  newSequence(): void {}
+  newSequence(): void {
+    this.ref.fill(NaN);
+  }
 
   beginStep(pos: number): void {
     if (this.closed) fail("AoC attention used after close()");
@@ -130,24 +141,38 @@ export class AoCAttention implements DecodeAttention, Disposable {
    */
   private partial(layer: number, q: Tensor, n: number): { lse: Float32Array; scale: Float32Array } {
     const H = this.host, c = this.attention.cache, width = c.storeCapacity + 1, heads = this.heads;
-    H.attnLogits(this.hs, 0, q, 0, c.stageStoreK(layer), 0, n, this.attention.scale);
-    const max = new Float32Array(heads);
-    for (let h = 0; h < heads; h++) {
-      const row = H.read(this.hs, h * width, n);
-      let m = -Infinity;
-      for (let j = 0; j < n; j++) if (row[j]! > m) m = row[j]!;
-      max[h] = m;
-      H.write(this.hs, max.subarray(h, h + 1), h * width + n);
+    const ref = this.ref.subarray(layer * heads, (layer + 1) * heads);
+    const col = new Float32Array(heads), lse = new Float32Array(heads), scale = new Float32Array(heads);
+    for (let exact = !ref.every(Number.isFinite); ; exact = true) {
+      H.attnLogits(this.hs, 0, q, 0, c.stageStoreK(layer), 0, n, this.attention.scale);
+      for (let h = 0; h < heads; h++) {
+        if (exact) {
+          if (h === 0) this.stats.maxScans++;
+          const row = H.read(this.hs, h * width, n);
+          let m = -Infinity;
+          for (let j = 0; j < n; j++) if (row[j]! > m) m = row[j]!;
+          col[h] = m;
+        } else {
+          col[h] = ref[h]!;
+        }
+        H.write(this.hs, col.subarray(h, h + 1), h * width + n);
+      }
+      H.softmax(this.hs, heads, n + 1);
+      let fits = true;
+      for (let h = 0; h < heads; h++) {
+        const p = H.read(this.hs, h * width + n, 1)[0]!;
+        if (!(p >= 1e-30 && p <= 0.5)) fits = false;
+        lse[h] = col[h]! + Math.log((1 - p) / p);
+        scale[h] = 1 / (1 - p);
+      }
+      if (!fits && !exact) {
+        this.stats.refMisses++;
+        continue;
+      }
+      H.attnAggregate(this.ho, 0, this.hs, 0, c.stageStoreV(layer), 0, n, false);
+      for (let h = 0; h < heads; h++) ref[h] = lse[h]! - REF_MARGIN;
+      return { lse, scale };
     }
-    H.softmax(this.hs, heads, n + 1);
-    H.attnAggregate(this.ho, 0, this.hs, 0, c.stageStoreV(layer), 0, n, false);
-    const lse = new Float32Array(heads), scale = new Float32Array(heads);
-    for (let h = 0; h < heads; h++) {
-      const p = H.read(this.hs, h * width + n, 1)[0]!;
-      lse[h] = max[h]! + Math.log((1 - p) / p);
-      scale[h] = 1 / (1 - p);
-    }
-    return { lse, scale };
   }
 
   endStep(): void {

@@ -10,6 +10,10 @@ export class BaselineStats {
   bytesMoved = 0;
   /** AoC: time in the CPU's attention over the offloaded rows, summed (ms). */
   cpuMs = 0;
+  /** AoC: layer steps whose reference logit was off and that were scored again from the exact maximum. */
+  refMisses = 0;
+  /** AoC: layer steps that found each head's maximum logit by a scan (the first step, and after a miss). */
+  maxScans = 0;
 
   summary(name: string): string {
     const per = (x: number) => (this.steps ? x / this.steps : 0);
