@@ -407,6 +407,36 @@ export class CudaBackend implements Backend {
   }
 
   /**
+   * V rows without a CPU copy, measured: `kmax` selected rows per KV head of a pinned host store
+   * [kvHeads, cap, rowBytes] gathered (a) by one CPU thread into a pinned buffer, then one DMA,
+   * (b) by a device kernel reading the mapped host memory, (c) by one copy per run of consecutive
+   * ids; ascending random ids (top-K-like) or the last kmax slots (a window). Milliseconds per
+   * gather, runs per head, and whether the three results are byte-identical.
+   */
+  gatherBench(o: { kvHeads: number; cap: number; kmax: number; rowBytes: number; contiguous: boolean; iters?: number }) {
+    const ctx = this.live_("gatherBench");
+    const { kvHeads, cap, kmax, rowBytes, contiguous, iters = 20 } = o;
+    for (const [k, v] of Object.entries({ kvHeads, cap, kmax, rowBytes, iters })) {
+      if (!(Number.isInteger(v) && v > 0)) throw new HybridgenError(`gatherBench: ${k} must be a positive integer, got ${v}`);
+    }
+    if (rowBytes % 16 !== 0 || kmax > cap) throw new HybridgenError(`gatherBench: rowBytes must be a multiple of 16 and kmax ≤ cap (got ${rowBytes}, ${kmax} > ${cap})`);
+    const out = new Float64Array(6);
+    const dev = this.allocRaw([Math.ceil((3 * kvHeads * kmax * rowBytes) / 4)], "f32", "gatherBench");
+    try {
+      const ids = this.allocRaw([kvHeads * kmax], "f32", "gatherBench");
+      try {
+        const input = Float64Array.of(kvHeads, cap, kmax, rowBytes, contiguous ? 1 : 0, iters);
+        this.ok("gatherBench", this.lib.hg_cu_gather_bench(ctx, P(dev.addr), P(ids.addr), input, out));
+      } finally {
+        this.release(ids);
+      }
+    } finally {
+      this.release(dev);
+    }
+    return { cpuGatherMs: out[0], dmaMs: out[1], mappedMs: out[2], runCopiesMs: out[3], runsPerHead: out[4], identical: out[5] === 1 };
+  }
+
+  /**
    * Device-to-device copy bandwidth (bytes read + written per second) copying `bytes` between
    * two arena blocks `iters` times: the memory-bandwidth ceiling, measured in the same run.
    */

@@ -47,6 +47,7 @@ export const backendSymbols = {
   hg_cu_stream_wait: { args: [ptr, i32, ptr], returns: i32 },
   hg_cu_event_elapsed: { args: [ptr, ptr, ptr], returns: i32 },
   hg_cu_copy_bandwidth: { args: [ptr, ptr, ptr, f64, i32, ptr], returns: i32 },
+  hg_cu_gather_bench: { args: [ptr, ptr, ptr, ptr, ptr], returns: i32 },
   hg_cu_read_bandwidth: { args: [ptr, ptr, f64, i32, i32, i32, i32, ptr], returns: i32 },
   hg_cu_test_fault: { args: [ptr, i32], returns: i32 },
   hg_cu_set_batch_copies: { args: [ptr, i32], returns: none },
