@@ -109,17 +109,21 @@ b.close();`;
     expect(out.pluginCalls).toBeGreaterThanOrEqual(6 * (Number(TOKENS) - 8));
   });
 
-  it("bunx hybridgen generate runs the installed CLI, full and hybrid attention alike", () => {
+  it("bunx hybridgen generate runs the installed CLI, and the plugin through --selector ./every-token.ts", () => {
     sh(BUN, ["add", "@hybridgen/cli"], project, { env });
     const args = ["hybridgen", "generate", "--model", modelDir, "--prompt", PROMPT, "--temperature", "0", "--max-tokens", TOKENS, "--threads", "1"];
     const full = runCommand(BUN, ["x", ...args], project, { env });
     expect(full.status, full.stderr).toBe(0);
     expect(full.stdout.startsWith(`${PROMPT}, there was a little`)).toBe(true);
-    const hybridArgs = ["--attention", "hybrid", "--gpu-kv-budget", "8", "--sink-tokens", "2", "--selector", "all", "--logits", "exact"];
-    const hybrid = runCommand(BUN, ["x", ...args, ...hybridArgs], project, { env });
-    expect(hybrid.status, hybrid.stderr).toBe(0);
-    expect(hybrid.stdout.split("\n")[0]).toBe(full.stdout.split("\n")[0]);
+    const hybridArgs = ["--attention", "hybrid", "--gpu-kv-budget", "8", "--sink-tokens", "2", "--logits", "exact"];
+    const plugin = runCommand(BUN, ["x", ...args, ...hybridArgs, "--selector", "./every-token.ts", "--selector-options", '{"newestFirst":true}'], project, { env });
+    expect(plugin.status, plugin.stderr).toBe(0);
+    expect(plugin.stderr).toContain("every-token");
+    expect(plugin.stdout).toBe(full.stdout);
+    const builtin = runCommand(BUN, ["x", ...args, ...hybridArgs, "--selector", "all"], project, { env });
+    expect(builtin.status, builtin.stderr).toBe(0);
+    expect(builtin.stdout).toBe(full.stdout);
     // Not a terminal: no colour codes anywhere.
-    expect(`${full.stdout}${full.stderr}${hybrid.stderr}`).not.toMatch(/\x1b\[/);
+    expect(`${full.stdout}${full.stderr}${plugin.stderr}`).not.toMatch(/\x1b\[/);
   });
 });
