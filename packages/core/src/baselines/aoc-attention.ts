@@ -13,17 +13,14 @@
  * column at a reference logit c adds exp(c) to the sum, so its probability p = exp(c)/(exp(c) +
  * Σ_j exp(l_j)) gives λ = c + log((1 − p)/p), and o is the aggregate divided by 1 − p. Any c is
  * exact on paper; in f32 it must be neither far below λ (p underflows) nor above it (1 − p
- * cancels), so c is the head's λ of the previous step less REF_MARGIN (p ≈ 3e−4 when λ holds
- * still; λ may fall by 8 or rise by 60 before p leaves [1e−30, ½]; no pass over the logits in
- * JavaScript), and the head's maximum logit (p ∈ (0, ½]) on the first step or after a miss.
+ * cancels). c is the largest value of the head's logits row as the backend's argmax finds it
+ * (the maximum logit, so p ∈ (0, ½], unless a stale column past the offloaded ones is larger);
+ * when p leaves [1e−30, ½] the row is scored again and its maximum found by a scan.
  */
 import { DTYPE_BYTES, type Backend, type Tensor } from "../backend.js";
 import type { Attention, DecodeAttention } from "../attention.js";
 import { fail } from "../errors.js";
 import { BaselineStats } from "./baseline-stats.js";
-
-/** How far below the previous step's λ the reference logit sits (see the header). */
-const REF_MARGIN = 8;
 
 export class AoCAttention implements DecodeAttention, Disposable {
   readonly name = "aoc";
@@ -41,8 +38,6 @@ export class AoCAttention implements DecodeAttention, Disposable {
   private readonly dv: Tensor;
   private readonly dsWidth: number;
   private readonly extra: Float32Array;
-  /** Per layer and head: the reference logit c of the next step (the last λ less REF_MARGIN; NaN: none yet). */
-  private readonly ref: Float32Array;
   private pos = 0;
   private offloaded = 0;
   private stepStart = 0;
@@ -59,7 +54,6 @@ export class AoCAttention implements DecodeAttention, Disposable {
     this.group = heads / kvHeads;
     this.dsWidth = this.group + c.windowCapacity + 1;
     this.extra = new Float32Array((heads - 1) * this.dsWidth + this.group);
-    this.ref = new Float32Array(c.layers * heads).fill(NaN);
     try {
       this.hq = this.alloc(this.host, [1, heads * headDim]);
       this.hs = this.alloc(this.host, [heads, c.storeCapacity + 1]);
@@ -79,9 +73,7 @@ export class AoCAttention implements DecodeAttention, Disposable {
     return a;
   }
 
-  newSequence(): void {
-    this.ref.fill(NaN);
-  }
+  newSequence(): void {}
 
   beginStep(pos: number): void {
     if (this.closed) fail("AoC attention used after close()");
@@ -141,9 +133,8 @@ export class AoCAttention implements DecodeAttention, Disposable {
    */
   private partial(layer: number, q: Tensor, n: number): { lse: Float32Array; scale: Float32Array } {
     const H = this.host, c = this.attention.cache, width = c.storeCapacity + 1, heads = this.heads;
-    const ref = this.ref.subarray(layer * heads, (layer + 1) * heads);
     const col = new Float32Array(heads), lse = new Float32Array(heads), scale = new Float32Array(heads);
-    for (let exact = !ref.every(Number.isFinite); ; exact = true) {
+    for (let exact = false; ; exact = true) {
       H.attnLogits(this.hs, 0, q, 0, c.stageStoreK(layer), 0, n, this.attention.scale);
       for (let h = 0; h < heads; h++) {
         if (exact) {
@@ -153,7 +144,7 @@ export class AoCAttention implements DecodeAttention, Disposable {
           for (let j = 0; j < n; j++) if (row[j]! > m) m = row[j]!;
           col[h] = m;
         } else {
-          col[h] = ref[h]!;
+          col[h] = H.read(this.hs, h * width + H.argmax(this.hs, h), 1)[0]!;
         }
         H.write(this.hs, col.subarray(h, h + 1), h * width + n);
       }
@@ -170,7 +161,6 @@ export class AoCAttention implements DecodeAttention, Disposable {
         continue;
       }
       H.attnAggregate(this.ho, 0, this.hs, 0, c.stageStoreV(layer), 0, n, false);
-      for (let h = 0; h < heads; h++) ref[h] = lse[h]! - REF_MARGIN;
       return { lse, scale };
     }
   }

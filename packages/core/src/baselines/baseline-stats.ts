@@ -10,14 +10,14 @@ export class BaselineStats {
   bytesMoved = 0;
   /** AoC: time in the CPU's attention over the offloaded rows, summed (ms). */
   cpuMs = 0;
-  /** AoC: layer steps whose reference logit was off and that were scored again from the exact maximum. */
+  /** AoC: layer steps whose reference logit (the argmax's value) was off and that were scored again. */
   refMisses = 0;
-  /** AoC: layer steps that found each head's maximum logit by a scan (the first step, and after a miss). */
+  /** AoC: layer steps that found each head's maximum logit by a scan (after a miss). */
   maxScans = 0;
 
   summary(name: string): string {
     const per = (x: number) => (this.steps ? x / this.steps : 0);
     return `${name}: ${this.steps} steps, ${this.offloaded} offloaded, ${(per(this.bytesMoved) / 1e6).toFixed(2)} MB moved/step` +
-      (this.cpuMs ? `, CPU attention ${per(this.cpuMs).toFixed(2)} ms/step` : "");
+      (this.cpuMs ? `, CPU attention ${per(this.cpuMs).toFixed(2)} ms/step, ${this.maxScans} max scans and ${this.refMisses} misses in ${this.layerSteps} layer steps` : "");
   }
 }
