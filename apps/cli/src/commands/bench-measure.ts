@@ -75,69 +75,96 @@ export async function measureModel(files: ModelFiles, name: string, o: BenchOpti
     const what = p.status === "ok" ? `${p.msPerToken!.toFixed(2)} ms/token, ${p.tokensPerSec!.toFixed(1)} tok/s` : `${p.status}: ${p.note}`;
     cx.progress(`[${points.length}/${total}] ${name} context ${p.context} batch ${p.batch} ${p.config}: ${what}`);
   };
-  const load = (context: number, windowed: boolean) => loadModel(files, cx.backend, {
-    maxContext: context + o.steps, prefillBlock: Math.min(512, context), kvDtype: o.kvDtype,
+  // One model per kind, sized for the longest context, reused (reset) for every context.
+  const maxContext = Math.max(...o.contexts) + o.steps;
+  const load = (windowed: boolean) => loadModel(files, cx.backend, {
+    maxContext, prefillBlock: Math.min(512, maxContext), kvDtype: o.kvDtype,
     ...(o.dtype === undefined ? {} : { weightDtype: o.dtype }),
     ...(windowed ? { gpuKvBudget: o.gpuKvBudget, sinkTokens: o.sinkTokens } : {}),
   });
-  for (const context of o.contexts) {
-    const prompt = syntheticTokens(context, files.shape.vocabSize, o.seed);
-    const base = (c: AttentionConfig, batch: number) => ({ model: name, context, batch, config: c.name, family: c.family, kind: c.kind });
-    for (const c of configs.filter((x) => x.kind === "full")) {
-      for (const batch of o.batches) {
-        if (cx.signal?.aborted) return points;
-        try {
-          note({ ...base(c, batch), status: "ok", ...measureFull(load(context, false), prompt, batch, o, cx.signal) });
-        } catch (e) {
-          note({ ...base(c, batch), status: "failed", note: message(e) });
+  const base = (c: AttentionConfig, context: number, batch: number) => ({ model: name, context, batch, config: c.name, family: c.family, kind: c.kind });
+  const fulls = configs.filter((x) => x.kind === "full");
+  if (fulls.length > 0) {
+    let model: CausalLM | null = null;
+    try {
+      model = load(false);
+    } catch (e) {
+      for (const c of fulls) for (const context of o.contexts) for (const batch of o.batches) note({ ...base(c, context, batch), status: "failed", note: message(e) });
+    }
+    try {
+      for (const context of o.contexts) {
+        const prompt = syntheticTokens(context, files.shape.vocabSize, o.seed);
+        for (const c of fulls) {
+          for (const batch of o.batches) {
+            if (cx.signal?.aborted || !model) break;
+            try {
+              note({ ...base(c, context, batch), status: "ok", ...measureFull(model, prompt, batch, o, cx.signal) });
+            } catch (e) {
+              note({ ...base(c, context, batch), status: "failed", note: message(e) });
+            }
+          }
         }
       }
+    } finally {
+      model?.close();
     }
-    const offloading = configs.filter((x) => x.kind !== "full");
-    if (offloading.length === 0) continue;
-    const skip = (why: string, batches: readonly number[]) => {
-      for (const c of offloading) for (const batch of batches) note({ ...base(c, batch), status: "skipped", note: why });
-    };
-    skip("batch > 1 runs full attention only", o.batches.filter((b) => b > 1));
-    if (!o.batches.includes(1)) continue;
-    if (o.gpuKvBudget >= context) {
-      skip(`the device window (${o.gpuKvBudget}) holds the whole context`, [1]);
-      continue;
-    }
-    using model = load(context, true);
-    await prepareHostStore(model, cx.backend, o.threads ?? 1);
+  }
+  const offloading = configs.filter((x) => x.kind !== "full");
+  if (offloading.length === 0 || cx.signal?.aborted) return ordered(points, o);
+  const skip = (context: number, why: string, batches: readonly number[]) => {
+    for (const c of offloading) for (const batch of batches) note({ ...base(c, context, batch), status: "skipped", note: why });
+  };
+  const runnable = o.contexts.filter((context) => {
+    skip(context, "batch > 1 runs full attention only", o.batches.filter((b) => b > 1));
+    if (!o.batches.includes(1)) return false;
+    if (o.gpuKvBudget < context) return true;
+    skip(context, `the device window (${o.gpuKvBudget}) holds the whole context`, [1]);
+    return false;
+  });
+  if (runnable.length === 0) return ordered(points, o);
+  using model = load(true);
+  await prepareHostStore(model, cx.backend, o.threads ?? 1);
+  for (const context of runnable) {
+    const prompt = syntheticTokens(context, files.shape.vocabSize, o.seed);
+    model.reset();
     const t0 = performance.now();
     model.step(prompt, 0);
     const first = model.argmaxLogits();
     cx.progress(`${name} context ${context}: prefilled in ${((performance.now() - t0) / 1e3).toFixed(1)} s; ${model.cache.storeCount} tokens offloaded, window ${o.gpuKvBudget} with ${o.sinkTokens} sinks`);
     using cp = model.cache.checkpoint();
     for (const c of offloading) {
-      if (cx.signal?.aborted) return points;
+      if (cx.signal?.aborted) return ordered(points, o);
       try {
         using a = await attachAttentionConfig(model, cx.backend, c, o.cpuStageThreads === undefined ? {} : { cpuStageThreads: o.cpuStageThreads });
         const walls = decode(model, first, context, o.steps, cx.signal);
         const ms = median(walls.slice(o.warmup));
         const last = a.trace().at(-1);
         note({
-          ...base(c, 1), status: "ok", msPerToken: ms, tokensPerSec: 1000 / ms, offloaded: context - o.gpuKvBudget,
+          ...base(c, context, 1), status: "ok", msPerToken: ms, tokensPerSec: 1000 / ms, offloaded: context - o.gpuKvBudget,
           ...(last ? { finalK: last.k, finalTiming: last.timing } : {}), summary: a.summary(),
         });
       } catch (e) {
         if (e instanceof HybridgenError && !/memory/i.test(e.message)) throw e;
-        note({ ...base(c, 1), status: "failed", note: message(e) });
+        note({ ...base(c, context, 1), status: "failed", note: message(e) });
       } finally {
         model.cache.restore(cp);
       }
     }
   }
-  return points;
+  return ordered(points, o);
 }
 
-/** Full attention at `batch` sequences, each prefilled with the context (the model is closed here). */
-function measureFull(model: CausalLM, prompt: Int32Array, batch: number, o: BenchOptions, signal?: AbortSignal): { msPerToken: number; tokensPerSec: number } {
-  using m = model;
+/** Points by context, then configuration in --configs order, then batch (the tables' order). */
+function ordered(points: BenchPoint[], o: BenchOptions): BenchPoint[] {
+  const rank = (p: BenchPoint) => o.configs.indexOf(p.config);
+  return points.sort((a, b) => a.context - b.context || a.batch - b.batch || rank(a) - rank(b));
+}
+
+/** Full attention at `batch` sequences, each prefilled with the context. */
+function measureFull(m: CausalLM, prompt: Int32Array, batch: number, o: BenchOptions, signal?: AbortSignal): { msPerToken: number; tokensPerSec: number } {
   let walls: number[];
   if (batch === 1) {
+    m.reset();
     m.step(prompt, 0);
     walls = decode(m, m.argmaxLogits(), prompt.length, o.steps, signal);
   } else {
