@@ -114,24 +114,40 @@ export function placementNote(tiers: readonly MemoryTier[]): string {
   return `${memory.length} NUMA nodes${cxl.length ? `, CPU-less (CXL): ${cxl.join(", ")}` : ""}`;
 }
 
+/** Refuses a store that fits in no tier, from the model's shape, before any weight loads (the
+ * cache's store: every position past the window, plus one eviction block, in the f32 KV). */
+export async function preflightStore(
+  shape: { layers: number; kvHeads: number; headDim: number }, o: { maxContext: number; window: number; sinks: number }, tier: KvTierCliOptions,
+): Promise<void> {
+  if (o.window >= o.maxContext) return;
+  const evictBlock = Math.min(16, o.window - o.sinks);
+  const storeCapacity = Math.min(o.maxContext, o.maxContext - o.window + evictBlock);
+  await layoutFor({ layers: shape.layers, regionBytes: shape.kvHeads * storeCapacity * shape.headDim * DTYPE_BYTES.f32 }, tier);
+}
+
+async function layoutFor(store: { layers: number; regionBytes: number }, o: KvTierCliOptions) {
+  const { layoutStore, placeKv, formatBytes } = await import("@hybridgen/memtier");
+  const tiers = await storeTiers(o);
+  if (o.hostKvBudget !== undefined && o.kvDisk === undefined) throw new HybridgenError("--host-kv-budget needs --kv-disk DIR (where the rest of the store goes)");
+  const r = layoutStore({ tiers, placement: placeKv(o.kvPlacement, tiers), layers: store.layers, regionBytes: store.regionBytes, hostBudgetBytes: o.hostKvBudget });
+  if (!r.fits) {
+    const disk = tiers.find((t) => t.kind === "file");
+    throw new HybridgenError(
+      `the KV store needs ${formatBytes(2 * store.layers * r.layout.regionBytes)}, ${formatBytes(r.shortfallBytes)} more than ` +
+        (disk ? `host memory and ${o.kvDisk} (${formatBytes(disk.capacityBytes)} free) hold` : "host memory holds (add --kv-disk DIR)"),
+    );
+  }
+  return { r, tiers, formatBytes };
+}
+
 /**
  * The allocator that places `cache`'s store as the flags say, and the line describing it.
  * Refuses, before anything is allocated, a store that fits nowhere and a disk that is too small.
  */
 export async function storeAllocatorFor(cache: KvCache, o: KvTierCliOptions): Promise<PlacedStore> {
-  const { layoutStore, placeKv, formatBytes } = await import("@hybridgen/memtier");
   const { TieredStore } = await import("@hybridgen/kernels-cpu");
-  const tiers = await storeTiers(o);
-  if (o.hostKvBudget !== undefined && o.kvDisk === undefined) throw new HybridgenError("--host-kv-budget needs --kv-disk DIR (where the rest of the store goes)");
   const regionBytes = cache.kvHeads * cache.storeCapacity * cache.headDim * DTYPE_BYTES[cache.dtype];
-  const r = layoutStore({ tiers, placement: placeKv(o.kvPlacement, tiers), layers: cache.layers, regionBytes, hostBudgetBytes: o.hostKvBudget });
-  if (!r.fits) {
-    const disk = tiers.find((t) => t.kind === "file");
-    throw new HybridgenError(
-      `the KV store needs ${formatBytes(2 * cache.layers * r.layout.regionBytes)}, ${formatBytes(r.shortfallBytes)} more than ` +
-        (disk ? `host memory and ${o.kvDisk} (${formatBytes(disk.capacityBytes)} free) hold` : "host memory holds (add --kv-disk DIR)"),
-    );
-  }
+  const { r, tiers, formatBytes } = await layoutFor({ layers: cache.layers, regionBytes }, o);
   const allocator = new TieredStore(r.layout);
   const per = (pool: "kBytes" | "vBytes") =>
     r.tiers.filter((t) => t[pool] > 0).map((t) => `${t.kind === "file" ? "disk" : t.id} ${formatBytes(t[pool])}`).join(" + ") || "none";

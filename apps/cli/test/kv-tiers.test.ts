@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { modelInfo, openModelDir, type Backend } from "@hybridgen/core";
 import { GPU_RESERVE_BYTES, resolveWindowBudget } from "../src/auto-budget.js";
-import { parseSize, splitKvTierArgs } from "../src/kv-tier-options.js";
+import { parseSize, preflightStore, splitKvTierArgs } from "../src/kv-tier-options.js";
 import { requireBuiltBin, runBin, runBinStreaming } from "./helpers.js";
 import { PROMPT, stories15M } from "./model-fixture.js";
 
@@ -36,6 +36,20 @@ describe("KV tier flags", () => {
     writeFileSync(file, "x");
     expect(() => splitKvTierArgs(["--kv-disk", file])).toThrow(`--kv-disk ${file}: not a directory`);
     expect(() => splitKvTierArgs(["--kv-disk", "/sys/devices"])).toThrow(/^--kv-disk \/sys\/devices: not writable \(E[A-Z]+: read-only file system or permissions\)$/);
+  });
+});
+
+describe("the store's preflight (before any weight loads)", () => {
+  const shape8b = { layers: 32, kvHeads: 8, headDim: 128 };
+  it("a store larger than host memory is refused, naming --kv-disk; with a disk too small for the rest, naming its free space", async () => {
+    const o = { maxContext: 400_000_000, window: 4096, sinks: 4 }; // 400M positions of f32 KV: ~95 TiB
+    await expect(preflightStore(shape8b, o, { kvPlacement: "semantic" })).rejects.toThrow(/^the KV store needs [\d.]+ TiB, [\d.]+ TiB more than host memory holds \(add --kv-disk DIR\)$/);
+    const dir = tmp();
+    await expect(preflightStore(shape8b, o, { kvPlacement: "semantic", kvDisk: dir })).rejects.toThrow(
+      new RegExp(`^the KV store needs [\\d.]+ TiB, [\\d.]+ TiB more than host memory and ${dir} \\([\\d.]+ [GT]iB free\\) hold$`),
+    );
+    await expect(preflightStore(shape8b, { maxContext: 8192, window: 4096, sinks: 4 }, { kvPlacement: "semantic", kvDisk: dir })).resolves.toBeUndefined();
+    await expect(preflightStore(shape8b, { maxContext: 8192, window: 4096, sinks: 4 }, { kvPlacement: "semantic", hostKvBudget: 0 })).rejects.toThrow("--host-kv-budget needs --kv-disk DIR (where the rest of the store goes)");
   });
 });
 

@@ -9,7 +9,7 @@ import { readPromptsJsonl } from "../read-prompts-jsonl.js";
 import { runPromptsBatch } from "./generate-batch.js";
 import { openBackend, threadCount } from "../device-backend.js";
 import { attachHybrid, FULL_ATTENTION, loadHybridSelector, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions } from "../hybrid-options.js";
-import { KvTierCliOptionsSchema, storeAllocatorFor, type KvTierCliOptions } from "../kv-tier-options.js";
+import { KvTierCliOptionsSchema, preflightStore, storeAllocatorFor, type KvTierCliOptions } from "../kv-tier-options.js";
 import { resolveWindowBudget } from "../auto-budget.js";
 
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
@@ -81,11 +81,13 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   const opened = await openBackend(opts.device, threads, hybrid.attention === "hybrid");
   using backend = opened.backend;
   // The family (Llama, Qwen2, OPT) comes from config.json.
+  // --gpu-kv-budget (auto: what the device's memory holds); a store that fits in no tier is refused before the weights load.
+  const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext });
+  if (hybrid.attention === "hybrid" && window !== undefined) await preflightStore(shape, { maxContext, window, sinks: hybrid.sinkTokens }, tier);
   using model = loadModel(files, backend, {
     maxContext,
     ...(opts.dtype === undefined ? {} : { weightDtype: opts.dtype }),
-    // --gpu-kv-budget (auto: what the device's memory holds), --sink-tokens
-    ...windowLoadOptions({ ...hybrid, gpuKvBudget: await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext }) }),
+    ...windowLoadOptions({ ...hybrid, gpuKvBudget: window }), // and --sink-tokens
   });
   // `hybridgen profile-kmin`'s result for this model gives the defaults of --k-min and --exact-layers.
   const profile = hybrid.attention === "hybrid" ? readHybridProfile(dir, io.env.HYBRIDGEN_CACHE) : null;
