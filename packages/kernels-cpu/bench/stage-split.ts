@@ -2,6 +2,9 @@
  * Where the hybrid CPU stage's time goes on one layer of Llama-3.1-8B's offloaded store
  * (8 KV heads × 128 dims, 32 query heads, bf16), with the stage's per-phase split:
  *   bun bench/stage-split.ts [--tokens 28704] [--layers 8] [--threads N] [--ks 256,1024] [--rounds 5] [--spinners 0]
+ *     [--scoring full,int8,int4] [--rescore 4]
+ * --scoring adds top-K rows per form of two-step scoring (compressed copies scored first,
+ * rescore·K candidates rescored from the full rows); "K MB read" counts the bytes those read.
  * Jobs rotate over `layers` distinct stores (8 × 58.8 MB at 28.7K tokens: more than an L3), as a
  * decode step's 32 layers do, and are compared with a streaming sum over the same K bytes and
  * with the logits alone ("score"). Reported: medians over rounds of the per-layer mean.
@@ -11,6 +14,7 @@
 import type { CpuStageJob, CpuStageSplit, Tensor } from "@hybridgen/core";
 import { cpus } from "node:os";
 import { createCpuBackend, NativeCpuStage } from "../src/index.js";
+import { sketchRowBytes, type Scoring } from "../src/key-scoring.js";
 import { filledTensor } from "./measure.js";
 
 function arg(name: string, dflt: string): string {
@@ -22,6 +26,8 @@ const layers = Number(arg("layers", "8"));
 const threads = Number(arg("threads", String(cpus().length)));
 const ks = arg("ks", "256,1024").split(",").map(Number);
 const rounds = Number(arg("rounds", "5"));
+const scorings = arg("scoring", "full").split(",") as Scoring[];
+const rescore = Number(arg("rescore", "4"));
 const spinners = Array.from({ length: Number(arg("spinners", "0")) }, () => Bun.spawn(["bun", "-e", "for (;;) {}"], { stdout: "ignore", stderr: "ignore" }));
 process.on("exit", () => { for (const p of spinners) p.kill(); });
 const KV = 8, HEADS = 32, D = 128;
@@ -29,17 +35,22 @@ const kBytes = KV * n * D * 2;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
 using be = createCpuBackend({ threads });
-using stage = new NativeCpuStage(be, { threads });
-stage.prepare({ heads: HEADS, kvHeads: KV, headDim: D, storeCapacity: n, dtype: "bf16" });
+const stages = new Map<Scoring, NativeCpuStage>();
+for (const scoring of new Set<Scoring>(["full", ...scorings])) {
+  const s = new NativeCpuStage(be, { threads, scoring, rescoreFactor: rescore });
+  s.prepare({ heads: HEADS, kvHeads: KV, headDim: D, storeCapacity: n, dtype: "bf16" });
+  stages.set(scoring, s);
+}
+let stage = stages.get("full")!;
 const K: Tensor[] = [], V: Tensor[] = [];
 for (let l = 0; l < layers; l++) {
   K.push(filledTensor(be, [KV, n, D], "bf16", 0.37 + l * 0.01));
   V.push(filledTensor(be, [KV, n, D], "bf16", 0.41 + l * 0.01));
 }
 const q = Float32Array.from({ length: HEADS * D }, (_, i) => Math.cos(i * 1.3) * 0.3);
-stage.query(0).set(q);
+for (const s of stages.values()) s.query(0).set(q);
 
-interface Row { what: string; ms: number; split: CpuStageSplit }
+interface Row { what: string; ms: number; split: CpuStageSplit; readMB: number }
 const rows: Row[] = [];
 
 function measure(what: string, work: CpuStageJob["work"], kmax: number): void {
@@ -59,7 +70,8 @@ function measure(what: string, work: CpuStageJob["work"], kmax: number): void {
   }
   const ms = median(per);
   const pick = (f: (s: CpuStageSplit) => number) => median(parts.map(f));
-  rows.push({ what, ms, split: { scoreMs: pick((s) => s.scoreMs), selectMs: pick((s) => s.selectMs), gatherMs: pick((s) => s.gatherMs), handoffMs: pick((s) => s.handoffMs) } });
+  const kb = stage.scoring === "full" ? kBytes : KV * n * sketchRowBytes(stage.scoring, D) + KV * Math.min(n, rescore * kmax) * D * 2;
+  rows.push({ what, ms, readMB: kb / 1e6, split: { scoreMs: pick((s) => s.scoreMs), selectMs: pick((s) => s.selectMs), gatherMs: pick((s) => s.gatherMs), handoffMs: pick((s) => s.handoffMs) } });
 }
 
 const streams: number[] = [];
@@ -76,14 +88,19 @@ measure("score only", { kind: "score" }, 0);
 for (const k of ks) measure(`top-${k} per KV head`, { kind: "topk", budget: k, shared: false }, k);
 measure(`top-${ks[0]} shared`, { kind: "topk", budget: ks[0], shared: true }, ks[0]);
 measure("all (shared, K = n)", { kind: "topk", budget: n, shared: true }, n);
+for (const scoring of scorings.filter((x) => x !== "full")) {
+  stage = stages.get(scoring)!;
+  for (const k of ks) measure(`${scoring}, ${rescore}·K rescored: top-${k} per KV head`, { kind: "topk", budget: k, shared: false }, k);
+}
 
 console.log(`CPU stage split: ${n} tokens × ${KV} KV heads × ${D} bf16 (K ${(kBytes / 1e6).toFixed(1)} MB a layer), ${layers} layers rotating, ${threads} stage threads, ${spinners.length} busy processes, ${cpus().length} cores`);
 console.log(`streaming sum over the same K bytes: ${median(streams).toFixed(1)} GB/s`);
-console.log("| job | ms/layer | K GB/s (whole job) | score ms | top-K ms | gather ms | hand-offs ms | score GB/s |");
-console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+console.log("| job | ms/layer | K GB/s (whole job) | score ms | top-K ms | gather ms | hand-offs ms | score GB/s | K MB read |");
+console.log("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
 for (const r of rows) {
   const s = r.split;
-  console.log(`| ${r.what} | ${r.ms.toFixed(3)} | ${(kBytes / r.ms / 1e6).toFixed(1)} | ${s.scoreMs.toFixed(3)} | ${s.selectMs.toFixed(3)} | ${s.gatherMs.toFixed(3)} | ${s.handoffMs.toFixed(3)} | ${(kBytes / s.scoreMs / 1e6).toFixed(1)} |`);
+  console.log(`| ${r.what} | ${r.ms.toFixed(3)} | ${(kBytes / r.ms / 1e6).toFixed(1)} | ${s.scoreMs.toFixed(3)} | ${s.selectMs.toFixed(3)} | ${s.gatherMs.toFixed(3)} | ${s.handoffMs.toFixed(3)} | ${(r.readMB / s.scoreMs).toFixed(1)} | ${r.readMB.toFixed(1)} |`);
 }
+for (const s of stages.values()) s.close();
 for (const t of [...K, ...V]) be.free(t);
 for (const p of spinners) p.kill();

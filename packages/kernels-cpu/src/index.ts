@@ -9,3 +9,4 @@ export { nativeSelectorPrimitives, type SelectorIsa } from "./selector-primitive
 export { storeKeys } from "./store-keys.js";
 export { TieredStore, probeMemoryReadBandwidth, probeFileReadBandwidth, type TieredStoreOptions, type SegmentCheck } from "./tiered-store.js";
 export { liveDiskFiles, removeAllDiskFiles, sweepStaleDiskFiles } from "./disk-files.js";
+export { ScoringSchema, sketchKeys, sketchScores, sketchRowBytes, type Scoring } from "./key-scoring.js";

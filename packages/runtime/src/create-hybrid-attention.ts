@@ -51,7 +51,9 @@ export async function createHybridAttention(model: HybridModel, backend: Backend
       throw e;
     }
   }
-  const native = new NativeCpuStage(host, { threads: plan.cpuStageThreads, idleSpinUs: plan.idleSpinUs });
+  const native = new NativeCpuStage(host, {
+    threads: plan.cpuStageThreads, idleSpinUs: plan.idleSpinUs, scoring: plan.scoring, rescoreFactor: plan.rescoreFactor,
+  });
   // A placed store hears which rows each layer gathered: the disk tier reads the next layer's ahead.
   const stage = allocator?.readAhead ? new ReadAheadStage(native, allocator.readAhead.bind(allocator)) : native;
   try {

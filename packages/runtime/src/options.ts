@@ -56,6 +56,11 @@ export const HybridRuntimeOptionsSchema = z
     cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
     /** µs the idle stage thread spins before sleeping (default 0). */
     idleSpinUs: count(0).max(1_000_000, "must be ≤ 1000000").optional(),
+    /** How the stage's top-K scores the offloaded K (kernels-cpu NativeCpuStage): "full" (default),
+     * or compressed copies first ("int8", "int4") with rescoreFactor·K candidates rescored in full. */
+    scoring: z.enum(["full", "int8", "int4"], { error: "must be full, int8 or int4" }).optional(),
+    /** Candidates per selected token that compressed scoring passes to the full rows (default 4). */
+    rescoreFactor: count(1).max(64, "must be ≤ 64").optional(),
     /** Where the offloaded store's memory comes from (NUMA nodes, the disk tier): @hybridgen/kernels-cpu's
      * TieredStore over a @hybridgen/memtier layout. The cache releases it when it closes. Default: the host backend's alloc(). */
     storeAllocator: z.custom<KvStoreAllocator>(isAllocator, { message: "must be a KvStoreAllocator" }).optional(),

@@ -31,6 +31,8 @@ export interface HybridPlan {
   readonly candidates?: number;
   readonly cpuStageThreads: number;
   readonly idleSpinUs: number;
+  readonly scoring: "full" | "int8" | "int4";
+  readonly rescoreFactor: number;
 }
 
 export interface ResolvedHybrid {
@@ -100,6 +102,7 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
     plan: {
       selector: selector.name, selectorTimings: [...can], scheduler: scheduler.name, k, ...(kMin === undefined ? {} : { kMin }), timing, kSource,
       logits, exactLayers, ...(candidates === undefined ? {} : { candidates }), cpuStageThreads, idleSpinUs: o.idleSpinUs ?? 0,
+      scoring: o.scoring ?? "full", rescoreFactor: o.rescoreFactor ?? 4,
     },
     selector,
     scheduler,

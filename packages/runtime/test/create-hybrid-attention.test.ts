@@ -68,6 +68,21 @@ describe("createHybridAttention on the CPU backend", () => {
     expect(ha.stats.trace.length).toBe(STEPS);
   });
 
+  it("compressed scoring (int8, int4) with rescoreFactor·K covering the store gives full scoring's logits bit for bit", async () => {
+    using ref = load(16);
+    const want = await (async () => {
+      using ha = await createHybridAttention(ref, backend, { selector: "topk", k: 8, logits: "exact" });
+      return decode(ref);
+    })();
+    for (const scoring of ["int8", "int4"] as const) {
+      using model = load(16);
+      using ha = await createHybridAttention(model, backend, { selector: "topk", k: 8, logits: "exact", scoring, rescoreFactor: 64 });
+      expect(hybridPlan(ha)).toMatchObject({ scoring, rescoreFactor: 64 });
+      const got = decode(model, want.tokens);
+      for (let i = 0; i < got.logits.length; i++) expect(Array.from(got.logits[i]!), `${scoring} forward ${i}`).toEqual(Array.from(want.logits[i]!));
+    }
+  });
+
   it("defaults on the CPU backend: the fixed scheduler, top-K post, K = DEFAULT_K, the engine's logits mode, one stage thread", async () => {
     using model = load(16);
     using ha = await createHybridAttention(model, backend);
@@ -149,6 +164,8 @@ describe("createHybridAttention on the CPU backend", () => {
       [{ selector: "topk+" }, 'selector "topk+": a pair is POST+PRE, e.g. topk+streaming'],
       [{ selector: "streaming+topk" }, /^pairSelectors: selector "topk" cannot run pre-QKᵀ/],
       [{ scheduler: new FixedScheduler(), k: 3 }, "k and timing configure a built-in scheduler; a Scheduler object brings its own"],
+      [{ scoring: "int3" }, "hybrid runtime option scoring: must be full, int8 or int4"],
+      [{ rescoreFactor: 0 }, "hybrid runtime option rescoreFactor: must be at least 1"],
       [{ threads: 2 }, /^hybrid runtime option : Unrecognized key|^hybrid runtime option value: Unrecognized key/],
     ];
     using model = load(16);
