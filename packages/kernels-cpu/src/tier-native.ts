@@ -1,6 +1,6 @@
 /** The kv_tier.c entry points of libhgcpu (NUMA binding, file-backed regions, tier probes), opened on first use. */
-import { dlopen, FFIType } from "bun:ffi";
-import { nativeLibraryPath } from "./native.js";
+import { FFIType, type dlopen } from "bun:ffi";
+import { openNativeSymbols } from "./native.js";
 
 const { ptr, i32, u64, f64 } = FFIType;
 
@@ -22,7 +22,7 @@ export type TierNative = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
 let lib: TierNative | null = null;
 
 export function tierNative(): TierNative {
-  if (!lib) lib = dlopen(nativeLibraryPath(), symbols).symbols;
+  if (!lib) lib = openNativeSymbols(symbols); // one error for a missing or stale library
   return lib;
 }
 
