@@ -8,7 +8,7 @@ export { allTokens } from "./builtins/all-tokens.js";
 export { h2o, H2OOptionsSchema } from "./builtins/h2o.js";
 export { quest, QuestOptionsSchema, type QuestState } from "./builtins/quest.js";
 export { infinigen, InfiniGenOptionsSchema, chooseChannels, type InfiniGenState } from "./builtins/infinigen.js";
-export { keyformer, KeyformerOptionsSchema, keyformerTau, type KeyformerOptions, type KeyformerState } from "./builtins/keyformer.js";
+export { keyformer, KeyformerOptionsSchema, keyformerTau, gumbelTable, gumbelIndex, GUMBEL_TABLE, type KeyformerOptions, type KeyformerState } from "./builtins/keyformer.js";
 export {
   builtinSelectors, createSelector, registerSelector, unregisterSelector, lookupSelector, selectorNames, isBuiltinSelector, type RegisterOptions,
 } from "./registry.js";

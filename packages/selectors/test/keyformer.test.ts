@@ -1,21 +1,18 @@
 import { describe, expect, it } from "vitest";
 import { selectionForKvHead } from "@hybridgen/core";
-import { createSelector, keyformer, keyformerTau, KeyformerOptionsSchema } from "../src/index.js";
+import { createSelector, GUMBEL_TABLE, gumbelIndex, gumbelTable, keyformer, keyformerTau, KeyformerOptionsSchema } from "../src/index.js";
 import { postInput, preInput, randomCase, refTopK, rng } from "./helpers.js";
 
-/** Plain reference: the same Gumbel draws (same generator, same order), scores summed over steps. */
+/** Plain reference: Gumbel noise from the same table entries, scores summed over steps. */
 function reference(c: ReturnType<typeof randomCase>, steps: number, opts: Record<string, number>) {
   const o = KeyformerOptionsSchema.parse(opts);
-  const random = rng(o.seed * 1009 + 3); // layer 3, as helpers' base()
+  const table = gumbelTable(o.seed, 3); // layer 3, as helpers' base()
   const acc = Array.from({ length: c.layout.kvHeads }, () => new Array<number>(c.offloaded).fill(0));
   for (let s = 0; s < steps; s++) {
     const tau = o.tauStart + (o.tauEnd - o.tauStart) * Math.min(1, s / o.tauSteps);
     for (let h = 0; h < c.layout.heads; h++) {
       const g = Math.floor(h / c.layout.groupSize);
-      const x = Array.from({ length: c.offloaded }, (_, j) => {
-        const u = Math.min(Math.max(random(), 1e-12), 1 - 1e-12);
-        return (c.logits[h]![j]! + o.noise * -Math.log(-Math.log(u))) / tau;
-      });
+      const x = Array.from({ length: c.offloaded }, (_, j) => (c.logits[h]![j]! + o.noise * table[gumbelIndex(s, h, j)]!) / tau);
       const m = Math.max(...x);
       const e = x.map((v) => Math.exp(v - m));
       const sum = e.reduce((a, b) => a + b, 0);
@@ -75,6 +72,14 @@ describe("keyformer (accumulated Gumbel-softmax scores, post-QKᵀ)", () => {
     };
     expect(pick(1)).toEqual(pick(1));
     expect(pick(1)).not.toEqual(pick(2));
+  });
+
+  it("the noise table holds standard Gumbel samples; a head's tokens read distinct entries", () => {
+    const t = gumbelTable(0, 0);
+    const mean = t.reduce((a, x) => a + x, 0) / t.length;
+    expect(mean).toBeCloseTo(0.5772, 1); // the Euler–Mascheroni constant
+    const seen = new Set(Array.from({ length: GUMBEL_TABLE }, (_, j) => gumbelIndex(5, 2, j)));
+    expect(seen.size).toBe(GUMBEL_TABLE);
   });
 
   it("τ rises linearly to tauEnd; refuses pre-QKᵀ; is a built-in; bad options name themselves", () => {

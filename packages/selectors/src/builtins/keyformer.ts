@@ -4,7 +4,10 @@
  * `tauSteps` decode steps, is softmaxed over the offloaded tokens, and the probabilities are
  * added (over the group's query heads) to a per-token score the selector keeps across steps.
  * It returns the newest `recentFraction`·K tokens plus the K − recent older ones with the
- * highest score. The noise comes from a seeded generator, so a run is reproducible.
+ * highest score. The noise is read from a table of 65 536 Gumbel samples drawn once per layer
+ * from a seeded generator, at an odd stride from an offset that changes with the step and head
+ * (two logarithms per token and head would cost more than the rest of the selector); a run is
+ * reproducible.
  */
 import { z } from "zod";
 import { seededRandom } from "@hybridgen/core";
@@ -27,10 +30,28 @@ export type KeyformerOptions = z.output<typeof KeyformerOptionsSchema>;
 export interface KeyformerState {
   /** Accumulated score per KV head, indexed by store slot (grown as the store grows). */
   score: Float32Array[];
-  random: () => number;
+  /** GUMBEL_TABLE standard Gumbel samples. */
+  gumbel: Float32Array;
   steps: number;
-  noise: Float32Array;
   probs: Float32Array;
+}
+
+export const GUMBEL_TABLE = 65536;
+/** Odd, so j ↦ j·stride mod GUMBEL_TABLE visits every entry before repeating. */
+const STRIDE = 40503;
+
+/** The table of standard Gumbel samples of a layer (seeded). */
+export function gumbelTable(seed: number, layer: number): Float32Array {
+  const random = seededRandom(seed * 1009 + layer);
+  return Float32Array.from({ length: GUMBEL_TABLE }, () => {
+    const u = Math.min(Math.max(random(), 1e-12), 1 - 1e-12);
+    return -Math.log(-Math.log(u));
+  });
+}
+
+/** The table index of token j's noise at decode step `step`, query head h. */
+export function gumbelIndex(step: number, h: number, j: number): number {
+  return (Math.imul(step, 7919) + Math.imul(h, 104729) + Math.imul(j, STRIDE)) & (GUMBEL_TABLE - 1);
 }
 
 /** τ at decode step `step`: linear from tauStart to tauEnd over tauSteps steps, then tauEnd. */
@@ -53,30 +74,26 @@ export const keyformer = defineSelector<KeyformerOptions, KeyformerState>({
   options: KeyformerOptionsSchema,
   initState: (info, o) => ({
     score: Array.from({ length: info.layout.kvHeads }, () => new Float32Array(0)),
-    random: seededRandom(o.seed * 1009 + info.layer),
+    gumbel: gumbelTable(o.seed, info.layer),
     steps: 0,
-    noise: new Float32Array(0),
     probs: new Float32Array(0),
   }),
   select(input, o) {
     if (input.timing !== "post") throw new Error("needs logits");
     const { offloaded: n, k, layout, logits, state, primitives: P } = input;
-    const tau = keyformerTau(o, state.steps);
-    state.steps++;
-    state.noise = grow(state.noise, n);
+    const step = state.steps++;
+    const inv = 1 / keyformerTau(o, step), scale = o.noise;
     state.probs = grow(state.probs, n);
-    const noise = state.noise, probs = state.probs;
+    const probs = state.probs, table = state.gumbel, mask = GUMBEL_TABLE - 1;
     for (let g = 0; g < layout.kvHeads; g++) {
       const acc = (state.score[g] = grow(state.score[g]!, n));
       for (let h = g * layout.groupSize; h < (g + 1) * layout.groupSize; h++) {
         const row = logits[h]!;
-        for (let j = 0; j < n; j++) {
-          const u = Math.min(Math.max(state.random(), 1e-12), 1 - 1e-12);
-          noise[j] = o.noise * -Math.log(-Math.log(u));
-        }
+        let at = gumbelIndex(step, h, 0);
         let max = -Infinity;
         for (let j = 0; j < n; j++) {
-          const x = (row[j]! + noise[j]!) / tau;
+          const x = (row[j]! + scale * table[at]!) * inv;
+          at = (at + STRIDE) & mask;
           probs[j] = x;
           if (x > max) max = x;
         }
