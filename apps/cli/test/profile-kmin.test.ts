@@ -6,6 +6,7 @@
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { DummyWeightSource, HybridOptionsSchema, describeModel, hybridProfilePath, readHybridProfile, tensorSpecsOf, writeSafetensors } from "@hybridgen/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bufferedIo } from "../src/io.js";
@@ -91,6 +92,29 @@ describe("hybridgen profile-kmin", () => {
     expect(j.profile.exactLayers).toEqual([1, 2].filter((l) => j.profile.layerMassRecall[l] < 1));
     expect(j.profile.exactLayers.length).toBeGreaterThan(0);
     expect(readHybridProfile(dir, other)).toBeNull();
+  });
+
+  it("--selectors takes plugin modules (PATH:export) beside registered names; the profile keys them by name", async () => {
+    // Inside the app, so the plugin's import of @hybridgen/selectors resolves as an installed one.
+    const plugins = mkdtempSync(join(fileURLToPath(new URL(".", import.meta.url)), ".plugins-"));
+    try {
+      writeFileSync(join(plugins, "newest.ts"), `import { defineSelector } from "@hybridgen/selectors";
+export const newest = defineSelector({
+  name: "newest-k",
+  timings: ["pre"],
+  select: ({ offloaded, k }) => ({ kind: "shared", ids: Array.from({ length: k }, (_, i) => offloaded - 1 - i) }),
+});
+`);
+      const io = bufferedIo({ env: { HYBRIDGEN_CACHE: join(tmp, "cache-plugin") } });
+      const code = await runCli([...BASE, "--model", dir, "--selectors", `topk,${join(plugins, "newest.ts")}:newest`, "--json", "--no-write"], io);
+      expect(code, io.err).toBe(0);
+      const j = JSON.parse(io.out);
+      expect(Object.keys(j.profile.perSelector).sort()).toEqual(["newest-k", "topk"]);
+      // K = 200 covers every offloaded token: any selector then agrees with full attention.
+      expect(j.profile.perSelector["newest-k"].agreement.at(-1)[1]).toBe(1);
+    } finally {
+      rmSync(plugins, { recursive: true, force: true });
+    }
   });
 
   it("has its help", async () => {
