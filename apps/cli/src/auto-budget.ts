@@ -15,12 +15,14 @@ interface ArenaBackend {
 }
 const hasArena = (b: Backend): b is Backend & ArenaBackend => typeof (b as Partial<ArenaBackend>).memory === "function";
 
-/** The window in tokens for `budget` ("auto" sized from the device's free memory; a number as given). */
+/** The window in tokens for `budget` ("auto" sized from the device's free memory; without one,
+ * the whole context for full attention and an error for hybrid attention; a number as given). */
 export async function resolveWindowBudget(
-  budget: GpuKvBudget | undefined, backend: Backend, files: ModelFiles, o: { maxContext: number; kvDtype?: DType; batch?: number },
+  budget: GpuKvBudget | undefined, backend: Backend, files: ModelFiles, o: { maxContext: number; kvDtype?: DType; batch?: number; hybrid?: boolean },
 ): Promise<number | undefined> {
   if (budget !== GPU_KV_BUDGET_AUTO) return budget;
   if (!hasArena(backend)) {
+    if (!o.hybrid) return resolveGpuKvBudget(GPU_KV_BUDGET_AUTO, { maxContext: o.maxContext }); // full attention: every token resident
     throw new HybridgenError(`--gpu-kv-budget auto sizes the window from GPU memory, and ${backend.name} has none: give the window in tokens (--gpu-kv-budget N)`, "EUSAGE");
   }
   const { gpuWindowTokens } = await import("@hybridgen/memtier");

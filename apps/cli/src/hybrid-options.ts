@@ -43,14 +43,15 @@ export const HybridCliOptionsSchema = z
     cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
   })
   .strict()
-  .refine((o) => o.attention === "full" || o.gpuKvBudget !== undefined, { message: "--attention hybrid needs --gpu-kv-budget N", path: ["gpuKvBudget"] })
-  .refine((o) => o.sinkTokens === 0 || o.gpuKvBudget !== undefined, { message: "--sink-tokens needs --gpu-kv-budget", path: ["sinkTokens"] })
+  .refine((o) => o.sinkTokens === 0 || o.gpuKvBudget !== undefined || o.attention === "hybrid", { message: "--sink-tokens needs --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => typeof o.gpuKvBudget !== "number" || o.sinkTokens < o.gpuKvBudget, { message: "--sink-tokens must be smaller than --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => o.attention === "hybrid" || HYBRID_ONLY.every((key) => o[key] === undefined), {
     message: "--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates and --cpu-stage-threads need --attention hybrid", path: ["attention"],
   })
   .refine((o) => o.kMin === undefined || o.scheduler !== "fixed", { message: "--k-min sets the feedback scheduler's floor; --scheduler fixed uses --k", path: ["kMin"] })
-  .refine((o) => o.k === undefined || o.kMin === undefined || o.k >= o.kMin, { message: "--k (the feedback scheduler's first K) must be at least --k-min", path: ["k"] });
+  .refine((o) => o.k === undefined || o.kMin === undefined || o.k >= o.kMin, { message: "--k (the feedback scheduler's first K) must be at least --k-min", path: ["k"] })
+  // Hybrid attention's window defaults to what the device's memory holds (auto-budget.ts).
+  .transform((o) => (o.attention === "hybrid" && o.gpuKvBudget === undefined ? { ...o, gpuKvBudget: GPU_KV_BUDGET_AUTO as GpuKvBudget } : o));
 export type HybridCliOptions = z.infer<typeof HybridCliOptionsSchema>;
 
 const FLAGS = {
@@ -70,7 +71,8 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
       --attention full|hybrid  hybrid: split each layer's attention between resident and offloaded tokens
       --gpu-kv-budget N|auto   tokens kept in the device window per sequence (sinks included); older ones are
                                offloaded (full attention still attends them exactly). auto: what fits the
-                               device; with no planner, the whole context. Default: every token resident
+                               device (hybridgen plan's arithmetic; a GPU only). Default: auto with
+                               --attention hybrid, else every token resident
       --sink-tokens S          pin the first S tokens in the window (attention sinks, default ${DEFAULT_SINK_TOKENS})
       --scheduler fixed|feedback  feedback: K and post/pre from the measured stage times; fixed: --k and
                                --timing every step. Default: feedback with --k-min, fixed with --k or

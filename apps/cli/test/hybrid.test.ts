@@ -12,7 +12,7 @@ describe("hybrid flags", () => {
   });
 
   it("bad values are one-line errors naming the flag", () => {
-    expect(() => splitHybridArgs(["--attention", "hybrid"])).toThrow("--attention hybrid needs --gpu-kv-budget N");
+    expect(splitHybridArgs(["--attention", "hybrid"]).hybrid.gpuKvBudget).toBe("auto"); // the window the GPU holds
     expect(() => splitHybridArgs(["--attention", "hybrid", "--gpu-kv-budget", "0"])).toThrow("invalid value for --gpu-kv-budget: must be at least 1");
     expect(() => splitHybridArgs(["--attention", "hybrid", "--gpu-kv-budget", "8", "--sink-tokens", "8"])).toThrow(/--sink-tokens must be smaller/);
     expect(() => splitHybridArgs(["--attention", "hybrid", "--gpu-kv-budget", "8", "--k", "-3"])).toThrow(/--k: "-3" is not a non-negative integer/);

@@ -107,7 +107,8 @@ describe("--gpu-kv-budget auto", () => {
     expect(await resolveWindowBudget("auto", gpu(8 * 2 ** 30), files, { maxContext: 256 })).toBe(256); // capped at the context
     await expect(resolveWindowBudget("auto", gpu(weights), files, { maxContext: 256 })).rejects.toThrow(/^--gpu-kv-budget auto: no room for a window on fake-gpu/);
     expect(await resolveWindowBudget(48, { name: "cpu" } as Backend, files, { maxContext: 256 })).toBe(48);
-    await expect(resolveWindowBudget("auto", { name: "cpu" } as Backend, files, { maxContext: 256 })).rejects.toThrow(
+    expect(await resolveWindowBudget("auto", { name: "cpu" } as Backend, files, { maxContext: 256 })).toBe(256); // full attention: all resident
+    await expect(resolveWindowBudget("auto", { name: "cpu" } as Backend, files, { maxContext: 256, hybrid: true })).rejects.toThrow(
       "--gpu-kv-budget auto sizes the window from GPU memory, and cpu has none: give the window in tokens (--gpu-kv-budget N)",
     );
   });

@@ -82,7 +82,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   using backend = opened.backend;
   // The family (Llama, Qwen2, OPT) comes from config.json.
   // --gpu-kv-budget (auto: what the device's memory holds); a store that fits in no tier is refused before the weights load.
-  const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext });
+  const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext, hybrid: hybrid.attention === "hybrid" });
   if (hybrid.attention === "hybrid" && window !== undefined) await preflightStore(shape, { maxContext, window, sinks: hybrid.sinkTokens }, tier);
   using model = loadModel(files, backend, {
     maxContext,
