@@ -73,7 +73,9 @@ const DefinitionSchema = z.object({
   name: z.string().regex(/^[a-z][a-z0-9-]*$/, "must be lower-case kebab-case (letters, digits, '-')"),
   description: z.string().optional(),
   timings: z.array(SelectionTimingSchema).min(1, "must list at least one of \"pre\", \"post\""),
-  options: z.custom<z.ZodType>((v) => v === undefined || v instanceof z.ZodType, "must be a zod schema").optional(),
+  // Duck-typed, not instanceof: a plugin's schema may come from its own copy of zod.
+  options: z.custom<z.ZodType>((v) => v === undefined || (typeof v === "object" && v !== null && typeof (v as z.ZodType).safeParse === "function"),
+    "must be a zod schema (an object with safeParse)").optional(),
   needsScores: z.union([z.boolean(), z.custom<(o: unknown) => boolean>(isFunction)]).optional(),
   usesBudget: z.boolean().optional(),
   needsKeys: z.boolean().optional(),

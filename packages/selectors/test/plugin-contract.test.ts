@@ -32,6 +32,19 @@ describe("plugin options", () => {
   });
 });
 
+describe("plugin schemas", () => {
+  it("a schema from another copy of zod is taken by its safeParse; something else is refused", () => {
+    // What another zod's object schema looks like from here: not an instance of this zod's classes.
+    const foreign = { safeParse: (v: unknown) => ({ success: true as const, data: { ...(v as object), seen: true } }) };
+    const sel = defineSelector({ name: "foreign-zod", timings: ["pre"], options: foreign as never, select: (_i, o) => ({ kind: "shared", ids: (o as { seen?: boolean }).seen ? [] : [0] }) });
+    const built = sel({ any: 1 });
+    const c = { ...randomCase(rng(14)), offloaded: 10, k: 2 };
+    expect(Array.from(selectionForKvHead(built.select(preInput(built, c)), 0))).toEqual([]); // its parsed options reached select()
+    expect(() => defineSelector({ name: "not-zod", timings: ["pre"], options: { parse: () => 1 } as never, select: () => ({ kind: "shared", ids: [] }) }))
+      .toThrow('defineSelector("not-zod"): options: must be a zod schema (an object with safeParse)');
+  });
+});
+
 describe("contract violations name the value", () => {
   const c = { ...randomCase(rng(11)), offloaded: 40, k: 4 };
   const cases: [unknown, string][] = [
