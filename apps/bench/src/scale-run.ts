@@ -8,17 +8,16 @@
  *     [--host-kv-budget 88G] [--preset llama-3.1-8b] [--backend cuda|cpu] [--steps 24] [--k 256]
  *     [--sinks 4] [--window auto|N] [--placement semantic] [--config post-verified] [--threads N]
  *
- * --synthetic-kv (never the default): no prefill; the cache is filled through its own append
- * and evict path (every eviction's device → host copy runs) without computing any row, then the
- * window and the host store are overwritten with random bf16 rows (native fill, seeded). Without
+ * --synthetic-kv (never the default): no prefill; the window is filled with seeded random rows,
+ * then the cache grows through its own append and evict path without computing any row, so
+ * every eviction's device → host copy carries those rows into the store (disk tier included). Without
  * it the prompt is prefilled for real in blocks of 32 768 tokens (the ≥ 256K proof of the path).
  * Dummy bf16 weights, bf16 KV, batch 1; one config per context (a checkpoint of a 100 GB window
  * would not fit anywhere).
  */
-import { toArrayBuffer, type Pointer } from "bun:ffi";
 import { cpus } from "node:os";
 import { loadModel, modelInfo, presetConfig, type Backend, type CausalLM, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
-import { createCpuBackend, createNativeRandomFill, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore, type CpuBackend } from "@hybridgen/kernels-cpu";
+import { createCpuBackend, createNativeRandomFill, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun } from "@hybridgen/memtier";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "./args.js";
@@ -82,17 +81,6 @@ function randomizeWindow(be: Backend, cache: KvCache): void {
   });
 }
 
-/** Random bf16 rows in every store region (the CPU stage scores these): the host store, or the CPU backend's own. */
-function randomizeStore(cache: KvCache): void {
-  const fill = createNativeRandomFill();
-  const host = (cache.hostBackend ?? backend) as CpuBackend;
-  for (let l = 0; l < cache.layers; l++) {
-    for (const [i, t] of [cache.stageStoreK(l), cache.stageStoreV(l)].entries()) {
-      fill(new Uint8Array(toArrayBuffer(host.address(t) as Pointer, 0, t.shape.reduce((a, b) => a * b, 1) * 2)), cache.dtype, { key: 7 + 2 * l + i, scale: 0.5, offset: 0 });
-    }
-  }
-}
-
 /** The cache at `length` positions through its own append/evict path, no row computed. */
 function fillSynthetic(cache: KvCache, length: number): void {
   while (cache.length < length) {
@@ -140,7 +128,7 @@ for (const context of contexts) {
     model: { layers: files.shape.layers, kvHeads: files.shape.kvHeads, headDim: files.shape.headDim, weightsBytes },
     kvElementBytes: 2, contextTokens: maxContext, k: K, policy, prefill: !synthetic, hostBudgetBytes: hostBudget, tiers: baseTiers,
     gpuKvBudget: windowArg === "auto" ? "auto" : Number(windowArg),
-    gpu: freeBytes === undefined ? undefined : { freeBytes, readBandwidthGBs: copyBw ? (2 * copyBw) / 1e9 : undefined, linkBandwidthGBs: link ? link.h2d / 1e9 : undefined },
+    gpu: freeBytes === undefined ? undefined : { freeBytes, readBandwidthGBs: copyBw ? copyBw / 1e9 : undefined, linkBandwidthGBs: link ? link.h2d / 1e9 : undefined },
   });
   const window = plan.gpu?.windowTokens ?? (windowArg === "auto" ? Math.min(maxContext, 65536) : Number(windowArg));
   console.log(`context ${context}: plan window ${window}, offloaded ${plan.offloadedTokens}, predicted ${plan.predicted.msPerToken?.toFixed(2) ?? "–"} ms/token`);
@@ -160,9 +148,8 @@ for (const context of contexts) {
   console.log(`  loaded in ${((performance.now() - t0) / 1e3).toFixed(1)} s; store ${formatBytes(2 * cache.layers * layout.layout.regionBytes)}, disk ${formatBytes(store.diskBytes)} in ${store.files.length} files`);
   const t1 = performance.now();
   if (synthetic) {
+    randomizeWindow(backend, cache); // then every eviction copies random rows into the store
     fillSynthetic(cache, context);
-    randomizeWindow(backend, cache);
-    randomizeStore(cache);
     model.step(Int32Array.of(1), context); // the step at `context` gives argmaxLogits a row
     console.log(`  synthetic KV: ${context} positions (${cache.storeCount} offloaded) in ${((performance.now() - t1) / 1e3).toFixed(1)} s`);
   } else {

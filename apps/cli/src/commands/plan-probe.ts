@@ -29,16 +29,9 @@ export async function probeGpu(required: boolean, bandwidth: boolean): Promise<G
   const probe: GpuProbe = { name: a.devices[0]?.name ?? "CUDA device 0", freeBytes: out[0]! };
   if (!bandwidth) return probe;
   using be = createCudaBackend({ arenaBytes: 1024 * MiB });
-  const rows = 256, cols = (256 * MiB) / 4 / rows;
-  const src = be.alloc([rows, cols], "f32"), dst = be.alloc([rows, cols], "f32");
-  be.copyRows(dst, 0, src, 0, rows);
-  be.synchronize();
-  const reps = 10, t0 = performance.now();
-  for (let i = 0; i < reps; i++) be.copyRows(dst, 0, src, 0, rows);
-  be.synchronize();
-  const copyS = (performance.now() - t0) / 1e3;
+  const copy = be.copyBandwidth(256 * MiB, 10); // device → device, read + write bytes a second
   const link = (be.hostTransfers() as unknown as { bandwidth?: (bytes?: number, iters?: number) => { h2d: number } }).bandwidth?.(256 * MiB, 5);
-  return { ...probe, readBandwidthGBs: (2 * reps * 256 * MiB) / copyS / 1e9, ...(link ? { linkBandwidthGBs: link.h2d / 1e9 } : {}) };
+  return { ...probe, readBandwidthGBs: copy / 1e9, ...(link ? { linkBandwidthGBs: link.h2d / 1e9 } : {}) };
 }
 
 /** The tiers with a measured read bandwidth where none is known. */
