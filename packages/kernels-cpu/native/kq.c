@@ -233,11 +233,120 @@ AVX2 static void rows_int4_avx2(const hg_kq_query *Q, const uint8_t *kq, int64_t
         out[r] = s * m;
     }
 }
+
+/* ---- AVX-512: the AVX2 kernels with 64-byte chunks (two 32-channel blocks), a 32-byte tail
+ * as in AVX2, the 512-bit sums folded to 256 bits before the same sum4 ---------------------- */
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2")))
+AVX512 static inline __m256i fold(__m512i a) { return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1)); }
+
+AVX512 static void rows_int8_avx512(const hg_kq_query *Q, const uint8_t *kq, int64_t cap, int64_t g, int64_t b, int64_t e, float *out) {
+    const int64_t dp = Q->dp, G = Q->groups, h0 = g * Q->group, h1 = h0 + Q->group, rb = Q->rb;
+    const __m512i ones = _mm512_set1_epi16(1);
+    const int8_t *zero = Q->p + Q->heads * dp;
+    for (int64_t r = b; r < e; r++) {
+        const uint8_t *rec = kq + (g * cap + r) * rb;
+        __builtin_prefetch(rec + 16 * rb, 0, 1);
+        __builtin_prefetch(rec + 16 * rb + 64, 0, 1);
+        __builtin_prefetch(rec + 16 * rb + rb - 1, 0, 1);
+        float m = -INFINITY, v[4], s;
+        for (int64_t h = h0; h < h1; h += 4) {
+            const int8_t *p0 = Q->p + h * dp, *p1 = h + 1 < h1 ? p0 + dp : zero, *p2 = h + 2 < h1 ? p0 + 2 * dp : zero,
+                         *p3 = h + 3 < h1 ? p0 + 3 * dp : zero;
+            __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+            int64_t i = 0;
+            for (; i + 2 * CH <= dp; i += 2 * CH) {
+                const __m512i u = _mm512_loadu_si512(rec + i);
+                a0 = _mm512_add_epi32(a0, _mm512_madd_epi16(_mm512_maddubs_epi16(u, _mm512_loadu_si512(p0 + i)), ones));
+                a1 = _mm512_add_epi32(a1, _mm512_madd_epi16(_mm512_maddubs_epi16(u, _mm512_loadu_si512(p1 + i)), ones));
+                a2 = _mm512_add_epi32(a2, _mm512_madd_epi16(_mm512_maddubs_epi16(u, _mm512_loadu_si512(p2 + i)), ones));
+                a3 = _mm512_add_epi32(a3, _mm512_madd_epi16(_mm512_maddubs_epi16(u, _mm512_loadu_si512(p3 + i)), ones));
+            }
+            __m256i b0 = fold(a0), b1 = fold(a1), b2 = fold(a2), b3 = fold(a3);
+            if (i < dp) {
+                const __m256i u = _mm256_loadu_si256((const __m256i *)(rec + i)), o = _mm512_castsi512_si256(ones);
+                b0 = _mm256_add_epi32(b0, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p0 + i))), o));
+                b1 = _mm256_add_epi32(b1, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p1 + i))), o));
+                b2 = _mm256_add_epi32(b2, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p2 + i))), o));
+                b3 = _mm256_add_epi32(b3, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p3 + i))), o));
+            }
+            const __m128i corr = _mm_set_epi32(Q->corr[(h + 3) * G], Q->corr[(h + 2) * G], Q->corr[(h + 1) * G], Q->corr[h * G]);
+            const __m128i dot = _mm_sub_epi32(sum4(b0, b1, b2, b3), corr);
+            _mm_storeu_ps(v, _mm_mul_ps(_mm_loadu_ps(Q->t + h), _mm_cvtepi32_ps(dot)));
+            for (int64_t j = 0; j < 4 && h + j < h1; j++) m = v[j] > m ? v[j] : m;
+        }
+        memcpy(&s, rec + dp, 4);
+        out[r] = s * m;
+    }
+}
+
+/* Two blocks' nibbles (32 bytes) as 64 codes: block c's low then high nibbles, then block c + 1's. */
+AVX512 static inline __m512i nibbles2(const uint8_t *x) {
+    const __m128i x0 = _mm_loadu_si128((const __m128i *)x), x1 = _mm_loadu_si128((const __m128i *)(x + CH / 2));
+    const __m256i w0 = _mm256_set_m128i(_mm_srli_epi16(x0, 4), x0), w1 = _mm256_set_m128i(_mm_srli_epi16(x1, 4), x1);
+    return _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(w0), w1, 1), _mm512_set1_epi8(15));
+}
+
+AVX512 static void rows_int4_avx512(const hg_kq_query *Q, const uint8_t *kq, int64_t cap, int64_t g, int64_t b, int64_t e, float *out) {
+    const int64_t dp = Q->dp, G = Q->groups, h0 = g * Q->group, h1 = h0 + Q->group, rb = Q->rb;
+    const __m256i low = _mm256_set1_epi8(15);
+    const int8_t *zero = Q->p + Q->heads * dp;
+    const int32_t *zc = Q->corr + Q->heads * G;
+    for (int64_t r = b; r < e; r++) {
+        const uint8_t *rec = kq + (g * cap + r) * rb, *ev = rec + dp / 2 + 4;
+        __builtin_prefetch(rec + 16 * rb, 0, 1);
+        __builtin_prefetch(rec + 16 * rb + rb - 1, 0, 1);
+        float m = -INFINITY, v[4], s;
+        for (int64_t h = h0; h < h1; h += 4) {
+            const int8_t *p[4];
+            const int32_t *cr[4];
+            for (int j = 0; j < 4; j++) {
+                p[j] = h + j < h1 ? Q->p + (h + j) * dp : zero;
+                cr[j] = h + j < h1 ? Q->corr + (h + j) * G : zc;
+            }
+            __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+            int32_t c0 = 0, c1 = 0, c2 = 0, c3 = 0;
+            int64_t c = 0;
+            for (; c + 2 <= G; c += 2) {
+                const __m512i u = nibbles2(rec + c * (CH / 2));
+                const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(ev[c])), _mm256_set1_epi16(ev[c + 1]), 1);
+                a0 = _mm512_add_epi32(a0, _mm512_madd_epi16(_mm512_maddubs_epi16(u, _mm512_loadu_si512(p[0] + c * CH)), w));
+                a1 = _mm512_add_epi32(a1, _mm512_madd_epi16(_mm512_maddubs_epi16(u, _mm512_loadu_si512(p[1] + c * CH)), w));
+                a2 = _mm512_add_epi32(a2, _mm512_madd_epi16(_mm512_maddubs_epi16(u, _mm512_loadu_si512(p[2] + c * CH)), w));
+                a3 = _mm512_add_epi32(a3, _mm512_madd_epi16(_mm512_maddubs_epi16(u, _mm512_loadu_si512(p[3] + c * CH)), w));
+                for (int64_t cc = c; cc < c + 2; cc++) {
+                    c0 += ev[cc] * cr[0][cc];
+                    c1 += ev[cc] * cr[1][cc];
+                    c2 += ev[cc] * cr[2][cc];
+                    c3 += ev[cc] * cr[3][cc];
+                }
+            }
+            __m256i b0 = fold(a0), b1 = fold(a1), b2 = fold(a2), b3 = fold(a3);
+            if (c < G) {
+                const __m128i x = _mm_loadu_si128((const __m128i *)(rec + c * (CH / 2)));
+                const __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(x, 4), x), low), w = _mm256_set1_epi16(ev[c]);
+                b0 = _mm256_add_epi32(b0, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p[0] + c * CH))), w));
+                b1 = _mm256_add_epi32(b1, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p[1] + c * CH))), w));
+                b2 = _mm256_add_epi32(b2, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p[2] + c * CH))), w));
+                b3 = _mm256_add_epi32(b3, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)(p[3] + c * CH))), w));
+                c0 += ev[c] * cr[0][c];
+                c1 += ev[c] * cr[1][c];
+                c2 += ev[c] * cr[2][c];
+                c3 += ev[c] * cr[3][c];
+            }
+            const __m128i dot = _mm_sub_epi32(sum4(b0, b1, b2, b3), _mm_set_epi32(c3, c2, c1, c0));
+            _mm_storeu_ps(v, _mm_mul_ps(_mm_loadu_ps(Q->t + h), _mm_cvtepi32_ps(dot)));
+            for (int64_t j = 0; j < 4 && h + j < h1; j++) m = v[j] > m ? v[j] : m;
+        }
+        memcpy(&s, rec + dp / 2, 4);
+        out[r] = s * m;
+    }
+}
 #endif
 
 int hg_kq_best_isa(void) {
 #ifdef KQ_X86
     __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) return 2;
     return __builtin_cpu_supports("avx2") ? 1 : 0;
 #else
     return 0;
@@ -246,6 +355,8 @@ int hg_kq_best_isa(void) {
 
 void hg_kq_score_rows(const hg_kq_query *Q, const uint8_t *kq, int64_t cap, int64_t g, int64_t b, int64_t e, float *out, int isa) {
 #ifdef KQ_X86
+    if (isa >= 2 && Q->form == HG_KQ_INT8) return rows_int8_avx512(Q, kq, cap, g, b, e, out);
+    if (isa >= 2 && Q->form == HG_KQ_INT4) return rows_int4_avx512(Q, kq, cap, g, b, e, out);
     if (isa >= 1 && Q->form == HG_KQ_INT8) return rows_int8_avx2(Q, kq, cap, g, b, e, out);
     if (isa >= 1 && Q->form == HG_KQ_INT4) return rows_int4_avx2(Q, kq, cap, g, b, e, out);
 #endif

@@ -6,13 +6,16 @@ import { encode, randn, rng, SEED } from "./helpers.js";
 import { refEncode, refRowBytes, refScores } from "./kq-reference.js";
 
 const FORMS = ["int8", "int4"] as const;
-const isas = cpuFeatures().avx2 ? [0, 1] : [0];
+const features = cpuFeatures();
+// 0 portable, 1 AVX2, 2 AVX-512: every kernel this CPU runs
+const isas = [0, ...(features.avx2 ? [1] : []), ...(features.avx512 ? [2] : [])];
+const isaNames = ["portable", "AVX2", "AVX-512"];
 
 describe(`compressed K rows: native == the TypeScript reference (seed ${SEED})`, () => {
   // head dims of recall-4l (32), stories15M (48), Llama-3.1-8B (128), and one off the 32-channel blocks
   for (const [heads, kvHeads, d] of [[8, 2, 32], [6, 6, 48], [8, 2, 128], [6, 2, 40]] as const) {
     for (const dtype of ["f32", "bf16"] as DType[]) {
-      it(`${heads}/${kvHeads} heads × ${d}, ${dtype}: records and scores bit for bit (portable${isas.length > 1 ? " and AVX2" : ""}), 37 rows`, () => {
+      it(`${heads}/${kvHeads} heads × ${d}, ${dtype}: records and scores bit for bit (${isas.map((i) => isaNames[i]).join(", ")}), 37 rows`, () => {
         const r = rng(d * 7 + heads), n = 37;
         const raw = randn(r, kvHeads * n * d, 2);
         for (let i = 0; i < d; i++) raw[5 * d + i] = 0; // an all-zero row: scale 0
