@@ -240,6 +240,15 @@ function checkIds(raw: ArrayLike<unknown>, limits: SelectionLimits, where: strin
  */
 export function validateSelection(raw: unknown, limits: SelectionLimits): Selection {
   const who = limits.source ?? "selection";
+  // The built-ins' shape (Int32Array lists) needs no schema pass; anything else goes through zod.
+  const r = raw as { kind?: unknown; ids?: unknown };
+  if (r && r.kind === "perKvHead" && Array.isArray(r.ids) && r.ids.length > 0 && r.ids.every((l) => l instanceof Int32Array)) {
+    if (r.ids.length !== limits.kvHeads) {
+      throw new HybridgenError(`${who}: perKvHead selection has ${r.ids.length} lists, expected one per KV head (${limits.kvHeads})`);
+    }
+    return { kind: "perKvHead", ids: (r.ids as Int32Array[]).map((ids, g) => checkIds(ids, limits, `KV head ${g}`, who)) };
+  }
+  if (r && r.kind === "shared" && r.ids instanceof Int32Array) return { kind: "shared", ids: checkIds(r.ids, limits, "ids", who) };
   const parsed = SelectionSchema.safeParse(raw);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];

@@ -50,7 +50,7 @@ export const quest = defineSelector<z.output<typeof QuestOptionsSchema>, QuestSt
     const ids: Int32Array[] = [];
     for (let g = 0; g < layout.kvHeads; g++) {
       const row = bounds.subarray(g * count, (g + 1) * count);
-      const best = Array.from(P.topK(row, want, count)).sort((a, b) => row[b]! - row[a]! || a - b);
+      const best = byBoundDesc(P.topK(row, want, count), row);
       const list = new Int32Array(k);
       let taken = 0;
       for (const p of best) {
@@ -69,6 +69,21 @@ export const quest = defineSelector<z.output<typeof QuestOptionsSchema>, QuestSt
     return { kind: "perKvHead", ids };
   },
 }, BUILTIN);
+
+/** Pages by bound, highest first, ties by page index (in place: a few dozen pages, no comparator calls). */
+function byBoundDesc(pages: Int32Array, bound: Float32Array): Int32Array {
+  for (let i = 1; i < pages.length; i++) {
+    const p = pages[i]!, b = bound[p]!;
+    let j = i - 1;
+    for (; j >= 0; j--) {
+      const q = pages[j]!, c = bound[q]!;
+      if (c > b || (c === b && q < p)) break;
+      pages[j + 1] = q;
+    }
+    pages[j + 1] = p;
+  }
+  return pages;
+}
 
 /** KV head g's rows alone, as a one-head view (no copy). */
 function headKeys(keys: OffloadedKeys, g: number): OffloadedKeys {
