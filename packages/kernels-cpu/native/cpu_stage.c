@@ -142,7 +142,7 @@ static void rescore_task(void *v, int part, int parts) {
 }
 
 /* List g: the group max (all heads when shared) of its candidates' exact logits, the top-K of
- * those, their ids, and the exact logits written into all_logits at the ids for the gather. */
+ * those (positions in the candidate list, for the gather's logits) and their ids. */
 static void final_task(void *v, int g, int parts) {
     (void)parts;
     run_ctx *r = v;
@@ -150,12 +150,11 @@ static void final_task(void *v, int g, int parts) {
     const int shared = (j->flags & HG_STAGE_SHARED) != 0;
     const int64_t nc = r->nc, group = j->heads / j->kv_heads, h0 = shared ? 0 : g * group, h1 = shared ? j->heads : h0 + group;
     const int32_t *cand = r->cand + (size_t)g * nc;
-    float *cm = r->cmax + (size_t)g * nc, *L = (float *)(intptr_t)j->all_logits;
+    float *cm = r->cmax + (size_t)g * nc;
     for (int64_t i = 0; i < nc; i++) cm[i] = -INFINITY;
     for (int64_t h = h0; h < h1; h++) {
         const float *x = r->exact + h * nc;
         for (int64_t i = 0; i < nc; i++) cm[i] = x[i] > cm[i] ? x[i] : cm[i];
-        for (int64_t i = 0; i < nc; i++) L[h * j->lstride + cand[i]] = x[i];
     }
     int32_t *pos = r->pos + (size_t)g * r->k, *ids = (int32_t *)(intptr_t)j->ids + g * j->kmax;
     if (hg_topk_row(cm, nc, r->k, pos, r->avx2, NULL) < 0) {
@@ -260,6 +259,10 @@ static void selected_task(void *v, int part, int parts) {
             };
             r->s->ctx->k->attn_logits(&a, vb, ve);
         }
+    } else if (r->pos) { /* two-step: the rescored logits of the chosen candidates */
+        const int32_t *pos = r->pos + ((j->flags & HG_STAGE_SHARED) ? 0 : g * r->k);
+        for (int64_t h = g * group; h < (g + 1) * group; h++)
+            for (int64_t i = vb; i < ve; i++) sel[h * kmax + i] = r->exact[h * r->nc + pos[i]];
     } else {
         const float *L = (const float *)(intptr_t)j->all_logits;
         for (int64_t h = g * group; h < (g + 1) * group; h++)

@@ -33,8 +33,9 @@ static inline float kval(const void *k, int kt, int64_t i) {
  * mode, without a libm call); NaN -> 0 */
 static inline int quant(float x, float inv, int lim) {
     float v = x * inv;
-    if (!(v == v)) return 0;
-    v = v > (float)lim ? (float)lim : v < (float)-lim ? (float)-lim : v;
+    v = v == v ? v : 0.0f; /* selects, not branches: the row loops vectorize */
+    v = v > (float)lim ? (float)lim : v;
+    v = v < (float)-lim ? (float)-lim : v;
     const float big = 12582912.0f; /* without -ffast-math the compiler keeps (v + big) - big */
     return (int)((v + big) - big);
 }
@@ -50,7 +51,7 @@ static float absmax(const float *x, int64_t n) {
 
 /* int4: a row scale S (f32) and per 32 channels an 8-bit multiple e of it, so a block's step is
  * S * e and the score's integer sum takes the e's as the multipliers of vpmaddwd. */
-static void encode_row(int form, const float *x, int64_t d, uint8_t *rec) {
+__attribute__((target_clones("avx2", "default"))) static void encode_row(int form, const float *x, int64_t d, uint8_t *rec) {
     const int64_t dp = padded(d);
     const float m = absmax(x, d);
     if (form == HG_KQ_INT8) {
