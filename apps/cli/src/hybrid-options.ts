@@ -41,12 +41,16 @@ export const HybridCliOptionsSchema = z
      * core but one (the one JS drives the device from: a 16th stage thread on 16 cores shares a core
      * with it, and each layer's stage then waits for whichever thread lost its core). */
     cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
+    /** How the CPU stage's top-K scores the offloaded K: full rows, or int8/int4 copies first. */
+    scoring: z.enum(["full", "int8", "int4"], { error: "must be full, int8 or int4" }).optional(),
+    /** Compressed scoring: candidates per selected token rescored from the full rows. */
+    rescoreFactor: count(1).max(64, "must be ≤ 64").optional(),
   })
   .strict()
   .refine((o) => o.sinkTokens === 0 || o.gpuKvBudget !== undefined || o.attention === "hybrid", { message: "--sink-tokens needs --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => typeof o.gpuKvBudget !== "number" || o.sinkTokens < o.gpuKvBudget, { message: "--sink-tokens must be smaller than --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => o.attention === "hybrid" || HYBRID_ONLY.every((key) => o[key] === undefined), {
-    message: "--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates and --cpu-stage-threads need --attention hybrid", path: ["attention"],
+    message: "--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring and --rescore-factor need --attention hybrid", path: ["attention"],
   })
   .refine((o) => o.kMin === undefined || o.scheduler !== "fixed", { message: "--k-min sets the feedback scheduler's floor; --scheduler fixed uses --k", path: ["kMin"] })
   .refine((o) => o.k === undefined || o.kMin === undefined || o.k >= o.kMin, { message: "--k (the feedback scheduler's first K) must be at least --k-min", path: ["k"] })
@@ -57,11 +61,11 @@ export type HybridCliOptions = z.infer<typeof HybridCliOptionsSchema>;
 const FLAGS = {
   attention: "attention", "gpu-kv-budget": "gpuKvBudget", "sink-tokens": "sinkTokens", scheduler: "scheduler", k: "k", "k-min": "kMin",
   timing: "timing", logits: "logits", "exact-layers": "exactLayers", candidates: "candidates", selector: "selector", "selector-options": "selectorOptions",
-  "cpu-stage-threads": "cpuStageThreads",
+  "cpu-stage-threads": "cpuStageThreads", scoring: "scoring", "rescore-factor": "rescoreFactor",
 } as const;
-const NUMERIC = new Set(["gpuKvBudget", "sinkTokens", "k", "kMin", "candidates", "cpuStageThreads"]);
+const NUMERIC = new Set(["gpuKvBudget", "sinkTokens", "k", "kMin", "candidates", "cpuStageThreads", "rescoreFactor"]);
 /** Flags that only mean something to hybrid attention. */
-const HYBRID_ONLY = ["selector", "selectorOptions", "scheduler", "k", "kMin", "timing", "logits", "exactLayers", "candidates", "cpuStageThreads"] as const;
+const HYBRID_ONLY = ["selector", "selectorOptions", "scheduler", "k", "kMin", "timing", "logits", "exactLayers", "candidates", "cpuStageThreads", "scoring", "rescoreFactor"] as const;
 /** Old spellings of one concept, refused with the one name. */
 const RENAMED: Readonly<Record<string, string>> = { "kv-window": "--gpu-kv-budget", "kv-sinks": "--sink-tokens", selection: "--timing" };
 
@@ -92,6 +96,9 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
                                streaming for pre ("all" = exact)
       --selector-options JSON  the selector's options, e.g. '{"pageSize":32}' (unknown keys are errors)
       --cpu-stage-threads N    native threads of the CPU stage (default 1 on the CPU backend, cores − 1 on a GPU)
+      --scoring full|int8|int4 top-K scores compressed copies of the offloaded K first (int8: 0.52 of bf16's
+                               bytes, int4: 0.28) and rescores the best --rescore-factor·K rows in full (default full)
+      --rescore-factor N       compressed scoring: candidates per selected token (default 4)
 `;
 
 /** Takes the hybrid flags out of argv; returns the remaining args and the validated options. */
@@ -178,7 +185,7 @@ export function windowLoadOptions(h: HybridCliOptions): { gpuKvBudget?: GpuKvBud
 export function runtimeOptions(h: HybridCliOptions, profile: HybridProfile | null): HybridRuntimeOptions {
   const o: Record<string, unknown> = {
     selector: h.selector, selectorOptions: h.selectorOptions, scheduler: h.scheduler, k: h.k, kMin: h.kMin, timing: h.timing, logits: h.logits,
-    exactLayers: h.exactLayers, candidates: h.candidates, cpuStageThreads: h.cpuStageThreads, profile,
+    exactLayers: h.exactLayers, candidates: h.candidates, cpuStageThreads: h.cpuStageThreads, scoring: h.scoring, rescoreFactor: h.rescoreFactor, profile,
   };
   for (const key of Object.keys(o)) if (o[key] === undefined) delete o[key];
   return o as HybridRuntimeOptions;
@@ -208,7 +215,8 @@ export function hybridPlanLine(ha: HybridAttention): string {
   const from = p.kSource === "option" ? "from the flags" : p.kSource === "profile" ? "from the model's profile" : "the default";
   const k = p.kMin === undefined ? `K ${p.k} ${p.timing}, ${from}` : `K from ${p.k} ${p.timing}, kMin ${p.kMin} ${from}`;
   return `hybrid: selector ${p.selector}, ${p.scheduler} scheduler (${k}), logits ${p.logits}, exact layers ${p.exactLayers.length ? p.exactLayers.join(",") : "none"}, ` +
-    `${p.cpuStageThreads} stage thread${p.cpuStageThreads === 1 ? "" : "s"}`;
+    `${p.cpuStageThreads} stage thread${p.cpuStageThreads === 1 ? "" : "s"}` +
+    (p.scoring === "full" ? "" : `, ${p.scoring} scoring (${p.rescoreFactor}·K rescored)`);
 }
 
 /** The `scheduler` object of `generate --json`: what ran and, per step, the K, timing and stage times it decided from. */

@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { writeHybridProfile } from "@hybridgen/core";
-import { loadHybridSelector, splitHybridArgs } from "../src/hybrid-options.js";
+import { loadHybridSelector, runtimeOptions, splitHybridArgs } from "../src/hybrid-options.js";
 import { requireBuiltBin, runBin } from "./helpers.js";
 import { PROMPT, stories15M } from "./model-fixture.js";
 
@@ -33,9 +33,12 @@ describe("--scheduler, --k-min and friends", () => {
       [["--selector-options", "{"], 'invalid value for --selector-options: "{" is not JSON'],
       [["--selector-options", "[1]"], 'invalid value for --selector-options: "[1]" is not a JSON object'],
       [["--selector", "quest", "--selector-options", '{"pagesize":8}'], 'selector "quest" options: unknown key "pagesize" (it takes pageSize)'],
+      [["--scoring", "int3"], "invalid value for --scoring: must be full, int8 or int4"],
+      [["--rescore-factor", "0"], "invalid value for --rescore-factor: must be at least 1"],
     ];
     for (const [flags, message] of bad) expect(() => splitHybridArgs([...HY, ...flags]), flags.join(" ")).toThrow(message);
-    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates and --cpu-stage-threads need --attention hybrid");
+    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring and --rescore-factor need --attention hybrid");
+    expect(runtimeOptions(splitHybridArgs([...HY, "--scoring", "int8", "--rescore-factor", "2"]).hybrid, null)).toMatchObject({ scoring: "int8", rescoreFactor: 2 });
   });
 
   it("a name that is neither registered nor an installed package fails when loaded, before any model", async () => {
