@@ -1,6 +1,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { defaultCacheDir, STORIES15M_NAME } from "@hybridgen/core";
+import { threadCount } from "../device-backend.js";
 import type { CliIo } from "../io.js";
 
 /**
@@ -27,7 +28,7 @@ export async function runInfo(io: CliIo, json: boolean): Promise<number> {
   }
   const flags = [cpu.avx2 && "avx2", cpu.avx512 && "avx512", cpu.avx512bf16 && "avx512bf16"].filter(Boolean).join(" ") || "none";
   const lines = [
-    `cpu:    ${cpu.cpus} threads, features: ${flags}; kernels: ${cpu.chosen} (best ${cpu.best})`,
+    `cpu:    ${threadCount(cpu.cpus)}, features: ${flags}; kernels: ${cpu.chosen} (best ${cpu.best})`,
     `cuda:   ${describeCudaAvailability(cuda)}`,
     "memory tiers:",
     ...tiers.map(
