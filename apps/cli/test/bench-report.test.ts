@@ -10,7 +10,7 @@ const pt = (config: string, context: number, ms: number, o: Partial<BenchPoint> 
 
 describe("bench report", () => {
   const points = [
-    pt("full", 1024, 2), pt("flexgen", 1024, 8), pt("hybridgen-post", 1024, 5), pt("hybridgen", 1024, 4, { finalK: 80, finalTiming: "post" }),
+    pt("full", 1024, 2), pt("flexgen", 1024, 8), pt("hybridgen-post", 1024, 5), pt("hybridgen", 1024, 4, { finalK: 80, finalTiming: "post", stageMs: { gpu: 3, cpu: 2.5, tx: 0.25 } }),
     pt("full", 4096, 3), pt("flexgen", 4096, 30), pt("hybridgen-post", 4096, 12), pt("hybridgen", 4096, 6),
     pt("full", 1024, 3, { batch: 4, tokensPerSec: 4000 / 3 }), pt("flexgen", 1024, NaN, { batch: 4, status: "skipped", note: "batch > 1 runs full attention only", msPerToken: undefined, tokensPerSec: undefined }),
   ];
@@ -21,7 +21,7 @@ describe("bench report", () => {
     expect(t).toContain("| m | 1024 | flexgen | 8.00 | 125.0 | 4.00 | 2.00× |");
     expect(t).toContain("| m | 4096 | flexgen | 30.00 | 33.3 | 10.00 | 5.00× |");
     expect(t).toContain("| m | flexgen | 1024: 2.00×, 4096: 5.00× | 3.16× |"); // √(2·5)
-    expect(t).toContain("| m | 1024 | hybridgen | 4.00 | 250.0 | 80 / post | 0.80 |"); // Fig. 21: ÷ hybridgen-post
+    expect(t).toContain("| m | 1024 | hybridgen | 4.00 | 250.0 | 80 / post | 3.00 / 2.50 / 0.25 | 0.80 |"); // Fig. 21: ÷ hybridgen-post
     expect(t).toContain("| m | 1024 | 4 | full | 3.00 | 1333.3 |"); // Fig. 17
     expect(t.split("### Fig. 17")[1]!.split("###")[0]).not.toContain("skipped");
   });

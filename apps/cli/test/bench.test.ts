@@ -35,7 +35,10 @@ describe("hybridgen bench", () => {
         expect(p.status).toBe("skipped");
       }
     }
-    expect(report.points.find((p: { config: string; batch: number }) => p.config === "hybridgen" && p.batch === 1).finalTiming).toMatch(/^(pre|post)$/);
+    const hg = report.points.find((p: { config: string; batch: number; context: number }) => p.config === "hybridgen" && p.batch === 1 && p.context === 160);
+    expect(hg.finalTiming).toMatch(/^(pre|post)$/);
+    expect(hg.stageMs.gpu).toBeGreaterThan(0);
+    expect(hg.stageMs.cpu).toBeGreaterThan(0);
     expect(report.setup).toMatchObject({ contexts: [96, 160], batches: [1, 2], gpuKvBudget: 48, k: 16, device: expect.stringMatching(/^cpu/) });
     for (const f of ["fig15-latency-per-model.svg", "fig16-latency-per-context.svg", "fig17-throughput-per-batch.svg", "fig21-scheduler-ablation.svg"]) {
       const svg = readFileSync(join(out, f), "utf8");

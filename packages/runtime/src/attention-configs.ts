@@ -96,8 +96,8 @@ export interface AttachedAttention extends Disposable {
   readonly config: AttentionConfig;
   /** One line for logs (the hybrid plan and stats, or the baseline's counters). */
   summary(): string;
-  /** Per-step scheduler decisions of hybrid configurations (K and timing), else empty. */
-  trace(): readonly { readonly k: number; readonly timing: string }[];
+  /** Per step of hybrid configurations: the scheduler's K and timing and the stage times it saw (ms); else empty. */
+  trace(): readonly { readonly k: number; readonly timing: string; readonly tGpuMs: number; readonly tCpuMs: number; readonly tTxMs: number }[];
   close(): void;
 }
 
@@ -139,6 +139,6 @@ export async function attachAttentionConfig(model: HybridModel, backend: Backend
       return `${config.name}: ${p ? `${p.selector}, ${p.scheduler} K ${p.k}, ${p.timing}, ${p.logits}; ` : ""}${ha.stats.summary()}`;
     },
     () => ha.close(),
-    () => ha.stats.trace.map((t) => ({ k: t.k, timing: t.timing })),
+    () => ha.stats.trace.map((t) => ({ k: t.k, timing: t.timing, tGpuMs: t.tGpuMs, tCpuMs: t.tCpuMs, tTxMs: t.tTxMs })),
   );
 }

@@ -27,6 +27,8 @@ export interface BenchPoint {
   /** Hybrid configurations: K and timing at the last step. */
   readonly finalK?: number;
   readonly finalTiming?: string;
+  /** Hybrid configurations: mean stage times per step after the warm-up (ms): device, CPU stage, transfers. */
+  readonly stageMs?: { readonly gpu: number; readonly cpu: number; readonly tx: number };
   readonly summary?: string;
 }
 
@@ -146,10 +148,13 @@ export async function measureModel(files: ModelFiles, name: string, o: BenchOpti
         using a = await attachAttentionConfig(model, cx.backend, c, o.cpuStageThreads === undefined ? {} : { cpuStageThreads: o.cpuStageThreads });
         const walls = decode(model, first, context, o.steps, cx.signal);
         const ms = median(walls.slice(o.warmup));
-        const last = a.trace().at(-1);
+        const trace = a.trace(), last = trace.at(-1), tail = trace.slice(o.warmup);
+        const avg = (f: (t: (typeof tail)[number]) => number) => tail.reduce((x, t) => x + f(t), 0) / tail.length;
         note({
           ...base(c, context, 1), status: "ok", msPerToken: ms, tokensPerSec: 1000 / ms, offloaded,
-          ...(last ? { finalK: last.k, finalTiming: last.timing } : {}), summary: a.summary(),
+          ...(last ? { finalK: last.k, finalTiming: last.timing } : {}),
+          ...(tail.length ? { stageMs: { gpu: avg((t) => t.tGpuMs), cpu: avg((t) => t.tCpuMs), tx: avg((t) => t.tTxMs) } } : {}),
+          summary: a.summary(),
         });
       } catch (e) {
         if (e instanceof HybridgenError && !/memory/i.test(e.message)) throw e;

@@ -72,10 +72,10 @@ export function benchTables(r: BenchReport): string {
   const variants = batch1.filter((p) => p.family === "hybridgen");
   if (variants.length > 0) {
     out.push(`\n### Fig. 21 — HybridGen ablation: fixed K post / pre, adaptive K, feedback scheduler (batch 1)\n`);
-    out.push(table(["model", "context", "variant", "ms/token", "tokens/s", "last K / timing", "× hybridgen-post"], variants.map((p) => {
-      const post = at(p, "hybridgen-post");
+    out.push(table(["model", "context", "variant", "ms/token", "tokens/s", "last K / timing", "T_gpu / T_cpu / T_tx ms/step", "× hybridgen-post"], variants.map((p) => {
+      const post = at(p, "hybridgen-post"), t = p.stageMs;
       return [p.model, String(p.context), p.config, ...cell(p), p.finalK === undefined ? "–" : `${p.finalK} / ${p.finalTiming}`,
-        ok(p) && post ? (p.msPerToken! / post.msPerToken!).toFixed(2) : "–"];
+        t ? `${f2(t.gpu)} / ${f2(t.cpu)} / ${f2(t.tx)}` : "–", ok(p) && post ? (p.msPerToken! / post.msPerToken!).toFixed(2) : "–"];
     })));
   }
   if (hg) {
