@@ -49,6 +49,9 @@ describe("hybridgen eval", () => {
     expect(acc.every((t) => t.items === 3)).toBe(true);
     expect(acc.find((t) => t.config === "full")!.accuracy).toBe(1);
     for (const name of ["flexgen", "moe-lightning", "all-tokens"]) expect(acc.find((t) => t.config === name)!.accuracy, name).toBe(1);
+    const post8 = acc.find((t) => t.config === "hybridgen-post" && t.k === 8) as Row & { meanLastK: number; preShare: number };
+    expect([post8.meanLastK, post8.preShare]).toEqual([8, 0]);
+    expect(r.stdout).toContain("| hybridgen-post | 8 | 8 / 0.0% |");
     for (const f of ["fig14-accuracy-vs-k.svg", "fig20-accuracy-per-method.svg"]) {
       const svg = readFileSync(join(out, f), "utf8");
       expect(svg.startsWith("<svg"), f).toBe(true);

@@ -34,6 +34,9 @@ export interface TaskResult extends EvalRun {
   readonly items: number;
   readonly correct: number;
   readonly accuracy: number;
+  /** Hybrid configurations: the mean K of the items' last decode steps, and the share of items whose last step ran pre-QKᵀ. */
+  readonly meanLastK?: number;
+  readonly preShare?: number;
 }
 
 /** The runs of `o`: K-independent configurations once, the others at every K of --ks. */
@@ -170,6 +173,7 @@ export async function evalTasks(m: EvalModels, tok: Tokenizer, items: readonly T
   const enc = encodeItems(items, tok, Math.min(m.full.maxContext, m.windowed.maxContext), o.tail, task);
   const runs = evalRuns(o);
   const correct = new Array<number>(runs.length).fill(0);
+  const lastK = new Array<number>(runs.length).fill(0), pre = new Array<number>(runs.length).fill(0), traced = new Array<number>(runs.length).fill(0);
   for (const [idx, e] of enc.entries()) {
     // Each model prefills the item once; every run starts from that checkpoint.
     m.full.reset();
@@ -190,6 +194,12 @@ export async function evalTasks(m: EvalModels, tok: Tokenizer, items: readonly T
       const a = await attachAttentionConfig(m.windowed, m.backend, config);
       try {
         if (answer(m.windowed, e, tok, () => m.windowed.cache.restore(cp))) correct[ri]!++;
+        const last = a.trace().at(-1);
+        if (last) {
+          traced[ri]!++;
+          lastK[ri]! += last.k;
+          if (last.timing === "pre") pre[ri]!++;
+        }
       } finally {
         a.close();
         m.windowed.cache.restore(cp);
@@ -197,5 +207,8 @@ export async function evalTasks(m: EvalModels, tok: Tokenizer, items: readonly T
     }
     if ((idx + 1) % 10 === 0 || idx + 1 === enc.length) m.progress(`${task}: ${idx + 1}/${enc.length} items`);
   }
-  return runs.map(({ run }, i) => ({ ...run, task, items: enc.length, correct: correct[i]!, accuracy: correct[i]! / enc.length }));
+  return runs.map(({ run }, i) => ({
+    ...run, task, items: enc.length, correct: correct[i]!, accuracy: correct[i]! / enc.length,
+    ...(traced[i] ? { meanLastK: lastK[i]! / traced[i]!, preShare: pre[i]! / traced[i]! } : {}),
+  }));
 }

@@ -37,6 +37,14 @@ export function evalTables(r: EvalReport, k: number): string {
       return a ? pct(a.accuracy) : "–";
     })])));
   }
+  const sched = r.tasks.filter((t) => t.family === "hybridgen" && t.meanLastK !== undefined);
+  if (sched.length > 0) {
+    out.push(`\n### HybridGen's last decode step per item: mean K and share run pre-QKᵀ\n`);
+    out.push(table(["config", "K", ...tasks], [...new Map(sched.map((t) => [`${t.config}\u0000${t.k}`, t])).values()].map((run) => [run.config, kCell(run), ...tasks.map((task) => {
+      const x = sched.find((t) => t.task === task && t.config === run.config && t.k === run.k);
+      return x ? `${x.meanLastK!.toFixed(0)} / ${pct(x.preShare!)}` : "–";
+    })])));
+  }
   out.push(`\n### Per method at K = ${k} (Fig. 20)\n`);
   const methods = [...new Set([...r.text, ...r.tasks].map((x) => x.config))];
   out.push(table(["config", ...(r.text.length ? ["text top-1"] : []), ...tasks], methods.map((c) => {
