@@ -3,7 +3,7 @@ import {
   BackendCpuStage, HybridAttention, LlamaModel, ReferenceBackend, topKSelection, type Backend, type CpuStage, type CpuStageJob,
   type CpuStageWork, type DType, type Scheduler, type Selection, type Tensor, type TokenSelector,
 } from "@hybridgen/core";
-import { createCpuBackend, NativeCpuStage } from "../src/index.js";
+import { cpuFeatures, createCpuBackend, NativeCpuStage, type Isa } from "../src/index.js";
 import { randn, rng, SEED } from "./helpers.js";
 // The tiny in-memory Llama of core's engine tests (same monorepo).
 import { tinyModel } from "../../core/test/engine-helpers.js";
@@ -123,10 +123,12 @@ describe(`NativeCpuStage equals BackendCpuStage on the reference backend (seed $
     });
   }
 
-  it("top-K over thousands of tokens in parallel chunks, with heavy ties and ±0, equals the TypeScript top-K; the split adds up", () => {
+  // every kernel set this CPU runs: the group max of a GQA group of 4 comes from the logits kernel's registers
+  const f = cpuFeatures(), isas = ["generic", ...(f.avx2 ? ["avx2"] : []), ...(f.avx512 ? ["avx512"] : [])] as Isa[];
+  for (const isa of isas) it(`${isa}: top-K over thousands of tokens in parallel chunks, with heavy ties and ±0, equals the TypeScript top-K; the split adds up`, () => {
     const r = rng(31);
     const big = 5003, d = 16;
-    using cpu = createCpuBackend({ threads: 2 });
+    using cpu = createCpuBackend({ threads: 2, isa });
     using stage = new NativeCpuStage(cpu, { threads: 2 });
     stage.prepare({ heads, kvHeads, headDim: d, storeCapacity: big, dtype: "f32" });
     // K rows repeat with period 7 (equal logits: ties across far-apart tokens), every 5th row is
