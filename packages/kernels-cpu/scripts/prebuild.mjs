@@ -1,6 +1,6 @@
 // `prepack`: ships the library built here as the prebuilt one for this platform
 // (prebuilds/<platform>-<arch>/libhgcpu.so), which an install elsewhere uses when it fits.
-import { copyFileSync, existsSync, mkdirSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, renameSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -12,5 +12,8 @@ if (!existsSync(built)) {
 }
 const dir = join(root, "prebuilds", `${process.platform}-${process.arch}`);
 mkdirSync(dir, { recursive: true });
-copyFileSync(built, join(dir, "libhgcpu.so"));
+// Copy then rename: two packs at once (npm pack beside bun publish) never ship a half-written file.
+const tmp = join(dir, `.libhgcpu.so.${process.pid}`);
+copyFileSync(built, tmp);
+renameSync(tmp, join(dir, "libhgcpu.so"));
 console.error(`prebuild: ${join(dir, "libhgcpu.so")}`);
