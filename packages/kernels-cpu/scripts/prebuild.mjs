@@ -13,7 +13,7 @@ if (!existsSync(built)) {
 const dir = join(root, "prebuilds", `${process.platform}-${process.arch}`);
 mkdirSync(dir, { recursive: true });
 // Copy then rename: two packs at once (npm pack beside bun publish) never ship a half-written file.
-const tmp = join(dir, `.libhgcpu.so.${process.pid}`);
+const tmp = join(root, "lib", `.prebuilt-${process.pid}.so`); // outside prebuilds/, which is shipped
 copyFileSync(built, tmp);
 renameSync(tmp, join(dir, "libhgcpu.so"));
 console.error(`prebuild: ${join(dir, "libhgcpu.so")}`);
