@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "../native/cpu_stage.h"
 
 typedef struct {
@@ -51,6 +52,7 @@ int main(int argc, char **argv) {
             hg_stage_job j = { .flags = HG_STAGE_SCORE | HG_STAGE_TOPK, .q = (intptr_t)q, .k = (intptr_t)k, .ktype = 2, .kcap = N,
                                .n = N, .heads = H, .kv_heads = KV, .head_dim = D, .all_logits = (intptr_t)all, .lstride = N,
                                .ids = (intptr_t)ids[l], .counts = (intptr_t)counts, .kmax = K, .budget = K, .scale = 0.088 };
+            usleep(3000); /* the other library's pool workers spin ~0.5 ms after a job: let them sleep first */
             if (lib[l].run(lib[l].st, &j) != 0) { fprintf(stderr, "job failed\n"); return 1; }
             double sp[6];
             lib[l].split(lib[l].st, sp);

@@ -1,8 +1,8 @@
 /* The hybrid CPU stage on threads of its own: a coordinator pthread that takes one job at a
  * time from JS, with an hg_ctx (its own thread pool and kernel table) for the parallel parts.
- * The logits reuse the ISA kernel of hg_attn_logits, which also leaves each token's group max;
- * top-K is hg_sel_topk's selection (topk_row.h) on those rows, a list per thread; the V gather
- * is row memcpy into the staging buffer the device reads.
+ * The logits reuse the ISA kernel of hg_attn_logits; top-K takes each token's group max in a
+ * streaming pass over the logits, then hg_sel_topk's selection (topk_row.h) on those rows, a
+ * list per thread; the V gather is row memcpy into the staging buffer the device reads.
  * Each job records how long its phases took (hg_stage_last_split). */
 #include "cpu_stage.h"
 #include "ctx.h"
@@ -72,6 +72,24 @@ static void score_task(void *v, int part, int parts) {
     if (b < e) r->s->ctx->k->attn_logits(&r->a, b, e);
 }
 
+/* Each token's group max from the logits (a NaN never wins), pieces = KV heads x chunks of tokens:
+ * a streaming pass over the logits, which the scoring left in cache. */
+__attribute__((target_clones("avx2", "default"))) static void gmax_task(void *v, int part, int parts) {
+    (void)parts;
+    run_ctx *r = v;
+    const hg_stage_job *j = r->j;
+    const int64_t n = j->n, group = j->heads / j->kv_heads, g = part / r->chunks;
+    int64_t b, e;
+    hg_split(n, 64, part % r->chunks, r->chunks, &b, &e);
+    const float *L = (const float *)(intptr_t)j->all_logits + g * group * j->lstride;
+    float *gm = r->s->scratch + (size_t)g * n;
+    for (int64_t i = b; i < e; i++) gm[i] = -INFINITY;
+    for (int64_t h = 0; h < group; h++) {
+        const float *row = L + h * j->lstride;
+        for (int64_t i = b; i < e; i++) gm[i] = row[i] > gm[i] ? row[i] : gm[i];
+    }
+}
+
 /* Shared: the max over every KV head's group max, into the row after them; chunks of tokens. */
 static void shared_task(void *v, int part, int parts) {
     run_ctx *r = v;
@@ -136,7 +154,7 @@ static void rescore_task(void *v, int part, int parts) {
     if (b >= e) return;
     hg_logits_args a = {
         r->exact + g * group * nc, r->qp + g * r->qs, (const char *)(intptr_t)j->k + g * j->kcap * j->head_dim * esize(j->ktype),
-        ids, nc, j->kcap, 0, nc, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale, NULL, 0,
+        ids, nc, j->kcap, 0, nc, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale,
     };
     r->s->ctx->k->attn_logits(&a, b, e);
 }
@@ -255,7 +273,7 @@ static void selected_task(void *v, int part, int parts) {
             hg_logits_args a = {
                 sel + g * group * kmax, r->qp + g * r->qs,
                 (const char *)(intptr_t)j->k + g * j->kcap * j->head_dim * esize(j->ktype),
-                ids, kmax, j->kcap, 0, cnt, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale, NULL, 0,
+                ids, kmax, j->kcap, 0, cnt, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale,
             };
             r->s->ctx->k->attn_logits(&a, vb, ve);
         }
@@ -317,16 +335,19 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
         atomic_init(&r.failed, 0);
         int64_t rc = two_step(s, j, &r, threads, &t);
         if (rc) return rc;
-    } else if (j->flags & (HG_STAGE_SCORE | HG_STAGE_TOPK)) { /* top-K reads the scoring's group max */
+    } else if (j->flags & (HG_STAGE_SCORE | HG_STAGE_TOPK)) {
         r.a = (hg_logits_args){(float *)(intptr_t)j->all_logits, r.qp, (const void *)(intptr_t)j->k, NULL, j->lstride, j->kcap, 0,
-                               j->n, (int)j->ktype, (int)j->heads, (int)j->kv_heads, (int)j->head_dim, (float)j->scale,
-                               topk ? s->scratch : NULL, j->n};
+                               j->n, (int)j->ktype, (int)j->heads, (int)j->kv_heads, (int)j->head_dim, (float)j->scale};
         int64_t work = j->n * j->heads * j->head_dim;
         int parts = work < 32768 ? 1 : 4 * threads;
         hg_pool_run(s->ctx->pool, score_task, &r, parts);
         LAP(1);
     }
     if (topk && !j->kq_form) {
+        int64_t per = (2 * threads + j->kv_heads - 1) / j->kv_heads, most = (j->n + 2047) / 2048;
+        r.chunks = (int)(per < most ? per : most);
+        if (r.chunks < 1) r.chunks = 1;
+        hg_pool_run(s->ctx->pool, gmax_task, &r, (int)j->kv_heads * r.chunks);
         r.lists = shared ? 1 : (int)j->kv_heads;
         r.rows = s->scratch;
         if (shared) {

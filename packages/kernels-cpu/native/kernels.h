@@ -11,12 +11,10 @@ typedef struct {
 } hg_matmul_args;
 
 /* logits[h*lstride + j] = scale * q[h] . K[h/group, tok(j)] for j < count, tok(j) = slots ? slots[j] :
- * start + j. qp is the query packed by the same table's attn_qpack. With gmax (spans only), also
- * gmax[kh*gstride + j] = the max of the group's logits of token j (a NaN never wins). */
+ * start + j. qp is the query packed by the same table's attn_qpack. */
 typedef struct {
     float *logits; const float *qp; const void *k; const int32_t *slots;
     int64_t lstride, cap, start, count; int ktype, heads, kv_heads, head_dim; float scale;
-    float *gmax; int64_t gstride;
 } hg_logits_args;
 
 typedef struct {

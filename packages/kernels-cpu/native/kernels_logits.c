@@ -124,7 +124,7 @@ static inline void prefetch_bytes(const char *p, int64_t bytes) {
  * a span's rows PF_SPAN ahead (when npf is not 0). */
 ALWAYS void score_tile(const int kt, const int BH, const int gather, const int d, const float *qb, int qs, int nh,
                        const char *kb, const int32_t *sl, int64_t rb, int m, float *lg, int64_t lstride, vf scale,
-                       const int32_t *psl, int npf, float *gm) {
+                       const int32_t *psl, int npf) {
     const int BT = VW / BH;
     for (int t0 = 0; t0 < m; t0 += BT) {
         if (gather)
@@ -136,7 +136,6 @@ ALWAYS void score_tile(const int kt, const int BH, const int gather, const int d
             for (int h = 0; h < nh; h++) vst_lanes(lg + h * lstride + t0, r, h * BT, BT);
         else
             for (int h = 0; h < nh; h++) vst_lanes(lg + h * lstride + t0, r, h * BT, m - t0);
-        if (BH == 4 && gm) vst_lanes(gm + t0, vmax_quarters(r), 0, t0 + BT <= m ? BT : m - t0); /* a group of exactly 4 */
     }
 }
 
@@ -144,29 +143,16 @@ ALWAYS void score_tile(const int kt, const int BH, const int gather, const int d
  * 4k+3 runs its last block on the zero head that qpack added). */
 ALWAYS void score_group(const int kt, const int gather, const int d, int g, const float *qg, int qs,
                         const char *kb, const int32_t *sl, int64_t rb, int m, float *lg, int64_t lstride, vf scale,
-                        const int32_t *psl, int npf, float *gm) {
+                        const int32_t *psl, int npf) {
     int h = 0;
     for (; h + 4 <= g; h += 4, npf = 0)
-        score_tile(kt, 4, gather, d, qg + h * qs, qs, 4, kb, sl, rb, m, lg + h * lstride, lstride, scale, psl, npf, g == 4 ? gm : NULL);
+        score_tile(kt, 4, gather, d, qg + h * qs, qs, 4, kb, sl, rb, m, lg + h * lstride, lstride, scale, psl, npf);
     if (g - h == 3)
-        score_tile(kt, 4, gather, d, qg + h * qs, qs, 3, kb, sl, rb, m, lg + h * lstride, lstride, scale, psl, npf, NULL);
+        score_tile(kt, 4, gather, d, qg + h * qs, qs, 3, kb, sl, rb, m, lg + h * lstride, lstride, scale, psl, npf);
     else if (g - h == 2)
-        score_tile(kt, 2, gather, d, qg + h * qs, qs, 2, kb, sl, rb, m, lg + h * lstride, lstride, scale, psl, npf, NULL);
+        score_tile(kt, 2, gather, d, qg + h * qs, qs, 2, kb, sl, rb, m, lg + h * lstride, lstride, scale, psl, npf);
     else if (g - h == 1)
-        score_tile(kt, 1, gather, d, qg + h * qs, qs, 1, kb, sl, rb, m, lg + h * lstride, lstride, scale, psl, npf, NULL);
-}
-
-/* The tile's group max while its logits are in L1 (the top-K then reads a quarter of the bytes
- * for a group of 4); `x > b ? x : b` keeps a NaN out, as the stage's selection always has. */
-static inline void group_max(float *gm, const float *lg, int64_t lstride, int g, int m) {
-    float b[TILE];
-    for (int t = 0; t < m; t++) b[t] = -__builtin_inff();
-    for (int h = 0; h < g; h++)
-        for (int t = 0; t < m; t++) {
-            float x = lg[h * lstride + t];
-            b[t] = x > b[t] ? x : b[t];
-        }
-    for (int t = 0; t < m; t++) gm[t] = b[t];
+        score_tile(kt, 1, gather, d, qg + h * qs, qs, 1, kb, sl, rb, m, lg + h * lstride, lstride, scale, psl, npf);
 }
 
 /* KV head kh, tokens [j0, j1): full tiles with the tile size a constant, then the tail. */
@@ -183,11 +169,8 @@ ALWAYS void logits_head(const int kt, const int dk, const int gather, const hg_l
         int64_t ahead = j1 - (j + PF_GATHER);
         int npf = !gather ? 1 : ahead <= 0 ? 0 : ahead < TILE ? (int)ahead : TILE;
         const int32_t *psl = gather ? sl + PF_GATHER : NULL;
-        const int m = j + TILE <= j1 ? TILE : (int)(j1 - j);
-        float *gm = !gather && a->gmax ? a->gmax + (int64_t)kh * a->gstride + j : NULL;
-        if (m == TILE) score_group(kt, gather, d, g, qg, qs, kb, sl, rb, TILE, lg + j, lstride, scale, psl, npf, gm);
-        else score_group(kt, gather, d, g, qg, qs, kb, sl, rb, m, lg + j, lstride, scale, psl, npf, gm);
-        if (gm && g != 4) group_max(gm, lg + j, lstride, g, m); /* a group of 4 had it from the registers */
+        if (j + TILE <= j1) score_group(kt, gather, d, g, qg, qs, kb, sl, rb, TILE, lg + j, lstride, scale, psl, npf);
+        else score_group(kt, gather, d, g, qg, qs, kb, sl, rb, (int)(j1 - j), lg + j, lstride, scale, psl, npf);
     }
 }
 

@@ -216,7 +216,7 @@ int hg_attn_logits(hg_ctx *c, float *logits, int lstride, const float *q, const 
     float *qp = hg_grow(&c->qpack, &c->qpack_bytes, qf * sizeof(float));
     if (!qp) return 0;
     c->k->attn_qpack(qp, q, heads, kv_heads, head_dim, ktype);
-    logits_job j = {c, {logits, qp, k, slots, lstride, cap, start, count, ktype, heads, kv_heads, head_dim, scale, NULL, 0}};
+    logits_job j = {c, {logits, qp, k, slots, lstride, cap, start, count, ktype, heads, kv_heads, head_dim, scale}};
     hg_pool_run(c->pool, logits_task, &j, parts_for(c, count * heads * head_dim, PIECES));
     return 1;
 }

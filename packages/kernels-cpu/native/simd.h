@@ -51,13 +51,6 @@ static inline void vhsum4(vf a, vf b, vf c, vf d, float *r) {
     _mm_storeu_ps(r, _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1)));
 }
 static inline vf vld_part(const float *p, int n) { return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p); }
-/* Lane t of the result (t < VW/4) is the max of lanes t, t+VW/4, t+VW/2, t+3VW/4 (four equal groups,
- * e.g. four heads' logits of VW/4 tokens); a NaN lane counts as -inf (it never wins). */
-static inline vf vmax_quarters(vf v) {
-    v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_ps(-__builtin_inff()));
-    v = _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
-    return _mm512_max_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-}
 static inline void vst_lanes(float *p, vf v, int l, int n) {
     if (n == 4 && (l & 3) == 0) { /* a 128-bit lane: the 4x4 blocks' common case */
         switch (l >> 2) {
@@ -144,11 +137,6 @@ static inline vf vld_part(const float *p, int n) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(n), lane));
 }
-static inline vf vmax_quarters(vf v) {
-    v = _mm256_blendv_ps(v, _mm256_set1_ps(-__builtin_inff()), _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    v = _mm256_max_ps(v, _mm256_permute2f128_ps(v, v, 1));
-    return _mm256_max_ps(v, _mm256_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));
-}
 static inline void vst_lanes(float *p, vf v, int l, int n) {
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     vf r = _mm256_permutevar8x32_ps(v, _mm256_add_epi32(_mm256_set1_epi32(l), lane));
@@ -223,12 +211,6 @@ static inline float vhsum(vf v) { return (v[0] + v[1]) + (v[2] + v[3]); }
 static inline float vhmax(vf v) { float a = v[0] > v[1] ? v[0] : v[1], b = v[2] > v[3] ? v[2] : v[3]; return a > b ? a : b; }
 static inline void vhsum4(vf a, vf b, vf c, vf d, float *r) { r[0] = vhsum(a); r[1] = vhsum(b); r[2] = vhsum(c); r[3] = vhsum(d); }
 static inline vf vld_part(const float *p, int n) { vf v = vzero(); for (int i = 0; i < n; i++) v[i] = p[i]; return v; }
-static inline vf vmax_quarters(vf v) {
-    float m = -__builtin_inff();
-    for (int i = 0; i < 4; i++) m = v[i] > m ? v[i] : m;
-    v[0] = m;
-    return v;
-}
 static inline void vst_lanes(float *p, vf v, int l, int n) { for (int i = 0; i < n; i++) p[i] = v[l + i]; }
 static inline vf vld_f16_part(const uint16_t *p, int n) { vf v = vzero(); for (int i = 0; i < n; i++) v[i] = hg_f16_to_f32(p[i]); return v; }
 static inline void vld_bf16_eo_part(const uint16_t *p, int n, vf *e, vf *o) {
