@@ -8,6 +8,7 @@
 #include "sel_prims.h"
 #include "sel_pool.h"
 #include "topk_row.h"
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -305,9 +306,14 @@ static int64_t topk_sampled(topk_run *r, int64_t k, hg_pool *pool, int threads) 
     return k;
 }
 
-/* Scratch of the calling thread, grown as rows grow (selectors call top-K once per KV head). */
+/* Scratch of the calling thread, grown as rows grow (selectors call top-K once per KV head); a
+ * thread key frees it when the thread ends (a CPU stage's pool threads end with the stage). */
 static _Thread_local void *scratch;
 static _Thread_local size_t scratch_bytes;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+static void scratch_free(void *p) { free(p); }
+static void scratch_key_make(void) { pthread_key_create(&scratch_key, scratch_free); }
 
 int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, int isa, hg_stage *stage) {
     static int best = -1; /* the CPU's, asked once */
@@ -331,6 +337,8 @@ int64_t hg_topk_row(const float *x, int64_t n, int64_t k, int32_t *out, int avx2
         free(scratch);
         scratch = malloc(need);
         scratch_bytes = scratch ? need : 0;
+        pthread_once(&scratch_once, scratch_key_make);
+        pthread_setspecific(scratch_key, scratch);
         if (!scratch) return -1;
     }
     /* scratch: keys [n2], candidate keys [n2], collected indices [n2], then per chunk a histogram and stats */
