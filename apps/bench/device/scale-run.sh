@@ -22,4 +22,4 @@ run() { name=$1; limit=$2; shift 2
 }
 run scale-1.5M "${S1:-200}" --contexts 1500000 --synthetic-kv --steps "${STEPS:-24}" ${ARGS:-}
 run scale-2M "${S2:-230}" --contexts 2000000 --synthetic-kv --steps "${STEPS:-24}" --kv-disk "$DISK" --host-kv-budget "${HOST_BUDGET:-88G}" ${ARGS:-}
-run prefill-256K "${S3:-150}" --contexts 262144 --steps 16 ${ARGS:-}
+run prefill-256K "${S3:-150}" --contexts 262144 --steps 16 --window 32768 ${ARGS:-}  # a window below the context: the prefill offloads for real

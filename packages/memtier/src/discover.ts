@@ -108,6 +108,17 @@ function fileTier(o: z.output<typeof FileTierOptionsSchema>): MemoryTier {
   });
 }
 
+/**
+ * A single DRAM node whose meminfo counts less than the OS does (seen on a GPU VM: node0 11.2 GiB
+ * of a 125 GiB machine, the rest added after boot) holds the OS's figures: the memory no node
+ * claims is still this machine's RAM. With several nodes the split is unknown: unchanged.
+ */
+export function withUnclaimedMemory(tiers: MemoryTier[], osTotal: number, osFree: number): MemoryTier[] {
+  const only = tiers.length === 1 ? tiers[0]! : undefined;
+  if (!only || only.kind !== "dram" || (only.capacityBytes ?? 0) >= 0.9 * osTotal) return tiers;
+  return [{ ...only, capacityBytes: osTotal, freeBytes: Math.max(only.freeBytes ?? 0, osFree) }];
+}
+
 /** The machine's memory tiers: NUMA nodes (DRAM / CXL) in node order, then any file tiers. */
 export function discoverTiers(options: DiscoverOptions = {}): MemoryTier[] {
   const r = DiscoverOptionsSchema.safeParse(options);
@@ -117,6 +128,7 @@ export function discoverTiers(options: DiscoverOptions = {}): MemoryTier[] {
   }
   const o = r.data;
   let tiers = discoverNumaTiers(o.sysRoot);
+  if (o.sysRoot === "/sys") tiers = withUnclaimedMemory(tiers, totalmem(), freemem());
   if (tiers.length === 0) {
     tiers = [MemoryTierSchema.parse({ id: "ram", kind: "dram", capacityBytes: totalmem(), freeBytes: freemem() })];
   }

@@ -1,4 +1,4 @@
-export { discoverTiers, parseNodeMeminfo, cpulistHasCpus, DiscoverOptionsSchema, FileTierOptionsSchema, type DiscoverOptions } from "./discover.js";
+export { discoverTiers, parseNodeMeminfo, withUnclaimedMemory, cpulistHasCpus, DiscoverOptionsSchema, FileTierOptionsSchema, type DiscoverOptions } from "./discover.js";
 export { compareTierSpeed, fastestFirst } from "./speed.js";
 export { placeKv, placeSemantic, placeInterleave, placeLocal, placeDramOnly } from "./placement.js";
 export { planCapacity, CapacityPlanInputSchema, type CapacityPlanInput, type CapacityPlan, type TierPlan } from "./plan.js";

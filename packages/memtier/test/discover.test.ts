@@ -3,7 +3,7 @@ import { totalmem, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { HybridgenError } from "@hybridgen/core";
-import { cpulistHasCpus, discoverTiers, parseNodeMeminfo } from "../src/index.js";
+import { cpulistHasCpus, discoverTiers, parseNodeMeminfo, withUnclaimedMemory } from "../src/index.js";
 import { fakeSys } from "./fake-sys.js";
 
 const GiB = 2 ** 30;
@@ -77,5 +77,20 @@ describe("sysfs parsers", () => {
     expect(m.get("MemFree")).toBe(102400);
     expect(cpulistHasCpus("0-3,8\n")).toBe(true);
     expect(cpulistHasCpus("\n")).toBe(false);
+  });
+});
+
+describe("withUnclaimedMemory", () => {
+  const node = (id: string, kind: "dram" | "cxl", cap: number, free: number) => ({ id, kind, capacityBytes: cap, freeBytes: free });
+  it("one DRAM node that counts far less than the OS takes the OS's figures", () => {
+    expect(withUnclaimedMemory([node("node0", "dram", 11 * GiB, 9 * GiB)], 125 * GiB, 120 * GiB)).toEqual([node("node0", "dram", 125 * GiB, 120 * GiB)]);
+  });
+  it("a node that counts what the OS does, several nodes, or a CXL-only view stay as they are", () => {
+    const one = [node("node0", "dram", 120 * GiB, 100 * GiB)];
+    expect(withUnclaimedMemory(one, 125 * GiB, 110 * GiB)).toBe(one);
+    const two = [node("node0", "dram", 11 * GiB, 9 * GiB), node("node1", "cxl", 11 * GiB, 9 * GiB)];
+    expect(withUnclaimedMemory(two, 125 * GiB, 110 * GiB)).toBe(two);
+    const cxl = [node("node1", "cxl", 11 * GiB, 9 * GiB)];
+    expect(withUnclaimedMemory(cxl, 125 * GiB, 110 * GiB)).toBe(cxl);
   });
 });
