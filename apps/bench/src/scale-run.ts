@@ -35,6 +35,8 @@ const kvDisk = arg("kv-disk", "");
 const hostBudgetArg = arg("host-kv-budget", "");
 const threads = Number(arg("threads", String(Math.max(1, cpus().length - 1))));
 const config = arg("config", "post-verified");
+/** Tokens a prefill block appends at once (the window keeps that many slots past its budget). */
+const PREFILL_BLOCK = 32768;
 const synthetic = process.argv.includes("--synthetic-kv");
 const WARM = 4;
 /** "tiny": a 4-layer Llama for a dry run of the script on the CPU backend. */
@@ -126,7 +128,7 @@ for (const context of contexts) {
   const freeBytes = backend.memory?.().freeBytes;
   const plan = planRun({
     model: { layers: files.shape.layers, kvHeads: files.shape.kvHeads, headDim: files.shape.headDim, weightsBytes },
-    kvElementBytes: 2, contextTokens: maxContext, k: K, policy, prefill: !synthetic, hostBudgetBytes: hostBudget, tiers: baseTiers,
+    kvElementBytes: 2, contextTokens: maxContext, k: K, policy, prefill: !synthetic, appendTokens: PREFILL_BLOCK, hostBudgetBytes: hostBudget, tiers: baseTiers,
     gpuKvBudget: windowArg === "auto" ? "auto" : Number(windowArg),
     gpu: freeBytes === undefined ? undefined : { freeBytes, readBandwidthGBs: copyBw ? copyBw / 1e9 : undefined, linkBandwidthGBs: link ? link.h2d / 1e9 : undefined },
   });
@@ -138,7 +140,7 @@ for (const context of contexts) {
     continue;
   }
   const t0 = performance.now();
-  using model = loadModel(files, backend, { maxContext, prefillBlock: 32768, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
+  using model = loadModel(files, backend, { maxContext, prefillBlock: PREFILL_BLOCK, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
   const cache = model.cache;
   const regionBytes = cache.kvHeads * cache.storeCapacity * cache.headDim * 2;
   const layout = layoutStore({ tiers: baseTiers, placement: placeKv(policy, baseTiers), layers: cache.layers, regionBytes, hostBudgetBytes: hostBudget });

@@ -56,6 +56,8 @@ export const RunPlanInputSchema = z.object({
   pageBytes: z.number().int().positive().default(4096),
   /** The prompt is prefilled over offloaded rows (its K/V scratch is reserved); false: decode only (a synthetic KV fill). */
   prefill: z.boolean().default(true),
+  /** The most tokens appended at once (the prefill block): the window's ring keeps that many slots past the budget. */
+  appendTokens: z.number().int().nonnegative().default(512),
 });
 export type RunPlanInput = z.input<typeof RunPlanInputSchema>;
 
@@ -106,12 +108,15 @@ export function planRun(input: RunPlanInput): RunPlan {
   let window: number;
   if (o.gpu) {
     // A prompt prefilled in blocks over offloaded rows brings one layer up at a time into two K/V scratch pairs of the whole context.
-    const scratch = o.prefill ? 4 * ctx * o.model.kvHeads * o.model.headDim * o.kvElementBytes : 0;
-    const reserve = o.gpu.reserveBytes + scratch;
-    const fit = gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: reserve, bytesPerToken: total, batch: B });
+    const row = o.model.kvHeads * o.model.headDim * o.kvElementBytes; // one token's K (or V) of one layer
+    const scratch = o.prefill ? 4 * ctx * row : 0;
+    // The hybrid step's device staging: two slots of gathered V and K rows, each sized for the whole store.
+    const staging = 4 * ctx * row * B;
+    const reserve = o.gpu.reserveBytes + scratch + staging;
+    const fit = Math.max(0, gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: reserve, bytesPerToken: total, batch: B }) - o.appendTokens);
     window = o.gpuKvBudget === "auto" ? Math.min(fit, ctx) : Math.min(o.gpuKvBudget, ctx);
     if (o.model.weightsBytes + reserve > o.gpu.freeBytes) {
-      refusal = `the weights (${formatBytes(o.model.weightsBytes)}) and the reserve (${formatBytes(reserve)}, prefill scratch included) exceed the GPU's free ${formatBytes(o.gpu.freeBytes)}`;
+      refusal = `the weights (${formatBytes(o.model.weightsBytes)}) and the reserve (${formatBytes(reserve)}, prefill scratch and staging included) exceed the GPU's free ${formatBytes(o.gpu.freeBytes)}`;
     } else if (window > fit) {
       refusal = `a GPU window of ${window} tokens × batch ${B} needs ${formatBytes(window * B * total)}, but ${formatBytes(fit * B * total)} (${fit} tokens) is free after the weights and the reserve`;
     } else if (window < 1) {
