@@ -101,12 +101,35 @@ export class KvCache implements Disposable {
   readonly storeCapacity: number;
   readonly windowK: readonly Tensor[];
   readonly windowV: readonly Tensor[];
-  /** The device store; empty when storeCapacity is 0 or the store is in host memory. */
+  /** The device store (made on first use); empty when storeCapacity is 0 or the store is in host memory. */
   get storeK(): readonly Tensor[] {
-    return this._storeK;
+    return this.deviceStore().k;
   }
   get storeV(): readonly Tensor[] {
-    return this._storeV;
+    return this.deviceStore().v;
+  }
+
+  /**
+   * The store on the cache's backend, allocated when first needed: a store that attachHostStore
+   * or placeStore puts elsewhere never takes device memory (at 1.5M tokens it would not fit).
+   */
+  private deviceStore(): { k: Tensor[]; v: Tensor[] } {
+    if (this._storeK.length === 0 && this.storeCapacity > 0 && !this.host && !this.closed) {
+      const shape = [this.kvHeads, this.storeCapacity, this.headDim];
+      const k: Tensor[] = [], v: Tensor[] = [];
+      try {
+        for (let l = 0; l < this.layers; l++) {
+          k.push(this.backend.alloc(shape, this.dtype));
+          v.push(this.backend.alloc(shape, this.dtype));
+        }
+      } catch (e) {
+        for (const t of [...k, ...v]) this.backend.free(t);
+        throw e;
+      }
+      this._storeK = k;
+      this._storeV = v;
+    }
+    return { k: this._storeK, v: this._storeV };
   }
 
   /**
@@ -174,24 +197,20 @@ export class KvCache implements Disposable {
     this.gatherIds = new Int32Array(this.kvHeads * this.maxAppend);
 
     const alloc = (cap: number) => backend.alloc([this.kvHeads, cap, this.headDim], this.dtype);
-    const wk: Tensor[] = [], wv: Tensor[] = [], sk: Tensor[] = [], sv: Tensor[] = [];
+    const wk: Tensor[] = [], wv: Tensor[] = [];
     try {
       for (let l = 0; l < this.layers; l++) {
         wk.push(alloc(this.windowCapacity));
         wv.push(alloc(this.windowCapacity));
-        if (this.storeCapacity > 0) {
-          sk.push(alloc(this.storeCapacity));
-          sv.push(alloc(this.storeCapacity));
-        }
       }
     } catch (e) {
-      for (const t of [...wk, ...wv, ...sk, ...sv]) backend.free(t);
+      for (const t of [...wk, ...wv]) backend.free(t);
       throw e;
     }
     this.windowK = wk;
     this.windowV = wv;
-    this._storeK = sk;
-    this._storeV = sv;
+    this._storeK = [];
+    this._storeV = [];
   }
 
   /**
@@ -413,12 +432,12 @@ export class KvCache implements Disposable {
   /** K tensor of span s for `layer` (a store span in host memory: after loadStore(layer)). */
   spanK(s: number, layer: number): Tensor {
     if (this.spanRegion[s] !== STORE) return this.windowK[layer];
-    return this.host ? this.loaded(layer).k : this._storeK[layer];
+    return this.host ? this.loaded(layer).k : this.storeK[layer]!;
   }
   /** V tensor of span s for `layer`. */
   spanV(s: number, layer: number): Tensor {
     if (this.spanRegion[s] !== STORE) return this.windowV[layer];
-    return this.host ? this.loaded(layer).v : this._storeV[layer];
+    return this.host ? this.loaded(layer).v : this.storeV[layer]!;
   }
 
   private loaded(layer: number): { k: Tensor; v: Tensor } {
@@ -513,7 +532,7 @@ export class KvCache implements Disposable {
       this.copyToHost(dst, count, S + head, first);
     } else {
       for (let l = 0; l < this.layers; l++) {
-        for (const [win, store] of [[this.windowK[l], this._storeK[l]], [this.windowV[l], this._storeV[l]]] as const) {
+        for (const [win, store] of [[this.windowK[l], this.storeK[l]!], [this.windowV[l], this.storeV[l]!]] as const) {
           for (let g = 0; g < this.kvHeads; g++) {
             be.copyRows(store, g * scap + dst, win, g * wcap + S + head, first);
             if (first < count) be.copyRows(store, g * scap + dst + first, win, g * wcap + S, count - first);

@@ -128,7 +128,7 @@ describe("hybrid attention staged through host memory (the device-backend path)"
     }
   });
 
-  it("the host store frees the device store: device tensors drop by 2 per layer", () => {
+  it("a host store never takes device memory; a device store is made on first use, 2 tensors a layer", () => {
     const { files } = tinyModel({ seed: testSeed(350), maxPositions: 64, layers: 3 });
     const be = new ReferenceBackend(), book = new AddressBook(), host = new HostReference(book), link = new LoopbackLink(be, host, book);
     const opts = { maxContext: 32, gpuKvBudget: 6, prefillBlock: 4 };
@@ -137,7 +137,11 @@ describe("hybrid attention staged through host memory (the device-backend path)"
     using model = LlamaModel.load(files, be, opts);
     const loaded = be.liveTensors() - before;
     model.cache.attachHostStore(host, link);
-    expect(be.liveTensors() - before).toBe(loaded - 2 * 3);
+    expect(be.liveTensors() - before).toBe(loaded); // nothing to free: the store was never on the device
+    expect(model.cache.storeK.length).toBe(0);
+    const plainBefore = be.liveTensors();
+    expect(plain.cache.storeK.length).toBe(3);
+    expect(be.liveTensors() - plainBefore).toBe(2 * 3);
     expect(model.cache.storeInHost).toBe(true);
     expect(plain.cache.storeInHost).toBe(false);
     expect(model.cache.storeBytes).toBe(2 * 3 * model.cache.kvHeads * model.cache.storeCapacity * model.cache.headDim * 4);
