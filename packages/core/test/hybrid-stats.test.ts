@@ -26,4 +26,14 @@ describe("HybridStats' per-step trace", () => {
     expect(s.trace[0]!.step).toBe(10);
     expect(s.timingSwitches).toBe(8); // four pre steps, each in and out
   });
+
+  it("the CPU stage's split names a compressed scoring form; full rows say nothing", () => {
+    const s = new HybridStats();
+    s.record(step(0, 8, "post"), 1);
+    s.layerSteps = 4;
+    s.cpuScoreMs = 4;
+    expect(s.splitSummary()).toBe("; CPU stage split per layer: score 1.000 ms, top-K 0.000 ms, gather 0.000 ms, hand-offs 0.000 ms");
+    s.scoring = "int8, 2·K rescored";
+    expect(s.splitSummary()).toBe("; CPU stage split per layer: score 1.000 ms, top-K 0.000 ms, gather 0.000 ms, hand-offs 0.000 ms (scoring int8, 2·K rescored)");
+  });
 });

@@ -80,6 +80,8 @@ describe("createHybridAttention on the CPU backend", () => {
       expect(hybridPlan(ha)).toMatchObject({ scoring, rescoreFactor: 64 });
       const got = decode(model, want.tokens);
       for (let i = 0; i < got.logits.length; i++) expect(Array.from(got.logits[i]!), `${scoring} forward ${i}`).toEqual(Array.from(want.logits[i]!));
+      // The stats line names the scoring form with the CPU stage's split.
+      expect(ha.stats.summary()).toContain(`(scoring ${scoring}, 64·K rescored)`);
     }
   });
 

@@ -98,6 +98,10 @@ export interface CpuStage extends Disposable {
   offloadedKeys?(k: Tensor): OffloadedKeys;
   /** Selector primitives the stage runs natively; absent: the engine hands referencePrimitives. */
   readonly primitives?: SelectorPrimitives;
+  /** How top-K jobs score the offloaded keys: "full" rows, or a compressed copy ("int8", "int4") first. */
+  readonly scoring?: string;
+  /** With compressed scoring: the candidates per selected token rescored from the full rows. */
+  readonly rescoreFactor?: number;
   close(): void;
 }
 

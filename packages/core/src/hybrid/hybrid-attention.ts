@@ -138,6 +138,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const { heads, kvHeads, headDim } = attention.layout;
     this.layout = headLayout(heads, kvHeads, headDim);
     stage.prepare({ heads, kvHeads, headDim, storeCapacity: cache.storeCapacity, dtype: cache.dtype, stageKeys: this.rescore.includes(true) });
+    if (stage.scoring && stage.scoring !== "full") this.stats.scoring = `${stage.scoring}, ${stage.rescoreFactor ?? 1}·K rescored`;
     this.negInf = new Float32Array(cache.storeCapacity).fill(-Infinity);
     this.positions = new Int32Array(cache.storeCapacity);
     for (let i = 0; i < this.positions.length; i++) this.positions[i] = cache.storeStart + i;

@@ -34,6 +34,8 @@ export class HybridStats {
   cpuJsMs = 0;
   /** Σ of the CPU stage's phases (native stages with lastSplit): scoring, top-K, V gather, and
    * the thread hand-offs (submit → start, end → wait returns), which are not in cpuStageMs. */
+  /** The CPU stage's scoring when not the full rows, e.g. "int8, 2·K rescored" (the stats line names it). */
+  scoring = "";
   cpuScoreMs = 0;
   cpuSelectMs = 0;
   cpuGatherMs = 0;
@@ -121,6 +123,6 @@ export class HybridStats {
     if (!this.layerSteps || this.cpuScoreMs + this.cpuSelectMs + this.cpuGatherMs + this.handoffMs === 0) return "";
     const per = (ms: number) => (ms / this.layerSteps).toFixed(3);
     return `; CPU stage split per layer: score ${per(this.cpuScoreMs)} ms, top-K ${per(this.cpuSelectMs)} ms, ` +
-      `gather ${per(this.cpuGatherMs)} ms, hand-offs ${per(this.handoffMs)} ms`;
+      `gather ${per(this.cpuGatherMs)} ms, hand-offs ${per(this.handoffMs)} ms` + (this.scoring ? ` (scoring ${this.scoring})` : "");
   }
 }
