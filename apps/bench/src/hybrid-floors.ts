@@ -6,6 +6,7 @@
  * over the pinned copy rate. The three sides overlap in the ideal pipeline, so the step's floor
  * is the largest of them.
  */
+import { llamaBf16Sizes } from "./models.js";
 
 export interface ModelBytes {
   layers: number;
@@ -18,13 +19,10 @@ export interface ModelBytes {
   kvElem: number;
 }
 
-/** A Llama-layout config.json's step bytes with bf16 weights and KV (one lm_head read, no embedding table). */
+/** A Llama-layout config.json's step bytes with bf16 weights and KV (models.ts's sizes). */
 export function llamaModelBytes(json: Record<string, unknown>): ModelBytes {
-  const hidden = json.hidden_size as number, layers = json.num_hidden_layers as number, heads = json.num_attention_heads as number;
-  const kvHeads = (json.num_key_value_heads as number | undefined) ?? heads, inter = json.intermediate_size as number;
-  const headDim = (json.head_dim as number | undefined) ?? hidden / heads;
-  const perLayer = hidden * (heads + 2 * kvHeads) * headDim + heads * headDim * hidden + 3 * hidden * inter;
-  return { layers, heads, kvHeads, headDim, weightBytes: 2 * (layers * perLayer + (json.vocab_size as number) * hidden), kvElem: 2 };
+  const { layers, heads, kvHeads, hd, weightBytes } = llamaBf16Sizes(json);
+  return { layers, heads, kvHeads, headDim: hd, weightBytes, kvElem: 2 };
 }
 
 export type FloorSelector = "topk" | "streaming" | "quest" | "infinigen" | "all";
