@@ -11,6 +11,9 @@ import fc from "fast-check";
 import { afterAll, describe, expect, it } from "vitest";
 import { parsePromptsJsonl, readPromptsJsonl } from "../src/read-prompts-jsonl.js";
 
+// One seed per run of the suite, so CI is repeatable; HYBRIDGEN_FUZZ_SEED explores others.
+fc.configureGlobal({ seed: Number(process.env.HYBRIDGEN_FUZZ_SEED ?? 20261203) });
+
 const dir = mkdtempSync(join(tmpdir(), "hybridgen-fuzz-jsonl-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 

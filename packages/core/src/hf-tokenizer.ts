@@ -79,6 +79,7 @@ export class HfTokenizer implements Tokenizer {
     let maxId = -1;
     for (const id of this.tok.get_vocab(true).values()) if (id > maxId) maxId = id;
     this.vocabSize = maxId + 1;
+    if (this.vocabSize === 0) fail(`${src}: the vocabulary is empty`);
     this.byteLevel = hasPart(tokenizerJson.decoder, "ByteLevel") ? byteLevelDecodeTable() : null;
 
     const specials: Record<string, string> = {};
@@ -90,6 +91,9 @@ export class HfTokenizer implements Tokenizer {
     this.bosId = this.findBos(cfg, src);
     const eosText = specials.eos_token;
     this.eosId = options.eosId !== undefined ? options.eosId : eosText !== undefined ? (this.tok.token_to_id(eosText) ?? null) : null;
+    for (const [name, id] of [["BOS", this.bosId], ["EOS", this.eosId]] as const) {
+      if (id !== null && !(Number.isInteger(id) && id >= 0 && id < this.vocabSize)) fail(`${src}: the ${name} id ${id} is outside the vocabulary of ${this.vocabSize}`);
+    }
   }
 
   /** Runs the library; what it throws on a malformed tokenizer.json becomes one line naming the file. */
@@ -103,7 +107,8 @@ export class HfTokenizer implements Tokenizer {
 
   encode(text: string, options: { addBos?: boolean } = {}): number[] {
     const ids = this.lib("encode text", () => this.tok.encode(text, { add_special_tokens: false }).ids);
-    if (!ids.every((id) => Number.isInteger(id) && id >= 0)) fail(`${this.src}: the tokenizer produced an invalid id (vocab entries must be non-negative integers)`);
+    const bad = ids.findIndex((id) => !(Number.isInteger(id) && id >= 0 && id < this.vocabSize));
+    if (bad >= 0) fail(`${this.src}: the tokenizer produced id ${String(ids[bad])}, outside its vocabulary of ${this.vocabSize} (vocab entries must be non-negative integers)`);
     if ((options.addBos ?? true) && this.bosId !== null) ids.unshift(this.bosId);
     return ids;
   }

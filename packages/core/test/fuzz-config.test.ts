@@ -13,6 +13,9 @@ import { readJsonFile } from "../src/json-file.js";
 import { PRESET_NAMES, presetConfig } from "../src/presets.js";
 import { keyPaths, loadsOrOneLineError, withValueAt } from "./fuzz-helpers.js";
 
+// One seed per run of the suite, so CI is repeatable; HYBRIDGEN_FUZZ_SEED explores others.
+fc.configureGlobal({ seed: Number(process.env.HYBRIDGEN_FUZZ_SEED ?? 20261203) });
+
 const STORIES15M = {
   architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 288, intermediate_size: 768, num_hidden_layers: 6,
   num_attention_heads: 6, num_key_value_heads: 6, head_dim: 48, hidden_act: "silu", vocab_size: 32000, max_position_embeddings: 256,

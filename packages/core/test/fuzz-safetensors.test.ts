@@ -12,6 +12,9 @@ import { afterAll, describe, expect, it } from "vitest";
 import { openSafetensors, writeSafetensors, type SafetensorsTensor } from "../src/safetensors.js";
 import { keyPaths, loadsOrOneLineError, withValueAt } from "./fuzz-helpers.js";
 
+// One seed per run of the suite, so CI is repeatable; HYBRIDGEN_FUZZ_SEED explores others.
+fc.configureGlobal({ seed: Number(process.env.HYBRIDGEN_FUZZ_SEED ?? 20261203) });
+
 const dir = mkdtempSync(join(tmpdir(), "hybridgen-fuzz-st-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 let serial = 0;
