@@ -167,16 +167,18 @@ describe("TieredStore: the disk tier", () => {
     const store = new TieredStore({ regionBytes: ${REGION}, pageBytes: ${PAGE}, k: [[{ offset: 0, bytes: ${REGION}, mode: "file", tier: "f", nodes: [], dir: ${JSON.stringify(dir)} }]], v: [] });
     store.alloc(be, "k", 0, [${heads}, ${cap}, ${headDim}], "f32");
     console.log("ready");
-    ${end === "exit" ? "process.exit(0);" : "setInterval(() => {}, 1000);"}
+    // "exit": leave once the parent has looked (it writes a line), so it never races the exit hook.
+    ${end === "exit" ? 'process.stdin.once("data", () => process.exit(0));' : "setInterval(() => {}, 1000);"}
   `;
   const runChild = (dir: string, end: "exit" | "wait") =>
     new Promise<{ code: number | null; signal: string | null; sawFile: boolean }>((resolve) => {
-      const p = spawn(process.execPath, ["-e", child(dir, end)], { stdio: ["ignore", "pipe", "inherit"] });
+      const p = spawn(process.execPath, ["-e", child(dir, end)], { stdio: ["pipe", "pipe", "inherit"] });
       let sawFile = false;
       p.stdout.on("data", (d: Buffer) => {
         if (!d.toString().includes("ready")) return;
         sawFile = readdirSync(dir).length === 1;
         if (end === "wait") p.kill("SIGINT");
+        else p.stdin.write("go\n");
       });
       p.on("exit", (code, signal) => resolve({ code, signal, sawFile }));
     });
