@@ -360,8 +360,7 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
         atomic_init(&r.failed, 0);
         int32_t *ids = (int32_t *)(intptr_t)j->ids, *counts = (int32_t *)(intptr_t)j->counts;
         /* A list per thread whenever there are several: a list split over the pool pays the pool's
-         * hand-offs in every phase, more than the list's own work (16-core host, 8 lists of 28.7K:
-         * 0.61 ms split against 0.25 side by side). A single (shared) list is split. */
+         * hand-offs in every phase, more than the list's own work. A single (shared) list is split. */
         if (r.lists > 1)
             hg_pool_run(s->ctx->pool, topk_task, &r, r.lists);
         else

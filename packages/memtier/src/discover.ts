@@ -109,9 +109,9 @@ function fileTier(o: z.output<typeof FileTierOptionsSchema>): MemoryTier {
 }
 
 /**
- * A single DRAM node whose meminfo counts less than the OS does (seen on a GPU VM: node0 11.2 GiB
- * of a 125 GiB machine, the rest added after boot) holds the OS's figures: the memory no node
- * claims is still this machine's RAM. With several nodes the split is unknown: unchanged.
+ * A single DRAM node whose meminfo counts less than the OS does (a VM whose memory was added after
+ * boot) holds the OS's figures: the memory no node claims is still this machine's RAM. With
+ * several nodes the split is unknown: unchanged.
  */
 export function withUnclaimedMemory(tiers: MemoryTier[], osTotal: number, osFree: number): MemoryTier[] {
   const only = tiers.length === 1 ? tiers[0]! : undefined;

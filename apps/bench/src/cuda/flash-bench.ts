@@ -4,7 +4,7 @@
  *     64/128, bf16/f16, rows not a multiple of the block, firstPos > 0, ring start > 0, GQA 1/4/8);
  *  2. TFLOP/s at 2K/8K/32K tokens on Llama-3.1-8B's attention (32 heads, 8 KV heads, head dim 128,
  *     bf16 cache), causal flop = 2·2·n²/2·hd·heads; each variant's 32K output against v2-64's (the
- *     baseline since the second pass's v1 kernel is gone: DEVICE-NOTES.md, sixth pass);
+ *     oldest kernel still built, so the baseline);
  *  3. the 32K prefill as the model runs it (blocks of 8192 rows, firstPos 0/8K/16K/24K) and the
  *     cuBLAS GEMMs of one 8192-row block, to split the whole-model prefill time.
  * Prints markdown tables, writes the fastest variant's name to --best-out (for bench.ts via
