@@ -1,22 +1,10 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { ByteTokenizer, DummyWeightSource, describeModel, loadModel, tensorSpecsOf, type ModelFiles } from "@hybridgen/core";
+import { loadModel } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { CONTEXT, PROMPT, STEPS, tinyFiles as tinyModelFiles } from "./tiny-model.js";
 import { ATTENTION_CONFIG_NAMES, attachAttentionConfig, attentionConfig } from "../src/index.js";
 
-// A tiny Llama (GQA: 4 heads over 2 KV heads), random f32 weights: 3 layers, 96-token context.
-const CONFIG = {
-  architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 64, intermediate_size: 128, num_hidden_layers: 3,
-  num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 256, max_position_embeddings: 96, rms_norm_eps: 1e-5,
-  rope_theta: 10000, tie_word_embeddings: false, bos_token_id: 1, eos_token_id: 2,
-};
-const CONTEXT = 96, PROMPT = 40, STEPS = 12;
-
-function tinyFiles(): ModelFiles {
-  const { config, shape } = describeModel(CONFIG, "tiny config.json");
-  const weights = new DummyWeightSource(tensorSpecsOf(config, shape), { dtype: "f32", seed: 9 });
-  const close = (): void => {};
-  return { dir: "tiny", config, shape, weights, tokenizer: new ByteTokenizer(shape.vocabSize), chatTemplate: null, close, [Symbol.dispose]: close };
-}
+const tinyFiles = () => tinyModelFiles(9);
 
 const backend = createCpuBackend({ threads: 1 });
 afterAll(() => backend.close());

@@ -6,25 +6,13 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
 import {
-  ByteTokenizer, DummyWeightSource, describeModel, loadModel, referencePrimitives, tensorSpecsOf, type ModelFiles, type SelectorPrimitives,
+  loadModel, referencePrimitives, type SelectorPrimitives,
 } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { CONTEXT, PROMPT, STEPS, TINY_CONFIG, tinyFiles as tinyModelFiles } from "./tiny-model.js";
 import { createHybridAttention, hybridPlan } from "../src/index.js";
 
-// A tiny Llama (GQA: 4 heads over 2 KV heads), random f32 weights: 3 layers, 96-token context.
-const CONFIG = {
-  architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 64, intermediate_size: 128, num_hidden_layers: 3,
-  num_attention_heads: 4, num_key_value_heads: 2, vocab_size: 256, max_position_embeddings: 96, rms_norm_eps: 1e-5,
-  rope_theta: 10000, tie_word_embeddings: false, bos_token_id: 1, eos_token_id: 2,
-};
-const CONTEXT = 96, PROMPT = 40, STEPS = 12;
-
-function tinyFiles(): ModelFiles {
-  const { config, shape } = describeModel(CONFIG, "tiny config.json");
-  const weights = new DummyWeightSource(tensorSpecsOf(config, shape), { dtype: "f32", seed: 5 });
-  const close = (): void => {};
-  return { dir: "tiny", config, shape, weights, tokenizer: new ByteTokenizer(shape.vocabSize), chatTemplate: null, close, [Symbol.dispose]: close };
-}
+const tinyFiles = () => tinyModelFiles(5);
 
 const backend = createCpuBackend({ threads: 1 });
 const here = dirname(fileURLToPath(import.meta.url));
@@ -96,7 +84,7 @@ describe("plugins through createHybridAttention", () => {
     const mod = (await import(join(tmp, "clean.ts"))) as { seen: SelectorPrimitives[] };
     mod.seen.length = 0;
     await run(join(tmp, "clean.ts"));
-    expect(mod.seen.length).toBe(STEPS * CONFIG.num_hidden_layers);
+    expect(mod.seen.length).toBe(STEPS * TINY_CONFIG.num_hidden_layers);
     const P = mod.seen[0]!;
     for (const name of ["topK", "summarizePages", "pageBounds", "keyScores", "gatherChannels"] as const) {
       expect(P[name], name).not.toBe(referencePrimitives[name]);
