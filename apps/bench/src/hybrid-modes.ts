@@ -22,11 +22,12 @@
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { cpus } from "node:os";
-import { HybridOptionsSchema, loadModel, presetConfig, type Backend, type CausalLM, type HybridStepRecord } from "@hybridgen/core";
+import { HybridOptionsSchema, loadModel, presetConfig, type Backend, type HybridStepRecord } from "@hybridgen/core";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { timingTraceFromRuns, type RecordedRun } from "@hybridgen/scheduler";
 import { arg, list } from "./args.js";
+import { greedyWalls, mean } from "./greedy-walls.js";
 import { dummyFiles } from "./dummy-files.js";
 import { fullFloorMs, llamaModelBytes, stepBytes, stepFloor, type Bandwidths, type FloorSelector } from "./hybrid-floors.js";
 
@@ -111,20 +112,6 @@ async function openBackend(): Promise<Backend> {
   return createCudaBackend();
 }
 
-/** Greedy decode of `steps` tokens from position `first`; wall ms of each step (step + pick). */
-function decode(model: CausalLM, first: number): number[] {
-  const walls: number[] = [];
-  let tok = model.argmaxLogits();
-  for (let s = 0; s < steps; s++) {
-    const t0 = performance.now();
-    model.step(Int32Array.of(tok), first + s);
-    tok = model.argmaxLogits();
-    walls.push(performance.now() - t0);
-  }
-  return walls;
-}
-
-const mean = (xs: readonly number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
 
 /** First step from which the timing never changes and K stays within ±10% of its last value. */
 function settleStep(trace: readonly HybridStepRecord[]): number {
@@ -175,7 +162,7 @@ for (const context of contexts) {
     using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
     using model = loadModel(files, backend, { maxContext, prefillBlock, kvDtype: "bf16" });
     model.step(prompt, 0);
-    const walls = decode(model, context);
+    const walls = greedyWalls(model, context, steps);
     fullMs = mean(walls.slice(WARM));
     const floor = fullFloorMs(modelBytes, context, bw.hbm);
     results.push({ context, config: "full", ms: fullMs, floorMs: floor });
@@ -196,7 +183,7 @@ for (const context of contexts) {
     using ha = await createHybridAttention(model, backend, { cpuStageThreads: threads, ...HYBRID[name] });
     try {
       const g0 = graphStats();
-      const walls = decode(model, context);
+      const walls = greedyWalls(model, context, steps);
       const g1 = graphStats();
       const trace = ha.stats.trace.slice();
       const tail = trace.slice(WARM);

@@ -16,11 +16,12 @@
  * would not fit anywhere).
  */
 import { cpus } from "node:os";
-import { loadModel, modelInfo, presetConfig, type Backend, type CausalLM, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
+import { loadModel, modelInfo, presetConfig, type Backend, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
 import { createCpuBackend, createNativeRandomFill, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun } from "@hybridgen/memtier";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "./args.js";
+import { greedyWalls, mean } from "./greedy-walls.js";
 import { dummyFiles } from "./dummy-files.js";
 
 const backendName = arg("backend", "cuda");
@@ -59,7 +60,6 @@ const size = (s: string) => {
   return Math.floor(Number(m[1]) * 1024 ** " KMGT".indexOf((m[2] || " ").toUpperCase()));
 };
 const hostBudget = hostBudgetArg ? size(hostBudgetArg) : undefined;
-const mean = (xs: readonly number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
 
 async function openBackend(): Promise<Backend & { memory?: () => { freeBytes: number } }> {
   if (backendName === "cpu") return createCpuBackend({});
@@ -91,18 +91,6 @@ function fillSynthetic(cache: KvCache, length: number): void {
     cache.evict();
   }
   cache.syncHostStore();
-}
-
-function decode(model: CausalLM, first: number): number[] {
-  const walls: number[] = [];
-  let tok = model.argmaxLogits();
-  for (let s = 0; s < steps; s++) {
-    const t0 = performance.now();
-    model.step(Int32Array.of(tok), first + s);
-    tok = model.argmaxLogits();
-    walls.push(performance.now() - t0);
-  }
-  return walls;
 }
 
 using backend = await openBackend();
@@ -159,7 +147,7 @@ for (const context of contexts) {
     console.log(`  prefilled ${context} tokens in ${((performance.now() - t1) / 1e3).toFixed(1)} s (${cache.storeCount} offloaded)`);
   }
   const first = synthetic ? context + 1 : context;
-  const walls = decode(model, first);
+  const walls = greedyWalls(model, first, steps);
   const checks = store.verify(16);
   const trace: readonly HybridStepRecord[] = ha.stats.trace.slice(WARM);
   const ms = mean(walls.slice(WARM));
