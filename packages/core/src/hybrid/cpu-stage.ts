@@ -54,6 +54,10 @@ export interface CpuStageJob {
   /** Stage the selected tokens' K rows beside their V rows (needs a shape with stageKeys), so the
    * device can score them with the true query ("verified" logits). */
   readonly keys?: boolean;
+  /** The device reads the selected V (and K) rows from the store itself (pinned host memory mapped
+   * into its address space): the stage may skip copying rows into `values`/`keys` and writes only
+   * ids, counts and logits. A stage that copies them anyway stays correct. */
+  readonly deviceGather?: boolean;
   /** Changes whenever store rows below `offloaded` may have been rewritten (KvCache.rewinds): a
    * stage that keeps copies derived from the rows (compressed K) makes them again. */
   readonly storeEpoch?: number;
