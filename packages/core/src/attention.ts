@@ -42,14 +42,27 @@ export interface QueryProjector {
   projectQuery(layer: number, x: Tensor, pos: number, out: Tensor): void;
 }
 
+/**
+ * A batched decode step (batch-rows.ts), shared by the decode attentions of its rows: each
+ * sequence's runs between the others' on the same device, so nothing is recorded per sequence,
+ * and the device's event timeline (one per backend) is read once for the whole step.
+ */
+export interface DecodeBatchStep {
+  readonly rows: number;
+  /** T_gpu / T_tx of the step, read by the first row that ends it; the other rows take the same. */
+  times?: { readonly gpuMs: number; readonly txMs: number };
+}
+
 /** Takes over the attention of decode steps (one token); see hybrid/hybrid-attention.ts. */
 export interface DecodeAttention {
   /** A new sequence starts (position 0 is being appended): reset per-sequence state. */
   newSequence(): void;
-  /** Called once per decode step before layer 0, with the KV slot already appended. */
-  beginStep(pos: number): void;
+  /** Called once per decode step before layer 0, with the KV slot already appended; `batch` when the step is one row of a batched step. */
+  beginStep(pos: number, batch?: DecodeBatchStep): void;
   /** Layer l's input row is ready (residual stream before the layer's norm). */
   layerInput(layer: number, x: Tensor): void;
+  /** Batched steps call it for every row before any row's attend(), so every sequence's CPU work of the layer is under way before one is waited on. */
+  prepareAttend?(layer: number, q: Tensor): void;
   /** The new token's k, v are in the window; write the attention of q (row 0) to out row 0. */
   attend(layer: number, q: Tensor, out: Tensor): void;
   /** The step's layers are done (before eviction). */

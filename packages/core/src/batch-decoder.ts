@@ -9,7 +9,8 @@
  *
  * Every slot owns a KV cache (its own length and positions); slot 0 is the model's own
  * sequence, so with one slot everything runs exactly as a single-sequence decode. Logits of a
- * slot can be read until the next prefill or step.
+ * slot can be read until the next prefill or step. With a decode attention (hybrid attention)
+ * every slot needs its own: the model's setSequenceSetup gives one to each slot made here.
  */
 import type { SequenceState } from "./batch-rows.js";
 import { MAX_BATCH, type DecoderModel } from "./decoder-model.js";
@@ -35,12 +36,12 @@ export class BatchDecoder implements Disposable {
     readonly capacity: number,
   ) {
     if (!(Number.isInteger(capacity) && capacity >= 1 && capacity <= MAX_BATCH)) fail(`batch size ${capacity} out of range [1, ${MAX_BATCH}]`);
-    if (capacity > 1 && model.attention.decodeAttention) fail("batched decode does not support hybrid attention (use batch 1)");
     this.rowOfSlot = new Int32Array(capacity).fill(-1);
     model.reserveBatch(capacity);
     this.slots.push(model.ownSequence);
     try {
       for (let i = 1; i < capacity; i++) this.slots.push(model.createSequence());
+      this.checkDecodeAttention();
     } catch (e) {
       this.close();
       throw e;
@@ -109,6 +110,16 @@ export class BatchDecoder implements Disposable {
 
   [Symbol.dispose](): void {
     this.close();
+  }
+
+  /** A decode attention keeps per-sequence state: every slot has its own, or none has one. */
+  private checkDecodeAttention(): void {
+    const own = this.slots[0].attention.decodeAttention;
+    this.slots.forEach((s, i) => {
+      const d = s.attention.decodeAttention;
+      if (!d !== !own) fail(`batched decode: slot ${i} has ${d ? "a" : "no"} decode attention and slot 0 has ${own ? "one" : "none"} (attach hybrid attention to every sequence: @hybridgen/runtime's createBatchHybridAttention)`);
+      if (d && this.slots.findIndex((o) => o.attention.decodeAttention === d) !== i) fail(`batched decode: slot ${i} shares its decode attention with another slot (each sequence needs its own)`);
+    });
   }
 
   private row(slot: number): number {

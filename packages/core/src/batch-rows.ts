@@ -9,9 +9,13 @@
  * (a row of q seen as a one-row tensor, a row of k as [kvHeads, headDim]) are made once.
  * q and k share one allocation (q's capacity rows, then k's) so that RoPE of both is one call
  * over their heads (ropeQK).
+ *
+ * A sequence with a decode attention (hybrid attention, one per sequence) gets its hooks row by
+ * row: layerInput with its residual row (bindResidual), prepareAttend for every row before any
+ * row's attend, so all sequences' CPU stages of a layer run before the first is waited on.
  */
 import type { Backend, BatchAttnRow, Tensor } from "./backend.js";
-import type { Attention, AttentionLayout } from "./attention.js";
+import type { Attention, AttentionLayout, DecodeBatchStep } from "./attention.js";
 import { fail } from "./errors.js";
 import type { KvCache } from "./kv-cache.js";
 import type { WeightLoader } from "./weight-loader.js";
@@ -43,8 +47,12 @@ export class BatchRows {
   private readonly headPos: Int32Array;
   private readonly layout: AttentionLayout;
   private ropeRows = 0;
+  /** Rows of the architecture's residual stream (bindResidual), for the decode attentions' layerInput. */
+  private readonly xRow: Tensor[] = [];
+  /** The step the decode attentions share (rewritten every step). */
+  private readonly step: { rows: number; times?: DecodeBatchStep["times"] } = { rows: 0 };
 
-  constructor(private readonly backend: Backend, w: WeightLoader, layout: AttentionLayout, capacity: number) {
+  constructor(private readonly backend: Backend, private readonly w: WeightLoader, layout: AttentionLayout, capacity: number) {
     this.capacity = capacity;
     this.layout = layout;
     const qw = layout.heads * layout.headDim, kvw = layout.kvHeads * layout.headDim;
@@ -61,6 +69,22 @@ export class BatchRows {
       this.attRow.push(w.view(this.att, i * qw, [1, qw]));
       this.kRow.push(w.view(this.k, i * kvw, [layout.kvHeads, layout.headDim]));
       this.vRow.push(w.view(this.v, i * kvw, [layout.kvHeads, layout.headDim]));
+    }
+  }
+
+  /** The architecture's [capacity, width] residual rows, seen one by one by layerInput. */
+  bindResidual(x: Tensor, width: number): void {
+    this.xRow.length = 0;
+    for (let i = 0; i < this.capacity; i++) this.xRow.push(this.w.view(x, i * width, [1, width]));
+  }
+
+  /** Layer `layer`'s input is in the residual rows: each row's decode attention sees its own (bindResidual first). */
+  layerInput(layer: number, seqs: readonly SequenceState[], B: number): void {
+    for (let i = 0; i < B; i++) {
+      const d = seqs[i].attention.decodeAttention;
+      if (!d) continue;
+      if (this.xRow.length === 0) fail("batched decode: the architecture bound no residual rows for decode attention");
+      d.layerInput(layer, this.xRow[i]);
     }
   }
 
@@ -90,7 +114,8 @@ export class BatchRows {
    */
   attend(layer: number, seqs: readonly SequenceState[], positions: Int32Array, B: number): void {
     const be = this.backend;
-    if (be.attnDecodeBatch && this.batchable(seqs, positions, B)) {
+    const decode = hasDecodeAttention(seqs, B);
+    if (!decode && be.attnDecodeBatch && this.batchable(seqs, positions, B)) {
       // One backend call for all rows: each row's K/V append and its attention over its own cache.
       const t = this.table;
       t.length = B;
@@ -105,9 +130,15 @@ export class BatchRows {
       be.attnDecodeBatch(this.att, this.q, this.k, this.v, t, seqs[0].attention.scale);
       return;
     }
+    for (let i = 0; i < B; i++) seqs[i].cache.writeRows(layer, this.kRow[i], this.vRow[i], positions[i], 1);
+    if (decode) for (let i = 0; i < B; i++) seqs[i].attention.decodeAttention?.prepareAttend?.(layer, this.qRow[i]);
     for (let i = 0; i < B; i++) {
       const { cache: c, attention } = seqs[i], pos = positions[i];
-      c.writeRows(layer, this.kRow[i], this.vRow[i], pos, 1);
+      const d = attention.decodeAttention;
+      if (d) {
+        d.attend(layer, this.qRow[i], this.attRow[i]);
+        continue;
+      }
       // One contiguous span from position 0: the backend's decode kernel, as Attention.attend does.
       if (be.attnCausal && c.spanCount === 1 && c.spanPos[0] === 0 && c.spanLen[0] === pos + 1) {
         be.attnCausal(this.attRow[i], this.qRow[i], 1, c.spanK(0, layer), c.spanV(0, layer), c.spanSlot[0], pos, attention.scale);
@@ -132,8 +163,32 @@ export class BatchRows {
     return true;
   }
 
+  /** Every row's decode attention: beginStep with the step they share (a new sequence at position 0 is reset first). */
+  beginStep(seqs: readonly SequenceState[], positions: Int32Array, B: number): void {
+    const step = this.step;
+    step.rows = B;
+    step.times = undefined;
+    for (let i = 0; i < B; i++) {
+      const d = seqs[i].attention.decodeAttention;
+      if (!d) continue;
+      if (positions[i] === 0) d.newSequence();
+      d.beginStep(positions[i], step);
+    }
+  }
+
+  /** Every row's decode attention: the step's layers are done (before eviction). */
+  endStep(seqs: readonly SequenceState[], B: number): void {
+    for (let i = 0; i < B; i++) seqs[i].attention.decodeAttention?.endStep();
+  }
+
   /** Fails unless 1 ≤ B ≤ capacity. */
   checkRows(B: number): void {
     if (!(Number.isInteger(B) && B >= 1 && B <= this.capacity)) fail(`batched decode: ${B} rows, the batch holds 1..${this.capacity}`);
   }
+}
+
+/** Whether any of the first B rows has a decode attention (hybrid: the rows go one by one). */
+export function hasDecodeAttention(seqs: readonly SequenceState[], B: number = seqs.length): boolean {
+  for (let i = 0; i < B; i++) if (seqs[i].attention.decodeAttention) return true;
+  return false;
 }

@@ -16,7 +16,7 @@ import type { Backend, DType, Tensor } from "./backend.js";
 import { Attention, type QueryProjector } from "./attention.js";
 import type { ModelShape } from "./config.js";
 import { check, fail } from "./errors.js";
-import { BatchRows, type SequenceState } from "./batch-rows.js";
+import { BatchRows, hasDecodeAttention, type SequenceState } from "./batch-rows.js";
 import { KvCache, type KvCacheOptions } from "./kv-cache.js";
 import type { WeightSource } from "./model-files.js";
 import { WeightLoader } from "./weight-loader.js";
@@ -83,6 +83,9 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
   private bound: SequenceState;
   /** Sequences made by createSequence (closed with the model unless released first). */
   private readonly extra = new Set<SequenceState>();
+  /** setSequenceSetup's function, and what it returned per sequence (closed with the sequence). */
+  private setup: ((s: SequenceState) => Disposable) | null = null;
+  private readonly setups = new Map<SequenceState, Disposable>();
   /** Batched decode buffers (reserveBatch); the rows of the last batched step. */
   protected batch: BatchRows | null = null;
   private batchSeqs: SequenceState[] = [];
@@ -148,12 +151,29 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
     this.checkOpen();
     const s = this.newSequenceState();
     this.extra.add(s);
+    try {
+      if (this.setup) this.setups.set(s, this.setup(s));
+    } catch (e) {
+      this.releaseSequence(s);
+      throw e;
+    }
     return s;
+  }
+
+  /**
+   * Run `setup` on every sequence createSequence makes from now on (null: none), e.g. to attach
+   * a decode attention of its own to each sequence of a batch (@hybridgen/runtime's
+   * createBatchHybridAttention); what it returns is disposed when the sequence is released.
+   */
+  setSequenceSetup(setup: ((s: SequenceState) => Disposable) | null): void {
+    this.checkOpen();
+    this.setup = setup;
   }
 
   /** Free a sequence made by createSequence (its KV storage goes back to the backend). */
   releaseSequence(s: SequenceState): void {
     if (!this.extra.delete(s)) return;
+    this.disposeSetup(s);
     s.attention.close();
     s.cache.close();
   }
@@ -210,7 +230,6 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
       const s = seqs[i];
       this.checkSequence(s);
       for (let j = 0; j < i; j++) if (seqs[j] === s) fail(`stepBatch: sequence ${i} is also row ${j}`);
-      if (s.attention.decodeAttention) fail("batched decode does not support hybrid attention (use batch 1)");
       if (s.cache.length + 1 > this.maxContext) fail(`context overflow: row ${i} holds ${s.cache.length} tokens, the context is ${this.maxContext}`);
       if (!(ids[i] >= 0 && ids[i] < vocab)) fail(`stepBatch: token id ${ids[i]} of row ${i} out of range [0, ${vocab})`);
     }
@@ -219,12 +238,16 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
       this.batchSeqs.push(seqs[i]);
       this.batchPos[i] = seqs[i].cache.append(1);
     }
-    const be = this.backend;
+    const be = this.backend, positions = this.batchPos.subarray(0, B);
+    // Decode attentions (hybrid) talk to the host mid-step: only steps without them are recorded.
+    const decode = hasDecodeAttention(seqs);
     // One recorded step per batch size: a GPU backend replays the graph of the last step of this B.
-    const graphs = be.beginStep !== undefined && be.endStep !== undefined;
+    const graphs = !decode && be.beginStep !== undefined && be.endStep !== undefined;
     if (graphs) be.beginStep!((this.batchKeys[B] ??= this.batchKey + B));
     try {
-      this.runBatch(ids, this.batchPos.subarray(0, B), B);
+      if (decode) this.batch.beginStep(seqs, positions, B);
+      this.runBatch(ids, positions, B);
+      if (decode) this.batch.endStep(seqs, B);
     } finally {
       if (graphs) be.endStep!();
       for (let i = 0; i < B; i++) seqs[i].cache.evict();
@@ -295,6 +318,12 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
   /** Sequences of the running batched step, row by row (for runBatch's attention). */
   protected get batchSequences(): readonly SequenceState[] {
     return this.batchSeqs;
+  }
+
+  private disposeSetup(s: SequenceState): void {
+    const d = this.setups.get(s);
+    this.setups.delete(s);
+    d?.[Symbol.dispose]();
   }
 
   private checkSequence(s: SequenceState): void {
@@ -432,6 +461,7 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
     this.closed = true;
     this.w.close();
     for (const s of [this.own, ...this.extra]) {
+      this.disposeSetup(s);
       s.attention.close();
       s.cache.close();
     }

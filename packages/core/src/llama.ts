@@ -179,6 +179,7 @@ export class LlamaModel extends DecoderModel {
       logits: w.alloc([capacity, s.vocabSize]),
       split: { qkv: [r.q, r.k, r.v], gu: [gate, up], x: [x] },
     };
+    r.bindResidual(x, dim);
   }
 
   /** B sequences' next tokens as one block: every matmul has n = B rows; attention per row. */
@@ -191,6 +192,7 @@ export class LlamaModel extends DecoderModel {
     be.embedding(a.x, this.embed, ids);
     for (let l = 0; l < s.layers; l++) {
       const w = this.layers[l];
+      r.layerInput(l, seqs, B);
       be.rmsNorm(a.h, a.x, w.attnNorm, B, eps);
       if (!split || !be.matmulSplit!(split.qkv, a.h, w.wqkv, B, w.bqkv ?? undefined, false)) {
         be.matmul(r.q, a.h, w.wq, B, w.bq ?? undefined);

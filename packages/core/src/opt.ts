@@ -194,6 +194,7 @@ export class OptModel extends DecoderModel {
       logits: w.alloc([capacity, s.vocabSize]),
       posIds: new Int32Array(capacity),
     };
+    this.batch!.bindResidual(this.bact.x, dim);
   }
 
   /** B sequences' next tokens as one block: every matmul has n = B rows; attention per row. */
@@ -206,6 +207,7 @@ export class OptModel extends DecoderModel {
     be.add(a.x, a.x, a.h, B);
     for (let l = 0; l < s.layers; l++) {
       const L = this.layers[l];
+      r.layerInput(l, seqs, B);
       const src = this.preNorm(a.h, a.x, L.ln1w, L.ln1b, B);
       be.matmul(r.q, src, L.wq, B, L.bq);
       be.matmul(r.k, src, L.wk, B, L.bk);

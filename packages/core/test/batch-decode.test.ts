@@ -298,19 +298,6 @@ describe("batched decode: bad input", () => {
     expect(errorMessage(() => m.withSequence(foreign, () => 0))).toMatch(/^sequence is not one of this model's/);
   });
 
-  it("hybrid attention runs at batch 1 only", () => {
-    using model = loadModel(files, new ReferenceBackend(), { maxContext: 16 });
-    const noop = () => {};
-    model.attention.setDecodeAttention({ newSequence: noop, beginStep: noop, layerInput: noop, attend: noop, endStep: noop });
-    const msg = "batched decode does not support hybrid attention (use batch 1)";
-    expect(errorMessage(() => new BatchDecoder(model, 2))).toBe(msg);
-    expect(errorMessage(() => generateBatch(model, new ByteTokenizer(128), [{ prompt: [5] }, { prompt: [6] }], { batch: 2 }))).toBe(msg);
-    const s = model.createSequence();
-    s.attention.setDecodeAttention({ newSequence: noop, beginStep: noop, layerInput: noop, attend: noop, endStep: noop });
-    model.reserveBatch(2);
-    expect(errorMessage(() => model.stepBatch(Int32Array.of(5, 6), [model.createSequence(), s]))).toBe(msg);
-  });
-
   it("a full context is an error naming the row; slots are checked", () => {
     using model = loadModel(files, new ReferenceBackend(), { maxContext: 8 });
     using dec = new BatchDecoder(model, 2);

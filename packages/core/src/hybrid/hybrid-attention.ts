@@ -29,7 +29,7 @@
  * and replayed as a graph, instead of a launch per op.
  */
 import type { Tensor } from "../backend.js";
-import type { Attention, DecodeAttention, QueryProjector } from "../attention.js";
+import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector } from "../attention.js";
 import type { Scheduler, SchedulerDecision } from "../contracts/scheduler.js";
 import { referencePrimitives } from "../contracts/selector-primitives.js";
 import {
@@ -107,6 +107,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
   /** Whether the backend records segments (set when the store is in host memory and no scores are read back). */
   private readonly segments: boolean;
   private segmentOpen = false;
+  /** The batched step this step is a row of (null: a step of its own). */
+  private batchStep: DecodeBatchStep | null = null;
   private readonly segmentKeys: string[];
   private closed = false;
 
@@ -189,9 +191,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.decision = this.scheduler.initial();
   }
 
-  beginStep(pos: number): void {
+  beginStep(pos: number, batch?: DecodeBatchStep): void {
     this.checkOpen();
     this.closeSegment();
+    this.batchStep = batch ?? null;
     this.deferred = -1;
     this.drain();
     // A checkpoint restored under a live hybrid attention: selector states describe another store.
@@ -251,12 +254,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
       return;
     }
     const be = a.backend, c = a.cache, heads = this.layout.heads, slot = (layer & 1) as 0 | 1;
-    if (!this.ahead[layer]) {
-      const t0 = performance.now();
-      this.stage.query(slot).set(be.read(q, 0, heads * this.layout.headDim));
-      this.stepTx += performance.now() - t0;
-      this.submit(layer);
-    }
+    this.prepareAttend(layer, q);
     // Device: window logits at their concatenated columns while the CPU stage runs.
     const kmax = this.layerKmax(layer);
     const scores = a.scores, width = c.maxContext, S = c.storeStart;
@@ -275,6 +273,22 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.softmaxAggregate(layer, scores, outp, kmax > 0 ? outp.values : null, kmax, out);
   }
 
+  /** A layer that waits for its true query submits its stage with it (once: a batched step calls this for every row first). */
+  prepareAttend(layer: number, q: Tensor): void {
+    if (!this.plan || this.ahead[layer] || this.jobs[layer]) return;
+    const slot = (layer & 1) as 0 | 1;
+    if (this.device) {
+      this.closeSegment();
+      this.submitDeferred();
+      this.device.queryToHost(slot, q);
+    } else {
+      const t0 = performance.now();
+      this.stage.query(slot).set(this.attention.backend.read(q, 0, this.layout.heads * this.layout.headDim));
+      this.stepTx += performance.now() - t0;
+    }
+    this.submit(layer);
+  }
+
   /**
    * attend() on a device backend with the store in host memory: as the CPU-backend path, but
    * the query goes to the stage's pinned buffer by a device → host copy, the window logits and
@@ -285,10 +299,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.closeSegment();
     this.submitDeferred();
     const slot = (layer & 1) as 0 | 1, scores = d.scores[slot];
-    if (!this.ahead[layer]) {
-      d.queryToHost(slot, q);
-      this.submit(layer);
-    }
+    this.prepareAttend(layer, q);
     const kmax = this.layerKmax(layer);
     this.windowLogits(layer, q, scores, kmax);
     d.pause();
@@ -308,7 +319,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
   /** Records the device ops from here to the next host interaction as layer's segment. */
   private openSegment(layer: number): void {
-    if (!this.segments) return;
+    if (!this.segments || this.batchStep) return; // other rows' device work would land in this segment
     this.attention.backend.beginStep!(this.segmentKeys[layer]!);
     this.segmentOpen = true;
   }
@@ -408,7 +419,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
     let device = Math.max(0, wall - this.stepWait - this.stepJs - this.stepTx);
     if (this.device) {
       this.device.pause();
-      const t = this.device.times(); // CUDA events: compute-stream busy time, copy-stream time
+      // CUDA events: compute-stream busy time, copy-stream time (a batched step's, once for all its rows).
+      const t = this.batchStep ? (this.batchStep.times ??= this.device.times()) : this.device.times();
       device = t.gpuMs;
       this.stepTx = t.txMs;
     }

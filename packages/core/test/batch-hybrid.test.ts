@@ -1,0 +1,165 @@
+// Batched decode with a decode attention per sequence (hybrid attention at batch > 1): the model's
+// setSequenceSetup gives every BatchDecoder slot its own; each batched layer calls every row's
+// prepareAttend before any row's attend; B hybrid sequences decoded together equal each alone
+// (ReferenceBackend, the synchronous BackendCpuStage); a slot without one is a one-line error.
+import { describe, expect, it } from "vitest";
+import {
+  BackendCpuStage, BatchDecoder, HybridAttention, LlamaModel, ReferenceBackend,
+  type Attention, type DecodeAttention, type DecodeBatchStep, type LogitsMode, type Tensor, type TokenSelector,
+} from "../src/index.js";
+import { makeRng, testSeed, tinyModel } from "./engine-helpers.js";
+import { errorMessage } from "./error-helpers.js";
+import { allSelector, fixedScheduler, topKSelector } from "./hybrid-helpers.js";
+import { relError } from "./parity/run-parity.js";
+
+const CONTEXT = 48;
+/** Batched and alone differ only in the f32 summation order of B-row matmuls. */
+const REL_TOL = 1e-5;
+
+const { files } = tinyModel({ seed: testSeed(61), layers: 3, hidden: 32, heads: 4, kvHeads: 2, vocab: 64, maxPositions: 64 });
+
+function load(be: ReferenceBackend): LlamaModel {
+  return LlamaModel.load(files, be, { maxContext: CONTEXT, prefillBlock: 8, gpuKvBudget: 8, sinkTokens: 2, kvEvictBlock: 2 });
+}
+
+function prompts(lengths: number[]): Int32Array[] {
+  const rng = makeRng(testSeed(62));
+  return lengths.map((n) => Int32Array.from({ length: n }, () => 3 + Math.floor(rng() * 60)));
+}
+
+const argmax = (x: Float32Array) => x.reduce((b, v, i) => (v > x[b] ? i : b), 0);
+
+/** A HybridAttention on `attention` (its model projects the queries). */
+function hybrid(model: LlamaModel, attention: Attention, selector: TokenSelector, logits: LogitsMode): HybridAttention {
+  return HybridAttention.attach(
+    { attention, projector: model, stage: new BackendCpuStage(model.backend), selector, scheduler: fixedScheduler(3, "post") }, { logits },
+  );
+}
+
+/** Each prompt alone (prefill, then `steps` greedy steps): the logits before every token. */
+function alone(model: LlamaModel, ps: Int32Array[], steps: number): Float32Array[][] {
+  return ps.map((p) => {
+    model.reset();
+    const out = [model.forward(p, 0)];
+    for (let s = 0; s < steps; s++) out.push(model.forward(Int32Array.of(argmax(out[s])), p.length + s));
+    return out;
+  });
+}
+
+/** The prompts in slots 0..B−1, then `steps` batched greedy steps; slot `early` leaves after `leave` of them. */
+function batched(dec: BatchDecoder, ps: Int32Array[], steps: number, early = -1, leave = steps): Float32Array[][] {
+  const out = ps.map((p, slot) => {
+    dec.prefill(slot, p, 0);
+    return [dec.logits(slot)];
+  });
+  for (let s = 0; s < steps; s++) {
+    const slots = ps.map((_, i) => i).filter((i) => i !== early || s < leave);
+    dec.step(slots, Int32Array.from(slots, (i) => argmax(out[i][s])));
+    for (const i of slots) out[i].push(dec.logits(i));
+  }
+  return out;
+}
+
+function expectClose(got: Float32Array[][], want: Float32Array[][]): void {
+  got.forEach((rows, i) => rows.forEach((g, s) => {
+    expect(argmax(g), `sequence ${i} step ${s}`).toBe(argmax(want[i][s]));
+    expect(relError(g, want[i][s]), `sequence ${i} step ${s}`).toBeLessThanOrEqual(REL_TOL);
+  }));
+}
+
+describe("batched decode with hybrid attention per sequence", () => {
+  for (const [name, selector, logits] of [
+    ["'all' + exact", () => allSelector(true), "exact"],
+    ["top-K + verified (q̃ from each row's residual)", () => topKSelector(true), "verified"],
+    ["top-K chosen in JS after the stage scores, exact", () => topKSelector(false), "exact"],
+  ] as const) {
+    it(`${name}: 3 sequences of 5, 18 and 29 prompt tokens, one leaving early, equal each alone`, () => {
+      const be = new ReferenceBackend();
+      const ps = prompts([5, 18, 29]);
+      const want = (() => {
+        using model = load(be);
+        using _h = hybrid(model, model.attention, selector(), logits);
+        return alone(model, ps, 10);
+      })();
+      using model = load(be);
+      const made: HybridAttention[] = [hybrid(model, model.attention, selector(), logits)];
+      model.setSequenceSetup((s) => {
+        made.push(hybrid(model, s.attention, selector(), logits));
+        return made[made.length - 1];
+      });
+      const got = (() => {
+        using dec = new BatchDecoder(model, 3);
+        return batched(dec, ps, 10, 0, 4);
+      })();
+      expectClose(got.map((rows, i) => (i === 0 ? rows.slice(0, 5) : rows)), want.map((rows, i) => (i === 0 ? rows.slice(0, 5) : rows)));
+      // Sequence 1 offloads from its prompt on: every step ran the hybrid path.
+      expect(made).toHaveLength(3);
+      expect(made[1].stats.steps).toBe(10);
+      made[0].close();
+    });
+  }
+
+  it("hooks: every row's layerInput, then every row's prepareAttend before any attend; one shared step; no recorded graph", () => {
+    const be = new ReferenceBackend();
+    using model = load(be);
+    const log: string[] = [];
+    const steps = new Set<DecodeBatchStep | undefined>();
+    const logging = (attention: Attention, row: number): DecodeAttention & Disposable => {
+      let at = 0;
+      return {
+      newSequence: () => log.push(`new ${row}`),
+      beginStep: (pos, batch) => {
+        at = pos;
+        steps.add(batch);
+      },
+      layerInput: (l) => void (l === 1 && log.push(`input ${row}`)),
+      prepareAttend: (l) => void (l === 1 && log.push(`prepare ${row}`)),
+      attend: (l: number, q: Tensor, out: Tensor) => {
+        if (l === 1) log.push(`attend ${row}`);
+        attention.attendFull(l, q, 0, at, out);
+      },
+      endStep: () => log.push(`end ${row}`),
+      [Symbol.dispose]: () => log.push(`closed ${row}`),
+      };
+    };
+    model.attention.setDecodeAttention(logging(model.attention, 0));
+    let n = 0;
+    model.setSequenceSetup((s) => {
+      const d = logging(s.attention, ++n);
+      s.attention.setDecodeAttention(d);
+      return d;
+    });
+    const dec = new BatchDecoder(model, 3);
+    const ps = prompts([4, 6, 9]);
+    ps.forEach((p, slot) => dec.prefill(slot, p, 0));
+    log.length = 0;
+    steps.clear();
+    dec.step([0, 1, 2], Int32Array.of(5, 6, 7));
+    expect(log).toEqual(["input 0", "input 1", "input 2", "prepare 0", "prepare 1", "prepare 2", "attend 0", "attend 1", "attend 2", "end 0", "end 1", "end 2"]);
+    expect(steps.size).toBe(1);
+    expect([...steps][0]?.rows).toBe(3);
+    log.length = 0;
+    dec.close();
+    expect(log.sort()).toEqual(["closed 1", "closed 2"]);
+  });
+
+  it("every slot needs a decode attention of its own: one-line errors", () => {
+    const be = new ReferenceBackend();
+    using model = load(be);
+    const noop = () => {};
+    const d: DecodeAttention = { newSequence: noop, beginStep: noop, layerInput: noop, attend: noop, endStep: noop };
+    model.attention.setDecodeAttention(d);
+    expect(errorMessage(() => new BatchDecoder(model, 2))).toBe(
+      "batched decode: slot 1 has no decode attention and slot 0 has one (attach hybrid attention to every sequence: @hybridgen/runtime's createBatchHybridAttention)",
+    );
+    model.setSequenceSetup((s) => {
+      s.attention.setDecodeAttention(d);
+      return { [Symbol.dispose]: noop };
+    });
+    expect(errorMessage(() => new BatchDecoder(model, 2))).toBe("batched decode: slot 1 shares its decode attention with another slot (each sequence needs its own)");
+    model.setSequenceSetup(null);
+    model.attention.setDecodeAttention(null);
+    using dec = new BatchDecoder(model, 2); // full attention everywhere: fine
+    expect(dec.capacity).toBe(2);
+  });
+});
