@@ -20,50 +20,73 @@ export type HybridModel = { readonly attention: Attention; readonly cache: KvCac
  * (or close() it) to detach it and free the stage.
  */
 export async function createHybridAttention(model: HybridModel, backend: Backend, options: HybridRuntimeOptions = {}): Promise<HybridAttention> {
+  const build = await hybridBuilder(backend, options, { first: model });
+  return build(model);
+}
+
+/**
+ * The asynchronous half of createHybridAttention (the native library, a selector plugin, every
+ * option checked), then a synchronous build per model or sequence: a selector, a scheduler and a
+ * CPU stage of its own each time. `first`: checked for a window before a plugin loads;
+ * `sequences`: stages that run at once, which share the default stage threads.
+ */
+export async function hybridBuilder(
+  backend: Backend, options: HybridRuntimeOptions = {}, { first, sequences = 1 }: { first?: HybridModel; sequences?: number } = {},
+): Promise<(model: HybridModel) => HybridAttention> {
   const { NativeCpuStage, CpuBackend, createCpuBackend } = await import("@hybridgen/kernels-cpu");
   const onCpu = backend instanceof CpuBackend;
   if (!onCpu && !backend.hostTransfers) {
     throw new HybridgenError(`hybrid attention needs the CPU backend or a device backend with host transfers (got ${backend.name})`);
   }
-  if (model.cache.storeCapacity === 0) {
-    throw new HybridgenError(`the KV window holds the whole context (${model.maxContext}): nothing would be offloaded; load the model with a smaller gpuKvBudget`);
-  }
+  const windowed = (model: HybridModel) => {
+    if (model.cache.storeCapacity === 0) {
+      throw new HybridgenError(`the KV window holds the whole context (${model.maxContext}): nothing would be offloaded; load the model with a smaller gpuKvBudget`);
+    }
+  };
+  if (first) windowed(first);
   // A plugin named by module is imported and registered first; then every option is checked before anything is allocated.
   const named = typeof options.selector === "string" ? { ...options, selector: await loadSelectorSpec(options.selector) } : options;
-  const { plan, selector, scheduler, hybridOptions } = resolveHybrid(named, { device: !onCpu });
-  let host: InstanceType<typeof CpuBackend>;
-  const attached = model.cache.hostBackend;
-  const allocator = options.storeAllocator;
-  if (onCpu) {
-    host = backend;
-    if (allocator) model.cache.placeStore(allocator);
-  } else if (attached) {
-    if (allocator) throw new HybridgenError("the KV cache's host store is already attached: a storeAllocator can only place a new one");
-    // The store is already in host memory (an earlier hybrid attention, or a prefill that needed it): reuse it.
-    if (!(attached instanceof CpuBackend)) throw new HybridgenError(`the KV cache's host store is on ${attached.name}, not the CPU backend the native stage reads`);
-    host = attached;
-  } else {
-    host = createCpuBackend({ threads: 1 }); // holds the host store; the stage has threads of its own
+  resolveHybrid(named, { device: !onCpu });
+  return (model) => {
+    windowed(model);
+    const resolved = resolveHybrid(named, { device: !onCpu });
+    const { selector, scheduler, hybridOptions } = resolved;
+    const shared = options.cpuStageThreads === undefined && sequences > 1;
+    const plan = shared ? { ...resolved.plan, cpuStageThreads: Math.max(1, Math.floor(resolved.plan.cpuStageThreads / sequences)) } : resolved.plan;
+    let host: InstanceType<typeof CpuBackend>;
+    const attached = model.cache.hostBackend;
+    const allocator = options.storeAllocator;
+    if (onCpu) {
+      host = backend;
+      if (allocator) model.cache.placeStore(allocator);
+    } else if (attached) {
+      if (allocator) throw new HybridgenError("the KV cache's host store is already attached: a storeAllocator can only place a new one");
+      // The store is already in host memory (an earlier hybrid attention, or a prefill that needed it): reuse it.
+      if (!(attached instanceof CpuBackend)) throw new HybridgenError(`the KV cache's host store is on ${attached.name}, not the CPU backend the native stage reads`);
+      host = attached;
+    } else {
+      host = createCpuBackend({ threads: 1 }); // holds the host store; the stage has threads of its own
+      try {
+        model.cache.attachHostStore(host, backend.hostTransfers!(), true, allocator);
+      } catch (e) {
+        host.close();
+        throw e;
+      }
+    }
+    const native = new NativeCpuStage(host, {
+      threads: plan.cpuStageThreads, idleSpinUs: plan.idleSpinUs, scoring: plan.scoring, rescoreFactor: plan.rescoreFactor,
+    });
+    // A placed store hears which rows each layer gathered: the disk tier reads the next layer's ahead.
+    const stage = allocator?.readAhead ? new ReadAheadStage(native, allocator.readAhead.bind(allocator)) : native;
     try {
-      model.cache.attachHostStore(host, backend.hostTransfers!(), true, allocator);
+      const ha = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler }, hybridOptions);
+      plans.set(ha, plan);
+      return ha;
     } catch (e) {
-      host.close();
+      stage.close();
       throw e;
     }
-  }
-  const native = new NativeCpuStage(host, {
-    threads: plan.cpuStageThreads, idleSpinUs: plan.idleSpinUs, scoring: plan.scoring, rescoreFactor: plan.rescoreFactor,
-  });
-  // A placed store hears which rows each layer gathered: the disk tier reads the next layer's ahead.
-  const stage = allocator?.readAhead ? new ReadAheadStage(native, allocator.readAhead.bind(allocator)) : native;
-  try {
-    const ha = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler }, hybridOptions);
-    plans.set(ha, plan);
-    return ha;
-  } catch (e) {
-    stage.close();
-    throw e;
-  }
+  };
 }
 
 const plans = new WeakMap<HybridAttention, HybridPlan>();

@@ -1,4 +1,5 @@
-export { createHybridAttention, hybridPlan, type HybridModel } from "./create-hybrid-attention.js";
+export { createHybridAttention, hybridBuilder, hybridPlan, type HybridModel } from "./create-hybrid-attention.js";
+export { attachPerSequence, createBatchHybridAttention, sequenceModel, type PerSequence, type SequenceModel } from "./batch-hybrid-attention.js";
 export { resolveHybrid, profileKMin, type HybridPlan, type ResolvedHybrid, type RuntimeTarget } from "./resolve.js";
 export { HybridRuntimeOptionsSchema, ProfileDefaultsSchema, type HybridRuntimeOptions, type ProfileDefaults } from "./options.js";
 export { ATTENTION_CONFIG_NAMES, attentionConfig, attachAttentionConfig, prepareHostStore, type AttachedAttention, type AttentionConfig, type AttentionKind } from "./attention-configs.js";

@@ -1,0 +1,64 @@
+/**
+ * Hybrid attention at batch > 1: the batch-1 HybridAttention once per sequence. The model's own
+ * sequence gets one now, and every sequence the model makes while this is open (BatchDecoder's
+ * slots, so generateBatch's) gets one as it is made, each over its own KV window and offloaded
+ * store, with its own CPU stage and scheduler (K per step from that sequence's stage times). A
+ * batched step hands every sequence's layer to its stage before waiting on any (core's BatchRows).
+ *
+ *   using batch = await createBatchHybridAttention(model, backend, { selector: "topk", k: 16 });
+ *   const res = await generateBatch(model, tokenizer, requests, { batch: 4 }).result();
+ */
+import { HybridgenError, type Backend, type DecoderModel, type HybridAttention, type SequenceState } from "@hybridgen/core";
+import { hybridBuilder, type HybridModel } from "./create-hybrid-attention.js";
+import type { HybridRuntimeOptions } from "./options.js";
+
+/** A model that makes sequences (core's DecoderModel: LlamaModel, OptModel). */
+export type SequenceModel = HybridModel & Pick<DecoderModel, "setSequenceSetup">;
+
+/** Decode attentions of every sequence of a model, made by `attach`; close() detaches them all. */
+export interface PerSequence<T extends Disposable> extends Disposable {
+  /** The model's own sequence's. */
+  readonly own: T;
+  /** Every one made so far, the own first (those of released sequences are closed). */
+  readonly all: readonly T[];
+  close(): void;
+}
+
+/** A sequence as `attach` sees it: its attention and cache, the model's query projection. */
+export function sequenceModel(model: HybridModel, s: SequenceState): HybridModel {
+  return { attention: s.attention, cache: s.cache, maxContext: model.maxContext, projectQuery: (l, x, p, out) => model.projectQuery(l, x, p, out) };
+}
+
+/** Runs `attach` on the model's own sequence now and on every sequence it makes until close(). */
+export function attachPerSequence<T extends Disposable>(model: SequenceModel, attach: (target: HybridModel) => T): PerSequence<T> {
+  const all: T[] = [attach(model)];
+  model.setSequenceSetup((s) => {
+    const d = attach(sequenceModel(model, s));
+    all.push(d);
+    return d;
+  });
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    model.setSequenceSetup(null);
+    for (const d of all) d[Symbol.dispose]();
+  };
+  return { own: all[0]!, all, close, [Symbol.dispose]: close };
+}
+
+/**
+ * createHybridAttention for batched decode: the same options, one HybridAttention per sequence
+ * (see above); `batch` sequences at once share the default CPU-stage threads. A Scheduler object
+ * and a storeAllocator are refused: each places or schedules one sequence.
+ */
+export async function createBatchHybridAttention(
+  model: SequenceModel, backend: Backend, options: HybridRuntimeOptions = {}, batch = 1,
+): Promise<PerSequence<HybridAttention>> {
+  if (typeof options.scheduler === "object") {
+    throw new HybridgenError('a Scheduler object serves one sequence; batched hybrid attention needs scheduler "fixed" or "feedback" (one per sequence)');
+  }
+  if (options.storeAllocator) throw new HybridgenError("a storeAllocator places one sequence's store; batched hybrid attention keeps each sequence's in host memory");
+  const build = await hybridBuilder(backend, options, { first: model, sequences: batch });
+  return attachPerSequence(model, build);
+}

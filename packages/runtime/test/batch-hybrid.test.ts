@@ -1,0 +1,147 @@
+// Hybrid attention at batch > 1 (createBatchHybridAttention) on the CPU backend with the native
+// stage: a batch of 3 sequences of different prompt lengths (so each offloads a different count),
+// one leaving early and a fourth joining its slot, equals each sequence run alone with the same
+// settings — "all" + exact logits and top-K (verified) — tokens exactly, logits within 1e-4;
+// generateBatch's continuous batching gives each prompt's tokens alone; bad input is one line.
+import { afterAll, describe, expect, it } from "vitest";
+import { BatchDecoder, generate, generateBatch, loadModel, type LlamaModel } from "@hybridgen/core";
+import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { FixedScheduler } from "@hybridgen/scheduler";
+import { createBatchHybridAttention, createHybridAttention, hybridPlan, type HybridRuntimeOptions } from "../src/index.js";
+import { CONTEXT, tinyFiles } from "./tiny-model.js";
+
+const backend = createCpuBackend({ threads: 1 });
+afterAll(() => backend.close());
+
+/** Batched rows run B-row matmuls where a single step runs fused matvecs: f32 summation order only. */
+const REL_TOL = 1e-4;
+const STEPS = 10;
+const WINDOW = 16;
+const tok = tinyFiles(5).tokenizer;
+
+const load = () => loadModel(tinyFiles(5), backend, { maxContext: CONTEXT, gpuKvBudget: WINDOW, sinkTokens: 2 }) as LlamaModel;
+const prompt = (n: number, seed: number) => Int32Array.from({ length: n }, (_, i) => 3 + ((i * 37 + seed * 101) % 250));
+/** Offload 4, 24 and 45 tokens after their prompts; the fourth joins slot 0 when it leaves. */
+const PROMPTS = [prompt(20, 1), prompt(40, 2), prompt(61, 3), prompt(30, 4)];
+
+const argmax = (x: Float32Array) => x.reduce((b, v, i) => (v > x[b]! ? i : b), 0);
+function relError(a: Float32Array, b: Float32Array): number {
+  let worst = 0, scale = 0;
+  for (let i = 0; i < a.length; i++) {
+    worst = Math.max(worst, Math.abs(a[i]! - b[i]!));
+    scale = Math.max(scale, Math.abs(b[i]!));
+  }
+  return worst / scale;
+}
+
+/** Each prompt alone under createHybridAttention: the logits before each of `steps` greedy tokens. */
+async function alone(options: HybridRuntimeOptions, steps: number[]): Promise<Float32Array[][]> {
+  using model = load();
+  using _ha = await createHybridAttention(model, backend, options);
+  return PROMPTS.map((p, i) => {
+    model.reset();
+    const out = [Float32Array.from(model.forward(p, 0))];
+    for (let s = 0; s < steps[i]!; s++) out.push(Float32Array.from(model.forward(Int32Array.of(argmax(out[s]!)), p.length + s)));
+    return out.slice(0, steps[i]);
+  });
+}
+
+/**
+ * Prompts 0–2 in slots 0–2, then batched greedy steps until each has its `steps` logits; when
+ * prompt 0 is done, prompt 3 is prefilled into its slot and joins the batch. The logits before each token.
+ */
+function batched(dec: BatchDecoder, steps: number[]): Float32Array[][] {
+  const out: Float32Array[][] = PROMPTS.map(() => []);
+  const slotOf = [0, 1, 2, 0];
+  const live: number[] = [];
+  const join = (i: number) => {
+    dec.prefill(slotOf[i]!, PROMPTS[i]!, 0);
+    out[i]!.push(dec.logits(slotOf[i]!));
+    live.push(i);
+  };
+  [0, 1, 2].forEach(join);
+  while (live.length > 0) {
+    const slots = live.map((i) => slotOf[i]!);
+    dec.step(slots, Int32Array.from(live, (i) => argmax(out[i]!.at(-1)!)));
+    for (const i of live) out[i]!.push(dec.logits(slotOf[i]!));
+    for (const i of [...live]) {
+      if (out[i]!.length < steps[i]!) continue;
+      live.splice(live.indexOf(i), 1);
+      if (i === 0) join(3);
+    }
+  }
+  return out;
+}
+
+describe("hybrid attention at batch 3 equals each sequence alone (CPU backend, native stage)", () => {
+  const steps = [4, STEPS, STEPS - 3, STEPS];
+  for (const [name, options] of [
+    ['"all" + exact logits', { selector: "all", logits: "exact" }],
+    ["top-K, K = 8, verified logits (q̃ from each row's residual)", { selector: "topk", k: 8, logits: "verified" }],
+    ["top-K, K = 8, exact logits", { selector: "topk", k: 8, logits: "exact" }],
+  ] as const) {
+    it(`${name}: tokens equal, logits within ${REL_TOL}; one leaves early, another joins its slot`, async () => {
+      const want = await alone(options, steps);
+      using model = load();
+      using hybrid = await createBatchHybridAttention(model, backend, options, 3);
+      const got = (() => {
+        using dec = new BatchDecoder(model, 3);
+        return batched(dec, steps);
+      })();
+      got.forEach((rows, i) => {
+        expect(rows.length, `sequence ${i}`).toBe(steps[i]);
+        rows.forEach((g, s) => {
+          expect(argmax(g), `sequence ${i} token ${s}`).toBe(argmax(want[i]![s]!));
+          expect(relError(g, want[i]![s]!), `sequence ${i} token ${s}`).toBeLessThanOrEqual(REL_TOL);
+        });
+      });
+      // One HybridAttention per slot, each with the settings, each over its own store.
+      expect(hybrid.all).toHaveLength(3);
+      for (const ha of hybrid.all) expect(hybridPlan(ha)).toMatchObject({ selector: options.selector, logits: options.logits });
+      expect(hybrid.all[2]!.stats.offloaded).toBeGreaterThan(hybrid.all[1]!.stats.offloaded);
+      expect(hybrid.all[1]!.stats.steps).toBe(STEPS - 1);
+    });
+  }
+
+  it("generateBatch: 5 prompts through 3 slots (continuous batching) give each prompt's tokens alone, topk and all", async () => {
+    const requests = PROMPTS.map((p, i) => ({ prompt: Array.from(p), maxTokens: [3, 9, 7, 8][i]! }));
+    requests.push({ prompt: Array.from(prompt(25, 5)), maxTokens: 6 });
+    for (const options of [{ selector: "topk", k: 8 }, { selector: "all", logits: "exact" }] as const) {
+      const want: number[][] = [];
+      {
+        using model = load();
+        using _ha = await createHybridAttention(model, backend, options);
+        for (const r of requests) want.push((await generate(model, tok, r.prompt, { maxTokens: r.maxTokens, sampling: { temperature: 0 } }).result()).tokens);
+      }
+      using model = load();
+      using _b = await createBatchHybridAttention(model, backend, options, 3);
+      const res = await generateBatch(model, tok, requests, { batch: 3, sampling: { temperature: 0 } }).result();
+      expect(res.results.map((r) => r.tokens), options.selector).toEqual(want);
+    }
+  });
+
+  it("one-line errors: a Scheduler object, a storeAllocator, a window holding the context; a slot without hybrid attention", async () => {
+    using model = load();
+    await expect(createBatchHybridAttention(model, backend, { scheduler: new FixedScheduler({ k: 4 }) })).rejects.toThrow(
+      'a Scheduler object serves one sequence; batched hybrid attention needs scheduler "fixed" or "feedback" (one per sequence)',
+    );
+    const allocator = { alloc: () => { throw new Error("unused"); }, release: () => {} };
+    await expect(createBatchHybridAttention(model, backend, { storeAllocator: allocator as never })).rejects.toThrow(/^a storeAllocator places one sequence's store/);
+    using whole = loadModel(tinyFiles(5), backend, { maxContext: CONTEXT });
+    await expect(createBatchHybridAttention(whole as LlamaModel, backend, {})).rejects.toThrow(/nothing would be offloaded/);
+    using _ha = await createHybridAttention(model, backend, { selector: "all" });
+    expect(() => new BatchDecoder(model, 2)).toThrow(/^batched decode: slot 1 has no decode attention and slot 0 has one/);
+  });
+
+  it("closing detaches every sequence's hybrid attention; sequences made later run full attention", async () => {
+    using model = load();
+    const hybrid = await createBatchHybridAttention(model, backend, { selector: "all", logits: "exact" }, 2);
+    const s = model.createSequence();
+    expect(s.attention.decodeAttention).toBe(hybrid.all[1]);
+    hybrid.close();
+    expect(model.attention.decodeAttention).toBeNull();
+    expect(s.attention.decodeAttention).toBeNull();
+    expect(model.createSequence().attention.decodeAttention).toBeNull();
+    model.releaseSequence(s);
+  });
+});
