@@ -14,6 +14,7 @@ import { parseConfigWith } from "./config-parse.js";
 import { fail } from "./errors.js";
 import type { GenerativeModel } from "./generate.js";
 import type { KvCache } from "./kv-cache.js";
+import type { SequenceState } from "./batch-rows.js";
 import { llamaBiases, llamaTensorSpecs } from "./llama-family.js";
 import type { LlamaLoadOptions } from "./decoder-model.js";
 import { LlamaModel } from "./llama.js";
@@ -39,6 +40,8 @@ export interface CausalLM extends GenerativeModel, QueryProjector, BatchModel, D
   pickToFeed(slot: number): void;
   stepFed(startPos: number): void;
   fedToken(slot: number): number;
+  /** A setup run on every sequence made from now on (a decode attention per sequence of a batch). */
+  setSequenceSetup(setup: ((s: SequenceState) => Disposable) | null): void;
   close(): void;
 }
 
