@@ -48,7 +48,8 @@ Prompt (one of; default: read stdin):
                                its position among the file's prompts); totals on stderr
       --batch N                decode N prompts together, 1 ≤ N ≤ 32 (with --prompts; default 1):
                                one forward pass a step for all N, a finished prompt's slot
-                               takes the next one (continuous batching); full attention only
+                               takes the next one (continuous batching); with --attention hybrid,
+                               each sequence has its own window, offloaded store and CPU stage
 
 Sampling:
   -n, --max-tokens N           tokens to generate at most (default 256; the context may end it sooner)

@@ -11,7 +11,9 @@ import {
   SelectionTimingSchema, SinkTokensSchema, type Backend, type GpuKvBudget, type KvStoreAllocator, type HybridAttention, type HybridProfile,
 } from "@hybridgen/core";
 import { isRegisteredSpec, loadSelectorSpec } from "@hybridgen/selectors";
-import { createHybridAttention, hybridPlan, resolveHybrid, type HybridModel, type HybridPlan, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import {
+  createBatchHybridAttention, createHybridAttention, hybridPlan, resolveHybrid, type HybridPlan, type HybridRuntimeOptions, type SequenceModel,
+} from "@hybridgen/runtime";
 
 const count = (min: number) => z.number().int("must be an integer").min(min, `must be at least ${min}`);
 
@@ -191,21 +193,36 @@ export function runtimeOptions(h: HybridCliOptions, profile: HybridProfile | nul
   return o as HybridRuntimeOptions;
 }
 
+/** The hybrid attention of every sequence: the model's own, then one per further batch slot. */
+export interface AttachedHybrid extends Disposable {
+  readonly own: HybridAttention;
+  readonly all: readonly HybridAttention[];
+}
+
 /**
- * Attach hybrid attention to a loaded model through createHybridAttention: the flags, with the
- * model's hybrid profile (`hybridgen profile-kmin`) for the defaults of --k-min and
- * --exact-layers. On the CPU backend the stage reads the cache's store in place; on a device
- * backend (CUDA) the store is kept in pinned host memory and the stage's output goes up on the
- * copy stream.
+ * Attach hybrid attention to a loaded model through createHybridAttention (createBatchHybridAttention
+ * for `batch` > 1: one per sequence): the flags, with the model's hybrid profile (`hybridgen
+ * profile-kmin`) for the defaults of --k-min and --exact-layers. On the CPU backend the stage
+ * reads the cache's store in place; on a device backend (CUDA) the store is kept in pinned host
+ * memory and the stage's output goes up on the copy stream.
  */
 export async function attachHybrid(
-  model: HybridModel, backend: Backend, h: HybridCliOptions, profile: HybridProfile | null = null, storeAllocator?: KvStoreAllocator,
-): Promise<HybridAttention | null> {
+  model: SequenceModel, backend: Backend, h: HybridCliOptions, profile: HybridProfile | null = null, storeAllocator?: KvStoreAllocator, batch = 1,
+): Promise<AttachedHybrid | null> {
   if (h.attention !== "hybrid") return null;
   if (model.cache.storeCapacity === 0) {
     throw new HybridgenError(`--gpu-kv-budget ${h.gpuKvBudget} holds the whole context (${model.maxContext}): nothing would be offloaded`);
   }
-  return createHybridAttention(model, backend, { ...runtimeOptions(h, profile), ...(storeAllocator ? { storeAllocator } : {}) });
+  if (batch > 1) return createBatchHybridAttention(model, backend, runtimeOptions(h, profile), batch);
+  const ha = await createHybridAttention(model, backend, { ...runtimeOptions(h, profile), ...(storeAllocator ? { storeAllocator } : {}) });
+  return { own: ha, all: [ha], [Symbol.dispose]: () => ha.close() };
+}
+
+/** The stats lines after a run: the one sequence's, or one per batch slot. */
+export function hybridStatsLines(h: AttachedHybrid): string {
+  const one = (ha: HybridAttention, prefix: string) => [prefix + ha.stats.summary(), ...ha.stats.notes.map((n) => prefix + n)];
+  const lines = h.all.length === 1 ? one(h.own, "") : h.all.flatMap((ha, slot) => one(ha, `slot ${slot} `));
+  return `${lines.join("\n")}\n`;
 }
 
 /** "hybrid: selector topk+streaming, feedback scheduler (K from 8, kMin 8 from --k-min), logits speculative, exact layers none, 1 stage thread" */

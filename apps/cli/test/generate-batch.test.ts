@@ -1,6 +1,6 @@
 // `hybridgen generate --prompts FILE --batch N`: the batched results equal one run per prompt
-// (stories15M, greedy and seeded sampling), JSONL output and the totals line, and the
-// one-line errors of the flags and of a malformed prompts file.
+// (stories15M, greedy and seeded sampling; hybrid attention per sequence too), JSONL output and
+// the totals line, and the one-line errors of the flags and of a malformed prompts file.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -68,6 +68,25 @@ describe("generate --prompts on stories15M", () => {
   });
 });
 
+describe("generate --prompts --batch 2 --attention hybrid (CPU backend)", () => {
+  it("3 prompts through 2 slots, each with its own window and top-K stage: the tokens of one hybrid run per prompt; stats per slot", () => {
+    const prompts = [{ prompt: "Once upon a time", max_tokens: 30 }, { prompt: "The little dog", max_tokens: 12 }, { prompt: "Lily and Tom went to the park." }];
+    const path = file("hybrid.jsonl", `${prompts.map((p) => JSON.stringify(p)).join("\n")}\n`);
+    const flags = ["--attention", "hybrid", "--gpu-kv-budget", "12", "--sink-tokens", "4", "--k", "4", "--device", "cpu", "--threads", "1", "--temperature", "0"];
+    const r = runBin(["generate", "--model", model, "--prompts", path, "--batch", "2", "--max-tokens", "20", ...flags]);
+    expect(r.stderr).not.toMatch(/error/);
+    expect(r.code).toBe(0);
+    const byIndex = r.stdout.trimEnd().split("\n").map((l) => JSON.parse(l)).sort((a, b) => a.index - b.index);
+    prompts.forEach((p, i) => {
+      const one = JSON.parse(runBin(["generate", "--model", model, "--prompt", p.prompt, "--json", "--max-tokens", String(p.max_tokens ?? 20), ...flags]).stdout);
+      expect(byIndex[i].tokens, p.prompt).toEqual(one.tokens);
+    });
+    expect(r.stderr).toMatch(/^hybrid: selector topk, fixed scheduler \(K 4 post, from the flags\)/m);
+    for (const slot of [0, 1]) expect(r.stderr).toMatch(new RegExp(`^slot ${slot} hybrid: \\d+ tokens offloaded, mean K [\\d.]+, per layer`, "m"));
+    expect(r.stderr.trimEnd().split("\n").find((l) => l.startsWith("prompts:"))).toMatch(/^prompts: 3, batch: 2 \| /);
+  });
+});
+
 describe("generate --prompts: bad input", () => {
   const errorOf = async (args: string[]): Promise<string> => {
     const io = bufferedIo();
@@ -82,8 +101,8 @@ describe("generate --prompts: bad input", () => {
     expect(await errorOf(["--prompts", "a.jsonl", "--batch", "0"])).toBe('error: invalid value for --batch: must be at least 1 (got 0)\n');
     expect(await errorOf(["--prompts", "a.jsonl", "-p", "x"])).toBe("error: give either --prompts or --prompt/--prompt-file, not both\n");
     const ok = file("ok.jsonl", '{"prompt": "x"}\n');
-    expect(await errorOf(["--prompts", ok, "--batch", "2", "--attention", "hybrid", "--gpu-kv-budget", "16"])).toBe(
-      "error: --attention hybrid needs --batch 1 (batched decode runs full attention)\n",
+    expect(await errorOf(["--prompts", ok, "--batch", "2", "--attention", "hybrid", "--gpu-kv-budget", "16", "--kv-placement", "dram-only"])).toBe(
+      "error: --kv-placement, --kv-disk and --host-kv-budget place one sequence's store: use them with --batch 1\n",
     );
     expect(await errorOf(["--prompts", join(tmp, "missing.jsonl")])).toBe(`error: cannot read prompts file ${join(tmp, "missing.jsonl")}: no such file\n`);
   });

@@ -8,7 +8,9 @@ import { readPrompt } from "../read-prompt.js";
 import { readPromptsJsonl } from "../read-prompts-jsonl.js";
 import { runPromptsBatch } from "./generate-batch.js";
 import { openBackend, threadCount } from "../device-backend.js";
-import { attachHybrid, FULL_ATTENTION, loadHybridSelector, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions } from "../hybrid-options.js";
+import {
+  attachHybrid, FULL_ATTENTION, hybridStatsLines, loadHybridSelector, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions,
+} from "../hybrid-options.js";
 import { KvTierCliOptionsSchema, preflightStore, storeAllocatorFor, type KvTierCliOptions } from "../kv-tier-options.js";
 import { resolveWindowBudget } from "../auto-budget.js";
 
@@ -33,9 +35,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   const hybrid = await loadHybridSelector(flags, process.cwd());
   // --prompts: many prompts from a JSONL file, decoded --batch at a time (generate-batch.ts).
   const jsonl = opts.prompts === undefined ? null : readPromptsJsonl(opts.prompts);
-  if (jsonl && hybrid.attention === "hybrid" && (opts.batch ?? 1) > 1) {
-    throw new HybridgenError("--attention hybrid needs --batch 1 (batched decode runs full attention)", "EUSAGE");
-  }
+  // Sequences decoded together (generateBatch takes no more slots than prompts).
+  const batch = jsonl ? Math.max(1, Math.min(opts.batch ?? 1, jsonl.length)) : 1;
   const prompt = jsonl ? "" : await untilAborted(readPrompt(opts, io), io.signal); // stdin may be a terminal
   const progress = (msg: string) => io.stderr(`${msg}\n`);
   const interrupted = () => {
@@ -82,8 +83,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   using backend = opened.backend;
   // The family (Llama, Qwen2, OPT) comes from config.json.
   // --gpu-kv-budget (auto: what the device's memory holds); a store that fits in no tier is refused before the weights load.
-  const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext, hybrid: hybrid.attention === "hybrid" });
-  if (hybrid.attention === "hybrid" && window !== undefined) await preflightStore(shape, { maxContext, window, sinks: hybrid.sinkTokens }, tier);
+  const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext, batch, hybrid: hybrid.attention === "hybrid" });
+  if (hybrid.attention === "hybrid" && batch === 1 && window !== undefined) await preflightStore(shape, { maxContext, window, sinks: hybrid.sinkTokens }, tier);
   using model = loadModel(files, backend, {
     maxContext,
     ...(opts.dtype === undefined ? {} : { weightDtype: opts.dtype }),
@@ -91,9 +92,12 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   });
   // `hybridgen profile-kmin`'s result for this model gives the defaults of --k-min and --exact-layers.
   const profile = hybrid.attention === "hybrid" ? readHybridProfile(dir, io.env.HYBRIDGEN_CACHE) : null;
-  // The offloaded store placed on the memory tiers (and the disk) before the first token.
-  const placed = hybrid.attention === "hybrid" && model.cache.storeCapacity > 0 ? await storeAllocatorFor(model.cache, tier) : null;
-  using hybridAttention = await attachHybrid(model, backend, hybrid, profile, placed?.allocator);
+  // The offloaded store placed on the memory tiers (and the disk) before the first token; a batch's
+  // sequences keep theirs in host memory (run-cli refuses the tier flags there).
+  const placed = hybrid.attention === "hybrid" && batch === 1 && model.cache.storeCapacity > 0 ? await storeAllocatorFor(model.cache, tier) : null;
+  // One hybrid attention per sequence of the batch (slot 0's is the model's own).
+  using hybrids = await attachHybrid(model, backend, hybrid, profile, placed?.allocator, batch);
+  const hybridAttention = hybrids?.own ?? null;
   progress(
     `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dummyWeights ? `dummy ${opts.dtype ?? "bf16"}` : (opts.dtype ?? "stored")} weights` +
       `${model.cache.storeCapacity === 0 ? "" : `, KV window ${model.cache.gpuKvBudget}${model.cache.sinkTokens ? ` with ${model.cache.sinkTokens} sinks` : ""}`}) ` +
@@ -107,7 +111,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   if (batchPrompts) {
     const aborted = await runPromptsBatch(model, files.tokenizer, batchPrompts, opts, io, opened.device);
     const code = aborted ? interrupted() : 0;
-    if (hybridAttention) io.stderr(`${[hybridAttention.stats.summary(), ...hybridAttention.stats.notes].join("\n")}\n`);
+    if (hybrids) io.stderr(hybridStatsLines(hybrids));
     return code;
   }
 
@@ -150,6 +154,6 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
     `prompt: ${result.promptTokens} tokens, ${formatRate(t.promptTokensPerSec)} tok/s | ` +
       `generated: ${result.tokens.length} tokens, ${formatRate(t.tokensPerSec)} tok/s | finish: ${result.finishReason} | device: ${opened.device}\n`,
   );
-  if (hybridAttention) io.stderr(`${[hybridAttention.stats.summary(), ...hybridAttention.stats.notes].join("\n")}\n`);
+  if (hybrids) io.stderr(hybridStatsLines(hybrids));
   return code;
 }
