@@ -89,6 +89,25 @@ export interface HostTransfers extends Disposable {
   times(): { gpuMs: number; txMs: number };
   /** Pinned copy bandwidth in bytes/s over `bytes` (host → device, device → host). */
   bandwidth?(bytes: number, iters: number): { h2d: number; d2h: number };
+  /** Optional: whether the device reads `region` in place (pinned host memory mapped into its address space), as gatherRows does. */
+  mapped?(region: HostRegion): boolean;
+  /**
+   * Optional: the device gathers rows of a mapped host region laid out [groups, cap, rowBytes]
+   * into `dst`, packed [groups, kmax, rowBytes]: row i of group g is source row ids[g·kmax + i]
+   * for i < counts[g], a zero row after (and for an id outside [0, cap)). Queued on the compute
+   * stream after the ops before it (a recorded step records it); ids and counts are read during the call.
+   */
+  gatherRows?(dst: Tensor, src: HostRegion, rows: RowGather, ids: Int32Array, counts: Int32Array): void;
+}
+
+/** The shape of a HostTransfers.gatherRows call. */
+export interface RowGather {
+  readonly groups: number;
+  /** Rows per group in the source region. */
+  readonly cap: number;
+  readonly rowBytes: number;
+  /** Rows per group gathered (the destination's width). */
+  readonly kmax: number;
 }
 
 /** One row of Backend.attnDecodeBatch: where its new K/V row goes and the span it attends over. */

@@ -32,6 +32,7 @@ export * from "./hybrid/check-stage-job.js";
 export * from "./hybrid/hybrid-attention.js";
 export * from "./hybrid/hybrid-stats.js";
 export * from "./hybrid/options.js";
+export * from "./hybrid/row-path.js";
 export * from "./hybrid/params.js";
 export * from "./hybrid/profile.js";
 export * from "./hybrid/profile-recall.js";

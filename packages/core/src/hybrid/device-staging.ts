@@ -9,6 +9,12 @@
  * scores[l & 1] at the columns of the offloaded tokens and its V rows in values[l & 1], so the
  * copy for layer l only has to wait for the compute of layer l − 2, never for the layer the
  * compute stream is working on.
+ *
+ * Selected rows take one of two paths per layer (chooseRowPath): staged — the stage's pinned
+ * copies come up on the copy stream — or mapped — the device gathers them from the host store
+ * itself (HostTransfers.gatherRows) by the stage's ids, K rows before the verified logits and V
+ * rows inside the layer's recorded segment (gatherValues). The gathered-row buffers hold the
+ * widest selection so far (selectionRows), not the whole store; reserve() grows them.
  */
 import type { Backend, HostCopy, HostRegion, HostTransfers, Tensor } from "../backend.js";
 import { DTYPE_BYTES } from "../backend.js";
@@ -16,6 +22,7 @@ import { fail } from "../errors.js";
 import type { KvCache } from "../kv-cache.js";
 import type { CpuStage } from "./cpu-stage.js";
 import { GatheredValues } from "./gathered-values.js";
+import { chooseRowPath, grownRows, type RowPath, type RowPathRequest } from "./row-path.js";
 
 interface Regions {
   readonly query: HostRegion;
@@ -24,15 +31,37 @@ interface Regions {
   readonly keys: HostRegion | null;
 }
 
+export interface DeviceStagingOptions {
+  /** Rows per KV head the gathered-row buffers start with (selectionRows of the first step's K). */
+  readonly rows: number;
+  /** HybridOptions.rowPath. */
+  readonly rowPath: RowPathRequest;
+  /** Per layer: the device scores the selected K rows (verified logits), so they come up too. */
+  readonly keys: readonly boolean[];
+}
+
+/** A mapped layer's selection, kept from upload() for gatherValues() inside the segment. */
+interface Pending {
+  readonly layer: number;
+  readonly ids: Int32Array;
+  readonly counts: Int32Array;
+}
+
 export class DeviceStaging implements Disposable {
   readonly link: HostTransfers;
+  /** Per layer: where its selected rows come from. */
+  readonly paths: readonly RowPath[];
+  /** Why the first staged layer is staged ("" when every layer is mapped). */
+  readonly stagedReason: string;
   private readonly regions: Regions[];
   private readonly pinned: HostRegion[] = [];
   /** [heads, maxContext] per slot: window logits and the uploaded offloaded logits, one row a head. */
   readonly scores: Tensor[] = [];
-  private readonly values: GatheredValues[] = [];
-  /** The selected K rows per slot, for verified logits (when the stage stages them). */
-  private readonly keys: (GatheredValues | null)[] = [];
+  private values: GatheredValues[] = [];
+  /** The selected K rows per slot, for verified logits. */
+  private keys: (GatheredValues | null)[] = [];
+  private rowsPerHead: number;
+  private readonly pending: (Pending | null)[] = [null, null];
   private closed = false;
 
   constructor(
@@ -41,13 +70,18 @@ export class DeviceStaging implements Disposable {
     stage: CpuStage,
     private readonly heads: number,
     private readonly headDim: number,
+    options: DeviceStagingOptions,
   ) {
     const link = cache.hostLink;
     if (!link) fail("hybrid attention: the KV cache has no host store (attachHostStore) for a device backend");
     if (!stage.hostStaging) fail(`hybrid attention: CPU stage '${stage.name}' does not expose host staging buffers for the device's copies`);
     this.link = link;
+    const { paths, reason } = rowPaths(cache, link, options);
+    this.paths = paths;
+    this.stagedReason = reason;
     this.regions = [stage.hostStaging(0), stage.hostStaging(1)];
-    const { kvHeads, storeCapacity, maxContext, dtype } = cache;
+    this.rowsPerHead = Math.max(1, Math.min(cache.storeCapacity, options.rows));
+    const withKeys = options.keys.includes(true);
     try {
       for (const r of this.regions) {
         for (const region of [r.query, r.logits, r.values, ...(r.keys ? [r.keys] : [])]) {
@@ -55,16 +89,43 @@ export class DeviceStaging implements Disposable {
           this.pinned.push(region);
         }
       }
-      for (let s = 0; s < 2; s++) {
-        this.scores.push(backend.alloc([heads, maxContext]));
-        this.values.push(new GatheredValues(backend, backend.alloc([kvHeads * storeCapacity, headDim], dtype), kvHeads, headDim));
-        const keys = this.regions[s]!.keys;
-        this.keys.push(keys ? new GatheredValues(backend, backend.alloc([kvHeads * storeCapacity, headDim], dtype), kvHeads, headDim) : null);
-      }
+      for (let s = 0; s < 2; s++) this.scores.push(backend.alloc([heads, cache.maxContext]));
+      this.allocRows(withKeys);
     } catch (e) {
       this.close();
       throw e;
     }
+  }
+
+  /** Rows per KV head the gathered-row buffers hold now. */
+  get rows(): number {
+    return this.rowsPerHead;
+  }
+
+  /** Whether `layer`'s rows are gathered by the device from the host store (the stage need not copy them). */
+  mapped(layer: number): boolean {
+    return this.paths[layer] === "mapped";
+  }
+
+  /**
+   * Before a step whose widest layer selects `width` rows per KV head: grows the buffers when they
+   * are narrower (between steps; the device is idle first, since queued work may read the old ones).
+   */
+  reserve(width: number): void {
+    const rows = grownRows(this.rowsPerHead, width, this.cache.storeCapacity);
+    if (rows === this.rowsPerHead) return;
+    this.link.mark("pause");
+    this.link.fence();
+    this.backend.read(this.scores[0]!, 0, 1); // a read waits for the compute stream
+    const withKeys = this.keys.some((k) => k !== null);
+    for (const v of this.values) v.close();
+    for (const k of this.keys) k?.close();
+    this.values = [];
+    this.keys = [];
+    this.rowsPerHead = rows;
+    this.allocRows(withKeys);
+    this.backend.read(this.values[0]!.store, 0, 1); // the zero fill is done before a copy lands in them
+    this.link.mark("resume");
   }
 
   /** Row 0 of q (heads × headDim f32) into the stage's query buffer of `slot`; the host waits for it. */
@@ -82,25 +143,45 @@ export class DeviceStaging implements Disposable {
   }
 
   /**
-   * The stage's output of `slot` for width kmax: its logits [heads, kmax] into scores[slot] at
-   * column `col` of every head (unless the device scores the K rows itself: `keys`), V rows (and
-   * K rows) into the slot's device buffers; returns them as [kvHeads, kmax, headDim]. Compute
-   * ops queued after it wait for the copy.
+   * The stage's output of `layer` (slot `slot`) for width kmax: its logits [heads, kmax] into
+   * scores[slot] at column `col` of every head (unless the device scores the K rows itself:
+   * `keys`), V rows (and K rows) into the slot's device buffers — copied up on a staged layer; on
+   * a mapped one K rows are gathered now and V rows by gatherValues(). Returns them as
+   * [kvHeads, kmax, headDim]. Compute ops queued after it wait for the copy.
    */
-  upload(slot: 0 | 1, kmax: number, col: number, keys: boolean): { values: Tensor; keys: Tensor | null } {
+  upload(layer: number, slot: 0 | 1, kmax: number, col: number, keys: boolean, ids: Int32Array, counts: Int32Array): { values: Tensor; keys: Tensor | null } {
     const r = this.regions[slot]!, v = this.values[slot]!, k = keys ? this.keys[slot] : null;
-    if (keys && (!k || !r.keys)) fail("hybrid attention: the CPU stage stages no K rows (prepare it with stageKeys)");
+    if (keys && !k) fail("hybrid attention: no device buffers for K rows (a verified layer the staging was not told of)");
+    if (kmax > this.rowsPerHead) fail(`hybrid attention: ${kmax} selected rows per KV head exceed the device's gathered-row buffers (${this.rowsPerHead}); reserve() first`);
     v.kmax = kmax;
-    const rowBytes = this.cache.kvHeads * kmax * this.headDim * DTYPE_BYTES[this.cache.dtype];
-    const copies: HostCopy[] = [{ host: r.values, hostOffset: 0, tensor: v.store, tensorOffset: 0, width: rowBytes, rows: 1 }];
-    if (k) {
-      k.kmax = kmax;
-      copies.push({ host: r.keys!, hostOffset: 0, tensor: k.store, tensorOffset: 0, width: rowBytes, rows: 1 });
-    } else {
+    if (k) k.kmax = kmax;
+    const copies: HostCopy[] = [];
+    if (!k) {
       copies.push({ host: r.logits, hostOffset: 0, tensor: this.scores[slot]!, tensorOffset: col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: this.cache.maxContext * 4 });
     }
+    if (this.paths[layer] === "staged") {
+      const rowBytes = this.cache.kvHeads * kmax * this.headDim * DTYPE_BYTES[this.cache.dtype];
+      copies.push({ host: r.values, hostOffset: 0, tensor: v.store, tensorOffset: 0, width: rowBytes, rows: 1 });
+      if (k) {
+        if (!r.keys) fail("hybrid attention: the CPU stage stages no K rows (prepare it with stageKeys)");
+        copies.push({ host: r.keys, hostOffset: 0, tensor: k.store, tensorOffset: 0, width: rowBytes, rows: 1 });
+      }
+      this.pending[slot] = null;
+    } else {
+      this.pending[slot] = { layer, ids, counts };
+    }
+    // Called even with nothing to copy: the link's double buffering counts one call per layer.
     this.link.toDevice(copies);
+    if (k && this.paths[layer] === "mapped") this.gather(k, this.cache.stageStoreK(layer), ids, counts);
     return { values: v.output(), keys: k ? k.output() : null };
+  }
+
+  /** A mapped layer's V rows, gathered by the device into the buffer upload() returned (no-op on a staged layer). */
+  gatherValues(slot: 0 | 1): void {
+    const p = this.pending[slot];
+    if (!p) return;
+    this.pending[slot] = null;
+    this.gather(this.values[slot]!, this.cache.stageStoreV(p.layer), p.ids, p.counts);
   }
 
   /** The host is about to block on something other than the device (the CPU stage). */
@@ -133,4 +214,36 @@ export class DeviceStaging implements Disposable {
   [Symbol.dispose](): void {
     this.close();
   }
+
+  /** Both slots' gathered-row buffers at the current width (K rows too when a layer verifies). */
+  private allocRows(withKeys: boolean): void {
+    const { kvHeads, dtype } = this.cache, n = kvHeads * this.rowsPerHead;
+    const make = () => new GatheredValues(this.backend, this.backend.alloc([n, this.headDim], dtype), kvHeads, this.headDim);
+    for (let s = 0; s < 2; s++) {
+      this.values.push(make());
+      this.keys.push(withKeys ? make() : null);
+    }
+  }
+
+  private gather(dst: GatheredValues, store: Tensor, ids: Int32Array, counts: Int32Array): void {
+    const host = this.cache.hostBackend!.hostRegion!(store), c = this.cache;
+    this.link.gatherRows!(dst.store, host, { groups: c.kvHeads, cap: c.storeCapacity, rowBytes: c.headDim * DTYPE_BYTES[c.dtype], kmax: dst.kmax }, ids, counts);
+  }
+}
+
+/** chooseRowPath for every layer of `cache`'s host store; a forced "mapped" that cannot run is an error. */
+function rowPaths(cache: KvCache, link: HostTransfers, o: DeviceStagingOptions): { paths: RowPath[]; reason: string } {
+  const host = cache.hostBackend;
+  const deviceGathers = typeof link.gatherRows === "function" && typeof link.mapped === "function" && typeof host?.hostRegion === "function";
+  const isMapped = (t: Tensor) => link.mapped!(host!.hostRegion!(t));
+  const rowBytes = cache.headDim * DTYPE_BYTES[cache.dtype];
+  let reason = "";
+  const paths = Array.from({ length: cache.layers }, (_, l) => {
+    const mapped = deviceGathers && isMapped(cache.stageStoreV(l)) && (!o.keys[l] || isMapped(cache.stageStoreK(l)));
+    const c = chooseRowPath({ request: o.rowPath, deviceGathers, mapped, rowBytes });
+    if (c.path === "staged" && !reason) reason = c.reason;
+    if (o.rowPath === "mapped" && c.path !== "mapped") fail(`hybrid attention: rowPath "mapped" cannot run on layer ${l}: ${c.reason}`);
+    return c.path;
+  });
+  return { paths, reason };
 }

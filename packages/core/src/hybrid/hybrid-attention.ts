@@ -38,6 +38,7 @@ import {
 import { fail } from "../errors.js";
 import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageWork } from "./cpu-stage.js";
 import { DeviceStaging } from "./device-staging.js";
+import { selectionRows, type RowPath } from "./row-path.js";
 import { HybridStats } from "./hybrid-stats.js";
 import { HybridOptionsSchema, type HybridOptions, type LogitsMode } from "./options.js";
 
@@ -146,11 +147,14 @@ export class HybridAttention implements DecodeAttention, Disposable {
     for (let i = 0; i < this.positions.length; i++) this.positions[i] = cache.storeStart + i;
     this.specQ = attention.backend.alloc([1, heads * headDim]);
     try {
-      this.device = cache.hostLink ? new DeviceStaging(attention.backend, cache, stage, heads, headDim) : null;
+      this.device = cache.hostLink
+        ? new DeviceStaging(attention.backend, cache, stage, heads, headDim, { rows: this.rowsFor(scheduler.initial().k), rowPath: o.rowPath, keys: this.rescore })
+        : null;
     } catch (e) {
       attention.backend.free(this.specQ);
       throw e;
     }
+    if (this.device) this.stats.rows = rowsNote(this.device.paths, this.device.stagedReason);
     const be = attention.backend;
     this.segments = this.device !== null && !this.trackScores && be.beginStep !== undefined && be.endStep !== undefined;
     this.segmentKeys = Array.from({ length: this.layers }, (_, l) => `hybrid-${hybridCount}-${l}`);
@@ -229,6 +233,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const kernel = this.selector.kernel;
     const work = kernel === "all" || (kernel !== undefined && timing === "post") ? "kernel" : timing === "post" ? "score" : "pre";
     const kmax = this.selector.usesBudget ? budget : offloaded;
+    this.device?.reserve(this.rowsFor(budget)); // the gathered-row buffers hold this step's widest selection
     this.plan = { timing, budget, kmax, offloaded, work };
   }
 
@@ -311,9 +316,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
     if (this.plan!.work === "pre" && layer + 2 < this.layers && this.ahead[layer + 1] && this.ahead[layer + 2]) this.deferred = layer + 1;
     else this.submitNext(layer);
     const outp = this.stage.output(slot), rescore = this.rescore[layer];
-    const up = kmax > 0 ? d.upload(slot, kmax, this.attention.cache.storeStart, rescore) : null;
+    const up = kmax > 0 ? d.upload(layer, slot, kmax, this.attention.cache.storeStart, rescore, outp.ids, outp.counts) : null;
     if (rescore && up) this.verifiedLogits(scores, q, up.keys, outp.counts, kmax);
     this.openSegment(layer);
+    if (up) d.gatherValues(slot); // mapped rows: the device reads them inside the segment
     this.softmaxAggregate(layer, scores, outp, up ? up.values : null, kmax, out);
   }
 
@@ -355,6 +361,17 @@ export class HybridAttention implements DecodeAttention, Disposable {
       const n = counts[Math.floor(h / group)];
       if (n < kmax) a.backend.write(scores, this.negInf.subarray(0, kmax - n), h * width + S + n);
     }
+  }
+
+  /** Per layer, where a device backend gets the selected rows (empty on a host backend). */
+  get rowPaths(): readonly RowPath[] {
+    return this.device?.paths ?? [];
+  }
+
+  /** Rows per KV head the device's gathered-row buffers need at scheduler K = k (the widest layer). */
+  private rowsFor(k: number): number {
+    const candidates = this.rescore.includes(true) ? this.candidates : 1;
+    return selectionRows({ storeCapacity: this.attention.cache.storeCapacity, usesBudget: this.selector.usesBudget, k, candidates });
   }
 
   /** The step's width at `layer`: verified layers score `candidates`·K tokens. */
@@ -499,7 +516,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     }
     const job: CpuStageJob = {
       slot, k: c.stageStoreK(layer), v: c.stageStoreV(layer), offloaded: plan.offloaded, kmax: this.layerKmax(layer), scale: this.attention.scale, work,
-      keys: this.rescore[layer], storeEpoch: c.rewinds,
+      keys: this.rescore[layer], storeEpoch: c.rewinds, deviceGather: this.device?.mapped(layer) ?? false,
     };
     this.jobs[layer] = job;
     this.device?.beforeSubmit();
@@ -578,4 +595,11 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private checkOpen(): void {
     if (this.closed) fail("hybrid attention used after close()");
   }
+}
+
+/** The stats line's note on where V rows come from, e.g. "V rows read by the device from pinned host memory (32 of 32 layers)". */
+function rowsNote(paths: readonly RowPath[], stagedReason: string): string {
+  const mapped = paths.filter((p) => p === "mapped").length;
+  if (mapped === paths.length) return `V rows read by the device from pinned host memory (${mapped} of ${paths.length} layers)`;
+  return `V rows staged by the CPU stage on ${paths.length - mapped} of ${paths.length} layers (${stagedReason})`;
 }

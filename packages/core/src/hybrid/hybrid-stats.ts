@@ -36,6 +36,8 @@ export class HybridStats {
    * the thread hand-offs (submit → start, end → wait returns), which are not in cpuStageMs. */
   /** The CPU stage's scoring when not the full rows, e.g. "int8, 2·K rescored" (the stats line names it). */
   scoring = "";
+  /** Where a device backend gets the selected V rows, e.g. "V rows read by the device from pinned host memory (32 of 32 layers)" (empty on a host backend). */
+  rows = "";
   cpuScoreMs = 0;
   cpuSelectMs = 0;
   cpuGatherMs = 0;
@@ -101,7 +103,7 @@ export class HybridStats {
     return `hybrid: ${this.offloaded} tokens offloaded, mean K ${this.meanK.toFixed(1)}, per layer: ` +
       `CPU stage ${per(this.cpuStageMs + this.cpuJsMs)} ms, device stage ${per(this.deviceMs)} ms, ` +
       `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (${this.steps} hybrid steps), ` +
-      `transfers ${per(this.txMs)} ms` + this.splitSummary() + this.schedulerSummary();
+      `transfers ${per(this.txMs)} ms` + this.splitSummary() + (this.rows ? `; ${this.rows}` : "") + this.schedulerSummary();
   }
 
   /** "; scheduler: K 8 → 96 (range 8–128), post, 1 timing switch" from the trace (empty without one). */

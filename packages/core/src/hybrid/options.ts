@@ -1,5 +1,6 @@
 /** Options of hybrid attention (the CLI's --attention hybrid flags map onto these). */
 import { z } from "zod";
+import { RowPathRequestSchema } from "./row-path.js";
 
 export const LogitsModeSchema = z.enum(["exact", "speculative", "verified"]);
 export type LogitsMode = z.infer<typeof LogitsModeSchema>;
@@ -19,6 +20,10 @@ export const HybridOptionsSchema = z.object({
   /** Verified: q̃ chooses this many times K candidates for the device to score (4: at least
    * exact top-K's top-1 agreement and KL at every K of scripts/hybrid-eval.ts on stories15M). */
   candidates: z.number().int().min(1).max(64).default(4),
+  /** On a device backend: where the selected V (and K) rows come from — "mapped" (the device reads
+   * them from the pinned host store), "staged" (the CPU stage copies them, the copy stream uploads
+   * them), "auto" (default: mapped wherever chooseRowPath finds it can run). */
+  rowPath: RowPathRequestSchema.default("auto"),
   /** Maintain accumulated scores even when the selector does not ask for them. */
   trackScores: z.boolean().default(false),
 });
