@@ -94,7 +94,13 @@ HG_EXPORT int hg_host_pin(void *p, double bytes) {
   const size_t ps = page_size();
   if (((uintptr_t)p & (ps - 1)) != 0 || (size_t)bytes < PIN_MIN_BYTES) return -1;
   const size_t len = ((size_t)bytes + ps - 1) & ~(ps - 1);
-  cudaError_t e = cudaHostRegister(p, len, cudaHostRegisterPortable);
+  // Mapped too, so kernels may read it in place (hg_cu_gather_rows); a device that cannot map
+  // host memory still gets it pinned for copies.
+  cudaError_t e = cudaHostRegister(p, len, cudaHostRegisterPortable | cudaHostRegisterMapped);
+  if (e != cudaSuccess && e != cudaErrorHostMemoryAlreadyRegistered) {
+    cudaGetLastError();
+    e = cudaHostRegister(p, len, cudaHostRegisterPortable);
+  }
   if (e == cudaErrorHostMemoryAlreadyRegistered) {
     cudaGetLastError();
     return -1;
@@ -102,6 +108,19 @@ HG_EXPORT int hg_host_pin(void *p, double bytes) {
   return (int)e;
 }
 HG_EXPORT int hg_host_unpin(void *p) { return (int)cudaHostUnregister(p); }
+
+// out[0] = the device address of pinned host memory at p (mapped by hg_host_pin); a non-zero
+// status (memory the device does not map) leaves no error behind.
+HG_EXPORT int hg_host_device_ptr(void *p, double *out) {
+  void *d = NULL;
+  const cudaError_t e = cudaHostGetDevicePointer(&d, p, 0);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return (int)e;
+  }
+  out[0] = (double)(uintptr_t)d;
+  return 0;
+}
 
 // n copies, each 6 doubles: dst address, src address, width bytes, rows, dst pitch, src pitch.
 // dir 0 (device -> host): the copy stream first waits for every compute op queued so far.

@@ -1,8 +1,9 @@
 // V rows without a CPU copy: the device gathers the selected rows of a KV head-major store
 // [kvHeads, cap, row] straight from page-locked host memory (mapped into the device's address
-// space), against the CPU stage's way (rows memcpy'd into a pinned staging buffer, then one
-// DMA) and against one copy per run of consecutive ids. hg_cu_gather_bench times the three
-// on the copy stream for one (K, id pattern) and checks that they agree.
+// space). hg_cu_gather_rows is the hybrid step's op (recordable: a layer's V rows are gathered
+// inside its recorded segment); hg_cu_gather_bench times the same read against the CPU stage's
+// way (rows memcpy'd into a pinned staging buffer, then one DMA) and against one copy per run of
+// consecutive ids, on the copy stream for one (K, id pattern), and checks that they agree.
 #include "common.cuh"
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,37 @@ __global__ void gather_mapped_rows(uint4 *__restrict__ dst, const uint4 *__restr
   for (int p = lane; p < pieces; p += 32) d[p] = s[p];
 }
 
+// The hybrid step's gather, one warp a row: table = [counts (groups) | ids (groups · kmax)];
+// dst[g, i, :] = src[g, ids[g · kmax + i], :] for i < counts[g] and an id inside the store, else
+// a zero row (as the CPU stage pads its staged rows, so both paths give the same bytes).
+__global__ void gather_rows_kernel(uint4 *__restrict__ dst, const uint4 *__restrict__ src, const int32_t *__restrict__ table,
+                                   int groups, int kmax, long long cap, int pieces) {
+  const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (warp >= (long long)groups * kmax) return;
+  const int g = (int)(warp / kmax), i = (int)(warp % kmax);
+  const int id = i < table[g] ? table[groups + warp] : -1;
+  uint4 *d = dst + warp * pieces;
+  if (id < 0 || id >= cap) {
+    for (int p = lane; p < pieces; p += 32) d[p] = make_uint4(0, 0, 0, 0);
+    return;
+  }
+  const uint4 *s = src + ((long long)g * cap + id) * pieces;
+  for (int p = lane; p < pieces; p += 32) d[p] = s[p];
+}
+
+Cmd hg_new_cmd(int kind);
+
+// CMD_GATHER_ROWS: p[0] dst, p[1] src (device address of the mapped region), p[2] table; s[0]
+// groups, s[1] kmax, s[2] 16-byte pieces a row, s[3] cap. The grid follows kmax (static: a
+// recorded step whose width changes captures again, as its blob offsets change anyway).
+int hg_launch_gather_rows(HgCtx *c, const Cmd &m) {
+  const long long warps = (long long)m.s[0] * m.s[1];
+  const unsigned blocks = (unsigned)((warps * 32 + 255) / 256);
+  gather_rows_kernel<<<blocks, 256, 0, c->compute>>>((uint4 *)m.p[0], (const uint4 *)m.p[1], (const int32_t *)m.p[2], m.s[0], m.s[1], m.s[3], m.s[2]);
+  return hg_launched();
+}
+
 static double now_ms() {
   timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
@@ -28,6 +60,27 @@ static double now_ms() {
 }
 
 extern "C" {
+
+// The hybrid step's gather (see gather_rows_kernel) on the compute stream, or recorded inside a
+// step: counts and ids (host arrays the caller checked) go up as one table (the step's blob when
+// recording), so the caller may rewrite them as soon as this returns. src: a device address.
+HG_EXPORT int hg_cu_gather_rows(HgCtx *c, void *dst, const void *src, const int *counts, const int *ids, int groups, int kmax, int cap, int rowBytes) {
+  if (groups < 1 || kmax < 1 || cap < 1 || rowBytes < 16 || rowBytes % 16) return (int)cudaErrorInvalidValue;
+  HG_FLUSH_REC(c);
+  const size_t n = (size_t)groups * (1 + (size_t)kmax);
+  int *table = (int *)malloc(n * sizeof(int));
+  if (!table) return (int)cudaErrorMemoryAllocation;
+  memcpy(table, counts, (size_t)groups * sizeof(int));
+  memcpy(table + groups, ids, (size_t)groups * kmax * sizeof(int));
+  int *dev = NULL;
+  const int e = hg_upload_ints(c, table, n, &dev);  // pageable: staged before it returns
+  free(table);
+  if (e) return e;
+  Cmd m = hg_new_cmd(CMD_GATHER_ROWS);
+  m.p[0] = dst; m.p[1] = src; m.p[2] = dev;
+  m.s[0] = groups; m.s[1] = kmax; m.s[2] = rowBytes / 16; m.s[3] = cap;
+  return hg_submit(c, m);
+}
 
 // in: kvHeads, cap, kmax, rowBytes (multiple of 16), contiguous (0: ascending random ids per
 // head; 1: the last kmax slots), iters. dev: 3 · kvHeads · kmax · rowBytes device bytes, devIds:

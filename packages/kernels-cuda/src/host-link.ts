@@ -1,11 +1,12 @@
 /**
- * CudaHostLink: core's HostTransfers on native/host_copy.cu — page-locked host regions,
- * 2-D copies on the backend's copy stream ordered against the compute stream by events, and
- * the event timeline that gives the hybrid scheduler T_gpu and T_tx. Every copy's host and
- * device ranges are checked here before an address reaches C.
+ * CudaHostLink: core's HostTransfers on native/host_copy.cu — page-locked host regions (mapped
+ * into the device's address space where the device allows), 2-D copies on the backend's copy
+ * stream ordered against the compute stream by events, the event timeline that gives the hybrid
+ * scheduler T_gpu and T_tx, and rows gathered by the device straight from mapped regions
+ * (native/host_gather.cu). Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
-import { HybridgenError, type HostCopy, type HostRegion, type HostTransfers, type Tensor } from "@hybridgen/core";
+import { HybridgenError, type HostCopy, type HostRegion, type HostTransfers, type RowGather, type Tensor } from "@hybridgen/core";
 import type { CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 
@@ -17,6 +18,7 @@ function bad(message: string): never {
 }
 
 const isCount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
+const MAX_GATHER_INTS = 1024 * 1024; // the native int scratch an eager gather's ids go through
 
 /** What the link needs of its backend (kept narrow so tests can stand in for it). */
 export interface HostLinkOwner {
@@ -33,6 +35,7 @@ export interface HostLinkOwner {
 export class CudaHostLink implements HostTransfers {
   private link: Pointer | null;
   private readonly pinned = new Map<number, number>(); // address → bytes
+  private readonly deviceAt = new Map<number, number>(); // pinned address → its device address (mapped regions)
   private readonly pageable = new Set<number>(); // pin() found their pages pinned already
   private desc = new Float64Array(FIELDS * 64);
   private readonly timesOut = new Float64Array(3);
@@ -60,6 +63,8 @@ export class CudaHostLink implements HostTransfers {
     }
     this.owner.ok("pin (cudaHostRegister)", rc);
     this.pinned.set(region.address, region.byteLength);
+    const at = new Float64Array(1);
+    if (this.owner.lib.hg_host_device_ptr(P(region.address), at) === 0 && at[0] > 0) this.deviceAt.set(region.address, at[0]);
   }
 
   unpin(region: HostRegion): void {
@@ -68,6 +73,7 @@ export class CudaHostLink implements HostTransfers {
     if (region.byteLength === 0) return;
     if (this.pageable.delete(region.address)) return;
     if (!this.pinned.delete(region.address)) bad(`unpin: host region at 0x${region.address.toString(16)} is not pinned`);
+    this.deviceAt.delete(region.address);
     this.owner.ok("unpin (cudaHostUnregister)", this.owner.lib.hg_host_unpin(P(region.address)));
   }
 
@@ -80,6 +86,31 @@ export class CudaHostLink implements HostTransfers {
   isPinned(region: HostRegion): boolean {
     for (const [a, n] of this.pinned) if (region.address >= a && region.address + region.byteLength <= a + n) return true;
     return false;
+  }
+
+  /** HostTransfers.mapped: `region` lies inside a pinned region the device maps. */
+  mapped(region: HostRegion): boolean {
+    return this.deviceAddress(region) !== null;
+  }
+
+  /** HostTransfers.gatherRows on the compute stream (recordable); every range is checked first. */
+  gatherRows(dst: Tensor, src: HostRegion, rows: RowGather, ids: Int32Array, counts: Int32Array): void {
+    const op = "gatherRows";
+    this.live(op);
+    const d = this.owner.own(dst, op);
+    checkRegion(src, op);
+    const { groups, cap, rowBytes, kmax } = rows;
+    if (![groups, cap, rowBytes, kmax].every((v) => isCount(v) && v > 0 && v <= 0x7fffffff)) bad(`${op}: groups, cap, rowBytes and kmax must be positive 32-bit integers`);
+    if (rowBytes % 16 !== 0) bad(`${op}: a row of ${rowBytes} bytes is not a whole number of 16-byte pieces`);
+    if (kmax > cap) bad(`${op}: ${kmax} rows a group from a region of ${cap}`);
+    if (!(ids instanceof Int32Array) || ids.length < groups * kmax) bad(`${op}: ids must be an Int32Array of at least ${groups} × ${kmax}`);
+    if (!(counts instanceof Int32Array) || counts.length < groups) bad(`${op}: counts must be an Int32Array of at least ${groups}`);
+    if (groups * (kmax + 1) > MAX_GATHER_INTS) bad(`${op}: ${groups} × ${kmax} ids exceed the backend's limit of ${MAX_GATHER_INTS} in one call`);
+    if (groups * cap * rowBytes > src.byteLength) bad(`${op}: ${groups} × ${cap} rows of ${rowBytes} bytes exceed the host region's ${src.byteLength}`);
+    if (groups * kmax * rowBytes > d.byteLength) bad(`${op}: ${groups} × ${kmax} rows of ${rowBytes} bytes exceed ${d}'s ${d.byteLength}`);
+    const at = this.deviceAddress(src);
+    if (at === null) bad(`${op}: host region at 0x${src.address.toString(16)} is not pinned memory the device maps`);
+    this.owner.ok(op, this.owner.lib.hg_cu_gather_rows(this.owner.ctx, P(d.addr), P(at), counts, ids, groups, kmax, cap, rowBytes));
   }
 
   toHost(copies: readonly HostCopy[]): void {
@@ -123,6 +154,7 @@ export class CudaHostLink implements HostTransfers {
     if (!this.link) return;
     for (const a of this.pinned.keys()) this.owner.lib.hg_host_unpin(P(a));
     this.pinned.clear();
+    this.deviceAt.clear();
     this.pageable.clear();
     this.owner.lib.hg_link_destroy(this.link);
     this.link = null;
@@ -130,6 +162,17 @@ export class CudaHostLink implements HostTransfers {
 
   [Symbol.dispose](): void {
     this.close();
+  }
+
+  /** The device address of `region` when it lies inside a pinned, mapped region (else null). */
+  private deviceAddress(region: HostRegion): number | null {
+    for (const [a, n] of this.pinned) {
+      if (region.address >= a && region.address + region.byteLength <= a + n) {
+        const d = this.deviceAt.get(a);
+        return d === undefined ? null : d + (region.address - a);
+      }
+    }
+    return null;
   }
 
   private copy(dir: 0 | 1, copies: readonly HostCopy[], op: string): void {

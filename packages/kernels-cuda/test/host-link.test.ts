@@ -71,6 +71,56 @@ describe("CudaBackend.hostTransfers checks (stand-in library)", () => {
   });
 });
 
+describe("CudaBackend.hostTransfers: rows gathered from mapped host memory (stand-in library)", () => {
+  /** The stand-in maps regions pinned at 0x200000 and up (device address + 2^44); lower ones stay unmapped. */
+  const mappedLib = (calls: NativeCall[]) => standInNative({
+    calls,
+    answer: (name, args) => {
+      if (name !== "hg_host_device_ptr") return undefined;
+      const address = args[0] as number;
+      if (address < 0x200000) return 1;
+      (args[1] as Float64Array)[0] = address + 2 ** 44;
+      return 0;
+    },
+  });
+
+  it("maps what the device maps, checks every range before the native call, and passes the device address", () => {
+    const calls: NativeCall[] = [];
+    using be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: mappedLib(calls), device });
+    const link = be.hostTransfers();
+    const store = { address: 0x400000, byteLength: 2 * 64 * 32 }, unmappedStore = { address: 0x1000, byteLength: 2 * 64 * 32 };
+    link.pin(store);
+    link.pin(unmappedStore);
+    expect(link.mapped!(store)).toBe(true);
+    expect(link.mapped!({ address: 0x400000 + 64, byteLength: 128 })).toBe(true); // inside it
+    expect(link.mapped!({ address: 0x400000 + 64, byteLength: store.byteLength })).toBe(false); // past its end
+    expect(link.mapped!(unmappedStore)).toBe(false);
+    expect(link.mapped!({ address: 0x900000, byteLength: 16 })).toBe(false); // never pinned
+    const dst = be.alloc([2 * 8, 8]); // 2 groups × 8 rows of 32 bytes
+    const rows = { groups: 2, cap: 64, rowBytes: 32, kmax: 8 };
+    const ids = Int32Array.from({ length: 16 }, (_, i) => i * 3), counts = Int32Array.of(8, 5);
+    const gathers = () => calls.filter((c) => c.name === "hg_cu_gather_rows").length;
+    expect(() => link.gatherRows!(dst, store, { ...rows, rowBytes: 40 }, ids, counts)).toThrow(/40 bytes is not a whole number of 16-byte pieces/);
+    expect(() => link.gatherRows!(dst, store, { ...rows, cap: 4 }, ids, counts)).toThrow(/8 rows a group from a region of 4/);
+    expect(() => link.gatherRows!(dst, store, rows, ids.subarray(0, 15), counts)).toThrow(/ids must be an Int32Array of at least 2 × 8/);
+    expect(() => link.gatherRows!(dst, store, rows, ids, Int32Array.of(8))).toThrow(/counts must be/);
+    expect(() => link.gatherRows!(dst, store, { ...rows, cap: 128 }, ids, counts)).toThrow(/2 × 128 rows of 32 bytes exceed the host region's 4096/);
+    expect(() => link.gatherRows!(dst, store, { ...rows, kmax: 16, cap: 64 }, new Int32Array(32), counts)).toThrow(/2 × 16 rows of 32 bytes exceed f32\[16x8\]'s 512/);
+    expect(() => link.gatherRows!(dst, unmappedStore, rows, ids, counts)).toThrow(/is not pinned memory the device maps/);
+    expect(gathers()).toBe(0);
+    const sub = { address: store.address + 1024, byteLength: 2 * 64 * 32 - 1024 };
+    link.gatherRows!(dst, { ...store }, rows, ids, counts);
+    const c = calls.filter((x) => x.name === "hg_cu_gather_rows").at(-1)!;
+    expect(c.args.slice(1, 3)).toEqual([be.address(dst), 0x400000 + 2 ** 44]);
+    expect(Array.from(c.args[3] as Int32Array)).toEqual([8, 5]);
+    expect(Array.from(c.args[4] as Int32Array)).toEqual(Array.from(ids));
+    expect(c.args.slice(5)).toEqual([2, 8, 64, 32]);
+    expect(() => link.gatherRows!(dst, sub, rows, ids, counts)).toThrow(/exceed the host region's 3072/);
+    link.unpin(store);
+    expect(link.mapped!(store)).toBe(false);
+  });
+});
+
 describe.skipIf(!cuda.available)("host link on the GPU", () => {
   it("pinned round trips through the copy stream keep the data; events give T_tx and T_gpu", async () => {
     const { createCpuBackend } = await import("../../kernels-cpu/src/index.js");
@@ -103,5 +153,41 @@ describe.skipIf(!cuda.available)("host link on the GPU", () => {
     expect(bw.d2h).toBeGreaterThan(1e8);
     link.unpin(region);
     link.unpin(backRegion);
+  });
+
+  it("gatherRows reads the rows of pinned host memory in place, eager and recorded: the same bytes as a host gather, padded rows zero", async () => {
+    const { createCpuBackend } = await import("../../kernels-cpu/src/index.js");
+    using be = createCudaBackend({ arenaBytes: 2 ** 28 });
+    using host = createCpuBackend({ threads: 1 });
+    const link = be.hostTransfers();
+    const groups = 2, cap = 4096, width = 128, kmax = 100; // a 4 MiB f32 store: pinned and mapped
+    const store = host.alloc([groups, cap, width]);
+    host.write(store, Float32Array.from({ length: groups * cap * width }, (_, i) => Math.sin(i * 0.013) * 50));
+    const region = host.hostRegion(store);
+    link.pin(region);
+    expect(link.mapped!(region)).toBe(true);
+    const all = host.read(store);
+    const counts = Int32Array.of(kmax, 61);
+    const ids = Int32Array.from({ length: groups * kmax }, (_, i) => ((i % kmax) * 37 + 5) % cap);
+    ids[kmax + 3] = cap + 7; // outside the store: a zero row
+    const want = new Float32Array(groups * kmax * width);
+    for (let g = 0; g < groups; g++) {
+      for (let i = 0; i < counts[g]; i++) {
+        const id = ids[g * kmax + i];
+        if (id < cap) want.set(all.subarray((g * cap + id) * width, (g * cap + id + 1) * width), (g * kmax + i) * width);
+      }
+    }
+    const rows = { groups, cap, rowBytes: width * 4, kmax };
+    for (const recorded of [false, true]) {
+      const dst = be.alloc([groups * kmax, width]);
+      be.write(dst, Float32Array.from({ length: groups * kmax * width }, () => NaN));
+      if (recorded) be.beginStep!("gather-rows-test");
+      link.gatherRows!(dst, region, rows, ids.slice(), counts.slice());
+      if (recorded) be.endStep!();
+      const got = be.read(dst);
+      expect(new Uint32Array(got.buffer)).toEqual(new Uint32Array(want.buffer));
+      be.free(dst);
+    }
+    link.unpin(region);
   });
 });
