@@ -48,6 +48,11 @@ export class BatchDecoder implements Disposable {
     }
   }
 
+  /** `slot`'s sequence (its cache and attention stage: a decode attention is attached there). */
+  sequence(slot: number): SequenceState {
+    return this.slot(slot);
+  }
+
   /** Positions held by `slot`'s cache. */
   length(slot: number): number {
     return this.slot(slot).cache.length;

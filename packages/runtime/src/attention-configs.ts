@@ -20,7 +20,7 @@
  * Every name but `full` runs with the device window (`gpuKvBudget`) and the rest offloaded.
  */
 import { AoCAttention, AoGAttention, HybridgenError, type Backend } from "@hybridgen/core";
-import { createHybridAttention, hybridPlan, type HybridModel } from "./create-hybrid-attention.js";
+import { hybridBuilder, hybridPlan, type HybridModel } from "./create-hybrid-attention.js";
 import type { HybridRuntimeOptions } from "./options.js";
 
 export type AttentionKind = "full" | "aog" | "aoc" | "hybrid";
@@ -119,8 +119,14 @@ export async function prepareHostStore(model: HybridModel, backend: Backend, thr
   }
 }
 
-/** Routes `model`'s decode steps through `config` ("full" attaches nothing: the model's own attention). */
-export async function attachAttentionConfig(model: HybridModel, backend: Backend, config: AttentionConfig, extra: HybridRuntimeOptions = {}): Promise<AttachedAttention> {
+/**
+ * Routes `model`'s decode steps through `config` ("full" attaches nothing: the model's own
+ * attention). `model` may be one sequence of a batch (sequenceModel); `sequences` attached at
+ * once share the default CPU-stage threads.
+ */
+export async function attachAttentionConfig(
+  model: HybridModel, backend: Backend, config: AttentionConfig, extra: HybridRuntimeOptions = {}, sequences = 1,
+): Promise<AttachedAttention> {
   const attached = (summary: () => string, close: () => void, trace: AttachedAttention["trace"] = () => []): AttachedAttention =>
     ({ config, summary, trace, close, [Symbol.dispose]: close });
   if (config.kind === "full") return attached(() => "full attention", () => {});
@@ -132,7 +138,7 @@ export async function attachAttentionConfig(model: HybridModel, backend: Backend
     const a = config.kind === "aog" ? AoGAttention.attach(model.attention) : AoCAttention.attach(model.attention);
     return attached(() => a.stats.summary(config.name), () => a.close());
   }
-  const ha = await createHybridAttention(model, backend, { ...config.hybrid, ...extra });
+  const ha = (await hybridBuilder(backend, { ...config.hybrid, ...extra }, { first: model, sequences }))(model);
   return attached(
     () => {
       const p = hybridPlan(ha);

@@ -2,12 +2,15 @@
 // stage: a batch of 3 sequences of different prompt lengths (so each offloads a different count),
 // one leaving early and a fourth joining its slot, equals each sequence run alone with the same
 // settings — "all" + exact logits and top-K (verified) — tokens exactly, logits within 1e-4;
-// generateBatch's continuous batching gives each prompt's tokens alone; bad input is one line.
+// generateBatch's continuous batching gives each prompt's tokens alone; the AoG/AoC baselines
+// attached per slot (as hybridgen bench does) equal full attention; bad input is one line.
 import { afterAll, describe, expect, it } from "vitest";
 import { BatchDecoder, generate, generateBatch, loadModel, type LlamaModel } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { FixedScheduler } from "@hybridgen/scheduler";
-import { createBatchHybridAttention, createHybridAttention, hybridPlan, type HybridRuntimeOptions } from "../src/index.js";
+import {
+  attachAttentionConfig, attentionConfig, createBatchHybridAttention, createHybridAttention, hybridPlan, sequenceModel, type AttachedAttention, type HybridRuntimeOptions,
+} from "../src/index.js";
 import { CONTEXT, tinyFiles } from "./tiny-model.js";
 
 const backend = createCpuBackend({ threads: 1 });
@@ -117,6 +120,30 @@ describe("hybrid attention at batch 3 equals each sequence alone (CPU backend, n
       using _b = await createBatchHybridAttention(model, backend, options, 3);
       const res = await generateBatch(model, tok, requests, { batch: 3, sampling: { temperature: 0 } }).result();
       expect(res.results.map((r) => r.tokens), options.selector).toEqual(want);
+    }
+  });
+
+  it("bench's way: flexgen (AoG), moe-lightning (AoC) and all-tokens attached to each slot of a batch of 2 equal full attention", async () => {
+    const run = async (name: string | null) => {
+      using model = name ? load() : (loadModel(tinyFiles(5), backend, { maxContext: CONTEXT }) as LlamaModel);
+      using dec = new BatchDecoder(model, 2);
+      const attached: AttachedAttention[] = [], out: Float32Array[] = [];
+      for (const i of [0, 1]) {
+        dec.prefill(i, PROMPTS[i + 1]!, 0);
+        out.push(dec.logits(i));
+        if (name) attached.push(await attachAttentionConfig(sequenceModel(model, dec.sequence(i)), backend, attentionConfig(name, 8), {}, 2));
+      }
+      for (let s = 0; s < 6; s++) {
+        dec.step([0, 1], Int32Array.of(argmax(out.at(-2)!), argmax(out.at(-1)!)));
+        out.push(dec.logits(0), dec.logits(1));
+      }
+      for (const a of attached) a.close();
+      return out;
+    };
+    const want = await run(null);
+    for (const name of ["flexgen", "moe-lightning", "all-tokens"]) {
+      const got = await run(name);
+      got.forEach((g, i) => expect(relError(g, want[i]!), `${name} ${i}`).toBeLessThanOrEqual(REL_TOL));
     }
   });
 

@@ -47,7 +47,8 @@ and bench.json with every number. Progress goes to stderr.
                                built-ins: ${ATTENTION_CONFIG_NAMES.join(", ")},
                                or hybrid:KEY=VALUE,… (selector, scheduler, timing, logits, k, kMin, candidates)
       --contexts N,...         context lengths in tokens (default 2048,8192)
-      --batch N,...            batch sizes (default 1); batch > 1 runs full attention only
+      --batch N,...            batch sizes (default 1); at batch > 1 each sequence has its own window,
+                               offloaded store and configuration (stage, scheduler)
       --steps N                decode steps measured per point (default 32)
       --warmup N               steps left out of the median (default 4)
       --gpu-kv-budget N        device window per sequence, sinks included (default 1024)

@@ -1,11 +1,12 @@
 /**
  * The measurements of `hybridgen bench`: per model and context, full attention (every KV row on
- * the device) at each batch size, then every offloading configuration from one prefilled,
- * checkpointed KV cache with the device window of --gpu-kv-budget tokens. Decode is greedy
- * from the same first token; ms/token is the median wall time of the steps after the warm-up.
+ * the device) at each batch size, then at each batch size every offloading configuration from
+ * the same prefilled, checkpointed KV caches (one per sequence, each with the device window of
+ * --gpu-kv-budget tokens; a configuration is attached to each sequence). Decode is greedy from
+ * the same first token; ms/token is the median wall time of the steps after the warm-up.
  */
 import { BatchDecoder, HybridgenError, loadModel, seededRandom, type Backend, type CausalLM, type ModelFiles } from "@hybridgen/core";
-import { attachAttentionConfig, attentionConfig, prepareHostStore, type AttentionConfig } from "@hybridgen/runtime";
+import { attachAttentionConfig, attentionConfig, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
 import type { BenchOptions } from "./bench-args.js";
 
 export interface BenchPoint {
@@ -121,50 +122,73 @@ export async function measureModel(files: ModelFiles, name: string, o: BenchOpti
   }
   const offloading = configs.filter((x) => x.kind !== "full");
   if (offloading.length === 0 || cx.signal?.aborted) return ordered(points, o);
-  const skip = (context: number, why: string, batches: readonly number[]) => {
-    for (const c of offloading) for (const batch of batches) note({ ...base(c, context, batch), status: "skipped", note: why });
-  };
   const runnable = o.contexts.filter((context) => {
-    skip(context, "batch > 1 runs full attention only", o.batches.filter((b) => b > 1));
-    if (!o.batches.includes(1)) return false;
     if (o.gpuKvBudget < context) return true;
-    skip(context, `the device window (${o.gpuKvBudget}) holds the whole context`, [1]);
+    for (const c of offloading) for (const batch of o.batches) note({ ...base(c, context, batch), status: "skipped", note: `the device window (${o.gpuKvBudget}) holds the whole context` });
     return false;
   });
   if (runnable.length === 0) return ordered(points, o);
   using model = load(true);
-  await prepareHostStore(model, cx.backend, o.threads ?? 1);
   for (const context of runnable) {
     const prompt = syntheticTokens(context, files.shape.vocabSize, o.seed);
-    model.reset();
-    const t0 = performance.now();
-    model.step(prompt, 0);
-    const first = model.argmaxLogits(), offloaded = model.cache.storeCount;
-    cx.progress(`${name} context ${context}: prefilled in ${((performance.now() - t0) / 1e3).toFixed(1)} s; ${offloaded} tokens offloaded, window ${o.gpuKvBudget} with ${o.sinkTokens} sinks`);
-    using cp = model.cache.checkpoint();
-    for (const c of offloading) {
+    for (const batch of o.batches) {
       if (cx.signal?.aborted) return ordered(points, o);
+      // Every sequence of the batch holds the same prefilled context, checkpointed once.
+      using dec = new BatchDecoder(model, batch);
+      const slots = Array.from({ length: batch }, (_, i) => i), seqs = slots.map((i) => sequenceModel(model, dec.sequence(i)));
+      const first = new Int32Array(batch);
+      const t0 = performance.now();
+      for (const i of slots) {
+        await prepareHostStore(seqs[i]!, cx.backend, o.threads ?? 1);
+        dec.prefill(i, prompt, 0);
+        first[i] = dec.argmax(i);
+      }
+      const offloaded = model.cache.storeCount;
+      cx.progress(`${name} context ${context} batch ${batch}: prefilled in ${((performance.now() - t0) / 1e3).toFixed(1)} s; ${offloaded} tokens offloaded per sequence, window ${o.gpuKvBudget} with ${o.sinkTokens} sinks`);
+      const cps = seqs.map((s) => s.cache.checkpoint());
       try {
-        using a = await attachAttentionConfig(model, cx.backend, c, o.cpuStageThreads === undefined ? {} : { cpuStageThreads: o.cpuStageThreads });
-        const walls = decode(model, first, context, o.steps, cx.signal);
-        const ms = median(walls.slice(o.warmup));
-        const trace = a.trace(), last = trace.at(-1), tail = trace.slice(o.warmup);
-        const avg = (f: (t: (typeof tail)[number]) => number) => tail.reduce((x, t) => x + f(t), 0) / tail.length;
-        note({
-          ...base(c, context, 1), status: "ok", msPerToken: ms, tokensPerSec: 1000 / ms, offloaded,
-          ...(last ? { finalK: last.k, finalTiming: last.timing } : {}),
-          ...(tail.length ? { stageMs: { gpu: avg((t) => t.tGpuMs), cpu: avg((t) => t.tCpuMs), tx: avg((t) => t.tTxMs) } } : {}),
-          summary: a.summary(),
-        });
-      } catch (e) {
-        if (e instanceof HybridgenError && !/memory/i.test(e.message)) throw e;
-        note({ ...base(c, context, 1), status: "failed", note: message(e) });
+        for (const c of offloading) {
+          if (cx.signal?.aborted) return ordered(points, o);
+          const attached: AttachedAttention[] = [];
+          try {
+            // The configuration on each sequence (its own stage and scheduler); a batch shares the default stage threads.
+            for (const s of seqs) attached.push(await attachAttentionConfig(s, cx.backend, c, o.cpuStageThreads === undefined ? {} : { cpuStageThreads: o.cpuStageThreads }, batch));
+            const walls = decodeBatch(dec, first, o.steps, cx.signal);
+            const ms = median(walls.slice(o.warmup));
+            const a = attached[0]!, trace = a.trace(), last = trace.at(-1), tail = trace.slice(o.warmup);
+            const avg = (f: (t: (typeof tail)[number]) => number) => tail.reduce((x, t) => x + f(t), 0) / tail.length;
+            note({
+              ...base(c, context, batch), status: "ok", msPerToken: ms, tokensPerSec: (1000 * batch) / ms, offloaded,
+              ...(last ? { finalK: last.k, finalTiming: last.timing } : {}),
+              ...(tail.length ? { stageMs: { gpu: avg((t) => t.tGpuMs), cpu: avg((t) => t.tCpuMs), tx: avg((t) => t.tTxMs) } } : {}),
+              summary: a.summary(),
+            });
+          } catch (e) {
+            if (e instanceof HybridgenError && !/memory/i.test(e.message)) throw e;
+            note({ ...base(c, context, batch), status: "failed", note: message(e) });
+          } finally {
+            for (const a of attached) a.close();
+            seqs.forEach((s, i) => s.cache.restore(cps[i]!));
+          }
+        }
       } finally {
-        model.cache.restore(cp);
+        for (const cp of cps) cp[Symbol.dispose]();
       }
     }
   }
   return ordered(points, o);
+}
+
+/** Greedy batched decode of `steps` steps from each slot's `first` token (at its cache's length); wall ms per step. */
+function decodeBatch(dec: BatchDecoder, first: Int32Array, steps: number, signal?: AbortSignal): number[] {
+  const slots = Array.from(first, (_, i) => i), ids = Int32Array.from(first), walls: number[] = [];
+  for (let s = 0; s < steps && !signal?.aborted; s++) {
+    const t0 = performance.now();
+    dec.step(slots, ids);
+    dec.argmaxSlots(slots, ids);
+    walls.push(performance.now() - t0);
+  }
+  return walls;
 }
 
 /** Points by context, then configuration in --configs order, then batch (the tables' order). */

@@ -65,7 +65,7 @@ export function benchTables(r: BenchReport): string {
     batch1.map((p) => [p.model, String(p.context), p.config, ...cell(p), ratio(p), speedup(p)])));
   const batches = new Set(pts.map((p) => p.batch));
   if (batches.size > 1 || !batches.has(1)) {
-    out.push(`\n### Fig. 17 — decode per batch size (offloading configurations run batch 1 only)\n`);
+    out.push(`\n### Fig. 17 — decode per batch size\n`);
     out.push(table(["model", "context", "batch", "config", "ms/step", "tokens/s"],
       pts.filter((p) => p.status !== "skipped").map((p) => [p.model, String(p.context), String(p.batch), p.config, ...cell(p)])));
   }
