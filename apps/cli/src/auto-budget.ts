@@ -7,7 +7,7 @@
  */
 import { DTYPE_BYTES, GPU_KV_BUDGET_AUTO, HybridgenError, modelInfo, resolveGpuKvBudget, type Backend, type DType, type GpuKvBudget, type ModelFiles } from "@hybridgen/core";
 
-/** Bytes of device memory kept for activations, staging and the backend's scratch (planRun's default). */
+/** Bytes of device memory kept for activations, the hybrid step's staging (candidates·K gathered rows a KV head: MiBs) and the backend's scratch (planRun's default). */
 export const GPU_RESERVE_BYTES = 2 * 2 ** 30;
 
 interface ArenaBackend {

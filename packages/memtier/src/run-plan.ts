@@ -53,6 +53,8 @@ export const RunPlanInputSchema = z.object({
   useFree: z.boolean().default(false),
   /** Offloaded tokens selected per KV head and layer (the CPU stage's K). */
   k: z.number().int().positive().default(64),
+  /** Candidates per selected token the device scores (verified logits, core's HybridOptions.candidates; 1 for exact or speculative). */
+  candidates: z.number().int().positive().default(4),
   pageBytes: z.number().int().positive().default(4096),
   /** The prompt is prefilled over offloaded rows (its K/V scratch is reserved); false: decode only (a synthetic KV fill). */
   prefill: z.boolean().default(true),
@@ -110,8 +112,8 @@ export function planRun(input: RunPlanInput): RunPlan {
     // A prompt prefilled in blocks over offloaded rows brings one layer up at a time into two K/V scratch pairs of the whole context.
     const row = o.model.kvHeads * o.model.headDim * o.kvElementBytes; // one token's K (or V) of one layer
     const scratch = o.prefill ? 4 * ctx * row : 0;
-    // The hybrid step's device staging: two slots of gathered V and K rows, each sized for the whole store.
-    const staging = 4 * ctx * row * B;
+    // The hybrid step's device staging: two slots of gathered V and K rows, each the widest selection (candidates·K rows a KV head).
+    const staging = 4 * Math.min(ctx, o.k * o.candidates) * row * B;
     const reserve = o.gpu.reserveBytes + scratch + staging;
     const fit = Math.max(0, gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: reserve, bytesPerToken: total, batch: B }) - o.appendTokens);
     window = o.gpuKvBudget === "auto" ? Math.min(fit, ctx) : Math.min(o.gpuKvBudget, ctx);

@@ -19,7 +19,7 @@ describe("planRun: the arithmetic", () => {
     const p = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256 });
     expect(p.bytesPerToken).toEqual({ k: 64 * KiB, v: 64 * KiB });
     const scratch = 4 * 1_500_000 * 8 * 128 * 2; // two K/V pairs of one layer over the context
-    const staging = 4 * 1_500_000 * 8 * 128 * 2; // the hybrid step's gathered V and K rows, two slots
+    const staging = 4 * 1024 * 8 * 128 * 2; // the hybrid step's gathered V and K rows, two slots of 4·K rows a KV head
     // The window's ring keeps the prefill block's 512 slots past the budget.
     const fit = Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - scratch - staging) / (128 * KiB)) - 512;
     expect(p.gpu).toMatchObject({ reserveBytes: 2 * GiB + scratch + staging, fitTokens: fit, windowTokens: fit, windowBytes: fit * 128 * KiB });
@@ -42,12 +42,17 @@ describe("planRun: the arithmetic", () => {
     // Decode only (a synthetic fill): no prefill scratch, a larger window.
     const decodeOnly = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, prefill: false });
     expect(decodeOnly.gpu!.fitTokens).toBe(Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - staging) / (128 * KiB)) - 512);
+    // Exact or speculative logits stage K rows a head, never more than the context.
+    const exact = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, candidates: 1 });
+    expect(exact.gpu!.reserveBytes).toBe(2 * GiB + scratch + 4 * 256 * 8 * 128 * 2);
+    const short = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 600, gpu: h200, tiers: [node0], k: 256, gpuKvBudget: 100 });
+    expect(short.gpu!.reserveBytes).toBe(2 * GiB + 4 * 600 * 8 * 128 * 2 + 4 * 600 * 8 * 128 * 2);
   });
 
   it("2M tokens: refused without a disk tier, with the numbers; placed with one, V's overflow on disk at page cost", () => {
     const refused = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, tiers: [node0] });
     expect(refused.fits).toBe(false);
-    expect(refused.refusal).toMatch(/^context 2000000 × batch 1 needs 244\.1 GiB of KV: the GPU window holds 757451 tokens \(92\.5 GiB\), the host tiers and disk have room for 112\.5 GiB of the 151\.7 GiB offloaded: short by 39\.2 GiB \(add --kv-disk DIR/);
+    expect(refused.refusal).toMatch(/^context 2000000 × batch 1 needs 244\.1 GiB of KV: the GPU window holds 882435 tokens \(107\.7 GiB\), the host tiers and disk have room for 112\.5 GiB of the 136\.4 GiB offloaded: short by 23\.9 GiB \(add --kv-disk DIR/);
     const placed = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, tiers: [node0, disk], k: 128 });
     expect(placed.fits).toBe(true);
     const d = placed.tiers.find((t) => t.kind === "file")!;
@@ -64,9 +69,9 @@ describe("planRun: the arithmetic", () => {
 
   it("a fixed budget larger than the GPU holds, and weights larger than the GPU, are refused", () => {
     const big = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, gpuKvBudget: 1_500_000, tiers: [node0, disk] });
-    expect(big.refusal).toMatch(/^a GPU window of 1500000 tokens × batch 1 needs 183\.1 GiB, but 92\.5 GiB \(757451 tokens\) is free after the weights and the reserve$/);
+    expect(big.refusal).toMatch(/^a GPU window of 1500000 tokens × batch 1 needs 183\.1 GiB, but 107\.7 GiB \(882435 tokens\) is free after the weights and the reserve$/);
     const small = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 8192, gpu: { freeBytes: 12 * GiB }, tiers: [node0] });
-    expect(small.refusal).toMatch(/^the weights \(15\.0 GiB\) and the reserve \(2\.13 GiB, prefill scratch and staging included\) exceed the GPU's free 12\.0 GiB$/);
+    expect(small.refusal).toMatch(/^the weights \(15\.0 GiB\) and the reserve \(2\.06 GiB, prefill scratch and staging included\) exceed the GPU's free 12\.0 GiB$/);
   });
 
   it("no GPU: weights and window sit in host memory before the store; batch multiplies the KV", () => {
