@@ -3,7 +3,7 @@
  * copies on the copy stream): correctness, then speed. Usage:
  *   bun hybrid-bench.js [--context 32768] [--steps 32] [--window 4096] [--sinks 4] [--threads 15]
  *     [--ks 256,1024] [--modes exact,speculative] [--thread-variants 16,14] [--spin-us 0] [--spin-variants 200]
- *     [--probe-threads 16,15,14] [--block-variant 4096] [--skip-full] [--skip-bench]
+ *     [--probe-threads 16,15,14] [--block-variant 4096] [--row-paths auto,staged] [--skip-full] [--skip-bench]
  *
  * Checks (stories15M shape, random f32 weights, f32 KV; @hybridgen/runtime's createHybridAttention composes it):
  *   1. selector "all" + exact logits on CUDA equals full attention on CUDA within 1e-5 (relative
@@ -11,11 +11,13 @@
  *   2. top-K greedy tokens on CUDA equal the CPU backend's hybrid run (exact and speculative);
  *   3. a prompt prefilled in several blocks with eviction during prefill (the offloaded rows come
  *      up per layer by KvCache.loadStore), "all" + exact, equals full attention within 1e-5;
- *   4. the store is host-only: no device store tensors while the runs hold the model.
+ *   4. the store is host-only: no device store tensors while the runs hold the model;
+ *   5. selected rows read by the device from the mapped host store against staged rows
+ *      (cuda/mapped-rows-checks.ts: the gather op byte for byte, the same logits and tokens).
  * Bench (preset:llama-3.1-8b, dummy bf16 weights, bf16 KV): prefill `context` tokens in one
  * block, then `steps` greedy decode steps — full attention on the GPU, and hybrid with a GPU
  * window of `window` tokens (sinks included) and the CPU stage's top-K for each K, exact and
- * speculative logits: ms/token and per step T_gpu, T_cpu, T_tx from the hybrid stats, T_cpu split
+ * speculative logits, each row path asked for (auto: mapped where the store allows; staged): ms/token and per step T_gpu, T_cpu, T_tx from the hybrid stats, T_cpu split
  * into scoring / top-K / V gather / hand-offs; variants of the stage's thread count and idle spin.
  * Device memory: the arena's used/peak bytes with the store host-only, next to what the device
  * store took before (the same shapes). A stage probe runs the CPU stage alone over the pinned host
@@ -28,7 +30,7 @@
  * bandwidth of the copy path.
  */
 import {
-  HybridAttention, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LogitsMode, type Tensor,
+  HybridAttention, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LogitsMode, type RowPathRequest, type Tensor,
 } from "@hybridgen/core";
 import { createSelector } from "@hybridgen/selectors";
 import { FixedScheduler } from "@hybridgen/scheduler";
@@ -38,6 +40,7 @@ import { cpus } from "node:os";
 import { createCpuBackend, createNativeRandomFill, NativeCpuStage } from "@hybridgen/kernels-cpu";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type CudaHostLink } from "@hybridgen/kernels-cuda";
 import { dummyFiles } from "../dummy-files.js";
+import { mappedRowChecks } from "./mapped-rows-checks.js";
 import { STORIES15M_SHAPE } from "../models.js";
 import { arg } from "../args.js";
 
@@ -54,6 +57,7 @@ const spinUs = Number(arg("spin-us", "0"));
 const spinVariants = list("spin-variants", "").map(Number);
 const probeThreads = list("probe-threads", "").map(Number);
 const blockVariant = Number(arg("block-variant", "0"));
+const rowPaths = list("row-paths", "auto") as RowPathRequest[];
 
 const avail = cudaAvailability();
 console.log(describeCudaAvailability(avail));
@@ -147,6 +151,7 @@ function argmax(x: Float32Array): number {
       console.log(`  cuda: ${onCuda.summary}`);
     });
   }
+  mappedRowChecks(cuda, check);
   console.log(`host link diagnostics: ${JSON.stringify((cuda.hostTransfers() as CudaHostLink).diagnostics())}`);
   // The backend keeps one tensor of its own once a decode step ran (the unfused matvec parts'
   // scratch, CudaBackend.matvecScratch); the hybrid runs must leave nothing beyond it.
@@ -235,12 +240,12 @@ console.log(thp());
   console.log(thp());
   let memDone = false;
 
-  const variant = async (k: number, logits: LogitsMode, stageThreads: number, spin: number) => {
+  const variant = async (k: number, logits: LogitsMode, stageThreads: number, spin: number, rowPath: RowPathRequest = rowPaths[0]!) => {
     try {
       const stage = new NativeCpuStage(host, { threads: stageThreads, idleSpinUs: spin });
       using ha = HybridAttention.attach(
         { attention: model.attention, projector: model, stage, selector: createSelector("topk"), scheduler: new FixedScheduler({ k, timing: "post" }) },
-        { logits },
+        { logits, rowPath },
       );
       model.reset();
       t0 = performance.now();
@@ -261,7 +266,7 @@ console.log(thp());
       const st = ha.stats, n = Math.max(1, st.steps);
       const split = [st.cpuScoreMs, st.cpuSelectMs, st.cpuGatherMs, st.handoffMs].map((x) => (x / n).toFixed(2)).join(" / ");
       // The warm-up step is in the stats too: per-step figures are means over every hybrid step.
-      rows.push(`| hybrid (window ${window}, ${st.offloaded} offloaded)${spin ? `, spin ${spin} µs` : ""} | ${k} | ${logits} | ${stageThreads} | ${ms.toFixed(2)} | ${(st.deviceMs / n).toFixed(2)} | ${((st.cpuStageMs + st.cpuJsMs) / n).toFixed(2)} | ${split} | ${(st.txMs / n).toFixed(2)} | ${(st.waitMs / n).toFixed(2)} | ${Math.round(st.hiddenFraction * 100)}% | ${prefill.toFixed(2)} |`);
+      rows.push(`| hybrid (window ${window}, ${st.offloaded} offloaded)${spin ? `, spin ${spin} µs` : ""}, rows ${ha.rowPaths.includes("staged") ? "staged" : "mapped"} | ${k} | ${logits} | ${stageThreads} | ${ms.toFixed(2)} | ${(st.deviceMs / n).toFixed(2)} | ${((st.cpuStageMs + st.cpuJsMs) / n).toFixed(2)} | ${split} | ${(st.txMs / n).toFixed(2)} | ${(st.waitMs / n).toFixed(2)} | ${Math.round(st.hiddenFraction * 100)}% | ${prefill.toFixed(2)} |`);
       console.log(rows[rows.length - 1]);
       console.log(`  ${st.summary()}`);
       model.attention.setDecodeAttention(null);
@@ -270,7 +275,7 @@ console.log(thp());
       model.attention.setDecodeAttention(null);
     }
   };
-  for (const k of ks) for (const logits of modes) await variant(k, logits, threads, spinUs);
+  for (const k of ks) for (const logits of modes) for (const rp of rowPaths) await variant(k, logits, threads, spinUs, rp);
   for (const tv of threadVariants) await variant(ks[0], "speculative", tv, spinUs);
   for (const sv of spinVariants) await variant(ks[0], "speculative", threads, sv);
 
