@@ -8,6 +8,7 @@
 #include "ctx.h"
 #include "topk_row.h"
 #include "kq.h"
+#include "sel_quest.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -47,6 +48,8 @@ struct hg_stage {
     size_t scratch_bytes;
     char *two; /* two-step: packed query, candidates, their exact logits and group max, positions */
     size_t two_bytes;
+    char *quest; /* Quest: page bounds and each list's pages, scores and positions */
+    size_t quest_bytes;
 };
 
 static int64_t now_ns(void) {
@@ -372,6 +375,10 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
             if (shared && g > 0) memcpy(ids + g * j->kmax, ids, (size_t)r.k * sizeof(int32_t));
         }
         LAP(2);
+    } else if (j->flags & HG_STAGE_QUEST) {
+        int64_t rc = hg_quest_select(s->ctx->pool, j, s->ctx->isa, &s->quest, &s->quest_bytes);
+        if (rc) return rc;
+        LAP(2);
     } else if (!topk && (j->flags & (HG_STAGE_SELECTED | HG_STAGE_GATHER))) {
         int64_t bad = check_ids(j);
         if (bad) return bad;
@@ -453,6 +460,7 @@ void hg_stage_destroy(hg_stage *s) {
     hg_destroy(s->ctx);
     free(s->scratch);
     free(s->two);
+    free(s->quest);
     free(s);
 }
 

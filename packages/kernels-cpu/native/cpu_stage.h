@@ -12,6 +12,7 @@ enum {
     HG_STAGE_GATHER = 8,   /* sel_logits from all_logits at ids, and V rows -> vstage */
     HG_STAGE_SHARED = 16,  /* with TOPK: one list for every KV head (max over all heads) */
     HG_STAGE_KEYS = 32,    /* with SELECTED or GATHER: the K rows of ids -> kstage too (verified logits) */
+    HG_STAGE_QUEST = 64,   /* with SELECTED: ids/counts first from Quest's page bounds (sel_quest.h) */
 };
 
 /* Every field is 8 bytes so JS fills it through one BigInt64Array / Float64Array pair. */
@@ -33,6 +34,9 @@ typedef struct {
      * copy kq [kv_heads, kcap, row bytes] are encoded from K first; the approximate scores choose
      * `cand` candidates per list, rescored from K; the final top-K is taken among them. */
     int64_t kq, kq_form, kq_from, cand;
+    /* Quest (QUEST): page summaries, min [kv_heads, page_cap, head_dim] f32 then max of the same
+     * shape, of pages of page_size rows; rows [pages_from, n) are folded in first; budget ids a list. */
+    int64_t pages, page_size, page_cap, pages_from;
 } hg_stage_job;
 
 typedef struct hg_stage hg_stage;
@@ -51,7 +55,7 @@ int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job);
 int64_t hg_stage_wait(hg_stage *s);
 /* Nanoseconds the last job ran (from its start on the stage's thread to its end). */
 int64_t hg_stage_last_ns(const hg_stage *s);
-/* Phases of the last job in ns: out[0] query pack, [1] scoring, [2] top-K (keys + select),
+/* Phases of the last job in ns: out[0] query pack, [1] scoring, [2] top-K (keys + select) or Quest's pages,
  * [3] selected logits and V gather, [4] submit -> start on the stage thread (0 for run),
  * [5] from the later of (job end, the wait call) to wait's return (0 for run). */
 void hg_stage_last_split(const hg_stage *s, double *out);

@@ -3,6 +3,7 @@
  * dtype shares one vector loop. With a pool, pieces of (KV head, run of tokens or pages) go
  * to its threads, each running the same serial loop on its piece: results are bit-identical. */
 #include "sel_prims.h"
+#include "sel_loops.h"
 #include "sel_pool.h"
 #include <stdlib.h>
 #include <string.h>
@@ -237,7 +238,7 @@ static float *row_buffer(float *stack, int64_t d) {
     return d <= ROW_STACK ? stack : (float *)malloc((size_t)d * 4);
 }
 
-static void summarize_serial(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, int64_t from, int64_t to,
+void hg_sel_summarize_serial(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, int64_t from, int64_t to,
                       int64_t page, int64_t page_cap, float *mn, float *mx, int isa) {
     float stack[ROW_STACK], *row = row_buffer(stack, d);
     if (!row) return;
@@ -260,7 +261,7 @@ static void summarize_serial(const void *k, int ktype, int64_t kv_heads, int64_t
     if (row != stack) free(row);
 }
 
-static void page_bounds_serial(const float *q, int64_t kv_heads, int64_t group, int64_t d, const float *mn, const float *mx,
+void hg_sel_page_bounds_serial(const float *q, int64_t kv_heads, int64_t group, int64_t d, const float *mn, const float *mx,
                         int64_t page_cap, int64_t count, float *out, int isa) {
     int v = use_avx2(isa);
     (void)v;
@@ -281,7 +282,7 @@ static void page_bounds_serial(const float *q, int64_t kv_heads, int64_t group, 
     }
 }
 
-static void key_scores_serial(const float *q, int64_t kv_heads, int64_t group, const void *k, int ktype, int64_t cap, int64_t d,
+void hg_sel_key_scores_serial(const float *q, int64_t kv_heads, int64_t group, const void *k, int ktype, int64_t cap, int64_t d,
                        int64_t from, int64_t to, float *out, int isa) {
     float stack[ROW_STACK], *row = row_buffer(stack, d);
     if (!row) return;
@@ -369,19 +370,19 @@ static void sel_part(void *v, int part, int parts) {
         s0 = s0 > a->from ? s0 : a->from;
         s1 = s1 < a->to ? s1 : a->to;
         if (s0 < s1)
-            summarize_serial(kg, a->ktype, 1, a->cap, d, s0, s1, a->page, a->page_cap, a->mn + g * a->page_cap * d, a->mx + g * a->page_cap * d, a->isa);
+            hg_sel_summarize_serial(kg, a->ktype, 1, a->cap, d, s0, s1, a->page, a->page_cap, a->mn + g * a->page_cap * d, a->mx + g * a->page_cap * d, a->isa);
         break;
     }
     case OP_BOUNDS:
         hg_split(a->count, 16, (int)c, (int)a->chunks, &b, &e);
         if (b < e)
-            page_bounds_serial(a->q + g * a->group * d, 1, a->group, d, a->mn_c + (g * a->page_cap + b) * d, a->mx_c + (g * a->page_cap + b) * d,
+            hg_sel_page_bounds_serial(a->q + g * a->group * d, 1, a->group, d, a->mn_c + (g * a->page_cap + b) * d, a->mx_c + (g * a->page_cap + b) * d,
                                a->page_cap, e - b, a->out + g * a->count + b, a->isa);
         break;
     case OP_SCORES:
         hg_split(a->to - a->from, 16, (int)c, (int)a->chunks, &b, &e);
         if (b < e)
-            key_scores_serial(a->q + g * a->group * d, 1, a->group, kg, a->ktype, a->cap, d, a->from + b, a->from + e,
+            hg_sel_key_scores_serial(a->q + g * a->group * d, 1, a->group, kg, a->ktype, a->cap, d, a->from + b, a->from + e,
                               a->out + g * (a->to - a->from) + b, a->isa);
         break;
     default:
@@ -408,21 +409,21 @@ void hg_sel_summarize(const void *k, int ktype, int64_t kv_heads, int64_t cap, i
                       int64_t page, int64_t page_cap, float *mn, float *mx, int isa, hg_stage *stage) {
     sel_run a = { .op = OP_SUMMARIZE, .isa = isa, .ktype = ktype, .k = k, .mn = mn, .mx = mx, .kv_heads = kv_heads, .cap = cap, .d = d,
                   .from = from, .to = to, .page = page, .page_cap = page_cap };
-    if (!run_pieces(stage, &a, to - from)) summarize_serial(k, ktype, kv_heads, cap, d, from, to, page, page_cap, mn, mx, isa);
+    if (!run_pieces(stage, &a, to - from)) hg_sel_summarize_serial(k, ktype, kv_heads, cap, d, from, to, page, page_cap, mn, mx, isa);
 }
 
 void hg_sel_page_bounds(const float *q, int64_t kv_heads, int64_t group, int64_t d, const float *mn, const float *mx,
                         int64_t page_cap, int64_t count, float *out, int isa, hg_stage *stage) {
     sel_run a = { .op = OP_BOUNDS, .isa = isa, .q = q, .mn_c = mn, .mx_c = mx, .out = out, .kv_heads = kv_heads, .d = d, .group = group,
                   .page_cap = page_cap, .count = count };
-    if (!run_pieces(stage, &a, count)) page_bounds_serial(q, kv_heads, group, d, mn, mx, page_cap, count, out, isa);
+    if (!run_pieces(stage, &a, count)) hg_sel_page_bounds_serial(q, kv_heads, group, d, mn, mx, page_cap, count, out, isa);
 }
 
 void hg_sel_key_scores(const float *q, int64_t kv_heads, int64_t group, const void *k, int ktype, int64_t cap, int64_t d,
                        int64_t from, int64_t to, float *out, int isa, hg_stage *stage) {
     sel_run a = { .op = OP_SCORES, .isa = isa, .ktype = ktype, .k = k, .q = q, .out = out, .kv_heads = kv_heads, .cap = cap, .d = d,
                   .from = from, .to = to, .group = group };
-    if (!run_pieces(stage, &a, to - from)) key_scores_serial(q, kv_heads, group, k, ktype, cap, d, from, to, out, isa);
+    if (!run_pieces(stage, &a, to - from)) hg_sel_key_scores_serial(q, kv_heads, group, k, ktype, cap, d, from, to, out, isa);
 }
 
 void hg_sel_gather(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, const int32_t *ch, int64_t r,

@@ -16,6 +16,7 @@ import { openNativeSymbols } from "./native.js";
 import { nativeSelectorPrimitives } from "./selector-primitives.js";
 import { storeKeys } from "./store-keys.js";
 import { KeySketches, SCORING_CODE, ScoringSchema, type Scoring } from "./key-scoring.js";
+import { PageSummaryRegions } from "./page-summaries.js";
 import { CpuTensor } from "./tensor.js";
 
 const { ptr, i32, i64, i64_fast, u64, void: none } = FFIType;
@@ -54,12 +55,12 @@ export const NativeCpuStageOptionsSchema = z.object({
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
 const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
-const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32;
+const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32, QUEST = 64;
 // Field indices of hg_stage_job (all 8-byte; scale is the double at the end).
 const F = { flags: 0, q: 1, k: 2, ktype: 3, kcap: 4, v: 5, vtype: 6, vcap: 7, n: 8, heads: 9, kvHeads: 10, headDim: 11,
   all: 12, lstride: 13, ids: 14, counts: 15, kmax: 16, budget: 17, sel: 18, vstage: 19, kstage: 20, scale: 21,
-  kq: 22, kqForm: 23, kqFrom: 24, cand: 25 } as const;
-const JOB_FIELDS = 26;
+  kq: 22, kqForm: 23, kqFrom: 24, cand: 25, pages: 26, pageSize: 27, pageCap: 28, pagesFrom: 29 } as const;
+const JOB_FIELDS = 30;
 
 interface NativeBuf { p: Pointer; bytes: number }
 interface Slot {
@@ -75,13 +76,15 @@ interface Slot {
 export class NativeCpuStage implements CpuStage {
   readonly name = "native";
   readonly concurrent = true;
-  /** Native primitives on the stage's pool while it runs no job (a pre-QKᵀ selector runs between jobs). */
-  readonly primitives: SelectorPrimitives = nativeSelectorPrimitives(undefined, () => this.handle);
+  /** Native primitives on the stage's pool while it runs no job (a pre-QKᵀ selector runs between jobs), in the
+   * stage's ISA: a selector's select() then equals the stage's kernel of it bit for bit (Quest). */
+  readonly primitives: SelectorPrimitives;
   readonly threads: number;
   /** How top-K jobs score (options.scoring) and the candidates per selected token. */
   readonly scoring: Scoring;
   readonly rescoreFactor: number;
   private sketches: KeySketches | null = null;
+  private pages: PageSummaryRegions | null = null; // made by the first quest job
   private readonly lib: StageLib;
   private handle: Pointer | null;
   private shape: CpuStageShape | null = null;
@@ -99,7 +102,9 @@ export class NativeCpuStage implements CpuStage {
     const parsed = NativeCpuStageOptionsSchema.safeParse(options);
     if (!parsed.success) fail(`NativeCpuStage options: ${parsed.error.issues[0].path.join(".") || "options"}: ${parsed.error.issues[0].message}`);
     this.lib = stageLib();
-    const h = this.lib.hg_stage_create(parsed.data.threads, isaCode(chooseIsa(backend.isa)));
+    const isa = chooseIsa(backend.isa);
+    this.primitives = nativeSelectorPrimitives(isa === "generic" ? "generic" : "avx2", () => this.handle);
+    const h = this.lib.hg_stage_create(parsed.data.threads, isaCode(isa));
     if (!h) fail("NativeCpuStage: could not create the stage threads");
     this.handle = h as Pointer;
     this.threads = this.lib.hg_stage_threads(this.handle);
@@ -143,11 +148,12 @@ export class NativeCpuStage implements CpuStage {
     let flags: number;
     if (w.kind === "score") flags = SCORE;
     else if (w.kind === "topk") flags = SCORE | TOPK | GATHER | (w.shared ? SHARED : 0);
+    else if (w.kind === "quest") flags = QUEST | SELECTED | GATHER;
     else {
       this.writeIds(job, w.selection);
       flags = SELECTED | GATHER;
     }
-    this.fill(job, flags | (job.keys ? KEYS : 0), w.kind === "topk" ? w.budget : 0);
+    this.fill(job, flags | (job.keys ? KEYS : 0), w.kind === "topk" || w.kind === "quest" ? w.budget : 0);
     if (this.lib.hg_stage_submit(this.handle!, this.jobPtr) !== 0) fail("cpu stage: the native stage is busy");
     this.pending = true;
   }
@@ -215,6 +221,8 @@ export class NativeCpuStage implements CpuStage {
     this.slots = [];
     this.sketches?.close();
     this.sketches = null;
+    this.pages?.close();
+    this.pages = null;
     for (const b of this.bufs) this.lib.hg_free(b.p, b.bytes);
     this.bufs.length = 0;
     this.rows = [];
@@ -254,6 +262,13 @@ export class NativeCpuStage implements CpuStage {
       set(F.cand, Math.min(job.offloaded, budget * this.rescoreFactor));
     } else {
       set(F.kq, 0); set(F.kqForm, 0); set(F.kqFrom, 0); set(F.cand, 0);
+    }
+    if (job.work.kind === "quest" && (flags & QUEST) !== 0) {
+      this.pages ??= new PageSummaryRegions(shape.kvHeads, shape.storeCapacity, shape.headDim);
+      const { address, pageCapacity, from } = this.pages.region(k, job.offloaded, job.work.pageSize, job.storeEpoch);
+      set(F.pages, address); set(F.pageSize, job.work.pageSize); set(F.pageCap, pageCapacity); set(F.pagesFrom, from);
+    } else {
+      set(F.pages, 0); set(F.pageSize, 0); set(F.pageCap, 0); set(F.pagesFrom, 0);
     }
   }
 

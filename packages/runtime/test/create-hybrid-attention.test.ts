@@ -113,7 +113,8 @@ describe("createHybridAttention on the CPU backend", () => {
     expect(resolveHybrid({ k: 32, kMin: 8 }, { device: true }).plan).toMatchObject({ scheduler: "feedback", k: 32, kMin: 8 });
     const onDevice = resolveHybrid({}, { device: true });
     expect(onDevice.plan).toMatchObject({ scheduler: "feedback", selector: "topk+quest", kMin: 64, k: 64 });
-    expect(onDevice.selector.kernel).toBe("topk"); // post-QKᵀ selection of the pair runs in the native stage
+    // both halves of the pair choose in the native stage: top-K post-QKᵀ, Quest's pages pre-QKᵀ
+    expect(onDevice.selector.kernel).toEqual(["topk", { name: "quest", pageSize: 16 }]);
     expect(resolveHybrid({ kMin: 16, k: 32 }, { device: false }).plan).toMatchObject({ scheduler: "feedback", kMin: 16, k: 32 });
     expect(resolveHybrid({ timing: "pre" }, { device: false }).plan).toMatchObject({ scheduler: "fixed", selector: "streaming", timing: "pre" });
   });

@@ -69,6 +69,12 @@ export function isSelectorFactory(v: unknown): v is SelectorFactory<unknown, unk
 
 const isFunction = (v: unknown) => typeof v === "function";
 
+/** SelectorKernel: a top-K form, "all", or Quest's pages with their size. */
+const KernelSchema = z.union([
+  z.enum(["topk", "topk-shared", "all"]),
+  z.object({ name: z.literal("quest"), pageSize: z.number().int().min(1).max(4096) }).strict(),
+]);
+
 const DefinitionSchema = z.object({
   name: z.string().regex(/^[a-z][a-z0-9-]*$/, "must be lower-case kebab-case (letters, digits, '-')"),
   description: z.string().optional(),
@@ -79,7 +85,7 @@ const DefinitionSchema = z.object({
   needsScores: z.union([z.boolean(), z.custom<(o: unknown) => boolean>(isFunction)]).optional(),
   usesBudget: z.boolean().optional(),
   needsKeys: z.boolean().optional(),
-  kernel: z.union([z.enum(["topk", "topk-shared", "all"]), z.custom<(o: unknown) => unknown>(isFunction)]).optional(),
+  kernel: z.union([KernelSchema, z.custom<(o: unknown) => unknown>(isFunction)]).optional(),
   initState: z.custom<(...a: unknown[]) => unknown>(isFunction, "must be a function").optional(),
   select: z.custom<(...a: unknown[]) => unknown>(isFunction, "must be a function"),
 });
@@ -122,6 +128,7 @@ export function defineSelector<O = Record<string, never>, S = undefined>(definit
     const needsScores = typeof def.needsScores === "function" ? def.needsScores(options) : def.needsScores ?? false;
     const usesBudget = def.usesBudget ?? true;
     const kernel = typeof def.kernel === "function" ? def.kernel(options) : def.kernel;
+    if (kernel !== undefined && !KernelSchema.safeParse(kernel).success) throw new HybridgenError(`${who}: kernel(options) gave ${JSON.stringify(kernel)}, not a selector kernel`);
     // A built-in reads the engine's buffers in place; a plugin reads its own copy.
     const copier = mark === BUILTIN ? undefined : new InputCopier();
 

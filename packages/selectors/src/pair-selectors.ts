@@ -3,7 +3,7 @@
  * a cheap predictor when it switches to pre-QKᵀ. pairSelectors() makes one TokenSelector of
  * the two that dispatches on the timing of each call, each half keeping its own state.
  */
-import { HybridgenError, type Selection, type SelectionInput, type SelectorLayerInfo, type TokenSelector } from "@hybridgen/core";
+import { HybridgenError, kernelTiming, stageKernel, type Selection, type SelectorKernel, type SelectionInput, type SelectorLayerInfo, type TokenSelector } from "@hybridgen/core";
 
 export interface PairState {
   readonly post: unknown;
@@ -21,12 +21,18 @@ export function pairSelectors(parts: { post: TokenSelector<any>; pre: TokenSelec
     needsKeys: (post.needsKeys ?? false) || (pre.needsKeys ?? false),
     // The engine passes K to whichever half runs; only "all"+"all" ignores it entirely.
     usesBudget: post.usesBudget || pre.usesBudget,
-    // The engine runs a top-K kernel only under post, where the post half chooses ("all" would apply to pre too).
-    ...(post.kernel === "topk" || post.kernel === "topk-shared" ? { kernel: post.kernel } : {}),
+    // Each half's kernel of its own timing ("all" would apply to the other half's timing too).
+    ...pairKernel(stageKernel(post, "post"), stageKernel(pre, "pre")),
     initState: (info: SelectorLayerInfo): PairState => ({ post: post.initState(info), pre: pre.initState(info) }),
     select(input: SelectionInput<PairState>): Selection {
       if (input.timing === "post") return post.select({ ...input, state: input.state.post });
       return pre.select({ ...input, state: input.state.pre });
     },
   });
+}
+
+/** The pair's kernels: one per half that has a kernel of its own timing, a list when both do. */
+function pairKernel(post: SelectorKernel | undefined, pre: SelectorKernel | undefined): { kernel?: SelectorKernel | readonly SelectorKernel[] } {
+  const list = [post, pre].filter((k): k is SelectorKernel => k !== undefined && kernelTiming(k) !== null);
+  return list.length === 0 ? {} : { kernel: list.length === 1 ? list[0]! : Object.freeze(list) };
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { selectionForKvHead, topKSelection } from "@hybridgen/core";
-import { allTokens, exactTopK, streamingLLM } from "../src/index.js";
+import { selectionForKvHead, stageKernel, topKSelection } from "@hybridgen/core";
+import { allTokens, defineSelector, exactTopK, pairSelectors, quest, streamingLLM } from "../src/index.js";
 import { postInput, randomCase, rng } from "./helpers.js";
 
 // The engine may run a selector's `kernel` in the CPU stage instead of calling select():
@@ -24,5 +24,24 @@ describe("kernel hints equal select()", () => {
       expect(Array.from(selectionForKvHead(all.select(postInput(all, c)), 0))).toEqual(Array.from({ length: c.offloaded }, (_, i) => i));
     }
     expect(streamingLLM().kernel).toBeUndefined();
+  });
+
+  it("quest declares its pages as a pre-QKᵀ kernel; a pair keeps each half's kernel of its own timing", () => {
+    expect(quest({ pageSize: 8 }).kernel).toEqual({ name: "quest", pageSize: 8 });
+    const both = pairSelectors({ post: exactTopK(), pre: quest() });
+    expect(both.kernel).toEqual(["topk", { name: "quest", pageSize: 16 }]);
+    expect(stageKernel(both, "post")).toBe("topk");
+    expect(stageKernel(both, "pre")).toEqual({ name: "quest", pageSize: 16 });
+    expect(pairSelectors({ post: exactTopK(), pre: streamingLLM() }).kernel).toBe("topk");
+    expect(pairSelectors({ post: allTokens(), pre: quest({ pageSize: 4 }) }).kernel).toEqual({ name: "quest", pageSize: 4 }); // "all" would choose pre too
+    expect(stageKernel(allTokens(), "pre")).toBe("all");
+    expect(stageKernel(quest(), "post")).toBeUndefined();
+  });
+
+  it("defineSelector checks a kernel, also one made from options", () => {
+    const select = () => ({ kind: "shared" as const, ids: new Int32Array(0) });
+    expect(() => defineSelector({ name: "q", timings: ["pre"], kernel: { name: "quest", pageSize: 0 } as never, select })).toThrow(/defineSelector\("q"\): kernel/);
+    const bad = defineSelector({ name: "q", timings: ["pre"], kernel: () => ({ name: "pages" }) as never, select });
+    expect(() => bad()).toThrow(/selector "q": kernel\(options\) gave \{"name":"pages"\}, not a selector kernel/);
   });
 });

@@ -278,7 +278,31 @@ export function selectionForKvHead(sel: Selection, g: number): Int32Array {
   return sel.kind === "shared" ? sel.ids : sel.ids[g]!;
 }
 
-export type SelectorKernel = "topk" | "topk-shared" | "all";
+/** Quest's page choice run by a CpuStage (pre-QKᵀ): pages of `pageSize` offloaded tokens, as questSelection defines it. */
+export interface QuestKernel {
+  readonly name: "quest";
+  readonly pageSize: number;
+}
+
+/**
+ * A CpuStage kernel whose choice equals a selector's select() at the kernel's own timing:
+ * "topk" (post-QKᵀ exact top-K per KV head, max over the group's query heads, ties to the lower
+ * slot), "topk-shared" (one list from the max over all heads), "all" (every slot, either timing),
+ * a QuestKernel (pre-QKᵀ page bounds, questSelection).
+ */
+export type SelectorKernel = "topk" | "topk-shared" | "all" | QuestKernel;
+
+/** The timing a kernel chooses at; null for "all", which fits either. */
+export function kernelTiming(kernel: SelectorKernel): SelectionTiming | null {
+  return kernel === "all" ? null : typeof kernel === "object" ? "pre" : "post";
+}
+
+/** The kernel a CpuStage may run instead of `selector.select()` at `timing`, if the selector declares one. */
+export function stageKernel(selector: Pick<TokenSelector, "kernel">, timing: SelectionTiming): SelectorKernel | undefined {
+  const k = selector.kernel;
+  const list: readonly SelectorKernel[] = k === undefined ? [] : Array.isArray(k) ? k : [k as SelectorKernel];
+  return list.find((x) => (kernelTiming(x) ?? timing) === timing);
+}
 
 /** Static facts about a layer handed to initState(). */
 export interface SelectorLayerInfo {
@@ -300,11 +324,10 @@ export interface TokenSelector<S = unknown> {
   readonly needsKeys?: boolean;
   /**
    * Optional: this selector's choice equals a kernel a CpuStage can run on its own threads,
-   * so the engine may skip select() and run selection there (no JS on the critical path).
-   * "topk": post-QKᵀ exact top-K per KV head, max over the group's query heads, ties to the
-   * lower slot; "topk-shared": one list from the max over all heads; "all": every slot.
+   * so the engine may skip select() and run selection there (no JS on the critical path). Each
+   * kernel chooses at its own timing (kernelTiming); a list holds one per timing (a pair's halves).
    */
-  readonly kernel?: SelectorKernel;
+  readonly kernel?: SelectorKernel | readonly SelectorKernel[];
   /** Fresh per-(layer, sequence) state; called once when the sequence starts. */
   initState(info: SelectorLayerInfo): S;
   /** Chooses slots. Returns a validated, normalised selection (see validateSelection). */
@@ -312,3 +335,4 @@ export interface TokenSelector<S = unknown> {
 }
 
 export { referencePrimitives, offloadedKeys, pageSummaries, keyPrimitiveChecks } from "./selector-primitives.js";
+export { questSelection, questPages, type QuestPageState } from "./quest-selection.js";

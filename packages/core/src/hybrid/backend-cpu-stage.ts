@@ -5,6 +5,7 @@
  */
 import type { Backend, Tensor } from "../backend.js";
 import { offloadedKeys, referencePrimitives } from "../contracts/selector-primitives.js";
+import { questPages, questSelection, type QuestPageState } from "../contracts/quest-selection.js";
 import { selectionForKvHead, type OffloadedKeys, type Selection } from "../contracts/selector.js";
 import { fail } from "../errors.js";
 import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape } from "./cpu-stage.js";
@@ -30,6 +31,7 @@ export class BackendCpuStage implements CpuStage {
   private qT: Tensor | null = null; // [1, heads · headDim]
   private rows: Float32Array[] = [];
   private readonly tableViews = new Map<Tensor, Tensor>();
+  private readonly questStates = new Map<Tensor, QuestPageState & { epoch: number | undefined }>(); // per store K
   private busyMs = 0;
   private closed = false;
 
@@ -67,6 +69,8 @@ export class BackendCpuStage implements CpuStage {
     const w = job.work;
     if (w.kind === "selected") {
       this.scoreSelected(job, w.selection);
+    } else if (w.kind === "quest") {
+      this.scoreSelected(job, this.questChoice(job, w.budget, w.pageSize));
     } else {
       this.scoreAll(job);
       if (w.kind === "topk") this.gather(job, topKSelection(this.rows, job.offloaded, w.budget, w.shared, shape));
@@ -110,6 +114,7 @@ export class BackendCpuStage implements CpuStage {
     this.closed = true;
     const be = this.backend;
     for (const v of this.tableViews.values()) be.free(v);
+    this.questStates.clear();
     for (const s of this.slots) {
       s.values.close();
       s.keys?.close();
@@ -128,6 +133,18 @@ export class BackendCpuStage implements CpuStage {
     be.attnLogits(this.scoresT!, 0, this.qT!, 0, job.k, 0, n, job.scale);
     const cap = this.shape!.storeCapacity;
     for (let h = 0; h < this.rows.length; h++) this.rows[h].set(be.read(this.scoresT!, h * cap, n));
+  }
+
+  /** Quest's pages from the slot's query, on summaries of this store kept across jobs (afresh in a new epoch). */
+  private questChoice(job: CpuStageJob, budget: number, pageSize: number): Selection {
+    const { heads, kvHeads } = this.shape!, keys = this.offloadedKeys(job.k);
+    let st = this.questStates.get(job.k);
+    if (!st || st.epoch !== job.storeEpoch) {
+      st = { pages: null, summarized: 0, epoch: job.storeEpoch };
+      this.questStates.set(job.k, st);
+    }
+    const P = referencePrimitives, pages = questPages(P, st, keys, job.offloaded, pageSize);
+    return questSelection(P, this.slot(job.slot).query, heads / kvHeads, keys, pages, job.offloaded, budget);
   }
 
   /** Pre-QKᵀ: one gathered-logits call per distinct list (one for a shared selection). */

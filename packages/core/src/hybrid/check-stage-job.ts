@@ -23,7 +23,10 @@ export function checkStageJob(job: CpuStageJob, shape: CpuStageShape): void {
   if (!(Number.isFinite(job.scale) && job.scale > 0)) fail(`cpu stage: scale must be a positive number, got ${job.scale}`);
   if (job.keys && !shape.stageKeys) fail("cpu stage: a job asks for K rows but the stage was prepared without stageKeys");
   const w = job.work;
-  if (w.kind === "topk" && !(Number.isInteger(w.budget) && w.budget >= 0 && w.budget <= job.kmax)) {
-    fail(`cpu stage: top-K budget ${w.budget} out of range [0, ${job.kmax}]`);
+  if ((w.kind === "topk" || w.kind === "quest") && !(Number.isInteger(w.budget) && w.budget >= 0 && w.budget <= job.kmax)) {
+    fail(`cpu stage: ${w.kind === "topk" ? "top-K" : "quest"} budget ${w.budget} out of range [0, ${job.kmax}]`);
+  }
+  if (w.kind === "quest" && !(Number.isInteger(w.pageSize) && w.pageSize >= 1 && w.pageSize <= 4096)) {
+    fail(`cpu stage: quest page size must be an integer in [1, 4096], got ${w.pageSize}`);
   }
 }

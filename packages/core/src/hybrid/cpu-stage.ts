@@ -38,7 +38,11 @@ export type CpuStageWork =
    * (or over all heads when `shared`), then the `budget` largest, ties to the lower slot. */
   | { readonly kind: "topk"; readonly budget: number; readonly shared: boolean }
   /** Pre-QKᵀ: score only the selected slots (per KV head lists may differ). */
-  | { readonly kind: "selected"; readonly selection: Selection };
+  | { readonly kind: "selected"; readonly selection: Selection }
+  /** Pre-QKᵀ Quest pages inside the stage (questSelection with the slot's query; `budget` ids per
+   * KV head), then as "selected". The stage keeps each store's page summaries, folding in the rows
+   * evicted since its last quest job (afresh when `storeEpoch` changes or the store shrank). */
+  | { readonly kind: "quest"; readonly budget: number; readonly pageSize: number };
 
 export interface CpuStageJob {
   readonly slot: 0 | 1;

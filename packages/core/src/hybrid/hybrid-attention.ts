@@ -33,7 +33,8 @@ import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector } from
 import type { Scheduler, SchedulerDecision } from "../contracts/scheduler.js";
 import { referencePrimitives } from "../contracts/selector-primitives.js";
 import {
-  clampBudget, headLayout, type AccumulatedScores, type HeadLayout, type Selection, type SelectionTiming, type TokenSelector,
+  clampBudget, headLayout, stageKernel, type AccumulatedScores, type HeadLayout, type Selection, type SelectionTiming, type SelectorKernel,
+  type TokenSelector,
 } from "../contracts/selector.js";
 import { fail } from "../errors.js";
 import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageWork } from "./cpu-stage.js";
@@ -57,8 +58,10 @@ interface StepPlan {
   budget: number;
   kmax: number;
   offloaded: number;
-  /** What the stage does; "score" means a JS selector chooses after the logits are back. */
+  /** What the stage does; "score" means a JS selector chooses after the logits are back, "pre" before submitting. */
   work: "kernel" | "score" | "pre";
+  /** The stage kernel that chooses (work "kernel"). */
+  kernel: SelectorKernel | undefined;
 }
 
 let hybridCount = 0;
@@ -230,11 +233,11 @@ export class HybridAttention implements DecodeAttention, Disposable {
       this.clampSaid = true;
       this.stats.note(`K ${this.decision.k} exceeds the offloaded tokens (${offloaded} at step ${this.step}): clamped to the offloaded count`);
     }
-    const kernel = this.selector.kernel;
-    const work = kernel === "all" || (kernel !== undefined && timing === "post") ? "kernel" : timing === "post" ? "score" : "pre";
+    const kernel = stageKernel(this.selector, timing);
+    const work = kernel ? "kernel" : timing === "post" ? "score" : "pre";
     const kmax = this.selector.usesBudget ? budget : offloaded;
     this.device?.reserve(this.rowsFor(budget)); // the gathered-row buffers hold this step's widest selection
-    this.plan = { timing, budget, kmax, offloaded, work };
+    this.plan = { timing, budget, kmax, offloaded, work, kernel };
   }
 
   layerInput(layer: number, x: Tensor): void {
@@ -311,8 +314,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.collect(layer);
     d.resume();
     // A JS pre-QKᵀ selection runs on this thread: submit the next layer when the layer after it
-    // projects its q̃, so the selection overlaps the device work issued up to then. A native
-    // stage job (top-K) starts at once: it runs on its own threads.
+    // projects its q̃, so the selection overlaps the device work issued up to then. A stage
+    // kernel's job (top-K, Quest) starts at once: it runs on the stage's threads.
     if (this.plan!.work === "pre" && layer + 2 < this.layers && this.ahead[layer + 1] && this.ahead[layer + 2]) this.deferred = layer + 1;
     else this.submitNext(layer);
     const outp = this.stage.output(slot), rescore = this.rescore[layer];
@@ -498,10 +501,12 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const plan = this.plan!, c = this.attention.cache, slot = (layer & 1) as 0 | 1;
     let work: CpuStageWork;
     if (plan.work === "kernel") {
-      const kernel = this.selector.kernel!;
+      const kernel = plan.kernel!;
       work = kernel === "all"
         ? { kind: "topk", budget: plan.offloaded, shared: true }
-        : { kind: "topk", budget: this.layerBudget(layer), shared: kernel === "topk-shared" };
+        : typeof kernel === "object"
+          ? { kind: "quest", budget: this.layerBudget(layer), pageSize: kernel.pageSize }
+          : { kind: "topk", budget: this.layerBudget(layer), shared: kernel === "topk-shared" };
     } else if (plan.work === "score") {
       work = { kind: "score" };
     } else {
