@@ -8,7 +8,7 @@
  * ReferenceBackend keeps its own validation: it is the readable specification, and its
  * messages are worded for its storage (element ranges rather than addresses).
  */
-import { DTYPE_BYTES, type DType, type MatvecFusion, type Tensor } from "./backend.js";
+import { ATTN_PARTIAL_MAX_SPANS, DTYPE_BYTES, type DType, type MatvecFusion, type Tensor } from "./backend.js";
 import { HybridgenError } from "./errors.js";
 import type { NativeTensor } from "./native-tensor.js";
 
@@ -336,6 +336,48 @@ export class BackendChecks<T extends NativeTensor> {
     this.slots(op, slots, dims[3]);
     if (o.overlaps(p, o.rows, p.rows)) badArgument(`${op}: out must not overlap probs`);
     return [o, p, vt, dims];
+  }
+
+  /** Backend.attnPartial: returns [part, q, k, v, dims]; spans are checked against the cache. */
+  attnPartial(part: Tensor, q: Tensor, qRow: number, k: Tensor, v: Tensor, spans: Int32Array): [T, T, T, T, AttentionDims] {
+    const op = "attnPartial";
+    const pt = this.f32(part, op, "part");
+    const qi = this.f32(q, op, "q");
+    const kt = this.own(k, op, "k");
+    const vt = this.own(v, op, "v");
+    if (kt.shape.length !== 3) badArgument(`${op}: k must be 3-D [kvHeads, cap, headDim], got ${kt}`);
+    if (vt.shape.length !== 3 || vt.shape.some((d, i) => d !== kt.shape[i]) || vt.dtype !== kt.dtype) badArgument(`${op}: v ${vt} must have the shape and dtype of k ${kt}`);
+    const [kvHeads, cap, headDim] = kt.shape;
+    if (qi.cols % headDim !== 0 || (qi.cols / headDim) % kvHeads !== 0) badArgument(`${op}: q rows have ${qi.cols} values, not a multiple of ${kvHeads} KV heads x headDim ${headDim}`);
+    const heads = qi.cols / headDim;
+    if (!isIndex(qRow) || qRow >= qi.rows) badArgument(`${op}: q row ${qRow} is outside ${qi} (${qi.rows} rows)`);
+    this.partialShape(op, pt, heads, headDim);
+    if (pt.overlaps(qi, heads, qi.rows)) badArgument(`${op}: part must not overlap q`);
+    if (!(spans instanceof Int32Array) || spans.length % 2 !== 0 || spans.length > 2 * ATTN_PARTIAL_MAX_SPANS) {
+      badArgument(`${op}: spans must be an Int32Array of start, count pairs (at most ${ATTN_PARTIAL_MAX_SPANS})`);
+    }
+    for (let s = 0; s < spans.length; s += 2) this.span(op, spans[s], spans[s + 1], cap);
+    return [pt, qi, kt, vt, [heads, kvHeads, headDim, cap]];
+  }
+
+  /** Backend.attnMerge: returns [out, part, logits, v, dims]. */
+  attnMerge(out: Tensor, outRow: number, part: Tensor, logits: Tensor, col: number, v: Tensor, start: number, count: number): [T, T, T, T, AttentionDims] {
+    const op = "attnMerge";
+    const o = this.f32(out, op, "out");
+    const pt = this.f32(part, op, "part");
+    const l = this.f32(logits, op, "logits");
+    const vt = this.own(v, op, "v");
+    if (!isIndex(count)) badArgument(`${op}: count must be a non-negative integer`);
+    const dims = this.attnShape(op, o, "out", outRow, l, "logits", col, count, vt, "v");
+    this.span(op, start, count, dims[3]);
+    this.partialShape(op, pt, dims[0], dims[2]);
+    if (o.overlaps(pt, o.rows, pt.rows) || o.overlaps(l, o.rows, l.rows)) badArgument(`${op}: out must not overlap part or logits`);
+    return [o, pt, l, vt, dims];
+  }
+
+  /** A partial of attnPartial/attnMerge: [heads, headDim + 2] rows (more rows are left alone). */
+  private partialShape(op: string, part: T, heads: number, headDim: number): void {
+    if (part.cols !== headDim + 2 || part.rows < heads) badArgument(`${op}: part ${part} must be [${heads}, ${headDim + 2}] (heads, headDim + 2)`);
   }
 
   /**

@@ -13,6 +13,9 @@ export type DType = "f32" | "f16" | "bf16";
 
 export const DTYPE_BYTES: Readonly<Record<DType, number>> = { f32: 4, f16: 2, bf16: 2 };
 
+/** Spans one Backend.attnPartial call takes (a window is sinks and at most two ring runs). */
+export const ATTN_PARTIAL_MAX_SPANS = 4;
+
 /** What Backend.matvec fuses around y = h·wᵀ (+ bias) for one row. */
 export interface MatvecFusion {
   readonly bias?: Tensor;
@@ -240,6 +243,24 @@ export interface Backend extends Disposable {
    * Core's BatchRows.attend uses it when every row's cache is one contiguous span from position 0.
    */
   attnDecodeBatch?(out: Tensor, q: Tensor, k: Tensor, v: Tensor, rows: readonly BatchAttnRow[], scale: number): void;
+  /**
+   * One query row's attention over spans of a KV cache as a flash-decode *partial*, K and V read
+   * once and no logits written. With ℓ_j = scale · q[qRow, h, :] · K[h / group, slot_j, :] over the
+   * slots of every span (`spans`: pairs start, count, at most ATTN_PARTIAL_MAX_SPANS pairs), per
+   * query head h of part [heads, headDim + 2] (f32):
+   *   part[h, :headDim] = Σ_j e^(ℓ_j − m) · V[h / group, slot_j, :] / l   (the normalised output)
+   *   part[h, headDim] = m = max_j ℓ_j,   part[h, headDim + 1] = l = Σ_j e^(ℓ_j − m)
+   * No token at all: output 0, m = −∞, l = 0. attnMerge finishes it; both or neither exist.
+   */
+  attnPartial?(part: Tensor, q: Tensor, qRow: number, k: Tensor, v: Tensor, spans: Int32Array, scale: number): void;
+  /**
+   * Finishes a partial with more tokens whose logits are given: the columns [col, col + count) of
+   * logits [heads, width] with V rows v[h / group, start + j, :] (v [kvHeads, cap, headDim]). out[outRow, h, :]
+   * becomes exactly one softmax over the partial's tokens ∪ those columns applied to their V rows,
+   * as softmax + attnAggregate over the materialised row would give; −∞ logits take no part.
+   * count may be 0 (then out is the partial's output). Nothing attended at all: out is 0.
+   */
+  attnMerge?(out: Tensor, outRow: number, part: Tensor, logits: Tensor, col: number, v: Tensor, start: number, count: number): void;
   /**
    * A batched step's matmul whose weight rows go to 1–3 outputs, optionally added to them:
    *   outs[j][r, :] (+)= x[r] · w[o_j .. o_j + m_j)ᵀ (+ bias[o_j .. o_j + m_j))   for rows r < n

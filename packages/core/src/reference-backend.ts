@@ -10,7 +10,7 @@
  * touches. Use `view` to see one buffer at another row width.
  */
 import type { Backend, DType, Tensor } from "./backend.js";
-import { DTYPE_BYTES } from "./backend.js";
+import { ATTN_PARTIAL_MAX_SPANS, DTYPE_BYTES } from "./backend.js";
 import { fail } from "./errors.js";
 import { decodeToF32, roundArrayTo } from "./half-float.js";
 
@@ -303,6 +303,76 @@ export class ReferenceBackend implements Backend {
     checkIndex("attnAggregateGather", "outRow", outRow, 0, rows(out) - 1);
     checkSlots("attnAggregateGather", slots, a.cap);
     this.aggregateRows(a, outRow, probCol, slots.length, (j) => slots[j], accumulate);
+  }
+
+  attnPartial(part: Tensor, q: Tensor, qRow: number, k: Tensor, v: Tensor, spans: Int32Array, scale: number): void {
+    const op = "attnPartial";
+    const pd = this.entry(op, part, "f32").data, qd = this.entry(op, q, "f32").data;
+    const kd = this.entry(op, k).data, vd = this.entry(op, v).data;
+    if (k.shape.length !== 3 || v.shape.join() !== k.shape.join() || v.dtype !== k.dtype) fail(`reference backend: ${op}: K and V must be 3-D [kvHeads, capacity, headDim] of one shape and dtype`);
+    const [kvHeads, cap, headDim] = k.shape;
+    const heads = lastDim(q) / headDim;
+    if (!Number.isInteger(heads) || heads % kvHeads !== 0) fail(`reference backend: ${op}: q rows have ${lastDim(q)} values, not a multiple of ${kvHeads} KV heads x headDim ${headDim}`);
+    checkIndex(op, "qRow", qRow, 0, rows(q) - 1);
+    if (lastDim(part) !== headDim + 2 || rows(part) < heads) fail(`reference backend: ${op}: part must be [${heads}, ${headDim + 2}]`);
+    if (!(spans instanceof Int32Array) || spans.length % 2 !== 0 || spans.length > 2 * ATTN_PARTIAL_MAX_SPANS) fail(`reference backend: ${op}: spans must be start, count pairs (at most ${ATTN_PARTIAL_MAX_SPANS})`);
+    const slots: number[] = [];
+    for (let s = 0; s < spans.length; s += 2) {
+      checkIndex(op, "span count", spans[s + 1], 0, cap);
+      checkIndex(op, "span start", spans[s], 0, cap - spans[s + 1]);
+      for (let j = 0; j < spans[s + 1]; j++) slots.push(spans[s] + j);
+    }
+    const group = heads / kvHeads, logits = new Float64Array(slots.length), acc = new Float64Array(headDim);
+    for (let h = 0; h < heads; h++) {
+      const g = Math.floor(h / group), qBase = qRow * heads * headDim + h * headDim;
+      let m = -Infinity;
+      slots.forEach((slot, j) => {
+        let dot = 0;
+        for (let c = 0; c < headDim; c++) dot += qd[qBase + c] * kd[(g * cap + slot) * headDim + c];
+        logits[j] = scale * dot;
+        m = Math.max(m, logits[j]);
+      });
+      let l = 0;
+      acc.fill(0);
+      slots.forEach((slot, j) => {
+        const p = Math.exp(logits[j] - m);
+        l += p;
+        for (let c = 0; c < headDim; c++) acc[c] += p * vd[(g * cap + slot) * headDim + c];
+      });
+      const row = pd.subarray(h * (headDim + 2), (h + 1) * (headDim + 2));
+      for (let c = 0; c < headDim; c++) row[c] = l > 0 ? acc[c] / l : 0;
+      row[headDim] = m;
+      row[headDim + 1] = l;
+    }
+  }
+
+  attnMerge(out: Tensor, outRow: number, part: Tensor, logits: Tensor, col: number, v: Tensor, start: number, count: number): void {
+    const op = "attnMerge";
+    const a = this.attnArgs(op, logits, out, v, col, count);
+    checkIndex(op, "outRow", outRow, 0, rows(out) - 1);
+    checkIndex(op, "start", start, 0, a.cap - count);
+    const pd = this.entry(op, part, "f32").data, { heads, headDim, group, cap, width, table, act, cache } = a;
+    if (lastDim(part) !== headDim + 2 || rows(part) < heads) fail(`reference backend: ${op}: part must be [${heads}, ${headDim + 2}]`);
+    const acc = new Float64Array(headDim);
+    for (let h = 0; h < heads; h++) {
+      const g = Math.floor(h / group), pr = h * (headDim + 2), mw = pd[pr + headDim], lw = pd[pr + headDim + 1];
+      let m = lw > 0 ? mw : -Infinity;
+      for (let j = 0; j < count; j++) m = Math.max(m, table[h * width + col + j]);
+      const oBase = outRow * heads * headDim + h * headDim;
+      if (m === -Infinity) {
+        act.fill(0, oBase, oBase + headDim);
+        continue;
+      }
+      const sw = lw > 0 ? lw * Math.exp(mw - m) : 0;
+      let den = sw;
+      for (let c = 0; c < headDim; c++) acc[c] = sw * pd[pr + c];
+      for (let j = 0; j < count; j++) {
+        const p = Math.exp(table[h * width + col + j] - m);
+        den += p;
+        for (let c = 0; c < headDim; c++) acc[c] += p * cache[(g * cap + start + j) * headDim + c];
+      }
+      for (let c = 0; c < headDim; c++) act[oBase + c] = acc[c] / den;
+    }
   }
 
   // ---- internals ----------------------------------------------------------------------------

@@ -7,6 +7,8 @@
  * order — columns [0, S) sinks, [S, S + K) the selected offloaded tokens (ascending slot =
  * position order, short per-head lists padded with −∞), then the ring — softmaxed once and
  * aggregated over the matching V rows (staged V for offloaded tokens, window V otherwise).
+ * Where the backend has attnPartial/attnMerge and no scores are tracked, the window is never
+ * materialised: its flash-decode partial (K and V read once) is merged with the selected columns.
  *
  * Logits modes: "exact" submits layer l's stage with the true q of layer l, then scores the
  * window while it runs. "speculative" computes q̃ₗ₊₁ = RoPE(W_q⁽ˡ⁺¹⁾·norm⁽ˡ⁺¹⁾(xₗ)) at the start
@@ -28,7 +30,7 @@
  * layer's projections up to the query's copy to the host — is recorded as one segment per layer
  * and replayed as a graph, instead of a launch per op.
  */
-import type { Tensor } from "../backend.js";
+import { ATTN_PARTIAL_MAX_SPANS, type Tensor } from "../backend.js";
 import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector } from "../attention.js";
 import type { Scheduler, SchedulerDecision } from "../contracts/scheduler.js";
 import { referencePrimitives } from "../contracts/selector-primitives.js";
@@ -87,6 +89,9 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private readonly negInf: Float32Array;
   /** Set when the cache's store is in host memory the device reaches by copies. */
   private readonly device: DeviceStaging | null;
+  /** The window's flash-decode partial [heads, headDim + 2]; null: window logits are materialised (tracked scores need every probability). */
+  private readonly part: Tensor | null;
+  private readonly spans = new Int32Array(2 * ATTN_PARTIAL_MAX_SPANS);
   private states: unknown[] = [];
   private scoreRows: Float32Array[][] = []; // [layer][kvHead] per position
   private scoreSteps = 0;
@@ -149,12 +154,15 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.positions = new Int32Array(cache.storeCapacity);
     for (let i = 0; i < this.positions.length; i++) this.positions[i] = cache.storeStart + i;
     this.specQ = attention.backend.alloc([1, heads * headDim]);
+    const be0 = attention.backend;
+    this.part = !this.trackScores && be0.attnPartial && be0.attnMerge ? be0.alloc([heads, headDim + 2]) : null;
     try {
       this.device = cache.hostLink
         ? new DeviceStaging(attention.backend, cache, stage, heads, headDim, { rows: this.rowsFor(scheduler.initial().k), rowPath: o.rowPath, keys: this.rescore })
         : null;
     } catch (e) {
       attention.backend.free(this.specQ);
+      if (this.part) attention.backend.free(this.part);
       throw e;
     }
     if (this.device) this.stats.rows = rowsNote(this.device.paths, this.device.stagedReason);
@@ -263,10 +271,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
     }
     const be = a.backend, c = a.cache, heads = this.layout.heads, slot = (layer & 1) as 0 | 1;
     this.prepareAttend(layer, q);
-    // Device: window logits at their concatenated columns while the CPU stage runs.
+    // Device: the window's attention while the CPU stage runs.
     const kmax = this.layerKmax(layer);
     const scores = a.scores, width = c.maxContext, S = c.storeStart;
-    this.windowLogits(layer, q, scores, kmax);
+    this.scoreWindow(layer, q, scores, kmax);
     this.collect(layer);
     this.submitNext(layer);
 
@@ -309,7 +317,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const slot = (layer & 1) as 0 | 1, scores = d.scores[slot];
     this.prepareAttend(layer, q);
     const kmax = this.layerKmax(layer);
-    this.windowLogits(layer, q, scores, kmax);
+    this.scoreWindow(layer, q, scores, kmax);
     d.pause();
     this.collect(layer);
     d.resume();
@@ -396,9 +404,23 @@ export class HybridAttention implements DecodeAttention, Disposable {
     return p < c.storeStart ? p : p - c.storeCount + kmax;
   }
 
-  /** q·Kᵀ of every window span (sinks and ring) at its concatenated column. */
-  private windowLogits(layer: number, q: Tensor, scores: Tensor, kmax: number): void {
+  /**
+   * The window's share (sinks and ring), before the stage is collected: its flash-decode partial
+   * (K and V read once, no window logits written), or with tracked scores q·Kᵀ of every window
+   * span at its concatenated column (the accumulated scores need every window probability).
+   */
+  private scoreWindow(layer: number, q: Tensor, scores: Tensor, kmax: number): void {
     const a = this.attention, c = a.cache;
+    if (this.part) {
+      let n = 0;
+      for (let s = 0; s < c.spanCount; s++) {
+        if (c.spanRegion[s] === 2) continue;
+        this.spans[n++] = c.spanSlot[s];
+        this.spans[n++] = c.spanLen[s];
+      }
+      a.backend.attnPartial!(this.part, q, 0, c.windowK[layer], c.windowV[layer], this.spans.subarray(0, n), a.scale);
+      return;
+    }
     for (let s = 0; s < c.spanCount; s++) {
       if (c.spanRegion[s] === 2) continue;
       a.backend.attnLogits(scores, this.column(c.spanPos[s], kmax), q, 0, c.windowK[layer], c.spanSlot[s], c.spanLen[s], a.scale);
@@ -406,13 +428,20 @@ export class HybridAttention implements DecodeAttention, Disposable {
   }
 
   /**
-   * One softmax over window ∪ selected, then A·V span by span in position order: window spans
-   * from their V rows, the store span from `values` (the stage's kmax selected rows; null when
-   * nothing was selected, and then the span is skipped). The first span written overwrites
-   * `out`, the rest accumulate.
+   * One softmax over window ∪ selected, then A·V. With the window's partial: merged with the
+   * selected columns [S, S + kmax) of `scores` and their V rows `values` (the stage's kmax
+   * selected rows; null when nothing was selected). Else span by span in position order over the
+   * materialised row: window spans from their V rows, the store span from `values` (skipped when
+   * null); the first span written overwrites `out`, the rest accumulate.
    */
   private softmaxAggregate(layer: number, scores: Tensor, outp: CpuStageOutput, values: Tensor | null, kmax: number, out: Tensor): void {
     const a = this.attention, be = a.backend, c = a.cache;
+    this.stats.sumK += kmax;
+    this.stats.layerSteps++;
+    if (this.part) {
+      be.attnMerge!(out, 0, this.part, scores, c.storeStart, values ?? c.windowV[layer], 0, values ? kmax : 0);
+      return;
+    }
     const total = c.length - c.storeCount + kmax;
     be.softmax(scores, this.layout.heads, total);
     if (this.trackScores) this.accumulate(layer, scores, total, outp.ids, outp.counts, kmax);
@@ -426,8 +455,6 @@ export class HybridAttention implements DecodeAttention, Disposable {
       }
       first = false;
     }
-    this.stats.sumK += kmax;
-    this.stats.layerSteps++;
   }
 
   endStep(): void {
@@ -472,6 +499,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
       this.device?.close();
     } finally {
       this.attention.backend.free(this.specQ);
+      if (this.part) this.attention.backend.free(this.part);
       this.stage.close();
     }
   }
