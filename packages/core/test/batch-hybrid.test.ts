@@ -99,7 +99,7 @@ describe("batched decode with hybrid attention per sequence", () => {
     });
   }
 
-  it("hooks: every row's layerInput, then every row's prepareAttend before any attend; one shared step; no recorded graph", () => {
+  it("hooks: every row's layerInput, then every row's prepareAttend before any attend; one step object shared by the rows", () => {
     const be = new ReferenceBackend();
     using model = load(be);
     const log: string[] = [];
