@@ -56,6 +56,15 @@ int hg_attn_logits(hg_ctx *c, float *logits, int lstride, const float *q, const 
 int hg_attn_aggregate(hg_ctx *c, float *out, const float *probs, int pstride, const void *v, int vtype,
                        int heads, int kv_heads, int head_dim, int64_t cap,
                        int64_t start, const int32_t *slots, int64_t count, int accumulate);
+/* Flash-decode partial of q [heads, head_dim] over nspans (<= 4) spans of K/V [kv_heads, cap, head_dim]
+ * (spans: start, count pairs) into part [heads][head_dim + 2]: normalised output, max logit, sum of
+ * e^(logit - max); no token: 0, -inf, 0. */
+int hg_attn_partial(hg_ctx *c, float *part, const float *q, const void *k, const void *v, int type,
+                    int heads, int kv_heads, int head_dim, int64_t cap, const int32_t *spans, int nspans, float scale);
+/* out [heads, head_dim] = one softmax over part's tokens and logits[h*lstride + j], j < count, applied
+ * to their V rows (the columns' rows: V[h/group, start + j]); nothing attended: 0. */
+int hg_attn_merge(hg_ctx *c, float *out, const float *part, const float *logits, int lstride, const void *v, int vtype,
+                  int heads, int kv_heads, int head_dim, int64_t cap, int64_t start, int64_t count);
 /* Multithreaded streaming read of `bytes` (multiple of 4) as floats: the bandwidth baseline. */
 double hg_stream_sum(hg_ctx *c, const void *p, uint64_t bytes);
 /* Runs one op on every pool thread; returns the number of distinct OS threads that ran it. */

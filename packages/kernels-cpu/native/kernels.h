@@ -39,6 +39,8 @@ typedef struct {
     void (*add)(float *out, const float *a, const float *b, int64_t count);
     void (*relu)(float *x, int64_t count);
     void (*softmax_row)(float *x, int cols);
+    /* x[i] = e^(x[i] - m) for i < n (e^-inf = 0); returns their sum */
+    float (*exp_sum)(float *x, int64_t n, float m);
     int64_t (*argmax)(const float *x, int64_t count);
     /* f32 <-> any dtype; same dtype is a plain copy */
     void (*convert)(void *dst, int dst_type, const void *src, int src_type, int64_t count);

@@ -73,6 +73,19 @@ static void softmax_row(float *x, int cols) {
     for (; i < cols; i++) x[i] *= 1.0f / sum;
 }
 
+static float exp_sum(float *x, int64_t n, float m) {
+    vf vm = vset1(m), vs = vzero();
+    int64_t i = 0;
+    for (; i + VW <= n; i += VW) {
+        vf e = vexp(vsub(vld(x + i), vm));
+        vst(x + i, e);
+        vs = vadd(vs, e);
+    }
+    float sum = vhsum(vs);
+    for (; i < n; i++) { x[i] = expf(x[i] - m); sum += x[i]; }
+    return sum;
+}
+
 /* First index of the maximum. A vector pass keeps the maximum of every block of 256; the
  * first block holding the overall maximum is then scanned, so no pass is scalar over the
  * whole row (a 32000-entry vocabulary takes ~2 us instead of ~18). */
@@ -146,6 +159,7 @@ const hg_kernels KFN(hg_kernels) = {
     .add = add,
     .relu = relu,
     .softmax_row = softmax_row,
+    .exp_sum = exp_sum,
     .argmax = argmax,
     .convert = convert,
     .stream_sum = stream_sum,

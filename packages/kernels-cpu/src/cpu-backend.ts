@@ -271,6 +271,18 @@ export class CpuBackend implements Backend {
     const ok = this.lib.hg_attn_aggregate(this.ctx, o.at(outRow * o.cols), p.at(probCol), p.cols, vt.ptr, DTYPE_CODE[vt.dtype], heads, kvHeads, headDim, cap, 0, count ? slots : null, count, accumulate ? 1 : 0);
     if (!ok) bad("attnAggregateGather: out of memory");
   }
+
+  attnPartial(part: Tensor, q: Tensor, qRow: number, k: Tensor, v: Tensor, spans: Int32Array, scale: number): void {
+    const [pt, qi, kt, vt, [heads, kvHeads, headDim, cap]] = this.check.attnPartial(part, q, qRow, k, v, spans);
+    const ok = this.lib.hg_attn_partial(this.ctx, pt.ptr, qi.at(qRow * qi.cols), kt.ptr, vt.ptr, DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, spans.length ? spans : null, spans.length / 2, scale);
+    if (!ok) bad("attnPartial: out of memory");
+  }
+
+  attnMerge(out: Tensor, outRow: number, part: Tensor, logits: Tensor, col: number, v: Tensor, start: number, count: number): void {
+    const [o, pt, l, vt, [heads, kvHeads, headDim, cap]] = this.check.attnMerge(out, outRow, part, logits, col, v, start, count);
+    const ok = this.lib.hg_attn_merge(this.ctx, o.at(outRow * o.cols), pt.ptr, l.at(col), l.cols, vt.ptr, DTYPE_CODE[vt.dtype], heads, kvHeads, headDim, cap, start, count);
+    if (!ok) bad("attnMerge: out of memory");
+  }
 }
 
 /** Creates a CpuBackend; options are validated with CpuBackendOptionsSchema. */

@@ -36,6 +36,8 @@ const symbols = {
     args: [ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32, i64, i64, ptr, i64, i32],
     returns: i32,
   },
+  hg_attn_partial: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i64, ptr, i32, f32], returns: i32 },
+  hg_attn_merge: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32, i64, i64, i64], returns: i32 },
   hg_stream_sum: { args: [ptr, ptr, u64], returns: f64 },
   hg_pool_probe: { args: [ptr], returns: i32 },
 } as const;
