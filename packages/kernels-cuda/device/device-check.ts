@@ -3,7 +3,9 @@
  * check" says how it is called):
  *  1. every op against ReferenceBackend on fresh random inputs (device/op-checks.ts), every decode
  *     kernel hg_decode_plan picks (this device's and an sm_80 plan's), the weight stream in
- *     recorded chains (device/stream-checks.ts) and the batched-decode kernels (device/batch-checks.ts);
+ *     recorded chains (device/stream-checks.ts), the batched-decode kernels (device/batch-checks.ts)
+ *     and hybrid attention's window kernels, attnPartial/attnMerge (device/partial-checks.ts; their
+ *     time over a scale-run window is printed beside the materialised path's);
  *  2. parity with Hugging Face transformers: core's parity checkpoints (Llama, Qwen2, OPT;
  *     reference logits made by transformers in float64) run on the CUDA backend in f32;
  *  3. graphs on vs off, and greedy decode fed on the device vs the host round trip;
@@ -20,6 +22,7 @@ import { createCudaBackend, cudaAvailability, describeCudaAvailability } from ".
 import { runOpChecks, relErr } from "./op-checks.js";
 import { streamGemvChecks } from "./stream-checks.js";
 import { runArgmaxRowsChecks, runBatchAttnChecks, runMatmulSplitChecks, runSkinnyChecks } from "./batch-checks.js";
+import { runPartialChecks, timeWindow } from "./partial-checks.js";
 import { STORIES15M_SHAPE, dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
@@ -90,6 +93,7 @@ async function main(): Promise<void> {
     ...runOpChecks(cuda, seed), ...streamGemvChecks(cuda, seed + 2),
     ...batchChecks("skinny GEMM", () => runSkinnyChecks(cuda, seed + 11)), ...batchChecks("matmulSplit", () => runMatmulSplitChecks(cuda, seed + 13)),
     ...batchChecks("argmaxRows", () => runArgmaxRowsChecks(cuda, seed + 14)), ...batchChecks("attnDecodeBatch", () => runBatchAttnChecks(cuda, seed + 12)),
+    ...batchChecks("attnPartial", () => runPartialChecks(cuda, seed + 15)),
   ];
   const bad = ops.filter((r) => !r.ok);
   failures += bad.length;
@@ -97,6 +101,11 @@ async function main(): Promise<void> {
     ["check", "error", "tol"],
     ...(bad.length ? bad : [...ops.filter((r) => r.name.startsWith("matmul cublas") || r.name.startsWith("attnAggregate+")).slice(0, 12), ...ops.filter((r) => r.name.startsWith("stream GEMV chain"))]).map((r) => [r.name + (r.ok ? "" : " FAIL"), r.err, r.tol]),
   ]);
+  {
+    // Hybrid attention's window at the scale run's size: the partial against the materialised path (no pass/fail).
+    const w = timeWindow(cuda);
+    line(`\nwindow of ${w.tokens} tokens (32/8 heads, d128, bf16): attnPartial + attnMerge ${w.partialMs.toFixed(3)} ms (K and V read at ${w.gbPerS.toFixed(0)} GB/s), materialised logits + softmax + aggregate ${w.materializedMs.toFixed(3)} ms`);
+  }
 
   // 2. transformers parity (f32 checkpoints, f32 weights on the GPU)
   const refs = parseParityRefs(readFileSync(`${process.cwd()}/packages/core/test/fixtures/parity/refs.json`, "utf8"));

@@ -202,9 +202,10 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
 // block calls it): out[d] = Σ_split e^(m_s − M) a_s[d] / Σ_split e^(m_s − M) l_s over the nsplit
 // partial rows p, p + stride, ... The splits' weights e^(m_s − M) are computed once, in parallel,
 // into shared memory, and each output dim's sum keeps 8 loads in flight: walking the splits one
-// dependent load at a time took longer than the split kernel before it.
+// dependent load at a time took longer than the split kernel before it. stats (optional): the
+// merged max in natural-log units (the partials hold log2 units) and the sum, for a partial row.
 static const int DA_MERGE_MAX = 1024;  // splits the weights' shared array holds; more are folded in place
-__device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t stride, int nsplit, int headDim, int t0, int nt) {
+__device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t stride, int nsplit, int headDim, int t0, int nt, float *stats = nullptr) {
   __shared__ float wts[DA_MERGE_MAX];
   __shared__ float red[32];
   float mx = -INFINITY;
@@ -217,6 +218,7 @@ __device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t
     den += p[s * stride + headDim + 1] * w;
   }
   den = block_sum(den, red);  // its barriers also publish wts
+  if (stats && t0 == 0) { stats[0] = mx * 0.69314718055994531f; stats[1] = den; }
   const float inv = 1.f / den;
   const int cached = min(nsplit, DA_MERGE_MAX);
   for (int d = t0; d < headDim; d += nt) {

@@ -921,6 +921,31 @@ export class CudaBackend implements Backend {
     this.batchAttention = batched;
   }
 
+  // ---- hybrid attention's window -------------------------------------------------------------
+
+  /**
+   * Backend.attnPartial: the split-K decode kernels over up to 4 spans, emitting the partial
+   * (native/span_attn.cu); recordable in a decode step (the spans go with the step's blob).
+   */
+  attnPartial(part: Tensor, q: Tensor, qRow: number, k: Tensor, v: Tensor, spans: Int32Array, scale: number): void {
+    const op = "attnPartial";
+    const [pt, qi, kt, vt, [heads, kvHeads, headDim, cap]] = this.check.attnPartial(part, q, qRow, k, v, spans);
+    if (headDim > 256) bad(`${op}: head dim ${headDim} exceeds the kernels' limit of 256`);
+    if (!Number.isFinite(scale)) bad(`${op}: scale ${scale} is not finite`);
+    CudaBackend.int32(kt.numel, op, "k elements");
+    this.ok(op, this.lib.hg_cu_attn_partial(this.ctx, P(pt.addr), P(qi.at(qRow * qi.cols)), P(kt.addr), P(vt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, spans.length ? spans : null, spans.length / 2, scale));
+  }
+
+  /** Backend.attnMerge: one block a query head (native/span_attn.cu); recordable (start and count per step). */
+  attnMerge(out: Tensor, outRow: number, part: Tensor, logits: Tensor, col: number, v: Tensor, start: number, count: number): void {
+    const op = "attnMerge";
+    const [o, pt, l, vt, [heads, kvHeads, headDim, cap]] = this.check.attnMerge(out, outRow, part, logits, col, v, start, count);
+    if (headDim > 256) bad(`${op}: head dim ${headDim} exceeds the kernels' limit of 256`);
+    this.attnLimits(op, vt, "v");
+    CudaBackend.int32(l.numel, op, "logits elements");
+    this.ok(op, this.lib.hg_cu_attn_merge(this.ctx, P(o.at(outRow * o.cols)), P(pt.addr), P(l.at(col)), l.cols, P(vt.addr), DTYPE_CODE[vt.dtype], heads, kvHeads, headDim, cap, start, count));
+  }
+
   // ---- attention stages ---------------------------------------------------------------------
 
   /** The kernels' limits on top of core's checks: 32-bit element indices of K/V, the int scratch for slots. */

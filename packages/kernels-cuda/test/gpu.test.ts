@@ -2,6 +2,7 @@
 import { describe, expect, it } from "vitest";
 import { createCudaBackend, cudaAvailability } from "../src/index.js";
 import { runOpChecks } from "../device/op-checks.js";
+import { runPartialChecks } from "../device/partial-checks.js";
 
 const cuda = cudaAvailability();
 const SEED = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
@@ -11,6 +12,12 @@ describe.skipIf(!cuda.available)(`CUDA backend on the GPU (seed ${SEED})`, () =>
     using be = createCudaBackend({ arenaBytes: 2 ** 31 });
     const failed = runOpChecks(be, SEED).filter((r) => !r.ok);
     expect(failed).toEqual([]);
+    expect(be.liveTensors).toBe(0);
+  });
+
+  it("hybrid attention's window kernels (attnPartial, attnMerge) match the reference backend", () => {
+    using be = createCudaBackend({ arenaBytes: 2 ** 31 });
+    expect(runPartialChecks(be, SEED).filter((r) => !r.ok)).toEqual([]);
     expect(be.liveTensors).toBe(0);
   });
 });

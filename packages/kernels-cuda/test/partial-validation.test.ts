@@ -1,0 +1,66 @@
+/**
+ * attnPartial / attnMerge on the CUDA backend against a stand-in for the native library (no GPU
+ * needed): bad input is a one-line HybridgenError before native code; good input reaches
+ * hg_cu_attn_partial / hg_cu_attn_merge with the tensors' addresses, the shapes and the spans
+ * table. The kernels themselves: device/partial-checks.ts on a GPU.
+ */
+import { describe, expect, it } from "vitest";
+import { HybridgenError } from "@hybridgen/core";
+import { CudaBackend } from "../src/index.js";
+import { STAND_IN_DEVICE, standInNative, type NativeCall } from "./stand-in-native.js";
+
+function make() {
+  const calls: NativeCall[] = [];
+  const be = new CudaBackend({ arenaBytes: 1 << 23 }, { lib: standInNative({ calls, heapBytes: 1 << 22 }), device: STAND_IN_DEVICE });
+  const ops = () => calls.filter((c) => /^hg_cu_attn_(partial|merge)$/.test(c.name));
+  return { be, ops };
+}
+
+describe("CudaBackend attnPartial / attnMerge (stand-in native library)", () => {
+  it("passes addresses, shapes and the spans through", () => {
+    const { be, ops } = make();
+    const q = be.alloc([2, 8 * 64]), k = be.alloc([2, 300, 64], "bf16"), v = be.alloc([2, 300, 64], "bf16");
+    const part = be.alloc([8, 66]), out = be.alloc([1, 8 * 64]), logits = be.alloc([8, 400]), vals = be.alloc([2, 32, 64], "bf16");
+    be.attnPartial(part, q, 1, k, v, Int32Array.of(0, 4, 200, 100, 4, 57), 0.125);
+    be.attnMerge(out, 0, part, logits, 4, vals, 0, 32);
+    be.attnPartial(part, q, 0, k, v, new Int32Array(0), 0.125);
+    const [p, m, empty] = ops();
+    expect(p.name).toBe("hg_cu_attn_partial");
+    expect(p.args.slice(1, 13)).toEqual([be.address(part), be.address(q) + 8 * 64 * 4, be.address(k), be.address(v), 2, 8, 2, 64, 300, Int32Array.of(0, 4, 200, 100, 4, 57), 3, 0.125]);
+    expect(m.args.slice(1, 13)).toEqual([be.address(out), be.address(part), be.address(logits) + 16, 400, be.address(vals), 2, 8, 2, 64, 32, 0, 32]);
+    expect(empty.args.slice(10, 12)).toEqual([null, 0]);
+    be.close();
+  });
+
+  it("refuses bad input before native code", () => {
+    const { be, ops } = make();
+    const q = be.alloc([1, 4 * 16]), k = be.alloc([2, 20, 16], "f16"), part = be.alloc([4, 18]), out = be.alloc([1, 64]), logits = be.alloc([4, 10]);
+    const big = be.alloc([1, 2, 300]), bigPart = be.alloc([2, 302]), bigQ = be.alloc([1, 600]);
+    const cases: [() => void, RegExp][] = [
+      [() => be.attnPartial(part, q, 0, k, k, Int32Array.of(0, 5, 1), 1), /^attnPartial: spans must be an Int32Array of start, count pairs \(at most 4\)$/],
+      [() => be.attnPartial(part, q, 0, k, k, Int32Array.of(18, 3), 1), /^attnPartial: tokens 18\.\.21 exceed the cache capacity 20$/],
+      [() => be.attnPartial(be.alloc([4, 16]), q, 0, k, k, Int32Array.of(0, 1), 1), /^attnPartial: part f32\[4x16\] must be \[4, 18\]/],
+      [() => be.attnPartial(part, q, 1, k, k, Int32Array.of(0, 1), 1), /^attnPartial: q row 1 is outside/],
+      [() => be.attnPartial(part, q, 0, k, be.alloc([2, 20, 16], "bf16"), Int32Array.of(0, 1), 1), /^attnPartial: v .* must have the shape and dtype of k/],
+      [() => be.attnPartial(part, q, 0, k, k, Int32Array.of(0, 1), Number.NaN), /^attnPartial: scale NaN is not finite$/],
+      [() => be.attnPartial(bigPart, bigQ, 0, big, big, Int32Array.of(0, 1), 1), /^attnPartial: head dim 300 exceeds the kernels' limit of 256$/],
+      [() => be.attnMerge(out, 0, part, logits, 8, k, 0, 3), /^attnMerge: columns 8\.\.11 exceed logits width 10$/],
+      [() => be.attnMerge(out, 0, part, logits, 0, k, 19, 3), /^attnMerge: tokens 19\.\.22 exceed the cache capacity 20$/],
+      [() => be.attnMerge(out, 1, part, logits, 0, k, 0, 3), /^attnMerge: out row 1 is outside/],
+      [() => be.attnMerge(out, 0, be.alloc([3, 18]), logits, 0, k, 0, 3), /^attnMerge: part f32\[3x18\] must be \[4, 18\]/],
+    ];
+    for (const [fn, re] of cases) {
+      let err: unknown;
+      try {
+        fn();
+      } catch (e) {
+        err = e;
+      }
+      expect(err, String(re)).toBeInstanceOf(HybridgenError);
+      expect((err as Error).message).toMatch(re);
+      expect((err as Error).message).not.toContain("\n");
+    }
+    expect(ops()).toEqual([]);
+    be.close();
+  });
+});
