@@ -291,6 +291,7 @@ static void selected_task(void *v, int part, int parts) {
     }
     for (int64_t h = g * group; h < (g + 1) * group; h++)
         for (int64_t i = (b > cnt ? b : cnt); i < e; i++) sel[h * kmax + i] = -INFINITY;
+    if (j->flags & HG_STAGE_NO_ROWS) return; /* the device gathers the rows from the mapped store */
     gather_rows((const char *)(intptr_t)j->v, j->vcap, j->vtype, (char *)(intptr_t)j->vstage, j, g, ids, b, e, cnt);
     if (j->flags & HG_STAGE_KEYS) gather_rows((const char *)(intptr_t)j->k, j->kcap, j->ktype, (char *)(intptr_t)j->kstage, j, g, ids, b, e, cnt);
 }
@@ -390,7 +391,9 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
         if (r.chunks < 1) r.chunks = 1;
         if (j->kmax * j->heads * j->head_dim < 16384) r.chunks = 1;
         hg_pool_run(s->ctx->pool, selected_task, &r, (int)(j->kv_heads * r.chunks));
-        LAP(3);
+        /* without rows a selected job's phase is its selected logits: scoring, so gather stays ~0 */
+        if ((j->flags & HG_STAGE_NO_ROWS) && (j->flags & HG_STAGE_SELECTED)) LAP(1);
+        else LAP(3);
     }
 #undef LAP
     return 0;

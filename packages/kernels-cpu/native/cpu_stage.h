@@ -13,6 +13,7 @@ enum {
     HG_STAGE_SHARED = 16,  /* with TOPK: one list for every KV head (max over all heads) */
     HG_STAGE_KEYS = 32,    /* with SELECTED or GATHER: the K rows of ids -> kstage too (verified logits) */
     HG_STAGE_QUEST = 64,   /* with SELECTED: ids/counts first from Quest's page bounds (sel_quest.h) */
+    HG_STAGE_NO_ROWS = 128, /* with SELECTED or GATHER: the device reads the rows itself; vstage/kstage untouched */
 };
 
 /* Every field is 8 bytes so JS fills it through one BigInt64Array / Float64Array pair. */

@@ -55,7 +55,7 @@ export const NativeCpuStageOptionsSchema = z.object({
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
 const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
-const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32, QUEST = 64;
+const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32, QUEST = 64, NO_ROWS = 128;
 // Field indices of hg_stage_job (all 8-byte; scale is the double at the end).
 const F = { flags: 0, q: 1, k: 2, ktype: 3, kcap: 4, v: 5, vtype: 6, vcap: 7, n: 8, heads: 9, kvHeads: 10, headDim: 11,
   all: 12, lstride: 13, ids: 14, counts: 15, kmax: 16, budget: 17, sel: 18, vstage: 19, kstage: 20, scale: 21,
@@ -153,7 +153,7 @@ export class NativeCpuStage implements CpuStage {
       this.writeIds(job, w.selection);
       flags = SELECTED | GATHER;
     }
-    this.fill(job, flags | (job.keys ? KEYS : 0), w.kind === "topk" || w.kind === "quest" ? w.budget : 0);
+    this.fill(job, flags | this.rowFlags(job), w.kind === "topk" || w.kind === "quest" ? w.budget : 0);
     if (this.lib.hg_stage_submit(this.handle!, this.jobPtr) !== 0) fail("cpu stage: the native stage is busy");
     this.pending = true;
   }
@@ -185,7 +185,7 @@ export class NativeCpuStage implements CpuStage {
   gather(job: CpuStageJob, selection: Selection): void {
     if (this.pending) fail("cpu stage: gather() while a job is running (wait() first)");
     this.writeIds(job, selection);
-    this.fill(job, GATHER | (job.keys ? KEYS : 0), 0);
+    this.fill(job, GATHER | this.rowFlags(job), 0);
     this.check(Number(this.lib.hg_stage_run(this.handle!, this.jobPtr)));
   }
 
@@ -270,6 +270,11 @@ export class NativeCpuStage implements CpuStage {
     } else {
       set(F.pages, 0); set(F.pageSize, 0); set(F.pageCap, 0); set(F.pagesFrom, 0);
     }
+  }
+
+  /** K rows staged too (verified logits); none copied at all when the device gathers them from the mapped store. */
+  private rowFlags(job: CpuStageJob): number {
+    return (job.keys ? KEYS : 0) | (job.deviceGather ? NO_ROWS : 0);
   }
 
   /** Bytes of the compressed K copies (0 with full scoring). */

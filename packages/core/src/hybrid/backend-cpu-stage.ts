@@ -189,7 +189,7 @@ export class BackendCpuStage implements CpuStage {
     s.keysStaged = job.keys === true;
     if (s.keys) s.keys.kmax = job.kmax;
     const { kvHeads, storeCapacity: cap } = this.shape!, kmax = job.kmax;
-    if (kmax === 0) return;
+    if (kmax === 0 || job.deviceGather) return; // the device reads the rows from the mapped store itself
     const rows = new Int32Array(kvHeads * kmax);
     for (let g = 0; g < kvHeads; g++) for (let i = 0; i < kmax; i++) rows[g * kmax + i] = g * cap + s.ids[g * kmax + i];
     this.backend.embedding(s.values.store, this.table(job.v), rows);

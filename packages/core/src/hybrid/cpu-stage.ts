@@ -60,7 +60,8 @@ export interface CpuStageJob {
   readonly keys?: boolean;
   /** The device reads the selected V (and K) rows from the store itself (pinned host memory mapped
    * into its address space): the stage may skip copying rows into `values`/`keys` and writes only
-   * ids, counts and logits. A stage that copies them anyway stays correct. */
+   * ids, counts and logits. BackendCpuStage and NativeCpuStage leave the row buffers untouched (padding
+   * included), so their split's gather is ~0 (a selected job's selected logits count as scoring). */
   readonly deviceGather?: boolean;
   /** Changes whenever store rows below `offloaded` may have been rewritten (KvCache.rewinds): a
    * stage that keeps copies derived from the rows (compressed K) makes them again. */
