@@ -9,7 +9,9 @@
 #include "topk_row.h"
 #include "kq.h"
 #include "sel_quest.h"
+#include "file_rows.h"
 #include <math.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -28,6 +30,7 @@ static inline void relax(void) { }
  * side needs (measured: 2 cores shared with other work, 5 ms of spin made waits 30x longer),
  * so the default is to sleep at once. */
 #define DEFAULT_IDLE_SPIN_NS 0
+#define DEFAULT_READ_DEPTH 8
 enum { IDLE = 0, PENDING = 1, DONE = 2 };
 
 struct hg_stage {
@@ -50,6 +53,10 @@ struct hg_stage {
     size_t two_bytes;
     char *quest; /* Quest: page bounds and each list's pages, scores and positions */
     size_t quest_bytes;
+    hg_rows_io io; /* disk-tier rows of the job: segments, queued reads, failure */
+    hg_readers *readers;
+    int read_depth;
+    char err[768];
 };
 
 static int64_t now_ns(void) {
@@ -65,6 +72,7 @@ typedef struct {
     hg_stage *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks, lists;
     const float *rows; int64_t k; int avx2; atomic_int failed; /* top-K: the lists' rows [lists][n] and K */
     hg_kq_query kq; int32_t *cand; float *exact, *cmax; int32_t *pos; int64_t nc; /* two-step */
+    int file_rows; /* valid rows are read afterwards (disk tier): the pieces only zero the padding */
 } run_ctx;
 
 /* Contiguous runs of the (KV head, token) space: long streams of one head's rows per piece. */
@@ -247,10 +255,11 @@ static int64_t two_step(hg_stage *s, const hg_stage_job *j, run_ctx *r, int thre
 /* Rows ids[b..e) of KV head g of a [kv_heads, cap, head_dim] store into dst's [kv_heads, kmax, head_dim];
  * rows past the list's count are zeros. */
 static void gather_rows(const char *src, int64_t cap, int64_t type, char *dst, const hg_stage_job *j, int64_t g, const int32_t *ids,
-                        int64_t b, int64_t e, int64_t cnt) {
+                        int64_t b, int64_t e, int64_t cnt, int padding_only) {
     int64_t row = j->head_dim * esize(type), ve = e < cnt ? e : cnt;
     const char *S = src + g * cap * row;
     char *D = dst + g * j->kmax * row;
+    if (padding_only) b = b > cnt ? b : cnt;
     for (int64_t i = b; i < e; i++) {
         if (i + 8 < ve) /* scattered rows: keep misses in flight ahead of the copies */
             for (int64_t o = 0; o < row; o += 64) __builtin_prefetch(S + (int64_t)ids[i + 8] * row + o, 0, 1);
@@ -292,8 +301,40 @@ static void selected_task(void *v, int part, int parts) {
     for (int64_t h = g * group; h < (g + 1) * group; h++)
         for (int64_t i = (b > cnt ? b : cnt); i < e; i++) sel[h * kmax + i] = -INFINITY;
     if (j->flags & HG_STAGE_NO_ROWS) return; /* the device gathers the rows from the mapped store */
-    gather_rows((const char *)(intptr_t)j->v, j->vcap, j->vtype, (char *)(intptr_t)j->vstage, j, g, ids, b, e, cnt);
-    if (j->flags & HG_STAGE_KEYS) gather_rows((const char *)(intptr_t)j->k, j->kcap, j->ktype, (char *)(intptr_t)j->kstage, j, g, ids, b, e, cnt);
+    gather_rows((const char *)(intptr_t)j->v, j->vcap, j->vtype, (char *)(intptr_t)j->vstage, j, g, ids, b, e, cnt, r->file_rows);
+    if (j->flags & HG_STAGE_KEYS)
+        gather_rows((const char *)(intptr_t)j->k, j->kcap, j->ktype, (char *)(intptr_t)j->kstage, j, g, ids, b, e, cnt, r->file_rows);
+}
+
+/* ---- disk-tier rows ---------------------------------------------------------------------- */
+/* The registered file segments under the job's V (and K) store: nonzero when its rows must be read. */
+static int file_rows_begin(hg_stage *s, const hg_stage_job *j) {
+    hg_rows_begin(&s->io);
+    if (s->read_depth <= 0 || (j->flags & HG_STAGE_NO_ROWS)) return 0;
+    hg_rows_acquire(&s->io, (uintptr_t)j->v, (uint64_t)(j->kv_heads * j->vcap * j->head_dim * esize(j->vtype)));
+    if (j->flags & HG_STAGE_KEYS) hg_rows_acquire(&s->io, (uintptr_t)j->k, (uint64_t)(j->kv_heads * j->kcap * j->head_dim * esize(j->ktype)));
+    return s->io.nseg > 0;
+}
+
+static int queue_rows(hg_stage *s, const hg_stage_job *j, const char *src, int64_t cap, int64_t type, char *dst) {
+    const int32_t *ids = (const int32_t *)(intptr_t)j->ids, *counts = (const int32_t *)(intptr_t)j->counts;
+    const int64_t row = j->head_dim * esize(type);
+    for (int64_t g = 0; g < j->kv_heads; g++)
+        for (int64_t i = 0; i < counts[g]; i++)
+            if (hg_rows_add(&s->io, dst + (g * j->kmax + i) * row, (uintptr_t)(src + (g * cap + ids[g * j->kmax + i]) * row), (uint64_t)row)) return -2;
+    return 0;
+}
+
+/* The selected rows, read from the files where they live (memcpy elsewhere): 0, -2, or 1 (s->err). */
+static int64_t read_rows(hg_stage *s, const hg_stage_job *j) {
+    int64_t rc = queue_rows(s, j, (const char *)(intptr_t)j->v, j->vcap, j->vtype, (char *)(intptr_t)j->vstage);
+    if (!rc && (j->flags & HG_STAGE_KEYS)) rc = queue_rows(s, j, (const char *)(intptr_t)j->k, j->kcap, j->ktype, (char *)(intptr_t)j->kstage);
+    if (!rc && hg_rows_run(&s->io, s->ctx->pool, &s->readers, s->read_depth)) {
+        hg_rows_error(&s->io, s->err, sizeof s->err);
+        rc = 1;
+    }
+    hg_rows_release(&s->io);
+    return rc;
 }
 
 /* ---- one job --------------------------------------------------------------------------- */
@@ -313,6 +354,7 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     int threads = hg_pool_threads(s->ctx->pool);
     run_ctx r = {.s = s, .j = j, .chunks = 1, .lists = 1};
     int64_t t = now_ns(), t1;
+    hg_rows_begin(&s->io); /* the last job's read counters start at 0 */
     for (int i = 0; i < 4; i++) s->split[i] = 0;
 #define LAP(i) (t1 = now_ns(), s->split[i] += t1 - t, t = t1)
     if (j->flags & (HG_STAGE_SCORE | HG_STAGE_TOPK | HG_STAGE_SELECTED)) { /* the query, packed once for the logits kernel */
@@ -390,7 +432,12 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
         r.chunks = (int)(per < most ? per : most);
         if (r.chunks < 1) r.chunks = 1;
         if (j->kmax * j->heads * j->head_dim < 16384) r.chunks = 1;
+        r.file_rows = file_rows_begin(s, j);
         hg_pool_run(s->ctx->pool, selected_task, &r, (int)(j->kv_heads * r.chunks));
+        if (r.file_rows) {
+            int64_t rc = read_rows(s, j);
+            if (rc) return rc;
+        }
         /* without rows a selected job's phase is its selected logits: scoring, so gather stays ~0 */
         if ((j->flags & HG_STAGE_NO_ROWS) && (j->flags & HG_STAGE_SELECTED)) LAP(1);
         else LAP(3);
@@ -440,6 +487,7 @@ hg_stage *hg_stage_create(int threads, int isa) {
     pthread_cond_init(&s->done_cv, NULL);
     atomic_init(&s->state, IDLE);
     s->idle_spin_ns = DEFAULT_IDLE_SPIN_NS;
+    s->read_depth = DEFAULT_READ_DEPTH;
     if (pthread_create(&s->thread, NULL, coordinator, s) != 0) {
         hg_destroy(s->ctx);
         free(s);
@@ -464,6 +512,8 @@ void hg_stage_destroy(hg_stage *s) {
     free(s->scratch);
     free(s->two);
     free(s->quest);
+    free(s->io.reqs);
+    hg_readers_destroy(s->readers);
     free(s);
 }
 
@@ -515,3 +565,14 @@ void hg_stage_last_split(const hg_stage *s, double *out) {
 }
 
 void hg_stage_set_idle_spin(hg_stage *s, int64_t ns) { s->idle_spin_ns = ns < 0 ? 0 : ns; }
+
+void hg_stage_error(const hg_stage *s, char *buf, int64_t cap) {
+    if (cap > 0) snprintf(buf, (size_t)cap, "%s", s->err);
+}
+
+void hg_stage_set_read_depth(hg_stage *s, int depth) { s->read_depth = depth < 0 ? 0 : depth > 256 ? 256 : depth; }
+
+void hg_stage_last_reads(const hg_stage *s, int64_t *out) {
+    out[0] = atomic_load(&s->io.reads);
+    out[1] = atomic_load(&s->io.bytes);
+}

@@ -52,8 +52,16 @@ int hg_stage_submit(hg_stage *s, const hg_stage_job *job);
 /* Runs the job on the calling thread (same checks and results as submit + wait). */
 int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job);
 /* Waits for the submitted job. Returns 0 on success, -1 if none was submitted, -2 when scratch
- * memory failed, -(3 + i) when a selected id at index i is out of range or not ascending. */
+ * memory failed, -(3 + i) when a selected id at index i is out of range or not ascending, 1 when
+ * a read of disk-tier rows failed (hg_stage_error says which file). */
 int64_t hg_stage_wait(hg_stage *s);
+/* The last job's failed read as one line (NUL-terminated, at most cap bytes). */
+void hg_stage_error(const hg_stage *s, char *buf, int64_t cap);
+/* Rows in registered disk-tier files (file_rows.h) are read with explicit reads, `depth` in flight
+ * per pool thread (io_uring; 1: pread); 0 reads them through the mapping (page faults). Default 8. */
+void hg_stage_set_read_depth(hg_stage *s, int depth);
+/* The last job's disk-tier reads: out[0] reads issued (adjacent rows are one), out[1] their bytes. */
+void hg_stage_last_reads(const hg_stage *s, int64_t *out);
 /* Nanoseconds the last job ran (from its start on the stage's thread to its end). */
 int64_t hg_stage_last_ns(const hg_stage *s);
 /* Phases of the last job in ns: out[0] query pack, [1] scoring, [2] top-K (keys + select) or Quest's pages,

@@ -121,6 +121,29 @@ EXPORT int hg_tier_prefetch(void *p, uint64_t bytes) {
   return madvise((void *)a, (size_t)((uintptr_t)p + bytes - a), MADV_WILLNEED) == 0 ? 0 : -errno;
 }
 
+/* Drops [p, p + bytes) of a file mapping from the page cache (benches: cold reads): written back
+ * (msync), unmapped from this process (madvise DONTNEED keeps the file's data), then evicted
+ * (fadvise DONTNEED on `fd` from file offset `off`). 0 or −errno. */
+EXPORT int hg_tier_drop_cache(void *p, uint64_t bytes, int fd, uint64_t off) {
+  if (msync(p, (size_t)bytes, MS_SYNC) != 0 || madvise(p, (size_t)bytes, MADV_DONTNEED) != 0) return -errno;
+  int rc = posix_fadvise(fd, (off_t)off, (off_t)bytes, POSIX_FADV_DONTNEED);
+  return rc == 0 ? 0 : -rc;
+}
+
+/* Pages of [p, p + bytes) (page-aligned) in memory (mincore: for a file mapping, in the page cache),
+ * or −errno. */
+EXPORT int64_t hg_tier_resident(void *p, uint64_t bytes) {
+  const uint64_t ps = (uint64_t)page_bytes(), n = (bytes + ps - 1) / ps;
+  unsigned char *vec = malloc((size_t)n);
+  if (!vec) return -ENOMEM;
+  int64_t got = 0;
+  if (mincore(p, (size_t)bytes, vec) != 0) got = -errno;
+  else
+    for (uint64_t i = 0; i < n; i++) got += vec[i] & 1;
+  free(vec);
+  return got;
+}
+
 static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);

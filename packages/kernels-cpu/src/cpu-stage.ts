@@ -30,6 +30,9 @@ const symbols = {
   hg_stage_last_ns: { args: [ptr], returns: i64_fast },
   hg_stage_set_idle_spin: { args: [ptr, i64], returns: none },
   hg_stage_last_split: { args: [ptr, ptr], returns: none },
+  hg_stage_error: { args: [ptr, ptr, i64], returns: none },
+  hg_stage_set_read_depth: { args: [ptr, i32], returns: none },
+  hg_stage_last_reads: { args: [ptr, ptr], returns: none },
   hg_alloc: { args: [u64], returns: ptr },
   hg_free: { args: [ptr, u64], returns: none },
 } as const;
@@ -51,6 +54,10 @@ export const NativeCpuStageOptionsSchema = z.object({
   scoring: ScoringSchema.default("full"),
   /** Candidates per selected token that the compressed scores pass on to the full rows. */
   rescoreFactor: z.number().int().min(1).max(64).default(4),
+  /** Selected rows in files of the disk tier (a TieredStore's): explicit reads, this many in flight per
+   * stage thread (io_uring where the kernel allows it; 1: pread), adjacent rows one read; 0 reads them
+   * through the file mapping instead (a synchronous page fault a row). */
+  readDepth: z.number().int().min(0).max(256).default(8),
 }).strict();
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
@@ -83,6 +90,8 @@ export class NativeCpuStage implements CpuStage {
   /** How top-K jobs score (options.scoring) and the candidates per selected token. */
   readonly scoring: Scoring;
   readonly rescoreFactor: number;
+  /** Disk-tier reads in flight per stage thread (options.readDepth). */
+  readonly readDepth: number;
   private sketches: KeySketches | null = null;
   private pages: PageSummaryRegions | null = null; // made by the first quest job
   private readonly lib: StageLib;
@@ -111,6 +120,8 @@ export class NativeCpuStage implements CpuStage {
     this.scoring = parsed.data.scoring;
     this.rescoreFactor = parsed.data.rescoreFactor;
     this.lib.hg_stage_set_idle_spin(this.handle, parsed.data.idleSpinUs * 1000);
+    this.readDepth = parsed.data.readDepth;
+    this.lib.hg_stage_set_read_depth(this.handle, this.readDepth);
     this.jobPtr = addressOf(this.job);
   }
 
@@ -176,6 +187,13 @@ export class NativeCpuStage implements CpuStage {
     this.lib.hg_stage_last_split(this.live(), addressOf(this.split));
     const ms = (i: number) => this.split[i] / 1e6;
     return { scoreMs: ms(0) + ms(1), selectMs: ms(2), gatherMs: ms(3), handoffMs: ms(4) + ms(5) };
+  }
+
+  /** The last job's reads of disk-tier rows: reads issued (adjacent rows are one) and their bytes. */
+  lastReads(): { reads: number; bytes: number } {
+    const out = new BigInt64Array(2);
+    this.lib.hg_stage_last_reads(this.live(), addressOf(out));
+    return { reads: Number(out[0]), bytes: Number(out[1]) };
   }
 
   allLogits(): readonly Float32Array[] {
@@ -306,7 +324,12 @@ export class NativeCpuStage implements CpuStage {
   private check(rc: number): void {
     if (rc === 0) return;
     if (rc === -1) fail("cpu stage: no job was submitted");
-    if (rc === -2) fail("cpu stage: out of memory for top-K scratch");
+    if (rc === -2) fail("cpu stage: out of memory for scratch (top-K, or the queue of disk-tier reads)");
+    if (rc === 1) {
+      const buf = new Uint8Array(1024);
+      this.lib.hg_stage_error(this.handle!, buf, buf.length);
+      fail(new TextDecoder().decode(buf.subarray(0, buf.indexOf(0))));
+    }
     fail(`cpu stage: selected id at list index ${-rc - 3} is out of range or not strictly ascending`);
   }
 

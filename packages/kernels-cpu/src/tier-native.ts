@@ -2,7 +2,7 @@
 import { FFIType, type dlopen } from "bun:ffi";
 import { openNativeSymbols } from "./native.js";
 
-const { ptr, i32, u64, f64 } = FFIType;
+const { ptr, i32, i64_fast, u64, f64 } = FFIType;
 
 const symbols = {
   hg_tier_map_anon: { args: [u64], returns: ptr },
@@ -15,6 +15,11 @@ const symbols = {
   hg_tier_close_fd: { args: [i32], returns: i32 },
   hg_tier_prefetch: { args: [ptr, u64], returns: i32 },
   hg_tier_file_read_bw: { args: [ptr, u64, u64], returns: f64 },
+  hg_tier_register_file: { args: [ptr, u64, ptr, u64], returns: i32 },
+  hg_tier_unregister_file: { args: [ptr], returns: i32 },
+  hg_tier_registered_files: { args: [], returns: i32 },
+  hg_tier_drop_cache: { args: [ptr, u64, i32, u64], returns: i32 },
+  hg_tier_resident: { args: [ptr, u64], returns: i64_fast },
 } as const;
 
 export type TierNative = ReturnType<typeof dlopen<typeof symbols>>["symbols"];

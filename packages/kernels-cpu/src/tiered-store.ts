@@ -126,6 +126,9 @@ export class TieredStore implements KvStoreAllocator {
       if (!p) throw new HybridgenError(`disk tier: cannot create ${s.bytes}-byte file ${path}: ${errnoName(err[0]!)}`);
       trackDiskFile(path);
       r.files.push({ path, fd: fd[0]!, offset: s.offset, bytes: s.bytes });
+      // The CPU stage reads rows of this segment with explicit reads (file_rows.c), not page faults.
+      const rc = lib.hg_tier_register_file(at as Pointer, s.bytes, cPath(path), 0);
+      if (rc !== 0) throw new HybridgenError(`disk tier: cannot open ${path} for the stage's reads: ${errnoName(rc)}`);
       return;
     }
     const mask = nodeMask(s.nodes);
@@ -200,6 +203,25 @@ export class TieredStore implements KvStoreAllocator {
     }
   }
 
+  /** Benches: writes the disk tier's pages back and drops them from the page cache, so the next reads go to the disk. */
+  dropFileCache(): void {
+    const lib = tierNative();
+    for (const r of this.regions) {
+      for (const f of r.files) {
+        const rc = lib.hg_tier_drop_cache((r.address + f.offset) as Pointer, f.bytes, f.fd, 0);
+        if (rc !== 0) throw new HybridgenError(`disk tier: cannot drop ${f.path} from the page cache: ${errnoName(rc)}`);
+      }
+    }
+  }
+
+  /** Bytes of the disk tier's files in the page cache now (mincore), whole pages. */
+  cachedFileBytes(): number {
+    const lib = tierNative();
+    let pages = 0;
+    for (const r of this.regions) for (const f of r.files) pages += Math.max(0, Number(lib.hg_tier_resident((r.address + f.offset) as Pointer, f.bytes)));
+    return pages * this.layout.pageBytes;
+  }
+
   /** What the kernel did with every segment: policies and resident pages (NUMA), the mapped file (disk). */
   verify(samplePages = 64): SegmentCheck[] {
     const lib = tierNative();
@@ -239,6 +261,7 @@ export class TieredStore implements KvStoreAllocator {
     this.released = true;
     const lib = tierNative();
     for (const r of this.regions) {
+      for (const f of r.files) lib.hg_tier_unregister_file((r.address + f.offset) as Pointer);
       lib.hg_tier_unmap(r.address as Pointer, r.bytes);
       for (const f of r.files) {
         lib.hg_tier_close_fd(f.fd);
