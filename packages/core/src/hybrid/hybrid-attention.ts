@@ -307,9 +307,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
   /**
    * attend() on a device backend with the store in host memory: as the CPU-backend path, but
-   * the query goes to the stage's pinned buffer by a device → host copy, the window logits and
-   * the uploaded stage output (logits, or K rows to score here) share scores[layer & 1], and the
-   * stage's V rows arrive by copy.
+   * the query goes to the stage's pinned buffer by a device → host copy, the selected tokens'
+   * logits (uploaded, or scored here from uploaded K rows) land in scores[layer & 1] at the
+   * store's columns (beside the window's, when those are materialised), and the stage's V rows
+   * arrive by copy.
    */
   private attendStaged(d: DeviceStaging, layer: number, q: Tensor, out: Tensor): void {
     this.closeSegment();
