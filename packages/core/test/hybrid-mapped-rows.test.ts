@@ -71,6 +71,7 @@ const shortListsSelector: TokenSelector = {
 
 interface MappedRun extends HybridRunOptions {
   rowPath: RowPathRequest;
+  trackScores?: boolean;
   /** Layers whose store V the device does not map. */
   unmappedV?: number[];
 }
@@ -82,17 +83,18 @@ function run(files: ModelFiles, tokens: number[], o: MappedRun) {
   model.cache.attachHostStore(host, link);
   for (const l of o.unmappedV ?? []) link.unmapped.add(host.hostRegion(model.cache.stageStoreV(l)).address);
   const stage = new RecordingStage(host, book);
-  const shapes: number[][] = [];
+  const shapes: number[][] = [], scoreShapes: number[][] = [];
   const alloc = be.alloc.bind(be);
   be.alloc = (shape, dtype) => {
-    if (new Error().stack?.includes("device-staging")) shapes.push([...shape]); // DeviceStaging's buffers only
+    const stack = new Error().stack ?? "";
+    if (stack.includes("device-staging")) (stack.includes("allocScores") ? scoreShapes : shapes).push([...shape]); // DeviceStaging's buffers only
     return alloc(shape, dtype);
   };
   let hybrid: HybridAttention;
   try {
     hybrid = HybridAttention.attach(
       { attention: model.attention, projector: model, stage, selector: o.selector!, scheduler: o.scheduler ?? fixedScheduler(4, "post") },
-      { logits: o.logits ?? "exact", rowPath: o.rowPath, candidates: o.candidates },
+      { logits: o.logits ?? "exact", rowPath: o.rowPath, candidates: o.candidates, trackScores: o.trackScores },
     );
   } catch (e) {
     stage.close();
@@ -107,16 +109,16 @@ function run(files: ModelFiles, tokens: number[], o: MappedRun) {
   expect(be.liveTensors()).toBe(0);
   expect(link.pinned.size).toBe(0);
   const { kvHeads, headDim } = model.cache;
-  return { out, summary, paths, jobs: stage.jobs, gathered: link.gathered, rowShapes: shapes.filter((s) => s.length === 2 && s[1] === headDim), kvHeads, headDim };
+  return { out, summary, paths, jobs: stage.jobs, gathered: link.gathered, rowShapes: shapes.filter((s) => s.length === 2 && s[1] === headDim), scoreShapes, kvHeads, headDim };
 }
 
 /** The CPU-backend path (no host store, no DeviceStaging): the reference for the device paths. */
-function plainRun(files: ModelFiles, tokens: number[], o: HybridRunOptions): Float32Array[] {
+function plainRun(files: ModelFiles, tokens: number[], o: HybridRunOptions & { trackScores?: boolean }): Float32Array[] {
   const be = new ReferenceBackend();
   using model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: o.budget, sinkTokens: o.sinks ?? 0, kvEvictBlock: o.block });
   using _hybrid = HybridAttention.attach(
     { attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: o.selector!, scheduler: o.scheduler! },
-    { logits: o.logits ?? "exact", candidates: o.candidates },
+    { logits: o.logits ?? "exact", candidates: o.candidates, trackScores: o.trackScores },
   );
   const out = [model.forward(Int32Array.from(tokens.slice(0, o.prompt)), 0)];
   for (let t = o.prompt; t < tokens.length; t++) out.push(model.forward(Int32Array.of(tokens[t]), t));
@@ -194,18 +196,34 @@ describe("hybrid attention with rows gathered by the device from the mapped host
     expect(() => run(files, tokens, { ...o, rowPath: "mapped", unmappedV: [2] })).toThrow(/rowPath "mapped" cannot run on layer 2: the store's rows are not in pinned/);
   });
 
+  const rising: Scheduler = { name: "rising", initial: () => ({ k: 2, timing: "post" }), next: (t) => ({ k: t.step < 3 ? 2 : 7, timing: "post" }), reset() {} };
+
   it("the gathered-row buffers hold the widest selection (candidates·K), not the store, and grow when K rises", () => {
     const o = { ...base, logits: "verified" as const, selector: topKSelector(true), candidates: 2 };
     const fixed = run(files, tokens, { ...o, scheduler: fixedScheduler(3, "post"), rowPath: "auto" });
     // Two slots of V and two of K rows: kvHeads × 2·3 rows each (the store holds 36 a head).
     expect(fixed.rowShapes).toEqual(Array.from({ length: 4 }, () => [fixed.kvHeads * 6, fixed.headDim]));
-    const rising: Scheduler = { name: "rising", initial: () => ({ k: 2, timing: "post" }), next: (t) => ({ k: t.step < 3 ? 2 : 7, timing: "post" }), reset() {} };
     const plain = plainRun(files, tokens, { ...o, scheduler: rising });
     for (const rowPath of ["staged", "auto"] as const) {
       const grown = run(files, tokens, { ...o, scheduler: rising, rowPath });
       // 2·2 rows a head first, then 2·7 = 14 once K is 7: four buffers each time.
       expect(grown.rowShapes.map((s) => s[0] / grown.kvHeads)).toEqual([4, 4, 4, 4, 14, 14, 14, 14]);
       grown.out.forEach((l, i) => expect(maxAbsDiff(l, plain[i]), `${rowPath} forward ${i}`).toBeLessThan(1e-6));
+    }
+  });
+
+  it("the score rows: the selected columns alone with the window as a partial (grown with the row buffers), whole rows with tracked scores", () => {
+    const o = { ...base, logits: "verified" as const, selector: topKSelector(true), candidates: 2, scheduler: rising };
+    const heads = 4;
+    for (const rowPath of ["staged", "auto"] as const) {
+      const partial = run(files, tokens, { ...o, rowPath });
+      // Two slots of [heads, 2·2] first, then [heads, 2·7] once K is 7: never the context's 40 columns.
+      expect(partial.scoreShapes).toEqual([[heads, 4], [heads, 4], [heads, 14], [heads, 14]]);
+      const tracked = run(files, tokens, { ...o, rowPath, trackScores: true });
+      expect(tracked.scoreShapes).toEqual([[heads, CONTEXT], [heads, CONTEXT]]); // the window's materialised logits beside the selected
+      expect(tracked.rowShapes.map((s) => s[0] / tracked.kvHeads)).toEqual([4, 4, 4, 4, 14, 14, 14, 14]);
+      const plain = plainRun(files, tokens, { ...o, trackScores: true });
+      tracked.out.forEach((l, i) => expect(maxAbsDiff(l, plain[i]), `${rowPath} tracked forward ${i}`).toBeLessThan(1e-6));
     }
   });
 });

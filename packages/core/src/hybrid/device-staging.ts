@@ -6,9 +6,11 @@
  * backend's events.
  *
  * Double buffering by layer parity (the stage's slots): layer l's logits land straight in
- * scores[l & 1] at the columns of the offloaded tokens and its V rows in values[l & 1], so the
- * copy for layer l only has to wait for the compute of layer l − 2, never for the layer the
- * compute stream is working on.
+ * scores[l & 1] from column `col` and its V rows in values[l & 1], so the copy for layer l only
+ * has to wait for the compute of layer l − 2, never for the layer the compute stream is working on.
+ * With the window as a flash-decode partial the score rows hold the selected columns alone
+ * ([heads, rows], col 0, grown with the row buffers); only a materialised window (tracked scores,
+ * or a backend without attnPartial/attnMerge) needs whole [heads, maxContext] rows, col storeStart.
  *
  * Selected rows take one of two paths per layer (chooseRowPath): staged — the stage's pinned
  * copies come up on the copy stream — or mapped — the device gathers them from the host store
@@ -38,6 +40,8 @@ export interface DeviceStagingOptions {
   readonly rowPath: RowPathRequest;
   /** Per layer: the device scores the selected K rows (verified logits), so they come up too. */
   readonly keys: readonly boolean[];
+  /** The window's logits are materialised beside the selected ones: the score rows span the whole context. */
+  readonly wholeRows: boolean;
 }
 
 /** A mapped layer's selection, kept from upload() for gatherValues() inside the segment. */
@@ -55,8 +59,11 @@ export class DeviceStaging implements Disposable {
   readonly stagedReason: string;
   private readonly regions: Regions[];
   private readonly pinned: HostRegion[] = [];
-  /** [heads, maxContext] per slot: window logits and the uploaded offloaded logits, one row a head. */
+  /** Per slot, one row a head: the selected logits from column `col` (and the window's, with whole rows). */
   readonly scores: Tensor[] = [];
+  /** Column of the first selected logit in a score row: the store's (storeStart) in a whole row, else 0. */
+  readonly col: number;
+  private readonly wholeRows: boolean;
   private values: GatheredValues[] = [];
   /** The selected K rows per slot, for verified logits. */
   private keys: (GatheredValues | null)[] = [];
@@ -81,6 +88,8 @@ export class DeviceStaging implements Disposable {
     this.stagedReason = reason;
     this.regions = [stage.hostStaging(0), stage.hostStaging(1)];
     this.rowsPerHead = Math.max(1, Math.min(cache.storeCapacity, options.rows));
+    this.wholeRows = options.wholeRows;
+    this.col = options.wholeRows ? cache.storeStart : 0;
     const withKeys = options.keys.includes(true);
     try {
       for (const r of this.regions) {
@@ -89,7 +98,7 @@ export class DeviceStaging implements Disposable {
           this.pinned.push(region);
         }
       }
-      for (let s = 0; s < 2; s++) this.scores.push(backend.alloc([heads, cache.maxContext]));
+      this.allocScores();
       this.allocRows(withKeys);
     } catch (e) {
       this.close();
@@ -123,6 +132,7 @@ export class DeviceStaging implements Disposable {
     this.values = [];
     this.keys = [];
     this.rowsPerHead = rows;
+    if (!this.wholeRows) this.allocScores();
     this.allocRows(withKeys);
     this.backend.read(this.values[0]!.store, 0, 1); // the zero fill is done before a copy lands in them
     this.link.mark("resume");
@@ -144,12 +154,12 @@ export class DeviceStaging implements Disposable {
 
   /**
    * The stage's output of `layer` (slot `slot`) for width kmax: its logits [heads, kmax] into
-   * scores[slot] at column `col` of every head (unless the device scores the K rows itself:
+   * scores[slot] from column `col` of every head (unless the device scores the K rows itself:
    * `keys`), V rows (and K rows) into the slot's device buffers — copied up on a staged layer; on
    * a mapped one K rows are gathered now and V rows by gatherValues(). Returns them as
    * [kvHeads, kmax, headDim]. Compute ops queued after it wait for the copy.
    */
-  upload(layer: number, slot: 0 | 1, kmax: number, col: number, keys: boolean, ids: Int32Array, counts: Int32Array): { values: Tensor; keys: Tensor | null } {
+  upload(layer: number, slot: 0 | 1, kmax: number, keys: boolean, ids: Int32Array, counts: Int32Array): { values: Tensor; keys: Tensor | null } {
     const r = this.regions[slot]!, v = this.values[slot]!, k = keys ? this.keys[slot] : null;
     if (keys && !k) fail("hybrid attention: no device buffers for K rows (a verified layer the staging was not told of)");
     if (kmax > this.rowsPerHead) fail(`hybrid attention: ${kmax} selected rows per KV head exceed the device's gathered-row buffers (${this.rowsPerHead}); reserve() first`);
@@ -157,7 +167,8 @@ export class DeviceStaging implements Disposable {
     if (k) k.kmax = kmax;
     const copies: HostCopy[] = [];
     if (!k) {
-      copies.push({ host: r.logits, hostOffset: 0, tensor: this.scores[slot]!, tensorOffset: col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: this.cache.maxContext * 4 });
+      const scores = this.scores[slot]!;
+      copies.push({ host: r.logits, hostOffset: 0, tensor: scores, tensorOffset: this.col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: scores.shape[1]! * 4 });
     }
     if (this.paths[layer] === "staged") {
       const rowBytes = this.cache.kvHeads * kmax * this.headDim * DTYPE_BYTES[this.cache.dtype];
@@ -213,6 +224,13 @@ export class DeviceStaging implements Disposable {
 
   [Symbol.dispose](): void {
     this.close();
+  }
+
+  /** Both slots' score rows: the whole context, or the selected columns alone (as wide as the row buffers). */
+  private allocScores(): void {
+    for (const t of this.scores.splice(0)) this.backend.free(t);
+    const width = this.wholeRows ? this.cache.maxContext : this.rowsPerHead;
+    for (let s = 0; s < 2; s++) this.scores.push(this.backend.alloc([this.heads, width]));
   }
 
   /** Both slots' gathered-row buffers at the current width (K rows too when a layer verifies). */

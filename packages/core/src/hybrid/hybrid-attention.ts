@@ -158,7 +158,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.part = !this.trackScores && be0.attnPartial && be0.attnMerge ? be0.alloc([heads, headDim + 2]) : null;
     try {
       this.device = cache.hostLink
-        ? new DeviceStaging(attention.backend, cache, stage, heads, headDim, { rows: this.rowsFor(scheduler.initial().k), rowPath: o.rowPath, keys: this.rescore })
+        ? new DeviceStaging(attention.backend, cache, stage, heads, headDim, { rows: this.rowsFor(scheduler.initial().k), rowPath: o.rowPath, keys: this.rescore, wholeRows: !this.part })
         : null;
     } catch (e) {
       attention.backend.free(this.specQ);
@@ -280,13 +280,13 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
     const outp = this.stage.output(slot);
     if (this.rescore[layer]) {
-      if (kmax > 0) this.verifiedLogits(scores, q, outp.keys, outp.counts, kmax);
+      if (kmax > 0) this.verifiedLogits(scores, S, q, outp.keys, outp.counts, kmax);
     } else {
       const t0 = performance.now();
       for (let h = 0; h < heads && kmax > 0; h++) be.write(scores, outp.logits.subarray(h * kmax, (h + 1) * kmax), h * width + S);
       this.stepTx += performance.now() - t0;
     }
-    this.softmaxAggregate(layer, scores, outp, kmax > 0 ? outp.values : null, kmax, out);
+    this.softmaxAggregate(layer, scores, S, outp, kmax > 0 ? outp.values : null, kmax, out);
   }
 
   /** A layer that waits for its true query submits its stage with it (once: a batched step calls this for every row first). */
@@ -308,9 +308,9 @@ export class HybridAttention implements DecodeAttention, Disposable {
   /**
    * attend() on a device backend with the store in host memory: as the CPU-backend path, but
    * the query goes to the stage's pinned buffer by a device → host copy, the selected tokens'
-   * logits (uploaded, or scored here from uploaded K rows) land in scores[layer & 1] at the
-   * store's columns (beside the window's, when those are materialised), and the stage's V rows
-   * arrive by copy.
+   * logits (uploaded, or scored here from uploaded K rows) land in scores[layer & 1] from column
+   * d.col (the store's columns beside the window's when those are materialised, else 0), and the
+   * stage's V rows arrive by copy.
    */
   private attendStaged(d: DeviceStaging, layer: number, q: Tensor, out: Tensor): void {
     this.closeSegment();
@@ -328,11 +328,11 @@ export class HybridAttention implements DecodeAttention, Disposable {
     if (this.plan!.work === "pre" && layer + 2 < this.layers && this.ahead[layer + 1] && this.ahead[layer + 2]) this.deferred = layer + 1;
     else this.submitNext(layer);
     const outp = this.stage.output(slot), rescore = this.rescore[layer];
-    const up = kmax > 0 ? d.upload(layer, slot, kmax, this.attention.cache.storeStart, rescore, outp.ids, outp.counts) : null;
-    if (rescore && up) this.verifiedLogits(scores, q, up.keys, outp.counts, kmax);
+    const up = kmax > 0 ? d.upload(layer, slot, kmax, rescore, outp.ids, outp.counts) : null;
+    if (rescore && up) this.verifiedLogits(scores, d.col, q, up.keys, outp.counts, kmax);
     this.openSegment(layer);
     if (up) d.gatherValues(slot); // mapped rows: the device reads them inside the segment
-    this.softmaxAggregate(layer, scores, outp, up ? up.values : null, kmax, out);
+    this.softmaxAggregate(layer, scores, d.col, outp, up ? up.values : null, kmax, out);
   }
 
   /** Records the device ops from here to the next host interaction as layer's segment. */
@@ -362,16 +362,16 @@ export class HybridAttention implements DecodeAttention, Disposable {
   }
 
   /**
-   * Verified logits: the true query against the staged K rows, at the store's columns; a KV
-   * head's list shorter than kmax gets −∞ in its padded columns (the staged rows there are zeros).
+   * Verified logits: the true query against the staged K rows, into columns [col, col + kmax) of
+   * scores; a KV head's list shorter than kmax gets −∞ in its padded columns (the staged rows there are zeros).
    */
-  private verifiedLogits(scores: Tensor, q: Tensor, keys: Tensor | null, counts: Int32Array, kmax: number): void {
+  private verifiedLogits(scores: Tensor, col: number, q: Tensor, keys: Tensor | null, counts: Int32Array, kmax: number): void {
     if (!keys) fail("hybrid attention: the CPU stage returned no K rows for a verified layer");
-    const a = this.attention, S = a.cache.storeStart, width = a.cache.maxContext, group = this.layout.groupSize;
-    a.backend.attnLogits(scores, S, q, 0, keys, 0, kmax, a.scale);
+    const a = this.attention, width = scores.shape[1]!, group = this.layout.groupSize;
+    a.backend.attnLogits(scores, col, q, 0, keys, 0, kmax, a.scale);
     for (let h = 0; h < this.layout.heads; h++) {
       const n = counts[Math.floor(h / group)];
-      if (n < kmax) a.backend.write(scores, this.negInf.subarray(0, kmax - n), h * width + S + n);
+      if (n < kmax) a.backend.write(scores, this.negInf.subarray(0, kmax - n), h * width + col + n);
     }
   }
 
@@ -430,17 +430,17 @@ export class HybridAttention implements DecodeAttention, Disposable {
 
   /**
    * One softmax over window ∪ selected, then A·V. With the window's partial: merged with the
-   * selected columns [S, S + kmax) of `scores` and their V rows `values` (the stage's kmax
+   * selected columns [col, col + kmax) of `scores` and their V rows `values` (the stage's kmax
    * selected rows; null when nothing was selected). Else span by span in position order over the
-   * materialised row: window spans from their V rows, the store span from `values` (skipped when
-   * null); the first span written overwrites `out`, the rest accumulate.
+   * materialised row (col is then the store's column S): window spans from their V rows, the store
+   * span from `values` (skipped when null); the first span written overwrites `out`, the rest accumulate.
    */
-  private softmaxAggregate(layer: number, scores: Tensor, outp: CpuStageOutput, values: Tensor | null, kmax: number, out: Tensor): void {
+  private softmaxAggregate(layer: number, scores: Tensor, col: number, outp: CpuStageOutput, values: Tensor | null, kmax: number, out: Tensor): void {
     const a = this.attention, be = a.backend, c = a.cache;
     this.stats.sumK += kmax;
     this.stats.layerSteps++;
     if (this.part) {
-      be.attnMerge!(out, 0, this.part, scores, c.storeStart, values ?? c.windowV[layer], 0, values ? kmax : 0);
+      be.attnMerge!(out, 0, this.part, scores, col, values ?? c.windowV[layer], 0, values ? kmax : 0);
       return;
     }
     const total = c.length - c.storeCount + kmax;
@@ -450,7 +450,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     for (let s = 0; s < c.spanCount; s++) {
       if (c.spanRegion[s] === 2) {
         if (!values) continue;
-        be.attnAggregate(out, 0, scores, c.storeStart, values, 0, kmax, !first);
+        be.attnAggregate(out, 0, scores, col, values, 0, kmax, !first);
       } else {
         be.attnAggregate(out, 0, scores, this.column(c.spanPos[s], kmax), c.windowV[layer], c.spanSlot[s], c.spanLen[s], !first);
       }
