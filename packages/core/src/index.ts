@@ -30,6 +30,7 @@ export * from "./hybrid/backend-cpu-stage.js";
 export * from "./hybrid/gathered-values.js";
 export * from "./hybrid/check-stage-job.js";
 export * from "./hybrid/hybrid-attention.js";
+export * from "./offload-counters.js";
 export * from "./hybrid/hybrid-stats.js";
 export * from "./hybrid/options.js";
 export * from "./hybrid/row-path.js";

@@ -18,13 +18,11 @@
  * when p leaves [1e−30, ½] the row is scored again and its maximum found by a scan.
  */
 import { DTYPE_BYTES, type Backend, type Tensor } from "../backend.js";
-import type { Attention, DecodeAttention } from "../attention.js";
-import { fail } from "../errors.js";
-import { BaselineStats } from "./baseline-stats.js";
+import type { Attention } from "../attention.js";
+import { BaselineAttention } from "./baseline-attention.js";
 
-export class AoCAttention implements DecodeAttention, Disposable {
+export class AoCAttention extends BaselineAttention {
   readonly name = "aoc";
-  readonly stats = new BaselineStats();
   private readonly host: Backend;
   private readonly heads: number;
   private readonly headDim: number;
@@ -38,15 +36,11 @@ export class AoCAttention implements DecodeAttention, Disposable {
   private readonly dv: Tensor;
   private readonly dsWidth: number;
   private readonly extra: Float32Array;
-  private pos = 0;
-  private offloaded = 0;
-  private stepStart = 0;
-  private closed = false;
   private readonly owned: [Backend, Tensor][] = [];
 
-  constructor(private readonly attention: Attention) {
+  constructor(attention: Attention) {
+    super(attention, "AoC");
     const c = attention.cache, be = attention.backend;
-    if (c.storeCapacity === 0) fail("AoC attention needs a KV window smaller than the context (nothing would be offloaded)");
     this.host = c.hostBackend ?? be;
     const { heads, kvHeads, headDim } = attention.layout;
     this.heads = heads;
@@ -66,31 +60,12 @@ export class AoCAttention implements DecodeAttention, Disposable {
     }
   }
 
-  /** Routes `attention`'s decode steps through a new AoCAttention. */
-  static attach(attention: Attention): AoCAttention {
-    const a = new AoCAttention(attention);
-    attention.setDecodeAttention(a);
-    return a;
+  protected prepareStep(): void {
+    this.attention.cache.syncHostStore(); // the evictions' rows are in host memory
   }
 
-  newSequence(): void {}
-
-  beginStep(pos: number): void {
-    if (this.closed) fail("AoC attention used after close()");
-    this.pos = pos;
-    this.offloaded = this.attention.cache.storeCount;
-    this.stepStart = performance.now();
-    if (this.offloaded > 0) this.attention.cache.syncHostStore(); // the evictions' rows are in host memory
-  }
-
-  layerInput(): void {}
-
-  attend(layer: number, q: Tensor, out: Tensor): void {
+  protected attendOffloaded(layer: number, q: Tensor, out: Tensor): void {
     const a = this.attention, c = a.cache, be = a.backend, n = this.offloaded;
-    if (n === 0) {
-      a.attendFull(layer, q, 0, this.pos, out);
-      return;
-    }
     const heads = this.heads, G = this.group, width = this.dsWidth;
     // CPU: the offloaded part, normalised, and each head's log-sum-exp.
     const t0 = performance.now();
@@ -165,22 +140,8 @@ export class AoCAttention implements DecodeAttention, Disposable {
     }
   }
 
-  endStep(): void {
-    if (this.offloaded === 0) return;
-    this.stats.steps++;
-    this.stats.offloaded = this.offloaded;
-    this.stats.stepMs += performance.now() - this.stepStart;
-  }
-
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    if (this.attention.decodeAttention === this) this.attention.setDecodeAttention(null);
+  protected release(): void {
     this.freeAll();
-  }
-
-  [Symbol.dispose](): void {
-    this.close();
   }
 
   private alloc(b: Backend, shape: number[]): Tensor {

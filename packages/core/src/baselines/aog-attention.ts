@@ -9,22 +9,16 @@
  * the bytes a step moves are the ones AoG moves.
  */
 import { DTYPE_BYTES, type Tensor } from "../backend.js";
-import type { Attention, DecodeAttention } from "../attention.js";
-import { fail } from "../errors.js";
-import { BaselineStats } from "./baseline-stats.js";
+import type { Attention } from "../attention.js";
+import { BaselineAttention } from "./baseline-attention.js";
 
-export class AoGAttention implements DecodeAttention, Disposable {
+export class AoGAttention extends BaselineAttention {
   readonly name = "aog";
-  readonly stats = new BaselineStats();
   private readonly scratch: { k: Tensor; v: Tensor } | null;
-  private pos = 0;
-  private offloaded = 0;
-  private stepStart = 0;
-  private closed = false;
 
-  constructor(private readonly attention: Attention) {
+  constructor(attention: Attention) {
+    super(attention, "AoG");
     const c = attention.cache;
-    if (c.storeCapacity === 0) fail("AoG attention needs a KV window smaller than the context (nothing would be offloaded)");
     const be = attention.backend;
     if (c.storeInHost) {
       this.scratch = null;
@@ -39,31 +33,12 @@ export class AoGAttention implements DecodeAttention, Disposable {
     }
   }
 
-  /** Routes `attention`'s decode steps through a new AoGAttention. */
-  static attach(attention: Attention): AoGAttention {
-    const a = new AoGAttention(attention);
-    attention.setDecodeAttention(a);
-    return a;
+  protected prepareStep(): void {
+    this.bringUp(0);
   }
 
-  newSequence(): void {}
-
-  beginStep(pos: number): void {
-    if (this.closed) fail("AoG attention used after close()");
-    this.pos = pos;
-    this.offloaded = this.attention.cache.storeCount;
-    this.stepStart = performance.now();
-    if (this.offloaded > 0) this.bringUp(0);
-  }
-
-  layerInput(): void {}
-
-  attend(layer: number, q: Tensor, out: Tensor): void {
+  protected attendOffloaded(layer: number, q: Tensor, out: Tensor): void {
     const a = this.attention, c = a.cache, be = a.backend;
-    if (this.offloaded === 0) {
-      a.attendFull(layer, q, 0, this.pos, out);
-      return;
-    }
     const total = this.pos + 1;
     const storeK = this.scratch ? this.scratch.k : null, storeV = this.scratch ? this.scratch.v : null;
     for (let s = 0; s < c.spanCount; s++) {
@@ -83,13 +58,6 @@ export class AoGAttention implements DecodeAttention, Disposable {
     this.stats.bytesMoved += 2 * this.offloaded * c.kvHeads * c.headDim * DTYPE_BYTES[c.dtype];
   }
 
-  endStep(): void {
-    if (this.offloaded === 0) return;
-    this.stats.steps++;
-    this.stats.offloaded = this.offloaded;
-    this.stats.stepMs += performance.now() - this.stepStart;
-  }
-
   /** Layer `layer`'s offloaded rows onto the device (host → device copy, or a device copy). */
   private bringUp(layer: number): void {
     const c = this.attention.cache;
@@ -104,18 +72,11 @@ export class AoGAttention implements DecodeAttention, Disposable {
     }
   }
 
-  close(): void {
-    if (this.closed) return;
-    this.closed = true;
-    if (this.attention.decodeAttention === this) this.attention.setDecodeAttention(null);
+  protected release(): void {
     if (this.scratch) {
       this.attention.backend.free(this.scratch.k);
       this.attention.backend.free(this.scratch.v);
     }
-  }
-
-  [Symbol.dispose](): void {
-    this.close();
   }
 }
 

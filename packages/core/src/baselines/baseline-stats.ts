@@ -1,9 +1,7 @@
+import { OffloadCounters } from "../offload-counters.js";
+
 /** Counters of a baseline decode attention (AoG, AoC), for bench tables and --json. */
-export class BaselineStats {
-  steps = 0;
-  layerSteps = 0;
-  /** Offloaded tokens at the last step. */
-  offloaded = 0;
+export class BaselineStats extends OffloadCounters {
   /** Wall time from beginStep to endStep, summed (ms). */
   stepMs = 0;
   /** Host ↔ device bytes the method moves for attention (AoG: K and V rows; AoC: q, partial output, logits). */
@@ -16,8 +14,7 @@ export class BaselineStats {
   maxScans = 0;
 
   summary(name: string): string {
-    const per = (x: number) => (this.steps ? x / this.steps : 0);
-    return `${name}: ${this.steps} steps, ${this.offloaded} offloaded, ${(per(this.bytesMoved) / 1e6).toFixed(2)} MB moved/step` +
-      (this.cpuMs ? `, CPU attention ${per(this.cpuMs).toFixed(2)} ms/step, ${this.maxScans} max scans and ${this.refMisses} misses in ${this.layerSteps} layer steps` : "");
+    return `${name}: ${this.steps} steps, ${this.offloaded} offloaded, ${(this.perStep(this.bytesMoved) / 1e6).toFixed(2)} MB moved/step` +
+      (this.cpuMs ? `, CPU attention ${this.perStep(this.cpuMs).toFixed(2)} ms/step, ${this.maxScans} max scans and ${this.refMisses} misses in ${this.layerSteps} layer steps` : "");
   }
 }

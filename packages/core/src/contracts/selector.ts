@@ -243,10 +243,7 @@ export function validateSelection(raw: unknown, limits: SelectionLimits): Select
   // The built-ins' shape (Int32Array lists) needs no schema pass; anything else goes through zod.
   const r = raw as { kind?: unknown; ids?: unknown };
   if (r && r.kind === "perKvHead" && Array.isArray(r.ids) && r.ids.length > 0 && r.ids.every((l) => l instanceof Int32Array)) {
-    if (r.ids.length !== limits.kvHeads) {
-      throw new HybridgenError(`${who}: perKvHead selection has ${r.ids.length} lists, expected one per KV head (${limits.kvHeads})`);
-    }
-    return { kind: "perKvHead", ids: (r.ids as Int32Array[]).map((ids, g) => checkIds(ids, limits, `KV head ${g}`, who)) };
+    return perKvHeadSelection(r.ids as Int32Array[], limits, who);
   }
   if (r && r.kind === "shared" && r.ids instanceof Int32Array) return { kind: "shared", ids: checkIds(r.ids, limits, "ids", who) };
   const parsed = SelectionSchema.safeParse(raw);
@@ -257,10 +254,15 @@ export function validateSelection(raw: unknown, limits: SelectionLimits): Select
   }
   const sel = parsed.data;
   if (sel.kind === "shared") return { kind: "shared", ids: checkIds(sel.ids, limits, "ids", who) };
-  if (sel.ids.length !== limits.kvHeads) {
-    throw new HybridgenError(`${who}: perKvHead selection has ${sel.ids.length} lists, expected one per KV head (${limits.kvHeads})`);
+  return perKvHeadSelection(sel.ids, limits, who);
+}
+
+/** Both paths' per-KV-head result: one list per KV head, each vetted by checkIds. */
+function perKvHeadSelection(lists: readonly ArrayLike<unknown>[], limits: SelectionLimits, who: string): Selection {
+  if (lists.length !== limits.kvHeads) {
+    throw new HybridgenError(`${who}: perKvHead selection has ${lists.length} lists, expected one per KV head (${limits.kvHeads})`);
   }
-  return { kind: "perKvHead", ids: sel.ids.map((ids, g) => checkIds(ids, limits, `KV head ${g}`, who)) };
+  return { kind: "perKvHead", ids: lists.map((ids, g) => checkIds(ids, limits, `KV head ${g}`, who)) };
 }
 
 /**

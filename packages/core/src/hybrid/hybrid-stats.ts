@@ -1,5 +1,6 @@
 import type { StepTimings } from "../contracts/scheduler.js";
 import type { SelectionTiming } from "../contracts/selector.js";
+import { OffloadCounters } from "../offload-counters.js";
 
 /** One hybrid decode step as the scheduler was told it: the K and timing it ran with, its
  * offloaded count, T_gpu / T_cpu / T_tx summed over layers, and the step's wall time. */
@@ -19,13 +20,7 @@ export interface HybridStepRecord {
 export const HYBRID_TRACE_LIMIT = 4096;
 
 /** Counters of a hybrid-attention run, and the CLI's one-line summary of them. */
-export class HybridStats {
-  /** Decode steps that ran the hybrid path (some tokens offloaded). */
-  steps = 0;
-  /** Layer-steps of those. */
-  layerSteps = 0;
-  /** Offloaded tokens per layer at the last step. */
-  offloaded = 0;
+export class HybridStats extends OffloadCounters {
   /** Σ of the width K (selected offloaded tokens per KV head, at most) over layer-steps. */
   sumK = 0;
   /** Σ over layer-steps of the CPU stage's busy time (native threads, or synchronous). */
@@ -67,7 +62,7 @@ export class HybridStats {
   }
 
   get meanK(): number {
-    return this.layerSteps ? this.sumK / this.layerSteps : 0;
+    return this.perLayerStep(this.sumK);
   }
 
   note(message: string): void {
@@ -88,7 +83,8 @@ export class HybridStats {
   }
 
   reset(): void {
-    this.steps = this.layerSteps = this.offloaded = this.sumK = 0;
+    this.resetCounts();
+    this.sumK = 0;
     this.cpuStageMs = this.cpuJsMs = this.waitMs = this.deviceMs = this.txMs = 0;
     this.cpuScoreMs = this.cpuSelectMs = this.cpuGatherMs = this.handoffMs = 0;
     this.notes.length = 0;
@@ -99,7 +95,7 @@ export class HybridStats {
 
   /** e.g. "hybrid: 224 tokens offloaded, mean K 32.0, per layer: CPU stage 0.021 ms, device stage 0.310 ms, 71% of the CPU stage hidden … (9 hybrid steps), transfers 0.004 ms". */
   summary(): string {
-    const per = (ms: number) => (this.layerSteps ? ms / this.layerSteps : 0).toFixed(3);
+    const per = (ms: number) => this.perLayerStep(ms).toFixed(3);
     return `hybrid: ${this.offloaded} tokens offloaded, mean K ${this.meanK.toFixed(1)}, per layer: ` +
       `CPU stage ${per(this.cpuStageMs + this.cpuJsMs)} ms, device stage ${per(this.deviceMs)} ms, ` +
       `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (${this.steps} hybrid steps), ` +
@@ -123,7 +119,7 @@ export class HybridStats {
   /** "; CPU stage split per layer: score … ms, top-K … ms, gather … ms, hand-offs … ms" (when recorded). */
   splitSummary(): string {
     if (!this.layerSteps || this.cpuScoreMs + this.cpuSelectMs + this.cpuGatherMs + this.handoffMs === 0) return "";
-    const per = (ms: number) => (ms / this.layerSteps).toFixed(3);
+    const per = (ms: number) => this.perLayerStep(ms).toFixed(3);
     return `; CPU stage split per layer: score ${per(this.cpuScoreMs)} ms, top-K ${per(this.cpuSelectMs)} ms, ` +
       `gather ${per(this.cpuGatherMs)} ms, hand-offs ${per(this.handoffMs)} ms` + (this.scoring ? ` (scoring ${this.scoring})` : "");
   }
