@@ -1,9 +1,10 @@
 /* Where the offloaded KV store's memory lives: NUMA binding of anonymous regions (mbind,
  * checked with get_mempolicy and move_pages), file-backed regions for the disk tier (a
  * preallocated file mapped shared, so a full disk fails at creation and not as SIGBUS on a
- * later write), read-ahead of file ranges, and the disk tier's read probe.
+ * later write), read-ahead of file ranges, and the disk tier's probes (bandwidth, read latency).
  * Raw syscalls: libnuma is not needed, and its absence must not stop the library loading. */
 #define _GNU_SOURCE
+#include "file_rows.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
@@ -192,4 +193,69 @@ out:
   close(fd);
   unlink(path);
   return result;
+}
+
+/* Random 4 KiB reads of a new `bytes` file at `path` (written, synced, dropped from the page cache),
+ * as the CPU stage reads disk-tier rows (file_rows.c): for each config i, `reads` distinct random pages
+ * on a pool of threads[i] with depths[i] reads in flight each (pread at 1, io_uring above). out_us[i]:
+ * one read's latency in µs at that many in flight (elapsed × in flight / reads). 0 or −errno. */
+EXPORT int hg_tier_file_read_latency(const char *path, uint64_t bytes, int reads, const int32_t *threads, const int32_t *depths, int n, double *out_us) {
+  const uint64_t pages = bytes / 4096;
+  if (reads < 1 || pages < 2 * (uint64_t)reads) return -EINVAL;
+  int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600), rc = 0;
+  if (fd < 0) return -errno;
+  char *buf = NULL, *dst = NULL;
+  uint8_t *taken = calloc((size_t)pages, 1);
+  hg_rows_io *io = calloc(1, sizeof *io);
+  if (posix_memalign((void **)&buf, 4096, 1 << 20) || posix_memalign((void **)&dst, 4096, (size_t)reads * 8192) || !taken || !io) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  memset(buf, 0x5a, 1 << 20);
+  for (uint64_t o = 0; o < bytes; o += 1 << 20) {
+    size_t len = bytes - o < (1 << 20) ? (size_t)(bytes - o) : (size_t)1 << 20;
+    if (pwrite(fd, buf, len, (off_t)o) != (ssize_t)len) {
+      rc = -(errno ? errno : EIO);
+      goto out;
+    }
+  }
+  fdatasync(fd);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);
+  uint64_t seed = 88172645463325252ull;
+  for (int c = 0; c < n && !rc; c++) {
+    posix_fadvise(fd, 0, (off_t)bytes, POSIX_FADV_DONTNEED); /* cold: the disk, not the page cache */
+    hg_rows_begin(io);
+    io->segs[0] = (hg_fseg){4096, 4096 + bytes, 0, fd, path, NULL}; /* a stand-in address range for the file */
+    io->nseg = 1;
+    for (int i = 0; i < reads; i++) { /* distinct pages, ascending as a stage's rows are; dst apart so none merge */
+      uint64_t pg;
+      do {
+        seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
+        pg = seed % pages;
+      } while (taken[pg] == c + 1);
+      taken[pg] = (uint8_t)(c + 1);
+    }
+    for (uint64_t pg = 0, i = 0; pg < pages; pg++)
+      if (taken[pg] == c + 1 && hg_rows_add(io, dst + (i++) * 8192, 4096 + pg * 4096, 4096)) rc = -ENOMEM;
+    hg_pool *pool = rc ? NULL : hg_pool_create(threads[c]);
+    hg_readers *rd = NULL;
+    if (!rc && !pool) rc = -ENOMEM;
+    if (!rc) {
+      double t0 = now_s();
+      if (hg_rows_run(io, pool, &rd, depths[c])) rc = -(io->err ? io->err : EIO);
+      out_us[c] = (now_s() - t0) * 1e6 * (double)threads[c] * (depths[c] > 1 ? depths[c] : 1) / reads;
+    }
+    hg_readers_destroy(rd);
+    hg_pool_destroy(pool);
+    io->nseg = 0; /* the stand-in segment is not the registry's */
+  }
+out:
+  if (io) free(io->reqs);
+  free(io);
+  free(taken);
+  free(buf);
+  free(dst);
+  close(fd);
+  unlink(path);
+  return rc;
 }

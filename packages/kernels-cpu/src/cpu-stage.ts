@@ -43,6 +43,9 @@ function stageLib(): StageLib {
   return lib;
 }
 
+/** Disk-tier reads in flight per stage thread (8 per thread measured best of 1–16 on the dev VM: NOTES.md). */
+export const DEFAULT_READ_DEPTH = 8;
+
 export const NativeCpuStageOptionsSchema = z.object({
   /** Threads of the stage: one coordinator plus threads − 1 helpers (default 1). */
   threads: z.number().int().min(1).max(256).default(1),
@@ -57,7 +60,7 @@ export const NativeCpuStageOptionsSchema = z.object({
   /** Selected rows in files of the disk tier (a TieredStore's): explicit reads, this many in flight per
    * stage thread (io_uring where the kernel allows it; 1: pread), adjacent rows one read; 0 reads them
    * through the file mapping instead (a synchronous page fault a row). */
-  readDepth: z.number().int().min(0).max(256).default(8),
+  readDepth: z.number().int().min(0).max(256).default(DEFAULT_READ_DEPTH),
 }).strict();
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 

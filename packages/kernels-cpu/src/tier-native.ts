@@ -20,6 +20,7 @@ const symbols = {
   hg_tier_registered_files: { args: [], returns: i32 },
   hg_tier_drop_cache: { args: [ptr, u64, i32, u64], returns: i32 },
   hg_tier_resident: { args: [ptr, u64], returns: i64_fast },
+  hg_tier_file_read_latency: { args: [ptr, u64, i32, ptr, ptr, i32, ptr], returns: i32 },
 } as const;
 
 export type TierNative = ReturnType<typeof dlopen<typeof symbols>>["symbols"];

@@ -307,3 +307,27 @@ export function probeFileReadBandwidth(dir: string, bytes = 64 * 2 ** 20, block 
   if (r < 0) throw new HybridgenError(`disk probe: reading a file in ${dir} failed: ${errnoName(r)}`);
   return r;
 }
+
+/** Reads in flight while probing one latency: `threads` pool threads, `depth` reads in flight each. */
+export interface ReadDepth {
+  readonly threads: number;
+  readonly depth: number;
+}
+
+/**
+ * Latency (µs) of one random 4 KiB read of a cold file in `dir`, read as the CPU stage reads disk-tier
+ * rows, at each of `depths` (pread at depth 1, io_uring above): elapsed × reads in flight ÷ reads, so
+ * rows ÷ in flight × latency is the time a gather of that many rows takes.
+ */
+export function probeFileReadLatency(dir: string, depths: readonly ReadDepth[], bytes = 64 * 2 ** 20, reads = 1024): number[] {
+  const path = diskFileName(dir, "probe");
+  for (const d of depths) {
+    if (!(Number.isInteger(d.threads) && d.threads >= 1 && d.threads <= 256 && Number.isInteger(d.depth) && d.depth >= 1 && d.depth <= 256)) {
+      throw new HybridgenError(`disk probe: threads and depth must be integers in [1, 256], got ${d.threads} × ${d.depth}`);
+    }
+  }
+  const out = new Float64Array(depths.length);
+  const rc = tierNative().hg_tier_file_read_latency(cPath(path), bytes, reads, Int32Array.from(depths, (d) => d.threads), Int32Array.from(depths, (d) => d.depth), depths.length, out);
+  if (rc !== 0) throw new HybridgenError(`disk probe: random reads of a file in ${dir} failed: ${errnoName(rc)}`);
+  return Array.from(out);
+}

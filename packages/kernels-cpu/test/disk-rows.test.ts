@@ -1,9 +1,9 @@
-import { mkdtempSync, rmSync, truncateSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync, truncateSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import type { CpuStageJob, Selection, StoreSegment, Tensor } from "@hybridgen/core";
-import { createCpuBackend, NativeCpuStage, TieredStore, type CpuBackend } from "../src/index.js";
+import { createCpuBackend, NativeCpuStage, probeFileReadLatency, TieredStore, type CpuBackend } from "../src/index.js";
 import { tierNative } from "../src/tier-native.js";
 import { randn, rng, SEED } from "./helpers.js";
 
@@ -122,5 +122,16 @@ describe(`disk-tier rows read with explicit reads (seed ${SEED})`, () => {
       for (const t of [s.K, s.V, s.k0, s.v0]) be.free(t);
       s.tiered.release();
     }
+  });
+
+  it("the latency probe: random 4 KiB reads at depth 1 and deeper are positive, its file is gone; bad input is one line", () => {
+    const dir = mkdtempSync(join(tmpdir(), "hg-rows-"));
+    dirs.push(dir);
+    const [one, deep] = probeFileReadLatency(dir, [{ threads: 1, depth: 1 }, { threads: 2, depth: 4 }], 4 * 2 ** 20, 64);
+    expect(one).toBeGreaterThan(0);
+    expect(deep).toBeGreaterThan(0);
+    expect(readdirSync(dir)).toEqual([]);
+    expect(() => probeFileReadLatency(dir, [{ threads: 0, depth: 1 }])).toThrow(/^disk probe: threads and depth must be integers in \[1, 256\], got 0 × 1$/);
+    expect(() => probeFileReadLatency("/nonexistent-hg-dir", [{ threads: 1, depth: 1 }])).toThrow(/^disk probe: random reads of a file in \/nonexistent-hg-dir failed: ENOENT$/);
   });
 });

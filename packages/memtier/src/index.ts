@@ -3,5 +3,5 @@ export { compareTierSpeed, fastestFirst } from "./speed.js";
 export { placeKv, placeSemantic, placeInterleave, placeLocal, placeDramOnly } from "./placement.js";
 export { planCapacity, CapacityPlanInputSchema, type CapacityPlanInput, type CapacityPlan, type TierPlan } from "./plan.js";
 export { layoutStore, StoreLayoutInputSchema, type StoreLayoutInput, type StoreLayoutResult, type TierUse } from "./layout.js";
-export { planRun, gpuWindowTokens, RunPlanInputSchema, GpuPlanInputSchema, type RunPlanInput, type RunPlan } from "./run-plan.js";
+export { planRun, gpuWindowTokens, diskRowsMs, RunPlanInputSchema, GpuPlanInputSchema, type RunPlanInput, type RunPlan } from "./run-plan.js";
 export { formatBytes } from "./format.js";

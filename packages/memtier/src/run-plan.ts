@@ -8,7 +8,9 @@
  *   GPU stage   = (weights + window KV) / GPU read bandwidth (no GPU: the fastest tier's, where
  *                 the CPU backend runs the same step)
  *   CPU stage   = Σ over tiers of the offloaded K bytes there / the tier's read bandwidth
- *   V gather    = selected V rows read from their tiers (a disk row costs a whole page)
+ *   V gather    = selected V rows read from their tiers; a disk row is one 4 KiB read, so the
+ *                 disk's share is max(rows ÷ depth × read latency, rows × page ÷ bandwidth)
+ *                 (the tier's probed random-read latency at `readDepth` reads in flight)
  *   V transfer  = selected V bytes / host→device bandwidth
  *   ms/token    = max(GPU stage, CPU stage) + V gather + V transfer
  * (the two stages overlap; the selected rows can only move once the CPU stage chose them).
@@ -75,7 +77,7 @@ export interface RunPlan {
   readonly store: StoreLayoutResult;
   readonly tiers: readonly {
     readonly id: string; readonly kind: string; readonly capacityBytes: number; readonly availableBytes: number;
-    readonly kBytes: number; readonly vBytes: number; readonly readBandwidthGBs?: number;
+    readonly kBytes: number; readonly vBytes: number; readonly readBandwidthGBs?: number; readonly readLatencyUs?: number; readonly readDepth?: number;
   }[];
   readonly fits: boolean;
   /** The one-line reason the run cannot go ahead (null when it fits). */
@@ -93,6 +95,13 @@ export function gpuWindowTokens(o: { freeBytes: number; weightsBytes: number; re
 }
 
 const ms = (bytes: number, gbs: number | undefined) => (gbs === undefined ? null : (bytes / (gbs * 1e9)) * 1e3);
+
+/** `rows` disk rows, each one page read: bound by the reads' latency at the tier's depth or by its bandwidth, whichever is slower. */
+export function diskRowsMs(rows: number, pageBytes: number, t: { readBandwidthGBs?: number; readLatencyUs?: number; readDepth?: number }): number | null {
+  const bw = ms(rows * pageBytes, t.readBandwidthGBs);
+  const lat = t.readLatencyUs === undefined ? null : ((rows / (t.readDepth ?? 1)) * t.readLatencyUs) / 1e3;
+  return bw === null ? lat : lat === null ? bw : Math.max(bw, lat);
+}
 
 export function planRun(input: RunPlanInput): RunPlan {
   const r = RunPlanInputSchema.safeParse(input);
@@ -143,7 +152,8 @@ export function planRun(input: RunPlanInput): RunPlan {
   const byId = new Map(o.tiers.map((t) => [t.id, t]));
   const tiers = store.tiers.map((t) => {
     const scale = offloaded === 0 ? 0 : 1; // an empty store takes nothing
-    return { id: t.id, kind: t.kind, capacityBytes: byId.get(t.id)!.capacityBytes, availableBytes: t.availableBytes, kBytes: t.kBytes * scale, vBytes: t.vBytes * scale, readBandwidthGBs: byId.get(t.id)!.readBandwidthGBs };
+    return { id: t.id, kind: t.kind, capacityBytes: byId.get(t.id)!.capacityBytes, availableBytes: t.availableBytes, kBytes: t.kBytes * scale, vBytes: t.vBytes * scale,
+      readBandwidthGBs: byId.get(t.id)!.readBandwidthGBs, readLatencyUs: byId.get(t.id)!.readLatencyUs, readDepth: byId.get(t.id)!.readDepth };
   });
   if (!refusal && !o.gpu) {
     const t = byId.get(fastest)!;
@@ -175,8 +185,7 @@ export function planRun(input: RunPlanInput): RunPlan {
     }
     if (t.vBytes > 0 && vTotal > 0) {
       const share = (selV * t.vBytes) / vTotal;
-      const bytes = t.kind === "file" ? (share / rowBytes) * o.pageBytes : share; // a disk row costs a page read
-      const m = ms(bytes, t.readBandwidthGBs);
+      const m = t.kind === "file" ? diskRowsMs(share / rowBytes, o.pageBytes, byId.get(t.id)!) : ms(share, t.readBandwidthGBs);
       vGatherMs = vGatherMs === null || m === null ? null : vGatherMs + m;
     }
   }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { MemoryTier } from "@hybridgen/core";
-import { gpuWindowTokens, planRun } from "../src/index.js";
+import { diskRowsMs, gpuWindowTokens, planRun } from "../src/index.js";
 
 const GiB = 2 ** 30, KiB = 1024;
 const llama8b = { layers: 32, kvHeads: 8, headDim: 128, weightsBytes: 16_060_522_496 };
@@ -65,6 +65,28 @@ describe("planRun: the arithmetic", () => {
     const nodeV = placed.tiers[0]!.vBytes;
     const want = ((selV * nodeV) / vTotal / 40e9 + ((selV * d.vBytes) / vTotal / 256) * 4096 / 2e9) * 1e3;
     expect(placed.predicted.vGatherMs).toBeCloseTo(want, 6);
+  });
+
+  it("disk rows with a probed read latency: rows ÷ depth × latency when that is slower than the bandwidth, else the bandwidth", () => {
+    const row = 256, vTotal = (p: ReturnType<typeof planRun>) => p.tiers.reduce((n, t) => n + t.vBytes, 0);
+    const diskRows = (p: ReturnType<typeof planRun>) => (1024 * 64 * KiB * p.tiers.find((t) => t.kind === "file")!.vBytes) / vTotal(p) / row;
+    const nodeMs = (p: ReturnType<typeof planRun>) => ((1024 * 64 * KiB * p.tiers[0]!.vBytes) / vTotal(p) / 40e9) * 1e3;
+    const base = { model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, k: 1024, candidates: 1 };
+    // The H200 host's page faults: one read at a time, 125 µs each (2.3 GB/s would allow 1.8 µs a page).
+    const serial = planRun({ ...base, tiers: [node0, { ...disk, readBandwidthGBs: 2.3, readLatencyUs: 125, readDepth: 1 }] });
+    const rows = diskRows(serial);
+    expect(rows).toBeGreaterThan(0);
+    expect(serial.predicted.vGatherMs).toBeCloseTo(nodeMs(serial) + rows * 0.125, 6);
+    expect(serial.tiers.find((t) => t.kind === "file")).toMatchObject({ readLatencyUs: 125, readDepth: 1 });
+    // 120 in flight at 200 µs: 1.67 µs a row, below the bandwidth's 1.78 µs a page, which bounds it.
+    const deep = planRun({ ...base, tiers: [node0, { ...disk, readBandwidthGBs: 2.3, readLatencyUs: 200, readDepth: 120 }] });
+    expect(deep.predicted.vGatherMs).toBeCloseTo(nodeMs(deep) + ((rows * 4096) / 2.3e9) * 1e3, 6);
+    // 16 in flight at 170 µs: 10.6 µs a row, above the bandwidth's.
+    const vm = planRun({ ...base, tiers: [node0, { ...disk, readBandwidthGBs: 2.3, readLatencyUs: 170, readDepth: 16 }] });
+    expect(vm.predicted.vGatherMs).toBeCloseTo(nodeMs(vm) + ((rows / 16) * 170) / 1e3, 6);
+    // No bandwidth known: the latency alone; neither: unknown.
+    expect(diskRowsMs(1000, 4096, { readLatencyUs: 100, readDepth: 4 })).toBeCloseTo(25, 9);
+    expect(diskRowsMs(1000, 4096, {})).toBeNull();
   });
 
   it("a fixed budget larger than the GPU holds, and weights larger than the GPU, are refused", () => {

@@ -2,7 +2,8 @@
  * What `hybridgen plan` measures: the GPU's free memory (cudaMemGetInfo, before any arena is
  * taken), its copy bandwidth device → device and host → device on a small arena, and each host
  * tier's read bandwidth (a node-bound buffer read on every core; the disk tier: large aligned
- * reads of a scratch file, O_DIRECT where allowed). Tiers keep a bandwidth HMAT already gave.
+ * reads of a scratch file, O_DIRECT where allowed, and random 4 KiB reads at depth 1 and at the CPU
+ * stage's). Tiers keep a bandwidth HMAT already gave.
  */
 import { HybridgenError, type MemoryTier } from "@hybridgen/core";
 
@@ -34,12 +35,26 @@ export async function probeGpu(required: boolean, bandwidth: boolean): Promise<G
   return { ...probe, readBandwidthGBs: copy / 1e9, ...(link ? { linkBandwidthGBs: link.h2d / 1e9 } : {}) };
 }
 
-/** The tiers with a measured read bandwidth where none is known. */
-export async function probeTiers(tiers: readonly MemoryTier[]): Promise<MemoryTier[]> {
-  const { probeMemoryReadBandwidth, probeFileReadBandwidth } = await import("@hybridgen/kernels-cpu");
-  return tiers.map((t) => {
-    if (t.readBandwidthGBs !== undefined) return t;
-    const bytesPerS = t.kind === "file" ? probeFileReadBandwidth(t.path!, 128 * MiB, 4 * MiB) : probeMemoryReadBandwidth(256 * MiB, t.numaNode);
-    return { ...t, readBandwidthGBs: bytesPerS / 1e9 };
+/**
+ * The tiers with a measured read bandwidth where none is known; file tiers also get the latency of a
+ * random 4 KiB read at the CPU stage's depth (`stageThreads` × its reads in flight each), as the stage
+ * reads disk-tier rows, and (`serialUs`, by tier id) one read at a time, as page faults do.
+ */
+export async function probeTiers(tiers: readonly MemoryTier[], stageThreads: number): Promise<{ tiers: MemoryTier[]; serialUs: Map<string, number> }> {
+  const { probeMemoryReadBandwidth, probeFileReadBandwidth, probeFileReadLatency, DEFAULT_READ_DEPTH } = await import("@hybridgen/kernels-cpu");
+  const serialUs = new Map<string, number>();
+  const out = tiers.map((t) => {
+    let r = t;
+    if (r.readBandwidthGBs === undefined) {
+      const bytesPerS = r.kind === "file" ? probeFileReadBandwidth(r.path!, 128 * MiB, 4 * MiB) : probeMemoryReadBandwidth(256 * MiB, r.numaNode);
+      r = { ...r, readBandwidthGBs: bytesPerS / 1e9 };
+    }
+    if (r.kind === "file" && r.readLatencyUs === undefined) {
+      const [one, deep] = probeFileReadLatency(r.path!, [{ threads: 1, depth: 1 }, { threads: stageThreads, depth: DEFAULT_READ_DEPTH }]);
+      serialUs.set(r.id, one!);
+      r = { ...r, readLatencyUs: deep!, readDepth: stageThreads * DEFAULT_READ_DEPTH };
+    }
+    return r;
   });
+  return { tiers: out, serialUs };
 }

@@ -5,6 +5,7 @@
  * predict (@hybridgen/memtier's planRun). A run that fits nowhere prints the plan and the
  * reason, and exits non-zero. No weights are loaded.
  */
+import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import { HybridgenError, type DType, type MemoryTier } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
@@ -97,7 +98,10 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
     const bw = num("--gpu-bandwidth", v["gpu-bandwidth"]), link = num("--link-bandwidth", v["link-bandwidth"]);
     gpu = { ...gpu, ...(bw ? { readBandwidthGBs: bw } : {}), ...(link ? { linkBandwidthGBs: link } : {}) };
   }
-  const tiers: MemoryTier[] = probe ? await probeTiers(await storeTiers(tierOpts)) : await storeTiers(tierOpts);
+  // The CPU stage's threads as the runtime defaults them: its disk-tier reads' depth.
+  const stageThreads = gpu ? Math.max(1, availableParallelism() - 1) : 1;
+  const probed = probe ? await probeTiers(await storeTiers(tierOpts), stageThreads) : null;
+  const tiers: MemoryTier[] = probed ? probed.tiers : await storeTiers(tierOpts);
 
   const { planRun } = await import("@hybridgen/memtier");
   const plan = planRun({
@@ -108,7 +112,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   });
   if (v.json) io.stdout(`${JSON.stringify({ model: v.model, kvDtype, gpuName: gpu?.name ?? null, placementNote: placementNote(tiers), ...plan, store: { diskBytes: plan.store.diskBytes, fits: plan.store.fits, shortfallBytes: plan.store.shortfallBytes } })}\n`);
   else {
-    io.stdout(await formatPlan(v.model, kvDtype, gpu, tiers, tierOpts.kvPlacement, plan));
+    io.stdout(await formatPlan(v.model, kvDtype, gpu, tiers, tierOpts.kvPlacement, plan, probed?.serialUs));
     // The bytes are the shape's at any length (the scale bench's synthetic KV); generate refuses such a context.
     if (context > info.maxPositions) io.stdout(`note:       ${context} positions exceed the model's max_position_embeddings (${info.maxPositions})\n`);
   }
@@ -116,7 +120,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   return 0;
 }
 
-async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, tiers: readonly MemoryTier[], policy: string, p: RunPlan): Promise<string> {
+async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, tiers: readonly MemoryTier[], policy: string, p: RunPlan, serialUs?: Map<string, number>): Promise<string> {
   const { formatBytes: fb } = await import("@hybridgen/memtier");
   const f = (x: number | null | undefined, d = 2) => (x === null || x === undefined ? "–" : x.toFixed(d));
   const per = p.bytesPerToken.k + p.bytesPerToken.v;
@@ -136,6 +140,9 @@ async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, t
         `${(t.kind === "file" ? "disk" : t.id).padEnd(11)} ${t.kind.padEnd(5)} ${fb(t.capacityBytes).padStart(11)}  ${fb(t.availableBytes).padStart(11)}  ${fb(t.kBytes).padStart(11)}  ${fb(t.vBytes).padStart(11)}  ${f(t.readBandwidthGBs, 1).padStart(9)}`,
     ),
     ...(p.store.diskBytes > 0 ? [`disk:       ${fb(p.store.diskBytes)} in files under ${tiers.find((t) => t.kind === "file")?.path}`] : []),
+    ...tiers.filter((t) => t.kind === "file" && t.readLatencyUs !== undefined).map((t) =>
+      `disk reads: random 4 KiB: ${f(t.readLatencyUs, 0)} µs each at ${t.readDepth} in flight (the CPU stage's)` +
+      `${serialUs?.has(t.id) ? `, ${f(serialUs.get(t.id), 0)} µs one at a time` : ""}`),
     p.predicted.msPerToken === null
       ? `predicted:  – ms/token (a bandwidth is unknown: GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}, V gather ${f(p.predicted.vGatherMs)}, V transfer ${f(p.predicted.vTransferMs)} ms)`
       : `predicted:  ${f(p.predicted.msPerToken)} ms/token = max(GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}) + V gather ${f(p.predicted.vGatherMs)} + V transfer ${f(p.predicted.vTransferMs)} ms`,
