@@ -8,7 +8,7 @@
 import { z } from "zod";
 import {
   DEFAULT_K, DEFAULT_SINK_TOKENS, GPU_KV_BUDGET_AUTO, GpuKvBudgetSchema, HybridgenError, HybridOptionsSchema, KSchema, LogitsModeSchema,
-  SelectionTimingSchema, SinkTokensSchema, type Backend, type GpuKvBudget, type KvStoreAllocator, type HybridAttention, type HybridProfile,
+  RowPathRequestSchema, SelectionTimingSchema, SinkTokensSchema, type Backend, type GpuKvBudget, type KvStoreAllocator, type HybridAttention, type HybridProfile,
 } from "@hybridgen/core";
 import { isRegisteredSpec, loadSelectorSpec } from "@hybridgen/selectors";
 import {
@@ -47,12 +47,14 @@ export const HybridCliOptionsSchema = z
     scoring: z.enum(["full", "int8", "int4"], { error: "must be full, int8 or int4" }).optional(),
     /** Compressed scoring: candidates per selected token rescored from the full rows. */
     rescoreFactor: count(1).max(64, "must be ≤ 64").optional(),
+    /** Where a GPU gets the selected rows: mapped (it reads the pinned host store), staged (the CPU stage copies them), auto. */
+    rowPath: z.enum(RowPathRequestSchema.options, { error: "must be auto, mapped or staged" }).optional(),
   })
   .strict()
   .refine((o) => o.sinkTokens === 0 || o.gpuKvBudget !== undefined || o.attention === "hybrid", { message: "--sink-tokens needs --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => typeof o.gpuKvBudget !== "number" || o.sinkTokens < o.gpuKvBudget, { message: "--sink-tokens must be smaller than --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => o.attention === "hybrid" || HYBRID_ONLY.every((key) => o[key] === undefined), {
-    message: "--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring and --rescore-factor need --attention hybrid", path: ["attention"],
+    message: "--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring, --rescore-factor and --row-path need --attention hybrid", path: ["attention"],
   })
   .refine((o) => o.kMin === undefined || o.scheduler !== "fixed", { message: "--k-min sets the feedback scheduler's floor; --scheduler fixed uses --k", path: ["kMin"] })
   .refine((o) => o.k === undefined || o.kMin === undefined || o.k >= o.kMin, { message: "--k (the feedback scheduler's first K) must be at least --k-min", path: ["k"] })
@@ -63,11 +65,11 @@ export type HybridCliOptions = z.infer<typeof HybridCliOptionsSchema>;
 const FLAGS = {
   attention: "attention", "gpu-kv-budget": "gpuKvBudget", "sink-tokens": "sinkTokens", scheduler: "scheduler", k: "k", "k-min": "kMin",
   timing: "timing", logits: "logits", "exact-layers": "exactLayers", candidates: "candidates", selector: "selector", "selector-options": "selectorOptions",
-  "cpu-stage-threads": "cpuStageThreads", scoring: "scoring", "rescore-factor": "rescoreFactor",
+  "cpu-stage-threads": "cpuStageThreads", scoring: "scoring", "rescore-factor": "rescoreFactor", "row-path": "rowPath",
 } as const;
 const NUMERIC = new Set(["gpuKvBudget", "sinkTokens", "k", "kMin", "candidates", "cpuStageThreads", "rescoreFactor"]);
 /** Flags that only mean something to hybrid attention. */
-const HYBRID_ONLY = ["selector", "selectorOptions", "scheduler", "k", "kMin", "timing", "logits", "exactLayers", "candidates", "cpuStageThreads", "scoring", "rescoreFactor"] as const;
+const HYBRID_ONLY = ["selector", "selectorOptions", "scheduler", "k", "kMin", "timing", "logits", "exactLayers", "candidates", "cpuStageThreads", "scoring", "rescoreFactor", "rowPath"] as const;
 /** Old spellings of one concept, refused with the one name. */
 const RENAMED: Readonly<Record<string, string>> = { "kv-window": "--gpu-kv-budget", "kv-sinks": "--sink-tokens", selection: "--timing" };
 
@@ -101,6 +103,7 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
       --scoring full|int8|int4 top-K scores compressed copies of the offloaded K first (int8: 0.52 of bf16's
                                bytes, int4: 0.28) and rescores the best --rescore-factor·K rows in full (default full)
       --rescore-factor N       compressed scoring: candidates per selected token (default 4)
+      --row-path auto|mapped|staged  GPU: selected rows read in place (mapped) or copied up (staged); default ${ENGINE.rowPath}
 `;
 
 /** Takes the hybrid flags out of argv; returns the remaining args and the validated options. */
@@ -187,7 +190,7 @@ export function windowLoadOptions(h: HybridCliOptions): { gpuKvBudget?: GpuKvBud
 export function runtimeOptions(h: HybridCliOptions, profile: HybridProfile | null): HybridRuntimeOptions {
   const o: Record<string, unknown> = {
     selector: h.selector, selectorOptions: h.selectorOptions, scheduler: h.scheduler, k: h.k, kMin: h.kMin, timing: h.timing, logits: h.logits,
-    exactLayers: h.exactLayers, candidates: h.candidates, cpuStageThreads: h.cpuStageThreads, scoring: h.scoring, rescoreFactor: h.rescoreFactor, profile,
+    exactLayers: h.exactLayers, candidates: h.candidates, cpuStageThreads: h.cpuStageThreads, scoring: h.scoring, rescoreFactor: h.rescoreFactor, rowPath: h.rowPath, profile,
   };
   for (const key of Object.keys(o)) if (o[key] === undefined) delete o[key];
   return o as HybridRuntimeOptions;

@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { writeHybridProfile } from "@hybridgen/core";
+import { resolveHybrid } from "@hybridgen/runtime";
 import { loadHybridSelector, runtimeOptions, splitHybridArgs } from "../src/hybrid-options.js";
 import { requireBuiltBin, runBin } from "./helpers.js";
 import { PROMPT, stories15M } from "./model-fixture.js";
@@ -35,10 +36,19 @@ describe("--scheduler, --k-min and friends", () => {
       [["--selector", "quest", "--selector-options", '{"pagesize":8}'], 'selector "quest" options: unknown key "pagesize" (it takes pageSize)'],
       [["--scoring", "int3"], "invalid value for --scoring: must be full, int8 or int4"],
       [["--rescore-factor", "0"], "invalid value for --rescore-factor: must be at least 1"],
+      [["--row-path", "pinned"], "invalid value for --row-path: must be auto, mapped or staged"],
     ];
     for (const [flags, message] of bad) expect(() => splitHybridArgs([...HY, ...flags]), flags.join(" ")).toThrow(message);
-    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring and --rescore-factor need --attention hybrid");
+    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring, --rescore-factor and --row-path need --attention hybrid");
+    expect(() => splitHybridArgs(["--row-path", "staged"])).toThrow(/--row-path need --attention hybrid$/);
     expect(runtimeOptions(splitHybridArgs([...HY, "--scoring", "int8", "--rescore-factor", "2"]).hybrid, null)).toMatchObject({ scoring: "int8", rescoreFactor: 2 });
+    // --row-path reaches the runtime as rowPath and the engine's HybridOptions; absent, the runtime's default.
+    for (const rowPath of ["auto", "mapped", "staged"] as const) {
+      const o = runtimeOptions(splitHybridArgs([...HY, `--row-path=${rowPath}`]).hybrid, null);
+      expect(o.rowPath).toBe(rowPath);
+      expect(resolveHybrid(o, { device: true }).hybridOptions.rowPath).toBe(rowPath);
+    }
+    expect(runtimeOptions(splitHybridArgs(HY).hybrid, null).rowPath).toBeUndefined();
   });
 
   it("a name that is neither registered nor an installed package fails when loaded, before any model", async () => {

@@ -1,6 +1,6 @@
 /** Options of createHybridAttention(), validated once at the boundary. */
 import { z } from "zod";
-import { KSchema, LogitsModeSchema, SelectionTimingSchema, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
+import { KSchema, LogitsModeSchema, RowPathRequestSchema, SelectionTimingSchema, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
 
 const isSelector = (v: unknown): v is TokenSelector =>
   typeof v === "object" && v !== null && typeof (v as TokenSelector).select === "function" && Array.isArray((v as TokenSelector).timings);
@@ -52,6 +52,8 @@ export const HybridRuntimeOptionsSchema = z
     exactLayers: z.array(count(0)).optional(),
     /** Verified logits: candidates·K tokens chosen for the device to score (default: the profile's, else the engine's). */
     candidates: count(1).optional(),
+    /** Where a device backend gets the selected rows (core's HybridOptions.rowPath): "auto" (default: mapped wherever it can run), "mapped" or "staged". */
+    rowPath: z.enum(RowPathRequestSchema.options, { error: "must be auto, mapped or staged" }).optional(),
     /** Native CPU-stage threads. Default: 1 on the CPU backend, cores − 1 on a device backend. */
     cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
     /** µs the idle stage thread spins before sleeping (default 0). */

@@ -5,7 +5,7 @@
  */
 import { availableParallelism } from "node:os";
 import {
-  DEFAULT_K, DEFAULT_TIMING, HybridgenError, HybridOptionsSchema, type HybridOptions, type Scheduler, type SelectionTiming, type TokenSelector,
+  DEFAULT_K, DEFAULT_TIMING, HybridgenError, HybridOptionsSchema, type HybridOptions, type RowPathRequest, type Scheduler, type SelectionTiming, type TokenSelector,
 } from "@hybridgen/core";
 import { FeedbackScheduler, FixedScheduler } from "@hybridgen/scheduler";
 import { selectorFromSpec } from "@hybridgen/selectors";
@@ -29,6 +29,8 @@ export interface HybridPlan {
   readonly logits: NonNullable<HybridOptions["logits"]>;
   readonly exactLayers: readonly number[];
   readonly candidates?: number;
+  /** Where a device backend gets the selected rows (HybridOptions.rowPath). */
+  readonly rowPath: RowPathRequest;
   readonly cpuStageThreads: number;
   readonly idleSpinUs: number;
   readonly scoring: "full" | "int8" | "int4";
@@ -96,12 +98,13 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   const logits = o.logits ?? HybridOptionsSchema.parse({}).logits;
   const exactLayers = o.exactLayers ?? o.profile?.exactLayers ?? [];
   const candidates = o.candidates ?? o.profile?.candidates;
-  const hybridOptions: HybridOptions = { logits, exactLayers, ...(candidates === undefined ? {} : { candidates }) };
+  const rowPath = o.rowPath ?? HybridOptionsSchema.parse({}).rowPath;
+  const hybridOptions: HybridOptions = { logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }) };
   const cpuStageThreads = o.cpuStageThreads ?? (target.device ? Math.max(1, availableParallelism() - 1) : 1);
   return {
     plan: {
       selector: selector.name, selectorTimings: [...can], scheduler: scheduler.name, k, ...(kMin === undefined ? {} : { kMin }), timing, kSource,
-      logits, exactLayers, ...(candidates === undefined ? {} : { candidates }), cpuStageThreads, idleSpinUs: o.idleSpinUs ?? 0,
+      logits, exactLayers, ...(candidates === undefined ? {} : { candidates }), rowPath, cpuStageThreads, idleSpinUs: o.idleSpinUs ?? 0,
       scoring: o.scoring ?? "full", rescoreFactor: o.rescoreFactor ?? 4,
     },
     selector,

@@ -157,6 +157,7 @@ describe("createHybridAttention on the CPU backend", () => {
       [{ scheduler: new FixedScheduler(), k: 3 }, "k and timing configure a built-in scheduler; a Scheduler object brings its own"],
       [{ scoring: "int3" }, "hybrid runtime option scoring: must be full, int8 or int4"],
       [{ rescoreFactor: 0 }, "hybrid runtime option rescoreFactor: must be at least 1"],
+      [{ rowPath: "pinned" }, "hybrid runtime option rowPath: must be auto, mapped or staged"],
       [{ threads: 2 }, /^hybrid runtime option : Unrecognized key|^hybrid runtime option value: Unrecognized key/],
     ];
     using model = load(16);

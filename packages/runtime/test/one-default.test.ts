@@ -1,7 +1,7 @@
 // K has one default (core's DEFAULT_K): the fixed scheduler's K, the feedback scheduler's floor
-// and the runtime's plan all take it when nothing else gives one.
+// and the runtime's plan all take it when nothing else gives one; rowPath likewise takes the engine's.
 import { describe, expect, it } from "vitest";
-import { DEFAULT_K } from "@hybridgen/core";
+import { DEFAULT_K, HybridOptionsSchema } from "@hybridgen/core";
 import { FeedbackScheduler, FixedScheduler } from "@hybridgen/scheduler";
 import { resolveHybrid } from "../src/index.js";
 
@@ -22,5 +22,14 @@ describe("the one K default", () => {
     expect(() => resolveHybrid({ topK: 4 } as never, { device: false })).toThrow(/hybrid runtime option .*"topK"/);
     const r = resolveHybrid({ scheduler: "feedback", kMin: 8, k: 16, timing: "post" }, { device: false });
     expect(r.scheduler.initial()).toEqual({ k: 16, timing: "post" });
+  });
+
+  it("rowPath has the engine's default and reaches HybridOptions as given", () => {
+    expect(resolveHybrid({}, { device: true }).plan.rowPath).toBe(HybridOptionsSchema.parse({}).rowPath);
+    for (const rowPath of ["auto", "mapped", "staged"] as const) {
+      const r = resolveHybrid({ rowPath }, { device: true });
+      expect(r.plan.rowPath).toBe(rowPath);
+      expect(r.hybridOptions.rowPath).toBe(rowPath);
+    }
   });
 });
