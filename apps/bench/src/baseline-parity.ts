@@ -11,12 +11,11 @@
  *
  * Prints one line per configuration and PASS / FAIL; exits 1 on a failure.
  */
-import { loadModel, presetConfig, type Backend, type CausalLM } from "@hybridgen/core";
-import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
+import { dummyModelFiles, loadModel, presetConfig, relError, type CausalLM } from "@hybridgen/core";
+import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import { attachAttentionConfig, attentionConfig, prepareHostStore } from "@hybridgen/runtime";
 import { arg, list } from "./args.js";
-import { dummyFiles } from "./dummy-files.js";
-import { relError } from "@hybridgen/core";
+import { openBackend } from "./open-backend.js";
 
 const backendName = arg("backend", "cuda");
 const preset = arg("preset", "llama-3.2-1b");
@@ -25,18 +24,10 @@ const configs = list("configs", "flexgen,moe-lightning,all-tokens,h2o,keyformer,
 /** Worst relative error allowed: exact methods vs one that sums in another order and precision. */
 const TOLERANCE: Record<string, number> = { flexgen: 1e-3, "all-tokens": 1e-3, "moe-lightning": 2e-2 };
 
-async function openBackend(): Promise<Backend> {
-  if (backendName === "cpu") return createCpuBackend({});
-  const { createCudaBackend, cudaAvailability, describeCudaAvailability } = await import("@hybridgen/kernels-cuda");
-  const avail = cudaAvailability();
-  if (!avail.available) throw new Error(describeCudaAvailability(avail));
-  return createCudaBackend();
-}
-
-using backend = await openBackend();
+using backend = await openBackend(backendName);
 const json = presetConfig(preset);
 const prompt = Int32Array.from({ length: context - steps - 1 }, (_, i) => (i * 7919 + 13) % (json.vocab_size as number));
-const load = (windowed: boolean): CausalLM => loadModel(dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`), backend, {
+const load = (windowed: boolean): CausalLM => loadModel(dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`), backend, {
   maxContext: context, prefillBlock: 512, kvDtype: "bf16", ...(windowed ? { gpuKvBudget: window, sinkTokens: 4 } : {}),
 });
 

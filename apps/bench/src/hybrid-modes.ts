@@ -22,13 +22,13 @@
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { cpus } from "node:os";
-import { HybridOptionsSchema, loadModel, presetConfig, type Backend, type HybridStepRecord } from "@hybridgen/core";
+import { HybridOptionsSchema, dummyModelFiles, loadModel, presetConfig, type Backend, type HybridStepRecord } from "@hybridgen/core";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { timingTraceFromRuns, type RecordedRun } from "@hybridgen/scheduler";
 import { arg, list } from "./args.js";
+import { openBackend } from "./open-backend.js";
 import { greedyWalls, mean } from "./greedy-walls.js";
-import { dummyFiles } from "./dummy-files.js";
 import { fullFloorMs, llamaModelBytes, stepBytes, stepFloor, type Bandwidths, type FloorSelector } from "./hybrid-floors.js";
 
 const backendName = arg("backend", "cuda");
@@ -104,14 +104,6 @@ async function bandwidths(be: Backend): Promise<Bandwidths> {
   return { hbm, hostRead, h2d: link?.h2d ?? hostRead };
 }
 
-async function openBackend(): Promise<Backend> {
-  if (backendName === "cpu") return createCpuBackend({});
-  const { createCudaBackend, cudaAvailability, describeCudaAvailability } = await import("@hybridgen/kernels-cuda");
-  const avail = cudaAvailability();
-  if (!avail.available) throw new Error(describeCudaAvailability(avail));
-  return createCudaBackend();
-}
-
 
 /** First step from which the timing never changes and K stays within ±10% of its last value. */
 function settleStep(trace: readonly HybridStepRecord[]): number {
@@ -132,7 +124,7 @@ function switches(trace: readonly HybridStepRecord[]): number {
   return n;
 }
 
-using backend = await openBackend();
+using backend = await openBackend(backendName);
 type GraphStats = { captures: number; replays: number; drained: number; eagerSteps: number; lastDrain: string };
 /** The CUDA backend's graph counters (hybrid steps replay one recorded segment per layer). */
 const graphStats = (): GraphStats | undefined => (backend as { graphStats?: () => GraphStats }).graphStats?.();
@@ -159,7 +151,7 @@ for (const context of contexts) {
   const prefillBlock = Math.min(context, 32768);
   let fullMs = 0;
   if (configs.includes("full")) {
-    using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
+    using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
     using model = loadModel(files, backend, { maxContext, prefillBlock, kvDtype: "bf16" });
     model.step(prompt, 0);
     const walls = greedyWalls(model, context, steps);
@@ -171,7 +163,7 @@ for (const context of contexts) {
   }
   const hybridConfigs = configs.filter((c) => c !== "full");
   if (hybridConfigs.length === 0 || context <= window) continue;
-  using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
+  using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
   using model = loadModel(files, backend, { maxContext, prefillBlock, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
   if (backend.hostTransfers) model.cache.attachHostStore(createCpuBackend({ threads: 1 }), backend.hostTransfers(), true);
   const t0 = performance.now();

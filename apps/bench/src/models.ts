@@ -1,11 +1,4 @@
-/** Model shapes of the benches: stories15M's, and a Llama config's bf16 bytes a decode step reads. */
-
-/** stories15M's shape (llama2.c's 15M-parameter TinyStories model) as a Llama config. */
-export const STORIES15M_SHAPE = {
-  architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 288, intermediate_size: 768, num_hidden_layers: 6,
-  num_attention_heads: 6, num_key_value_heads: 6, vocab_size: 32000, max_position_embeddings: 256, rms_norm_eps: 1e-5,
-  rope_theta: 10000, tie_word_embeddings: true, bos_token_id: 1, eos_token_id: 2,
-};
+/** A Llama config's bf16 bytes a decode step reads (stories15M's shape itself: core's STORIES15M_SHAPE). */
 
 /**
  * A Llama-family config's sizes and the bf16 bytes a decode step reads: q/k/v/o and

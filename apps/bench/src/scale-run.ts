@@ -16,13 +16,13 @@
  * would not fit anywhere).
  */
 import { cpus } from "node:os";
-import { loadModel, modelInfo, presetConfig, type Backend, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
-import { createCpuBackend, createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeFileReadLatency, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
+import { dummyModelFiles, loadModel, modelInfo, presetConfig, type Backend, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
+import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeFileReadLatency, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun } from "@hybridgen/memtier";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "./args.js";
+import { openBackend } from "./open-backend.js";
 import { greedyWalls, mean } from "./greedy-walls.js";
-import { dummyFiles } from "./dummy-files.js";
 
 const backendName = arg("backend", "cuda");
 const preset = arg("preset", "llama-3.1-8b");
@@ -61,14 +61,6 @@ const size = (s: string) => {
 };
 const hostBudget = hostBudgetArg ? size(hostBudgetArg) : undefined;
 
-async function openBackend(): Promise<Backend & { memory?: () => { freeBytes: number } }> {
-  if (backendName === "cpu") return createCpuBackend({});
-  const { createCudaBackend, cudaAvailability, describeCudaAvailability } = await import("@hybridgen/kernels-cuda");
-  const avail = cudaAvailability();
-  if (!avail.available) throw new Error(describeCudaAvailability(avail));
-  return createCudaBackend({ arenaFraction: 0.95 });
-}
-
 /** Random rows in every window tensor: one seeded chunk written, then doubled by device copies. */
 function randomizeWindow(be: Backend, cache: KvCache): void {
   const chunkRows = 4096, hd = cache.headDim;
@@ -93,7 +85,7 @@ function fillSynthetic(cache: KvCache, length: number): void {
   cache.syncHostStore();
 }
 
-using backend = await openBackend();
+using backend = await openBackend(backendName, { arenaFraction: 0.95 });
 const GiB = 2 ** 30;
 const copyBw = (backend as { copyBandwidth?: (b: number, i: number) => number }).copyBandwidth?.call(backend, GiB, 10);
 const link = backend.hostTransfers?.().bandwidth?.(256 * 2 ** 20, 10);
@@ -114,7 +106,7 @@ const rows = [
 for (const context of contexts) {
   const maxContext = context + steps + 8;
   const json = { ...(preset === "tiny" ? TINY : presetConfig(preset)), max_position_embeddings: maxContext };
-  using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
+  using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
   const weightsBytes = Object.values(modelInfo(files.config, files.shape, files.weights).weightBytes).reduce((a, b) => a + (b ?? 0), 0);
   const freeBytes = backend.memory?.().freeBytes;
   const plan = planRun({

@@ -35,11 +35,11 @@ export const PRESET_NAMES: readonly string[] = Object.keys(PRESETS);
 /** The prefix that names a preset where a model directory is expected. */
 export const PRESET_PREFIX = "preset:";
 
-/** A copy of preset `name`'s config.json. */
-export function presetConfig(name: string): Record<string, unknown> {
+/** A copy of preset `name`'s config.json, with `overrides` on top (the family's architecture at another size). */
+export function presetConfig(name: string, overrides: Record<string, unknown> = {}): Record<string, unknown> {
   const c = PRESETS[name];
   if (!c) fail(`unknown preset ${JSON.stringify(name)} (presets: ${PRESET_NAMES.join(", ")})`);
-  return structuredClone(c) as Record<string, unknown>;
+  return { ...(structuredClone(c) as Record<string, unknown>), ...overrides };
 }
 
 /**

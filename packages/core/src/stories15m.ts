@@ -25,6 +25,13 @@ export const STORIES15M_TOKENIZER_SHA256 = "74f899535f8f99cdeac697474b697f3fa404
 /** Directory name under `<cache>/models`. */
 export const STORIES15M_NAME = "stories15M";
 
+/** stories15M's shape as a Llama config.json (for dummy-weight runs of its size without the download). */
+export const STORIES15M_SHAPE = {
+  architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 288, intermediate_size: 768, num_hidden_layers: 6,
+  num_attention_heads: 6, num_key_value_heads: 6, vocab_size: 32000, max_position_embeddings: 256, rms_norm_eps: 1e-5,
+  rope_theta: 10000, tie_word_embeddings: true, bos_token_id: 1, eos_token_id: 2,
+};
+
 /** `$HYBRIDGEN_CACHE`, else `~/.cache/hybridgen`. */
 export function defaultCacheDir(): string {
   const env = process.env.HYBRIDGEN_CACHE;

@@ -18,9 +18,9 @@
  *
  * Used by device/batch-bench.ts and test/batch-gpu.test.ts.
  */
-import { roundTo, seededRandom, type BatchAttnRow, type DType, type Tensor } from "@hybridgen/core";
+import { relL2Error, roundTo, seededRandom, type BatchAttnRow, type DType, type Tensor } from "@hybridgen/core";
 import type { CudaBackend } from "../src/index.js";
-import { relErr, type CheckResult } from "./op-checks.js";
+import type { CheckResult } from "./op-checks.js";
 
 /** x (f32, rounded to the weight dtype) · wᵀ + bias in f64. */
 function refMatmul(x: Float32Array, w: Float32Array, bias: Float32Array | null, n: number, k: number, m: number, dt: DType): Float32Array {
@@ -72,7 +72,7 @@ export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] 
           for (let rep = 0; rep < 2; rep++) {
             cuda.write(out, new Float32Array(n * m).fill(Number.NaN));
             cuda.matmul(out, x, w, n, b ?? undefined);
-            err = Math.max(err, relErr(cuda.read(out), want));
+            err = Math.max(err, relL2Error(cuda.read(out), want));
           }
           const what = fallback ? ` (fallback: ${cuda.matmulPathFor(n)})` : `, ${vr.name}`;
           results.push({ name: `skinny ${dt} n=${n} m=${m} k=${k}${hasBias ? " +bias" : ""}${what}`, err, tol, ok: err <= tol });
@@ -133,7 +133,7 @@ export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResu
           outs.forEach((o, j) => cuda.write(o, accumulate ? start[j] : new Float32Array(n * widths[j]).fill(Number.NaN)));
           const taken = cuda.matmulSplit(outs, x, w, n, bias, accumulate);
           let err = taken ? 0 : Infinity;
-          outs.forEach((o, j) => (err = Math.max(err, relErr(cuda.read(o), want[j]))));
+          outs.forEach((o, j) => (err = Math.max(err, relL2Error(cuda.read(o), want[j]))));
           results.push({ name: `matmulSplit ${dt} n=${n} widths=${widths.join("+")} k=${k}${accumulate ? " accumulate" : ""} +bias, ${vr.name}${taken ? "" : " (declined)"}`, err, tol: 1e-5, ok: err <= 1e-5 });
         }
       } finally {
@@ -233,7 +233,7 @@ export function runBatchAttnChecks(cuda: CudaBackend, seed: number): CheckResult
         if (round > 0) cuda.endStep();
         const g1 = cuda.graphStats();
         const mode = round === 0 ? "eager" : `recorded (graphs captured/replayed ${g1.captures - g0.captures}/${g1.replays - g0.replays})`;
-        const err = relErr(cuda.read(outB), cuda.read(outA));
+        const err = relL2Error(cuda.read(outB), cuda.read(outA));
         results.push({ name: `attnDecodeBatch ${c.name}, ${B} rows, ${mode}: out vs per-row`, err, tol: 1e-5, ok: err <= 1e-5 });
         let cacheDiff = 0;
         c.rows.forEach((_, i) => {

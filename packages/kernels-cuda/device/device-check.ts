@@ -17,13 +17,14 @@
  * from packages/core/test/fixtures). Env: HYBRIDGEN_KERNELS_CUDA_LIB (absolute: the bundle moves).
  */
 import { readFileSync } from "node:fs";
-import { PARITY_CASES, generateText, loadModel, parseParityRefs, runParityCase, type Backend, type DType } from "@hybridgen/core";
+import {
+  PARITY_CASES, STORIES15M_SHAPE, dummyModelFiles, generateText, greedyDummyRun, loadModel, parseParityRefs, presetConfig, relL2Error, runParityCase,
+} from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "../src/index.js";
-import { runOpChecks, relErr } from "./op-checks.js";
+import { runOpChecks } from "./op-checks.js";
 import { streamGemvChecks } from "./stream-checks.js";
 import { runArgmaxRowsChecks, runBatchAttnChecks, runMatmulSplitChecks, runSkinnyChecks } from "./batch-checks.js";
 import { runPartialChecks, timeWindow } from "./partial-checks.js";
-import { STORIES15M_SHAPE, dummyFiles, shrunkPreset } from "./models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
 let failures = 0;
@@ -53,23 +54,6 @@ function trapRun(): void {
   be.close();
   line("trap: closed cleanly");
   process.exit(0);
-}
-
-
-/** Prefill a random prompt, then greedy decode `steps`: last-prompt logits, decode logits, tokens. */
-function run(backend: Backend, json: Record<string, unknown>, dtype: DType, prompt: Int32Array, steps: number) {
-  using files = dummyFiles(json, dtype, 7);
-  using model = loadModel(files, backend, { maxContext: prompt.length + steps + 1, prefillBlock: 64, kvDtype: dtype === "f32" ? "f32" : "bf16" });
-  const first = model.forward(prompt, 0);
-  const tokens: number[] = [];
-  const logits: Float32Array[] = [];
-  let tok = model.argmaxLogits();
-  for (let s = 0; s < steps; s++) {
-    tokens.push(tok);
-    logits.push(model.forward(Int32Array.of(tok), prompt.length + s));
-    tok = model.argmaxLogits();
-  }
-  return { first, tokens, logits };
 }
 
 async function main(): Promise<void> {
@@ -125,25 +109,25 @@ async function main(): Promise<void> {
     // The same decode with CUDA graphs off: graphs change launch order only, not results.
     const prompt = rnd(40, 32000);
     const s0 = cuda.graphStats();
-    const on = run(cuda, STORIES15M_SHAPE, "f32", prompt, 32);
+    const on = greedyDummyRun(cuda, STORIES15M_SHAPE, "f32", prompt, 32);
     const s1 = cuda.graphStats();
     cuda.setCudaGraphs(false);
-    const off = run(cuda, STORIES15M_SHAPE, "f32", prompt, 32);
+    const off = greedyDummyRun(cuda, STORIES15M_SHAPE, "f32", prompt, 32);
     cuda.setCudaGraphs(true);
-    let worst = relErr(on.first, off.first);
-    for (let i = 0; i < 32; i++) worst = Math.max(worst, relErr(on.logits[i], off.logits[i]));
+    let worst = relL2Error(on.first, off.first);
+    for (let i = 0; i < 32; i++) worst = Math.max(worst, relL2Error(on.logits[i], off.logits[i]));
     const same = on.tokens.every((t, i) => t === off.tokens[i]);
     const captures = s1.captures - s0.captures, replays = s1.replays - s0.replays, drained = s1.drained - s0.drained;
     const ok = worst <= 1e-5 && same && captures >= 1 && replays >= 30 && drained === 0;
     if (!ok) failures++;
     cmpRows.push([`stories15M shape: CUDA graphs on vs off${ok ? "" : " FAIL"}`, "f32", worst, `${captures} captures, ${replays} replays, ${drained} drained (${s1.lastDrain})`, `${same} (32)`]);
   }
-  for (const [name, json, dt] of [["stories15M shape", STORIES15M_SHAPE, "f32"], ["llama-3.2-1b, 4 layers", shrunkPreset("llama-3.2-1b", { num_hidden_layers: 4 }), "bf16"]] as const) {
+  for (const [name, json, dt] of [["stories15M shape", STORIES15M_SHAPE, "f32"], ["llama-3.2-1b, 4 layers", presetConfig("llama-3.2-1b", { num_hidden_layers: 4 }), "bf16"]] as const) {
     // Greedy decode fed on the device (generate's path on CUDA: each step launched before the host
-    // reads its token) against the host round trip of run(): the same tokens, up to an EOS.
+    // reads its token) against the host round trip of greedyDummyRun(): the same tokens, up to an EOS.
     const prompt = rnd(40, (json as Record<string, unknown>).vocab_size as number), steps = 32;
-    const host = run(cuda, json as Record<string, unknown>, dt, prompt, steps);
-    using files = dummyFiles(json as Record<string, unknown>, dt, 7);
+    const host = greedyDummyRun(cuda, json as Record<string, unknown>, dt, prompt, steps);
+    using files = dummyModelFiles(json as Record<string, unknown>, dt, 7);
     using model = loadModel(files, cuda, { maxContext: prompt.length + steps + 1, prefillBlock: 64, kvDtype: dt === "f32" ? "f32" : "bf16" });
     const r = await generateText(model, files.tokenizer, Array.from(prompt), { maxTokens: steps, sampling: { temperature: 0 }, addBos: false });
     const same = r.tokens.length > 0 && r.tokens.every((t, i) => t === host.tokens[i]) && (r.finishReason === "eos" || r.tokens.length === steps);
@@ -157,7 +141,7 @@ async function main(): Promise<void> {
   {
     using small = createCudaBackend({ arenaBytes: 2 ** 30 });
     try {
-      using files = dummyFiles(shrunkPreset("llama-3.2-1b", {}), "bf16", 1);
+      using files = dummyModelFiles(presetConfig("llama-3.2-1b"), "bf16", 1);
       loadModel(files, small, { maxContext: 64 });
       badRows.push(["1B model into a 1 GiB arena", "loaded (FAIL)"]);
       failures++;
@@ -166,7 +150,7 @@ async function main(): Promise<void> {
       badRows.push(["1B model into a 1 GiB arena", `${(e as Error).message} | after: ${used} bytes used${used ? " (FAIL)" : ""}`]);
       if (used) failures++;
     }
-    using files = dummyFiles(STORIES15M_SHAPE, "f32", 1);
+    using files = dummyModelFiles(STORIES15M_SHAPE, "f32", 1);
     using m = loadModel(files, small, { maxContext: 32 });
     try {
       m.forward(rnd(40, 32000), 0);

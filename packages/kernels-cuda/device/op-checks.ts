@@ -5,7 +5,7 @@
  * Outputs are poisoned with NaN first, so an element a kernel fails to write fails the check.
  * Used by test/gpu.test.ts (where a GPU is present) and device/device-check.ts.
  */
-import { ReferenceBackend, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
+import { ReferenceBackend, relL2Error, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
 import { CudaBackend, type MatmulPath } from "../src/index.js";
 
 export interface CheckResult {
@@ -14,18 +14,6 @@ export interface CheckResult {
   readonly err: number;
   readonly tol: number;
   readonly ok: boolean;
-}
-
-export function relErr(a: Float32Array, b: Float32Array): number {
-  if (a.length !== b.length) return Infinity;
-  let num = 0, den = 0;
-  for (let i = 0; i < a.length; i++) {
-    const d = a[i] - b[i];
-    num += d * d;
-    den += b[i] * b[i];
-  }
-  if (!Number.isFinite(num)) return Infinity;
-  return den === 0 ? Math.sqrt(num) : Math.sqrt(num / den);
 }
 
 export function maxAbs(a: Float32Array, b: Float32Array): number {
@@ -82,7 +70,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     return { c, r, data };
   };
   const record = (name: string, err: number, tol: number) => results.push({ name, err, tol, ok: err <= tol });
-  const compare = (name: string, c: Tensor, r: Tensor, tol: number) => record(name, relErr(cuda.read(c), ref.read(r)), tol);
+  const compare = (name: string, c: Tensor, r: Tensor, tol: number) => record(name, relL2Error(cuda.read(c), ref.read(r)), tol);
 
   try {
     // write/read round trips round exactly as the reference does.
@@ -242,7 +230,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
             cuda.matmul(o.c, x.c, w.c, n, bias.c);
             // cuBLAS rounds x to the weight dtype: half-precision tolerances there.
             const tol = path === "cublas" && dt === "bf16" ? 1e-2 : path === "cublas" && dt === "f16" ? 2e-3 : 1e-5;
-            record(`matmul ${path} ${dt} n=${n} k=${k} m=${m} +bias`, relErr(cuda.read(o.c), want), tol);
+            record(`matmul ${path} ${dt} n=${n} k=${k} m=${m} +bias`, relL2Error(cuda.read(o.c), want), tol);
           }
         }
         const x = pair([2, k]), o = pair([2, m], "f32", undefined, true);
@@ -283,7 +271,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         ref.attnLogitsGather(lg.r, 5 + half, q.r, 1, k.r, slots, scale);
         const lc = cuda.read(lg.c), lr = ref.read(lg.r);
         const pick = (a: Float32Array) => Float32Array.from({ length: heads * count }, (_, i) => a[Math.floor(i / count) * width + 5 + (i % count)]);
-        record(`attnLogits+Gather ${tag}`, relErr(pick(lc), pick(lr)), 1e-5);
+        record(`attnLogits+Gather ${tag}`, relL2Error(pick(lc), pick(lr)), 1e-5);
         // Probabilities for the aggregation: a proper softmax over the written columns.
         const probs = pair([heads, width], "f32", values(heads * width, 4));
         cuda.softmax(probs.c, heads, width);
@@ -294,7 +282,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         cuda.attnAggregateGather(out.c, 2, probs.c, 5 + half, v.c, slots, true);
         ref.attnAggregateGather(out.r, 2, probs.r, 5 + half, v.r, slots, true);
         const oc = cuda.read(out.c, 2 * heads * hd, heads * hd), or = ref.read(out.r, 2 * heads * hd, heads * hd);
-        record(`attnAggregate+Gather ${tag}`, relErr(oc, or), 1e-5);
+        record(`attnAggregate+Gather ${tag}`, relL2Error(oc, or), 1e-5);
         cuda.attnAggregateGather(out.c, 0, probs.c, 0, v.c, new Int32Array(0), false);
         ref.attnAggregateGather(out.r, 0, probs.r, 0, v.r, new Int32Array(0), false);
         record(`attnAggregateGather empty overwrites with zeros ${tag}`, maxAbs(cuda.read(out.c, 0, heads * hd), ref.read(out.r, 0, heads * hd)), 0);
@@ -321,7 +309,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         }
         // Tensor cores round q and the probabilities to the cache's 16-bit type.
         const tol = !tc ? 1e-5 : dt === "bf16" ? 2e-2 : 4e-3;
-        record(`attnCausal ${tag}`, relErr(cuda.read(out.c, 0, n * heads * hd), ref.read(out.r, 0, n * heads * hd)), tol);
+        record(`attnCausal ${tag}`, relL2Error(cuda.read(out.c, 0, n * heads * hd), ref.read(out.r, 0, n * heads * hd)), tol);
         record(`attnCausal leaves row n alone ${tag}`, cuda.read(out.c, n * heads * hd, heads * hd).every(Number.isNaN) ? 0 : 1, 0);
       }
     }
@@ -371,7 +359,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           cuda.matvec(out.c, x.c, w.c, f("c"));
           matvecByParts(ref, out.r, x.r, w.r, f("r"));
           const tag = `matvec ${dt} ${rows}x${k}${apart ? ` (apart: ${apart})` : ""}${norm ? " +norm" : ""}${silu ? " +siluMul" : ""}${acc ? " +=" : ""}${withBias ? " +bias" : ""}`;
-          record(tag, relErr(cuda.read(out.c, 0, m), ref.read(out.r, 0, m)), 1e-5);
+          record(tag, relL2Error(cuda.read(out.c, 0, m), ref.read(out.r, 0, m)), 1e-5);
           const row1 = cuda.read(out.c, m, m);
           record(`${tag}: row 1 untouched`, acc ? maxAbs(row1, out.data.subarray(m, 2 * m)) : row1.every(Number.isNaN) ? 0 : 1, 0);
         }
@@ -427,7 +415,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           }
           if (be === cuda) cuda.endStep();
         }
-        worst = Math.max(worst, relErr(cuda.read(x.c), ref.read(x.r)));
+        worst = Math.max(worst, relL2Error(cuda.read(x.c), ref.read(x.r)));
       }
       const after = cuda.graphStats();
       // Fused: the f32 norm + GEMV (k = 512, bf16 weights) against the reference's f64 one; the
@@ -513,7 +501,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
                 got.push(cuda.read(out.c));
               }
               const tag = `matvec planned for sm_${t ?? cuda.device.major}x${fz.norm ? " norm in the kernel" : ""} ${dt} ${rows}x${k}${norm ? " +norm" : ""}${silu ? " +siluMul" : ""}${acc ? " +=" : ""}${withBias ? " +bias" : ""}`;
-              record(tag, relErr(got[0], want), 1e-5);
+              record(tag, relL2Error(got[0], want), 1e-5);
               record(`${tag}: run twice, same bits`, maxAbs(got[0], got[1]), 0);
             }
             for (const [be, t] of owned.splice(mark).reverse()) be.free(t);

@@ -9,9 +9,9 @@
  * drained). timeWindow measures the partial over a scale-run window against the materialised path.
  * Used by device/device-check.ts.
  */
-import { ReferenceBackend, seededRandom, type DType, type Tensor } from "@hybridgen/core";
+import { ReferenceBackend, relL2Error, seededRandom, type DType, type Tensor } from "@hybridgen/core";
 import type { CudaBackend } from "../src/index.js";
-import { relErr, type CheckResult } from "./op-checks.js";
+import type { CheckResult } from "./op-checks.js";
 
 const DTYPES: readonly DType[] = ["f32", "f16", "bf16"];
 
@@ -44,7 +44,7 @@ const SHAPES: readonly Shape[] = [
 function partialErr(a: Float32Array, b: Float32Array): number {
   const fa = a.map((x, i) => (x === b[i] && !Number.isFinite(x) ? 0 : x));
   const fb = b.map((x, i) => (x === a[i] && !Number.isFinite(x) ? 0 : x));
-  return relErr(fa, fb);
+  return relL2Error(fa, fb);
 }
 
 export function runPartialChecks(cuda: CudaBackend, seed: number): CheckResult[] {
@@ -96,7 +96,7 @@ export function runPartialChecks(cuda: CudaBackend, seed: number): CheckResult[]
           ref.attnPartial(part.r, q.r, 1, k.r, v.r, spans, scale);
           ref.attnMerge(out.r, 1, part.r, logits.r, 2, selV.r, 1, sel);
           const o = heads * hd;
-          return [partialErr(cuda.read(part.c), ref.read(part.r)), relErr(cuda.read(out.c, o, o), ref.read(out.r, o, o))];
+          return [partialErr(cuda.read(part.c), ref.read(part.r)), relL2Error(cuda.read(out.c, o, o), ref.read(out.r, o, o))];
         };
         const [pe, oe] = step(0, false);
         record(`attnPartial ${tag} spans [${s.steps[0].join(",")}]`, pe, 1e-5);

@@ -8,9 +8,9 @@
  * f16 and bf16 in one chain; and the same chains with an sm_80 plan (the one-warp GEMV). Run by
  * device-check.ts.
  */
-import { ReferenceBackend, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
+import { ReferenceBackend, relL2Error, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
 import type { CudaBackend } from "../src/index.js";
-import { matvecByParts, relErr, type CheckResult } from "./op-checks.js";
+import { matvecByParts, type CheckResult } from "./op-checks.js";
 
 interface Link {
   out: string; // buffer names: "att" (attention output, d), "x" (residual, d), "h" (FFN, f), "qkv" (q)
@@ -93,7 +93,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
           links.forEach((l, j) => cuda.matvec(bufs[l.out].c, bufs[l.inp].c, weights[j].w.c, fusion(l, j, "c")));
           cuda.endStep();
           const outs = Object.values(bufs).map((b) => cuda.read(b.c));
-          outs.forEach((o, i) => (worst = Math.max(worst, relErr(o, expected[s][i]))));
+          outs.forEach((o, i) => (worst = Math.max(worst, relL2Error(o, expected[s][i]))));
         }
         const after = cuda.graphStats();
         record(`stream GEMV chain ${name}, ${how}, recorded x${steps}: every buffer vs the reference`, worst, 1e-4);

@@ -20,11 +20,10 @@
  * a timeout still leaves what it measured (stdout piped to `tee` may be lost with the process).
  */
 import { appendFileSync } from "node:fs";
-import { BatchDecoder, loadModel, presetConfig, seededRandom, type CausalLM } from "@hybridgen/core";
+import { BatchDecoder, STORIES15M_SHAPE, dummyModelFiles, loadModel, presetConfig, seededRandom, type CausalLM } from "@hybridgen/core";
 import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type SkinnyOptions } from "@hybridgen/kernels-cuda";
-import { dummyFiles } from "../dummy-files.js";
-import { STORIES15M_SHAPE, llamaBf16Sizes } from "../models.js";
+import { llamaBf16Sizes } from "../models.js";
 import { arg } from "../args.js";
 
 const steps = Number(arg("steps", "32"));
@@ -68,7 +67,7 @@ const SKINNY_OFF: SkinnyOptions = { maxRows: 32, fusedReduce: false, split: fals
 const skinnyLabel = (o: Partial<SkinnyOptions>) => (o.split || o.fusedReduce ? ` (${[o.fusedReduce && "fused reduce", o.split && "matmulSplit"].filter(Boolean).join(", ")})` : "");
 for (const [dtype, skinny] of [["f32", {}], ["bf16", {}], ["bf16", ALL_NEW]] as const) {
   cuda.setSkinny({ ...SKINNY_OFF, ...skinny });
-  using files = dummyFiles(STORIES15M_SHAPE, dtype, 7, createNativeRandomFill(), `stories15M-shape ${dtype}`);
+  using files = dummyModelFiles(STORIES15M_SHAPE, dtype, 7, createNativeRandomFill(), `stories15M-shape ${dtype}`);
   using model = loadModel(files, cuda, { maxContext: 256, kvDtype: dtype });
   const vocab = files.shape.vocabSize, STEPS = 8, bound = dtype === "f32" ? 1e-4 : 1e-2;
   for (const lengths of [[5, 40, 17, 90], [3, 60, 11, 25, 7, 100, 31, 2, 48, 19, 77, 9]]) {
@@ -153,7 +152,7 @@ for (const B of batches) {
 const maxContext = Math.max(...lengths) + variants.length * (steps + 1) + 8;
 
 let t0 = performance.now();
-using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
+using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
 using model: CausalLM = loadModel(files, cuda, { maxContext, prefillBlock: 2048, kvDtype: "bf16" });
 using dec = new BatchDecoder(model, maxB);
 say(`loaded ${preset} (bf16 dummy weights, ${(weightBytes / 1e9).toFixed(2)} GB) and ${maxB} slots of ${maxContext} positions in ${((performance.now() - t0) / 1e3).toFixed(1)} s; arena used ${(cuda.memory().usedBytes / 1e9).toFixed(1)} GB`);

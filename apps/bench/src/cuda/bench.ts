@@ -8,10 +8,9 @@
  * The first context runs in several variants (graphs off, no fusions, the host round trip, an
  * sm_80 plan's one-warp GEMV); the rest: the defaults.
  */
-import { loadModel, presetConfig, type Backend, type MatvecFusion } from "@hybridgen/core";
+import { dummyModelFiles, loadModel, presetConfig, type Backend, type MatvecFusion } from "@hybridgen/core";
 import { CudaBackend, createCudaBackend, describeCudaAvailability, cudaAvailability } from "@hybridgen/kernels-cuda";
 import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
-import { dummyFiles } from "../dummy-files.js";
 import { llamaBf16Sizes } from "../models.js";
 import { inGraphUs } from "./in-graph.js";
 import { writeRepeating } from "./fill.js";
@@ -231,7 +230,7 @@ const { hidden, layers, heads, kvHeads, inter, vocab, hd, weightBytes, kvBytesPe
 const maxContext = Math.max(...contexts) + steps + 1;
 const counter = counting(cuda);
 let t0 = performance.now();
-using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
+using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
 using model = loadModel(files, counter.backend, { maxContext, prefillBlock, kvDtype: "bf16" });
 console.log(`loaded ${preset} (bf16 dummy weights, ${(weightBytes / 1e9).toFixed(2)} GB read per step) in ${((performance.now() - t0) / 1e3).toFixed(1)} s; arena used ${(cuda.memory().usedBytes / 1e9).toFixed(1)} GB`);
 

@@ -6,41 +6,11 @@
  * check. Exits non-zero if a model fails. Usage: bun cpu-vs-cuda.js
  * Env: HYBRIDGEN_KERNELS_CUDA_LIB, HYBRIDGEN_KERNELS_CPU_LIB (absolute paths; the bundle moves).
  */
-import { loadModel, presetConfig, type Backend, type DType, type RandomFill } from "@hybridgen/core";
+import { STORIES15M_SHAPE, greedyDummyRun, presetConfig, relL2Error, type DType } from "@hybridgen/core";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "@hybridgen/kernels-cuda";
-import { dummyFiles } from "../dummy-files.js";
-import { STORIES15M_SHAPE } from "../models.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
-const shrunk = (name: string, overrides: Record<string, unknown>) => ({ ...presetConfig(name), ...overrides });
-
-/** ‖a − b‖ / ‖b‖ (L2 over the row): the bounds above are of this measure. */
-function relErr(a: Float32Array, b: Float32Array): number {
-  if (a.length !== b.length) return Infinity;
-  let num = 0, den = 0;
-  for (let i = 0; i < a.length; i++) {
-    num += (a[i] - b[i]) ** 2;
-    den += b[i] * b[i];
-  }
-  return Math.sqrt(num / (den || 1));
-}
-
-/** Prefill a prompt, then greedy decode `steps`: last-prompt logits, decode logits, tokens. */
-function run(backend: Backend, json: Record<string, unknown>, dtype: DType, prompt: Int32Array, steps: number, fill: RandomFill) {
-  using files = dummyFiles(json, dtype, 7, fill);
-  using model = loadModel(files, backend, { maxContext: prompt.length + steps + 1, prefillBlock: 64, kvDtype: dtype === "f32" ? "f32" : "bf16" });
-  const first = model.forward(prompt, 0);
-  const tokens: number[] = [];
-  const logits: Float32Array[] = [];
-  let tok = model.argmaxLogits();
-  for (let s = 0; s < steps; s++) {
-    tokens.push(tok);
-    logits.push(model.forward(Int32Array.of(tok), prompt.length + s));
-    tok = model.argmaxLogits();
-  }
-  return { first, tokens, logits };
-}
 
 const a = cudaAvailability();
 console.log(`# CPU vs CUDA (seed ${seed})\n${describeCudaAvailability(a)}`);
@@ -52,8 +22,8 @@ const rnd = (n: number, vocab: number) => Int32Array.from({ length: n }, (_, i) 
 // name, config, dtype, prompt, steps, tolerance
 const models: [string, Record<string, unknown>, DType, number, number, number][] = [
   ["stories15M shape", STORIES15M_SHAPE, "f32", 40, 32, 1e-4],
-  ["qwen2 (1.5b family, small)", shrunk("qwen2.5-1.5b", { hidden_size: 256, intermediate_size: 512, num_hidden_layers: 3, num_attention_heads: 8, num_key_value_heads: 2, vocab_size: 4096 }), "f32", 40, 32, 1e-4],
-  ["opt (125m family, small)", shrunk("opt-125m", { hidden_size: 256, ffn_dim: 1024, num_hidden_layers: 3, num_attention_heads: 4, vocab_size: 4096, word_embed_proj_dim: 256 }), "f32", 40, 32, 1e-4],
+  ["qwen2 (1.5b family, small)", presetConfig("qwen2.5-1.5b", { hidden_size: 256, intermediate_size: 512, num_hidden_layers: 3, num_attention_heads: 8, num_key_value_heads: 2, vocab_size: 4096 }), "f32", 40, 32, 1e-4],
+  ["opt (125m family, small)", presetConfig("opt-125m", { hidden_size: 256, ffn_dim: 1024, num_hidden_layers: 3, num_attention_heads: 4, vocab_size: 4096, word_embed_proj_dim: 256 }), "f32", 40, 32, 1e-4],
   ["preset llama-3.2-1b", presetConfig("llama-3.2-1b"), "bf16", 100, 4, 1e-2],
   ["preset qwen2.5-1.5b", presetConfig("qwen2.5-1.5b"), "bf16", 100, 4, 1e-2],
   ["preset opt-125m", presetConfig("opt-125m"), "bf16", 100, 4, 1e-2],
@@ -64,15 +34,15 @@ console.log("| model | dtype | prefill logits | worst decode logits | greedy tok
 for (const [name, json, dt, plen, steps, tol] of models) {
   const prompt = rnd(plen, json.vocab_size as number);
   let t0 = performance.now();
-  const c = run(cpu, json, dt, prompt, steps, fill);
+  const c = greedyDummyRun(cpu, json, dt, prompt, steps, fill);
   const tCpu = (performance.now() - t0) / 1e3;
   t0 = performance.now();
-  const g = run(cuda, json, dt, prompt, steps, fill);
+  const g = greedyDummyRun(cuda, json, dt, prompt, steps, fill);
   const tGpu = (performance.now() - t0) / 1e3;
-  const pre = relErr(g.first, c.first);
+  const pre = relL2Error(g.first, c.first);
   let dec = 0;
   // Decode logits compared while the token streams agree (after a divergence they differ by design).
-  for (let s = 0; s < steps && g.tokens[s] === c.tokens[s]; s++) dec = Math.max(dec, relErr(g.logits[s], c.logits[s]));
+  for (let s = 0; s < steps && g.tokens[s] === c.tokens[s]; s++) dec = Math.max(dec, relL2Error(g.logits[s], c.logits[s]));
   const same = g.tokens.every((t, i) => t === c.tokens[i]);
   const ok = pre <= tol && dec <= tol && (dt !== "f32" || same);
   if (!ok) failures++;

@@ -30,7 +30,7 @@
  * bandwidth of the copy path.
  */
 import {
-  HybridAttention, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LogitsMode, type RowPathRequest, type Tensor,
+  HybridAttention, STORIES15M_SHAPE, dummyModelFiles, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LogitsMode, type RowPathRequest, type Tensor,
 } from "@hybridgen/core";
 import { createSelector } from "@hybridgen/selectors";
 import { FixedScheduler } from "@hybridgen/scheduler";
@@ -39,9 +39,7 @@ import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { createCpuBackend, createNativeRandomFill, NativeCpuStage } from "@hybridgen/kernels-cpu";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type CudaHostLink } from "@hybridgen/kernels-cuda";
-import { dummyFiles } from "../dummy-files.js";
 import { mappedRowChecks } from "./mapped-rows-checks.js";
-import { STORIES15M_SHAPE } from "../models.js";
 import { arg } from "../args.js";
 
 const context = Number(arg("context", "32768"));
@@ -83,7 +81,7 @@ type SmallHybrid = HybridRuntimeOptions & { gpuKvBudget: number; sinkTokens: num
 
 /** Prompt then greedy steps (or the given tokens), logits of every forward. */
 async function runSmall(be: Backend, hybrid: SmallHybrid | null, feed?: number[], prefillBlock = 64): Promise<HybridRun> {
-  using files = dummyFiles(SMALL_SHAPE, "f32", 7);
+  using files = dummyModelFiles(SMALL_SHAPE, "f32", 7);
   using model = loadModel(files, be, { maxContext: SMALL_CONTEXT, prefillBlock, ...(hybrid ? { gpuKvBudget: hybrid.gpuKvBudget, sinkTokens: hybrid.sinkTokens } : {}) });
   const { gpuKvBudget: _b, sinkTokens: _s, ...runtime } = hybrid ?? { gpuKvBudget: 0, sinkTokens: 0 };
   using ha = hybrid ? await createHybridAttention(model, be, runtime) : null;
@@ -200,7 +198,7 @@ console.log(`pinned copy path (copy stream, 256 MiB): host→device ${(bw.h2d / 
 
 if (!process.argv.includes("--skip-full")) {
   let t0 = performance.now();
-  using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), "preset:llama-3.1-8b");
+  using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), "preset:llama-3.1-8b");
   using model = loadModel(files, cuda, { maxContext, prefillBlock: 8192, kvDtype: "bf16" });
   console.log(`full-attention model loaded in ${((performance.now() - t0) / 1e3).toFixed(1)} s`);
   t0 = performance.now();
@@ -228,7 +226,7 @@ console.log(thp());
 
 {
   let t0 = performance.now();
-  using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), "preset:llama-3.1-8b");
+  using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), "preset:llama-3.1-8b");
   // The whole prompt in one block: sinks + ring stay one run of slots, so it prefills by attnCausal.
   const before = cuda.memory().usedBytes;
   using model = loadModel(files, cuda, { maxContext, prefillBlock: context, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
@@ -331,7 +329,7 @@ console.log(thp());
 if (blockVariant > 0) {
   try {
     let t0 = performance.now();
-    using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), "preset:llama-3.1-8b");
+    using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), "preset:llama-3.1-8b");
     const before = cuda.memory().usedBytes;
     using model = loadModel(files, cuda, { maxContext, prefillBlock: blockVariant, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
     const host = createCpuBackend({ threads: 1 });

@@ -12,13 +12,11 @@
  *   3. "all" + verified logits on the mapped path equals full attention on CUDA within 1e-5.
  * hybrid-bench.ts runs them with its checks (--skip-bench).
  */
-import { HybridAttention, loadModel, relError, type LogitsMode, type RowPath, type RowPathRequest } from "@hybridgen/core";
+import { HybridAttention, STORIES15M_SHAPE, dummyModelFiles, loadModel, relError, type LogitsMode, type RowPath, type RowPathRequest } from "@hybridgen/core";
 import { createSelector } from "@hybridgen/selectors";
 import { FixedScheduler } from "@hybridgen/scheduler";
 import { createCpuBackend, NativeCpuStage } from "@hybridgen/kernels-cpu";
 import type { CudaBackend } from "@hybridgen/kernels-cuda";
-import { dummyFiles } from "../dummy-files.js";
-import { STORIES15M_SHAPE } from "../models.js";
 
 type Check = (ok: boolean, what: string) => void;
 
@@ -74,7 +72,7 @@ interface Run { logits: Float32Array[]; tokens: number[]; paths: readonly RowPat
 
 /** Prompt, then STEPS greedy steps (or the tokens fed), on a hybrid model with `rowPath` (null: full attention). */
 function decode(cuda: CudaBackend, hybrid: { logits: LogitsMode; rowPath: RowPathRequest; selector: string } | null, feed?: number[]): Run {
-  using files = dummyFiles(SHAPE, "f32", 7);
+  using files = dummyModelFiles(SHAPE, "f32", 7);
   using model = loadModel(files, cuda, { maxContext: CONTEXT, prefillBlock: 64, ...(hybrid ? { gpuKvBudget: 32, sinkTokens: 4 } : {}) });
   let ha: HybridAttention | null = null;
   if (hybrid) {

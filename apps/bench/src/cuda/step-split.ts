@@ -9,10 +9,9 @@
  * Usage:
  *   bun step-split.js [--contexts 2048,8192] [--steps 64]
  */
-import { loadModel, presetConfig } from "@hybridgen/core";
+import { dummyModelFiles, loadModel, presetConfig } from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaTimer } from "@hybridgen/kernels-cuda";
 import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
-import { dummyFiles } from "../dummy-files.js";
 import { llamaBf16Sizes } from "../models.js";
 import { inGraphUs } from "./in-graph.js";
 import { writeRepeating } from "./fill.js";
@@ -50,7 +49,7 @@ for (let i = 0; i < chunk.length; i++) chunk[i] = Math.sin(i * 12.9898) * 0.05;
 }
 
 const maxContext = Math.max(...contexts) + 2 * steps + 8;
-using files = dummyFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
+using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
 using model = loadModel(files, cuda, { maxContext, kvDtype: "bf16" });
 const rows = ["| context | run | wall ms/token | floor ms | with events: wall | step (upload + graph) | pick | device idle |", "| --- | --- | --- | --- | --- | --- | --- | --- |"];
 const timers = (n: number): CudaTimer[] => Array.from({ length: n }, () => cuda.timer());
