@@ -299,6 +299,10 @@ static int ring_reads(ring *R, hg_rows_io *io, size_t b, size_t e, unsigned dept
                 return -1;
             }
         }
+        if (r == 0 && queued && !inflight) { /* nothing taken and nothing to wait for: never block on it */
+            fail_req(io, &io->reqs[next - 1], EIO);
+            return -1;
+        }
         queued -= (unsigned)r;
         inflight += (unsigned)r;
         unsigned head = *R->cq_head, tail = __atomic_load_n(R->cq_tail, __ATOMIC_ACQUIRE);
