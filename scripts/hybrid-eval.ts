@@ -10,7 +10,7 @@
  * - the stage timings of each run: mean CPU stage and device stage per layer, and how much of
  *   the CPU stage the device stage hid.
  */
-import { ensureStories15M, HybridAttention, LlamaModel, openModelDir, type HybridOptions, type SelectionTiming } from "../packages/core/dist/index.js";
+import { DEFAULT_PROFILE_TEXT, ensureStories15M, HybridAttention, LlamaModel, openModelDir, type HybridOptions, type SelectionTiming } from "../packages/core/dist/index.js";
 import { createCpuBackend, NativeCpuStage } from "../packages/kernels-cpu/dist/index.js";
 import { createSelector } from "../packages/selectors/dist/index.js";
 import { FixedScheduler } from "../packages/scheduler/dist/index.js";
@@ -21,21 +21,10 @@ const arg = (name: string, def: number) => {
 };
 const BUDGET = arg("budget", 32), TOKENS = arg("tokens", 256), PROMPT = 16;
 
-// Written for this project in the TinyStories style (simple words, a small plot, repetition).
-const TEXT = `Once upon a time, in a small town near a big green hill, there lived a little girl named Mia. \
-Mia had a red ball that she loved very much. Every morning she took the red ball to the park and played with her dog, Max. \
-Max was brown and fluffy, and he liked to run after the ball. One sunny day, Mia threw the ball very high. \
-The ball went over the fence and into the garden of old Mr. Brown. Mia was sad. "My ball is gone," she said. \
-Max barked and wagged his tail. Mia walked to the gate and knocked on the door. Mr. Brown opened the door and smiled. \
-"Hello, little one. Is this your ball?" he asked. He held the red ball in his big hands. Mia nodded and said, "Yes, thank you!" \
-Mr. Brown gave her the ball and a cookie too. Mia and Max went back to the park. They played until the sun went down. \
-That night, Mia told her mom about kind Mr. Brown. Her mom hugged her and said, "It is good to say thank you." \
-The next day, Mia made a picture of Max and the red ball, and she gave it to Mr. Brown. He put it on his wall and smiled every time he saw it.`;
-
 const dir = await ensureStories15M({ onProgress: (m) => console.error(m) });
 using files = openModelDir(dir);
 using be = createCpuBackend({ threads: 1 }); // one "device" thread; the CPU stage has its own
-const ids = files.tokenizer.encode(TEXT).slice(0, TOKENS);
+const ids = files.tokenizer.encode(DEFAULT_PROFILE_TEXT).slice(0, TOKENS);
 if (ids.length < TOKENS) throw new Error(`the text is only ${ids.length} tokens`);
 const maxContext = TOKENS; // stories15M holds 256 positions
 

@@ -14,7 +14,7 @@
  */
 import { resolve } from "node:path";
 import { writeFileSync } from "node:fs";
-import { LlamaModel, openModelDir } from "../packages/core/dist/index.js";
+import { LlamaModel, openModelDir, seededRandom } from "../packages/core/dist/index.js";
 import { createCpuBackend } from "../packages/kernels-cpu/dist/index.js";
 import { createHybridAttention, type HybridRuntimeOptions } from "../packages/runtime/dist/index.js";
 
@@ -62,18 +62,6 @@ const MODES: Record<string, Mode> = {
 const modeNames = list("modes", "full,exact,speculative,verified,verified-c2,verified-c4,verified-exact,streaming");
 for (const m of modeNames) if (!MODES[m]) throw new Error(`unknown mode ${m} (modes: ${Object.keys(MODES).join(", ")})`);
 
-/** Mulberry32: a small seeded generator, so every run asks the same questions. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 using files = openModelDir(MODEL);
 const vocab = (word: string) => {
   const ids = files.tokenizer.encode(word, { addBos: false });
@@ -118,7 +106,7 @@ for (const m of modeNames) results[m] = {};
 for (const length of LENGTHS) {
   const k = Math.max(1, Math.round(K_FRAC * length));
   using model = LlamaModel.load(files, be, { maxContext: length, gpuKvBudget: WINDOW, sinkTokens: SINKS, kvEvictBlock: 16 });
-  const r = rng(SEED * 1000 + length);
+  const r = seededRandom(SEED * 1000 + length);
   for (const m of modeNames) results[m]![length] = { correct: 0, total: 0, meanK: 0, cpuMsPerLayer: 0 };
   const t0 = performance.now();
   for (let p = 0; p < PROMPTS; p++) {

@@ -7,7 +7,10 @@
  *   bun scripts/recall-haystack.ts [--words 2000] [--records 24] [--queries 16] [--seed 1] > haystack.txt
  *
  * --words counts whitespace-separated words: one token each in recall-4l's vocabulary.
+ * Run `bun run build` first (this imports the built core).
  */
+import { seededRandom } from "../packages/core/dist/index.js";
+
 const arg = (name: string, def: number) => {
   const i = process.argv.indexOf(`--${name}`);
   return i > 0 ? Number(process.argv[i + 1]) : def;
@@ -15,18 +18,7 @@ const arg = (name: string, def: number) => {
 const WORDS = arg("words", 2000), RECORDS = arg("records", 24), QUERIES = arg("queries", 16), SEED = arg("seed", 1);
 if (!(QUERIES <= RECORDS && RECORDS * 3 < WORDS * 0.6 && QUERIES * 4 < WORDS * 0.4)) throw new Error("too many records or queries for --words");
 
-/** Mulberry32, so a seed always gives the same text. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const rand = rng(SEED);
+const rand = seededRandom(SEED);
 const int = (n: number) => Math.floor(rand() * n);
 const filler = () => `f${int(1000)}`;
 

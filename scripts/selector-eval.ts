@@ -1,14 +1,14 @@
 /**
  * Pre-QKᵀ selectors on stories15M (bun scripts/selector-eval.ts [--budget 32] [--tokens 256]
  * [--selectors topk,streaming,quest,infinigen] [--modes exact,verified:1,verified:4]): teacher-forced over
- * hybrid-eval's text, top-1 next-token agreement and mean KL(full ‖ hybrid) for K ∈ {8, 16, 32}
+ * hybrid-eval's text (core's DEFAULT_PROFILE_TEXT), top-1 next-token agreement and mean KL(full ‖ hybrid) for K ∈ {8, 16, 32}
  * with a 32-token device window, and what each selector reads of the host store per decode step
  * (all layers): the selector's own reads through the key primitives (page summaries, partial
  * keys, the rows it folds in) plus the stage's K rows scored and V rows gathered.
  * Run `bun run build` first (this imports the built packages).
  */
 import {
-  ensureStories15M, HybridAttention, LlamaModel, openModelDir, type CpuStage, type CpuStageJob, type HybridOptions, type OffloadedKeys,
+  DEFAULT_PROFILE_TEXT, ensureStories15M, HybridAttention, LlamaModel, openModelDir, type CpuStage, type CpuStageJob, type HybridOptions, type OffloadedKeys,
   type SelectionTiming, type SelectorPrimitives,
 } from "../packages/core/dist/index.js";
 import { createCpuBackend, NativeCpuStage } from "../packages/kernels-cpu/dist/index.js";
@@ -28,21 +28,10 @@ const MODES = arg("modes", "exact,verified:1,verified:4").split(",").map((m): { 
 });
 const KS = arg("ks", "8,16,32").split(",").map(Number);
 
-// hybrid-eval's text (written for this project in the TinyStories style).
-const TEXT = `Once upon a time, in a small town near a big green hill, there lived a little girl named Mia. \
-Mia had a red ball that she loved very much. Every morning she took the red ball to the park and played with her dog, Max. \
-Max was brown and fluffy, and he liked to run after the ball. One sunny day, Mia threw the ball very high. \
-The ball went over the fence and into the garden of old Mr. Brown. Mia was sad. "My ball is gone," she said. \
-Max barked and wagged his tail. Mia walked to the gate and knocked on the door. Mr. Brown opened the door and smiled. \
-"Hello, little one. Is this your ball?" he asked. He held the red ball in his big hands. Mia nodded and said, "Yes, thank you!" \
-Mr. Brown gave her the ball and a cookie too. Mia and Max went back to the park. They played until the sun went down. \
-That night, Mia told her mom about kind Mr. Brown. Her mom hugged her and said, "It is good to say thank you." \
-The next day, Mia made a picture of Max and the red ball, and she gave it to Mr. Brown. He put it on his wall and smiled every time he saw it.`;
-
 const dir = await ensureStories15M({ onProgress: (m) => console.error(m) });
 using files = openModelDir(dir);
 using be = createCpuBackend({ threads: 1 });
-const ids = files.tokenizer.encode(TEXT).slice(0, TOKENS);
+const ids = files.tokenizer.encode(DEFAULT_PROFILE_TEXT).slice(0, TOKENS);
 if (ids.length < TOKENS) throw new Error(`the text is only ${ids.length} tokens`);
 using full = LlamaModel.load(files, be, { maxContext: TOKENS });
 using hyb = LlamaModel.load(files, be, { maxContext: TOKENS, gpuKvBudget: BUDGET, kvEvictBlock: Math.min(16, BUDGET) });

@@ -38,6 +38,7 @@ export * from "./hybrid/params.js";
 export * from "./hybrid/profile.js";
 export * from "./hybrid/profile-recall.js";
 export * from "./hybrid/profile-agreement.js";
+export * from "./hybrid/profile-text.js";
 export * from "./config-parse.js";
 export * from "./tensor-spec.js";
 export * from "./random-fill.js";

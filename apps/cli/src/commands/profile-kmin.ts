@@ -5,7 +5,7 @@
  */
 import { realpathSync } from "node:fs";
 import {
-  DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, forcedSteps, loadModel, writeHybridProfile, type HybridProfile,
+  DEFAULT_MAX_CONTEXT, DEFAULT_PROFILE_TEXT, HybridgenError, ensureStories15M, forcedSteps, loadModel, writeHybridProfile, type HybridProfile,
 } from "@hybridgen/core";
 import { loadSelectorSpec } from "@hybridgen/selectors";
 import type { CliIo } from "../io.js";
@@ -15,7 +15,6 @@ import { readPromptsJsonl } from "../read-prompts-jsonl.js";
 import { PROFILE_KMIN_HELP, parseProfileKminArgs, type ProfileKminOptions } from "./profile-kmin-args.js";
 import { measureProfile, type ProfileMeasurements, type ProfileSequence } from "./profile-kmin-measure.js";
 import { formatProfileReport } from "./profile-kmin-report.js";
-import { DEFAULT_PROFILE_TEXT } from "./profile-kmin-text.js";
 
 export { PROFILE_KMIN_HELP };
 
