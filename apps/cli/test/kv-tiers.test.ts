@@ -122,8 +122,9 @@ describe("hybridgen plan", () => {
     const p = JSON.parse(r.stdout);
     expect(p.weights).toEqual({ where: "gpu", bytes: 16_060_522_496 });
     // Free less weights, the 2 GiB reserve, the prefill's scratch (two K/V pairs of one layer over the context) and the
-    // hybrid step's staging (two slots of gathered V and K rows, 4·K = 1024 a KV head), over 128 KiB a token, less the prefill block's 512 ring slots.
-    const fit = Math.floor((140 * 2 ** 30 - 16_060_522_496 - 2 * 2 ** 30 - 4 * 1_500_000 * 8 * 128 * 2 - 4 * 1024 * 8 * 128 * 2) / 131072) - 512;
+    // hybrid step's staging (two slots of gathered V and K rows, 4·K = 1024 a KV head, and of f32 score rows as wide, one a query head),
+    // over 128 KiB a token, less the prefill block's 512 ring slots.
+    const fit = Math.floor((140 * 2 ** 30 - 16_060_522_496 - 2 * 2 ** 30 - 4 * 1_500_000 * 8 * 128 * 2 - 4 * 1024 * 8 * 128 * 2 - 2 * 32 * 1024 * 4) / 131072) - 512;
     expect(p.gpu).toMatchObject({ freeBytes: 140 * 2 ** 30, windowTokens: fit, fitTokens: fit });
     expect(p.offloadedTokens).toBe(1_500_000 - fit);
     const placed = p.tiers.reduce((n: number, t: { kBytes: number; vBytes: number }) => n + t.kBytes + t.vBytes, 0);

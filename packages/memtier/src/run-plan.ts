@@ -35,6 +35,8 @@ export const GpuPlanInputSchema = z.object({
 export const RunPlanInputSchema = z.object({
   model: z.object({
     layers: z.number().int().positive(),
+    /** Query heads (the hybrid step's score rows are one a query head); default kvHeads. */
+    heads: z.number().int().positive().optional(),
     kvHeads: z.number().int().positive(),
     headDim: z.number().int().positive(),
     weightsBytes: z.number().int().nonnegative(),
@@ -57,6 +59,8 @@ export const RunPlanInputSchema = z.object({
   k: z.number().int().positive().default(64),
   /** Candidates per selected token the device scores (verified logits, core's HybridOptions.candidates; 1 for exact or speculative). */
   candidates: z.number().int().positive().default(4),
+  /** The selector tracks accumulated scores (h2o, keyformer): the window's logits are materialised, so the score rows span the context. */
+  trackScores: z.boolean().default(false),
   pageBytes: z.number().int().positive().default(4096),
   /** The prompt is prefilled over offloaded rows (its K/V scratch is reserved); false: decode only (a synthetic KV fill). */
   prefill: z.boolean().default(true),
@@ -121,8 +125,10 @@ export function planRun(input: RunPlanInput): RunPlan {
     // A prompt prefilled in blocks over offloaded rows brings one layer up at a time into two K/V scratch pairs of the whole context.
     const row = o.model.kvHeads * o.model.headDim * o.kvElementBytes; // one token's K (or V) of one layer
     const scratch = o.prefill ? 4 * ctx * row : 0;
-    // The hybrid step's device staging: two slots of gathered V and K rows, each the widest selection (candidates·K rows a KV head).
-    const staging = 4 * Math.min(ctx, o.k * o.candidates) * row * B;
+    // The hybrid step's device staging: two slots of gathered V and K rows, each the widest selection (candidates·K rows a KV head),
+    // and two of f32 score rows a query head, as wide as that selection (the whole context only when scores are tracked).
+    const width = Math.min(ctx, o.k * o.candidates), scoreCols = o.trackScores ? ctx : width;
+    const staging = (4 * width * row + 2 * (o.model.heads ?? o.model.kvHeads) * scoreCols * 4) * B;
     const reserve = o.gpu.reserveBytes + scratch + staging;
     const fit = Math.max(0, gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: reserve, bytesPerToken: total, batch: B }) - o.appendTokens);
     window = o.gpuKvBudget === "auto" ? Math.min(fit, ctx) : Math.min(o.gpuKvBudget, ctx);

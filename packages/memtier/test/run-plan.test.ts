@@ -3,7 +3,7 @@ import type { MemoryTier } from "@hybridgen/core";
 import { diskRowsMs, gpuWindowTokens, planRun } from "../src/index.js";
 
 const GiB = 2 ** 30, KiB = 1024;
-const llama8b = { layers: 32, kvHeads: 8, headDim: 128, weightsBytes: 16_060_522_496 };
+const llama8b = { layers: 32, heads: 32, kvHeads: 8, headDim: 128, weightsBytes: 16_060_522_496 };
 // The H200 machine: one node of 125 GiB, a 64 GiB disk; the GPU's free memory as cudaMemGetInfo reports it.
 const node0: MemoryTier = { id: "node0", kind: "dram", numaNode: 0, capacityBytes: 125 * GiB, readBandwidthGBs: 40 };
 const disk: MemoryTier = { id: "file:/scratch", kind: "file", capacityBytes: 60 * GiB, path: "/scratch", readBandwidthGBs: 2 };
@@ -19,7 +19,8 @@ describe("planRun: the arithmetic", () => {
     const p = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256 });
     expect(p.bytesPerToken).toEqual({ k: 64 * KiB, v: 64 * KiB });
     const scratch = 4 * 1_500_000 * 8 * 128 * 2; // two K/V pairs of one layer over the context
-    const staging = 4 * 1024 * 8 * 128 * 2; // the hybrid step's gathered V and K rows, two slots of 4·K rows a KV head
+    // The hybrid step's gathered V and K rows, two slots of 4·K rows a KV head, and two slots of f32 score rows as wide, one a query head.
+    const staging = 4 * 1024 * 8 * 128 * 2 + 2 * 32 * 1024 * 4;
     // The window's ring keeps the prefill block's 512 slots past the budget.
     const fit = Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - scratch - staging) / (128 * KiB)) - 512;
     expect(p.gpu).toMatchObject({ reserveBytes: 2 * GiB + scratch + staging, fitTokens: fit, windowTokens: fit, windowBytes: fit * 128 * KiB });
@@ -44,9 +45,16 @@ describe("planRun: the arithmetic", () => {
     expect(decodeOnly.gpu!.fitTokens).toBe(Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - staging) / (128 * KiB)) - 512);
     // Exact or speculative logits stage K rows a head, never more than the context.
     const exact = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, candidates: 1 });
-    expect(exact.gpu!.reserveBytes).toBe(2 * GiB + scratch + 4 * 256 * 8 * 128 * 2);
+    expect(exact.gpu!.reserveBytes).toBe(2 * GiB + scratch + 4 * 256 * 8 * 128 * 2 + 2 * 32 * 256 * 4);
     const short = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 600, gpu: h200, tiers: [node0], k: 256, gpuKvBudget: 100 });
-    expect(short.gpu!.reserveBytes).toBe(2 * GiB + 4 * 600 * 8 * 128 * 2 + 4 * 600 * 8 * 128 * 2);
+    expect(short.gpu!.reserveBytes).toBe(2 * GiB + 4 * 600 * 8 * 128 * 2 + 4 * 600 * 8 * 128 * 2 + 2 * 32 * 600 * 4);
+    // Tracked scores (h2o, keyformer) materialise the window's logits: score rows over the whole context (384 MB here).
+    const tracked = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, trackScores: true });
+    expect(tracked.gpu!.reserveBytes).toBe(2 * GiB + scratch + 4 * 1024 * 8 * 128 * 2 + 2 * 32 * 1_500_000 * 4);
+    // Without the query heads the score rows count one a KV head.
+    const { heads: _, ...noHeads } = llama8b;
+    expect(planRun({ model: noHeads, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256 }).gpu!.reserveBytes)
+      .toBe(2 * GiB + scratch + 4 * 1024 * 8 * 128 * 2 + 2 * 8 * 1024 * 4);
   });
 
   it("2M tokens: refused without a disk tier, with the numbers; placed with one, V's overflow on disk at page cost", () => {

@@ -105,7 +105,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
 
   const { planRun } = await import("@hybridgen/memtier");
   const plan = planRun({
-    model: { layers: info.layers, kvHeads: info.kvHeads, headDim: info.headDim, weightsBytes },
+    model: { layers: info.layers, heads: info.heads, kvHeads: info.kvHeads, headDim: info.headDim, weightsBytes },
     kvElementBytes: kvDtype === "f32" ? 4 : 2, contextTokens: context, batch, gpuKvBudget,
     gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs } : undefined,
     tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64,
