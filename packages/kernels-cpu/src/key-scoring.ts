@@ -2,21 +2,20 @@
  * Two-step scoring of the CPU stage: compressed copies of the offloaded K rows (native/kq.c),
  * written when rows are first read after their eviction, scored first; the best
  * rescoreFactor·K candidates are rescored from the full rows. The copies live in a region of
- * their own per store K tensor (allocated here, apart from the host store's own memory).
+ * their own per store K tensor (TensorRegions, apart from the host store's own memory).
  */
 import { FFIType, type Pointer } from "bun:ffi";
 import { fail, type DType } from "@hybridgen/core";
 import { z } from "zod";
 import { openNativeSymbols } from "./native.js";
 import type { CpuTensor } from "./tensor.js";
+import { TensorRegions, type NativeRegion } from "./tensor-regions.js";
 
-const { ptr, i32, i64, i64_fast, u64, void: none } = FFIType;
+const { ptr, i32, i64, i64_fast, void: none } = FFIType;
 const symbols = {
   hg_kq_row_bytes: { args: [i32, i64], returns: i64_fast },
   hg_kq_encode: { args: [i32, ptr, i32, i64, i64, i64, i64, i64, ptr], returns: none },
   hg_kq_scores: { args: [i32, ptr, i64, i64, i64, ptr, i64, i64, ptr, i32], returns: i64_fast },
-  hg_alloc: { args: [u64], returns: ptr },
-  hg_free: { args: [ptr, u64], returns: none },
 } as const;
 let lib: ReturnType<typeof openNativeSymbols<typeof symbols>> | undefined;
 const kq = () => (lib ??= openNativeSymbols(symbols));
@@ -34,16 +33,17 @@ export function sketchRowBytes(scoring: Exclude<Scoring, "full">, headDim: numbe
   return Number(kq().hg_kq_row_bytes(SCORING_CODE[scoring], headDim));
 }
 
-interface Region { p: Pointer; bytes: number; encoded: number; epoch: number | undefined }
+interface Region extends NativeRegion { encoded: number; epoch: number | undefined }
 
 /** The compressed copies of the store K tensors a stage has scored, one region each. */
 export class KeySketches {
-  private readonly regions = new Map<CpuTensor, Region>();
+  private readonly regions: TensorRegions<Region>;
   readonly rowBytes: number;
 
   constructor(readonly scoring: Exclude<Scoring, "full">, private readonly kvHeads: number, private readonly capacity: number, headDim: number) {
     if (headDim > MAX_SKETCH_HEAD_DIM) fail(`cpu stage: ${scoring} scoring takes head dims up to ${MAX_SKETCH_HEAD_DIM}, got ${headDim}`);
     this.rowBytes = sketchRowBytes(scoring, headDim);
+    this.regions = new TensorRegions(`${scoring} key copies`);
   }
 
   /**
@@ -52,15 +52,8 @@ export class KeySketches {
    * than encoded start it over.
    */
   region(k: CpuTensor, offloaded: number, epoch: number | undefined): { address: Pointer; from: number } {
-    for (const [t, r] of this.regions) if (t.dead) this.drop(t, r); // its store was freed
-    let r = this.regions.get(k);
-    if (!r) {
-      const bytes = this.kvHeads * this.capacity * this.rowBytes;
-      const p = kq().hg_alloc(bytes);
-      if (!p) fail(`cpu stage: could not allocate ${bytes} bytes for ${this.scoring} key copies`);
-      r = { p: p as Pointer, bytes, encoded: 0, epoch };
-      this.regions.set(k, r);
-    }
+    const bytes = this.kvHeads * this.capacity * this.rowBytes;
+    const r = this.regions.get(k) ?? this.regions.alloc(k, bytes, (p) => ({ p, bytes, encoded: 0, epoch }));
     if (r.epoch !== epoch || offloaded < r.encoded) r.encoded = 0;
     r.epoch = epoch;
     const from = r.encoded;
@@ -70,18 +63,11 @@ export class KeySketches {
 
   /** Bytes held by the compressed copies. */
   get bytes(): number {
-    let b = 0;
-    for (const r of this.regions.values()) b += r.bytes;
-    return b;
+    return this.regions.bytes;
   }
 
   close(): void {
-    for (const [t, r] of this.regions) this.drop(t, r);
-  }
-
-  private drop(t: CpuTensor, r: Region): void {
-    kq().hg_free(r.p, r.bytes);
-    this.regions.delete(t);
+    this.regions.close();
   }
 }
 
