@@ -6,9 +6,10 @@
  * a GPU by device/batch-bench.ts.
  */
 import { describe, expect, it } from "vitest";
-import { HybridgenError, ReferenceBackend, type BatchAttnRow } from "@hybridgen/core";
+import { ReferenceBackend, type BatchAttnRow } from "@hybridgen/core";
 import { CudaBackend } from "../src/index.js";
 import { STAND_IN_DEVICE, standInNative, type NativeCall } from "./stand-in-native.js";
+import { expectOneLineErrors } from "./one-line-errors.js";
 
 const device = STAND_IN_DEVICE;
 
@@ -19,21 +20,6 @@ function make(splitK = true) {
   const be = new CudaBackend({ arenaBytes: 1 << 23 }, { lib, device });
   const ops = () => calls.filter((c) => /^hg_cu_(attn|copy)/.test(c.name) && !c.name.endsWith("_path"));
   return { be, calls, ops };
-}
-
-/** Each call throws a one-line HybridgenError matching its pattern. */
-function expectOneLineErrors(cases: [() => unknown, RegExp][]): void {
-  for (const [fn, re] of cases) {
-    let err: unknown;
-    try {
-      fn();
-    } catch (e) {
-      err = e;
-    }
-    expect(err, String(re)).toBeInstanceOf(HybridgenError);
-    expect((err as Error).message).toMatch(re);
-    expect((err as Error).message).not.toContain("\n");
-  }
 }
 
 /** 3 rows, 4 query heads over 2 KV heads of dim 8, caches of 16 (row 2: 24) slots in bf16. */

@@ -5,9 +5,9 @@
  * table. The kernels themselves: device/partial-checks.ts on a GPU.
  */
 import { describe, expect, it } from "vitest";
-import { HybridgenError } from "@hybridgen/core";
 import { CudaBackend } from "../src/index.js";
 import { STAND_IN_DEVICE, standInNative, type NativeCall } from "./stand-in-native.js";
+import { expectOneLineErrors } from "./one-line-errors.js";
 
 function make() {
   const calls: NativeCall[] = [];
@@ -49,17 +49,7 @@ describe("CudaBackend attnPartial / attnMerge (stand-in native library)", () => 
       [() => be.attnMerge(out, 1, part, logits, 0, k, 0, 3), /^attnMerge: out row 1 is outside/],
       [() => be.attnMerge(out, 0, be.alloc([3, 18]), logits, 0, k, 0, 3), /^attnMerge: part f32\[3x18\] must be \[4, 18\]/],
     ];
-    for (const [fn, re] of cases) {
-      let err: unknown;
-      try {
-        fn();
-      } catch (e) {
-        err = e;
-      }
-      expect(err, String(re)).toBeInstanceOf(HybridgenError);
-      expect((err as Error).message).toMatch(re);
-      expect((err as Error).message).not.toContain("\n");
-    }
+    expectOneLineErrors(cases);
     expect(ops()).toEqual([]);
     be.close();
   });
