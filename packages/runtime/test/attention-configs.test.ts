@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { loadModel } from "@hybridgen/core";
+import { loadModel, relError } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
-import { CONTEXT, PROMPT, STEPS, tinyFiles as tinyModelFiles } from "./tiny-model.js";
+import { CONTEXT, PROMPT, STEPS, decodeTiny, tinyFiles as tinyModelFiles } from "./tiny-model.js";
 import { ATTENTION_CONFIG_NAMES, attachAttentionConfig, attentionConfig } from "../src/index.js";
 
 const tinyFiles = () => tinyModelFiles(9);
@@ -11,27 +11,8 @@ afterAll(() => backend.close());
 const prompt = Int32Array.from({ length: PROMPT }, (_, i) => (i * 53 + 7) % 256);
 const load = (window?: number) => loadModel(tinyFiles(), backend, { maxContext: CONTEXT, ...(window ? { gpuKvBudget: window, sinkTokens: 2 } : {}) });
 
-/** Prompt, then STEPS steps fed with `feed` (greedy when absent); every forward's logits. */
-function decode(model: ReturnType<typeof load>, feed?: number[]): { logits: Float32Array[]; tokens: number[] } {
-  const logits = [Float32Array.from(model.forward(prompt, 0))];
-  const tokens: number[] = [];
-  for (let s = 0; s < STEPS; s++) {
-    const last = logits[logits.length - 1]!;
-    const tok = feed ? feed[s]! : last.indexOf(Math.max(...last));
-    tokens.push(tok);
-    logits.push(Float32Array.from(model.forward(Int32Array.of(tok), PROMPT + s)));
-  }
-  return { logits, tokens };
-}
-
-function relErr(a: Float32Array, b: Float32Array): number {
-  let worst = 0, scale = 0;
-  for (let j = 0; j < a.length; j++) {
-    worst = Math.max(worst, Math.abs(a[j]! - b[j]!));
-    scale = Math.max(scale, Math.abs(b[j]!));
-  }
-  return worst / scale;
-}
+/** The prompt, then STEPS steps fed with `feed` (greedy when absent): every forward's logits. */
+const decode = (model: ReturnType<typeof load>, feed?: number[]) => decodeTiny(model, prompt, feed);
 
 describe("attention configurations", () => {
   it("flexgen (AoG), moe-lightning (AoC) and all-tokens equal full attention at every step; greedy text too", async () => {
@@ -41,7 +22,7 @@ describe("attention configurations", () => {
       using model = load(16);
       using a = await attachAttentionConfig(model, backend, attentionConfig(name, 8));
       const fed = decode(model, want.tokens);
-      fed.logits.forEach((l, i) => expect(relErr(l, want.logits[i]!), `${name} forward ${i}`).toBeLessThan(1e-5));
+      fed.logits.forEach((l, i) => expect(relError(l, want.logits[i]!), `${name} forward ${i}`).toBeLessThan(1e-5));
       expect(a.summary()).toContain(name);
       a.close();
       model.cache.reset();
@@ -57,7 +38,7 @@ describe("attention configurations", () => {
       using model = load(16);
       using a = await attachAttentionConfig(model, backend, attentionConfig(name, 2));
       const got = decode(model, want.tokens);
-      const worst = Math.max(...got.logits.map((l, i) => relErr(l, want.logits[i]!)));
+      const worst = Math.max(...got.logits.map((l, i) => relError(l, want.logits[i]!)));
       if (["flexgen", "moe-lightning", "all-tokens"].includes(name)) expect(worst, name).toBeLessThan(1e-5);
       else expect(worst, name).toBeGreaterThan(1e-4);
       if (a.config.kind === "hybrid") expect(a.trace().length, name).toBe(STEPS);

@@ -5,7 +5,7 @@
 // generateBatch's continuous batching gives each prompt's tokens alone; the AoG/AoC baselines
 // attached per slot (as hybridgen bench does) equal full attention; bad input is one line.
 import { afterAll, describe, expect, it } from "vitest";
-import { BatchDecoder, generate, generateBatch, loadModel, type LlamaModel } from "@hybridgen/core";
+import { BatchDecoder, generate, generateBatch, loadModel, relError, type LlamaModel } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { FixedScheduler } from "@hybridgen/scheduler";
 import {
@@ -28,14 +28,6 @@ const prompt = (n: number, seed: number) => Int32Array.from({ length: n }, (_, i
 const PROMPTS = [prompt(20, 1), prompt(40, 2), prompt(61, 3), prompt(30, 4)];
 
 const argmax = (x: Float32Array) => x.reduce((b, v, i) => (v > x[b]! ? i : b), 0);
-function relError(a: Float32Array, b: Float32Array): number {
-  let worst = 0, scale = 0;
-  for (let i = 0; i < a.length; i++) {
-    worst = Math.max(worst, Math.abs(a[i]! - b[i]!));
-    scale = Math.max(scale, Math.abs(b[i]!));
-  }
-  return worst / scale;
-}
 
 /** Each prompt alone under createHybridAttention: the logits before each of `steps` greedy tokens. */
 async function alone(options: HybridRuntimeOptions, steps: number[]): Promise<Float32Array[][]> {

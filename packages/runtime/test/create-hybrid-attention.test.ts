@@ -3,7 +3,7 @@ import {
   ReferenceBackend, loadModel, type HybridProfile,
 } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
-import { CONTEXT, PROMPT, STEPS, tinyFiles as tinyModelFiles } from "./tiny-model.js";
+import { CONTEXT, PROMPT, STEPS, decodeTiny, tinyFiles as tinyModelFiles } from "./tiny-model.js";
 import { FixedScheduler } from "@hybridgen/scheduler";
 import { createSelector } from "@hybridgen/selectors";
 import { createHybridAttention, hybridPlan, resolveHybrid } from "../src/index.js";
@@ -18,18 +18,8 @@ function load(window?: number) {
   return loadModel(tinyFiles(), backend, { maxContext: CONTEXT, ...(window ? { gpuKvBudget: window, sinkTokens: 2 } : {}) });
 }
 
-/** Prompt, then STEPS greedy steps fed with `feed` (when given); the logits of every forward. */
-function decode(model: ReturnType<typeof load>, feed?: number[]): { logits: Float32Array[]; tokens: number[] } {
-  const logits = [Float32Array.from(model.forward(prompt, 0))];
-  const tokens: number[] = [];
-  for (let s = 0; s < STEPS; s++) {
-    const last = logits[logits.length - 1]!;
-    const tok = feed ? feed[s]! : last.indexOf(Math.max(...last));
-    tokens.push(tok);
-    logits.push(Float32Array.from(model.forward(Int32Array.of(tok), PROMPT + s)));
-  }
-  return { logits, tokens };
-}
+/** The prompt, then STEPS steps fed with `feed` (greedy when absent): every forward's logits. */
+const decode = (model: ReturnType<typeof load>, feed?: number[]) => decodeTiny(model, prompt, feed);
 
 // The part of a stored profile (core's HybridProfile) the runtime reads.
 const profile = (): Pick<HybridProfile, "kMin" | "exactLayers" | "perSelector" | "selector"> => ({

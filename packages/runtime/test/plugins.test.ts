@@ -9,7 +9,7 @@ import {
   loadModel, referencePrimitives, type SelectorPrimitives,
 } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
-import { CONTEXT, PROMPT, STEPS, TINY_CONFIG, tinyFiles as tinyModelFiles } from "./tiny-model.js";
+import { CONTEXT, PROMPT, STEPS, TINY_CONFIG, decodeTiny, tinyFiles as tinyModelFiles } from "./tiny-model.js";
 import { createHybridAttention, hybridPlan } from "../src/index.js";
 
 const tinyFiles = () => tinyModelFiles(5);
@@ -48,15 +48,7 @@ writeFileSync(join(tmp, "vandal.ts"), plugin("js-topk-vandal", true));
 async function run(selector: string, feed?: number[], selectorOptions?: Record<string, unknown>) {
   using model = loadModel(tinyFiles(), backend, { maxContext: CONTEXT, gpuKvBudget: 16, sinkTokens: 2 });
   using ha = await createHybridAttention(model, backend, { selector, scheduler: "fixed", k: 6, timing: "post", logits: "exact", ...(selectorOptions ? { selectorOptions } : {}) });
-  const logits = [Float32Array.from(model.forward(prompt, 0))];
-  const tokens: number[] = [];
-  for (let s = 0; s < STEPS; s++) {
-    const last = logits[logits.length - 1]!;
-    const tok = feed ? feed[s]! : last.indexOf(Math.max(...last));
-    tokens.push(tok);
-    logits.push(Float32Array.from(model.forward(Int32Array.of(tok), PROMPT + s)));
-  }
-  return { logits, tokens, plan: hybridPlan(ha)! };
+  return { ...decodeTiny(model, prompt, feed), plan: hybridPlan(ha)! };
 }
 
 describe("plugins through createHybridAttention", () => {

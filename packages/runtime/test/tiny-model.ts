@@ -1,5 +1,5 @@
 /** The runtime tests' model: a tiny Llama (GQA: 4 heads over 2 KV heads), random f32 weights, 3 layers, 96-token context. */
-import { ByteTokenizer, DummyWeightSource, describeModel, tensorSpecsOf, type ModelFiles } from "@hybridgen/core";
+import { dummyModelFiles, type ModelFiles } from "@hybridgen/core";
 
 export const TINY_CONFIG = {
   architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 64, intermediate_size: 128, num_hidden_layers: 3,
@@ -10,8 +10,18 @@ export const CONTEXT = 96, PROMPT = 40, STEPS = 12;
 
 /** The tiny model's files with dummy weights drawn from `seed`. */
 export function tinyFiles(seed: number): ModelFiles {
-  const { config, shape } = describeModel(TINY_CONFIG, "tiny config.json");
-  const weights = new DummyWeightSource(tensorSpecsOf(config, shape), { dtype: "f32", seed });
-  const close = (): void => {};
-  return { dir: "tiny", config, shape, weights, tokenizer: new ByteTokenizer(shape.vocabSize), chatTemplate: null, close, [Symbol.dispose]: close };
+  return dummyModelFiles(TINY_CONFIG, "f32", seed, undefined, "tiny");
+}
+
+/** `prompt` (PROMPT tokens), then STEPS steps fed with `feed` (greedy when absent): the logits of every forward, and the tokens fed. */
+export function decodeTiny(model: { forward(tokens: Int32Array, pos: number): Float32Array }, prompt: Int32Array, feed?: number[]): { logits: Float32Array[]; tokens: number[] } {
+  const logits = [Float32Array.from(model.forward(prompt, 0))];
+  const tokens: number[] = [];
+  for (let s = 0; s < STEPS; s++) {
+    const last = logits[logits.length - 1]!;
+    const tok = feed ? feed[s]! : last.indexOf(Math.max(...last));
+    tokens.push(tok);
+    logits.push(Float32Array.from(model.forward(Int32Array.of(tok), PROMPT + s)));
+  }
+  return { logits, tokens };
 }
