@@ -10,7 +10,7 @@
  * - the stage timings of each run: mean CPU stage and device stage per layer, and how much of
  *   the CPU stage the device stage hid.
  */
-import { DEFAULT_PROFILE_TEXT, ensureStories15M, HybridAttention, LlamaModel, openModelDir, type HybridOptions, type SelectionTiming } from "../packages/core/dist/index.js";
+import { argmax, DEFAULT_PROFILE_TEXT, ensureStories15M, HybridAttention, LlamaModel, logSoftmax64, openModelDir, type HybridOptions, type SelectionTiming } from "../packages/core/dist/index.js";
 import { createCpuBackend, NativeCpuStage } from "../packages/kernels-cpu/dist/index.js";
 import { createSelector } from "../packages/selectors/dist/index.js";
 import { FixedScheduler } from "../packages/scheduler/dist/index.js";
@@ -51,21 +51,6 @@ function greedy(model: LlamaModel): number[] {
   return out;
 }
 
-function logSoftmax(l: Float32Array): Float64Array {
-  let m = -Infinity;
-  for (const v of l) m = Math.max(m, v);
-  let z = 0;
-  for (const v of l) z += Math.exp(v - m);
-  const lz = m + Math.log(z);
-  return Float64Array.from(l, (v) => v - lz);
-}
-
-function argmax(l: Float32Array): number {
-  let b = 0;
-  for (let i = 1; i < l.length; i++) if (l[i] > l[b]) b = i;
-  return b;
-}
-
 function attach(selector: string, k: number, timing: SelectionTiming, options: HybridOptions): HybridAttention {
   return HybridAttention.attach({
     attention: hyb.attention, projector: hyb, stage: new NativeCpuStage(be, { threads: 1 }),
@@ -85,7 +70,7 @@ for (const logits of ["exact", "verified"] as const) {
 }
 
 // 2. Teacher-forced agreement and KL.
-const ref = forced(full).map((l) => ({ top: argmax(l), logp: logSoftmax(l) }));
+const ref = forced(full).map((l) => ({ top: argmax(l), logp: logSoftmax64(l) }));
 const rows: string[][] = [];
 const EXTRA = (process.argv.find((a) => a.startsWith("--selectors="))?.slice(12) ?? "").split(",").filter(Boolean);
 const configs: [string, string, number, SelectionTiming, HybridOptions][] = [["all", "all", 1, "post", { logits: "exact" }]];
@@ -106,7 +91,7 @@ for (const [label, selector, k, timing, options] of configs) {
   const got = forced(hyb);
   let agree = 0, kl = 0;
   got.forEach((l, i) => {
-    const lp = logSoftmax(l), r = ref[i];
+    const lp = logSoftmax64(l), r = ref[i];
     if (argmax(l) === r.top) agree++;
     let d = 0;
     for (let j = 0; j < lp.length; j++) d += Math.exp(r.logp[j]) * (r.logp[j] - lp[j]);

@@ -14,7 +14,7 @@
  */
 import { resolve } from "node:path";
 import { writeFileSync } from "node:fs";
-import { LlamaModel, openModelDir, seededRandom } from "../packages/core/dist/index.js";
+import { argmax, LlamaModel, openModelDir, seededRandom } from "../packages/core/dist/index.js";
 import { createCpuBackend } from "../packages/kernels-cpu/dist/index.js";
 import { createHybridAttention, type HybridRuntimeOptions } from "../packages/runtime/dist/index.js";
 
@@ -91,12 +91,6 @@ function makePrompt(r: () => number, length: number): { context: number[]; key: 
   });
   const asked = records[Math.floor(r() * records.length)]!;
   return { context: [BOS, ...context], key: asked.key, answer: asked.value };
-}
-
-function argmax(l: Float32Array): number {
-  let b = 0;
-  for (let i = 1; i < l.length; i++) if (l[i]! > l[b]!) b = i;
-  return b;
 }
 
 using be = createCpuBackend({ threads: THREADS });

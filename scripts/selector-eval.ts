@@ -8,7 +8,7 @@
  * Run `bun run build` first (this imports the built packages).
  */
 import {
-  DEFAULT_PROFILE_TEXT, ensureStories15M, HybridAttention, LlamaModel, openModelDir, type CpuStage, type CpuStageJob, type HybridOptions, type OffloadedKeys,
+  argmax, DEFAULT_PROFILE_TEXT, ensureStories15M, HybridAttention, LlamaModel, logSoftmax64, openModelDir, type CpuStage, type CpuStageJob, type HybridOptions, type OffloadedKeys,
   type SelectionTiming, type SelectorPrimitives,
 } from "../packages/core/dist/index.js";
 import { createCpuBackend, NativeCpuStage } from "../packages/kernels-cpu/dist/index.js";
@@ -92,17 +92,8 @@ function meteredStage(m: { bytes: number }): CpuStage {
   }) as CpuStage;
 }
 
-function logSoftmax(l: Float32Array): Float64Array {
-  let m = -Infinity;
-  for (const v of l) m = Math.max(m, v);
-  let z = 0;
-  for (const v of l) z += Math.exp(v - m);
-  const lz = m + Math.log(z);
-  return Float64Array.from(l, (v) => v - lz);
-}
-const argmax = (l: Float32Array) => l.indexOf(Math.max(...l));
 
-const ref = forced(full).map((l) => ({ top: argmax(l), logp: logSoftmax(l) }));
+const ref = forced(full).map((l) => ({ top: argmax(l), logp: logSoftmax64(l) }));
 const rows: string[][] = [];
 for (const mode of MODES) {
   for (const name of SELECTORS) {
@@ -115,7 +106,7 @@ for (const mode of MODES) {
       const got = forced(hyb);
       let agree = 0, kl = 0;
       got.forEach((l, i) => {
-        const lp = logSoftmax(l), r = ref[i]!;
+        const lp = logSoftmax64(l), r = ref[i]!;
         if (argmax(l) === r.top) agree++;
         let d = 0;
         for (let j = 0; j < lp.length; j++) d += Math.exp(r.logp[j]!) * (r.logp[j]! - lp[j]!);

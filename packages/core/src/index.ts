@@ -37,6 +37,7 @@ export * from "./hybrid/row-path.js";
 export * from "./hybrid/params.js";
 export * from "./hybrid/profile.js";
 export * from "./hybrid/profile-recall.js";
+export * from "./log-softmax.js";
 export * from "./hybrid/profile-agreement.js";
 export * from "./hybrid/profile-text.js";
 export * from "./config-parse.js";

@@ -20,7 +20,7 @@
  * a timeout still leaves what it measured (stdout piped to `tee` may be lost with the process).
  */
 import { appendFileSync } from "node:fs";
-import { BatchDecoder, STORIES15M_SHAPE, dummyModelFiles, loadModel, presetConfig, seededRandom, type CausalLM } from "@hybridgen/core";
+import { BatchDecoder, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, presetConfig, seededRandom, type CausalLM } from "@hybridgen/core";
 import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type SkinnyOptions } from "@hybridgen/kernels-cuda";
 import { llamaBf16Sizes } from "../models.js";
@@ -39,12 +39,6 @@ function say(line: string): void {
 function prompts(seed: number, lengths: number[], vocab: number): Int32Array[] {
   const r = seededRandom(seed);
   return lengths.map((n) => Int32Array.from({ length: n }, () => 3 + Math.floor(r() * (vocab - 3))));
-}
-
-function argmaxOf(x: Float32Array): number {
-  let b = 0;
-  for (let i = 1; i < x.length; i++) if (x[i] > x[b]) b = i;
-  return b;
 }
 
 const a = cudaAvailability();
@@ -78,7 +72,7 @@ for (const [dtype, skinny] of [["f32", {}], ["bf16", {}], ["bf16", ALL_NEW]] as 
       const toks: number[] = [], all: Float32Array[] = [];
       for (let s = 0; s < STEPS; s++) {
         all.push(logits);
-        toks.push(argmaxOf(logits));
+        toks.push(argmax(logits));
         logits = model.forward(Int32Array.of(toks[s]), p.length + s);
       }
       return { toks, all };

@@ -30,7 +30,7 @@
  * bandwidth of the copy path.
  */
 import {
-  HybridAttention, STORIES15M_SHAPE, dummyModelFiles, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LogitsMode, type RowPathRequest, type Tensor,
+  HybridAttention, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LogitsMode, type RowPathRequest, type Tensor,
 } from "@hybridgen/core";
 import { createSelector } from "@hybridgen/selectors";
 import { FixedScheduler } from "@hybridgen/scheduler";
@@ -98,12 +98,6 @@ async function runSmall(be: Backend, hybrid: SmallHybrid | null, feed?: number[]
     logits.push(model.forward(Int32Array.of(tok), PROMPT + s));
   }
   return { logits, tokens, summary: ha ? ha.stats.summary() : "" };
-}
-
-function argmax(x: Float32Array): number {
-  let b = 0;
-  for (let i = 1; i < x.length; i++) if (x[i] > x[b]) b = i;
-  return b;
 }
 
 {

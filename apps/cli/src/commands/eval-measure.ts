@@ -8,7 +8,7 @@
  * prefilled but its last `tail` tokens, which are fed as decode steps with the configuration
  * attached, then each choice's tokens (their summed log-probability) or the greedy continuation.
  */
-import { HybridgenError, type Backend, type CausalLM, type Tokenizer } from "@hybridgen/core";
+import { HybridgenError, argmax, logSoftmax64, type Backend, type CausalLM, type Tokenizer } from "@hybridgen/core";
 import { attachAttentionConfig, attentionConfig, type AttentionConfig } from "@hybridgen/runtime";
 import type { EvalOptions } from "./eval-args.js";
 import type { TaskItem } from "./eval-tasks-file.js";
@@ -51,21 +51,6 @@ export function evalRuns(o: Pick<EvalOptions, "configs" | "ks">): { run: EvalRun
   return out;
 }
 
-function logSoftmax(l: Float32Array): Float64Array {
-  let m = -Infinity;
-  for (let i = 0; i < l.length; i++) if (l[i]! > m) m = l[i]!;
-  let z = 0;
-  for (let i = 0; i < l.length; i++) z += Math.exp(l[i]! - m);
-  const lz = m + Math.log(z);
-  return Float64Array.from(l, (v) => v - lz);
-}
-
-function argmax(l: ArrayLike<number>): number {
-  let b = 0;
-  for (let i = 1; i < l.length; i++) if (l[i]! > l[b]!) b = i;
-  return b;
-}
-
 /** Teacher forcing: calls `see(i, logits)` for the prediction of ids[prefix + i]. */
 function teacherForce(model: CausalLM, ids: Int32Array, prefix: number, see: (i: number, logits: Float32Array) => void): void {
   model.reset();
@@ -86,7 +71,7 @@ export async function evalText(m: EvalModels, ids: Int32Array, o: EvalOptions): 
   const ref: { lp: Float64Array; top: number }[] = [];
   let refNll = 0;
   teacherForce(m.full, ids, o.prefix, (i, l) => {
-    const lp = logSoftmax(l);
+    const lp = logSoftmax64(l);
     ref.push({ lp, top: argmax(l) });
     refNll -= lp[ids[o.prefix + i]!]!;
   });
@@ -100,7 +85,7 @@ export async function evalText(m: EvalModels, ids: Int32Array, o: EvalOptions): 
     using _a = await attachAttentionConfig(m.windowed, m.backend, config);
     let nll = 0, agree = 0, kl = 0;
     teacherForce(m.windowed, ids, o.prefix, (i, l) => {
-      const lp = logSoftmax(l), r = ref[i]!;
+      const lp = logSoftmax64(l), r = ref[i]!;
       nll -= lp[ids[o.prefix + i]!]!;
       if (argmax(l) === r.top) agree++;
       let d = 0;
@@ -151,7 +136,7 @@ function answer(model: CausalLM, e: Encoded, tok: Tokenizer, restore: () => void
       restore();
       let l = feed(e.tail, start), ll = 0;
       for (let j = 0; j < c.length; j++) {
-        ll += logSoftmax(l)[c[j]!]!;
+        ll += logSoftmax64(l)[c[j]!]!;
         if (j + 1 < c.length) l = model.forward(c.subarray(j, j + 1), after + j);
       }
       if (ll > best) [best, pick] = [ll, ci];

@@ -5,6 +5,7 @@
  * KL(full ‖ other).
  */
 import type { KvCache } from "../kv-cache.js";
+import { logSoftmax } from "../log-softmax.js";
 import { argmax } from "../sampler.js";
 
 /** What teacherForce needs of a model (every CausalLM). */
@@ -38,15 +39,6 @@ export function teacherForce(model: ForcedModel, ids: ArrayLike<number>, prefill
 export function forcedSteps(length: number, window: number): number {
   // The first step past the window evicts a block; offloaded steps start after it.
   return Math.max(0, length - window - 1);
-}
-
-export function logSoftmax(l: Float32Array): Float32Array {
-  let m = -Infinity;
-  for (const v of l) m = Math.max(m, v);
-  let z = 0;
-  for (const v of l) z += Math.exp(v - m);
-  const lz = m + Math.log(z);
-  return Float32Array.from(l, (v) => v - lz);
 }
 
 export function referenceStep(logits: Float32Array): ReferenceStep {
