@@ -8,10 +8,7 @@
 # and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"].
 # MODELS, CONTEXTS, BATCHES, STEPS, BUDGET (--gpu-kv-budget), K and BENCH_ARGS override the bench.
 set -u
-mkdir -p /tmp/bunbin && xz -dc .device/bun.xz > /tmp/bunbin/bun && chmod +x /tmp/bunbin/bun
-export PATH=/tmp/bunbin:$PATH LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export HYBRIDGEN_KERNELS_CPU_LIB="$PWD/packages/kernels-cpu/lib/libhgcpu.so" HYBRIDGEN_KERNELS_CUDA_LIB="$PWD/packages/kernels-cuda/lib/libhgcuda.so"
-OUT=${OUT:-/tmp/out}
+. "$(dirname "$0")/device-env.sh"
 mkdir -p "$OUT/bench"
 nvidia-smi --query-gpu=name,serial,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/gpu.txt"

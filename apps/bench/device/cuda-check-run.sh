@@ -8,11 +8,7 @@
 #     bun build --target=bun --external 'bun:*' "$f" --outfile ".device/$(basename "$f" .ts).js"; done
 # and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"].
 set -u
-mkdir -p /tmp/bunbin && xz -dc .device/bun.xz > /tmp/bunbin/bun && chmod +x /tmp/bunbin/bun
-export PATH=/tmp/bunbin:$PATH LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export HYBRIDGEN_KERNELS_CPU_LIB="$PWD/packages/kernels-cpu/lib/libhgcpu.so" HYBRIDGEN_KERNELS_CUDA_LIB="$PWD/packages/kernels-cuda/lib/libhgcuda.so"
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+. "$(dirname "$0")/device-env.sh"
 nvidia-smi --query-gpu=name,serial,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 timeout "${CHECK_S:-240}" bun .device/device-check.js > "$OUT/device-check.log" 2>&1
 echo "device-check exit $?"; grep -E 'FAIL|ALL PASS|FAILED|^## ' "$OUT/device-check.log" | head -40

@@ -7,12 +7,9 @@
 #   bun build --target=bun --external 'bun:*' apps/bench/src/scale-run.ts --outfile .device/scale-run.js
 # and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"].
 set -u
-mkdir -p /tmp/bunbin && xz -dc .device/bun.xz > /tmp/bunbin/bun && chmod +x /tmp/bunbin/bun
-export PATH=/tmp/bunbin:$PATH LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
-export HYBRIDGEN_KERNELS_CPU_LIB="$PWD/packages/kernels-cpu/lib/libhgcpu.so" HYBRIDGEN_KERNELS_CUDA_LIB="$PWD/packages/kernels-cuda/lib/libhgcuda.so"
-OUT=${OUT:-/tmp/out}
+. "$(dirname "$0")/device-env.sh"
 DISK=${KV_DISK:-/var/tmp/hg-kv} # the disk tier's files: never under $OUT (they would come back)
-mkdir -p "$OUT" "$DISK"
+mkdir -p "$DISK"
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader | tee "$OUT/machine.txt"
 lscpu | grep -E 'Model name|^CPU\(s\)|NUMA node' | tee -a "$OUT/machine.txt"
 free -g | tee -a "$OUT/machine.txt"; df -h "$DISK" | tee -a "$OUT/machine.txt"
