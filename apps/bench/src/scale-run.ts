@@ -110,7 +110,7 @@ for (const context of contexts) {
   const weightsBytes = Object.values(modelInfo(files.config, files.shape, files.weights).weightBytes).reduce((a, b) => a + (b ?? 0), 0);
   const freeBytes = backend.memory?.().freeBytes;
   const plan = planRun({
-    model: { layers: files.shape.layers, kvHeads: files.shape.kvHeads, headDim: files.shape.headDim, weightsBytes },
+    model: { layers: files.shape.layers, heads: files.shape.heads, kvHeads: files.shape.kvHeads, headDim: files.shape.headDim, weightsBytes },
     kvElementBytes: 2, contextTokens: maxContext, k: K, policy, prefill: !synthetic, appendTokens: PREFILL_BLOCK, hostBudgetBytes: hostBudget, tiers: baseTiers,
     gpuKvBudget: windowArg === "auto" ? "auto" : Number(windowArg),
     gpu: freeBytes === undefined ? undefined : { freeBytes, readBandwidthGBs: copyBw ? copyBw / 1e9 : undefined, linkBandwidthGBs: link ? link.h2d / 1e9 : undefined },
