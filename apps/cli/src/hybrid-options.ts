@@ -210,14 +210,16 @@ export interface AttachedHybrid extends Disposable {
  * memory and the stage's output goes up on the copy stream.
  */
 export async function attachHybrid(
-  model: SequenceModel, backend: Backend, h: HybridCliOptions, profile: HybridProfile | null = null, storeAllocator?: KvStoreAllocator, batch = 1,
+  model: SequenceModel, backend: Backend, h: HybridCliOptions, profile: HybridProfile | null = null, storeAllocator?: KvStoreAllocator, batch = 1, readDepth?: number,
 ): Promise<AttachedHybrid | null> {
   if (h.attention !== "hybrid") return null;
   if (model.cache.storeCapacity === 0) {
     throw new HybridgenError(`--gpu-kv-budget ${h.gpuKvBudget} holds the whole context (${model.maxContext}): nothing would be offloaded`);
   }
   if (batch > 1) return createBatchHybridAttention(model, backend, runtimeOptions(h, profile), batch);
-  const ha = await createHybridAttention(model, backend, { ...runtimeOptions(h, profile), ...(storeAllocator ? { storeAllocator } : {}) });
+  const ha = await createHybridAttention(model, backend, {
+    ...runtimeOptions(h, profile), ...(storeAllocator ? { storeAllocator } : {}), ...(readDepth === undefined ? {} : { readDepth }), // --kv-disk-read-depth
+  });
   return { own: ha, all: [ha], [Symbol.dispose]: () => ha.close() };
 }
 
@@ -236,7 +238,8 @@ export function hybridPlanLine(ha: HybridAttention): string {
   const k = p.kMin === undefined ? `K ${p.k} ${p.timing}, ${from}` : `K from ${p.k} ${p.timing}, kMin ${p.kMin} ${from}`;
   return `hybrid: selector ${p.selector}, ${p.scheduler} scheduler (${k}), logits ${p.logits}, exact layers ${p.exactLayers.length ? p.exactLayers.join(",") : "none"}, ` +
     `${p.cpuStageThreads} stage thread${p.cpuStageThreads === 1 ? "" : "s"}` +
-    (p.scoring === "full" ? "" : `, ${p.scoring} scoring (${p.rescoreFactor}·K rescored)`);
+    (p.scoring === "full" ? "" : `, ${p.scoring} scoring (${p.rescoreFactor}·K rescored)`) +
+    (p.readDepth === undefined ? "" : `, ${p.readDepth} disk reads in flight a thread`); // only when --kv-disk-read-depth set it
 }
 
 /** The `scheduler` object of `generate --json`: what ran and, per step, the K, timing and stage times it decided from. */

@@ -1,6 +1,6 @@
 /**
  * Where the offloaded KV store lives (issue 22): `--kv-placement`, `--kv-disk DIR`,
- * `--host-kv-budget SIZE`, taken out of argv like the hybrid flags. storeAllocatorFor() turns
+ * `--host-kv-budget SIZE`, `--kv-disk-read-depth N`, taken out of argv like the hybrid flags. storeAllocatorFor() turns
  * them and the loaded cache into @hybridgen/kernels-cpu's TieredStore over a
  * @hybridgen/memtier layout, refusing (one line, before any token) a disk directory that is
  * missing, read-only or too small, and a store that fits nowhere.
@@ -17,10 +17,12 @@ export const KvTierCliOptionsSchema = z.object({
   kvDisk: z.string().min(1).optional(),
   /** Most bytes of host memory the store may take; the rest goes to --kv-disk. */
   hostKvBudget: z.number().int().nonnegative().optional(),
-});
+  /** Disk-tier reads in flight per CPU-stage thread (the runtime's and NativeCpuStage's readDepth); 0: page faults. */
+  readDepth: z.number().int("must be an integer").min(0, "must be at least 0").max(64, "must be ≤ 64").optional(),
+}).refine((o) => o.readDepth === undefined || o.kvDisk !== undefined, { message: "--kv-disk-read-depth needs --kv-disk DIR (it reads the disk tier's rows)", path: ["readDepth"] });
 export type KvTierCliOptions = z.infer<typeof KvTierCliOptionsSchema>;
 
-const FLAGS = { "kv-placement": "kvPlacement", "kv-disk": "kvDisk", "host-kv-budget": "hostKvBudget" } as const;
+const FLAGS = { "kv-placement": "kvPlacement", "kv-disk": "kvDisk", "host-kv-budget": "hostKvBudget", "kv-disk-read-depth": "readDepth" } as const;
 
 export const KV_TIER_HELP = `KV memory tiers (hybrid attention's offloaded store):
       --kv-placement P         semantic (default: K on the fastest DRAM, V on the capacity tier, e.g. CXL),
@@ -28,6 +30,7 @@ export const KV_TIER_HELP = `KV memory tiers (hybrid attention's offloaded store
       --kv-disk DIR            a disk tier: what host memory (or --host-kv-budget) cannot hold, V first,
                                lives in files in DIR, removed on exit and Ctrl-C
       --host-kv-budget SIZE    most host memory the store may take (bytes, or with K/M/G/T: 8G)
+      --kv-disk-read-depth N   disk-tier row reads in flight per CPU-stage thread, 0…64 (default 8; 0: page faults)
 `;
 
 /** "8G" → 8 GiB; plain digits are bytes. */
@@ -36,6 +39,12 @@ export function parseSize(text: string, flag: string): number {
   if (!m) throw new HybridgenError(`invalid value for ${flag}: ${JSON.stringify(text)} is not a size (bytes, or a number with K, M, G or T)`);
   const scale = { "": 1, k: 2 ** 10, m: 2 ** 20, g: 2 ** 30, t: 2 ** 40 }[m[2]!.toLowerCase() as "" | "k" | "m" | "g" | "t"];
   return Math.floor(Number(m[1]) * scale);
+}
+
+/** --kv-disk-read-depth's text as a number for the schema (which checks the range); not digits: a one-line error. */
+export function readDepthValue(text: string): number {
+  if (!/^\d+$/.test(text.trim())) throw new HybridgenError(`invalid value for --kv-disk-read-depth: ${JSON.stringify(text)} is not a non-negative integer`);
+  return Number(text);
 }
 
 /** A disk-tier directory that exists, is a directory and is writable; else a one-line error. */
@@ -80,13 +89,13 @@ export function splitKvTierArgs(argv: readonly string[]): { rest: string[]; tier
       if (i + 1 >= argv.length) throw new HybridgenError(`${arg} needs a value`);
       value = argv[++i]!;
     }
-    raw[key] = key === "hostKvBudget" ? parseSize(value, `--${m[1]}`) : value;
+    raw[key] = key === "hostKvBudget" ? parseSize(value, `--${m[1]}`) : key === "readDepth" ? readDepthValue(value) : value;
   }
   const r = KvTierCliOptionsSchema.safeParse(raw);
   if (!r.success) {
     const issue = r.error.issues[0]!;
     const flag = Object.entries(FLAGS).find(([, k]) => k === issue.path[0])?.[0];
-    throw new HybridgenError(`invalid value for --${flag}: ${issue.message}`);
+    throw new HybridgenError(issue.code === "custom" ? issue.message : `invalid value for --${flag}: ${issue.message}`); // a refine names its flags
   }
   if (r.data.kvDisk !== undefined) checkDiskDir(r.data.kvDisk);
   return { rest, tier: r.data, given: Object.keys(raw).length > 0 };

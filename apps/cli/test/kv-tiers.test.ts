@@ -24,6 +24,9 @@ describe("KV tier flags", () => {
     const r = splitKvTierArgs(["-p", "x", "--kv-placement", "interleave", `--kv-disk=${dir}`, "--host-kv-budget", "1.5G", "-n", "3"]);
     expect(r).toEqual({ rest: ["-p", "x", "-n", "3"], tier: { kvPlacement: "interleave", kvDisk: dir, hostKvBudget: 1.5 * 2 ** 30 }, given: true });
     expect(splitKvTierArgs(["-n", "3"])).toEqual({ rest: ["-n", "3"], tier: { kvPlacement: "semantic" }, given: false });
+    // --kv-disk-read-depth is the runtime's (and NativeCpuStage's) readDepth, 0 included.
+    for (const depth of [0, 16, 64]) expect(splitKvTierArgs(["--kv-disk", dir, "--kv-disk-read-depth", String(depth)]).tier.readDepth).toBe(depth);
+    expect(splitKvTierArgs([`--kv-disk=${dir}`]).tier.readDepth).toBeUndefined();
     expect(parseSize("4096", "--x")).toBe(4096);
     expect(parseSize("8m", "--x")).toBe(8 * 2 ** 20);
   });
@@ -32,6 +35,12 @@ describe("KV tier flags", () => {
     expect(() => splitKvTierArgs(["--kv-placement", "fastest"])).toThrow(/^invalid value for --kv-placement: /);
     expect(() => splitKvTierArgs(["--host-kv-budget", "lots"])).toThrow('invalid value for --host-kv-budget: "lots" is not a size (bytes, or a number with K, M, G or T)');
     expect(() => splitKvTierArgs(["--kv-disk", "/nonexistent-hg"])).toThrow("--kv-disk /nonexistent-hg: no such directory");
+    const d = tmp();
+    expect(() => splitKvTierArgs(["--kv-disk", d, "--kv-disk-read-depth", "65"])).toThrow(/^invalid value for --kv-disk-read-depth: must be ≤ 64$/);
+    expect(() => splitKvTierArgs(["--kv-disk", d, "--kv-disk-read-depth", "-1"])).toThrow(/^invalid value for --kv-disk-read-depth: "-1" is not a non-negative integer$/);
+    expect(() => splitKvTierArgs(["--kv-disk", d, "--kv-disk-read-depth=1.5"])).toThrow(/^invalid value for --kv-disk-read-depth: "1.5" is not a non-negative integer$/);
+    expect(() => splitKvTierArgs(["--kv-disk", d, "--kv-disk-read-depth"])).toThrow("--kv-disk-read-depth needs a value");
+    expect(() => splitKvTierArgs(["--kv-disk-read-depth", "4"])).toThrow(/^--kv-disk-read-depth needs --kv-disk DIR \(it reads the disk tier's rows\)$/);
     const file = join(tmp(), "f");
     writeFileSync(file, "x");
     expect(() => splitKvTierArgs(["--kv-disk", file])).toThrow(`--kv-disk ${file}: not a directory`);
@@ -72,6 +81,12 @@ describe("hybridgen generate with the store placed (stories15M)", () => {
     const split = runBin([...base, "--kv-disk", dir, "--host-kv-budget", "2M"]);
     expect(split.stderr).toMatch(/placement semantic: K node0 [\d.]+ [KM]iB, V node0 [\d.]+ [KM]iB \+ disk [\d.]+ [KM]iB;/);
     expect(split.stdout).toBe(mem.stdout);
+    // --kv-disk-read-depth reaches the stage (the plan line says so): page faults (0) and one read in flight give the same text.
+    for (const depth of ["0", "1"]) {
+      const r = runBin([...base, "--kv-disk", dir, "--host-kv-budget", "0", "--kv-disk-read-depth", depth]);
+      expect(r.stderr).toContain(`, ${depth} disk reads in flight a thread\n`);
+      expect(r.stdout).toBe(mem.stdout);
+    }
     expect(readdirSync(dir)).toEqual([]);
   });
 
@@ -148,6 +163,15 @@ describe("hybridgen plan", () => {
     expect(r.stderr).toMatch(/^error: the weights \(15\.0 GiB\) and a window of 1000000 tokens × batch 1 \(122\.1 GiB\) exceed node0's usable .*\n$/);
     expect(runBin(["plan", "--model", "preset:llama-3.1-8b"]).stderr).toBe("error: hybridgen plan needs --context N\n");
     expect(runBin(["plan", "--context", "5"]).stderr).toBe("error: hybridgen plan needs --model DIR|preset:NAME\n");
+    const plan = ["plan", "--model", "preset:llama-3.1-8b", "--context", "1000", "--device", "cpu", "--no-probe"];
+    expect(runBin([...plan, "--kv-disk", tmp(), "--kv-disk-read-depth", "65"]).stderr).toBe("error: invalid value for --kv-disk-read-depth: must be ≤ 64\n");
+    expect(runBin([...plan, "--kv-disk-read-depth", "4"]).stderr).toBe("error: --kv-disk-read-depth needs --kv-disk DIR (it reads the disk tier's rows)\n");
+  });
+
+  it("--kv-disk-read-depth is the depth the disk's latency is probed at (one stage thread on the CPU: that many in flight)", () => {
+    const r = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "1000", "--device", "cpu", "--kv-disk", tmp(), "--kv-disk-read-depth", "2", "--json"]);
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout).tiers.find((t: { kind: string }) => t.kind === "file")).toMatchObject({ readDepth: 2, readLatencyUs: expect.any(Number) });
   });
 
   it("info says what placement does on this machine", () => {

@@ -75,6 +75,7 @@ export async function hybridBuilder(
     }
     const native = new NativeCpuStage(host, {
       threads: plan.cpuStageThreads, idleSpinUs: plan.idleSpinUs, scoring: plan.scoring, rescoreFactor: plan.rescoreFactor,
+      ...(plan.readDepth === undefined ? {} : { readDepth: plan.readDepth }),
     });
     // A placed store hears which rows each layer gathered: the disk tier reads the next layer's ahead.
     const stage = allocator?.readAhead ? new ReadAheadStage(native, allocator.readAhead.bind(allocator)) : native;

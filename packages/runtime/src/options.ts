@@ -56,6 +56,9 @@ export const HybridRuntimeOptionsSchema = z
     rowPath: z.enum(RowPathRequestSchema.options, { error: "must be auto, mapped or staged" }).optional(),
     /** Native CPU-stage threads. Default: 1 on the CPU backend, cores − 1 on a device backend. */
     cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
+    /** Disk-tier rows (a storeAllocator's files): explicit reads in flight per stage thread (kernels-cpu NativeCpuStage
+     * readDepth; default its DEFAULT_READ_DEPTH); 0 reads them through the mapping (a page fault a row). */
+    readDepth: count(0).max(64, "must be ≤ 64").optional(),
     /** µs the idle stage thread spins before sleeping (default 0). */
     idleSpinUs: count(0).max(1_000_000, "must be ≤ 1000000").optional(),
     /** How the stage's top-K scores the offloaded K (kernels-cpu NativeCpuStage): "full" (default),

@@ -33,6 +33,8 @@ export interface HybridPlan {
   readonly rowPath: RowPathRequest;
   readonly cpuStageThreads: number;
   readonly idleSpinUs: number;
+  /** Disk-tier reads in flight per stage thread; absent: the stage's default (kernels-cpu DEFAULT_READ_DEPTH, kept out of this native-free module). */
+  readonly readDepth?: number;
   readonly scoring: "full" | "int8" | "int4";
   readonly rescoreFactor: number;
 }
@@ -105,6 +107,7 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
     plan: {
       selector: selector.name, selectorTimings: [...can], scheduler: scheduler.name, k, ...(kMin === undefined ? {} : { kMin }), timing, kSource,
       logits, exactLayers, ...(candidates === undefined ? {} : { candidates }), rowPath, cpuStageThreads, idleSpinUs: o.idleSpinUs ?? 0,
+      ...(o.readDepth === undefined ? {} : { readDepth: o.readDepth }),
       scoring: o.scoring ?? "full", rescoreFactor: o.rescoreFactor ?? 4,
     },
     selector,

@@ -2,7 +2,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import {
   ReferenceBackend, loadModel, type HybridProfile,
 } from "@hybridgen/core";
-import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { createCpuBackend, DEFAULT_READ_DEPTH, NativeCpuStage } from "@hybridgen/kernels-cpu";
 import { CONTEXT, PROMPT, STEPS, decodeTiny, tinyFiles as tinyModelFiles } from "./tiny-model.js";
 import { FixedScheduler } from "@hybridgen/scheduler";
 import { createSelector } from "@hybridgen/selectors";
@@ -61,6 +61,22 @@ describe("createHybridAttention on the CPU backend", () => {
       // The stats line names the scoring form with the CPU stage's split.
       expect(ha.stats.summary()).toContain(`(scoring ${scoring}, 64·K rescored)`);
     }
+  });
+
+  it("readDepth reaches the native stage; absent, the stage's DEFAULT_READ_DEPTH", async () => {
+    // The stage is HybridAttention's private field: the one place the constructed NativeCpuStage is seen.
+    const stageOf = (ha: object) => (ha as unknown as { stage: NativeCpuStage }).stage;
+    for (const readDepth of [0, 3, 64]) {
+      using model = load(16);
+      using ha = await createHybridAttention(model, backend, { readDepth });
+      expect(hybridPlan(ha)!.readDepth).toBe(readDepth);
+      expect(stageOf(ha)).toBeInstanceOf(NativeCpuStage);
+      expect(stageOf(ha).readDepth).toBe(readDepth);
+    }
+    using model = load(16);
+    using ha = await createHybridAttention(model, backend);
+    expect(hybridPlan(ha)!.readDepth).toBeUndefined();
+    expect(stageOf(ha).readDepth).toBe(DEFAULT_READ_DEPTH);
   });
 
   it("defaults on the CPU backend: the fixed scheduler, top-K post, K = DEFAULT_K, the engine's logits mode, one stage thread", async () => {
@@ -148,6 +164,9 @@ describe("createHybridAttention on the CPU backend", () => {
       [{ scoring: "int3" }, "hybrid runtime option scoring: must be full, int8 or int4"],
       [{ rescoreFactor: 0 }, "hybrid runtime option rescoreFactor: must be at least 1"],
       [{ rowPath: "pinned" }, "hybrid runtime option rowPath: must be auto, mapped or staged"],
+      [{ readDepth: 65 }, "hybrid runtime option readDepth: must be ≤ 64"],
+      [{ readDepth: -1 }, "hybrid runtime option readDepth: must be at least 0"],
+      [{ readDepth: 1.5 }, /^hybrid runtime option readDepth: /],
       [{ threads: 2 }, /^hybrid runtime option : Unrecognized key|^hybrid runtime option value: Unrecognized key/],
     ];
     using model = load(16);

@@ -96,7 +96,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   // sequences keep theirs in host memory (run-cli refuses the tier flags there).
   const placed = hybrid.attention === "hybrid" && batch === 1 && model.cache.storeCapacity > 0 ? await storeAllocatorFor(model.cache, tier) : null;
   // One hybrid attention per sequence of the batch (slot 0's is the model's own).
-  using hybrids = await attachHybrid(model, backend, hybrid, profile, placed?.allocator, batch);
+  using hybrids = await attachHybrid(model, backend, hybrid, profile, placed?.allocator, batch, tier.readDepth);
   const hybridAttention = hybrids?.own ?? null;
   progress(
     `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dummyWeights ? `dummy ${opts.dtype ?? "bf16"}` : (opts.dtype ?? "stored")} weights` +

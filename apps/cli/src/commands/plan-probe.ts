@@ -37,12 +37,15 @@ export async function probeGpu(required: boolean, bandwidth: boolean): Promise<G
 
 /**
  * The tiers with a measured read bandwidth where none is known; file tiers also get the latency of a
- * random 4 KiB read at the CPU stage's depth (`stageThreads` × its reads in flight each), as the stage
+ * random 4 KiB read at the CPU stage's depth (`stageThreads` × `readDepth` reads in flight each), as the stage
  * reads disk-tier rows, and (`serialUs`, by tier id) one read at a time, as page faults do.
  */
-export async function probeTiers(tiers: readonly MemoryTier[], stageThreads: number): Promise<{ tiers: MemoryTier[]; serialUs: Map<string, number> }> {
+export async function probeTiers(
+  tiers: readonly MemoryTier[], stageThreads: number, readDepth?: number,
+): Promise<{ tiers: MemoryTier[]; serialUs: Map<string, number> }> {
   const { probeMemoryReadBandwidth, probeFileReadBandwidth, probeFileReadLatency, DEFAULT_READ_DEPTH } = await import("@hybridgen/kernels-cpu");
   const serialUs = new Map<string, number>();
+  const depth = Math.max(1, readDepth ?? DEFAULT_READ_DEPTH); // 0 (page faults): each thread waits on one fault at a time
   const out = tiers.map((t) => {
     let r = t;
     if (r.readBandwidthGBs === undefined) {
@@ -50,9 +53,9 @@ export async function probeTiers(tiers: readonly MemoryTier[], stageThreads: num
       r = { ...r, readBandwidthGBs: bytesPerS / 1e9 };
     }
     if (r.kind === "file" && r.readLatencyUs === undefined) {
-      const [one, deep] = probeFileReadLatency(r.path!, [{ threads: 1, depth: 1 }, { threads: stageThreads, depth: DEFAULT_READ_DEPTH }]);
+      const [one, deep] = probeFileReadLatency(r.path!, [{ threads: 1, depth: 1 }, { threads: stageThreads, depth }]);
       serialUs.set(r.id, one!);
-      r = { ...r, readLatencyUs: deep!, readDepth: stageThreads * DEFAULT_READ_DEPTH };
+      r = { ...r, readLatencyUs: deep!, readDepth: stageThreads * depth };
     }
     return r;
   });

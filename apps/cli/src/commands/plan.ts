@@ -10,7 +10,7 @@ import { parseArgs } from "node:util";
 import { HybridgenError, type DType, type MemoryTier } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
 import type { CliIo } from "../io.js";
-import { checkDiskDir, KV_TIER_HELP, parseSize, placementNote, storeTiers, KvTierCliOptionsSchema } from "../kv-tier-options.js";
+import { checkDiskDir, KV_TIER_HELP, parseSize, placementNote, readDepthValue, storeTiers, KvTierCliOptionsSchema } from "../kv-tier-options.js";
 import { parseArgsError } from "../parse-args-error.js";
 import { inspectModel } from "./inspect.js";
 import { probeGpu, probeTiers, type GpuProbe } from "./plan-probe.js";
@@ -58,7 +58,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
         model: { type: "string" }, context: { type: "string" }, batch: { type: "string" }, "gpu-kv-budget": { type: "string" }, k: { type: "string" },
         "kv-dtype": { type: "string" }, device: { type: "string" }, "gpu-free": { type: "string" }, "gpu-bandwidth": { type: "string" },
         "link-bandwidth": { type: "string" }, "no-probe": { type: "boolean" }, json: { type: "boolean" },
-        "kv-placement": { type: "string" }, "kv-disk": { type: "string" }, "host-kv-budget": { type: "string" }, help: { type: "boolean", short: "h" },
+        "kv-placement": { type: "string" }, "kv-disk": { type: "string" }, "host-kv-budget": { type: "string" }, "kv-disk-read-depth": { type: "string" }, help: { type: "boolean", short: "h" },
       },
     });
   } catch (e) {
@@ -81,8 +81,12 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   const gpuKvBudget = budgetRaw.trim() === "auto" ? ("auto" as const) : int("--gpu-kv-budget", budgetRaw)!;
   const tierRaw = KvTierCliOptionsSchema.safeParse({
     kvPlacement: v["kv-placement"], kvDisk: v["kv-disk"], hostKvBudget: v["host-kv-budget"] === undefined ? undefined : parseSize(v["host-kv-budget"], "--host-kv-budget"),
+    readDepth: v["kv-disk-read-depth"] === undefined ? undefined : readDepthValue(v["kv-disk-read-depth"]),
   });
-  if (!tierRaw.success) throw new HybridgenError(`invalid value for --kv-placement: ${tierRaw.error.issues[0]!.message}`, "EUSAGE");
+  if (!tierRaw.success) {
+    const issue = tierRaw.error.issues[0]!; // a refine names its flags; a range names the flag
+    throw new HybridgenError(issue.code === "custom" ? issue.message : `invalid value for --${issue.path[0] === "readDepth" ? "kv-disk-read-depth" : "kv-placement"}: ${issue.message}`, "EUSAGE");
+  }
   const tierOpts = tierRaw.data;
   if (tierOpts.kvDisk !== undefined) checkDiskDir(tierOpts.kvDisk);
 
@@ -100,7 +104,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   }
   // The CPU stage's threads as the runtime defaults them: its disk-tier reads' depth.
   const stageThreads = gpu ? Math.max(1, availableParallelism() - 1) : 1;
-  const probed = probe ? await probeTiers(await storeTiers(tierOpts), stageThreads) : null;
+  const probed = probe ? await probeTiers(await storeTiers(tierOpts), stageThreads, tierOpts.readDepth) : null;
   const tiers: MemoryTier[] = probed ? probed.tiers : await storeTiers(tierOpts);
 
   const { planRun } = await import("@hybridgen/memtier");
