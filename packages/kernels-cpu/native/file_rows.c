@@ -1,8 +1,7 @@
 /* Store rows in files of the disk tier, read with explicit reads (file_rows.h): the registry of
  * file segments, the queue of row copies, and the reads on the pool — io_uring rings (raw syscalls,
  * one per pool part) keep `depth` reads in flight each; without io_uring, pread one at a time.
- * A page fault on the mapping is one synchronous read of ~125 µs on the H200 host's disk: 8 192
- * rows a layer took 1 s; reads in flight overlap that latency. */
+ * A page fault on the mapping is one synchronous disk read; reads in flight overlap that latency. */
 #define _GNU_SOURCE
 #include "file_rows.h"
 #include <errno.h>

@@ -43,7 +43,7 @@ function stageLib(): StageLib {
   return lib;
 }
 
-/** Disk-tier reads in flight per stage thread (8 per thread measured best of 1–16 on the dev VM: NOTES.md). */
+/** Disk-tier reads in flight per stage thread: enough to hide a read's latency without flooding the disk's queue. */
 export const DEFAULT_READ_DEPTH = 8;
 
 export const NativeCpuStageOptionsSchema = z.object({

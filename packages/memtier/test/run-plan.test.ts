@@ -80,7 +80,7 @@ describe("planRun: the arithmetic", () => {
     const diskRows = (p: ReturnType<typeof planRun>) => (1024 * 64 * KiB * p.tiers.find((t) => t.kind === "file")!.vBytes) / vTotal(p) / row;
     const nodeMs = (p: ReturnType<typeof planRun>) => ((1024 * 64 * KiB * p.tiers[0]!.vBytes) / vTotal(p) / 40e9) * 1e3;
     const base = { model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, k: 1024, candidates: 1 };
-    // The H200 host's page faults: one read at a time, 125 µs each (2.3 GB/s would allow 1.8 µs a page).
+    // Page faults: one read at a time, 125 µs each (2.3 GB/s would allow 1.8 µs a page).
     const serial = planRun({ ...base, tiers: [node0, { ...disk, readBandwidthGBs: 2.3, readLatencyUs: 125, readDepth: 1 }] });
     const rows = diskRows(serial);
     expect(rows).toBeGreaterThan(0);
