@@ -27,12 +27,12 @@ export class HybridStats extends OffloadCounters {
   cpuStageMs = 0;
   /** Σ of JS work belonging to the CPU stage (selector calls, gathers after a JS selection). */
   cpuJsMs = 0;
-  /** Σ of the CPU stage's phases (native stages with lastSplit): scoring, top-K, V gather, and
-   * the thread hand-offs (submit → start, end → wait returns), which are not in cpuStageMs. */
   /** The CPU stage's scoring when not the full rows, e.g. "int8, 2·K rescored" (the stats line names it). */
   scoring = "";
   /** Where a device backend gets the selected V rows, e.g. "V rows read by the device from pinned host memory (32 of 32 layers)" (empty on a host backend). */
   rows = "";
+  /** Σ of the CPU stage's phases (native stages with lastSplit): scoring, top-K, V gather, and
+   * the thread hand-offs (submit → start, end → wait returns), which are not in cpuStageMs. */
   cpuScoreMs = 0;
   cpuSelectMs = 0;
   cpuGatherMs = 0;
