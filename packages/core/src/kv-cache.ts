@@ -103,17 +103,19 @@ export class KvCache implements Disposable {
   readonly windowV: readonly Tensor[];
   /** The device store (made on first use); empty when storeCapacity is 0 or the store is in host memory. */
   get storeK(): readonly Tensor[] {
-    return this.deviceStore().k;
+    this.ensureDeviceStore();
+    return this._storeK;
   }
   get storeV(): readonly Tensor[] {
-    return this.deviceStore().v;
+    this.ensureDeviceStore();
+    return this._storeV;
   }
 
   /**
    * The store on the cache's backend, allocated when first needed: a store that attachHostStore
    * or placeStore puts elsewhere never takes device memory (at 1.5M tokens it would not fit).
    */
-  private deviceStore(): { k: Tensor[]; v: Tensor[] } {
+  private ensureDeviceStore(): void {
     if (this._storeK.length === 0 && this.storeCapacity > 0 && !this.host && !this.closed) {
       const shape = [this.kvHeads, this.storeCapacity, this.headDim];
       const k: Tensor[] = [], v: Tensor[] = [];
@@ -129,7 +131,6 @@ export class KvCache implements Disposable {
       this._storeK = k;
       this._storeV = v;
     }
-    return { k: this._storeK, v: this._storeV };
   }
 
   /**
