@@ -54,25 +54,7 @@ static void relu(float *x, int64_t count) {
     for (int64_t i = 0; i < count; i++) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-static void softmax_row(float *x, int cols) {
-    vf vm = vset1(-INFINITY);
-    int i = 0;
-    for (; i + VW <= cols; i += VW) vm = vmax(vm, vld(x + i));
-    float mx = vhmax(vm);
-    for (; i < cols; i++) mx = x[i] > mx ? x[i] : mx;
-    vf vmx = vset1(mx), vs = vzero();
-    for (i = 0; i + VW <= cols; i += VW) {
-        vf e = vexp(vsub(vld(x + i), vmx));
-        vst(x + i, e);
-        vs = vadd(vs, e);
-    }
-    float sum = vhsum(vs);
-    for (; i < cols; i++) { x[i] = expf(x[i] - mx); sum += x[i]; }
-    vf vinv = vset1(1.0f / sum);
-    for (i = 0; i + VW <= cols; i += VW) vst(x + i, vmul(vld(x + i), vinv));
-    for (; i < cols; i++) x[i] *= 1.0f / sum;
-}
-
+/* x[i] = e^(x[i] - m) for i < n (e^-inf = 0); returns their sum */
 static float exp_sum(float *x, int64_t n, float m) {
     vf vm = vset1(m), vs = vzero();
     int64_t i = 0;
@@ -84,6 +66,18 @@ static float exp_sum(float *x, int64_t n, float m) {
     float sum = vhsum(vs);
     for (; i < n; i++) { x[i] = expf(x[i] - m); sum += x[i]; }
     return sum;
+}
+
+static void softmax_row(float *x, int cols) {
+    vf vm = vset1(-INFINITY);
+    int i = 0;
+    for (; i + VW <= cols; i += VW) vm = vmax(vm, vld(x + i));
+    float mx = vhmax(vm);
+    for (; i < cols; i++) mx = x[i] > mx ? x[i] : mx;
+    float sum = exp_sum(x, cols, mx);
+    vf vinv = vset1(1.0f / sum);
+    for (i = 0; i + VW <= cols; i += VW) vst(x + i, vmul(vld(x + i), vinv));
+    for (; i < cols; i++) x[i] *= 1.0f / sum;
 }
 
 /* First index of the maximum. A vector pass keeps the maximum of every block of 256; the
