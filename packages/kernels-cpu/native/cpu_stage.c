@@ -308,8 +308,7 @@ static void selected_task(void *v, int part, int parts) {
 
 /* ---- disk-tier rows ---------------------------------------------------------------------- */
 /* The registered file segments under the job's V (and K) store: nonzero when its rows must be read. */
-static int file_rows_begin(hg_stage *s, const hg_stage_job *j) {
-    hg_rows_begin(&s->io);
+static int file_rows_begin(hg_stage *s, const hg_stage_job *j) { /* s->io was emptied at run_job's start */
     if (s->read_depth <= 0 || (j->flags & HG_STAGE_NO_ROWS)) return 0;
     hg_rows_acquire(&s->io, (uintptr_t)j->v, (uint64_t)(j->kv_heads * j->vcap * j->head_dim * esize(j->vtype)));
     if (j->flags & HG_STAGE_KEYS) hg_rows_acquire(&s->io, (uintptr_t)j->k, (uint64_t)(j->kv_heads * j->kcap * j->head_dim * esize(j->ktype)));
