@@ -91,11 +91,8 @@ int hg_attn_partial(hg_ctx *c, float *part, const float *q, const void *k, const
         j.offs[s + 1] = j.offs[s] + spans[2 * s + 1];
     }
     const int64_t total = j.offs[nspans];
-    size_t qf = (size_t)c->k->attn_qfloats(heads, kv_heads, head_dim, type);
-    float *qp = hg_grow(&c->qpack, &c->qpack_bytes, qf * sizeof(float));
-    if (!qp) return 0;
-    c->k->attn_qpack(qp, q, heads, kv_heads, head_dim, type);
-    j.qp = qp;
+    j.qp = hg_qpack(c, q, heads, kv_heads, head_dim, type);
+    if (!j.qp) return 0;
     int parts = (int)(total / MIN_PIECE), threads = hg_pool_threads(c->pool);
     parts = parts < 1 ? 1 : parts > 2 * threads ? 2 * threads : parts;
     j.piece_floats = ((int64_t)heads * (head_dim + 2 + TILE) + 15) & ~(int64_t)15;

@@ -20,5 +20,7 @@ struct hg_ctx {
 
 /* A buffer of at least `bytes` in *buf (grown, 64-byte aligned); NULL when out of memory. */
 float *hg_grow(float **buf, size_t *have, size_t bytes);
+/* q [heads, head_dim] packed for the table's attention logits kernel, in c->qpack; NULL when out of memory. */
+const float *hg_qpack(hg_ctx *c, const float *q, int heads, int kv_heads, int head_dim, int ktype);
 
 #endif

@@ -209,13 +209,18 @@ static void logits_task(void *v, int ith, int nth) {
     if (b < e) j->c->k->attn_logits(&j->a, b, e);
 }
 
+const float *hg_qpack(hg_ctx *c, const float *q, int heads, int kv_heads, int head_dim, int ktype) {
+    size_t qf = (size_t)c->k->attn_qfloats(heads, kv_heads, head_dim, ktype);
+    float *qp = hg_grow(&c->qpack, &c->qpack_bytes, qf * sizeof(float));
+    if (qp) c->k->attn_qpack(qp, q, heads, kv_heads, head_dim, ktype);
+    return qp;
+}
+
 int hg_attn_logits(hg_ctx *c, float *logits, int lstride, const float *q, const void *k, int ktype,
                    int heads, int kv_heads, int head_dim, int64_t cap,
                    int64_t start, const int32_t *slots, int64_t count, float scale) {
-    size_t qf = (size_t)c->k->attn_qfloats(heads, kv_heads, head_dim, ktype);
-    float *qp = hg_grow(&c->qpack, &c->qpack_bytes, qf * sizeof(float));
+    const float *qp = hg_qpack(c, q, heads, kv_heads, head_dim, ktype);
     if (!qp) return 0;
-    c->k->attn_qpack(qp, q, heads, kv_heads, head_dim, ktype);
     logits_job j = {c, {logits, qp, k, slots, lstride, cap, start, count, ktype, heads, kv_heads, head_dim, scale}};
     hg_pool_run(c->pool, logits_task, &j, parts_for(c, count * heads * head_dim, PIECES));
     return 1;
