@@ -164,7 +164,7 @@ static void rescore_task(void *v, int part, int parts) {
     hg_split(nc, 16, part % r->chunks, r->chunks, &b, &e);
     if (b >= e) return;
     hg_logits_args a = {
-        r->exact + g * group * nc, r->qp + g * r->qs, (const char *)(intptr_t)j->k + g * j->kcap * j->head_dim * esize(j->ktype),
+        r->exact + g * group * nc, r->qp + g * r->qs, hg_stage_k_head(j, g),
         ids, nc, j->kcap, 0, nc, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale,
     };
     r->s->ctx->k->attn_logits(&a, b, e);
@@ -284,7 +284,7 @@ static void selected_task(void *v, int part, int parts) {
         if (vb < ve) {
             hg_logits_args a = {
                 sel + g * group * kmax, r->qp + g * r->qs,
-                (const char *)(intptr_t)j->k + g * j->kcap * j->head_dim * esize(j->ktype),
+                hg_stage_k_head(j, g),
                 ids, kmax, j->kcap, 0, cnt, (int)j->ktype, (int)group, 1, (int)j->head_dim, (float)j->scale,
             };
             r->s->ctx->k->attn_logits(&a, vb, ve);

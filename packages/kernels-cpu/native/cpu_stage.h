@@ -4,6 +4,7 @@
 #ifndef HG_CPU_STAGE_H
 #define HG_CPU_STAGE_H
 #include <stdint.h>
+#include "hgcpu.h"
 
 enum {
     HG_STAGE_SCORE = 1,    /* all_logits[h, j] for j < n */
@@ -39,6 +40,11 @@ typedef struct {
      * shape, of pages of page_size rows; rows [pages_from, n) are folded in first; budget ids a list. */
     int64_t pages, page_size, page_cap, pages_from;
 } hg_stage_job;
+
+/* KV head g's rows of the job's K [kv_heads, kcap, head_dim] (the stage and its Quest kernel). */
+static inline const char *hg_stage_k_head(const hg_stage_job *j, int64_t g) {
+    return (const char *)(intptr_t)j->k + g * j->kcap * j->head_dim * (j->ktype == HG_F32 ? 4 : 2);
+}
 
 typedef struct hg_stage hg_stage;
 

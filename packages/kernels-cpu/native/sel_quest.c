@@ -20,11 +20,6 @@ typedef struct {
     atomic_int failed;
 } quest_run;
 
-static inline int64_t esize(int64_t type) { return type == HG_F32 ? 4 : 2; }
-static inline const char *head_k(const hg_stage_job *j, int64_t g) {
-    return (const char *)(intptr_t)j->k + g * j->kcap * j->head_dim * esize(j->ktype);
-}
-
 /* Piece (KV head, run of whole pages): the new rows of its pages, then their bounds. */
 static void bound_task(void *v, int part, int parts) {
     (void)parts;
@@ -36,7 +31,7 @@ static void bound_task(void *v, int part, int parts) {
     if (b >= e) return;
     float *mn = (float *)(intptr_t)j->pages + g * pc * d, *mx = mn + j->kv_heads * pc * d;
     const int64_t s0 = b * P > j->pages_from ? b * P : j->pages_from, s1 = e * P < j->n ? e * P : j->n;
-    if (s0 < s1) hg_sel_summarize_serial(head_k(j, g), (int)j->ktype, 1, j->kcap, d, s0, s1, P, pc, mn, mx, r->isa);
+    if (s0 < s1) hg_sel_summarize_serial(hg_stage_k_head(j, g), (int)j->ktype, 1, j->kcap, d, s0, s1, P, pc, mn, mx, r->isa);
     if (r->k > 0)
         hg_sel_page_bounds_serial((const float *)(intptr_t)j->q + g * r->group * d, 1, r->group, d, mn + b * d, mx + b * d, pc, e - b,
                                   r->bounds + g * r->count + b, r->isa);
@@ -86,7 +81,7 @@ static void choose_task(void *v, int g, int parts) {
     }
     if (partial >= 0) {
         const int64_t from = partial * P, to = from + P < n ? from + P : n;
-        hg_sel_key_scores_serial((const float *)(intptr_t)j->q + g * r->group * d, 1, r->group, head_k(j, g), (int)j->ktype, j->kcap, d, from,
+        hg_sel_key_scores_serial((const float *)(intptr_t)j->q + g * r->group * d, 1, r->group, hg_stage_k_head(j, g), (int)j->ktype, j->kcap, d, from,
                                  to, exact, r->isa);
         if (hg_topk_row(exact, to - from, left, pos, r->avx2, NULL) < 0) { r->failed = 1; return; }
     }
