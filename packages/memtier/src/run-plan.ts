@@ -158,8 +158,9 @@ export function planRun(input: RunPlanInput): RunPlan {
   const byId = new Map(o.tiers.map((t) => [t.id, t]));
   const tiers = store.tiers.map((t) => {
     const scale = offloaded === 0 ? 0 : 1; // an empty store takes nothing
-    return { id: t.id, kind: t.kind, capacityBytes: byId.get(t.id)!.capacityBytes, availableBytes: t.availableBytes, kBytes: t.kBytes * scale, vBytes: t.vBytes * scale,
-      readBandwidthGBs: byId.get(t.id)!.readBandwidthGBs, readLatencyUs: byId.get(t.id)!.readLatencyUs, readDepth: byId.get(t.id)!.readDepth };
+    const src = byId.get(t.id)!;
+    return { id: t.id, kind: t.kind, capacityBytes: src.capacityBytes, availableBytes: t.availableBytes, kBytes: t.kBytes * scale, vBytes: t.vBytes * scale,
+      readBandwidthGBs: src.readBandwidthGBs, readLatencyUs: src.readLatencyUs, readDepth: src.readDepth };
   });
   if (!refusal && !o.gpu) {
     const t = byId.get(fastest)!;
