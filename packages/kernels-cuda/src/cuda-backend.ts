@@ -932,7 +932,7 @@ export class CudaBackend implements Backend {
     const [pt, qi, kt, vt, [heads, kvHeads, headDim, cap]] = this.check.attnPartial(part, q, qRow, k, v, spans);
     if (headDim > 256) bad(`${op}: head dim ${headDim} exceeds the kernels' limit of 256`);
     if (!Number.isFinite(scale)) bad(`${op}: scale ${scale} is not finite`);
-    CudaBackend.int32(kt.numel, op, "k elements");
+    this.attnLimits(op, kt, "k");
     this.ok(op, this.lib.hg_cu_attn_partial(this.ctx, P(pt.addr), P(qi.at(qRow * qi.cols)), P(kt.addr), P(vt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, spans.length ? spans : null, spans.length / 2, scale));
   }
 
