@@ -12,7 +12,7 @@
  *   3. "all" + verified logits on the mapped path equals full attention on CUDA within 1e-5.
  * hybrid-bench.ts runs them with its checks (--skip-bench).
  */
-import { HybridAttention, STORIES15M_SHAPE, dummyModelFiles, loadModel, relError, type LogitsMode, type RowPath, type RowPathRequest } from "@hybridgen/core";
+import { HybridAttention, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, relError, type LogitsMode, type RowPath, type RowPathRequest } from "@hybridgen/core";
 import { createSelector } from "@hybridgen/selectors";
 import { FixedScheduler } from "@hybridgen/scheduler";
 import { createCpuBackend, NativeCpuStage } from "@hybridgen/kernels-cpu";
@@ -26,7 +26,11 @@ const SHAPE = { ...STORIES15M_SHAPE, max_position_embeddings: 4096 };
 const prompt = Int32Array.from({ length: PROMPT }, (_, i) => (i * 7919 + 17) % 32000);
 
 /** Bit patterns of two float arrays equal. */
-const sameBits = (a: Float32Array, b: Float32Array) => a.length === b.length && new Uint32Array(a.buffer, a.byteOffset, a.length).every((x, i) => x === new Uint32Array(b.buffer, b.byteOffset, b.length)[i]);
+const sameBits = (a: Float32Array, b: Float32Array) => {
+  if (a.length !== b.length) return false;
+  const bb = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  return new Uint32Array(a.buffer, a.byteOffset, a.length).every((x, i) => x === bb[i]);
+};
 
 function gatherOpChecks(cuda: CudaBackend, check: Check): void {
   const link = cuda.hostTransfers();
@@ -90,7 +94,7 @@ function decode(cuda: CudaBackend, hybrid: { logits: LogitsMode; rowPath: RowPat
     const tokens: number[] = [];
     for (let s = 0; s < STEPS; s++) {
       const last = logits[logits.length - 1];
-      const tok = feed ? feed[s] : last.indexOf(Math.max(...last));
+      const tok = feed ? feed[s] : argmax(last);
       tokens.push(tok);
       logits.push(model.forward(Int32Array.of(tok), PROMPT + s));
     }
