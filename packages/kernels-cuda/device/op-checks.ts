@@ -16,6 +16,22 @@ export interface CheckResult {
   readonly ok: boolean;
 }
 
+/**
+ * Allocation on both backends: a tensor of `shape` on each, `data` (when given) written to both,
+ * and both pushed on `owned` for the caller to free.
+ */
+export function pairedAlloc(cuda: CudaBackend, ref: Backend, owned: [Backend, Tensor][]) {
+  return (shape: number[], dtype: DType = "f32", data?: Float32Array) => {
+    const c = cuda.alloc(shape, dtype), r = ref.alloc(shape, dtype);
+    owned.push([cuda, c], [ref, r]);
+    if (data) {
+      cuda.write(c, data);
+      ref.write(r, data);
+    }
+    return { c, r };
+  };
+}
+
 export function maxAbs(a: Float32Array, b: Float32Array): number {
   let m = 0;
   for (let i = 0; i < a.length; i++) {

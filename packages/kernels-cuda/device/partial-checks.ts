@@ -9,9 +9,9 @@
  * drained). timeWindow measures the partial over a scale-run window against the materialised path.
  * Used by device/device-check.ts.
  */
-import { ReferenceBackend, relL2Error, seededRandom, type DType, type Tensor } from "@hybridgen/core";
+import { ReferenceBackend, relL2Error, seededRandom, type Backend, type DType, type Tensor } from "@hybridgen/core";
 import type { CudaBackend } from "../src/index.js";
-import type { CheckResult } from "./op-checks.js";
+import { pairedAlloc, type CheckResult } from "./op-checks.js";
 
 const DTYPES: readonly DType[] = ["f32", "f16", "bf16"];
 
@@ -57,16 +57,8 @@ export function runPartialChecks(cuda: CudaBackend, seed: number): CheckResult[]
   for (const dt of DTYPES) {
     for (const s of SHAPES) {
       const { heads, kvHeads, headDim: hd, cap } = s;
-      const owned: [ReferenceBackend | CudaBackend, Tensor][] = [];
-      const both = (shape: number[], dtype: DType = "f32", data?: Float32Array) => {
-        const c = cuda.alloc(shape, dtype), r = ref.alloc(shape, dtype);
-        owned.push([cuda, c], [ref, r]);
-        if (data) {
-          cuda.write(c, data);
-          ref.write(r, data);
-        }
-        return { c, r };
-      };
+      const owned: [Backend, Tensor][] = [];
+      const both = pairedAlloc(cuda, ref, owned);
       try {
         const maxSel = Math.max(...s.selected), width = maxSel + 5, scale = 1 / Math.sqrt(hd);
         const q = both([2, heads * hd], "f32", values(2 * heads * hd, 2));

@@ -10,7 +10,7 @@
  */
 import { ReferenceBackend, relL2Error, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
 import type { CudaBackend } from "../src/index.js";
-import { matvecByParts, type CheckResult } from "./op-checks.js";
+import { matvecByParts, pairedAlloc, type CheckResult } from "./op-checks.js";
 
 interface Link {
   out: string; // buffer names: "att" (attention output, d), "x" (residual, d), "h" (FFN, f), "qkv" (q)
@@ -55,15 +55,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
     for (const [name, links, [d, f, q]] of cases) {
       cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
       const owned: [Backend, Tensor][] = [];
-      const both = (shape: number[], dt: DType, v?: Float32Array) => {
-        const c = cuda.alloc(shape, dt), r = ref.alloc(shape, dt);
-        owned.push([cuda, c], [ref, r]);
-        if (v) {
-          cuda.write(c, v);
-          ref.write(r, v);
-        }
-        return { c, r };
-      };
+      const both = pairedAlloc(cuda, ref, owned);
       const width: Record<string, number> = { att: d, x: d, h: f, qkv: q };
       const bufs = Object.fromEntries(Object.entries(width).map(([k, n]) => [k, { ...both([1, n], "f32"), n }]));
       const weights = links.map((l) => {
