@@ -15,7 +15,7 @@ import { CudaTensor } from "./cuda-tensor.js";
 import { CudaTimer } from "./cuda-timer.js";
 import type { CudaDevice } from "./device-record.js";
 import { cudaLibraryPath } from "./library-path.js";
-import { cudaErrorString, openCudaNative, type CudaNative } from "./native-backend.js";
+import { MAX_HOST_INTS, cudaErrorString, openCudaNative, type CudaNative } from "./native-backend.js";
 import { parseCudaBackendOptions, selectCudaDevice, type CudaBackendOptions } from "./options.js";
 
 const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
@@ -33,7 +33,6 @@ const SKINNY_NOT_TAKEN = -2;
 const STICKY = new Set([700, 710, 714, 715, 716, 717, 718, 719, 720, 999]);
 /** HG_MAX_GRAPH_KEYS in native/common.cuh: hybrid attention records a segment per layer. */
 export const MAX_GRAPH_KEYS = 256;
-const MAX_HOST_INTS = 1024 * 1024; // the native int scratch (ids, positions, slots)
 
 const P = (address: number) => address as Pointer;
 

@@ -7,7 +7,7 @@
  */
 import type { Pointer } from "bun:ffi";
 import { HybridgenError, type HostCopy, type HostRegion, type HostTransfers, type RowGather, type Tensor } from "@hybridgen/core";
-import type { CudaNative } from "./native-backend.js";
+import { MAX_HOST_INTS, type CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 
 const P = (address: number) => address as Pointer;
@@ -18,7 +18,6 @@ function bad(message: string): never {
 }
 
 const isCount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
-const MAX_GATHER_INTS = 1024 * 1024; // the native int scratch an eager gather's ids go through
 
 /** What the link needs of its backend (kept narrow so tests can stand in for it). */
 export interface HostLinkOwner {
@@ -105,7 +104,7 @@ export class CudaHostLink implements HostTransfers {
     if (kmax > cap) bad(`${op}: ${kmax} rows a group from a region of ${cap}`);
     if (!(ids instanceof Int32Array) || ids.length < groups * kmax) bad(`${op}: ids must be an Int32Array of at least ${groups} × ${kmax}`);
     if (!(counts instanceof Int32Array) || counts.length < groups) bad(`${op}: counts must be an Int32Array of at least ${groups}`);
-    if (groups * (kmax + 1) > MAX_GATHER_INTS) bad(`${op}: ${groups} × ${kmax} ids exceed the backend's limit of ${MAX_GATHER_INTS} in one call`);
+    if (groups * (kmax + 1) > MAX_HOST_INTS) bad(`${op}: ${groups} × ${kmax} ids exceed the backend's limit of ${MAX_HOST_INTS} in one call`);
     if (groups * cap * rowBytes > src.byteLength) bad(`${op}: ${groups} × ${cap} rows of ${rowBytes} bytes exceed the host region's ${src.byteLength}`);
     if (groups * kmax * rowBytes > d.byteLength) bad(`${op}: ${groups} × ${kmax} rows of ${rowBytes} bytes exceed ${d}'s ${d.byteLength}`);
     const at = this.deviceAddress(src);

@@ -8,6 +8,9 @@ import { dlopen, FFIType } from "bun:ffi";
 
 const { ptr, i32, f32, f64, void: none } = FFIType;
 
+/** The native int scratch (ids, positions, slots, a gather's table) one call's indices go through. */
+export const MAX_HOST_INTS = 1024 * 1024;
+
 export const backendSymbols = {
   hg_cu_error_string: { args: [i32, ptr, i32], returns: none },
   hg_cu_mem_info: { args: [i32, ptr], returns: i32 },
