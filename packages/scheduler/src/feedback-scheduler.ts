@@ -1,11 +1,22 @@
 /**
- * The paper's feedback scheduler (Algorithm 1), made to converge:
+ * The paper's feedback scheduler (Algorithm 1), made to converge and bounded by the device:
  *
  *   load = T_cpu + T_tx
- *   load ≤ (1 − deadband)·T_gpu        → grow K (more tokens, better accuracy)
- *   load > T_gpu and K > kMin          → shrink K, never below kMin
+ *   load > T_gpu and K > kMin          → shrink K, never below kMin (nor above kCap)
  *   load > T_gpu and K = kMin, post    → switch to pre-QKᵀ (score only the K chosen tokens)
+ *   K > kCap                           → shrink K toward kCap, within maxStep
+ *   load ≤ (1 − deadband)·T_gpu        → grow K (more tokens, better accuracy), up to kCap
  *   otherwise                          → hold
+ *
+ * kCap is the K at which T_gpu is predicted to reach (1 + gpuGrowth)·T_gpu at kMin. Algorithm 1
+ * takes T_gpu as independent of K, so more K is free while the load hides behind it; here the
+ * device gathers and aggregates (and, verified, re-scores) the K rows, so T_gpu grows with K,
+ * the load stays under it, and without the cap K ran to the offloaded count (32K on the H200:
+ * 15 → 256 ms/token, NOTES.md). kCap = kMin + gpuGrowth·T_gpu(kMin) / (T_gpu per K), with
+ * T_gpu(kMin) the window's steps moved to kMin along that slope (median). The slope is the
+ * device line: least squares of T_gpu against K over the timing's stretch (older steps weigh
+ * less), taken once well determined and kept, across stretches too, until another is. Before
+ * one there is no cap and K grows by at most maxStep a step, which spreads K enough to fit it.
  *
  * The load and T_gpu compared are not one step's but the last WINDOW steps' of the current
  * timing, each moved to the current K along the slopes, as medians (one step is noisier than
@@ -60,12 +71,22 @@ export interface FeedbackSchedulerState {
   readonly dwellSteps: number;
   /** Timings the engine could not run (the selector lacks them), learnt from its reports. */
   readonly unavailable: readonly SelectionTiming[];
+  /** T_gpu per K of the current timing's device line (the one kCap comes from). */
+  readonly gpuMsPerK?: number;
+  /** The last decision's cap on K from the device stage; undefined while there is none. */
+  readonly kCap?: number;
 }
 
 const SLOPE_SMOOTHING = 0.5;
 /** Steps of the current timing whose load and T_gpu are averaged before deciding: one H200 step
  * is ±10% noisy, more than the deadband, so single steps alone make K wander. */
 const WINDOW = 8;
+/** Steps after which a step's weight in the device line has halved (the line needs the steps
+ * far from the cap that growth left: at the cap K barely moves). */
+const DEVICE_HALF_LIFE = 64;
+/** A device line is taken when its slope's standard error is ≤ this share of the slope: a false
+ * slope caps K below the balance for good, so it asks more than the window's lines (½). */
+const DEVICE_SE = 0.25;
 
 interface Sample {
   k: number;
@@ -89,6 +110,12 @@ export class FeedbackScheduler implements Scheduler {
   private slopes: Record<SelectionTiming, SlopeEstimate> = { pre: {}, post: {} };
   /** T_gpu per unit of K, per timing (the device aggregates K more rows). */
   private gpuSlopes: Record<SelectionTiming, SlopeEstimate> = { pre: {}, post: {} };
+  /** T_gpu against K over the current stretch of each timing, for the device line. */
+  private deviceFits: Record<SelectionTiming, LineSums> = { pre: emptyLine(), post: emptyLine() };
+  /** T_gpu per K of the last device line well determined, per timing (a row costs the device
+   * the same in the next stretch: kept across them). */
+  private deviceLines: Partial<Record<SelectionTiming, number>> = {};
+  private kCap = Infinity;
   private postRef: PostReference | undefined;
   /** Pre T_gpu at kMin right after the last switch to pre. */
   private preGpuRef: number | undefined;
@@ -113,6 +140,9 @@ export class FeedbackScheduler implements Scheduler {
     this.timing = o.timing;
     this.slopes = { pre: {}, post: {} };
     this.gpuSlopes = { pre: {}, post: {} };
+    this.deviceFits = { pre: emptyLine(), post: emptyLine() };
+    this.deviceLines = {};
+    this.kCap = Infinity;
     this.postRef = undefined;
     this.preGpuRef = undefined;
     this.switches = 0;
@@ -139,6 +169,8 @@ export class FeedbackScheduler implements Scheduler {
       stepsInTiming: this.stepsInTiming,
       dwellSteps: this.dwell,
       unavailable: [...this.unavailable],
+      gpuMsPerK: this.deviceLines[this.timing],
+      kCap: Number.isFinite(this.kCap) ? this.kCap : undefined,
     };
   }
 
@@ -170,11 +202,12 @@ export class FeedbackScheduler implements Scheduler {
     }
 
     const e = this.estimate(k);
-    if (e.load <= (1 - o.deadband) * e.gpu) {
-      this.k = clampK(this.resize(k, e, "grow"), o);
-    } else if (e.load > e.gpu) {
+    const cap = (this.kCap = this.gpuCap());
+    // Past the cap a larger K lengthens the step itself: back toward it, within maxStep.
+    const toCap = Math.max(cap, k / o.maxStep);
+    if (e.load > e.gpu) {
       if (k > o.kMin) {
-        this.k = clampK(this.resize(k, e, "shrink"), o);
+        this.k = clampK(Math.min(this.resize(k, e, "shrink"), toCap), o);
       } else {
         this.k = clampK(o.kMin, o);
         const preOk = o.allowPre && !this.unavailable.has("pre");
@@ -184,6 +217,11 @@ export class FeedbackScheduler implements Scheduler {
           this.switchTo("pre");
         }
       }
+    } else if (k > cap) {
+      this.k = clampK(toCap, o);
+    } else if (e.load <= (1 - o.deadband) * e.gpu) {
+      // The load hides behind T_gpu, but T_gpu grows with K: more K is free only up to the cap.
+      this.k = clampK(Math.min(this.resize(k, e, "grow"), Math.max(k, cap)), o);
     } else {
       this.k = clampK(k, o);
     }
@@ -206,6 +244,7 @@ export class FeedbackScheduler implements Scheduler {
     this.stepsInTiming = 0;
     this.recent = [];
     for (const s of [this.slopes[timing], this.gpuSlopes[timing]]) s.lastK = s.lastMs = undefined;
+    this.deviceFits[timing] = emptyLine();
     if (timing === "pre") this.preGpuRef = undefined;
   }
 
@@ -247,6 +286,31 @@ export class FeedbackScheduler implements Scheduler {
     return { load: median(ratios) * gpu, gpu, slope, gpuSlope };
   }
 
+  /**
+   * The K at which T_gpu is predicted to reach (1 + gpuGrowth)·T_gpu at kMin, T_gpu at kMin being
+   * the window's steps moved there along the device slope (median); Infinity without a slope.
+   */
+  private gpuCap(): number {
+    const g = this.deviceSlope();
+    if (g === undefined || g <= 0) return Infinity;
+    const kMin = this.options.kMin;
+    const atKMin = median(this.recent.map((x) => Math.max(0, x.gpu - g * Math.max(0, x.k - kMin))));
+    return kMin + (this.options.gpuGrowth * atKMin) / g;
+  }
+
+  /**
+   * T_gpu per K for the cap: the last well-determined device line (see DEVICE_SE), undefined
+   * before one. Not the window's line: at the cap K barely moves, and eight steps ±10% noisy
+   * cannot tell a slope worth 10% of T_gpu from none. Not the secants: they keep only rises, so
+   * they find a slope where T_gpu is flat, and K held near where one noisy step fooled them
+   * soon fits a false line as well; doubling K until a line is determined spreads the steps.
+   */
+  private deviceSlope(): number | undefined {
+    const line = fitLine(this.deviceFits[this.timing]);
+    if (line && line.b > 0 && line.se <= DEVICE_SE * line.b) this.deviceLines[this.timing] = line.b;
+    return this.deviceLines[this.timing];
+  }
+
   /** K whose predicted load sits mid-deadband of its predicted T_gpu, within a factor maxStep of the current K. */
   private resize(k: number, e: Estimate, dir: "grow" | "shrink"): number {
     const o = this.options;
@@ -267,6 +331,7 @@ export class FeedbackScheduler implements Scheduler {
   private learn(t: StepTimings, load: number): void {
     secant(this.slopes[t.timing], t.k, load);
     secant(this.gpuSlopes[t.timing], t.k, t.tGpuMs);
+    addToLine(this.deviceFits[t.timing], t.offloaded > 0 ? Math.min(t.k, t.offloaded) : t.k, t.tGpuMs);
     if (t.timing === "post" && t.offloaded > 0) {
       // Post's load at kMin, from this step's at K (scoring scales with the offloaded count).
       const slope = this.slopes.post.msPerK ?? 0;
@@ -315,4 +380,46 @@ function secant(s: SlopeEstimate, k: number, ms: number): void {
   }
   s.lastK = k;
   s.lastMs = ms;
+}
+
+/** Sums for a least-squares line of T_gpu (y) against K, each step's weight decaying by half
+ * every DEVICE_HALF_LIFE steps; n counts the steps. */
+interface LineSums {
+  n: number;
+  w: number;
+  w2: number;
+  k: number;
+  kk: number;
+  y: number;
+  ky: number;
+  yy: number;
+}
+
+function emptyLine(): LineSums {
+  return { n: 0, w: 0, w2: 0, k: 0, kk: 0, y: 0, ky: 0, yy: 0 };
+}
+
+function addToLine(s: LineSums, k: number, y: number): void {
+  const d = 2 ** (-1 / DEVICE_HALF_LIFE);
+  s.n++;
+  s.w = s.w * d + 1;
+  s.w2 = s.w2 * d * d + 1;
+  s.k = s.k * d + k;
+  s.kk = s.kk * d + k * k;
+  s.y = s.y * d + y;
+  s.ky = s.ky * d + k * y;
+  s.yy = s.yy * d + y * y;
+}
+
+/** The line's slope and its standard error (over the effective count of steps); undefined before four steps. */
+function fitLine(s: LineSums): { b: number; se: number } | undefined {
+  if (s.n < 4) return undefined;
+  const nEff = (s.w * s.w) / s.w2;
+  const sxx = s.kk - (s.k * s.k) / s.w;
+  if (!(sxx > 1e-9 * s.kk)) return undefined; // K (nearly) the same every step: no line
+  const sxy = s.ky - (s.k * s.y) / s.w;
+  // A rise across the K seen below 1e-9 of T_gpu is rounding (a flat line), not a slope.
+  const b = Math.abs(sxy) > 1e-9 * Math.sqrt(sxx / s.w) * Math.abs(s.y) ? sxy / sxx : 0;
+  const sse = Math.max(0, s.yy - (s.y * s.y) / s.w - b * sxy);
+  return { b, se: Math.sqrt(sse / ((nEff - 2) * sxx)) };
 }

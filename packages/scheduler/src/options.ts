@@ -26,6 +26,13 @@ export const FeedbackSchedulerOptionsSchema = z
     /** Grow K only while T_cpu + T_tx ≤ (1 − deadband)·T_gpu; shrink when above T_gpu. Avoids flapping at the boundary. */
     deadband: z.number().min(0).max(0.5).default(0.05),
     /**
+     * Grow K only while the device stage predicted at the new K stays ≤ (1 + gpuGrowth)·T_gpu at
+     * kMin; above that, shrink back. The device gathers and aggregates the K rows, so a larger K
+     * lengthens T_gpu itself: a load that hides behind it does not make K free (1: up to twice
+     * the kMin device stage; 0: no growth once T_gpu is seen to rise with K).
+     */
+    gpuGrowth: z.number().min(0).max(1).default(0.1),
+    /**
      * Allow switching to pre-QKᵀ when post is CPU-bound at kMin (false: post only, K pinned at
      * kMin). Set it from the selector: false when its timings lack "pre". A step the engine ran
      * post although pre was asked for (the selector cannot run pre) turns it off as well.

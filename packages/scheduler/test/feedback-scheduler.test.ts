@@ -150,12 +150,87 @@ describe("FeedbackScheduler: closed loop on synthetic timings", () => {
   });
 });
 
+// The 2026-12-03 H200 run (NOTES.md): 8B shape, 32K context, window 4 096, verified logits, pre-QKᵀ.
+// The device gathers, aggregates and re-scores the K rows: T_gpu 15 ms at K 256, 252 ms at every
+// offloaded token (28 704); T_cpu 5 → 113 ms; the copy small. The load never catches T_gpu up.
+const OFFLOADED = 28_704;
+const GPU_PER_K = (252 - 15) / (OFFLOADED - 256);
+const CPU_PER_K = (113 - 5) / (OFFLOADED - 256);
+const h200 = (gpuPerKMs = GPU_PER_K): Machine => ({
+  gpuMs: 15 - 256 * gpuPerKMs, gpuPerKMs, fixedMs: 5 - 256 * CPU_PER_K + 0.3, scoreMs: 0, preScoreMs: 0, gatherMs: CPU_PER_K, txMs: 0.001,
+});
+/** A step's noise-free wall time: the longer stage. */
+const stepMs = (m: Machine, k: number) => Math.max(m.gpuMs + (m.gpuPerKMs ?? 0) * Math.min(k, OFFLOADED), load(m, k, "pre", OFFLOADED));
+
+describe("FeedbackScheduler: a device stage that grows with K", () => {
+  it("settles K at the cap where T_gpu has grown by gpuGrowth, not at the offloaded count (the 32K H200 runaway)", () => {
+    const m = h200(), t0 = stepMs(m, 256);
+    const cap = 256 + (0.1 * t0) / GPU_PER_K; // 436
+    for (let seed = 1; seed <= 10; seed++) {
+      const s = new FeedbackScheduler({ kMin: 256, timing: "pre" });
+      const tr = run(s, 80, () => m, (step) => OFFLOADED + step, 0.1, seed);
+      const at = `seed ${seed}: ${tr.k.join(" ")}`;
+      // K doubles until a device line is determined (four steps), then walks back to the cap.
+      expect(Math.max(...tr.k), at).toBeLessThanOrEqual(8 * 256);
+      for (const k of tr.k.slice(-40)) {
+        expect(Math.abs(k - cap) / cap, at).toBeLessThan(0.25);
+        expect(stepMs(m, k) / t0, at).toBeLessThanOrEqual(1 + s.options.gpuGrowth + 0.05);
+      }
+      const mean = tr.k.reduce((a, k) => a + stepMs(m, k), 0) / tr.k.length;
+      expect(mean / t0, at).toBeLessThan(1.2); // the doubling costs a few steps once
+      expect(s.state().gpuMsPerK! / GPU_PER_K).toBeCloseTo(1, 0);
+      expect(Math.abs(s.state().kCap! - cap) / cap).toBeLessThan(0.25);
+    }
+  });
+
+  it("scales the cap with gpuGrowth (0: back to kMin)", () => {
+    const m = h200(), t0 = stepMs(m, 256);
+    for (const gpuGrowth of [0, 0.3, 1]) {
+      const cap = 256 + (gpuGrowth * t0) / GPU_PER_K;
+      for (let seed = 1; seed <= 5; seed++) {
+        const s = new FeedbackScheduler({ kMin: 256, timing: "pre", gpuGrowth });
+        const tr = run(s, 80, () => m, (step) => OFFLOADED + step, 0.1, seed);
+        const at = `gpuGrowth ${gpuGrowth}, seed ${seed}: ${tr.k.join(" ")}`;
+        // The slope comes from the few steps K doubled through, ±10% noisy: ±30% at worst, so
+        // the growth beyond T_gpu(kMin) is gpuGrowth within a third.
+        for (const k of tr.k.slice(-40)) {
+          expect(k, at).toBeLessThanOrEqual(cap * s.options.maxStep);
+          expect(k, at).toBeGreaterThanOrEqual(cap / s.options.maxStep);
+          expect(stepMs(m, k) / t0, at).toBeLessThanOrEqual(1 + 1.35 * gpuGrowth + 0.05);
+        }
+        if (gpuGrowth === 0) expect(tr.k.slice(-40).every((k) => k === 256)).toBe(true);
+      }
+    }
+  });
+
+  it("with T_gpu independent of K, grows K until the load balances, as Algorithm 1 does", () => {
+    const m = h200(0);
+    const f = 1 - new FeedbackScheduler().options.deadband / 2;
+    const kBalance = (f * m.gpuMs - m.fixedMs) / (m.gatherMs + m.txMs); // ≈ 2 150
+    for (let seed = 1; seed <= 10; seed++) {
+      const s = new FeedbackScheduler({ kMin: 256, timing: "pre" });
+      const tr = run(s, 80, () => m, (step) => OFFLOADED + step, 0.1, seed);
+      const tail = tr.k.slice(-40);
+      const mean = tail.reduce((a, k) => a + k, 0) / tail.length;
+      expect(Math.abs(mean - kBalance) / kBalance, `seed ${seed}: ${tr.k.join(" ")}`).toBeLessThan(0.1);
+    }
+    // Without noise the device line is flat: no cap at all.
+    const s = new FeedbackScheduler({ kMin: 256, timing: "pre" });
+    const tr = run(s, 40, () => m, (step) => OFFLOADED + step);
+    expect(s.state().kCap).toBeUndefined();
+    expect(Math.abs(tr.k[39]! - kBalance) / kBalance).toBeLessThan(0.06);
+  });
+});
+
 describe("FeedbackScheduler options", () => {
   it("rejects bad options and bad measurements with one-line errors naming the field", () => {
     expect(() => new FeedbackScheduler({ kMin: 100, kMax: 10 })).toThrow(/feedback scheduler options: kMax/);
     expect(() => new FeedbackScheduler({ kMin: 0 })).toThrow(HybridgenError);
     expect(() => new FeedbackScheduler({ kMin: 10, k: 5 })).toThrow(/k \(the first step's\)/);
     expect(() => new FeedbackScheduler({ maxStep: 1 })).toThrow(/maxStep/);
+    expect(() => new FeedbackScheduler({ gpuGrowth: -0.1 })).toThrow(/feedback scheduler options: gpuGrowth/);
+    expect(() => new FeedbackScheduler({ gpuGrowth: 1.5 })).toThrow(/feedback scheduler options: gpuGrowth/);
+    expect(new FeedbackScheduler().options.gpuGrowth).toBe(0.1);
     expect(() => new FeedbackScheduler({ allowPre: false, timing: "pre" })).toThrow("feedback scheduler options: timing: timing pre needs allowPre");
     const s = new FeedbackScheduler();
     expect(() => s.next({ step: 0, tGpuMs: NaN, tCpuMs: 1, tTxMs: 1, k: 64, timing: "post", offloaded: 10 })).toThrow(/step timings: tGpuMs/);

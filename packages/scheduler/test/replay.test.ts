@@ -1,7 +1,7 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { HybridStats } from "@hybridgen/core";
+import { HybridStats, seededRandom } from "@hybridgen/core";
 import {
   FeedbackScheduler, FixedScheduler, bestFixed, fitCostModel, parseTimingTrace, replay, simulateStep, timingTraceFromRuns, type CostModel,
 } from "../src/index.js";
@@ -123,6 +123,41 @@ describe("the fixes behind the issue's flapping", () => {
     const r = replay(new FeedbackScheduler({ kMin: K_MIN }), model);
     expect(r.timing[0]).toBe("post");
     expect(r.timing[1]).toBe("pre");
+  });
+});
+
+/**
+ * The 2026-12-03 H200 run (NOTES.md) as a cost model: 8B shape, 32K, window 4 096, verified
+ * logits. The device gathers, aggregates and re-scores the K rows, so T_gpu rises from 15 ms at
+ * K 256 to 252 ms at every offloaded token, while the load (T_cpu 5 → 113 ms) stays under it.
+ */
+function runawayMachine(): CostModel {
+  const offloaded = 28_704;
+  const gpuB = (252 - 15) / (offloaded - 256), cpuB = (113 - 5) / (offloaded - 256);
+  const r = seededRandom(1203);
+  const residuals = Array.from({ length: 64 }, () => ({ gpu: 0.9 + 0.2 * r(), cpu: 0.9 + 0.2 * r(), tx: 0.9 + 0.2 * r(), wallMs: 0 }));
+  const gpu = { a: 15 - 256 * gpuB, b: gpuB };
+  const at = (timing: "post" | "pre", cpuAt256: number, txAt256: number) => ({
+    gpu, cpu: { a: cpuAt256 - 256 * cpuB, b: cpuB }, tx: { a: txAt256 - 256 * 0.001, b: 0.001 }, overheadMs: 0.5, residuals, kSeen: [256, offloaded],
+  });
+  return { offloaded, timings: { post: at("post", 29, 4.8), pre: at("pre", 5, 0.5) } };
+}
+
+describe("a device stage that grows with K", () => {
+  it("at 32K with verified logits K stays near where T_gpu has grown by gpuGrowth, not at every offloaded token (2026-12-03)", () => {
+    const model = runawayMachine();
+    for (const seed of [1, 2, 3]) {
+      const s = new FeedbackScheduler({ kMin: K_MIN });
+      const r = replay(s, model, { steps: 64, seed });
+      const floor = replay(new FixedScheduler({ k: K_MIN, timing: "pre" }), model, { steps: 64, seed });
+      const at = `seed ${seed}: ${r.k.map((k, i) => r.timing[i]![1] + k).join(" ")}`;
+      expect(r.timing[63], at).toBe("pre");
+      expect(r.switches, at).toBe(1);
+      expect(Math.max(...r.k), at).toBeLessThanOrEqual(8 * K_MIN); // 28 704 before
+      expect(r.settleStep, at).toBeLessThanOrEqual(10);
+      // ms/token within gpuGrowth of pre at kMin (the fastest choice), the doubling included.
+      expect(r.meanMs / floor.meanMs, `${r.meanMs.toFixed(2)} vs ${floor.meanMs.toFixed(2)} ms; ${at}`).toBeLessThan(1 + s.options.gpuGrowth + 0.05);
+    }
   });
 });
 

@@ -4,12 +4,14 @@ import { seededRandom, type Scheduler, type SelectionTiming, type StepTimings } 
 export const rng = seededRandom;
 
 /**
- * A synthetic machine: the GPU stage takes gpuMs; post-QKᵀ scores every offloaded token
+ * A synthetic machine: the GPU stage takes gpuMs (+ gpuPerKMs per selected token: the device
+ * gathers and aggregates the K rows); post-QKᵀ scores every offloaded token
  * (scoreMs each, streaming), pre-QKᵀ scores only the K chosen (preScoreMs each, gathers);
  * both gather and transfer K V rows.
  */
 export interface Machine {
   gpuMs: number;
+  gpuPerKMs?: number;
   fixedMs: number;
   scoreMs: number;
   preScoreMs: number;
@@ -23,7 +25,7 @@ export function measure(m: Machine, step: number, k: number, timing: SelectionTi
   const scored = timing === "post" ? m.scoreMs * offloaded : m.preScoreMs * kk;
   return {
     step,
-    tGpuMs: m.gpuMs * jitter(),
+    tGpuMs: (m.gpuMs + (m.gpuPerKMs ?? 0) * kk) * jitter(),
     tCpuMs: (m.fixedMs + scored + m.gatherMs * kk) * jitter(),
     tTxMs: m.txMs * kk * jitter(),
     k,
