@@ -6,11 +6,11 @@
  *
  *   bun apps/bench/src/hybrid-modes.ts [--backend cuda|cpu] [--preset llama-3.1-8b] [--contexts 32768,131000]
  *     [--steps 64] [--window 4096] [--sinks 4] [--k 256] [--threads N] [--configs full,post-exact,…]
- *     [--trace-dir DIR] [--source TEXT]
+ *     [--trace-dir DIR] [--source TEXT] [--row-path auto|mapped|staged]
  *
  * Configs: full; post-exact, post-speculative, post-verified (top-K in the stage, fixed K);
  * pre-exact, pre-speculative, pre-verified (Quest pages, fixed K), pre-streaming, pre-infinigen
- * (verified); feedback (the default pair topk+quest, verified, kMin = K), feedback-streaming
+ * (verified), pre-streaming-speculative; feedback (the default pair topk+quest, verified, kMin = K), feedback-streaming
  * (topk+streaming), feedback-infinigen (topk+infinigen). Dummy weights (bf16), bf16 KV. One
  * prefill per context (in blocks of at most 32 768 tokens); every hybrid config starts from a
  * KvCache checkpoint of it; a context no larger than the window runs full attention only.
@@ -41,6 +41,8 @@ const K = Number(arg("k", "256"));
 const threads = Number(arg("threads", String(Math.max(1, cpus().length - 1))));
 const configs = list("configs", "full,post-exact,post-speculative,post-verified,pre-exact,pre-speculative,pre-verified,pre-streaming,feedback,feedback-streaming");
 const traceDir = arg("trace-dir", "");
+/** Where the device gets the selected rows, for every hybrid config (HybridOptions.rowPath). */
+const rowPath = arg("row-path", "auto") as "auto" | "mapped" | "staged";
 const source = arg("source", `apps/bench hybrid-modes on ${backendName}, ${new Date().toISOString().slice(0, 10)}`);
 /** Steps left out of the means: the first hybrid step captures and warms up. */
 const WARM = 4;
@@ -55,6 +57,7 @@ const HYBRID: Record<string, HybridRuntimeOptions> = {
   "pre-speculative": { scheduler: "fixed", selector: "quest", k: K, timing: "pre", logits: "speculative" },
   "pre-verified": { scheduler: "fixed", selector: "quest", k: K, timing: "pre", logits: "verified" },
   "pre-streaming": { scheduler: "fixed", selector: "streaming", k: K, timing: "pre", logits: "verified" },
+  "pre-streaming-speculative": { scheduler: "fixed", selector: "streaming", k: K, timing: "pre", logits: "speculative" },
   "pre-infinigen": { scheduler: "fixed", selector: "infinigen", k: K, timing: "pre", logits: "verified" },
   feedback: { scheduler: "feedback", selector: "topk+quest", kMin: K, logits: "verified" },
   "feedback-streaming": { scheduler: "feedback", selector: "topk+streaming", kMin: K, logits: "verified" },
@@ -172,7 +175,7 @@ for (const context of contexts) {
   using cp = model.cache.checkpoint();
   recorded[context] = [];
   for (const name of hybridConfigs) {
-    using ha = await createHybridAttention(model, backend, { cpuStageThreads: threads, ...HYBRID[name] });
+    using ha = await createHybridAttention(model, backend, { cpuStageThreads: threads, rowPath, ...HYBRID[name] });
     try {
       const g0 = graphStats();
       const walls = greedyWalls(model, context, steps);

@@ -82,6 +82,12 @@ export interface HostTransfers extends Disposable {
   toDevice(copies: readonly HostCopy[]): void;
   /** The host waits for every copy issued so far (then host regions may be read or rewritten). */
   fence(): void;
+  /**
+   * Optional: instead of fence(), a signal another host thread can wait for — once every copy
+   * issued so far is done, the device writes `value` into the 32-bit word at host `address`
+   * (values increase by one per call, modulo 2³²). The word stays valid while the link is open.
+   */
+  signal?(): HostSignal;
   /** "resume": the host queues device work again; "pause": it is about to block (a read, the CPU stage). */
   mark(kind: "resume" | "pause"): void;
   /**
@@ -101,6 +107,12 @@ export interface HostTransfers extends Disposable {
    * stream after the ops before it (a recorded step records it); ids and counts are read during the call.
    */
   gatherRows?(dst: Tensor, src: HostRegion, rows: RowGather, ids: Int32Array, counts: Int32Array): void;
+}
+
+/** A HostTransfers.signal: the word at `address` reaches `value` once the copies before it are done. */
+export interface HostSignal {
+  readonly address: number;
+  readonly value: number;
 }
 
 /** The shape of a HostTransfers.gatherRows call. */

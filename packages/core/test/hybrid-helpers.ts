@@ -55,6 +55,13 @@ export const streamingSelector = (sinks: number) =>
     return { kind: "shared", ids: Int32Array.from([...i.primitives.range(0, s), ...i.primitives.range(n - (k - s), k - s)]) };
   });
 
+/** Pre-QKᵀ in JS, reading the query: K consecutive slots from an offset the query's first value picks (stale queries pick others). */
+export const queryPreSelector = () =>
+  selector("query-pre", ["pre"], true, undefined, (i) => {
+    const k = Math.min(i.k, i.offloaded), from = Math.floor(Math.abs(i.query[0]!) * 9973) % (i.offloaded - k + 1);
+    return { kind: "shared", ids: i.primitives.range(from, k) };
+  });
+
 /** Returns whatever `bad` gives, unvalidated (for bad-input tests). */
 export const rawSelector = (bad: (i: SelectionInput) => unknown): TokenSelector => ({
   name: "raw", timings: ["pre", "post"], needsScores: false, usesBudget: true,

@@ -70,6 +70,7 @@ export class LoopbackLink implements HostTransfers {
   readonly pinned = new Set<number>();
   readonly log: string[] = [];
   private pending: (() => void)[] = [];
+  private landed = 0;
   closed = false;
 
   constructor(private readonly device: ReferenceBackend, private readonly host: ReferenceBackend, private readonly book: AddressBook) {}
@@ -105,7 +106,21 @@ export class LoopbackLink implements HostTransfers {
 
   fence(): void {
     for (const f of this.pending) f();
+    this.landed += this.pending.length;
     this.pending = [];
+  }
+
+  /** Device → host copies issued so far, landed or not. */
+  protected get issued(): number {
+    return this.landed + this.pending.length;
+  }
+
+  /** Lands the copies issued before the `through`-th (a signal after them was reached). */
+  protected landThrough(through: number): void {
+    while (this.landed < through && this.pending.length > 0) {
+      this.pending.shift()!();
+      this.landed++;
+    }
   }
 
   mark(): void {}

@@ -31,6 +31,7 @@ static inline void relax(void) { }
  * so the default is to sleep at once. */
 #define DEFAULT_IDLE_SPIN_NS 0
 #define DEFAULT_READ_DEPTH 8
+#define DEFAULT_READY_TIMEOUT_NS 10000000000LL
 enum { IDLE = 0, PENDING = 1, DONE = 2 };
 
 struct hg_stage {
@@ -42,7 +43,7 @@ struct hg_stage {
     atomic_int stop;
     int started;
     hg_stage_job job;
-    int64_t result, last_ns, idle_spin_ns;
+    int64_t result, last_ns, idle_spin_ns, ready_timeout_ns;
     /* phases of the last job (ns): query pack, score, top-K, gather; submit -> start, and the
      * later of (job end, wait call) -> wait's return */
     int64_t split[6];
@@ -445,11 +446,38 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     return 0;
 }
 
+/* The job's ready signal: spin (a device's copy lands within a layer's time) until the word
+ * reaches ready_value, modulo 2^32; 1 with the reason in s->err when it never does. */
+static int64_t await_ready(hg_stage *s, const hg_stage_job *j) {
+    if (!j->ready) return 0;
+    const volatile uint32_t *word = (const volatile uint32_t *)(intptr_t)j->ready;
+    const uint32_t want = (uint32_t)j->ready_value;
+    const int64_t t0 = now_ns();
+    while ((int32_t)(*word - want) < 0) {
+        for (int i = 0; i < 16; i++) relax();
+        if (now_ns() - t0 > s->ready_timeout_ns) {
+            snprintf(s->err, sizeof s->err, "cpu stage: the device never signalled the query's copy (waited %.1f s for value %u, the word holds %u)",
+                     (double)s->ready_timeout_ns / 1e9, want, *word);
+            return 1;
+        }
+    }
+    atomic_thread_fence(memory_order_acquire);
+    return 0;
+}
+
 static int64_t timed(hg_stage *s, const hg_stage_job *j) {
     int64_t t0 = now_ns();
     s->split[4] = s->submit_ns ? t0 - s->submit_ns : 0;
     s->submit_ns = 0;
-    int64_t rc = run_job(s, j);
+    int64_t rc = await_ready(s, j);
+    if (rc) {
+        for (int i = 0; i < 4; i++) s->split[i] = 0;
+        s->end_ns = now_ns();
+        s->last_ns = 0;
+        return rc;
+    }
+    t0 = now_ns(); /* the wait for the device is not the stage's work */
+    rc = run_job(s, j);
     s->end_ns = now_ns();
     s->last_ns = s->end_ns - t0;
     return rc;
@@ -487,6 +515,7 @@ hg_stage *hg_stage_create(int threads, int isa) {
     atomic_init(&s->state, IDLE);
     s->idle_spin_ns = DEFAULT_IDLE_SPIN_NS;
     s->read_depth = DEFAULT_READ_DEPTH;
+    s->ready_timeout_ns = DEFAULT_READY_TIMEOUT_NS;
     if (pthread_create(&s->thread, NULL, coordinator, s) != 0) {
         hg_destroy(s->ctx);
         free(s);
@@ -564,6 +593,8 @@ void hg_stage_last_split(const hg_stage *s, double *out) {
 }
 
 void hg_stage_set_idle_spin(hg_stage *s, int64_t ns) { s->idle_spin_ns = ns < 0 ? 0 : ns; }
+
+void hg_stage_set_ready_timeout(hg_stage *s, int64_t ns) { s->ready_timeout_ns = ns < 1 ? 1 : ns; }
 
 void hg_stage_error(const hg_stage *s, char *buf, int64_t cap) {
     if (cap > 0) snprintf(buf, (size_t)cap, "%s", s->err);

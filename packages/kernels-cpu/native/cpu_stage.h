@@ -39,6 +39,9 @@ typedef struct {
     /* Quest (QUEST): page summaries, min [kv_heads, page_cap, head_dim] f32 then max of the same
      * shape, of pages of page_size rows; rows [pages_from, n) are folded in first; budget ids a list. */
     int64_t pages, page_size, page_cap, pages_from;
+    /* When ready is not 0: the query is still on its way from a device, which writes a value of
+     * ready_value or later (mod 2^32) into the uint32 at ready once it has landed; the job waits. */
+    int64_t ready, ready_value;
 } hg_stage_job;
 
 /* KV head g's rows of the job's K [kv_heads, kcap, head_dim] (the stage and its Quest kernel). */
@@ -59,7 +62,7 @@ int hg_stage_submit(hg_stage *s, const hg_stage_job *job);
 int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job);
 /* Waits for the submitted job. Returns 0 on success, -1 if none was submitted, -2 when scratch
  * memory failed, -(3 + i) when a selected id at index i is out of range or not ascending, 1 when
- * a read of disk-tier rows failed (hg_stage_error says which file). */
+ * a read of disk-tier rows failed or the ready signal never came (hg_stage_error says which). */
 int64_t hg_stage_wait(hg_stage *s);
 /* The last job's failed read as one line (NUL-terminated, at most cap bytes). */
 void hg_stage_error(const hg_stage *s, char *buf, int64_t cap);
@@ -77,5 +80,7 @@ void hg_stage_last_split(const hg_stage *s, double *out);
 /* How long the idle stage thread spins for the next job, and hg_stage_wait for the job's
  * end, before sleeping (default 0: sleep at once). */
 void hg_stage_set_idle_spin(hg_stage *s, int64_t ns);
+/* How long a job waits for its ready signal before it fails (default 10 s). */
+void hg_stage_set_ready_timeout(hg_stage *s, int64_t ns);
 #pragma GCC visibility pop
 #endif

@@ -29,6 +29,7 @@ const symbols = {
   hg_stage_wait: { args: [ptr], returns: i64_fast },
   hg_stage_last_ns: { args: [ptr], returns: i64_fast },
   hg_stage_set_idle_spin: { args: [ptr, i64], returns: none },
+  hg_stage_set_ready_timeout: { args: [ptr, i64], returns: none },
   hg_stage_last_split: { args: [ptr, ptr], returns: none },
   hg_stage_error: { args: [ptr, ptr, i64], returns: none },
   hg_stage_set_read_depth: { args: [ptr, i32], returns: none },
@@ -52,6 +53,8 @@ export const NativeCpuStageOptionsSchema = z.object({
   /** How long the idle stage thread spins for the next job (and wait() for the job's end)
    * before sleeping, in µs. Worth it only with cores to spare; 0 (default): sleep at once. */
   idleSpinUs: z.number().int().min(0).max(1_000_000).default(0),
+  /** How long a job waits for the device's signal that its query has landed before it fails, in ms. */
+  readyTimeoutMs: z.number().int().min(1).max(600_000).default(10_000),
   /** Top-K jobs: score compressed copies of the K rows first (int8, int4), then rescore the best
    * rescoreFactor·K candidates from the full rows; "full" (default) scores the full rows only. */
   scoring: ScoringSchema.default("full"),
@@ -69,8 +72,10 @@ const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32, QUE
 // Field indices of hg_stage_job (all 8-byte; scale is the double at the end).
 const F = { flags: 0, q: 1, k: 2, ktype: 3, kcap: 4, v: 5, vtype: 6, vcap: 7, n: 8, heads: 9, kvHeads: 10, headDim: 11,
   all: 12, lstride: 13, ids: 14, counts: 15, kmax: 16, budget: 17, sel: 18, vstage: 19, kstage: 20, scale: 21,
-  kq: 22, kqForm: 23, kqFrom: 24, cand: 25, pages: 26, pageSize: 27, pageCap: 28, pagesFrom: 29 } as const;
-const JOB_FIELDS = 30;
+  kq: 22, kqForm: 23, kqFrom: 24, cand: 25, pages: 26, pageSize: 27, pageCap: 28, pagesFrom: 29, ready: 30, readyValue: 31 } as const;
+const JOB_FIELDS = 32;
+/** A query buffer gets a block of its own this large: a device backend pins only whole blocks of at least 2 MiB, and the query's copy must be asynchronous. */
+const PINNABLE_BYTES = 2 << 20;
 
 interface NativeBuf { p: Pointer; bytes: number }
 interface Slot {
@@ -86,6 +91,7 @@ interface Slot {
 export class NativeCpuStage implements CpuStage {
   readonly name = "native";
   readonly concurrent = true;
+  readonly waitsForSignal = true;
   /** Native primitives on the stage's pool while it runs no job (a pre-QKᵀ selector runs between jobs), in the
    * stage's ISA: a selector's select() then equals the stage's kernel of it bit for bit (Quest). */
   readonly primitives: SelectorPrimitives;
@@ -123,6 +129,7 @@ export class NativeCpuStage implements CpuStage {
     this.scoring = parsed.data.scoring;
     this.rescoreFactor = parsed.data.rescoreFactor;
     this.lib.hg_stage_set_idle_spin(this.handle, parsed.data.idleSpinUs * 1000);
+    this.lib.hg_stage_set_ready_timeout(this.handle, parsed.data.readyTimeoutMs * 1_000_000);
     this.readDepth = parsed.data.readDepth;
     this.lib.hg_stage_set_read_depth(this.handle, this.readDepth);
     this.jobPtr = addressOf(this.job);
@@ -138,10 +145,10 @@ export class NativeCpuStage implements CpuStage {
     const allF = new Float32Array(toArrayBuffer(this.all.p, 0, this.all.bytes));
     this.rows = Array.from({ length: heads }, (_, h) => allF.subarray(h * cap, (h + 1) * cap));
     for (let s = 0; s < 2; s++) {
-      const q = this.alloc(heads * headDim * 4), sel = this.alloc(heads * cap * 4);
+      const q = this.alloc(Math.max(heads * headDim * 4, PINNABLE_BYTES)), sel = this.alloc(heads * cap * 4);
       const ids = this.alloc(kvHeads * cap * 4), counts = this.alloc(kvHeads * 4);
       this.slots.push({
-        q, query: new Float32Array(toArrayBuffer(q.p, 0, q.bytes)),
+        q, query: new Float32Array(toArrayBuffer(q.p, 0, heads * headDim * 4)),
         sel, logits: new Float32Array(toArrayBuffer(sel.p, 0, sel.bytes)),
         ids, idsView: new Int32Array(toArrayBuffer(ids.p, 0, ids.bytes)),
         counts, countsView: new Int32Array(toArrayBuffer(counts.p, 0, counts.bytes)),
@@ -276,6 +283,7 @@ export class NativeCpuStage implements CpuStage {
     set(F.kmax, job.kmax); set(F.budget, budget);
     set(F.sel, s.sel.p); set(F.vstage, s.values.store.ptr); set(F.kstage, s.keys ? s.keys.store.ptr : 0);
     this.jobF64[F.scale] = job.scale;
+    set(F.ready, job.ready?.address ?? 0); set(F.readyValue, job.ready?.value ?? 0);
     const sk = this.sketches;
     if (sk && job.work.kind === "topk" && (flags & GATHER) !== 0 && (flags & TOPK) !== 0) {
       const { address, from } = sk.region(k, job.offloaded, job.storeEpoch);

@@ -21,7 +21,13 @@ struct HgLink {
   int open;  // between a resume and a pause mark: compute stalls count against T_gpu
   int rowwise;     // 2-D copies the driver refused and that ran row by row instead
   char why[256];   // the call that failed, with its arguments (hg_link_error)
+  volatile unsigned *word;  // hg_link_signal's word: mapped pinned host memory (NULL: no signal)
+  unsigned *wordDev;        // its device address
+  unsigned signals;         // the last value written
 };
+
+// The copy stream's signal: host threads poll the word instead of the caller blocking in a fence.
+__global__ void store_word(volatile unsigned *word, unsigned value) { *word = value; }
 
 // Keeps the first failure's details for hg_link_error; returns e.
 static cudaError_t note(HgLink *l, cudaError_t e, const char *what, const double *d) {
@@ -55,7 +61,19 @@ HG_EXPORT HgLink *hg_link_create(HgCtx *c) {
   int ok = 1;
   for (int i = 0; i < 3 && ok; i++) ok = cudaEventCreateWithFlags(&l->order[i], cudaEventDisableTiming) == cudaSuccess;
   for (int i = 0; i < POOL && ok; i++) ok = cudaEventCreate(&l->ev[i]) == cudaSuccess;
+  // The signal word: a device that cannot map host memory has none (hg_link_signal says so).
+  void *w = NULL;
+  if (ok && cudaHostAlloc(&w, 64, cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
+    if (cudaHostGetDevicePointer((void **)&l->wordDev, w, 0) == cudaSuccess) {
+      l->word = (volatile unsigned *)w;
+      *l->word = 0;
+    } else {
+      cudaFreeHost(w);
+    }
+  }
+  cudaGetLastError();
   if (!ok) {
+    if (l->word) cudaFreeHost((void *)l->word);
     for (int i = 0; i < 3; i++) if (l->order[i]) cudaEventDestroy(l->order[i]);
     for (int i = 0; i < POOL; i++) if (l->ev[i]) cudaEventDestroy(l->ev[i]);
     free(l);
@@ -69,7 +87,22 @@ HG_EXPORT void hg_link_destroy(HgLink *l) {
   cudaStreamSynchronize(l->c->copy);
   for (int i = 0; i < 3; i++) cudaEventDestroy(l->order[i]);
   for (int i = 0; i < POOL; i++) cudaEventDestroy(l->ev[i]);
+  if (l->word) cudaFreeHost((void *)l->word);
   free(l);
+}
+
+// After every copy issued so far, the copy stream writes the next value into the link's word of
+// pinned host memory: out[0] = the value, out[1] = the word's host address. A host thread that
+// sees the word reach the value knows those copies have landed, without this thread waiting.
+HG_EXPORT int hg_link_signal(HgLink *l, double *out) {
+  if (!l->word) return (int)cudaErrorNotSupported;
+  const unsigned value = ++l->signals;
+  store_word<<<1, 1, 0, l->c->copy>>>(l->wordDev, value);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return (int)note(l, e, "signal", NULL);
+  out[0] = value;
+  out[1] = (double)(uintptr_t)l->word;
+  return 0;
 }
 
 // Page-locks [p, p + bytes) so copies with it are DMA'd asynchronously (cudaHostRegister),

@@ -6,7 +6,7 @@
  * (native/host_gather.cu). Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
-import { HybridgenError, type HostCopy, type HostRegion, type HostTransfers, type RowGather, type Tensor } from "@hybridgen/core";
+import { HybridgenError, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type RowGather, type Tensor } from "@hybridgen/core";
 import { MAX_HOST_INTS, type CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 
@@ -38,6 +38,7 @@ export class CudaHostLink implements HostTransfers {
   private readonly pageable = new Set<number>(); // pin() found their pages pinned already
   private desc = new Float64Array(FIELDS * 64);
   private readonly timesOut = new Float64Array(3);
+  private readonly signalOut = new Float64Array(2);
 
   constructor(private readonly owner: HostLinkOwner) {
     const l = owner.lib.hg_link_create(owner.ctx);
@@ -122,6 +123,12 @@ export class CudaHostLink implements HostTransfers {
 
   fence(): void {
     this.owner.ok("fence (a host copy)", this.owner.lib.hg_link_fence(this.live("fence")));
+  }
+
+  /** HostTransfers.signal: the copy stream writes the next value into the link's pinned, mapped word once the copies before it are done. */
+  signal(): HostSignal {
+    this.owner.ok("signal (a device that cannot map host memory has no signal word)", this.owner.lib.hg_link_signal(this.live("signal"), this.signalOut));
+    return { address: this.signalOut[1], value: this.signalOut[0] };
   }
 
   mark(kind: "resume" | "pause"): void {

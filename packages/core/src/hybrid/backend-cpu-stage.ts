@@ -63,6 +63,7 @@ export class BackendCpuStage implements CpuStage {
   submit(job: CpuStageJob): void {
     const shape = this.ready();
     checkStageJob(job, shape);
+    if (job.ready) fail("cpu stage: BackendCpuStage runs on the calling thread and cannot wait for a device's signal (ready)");
     const t0 = performance.now();
     const s = this.slot(job.slot);
     this.backend.write(this.qT!, s.query);

@@ -21,6 +21,10 @@ export function checkStageJob(job: CpuStageJob, shape: CpuStageShape): void {
     fail(`cpu stage: width ${job.kmax} out of range [0, ${job.offloaded}]`);
   }
   if (!(Number.isFinite(job.scale) && job.scale > 0)) fail(`cpu stage: scale must be a positive number, got ${job.scale}`);
+  const r = job.ready;
+  if (r !== undefined && !(Number.isSafeInteger(r.address) && r.address > 0 && r.address % 4 === 0 && Number.isInteger(r.value) && r.value >= 0 && r.value <= 0xffffffff)) {
+    fail("cpu stage: ready must be a 4-byte-aligned host address and a 32-bit value");
+  }
   if (job.keys && !shape.stageKeys) fail("cpu stage: a job asks for K rows but the stage was prepared without stageKeys");
   const w = job.work;
   if ((w.kind === "topk" || w.kind === "quest") && !(Number.isInteger(w.budget) && w.budget >= 0 && w.budget <= job.kmax)) {

@@ -15,7 +15,7 @@
  * An implementation may run submit() on threads of its own (`concurrent`), so the caller
  * drives the device stage until wait(); the portable BackendCpuStage runs synchronously.
  */
-import type { DType, HostRegion, Tensor } from "../backend.js";
+import type { DType, HostRegion, HostSignal, Tensor } from "../backend.js";
 import type { OffloadedKeys, Selection, SelectorPrimitives } from "../contracts/selector.js";
 
 export interface CpuStageShape {
@@ -66,6 +66,9 @@ export interface CpuStageJob {
   /** Changes whenever store rows below `offloaded` may have been rewritten (KvCache.rewinds): a
    * stage that keeps copies derived from the rows (compressed K) makes them again. */
   readonly storeEpoch?: number;
+  /** The query is still on its way from the device (HostTransfers.signal): the stage's threads
+   * wait for the signal before reading it. Only for a stage with `waitsForSignal`. */
+  readonly ready?: HostSignal;
 }
 
 export interface CpuStageOutput {
@@ -83,6 +86,8 @@ export interface CpuStage extends Disposable {
   readonly name: string;
   /** True when submit() returns at once and the work runs on other threads. */
   readonly concurrent: boolean;
+  /** Jobs may carry `ready`: the stage's threads wait for the device's signal, so the host need not. */
+  readonly waitsForSignal?: boolean;
   /** Allocate buffers for a model/cache shape (called once, before any submit). */
   prepare(shape: CpuStageShape): void;
   /** The query buffer of a slot (heads × headDim, RoPE applied); fill it before submit. */

@@ -18,7 +18,7 @@
  * rows inside the layer's recorded segment (gatherValues). The gathered-row buffers hold the
  * widest selection so far (selectionRows), not the whole store; reserve() grows them.
  */
-import type { Backend, HostCopy, HostRegion, HostTransfers, Tensor } from "../backend.js";
+import type { Backend, HostCopy, HostRegion, HostSignal, HostTransfers, Tensor } from "../backend.js";
 import { DTYPE_BYTES } from "../backend.js";
 import { fail } from "../errors.js";
 import type { KvCache } from "../kv-cache.js";
@@ -69,6 +69,10 @@ export class DeviceStaging implements Disposable {
   private keys: (GatheredValues | null)[] = [];
   private rowsPerHead: number;
   private readonly pending: (Pending | null)[] = [null, null];
+  /** The link signals copies and the stage waits for signals: no host fence per query. */
+  private readonly signals: boolean;
+  /** The signal of the last query copied, until a job takes it. */
+  private ready: HostSignal | undefined;
   private closed = false;
 
   constructor(
@@ -83,6 +87,7 @@ export class DeviceStaging implements Disposable {
     if (!link) fail("hybrid attention: the KV cache has no host store (attachHostStore) for a device backend");
     if (!stage.hostStaging) fail(`hybrid attention: CPU stage '${stage.name}' does not expose host staging buffers for the device's copies`);
     this.link = link;
+    this.signals = typeof link.signal === "function" && stage.waitsForSignal === true;
     const { paths, reason } = rowPaths(cache, link, options);
     this.paths = paths;
     this.stagedReason = reason;
@@ -138,18 +143,35 @@ export class DeviceStaging implements Disposable {
     this.link.mark("resume");
   }
 
-  /** Row 0 of q (heads × headDim f32) into the stage's query buffer of `slot`; the host waits for it. */
-  queryToHost(slot: 0 | 1, q: Tensor): void {
+  /**
+   * Row 0 of q (heads × headDim f32) into the stage's query buffer of `slot`. The host waits for
+   * it when it reads the query itself (`hostReads`: a JS selector) or the link has no signal;
+   * otherwise the next job waits for the copy's signal on the stage's threads.
+   */
+  queryToHost(slot: 0 | 1, q: Tensor, hostReads: boolean): void {
     const width = this.heads * this.headDim * 4;
     this.link.toHost([{ host: this.regions[slot].query, hostOffset: 0, tensor: q, tensorOffset: 0, width, rows: 1 }]);
+    if (this.signals && !hostReads) {
+      this.ready = this.link.signal!();
+      return;
+    }
+    this.ready = undefined;
     this.link.mark("pause");
     this.link.fence();
     this.link.mark("resume");
   }
 
-  /** Before the stage rewrites a slot's buffers: every copy that read them is done (free when it is). */
-  beforeSubmit(): void {
+  /**
+   * Before the stage rewrites a slot's buffers, every copy that read them must be done: the
+   * signal of the query copied last (issued after them on the copy stream) for the stage to wait
+   * for, or a fence here when there is none.
+   */
+  beforeSubmit(): HostSignal | undefined {
+    const ready = this.ready;
+    this.ready = undefined;
+    if (ready) return ready;
     this.link.fence();
+    return undefined;
   }
 
   /**

@@ -296,7 +296,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     if (this.device) {
       this.closeSegment();
       this.submitDeferred();
-      this.device.queryToHost(slot, q);
+      this.device.queryToHost(slot, q, this.plan.work === "pre");
     } else {
       const t0 = performance.now();
       this.stage.query(slot).set(this.attention.backend.read(q, 0, this.layout.heads * this.layout.headDim));
@@ -517,7 +517,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     if (this.device) {
       this.closeSegment();
       this.submitDeferred();
-      this.device.queryToHost((layer & 1) as 0 | 1, this.specQ);
+      this.device.queryToHost((layer & 1) as 0 | 1, this.specQ, this.plan!.work === "pre");
       return;
     }
     const t0 = performance.now();
@@ -551,9 +551,9 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const job: CpuStageJob = {
       slot, k: c.stageStoreK(layer), v: c.stageStoreV(layer), offloaded: plan.offloaded, kmax: this.layerKmax(layer), scale: this.attention.scale, work,
       keys: this.rescore[layer], storeEpoch: c.rewinds, deviceGather: this.device?.mapped(layer) ?? false,
+      ready: this.device?.beforeSubmit(),
     };
     this.jobs[layer] = job;
-    this.device?.beforeSubmit();
     this.stage.submit(job);
     this.inFlight = true;
   }
