@@ -83,11 +83,12 @@ export interface HostTransfers extends Disposable {
   /** The host waits for every copy issued so far (then host regions may be read or rewritten). */
   fence(): void;
   /**
-   * Optional: instead of fence(), a signal another host thread can wait for — once every copy
-   * issued so far is done, the device writes `value` into the 32-bit word at host `address`
-   * (values increase by one per call, modulo 2³²). The word stays valid while the link is open.
+   * Optional: the first `bytes` of `src` into the mapped host region `dst` on the compute stream,
+   * in order with the ops before it (a recorded step records it), then the device writes the
+   * returned `value` into the 32-bit word at host `address` — what another host thread waits
+   * for instead of the caller fencing (values increase by one per call, modulo 2³²).
    */
-  signal?(): HostSignal;
+  sendSignalled?(dst: HostRegion, src: Tensor, bytes: number): HostSignal;
   /** "resume": the host queues device work again; "pause": it is about to block (a read, the CPU stage). */
   mark(kind: "resume" | "pause"): void;
   /**
@@ -109,7 +110,7 @@ export interface HostTransfers extends Disposable {
   gatherRows?(dst: Tensor, src: HostRegion, rows: RowGather, ids: Int32Array, counts: Int32Array): void;
 }
 
-/** A HostTransfers.signal: the word at `address` reaches `value` once the copies before it are done. */
+/** A HostTransfers.sendSignalled: the word at `address` reaches `value` once the bytes have landed. */
 export interface HostSignal {
   readonly address: number;
   readonly value: number;

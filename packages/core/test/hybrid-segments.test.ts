@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import { HybridAttention, LlamaModel, ReferenceBackend, type Backend, type HostCopy, type ModelFiles } from "../src/index.js";
 import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
 import { fixedScheduler, streamingSelector, topKSelector } from "./hybrid-helpers.js";
-import { AddressBook, HostReference, LoopbackLink, StagedBackendCpuStage } from "./loopback-link.js";
+import { AddressBook, HostReference, SignallingLink, StagedBackendCpuStage, WaitingStage } from "./loopback-link.js";
 
 const CONTEXT = 40;
 /** Backend methods that talk to the host or manage memory: never inside a recorded segment. */
@@ -55,12 +55,18 @@ class Recorder {
   check(what: string): void {
     if (this.recording) throw new Error(`${what} inside a recorded segment`);
   }
+
+  /** A device op of the link's: recorded with the segment's ops, or run now. */
+  schedule(op: () => void): void {
+    if (this.recording) this.queue.push(op);
+    else op();
+  }
 }
 
-/** The loopback link, refusing copies and fences while a segment is being recorded. */
-class CheckedLink extends LoopbackLink {
-  constructor(device: ReferenceBackend, host: ReferenceBackend, book: AddressBook, private readonly rec: Recorder | null) {
-    super(device, host, book);
+/** The loopback link (with signalled sends when `signals`), refusing copies and fences while a segment is being recorded. */
+class CheckedLink extends SignallingLink {
+  constructor(device: ReferenceBackend, host: ReferenceBackend, book: AddressBook, private readonly rec: Recorder | null, signals: boolean) {
+    super(device, host, book, signals, (op) => (rec ? rec.schedule(op) : op()));
   }
   override toHost(copies: readonly HostCopy[]): void {
     this.rec?.check("toHost");
@@ -76,17 +82,17 @@ class CheckedLink extends LoopbackLink {
   }
 }
 
-function run(files: ModelFiles, tokens: number[], logits: "exact" | "speculative" | "verified", selector: ReturnType<typeof topKSelector>, timing: "post" | "pre", record: boolean) {
+function run(files: ModelFiles, tokens: number[], logits: "exact" | "speculative" | "verified", selector: ReturnType<typeof topKSelector>, timing: "post" | "pre", record: boolean, signals = false) {
   const be = new ReferenceBackend();
   const rec = record ? new Recorder() : null;
   const device = rec ? rec.wrap(be) : be;
   const book = new AddressBook();
   const host = new HostReference(book);
-  const link = new CheckedLink(be, host, book, rec);
+  const link = new CheckedLink(be, host, book, rec, signals);
   const model = LlamaModel.load(files, device, { prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: 6, sinkTokens: 1, kvEvictBlock: 2 });
   model.cache.attachHostStore(host, link);
   const hybrid = HybridAttention.attach(
-    { attention: model.attention, projector: model, stage: new StagedBackendCpuStage(host, book), selector, scheduler: fixedScheduler(3, timing) },
+    { attention: model.attention, projector: model, stage: signals ? new WaitingStage(host, book, link) : new StagedBackendCpuStage(host, book), selector, scheduler: fixedScheduler(3, timing) },
     { logits },
   );
   const out = [model.forward(Int32Array.from(tokens.slice(0, 12)), 0)];
@@ -116,6 +122,18 @@ describe("hybrid attention in recorded segments (a backend with beginStep/endSte
       expect(recorded.segments, `${logits} ${timing}`).toBe(decodeSteps * layers);
       expect(recorded.keys).toBe(layers);
       recorded.out.forEach((l, i) => expect(maxAbsDiff(l, plain.out[i]!), `${logits} ${timing} step ${i}`).toBe(0));
+    }
+  });
+
+  it("with signalled query sends, a layer's send is recorded in its segment and the stage waits for it after the segment runs", () => {
+    const layers = 3;
+    const { files } = tinyModel({ seed: testSeed(340), maxPositions: 64, heads: 4, kvHeads: 2, layers });
+    const tokens = randomIds(testSeed(440), CONTEXT);
+    for (const logits of ["exact", "speculative", "verified"] as const) {
+      const plain = run(files, tokens, logits, topKSelector(true), "post", false);
+      const recorded = run(files, tokens, logits, topKSelector(true), "post", true, true);
+      expect(recorded.segments, logits).toBe((CONTEXT - 12) * layers);
+      recorded.out.forEach((l, i) => expect(maxAbsDiff(l, plain.out[i]!), `${logits} step ${i}`).toBe(0));
     }
   });
 });

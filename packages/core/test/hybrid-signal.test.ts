@@ -1,58 +1,23 @@
 /**
- * Hybrid attention over a link that signals its copies (HostTransfers.signal) and a stage that
- * waits for signals: the query's copy is not fenced by the host; the job carries the signal and
- * the copy lands only when the stage "waits" for it, so a host read of the query before that
- * (a JS pre-QKᵀ selector) would see a stale one and the logits would differ.
+ * Hybrid attention over a link that sends the query signalled (HostTransfers.sendSignalled) and a
+ * stage that waits for signals: the host does not fence the query; the job carries the signal
+ * and the query lands only when the stage "waits" for it, so a host read of it before that (a JS
+ * pre-QKᵀ selector) would see a stale one and the logits would differ.
  */
 import { describe, expect, it } from "vitest";
-import { BackendCpuStage, HybridAttention, LlamaModel, ReferenceBackend, type CpuStageJob, type HostSignal, type ModelFiles } from "../src/index.js";
+import { BackendCpuStage, HybridAttention, LlamaModel, ReferenceBackend, type ModelFiles } from "../src/index.js";
 import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
 import { fixedScheduler, queryPreSelector, topKSelector, type HybridRunOptions } from "./hybrid-helpers.js";
-import { AddressBook, HostReference, LoopbackLink, StagedBackendCpuStage } from "./loopback-link.js";
+import { AddressBook, HostReference, SignallingLink, StagedBackendCpuStage, WaitingStage } from "./loopback-link.js";
 
 const CONTEXT = 40;
 
-/** Device → host copies land at fence() or once the stage waits for a signal issued after them. */
-class SignallingLink extends LoopbackLink {
-  /** Per signal, the device → host copies issued before it. */
-  private readonly before: number[] = [];
-  fences = 0;
-  signal(): HostSignal {
-    this.log.push("signal");
-    this.before.push(this.issued);
-    return { address: 64, value: this.before.length };
-  }
-  /** The device reaches signal `value`: the copies issued before it land. */
-  land(value: number): void {
-    this.landThrough(this.before[value - 1]!);
-  }
-  override fence(): void {
-    this.fences++;
-    super.fence();
-  }
-}
-
-class WaitingStage extends StagedBackendCpuStage {
-  readonly waitsForSignal = true;
-  signalledJobs = 0;
-  constructor(backend: ReferenceBackend, book: AddressBook, private readonly link: SignallingLink) {
-    super(backend, book);
-  }
-  override submit(job: CpuStageJob): void {
-    if (job.ready) {
-      this.signalledJobs++;
-      this.link.land(job.ready.value);
-    }
-    super.submit({ ...job, ready: undefined });
-  }
-}
-
 function run(files: ModelFiles, tokens: number[], o: HybridRunOptions & { signals?: boolean }) {
   const be = new ReferenceBackend(), book = new AddressBook(), host = new HostReference(book);
-  const link = o.signals ? new SignallingLink(be, host, book) : new LoopbackLink(be, host, book);
+  const link = new SignallingLink(be, host, book, o.signals === true);
   const model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: o.budget, sinkTokens: o.sinks ?? 0, kvEvictBlock: o.block });
   model.cache.attachHostStore(host, link);
-  const stage = link instanceof SignallingLink ? new WaitingStage(host, book, link) : new StagedBackendCpuStage(host, book);
+  const stage = o.signals ? new WaitingStage(host, book, link) : new StagedBackendCpuStage(host, book);
   const hybrid = HybridAttention.attach(
     { attention: model.attention, projector: model, stage, selector: o.selector!, scheduler: o.scheduler ?? fixedScheduler(4, "post") },
     { logits: o.logits ?? "exact" });
@@ -61,7 +26,7 @@ function run(files: ModelFiles, tokens: number[], o: HybridRunOptions & { signal
   hybrid.close();
   model.close();
   expect(be.liveTensors()).toBe(0);
-  return { out, signalled: stage instanceof WaitingStage ? stage.signalledJobs : 0, fences: link instanceof SignallingLink ? link.fences : 0 };
+  return { out, signalled: stage instanceof WaitingStage ? stage.signalledJobs : 0 };
 }
 
 describe("hybrid attention with a signalling link: the stage, not the host, waits for the query's copy", () => {

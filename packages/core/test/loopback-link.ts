@@ -6,7 +6,7 @@
  * without fencing sees stale data and the tests fail. f32 data only.
  */
 import {
-  BackendCpuStage, ReferenceBackend, type HostCopy, type HostRegion, type HostTransfers, type Tensor,
+  BackendCpuStage, ReferenceBackend, type CpuStageJob, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type Tensor,
 } from "../src/index.js";
 
 type Target = { kind: "array"; data: () => Float32Array } | { kind: "tensor"; t: () => Tensor };
@@ -70,7 +70,6 @@ export class LoopbackLink implements HostTransfers {
   readonly pinned = new Set<number>();
   readonly log: string[] = [];
   private pending: (() => void)[] = [];
-  private landed = 0;
   closed = false;
 
   constructor(private readonly device: ReferenceBackend, private readonly host: ReferenceBackend, private readonly book: AddressBook) {}
@@ -106,21 +105,7 @@ export class LoopbackLink implements HostTransfers {
 
   fence(): void {
     for (const f of this.pending) f();
-    this.landed += this.pending.length;
     this.pending = [];
-  }
-
-  /** Device → host copies issued so far, landed or not. */
-  protected get issued(): number {
-    return this.landed + this.pending.length;
-  }
-
-  /** Lands the copies issued before the `through`-th (a signal after them was reached). */
-  protected landThrough(through: number): void {
-    while (this.landed < through && this.pending.length > 0) {
-      this.pending.shift()!();
-      this.landed++;
-    }
   }
 
   mark(): void {}
@@ -150,5 +135,66 @@ export class LoopbackLink implements HostTransfers {
       if (dst.kind === "array") dst.data().set(row, off);
       else this.host.write(dst.t(), row, off);
     });
+  }
+}
+
+/**
+ * The loopback link with signalled sends (HostTransfers.sendSignalled) when `signals`: a send
+ * runs as a device op (through `schedule`, e.g. deferred to the end of a recorded segment) and
+ * its bytes land in host memory only when a stage waits for its signal — as late as a device
+ * may deliver them. A signal waited for before its send ran would hang on a device: it throws.
+ */
+export class SignallingLink extends LoopbackLink {
+  private readonly sends: { write: (() => void) | null }[] = [];
+  private landed = 0;
+  constructor(private readonly dev: ReferenceBackend, host: ReferenceBackend, private readonly addresses: AddressBook,
+    private readonly signals: boolean, private readonly schedule: (op: () => void) => void = (op) => op()) {
+    super(dev, host, addresses);
+  }
+  /** Only the signalled path asks (for the stage's query buffers): true when sends are on. */
+  mapped(): boolean {
+    return this.signals;
+  }
+  sendSignalled(dst: HostRegion, src: Tensor, bytes: number): HostSignal {
+    const target = this.addresses.get(dst), send: { write: (() => void) | null } = { write: null };
+    if (target.kind !== "array") throw new Error("the stand-in sends to staging arrays only");
+    this.sends.push(send);
+    this.schedule(() => {
+      const row = this.dev.read(src, 0, bytes / 4);
+      send.write = () => target.data().set(row);
+    });
+    return { address: 64, value: this.sends.length };
+  }
+  /** A stage waits for signal `value`: the sends up to it land. */
+  land(value: number): void {
+    for (; this.landed < value; this.landed++) {
+      const write = this.sends[this.landed]!.write;
+      if (!write) throw new Error(`signal ${this.landed + 1} was waited for before its send ran: the stage would wait forever`);
+      write();
+    }
+  }
+}
+
+/** A staged stage that waits for signals: a job with `ready` runs at wait(), once its signal has landed. */
+export class WaitingStage extends StagedBackendCpuStage {
+  readonly waitsForSignal = true;
+  signalledJobs = 0;
+  private held: CpuStageJob | null = null;
+  constructor(backend: ReferenceBackend, book: AddressBook, private readonly link: SignallingLink) {
+    super(backend, book);
+  }
+  override submit(job: CpuStageJob): void {
+    if (!job.ready) return super.submit(job);
+    this.signalledJobs++;
+    this.held = job;
+  }
+  override wait(): number {
+    const job = this.held;
+    if (job) {
+      this.held = null;
+      this.link.land(job.ready!.value);
+      super.submit({ ...job, ready: undefined });
+    }
+    return super.wait();
   }
 }

@@ -37,7 +37,7 @@ struct CopyBatch {
 // static part: kernels, pointers, grid) and the graph is replayed, or a new graph is captured.
 // Any other op in the middle of a step (a read, a write, cuBLAS) first runs the recorded
 // commands ("drain") and the rest of the step runs eagerly.
-enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM, CMD_GATHER_ROWS, CMD_SPAN_ATTN, CMD_ATTN_MERGE };
+enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM, CMD_GATHER_ROWS, CMD_SPAN_ATTN, CMD_ATTN_MERGE, CMD_SIGNALLED_COPY };
 struct Cmd {
   int kind;
   int s[12];         // static ints (shapes, dtypes, grid choices)
@@ -299,6 +299,7 @@ int hg_launch_skinny(HgCtx *c, const Cmd &cmd);                             // g
 int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // batch_attn.cu
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
 int hg_launch_gather_rows(HgCtx *c, const Cmd &cmd);  // host_gather.cu
+int hg_launch_signalled_copy(HgCtx *c, const Cmd &cmd);  // host_copy.cu
 int hg_launch_span_attn(HgCtx *c, const Cmd &cmd);    // span_attn.cu
 int hg_launch_attn_merge(HgCtx *c, const Cmd &cmd, const char *dynBase);
 

@@ -31,6 +31,7 @@ int hg_run_cmd(HgCtx *c, const Cmd &cmd, const char *dynBase) {
     case CMD_BATCH_ATTN: return hg_launch_batch_attn(c, cmd);
     case CMD_GEMV_STREAM: return hg_launch_gemv_stream(c, cmd);
     case CMD_GATHER_ROWS: return hg_launch_gather_rows(c, cmd);
+    case CMD_SIGNALLED_COPY: return hg_launch_signalled_copy(c, cmd);
     case CMD_SPAN_ATTN: return hg_launch_span_attn(c, cmd);
     case CMD_ATTN_MERGE: return hg_launch_attn_merge(c, cmd, dynBase);
     case CMD_MEMSET: return (int)cudaMemsetAsync((void *)cmd.p[0], 0, (size_t)cmd.s[0] * (size_t)cmd.s[1], c->compute);

@@ -21,13 +21,29 @@ struct HgLink {
   int open;  // between a resume and a pause mark: compute stalls count against T_gpu
   int rowwise;     // 2-D copies the driver refused and that ran row by row instead
   char why[256];   // the call that failed, with its arguments (hg_link_error)
-  volatile unsigned *word;  // hg_link_signal's word: mapped pinned host memory (NULL: no signal)
+  volatile unsigned *word;  // hg_link_send_signalled's word: mapped pinned host memory (NULL: none)
   unsigned *wordDev;        // its device address
   unsigned signals;         // the last value written
 };
 
-// The copy stream's signal: host threads poll the word instead of the caller blocking in a fence.
-__global__ void store_word(volatile unsigned *word, unsigned value) { *word = value; }
+// hg_link_send_signalled's kernel: src's 16-byte pieces into mapped host memory, then (every
+// thread's stores fenced system-wide first) the signal value into the word: a host thread that
+// sees the value may read the bytes.
+__global__ void signalled_copy(const uint4 *__restrict__ src, uint4 *__restrict__ dst, int pieces, volatile unsigned *word, const int *value) {
+  for (int i = threadIdx.x; i < pieces; i += blockDim.x) dst[i] = src[i];
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) *word = (unsigned)*value;
+}
+
+Cmd hg_new_cmd(int kind);
+
+// CMD_SIGNALLED_COPY: p[0] src, p[1] dst (device address of mapped host memory), p[2] the word's
+// device address, p[3] the value (one int: the step's blob when recording); s[0] 16-byte pieces.
+int hg_launch_signalled_copy(HgCtx *c, const Cmd &m) {
+  signalled_copy<<<1, 256, 0, c->compute>>>((const uint4 *)m.p[0], (uint4 *)m.p[1], m.s[0], (volatile unsigned *)m.p[2], (const int *)m.p[3]);
+  return hg_launched();
+}
 
 // Keeps the first failure's details for hg_link_error; returns e.
 static cudaError_t note(HgLink *l, cudaError_t e, const char *what, const double *d) {
@@ -91,16 +107,25 @@ HG_EXPORT void hg_link_destroy(HgLink *l) {
   free(l);
 }
 
-// After every copy issued so far, the copy stream writes the next value into the link's word of
-// pinned host memory: out[0] = the value, out[1] = the word's host address. A host thread that
-// sees the word reach the value knows those copies have landed, without this thread waiting.
-HG_EXPORT int hg_link_signal(HgLink *l, double *out) {
+// On the compute stream, recordable: `bytes` (a multiple of 16) of device memory src into mapped
+// host memory dst (its device address), then the next value into the link's signal word:
+// out[0] = the value, out[1] = the word's host address. A host thread that sees the word reach
+// the value reads the bytes without anyone blocking on the device.
+HG_EXPORT int hg_link_send_signalled(HgLink *l, const void *src, void *dst, double bytes, double *out) {
   if (!l->word) return (int)cudaErrorNotSupported;
-  const unsigned value = ++l->signals;
-  store_word<<<1, 1, 0, l->c->copy>>>(l->wordDev, value);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return (int)note(l, e, "signal", NULL);
-  out[0] = value;
+  if (bytes < 16 || (size_t)bytes % 16 || bytes / 16 > 0x7fffffff) return (int)cudaErrorInvalidValue;
+  HgCtx *c = l->c;
+  HG_FLUSH_REC(c);
+  const int value = (int)++l->signals;
+  int *dev = NULL;
+  const int e = hg_upload_ints(c, &value, 1, &dev);
+  if (e) return e;
+  Cmd m = hg_new_cmd(CMD_SIGNALLED_COPY);
+  m.p[0] = src; m.p[1] = dst; m.p[2] = (const void *)l->wordDev; m.p[3] = dev;
+  m.s[0] = (int)(bytes / 16);
+  const int r = hg_submit(c, m);
+  if (r) return r;
+  out[0] = (double)(unsigned)value;
   out[1] = (double)(uintptr_t)l->word;
   return 0;
 }

@@ -85,7 +85,7 @@ export const backendSymbols = {
   hg_link_copy: { args: [ptr, i32, ptr, i32], returns: i32 },
   hg_link_mark: { args: [ptr, i32], returns: i32 },
   hg_link_fence: { args: [ptr], returns: i32 },
-  hg_link_signal: { args: [ptr, ptr], returns: i32 },
+  hg_link_send_signalled: { args: [ptr, ptr, ptr, f64, ptr], returns: i32 },
   hg_link_times: { args: [ptr, ptr], returns: i32 },
   hg_link_bandwidth: { args: [ptr, ptr, f64, i32, ptr], returns: i32 },
   hg_link_error: { args: [ptr, ptr, i32, ptr], returns: none },

@@ -119,9 +119,57 @@ describe("CudaBackend.hostTransfers: rows gathered from mapped host memory (stan
     link.unpin(store);
     expect(link.mapped!(store)).toBe(false);
   });
+
+  it("sendSignalled checks its ranges and the mapping before the native call, and passes the device address", () => {
+    const calls: NativeCall[] = [];
+    using be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: mappedLib(calls), device });
+    const link = be.hostTransfers();
+    const query = { address: 0x400000, byteLength: 1 << 21 }, unmapped = { address: 0x1000, byteLength: 4096 };
+    link.pin(query);
+    const q = be.alloc([1, 64]);
+    const sends = () => calls.filter((c) => c.name === "hg_link_send_signalled").length;
+    expect(() => link.sendSignalled!(query, q, 100)).toThrow(/bytes must be a positive multiple of 16, got 100/);
+    expect(() => link.sendSignalled!(query, q, 512)).toThrow(/512 bytes exceed f32\[1x64\]'s 256/);
+    expect(() => link.sendSignalled!({ address: 0x400000, byteLength: 128 }, q, 256)).toThrow(/256 bytes exceed the host region's 128/);
+    expect(() => link.sendSignalled!(unmapped, q, 256)).toThrow(/is not pinned memory the device maps/);
+    expect(sends()).toBe(0);
+    link.sendSignalled!(query, q, 256);
+    const c = calls.filter((x) => x.name === "hg_link_send_signalled").at(-1)!;
+    expect(c.args.slice(1, 4)).toEqual([be.address(q), 0x400000 + 2 ** 44, 256]);
+    link.unpin(query);
+  });
 });
 
 describe.skipIf(!cuda.available)("host link on the GPU", () => {
+  it("sendSignalled, eager and recorded: the word reaches each value once the bytes are in host memory", async () => {
+    const { createCpuBackend } = await import("../../kernels-cpu/src/index.js");
+    const { toArrayBuffer } = await import("bun:ffi");
+    using be = createCudaBackend({ arenaBytes: 2 ** 26 });
+    using host = createCpuBackend({ threads: 1 });
+    const link = be.hostTransfers();
+    const buf = host.alloc([1, 1 << 19]); // 2 MiB: pinned and mapped
+    const region = host.hostRegion(buf);
+    link.pin(region);
+    const q = be.alloc([1, 4096]);
+    let last = 0;
+    for (const recorded of [false, true, true]) {
+      const data = Float32Array.from({ length: 4096 }, (_, i) => Math.cos(i + last));
+      be.write(q, data);
+      if (recorded) be.beginStep!("signalled-send-test");
+      const s = link.sendSignalled!(region, q, 4096 * 4);
+      if (recorded) be.endStep!();
+      expect(s.value).toBe(last + 1);
+      last = s.value;
+      const word = new Uint32Array(toArrayBuffer(s.address as never, 0, 4));
+      const t0 = performance.now();
+      while (word[0] !== s.value && performance.now() - t0 < 5000) await new Promise((r) => setTimeout(r, 1));
+      expect(word[0]).toBe(s.value);
+      expect(host.read(buf, 0, 4096)).toEqual(data);
+    }
+    be.free(q);
+    link.unpin(region);
+  });
+
   it("pinned round trips through the copy stream keep the data; events give T_tx and T_gpu", async () => {
     const { createCpuBackend } = await import("../../kernels-cpu/src/index.js");
     using be = createCudaBackend({ arenaBytes: 2 ** 28 });

@@ -66,7 +66,7 @@ export interface CpuStageJob {
   /** Changes whenever store rows below `offloaded` may have been rewritten (KvCache.rewinds): a
    * stage that keeps copies derived from the rows (compressed K) makes them again. */
   readonly storeEpoch?: number;
-  /** The query is still on its way from the device (HostTransfers.signal): the stage's threads
+  /** The query is still on its way from the device (HostTransfers.sendSignalled): the stage's threads
    * wait for the signal before reading it. Only for a stage with `waitsForSignal`. */
   readonly ready?: HostSignal;
 }

@@ -69,8 +69,8 @@ export class DeviceStaging implements Disposable {
   private keys: (GatheredValues | null)[] = [];
   private rowsPerHead: number;
   private readonly pending: (Pending | null)[] = [null, null];
-  /** The link signals copies and the stage waits for signals: no host fence per query. */
-  private readonly signals: boolean;
+  /** The link sends the query signalled and the stage waits for signals: no host fence per query. */
+  private signals = false;
   /** The signal of the last query copied, until a job takes it. */
   private ready: HostSignal | undefined;
   private closed = false;
@@ -87,7 +87,6 @@ export class DeviceStaging implements Disposable {
     if (!link) fail("hybrid attention: the KV cache has no host store (attachHostStore) for a device backend");
     if (!stage.hostStaging) fail(`hybrid attention: CPU stage '${stage.name}' does not expose host staging buffers for the device's copies`);
     this.link = link;
-    this.signals = typeof link.signal === "function" && stage.waitsForSignal === true;
     const { paths, reason } = rowPaths(cache, link, options);
     this.paths = paths;
     this.stagedReason = reason;
@@ -105,6 +104,7 @@ export class DeviceStaging implements Disposable {
       }
       this.allocScores();
       this.allocRows(withKeys);
+      this.signals = typeof link.sendSignalled === "function" && stage.waitsForSignal === true && this.regions.every((r) => link.mapped?.(r.query) === true);
     } catch (e) {
       this.close();
       throw e;
@@ -143,19 +143,25 @@ export class DeviceStaging implements Disposable {
     this.link.mark("resume");
   }
 
+  /** Whether queryToHost without host reads is a device op a recorded step may hold (a signalled send): no need to end the segment first. */
+  get recordsQuery(): boolean {
+    return this.signals;
+  }
+
   /**
-   * Row 0 of q (heads × headDim f32) into the stage's query buffer of `slot`. The host waits for
-   * it when it reads the query itself (`hostReads`: a JS selector) or the link has no signal;
-   * otherwise the next job waits for the copy's signal on the stage's threads.
+   * Row 0 of q (heads × headDim f32) into the stage's query buffer of `slot`. Signalled (a
+   * compute-stream op; the next job waits for its signal on the stage's threads) unless the
+   * host reads the query itself (`hostReads`: a JS selector) or the link cannot: then a copy the
+   * host fences.
    */
   queryToHost(slot: 0 | 1, q: Tensor, hostReads: boolean): void {
     const width = this.heads * this.headDim * 4;
-    this.link.toHost([{ host: this.regions[slot].query, hostOffset: 0, tensor: q, tensorOffset: 0, width, rows: 1 }]);
     if (this.signals && !hostReads) {
-      this.ready = this.link.signal!();
+      this.ready = this.link.sendSignalled!(this.regions[slot].query, q, width);
       return;
     }
     this.ready = undefined;
+    this.link.toHost([{ host: this.regions[slot].query, hostOffset: 0, tensor: q, tensorOffset: 0, width, rows: 1 }]);
     this.link.mark("pause");
     this.link.fence();
     this.link.mark("resume");
@@ -163,8 +169,8 @@ export class DeviceStaging implements Disposable {
 
   /**
    * Before the stage rewrites a slot's buffers, every copy that read them must be done: the
-   * signal of the query copied last (issued after them on the copy stream) for the stage to wait
-   * for, or a fence here when there is none.
+   * signal of the query sent last (the compute stream waited for those copies before the
+   * layer's softmax, which precedes the send) for the stage to wait for, or a fence here.
    */
   beforeSubmit(): HostSignal | undefined {
     const ready = this.ready;

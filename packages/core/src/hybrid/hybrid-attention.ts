@@ -294,9 +294,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     if (!this.plan || this.ahead[layer] || this.jobs[layer]) return;
     const slot = (layer & 1) as 0 | 1;
     if (this.device) {
-      this.closeSegment();
-      this.submitDeferred();
-      this.device.queryToHost(slot, q, this.plan.work === "pre");
+      this.queryToHost(this.device, slot, q);
     } else {
       const t0 = performance.now();
       this.stage.query(slot).set(this.attention.backend.read(q, 0, this.layout.heads * this.layout.headDim));
@@ -313,12 +311,13 @@ export class HybridAttention implements DecodeAttention, Disposable {
    * stage's V rows arrive by copy.
    */
   private attendStaged(d: DeviceStaging, layer: number, q: Tensor, out: Tensor): void {
-    this.closeSegment();
-    this.submitDeferred();
     const slot = (layer & 1) as 0 | 1, scores = d.scores[slot];
     this.prepareAttend(layer, q);
     const kmax = this.layerKmax(layer);
     this.scoreWindow(layer, q, scores, kmax);
+    // The segment (from the last layer's A·V to this window's share) runs before the host blocks.
+    this.closeSegment();
+    this.submitDeferred();
     d.pause();
     this.collect(layer);
     d.resume();
@@ -515,15 +514,23 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private project(layer: number, x: Tensor): void {
     this.projector.projectQuery(layer, x, this.pos, this.specQ);
     if (this.device) {
-      this.closeSegment();
-      this.submitDeferred();
-      this.device.queryToHost((layer & 1) as 0 | 1, this.specQ, this.plan!.work === "pre");
+      this.queryToHost(this.device, (layer & 1) as 0 | 1, this.specQ);
       return;
     }
     const t0 = performance.now();
     const q = this.attention.backend.read(this.specQ, 0, this.layout.heads * this.layout.headDim);
     this.stage.query((layer & 1) as 0 | 1).set(q);
     this.stepTx += performance.now() - t0;
+  }
+
+  /** A query for the stage: sent inside the open segment when the device signals it, else the segment ends and the host fences the copy (a JS pre-QKᵀ selector reads it on this thread). */
+  private queryToHost(d: DeviceStaging, slot: 0 | 1, q: Tensor): void {
+    const hostReads = this.plan!.work === "pre";
+    if (hostReads || !d.recordsQuery) {
+      this.closeSegment();
+      this.submitDeferred();
+    }
+    d.queryToHost(slot, q, hostReads);
   }
 
   private submit(layer: number): void {
