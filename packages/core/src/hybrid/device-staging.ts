@@ -14,8 +14,8 @@
  *
  * Selected rows take one of two paths per layer (chooseRowPath): staged — the stage's pinned
  * copies come up on the copy stream — or mapped — the device gathers them from the host store
- * itself (HostTransfers.gatherRows) by the stage's ids, K rows before the verified logits and V
- * rows inside the layer's recorded segment (gatherValues). The gathered-row buffers hold the
+ * itself (HostTransfers.gatherRows) by the stage's ids, K and V rows inside the layer's recorded
+ * segment (gatherRows). The gathered-row buffers hold the
  * widest selection so far (selectionRows), not the whole store; reserve() grows them.
  */
 import type { Backend, HostCopy, HostRegion, HostSignal, HostTransfers, Tensor } from "../backend.js";
@@ -44,9 +44,10 @@ export interface DeviceStagingOptions {
   readonly wholeRows: boolean;
 }
 
-/** A mapped layer's selection, kept from upload() for gatherValues() inside the segment. */
+/** A mapped layer's selection, kept from upload() for gatherRows() inside the segment. */
 interface Pending {
   readonly layer: number;
+  readonly keys: boolean;
   readonly ids: Int32Array;
   readonly counts: Int32Array;
 }
@@ -184,7 +185,7 @@ export class DeviceStaging implements Disposable {
    * The stage's output of `layer` (slot `slot`) for width kmax: its logits [heads, kmax] into
    * scores[slot] from column `col` of every head (unless the device scores the K rows itself:
    * `keys`), V rows (and K rows) into the slot's device buffers — copied up on a staged layer; on
-   * a mapped one K rows are gathered now and V rows by gatherValues(). Returns them as
+   * a mapped one they are gathered by gatherRows(). Returns them as
    * [kvHeads, kmax, headDim]. Compute ops queued after it wait for the copy.
    */
   upload(layer: number, slot: 0 | 1, kmax: number, keys: boolean, ids: Int32Array, counts: Int32Array): { values: Tensor; keys: Tensor | null } {
@@ -207,19 +208,19 @@ export class DeviceStaging implements Disposable {
       }
       this.pending[slot] = null;
     } else {
-      this.pending[slot] = { layer, ids, counts };
+      this.pending[slot] = { layer, keys: k !== null, ids, counts };
     }
     // Called even with nothing to copy: the link's double buffering counts one call per layer.
     this.link.toDevice(copies);
-    if (k && this.paths[layer] === "mapped") this.gather(k, this.cache.stageStoreK(layer), ids, counts);
     return { values: v.output(), keys: k ? k.output() : null };
   }
 
-  /** A mapped layer's V rows, gathered by the device into the buffer upload() returned (no-op on a staged layer). */
-  gatherValues(slot: 0 | 1): void {
+  /** A mapped layer's K (verified) and V rows, gathered by the device into the buffers upload() returned (no-op on a staged layer). */
+  gatherRows(slot: 0 | 1): void {
     const p = this.pending[slot];
     if (!p) return;
     this.pending[slot] = null;
+    if (p.keys) this.gather(this.keys[slot]!, this.cache.stageStoreK(p.layer), p.ids, p.counts);
     this.gather(this.values[slot]!, this.cache.stageStoreV(p.layer), p.ids, p.counts);
   }
 
