@@ -480,6 +480,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     st.cpuStageMs += this.stepCpu;
     st.cpuJsMs += this.stepJs;
     st.waitMs += this.stepWait;
+    st.issueMs += Math.max(0, wall - this.stepWait);
     st.deviceMs += device;
     st.txMs += this.stepTx;
     if (this.trackScores) this.scoreSteps++;
