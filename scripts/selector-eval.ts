@@ -56,7 +56,7 @@ function metered(P: SelectorPrimitives, m: { bytes: number }): SelectorPrimitive
       P.summarizePages(keys, from, to, pages);
     },
     pageBounds: (q, g, pages, count, out) => {
-      m.bytes += count * pages.kvHeads * pages.headDim * 2 * 4;
+      m.bytes += count * pages.kvHeads * pages.headDim * 2 * pages.min.BYTES_PER_ELEMENT;
       return P.pageBounds(q, g, pages, count, out);
     },
     keyScores: (q, g, keys, from, to, out) => {

@@ -51,6 +51,18 @@ export function f32ToBf16Bits(value: number): number {
   return ((x + 0x7fff + ((x >>> 16) & 1)) >>> 16) & 0xffff;
 }
 
+/**
+ * f32 -> bf16 bits rounded toward −∞ (`up` false) or +∞ (`up` true), a NaN kept a quiet NaN:
+ * Quest's page summaries store min and max so (outward), so they still bound every value.
+ */
+export function f32ToBf16BitsOutward(value: number, up: boolean): number {
+  scratchF32[0] = value;
+  const x = scratchU32[0];
+  if ((x & 0x7fffffff) > 0x7f800000) return (x >>> 16) | 0x40;
+  // Truncation rounds toward 0; an inexact value on the far side of 0 moves one ulp away from it.
+  return (x >>> 16) + ((x & 0xffff) !== 0 && (x >>> 31 === 0) === up ? 1 : 0);
+}
+
 export function bf16BitsToF32(h: number): number {
   scratchU32[0] = (h & 0xffff) << 16;
   return scratchF32[0];

@@ -63,4 +63,4 @@ export { PARITY_CASES, parityCheckpoint, type ParityCase } from "./parity/cases.
 export { parseParityRefs, relError, runParityCase, type CaseRef, type ParityResult } from "./parity/run-parity.js";
 export { greedyDummyRun, type GreedyRun } from "./parity/greedy-run.js";
 export { relL2Error } from "./parity/rel-l2-error.js";
-export { roundTo } from "./half-float.js";
+export { roundTo, bf16BitsToF32, f32ToBf16BitsOutward } from "./half-float.js";

@@ -32,7 +32,7 @@ int main(int argc, char **argv) {
     int64_t N = argc > 1 ? atoll(argv[1]) : 32768, KV = 8, G = 4, D = 128, R = 8, P = 16, pages = (N + P - 1) / P;
     uint16_t *k = malloc((size_t)(KV * N * D) * 2);
     float *packed = malloc((size_t)(KV * N * R) * 4), *out = malloc((size_t)(KV * N) * 4);
-    float *mn = malloc((size_t)(KV * pages * D) * 4), *mx = malloc((size_t)(KV * pages * D) * 4);
+    uint16_t *mn = malloc((size_t)(KV * pages * D) * 2), *mx = malloc((size_t)(KV * pages * D) * 2); /* bf16 summaries */
     float q[32 * 128], qp[32 * 8];
     int32_t ch[8 * 8];
     uint32_t s = 1;
@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     for (int isa = 0; isa < 2; isa++) {
         BEST("keyScores, every row (bf16)", isa, (double)KV * N * D * 2, hg_sel_key_scores(q, KV, G, k, 2, N, D, 0, N, out, isa, NULL));
         BEST("keyScores, 8 packed channels (f32)", isa, (double)KV * N * R * 4, hg_sel_key_scores(qp, KV, G, packed, 0, N, R, 0, N, out, isa, NULL));
-        BEST("pageBounds, N/16 pages", isa, (double)KV * pages * D * 8, hg_sel_page_bounds(q, KV, G, D, mn, mx, pages, pages, out, isa, NULL));
+        BEST("pageBounds, N/16 pages", isa, (double)KV * pages * D * 4, hg_sel_page_bounds(q, KV, G, D, mn, mx, pages, pages, out, isa, NULL));
         BEST("summarizePages, every row", isa, (double)KV * N * D * 2, hg_sel_summarize(k, 2, KV, N, D, 0, N, P, pages, mn, mx, isa, NULL));
     }
     return 0;

@@ -24,7 +24,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 64; i++) ch[i] = (i * 3) % 128;
     float *packed = malloc(KV * cap * R * 4), *sc = malloc(KV * N * 4);
     int64_t pcap = (cap + page - 1) / page, count = (N + page - 1) / page;
-    float *mn = malloc(KV * pcap * D * 4), *mx = malloc(KV * pcap * D * 4), *b = malloc(KV * count * 4), ex[16];
+    uint16_t *mn = malloc(KV * pcap * D * 2), *mx = malloc(KV * pcap * D * 2); /* bf16 summaries */
+    float *b = malloc(KV * count * 4), ex[16];
     int32_t *ids = malloc(K * 4 * KV);
     hg_sel_gather(k, 2, KV, cap, D, ch, R, 0, N - 1, packed, cap, NULL);
     hg_sel_summarize(k, 2, KV, cap, D, 0, N - 1, page, pcap, mn, mx, -1, NULL);

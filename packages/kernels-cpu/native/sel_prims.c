@@ -1,7 +1,10 @@
 /* Key primitives of pre-QKᵀ selectors (see sel_prims.h): a scalar form and an AVX2 form of
  * each loop, picked per call; rows are widened to f32 into a small buffer first, so every
  * dtype shares one vector loop. With a pool, pieces of (KV head, run of tokens or pages) go
- * to its threads, each running the same serial loop on its piece: results are bit-identical. */
+ * to its threads, each running the same serial loop on its piece: results are bit-identical.
+ * Page summaries are bf16 rounded outward (min toward −∞, max toward +∞): Quest's bounds read
+ * half the bytes of f32 summaries and still bound every q·k; bounds sum in f32 (bf16 widened on
+ * load). Both forms round and fold alike (core's summarizePages), so summaries match bit for bit. */
 #include "sel_prims.h"
 #include "sel_loops.h"
 #include "sel_pool.h"
@@ -15,6 +18,25 @@
 #endif
 
 #define ROW_STACK 1024 /* rows up to this many channels are widened on the stack */
+
+/* Folds channels [c, d) of one row (f32) into a page's bf16 min / max, as core's summarizePages:
+ * the value rounded outward (toward −∞ for the min, +∞ for the max: truncation rounds toward 0,
+ * so an inexact value on the far side of 0 moves one ulp away from it; a NaN stays a quiet NaN)
+ * replaces the old one where it is below the min (above the max; a NaN or a tie keeps the old
+ * bits), or outright on a page's first row. For a bf16 m, down(v) < m exactly when v < m (and
+ * up(v) > m when v > m), so v is compared as it is. Branch-free, so the compiler vectorizes it. */
+static void minmax_tail(uint16_t *restrict mn, uint16_t *restrict mx, const float *restrict row, int64_t c, int64_t d, int fresh) {
+    const uint32_t all = fresh ? 0xffffu : 0;
+    for (; c < d; c++) {
+        const float v = row[c];
+        const uint32_t u = hg_f32_bits(v), nan = (u & 0x7fffffffu) > 0x7f800000u, ulp = ((u & 0xffffu) != 0) & !nan, neg = u >> 31;
+        const uint32_t base = (u >> 16) | (nan << 6), lo = base + (ulp & neg), hi = base + (ulp & (neg ^ 1));
+        const uint32_t m = mn[c], M = mx[c];
+        const uint32_t tl = all | (0u - (uint32_t)(v < hg_bf16_to_f32((uint16_t)m))), th = all | (0u - (uint32_t)(v > hg_bf16_to_f32((uint16_t)M)));
+        mn[c] = (uint16_t)((lo & tl) | (m & ~tl));
+        mx[c] = (uint16_t)((hi & th) | (M & ~th));
+    }
+}
 
 /* Row `row` of K (element offset row*d) as f32 into dst (scalar widening). */
 static void widen_scalar(float *dst, const void *k, int ktype, int64_t at, int64_t d) {
@@ -89,66 +111,90 @@ AVX2 static float group_dot_avx2(const float *q, int64_t group, const float *row
     return best;
 }
 
-AVX2 static void minmax_avx2(float *mn, float *mx, const float *row, int64_t d, int fresh) {
-    int64_t c = 0;
-    if (fresh) {
-        memcpy(mn, row, (size_t)d * 4);
-        memcpy(mx, row, (size_t)d * 4);
-        return;
-    }
-    for (; c + 8 <= d; c += 8) {
-        __m256 v = _mm256_loadu_ps(row + c);
-        _mm256_storeu_ps(mn + c, _mm256_min_ps(_mm256_loadu_ps(mn + c), v));
-        _mm256_storeu_ps(mx + c, _mm256_max_ps(_mm256_loadu_ps(mx + c), v));
-    }
-    for (; c < d; c++) {
-        if (row[c] < mn[c]) mn[c] = row[c];
-        if (row[c] > mx[c]) mx[c] = row[c];
-    }
+/* Eight bf16 as f32. */
+AVX2 static inline __m256 bf16x8_load(const uint16_t *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
 }
 
-/* best over heads j < group of sum_c max(q_jc*mn_c, q_jc*mx_c), written as q_jc times mx_c or
- * mn_c by q's sign (the larger product): four heads at a time share the mn/mx loads and run
- * four FMA chains side by side. */
-AVX2 static float group_bound_avx2(const float *q, int64_t group, const float *mn, const float *mx, int64_t d) {
-    float best = -__builtin_inff();
-    int64_t d8 = d & ~(int64_t)7;
-    for (int64_t j = 0; j < group; j += 4) {
-        int64_t m = group - j < 4 ? group - j : 4;
-        const float *q0 = q + j * d, *q1 = q0 + (m > 1 ? d : 0), *q2 = q0 + (m > 2 ? 2 * d : 0), *q3 = q0 + (m > 3 ? 3 * d : 0);
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t c = 0; c < d8; c += 8) {
-            __m256 lo = _mm256_loadu_ps(mn + c), hi = _mm256_loadu_ps(mx + c), v;
-            v = _mm256_loadu_ps(q0 + c); a0 = _mm256_fmadd_ps(v, _mm256_blendv_ps(hi, lo, v), a0);
-            v = _mm256_loadu_ps(q1 + c); a1 = _mm256_fmadd_ps(v, _mm256_blendv_ps(hi, lo, v), a1);
-            v = _mm256_loadu_ps(q2 + c); a2 = _mm256_fmadd_ps(v, _mm256_blendv_ps(hi, lo, v), a2);
-            v = _mm256_loadu_ps(q3 + c); a3 = _mm256_fmadd_ps(v, _mm256_blendv_ps(hi, lo, v), a3);
+/* Eight f32 whose low 16 bits are zero, stored as bf16. */
+AVX2 static inline void bf16x8_store(uint16_t *p, __m256 v) {
+    const __m256i w = _mm256_srli_epi32(_mm256_castps_si256(v), 16);
+    _mm_storeu_si128((__m128i *)p, _mm_packus_epi32(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+}
+
+/* x rounded to bf16 toward −∞ (*lo) and toward +∞ (*hi), as f32: minmax_tail's rounding lane by lane. */
+AVX2 static inline void bf16x8_outward(__m256 x, __m256 *lo, __m256 *hi) {
+    const __m256i u = _mm256_castps_si256(x), t = _mm256_and_si256(u, _mm256_set1_epi32((int)0xffff0000u));
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+    /* 0x10000 (one bf16 ulp) where x is inexact and not NaN; a NaN only sets the quiet bit */
+    const __m256i ulp = _mm256_andnot_si256(_mm256_or_si256(_mm256_cmpeq_epi32(t, u), nan), _mm256_set1_epi32(0x10000));
+    const __m256i base = _mm256_or_si256(t, _mm256_and_si256(nan, _mm256_set1_epi32(0x400000))), neg = _mm256_srai_epi32(u, 31);
+    *lo = _mm256_castsi256_ps(_mm256_add_epi32(base, _mm256_and_si256(neg, ulp)));
+    *hi = _mm256_castsi256_ps(_mm256_add_epi32(base, _mm256_andnot_si256(neg, ulp)));
+}
+
+/* minmax_tail's fold eight channels at a time: min_ps(lo, old) is lo < old ? lo : old, as the
+ * scalar fold (a NaN or an equal value keeps the old one). */
+AVX2 static void minmax_avx2(uint16_t *mn, uint16_t *mx, const float *row, int64_t d, int fresh) {
+    int64_t c = 0;
+    for (; c + 8 <= d; c += 8) {
+        __m256 lo, hi;
+        bf16x8_outward(_mm256_loadu_ps(row + c), &lo, &hi);
+        if (!fresh) {
+            lo = _mm256_min_ps(lo, bf16x8_load(mn + c));
+            hi = _mm256_max_ps(hi, bf16x8_load(mx + c));
         }
-        float t[4] = { hsum(a0), hsum(a1), hsum(a2), hsum(a3) };
-        const float *qs[4] = { q0, q1, q2, q3 };
-        for (int64_t i = 0; i < m; i++) {
-            for (int64_t c = d8; c < d; c++) {
-                float a = qs[i][c] * mn[c], b = qs[i][c] * mx[c];
-                t[i] += a > b ? a : b;
-            }
-            if (t[i] > best) best = t[i];
-        }
+        bf16x8_store(mn + c, lo);
+        bf16x8_store(mx + c, hi);
     }
-    return best;
+    minmax_tail(mn, mx, row, c, d, fresh);
+}
+
+/* Quest's bounds of `count` pages (summaries d apart): out[p] = best over heads j < group of
+ * sum_c max(q_jc*mn_c, q_jc*mx_c), written as q_jc times mx_c or mn_c by q's sign (the larger
+ * product). The bf16 summaries are read 16 channels (32 bytes) a load and widened in one
+ * operation each half, the even channels by a shift, the odd ones by a mask; q comes with each
+ * 16-channel block's even channels first (split_pairs), channels past the last whole block in
+ * place. Four heads at a time share the loads; their four sums are reduced together. */
+AVX2 static void pages_bound_avx2(const float *q, int64_t group, const uint16_t *mn, const uint16_t *mx, int64_t d, int64_t count, float *out) {
+    const int64_t d16 = d & ~(int64_t)15;
+    const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
+    for (int64_t p = 0; p < count; p++, mn += d, mx += d) {
+        float best = -__builtin_inff();
+        for (int64_t j = 0; j < group; j += 4) {
+            const int64_t m = group - j < 4 ? group - j : 4;
+            const float *q0 = q + j * d, *q1 = q0 + (m > 1 ? d : 0), *q2 = q0 + (m > 2 ? 2 * d : 0), *q3 = q0 + (m > 3 ? 3 * d : 0);
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int64_t c = 0; c < d16; c += 16) {
+                const __m256i wl = _mm256_loadu_si256((const __m256i *)(mn + c)), wh = _mm256_loadu_si256((const __m256i *)(mx + c));
+                const __m256 le = _mm256_castsi256_ps(_mm256_slli_epi32(wl, 16)), lo = _mm256_castsi256_ps(_mm256_and_si256(wl, top));
+                const __m256 he = _mm256_castsi256_ps(_mm256_slli_epi32(wh, 16)), ho = _mm256_castsi256_ps(_mm256_and_si256(wh, top));
+                __m256 v;
+                v = _mm256_loadu_ps(q0 + c); a0 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), a0);
+                v = _mm256_loadu_ps(q0 + c + 8); a0 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), a0);
+                v = _mm256_loadu_ps(q1 + c); a1 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), a1);
+                v = _mm256_loadu_ps(q1 + c + 8); a1 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), a1);
+                v = _mm256_loadu_ps(q2 + c); a2 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), a2);
+                v = _mm256_loadu_ps(q2 + c + 8); a2 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), a2);
+                v = _mm256_loadu_ps(q3 + c); a3 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), a3);
+                v = _mm256_loadu_ps(q3 + c + 8); a3 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), a3);
+            }
+            const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+            float t[4];
+            _mm_storeu_ps(t, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))); /* head i's sum in t[i] */
+            const float *qs[4] = { q0, q1, q2, q3 };
+            for (int64_t i = 0; i < m; i++) {
+                for (int64_t c = d16; c < d; c++) {
+                    float a = qs[i][c] * hg_bf16_to_f32(mn[c]), b = qs[i][c] * hg_bf16_to_f32(mx[c]);
+                    t[i] += a > b ? a : b;
+                }
+                if (t[i] > best) best = t[i];
+            }
+        }
+        out[p] = best;
+    }
 }
 #endif
-
-static void minmax_scalar(float *mn, float *mx, const float *row, int64_t d, int fresh) {
-    if (fresh) {
-        memcpy(mn, row, (size_t)d * 4);
-        memcpy(mx, row, (size_t)d * 4);
-        return;
-    }
-    for (int64_t c = 0; c < d; c++) {
-        mn[c] = row[c] < mn[c] ? row[c] : mn[c];
-        mx[c] = row[c] > mx[c] ? row[c] : mx[c];
-    }
-}
 
 static float bound_scalar(const float *q, const float *mn, const float *mx, int64_t d) {
     float s = 0.0f;
@@ -239,7 +285,7 @@ static float *row_buffer(float *stack, int64_t d) {
 }
 
 void hg_sel_summarize_serial(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, int64_t from, int64_t to,
-                      int64_t page, int64_t page_cap, float *mn, float *mx, int isa) {
+                      int64_t page, int64_t page_cap, uint16_t *mn, uint16_t *mx, int isa) {
     float stack[ROW_STACK], *row = row_buffer(stack, d);
     if (!row) return;
     int v = use_avx2(isa);
@@ -255,31 +301,58 @@ void hg_sel_summarize_serial(const void *k, int ktype, int64_t kv_heads, int64_t
 #ifdef HG_SEL_X86
             if (v) { minmax_avx2(mn + at, mx + at, row, d, fresh); continue; }
 #endif
-            minmax_scalar(mn + at, mx + at, row, d, fresh);
+            minmax_tail(mn + at, mx + at, row, 0, d, fresh);
         }
     }
     if (row != stack) free(row);
 }
 
-void hg_sel_page_bounds_serial(const float *q, int64_t kv_heads, int64_t group, int64_t d, const float *mn, const float *mx,
+/* rows of q (d floats each) into dst with each 16-channel block's even channels first, then its
+ * odd ones: the order pages_bound_avx2 widens bf16 pairs in; the channels past the last block stay. */
+static void split_pairs(float *dst, const float *q, int64_t rows, int64_t d) {
+    const int64_t d16 = d & ~(int64_t)15;
+    for (int64_t r = 0; r < rows; r++, q += d, dst += d) {
+        for (int64_t c = 0; c < d16; c += 16)
+            for (int64_t i = 0; i < 8; i++) {
+                dst[c + i] = q[c + 2 * i];
+                dst[c + 8 + i] = q[c + 2 * i + 1];
+            }
+        for (int64_t c = d16; c < d; c++) dst[c] = q[c];
+    }
+}
+
+void hg_sel_page_bounds_serial(const float *q, int64_t kv_heads, int64_t group, int64_t d, const uint16_t *mn, const uint16_t *mx,
                         int64_t page_cap, int64_t count, float *out, int isa) {
-    int v = use_avx2(isa);
-    (void)v;
+    const int v = use_avx2(isa);
+    /* scratch: the AVX2 loop's q of one KV head in split_pairs order, or the scalar loop's page
+     * summaries widened once for the group */
+    const int64_t need = v ? group * d : 2 * d;
+    float stack[2 * ROW_STACK], *buf = need <= 2 * ROW_STACK ? stack : (float *)malloc((size_t)need * 4);
+    if (!buf) return;
     for (int64_t g = 0; g < kv_heads; g++) {
-        for (int64_t p = 0; p < count; p++) {
-            int64_t at = (g * page_cap + p) * d;
 #ifdef HG_SEL_X86
-            if (v) { out[g * count + p] = group_bound_avx2(q + g * group * d, group, mn + at, mx + at, d); continue; }
+        if (v) {
+            split_pairs(buf, q + g * group * d, group, d);
+            pages_bound_avx2(buf, group, mn + g * page_cap * d, mx + g * page_cap * d, d, count, out + g * count);
+            continue;
+        }
 #endif
+        float *lo = buf, *hi = buf + d;
+        for (int64_t p = 0; p < count; p++) {
+            const int64_t at = (g * page_cap + p) * d;
+            for (int64_t c = 0; c < d; c++) {
+                lo[c] = hg_bf16_to_f32(mn[at + c]);
+                hi[c] = hg_bf16_to_f32(mx[at + c]);
+            }
             float best = -__builtin_inff();
             for (int64_t j = 0; j < group; j++) {
-                const float *qh = q + (g * group + j) * d;
-                float b = bound_scalar(qh, mn + at, mx + at, d);
+                float b = bound_scalar(q + (g * group + j) * d, lo, hi, d);
                 if (b > best) best = b;
             }
             out[g * count + p] = best;
         }
     }
+    if (buf != stack) free(buf);
 }
 
 void hg_sel_key_scores_serial(const float *q, int64_t kv_heads, int64_t group, const void *k, int ktype, int64_t cap, int64_t d,
@@ -348,8 +421,10 @@ enum { OP_SUMMARIZE, OP_BOUNDS, OP_SCORES, OP_GATHER };
 typedef struct {
     int op, isa, ktype;
     const void *k;
-    const float *q, *mn_c, *mx_c;
-    float *mn, *mx, *out;
+    const float *q;
+    const uint16_t *mn_c, *mx_c;
+    uint16_t *mn, *mx;
+    float *out;
     const int32_t *ch;
     int64_t kv_heads, cap, d, from, to, page, page_cap, group, count, r, out_cap, chunks;
 } sel_run;
@@ -406,13 +481,13 @@ static int run_pieces(hg_stage *stage, sel_run *a, int64_t rows) {
 }
 
 void hg_sel_summarize(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, int64_t from, int64_t to,
-                      int64_t page, int64_t page_cap, float *mn, float *mx, int isa, hg_stage *stage) {
+                      int64_t page, int64_t page_cap, uint16_t *mn, uint16_t *mx, int isa, hg_stage *stage) {
     sel_run a = { .op = OP_SUMMARIZE, .isa = isa, .ktype = ktype, .k = k, .mn = mn, .mx = mx, .kv_heads = kv_heads, .cap = cap, .d = d,
                   .from = from, .to = to, .page = page, .page_cap = page_cap };
     if (!run_pieces(stage, &a, to - from)) hg_sel_summarize_serial(k, ktype, kv_heads, cap, d, from, to, page, page_cap, mn, mx, isa);
 }
 
-void hg_sel_page_bounds(const float *q, int64_t kv_heads, int64_t group, int64_t d, const float *mn, const float *mx,
+void hg_sel_page_bounds(const float *q, int64_t kv_heads, int64_t group, int64_t d, const uint16_t *mn, const uint16_t *mx,
                         int64_t page_cap, int64_t count, float *out, int isa, hg_stage *stage) {
     sel_run a = { .op = OP_BOUNDS, .isa = isa, .q = q, .mn_c = mn, .mx_c = mx, .out = out, .kv_heads = kv_heads, .d = d, .group = group,
                   .page_cap = page_cap, .count = count };

@@ -1,7 +1,8 @@
 /* Key primitives of pre-QKᵀ token selectors (Quest page summaries, InfiniGen partial keys):
  * the native side of SelectorPrimitives' summarizePages / pageBounds / keyScores /
  * gatherChannels, same semantics as core's reference implementations. K is
- * [kv_heads, cap, d] in f32/f16/bf16 (HG_F32/HG_F16/HG_BF16); queries and outputs are f32.
+ * [kv_heads, cap, d] in f32/f16/bf16 (HG_F32/HG_F16/HG_BF16); queries and outputs are f32, page
+ * summaries bf16 (rounded outward).
  * isa: 0 scalar, 1 AVX2 (+FMA, F16C), < 0 the best the CPU runs. stage: NULL runs on the
  * caller's thread; a CPU stage lends its thread pool while no job of its own runs (a selector
  * runs between stage jobs), else the call stays on the caller's thread. Results do not depend
@@ -14,11 +15,12 @@
 #pragma GCC visibility push(default)
 /* The ISA an isa argument < 0 resolves to (0 or 1). */
 int hg_sel_best_isa(void);
-/* Folds rows [from, to) into page summaries mn/mx [kv_heads, page_cap, d]; a row at a page start resets its page. */
+/* Folds rows [from, to) into page summaries mn/mx [kv_heads, page_cap, d], bf16 bit patterns rounded
+ * outward (mn toward −∞, mx toward +∞: half f32's bytes, still a bound); a row at a page start resets its page. */
 void hg_sel_summarize(const void *k, int ktype, int64_t kv_heads, int64_t cap, int64_t d, int64_t from, int64_t to,
-                      int64_t page, int64_t page_cap, float *mn, float *mx, int isa, hg_stage *stage);
-/* out[g*count + p] = max over the group's heads of sum_c max(q*mn, q*mx). q is [kv_heads*group, d]. */
-void hg_sel_page_bounds(const float *q, int64_t kv_heads, int64_t group, int64_t d, const float *mn, const float *mx,
+                      int64_t page, int64_t page_cap, uint16_t *mn, uint16_t *mx, int isa, hg_stage *stage);
+/* out[g*count + p] = max over the group's heads of sum_c max(q*mn, q*mx), summed in f32. q is [kv_heads*group, d]. */
+void hg_sel_page_bounds(const float *q, int64_t kv_heads, int64_t group, int64_t d, const uint16_t *mn, const uint16_t *mx,
                         int64_t page_cap, int64_t count, float *out, int isa, hg_stage *stage);
 /* out[g*(to-from) + slot-from] = max over the group's heads of q·K[g, slot]. */
 void hg_sel_key_scores(const float *q, int64_t kv_heads, int64_t group, const void *k, int ktype, int64_t cap, int64_t d,

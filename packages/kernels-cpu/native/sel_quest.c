@@ -3,7 +3,9 @@
  * on the native primitives of the same ISA. Two phases on the stage's pool: pieces of (KV head,
  * run of whole pages) fold the rows evicted since the last job into their pages (a page has one
  * writer) and bound those pages; then a list per thread takes its best pages, the page that does
- * not fit by exact q·k, and writes its ids in ascending order. */
+ * not fit by exact q·k, and writes its ids in ascending order. The summaries are bf16 rounded
+ * outward (min toward −∞, max toward +∞; page-summaries.ts): the bounds, the job's main read,
+ * take half the bytes of f32 ones and still bound every q·k. */
 #include "sel_quest.h"
 #include "sel_loops.h"
 #include "topk_row.h"
@@ -29,7 +31,7 @@ static void bound_task(void *v, int part, int parts) {
     int64_t b, e;
     hg_split(r->count, 8, (int)(part % r->chunks), (int)r->chunks, &b, &e);
     if (b >= e) return;
-    float *mn = (float *)(intptr_t)j->pages + g * pc * d, *mx = mn + j->kv_heads * pc * d;
+    uint16_t *mn = (uint16_t *)(intptr_t)j->pages + g * pc * d, *mx = mn + j->kv_heads * pc * d;
     const int64_t s0 = b * P > j->pages_from ? b * P : j->pages_from, s1 = e * P < j->n ? e * P : j->n;
     if (s0 < s1) hg_sel_summarize_serial(hg_stage_k_head(j, g), (int)j->ktype, 1, j->kcap, d, s0, s1, P, pc, mn, mx, r->isa);
     if (r->k > 0)

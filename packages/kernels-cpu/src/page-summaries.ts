@@ -1,7 +1,9 @@
 /**
  * The Quest kernel's page summaries in the CPU stage: per store K tensor, the per-page, per-channel
- * min and max of its rows (min [kvHeads, pageCapacity, headDim] f32, then max), in native memory
- * of their own. A job folds in the rows evicted since the tensor's last quest job.
+ * min and max of its rows (min [kvHeads, pageCapacity, headDim] bf16, then max), in native memory
+ * of their own. A job folds in the rows evicted since the tensor's last quest job. bf16 rounded
+ * outward (min toward −∞, max toward +∞; core's summarizePages): the bounds read half f32's bytes
+ * and still bound every q·k.
  */
 import type { Pointer } from "bun:ffi";
 import type { CpuTensor } from "./tensor.js";
@@ -25,7 +27,7 @@ export class PageSummaryRegions {
       r = undefined;
     }
     if (!r) {
-      const pageCapacity = Math.ceil(this.capacity / pageSize), bytes = 2 * this.kvHeads * pageCapacity * this.headDim * 4;
+      const pageCapacity = Math.ceil(this.capacity / pageSize), bytes = 2 * this.kvHeads * pageCapacity * this.headDim * 2;
       r = this.regions.alloc(k, bytes, (p) => ({ p, bytes, pageSize, pageCapacity, summarized: 0, epoch }));
     }
     if (r.epoch !== epoch || offloaded < r.summarized) r.summarized = 0;

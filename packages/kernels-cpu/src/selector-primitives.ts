@@ -1,8 +1,9 @@
 /**
- * SelectorPrimitives with the key primitives (page summaries, page bounds, key scores, channel
- * packing; native/sel_prims.c, AVX2 with a scalar fallback) and topK (native/sel_topk.c, a radix
- * select) in C; maxRows, sumRows and range are core's. Arguments go through core's checks before
- * any pointer reaches C. Bound to a CPU stage, they run on its thread pool while it is idle.
+ * SelectorPrimitives with the key primitives (page summaries, bf16 rounded outward as core's; page
+ * bounds, key scores, channel packing; native/sel_prims.c, AVX2 with a scalar fallback) and topK
+ * (native/sel_topk.c, a radix select) in C; maxRows, sumRows and range are core's. Arguments go
+ * through core's checks before any pointer reaches C. Bound to a CPU stage, they run on its thread
+ * pool while it is idle.
  */
 import { FFIType, ptr as addressOf, type Pointer } from "bun:ffi";
 import {

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { offloadedKeys, pageSummaries, referencePrimitives as ref, type DType } from "@hybridgen/core";
 import { createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, storeKeys, type CpuTensor, type SelectorIsa } from "../src/index.js";
-import { randn, rng, SEED } from "./helpers.js";
+import { bf16Value, randn, rng, SEED } from "./helpers.js";
 
 const DTYPES: DType[] = ["f32", "f16", "bf16"];
 const ISAS: SelectorIsa[] = ["generic", "avx2"];
@@ -36,7 +36,7 @@ describe("native selector primitives", () => {
           const keys = storeKeys(t);
           const what = `${isa} ${dtype} d=${d} kv=${kvHeads} G=${G}`;
           const from = 1 + Math.floor(r() * 10), to = cap - Math.floor(r() * 10), page = 1 + Math.floor(r() * 17);
-          // Summaries: both folded in the same uneven steps must agree exactly (min/max, no rounding).
+          // Summaries: both folded in the same uneven steps must agree exactly (min/max rounded outward to bf16 alike).
           const a = pageSummaries(kvHeads, d, cap, page), b = pageSummaries(kvHeads, d, cap, page);
           for (const [x, y] of [[0, from], [from, from + 1], [from + 1, to]] as const) {
             ref.summarizePages(keys, x, y, a);
@@ -54,6 +54,46 @@ describe("native selector primitives", () => {
           ref.gatherChannels(keys, ch, from, to, pa);
           P.gatherChannels(keys, ch, from, to, pb);
           expect(pb.data, what).toEqual(pa.data);
+        }
+      }
+    });
+  }
+
+  for (const isa of ISAS.filter((i) => i === "generic" || hasAvx2)) {
+    it(`${isa}: bf16 summaries rounded outward as the reference, bit for bit: exact values, negatives, rounding boundaries, ±0, ±∞, subnormals, NaN`, () => {
+      const r = rng(72);
+      const P = nativeSelectorPrimitives(isa);
+      const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
+      const fromBits = (b: number) => { u32[0] = b >>> 0; return f32[0]!; };
+      // exact in bf16 / a half ulp / just past / just short of an exact value (a carry), either sign
+      const edge = [1, -1, 0.15625, -0.15625, 1 + 2 ** -8, -(1 + 2 ** -8), fromBits(0x3f800001), fromBits(0xbf800001), fromBits(0x3f7fffff),
+        fromBits(0xbf7fffff), 0, -0, fromBits(1), fromBits(0x80000001), fromBits(0x7f7fffff), fromBits(0xff7fffff), Infinity, -Infinity];
+      for (const d of [3, 8, 16, 21, 64]) {
+        for (const withNaN of [false, true]) {
+          const kvHeads = 2, cap = 70, page = 1 + Math.floor(r() * 9), what = `${isa} d=${d} page=${page}${withNaN ? " with NaN" : ""} (seed ${SEED})`;
+          const data = Float32Array.from({ length: kvHeads * cap * d }, () => {
+            const x = r();
+            if (withNaN && x < 0.02) return NaN;
+            return x < 0.5 ? edge[Math.floor(r() * edge.length)]! : (r() * 2 - 1) * 4;
+          });
+          const keys = offloadedKeys("f32", kvHeads, cap, d, data);
+          const a = pageSummaries(kvHeads, d, cap, page), b = pageSummaries(kvHeads, d, cap, page);
+          for (const [x, y] of [[0, 9], [9, 10], [10, 41], [41, cap]] as const) {
+            ref.summarizePages(keys, x, y, a);
+            P.summarizePages(keys, x, y, b);
+          }
+          expect(b.min, what).toEqual(a.min);
+          expect(b.max, what).toEqual(a.max);
+          if (withNaN) continue;
+          // Outward: every page's min at or below each of its values, its max at or above.
+          for (let g = 0; g < kvHeads; g++) {
+            for (let s = 0; s < cap; s++) {
+              for (let c = 0; c < d; c++) {
+                const v = data[(g * cap + s) * d + c]!, at = (g * a.pageCapacity + Math.floor(s / page)) * d + c;
+                if (!(bf16Value(a.min[at]!) <= v && bf16Value(a.max[at]!) >= v)) throw new Error(`${what}: ${v} outside [${bf16Value(a.min[at]!)}, ${bf16Value(a.max[at]!)}]`);
+              }
+            }
+          }
         }
       }
     });

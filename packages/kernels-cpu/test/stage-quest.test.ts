@@ -8,7 +8,7 @@ import { randn, rng, SEED, supportedIsas } from "./helpers.js";
 /**
  * K rows of `kvHeads` heads: head 0 fresh random; the others repeat a block of three pages (equal
  * page bounds far apart) whose rows come in equal pairs (equal exact scores in the page that does
- * not fit). `grid` rounds every value to a multiple of 1/8 in [-2, 2] (sums exact in f32 and f64).
+ * not fit). `grid` puts every value on onGrid's lattice (bounds and scores exact in f32 and f64).
  */
 function keysWithTies(r: () => number, kvHeads: number, cap: number, d: number, page: number, grid: boolean): Float32Array {
   const k = randn(r, kvHeads * cap * d, 2);
@@ -19,8 +19,19 @@ function keysWithTies(r: () => number, kvHeads: number, cap: number, d: number, 
       if (src !== t) k.copyWithin(base + t * d, base + src * d, base + (src + 1) * d);
     }
   }
-  if (grid) for (let i = 0; i < k.length; i++) k[i] = Math.round(k[i]! * 8) / 8;
+  if (grid) for (let i = 0; i < k.length; i++) k[i] = onGrid(k[i]!);
   return k;
+}
+
+/**
+ * v to a multiple of 1/8, then moved by 2^-10 (up for odd eighths, down for even): from 1/4 up
+ * (a bf16 ulp of 2^-9 or more) that is off bf16's lattice, so the summaries' outward rounding
+ * shows in f32 and f16 stores, while the keys, their rounded summaries (multiples of 2^-10) and a
+ * query of multiples of 1/8 keep every bound and score exact in f32 and f64, ties included.
+ */
+function onGrid(v: number): number {
+  const e = Math.round(v * 8);
+  return e / 8 + (e & 1 ? 2 ** -10 : -(2 ** -10));
 }
 
 const gridded = (x: Float32Array) => x.map((v) => Math.round(v * 8) / 8);
@@ -93,7 +104,7 @@ describe(`the stage's Quest kernel (seed ${SEED})`, () => {
         const shape = { heads, kvHeads, headDim: d, storeCapacity: cap, dtype, stageKeys: true };
         native.prepare(shape);
         portable.prepare(shape);
-        // Values on a 1/8 grid: bounds and scores are exact in both stages, so ties break the same way.
+        // Values on onGrid's lattice: bounds (on outward-rounded summaries) and scores are exact in both stages, so ties break the same way.
         const kData = keysWithTies(r, kvHeads, cap, d, page, true), vData = randn(r, kvHeads * cap * d);
         const a = { K: cpu.alloc([kvHeads, cap, d], dtype), V: cpu.alloc([kvHeads, cap, d], dtype) };
         const b = { K: ref.alloc([kvHeads, cap, d], dtype), V: ref.alloc([kvHeads, cap, d], dtype) };

@@ -40,12 +40,12 @@ function forced(model: LlamaModel): Float32Array[] {
 const argmax = (l: Float32Array) => l.indexOf(Math.max(...l));
 
 /** Full-attention logits and a runner of hybrid attention over a 20-token window (2 sinks). */
-function setup(be: ReferenceBackend) {
+function setup(be: ReferenceBackend, kvDtype: "f32" | "bf16" = "f32") {
   const files = tinyLlama("f32");
-  const full = LlamaModel.load(files, be, { maxContext: CONTEXT });
+  const full = LlamaModel.load(files, be, { maxContext: CONTEXT, kvDtype });
   const want = forced(full);
   full.close();
-  const hyb = LlamaModel.load(files, be, { maxContext: CONTEXT, gpuKvBudget: 20, sinkTokens: 2, kvEvictBlock: 4 });
+  const hyb = LlamaModel.load(files, be, { maxContext: CONTEXT, gpuKvBudget: 20, sinkTokens: 2, kvEvictBlock: 4, kvDtype });
   const run = (selector: TokenSelector, k: number, timing: SelectionTiming): Float32Array[] => {
     using h = HybridAttention.attach({
       attention: hyb.attention, projector: hyb, stage: new BackendCpuStage(be), selector, scheduler: fixed(k, timing),
@@ -58,9 +58,9 @@ function setup(be: ReferenceBackend) {
 }
 
 describe("quest and infinigen in hybrid attention (pre-QKᵀ, the stage's keys)", () => {
-  it("one-token pages and every channel give exact top-K's logits", () => {
+  it("one-token pages and every channel give exact top-K's logits (a bf16 cache: Quest's bf16 summaries hold its keys exactly)", () => {
     using be = new ReferenceBackend();
-    const { run } = setup(be);
+    const { run } = setup(be, "bf16");
     const topk = run(createSelector("topk"), 12, "post");
     for (const sel of [createSelector("quest", { pageSize: 1 }), createSelector("infinigen", { channels: 16 })]) {
       const got = run(sel, 12, "pre");

@@ -4,8 +4,15 @@ import { createSelector, exactTopK, infinigen, pairSelectors, quest } from "../s
 import { rng } from "./helpers.js";
 import { DTYPES, encodeKeys, keyValue } from "./key-helpers.js";
 
-function randomKeys(r: () => number, dtype: "f32" | "f16" | "bf16", kvHeads: number, capacity: number, headDim: number): OffloadedKeys {
-  return encodeKeys(dtype, kvHeads, capacity, headDim, Float32Array.from({ length: kvHeads * capacity * headDim }, () => (r() - 0.5) * 4));
+const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
+
+/** Uniform keys in [-2, 2); `bf16Exact` truncates them to bf16 values (which f16 also holds, or flushes to 0). */
+function randomKeys(r: () => number, dtype: "f32" | "f16" | "bf16", kvHeads: number, capacity: number, headDim: number, bf16Exact = false): OffloadedKeys {
+  return encodeKeys(dtype, kvHeads, capacity, headDim, Float32Array.from({ length: kvHeads * capacity * headDim }, () => {
+    f32[0] = (r() - 0.5) * 4;
+    if (bf16Exact) u32[0] = u32[0]! & 0xffff0000;
+    return f32[0]!;
+  }));
 }
 
 function preInput<S>(sel: TokenSelector<S>, layout: HeadLayout, keys: OffloadedKeys, offloaded: number, k: number, query: Float32Array, state?: S): PreSelectionInput<S> {
@@ -104,10 +111,12 @@ describe("quest and infinigen", () => {
     }
   });
 
-  it("reduce to exact top-K at their limits: one-token pages, every channel", () => {
+  it("reduce to exact top-K at their limits: one-token pages (keys exact in bf16), every channel", () => {
     const r = rng(22);
     for (const dtype of DTYPES) {
-      const layout = headLayout(4, 2, 8), n = 90, keys = randomKeys(r, dtype, 2, 100, 8);
+      // Quest's summaries are bf16 rounded outward: on keys bf16 holds exactly a one-token page's
+      // bound is its q·k (other keys' bounds sit up to a bf16 ulp a channel above it).
+      const layout = headLayout(4, 2, 8), n = 90, keys = randomKeys(r, dtype, 2, 100, 8, true);
       const q = Float32Array.from({ length: 32 }, () => r() - 0.5);
       const want = exactIds(layout, keys, n, 10, q);
       for (const sel of [quest({ pageSize: 1 }), infinigen({ channels: 8 })] as TokenSelector<unknown>[]) {

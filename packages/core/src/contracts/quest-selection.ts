@@ -1,7 +1,8 @@
 /**
  * Quest's page choice (pre-QKᵀ), the one definition behind the quest selector's select() and a
  * CpuStage's "quest" work: per page of `pageSize` offloaded tokens and KV head, the per-channel
- * min and max of K (kept as pages fill, never recomputed); a page's upper bound of q·k is
+ * min and max of K (kept as pages fill, never recomputed; bf16 rounded outward, min toward −∞ and
+ * max toward +∞, so the bounds read half f32's bytes and still hold); a page's upper bound of q·k is
  * Σ_c max(q_c·min_c, q_c·max_c), max over the group's query heads. Per KV head the pages with
  * the highest bounds (ties to the lower page) give their tokens, whole, while they fit K; the
  * page that does not fit gives its best tokens by exact q·k (ties to the lower slot, at most

@@ -1,11 +1,13 @@
 /**
  * Portable implementation of SelectorPrimitives: typed-array loops with no per-call
  * allocation beyond the result (and one scratch copy for topK). Engines with native kernels
- * may hand selectors faster versions; these define the semantics they must match.
+ * may hand selectors faster versions; these define the semantics they must match. Page
+ * summaries are bf16 rounded outward (min toward −∞, max toward +∞): half the bytes of f32 for
+ * Quest's bounds to read, and the bounds still hold.
  */
 import type { DType } from "../backend.js";
 import { HybridgenError } from "../errors.js";
-import { bf16BitsToF32, f16BitsToF32 } from "../half-float.js";
+import { bf16BitsToF32, f16BitsToF32, f32ToBf16BitsOutward } from "../half-float.js";
 import type { OffloadedKeys, PageSummaries, SelectorPrimitives } from "./selector.js";
 
 function checkLength(fn: string, arr: ArrayLike<number>, length: number, what: string): void {
@@ -179,7 +181,7 @@ export function offloadedKeys(dtype: DType, kvHeads: number, capacity: number, h
   return { dtype, kvHeads, headDim, capacity, data: d };
 }
 
-/** Empty page summaries for `capacity` slots of K per KV head in pages of `pageSize`. */
+/** Empty page summaries (bf16) for `capacity` slots of K per KV head in pages of `pageSize`. */
 export function pageSummaries(kvHeads: number, headDim: number, capacity: number, pageSize: number): PageSummaries {
   if (!positiveInt(pageSize)) throw new HybridgenError(`page summaries: page size must be a positive integer, got ${pageSize}`);
   if (!positiveInt(kvHeads) || !positiveInt(headDim) || !Number.isInteger(capacity) || capacity < 0) {
@@ -187,7 +189,7 @@ export function pageSummaries(kvHeads: number, headDim: number, capacity: number
   }
   const pageCapacity = Math.ceil(capacity / pageSize);
   const n = kvHeads * pageCapacity * headDim;
-  return { pageSize, kvHeads, headDim, pageCapacity, min: new Float32Array(n), max: new Float32Array(n) };
+  return { pageSize, kvHeads, headDim, pageCapacity, min: new Uint16Array(n), max: new Uint16Array(n) };
 }
 
 /** Element reader of a key view as f32 (bit patterns decoded). */
@@ -270,9 +272,10 @@ export function summarizePages(keys: OffloadedKeys, from: number, to: number, pa
       const p = Math.floor(slot / P), row = (g * capacity + slot) * d, s = (g * pages.pageCapacity + p) * d;
       const fresh = slot % P === 0;
       for (let c = 0; c < d; c++) {
-        const v = at(row + c);
-        if (fresh || v < pages.min[s + c]!) pages.min[s + c] = v;
-        if (fresh || v > pages.max[s + c]!) pages.max[s + c] = v;
+        // The row's value rounded outward to bf16, then folded in (a NaN or a tie keeps the old bits).
+        const v = at(row + c), lo = f32ToBf16BitsOutward(v, false), hi = f32ToBf16BitsOutward(v, true);
+        if (fresh || bf16BitsToF32(lo) < bf16BitsToF32(pages.min[s + c]!)) pages.min[s + c] = lo;
+        if (fresh || bf16BitsToF32(hi) > bf16BitsToF32(pages.max[s + c]!)) pages.max[s + c] = hi;
       }
     }
   }
@@ -290,7 +293,7 @@ export function pageBounds(query: Float32Array, groupSize: number, pages: PageSu
         let sum = 0;
         for (let c = 0; c < d; c++) {
           const qc = query[q + c]!;
-          sum += Math.max(qc * pages.min[s + c]!, qc * pages.max[s + c]!);
+          sum += Math.max(qc * bf16BitsToF32(pages.min[s + c]!), qc * bf16BitsToF32(pages.max[s + c]!));
         }
         if (sum > best) best = sum;
       }

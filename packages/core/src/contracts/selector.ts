@@ -72,12 +72,14 @@ export interface SelectorPrimitives {
    * Folds K rows [from, to) of every KV head into their pages' per-channel min and max
    * (page p holds slots [p·pageSize, (p + 1)·pageSize)); a row at a page's first slot resets
    * that page first, so pages are written once as they fill and a partial page stays current.
+   * Each value is rounded outward to bf16 (toward −∞ for the min, +∞ for the max) before it is
+   * compared (a NaN never replaces a value): an implementation must store the same bits.
    */
   summarizePages(keys: OffloadedKeys, from: number, to: number, pages: PageSummaries): void;
   /**
    * Quest's upper bound of q·k over a page: out[g · count + p] = max over the query heads h of
-   * KV head g (h = g·groupSize …) of Σ_c max(q[h,c]·min[g,p,c], q[h,c]·max[g,p,c]), p < count.
-   * query is [kvHeads · groupSize, pages.headDim].
+   * KV head g (h = g·groupSize …) of Σ_c max(q[h,c]·min[g,p,c], q[h,c]·max[g,p,c]), p < count,
+   * the bf16 summaries widened to f32. query is [kvHeads · groupSize, pages.headDim].
    */
   pageBounds(query: Float32Array, groupSize: number, pages: PageSummaries, count: number, out?: Float32Array): Float32Array;
   /**
@@ -106,15 +108,19 @@ export interface OffloadedKeys {
   readonly data: Float32Array | Uint16Array;
 }
 
-/** Per-page, per-channel min and max of K ([kvHeads, pageCapacity, headDim] f32 each). */
+/**
+ * Per-page, per-channel min and max of K ([kvHeads, pageCapacity, headDim] each, bf16 bit patterns):
+ * min rounded toward −∞ and max toward +∞, so Σ_c max(q_c·min_c, q_c·max_c) still bounds q·k while
+ * the bounds read half the bytes of f32 summaries (Quest is bound by those bytes at long context).
+ */
 export interface PageSummaries {
   readonly pageSize: number;
   readonly kvHeads: number;
   readonly headDim: number;
   /** Pages per KV head the arrays hold. */
   readonly pageCapacity: number;
-  readonly min: Float32Array;
-  readonly max: Float32Array;
+  readonly min: Uint16Array;
+  readonly max: Uint16Array;
 }
 
 /**

@@ -8,7 +8,7 @@
  * channels of K are packed (f32) as tokens are offloaded, so a step reads r channels a token,
  * not the whole row.
  */
-import { offloadedKeys, pageSummaries, type OffloadedKeys, type SelectorPrimitives } from "@hybridgen/core";
+import { bf16BitsToF32, offloadedKeys, pageSummaries, type OffloadedKeys, type SelectorPrimitives } from "@hybridgen/core";
 import { z } from "zod";
 import { defineSelector } from "../define-selector.js";
 import { BUILTIN } from "../builtin-mark.js";
@@ -42,7 +42,8 @@ export function chooseChannels(query: Float32Array, groupSize: number, keys: Off
   for (let g = 0; g < kvHeads; g++) {
     weight.fill(0);
     for (let c = 0; c < d; c++) {
-      const k = Math.max(Math.abs(range.min[g * d + c]!), Math.abs(range.max[g * d + c]!));
+      // `range` is one page of every row; its min and max are bf16 rounded outward, so |K_c| ≤ k still.
+      const k = Math.max(Math.abs(bf16BitsToF32(range.min[g * d + c]!)), Math.abs(bf16BitsToF32(range.max[g * d + c]!)));
       let q = 0;
       for (let j = 0; j < groupSize; j++) q += Math.abs(query[(g * groupSize + j) * d + c]!);
       weight[paired ? c % half : c] += q * k;
