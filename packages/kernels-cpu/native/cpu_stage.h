@@ -36,7 +36,7 @@ typedef struct {
      * copy kq [kv_heads, kcap, row bytes] are encoded from K first; the approximate scores choose
      * `cand` candidates per list, rescored from K; the final top-K is taken among them. */
     int64_t kq, kq_form, kq_from, cand;
-    /* Quest (QUEST): page summaries, min [kv_heads, page_cap, head_dim] f32 then max of the same
+    /* Quest (QUEST): page summaries, min [kv_heads, page_cap, head_dim] bf16 bits (rounded down) then max (rounded up) of the same
      * shape, of pages of page_size rows; rows [pages_from, n) are folded in first; budget ids a list. */
     int64_t pages, page_size, page_cap, pages_from;
     /* When ready is not 0: the query is still on its way from a device, which writes a value of
