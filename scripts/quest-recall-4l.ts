@@ -18,6 +18,7 @@ import {
 import { createCpuBackend } from "../packages/kernels-cpu/dist/index.js";
 import { createHybridAttention } from "../packages/runtime/dist/index.js";
 import { f32Pages, f32Primitives, idsKept } from "../packages/kernels-cpu/bench/quest-recall.ts";
+import { makeRecallPrompt, recallVocabulary } from "./recall-prompts.ts";
 
 const arg = (name: string, def: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -30,27 +31,8 @@ const SEED = Number(arg("seed", "1"));
 const WINDOW = 256, SINKS = 4, K_FRAC = 0.05, RECORDS = 128, PAGE = 16;
 
 using files = openModelDir(MODEL);
-const vocab = (word: string) => files.tokenizer.encode(word, { addBos: false })[0]!;
-const FILLERS = Array.from({ length: 1000 }, (_, i) => vocab(`f${i}`));
-const KEYS = Array.from({ length: 256 }, (_, i) => vocab(`k${i}`));
-const VALUES = Array.from({ length: 256 }, (_, i) => vocab(`v${i}`));
-const DOT = vocab("."), ASK = vocab("?"), BOS = files.tokenizer.encode("", { addBos: true })[0]!;
-
-/** recall-eval.ts's prompt: BOS, fillers with RECORDS records `kA vB .`, then `? kA` asked. */
-function makePrompt(r: () => number, length: number): { context: number[]; key: number; answer: number } {
-  const body = length - 3;
-  const context = Array.from({ length: body }, () => FILLERS[Math.floor(r() * FILLERS.length)]!);
-  const keys = new Set<number>();
-  while (keys.size < RECORDS) keys.add(Math.floor(r() * KEYS.length));
-  const records = [...keys].map((k) => ({ key: KEYS[k]!, value: VALUES[Math.floor(r() * VALUES.length)]! }));
-  const share = Math.floor(body / RECORDS);
-  records.forEach((rec, i) => {
-    const at = i * share + Math.floor(r() * (share - 3));
-    context.splice(at, 3, rec.key, rec.value, DOT);
-  });
-  const asked = records[Math.floor(r() * records.length)]!;
-  return { context: [BOS, ...context], key: asked.key, answer: asked.value };
-}
+const V = recallVocabulary(files.tokenizer, MODEL);
+const makePrompt = (r: () => number, length: number) => makeRecallPrompt(V, r, length, RECORDS);
 
 interface Tally { kept: number; lists: number; same: number; worst: number }
 
@@ -91,7 +73,7 @@ for (const length of LENGTHS) {
     model.forward(Int32Array.from(context), 0);
     const h = await createHybridAttention(model, be, { scheduler: "fixed", timing: "pre", selector: probe(t), logits: "exact", k, cpuStageThreads: 1 });
     try {
-      model.forward(Int32Array.of(ASK), context.length);
+      model.forward(Int32Array.of(V.ask), context.length);
       if (argmax(model.forward(Int32Array.of(key), context.length + 1)) === answer) right++;
     } finally {
       h.close();

@@ -17,6 +17,7 @@ import { writeFileSync } from "node:fs";
 import { argmax, LlamaModel, openModelDir, seededRandom } from "../packages/core/dist/index.js";
 import { createCpuBackend } from "../packages/kernels-cpu/dist/index.js";
 import { createHybridAttention, type HybridRuntimeOptions } from "../packages/runtime/dist/index.js";
+import { makeRecallPrompt, recallVocabulary } from "./recall-prompts.ts";
 
 const arg = (name: string, def: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -63,35 +64,8 @@ const modeNames = list("modes", "full,exact,speculative,verified,verified-c2,ver
 for (const m of modeNames) if (!MODES[m]) throw new Error(`unknown mode ${m} (modes: ${Object.keys(MODES).join(", ")})`);
 
 using files = openModelDir(MODEL);
-const vocab = (word: string) => {
-  const ids = files.tokenizer.encode(word, { addBos: false });
-  if (ids.length !== 1) throw new Error(`"${word}" is not one token of ${MODEL}'s vocabulary`);
-  return ids[0]!;
-};
-const FILLERS = Array.from({ length: 1000 }, (_, i) => vocab(`f${i}`));
-const KEYS = Array.from({ length: 256 }, (_, i) => vocab(`k${i}`));
-const VALUES = Array.from({ length: 256 }, (_, i) => vocab(`v${i}`));
-const DOT = vocab("."), ASK = vocab("?"), BOS = files.tokenizer.encode("", { addBos: true })[0]!;
-
-/**
- * A haystack of `length` − 2 tokens (BOS, fillers, RECORDS records `kA vB .` with distinct keys
- * at random places), then the query `? kA` of one record, asked as two decode steps.
- */
-function makePrompt(r: () => number, length: number): { context: number[]; key: number; answer: number } {
-  const body = length - 3; // BOS + body + "? kA"
-  const context = Array.from({ length: body }, () => FILLERS[Math.floor(r() * FILLERS.length)]!);
-  const keys = new Set<number>();
-  while (keys.size < RECORDS) keys.add(Math.floor(r() * KEYS.length));
-  const records = [...keys].map((k) => ({ key: KEYS[k]!, value: VALUES[Math.floor(r() * VALUES.length)]! }));
-  // Non-overlapping places: one per equal share of the body.
-  const share = Math.floor(body / RECORDS);
-  records.forEach((rec, i) => {
-    const at = i * share + Math.floor(r() * (share - 3));
-    context.splice(at, 3, rec.key, rec.value, DOT);
-  });
-  const asked = records[Math.floor(r() * records.length)]!;
-  return { context: [BOS, ...context], key: asked.key, answer: asked.value };
-}
+const V = recallVocabulary(files.tokenizer, MODEL);
+const makePrompt = (r: () => number, length: number) => makeRecallPrompt(V, r, length, RECORDS);
 
 using be = createCpuBackend({ threads: THREADS });
 const results: Record<string, Record<number, { correct: number; total: number; meanK: number; cpuMsPerLayer: number }>> = {};
@@ -112,7 +86,7 @@ for (const length of LENGTHS) {
       const mode = MODES[name]!;
       const h = await createHybridAttention(model, be, { ...mode.options, [mode.kAs]: k, cpuStageThreads: 1 });
       try {
-        model.forward(Int32Array.of(ASK), context.length);
+        model.forward(Int32Array.of(V.ask), context.length);
         const logits = model.forward(Int32Array.of(key), context.length + 1);
         const res = results[name]![length]!;
         res.total++;
