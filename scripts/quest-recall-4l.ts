@@ -1,6 +1,6 @@
 /**
  * Quest's choice on recall-4l's own keys with bf16 page summaries rounded outward (core's
- * summarizePages since 2026-12-03) against the f32 summaries before them: recall-eval.ts's
+ * summarizePages) against f32 summaries: recall-eval.ts's
  * prompts (a haystack, then `? kA` as two decode steps, K = 5% of the context, pages of 16),
  * with a probe selector that, at every pre step and layer, makes both choices on the reference
  * primitives (so only the summaries' format differs), records the share of the f32 choice's ids

@@ -1,6 +1,6 @@
 /**
- * How far Quest's choice moves with bf16 page summaries rounded outward (core's summarizePages
- * since 2026-12-03) against the f32 summaries before them (defined here as they were): the share
+ * How far Quest's choice moves with bf16 page summaries rounded outward (core's summarizePages)
+ * against f32 summaries (defined here): the share
  * of the f32 selection's ids the bf16 one keeps, per KV head, on random keys at Llama-3.1-8B's
  * heads (8 KV heads × 128, 32 query heads), pages of 16. Both run core's questSelection on the
  * reference primitives, so only the summaries' format differs.

@@ -128,7 +128,7 @@ export class CudaHostLink implements HostTransfers {
   /** HostTransfers.sendSignalled on the compute stream (recordable); every range is checked first. */
   sendSignalled(dst: HostRegion, src: Tensor, bytes: number): HostSignal {
     const op = "sendSignalled";
-    this.live(op);
+    const link = this.live(op);
     const t = this.owner.own(src, op);
     checkRegion(dst, op);
     if (!(isCount(bytes) && bytes >= 16 && bytes % 16 === 0)) bad(`${op}: bytes must be a positive multiple of 16, got ${bytes}`);
@@ -136,7 +136,7 @@ export class CudaHostLink implements HostTransfers {
     if (bytes > dst.byteLength) bad(`${op}: ${bytes} bytes exceed the host region's ${dst.byteLength}`);
     const at = this.deviceAddress(dst);
     if (at === null) bad(`${op}: host region at 0x${dst.address.toString(16)} is not pinned memory the device maps`);
-    this.owner.ok(`${op} (a device that cannot map host memory has no signal word)`, this.owner.lib.hg_link_send_signalled(this.live(op), P(t.addr), P(at), bytes, this.signalOut));
+    this.owner.ok(`${op} (a device that cannot map host memory has no signal word)`, this.owner.lib.hg_link_send_signalled(link, P(t.addr), P(at), bytes, this.signalOut));
     return { address: this.signalOut[1], value: this.signalOut[0] };
   }
 

@@ -127,7 +127,7 @@ describe("the fixes behind the issue's flapping", () => {
 });
 
 /**
- * The 2026-12-03 H200 run (NOTES.md) as a cost model: 8B shape, 32K, window 4 096, verified
+ * The H200 figures of NOTES.md's runaway as a cost model: 8B shape, 32K, window 4 096, verified
  * logits. The device gathers, aggregates and re-scores the K rows, so T_gpu rises from 15 ms at
  * K 256 to 252 ms at every offloaded token, while the load (T_cpu 5 → 113 ms) stays under it.
  */
@@ -144,7 +144,7 @@ function runawayMachine(): CostModel {
 }
 
 describe("a device stage that grows with K", () => {
-  it("at 32K with verified logits K stays near where T_gpu has grown by gpuGrowth, not at every offloaded token (2026-12-03)", () => {
+  it("at 32K with verified logits K stays near where T_gpu has grown by gpuGrowth, not at every offloaded token", () => {
     const model = runawayMachine();
     for (const seed of [1, 2, 3]) {
       const s = new FeedbackScheduler({ kMin: K_MIN });

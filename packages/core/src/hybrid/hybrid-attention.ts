@@ -329,7 +329,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const outp = this.stage.output(slot), rescore = this.rescore[layer];
     const up = kmax > 0 ? d.upload(layer, slot, kmax, rescore, outp.ids, outp.counts) : null;
     // Verified logits of a short list get −∞ written by the host: that layer's segment starts after them.
-    const padded = rescore && up !== null && outp.counts.subarray(0, this.layout.kvHeads).some((n) => n < kmax);
+    let padded = false;
+    for (let g = 0; rescore && up !== null && g < this.layout.kvHeads; g++) padded ||= outp.counts[g]! < kmax;
     if (!padded) this.openSegment(layer);
     if (up) d.gatherRows(slot); // mapped rows: the device reads them inside the segment
     if (rescore && up) this.verifiedLogits(scores, d.col, q, up.keys, outp.counts, kmax);
