@@ -108,6 +108,35 @@ export interface HostTransfers extends Disposable {
    * stream after the ops before it (a recorded step records it); ids and counts are read during the call.
    */
   gatherRows?(dst: Tensor, src: HostRegion, rows: RowGather, ids: Int32Array, counts: Int32Array): void;
+
+  // ---- the stage hand-off on the device (all five or none): the device, not the host, waits for
+  // the CPU stage and reads its output where it lies, so the host issues a whole step without blocking.
+  /**
+   * Optional: a new signal for another host thread (the CPU stage) to raise by writing `value`
+   * into the 32-bit word at `address` (mapped host memory the device polls); values increase by
+   * one per call, modulo 2³².
+   */
+  stageSignal?(): HostSignal;
+  /**
+   * Optional: on the compute stream, recordable: the device waits until the word of `signal`
+   * (from stageSignal) reaches its value (modulo 2³²). A wait that lasts past the link's timeout
+   * gives up (later waits too, at once), and the next fence() or times() throws, naming it.
+   * times().gpuMs leaves the time spent waiting out.
+   */
+  awaitSignal?(signal: HostSignal): void;
+  /** Optional: a HostCopy from a mapped host region into the tensor, read by the device when the op runs (compute stream, recordable). */
+  readMapped?(copy: HostCopy): void;
+  /**
+   * Optional: gatherRows with the ids and counts read by the device when the op runs, from the
+   * mapped host region `table` laid out as int32 [counts (groups) | ids (groups × kmax)].
+   */
+  gatherRowsAt?(dst: Tensor, src: HostRegion, rows: RowGather, table: HostRegion): void;
+  /**
+   * Optional: f32 scores [heads, scores.shape[1]]: columns [col + counts[h / group], col + kmax)
+   * of head h become −∞, counts read by the device when the op runs from `table` (as gatherRowsAt's,
+   * groups = heads / group) (compute stream, recordable).
+   */
+  padColumnsAt?(scores: Tensor, col: number, kmax: number, group: number, table: HostRegion): void;
 }
 
 /** A HostTransfers.sendSignalled: the word at `address` reaches `value` once the bytes have landed. */

@@ -69,6 +69,10 @@ export interface CpuStageJob {
   /** The query is still on its way from the device (HostTransfers.sendSignalled): the stage's threads
    * wait for the signal before reading it. Only for a stage with `waitsForSignal`. */
   readonly ready?: HostSignal;
+  /** Raised (the value written into the word) once the job's ids, counts and logits are written, or
+   * once it failed or was cancelled: a device waits for it (HostTransfers.awaitSignal). Only for a
+   * stage with `queueDepth` > 1. */
+  readonly done?: HostSignal;
 }
 
 export interface CpuStageOutput {
@@ -88,13 +92,20 @@ export interface CpuStage extends Disposable {
   readonly concurrent: boolean;
   /** Jobs may carry `ready`: the stage's threads wait for the device's signal, so the host need not. */
   readonly waitsForSignal?: boolean;
+  /**
+   * How many jobs submit() takes before a wait() (absent: 1). Queued jobs run in order, each into
+   * its own job's slot; a stage with a queue also raises jobs' `done` signals and has cancel().
+   */
+  readonly queueDepth?: number;
   /** Allocate buffers for a model/cache shape (called once, before any submit). */
   prepare(shape: CpuStageShape): void;
   /** The query buffer of a slot (heads × headDim, RoPE applied); fill it before submit. */
   query(slot: 0 | 1): Float32Array;
   submit(job: CpuStageJob): void;
-  /** Blocks until the last submitted job is done; returns its busy time in ms. */
+  /** Blocks until every submitted job is done; returns their busy time in ms (the first failure throws, after all have ended). */
   wait(): number;
+  /** Queued jobs not yet started fail at once, a job waiting for its `ready` signal stops waiting (each raises its `done`); wait() then throws. */
+  cancel?(): void;
   /** Per query head, the logits of a "score" job (valid until the next submit). */
   allLogits(): readonly Float32Array[];
   /** After a "score" job and a JS selection: stage the selected logits and V rows (synchronous). */
@@ -105,8 +116,8 @@ export interface CpuStage extends Disposable {
    * with its own DMA — query (heads × headDim f32), logits ([heads, kmax] f32 packed from the
    * start) and values ([kvHeads, kmax, headDim] in the store dtype, packed from the start).
    */
-  hostStaging?(slot: 0 | 1): { readonly query: HostRegion; readonly logits: HostRegion; readonly values: HostRegion; readonly keys: HostRegion | null };
-  /** Native stages: where the last waited-for job's time went (ms). */
+  hostStaging?(slot: 0 | 1): CpuStageStaging;
+  /** Native stages: where the waited-for jobs' time went (ms, summed over the jobs of the last wait()). */
   lastSplit?(): CpuStageSplit;
   /** A store K tensor as selectors read it (SelectionBase.keys), without a copy; absent: selectors get no keys. */
   offloadedKeys?(k: Tensor): OffloadedKeys;
@@ -117,6 +128,16 @@ export interface CpuStage extends Disposable {
   /** With compressed scoring: the candidates per selected token rescored from the full rows. */
   readonly rescoreFactor?: number;
   close(): void;
+}
+
+/** A slot's buffers in host memory (CpuStage.hostStaging). */
+export interface CpuStageStaging {
+  readonly query: HostRegion;
+  readonly logits: HostRegion;
+  readonly values: HostRegion;
+  readonly keys: HostRegion | null;
+  /** int32 [counts (kvHeads) | ids (kvHeads × kmax)]: the slot's counts and ids, packed for the step's kmax (what gatherRowsAt reads). */
+  readonly table?: HostRegion;
 }
 
 /** One job's time by phase (ms): what wait() returns is about score + select + gather. */
