@@ -1,7 +1,7 @@
 /** Minimal selectors and a fixed scheduler for the hybrid tests (core cannot import the
  * selectors/scheduler packages, which depend on it). */
 import {
-  validateSelection, type Backend, type LogitsMode, type ReferenceBackend, type Scheduler, type SelectionInput, type SelectionTiming,
+  questPages, questSelection, validateSelection, type Backend, type QuestPageState, type LogitsMode, type ReferenceBackend, type Scheduler, type SelectionInput, type SelectionTiming,
   type SelectorKernel, type Tensor, type TokenSelector,
 } from "../src/index.js";
 import { withMethods } from "./engine-helpers.js";
@@ -88,4 +88,19 @@ export function withCausal(inner: ReferenceBackend, calls: string[]): Backend {
     inner.free(scores);
   };
   return withMethods<Backend>(inner, { attnCausal });
+}
+
+/** Quest as a plugin would write it on core's questSelection; `kernel` lets the stage run it. */
+export function questSelector(pageSize: number, kernel: boolean): TokenSelector<QuestPageState> {
+  return {
+    name: "quest", timings: ["pre"], needsScores: false, usesBudget: true, needsKeys: true,
+    ...(kernel ? { kernel: { name: "quest" as const, pageSize } } : {}),
+    initState: () => ({ pages: null, summarized: 0 }),
+    select(i) {
+      if (i.timing !== "pre" || !i.keys) throw new Error("pre with keys only");
+      const pages = questPages(i.primitives, i.state, i.keys, i.offloaded, pageSize);
+      const sel = questSelection(i.primitives, i.query, i.layout.groupSize, i.keys, pages, i.offloaded, i.k);
+      return validateSelection(sel, { offloaded: i.offloaded, kvHeads: i.layout.kvHeads, k: i.k, source: "quest" });
+    },
+  };
 }

@@ -4,22 +4,7 @@ import {
   validateSelection, type CpuStageJob, type QuestPageState, type Tensor, type TokenSelector,
 } from "../src/index.js";
 import { makeRng, randomArray, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
-import { fixedScheduler } from "./hybrid-helpers.js";
-
-/** Quest as a plugin would write it on core's questSelection; `kernel` lets the stage run it. */
-function questSelector(pageSize: number, kernel: boolean): TokenSelector<QuestPageState> {
-  return {
-    name: "quest", timings: ["pre"], needsScores: false, usesBudget: true, needsKeys: true,
-    ...(kernel ? { kernel: { name: "quest" as const, pageSize } } : {}),
-    initState: () => ({ pages: null, summarized: 0 }),
-    select(i) {
-      if (i.timing !== "pre" || !i.keys) throw new Error("pre with keys only");
-      const pages = questPages(i.primitives, i.state, i.keys, i.offloaded, pageSize);
-      const sel = questSelection(i.primitives, i.query, i.layout.groupSize, i.keys, pages, i.offloaded, i.k);
-      return validateSelection(sel, { offloaded: i.offloaded, kvHeads: i.layout.kvHeads, k: i.k, source: "quest" });
-    },
-  };
-}
+import { fixedScheduler, questSelector } from "./hybrid-helpers.js";
 
 describe("BackendCpuStage's quest work", () => {
   it("equals questSelection on fresh summaries as the store grows, per store, and afresh in a new epoch", () => {

@@ -9,7 +9,7 @@ import {
   BackendCpuStage, ReferenceBackend, type CpuStageJob, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type Tensor,
 } from "../src/index.js";
 
-type Target = { kind: "array"; data: () => Float32Array } | { kind: "tensor"; t: () => Tensor };
+type Target = { kind: "array"; data: () => Float32Array } | { kind: "tensor"; t: () => Tensor } | { kind: "ints"; data: () => Int32Array };
 
 export class AddressBook {
   private next = 0x10000;
@@ -72,7 +72,7 @@ export class LoopbackLink implements HostTransfers {
   private pending: (() => void)[] = [];
   closed = false;
 
-  constructor(private readonly device: ReferenceBackend, private readonly host: ReferenceBackend, private readonly book: AddressBook) {}
+  constructor(protected readonly device: ReferenceBackend, protected readonly host: ReferenceBackend, protected readonly book: AddressBook) {}
 
   pin(r: HostRegion): void {
     if (this.pinned.has(r.address)) throw new Error("pinned twice");
@@ -92,15 +92,19 @@ export class LoopbackLink implements HostTransfers {
 
   toDevice(copies: readonly HostCopy[]): void {
     this.log.push(`toDevice ${copies.length}`);
-    for (const c of copies) {
-      const src = this.book.get(c.host);
-      const rows: Float32Array[] = [];
-      for (let r = 0; r < c.rows; r++) {
-        const off = (c.hostOffset + r * (c.hostPitch ?? c.width)) / 4, n = c.width / 4;
-        rows.push(src.kind === "array" ? src.data().slice(off, off + n) : this.host.read(src.t(), off, n));
-      }
-      rows.forEach((row, r) => this.device.write(c.tensor, row, (c.tensorOffset + r * (c.tensorPitch ?? c.width)) / 4));
+    for (const c of copies) this.copyUp(c);
+  }
+
+  /** One host → device copy, now. */
+  protected copyUp(c: HostCopy): void {
+    const src = this.book.get(c.host);
+    if (src.kind === "ints") throw new Error("the stand-in copies f32 data only");
+    const rows: Float32Array[] = [];
+    for (let r = 0; r < c.rows; r++) {
+      const off = (c.hostOffset + r * (c.hostPitch ?? c.width)) / 4, n = c.width / 4;
+      rows.push(src.kind === "array" ? src.data().slice(off, off + n) : this.host.read(src.t(), off, n));
     }
+    rows.forEach((row, r) => this.device.write(c.tensor, row, (c.tensorOffset + r * (c.tensorPitch ?? c.width)) / 4));
   }
 
   fence(): void {
@@ -130,6 +134,7 @@ export class LoopbackLink implements HostTransfers {
 
   private put(region: HostRegion, offset: number, pitch: number | undefined, rows: Float32Array[]): void {
     const dst = this.book.get(region);
+    if (dst.kind === "ints") throw new Error("the stand-in copies f32 data only");
     rows.forEach((row, r) => {
       const off = (offset + r * (pitch ?? row.length * 4)) / 4;
       if (dst.kind === "array") dst.data().set(row, off);
@@ -148,7 +153,7 @@ export class SignallingLink extends LoopbackLink {
   private readonly sends: { write: (() => void) | null }[] = [];
   private landed = 0;
   constructor(private readonly dev: ReferenceBackend, host: ReferenceBackend, private readonly addresses: AddressBook,
-    private readonly signals: boolean, private readonly schedule: (op: () => void) => void = (op) => op()) {
+    private readonly signals: boolean, protected readonly schedule: (op: () => void) => void = (op) => op()) {
     super(dev, host, addresses);
   }
   /** Only the signalled path asks (for the stage's query buffers): true when sends are on. */

@@ -17,6 +17,11 @@
  * itself (HostTransfers.gatherRows) by the stage's ids, K and V rows inside the layer's recorded
  * segment (gatherRows). The gathered-row buffers hold the
  * widest selection so far (selectionRows), not the whole store; reserve() grows them.
+ *
+ * The hand-off on the device (`handsOff`: the link has HostTransfers' hand-off ops, the stage a
+ * queue and a mapped [counts | ids] table, every layer is mapped): the device itself waits for a
+ * layer's job (awaitSignal on the job's done signal) and reads its logits and table where the stage
+ * wrote them (handOff), so the host issues the whole step without waiting for the stage.
  */
 import type { Backend, HostCopy, HostRegion, HostSignal, HostTransfers, Tensor } from "../backend.js";
 import { DTYPE_BYTES } from "../backend.js";
@@ -31,6 +36,7 @@ interface Regions {
   readonly logits: HostRegion;
   readonly values: HostRegion;
   readonly keys: HostRegion | null;
+  readonly table?: HostRegion;
 }
 
 export interface DeviceStagingOptions {
@@ -72,8 +78,8 @@ export class DeviceStaging implements Disposable {
   private readonly pending: (Pending | null)[] = [null, null];
   /** The link sends the query signalled and the stage waits for signals: no host fence per query. */
   private signals = false;
-  /** The signal of the last query copied, until a job takes it. */
-  private ready: HostSignal | undefined;
+  /** The device waits for the stage and reads its output in place (see the class comment). */
+  readonly handsOff: boolean;
   private closed = false;
 
   constructor(
@@ -98,7 +104,7 @@ export class DeviceStaging implements Disposable {
     const withKeys = options.keys.includes(true);
     try {
       for (const r of this.regions) {
-        for (const region of [r.query, r.logits, r.values, ...(r.keys ? [r.keys] : [])]) {
+        for (const region of [r.query, r.logits, r.values, ...(r.keys ? [r.keys] : []), ...(r.table ? [r.table] : [])]) {
           link.pin(region);
           this.pinned.push(region);
         }
@@ -107,9 +113,13 @@ export class DeviceStaging implements Disposable {
       this.allocRows(withKeys);
       this.signals = typeof link.sendSignalled === "function" && stage.waitsForSignal === true && this.regions.every((r) => link.mapped?.(r.query) === true);
     } catch (e) {
+      this.handsOff = false;
       this.close();
       throw e;
     }
+    const ops = [link.stageSignal, link.awaitSignal, link.readMapped, link.gatherRowsAt, link.padColumnsAt];
+    this.handsOff = this.signals && ops.every((f) => typeof f === "function") && (stage.queueDepth ?? 1) >= cache.layers &&
+      paths.every((p) => p === "mapped") && this.regions.every((r) => r.table !== undefined && link.mapped!(r.table) && link.mapped!(r.logits));
   }
 
   /** Rows per KV head the gathered-row buffers hold now. */
@@ -155,30 +165,67 @@ export class DeviceStaging implements Disposable {
    * host reads the query itself (`hostReads`: a JS selector) or the link cannot: then a copy the
    * host fences.
    */
-  queryToHost(slot: 0 | 1, q: Tensor, hostReads: boolean): void {
+  queryToHost(slot: 0 | 1, q: Tensor, hostReads: boolean): HostSignal | undefined {
     const width = this.heads * this.headDim * 4;
-    if (this.signals && !hostReads) {
-      this.ready = this.link.sendSignalled!(this.regions[slot].query, q, width);
-      return;
-    }
-    this.ready = undefined;
+    if (this.signals && !hostReads) return this.link.sendSignalled!(this.regions[slot].query, q, width);
     this.link.toHost([{ host: this.regions[slot].query, hostOffset: 0, tensor: q, tensorOffset: 0, width, rows: 1 }]);
     this.link.mark("pause");
     this.link.fence();
     this.link.mark("resume");
+    return undefined;
   }
 
   /**
    * Before the stage rewrites a slot's buffers, every copy that read them must be done: the
-   * signal of the query sent last (the compute stream waited for those copies before the
-   * layer's softmax, which precedes the send) for the stage to wait for, or a fence here.
+   * signal of the job's query (the compute stream consumed the slot's last layer before the
+   * send) for the stage to wait for, or a fence here.
    */
-  beforeSubmit(): HostSignal | undefined {
-    const ready = this.ready;
-    this.ready = undefined;
+  beforeSubmit(ready: HostSignal | undefined): HostSignal | undefined {
     if (ready) return ready;
     this.link.fence();
     return undefined;
+  }
+
+  /** A done signal for a job whose output the device will take (handOff). */
+  doneSignal(): HostSignal {
+    return this.link.stageSignal!();
+  }
+
+  /**
+   * The buffers a handed-off layer's rows land in (slot `slot`, width kmax; `keys`: K rows too, for
+   * verified logits), as [kvHeads, kmax, headDim] views: made on the host, before the layer's segment.
+   */
+  handOffRows(slot: 0 | 1, kmax: number, keys: boolean): { values: Tensor; keys: Tensor | null } {
+    const v = this.values[slot]!, k = keys ? this.keys[slot] : null;
+    if (keys && !k) fail("hybrid attention: no device buffers for K rows (a verified layer the staging was not told of)");
+    if (kmax > this.rowsPerHead) fail(`hybrid attention: ${kmax} selected rows per KV head exceed the device's gathered-row buffers (${this.rowsPerHead}); reserve() first`);
+    v.kmax = kmax;
+    if (k) k.kmax = kmax;
+    return { values: v.output(), keys: k ? k.output() : null };
+  }
+
+  /**
+   * The hand-off of `layer` (slot `slot`, after handOffRows), queued on the compute stream: the
+   * device waits for the job's `done`, then reads the stage's logits into scores[slot] from column
+   * `col` (unless it scores the K rows itself: `keys`) and gathers the V (and K) rows by the slot's table.
+   */
+  handOff(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean): void {
+    const r = this.regions[slot]!, v = this.values[slot]!, k = keys ? this.keys[slot]! : null, kmax = v.kmax;
+    this.link.awaitSignal!(done);
+    if (!k) {
+      const scores = this.scores[slot]!;
+      this.link.readMapped!({ host: r.logits, hostOffset: 0, tensor: scores, tensorOffset: this.col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: scores.shape[1]! * 4 });
+    }
+    const c = this.cache, table = r.table!;
+    const rows = { groups: c.kvHeads, cap: c.storeCapacity, rowBytes: c.headDim * DTYPE_BYTES[c.dtype], kmax };
+    const region = (t: Tensor) => c.hostBackend!.hostRegion!(t);
+    if (k) this.link.gatherRowsAt!(k.store, region(c.stageStoreK(layer)), rows, table);
+    this.link.gatherRowsAt!(v.store, region(c.stageStoreV(layer)), rows, table);
+  }
+
+  /** Verified logits of a handed-off layer: columns past each KV head's count become −∞ (the table's counts, read by the device). */
+  padColumns(slot: 0 | 1, kmax: number, group: number): void {
+    this.link.padColumnsAt!(this.scores[slot]!, this.col, kmax, group, this.regions[slot]!.table!);
   }
 
   /**

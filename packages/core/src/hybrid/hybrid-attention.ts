@@ -29,8 +29,13 @@
  * work between two host interactions — a layer's softmax and A·V, the rest of the layer, the next
  * layer's projections up to the query's copy to the host — is recorded as one segment per layer
  * and replayed as a graph, instead of a launch per op.
+ *
+ * Where the staging hands off on the device (DeviceStaging.handsOff) and the stage runs a kernel
+ * (top-K, Quest, all), the step is handed off: every layer's job is queued as soon as its query
+ * is sent, the device waits for each job and reads its output in place, and the host issues the
+ * whole step without waiting; it collects the jobs' times at endStep.
  */
-import { ATTN_PARTIAL_MAX_SPANS, type Tensor } from "../backend.js";
+import { ATTN_PARTIAL_MAX_SPANS, type HostSignal, type Tensor } from "../backend.js";
 import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector } from "../attention.js";
 import type { Scheduler, SchedulerDecision } from "../contracts/scheduler.js";
 import { referencePrimitives } from "../contracts/selector-primitives.js";
@@ -87,6 +92,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private readonly rescore: boolean[];
   private readonly candidates: number;
   private readonly negInf: Float32Array;
+  /** Per layer: the signal of its query's send (the job waits for it; undefined: fenced). */
+  private readySignals: (HostSignal | undefined)[] = [];
+  /** This step is handed off on the device (see the class comment). */
+  private handOffStep = false;
   /** Set when the cache's store is in host memory the device reaches by copies. */
   private readonly device: DeviceStaging | null;
   /** The window's flash-decode partial [heads, headDim + 2]; null: window logits are materialised (tracked scores need every probability). */
@@ -219,6 +228,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.stepWait = this.stepJs = this.stepTx = this.stepCpu = 0;
     this.jobs.fill(null);
     this.selections.fill(null);
+    this.readySignals = [];
+    this.handOffStep = false;
     const offloaded = this.attention.cache.storeCount;
     if (offloaded === 0) {
       this.plan = null;
@@ -246,6 +257,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const kmax = this.selector.usesBudget ? budget : offloaded;
     this.device?.reserve(this.rowsFor(budget)); // the gathered-row buffers hold this step's widest selection
     this.plan = { timing, budget, kmax, offloaded, work, kernel };
+    this.handOffStep = this.device !== null && this.device.handsOff && this.segments && work === "kernel" && !this.batchStep;
   }
 
   layerInput(layer: number, x: Tensor): void {
@@ -294,7 +306,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     if (!this.plan || this.ahead[layer] || this.jobs[layer]) return;
     const slot = (layer & 1) as 0 | 1;
     if (this.device) {
-      this.queryToHost(this.device, slot, q);
+      this.queryToHost(this.device, layer, q);
     } else {
       const t0 = performance.now();
       this.stage.query(slot).set(this.attention.backend.read(q, 0, this.layout.heads * this.layout.headDim));
@@ -315,6 +327,10 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.prepareAttend(layer, q);
     const kmax = this.layerKmax(layer);
     this.scoreWindow(layer, q, scores, kmax);
+    if (this.handOffStep) {
+      this.handOff(d, layer, q, kmax, out);
+      return;
+    }
     // The segment (from the last layer's A·V to this window's share) runs before the host blocks.
     this.closeSegment();
     this.submitDeferred();
@@ -336,6 +352,25 @@ export class HybridAttention implements DecodeAttention, Disposable {
     if (rescore && up) this.verifiedLogits(scores, d.col, q, up.keys, outp.counts, kmax);
     if (padded) this.openSegment(layer);
     this.softmaxAggregate(layer, scores, d.col, outp, up ? up.values : null, kmax, out);
+  }
+
+  /**
+   * A handed-off layer: what is recorded so far starts running, and the device, not the host,
+   * waits for the layer's job before its selected columns; the next layer's job is queued behind it.
+   */
+  private handOff(d: DeviceStaging, layer: number, q: Tensor, kmax: number, out: Tensor): void {
+    const slot = (layer & 1) as 0 | 1, scores = d.scores[slot], job = this.jobs[layer];
+    if (!job?.done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
+    this.closeSegment();
+    const up = d.handOffRows(slot, kmax, this.rescore[layer]!);
+    this.openSegment(layer);
+    d.handOff(layer, slot, job.done, this.rescore[layer]!);
+    this.submitNext(layer);
+    if (this.rescore[layer]) {
+      this.attention.backend.attnLogits(scores, d.col, q, 0, up.keys!, 0, kmax, this.attention.scale);
+      d.padColumns(slot, kmax, this.layout.groupSize);
+    }
+    this.softmaxAggregate(layer, scores, d.col, this.stage.output(slot), up.values, kmax, out);
   }
 
   /** Records the device ops from here to the next host interaction as layer's segment. */
@@ -465,6 +500,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.closeSegment();
     const plan = this.plan;
     if (!plan) return;
+    if (this.handOffStep) this.collectJobs();
     this.plan = null;
     const wall = performance.now() - this.stepStart;
     let device = Math.max(0, wall - this.stepWait - this.stepJs - this.stepTx);
@@ -519,7 +555,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private project(layer: number, x: Tensor): void {
     this.projector.projectQuery(layer, x, this.pos, this.specQ);
     if (this.device) {
-      this.queryToHost(this.device, (layer & 1) as 0 | 1, this.specQ);
+      this.queryToHost(this.device, layer, this.specQ);
       return;
     }
     const t0 = performance.now();
@@ -529,13 +565,13 @@ export class HybridAttention implements DecodeAttention, Disposable {
   }
 
   /** A query for the stage: sent inside the open segment when the device signals it, else the segment ends and the host fences the copy (a JS pre-QKᵀ selector reads it on this thread). */
-  private queryToHost(d: DeviceStaging, slot: 0 | 1, q: Tensor): void {
+  private queryToHost(d: DeviceStaging, layer: number, q: Tensor): void {
     const hostReads = this.plan!.work === "pre";
     if (hostReads || !d.recordsQuery) {
       this.closeSegment();
       this.submitDeferred();
     }
-    d.queryToHost(slot, q, hostReads);
+    this.readySignals[layer] = d.queryToHost((layer & 1) as 0 | 1, q, hostReads);
   }
 
   private submit(layer: number): void {
@@ -563,7 +599,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const job: CpuStageJob = {
       slot, k: c.stageStoreK(layer), v: c.stageStoreV(layer), offloaded: plan.offloaded, kmax: this.layerKmax(layer), scale: this.attention.scale, work,
       keys: this.rescore[layer], storeEpoch: c.rewinds, deviceGather: this.device?.mapped(layer) ?? false,
-      ready: this.device?.beforeSubmit(),
+      ready: this.device?.beforeSubmit(this.readySignals[layer]), done: this.handOffStep ? this.device!.doneSignal() : undefined,
     };
     this.jobs[layer] = job;
     this.stage.submit(job);
@@ -579,14 +615,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.stepCpu += this.stage.wait();
     const t1 = performance.now();
     this.stepWait += t1 - t0;
-    const split = this.stage.lastSplit?.();
-    if (split) {
-      const st = this.stats;
-      st.cpuScoreMs += split.scoreMs;
-      st.cpuSelectMs += split.selectMs;
-      st.cpuGatherMs += split.gatherMs;
-      st.handoffMs += split.handoffMs;
-    }
+    this.addSplit();
     if (job.work.kind === "score") {
       const plan = this.plan!;
       const selection = this.selector.select({
@@ -627,11 +656,31 @@ export class HybridAttention implements DecodeAttention, Disposable {
     }
   }
 
-  /** After a step that failed mid-way (a selector threw), collect the job left running. */
+  /** A handed-off step's end: the host waits for every queued job (the device took their output already) and adds up their times. */
+  private collectJobs(): void {
+    const t0 = performance.now();
+    this.inFlight = false;
+    this.stepCpu += this.stage.wait();
+    this.stepWait += performance.now() - t0;
+    this.addSplit();
+  }
+
+  private addSplit(): void {
+    const split = this.stage.lastSplit?.();
+    if (!split) return;
+    const st = this.stats;
+    st.cpuScoreMs += split.scoreMs;
+    st.cpuSelectMs += split.selectMs;
+    st.cpuGatherMs += split.gatherMs;
+    st.handoffMs += split.handoffMs;
+  }
+
+  /** After a step that failed mid-way (a selector threw), collect the jobs left running (queued ones are cancelled). */
   private drain(): void {
     if (!this.inFlight) return;
     this.inFlight = false;
     try {
+      this.stage.cancel?.();
       this.stage.wait();
     } catch {
       // the failed step already reported its error
