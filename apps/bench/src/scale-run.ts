@@ -16,7 +16,7 @@
  * would not fit anywhere).
  */
 import { cpus } from "node:os";
-import { dummyModelFiles, loadModel, modelInfo, presetConfig, type Backend, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
+import { dummyModelFiles, LlamaModel, loadModel, modelInfo, presetConfig, type Backend, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeFileReadLatency, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun } from "@hybridgen/memtier";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
@@ -110,7 +110,10 @@ for (const context of contexts) {
   const weightsBytes = Object.values(modelInfo(files.config, files.shape, files.weights).weightBytes).reduce((a, b) => a + (b ?? 0), 0);
   const freeBytes = backend.memory?.().freeBytes;
   const plan = planRun({
-    model: { layers: files.shape.layers, heads: files.shape.heads, kvHeads: files.shape.kvHeads, headDim: files.shape.headDim, weightsBytes },
+    model: {
+      layers: files.shape.layers, heads: files.shape.heads, kvHeads: files.shape.kvHeads, headDim: files.shape.headDim, weightsBytes,
+      activationBytes: LlamaModel.activationBytes(files.shape, PREFILL_BLOCK),
+    },
     kvElementBytes: 2, contextTokens: maxContext, k: K, policy, prefill: !synthetic, appendTokens: PREFILL_BLOCK, hostBudgetBytes: hostBudget, tiers: baseTiers,
     gpuKvBudget: windowArg === "auto" ? "auto" : Number(windowArg),
     gpu: freeBytes === undefined ? undefined : { freeBytes, readBandwidthGBs: copyBw ? copyBw / 1e9 : undefined, linkBandwidthGBs: link ? link.h2d / 1e9 : undefined },

@@ -17,7 +17,7 @@
  * contiguous rows), each row attending over its own sequence's cache (batch-rows.ts).
  */
 import type { Backend, MatvecFusion, Tensor } from "./backend.js";
-import type { LlamaConfigJson } from "./config.js";
+import type { LlamaConfigJson, ModelShape } from "./config.js";
 import { check, fail } from "./errors.js";
 import { DecoderModel, contextLength, parseLoadOptions, type LlamaLoadOptions } from "./decoder-model.js";
 import type { ModelFiles } from "./model-files.js";
@@ -333,6 +333,13 @@ export class LlamaModel extends DecoderModel {
     this.sin = this.w.alloc([this.maxContext, half]);
     this.backend.write(this.cos, cos);
     this.backend.write(this.sin, sin);
+  }
+
+  /** Device bytes allocActivations takes for `shape` at `prefillBlock` rows (what a planner reserves beside the KV window). */
+  static activationBytes(shape: Pick<ModelShape, "hiddenSize" | "intermediateSize" | "heads" | "kvHeads" | "headDim" | "vocabSize">, prefillBlock: number): number {
+    const dim = shape.hiddenSize, inter = shape.intermediateSize, qw = shape.heads * shape.headDim, kvw = shape.kvHeads * shape.headDim;
+    const perRow = 3 * dim + 2 * qw + 2 * kvw + 2 * inter; // x h h2, q att, k v, gate up
+    return 4 * (prefillBlock * perRow + (qw + 2 * kvw) + 2 * inter + 2 * dim + shape.vocabSize);
   }
 
   private allocActivations(): void {

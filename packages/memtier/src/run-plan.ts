@@ -40,6 +40,8 @@ export const RunPlanInputSchema = z.object({
     kvHeads: z.number().int().positive(),
     headDim: z.number().int().positive(),
     weightsBytes: z.number().int().nonnegative(),
+    /** Device bytes of the model's activations at its prefill block (LlamaModel.activationBytes), on top of the reserve. */
+    activationBytes: z.number().int().nonnegative().default(0),
   }),
   /** Bytes of one K (or V) element: 2 for bf16/f16, 4 for f32. */
   kvElementBytes: z.number().int().positive(),
@@ -129,11 +131,11 @@ export function planRun(input: RunPlanInput): RunPlan {
     // and two of f32 score rows a query head, as wide as that selection (the whole context only when scores are tracked).
     const width = Math.min(ctx, o.k * o.candidates), scoreCols = o.trackScores ? ctx : width;
     const staging = (4 * width * row + 2 * (o.model.heads ?? o.model.kvHeads) * scoreCols * 4) * B;
-    const reserve = o.gpu.reserveBytes + scratch + staging;
+    const reserve = o.gpu.reserveBytes + o.model.activationBytes + scratch + staging;
     const fit = Math.max(0, gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: reserve, bytesPerToken: total, batch: B }) - o.appendTokens);
     window = o.gpuKvBudget === "auto" ? Math.min(fit, ctx) : Math.min(o.gpuKvBudget, ctx);
     if (o.model.weightsBytes + reserve > o.gpu.freeBytes) {
-      refusal = `the weights (${formatBytes(o.model.weightsBytes)}) and the reserve (${formatBytes(reserve)}, prefill scratch and staging included) exceed the GPU's free ${formatBytes(o.gpu.freeBytes)}`;
+      refusal = `the weights (${formatBytes(o.model.weightsBytes)}) and the reserve (${formatBytes(reserve)}, activations, prefill scratch and staging included) exceed the GPU's free ${formatBytes(o.gpu.freeBytes)}`;
     } else if (window > fit) {
       refusal = `a GPU window of ${window} tokens × batch ${B} needs ${formatBytes(window * B * total)}, but ${formatBytes(fit * B * total)} (${fit} tokens) is free after the weights and the reserve`;
     } else if (window < 1) {

@@ -55,6 +55,11 @@ describe("planRun: the arithmetic", () => {
     const { heads: _, ...noHeads } = llama8b;
     expect(planRun({ model: noHeads, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256 }).gpu!.reserveBytes)
       .toBe(2 * GiB + scratch + 4 * 1024 * 8 * 128 * 2 + 2 * 8 * 1024 * 4);
+    // The activations of a long prefill block (the 8B's at 32 768 rows: about 6.3 GiB) are reserved beside the rest.
+    const act = Math.round(6.3 * GiB);
+    const withAct = planRun({ model: { ...llama8b, activationBytes: act }, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, prefill: false });
+    expect(withAct.gpu!.reserveBytes).toBe(decodeOnly.gpu!.reserveBytes + act);
+    expect(withAct.gpu!.fitTokens).toBe(Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - staging - act) / (128 * KiB)) - 512);
   });
 
   it("2M tokens: refused without a disk tier, with the numbers; placed with one, V's overflow on disk at page cost", () => {
@@ -101,7 +106,7 @@ describe("planRun: the arithmetic", () => {
     const big = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, gpuKvBudget: 1_500_000, tiers: [node0, disk] });
     expect(big.refusal).toMatch(/^a GPU window of 1500000 tokens × batch 1 needs 183\.1 GiB, but 107\.7 GiB \(882435 tokens\) is free after the weights and the reserve$/);
     const small = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 8192, gpu: { freeBytes: 12 * GiB }, tiers: [node0] });
-    expect(small.refusal).toMatch(/^the weights \(15\.0 GiB\) and the reserve \(2\.06 GiB, prefill scratch and staging included\) exceed the GPU's free 12\.0 GiB$/);
+    expect(small.refusal).toMatch(/^the weights \(15\.0 GiB\) and the reserve \(2\.06 GiB, activations, prefill scratch and staging included\) exceed the GPU's free 12\.0 GiB$/);
   });
 
   it("no GPU: weights and window sit in host memory before the store; batch multiplies the KV", () => {
