@@ -37,7 +37,7 @@ struct CopyBatch {
 // static part: kernels, pointers, grid) and the graph is replayed, or a new graph is captured.
 // Any other op in the middle of a step (a read, a write, cuBLAS) first runs the recorded
 // commands ("drain") and the rest of the step runs eagerly.
-enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM, CMD_GATHER_ROWS, CMD_SPAN_ATTN, CMD_ATTN_MERGE, CMD_SIGNALLED_COPY };
+enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM, CMD_GATHER_ROWS, CMD_SPAN_ATTN, CMD_ATTN_MERGE, CMD_SIGNALLED_COPY, CMD_AWAIT_SIGNAL, CMD_READ_MAPPED, CMD_PAD_COLUMNS };
 struct Cmd {
   int kind;
   int s[12];         // static ints (shapes, dtypes, grid choices)
@@ -278,8 +278,9 @@ static inline bool hg_recording(const HgCtx *c) { return c->stepMode == STEP_REC
 static inline bool hg_overlaps(const void *a, size_t an, const void *b, size_t bn) {
   return (const char *)a < (const char *)b + bn && (const char *)b < (const char *)a + an;
 }
-// Appends `bytes` of per-step data to the blob; returns its offset, or -1 when the blob is
-// full (the step is then drained and continues eagerly).
+// Appends `bytes` of per-step data to the blob (data NULL: reserves them, the caller fills
+// blobHost[blobCur] + offset); returns its offset, or -1 when the blob is full (the step is
+// then drained and continues eagerly).
 long hg_blob_put(HgCtx *c, const void *data, size_t bytes);
 // Records a command (inside a step) or runs it now.
 int hg_submit(HgCtx *c, const Cmd &cmd);
@@ -300,6 +301,9 @@ int hg_launch_batch_attn(HgCtx *c, const Cmd &cmd);                         // b
 int hg_launch_gemv_stream(HgCtx *c, const Cmd &cmd);  // gemv_stream.cu
 int hg_launch_gather_rows(HgCtx *c, const Cmd &cmd);  // host_gather.cu
 int hg_launch_signalled_copy(HgCtx *c, const Cmd &cmd);  // host_copy.cu
+int hg_launch_await_signal(HgCtx *c, const Cmd &cmd);    // host_copy.cu
+int hg_launch_read_mapped(HgCtx *c, const Cmd &cmd);     // mapped_ops.cu
+int hg_launch_pad_columns(HgCtx *c, const Cmd &cmd);     // mapped_ops.cu
 int hg_launch_span_attn(HgCtx *c, const Cmd &cmd);    // span_attn.cu
 int hg_launch_attn_merge(HgCtx *c, const Cmd &cmd, const char *dynBase);
 
@@ -311,6 +315,8 @@ void hg_feed_free(HgCtx *c);  // token_feed.cu
 // cannot overwrite them before the kernels queued before it have run). Inside a recorded
 // step they go to the step's blob instead (the device pointer is then the blob's).
 int hg_upload_ints(HgCtx *c, const int *host, size_t count, int **dev);
+// As hg_upload_ints, for two host arrays that land back to back as one table [a | b].
+int hg_upload_ints2(HgCtx *c, const int *a, size_t na, const int *b, size_t nb, int **dev);
 
 // cuBLAS (cublas.cu): out[n,m] = x[n,k]·w[m,k]ᵀ with x and w of dtype `dt`, out f32.
 // Returns -1 when cuBLAS is not loaded (caller falls back), else a cuBLAS/CUDA status.

@@ -237,22 +237,29 @@ HG_EXPORT int hg_cu_memset0(HgCtx *c, void *dst, double bytes) {
 
 }  // extern "C"
 
-int hg_upload_ints(HgCtx *c, const int *host, size_t count, int **dev) {
+int hg_upload_ints2(HgCtx *c, const int *a, size_t na, const int *b, size_t nb, int **dev) {
+  const size_t n = na + nb;
   if (hg_recording(c)) {
-    const long off = hg_blob_put(c, host, count * sizeof(int));
+    const long off = hg_blob_put(c, NULL, n * sizeof(int));
     if (off >= 0) {
+      int *h = (int *)(c->blobHost[c->blobCur] + off);
+      if (na) memcpy(h, a, na * sizeof(int));
+      if (nb) memcpy(h + na, b, nb * sizeof(int));
       *dev = (int *)(c->blobDev + off);
       return 0;
     }
     int r = hg_drain(c);  // blob full: the caller sees the step is no longer recording
     if (r) return r;
   }
-  if (count > c->intScratchCount) return (int)cudaErrorInvalidValue;
-  // Pageable source: the call returns once the bytes are staged, so the caller may reuse them.
-  cudaError_t e = cudaMemcpyAsync(c->intScratch, host, count * sizeof(int), cudaMemcpyHostToDevice, c->compute);
+  if (n > c->intScratchCount) return (int)cudaErrorInvalidValue;
+  // Pageable sources: the call returns once the bytes are staged, so the caller may reuse them.
+  cudaError_t e = na ? cudaMemcpyAsync(c->intScratch, a, na * sizeof(int), cudaMemcpyHostToDevice, c->compute) : cudaSuccess;
+  if (e == cudaSuccess && nb) e = cudaMemcpyAsync(c->intScratch + na, b, nb * sizeof(int), cudaMemcpyHostToDevice, c->compute);
   *dev = c->intScratch;
   return (int)e;
 }
+
+int hg_upload_ints(HgCtx *c, const int *host, size_t count, int **dev) { return hg_upload_ints2(c, host, count, NULL, 0, dev); }
 
 // ---- dtype conversion ------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ static const int SKIP_AFTER_DRAIN = 32;
 long hg_blob_put(HgCtx *c, const void *data, size_t bytes) {
   const size_t off = (c->blobUsed + 15) & ~(size_t)15;
   if (off + bytes > HG_BLOB_BYTES) return -1;
-  memcpy(c->blobHost[c->blobCur] + off, data, bytes);
+  if (data) memcpy(c->blobHost[c->blobCur] + off, data, bytes);
   c->blobUsed = off + bytes;
   return (long)off;
 }
@@ -32,6 +32,9 @@ int hg_run_cmd(HgCtx *c, const Cmd &cmd, const char *dynBase) {
     case CMD_GEMV_STREAM: return hg_launch_gemv_stream(c, cmd);
     case CMD_GATHER_ROWS: return hg_launch_gather_rows(c, cmd);
     case CMD_SIGNALLED_COPY: return hg_launch_signalled_copy(c, cmd);
+    case CMD_AWAIT_SIGNAL: return hg_launch_await_signal(c, cmd);
+    case CMD_READ_MAPPED: return hg_launch_read_mapped(c, cmd);
+    case CMD_PAD_COLUMNS: return hg_launch_pad_columns(c, cmd);
     case CMD_SPAN_ATTN: return hg_launch_span_attn(c, cmd);
     case CMD_ATTN_MERGE: return hg_launch_attn_merge(c, cmd, dynBase);
     case CMD_MEMSET: return (int)cudaMemsetAsync((void *)cmd.p[0], 0, (size_t)cmd.s[0] * (size_t)cmd.s[1], c->compute);

@@ -1,7 +1,9 @@
 // The host link of the hybrid runtime: page-locked host memory, 2-D copies between host and
 // device on the context's copy stream, events that order the copy and compute streams, and a
 // per-step timeline of events from which T_gpu (compute-stream busy time) and T_tx (copy-stream
-// time) are read. One HgLink per context; TypeScript (src/host-link.ts) checks every range.
+// time) are read, and the signal words host threads and the device hand work over with (the
+// query sent to the CPU stage; the device waiting for the stage's output). One HgLink per
+// context; TypeScript (src/host-link.ts) checks every range.
 #include "common.cuh"
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,18 @@
 #include <stdio.h>
 
 static const int POOL = 2048;  // timeline events a step may record (more are not timed)
+static const double WAIT_TIMEOUT_MS = 10000;  // hg_link_await_signal's default
+
+// The link's mapped host memory (one allocation), a 64-byte line each for what different
+// parties write: the device (send), a CPU stage thread (stage), the device's waits (the rest).
+struct HgLinkWords {
+  alignas(64) unsigned send;   // hg_link_send_signalled's word
+  alignas(64) unsigned stage;  // hg_link_stage_signal's word: the CPU stage raises it
+  alignas(64) unsigned gaveUp; // a wait timed out (later waits return at once); hg_link_gave_up clears it
+  unsigned gaveUpValue, gaveUpHeld;  // the value that wait wanted, what the word held
+  unsigned long long timeoutNs;
+  alignas(64) unsigned long long waitedNs;  // time the waits took since hg_link_times last read it
+};
 enum { MARK_RESUME = 0, MARK_PAUSE = 1, STALL_BEGIN = 2, STALL_END = 3, COPY_BEGIN = 4, COPY_END = 5 };
 
 struct HgLink {
@@ -21,9 +35,10 @@ struct HgLink {
   int open;  // between a resume and a pause mark: compute stalls count against T_gpu
   int rowwise;     // 2-D copies the driver refused and that ran row by row instead
   char why[256];   // the call that failed, with its arguments (hg_link_error)
-  volatile unsigned *word;  // hg_link_send_signalled's word: mapped pinned host memory (NULL: none)
-  unsigned *wordDev;        // its device address
-  unsigned signals;         // the last value written
+  volatile HgLinkWords *words;  // mapped pinned host memory (NULL: the device cannot map it)
+  HgLinkWords *wordsDev;        // its device address
+  unsigned signals;             // the last value hg_link_send_signalled handed out
+  unsigned stageSignals;        // the last value hg_link_stage_signal handed out
 };
 
 // hg_link_send_signalled's kernel: src's 16-byte pieces into mapped host memory, then (every
@@ -36,7 +51,48 @@ __global__ void signalled_copy(const uint4 *__restrict__ src, uint4 *__restrict_
   if (threadIdx.x == 0) *word = (unsigned)*value;
 }
 
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// hg_link_await_signal's kernel (one thread): spins until the word reaches the value (mod 2^32),
+// then fences so the ops after it read what the stage wrote before raising it. Past the timeout
+// it records the give-up and returns; once one has, later waits return at once (and a running
+// one stops: how hg_link_destroy ends it). The state's loads are issued together: each is a
+// round trip to host memory.
+__global__ void await_signal(volatile unsigned *word, const int *value, int valueNow, volatile HgLinkWords *w) {
+  const unsigned v = value ? (unsigned)*value : (unsigned)valueNow;
+  const unsigned gaveUp = w->gaveUp;
+  const unsigned long long limit = w->timeoutNs, waited = w->waitedNs;
+  unsigned held = *word;
+  if (gaveUp) return;
+  const unsigned long long t0 = global_ns();
+  while ((int)(held - v) < 0) {
+    if (global_ns() - t0 >= limit) {
+      w->gaveUpValue = v;
+      w->gaveUpHeld = held;
+      __threadfence_system();
+      w->gaveUp = 1;
+      break;
+    }
+    __nanosleep(64);
+    held = *word;
+    if (w->gaveUp) break;
+  }
+  __threadfence_system();
+  w->waitedNs = waited + (global_ns() - t0);
+}
+
 Cmd hg_new_cmd(int kind);
+
+// CMD_AWAIT_SIGNAL: p[0] the word's device address, p[1] the value (the step's blob when
+// recording; NULL: d[0], an eager run's), p[2] the link's words (device address).
+int hg_launch_await_signal(HgCtx *c, const Cmd &m) {
+  await_signal<<<1, 1, 0, c->compute>>>((volatile unsigned *)m.p[0], (const int *)m.p[1], m.d[0], (volatile HgLinkWords *)m.p[2]);
+  return hg_launched();
+}
 
 // CMD_SIGNALLED_COPY: p[0] src, p[1] dst (device address of mapped host memory), p[2] the word's
 // device address, p[3] the value (one int: the step's blob when recording); s[0] 16-byte pieces.
@@ -77,19 +133,20 @@ HG_EXPORT HgLink *hg_link_create(HgCtx *c) {
   int ok = 1;
   for (int i = 0; i < 3 && ok; i++) ok = cudaEventCreateWithFlags(&l->order[i], cudaEventDisableTiming) == cudaSuccess;
   for (int i = 0; i < POOL && ok; i++) ok = cudaEventCreate(&l->ev[i]) == cudaSuccess;
-  // The signal word: a device that cannot map host memory has none (hg_link_signal says so).
+  // The signal words: a device that cannot map host memory has none (the calls that use them say so).
   void *w = NULL;
-  if (ok && cudaHostAlloc(&w, 64, cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
-    if (cudaHostGetDevicePointer((void **)&l->wordDev, w, 0) == cudaSuccess) {
-      l->word = (volatile unsigned *)w;
-      *l->word = 0;
+  if (ok && cudaHostAlloc(&w, sizeof(HgLinkWords), cudaHostAllocMapped | cudaHostAllocPortable) == cudaSuccess) {
+    if (cudaHostGetDevicePointer((void **)&l->wordsDev, w, 0) == cudaSuccess) {
+      memset(w, 0, sizeof(HgLinkWords));
+      l->words = (volatile HgLinkWords *)w;
+      l->words->timeoutNs = (unsigned long long)(WAIT_TIMEOUT_MS * 1e6);
     } else {
       cudaFreeHost(w);
     }
   }
   cudaGetLastError();
   if (!ok) {
-    if (l->word) cudaFreeHost((void *)l->word);
+    if (l->words) cudaFreeHost((void *)l->words);
     for (int i = 0; i < 3; i++) if (l->order[i]) cudaEventDestroy(l->order[i]);
     for (int i = 0; i < POOL; i++) if (l->ev[i]) cudaEventDestroy(l->ev[i]);
     free(l);
@@ -101,9 +158,15 @@ HG_EXPORT HgLink *hg_link_create(HgCtx *c) {
 HG_EXPORT void hg_link_destroy(HgLink *l) {
   if (!l) return;
   cudaStreamSynchronize(l->c->copy);
+  if (l->words) {  // waits queued or recorded on the words end before they are freed
+    l->words->gaveUp = 1;
+    hg_drain(l->c);
+    hg_flush_copies(l->c);
+    cudaStreamSynchronize(l->c->compute);
+  }
   for (int i = 0; i < 3; i++) cudaEventDestroy(l->order[i]);
   for (int i = 0; i < POOL; i++) cudaEventDestroy(l->ev[i]);
-  if (l->word) cudaFreeHost((void *)l->word);
+  if (l->words) cudaFreeHost((void *)l->words);
   free(l);
 }
 
@@ -112,7 +175,7 @@ HG_EXPORT void hg_link_destroy(HgLink *l) {
 // out[0] = the value, out[1] = the word's host address. A host thread that sees the word reach
 // the value reads the bytes without anyone blocking on the device.
 HG_EXPORT int hg_link_send_signalled(HgLink *l, const void *src, void *dst, double bytes, double *out) {
-  if (!l->word) return (int)cudaErrorNotSupported;
+  if (!l->words) return (int)cudaErrorNotSupported;
   if (bytes < 16 || (size_t)bytes % 16 || bytes / 16 > 0x7fffffff) return (int)cudaErrorInvalidValue;
   HgCtx *c = l->c;
   HG_FLUSH_REC(c);
@@ -121,13 +184,63 @@ HG_EXPORT int hg_link_send_signalled(HgLink *l, const void *src, void *dst, doub
   const int e = hg_upload_ints(c, &value, 1, &dev);
   if (e) return e;
   Cmd m = hg_new_cmd(CMD_SIGNALLED_COPY);
-  m.p[0] = src; m.p[1] = dst; m.p[2] = (const void *)l->wordDev; m.p[3] = dev;
+  m.p[0] = src; m.p[1] = dst; m.p[2] = (const void *)&l->wordsDev->send; m.p[3] = dev;
   m.s[0] = (int)(bytes / 16);
   const int r = hg_submit(c, m);
   if (r) return r;
   out[0] = (double)(unsigned)value;
-  out[1] = (double)(uintptr_t)l->word;
+  out[1] = (double)(uintptr_t)&l->words->send;
   return 0;
+}
+
+// A new stage signal: out[0] = the next value, out[1] = the host address of the link's stage
+// word (a CPU stage thread writes the value there once its output is in host memory), out[2] =
+// the word's device address (what hg_link_await_signal takes).
+HG_EXPORT int hg_link_stage_signal(HgLink *l, double *out) {
+  if (!l->words) return (int)cudaErrorNotSupported;
+  out[0] = (double)++l->stageSignals;
+  out[1] = (double)(uintptr_t)&l->words->stage;
+  out[2] = (double)(uintptr_t)&l->wordsDev->stage;
+  return 0;
+}
+
+// On the compute stream, recordable: the device waits until the 32-bit word at `word` (a device
+// address of mapped host memory) reaches `value` (mod 2^32), or gives up past the link's timeout.
+HG_EXPORT int hg_link_await_signal(HgLink *l, const void *word, double value) {
+  if (!l->words) return (int)cudaErrorNotSupported;
+  if (!word || (uintptr_t)word % 4 || value < 0 || value > 4294967295.0) return (int)cudaErrorInvalidValue;
+  HgCtx *c = l->c;
+  HG_FLUSH_REC(c);
+  const int v = (int)(unsigned)value;
+  int *dev = NULL;
+  // Recorded: the value lives in the step's blob, so a replay waits for the new one. Eager: by
+  // value, since a pageable upload may synchronize with the stream an earlier wait spins on.
+  if (hg_recording(c)) {
+    const int e = hg_upload_ints(c, &v, 1, &dev);
+    if (e) return e;
+  }
+  Cmd m = hg_new_cmd(CMD_AWAIT_SIGNAL);
+  m.p[0] = word; m.p[1] = dev; m.p[2] = (const void *)l->wordsDev;
+  m.d[0] = v;
+  return hg_submit(c, m);
+}
+
+// How long a wait may last before the device gives up (ms; waits that start later use it).
+HG_EXPORT int hg_link_set_timeout(HgLink *l, double ms) {
+  if (!l->words) return (int)cudaErrorNotSupported;
+  if (!(ms > 0)) return (int)cudaErrorInvalidValue;
+  l->words->timeoutNs = (unsigned long long)(ms * 1e6);
+  return 0;
+}
+
+// 1 when a wait gave up since the last call (then out[0] = the value it waited for, out[1] =
+// what the word held), and clears it; else 0.
+HG_EXPORT int hg_link_gave_up(HgLink *l, double *out) {
+  if (!l->words || !l->words->gaveUp) return 0;
+  out[0] = l->words->gaveUpValue;
+  out[1] = l->words->gaveUpHeld;
+  l->words->gaveUp = 0;
+  return 1;
 }
 
 // Page-locks [p, p + bytes) so copies with it are DMA'd asynchronously (cudaHostRegister),
@@ -261,7 +374,8 @@ HG_EXPORT int hg_link_mark(HgLink *l, int pause) {
 HG_EXPORT int hg_link_fence(HgLink *l) { return (int)cudaStreamSynchronize(l->c->copy); }
 
 // Waits for both streams, then out[0] = T_gpu ms (resume..pause spans less the compute stalls
-// on copies inside them), out[1] = T_tx ms (copy spans), out[2] = events recorded; restarts.
+// on copies inside them and the time hg_link_await_signal's waits took), out[1] = T_tx ms (copy
+// spans), out[2] = events recorded, out[3] = the waits' ms; restarts.
 HG_EXPORT int hg_link_times(HgLink *l, double *out) {
   HgCtx *c = l->c;
   HG_FLUSH(c);
@@ -290,9 +404,15 @@ HG_EXPORT int hg_link_times(HgLink *l, double *out) {
         break;
     }
   }
-  out[0] = gpu - stall > 0 ? gpu - stall : 0;
+  double waited = 0;
+  if (l->words) {
+    waited = l->words->waitedNs / 1e6;
+    l->words->waitedNs = 0;
+  }
+  out[0] = gpu - stall - waited > 0 ? gpu - stall - waited : 0;
   out[1] = tx;
   out[2] = l->n;
+  out[3] = waited;
   l->n = 0;
   l->open = 0;
   cudaGetLastError();  // an elapsed-time query on an unrecorded pair is not an error of the step

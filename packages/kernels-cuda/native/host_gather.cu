@@ -1,6 +1,7 @@
 // V rows without a CPU copy: the device gathers the selected rows of a KV head-major store
 // [kvHeads, cap, row] straight from page-locked host memory (mapped into the device's address
-// space). hg_cu_gather_rows is the hybrid step's op (recordable: a layer's V rows are gathered
+// space). hg_cu_gather_rows (ids from the call) and hg_cu_gather_rows_at (ids read from mapped
+// host memory when it runs) are the hybrid step's ops (recordable: a layer's V rows are gathered
 // inside its recorded segment); hg_cu_gather_bench times the same read against the CPU stage's
 // way (rows memcpy'd into a pinned staging buffer, then one DMA) and against one copy per run of
 // consecutive ids, on the copy stream for one (K, id pattern), and checks that they agree.
@@ -67,17 +68,23 @@ extern "C" {
 HG_EXPORT int hg_cu_gather_rows(HgCtx *c, void *dst, const void *src, const int *counts, const int *ids, int groups, int kmax, int cap, int rowBytes) {
   if (groups < 1 || kmax < 1 || cap < 1 || rowBytes < 16 || rowBytes % 16) return (int)cudaErrorInvalidValue;
   HG_FLUSH_REC(c);
-  const size_t n = (size_t)groups * (1 + (size_t)kmax);
-  int *table = (int *)malloc(n * sizeof(int));
-  if (!table) return (int)cudaErrorMemoryAllocation;
-  memcpy(table, counts, (size_t)groups * sizeof(int));
-  memcpy(table + groups, ids, (size_t)groups * kmax * sizeof(int));
   int *dev = NULL;
-  const int e = hg_upload_ints(c, table, n, &dev);  // pageable: staged before it returns
-  free(table);
+  const int e = hg_upload_ints2(c, counts, (size_t)groups, ids, (size_t)groups * kmax, &dev);
   if (e) return e;
   Cmd m = hg_new_cmd(CMD_GATHER_ROWS);
   m.p[0] = dst; m.p[1] = src; m.p[2] = dev;
+  m.s[0] = groups; m.s[1] = kmax; m.s[2] = rowBytes / 16; m.s[3] = cap;
+  return hg_submit(c, m);
+}
+
+// hg_cu_gather_rows with the table read by the kernel from mapped host memory (its device
+// address) when it runs: the CPU stage writes it after the step was queued (the device waits
+// for the stage's signal first: hg_link_await_signal).
+HG_EXPORT int hg_cu_gather_rows_at(HgCtx *c, void *dst, const void *src, const int *table, int groups, int kmax, int cap, int rowBytes) {
+  if (groups < 1 || kmax < 1 || cap < 1 || rowBytes < 16 || rowBytes % 16 || !table || (uintptr_t)table % 4) return (int)cudaErrorInvalidValue;
+  HG_FLUSH_REC(c);
+  Cmd m = hg_new_cmd(CMD_GATHER_ROWS);
+  m.p[0] = dst; m.p[1] = src; m.p[2] = table;
   m.s[0] = groups; m.s[1] = kmax; m.s[2] = rowBytes / 16; m.s[3] = cap;
   return hg_submit(c, m);
 }

@@ -2,8 +2,10 @@
  * CudaHostLink: core's HostTransfers on native/host_copy.cu — page-locked host regions (mapped
  * into the device's address space where the device allows), 2-D copies on the backend's copy
  * stream ordered against the compute stream by events, the event timeline that gives the hybrid
- * scheduler T_gpu and T_tx, and rows gathered by the device straight from mapped regions
- * (native/host_gather.cu). Every host and device range is checked here before an address reaches C.
+ * scheduler T_gpu and T_tx, rows gathered by the device straight from mapped regions
+ * (native/host_gather.cu), and the stage hand-off on the device: the device waits for the CPU
+ * stage's signal word, then reads the stage's output from mapped host memory when it runs
+ * (native/mapped_ops.cu). Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
 import { HybridgenError, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type RowGather, type Tensor } from "@hybridgen/core";
@@ -12,6 +14,10 @@ import type { CudaTensor } from "./cuda-tensor.js";
 
 const P = (address: number) => address as Pointer;
 const FIELDS = 6; // dst, src, width, rows, dst pitch, src pitch (native hg_link_copy)
+/** How long the device waits for a stage signal before it gives up (setWaitTimeout changes it). */
+export const DEFAULT_WAIT_TIMEOUT_MS = 10_000;
+const MAX_WAIT_TIMEOUT_MS = 3_600_000;
+const INT32_MAX = 0x7fffffff;
 
 function bad(message: string): never {
   throw new HybridgenError(message, "EBADARG");
@@ -37,8 +43,12 @@ export class CudaHostLink implements HostTransfers {
   private readonly deviceAt = new Map<number, number>(); // pinned address → its device address (mapped regions)
   private readonly pageable = new Set<number>(); // pin() found their pages pinned already
   private desc = new Float64Array(FIELDS * 64);
-  private readonly timesOut = new Float64Array(3);
-  private readonly signalOut = new Float64Array(2);
+  private readonly timesOut = new Float64Array(4);
+  private readonly signalOut = new Float64Array(3);
+  private readonly gaveUpOut = new Float64Array(2);
+  /** The link's stage word (host and device address), known once stageSignal() handed it out. */
+  private stageWord: { address: number; device: number } | null = null;
+  private timeoutMs = DEFAULT_WAIT_TIMEOUT_MS;
 
   constructor(private readonly owner: HostLinkOwner) {
     const l = owner.lib.hg_link_create(owner.ctx);
@@ -97,20 +107,108 @@ export class CudaHostLink implements HostTransfers {
   gatherRows(dst: Tensor, src: HostRegion, rows: RowGather, ids: Int32Array, counts: Int32Array): void {
     const op = "gatherRows";
     this.live(op);
-    const d = this.owner.own(dst, op);
-    checkRegion(src, op);
-    const { groups, cap, rowBytes, kmax } = rows;
-    if (![groups, cap, rowBytes, kmax].every((v) => isCount(v) && v > 0 && v <= 0x7fffffff)) bad(`${op}: groups, cap, rowBytes and kmax must be positive 32-bit integers`);
-    if (rowBytes % 16 !== 0) bad(`${op}: a row of ${rowBytes} bytes is not a whole number of 16-byte pieces`);
-    if (kmax > cap) bad(`${op}: ${kmax} rows a group from a region of ${cap}`);
+    const { groups, kmax } = checkGatherShape(rows, op);
     if (!(ids instanceof Int32Array) || ids.length < groups * kmax) bad(`${op}: ids must be an Int32Array of at least ${groups} × ${kmax}`);
     if (!(counts instanceof Int32Array) || counts.length < groups) bad(`${op}: counts must be an Int32Array of at least ${groups}`);
     if (groups * (kmax + 1) > MAX_HOST_INTS) bad(`${op}: ${groups} × ${kmax} ids exceed the backend's limit of ${MAX_HOST_INTS} in one call`);
-    if (groups * cap * rowBytes > src.byteLength) bad(`${op}: ${groups} × ${cap} rows of ${rowBytes} bytes exceed the host region's ${src.byteLength}`);
-    if (groups * kmax * rowBytes > d.byteLength) bad(`${op}: ${groups} × ${kmax} rows of ${rowBytes} bytes exceed ${d}'s ${d.byteLength}`);
-    const at = this.deviceAddress(src);
-    if (at === null) bad(`${op}: host region at 0x${src.address.toString(16)} is not pinned memory the device maps`);
-    this.owner.ok(op, this.owner.lib.hg_cu_gather_rows(this.owner.ctx, P(d.addr), P(at), counts, ids, groups, kmax, cap, rowBytes));
+    const { d, at } = this.gatherRanges(dst, src, rows, op);
+    this.owner.ok(op, this.owner.lib.hg_cu_gather_rows(this.owner.ctx, P(d.addr), P(at), counts, ids, groups, kmax, rows.cap, rows.rowBytes));
+  }
+
+  /**
+   * HostTransfers.gatherRowsAt: gatherRows with the [counts (groups) | ids (groups × kmax)] int32
+   * table read by the device from the mapped region `table` when the op runs (recordable).
+   */
+  gatherRowsAt(dst: Tensor, src: HostRegion, rows: RowGather, table: HostRegion): void {
+    const op = "gatherRowsAt";
+    this.live(op);
+    const { groups, kmax } = checkGatherShape(rows, op);
+    const tableAt = this.mappedTable(table, groups * (1 + kmax), `${groups} × (1 + ${kmax}) ints`, op);
+    const { d, at } = this.gatherRanges(dst, src, rows, op);
+    this.owner.ok(op, this.owner.lib.hg_cu_gather_rows_at(this.owner.ctx, P(d.addr), P(at), P(tableAt), groups, kmax, rows.cap, rows.rowBytes));
+  }
+
+  /**
+   * HostTransfers.padColumnsAt: columns [col + counts[h / group], col + kmax) of row h of the f32
+   * scores [heads, width] become −∞, counts (clamped to [0, kmax]) read by the device from the
+   * mapped `table` when the op runs (recordable).
+   */
+  padColumnsAt(scores: Tensor, col: number, kmax: number, group: number, table: HostRegion): void {
+    const op = "padColumnsAt";
+    this.live(op);
+    const s = this.owner.own(scores, op);
+    if (s.dtype !== "f32" || s.shape.length !== 2) bad(`${op}: scores must be an f32 [heads, width] tensor, got ${s}`);
+    const [heads, width] = s.shape;
+    if (!isCount(col)) bad(`${op}: col must be a non-negative integer, got ${col}`);
+    if (!(isCount(kmax) && kmax > 0 && isCount(group) && group > 0)) bad(`${op}: kmax and group must be positive integers, got ${kmax} and ${group}`);
+    if (col + kmax > width) bad(`${op}: columns [${col}, ${col + kmax}) exceed the scores' width ${width}`);
+    if (heads % group !== 0) bad(`${op}: ${heads} heads are not a whole number of groups of ${group}`);
+    if (heads > INT32_MAX || width > INT32_MAX) bad(`${op}: ${s} exceeds the kernels' 32-bit index range`);
+    const groups = heads / group;
+    const tableAt = this.mappedTable(table, groups, `${groups} counts`, op);
+    this.owner.ok(op, this.owner.lib.hg_cu_pad_columns(this.owner.ctx, P(s.addr), P(tableAt), heads, width, col, kmax, group));
+  }
+
+  /**
+   * HostTransfers.readMapped: a kernel on the compute stream copies the rows from mapped host
+   * memory into the tensor when it runs (recordable). Width, offsets, pitches and both addresses
+   * must be multiples of 4 bytes.
+   */
+  readMapped(copy: HostCopy): void {
+    const op = "readMapped";
+    this.live(op);
+    if (!copy || typeof copy !== "object") bad(`${op}: a HostCopy is needed`);
+    const { t, hp, tp } = this.checkCopy(copy, op, "");
+    const { rows, width } = copy;
+    const host = copy.host.address + copy.hostOffset, dev = t.addr + copy.tensorOffset;
+    const pitches = rows > 1 ? [hp, tp] : [];
+    if ([width, host, dev, ...pitches].some((v) => v % 4 !== 0)) bad(`${op}: width, pitches and both start addresses must be multiples of 4 bytes (width ${width}, pitches ${hp}/${tp}, host 0x${host.toString(16)}, tensor offset ${copy.tensorOffset})`);
+    if ([width, rows, ...pitches].some((v) => v > INT32_MAX)) bad(`${op}: width, rows and pitches must be 32-bit integers`);
+    const at = this.deviceAddress(copy.host);
+    if (at === null) bad(`${op}: host region at 0x${copy.host.address.toString(16)} is not pinned memory the device maps`);
+    if (rows === 0 || width === 0) return;
+    this.owner.ok(op, this.owner.lib.hg_cu_read_mapped(this.owner.ctx, P(dev), P(at + copy.hostOffset), width, rows, rows > 1 ? tp : width, rows > 1 ? hp : width));
+  }
+
+  /**
+   * HostTransfers.stageSignal: the next value (modulo 2³²) for the link's stage word, which lies
+   * in mapped host memory on its own cache line; the CPU stage writes the value there.
+   */
+  stageSignal(): HostSignal {
+    const op = "stageSignal";
+    const link = this.live(op);
+    this.owner.ok(`${op} (a device that cannot map host memory has no signal word)`, this.owner.lib.hg_link_stage_signal(link, this.signalOut));
+    this.stageWord = { address: this.signalOut[1], device: this.signalOut[2] };
+    return { address: this.signalOut[1], value: this.signalOut[0] };
+  }
+
+  /**
+   * HostTransfers.awaitSignal: on the compute stream (recordable), the device waits until the
+   * word reaches the signal's value (modulo 2³²). The word is the link's stage word or any
+   * aligned word of a pinned region the device maps. Past the wait timeout (setWaitTimeout) the
+   * device gives up, later waits return at once, and the next fence() or times() throws.
+   */
+  awaitSignal(signal: HostSignal): void {
+    const op = "awaitSignal";
+    const link = this.live(op);
+    if (!signal || !isCount(signal.address) || signal.address === 0 || signal.address % 4 !== 0) bad(`${op}: a signal needs a non-null, 4-byte aligned word address`);
+    if (!(isCount(signal.value) && signal.value <= 0xffffffff)) bad(`${op}: a signal value must be an integer in [0, 2³²), got ${signal.value}`);
+    const own = this.stageWord;
+    const word = own !== null && own.address === signal.address ? own.device : this.deviceAddress({ address: signal.address, byteLength: 4 });
+    if (word === null) bad(`${op}: the word at 0x${signal.address.toString(16)} is neither the link's stage word nor in pinned memory the device maps`);
+    this.owner.ok(`${op} (a device that cannot map host memory has no signal word)`, this.owner.lib.hg_link_await_signal(link, P(word), signal.value));
+  }
+
+  /** How long (ms) a device wait for a stage signal lasts before it gives up; waits that start later use it. */
+  setWaitTimeout(ms: number): void {
+    const link = this.live("setWaitTimeout");
+    if (!(typeof ms === "number" && Number.isFinite(ms) && ms > 0 && ms <= MAX_WAIT_TIMEOUT_MS)) bad(`setWaitTimeout: ms must be a number in (0, ${MAX_WAIT_TIMEOUT_MS}], got ${ms}`);
+    this.owner.ok("setWaitTimeout (a device that cannot map host memory has no signal word)", this.owner.lib.hg_link_set_timeout(link, ms));
+    this.timeoutMs = ms;
+  }
+
+  get waitTimeoutMs(): number {
+    return this.timeoutMs;
   }
 
   toHost(copies: readonly HostCopy[]): void {
@@ -122,7 +220,9 @@ export class CudaHostLink implements HostTransfers {
   }
 
   fence(): void {
-    this.owner.ok("fence (a host copy)", this.owner.lib.hg_link_fence(this.live("fence")));
+    const link = this.live("fence");
+    this.owner.ok("fence (a host copy)", this.owner.lib.hg_link_fence(link));
+    this.stageWaitCheck(link);
   }
 
   /** HostTransfers.sendSignalled on the compute stream (recordable); every range is checked first. */
@@ -145,9 +245,19 @@ export class CudaHostLink implements HostTransfers {
     this.owner.ok(`mark(${kind})`, this.owner.lib.hg_link_mark(this.live("mark"), kind === "pause" ? 1 : 0));
   }
 
-  times(): { gpuMs: number; txMs: number } {
-    this.owner.ok("times (an op queued earlier)", this.owner.lib.hg_link_times(this.live("times"), this.timesOut));
-    return { gpuMs: this.timesOut[0], txMs: this.timesOut[1] };
+  /** HostTransfers.times, and waitMs: the time the device's awaitSignal waits took (left out of gpuMs). */
+  times(): { gpuMs: number; txMs: number; waitMs: number } {
+    const link = this.live("times");
+    this.owner.ok("times (an op queued earlier)", this.owner.lib.hg_link_times(link, this.timesOut));
+    this.stageWaitCheck(link);
+    return { gpuMs: this.timesOut[0], txMs: this.timesOut[1], waitMs: this.timesOut[3] };
+  }
+
+  /** Throws (once) when a device wait gave up since the last check; the flag is cleared, so later waits wait again. */
+  private stageWaitCheck(link: Pointer): void {
+    if (this.owner.lib.hg_link_gave_up(link, this.gaveUpOut) !== 1) return;
+    const [value, held] = this.gaveUpOut;
+    throw new HybridgenError(`the device gave up waiting for the CPU stage (signal value ${value}; the word held ${held})`, "ETIMEDOUT");
   }
 
   /** Pinned copy bandwidth on the copy stream (bytes/s each way), over a device block of `bytes`. */
@@ -173,6 +283,7 @@ export class CudaHostLink implements HostTransfers {
     this.pageable.clear();
     this.owner.lib.hg_link_destroy(this.link);
     this.link = null;
+    this.stageWord = null;
   }
 
   [Symbol.dispose](): void {
@@ -198,27 +309,55 @@ export class CudaHostLink implements HostTransfers {
     const d = this.desc;
     for (let i = 0; i < copies.length; i++) {
       const c = copies[i];
-      const t = this.owner.own(c.tensor, op);
-      checkRegion(c.host, op);
-      const rows = c.rows, width = c.width;
-      if (!(isCount(rows) && isCount(width))) bad(`${op}: copy ${i}: rows and width must be non-negative integers`);
-      const hp = c.hostPitch ?? width, tp = c.tensorPitch ?? width;
-      if (!(isCount(hp) && isCount(tp) && isCount(c.hostOffset) && isCount(c.tensorOffset))) bad(`${op}: copy ${i}: offsets and pitches must be non-negative integers`);
-      if (rows > 1 && (hp < width || tp < width)) bad(`${op}: copy ${i}: pitches (${hp}, ${tp}) are smaller than the row width ${width}`);
-      const span = (pitch: number) => (rows === 0 || width === 0 ? 0 : (rows - 1) * pitch + width);
-      if (c.hostOffset + span(hp) > c.host.byteLength) bad(`${op}: copy ${i}: host bytes [${c.hostOffset}, ${c.hostOffset + span(hp)}) exceed the region's ${c.host.byteLength}`);
-      if (c.tensorOffset + span(tp) > t.byteLength) bad(`${op}: copy ${i}: tensor bytes [${c.tensorOffset}, ${c.tensorOffset + span(tp)}) exceed ${t}'s ${t.byteLength}`);
+      const { t, hp, tp } = this.checkCopy(c, op, `copy ${i}: `);
       const host = c.host.address + c.hostOffset, dev = t.addr + c.tensorOffset;
       const o = i * FIELDS;
       d[o] = dir === 0 ? host : dev;
       d[o + 1] = dir === 0 ? dev : host;
-      d[o + 2] = width;
-      d[o + 3] = rows;
+      d[o + 2] = c.width;
+      d[o + 3] = c.rows;
       d[o + 4] = dir === 0 ? hp : tp;
       d[o + 5] = dir === 0 ? tp : hp;
     }
     const rc = this.owner.lib.hg_link_copy(link, dir, d, copies.length);
     if (rc !== 0) this.owner.ok(`${op} (${this.diagnostics().firstError})`, rc);
+  }
+
+  /** One HostCopy's checks: its tensor and host region, counts, pitches and both byte ranges. */
+  private checkCopy(c: HostCopy, op: string, which: string): { t: CudaTensor; hp: number; tp: number } {
+    const t = this.owner.own(c.tensor, op);
+    checkRegion(c.host, op);
+    const rows = c.rows, width = c.width;
+    if (!(isCount(rows) && isCount(width))) bad(`${op}: ${which}rows and width must be non-negative integers`);
+    const hp = c.hostPitch ?? width, tp = c.tensorPitch ?? width;
+    if (!(isCount(hp) && isCount(tp) && isCount(c.hostOffset) && isCount(c.tensorOffset))) bad(`${op}: ${which}offsets and pitches must be non-negative integers`);
+    if (rows > 1 && (hp < width || tp < width)) bad(`${op}: ${which}pitches (${hp}, ${tp}) are smaller than the row width ${width}`);
+    const span = (pitch: number) => (rows === 0 || width === 0 ? 0 : (rows - 1) * pitch + width);
+    if (c.hostOffset + span(hp) > c.host.byteLength) bad(`${op}: ${which}host bytes [${c.hostOffset}, ${c.hostOffset + span(hp)}) exceed the region's ${c.host.byteLength}`);
+    if (c.tensorOffset + span(tp) > t.byteLength) bad(`${op}: ${which}tensor bytes [${c.tensorOffset}, ${c.tensorOffset + span(tp)}) exceed ${t}'s ${t.byteLength}`);
+    return { t, hp, tp };
+  }
+
+  /** gatherRows(At)'s ranges: the source rows inside the host region, the packed rows inside dst, the region mapped. */
+  private gatherRanges(dst: Tensor, src: HostRegion, rows: RowGather, op: string): { d: CudaTensor; at: number } {
+    const d = this.owner.own(dst, op);
+    checkRegion(src, op);
+    const { groups, cap, rowBytes, kmax } = rows;
+    if (groups * cap * rowBytes > src.byteLength) bad(`${op}: ${groups} × ${cap} rows of ${rowBytes} bytes exceed the host region's ${src.byteLength}`);
+    if (groups * kmax * rowBytes > d.byteLength) bad(`${op}: ${groups} × ${kmax} rows of ${rowBytes} bytes exceed ${d}'s ${d.byteLength}`);
+    const at = this.deviceAddress(src);
+    if (at === null) bad(`${op}: host region at 0x${src.address.toString(16)} is not pinned memory the device maps`);
+    return { d, at };
+  }
+
+  /** The device address of an int32 table of at least `ints` ints in mapped host memory (checked). */
+  private mappedTable(table: HostRegion, ints: number, what: string, op: string): number {
+    checkRegion(table, op);
+    if (table.address % 4 !== 0) bad(`${op}: the table at 0x${table.address.toString(16)} is not 4-byte aligned`);
+    if (table.byteLength < ints * 4) bad(`${op}: a table of ${what} needs ${ints * 4} bytes, the region has ${table.byteLength}`);
+    const at = this.deviceAddress(table);
+    if (at === null) bad(`${op}: the table at 0x${table.address.toString(16)} is not pinned memory the device maps`);
+    return at;
   }
 
   /** The first failing call of a copy since creation (with its arguments), and how many 2-D
@@ -229,6 +368,16 @@ export class CudaHostLink implements HostTransfers {
     const end = buf.indexOf(0);
     return { firstError: new TextDecoder().decode(buf.subarray(0, end < 0 ? buf.length : end)), rowwise: n[0] };
   }
+}
+
+/** gatherRows(At)'s shape: positive 32-bit counts, whole 16-byte pieces, kmax ≤ cap. */
+function checkGatherShape(rows: RowGather, op: string): RowGather {
+  const { groups, cap, rowBytes, kmax } = rows ?? ({} as RowGather);
+  if (![groups, cap, rowBytes, kmax].every((v) => isCount(v) && v > 0 && v <= INT32_MAX)) bad(`${op}: groups, cap, rowBytes and kmax must be positive 32-bit integers`);
+  if (rowBytes % 16 !== 0) bad(`${op}: a row of ${rowBytes} bytes is not a whole number of 16-byte pieces`);
+  if (kmax > cap) bad(`${op}: ${kmax} rows a group from a region of ${cap}`);
+  if (groups * kmax > INT32_MAX) bad(`${op}: ${groups} × ${kmax} rows exceed the kernels' 32-bit index range`);
+  return rows;
 }
 
 function checkRegion(r: HostRegion, op: string): void {

@@ -14,4 +14,4 @@ export { CudaTimer } from "./cuda-timer.js";
 export { CudaTensor } from "./cuda-tensor.js";
 export { DeviceArena, ARENA_ALIGN, type ArenaStats } from "./arena.js";
 export { backendSymbols, openCudaNative, cudaErrorString, type CudaNative } from "./native-backend.js";
-export { CudaHostLink, type HostLinkOwner } from "./host-link.js";
+export { CudaHostLink, DEFAULT_WAIT_TIMEOUT_MS, type HostLinkOwner } from "./host-link.js";

@@ -13,7 +13,10 @@
  *      up per layer by KvCache.loadStore), "all" + exact, equals full attention within 1e-5;
  *   4. the store is host-only: no device store tensors while the runs hold the model;
  *   5. selected rows read by the device from the mapped host store against staged rows
- *      (cuda/mapped-rows-checks.ts: the gather op byte for byte, the same logits and tokens).
+ *      (cuda/mapped-rows-checks.ts: the gather op byte for byte, the same logits and tokens);
+ *   6. the stage hand-off on the device: the device waits for a host-raised signal word and reads
+ *      the stage's output from mapped memory, eager and replayed; the wait's timeout; gpuMs
+ *      without the wait (cuda/stage-handoff-checks.ts).
  * Bench (preset:llama-3.1-8b, dummy bf16 weights, bf16 KV): prefill `context` tokens in one
  * block, then `steps` greedy decode steps — full attention on the GPU, and hybrid with a GPU
  * window of `window` tokens (sinks included) and the CPU stage's top-K for each K, exact and
@@ -40,6 +43,7 @@ import { cpus } from "node:os";
 import { createCpuBackend, createNativeRandomFill, NativeCpuStage } from "@hybridgen/kernels-cpu";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type CudaHostLink } from "@hybridgen/kernels-cuda";
 import { mappedRowChecks } from "./mapped-rows-checks.js";
+import { stageHandoffChecks } from "./stage-handoff-checks.js";
 import { arg } from "../args.js";
 
 const context = Number(arg("context", "32768"));
@@ -144,6 +148,7 @@ async function runSmall(be: Backend, hybrid: SmallHybrid | null, feed?: number[]
     });
   }
   mappedRowChecks(cuda, check);
+  await stageHandoffChecks(cuda, check);
   console.log(`host link diagnostics: ${JSON.stringify((cuda.hostTransfers() as CudaHostLink).diagnostics())}`);
   // The backend keeps one tensor of its own once a decode step ran (the unfused matvec parts'
   // scratch, CudaBackend.matvecScratch); the hybrid runs must leave nothing beyond it.

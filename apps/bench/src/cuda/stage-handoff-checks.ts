@@ -1,0 +1,247 @@
+/**
+ * Device checks of the stage hand-off on the device (HostTransfers stageSignal, awaitSignal,
+ * readMapped, gatherRowsAt, padColumnsAt on the CUDA backend), with the CPU stage's side played
+ * by a timer that writes the output into pinned host memory and then the signal word (a raw
+ * Uint32Array over it):
+ *   1. awaitSignal holds the compute stream until the word is raised; a readMapped queued behind
+ *      it reads what was written meanwhile — eager, then one recorded step captured once and
+ *      replayed twice with new signal values;
+ *   2. a wait past the timeout gives up: times() throws naming the value and the word, a wait
+ *      queued behind it returns at once, fence() reports a later one, and a wait after that works;
+ *   3. times().gpuMs leaves out the waited time, waitMs reports it;
+ *   4. readMapped in 4- and 16-byte pieces, gatherRowsAt (gatherRows's bytes) and padColumnsAt
+ *      (against a TypeScript computation), eager and recorded, with the table rewritten between.
+ * hybrid-bench.ts runs them with its checks (--skip-bench).
+ */
+import { toArrayBuffer } from "bun:ffi";
+import type { HostRegion, HostSignal } from "@hybridgen/core";
+import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import type { CudaBackend, CudaHostLink } from "@hybridgen/kernels-cuda";
+
+type Check = (ok: boolean, what: string) => void;
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sameBits = (a: Float32Array, b: Float32Array) => {
+  if (a.length !== b.length) return false;
+  const bb = new Uint32Array(b.buffer, b.byteOffset, b.length);
+  return new Uint32Array(a.buffer, a.byteOffset, a.length).every((x, i) => x === bb[i]);
+};
+const wordOf = (s: HostSignal) => new Uint32Array(toArrayBuffer(s.address as never, 0, 4));
+
+/** The CPU stage's side: after `ms`, `write()` its output, then raise the signal's word. */
+function raiseLater(s: HostSignal, ms: number, write?: () => void): void {
+  const word = wordOf(s);
+  setTimeout(() => {
+    write?.();
+    Atomics.store(word, 0, s.value);
+  }, ms);
+}
+
+interface Rig {
+  cuda: CudaBackend;
+  link: CudaHostLink;
+  region: HostRegion;
+  f32: Float32Array;
+  i32: Int32Array;
+}
+
+async function releaseChecks({ cuda, link, region, f32 }: Rig, check: Check): Promise<void> {
+  const n = 4096;
+  const dst = cuda.alloc([1, n]);
+  try {
+    const before = cuda.graphStats();
+    for (let step = 0; step < 4; step++) {
+      const recorded = step > 0;
+      f32.fill(-1, 0, n); // what the device would read without the wait
+      const s = link.stageSignal();
+      if (recorded) cuda.beginStep("stage-handoff-check");
+      link.awaitSignal(s);
+      link.readMapped({ host: region, hostOffset: 0, tensor: dst, tensorOffset: 0, width: n * 4, rows: 1 });
+      if (recorded) cuda.endStep();
+      const want = Float32Array.from({ length: n }, (_, i) => i * 0.25 + step);
+      raiseLater(s, 30, () => f32.set(want));
+      await sleep(100);
+      const t = link.times();
+      check(sameBits(cuda.read(dst), want) && t.waitMs > 15, `awaitSignal ${recorded ? `recorded (step ${step})` : "eager"}: the device waited ${t.waitMs.toFixed(1)} ms for the word (value ${s.value}), then read what the host wrote meanwhile`);
+    }
+    const after = cuda.graphStats();
+    const d = [after.captures - before.captures, after.replays - before.replays, after.drained - before.drained];
+    check(d[0] === 1 && d[1] === 2 && d[2] === 0, `awaitSignal recorded: 1 capture and 2 replays with new values, no drain (captures ${d[0]}, replays ${d[1]}, drained ${d[2]})`);
+  } finally {
+    cuda.free(dst);
+  }
+}
+
+async function timeoutChecks({ link }: Rig, check: Check): Promise<void> {
+  const thrown = (f: () => unknown) => {
+    try {
+      f();
+      return "";
+    } catch (e) {
+      return (e as Error).message;
+    }
+  };
+  const s = link.stageSignal();
+  const word = wordOf(s);
+  const held = word[0];
+  try {
+    link.setWaitTimeout(50);
+    link.awaitSignal(s); // never raised
+    await sleep(10); // that wait runs with 50 ms
+    link.setWaitTimeout(60_000);
+    link.awaitSignal(link.stageSignal()); // behind a give-up: returns at once
+    const t0 = performance.now();
+    const msg = thrown(() => link.times());
+    const ms = performance.now() - t0;
+    const want = `the device gave up waiting for the CPU stage (signal value ${s.value}; the word held ${held})`;
+    check(msg === want && ms < 5000, `a wait past its 50 ms timeout: times() throws "${msg}" after ${ms.toFixed(0)} ms (the wait queued behind it did not wait a minute)`);
+    check(thrown(() => link.times()) === "", "the give-up is reported once: the next times() returns");
+    link.setWaitTimeout(20);
+    const s2 = link.stageSignal();
+    link.awaitSignal(s2);
+    await sleep(200);
+    const fenced = thrown(() => link.fence());
+    check(fenced.includes(`(signal value ${s2.value}; the word held ${held})`), `fence() reports a later give-up: "${fenced}"`);
+    link.setWaitTimeout(10_000);
+    const s3 = link.stageSignal();
+    Atomics.store(word, 0, s3.value);
+    link.awaitSignal(s3);
+    const t = link.times();
+    check(t.waitMs < 1000, `after the give-ups, a raised signal's wait returns (${t.waitMs.toFixed(2)} ms waited since the fence)`);
+  } finally {
+    link.setWaitTimeout(10_000);
+  }
+}
+
+async function timingChecks({ cuda, link }: Rig, check: Check): Promise<void> {
+  const x = cuda.alloc([64, 1024]);
+  try {
+    link.times();
+    link.mark("resume");
+    cuda.add(x, x, x, 64);
+    const s = link.stageSignal();
+    link.awaitSignal(s);
+    cuda.add(x, x, x, 64);
+    link.mark("pause");
+    raiseLater(s, 60);
+    await sleep(150);
+    const t = link.times();
+    check(t.waitMs > 40 && t.gpuMs >= 0 && t.gpuMs < 10, `times(): a 60 ms wait inside resume..pause is left out of gpuMs (gpuMs ${t.gpuMs.toFixed(3)}, waitMs ${t.waitMs.toFixed(1)})`);
+  } finally {
+    cuda.free(x);
+  }
+}
+
+function readMappedChecks({ cuda, link, region, f32 }: Rig, check: Check): void {
+  const rows = 5, tw = 40;
+  const src = Float32Array.from({ length: 1024 }, (_, i) => Math.sin(i * 0.7) * 10);
+  f32.set(src);
+  const cases = [
+    { what: "4-byte pieces", hostOffset: 4, tensorOffset: 12, width: 7 * 4, hostPitch: 37 * 4, tensorPitch: tw * 4 },
+    { what: "16-byte pieces", hostOffset: 64, tensorOffset: 0, width: 32 * 4, hostPitch: 48 * 4, tensorPitch: tw * 4 },
+  ];
+  for (const [i, { what, ...c }] of cases.entries()) {
+    const want = new Float32Array(rows * tw).fill(7);
+    for (let row = 0; row < rows; row++) {
+      for (let j = 0; j < c.width / 4; j++) want[c.tensorOffset / 4 + row * tw + j] = src[c.hostOffset / 4 + (row * c.hostPitch) / 4 + j];
+    }
+    for (const recorded of [false, true]) {
+      const t = cuda.alloc([rows, tw]);
+      try {
+        cuda.write(t, new Float32Array(rows * tw).fill(7));
+        if (recorded) cuda.beginStep(`stage-handoff-read-${i}`);
+        link.readMapped({ host: region, tensor: t, rows, ...c });
+        if (recorded) cuda.endStep();
+        check(sameBits(cuda.read(t), want), `readMapped ${what} ${recorded ? "recorded" : "eager"}: ${rows} pitched rows of ${c.width} bytes equal the host rows`);
+      } finally {
+        cuda.free(t);
+      }
+    }
+  }
+}
+
+function gatherAtChecks({ cuda, link, region, i32 }: Rig, check: Check): void {
+  using host = createCpuBackend({ threads: 1 });
+  const groups = 2, cap = 4096, width = 128, kmax = 100;
+  const store = host.alloc([groups, cap, width]); // 4 MiB: pinned and mapped
+  host.write(store, Float32Array.from({ length: groups * cap * width }, (_, i) => Math.sin(i * 0.013) * 50));
+  const storeRegion = host.hostRegion(store);
+  link.pin(storeRegion);
+  try {
+    const rows = { groups, cap, rowBytes: width * 4, kmax };
+    const table = { address: region.address, byteLength: groups * (1 + kmax) * 4 };
+    for (const [step, recorded] of [false, true, true].entries()) {
+      const counts = Int32Array.of(kmax - step, 61 + step);
+      const ids = Int32Array.from({ length: groups * kmax }, (_, i) => ((i % kmax) * (37 + step) + 5) % cap);
+      ids[kmax + 3] = cap + 7; // outside the store: a zero row
+      const want = cuda.alloc([groups * kmax, width]), got = cuda.alloc([groups * kmax, width]);
+      try {
+        for (const t of [want, got]) cuda.write(t, new Float32Array(groups * kmax * width).fill(NaN));
+        link.gatherRows!(want, storeRegion, rows, ids, counts);
+        i32.set(counts, 0);
+        i32.set(ids, groups);
+        if (recorded) cuda.beginStep("stage-handoff-gather");
+        link.gatherRowsAt(got, storeRegion, rows, table);
+        if (recorded) cuda.endStep();
+        check(sameBits(cuda.read(got), cuda.read(want)), `gatherRowsAt ${recorded ? `recorded (step ${step})` : "eager"}: the table read from mapped memory gives gatherRows's bytes`);
+      } finally {
+        cuda.free(want);
+        cuda.free(got);
+      }
+    }
+  } finally {
+    link.unpin(storeRegion);
+  }
+}
+
+function padChecks({ cuda, link, region, i32 }: Rig, check: Check): void {
+  const heads = 8, width = 50, group = 2, col = 10, kmax = 20;
+  const table = { address: region.address + 8192, byteLength: (heads / group) * 4 };
+  const values = Float32Array.from({ length: heads * width }, (_, i) => i * 0.5 - 30);
+  for (const [step, counts] of [[3, -1, 99, 20], [0, 7, 20, 1], [19, 2, -5, 40]].entries()) {
+    i32.set(counts, 8192 / 4);
+    const want = values.slice();
+    for (let h = 0; h < heads; h++) {
+      const n = Math.min(Math.max(counts[Math.floor(h / group)], 0), kmax);
+      for (let j = n; j < kmax; j++) want[h * width + col + j] = -Infinity;
+    }
+    const scores = cuda.alloc([heads, width]);
+    try {
+      cuda.write(scores, values);
+      if (step > 0) cuda.beginStep("stage-handoff-pad");
+      link.padColumnsAt(scores, col, kmax, group, table);
+      if (step > 0) cuda.endStep();
+      check(sameBits(cuda.read(scores), want), `padColumnsAt ${step > 0 ? `recorded (step ${step})` : "eager"}: counts [${counts}] (clamped to [0, ${kmax}]) give the −∞ columns a host computation gives`);
+    } finally {
+      cuda.free(scores);
+    }
+  }
+}
+
+export async function stageHandoffChecks(cuda: CudaBackend, check: Check): Promise<void> {
+  const link = cuda.hostTransfers() as CudaHostLink;
+  using host = createCpuBackend({ threads: 1 });
+  const buf = host.alloc([1, 1 << 19]); // 2 MiB: pinned and mapped
+  const region = host.hostRegion(buf);
+  link.pin(region);
+  const bytes = toArrayBuffer(region.address as never, 0, region.byteLength);
+  const rig: Rig = { cuda, link, region, f32: new Float32Array(bytes), i32: new Int32Array(bytes) };
+  const attempt = async (what: string, f: () => void | Promise<void>) => {
+    try {
+      await f();
+    } catch (e) {
+      check(false, `${what}: ${(e as Error).message}`);
+    }
+  };
+  try {
+    check(link.mapped!(region), "stage hand-off: a pinned 2 MiB host block is mapped");
+    await attempt("awaitSignal releases", () => releaseChecks(rig, check));
+    await attempt("awaitSignal timeout", () => timeoutChecks(rig, check));
+    await attempt("times() without the wait", () => timingChecks(rig, check));
+    await attempt("readMapped", () => readMappedChecks(rig, check));
+    await attempt("gatherRowsAt", () => gatherAtChecks(rig, check));
+    await attempt("padColumnsAt", () => padChecks(rig, check));
+  } finally {
+    link.unpin(region);
+  }
+}
