@@ -1,9 +1,9 @@
-/* The hybrid CPU stage on threads of its own: a coordinator pthread that takes one job at a
- * time from JS, with an hg_ctx (its own thread pool and kernel table) for the parallel parts.
+/* The hybrid CPU stage on threads of its own: a coordinator pthread that takes JS's queued jobs
+ * in order, with an hg_ctx (its own thread pool and kernel table) for the parallel parts.
  * The logits reuse the ISA kernel of hg_attn_logits; top-K takes each token's group max in a
  * streaming pass over the logits, then hg_sel_topk's selection (topk_row.h) on those rows, a
  * list per thread; the V gather is row memcpy into the staging buffer the device reads.
- * Each job records how long its phases took (hg_stage_last_split). */
+ * Each job records how long its phases took; a wait reports their sums (hg_stage_last_split). */
 #include "cpu_stage.h"
 #include "ctx.h"
 #include "topk_row.h"
@@ -32,22 +32,31 @@ static inline void relax(void) { }
 #define DEFAULT_IDLE_SPIN_NS 0
 #define DEFAULT_READ_DEPTH 8
 #define DEFAULT_READY_TIMEOUT_NS 10000000000LL
-enum { IDLE = 0, PENDING = 1, DONE = 2 };
 
 struct hg_stage {
     hg_ctx *ctx;
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t job_cv, done_cv;
-    _Alignas(64) atomic_int state;
+    /* The queue: counters only grow; a job's entry is its number % HG_STAGE_QUEUE. Jobs [taken, queued)
+     * wait, [finished, taken) runs. JS alone submits, so an entry is rewritten only after its job ended. */
+    hg_stage_job ring[HG_STAGE_QUEUE];
+    int64_t submit_at[HG_STAGE_QUEUE];
+    _Alignas(64) atomic_llong queued;
+    _Alignas(64) atomic_llong finished;
+    int64_t taken;  /* the coordinator's */
+    int64_t waited; /* queued at the last wait */
     atomic_int stop;
+    atomic_int cancelled; /* the jobs since the last wait: a wait for a ready signal stops */
     int started;
-    hg_stage_job job;
-    int64_t result, last_ns, idle_spin_ns, ready_timeout_ns;
-    /* phases of the last job (ns): query pack, score, top-K, gather; submit -> start, and the
-     * later of (job end, wait call) -> wait's return */
-    int64_t split[6];
-    int64_t submit_ns, end_ns;
+    /* The jobs since the last wait (under mu): first failure, summed busy ns, phases [0, 5) and reads. */
+    int64_t batch_rc, batch_ns, batch_split[5], batch_reads[2];
+    /* The last wait's (or run's): its result and the sums above; split[5] is wait's own hand-off. */
+    int64_t result, last_ns, split[6], last_reads[2];
+    int64_t idle_spin_ns, ready_timeout_ns;
+    int64_t cur[4];         /* the running job's phases: query pack, score, top-K, gather */
+    int64_t end_ns;         /* the last job's end (under mu) */
+    int64_t prev_end_ns;    /* the coordinator's last job's end */
     float *scratch; /* top-K: each KV head's group max [kv_heads][n], then the shared row [n] */
     size_t scratch_bytes;
     char *two; /* two-step: packed query, candidates, their exact logits and group max, positions */
@@ -57,7 +66,8 @@ struct hg_stage {
     hg_rows_io io; /* disk-tier rows of the job: segments, queued reads, failure */
     hg_readers *readers;
     int read_depth;
-    char err[768];
+    char jerr[768]; /* the running job's failure */
+    char err[768];  /* the first failure since the last wait (under mu), then the last wait's */
 };
 
 static int64_t now_ns(void) {
@@ -196,7 +206,7 @@ static void final_task(void *v, int g, int parts) {
 
 static int64_t two_step(hg_stage *s, const hg_stage_job *j, run_ctx *r, int threads, int64_t *t) {
     int64_t t1;
-#define LAP(i) (t1 = now_ns(), s->split[i] += t1 - *t, *t = t1)
+#define LAP(i) (t1 = now_ns(), s->cur[i] += t1 - *t, *t = t1)
     const int shared = (j->flags & HG_STAGE_SHARED) != 0, lists = shared ? 1 : (int)j->kv_heads;
     const int64_t n = j->n, k = j->budget < n ? j->budget : n, nc = j->cand < k ? k : j->cand < n ? j->cand : n;
     const int64_t qb = (hg_kq_query_bytes((int)j->kq_form, j->heads, j->head_dim) + 63) & ~(int64_t)63;
@@ -325,12 +335,12 @@ static int queue_rows(hg_stage *s, const hg_stage_job *j, const char *src, int64
     return 0;
 }
 
-/* The selected rows, read from the files where they live (memcpy elsewhere): 0, -2, or 1 (s->err). */
+/* The selected rows, read from the files where they live (memcpy elsewhere): 0, -2, or 1 (s->jerr). */
 static int64_t read_rows(hg_stage *s, const hg_stage_job *j) {
     int64_t rc = queue_rows(s, j, (const char *)(intptr_t)j->v, j->vcap, j->vtype, (char *)(intptr_t)j->vstage);
     if (!rc && (j->flags & HG_STAGE_KEYS)) rc = queue_rows(s, j, (const char *)(intptr_t)j->k, j->kcap, j->ktype, (char *)(intptr_t)j->kstage);
     if (!rc && hg_rows_run(&s->io, s->ctx->pool, &s->readers, s->read_depth)) {
-        hg_rows_error(&s->io, s->err, sizeof s->err);
+        hg_rows_error(&s->io, s->jerr, sizeof s->jerr);
         rc = 1;
     }
     hg_rows_release(&s->io);
@@ -354,9 +364,7 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     int threads = hg_pool_threads(s->ctx->pool);
     run_ctx r = {.s = s, .j = j, .chunks = 1, .lists = 1};
     int64_t t = now_ns(), t1;
-    hg_rows_begin(&s->io); /* the last job's read counters start at 0 */
-    for (int i = 0; i < 4; i++) s->split[i] = 0;
-#define LAP(i) (t1 = now_ns(), s->split[i] += t1 - t, t = t1)
+#define LAP(i) (t1 = now_ns(), s->cur[i] += t1 - t, t = t1)
     if (j->flags & (HG_STAGE_SCORE | HG_STAGE_TOPK | HG_STAGE_SELECTED)) { /* the query, packed once for the logits kernel */
         const hg_kernels *k = s->ctx->k;
         r.qs = k->attn_qfloats((int)(j->heads / j->kv_heads), 1, (int)j->head_dim, (int)j->ktype); /* per KV head */
@@ -447,16 +455,21 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
 }
 
 /* The job's ready signal: spin (a device's copy lands within a layer's time) until the word
- * reaches ready_value, modulo 2^32; 1 with the reason in s->err when it never does. */
-static int64_t await_ready(hg_stage *s, const hg_stage_job *j) {
+ * reaches ready_value, modulo 2^32; 1 with the reason in s->jerr when it never does, or when a
+ * queued job's batch is cancelled meanwhile. */
+static int64_t await_ready(hg_stage *s, const hg_stage_job *j, int queued) {
     if (!j->ready) return 0;
     const volatile uint32_t *word = (const volatile uint32_t *)(intptr_t)j->ready;
     const uint32_t want = (uint32_t)j->ready_value;
     const int64_t t0 = now_ns();
     while ((int32_t)(*word - want) < 0) {
         for (int i = 0; i < 16; i++) relax();
+        if (queued && atomic_load_explicit(&s->cancelled, memory_order_relaxed)) {
+            snprintf(s->jerr, sizeof s->jerr, "cpu stage: cancelled");
+            return 1;
+        }
         if (now_ns() - t0 > s->ready_timeout_ns) {
-            snprintf(s->err, sizeof s->err, "cpu stage: the device never signalled the query's copy (waited %.1f s for value %u, the word holds %u)",
+            snprintf(s->jerr, sizeof s->jerr, "cpu stage: the device never signalled the query's copy (waited %.1f s for value %u, the word holds %u)",
                      (double)s->ready_timeout_ns / 1e9, want, *word);
             return 1;
         }
@@ -465,42 +478,73 @@ static int64_t await_ready(hg_stage *s, const hg_stage_job *j) {
     return 0;
 }
 
-static int64_t timed(hg_stage *s, const hg_stage_job *j) {
-    int64_t t0 = now_ns();
-    s->split[4] = s->submit_ns ? t0 - s->submit_ns : 0;
-    s->submit_ns = 0;
-    int64_t rc = await_ready(s, j);
-    if (rc) {
-        for (int i = 0; i < 4; i++) s->split[i] = 0;
-        s->end_ns = now_ns();
-        s->last_ns = 0;
-        return rc;
-    }
-    t0 = now_ns(); /* the wait for the device is not the stage's work */
+/* The job after its ready signal: its busy ns into *ns, its phases in s->cur. */
+static int64_t timed(hg_stage *s, const hg_stage_job *j, int queued, int64_t *ns) {
+    hg_rows_begin(&s->io); /* the job's read counters start at 0 */
+    for (int i = 0; i < 4; i++) s->cur[i] = 0;
+    *ns = 0;
+    int64_t rc = await_ready(s, j, queued);
+    if (rc) return rc;
+    int64_t t0 = now_ns(); /* the wait for the device is not the stage's work */
     rc = run_job(s, j);
-    s->end_ns = now_ns();
-    s->last_ns = s->end_ns - t0;
+    *ns = now_ns() - t0;
     return rc;
+}
+
+/* The device may read the job's outputs once it sees the word: they are stored before it. */
+static void raise_done(const hg_stage_job *j, int failed) {
+    if (!j->done || ((j->flags & HG_STAGE_DONE_IF_FAILED) && !failed)) return;
+    atomic_thread_fence(memory_order_release);
+    *(volatile uint32_t *)(intptr_t)j->done = (uint32_t)j->done_value;
+}
+
+/* One queued job: run it (or skip it when its batch already failed), raise its done, add it up. */
+static void run_queued(hg_stage *s, int64_t i, int skip, int64_t submitted) {
+    const hg_stage_job *j = &s->ring[i];
+    int64_t ns = 0, rc = 0, handoff = 0, start = now_ns();
+    if (!skip) {
+        handoff = start - (submitted > s->prev_end_ns ? submitted : s->prev_end_ns);
+        rc = timed(s, j, 1, &ns);
+    }
+    const int64_t end = now_ns();
+    s->prev_end_ns = end;
+    raise_done(j, skip || rc);
+    pthread_mutex_lock(&s->mu);
+    if (rc && !s->batch_rc) {
+        s->batch_rc = rc;
+        memcpy(s->err, s->jerr, sizeof s->err);
+    }
+    if (!skip) {
+        s->batch_ns += ns;
+        for (int p = 0; p < 4; p++) s->batch_split[p] += s->cur[p];
+        s->batch_split[4] += handoff > 0 ? handoff : 0;
+        s->batch_reads[0] += atomic_load(&s->io.reads);
+        s->batch_reads[1] += atomic_load(&s->io.bytes);
+    }
+    s->end_ns = end;
+    atomic_store_explicit(&s->finished, atomic_load(&s->finished) + 1, memory_order_release);
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 static void *coordinator(void *arg) {
     hg_stage *s = arg;
     for (;;) {
         int64_t t0 = now_ns();
-        while (atomic_load_explicit(&s->state, memory_order_acquire) != PENDING && !atomic_load(&s->stop)) {
+        while (atomic_load_explicit(&s->queued, memory_order_acquire) == s->taken && !atomic_load(&s->stop)) {
             for (int i = 0; i < 64; i++) relax();
             if (now_ns() - t0 > s->idle_spin_ns) break;
         }
         pthread_mutex_lock(&s->mu);
-        while (atomic_load(&s->state) != PENDING && !s->stop) pthread_cond_wait(&s->job_cv, &s->mu);
-        int stop = s->stop;
+        while (atomic_load(&s->queued) == s->taken && !atomic_load(&s->stop)) pthread_cond_wait(&s->job_cv, &s->mu);
+        if (atomic_load(&s->queued) == s->taken) { /* stopped, nothing left */
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        const int64_t i = s->taken++ % HG_STAGE_QUEUE, submitted = s->submit_at[i];
+        const int skip = s->batch_rc != 0;
         pthread_mutex_unlock(&s->mu);
-        if (stop) return NULL;
-        s->result = timed(s, &s->job);
-        pthread_mutex_lock(&s->mu);
-        atomic_store_explicit(&s->state, DONE, memory_order_release);
-        pthread_cond_broadcast(&s->done_cv);
-        pthread_mutex_unlock(&s->mu);
+        run_queued(s, i, skip, submitted);
     }
 }
 
@@ -512,7 +556,10 @@ hg_stage *hg_stage_create(int threads, int isa) {
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->job_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
-    atomic_init(&s->state, IDLE);
+    atomic_init(&s->queued, 0);
+    atomic_init(&s->finished, 0);
+    atomic_init(&s->stop, 0);
+    atomic_init(&s->cancelled, 0);
     s->idle_spin_ns = DEFAULT_IDLE_SPIN_NS;
     s->read_depth = DEFAULT_READ_DEPTH;
     s->ready_timeout_ns = DEFAULT_READY_TIMEOUT_NS;
@@ -527,9 +574,12 @@ hg_stage *hg_stage_create(int threads, int isa) {
 
 void hg_stage_destroy(hg_stage *s) {
     if (!s) return;
-    if (atomic_load(&s->state) == PENDING) hg_stage_wait(s);
+    if (atomic_load(&s->queued) != s->waited) {
+        hg_stage_cancel(s);
+        hg_stage_wait(s);
+    }
     pthread_mutex_lock(&s->mu);
-    s->stop = 1;
+    atomic_store(&s->stop, 1);
     pthread_cond_broadcast(&s->job_cv);
     pthread_mutex_unlock(&s->mu);
     if (s->started) pthread_join(s->thread, NULL);
@@ -547,43 +597,80 @@ void hg_stage_destroy(hg_stage *s) {
 
 int hg_stage_threads(const hg_stage *s) { return hg_pool_threads(s->ctx->pool); }
 
-/* Selector primitives (sel_pool.h) borrow the pool between jobs; a running job owns it. */
-hg_pool *hg_stage_idle_pool(hg_stage *s) { return atomic_load(&s->state) == PENDING ? NULL : s->ctx->pool; }
+int hg_stage_queue_depth(const hg_stage *s) {
+    (void)s;
+    return HG_STAGE_QUEUE;
+}
+
+static int busy(hg_stage *s) { return atomic_load_explicit(&s->queued, memory_order_acquire) != atomic_load_explicit(&s->finished, memory_order_acquire); }
+
+/* Selector primitives (sel_pool.h) borrow the pool between jobs; queued or running jobs own it. */
+hg_pool *hg_stage_idle_pool(hg_stage *s) { return busy(s) ? NULL : s->ctx->pool; }
 
 int hg_stage_submit(hg_stage *s, const hg_stage_job *job) {
-    if (atomic_load(&s->state) == PENDING) return -1;
+    const int64_t q = atomic_load(&s->queued);
+    if (q - atomic_load_explicit(&s->finished, memory_order_acquire) >= HG_STAGE_QUEUE) return -1;
     pthread_mutex_lock(&s->mu);
-    s->job = *job;
-    s->submit_ns = now_ns();
-    atomic_store_explicit(&s->state, PENDING, memory_order_release);
+    s->ring[q % HG_STAGE_QUEUE] = *job;
+    s->submit_at[q % HG_STAGE_QUEUE] = now_ns();
+    atomic_store_explicit(&s->queued, q + 1, memory_order_release);
     pthread_cond_signal(&s->job_cv);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
 
 int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job) {
-    if (atomic_load(&s->state) == PENDING) return -1;
-    s->submit_ns = 0;
-    int64_t rc = timed(s, job);
-    s->split[5] = 0;
+    if (busy(s)) return -1;
+    int64_t ns;
+    int64_t rc = timed(s, job, 0, &ns);
+    raise_done(job, rc != 0);
+    s->result = rc;
+    s->last_ns = ns;
+    for (int i = 0; i < 4; i++) s->split[i] = s->cur[i];
+    s->split[4] = s->split[5] = 0;
+    s->last_reads[0] = atomic_load(&s->io.reads);
+    s->last_reads[1] = atomic_load(&s->io.bytes);
+    if (rc) memcpy(s->err, s->jerr, sizeof s->err);
     return rc;
 }
 
 int64_t hg_stage_wait(hg_stage *s) {
-    int st = atomic_load_explicit(&s->state, memory_order_acquire);
-    if (st == IDLE) return -1;
+    const int64_t q = atomic_load(&s->queued); /* JS alone submits: no job comes meanwhile */
+    if (q == s->waited) return -1;
     int64_t called = now_ns(), t0 = called;
-    while (s->idle_spin_ns > 0 && atomic_load_explicit(&s->state, memory_order_acquire) != DONE) {
+    while (s->idle_spin_ns > 0 && atomic_load_explicit(&s->finished, memory_order_acquire) != q) {
         for (int i = 0; i < 64; i++) relax();
         if (now_ns() - t0 > s->idle_spin_ns) break;
     }
     pthread_mutex_lock(&s->mu);
-    while (atomic_load(&s->state) != DONE) pthread_cond_wait(&s->done_cv, &s->mu);
-    atomic_store(&s->state, IDLE);
+    while (atomic_load(&s->finished) != q) pthread_cond_wait(&s->done_cv, &s->mu);
+    s->result = s->batch_rc;
+    s->last_ns = s->batch_ns;
+    for (int i = 0; i < 5; i++) s->split[i] = s->batch_split[i];
+    s->last_reads[0] = s->batch_reads[0];
+    s->last_reads[1] = s->batch_reads[1];
+    s->batch_rc = s->batch_ns = 0;
+    memset(s->batch_split, 0, sizeof s->batch_split);
+    memset(s->batch_reads, 0, sizeof s->batch_reads);
+    s->waited = q;
+    atomic_store(&s->cancelled, 0);
+    const int64_t end = s->end_ns;
     pthread_mutex_unlock(&s->mu);
-    int64_t back = now_ns(), from = s->end_ns > called ? s->end_ns : called;
+    int64_t back = now_ns(), from = end > called ? end : called;
     s->split[5] = back > from ? back - from : 0;
     return s->result;
+}
+
+void hg_stage_cancel(hg_stage *s) {
+    pthread_mutex_lock(&s->mu);
+    if (atomic_load(&s->queued) != s->waited) {
+        atomic_store(&s->cancelled, 1);
+        if (!s->batch_rc) {
+            s->batch_rc = 1;
+            snprintf(s->err, sizeof s->err, "cpu stage: cancelled");
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
 }
 
 int64_t hg_stage_last_ns(const hg_stage *s) { return s->last_ns; }
@@ -603,6 +690,6 @@ void hg_stage_error(const hg_stage *s, char *buf, int64_t cap) {
 void hg_stage_set_read_depth(hg_stage *s, int depth) { s->read_depth = depth < 0 ? 0 : depth > 256 ? 256 : depth; }
 
 void hg_stage_last_reads(const hg_stage *s, int64_t *out) {
-    out[0] = atomic_load(&s->io.reads);
-    out[1] = atomic_load(&s->io.bytes);
+    out[0] = s->last_reads[0];
+    out[1] = s->last_reads[1];
 }

@@ -1,6 +1,7 @@
 /* The hybrid CPU stage (paper §4.2): on threads of its own, score a query against a layer's
  * offloaded K, pick top-K per KV head, and stage the selected logits and V rows for the device.
- * JS submits a job and returns at once; hg_stage_wait blocks until it is done. */
+ * JS submits jobs (a queue of up to HG_STAGE_QUEUE, run in order) and returns at once;
+ * hg_stage_wait blocks until every submitted job is done. */
 #ifndef HG_CPU_STAGE_H
 #define HG_CPU_STAGE_H
 #include <stdint.h>
@@ -15,7 +16,11 @@ enum {
     HG_STAGE_KEYS = 32,    /* with SELECTED or GATHER: the K rows of ids -> kstage too (verified logits) */
     HG_STAGE_QUEST = 64,   /* with SELECTED: ids/counts first from Quest's page bounds (sel_quest.h) */
     HG_STAGE_NO_ROWS = 128, /* with SELECTED or GATHER: the device reads the rows itself; vstage/kstage untouched */
+    HG_STAGE_DONE_IF_FAILED = 256, /* raise done only when the job fails (its outputs come from a later job) */
 };
+
+/* Jobs submitted and not yet ended that the stage holds. */
+#define HG_STAGE_QUEUE 64
 
 /* Every field is 8 bytes so JS fills it through one BigInt64Array / Float64Array pair. */
 typedef struct {
@@ -42,6 +47,9 @@ typedef struct {
     /* When ready is not 0: the query is still on its way from a device, which writes a value of
      * ready_value or later (mod 2^32) into the uint32 at ready once it has landed; the job waits. */
     int64_t ready, ready_value;
+    /* When done is not 0: once the job ended (success, failure or cancellation), after its outputs,
+     * (uint32)done_value is stored into the uint32 at done, for a device that polls it. */
+    int64_t done, done_value;
 } hg_stage_job;
 
 /* KV head g's rows of the job's K [kv_heads, kcap, head_dim] (the stage and its Quest kernel). */
@@ -56,28 +64,40 @@ typedef struct hg_stage hg_stage;
 hg_stage *hg_stage_create(int threads, int isa);
 void hg_stage_destroy(hg_stage *s);
 int hg_stage_threads(const hg_stage *s);
-/* Copies the job and starts it. Returns 0, or -1 when a job is still running. */
+/* Copies the job into the queue; the coordinator runs queued jobs in order. Returns 0, or -1
+ * when HG_STAGE_QUEUE jobs have not ended yet. After a failed job (or hg_stage_cancel), the
+ * jobs up to the next wait are skipped: they fail with the same error and still raise done. */
 int hg_stage_submit(hg_stage *s, const hg_stage_job *job);
-/* Runs the job on the calling thread (same checks and results as submit + wait). */
+/* The queue's capacity (HG_STAGE_QUEUE). */
+int hg_stage_queue_depth(const hg_stage *s);
+/* Runs the job on the calling thread (same checks and results as submit + wait); -1 unless
+ * every submitted job has ended. */
 int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job);
-/* Waits for the submitted job. Returns 0 on success, -1 if none was submitted, -2 when scratch
- * memory failed, -(3 + i) when a selected id at index i is out of range or not ascending, 1 when
- * a read of disk-tier rows failed or the ready signal never came (hg_stage_error says which). */
+/* Waits for every job submitted since the last wait. Returns the first failure: 0 on success, -1 if
+ * none was submitted, -2 when scratch memory failed, -(3 + i) when a selected id at index i is out
+ * of range or not ascending, 1 when a read of disk-tier rows failed, the ready signal never came or
+ * the jobs were cancelled (hg_stage_error says which). */
 int64_t hg_stage_wait(hg_stage *s);
-/* The last job's failed read as one line (NUL-terminated, at most cap bytes). */
+/* Jobs since the last wait that have not started fail ("cpu stage: cancelled"; each still raises its
+ * done), a job waiting for its ready signal stops; a job past that runs to its end. With jobs
+ * submitted since the last wait, that wait returns a failure (the first one, else the cancellation). */
+void hg_stage_cancel(hg_stage *s);
+/* The failure of the last wait (or run) as one line (NUL-terminated, at most cap bytes). */
 void hg_stage_error(const hg_stage *s, char *buf, int64_t cap);
 /* Rows in registered disk-tier files (file_rows.h) are read with explicit reads, `depth` in flight
  * per pool thread (io_uring; 1: pread); 0 reads them through the mapping (page faults). Default 8. */
 void hg_stage_set_read_depth(hg_stage *s, int depth);
-/* The last job's disk-tier reads: out[0] reads issued (adjacent rows are one), out[1] their bytes. */
+/* "Last" below: the jobs of the last wait, summed (or the job of the last run). */
+/* Their disk-tier reads: out[0] reads issued (adjacent rows are one), out[1] their bytes. */
 void hg_stage_last_reads(const hg_stage *s, int64_t *out);
-/* Nanoseconds the last job ran (from its start on the stage's thread to its end). */
+/* Nanoseconds they ran (each from its start on the stage's thread, after its ready signal, to its end). */
 int64_t hg_stage_last_ns(const hg_stage *s);
-/* Phases of the last job in ns: out[0] query pack, [1] scoring, [2] top-K (keys + select) or Quest's pages,
- * [3] selected logits and V gather, [4] submit -> start on the stage thread (0 for run),
- * [5] from the later of (job end, the wait call) to wait's return (0 for run). */
+/* Their phases in ns: out[0] query pack, [1] scoring, [2] top-K (keys + select) or Quest's pages,
+ * [3] selected logits and V gather, [4] each job's later of (submit, the previous job's end) -> its
+ * start on the stage thread (0 for run), [5] from the later of (last job's end, the wait call) to
+ * wait's return (0 for run). */
 void hg_stage_last_split(const hg_stage *s, double *out);
-/* How long the idle stage thread spins for the next job, and hg_stage_wait for the job's
+/* How long the idle stage thread spins for the next job, and hg_stage_wait for the jobs'
  * end, before sleeping (default 0: sleep at once). */
 void hg_stage_set_idle_spin(hg_stage *s, int64_t ns);
 /* How long a job waits for its ready signal before it fails (default 10 s). */

@@ -1,13 +1,19 @@
 /**
- * NativeCpuStage: core's CpuStage on libhgcpu's stage (native/cpu_stage.c). submit() hands the
- * job to the stage's own coordinator thread (and its helper pool) and returns at once, so JS
- * drives the device stage meanwhile; wait() blocks until it is done. Staged V rows land
- * directly in a CpuBackend tensor (the "pinned" buffer the device reads), in the store's dtype.
+ * NativeCpuStage: core's CpuStage on libhgcpu's stage (native/cpu_stage.c). submit() queues the
+ * job for the stage's own coordinator thread (and its helper pool) and returns at once, so JS
+ * drives the device stage meanwhile; wait() blocks until every queued job is done. Staged V rows
+ * land directly in a CpuBackend tensor (the "pinned" buffer the device reads), in the store's dtype.
+ *
+ * Queued jobs (up to queueDepth) run in order, each writing its slot's outputs when it runs, so
+ * layers l and l + 2 may queue for the same slot. A "selected" job is the exception: JS writes its
+ * ids at submit, so it cannot be queued behind another job (submit fails; wait() first). A "score"
+ * job, gather() and allLogits() need an idle stage for the JS selection between them; such a job's
+ * done is raised by gather() (or by the stage when the score job fails).
  */
 import { dlopen, FFIType, ptr as addressOf, toArrayBuffer, type Pointer } from "bun:ffi";
 import {
-  checkStageJob, fail, GatheredValues, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape, type CpuStageSplit,
-  type DType, type HostRegion, type OffloadedKeys, type Selection, type SelectorPrimitives, type Tensor,
+  checkStageJob, fail, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape, type CpuStageSplit,
+  type CpuStageStaging, type DType, type HostSignal, type OffloadedKeys, type Selection, type SelectorPrimitives, type Tensor,
 } from "@hybridgen/core";
 import { z } from "zod";
 import type { CpuBackend } from "./cpu-backend.js";
@@ -17,6 +23,7 @@ import { nativeSelectorPrimitives } from "./selector-primitives.js";
 import { storeKeys } from "./store-keys.js";
 import { KeySketches, SCORING_CODE, ScoringSchema, type Scoring } from "./key-scoring.js";
 import { PageSummaryRegions } from "./page-summaries.js";
+import { allocSlot, closeSlot, slotStaging, type NativeBuf, type StageSlot } from "./stage-slots.js";
 import { CpuTensor } from "./tensor.js";
 
 const { ptr, i32, i64, i64_fast, u64, void: none } = FFIType;
@@ -27,6 +34,8 @@ const symbols = {
   hg_stage_submit: { args: [ptr, ptr], returns: i32 },
   hg_stage_run: { args: [ptr, ptr], returns: i64_fast },
   hg_stage_wait: { args: [ptr], returns: i64_fast },
+  hg_stage_cancel: { args: [ptr], returns: none },
+  hg_stage_queue_depth: { args: [ptr], returns: i32 },
   hg_stage_last_ns: { args: [ptr], returns: i64_fast },
   hg_stage_set_idle_spin: { args: [ptr, i64], returns: none },
   hg_stage_set_ready_timeout: { args: [ptr, i64], returns: none },
@@ -68,25 +77,13 @@ export const NativeCpuStageOptionsSchema = z.object({
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
 const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
-const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32, QUEST = 64, NO_ROWS = 128;
-// Field indices of hg_stage_job (all 8-byte; scale is the double at the end).
+const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32, QUEST = 64, NO_ROWS = 128, DONE_IF_FAILED = 256;
+// Field indices of hg_stage_job (all 8-byte; scale is the double at index 21).
 const F = { flags: 0, q: 1, k: 2, ktype: 3, kcap: 4, v: 5, vtype: 6, vcap: 7, n: 8, heads: 9, kvHeads: 10, headDim: 11,
   all: 12, lstride: 13, ids: 14, counts: 15, kmax: 16, budget: 17, sel: 18, vstage: 19, kstage: 20, scale: 21,
-  kq: 22, kqForm: 23, kqFrom: 24, cand: 25, pages: 26, pageSize: 27, pageCap: 28, pagesFrom: 29, ready: 30, readyValue: 31 } as const;
-const JOB_FIELDS = 32;
-/** A query buffer gets a block of its own this large: a device backend pins only whole blocks of at least 2 MiB, and the query's copy must be asynchronous. */
-const PINNABLE_BYTES = 2 << 20;
-
-interface NativeBuf { p: Pointer; bytes: number }
-interface Slot {
-  q: NativeBuf; query: Float32Array;
-  sel: NativeBuf; logits: Float32Array;
-  ids: NativeBuf; idsView: Int32Array;
-  counts: NativeBuf; countsView: Int32Array;
-  values: GatheredValues<CpuTensor>; // store: [kvHeads · cap, headDim] in the K/V dtype
-  keys: GatheredValues<CpuTensor> | null; // the same for K rows, when the shape asks for them
-  keysStaged: boolean; // the slot's last job staged K rows
-}
+  kq: 22, kqForm: 23, kqFrom: 24, cand: 25, pages: 26, pageSize: 27, pageCap: 28, pagesFrom: 29, ready: 30, readyValue: 31,
+  done: 32, doneValue: 33 } as const;
+const JOB_FIELDS = 34;
 
 export class NativeCpuStage implements CpuStage {
   readonly name = "native";
@@ -101,20 +98,23 @@ export class NativeCpuStage implements CpuStage {
   readonly rescoreFactor: number;
   /** Disk-tier reads in flight per stage thread (options.readDepth). */
   readonly readDepth: number;
+  /** Jobs submit() takes before a wait() (the native queue's capacity). */
+  readonly queueDepth: number;
   private sketches: KeySketches | null = null;
   private pages: PageSummaryRegions | null = null; // made by the first quest job
   private readonly lib: StageLib;
   private handle: Pointer | null;
   private shape: CpuStageShape | null = null;
   private readonly bufs: NativeBuf[] = [];
-  private slots: Slot[] = [];
+  private slots: StageSlot[] = [];
   private all: NativeBuf | null = null;
   private rows: Float32Array[] = [];
   private readonly job = new BigInt64Array(JOB_FIELDS);
   private readonly jobF64 = new Float64Array(this.job.buffer);
   private readonly jobPtr: Pointer;
   private readonly split = new Float64Array(6);
-  private pending = false;
+  private pending = 0; // jobs submitted since the last wait()
+  private pendingKeys: CpuTensor[] = []; // stores whose compressed copies or page summaries those jobs extend
 
   constructor(private readonly backend: CpuBackend, options: NativeCpuStageOptions = {}) {
     const parsed = NativeCpuStageOptionsSchema.safeParse(options);
@@ -132,31 +132,20 @@ export class NativeCpuStage implements CpuStage {
     this.lib.hg_stage_set_ready_timeout(this.handle, parsed.data.readyTimeoutMs * 1_000_000);
     this.readDepth = parsed.data.readDepth;
     this.lib.hg_stage_set_read_depth(this.handle, this.readDepth);
+    this.queueDepth = this.lib.hg_stage_queue_depth(this.handle);
     this.jobPtr = addressOf(this.job);
   }
 
   prepare(shape: CpuStageShape): void {
     if (this.shape) fail("cpu stage: prepare() called twice");
     this.live();
-    const { heads, kvHeads, headDim, storeCapacity: cap, dtype } = shape;
+    const { heads, kvHeads, headDim, storeCapacity: cap } = shape;
     if (this.scoring !== "full") this.sketches = new KeySketches(this.scoring, kvHeads, cap, headDim);
     this.shape = shape;
     this.all = this.alloc(heads * cap * 4);
     const allF = new Float32Array(toArrayBuffer(this.all.p, 0, this.all.bytes));
     this.rows = Array.from({ length: heads }, (_, h) => allF.subarray(h * cap, (h + 1) * cap));
-    for (let s = 0; s < 2; s++) {
-      const q = this.alloc(Math.max(heads * headDim * 4, PINNABLE_BYTES)), sel = this.alloc(heads * cap * 4);
-      const ids = this.alloc(kvHeads * cap * 4), counts = this.alloc(kvHeads * 4);
-      this.slots.push({
-        q, query: new Float32Array(toArrayBuffer(q.p, 0, heads * headDim * 4)),
-        sel, logits: new Float32Array(toArrayBuffer(sel.p, 0, sel.bytes)),
-        ids, idsView: new Int32Array(toArrayBuffer(ids.p, 0, ids.bytes)),
-        counts, countsView: new Int32Array(toArrayBuffer(counts.p, 0, counts.bytes)),
-        values: new GatheredValues(this.backend, this.backend.alloc([kvHeads * cap, headDim], dtype) as CpuTensor, kvHeads, headDim),
-        keys: shape.stageKeys ? new GatheredValues(this.backend, this.backend.alloc([kvHeads * cap, headDim], dtype) as CpuTensor, kvHeads, headDim) : null,
-        keysStaged: false,
-      });
-    }
+    for (let s = 0; s < 2; s++) this.slots.push(allocSlot(this.backend, shape, (bytes) => this.alloc(bytes)));
   }
 
   query(slot: 0 | 1): Float32Array {
@@ -164,26 +153,42 @@ export class NativeCpuStage implements CpuStage {
   }
 
   submit(job: CpuStageJob): void {
-    if (this.pending) fail("cpu stage: submit() while a job is running (wait() first)");
+    this.live();
+    if (this.pending >= this.queueDepth) fail(`cpu stage: submit() past the queue depth of ${this.queueDepth} jobs (wait() first)`);
     const w = job.work;
     let flags: number;
-    if (w.kind === "score") flags = SCORE;
+    if (w.kind === "score") flags = SCORE | DONE_IF_FAILED; // its done waits for gather()
     else if (w.kind === "topk") flags = SCORE | TOPK | GATHER | (w.shared ? SHARED : 0);
     else if (w.kind === "quest") flags = QUEST | SELECTED | GATHER;
     else {
+      if (this.pending > 0) fail("cpu stage: a selected job cannot be queued behind another (wait() first)");
       this.writeIds(job, w.selection);
       flags = SELECTED | GATHER;
     }
-    this.fill(job, flags | this.rowFlags(job), w.kind === "topk" || w.kind === "quest" ? w.budget : 0);
-    if (this.lib.hg_stage_submit(this.handle!, this.jobPtr) !== 0) fail("cpu stage: the native stage is busy");
-    this.pending = true;
+    const extended = this.fill(job, flags | this.rowFlags(job), w.kind === "topk" || w.kind === "quest" ? w.budget : 0);
+    if (this.lib.hg_stage_submit(this.handle!, this.jobPtr) !== 0) {
+      if (extended) this.forgetDerived(extended);
+      fail("cpu stage: the native queue is full");
+    }
+    this.pending++;
+    if (extended) this.pendingKeys.push(extended);
   }
 
+  /** Waits for every job since the last wait(); their summed busy ms. */
   wait(): number {
-    if (!this.pending) fail("cpu stage: wait() without a submitted job");
-    this.pending = false;
-    this.check(Number(this.lib.hg_stage_wait(this.handle!)));
+    if (this.pending === 0) fail("cpu stage: wait() without a submitted job");
+    const keys = this.pendingKeys;
+    this.pending = 0;
+    this.pendingKeys = [];
+    const rc = Number(this.lib.hg_stage_wait(this.handle!));
+    if (rc !== 0) for (const k of keys) this.forgetDerived(k); // a failed job may not have extended them
+    this.check(rc);
     return Number(this.lib.hg_stage_last_ns(this.handle!)) / 1e6;
+  }
+
+  /** Jobs not started yet fail and one waiting for its ready signal stops (each raises its done); the next wait() throws. */
+  cancel(): void {
+    if (this.handle && this.pending > 0) this.lib.hg_stage_cancel(this.handle);
   }
 
   /** The store's K as selectors read it: a view of the tensor's memory (no copy). */
@@ -192,14 +197,14 @@ export class NativeCpuStage implements CpuStage {
     return storeKeys(this.store(k, "K"));
   }
 
-  /** The last job's phases (after wait(); a gather() run afterwards replaces them). */
+  /** The phases of the last wait()'s jobs, summed (a gather() run afterwards replaces them). */
   lastSplit(): CpuStageSplit {
     this.lib.hg_stage_last_split(this.live(), addressOf(this.split));
     const ms = (i: number) => this.split[i] / 1e6;
     return { scoreMs: ms(0) + ms(1), selectMs: ms(2), gatherMs: ms(3), handoffMs: ms(4) + ms(5) };
   }
 
-  /** The last job's reads of disk-tier rows: reads issued (adjacent rows are one) and their bytes. */
+  /** The last wait()'s jobs' reads of disk-tier rows (summed): reads issued (adjacent rows are one) and their bytes. */
   lastReads(): { reads: number; bytes: number } {
     const out = new BigInt64Array(2);
     this.lib.hg_stage_last_reads(this.live(), addressOf(out));
@@ -207,11 +212,12 @@ export class NativeCpuStage implements CpuStage {
   }
 
   allLogits(): readonly Float32Array[] {
+    if (this.pending > 0) fail("cpu stage: allLogits() while jobs are pending (wait() first)");
     return this.rows;
   }
 
   gather(job: CpuStageJob, selection: Selection): void {
-    if (this.pending) fail("cpu stage: gather() while a job is running (wait() first)");
+    if (this.pending > 0) fail("cpu stage: gather() while a job is running (wait() first)");
     this.writeIds(job, selection);
     this.fill(job, GATHER | this.rowFlags(job), 0);
     this.check(Number(this.lib.hg_stage_run(this.handle!, this.jobPtr)));
@@ -225,27 +231,24 @@ export class NativeCpuStage implements CpuStage {
     };
   }
 
-  hostStaging(slot: 0 | 1): { query: HostRegion; logits: HostRegion; values: HostRegion; keys: HostRegion | null } {
+  /** The slot's blocks; `table` is int32 [counts (kvHeads) | ids (kvHeads × kmax)] for the last job's kmax. */
+  hostStaging(slot: 0 | 1): CpuStageStaging {
     this.ready();
-    const s = this.slot(slot), v = s.values.store, k = s.keys?.store;
-    return {
-      query: { address: s.q.p, byteLength: s.q.bytes },
-      logits: { address: s.sel.p, byteLength: s.sel.bytes },
-      values: { address: v.ptr, byteLength: v.byteLength },
-      keys: k ? { address: k.ptr, byteLength: k.byteLength } : null,
-    };
+    return slotStaging(this.slot(slot));
   }
 
+  /** Pending jobs are cancelled (the running one ends first). */
   close(): void {
     if (!this.handle) return;
-    if (this.pending) this.lib.hg_stage_wait(this.handle);
-    this.pending = false;
+    if (this.pending > 0) {
+      this.lib.hg_stage_cancel(this.handle);
+      this.lib.hg_stage_wait(this.handle);
+    }
+    this.pending = 0;
+    this.pendingKeys = [];
     this.lib.hg_stage_destroy(this.handle);
     this.handle = null;
-    for (const s of this.slots) {
-      s.values.close();
-      s.keys?.close();
-    }
+    for (const s of this.slots) closeSlot(s);
     this.slots = [];
     this.sketches?.close();
     this.sketches = null;
@@ -262,10 +265,14 @@ export class NativeCpuStage implements CpuStage {
 
   // ---- internals ----------------------------------------------------------------------------
 
-  /** Validates the job, then writes hg_stage_job; every pointer it holds is checked here. */
-  private fill(job: CpuStageJob, flags: number, budget: number): void {
+  /**
+   * Validates the job, then writes hg_stage_job; every pointer it holds is checked here. Returns the
+   * store K whose compressed copy or page summaries the job extends, if any.
+   */
+  private fill(job: CpuStageJob, flags: number, budget: number): CpuTensor | null {
     const shape = this.ready();
     checkStageJob(job, shape);
+    checkSignal(job.done, "done");
     const k = this.store(job.k, "K"), v = this.store(job.v, "V");
     const s = this.slot(job.slot), J = this.job;
     s.values.kmax = job.kmax;
@@ -279,16 +286,19 @@ export class NativeCpuStage implements CpuStage {
     set(F.n, job.offloaded);
     set(F.heads, shape.heads); set(F.kvHeads, shape.kvHeads); set(F.headDim, shape.headDim);
     set(F.all, this.all!.p); set(F.lstride, shape.storeCapacity);
-    set(F.ids, s.ids.p); set(F.counts, s.counts.p);
+    set(F.ids, s.idsAddress); set(F.counts, s.table.p);
     set(F.kmax, job.kmax); set(F.budget, budget);
     set(F.sel, s.sel.p); set(F.vstage, s.values.store.ptr); set(F.kstage, s.keys ? s.keys.store.ptr : 0);
     this.jobF64[F.scale] = job.scale;
     set(F.ready, job.ready?.address ?? 0); set(F.readyValue, job.ready?.value ?? 0);
+    set(F.done, job.done?.address ?? 0); set(F.doneValue, job.done?.value ?? 0);
+    let extended: CpuTensor | null = null;
     const sk = this.sketches;
     if (sk && job.work.kind === "topk" && (flags & GATHER) !== 0 && (flags & TOPK) !== 0) {
       const { address, from } = sk.region(k, job.offloaded, job.storeEpoch);
       set(F.kq, address); set(F.kqForm, SCORING_CODE[sk.scoring]); set(F.kqFrom, from);
       set(F.cand, Math.min(job.offloaded, budget * this.rescoreFactor));
+      extended = k;
     } else {
       set(F.kq, 0); set(F.kqForm, 0); set(F.kqFrom, 0); set(F.cand, 0);
     }
@@ -296,9 +306,17 @@ export class NativeCpuStage implements CpuStage {
       this.pages ??= new PageSummaryRegions(shape.kvHeads, shape.storeCapacity, shape.headDim);
       const { address, pageCapacity, from } = this.pages.region(k, job.offloaded, job.work.pageSize, job.storeEpoch);
       set(F.pages, address); set(F.pageSize, job.work.pageSize); set(F.pageCap, pageCapacity); set(F.pagesFrom, from);
+      extended = k;
     } else {
       set(F.pages, 0); set(F.pageSize, 0); set(F.pageCap, 0); set(F.pagesFrom, 0);
     }
+    return extended;
+  }
+
+  /** The next job of `k` makes its compressed copy and page summaries afresh. */
+  private forgetDerived(k: CpuTensor): void {
+    this.sketches?.forget(k);
+    this.pages?.forget(k);
   }
 
   /** K rows staged too (verified logits); none copied at all when the device gathers them from the mapped store. */
@@ -359,7 +377,7 @@ export class NativeCpuStage implements CpuStage {
     return b;
   }
 
-  private slot(i: 0 | 1): Slot {
+  private slot(i: 0 | 1): StageSlot {
     const s = this.slots[i];
     if (!s) fail(this.handle ? `cpu stage: slot ${i} does not exist (call prepare() first)` : "cpu stage used after close()");
     return s;
@@ -374,5 +392,12 @@ export class NativeCpuStage implements CpuStage {
     this.live();
     if (!this.shape) fail("cpu stage: prepare() was not called");
     return this.shape;
+  }
+}
+
+/** A ready/done signal: a 4-byte-aligned host address and a 32-bit value. */
+function checkSignal(x: HostSignal | undefined, what: string): void {
+  if (x !== undefined && !(Number.isSafeInteger(x.address) && x.address > 0 && x.address % 4 === 0 && Number.isInteger(x.value) && x.value >= 0 && x.value <= 0xffffffff)) {
+    fail(`cpu stage: ${what} must be a 4-byte-aligned host address and a 32-bit value`);
   }
 }

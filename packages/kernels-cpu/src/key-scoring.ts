@@ -61,6 +61,12 @@ export class KeySketches {
     return { address: r.p, from };
   }
 
+  /** The next region() of `k` starts over (a job that was to encode its rows failed). */
+  forget(k: CpuTensor): void {
+    const r = this.regions.get(k);
+    if (r) r.encoded = 0;
+  }
+
   /** Bytes held by the compressed copies. */
   get bytes(): number {
     return this.regions.bytes;

@@ -37,6 +37,12 @@ export class PageSummaryRegions {
     return { address: r.p, pageCapacity: r.pageCapacity, from };
   }
 
+  /** The next region() of `k` starts over (a job that was to fold in its rows failed). */
+  forget(k: CpuTensor): void {
+    const r = this.regions.get(k);
+    if (r) r.summarized = 0;
+  }
+
   /** Bytes held by the summaries. */
   get bytes(): number {
     return this.regions.bytes;

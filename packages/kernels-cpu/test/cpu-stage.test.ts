@@ -174,7 +174,7 @@ describe(`NativeCpuStage equals BackendCpuStage on the reference backend (seed $
     stage.submit(job);
     let jsWork = 0;
     for (let i = 0; i < 1000; i++) jsWork += Math.sqrt(i); // the "device stage" meanwhile
-    expect(() => stage.submit(job)).toThrow(/while a job is running/);
+    stage.submit(job); // queues behind the first
     stage.wait();
     const first = Array.from(stage.output(0).ids.subarray(0, 32));
     stage.submit(job);

@@ -2,10 +2,10 @@
  * A CPU stage that, once a layer's selected rows are gathered, tells the store's allocator
  * which slots they were (KvStoreAllocator.readAhead): with V in files of the disk tier, the
  * next layer's same slots are read ahead while this layer's attention runs. Everything else
- * is the wrapped stage's.
+ * is the wrapped stage's. With a queue of jobs, the store hears the last job of each wait().
  */
 import type {
-  CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape, CpuStageSplit, HostRegion, KvStoreAllocator, OffloadedKeys, Selection, SelectorPrimitives, Tensor,
+  CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape, CpuStageSplit, CpuStageStaging, KvStoreAllocator, OffloadedKeys, Selection, SelectorPrimitives, Tensor,
 } from "@hybridgen/core";
 
 type ReadAhead = NonNullable<KvStoreAllocator["readAhead"]>;
@@ -20,6 +20,12 @@ export class ReadAheadStage implements CpuStage {
   }
   get concurrent(): boolean {
     return this.inner.concurrent;
+  }
+  get waitsForSignal(): boolean | undefined {
+    return this.inner.waitsForSignal;
+  }
+  get queueDepth(): number | undefined {
+    return this.inner.queueDepth;
   }
   get primitives(): SelectorPrimitives | undefined {
     return this.inner.primitives;
@@ -40,6 +46,9 @@ export class ReadAheadStage implements CpuStage {
     if (job && job.work.kind !== "score") this.tell(job); // "score" jobs gather later, in gather()
     return ms;
   }
+  cancel(): void {
+    this.inner.cancel?.();
+  }
   allLogits(): readonly Float32Array[] {
     return this.inner.allLogits();
   }
@@ -50,7 +59,7 @@ export class ReadAheadStage implements CpuStage {
   output(slot: 0 | 1): CpuStageOutput {
     return this.inner.output(slot);
   }
-  hostStaging(slot: 0 | 1): { readonly query: HostRegion; readonly logits: HostRegion; readonly values: HostRegion; readonly keys: HostRegion | null } {
+  hostStaging(slot: 0 | 1): CpuStageStaging {
     return this.inner.hostStaging!(slot);
   }
   lastSplit(): CpuStageSplit {
