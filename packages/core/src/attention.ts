@@ -50,7 +50,7 @@ export interface QueryProjector {
 export interface DecodeBatchStep {
   readonly rows: number;
   /** T_gpu / T_tx of the step, read by the first row that ends it; the other rows take the same. */
-  times?: { readonly gpuMs: number; readonly txMs: number };
+  times?: { readonly gpuMs: number; readonly txMs: number; readonly waitMs?: number };
 }
 
 /** Takes over the attention of decode steps (one token); see hybrid/hybrid-attention.ts. */

@@ -94,9 +94,9 @@ export interface HostTransfers extends Disposable {
   /**
    * Waits for the device, then returns the times since the last call: gpuMs = compute-stream
    * busy time between resume and pause marks (less its waits on copies), txMs = copy-stream
-   * time of the transfers.
+   * time of the transfers; waitMs (with the hand-off ops) = the compute stream's time in awaitSignal.
    */
-  times(): { gpuMs: number; txMs: number };
+  times(): { gpuMs: number; txMs: number; waitMs?: number };
   /** Pinned copy bandwidth in bytes/s over `bytes` (host → device, device → host). */
   bandwidth?(bytes: number, iters: number): { h2d: number; d2h: number };
   /** Optional: whether the device reads `region` in place (pinned host memory mapped into its address space), as gatherRows does. */

@@ -33,12 +33,12 @@ function run(files: ModelFiles, tokens: number[], c: Case, handoff: { depth: num
     { logits: c.logits });
   const out = [model.forward(Int32Array.from(tokens.slice(0, PROMPT)), 0)];
   for (let t = PROMPT; t < tokens.length; t++) out.push(model.forward(Int32Array.of(tokens[t]!), t));
-  const cpuStageMs = hybrid.stats.cpuStageMs;
+  const cpuStageMs = hybrid.stats.cpuStageMs, handedOff = hybrid.stats.handedOffSteps, summary = hybrid.stats.summary();
   hybrid.close();
   model.close();
   expect(be.liveTensors()).toBe(0);
   return {
-    out, cpuStageMs, segments: rec.segments,
+    out, cpuStageMs, handedOff, summary, segments: rec.segments,
     awaited: link instanceof HandoffLink ? link.awaited : 0,
     waits: stage instanceof QueuedStage ? stage.waits : 0,
     mostQueued: stage instanceof QueuedStage ? stage.mostQueued : 0,
@@ -62,6 +62,8 @@ describe("hybrid attention handed off on the device (queued stage jobs, device-s
       const plain = run(files, tokens, c, null), handed = run(files, tokens, c, { depth: 64 });
       expect(handed.awaited, label).toBe(steps * LAYERS);
       expect(handed.waits, label).toBe(steps);
+      expect(handed.handedOff, label).toBe(steps);
+      expect(handed.summary, label).toContain(`${steps} of ${steps} steps handed off`);
       expect(handed.mostQueued, label).toBeGreaterThanOrEqual(2);
       expect(handed.segments, label).toBe(plain.segments);
       expect(handed.cpuStageMs, label).toBeGreaterThan(0);
@@ -83,6 +85,7 @@ describe("hybrid attention handed off on the device (queued stage jobs, device-s
       const c: Case = { logits: "verified", selector, timing: "post", k: 3 };
       const plain = run(files, tokens, c, null), handed = run(files, tokens, c, { depth });
       expect(handed.awaited).toBe(0);
+      expect(handed.handedOff).toBe(0);
       expect(handed.waits).toBe(steps * LAYERS);
       handed.out.forEach((l, i) => expect(maxAbsDiff(l, plain.out[i]!), `step ${i}`).toBe(0));
     }

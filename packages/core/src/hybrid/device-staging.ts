@@ -281,7 +281,7 @@ export class DeviceStaging implements Disposable {
   }
 
   /** Ends a step's timing: waits for the device; T_gpu and T_tx since the last call (ms). */
-  times(): { gpuMs: number; txMs: number } {
+  times(): { gpuMs: number; txMs: number; waitMs?: number } {
     return this.link.times();
   }
 

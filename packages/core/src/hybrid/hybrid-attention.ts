@@ -504,19 +504,22 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.plan = null;
     const wall = performance.now() - this.stepStart;
     let device = Math.max(0, wall - this.stepWait - this.stepJs - this.stepTx);
+    let held = this.stepWait; // what the CPU stage held the step up by
     if (this.device) {
       this.device.pause();
       // CUDA events: compute-stream busy time, copy-stream time (a batched step's, once for all its rows).
       const t = this.batchStep ? (this.batchStep.times ??= this.device.times()) : this.device.times();
       device = t.gpuMs;
       this.stepTx = t.txMs;
+      if (this.handOffStep) held = t.waitMs ?? 0;
     }
     const st = this.stats;
     st.steps++;
+    if (this.handOffStep) st.handedOffSteps++;
     st.offloaded = plan.offloaded;
     st.cpuStageMs += this.stepCpu;
     st.cpuJsMs += this.stepJs;
-    st.waitMs += this.stepWait;
+    st.waitMs += held;
     st.issueMs += Math.max(0, wall - this.stepWait);
     st.deviceMs += device;
     st.txMs += this.stepTx;

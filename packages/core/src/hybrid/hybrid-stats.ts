@@ -37,8 +37,10 @@ export class HybridStats extends OffloadCounters {
   cpuSelectMs = 0;
   cpuGatherMs = 0;
   handoffMs = 0;
-  /** Σ of time the device driver was blocked waiting for the CPU stage. */
+  /** Σ of time the device driver was blocked waiting for the CPU stage (in a handed-off step: the device's wait, awaitSignal). */
   waitMs = 0;
+  /** Steps handed off on the device (the device, not the host, waited for the CPU stage). */
+  handedOffSteps = 0;
   /** Σ of the driving thread's own time in hybrid steps (wall less waitMs): issuing and recording device work. */
   issueMs = 0;
   /** Σ of the device stage: T_gpu, the compute stream's busy time from CUDA events on a device
@@ -88,6 +90,7 @@ export class HybridStats extends OffloadCounters {
     this.resetCounts();
     this.sumK = 0;
     this.cpuStageMs = this.cpuJsMs = this.waitMs = this.issueMs = this.deviceMs = this.txMs = 0;
+    this.handedOffSteps = 0;
     this.cpuScoreMs = this.cpuSelectMs = this.cpuGatherMs = this.handoffMs = 0;
     this.notes.length = 0;
     this.trace.length = 0;
@@ -101,7 +104,8 @@ export class HybridStats extends OffloadCounters {
     return `hybrid: ${this.offloaded} tokens offloaded, mean K ${this.meanK.toFixed(1)}, per layer: ` +
       `CPU stage ${per(this.cpuStageMs + this.cpuJsMs)} ms, device stage ${per(this.deviceMs)} ms, ` +
       `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (${this.steps} hybrid steps), ` +
-      `transfers ${per(this.txMs)} ms; driving thread per layer: issuing ${per(this.issueMs)} ms, waiting for the CPU stage ${per(this.waitMs)} ms` + this.splitSummary() + (this.rows ? `; ${this.rows}` : "") + this.schedulerSummary();
+      `transfers ${per(this.txMs)} ms; driving thread per layer: issuing ${per(this.issueMs)} ms, waiting for the CPU stage ${per(this.waitMs)} ms` + this.splitSummary() + (this.rows ? `; ${this.rows}` : "") +
+      (this.handedOffSteps ? `; ${this.handedOffSteps} of ${this.steps} steps handed off (the device waited for the CPU stage)` : "") + this.schedulerSummary();
   }
 
   /** "; scheduler: K 8 → 96 (range 8–128), post, 1 timing switch" from the trace (empty without one). */
