@@ -197,7 +197,7 @@ export class FeedbackScheduler implements Scheduler {
     if (this.timing === "pre" && o.returnToPost && !this.unavailable.has("post") && canSwitch && this.postFits(t, k)) {
       this.switchTo("post");
       this.trialPost = true;
-      this.k = clampK(o.kMin, o);
+      this.k = this.quantized(o.kMin, o);
       return this.initial();
     }
 
@@ -207,9 +207,9 @@ export class FeedbackScheduler implements Scheduler {
     const toCap = Math.max(cap, k / o.maxStep);
     if (e.load > e.gpu) {
       if (k > o.kMin) {
-        this.k = clampK(Math.min(this.resize(k, e, "shrink"), toCap), o);
+        this.k = this.quantized(Math.min(this.resize(k, e, "shrink"), toCap), o);
       } else {
-        this.k = clampK(o.kMin, o);
+        this.k = this.quantized(o.kMin, o);
         const preOk = o.allowPre && !this.unavailable.has("pre");
         if (this.timing === "post" && preOk && (canSwitch || this.trialPost)) {
           if (this.trialPost) this.dwell = Math.max(1, this.dwell) * 2; // the return was wrong: wait longer next time
@@ -217,19 +217,32 @@ export class FeedbackScheduler implements Scheduler {
           this.switchTo("pre");
         }
       }
-    } else if (k > cap) {
-      this.k = clampK(toCap, o);
+    } else if (k >= cap + o.kQuantum) {
+      this.k = this.quantized(toCap, o);
     } else if (e.load <= (1 - o.deadband) * e.gpu) {
       // The load hides behind T_gpu, but T_gpu grows with K: more K is free only up to the cap.
-      this.k = clampK(Math.min(this.resize(k, e, "grow"), Math.max(k, cap)), o);
+      this.k = this.quantized(Math.min(this.resize(k, e, "grow"), Math.max(k, cap)), o);
     } else {
-      this.k = clampK(k, o);
+      this.k = this.quantized(k, o);
     }
     if (this.trialPost && this.timing === "post" && (e.load <= e.gpu || this.stepsInTiming >= this.dwell)) this.trialPost = false;
     // K beyond the offloaded count buys nothing (the engine clamps it) and would take many
     // steps to walk back once the CPU stage gets tight, so keep it within reach.
-    if (t.offloaded > 0) this.k = clampK(Math.min(this.k, Math.max(o.kMin, t.offloaded)), o);
+    if (t.offloaded > 0) this.k = this.quantized(Math.min(this.k, Math.max(o.kMin, t.offloaded)), o);
     return this.initial();
+  }
+
+  /**
+   * The next K from a target: the current one when the target is the same or larger by less than
+   * a quantum, kMax when it reaches kMax, else kMin plus the whole quanta below the target.
+   */
+  private quantized(target: number, o: { kMin: number; kMax?: number; kQuantum: number }): number {
+    const k = this.k;
+    if (target === k) return k;
+    if (o.kMax !== undefined && target >= o.kMax) return clampK(o.kMax, o);
+    const q = o.kQuantum, floor = target >= o.kMin ? o.kMin + Math.floor((target - o.kMin) / q) * q : target;
+    if (target > k && floor <= k) return k;
+    return clampK(floor, o);
   }
 
   private switchTo(timing: SelectionTiming): void {

@@ -33,6 +33,12 @@ export const FeedbackSchedulerOptionsSchema = z
      */
     gpuGrowth: z.number().min(0).max(1).default(0.1),
     /**
+     * K moves in multiples of kQuantum above kMin, and shrinks toward the device cap only once it
+     * is a whole quantum past it: each distinct K is a decode step the device records afresh (CUDA
+     * graphs), so a K that jitters by a token would re-record every step.
+     */
+    kQuantum: z.number().int().positive().default(16),
+    /**
      * Allow switching to pre-QKᵀ when post is CPU-bound at kMin (false: post only, K pinned at
      * kMin). Set it from the selector: false when its timings lack "pre". A step the engine ran
      * post although pre was asked for (the selector cannot run pre) turns it off as well.

@@ -23,7 +23,7 @@ describe("FeedbackScheduler: Algorithm 1, one decision at a time", () => {
       const gpu = 0.5 + r() * 10;
       const total = gpu * (0.3 + r() * 1.4);
       const cpuShare = r();
-      const s = new FeedbackScheduler({ kMin, k, minDwellSteps: 0 });
+      const s = new FeedbackScheduler({ kMin, k, minDwellSteps: 0, kQuantum: 1 });
       const t = { step: 0, tGpuMs: gpu, tCpuMs: total * cpuShare, tTxMs: total * (1 - cpuShare), k, timing: "post" as const, offloaded };
       const d = s.next(t);
       const want = reference(kMin, k, "post", total, gpu, s.options.deadband);
@@ -180,6 +180,21 @@ describe("FeedbackScheduler: a device stage that grows with K", () => {
       expect(mean / t0, at).toBeLessThan(1.2); // the doubling costs a few steps once
       expect(s.state().gpuMsPerK! / GPU_PER_K).toBeCloseTo(1, 0);
       expect(Math.abs(s.state().kCap! - cap) / cap).toBeLessThan(0.25);
+    }
+  });
+
+  it("moves K in whole quanta and holds it while the cap jitters within one (each new K re-records the device's step)", () => {
+    const m = h200();
+    for (let seed = 1; seed <= 10; seed++) {
+      const s = new FeedbackScheduler({ kMin: 256, timing: "pre" });
+      const tr = run(s, 80, () => m, (step) => OFFLOADED + step, 0.1, seed);
+      const tail = tr.k.slice(-40), at = `seed ${seed}: ${tr.k.join(" ")}`;
+      for (const k of tr.k) expect((k - 256) % s.options.kQuantum, at).toBe(0);
+      const changes = tail.filter((k, i) => i > 0 && k !== tail[i - 1]).length;
+      expect(changes, at).toBeLessThanOrEqual(4);
+      // Without the quantum the same loop changes K most steps: what made the device re-record its graphs.
+      const fine = run(new FeedbackScheduler({ kMin: 256, timing: "pre", kQuantum: 1 }), 80, () => m, (step) => OFFLOADED + step, 0.1, seed).k.slice(-40);
+      expect(fine.filter((k, i) => i > 0 && k !== fine[i - 1]).length, at).toBeGreaterThan(changes);
     }
   });
 
