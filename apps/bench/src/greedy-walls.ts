@@ -1,14 +1,16 @@
 import type { CausalLM } from "@hybridgen/core";
 
 /** Greedy decode of `steps` tokens from position `first`; wall ms of each step (step + pick). */
-export function greedyWalls(model: CausalLM, first: number, steps: number): number[] {
+export function greedyWalls(model: CausalLM, first: number, steps: number, around?: { step: number; range: (on: boolean) => void }): number[] {
   const walls: number[] = [];
   let tok = model.argmaxLogits();
   for (let s = 0; s < steps; s++) {
+    if (around?.step === s) around.range(true);
     const t0 = performance.now();
     model.step(Int32Array.of(tok), first + s);
     tok = model.argmaxLogits();
     walls.push(performance.now() - t0);
+    if (around?.step === s) around.range(false);
   }
   return walls;
 }

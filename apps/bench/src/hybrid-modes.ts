@@ -6,8 +6,10 @@
  *
  *   bun apps/bench/src/hybrid-modes.ts [--backend cuda|cpu] [--preset llama-3.1-8b] [--contexts 32768,131000]
  *     [--steps 64] [--window 4096] [--sinks 4] [--k 256] [--threads N] [--configs full,post-exact,…]
- *     [--trace-dir DIR] [--source TEXT] [--row-path auto|mapped|staged]
+ *     [--trace-dir DIR] [--source TEXT] [--row-path auto|mapped|staged] [--profile-step S]
  *
+ * --profile-step S: decode step S of every config runs inside a profiler's capture range (run
+ * under `ncu --profile-from-start off …` or nsys likewise: one step's kernels, nothing else).
  * Configs: full; post-exact, post-speculative, post-verified (top-K in the stage, fixed K);
  * pre-exact, pre-speculative, pre-verified (Quest pages, fixed K), pre-streaming, pre-infinigen
  * (verified), pre-streaming-speculative; feedback (the default pair topk+quest, verified, kMin = K), feedback-streaming
@@ -43,6 +45,7 @@ const configs = list("configs", "full,post-exact,post-speculative,post-verified,
 const traceDir = arg("trace-dir", "");
 /** Where the device gets the selected rows, for every hybrid config (HybridOptions.rowPath). */
 const rowPath = arg("row-path", "auto") as "auto" | "mapped" | "staged";
+const profileStep = arg("profile-step", "");
 const source = arg("source", `apps/bench hybrid-modes on ${backendName}, ${new Date().toISOString().slice(0, 10)}`);
 /** Steps left out of the means: the first hybrid step captures and warms up. */
 const WARM = 4;
@@ -148,6 +151,14 @@ const rows = [
 const recorded: Record<number, RecordedRun[]> = {};
 const results: { context: number; config: string; ms: number; floorMs: number }[] = [];
 
+/** The profiler's range around step --profile-step (a CUDA backend's profilerRange), else nothing. */
+function profiled(): { step: number; range: (on: boolean) => void } | undefined {
+  if (profileStep === "") return undefined;
+  const range = (backend as { profilerRange?: (on: boolean) => void }).profilerRange;
+  if (!range) throw new Error(`--profile-step needs a backend with a profiler range (cuda), not ${backend.name}`);
+  return { step: Number(profileStep), range: (on) => range.call(backend, on) };
+}
+
 for (const context of contexts) {
   const maxContext = context + steps + 8;
   const prompt = Int32Array.from({ length: context }, (_, i) => (i * 7919 + 13) % (json.vocab_size as number));
@@ -157,7 +168,7 @@ for (const context of contexts) {
     using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
     using model = loadModel(files, backend, { maxContext, prefillBlock, kvDtype: "bf16" });
     model.step(prompt, 0);
-    const walls = greedyWalls(model, context, steps);
+    const walls = greedyWalls(model, context, steps, profiled());
     fullMs = mean(walls.slice(WARM));
     const floor = fullFloorMs(modelBytes, context, bw.hbm);
     results.push({ context, config: "full", ms: fullMs, floorMs: floor });
@@ -178,7 +189,7 @@ for (const context of contexts) {
     using ha = await createHybridAttention(model, backend, { cpuStageThreads: threads, rowPath, ...HYBRID[name] });
     try {
       const g0 = graphStats();
-      const walls = greedyWalls(model, context, steps);
+      const walls = greedyWalls(model, context, steps, profiled());
       const g1 = graphStats();
       const trace = ha.stats.trace.slice();
       const tail = trace.slice(WARM);

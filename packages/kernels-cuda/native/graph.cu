@@ -3,6 +3,7 @@
 // step of an 8B model is ~420 launches of a few µs of host time each; one graph launch
 // replaces them. The per-step values live in a device blob the kernels read (see common.cuh).
 #include "common.cuh"
+#include <cuda_profiler_api.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
@@ -181,6 +182,12 @@ HG_EXPORT int hg_cu_step_end(HgCtx *c) {
 }
 
 // counts[0..4] = graphs captured, replayed, steps drained, steps run eagerly, commands recorded.
+// A profiler's capture range (ncu/nsys --profile-from-start off): what runs between on and off.
+HG_EXPORT int hg_cu_profiler(HgCtx *c, int on) {
+  HG_FLUSH(c);
+  return (int)(on ? cudaProfilerStart() : cudaProfilerStop());
+}
+
 HG_EXPORT void hg_cu_step_stats(HgCtx *c, double *counts) {
   counts[0] = (double)c->nCaptures;
   counts[1] = (double)c->nReplays;

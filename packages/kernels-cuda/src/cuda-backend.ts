@@ -745,6 +745,13 @@ export class CudaBackend implements Backend {
     this.graphs = on;
   }
 
+  /** Opens (true) or closes a profiler's capture range: ncu or nsys started with --profile-from-start off profile what runs inside. */
+  profilerRange(on: boolean): void {
+    const ctx = this.live_("profilerRange");
+    if (this.inStep) this.endStep();
+    this.ok("profilerRange (cudaProfilerStart/Stop)", this.lib.hg_cu_profiler(ctx, on ? 1 : 0));
+  }
+
   /** Counters of the decode-step graphs since creation. */
   graphStats(): { captures: number; replays: number; drained: number; eagerSteps: number; recordedOps: number; lastDrain: string } {
     const c = new Float64Array(5);

@@ -61,6 +61,7 @@ export const backendSymbols = {
   hg_cu_step_begin: { args: [ptr, i32], returns: i32 },
   hg_cu_step_end: { args: [ptr], returns: i32 },
   hg_cu_step_stats: { args: [ptr, ptr], returns: none },
+  hg_cu_profiler: { args: [ptr, i32], returns: i32 },
   hg_cu_step_reset: { args: [ptr], returns: none },
   hg_cu_step_forget: { args: [ptr, i32], returns: none },
   hg_cu_step_info: { args: [ptr, ptr, i32], returns: none },
