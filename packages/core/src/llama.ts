@@ -246,8 +246,13 @@ export class LlamaModel extends DecoderModel {
   /** q of `layer` from residual row x: RoPE(W_q · rmsNorm(x)) at `pos`. */
   protected computeQuery(layer: number, x: Tensor, pos: number, out: Tensor): void {
     const be = this.backend, s = this.shape, w = this.layers[layer], a = this.act;
-    be.rmsNorm(a.specH, x, w.attnNorm, 1, s.normEps);
-    be.matmul(out, a.specH, w.wq, 1, w.bq ?? undefined);
+    if (be.matvec) {
+      // The decode step's fused norm + GEMV, as the layer's own q·kv projection runs (one kernel, not two).
+      be.matvec(out, x, w.wq, { normWeight: w.attnNorm, normEps: s.normEps, bias: w.bq ?? undefined });
+    } else {
+      be.rmsNorm(a.specH, x, w.attnNorm, 1, s.normEps);
+      be.matmul(out, a.specH, w.wq, 1, w.bq ?? undefined);
+    }
     this.specPos[0] = pos;
     be.rope(out, 1, this.specPos, s.heads, s.headDim, this.cos, this.sin);
   }
