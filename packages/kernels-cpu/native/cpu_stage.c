@@ -1,8 +1,9 @@
 /* The hybrid CPU stage on threads of its own: a coordinator pthread that takes JS's queued jobs
  * in order, with an hg_ctx (its own thread pool and kernel table) for the parallel parts.
- * The logits reuse the ISA kernel of hg_attn_logits; top-K takes each token's group max in a
- * streaming pass over the logits, then hg_sel_topk's selection (topk_row.h) on those rows, a
- * list per thread; the V gather is row memcpy into the staging buffer the device reads.
+ * The logits reuse the ISA kernel of hg_attn_logits; a top-K job's scoring also takes each token's
+ * group max from a block of logits it just wrote (in L2), so the top-K phase reads only those
+ * rows, all lists at once (hg_topk_rows, topk_row.h); the V gather is row memcpy into the staging
+ * buffer the device reads.
  * Each job records how long its phases took; a wait reports their sums (hg_stage_last_split). */
 #include "cpu_stage.h"
 #include "ctx.h"
@@ -54,10 +55,11 @@ struct hg_stage {
     /* The last wait's (or run's): its result and the sums above; split[5] is wait's own hand-off. */
     int64_t result, last_ns, split[6], last_reads[2];
     int64_t idle_spin_ns, ready_timeout_ns;
+    int topk_legacy; /* hg_stage_set_topk_kernel */
     int64_t cur[4];         /* the running job's phases: query pack, score, top-K, gather */
     int64_t end_ns;         /* the last job's end (under mu) */
     int64_t prev_end_ns;    /* the coordinator's last job's end */
-    float *scratch; /* top-K: each KV head's group max [kv_heads][n], then the shared row [n] */
+    float *scratch; /* top-K: each KV head's group max [kv_heads][n], the shared row [n], then the group max rows' sample [kv_heads][S] */
     size_t scratch_bytes;
     char *two; /* two-step: packed query, candidates, their exact logits and group max, positions */
     size_t two_bytes;
@@ -81,6 +83,7 @@ static inline int64_t esize(int64_t type) { return type == HG_F32 ? 4 : 2; }
 /* ---- parallel pieces ------------------------------------------------------------------ */
 typedef struct {
     hg_stage *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks, lists;
+    float *sample; int64_t ns; /* fused top-K: hg_topk_rows's sample, ns values a KV head */
     const float *rows; int64_t k; int avx2; atomic_int failed; /* top-K: the lists' rows [lists][n] and K */
     hg_kq_query kq; int32_t *cand; float *exact, *cmax; int32_t *pos; int64_t nc; /* two-step */
     int file_rows; /* valid rows are read afterwards (disk tier): the pieces only zero the padding */
@@ -94,8 +97,67 @@ static void score_task(void *v, int part, int parts) {
     if (b < e) r->s->ctx->k->attn_logits(&r->a, b, e);
 }
 
-/* Each token's group max from the logits (a NaN never wins), pieces = KV heads x chunks of tokens:
- * a streaming pass over the logits, which the scoring left in cache. */
+/* gm[i] = the max of the group's logits rows L + h*lstride at token i, for i in [b, e): NaN never
+ * wins, -inf when every one is NaN (hg_topk_row ranks -inf above NaN). Token-outer, so each max
+ * stays in a register across the heads (head-outer loads and stores gm once per head). */
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) static void group_max_avx2(const float *L, int64_t ls, int64_t group, float *gm, int64_t b, int64_t e) {
+    int64_t i = b;
+    for (; i + 8 <= e; i += 8) {
+        __m256 m = _mm256_set1_ps(-INFINITY);
+        for (int64_t h = 0; h < group; h++) m = _mm256_max_ps(_mm256_loadu_ps(L + h * ls + i), m); /* x > m ? x : m */
+        _mm256_storeu_ps(gm + i, m);
+    }
+    for (; i < e; i++) {
+        float m = -INFINITY;
+        for (int64_t h = 0; h < group; h++) m = L[h * ls + i] > m ? L[h * ls + i] : m;
+        gm[i] = m;
+    }
+}
+#endif
+static void group_max(const float *L, int64_t ls, int64_t group, float *gm, int64_t b, int64_t e, int avx2) {
+#if defined(__x86_64__)
+    if (avx2) {
+        group_max_avx2(L, ls, group, gm, b, e);
+        return;
+    }
+#endif
+    (void)avx2;
+    for (int64_t i = b; i < e; i++) {
+        float m = -INFINITY;
+        for (int64_t h = 0; h < group; h++) m = L[h * ls + i] > m ? L[h * ls + i] : m;
+        gm[i] = m;
+    }
+}
+
+/* Top-K's scoring: score_task's pieces, each block of up to GMAX_BLOCK tokens of a KV head scored
+ * and then folded into its group max while its logits are still in L2 (a pass after all the
+ * scoring reads heads x n x 4 bytes back from L3 or DRAM). Smaller blocks, for L1, cost more in
+ * calls of the logits kernel than they save; its results do not depend on where a range starts,
+ * so the logits are score_task's. */
+#define GMAX_BLOCK 4096
+static void score_gmax_task(void *v, int part, int parts) {
+    run_ctx *r = v;
+    const hg_stage_job *j = r->j;
+    const int64_t n = j->n, group = j->heads / j->kv_heads;
+    int64_t b, e;
+    hg_split(n * j->kv_heads, 16, part, parts, &b, &e);
+    for (int64_t f = b; f < e;) {
+        const int64_t g = f / n, i0 = f - g * n, end = e - g * n < n ? e - g * n : n, i1 = i0 + GMAX_BLOCK < end ? i0 + GMAX_BLOCK : end;
+        r->s->ctx->k->attn_logits(&r->a, f, g * n + i1);
+        float *gm = r->s->scratch + g * n;
+        group_max((const float *)(intptr_t)j->all_logits + g * group * j->lstride, j->lstride, group, gm, i0, i1, r->s->ctx->isa >= 1);
+        /* the sample positions (2q+1)*n/(2S) in [i0, i1): the first q has (2q+1)*n >= 2S*i0 */
+        const int64_t S = r->ns;
+        for (int64_t q = 2 * S * i0 > n ? (2 * S * i0 - n + 2 * n - 1) / (2 * n) : 0, p; q < S && (p = (2 * q + 1) * n / (2 * S)) < i1; q++)
+            r->sample[g * S + q] = gm[p];
+        f = g * n + i1;
+    }
+}
+
+/* hg_stage_set_topk_kernel(s, 1)'s top-K, the stage's before hg_topk_rows (kept for the bench's
+ * before/after and the tests' equality of the two), as it was: each token's group max in a
+ * streaming pass over the logits in the top-K phase, pieces = KV heads x chunks of tokens. */
 __attribute__((target_clones("avx2", "default"))) static void gmax_task(void *v, int part, int parts) {
     (void)parts;
     run_ctx *r = v;
@@ -231,17 +293,9 @@ static int64_t two_step(hg_stage *s, const hg_stage_job *j, run_ctx *r, int thre
     }
     hg_pool_run(s->ctx->pool, approx_task, r, n * j->kv_heads < 4096 ? 1 : 4 * threads);
     LAP(1);
-    r->rows = s->scratch;
-    if (shared) {
-        int64_t most = (n + 4095) / 4096;
-        hg_pool_run(s->ctx->pool, shared_task, r, (int)(most < 2 * threads ? most : 2 * threads));
-        r->rows = s->scratch + (size_t)j->kv_heads * n;
-    }
-    r->k = nc;
-    if (lists > 1) hg_pool_run(s->ctx->pool, topk_task, r, lists); /* as in run_job: a list per thread */
-    else
-        for (int g = 0; g < lists; g++)
-            if (hg_topk_row(r->rows + (size_t)g * n, n, nc, r->cand + (size_t)g * nc, r->avx2, s->ctx->pool) < 0) r->failed = 1;
+    if (hg_topk_rows(s->scratch, shared ? j->kv_heads : 1, s->scratch + (size_t)j->kv_heads * n, NULL, lists, n, nc, r->cand, nc, r->avx2,
+                     s->ctx->pool) < 0)
+        return -2;
     LAP(2);
     {
         int64_t per = (4 * threads + j->kv_heads - 1) / j->kv_heads, most = (nc + 63) / 64;
@@ -376,13 +430,15 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     }
     const int topk = (j->flags & HG_STAGE_TOPK) != 0, shared = (j->flags & HG_STAGE_SHARED) != 0;
     if (topk) {
-        size_t need = (size_t)(j->kv_heads + shared) * (size_t)j->n * sizeof(float);
+        r.ns = hg_topk_rows_sample(j->n);
+        size_t need = ((size_t)(j->kv_heads + shared) * (size_t)j->n + (size_t)(j->kv_heads * r.ns)) * sizeof(float);
         if (s->scratch_bytes < need) {
             free(s->scratch);
             s->scratch = malloc(need);
             s->scratch_bytes = s->scratch ? need : 0;
             if (!s->scratch) return -2;
         }
+        r.sample = s->scratch + (size_t)(j->kv_heads + shared) * (size_t)j->n;
     }
     if (topk && j->kq_form) {
         r.avx2 = s->ctx->isa >= 1;
@@ -394,10 +450,21 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
                                j->n, (int)j->ktype, (int)j->heads, (int)j->kv_heads, (int)j->head_dim, (float)j->scale};
         int64_t work = j->n * j->heads * j->head_dim;
         int parts = work < 32768 ? 1 : 4 * threads;
-        hg_pool_run(s->ctx->pool, score_task, &r, parts);
+        hg_pool_run(s->ctx->pool, topk && !s->topk_legacy ? score_gmax_task : score_task, &r, parts);
         LAP(1);
     }
-    if (topk && !j->kq_form) {
+    if (topk && !j->kq_form && !s->topk_legacy) { /* the group max rows came with the scores */
+        int32_t *ids = (int32_t *)(intptr_t)j->ids, *counts = (int32_t *)(intptr_t)j->counts;
+        const int64_t k = j->budget < j->n ? j->budget : j->n;
+        if (hg_topk_rows(s->scratch, shared ? j->kv_heads : 1, s->scratch + (size_t)j->kv_heads * j->n, r.sample, shared ? 1 : j->kv_heads, j->n, k,
+                         ids, j->kmax, s->ctx->isa >= 1, s->ctx->pool) < 0)
+            return -2;
+        for (int64_t g = 0; g < j->kv_heads; g++) {
+            counts[g] = (int32_t)k;
+            if (shared && g > 0) memcpy(ids + g * j->kmax, ids, (size_t)k * sizeof(int32_t));
+        }
+        LAP(2);
+    } else if (topk && !j->kq_form) {
         int64_t per = (2 * threads + j->kv_heads - 1) / j->kv_heads, most = (j->n + 2047) / 2048;
         r.chunks = (int)(per < most ? per : most);
         if (r.chunks < 1) r.chunks = 1;
@@ -686,6 +753,8 @@ void hg_stage_set_ready_timeout(hg_stage *s, int64_t ns) { s->ready_timeout_ns =
 void hg_stage_error(const hg_stage *s, char *buf, int64_t cap) {
     if (cap > 0) snprintf(buf, (size_t)cap, "%s", s->err);
 }
+
+void hg_stage_set_topk_kernel(hg_stage *s, int legacy) { s->topk_legacy = legacy != 0; }
 
 void hg_stage_set_read_depth(hg_stage *s, int depth) { s->read_depth = depth < 0 ? 0 : depth > 256 ? 256 : depth; }
 

@@ -32,5 +32,11 @@ void hg_sel_gather(const void *k, int ktype, int64_t kv_heads, int64_t cap, int6
  * below every number, -0 equal to +0, k clamped to [0, n]. Returns the count, or -1 when
  * scratch memory failed. */
 int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, int isa, hg_stage *stage);
+/* hg_sel_topk of each of `lists` rows, all at once (the CPU stage's top-K, topk_row.h's hg_topk_rows):
+ * list l's row is src + l*n when nsrc is 1, else the max of the nsrc rows src + (l*nsrc + q)*n (NaN never
+ * wins, -inf where all are NaN), written to maxrow + l*n when 0 < k < n. Its ids go to out + l*ostride.
+ * Returns 0, or -1 when scratch memory failed. */
+int64_t hg_sel_topk_rows(const float *src, int64_t nsrc, float *maxrow, int64_t lists, int64_t n, int64_t k, int32_t *out, int64_t ostride,
+                         int isa, hg_stage *stage);
 #pragma GCC visibility pop
 #endif

@@ -8,7 +8,9 @@
 #include "sel_prims.h"
 #include "sel_pool.h"
 #include "topk_row.h"
+#include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -321,6 +323,13 @@ int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, int isa,
     return hg_topk_row(x, n, k, out, isa < 0 ? best == 1 : isa == 1, hg_sel_pool(stage));
 }
 
+int64_t hg_sel_topk_rows(const float *src, int64_t nsrc, float *maxrow, int64_t lists, int64_t n, int64_t k, int32_t *out, int64_t ostride,
+                         int isa, hg_stage *stage) {
+    static int best = -1;
+    if (best < 0) best = hg_sel_best_isa();
+    return hg_topk_rows(src, nsrc, maxrow, NULL, lists, n, k, out, ostride, isa < 0 ? best == 1 : isa == 1, hg_sel_pool(stage));
+}
+
 int64_t hg_topk_row(const float *x, int64_t n, int64_t k, int32_t *out, int avx2, hg_pool *pool) {
     if (k > n) k = n;
     if (k <= 0) return 0;
@@ -401,4 +410,275 @@ int64_t hg_topk_row(const float *x, int64_t n, int64_t k, int32_t *out, int avx2
     }
     hg_sel_pool_run(pool, emit_part, &r, chunks);
     return k;
+}
+
+/* ---- several rows at once: the CPU stage's lists ---------------------------------------------- */
+#define ROWS_SAMPLE_MIN 512  /* a list's sample: n / 64 values, within these bounds */
+#define ROWS_SAMPLE_MAX 2048
+#define ROWS_PART 8192       /* fewest loads worth a piece of the collecting pass */
+
+typedef struct {
+    const float *src, *sample; /* sample: [lists*nsrc][S] values at the sample positions, or NULL */
+    float *maxrow;
+    int64_t nsrc, lists, n, k, ostride, *cnt; /* cnt: [lists][parts] values each piece collected */
+    int32_t *out, *idx; /* idx and val: a list's collected ids and values at its own [l*n, (l+1)*n) */
+    float *val, *thr;   /* thr: each list's collecting threshold (NaN: collect nothing) */
+    uint32_t *key, *cand;
+    unsigned char *redo; /* lists whose sampled threshold misjudged */
+    int parts, avx2, sampled;
+    atomic_int failed;
+} rows_run;
+
+static int64_t rows_sample(int64_t n) { return n / 64 < ROWS_SAMPLE_MIN ? ROWS_SAMPLE_MIN : n / 64 > ROWS_SAMPLE_MAX ? ROWS_SAMPLE_MAX : n / 64; }
+int64_t hg_topk_rows_sample(int64_t n) { return rows_sample(n); }
+/* The sample's rank whose value leaves at least K of the row at or above it but for a chance of
+ * ~1e-5 (a Poisson tail: mu = K*S/n samples expected among the top K, 4 sigma and 4 more above it). */
+static int64_t rows_rank(int64_t n, int64_t k) {
+    const double mu = (double)k * (double)rows_sample(n) / (double)n;
+    return (int64_t)ceil(mu + 4 * sqrt(mu) + 4);
+}
+
+/* List l's value at i: its row's, or the max over its source rows (NaN never wins; -inf when every one is NaN). */
+static inline float rows_value(const rows_run *r, int64_t l, int64_t i) {
+    const float *s = r->src + l * r->nsrc * r->n + i;
+    if (r->nsrc == 1) return *s;
+    float m = -INFINITY;
+    for (int64_t q = 0; q < r->nsrc; q++) m = s[q * r->n] > m ? s[q * r->n] : m;
+    return m;
+}
+
+static inline const float *rows_row(const rows_run *r, int64_t l) { return r->nsrc == 1 ? r->src + l * r->n : r->maxrow + l * r->n; }
+
+/* List l's collecting threshold from a strided sample of its values (the same positions in every
+ * list: the caller's copy, else read here, one cache miss each); NaN (collect nothing, the list is
+ * redone) when the sample is NaN-deep. */
+static void rows_threshold_part(void *v, int l, int parts) {
+    (void)parts;
+    rows_run *r = v;
+    uint32_t sk[2 * ROWS_SAMPLE_MAX], lo = UINT32_MAX, hi = 0;
+    const int64_t n = r->n, S = rows_sample(n);
+    for (int64_t j = 0; j < S; j++) {
+        float x = -INFINITY;
+        if (!r->sample) x = rows_value(r, l, (2 * j + 1) * n / (2 * S));
+        else if (r->nsrc == 1) x = r->sample[l * S + j];
+        else
+            for (int64_t q = 0; q < r->nsrc; q++) x = r->sample[(l * r->nsrc + q) * S + j] > x ? r->sample[(l * r->nsrc + q) * S + j] : x;
+        const uint32_t kk = tkey(x);
+        sk[j] = kk;
+        lo = kk < lo ? kk : lo;
+        hi = kk > hi ? kk : hi;
+    }
+    const uint32_t t0 = kth_largest(sk, S, rows_rank(n, r->k), lo, hi, sk + S);
+    r->thr[l] = t0 == 0 ? NAN : unkey(t0);
+}
+
+#ifdef HG_TOPK_X86
+/* pack_lut[m]: the lanes of the set bits of m, lowest first, a byte each: the permutation that
+ * packs a vector's kept lanes to its front (no branch per kept value). */
+static uint64_t pack_lut[256];
+__attribute__((constructor)) static void pack_lut_init(void) {
+    for (int m = 0; m < 256; m++) {
+        uint64_t w = 0;
+        for (int b = 0, o = 0; b < 8; b++)
+            if (m >> b & 1) w |= (uint64_t)b << (8 * o++);
+        pack_lut[m] = w;
+    }
+}
+
+/* Ids and values >= tf of x[b..e) (the max of nsrc rows n apart, written to mx, when nsrc > 1:
+ * _mm256_max_ps(x, m) is x > m ? x : m, so a NaN never wins) into idx / val; returns the count.
+ * A block writes 8 lanes at its count: never past its own slots, as the count lags the index. */
+__attribute__((target("avx2"))) static int64_t pack_ge_avx2(const float *x, int64_t nsrc, int64_t n, float *mx, int64_t b, int64_t e, float tf,
+                                                            int32_t *idx, float *val) {
+    const __m256 t = _mm256_set1_ps(tf), ninf = _mm256_set1_ps(-INFINITY);
+    int64_t i = b, o = 0;
+    for (; i + 8 <= e; i += 8) {
+        __m256 m = _mm256_loadu_ps(x + i);
+        if (nsrc > 1) {
+            m = _mm256_max_ps(m, ninf);
+            for (int64_t q = 1; q < nsrc; q++) m = _mm256_max_ps(_mm256_loadu_ps(x + q * n + i), m);
+            _mm256_storeu_ps(mx + i, m);
+        }
+        const unsigned bits = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(m, t, _CMP_GE_OQ)); /* NaN: never */
+        const __m256i p = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&pack_lut[bits]));
+        _mm256_storeu_si256((__m256i *)(idx + o), _mm256_add_epi32(p, _mm256_set1_epi32((int)i)));
+        _mm256_storeu_ps(val + o, _mm256_permutevar8x32_ps(m, p));
+        o += __builtin_popcount(bits);
+    }
+    for (; i < e; i++) {
+        float m = x[i];
+        if (nsrc > 1) {
+            m = m > -INFINITY ? m : -INFINITY;
+            for (int64_t q = 1; q < nsrc; q++) m = x[q * n + i] > m ? x[q * n + i] : m;
+            mx[i] = m;
+        }
+        idx[o] = (int32_t)i;
+        val[o] = m;
+        o += m >= tf;
+    }
+    return o;
+}
+#endif
+
+/* Piece `part` of the lists' flattened values: the ids and values at or above each list's
+ * threshold, at the list's own offsets. */
+static void rows_collect_part(void *v, int part, int parts) {
+    rows_run *r = v;
+    const int64_t n = r->n;
+    int64_t b, e;
+    hg_split(r->lists * n, 64, part, parts, &b, &e);
+    for (int64_t l = b / n; l < r->lists && l * n < e; l++) {
+        const int64_t i0 = b - l * n > 0 ? b - l * n : 0, i1 = e - l * n < n ? e - l * n : n;
+        const float tf = r->thr[l], *x = r->src + l * r->nsrc * n;
+        int32_t *idx = r->idx + l * n + i0;
+        float *val = r->val + l * n + i0, *mx = r->nsrc > 1 ? r->maxrow + l * n : NULL;
+        int64_t o = 0;
+#ifdef HG_TOPK_X86
+        if (r->avx2) o = pack_ge_avx2(x, r->nsrc, n, mx, i0, i1, tf, idx, val);
+        else
+#endif
+        for (int64_t i = i0; i < i1; i++) { /* branch-free: written, then kept */
+            const float m = rows_value(r, l, i);
+            if (r->nsrc > 1) mx[i] = m;
+            idx[o] = (int32_t)i;
+            val[o] = m;
+            o += m >= tf;
+        }
+        r->cnt[l * parts + part] = o;
+    }
+}
+
+#ifdef HG_TOPK_X86
+/* ids[j] for val[j] >= tv, j < m, into out: the whole selection when no tie at tv is left out. */
+__attribute__((target("avx2"))) static void emit_ge_avx2(const int32_t *ids, const float *val, int64_t m, float tv, int32_t *out, int64_t k) {
+    const __m256 t = _mm256_set1_ps(tv);
+    int64_t j = 0, o = 0;
+    for (; j + 8 <= m && o + 8 <= k; j += 8) { /* 8 lanes land at o: only while they fit in out */
+        const unsigned bits = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(val + j), t, _CMP_GE_OQ));
+        const __m256i p = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)&pack_lut[bits]));
+        _mm256_storeu_si256((__m256i *)(out + o), _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(ids + j)), p));
+        o += __builtin_popcount(bits);
+    }
+    for (; j < m && o < k; j++)
+        if (val[j] >= tv) out[o++] = ids[j];
+}
+#endif
+
+/* List l: its pieces' ids and values packed at the front of its range, the exact K-th largest
+ * among them, and the K ids (ties to the lower id) in order; marked for redo when fewer than K
+ * were collected. The values are all numbers (>= the threshold), so float compares rank them. */
+static void rows_select_part(void *v, int part, int parts) {
+    (void)parts;
+    rows_run *r = v;
+    const int64_t n = r->n, l = part, k = r->k;
+    int32_t *ids = r->idx + l * n;
+    float *val = r->val + l * n;
+    int64_t m = 0;
+    for (int p = 0; p < r->parts; p++) {
+        const int64_t c = r->cnt[l * r->parts + p];
+        if (!c) continue;
+        int64_t b, e;
+        hg_split(r->lists * n, 64, p, r->parts, &b, &e);
+        const int64_t from = (b > l * n ? b : l * n) - l * n;
+        if (from != m) {
+            memmove(ids + m, ids + from, (size_t)c * sizeof(int32_t));
+            memmove(val + m, val + from, (size_t)c * sizeof(float));
+        }
+        m += c;
+    }
+    if (m < k) {
+        r->redo[l] = 1;
+        return;
+    }
+    uint32_t *key = r->key + l * n, lo = UINT32_MAX, hi = 0;
+    for (int64_t j = 0; j < m; j++) {
+        const uint32_t kk = tkey(val[j]);
+        key[j] = kk;
+        lo = kk < lo ? kk : lo;
+        hi = kk > hi ? kk : hi;
+    }
+    const float tv = unkey(kth_largest(key, m, k, lo, hi, r->cand + l * n));
+    int64_t above = 0, equal = 0;
+    for (int64_t j = 0; j < m; j++) {
+        above += val[j] > tv;
+        equal += val[j] == tv;
+    }
+    int32_t *out = r->out + l * r->ostride;
+    int64_t ties = k - above, o = 0;
+#ifdef HG_TOPK_X86
+    if (r->avx2 && ties == equal) {
+        emit_ge_avx2(ids, val, m, tv, out, k);
+        return;
+    }
+#endif
+    for (int64_t j = 0; j < m && o < k; j++) { /* branch-free as emit_part: written, then kept */
+        const int64_t tie = (val[j] == tv) & (ties > 0);
+        out[o] = ids[j];
+        o += (val[j] > tv) | tie;
+        ties -= tie;
+    }
+}
+
+/* List l (redo[l] set, or every list when the sampled path does not apply) through hg_topk_row on one thread. */
+static void rows_single_part(void *v, int part, int parts) {
+    (void)parts;
+    rows_run *r = v;
+    if (r->redo[part] && hg_topk_row(rows_row(r, part), r->n, r->k, r->out + part * r->ostride, r->avx2, NULL) < 0) atomic_store(&r->failed, 1);
+}
+
+static _Thread_local void *rows_scratch;
+static _Thread_local size_t rows_scratch_bytes;
+static pthread_key_t rows_key;
+static pthread_once_t rows_once = PTHREAD_ONCE_INIT;
+static void rows_key_make(void) { pthread_key_create(&rows_key, scratch_free); }
+
+int64_t hg_topk_rows(const float *src, int64_t nsrc, float *maxrow, const float *sample, int64_t lists, int64_t n, int64_t k, int32_t *out,
+                     int64_t ostride, int avx2, hg_pool *pool) {
+    if (k > n) k = n;
+    if (k <= 0 || lists <= 0) return 0;
+    if (k == n) { /* every id, whatever the values (hg_topk_row's k == n) */
+        for (int64_t l = 0; l < lists; l++)
+            for (int64_t i = 0; i < n; i++) out[l * ostride + i] = (int32_t)i;
+        return 0;
+    }
+    const int threads = pool ? hg_pool_threads(pool) : 1;
+    const int sampled = n >= 8 * ROWS_SAMPLE_MIN && 4 * k <= n && rows_rank(n, k) < rows_sample(n) / 2;
+    const int64_t loads = lists * n * nsrc, most = (loads + ROWS_PART - 1) / ROWS_PART;
+    const int parts = (int)(threads < most ? threads : most);
+    const size_t need = (size_t)lists * n * 16 + (size_t)lists * parts * sizeof(int64_t) + (size_t)lists * (sizeof(float) + 1) + 64;
+    if (rows_scratch_bytes < need) {
+        free(rows_scratch);
+        rows_scratch = malloc(need);
+        rows_scratch_bytes = rows_scratch ? need : 0;
+        pthread_once(&rows_once, rows_key_make);
+        pthread_setspecific(rows_key, rows_scratch);
+        if (!rows_scratch) return -1;
+    }
+    /* scratch: per-piece counts [lists][parts]; ids, values, keys and candidate keys [lists][n]; thresholds, redo flags [lists] */
+    rows_run r = { .src = src, .sample = sample, .maxrow = maxrow, .nsrc = nsrc, .lists = lists, .n = n, .k = k, .ostride = ostride, .out = out,
+                   .parts = parts, .avx2 = avx2, .sampled = sampled };
+    r.cnt = rows_scratch;
+    r.idx = (int32_t *)(r.cnt + (size_t)lists * parts);
+    r.val = (float *)(r.idx + (size_t)lists * n);
+    r.key = (uint32_t *)(r.val + (size_t)lists * n);
+    r.cand = r.key + (size_t)lists * n;
+    r.thr = (float *)(r.cand + (size_t)lists * n);
+    r.redo = (unsigned char *)(r.thr + lists);
+    atomic_init(&r.failed, 0);
+    memset(r.cnt, 0, (size_t)lists * parts * sizeof(int64_t));
+    memset(r.redo, !sampled, (size_t)lists);
+    if (sampled) hg_sel_pool_run(pool, rows_threshold_part, &r, (int)lists);
+    else
+        for (int64_t l = 0; l < lists; l++) r.thr[l] = NAN; /* only the max rows: collect nothing */
+    if (sampled || nsrc > 1) hg_sel_pool_run(pool, rows_collect_part, &r, parts);
+    if (sampled) hg_sel_pool_run(pool, rows_select_part, &r, (int)lists);
+    int64_t redo = 0, last = 0;
+    for (int64_t l = 0; l < lists; l++)
+        if (r.redo[l]) redo++, last = l;
+    if (redo == 1) { /* one list: hg_topk_row splits it over the pool */
+        if (hg_topk_row(rows_row(&r, last), n, k, out + last * ostride, avx2, pool) < 0) return -1;
+    } else if (redo > 1) {
+        hg_sel_pool_run(pool, rows_single_part, &r, (int)lists);
+    }
+    return atomic_load(&r.failed) ? -1 : 0;
 }
