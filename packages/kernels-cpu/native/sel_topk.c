@@ -449,6 +449,34 @@ static inline float rows_value(const rows_run *r, int64_t l, int64_t i) {
 
 static inline const float *rows_row(const rows_run *r, int64_t l) { return r->nsrc == 1 ? r->src + l * r->n : r->maxrow + l * r->n; }
 
+/* kth_largest for the few thousand keys the rows path ranks (a sample, a list's candidates): one
+ * 256-bin histogram a round, which costs less to clear and scan than kth_largest's 4 x 2048. */
+static uint32_t kth_few(const uint32_t *src, int64_t m, int64_t need, uint32_t lo, uint32_t hi, uint32_t *cand) {
+    uint32_t hist[256];
+    for (;;) {
+        if (lo == hi) return lo;
+        int sh = 0;
+        while (((hi - lo) >> sh) >= 256) sh++;
+        const int bins = (int)((hi - lo) >> sh) + 1;
+        memset(hist, 0, (size_t)bins * sizeof(uint32_t));
+        for (int64_t j = 0; j < m; j++) hist[(src[j] - lo) >> sh]++;
+        int b = bins - 1;
+        for (; b > 0 && need > hist[b]; b--) need -= hist[b];
+        if (sh == 0) return lo + (uint32_t)b;
+        const uint32_t blo = lo + ((uint32_t)b << sh), span = (1u << sh) - 1, bhi = hi - blo < span ? hi : blo + span;
+        int64_t o = 0;
+        for (int64_t j = 0; j < m; j++) {
+            const uint32_t x = src[j];
+            cand[o] = x;
+            o += (x - blo) <= (bhi - blo);
+        }
+        src = cand;
+        m = o;
+        lo = blo;
+        hi = bhi;
+    }
+}
+
 /* List l's collecting threshold from a strided sample of its values (the same positions in every
  * list: the caller's copy, else read here, one cache miss each); NaN (collect nothing, the list is
  * redone) when the sample is NaN-deep. */
@@ -468,7 +496,7 @@ static void rows_threshold_part(void *v, int l, int parts) {
         lo = kk < lo ? kk : lo;
         hi = kk > hi ? kk : hi;
     }
-    const uint32_t t0 = kth_largest(sk, S, rows_rank(n, r->k), lo, hi, sk + S);
+    const uint32_t t0 = kth_few(sk, S, rows_rank(n, r->k), lo, hi, sk + S);
     r->thr[l] = t0 == 0 ? NAN : unkey(t0);
 }
 
@@ -549,6 +577,23 @@ static void rows_collect_part(void *v, int part, int parts) {
 }
 
 #ifdef HG_TOPK_X86
+/* How many of val[0..m) are above tv and equal to it. */
+__attribute__((target("avx2"))) static void count_avx2(const float *val, int64_t m, float tv, int64_t *above, int64_t *equal) {
+    const __m256 t = _mm256_set1_ps(tv);
+    int64_t j = 0, a = 0, q = 0;
+    for (; j + 8 <= m; j += 8) {
+        const __m256 x = _mm256_loadu_ps(val + j);
+        a += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x, t, _CMP_GT_OQ)));
+        q += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(x, t, _CMP_EQ_OQ)));
+    }
+    for (; j < m; j++) {
+        a += val[j] > tv;
+        q += val[j] == tv;
+    }
+    *above = a;
+    *equal = q;
+}
+
 /* ids[j] for val[j] >= tv, j < m, into out: the whole selection when no tie at tv is left out. */
 __attribute__((target("avx2"))) static void emit_ge_avx2(const int32_t *ids, const float *val, int64_t m, float tv, int32_t *out, int64_t k) {
     const __m256 t = _mm256_set1_ps(tv);
@@ -591,14 +636,22 @@ static void rows_select_part(void *v, int part, int parts) {
         return;
     }
     uint32_t *key = r->key + l * n, lo = UINT32_MAX, hi = 0;
+    int64_t above = 0, equal = 0;
+#ifdef HG_TOPK_X86
+    if (r->avx2) keys_avx2(val, key, 0, m, &lo, &hi);
+    else
+#endif
     for (int64_t j = 0; j < m; j++) {
         const uint32_t kk = tkey(val[j]);
         key[j] = kk;
         lo = kk < lo ? kk : lo;
         hi = kk > hi ? kk : hi;
     }
-    const float tv = unkey(kth_largest(key, m, k, lo, hi, r->cand + l * n));
-    int64_t above = 0, equal = 0;
+    const float tv = unkey(kth_few(key, m, k, lo, hi, r->cand + l * n));
+#ifdef HG_TOPK_X86
+    if (r->avx2) count_avx2(val, m, tv, &above, &equal);
+    else
+#endif
     for (int64_t j = 0; j < m; j++) {
         above += val[j] > tv;
         equal += val[j] == tv;
