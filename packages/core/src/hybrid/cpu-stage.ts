@@ -142,9 +142,10 @@ export interface CpuStageStaging {
 
 /** One job's time by phase (ms): what wait() returns is about score + select + gather. */
 export interface CpuStageSplit {
-  /** Query packing and q·Kᵀ over the offloaded rows (or the selected ones, pre-QKᵀ). */
+  /** Query packing and q·Kᵀ over the offloaded rows (or the selected ones, pre-QKᵀ); a stage that takes
+   * the group max per token while scoring (NativeCpuStage's fused top-K) counts it here. */
   readonly scoreMs: number;
-  /** Top-K: the group max per token and the selection. */
+  /** Top-K: the selection, and the group max per token where it is a pass of its own. */
   readonly selectMs: number;
   /** Selected logits and the V rows copied to the staging buffer. */
   readonly gatherMs: number;
