@@ -35,6 +35,17 @@ static inline uint32_t tkey(float x) {
     return (u & 0x7fffffffu) > 0x7f800000u ? 0 : k;
 }
 
+/* The keys of src[0..m) inside [blo, bhi], packed into cand (branch-free); how many. */
+static inline int64_t keep_bin(const uint32_t *src, int64_t m, uint32_t blo, uint32_t bhi, uint32_t *cand) {
+    int64_t o = 0;
+    for (int64_t j = 0; j < m; j++) {
+        const uint32_t x = src[j];
+        cand[o] = x;
+        o += (x - blo) <= (bhi - blo);
+    }
+    return o;
+}
+
 /* The k-th largest of key[0..m) (1 <= k <= m), all in [lo, hi], as in cpu_stage.c: a
  * histogram over the keys' range, the bin holding it compacted into cand (in place once
  * src == cand), repeated on that bin's range. */
@@ -62,16 +73,9 @@ static uint32_t kth_largest(const uint32_t *src, int64_t m, int64_t need, uint32
             need -= c;
         }
         if (sh == 0) return lo + (uint32_t)b;
-        const uint32_t blo = lo + ((uint32_t)b << sh), span = (1u << sh) - 1;
-        const uint32_t bhi = hi - blo < span ? hi : blo + span;
-        int64_t o = 0;
-        for (int64_t j = 0; j < m; j++) {
-            uint32_t x = src[j];
-            cand[o] = x;
-            o += (x - blo) <= (bhi - blo);
-        }
+        const uint32_t blo = lo + ((uint32_t)b << sh), span = (1u << sh) - 1, bhi = hi - blo < span ? hi : blo + span;
+        m = keep_bin(src, m, blo, bhi, cand);
         src = cand;
-        m = o;
         lo = blo;
         hi = bhi;
     }
@@ -464,14 +468,8 @@ static uint32_t kth_few(const uint32_t *src, int64_t m, int64_t need, uint32_t l
         for (; b > 0 && need > hist[b]; b--) need -= hist[b];
         if (sh == 0) return lo + (uint32_t)b;
         const uint32_t blo = lo + ((uint32_t)b << sh), span = (1u << sh) - 1, bhi = hi - blo < span ? hi : blo + span;
-        int64_t o = 0;
-        for (int64_t j = 0; j < m; j++) {
-            const uint32_t x = src[j];
-            cand[o] = x;
-            o += (x - blo) <= (bhi - blo);
-        }
+        m = keep_bin(src, m, blo, bhi, cand);
         src = cand;
-        m = o;
         lo = blo;
         hi = bhi;
     }
