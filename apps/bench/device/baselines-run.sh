@@ -7,6 +7,12 @@
 #   bun build --target=bun --external 'bun:*' apps/bench/src/baseline-parity.ts --outfile .device/baseline-parity.js
 # and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"].
 # MODELS, CONTEXTS, BATCHES, STEPS, BUDGET (--gpu-kv-budget), K and BENCH_ARGS override the bench.
+# The defaults (every config × 3 contexts × 3 batch sizes; flexgen streams every offloaded row a
+# step, ×16 at batch 16) need more than one 10-minute call: run one figure a call, e.g.
+#   Fig. 16 + 21: CONTEXTS=2048,8192,32768 BATCHES=1
+#   Fig. 17:      SKIP_PARITY=1 CONTEXTS=8192 BATCHES=1,4,16
+#   Fig. 15:      SKIP_PARITY=1 CONTEXTS=8192 BATCHES=1 MODELS=preset:llama-3.1-8b,preset:qwen2.5-7b
+# (each call's --out holds that figure's SVG and its bench.json).
 set -u
 . "$(dirname "$0")/device-env.sh"
 mkdir -p "$OUT/bench"
