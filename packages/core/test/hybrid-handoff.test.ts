@@ -8,7 +8,7 @@
 import { describe, expect, it } from "vitest";
 import { HybridAttention, LlamaModel, ReferenceBackend, type LogitsMode, type ModelFiles, type SelectionTiming, type TokenSelector } from "../src/index.js";
 import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
-import { allSelector, fixedScheduler, questSelector, topKSelector } from "./hybrid-helpers.js";
+import { allSelector, fixedScheduler, questSelector, streamingSelector, topKSelector } from "./hybrid-helpers.js";
 import { HandoffLink, QueuedStage, TrimmingStage } from "./handoff-link.js";
 import { AddressBook, HostReference, StagedBackendCpuStage } from "./loopback-link.js";
 import { CheckedLink, Recorder } from "./recorder.js";
@@ -50,11 +50,12 @@ describe("hybrid attention handed off on the device (queued stage jobs, device-s
   const tokens = randomIds(testSeed(450), CONTEXT);
   const steps = CONTEXT - PROMPT;
 
-  it("top-K, Quest and all-tokens kernels in every logits mode: one host wait a step, a device wait a layer, the per-layer path's logits", () => {
+  it("top-K, Quest, streaming and all-tokens kernels in every logits mode: one host wait a step, a device wait a layer, the per-layer path's logits", () => {
     const cases: Case[] = [
       ...(["exact", "speculative", "verified"] as const).map((logits) => ({ logits, selector: topKSelector(true), timing: "post" as const, k: 3 })),
       { logits: "verified", selector: questSelector(2, true), timing: "pre", k: 4 },
       { logits: "speculative", selector: questSelector(2, true), timing: "pre", k: 4 },
+      ...(["exact", "speculative", "verified"] as const).map((logits) => ({ logits, selector: streamingSelector(2, true), timing: "pre" as const, k: 4 })),
       { logits: "exact", selector: allSelector(true), timing: "post", k: 3 },
     ];
     for (const c of cases) {
@@ -81,8 +82,9 @@ describe("hybrid attention handed off on the device (queued stage jobs, device-s
   });
 
   it("a JS selector, or a queue shorter than the layers, keeps the per-layer path (the host waits for every layer)", () => {
-    for (const [selector, depth] of [[topKSelector(false), 64], [topKSelector(true), LAYERS - 1]] as const) {
-      const c: Case = { logits: "verified", selector, timing: "post", k: 3 };
+    const cases = [[topKSelector(false), 64, "post"], [topKSelector(true), LAYERS - 1, "post"], [streamingSelector(2, false), 64, "pre"]] as const;
+    for (const [selector, depth, timing] of cases) {
+      const c: Case = { logits: "verified", selector, timing, k: 3 };
       const plain = run(files, tokens, c, null), handed = run(files, tokens, c, { depth });
       expect(handed.awaited).toBe(0);
       expect(handed.handedOff).toBe(0);

@@ -48,9 +48,9 @@ export const topKSelector = (kernel: boolean) =>
     return { kind: "perKvHead", ids };
   });
 
-/** StreamingLLM positional, pre-QKᵀ. */
-export const streamingSelector = (sinks: number) =>
-  selector("streaming", ["pre"], true, undefined, (i) => {
+/** StreamingLLM positional, pre-QKᵀ; `kernel` lets the stage run it ("streaming"). */
+export const streamingSelector = (sinks: number, kernel = false) =>
+  selector("streaming", ["pre"], true, kernel ? { name: "streaming", sinks } : undefined, (i) => {
     const k = i.k, n = i.offloaded, s = Math.min(sinks, k);
     return { kind: "shared", ids: Int32Array.from([...i.primitives.range(0, s), ...i.primitives.range(n - (k - s), k - s)]) };
   });

@@ -293,12 +293,35 @@ export interface QuestKernel {
 }
 
 /**
+ * StreamingLLM's choice run by a CpuStage (pre-QKᵀ): the `sinks` oldest offloaded slots plus the
+ * newest, K in all, one list shared by every KV head (streamingSelection).
+ */
+export interface StreamingKernel {
+  readonly name: "streaming";
+  readonly sinks: number;
+}
+
+/**
  * A CpuStage kernel whose choice equals a selector's select() at the kernel's own timing:
  * "topk" (post-QKᵀ exact top-K per KV head, max over the group's query heads, ties to the lower
  * slot), "topk-shared" (one list from the max over all heads), "all" (every slot, either timing),
- * a QuestKernel (pre-QKᵀ page bounds, questSelection).
+ * a QuestKernel (pre-QKᵀ page bounds, questSelection), a StreamingKernel (pre-QKᵀ sinks plus the
+ * newest slots, streamingSelection).
  */
-export type SelectorKernel = "topk" | "topk-shared" | "all" | QuestKernel;
+export type SelectorKernel = "topk" | "topk-shared" | "all" | QuestKernel | StreamingKernel;
+
+/**
+ * StreamingLLM's slots for `k` ids out of `offloaded`: [0, s) ∪ [offloaded − (k − s), offloaded) with
+ * s = min(sinks, k, offloaded), ascending. k ≤ offloaded keeps the two ranges apart. The selector and
+ * every stage that runs the "streaming" kernel produce exactly this list.
+ */
+export function streamingSelection(offloaded: number, k: number, sinks: number): Int32Array {
+  const s = Math.min(sinks, k, offloaded), recent = k - s;
+  const ids = new Int32Array(k);
+  for (let i = 0; i < s; i++) ids[i] = i;
+  for (let i = 0; i < recent; i++) ids[s + i] = offloaded - recent + i;
+  return ids;
+}
 
 /** The timing a kernel chooses at; null for "all", which fits either. */
 export function kernelTiming(kernel: SelectorKernel): SelectionTiming | null {

@@ -6,7 +6,7 @@
 import type { Backend, Tensor } from "../backend.js";
 import { offloadedKeys, referencePrimitives } from "../contracts/selector-primitives.js";
 import { questPages, questSelection, type QuestPageState } from "../contracts/quest-selection.js";
-import { selectionForKvHead, type OffloadedKeys, type Selection } from "../contracts/selector.js";
+import { selectionForKvHead, streamingSelection, type OffloadedKeys, type Selection } from "../contracts/selector.js";
 import { fail } from "../errors.js";
 import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape } from "./cpu-stage.js";
 import { checkStageJob } from "./check-stage-job.js";
@@ -72,6 +72,8 @@ export class BackendCpuStage implements CpuStage {
       this.scoreSelected(job, w.selection);
     } else if (w.kind === "quest") {
       this.scoreSelected(job, this.questChoice(job, w.budget, w.pageSize));
+    } else if (w.kind === "streaming") {
+      this.scoreSelected(job, { kind: "shared", ids: streamingSelection(job.offloaded, Math.min(w.budget, job.offloaded), w.sinks) });
     } else {
       this.scoreAll(job);
       if (w.kind === "topk") this.gather(job, topKSelection(this.rows, job.offloaded, w.budget, w.shared, shape));

@@ -27,8 +27,11 @@ export function checkStageJob(job: CpuStageJob, shape: CpuStageShape): void {
   }
   if (job.keys && !shape.stageKeys) fail("cpu stage: a job asks for K rows but the stage was prepared without stageKeys");
   const w = job.work;
-  if ((w.kind === "topk" || w.kind === "quest") && !(Number.isInteger(w.budget) && w.budget >= 0 && w.budget <= job.kmax)) {
-    fail(`cpu stage: ${w.kind === "topk" ? "top-K" : "quest"} budget ${w.budget} out of range [0, ${job.kmax}]`);
+  if ((w.kind === "topk" || w.kind === "quest" || w.kind === "streaming") && !(Number.isInteger(w.budget) && w.budget >= 0 && w.budget <= job.kmax)) {
+    fail(`cpu stage: ${w.kind === "topk" ? "top-K" : w.kind} budget ${w.budget} out of range [0, ${job.kmax}]`);
+  }
+  if (w.kind === "streaming" && !(Number.isInteger(w.sinks) && w.sinks >= 0 && w.sinks <= 0x7fffffff)) {
+    fail(`cpu stage: streaming sinks must be a non-negative 32-bit integer, got ${w.sinks}`);
   }
   if (w.kind === "quest" && !(Number.isInteger(w.pageSize) && w.pageSize >= 1 && w.pageSize <= 4096)) {
     fail(`cpu stage: quest page size must be an integer in [1, 4096], got ${w.pageSize}`);

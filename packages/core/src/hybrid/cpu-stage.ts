@@ -42,7 +42,10 @@ export type CpuStageWork =
   /** Pre-QKᵀ Quest pages inside the stage (questSelection with the slot's query; `budget` ids per
    * KV head), then as "selected". The stage keeps each store's page summaries, folding in the rows
    * evicted since its last quest job (afresh when `storeEpoch` changes or the store shrank). */
-  | { readonly kind: "quest"; readonly budget: number; readonly pageSize: number };
+  | { readonly kind: "quest"; readonly budget: number; readonly pageSize: number }
+  /** Pre-QKᵀ StreamingLLM inside the stage (streamingSelection: the `sinks` oldest slots plus the
+   * newest, `budget` ids, the same list for every KV head), then as "selected". */
+  | { readonly kind: "streaming"; readonly budget: number; readonly sinks: number };
 
 export interface CpuStageJob {
   readonly slot: 0 | 1;

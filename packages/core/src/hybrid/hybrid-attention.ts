@@ -584,9 +584,11 @@ export class HybridAttention implements DecodeAttention, Disposable {
       const kernel = plan.kernel!;
       work = kernel === "all"
         ? { kind: "topk", budget: plan.offloaded, shared: true }
-        : typeof kernel === "object"
-          ? { kind: "quest", budget: this.layerBudget(layer), pageSize: kernel.pageSize }
-          : { kind: "topk", budget: this.layerBudget(layer), shared: kernel === "topk-shared" };
+        : typeof kernel === "string"
+          ? { kind: "topk", budget: this.layerBudget(layer), shared: kernel === "topk-shared" }
+          : kernel.name === "quest"
+            ? { kind: "quest", budget: this.layerBudget(layer), pageSize: kernel.pageSize }
+            : { kind: "streaming", budget: this.layerBudget(layer), sinks: kernel.sinks };
     } else if (plan.work === "score") {
       work = { kind: "score" };
     } else {
