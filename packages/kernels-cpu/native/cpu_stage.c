@@ -402,6 +402,19 @@ static int64_t read_rows(hg_stage *s, const hg_stage_job *j) {
 }
 
 /* ---- one job --------------------------------------------------------------------------- */
+/* StreamingLLM's list, written here on the coordinator rather than by JS at submit: a queued job's
+ * slot may still be read by the job before it (layers l and l + 2 share a slot). */
+static void stream_select(const hg_stage_job *j) {
+    int32_t *ids = (int32_t *)(intptr_t)j->ids, *counts = (int32_t *)(intptr_t)j->counts;
+    const int64_t k = j->budget < j->n ? j->budget : j->n, s = j->sinks < k ? j->sinks : k, recent = k - s;
+    for (int64_t i = 0; i < s; i++) ids[i] = (int32_t)i;
+    for (int64_t i = 0; i < recent; i++) ids[s + i] = (int32_t)(j->n - recent + i);
+    for (int64_t g = 0; g < j->kv_heads; g++) {
+        counts[g] = (int32_t)k;
+        if (g > 0) memcpy(ids + g * j->kmax, ids, (size_t)k * sizeof(int32_t));
+    }
+}
+
 static int64_t check_ids(const hg_stage_job *j) {
     const int32_t *ids = (const int32_t *)(intptr_t)j->ids, *counts = (const int32_t *)(intptr_t)j->counts;
     for (int64_t g = 0; g < j->kv_heads; g++) {
@@ -496,6 +509,14 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     } else if (j->flags & HG_STAGE_QUEST) {
         int64_t rc = hg_quest_select(s->ctx->pool, j, s->ctx->isa, &s->quest, &s->quest_bytes);
         if (rc) return rc;
+        LAP(2);
+    } else if (j->flags & HG_STAGE_STREAM) {
+        if (j->budget < 0 || j->budget > j->kmax || j->sinks < 0) {
+            snprintf(s->jerr, sizeof s->jerr, "cpu stage: streaming budget %lld (width %lld) or sinks %lld out of range",
+                     (long long)j->budget, (long long)j->kmax, (long long)j->sinks);
+            return 1;
+        }
+        stream_select(j);
         LAP(2);
     } else if (!topk && (j->flags & (HG_STAGE_SELECTED | HG_STAGE_GATHER))) {
         int64_t bad = check_ids(j);

@@ -17,6 +17,7 @@ enum {
     HG_STAGE_QUEST = 64,   /* with SELECTED: ids/counts first from Quest's page bounds (sel_quest.h) */
     HG_STAGE_NO_ROWS = 128, /* with SELECTED or GATHER: the device reads the rows itself; vstage/kstage untouched */
     HG_STAGE_DONE_IF_FAILED = 256, /* raise done only when the job fails (its outputs come from a later job) */
+    HG_STAGE_STREAM = 512, /* with SELECTED: ids/counts first from StreamingLLM's sinks plus the newest slots */
 };
 
 /* Jobs submitted and not yet ended that the stage holds. */
@@ -50,6 +51,9 @@ typedef struct {
     /* When done is not 0: once the job ended (success, failure or cancellation), after its outputs,
      * (uint32)done_value is stored into the uint32 at done, for a device that polls it. */
     int64_t done, done_value;
+    /* StreamingLLM (STREAM): every KV head's list is [0, s) then [n - (k - s), n), k = min(budget, n),
+     * s = min(sinks, k), written when the job runs (a queued job's slot may still be read before). */
+    int64_t sinks;
 } hg_stage_job;
 
 /* KV head g's rows of the job's K [kv_heads, kcap, head_dim] (the stage and its Quest kernel). */

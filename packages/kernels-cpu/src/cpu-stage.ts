@@ -5,8 +5,9 @@
  * land directly in a CpuBackend tensor (the "pinned" buffer the device reads), in the store's dtype.
  *
  * Queued jobs (up to queueDepth) run in order, each writing its slot's outputs when it runs, so
- * layers l and l + 2 may queue for the same slot. A "selected" job is the exception: JS writes its
- * ids at submit, so it cannot be queued behind another job (submit fails; wait() first). A "score"
+ * layers l and l + 2 may queue for the same slot ("quest" and "streaming" jobs choose their ids on the
+ * stage's coordinator when they run). A "selected" job is the exception: JS writes its ids at submit,
+ * so it cannot be queued behind another job (submit fails; wait() first). A "score"
  * job, gather() and allLogits() need an idle stage for the JS selection between them; such a job's
  * done is raised by gather() (or by the stage when the score job fails).
  */
@@ -82,13 +83,13 @@ export const NativeCpuStageOptionsSchema = z.object({
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
 const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
-const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32, QUEST = 64, NO_ROWS = 128, DONE_IF_FAILED = 256;
+const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32, QUEST = 64, NO_ROWS = 128, DONE_IF_FAILED = 256, STREAM = 512;
 // Field indices of hg_stage_job (all 8-byte; scale is the double at index 21).
 const F = { flags: 0, q: 1, k: 2, ktype: 3, kcap: 4, v: 5, vtype: 6, vcap: 7, n: 8, heads: 9, kvHeads: 10, headDim: 11,
   all: 12, lstride: 13, ids: 14, counts: 15, kmax: 16, budget: 17, sel: 18, vstage: 19, kstage: 20, scale: 21,
   kq: 22, kqForm: 23, kqFrom: 24, cand: 25, pages: 26, pageSize: 27, pageCap: 28, pagesFrom: 29, ready: 30, readyValue: 31,
-  done: 32, doneValue: 33 } as const;
-const JOB_FIELDS = 34;
+  done: 32, doneValue: 33, sinks: 34 } as const;
+const JOB_FIELDS = 35;
 
 export class NativeCpuStage implements CpuStage {
   readonly name = "native";
@@ -169,12 +170,13 @@ export class NativeCpuStage implements CpuStage {
     if (w.kind === "score") flags = SCORE | DONE_IF_FAILED; // its done waits for gather()
     else if (w.kind === "topk") flags = SCORE | TOPK | GATHER | (w.shared ? SHARED : 0);
     else if (w.kind === "quest") flags = QUEST | SELECTED | GATHER;
+    else if (w.kind === "streaming") flags = STREAM | SELECTED | GATHER; // the coordinator writes its ids when it runs
     else {
       if (this.pending > 0) fail("cpu stage: a selected job cannot be queued behind another (wait() first)");
       this.writeIds(job, w.selection);
       flags = SELECTED | GATHER;
     }
-    const extended = this.fill(job, flags | this.rowFlags(job), w.kind === "topk" || w.kind === "quest" ? w.budget : 0);
+    const extended = this.fill(job, flags | this.rowFlags(job), w.kind === "topk" || w.kind === "quest" || w.kind === "streaming" ? w.budget : 0);
     if (this.lib.hg_stage_submit(this.handle!, this.jobPtr) !== 0) {
       if (extended) this.forgetDerived(extended);
       fail("cpu stage: the native queue is full");
@@ -303,6 +305,7 @@ export class NativeCpuStage implements CpuStage {
     this.jobF64[F.scale] = job.scale;
     set(F.ready, job.ready?.address ?? 0); set(F.readyValue, job.ready?.value ?? 0);
     set(F.done, job.done?.address ?? 0); set(F.doneValue, job.done?.value ?? 0);
+    set(F.sinks, job.work.kind === "streaming" && (flags & STREAM) !== 0 ? job.work.sinks : 0);
     let extended: CpuTensor | null = null;
     const sk = this.sketches;
     if (sk && job.work.kind === "topk" && (flags & GATHER) !== 0 && (flags & TOPK) !== 0) {

@@ -12,6 +12,7 @@ function setUp(cpu: CpuBackend) {
   const r = rng(91);
   const works: CpuStageWork[] = [
     { kind: "topk", budget: kmax, shared: false }, { kind: "quest", budget: kmax, pageSize: 16 }, { kind: "topk", budget: kmax - 3, shared: true },
+    { kind: "streaming", budget: kmax - 2, sinks: 3 },
   ];
   const stores: Tensor[] = [];
   const jobs = Array.from({ length: layers }, (_, l): { job: CpuStageJob; q: Float32Array } => {
