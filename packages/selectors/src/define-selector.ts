@@ -69,10 +69,11 @@ export function isSelectorFactory(v: unknown): v is SelectorFactory<unknown, unk
 
 const isFunction = (v: unknown) => typeof v === "function";
 
-/** SelectorKernel: a top-K form, "all", or Quest's pages with their size. */
+/** SelectorKernel: a top-K form, "all", Quest's pages with their size, or StreamingLLM's sinks. */
 const KernelSchema = z.union([
   z.enum(["topk", "topk-shared", "all"]),
   z.object({ name: z.literal("quest"), pageSize: z.number().int().min(1).max(4096) }).strict(),
+  z.object({ name: z.literal("streaming"), sinks: z.number().int().min(0).max(0x7fffffff) }).strict(),
 ]);
 
 const DefinitionSchema = z.object({

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { selectionForKvHead, stageKernel, topKSelection } from "@hybridgen/core";
+import { selectionForKvHead, stageKernel, streamingSelection, topKSelection } from "@hybridgen/core";
 import { allTokens, defineSelector, exactTopK, pairSelectors, quest, streamingLLM } from "../src/index.js";
-import { postInput, randomCase, rng } from "./helpers.js";
+import { postInput, preInput, randomCase, rng } from "./helpers.js";
 
 // The engine may run a selector's `kernel` in the CPU stage instead of calling select():
 // both must choose the same slots.
@@ -23,7 +23,23 @@ describe("kernel hints equal select()", () => {
       expect(all.kernel).toBe("all");
       expect(Array.from(selectionForKvHead(all.select(postInput(all, c)), 0))).toEqual(Array.from({ length: c.offloaded }, (_, i) => i));
     }
-    expect(streamingLLM().kernel).toBeUndefined();
+  });
+
+  it("streaming declares its sinks as a pre-QKᵀ kernel whose list is select()'s on random cases", () => {
+    const r = rng(92);
+    expect(streamingLLM().kernel).toEqual({ name: "streaming", sinks: 4 });
+    for (let t = 0; t < 40; t++) {
+      const c = randomCase(r);
+      for (const sinks of [0, 1, 4, 1000]) {
+        const sel = streamingLLM({ sinks });
+        expect(sel.kernel).toEqual({ name: "streaming", sinks });
+        const got = sel.select(preInput(sel, c));
+        expect(got.kind).toBe("shared");
+        expect(Array.from(selectionForKvHead(got, 0))).toEqual(Array.from(streamingSelection(c.offloaded, c.k, sinks)));
+      }
+    }
+    expect(stageKernel(streamingLLM(), "post")).toBeUndefined();
+    expect(streamingLLM({ sinks: 2 ** 40 }).kernel).toEqual({ name: "streaming", sinks: 0x7fffffff });
   });
 
   it("quest declares its pages as a pre-QKᵀ kernel; a pair keeps each half's kernel of its own timing", () => {
@@ -32,7 +48,10 @@ describe("kernel hints equal select()", () => {
     expect(both.kernel).toEqual(["topk", { name: "quest", pageSize: 16 }]);
     expect(stageKernel(both, "post")).toBe("topk");
     expect(stageKernel(both, "pre")).toEqual({ name: "quest", pageSize: 16 });
-    expect(pairSelectors({ post: exactTopK(), pre: streamingLLM() }).kernel).toBe("topk");
+    const topkStreaming = pairSelectors({ post: exactTopK(), pre: streamingLLM({ sinks: 2 }) });
+    expect(topkStreaming.kernel).toEqual(["topk", { name: "streaming", sinks: 2 }]);
+    expect(stageKernel(topkStreaming, "post")).toBe("topk");
+    expect(stageKernel(topkStreaming, "pre")).toEqual({ name: "streaming", sinks: 2 });
     expect(pairSelectors({ post: allTokens(), pre: quest({ pageSize: 4 }) }).kernel).toEqual({ name: "quest", pageSize: 4 }); // "all" would choose pre too
     expect(stageKernel(allTokens(), "pre")).toBe("all");
     expect(stageKernel(quest(), "post")).toBeUndefined();

@@ -1,0 +1,39 @@
+import { afterAll, describe, expect, it } from "vitest";
+import { loadModel, type TokenSelector } from "@hybridgen/core";
+import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { createSelector } from "@hybridgen/selectors";
+import { CONTEXT, PROMPT, STEPS, tinyFiles } from "./tiny-model.js";
+import { createHybridAttention } from "../src/index.js";
+
+describe("hybrid decode with streaming pre-QKᵀ on the CPU backend", () => {
+  const backend = createCpuBackend({ threads: 1 });
+  afterAll(() => backend.close());
+  const prompt = Int32Array.from({ length: PROMPT }, (_, i) => (i * 29 + 5) % 256);
+
+  /** Greedy decode through hybrid attention with `selector` (pre, fixed K): tokens, logits, JS selection time. */
+  async function decode(selector: TokenSelector, logits: "exact" | "verified") {
+    using model = loadModel(tinyFiles(6), backend, { maxContext: CONTEXT, gpuKvBudget: 16, sinkTokens: 2 });
+    using ha = await createHybridAttention(model, backend, { selector, scheduler: "fixed", k: 6, timing: "pre", logits });
+    const out = [Float32Array.from(model.forward(prompt, 0))], tokens: number[] = [];
+    for (let s = 0; s < STEPS; s++) {
+      const last = out[out.length - 1]!;
+      tokens.push(last.indexOf(Math.max(...last)));
+      out.push(Float32Array.from(model.forward(Int32Array.of(tokens[s]!), PROMPT + s)));
+    }
+    expect(ha.stats.steps).toBe(STEPS);
+    return { tokens, logits: out, jsMs: ha.stats.cpuJsMs };
+  }
+
+  for (const logits of ["exact", "verified"] as const) {
+    it(`${logits}: the native stage's streaming kernel gives the tokens and logits of streaming's select() in JS, and no JS selection time`, async () => {
+      const streaming = createSelector("streaming", { sinks: 2 });
+      expect(streaming.kernel).toEqual({ name: "streaming", sinks: 2 });
+      const inJs: TokenSelector = { ...streaming, kernel: undefined }; // select() on this thread, then a selected job
+      const a = await decode(streaming, logits), b = await decode(inJs, logits);
+      expect(a.tokens).toEqual(b.tokens);
+      a.logits.forEach((l, i) => expect(l, `forward ${i}`).toEqual(b.logits[i]));
+      expect(a.jsMs).toBe(0);
+      expect(b.jsMs).toBeGreaterThan(0);
+    });
+  }
+});
