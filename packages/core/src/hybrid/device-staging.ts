@@ -23,7 +23,7 @@
  * layer's job (awaitSignal on the job's done signal) and reads its logits and table where the stage
  * wrote them (handOff), so the host issues the whole step without waiting for the stage.
  */
-import type { Backend, HostCopy, HostRegion, HostSignal, HostTransfers, Tensor } from "../backend.js";
+import type { Backend, HostCopy, HostRegion, HostSignal, HostTransfers, RowGather, Tensor } from "../backend.js";
 import { DTYPE_BYTES } from "../backend.js";
 import { fail } from "../errors.js";
 import type { KvCache } from "../kv-cache.js";
@@ -217,10 +217,8 @@ export class DeviceStaging implements Disposable {
       this.link.readMapped!({ host: r.logits, hostOffset: 0, tensor: scores, tensorOffset: this.col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: scores.shape[1]! * 4 });
     }
     const c = this.cache, table = r.table!;
-    const rows = { groups: c.kvHeads, cap: c.storeCapacity, rowBytes: c.headDim * DTYPE_BYTES[c.dtype], kmax };
-    const region = (t: Tensor) => c.hostBackend!.hostRegion!(t);
-    if (k) this.link.gatherRowsAt!(k.store, region(c.stageStoreK(layer)), rows, table);
-    this.link.gatherRowsAt!(v.store, region(c.stageStoreV(layer)), rows, table);
+    if (k) this.link.gatherRowsAt!(k.store, this.hostOf(c.stageStoreK(layer)), this.rowGather(kmax), table);
+    this.link.gatherRowsAt!(v.store, this.hostOf(c.stageStoreV(layer)), this.rowGather(kmax), table);
   }
 
   /** Verified logits of a handed-off layer: columns past each KV head's count become −∞ (the table's counts, read by the device). */
@@ -320,8 +318,18 @@ export class DeviceStaging implements Disposable {
   }
 
   private gather(dst: GatheredValues, store: Tensor, ids: Int32Array, counts: Int32Array): void {
-    const host = this.cache.hostBackend!.hostRegion!(store), c = this.cache;
-    this.link.gatherRows!(dst.store, host, { groups: c.kvHeads, cap: c.storeCapacity, rowBytes: c.headDim * DTYPE_BYTES[c.dtype], kmax: dst.kmax }, ids, counts);
+    this.link.gatherRows!(dst.store, this.hostOf(store), this.rowGather(dst.kmax), ids, counts);
+  }
+
+  /** The host memory of a store tensor (the cache's host backend's). */
+  private hostOf(store: Tensor): HostRegion {
+    return this.cache.hostBackend!.hostRegion!(store);
+  }
+
+  /** A gather of kmax rows a KV head from a store [kvHeads, storeCapacity, headDim]. */
+  private rowGather(kmax: number): RowGather {
+    const c = this.cache;
+    return { groups: c.kvHeads, cap: c.storeCapacity, rowBytes: c.headDim * DTYPE_BYTES[c.dtype], kmax };
   }
 }
 
