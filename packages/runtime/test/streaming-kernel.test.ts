@@ -2,7 +2,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { loadModel, type TokenSelector } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { createSelector } from "@hybridgen/selectors";
-import { CONTEXT, PROMPT, STEPS, tinyFiles } from "./tiny-model.js";
+import { CONTEXT, decodeTiny, PROMPT, STEPS, tinyFiles } from "./tiny-model.js";
 import { createHybridAttention } from "../src/index.js";
 
 describe("hybrid decode with streaming pre-QKᵀ on the CPU backend", () => {
@@ -14,12 +14,7 @@ describe("hybrid decode with streaming pre-QKᵀ on the CPU backend", () => {
   async function decode(selector: TokenSelector, logits: "exact" | "verified") {
     using model = loadModel(tinyFiles(6), backend, { maxContext: CONTEXT, gpuKvBudget: 16, sinkTokens: 2 });
     using ha = await createHybridAttention(model, backend, { selector, scheduler: "fixed", k: 6, timing: "pre", logits });
-    const out = [Float32Array.from(model.forward(prompt, 0))], tokens: number[] = [];
-    for (let s = 0; s < STEPS; s++) {
-      const last = out[out.length - 1]!;
-      tokens.push(last.indexOf(Math.max(...last)));
-      out.push(Float32Array.from(model.forward(Int32Array.of(tokens[s]!), PROMPT + s)));
-    }
+    const { tokens, logits: out } = decodeTiny(model, prompt);
     expect(ha.stats.steps).toBe(STEPS);
     return { tokens, logits: out, jsMs: ha.stats.cpuJsMs };
   }
