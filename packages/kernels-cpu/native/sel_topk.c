@@ -313,13 +313,28 @@ static int64_t topk_sampled(topk_run *r, int64_t k, hg_pool *pool, int threads) 
 }
 
 /* Scratch of the calling thread, grown as rows grow (selectors call top-K once per KV head); a
- * thread key frees it when the thread ends (a CPU stage's pool threads end with the stage). */
-static _Thread_local void *scratch;
-static _Thread_local size_t scratch_bytes;
-static pthread_key_t scratch_key;
-static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+ * thread key frees it when the thread ends (a CPU stage's pool threads end with the stage).
+ * One buffer for hg_sel_topk's single rows, one for hg_topk_rows' lists. */
+typedef struct { void *p; size_t bytes; } scratch_buf;
+static _Thread_local scratch_buf row_scratch, rows_scratch;
+static pthread_key_t row_key, rows_key;
+static pthread_once_t keys_once = PTHREAD_ONCE_INIT;
 static void scratch_free(void *p) { free(p); }
-static void scratch_key_make(void) { pthread_key_create(&scratch_key, scratch_free); }
+static void keys_make(void) {
+    pthread_key_create(&row_key, scratch_free);
+    pthread_key_create(&rows_key, scratch_free);
+}
+
+/* s grown to `need` bytes (old contents dropped) and registered with `key`; NULL when out of memory. */
+static void *scratch_grow(scratch_buf *s, size_t need, pthread_key_t *key) {
+    if (s->bytes >= need) return s->p;
+    free(s->p);
+    s->p = malloc(need);
+    s->bytes = s->p ? need : 0;
+    pthread_once(&keys_once, keys_make);
+    pthread_setspecific(*key, s->p);
+    return s->p;
+}
 
 int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, int isa, hg_stage *stage) {
     static int best = -1; /* the CPU's, asked once */
@@ -346,16 +361,9 @@ int64_t hg_topk_row(const float *x, int64_t n, int64_t k, int32_t *out, int avx2
     int chunks = threads < most ? threads : (int)(most > 0 ? most : 1);
     const int64_t n2 = (n + 1) & ~(int64_t)1; /* keeps the chunk stats 8-byte aligned */
     size_t need = (size_t)n2 * 3 * sizeof(uint32_t) + (size_t)chunks * (BINS * sizeof(uint32_t) + sizeof(chunk_stat));
-    if (scratch_bytes < need) {
-        free(scratch);
-        scratch = malloc(need);
-        scratch_bytes = scratch ? need : 0;
-        pthread_once(&scratch_once, scratch_key_make);
-        pthread_setspecific(scratch_key, scratch);
-        if (!scratch) return -1;
-    }
+    if (!scratch_grow(&row_scratch, need, &row_key)) return -1;
     /* scratch: keys [n2], candidate keys [n2], collected indices [n2], then per chunk a histogram and stats */
-    uint32_t *base = scratch;
+    uint32_t *base = row_scratch.p;
     topk_run r = { .x = x, .n = n, .out = out, .idx = (int32_t *)(base + 2 * n2), .key = base, .cand = base + n2, .hist = base + 3 * n2, .chunks = chunks };
     r.st = (chunk_stat *)(r.hist + (size_t)chunks * BINS);
     r.avx2 = avx2;
@@ -677,12 +685,6 @@ static void rows_single_part(void *v, int part, int parts) {
     if (r->redo[part] && hg_topk_row(rows_row(r, part), r->n, r->k, r->out + part * r->ostride, r->avx2, NULL) < 0) atomic_store(&r->failed, 1);
 }
 
-static _Thread_local void *rows_scratch;
-static _Thread_local size_t rows_scratch_bytes;
-static pthread_key_t rows_key;
-static pthread_once_t rows_once = PTHREAD_ONCE_INIT;
-static void rows_key_make(void) { pthread_key_create(&rows_key, scratch_free); }
-
 int64_t hg_topk_rows(const float *src, int64_t nsrc, float *maxrow, const float *sample, int64_t lists, int64_t n, int64_t k, int32_t *out,
                      int64_t ostride, int avx2, hg_pool *pool) {
     if (k > n) k = n;
@@ -697,18 +699,11 @@ int64_t hg_topk_rows(const float *src, int64_t nsrc, float *maxrow, const float 
     const int64_t loads = lists * n * nsrc, most = (loads + ROWS_PART - 1) / ROWS_PART;
     const int parts = (int)(threads < most ? threads : most);
     const size_t need = (size_t)lists * n * 16 + (size_t)lists * parts * sizeof(int64_t) + (size_t)lists * (sizeof(float) + 1) + 64;
-    if (rows_scratch_bytes < need) {
-        free(rows_scratch);
-        rows_scratch = malloc(need);
-        rows_scratch_bytes = rows_scratch ? need : 0;
-        pthread_once(&rows_once, rows_key_make);
-        pthread_setspecific(rows_key, rows_scratch);
-        if (!rows_scratch) return -1;
-    }
+    if (!scratch_grow(&rows_scratch, need, &rows_key)) return -1;
     /* scratch: per-piece counts [lists][parts]; ids, values, keys and candidate keys [lists][n]; thresholds, redo flags [lists] */
     rows_run r = { .src = src, .sample = sample, .maxrow = maxrow, .nsrc = nsrc, .lists = lists, .n = n, .k = k, .ostride = ostride, .out = out,
                    .parts = parts, .avx2 = avx2, .sampled = sampled };
-    r.cnt = rows_scratch;
+    r.cnt = rows_scratch.p;
     r.idx = (int32_t *)(r.cnt + (size_t)lists * parts);
     r.val = (float *)(r.idx + (size_t)lists * n);
     r.key = (uint32_t *)(r.val + (size_t)lists * n);
