@@ -155,9 +155,9 @@ static void score_gmax_task(void *v, int part, int parts) {
     }
 }
 
-/* hg_stage_set_topk_kernel(s, 1)'s top-K, the stage's before hg_topk_rows (kept for the bench's
- * before/after and the tests' equality of the two), as it was: each token's group max in a
- * streaming pass over the logits in the top-K phase, pieces = KV heads x chunks of tokens. */
+/* hg_stage_set_topk_kernel(s, 1)'s top-K (the bench's and the tests' reference for the fused one):
+ * each token's group max in a streaming pass over the logits in the top-K phase, pieces = KV
+ * heads x chunks of tokens. */
 __attribute__((target_clones("avx2", "default"))) static void gmax_task(void *v, int part, int parts) {
     (void)parts;
     run_ctx *r = v;

@@ -35,15 +35,21 @@ static inline uint32_t tkey(float x) {
     return (u & 0x7fffffffu) > 0x7f800000u ? 0 : k;
 }
 
-/* The keys of src[0..m) inside [blo, bhi], packed into cand (branch-free); how many. */
-static inline int64_t keep_bin(const uint32_t *src, int64_t m, uint32_t blo, uint32_t bhi, uint32_t *cand) {
+/* The search narrowed to bin b (2^sh keys wide from lo, cut at hi): the keys inside it packed
+ * into cand (branch-free), which becomes src; lo and hi become the bin's bounds. */
+static inline void narrow_to_bin(const uint32_t **src, int64_t *m, uint32_t *lo, uint32_t *hi, int b, int sh, uint32_t *cand) {
+    const uint32_t blo = *lo + ((uint32_t)b << sh), span = (1u << sh) - 1, bhi = *hi - blo < span ? *hi : blo + span;
+    const uint32_t *in = *src;
     int64_t o = 0;
-    for (int64_t j = 0; j < m; j++) {
-        const uint32_t x = src[j];
+    for (int64_t j = 0; j < *m; j++) {
+        const uint32_t x = in[j];
         cand[o] = x;
         o += (x - blo) <= (bhi - blo);
     }
-    return o;
+    *src = cand;
+    *m = o;
+    *lo = blo;
+    *hi = bhi;
 }
 
 /* The k-th largest of key[0..m) (1 <= k <= m), all in [lo, hi], as in cpu_stage.c: a
@@ -73,11 +79,7 @@ static uint32_t kth_largest(const uint32_t *src, int64_t m, int64_t need, uint32
             need -= c;
         }
         if (sh == 0) return lo + (uint32_t)b;
-        const uint32_t blo = lo + ((uint32_t)b << sh), span = (1u << sh) - 1, bhi = hi - blo < span ? hi : blo + span;
-        m = keep_bin(src, m, blo, bhi, cand);
-        src = cand;
-        lo = blo;
-        hi = bhi;
+        narrow_to_bin(&src, &m, &lo, &hi, b, sh, cand);
     }
 }
 
@@ -475,11 +477,7 @@ static uint32_t kth_few(const uint32_t *src, int64_t m, int64_t need, uint32_t l
         int b = bins - 1;
         for (; b > 0 && need > hist[b]; b--) need -= hist[b];
         if (sh == 0) return lo + (uint32_t)b;
-        const uint32_t blo = lo + ((uint32_t)b << sh), span = (1u << sh) - 1, bhi = hi - blo < span ? hi : blo + span;
-        m = keep_bin(src, m, blo, bhi, cand);
-        src = cand;
-        lo = blo;
-        hi = bhi;
+        narrow_to_bin(&src, &m, &lo, &hi, b, sh, cand);
     }
 }
 

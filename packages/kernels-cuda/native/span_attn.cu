@@ -133,8 +133,8 @@ static const int MERGE_WARPS = 8;
 // grid (heads), MERGE_WARPS warps: out[h] = one softmax over the partial's tokens and logits[h, 0 ..
 // count) applied to their V rows (the columns' rows v[h / group, start + j]); −∞ columns weigh 0;
 // nothing attended: 0. Warp w takes columns w, w + MERGE_WARPS, …, a lane every 32nd dim, so the
-// warps' row loads overlap (one walk over the columns by the whole block was latency-bound: 60 µs
-// for 256 columns on the H200). dyn (a recorded step): start and count from the blob.
+// warps' row loads overlap (a column at a time per block is latency-bound). dyn (a recorded step):
+// start and count from the blob.
 template <int VT>
 __global__ void __launch_bounds__(32 * MERGE_WARPS) attn_merge_kernel(float *out, const float *part, const float *logits, int width, const void *v,
                                                                       int group, int headDim, int cap, int start, int count, const int *dyn) {
