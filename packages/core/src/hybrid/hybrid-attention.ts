@@ -370,7 +370,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
       this.attention.backend.attnLogits(scores, d.col, q, 0, up.keys!, 0, kmax, this.attention.scale);
       d.padColumns(slot, kmax, this.layout.groupSize);
     }
-    this.softmaxAggregate(layer, scores, d.col, this.stage.output(slot), up.values, kmax, out);
+    this.softmaxAggregate(layer, scores, d.col, null, up.values, kmax, out); // a handed-off step tracks no scores
   }
 
   /** Records the device ops from here to the next host interaction as layer's segment. */
@@ -472,8 +472,9 @@ export class HybridAttention implements DecodeAttention, Disposable {
    * selected rows; null when nothing was selected). Else span by span in position order over the
    * materialised row (col is then the store's column S): window spans from their V rows, the store
    * span from `values` (skipped when null); the first span written overwrites `out`, the rest accumulate.
+   * `outp` (the stage's ids and counts) is read only when scores are tracked.
    */
-  private softmaxAggregate(layer: number, scores: Tensor, col: number, outp: CpuStageOutput, values: Tensor | null, kmax: number, out: Tensor): void {
+  private softmaxAggregate(layer: number, scores: Tensor, col: number, outp: CpuStageOutput | null, values: Tensor | null, kmax: number, out: Tensor): void {
     const a = this.attention, be = a.backend, c = a.cache;
     this.stats.sumK += kmax;
     this.stats.layerSteps++;
@@ -483,7 +484,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     }
     const total = c.length - c.storeCount + kmax;
     be.softmax(scores, this.layout.heads, total);
-    if (this.trackScores) this.accumulate(layer, scores, total, outp.ids, outp.counts, kmax);
+    if (this.trackScores) this.accumulate(layer, scores, total, outp!.ids, outp!.counts, kmax);
     let first = true;
     for (let s = 0; s < c.spanCount; s++) {
       if (c.spanRegion[s] === 2) {
