@@ -128,54 +128,104 @@ __global__ void span_attn_combine_kernel(float *out, const float *part, int head
   da_merge_head(o, part + (size_t)h * (headDim + 2), (size_t)heads * (headDim + 2), nsplit, headDim, threadIdx.x, blockDim.x, o + headDim);
 }
 
-static const int MERGE_WARPS = 8;
+static const int MERGE_WARPS = 8, MERGE_HEADS = 4, MERGE_MIN_CHUNK = 8, MERGE_MAX_SPLITS = 32;
 
-// grid (heads), MERGE_WARPS warps: out[h] = one softmax over the partial's tokens and logits[h, 0 ..
-// count) applied to their V rows (the columns' rows v[h / group, start + j]); −∞ columns weigh 0;
-// nothing attended: 0. Warp w takes columns w, w + MERGE_WARPS, …, a lane every 32nd dim, so the
-// warps' row loads overlap (a column at a time per block is latency-bound). dyn (a recorded step):
-// start and count from the blob.
+// The merge in two kernels, as split-K decode: a block per (column chunk, KV head, batch of up to
+// MERGE_HEADS query heads) reads each of its V rows once for every head that shares it, so a step's
+// few hundred columns spread over ~a hundred blocks instead of one block a head walking them all.
+// Chunk partials: c->decodePart [split][head][headDim + 2] = unnormalised output, max (natural log
+// units), sum; a chunk with nothing attended has max −∞ and sum 0. dyn (a recorded step): start
+// and count from the blob.
 template <int VT>
-__global__ void __launch_bounds__(32 * MERGE_WARPS) attn_merge_kernel(float *out, const float *part, const float *logits, int width, const void *v,
-                                                                      int group, int headDim, int cap, int start, int count, const int *dyn) {
+__global__ void __launch_bounds__(32 * MERGE_WARPS) attn_merge_split_kernel(float *cpart, int heads, const float *logits, int width, const void *v,
+                                                                            int group, int headDim, int cap, int maxSplits, int start, int count,
+                                                                            const int *dyn) {
   if (dyn) { start = dyn[0]; count = dyn[1]; }
-  __shared__ float red[32];
-  __shared__ float smA[MERGE_WARPS][256], smS[MERGE_WARPS];
-  const int h = blockIdx.x, g = h / group, t = threadIdx.x, nt = blockDim.x, warp = t >> 5, lane = t & 31;
-  const float *pr = part + (size_t)h * (headDim + 2), *row = logits + (size_t)h * width;
-  float *o = out + (size_t)h * headDim;
-  const float mw = pr[headDim], lw = pr[headDim + 1];
-  float mx = -INFINITY;
-  for (int j = t; j < count; j += nt) mx = fmaxf(mx, row[j]);
-  mx = block_max(mx, red);
-  if (lw > 0.f) mx = fmaxf(mx, mw);
-  if (mx == -INFINITY) {
-    for (int d = t; d < headDim; d += nt) o[d] = 0.f;
-    return;
+  const int chunk = max((count + maxSplits - 1) / maxSplits, MERGE_MIN_CHUNK), split = blockIdx.x;
+  const int j0 = split * chunk, j1 = min(count, j0 + chunk);
+  if (j0 >= count) return;  // the whole block: the combine counts the same chunks
+  __shared__ float smA[MERGE_WARPS][MERGE_HEADS][256], smS[MERGE_WARPS][MERGE_HEADS], smM[MERGE_HEADS];
+  const int g = blockIdx.y, h0 = g * group + blockIdx.z * MERGE_HEADS, nh = min(MERGE_HEADS, group - (int)blockIdx.z * MERGE_HEADS);
+  const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+  if (warp < nh) {  // warp w: head h0 + w's max over the chunk
+    const float *row = logits + (size_t)(h0 + warp) * width;
+    float mx = -INFINITY;
+    for (int j = j0 + lane; j < j1; j += 32) mx = fmaxf(mx, row[j]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) smM[warp] = mx;
   }
-  const float sw = lw > 0.f ? lw * expf(mw - mx) : 0.f;
-  float acc[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, ps = 0.f;  // head dim ≤ 256
+  __syncthreads();
+  float acc[MERGE_HEADS][8] = {}, ps[MERGE_HEADS] = {};  // head dim ≤ 256
   const size_t vbase = ((size_t)g * cap + start) * headDim;
-#pragma unroll 4
-  for (int j = warp; j < count; j += MERGE_WARPS) {
-    const float p = expf(row[j] - mx);
-    ps += p;
+  for (int j = j0 + warp; j < j1; j += MERGE_WARPS) {
+    float vr[8];
     const size_t r = vbase + (size_t)j * headDim;
 #pragma unroll
-    for (int i = 0; i < 8; i++)
-      if (lane + 32 * i < headDim) acc[i] += p * ld<VT>(v, r + lane + 32 * i);
+    for (int i = 0; i < 8; i++) vr[i] = lane + 32 * i < headDim ? ld<VT>(v, r + lane + 32 * i) : 0.f;
+#pragma unroll
+    for (int hh = 0; hh < MERGE_HEADS; hh++) {
+      if (hh >= nh || smM[hh] == -INFINITY) continue;
+      const float p = expf(logits[(size_t)(h0 + hh) * width + j] - smM[hh]);  // −∞ columns: 0
+      ps[hh] += p;
+#pragma unroll
+      for (int i = 0; i < 8; i++) acc[hh][i] += p * vr[i];
+    }
   }
 #pragma unroll
-  for (int i = 0; i < 8; i++)
-    if (lane + 32 * i < headDim) smA[warp][lane + 32 * i] = acc[i];
-  if (lane == 0) smS[warp] = ps;
+  for (int hh = 0; hh < MERGE_HEADS; hh++) {
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      if (lane + 32 * i < headDim) smA[warp][hh][lane + 32 * i] = acc[hh][i];
+    if (lane == 0) smS[warp][hh] = ps[hh];
+  }
   __syncthreads();
+  for (int hh = 0; hh < nh; hh++) {
+    float *o = cpart + ((size_t)split * heads + h0 + hh) * (headDim + 2);
+    for (int d = t; d < headDim; d += blockDim.x) {
+      float a = 0.f;
+      for (int w = 0; w < MERGE_WARPS; w++) a += smA[w][hh][d];
+      o[d] = a;
+    }
+    if (t == 0) {
+      float l = 0.f;
+      for (int w = 0; w < MERGE_WARPS; w++) l += smS[w][hh];
+      o[headDim] = smM[hh];
+      o[headDim + 1] = l;
+    }
+  }
+}
+
+// grid (heads): out[h] = the window's partial part[h] (normalised output, max, sum) merged with
+// the chunks' partials; nothing attended anywhere: 0.
+__global__ void attn_merge_combine_kernel(float *out, const float *part, const float *cpart, int heads, int headDim, int maxSplits, int count,
+                                          const int *dyn) {
+  if (dyn) count = dyn[1];
+  const int chunk = max((count + maxSplits - 1) / maxSplits, MERGE_MIN_CHUNK), nsplit = (count + chunk - 1) / chunk;
+  const int h = blockIdx.x, t = threadIdx.x;
+  const float *pr = part + (size_t)h * (headDim + 2);
+  const size_t stride = (size_t)heads * (headDim + 2);
+  const float *cp = cpart + (size_t)h * (headDim + 2);
+  __shared__ float wts[MERGE_MAX_SPLITS];
+  float mx = pr[headDim + 1] > 0.f ? pr[headDim] : -INFINITY;  // every thread: nsplit ≤ MERGE_MAX_SPLITS reads
+  for (int s = 0; s < nsplit; s++)
+    if (cp[s * stride + headDim + 1] > 0.f) mx = fmaxf(mx, cp[s * stride + headDim]);
+  float *o = out + (size_t)h * headDim;
+  if (mx == -INFINITY) {
+    for (int d = t; d < headDim; d += blockDim.x) o[d] = 0.f;
+    return;
+  }
+  const float sw = pr[headDim + 1] > 0.f ? pr[headDim + 1] * expf(pr[headDim] - mx) : 0.f;
   float den = sw;
-  for (int w = 0; w < MERGE_WARPS; w++) den += smS[w];
-  for (int d = t; d < headDim; d += nt) {
-    float a = 0.f;
-    for (int w = 0; w < MERGE_WARPS; w++) a += smA[w][d];
-    o[d] = (sw * pr[d] + a) / den;
+  for (int s = 0; s < nsplit; s++) {
+    const float l = cp[s * stride + headDim + 1], w = l > 0.f ? expf(cp[s * stride + headDim] - mx) : 0.f;
+    if (t == 0) wts[s] = w;
+    den += l * w;
+  }
+  __syncthreads();
+  for (int d = t; d < headDim; d += blockDim.x) {
+    float a = sw * pr[d];
+    for (int s = 0; s < nsplit; s++) a += cp[s * stride + d] * wts[s];
+    o[d] = a / den;
   }
 }
 
@@ -218,10 +268,16 @@ int hg_launch_span_attn(HgCtx *c, const Cmd &m) {
 // s[1] heads, s[2] kvHeads, s[3] headDim, s[4] cap, s[5] the logits' row width; d[0] start, d[1] count.
 int hg_launch_attn_merge(HgCtx *c, const Cmd &m, const char *dynBase) {
   const int *dyn = dynBase ? (const int *)(dynBase + m.dynOff) : NULL;
-  const int group = m.s[1] / m.s[2];
-  HG_DISPATCH_DT(m.s[0], V, return hg_launch(c, attn_merge_kernel<V>, dim3(m.s[1]), dim3(32 * MERGE_WARPS), 0, (float *)m.p[0], (const float *)m.p[1], (const float *)m.p[2],
-                                             m.s[5], m.p[3], group, m.s[3], m.s[4], m.d[0], m.d[1], dyn));
-  return 0;
+  const int heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], width = m.s[5], group = heads / kvHeads;
+  // Splits for the widest step the logits row allows (a recorded grid), at least MERGE_MIN_CHUNK columns each.
+  const int splits = max(1, min(MERGE_MAX_SPLITS, (width + MERGE_MIN_CHUNK - 1) / MERGE_MIN_CHUNK));
+  const dim3 grid((unsigned)splits, (unsigned)kvHeads, (unsigned)((group + MERGE_HEADS - 1) / MERGE_HEADS));
+  int r = 0;
+  HG_DISPATCH_DT(m.s[0], V, r = hg_launch(c, attn_merge_split_kernel<V>, grid, dim3(32 * MERGE_WARPS), 0, c->decodePart, heads, (const float *)m.p[2], width,
+                                          m.p[3], group, headDim, m.s[4], splits, m.d[0], m.d[1], dyn));
+  if (r) return r;
+  return hg_launch(c, attn_merge_combine_kernel, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, (float *)m.p[0], (const float *)m.p[1],
+                   (const float *)c->decodePart, heads, headDim, splits, m.d[1], dyn);
 }
 
 extern "C" {

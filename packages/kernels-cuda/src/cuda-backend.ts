@@ -942,7 +942,7 @@ export class CudaBackend implements Backend {
     this.ok(op, this.lib.hg_cu_attn_partial(this.ctx, P(pt.addr), P(qi.at(qRow * qi.cols)), P(kt.addr), P(vt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, spans.length ? spans : null, spans.length / 2, scale));
   }
 
-  /** Backend.attnMerge: one block a query head (native/span_attn.cu); recordable (start and count per step). */
+  /** Backend.attnMerge: split over column chunks, then combined with the window's partial (native/span_attn.cu); recordable (start and count per step). */
   attnMerge(out: Tensor, outRow: number, part: Tensor, logits: Tensor, col: number, v: Tensor, start: number, count: number): void {
     const op = "attnMerge";
     const [o, pt, l, vt, [heads, kvHeads, headDim, cap]] = this.check.attnMerge(out, outRow, part, logits, col, v, start, count);
