@@ -55,7 +55,6 @@ struct hg_stage {
     /* The last wait's (or run's): its result and the sums above; split[5] is wait's own hand-off. */
     int64_t result, last_ns, split[6], last_reads[2];
     int64_t idle_spin_ns, ready_timeout_ns;
-    int topk_legacy; /* hg_stage_set_topk_kernel */
     int64_t cur[4];         /* the running job's phases: query pack, score, top-K, gather */
     int64_t end_ns;         /* the last job's end (under mu) */
     int64_t prev_end_ns;    /* the coordinator's last job's end */
@@ -82,9 +81,9 @@ static inline int64_t esize(int64_t type) { return type == HG_F32 ? 4 : 2; }
 
 /* ---- parallel pieces ------------------------------------------------------------------ */
 typedef struct {
-    hg_stage *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks, lists;
+    hg_stage *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks;
     float *sample; int64_t ns; /* fused top-K: hg_topk_rows's sample, ns values a KV head */
-    const float *rows; int64_t k; int avx2; atomic_int failed; /* top-K: the lists' rows [lists][n] and K */
+    int64_t k; int avx2; atomic_int failed; /* two-step: the final K */
     hg_kq_query kq; int32_t *cand; float *exact, *cmax; int32_t *pos; int64_t nc; /* two-step */
     int file_rows; /* valid rows are read afterwards (disk tier): the pieces only zero the padding */
 } run_ctx;
@@ -153,47 +152,6 @@ static void score_gmax_task(void *v, int part, int parts) {
             r->sample[g * S + q] = gm[p];
         f = g * n + i1;
     }
-}
-
-/* hg_stage_set_topk_kernel(s, 1)'s top-K (the bench's and the tests' reference for the fused one):
- * each token's group max in a streaming pass over the logits in the top-K phase, pieces = KV
- * heads x chunks of tokens. */
-__attribute__((target_clones("avx2", "default"))) static void gmax_task(void *v, int part, int parts) {
-    (void)parts;
-    run_ctx *r = v;
-    const hg_stage_job *j = r->j;
-    const int64_t n = j->n, group = j->heads / j->kv_heads, g = part / r->chunks;
-    int64_t b, e;
-    hg_split(n, 64, part % r->chunks, r->chunks, &b, &e);
-    const float *L = (const float *)(intptr_t)j->all_logits + g * group * j->lstride;
-    float *gm = r->s->scratch + (size_t)g * n;
-    for (int64_t i = b; i < e; i++) gm[i] = -INFINITY;
-    for (int64_t h = 0; h < group; h++) {
-        const float *row = L + h * j->lstride;
-        for (int64_t i = b; i < e; i++) gm[i] = row[i] > gm[i] ? row[i] : gm[i];
-    }
-}
-
-/* Shared: the max over every KV head's group max, into the row after them; chunks of tokens. */
-static void shared_task(void *v, int part, int parts) {
-    run_ctx *r = v;
-    const hg_stage_job *j = r->j;
-    const int64_t n = j->n;
-    int64_t b, e;
-    hg_split(n, 64, part, parts, &b, &e);
-    float *gm = r->s->scratch, *out = gm + (size_t)j->kv_heads * n;
-    for (int64_t i = b; i < e; i++) out[i] = -INFINITY;
-    for (int64_t g = 0; g < j->kv_heads; g++)
-        for (int64_t i = b; i < e; i++) out[i] = gm[g * n + i] > out[i] ? gm[g * n + i] : out[i];
-}
-
-/* List g's top-K on one pool thread (several lists run side by side); two-step: its candidates. */
-static void topk_task(void *v, int g, int parts) {
-    (void)parts;
-    run_ctx *r = v;
-    const hg_stage_job *j = r->j;
-    int32_t *out = r->cand ? r->cand + (size_t)g * r->nc : (int32_t *)(intptr_t)j->ids + g * j->kmax;
-    if (hg_topk_row(r->rows + (size_t)g * j->n, j->n, r->k, out, r->avx2, NULL) < 0) r->failed = 1;
 }
 
 /* ---- two-step top-K ------------------------------------------------------------------- */
@@ -429,7 +387,7 @@ static int64_t check_ids(const hg_stage_job *j) {
 
 static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
     int threads = hg_pool_threads(s->ctx->pool);
-    run_ctx r = {.s = s, .j = j, .chunks = 1, .lists = 1};
+    run_ctx r = {.s = s, .j = j, .chunks = 1};
     int64_t t = now_ns(), t1;
 #define LAP(i) (t1 = now_ns(), s->cur[i] += t1 - t, t = t1)
     if (j->flags & (HG_STAGE_SCORE | HG_STAGE_TOPK | HG_STAGE_SELECTED)) { /* the query, packed once for the logits kernel */
@@ -463,10 +421,10 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
                                j->n, (int)j->ktype, (int)j->heads, (int)j->kv_heads, (int)j->head_dim, (float)j->scale};
         int64_t work = j->n * j->heads * j->head_dim;
         int parts = work < 32768 ? 1 : 4 * threads;
-        hg_pool_run(s->ctx->pool, topk && !s->topk_legacy ? score_gmax_task : score_task, &r, parts);
+        hg_pool_run(s->ctx->pool, topk ? score_gmax_task : score_task, &r, parts);
         LAP(1);
     }
-    if (topk && !j->kq_form && !s->topk_legacy) { /* the group max rows came with the scores */
+    if (topk && !j->kq_form) { /* the group max rows came with the scores */
         int32_t *ids = (int32_t *)(intptr_t)j->ids, *counts = (int32_t *)(intptr_t)j->counts;
         const int64_t k = j->budget < j->n ? j->budget : j->n;
         if (hg_topk_rows(s->scratch, shared ? j->kv_heads : 1, s->scratch + (size_t)j->kv_heads * j->n, r.sample, shared ? 1 : j->kv_heads, j->n, k,
@@ -475,35 +433,6 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
         for (int64_t g = 0; g < j->kv_heads; g++) {
             counts[g] = (int32_t)k;
             if (shared && g > 0) memcpy(ids + g * j->kmax, ids, (size_t)k * sizeof(int32_t));
-        }
-        LAP(2);
-    } else if (topk && !j->kq_form) {
-        int64_t per = (2 * threads + j->kv_heads - 1) / j->kv_heads, most = (j->n + 2047) / 2048;
-        r.chunks = (int)(per < most ? per : most);
-        if (r.chunks < 1) r.chunks = 1;
-        hg_pool_run(s->ctx->pool, gmax_task, &r, (int)j->kv_heads * r.chunks);
-        r.lists = shared ? 1 : (int)j->kv_heads;
-        r.rows = s->scratch;
-        if (shared) {
-            int64_t most = (j->n + 4095) / 4096;
-            hg_pool_run(s->ctx->pool, shared_task, &r, (int)(most < 2 * threads ? most : 2 * threads));
-            r.rows = s->scratch + (size_t)j->kv_heads * j->n;
-        }
-        r.k = j->budget < j->n ? j->budget : j->n;
-        r.avx2 = s->ctx->isa >= 1;
-        atomic_init(&r.failed, 0);
-        int32_t *ids = (int32_t *)(intptr_t)j->ids, *counts = (int32_t *)(intptr_t)j->counts;
-        /* A list per thread whenever there are several: a list split over the pool pays the pool's
-         * hand-offs in every phase, more than the list's own work. A single (shared) list is split. */
-        if (r.lists > 1)
-            hg_pool_run(s->ctx->pool, topk_task, &r, r.lists);
-        else
-            for (int g = 0; g < r.lists; g++)
-                if (hg_topk_row(r.rows + (size_t)g * j->n, j->n, r.k, ids + g * j->kmax, r.avx2, s->ctx->pool) < 0) r.failed = 1;
-        if (atomic_load(&r.failed)) return -2;
-        for (int64_t g = 0; g < j->kv_heads; g++) {
-            counts[g] = (int32_t)r.k;
-            if (shared && g > 0) memcpy(ids + g * j->kmax, ids, (size_t)r.k * sizeof(int32_t));
         }
         LAP(2);
     } else if (j->flags & HG_STAGE_QUEST) {
@@ -774,8 +703,6 @@ void hg_stage_set_ready_timeout(hg_stage *s, int64_t ns) { s->ready_timeout_ns =
 void hg_stage_error(const hg_stage *s, char *buf, int64_t cap) {
     if (cap > 0) snprintf(buf, (size_t)cap, "%s", s->err);
 }
-
-void hg_stage_set_topk_kernel(hg_stage *s, int legacy) { s->topk_legacy = legacy != 0; }
 
 void hg_stage_set_read_depth(hg_stage *s, int depth) { s->read_depth = depth < 0 ? 0 : depth > 256 ? 256 : depth; }
 

@@ -97,7 +97,7 @@ void hg_stage_last_reads(const hg_stage *s, int64_t *out);
 /* Nanoseconds they ran (each from its start on the stage's thread, after its ready signal, to its end). */
 int64_t hg_stage_last_ns(const hg_stage *s);
 /* Their phases in ns: out[0] query pack, [1] scoring (a top-K job's includes each token's group max,
- * taken from the logits as they are written; the earlier kernel's counts it in [2]), [2] top-K (the
+ * taken from the logits as they are written), [2] top-K (the
  * selection over the group-max rows) or Quest's pages,
  * [3] selected logits and V gather, [4] each job's later of (submit, the previous job's end) -> its
  * start on the stage thread (0 for run), [5] from the later of (last job's end, the wait call) to
@@ -106,10 +106,6 @@ void hg_stage_last_split(const hg_stage *s, double *out);
 /* How long the idle stage thread spins for the next job, and hg_stage_wait for the jobs'
  * end, before sleeping (default 0: sleep at once). */
 void hg_stage_set_idle_spin(hg_stage *s, int64_t ns);
-/* Top-K jobs with full scoring: 0 (default) takes the group max inside the scoring pass and selects
- * every list in one pass (hg_topk_rows); 1, the stage's earlier kernel (a group-max pass over the
- * logits in the top-K phase, then a list per thread), for before/after measurements. Same ids. */
-void hg_stage_set_topk_kernel(hg_stage *s, int legacy);
 /* How long a job waits for its ready signal before it fails (default 10 s). */
 void hg_stage_set_ready_timeout(hg_stage *s, int64_t ns);
 #pragma GCC visibility pop

@@ -43,7 +43,6 @@ const symbols = {
   hg_stage_last_split: { args: [ptr, ptr], returns: none },
   hg_stage_error: { args: [ptr, ptr, i64], returns: none },
   hg_stage_set_read_depth: { args: [ptr, i32], returns: none },
-  hg_stage_set_topk_kernel: { args: [ptr, i32], returns: none },
   hg_stage_last_reads: { args: [ptr, ptr], returns: none },
   hg_alloc: { args: [u64], returns: ptr },
   hg_free: { args: [ptr, u64], returns: none },
@@ -75,10 +74,6 @@ export const NativeCpuStageOptionsSchema = z.object({
    * stage thread (io_uring where the kernel allows it; 1: pread), adjacent rows one read; 0 reads them
    * through the file mapping instead (a synchronous page fault a row). */
   readDepth: z.number().int().min(0).max(256).default(DEFAULT_READ_DEPTH),
-  /** Top-K jobs with full scoring: "fused" (default) takes each token's group max inside the scoring
-   * pass and selects all lists in one pass over the pool; "legacy", the earlier kernel (a group-max
-   * pass in the top-K phase, a list per thread), for before/after measurements. The ids are the same. */
-  topkKernel: z.enum(["fused", "legacy"]).default("fused"),
 }).strict();
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
@@ -104,8 +99,6 @@ export class NativeCpuStage implements CpuStage {
   readonly rescoreFactor: number;
   /** Disk-tier reads in flight per stage thread (options.readDepth). */
   readonly readDepth: number;
-  /** Top-K jobs' kernel (options.topkKernel). */
-  readonly topkKernel: "fused" | "legacy";
   /** Jobs submit() takes before a wait() (the native queue's capacity). */
   readonly queueDepth: number;
   private sketches: KeySketches | null = null;
@@ -140,8 +133,6 @@ export class NativeCpuStage implements CpuStage {
     this.lib.hg_stage_set_ready_timeout(this.handle, parsed.data.readyTimeoutMs * 1_000_000);
     this.readDepth = parsed.data.readDepth;
     this.lib.hg_stage_set_read_depth(this.handle, this.readDepth);
-    this.topkKernel = parsed.data.topkKernel;
-    this.lib.hg_stage_set_topk_kernel(this.handle, this.topkKernel === "legacy" ? 1 : 0);
     this.queueDepth = this.lib.hg_stage_queue_depth(this.handle);
     this.jobPtr = addressOf(this.job);
   }
@@ -208,9 +199,9 @@ export class NativeCpuStage implements CpuStage {
     return storeKeys(this.store(k, "K"));
   }
 
-  /** The phases of the last wait()'s jobs, summed (a gather() run afterwards replaces them). A fused
-   * top-K job takes each token's group max while scoring, so that lands in scoreMs; selectMs is the
-   * selection over the group-max rows (with topkKernel "legacy", the group-max pass and the selection). */
+  /** The phases of the last wait()'s jobs, summed (a gather() run afterwards replaces them). A top-K
+   * job takes each token's group max while scoring, so that lands in scoreMs; selectMs is the
+   * selection over the group-max rows. */
   lastSplit(): CpuStageSplit {
     this.lib.hg_stage_last_split(this.live(), addressOf(this.split));
     const ms = (i: number) => this.split[i] / 1e6;
