@@ -94,8 +94,7 @@ export class CudaHostLink implements HostTransfers {
 
   /** Whether `region` lies inside a pinned region (copies from pageable memory would be synchronous). */
   isPinned(region: HostRegion): boolean {
-    for (const [a, n] of this.pinned) if (region.address >= a && region.address + region.byteLength <= a + n) return true;
-    return false;
+    return this.pinnedBase(region) !== null;
   }
 
   /** HostTransfers.mapped: `region` lies inside a pinned region the device maps. */
@@ -292,12 +291,14 @@ export class CudaHostLink implements HostTransfers {
 
   /** The device address of `region` when it lies inside a pinned, mapped region (else null). */
   private deviceAddress(region: HostRegion): number | null {
-    for (const [a, n] of this.pinned) {
-      if (region.address >= a && region.address + region.byteLength <= a + n) {
-        const d = this.deviceAt.get(a);
-        return d === undefined ? null : d + (region.address - a);
-      }
-    }
+    const a = this.pinnedBase(region);
+    const d = a === null ? undefined : this.deviceAt.get(a);
+    return d === undefined ? null : d + (region.address - a!);
+  }
+
+  /** The start of the pinned region `region` lies inside (else null). */
+  private pinnedBase(region: HostRegion): number | null {
+    for (const [a, n] of this.pinned) if (region.address >= a && region.address + region.byteLength <= a + n) return a;
     return null;
   }
 
