@@ -35,6 +35,7 @@ const SHAPES: readonly Shape[] = [
   { heads: 12, kvHeads: 12, headDim: 48, cap: 300, steps: [[5, 111], [7, 291], [0, 1]], selected: [13, 2, 299] },
   { heads: 6, kvHeads: 2, headDim: 36, cap: 200, steps: [[0, 2, 150, 50, 2, 17], [0, 2, 2, 198], [0, 2, 151, 49, 2, 18]], selected: [9, 9, 30] },
   { heads: 8, kvHeads: 8, headDim: 256, cap: 300, steps: [[0, 4, 200, 100, 4, 81], [0, 4, 4, 296], [100, 1, 0, 0, 7, 2, 299, 1]], selected: [17, 5, 0] },
+  { heads: 28, kvHeads: 4, headDim: 128, cap: 3000, steps: [[0, 4, 2000, 996, 4, 1000], [0, 4, 4, 2996], [0, 4, 2001, 995, 4, 1001]], selected: [1024, 300, 1] },
   { heads: 24, kvHeads: 8, headDim: 128, cap: 900, steps: [[0, 4, 700, 200, 4, 333], [0, 4, 4, 896], [0, 4, 701, 199, 4, 334]], selected: [40, 41, 42] },
   { heads: 4, kvHeads: 2, headDim: 64, cap: 64, steps: [[], [0, 10], []], selected: [5, 0, 3] },
   { heads: 8, kvHeads: 2, headDim: 64, cap: 500, steps: [[0, 2, 300, 200, 2, 51], [0, 2, 2, 498], [0, 2, 301, 199, 2, 52]], selected: [33, 1, 0], offset: true },
