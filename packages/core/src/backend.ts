@@ -114,12 +114,14 @@ export interface HostTransfers extends Disposable {
   /**
    * Optional: a new signal for another host thread (the CPU stage) to raise by writing `value`
    * into the 32-bit word at `address` (mapped host memory the device polls); values increase by
-   * one per call, modulo 2³².
+   * one per call, modulo 2³². One word a link: hybrid attention raises its jobs' done in a word of
+   * each sequence's own instead (DeviceStaging), as a batch's stages would race on a shared one.
    */
   stageSignal?(): HostSignal;
   /**
    * Optional: on the compute stream, recordable: the device waits until the word of `signal`
-   * (from stageSignal) reaches its value (modulo 2³²). A wait that lasts past the link's timeout
+   * (from stageSignal, or any 4-byte-aligned word of pinned host memory the device maps) reaches
+   * its value (modulo 2³²). A wait that lasts past the link's timeout
    * gives up (later waits too, at once), and the next fence() or times() throws, naming it.
    * times().gpuMs leaves the time spent waiting out.
    */

@@ -176,9 +176,21 @@ export class BatchRows {
     }
   }
 
-  /** Every row's decode attention: the step's layers are done (before eviction). */
+  /**
+   * Every row's decode attention: the step's layers are done (before eviction). A row that fails
+   * (its CPU stage's error, collected here) does not keep the rows after it from collecting theirs;
+   * the first failure is thrown once all have ended.
+   */
   endStep(seqs: readonly SequenceState[], B: number): void {
-    for (let i = 0; i < B; i++) seqs[i].attention.decodeAttention?.endStep();
+    let failure: { error: unknown } | null = null;
+    for (let i = 0; i < B; i++) {
+      try {
+        seqs[i].attention.decodeAttention?.endStep();
+      } catch (error) {
+        failure ??= { error };
+      }
+    }
+    if (failure) throw failure.error;
   }
 
   /** Fails unless 1 ≤ B ≤ capacity. */

@@ -1,10 +1,12 @@
 /**
- * Stand-ins for the stage hand-off on the device (HostTransfers' stageSignal … padColumnsAt and a
+ * Stand-ins for the stage hand-off on the device (HostTransfers' awaitSignal … padColumnsAt and a
  * CpuStage with a queue): the link's device ops run when the device would (now, or at the end of a
- * recorded segment) and read the stage's output at that moment; the stage runs a queued job only
- * when the device waits for its done signal (or at wait()), as late as a real one may. So a missing
- * wait, a job queued out of order or a slot rewritten before the device read it changes the logits
- * or throws.
+ * recorded segment) and read the stage's output at that moment; a stage raises a job's done by
+ * writing its value into the signal's word, and the device goes on once the word has reached the
+ * value it waits for. A stage runs a queued job only when the device waits for its done signal (or
+ * at wait()), as late as a real one may, unless it is eager (as early as a real one may: at submit,
+ * once its query has been sent). So a missing wait, a job queued out of order, a slot rewritten
+ * before the device read it, or a word that another stage's job raises changes the logits or throws.
  */
 import type { CpuStageJob, CpuStageOutput, HostCopy, HostRegion, HostSignal, ReferenceBackend, RowGather, Tensor } from "../src/index.js";
 import { type AddressBook, StagedBackendCpuStage } from "./loopback-link.js";
@@ -12,9 +14,11 @@ import { CheckedLink, type Recorder } from "./recorder.js";
 
 /** The checked loopback link with signalled sends, device row gathers and the hand-off ops. */
 export class HandoffLink extends CheckedLink {
-  stage: QueuedStage | null = null;
+  /** The stages whose jobs the device may wait for (each QueuedStage joins at construction). */
+  readonly stages: QueuedStage[] = [];
   awaited = 0;
-  private doneValue = 0;
+  /** The signal words in host memory: address → the value last written there. */
+  private readonly words = new Map<number, number>();
   constructor(device: ReferenceBackend, host: ReferenceBackend, book: AddressBook, rec: Recorder | null) {
     super(device, host, book, rec, true);
   }
@@ -22,14 +26,20 @@ export class HandoffLink extends CheckedLink {
     const i = ids.slice(), c = counts.slice(); // read during the call
     this.schedule(() => this.gather(dst, src, g, i, c));
   }
-  stageSignal(): HostSignal {
-    return { address: 128, value: ++this.doneValue };
-  }
+  /** The device polls the word until it reaches the value (modulo 2³²); a job still queued for it runs now. */
   awaitSignal(signal: HostSignal): void {
     this.schedule(() => {
       this.awaited++;
-      this.stage!.runThrough(signal.value);
+      if (!this.reached(signal)) for (const s of this.stages) s.runFor(signal);
+      if (!this.reached(signal)) throw new Error(`the device waits for value ${signal.value} at 0x${signal.address.toString(16)}, which no queued job raises: it would hang`);
     });
+  }
+  /** A stage raises a job's done: the value goes into the word, whatever it held. */
+  raise(signal: HostSignal): void {
+    this.words.set(signal.address, signal.value);
+  }
+  private reached(signal: HostSignal): boolean {
+    return (((this.words.get(signal.address) ?? 0) - signal.value) | 0) >= 0;
   }
   readMapped(copy: HostCopy): void {
     this.schedule(() => this.copyUp(copy));
@@ -71,10 +81,22 @@ export class HandoffLink extends CheckedLink {
   }
 }
 
+export interface QueuedStageOptions {
+  /** Jobs submit() takes before a wait() (64 by default). */
+  readonly depth?: number;
+  /** Every job's last KV head comes out one short (TrimmingStage's lists). */
+  readonly trim?: boolean;
+  /** Runs a job as soon as it may (its query sent and the jobs before it run), not when the device waits for it. */
+  readonly eager?: boolean;
+  /** The job at this index (from 0, in the order the jobs run) fails: its done is raised, the jobs after it
+   * until the next wait() are skipped (their done raised too), and that wait() throws. */
+  readonly failAt?: number;
+}
+
 /**
  * A staged stage with a queue: submit() only queues; a job runs when the device waits for its done
- * signal (HandoffLink.awaitSignal), after its query lands, or at wait(). A job without a done signal
- * (a step not handed off) runs alone, at wait().
+ * signal (HandoffLink.awaitSignal), after its query lands, or at wait(); an eager stage runs it at
+ * submit once its query has been sent. A job without a done signal (a step not handed off) runs alone, at wait().
  */
 export class QueuedStage extends StagedBackendCpuStage {
   readonly waitsForSignal = true;
@@ -83,13 +105,14 @@ export class QueuedStage extends StagedBackendCpuStage {
   mostQueued = 0;
   waits = 0;
   private queue: CpuStageJob[] = [];
-  private raised = 0;
   private busy = 0;
+  private started = 0;
+  private failure: Error | null = null;
   private tables: HostRegion[] = [];
-  constructor(backend: ReferenceBackend, private readonly addresses: AddressBook, private readonly link: HandoffLink, depth = 64, private readonly trim = false) {
+  constructor(backend: ReferenceBackend, private readonly addresses: AddressBook, private readonly link: HandoffLink, private readonly o: QueuedStageOptions = {}) {
     super(backend, addresses);
-    this.queueDepth = depth;
-    link.stage = this;
+    this.queueDepth = o.depth ?? 64;
+    link.stages.push(this);
   }
   override hostStaging(slot: 0 | 1) {
     const base = super.hostStaging(slot);
@@ -111,30 +134,36 @@ export class QueuedStage extends StagedBackendCpuStage {
     if (this.queue.length >= this.queueDepth) throw new Error("the queue is full");
     this.queue.push(job);
     this.mostQueued = Math.max(this.mostQueued, this.queue.length);
+    while (this.o.eager && this.queue.length > 0 && this.queue[0]!.done && (!this.queue[0]!.ready || this.link.sent(this.queue[0]!.ready.value))) this.runNext();
   }
-  /** The device waits for done value `value`: the jobs queued up to it run, in order. */
-  runThrough(value: number): void {
-    while (this.queue.length > 0 && this.queue[0]!.done && this.queue[0]!.done.value <= value) this.runNext();
-    if (this.raised < value) throw new Error(`the device waits for done signal ${value}, which no queued job raises: it would hang`);
+  /** The device waits for `signal`: when one of this stage's queued jobs raises it, the jobs up to it run, in order. */
+  runFor(signal: HostSignal): void {
+    const i = this.queue.findIndex((j) => j.done?.address === signal.address && j.done.value === signal.value);
+    for (let n = 0; n <= i; n++) this.runNext();
   }
   override wait(): number {
     this.waits++;
     while (this.queue.length > 0) this.runNext();
-    const busy = this.busy;
+    const failure = this.failure, busy = this.busy;
+    this.failure = null;
     this.busy = 0;
+    if (failure) throw failure;
     return busy;
   }
   cancel(): void {
-    for (const job of this.queue) if (job.done) this.raised = job.done.value;
+    for (const job of this.queue) if (job.done) this.link.raise(job.done);
     this.queue = [];
   }
   private runNext(): void {
-    const job = this.queue.shift()!;
+    const job = this.queue.shift()!, n = this.started++;
     if (job.ready) this.link.land(job.ready.value);
-    super.submit({ ...job, ready: undefined, done: undefined });
-    this.busy += super.wait();
-    if (this.trim) trimLastKvHead(this.output(job.slot), job.kmax);
-    if (job.done) this.raised = job.done.value;
+    if (n === this.o.failAt) this.failure = new Error(`stage job ${n} failed`);
+    if (!this.failure) {
+      super.submit({ ...job, ready: undefined, done: undefined });
+      this.busy += super.wait();
+      if (this.o.trim) trimLastKvHead(this.output(job.slot), job.kmax);
+    }
+    if (job.done) this.link.raise(job.done);
   }
 }
 

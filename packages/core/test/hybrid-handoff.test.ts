@@ -27,7 +27,7 @@ function run(files: ModelFiles, tokens: number[], c: Case, handoff: { depth: num
   const link = handoff ? new HandoffLink(be, host, book, rec) : new CheckedLink(be, host, book, rec, false);
   const model = LlamaModel.load(files, rec.wrap(be), { prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: 6, sinkTokens: 1, kvEvictBlock: 2 });
   model.cache.attachHostStore(host, link);
-  const stage = handoff ? new QueuedStage(host, book, link as HandoffLink, handoff.depth, trim) : trim ? new TrimmingStage(host, book) : new StagedBackendCpuStage(host, book);
+  const stage = handoff ? new QueuedStage(host, book, link as HandoffLink, { depth: handoff.depth, trim }) : trim ? new TrimmingStage(host, book) : new StagedBackendCpuStage(host, book);
   const hybrid = HybridAttention.attach(
     { attention: model.attention, projector: model, stage, selector: c.selector as TokenSelector, scheduler: fixedScheduler(c.k, c.timing) },
     { logits: c.logits });

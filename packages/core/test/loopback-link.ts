@@ -170,6 +170,10 @@ export class SignallingLink extends LoopbackLink {
     });
     return { address: 64, value: this.sends.length };
   }
+  /** Whether the send of signal `value` has run on the device (a stage waiting for it would go on). */
+  sent(value: number): boolean {
+    return this.sends[value - 1]?.write != null;
+  }
   /** A stage waits for signal `value`: the sends up to it land. */
   land(value: number): void {
     for (; this.landed < value; this.landed++) {

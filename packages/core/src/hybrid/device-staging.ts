@@ -21,7 +21,9 @@
  * The hand-off on the device (`handsOff`: the link has HostTransfers' hand-off ops, the stage a
  * queue and a mapped [counts | ids] table, every layer is mapped): the device itself waits for a
  * layer's job (awaitSignal on the job's done signal) and reads its logits and table where the stage
- * wrote them (handOff), so the host issues the whole step without waiting for the stage.
+ * wrote them (handOff), so the host issues the whole step without waiting for the stage. The done
+ * signals are a word of this staging's own, so the stages of a batch's sequences, which share the
+ * link and run at their own pace, never satisfy or roll back one another's waits.
  */
 import type { Backend, HostCopy, HostRegion, HostSignal, HostTransfers, RowGather, Tensor } from "../backend.js";
 import { DTYPE_BYTES } from "../backend.js";
@@ -30,6 +32,9 @@ import type { KvCache } from "../kv-cache.js";
 import type { CpuStage } from "./cpu-stage.js";
 import { GatheredValues } from "./gathered-values.js";
 import { chooseRowPath, grownRows, type RowPath, type RowPathRequest } from "./row-path.js";
+
+/** The host block that holds a staging's done word: a device link pins and maps only whole blocks of 2 MiB or more (the CUDA link). */
+const DONE_BLOCK_BYTES = 2 << 20;
 
 interface Regions {
   readonly query: HostRegion;
@@ -80,6 +85,9 @@ export class DeviceStaging implements Disposable {
   private signals = false;
   /** The device waits for the stage and reads its output in place (see the class comment). */
   readonly handsOff: boolean;
+  /** The host word the jobs' done signals are raised in (pinned and mapped), and the last value handed out. */
+  private doneWord: { readonly tensor: Tensor; readonly region: HostRegion } | null = null;
+  private doneValue = 0;
   private closed = false;
 
   constructor(
@@ -112,14 +120,15 @@ export class DeviceStaging implements Disposable {
       this.allocScores();
       this.allocRows(withKeys);
       this.signals = typeof link.sendSignalled === "function" && stage.waitsForSignal === true && this.regions.every((r) => link.mapped?.(r.query) === true);
+      const ops = [link.awaitSignal, link.readMapped, link.gatherRowsAt, link.padColumnsAt];
+      this.handsOff = this.signals && ops.every((f) => typeof f === "function") && (stage.queueDepth ?? 1) >= cache.layers &&
+        paths.every((p) => p === "mapped") && this.regions.every((r) => r.table !== undefined && link.mapped!(r.table) && link.mapped!(r.logits)) &&
+        this.pinDoneWord();
     } catch (e) {
       this.handsOff = false;
       this.close();
       throw e;
     }
-    const ops = [link.stageSignal, link.awaitSignal, link.readMapped, link.gatherRowsAt, link.padColumnsAt];
-    this.handsOff = this.signals && ops.every((f) => typeof f === "function") && (stage.queueDepth ?? 1) >= cache.layers &&
-      paths.every((p) => p === "mapped") && this.regions.every((r) => r.table !== undefined && link.mapped!(r.table) && link.mapped!(r.logits));
   }
 
   /** Rows per KV head the gathered-row buffers hold now. */
@@ -186,9 +195,11 @@ export class DeviceStaging implements Disposable {
     return undefined;
   }
 
-  /** A done signal for a job whose output the device will take (handOff). */
+  /** A done signal for a job whose output the device will take (handOff): the next value (modulo 2³²) of this staging's word. */
   doneSignal(): HostSignal {
-    return this.link.stageSignal!();
+    if (!this.doneWord) fail("hybrid attention: a done signal from a staging that does not hand off");
+    this.doneValue = (this.doneValue + 1) >>> 0;
+    return { address: this.doneWord.region.address, value: this.doneValue };
   }
 
   /**
@@ -293,11 +304,36 @@ export class DeviceStaging implements Disposable {
       for (const v of this.values) v.close();
       for (const k of this.keys) k?.close();
       for (const t of this.scores) this.backend.free(t);
+      if (this.doneWord) this.cache.hostBackend!.free(this.doneWord.tensor);
     }
   }
 
   [Symbol.dispose](): void {
     this.close();
+  }
+
+  /**
+   * The done word: the first word of a zeroed host block of the store's backend, pinned through the
+   * link. False (and nothing kept) where the link does not map it for the device to poll.
+   */
+  private pinDoneWord(): boolean {
+    const host = this.cache.hostBackend;
+    if (!host?.hostRegion) return false;
+    const tensor = host.alloc([DONE_BLOCK_BYTES / 4]), region = host.hostRegion(tensor);
+    try {
+      this.link.pin(region);
+    } catch (e) {
+      host.free(tensor);
+      throw e;
+    }
+    if (this.link.mapped!(region)) {
+      this.pinned.push(region);
+      this.doneWord = { tensor, region };
+      return true;
+    }
+    this.link.unpin(region);
+    host.free(tensor);
+    return false;
   }
 
   /** Both slots' score rows: the whole context, or the selected columns alone (as wide as the row buffers). */

@@ -31,9 +31,14 @@
  * and replayed as a graph, instead of a launch per op.
  *
  * Where the staging hands off on the device (DeviceStaging.handsOff) and the stage runs a kernel
- * (top-K, Quest, all), the step is handed off: every layer's job is queued as soon as its query
- * is sent, the device waits for each job and reads its output in place, and the host issues the
- * whole step without waiting; it collects the jobs' times at endStep.
+ * (top-K, Quest, streaming, all), the step is handed off: every layer's job is queued as soon as its
+ * query is sent, the device waits for each job and reads its output in place, and the host issues
+ * the whole step without waiting; it collects the jobs' times at endStep.
+ *
+ * A row of a batched step (BatchRows) hands off the same way, its jobs' done signals in a word of
+ * its own sequence's staging. Its device work is launched as issued, not recorded: the backend
+ * records one segment at a time, and a row's would take in the other rows' work issued between its
+ * ops. The host waits for each row's stage once, at the batched step's end.
  */
 import { ATTN_PARTIAL_MAX_SPANS, type HostSignal, type Tensor } from "../backend.js";
 import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector } from "../attention.js";
@@ -257,7 +262,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const kmax = this.selector.usesBudget ? budget : offloaded;
     this.device?.reserve(this.rowsFor(budget)); // the gathered-row buffers hold this step's widest selection
     this.plan = { timing, budget, kmax, offloaded, work, kernel };
-    this.handOffStep = this.device !== null && this.device.handsOff && this.segments && work === "kernel" && !this.batchStep;
+    this.handOffStep = this.device !== null && this.device.handsOff && this.segments && work === "kernel";
   }
 
   layerInput(layer: number, x: Tensor): void {
