@@ -17,9 +17,9 @@
  */
 import { cpus } from "node:os";
 import { dummyModelFiles, LlamaModel, loadModel, modelInfo, presetConfig, type Backend, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
-import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeFileReadLatency, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
+import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun } from "@hybridgen/memtier";
-import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createHybridAttention, probeDiskGather, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
 import { greedyWalls, mean } from "./greedy-walls.js";
@@ -92,9 +92,13 @@ const link = backend.hostTransfers?.().bandwidth?.(256 * 2 ** 20, 10);
 const baseTiers = discoverTiers({ fileTiers: kvDisk ? [{ path: kvDisk }] : [] }).map((t) => ({
   ...t,
   readBandwidthGBs: t.readBandwidthGBs ?? (t.kind === "file" ? probeFileReadBandwidth(t.path!, 256 * 2 ** 20, 4 * 2 ** 20) : probeMemoryReadBandwidth(256 * 2 ** 20, t.numaNode, threads)) / 1e9,
-  // Disk rows: random 4 KiB reads at the stage's depth (its threads × reads in flight each).
-  ...(t.kind === "file" ? { readLatencyUs: probeFileReadLatency(t.path!, [{ threads, depth: DEFAULT_READ_DEPTH }])[0]!, readDepth: threads * DEFAULT_READ_DEPTH } : {}),
 }));
+// Disk rows: a read's latency in the stage's own gather at its depth (its threads × reads in flight each).
+for (const [i, t] of baseTiers.entries()) {
+  if (t.kind !== "file") continue;
+  const gather = await probeDiskGather(t.path!, { threads, readDepth: DEFAULT_READ_DEPTH });
+  baseTiers[i] = { ...t, readLatencyUs: gather.latencyUs, readDepth: gather.readDepth };
+}
 console.log(`tiers: ${baseTiers.map((t) => `${t.id} ${t.kind} ${formatBytes(t.capacityBytes)} ${t.readBandwidthGBs!.toFixed(1)} GB/s` +
   (t.readLatencyUs ? `, 4 KiB reads ${t.readLatencyUs.toFixed(0)} µs at ${t.readDepth} in flight` : "")).join("; ")}`);
 if (copyBw) console.log(`device: copy ${(copyBw / 1e9).toFixed(0)} GB/s, host→device ${link ? (link.h2d / 1e9).toFixed(1) : "–"} GB/s`);

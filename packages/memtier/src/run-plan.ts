@@ -8,10 +8,11 @@
  *   GPU stage   = (weights + window KV) / GPU read bandwidth (no GPU: the fastest tier's, where
  *                 the CPU backend runs the same step)
  *   CPU stage   = Σ over tiers of the offloaded K bytes there / the tier's read bandwidth
- *   V gather    = selected V rows read from their tiers; a disk row is one 4 KiB read, so the
- *                 disk's share is max(rows ÷ depth × read latency, rows × page ÷ bandwidth)
- *                 (the tier's probed random-read latency at `readDepth` reads in flight)
- *   V transfer  = selected V bytes / host→device bandwidth
+ *   V gather    = the rows the stage gathers (K a KV head on layer 0, candidates·K on the verified
+ *                 layers) read from their tiers; a disk row is one 4 KiB read, so the disk's share
+ *                 is max(rows ÷ depth × read latency, rows × page ÷ bandwidth) (the tier's latency
+ *                 of one read at `readDepth` in flight, measured on the stage's own gather)
+ *   V transfer  = those V rows, and the verified layers' K rows beside them, / host→device bandwidth
  *   ms/token    = max(GPU stage, CPU stage) + V gather + V transfer
  * (the two stages overlap; the selected rows can only move once the CPU stage chose them).
  */
@@ -59,7 +60,8 @@ export const RunPlanInputSchema = z.object({
   useFree: z.boolean().default(false),
   /** Offloaded tokens selected per KV head and layer (the CPU stage's K). */
   k: z.number().int().positive().default(64),
-  /** Candidates per selected token the device scores (verified logits, core's HybridOptions.candidates; 1 for exact or speculative). */
+  /** Candidates per selected token the device scores (verified logits, core's HybridOptions.candidates; 1 for exact or speculative,
+   * whose layers gather K rows a KV head and send no K rows up). */
   candidates: z.number().int().positive().default(4),
   /** The selector tracks accumulated scores (h2o, keyformer): the window's logits are materialised, so the score rows span the context. */
   trackScores: z.boolean().default(false),
@@ -181,26 +183,42 @@ export function planRun(input: RunPlanInput): RunPlan {
   }
 
   // Predicted step time from the tiers' bandwidths.
-  const kSel = Math.min(o.k, offloaded);
-  const selV = kSel * B * per; // selected V bytes per step (every layer and KV head picks kSel rows)
   const rowBytes = o.model.headDim * o.kvElementBytes;
-  let cpuMs: number | null = offloaded === 0 ? 0 : 0;
-  let vGatherMs: number | null = offloaded === 0 ? 0 : 0;
-  const vTotal = tiers.reduce((n, t) => n + t.vBytes, 0);
+  const verified = o.candidates > 1;
+  // Rows each layer's stage gathers over its KV heads: K on layer 0 (its q̃ is its true query), candidates·K on the verified layers after it.
+  const layerRows = (l: number) => (offloaded === 0 ? 0 : Math.min(offloaded, l === 0 ? o.k : o.k * o.candidates) * o.model.kvHeads * B);
+  const R = store.layout.regionBytes;
+  const diskRows = new Map<string, number>();
+  let memoryRows = 0, movedBytes = 0;
+  for (let l = 0; l < o.model.layers; l++) {
+    const rows = layerRows(l);
+    let onDisk = 0;
+    for (const s of store.layout.v[l] ?? []) {
+      if (s.mode !== "file" || rows === 0) continue;
+      const share = (rows * s.bytes) / R;
+      diskRows.set(s.tier, (diskRows.get(s.tier) ?? 0) + share);
+      onDisk += share;
+    }
+    memoryRows += rows - onDisk;
+    movedBytes += rows * rowBytes * (verified && l > 0 ? 2 : 1); // verified layers send the candidates' K rows up beside their V rows
+  }
+  let cpuMs: number | null = 0;
+  let vGatherMs: number | null = 0;
+  const memoryV = tiers.reduce((n, t) => n + (t.kind === "file" ? 0 : t.vBytes), 0);
   for (const t of tiers) {
     if (t.kBytes > 0) {
       const m = ms(t.kBytes, t.readBandwidthGBs);
       cpuMs = cpuMs === null || m === null ? null : cpuMs + m;
     }
-    if (t.vBytes > 0 && vTotal > 0) {
-      const share = (selV * t.vBytes) / vTotal;
-      const m = t.kind === "file" ? diskRowsMs(share / rowBytes, o.pageBytes, byId.get(t.id)!) : ms(share, t.readBandwidthGBs);
+    const rows = t.kind === "file" ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
+    if (rows > 0) {
+      const m = t.kind === "file" ? diskRowsMs(rows, o.pageBytes, byId.get(t.id)!) : ms(rows * rowBytes, t.readBandwidthGBs);
       vGatherMs = vGatherMs === null || m === null ? null : vGatherMs + m;
     }
   }
   // Without a GPU the CPU backend's own step reads the weights and the window from the fastest tier.
   const gpuMs = ms(o.model.weightsBytes + window * B * total, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
-  const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(selV, o.gpu.linkBandwidthGBs)) : 0;
+  const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(movedBytes, o.gpu.linkBandwidthGBs)) : 0;
   const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null : Math.max(gpuMs, cpuMs) + vGatherMs + vTransferMs;
 
   return {

@@ -31,15 +31,20 @@ describe("planRun: the arithmetic", () => {
     expect(t0).toMatchObject({ kBytes: 32 * region, vBytes: 32 * region });
     expect(p.fits).toBe(true);
     expect(p.refusal).toBeNull();
-    // Predicted: GPU = (weights + window) / 4000 GB/s; CPU = K / 40 GB/s; V = 256 rows × layers × heads from node0 at 40 GB/s, then 50 GB/s up.
+    // Predicted: GPU = (weights + window) / 4000 GB/s; CPU = K / 40 GB/s; the gathered V rows from node0 at 40 GB/s — 256 a KV head
+    // on layer 0, 4·256 (the verified candidates) on the 31 after it — then those V rows and the candidates' K rows up at 50 GB/s.
     const gpuMs = ((llama8b.weightsBytes + fit * 128 * KiB) / 4000e9) * 1e3;
     const cpuMs = ((32 * region) / 40e9) * 1e3;
-    const selV = 256 * 64 * KiB;
+    const row = 128 * 2, selV = (256 + 31 * 1024) * 8 * row, sentK = 31 * 1024 * 8 * row;
     expect(p.predicted.gpuMs).toBeCloseTo(gpuMs, 6);
     expect(p.predicted.cpuMs).toBeCloseTo(cpuMs, 6);
     expect(p.predicted.vGatherMs).toBeCloseTo((selV / 40e9) * 1e3, 6);
-    expect(p.predicted.vTransferMs).toBeCloseTo((selV / 50e9) * 1e3, 6);
-    expect(p.predicted.msPerToken).toBeCloseTo(Math.max(gpuMs, cpuMs) + (selV / 40e9) * 1e3 + (selV / 50e9) * 1e3, 6);
+    expect(p.predicted.vTransferMs).toBeCloseTo(((selV + sentK) / 50e9) * 1e3, 6);
+    expect(p.predicted.msPerToken).toBeCloseTo(Math.max(gpuMs, cpuMs) + (selV / 40e9) * 1e3 + ((selV + sentK) / 50e9) * 1e3, 6);
+    // Exact or speculative logits (candidates 1): K rows a KV head on every layer, no K rows sent.
+    const single = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, candidates: 1 });
+    expect(single.predicted.vGatherMs).toBeCloseTo(((32 * 256 * 8 * row) / 40e9) * 1e3, 6);
+    expect(single.predicted.vTransferMs).toBeCloseTo(((32 * 256 * 8 * row) / 50e9) * 1e3, 6);
     // Decode only (a synthetic fill): no prefill scratch, a larger window.
     const decodeOnly = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, prefill: false });
     expect(decodeOnly.gpu!.fitTokens).toBe(Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - staging) / (128 * KiB)) - 512);
@@ -72,12 +77,18 @@ describe("planRun: the arithmetic", () => {
     expect(d.kBytes).toBe(0);
     expect(d.vBytes).toBe(placed.store.diskBytes);
     expect(d.vBytes).toBeGreaterThan(23 * GiB);
-    // The disk's share of the selected V rows costs a 4 KiB page per 256-byte row.
-    const vTotal = placed.tiers.reduce((n, t) => n + t.vBytes, 0);
-    const selV = 128 * 64 * KiB;
-    const nodeV = placed.tiers[0]!.vBytes;
-    const want = ((selV * nodeV) / vTotal / 40e9 + ((selV * d.vBytes) / vTotal / 256) * 4096 / 2e9) * 1e3;
-    expect(placed.predicted.vGatherMs).toBeCloseTo(want, 6);
+    // V's last layers are on disk: each layer's gathered rows (4·128 a KV head, 128 on layer 0) split by its region's bytes there,
+    // a 4 KiB page per 256-byte disk row at the disk's bandwidth, the rest at node0's.
+    const R = placed.store.layout.regionBytes;
+    let diskRows = 0, nodeRows = 0;
+    placed.store.layout.v.forEach((segs, l) => {
+      const rows = (l === 0 ? 128 : 512) * 8, file = segs.filter((s) => s.mode === "file").reduce((n, s) => n + s.bytes, 0);
+      diskRows += (rows * file) / R;
+      nodeRows += rows - (rows * file) / R;
+    });
+    expect(placed.store.layout.v[0]!.every((s) => s.mode !== "file")).toBe(true);
+    expect(placed.store.layout.v[31]!.every((s) => s.mode === "file")).toBe(true);
+    expect(placed.predicted.vGatherMs).toBeCloseTo(((nodeRows * 256) / 40e9 + (diskRows * 4096) / 2e9) * 1e3, 6);
   });
 
   it("disk rows with a probed read latency: rows ÷ depth × latency when that is slower than the bandwidth, else the bandwidth", () => {
@@ -100,6 +111,23 @@ describe("planRun: the arithmetic", () => {
     // No bandwidth known: the latency alone; neither: unknown.
     expect(diskRowsMs(1000, 4096, { readLatencyUs: 100, readDepth: 4 })).toBeCloseTo(25, 9);
     expect(diskRowsMs(1000, 4096, {})).toBeNull();
+  });
+
+  it("the scale run's 2M disk gather: 8 192 rows a layer (4·256 candidates × 8 KV heads) on V's disk layers, each a random read", () => {
+    // The H200 run: 100 GiB of host budget, V's last 18 layers in files; the probe's 4 KiB reads at 1 450 µs with 120 in flight.
+    const tiers: MemoryTier[] = [node0, { ...disk, capacityBytes: 60 * GiB, readBandwidthGBs: 2.3, readLatencyUs: 1450, readDepth: 120 }];
+    const p = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_028, gpuKvBudget: 859_852, gpu: h200, tiers, k: 256, prefill: false, hostBudgetBytes: 100 * GiB });
+    expect(p.offloadedTokens).toBe(1_140_176);
+    const d = p.tiers.find((t) => t.kind === "file")!;
+    const diskLayers = d.vBytes / p.store.layout.regionBytes;
+    expect(diskLayers).toBeGreaterThan(17);
+    expect(diskLayers).toBeLessThan(19);
+    const rows = 8192 * diskLayers;
+    const nodeMs = ((((256 + 31 * 1024) * 8 - rows) * 256) / 40e9) * 1e3;
+    expect(p.predicted.vGatherMs).toBeCloseTo(nodeMs + (rows / 120) * 1.45, 6);
+    // Every disk row is a read: twice the rows, twice the time; half the latency at the same depth, half the time.
+    expect(diskRowsMs(2 * rows, 4096, d)! / diskRowsMs(rows, 4096, d)!).toBeCloseTo(2, 9);
+    expect(diskRowsMs(rows, 4096, { ...d, readLatencyUs: 725 })! / diskRowsMs(rows, 4096, d)!).toBeCloseTo(0.5, 9);
   });
 
   it("a fixed budget larger than the GPU holds, and weights larger than the GPU, are refused", () => {

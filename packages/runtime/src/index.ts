@@ -3,3 +3,4 @@ export { attachPerSequence, createBatchHybridAttention, sequenceModel, type PerS
 export { resolveHybrid, profileKMin, type HybridPlan, type ResolvedHybrid, type RuntimeTarget } from "./resolve.js";
 export { HybridRuntimeOptionsSchema, ProfileDefaultsSchema, type HybridRuntimeOptions, type ProfileDefaults } from "./options.js";
 export { ATTENTION_CONFIG_NAMES, attentionConfig, attachAttentionConfig, prepareHostStore, type AttachedAttention, type AttentionConfig, type AttentionKind } from "./attention-configs.js";
+export { probeDiskGather, type DiskGatherProbe } from "./probe-disk-gather.js";

@@ -2,8 +2,8 @@
  * What `hybridgen plan` measures: the GPU's free memory (cudaMemGetInfo, before any arena is
  * taken), its copy bandwidth device → device and host → device on a small arena, and each host
  * tier's read bandwidth (a node-bound buffer read on every core; the disk tier: large aligned
- * reads of a scratch file, O_DIRECT where allowed, and random 4 KiB reads at depth 1 and at the CPU
- * stage's). Tiers keep a bandwidth HMAT already gave.
+ * reads of a scratch file, O_DIRECT where allowed, random 4 KiB reads one at a time, and the CPU stage's
+ * gather of random rows at its depth). Tiers keep a bandwidth HMAT already gave.
  */
 import { HybridgenError, type MemoryTier } from "@hybridgen/core";
 
@@ -37,27 +37,29 @@ export async function probeGpu(required: boolean, bandwidth: boolean): Promise<G
 
 /**
  * The tiers with a measured read bandwidth where none is known; file tiers also get the latency of a
- * random 4 KiB read at the CPU stage's depth (`stageThreads` × `readDepth` reads in flight each), as the stage
- * reads disk-tier rows, and (`serialUs`, by tier id) one read at a time, as page faults do.
+ * disk-tier row read by the CPU stage's own gather at its depth (`stageThreads` × `readDepth` reads in
+ * flight each; readDepth 0: page faults), and (`serialUs`, by tier id) one random 4 KiB read at a time.
  */
 export async function probeTiers(
   tiers: readonly MemoryTier[], stageThreads: number, readDepth?: number,
 ): Promise<{ tiers: MemoryTier[]; serialUs: Map<string, number> }> {
   const { probeMemoryReadBandwidth, probeFileReadBandwidth, probeFileReadLatency, DEFAULT_READ_DEPTH } = await import("@hybridgen/kernels-cpu");
   const serialUs = new Map<string, number>();
-  const depth = Math.max(1, readDepth ?? DEFAULT_READ_DEPTH); // 0 (page faults): each thread waits on one fault at a time
-  const out = tiers.map((t) => {
+  const { probeDiskGather } = await import("@hybridgen/runtime");
+  const depth = readDepth ?? DEFAULT_READ_DEPTH;
+  const out: MemoryTier[] = [];
+  for (const t of tiers) {
     let r = t;
     if (r.readBandwidthGBs === undefined) {
       const bytesPerS = r.kind === "file" ? probeFileReadBandwidth(r.path!, 128 * MiB, 4 * MiB) : probeMemoryReadBandwidth(256 * MiB, r.numaNode);
       r = { ...r, readBandwidthGBs: bytesPerS / 1e9 };
     }
     if (r.kind === "file" && r.readLatencyUs === undefined) {
-      const [one, deep] = probeFileReadLatency(r.path!, [{ threads: 1, depth: 1 }, { threads: stageThreads, depth }]);
-      serialUs.set(r.id, one!);
-      r = { ...r, readLatencyUs: deep!, readDepth: stageThreads * depth };
+      serialUs.set(r.id, probeFileReadLatency(r.path!, [{ threads: 1, depth: 1 }])[0]!);
+      const gather = await probeDiskGather(r.path!, { threads: stageThreads, readDepth: depth });
+      r = { ...r, readLatencyUs: gather.latencyUs, readDepth: gather.readDepth };
     }
-    return r;
-  });
+    out.push(r);
+  }
   return { tiers: out, serialUs };
 }

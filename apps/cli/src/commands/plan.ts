@@ -145,8 +145,8 @@ async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, t
     ),
     ...(p.store.diskBytes > 0 ? [`disk:       ${fb(p.store.diskBytes)} in files under ${tiers.find((t) => t.kind === "file")?.path}`] : []),
     ...tiers.filter((t) => t.kind === "file" && t.readLatencyUs !== undefined).map((t) =>
-      `disk reads: random 4 KiB: ${f(t.readLatencyUs, 0)} µs each at ${t.readDepth} in flight (the CPU stage's)` +
-      `${serialUs?.has(t.id) ? `, ${f(serialUs.get(t.id), 0)} µs one at a time` : ""}`),
+      `disk reads: ${f(t.readLatencyUs, 0)} µs a row at ${t.readDepth} in flight (the CPU stage's gather)` +
+      `${serialUs?.has(t.id) ? `, ${f(serialUs.get(t.id), 0)} µs a random 4 KiB read alone` : ""}`),
     p.predicted.msPerToken === null
       ? `predicted:  – ms/token (a bandwidth is unknown: GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}, V gather ${f(p.predicted.vGatherMs)}, V transfer ${f(p.predicted.vTransferMs)} ms)`
       : `predicted:  ${f(p.predicted.msPerToken)} ms/token = max(GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}) + V gather ${f(p.predicted.vGatherMs)} + V transfer ${f(p.predicted.vTransferMs)} ms`,

@@ -24,7 +24,8 @@ export const MemoryTierSchema = z
     freeBytes: z.number().int().nonnegative().optional(),
     /** Sequential read bandwidth from the CPU, when known (HMAT, or measured). */
     readBandwidthGBs: z.number().positive().optional(),
-    /** File tiers: one random 4 KiB read's latency in µs with `readDepth` reads in flight (the disk probe). */
+    /** File tiers: one random 4 KiB read's latency in µs with `readDepth` reads in flight, as the CPU stage's gather of
+     * disk-tier rows issues them (@hybridgen/runtime's probeDiskGather). */
     readLatencyUs: z.number().positive().optional(),
     /** Reads in flight when readLatencyUs was measured: the CPU stage's threads × reads in flight each. */
     readDepth: z.number().int().positive().optional(),
