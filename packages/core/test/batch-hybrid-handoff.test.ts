@@ -137,7 +137,7 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       expect(plain.hybrids.map((h) => h.stats.handedOffSteps), label).toEqual([0, 0, 0]);
       plain.close();
 
-      // The stage of slot 1 runs its jobs as early as it may, the others as late: their done values race.
+      // Slot 1's stage runs its jobs as early as it may, the others as late: on a done word they shared, its values would release their waits early.
       const r = new Rig(c, { eager: 1 }), got = batched(r);
       const steps = r.hybrids.map((h) => h.stats.steps);
       expect(steps, label).toEqual([12, 10, 14]);
