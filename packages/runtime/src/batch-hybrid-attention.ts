@@ -3,7 +3,8 @@
  * sequence gets one now, and every sequence the model makes while this is open (BatchDecoder's
  * slots, so generateBatch's) gets one as it is made, each over its own KV window and offloaded
  * store, with its own CPU stage and scheduler (K per step from that sequence's stage times). A
- * batched step hands every sequence's layer to its stage before waiting on any (core's BatchRows).
+ * batched step hands every sequence's layer to its stage before waiting on any (core's BatchRows);
+ * on a device whose link hands off, the device does the waiting and the host waits once a step.
  *
  *   using batch = await createBatchHybridAttention(model, backend, { selector: "topk", k: 16 });
  *   const res = await generateBatch(model, tokenizer, requests, { batch: 4 }).result();
