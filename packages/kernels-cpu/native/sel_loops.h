@@ -1,6 +1,7 @@
 /* The serial loops behind the key primitives (sel_prims.c), for native callers that split the
  * work themselves: the CPU stage's Quest kernel (sel_quest.c) runs them on its own pieces, so its
- * summaries (bf16, rounded outward), bounds and scores are bit-identical to the primitives'. isa: 0 scalar, 1 AVX2. */
+ * summaries (bf16, rounded outward), bounds and scores are bit-identical to the primitives'. isa: 0 scalar, 1 AVX2,
+ * 2 AVX-512 (its page bounds, the same bits as AVX2's; the other loops run their AVX2 form). */
 #ifndef HG_SEL_LOOPS_H
 #define HG_SEL_LOOPS_H
 #include <stdint.h>

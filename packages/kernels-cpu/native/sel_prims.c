@@ -1,6 +1,6 @@
 /* Key primitives of pre-QKᵀ selectors (see sel_prims.h): a scalar form and an AVX2 form of
- * each loop, picked per call; rows are widened to f32 into a small buffer first, so every
- * dtype shares one vector loop. With a pool, pieces of (KV head, run of tokens or pages) go
+ * each loop, and an AVX-512 form of the page bounds, picked per call; rows are widened to f32
+ * into a small buffer first, so every dtype shares one vector loop. With a pool, pieces of (KV head, run of tokens or pages) go
  * to its threads, each running the same serial loop on its piece: results are bit-identical.
  * Page summaries are bf16 rounded outward (min toward −∞, max toward +∞): Quest's bounds read
  * half the bytes of f32 summaries and still bound every q·k; bounds sum in f32 (bf16 widened on
@@ -194,6 +194,117 @@ AVX2 static void pages_bound_avx2(const float *q, int64_t group, const uint16_t 
         out[p] = best;
     }
 }
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+/* Four pages' bounds over four query heads (m of them real), into best[e] for e < here, as two
+ * pairs: in each pair the low eight lanes carry one page's chains and the high eight the next
+ * page's, each lane the very FMAs of pages_bound_avx2's lane, so the bounds are its bits; the pairs
+ * share q's loads and give eight FMA chains. Pages n + e·d (min) and x + e·d (max), e < 4. q is qd
+ * [d16/16][4 heads][2][16] (a block's even channels twice, then its odd ones twice) with the sign
+ * masks of those vectors in qm [d16/16][4][2] (the blend by a mask is one operation where blendv
+ * is two or three), and the heads' rows in qt for the channels past the last whole block. */
+AVX512 static inline __attribute__((always_inline)) void quad_bounds(const float *qd, const uint16_t *qm, const float *qt, int64_t m, int64_t d16,
+                                                                      const uint16_t *n, const uint16_t *x, int64_t d, int64_t here, float best[4]) {
+    const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    for (int64_t c = 0; c < d16; c += 16, qd += 128, qm += 8) {
+#define PAIR(s, e) _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)((s) + (e) * d + c))), \
+                                      _mm256_loadu_si256((const __m256i *)((s) + ((e) + 1) * d + c)), 1)
+        const __m512i wl = PAIR(n, 0), wh = PAIR(x, 0), vl = PAIR(n, 2), vh = PAIR(x, 2);
+#undef PAIR
+        const __m512 le = _mm512_castsi512_ps(_mm512_slli_epi32(wl, 16)), lo = _mm512_castsi512_ps(_mm512_and_si512(wl, top));
+        const __m512 he = _mm512_castsi512_ps(_mm512_slli_epi32(wh, 16)), ho = _mm512_castsi512_ps(_mm512_and_si512(wh, top));
+        const __m512 Le = _mm512_castsi512_ps(_mm512_slli_epi32(vl, 16)), Lo = _mm512_castsi512_ps(_mm512_and_si512(vl, top));
+        const __m512 He = _mm512_castsi512_ps(_mm512_slli_epi32(vh, 16)), Ho = _mm512_castsi512_ps(_mm512_and_si512(vh, top));
+#define HEAD(i, a, e)                                                                                                            \
+    do {                                                                                                                         \
+        const __m512 ve = _mm512_loadu_ps(qd + 32 * (i)), vo = _mm512_loadu_ps(qd + 32 * (i) + 16);                             \
+        const __mmask16 ke = qm[2 * (i)], ko = qm[2 * (i) + 1];                                                                  \
+        a = _mm512_fmadd_ps(ve, _mm512_mask_blend_ps(ke, he, le), a);                                                            \
+        e = _mm512_fmadd_ps(ve, _mm512_mask_blend_ps(ke, He, Le), e);                                                            \
+        a = _mm512_fmadd_ps(vo, _mm512_mask_blend_ps(ko, ho, lo), a);                                                            \
+        e = _mm512_fmadd_ps(vo, _mm512_mask_blend_ps(ko, Ho, Lo), e);                                                            \
+    } while (0)
+        HEAD(0, a0, b0);
+        HEAD(1, a1, b1);
+        HEAD(2, a2, b2);
+        HEAD(3, a3, b3);
+#undef HEAD
+    }
+    /* pages_bound_avx2's reduction in every 128-bit lane: hadd(hadd(x0, x1), hadd(x2, x3)), then its two halves added */
+#define REDUCE(x0, x1, x2, x3, to)                                                                                               \
+    do {                                                                                                                         \
+        const __m512 h01 = _mm512_add_ps(_mm512_shuffle_ps(x0, x1, 0x88), _mm512_shuffle_ps(x0, x1, 0xdd));                     \
+        const __m512 h23 = _mm512_add_ps(_mm512_shuffle_ps(x2, x3, 0x88), _mm512_shuffle_ps(x2, x3, 0xdd));                     \
+        const __m512 h = _mm512_add_ps(_mm512_shuffle_ps(h01, h23, 0x88), _mm512_shuffle_ps(h01, h23, 0xdd));                   \
+        _mm512_storeu_ps(to, _mm512_add_ps(h, _mm512_shuffle_f32x4(h, h, _MM_SHUFFLE(2, 3, 0, 1))));                            \
+    } while (0)
+    float t[32]; /* page e, head i: t[8e + i] */
+    REDUCE(a0, a1, a2, a3, t);
+    REDUCE(b0, b1, b2, b3, t + 16);
+#undef REDUCE
+    for (int64_t e = 0; e < here; e++) {
+        const uint16_t *pn = n + e * d, *px = x + e * d;
+        for (int64_t i = 0; i < m; i++) {
+            const float *qi = qt + i * d;
+            float ti = t[8 * e + i];
+            for (int64_t c = d16; c < d; c++) {
+                float a = qi[c] * hg_bf16_to_f32(pn[c]), b = qi[c] * hg_bf16_to_f32(px[c]);
+                ti += a > b ? a : b;
+            }
+            if (ti > best[e]) best[e] = ti;
+        }
+    }
+}
+
+/* pages_bound_avx2's bounds, bit for bit, four pages a step (quad_bounds). q is qd / qm as quad_bounds
+ * reads them, one [d16/16][4][2] block per four heads (the last four padded with its first head),
+ * with q itself in qt for the channels past the last whole block. The last pages of an uneven
+ * count are copied into pad (4·d min, then 4·d max), the missing ones repeating the first. */
+AVX512 static void pages_bound_avx512(const float *qd, const uint16_t *qm, const float *qt, int64_t group, const uint16_t *mn, const uint16_t *mx,
+                                      int64_t d, int64_t count, uint16_t *pad, float *out) {
+    const int64_t d16 = d & ~(int64_t)15, blocks = d16 / 16;
+    for (int64_t p = 0; p < count; p += 4) {
+        const uint16_t *n = mn + p * d, *x = mx + p * d;
+        const int64_t here = count - p < 4 ? count - p : 4;
+        if (here < 4) {
+            for (int64_t e = 0; e < 4; e++) {
+                memcpy(pad + e * d, n + (e < here ? e : 0) * d, (size_t)d * 2);
+                memcpy(pad + (4 + e) * d, x + (e < here ? e : 0) * d, (size_t)d * 2);
+            }
+            n = pad;
+            x = pad + 4 * d;
+        }
+        float best[4] = { -__builtin_inff(), -__builtin_inff(), -__builtin_inff(), -__builtin_inff() };
+        for (int64_t j = 0; j < group; j += 4) {
+            const int64_t m = group - j < 4 ? group - j : 4;
+            const float *qj = qd + j / 4 * blocks * 128, *tj = qt + j * d;
+            const uint16_t *kj = qm + j / 4 * blocks * 8;
+            /* the usual head dims and whole quads of heads and pages at compile time: the loops unroll */
+            if (d == 128 && m == 4 && here == 4) quad_bounds(qj, kj, tj, 4, 128, n, x, 128, 4, best);
+            else if (d == 64 && m == 4 && here == 4) quad_bounds(qj, kj, tj, 4, 64, n, x, 64, 4, best);
+            else quad_bounds(qj, kj, tj, m, d16, n, x, d, here, best);
+        }
+        for (int64_t e = 0; e < here; e++) out[p + e] = best[e];
+    }
+}
+
+/* q rows (d floats each, `rows` of them) as pages_bound_avx512 reads them into qd and qm. */
+AVX512 static void split_quads(float *qd, uint16_t *qm, const float *q, int64_t rows, int64_t d) {
+    const int64_t d16 = d & ~(int64_t)15;
+    for (int64_t j = 0; j < rows; j += 4)
+        for (int64_t c = 0; c < d16; c += 16)
+            for (int64_t i = 0; i < 4; i++, qd += 32, qm += 2) {
+                const float *r = q + (j + i < rows ? j + i : j) * d + c;
+                for (int64_t l = 0; l < 8; l++) {
+                    qd[l] = qd[8 + l] = r[2 * l];
+                    qd[16 + l] = qd[24 + l] = r[2 * l + 1];
+                }
+                qm[0] = (uint16_t)_mm512_movepi32_mask(_mm512_castps_si512(_mm512_loadu_ps(qd)));
+                qm[1] = (uint16_t)_mm512_movepi32_mask(_mm512_castps_si512(_mm512_loadu_ps(qd + 16)));
+            }
+}
 #endif
 
 static float bound_scalar(const float *q, const float *mn, const float *mx, int64_t d) {
@@ -264,18 +375,26 @@ AVX2 static void narrow_scores_avx2(const float *q, int64_t group, const float *
 int hg_sel_best_isa(void) {
 #ifdef HG_SEL_X86
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") ? 1 : 0;
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c")) return 0;
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                   __builtin_cpu_supports("avx512dq")
+               ? 2
+               : 1;
 #else
     return 0;
 #endif
 }
 
-static int use_avx2(int isa) {
+/* The loop set an isa argument runs: 0 scalar, 1 AVX2, 2 AVX-512 (< 0: the CPU's best). */
+static int sel_isa(int isa) {
     static int best = -1;
-    if (isa >= 0) return isa == 1;
+    if (isa >= 0) return isa;
     if (best < 0) best = hg_sel_best_isa();
-    return best == 1;
+    return best;
 }
+
+/* Loops without an AVX-512 form run their AVX2 one on an AVX-512 call. */
+static int use_avx2(int isa) { return sel_isa(isa) >= 1; }
 
 typedef void (*widen_fn)(float *, const void *, int, int64_t, int64_t);
 
@@ -324,6 +443,23 @@ static void split_pairs(float *dst, const float *q, int64_t rows, int64_t d) {
 void hg_sel_page_bounds_serial(const float *q, int64_t kv_heads, int64_t group, int64_t d, const uint16_t *mn, const uint16_t *mx,
                         int64_t page_cap, int64_t count, float *out, int isa) {
     const int v = use_avx2(isa);
+#ifdef HG_SEL_X86
+    if (sel_isa(isa) == 2 && d >= 16) {
+        /* one KV head's q for pages_bound_avx512 (qd: 2·d16 floats a head, four heads a block; then
+         * qm: d16/8 masks a head), then the last pages' copy (8·d bf16) */
+        const int64_t d16 = d & ~(int64_t)15, heads = (group + 3) & ~(int64_t)3, fl = heads * 2 * d16, mk = heads * (d16 / 8);
+        const int64_t need = fl + mk / 2 + 4 * d;
+        float stack[4 * ROW_STACK], *buf = need <= 4 * ROW_STACK ? stack : (float *)malloc((size_t)need * 4);
+        if (!buf) return;
+        uint16_t *qm = (uint16_t *)(buf + fl), *pad = qm + mk;
+        for (int64_t g = 0; g < kv_heads; g++) {
+            split_quads(buf, qm, q + g * group * d, group, d);
+            pages_bound_avx512(buf, qm, q + g * group * d, group, mn + g * page_cap * d, mx + g * page_cap * d, d, count, pad, out + g * count);
+        }
+        if (buf != stack) free(buf);
+        return;
+    }
+#endif
     /* scratch: the AVX2 loop's q of one KV head in split_pairs order, or the scalar loop's page
      * summaries widened once for the group */
     const int64_t need = v ? group * d : 2 * d;

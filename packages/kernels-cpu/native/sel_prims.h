@@ -3,7 +3,8 @@
  * gatherChannels, same semantics as core's reference implementations. K is
  * [kv_heads, cap, d] in f32/f16/bf16 (HG_F32/HG_F16/HG_BF16); queries and outputs are f32, page
  * summaries bf16 (rounded outward).
- * isa: 0 scalar, 1 AVX2 (+FMA, F16C), < 0 the best the CPU runs. stage: NULL runs on the
+ * isa: 0 scalar, 1 AVX2 (+FMA, F16C), 2 AVX-512 F/BW/VL/DQ (page bounds; AVX2 elsewhere, and the
+ * bounds are AVX2's bits), < 0 the best the CPU runs. stage: NULL runs on the
  * caller's thread; a CPU stage lends its thread pool while no job of its own runs (a selector
  * runs between stage jobs), else the call stays on the caller's thread. Results do not depend
  * on the thread count. Arguments are checked by the caller. */
@@ -13,7 +14,7 @@
 #include "cpu_stage.h"
 
 #pragma GCC visibility push(default)
-/* The ISA an isa argument < 0 resolves to (0 or 1). */
+/* The ISA an isa argument < 0 resolves to (0, 1 or 2). */
 int hg_sel_best_isa(void);
 /* Folds rows [from, to) into page summaries mn/mx [kv_heads, page_cap, d], bf16 bit patterns rounded
  * outward (mn toward −∞, mx toward +∞: half f32's bytes, still a bound); a row at a page start resets its page. */

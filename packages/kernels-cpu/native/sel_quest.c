@@ -101,7 +101,7 @@ static void choose_task(void *v, int g, int parts) {
 int64_t hg_quest_select(hg_pool *pool, const hg_stage_job *j, int isa, char **buf, size_t *bytes) {
     const int threads = hg_pool_threads(pool);
     const int64_t P = j->page_size, k = j->budget < j->n ? j->budget : j->n, count = (j->n + P - 1) / P;
-    quest_run r = {.j = j, .count = count, .k = k, .group = j->heads / j->kv_heads, .isa = isa >= 1, .avx2 = isa >= 1};
+    quest_run r = {.j = j, .count = count, .k = k, .group = j->heads / j->kv_heads, .isa = isa, .avx2 = isa >= 1};
     r.want = (k + P - 1) / P + 1 < count ? (k + P - 1) / P + 1 : count;
     r.list_bytes = ((r.want + 2 * P) * 4 + 63) & ~(int64_t)63;
     const size_t bb = ((size_t)(j->kv_heads * count) * 4 + 63) & ~(size_t)63, need = bb + (size_t)(j->kv_heads * r.list_bytes);

@@ -7,7 +7,7 @@
 
 /* Folds rows [pages_from, n) of the job's K into its page summaries, then writes `budget` ids per
  * KV head (ascending) into ids / counts, as core's questSelection does with the query q. isa: the
- * stage's (0 generic; 1 AVX2 and 2 AVX-512 both run the AVX2 loops of sel_prims.c). *buf / *bytes:
+ * stage's, passed to sel_prims.c's loops (0 scalar, 1 AVX2, 2 AVX-512 page bounds). *buf / *bytes:
  * scratch the caller keeps between jobs. Returns 0, or -2 when scratch memory failed. */
 int64_t hg_quest_select(hg_pool *pool, const hg_stage_job *j, int isa, char **buf, size_t *bytes);
 #endif

@@ -341,14 +341,14 @@ static void *scratch_grow(scratch_buf *s, size_t need, pthread_key_t *key) {
 int64_t hg_sel_topk(const float *x, int64_t n, int64_t k, int32_t *out, int isa, hg_stage *stage) {
     static int best = -1; /* the CPU's, asked once */
     if (best < 0) best = hg_sel_best_isa();
-    return hg_topk_row(x, n, k, out, isa < 0 ? best == 1 : isa == 1, hg_sel_pool(stage));
+    return hg_topk_row(x, n, k, out, (isa < 0 ? best : isa) >= 1, hg_sel_pool(stage));
 }
 
 int64_t hg_sel_topk_rows(const float *src, int64_t nsrc, float *maxrow, int64_t lists, int64_t n, int64_t k, int32_t *out, int64_t ostride,
                          int isa, hg_stage *stage) {
     static int best = -1;
     if (best < 0) best = hg_sel_best_isa();
-    return hg_topk_rows(src, nsrc, maxrow, NULL, lists, n, k, out, ostride, isa < 0 ? best == 1 : isa == 1, hg_sel_pool(stage));
+    return hg_topk_rows(src, nsrc, maxrow, NULL, lists, n, k, out, ostride, (isa < 0 ? best : isa) >= 1, hg_sel_pool(stage));
 }
 
 int64_t hg_topk_row(const float *x, int64_t n, int64_t k, int32_t *out, int avx2, hg_pool *pool) {

@@ -122,7 +122,7 @@ export class NativeCpuStage implements CpuStage {
     if (!parsed.success) fail(`NativeCpuStage options: ${parsed.error.issues[0].path.join(".") || "options"}: ${parsed.error.issues[0].message}`);
     this.lib = stageLib();
     const isa = chooseIsa(backend.isa);
-    this.primitives = nativeSelectorPrimitives(isa === "generic" ? "generic" : "avx2", () => this.handle);
+    this.primitives = nativeSelectorPrimitives(isa, () => this.handle);
     const h = this.lib.hg_stage_create(parsed.data.threads, isaCode(isa));
     if (!h) fail("NativeCpuStage: could not create the stage threads");
     this.handle = h as Pointer;

@@ -1,6 +1,7 @@
 /**
  * SelectorPrimitives with the key primitives (page summaries, bf16 rounded outward as core's; page
- * bounds, key scores, channel packing; native/sel_prims.c, AVX2 with a scalar fallback) and topK
+ * bounds, key scores, channel packing; native/sel_prims.c, AVX2 with a scalar fallback, AVX-512
+ * page bounds with AVX2's bits) and topK
  * (native/sel_topk.c, a radix select) in C; maxRows, sumRows and range are core's. Arguments go
  * through core's checks before any pointer reaches C. Bound to a CPU stage, they run on its thread
  * pool while it is idle.
@@ -24,22 +25,23 @@ let lib: ReturnType<typeof openNativeSymbols<typeof symbols>> | undefined;
 
 const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
 
-/** Which vector loop the key primitives run: "avx2" where the CPU has AVX2+FMA+F16C, else "generic". */
-export type SelectorIsa = "generic" | "avx2";
+/** Which vector loops the key primitives run: the best the CPU has by default ("avx512": AVX-512 page bounds, AVX2 elsewhere). */
+export type SelectorIsa = "generic" | "avx2" | "avx512";
+const SELECTOR_ISAS: readonly SelectorIsa[] = ["generic", "avx2", "avx512"];
 
 const at = (a: Float32Array | Uint16Array | Int32Array): Pointer => addressOf(a);
 
 /**
- * Native SelectorPrimitives; `isa` forces a loop (tests compare both with the reference).
+ * Native SelectorPrimitives; `isa` forces a loop set (tests compare each with the reference).
  * `stage` gives the handle of a native CPU stage (null once closed) whose pool the calls borrow
  * while it runs no job; without one they run on the calling thread.
  */
 export function nativeSelectorPrimitives(isa?: SelectorIsa, stage?: () => Pointer | null): SelectorPrimitives {
   lib ??= openNativeSymbols(symbols);
   const L = lib;
-  const best = L.hg_sel_best_isa() === 1 ? "avx2" : "generic";
-  if (isa === "avx2" && best !== "avx2") fail("native selector primitives: this CPU lacks AVX2/FMA/F16C (use isa \"generic\")");
-  const code = (isa ?? best) === "avx2" ? 1 : 0;
+  const best = L.hg_sel_best_isa();
+  const code = SELECTOR_ISAS.indexOf(isa ?? SELECTOR_ISAS[best]!);
+  if (code > best) fail(`native selector primitives: this CPU lacks ${isa === "avx2" ? "AVX2/FMA/F16C" : "AVX-512 F/BW/VL/DQ"} (use isa "${SELECTOR_ISAS[best]}")`);
   const pool = stage ?? (() => null);
   return {
     ...referencePrimitives,

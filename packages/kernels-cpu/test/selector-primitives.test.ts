@@ -1,18 +1,10 @@
 import { describe, expect, it } from "vitest";
 import { offloadedKeys, pageSummaries, referencePrimitives as ref, type DType } from "@hybridgen/core";
 import { createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, storeKeys, type CpuTensor, type SelectorIsa } from "../src/index.js";
-import { bf16Value, randn, rng, SEED } from "./helpers.js";
+import { bf16Value, randn, rng, SEED, supportedIsas } from "./helpers.js";
 
 const DTYPES: DType[] = ["f32", "f16", "bf16"];
-const ISAS: SelectorIsa[] = ["generic", "avx2"];
-const hasAvx2 = (() => {
-  try {
-    nativeSelectorPrimitives("avx2");
-    return true;
-  } catch {
-    return false;
-  }
-})();
+const ISAS: SelectorIsa[] = supportedIsas();
 
 /** Relative closeness for sums whose order differs (vector lanes vs one accumulator). */
 function expectClose(got: Float32Array, want: Float32Array, n: number, what: string): void {
@@ -23,7 +15,7 @@ function expectClose(got: Float32Array, want: Float32Array, n: number, what: str
 }
 
 describe("native selector primitives", () => {
-  for (const isa of ISAS.filter((i) => i === "generic" || hasAvx2)) {
+  for (const isa of ISAS) {
     it(`${isa}: match the reference on f32/f16/bf16 stores at sizes off the vector width`, () => {
       const r = rng(71);
       using be = createCpuBackend({ threads: 1 });
@@ -59,7 +51,7 @@ describe("native selector primitives", () => {
     });
   }
 
-  for (const isa of ISAS.filter((i) => i === "generic" || hasAvx2)) {
+  for (const isa of ISAS) {
     it(`${isa}: bf16 summaries rounded outward as the reference, bit for bit: exact values, negatives, rounding boundaries, ±0, ±∞, subnormals, NaN`, () => {
       const r = rng(72);
       const P = nativeSelectorPrimitives(isa);
@@ -98,6 +90,36 @@ describe("native selector primitives", () => {
       }
     });
   }
+
+  it.runIf(ISAS.includes("avx512"))("avx512: page bounds are the AVX2 loop's bits: GQA 1..8, head dims off 16, odd and even page counts, ±0, ±∞ and NaN, on a stage's pool too", () => {
+    const r = rng(73);
+    const avx2 = nativeSelectorPrimitives("avx2"), avx512 = nativeSelectorPrimitives("avx512");
+    using be = createCpuBackend({ threads: 1, isa: "avx512" });
+    using stage = new NativeCpuStage(be, { threads: 3 });
+    const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
+    const bf16 = (v: number) => { f32[0] = v; return u32[0]! >>> 16; };
+    const special = [0, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, bf16(1), bf16(-1), bf16(3e38), bf16(-3e38)];
+    for (const d of [16, 21, 32, 64, 67, 128]) {
+      for (const G of [1, 2, 3, 4, 5, 8]) {
+        const kvHeads = 1 + Math.floor(r() * 3), page = 4, cap = page * (1 + Math.floor(r() * 700));
+        const pages = pageSummaries(kvHeads, d, cap, page);
+        for (let i = 0; i < pages.min.length; i++) {
+          const special1 = r() < 0.03;
+          const a = bf16((r() * 2 - 1) * 4), b = bf16((r() * 2 - 1) * 4);
+          pages.min[i] = special1 ? special[Math.floor(r() * special.length)]! : bf16Value(a) < bf16Value(b) ? a : b;
+          pages.max[i] = special1 ? special[Math.floor(r() * special.length)]! : bf16Value(a) < bf16Value(b) ? b : a;
+        }
+        const q = randn(r, kvHeads * G * d);
+        for (let i = 0; i < q.length; i++) if (r() < 0.05) q[i] = [0, -0, NaN, -NaN][Math.floor(r() * 4)]!;
+        for (const count of new Set([1, 2, 3, 17, pages.pageCapacity - 1, pages.pageCapacity].filter((c) => c >= 1 && c <= pages.pageCapacity))) {
+          const what = `d=${d} G=${G} kv=${kvHeads} count=${count} (seed ${SEED})`;
+          const want = new Uint32Array(avx2.pageBounds(q, G, pages, count).buffer);
+          expect(new Uint32Array(avx512.pageBounds(q, G, pages, count).buffer), what).toEqual(want);
+          expect(new Uint32Array(stage.primitives.pageBounds(q, G, pages, count).buffer), `pool ${what}`).toEqual(want);
+        }
+      }
+    }
+  });
 
   it("store keys are a live view of the tensor (no copy), and bad arguments are refused before C runs", () => {
     using be = createCpuBackend({ threads: 1 });

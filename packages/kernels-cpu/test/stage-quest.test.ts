@@ -55,7 +55,7 @@ describe(`the stage's Quest kernel (seed ${SEED})`, () => {
   for (const isa of supportedIsas()) {
     it(`${isa}: equals questSelection on the native primitives: GQA 1/4/8, sizes off the vector width and page, ties, rows folded in steps`, () => {
       const r = rng(201);
-      const P = nativeSelectorPrimitives(isa === "generic" ? "generic" : "avx2");
+      const P = nativeSelectorPrimitives(isa);
       using cpu = createCpuBackend({ threads: 2, isa });
       const cases: [DType, number, number, number, number][] = [ // dtype, kvHeads, group, headDim, page
         ["f32", 2, 1, 20, 7], ["bf16", 3, 4, 36, 16], ["f16", 2, 8, 13, 5], ["f32", 1, 4, 67, 16], ["bf16", 2, 8, 64, 3],
