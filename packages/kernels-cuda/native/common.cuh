@@ -66,6 +66,10 @@ struct HgCtx {
   size_t arenaBytes;
   int *intScratch;      // host int arrays land here (stream-ordered, so reuse is safe)
   size_t intScratchCount;
+  char *uploadHost;          // pinned: eager int uploads are staged here, in two halves taken in turn
+  cudaEvent_t uploadDone[2]; // the copies from a half have run: it may be rewritten
+  int uploadHalf;
+  size_t uploadUsed;
   char *scratch;        // conversions, overlapping copies, GEMM operands
   size_t scratchBytes;
   void *cublasWorkspace;

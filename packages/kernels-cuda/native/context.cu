@@ -12,6 +12,7 @@ static const size_t SCRATCH_BYTES = 96u << 20;      // conversions and GEMM oper
 static const size_t CUBLAS_WS_BYTES = 32u << 20;    // cuBLAS workspace
 static const size_t MISC_BYTES = 1u << 20;          // argmax result
 static const size_t DECODE_BYTES = 8u << 20;        // split-K decode attention partials (decode_attn.cu)
+static const size_t UPLOAD_HALF = 256u << 10;       // pinned staging for eager int uploads, a half
 // The arena's first bytes, in this order; the TypeScript allocator gets the rest.
 static const size_t INTERNAL_BYTES = INT_SCRATCH_BYTES + BLOB_BYTES + SCRATCH_BYTES + CUBLAS_WS_BYTES + MISC_BYTES + DECODE_BYTES;
 
@@ -163,6 +164,9 @@ HG_EXPORT HgCtx *hg_cu_create(int device, double arenaBytes, double fraction, co
   if ((e = cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking)) != cudaSuccess) goto fail;
   if ((e = cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking)) != cudaSuccess) goto fail;
   if ((e = cudaMallocHost((void **)&c->argmaxHost, 64)) != cudaSuccess) goto fail;
+  if ((e = cudaMallocHost((void **)&c->uploadHost, 2 * UPLOAD_HALF)) != cudaSuccess) goto fail;
+  for (int i = 0; i < 2; i++)
+    if ((e = cudaEventCreateWithFlags(&c->uploadDone[i], cudaEventDisableTiming)) != cudaSuccess) goto fail;
   if ((e = (cudaError_t)hg_graph_init(c)) != cudaSuccess) goto fail;
   c->intScratch = (int *)c->arena;
   c->intScratchCount = INT_SCRATCH_BYTES / sizeof(int);
@@ -183,6 +187,9 @@ fail:
   hg_cu_error_string((int)e, err, errLen);
   hg_graph_free(c);
   if (c->argmaxHost) cudaFreeHost(c->argmaxHost);
+  if (c->uploadHost) cudaFreeHost(c->uploadHost);
+  for (int i = 0; i < 2; i++)
+    if (c->uploadDone[i]) cudaEventDestroy(c->uploadDone[i]);
   if (c->compute) cudaStreamDestroy(c->compute);
   if (c->copy) cudaStreamDestroy(c->copy);
   if (c->arena) cudaFree(c->arena);
@@ -201,6 +208,8 @@ HG_EXPORT void hg_cu_destroy(HgCtx *c) {
   hg_feed_free(c);
   hg_cublas_unload(c);
   cudaFreeHost(c->argmaxHost);
+  cudaFreeHost(c->uploadHost);
+  for (int i = 0; i < 2; i++) cudaEventDestroy(c->uploadDone[i]);
   cudaStreamDestroy(c->compute);
   cudaStreamDestroy(c->copy);
   cudaFree(c->arena);
@@ -252,11 +261,27 @@ int hg_upload_ints2(HgCtx *c, const int *a, size_t na, const int *b, size_t nb, 
     if (r) return r;
   }
   if (n > c->intScratchCount) return (int)cudaErrorInvalidValue;
-  // Pageable sources: the call returns once the bytes are staged, so the caller may reuse them.
-  cudaError_t e = na ? cudaMemcpyAsync(c->intScratch, a, na * sizeof(int), cudaMemcpyHostToDevice, c->compute) : cudaSuccess;
-  if (e == cudaSuccess && nb) e = cudaMemcpyAsync(c->intScratch + na, b, nb * sizeof(int), cudaMemcpyHostToDevice, c->compute);
   *dev = c->intScratch;
-  return (int)e;
+  const size_t bytes = n * sizeof(int);
+  cudaError_t e = cudaSuccess;
+  if (bytes > UPLOAD_HALF) {  // pageable: the driver may wait for the stream first
+    e = na ? cudaMemcpyAsync(c->intScratch, a, na * sizeof(int), cudaMemcpyHostToDevice, c->compute) : cudaSuccess;
+    if (e == cudaSuccess && nb) e = cudaMemcpyAsync(c->intScratch + na, b, nb * sizeof(int), cudaMemcpyHostToDevice, c->compute);
+    return (int)e;
+  }
+  // Staged in pinned memory, so the copy never waits for the stream (which may be spinning on the
+  // CPU stage); a half is rewritten only once the copies from its last turn have run.
+  if (c->uploadUsed + bytes > UPLOAD_HALF) {
+    if ((e = cudaEventRecord(c->uploadDone[c->uploadHalf], c->compute)) != cudaSuccess) return (int)e;
+    c->uploadHalf ^= 1;
+    c->uploadUsed = 0;
+    if ((e = cudaEventSynchronize(c->uploadDone[c->uploadHalf])) != cudaSuccess) return (int)e;
+  }
+  int *h = (int *)(c->uploadHost + c->uploadHalf * UPLOAD_HALF + c->uploadUsed);
+  if (na) memcpy(h, a, na * sizeof(int));
+  if (nb) memcpy(h + na, b, nb * sizeof(int));
+  c->uploadUsed += (bytes + 15) & ~(size_t)15;
+  return (int)cudaMemcpyAsync(c->intScratch, h, bytes, cudaMemcpyHostToDevice, c->compute);
 }
 
 int hg_upload_ints(HgCtx *c, const int *host, size_t count, int **dev) { return hg_upload_ints2(c, host, count, NULL, 0, dev); }

@@ -44,11 +44,11 @@ struct HgLink {
 // hg_link_send_signalled's kernel: src's 16-byte pieces into mapped host memory, then (every
 // thread's stores fenced system-wide first) the signal value into the word: a host thread that
 // sees the value may read the bytes.
-__global__ void signalled_copy(const uint4 *__restrict__ src, uint4 *__restrict__ dst, int pieces, volatile unsigned *word, const int *value) {
+__global__ void signalled_copy(const uint4 *__restrict__ src, uint4 *__restrict__ dst, int pieces, volatile unsigned *word, const int *value, int valueNow) {
   for (int i = threadIdx.x; i < pieces; i += blockDim.x) dst[i] = src[i];
   __threadfence_system();
   __syncthreads();
-  if (threadIdx.x == 0) *word = (unsigned)*value;
+  if (threadIdx.x == 0) *word = value ? (unsigned)*value : (unsigned)valueNow;
 }
 
 __device__ __forceinline__ unsigned long long global_ns() {
@@ -95,9 +95,10 @@ int hg_launch_await_signal(HgCtx *c, const Cmd &m) {
 }
 
 // CMD_SIGNALLED_COPY: p[0] src, p[1] dst (device address of mapped host memory), p[2] the word's
-// device address, p[3] the value (one int: the step's blob when recording); s[0] 16-byte pieces.
+// device address, p[3] the value in the step's blob when recording (else NULL: d[0] is the value);
+// s[0] 16-byte pieces.
 int hg_launch_signalled_copy(HgCtx *c, const Cmd &m) {
-  signalled_copy<<<1, 256, 0, c->compute>>>((const uint4 *)m.p[0], (uint4 *)m.p[1], m.s[0], (volatile unsigned *)m.p[2], (const int *)m.p[3]);
+  signalled_copy<<<1, 256, 0, c->compute>>>((const uint4 *)m.p[0], (uint4 *)m.p[1], m.s[0], (volatile unsigned *)m.p[2], (const int *)m.p[3], (int)m.d[0]);
   return hg_launched();
 }
 
@@ -181,11 +182,14 @@ HG_EXPORT int hg_link_send_signalled(HgLink *l, const void *src, void *dst, doub
   HG_FLUSH_REC(c);
   const int value = (int)++l->signals;
   int *dev = NULL;
-  const int e = hg_upload_ints(c, &value, 1, &dev);
-  if (e) return e;
+  // As hg_link_await_signal: in the step's blob when recording, else by value.
+  if (hg_recording(c)) {
+    const int e = hg_upload_ints(c, &value, 1, &dev);
+    if (e) return e;
+  }
   Cmd m = hg_new_cmd(CMD_SIGNALLED_COPY);
   m.p[0] = src; m.p[1] = dst; m.p[2] = (const void *)&l->wordsDev->send; m.p[3] = dev;
-  m.s[0] = (int)(bytes / 16);
+  m.s[0] = (int)(bytes / 16); m.d[0] = value;
   const int r = hg_submit(c, m);
   if (r) return r;
   out[0] = (double)(unsigned)value;
@@ -213,8 +217,7 @@ HG_EXPORT int hg_link_await_signal(HgLink *l, const void *word, double value) {
   HG_FLUSH_REC(c);
   const int v = (int)(unsigned)value;
   int *dev = NULL;
-  // Recorded: the value lives in the step's blob, so a replay waits for the new one. Eager: by
-  // value, since a pageable upload may synchronize with the stream an earlier wait spins on.
+  // Recorded: the value lives in the step's blob, so a replay waits for the new one. Eager: by value.
   if (hg_recording(c)) {
     const int e = hg_upload_ints(c, &v, 1, &dev);
     if (e) return e;
