@@ -19,7 +19,7 @@ import { cpus } from "node:os";
 import { dummyModelFiles, LlamaModel, loadModel, modelInfo, presetConfig, type Backend, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun } from "@hybridgen/memtier";
-import { createHybridAttention, probeDiskGather, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createHybridAttention, KSpill, probeDiskGather, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
 import { greedyWalls, mean } from "./greedy-walls.js";
@@ -93,11 +93,11 @@ const baseTiers = discoverTiers({ fileTiers: kvDisk ? [{ path: kvDisk }] : [] })
   ...t,
   readBandwidthGBs: t.readBandwidthGBs ?? (t.kind === "file" ? probeFileReadBandwidth(t.path!, 256 * 2 ** 20, 4 * 2 ** 20) : probeMemoryReadBandwidth(256 * 2 ** 20, t.numaNode, threads)) / 1e9,
 }));
-// Disk rows: a read's latency in the stage's own gather at its depth (its threads × reads in flight each).
+// Disk rows: a read's latency in the stage's own gather at its depth (its threads × reads in flight each), and a page fault's (K spilled).
 for (const [i, t] of baseTiers.entries()) {
   if (t.kind !== "file") continue;
-  const gather = await probeDiskGather(t.path!, { threads, readDepth: DEFAULT_READ_DEPTH });
-  baseTiers[i] = { ...t, readLatencyUs: gather.latencyUs, readDepth: gather.readDepth };
+  const [gather, faults] = await probeDiskGather(t.path!, { threads, readDepths: [DEFAULT_READ_DEPTH, 0] });
+  baseTiers[i] = { ...t, readLatencyUs: gather!.latencyUs, readDepth: gather!.readDepth, faultLatencyUs: faults!.latencyUs, faultDepth: faults!.readDepth };
 }
 console.log(`tiers: ${baseTiers.map((t) => `${t.id} ${t.kind} ${formatBytes(t.capacityBytes)} ${t.readBandwidthGBs!.toFixed(1)} GB/s` +
   (t.readLatencyUs ? `, 4 KiB reads ${t.readLatencyUs.toFixed(0)} µs at ${t.readDepth} in flight` : "")).join("; ")}`);
@@ -135,7 +135,7 @@ for (const context of contexts) {
   const regionBytes = cache.kvHeads * cache.storeCapacity * cache.headDim * 2;
   const layout = layoutStore({ tiers: baseTiers, placement: placeKv(policy, baseTiers), layers: cache.layers, regionBytes, hostBudgetBytes: hostBudget });
   if (!layout.fits) throw new Error(`the store does not fit: short by ${formatBytes(layout.shortfallBytes)}`);
-  const store = new TieredStore(layout.layout);
+  const store = layout.layout.kSpill ? new KSpill(new TieredStore(layout.layout)) : new TieredStore(layout.layout);
   using ha = await createHybridAttention(model, backend, { cpuStageThreads: threads, storeAllocator: store, ...CONFIGS[config] });
   console.log(`  loaded in ${((performance.now() - t0) / 1e3).toFixed(1)} s; store ${formatBytes(2 * cache.layers * layout.layout.regionBytes)}, disk ${formatBytes(store.diskBytes)} in ${store.files.length} files`);
   const t1 = performance.now();
@@ -160,6 +160,7 @@ for (const context of contexts) {
     `${p.msPerToken ? (ms / p.msPerToken).toFixed(2) : "–"} | ${mean(trace.map((t) => t.tGpuMs)).toFixed(2)} | ${mean(trace.map((t) => t.tCpuMs)).toFixed(2)} | ${mean(trace.map((t) => t.tTxMs)).toFixed(2)} | ` +
     `${checks.filter((c) => c.ok).length}/${checks.length} |`);
   console.log(rows[rows.length - 1]);
+  if (store instanceof KSpill) console.log(`  K spill: ${store.stats.units} units of ${formatBytes(store.unitBytes)} (${formatBytes(store.stats.bytes)}) moved to disk in ${store.stats.passes} passes`);
   console.log(`  ${ha.stats.summary()}`);
   for (const n of ha.stats.notes) console.log(`  ${n}`);
   const bad = checks.filter((c) => !c.ok).slice(0, 3);

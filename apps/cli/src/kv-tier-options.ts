@@ -2,8 +2,9 @@
  * Where the offloaded KV store lives (issue 22): `--kv-placement`, `--kv-disk DIR`,
  * `--host-kv-budget SIZE`, `--kv-disk-read-depth N`, taken out of argv like the hybrid flags. storeAllocatorFor() turns
  * them and the loaded cache into @hybridgen/kernels-cpu's TieredStore over a
- * @hybridgen/memtier layout, refusing (one line, before any token) a disk directory that is
- * missing, read-only or too small, and a store that fits nowhere.
+ * @hybridgen/memtier layout (wrapped in @hybridgen/runtime's KSpill when K too must go to disk),
+ * refusing (one line, before any token) a disk directory that is missing, read-only or too small,
+ * and a store that fits nowhere.
  */
 import { closeSync, openSync, statSync, statfsSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
@@ -28,7 +29,8 @@ export const KV_TIER_HELP = `KV memory tiers (hybrid attention's offloaded store
       --kv-placement P         semantic (default: K on the fastest DRAM, V on the capacity tier, e.g. CXL),
                                interleave (pages over every memory node), local, dram-only
       --kv-disk DIR            a disk tier: what host memory (or --host-kv-budget) cannot hold, V first,
-                               lives in files in DIR, removed on exit and Ctrl-C
+                               then K's least recently selected pages, lives in files in DIR, removed on
+                               exit and Ctrl-C
       --host-kv-budget SIZE    most host memory the store may take (bytes, or with K/M/G/T: 8G)
       --kv-disk-read-depth N   disk-tier row reads in flight per CPU-stage thread, 0…64 (default 8; 0: page faults)
 `;
@@ -107,6 +109,8 @@ export interface PlacedStore {
   readonly allocator: KvStoreAllocator & { verify(): { ok: boolean; tier: string; mode: string }[]; readonly diskBytes: number };
   /** "placement semantic: K node0 12.0 MiB, V node0 8.0 MiB + disk 4.0 MiB (/tmp/kv); one NUMA node: binding changes nothing" */
   readonly line: string;
+  /** After the run: what a K spill moved to disk ("K spill: 40 units of 4.0 KiB …"), or null. */
+  spillLine(): string | null;
 }
 
 /** The machine's tiers for the store: NUMA nodes, and the disk directory as a file tier. */
@@ -155,11 +159,16 @@ async function layoutFor(store: { layers: number; regionBytes: number }, o: KvTi
  */
 export async function storeAllocatorFor(cache: KvCache, o: KvTierCliOptions): Promise<PlacedStore> {
   const { TieredStore } = await import("@hybridgen/kernels-cpu");
+  const { KSpill } = await import("@hybridgen/runtime");
   const regionBytes = cache.kvHeads * cache.storeCapacity * cache.headDim * DTYPE_BYTES[cache.dtype];
   const { r, tiers, formatBytes } = await layoutFor({ layers: cache.layers, regionBytes }, o);
-  const allocator = new TieredStore(r.layout);
+  const store = new TieredStore(r.layout);
+  const allocator = r.layout.kSpill ? new KSpill(store) : store; // K beyond memory: its coldest pages on disk
   const per = (pool: "kBytes" | "vBytes") =>
-    r.tiers.filter((t) => t[pool] > 0).map((t) => `${t.kind === "file" ? "disk" : t.id} ${formatBytes(t[pool])}`).join(" + ") || "none";
+    r.tiers.filter((t) => t[pool] > 0).map((t) => `${t.kind === "file" ? "disk" : t.id} ${formatBytes(t[pool])}${t.kind === "file" && pool === "kBytes" ? " (its coldest pages)" : ""}`).join(" + ") || "none";
   const line = `placement ${o.kvPlacement}: K ${per("kBytes")}, V ${per("vBytes")}; ${placementNote(tiers)}`;
-  return { allocator, line };
+  const spillLine = () => allocator instanceof KSpill
+    ? `K spill: ${allocator.stats.units} units of ${formatBytes(allocator.unitBytes)} (${formatBytes(allocator.stats.bytes)}) moved to disk in ${allocator.stats.passes} passes, the least recently selected first`
+    : null;
+  return { allocator, line, spillLine };
 }

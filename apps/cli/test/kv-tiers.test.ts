@@ -69,17 +69,24 @@ describe("hybridgen generate with the store placed (stories15M)", () => {
   });
   const base = ["generate", "-p", PROMPT, "-n", "120", "-t", "0", "--threads", "1", "--attention", "hybrid", "--gpu-kv-budget", "32", "--selector", "all", "--logits", "exact"];
 
-  it("a forced disk tier (no host budget: K and V in files; 2 MiB: V's last layers) prints the in-memory text, and leaves no file", () => {
+  it("a forced disk tier (no host budget: V in files, K spilled page by page; 512K: V in files, K's coldest pages; 2 MiB: V's last layers) prints the in-memory text, and leaves no file", () => {
     const mem = runBin(base);
     expect(mem.code).toBe(0);
     expect(mem.stderr).toMatch(/placement semantic: K node0 [\d.]+ [KM]iB, V node0 [\d.]+ [KM]iB; one NUMA node \(node0\)/);
+    expect(mem.stderr).not.toMatch(/K spill/);
     const dir = tmp();
     const all = runBin([...base, "--kv-disk", dir, "--host-kv-budget", "0"]);
-    expect(all.stderr).toMatch(/placement semantic: K disk [\d.]+ [KM]iB, V disk [\d.]+ [KM]iB;/);
+    expect(all.stderr).toMatch(/placement semantic: K disk [\d.]+ [KM]iB \(its coldest pages\), V disk [\d.]+ [KM]iB;/);
+    expect(all.stderr).toMatch(/\nK spill: [1-9]\d* units of 4\.00 KiB \([\d.]+ [KM]iB\) moved to disk in [1-9]\d* passes, the least recently selected first\n$/);
     expect(all.code).toBe(0);
     expect(all.stdout).toBe(mem.stdout);
+    const some = runBin([...base, "--kv-disk", dir, "--host-kv-budget", "512K"]);
+    expect(some.stderr).toMatch(/placement semantic: K node0 512\.0 KiB \+ disk [\d.]+ [KM]iB \(its coldest pages\), V disk [\d.]+ [KM]iB;/);
+    expect(some.stderr).toMatch(/\nK spill: [1-9]\d* units/);
+    expect(some.stdout).toBe(mem.stdout);
     const split = runBin([...base, "--kv-disk", dir, "--host-kv-budget", "2M"]);
     expect(split.stderr).toMatch(/placement semantic: K node0 [\d.]+ [KM]iB, V node0 [\d.]+ [KM]iB \+ disk [\d.]+ [KM]iB;/);
+    expect(split.stderr).not.toMatch(/K spill/);
     expect(split.stdout).toBe(mem.stdout);
     // --kv-disk-read-depth reaches the stage (the plan line says so): page faults (0) and one read in flight give the same text.
     for (const depth of ["0", "1"]) {
@@ -99,7 +106,7 @@ describe("hybridgen generate with the store placed (stories15M)", () => {
         child.kill("SIGINT");
       }
     });
-    expect(sawFiles).toBe(12); // K and V of 6 layers
+    expect(sawFiles).toBe(6); // V of 6 layers; K's spill file is unlinked once open
     expect(r.code).toBe(130);
     expect(readdirSync(dir)).toEqual([]);
   });
@@ -147,6 +154,25 @@ describe("hybridgen plan", () => {
     expect(p.predicted.gpuMs).toBeCloseTo(((16_060_522_496 + fit * 131072) / 4000e9) * 1e3, 6);
     expect(p.predicted.msPerToken).toBeGreaterThan(p.predicted.gpuMs);
     expect(r.code).toBe(0);
+  });
+
+  it("K on disk: when V on disk is not enough, the plan says how much K goes, in what units, and what reading it back costs", () => {
+    const plan = ["plan", "--model", "preset:llama-3.1-8b", "--context", "1500000", "--gpu-free", "140G", "--no-probe", "--k", "256", "--kv-disk", tmp(), "--host-kv-budget", "2G"];
+    const r = runBin([...plan, "--json"]);
+    expect(r.code).toBe(0);
+    const p = JSON.parse(r.stdout);
+    const disk = p.tiers.find((t: { kind: string }) => t.kind === "file");
+    const pool = 32 * Math.ceil((8 * p.offloadedTokens * 128 * 2) / 4096) * 4096;
+    expect(disk.vBytes).toBe(pool); // all of V
+    expect(disk.kBytes).toBe(pool - 2 * 2 ** 30); // the K 2 GiB of memory cannot hold
+    expect(p.store.kSpill).toEqual({ unitBytes: 4096 * Math.ceil(pool / 4096 / 16382), files: [{ tier: disk.id, dir: expect.any(String), bytes: disk.kBytes }] });
+    expect(p.predicted.kDiskMs).toBeNull(); // no bandwidth known without the probes
+    const text = runBin(plan);
+    expect(text.stdout).toMatch(/\nK on disk: {2}33\.8 GiB \(all of V is on disk first\), the least recently selected 2\.2\d MiB units; the CPU stage's scoring reads them back every step, through page faults: – ms\n/);
+    const none = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "100000", "--gpu-kv-budget", "90000", "--gpu-free", "140G", "--no-probe", "--kv-disk", tmp(), "--host-kv-budget", "1G"]);
+    expect(none.code).toBe(0);
+    expect(none.stdout).toMatch(/\ndisk +file /);
+    expect(none.stdout).not.toMatch(/K on disk/);
   });
 
   it("a context that fits nowhere is refused with the numbers after the plan (exit 2)", () => {

@@ -69,6 +69,12 @@ export interface KvStoreAllocator {
    * allocator may start reading the same slots of the next layer's V (the runtime calls it).
    */
   readAhead?(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number): void;
+  /**
+   * Optional: the store now holds slots [0, rows) of every region (after an eviction, a reset or
+   * a restore); `sync` waits for rows still on their way to host memory. A K spill moves its
+   * coldest pages to disk here.
+   */
+  stored?(rows: number, sync: () => void): void;
 }
 
 /** The host copy of the store (see attachHostStore). */
@@ -382,6 +388,8 @@ export class KvCache implements Disposable {
     return this.host ? this.host.v[layer] : this.storeV[layer];
   }
 
+  private readonly syncStore = () => this.syncHostStore();
+
   /** Waits for the evictions' device → host copies (no-op without a host store or pending copies). */
   syncHostStore(): void {
     const h = this.host;
@@ -549,6 +557,7 @@ export class KvCache implements Disposable {
     this._storeCount += count;
     this.ringHead = (head + count) % rcap;
     this.updateSpans();
+    this.storeAllocator?.stored?.(this._storeCount, this.syncStore);
     return count;
   }
 
@@ -594,6 +603,7 @@ export class KvCache implements Disposable {
     for (const s of this.scratch) s.layer = -1;
     this._rewinds++;
     this.updateSpans();
+    this.storeAllocator?.stored?.(this._storeCount, this.syncStore);
   }
 
   /** Counts reset() and restore() calls: per-sequence state kept beside the cache (a selector's
@@ -612,6 +622,7 @@ export class KvCache implements Disposable {
     this.ringHead = 0;
     this.spanCount = 0;
     for (const s of this.scratch) s.layer = -1;
+    this.storeAllocator?.stored?.(0, this.syncStore);
   }
 
   close(): void {

@@ -5,11 +5,14 @@
  * TieredStore applies the result. Bytes go where planCapacity puts them (K first, each pool in
  * its rule's order); a host budget caps what all memory tiers together may hold, the slowest
  * giving up room first, so the rest lands on the file tiers: V's last layers first (V fills
- * after K), then K's. A pool crosses tiers at a page boundary, so one region may be split.
+ * after K). K goes to files only once all of V is there, and not by layer: its regions stay
+ * memory and `kSpill` says how many bytes of K a K spill (@hybridgen/runtime's KSpill) keeps in
+ * which files, its coldest pages first. A pool crosses tiers at a page boundary, so one region
+ * may be split.
  */
 import { z } from "zod";
 import {
-  HybridgenError, MemoryTierSchema, PlacementSchema, checkPlacement, type MemoryTier, type StoreLayout, type StoreSegment, type TierRule,
+  HybridgenError, MemoryTierSchema, PlacementSchema, checkPlacement, tierRuleIds, type MemoryTier, type StoreLayout, type StoreSegment, type TierRule,
 } from "@hybridgen/core";
 import { fastestFirst } from "./speed.js";
 
@@ -27,6 +30,8 @@ export const StoreLayoutInputSchema = z.object({
   hostBudgetBytes: z.number().int().nonnegative().optional(),
   /** Bytes of each tier already taken before the store (weights or the window on the CPU backend). */
   reservedBytes: z.record(z.string(), z.number().int().nonnegative()).default({}),
+  /** Memory mappings a process may have (vm.max_map_count, the kernel's default): K's spill units are sized from it. */
+  mapLimit: z.number().int().positive().default(65530),
 });
 export type StoreLayoutInput = z.input<typeof StoreLayoutInputSchema>;
 
@@ -54,6 +59,15 @@ interface Piece {
   bytes: number;
   /** Interleave pieces: every tier of the rule. */
   over?: string[];
+}
+
+/**
+ * The unit a K spill moves to disk: whole pages, as few as keep K's units within a quarter of
+ * `mapLimit` — each spilled run costs the process a mapping or two, and a run is one unit at worst.
+ */
+export function kSpillUnitBytes(kPoolBytes: number, pageBytes: number, mapLimit = 65530): number {
+  const units = Math.max(1, Math.floor(mapLimit / 4));
+  return pageBytes * Math.max(1, Math.ceil(Math.ceil(kPoolBytes / pageBytes) / units));
 }
 
 function fail(message: string): never {
@@ -129,6 +143,19 @@ export function layoutStore(input: StoreLayoutInput): StoreLayoutResult {
   const k = piecesFor(o.placement.k, poolBytes, room, files, page);
   const v = piecesFor(o.placement.v, poolBytes, room, files, page);
   const shortfall = k.left + v.left;
+  // K that memory cannot hold is spilled page-wise at run time, coldest first, so its regions stay memory throughout.
+  const kFile = k.pieces.filter((p) => byId.get(p.tier)!.kind === "file");
+  const kSpillBytes = kFile.reduce((n, p) => n + p.bytes, 0);
+  const kMemory = k.pieces.filter((p) => byId.get(p.tier)!.kind !== "file").map((p) => ({ ...p }));
+  if (kSpillBytes > 0) {
+    const last = kMemory[kMemory.length - 1];
+    if (last) last.bytes += kSpillBytes;
+    else kMemory.push({ tier: tierRuleIds(o.placement.k).find((id) => byId.get(id)!.kind !== "file") ?? o.tiers.find((t) => t.kind !== "file")!.id, bytes: kSpillBytes });
+  }
+  const kSpill = kSpillBytes === 0 ? undefined : {
+    unitBytes: kSpillUnitBytes(poolBytes, page, o.mapLimit),
+    files: kFile.map((p) => ({ tier: p.tier, dir: byId.get(p.tier)!.path!, bytes: p.bytes })),
+  };
 
   const segmentOf = (p: Piece, offset: number, bytes: number): StoreSegment => {
     const t = byId.get(p.tier)!;
@@ -171,7 +198,7 @@ export function layoutStore(input: StoreLayoutInput): StoreLayoutResult {
   tally(v.pieces, vUse);
   const tiers = o.tiers.map((t) => ({ id: t.id, kind: t.kind, kBytes: kUse.get(t.id) ?? 0, vBytes: vUse.get(t.id) ?? 0, availableBytes: available.get(t.id)! }));
   return {
-    layout: { regionBytes: R, pageBytes: page, k: cut(k.pieces, k.left), v: cut(v.pieces, v.left) },
+    layout: { regionBytes: R, pageBytes: page, k: cut(kMemory, k.left), v: cut(v.pieces, v.left), ...(kSpill ? { kSpill } : {}) },
     tiers,
     diskBytes: tiers.filter((t) => t.kind === "file").reduce((n, t) => n + t.kBytes + t.vBytes, 0),
     fits: shortfall === 0,

@@ -7,7 +7,9 @@
  * The prediction is a bandwidth floor per decode step (all sequences of the batch):
  *   GPU stage   = (weights + window KV) / GPU read bandwidth (no GPU: the fastest tier's, where
  *                 the CPU backend runs the same step)
- *   CPU stage   = Σ over tiers of the offloaded K bytes there / the tier's read bandwidth
+ *   CPU stage   = Σ over tiers of the offloaded K bytes there / the tier's read bandwidth; K spilled
+ *                 to a file tier (the last resort: all of V is there first) is read back through
+ *                 page faults every step, kDiskMs
  *   V gather    = the rows the stage gathers (K a KV head on layer 0, candidates·K on the verified
  *                 layers) read from their tiers; a disk row is one 4 KiB read, so the disk's share
  *                 is max(rows ÷ depth × read latency, rows × page ÷ bandwidth) (the tier's latency
@@ -86,12 +88,16 @@ export interface RunPlan {
   readonly tiers: readonly {
     readonly id: string; readonly kind: string; readonly capacityBytes: number; readonly availableBytes: number;
     readonly kBytes: number; readonly vBytes: number; readonly readBandwidthGBs?: number; readonly readLatencyUs?: number; readonly readDepth?: number;
+    readonly faultLatencyUs?: number; readonly faultDepth?: number;
   }[];
   readonly fits: boolean;
   /** The one-line reason the run cannot go ahead (null when it fits). */
   readonly refusal: string | null;
   readonly predicted: {
-    readonly gpuMs: number | null; readonly cpuMs: number | null; readonly vGatherMs: number | null; readonly vTransferMs: number | null;
+    readonly gpuMs: number | null; readonly cpuMs: number | null;
+    /** The part of cpuMs that reads K spilled to file tiers back (0 when none is). */
+    readonly kDiskMs: number | null;
+    readonly vGatherMs: number | null; readonly vTransferMs: number | null;
     readonly msPerToken: number | null;
   };
 }
@@ -108,6 +114,21 @@ const ms = (bytes: number, gbs: number | undefined) => (gbs === undefined ? null
 export function diskRowsMs(rows: number, pageBytes: number, t: { readBandwidthGBs?: number; readLatencyUs?: number; readDepth?: number }): number | null {
   const bw = ms(rows * pageBytes, t.readBandwidthGBs);
   const lat = t.readLatencyUs === undefined ? null : ((rows / (t.readDepth ?? 1)) * t.readLatencyUs) / 1e3;
+  return bw === null ? lat : lat === null ? bw : Math.max(bw, lat);
+}
+
+/** The kernel's default read-around of a page fault on a file mapping (read_ahead_kb). */
+const READ_AROUND = 128 * 1024;
+
+/**
+ * `bytes` of K spilled in `unitBytes` units to a file tier, read back by the CPU stage's scoring
+ * every step through the mapping: a fault reads up to the read-around of its unit, one in flight a
+ * stage thread — the slower of faults ÷ depth × a fault's latency, and the bytes at the tier's bandwidth.
+ */
+export function kDiskMs(bytes: number, unitBytes: number, t: { readBandwidthGBs?: number; faultLatencyUs?: number; faultDepth?: number }): number | null {
+  const bw = ms(bytes, t.readBandwidthGBs);
+  const faults = Math.ceil(bytes / Math.min(unitBytes, READ_AROUND));
+  const lat = t.faultLatencyUs === undefined ? null : ((faults / (t.faultDepth ?? 1)) * t.faultLatencyUs) / 1e3;
   return bw === null ? lat : lat === null ? bw : Math.max(bw, lat);
 }
 
@@ -164,7 +185,7 @@ export function planRun(input: RunPlanInput): RunPlan {
     const scale = offloaded === 0 ? 0 : 1; // an empty store takes nothing
     const src = byId.get(t.id)!;
     return { id: t.id, kind: t.kind, capacityBytes: src.capacityBytes, availableBytes: t.availableBytes, kBytes: t.kBytes * scale, vBytes: t.vBytes * scale,
-      readBandwidthGBs: src.readBandwidthGBs, readLatencyUs: src.readLatencyUs, readDepth: src.readDepth };
+      readBandwidthGBs: src.readBandwidthGBs, readLatencyUs: src.readLatencyUs, readDepth: src.readDepth, faultLatencyUs: src.faultLatencyUs, faultDepth: src.faultDepth };
   });
   if (!refusal && !o.gpu) {
     const t = byId.get(fastest)!;
@@ -203,11 +224,13 @@ export function planRun(input: RunPlanInput): RunPlan {
     movedBytes += rows * rowBytes * (verified && l > 0 ? 2 : 1); // verified layers send the candidates' K rows up beside their V rows
   }
   let cpuMs: number | null = 0;
+  let kDiskTotal: number | null = 0;
   let vGatherMs: number | null = 0;
   const memoryV = tiers.reduce((n, t) => n + (t.kind === "file" ? 0 : t.vBytes), 0);
   for (const t of tiers) {
     if (t.kBytes > 0) {
-      const m = ms(t.kBytes, t.readBandwidthGBs);
+      const m = t.kind === "file" ? kDiskMs(t.kBytes, store.layout.kSpill!.unitBytes, byId.get(t.id)!) : ms(t.kBytes, t.readBandwidthGBs);
+      if (t.kind === "file") kDiskTotal = kDiskTotal === null || m === null ? null : kDiskTotal + m;
       cpuMs = cpuMs === null || m === null ? null : cpuMs + m;
     }
     const rows = t.kind === "file" ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
@@ -226,6 +249,6 @@ export function planRun(input: RunPlanInput): RunPlan {
     weights: { where: o.gpu ? "gpu" : "host", bytes: o.model.weightsBytes },
     gpu, hostWindowBytes, offloadedTokens: offloaded, store, tiers,
     fits: refusal === null, refusal,
-    predicted: { gpuMs, cpuMs, vGatherMs, vTransferMs, msPerToken },
+    predicted: { gpuMs, cpuMs, kDiskMs: kDiskTotal, vGatherMs, vTransferMs, msPerToken },
   };
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { seededRandom, type MemoryTier, type StoreSegment } from "@hybridgen/core";
-import { discoverTiers, layoutStore, placeKv, placeLocal } from "../src/index.js";
+import { discoverTiers, kSpillUnitBytes, layoutStore, placeKv, placeLocal } from "../src/index.js";
 import { fakeSys } from "./fake-sys.js";
 
 const MiB = 2 ** 20, GiB = 2 ** 30, PAGE = 4096;
@@ -62,7 +62,7 @@ describe("layoutStore: the disk tier", () => {
   const disk: MemoryTier = { id: "file:/nvme", kind: "file", capacityBytes: 100 * GiB, path: "/nvme" };
   const node0: MemoryTier = { id: "node0", kind: "dram", numaNode: 0, capacityBytes: 16 * GiB };
 
-  it("a host budget sends V to disk first, its last layers first, then K", () => {
+  it("a host budget sends V to disk first, its last layers first, then K page-wise (a K spill, its regions memory)", () => {
     const tiers = [node0, disk];
     const budget = 10 * GiB; // K (8 GiB) fits, V gets 2 GiB of memory
     const r = layoutStore({ tiers, placement: placeKv("semantic", tiers), layers: 8, regionBytes: GiB, hostBudgetBytes: budget });
@@ -70,10 +70,27 @@ describe("layoutStore: the disk tier", () => {
     expect(r.layout.v.map((segs) => segs.map((s) => s.mode).join("+"))).toEqual(["bind", "bind", "file", "file", "file", "file", "file", "file"]);
     expect(r.layout.v[2]![0]).toMatchObject({ dir: "/nvme", mode: "file" });
     expect(r.diskBytes).toBe(6 * GiB);
+    expect(r.layout.kSpill).toBeUndefined();
     const tight = layoutStore({ tiers, placement: placeKv("semantic", tiers), layers: 8, regionBytes: GiB, hostBudgetBytes: 6 * GiB });
-    expect(bytesOn(tight.layout.k, (s) => s.mode === "file")).toBe(2 * GiB); // K's last two layers
-    expect(tight.layout.k[6]![0]!.mode).toBe("file");
     expect(bytesOn(tight.layout.v, (s) => s.mode === "file")).toBe(8 * GiB);
+    // K: 6 GiB in memory, 2 GiB on disk — not K's last two layers: every K region stays bound to node0, and a K spill
+    // keeps 2 GiB of its coldest units in a file of the disk tier; 8 GiB of K in 16 382 units at most: 129 pages a unit.
+    expect(tight.layout.k.flat().every((s) => s.mode === "bind" && s.tier === "node0")).toBe(true);
+    expect(bytesOn(tight.layout.k, () => true)).toBe(8 * GiB);
+    expect(tight.layout.kSpill).toEqual({ unitBytes: 129 * PAGE, files: [{ tier: "file:/nvme", dir: "/nvme", bytes: 2 * GiB }] });
+    expect(tight.tiers.map((t) => [t.id, t.kBytes, t.vBytes])).toEqual([["node0", 6 * GiB, 0], ["file:/nvme", 2 * GiB, 8 * GiB]]);
+    expect(tight.diskBytes).toBe(10 * GiB);
+    // No memory at all for the store: K's regions are still memory (the first memory tier K would use), all of it spilled as it comes.
+    const none = layoutStore({ tiers, placement: placeKv("semantic", tiers), layers: 8, regionBytes: GiB, hostBudgetBytes: 0 });
+    expect(none.layout.k.flat().every((s) => s.tier === "node0" && s.mode === "bind")).toBe(true);
+    expect(none.layout.kSpill!.files).toEqual([{ tier: "file:/nvme", dir: "/nvme", bytes: 8 * GiB }]);
+  });
+
+  it("kSpillUnitBytes: whole pages, as few as keep K within a quarter of the map limit", () => {
+    expect(kSpillUnitBytes(GiB, PAGE)).toBe(PAGE * Math.ceil(262_144 / 16_382)); // 17 pages
+    expect(kSpillUnitBytes(48 * 1024, PAGE)).toBe(PAGE);
+    expect(kSpillUnitBytes(69.6 * GiB, PAGE)).toBe(PAGE * Math.ceil(Math.ceil((69.6 * GiB) / PAGE) / 16_382)); // the 2M run's K: 1 114 pages, 4.35 MiB
+    expect(kSpillUnitBytes(GiB, PAGE, 400)).toBe(PAGE * Math.ceil(262_144 / 100));
   });
 
   it("interleave with a disk tier: what memory cannot hold goes to the file", () => {

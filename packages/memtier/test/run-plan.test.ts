@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { MemoryTier } from "@hybridgen/core";
-import { diskRowsMs, gpuWindowTokens, planRun } from "../src/index.js";
+import { diskRowsMs, gpuWindowTokens, kDiskMs, kSpillUnitBytes, planRun } from "../src/index.js";
 
 const GiB = 2 ** 30, KiB = 1024;
 const llama8b = { layers: 32, heads: 32, kvHeads: 8, headDim: 128, weightsBytes: 16_060_522_496 };
@@ -128,6 +128,36 @@ describe("planRun: the arithmetic", () => {
     // Every disk row is a read: twice the rows, twice the time; half the latency at the same depth, half the time.
     expect(diskRowsMs(2 * rows, 4096, d)! / diskRowsMs(rows, 4096, d)!).toBeCloseTo(2, 9);
     expect(diskRowsMs(rows, 4096, { ...d, readLatencyUs: 725 })! / diskRowsMs(rows, 4096, d)!).toBeCloseTo(0.5, 9);
+  });
+
+  it("K on disk: past all of V, the K the host budget cannot hold is spilled page-wise and read back through page faults every step", () => {
+    const spillDisk: MemoryTier = { ...disk, capacityBytes: 200 * GiB, readBandwidthGBs: 10, faultLatencyUs: 400, faultDepth: 15 };
+    const p = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_028, gpuKvBudget: 859_852, gpu: h200, tiers: [node0, spillDisk], k: 256, prefill: false, hostBudgetBytes: 20 * GiB });
+    const pool = 32 * p.store.layout.regionBytes, kDisk = pool - 20 * GiB;
+    const d = p.tiers.find((t) => t.kind === "file")!;
+    expect(d).toMatchObject({ kBytes: kDisk, vBytes: pool, faultLatencyUs: 400, faultDepth: 15 });
+    expect(p.tiers[0]).toMatchObject({ kBytes: 20 * GiB, vBytes: 0 });
+    // Every K region stays memory; the spill moves 4.35 MiB units (K's 69.6 GiB over 16 382 units), read back a 128 KiB read-around a fault.
+    expect(p.store.layout.k.flat().every((seg) => seg.mode === "bind")).toBe(true);
+    expect(p.store.layout.kSpill).toEqual({ unitBytes: kSpillUnitBytes(pool, 4096), files: [{ tier: disk.id, dir: "/scratch", bytes: kDisk }] });
+    expect(p.store.layout.kSpill!.unitBytes).toBe(1114 * 4096);
+    const faultsMs = (Math.ceil(kDisk / (128 * KiB)) / 15) * 0.4, bwMs = (kDisk / 10e9) * 1e3;
+    expect(faultsMs).toBeGreaterThan(bwMs); // 400 µs for 128 KiB at 15 in flight: 4.9 GB/s in all, below the 10 GB/s of large reads
+    expect(p.predicted.kDiskMs).toBeCloseTo(faultsMs, 6);
+    expect(p.predicted.cpuMs).toBeCloseTo(((20 * GiB) / 40e9) * 1e3 + faultsMs, 6);
+    // Without K on disk the term is 0.
+    expect(planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_028, gpuKvBudget: 859_852, gpu: h200, tiers: [node0, spillDisk], k: 256, prefill: false, hostBudgetBytes: 100 * GiB }).predicted.kDiskMs).toBe(0);
+  });
+
+  it("kDiskMs: faults of at most the read-around (or a smaller unit) at the fault depth, never faster than the bandwidth", () => {
+    const t = { readBandwidthGBs: 1, faultLatencyUs: 100, faultDepth: 4 };
+    // 4 MiB units: a fault reads 128 KiB, 8 192 faults at 4 in flight take 204.8 ms, under the 1 073.7 ms 1 GB/s allows.
+    expect(kDiskMs(GiB, 4 * 2 ** 20, t)).toBeCloseTo((GiB / 1e9) * 1e3, 9);
+    expect(kDiskMs(GiB, 4 * 2 ** 20, { ...t, faultLatencyUs: 1000 })).toBeCloseTo((8192 / 4) * 1, 9);
+    expect(kDiskMs(GiB, 4096, t)).toBeCloseTo((262_144 / 4) * 0.1, 9); // a 4 KiB unit: a fault a page, 6.55 s
+    expect(kDiskMs(GiB, 4096, { ...t, faultDepth: 8 })! / kDiskMs(GiB, 4096, t)!).toBeCloseTo(0.5, 9);
+    expect(kDiskMs(GiB, 4096, { readBandwidthGBs: 2 })).toBeCloseTo((GiB / 2e9) * 1e3, 9);
+    expect(kDiskMs(GiB, 4096, {})).toBeNull();
   });
 
   it("a fixed budget larger than the GPU holds, and weights larger than the GPU, are refused", () => {

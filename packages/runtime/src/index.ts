@@ -4,3 +4,4 @@ export { resolveHybrid, profileKMin, type HybridPlan, type ResolvedHybrid, type 
 export { HybridRuntimeOptionsSchema, ProfileDefaultsSchema, type HybridRuntimeOptions, type ProfileDefaults } from "./options.js";
 export { ATTENTION_CONFIG_NAMES, attentionConfig, attachAttentionConfig, prepareHostStore, type AttachedAttention, type AttentionConfig, type AttentionKind } from "./attention-configs.js";
 export { probeDiskGather, type DiskGatherProbe } from "./probe-disk-gather.js";
+export { KSpill } from "./k-spill.js";

@@ -155,5 +155,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
       `generated: ${result.tokens.length} tokens, ${formatRate(t.tokensPerSec)} tok/s | finish: ${result.finishReason} | device: ${opened.device}\n`,
   );
   if (hybrids) io.stderr(hybridStatsLines(hybrids));
+  const spilled = placed?.spillLine();
+  if (spilled) io.stderr(`${spilled}\n`);
   return code;
 }

@@ -38,14 +38,15 @@ export async function probeGpu(required: boolean, bandwidth: boolean): Promise<G
 /**
  * The tiers with a measured read bandwidth where none is known; file tiers also get the latency of a
  * disk-tier row read by the CPU stage's own gather at its depth (`stageThreads` × `readDepth` reads in
- * flight each; readDepth 0: page faults), and (`serialUs`, by tier id) one random 4 KiB read at a time.
+ * flight each; readDepth 0: page faults), of a page fault of that gather (one a stage thread), and
+ * (`serialUs`, by tier id) of one random 4 KiB read at a time.
  */
 export async function probeTiers(
   tiers: readonly MemoryTier[], stageThreads: number, readDepth?: number,
 ): Promise<{ tiers: MemoryTier[]; serialUs: Map<string, number> }> {
   const { probeMemoryReadBandwidth, probeFileReadBandwidth, probeFileReadLatency, DEFAULT_READ_DEPTH } = await import("@hybridgen/kernels-cpu");
-  const serialUs = new Map<string, number>();
   const { probeDiskGather } = await import("@hybridgen/runtime");
+  const serialUs = new Map<string, number>();
   const depth = readDepth ?? DEFAULT_READ_DEPTH;
   const out: MemoryTier[] = [];
   for (const t of tiers) {
@@ -56,8 +57,9 @@ export async function probeTiers(
     }
     if (r.kind === "file" && r.readLatencyUs === undefined) {
       serialUs.set(r.id, probeFileReadLatency(r.path!, [{ threads: 1, depth: 1 }])[0]!);
-      const gather = await probeDiskGather(r.path!, { threads: stageThreads, readDepth: depth });
-      r = { ...r, readLatencyUs: gather.latencyUs, readDepth: gather.readDepth };
+      // The stage's reads of V rows at its depth, and its page faults, which read K a K spill moved to the disk back.
+      const [gather, faults] = await probeDiskGather(r.path!, { threads: stageThreads, readDepths: [depth, 0] });
+      r = { ...r, readLatencyUs: gather!.latencyUs, readDepth: gather!.readDepth, faultLatencyUs: faults!.latencyUs, faultDepth: faults!.readDepth };
     }
     out.push(r);
   }

@@ -114,7 +114,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
     gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs } : undefined,
     tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64,
   });
-  if (v.json) io.stdout(`${JSON.stringify({ model: v.model, kvDtype, gpuName: gpu?.name ?? null, placementNote: placementNote(tiers), ...plan, store: { diskBytes: plan.store.diskBytes, fits: plan.store.fits, shortfallBytes: plan.store.shortfallBytes } })}\n`);
+  if (v.json) io.stdout(`${JSON.stringify({ model: v.model, kvDtype, gpuName: gpu?.name ?? null, placementNote: placementNote(tiers), ...plan, store: { diskBytes: plan.store.diskBytes, fits: plan.store.fits, shortfallBytes: plan.store.shortfallBytes, kSpill: plan.store.layout.kSpill ?? null } })}\n`);
   else {
     io.stdout(await formatPlan(v.model, kvDtype, gpu, tiers, tierOpts.kvPlacement, plan, probed?.serialUs));
     // The bytes are the shape's at any length (the scale bench's synthetic KV); generate refuses such a context.
@@ -144,12 +144,17 @@ async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, t
         `${(t.kind === "file" ? "disk" : t.id).padEnd(11)} ${t.kind.padEnd(5)} ${fb(t.capacityBytes).padStart(11)}  ${fb(t.availableBytes).padStart(11)}  ${fb(t.kBytes).padStart(11)}  ${fb(t.vBytes).padStart(11)}  ${f(t.readBandwidthGBs, 1).padStart(9)}`,
     ),
     ...(p.store.diskBytes > 0 ? [`disk:       ${fb(p.store.diskBytes)} in files under ${tiers.find((t) => t.kind === "file")?.path}`] : []),
+    ...p.tiers.filter((t) => t.kind === "file" && t.kBytes > 0).map((t) =>
+      `K on disk:  ${fb(t.kBytes)} (all of V is on disk first), the least recently selected ${fb(p.store.layout.kSpill!.unitBytes)} units; ` +
+      `the CPU stage's scoring reads them back every step, through page faults: ${f(p.predicted.kDiskMs)} ms` +
+      `${t.faultLatencyUs === undefined ? "" : ` (${f(t.faultLatencyUs, 0)} µs a fault, ${t.faultDepth} in flight)`}`),
     ...tiers.filter((t) => t.kind === "file" && t.readLatencyUs !== undefined).map((t) =>
       `disk reads: ${f(t.readLatencyUs, 0)} µs a row at ${t.readDepth} in flight (the CPU stage's gather)` +
       `${serialUs?.has(t.id) ? `, ${f(serialUs.get(t.id), 0)} µs a random 4 KiB read alone` : ""}`),
     p.predicted.msPerToken === null
       ? `predicted:  – ms/token (a bandwidth is unknown: GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}, V gather ${f(p.predicted.vGatherMs)}, V transfer ${f(p.predicted.vTransferMs)} ms)`
-      : `predicted:  ${f(p.predicted.msPerToken)} ms/token = max(GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}) + V gather ${f(p.predicted.vGatherMs)} + V transfer ${f(p.predicted.vTransferMs)} ms`,
+      : `predicted:  ${f(p.predicted.msPerToken)} ms/token = max(GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}` +
+        `${p.predicted.kDiskMs ? ` with K on disk ${f(p.predicted.kDiskMs)}` : ""}) + V gather ${f(p.predicted.vGatherMs)} + V transfer ${f(p.predicted.vTransferMs)} ms`,
   ];
   return `${lines.join("\n")}\n`;
 }

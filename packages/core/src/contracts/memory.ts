@@ -29,6 +29,10 @@ export const MemoryTierSchema = z
     readLatencyUs: z.number().positive().optional(),
     /** Reads in flight when readLatencyUs was measured: the CPU stage's threads × reads in flight each. */
     readDepth: z.number().int().positive().optional(),
+    /** File tiers: one page fault's latency in µs on a file mapping of the tier (its read-around included) with
+     * `faultDepth` in flight, one a CPU-stage thread: how the stage's scoring reads K pages spilled to the tier. */
+    faultLatencyUs: z.number().positive().optional(),
+    faultDepth: z.number().int().positive().optional(),
     /** Directory holding the backing files of a "file" tier. */
     path: z.string().min(1).optional(),
   })
@@ -122,11 +126,23 @@ export const StoreSegmentSchema = z.object({
 });
 export type StoreSegment = z.infer<typeof StoreSegmentSchema>;
 
+/**
+ * K bytes that live on file tiers page-wise: the K regions' segments are memory, and a K spill
+ * (@hybridgen/runtime's KSpill) keeps the coldest `unitBytes` units of K in these files, `bytes`
+ * of each in turn, once the store's K outgrows what is left to memory.
+ */
+export const KSpillLayoutSchema = z.object({
+  unitBytes: z.number().int().positive(),
+  files: z.array(z.object({ tier: z.string().min(1), dir: z.string().min(1), bytes: z.number().int().positive() })).min(1),
+});
+export type KSpillLayout = z.infer<typeof KSpillLayoutSchema>;
+
 /** Where every byte of the offloaded store goes: per layer, the segments of its K and its V region. */
 export const StoreLayoutSchema = z.object({
   regionBytes: z.number().int().positive(),
   pageBytes: z.number().int().positive(),
   k: z.array(z.array(StoreSegmentSchema)),
   v: z.array(z.array(StoreSegmentSchema)),
+  kSpill: KSpillLayoutSchema.optional(),
 });
 export type StoreLayout = z.infer<typeof StoreLayoutSchema>;
