@@ -16,7 +16,9 @@
  *      (cuda/mapped-rows-checks.ts: the gather op byte for byte, the same logits and tokens);
  *   6. the stage hand-off on the device: the device waits for a host-raised signal word and reads
  *      the stage's output from mapped memory, eager and replayed; the wait's timeout; gpuMs
- *      without the wait (cuda/stage-handoff-checks.ts).
+ *      without the wait (cuda/stage-handoff-checks.ts);
+ *   7. a batch of 3 (one HybridAttention a slot) equals each sequence alone, every batched step
+ *      handed off.
  * Bench (preset:llama-3.1-8b, dummy bf16 weights, bf16 KV): prefill `context` tokens in one
  * block, then `steps` greedy decode steps — full attention on the GPU, and hybrid with a GPU
  * window of `window` tokens (sinks included) and the CPU stage's top-K for each K, exact and
@@ -33,11 +35,11 @@
  * bandwidth of the copy path.
  */
 import {
-  HybridAttention, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LogitsMode, type RowPathRequest, type Tensor,
+  BatchDecoder, HybridAttention, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LlamaModel, type LogitsMode, type RowPathRequest, type Tensor,
 } from "@hybridgen/core";
 import { createSelector } from "@hybridgen/selectors";
 import { FixedScheduler } from "@hybridgen/scheduler";
-import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createBatchHybridAttention, createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { createCpuBackend, createNativeRandomFill, NativeCpuStage } from "@hybridgen/kernels-cpu";
@@ -104,6 +106,46 @@ async function runSmall(be: Backend, hybrid: SmallHybrid | null, feed?: number[]
   return { logits, tokens, summary: ha ? ha.stats.summary() : "" };
 }
 
+/**
+ * Three prompts decoded together (BatchDecoder, one HybridAttention a slot) against each alone,
+ * the alone run's tokens fed to both: logits within 1e-4 relative (B-row matmuls against fused
+ * matvecs: summation order only), and every batched step handed off on the device.
+ */
+async function batchChecks(be: Backend, hybrid: SmallHybrid): Promise<void> {
+  const prompts = [40, 51, 63].map((n, p) => Int32Array.from({ length: n }, (_, i) => (i * 7919 + 13 * p + 11) % 32000));
+  using files = dummyModelFiles(SMALL_SHAPE, "f32", 7);
+  using model = loadModel(files, be, { maxContext: SMALL_CONTEXT, prefillBlock: 64, gpuKvBudget: hybrid.gpuKvBudget, sinkTokens: hybrid.sinkTokens }) as LlamaModel;
+  const { gpuKvBudget: _b, sinkTokens: _s, ...runtime } = hybrid;
+  const alone: { logits: Float32Array[]; tokens: number[] }[] = [];
+  {
+    using _ha = await createHybridAttention(model, be, runtime);
+    for (const p of prompts) {
+      model.reset();
+      const logits = [Float32Array.from(model.forward(p, 0))], tokens: number[] = [];
+      for (let s = 0; s < SMALL_STEPS / 2; s++) {
+        tokens.push(argmax(logits[s]!));
+        logits.push(Float32Array.from(model.forward(Int32Array.of(tokens[s]!), p.length + s)));
+      }
+      alone.push({ logits, tokens });
+    }
+  }
+  model.reset();
+  using batch = await createBatchHybridAttention(model, be, runtime, 3);
+  using dec = new BatchDecoder(model, 3);
+  let worst = 0;
+  prompts.forEach((p, i) => {
+    dec.prefill(i, p, 0);
+    worst = Math.max(worst, relError(dec.logits(i), alone[i]!.logits[0]!));
+  });
+  for (let s = 0; s < SMALL_STEPS / 2; s++) {
+    dec.step([0, 1, 2], Int32Array.from(alone, (a) => a.tokens[s]!));
+    for (let i = 0; i < 3; i++) worst = Math.max(worst, relError(dec.logits(i), alone[i]!.logits[s + 1]!));
+  }
+  const handed = batch.all.map((ha) => `${ha.stats.handedOffSteps}/${ha.stats.steps}`);
+  check(worst < 1e-4, `batch of 3, top-K 8 ${hybrid.logits}: logits equal each sequence alone within ${worst.toExponential(2)} (< 1e-4), ${SMALL_STEPS / 2} steps`);
+  check(batch.all.every((ha) => ha.stats.steps > 0 && ha.stats.handedOffSteps === ha.stats.steps), `batch of 3, top-K 8 ${hybrid.logits}: every batched step handed off (${handed.join(", ")})`);
+}
+
 {
   using cuda = createCudaBackend({ arenaBytes: 2 ** 32 });
   using cpu = createCpuBackend({ threads: 4 });
@@ -146,6 +188,9 @@ async function runSmall(be: Backend, hybrid: SmallHybrid | null, feed?: number[]
       check(same === SMALL_STEPS, `top-K 8 ${logits}: CUDA greedy tokens equal the CPU backend's hybrid run (${same}/${SMALL_STEPS}; logits within ${worstL.toExponential(2)} relative)`);
       console.log(`  cuda: ${onCuda.summary}`);
     });
+  }
+  for (const logits of ["exact", "verified"] as LogitsMode[]) {
+    await attempt(`batch of 3, top-K ${logits}`, () => batchChecks(cuda, { ...base, k: 8, logits }));
   }
   mappedRowChecks(cuda, check);
   await stageHandoffChecks(cuda, check);
