@@ -12,19 +12,21 @@
  * fails here, before the first token, not as a SIGBUS later): nothing reopens them by name, so the
  * kernel frees them when the store is released or the process ends, SIGKILL included.
  */
-import { closeSync, openSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, fdatasyncSync, openSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { dlopen, FFIType, read, toArrayBuffer } from "bun:ffi";
 import { HybridgenError, type Backend, type DType, type KvStoreAllocator, type Tensor } from "@hybridgen/core";
 import type { SegmentCheck, TieredStore } from "@hybridgen/kernels-cpu";
 
-const PROT_READ_WRITE = 0x3, MAP_SHARED_FIXED = 0x11;
+const PROT_READ_WRITE = 0x3, MAP_SHARED_FIXED = 0x11, MADV_DONTNEED = 4, POSIX_FADV_DONTNEED = 4;
 const ERRNO: Record<number, string> = { 2: "ENOENT", 5: "EIO", 9: "EBADF", 12: "ENOMEM", 13: "EACCES", 22: "EINVAL", 27: "EFBIG", 28: "ENOSPC", 30: "EROFS", 95: "EOPNOTSUPP", 122: "EDQUOT" };
 const errnoName = (e: number) => ERRNO[e] ?? `errno ${e}`;
 
 const libcSymbols = {
   mmap: { args: [FFIType.u64, FFIType.u64, FFIType.i32, FFIType.i32, FFIType.i32, FFIType.i64], returns: FFIType.i64_fast },
   posix_fallocate: { args: [FFIType.i32, FFIType.i64, FFIType.i64], returns: FFIType.i32 },
+  madvise: { args: [FFIType.u64, FFIType.u64, FFIType.i32], returns: FFIType.i32 },
+  posix_fadvise: { args: [FFIType.i32, FFIType.i64, FFIType.i64, FFIType.i32], returns: FFIType.i32 },
   __errno_location: { args: [], returns: FFIType.ptr },
 } as const;
 let libc: ReturnType<typeof dlopen<typeof libcSymbols>>["symbols"] | null = null;
@@ -59,6 +61,8 @@ export class KSpill implements KvStoreAllocator {
   private readonly page: number;
   private readonly unitsPerRegion: number;
   private readonly disk: SpillFile[] = [];
+  /** Addresses and lengths mapped from the spill files. */
+  private readonly runs: [number, number][] = [];
   private readonly k: (KRegion | undefined)[];
   private readonly vLayer = new Map<Tensor, number>();
   /** Per unit: the clock when the stage last selected a row in it, or when its rows arrived. */
@@ -256,6 +260,7 @@ export class KSpill implements KvStoreAllocator {
       if (at !== r.address + a) {
         throw new HybridgenError(`K spill: cannot map its file in ${f.dir} over K: ${errnoName(read.i32(c().__errno_location()!, 0))}`);
       }
+      this.runs.push([r.address + a, len]);
       for (let u = a / this.unitBytes; u < Math.ceil((a + len) / this.unitBytes); u++) this.state[r.base + u] = 2;
       this.residentBytes -= len;
       this.stats.units += Math.ceil(len / this.unitBytes);
@@ -263,6 +268,13 @@ export class KSpill implements KvStoreAllocator {
       f.used += len;
       a += len;
     }
+  }
+
+  /** Benches: writes the spill files back and drops their pages from memory, so the next reads of spilled K go to the disk. */
+  dropFileCache(): void {
+    for (const f of this.disk) fdatasyncSync(f.fd);
+    for (const [at, len] of this.runs) c().madvise(at, len, MADV_DONTNEED); // a shared file mapping: the file keeps the rows
+    for (const f of this.disk) c().posix_fadvise(f.fd, 0, 0, POSIX_FADV_DONTNEED);
   }
 
   /** Whether the unit holding byte `offset` of layer `layer`'s K region lives in a spill file. */
@@ -307,6 +319,7 @@ export class KSpill implements KvStoreAllocator {
 
   private closeFiles(): void {
     for (const f of this.disk.splice(0)) closeSync(f.fd);
+    this.runs.length = 0;
   }
 
   [Symbol.dispose](): void {
