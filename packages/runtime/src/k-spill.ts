@@ -15,7 +15,7 @@
 import { closeSync, fdatasyncSync, openSync, unlinkSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import { dlopen, FFIType, read, toArrayBuffer } from "bun:ffi";
-import { HybridgenError, type Backend, type DType, type KvStoreAllocator, type Tensor } from "@hybridgen/core";
+import { DTYPE_BYTES, HybridgenError, type Backend, type DType, type KvStoreAllocator, type Tensor } from "@hybridgen/core";
 import type { SegmentCheck, TieredStore } from "@hybridgen/kernels-cpu";
 
 const PROT_READ_WRITE = 0x3, MAP_SHARED_FIXED = 0x11, MADV_DONTNEED = 4, POSIX_FADV_DONTNEED = 4;
@@ -133,7 +133,7 @@ export class KSpill implements KvStoreAllocator {
     const [heads, capacity, headDim] = shape as [number, number, number];
     this.k[layer] = {
       tensor: t, address: region.address, extent: Math.ceil(region.byteLength / this.page) * this.page,
-      heads, capacity, rowBytes: headDim * ({ f32: 4, f16: 2, bf16: 2 } as Record<DType, number>)[dtype], base: layer * this.unitsPerRegion,
+      heads, capacity, rowBytes: headDim * DTYPE_BYTES[dtype], base: layer * this.unitsPerRegion,
     };
     return t;
   }
@@ -211,6 +211,7 @@ export class KSpill implements KvStoreAllocator {
         const take = s < cut || (s === cut && atCut > 0);
         if (!take) return;
         if (s === cut) atCut -= len;
+        this.stats.units++;
         const a = u * this.unitBytes;
         if (runStart >= 0 && a === runEnd) runEnd = a + len;
         else {
@@ -261,9 +262,8 @@ export class KSpill implements KvStoreAllocator {
         throw new HybridgenError(`K spill: cannot map its file in ${f.dir} over K: ${errnoName(read.i32(c().__errno_location()!, 0))}`);
       }
       this.runs.push([r.address + a, len]);
-      for (let u = a / this.unitBytes; u < Math.ceil((a + len) / this.unitBytes); u++) this.state[r.base + u] = 2;
+      for (let u = Math.floor(a / this.unitBytes); u < Math.ceil((a + len) / this.unitBytes); u++) this.state[r.base + u] = 2;
       this.residentBytes -= len;
-      this.stats.units += Math.ceil(len / this.unitBytes);
       this.stats.bytes += len;
       f.used += len;
       a += len;

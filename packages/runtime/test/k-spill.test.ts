@@ -138,6 +138,24 @@ describe("KSpill: K pages to disk, coldest first", () => {
     expect(backend.read(k)).toEqual(again);
   });
 
+  it("several spill files (file tiers) take a run in turn", () => {
+    const a = tmp(), b = tmp();
+    const layout: StoreLayout = { ...smallStore(a, 0, 1), kSpill: { unitBytes: PAGE, files: [{ tier: "a", dir: a, bytes: 3 * PAGE }, { tier: "b", dir: b, bytes: 3 * PAGE }] } };
+    using spill = new KSpill(new TieredStore(layout));
+    spill.alloc(backend, "v", 0, [2, 256, 32], "f32");
+    const k = spill.alloc(backend, "k", 0, [2, 256, 32], "f32");
+    const data = rows(6, 2 * 256 * 32);
+    backend.write(k, data);
+    spill.stored(256, sync); // 16 units, 10 may stay: units 0–5 (one run) go, 3 to each file
+    expect(spill.spillFiles.map((f) => [f.bytes, f.usedBytes])).toEqual([[3 * PAGE, 3 * PAGE], [4 * PAGE, 3 * PAGE]]);
+    expect([...Array(16).keys()].filter((u) => spill.spilled(0, u * PAGE))).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(spill.stats).toEqual({ passes: 1, units: 6, bytes: 6 * PAGE });
+    const base = backend.hostRegion(k).address;
+    expect(mappedAt(spill.spillFiles[0]!.path)).toEqual([[base, base + 3 * PAGE]]);
+    expect(mappedAt(spill.spillFiles[1]!.path)).toEqual([[base + 3 * PAGE, base + 6 * PAGE]]);
+    expect(backend.read(k)).toEqual(data);
+  });
+
   it("errors are one line and leave nothing open: a missing directory, a file too large to reserve, a layout without kSpill", () => {
     const good = tmp();
     expect(() => new KSpill(new TieredStore({ ...smallStore(good, 4), kSpill: { unitBytes: PAGE, files: [{ tier: "a", dir: good, bytes: PAGE }, { tier: "b", dir: "/nonexistent-hg", bytes: PAGE }] } })))
