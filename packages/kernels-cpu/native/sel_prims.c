@@ -155,7 +155,10 @@ AVX2 static void minmax_avx2(uint16_t *mn, uint16_t *mx, const float *row, int64
  * product). The bf16 summaries are read 16 channels (32 bytes) a load and widened in one
  * operation each half, the even channels by a shift, the odd ones by a mask; q comes with each
  * 16-channel block's even channels first (split_pairs), channels past the last whole block in
- * place. Four heads at a time share the loads; their four sums are reduced together. */
+ * place. Four heads at a time share the loads; each head sums the blocks at even and at odd
+ * multiples of 16 channels in two chains (a cache line's two halves), added lane by lane at the
+ * end, so the AVX-512 loop, which holds both chains in one register, gives the same bits. The
+ * four heads' sums are reduced together. */
 AVX2 static void pages_bound_avx2(const float *q, int64_t group, const uint16_t *mn, const uint16_t *mx, int64_t d, int64_t count, float *out) {
     const int64_t d16 = d & ~(int64_t)15;
     const __m256i top = _mm256_set1_epi32((int)0xffff0000u);
@@ -164,21 +167,33 @@ AVX2 static void pages_bound_avx2(const float *q, int64_t group, const uint16_t 
         for (int64_t j = 0; j < group; j += 4) {
             const int64_t m = group - j < 4 ? group - j : 4;
             const float *q0 = q + j * d, *q1 = q0 + (m > 1 ? d : 0), *q2 = q0 + (m > 2 ? 2 * d : 0), *q3 = q0 + (m > 3 ? 3 * d : 0);
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int64_t c = 0; c < d16; c += 16) {
-                const __m256i wl = _mm256_loadu_si256((const __m256i *)(mn + c)), wh = _mm256_loadu_si256((const __m256i *)(mx + c));
-                const __m256 le = _mm256_castsi256_ps(_mm256_slli_epi32(wl, 16)), lo = _mm256_castsi256_ps(_mm256_and_si256(wl, top));
-                const __m256 he = _mm256_castsi256_ps(_mm256_slli_epi32(wh, 16)), ho = _mm256_castsi256_ps(_mm256_and_si256(wh, top));
-                __m256 v;
-                v = _mm256_loadu_ps(q0 + c); a0 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), a0);
-                v = _mm256_loadu_ps(q0 + c + 8); a0 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), a0);
-                v = _mm256_loadu_ps(q1 + c); a1 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), a1);
-                v = _mm256_loadu_ps(q1 + c + 8); a1 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), a1);
-                v = _mm256_loadu_ps(q2 + c); a2 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), a2);
-                v = _mm256_loadu_ps(q2 + c + 8); a2 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), a2);
-                v = _mm256_loadu_ps(q3 + c); a3 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), a3);
-                v = _mm256_loadu_ps(q3 + c + 8); a3 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), a3);
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+#define BLOCK(c, x0, x1, x2, x3)                                                                                                 \
+    do {                                                                                                                         \
+        const __m256i wl = _mm256_loadu_si256((const __m256i *)(mn + (c))), wh = _mm256_loadu_si256((const __m256i *)(mx + (c))); \
+        const __m256 le = _mm256_castsi256_ps(_mm256_slli_epi32(wl, 16)), lo = _mm256_castsi256_ps(_mm256_and_si256(wl, top));  \
+        const __m256 he = _mm256_castsi256_ps(_mm256_slli_epi32(wh, 16)), ho = _mm256_castsi256_ps(_mm256_and_si256(wh, top));  \
+        __m256 v;                                                                                                                \
+        v = _mm256_loadu_ps(q0 + (c)); x0 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), x0);                               \
+        v = _mm256_loadu_ps(q0 + (c) + 8); x0 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), x0);                           \
+        v = _mm256_loadu_ps(q1 + (c)); x1 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), x1);                               \
+        v = _mm256_loadu_ps(q1 + (c) + 8); x1 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), x1);                           \
+        v = _mm256_loadu_ps(q2 + (c)); x2 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), x2);                               \
+        v = _mm256_loadu_ps(q2 + (c) + 8); x2 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), x2);                           \
+        v = _mm256_loadu_ps(q3 + (c)); x3 = _mm256_fmadd_ps(v, _mm256_blendv_ps(he, le, v), x3);                               \
+        v = _mm256_loadu_ps(q3 + (c) + 8); x3 = _mm256_fmadd_ps(v, _mm256_blendv_ps(ho, lo, v), x3);                           \
+    } while (0)
+            int64_t c = 0;
+            for (; c + 32 <= d16; c += 32) {
+                BLOCK(c, a0, a1, a2, a3);
+                BLOCK(c + 16, b0, b1, b2, b3);
             }
+            if (c < d16) BLOCK(c, a0, a1, a2, a3);
+#undef BLOCK
+            a0 = _mm256_add_ps(a0, b0);
+            a1 = _mm256_add_ps(a1, b1);
+            a2 = _mm256_add_ps(a2, b2);
+            a3 = _mm256_add_ps(a3, b3);
             const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
             float t[4];
             _mm_storeu_ps(t, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1))); /* head i's sum in t[i] */
@@ -197,113 +212,88 @@ AVX2 static void pages_bound_avx2(const float *q, int64_t group, const uint16_t 
 
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
-/* Four pages' bounds over four query heads (m of them real), into best[e] for e < here, as two
- * pairs: in each pair the low eight lanes carry one page's chains and the high eight the next
- * page's, each lane the very FMAs of pages_bound_avx2's lane, so the bounds are its bits; the pairs
- * share q's loads and give eight FMA chains. Pages n + e·d (min) and x + e·d (max), e < 4. q is qd
- * [d16/16][4 heads][2][16] (a block's even channels twice, then its odd ones twice) with the sign
- * masks of those vectors in qm [d16/16][4][2] (the blend by a mask is one operation where blendv
- * is two or three), and the heads' rows in qt for the channels past the last whole block. */
-AVX512 static inline __attribute__((always_inline)) void quad_bounds(const float *qd, const uint16_t *qm, const float *qt, int64_t m, int64_t d16,
-                                                                      const uint16_t *n, const uint16_t *x, int64_t d, int64_t here, float best[4]) {
+/* One page's bound for pages_bound_avx512 (inlined, so a head dim known at compile time unrolls its lines). */
+AVX512 static inline __attribute__((always_inline)) float line_bound(const float *qd, const uint16_t *qm, const float *qt, int64_t group, const uint16_t *mn,
+                                                                      const uint16_t *mx, int64_t d, int64_t d16) {
+    const int64_t lines = (d16 + 31) / 32, qs = 32 * lines, ms = 2 * lines;
     const __m512i top = _mm512_set1_epi32((int)0xffff0000u);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    for (int64_t c = 0; c < d16; c += 16, qd += 128, qm += 8) {
-#define PAIR(s, e) _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)((s) + (e) * d + c))), \
-                                      _mm256_loadu_si256((const __m256i *)((s) + ((e) + 1) * d + c)), 1)
-        const __m512i wl = PAIR(n, 0), wh = PAIR(x, 0), vl = PAIR(n, 2), vh = PAIR(x, 2);
-#undef PAIR
-        const __m512 le = _mm512_castsi512_ps(_mm512_slli_epi32(wl, 16)), lo = _mm512_castsi512_ps(_mm512_and_si512(wl, top));
-        const __m512 he = _mm512_castsi512_ps(_mm512_slli_epi32(wh, 16)), ho = _mm512_castsi512_ps(_mm512_and_si512(wh, top));
-        const __m512 Le = _mm512_castsi512_ps(_mm512_slli_epi32(vl, 16)), Lo = _mm512_castsi512_ps(_mm512_and_si512(vl, top));
-        const __m512 He = _mm512_castsi512_ps(_mm512_slli_epi32(vh, 16)), Ho = _mm512_castsi512_ps(_mm512_and_si512(vh, top));
-#define HEAD(i, a, e)                                                                                                            \
+    float best = -__builtin_inff();
+    for (int64_t j = 0; j < group; j += 4) {
+        const int64_t m = group - j < 4 ? group - j : 4, h1 = m > 1 ? 1 : 0, h2 = m > 2 ? 2 : 0, h3 = m > 3 ? 3 : 0;
+        const float *q0 = qd + j * qs, *q1 = q0 + h1 * qs, *q2 = q0 + h2 * qs, *q3 = q0 + h3 * qs;
+        const uint16_t *k0 = qm + j * ms, *k1 = k0 + h1 * ms, *k2 = k0 + h2 * ms, *k3 = k0 + h3 * ms;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+#define HEAD(q, k, a, lanes)                                                                                                     \
     do {                                                                                                                         \
-        const __m512 ve = _mm512_loadu_ps(qd + 32 * (i)), vo = _mm512_loadu_ps(qd + 32 * (i) + 16);                             \
-        const __mmask16 ke = qm[2 * (i)], ko = qm[2 * (i) + 1];                                                                  \
-        a = _mm512_fmadd_ps(ve, _mm512_mask_blend_ps(ke, he, le), a);                                                            \
-        e = _mm512_fmadd_ps(ve, _mm512_mask_blend_ps(ke, He, Le), e);                                                            \
-        a = _mm512_fmadd_ps(vo, _mm512_mask_blend_ps(ko, ho, lo), a);                                                            \
-        e = _mm512_fmadd_ps(vo, _mm512_mask_blend_ps(ko, Ho, Lo), e);                                                            \
+        a = _mm512_mask3_fmadd_ps(_mm512_loadu_ps((q) + 32 * l), _mm512_mask_blend_ps((k)[2 * l], he, le), a, lanes);          \
+        a = _mm512_mask3_fmadd_ps(_mm512_loadu_ps((q) + 32 * l + 16), _mm512_mask_blend_ps((k)[2 * l + 1], ho, lo), a, lanes);  \
     } while (0)
-        HEAD(0, a0, b0);
-        HEAD(1, a1, b1);
-        HEAD(2, a2, b2);
-        HEAD(3, a3, b3);
+#define LINE(wl, wh, lanes)                                                                                                      \
+    do {                                                                                                                         \
+        const __m512 le = _mm512_castsi512_ps(_mm512_slli_epi32(wl, 16)), lo = _mm512_castsi512_ps(_mm512_and_si512(wl, top));  \
+        const __m512 he = _mm512_castsi512_ps(_mm512_slli_epi32(wh, 16)), ho = _mm512_castsi512_ps(_mm512_and_si512(wh, top));  \
+        HEAD(q0, k0, a0, lanes);                                                                                                 \
+        HEAD(q1, k1, a1, lanes);                                                                                                 \
+        HEAD(q2, k2, a2, lanes);                                                                                                 \
+        HEAD(q3, k3, a3, lanes);                                                                                                 \
+    } while (0)
+        int64_t l = 0;
+        for (; 32 * l + 32 <= d16; l++) LINE(_mm512_loadu_si512(mn + 32 * l), _mm512_loadu_si512(mx + 32 * l), 0xffff);
+        if (32 * l < d16)
+            LINE(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(mn + 32 * l))),
+                 _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(mx + 32 * l))), 0x00ff);
+#undef LINE
 #undef HEAD
-    }
-    /* pages_bound_avx2's reduction in every 128-bit lane: hadd(hadd(x0, x1), hadd(x2, x3)), then its two halves added */
-#define REDUCE(x0, x1, x2, x3, to)                                                                                               \
-    do {                                                                                                                         \
-        const __m512 h01 = _mm512_add_ps(_mm512_shuffle_ps(x0, x1, 0x88), _mm512_shuffle_ps(x0, x1, 0xdd));                     \
-        const __m512 h23 = _mm512_add_ps(_mm512_shuffle_ps(x2, x3, 0x88), _mm512_shuffle_ps(x2, x3, 0xdd));                     \
-        const __m512 h = _mm512_add_ps(_mm512_shuffle_ps(h01, h23, 0x88), _mm512_shuffle_ps(h01, h23, 0xdd));                   \
-        _mm512_storeu_ps(to, _mm512_add_ps(h, _mm512_shuffle_f32x4(h, h, _MM_SHUFFLE(2, 3, 0, 1))));                            \
-    } while (0)
-    float t[32]; /* page e, head i: t[8e + i] */
-    REDUCE(a0, a1, a2, a3, t);
-    REDUCE(b0, b1, b2, b3, t + 16);
-#undef REDUCE
-    for (int64_t e = 0; e < here; e++) {
-        const uint16_t *pn = n + e * d, *px = x + e * d;
+        /* pages_bound_avx2's sums: its even-block chains plus its odd-block chains, then its reduction */
+#define HALVES(a) _mm256_add_ps(_mm512_castps512_ps256(a), _mm512_extractf32x8_ps(a, 1))
+        const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(HALVES(a0), HALVES(a1)), _mm256_hadd_ps(HALVES(a2), HALVES(a3)));
+#undef HALVES
+        float t[4];
+        _mm_storeu_ps(t, _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1)));
         for (int64_t i = 0; i < m; i++) {
-            const float *qi = qt + i * d;
-            float ti = t[8 * e + i];
+            const float *qi = qt + (j + i) * d;
             for (int64_t c = d16; c < d; c++) {
-                float a = qi[c] * hg_bf16_to_f32(pn[c]), b = qi[c] * hg_bf16_to_f32(px[c]);
-                ti += a > b ? a : b;
+                float a = qi[c] * hg_bf16_to_f32(mn[c]), b = qi[c] * hg_bf16_to_f32(mx[c]);
+                t[i] += a > b ? a : b;
             }
-            if (ti > best[e]) best[e] = ti;
+            if (t[i] > best) best = t[i];
         }
     }
+    return best;
 }
 
-/* pages_bound_avx2's bounds, bit for bit, four pages a step (quad_bounds). q is qd / qm as quad_bounds
- * reads them, one [d16/16][4][2] block per four heads (the last four padded with its first head),
- * with q itself in qt for the channels past the last whole block. The last pages of an uneven
- * count are copied into pad (4·d min, then 4·d max), the missing ones repeating the first. */
+/* pages_bound_avx2's bounds, bit for bit, a cache line of each summary (32 channels) a load: its
+ * low half, the even block, feeds the low eight lanes, which are pages_bound_avx2's even-block
+ * chain, its high half the high eight, the odd-block chain; a block past the last whole line
+ * feeds the low lanes alone. Half the AVX2 loop's operations, and its order of reads: page after
+ * page (four pages read side by side ran at half the read rate from DRAM). q is qd
+ * [heads][lines][2][16] (a line's even channels, then its odd ones, low block first; a lone last
+ * block in the low lanes) with the sign masks of those vectors in qm [heads][lines][2]: the blend
+ * by a mask is one operation where blendv is two or three. Channels past the last whole block
+ * come from qt, q's rows in place. */
 AVX512 static void pages_bound_avx512(const float *qd, const uint16_t *qm, const float *qt, int64_t group, const uint16_t *mn, const uint16_t *mx,
-                                      int64_t d, int64_t count, uint16_t *pad, float *out) {
-    const int64_t d16 = d & ~(int64_t)15, blocks = d16 / 16;
-    for (int64_t p = 0; p < count; p += 4) {
-        const uint16_t *n = mn + p * d, *x = mx + p * d;
-        const int64_t here = count - p < 4 ? count - p : 4;
-        if (here < 4) {
-            for (int64_t e = 0; e < 4; e++) {
-                memcpy(pad + e * d, n + (e < here ? e : 0) * d, (size_t)d * 2);
-                memcpy(pad + (4 + e) * d, x + (e < here ? e : 0) * d, (size_t)d * 2);
-            }
-            n = pad;
-            x = pad + 4 * d;
-        }
-        float best[4] = { -__builtin_inff(), -__builtin_inff(), -__builtin_inff(), -__builtin_inff() };
-        for (int64_t j = 0; j < group; j += 4) {
-            const int64_t m = group - j < 4 ? group - j : 4;
-            const float *qj = qd + j / 4 * blocks * 128, *tj = qt + j * d;
-            const uint16_t *kj = qm + j / 4 * blocks * 8;
-            /* the usual head dims and whole quads of heads and pages at compile time: the loops unroll */
-            if (d == 128 && m == 4 && here == 4) quad_bounds(qj, kj, tj, 4, 128, n, x, 128, 4, best);
-            else if (d == 64 && m == 4 && here == 4) quad_bounds(qj, kj, tj, 4, 64, n, x, 64, 4, best);
-            else quad_bounds(qj, kj, tj, m, d16, n, x, d, here, best);
-        }
-        for (int64_t e = 0; e < here; e++) out[p + e] = best[e];
-    }
+                                      int64_t d, int64_t count, float *out) {
+    const int64_t d16 = d & ~(int64_t)15;
+    if (d == 128) /* Llama's and Qwen's head dim: four lines, unrolled */
+        for (int64_t p = 0; p < count; p++, mn += 128, mx += 128) out[p] = line_bound(qd, qm, qt, group, mn, mx, 128, 128);
+    else
+        for (int64_t p = 0; p < count; p++, mn += d, mx += d) out[p] = line_bound(qd, qm, qt, group, mn, mx, d, d16);
 }
 
 /* q rows (d floats each, `rows` of them) as pages_bound_avx512 reads them into qd and qm. */
-AVX512 static void split_quads(float *qd, uint16_t *qm, const float *q, int64_t rows, int64_t d) {
+AVX512 static void split_lines(float *qd, uint16_t *qm, const float *q, int64_t rows, int64_t d) {
     const int64_t d16 = d & ~(int64_t)15;
-    for (int64_t j = 0; j < rows; j += 4)
-        for (int64_t c = 0; c < d16; c += 16)
-            for (int64_t i = 0; i < 4; i++, qd += 32, qm += 2) {
-                const float *r = q + (j + i < rows ? j + i : j) * d + c;
-                for (int64_t l = 0; l < 8; l++) {
-                    qd[l] = qd[8 + l] = r[2 * l];
-                    qd[16 + l] = qd[24 + l] = r[2 * l + 1];
+    for (int64_t r = 0; r < rows; r++, q += d)
+        for (int64_t c = 0; c < d16; c += 32, qd += 32, qm += 2) {
+            for (int64_t h = 0; h < 2; h++)
+                for (int64_t i = 0; i < 8; i++) {
+                    const int64_t ch = c + 16 * h + 2 * i, in = ch < d16;
+                    qd[8 * h + i] = in ? q[ch] : 0.0f;
+                    qd[16 + 8 * h + i] = in ? q[ch + 1] : 0.0f;
                 }
-                qm[0] = (uint16_t)_mm512_movepi32_mask(_mm512_castps_si512(_mm512_loadu_ps(qd)));
-                qm[1] = (uint16_t)_mm512_movepi32_mask(_mm512_castps_si512(_mm512_loadu_ps(qd + 16)));
-            }
+            qm[0] = (uint16_t)_mm512_movepi32_mask(_mm512_castps_si512(_mm512_loadu_ps(qd)));
+            qm[1] = (uint16_t)_mm512_movepi32_mask(_mm512_castps_si512(_mm512_loadu_ps(qd + 16)));
+        }
 }
 #endif
 
@@ -445,16 +435,14 @@ void hg_sel_page_bounds_serial(const float *q, int64_t kv_heads, int64_t group, 
     const int v = use_avx2(isa);
 #ifdef HG_SEL_X86
     if (sel_isa(isa) == 2 && d >= 16) {
-        /* one KV head's q for pages_bound_avx512 (qd: 2·d16 floats a head, four heads a block; then
-         * qm: d16/8 masks a head), then the last pages' copy (8·d bf16) */
-        const int64_t d16 = d & ~(int64_t)15, heads = (group + 3) & ~(int64_t)3, fl = heads * 2 * d16, mk = heads * (d16 / 8);
-        const int64_t need = fl + mk / 2 + 4 * d;
+        /* one KV head's q for pages_bound_avx512: qd (32 floats a head and cache line), then qm (2 masks a head and line) */
+        const int64_t lines = ((d & ~(int64_t)15) + 31) / 32, fl = group * 32 * lines, need = fl + group * lines;
         float stack[4 * ROW_STACK], *buf = need <= 4 * ROW_STACK ? stack : (float *)malloc((size_t)need * 4);
         if (!buf) return;
-        uint16_t *qm = (uint16_t *)(buf + fl), *pad = qm + mk;
+        uint16_t *qm = (uint16_t *)(buf + fl);
         for (int64_t g = 0; g < kv_heads; g++) {
-            split_quads(buf, qm, q + g * group * d, group, d);
-            pages_bound_avx512(buf, qm, q + g * group * d, group, mn + g * page_cap * d, mx + g * page_cap * d, d, count, pad, out + g * count);
+            split_lines(buf, qm, q + g * group * d, group, d);
+            pages_bound_avx512(buf, qm, q + g * group * d, group, mn + g * page_cap * d, mx + g * page_cap * d, d, count, out + g * count);
         }
         if (buf != stack) free(buf);
         return;

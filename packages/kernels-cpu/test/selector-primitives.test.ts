@@ -99,7 +99,7 @@ describe("native selector primitives", () => {
     const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
     const bf16 = (v: number) => { f32[0] = v; return u32[0]! >>> 16; };
     const special = [0, 0x8000, 0x7f80, 0xff80, 0x7fc0, 0xffc0, bf16(1), bf16(-1), bf16(3e38), bf16(-3e38)];
-    for (const d of [16, 21, 32, 64, 67, 128]) {
+    for (const d of [16, 21, 32, 48, 64, 67, 128]) {
       for (const G of [1, 2, 3, 4, 5, 8]) {
         const kvHeads = 1 + Math.floor(r() * 3), page = 4, cap = page * (1 + Math.floor(r() * 700));
         const pages = pageSummaries(kvHeads, d, cap, page);
