@@ -266,7 +266,7 @@ AVX512 static inline __attribute__((always_inline)) float line_bound(const float
  * low half, the even block, feeds the low eight lanes, which are pages_bound_avx2's even-block
  * chain, its high half the high eight, the odd-block chain; a block past the last whole line
  * feeds the low lanes alone. Half the AVX2 loop's operations, and its order of reads: page after
- * page (four pages read side by side ran at half the read rate from DRAM). q is qd
+ * page, one sequential stream a summary for the prefetchers. q is qd
  * [heads][lines][2][16] (a line's even channels, then its odd ones, low block first; a lone last
  * block in the low lanes) with the sign masks of those vectors in qm [heads][lines][2]: the blend
  * by a mask is one operation where blendv is two or three. Channels past the last whole block
