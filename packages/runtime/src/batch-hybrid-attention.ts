@@ -5,13 +5,16 @@
  * store, with its own CPU stage and scheduler (K per step from that sequence's stage times). A
  * batched step hands every sequence's layer to its stage before waiting on any (core's BatchRows);
  * on a device whose link hands off, the device does the waiting and the host waits once a step.
+ * A storeAllocator function places each sequence's store (TieredStore, KSpill: memtier's tiers, the
+ * disk tier), sequence 0 the model's own; a store goes when its sequence's cache closes (released,
+ * a BatchDecoder's slots when it closes; the own sequence's with the model).
  *
  *   using batch = await createBatchHybridAttention(model, backend, { selector: "topk", k: 16 });
  *   const res = await generateBatch(model, tokenizer, requests, { batch: 4 }).result();
  */
 import { HybridgenError, type Backend, type DecoderModel, type HybridAttention, type SequenceState } from "@hybridgen/core";
 import { hybridBuilder, type HybridModel } from "./create-hybrid-attention.js";
-import type { HybridRuntimeOptions } from "./options.js";
+import { isAllocator, type HybridRuntimeOptions } from "./options.js";
 
 /** A model that makes sequences (core's DecoderModel: LlamaModel, OptModel). */
 export type SequenceModel = HybridModel & Pick<DecoderModel, "setSequenceSetup">;
@@ -30,11 +33,11 @@ export function sequenceModel(model: HybridModel, s: SequenceState): HybridModel
   return { attention: s.attention, cache: s.cache, maxContext: model.maxContext, projectQuery: (l, x, p, out) => model.projectQuery(l, x, p, out) };
 }
 
-/** Runs `attach` on the model's own sequence now and on every sequence it makes until close(). */
-export function attachPerSequence<T extends Disposable>(model: SequenceModel, attach: (target: HybridModel) => T): PerSequence<T> {
-  const all: T[] = [attach(model)];
+/** Runs `attach` on the model's own sequence (0) now and on every sequence it makes (1, 2, …) until close(). */
+export function attachPerSequence<T extends Disposable>(model: SequenceModel, attach: (target: HybridModel, sequence: number) => T): PerSequence<T> {
+  const all: T[] = [attach(model, 0)];
   model.setSequenceSetup((s) => {
-    const d = attach(sequenceModel(model, s));
+    const d = attach(sequenceModel(model, s), all.length);
     all.push(d);
     return d;
   });
@@ -51,7 +54,7 @@ export function attachPerSequence<T extends Disposable>(model: SequenceModel, at
 /**
  * createHybridAttention for batched decode: the same options, one HybridAttention per sequence
  * (see above); `batch` sequences at once share the default CPU-stage threads. A Scheduler object
- * and a storeAllocator are refused: each places or schedules one sequence.
+ * and a storeAllocator object are refused: each schedules or places one sequence.
  */
 export async function createBatchHybridAttention(
   model: SequenceModel, backend: Backend, options: HybridRuntimeOptions = {}, batch = 1,
@@ -59,7 +62,9 @@ export async function createBatchHybridAttention(
   if (typeof options.scheduler === "object") {
     throw new HybridgenError('a Scheduler object serves one sequence; batched hybrid attention needs scheduler "fixed" or "feedback" (one per sequence)');
   }
-  if (options.storeAllocator) throw new HybridgenError("a storeAllocator places one sequence's store; batched hybrid attention keeps each sequence's in host memory");
+  if (isAllocator(options.storeAllocator)) {
+    throw new HybridgenError("a storeAllocator object places one sequence's store; give batched hybrid attention a function (sequence) => KvStoreAllocator, a store for each sequence");
+  }
   const build = await hybridBuilder(backend, options, { first: model, sequences: batch });
   return attachPerSequence(model, build);
 }

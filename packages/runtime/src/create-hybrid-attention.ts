@@ -4,9 +4,9 @@
  * host memory (a CPU backend of its own holds it, pinned through the device's host link). The
  * CLI, the benches, the tests and library users all assemble hybrid attention through it.
  */
-import { HybridAttention, HybridgenError, type Attention, type Backend, type KvCache, type QueryProjector } from "@hybridgen/core";
+import { HybridAttention, HybridgenError, type Attention, type Backend, type KvCache, type KvStoreAllocator, type QueryProjector } from "@hybridgen/core";
 import { loadSelectorSpec } from "@hybridgen/selectors";
-import type { HybridRuntimeOptions } from "./options.js";
+import { isAllocator, type HybridRuntimeOptions } from "./options.js";
 import { resolveHybrid, type HybridPlan } from "./resolve.js";
 import { ReadAheadStage } from "./read-ahead-stage.js";
 
@@ -27,12 +27,13 @@ export async function createHybridAttention(model: HybridModel, backend: Backend
 /**
  * The asynchronous half of createHybridAttention (the native library, a selector plugin, every
  * option checked), then a synchronous build per model or sequence: a selector, a scheduler and a
- * CPU stage of its own each time. `first`: checked for a window before a plugin loads;
- * `sequences`: stages that run at once, which share the default stage threads.
+ * CPU stage of its own each time, and a storeAllocator function's store for `sequence` (default 0).
+ * `first`: checked for a window before a plugin loads; `sequences`: stages that run at once, which
+ * share the default stage threads.
  */
 export async function hybridBuilder(
   backend: Backend, options: HybridRuntimeOptions = {}, { first, sequences = 1 }: { first?: HybridModel; sequences?: number } = {},
-): Promise<(model: HybridModel) => HybridAttention> {
+): Promise<(model: HybridModel, sequence?: number) => HybridAttention> {
   const { NativeCpuStage, CpuBackend, createCpuBackend } = await import("@hybridgen/kernels-cpu");
   const onCpu = backend instanceof CpuBackend;
   if (!onCpu && !backend.hostTransfers) {
@@ -47,31 +48,41 @@ export async function hybridBuilder(
   // A plugin named by module is imported and registered first; then every option is checked before anything is allocated.
   const named = typeof options.selector === "string" ? { ...options, selector: await loadSelectorSpec(options.selector) } : options;
   resolveHybrid(named, { device: !onCpu });
-  return (model) => {
+  const storeFor = storeAllocatorOf(options.storeAllocator);
+  return (model, sequence = 0) => {
     windowed(model);
     const resolved = resolveHybrid(named, { device: !onCpu });
     const { selector, scheduler, hybridOptions } = resolved;
     const shared = options.cpuStageThreads === undefined && sequences > 1;
     const plan = shared ? { ...resolved.plan, cpuStageThreads: Math.max(1, Math.floor(resolved.plan.cpuStageThreads / sequences)) } : resolved.plan;
-    let host: InstanceType<typeof CpuBackend>;
     const attached = model.cache.hostBackend;
-    const allocator = options.storeAllocator;
-    if (onCpu) {
-      host = backend;
-      if (allocator) model.cache.placeStore(allocator);
-    } else if (attached) {
-      if (allocator) throw new HybridgenError("the KV cache's host store is already attached: a storeAllocator can only place a new one");
-      // The store is already in host memory (an earlier hybrid attention, or a prefill that needed it): reuse it.
-      if (!(attached instanceof CpuBackend)) throw new HybridgenError(`the KV cache's host store is on ${attached.name}, not the CPU backend the native stage reads`);
-      host = attached;
-    } else {
-      host = createCpuBackend({ threads: 1 }); // holds the host store; the stage has threads of its own
+    const allocator = storeFor(sequence);
+    const place = (): InstanceType<typeof CpuBackend> => {
+      if (onCpu) {
+        if (allocator) model.cache.placeStore(allocator);
+        return backend;
+      }
+      if (attached) {
+        if (allocator) throw new HybridgenError("the KV cache's host store is already attached: a storeAllocator can only place a new one");
+        // The store is already in host memory (an earlier hybrid attention, or a prefill that needed it): reuse it.
+        if (!(attached instanceof CpuBackend)) throw new HybridgenError(`the KV cache's host store is on ${attached.name}, not the CPU backend the native stage reads`);
+        return attached;
+      }
+      const host = createCpuBackend({ threads: 1 }); // holds the host store; the stage has threads of its own
       try {
         model.cache.attachHostStore(host, backend.hostTransfers!(), true, allocator);
       } catch (e) {
         host.close();
         throw e;
       }
+      return host;
+    };
+    let host: InstanceType<typeof CpuBackend>;
+    try {
+      host = place();
+    } catch (e) {
+      allocator?.release(); // the cache never took it (its own failures released it already; release is idempotent)
+      throw e;
     }
     const native = new NativeCpuStage(host, {
       threads: plan.cpuStageThreads, idleSpinUs: plan.idleSpinUs, scoring: plan.scoring, rescoreFactor: plan.rescoreFactor,
@@ -87,6 +98,28 @@ export async function hybridBuilder(
       stage.close();
       throw e;
     }
+  };
+}
+
+/**
+ * The allocator for each sequence: the one given, or the function's result, checked once per
+ * sequence; one the function gave an earlier sequence is refused (two caches would share regions).
+ */
+function storeAllocatorOf(given: HybridRuntimeOptions["storeAllocator"]): (sequence: number) => KvStoreAllocator | undefined {
+  if (typeof given !== "function") return () => given;
+  const handed = new WeakMap<KvStoreAllocator, number>();
+  return (sequence) => {
+    let a: unknown;
+    try {
+      a = given(sequence);
+    } catch (e) {
+      throw new HybridgenError(`storeAllocator(${sequence}) failed: ${e instanceof Error ? e.message : String(e)}`);
+    }
+    if (!isAllocator(a)) throw new HybridgenError(`storeAllocator(${sequence}) must return a KvStoreAllocator (alloc, pinnable, release)`);
+    const earlier = handed.get(a);
+    if (earlier !== undefined) throw new HybridgenError(`storeAllocator(${sequence}) returned sequence ${earlier}'s allocator: each sequence needs a store of its own`);
+    handed.set(a, sequence);
+    return a;
   };
 }
 

@@ -7,8 +7,13 @@ const isSelector = (v: unknown): v is TokenSelector =>
 const isScheduler = (v: unknown): v is Scheduler =>
   typeof v === "object" && v !== null && typeof (v as Scheduler).next === "function" && typeof (v as Scheduler).initial === "function";
 
-const isAllocator = (v: unknown): v is KvStoreAllocator =>
-  typeof v === "object" && v !== null && typeof (v as KvStoreAllocator).alloc === "function" && typeof (v as KvStoreAllocator).release === "function";
+/** Whether `v` has a KvStoreAllocator's methods (a factory's result is checked with it too). */
+export const isAllocator = (v: unknown): v is KvStoreAllocator =>
+  typeof v === "object" && v !== null && typeof (v as KvStoreAllocator).alloc === "function" &&
+  typeof (v as KvStoreAllocator).pinnable === "function" && typeof (v as KvStoreAllocator).release === "function";
+
+/** Each sequence's store allocator: `sequence` is 0 for the model's own, then 1, 2, … in the order sequences are made. */
+export type StoreAllocatorFactory = (sequence: number) => KvStoreAllocator;
 
 const count = (min: number) => z.number().int("must be an integer").min(min, `must be at least ${min}`);
 
@@ -67,8 +72,11 @@ export const HybridRuntimeOptionsSchema = z
     /** Candidates per selected token that compressed scoring passes to the full rows (default 4). */
     rescoreFactor: count(1).max(64, "must be ≤ 64").optional(),
     /** Where the offloaded store's memory comes from (NUMA nodes, the disk tier): @hybridgen/kernels-cpu's
-     * TieredStore over a @hybridgen/memtier layout. The cache releases it when it closes. Default: the host backend's alloc(). */
-    storeAllocator: z.custom<KvStoreAllocator>(isAllocator, { message: "must be a KvStoreAllocator" }).optional(),
+     * TieredStore over a @hybridgen/memtier layout, or a function making one per sequence (what a batch
+     * needs: each sequence its own regions and files). Each cache releases its own when it closes. Default: the host backend's alloc(). */
+    storeAllocator: z
+      .custom<KvStoreAllocator | StoreAllocatorFactory>((v) => isAllocator(v) || typeof v === "function", { message: "must be a KvStoreAllocator or a function (sequence) => KvStoreAllocator" })
+      .optional(),
     /** The model's hybrid profile (readHybridProfile): default kMin, exactLayers and candidates. */
     profile: ProfileDefaultsSchema.nullable().optional(),
   })

@@ -139,13 +139,13 @@ describe("hybrid attention at batch 3 equals each sequence alone (CPU backend, n
     }
   });
 
-  it("one-line errors: a Scheduler object, a storeAllocator, a window holding the context; a slot without hybrid attention", async () => {
+  it("one-line errors: a Scheduler object, a storeAllocator object, a window holding the context; a slot without hybrid attention", async () => {
     using model = load();
     await expect(createBatchHybridAttention(model, backend, { scheduler: new FixedScheduler({ k: 4 }) })).rejects.toThrow(
       'a Scheduler object serves one sequence; batched hybrid attention needs scheduler "fixed" or "feedback" (one per sequence)',
     );
-    const allocator = { alloc: () => { throw new Error("unused"); }, release: () => {} };
-    await expect(createBatchHybridAttention(model, backend, { storeAllocator: allocator as never })).rejects.toThrow(/^a storeAllocator places one sequence's store/);
+    const allocator = { alloc: () => { throw new Error("unused"); }, pinnable: () => true, release: () => {} };
+    await expect(createBatchHybridAttention(model, backend, { storeAllocator: allocator as never })).rejects.toThrow(/^a storeAllocator object places one sequence's store/);
     using whole = loadModel(tinyFiles(5), backend, { maxContext: CONTEXT });
     await expect(createBatchHybridAttention(whole as LlamaModel, backend, {})).rejects.toThrow(/nothing would be offloaded/);
     using _ha = await createHybridAttention(model, backend, { selector: "all" });
