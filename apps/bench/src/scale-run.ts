@@ -2,24 +2,27 @@
  * Issue 22's scale run: hybrid decode at contexts whose KV exceeds the GPU — the window sized by
  * memtier's planner from the device's free memory, the rest of the store placed on the host
  * tiers (and the disk tier with --kv-disk) by a TieredStore — with the planner's bytes per tier
- * and predicted ms/token printed beside the measurement.
+ * and predicted ms/token printed beside the measurement. --batch B decodes B sequences of the
+ * context at once (BatchDecoder), each with its own tiered store laid out on a B-th of every
+ * tier and of the host budget; ms are per batched step, bytes summed over the sequences, and the
+ * planner plans the batch.
  *
  *   bun apps/bench/src/scale-run.ts --contexts 1500000,2000000 --synthetic-kv [--kv-disk DIR]
  *     [--host-kv-budget 88G] [--preset llama-3.1-8b] [--backend cuda|cpu] [--steps 24] [--k 256]
- *     [--sinks 4] [--window auto|N] [--placement semantic] [--config post-verified] [--threads N]
+ *     [--sinks 4] [--window auto|N] [--placement semantic] [--config post-verified] [--threads N] [--batch B]
  *
  * --synthetic-kv (never the default): no prefill; the window is filled with seeded random rows,
  * then the cache grows through its own append and evict path without computing any row, so
  * every eviction's device → host copy carries those rows into the store (disk tier included). Without
  * it the prompt is prefilled for real in blocks of 32 768 tokens (the ≥ 256K proof of the path).
- * Dummy bf16 weights, bf16 KV, batch 1; one config per context (a checkpoint of a 100 GB window
+ * Dummy bf16 weights, bf16 KV; one config per context (a checkpoint of a 100 GB window
  * would not fit anywhere).
  */
 import { cpus } from "node:os";
-import { dummyModelFiles, LlamaModel, loadModel, modelInfo, presetConfig, type Backend, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
+import { BatchDecoder, dummyModelFiles, LlamaModel, loadModel, modelInfo, presetConfig, type Backend, type HybridAttention, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun } from "@hybridgen/memtier";
-import { createHybridAttention, KSpill, probeDiskGather, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createBatchHybridAttention, createHybridAttention, KSpill, probeDiskGather, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
 import { greedyWalls, mean } from "./greedy-walls.js";
@@ -36,6 +39,8 @@ const kvDisk = arg("kv-disk", "");
 const hostBudgetArg = arg("host-kv-budget", "");
 const threads = Number(arg("threads", String(Math.max(1, cpus().length - 1))));
 const config = arg("config", "post-verified");
+const batch = Number(arg("batch", "1"));
+if (!(Number.isInteger(batch) && batch >= 1)) throw new Error(`--batch must be a positive integer (got ${arg("batch", "1")})`);
 /** Tokens a prefill block appends at once (the window keeps that many slots past its budget). */
 const PREFILL_BLOCK = 32768;
 const synthetic = process.argv.includes("--synthetic-kv");
@@ -102,10 +107,28 @@ for (const [i, t] of baseTiers.entries()) {
 console.log(`tiers: ${baseTiers.map((t) => `${t.id} ${t.kind} ${formatBytes(t.capacityBytes)} ${t.readBandwidthGBs!.toFixed(1)} GB/s` +
   (t.readLatencyUs ? `, 4 KiB reads ${t.readLatencyUs.toFixed(0)} µs at ${t.readDepth} in flight` : "")).join("; ")}`);
 if (copyBw) console.log(`device: copy ${(copyBw / 1e9).toFixed(0)} GB/s, host→device ${link ? (link.h2d / 1e9).toFixed(1) : "–"} GB/s`);
+/** One sequence's share of every tier: each sequence of a batch lays its store out on it. */
+const seqTiers = baseTiers.map((t) => ({
+  ...t, capacityBytes: Math.floor(t.capacityBytes / batch), ...(t.freeBytes === undefined ? {} : { freeBytes: Math.floor(t.freeBytes / batch) }),
+}));
+const seqHostBudget = hostBudget === undefined ? undefined : Math.floor(hostBudget / batch);
 const rows = [
-  "| context | window (GPU) | offloaded | K host / disk | V host / disk | predicted ms/token (GPU / CPU / V) | measured ms/token | × predicted | T_gpu | T_cpu | T_tx | placement checked |",
-  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+  "| context | batch | window (GPU) | offloaded | K host / disk | V host / disk | predicted ms/step (GPU / CPU / V) | measured ms/step | tokens/s | × predicted | T_gpu | T_cpu | T_tx | placement checked |",
+  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ];
+
+/** Greedy batched decode of `steps` tokens, every slot a step; wall ms of each step (step + picks). */
+function batchWalls(dec: BatchDecoder, slots: number[], first: Int32Array): number[] {
+  const walls: number[] = [];
+  const tok = Int32Array.from(first);
+  for (let s = 0; s < steps; s++) {
+    const t0 = performance.now();
+    dec.step(slots, tok);
+    dec.argmaxSlots(slots, tok);
+    walls.push(performance.now() - t0);
+  }
+  return walls;
+}
 
 for (const context of contexts) {
   const maxContext = context + steps + 8;
@@ -118,55 +141,88 @@ for (const context of contexts) {
       layers: files.shape.layers, heads: files.shape.heads, kvHeads: files.shape.kvHeads, headDim: files.shape.headDim, weightsBytes,
       activationBytes: LlamaModel.activationBytes(files.shape, PREFILL_BLOCK),
     },
-    kvElementBytes: 2, contextTokens: maxContext, k: K, policy, prefill: !synthetic, appendTokens: PREFILL_BLOCK, hostBudgetBytes: hostBudget, tiers: baseTiers,
+    kvElementBytes: 2, contextTokens: maxContext, batch, k: K, policy, prefill: !synthetic, appendTokens: PREFILL_BLOCK, hostBudgetBytes: hostBudget, tiers: baseTiers,
     gpuKvBudget: windowArg === "auto" ? "auto" : Number(windowArg),
     gpu: freeBytes === undefined ? undefined : { freeBytes, readBandwidthGBs: copyBw ? copyBw / 1e9 : undefined, linkBandwidthGBs: link ? link.h2d / 1e9 : undefined },
   });
   const window = plan.gpu?.windowTokens ?? (windowArg === "auto" ? Math.min(maxContext, 65536) : Number(windowArg));
-  console.log(`context ${context}: plan window ${window}, offloaded ${plan.offloadedTokens}, predicted ${plan.predicted.msPerToken?.toFixed(2) ?? "–"} ms/token`);
+  console.log(`context ${context} × batch ${batch}: plan window ${window}, offloaded ${plan.offloadedTokens} a sequence, predicted ${plan.predicted.msPerToken?.toFixed(2) ?? "–"} ms/step`);
   if (plan.refusal) {
     console.log(`  refused by the planner: ${plan.refusal}`);
-    rows.push(`| ${context} | – | – | – | – | refused: ${plan.refusal} | – | – | – | – | – | – |`);
+    rows.push(`| ${context} | ${batch} | – | – | – | – | refused: ${plan.refusal} | – | – | – | – | – | – | – |`);
     continue;
   }
   const t0 = performance.now();
   using model = loadModel(files, backend, { maxContext, prefillBlock: PREFILL_BLOCK, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
   const cache = model.cache;
   const regionBytes = cache.kvHeads * cache.storeCapacity * cache.headDim * 2;
-  const layout = layoutStore({ tiers: baseTiers, placement: placeKv(policy, baseTiers), layers: cache.layers, regionBytes, hostBudgetBytes: hostBudget });
-  if (!layout.fits) throw new Error(`the store does not fit: short by ${formatBytes(layout.shortfallBytes)}`);
-  const store = layout.layout.kSpill ? new KSpill(new TieredStore(layout.layout)) : new TieredStore(layout.layout);
-  using ha = await createHybridAttention(model, backend, { cpuStageThreads: threads, storeAllocator: store, ...CONFIGS[config] });
-  console.log(`  loaded in ${((performance.now() - t0) / 1e3).toFixed(1)} s; store ${formatBytes(2 * cache.layers * layout.layout.regionBytes)}, disk ${formatBytes(store.diskBytes)} in ${store.files.length} files`);
+  const layout = layoutStore({ tiers: seqTiers, placement: placeKv(policy, seqTiers), layers: cache.layers, regionBytes, hostBudgetBytes: seqHostBudget });
+  if (!layout.fits) throw new Error(`a sequence's store does not fit its share of the tiers: short by ${formatBytes(layout.shortfallBytes)}`);
+  const stores: (TieredStore | KSpill)[] = [];
+  const place = () => {
+    const store = layout.layout.kSpill ? new KSpill(new TieredStore(layout.layout)) : new TieredStore(layout.layout);
+    stores.push(store);
+    return store;
+  };
+  // Explicit stage threads are each sequence's: the batch shares the machine's.
+  const options = { cpuStageThreads: Math.max(1, Math.floor(threads / batch)), storeAllocator: place, ...CONFIGS[config] };
+  using hybrid = batch > 1 ? await createBatchHybridAttention(model, backend, options, batch) : null;
+  using single = hybrid ? null : await createHybridAttention(model, backend, options);
+  using dec = batch > 1 ? new BatchDecoder(model, batch) : null;
+  const attentions: HybridAttention[] = hybrid ? [...hybrid.all] : [single!];
+  const slots = Array.from({ length: batch }, (_, i) => i);
+  const caches = dec ? slots.map((i) => dec.sequence(i).cache) : [cache];
+  const diskBytes = stores.reduce((n, s) => n + s.diskBytes, 0), diskFiles = stores.reduce((n, s) => n + s.files.length, 0);
+  console.log(`  loaded in ${((performance.now() - t0) / 1e3).toFixed(1)} s; ${batch} store(s) of ${formatBytes(2 * cache.layers * layout.layout.regionBytes)}, disk ${formatBytes(diskBytes)} in ${diskFiles} files`);
   const t1 = performance.now();
+  const firstTokens = new Int32Array(batch).fill(1);
   if (synthetic) {
-    randomizeWindow(backend, cache); // then every eviction copies random rows into the store
-    fillSynthetic(cache, context);
-    model.step(Int32Array.of(1), context); // the step at `context` gives argmaxLogits a row
-    console.log(`  synthetic KV: ${context} positions (${cache.storeCount} offloaded) in ${((performance.now() - t1) / 1e3).toFixed(1)} s`);
+    for (const c of caches) {
+      randomizeWindow(backend, c); // then every eviction copies random rows into the store
+      fillSynthetic(c, context);
+    }
+    // The step at `context` gives the picks a row.
+    if (dec) {
+      dec.step(slots, firstTokens);
+      dec.argmaxSlots(slots, firstTokens);
+    } else model.step(Int32Array.of(1), context);
+    console.log(`  synthetic KV: ${context} positions × ${batch} (${caches.reduce((n, c) => n + c.storeCount, 0)} offloaded) in ${((performance.now() - t1) / 1e3).toFixed(1)} s`);
   } else {
-    model.step(Int32Array.from({ length: context }, (_, i) => (i * 7919 + 13) % files.shape.vocabSize), 0);
-    console.log(`  prefilled ${context} tokens in ${((performance.now() - t1) / 1e3).toFixed(1)} s (${cache.storeCount} offloaded)`);
+    const prompt = (seq: number) => Int32Array.from({ length: context }, (_, i) => (i * 7919 + 13 + seq * 104729) % files.shape.vocabSize);
+    if (dec) {
+      for (const i of slots) {
+        dec.prefill(i, prompt(i), 0);
+        firstTokens[i] = dec.argmax(i);
+      }
+    } else model.step(prompt(0), 0);
+    console.log(`  prefilled ${context} tokens × ${batch} in ${((performance.now() - t1) / 1e3).toFixed(1)} s (${caches.reduce((n, c) => n + c.storeCount, 0)} offloaded)`);
   }
-  const first = synthetic ? context + 1 : context;
-  const walls = greedyWalls(model, first, steps);
-  const checks = store.verify(16);
-  const trace: readonly HybridStepRecord[] = ha.stats.trace.slice(WARM);
+  const walls = dec ? batchWalls(dec, slots, firstTokens) : greedyWalls(model, synthetic ? context + 1 : context, steps);
+  const checks = stores.flatMap((s) => s.verify(16));
+  const trace: readonly HybridStepRecord[] = attentions.flatMap((a) => a.stats.trace.slice(WARM));
   const ms = mean(walls.slice(WARM));
-  const tier = (pool: "kBytes" | "vBytes", file: boolean) => formatBytes(layout.tiers.filter((t) => (t.kind === "file") === file).reduce((n, t) => n + t[pool], 0));
+  const tier = (pool: "kBytes" | "vBytes", file: boolean) =>
+    formatBytes(batch * layout.tiers.filter((t) => (t.kind === "file") === file).reduce((n, t) => n + t[pool], 0));
   const p = plan.predicted;
-  rows.push(`| ${context} | ${window} | ${cache.storeCount} | ${tier("kBytes", false)} / ${tier("kBytes", true)} | ${tier("vBytes", false)} / ${tier("vBytes", true)} | ` +
+  rows.push(`| ${context} | ${batch} | ${window} | ${cache.storeCount} × ${batch} | ${tier("kBytes", false)} / ${tier("kBytes", true)} | ${tier("vBytes", false)} / ${tier("vBytes", true)} | ` +
     `${p.msPerToken?.toFixed(2) ?? "–"} (${p.gpuMs?.toFixed(2) ?? "–"} / ${p.cpuMs?.toFixed(2) ?? "–"} / ${((p.vGatherMs ?? 0) + (p.vTransferMs ?? 0)).toFixed(2)}) | ${ms.toFixed(2)} | ` +
-    `${p.msPerToken ? (ms / p.msPerToken).toFixed(2) : "–"} | ${mean(trace.map((t) => t.tGpuMs)).toFixed(2)} | ${mean(trace.map((t) => t.tCpuMs)).toFixed(2)} | ${mean(trace.map((t) => t.tTxMs)).toFixed(2)} | ` +
+    `${((batch * 1000) / ms).toFixed(1)} | ${p.msPerToken ? (ms / p.msPerToken).toFixed(2) : "–"} | ` +
+    `${mean(trace.map((t) => t.tGpuMs)).toFixed(2)} | ${mean(trace.map((t) => t.tCpuMs)).toFixed(2)} | ${mean(trace.map((t) => t.tTxMs)).toFixed(2)} | ` +
     `${checks.filter((c) => c.ok).length}/${checks.length} |`);
   console.log(rows[rows.length - 1]);
-  if (store instanceof KSpill) console.log(`  K spill: ${store.stats.units} units of ${formatBytes(store.unitBytes)} (${formatBytes(store.stats.bytes)}) moved to disk in ${store.stats.passes} passes`);
-  console.log(`  ${ha.stats.summary()}`);
-  for (const n of ha.stats.notes) console.log(`  ${n}`);
+  const spills = stores.filter((s): s is KSpill => s instanceof KSpill);
+  if (spills.length > 0) {
+    const sum = (f: (s: KSpill) => number) => spills.reduce((n, s) => n + f(s), 0);
+    console.log(`  K spill: ${sum((s) => s.stats.units)} units of ${formatBytes(spills[0]!.unitBytes)} (${formatBytes(sum((s) => s.stats.bytes))}) moved to disk in ${sum((s) => s.stats.passes)} passes, over ${spills.length} sequence(s)`);
+  }
+  for (const [i, a] of attentions.entries()) {
+    console.log(`  ${batch > 1 ? `sequence ${i}: ` : ""}${a.stats.summary()}`);
+    for (const n of a.stats.notes) console.log(`  ${n}`);
+  }
   const bad = checks.filter((c) => !c.ok).slice(0, 3);
   for (const c of bad) console.log(`  placement mismatch: ${JSON.stringify(c)}`);
 }
 
-console.log(`\n## ${preset} shape, dummy bf16 weights, bf16 KV, batch 1, ${config} K ${K}, ${sinks} sinks, placement ${policy}, ${threads} stage threads, ` +
+console.log(`\n## ${preset} shape, dummy bf16 weights, bf16 KV, batch ${batch}, ${config} K ${K}, ${sinks} sinks, placement ${policy}, ${threads} stage threads, ` +
   `${steps} steps (means skip the first ${WARM}); ${synthetic ? "synthetic KV (--synthetic-kv)" : "real prefill"}; ${backend.name}`);
 for (const r of rows) console.log(r);
