@@ -210,16 +210,17 @@ export interface AttachedHybrid extends Disposable {
  * memory and the stage's output goes up on the copy stream.
  */
 export async function attachHybrid(
-  model: SequenceModel, backend: Backend, h: HybridCliOptions, profile: HybridProfile | null = null, storeAllocator?: KvStoreAllocator, batch = 1, readDepth?: number,
+  model: SequenceModel, backend: Backend, h: HybridCliOptions, profile: HybridProfile | null = null, storeAllocator?: (sequence: number) => KvStoreAllocator, batch = 1, readDepth?: number,
 ): Promise<AttachedHybrid | null> {
   if (h.attention !== "hybrid") return null;
   if (model.cache.storeCapacity === 0) {
     throw new HybridgenError(`--gpu-kv-budget ${h.gpuKvBudget} holds the whole context (${model.maxContext}): nothing would be offloaded`);
   }
-  if (batch > 1) return createBatchHybridAttention(model, backend, runtimeOptions(h, profile), batch);
-  const ha = await createHybridAttention(model, backend, {
+  const options = {
     ...runtimeOptions(h, profile), ...(storeAllocator ? { storeAllocator } : {}), ...(readDepth === undefined ? {} : { readDepth }), // --kv-disk-read-depth
-  });
+  };
+  if (batch > 1) return createBatchHybridAttention(model, backend, options, batch);
+  const ha = await createHybridAttention(model, backend, options);
   return { own: ha, all: [ha], [Symbol.dispose]: () => ha.close() };
 }
 

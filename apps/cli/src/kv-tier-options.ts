@@ -3,6 +3,7 @@
  * `--host-kv-budget SIZE`, `--kv-disk-read-depth N`, taken out of argv like the hybrid flags. storeAllocatorFor() turns
  * them and the loaded cache into @hybridgen/kernels-cpu's TieredStore over a
  * @hybridgen/memtier layout (wrapped in @hybridgen/runtime's KSpill when K too must go to disk),
+ * one a sequence, each of a batch of B on a B-th of every tier and of the host budget,
  * refusing (one line, before any token) a disk directory that is missing, read-only or too small,
  * and a store that fits nowhere.
  */
@@ -33,6 +34,7 @@ export const KV_TIER_HELP = `KV memory tiers (hybrid attention's offloaded store
                                exit and Ctrl-C
       --host-kv-budget SIZE    most host memory the store may take (bytes, or with K/M/G/T: 8G)
       --kv-disk-read-depth N   disk-tier row reads in flight per CPU-stage thread, 0…64 (default 8; 0: page faults)
+  With --batch N each sequence's store takes 1/N of every tier, of the disk and of the budget.
 `;
 
 /** "8G" → 8 GiB; plain digits are bytes. */
@@ -106,10 +108,11 @@ export function splitKvTierArgs(argv: readonly string[]): { rest: string[]; tier
 export const KV_TIER_FLAG_NAMES = Object.keys(FLAGS);
 
 export interface PlacedStore {
-  readonly allocator: KvStoreAllocator & { verify(): { ok: boolean; tier: string; mode: string }[]; readonly diskBytes: number };
-  /** "placement semantic: K node0 12.0 MiB, V node0 8.0 MiB + disk 4.0 MiB (/tmp/kv); one NUMA node: binding changes nothing" */
+  /** Each sequence's store (createHybridAttention's storeAllocator function): its own regions and files on its share of the tiers. */
+  readonly allocator: (sequence: number) => KvStoreAllocator;
+  /** "placement semantic: K node0 12.0 MiB, V node0 8.0 MiB + disk 4.0 MiB; one NUMA node: binding changes nothing", summed over a batch's sequences */
   readonly line: string;
-  /** After the run: what a K spill moved to disk ("K spill: 40 units of 4.0 KiB …"), or null. */
+  /** After the run: what a K spill moved to disk over every sequence ("K spill: 40 units of 4.0 KiB …"), or null. */
   spillLine(): string | null;
 }
 
@@ -117,6 +120,12 @@ export interface PlacedStore {
 export async function storeTiers(o: KvTierCliOptions): Promise<MemoryTier[]> {
   const { discoverTiers } = await import("@hybridgen/memtier");
   return discoverTiers({ fileTiers: o.kvDisk === undefined ? [] : [{ path: o.kvDisk, capacityBytes: diskFreeBytes(o.kvDisk) }] });
+}
+
+/** One sequence's share of every tier when `batch` sequences each lay their store out on it. */
+export function tierShares(tiers: readonly MemoryTier[], batch: number): MemoryTier[] {
+  if (batch === 1) return [...tiers];
+  return tiers.map((t) => ({ ...t, capacityBytes: Math.floor(t.capacityBytes / batch), ...(t.freeBytes === undefined ? {} : { freeBytes: Math.floor(t.freeBytes / batch) }) }));
 }
 
 /** One line on what a placement does on these tiers (the no-op on a one-node machine says so). */
@@ -128,25 +137,29 @@ export function placementNote(tiers: readonly MemoryTier[]): string {
 }
 
 /** Refuses a store that fits in no tier, from the model's shape, before any weight loads (the
- * cache's store: every position past the window, plus one eviction block, in the f32 KV). */
+ * cache's store: every position past the window, plus one eviction block, in the f32 KV), for
+ * each of `batch` sequences on its share of the tiers. */
 export async function preflightStore(
-  shape: { layers: number; kvHeads: number; headDim: number }, o: { maxContext: number; window: number; sinks: number }, tier: KvTierCliOptions,
+  shape: { layers: number; kvHeads: number; headDim: number }, o: { maxContext: number; window: number; sinks: number }, tier: KvTierCliOptions, batch = 1,
 ): Promise<void> {
   if (o.window >= o.maxContext) return;
   const evictBlock = Math.min(16, o.window - o.sinks);
   const storeCapacity = Math.min(o.maxContext, o.maxContext - o.window + evictBlock);
-  await layoutFor({ layers: shape.layers, regionBytes: shape.kvHeads * storeCapacity * shape.headDim * DTYPE_BYTES.f32 }, tier);
+  await layoutFor({ layers: shape.layers, regionBytes: shape.kvHeads * storeCapacity * shape.headDim * DTYPE_BYTES.f32 }, tier, batch);
 }
 
-async function layoutFor(store: { layers: number; regionBytes: number }, o: KvTierCliOptions) {
+/** One sequence's layout on a `batch`-th of every tier and of --host-kv-budget (memtier's planRun lays the batch's stores out on the whole tiers alike). */
+async function layoutFor(store: { layers: number; regionBytes: number }, o: KvTierCliOptions, batch: number) {
   const { layoutStore, placeKv, formatBytes } = await import("@hybridgen/memtier");
   const tiers = await storeTiers(o);
   if (o.hostKvBudget !== undefined && o.kvDisk === undefined) throw new HybridgenError("--host-kv-budget needs --kv-disk DIR (where the rest of the store goes)");
-  const r = layoutStore({ tiers, placement: placeKv(o.kvPlacement, tiers), layers: store.layers, regionBytes: store.regionBytes, hostBudgetBytes: o.hostKvBudget });
+  const shares = tierShares(tiers, batch);
+  const hostBudgetBytes = o.hostKvBudget === undefined ? undefined : Math.floor(o.hostKvBudget / batch);
+  const r = layoutStore({ tiers: shares, placement: placeKv(o.kvPlacement, shares), layers: store.layers, regionBytes: store.regionBytes, hostBudgetBytes });
   if (!r.fits) {
     const disk = tiers.find((t) => t.kind === "file");
     throw new HybridgenError(
-      `the KV store needs ${formatBytes(2 * store.layers * r.layout.regionBytes)}, ${formatBytes(r.shortfallBytes)} more than ` +
+      `the KV store${batch > 1 ? ` of ${batch} sequences` : ""} needs ${formatBytes(batch * 2 * store.layers * r.layout.regionBytes)}, ${formatBytes(batch * r.shortfallBytes)} more than ` +
         (disk ? `host memory and ${o.kvDisk} (${formatBytes(disk.capacityBytes)} free) hold` : "host memory holds (add --kv-disk DIR)"),
     );
   }
@@ -154,21 +167,32 @@ async function layoutFor(store: { layers: number; regionBytes: number }, o: KvTi
 }
 
 /**
- * The allocator that places `cache`'s store as the flags say, and the line describing it.
- * Refuses, before anything is allocated, a store that fits nowhere and a disk that is too small.
+ * The allocator that places the store of each of `batch` sequences of `cache`'s shape as the flags
+ * say, and the line describing them. Refuses, before anything is allocated, a store that fits
+ * nowhere and a disk that is too small for the batch.
  */
-export async function storeAllocatorFor(cache: KvCache, o: KvTierCliOptions): Promise<PlacedStore> {
+export async function storeAllocatorFor(cache: KvCache, o: KvTierCliOptions, batch = 1): Promise<PlacedStore> {
   const { TieredStore } = await import("@hybridgen/kernels-cpu");
   const { KSpill } = await import("@hybridgen/runtime");
   const regionBytes = cache.kvHeads * cache.storeCapacity * cache.headDim * DTYPE_BYTES[cache.dtype];
-  const { r, tiers, formatBytes } = await layoutFor({ layers: cache.layers, regionBytes }, o);
-  const store = new TieredStore(r.layout);
-  const allocator = r.layout.kSpill ? new KSpill(store) : store; // K beyond memory: its coldest pages on disk
+  const { r, tiers, formatBytes } = await layoutFor({ layers: cache.layers, regionBytes }, o, batch);
+  const spills: InstanceType<typeof KSpill>[] = [];
+  const allocator = (): KvStoreAllocator => {
+    const store = new TieredStore(r.layout);
+    if (!r.layout.kSpill) return store;
+    const spill = new KSpill(store); // K beyond memory: its coldest pages on disk
+    spills.push(spill);
+    return spill;
+  };
   const per = (pool: "kBytes" | "vBytes") =>
-    r.tiers.filter((t) => t[pool] > 0).map((t) => `${t.kind === "file" ? "disk" : t.id} ${formatBytes(t[pool])}${t.kind === "file" && pool === "kBytes" ? " (its coldest pages)" : ""}`).join(" + ") || "none";
-  const line = `placement ${o.kvPlacement}: K ${per("kBytes")}, V ${per("vBytes")}; ${placementNote(tiers)}`;
-  const spillLine = () => allocator instanceof KSpill
-    ? `K spill: ${allocator.stats.units} units of ${formatBytes(allocator.unitBytes)} (${formatBytes(allocator.stats.bytes)}) moved to disk in ${allocator.stats.passes} passes, the least recently selected first`
-    : null;
+    r.tiers.filter((t) => t[pool] > 0).map((t) => `${t.kind === "file" ? "disk" : t.id} ${formatBytes(batch * t[pool])}${t.kind === "file" && pool === "kBytes" ? " (its coldest pages)" : ""}`).join(" + ") || "none";
+  const sequences = batch > 1 ? ` for ${batch} sequences, each on 1/${batch} of every tier` : "";
+  const line = `placement ${o.kvPlacement}${sequences}: K ${per("kBytes")}, V ${per("vBytes")}; ${placementNote(tiers)}`;
+  const spillLine = () => {
+    if (!r.layout.kSpill) return null;
+    const sum = (key: "units" | "bytes" | "passes") => spills.reduce((n, s) => n + s.stats[key], 0);
+    return `K spill: ${sum("units")} units of ${formatBytes(r.layout.kSpill.unitBytes)} (${formatBytes(sum("bytes"))}) moved to disk in ${sum("passes")} passes` +
+      `${spills.length > 1 ? ` over ${spills.length} sequences` : ""}, the least recently selected first`;
+  };
   return { allocator, line, spillLine };
 }

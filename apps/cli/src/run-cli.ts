@@ -69,8 +69,6 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       const { rest: generateArgs, hybrid } = splitHybridArgs(tierArgs);
       if (given && hybrid.attention !== "hybrid") throw new HybridgenError("--kv-placement, --kv-disk and --host-kv-budget place hybrid attention's offloaded store: add --attention hybrid", "EUSAGE");
       const opts = parseGenerateArgs(generateArgs);
-      // Each sequence of a batch keeps its offloaded store in host memory; the tiers place one.
-      if (given && (opts.batch ?? 1) > 1) throw new HybridgenError("--kv-placement, --kv-disk and --host-kv-budget place one sequence's store: use them with --batch 1", "EUSAGE");
       if (opts.help) {
         io.stdout(GENERATE_HELP + HYBRID_HELP + KV_TIER_HELP);
         return 0;

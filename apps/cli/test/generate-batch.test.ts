@@ -101,8 +101,8 @@ describe("generate --prompts: bad input", () => {
     expect(await errorOf(["--prompts", "a.jsonl", "--batch", "0"])).toBe('error: invalid value for --batch: must be at least 1 (got 0)\n');
     expect(await errorOf(["--prompts", "a.jsonl", "-p", "x"])).toBe("error: give either --prompts or --prompt/--prompt-file, not both\n");
     const ok = file("ok.jsonl", '{"prompt": "x"}\n');
-    expect(await errorOf(["--prompts", ok, "--batch", "2", "--attention", "hybrid", "--gpu-kv-budget", "16", "--kv-placement", "dram-only"])).toBe(
-      "error: --kv-placement, --kv-disk and --host-kv-budget place one sequence's store: use them with --batch 1\n",
+    expect(await errorOf(["--prompts", ok, "--batch", "2", "--attention", "hybrid", "--gpu-kv-budget", "16", "--kv-disk", join(tmp, "missing")])).toBe(
+      `error: --kv-disk ${join(tmp, "missing")}: no such directory\n`,
     );
     expect(await errorOf(["--prompts", join(tmp, "missing.jsonl")])).toBe(`error: cannot read prompts file ${join(tmp, "missing.jsonl")}: no such file\n`);
   });

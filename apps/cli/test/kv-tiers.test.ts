@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { modelInfo, openModelDir, type Backend } from "@hybridgen/core";
 import { GPU_RESERVE_BYTES, resolveWindowBudget } from "../src/auto-budget.js";
-import { parseSize, preflightStore, splitKvTierArgs } from "../src/kv-tier-options.js";
+import { diskFreeBytes, parseSize, preflightStore, splitKvTierArgs } from "../src/kv-tier-options.js";
 import { requireBuiltBin, runBin, runBinStreaming } from "./helpers.js";
 import { PROMPT, stories15M } from "./model-fixture.js";
 
@@ -60,6 +60,19 @@ describe("the store's preflight (before any weight loads)", () => {
     await expect(preflightStore(shape8b, { maxContext: 8192, window: 4096, sinks: 4 }, { kvPlacement: "semantic", kvDisk: dir })).resolves.toBeUndefined();
     await expect(preflightStore(shape8b, { maxContext: 8192, window: 4096, sinks: 4 }, { kvPlacement: "semantic", hostKvBudget: 0 })).rejects.toThrow("--host-kv-budget needs --kv-disk DIR (where the rest of the store goes)");
   });
+
+  it("a batch's stores each take a B-th of the disk: one that fits a sequence but not three is refused for the batch, naming its free space", async () => {
+    const dir = tmp();
+    const perPosition = 2 * shape8b.layers * shape8b.kvHeads * shape8b.headDim * 4; // K and V, f32
+    // All of a sequence's store on disk (no host memory), half the directory's free space.
+    const positions = Math.floor(diskFreeBytes(dir) / 2 / perPosition);
+    const o = { maxContext: positions + 4096 - 16, window: 4096, sinks: 4 };
+    const tier = { kvPlacement: "semantic" as const, kvDisk: dir, hostKvBudget: 0 };
+    await expect(preflightStore(shape8b, o, tier, 1)).resolves.toBeUndefined();
+    await expect(preflightStore(shape8b, o, tier, 3)).rejects.toThrow(
+      new RegExp(`^the KV store of 3 sequences needs [\\d.]+ [GT]iB, [\\d.]+ [GT]iB more than host memory and ${dir} \\([\\d.]+ [GT]iB free\\) hold$`),
+    );
+  });
 });
 
 describe("hybridgen generate with the store placed (stories15M)", () => {
@@ -111,10 +124,87 @@ describe("hybridgen generate with the store placed (stories15M)", () => {
     expect(readdirSync(dir)).toEqual([]);
   });
 
+  it("Ctrl-C during a batch's disk-tier run exits 130 and removes every sequence's files", async () => {
+    const dir = tmp();
+    const prompts = join(tmp(), "three.jsonl");
+    writeFileSync(prompts, [{ prompt: PROMPT, max_tokens: 2 }, { prompt: "The little dog" }, { prompt: "Lily and Tom" }].map((p) => JSON.stringify(p)).join("\n"));
+    let sawFiles = -1;
+    // The first prompt's line comes out while the other two still decode.
+    const r = await runBinStreaming([...batchBase(prompts).map((a) => (a === "120" ? "250" : a)), "--kv-disk", dir, "--host-kv-budget", "0"], (out, child) => {
+      if (sawFiles < 0 && out.includes("\n")) {
+        sawFiles = readdirSync(dir).length;
+        child.kill("SIGINT");
+      }
+    });
+    expect(sawFiles).toBe(18); // V of 6 layers for each of the 3 sequences
+    expect(r.code).toBe(130);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
   it("the tier flags need --attention hybrid", () => {
     const r = runBin(["generate", "-p", PROMPT, "-n", "2", "--kv-placement", "local"]);
     expect(r.code).toBe(2);
     expect(r.stderr).toBe("error: --kv-placement, --kv-disk and --host-kv-budget place hybrid attention's offloaded store: add --attention hybrid\n");
+  });
+});
+
+/** generate --prompts FILE --batch 3 with base's hybrid flags. */
+const batchBase = (prompts: string) =>
+  ["generate", "--prompts", prompts, "--batch", "3", "-n", "120", "-t", "0", "--threads", "1", "--attention", "hybrid", "--gpu-kv-budget", "32", "--selector", "all", "--logits", "exact"];
+const BATCH = [{ prompt: PROMPT, max_tokens: 100 }, { prompt: "The little dog" }, { prompt: "Lily and Tom went to the park. They", max_tokens: 60 }];
+
+describe("hybridgen generate --batch 3 with each sequence's store placed (stories15M)", () => {
+  let prompts = "", model = "";
+  beforeAll(async () => {
+    requireBuiltBin();
+    model = await stories15M();
+    const d = tmp();
+    prompts = join(d, "three.jsonl");
+    writeFileSync(prompts, `${BATCH.map((p) => JSON.stringify(p)).join("\n")}\n`);
+  });
+  const byIndex = (stdout: string) => stdout.trimEnd().split("\n").map((l) => JSON.parse(l)).sort((a, b) => a.index - b.index);
+
+  it("V on disk and K spilled (no host budget; 512K split three ways) give the batch in host memory's tokens and each prompt's alone; the lines sum the sequences; no file is left", () => {
+    const mem = runBin(batchBase(prompts));
+    expect(mem.code).toBe(0);
+    expect(mem.stderr).toMatch(/placement semantic for 3 sequences, each on 1\/3 of every tier: K node0 [\d.]+ [KM]iB, V node0 [\d.]+ [KM]iB; one NUMA node/);
+    expect(mem.stderr).not.toMatch(/K spill/);
+    const memLines = byIndex(mem.stdout);
+    expect(memLines.map((l) => l.generatedTokens)).toEqual([100, 120, 60]);
+    const dir = tmp();
+    for (const budget of ["0", "512K"]) {
+      const r = runBin([...batchBase(prompts), "--kv-disk", dir, "--host-kv-budget", budget]);
+      expect(r.stderr).not.toMatch(/error/);
+      expect(r.code).toBe(0);
+      expect(r.stderr).toMatch(budget === "0"
+        ? /placement semantic for 3 sequences, each on 1\/3 of every tier: K disk [\d.]+ MiB \(its coldest pages\), V disk [\d.]+ MiB;/
+        : /placement semantic for 3 sequences, each on 1\/3 of every tier: K node0 [\d.]+ KiB \+ disk [\d.]+ MiB \(its coldest pages\), V disk [\d.]+ MiB;/);
+      expect(r.stderr).toMatch(/\nK spill: [1-9]\d* units of 4\.00 KiB \([\d.]+ [KM]iB\) moved to disk in [1-9]\d* passes over 3 sequences, the least recently selected first\n$/);
+      expect(byIndex(r.stdout).map((l) => l.tokens)).toEqual(memLines.map((l) => l.tokens));
+      expect(readdirSync(dir)).toEqual([]);
+    }
+    BATCH.forEach((p, i) => {
+      const one = runBin(["generate", "-p", p.prompt, "--json", "-n", String(p.max_tokens ?? 120), "-t", "0", "--threads", "1", "--attention", "hybrid", "--gpu-kv-budget", "32", "--selector", "all", "--logits", "exact"]);
+      expect(one.code).toBe(0);
+      expect(JSON.parse(one.stdout).tokens, `prompt ${i} alone`).toEqual(memLines[i].tokens);
+    });
+  });
+
+  it("hybridgen plan --batch 3 places what generate places, to a page a region", () => {
+    const dir = tmp();
+    const r = runBin([...batchBase(prompts), "--kv-disk", dir, "--host-kv-budget", "1M"]);
+    expect(r.code).toBe(0);
+    const m = /placement semantic for 3 sequences, each on 1\/3 of every tier: K node0 ([\d.]+ [KM]iB) \+ disk ([\d.]+ [KM]iB) \(its coldest pages\), V disk ([\d.]+ [KM]iB);/.exec(r.stderr);
+    expect(m, r.stderr).not.toBeNull();
+    const [kHost, kDisk, vDisk] = m!.slice(1).map((t) => parseSize(t, "size"));
+    // generate's store: the context past the window and one eviction block (256 − 32 + 16 positions).
+    const p = JSON.parse(runBin(["plan", "--model", model, "--context", "272", "--batch", "3", "--device", "cpu", "--no-probe", "--gpu-kv-budget", "32", "--kv-dtype", "f32", "--kv-disk", dir, "--host-kv-budget", "1M", "--json"]).stdout);
+    const node = p.tiers.find((t: { kind: string }) => t.kind !== "file"), disk = p.tiers.find((t: { kind: string }) => t.kind === "file");
+    const page = 2 * 6 * 3 * 4096; // K and V regions of 6 layers, rounded up to a page for each of 3 sequences
+    expect(Math.abs(kHost! - node.kBytes)).toBeLessThanOrEqual(page);
+    expect(node.vBytes).toBe(0);
+    expect(Math.abs(kDisk! - disk.kBytes)).toBeLessThanOrEqual(page);
+    expect(Math.abs(vDisk! - disk.vBytes)).toBeLessThanOrEqual(page);
   });
 });
 

@@ -84,7 +84,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   // The family (Llama, Qwen2, OPT) comes from config.json.
   // --gpu-kv-budget (auto: what the device's memory holds); a store that fits in no tier is refused before the weights load.
   const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext, batch, hybrid: hybrid.attention === "hybrid" });
-  if (hybrid.attention === "hybrid" && batch === 1 && window !== undefined) await preflightStore(shape, { maxContext, window, sinks: hybrid.sinkTokens }, tier);
+  if (hybrid.attention === "hybrid" && window !== undefined) await preflightStore(shape, { maxContext, window, sinks: hybrid.sinkTokens }, tier, batch);
   using model = loadModel(files, backend, {
     maxContext,
     ...(opts.dtype === undefined ? {} : { weightDtype: opts.dtype }),
@@ -92,9 +92,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   });
   // `hybridgen profile-kmin`'s result for this model gives the defaults of --k-min and --exact-layers.
   const profile = hybrid.attention === "hybrid" ? readHybridProfile(dir, io.env.HYBRIDGEN_CACHE) : null;
-  // The offloaded store placed on the memory tiers (and the disk) before the first token; a batch's
-  // sequences keep theirs in host memory (run-cli refuses the tier flags there).
-  const placed = hybrid.attention === "hybrid" && batch === 1 && model.cache.storeCapacity > 0 ? await storeAllocatorFor(model.cache, tier) : null;
+  // Each sequence's offloaded store placed on its share of the memory tiers (and the disk) as the sequence is made.
+  const placed = hybrid.attention === "hybrid" && model.cache.storeCapacity > 0 ? await storeAllocatorFor(model.cache, tier, batch) : null;
   // One hybrid attention per sequence of the batch (slot 0's is the model's own).
   using hybrids = await attachHybrid(model, backend, hybrid, profile, placed?.allocator, batch, tier.readDepth);
   const hybridAttention = hybrids?.own ?? null;
@@ -108,10 +107,16 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   if (hybridAttention) progress(hybridPlanLine(hybridAttention));
   if (placed) progress(placed.line);
   if (io.signal?.aborted) return interrupted();
+  // After the run: each sequence's stage stats, and what the K spill moved over all of them.
+  const summary = () => {
+    if (hybrids) io.stderr(hybridStatsLines(hybrids));
+    const spilled = placed?.spillLine();
+    if (spilled) io.stderr(`${spilled}\n`);
+  };
   if (batchPrompts) {
     const aborted = await runPromptsBatch(model, files.tokenizer, batchPrompts, opts, io, opened.device);
     const code = aborted ? interrupted() : 0;
-    if (hybrids) io.stderr(hybridStatsLines(hybrids));
+    summary();
     return code;
   }
 
@@ -154,8 +159,6 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
     `prompt: ${result.promptTokens} tokens, ${formatRate(t.promptTokensPerSec)} tok/s | ` +
       `generated: ${result.tokens.length} tokens, ${formatRate(t.tokensPerSec)} tok/s | finish: ${result.finishReason} | device: ${opened.device}\n`,
   );
-  if (hybrids) io.stderr(hybridStatsLines(hybrids));
-  const spilled = placed?.spillLine();
-  if (spilled) io.stderr(`${spilled}\n`);
+  summary();
   return code;
 }
