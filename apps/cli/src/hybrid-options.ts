@@ -207,7 +207,8 @@ export interface AttachedHybrid extends Disposable {
  * for `batch` > 1: one per sequence): the flags, with the model's hybrid profile (`hybridgen
  * profile-kmin`) for the defaults of --k-min and --exact-layers. On the CPU backend the stage
  * reads the cache's store in place; on a device backend (CUDA) the store is kept in pinned host
- * memory and the stage's output goes up on the copy stream.
+ * memory and the stage's output goes up on the copy stream. `storeAllocator` (storeAllocatorFor's)
+ * places each sequence's offloaded store.
  */
 export async function attachHybrid(
   model: SequenceModel, backend: Backend, h: HybridCliOptions, profile: HybridProfile | null = null, storeAllocator?: (sequence: number) => KvStoreAllocator, batch = 1, readDepth?: number,

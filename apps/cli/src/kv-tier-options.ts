@@ -124,7 +124,6 @@ export async function storeTiers(o: KvTierCliOptions): Promise<MemoryTier[]> {
 
 /** One sequence's share of every tier when `batch` sequences each lay their store out on it. */
 export function tierShares(tiers: readonly MemoryTier[], batch: number): MemoryTier[] {
-  if (batch === 1) return [...tiers];
   return tiers.map((t) => ({ ...t, capacityBytes: Math.floor(t.capacityBytes / batch), ...(t.freeBytes === undefined ? {} : { freeBytes: Math.floor(t.freeBytes / batch) }) }));
 }
 
