@@ -11,6 +11,7 @@ import { FixedScheduler } from "@hybridgen/scheduler";
 import {
   attachAttentionConfig, attentionConfig, createBatchHybridAttention, createHybridAttention, hybridPlan, sequenceModel, type AttachedAttention, type HybridRuntimeOptions,
 } from "../src/index.js";
+import { decodeBatched } from "./batch-helpers.js";
 import { CONTEXT, tinyFiles } from "./tiny-model.js";
 
 const backend = createCpuBackend({ threads: 1 });
@@ -41,32 +42,6 @@ async function alone(options: HybridRuntimeOptions, steps: number[]): Promise<Fl
   });
 }
 
-/**
- * Prompts 0–2 in slots 0–2, then batched greedy steps until each has its `steps` logits; when
- * prompt 0 is done, prompt 3 is prefilled into its slot and joins the batch. The logits before each token.
- */
-function batched(dec: BatchDecoder, steps: number[]): Float32Array[][] {
-  const out: Float32Array[][] = PROMPTS.map(() => []);
-  const slotOf = [0, 1, 2, 0];
-  const live: number[] = [];
-  const join = (i: number) => {
-    dec.prefill(slotOf[i]!, PROMPTS[i]!, 0);
-    out[i]!.push(dec.logits(slotOf[i]!));
-    live.push(i);
-  };
-  [0, 1, 2].forEach(join);
-  while (live.length > 0) {
-    const slots = live.map((i) => slotOf[i]!);
-    dec.step(slots, Int32Array.from(live, (i) => argmax(out[i]!.at(-1)!)));
-    for (const i of live) out[i]!.push(dec.logits(slotOf[i]!));
-    for (const i of [...live]) {
-      if (out[i]!.length < steps[i]!) continue;
-      live.splice(live.indexOf(i), 1);
-      if (i === 0) join(3);
-    }
-  }
-  return out;
-}
 
 describe("hybrid attention at batch 3 equals each sequence alone (CPU backend, native stage)", () => {
   const steps = [4, STEPS, STEPS - 3, STEPS];
@@ -81,7 +56,7 @@ describe("hybrid attention at batch 3 equals each sequence alone (CPU backend, n
       using hybrid = await createBatchHybridAttention(model, backend, options, 3);
       const got = (() => {
         using dec = new BatchDecoder(model, 3);
-        return batched(dec, steps);
+        return decodeBatched(dec, PROMPTS, steps);
       })();
       got.forEach((rows, i) => {
         expect(rows.length, `sequence ${i}`).toBe(steps[i]);

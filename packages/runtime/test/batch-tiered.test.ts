@@ -3,13 +3,14 @@
 // gives logits bit for bit those of the same batch in host memory, each sequence alone likewise,
 // and tokens of each alone; each sequence has its own files, gone when its sequence is released,
 // when a BatchDecoder or generateBatch closes its slots, and on an error, which is one line.
-import { mkdtempSync, readdirSync, readlinkSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { BatchDecoder, dummyModelFiles, generateBatch, loadModel, relError, type KvCache, type LlamaModel, type StoreLayout } from "@hybridgen/core";
 import { createCpuBackend, TieredStore } from "@hybridgen/kernels-cpu";
 import { createBatchHybridAttention, createHybridAttention, KSpill, type HybridRuntimeOptions, type StoreAllocatorFactory } from "../src/index.js";
+import { decodeBatched, openIn } from "./batch-helpers.js";
 import { TINY_CONFIG } from "./tiny-model.js";
 
 const PAGE = 4096;
@@ -38,15 +39,6 @@ const PROMPTS = [prompt(60, 1), prompt(130, 2), prompt(200, 3), prompt(90, 4)];
 const STEPS = [4, 10, 7, 10];
 const argmax = (x: Float32Array) => x.reduce((b, v, i) => (v > x[b]! ? i : b), 0);
 
-/** Descriptors of this process open on a file in `dir` (the K spill files are unlinked while open). */
-const openIn = (dir: string) =>
-  readdirSync("/proc/self/fd").map((fd) => {
-    try {
-      return readlinkSync(`/proc/self/fd/${fd}`);
-    } catch {
-      return "";
-    }
-  }).filter((l) => l.startsWith(`${dir}/`));
 
 /** One sequence's layout: K in memory with a spill file as large as K (every complete unit may go), V in a file of `dir`. */
 function layout(cache: KvCache, dir: string): StoreLayout {
@@ -83,31 +75,6 @@ async function alone(dir?: string): Promise<Float32Array[][]> {
   });
 }
 
-/** Prompts 0–2 in slots 0–2, batched greedy steps, prompt 3 joining slot 0 when prompt 0 leaves; `joined` runs then. */
-function batched(dec: BatchDecoder, joined: () => void = () => {}): Float32Array[][] {
-  const out: Float32Array[][] = PROMPTS.map(() => []);
-  const slotOf = [0, 1, 2, 0];
-  const live: number[] = [];
-  const join = (i: number) => {
-    dec.prefill(slotOf[i]!, PROMPTS[i]!, 0);
-    out[i]!.push(dec.logits(slotOf[i]!));
-    live.push(i);
-  };
-  [0, 1, 2].forEach(join);
-  while (live.length > 0) {
-    dec.step(live.map((i) => slotOf[i]!), Int32Array.from(live, (i) => argmax(out[i]!.at(-1)!)));
-    for (const i of live) out[i]!.push(dec.logits(slotOf[i]!));
-    for (const i of [...live]) {
-      if (out[i]!.length < STEPS[i]!) continue;
-      live.splice(live.indexOf(i), 1);
-      if (i === 0) {
-        join(3);
-        joined();
-      }
-    }
-  }
-  return out;
-}
 
 const files = (dir: string) => readdirSync(dir).sort();
 
@@ -117,7 +84,7 @@ describe("batched hybrid attention, each sequence's store on the tiers (V on dis
       using model = load();
       using _b = await createBatchHybridAttention(model, backend, OPTIONS, 3);
       using dec = new BatchDecoder(model, 3);
-      return batched(dec);
+      return decodeBatched(dec, PROMPTS, STEPS);
     })();
     const dir = tmp();
     let spilled = 0;
@@ -134,7 +101,7 @@ describe("batched hybrid attention, each sequence's store on the tiers (V on dis
         expect(all).toHaveLength(9);
         expect(openIn(dir)).toHaveLength(3 * held);
         // Prompt 3 reuses slot 0's store: no file comes or goes.
-        const res = batched(dec, () => expect(files(dir)).toEqual(all));
+        const res = decodeBatched(dec, PROMPTS, STEPS, () => expect(files(dir)).toEqual(all));
         spilled = [...made.values()].reduce((n, s) => n + s.stats.units, 0);
         return res;
       })();

@@ -7,6 +7,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { dummyModelFiles, loadModel, type StoreLayout, type Tensor } from "@hybridgen/core";
 import { createCpuBackend, TieredStore } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, KSpill } from "../src/index.js";
+import { openIn } from "./batch-helpers.js";
 import { TINY_CONFIG } from "./tiny-model.js";
 
 const PAGE = 4096;
@@ -23,15 +24,6 @@ afterAll(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
 });
 
-/** Descriptors of this process open on a file in `dir` (the spill files are unlinked: "(deleted)"). */
-const openIn = (dir: string) =>
-  readdirSync("/proc/self/fd").map((fd) => {
-    try {
-      return readlinkSync(`/proc/self/fd/${fd}`);
-    } catch {
-      return "";
-    }
-  }).filter((l) => l.startsWith(`${dir}/`));
 
 /** /proc/self/maps lines mapping `path` (unlinked) at [lo, hi). */
 const mappedAt = (path: string) =>
