@@ -9,7 +9,7 @@
 # MODELS, CONTEXTS, BATCHES, STEPS, BUDGET (--gpu-kv-budget), K and BENCH_ARGS override the bench.
 # The defaults (every config × 3 contexts × 3 batch sizes; flexgen streams every offloaded row a
 # step, ×16 at batch 16) need more than one 10-minute call: run one figure a call, e.g.
-#   Fig. 16 + 21: CONTEXTS=2048,8192,32768 BATCHES=1
+#   Fig. 16 + 21: SKIP_PARITY=1 CONTEXTS=2048,8192,32768,131000 BATCHES=1 (parity: the default call)
 #   Fig. 17:      SKIP_PARITY=1 CONTEXTS=8192 BATCHES=1,4,16
 #   Fig. 15:      SKIP_PARITY=1 CONTEXTS=8192 BATCHES=1 MODELS=preset:llama-3.1-8b,preset:qwen2.5-7b
 # (each call's --out holds that figure's SVG and its bench.json).

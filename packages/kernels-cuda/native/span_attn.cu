@@ -131,8 +131,8 @@ __global__ void span_attn_combine_kernel(float *out, const float *part, int head
 static const int MERGE_WARPS = 8, MERGE_HEADS = 4, MERGE_MIN_CHUNK = 8, MERGE_MAX_SPLITS = 32;
 
 // The merge in two kernels, as split-K decode: a block per (column chunk, KV head, batch of up to
-// MERGE_HEADS query heads) reads each of its V rows once for every head that shares it, so a step's
-// few hundred columns spread over ~a hundred blocks instead of one block a head walking them all.
+// MERGE_HEADS query heads) reads each of its V rows once for every head that shares it; a step has
+// only a few hundred columns, so splitting them is what fills the SMs.
 // Chunk partials: c->decodePart [split][head][headDim + 2] = unnormalised output, max (natural log
 // units), sum; a chunk with nothing attended has max −∞ and sum 0. dyn (a recorded step): start
 // and count from the blob.

@@ -114,7 +114,7 @@ describe("planRun: the arithmetic", () => {
   });
 
   it("the scale run's 2M disk gather: 8 192 rows a layer (4·256 candidates × 8 KV heads) on V's disk layers, each a random read", () => {
-    // The H200 run: 100 GiB of host budget, V's last 18 layers in files; the probe's 4 KiB reads at 1 450 µs with 120 in flight.
+    // A 2M context on a 100 GiB host budget puts V's last ~18 layers in files; the disk tier as a probe describes it (latency at its depth).
     const tiers: MemoryTier[] = [node0, { ...disk, capacityBytes: 60 * GiB, readBandwidthGBs: 2.3, readLatencyUs: 1450, readDepth: 120 }];
     const p = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_028, gpuKvBudget: 859_852, gpu: h200, tiers, k: 256, prefill: false, hostBudgetBytes: 100 * GiB });
     expect(p.offloadedTokens).toBe(1_140_176);
