@@ -1,9 +1,8 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { headLayout, loadModel, selectionForKvHead, type DType, type TokenSelector } from "@hybridgen/core";
+import { headLayout, selectionForKvHead, type DType, type TokenSelector } from "@hybridgen/core";
 import { cpuFeatures, createCpuBackend, NativeCpuStage, type CpuTensor, type Isa } from "@hybridgen/kernels-cpu";
 import { createSelector } from "@hybridgen/selectors";
-import { CONTEXT, decodeTiny, PROMPT, STEPS, tinyFiles } from "./tiny-model.js";
-import { createHybridAttention } from "../src/index.js";
+import { decodePreTiny, PROMPT, STEPS } from "./tiny-model.js";
 
 const f = cpuFeatures();
 const ISAS: Isa[] = ["generic", ...(f.avx2 ? ["avx2" as const] : []), ...(f.avx512 ? ["avx512" as const] : [])];
@@ -62,14 +61,12 @@ describe("hybrid decode with quest pre-QKᵀ on the CPU backend", () => {
   afterAll(() => backend.close());
   const prompt = Int32Array.from({ length: PROMPT }, (_, i) => (i * 37 + 11) % 256);
 
-  /** Greedy decode through hybrid attention with `selector` (quest, pre, fixed K): tokens, logits, JS selection time. */
   async function decode(selector: TokenSelector, logits: "exact" | "verified") {
-    using model = loadModel(tinyFiles(5), backend, { maxContext: CONTEXT, gpuKvBudget: 16, sinkTokens: 2 });
-    using ha = await createHybridAttention(model, backend, { selector, scheduler: "fixed", k: 6, timing: "pre", logits });
-    const { tokens, logits: out } = decodeTiny(model, prompt);
-    expect(ha.stats.steps).toBe(STEPS);
-    return { tokens, logits: out, jsMs: ha.stats.cpuJsMs };
+    const r = await decodePreTiny(backend, 5, prompt, selector, logits);
+    expect(r.steps).toBe(STEPS);
+    return r;
   }
+
 
   for (const logits of ["exact", "verified"] as const) {
     it(`${logits}: the stage's Quest kernel gives the tokens and logits of quest's select() in JS, and no JS selection time`, async () => {

@@ -1,23 +1,20 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { loadModel, type TokenSelector } from "@hybridgen/core";
+import type { TokenSelector } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { createSelector } from "@hybridgen/selectors";
-import { CONTEXT, decodeTiny, PROMPT, STEPS, tinyFiles } from "./tiny-model.js";
-import { createHybridAttention } from "../src/index.js";
+import { decodePreTiny, PROMPT, STEPS } from "./tiny-model.js";
 
 describe("hybrid decode with streaming pre-QKᵀ on the CPU backend", () => {
   const backend = createCpuBackend({ threads: 1 });
   afterAll(() => backend.close());
   const prompt = Int32Array.from({ length: PROMPT }, (_, i) => (i * 29 + 5) % 256);
 
-  /** Greedy decode through hybrid attention with `selector` (pre, fixed K): tokens, logits, JS selection time. */
   async function decode(selector: TokenSelector, logits: "exact" | "verified") {
-    using model = loadModel(tinyFiles(6), backend, { maxContext: CONTEXT, gpuKvBudget: 16, sinkTokens: 2 });
-    using ha = await createHybridAttention(model, backend, { selector, scheduler: "fixed", k: 6, timing: "pre", logits });
-    const { tokens, logits: out } = decodeTiny(model, prompt);
-    expect(ha.stats.steps).toBe(STEPS);
-    return { tokens, logits: out, jsMs: ha.stats.cpuJsMs };
+    const r = await decodePreTiny(backend, 6, prompt, selector, logits);
+    expect(r.steps).toBe(STEPS);
+    return r;
   }
+
 
   for (const logits of ["exact", "verified"] as const) {
     it(`${logits}: the native stage's streaming kernel gives the tokens and logits of streaming's select() in JS, and no JS selection time`, async () => {

@@ -1,5 +1,6 @@
 /** The runtime tests' model: a tiny Llama (GQA: 4 heads over 2 KV heads), random f32 weights, 3 layers, 96-token context. */
-import { dummyModelFiles, type ModelFiles } from "@hybridgen/core";
+import { dummyModelFiles, loadModel, type Backend, type ModelFiles, type TokenSelector } from "@hybridgen/core";
+import { createHybridAttention } from "../src/index.js";
 
 export const TINY_CONFIG = {
   architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 64, intermediate_size: 128, num_hidden_layers: 3,
@@ -24,4 +25,15 @@ export function decodeTiny(model: { forward(tokens: Int32Array, pos: number): Fl
     logits.push(Float32Array.from(model.forward(Int32Array.of(tok), PROMPT + s)));
   }
   return { logits, tokens };
+}
+
+/**
+ * `prompt` then greedy steps through hybrid attention with `selector` (pre-QKᵀ, fixed K 6, a window
+ * of 16 with 2 sinks) on the tiny model of `seed`: tokens, logits, and the JS selection time.
+ */
+export async function decodePreTiny(backend: Backend, seed: number, prompt: Int32Array, selector: TokenSelector, logits: "exact" | "verified") {
+  using model = loadModel(tinyFiles(seed), backend, { maxContext: CONTEXT, gpuKvBudget: 16, sinkTokens: 2 });
+  using ha = await createHybridAttention(model, backend, { selector, scheduler: "fixed", k: 6, timing: "pre", logits });
+  const { tokens, logits: out } = decodeTiny(model, prompt);
+  return { tokens, logits: out, steps: ha.stats.steps, jsMs: ha.stats.cpuJsMs };
 }
