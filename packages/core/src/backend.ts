@@ -139,6 +139,41 @@ export interface HostTransfers extends Disposable {
    * groups = heads / group) (compute stream, recordable).
    */
   padColumnsAt?(scores: Tensor, col: number, kmax: number, group: number, table: HostRegion): void;
+  /**
+   * Optional (with the hand-off ops): a new pair of row slots filled ahead on a stream of their own
+   * (RowFetch), so a layer's selected rows cross the link while the compute stream still runs the
+   * layer before. One per user: a batch's sequences each take their own.
+   */
+  rowFetch?(): RowFetch;
+}
+
+/**
+ * Rows fetched ahead (HostTransfers.rowFetch): two slots whose gathers run on a side stream. The
+ * compute stream says when a slot's rows are needed (ready) and when they are consumed (release);
+ * the side stream waits for the CPU stage's done signal itself, so the host never blocks.
+ */
+export interface RowFetch extends Disposable {
+  /**
+   * Queued now on the side stream (never recorded, even while a segment records): after the
+   * compute stream has run the slot's last release() launched before this call, wait until `done`
+   * is reached (as awaitSignal, its time not counted in times().waitMs), then run each gather as
+   * gatherRowsAt would, in order.
+   */
+  fetch(slot: 0 | 1, done: HostSignal, gathers: readonly RowFetchGather[]): void;
+  /** Compute stream, recordable: the ops after it wait for the slot's last fetch() called before it launches (a recorded segment's ops launch when it ends). */
+  ready(slot: 0 | 1): void;
+  /** Compute stream, recordable: the slot's rows are consumed once the ops before it have run; a fetch() after its launch may refill them. */
+  release(slot: 0 | 1): void;
+  /** Waits for the side stream and frees the slots' events (the link's close does too). */
+  close(): void;
+}
+
+/** One gather of a RowFetch.fetch: gatherRowsAt's arguments. */
+export interface RowFetchGather {
+  readonly dst: Tensor;
+  readonly src: HostRegion;
+  readonly rows: RowGather;
+  readonly table: HostRegion;
 }
 
 /** A HostTransfers.sendSignalled: the word at `address` reaches `value` once the bytes have landed. */

@@ -24,8 +24,13 @@
  * wrote them (handOff), so the host issues the whole step without waiting for the stage. The done
  * signals are a word of this staging's own, so the stages of a batch's sequences, which share the
  * link and run at their own pace, never satisfy or roll back one another's waits.
+ *
+ * Rows fetched ahead (`fetchesAhead`: the link offers HostTransfers.rowFetch): a handed-off layer's
+ * rows are gathered on the link's side stream as soon as its job is done (fetchRows), while the
+ * compute stream still runs the layer before; the layer only waits for them (handOff) and frees
+ * the slot after its merge (releaseRows). PCIe-bound gathers then overlap HBM-bound GEMVs.
  */
-import type { Backend, HostCopy, HostRegion, HostSignal, HostTransfers, RowGather, Tensor } from "../backend.js";
+import type { Backend, HostCopy, HostRegion, HostSignal, HostTransfers, RowFetch, RowFetchGather, RowGather, Tensor } from "../backend.js";
 import { DTYPE_BYTES } from "../backend.js";
 import { fail } from "../errors.js";
 import type { KvCache } from "../kv-cache.js";
@@ -88,6 +93,8 @@ export class DeviceStaging implements Disposable {
   /** The host word the jobs' done signals are raised in (pinned and mapped), and the last value handed out. */
   private doneWord: { readonly tensor: Tensor; readonly region: HostRegion } | null = null;
   private doneValue = 0;
+  /** The side-stream fetches of a handed-off step (null: the compute stream gathers). */
+  private readonly fetcher: RowFetch | null = null;
   private closed = false;
 
   constructor(
@@ -124,11 +131,17 @@ export class DeviceStaging implements Disposable {
       this.handsOff = this.signals && ops.every((f) => typeof f === "function") && (stage.queueDepth ?? 1) >= cache.layers &&
         paths.every((p) => p === "mapped") && this.regions.every((r) => r.table !== undefined && link.mapped!(r.table) && link.mapped!(r.logits)) &&
         this.pinDoneWord();
+      if (this.handsOff && link.rowFetch) this.fetcher = link.rowFetch();
     } catch (e) {
       this.handsOff = false;
       this.close();
       throw e;
     }
+  }
+
+  /** Whether a handed-off layer's rows are fetched ahead on the link's side stream (fetchRows). */
+  get fetchesAhead(): boolean {
+    return this.fetcher !== null;
   }
 
   /** Rows per KV head the gathered-row buffers hold now. */
@@ -218,18 +231,43 @@ export class DeviceStaging implements Disposable {
   /**
    * The hand-off of `layer` (slot `slot`, after handOffRows), queued on the compute stream: the
    * device waits for the job's `done`, then reads the stage's logits into scores[slot] from column
-   * `col` (unless it scores the K rows itself: `keys`) and gathers the V (and K) rows by the slot's table.
+   * `col` (unless it scores the K rows itself: `keys`), and gathers the V (and K) rows by the slot's
+   * table — or, when they were fetched ahead (`fetched`: fetchRows), waits for the side stream's gathers.
    */
-  handOff(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean): void {
+  handOff(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean, fetched: boolean): void {
     const r = this.regions[slot]!, v = this.values[slot]!, k = keys ? this.keys[slot]! : null, kmax = v.kmax;
-    this.link.awaitSignal!(done);
+    this.link.awaitSignal!(done); // also when fetched: the device's wait for the stage is timed here (waitMs)
+    if (fetched) this.fetcher!.ready(slot);
     if (!k) {
       const scores = this.scores[slot]!;
       this.link.readMapped!({ host: r.logits, hostOffset: 0, tensor: scores, tensorOffset: this.col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: scores.shape[1]! * 4 });
     }
-    const c = this.cache, table = r.table!;
-    if (k) this.link.gatherRowsAt!(k.store, this.hostOf(c.stageStoreK(layer)), this.rowGather(kmax), table);
-    this.link.gatherRowsAt!(v.store, this.hostOf(c.stageStoreV(layer)), this.rowGather(kmax), table);
+    if (fetched) return;
+    for (const g of this.slotGathers(layer, slot, keys)) this.link.gatherRowsAt!(g.dst, g.src, g.rows, g.table);
+  }
+
+  /**
+   * Queues `layer`'s row gathers (slot `slot`, after handOffRows) on the side stream: they run once
+   * the job's `done` is raised and the slot's last releaseRows() has run. handOff(…, fetched) waits for them.
+   */
+  fetchRows(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean): void {
+    if (!this.fetcher) fail("hybrid attention: rows fetched ahead on a link without rowFetch");
+    this.fetcher.fetch(slot, done, this.slotGathers(layer, slot, keys));
+  }
+
+  /** After the merge that read slot `slot`'s fetched rows (compute stream, recordable): a later fetch may refill them. */
+  releaseRows(slot: 0 | 1): void {
+    this.fetcher?.release(slot);
+  }
+
+  /** The gathers of `layer`'s K (verified) and V rows into slot `slot`'s buffers at their kmax, by the slot's table. */
+  private slotGathers(layer: number, slot: 0 | 1, keys: boolean): RowFetchGather[] {
+    const v = this.values[slot]!, k = keys ? this.keys[slot] : null, table = this.regions[slot]!.table!, c = this.cache, rows = this.rowGather(v.kmax);
+    if (keys && !k) fail("hybrid attention: no device buffers for K rows (a verified layer the staging was not told of)");
+    const gathers: RowFetchGather[] = [];
+    if (k) gathers.push({ dst: k.store, src: this.hostOf(c.stageStoreK(layer)), rows, table });
+    gathers.push({ dst: v.store, src: this.hostOf(c.stageStoreV(layer)), rows, table });
+    return gathers;
   }
 
   /** Verified logits of a handed-off layer: columns past each KV head's count become −∞ (the table's counts, read by the device). */
@@ -298,6 +336,7 @@ export class DeviceStaging implements Disposable {
     if (this.closed) return;
     this.closed = true;
     try {
+      this.fetcher?.close();
       this.link.fence();
     } finally {
       for (const r of this.pinned) this.link.unpin(r);

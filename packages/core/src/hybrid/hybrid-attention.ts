@@ -33,7 +33,10 @@
  * Where the staging hands off on the device (DeviceStaging.handsOff) and the stage runs a kernel
  * (top-K, Quest, streaming, all), the step is handed off: every layer's job is queued as soon as its
  * query is sent, the device waits for each job and reads its output in place, and the host issues
- * the whole step without waiting; it collects the jobs' times at endStep.
+ * the whole step without waiting; it collects the jobs' times at endStep. Where the link fetches
+ * rows ahead (DeviceStaging.fetchesAhead), a layer's rows are gathered on a side stream as soon as
+ * its job is done — the next layer's is queued right after this layer's hand-off — so they cross
+ * the link during the layer before instead of inside the layer.
  *
  * A row of a batched step (BatchRows) hands off the same way, its jobs' done signals in a word of
  * its own sequence's staging. Its device work is launched as issued, not recorded: the backend
@@ -114,6 +117,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private pos = 0;
   private step = 0;
   private jobs: (CpuStageJob | null)[] = [];
+  /** Per layer: its rows were fetched ahead this step (DeviceStaging.fetchRows). */
+  private fetched: boolean[] = [];
   private selections: (Selection | null)[] = [];
   private stepStart = 0;
   private stepWait = 0;
@@ -186,6 +191,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     hybridCount++;
     this.decision = scheduler.initial();
     this.jobs = new Array(this.layers).fill(null);
+    this.fetched = new Array(this.layers).fill(false);
     this.selections = new Array(this.layers).fill(null);
     this.newSequence();
   }
@@ -232,6 +238,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.stepStart = performance.now();
     this.stepWait = this.stepJs = this.stepTx = this.stepCpu = 0;
     this.jobs.fill(null);
+    this.fetched.fill(false);
     this.selections.fill(null);
     this.readySignals = [];
     this.handOffStep = false;
@@ -366,16 +373,31 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private handOff(d: DeviceStaging, layer: number, q: Tensor, kmax: number, out: Tensor): void {
     const slot = (layer & 1) as 0 | 1, scores = d.scores[slot], job = this.jobs[layer];
     if (!job?.done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
+    // A batch's rows share one link and run unrecorded: they gather on the compute stream.
+    const fetch = d.fetchesAhead && !this.batchStep;
     this.closeSegment();
     const up = d.handOffRows(slot, kmax, this.rescore[layer]!);
+    if (fetch && !this.fetched[layer]) d.fetchRows(layer, slot, job.done, this.rescore[layer]!); // before the segment that waits for it
     this.openSegment(layer);
-    d.handOff(layer, slot, job.done, this.rescore[layer]!);
+    d.handOff(layer, slot, job.done, this.rescore[layer]!, fetch);
     this.submitNext(layer);
+    if (fetch) this.fetchNext(d, layer);
     if (this.rescore[layer]) {
       this.attention.backend.attnLogits(scores, d.col, q, 0, up.keys!, 0, kmax, this.attention.scale);
       d.padColumns(slot, kmax, this.layout.groupSize);
     }
     this.softmaxAggregate(layer, scores, d.col, null, up.values, kmax, out); // a handed-off step tracks no scores
+    if (fetch) d.releaseRows(slot);
+  }
+
+  /** The next layer's rows, fetched ahead as soon as its job (just queued on q̃) is done: its slot was freed by the layer before this one. */
+  private fetchNext(d: DeviceStaging, layer: number): void {
+    const next = layer + 1, job = next < this.layers ? this.jobs[next] : null;
+    if (!job?.done) return;
+    const slot = (next & 1) as 0 | 1;
+    d.handOffRows(slot, this.layerKmax(next), this.rescore[next]!);
+    d.fetchRows(next, slot, job.done, this.rescore[next]!);
+    this.fetched[next] = true;
   }
 
   /** Records the device ops from here to the next host interaction as layer's segment. */
