@@ -5,41 +5,15 @@
 // query sent to the CPU stage; the device waiting for the stage's output). One HgLink per
 // context; TypeScript (src/host-link.ts) checks every range.
 #include "common.cuh"
+#include "host_link.cuh"
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <stdio.h>
 
-static const int POOL = 2048;  // timeline events a step may record (more are not timed)
-static const double WAIT_TIMEOUT_MS = 10000;  // hg_link_await_signal's default
-
-// The link's mapped host memory (one allocation), a 64-byte line each for what different
-// parties write: the device (send), a CPU stage thread (stage), the device's waits (the rest).
-struct HgLinkWords {
-  alignas(64) unsigned send;   // hg_link_send_signalled's word
-  alignas(64) unsigned stage;  // hg_link_stage_signal's word: the CPU stage raises it
-  alignas(64) unsigned gaveUp; // a wait timed out (later waits return at once); hg_link_gave_up clears it
-  unsigned gaveUpValue, gaveUpHeld;  // the value that wait wanted, what the word held
-  unsigned long long timeoutNs;
-  alignas(64) unsigned long long waitedNs;  // time the waits took since hg_link_times last read it
-};
 enum { MARK_RESUME = 0, MARK_PAUSE = 1, STALL_BEGIN = 2, STALL_END = 3, COPY_BEGIN = 4, COPY_END = 5 };
-
-struct HgLink {
-  HgCtx *c;
-  cudaEvent_t order[3];  // untimed: compute marks for double buffering (2), copy done (1)
-  int prev;              // which order[] holds the compute mark of the previous H2D, -1 none
-  cudaEvent_t ev[POOL];
-  int kind[POOL];
-  int n;
-  int open;  // between a resume and a pause mark: compute stalls count against T_gpu
-  int rowwise;     // 2-D copies the driver refused and that ran row by row instead
-  char why[256];   // the call that failed, with its arguments (hg_link_error)
-  volatile HgLinkWords *words;  // mapped pinned host memory (NULL: the device cannot map it)
-  HgLinkWords *wordsDev;        // its device address
-  unsigned signals;             // the last value hg_link_send_signalled handed out
-  unsigned stageSignals;        // the last value hg_link_stage_signal handed out
-};
+static const int POOL = HG_LINK_POOL;
+static const double WAIT_TIMEOUT_MS = 10000;  // hg_link_await_signal's default
 
 // hg_link_send_signalled's kernel: src's 16-byte pieces into mapped host memory, then (every
 // thread's stores fenced system-wide first) the signal value into the word: a host thread that
@@ -62,7 +36,7 @@ __device__ __forceinline__ unsigned long long global_ns() {
 // it records the give-up and returns; once one has, later waits return at once (and a running
 // one stops: how hg_link_destroy ends it). The state's loads are issued together: each is a
 // round trip to host memory.
-__global__ void await_signal(volatile unsigned *word, const int *value, int valueNow, volatile HgLinkWords *w) {
+__global__ void await_signal(volatile unsigned *word, const int *value, int valueNow, volatile HgLinkWords *w, int account) {
   const unsigned v = value ? (unsigned)*value : (unsigned)valueNow;
   const unsigned gaveUp = w->gaveUp;
   const unsigned long long limit = w->timeoutNs, waited = w->waitedNs;
@@ -82,7 +56,7 @@ __global__ void await_signal(volatile unsigned *word, const int *value, int valu
     if (w->gaveUp) break;
   }
   __threadfence_system();
-  w->waitedNs = waited + (global_ns() - t0);
+  if (account) w->waitedNs = waited + (global_ns() - t0);
 }
 
 Cmd hg_new_cmd(int kind);
@@ -90,7 +64,12 @@ Cmd hg_new_cmd(int kind);
 // CMD_AWAIT_SIGNAL: p[0] the word's device address, p[1] the value (the step's blob when
 // recording; NULL: d[0], an eager run's), p[2] the link's words (device address).
 int hg_launch_await_signal(HgCtx *c, const Cmd &m) {
-  await_signal<<<1, 1, 0, c->compute>>>((volatile unsigned *)m.p[0], (const int *)m.p[1], m.d[0], (volatile HgLinkWords *)m.p[2]);
+  await_signal<<<1, 1, 0, c->compute>>>((volatile unsigned *)m.p[0], (const int *)m.p[1], m.d[0], (volatile HgLinkWords *)m.p[2], 1);
+  return hg_launched();
+}
+
+int hg_await_on(HgLink *l, cudaStream_t s, const void *word, int value) {
+  await_signal<<<1, 1, 0, s>>>((volatile unsigned *)word, NULL, value, (volatile HgLinkWords *)l->wordsDev, 0);
   return hg_launched();
 }
 
@@ -164,7 +143,9 @@ HG_EXPORT void hg_link_destroy(HgLink *l) {
     hg_drain(l->c);
     hg_flush_copies(l->c);
     cudaStreamSynchronize(l->c->compute);
+    if (l->ahead) cudaStreamSynchronize(l->ahead);
   }
+  if (l->ahead) cudaStreamDestroy(l->ahead);
   for (int i = 0; i < 3; i++) cudaEventDestroy(l->order[i]);
   for (int i = 0; i < POOL; i++) cudaEventDestroy(l->ev[i]);
   if (l->words) cudaFreeHost((void *)l->words);
@@ -373,8 +354,11 @@ HG_EXPORT int hg_link_mark(HgLink *l, int pause) {
   return r;
 }
 
-// The host waits for every copy issued so far.
-HG_EXPORT int hg_link_fence(HgLink *l) { return (int)cudaStreamSynchronize(l->c->copy); }
+// The host waits for every copy issued so far, and for the rows fetched ahead.
+HG_EXPORT int hg_link_fence(HgLink *l) {
+  const cudaError_t e = cudaStreamSynchronize(l->c->copy);
+  return (int)(e == cudaSuccess && l->ahead ? cudaStreamSynchronize(l->ahead) : e);
+}
 
 // Waits for both streams, then out[0] = T_gpu ms (resume..pause spans less the compute stalls
 // on copies inside them and the time hg_link_await_signal's waits took), out[1] = T_tx ms (copy

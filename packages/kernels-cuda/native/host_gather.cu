@@ -6,6 +6,7 @@
 // way (rows memcpy'd into a pinned staging buffer, then one DMA) and against one copy per run of
 // consecutive ids, on the copy stream for one (K, id pattern), and checks that they agree.
 #include "common.cuh"
+#include "host_link.cuh"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -23,35 +24,64 @@ __global__ void gather_mapped_rows(uint4 *__restrict__ dst, const uint4 *__restr
   for (int p = lane; p < pieces; p += 32) d[p] = s[p];
 }
 
-// The hybrid step's gather, one warp a row: table = [counts (groups) | ids (groups · kmax)];
-// dst[g, i, :] = src[g, ids[g · kmax + i], :] for i < counts[g] and an id inside the store, else
-// a zero row (as the CPU stage pads its staged rows, so both paths give the same bytes).
-__global__ void gather_rows_kernel(uint4 *__restrict__ dst, const uint4 *__restrict__ src, const int32_t *__restrict__ table,
-                                   int groups, int kmax, long long cap, int pieces) {
-  const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  if (warp >= (long long)groups * kmax) return;
-  const int g = (int)(warp / kmax), i = (int)(warp % kmax);
-  const int id = i < table[g] ? table[groups + warp] : -1;
-  uint4 *d = dst + warp * pieces;
-  if (id < 0 || id >= cap) {
-    for (int p = lane; p < pieces; p += 32) d[p] = make_uint4(0, 0, 0, 0);
-    return;
+// The hybrid step's gather: table = [counts (groups) | ids (groups · kmax)]; dst[g, i, :] =
+// src[g, ids[g · kmax + i], :] for i < counts[g] and an id inside the store, else a zero row (as
+// the CPU stage pads its staged rows, so both paths give the same bytes). A block takes a chunk of
+// GATHER_CHUNK rows at a time: their ids come in once (one round trip to host memory), then every
+// thread has GATHER_UNROLL 16-byte reads in flight. A small grid then keeps the link busy, so the
+// gather can run on a side stream beside the GEMVs without taking the SMs from them.
+constexpr int GATHER_CHUNK = 64, GATHER_UNROLL = 4, GATHER_THREADS = 256;
+__global__ void __launch_bounds__(GATHER_THREADS) gather_rows_kernel(uint4 *__restrict__ dst, const uint4 *__restrict__ src, const int32_t *__restrict__ table,
+                                                                      int groups, int kmax, long long cap, int pieces) {
+  __shared__ long long rowAt[GATHER_CHUNK];  // the source row of each chunk row, -1: a zero row
+  const long long rows = (long long)groups * kmax, chunks = (rows + GATHER_CHUNK - 1) / GATHER_CHUNK;
+  for (long long ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const long long r0 = ch * GATHER_CHUNK;
+    const int n = (int)(rows - r0 < GATHER_CHUNK ? rows - r0 : GATHER_CHUNK);
+    __syncthreads();  // the previous chunk is done with rowAt
+    if ((int)threadIdx.x < n) {
+      const long long r = r0 + threadIdx.x;
+      const int g = (int)(r / kmax), i = (int)(r % kmax);
+      const int id = i < table[g] ? table[groups + r] : -1;
+      rowAt[threadIdx.x] = id >= 0 && id < cap ? (long long)g * cap + id : -1;
+    }
+    __syncthreads();
+    const int total = n * pieces;
+    for (int base = 0; base < total; base += GATHER_THREADS * GATHER_UNROLL) {
+      uint4 v[GATHER_UNROLL];
+#pragma unroll
+      for (int u = 0; u < GATHER_UNROLL; u++) {
+        const int p = base + u * GATHER_THREADS + threadIdx.x;
+        v[u] = make_uint4(0, 0, 0, 0);
+        if (p < total) {
+          const long long at = rowAt[p / pieces];
+          if (at >= 0) v[u] = src[at * pieces + p % pieces];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < GATHER_UNROLL; u++) {
+        const int p = base + u * GATHER_THREADS + threadIdx.x;
+        if (p < total) dst[r0 * pieces + p] = v[u];
+      }
+    }
   }
-  const uint4 *s = src + ((long long)g * cap + id) * pieces;
-  for (int p = lane; p < pieces; p += 32) d[p] = s[p];
 }
 
 Cmd hg_new_cmd(int kind);
+
+int hg_gather_rows_on(HgCtx *c, cudaStream_t s, void *dst, const void *src, const int *table, int groups, int kmax, long long cap, int pieces) {
+  const long long chunks = ((long long)groups * kmax + GATHER_CHUNK - 1) / GATHER_CHUNK;
+  const int most = c->numSMs > 1 ? c->numSMs / 2 : 1;  // half the SMs: ~1 MiB in flight, far past what the link needs
+  const unsigned blocks = (unsigned)(chunks < most ? chunks : most);
+  gather_rows_kernel<<<blocks, GATHER_THREADS, 0, s>>>((uint4 *)dst, (const uint4 *)src, (const int32_t *)table, groups, kmax, cap, pieces);
+  return hg_launched();
+}
 
 // CMD_GATHER_ROWS: p[0] dst, p[1] src (device address of the mapped region), p[2] table; s[0]
 // groups, s[1] kmax, s[2] 16-byte pieces a row, s[3] cap. The grid follows kmax (static: a
 // recorded step whose width changes captures again, as its blob offsets change anyway).
 int hg_launch_gather_rows(HgCtx *c, const Cmd &m) {
-  const long long warps = (long long)m.s[0] * m.s[1];
-  const unsigned blocks = (unsigned)((warps * 32 + 255) / 256);
-  gather_rows_kernel<<<blocks, 256, 0, c->compute>>>((uint4 *)m.p[0], (const uint4 *)m.p[1], (const int32_t *)m.p[2], m.s[0], m.s[1], m.s[3], m.s[2]);
-  return hg_launched();
+  return hg_gather_rows_on(c, c->compute, (void *)m.p[0], m.p[1], (const int *)m.p[2], m.s[0], m.s[1], m.s[3], m.s[2]);
 }
 
 static double now_ms() {

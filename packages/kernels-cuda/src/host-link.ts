@@ -5,10 +5,13 @@
  * scheduler T_gpu and T_tx, rows gathered by the device straight from mapped regions
  * (native/host_gather.cu), and the stage hand-off on the device: the device waits for the CPU
  * stage's signal word, then reads the stage's output from mapped host memory when it runs
- * (native/mapped_ops.cu). Every host and device range is checked here before an address reaches C.
+ * (native/mapped_ops.cu), and rows fetched ahead on a side stream (rowFetch, native/row_fetch.cu).
+ * Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
-import { HybridgenError, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type RowGather, type Tensor } from "@hybridgen/core";
+import {
+  HybridgenError, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor,
+} from "@hybridgen/core";
 import { MAX_HOST_INTS, type CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 
@@ -48,6 +51,8 @@ export class CudaHostLink implements HostTransfers {
   private readonly gaveUpOut = new Float64Array(2);
   /** The link's stage word (host and device address), known once stageSignal() handed it out. */
   private stageWord: { address: number; device: number } | null = null;
+  /** The row fetches made and not yet closed (the link closes them first). */
+  private readonly fetches = new Set<CudaRowFetch>();
   private timeoutMs = DEFAULT_WAIT_TIMEOUT_MS;
 
   constructor(private readonly owner: HostLinkOwner) {
@@ -190,12 +195,44 @@ export class CudaHostLink implements HostTransfers {
   awaitSignal(signal: HostSignal): void {
     const op = "awaitSignal";
     const link = this.live(op);
+    const word = this.signalWord(signal, op);
+    this.owner.ok(`${op} (a device that cannot map host memory has no signal word)`, this.owner.lib.hg_link_await_signal(link, P(word), signal.value));
+  }
+
+  /** HostTransfers.rowFetch: a new pair of slots whose gathers run on the link's side stream (closed with the link at the latest). */
+  rowFetch(): RowFetch {
+    const op = "rowFetch";
+    const link = this.live(op);
+    const f = this.owner.lib.hg_fetch_create(link);
+    if (!f) throw new HybridgenError(`${op}: could not make its events and side stream (or the device cannot map the link's signal words)`, "ECUDA");
+    const fetch = new CudaRowFetch(f as Pointer, this.owner, this, (done) => this.fetches.delete(done));
+    this.fetches.add(fetch);
+    return fetch;
+  }
+
+  /** RowFetch.fetch's checks: the signal's word and each gather's ranges, as device addresses [word, 7 doubles a gather]. */
+  fetchArgs(signal: HostSignal, gathers: readonly RowFetchGather[], op: string): { word: number; desc: Float64Array } {
+    this.live(op);
+    const word = this.signalWord(signal, op);
+    if (!Array.isArray(gathers) || gathers.length === 0 || gathers.length > 8) bad(`${op}: 1 to 8 gathers are needed`);
+    const desc = new Float64Array(gathers.length * 7);
+    gathers.forEach((g, i) => {
+      const { groups, kmax, cap, rowBytes } = checkGatherShape(g.rows, op);
+      const tableAt = this.mappedTable(g.table, groups * (1 + kmax), `${groups} × (1 + ${kmax}) ints`, op);
+      const { d, at } = this.gatherRanges(g.dst, g.src, g.rows, op);
+      desc.set([d.addr, at, tableAt, groups, kmax, cap, rowBytes], i * 7);
+    });
+    return { word, desc };
+  }
+
+  /** The device address of a signal's word (the link's stage word or a word of mapped pinned memory), its value checked. */
+  private signalWord(signal: HostSignal, op: string): number {
     if (!signal || !isCount(signal.address) || signal.address === 0 || signal.address % 4 !== 0) bad(`${op}: a signal needs a non-null, 4-byte aligned word address`);
     if (!(isCount(signal.value) && signal.value <= 0xffffffff)) bad(`${op}: a signal value must be an integer in [0, 2³²), got ${signal.value}`);
     const own = this.stageWord;
     const word = own !== null && own.address === signal.address ? own.device : this.deviceAddress({ address: signal.address, byteLength: 4 });
     if (word === null) bad(`${op}: the word at 0x${signal.address.toString(16)} is neither the link's stage word nor in pinned memory the device maps`);
-    this.owner.ok(`${op} (a device that cannot map host memory has no signal word)`, this.owner.lib.hg_link_await_signal(link, P(word), signal.value));
+    return word;
   }
 
   /** How long (ms) a device wait for a stage signal lasts before it gives up; waits that start later use it. */
@@ -276,6 +313,7 @@ export class CudaHostLink implements HostTransfers {
   /** Unpins what is still pinned and frees the events. Idempotent. */
   close(): void {
     if (!this.link) return;
+    for (const f of [...this.fetches]) f.close();
     for (const a of this.pinned.keys()) this.owner.lib.hg_host_unpin(P(a));
     this.pinned.clear();
     this.deviceAt.clear();
@@ -369,6 +407,50 @@ export class CudaHostLink implements HostTransfers {
     const end = buf.indexOf(0);
     return { firstError: new TextDecoder().decode(buf.subarray(0, end < 0 ? buf.length : end)), rowwise: n[0] };
   }
+}
+
+/** HostTransfers.rowFetch's slots (native HgFetch): the side stream's gathers, and the compute stream's ready/release events. */
+class CudaRowFetch implements RowFetch {
+  constructor(private handle: Pointer | null, private readonly owner: HostLinkOwner, private readonly link: CudaHostLink, private readonly onClose: (f: CudaRowFetch) => void) {}
+
+  private live(op: string): Pointer {
+    if (!this.handle) bad(`${op}: the row fetch is closed`);
+    return this.handle;
+  }
+
+  fetch(slot: 0 | 1, done: HostSignal, gathers: readonly RowFetchGather[]): void {
+    const op = "rowFetch.fetch", f = this.live(op);
+    checkSlot(slot, op);
+    const { word, desc } = this.link.fetchArgs(done, gathers, op);
+    this.owner.ok(op, this.owner.lib.hg_fetch_rows(f, slot, P(word), done.value, desc, gathers.length));
+  }
+
+  ready(slot: 0 | 1): void {
+    const op = "rowFetch.ready";
+    checkSlot(slot, op);
+    this.owner.ok(op, this.owner.lib.hg_fetch_mark(this.live(op), slot, 0));
+  }
+
+  release(slot: 0 | 1): void {
+    const op = "rowFetch.release";
+    checkSlot(slot, op);
+    this.owner.ok(op, this.owner.lib.hg_fetch_mark(this.live(op), slot, 1));
+  }
+
+  close(): void {
+    if (!this.handle) return;
+    this.owner.lib.hg_fetch_destroy(this.handle);
+    this.handle = null;
+    this.onClose(this);
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+}
+
+function checkSlot(slot: number, op: string): void {
+  if (slot !== 0 && slot !== 1) bad(`${op}: slot must be 0 or 1, got ${slot}`);
 }
 
 /** gatherRows(At)'s shape: positive 32-bit counts, whole 16-byte pieces, kmax ≤ cap. */

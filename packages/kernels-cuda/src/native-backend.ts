@@ -97,6 +97,11 @@ export const backendSymbols = {
   hg_link_times: { args: [ptr, ptr], returns: i32 },
   hg_link_bandwidth: { args: [ptr, ptr, f64, i32, ptr], returns: i32 },
   hg_link_error: { args: [ptr, ptr, i32, ptr], returns: none },
+  // rows fetched ahead (native/row_fetch.cu): a side stream's gathers, slots ordered by events
+  hg_fetch_create: { args: [ptr], returns: ptr },
+  hg_fetch_rows: { args: [ptr, i32, ptr, f64, ptr, i32], returns: i32 },
+  hg_fetch_mark: { args: [ptr, i32, i32], returns: i32 },
+  hg_fetch_destroy: { args: [ptr], returns: none },
 } as const;
 
 /** The functions the backend calls; a test can hand the backend a stand-in with the same shape. */

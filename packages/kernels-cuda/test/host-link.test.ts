@@ -320,6 +320,49 @@ describe("CudaBackend.hostTransfers: the stage hand-off on the device (stand-in 
     link.padColumnsAt!(scores, 30, 20, 2, table);
     expect(named(calls, "hg_cu_pad_columns").at(-1)!.args.slice(1)).toEqual([be.address(scores), tables.address + 2 ** 44, 8, 50, 30, 20, 2]);
   });
+
+  it("rowFetch checks each gather as gatherRowsAt and the signal as awaitSignal, passes device addresses, marks ready/release on the compute stream, and closes with the link", () => {
+    const calls: NativeCall[] = [];
+    const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: lib(calls), device });
+    const link = be.hostTransfers();
+    const store = { address: 0x400000, byteLength: 2 * 64 * 32 }, tables = { address: 0x600000, byteLength: 4096 };
+    for (const r of [store, tables]) link.pin(r);
+    const k = be.alloc([2 * 8, 8]), v = be.alloc([2 * 8, 8]);
+    const rows = { groups: 2, cap: 64, rowBytes: 32, kmax: 8 };
+    const table = { address: tables.address + 256, byteLength: 2 * 9 * 4 };
+    const done = { address: tables.address + 64, value: 5 };
+    const f = link.rowFetch!();
+    const good = [{ dst: k, src: store, rows, table }, { dst: v, src: store, rows, table }];
+    expectOneLineErrors([
+      [() => f.fetch(2 as never, done, good), /rowFetch.fetch: slot must be 0 or 1, got 2/],
+      [() => f.fetch(0, { ...done, address: 0x1000 }, good), /the word at 0x1000 is neither the link's stage word nor in pinned memory the device maps/],
+      [() => f.fetch(0, { ...done, value: -1 }, good), /a signal value must be an integer/],
+      [() => f.fetch(0, done, []), /1 to 8 gathers are needed/],
+      [() => f.fetch(0, done, [{ ...good[0], table: { ...table, byteLength: 68 } }]), /a table of 2 × \(1 \+ 8\) ints needs 72 bytes, the region has 68/],
+      [() => f.fetch(0, done, [{ ...good[0], rows: { ...rows, kmax: 16 } }]), /./],
+      [() => f.fetch(0, done, [{ ...good[0], src: { address: 0x1000, byteLength: 4096 } }]), /not pinned memory the device maps/],
+      [() => f.ready(-1 as never), /rowFetch.ready: slot must be 0 or 1, got -1/],
+    ]);
+    expect(named(calls, "hg_fetch_rows")).toHaveLength(0);
+    f.fetch(1, done, good);
+    const c = named(calls, "hg_fetch_rows").at(-1)!;
+    expect(c.args.slice(1, 4)).toEqual([1, done.address + 2 ** 44, 5]);
+    expect([...(c.args[4] as Float64Array)]).toEqual([
+      be.address(k), 0x400000 + 2 ** 44, table.address + 2 ** 44, 2, 8, 64, 32,
+      be.address(v), 0x400000 + 2 ** 44, table.address + 2 ** 44, 2, 8, 64, 32,
+    ]);
+    expect(c.args[5]).toBe(2);
+    f.ready(1);
+    f.release(1);
+    expect(named(calls, "hg_fetch_mark").map((m) => m.args.slice(1))).toEqual([[1, 0], [1, 1]]);
+    const g = link.rowFetch!();
+    g.close();
+    g.close(); // idempotent
+    expect(() => g.ready(0)).toThrow(/the row fetch is closed/);
+    be.close(); // closes the link, which closes f first
+    expect(named(calls, "hg_fetch_destroy")).toHaveLength(2);
+    expect(calls.findIndex((x) => x.name === "hg_fetch_destroy" && x.args[0] === c.args[0])).toBeLessThan(calls.findIndex((x) => x.name === "hg_link_destroy"));
+  });
 });
 
 describe.skipIf(!cuda.available)("host link on the GPU", () => {

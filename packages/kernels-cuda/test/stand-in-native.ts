@@ -37,6 +37,7 @@ export function standInNative(options: StandInOptions = {}): CudaNative {
       if (own !== undefined) return own;
       switch (name) {
         case "hg_cu_create": case "hg_link_create": return 4096;
+        case "hg_fetch_create": return 8192;
         case "hg_cu_heap_base": return STAND_IN_HEAP;
         case "hg_cu_heap_bytes": return heapBytes;
         case "hg_cu_arena_bytes": return heapBytes + 4096;
