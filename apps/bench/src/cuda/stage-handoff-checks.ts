@@ -10,7 +10,10 @@
  *      queued behind it returns at once, fence() reports a later one, and a wait after that works;
  *   3. times().gpuMs leaves out the waited time, waitMs reports it;
  *   4. readMapped in 4- and 16-byte pieces, gatherRowsAt (gatherRows's bytes) and padColumnsAt
- *      (against a TypeScript computation), eager and recorded, with the table rewritten between.
+ *      (against a TypeScript computation), eager and recorded, with the table rewritten between;
+ *   5. rowFetch: a side-stream fetch waits for its signal (the table is written just before it is
+ *      raised), the compute stream's ready() waits for the fetch, and the next fetch into the slot
+ *      waits for release() (the compute stream still reads the rows after a later wait) — eager and recorded.
  * hybrid-bench.ts runs them with its checks (--skip-bench).
  */
 import { toArrayBuffer } from "bun:ffi";
@@ -218,6 +221,70 @@ function padChecks({ cuda, link, region, i32 }: Rig, check: Check): void {
   }
 }
 
+async function fetchChecks({ cuda, link, region, i32 }: Rig, check: Check): Promise<void> {
+  using host = createCpuBackend({ threads: 1 });
+  const groups = 2, cap = 4096, width = 128, kmax = 100; // 200 rows: a chunk of the gather left partly empty
+  const store = host.alloc([groups, cap, width]);
+  host.write(store, Float32Array.from({ length: groups * cap * width }, (_, i) => Math.cos(i * 0.011) * 40));
+  const storeRegion = host.hostRegion(store);
+  link.pin(storeRegion);
+  const rows = { groups, cap, rowBytes: width * 4, kmax }, n = groups * kmax;
+  const tableA = { address: region.address + 16384, byteLength: groups * (1 + kmax) * 4 }, tableB = { ...tableA, address: tableA.address + 4096 };
+  const selection = (seed: number) => ({
+    counts: Int32Array.of(kmax - seed, 50 + seed),
+    ids: Int32Array.from({ length: n }, (_, i) => ((i % kmax) * (29 + seed) + 3 * seed) % cap),
+  });
+  const setTable = (t: HostRegion, sel: { counts: Int32Array; ids: Int32Array } | null) => {
+    const at = (t.address - region.address) / 4;
+    if (!sel) i32.fill(-1, at, at + groups * (1 + kmax)); // what a fetch that did not wait would read: zero rows
+    else {
+      i32.set(sel.counts, at);
+      i32.set(sel.ids, at + groups);
+    }
+  };
+  i32.fill(0, 32768 / 4, 32768 / 4 + 48); // the signal words below start at 0
+  const f = link.rowFetch();
+  const bufs = [cuda.alloc([n, width]), cuda.alloc([n, width]), cuda.alloc([n, width]), cuda.alloc([n, width]), cuda.alloc([n, width])];
+  const [got, wantA, wantB, snapA, snapB] = bufs;
+  try {
+    for (const [step, recorded] of [false, true, true].entries()) {
+      const a = selection(step), b = selection(step + 7);
+      link.gatherRows!(wantA, storeRegion, rows, a.ids, a.counts);
+      link.gatherRows!(wantB, storeRegion, rows, b.ids, b.counts);
+      for (const t of [got, snapA, snapB]) cuda.write(t, new Float32Array(n * width).fill(NaN));
+      setTable(tableA, null);
+      setTable(tableB, b);
+      // Three words of their own (one stage word's successive values would raise one another).
+      const word = (line: number): HostSignal => ({ address: region.address + 32768 + 64 * line, value: step + 1 });
+      const sa = word(0), hold = word(1), sb = word(2);
+      f.fetch(0, sa, [{ dst: got, src: storeRegion, rows, table: tableA }]);
+      if (recorded) cuda.beginStep("stage-handoff-fetch");
+      link.awaitSignal(sa);
+      f.ready(0);
+      link.awaitSignal(hold); // the rows are read after this wait: a fetch that ignored release() would have replaced them
+      cuda.copyRows(snapA, 0, got, 0, n);
+      f.release(0);
+      if (recorded) cuda.endStep();
+      f.fetch(0, sb, [{ dst: got, src: storeRegion, rows, table: tableB }]);
+      wordOf(sb)[0] = sb.value; // B may run at once, once the release has
+      raiseLater(sa, 20, () => setTable(tableA, a));
+      raiseLater(hold, 60);
+      link.awaitSignal(sb);
+      f.ready(0);
+      cuda.copyRows(snapB, 0, got, 0, n);
+      f.release(0);
+      await sleep(100); // the timers raise the words while the device waits (a read now would block them)
+      const what = recorded ? `recorded (step ${step})` : "eager";
+      check(sameBits(cuda.read(snapA), cuda.read(wantA)), `rowFetch ${what}: the fetch waited for its signal and ready() for the fetch (gatherRows's bytes)`);
+      check(sameBits(cuda.read(snapB), cuda.read(wantB)), `rowFetch ${what}: the next fetch into the slot waited for release(), and ready() for it`);
+    }
+  } finally {
+    f.close();
+    for (const t of bufs) cuda.free(t);
+    link.unpin(storeRegion);
+  }
+}
+
 export async function stageHandoffChecks(cuda: CudaBackend, check: Check): Promise<void> {
   const link = cuda.hostTransfers() as CudaHostLink;
   using host = createCpuBackend({ threads: 1 });
@@ -241,6 +308,7 @@ export async function stageHandoffChecks(cuda: CudaBackend, check: Check): Promi
     await attempt("readMapped", () => readMappedChecks(rig, check));
     await attempt("gatherRowsAt", () => gatherAtChecks(rig, check));
     await attempt("padColumnsAt", () => padChecks(rig, check));
+    await attempt("rowFetch", () => fetchChecks(rig, check));
   } finally {
     link.unpin(region);
   }
