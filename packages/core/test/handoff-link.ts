@@ -7,20 +7,56 @@
  * at wait()), as late as a real one may, unless it is eager (as early as a real one may: at submit,
  * once its query has been sent). So a missing wait, a job queued out of order, a slot rewritten
  * before the device read it, or a word that another stage's job raises changes the logits or throws.
+ * With the rowFetch option the link also fetches rows ahead on a side stream (StandInRowFetch).
  */
-import type { CpuStageJob, CpuStageOutput, HostCopy, HostRegion, HostSignal, ReferenceBackend, RowGather, Tensor } from "../src/index.js";
+import type {
+  CpuStageJob, CpuStageOutput, HostCopy, HostRegion, HostSignal, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor,
+} from "../src/index.js";
 import { type AddressBook, StagedBackendCpuStage } from "./loopback-link.js";
 import { CheckedLink, type Recorder } from "./recorder.js";
 
-/** The checked loopback link with signalled sends, device row gathers and the hand-off ops. */
+export interface HandoffLinkOptions {
+  /** Offer HostTransfers.rowFetch (a StandInRowFetch per call); off by default, so the layer gathers on the compute stream. */
+  readonly rowFetch?: boolean;
+}
+
+/** The checked loopback link with signalled sends, device row gathers and the hand-off ops (and rowFetch, with the option). */
 export class HandoffLink extends CheckedLink {
   /** The stages whose jobs the device may wait for (each QueuedStage joins at construction). */
   readonly stages: QueuedStage[] = [];
+  /** Every RowFetch rowFetch() handed out, in order. */
+  readonly rowFetches: StandInRowFetch[] = [];
   awaited = 0;
+  /** Only with the rowFetch option: hybrid attention looks for the method itself. */
+  rowFetch?: () => RowFetch;
   /** The signal words in host memory: address → the value last written there. */
   private readonly words = new Map<number, number>();
-  constructor(device: ReferenceBackend, host: ReferenceBackend, book: AddressBook, rec: Recorder | null) {
+  constructor(device: ReferenceBackend, host: ReferenceBackend, book: AddressBook, rec: Recorder | null, options: HandoffLinkOptions = {}) {
     super(device, host, book, rec, true);
+    if (options.rowFetch) {
+      this.rowFetch = () => {
+        const f = new StandInRowFetch(this, (op) => this.schedule(op));
+        this.rowFetches.push(f);
+        return f;
+      };
+    }
+  }
+  /** fetch() calls and ready() ops run, over every RowFetch handed out. */
+  get fetches(): number {
+    return this.rowFetches.reduce((n, f) => n + f.fetches, 0);
+  }
+  get readies(): number {
+    return this.rowFetches.reduce((n, f) => n + f.readies, 0);
+  }
+  /** A query sent may let a side-stream fetch's job run: the fetches go on right after the send, in device order. */
+  override sendSignalled(dst: HostRegion, src: Tensor, bytes: number): HostSignal {
+    const signal = super.sendSignalled(dst, src, bytes);
+    if (this.rowFetches.length > 0) this.schedule(() => this.pumpFetches());
+    return signal;
+  }
+  override close(): void {
+    for (const f of this.rowFetches) f.close();
+    super.close();
   }
   gatherRows(dst: Tensor, src: HostRegion, g: RowGather, ids: Int32Array, counts: Int32Array): void {
     const i = ids.slice(), c = counts.slice(); // read during the call
@@ -34,21 +70,24 @@ export class HandoffLink extends CheckedLink {
       if (!this.reached(signal)) throw new Error(`the device waits for value ${signal.value} at 0x${signal.address.toString(16)}, which no queued job raises: it would hang`);
     });
   }
-  /** A stage raises a job's done: the value goes into the word, whatever it held. */
+  /** A stage raises a job's done: the value goes into the word, whatever it held; a side-stream fetch waiting for it runs now. */
   raise(signal: HostSignal): void {
     this.words.set(signal.address, signal.value);
+    this.pumpFetches();
   }
-  private reached(signal: HostSignal): boolean {
+  reached(signal: HostSignal): boolean {
     return (((this.words.get(signal.address) ?? 0) - signal.value) | 0) >= 0;
   }
   readMapped(copy: HostCopy): void {
     this.schedule(() => this.copyUp(copy));
   }
   gatherRowsAt(dst: Tensor, src: HostRegion, g: RowGather, table: HostRegion): void {
-    this.schedule(() => {
-      const t = this.ints(table);
-      this.gather(dst, src, g, t.subarray(g.groups), t.subarray(0, g.groups));
-    });
+    this.schedule(() => this.gatherAt(dst, src, g, table));
+  }
+  /** gatherRowsAt's work, now: the ids and counts as the table holds them at this moment. */
+  gatherAt(dst: Tensor, src: HostRegion, g: RowGather, table: HostRegion): void {
+    const t = this.ints(table);
+    this.gather(dst, src, g, t.subarray(g.groups), t.subarray(0, g.groups));
   }
   padColumnsAt(scores: Tensor, col: number, kmax: number, group: number, table: HostRegion): void {
     this.schedule(() => {
@@ -58,6 +97,10 @@ export class HandoffLink extends CheckedLink {
         if (n < kmax) this.device.write(scores, new Float32Array(kmax - n).fill(-Infinity), h * width + col + n);
       }
     });
+  }
+
+  private pumpFetches(): void {
+    for (const f of this.rowFetches) f.pump();
   }
 
   private ints(region: HostRegion): Int32Array {
@@ -78,6 +121,142 @@ export class HandoffLink extends CheckedLink {
         this.device.write(dst, row, (h * g.kmax + i) * n);
       }
     }
+  }
+}
+
+/** One slot of a StandInRowFetch, counted in issue order (calls) and device order (ops run). */
+interface FetchSlot {
+  fetchesCalled: number;
+  /** The fetches whose gathers have run (the side stream runs them in call order). */
+  fetchesRun: number;
+  /** The fetch the last ready() run took (0: none yet). */
+  taken: number;
+  readiesIssued: number;
+  readiesRun: number;
+  /** fetchesCalled when the ready still waiting to launch was issued. */
+  readyIssuedAt: number;
+  releasesIssued: number;
+  releasesRun: number;
+  /** A ready() has run and no release() since: the compute stream reads the slot's rows. */
+  held: boolean;
+}
+
+interface QueuedFetch {
+  readonly slot: 0 | 1;
+  /** Its number among the slot's fetches (from 1). */
+  readonly n: number;
+  readonly done: HostSignal;
+  readonly gathers: readonly RowFetchGather[];
+}
+
+/**
+ * RowFetch on the HandoffLink: fetch() joins a side stream (never recorded) whose fetches run in
+ * call order, each as soon as it may — its done reached (a queued job raising it runs for it, as for
+ * awaitSignal, once its query was sent) — gathering from the table and host rows as they are then;
+ * ready() and release() are device ops (now, or at the end of a recorded segment). A fetch waits
+ * only for the releases launched before it, so one issued while the slot is still in use (a ready
+ * run, or a release recorded but not launched) would refill rows the compute stream reads: it
+ * throws. A ready whose fetch cannot have run (a done no job raises) would hang, and a ready with
+ * no fresh fetch waits for nothing: both throw.
+ */
+export class StandInRowFetch implements RowFetch {
+  fetches = 0;
+  readies = 0;
+  releases = 0;
+  /** Fetches whose rows no ready() took before the slot's next fetch (a step that failed part way). */
+  superseded = 0;
+  closed = false;
+  private readonly slots: FetchSlot[] = [0, 1].map(() => ({
+    fetchesCalled: 0, fetchesRun: 0, taken: 0, readiesIssued: 0, readiesRun: 0, readyIssuedAt: 0, releasesIssued: 0, releasesRun: 0, held: false,
+  }));
+  private readonly queue: QueuedFetch[] = [];
+  private pumping = false;
+
+  constructor(private readonly link: HandoffLink, private readonly schedule: (op: () => void) => void) {}
+
+  fetch(slot: 0 | 1, done: HostSignal, gathers: readonly RowFetchGather[]): void {
+    this.check("fetch");
+    const s = this.slots[slot]!;
+    if (s.releasesIssued > s.releasesRun) {
+      throw new Error(`fetch(${slot}) while a release(${slot}) is recorded in a segment not launched yet: the fetch waits only for releases launched before it, so it could refill the rows that segment still reads`);
+    }
+    if (s.held) throw new Error(`fetch(${slot}) while slot ${slot} is in use (a ready(${slot}) ran, no release(${slot}) since): it would refill the rows under the compute stream (or, were it to wait for that release, the next ready(${slot}) would wait forever)`);
+    if (s.readiesIssued > s.readiesRun && s.readyIssuedAt === s.fetchesCalled && s.fetchesCalled > s.taken) {
+      throw new Error(`fetch(${slot}) before the ready(${slot}) recorded for the slot's previous fetch launched: that ready would take this fetch's rows instead`);
+    }
+    if (s.fetchesCalled > s.taken && s.fetchesCalled > 0) this.superseded++;
+    this.fetches++;
+    this.queue.push({ slot, n: ++s.fetchesCalled, done, gathers: gathers.slice() });
+    this.pump();
+  }
+
+  ready(slot: 0 | 1): void {
+    this.check("ready");
+    const s = this.slots[slot]!;
+    s.readiesIssued++;
+    s.readyIssuedAt = s.fetchesCalled;
+    this.schedule(() => {
+      s.readiesRun++;
+      const n = s.fetchesCalled; // the last fetch called before this op launched (ran)
+      if (n === 0) throw new Error(`ready(${slot}) with no fetch(${slot}) ever issued: it waits for nothing`);
+      if (n === s.taken) throw new Error(`ready(${slot}) with no fetch(${slot}) since the last ready(${slot}): it would take rows already consumed`);
+      this.pump();
+      if (s.fetchesRun < n) {
+        const head = this.queue[0]!;
+        throw new Error(`ready(${slot}) waits for fetch ${n} of slot ${slot}, and the side stream waits for value ${head.done.value} at 0x${head.done.address.toString(16)} (fetch ${head.n} of slot ${head.slot}), which no queued job whose query was sent raises: it would hang`);
+      }
+      s.taken = n;
+      s.held = true;
+      this.readies++;
+    });
+  }
+
+  release(slot: 0 | 1): void {
+    this.check("release");
+    const s = this.slots[slot]!;
+    s.releasesIssued++;
+    this.schedule(() => {
+      if (!s.held) throw new Error(`release(${slot}) without a ready(${slot}) before it: nothing to release`);
+      s.held = false;
+      s.releasesRun++;
+      this.releases++;
+      this.pump();
+    });
+  }
+
+  /** Runs the side stream's fetches, in order, while the first one's done is reached (or a queued job can raise it now). */
+  pump(): void {
+    if (this.pumping) return;
+    this.pumping = true;
+    try {
+      while (this.queue.length > 0) {
+        const f = this.queue[0]!;
+        if (!this.link.reached(f.done)) for (const st of this.link.stages) if (st.canRunFor(f.done)) st.runFor(f.done);
+        if (!this.link.reached(f.done)) return;
+        this.queue.shift();
+        for (const g of f.gathers) this.link.gatherAt(g.dst, g.src, g.rows, g.table);
+        this.slots[f.slot]!.fetchesRun = f.n;
+      }
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  /** Waits for the side stream: a fetch still waiting for its done would hang. */
+  close(): void {
+    if (this.closed) return;
+    this.pump();
+    this.closed = true;
+    const f = this.queue[0];
+    if (f) throw new Error(`RowFetch.close() waits for fetch ${f.n} of slot ${f.slot}, whose done (value ${f.done.value}) no queued job raises: it would hang`);
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+
+  private check(what: string): void {
+    if (this.closed) throw new Error(`RowFetch.${what}() after close()`);
   }
 }
 
@@ -140,6 +319,11 @@ export class QueuedStage extends StagedBackendCpuStage {
   runFor(signal: HostSignal): void {
     const i = this.queue.findIndex((j) => j.done?.address === signal.address && j.done.value === signal.value);
     for (let n = 0; n <= i; n++) this.runNext();
+  }
+  /** Whether runFor(signal) would run: a queued job raises it and it and the jobs before it have had their queries sent. */
+  canRunFor(signal: HostSignal): boolean {
+    const i = this.queue.findIndex((j) => j.done?.address === signal.address && j.done.value === signal.value);
+    return i >= 0 && this.queue.slice(0, i + 1).every((j) => !j.ready || this.link.sent(j.ready.value));
   }
   override wait(): number {
     this.waits++;

@@ -1,0 +1,305 @@
+/**
+ * Rows fetched ahead (HostTransfers.rowFetch): a handed-off layer's selected rows are gathered on
+ * a side stream (StandInRowFetch: each fetch runs as soon as its job is done, reading the table and
+ * host rows as they are then) and the layer waits for them (ready) and frees the slot after its
+ * merge (release). The logits equal the compute-stream gathers' bit for bit, one fetch and one
+ * ready a layer a step; a batched step's rows gather on the compute stream (a BatchDecoder step of
+ * one row is a step of its own, and fetches ahead); the stand-in throws on misuse.
+ */
+import { describe, expect, it } from "vitest";
+import {
+  BatchDecoder, HybridAttention, LlamaModel, ReferenceBackend, type Attention, type HostSignal, type KvCache, type LogitsMode, type ModelFiles,
+  type RowFetchGather, type SelectionTiming, type TokenSelector,
+} from "../src/index.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { fixedScheduler, questSelector, streamingSelector, topKSelector } from "./hybrid-helpers.js";
+import { HandoffLink, QueuedStage, StandInRowFetch } from "./handoff-link.js";
+import { AddressBook, HostReference } from "./loopback-link.js";
+import { Recorder } from "./recorder.js";
+
+const CONTEXT = 40, PROMPT = 12, LAYERS = 3;
+const STEPS = CONTEXT - PROMPT;
+
+interface Case {
+  logits: LogitsMode;
+  selector: () => TokenSelector;
+  timing: SelectionTiming;
+  k: number;
+}
+
+const CASES: Case[] = (["exact", "speculative", "verified"] as const).flatMap((logits) => [
+  { logits, selector: () => topKSelector(true), timing: "post" as const, k: 3 },
+  { logits, selector: () => questSelector(2, true) as TokenSelector, timing: "pre" as const, k: 4 },
+  { logits, selector: () => streamingSelector(2, true), timing: "pre" as const, k: 4 },
+]);
+
+/** One sequence decoded handed off, through a link with or without rowFetch, its stage eager or lazy. */
+function run(files: ModelFiles, tokens: number[], c: Case, o: { rowFetch: boolean; eager: boolean }) {
+  const be = new ReferenceBackend(), rec = new Recorder(), book = new AddressBook(), host = new HostReference(book);
+  const link = new HandoffLink(be, host, book, rec, { rowFetch: o.rowFetch });
+  const model = LlamaModel.load(files, rec.wrap(be), { prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: 6, sinkTokens: 1, kvEvictBlock: 2 });
+  model.cache.attachHostStore(host, link);
+  const stage = new QueuedStage(host, book, link, { eager: o.eager });
+  const hybrid = HybridAttention.attach(
+    { attention: model.attention, projector: model, stage, selector: c.selector(), scheduler: fixedScheduler(c.k, c.timing) }, { logits: c.logits });
+  const out = [model.forward(Int32Array.from(tokens.slice(0, PROMPT)), 0)];
+  for (let t = PROMPT; t < tokens.length; t++) out.push(model.forward(Int32Array.of(tokens[t]!), t));
+  const handedOff = hybrid.stats.handedOffSteps;
+  hybrid.close();
+  model.close();
+  expect(be.liveTensors()).toBe(0);
+  return {
+    out, handedOff, awaited: link.awaited, fetches: link.fetches, readies: link.readies, rowFetches: link.rowFetches.length,
+    superseded: link.rowFetches.reduce((n, f) => n + f.superseded, 0), closed: link.rowFetches.every((f) => f.closed),
+  };
+}
+
+describe("rows fetched ahead on a side stream (RowFetch)", () => {
+  const { files } = tinyModel({ seed: testSeed(350), maxPositions: 64, heads: 4, kvHeads: 2, layers: LAYERS });
+  const tokens = randomIds(testSeed(450), CONTEXT);
+
+  /** Each case decoded with an eager and a lazy stage, with rowFetch and without: the same logits, a fetch and a ready a layer a step. */
+  function expectFetchedAhead(cases: Case[]): void {
+    for (const c of cases) {
+      for (const eager of [false, true]) {
+        const label = `${c.selector().name} ${c.logits} ${eager ? "eager" : "lazy"}`;
+        const want = run(files, tokens, c, { rowFetch: false, eager }), got = run(files, tokens, c, { rowFetch: true, eager });
+        expect(want.fetches, label).toBe(0);
+        expect(got.handedOff, label).toBe(STEPS);
+        expect(got.rowFetches, label).toBe(1);
+        expect(got.fetches, label).toBe(STEPS * LAYERS);
+        expect(got.readies, label).toBe(STEPS * LAYERS);
+        expect(got.awaited, label).toBe(STEPS * LAYERS);
+        expect(got.superseded, label).toBe(0);
+        expect(got.closed, label).toBe(true);
+        got.out.forEach((l, i) => expect(maxAbsDiff(l, want.out[i]!), `${label}, step ${i}`).toBe(0));
+      }
+    }
+  }
+
+  it("exact logits (each layer fetched just before its segment), top-K, Quest and streaming kernels, eager and lazy stages", () => {
+    expectFetchedAhead(CASES.filter((c) => c.logits === "exact"));
+  });
+
+  // Fails until HybridAttention.fetchNext stops making the next layer's row views (handOffRows) inside the open recorded segment; then it().
+  it.fails("speculative and verified logits (the next layer fetched during this one), top-K, Quest and streaming kernels, eager and lazy stages", () => {
+    expectFetchedAhead(CASES.filter((c) => c.logits !== "exact"));
+  });
+});
+
+// ---- a batched step through a link with rowFetch -------------------------------------------
+
+const SLOTS = 3;
+/** As batch-hybrid-handoff's: sequence 1 leaves after 5 steps, sequence 3 joins its slot at step 7, sequence 2 decodes its last two steps alone. */
+const SEQS = [
+  { slot: 0, join: 0, prompt: 12, steps: 12 },
+  { slot: 1, join: 0, prompt: 9, steps: 5 },
+  { slot: 2, join: 0, prompt: 7, steps: 14 },
+  { slot: 1, join: 7, prompt: 8, steps: 5 },
+];
+const BATCH_STEPS = 14;
+const TOKENS = SEQS.map((s, i) => randomIds(testSeed(460 + i), s.prompt + s.steps));
+
+class Rig {
+  readonly be = new ReferenceBackend();
+  readonly rec = new Recorder();
+  readonly book = new AddressBook();
+  readonly host = new HostReference(this.book);
+  readonly link: HandoffLink;
+  readonly model: LlamaModel;
+  readonly hybrids: HybridAttention[] = [];
+
+  constructor(files: ModelFiles, private readonly c: Case, rowFetch: boolean) {
+    this.link = new HandoffLink(this.be, this.host, this.book, this.rec, { rowFetch });
+    this.model = LlamaModel.load(files, this.rec.wrap(this.be), { prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: 6, sinkTokens: 1, kvEvictBlock: 2 });
+    this.attach(this.model.attention, this.model.cache);
+    this.model.setSequenceSetup((s) => this.attach(s.attention, s.cache));
+  }
+
+  private attach(attention: Attention, cache: KvCache): HybridAttention {
+    cache.attachHostStore(this.host, this.link);
+    const stage = new QueuedStage(this.host, this.book, this.link, { eager: this.hybrids.length === 1 });
+    const hybrid = HybridAttention.attach(
+      { attention, projector: this.model, stage, selector: this.c.selector(), scheduler: fixedScheduler(this.c.k, this.c.timing) }, { logits: this.c.logits });
+    this.hybrids.push(hybrid);
+    return hybrid;
+  }
+
+  close(): void {
+    this.hybrids[0]!.close();
+    this.model.close();
+    expect(this.be.liveTensors()).toBe(0);
+  }
+}
+
+/** SEQS through a BatchDecoder: per sequence, the logits after its prompt and after every step. */
+function batched(r: Rig): Float32Array[][] {
+  const out = SEQS.map(() => [] as Float32Array[]);
+  using dec = new BatchDecoder(r.model, SLOTS);
+  for (let t = 0; t < BATCH_STEPS; t++) {
+    SEQS.forEach((s, i) => {
+      if (s.join !== t) return;
+      dec.prefill(s.slot, Int32Array.from(TOKENS[i]!.slice(0, s.prompt)), 0);
+      out[i]!.push(dec.logits(s.slot));
+    });
+    const rows = SEQS.map((s, i) => ({ s, i })).filter(({ s }) => s.join <= t && t < s.join + s.steps);
+    dec.step(rows.map(({ s }) => s.slot), Int32Array.from(rows, ({ s, i }) => TOKENS[i]![s.prompt + t - s.join]!));
+    for (const { s, i } of rows) out[i]!.push(dec.logits(s.slot));
+  }
+  return out;
+}
+
+describe("a batched step through a link with rowFetch", () => {
+  const { files } = tinyModel({ seed: testSeed(350), maxPositions: 64, heads: 4, kvHeads: 2, layers: LAYERS });
+
+  /** Each case batched through a link with rowFetch and without: the same logits; only steps of one sequence alone fetch ahead. */
+  function expectBatchRowsGather(cases: Case[]): void {
+    for (const c of cases) {
+      const label = `${c.selector().name} ${c.logits}`;
+      const plain = new Rig(files, c, false), want = batched(plain);
+      plain.close();
+      const r = new Rig(files, c, true), got = batched(r);
+      expect(r.hybrids.map((h) => h.stats.handedOffSteps), label).toEqual([12, 10, 14]);
+      // One RowFetch per sequence's staging; only sequence 2's last two steps, decoded alone (the batch-1 step, not a batched step's row), fetch ahead.
+      expect(r.link.rowFetches.map((f) => [f.fetches, f.readies, f.releases]), label).toEqual([[0, 0, 0], [0, 0, 0], [2 * LAYERS, 2 * LAYERS, 2 * LAYERS]]);
+      r.close();
+      got.forEach((rows, i) => {
+        expect(rows.length, `${label}, sequence ${i}`).toBe(want[i]!.length);
+        rows.forEach((l, s) => expect(maxAbsDiff(l, want[i]![s]!), `${label}, sequence ${i}, step ${s}`).toBe(0));
+      });
+    }
+  }
+
+  it("exact logits: batch rows gather on the compute stream, the logits of a link without rowFetch", () => {
+    expectBatchRowsGather(CASES.filter((c) => c.logits === "exact"));
+  });
+
+  // Fails until HybridAttention.fetchNext stops making the next layer's row views (handOffRows) inside the open recorded segment; then it().
+  it.fails("speculative and verified logits: batch rows gather on the compute stream, the logits of a link without rowFetch", () => {
+    expectBatchRowsGather(CASES.filter((c) => c.logits !== "exact"));
+  });
+});
+
+// ---- the stand-in itself ----------------------------------------------------------------------
+
+const GROUPS = 2, CAP = 4, WIDTH = 3, KMAX = 2;
+
+/** A RowFetch on a bare HandoffLink, a host store [GROUPS, CAP, WIDTH] of row values 100·g + row, and a [counts | ids] table. */
+function bare() {
+  const be = new ReferenceBackend(), rec = new Recorder(), book = new AddressBook(), host = new HostReference(book);
+  const link = new HandoffLink(be, host, book, rec, { rowFetch: true });
+  const rf = link.rowFetch!() as StandInRowFetch;
+  const store = host.alloc([GROUPS * CAP, WIDTH]);
+  for (let g = 0; g < GROUPS; g++) for (let r = 0; r < CAP; r++) host.write(store, new Float32Array(WIDTH).fill(100 * g + r), (g * CAP + r) * WIDTH);
+  const table = Int32Array.of(KMAX, KMAX, 0, 1, 2, 3); // counts, then ids [GROUPS, KMAX]
+  const tableRegion = book.add({ kind: "ints", data: () => table }, table.length * 4);
+  const dst = [be.alloc([GROUPS * KMAX, WIDTH]), be.alloc([GROUPS * KMAX, WIDTH])];
+  const gathers = (slot: 0 | 1): RowFetchGather[] => [
+    { dst: dst[slot]!, src: host.hostRegion(store), rows: { groups: GROUPS, cap: CAP, rowBytes: WIDTH * 4, kmax: KMAX }, table: tableRegion },
+  ];
+  /** The first element of each gathered row of a slot. */
+  const rows = (slot: 0 | 1) => Array.from({ length: GROUPS * KMAX }, (_, i) => be.read(dst[slot]!, i * WIDTH, 1)[0]!);
+  let value = 0;
+  const signal = (): HostSignal => ({ address: 0x40, value: ++value });
+  return { be, rec, link, rf, table, gathers, rows, signal, raise: (s: HostSignal) => link.raise(s) };
+}
+
+describe("StandInRowFetch", () => {
+  it("a fetch runs at once when its done is reached, even inside a recorded segment; ready and release are recorded device ops", () => {
+    const t = bare(), d = t.signal();
+    t.raise(d);
+    t.rec.begin("s");
+    t.rf.fetch(0, d, t.gathers(0));
+    expect(t.rows(0)).toEqual([0, 1, 102, 103]); // gathered before the segment ends: the side stream is not recorded
+    t.rf.ready(0);
+    t.rf.release(0);
+    expect(t.rf.readies).toBe(0);
+    t.rec.end();
+    expect([t.rf.fetches, t.rf.readies, t.rf.releases]).toEqual([1, 1, 1]);
+  });
+
+  it("a fetch whose done is not reached waits, then gathers the table and rows as they are when it is raised", () => {
+    const t = bare(), d = t.signal();
+    t.rf.fetch(1, d, t.gathers(1));
+    expect(t.rows(1)).toEqual([0, 0, 0, 0]);
+    t.table.set([1, 2, 3, 0, 0, 1]); // the stage rewrites its table before raising done
+    t.raise(d);
+    expect(t.rows(1)).toEqual([3, 0, 100, 101]);
+    t.rf.ready(1);
+    t.rf.release(1);
+  });
+
+  it("the side stream runs its fetches in call order: a later fetch whose done is reached waits behind an earlier one's", () => {
+    const t = bare(), d1 = t.signal(), d2 = t.signal();
+    t.link.raise({ address: 0x80, value: 1 });
+    t.rf.fetch(0, d1, t.gathers(0));
+    t.rf.fetch(1, { address: 0x80, value: 1 }, t.gathers(1));
+    expect(t.rows(1)).toEqual([0, 0, 0, 0]);
+    t.raise(d2); // d2 ≥ d1 on the same word: both reached
+    expect(t.rows(0)).toEqual([0, 1, 102, 103]);
+    expect(t.rows(1)).toEqual([0, 1, 102, 103]);
+  });
+
+  it("ready without a fetch, or a second ready for one fetch, throws", () => {
+    const t = bare();
+    expect(() => t.rf.ready(0)).toThrow("ready(0) with no fetch(0) ever issued");
+    const u = bare(), d = u.signal();
+    u.raise(d);
+    u.rf.fetch(0, d, u.gathers(0));
+    u.rf.ready(0);
+    u.rf.release(0);
+    expect(() => u.rf.ready(0)).toThrow("no fetch(0) since the last ready(0)");
+  });
+
+  it("a ready whose fetch waits for a done no queued job raises would hang: it throws", () => {
+    const t = bare(), d = t.signal();
+    t.rf.fetch(0, d, t.gathers(0));
+    t.rec.begin("s");
+    t.rf.ready(0);
+    expect(() => t.rec.end()).toThrow(/ready\(0\) waits for fetch 1 of slot 0.*it would hang/);
+  });
+
+  it("a fetch into a slot not released since its ready throws (it would refill rows in use, or the next ready would wait forever)", () => {
+    const t = bare(), d1 = t.signal(), d2 = t.signal();
+    t.raise(d2);
+    t.rf.fetch(0, d1, t.gathers(0));
+    t.rf.ready(0);
+    expect(() => t.rf.fetch(0, d2, t.gathers(0))).toThrow("while slot 0 is in use");
+  });
+
+  it("a fetch while the slot's release is recorded but not launched throws: it would not wait for that release", () => {
+    const t = bare(), d1 = t.signal(), d2 = t.signal();
+    t.raise(d2);
+    t.rf.fetch(0, d1, t.gathers(0));
+    t.rec.begin("s");
+    t.rf.ready(0);
+    t.rf.release(0);
+    expect(() => t.rf.fetch(0, d2, t.gathers(0))).toThrow("release(0) is recorded in a segment not launched yet");
+  });
+
+  it("a fetch before the ready recorded for the slot's previous fetch launched throws; a ready recorded before its own fetch takes it", () => {
+    const t = bare(), d1 = t.signal(), d2 = t.signal();
+    t.raise(d2);
+    t.rf.fetch(0, d1, t.gathers(0));
+    t.rec.begin("s");
+    t.rf.ready(0);
+    expect(() => t.rf.fetch(0, d2, t.gathers(0))).toThrow("that ready would take this fetch's rows instead");
+    const u = bare(), e = u.signal();
+    u.raise(e);
+    u.rec.begin("s");
+    u.rf.ready(1);
+    u.rf.fetch(1, e, u.gathers(1)); // before the ready launches: the one it waits for
+    u.rf.release(1);
+    u.rec.end();
+    expect([u.rf.readies, u.rf.releases]).toEqual([1, 1]);
+  });
+
+  it("a release without a ready, or a call after close(), throws; close() waits for the side stream", () => {
+    const t = bare();
+    expect(() => t.rf.release(1)).toThrow("release(1) without a ready(1)");
+    const u = bare(), d = u.signal();
+    u.rf.fetch(0, d, u.gathers(0));
+    expect(() => u.rf.close()).toThrow("RowFetch.close() waits for fetch 1 of slot 0");
+    expect(() => u.rf.fetch(1, d, u.gathers(1))).toThrow("RowFetch.fetch() after close()");
+  });
+});
