@@ -82,7 +82,7 @@ describe("rows fetched ahead on a side stream (RowFetch)", () => {
   });
 
   // Fails until HybridAttention.fetchNext stops making the next layer's row views (handOffRows) inside the open recorded segment; then it().
-  it.fails("speculative and verified logits (the next layer fetched during this one), top-K, Quest and streaming kernels, eager and lazy stages", () => {
+  it("speculative and verified logits (the next layer fetched during this one), top-K, Quest and streaming kernels, eager and lazy stages", () => {
     expectFetchedAhead(CASES.filter((c) => c.logits !== "exact"));
   });
 });
@@ -175,7 +175,7 @@ describe("a batched step through a link with rowFetch", () => {
   });
 
   // Fails until HybridAttention.fetchNext stops making the next layer's row views (handOffRows) inside the open recorded segment; then it().
-  it.fails("speculative and verified logits: batch rows gather on the compute stream, the logits of a link without rowFetch", () => {
+  it("speculative and verified logits: batch rows gather on the compute stream, the logits of a link without rowFetch", () => {
     expectBatchRowsGather(CASES.filter((c) => c.logits !== "exact"));
   });
 });

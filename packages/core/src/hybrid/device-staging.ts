@@ -247,11 +247,15 @@ export class DeviceStaging implements Disposable {
   }
 
   /**
-   * Queues `layer`'s row gathers (slot `slot`, after handOffRows) on the side stream: they run once
-   * the job's `done` is raised and the slot's last releaseRows() has run. handOff(…, fetched) waits for them.
+   * Queues `layer`'s row gathers (slot `slot`, width kmax) on the side stream: they run once the
+   * job's `done` is raised and the slot's last releaseRows() has run; handOff(…, fetched) waits for
+   * them. No views are made (a segment may be recording): handOffRows makes them at the same width.
    */
-  fetchRows(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean): void {
+  fetchRows(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean, kmax: number): void {
     if (!this.fetcher) fail("hybrid attention: rows fetched ahead on a link without rowFetch");
+    if (kmax > this.rowsPerHead) fail(`hybrid attention: ${kmax} selected rows per KV head exceed the device's gathered-row buffers (${this.rowsPerHead}); reserve() first`);
+    this.values[slot]!.kmax = kmax;
+    if (keys && this.keys[slot]) this.keys[slot]!.kmax = kmax;
     this.fetcher.fetch(slot, done, this.slotGathers(layer, slot, keys));
   }
 

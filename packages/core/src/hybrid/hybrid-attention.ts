@@ -377,7 +377,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     const fetch = d.fetchesAhead && !this.batchStep;
     this.closeSegment();
     const up = d.handOffRows(slot, kmax, this.rescore[layer]!);
-    if (fetch && !this.fetched[layer]) d.fetchRows(layer, slot, job.done, this.rescore[layer]!); // before the segment that waits for it
+    if (fetch && !this.fetched[layer]) d.fetchRows(layer, slot, job.done, this.rescore[layer]!, kmax); // before the segment that waits for it
     this.openSegment(layer);
     d.handOff(layer, slot, job.done, this.rescore[layer]!, fetch);
     this.submitNext(layer);
@@ -390,13 +390,15 @@ export class HybridAttention implements DecodeAttention, Disposable {
     if (fetch) d.releaseRows(slot);
   }
 
-  /** The next layer's rows, fetched ahead as soon as its job (just queued on q̃) is done: its slot was freed by the layer before this one. */
+  /**
+   * The next layer's rows, fetched ahead as soon as its job (just queued on q̃) is done: its slot was
+   * freed by the layer before this one. Only the width is set here (this layer's segment records):
+   * the next hand-off makes the row views, before its own segment.
+   */
   private fetchNext(d: DeviceStaging, layer: number): void {
     const next = layer + 1, job = next < this.layers ? this.jobs[next] : null;
     if (!job?.done) return;
-    const slot = (next & 1) as 0 | 1;
-    d.handOffRows(slot, this.layerKmax(next), this.rescore[next]!);
-    d.fetchRows(next, slot, job.done, this.rescore[next]!);
+    d.fetchRows(next, (next & 1) as 0 | 1, job.done, this.rescore[next]!, this.layerKmax(next));
     this.fetched[next] = true;
   }
 
