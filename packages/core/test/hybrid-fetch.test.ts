@@ -3,8 +3,8 @@
  * a side stream (StandInRowFetch: each fetch runs as soon as its job is done, reading the table and
  * host rows as they are then) and the layer waits for them (ready) and frees the slot after its
  * merge (release). The logits equal the compute-stream gathers' bit for bit, one fetch and one
- * ready a layer a step; a batched step's rows gather on the compute stream (a BatchDecoder step of
- * one row is a step of its own, and fetches ahead); the stand-in throws on misuse.
+ * ready a layer a step; a batched step's rows fetch ahead too, each sequence's slots its own, their
+ * fetches queued on the one side stream in row order; the stand-in throws on misuse.
  */
 import { describe, expect, it } from "vitest";
 import {
@@ -152,7 +152,7 @@ function batched(r: Rig): Float32Array[][] {
 describe("a batched step through a link with rowFetch", () => {
   const { files } = tinyModel({ seed: testSeed(350), maxPositions: 64, heads: 4, kvHeads: 2, layers: LAYERS });
 
-  /** Each case batched through a link with rowFetch and without: the same logits; only steps of one sequence alone fetch ahead. */
+  /** Each case batched through a link with rowFetch and without: the same logits; every handed-off layer of every row fetches ahead. */
   function expectBatchRowsGather(cases: Case[]): void {
     for (const c of cases) {
       const label = `${c.selector().name} ${c.logits}`;
@@ -160,8 +160,8 @@ describe("a batched step through a link with rowFetch", () => {
       plain.close();
       const r = new Rig(files, c, true), got = batched(r);
       expect(r.hybrids.map((h) => h.stats.handedOffSteps), label).toEqual([12, 10, 14]);
-      // One RowFetch per sequence's staging; only sequence 2's last two steps, decoded alone (the batch-1 step, not a batched step's row), fetch ahead.
-      expect(r.link.rowFetches.map((f) => [f.fetches, f.readies, f.releases]), label).toEqual([[0, 0, 0], [0, 0, 0], [2 * LAYERS, 2 * LAYERS, 2 * LAYERS]]);
+      // One RowFetch per sequence's staging, a fetch, a ready and a release a layer of each handed-off step.
+      expect(r.link.rowFetches.map((f) => [f.fetches, f.readies, f.releases]), label).toEqual([12, 10, 14].map((n) => [n * LAYERS, n * LAYERS, n * LAYERS]));
       r.close();
       got.forEach((rows, i) => {
         expect(rows.length, `${label}, sequence ${i}`).toBe(want[i]!.length);
@@ -170,12 +170,11 @@ describe("a batched step through a link with rowFetch", () => {
     }
   }
 
-  it("exact logits: batch rows gather on the compute stream, the logits of a link without rowFetch", () => {
+  it("exact logits: batch rows fetch ahead, the logits of a link without rowFetch", () => {
     expectBatchRowsGather(CASES.filter((c) => c.logits === "exact"));
   });
 
-  // Fails until HybridAttention.fetchNext stops making the next layer's row views (handOffRows) inside the open recorded segment; then it().
-  it("speculative and verified logits: batch rows gather on the compute stream, the logits of a link without rowFetch", () => {
+  it("speculative and verified logits: batch rows fetch ahead, the logits of a link without rowFetch", () => {
     expectBatchRowsGather(CASES.filter((c) => c.logits !== "exact"));
   });
 });

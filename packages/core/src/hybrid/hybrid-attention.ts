@@ -184,7 +184,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
       if (this.part) attention.backend.free(this.part);
       throw e;
     }
-    if (this.device) this.stats.rows = rowsNote(this.device.paths, this.device.stagedReason);
+    if (this.device) this.stats.rows = rowsNote(this.device.paths, this.device.stagedReason, this.device.fetchesAhead);
     const be = attention.backend;
     this.segments = this.device !== null && !this.trackScores && be.beginStep !== undefined && be.endStep !== undefined;
     this.segmentKeys = Array.from({ length: this.layers }, (_, l) => `hybrid-${hybridCount}-${l}`);
@@ -373,8 +373,9 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private handOff(d: DeviceStaging, layer: number, q: Tensor, kmax: number, out: Tensor): void {
     const slot = (layer & 1) as 0 | 1, scores = d.scores[slot], job = this.jobs[layer];
     if (!job?.done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
-    // A batch's rows share one link and run unrecorded: they gather on the compute stream.
-    const fetch = d.fetchesAhead && !this.batchStep;
+    // A batch's rows fetch too: each sequence's staging has slots of its own, and on the link's one
+    // side stream their fetches queue in the order the rows are issued, which is the compute stream's.
+    const fetch = d.fetchesAhead;
     this.closeSegment();
     const up = d.handOffRows(slot, kmax, this.rescore[layer]!);
     if (fetch && !this.fetched[layer]) d.fetchRows(layer, slot, job.done, this.rescore[layer]!, kmax); // before the segment that waits for it
@@ -728,8 +729,9 @@ export class HybridAttention implements DecodeAttention, Disposable {
 }
 
 /** The stats line's note on where V rows come from, e.g. "V rows read by the device from pinned host memory (32 of 32 layers)". */
-function rowsNote(paths: readonly RowPath[], stagedReason: string): string {
+function rowsNote(paths: readonly RowPath[], stagedReason: string, fetchedAhead: boolean): string {
   const mapped = paths.filter((p) => p === "mapped").length;
-  if (mapped === paths.length) return `V rows read by the device from pinned host memory (${mapped} of ${paths.length} layers)`;
+  const ahead = fetchedAhead ? ", fetched ahead on a side stream in handed-off steps" : "";
+  if (mapped === paths.length) return `V rows read by the device from pinned host memory (${mapped} of ${paths.length} layers)${ahead}`;
   return `V rows staged by the CPU stage on ${paths.length - mapped} of ${paths.length} layers (${stagedReason})`;
 }
