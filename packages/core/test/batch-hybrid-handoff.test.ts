@@ -8,10 +8,10 @@
  */
 import { describe, expect, it } from "vitest";
 import {
-  BatchDecoder, HybridAttention, LlamaModel, ReferenceBackend, type Attention, type KvCache, type LogitsMode, type SelectionTiming, type TokenSelector,
+  BatchDecoder, HybridAttention, LlamaModel, ReferenceBackend, type Attention, type KvCache,
 } from "../src/index.js";
 import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
-import { fixedScheduler, questSelector, streamingSelector, topKSelector } from "./hybrid-helpers.js";
+import { fixedScheduler, KERNEL_CASES, type KernelCase } from "./hybrid-helpers.js";
 import { HandoffLink, QueuedStage } from "./handoff-link.js";
 import { AddressBook, HostReference, StagedBackendCpuStage } from "./loopback-link.js";
 import { CheckedLink, Recorder } from "./recorder.js";
@@ -19,18 +19,8 @@ import { CheckedLink, Recorder } from "./recorder.js";
 const CONTEXT = 40, LAYERS = 3, SLOTS = 3;
 const { files } = tinyModel({ seed: testSeed(350), maxPositions: 64, heads: 4, kvHeads: 2, layers: LAYERS });
 
-interface Case {
-  logits: LogitsMode;
-  selector: () => TokenSelector;
-  timing: SelectionTiming;
-  k: number;
-}
-
-const CASES: Case[] = (["exact", "speculative", "verified"] as const).flatMap((logits) => [
-  { logits, selector: () => topKSelector(true), timing: "post" as const, k: 3 },
-  { logits, selector: () => questSelector(2, true) as TokenSelector, timing: "pre" as const, k: 4 },
-  { logits, selector: () => streamingSelector(2, true), timing: "pre" as const, k: 4 },
-]);
+type Case = KernelCase;
+const CASES = KERNEL_CASES;
 
 /**
  * Continuous batching over 3 slots: sequence 1 leaves after 5 steps (2 rows for two steps), sequence
@@ -51,6 +41,8 @@ const TOKENS = SEQS.map((s, i) => randomIds(testSeed(460 + i), s.prompt + s.step
 interface Handoff {
   eager?: number;
   fail?: { stage: number; job: number };
+  /** The link fetches rows ahead on its side stream (HandoffLink's RowFetch stand-in). */
+  rowFetch?: boolean;
 }
 
 /** A model on a recording backend with its KV store in host memory; every sequence it makes gets its own HybridAttention and stage. */
@@ -65,7 +57,9 @@ class Rig {
   readonly stages: StagedBackendCpuStage[] = [];
 
   constructor(private readonly c: Case, private readonly handoff: Handoff | null) {
-    this.link = handoff ? new HandoffLink(this.be, this.host, this.book, this.rec) : new CheckedLink(this.be, this.host, this.book, this.rec, false);
+    this.link = handoff
+      ? new HandoffLink(this.be, this.host, this.book, this.rec, { rowFetch: handoff.rowFetch ?? false })
+      : new CheckedLink(this.be, this.host, this.book, this.rec, false);
     this.model = LlamaModel.load(files, this.rec.wrap(this.be), { prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: 6, sinkTokens: 1, kvEvictBlock: 2 });
     this.attach(this.model.attention, this.model.cache);
     this.model.setSequenceSetup((s) => this.attach(s.attention, s.cache));
@@ -151,6 +145,20 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
 
       expectSame(got, want, `${label}, handed off vs per layer`);
       expectSame(got, SEQS.map((_, i) => alone(c, { eager: 0 }, i)), `${label}, batched vs alone`);
+    }
+  });
+
+  it("rows fetched ahead: each sequence's slots its own, a fetch, a ready and a release a layer of each row's step, the same logits in every logits mode", () => {
+    for (const c of CASES) {
+      const label = `${c.selector().name} ${c.logits}`;
+      const plain = new Rig(c, { eager: 1 }), want = batched(plain);
+      plain.close();
+      const r = new Rig(c, { eager: 1, rowFetch: true }), got = batched(r);
+      const link = r.link as HandoffLink, steps = r.hybrids.map((h) => h.stats.handedOffSteps);
+      expect(steps, label).toEqual([12, 10, 14]);
+      expect(link.rowFetches.map((f) => [f.fetches, f.readies, f.releases]), label).toEqual(steps.map((n) => [n * LAYERS, n * LAYERS, n * LAYERS]));
+      r.close();
+      expectSame(got, want, `${label}, fetched ahead vs gathered in the layer`);
     }
   });
 

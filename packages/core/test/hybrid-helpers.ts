@@ -104,3 +104,18 @@ export function questSelector(pageSize: number, kernel: boolean): TokenSelector<
     },
   };
 }
+
+/** A stage kernel, its timing, K and a logits mode: the hand-off tests' cases. */
+export interface KernelCase {
+  logits: LogitsMode;
+  selector: () => TokenSelector;
+  timing: SelectionTiming;
+  k: number;
+}
+
+/** Top-K (post), Quest and streaming (pre) stage kernels in every logits mode. */
+export const KERNEL_CASES: KernelCase[] = (["exact", "speculative", "verified"] as const).flatMap((logits) => [
+  { logits, selector: () => topKSelector(true), timing: "post" as const, k: 3 },
+  { logits, selector: () => questSelector(2, true) as TokenSelector, timing: "pre" as const, k: 4 },
+  { logits, selector: () => streamingSelector(2, true), timing: "pre" as const, k: 4 },
+]);
