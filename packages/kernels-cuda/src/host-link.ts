@@ -205,12 +205,12 @@ export class CudaHostLink implements HostTransfers {
     const link = this.live(op);
     const f = this.owner.lib.hg_fetch_create(link);
     if (!f) throw new HybridgenError(`${op}: could not make its events and side stream (or the device cannot map the link's signal words)`, "ECUDA");
-    const fetch = new CudaRowFetch(f as Pointer, this.owner, this, (done) => this.fetches.delete(done));
+    const fetch = new CudaRowFetch(f as Pointer, this.owner, this, (closed) => this.fetches.delete(closed));
     this.fetches.add(fetch);
     return fetch;
   }
 
-  /** RowFetch.fetch's checks: the signal's word and each gather's ranges, as device addresses [word, 7 doubles a gather]. */
+  /** Its RowFetch's fetch() checks: the signal's word and each gather's ranges, as device addresses [word, 7 doubles a gather]. */
   fetchArgs(signal: HostSignal, gathers: readonly RowFetchGather[], op: string): { word: number; desc: Float64Array } {
     this.live(op);
     const word = this.signalWord(signal, op);
