@@ -99,8 +99,26 @@ export class HandoffLink extends CheckedLink {
     });
   }
 
-  private pumpFetches(): void {
-    for (const f of this.rowFetches) f.pump();
+  /** The link's one side stream: every RowFetch's fetches, in call order (as the native link's stream). */
+  readonly sideStream: QueuedFetch[] = [];
+  private pumping = false;
+
+  /** Runs the side stream's fetches, in order, while the first one's done is reached (or a queued job can raise it now). */
+  pumpFetches(): void {
+    if (this.pumping) return;
+    this.pumping = true;
+    try {
+      while (this.sideStream.length > 0) {
+        const f = this.sideStream[0]!;
+        if (!this.reached(f.done)) for (const st of this.stages) if (st.canRunFor(f.done)) st.runFor(f.done);
+        if (!this.reached(f.done)) return;
+        this.sideStream.shift();
+        for (const g of f.gathers) this.gatherAt(g.dst, g.src, g.rows, g.table);
+        f.ran();
+      }
+    } finally {
+      this.pumping = false;
+    }
   }
 
   private ints(region: HostRegion): Int32Array {
@@ -143,6 +161,9 @@ interface FetchSlot {
 
 interface QueuedFetch {
   readonly slot: 0 | 1;
+  readonly owner: StandInRowFetch;
+  /** Marks it run in its RowFetch's slot. */
+  readonly ran: () => void;
   /** Its number among the slot's fetches (from 1). */
   readonly n: number;
   readonly done: HostSignal;
@@ -150,9 +171,10 @@ interface QueuedFetch {
 }
 
 /**
- * RowFetch on the HandoffLink: fetch() joins a side stream (never recorded) whose fetches run in
- * call order, each as soon as it may — its done reached (a queued job raising it runs for it, as for
- * awaitSignal, once its query was sent) — gathering from the table and host rows as they are then;
+ * RowFetch on the HandoffLink: fetch() joins the link's one side stream (never recorded, shared by
+ * every RowFetch of the link, as the native link's), whose fetches run in call order, each as soon
+ * as it may — its done reached (a queued job raising it runs for it, as for awaitSignal, once its
+ * query was sent) — gathering from the table and host rows as they are then;
  * ready() and release() are device ops (now, or at the end of a recorded segment). A fetch waits
  * only for the releases launched before it, so one issued while the slot is still in use (a ready
  * run, or a release recorded but not launched) would refill rows the compute stream reads: it
@@ -169,8 +191,6 @@ export class StandInRowFetch implements RowFetch {
   private readonly slots: FetchSlot[] = [0, 1].map(() => ({
     fetchesCalled: 0, fetchesRun: 0, taken: 0, readiesIssued: 0, readiesRun: 0, readyIssuedAt: 0, releasesIssued: 0, releasesRun: 0, held: false,
   }));
-  private readonly queue: QueuedFetch[] = [];
-  private pumping = false;
 
   constructor(private readonly link: HandoffLink, private readonly schedule: (op: () => void) => void) {}
 
@@ -186,8 +206,9 @@ export class StandInRowFetch implements RowFetch {
     }
     if (s.fetchesCalled > s.taken && s.fetchesCalled > 0) this.superseded++;
     this.fetches++;
-    this.queue.push({ slot, n: ++s.fetchesCalled, done, gathers: gathers.slice() });
-    this.pump();
+    const n = ++s.fetchesCalled;
+    this.link.sideStream.push({ slot, n, done, gathers: gathers.slice(), owner: this, ran: () => (s.fetchesRun = n) });
+    this.link.pumpFetches();
   }
 
   ready(slot: 0 | 1): void {
@@ -200,9 +221,9 @@ export class StandInRowFetch implements RowFetch {
       const n = s.fetchesCalled; // the last fetch called before this op launched (ran)
       if (n === 0) throw new Error(`ready(${slot}) with no fetch(${slot}) ever issued: it waits for nothing`);
       if (n === s.taken) throw new Error(`ready(${slot}) with no fetch(${slot}) since the last ready(${slot}): it would take rows already consumed`);
-      this.pump();
+      this.link.pumpFetches();
       if (s.fetchesRun < n) {
-        const head = this.queue[0]!;
+        const head = this.link.sideStream[0]!;
         throw new Error(`ready(${slot}) waits for fetch ${n} of slot ${slot}, and the side stream waits for value ${head.done.value} at 0x${head.done.address.toString(16)} (fetch ${head.n} of slot ${head.slot}), which no queued job whose query was sent raises: it would hang`);
       }
       s.taken = n;
@@ -220,34 +241,16 @@ export class StandInRowFetch implements RowFetch {
       s.held = false;
       s.releasesRun++;
       this.releases++;
-      this.pump();
+      this.link.pumpFetches();
     });
-  }
-
-  /** Runs the side stream's fetches, in order, while the first one's done is reached (or a queued job can raise it now). */
-  pump(): void {
-    if (this.pumping) return;
-    this.pumping = true;
-    try {
-      while (this.queue.length > 0) {
-        const f = this.queue[0]!;
-        if (!this.link.reached(f.done)) for (const st of this.link.stages) if (st.canRunFor(f.done)) st.runFor(f.done);
-        if (!this.link.reached(f.done)) return;
-        this.queue.shift();
-        for (const g of f.gathers) this.link.gatherAt(g.dst, g.src, g.rows, g.table);
-        this.slots[f.slot]!.fetchesRun = f.n;
-      }
-    } finally {
-      this.pumping = false;
-    }
   }
 
   /** Waits for the side stream: a fetch still waiting for its done would hang. */
   close(): void {
     if (this.closed) return;
-    this.pump();
+    this.link.pumpFetches();
     this.closed = true;
-    const f = this.queue[0];
+    const f = this.link.sideStream.find((q) => q.owner === this);
     if (f) throw new Error(`RowFetch.close() waits for fetch ${f.n} of slot ${f.slot}, whose done (value ${f.done.value}) no queued job raises: it would hang`);
   }
 
