@@ -4,7 +4,8 @@
 #   sh ../shared/device/stage-bun.sh && (cd packages/kernels-cpu && bun run build) && (cd packages/kernels-cuda && HYBRIDGEN_BUILD_CUDA=1 bun run build)
 #   bun build --target=bun --external 'bun:*' apps/bench/src/hybrid-modes.ts --outfile .device/hybrid-modes.js
 #   bun build --target=bun --external 'bun:*' apps/bench/src/cuda/hybrid-bench.ts --outfile .device/hybrid-bench.js
-# and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"].
+# and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"]. With .device/base (prepare-base.sh BASE)
+# the same configs then run from BASE's build: a same-run baseline for a change.
 set -u
 . "$(dirname "$0")/device-env.sh"
 nvidia-smi --query-gpu=name,serial,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -14,3 +15,9 @@ echo "checks exit $?"; grep -E 'PASS|FAIL' "$OUT/checks.log"
 timeout "${BENCH_S:-420}" bun .device/hybrid-modes.js --contexts "${CONTEXTS:-4096,32768,131000}" --steps "${STEPS:-64}" --trace-dir "$OUT/traces" \
   --source "apps/bench hybrid-modes, one H200 + 16-core host, $(date -u +%F)" ${BENCH_ARGS:-} > "$OUT/hybrid-modes.log" 2>&1
 echo "bench exit $?"; sed -n '/^## /,$p' "$OUT/hybrid-modes.log"; tail -3 "$OUT/hybrid-modes.log"
+# The baseline arm of a same-run A/B (prepare-base.sh): the same configs from BASE's bundle and libraries.
+if [ -f .device/base/hybrid-modes.js ]; then
+  HYBRIDGEN_KERNELS_CPU_LIB=$PWD/.device/base/lib/libhgcpu.so HYBRIDGEN_KERNELS_CUDA_LIB=$PWD/.device/base/lib/libhgcuda.so \
+    timeout "${BASE_S:-300}" bun .device/base/hybrid-modes.js --contexts "${CONTEXTS:-4096,32768,131000}" --steps "${STEPS:-64}" ${BENCH_ARGS:-} > "$OUT/hybrid-modes-base.log" 2>&1
+  echo "base $(cat .device/base/BUILT) exit $?"; sed -n '/^## /,$p' "$OUT/hybrid-modes-base.log"
+fi
