@@ -7,6 +7,7 @@
 #include "file_rows.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +121,77 @@ EXPORT int hg_tier_close_fd(int fd) {
 EXPORT int hg_tier_prefetch(void *p, uint64_t bytes) {
   const uintptr_t ps = (uintptr_t)page_bytes(), a = (uintptr_t)p & ~(ps - 1);
   return madvise((void *)a, (size_t)((uintptr_t)p + bytes - a), MADV_WILLNEED) == 0 ? 0 : -errno;
+}
+
+/* Read-ahead off the caller's thread. madvise(WILLNEED) on a file mapping submits the reads
+ * before it returns (tens of µs a run on a cold file), and a decode step's driving thread would
+ * wait for thousands of them a layer; so hg_tier_prefetch_runs copies the runs into a queue and one
+ * background thread advises them. It is a hint: runs that do not fit the queue are dropped, and
+ * hg_tier_prefetch_wait (before a mapping is unmapped) waits for the queue to empty. */
+#define PF_CAP 65536
+static pthread_mutex_t pf_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t pf_work = PTHREAD_COND_INITIALIZER, pf_idle = PTHREAD_COND_INITIALIZER;
+static uintptr_t pf_addr[PF_CAP];
+static uint64_t pf_len[PF_CAP];
+static int pf_head, pf_count, pf_busy, pf_started;
+
+static void *pf_thread(void *unused) {
+  (void)unused;
+  pthread_mutex_lock(&pf_mu);
+  for (;;) {
+    while (pf_count == 0) {
+      pf_busy = 0;
+      pthread_cond_broadcast(&pf_idle);
+      pthread_cond_wait(&pf_work, &pf_mu);
+    }
+    pf_busy = 1;
+    const uintptr_t a = pf_addr[pf_head];
+    const uint64_t n = pf_len[pf_head];
+    pf_head = (pf_head + 1) % PF_CAP;
+    pf_count--;
+    pthread_mutex_unlock(&pf_mu);
+    hg_tier_prefetch((void *)a, n);
+    pthread_mutex_lock(&pf_mu);
+  }
+  return NULL;
+}
+
+/* Queues n runs (pairs of doubles: address, bytes) for the background thread; returns how many were
+ * dropped because the queue was full, or −errno when the thread could not start. */
+EXPORT int hg_tier_prefetch_runs(const double *runs, int n) {
+  pthread_mutex_lock(&pf_mu);
+  if (!pf_started) {
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    const int rc = pthread_create(&t, &at, pf_thread, NULL);
+    pthread_attr_destroy(&at);
+    if (rc != 0) {
+      pthread_mutex_unlock(&pf_mu);
+      return -rc;
+    }
+    pf_started = 1;
+  }
+  int dropped = 0;
+  for (int i = 0; i < n; i++) {
+    if (pf_count == PF_CAP) { dropped = n - i; break; }
+    const int at = (pf_head + pf_count) % PF_CAP;
+    pf_addr[at] = (uintptr_t)runs[2 * i];
+    pf_len[at] = (uint64_t)runs[2 * i + 1];
+    pf_count++;
+  }
+  pf_busy = pf_busy || pf_count > 0;
+  pthread_cond_signal(&pf_work);
+  pthread_mutex_unlock(&pf_mu);
+  return dropped;
+}
+
+/* Waits until every queued run has been advised (the mappings they name may then be unmapped). */
+EXPORT void hg_tier_prefetch_wait(void) {
+  pthread_mutex_lock(&pf_mu);
+  while (pf_started && (pf_count > 0 || pf_busy)) pthread_cond_wait(&pf_idle, &pf_mu);
+  pthread_mutex_unlock(&pf_mu);
 }
 
 /* Drops [p, p + bytes) of a file mapping from the page cache (benches: cold reads): written back

@@ -14,6 +14,8 @@ const symbols = {
   hg_tier_map_file: { args: [ptr, u64, ptr, i32, ptr, ptr], returns: ptr },
   hg_tier_close_fd: { args: [i32], returns: i32 },
   hg_tier_prefetch: { args: [ptr, u64], returns: i32 },
+  hg_tier_prefetch_runs: { args: [ptr, i32], returns: i32 },
+  hg_tier_prefetch_wait: { args: [], returns: FFIType.void },
   hg_tier_file_read_bw: { args: [ptr, u64, u64], returns: f64 },
   hg_tier_register_file: { args: [ptr, u64, ptr, u64], returns: i32 },
   hg_tier_unregister_file: { args: [ptr], returns: i32 },

@@ -72,6 +72,8 @@ export class TieredStore implements KvStoreAllocator {
   private released = false;
   /** Read-ahead requests made (page ranges) and the bytes they cover. */
   readonly readAheadStats = { requests: 0, bytes: 0 };
+  /** readAhead's runs (address, bytes) for one call into the library. */
+  private runs: Float64Array<ArrayBuffer> = new Float64Array(0);
 
   constructor(layout: StoreLayout, options: TieredStoreOptions = {}) {
     const r = StoreLayoutSchema.safeParse(layout);
@@ -170,7 +172,8 @@ export class TieredStore implements KvStoreAllocator {
   /**
    * The next layer's V rows at the slots a stage just gathered from `v` (per KV head g,
    * `counts[g]` ids from g·kmax): read-ahead of the pages holding them, where that layer's
-   * region is file-backed (adjacent rows of one page are one request). Memory regions: nothing.
+   * region is file-backed (adjacent rows of one page are one request), advised by the library's
+   * background thread so the caller does not wait for the reads' submission. Memory regions: nothing.
    */
   readAhead(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number): void {
     const r = this.regions.find((x) => x.tensor === v);
@@ -178,13 +181,17 @@ export class TieredStore implements KvStoreAllocator {
     const next = this.regions.find((x) => x.pool === r.pool && x.layer === r.layer + 1);
     if (!next || next.files.length === 0 || !next.tensor) return;
     const [heads, cap, hd] = next.tensor.shape as [number, number, number];
-    const row = hd * next.tensor.elementBytes, page = this.layout.pageBytes, lib = tierNative();
+    const row = hd * next.tensor.elementBytes, page = this.layout.pageBytes;
     const inFile = (off: number) => next.files.some((f) => off >= f.offset && off < f.offset + f.bytes);
+    let runs = 0;
     for (let g = 0; g < Math.min(heads, counts.length); g++) {
       let runStart = -1, runEnd = -1;
       const flush = () => {
         if (runStart < 0) return;
-        lib.hg_tier_prefetch((next.address + runStart) as Pointer, runEnd - runStart);
+        if (this.runs.length < 2 * (runs + 1)) this.runs = grown(this.runs, 2 * (runs + 1));
+        this.runs[2 * runs] = next.address + runStart;
+        this.runs[2 * runs + 1] = runEnd - runStart;
+        runs++;
         this.readAheadStats.requests++;
         this.readAheadStats.bytes += runEnd - runStart;
       };
@@ -201,6 +208,7 @@ export class TieredStore implements KvStoreAllocator {
       }
       flush();
     }
+    if (runs > 0) tierNative().hg_tier_prefetch_runs(this.runs, runs);
   }
 
   /** Benches: writes the disk tier's pages back and drops them from the page cache, so the next reads go to the disk. */
@@ -260,6 +268,7 @@ export class TieredStore implements KvStoreAllocator {
     if (this.released) return;
     this.released = true;
     const lib = tierNative();
+    lib.hg_tier_prefetch_wait(); // no queued read-ahead may advise a range after it is unmapped
     for (const r of this.regions) {
       for (const f of r.files) lib.hg_tier_unregister_file((r.address + f.offset) as Pointer);
       lib.hg_tier_unmap(r.address as Pointer, r.bytes);
@@ -330,4 +339,11 @@ export function probeFileReadLatency(dir: string, depths: readonly ReadDepth[], 
   const rc = tierNative().hg_tier_file_read_latency(cPath(path), bytes, reads, Int32Array.from(depths, (d) => d.threads), Int32Array.from(depths, (d) => d.depth), depths.length, out);
   if (rc !== 0) throw new HybridgenError(`disk probe: random reads of a file in ${dir} failed: ${errnoName(rc)}`);
   return Array.from(out);
+}
+
+/** A copy of `a` with room for at least `n` values (doubling). */
+function grown(a: Float64Array, n: number): Float64Array<ArrayBuffer> {
+  const b = new Float64Array(Math.max(n, 2 * a.length));
+  b.set(a);
+  return b;
 }
