@@ -152,6 +152,8 @@ describe("scheduler contract", () => {
     const t = parseStepTimings({ step: 3, tGpuMs: 4, tCpuMs: 2.5, tTxMs: 0.4, k: 128, timing: "post", offloaded: 4096 });
     expect(t.timing).toBe("post");
     expect(() => parseStepTimings({ step: 3, tGpuMs: -1, tCpuMs: 1, tTxMs: 0, k: 1, timing: "pre", offloaded: 0 })).toThrow(/tGpuMs/);
+    expect(parseStepTimings({ step: 3, tGpuMs: 4, tCpuMs: 2.5, tTxMs: 0.4, tWaitMs: 1.5, k: 128, timing: "pre", offloaded: 4096 }).tWaitMs).toBe(1.5);
+    expect(() => parseStepTimings({ step: 3, tGpuMs: 4, tCpuMs: 2.5, tTxMs: 0.4, tWaitMs: -1, k: 128, timing: "pre", offloaded: 4096 })).toThrow(/tWaitMs/);
     expect(StepTimingsSchema.safeParse({ step: 0, tGpuMs: 1, tCpuMs: 1, tTxMs: 1, k: 1, timing: "mid", offloaded: 1 }).success).toBe(false);
   });
   it("bounds default kMin and reject kMax < kMin; clampK keeps the invariant", () => {

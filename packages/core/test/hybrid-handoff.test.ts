@@ -34,6 +34,7 @@ function run(files: ModelFiles, tokens: number[], c: Case, handoff: { depth: num
   const out = [model.forward(Int32Array.from(tokens.slice(0, PROMPT)), 0)];
   for (let t = PROMPT; t < tokens.length; t++) out.push(model.forward(Int32Array.of(tokens[t]!), t));
   const cpuStageMs = hybrid.stats.cpuStageMs, handedOff = hybrid.stats.handedOffSteps, summary = hybrid.stats.summary();
+  expect(hybrid.stats.trace.every((t) => t.tWaitMs !== undefined && t.tWaitMs >= 0)).toBe(true); // each step's wait for the stage, for the scheduler and traces
   hybrid.close();
   model.close();
   expect(be.liveTensors()).toBe(0);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { HYBRID_TRACE_LIMIT, HybridStats, type SelectionTiming } from "../src/index.js";
 
-const step = (i: number, k: number, timing: SelectionTiming) => ({ step: i, tGpuMs: 1, tCpuMs: 2, tTxMs: 0.5, k, timing, offloaded: 100 + i, layers: 4 });
+const step = (i: number, k: number, timing: SelectionTiming) => ({ step: i, tGpuMs: 1, tCpuMs: 2, tTxMs: 0.5, tWaitMs: 0.25, k, timing, offloaded: 100 + i, layers: 4 });
 
 describe("HybridStats' per-step trace", () => {
   it("records each step's scheduler inputs, counts timing switches and summarises them", () => {
@@ -10,7 +10,7 @@ describe("HybridStats' per-step trace", () => {
     const plan: [number, SelectionTiming][] = [[8, "post"], [16, "post"], [16, "pre"], [32, "pre"], [24, "post"]];
     plan.forEach(([k, t], i) => s.record(step(i, k, t), 3 + i));
     expect(s.trace.map((r) => [r.k, r.timing, r.wallMs])).toEqual(plan.map(([k, t], i) => [k, t, 3 + i]));
-    expect(s.trace[2]).toEqual({ step: 2, k: 16, timing: "pre", offloaded: 102, tGpuMs: 1, tCpuMs: 2, tTxMs: 0.5, wallMs: 5 });
+    expect(s.trace[2]).toEqual({ step: 2, k: 16, timing: "pre", offloaded: 102, tGpuMs: 1, tCpuMs: 2, tTxMs: 0.5, tWaitMs: 0.25, wallMs: 5 });
     expect(s.timingSwitches).toBe(2);
     expect(s.schedulerSummary()).toBe("; scheduler: K 8 → 24 (range 8–32), post, 2 timing switches");
     s.reset();

@@ -18,6 +18,8 @@ export const TraceStepSchema = z.object({
   tGpuMs: ms,
   tCpuMs: ms,
   tTxMs: ms,
+  /** The step's wait for the CPU stage (absent in traces recorded before it was kept). */
+  tWaitMs: ms.optional(),
   /** The step's wall time: ms/token of a decode step. */
   wallMs: ms,
 });
@@ -80,7 +82,7 @@ export function timingTraceFromRuns(
       label: r.label,
       scheduler: r.scheduler,
       steps: r.steps.filter((s) => s.k > 0).map((s) => ({
-        step: s.step, k: s.k, timing: s.timing, offloaded: s.offloaded, tGpuMs: s.tGpuMs, tCpuMs: s.tCpuMs, tTxMs: s.tTxMs, wallMs: s.wallMs,
+        step: s.step, k: s.k, timing: s.timing, offloaded: s.offloaded, tGpuMs: s.tGpuMs, tCpuMs: s.tCpuMs, tTxMs: s.tTxMs, tWaitMs: s.tWaitMs, wallMs: s.wallMs,
       })),
     })),
   });

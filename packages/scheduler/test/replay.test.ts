@@ -169,13 +169,14 @@ describe("the recorder", () => {
       const stats = new HybridStats();
       for (let step = 0; step < 6; step++) {
         const s = simulateStep(model, timing, k, model.offloaded + step);
-        stats.record({ step, tGpuMs: s.tGpuMs, tCpuMs: s.tCpuMs, tTxMs: s.tTxMs, k, timing, offloaded: model.offloaded + step }, s.wallMs);
+        stats.record({ step, tGpuMs: s.tGpuMs, tCpuMs: s.tCpuMs, tTxMs: s.tTxMs, tWaitMs: step / 8, k, timing, offloaded: model.offloaded + step }, s.wallMs);
       }
       runs.push({ label: `fixed ${timing} K=${k}`, scheduler: "fixed", steps: stats.trace });
     }
     const trace = timingTraceFromRuns(runs, { source: "test", setup: { context: 32768 } });
     const again = parseTimingTrace(JSON.parse(JSON.stringify(trace)));
     expect(again.runs.map((r) => r.steps.length)).toEqual([6, 6, 6, 6]);
+    expect(again.runs[0]!.steps.map((s) => s.tWaitMs)).toEqual([0, 1, 2, 3, 4, 5].map((i) => i / 8)); // the step's wait for the stage is kept
     const refit = fitCostModel(again);
     for (const timing of ["post", "pre"] as const) {
       for (const k of [256, 1024, 2048]) {

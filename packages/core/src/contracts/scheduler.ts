@@ -28,6 +28,8 @@ export const StepTimingsSchema = z.object({
   tGpuMs: ms,
   tCpuMs: ms,
   tTxMs: ms,
+  /** How long the step waited for the CPU stage (the device's waits in a handed-off step, else the host's): the part of T_cpu not hidden. */
+  tWaitMs: ms.optional(),
   /** The K this step ran with (before clamping to the offloaded count). */
   k: z.number().int().nonnegative(),
   timing: SelectionTimingSchema,

@@ -556,7 +556,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     st.txMs += this.stepTx;
     if (this.trackScores) this.scoreSteps++;
     const timings = {
-      step: this.step, tGpuMs: device, tCpuMs: this.stepCpu + this.stepJs, tTxMs: this.stepTx,
+      step: this.step, tGpuMs: device, tCpuMs: this.stepCpu + this.stepJs, tTxMs: this.stepTx, tWaitMs: held,
       k: this.decision.k, timing: plan.timing, offloaded: plan.offloaded, layers: this.layers,
     };
     st.record(timings, performance.now() - this.stepStart); // the scheduler's inputs per step (stats trace, --json)

@@ -12,6 +12,8 @@ export interface HybridStepRecord {
   readonly tGpuMs: number;
   readonly tCpuMs: number;
   readonly tTxMs: number;
+  /** The step's wait for the CPU stage (StepTimings.tWaitMs). */
+  readonly tWaitMs?: number;
   /** beginStep → endStep on the host, after the device finished the step. */
   readonly wallMs: number;
 }
@@ -82,7 +84,7 @@ export class HybridStats extends OffloadCounters {
       this.droppedSteps++;
     }
     this.trace.push({
-      step: t.step, k: t.k, timing: t.timing, offloaded: t.offloaded, tGpuMs: t.tGpuMs, tCpuMs: t.tCpuMs, tTxMs: t.tTxMs, wallMs,
+      step: t.step, k: t.k, timing: t.timing, offloaded: t.offloaded, tGpuMs: t.tGpuMs, tCpuMs: t.tCpuMs, tTxMs: t.tTxMs, tWaitMs: t.tWaitMs, wallMs,
     });
   }
 
