@@ -156,11 +156,21 @@ static void *pf_thread(void *unused) {
   return NULL;
 }
 
+/* A forked child has no background thread: it starts its own on first use, with an empty queue. */
+static void pf_after_fork_child(void) {
+  pthread_mutex_init(&pf_mu, NULL);
+  pthread_cond_init(&pf_work, NULL);
+  pthread_cond_init(&pf_idle, NULL);
+  pf_head = pf_count = pf_busy = pf_started = 0;
+}
+
 /* Queues n runs (pairs of doubles: address, bytes) for the background thread; returns how many were
  * dropped because the queue was full, or −errno when the thread could not start. */
 EXPORT int hg_tier_prefetch_runs(const double *runs, int n) {
   pthread_mutex_lock(&pf_mu);
   if (!pf_started) {
+    static int registered;
+    if (!registered) registered = pthread_atfork(NULL, NULL, pf_after_fork_child) == 0;
     pthread_t t;
     pthread_attr_t at;
     pthread_attr_init(&at);
