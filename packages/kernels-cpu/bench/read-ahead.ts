@@ -1,8 +1,7 @@
 /**
  * TieredStore.readAhead on the thread that calls it: the next layer's selected V rows of a disk-tier
- * file advised (madvise WILLNEED) one page run at a time on the calling thread ("sync": how
- * readAhead worked before), or queued for the library's background thread ("queued": readAhead
- * now), against no read-ahead. One 8B layer pair (8 KV heads × 128 dims, bf16; V of layer 1 in a
+ * file advised (madvise WILLNEED) one page run at a time on the calling thread ("sync"), or queued
+ * for the library's background thread ("queued": readAhead's way), against no read-ahead. One 8B layer pair (8 KV heads × 128 dims, bf16; V of layer 1 in a
  * file), 8 192 random rows (1 024 a KV head: verified top-256 at 4 candidates), the file dropped
  * from the page cache before every round. Columns: the caller's time, the time until the reads were
  * all submitted, then a gather of those rows through the mapping (what the stage's page faults pay).
@@ -57,7 +56,7 @@ for (const arm of ["none", "sync", "queued"] as const) {
     const t0 = performance.now();
     if (arm === "queued") store.readAhead(v0, ids, counts, perHead);
     if (arm === "sync") {
-      // readAhead's runs, advised here one by one as it used to.
+      // readAhead's runs, each advised on this thread.
       for (let g = 0; g < KV; g++) {
         let s = -1, e = -1;
         for (let i = 0; i < perHead; i++) {

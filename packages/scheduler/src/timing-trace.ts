@@ -18,7 +18,7 @@ export const TraceStepSchema = z.object({
   tGpuMs: ms,
   tCpuMs: ms,
   tTxMs: ms,
-  /** The step's wait for the CPU stage (absent in traces recorded before it was kept). */
+  /** The step's wait for the CPU stage (optional: an engine that cannot tell leaves it out). */
   tWaitMs: ms.optional(),
   /** The step's wall time: ms/token of a decode step. */
   wallMs: ms,
