@@ -183,12 +183,13 @@ export class TieredStore implements KvStoreAllocator {
     const [heads, cap, hd] = next.tensor.shape as [number, number, number];
     const row = hd * next.tensor.elementBytes, page = this.layout.pageBytes;
     const inFile = (off: number) => next.files.some((f) => off >= f.offset && off < f.offset + f.bytes);
-    let runs = 0;
+    let runs = 0, most = 0;
+    for (let g = 0; g < Math.min(heads, counts.length); g++) most += Math.max(0, counts[g]!);
+    if (this.runs.length < 2 * most) this.runs = new Float64Array(2 * most); // a run a row at most
     for (let g = 0; g < Math.min(heads, counts.length); g++) {
       let runStart = -1, runEnd = -1;
       const flush = () => {
         if (runStart < 0) return;
-        if (this.runs.length < 2 * (runs + 1)) this.runs = grown(this.runs, 2 * (runs + 1));
         this.runs[2 * runs] = next.address + runStart;
         this.runs[2 * runs + 1] = runEnd - runStart;
         runs++;
@@ -339,11 +340,4 @@ export function probeFileReadLatency(dir: string, depths: readonly ReadDepth[], 
   const rc = tierNative().hg_tier_file_read_latency(cPath(path), bytes, reads, Int32Array.from(depths, (d) => d.threads), Int32Array.from(depths, (d) => d.depth), depths.length, out);
   if (rc !== 0) throw new HybridgenError(`disk probe: random reads of a file in ${dir} failed: ${errnoName(rc)}`);
   return Array.from(out);
-}
-
-/** A copy of `a` with room for at least `n` values (doubling). */
-function grown(a: Float64Array, n: number): Float64Array<ArrayBuffer> {
-  const b = new Float64Array(Math.max(n, 2 * a.length));
-  b.set(a);
-  return b;
 }
