@@ -220,11 +220,7 @@ export class DeviceStaging implements Disposable {
    * verified logits), as [kvHeads, kmax, headDim] views: made on the host, before the layer's segment.
    */
   handOffRows(slot: 0 | 1, kmax: number, keys: boolean): { values: Tensor; keys: Tensor | null } {
-    const v = this.values[slot]!, k = keys ? this.keys[slot] : null;
-    if (keys && !k) fail("hybrid attention: no device buffers for K rows (a verified layer the staging was not told of)");
-    if (kmax > this.rowsPerHead) fail(`hybrid attention: ${kmax} selected rows per KV head exceed the device's gathered-row buffers (${this.rowsPerHead}); reserve() first`);
-    v.kmax = kmax;
-    if (k) k.kmax = kmax;
+    const { v, k } = this.setWidth(slot, kmax, keys);
     return { values: v.output(), keys: k ? k.output() : null };
   }
 
@@ -253,15 +249,23 @@ export class DeviceStaging implements Disposable {
    */
   fetchRows(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean, kmax: number): void {
     if (!this.fetcher) fail("hybrid attention: rows fetched ahead on a link without rowFetch");
-    if (kmax > this.rowsPerHead) fail(`hybrid attention: ${kmax} selected rows per KV head exceed the device's gathered-row buffers (${this.rowsPerHead}); reserve() first`);
-    this.values[slot]!.kmax = kmax;
-    if (keys && this.keys[slot]) this.keys[slot]!.kmax = kmax;
+    this.setWidth(slot, kmax, keys);
     this.fetcher.fetch(slot, done, this.slotGathers(layer, slot, keys));
   }
 
   /** After the merge that read slot `slot`'s fetched rows (compute stream, recordable): a later fetch may refill them. */
   releaseRows(slot: 0 | 1): void {
     this.fetcher?.release(slot);
+  }
+
+  /** Slot `slot`'s row buffers (K too for `keys`) set to width kmax, which they must hold. */
+  private setWidth(slot: 0 | 1, kmax: number, keys: boolean): { v: GatheredValues; k: GatheredValues | null } {
+    const v = this.values[slot]!, k = keys ? this.keys[slot]! : null;
+    if (keys && !k) fail("hybrid attention: no device buffers for K rows (a verified layer the staging was not told of)");
+    if (kmax > this.rowsPerHead) fail(`hybrid attention: ${kmax} selected rows per KV head exceed the device's gathered-row buffers (${this.rowsPerHead}); reserve() first`);
+    v.kmax = kmax;
+    if (k) k.kmax = kmax;
+    return { v, k };
   }
 
   /** The gathers of `layer`'s K (verified) and V rows into slot `slot`'s buffers at their kmax, by the slot's table. */
@@ -287,11 +291,7 @@ export class DeviceStaging implements Disposable {
    * [kvHeads, kmax, headDim]. Compute ops queued after it wait for the copy.
    */
   upload(layer: number, slot: 0 | 1, kmax: number, keys: boolean, ids: Int32Array, counts: Int32Array): { values: Tensor; keys: Tensor | null } {
-    const r = this.regions[slot]!, v = this.values[slot]!, k = keys ? this.keys[slot] : null;
-    if (keys && !k) fail("hybrid attention: no device buffers for K rows (a verified layer the staging was not told of)");
-    if (kmax > this.rowsPerHead) fail(`hybrid attention: ${kmax} selected rows per KV head exceed the device's gathered-row buffers (${this.rowsPerHead}); reserve() first`);
-    v.kmax = kmax;
-    if (k) k.kmax = kmax;
+    const r = this.regions[slot]!, { v, k } = this.setWidth(slot, kmax, keys);
     const copies: HostCopy[] = [];
     if (!k) {
       const scores = this.scores[slot]!;
