@@ -26,7 +26,7 @@ import { join } from "node:path";
 import { cpus } from "node:os";
 import { HybridOptionsSchema, dummyModelFiles, loadModel, presetConfig, type Backend, type HybridStepRecord } from "@hybridgen/core";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
-import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createHybridAttention, defaultStageThreads, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { timingTraceFromRuns, type RecordedRun } from "@hybridgen/scheduler";
 import { arg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
@@ -40,7 +40,7 @@ const steps = Number(arg("steps", "64"));
 const window = Number(arg("window", "4096"));
 const sinks = Number(arg("sinks", "4"));
 const K = Number(arg("k", "256"));
-const threads = Number(arg("threads", String(Math.max(1, cpus().length - 1))));
+const threads = Number(arg("threads", String(defaultStageThreads(backendName !== "cpu"))));
 const configs = list("configs", "full,post-exact,post-speculative,post-verified,pre-exact,pre-speculative,pre-verified,pre-streaming,feedback,feedback-streaming");
 const traceDir = arg("trace-dir", "");
 /** Where the device gets the selected rows, for every hybrid config (HybridOptions.rowPath). */

@@ -99,7 +99,7 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
                                (e.g. topk+quest); default topk+quest with feedback, else topk for post,
                                streaming for pre ("all" = exact)
       --selector-options JSON  the selector's options, e.g. '{"pageSize":32}' (unknown keys are errors)
-      --cpu-stage-threads N    native threads of the CPU stage (default 1 on the CPU backend, cores − 1 on a GPU)
+      --cpu-stage-threads N    native threads of the CPU stage (default 1 on the CPU backend, cores − 3 on a GPU)
       --scoring full|int8|int4 top-K scores compressed copies of the offloaded K first (int8: 0.52 of bf16's
                                bytes, int4: 0.28) and rescores the best --rescore-factor·K rows in full (default full)
       --rescore-factor N       compressed scoring: candidates per selected token (default 4)

@@ -5,3 +5,4 @@ export { HybridRuntimeOptionsSchema, ProfileDefaultsSchema, type HybridRuntimeOp
 export { ATTENTION_CONFIG_NAMES, attentionConfig, attachAttentionConfig, prepareHostStore, type AttachedAttention, type AttentionConfig, type AttentionKind } from "./attention-configs.js";
 export { probeDiskGather, type DiskGatherProbe } from "./probe-disk-gather.js";
 export { KSpill } from "./k-spill.js";
+export { defaultStageThreads } from "./stage-threads.js";

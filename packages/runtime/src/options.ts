@@ -59,7 +59,7 @@ export const HybridRuntimeOptionsSchema = z
     candidates: count(1).optional(),
     /** Where a device backend gets the selected rows (core's HybridOptions.rowPath): "auto" (default: mapped wherever it can run), "mapped" or "staged". */
     rowPath: z.enum(RowPathRequestSchema.options, { error: "must be auto, mapped or staged" }).optional(),
-    /** Native CPU-stage threads. Default: 1 on the CPU backend, cores − 1 on a device backend. */
+    /** Native CPU-stage threads. Default: 1 on the CPU backend, cores − 3 on a device backend (defaultStageThreads). */
     cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
     /** Disk-tier rows (a storeAllocator's files): explicit reads in flight per stage thread (kernels-cpu NativeCpuStage
      * readDepth; default its DEFAULT_READ_DEPTH); 0 reads them through the mapping (a page fault a row). */

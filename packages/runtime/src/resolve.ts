@@ -3,12 +3,12 @@
  * K / kMin / timing, which logits mode and exact layers, how many stage threads. Every default
  * is taken here, and every contradiction is a one-line HybridgenError.
  */
-import { availableParallelism } from "node:os";
 import {
   DEFAULT_K, DEFAULT_TIMING, HybridgenError, HybridOptionsSchema, type HybridOptions, type RowPathRequest, type Scheduler, type SelectionTiming, type TokenSelector,
 } from "@hybridgen/core";
 import { FeedbackScheduler, FixedScheduler } from "@hybridgen/scheduler";
 import { selectorFromSpec } from "@hybridgen/selectors";
+import { defaultStageThreads } from "./stage-threads.js";
 import { HybridRuntimeOptionsSchema, type HybridRuntimeOptions, type ParsedHybridRuntimeOptions, type ProfileDefaults } from "./options.js";
 
 /** What createHybridAttention builds, as plain data (for stats, --json, logs). */
@@ -102,7 +102,7 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   const candidates = o.candidates ?? o.profile?.candidates;
   const rowPath = o.rowPath ?? HybridOptionsSchema.parse({}).rowPath;
   const hybridOptions: HybridOptions = { logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }) };
-  const cpuStageThreads = o.cpuStageThreads ?? (target.device ? Math.max(1, availableParallelism() - 1) : 1);
+  const cpuStageThreads = o.cpuStageThreads ?? defaultStageThreads(target.device);
   return {
     plan: {
       selector: selector.name, selectorTimings: [...can], scheduler: scheduler.name, k, ...(kMin === undefined ? {} : { kMin }), timing, kSource,

@@ -5,10 +5,10 @@
  * predict (@hybridgen/memtier's planRun). A run that fits nowhere prints the plan and the
  * reason, and exits non-zero. No weights are loaded.
  */
-import { availableParallelism } from "node:os";
 import { parseArgs } from "node:util";
 import { HybridgenError, type DType, type MemoryTier } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
+import { defaultStageThreads } from "@hybridgen/runtime";
 import type { CliIo } from "../io.js";
 import { checkDiskDir, KV_TIER_HELP, parseSize, placementNote, readDepthValue, storeTiers, KvTierCliOptionsSchema } from "../kv-tier-options.js";
 import { parseArgsError } from "../parse-args-error.js";
@@ -103,7 +103,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
     gpu = { ...gpu, ...(bw ? { readBandwidthGBs: bw } : {}), ...(link ? { linkBandwidthGBs: link } : {}) };
   }
   // The CPU stage's threads as the runtime defaults them: its disk-tier reads' depth.
-  const stageThreads = gpu ? Math.max(1, availableParallelism() - 1) : 1;
+  const stageThreads = defaultStageThreads(gpu !== null);
   const probed = probe ? await probeTiers(await storeTiers(tierOpts), stageThreads, tierOpts.readDepth) : null;
   const tiers: MemoryTier[] = probed ? probed.tiers : await storeTiers(tierOpts);
 
