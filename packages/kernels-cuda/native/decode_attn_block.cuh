@@ -204,24 +204,18 @@ __device__ __forceinline__ void da_block(float *dst, const float *qh, const char
 // into shared memory, and each output dim's sum keeps 8 loads in flight: walking the splits one
 // dependent load at a time took longer than the split kernel before it. stats (optional): the
 // merged max in natural-log units (the partials hold log2 units) and the sum, for a partial row.
-// L2: the partials were stored by other blocks of the same kernel (a split kernel's last block
-// merging), so they are read past L1. Safe to call again for another head: its first barrier
-// comes before it rewrites the shared weights.
 static const int DA_MERGE_MAX = 1024;  // splits the weights' shared array holds; more are folded in place
-template <bool L2 = false>
-__device__ __forceinline__ float da_part(const float *p) { return L2 ? __ldcg(p) : *p; }
-template <bool L2 = false>
 __device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t stride, int nsplit, int headDim, int t0, int nt, float *stats = nullptr) {
   __shared__ float wts[DA_MERGE_MAX];
   __shared__ float red[32];
   float mx = -INFINITY;
-  for (int s = t0; s < nsplit; s += nt) mx = fmaxf(mx, da_part<L2>(p + s * stride + headDim));
+  for (int s = t0; s < nsplit; s += nt) mx = fmaxf(mx, p[s * stride + headDim]);
   mx = block_max(mx, red);
   float den = 0.f;
   for (int s = t0; s < nsplit; s += nt) {
-    const float w = exp2f(da_part<L2>(p + s * stride + headDim) - mx);
+    const float w = exp2f(p[s * stride + headDim] - mx);
     if (s < DA_MERGE_MAX) wts[s] = w;
-    den += da_part<L2>(p + s * stride + headDim + 1) * w;
+    den += p[s * stride + headDim + 1] * w;
   }
   den = block_sum(den, red);  // its barriers also publish wts
   if (stats && t0 == 0) { stats[0] = mx * 0.69314718055994531f; stats[1] = den; }
@@ -233,12 +227,12 @@ __device__ __forceinline__ void da_merge_head(float *out, const float *p, size_t
     for (; s + 8 <= cached; s += 8) {
       float v[8];
 #pragma unroll
-      for (int u = 0; u < 8; u++) v[u] = da_part<L2>(p + (s + u) * stride + d);
+      for (int u = 0; u < 8; u++) v[u] = p[(s + u) * stride + d];
 #pragma unroll
       for (int u = 0; u < 8; u++) a += v[u] * wts[s + u];
     }
-    for (; s < cached; s++) a += da_part<L2>(p + s * stride + d) * wts[s];
-    for (; s < nsplit; s++) a += da_part<L2>(p + s * stride + d) * exp2f(da_part<L2>(p + s * stride + headDim) - mx);
+    for (; s < cached; s++) a += p[s * stride + d] * wts[s];
+    for (; s < nsplit; s++) a += p[s * stride + d] * exp2f(p[s * stride + headDim] - mx);
     out[d] = a * inv;
   }
 }

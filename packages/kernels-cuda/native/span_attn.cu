@@ -5,10 +5,7 @@
 // runs decode_attn.cu's blocks (decode_attn_block.cuh, decode_attn_mma.cuh, or a plain warp block
 // for the shapes they do not take) on the same chunks, cut so that none crosses a span's end; the
 // chunks' partial rows merge (da_merge_head) into part [heads, headDim + 2]: normalised output,
-// max (natural log units), sum. K and V are read once and no logits are written. The tensor-core
-// split kernel and the merge each end in their last block, which merges the chunks itself: a
-// hybrid layer's window partial and merge take two launches instead of four (a launch of a few
-// microseconds costs about as much again in the gap before the next).
+// max (natural log units), sum. K and V are read once and no logits are written.
 #include "decode_attn_block.cuh"
 #include "decode_attn_mma.cuh"
 
@@ -48,31 +45,6 @@ __device__ __forceinline__ int sa_chunks(const int *t, int maxSplits) {
   return n;
 }
 
-// Split-K's last block: every block of a (KV head, head batch) that stored a chunk's partial calls
-// it once, with n such blocks in all; true in the block that stored last, which may then read every
-// partial (past L1). It sets the counter back to 0 for the next launch or replay. The counters live
-// in the context's misc area (zeroed at creation): SA_TICKETS for the span kernel, then MERGE's.
-static const int SA_TICKETS = 65536, TICKETS_EACH = 2048;  // ints into the misc area (rowops' argmax uses 4096–6143)
-__device__ __forceinline__ bool sa_last_block(int *ticket, int n) {
-  __shared__ int last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(ticket, 1) == n - 1;
-    if (last) *ticket = 0;
-  }
-  __syncthreads();
-  return last;
-}
-
-// The op's partial rows of heads [h0, h0 + nh) when no chunk attended anything: output 0, max −∞, sum 0.
-__device__ __forceinline__ void sa_empty(float *out, int h0, int nh, int headDim) {
-  for (int i = threadIdx.x; i < nh * (headDim + 2); i += blockDim.x) {
-    const int d = i % (headDim + 2);
-    out[(size_t)h0 * (headDim + 2) + i] = d == headDim ? -INFINITY : 0.f;
-  }
-}
-
 // grid (maxSplits + SA_SPANS, kvHeads, head groups of DA_HEADS): decode_attn_kernel's FMA block on
 // a span's chunk. part: [chunk][head][headDim + 2] = unnormalised output, max (log2), sum.
 template <int KT, int LPT>
@@ -88,28 +60,17 @@ __global__ void __launch_bounds__(256) span_attn_kernel(float *part, const float
                                     (const char *)v + cacheRow, nh, headDim, j0, j1, sl);
 }
 
-// The tensor-core form (bf16/f16, head dim 64 or 128): grid (maxSplits + SA_SPANS, kvHeads, head
-// groups of DM_HEADS), 128 threads. The last block of a (KV head, head group) merges the group's
-// chunks into out, the op's partial rows (span_attn_combine_kernel's work, without its launch).
+// The tensor-core form (bf16/f16, head dim 64 or 128): grid (maxSplits + SA_SPANS, kvHeads, head groups of DM_HEADS), 128 threads.
 template <typename T, int HD>
-__global__ void __launch_bounds__(128) span_attn_mma_kernel(float *out, float *part, const float *q, const void *k, const void *v, int heads, int group, int cap,
-                                                            int maxSplits, const int *tab, float sl, int *tickets) {
-  const int g = blockIdx.y, h0 = g * group + blockIdx.z * DM_HEADS;
-  const int nh = min(DM_HEADS, group - (int)blockIdx.z * DM_HEADS), nsplit = sa_chunks(tab, maxSplits);
-  if (nsplit == 0) {
-    if (blockIdx.x == 0) sa_empty(out, h0, nh, HD);
-    return;
-  }
+__global__ void __launch_bounds__(128) span_attn_mma_kernel(float *part, const float *q, const void *k, const void *v, int heads, int group, int cap,
+                                                            int maxSplits, const int *tab, float sl) {
   int start, j0, j1;
-  if (!sa_chunk(tab, maxSplits, blockIdx.x, start, j0, j1)) return;  // the whole block, before any barrier
+  if (!sa_chunk(tab, maxSplits, blockIdx.x, start, j0, j1)) return;
+  const int g = blockIdx.y, h0 = g * group + blockIdx.z * DM_HEADS;
+  const int nh = min(DM_HEADS, group - (int)blockIdx.z * DM_HEADS);
   const size_t cacheRow = ((size_t)g * cap + start) * HD * 2;
   dm_block<T, HD, false, true>(part + ((size_t)blockIdx.x * heads + h0) * (HD + 2), q + (size_t)h0 * HD, (const char *)k + cacheRow, (const char *)v + cacheRow,
                                nh, j0, j1, sl);
-  if (!sa_last_block(tickets + g * gridDim.z + blockIdx.z, nsplit)) return;
-  for (int h = h0; h < h0 + nh; h++) {
-    float *o = out + (size_t)h * (HD + 2);
-    da_merge_head<true>(o, part + (size_t)h * (HD + 2), (size_t)heads * (HD + 2), nsplit, HD, threadIdx.x, blockDim.x, o + HD);
-  }
 }
 
 // Shapes the blocks above do not take (a head dim that is not a multiple of 16 bytes, a cache not
@@ -169,109 +130,103 @@ __global__ void span_attn_combine_kernel(float *out, const float *part, int head
 
 static const int MERGE_WARPS = 8, MERGE_HEADS = 4, MERGE_MIN_CHUNK = 8, MERGE_MAX_SPLITS = 32;
 
-// out[h] = the window's partial part[h] (normalised output, max, sum) merged with the column
-// chunks' partials cpart (stored by other blocks: read past L1); nothing attended anywhere: 0. By
-// the whole block; the same arithmetic, in the same order, as a combine kernel of its own had.
-__device__ __forceinline__ void am_combine_head(float *out, const float *part, const float *cpart, int heads, int headDim, int nsplit, int h) {
-  __shared__ float wts[MERGE_MAX_SPLITS], sums[MERGE_MAX_SPLITS], st[3];
-  const int t = threadIdx.x;
-  const float *pr = part + (size_t)h * (headDim + 2), *cp = cpart + (size_t)h * (headDim + 2);
-  const size_t stride = (size_t)heads * (headDim + 2);
-  if (t < 32) {  // a lane a chunk (nsplit ≤ MERGE_MAX_SPLITS = 32)
-    const float l = t < nsplit ? __ldcg(cp + t * stride + headDim + 1) : 0.f;
-    const float m = l > 0.f ? __ldcg(cp + t * stride + headDim) : -INFINITY;
-    const float mx = warp_max(fmaxf(m, pr[headDim + 1] > 0.f ? pr[headDim] : -INFINITY));
-    wts[t] = l > 0.f ? expf(m - mx) : 0.f;
-    sums[t] = l;
-    __syncwarp();
-    if (t == 0) {
-      const float sw = mx != -INFINITY && pr[headDim + 1] > 0.f ? pr[headDim + 1] * expf(pr[headDim] - mx) : 0.f;
-      float den = sw;
-      for (int s = 0; s < nsplit; s++) den += sums[s] * wts[s];
-      st[0] = mx; st[1] = den; st[2] = sw;
-    }
+// The merge in two kernels, as split-K decode: a block per (column chunk, KV head, batch of up to
+// MERGE_HEADS query heads) reads each of its V rows once for every head that shares it; a step has
+// only a few hundred columns, so splitting them is what fills the SMs.
+// Chunk partials: c->decodePart [split][head][headDim + 2] = unnormalised output, max (natural log
+// units), sum; a chunk with nothing attended has max −∞ and sum 0. dyn (a recorded step): start
+// and count from the blob.
+template <int VT>
+__global__ void __launch_bounds__(32 * MERGE_WARPS) attn_merge_split_kernel(float *cpart, int heads, const float *logits, int width, const void *v,
+                                                                            int group, int headDim, int cap, int maxSplits, int start, int count,
+                                                                            const int *dyn) {
+  if (dyn) { start = dyn[0]; count = dyn[1]; }
+  const int chunk = max((count + maxSplits - 1) / maxSplits, MERGE_MIN_CHUNK), split = blockIdx.x;
+  const int j0 = split * chunk, j1 = min(count, j0 + chunk);
+  if (j0 >= count) return;  // the whole block: the combine counts the same chunks
+  __shared__ float smA[MERGE_WARPS][MERGE_HEADS][256], smS[MERGE_WARPS][MERGE_HEADS], smM[MERGE_HEADS];
+  const int g = blockIdx.y, h0 = g * group + blockIdx.z * MERGE_HEADS, nh = min(MERGE_HEADS, group - (int)blockIdx.z * MERGE_HEADS);
+  const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
+  if (warp < nh) {  // warp w: head h0 + w's max over the chunk
+    const float *row = logits + (size_t)(h0 + warp) * width;
+    float mx = -INFINITY;
+    for (int j = j0 + lane; j < j1; j += 32) mx = fmaxf(mx, row[j]);
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (lane == 0) smM[warp] = mx;
   }
   __syncthreads();
-  const float mx = st[0], den = st[1], sw = st[2];
-  float *o = out + (size_t)h * headDim;
-  for (int d = t; d < headDim; d += blockDim.x) {
-    if (mx == -INFINITY) { o[d] = 0.f; continue; }
-    float a = sw * pr[d];
-#pragma unroll 8
-    for (int s = 0; s < nsplit; s++) a += __ldcg(cp + s * stride + d) * wts[s];
-    o[d] = a / den;
-  }
-  __syncthreads();  // the shared weights are rewritten for the next head
-}
-
-// The merge, as split-K decode: a block per (column chunk, KV head, batch of up to MERGE_HEADS
-// query heads) reads each of its V rows once for every head that shares it (a step has only a few
-// hundred columns, so splitting them is what fills the SMs), stores the chunk's partial in
-// c->decodePart [split][head][headDim + 2] (unnormalised output, max in natural log units, sum; a
-// chunk with nothing attended: max −∞, sum 0), and the last block of each (KV head, batch) merges
-// them with the window's partial into out. No column at all: block 0 merges the window's alone.
-// dyn (a recorded step): start and count from the blob.
-template <int VT>
-__global__ void __launch_bounds__(32 * MERGE_WARPS) attn_merge_kernel(float *out, const float *part, float *cpart, int heads, const float *logits, int width,
-                                                                      const void *v, int group, int headDim, int cap, int maxSplits, int start, int count,
-                                                                      const int *dyn, int *tickets) {
-  if (dyn) { start = dyn[0]; count = dyn[1]; }
-  const int chunk = max((count + maxSplits - 1) / maxSplits, MERGE_MIN_CHUNK), nsplit = (count + chunk - 1) / chunk, split = blockIdx.x;
-  if (split >= max(nsplit, 1)) return;  // the whole block, before any barrier
-  const int g = blockIdx.y, h0 = g * group + blockIdx.z * MERGE_HEADS, nh = min(MERGE_HEADS, group - (int)blockIdx.z * MERGE_HEADS);
-  if (nsplit > 0) {
-    const int j0 = split * chunk, j1 = min(count, j0 + chunk);
-    __shared__ float smA[MERGE_WARPS][MERGE_HEADS][256], smS[MERGE_WARPS][MERGE_HEADS], smM[MERGE_HEADS];
-    const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
-    if (warp < nh) {  // warp w: head h0 + w's max over the chunk
-      const float *row = logits + (size_t)(h0 + warp) * width;
-      float mx = -INFINITY;
-      for (int j = j0 + lane; j < j1; j += 32) mx = fmaxf(mx, row[j]);
-      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      if (lane == 0) smM[warp] = mx;
-    }
-    __syncthreads();
-    float acc[MERGE_HEADS][8] = {}, ps[MERGE_HEADS] = {};  // head dim ≤ 256
-    const size_t vbase = ((size_t)g * cap + start) * headDim;
-    for (int j = j0 + warp; j < j1; j += MERGE_WARPS) {
-      float vr[8];
-      const size_t r = vbase + (size_t)j * headDim;
+  float acc[MERGE_HEADS][8] = {}, ps[MERGE_HEADS] = {};  // head dim ≤ 256
+  const size_t vbase = ((size_t)g * cap + start) * headDim;
+  for (int j = j0 + warp; j < j1; j += MERGE_WARPS) {
+    float vr[8];
+    const size_t r = vbase + (size_t)j * headDim;
 #pragma unroll
-      for (int i = 0; i < 8; i++) vr[i] = lane + 32 * i < headDim ? ld<VT>(v, r + lane + 32 * i) : 0.f;
-#pragma unroll
-      for (int hh = 0; hh < MERGE_HEADS; hh++) {
-        if (hh >= nh || smM[hh] == -INFINITY) continue;
-        const float p = expf(logits[(size_t)(h0 + hh) * width + j] - smM[hh]);  // −∞ columns: 0
-        ps[hh] += p;
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc[hh][i] += p * vr[i];
-      }
-    }
+    for (int i = 0; i < 8; i++) vr[i] = lane + 32 * i < headDim ? ld<VT>(v, r + lane + 32 * i) : 0.f;
 #pragma unroll
     for (int hh = 0; hh < MERGE_HEADS; hh++) {
+      if (hh >= nh || smM[hh] == -INFINITY) continue;
+      const float p = expf(logits[(size_t)(h0 + hh) * width + j] - smM[hh]);  // −∞ columns: 0
+      ps[hh] += p;
 #pragma unroll
-      for (int i = 0; i < 8; i++)
-        if (lane + 32 * i < headDim) smA[warp][hh][lane + 32 * i] = acc[hh][i];
-      if (lane == 0) smS[warp][hh] = ps[hh];
+      for (int i = 0; i < 8; i++) acc[hh][i] += p * vr[i];
     }
-    __syncthreads();
-    for (int hh = 0; hh < nh; hh++) {
-      float *o = cpart + ((size_t)split * heads + h0 + hh) * (headDim + 2);
-      for (int d = t; d < headDim; d += blockDim.x) {
-        float a = 0.f;
-        for (int w = 0; w < MERGE_WARPS; w++) a += smA[w][hh][d];
-        o[d] = a;
-      }
-      if (t == 0) {
-        float l = 0.f;
-        for (int w = 0; w < MERGE_WARPS; w++) l += smS[w][hh];
-        o[headDim] = smM[hh];
-        o[headDim + 1] = l;
-      }
-    }
-    if (!sa_last_block(tickets + g * gridDim.z + blockIdx.z, nsplit)) return;
   }
-  for (int h = h0; h < h0 + nh; h++) am_combine_head(out, part, cpart, heads, headDim, nsplit, h);
+#pragma unroll
+  for (int hh = 0; hh < MERGE_HEADS; hh++) {
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+      if (lane + 32 * i < headDim) smA[warp][hh][lane + 32 * i] = acc[hh][i];
+    if (lane == 0) smS[warp][hh] = ps[hh];
+  }
+  __syncthreads();
+  for (int hh = 0; hh < nh; hh++) {
+    float *o = cpart + ((size_t)split * heads + h0 + hh) * (headDim + 2);
+    for (int d = t; d < headDim; d += blockDim.x) {
+      float a = 0.f;
+      for (int w = 0; w < MERGE_WARPS; w++) a += smA[w][hh][d];
+      o[d] = a;
+    }
+    if (t == 0) {
+      float l = 0.f;
+      for (int w = 0; w < MERGE_WARPS; w++) l += smS[w][hh];
+      o[headDim] = smM[hh];
+      o[headDim + 1] = l;
+    }
+  }
+}
+
+// grid (heads): out[h] = the window's partial part[h] (normalised output, max, sum) merged with
+// the chunks' partials; nothing attended anywhere: 0.
+__global__ void attn_merge_combine_kernel(float *out, const float *part, const float *cpart, int heads, int headDim, int maxSplits, int count,
+                                          const int *dyn) {
+  if (dyn) count = dyn[1];
+  const int chunk = max((count + maxSplits - 1) / maxSplits, MERGE_MIN_CHUNK), nsplit = (count + chunk - 1) / chunk;
+  const int h = blockIdx.x, t = threadIdx.x;
+  const float *pr = part + (size_t)h * (headDim + 2);
+  const size_t stride = (size_t)heads * (headDim + 2);
+  const float *cp = cpart + (size_t)h * (headDim + 2);
+  __shared__ float wts[MERGE_MAX_SPLITS];
+  float mx = pr[headDim + 1] > 0.f ? pr[headDim] : -INFINITY;  // every thread: nsplit ≤ MERGE_MAX_SPLITS reads
+  for (int s = 0; s < nsplit; s++)
+    if (cp[s * stride + headDim + 1] > 0.f) mx = fmaxf(mx, cp[s * stride + headDim]);
+  float *o = out + (size_t)h * headDim;
+  if (mx == -INFINITY) {
+    for (int d = t; d < headDim; d += blockDim.x) o[d] = 0.f;
+    return;
+  }
+  const float sw = pr[headDim + 1] > 0.f ? pr[headDim + 1] * expf(pr[headDim] - mx) : 0.f;
+  float den = sw;
+  for (int s = 0; s < nsplit; s++) {
+    const float l = cp[s * stride + headDim + 1], w = l > 0.f ? expf(cp[s * stride + headDim] - mx) : 0.f;
+    if (t == 0) wts[s] = w;
+    den += l * w;
+  }
+  __syncthreads();
+  for (int d = t; d < headDim; d += blockDim.x) {
+    float a = sw * pr[d];
+    for (int s = 0; s < nsplit; s++) a += cp[s * stride + d] * wts[s];
+    o[d] = a / den;
+  }
 }
 
 Cmd hg_new_cmd(int kind);                       // rowops.cu
@@ -289,17 +244,13 @@ int hg_launch_span_attn(HgCtx *c, const Cmd &m) {
   const float sl = m.f[0];
   const unsigned gx = (unsigned)(splits + SA_SPANS);
   int r = 0;
-  if (m.s[7] == HG_ATTN_SPLIT_MMA) {  // merged by its last blocks: no combine launch
+  if (m.s[7] == HG_ATTN_SPLIT_MMA) {
     const dim3 grid(gx, kvHeads, (group + DM_HEADS - 1) / DM_HEADS);
-    if (grid.y * grid.z > TICKETS_EACH) return (int)cudaErrorInvalidValue;
-    int *tickets = c->argmaxOut + SA_TICKETS;
-#define SA_MMA(T, HD) \
-  hg_launch(c, span_attn_mma_kernel<T, HD>, grid, dim3(128), 0, (float *)m.p[0], c->decodePart, q, m.p[2], m.p[3], heads, group, cap, splits, tab, sl, tickets)
-    if (dt == DT_BF16) return headDim == 64 ? SA_MMA(__nv_bfloat16, 64) : SA_MMA(__nv_bfloat16, 128);
-    return headDim == 64 ? SA_MMA(__half, 64) : SA_MMA(__half, 128);
+#define SA_MMA(T, HD) hg_launch(c, span_attn_mma_kernel<T, HD>, grid, dim3(128), 0, c->decodePart, q, m.p[2], m.p[3], heads, group, cap, splits, tab, sl)
+    if (dt == DT_BF16) r = headDim == 64 ? SA_MMA(__nv_bfloat16, 64) : SA_MMA(__nv_bfloat16, 128);
+    else r = headDim == 64 ? SA_MMA(__half, 64) : SA_MMA(__half, 128);
 #undef SA_MMA
-  }
-  if (m.s[7] == HG_ATTN_SPLIT) {
+  } else if (m.s[7] == HG_ATTN_SPLIT) {
     const dim3 grid(gx, kvHeads, (group + DA_HEADS - 1) / DA_HEADS);
 #define SA_FMA(L) hg_launch(c, span_attn_kernel<K, L>, grid, dim3(256), 0, c->decodePart, q, m.p[2], m.p[3], heads, group, headDim, cap, splits, tab, sl)
     HG_DISPATCH_DT(dt, K, r = lpt == 4 ? SA_FMA(4) : lpt == 8 ? SA_FMA(8) : lpt == 16 ? SA_FMA(16) : SA_FMA(32));
@@ -321,12 +272,12 @@ int hg_launch_attn_merge(HgCtx *c, const Cmd &m, const char *dynBase) {
   // Splits for the widest step the logits row allows (a recorded grid), at least MERGE_MIN_CHUNK columns each.
   const int splits = max(1, min(MERGE_MAX_SPLITS, (width + MERGE_MIN_CHUNK - 1) / MERGE_MIN_CHUNK));
   const dim3 grid((unsigned)splits, (unsigned)kvHeads, (unsigned)((group + MERGE_HEADS - 1) / MERGE_HEADS));
-  if (grid.y * grid.z > TICKETS_EACH) return (int)cudaErrorInvalidValue;
-  int *tickets = c->argmaxOut + SA_TICKETS + TICKETS_EACH;
   int r = 0;
-  HG_DISPATCH_DT(m.s[0], V, r = hg_launch(c, attn_merge_kernel<V>, grid, dim3(32 * MERGE_WARPS), 0, (float *)m.p[0], (const float *)m.p[1], c->decodePart, heads,
-                                          (const float *)m.p[2], width, m.p[3], group, headDim, m.s[4], splits, m.d[0], m.d[1], dyn, tickets));
-  return r;
+  HG_DISPATCH_DT(m.s[0], V, r = hg_launch(c, attn_merge_split_kernel<V>, grid, dim3(32 * MERGE_WARPS), 0, c->decodePart, heads, (const float *)m.p[2], width,
+                                          m.p[3], group, headDim, m.s[4], splits, m.d[0], m.d[1], dyn));
+  if (r) return r;
+  return hg_launch(c, attn_merge_combine_kernel, dim3(heads), dim3(headDim >= 128 ? 128 : 64), 0, (float *)m.p[0], (const float *)m.p[1],
+                   (const float *)c->decodePart, heads, headDim, splits, m.d[1], dyn);
 }
 
 extern "C" {
