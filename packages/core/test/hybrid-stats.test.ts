@@ -27,6 +27,22 @@ describe("HybridStats' per-step trace", () => {
     expect(s.timingSwitches).toBe(8); // four pre steps, each in and out
   });
 
+  it("reports the median step per layer: a step that records graphs and waits long does not swamp it", () => {
+    const s = new HybridStats();
+    const waits = [60, 0.2, 0.4, 0.2, 0.2]; // step 0 records the step's graphs
+    waits.forEach((w, i) => {
+      s.steps++;
+      s.layerSteps += 4;
+      s.record({ ...step(i, 8, "pre"), tGpuMs: 8 + i, tCpuMs: 4, tWaitMs: w }, 10 + w, 9);
+    });
+    const line = s.summary();
+    expect(line).toContain("per layer: CPU stage 1.000 ms, device stage 2.500 ms, 95% of the CPU stage hidden behind the device stage (median of 5 hybrid steps)");
+    expect(line).toContain("transfers 0.125 ms; driving thread per layer: issuing 2.250 ms, waiting for the CPU stage 0.050 ms");
+    expect(s.hiddenFraction).toBeCloseTo(0.95, 10);
+    s.reset();
+    expect(s.steady()).toEqual({ cpu: 0, gpu: 0, tx: 0, wait: 0, issue: 0 });
+  });
+
   it("the CPU stage's split names a compressed scoring form; full rows say nothing", () => {
     const s = new HybridStats();
     s.record(step(0, 8, "post"), 1);

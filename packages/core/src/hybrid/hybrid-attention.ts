@@ -559,7 +559,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
       step: this.step, tGpuMs: device, tCpuMs: this.stepCpu + this.stepJs, tTxMs: this.stepTx, tWaitMs: held,
       k: this.decision.k, timing: plan.timing, offloaded: plan.offloaded, layers: this.layers,
     };
-    st.record(timings, performance.now() - this.stepStart); // the scheduler's inputs per step (stats trace, --json)
+    st.record(timings, performance.now() - this.stepStart, Math.max(0, wall - this.stepWait)); // the scheduler's inputs per step (stats trace, --json)
     this.decision = this.scheduler.next(timings);
     this.step++;
   }

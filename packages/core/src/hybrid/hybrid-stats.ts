@@ -60,11 +60,28 @@ export class HybridStats extends OffloadCounters {
   /** Timing changes between consecutive recorded steps (all of them, dropped ones included). */
   timingSwitches = 0;
   private lastTiming: SelectionTiming | undefined;
+  /** Each traced step's driving-thread time less the host's own waits (issuing), beside the trace. */
+  private readonly issueTrace: number[] = [];
 
-  /** Fraction of the CPU stage's busy time that ran while the device stage ran. */
+  /** Fraction of the CPU stage's busy time that ran while the device stage ran, in the median step. */
   get hiddenFraction(): number {
-    if (this.cpuStageMs <= 0) return 0;
-    return Math.min(1, Math.max(0, (this.cpuStageMs - this.waitMs) / this.cpuStageMs));
+    const m = this.steady();
+    if (m.cpu <= 0) return 0;
+    return Math.min(1, Math.max(0, (m.cpu - m.wait) / m.cpu));
+  }
+
+  /**
+   * The median traced step's figures, ms: the steady state. A step that records its graphs (the
+   * first, or the first after K changed) waits 10–300 ms for the CPU stage on the H200, so a mean
+   * over a short run would mostly be that step. Zeros before any step.
+   */
+  steady(): { cpu: number; gpu: number; tx: number; wait: number; issue: number } {
+    const t = this.trace;
+    const med = (f: (i: number) => number) => median(t.map((_, i) => f(i)));
+    return {
+      cpu: med((i) => t[i]!.tCpuMs), gpu: med((i) => t[i]!.tGpuMs), tx: med((i) => t[i]!.tTxMs),
+      wait: med((i) => t[i]!.tWaitMs ?? 0), issue: med((i) => this.issueTrace[i]!),
+    };
   }
 
   get meanK(): number {
@@ -75,14 +92,17 @@ export class HybridStats extends OffloadCounters {
     if (!this.notes.includes(message)) this.notes.push(message);
   }
 
-  /** Appends one step's scheduler inputs to the trace (the engine calls it once per hybrid step). */
-  record(t: StepTimings, wallMs: number): void {
+  /** Appends one step's scheduler inputs to the trace (the engine calls it once per hybrid step);
+   * issueMs: the step's wall less the host's own waits (default: the wall). */
+  record(t: StepTimings, wallMs: number, issueMs: number = wallMs): void {
     if (this.lastTiming !== undefined && this.lastTiming !== t.timing) this.timingSwitches++;
     this.lastTiming = t.timing;
     if (this.trace.length >= HYBRID_TRACE_LIMIT) {
       this.trace.shift();
+      this.issueTrace.shift();
       this.droppedSteps++;
     }
+    this.issueTrace.push(issueMs);
     this.trace.push({
       step: t.step, k: t.k, timing: t.timing, offloaded: t.offloaded, tGpuMs: t.tGpuMs, tCpuMs: t.tCpuMs, tTxMs: t.tTxMs, tWaitMs: t.tWaitMs, wallMs,
     });
@@ -96,17 +116,23 @@ export class HybridStats extends OffloadCounters {
     this.cpuScoreMs = this.cpuSelectMs = this.cpuGatherMs = this.handoffMs = 0;
     this.notes.length = 0;
     this.trace.length = 0;
+    this.issueTrace.length = 0;
     this.droppedSteps = this.timingSwitches = 0;
     this.lastTiming = undefined;
   }
 
-  /** e.g. "hybrid: 224 tokens offloaded, mean K 32.0, per layer: CPU stage 0.021 ms, device stage 0.310 ms, 71% of the CPU stage hidden … (9 hybrid steps), transfers 0.004 ms". */
+  /**
+   * e.g. "hybrid: 224 tokens offloaded, mean K 32.0, per layer: CPU stage 0.021 ms, device stage 0.310 ms, 71% of the CPU stage
+   * hidden … (median of 9 hybrid steps), transfers 0.004 ms; …". The per-layer times are the median step's (steady()); the
+   * CPU stage's split is a mean over every step (its phases are not traced step by step).
+   */
   summary(): string {
-    const per = (ms: number) => this.perLayerStep(ms).toFixed(3);
+    const m = this.steady(), layers = this.steps ? this.layerSteps / this.steps : 0;
+    const per = (ms: number) => (layers ? ms / layers : 0).toFixed(3);
     return `hybrid: ${this.offloaded} tokens offloaded, mean K ${this.meanK.toFixed(1)}, per layer: ` +
-      `CPU stage ${per(this.cpuStageMs + this.cpuJsMs)} ms, device stage ${per(this.deviceMs)} ms, ` +
-      `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (${this.steps} hybrid steps), ` +
-      `transfers ${per(this.txMs)} ms; driving thread per layer: issuing ${per(this.issueMs)} ms, waiting for the CPU stage ${per(this.waitMs)} ms` + this.splitSummary() + (this.rows ? `; ${this.rows}` : "") +
+      `CPU stage ${per(m.cpu)} ms, device stage ${per(m.gpu)} ms, ` +
+      `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (median of ${this.steps} hybrid steps), ` +
+      `transfers ${per(m.tx)} ms; driving thread per layer: issuing ${per(m.issue)} ms, waiting for the CPU stage ${per(m.wait)} ms` + this.splitSummary() + (this.rows ? `; ${this.rows}` : "") +
       (this.handedOffSteps ? `; ${this.handedOffSteps} of ${this.steps} steps handed off (the device waited for the CPU stage)` : "") + this.schedulerSummary();
   }
 
@@ -131,4 +157,10 @@ export class HybridStats extends OffloadCounters {
     return `; CPU stage split per layer: score ${per(this.cpuScoreMs)} ms, top-K ${per(this.cpuSelectMs)} ms, ` +
       `gather ${per(this.cpuGatherMs)} ms, hand-offs ${per(this.handoffMs)} ms` + (this.scoring ? ` (scoring ${this.scoring})` : "");
   }
+}
+
+function median(v: readonly number[]): number {
+  if (v.length === 0) return 0;
+  const s = [...v].sort((a, b) => a - b), m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
 }
