@@ -1,4 +1,5 @@
 import { defineConfig } from "tsup";
 import { packageBuild } from "../../tsup.package";
 
-export default defineConfig(packageBuild);
+// The package and its test helpers (`@hybridgen/core/testing`).
+export default defineConfig({ ...packageBuild, entry: ["src/index.ts", "src/testing/index.ts"] });

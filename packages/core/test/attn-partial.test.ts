@@ -6,8 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { ReferenceBackend } from "../src/index.js";
-import { partialCases, relativeError, runPartialCase } from "./attn-partial-case.js";
-import { testSeed } from "./engine-helpers.js";
+import { partialCases, relativeError, runPartialCase, testSeed } from "../src/testing/index.js";
 
 const TOL = 1e-6; // both paths accumulate in f64; what differs is f32 storage of the partial
 

@@ -4,7 +4,7 @@
 // step recorder that defers every op to endStep().
 import { describe, expect, it } from "vitest";
 import { LlamaModel, ReferenceBackend, type Backend, type MatvecFusion, type Tensor } from "../src/index.js";
-import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 
 const TOL = 1e-5; // f64 reference attention vs the f32 stage ops, on O(1) activations
 

@@ -7,7 +7,7 @@ import {
   BatchDecoder, ByteTokenizer, ReferenceBackend, generateBatch, generateText, loadModel,
   type Backend, type BatchAttnRow, type CausalLM, type LlamaLoadOptions, type ModelFiles, type Tensor,
 } from "../src/index.js";
-import { charTokenizer, makeRng, testSeed, tinyModel, withMethods } from "./engine-helpers.js";
+import { charTokenizer, makeRng, testSeed, tinyModel, withMethods } from "../src/testing/index.js";
 import { errorMessage } from "./error-helpers.js";
 import { PARITY_CASES, parityCheckpoint } from "./parity/cases.js";
 import { relError } from "./parity/run-parity.js";

@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import {
   BatchDecoder, HybridAttention, LlamaModel, ReferenceBackend, type Attention, type KvCache,
 } from "../src/index.js";
-import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 import { fixedScheduler, KERNEL_CASES, type KernelCase } from "./hybrid-helpers.js";
 import { HandoffLink, QueuedStage } from "./handoff-link.js";
 import { AddressBook, HostReference, StagedBackendCpuStage } from "./loopback-link.js";

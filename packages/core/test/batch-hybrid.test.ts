@@ -7,7 +7,7 @@ import {
   BackendCpuStage, BatchDecoder, HybridAttention, LlamaModel, ReferenceBackend,
   type Attention, type DecodeAttention, type DecodeBatchStep, type LogitsMode, type Tensor, type TokenSelector,
 } from "../src/index.js";
-import { makeRng, testSeed, tinyModel } from "./engine-helpers.js";
+import { makeRng, testSeed, tinyModel } from "../src/testing/index.js";
 import { errorMessage } from "./error-helpers.js";
 import { allSelector, fixedScheduler, topKSelector } from "./hybrid-helpers.js";
 import { relError } from "./parity/run-parity.js";

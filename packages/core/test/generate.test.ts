@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { BackendCpuStage, HybridAttention, HybridgenError, LlamaModel, ReferenceBackend, generate, generateText, type GeneratedToken, type GenerativeModel } from "../src/index.js";
-import { charTokenizer, testSeed, tinyModel, withMethods } from "./engine-helpers.js";
+import { charTokenizer, testSeed, tinyModel, withMethods } from "../src/testing/index.js";
 import { fixedScheduler, topKSelector } from "./hybrid-helpers.js";
 
 /** The reference backend without the token-feed ops: generate takes the host round trip. */

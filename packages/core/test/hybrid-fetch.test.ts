@@ -9,7 +9,7 @@ import { describe, expect, it } from "vitest";
 import {
   HybridAttention, LlamaModel, ReferenceBackend, type HostSignal, type ModelFiles, type RowFetchGather,
 } from "../src/index.js";
-import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 import { fixedScheduler, KERNEL_CASES, type KernelCase } from "./hybrid-helpers.js";
 import { HandoffLink, QueuedStage, StandInRowFetch } from "./handoff-link.js";
 import { AddressBook, HostReference } from "./loopback-link.js";

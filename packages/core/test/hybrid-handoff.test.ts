@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { HybridAttention, LlamaModel, ReferenceBackend, type LogitsMode, type ModelFiles, type SelectionTiming, type TokenSelector } from "../src/index.js";
-import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 import { allSelector, fixedScheduler, questSelector, streamingSelector, topKSelector } from "./hybrid-helpers.js";
 import { HandoffLink, QueuedStage, TrimmingStage } from "./handoff-link.js";
 import { AddressBook, HostReference, StagedBackendCpuStage } from "./loopback-link.js";

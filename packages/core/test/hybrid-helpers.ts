@@ -4,7 +4,7 @@ import {
   questPages, questSelection, validateSelection, type Backend, type QuestPageState, type LogitsMode, type ReferenceBackend, type Scheduler, type SelectionInput, type SelectionTiming,
   type SelectorKernel, type Tensor, type TokenSelector,
 } from "../src/index.js";
-import { withMethods } from "./engine-helpers.js";
+import { withMethods } from "../src/testing/index.js";
 
 /** How a hybrid test runs its model: KV window (`budget`), sinks, eviction block, prompt length,
  * and the selector/scheduler/logits mode (no selector: the plain model). */

@@ -9,7 +9,7 @@ import {
   BackendCpuStage, chooseRowPath, grownRows, HybridAttention, LlamaModel, ReferenceBackend, selectionRows,
   type CpuStageJob, type HostRegion, type ModelFiles, type RowGather, type RowPathRequest, type Scheduler, type Selection, type Tensor, type TokenSelector,
 } from "../src/index.js";
-import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 import { fixedScheduler, topKSelector, type HybridRunOptions } from "./hybrid-helpers.js";
 import { AddressBook, HostReference, LoopbackLink, StagedBackendCpuStage } from "./loopback-link.js";
 

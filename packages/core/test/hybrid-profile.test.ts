@@ -11,7 +11,7 @@ import {
   AgreementMeter, HybridgenError, LlamaModel, ReferenceBackend, SpeculationRecallProbe, forcedSteps, hybridProfilePath, readHybridProfile,
   referenceStep, teacherForce, writeHybridProfile, type DecodeAttention, type HybridProfile, type Tensor,
 } from "../src/index.js";
-import { randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 
 let tmp = "";
 beforeAll(() => {

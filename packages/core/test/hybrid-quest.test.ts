@@ -3,7 +3,7 @@ import {
   BackendCpuStage, HybridAttention, LlamaModel, questPages, questSelection, ReferenceBackend, referencePrimitives as P, selectionForKvHead,
   validateSelection, type CpuStageJob, type QuestPageState, type Tensor, type TokenSelector,
 } from "../src/index.js";
-import { makeRng, randomArray, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { makeRng, randomArray, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 import { fixedScheduler, questSelector } from "./hybrid-helpers.js";
 
 describe("BackendCpuStage's quest work", () => {

@@ -5,7 +5,7 @@
  * query q̃ₗ = RoPE(W_q⁽ˡ⁾·norm⁽ˡ⁾(xₗ₋₁)) (layer 0: the true query).
  */
 import type { ModelFiles } from "../src/index.js";
-import type { TinyWeights } from "./engine-helpers.js";
+import type { TinyWeights } from "../src/testing/index.js";
 
 export type RefSelect =
   | { kind: "all" }

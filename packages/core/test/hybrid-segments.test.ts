@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { HybridAttention, LlamaModel, ReferenceBackend, type ModelFiles } from "../src/index.js";
-import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 import { fixedScheduler, streamingSelector, topKSelector } from "./hybrid-helpers.js";
 import { AddressBook, HostReference, StagedBackendCpuStage, WaitingStage } from "./loopback-link.js";
 import { CheckedLink, Recorder } from "./recorder.js";

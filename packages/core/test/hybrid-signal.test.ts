@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { BackendCpuStage, HybridAttention, LlamaModel, ReferenceBackend, type ModelFiles } from "../src/index.js";
-import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 import { fixedScheduler, queryPreSelector, topKSelector, type HybridRunOptions } from "./hybrid-helpers.js";
 import { AddressBook, HostReference, SignallingLink, StagedBackendCpuStage, WaitingStage } from "./loopback-link.js";
 

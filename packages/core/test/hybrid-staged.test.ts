@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { BackendCpuStage, HybridAttention, KvCache, LlamaModel, ReferenceBackend, type ModelFiles } from "../src/index.js";
-import { maxAbsDiff, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 import { allSelector, fixedScheduler, topKSelector, withCausal, type HybridRunOptions } from "./hybrid-helpers.js";
 import { AddressBook, HostReference, LoopbackLink, StagedBackendCpuStage } from "./loopback-link.js";
 

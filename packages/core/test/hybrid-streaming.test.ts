@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import {
   BackendCpuStage, HybridAttention, LlamaModel, ReferenceBackend, streamingSelection, type CpuStageJob, type CpuStageWork, type LogitsMode, type Tensor, type TokenSelector,
 } from "../src/index.js";
-import { makeRng, randomArray, randomIds, testSeed, tinyModel } from "./engine-helpers.js";
+import { makeRng, randomArray, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 import { fixedScheduler, streamingSelector } from "./hybrid-helpers.js";
 
 describe("streamingSelection", () => {

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { BackendCpuStage, HybridAttention, LlamaModel, ReferenceBackend, type Backend, type LogitsMode, type ModelFiles, type Tensor, type TokenSelector } from "../src/index.js";
-import { maxAbsDiff, randomIds, testSeed, tinyModel, withMethods } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel, withMethods } from "../src/testing/index.js";
 import { allSelector, fixedScheduler, topKSelector } from "./hybrid-helpers.js";
 
 const CONTEXT = 40;

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import {
   BackendCpuStage, HybridAttention, LlamaModel, ReferenceBackend, type ModelFiles, type TokenSelector,
 } from "../src/index.js";
-import { makeRng, maxAbsDiff, randomIds, randomArray, testSeed, tinyModel, type TinyWeights } from "./engine-helpers.js";
+import { makeRng, maxAbsDiff, randomIds, randomArray, testSeed, tinyModel, type TinyWeights } from "../src/testing/index.js";
 import { allSelector, fixedScheduler, rawSelector, streamingSelector, topKSelector, type HybridRunOptions } from "./hybrid-helpers.js";
 import { HybridReference, type RefSelect, type RefStep } from "./hybrid-reference.js";
 

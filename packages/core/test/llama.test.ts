@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { HybridgenError, LlamaModel, ReferenceBackend, type DType, type ModelFiles } from "../src/index.js";
 import { roundTo } from "../src/half-float.js";
-import { maxAbsDiff, randomIds, testSeed, tinyModel, type TinyWeights } from "./engine-helpers.js";
+import { maxAbsDiff, randomIds, testSeed, tinyModel, type TinyWeights } from "../src/testing/index.js";
 
 /**
  * Independent naive Llama forward over the whole sequence in f64: logits of every position.

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { HybridgenError, ReferenceBackend, type DType } from "../src/index.js";
 import { encodeFromF32, roundTo } from "../src/half-float.js";
-import { makeRng, maxAbsDiff, randomArray, testSeed } from "./engine-helpers.js";
+import { makeRng, maxAbsDiff, randomArray, testSeed } from "../src/testing/index.js";
 
 // Tolerances: outputs are stored as f32, so a relative error of a few f32 ulps (1e-6) on
 // values of order 1..10 is all the reference may differ from these f64 computations by.

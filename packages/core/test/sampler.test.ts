@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { Sampler, SamplingOptionsSchema, Xoshiro128, parseSamplingOptions } from "../src/index.js";
-import { makeRng, randomArray, testSeed } from "./engine-helpers.js";
+import { makeRng, randomArray, testSeed } from "../src/testing/index.js";
 
 function softmax(logits: ArrayLike<number>, ids: number[], temperature: number): Map<number, number> {
   const m = Math.max(...ids.map((i) => logits[i]));

@@ -7,8 +7,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { HybridAttention, LlamaModel, ReferenceBackend, type Backend, type LogitsMode, type Scheduler, type TokenSelector } from "@hybridgen/core";
-import { partialCases, relativeError, runPartialCase, type PartialCase } from "../../core/test/attn-partial-case.js";
-import { tinyModel, withMethods } from "../../core/test/engine-helpers.js";
+import { partialCases, relativeError, runPartialCase, tinyModel, withMethods, type PartialCase } from "@hybridgen/core/testing";
 import { NativeCpuStage, createCpuBackend } from "../src/index.js";
 import { CONFIGS, SEED, backend } from "./helpers.js";
 

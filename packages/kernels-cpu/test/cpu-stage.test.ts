@@ -6,7 +6,7 @@ import {
 import { cpuFeatures, createCpuBackend, NativeCpuStage, type Isa } from "../src/index.js";
 import { randn, rng, SEED } from "./helpers.js";
 // The tiny in-memory Llama of core's engine tests (same monorepo).
-import { tinyModel } from "../../core/test/engine-helpers.js";
+import { tinyModel } from "@hybridgen/core/testing";
 
 const heads = 8, kvHeads = 2, headDim = 64, cap = 700;
 

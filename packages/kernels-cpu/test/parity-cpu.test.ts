@@ -4,13 +4,16 @@
  * made by transformers in float64), run through CpuBackend's native kernels in f32.
  * Tolerance: 1e-4 relative error (max |Δ| / max |ref| per row).
  */
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
+import { PARITY_CASES, parseParityRefs, runParityCase } from "@hybridgen/core";
 import { createCpuBackend } from "../src/index.js";
-import { PARITY_CASES } from "../../core/test/parity/cases.js";
-import { loadRefs, runParityCase } from "../../core/test/parity/run-parity.js";
 
 const TOL = 1e-4;
-const refs = loadRefs();
+// The references sit beside core's own parity test (in the repository, not in core's package files).
+const refsFile = new URL("test/fixtures/parity/refs.json", import.meta.resolve("@hybridgen/core/package.json"));
+const refs = parseParityRefs(readFileSync(fileURLToPath(refsFile), "utf8"));
 
 describe("parity with transformers (CpuBackend, f32)", () => {
   for (const c of PARITY_CASES) {

@@ -14,7 +14,9 @@
  *   5. rowFetch: a side-stream fetch waits for its signal (the table is written just before it is
  *      raised), the compute stream's ready() waits for the fetch, and the next fetch into the slot
  *      waits for release() (the compute stream still reads the rows after a later wait) — eager and recorded.
- * hybrid-bench.ts runs them with its checks (--skip-bench).
+ *   6. sendSignalled (the word reaches each value once the bytes are in host memory), and pinned
+ *      round trips through the copy stream with T_tx from its events.
+ * hybrid-bench.ts runs them with its checks (--skip-bench); gatherRows itself: mapped-rows-checks.ts.
  */
 import { toArrayBuffer } from "bun:ffi";
 import type { HostRegion, HostSignal } from "@hybridgen/core";
@@ -285,6 +287,52 @@ async function fetchChecks({ cuda, link, region, i32 }: Rig, check: Check): Prom
   }
 }
 
+/** sendSignalled, eager and recorded twice: the word reaches each value once the bytes are in host memory. */
+async function sendChecks({ cuda, link, region, f32 }: Rig, check: Check): Promise<void> {
+  const q = cuda.alloc([1, 4096]);
+  try {
+    let last: number | undefined;
+    for (const recorded of [false, true, true]) {
+      const data = Float32Array.from({ length: 4096 }, (_, i) => Math.cos(i + (last ?? 0)));
+      cuda.write(q, data);
+      if (recorded) cuda.beginStep("signalled-send-check");
+      const s = link.sendSignalled!(region, q, 4096 * 4);
+      if (recorded) cuda.endStep();
+      const word = wordOf(s), t0 = performance.now();
+      while (word[0] !== s.value && performance.now() - t0 < 5000) await sleep(1);
+      const next = last === undefined || s.value === last + 1;
+      last = s.value;
+      check(next && word[0] === s.value && sameBits(f32.slice(0, 4096), data), `sendSignalled ${recorded ? "recorded" : "eager"}: the word reached ${s.value} and the 16 KiB before it are in host memory`);
+    }
+  } finally {
+    cuda.free(q);
+  }
+}
+
+/** Pinned round trips through the copy stream (pitched both ways, compute between) keep the data; events give T_tx; the link's bandwidth probe runs. */
+function roundTripChecks({ cuda, link, region, f32 }: Rig, check: Check): void {
+  const rows = 64, cols = 96, n = rows * cols;
+  const src = Float32Array.from({ length: n }, (_, i) => Math.sin(i * 0.37) * 100);
+  f32.set(src, 0);
+  const d = cuda.alloc([rows, 2 * cols]); // wider rows: a pitched copy into the left half
+  try {
+    link.mark("resume");
+    link.toDevice([{ host: region, hostOffset: 0, tensor: d, tensorOffset: 0, width: cols * 4, rows, hostPitch: cols * 4, tensorPitch: 2 * cols * 4 }]);
+    cuda.add(d, d, d, rows); // compute after the upload: doubles the left half
+    link.toHost([{ host: region, hostOffset: n * 4, tensor: d, tensorOffset: 0, width: cols * 4, rows, hostPitch: cols * 4, tensorPitch: 2 * cols * 4 }]);
+    link.mark("pause");
+    link.fence();
+    const back = f32.subarray(n, 2 * n);
+    check(back.every((x, i) => x === src[i]! * 2), "pinned round trip: up (pitched), doubled on the device, down (pitched): every value kept");
+    const t = link.times();
+    check(t.txMs > 0 && t.gpuMs >= 0, `pinned round trip: events give T_tx ${t.txMs.toFixed(3)} ms and T_gpu ${t.gpuMs.toFixed(3)} ms`);
+    const bw = link.bandwidth!(16 * 2 ** 20, 2);
+    check(bw.h2d > 1e8 && bw.d2h > 1e8, `the link's bandwidth probe: ${(bw.h2d / 1e9).toFixed(1)} GB/s up, ${(bw.d2h / 1e9).toFixed(1)} GB/s down`);
+  } finally {
+    cuda.free(d);
+  }
+}
+
 export async function stageHandoffChecks(cuda: CudaBackend, check: Check): Promise<void> {
   const link = cuda.hostTransfers() as CudaHostLink;
   using host = createCpuBackend({ threads: 1 });
@@ -302,6 +350,8 @@ export async function stageHandoffChecks(cuda: CudaBackend, check: Check): Promi
   };
   try {
     check(link.mapped!(region), "stage hand-off: a pinned 2 MiB host block is mapped");
+    await attempt("sendSignalled", () => sendChecks(rig, check));
+    await attempt("pinned round trips", () => roundTripChecks(rig, check));
     await attempt("awaitSignal releases", () => releaseChecks(rig, check));
     await attempt("awaitSignal timeout", () => timeoutChecks(rig, check));
     await attempt("times() without the wait", () => timingChecks(rig, check));

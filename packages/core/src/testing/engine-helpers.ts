@@ -1,6 +1,6 @@
 /** Test helpers of the engine tests: a seeded PRNG, random arrays, a tiny in-memory Llama. */
-import { LlamaConfigSchema, resolveLlamaShape, seededRandom, type DType, type ModelFiles, type Tokenizer, type WeightView } from "../src/index.js";
-import { encodeFromF32 } from "../src/half-float.js";
+import { LlamaConfigSchema, resolveLlamaShape, seededRandom, type DType, type ModelFiles, type Tokenizer, type WeightView } from "../index.js";
+import { encodeFromF32 } from "../half-float.js";
 
 /** Seeded PRNG (mulberry32, src/seeded-random.ts) for test data. */
 export const makeRng = seededRandom;

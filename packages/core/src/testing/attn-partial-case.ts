@@ -3,9 +3,9 @@
  * takes without them (window logits at their columns, the selected logits beside them, one
  * softmax, attnAggregate span by span), on any backend: random q, K, V and selected rows and
  * logits, spans of a ring-buffer window, some selected columns −∞ (a short per-head list).
- * Shared by core's and kernels-cpu's tests.
+ * Shared by core's and kernels-cpu's tests (`@hybridgen/core/testing`).
  */
-import type { Backend, DType, Tensor } from "../src/index.js";
+import type { Backend, DType, Tensor } from "../index.js";
 import { makeRng, randomArray } from "./engine-helpers.js";
 
 export interface PartialCase {
