@@ -48,8 +48,8 @@ describe("HybridStats' per-step trace", () => {
     s.record(step(0, 8, "post"), 1);
     s.layerSteps = 4;
     s.cpuScoreMs = 4;
-    expect(s.splitSummary()).toBe("; CPU stage split per layer: score 1.000 ms, top-K 0.000 ms, gather 0.000 ms, hand-offs 0.000 ms");
+    expect(s.splitSummary()).toBe("; CPU stage split per layer (mean of every step): score 1.000 ms, top-K 0.000 ms, gather 0.000 ms, hand-offs 0.000 ms");
     s.scoring = "int8, 2·K rescored";
-    expect(s.splitSummary()).toBe("; CPU stage split per layer: score 1.000 ms, top-K 0.000 ms, gather 0.000 ms, hand-offs 0.000 ms (scoring int8, 2·K rescored)");
+    expect(s.splitSummary()).toBe("; CPU stage split per layer (mean of every step): score 1.000 ms, top-K 0.000 ms, gather 0.000 ms, hand-offs 0.000 ms (scoring int8, 2·K rescored)");
   });
 });

@@ -150,11 +150,11 @@ export class HybridStats extends OffloadCounters {
     return `; scheduler: K ${first.k} → ${last.k} (range ${lo}–${hi}), ${last.timing}, ${n} timing switch${n === 1 ? "" : "es"}`;
   }
 
-  /** "; CPU stage split per layer: score … ms, top-K … ms, gather … ms, hand-offs … ms" (when recorded). */
+  /** "; CPU stage split per layer (mean of every step): score … ms, top-K … ms, gather … ms, hand-offs … ms" (when recorded). */
   splitSummary(): string {
     if (!this.layerSteps || this.cpuScoreMs + this.cpuSelectMs + this.cpuGatherMs + this.handoffMs === 0) return "";
     const per = (ms: number) => this.perLayerStep(ms).toFixed(3);
-    return `; CPU stage split per layer: score ${per(this.cpuScoreMs)} ms, top-K ${per(this.cpuSelectMs)} ms, ` +
+    return `; CPU stage split per layer (mean of every step): score ${per(this.cpuScoreMs)} ms, top-K ${per(this.cpuSelectMs)} ms, ` +
       `gather ${per(this.cpuGatherMs)} ms, hand-offs ${per(this.handoffMs)} ms` + (this.scoring ? ` (scoring ${this.scoring})` : "");
   }
 }
