@@ -69,7 +69,7 @@ export function stepBytes(m: ModelBytes, s: StepShape): StepBytes {
   if (s.timing === "post" || s.selector === "topk" || s.selector === "all") choose = s.offloaded * row;
   else if (s.selector === "quest") {
     const page = s.pageSize ?? 16;
-    choose = Math.ceil(s.offloaded / page) * m.kvHeads * m.headDim * 2 * 4 + page * row; // f32 min/max per page, one partial page
+    choose = Math.ceil(s.offloaded / page) * m.kvHeads * m.headDim * 2 * 2 + page * row; // bf16 min/max per page (kernels-cpu page-summaries), one partial page
   } else if (s.selector === "infinigen") choose = s.offloaded * m.kvHeads * (s.channels ?? 8) * 4; // packed f32 channels
   else choose = 0; // streaming: positions only
   const gathered = width * row * (rescored ? 2 : 1);
