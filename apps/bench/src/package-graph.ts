@@ -2,7 +2,8 @@
  * The workspace's package graph and the rules it must keep: no package (packages/*) depends on or
  * imports an app (apps/*), no backend imports another backend, and no source file reaches into
  * another workspace by a relative path. Read from every package.json's dependency fields and from
- * the import specifiers of the source folders (src, device) of each workspace.
+ * the import specifiers of the source folders (src, device) and the test folders (test, bench) of
+ * each workspace.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
@@ -11,6 +12,9 @@ import { dirname, join, relative, resolve, sep } from "node:path";
 export const BACKENDS: readonly string[] = ["@hybridgen/kernels-cpu", "@hybridgen/kernels-cuda"];
 /** The folders of a workspace whose files are scanned for imports. */
 export const SOURCE_DIRS: readonly string[] = ["src", "device"];
+/** Folders held to the same rules, except that a relative import may reach the repository's own
+ * scripts (outside every workspace), never into another workspace. */
+export const TEST_DIRS: readonly string[] = ["test", "bench"];
 const DEP_FIELDS = ["dependencies", "devDependencies", "peerDependencies", "optionalDependencies"] as const;
 const SOURCE_FILE = /\.(ts|tsx|mts|cts|js|mjs|cjs)$/;
 // import … from "x", export … from "x", import "x", import("x"), require("x")
@@ -86,14 +90,18 @@ export function checkPackageGraph(root: string): GraphViolation[] {
       const rule = to && edgeRule(w, to);
       if (rule) violations.push({ where: relative(root, join(w.dir, "package.json")), rule, detail: `${w.name} depends on ${dep}` });
     }
-    for (const file of SOURCE_DIRS.flatMap((d) => sourceFiles(join(w.dir, d)))) {
+    const files = [...SOURCE_DIRS.map((d) => [d, false] as const), ...TEST_DIRS.map((d) => [d, true] as const)]
+      .flatMap(([d, test]) => sourceFiles(join(w.dir, d)).map((file) => ({ file, test })));
+    for (const { file, test } of files) {
       const text = readFileSync(file, "utf8");
       for (const m of text.matchAll(SPECIFIER)) {
         const spec = m[1];
         const where = `${relative(root, file)}:${text.slice(0, m.index).split("\n").length}`;
         if (spec.startsWith(".")) {
           const target = resolve(dirname(file), spec);
-          if (target !== w.dir && !target.startsWith(w.dir + sep)) violations.push({ where, rule: "relative import into another workspace", detail: `"${spec}" leaves ${relative(root, w.dir)}` });
+          const inside = (d: string) => target === d || target.startsWith(d + sep);
+          const leaves = test ? workspaces.some((o) => o !== w && inside(o.dir)) : !inside(w.dir);
+          if (leaves) violations.push({ where, rule: "relative import into another workspace", detail: `"${spec}" leaves ${relative(root, w.dir)}` });
           continue;
         }
         const to = workspaceOf(spec, byName);
