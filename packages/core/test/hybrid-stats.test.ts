@@ -33,7 +33,7 @@ describe("HybridStats' per-step trace", () => {
     waits.forEach((w, i) => {
       s.steps++;
       s.layerSteps += 4;
-      s.record({ ...step(i, 8, "pre"), tGpuMs: 8 + i, tCpuMs: 4, tWaitMs: w }, 10 + w, 9);
+      s.record({ ...step(i, 8, "pre"), tGpuMs: 8 + i, tCpuMs: 4, tWaitMs: w }, 10 + w, { issueMs: 9 });
     });
     const line = s.summary();
     expect(line).toContain("per layer: CPU stage 1.000 ms, device stage 2.500 ms, 95% of the CPU stage hidden behind the device stage (median of 5 hybrid steps)");
@@ -43,13 +43,16 @@ describe("HybridStats' per-step trace", () => {
     expect(s.steady()).toEqual({ cpu: 0, gpu: 0, tx: 0, wait: 0, issue: 0 });
   });
 
-  it("the CPU stage's split names a compressed scoring form; full rows say nothing", () => {
+  it("the CPU stage's split is the median step's, and names a compressed scoring form; full rows say nothing", () => {
     const s = new HybridStats();
-    s.record(step(0, 8, "post"), 1);
-    s.layerSteps = 4;
-    s.cpuScoreMs = 4;
-    expect(s.splitSummary()).toBe("; CPU stage split per layer (mean of every step): score 1.000 ms, top-K 0.000 ms, gather 0.000 ms, hand-offs 0.000 ms");
+    expect(s.splitSummary()).toBe("");
+    [[4, 0, 0, 0], [400, 8, 0, 0], [4, 0, 0, 0.5]].forEach((split, i) => {
+      s.steps++;
+      s.layerSteps += 4;
+      s.record(step(i, 8, "post"), 1, { split });
+    });
+    expect(s.splitSummary()).toBe("; CPU stage split per layer: score 1.000 ms, top-K 0.000 ms, gather 0.000 ms, hand-offs 0.000 ms");
     s.scoring = "int8, 2·K rescored";
-    expect(s.splitSummary()).toBe("; CPU stage split per layer (mean of every step): score 1.000 ms, top-K 0.000 ms, gather 0.000 ms, hand-offs 0.000 ms (scoring int8, 2·K rescored)");
+    expect(s.splitSummary()).toBe("; CPU stage split per layer: score 1.000 ms, top-K 0.000 ms, gather 0.000 ms, hand-offs 0.000 ms (scoring int8, 2·K rescored)");
   });
 });

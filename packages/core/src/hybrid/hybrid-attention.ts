@@ -125,6 +125,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
   private stepJs = 0;
   private stepTx = 0;
   private stepCpu = 0;
+  /** The step's CPU-stage phases so far: score, top-K, gather, hand-offs (ms). */
+  private readonly stepSplit = [0, 0, 0, 0];
   private clampSaid = false;
   /** KvCache.rewinds when the per-sequence state was made: a restore() since means a new one. */
   private cacheRewinds = -1;
@@ -237,6 +239,7 @@ export class HybridAttention implements DecodeAttention, Disposable {
     this.pos = pos;
     this.stepStart = performance.now();
     this.stepWait = this.stepJs = this.stepTx = this.stepCpu = 0;
+    this.stepSplit.fill(0);
     this.jobs.fill(null);
     this.fetched.fill(false);
     this.selections.fill(null);
@@ -559,7 +562,8 @@ export class HybridAttention implements DecodeAttention, Disposable {
       step: this.step, tGpuMs: device, tCpuMs: this.stepCpu + this.stepJs, tTxMs: this.stepTx, tWaitMs: held,
       k: this.decision.k, timing: plan.timing, offloaded: plan.offloaded, layers: this.layers,
     };
-    st.record(timings, performance.now() - this.stepStart, Math.max(0, wall - this.stepWait)); // the scheduler's inputs per step (stats trace, --json)
+    // the scheduler's inputs per step (stats trace, --json), and what the stats line's median step reads
+    st.record(timings, performance.now() - this.stepStart, { issueMs: Math.max(0, wall - this.stepWait), split: this.stage.lastSplit ? this.stepSplit : undefined });
     this.decision = this.scheduler.next(timings);
     this.step++;
   }
@@ -709,6 +713,11 @@ export class HybridAttention implements DecodeAttention, Disposable {
     st.cpuSelectMs += split.selectMs;
     st.cpuGatherMs += split.gatherMs;
     st.handoffMs += split.handoffMs;
+    const s = this.stepSplit;
+    s[0] += split.scoreMs;
+    s[1] += split.selectMs;
+    s[2] += split.gatherMs;
+    s[3] += split.handoffMs;
   }
 
   /** After a step that failed mid-way (a selector threw), collect the jobs left running (queued ones are cancelled). */

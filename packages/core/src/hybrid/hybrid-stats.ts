@@ -60,8 +60,10 @@ export class HybridStats extends OffloadCounters {
   /** Timing changes between consecutive recorded steps (all of them, dropped ones included). */
   timingSwitches = 0;
   private lastTiming: SelectionTiming | undefined;
-  /** Each traced step's driving-thread time less the host's own waits (issuing), beside the trace. */
+  /** Beside each traced step: the driving thread's time less the host's own waits (issuing), and
+   * the CPU stage's phases (score, top-K, gather, hand-offs) when the stage splits them. */
   private readonly issueTrace: number[] = [];
+  private readonly splitTrace: (readonly number[] | undefined)[] = [];
 
   /** Fraction of the CPU stage's busy time that ran while the device stage ran, in the median step. */
   get hiddenFraction(): number {
@@ -84,6 +86,12 @@ export class HybridStats extends OffloadCounters {
     };
   }
 
+  /** The median traced step's CPU-stage phases [score, top-K, gather, hand-offs] (ms), over the steps that split them; undefined when none did. */
+  steadySplit(): number[] | undefined {
+    const s = this.splitTrace.filter((x): x is readonly number[] => x !== undefined);
+    return s.length ? [0, 1, 2, 3].map((p) => median(s.map((x) => x[p]!))) : undefined;
+  }
+
   get meanK(): number {
     return this.perLayerStep(this.sumK);
   }
@@ -93,16 +101,19 @@ export class HybridStats extends OffloadCounters {
   }
 
   /** Appends one step's scheduler inputs to the trace (the engine calls it once per hybrid step);
-   * issueMs: the step's wall less the host's own waits (default: the wall). */
-  record(t: StepTimings, wallMs: number, issueMs: number = wallMs): void {
+   * issueMs: the step's wall less the host's own waits (default: the wall); split: its CPU-stage
+   * phases [score, top-K, gather, hand-offs] (copied). */
+  record(t: StepTimings, wallMs: number, step: { issueMs?: number; split?: readonly number[] } = {}): void {
     if (this.lastTiming !== undefined && this.lastTiming !== t.timing) this.timingSwitches++;
     this.lastTiming = t.timing;
     if (this.trace.length >= HYBRID_TRACE_LIMIT) {
       this.trace.shift();
       this.issueTrace.shift();
+      this.splitTrace.shift();
       this.droppedSteps++;
     }
-    this.issueTrace.push(issueMs);
+    this.issueTrace.push(step.issueMs ?? wallMs);
+    this.splitTrace.push(step.split ? [...step.split] : undefined);
     this.trace.push({
       step: t.step, k: t.k, timing: t.timing, offloaded: t.offloaded, tGpuMs: t.tGpuMs, tCpuMs: t.tCpuMs, tTxMs: t.tTxMs, tWaitMs: t.tWaitMs, wallMs,
     });
@@ -116,15 +127,14 @@ export class HybridStats extends OffloadCounters {
     this.cpuScoreMs = this.cpuSelectMs = this.cpuGatherMs = this.handoffMs = 0;
     this.notes.length = 0;
     this.trace.length = 0;
-    this.issueTrace.length = 0;
+    this.issueTrace.length = this.splitTrace.length = 0;
     this.droppedSteps = this.timingSwitches = 0;
     this.lastTiming = undefined;
   }
 
   /**
    * e.g. "hybrid: 224 tokens offloaded, mean K 32.0, per layer: CPU stage 0.021 ms, device stage 0.310 ms, 71% of the CPU stage
-   * hidden … (median of 9 hybrid steps), transfers 0.004 ms; …". The per-layer times are the median step's (steady()); the
-   * CPU stage's split is a mean over every step (its phases are not traced step by step).
+   * hidden … (median of 9 hybrid steps), transfers 0.004 ms; …". The per-layer times are the median step's (steady(), steadySplit()).
    */
   summary(): string {
     const m = this.steady(), layers = this.steps ? this.layerSteps / this.steps : 0;
@@ -150,12 +160,13 @@ export class HybridStats extends OffloadCounters {
     return `; scheduler: K ${first.k} → ${last.k} (range ${lo}–${hi}), ${last.timing}, ${n} timing switch${n === 1 ? "" : "es"}`;
   }
 
-  /** "; CPU stage split per layer (mean of every step): score … ms, top-K … ms, gather … ms, hand-offs … ms" (when recorded). */
+  /** "; CPU stage split per layer: score … ms, top-K … ms, gather … ms, hand-offs … ms" of the median step (when the stage splits its time). */
   splitSummary(): string {
-    if (!this.layerSteps || this.cpuScoreMs + this.cpuSelectMs + this.cpuGatherMs + this.handoffMs === 0) return "";
-    const per = (ms: number) => this.perLayerStep(ms).toFixed(3);
-    return `; CPU stage split per layer (mean of every step): score ${per(this.cpuScoreMs)} ms, top-K ${per(this.cpuSelectMs)} ms, ` +
-      `gather ${per(this.cpuGatherMs)} ms, hand-offs ${per(this.handoffMs)} ms` + (this.scoring ? ` (scoring ${this.scoring})` : "");
+    const m = this.steadySplit(), layers = this.steps ? this.layerSteps / this.steps : 0;
+    if (!m || !layers || m.every((x) => x === 0)) return "";
+    const per = (ms: number) => (ms / layers).toFixed(3);
+    return `; CPU stage split per layer: score ${per(m[0]!)} ms, top-K ${per(m[1]!)} ms, ` +
+      `gather ${per(m[2]!)} ms, hand-offs ${per(m[3]!)} ms` + (this.scoring ? ` (scoring ${this.scoring})` : "");
   }
 }
 
