@@ -21,7 +21,7 @@
 import { cpus } from "node:os";
 import { BatchDecoder, dummyModelFiles, LlamaModel, loadModel, modelInfo, presetConfig, type Backend, type HybridAttention, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
-import { discoverTiers, formatBytes, layoutStore, placeKv, planRun } from "@hybridgen/memtier";
+import { discoverTiers, formatBytes, layoutStore, placeKv, planRun, tierShares } from "@hybridgen/memtier";
 import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, KSpill, probeDiskGather, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
@@ -107,10 +107,7 @@ for (const [i, t] of baseTiers.entries()) {
 console.log(`tiers: ${baseTiers.map((t) => `${t.id} ${t.kind} ${formatBytes(t.capacityBytes)} ${t.readBandwidthGBs!.toFixed(1)} GB/s` +
   (t.readLatencyUs ? `, 4 KiB reads ${t.readLatencyUs.toFixed(0)} µs at ${t.readDepth} in flight` : "")).join("; ")}`);
 if (copyBw) console.log(`device: copy ${(copyBw / 1e9).toFixed(0)} GB/s, host→device ${link ? (link.h2d / 1e9).toFixed(1) : "–"} GB/s`);
-/** One sequence's share of every tier: each sequence of a batch lays its store out on it. */
-const seqTiers = baseTiers.map((t) => ({
-  ...t, capacityBytes: Math.floor(t.capacityBytes / batch), ...(t.freeBytes === undefined ? {} : { freeBytes: Math.floor(t.freeBytes / batch) }),
-}));
+const seqTiers = tierShares(baseTiers, batch); // each sequence of a batch lays its store out on its share
 const seqHostBudget = hostBudget === undefined ? undefined : Math.floor(hostBudget / batch);
 const rows = [
   "| context | batch | window (GPU) | offloaded | K host / disk | V host / disk | predicted ms/step (GPU / CPU / V) | measured ms/step | tokens/s | × predicted | T_gpu | T_cpu | T_tx | placement checked |",

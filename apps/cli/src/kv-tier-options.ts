@@ -122,11 +122,6 @@ export async function storeTiers(o: KvTierCliOptions): Promise<MemoryTier[]> {
   return discoverTiers({ fileTiers: o.kvDisk === undefined ? [] : [{ path: o.kvDisk, capacityBytes: diskFreeBytes(o.kvDisk) }] });
 }
 
-/** One sequence's share of every tier when `batch` sequences each lay their store out on it. */
-export function tierShares(tiers: readonly MemoryTier[], batch: number): MemoryTier[] {
-  return tiers.map((t) => ({ ...t, capacityBytes: Math.floor(t.capacityBytes / batch), ...(t.freeBytes === undefined ? {} : { freeBytes: Math.floor(t.freeBytes / batch) }) }));
-}
-
 /** One line on what a placement does on these tiers (the no-op on a one-node machine says so). */
 export function placementNote(tiers: readonly MemoryTier[]): string {
   const memory = tiers.filter((t) => t.kind !== "file");
@@ -149,7 +144,7 @@ export async function preflightStore(
 
 /** One sequence's layout on a `batch`-th of every tier and of --host-kv-budget (memtier's planRun lays the batch's stores out on the whole tiers alike). */
 async function layoutFor(store: { layers: number; regionBytes: number }, o: KvTierCliOptions, batch: number) {
-  const { layoutStore, placeKv, formatBytes } = await import("@hybridgen/memtier");
+  const { layoutStore, placeKv, formatBytes, tierShares } = await import("@hybridgen/memtier");
   const tiers = await storeTiers(o);
   if (o.hostKvBudget !== undefined && o.kvDisk === undefined) throw new HybridgenError("--host-kv-budget needs --kv-disk DIR (where the rest of the store goes)");
   const shares = tierShares(tiers, batch);

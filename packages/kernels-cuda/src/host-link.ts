@@ -205,13 +205,13 @@ export class CudaHostLink implements HostTransfers {
     const link = this.live(op);
     const f = this.owner.lib.hg_fetch_create(link);
     if (!f) throw new HybridgenError(`${op}: could not make its events and side stream (or the device cannot map the link's signal words)`, "ECUDA");
-    const fetch = new CudaRowFetch(f as Pointer, this.owner, this, (closed) => this.fetches.delete(closed));
+    const fetch = new CudaRowFetch(f as Pointer, this.owner, (signal, gathers, o) => this.fetchArgs(signal, gathers, o), (closed) => this.fetches.delete(closed));
     this.fetches.add(fetch);
     return fetch;
   }
 
   /** Its RowFetch's fetch() checks: the signal's word and each gather's ranges, as device addresses [word, 7 doubles a gather]. */
-  fetchArgs(signal: HostSignal, gathers: readonly RowFetchGather[], op: string): { word: number; desc: Float64Array } {
+  private fetchArgs(signal: HostSignal, gathers: readonly RowFetchGather[], op: string): FetchArgs {
     this.live(op);
     const word = this.signalWord(signal, op);
     if (!Array.isArray(gathers) || gathers.length === 0 || gathers.length > 8) bad(`${op}: 1 to 8 gathers are needed`);
@@ -409,9 +409,18 @@ export class CudaHostLink implements HostTransfers {
   }
 }
 
+/** A fetch's checked arguments: the signal word's device address, and 7 doubles a gather (hg_fetch_rows). */
+interface FetchArgs {
+  word: number;
+  desc: Float64Array;
+}
+
 /** HostTransfers.rowFetch's slots (native HgFetch): the side stream's gathers, and the compute stream's ready/release events. */
 class CudaRowFetch implements RowFetch {
-  constructor(private handle: Pointer | null, private readonly owner: HostLinkOwner, private readonly link: CudaHostLink, private readonly onClose: (f: CudaRowFetch) => void) {}
+  constructor(
+    private handle: Pointer | null, private readonly owner: HostLinkOwner,
+    private readonly args: (signal: HostSignal, gathers: readonly RowFetchGather[], op: string) => FetchArgs, private readonly onClose: (f: CudaRowFetch) => void,
+  ) {}
 
   private live(op: string): Pointer {
     if (!this.handle) bad(`${op}: the row fetch is closed`);
@@ -421,7 +430,7 @@ class CudaRowFetch implements RowFetch {
   fetch(slot: 0 | 1, done: HostSignal, gathers: readonly RowFetchGather[]): void {
     const op = "rowFetch.fetch", f = this.live(op);
     checkSlot(slot, op);
-    const { word, desc } = this.link.fetchArgs(done, gathers, op);
+    const { word, desc } = this.args(done, gathers, op);
     this.owner.ok(op, this.owner.lib.hg_fetch_rows(f, slot, P(word), done.value, desc, gathers.length));
   }
 

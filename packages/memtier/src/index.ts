@@ -2,6 +2,6 @@ export { discoverTiers, parseNodeMeminfo, withUnclaimedMemory, cpulistHasCpus, D
 export { compareTierSpeed, fastestFirst } from "./speed.js";
 export { placeKv, placeSemantic, placeInterleave, placeLocal, placeDramOnly } from "./placement.js";
 export { planCapacity, CapacityPlanInputSchema, type CapacityPlanInput, type CapacityPlan, type TierPlan } from "./plan.js";
-export { layoutStore, kSpillUnitBytes, StoreLayoutInputSchema, type StoreLayoutInput, type StoreLayoutResult, type TierUse } from "./layout.js";
+export { layoutStore, kSpillUnitBytes, tierShares, StoreLayoutInputSchema, type StoreLayoutInput, type StoreLayoutResult, type TierUse } from "./layout.js";
 export { planRun, gpuWindowTokens, diskRowsMs, kDiskMs, RunPlanInputSchema, GpuPlanInputSchema, type RunPlanInput, type RunPlan } from "./run-plan.js";
 export { formatBytes } from "./format.js";

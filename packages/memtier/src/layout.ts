@@ -105,6 +105,12 @@ function piecesFor(rule: TierRule, bytes: number, room: Map<string, number>, fil
   return { pieces, left };
 }
 
+/** One sequence's share of every tier when `batch` sequences each lay their store out on the same tiers. */
+export function tierShares(tiers: readonly MemoryTier[], batch: number): MemoryTier[] {
+  if (!(Number.isInteger(batch) && batch >= 1)) fail(`batch must be a positive integer, got ${batch}`);
+  return tiers.map((t) => ({ ...t, capacityBytes: Math.floor(t.capacityBytes / batch), ...(t.freeBytes === undefined ? {} : { freeBytes: Math.floor(t.freeBytes / batch) }) }));
+}
+
 export function layoutStore(input: StoreLayoutInput): StoreLayoutResult {
   const r = StoreLayoutInputSchema.safeParse(input);
   if (!r.success) {

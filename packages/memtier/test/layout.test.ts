@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { seededRandom, type MemoryTier, type StoreSegment } from "@hybridgen/core";
-import { discoverTiers, kSpillUnitBytes, layoutStore, placeKv, placeLocal } from "../src/index.js";
+import { discoverTiers, kSpillUnitBytes, layoutStore, placeKv, placeLocal, tierShares } from "../src/index.js";
 import { fakeSys } from "./fake-sys.js";
 
 const MiB = 2 ** 20, GiB = 2 ** 30, PAGE = 4096;
@@ -134,5 +134,19 @@ describe("layoutStore: the disk tier", () => {
       expect(placed + r.shortfallBytes).toBe(2 * layers * r.layout.regionBytes);
       expect(r.fits).toBe(r.shortfallBytes === 0);
     }
+  });
+});
+
+describe("tierShares", () => {
+  it("gives each of a batch's sequences a whole-byte share of every tier's capacity and free bytes", () => {
+    const tiers: MemoryTier[] = [
+      { id: "node0", kind: "dram", numaNode: 0, capacityBytes: 10 * 2 ** 30 + 3, freeBytes: 7 * 2 ** 30 },
+      { id: "disk", kind: "file", path: "/tmp/kv", capacityBytes: 100 * 2 ** 30 },
+    ];
+    const s = tierShares(tiers, 4);
+    expect(s.map((t) => [t.id, t.capacityBytes, t.freeBytes])).toEqual([["node0", Math.floor((10 * 2 ** 30 + 3) / 4), 7 * 2 ** 28], ["disk", 25 * 2 ** 30, undefined]]);
+    expect(s[1]).not.toHaveProperty("freeBytes");
+    expect(tierShares(tiers, 1)).toEqual(tiers);
+    expect(() => tierShares(tiers, 0)).toThrow("batch must be a positive integer, got 0");
   });
 });

@@ -268,10 +268,9 @@ export class DeviceStaging implements Disposable {
     return { v, k };
   }
 
-  /** The gathers of `layer`'s K (verified) and V rows into slot `slot`'s buffers at their kmax, by the slot's table. */
+  /** The gathers of `layer`'s K (verified) and V rows into slot `slot`'s buffers at their kmax (set, and K's buffers checked, by setWidth), by the slot's table. */
   private slotGathers(layer: number, slot: 0 | 1, keys: boolean): RowFetchGather[] {
-    const v = this.values[slot]!, k = keys ? this.keys[slot] : null, table = this.regions[slot]!.table!, c = this.cache, rows = this.rowGather(v.kmax);
-    if (keys && !k) fail("hybrid attention: no device buffers for K rows (a verified layer the staging was not told of)");
+    const v = this.values[slot]!, k = keys ? this.keys[slot]! : null, table = this.regions[slot]!.table!, c = this.cache, rows = this.rowGather(v.kmax);
     const gathers: RowFetchGather[] = [];
     if (k) gathers.push({ dst: k.store, src: this.hostOf(c.stageStoreK(layer)), rows, table });
     gathers.push({ dst: v.store, src: this.hostOf(c.stageStoreV(layer)), rows, table });

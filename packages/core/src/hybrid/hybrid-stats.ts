@@ -74,7 +74,7 @@ export class HybridStats extends OffloadCounters {
 
   /**
    * The median traced step's figures, ms: the steady state. A step that records its graphs (the
-   * first, or the first after K changed) waits 10–300 ms for the CPU stage on the H200, so a mean
+   * first, or the first after K changed) waits far longer for the CPU stage than the rest, so a mean
    * over a short run would mostly be that step. Zeros before any step.
    */
   steady(): { cpu: number; gpu: number; tx: number; wait: number; issue: number } {
