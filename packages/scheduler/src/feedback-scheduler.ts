@@ -233,14 +233,14 @@ export class FeedbackScheduler implements Scheduler {
   }
 
   /**
-   * The next K from a target: the current one when the target is the same or larger by less than
-   * a quantum, kMax when it reaches kMax, else kMin plus the whole quanta below the target.
+   * The next K from a target: the current one when the target is the same or below the next
+   * point of K's grid (gridFloor), kMax when it reaches kMax, else the grid point below the target.
    */
-  private quantized(target: number, o: { kMin: number; kMax?: number; kQuantum: number }): number {
+  private quantized(target: number, o: { kMin: number; kMax?: number; kQuantum: number; maxStep: number }): number {
     const k = this.k;
     if (target === k) return k;
     if (o.kMax !== undefined && target >= o.kMax) return clampK(o.kMax, o);
-    const q = o.kQuantum, floor = target >= o.kMin ? o.kMin + Math.floor((target - o.kMin) / q) * q : target;
+    const floor = target >= o.kMin ? gridFloor(target, o) : target;
     if (target > k && floor <= k) return k;
     return clampK(floor, o);
   }
@@ -373,6 +373,21 @@ export class FeedbackScheduler implements Scheduler {
     }
     const growth = this.preGpuRef ? this.preGpuAtKMin(t) / this.preGpuRef : 1;
     return ref.loadPerOffloaded * t.offloaded <= margin * ref.gpuMs * growth;
+  }
+}
+
+/**
+ * The largest point ≤ target of the grid K moves on: kMin, then each point the previous one plus
+ * min(kQuantum, what one step of maxStep adds to it). Whole quanta alone never grow a K below
+ * kQuantum (one step of ×maxStep cannot reach the next quantum); geometric points below it can.
+ */
+function gridFloor(target: number, o: { kMin: number; kQuantum: number; maxStep: number }): number {
+  let k = o.kMin;
+  for (;;) {
+    const step = Math.max(1, Math.floor(k * (o.maxStep - 1)));
+    if (step >= o.kQuantum) return k + Math.floor((target - k) / o.kQuantum) * o.kQuantum;
+    if (k + step > target) return k;
+    k += step;
   }
 }
 

@@ -33,7 +33,8 @@ export const FeedbackSchedulerOptionsSchema = z
      */
     gpuGrowth: z.number().min(0).max(1).default(0.1),
     /**
-     * K moves in multiples of kQuantum above kMin, and shrinks toward the device cap only once it
+     * K moves in multiples of kQuantum above kMin (doubling first while a step of maxStep adds less
+     * than kQuantum, so a small kMin grows too), and shrinks toward the device cap only once it
      * is a whole quantum past it: each distinct K is a decode step the device records afresh (CUDA
      * graphs), so a K that jitters by a token would re-record every step.
      */

@@ -79,6 +79,26 @@ describe("FeedbackScheduler: closed loop on synthetic timings", () => {
     }
   });
 
+  it("grows K from every kMin in 1…64 when the CPU stage is cheap, on the quantum's grid above kQuantum", () => {
+    // Load a tenth of T_gpu at any K: growth is free up to the offloaded count.
+    const cheap: Machine = { gpuMs: 5, fixedMs: 0.05, scoreMs: 0, preScoreMs: 0, gatherMs: 1e-6, txMs: 1e-6 };
+    for (let kMin = 1; kMin <= 64; kMin++) {
+      const s = new FeedbackScheduler({ kMin });
+      const tr = run(s, 12, () => cheap, () => 8192);
+      const at = `kMin ${kMin}: ${tr.k.join(" ")}`;
+      expect(tr.k[0], at).toBe(kMin);
+      expect(tr.k[1], at).toBeGreaterThan(kMin); // the first cheap step already grows it
+      for (let i = 1; i < tr.k.length; i++) {
+        expect(tr.k[i]!, at).toBeGreaterThanOrEqual(tr.k[i - 1]!);
+        expect(tr.k[i]!, at).toBeLessThanOrEqual(tr.k[i - 1]! * s.options.maxStep);
+      }
+      expect(tr.k[tr.k.length - 1]!, at).toBeGreaterThanOrEqual(Math.min(8192, 64 * kMin, kMin + 8 * 16));
+      // Past kQuantum, K stays on whole quanta from its first point there (graphs are re-recorded per K).
+      const big = tr.k.filter((k) => k >= s.options.kQuantum);
+      for (const k of big) expect((k - big[0]!) % s.options.kQuantum, at).toBe(0);
+    }
+  });
+
   it("pins K at kMax when even kMax leaves the GPU stage idle", () => {
     const s = new FeedbackScheduler({ kMin: 32, kMax: 500 });
     const tr = run(s, 30, () => balanced, () => 8192);
