@@ -12,6 +12,7 @@
 #include "sel_quest.h"
 #include "file_rows.h"
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -709,4 +710,33 @@ void hg_stage_set_read_depth(hg_stage *s, int depth) { s->read_depth = depth < 0
 void hg_stage_last_reads(const hg_stage *s, int64_t *out) {
     out[0] = s->last_reads[0];
     out[1] = s->last_reads[1];
+}
+
+/* Name -> offset / value tables: a field or flag JS declares and this build lacks reads as -1. */
+#define FIELD(f) { #f, (int64_t)offsetof(hg_stage_job, f) }
+static const struct { const char *name; int64_t at; } job_fields[] = {
+    FIELD(flags), FIELD(q), FIELD(k), FIELD(ktype), FIELD(kcap), FIELD(v), FIELD(vtype), FIELD(vcap), FIELD(n),
+    FIELD(heads), FIELD(kv_heads), FIELD(head_dim), FIELD(all_logits), FIELD(lstride), FIELD(ids), FIELD(counts),
+    FIELD(kmax), FIELD(budget), FIELD(sel_logits), FIELD(vstage), FIELD(kstage), FIELD(scale),
+    FIELD(kq), FIELD(kq_form), FIELD(kq_from), FIELD(cand), FIELD(pages), FIELD(page_size), FIELD(page_cap), FIELD(pages_from),
+    FIELD(ready), FIELD(ready_value), FIELD(done), FIELD(done_value), FIELD(sinks),
+};
+#undef FIELD
+#define FLAG(f) { #f, HG_STAGE_##f }
+static const struct { const char *name; int64_t at; } job_flags[] = {
+    FLAG(SCORE), FLAG(TOPK), FLAG(SELECTED), FLAG(GATHER), FLAG(SHARED), FLAG(KEYS), FLAG(QUEST), FLAG(NO_ROWS),
+    FLAG(DONE_IF_FAILED), FLAG(STREAM),
+};
+#undef FLAG
+
+int64_t hg_stage_job_size(void) { return (int64_t)sizeof(hg_stage_job); }
+
+int64_t hg_stage_job_offset(const char *name) {
+    for (size_t i = 0; i < sizeof job_fields / sizeof job_fields[0]; i++) if (strcmp(job_fields[i].name, name) == 0) return job_fields[i].at;
+    return -1;
+}
+
+int64_t hg_stage_job_flag(const char *name) {
+    for (size_t i = 0; i < sizeof job_flags / sizeof job_flags[0]; i++) if (strcmp(job_flags[i].name, name) == 0) return job_flags[i].at;
+    return -1;
 }

@@ -108,5 +108,10 @@ void hg_stage_last_split(const hg_stage *s, double *out);
 void hg_stage_set_idle_spin(hg_stage *s, int64_t ns);
 /* How long a job waits for its ready signal before it fails (default 10 s). */
 void hg_stage_set_ready_timeout(hg_stage *s, int64_t ns);
+/* The job's layout, for JS to check its own declaration against at load: sizeof(hg_stage_job), a
+ * field's byte offset by its name here, a flag's value by its name less HG_STAGE_ (-1: no such name). */
+int64_t hg_stage_job_size(void);
+int64_t hg_stage_job_offset(const char *name);
+int64_t hg_stage_job_flag(const char *name);
 #pragma GCC visibility pop
 #endif

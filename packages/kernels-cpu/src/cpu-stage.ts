@@ -19,11 +19,12 @@ import {
 import { z } from "zod";
 import type { CpuBackend } from "./cpu-backend.js";
 import { chooseIsa, isaCode } from "./features.js";
-import { openNativeSymbols } from "./native.js";
+import { nativeLibraryPath, openNativeSymbols } from "./native.js";
 import { nativeSelectorPrimitives } from "./selector-primitives.js";
 import { storeKeys } from "./store-keys.js";
 import { KeySketches, SCORING_CODE, ScoringSchema, type Scoring } from "./key-scoring.js";
 import { PageSummaryRegions } from "./page-summaries.js";
+import { checkStageJobLayout, STAGE_FLAGS, StageJobRecord, type NativeJobLayout, type StageJobField } from "./stage-job-layout.js";
 import { allocSlot, closeSlot, slotStaging, type NativeBuf, type StageSlot } from "./stage-slots.js";
 import { CpuTensor } from "./tensor.js";
 
@@ -44,14 +45,34 @@ const symbols = {
   hg_stage_error: { args: [ptr, ptr, i64], returns: none },
   hg_stage_set_read_depth: { args: [ptr, i32], returns: none },
   hg_stage_last_reads: { args: [ptr, ptr], returns: none },
+  hg_stage_job_size: { args: [], returns: i64_fast },
+  hg_stage_job_offset: { args: [ptr], returns: i64_fast },
+  hg_stage_job_flag: { args: [ptr], returns: i64_fast },
   hg_alloc: { args: [u64], returns: ptr },
   hg_free: { args: [ptr, u64], returns: none },
 } as const;
 type StageLib = ReturnType<typeof dlopen<typeof symbols>>["symbols"];
 let lib: StageLib | undefined;
 function stageLib(): StageLib {
-  lib ??= openNativeSymbols(symbols);
+  if (lib) return lib;
+  const opened = openNativeSymbols(symbols);
+  checkStageJobLayout(jobLayoutOf(opened), nativeLibraryPath());
+  lib = opened;
   return lib;
+}
+
+function jobLayoutOf(l: StageLib): NativeJobLayout {
+  const cName = (name: string) => Buffer.from(`${name}\0`);
+  return {
+    size: Number(l.hg_stage_job_size()),
+    offset: (f) => Number(l.hg_stage_job_offset(cName(f))),
+    flag: (f) => Number(l.hg_stage_job_flag(cName(f))),
+  };
+}
+
+/** What the loaded library says of hg_stage_job (its size, offsets and flags), checked against the JS declaration. */
+export function nativeStageJobLayout(): NativeJobLayout {
+  return jobLayoutOf(stageLib());
 }
 
 /** Disk-tier reads in flight per stage thread: enough to hide a read's latency without flooding the disk's queue. */
@@ -78,13 +99,7 @@ export const NativeCpuStageOptionsSchema = z.object({
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
 const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
-const SCORE = 1, TOPK = 2, SELECTED = 4, GATHER = 8, SHARED = 16, KEYS = 32, QUEST = 64, NO_ROWS = 128, DONE_IF_FAILED = 256, STREAM = 512;
-// Field indices of hg_stage_job (all 8-byte; scale is the double at index 21).
-const F = { flags: 0, q: 1, k: 2, ktype: 3, kcap: 4, v: 5, vtype: 6, vcap: 7, n: 8, heads: 9, kvHeads: 10, headDim: 11,
-  all: 12, lstride: 13, ids: 14, counts: 15, kmax: 16, budget: 17, sel: 18, vstage: 19, kstage: 20, scale: 21,
-  kq: 22, kqForm: 23, kqFrom: 24, cand: 25, pages: 26, pageSize: 27, pageCap: 28, pagesFrom: 29, ready: 30, readyValue: 31,
-  done: 32, doneValue: 33, sinks: 34 } as const;
-const JOB_FIELDS = 35;
+const { SCORE, TOPK, SELECTED, GATHER, SHARED, KEYS, QUEST, NO_ROWS, DONE_IF_FAILED, STREAM } = STAGE_FLAGS;
 
 export class NativeCpuStage implements CpuStage {
   readonly name = "native";
@@ -110,8 +125,7 @@ export class NativeCpuStage implements CpuStage {
   private slots: StageSlot[] = [];
   private all: NativeBuf | null = null;
   private rows: Float32Array[] = [];
-  private readonly job = new BigInt64Array(JOB_FIELDS);
-  private readonly jobF64 = new Float64Array(this.job.buffer);
+  private readonly job = new StageJobRecord();
   private readonly jobPtr: Pointer;
   private readonly split = new Float64Array(6);
   private pending = 0; // jobs submitted since the last wait()
@@ -134,7 +148,7 @@ export class NativeCpuStage implements CpuStage {
     this.readDepth = parsed.data.readDepth;
     this.lib.hg_stage_set_read_depth(this.handle, this.readDepth);
     this.queueDepth = this.lib.hg_stage_queue_depth(this.handle);
-    this.jobPtr = addressOf(this.job);
+    this.jobPtr = addressOf(this.job.bytes);
   }
 
   prepare(shape: CpuStageShape): void {
@@ -278,42 +292,41 @@ export class NativeCpuStage implements CpuStage {
     checkStageJob(job, shape);
     checkSignal(job.done, "done");
     const k = this.store(job.k, "K"), v = this.store(job.v, "V");
-    const s = this.slot(job.slot), J = this.job;
+    const s = this.slot(job.slot), set = (f: StageJobField, x: number) => this.job.set(f, x);
     s.values.kmax = job.kmax;
     if (s.keys) s.keys.kmax = job.kmax;
     s.keysStaged = job.keys === true;
-    const set = (i: number, x: number) => (J[i] = BigInt(x));
-    set(F.flags, flags);
-    set(F.q, s.q.p);
-    set(F.k, k.ptr); set(F.ktype, DTYPE_CODE[k.dtype]); set(F.kcap, shape.storeCapacity);
-    set(F.v, v.ptr); set(F.vtype, DTYPE_CODE[v.dtype]); set(F.vcap, shape.storeCapacity);
-    set(F.n, job.offloaded);
-    set(F.heads, shape.heads); set(F.kvHeads, shape.kvHeads); set(F.headDim, shape.headDim);
-    set(F.all, this.all!.p); set(F.lstride, shape.storeCapacity);
-    set(F.ids, s.idsAddress); set(F.counts, s.table.p);
-    set(F.kmax, job.kmax); set(F.budget, budget);
-    set(F.sel, s.sel.p); set(F.vstage, s.values.store.ptr); set(F.kstage, s.keys ? s.keys.store.ptr : 0);
-    this.jobF64[F.scale] = job.scale;
-    set(F.ready, job.ready?.address ?? 0); set(F.readyValue, job.ready?.value ?? 0);
-    set(F.done, job.done?.address ?? 0); set(F.doneValue, job.done?.value ?? 0);
-    set(F.sinks, job.work.kind === "streaming" && (flags & STREAM) !== 0 ? job.work.sinks : 0);
+    set("flags", flags);
+    set("q", s.q.p);
+    set("k", k.ptr); set("ktype", DTYPE_CODE[k.dtype]); set("kcap", shape.storeCapacity);
+    set("v", v.ptr); set("vtype", DTYPE_CODE[v.dtype]); set("vcap", shape.storeCapacity);
+    set("n", job.offloaded);
+    set("heads", shape.heads); set("kv_heads", shape.kvHeads); set("head_dim", shape.headDim);
+    set("all_logits", this.all!.p); set("lstride", shape.storeCapacity);
+    set("ids", s.idsAddress); set("counts", s.table.p);
+    set("kmax", job.kmax); set("budget", budget);
+    set("sel_logits", s.sel.p); set("vstage", s.values.store.ptr); set("kstage", s.keys ? s.keys.store.ptr : 0);
+    set("scale", job.scale);
+    set("ready", job.ready?.address ?? 0); set("ready_value", job.ready?.value ?? 0);
+    set("done", job.done?.address ?? 0); set("done_value", job.done?.value ?? 0);
+    set("sinks", job.work.kind === "streaming" && (flags & STREAM) !== 0 ? job.work.sinks : 0);
     let extended: CpuTensor | null = null;
     const sk = this.sketches;
     if (sk && job.work.kind === "topk" && (flags & GATHER) !== 0 && (flags & TOPK) !== 0) {
       const { address, from } = sk.region(k, job.offloaded, job.storeEpoch);
-      set(F.kq, address); set(F.kqForm, SCORING_CODE[sk.scoring]); set(F.kqFrom, from);
-      set(F.cand, Math.min(job.offloaded, budget * this.rescoreFactor));
+      set("kq", address); set("kq_form", SCORING_CODE[sk.scoring]); set("kq_from", from);
+      set("cand", Math.min(job.offloaded, budget * this.rescoreFactor));
       extended = k;
     } else {
-      set(F.kq, 0); set(F.kqForm, 0); set(F.kqFrom, 0); set(F.cand, 0);
+      set("kq", 0); set("kq_form", 0); set("kq_from", 0); set("cand", 0);
     }
     if (job.work.kind === "quest" && (flags & QUEST) !== 0) {
       this.pages ??= new PageSummaryRegions(shape.kvHeads, shape.storeCapacity, shape.headDim);
       const { address, pageCapacity, from } = this.pages.region(k, job.offloaded, job.work.pageSize, job.storeEpoch);
-      set(F.pages, address); set(F.pageSize, job.work.pageSize); set(F.pageCap, pageCapacity); set(F.pagesFrom, from);
+      set("pages", address); set("page_size", job.work.pageSize); set("page_cap", pageCapacity); set("pages_from", from);
       extended = k;
     } else {
-      set(F.pages, 0); set(F.pageSize, 0); set(F.pageCap, 0); set(F.pagesFrom, 0);
+      set("pages", 0); set("page_size", 0); set("page_cap", 0); set("pages_from", 0);
     }
     return extended;
   }
