@@ -6,7 +6,7 @@
  * f32 attention over the bf16 store, merged by log-sum-exp) to a little more; the selective
  * configurations only run (their error is printed, not checked).
  *
- *   bun apps/bench/src/baseline-parity.ts [--backend cuda|cpu] [--preset llama-3.2-1b] [--context 2048]
+ *   ./bun apps/bench/src/baseline-parity.ts [--backend cuda|cpu] [--preset llama-3.2-1b] [--context 2048]
  *     [--window 512] [--steps 16] [--k 64] [--configs flexgen,moe-lightning,all-tokens,h2o,keyformer,…]
  *
  * Prints one line per configuration and PASS / FAIL; exits 1 on a failure.

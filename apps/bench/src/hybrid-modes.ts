@@ -4,7 +4,7 @@
  * and the feedback scheduler — ms/token, the stage times per step, how the scheduler settled,
  * and each step's timings as a trace (the scheduler package replays those in its tests).
  *
- *   bun apps/bench/src/hybrid-modes.ts [--backend cuda|cpu] [--preset llama-3.1-8b] [--contexts 32768,131000]
+ *   ./bun apps/bench/src/hybrid-modes.ts [--backend cuda|cpu] [--preset llama-3.1-8b] [--contexts 32768,131000]
  *     [--steps 64] [--window 4096] [--sinks 4] [--k 256] [--threads N] [--configs full,post-exact,…]
  *     [--trace-dir DIR] [--source TEXT] [--row-path auto|mapped|staged] [--profile-step S]
  *

@@ -5,7 +5,7 @@
  * (the spill file written back and dropped from memory first) and warm; the planner's term from
  * this machine's probes (the file's bandwidth, the stage's page faults at its threads); and the
  * spill pass itself (the units written and remapped).
- *   bun apps/bench/src/k-spill-read.ts [--dir /tmp] [--tokens 262144] [--shares 0,0.25,0.5,1] [--threads 2] [--rounds 3]
+ *   ./bun apps/bench/src/k-spill-read.ts [--dir /tmp] [--tokens 262144] [--shares 0,0.25,0.5,1] [--threads 2] [--rounds 3]
  */
 import type { CpuStageJob, StoreLayout } from "@hybridgen/core";
 import { createCpuBackend, NativeCpuStage, probeFileReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";

@@ -2,19 +2,22 @@
  * The workspace's package graph and the rules it must keep: no package (packages/*) depends on or
  * imports an app (apps/*), no backend imports another backend, and no source file reaches into
  * another workspace by a relative path. Read from every package.json's dependency fields and from
- * the import specifiers of the source folders (src, device) and the test folders (test, bench) of
- * each workspace.
+ * the import specifiers of every source file of each workspace (any folder but node_modules, dist
+ * and built libraries) and of the repository's own scripts (`scripts/`, outside every workspace).
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
 
 /** The backends: neither may import the other (the engine picks one; core holds their contract). */
 export const BACKENDS: readonly string[] = ["@hybridgen/kernels-cpu", "@hybridgen/kernels-cuda"];
-/** The folders of a workspace whose files are scanned for imports. */
-export const SOURCE_DIRS: readonly string[] = ["src", "device"];
-/** Folders held to the same rules, except that a relative import may reach the repository's own
- * scripts (outside every workspace), never into another workspace. */
-export const TEST_DIRS: readonly string[] = ["test", "bench"];
+/** Folders never scanned: installed, built or generated files. */
+const SKIPPED_DIRS: ReadonlySet<string> = new Set(["node_modules", "dist", "lib", "prebuilds", "bench-out"]);
+/** A file under this folder is what the package publishes: its relative imports stay inside its
+ * workspace. Any other file (tests, benches, configs) may reach the repository's own files outside
+ * every workspace (its scripts, the shared build config), never into another workspace. */
+const PUBLISHED_DIR = "src";
+/** The repository's scripts outside every workspace: scanned too, and must not reach into one. */
+export const ROOT_SCRIPT_DIRS: readonly string[] = ["scripts"];
 const DEP_FIELDS = ["dependencies", "devDependencies", "peerDependencies", "optionalDependencies"] as const;
 const SOURCE_FILE = /\.(ts|tsx|mts|cts|js|mjs|cjs)$/;
 // import … from "x", export … from "x", import "x", import("x"), require("x")
@@ -58,7 +61,7 @@ function sourceFiles(dir: string): string[] {
   if (!existsSync(dir)) return [];
   const out: string[] = [];
   for (const entry of readdirSync(dir).sort()) {
-    if (entry === "node_modules" || entry === "dist") continue;
+    if (SKIPPED_DIRS.has(entry) || entry.startsWith(".")) continue;
     const path = join(dir, entry);
     if (statSync(path).isDirectory()) out.push(...sourceFiles(path));
     else if (SOURCE_FILE.test(entry) && !entry.endsWith(".d.ts")) out.push(path);
@@ -90,9 +93,8 @@ export function checkPackageGraph(root: string): GraphViolation[] {
       const rule = to && edgeRule(w, to);
       if (rule) violations.push({ where: relative(root, join(w.dir, "package.json")), rule, detail: `${w.name} depends on ${dep}` });
     }
-    const files = [...SOURCE_DIRS.map((d) => [d, false] as const), ...TEST_DIRS.map((d) => [d, true] as const)]
-      .flatMap(([d, test]) => sourceFiles(join(w.dir, d)).map((file) => ({ file, test })));
-    for (const { file, test } of files) {
+    const files = sourceFiles(w.dir).map((file) => ({ file, unconfined: relative(w.dir, file).split(sep)[0] !== PUBLISHED_DIR }));
+    for (const { file, unconfined } of files) {
       const text = readFileSync(file, "utf8");
       for (const m of text.matchAll(SPECIFIER)) {
         const spec = m[1];
@@ -100,7 +102,7 @@ export function checkPackageGraph(root: string): GraphViolation[] {
         if (spec.startsWith(".")) {
           const target = resolve(dirname(file), spec);
           const inside = (d: string) => target === d || target.startsWith(d + sep);
-          const leaves = test ? workspaces.some((o) => o !== w && inside(o.dir)) : !inside(w.dir);
+          const leaves = unconfined ? workspaces.some((o) => o !== w && inside(o.dir)) : !inside(w.dir);
           if (leaves) violations.push({ where, rule: "relative import into another workspace", detail: `"${spec}" leaves ${relative(root, w.dir)}` });
           continue;
         }
@@ -110,6 +112,15 @@ export function checkPackageGraph(root: string): GraphViolation[] {
         if (rule) violations.push({ where, rule, detail: `${w.name} imports ${spec}` });
         else if (!w.deps.includes(to.name)) violations.push({ where, rule: "undeclared workspace import", detail: `${w.name} imports ${spec} without a dependency on ${to.name} in its package.json` });
       }
+    }
+  }
+  for (const file of ROOT_SCRIPT_DIRS.flatMap((d) => sourceFiles(join(root, d)))) {
+    const text = readFileSync(file, "utf8");
+    for (const m of text.matchAll(SPECIFIER)) {
+      if (!m[1].startsWith(".")) continue;
+      const target = resolve(dirname(file), m[1]);
+      const into = workspaces.find((o) => target === o.dir || target.startsWith(o.dir + sep));
+      if (into) violations.push({ where: `${relative(root, file)}:${text.slice(0, m.index).split("\n").length}`, rule: "relative import into another workspace", detail: `"${m[1]}" reaches into ${relative(root, into.dir)}` });
     }
   }
   return violations;

@@ -7,7 +7,7 @@
  * tier and of the host budget; ms are per batched step, bytes summed over the sequences, and the
  * planner plans the batch.
  *
- *   bun apps/bench/src/scale-run.ts --contexts 1500000,2000000 --synthetic-kv [--kv-disk DIR]
+ *   ./bun apps/bench/src/scale-run.ts --contexts 1500000,2000000 --synthetic-kv [--kv-disk DIR]
  *     [--host-kv-budget 88G] [--preset llama-3.1-8b] [--backend cuda|cpu] [--steps 24] [--k 256]
  *     [--sinks 4] [--window auto|N] [--placement semantic] [--config post-verified] [--threads N] [--batch B]
  *

@@ -1,7 +1,7 @@
 /**
  * The package graph holds in this repository (no package imports an app, no backend imports the
- * other, no relative import into another workspace — tests included —, every workspace import
- * declared), and the checker finds each kind of break in a small workspace written for the test.
+ * other, no relative import into another workspace — tests, benches and the root's scripts
+ * included —, every workspace import declared), and the checker finds each kind of break in a small workspace written for the test.
  */
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -48,18 +48,25 @@ describe("package graph", () => {
     write("packages/runtime/src/index.ts", [from("import { a }", "@hybridgen/kernels-cpu"), from("import { s }", "@hybridgen/scheduler"), from("import { stage }", "@hybridgen/core"), ""].join("\n"));
     write("packages/kernels-cpu/test/stage.test.ts", from("import { tinyModel }", "../../core/test/helpers.js") + "\n");
     write("apps/cli/test/report.test.ts", from("import { summary }", "../../../scripts/common/report.mjs") + "\n"); // the repository's scripts: allowed from a test
+    write("packages/core/bench/speed.ts", from("import { fill }", "../../kernels-cpu/src/fill.js") + "\n"); // a bench inside a package: scanned too
+    write("packages/core/tsup.config.ts", from("import { packageBuild }", "../../tsup.package") + "\n"); // the shared build config: allowed outside src
+    write("packages/runtime/src/paths.ts", from("import { ROOT }", "../../../scripts/common/tools.mjs") + "\n"); // published code leaving its workspace
+    write("scripts/eval.ts", from("import { generate }", "../packages/core/dist/index.js") + "\n"); // the repository's scripts reaching into a package
     write("apps/cli/src/index.ts", [from("import { createCudaBackend }", "@hybridgen/kernels-cuda"), from("import { b }", "@hybridgen/kernels-cpu"), from("import z", "zod"), ""].join("\n"));
 
     it("names each broken rule with its file and line", () => {
       const got = checkPackageGraph(root).map((v) => `${v.where} ${v.rule}: ${v.detail}`);
       expect(got).toEqual([
+        'packages/core/bench/speed.ts:1 relative import into another workspace: "../../kernels-cpu/src/fill.js" leaves packages/core',
         'packages/kernels-cpu/test/stage.test.ts:1 relative import into another workspace: "../../core/test/helpers.js" leaves packages/kernels-cpu',
         "packages/kernels-cuda/package.json package imports an app: @hybridgen/kernels-cuda depends on @hybridgen/cli",
-        "packages/kernels-cuda/src/index.ts:1 package imports an app: @hybridgen/kernels-cuda imports @hybridgen/cli/parse",
         "packages/kernels-cuda/device/check.ts:1 backend imports a backend: @hybridgen/kernels-cuda imports @hybridgen/kernels-cpu",
         'packages/kernels-cuda/device/check.ts:2 relative import into another workspace: "../../../apps/cli/src/run.js" leaves packages/kernels-cuda',
         'packages/kernels-cuda/device/check.ts:3 relative import into another workspace: "../../kernels-cpu/src/fill.js" leaves packages/kernels-cuda',
+        "packages/kernels-cuda/src/index.ts:1 package imports an app: @hybridgen/kernels-cuda imports @hybridgen/cli/parse",
+        'packages/runtime/src/paths.ts:1 relative import into another workspace: "../../../scripts/common/tools.mjs" leaves packages/runtime',
         "apps/cli/src/index.ts:1 undeclared workspace import: @hybridgen/cli imports @hybridgen/kernels-cuda without a dependency on @hybridgen/kernels-cuda in its package.json",
+        'scripts/eval.ts:1 relative import into another workspace: "../packages/core/dist/index.js" reaches into packages/core',
       ]);
     });
   });

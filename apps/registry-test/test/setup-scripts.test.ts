@@ -18,6 +18,7 @@ beforeEach(() => {
   cpSync(join(ROOT, "scripts"), join(copy, "scripts"), { recursive: true });
   cpSync(join(ROOT, "package.json"), join(copy, "package.json"));
   cpSync(join(ROOT, "hybridgen"), join(copy, "hybridgen"));
+  cpSync(join(ROOT, "bun"), join(copy, "bun"));
 });
 
 afterEach(() => rmSync(copy, { recursive: true, force: true }));

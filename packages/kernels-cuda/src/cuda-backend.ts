@@ -43,7 +43,7 @@ export interface MatvecFusionChoice {
   accumulate: boolean;
 }
 
-/** Batched-decode GEMM switches (CudaBackend.setSkinny); DEVICE-NOTES.md measures them. */
+/** Batched-decode GEMM switches (CudaBackend.setSkinny); apps/bench/notes/kernels-cuda-device.md measures them. */
 export interface SkinnyOptions {
   /** The largest row count "auto" gives the skinny GEMM (1..32, 1 = none); cuBLAS above it when loaded. Default 8. */
   maxRows: number;
@@ -96,7 +96,7 @@ export class CudaBackend implements Backend {
   private graphs: boolean;
   /**
    * Which of matvec's fusions run inside the GEMV kernel (else as their own kernels). Default
-   * from the H200 bench (DEVICE-NOTES.md): the norm as its own kernel (the one-warp GEMV's
+   * from the H200 bench (apps/bench/notes/kernels-cuda-device.md): the norm as its own kernel (the one-warp GEMV's
    * per-block prologue cost more than the launch it saves)
    * unless the weight stream takes the GEMV (it normalises once a block, for free), SiLU·up and
    * the residual add in the epilogue.

@@ -170,7 +170,7 @@ describe("FeedbackScheduler: closed loop on synthetic timings", () => {
   });
 });
 
-// The H200 figures of NOTES.md's runaway: 8B shape, 32K context, window 4 096, verified logits, pre-QKᵀ.
+// The H200 figures of apps/bench/notes/scheduler.md's runaway: 8B shape, 32K context, window 4 096, verified logits, pre-QKᵀ.
 // The device gathers, aggregates and re-scores the K rows: T_gpu 15 ms at K 256, 252 ms at every
 // offloaded token (28 704); T_cpu 5 → 113 ms; the copy small. The load never catches T_gpu up.
 const OFFLOADED = 28_704;

@@ -127,7 +127,7 @@ describe("the fixes behind the issue's flapping", () => {
 });
 
 /**
- * The H200 figures of NOTES.md's runaway as a cost model: 8B shape, 32K, window 4 096, verified
+ * The H200 figures of apps/bench/notes/scheduler.md's runaway as a cost model: 8B shape, 32K, window 4 096, verified
  * logits. The device gathers, aggregates and re-scores the K rows, so T_gpu rises from 15 ms at
  * K 256 to 252 ms at every offloaded token, while the load (T_cpu 5 → 113 ms) stays under it.
  */

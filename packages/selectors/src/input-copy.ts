@@ -3,7 +3,7 @@
  * go into buffers the wrapper owns (reused call to call), so a plugin that writes into its input
  * cannot change what the engine attends. Typed arrays cannot be frozen and a Proxy over one is
  * neither readable at native speed nor passable to the native primitives: a copy is the cheap
- * way (packages/selectors/NOTES.md has the measurement). The layer's keys (`input.keys`, the
+ * way (apps/bench/notes/selectors.md has the measurement). The layer's keys (`input.keys`, the
  * host store itself) are the one input handed as is: copying them would cost a layer's K rows.
  */
 import type { AccumulatedScores, HeadLayout, SelectionInput, SelectorPrimitives } from "@hybridgen/core";

@@ -18,7 +18,7 @@ export const HybridOptionsSchema = z.object({
   /** Layers whose selection waits for the true query (q̃ agrees poorly there; from profiling). */
   exactLayers: z.array(z.number().int().nonnegative()).default([]),
   /** Verified: q̃ chooses this many times K candidates for the device to score (4: at least
-   * exact top-K's top-1 agreement and KL at every K of scripts/hybrid-eval.ts on stories15M). */
+   * exact top-K's top-1 agreement and KL at every K of apps/bench/src/eval/hybrid-eval.ts on stories15M). */
   candidates: z.number().int().min(1).max(64).default(4),
   /** On a device backend: where the selected V (and K) rows come from — "mapped" (the device reads
    * them from the pinned host store), "staged" (the CPU stage copies them, the copy stream uploads

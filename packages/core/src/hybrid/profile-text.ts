@@ -1,4 +1,4 @@
-/** The text `hybridgen profile-kmin` teacher-forces by default, and the one scripts/hybrid-eval.ts and selector-eval.ts measure; written for this project in the TinyStories style (simple words, a small plot, repetition). */
+/** The text `hybridgen profile-kmin` teacher-forces by default, and the one apps/bench/src/eval/hybrid-eval.ts and selector-eval.ts measure; written for this project in the TinyStories style (simple words, a small plot, repetition). */
 export const DEFAULT_PROFILE_TEXT = `Once upon a time, in a small town near a big green hill, there lived a little girl named Mia. \
 Mia had a red ball that she loved very much. Every morning she took the red ball to the park and played with her dog, Max. \
 Max was brown and fluffy, and he liked to run after the ball. One sunny day, Mia threw the ball very high. \
