@@ -1,42 +1,29 @@
 /**
- * DeviceStaging: the device side of hybrid attention when the CPU stage's memory is not the
- * device's (a GPU backend with Backend.hostTransfers, the KV store kept in host memory). It
- * pins the stage's buffers, brings each layer's query to the host and the stage's selected
- * logits and V rows back to the device on the copy stream, and reads T_gpu / T_tx from the
- * backend's events.
+ * DeviceStaging: the device's side of the CPU stage's buffers, for the transports whose rows cross
+ * a host link (staged, mapped, handed off). It pins the stage's buffers, brings each layer's query
+ * to the host and the stage's selected logits and rows to the device, and reads T_gpu / T_tx from
+ * the link's events. It decides nothing: the transport says which op each layer takes.
  *
  * Double buffering by layer parity (the stage's slots): layer l's logits land straight in
- * scores[l & 1] from column `col` and its V rows in values[l & 1], so the copy for layer l only
- * has to wait for the compute of layer l − 2, never for the layer the compute stream is working on.
- * With the window as a flash-decode partial the score rows hold the selected columns alone
+ * scores[l & 1] from column `col` and its rows in the slot's row buffers, so the copy for layer l
+ * only has to wait for the compute of layer l − 2, never for the layer the compute stream is working
+ * on. With the window as a flash-decode partial the score rows hold the selected columns alone
  * ([heads, rows], col 0, grown with the row buffers); only a materialised window (tracked scores,
  * or a backend without attnPartial/attnMerge) needs whole [heads, maxContext] rows, col storeStart.
+ * The gathered-row buffers hold the widest selection so far (selectionRows), not the whole store;
+ * reserve() grows them.
  *
- * Selected rows take one of two paths per layer (chooseRowPath): staged — the stage's pinned
- * copies come up on the copy stream — or mapped — the device gathers them from the host store
- * itself (HostTransfers.gatherRows) by the stage's ids, K and V rows inside the layer's recorded
- * segment (gatherRows). The gathered-row buffers hold the
- * widest selection so far (selectionRows), not the whole store; reserve() grows them.
- *
- * The hand-off on the device (`handsOff`: the link has HostTransfers' hand-off ops, the stage a
- * queue and a mapped [counts | ids] table, every layer is mapped): the device itself waits for a
- * layer's job (awaitSignal on the job's done signal) and reads its logits and table where the stage
- * wrote them (handOff), so the host issues the whole step without waiting for the stage. The done
- * signals are a word of this staging's own, so the stages of a batch's sequences, which share the
- * link and run at their own pace, never satisfy or roll back one another's waits.
- *
- * Rows fetched ahead (`fetchesAhead`: the link offers HostTransfers.rowFetch): a handed-off layer's
- * rows are gathered on the link's side stream as soon as its job is done (fetchRows), while the
- * compute stream still runs the layer before; the layer only waits for them (handOff) and frees
- * the slot after its merge (releaseRows). PCIe-bound gathers then overlap HBM-bound GEMVs.
+ * The done signals of handed-off jobs are a word of this staging's own (pinDoneWord), so the stages
+ * of a batch's sequences, which share the link and run at their own pace, never satisfy or roll
+ * back one another's waits.
  */
-import type { Backend, HostCopy, HostRegion, HostSignal, HostTransfers, RowFetch, RowFetchGather, RowGather, Tensor } from "../backend.js";
-import { DTYPE_BYTES } from "../backend.js";
-import { fail } from "../errors.js";
-import type { KvCache } from "../kv-cache.js";
-import type { CpuStage } from "./cpu-stage.js";
-import { GatheredValues } from "./gathered-values.js";
-import { chooseRowPath, grownRows, type RowPath, type RowPathRequest } from "./row-path.js";
+import type { Backend, HostCopy, HostRegion, HostSignal, HostTransfers, RowFetch, RowFetchGather, RowGather, Tensor } from "../../backend.js";
+import { DTYPE_BYTES } from "../../backend.js";
+import { fail } from "../../errors.js";
+import type { KvCache } from "../../kv-cache.js";
+import type { CpuStage } from "../cpu-stage.js";
+import { GatheredValues } from "../gathered-values.js";
+import { grownRows } from "../row-path.js";
 
 /** The host block that holds a staging's done word: a device link pins and maps only whole blocks of 2 MiB or more (the CUDA link). */
 const DONE_BLOCK_BYTES = 2 << 20;
@@ -52,28 +39,14 @@ interface Regions {
 export interface DeviceStagingOptions {
   /** Rows per KV head the gathered-row buffers start with (selectionRows of the first step's K). */
   readonly rows: number;
-  /** HybridOptions.rowPath. */
-  readonly rowPath: RowPathRequest;
-  /** Per layer: the device scores the selected K rows (verified logits), so they come up too. */
-  readonly keys: readonly boolean[];
+  /** Some layer's device scores the selected K rows (verified logits), so they come up too. */
+  readonly keys: boolean;
   /** The window's logits are materialised beside the selected ones: the score rows span the whole context. */
   readonly wholeRows: boolean;
 }
 
-/** A mapped layer's selection, kept from upload() for gatherRows() inside the segment. */
-interface Pending {
-  readonly layer: number;
-  readonly keys: boolean;
-  readonly ids: Int32Array;
-  readonly counts: Int32Array;
-}
-
 export class DeviceStaging implements Disposable {
   readonly link: HostTransfers;
-  /** Per layer: where its selected rows come from. */
-  readonly paths: readonly RowPath[];
-  /** Why the first staged layer is staged ("" when every layer is mapped). */
-  readonly stagedReason: string;
   private readonly regions: Regions[];
   private readonly pinned: HostRegion[] = [];
   /** Per slot, one row a head: the selected logits from column `col` (and the window's, with whole rows). */
@@ -85,16 +58,11 @@ export class DeviceStaging implements Disposable {
   /** The selected K rows per slot, for verified logits. */
   private keys: (GatheredValues | null)[] = [];
   private rowsPerHead: number;
-  private readonly pending: (Pending | null)[] = [null, null];
-  /** The link sends the query signalled and the stage waits for signals: no host fence per query. */
-  private signals = false;
-  /** The device waits for the stage and reads its output in place (see the class comment). */
-  readonly handsOff: boolean;
   /** The host word the jobs' done signals are raised in (pinned and mapped), and the last value handed out. */
   private doneWord: { readonly tensor: Tensor; readonly region: HostRegion } | null = null;
   private doneValue = 0;
   /** The side-stream fetches of a handed-off step (null: the compute stream gathers). */
-  private readonly fetcher: RowFetch | null = null;
+  private fetcher: RowFetch | null = null;
   private closed = false;
 
   constructor(
@@ -109,14 +77,10 @@ export class DeviceStaging implements Disposable {
     if (!link) fail("hybrid attention: the KV cache has no host store (attachHostStore) for a device backend");
     if (!stage.hostStaging) fail(`hybrid attention: CPU stage '${stage.name}' does not expose host staging buffers for the device's copies`);
     this.link = link;
-    const { paths, reason } = rowPaths(cache, link, options);
-    this.paths = paths;
-    this.stagedReason = reason;
     this.regions = [stage.hostStaging(0), stage.hostStaging(1)];
     this.rowsPerHead = Math.max(1, Math.min(cache.storeCapacity, options.rows));
     this.wholeRows = options.wholeRows;
     this.col = options.wholeRows ? cache.storeStart : 0;
-    const withKeys = options.keys.includes(true);
     try {
       for (const r of this.regions) {
         for (const region of [r.query, r.logits, r.values, ...(r.keys ? [r.keys] : []), ...(r.table ? [r.table] : [])]) {
@@ -125,18 +89,26 @@ export class DeviceStaging implements Disposable {
         }
       }
       this.allocScores();
-      this.allocRows(withKeys);
-      this.signals = typeof link.sendSignalled === "function" && stage.waitsForSignal === true && this.regions.every((r) => link.mapped?.(r.query) === true);
-      const ops = [link.awaitSignal, link.readMapped, link.gatherRowsAt, link.padColumnsAt];
-      this.handsOff = this.signals && ops.every((f) => typeof f === "function") && (stage.queueDepth ?? 1) >= cache.layers &&
-        paths.every((p) => p === "mapped") && this.regions.every((r) => r.table !== undefined && link.mapped!(r.table) && link.mapped!(r.logits)) &&
-        this.pinDoneWord();
-      if (this.handsOff && link.rowFetch) this.fetcher = link.rowFetch();
+      this.allocRows(options.keys);
     } catch (e) {
-      this.handsOff = false;
       this.close();
       throw e;
     }
+  }
+
+  /** Both slots' query buffers are pinned memory the device maps (a signalled send may write them). */
+  queriesMapped(): boolean {
+    return this.regions.every((r) => this.link.mapped?.(r.query) === true);
+  }
+
+  /** Both slots' logits and [counts | ids] tables are pinned memory the device maps (a hand-off reads them in place). */
+  tablesMapped(): boolean {
+    return this.regions.every((r) => r.table !== undefined && this.link.mapped?.(r.table) === true && this.link.mapped(r.logits) === true);
+  }
+
+  /** A handed-off step's rows are fetched ahead on the link's side stream from now on. */
+  fetchAhead(): void {
+    this.fetcher ??= this.link.rowFetch!();
   }
 
   /** Whether a handed-off layer's rows are fetched ahead on the link's side stream (fetchRows). */
@@ -147,11 +119,6 @@ export class DeviceStaging implements Disposable {
   /** Rows per KV head the gathered-row buffers hold now. */
   get rows(): number {
     return this.rowsPerHead;
-  }
-
-  /** Whether `layer`'s rows are gathered by the device from the host store (the stage need not copy them). */
-  mapped(layer: number): boolean {
-    return this.paths[layer] === "mapped";
   }
 
   /**
@@ -176,20 +143,14 @@ export class DeviceStaging implements Disposable {
     this.link.mark("resume");
   }
 
-  /** Whether queryToHost without host reads is a device op a recorded step may hold (a signalled send): no need to end the segment first. */
-  get recordsQuery(): boolean {
-    return this.signals;
-  }
-
   /**
-   * Row 0 of q (heads × headDim f32) into the stage's query buffer of `slot`. Signalled (a
-   * compute-stream op; the next job waits for its signal on the stage's threads) unless the
-   * host reads the query itself (`hostReads`: a JS selector) or the link cannot: then a copy the
+   * Row 0 of q (heads × headDim f32) into the stage's query buffer of `slot`: `signalled` (a
+   * compute-stream op; the next job waits for its signal on the stage's threads), else a copy the
    * host fences.
    */
-  queryToHost(slot: 0 | 1, q: Tensor, hostReads: boolean): HostSignal | undefined {
+  queryToHost(slot: 0 | 1, q: Tensor, signalled: boolean): HostSignal | undefined {
     const width = this.heads * this.headDim * 4;
-    if (this.signals && !hostReads) return this.link.sendSignalled!(this.regions[slot].query, q, width);
+    if (signalled) return this.link.sendSignalled!(this.regions[slot].query, q, width);
     this.link.toHost([{ host: this.regions[slot].query, hostOffset: 0, tensor: q, tensorOffset: 0, width, rows: 1 }]);
     this.link.mark("pause");
     this.link.fence();
@@ -283,42 +244,36 @@ export class DeviceStaging implements Disposable {
   }
 
   /**
-   * The stage's output of `layer` (slot `slot`) for width kmax: its logits [heads, kmax] into
-   * scores[slot] from column `col` of every head (unless the device scores the K rows itself:
-   * `keys`), V rows (and K rows) into the slot's device buffers — copied up on a staged layer; on
-   * a mapped one they are gathered by gatherRows(). Returns them as
-   * [kvHeads, kmax, headDim]. Compute ops queued after it wait for the copy.
+   * The stage's output (slot `slot`) for width kmax: its logits [heads, kmax] into scores[slot]
+   * from column `col` of every head (unless the device scores the K rows itself: `keys`), and with
+   * `stagedRows` the V rows (and K rows) the stage copied, into the slot's device buffers (else
+   * gatherRows() fills them). Returns them as [kvHeads, kmax, headDim]. Compute ops queued after it
+   * wait for the copy.
    */
-  upload(layer: number, slot: 0 | 1, kmax: number, keys: boolean, ids: Int32Array, counts: Int32Array): { values: Tensor; keys: Tensor | null } {
+  upload(slot: 0 | 1, kmax: number, keys: boolean, stagedRows: boolean): { values: Tensor; keys: Tensor | null } {
     const r = this.regions[slot]!, { v, k } = this.setWidth(slot, kmax, keys);
     const copies: HostCopy[] = [];
     if (!k) {
       const scores = this.scores[slot]!;
       copies.push({ host: r.logits, hostOffset: 0, tensor: scores, tensorOffset: this.col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: scores.shape[1]! * 4 });
     }
-    if (this.paths[layer] === "staged") {
+    if (stagedRows) {
       const rowBytes = this.cache.kvHeads * kmax * this.headDim * DTYPE_BYTES[this.cache.dtype];
       copies.push({ host: r.values, hostOffset: 0, tensor: v.store, tensorOffset: 0, width: rowBytes, rows: 1 });
       if (k) {
         if (!r.keys) fail("hybrid attention: the CPU stage stages no K rows (prepare it with stageKeys)");
         copies.push({ host: r.keys, hostOffset: 0, tensor: k.store, tensorOffset: 0, width: rowBytes, rows: 1 });
       }
-      this.pending[slot] = null;
-    } else {
-      this.pending[slot] = { layer, keys: k !== null, ids, counts };
     }
     // Called even with nothing to copy: the link's double buffering counts one call per layer.
     this.link.toDevice(copies);
     return { values: v.output(), keys: k ? k.output() : null };
   }
 
-  /** A mapped layer's K (verified) and V rows, gathered by the device into the buffers upload() returned (no-op on a staged layer). */
-  gatherRows(slot: 0 | 1): void {
-    const p = this.pending[slot];
-    if (!p) return;
-    this.pending[slot] = null;
-    if (p.keys) this.gather(this.keys[slot]!, this.cache.stageStoreK(p.layer), p.ids, p.counts);
-    this.gather(this.values[slot]!, this.cache.stageStoreV(p.layer), p.ids, p.counts);
+  /** `layer`'s K (with `keys`) and V rows, gathered by the device from the host store into slot `slot`'s buffers (after upload() set their width), by the stage's ids. */
+  gatherRows(layer: number, slot: 0 | 1, keys: boolean, ids: Int32Array, counts: Int32Array): void {
+    if (keys) this.gather(this.keys[slot]!, this.cache.stageStoreK(layer), ids, counts);
+    this.gather(this.values[slot]!, this.cache.stageStoreV(layer), ids, counts);
   }
 
   /** The host is about to block on something other than the device (the CPU stage). */
@@ -358,7 +313,8 @@ export class DeviceStaging implements Disposable {
    * The done word: the first word of a zeroed host block of the store's backend, pinned through the
    * link. False (and nothing kept) where the link does not map it for the device to poll.
    */
-  private pinDoneWord(): boolean {
+  pinDoneWord(): boolean {
+    if (this.doneWord) return true;
     const host = this.cache.hostBackend;
     if (!host?.hostRegion) return false;
     const tensor = host.alloc([DONE_BLOCK_BYTES / 4]), region = host.hostRegion(tensor);
@@ -409,21 +365,4 @@ export class DeviceStaging implements Disposable {
     const c = this.cache;
     return { groups: c.kvHeads, cap: c.storeCapacity, rowBytes: c.headDim * DTYPE_BYTES[c.dtype], kmax };
   }
-}
-
-/** chooseRowPath for every layer of `cache`'s host store; a forced "mapped" that cannot run is an error. */
-function rowPaths(cache: KvCache, link: HostTransfers, o: DeviceStagingOptions): { paths: RowPath[]; reason: string } {
-  const host = cache.hostBackend;
-  const deviceGathers = typeof link.gatherRows === "function" && typeof link.mapped === "function" && typeof host?.hostRegion === "function";
-  const isMapped = (t: Tensor) => link.mapped!(host!.hostRegion!(t));
-  const rowBytes = cache.headDim * DTYPE_BYTES[cache.dtype];
-  let reason = "";
-  const paths = Array.from({ length: cache.layers }, (_, l) => {
-    const mapped = deviceGathers && isMapped(cache.stageStoreV(l)) && (!o.keys[l] || isMapped(cache.stageStoreK(l)));
-    const c = chooseRowPath({ request: o.rowPath, deviceGathers, mapped, rowBytes });
-    if (c.path === "staged" && !reason) reason = c.reason;
-    if (o.rowPath === "mapped" && c.path !== "mapped") fail(`hybrid attention: rowPath "mapped" cannot run on layer ${l}: ${c.reason}`);
-    return c.path;
-  });
-  return { paths, reason };
 }

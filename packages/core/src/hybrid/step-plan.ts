@@ -1,0 +1,66 @@
+/**
+ * A hybrid step's plan: from the scheduler's decision and the offloaded count, the timing the
+ * selector runs under, K, the step's width, and what the CPU stage does — and per layer the
+ * width and budget (verified layers score candidates·K) and the job's work. Pure functions.
+ */
+import type { SchedulerDecision } from "../contracts/scheduler.js";
+import { clampBudget, stageKernel, type SelectionTiming, type SelectorKernel, type TokenSelector } from "../contracts/selector.js";
+import type { CpuStageWork } from "./cpu-stage.js";
+
+export interface StepPlan {
+  readonly timing: SelectionTiming;
+  readonly budget: number;
+  readonly kmax: number;
+  readonly offloaded: number;
+  /** What the stage does; "score" means a JS selector chooses after the logits are back, "pre" before submitting. */
+  readonly work: "kernel" | "score" | "pre";
+  /** The stage kernel that chooses (work "kernel"). */
+  readonly kernel: SelectorKernel | undefined;
+}
+
+export interface PlannedStep {
+  readonly plan: StepPlan;
+  /** The decision's timing, when the selector cannot run it (the plan takes the selector's first). */
+  readonly refusedTiming?: SelectionTiming;
+  /** The decision's K exceeded the offloaded tokens (the plan's budget is the offloaded count). */
+  readonly clamped: boolean;
+}
+
+export function planStep(selector: TokenSelector, decision: SchedulerDecision, offloaded: number): PlannedStep {
+  let timing = decision.timing;
+  const refused = selector.timings.includes(timing) ? undefined : timing;
+  if (refused) timing = selector.timings[0]!;
+  const { budget, clamped } = clampBudget(decision.k, offloaded);
+  const kernel = stageKernel(selector, timing);
+  const work = kernel ? "kernel" : timing === "post" ? "score" : "pre";
+  const kmax = selector.usesBudget ? budget : offloaded;
+  return { plan: { timing, budget, kmax, offloaded, work, kernel }, refusedTiming: refused, clamped: clamped && selector.usesBudget };
+}
+
+/** Per layer, how verification widens it: `rescore` layers score `candidates`·K tokens. */
+export interface LayerWidths {
+  readonly rescore: readonly boolean[];
+  readonly candidates: number;
+  readonly usesBudget: boolean;
+}
+
+/** The step's width at `layer`: verified layers score `candidates`·K tokens. */
+export function layerKmax(plan: StepPlan, w: LayerWidths, layer: number): number {
+  if (!w.rescore[layer] || !w.usesBudget) return plan.kmax;
+  return Math.min(plan.offloaded, plan.kmax * w.candidates);
+}
+
+/** The selection budget at `layer` (K, widened on verified layers). */
+export function layerBudget(plan: StepPlan, w: LayerWidths, layer: number): number {
+  return w.rescore[layer] ? Math.min(plan.offloaded, plan.budget * w.candidates) : plan.budget;
+}
+
+/** The stage job's work of a kernel step at `layer` (budget: layerBudget). */
+export function kernelWork(plan: StepPlan, budget: number): CpuStageWork {
+  const kernel = plan.kernel!;
+  if (kernel === "all") return { kind: "topk", budget: plan.offloaded, shared: true };
+  if (typeof kernel === "string") return { kind: "topk", budget, shared: kernel === "topk-shared" };
+  return kernel.name === "quest"
+    ? { kind: "quest", budget, pageSize: kernel.pageSize }
+    : { kind: "streaming", budget, sinks: kernel.sinks };
+}

@@ -1,0 +1,41 @@
+/**
+ * The staged transport: the CPU stage copies the selected V (and K) rows into its pinned buffers
+ * and the copy stream uploads them with the selected logits, which land straight in the slot's
+ * score rows. For file-backed tiers, pageable memory and devices that cannot gather rows from host
+ * memory (chooseRowPath says why on the stats line).
+ */
+import type { Tensor } from "../../backend.js";
+import type { CpuStageOutput } from "../cpu-stage.js";
+import { DeviceTransport } from "./device-transport.js";
+import type { TransportName } from "./step-transport.js";
+
+export class StagedTransport extends DeviceTransport {
+  readonly name: TransportName = "staged";
+
+  attend(layer: number, q: Tensor, out: Tensor): void {
+    const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, scores = d.scores[slot]!;
+    const kmax = s.layerKmax(layer);
+    s.merge.scoreWindow(layer, q, scores, kmax);
+    // The segment (from the last layer's A·V to this window's share) runs before the host blocks.
+    this.collect(layer);
+    this.submitAfter(layer);
+    const outp = s.stage.output(slot), rescore = s.rescore[layer]!;
+    const up = kmax > 0 ? d.upload(slot, kmax, rescore, this.stagedRows(layer)) : null;
+    // Verified logits of a short list get −∞ written by the host: that layer's segment starts after them.
+    let padded = false;
+    for (let g = 0; rescore && up !== null && g < s.layout.kvHeads; g++) padded ||= outp.counts[g]! < kmax;
+    if (!padded) this.openSegment(layer);
+    if (up) this.gatherRows(layer, slot, rescore, outp);
+    if (rescore && up) s.merge.verifiedLogits(scores, d.col, q, up.keys, outp.counts, kmax);
+    if (padded) this.openSegment(layer);
+    s.merge.softmaxAggregate(layer, scores, d.col, outp, up ? up.values : null, kmax, out);
+  }
+
+  /** Whether the stage's copies of `layer`'s rows come up (else the device gathers them: gatherRows). */
+  protected stagedRows(_layer: number): boolean {
+    return true;
+  }
+
+  /** Inside the layer's segment: rows the device gathers itself (none here). */
+  protected gatherRows(_layer: number, _slot: 0 | 1, _keys: boolean, _outp: CpuStageOutput): void {}
+}
