@@ -232,14 +232,14 @@ export function hybridStatsLines(h: AttachedHybrid): string {
   return `${lines.join("\n")}\n`;
 }
 
-/** "hybrid: selector topk+streaming, feedback scheduler (K from 8, kMin 8 from --k-min), logits speculative, exact layers none, 1 stage thread" */
+/** "hybrid: selector topk+streaming, feedback scheduler (K from 8, kMin 8 from --k-min), logits speculative, exact layers none, 1 stage thread, transport host" */
 export function hybridPlanLine(ha: HybridAttention): string {
   const p = hybridPlan(ha);
   if (!p) return "";
   const from = p.kSource === "option" ? "from the flags" : p.kSource === "profile" ? "from the model's profile" : "the default";
   const k = p.kMin === undefined ? `K ${p.k} ${p.timing}, ${from}` : `K from ${p.k} ${p.timing}, kMin ${p.kMin} ${from}`;
   return `hybrid: selector ${p.selector}, ${p.scheduler} scheduler (${k}), logits ${p.logits}, exact layers ${p.exactLayers.length ? p.exactLayers.join(",") : "none"}, ` +
-    `${p.cpuStageThreads} stage thread${p.cpuStageThreads === 1 ? "" : "s"}` +
+    `${p.cpuStageThreads} stage thread${p.cpuStageThreads === 1 ? "" : "s"}, transport ${p.transport ?? "unknown"}` +
     (p.scoring === "full" ? "" : `, ${p.scoring} scoring (${p.rescoreFactor}·K rescored)`) +
     (p.readDepth === undefined ? "" : `, ${p.readDepth} disk reads in flight a thread`); // only when --kv-disk-read-depth set it
 }
@@ -257,6 +257,7 @@ export function schedulerJson(ha: HybridAttention): Record<string, unknown> {
     logits: plan?.logits ?? null,
     exactLayers: plan?.exactLayers ?? null,
     candidates: plan?.candidates ?? null,
+    transport: plan?.transport ?? null,
     finalK: last?.k ?? null,
     finalTiming: last?.timing ?? null,
     timingSwitches: s.timingSwitches,

@@ -94,7 +94,7 @@ describe("hybridgen generate --scheduler (stories15M)", () => {
 
   it("on the CPU backend the default is the fixed scheduler: --k and --timing every step", () => {
     const { out } = json([...HY, "--k", "16", "-n", "40"]);
-    expect(out.scheduler).toMatchObject({ name: "fixed", kMin: null, selector: "topk" });
+    expect(out.scheduler).toMatchObject({ name: "fixed", kMin: null, selector: "topk", transport: "host" });
     expect(out.scheduler.steps.every((r: { k: number; timing: string }) => r.k === 16 && r.timing === "post")).toBe(true);
   });
 

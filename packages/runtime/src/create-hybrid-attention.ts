@@ -92,7 +92,8 @@ export async function hybridBuilder(
     const stage = allocator?.readAhead ? new ReadAheadStage(native, allocator.readAhead.bind(allocator)) : native;
     try {
       const ha = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler }, hybridOptions);
-      plans.set(ha, plan);
+      const t = ha.transportChoice;
+      plans.set(ha, { ...plan, transport: t.fetchAhead ? `${t.name}+fetch` : t.name });
       return ha;
     } catch (e) {
       stage.close();
@@ -125,7 +126,7 @@ function storeAllocatorOf(given: HybridRuntimeOptions["storeAllocator"]): (seque
 
 const plans = new WeakMap<HybridAttention, HybridPlan>();
 
-/** What createHybridAttention chose for `ha` (selector, scheduler, K, kMin, timing, logits, threads), or undefined for one it did not build. */
+/** What createHybridAttention chose for `ha` (selector, scheduler, K, kMin, timing, logits, threads, transport), or undefined for one it did not build. */
 export function hybridPlan(ha: HybridAttention): HybridPlan | undefined {
   return plans.get(ha);
 }

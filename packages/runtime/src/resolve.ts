@@ -4,7 +4,7 @@
  * is taken here, and every contradiction is a one-line HybridgenError.
  */
 import {
-  DEFAULT_K, DEFAULT_TIMING, HybridgenError, HybridOptionsSchema, type HybridOptions, type RowPathRequest, type Scheduler, type SelectionTiming, type TokenSelector,
+  DEFAULT_K, DEFAULT_TIMING, HybridgenError, HybridOptionsSchema, type HybridOptions, type RowPathRequest, type Scheduler, type SelectionTiming, type TransportName, type TokenSelector,
 } from "@hybridgen/core";
 import { FeedbackScheduler, FixedScheduler } from "@hybridgen/scheduler";
 import { selectorFromSpec } from "@hybridgen/selectors";
@@ -37,6 +37,8 @@ export interface HybridPlan {
   readonly readDepth?: number;
   readonly scoring: "full" | "int8" | "int4";
   readonly rescoreFactor: number;
+  /** How the stage's rows reach the device (core's chooseTransport), once the hybrid attention is built; "handed-off+fetch": rows fetched ahead. */
+  readonly transport?: TransportName | `${TransportName}+fetch`;
 }
 
 export interface ResolvedHybrid {

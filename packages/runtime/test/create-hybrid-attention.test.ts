@@ -33,6 +33,7 @@ describe("createHybridAttention on the CPU backend", () => {
     const want = decode(full);
     using model = load(16);
     using ha = await createHybridAttention(model, backend, { selector: "all", logits: "exact" });
+    expect(hybridPlan(ha)!.transport).toBe("host"); // no host link: the backend reads the stage's buffers
     const got = decode(model, want.tokens);
     for (let i = 0; i < got.logits.length; i++) {
       const a = got.logits[i]!, b = want.logits[i]!;
