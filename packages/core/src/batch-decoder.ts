@@ -53,6 +53,19 @@ export class BatchDecoder implements Disposable {
     return this.slot(slot);
   }
 
+  /**
+   * A fresh sequence in `slot` (≥ 1): the old one's KV storage and decode attention (with its
+   * offloaded store and disk files) are released and the model's sequence setup makes a new one,
+   * so a long-running server frees what a finished request held. Slot 0 is the model's own sequence.
+   */
+  renew(slot: number): void {
+    this.slot(slot);
+    if (slot === 0) fail("batch decoder: slot 0 is the model's own sequence and cannot be renewed");
+    this.model.releaseSequence(this.slots[slot]);
+    this.rowOfSlot[slot] = -1;
+    this.slots[slot] = this.model.createSequence();
+  }
+
   /** Positions held by `slot`'s cache. */
   length(slot: number): number {
     return this.slot(slot).cache.length;

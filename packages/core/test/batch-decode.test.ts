@@ -321,6 +321,25 @@ describe("batched decode: bad input", () => {
     expect(be.liveTensors()).toBe(during - caches);
     expect(errorMessage(() => dec.step([0], Int32Array.of(5)))).toBe("batch decoder used after close()");
   });
+
+  it("renew: a slot's sequence is released and made anew (same live tensors, a fresh cache), slot 0 refused", () => {
+    const be = new ReferenceBackend();
+    using model = loadModel(files, be, { maxContext: 16 });
+    using dec = new BatchDecoder(model, 3);
+    const prompt = Int32Array.of(5, 6, 7);
+    dec.prefill(2, prompt, 0);
+    const first = dec.argmax(2), old = dec.sequence(2);
+    const live = be.liveTensors();
+    dec.renew(2);
+    expect(be.liveTensors()).toBeLessThanOrEqual(live); // the old cache is gone (its scores tensor comes back with a prefill)
+    expect(dec.sequence(2)).not.toBe(old);
+    expect(dec.length(2)).toBe(0);
+    expect(errorMessage(() => dec.logits(2))).toBe("batch decoder: slot 2 has no logits (it was not in the last prefill or step)");
+    dec.prefill(2, prompt, 0);
+    expect(dec.argmax(2)).toBe(first);
+    expect(be.liveTensors()).toBe(live);
+    expect(errorMessage(() => dec.renew(0))).toBe("batch decoder: slot 0 is the model's own sequence and cannot be renewed");
+  });
 });
 
 /**

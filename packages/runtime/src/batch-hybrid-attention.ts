@@ -23,8 +23,10 @@ export type SequenceModel = HybridModel & Pick<DecoderModel, "setSequenceSetup">
 export interface PerSequence<T extends Disposable> extends Disposable {
   /** The model's own sequence's. */
   readonly own: T;
-  /** Every one made so far, the own first (those of released sequences are closed). */
+  /** Every live one, the own first (a released sequence's is closed and leaves the list). */
   readonly all: readonly T[];
+  /** Drops released sequences' (closed) attentions from `all`: a server that renews slots keeps only the live ones. */
+  prune(): void;
   close(): void;
 }
 
@@ -36,10 +38,17 @@ export function sequenceModel(model: HybridModel, s: SequenceState): HybridModel
 /** Runs `attach` on the model's own sequence (0) now and on every sequence it makes (1, 2, …) until close(). */
 export function attachPerSequence<T extends Disposable>(model: SequenceModel, attach: (target: HybridModel, sequence: number) => T): PerSequence<T> {
   const all: T[] = [attach(model, 0)];
+  const released = new Set<T>();
+  let made = 1;
   model.setSequenceSetup((s) => {
-    const d = attach(sequenceModel(model, s), all.length);
+    const d = attach(sequenceModel(model, s), made++);
     all.push(d);
-    return d;
+    return {
+      [Symbol.dispose]: () => {
+        released.add(d);
+        d[Symbol.dispose]();
+      },
+    };
   });
   let closed = false;
   const close = () => {
@@ -48,7 +57,11 @@ export function attachPerSequence<T extends Disposable>(model: SequenceModel, at
     model.setSequenceSetup(null);
     for (const d of all) d[Symbol.dispose]();
   };
-  return { own: all[0]!, all, close, [Symbol.dispose]: close };
+  const prune = () => {
+    for (let i = all.length - 1; i > 0; i--) if (released.has(all[i]!)) all.splice(i, 1);
+    released.clear();
+  };
+  return { own: all[0]!, all, close, prune, [Symbol.dispose]: close };
 }
 
 /**

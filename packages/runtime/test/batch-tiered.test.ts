@@ -161,6 +161,37 @@ describe("batched hybrid attention, each sequence's store on the tiers (V on dis
     expect(openIn(dir)).toEqual([]);
   });
 
+  it("BatchDecoder.renew: a slot's store and files go, a fresh one comes, the released attention leaves `all` at prune(); the tokens are the first run's", async () => {
+    const dir = tmp();
+    using model = load();
+    const { factory, made } = tiered(model.cache, dir);
+    using hybrid = await createBatchHybridAttention(model, backend, { ...OPTIONS, storeAllocator: factory }, 2);
+    using dec = new BatchDecoder(model, 2);
+    const run = () => {
+      dec.prefill(1, PROMPTS[1]!, 0);
+      const out = [dec.argmax(1)];
+      for (let s = 1; s < 6; s++) {
+        dec.step([1], Int32Array.of(out[s - 1]!));
+        out.push(dec.argmax(1));
+      }
+      return out;
+    };
+    const first = run();
+    const before = files(dir), held = openIn(dir).length, old = hybrid.all[1];
+    expect(before).toHaveLength(6);
+    dec.renew(1);
+    const after = files(dir);
+    expect(after).toHaveLength(6);
+    expect(after.filter((f) => before.includes(f))).toHaveLength(3); // the own sequence's stay; slot 1's are new
+    expect(openIn(dir)).toHaveLength(held);
+    expect(hybrid.all).toHaveLength(3); // the released one stays, closed, until prune()
+    hybrid.prune();
+    expect(hybrid.all).toHaveLength(2);
+    expect(hybrid.all[1]).not.toBe(old);
+    expect([...made.keys()]).toEqual([0, 1, 2]);
+    expect(run()).toEqual(first);
+  });
+
   it("errors are one line and leave nothing behind: a factory that throws, returns garbage or repeats itself, a missing directory, an allocator object, a store refused", async () => {
     const dir = tmp();
     using model = load();
