@@ -2,6 +2,7 @@ export const MAIN_HELP = `hybridgen — long-context LLM inference (HybridGen: C
 
 Usage:
   hybridgen generate [options]   generate text from a prompt (see hybridgen generate --help)
+  hybridgen serve [options]      an OpenAI-compatible server with continuous batching (see hybridgen serve --help)
   hybridgen fetch                download and convert the default model (stories15M), print its directory
   hybridgen info [--json]        CPU kernels, CUDA devices, memory tiers (DRAM/CXL), model cache
   hybridgen inspect <model>      architecture, parameters, weight and KV-cache bytes (see --help)

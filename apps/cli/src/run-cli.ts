@@ -16,6 +16,7 @@ import { parseGenerateArgs } from "./parse-generate-args.js";
 import { HYBRID_HELP, splitHybridArgs } from "./hybrid-options.js";
 import { KV_TIER_HELP, splitKvTierArgs } from "./kv-tier-options.js";
 import { PLAN_HELP, runPlan } from "./commands/plan.js";
+import { runServe } from "./commands/serve.js";
 
 export const VERSION: string = pkg.version;
 
@@ -91,6 +92,8 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       return runProfileKmin(rest, io);
     case "bench":
       return runBench(rest, io);
+    case "serve":
+      return runServe(rest, io);
     case "eval":
       return runEval(rest, io);
     case "info": {
@@ -105,7 +108,7 @@ async function dispatch(argv: readonly string[], io: CliIo): Promise<number> {
       // `hybridgen help X` is `hybridgen X --help`, so the two never differ.
       return rest[0] === undefined || rest[0] === "help" ? (io.stdout(MAIN_HELP), 0) : dispatch([rest[0], "--help"], io);
     default:
-      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, fetch, info, inspect, plan, profile-kmin, bench, eval, help; see hybridgen --help)`, "EUSAGE");
+      throw new HybridgenError(`unknown command ${JSON.stringify(command)} (commands: generate, serve, fetch, info, inspect, plan, profile-kmin, bench, eval, help; see hybridgen --help)`, "EUSAGE");
   }
 }
 

@@ -9,7 +9,7 @@ describe("runCli in process", () => {
 
     const bad = bufferedIo();
     expect(await runCli(["bogus"], bad)).not.toBe(0);
-    expect(bad.err).toBe('error: unknown command "bogus" (commands: generate, fetch, info, inspect, plan, profile-kmin, bench, eval, help; see hybridgen --help)\n');
+    expect(bad.err).toBe('error: unknown command "bogus" (commands: generate, serve, fetch, info, inspect, plan, profile-kmin, bench, eval, help; see hybridgen --help)\n');
   });
 
   it("an unexpected error is one line, with the stack only under HYBRIDGEN_DEBUG=1", async () => {

@@ -17,7 +17,7 @@ import { resolveWindowBudget } from "../auto-budget.js";
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
 export const EXIT_INTERRUPTED = 130;
 
-function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | undefined {
+export function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | undefined {
   if (opts.threads !== undefined) return opts.threads;
   const raw = env.HYBRIDGEN_THREADS;
   if (raw === undefined || raw === "") return undefined;

@@ -1,0 +1,358 @@
+/**
+ * Continuous batching for `hybridgen serve`: one loop over core's BatchDecoder. Each turn runs
+ * one decode step for every decoding request (one forward pass), then at most one prefill chunk
+ * of the oldest prefilling request, so a long prompt holds running decodes back by one chunk at
+ * most; then it yields to the event loop (HTTP I/O, disconnects, signals). A request joins a free
+ * slot between turns — with hybrid attention the slot's sequence is renewed on a store that the
+ * ledger placed on the tiers left — and leaves when it ends or its client goes, giving back its
+ * slot, its store and the store's disk files. Per request the tokens are those of `hybridgen
+ * generate` alone: its own Sampler (seed), stop strings (TokenText) and token budget.
+ */
+import { Sampler, TokenText, type BatchDecoder, type FinishReason, type HybridStats, type KvStoreAllocator, type SamplingOptionsInput, type Tokenizer } from "@hybridgen/core";
+import type { ServeMetrics } from "./metrics.js";
+import type { PlacedSlotStore, StoreLedger } from "./store-ledger.js";
+
+export interface ServeJob {
+  /** Prompt token ids: not empty, and with maxTokens within the context (the HTTP layer checks). */
+  readonly ids: readonly number[];
+  readonly maxTokens: number;
+  readonly sampling: SamplingOptionsInput;
+  readonly stop: readonly string[];
+  /** performance.now() when the request arrived (TTFT). */
+  readonly arrivedMs: number;
+  /** Text a token released (never empty). */
+  onText(text: string): void;
+  /** The end: "abort" when cancelled (client gone, shutdown). */
+  onFinish(r: { readonly finish: FinishReason; readonly text: string; readonly promptTokens: number; readonly completionTokens: number; readonly error?: string }): void;
+}
+
+export interface JobHandle {
+  /** Ends the request at the next turn (a disconnect); its slot and store go back. */
+  cancel(): void;
+}
+
+/** The queue is at its bound: HTTP 429. */
+export class QueueFull extends Error {}
+
+interface Running {
+  readonly job: ServeJob;
+  readonly slot: number;
+  readonly sampler: Sampler;
+  readonly text: TokenText;
+  readonly all: Int32Array;
+  readonly store: PlacedSlotStore | null;
+  /** Prompt positions prefilled so far (all of them once decoding). */
+  prefilled: number;
+  tokens: number;
+  next: number;
+  finish: FinishReason | null;
+  lastTokenMs: number;
+}
+
+interface Queued {
+  readonly job: ServeJob;
+  cancelled: boolean;
+}
+
+export interface SchedulerOptions {
+  /** The decoder's slots requests may take (hybrid attention leaves slot 0, the model's own sequence, idle: it is never renewed). */
+  readonly slots: readonly number[];
+  readonly queueLimit: number;
+  /** Prompt positions prefilled per turn. */
+  readonly chunk: number;
+  readonly maxContext: number;
+  readonly eos: readonly number[];
+  /** KV bytes a position takes (K and V of every layer), for the window gauge. */
+  readonly bytesPerToken: number;
+  /** Hybrid attention: stores placed by the planner; a slot is renewed on its request's store. */
+  readonly ledger: StoreLedger | null;
+  /** Hands the next renewed sequence its store (the storeAllocator function reads it). */
+  readonly nextStore?: (a: KvStoreAllocator) => void;
+  /** Drops released sequences' attentions (createBatchHybridAttention's prune). */
+  readonly prune?: () => void;
+  /** An engine error, one line (the server logs it). */
+  readonly onError?: (message: string) => void;
+}
+
+const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
+
+export class ServeScheduler {
+  private readonly queue: Queued[] = [];
+  private readonly active: Running[] = [];
+  private readonly free: number[];
+  private readonly eos: Set<number>;
+  private readonly picks: Int32Array;
+  private readonly seen = new WeakSet<object>();
+  private wake: (() => void) | null = null;
+  private looping: Promise<void> | null = null;
+  private stopping = false;
+
+  constructor(
+    private readonly dec: BatchDecoder,
+    private readonly tokenizer: Tokenizer,
+    private readonly vocabSize: number,
+    private readonly metrics: ServeMetrics,
+    private readonly o: SchedulerOptions,
+  ) {
+    this.free = [...o.slots].reverse(); // the lowest slot first
+    this.eos = new Set(o.eos);
+    this.picks = new Int32Array(dec.capacity);
+    metrics.slots.set(o.slots.length);
+  }
+
+  get running(): number {
+    return this.active.length;
+  }
+
+  get waiting(): number {
+    return this.queue.length;
+  }
+
+  get shuttingDown(): boolean {
+    return this.stopping;
+  }
+
+  /** Queues a request; throws QueueFull at the bound. */
+  submit(job: ServeJob): JobHandle {
+    if (this.stopping) throw new QueueFull("the server is shutting down");
+    if (this.queue.length >= this.o.queueLimit) throw new QueueFull(`the queue is full (${this.o.queueLimit} requests waiting); retry later`);
+    const q: Queued = { job, cancelled: false };
+    this.queue.push(q);
+    this.gauges();
+    this.kick();
+    return {
+      cancel: () => {
+        q.cancelled = true;
+        const r = this.active.find((a) => a.job === job);
+        if (r && !r.finish) r.finish = "abort";
+        this.kick();
+      },
+    };
+  }
+
+  /** Refuses new requests and cancels the queued ones (shutdown); running ones go on. */
+  cancelQueued(): void {
+    this.stopping = true;
+    for (const q of this.queue) q.cancelled = true;
+    this.kick();
+  }
+
+  /** Cancels every request (queued and running) and waits for the loop to end. */
+  async stop(): Promise<void> {
+    this.stopping = true;
+    for (const q of this.queue) q.cancelled = true;
+    for (const r of this.active) r.finish ??= "abort";
+    this.kick();
+    await this.looping;
+  }
+
+  /** Resolves when nothing is queued or running. */
+  async idle(): Promise<void> {
+    while (this.looping) await this.looping;
+  }
+
+  private kick(): void {
+    if (this.wake) {
+      const w = this.wake;
+      this.wake = null;
+      w();
+    }
+    // Started on the next turn: submit() returns before any work (and any callback) runs.
+    this.looping ??= turn().then(() => this.loop());
+  }
+
+  private async loop(): Promise<void> {
+    for (;;) {
+      try {
+        this.admit();
+        this.retire();
+        if (this.active.length === 0 && this.queue.length === 0) {
+          this.gauges();
+          this.looping = null; // now, not a microtask later: a submit() in between starts a new loop
+          return;
+        }
+        if (this.active.length === 0) {
+          // The queue's head waits for room nothing running will give back: cannot happen (one store fits the empty tiers), but never spin.
+          await new Promise<void>((resolve) => (this.wake = resolve));
+          continue;
+        }
+        this.decodeStep();
+        this.prefillChunk();
+        this.retire();
+        this.gauges();
+      } catch (e) {
+        this.fail(e);
+      }
+      await turn();
+    }
+  }
+
+  /** An engine error (a bug, or memory refused): every running request ends with it (HTTP 500 or an error event); the server goes on. */
+  private fail(e: unknown): void {
+    const message = `internal error: ${e instanceof Error ? e.message : String(e)}`.replace(/\s*\n\s*/g, " ");
+    this.o.onError?.(message);
+    for (const r of this.active.splice(0)) {
+      if (r.store) {
+        try {
+          this.o.nextStore!(this.o.ledger!.idle());
+          this.dec.renew(r.slot);
+          this.o.prune?.();
+        } catch {
+          /* the slot keeps the sequence it has; a later renew retries */
+        }
+        this.o.ledger!.release(r.store);
+      }
+      this.free.push(r.slot);
+      this.metrics.finished.inc(1, { reason: "error" });
+      r.job.onFinish({ finish: "abort", text: r.text.text, promptTokens: r.all.length, completionTokens: r.tokens, error: message });
+    }
+    this.gauges();
+  }
+
+  /** Free slots take queued requests in order; a request whose store does not fit the tiers left waits (and so do those behind it). */
+  private admit(): void {
+    while (this.queue.length > 0) {
+      const q = this.queue[0]!;
+      if (q.cancelled) {
+        this.queue.shift();
+        this.end(q.job, "abort", "", 0);
+        continue;
+      }
+      if (this.free.length === 0) return;
+      const job = q.job;
+      const context = job.ids.length + job.maxTokens;
+      // A context past the window needs a store (a slot that held one was renewed idle when it left).
+      let store: PlacedSlotStore | null = null;
+      if (this.o.ledger?.needsStore(context)) {
+        store = this.o.ledger.place();
+        if (!store) return;
+      }
+      this.queue.shift();
+      const slot = this.free.pop()!;
+      if (store) {
+        try {
+          this.o.nextStore!(store.allocator);
+          this.dec.renew(slot);
+          this.o.prune?.();
+        } catch (e) {
+          this.o.ledger!.release(store);
+          this.free.push(slot);
+          throw e;
+        }
+      }
+      const sampler = new Sampler(this.vocabSize, job.sampling);
+      sampler.observeAll(job.ids);
+      this.active.push({
+        job, slot, sampler, store, text: new TokenText(this.tokenizer, job.stop, job.ids[job.ids.length - 1]!), all: Int32Array.from(job.ids),
+        prefilled: 0, tokens: 0, next: -1, finish: null, lastTokenMs: 0,
+      });
+      this.metrics.promptTokens.inc(job.ids.length);
+    }
+  }
+
+  /** One forward pass for every decoding request, then each picks its token. */
+  private decodeStep(): void {
+    const rows = this.active.filter((r) => !r.finish && r.prefilled === r.all.length);
+    if (rows.length === 0) return;
+    const slots = rows.map((r) => r.slot);
+    this.dec.step(slots, Int32Array.from(rows, (r) => r.next));
+    if (rows.some((r) => r.sampler.greedy)) this.dec.argmaxSlots(slots, this.picks);
+    rows.forEach((r, i) => this.accept(r, r.sampler.greedy ? this.picks[i]! : r.sampler.sample(this.dec.logits(r.slot))));
+    this.metrics.steps.inc();
+    this.metrics.batchSize.set(rows.length);
+    this.metrics.batchSizes.observe(rows.length);
+    this.hybridMetrics(slots);
+  }
+
+  /** One chunk of the oldest prefilling request; its first token once the prompt is in. */
+  private prefillChunk(): void {
+    const r = this.active.find((a) => !a.finish && a.prefilled < a.all.length);
+    if (!r) return;
+    const end = Math.min(r.all.length, r.prefilled + this.o.chunk);
+    this.dec.prefill(r.slot, r.all.subarray(r.prefilled, end), r.prefilled);
+    r.prefilled = end;
+    this.metrics.prefillChunks.inc();
+    if (end === r.all.length) this.accept(r, r.sampler.greedy ? this.dec.argmax(r.slot) : r.sampler.sample(this.dec.logits(r.slot)));
+  }
+
+  /** Takes `r`'s next token (EOS, stop string, budget, context), as generate() does. */
+  private accept(r: Running, id: number): void {
+    const now = performance.now();
+    if (r.tokens === 0) this.metrics.ttft.observe((now - r.job.arrivedMs) / 1000);
+    else this.metrics.tpot.observe((now - r.lastTokenMs) / 1000);
+    r.lastTokenMs = now;
+    if (this.eos.has(id)) {
+      r.finish = "eos";
+      const rest = r.text.flush();
+      if (rest) r.job.onText(rest);
+      return;
+    }
+    const index = r.tokens++;
+    r.sampler.observe(id);
+    this.metrics.generated.inc();
+    const P = r.all.length;
+    const last = index + 1 >= r.job.maxTokens || P + index >= this.o.maxContext;
+    const { release, stopped } = r.text.push(id, last);
+    if (release) r.job.onText(release);
+    if (stopped) r.finish = "stop";
+    else if (last) r.finish = index + 1 >= r.job.maxTokens ? "length" : "context";
+    r.next = id;
+  }
+
+  /** Finished and cancelled requests leave: their slot, store and its files go back. */
+  private retire(): void {
+    for (let i = this.active.length - 1; i >= 0; i--) {
+      const r = this.active[i]!;
+      if (!r.finish) continue;
+      this.active.splice(i, 1);
+      if (r.store) {
+        // The sequence goes now, not at the slot's next request: its store's memory and files are freed at once.
+        this.o.nextStore!(this.o.ledger!.idle());
+        this.dec.renew(r.slot);
+        this.o.prune?.();
+        this.o.ledger!.release(r.store);
+      }
+      this.free.push(r.slot);
+      if (r.finish === "abort") {
+        const rest = r.text.flush();
+        if (rest) r.job.onText(rest);
+      }
+      this.metrics.e2e.observe((performance.now() - r.job.arrivedMs) / 1000);
+      this.end(r.job, r.finish, r.text.text, r.tokens);
+    }
+  }
+
+  private end(job: ServeJob, finish: FinishReason, text: string, tokens: number): void {
+    this.metrics.finished.inc(1, { reason: finish === "abort" ? "cancelled" : finish === "length" || finish === "context" ? "length" : "stop" });
+    job.onFinish({ finish, text, promptTokens: job.ids.length, completionTokens: tokens });
+  }
+
+  private gauges(): void {
+    this.metrics.running.set(this.active.length);
+    this.metrics.queued.set(this.queue.length);
+    let resident = 0;
+    for (const r of this.active) {
+      const c = this.dec.sequence(r.slot).cache;
+      resident += c.length - c.storeCount;
+    }
+    this.metrics.kvBytes.set(resident * this.o.bytesPerToken, { tier: "window" });
+    if (this.o.ledger) for (const [tier, bytes] of this.o.ledger.reservedByTier()) this.metrics.kvBytes.set(bytes, { tier });
+  }
+
+  /** K, timing and CPU-stage time of each hybrid sequence's step just run. */
+  private hybridMetrics(slots: readonly number[]): void {
+    let sumK = 0, n = 0;
+    for (const slot of slots) {
+      const stats = (this.dec.sequence(slot).attention.decodeAttention as { stats?: HybridStats } | null)?.stats;
+      const rec = stats?.trace[stats.trace.length - 1];
+      if (!rec || this.seen.has(rec)) continue;
+      this.seen.add(rec);
+      sumK += rec.k;
+      n++;
+      this.metrics.hybridSteps.inc(1, { timing: rec.timing });
+      this.metrics.cpuStage.observe(rec.tCpuMs / 1000);
+      this.metrics.cpuStageTotal.inc(rec.tCpuMs / 1000);
+    }
+    if (n > 0) this.metrics.hybridK.set(sumK / n);
+  }
+}

@@ -1,0 +1,116 @@
+/**
+ * Admission by the planner for `hybridgen serve --attention hybrid`: a request whose context
+ * (prompt + max_tokens) outgrows the device window needs an offloaded store of its own, and
+ * memtier's layoutStore places it on the tiers the running requests' stores left (their bytes
+ * reserved per tier, the host budget less what they hold in memory). No room: the request waits;
+ * room on the empty tiers never: it is refused. A request that fits the window gets an idle store
+ * (an untouched anonymous mapping, never pinned), which costs nothing.
+ */
+import { DTYPE_BYTES, HybridgenError, type KvCache, type KvStoreAllocator, type MemoryTier, type StoreLayout } from "@hybridgen/core";
+import type { KvTierCliOptions } from "../kv-tier-options.js";
+
+/** One store on the tiers: its allocator and the bytes it reserves per tier id. */
+export interface PlacedSlotStore {
+  readonly allocator: KvStoreAllocator;
+  readonly bytesByTier: ReadonlyMap<string, number>;
+}
+
+/** The per-tier bytes of a layout (K and V pools, spill files included). */
+function layoutBytes(tiers: readonly { id: string; kBytes: number; vBytes: number }[]): Map<string, number> {
+  const m = new Map<string, number>();
+  for (const t of tiers) if (t.kBytes + t.vBytes > 0) m.set(t.id, t.kBytes + t.vBytes);
+  return m;
+}
+
+export class StoreLedger {
+  private readonly reserved = new Map<string, number>();
+  private readonly kinds: ReadonlyMap<string, MemoryTier["kind"]>;
+  /** Positions the window holds: a context up to it never touches a store. */
+  readonly window: number;
+  /** Bytes of one store (K and V of every layer), the same for every request. */
+  readonly storeBytes: number;
+
+  private constructor(
+    private readonly tiers: readonly MemoryTier[],
+    private readonly tier: KvTierCliOptions,
+    private readonly cache: Pick<KvCache, "layers" | "kvHeads" | "headDim" | "storeCapacity" | "dtype" | "gpuKvBudget">,
+    private readonly memtier: typeof import("@hybridgen/memtier"),
+    private readonly kernels: typeof import("@hybridgen/kernels-cpu"),
+    private readonly runtime: typeof import("@hybridgen/runtime"),
+  ) {
+    this.kinds = new Map(tiers.map((t) => [t.id, t.kind]));
+    this.window = cache.gpuKvBudget;
+    this.storeBytes = 2 * cache.layers * this.regionBytes();
+  }
+
+  /** The ledger over the tiers the flags describe; refuses (one line) a store that fits even the empty tiers nowhere. */
+  static async open(cache: StoreLedger["cache"], tier: KvTierCliOptions): Promise<StoreLedger> {
+    const { storeTiers } = await import("../kv-tier-options.js");
+    const ledger = new StoreLedger(await storeTiers(tier), tier, cache, await import("@hybridgen/memtier"), await import("@hybridgen/kernels-cpu"), await import("@hybridgen/runtime"));
+    const empty = ledger.layout(new Map());
+    if (!empty.fits) {
+      const f = ledger.memtier.formatBytes;
+      throw new HybridgenError(`one request's KV store needs ${f(ledger.storeBytes)}, ${f(empty.shortfallBytes)} more than ${tier.kvDisk ? `host memory and ${tier.kvDisk} hold` : "host memory holds (add --kv-disk DIR)"}`);
+    }
+    return ledger;
+  }
+
+  private regionBytes(): number {
+    return this.cache.kvHeads * this.cache.storeCapacity * this.cache.headDim * DTYPE_BYTES[this.cache.dtype];
+  }
+
+  private layout(reserved: ReadonlyMap<string, number>) {
+    const { layoutStore, placeKv } = this.memtier;
+    let inMemory = 0;
+    for (const [id, b] of reserved) if (this.kinds.get(id) !== "file") inMemory += b;
+    const budget = this.tier.hostKvBudget === undefined ? undefined : Math.max(0, this.tier.hostKvBudget - inMemory);
+    return layoutStore({
+      tiers: [...this.tiers], placement: placeKv(this.tier.kvPlacement, this.tiers), layers: this.cache.layers, regionBytes: this.regionBytes(),
+      hostBudgetBytes: budget, reservedBytes: Object.fromEntries(reserved),
+    });
+  }
+
+  /** Whether a context of `tokens` positions needs a store at all. */
+  needsStore(tokens: number): boolean {
+    return tokens > this.window;
+  }
+
+  /** A store on the tiers left, reserved until release(); null when it does not fit now. */
+  place(): PlacedSlotStore | null {
+    const r = this.layout(this.reserved);
+    if (!r.fits) return null;
+    const bytesByTier = layoutBytes(r.tiers);
+    for (const [id, b] of bytesByTier) this.reserved.set(id, (this.reserved.get(id) ?? 0) + b);
+    const store = new this.kernels.TieredStore(r.layout);
+    return { allocator: r.layout.kSpill ? new this.runtime.KSpill(store) : store, bytesByTier };
+  }
+
+  /** Gives a store's tier bytes back (its request left). */
+  release(store: PlacedSlotStore): void {
+    for (const [id, b] of store.bytesByTier) {
+      const left = (this.reserved.get(id) ?? 0) - b;
+      if (left > 0) this.reserved.set(id, left);
+      else this.reserved.delete(id);
+    }
+  }
+
+  /** Bytes reserved now, per tier: "disk" for file tiers, else the tier's id. */
+  reservedByTier(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const t of this.tiers) out.set(t.kind === "file" ? "disk" : t.id, 0);
+    for (const [id, b] of this.reserved) {
+      const name = this.kinds.get(id) === "file" ? "disk" : id;
+      out.set(name, (out.get(name) ?? 0) + b);
+    }
+    return out;
+  }
+
+  /** A store nobody writes (a context within the window, or an idle slot): an anonymous mapping left untouched and never pinned. */
+  idle(): KvStoreAllocator {
+    const R = Math.ceil(this.regionBytes() / 4096) * 4096;
+    const region = () => Array.from({ length: this.cache.layers }, () => [{ offset: 0, bytes: R, tier: "idle", mode: "local" as const, nodes: [] }]);
+    const layout: StoreLayout = { regionBytes: R, pageBytes: 4096, k: region(), v: region() };
+    const store = new this.kernels.TieredStore(layout);
+    return { alloc: (b, pool, layer, shape, dtype) => store.alloc(b, pool, layer, shape, dtype), pinnable: () => false, release: () => store.release() };
+  }
+}
