@@ -54,7 +54,7 @@ describe("hybridgen serve: OpenAI's endpoints give generate's text", () => {
     const stream = await client.chat.completions.create({
       model: "x", messages: [{ role: "user", content: PROMPT }], max_tokens: 40, temperature: 0, stream: true, stream_options: { include_usage: true },
     });
-    const chunks = [];
+    const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
     for await (const c of stream) chunks.push(c);
     expect(chunks[0]!.choices[0]!.delta).toEqual({ role: "assistant", content: "" });
     expect(chunks.every((c) => c.object === "chat.completion.chunk" && c.id === chunks[0]!.id)).toBe(true);
@@ -164,7 +164,7 @@ describe("hybridgen serve: OpenAI's endpoints give generate's text", () => {
       expect(e.error.message).not.toMatch(/\n/);
       expect(e.error.type).toBe("invalid_request_error");
     }
-    const over = await (await post("/v1/completions", { prompt: "x", max_tokens: 1000 })).json();
+    const over = (await (await post("/v1/completions", { prompt: "x", max_tokens: 1000 })).json()) as { error: object };
     expect(over.error).toMatchObject({ param: "max_tokens", code: "context_length_exceeded" });
     expect((await fetch(`${server.url}/v1/completions`)).status).toBe(405);
     expect((await fetch(`${server.url}/nope`)).status).toBe(404);

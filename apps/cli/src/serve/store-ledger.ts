@@ -43,10 +43,15 @@ export class StoreLedger {
     this.storeBytes = 2 * cache.layers * this.regionBytes();
   }
 
-  /** The ledger over the tiers the flags describe; refuses (one line) a store that fits even the empty tiers nowhere. */
+  /** The ledger over the tiers the flags describe (discovered NUMA nodes, --kv-disk's free space). */
   static async open(cache: StoreLedger["cache"], tier: KvTierCliOptions): Promise<StoreLedger> {
     const { storeTiers } = await import("../kv-tier-options.js");
-    const ledger = new StoreLedger(await storeTiers(tier), tier, cache, await import("@hybridgen/memtier"), await import("@hybridgen/kernels-cpu"), await import("@hybridgen/runtime"));
+    return StoreLedger.on(await storeTiers(tier), cache, tier);
+  }
+
+  /** The ledger over `tiers`; refuses (one line) a store that fits even the empty tiers nowhere. */
+  static async on(tiers: readonly MemoryTier[], cache: StoreLedger["cache"], tier: KvTierCliOptions): Promise<StoreLedger> {
+    const ledger = new StoreLedger(tiers, tier, cache, await import("@hybridgen/memtier"), await import("@hybridgen/kernels-cpu"), await import("@hybridgen/runtime"));
     const empty = ledger.layout(new Map());
     if (!empty.fits) {
       const f = ledger.memtier.formatBytes;

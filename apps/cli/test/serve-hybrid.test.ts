@@ -1,0 +1,54 @@
+// `hybridgen serve --attention hybrid` with every request's store on the disk tier
+// (--host-kv-budget 0): concurrent requests each get the text of `hybridgen generate` alone with
+// the same flags; while they run, the metrics show their stores on disk and the hybrid steps'
+// K; once they are done no disk file is left (each left with its request); SIGTERM exits 0.
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { requireBuiltBin, runBin } from "./helpers.js";
+import { metric, sseEvents, startServer, until } from "./serve-helpers.js";
+
+const dir = mkdtempSync(join(tmpdir(), "hg-serve-kv-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const HYBRID = ["--attention", "hybrid", "--gpu-kv-budget", "32", "--sink-tokens", "4", "--k", "16", "--kv-disk", dir, "--host-kv-budget", "0"];
+const PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park.", "A big red ball"];
+
+describe("hybridgen serve with hybrid attention, each request's store on the disk tier", () => {
+  it("gives each request generate's text alone; stores show on disk while running and leave with their requests; SIGTERM exits 0", async () => {
+    requireBuiltBin();
+    const want = PROMPTS.map((p) => {
+      const r = runBin(["generate", "--threads", "1", "--json", "-p", p, "-t", "0", "-n", "60", ...HYBRID]);
+      expect(r.code, r.stderr).toBe(0);
+      return JSON.parse(r.stdout).text as string;
+    });
+    expect(readdirSync(dir)).toEqual([]);
+    const server = await startServer(["--threads", "1", "--max-batch", "3", ...HYBRID]);
+    try {
+      expect(server.stderr()).toMatch(/^hybrid: selector topk, fixed scheduler \(K 16 post/m);
+      // A stream's headers come with its first token: the responses are awaited after the metrics are read.
+      const res = PROMPTS.map((prompt) => fetch(`${server.url}/v1/completions`, {
+        method: "POST", body: JSON.stringify({ prompt, max_tokens: 60, temperature: 0, stream: true }),
+      }));
+      // Three run (one waits for a slot), each on a store of its own in files under the disk tier.
+      await until(async () => (await metric(server.url, "hybridgen_requests_running")) === 3, "three requests running");
+      expect(await metric(server.url, `hybridgen_kv_bytes{tier="disk"}`)).toBeGreaterThan(0);
+      expect(readdirSync(dir).length).toBeGreaterThan(0);
+      const texts = await Promise.all(res.map(async (r) => {
+        const events = sseEvents(await (await r).text());
+        expect(events[events.length - 1]).toBe("[DONE]");
+        return (events.slice(0, -1) as { choices: { text: string }[] }[]).map((e) => e.choices[0]!.text).join("");
+      }));
+      expect(texts).toEqual(want);
+      await until(async () => (await metric(server.url, "hybridgen_requests_running")) === 0, "every request to leave");
+      expect(readdirSync(dir)).toEqual([]);
+      expect(await metric(server.url, `hybridgen_kv_bytes{tier="disk"}`)).toBe(0);
+      expect(await metric(server.url, "hybridgen_hybrid_k")).toBe(16);
+      expect(await metric(server.url, `hybridgen_hybrid_steps_total{timing="post"}`)).toBeGreaterThan(0);
+      expect(await metric(server.url, "hybridgen_cpu_stage_seconds_count")).toBeGreaterThan(0);
+    } finally {
+      expect(await server.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+    }
+    expect(readdirSync(dir)).toEqual([]);
+  });
+});

@@ -1,0 +1,111 @@
+// The serve scheduler in process, with hybrid attention on stories15M: the planner's ledger
+// admits only the requests whose stores fit the tiers left (here room for two), the rest wait
+// and join as stores come back; every request gets the tokens of `hybridgen generate` alone
+// with the same flags; slots are renewed (the released attentions pruned) and the ledger ends
+// empty. The ledger alone: a context within the window needs no store; refusals are one line.
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { BatchDecoder, loadModel, openModelDir, type KvStoreAllocator, type MemoryTier } from "@hybridgen/core";
+import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { bufferedIo, runCli } from "../src/index.js";
+import { attachHybrid, HybridCliOptionsSchema } from "../src/hybrid-options.js";
+import { ServeMetrics } from "../src/serve/metrics.js";
+import { ServeScheduler } from "../src/serve/scheduler.js";
+import { StoreLedger } from "../src/serve/store-ledger.js";
+import { stories15M } from "./model-fixture.js";
+
+const FLAGS = ["--attention", "hybrid", "--gpu-kv-budget", "32", "--sink-tokens", "4", "--k", "16"];
+const hybridFlags = HybridCliOptionsSchema.parse({ attention: "hybrid", gpuKvBudget: 32, sinkTokens: 4, k: 16 });
+const PROMPTS = ["Once upon a time", "The little dog ran to the park", "Lily and Tom", "A big red ball", "The sun was hot"];
+/** Every prompt + max_tokens outgrows the 32-token window: each needs a store. */
+const MAX_TOKENS = [40, 30, 45, 35, 38];
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+const memory = (bytes: number): MemoryTier[] => [{ id: "node0", kind: "dram", numaNode: 0, capacityBytes: bytes }];
+
+/** `hybridgen generate --json` in process with the same hybrid flags: one prompt alone. */
+async function alone(prompt: string, n: number): Promise<string> {
+  const io = bufferedIo({ env: process.env });
+  expect(await runCli(["generate", "--device", "cpu", "--threads", "1", "-t", "0", "-n", String(n), "-p", prompt, "--json", ...FLAGS], io), io.err).toBe(0);
+  return JSON.parse(io.out).text;
+}
+
+describe("the serve scheduler with hybrid attention and the planner's ledger", () => {
+  it("admits only what the tiers left hold; the others wait and join; each request's text is generate's alone", async () => {
+    const want = await Promise.all(PROMPTS.map((p, i) => alone(p, MAX_TOKENS[i]!)));
+    using files = openModelDir(await stories15M());
+    using backend = createCpuBackend({ threads: 1 });
+    using model = loadModel(files, backend, { maxContext: 256, gpuKvBudget: 32, sinkTokens: 4 });
+    const probe = await StoreLedger.on(memory(2 ** 30), model.cache, { kvPlacement: "semantic" });
+    // Room for two stores (memory tiers keep 10% headroom), not three.
+    const ledger = await StoreLedger.on(memory(Math.ceil((2.5 * probe.storeBytes) / 0.9)), model.cache, { kvPlacement: "semantic" });
+    let next: KvStoreAllocator | null = null;
+    const allocator = () => {
+      const a = next ?? ledger.idle();
+      next = null;
+      return a;
+    };
+    using hybrids = await attachHybrid(model, backend, hybridFlags, null, allocator, 5);
+    using dec = new BatchDecoder(model, 5);
+    const metrics = new ServeMetrics();
+    const scheduler = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, metrics, {
+      slots: [1, 2, 3, 4], queueLimit: 8, chunk: 64, maxContext: 256, eos: files.shape.eosTokenIds, bytesPerToken: 1,
+      ledger, nextStore: (a) => (next = a), prune: (hybrids as unknown as { prune(): void }).prune,
+    });
+    let most = 0, waited = 0;
+    const texts = await Promise.all(PROMPTS.map((prompt, i) => new Promise<string>((resolve, reject) => {
+      const ids = files.tokenizer.encode(prompt);
+      scheduler.submit({
+        ids, maxTokens: MAX_TOKENS[i]!, sampling: { temperature: 0 }, stop: [], arrivedMs: performance.now(),
+        onText() {
+          most = Math.max(most, scheduler.running);
+          waited = Math.max(waited, scheduler.waiting);
+        },
+        onFinish: (r) => (r.finish === "length" ? resolve(r.text) : reject(new Error(`finished ${r.finish} ${r.error ?? ""}`))),
+      });
+    })));
+    expect(texts).toEqual(want);
+    expect(most).toBe(2);
+    expect(waited).toBeGreaterThan(0);
+    expect([...ledger.reservedByTier().values()]).toEqual([0]);
+    expect(hybrids!.all).toHaveLength(5); // the own sequence's and one live attention a slot: released ones pruned
+    expect(metrics.finished.get({ reason: "length" })).toBe(5);
+    await scheduler.idle();
+  });
+
+  it("the ledger: a context within the window needs no store; stores come back on release; the disk tier's files go with them", async () => {
+    using files = openModelDir(await stories15M());
+    using backend = createCpuBackend({ threads: 1 });
+    using model = loadModel(files, backend, { maxContext: 256, gpuKvBudget: 32, sinkTokens: 4 });
+    const probe = await StoreLedger.on(memory(2 ** 30), model.cache, { kvPlacement: "semantic" });
+    const dir = mkdtempSync(join(tmpdir(), "hg-ledger-"));
+    dirs.push(dir);
+    // Memory for one store; a disk with room for one more: the second lands on disk, the third waits.
+    const tiers: MemoryTier[] = [...memory(Math.ceil((1.2 * probe.storeBytes) / 0.9)), { id: `file:${dir}`, kind: "file", path: dir, capacityBytes: Math.ceil(1.2 * probe.storeBytes) }];
+    const ledger = await StoreLedger.on(tiers, model.cache, { kvPlacement: "semantic", kvDisk: dir });
+    expect(ledger.needsStore(32)).toBe(false);
+    expect(ledger.needsStore(33)).toBe(true);
+    const a = ledger.place()!, b = ledger.place()!;
+    expect(ledger.place()).toBeNull();
+    expect(ledger.reservedByTier()).toEqual(new Map([["node0", expect.any(Number)], ["disk", expect.any(Number)]]));
+    expect([...ledger.reservedByTier().values()].reduce((x, y) => x + y)).toBeGreaterThanOrEqual(2 * probe.storeBytes);
+    // The disk store's files exist once its regions are allocated, and go when it is released.
+    const shape = [model.cache.kvHeads, model.cache.storeCapacity, model.cache.headDim];
+    const tensors = [0, 1].flatMap((l) => (["k", "v"] as const).map((pool) => b.allocator.alloc(backend, pool, l, shape, "f32")));
+    expect(readdirSync(dir).length).toBeGreaterThan(0);
+    for (const t of tensors) backend.free(t);
+    b.allocator.release();
+    ledger.release(b);
+    expect(readdirSync(dir)).toEqual([]);
+    const c = ledger.place();
+    expect(c).not.toBeNull();
+    ledger.release(a);
+    ledger.release(c!);
+    expect([...ledger.reservedByTier().values()]).toEqual([0, 0]);
+    await expect(StoreLedger.on(memory(1000), model.cache, { kvPlacement: "semantic" })).rejects.toThrow(/^one request's KV store needs [\d.]+ [KM]iB, [\d.]+ [KM]iB more than host memory holds \(add --kv-disk DIR\)$/);
+  });
+});
