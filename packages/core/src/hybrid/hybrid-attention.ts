@@ -36,6 +36,7 @@ import type { CpuStage, CpuStageJob, CpuStageWork } from "./cpu-stage.js";
 import { selectionRows, type RowPath } from "./row-path.js";
 import { HybridStats } from "./hybrid-stats.js";
 import { HybridOptionsSchema, type HybridOptions, type LogitsMode } from "./options.js";
+import { StepAccount } from "./step-account.js";
 import { StepMerge } from "./step-merge.js";
 import { kernelWork, layerBudget, layerKmax, planStep, type StepPlan } from "./step-plan.js";
 import type { TransportChoice } from "./transport/choose-transport.js";
@@ -50,16 +51,6 @@ export interface HybridAttentionParts {
   readonly stage: CpuStage;
   readonly selector: TokenSelector;
   readonly scheduler: Scheduler;
-}
-
-/** A step's host-side clock (ms): waits for the stage, its JS work, host copies, its busy time, its phases [score, top-K, gather, hand-offs]. */
-interface StepClock {
-  start: number;
-  wait: number;
-  js: number;
-  tx: number;
-  cpu: number;
-  readonly split: number[];
 }
 
 export class HybridAttention implements DecodeAttention, StepDriver, Disposable {
@@ -87,7 +78,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
   private pos = 0;
   private step = 0;
   private jobs: (CpuStageJob | null)[] = [];
-  private readonly clock: StepClock = { start: 0, wait: 0, js: 0, tx: 0, cpu: 0, split: [0, 0, 0, 0] };
+  private readonly account: StepAccount;
   /** The batched step this step is a row of (null: a step of its own). */
   private batchStep: DecodeBatchStep | null = null;
   /** This step is handed off on the device (the host collects its jobs at the end). */
@@ -126,6 +117,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     this.layout = headLayout(heads, kvHeads, headDim);
     stage.prepare({ heads, kvHeads, headDim, storeCapacity: cache.storeCapacity, dtype: cache.dtype, stageKeys: this.rescore.includes(true) });
     if (stage.scoring && stage.scoring !== "full") this.stats.scoring = `${stage.scoring}, ${stage.rescoreFactor ?? 1}·K rescored`;
+    this.account = new StepAccount(this.stats, stage);
     this.positions = new Int32Array(cache.storeCapacity);
     for (let i = 0; i < this.positions.length; i++) this.positions[i] = cache.storeStart + i;
     this.specQ = attention.backend.alloc([1, heads * headDim]);
@@ -188,10 +180,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     // A checkpoint restored under a live hybrid attention: selector states describe another store.
     if (this.attention.cache.rewinds !== this.cacheRewinds) this.newSequence();
     this.pos = pos;
-    const t = this.clock;
-    t.start = performance.now();
-    t.wait = t.js = t.tx = t.cpu = 0;
-    t.split.fill(0);
+    this.account.begin();
     this.jobs.fill(null);
     this.handedOff = false;
     this.current = null;
@@ -238,31 +227,14 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     this.transport.flush();
     const plan = this.current;
     if (!plan) return;
-    if (this.handedOff) this.collectJobs();
+    if (this.handedOff) {
+      // The device took the jobs' output already: the host waits for them once, for their times.
+      this.inFlight = false;
+      this.account.waitForStage();
+    }
     this.current = null;
-    const c = this.clock, wall = performance.now() - c.start, issueMs = Math.max(0, wall - c.wait);
-    const times = this.transport.stepTimes(this.batchStep);
-    // Device events where the transport has them: compute-stream busy time and copy-stream time; else the host's wall less its waits.
-    const device = times ? times.gpuMs : Math.max(0, wall - c.wait - c.js - c.tx);
-    if (times) c.tx = times.txMs;
-    const held = times && this.handedOff ? times.waitMs ?? 0 : c.wait; // what the CPU stage held the step up by
-    const st = this.stats;
-    st.steps++;
-    if (this.handedOff) st.handedOffSteps++;
-    st.offloaded = plan.offloaded;
-    st.cpuStageMs += c.cpu;
-    st.cpuJsMs += c.js;
-    st.waitMs += held;
-    st.issueMs += issueMs;
-    st.deviceMs += device;
-    st.txMs += c.tx;
+    const timings = this.account.finish(plan, () => this.transport.stepTimes(this.batchStep), this.handedOff, { step: this.step, k: this.decision.k, layers: this.layers });
     this.merge.stepDone();
-    const timings = {
-      step: this.step, tGpuMs: device, tCpuMs: c.cpu + c.js, tTxMs: c.tx, tWaitMs: held,
-      k: this.decision.k, timing: plan.timing, offloaded: plan.offloaded, layers: this.layers,
-    };
-    // the scheduler's inputs per step (stats trace, --json), and what the stats line's median step reads
-    st.record(timings, performance.now() - c.start, { issueMs, split: this.stage.lastSplit ? c.split : undefined });
     this.decision = this.scheduler.next(timings);
     this.step++;
   }
@@ -302,7 +274,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
   }
 
   addTx(ms: number): void {
-    this.clock.tx += ms;
+    this.account.addTx(ms);
   }
 
   submit(layer: number): void {
@@ -318,7 +290,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
         ...this.selectionBase(layer, plan), timing: "pre",
         query: this.stage.query(slot), speculative: this.ahead[layer]! && layer > 0,
       });
-      this.clock.js += performance.now() - t0;
+      this.account.jsSince(t0);
       work = { kind: "selected", selection };
     }
     const job: CpuStageJob = {
@@ -338,19 +310,16 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
   collect(layer: number): void {
     const job = this.jobs[layer];
     if (!job) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted`);
-    const t0 = performance.now();
     this.inFlight = false;
-    this.clock.cpu += this.stage.wait();
+    this.account.waitForStage();
     const t1 = performance.now();
-    this.clock.wait += t1 - t0;
-    this.addSplit();
     if (job.work.kind === "score") {
       const selection = this.selector.select({
         ...this.selectionBase(layer, this.plan()), timing: "post",
         logits: this.stage.allLogits(), query: this.stage.query(job.slot), speculative: this.ahead[layer]! && layer > 0,
       });
       this.stage.gather(job, selection);
-      this.clock.js += performance.now() - t1;
+      this.account.jsSince(t1);
     }
   }
 
@@ -379,29 +348,6 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
       primitives: this.stage.primitives ?? referencePrimitives,
       keys: this.selector.needsKeys ? this.stage.offloadedKeys?.(this.attention.cache.stageStoreK(layer)) : undefined,
     };
-  }
-
-  /** A handed-off step's end: the host waits for every queued job (the device took their output already) and adds up their times. */
-  private collectJobs(): void {
-    const t0 = performance.now();
-    this.inFlight = false;
-    this.clock.cpu += this.stage.wait();
-    this.clock.wait += performance.now() - t0;
-    this.addSplit();
-  }
-
-  private addSplit(): void {
-    const split = this.stage.lastSplit?.();
-    if (!split) return;
-    const st = this.stats, s = this.clock.split;
-    st.cpuScoreMs += split.scoreMs;
-    st.cpuSelectMs += split.selectMs;
-    st.cpuGatherMs += split.gatherMs;
-    st.handoffMs += split.handoffMs;
-    s[0] += split.scoreMs;
-    s[1] += split.selectMs;
-    s[2] += split.gatherMs;
-    s[3] += split.handoffMs;
   }
 
   /** After a step that failed mid-way (a selector threw), collect the jobs left running (queued ones are cancelled). */
