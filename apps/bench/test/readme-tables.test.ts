@@ -1,0 +1,76 @@
+/**
+ * Every table of figures in a README is generated from its committed result file
+ * (docs/performance/**\/*.json) and matches it: regenerating changes nothing, and no table of
+ * figures lacks its marker. A figure changes by rewriting its result file, then
+ * `./bun apps/bench/src/readme/tables.ts --write`. The renderer's views are checked on small
+ * written files.
+ */
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { checkAllTables, checkReadmeTables } from "../src/readme/tables.js";
+
+const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
+
+describe("README tables", () => {
+  it("every marked table equals its result file, and every table of figures is marked", () => {
+    const states = checkAllTables(ROOT);
+    expect(states.flatMap((s) => s.stale)).toEqual([]);
+    expect(states.flatMap((s) => s.unmarked)).toEqual([]);
+    expect(states.reduce((n, s) => n + s.marked, 0)).toBeGreaterThan(20);
+  });
+
+  describe("on a written README", () => {
+    const root = mkdtempSync(join(tmpdir(), "hg-tables-"));
+    afterAll(() => rmSync(root, { recursive: true, force: true }));
+    const write = (path: string, text: string) => {
+      mkdirSync(join(root, path, ".."), { recursive: true });
+      writeFileSync(join(root, path), text);
+    };
+    write("docs/performance/x/speed.json", JSON.stringify({ table: { columns: ["weights", "tok/s"], align: ["left", "right"], rows: [["f32", "768"], ["bf16", "1802"]] } }));
+    write("docs/performance/x/eval.json", JSON.stringify({
+      setup: { configs: ["full", "h2o"] },
+      text: [{ config: "full", k: null, perplexity: 5.4449, top1: 1, kl: 0 }, { config: "h2o", k: 8, perplexity: 6.3921, top1: 0.7708, kl: 0.3512 }, { config: "h2o", k: 16, perplexity: 6.2, top1: 0.8, kl: 0.2 }],
+      tasks: [{ config: "full", k: null, task: "recall-2k", accuracy: 0.75 }, { config: "h2o", k: 8, task: "recall-2k", accuracy: 0.1667 }],
+    }));
+    write("docs/performance/x/bench.json", JSON.stringify({
+      setup: { configs: ["full"], contexts: [2048, 131000] },
+      points: [{ config: "full", context: 2048, batch: 1, status: "ok", msPerToken: 4.2833 }, { config: "full", context: 131000, batch: 1, status: "skipped" }],
+    }));
+
+    it("a stale table is reported and regenerated; an unmarked table of figures is reported; a table of flags is not", () => {
+      write("README.md", [
+        "<!-- table: docs/performance/x/speed.json -->", "| weights | tok/s |", "| --- | ---: |", "| f32 | 700 |", "",
+        "| weights | tok/s |", "| --- | ---: |", "| f16 | 1921 |", "",
+        "| flag | meaning | default |", "| --- | --- | --- |", "| `--k` | K | 64 |", "",
+        "<!-- table: docs/performance/x/eval.json eval-text k=8 -->", "", "<!-- table: docs/performance/x/eval.json eval-tasks ks=8 -->", "",
+        "<!-- table: docs/performance/x/bench.json bench-context -->", "",
+      ].join("\n"));
+      const s = checkReadmeTables(root, "README.md");
+      expect(s.stale).toEqual(["README.md:2", "README.md:15", "README.md:17", "README.md:19"]);
+      expect(s.unmarked).toEqual(["README.md:6"]);
+      expect(s.generated.split("\n").slice(0, 5)).toEqual(["<!-- table: docs/performance/x/speed.json -->", "| weights | tok/s |", "| --- | ---: |", "| f32 | 768 |", "| bf16 | 1802 |"]);
+      expect(s.generated).toContain([
+        "| config | perplexity | top-1 agreement with full | mean KL (nats) | completions |", "| --- | ---: | ---: | ---: | ---: |",
+        "| full | 5.445 | 100.0% | 0 | 75.0% |", "| h2o | 6.392 | 77.1% | 0.351 | 16.7% |",
+      ].join("\n"));
+      expect(s.generated).toContain(["| config | 2K, K = 8 |", "| --- | ---: |", "| full | 75.0% |", "| h2o | 16.7% |"].join("\n"));
+      expect(s.generated).toContain(["| config | 2K | 128K (131 000) |", "| --- | ---: | ---: |", "| full | 4.28 | – |"].join("\n"));
+      write("README.md", s.generated);
+      expect(checkReadmeTables(root, "README.md").stale).toEqual([]);
+    });
+
+    it("a marker naming a file outside docs/performance, a missing file or an unknown view fails with its line", () => {
+      for (const [marker, message] of [
+        ["<!-- table: notes/x.json -->", "README.md:1: a table's result file must be docs/performance/**/*.json, not notes/x.json"],
+        ["<!-- table: docs/performance/x/none.json -->", "README.md:1: docs/performance/x/none.json does not exist"],
+        ["<!-- table: docs/performance/x/eval.json pie -->", "README.md:1: unknown table view pie (views: eval-text, eval-tasks, bench-context)"],
+      ] as const) {
+        write("README.md", `${marker}\n`);
+        expect(() => checkReadmeTables(root, "README.md")).toThrow(message);
+      }
+    });
+  });
+});
