@@ -78,7 +78,7 @@ function noLabInPackages(root: string): HouseCheck {
     for (const d of ["bench", "benches", "eval", "probes"]) if (existsSync(join(w.dir, d))) found.push(relative(root, join(w.dir, d)) + "/");
     for (const f of files(w.dir)) if (/(^|[-.])bench([-.]|$)/.test(basename(f)) && !relative(w.dir, f).startsWith("test/")) found.push(relative(root, f));
   }
-  const scripts = files(join(root, "scripts")).filter((f) => !relative(join(root, "scripts"), f).startsWith("common/") && !/\/(setup|test)\.mjs$/.test(f));
+  const scripts = files(join(root, "scripts")).filter((f) => !relative(join(root, "scripts"), f).startsWith("common/") && !/\/(setup|test|release)\.mjs$/.test(f));
   found.push(...scripts.map((f) => relative(root, f)));
   return { name: "no lab code in packages", met: found.length === 0, detail: found.length ? found.join(", ") : "benches, probes and evals all in apps/bench" };
 }

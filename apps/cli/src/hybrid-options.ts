@@ -84,7 +84,8 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
       --sink-tokens S          pin the first S tokens in the window (attention sinks, default ${DEFAULT_SINK_TOKENS})
       --scheduler fixed|feedback  feedback: K and post/pre from the measured stage times; fixed: --k and
                                --timing every step. Default: feedback with --k-min, fixed with --k or
-                               --timing alone, else feedback on a GPU and fixed on the CPU
+                               --timing alone, else feedback on a GPU and fixed on the CPU (feedback's K
+                               follows the measured stage times: a --seed run repeats its text only with fixed)
       --k N                    fixed: offloaded tokens selected per KV head and layer (clamped); feedback:
                                the first step's K (default: the model's profiled K_min, else ${DEFAULT_K})
       --k-min N                feedback: K never goes below N (default: the model's profile, else ${DEFAULT_K})

@@ -48,9 +48,12 @@ export function readTextFile(path: string, what: string): string {
   return decodeUtf8(bytes, `${what} ${path}`);
 }
 
-/** The prompt text: --prompt, else --prompt-file, else all of stdin. */
+/** The prompt text: --prompt, else --prompt-file, else all of stdin; one that holds no text (empty or only white space) is an error. */
 export async function readPrompt(opts: { prompt?: string; promptFile?: string }, io: CliIo): Promise<string> {
-  if (opts.prompt !== undefined) return opts.prompt;
-  if (opts.promptFile !== undefined) return readTextFile(opts.promptFile, "prompt file");
-  return decodeUtf8(await io.readStdin(), "the prompt on stdin");
+  const [text, source] =
+    opts.prompt !== undefined ? [opts.prompt, "--prompt"]
+    : opts.promptFile !== undefined ? [readTextFile(opts.promptFile, "prompt file"), `prompt file ${opts.promptFile}`]
+    : [decodeUtf8(await io.readStdin(), "the prompt on stdin"), "the prompt on stdin"];
+  if (text.trim() === "") throw new HybridgenError(`the prompt is empty (${source} holds no text)`, "EPROMPT");
+  return text;
 }

@@ -12,7 +12,7 @@ import { readTextFile } from "./read-prompt.js";
 
 export const PromptLineSchema = z
   .object({
-    prompt: z.string({ error: "must be a string" }),
+    prompt: z.string({ error: "must be a string" }).refine((t) => t.trim() !== "", "is empty"),
     max_tokens: z.number({ error: "must be a number" }).int("must be an integer").min(1, "must be at least 1").optional(),
     temperature: z.number({ error: "must be a number" }).min(0, "must be ≥ 0").max(100, "must be ≤ 100").optional(),
     seed: z.number({ error: "must be a number" }).int("must be an integer").min(0, "must be ≥ 0").max(0xffffffff, "must be < 2^32").optional(),

@@ -67,6 +67,16 @@ describe("bad input gives one line and a non-zero exit", () => {
     it(name, () => expectOneLineError(runBin(args), message));
   }
 
+  it("an empty prompt: by flag, on stdin, in a file, on a --prompts line", () => {
+    expectOneLineError(runBin(["generate", "--model", model, "--prompt", ""]), /^error: the prompt is empty \(--prompt holds no text\)$/);
+    expectOneLineError(runBin(["generate", "--model", model], { input: " \n\n" }), /^error: the prompt is empty \(the prompt on stdin holds no text\)$/);
+    const file = join(tmp, "empty-prompt.txt"), lines = join(tmp, "empty-prompt.jsonl");
+    writeFileSync(file, "");
+    writeFileSync(lines, '{"prompt": "Once"}\n{"prompt": "  "}\n');
+    expectOneLineError(runBin(["generate", "--model", model, "--prompt-file", file]), /^error: the prompt is empty \(prompt file .*empty-prompt\.txt holds no text\)$/);
+    expectOneLineError(runBin(["generate", "--model", model, "--prompts", lines]), /line 2: "prompt" is empty \(got "  "\)$/);
+  });
+
   it("missing model directory", () => {
     const dir = join(tmp, "no-such-model");
     expectOneLineError(runBin(["generate", "--model", dir, "--prompt", "hi"]), new RegExp(dir.replace(/[/.]/g, "\\$&")));

@@ -82,7 +82,7 @@ describe("generate --prompts --batch 2 --attention hybrid (CPU backend)", () => 
       expect(byIndex[i].tokens, p.prompt).toEqual(one.tokens);
     });
     expect(r.stderr).toMatch(/^hybrid: selector topk, fixed scheduler \(K 4 post, from the flags\)/m);
-    for (const slot of [0, 1]) expect(r.stderr).toMatch(new RegExp(`^slot ${slot} hybrid: \\d+ tokens offloaded, mean K [\\d.]+, per layer`, "m"));
+    for (const slot of [0, 1]) expect(r.stderr).toMatch(new RegExp(`^slot ${slot} hybrid: \\d+ tokens offloaded, mean rows selected per KV head [\\d.]+, per layer`, "m"));
     expect(r.stderr.trimEnd().split("\n").find((l) => l.startsWith("prompts:"))).toMatch(/^prompts: 3, batch: 2 \| /);
   });
 });

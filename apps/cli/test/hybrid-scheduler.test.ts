@@ -121,4 +121,21 @@ describe("hybridgen generate --scheduler (stories15M)", () => {
       expect(r.stdout).toBe("");
     }
   });
+
+  it("--seed with the feedback scheduler says the text may differ; with fixed (the CPU's default) the same seed repeats the text", async () => {
+    requireBuiltBin();
+    const model = await stories15M();
+    const args = ["generate", "--model", model, "-p", PROMPT, "-n", "24", "-t", "0.8", "--seed", "7", "--threads", "1", ...HY];
+    const note = "note: --seed repeats the sampling, not the feedback scheduler's K";
+    const feedback = runBin([...args, "--scheduler", "feedback", "--k-min", "8"]);
+    expect(feedback.code, feedback.stderr).toBe(0);
+    expect(feedback.stderr).toContain(note);
+    const [a, b] = [runBin(args), runBin(args)];
+    for (const r of [a, b]) {
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stderr).toContain("fixed scheduler");
+      expect(r.stderr).not.toContain(note);
+    }
+    expect(b.stdout).toBe(a.stdout);
+  });
 });

@@ -36,7 +36,7 @@ describe("hybridgen generate --attention hybrid (stories15M)", () => {
     expect(full.code).toBe(0);
     expect(hy.code).toBe(0);
     expect(hy.stdout).toBe(full.stdout);
-    expect(hy.stderr).toMatch(/hybrid: \d+ tokens offloaded, mean K [\d.]+, per layer: CPU stage [\d.]+ ms, device stage [\d.]+ ms, \d+% of the CPU stage hidden/);
+    expect(hy.stderr).toMatch(/hybrid: \d+ tokens offloaded, mean rows selected per KV head [\d.]+, per layer: CPU stage [\d.]+ ms, device stage [\d.]+ ms, \d+% of the CPU stage hidden/);
   });
 
   it("top-K speculative runs and says when K is clamped", () => {

@@ -51,6 +51,12 @@ describe("hybridgen generate --selector PLUGIN (stories15M)", () => {
     writeFileSync(join(tmp, "js-topk.ts"), topkPlugin("js-topk", false));
     writeFileSync(join(tmp, "vandal.ts"), topkPlugin("js-topk-vandal", true));
     writeFileSync(join(tmp, "strided.ts"), STRIDED);
+    // At run time, after a few good steps: one throws at layer 2 of step 3, one returns an id past the offloaded tokens.
+    const late = (name: string, body: string) => `import { defineSelector } from "@hybridgen/selectors";
+export default defineSelector({ name: "${name}", timings: ["pre", "post"], select: ({ step, layer, offloaded }) => { ${body} } });
+`;
+    writeFileSync(join(tmp, "throws.ts"), late("late-throw", 'if (step >= 3 && layer === 2) throw new Error("lost my index"); return { kind: "shared", ids: [offloaded - 1] };'));
+    writeFileSync(join(tmp, "bad-ids.ts"), late("late-bad-ids", "return { kind: \"shared\", ids: [step >= 3 ? offloaded + 3 : offloaded - 1] };"));
   });
 
   it("a plugin by path prints the built-in topk's text; one that writes into its input prints the same", () => {
@@ -75,6 +81,18 @@ describe("hybridgen generate --selector PLUGIN (stories15M)", () => {
     expect(bad.status).toBe(2);
     expect(bad.stdout).toBe("");
     expect(bad.stderr).toBe('error: selector "strided" options: unknown key "strde" (it takes stride)\n');
+  });
+
+  it("a plugin that throws or returns bad ids at run time: exit 2 and one error line naming it, pre or post", () => {
+    for (const timing of ["post", "pre"]) {
+      const thrown = runBin([...HY, "--timing", timing, "--selector", join(tmp, "throws.ts")]);
+      expect(thrown.code, thrown.stderr).toBe(2);
+      expect(thrown.stderr.split("\n").filter((l) => l.startsWith("error:"))).toEqual(['error: selector "late-throw" failed at layer 2, step 3: lost my index']);
+      const bad = runBin([...HY, "--timing", timing, "--selector", join(tmp, "bad-ids.ts")]);
+      expect(bad.code, bad.stderr).toBe(2);
+      expect(bad.stderr).toMatch(/\nerror: selector "late-bad-ids" at layer 0, step 3: ids has id \d+ out of range \[0, \d+\)\n$/);
+      expect(bad.stderr).not.toMatch(/internal error/);
+    }
   });
 
   it("a bad plugin is one line and exit 2", () => {

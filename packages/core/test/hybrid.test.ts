@@ -87,7 +87,7 @@ describe("hybrid attention: selection equals the TypeScript reference on window 
           expect(Math.max(...hy.stored)).toBeGreaterThan(5); // K < offloaded: selection matters
           const want = reference(files, weights, tokens, prompt, hy.stored, sinks, c.ref, mode === "speculative");
           hy.out.forEach((l, i) => expect(maxAbsDiff(l, want[i]), `step ${i}`).toBeLessThan(TOL));
-          expect(hy.stats!.meanK).toBe(5);
+          expect(hy.stats!.meanRows).toBe(5);
         });
       }
     }

@@ -8,6 +8,7 @@ import { existsSync } from "node:fs";
 import { CudaLibrary, EXPECTED_ABI_VERSION } from "./cuda-library.js";
 import { formatCudaVersion, parseDeviceRecord, type CudaDevice } from "./device-record.js";
 import { cudaLibraryPath } from "./library-path.js";
+import { notBuiltReason } from "./not-built.js";
 
 export type CudaAvailability =
   | {
@@ -38,7 +39,7 @@ function unavailable(reason: string, libraryPath: string): CudaAvailability {
 export function openCudaLibrary(path: string): CudaLibrary | string {
   const have = opened.get(path);
   if (have) return have;
-  if (!existsSync(path)) return `the CUDA library is not built (${path} is missing; building the package needs nvcc)`;
+  if (!existsSync(path)) return notBuiltReason(path);
   let lib: CudaLibrary;
   try {
     lib = new CudaLibrary(path);

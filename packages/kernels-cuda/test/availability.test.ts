@@ -3,6 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { CudaLibrary, EXPECTED_ABI_VERSION, cudaAvailability, cudaLibraryPath, describeCudaAvailability } from "../src/index.js";
+import { notBuiltReason } from "../src/not-built.js";
 
 const libPath = cudaLibraryPath();
 const built = existsSync(libPath);
@@ -40,7 +41,7 @@ describe("cudaAvailability", () => {
   it("a missing library is a reason, not an exception", () => {
     const a = cudaAvailability({ libraryPath: join(tmp, "nope.so") });
     expect(a.available).toBe(false);
-    if (!a.available) expect(a.reason).toBe(`CUDA unavailable: the CUDA library is not built (${join(tmp, "nope.so")} is missing; building the package needs nvcc)`);
+    if (!a.available) expect(a.reason).toBe(`CUDA unavailable: ${notBuiltReason(join(tmp, "nope.so"))}`);
   });
 
   it("a file that is not a library is a reason, not a crash", () => {
@@ -69,5 +70,15 @@ describe.skipIf(!built)("the native probe", () => {
     const bad = lib.deviceInfo(4096);
     expect(bad.rc).toBeLessThan(0);
     expect(bad.text).toMatch(/^cuda\w+: /);
+  });
+});
+
+describe("why the library is missing", () => {
+  it("names the step this machine lacks: nvcc, a GPU (set-up builds only where one is found), or the build itself", () => {
+    const p = "/x/libhgcuda.so";
+    expect(notBuiltReason(p, { nvcc: false, gpu: false })).toBe("the CUDA library is not built (/x/libhgcuda.so is missing: building it needs nvcc (the CUDA toolkit))");
+    expect(notBuiltReason(p, { nvcc: true, gpu: false })).toBe("the CUDA library is not built (/x/libhgcuda.so is missing: set-up builds it only where a GPU is found, and this machine has none (HYBRIDGEN_BUILD_CUDA=1 builds it anyway))");
+    expect(notBuiltReason(p, { nvcc: true, gpu: true })).toBe("the CUDA library is not built (/x/libhgcuda.so is missing: run npm run setup, or bun run build in packages/kernels-cuda)");
+    expect(notBuiltReason(p, { nvcc: false, gpu: true })).toMatch(/needs nvcc/);
   });
 });

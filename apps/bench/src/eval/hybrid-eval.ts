@@ -99,7 +99,7 @@ for (const [label, selector, k, timing, options] of configs) {
   });
   const s = h.stats, per = (ms: number) => (s.layerSteps ? (ms / s.layerSteps) * 1000 : 0).toFixed(1);
   rows.push([label, selector === "all" ? "all" : String(k), timing, options.logits ?? "speculative", `${((agree / got.length) * 100).toFixed(1)}%`, (kl / got.length).toExponential(2),
-    s.meanK.toFixed(1), per(s.cpuStageMs + s.cpuJsMs), per(s.deviceMs), `${Math.round(s.hiddenFraction * 100)}%`]);
+    s.meanRows.toFixed(1), per(s.cpuStageMs + s.cpuJsMs), per(s.deviceMs), `${Math.round(s.hiddenFraction * 100)}%`]);
 }
 const head = ["selector", "K", "timing", "logits", "top-1 agree", "mean KL", "mean K", "CPU µs/layer", "device µs/layer", "CPU hidden"];
 const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i].length)));

@@ -91,7 +91,7 @@ for (const length of LENGTHS) {
         const res = results[name]![length]!;
         res.total++;
         if (argmax(logits) === answer) res.correct++;
-        res.meanK += h.stats.meanK;
+        res.meanK += h.stats.meanRows;
         res.cpuMsPerLayer += h.stats.layerSteps ? (h.stats.cpuStageMs + h.stats.cpuJsMs) / h.stats.layerSteps : 0;
       } finally {
         h.close();

@@ -1,4 +1,5 @@
 import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel, readHybridProfile } from "@hybridgen/core";
+import { hybridPlan } from "@hybridgen/runtime";
 import { ABORTED, untilAborted } from "../abortable.js";
 import { renderChat } from "../chat-prompt.js";
 import { formatRate, samplingOf, type GenerateCliOptions } from "../generate-options.js";
@@ -105,6 +106,10 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   );
   io.uninterruptible?.(false);
   if (hybridAttention) progress(hybridPlanLine(hybridAttention));
+  // The feedback scheduler's K follows the measured stage times, so a seed repeats the sampling but not the tokens hybrid attention selects.
+  if (hybridAttention && opts.seed !== undefined && opts.temperature > 0 && hybridPlan(hybridAttention)?.scheduler === "feedback") {
+    progress("note: --seed repeats the sampling, not the feedback scheduler's K (it follows the measured stage times), so the text may differ run to run; --scheduler fixed repeats it");
+  }
   if (placed) progress(placed.line);
   if (io.signal?.aborted) return interrupted();
   // After the run: each sequence's stage stats, and what the K spill moved over all of them.

@@ -92,7 +92,8 @@ export class HybridStats extends OffloadCounters {
     return s.length ? [0, 1, 2, 3].map((p) => median(s.map((x) => x[p]!))) : undefined;
   }
 
-  get meanK(): number {
+  /** Rows each KV head's selection held, per layer and step: K, or under verified logits the 4·K candidates (not the scheduler's K). */
+  get meanRows(): number {
     return this.perLayerStep(this.sumK);
   }
 
@@ -133,13 +134,13 @@ export class HybridStats extends OffloadCounters {
   }
 
   /**
-   * e.g. "hybrid: 224 tokens offloaded, mean K 32.0, per layer: CPU stage 0.021 ms, device stage 0.310 ms, 71% of the CPU stage
+   * e.g. "hybrid: 224 tokens offloaded, mean rows selected per KV head 32.0, per layer: CPU stage 0.021 ms, device stage 0.310 ms, 71% of the CPU stage
    * hidden … (median of 9 hybrid steps), transfers 0.004 ms; …". The per-layer times are the median step's (steady(), steadySplit()).
    */
   summary(): string {
     const m = this.steady(), layers = this.steps ? this.layerSteps / this.steps : 0;
     const per = (ms: number) => (layers ? ms / layers : 0).toFixed(3);
-    return `hybrid: ${this.offloaded} tokens offloaded, mean K ${this.meanK.toFixed(1)}, per layer: ` +
+    return `hybrid: ${this.offloaded} tokens offloaded, mean rows selected per KV head ${this.meanRows.toFixed(1)}, per layer: ` +
       `CPU stage ${per(m.cpu)} ms, device stage ${per(m.gpu)} ms, ` +
       `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (median of ${this.steps} hybrid steps), ` +
       `transfers ${per(m.tx)} ms; driving thread per layer: issuing ${per(m.issue)} ms, waiting for the CPU stage ${per(m.wait)} ms` + this.splitSummary() + (this.rows ? `; ${this.rows}` : "") +
