@@ -104,7 +104,8 @@ function transports(root: string): HouseCheck {
       continue;
     }
     const stem = basename(file.f, ".ts");
-    if (!tests.some((x) => basename(x).startsWith(stem) || readFileSync(x, "utf8").includes(`${stem}.js`))) untested.push(stem);
+    const named = new RegExp(`^(transport-${t}|${t}-transport)\\.test\\.ts$`);
+    if (!tests.some((x) => named.test(basename(x)) || readFileSync(x, "utf8").includes(`/${stem}.js`))) untested.push(stem);
   }
   const met = missing.length === 0 && untested.length === 0;
   return { name: "the step's transports each in their own file with a test", met, detail: met ? wanted.map((t) => `${t}-transport.ts`).join(", ") : [missing.length ? `no file for ${missing.join(", ")}` : "", untested.length ? `no test for ${untested.join(", ")}` : ""].filter(Boolean).join("; ") };
