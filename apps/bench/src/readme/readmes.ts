@@ -76,8 +76,6 @@ export interface ReadmeTable {
   /** 1-based line of the header row, and the rows (header, separator, body) as written. */
   readonly line: number;
   readonly rows: readonly string[];
-  /** Whether a body cell holds a measured figure (a number with a decimal point or of 3+ digits). */
-  readonly hasFigures: boolean;
 }
 
 /** Every markdown table of `text`, outside fenced blocks. */
@@ -90,9 +88,7 @@ export function markdownTables(readme: string, text: string): ReadmeTable[] {
     if (inFence || !lines[i]!.startsWith("|") || !/^\|[\s:|-]+\|$/.test(lines[i + 1] ?? "")) continue;
     const start = i;
     while (i < lines.length && lines[i]!.startsWith("|")) i++;
-    const rows = lines.slice(start, i);
-    const body = rows.slice(2).map((r) => r.split("|").slice(2).join("|"));
-    out.push({ readme, line: start + 1, rows, hasFigures: body.some((cells) => /\d\.\d|\d{3}/.test(cells.replace(/`[^`]*`/g, ""))) });
+    out.push({ readme, line: start + 1, rows: lines.slice(start, i) });
     i--;
   }
   return out;

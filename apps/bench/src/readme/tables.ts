@@ -134,10 +134,11 @@ export interface TableState {
   readonly marked: number;
 }
 
-/** Whether a table is one of figures: a body cell (after the first column) that starts with a number, in a table that is not a list of flags or options. */
+/** Whether a table is one of figures: at least a third of its body cells after the first column start with a number, and it is not a list of flags or options (whose defaults are numbers). */
 export function isFigureTable(t: ReadmeTable): boolean {
   if (/\|\s*(flag|option|variable|configuration)\s*\|/.test(t.rows[0]!) || /\|\s*(meaning|default|effect|what it is)\s*\|/.test(t.rows[0]!)) return false;
-  return t.rows.slice(2).some((r) => r.split("|").slice(2, -1).some((c) => /^\**[~≈<>±−-]?\d/.test(c.trim())));
+  const cells = t.rows.slice(2).flatMap((r) => r.split("|").slice(2, -1).map((c) => c.trim()));
+  return cells.length > 0 && cells.filter((c) => /^\**[~≈<>±−-]?\d/.test(c)).length * 3 >= cells.length;
 }
 
 /** Every marked table of `readme` regenerated, and what differs or lacks a marker. */
