@@ -6,22 +6,14 @@
  * (core's Sampler on both sides), so every step depends on the whole distribution, not just
  * its argmax: tiny random models tend to repeat one greedy token, which would prove little.
  */
-import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import {
-  DummyWeightSource,
-  ReferenceBackend,
-  Sampler,
-  describeModel,
-  loadModel,
-  openModelDir,
-  tensorSpecsOf,
-  writeSafetensors,
-} from "@hybridgen/core";
+import { ReferenceBackend, Sampler, describeModel, loadModel, openModelDir } from "@hybridgen/core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { requireBuiltBin, runBin } from "./helpers.js";
 import { stories15M } from "./model-fixture.js";
+import { writeTinyCheckpoint } from "./tiny-checkpoint.js";
 
 const VOCAB = 32000; // the stories15M tokenizer is reused, so the vocab matches it
 const STEPS = 12;
@@ -68,20 +60,7 @@ beforeAll(async () => {
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
 
 function writeCheckpoint(f: (typeof FAMILIES)[number], extraFiles: Record<string, string> = {}): string {
-  const dir = join(tmp, f.name + (Object.keys(extraFiles).length ? "-extra" : ""));
-  mkdirSync(dir, { recursive: true });
-  const { config, shape } = describeModel(f.config, `${f.name}/config.json`);
-  const specs = tensorSpecsOf(config, shape);
-  const weights = new DummyWeightSource(specs, { seed: f.seed, dtype: "f32" });
-  const tensors = specs.map((s) => {
-    const w = weights.get(s.name)!;
-    return { name: s.name, dtype: w.dtype, shape: w.shape, data: w.bytes.slice() };
-  });
-  writeSafetensors(join(dir, "model.safetensors"), tensors);
-  writeFileSync(join(dir, "config.json"), JSON.stringify({ ...f.config, torch_dtype: "float32" }));
-  copyFileSync(tokenizerJson, join(dir, "tokenizer.json"));
-  for (const [name, text] of Object.entries(extraFiles)) writeFileSync(join(dir, name), text);
-  return dir;
+  return writeTinyCheckpoint(join(tmp, f.name + (Object.keys(extraFiles).length ? "-extra" : "")), f.config, f.seed, tokenizerJson, extraFiles);
 }
 
 /** The decode loop written out by hand on the ReferenceBackend. */

@@ -1,4 +1,6 @@
-// The serve scheduler in process, with hybrid attention on stories15M: the planner's ledger
+// The serve scheduler in process on stories15M: a long prompt joining a running request is
+// prefilled one chunk a turn, a decode step of the running one between every two chunks. With
+// hybrid attention the planner's ledger
 // admits only the requests whose stores fit the tiers left (here room for two), the rest wait
 // and join as stores come back; every request gets the tokens of `hybridgen generate` alone
 // with the same flags; slots are renewed (the released attentions pruned) and the ledger ends
@@ -27,12 +29,49 @@ afterAll(() => {
 });
 const memory = (bytes: number): MemoryTier[] => [{ id: "node0", kind: "dram", numaNode: 0, capacityBytes: bytes }];
 
-/** `hybridgen generate --json` in process with the same hybrid flags: one prompt alone. */
-async function alone(prompt: string, n: number): Promise<string> {
+/** `hybridgen generate --json` in process (by default with the same hybrid flags): one prompt alone. */
+async function alone(prompt: string, n: number, flags: readonly string[] = FLAGS): Promise<string> {
   const io = bufferedIo({ env: process.env });
-  expect(await runCli(["generate", "--device", "cpu", "--threads", "1", "-t", "0", "-n", String(n), "-p", prompt, "--json", ...FLAGS], io), io.err).toBe(0);
+  expect(await runCli(["generate", "--device", "cpu", "--threads", "1", "-t", "0", "-n", String(n), "-p", prompt, "--json", ...flags], io), io.err).toBe(0);
   return JSON.parse(io.out).text;
 }
+
+describe("the serve scheduler: chunked prefill between decode steps", () => {
+  it("a long prompt joining a running request is prefilled a chunk a turn, a decode step between every two chunks; both texts are generate's alone", async () => {
+    const long = "Tom had a red kite. It flew high over the park and the trees. ".repeat(6).trim();
+    const [wantA, wantB] = [await alone(PROMPTS[0]!, 60, []), await alone(long, 20, [])];
+    using files = openModelDir(await stories15M());
+    using backend = createCpuBackend({ threads: 1 });
+    using model = loadModel(files, backend, { maxContext: 256 });
+    using dec = new BatchDecoder(model, 2);
+    const calls: string[] = [];
+    const prefill = dec.prefill.bind(dec), step = dec.step.bind(dec);
+    dec.prefill = (slot, ids, start) => (calls.push(`prefill ${slot}`), prefill(slot, ids, start));
+    dec.step = (slots, ids) => (calls.push(`step ${slots.length}`), step(slots, ids));
+    const scheduler = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, new ServeMetrics(), {
+      slots: [0, 1], queueLimit: 4, chunk: 8, maxContext: 256, eos: files.shape.eosTokenIds, bytesPerToken: 1, ledger: null,
+    });
+    const run = (prompt: string, maxTokens: number, onText: () => void = () => {}) => new Promise<string>((resolve) => {
+      scheduler.submit({
+        ids: files.tokenizer.encode(prompt), maxTokens, sampling: { temperature: 0 }, stop: [], arrivedMs: performance.now(), onText,
+        onFinish: (r) => resolve(r.text),
+      });
+    });
+    let joined: Promise<string> | null = null, seen = 0;
+    const a = run(PROMPTS[0]!, 60, () => {
+      if (++seen === 3) joined = run(long, 20);
+    });
+    expect(await a).toBe(wantA);
+    expect(await joined!).toBe(wantB);
+    const chunks = Math.ceil(files.tokenizer.encode(long).length / 8);
+    expect(chunks).toBeGreaterThan(8);
+    const first = calls.indexOf("prefill 1"), last = calls.lastIndexOf("prefill 1");
+    const during = calls.slice(first, last + 1);
+    expect(during.filter((c) => c === "prefill 1")).toHaveLength(chunks);
+    // Never two chunks in a row while slot 0 decodes: each is followed by one step of the running request.
+    during.forEach((c, i) => i % 2 === 0 ? expect(c).toBe("prefill 1") : expect(c).toBe("step 1"));
+  });
+});
 
 describe("the serve scheduler with hybrid attention and the planner's ledger", () => {
   it("admits only what the tiers left hold; the others wait and join; each request's text is generate's alone", async () => {
