@@ -78,7 +78,9 @@ async function serveModel(
   const isHybrid = hybrid.attention === "hybrid";
   const opened = await openBackend(o.device, threads, isHybrid);
   using backend = opened.backend;
-  const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext, batch: o.maxBatch, hybrid: isHybrid });
+  // Hybrid attention keeps slot 0 (the model's own sequence) idle beside the --max-batch slots: it holds a window too.
+  const slots = isHybrid ? o.maxBatch + 1 : o.maxBatch;
+  const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext, batch: slots, hybrid: isHybrid });
   using model = loadModel(files, backend, { maxContext, ...(o.dtype === undefined ? {} : { weightDtype: o.dtype }), ...windowLoadOptions({ ...hybrid, gpuKvBudget: window }) });
   // Hybrid attention: every request past the window gets a store the planner placed on the tiers left; slot 0 (the model's own sequence) stays idle.
   const ledger = isHybrid && model.cache.storeCapacity > 0 ? await StoreLedger.open(model.cache, o.tier) : null;
@@ -89,7 +91,6 @@ async function serveModel(
     return a;
   };
   const profile = isHybrid ? readHybridProfile(dir, io.env.HYBRIDGEN_CACHE) : null;
-  const slots = isHybrid ? o.maxBatch + 1 : o.maxBatch;
   using hybrids = await attachHybrid(model, backend, hybrid, profile, ledger ? allocator : undefined, slots, o.tier.readDepth);
   using dec = new BatchDecoder(model, slots);
   io.uninterruptible?.(false);
