@@ -4,7 +4,8 @@
 // admits only the requests whose stores fit the tiers left (here room for two), the rest wait
 // and join as stores come back; every request gets the tokens of `hybridgen generate` alone
 // with the same flags; slots are renewed (the released attentions pruned) and the ledger ends
-// empty. The ledger alone: a context within the window needs no store; refusals are one line.
+// empty; a store that cannot be made fails only its own request. The ledger alone: a context
+// within the window needs no store; refusals are one line.
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -114,6 +115,37 @@ describe("the serve scheduler with hybrid attention and the planner's ledger", (
     expect(hybrids!.all).toHaveLength(5); // the own sequence's and one live attention a slot: released ones pruned
     expect(metrics.finished.get({ reason: "length" })).toBe(5);
     await scheduler.idle();
+  });
+
+  it("a store that cannot be built (its disk directory gone) fails that request with a one-line error; the next ones are served", async () => {
+    using files = openModelDir(await stories15M());
+    using backend = createCpuBackend({ threads: 1 });
+    using model = loadModel(files, backend, { maxContext: 256, gpuKvBudget: 32, sinkTokens: 4 });
+    const dir = mkdtempSync(join(tmpdir(), "hg-ledger-gone-"));
+    const ledger = await StoreLedger.on([...memory(2 ** 30), { id: `file:${dir}`, kind: "file", path: dir, capacityBytes: 2 ** 30 }], model.cache, { kvPlacement: "semantic", kvDisk: dir, hostKvBudget: 0 });
+    rmSync(dir, { recursive: true });
+    let next: KvStoreAllocator | null = null;
+    using hybrids = await attachHybrid(model, backend, hybridFlags, null, () => {
+      const a = next ?? ledger.idle();
+      next = null;
+      return a;
+    }, 2);
+    using dec = new BatchDecoder(model, 2);
+    const errors: string[] = [];
+    const scheduler = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, new ServeMetrics(), {
+      slots: [1], queueLimit: 4, chunk: 64, maxContext: 256, eos: files.shape.eosTokenIds, bytesPerToken: 1,
+      ledger, nextStore: (a) => (next = a), prune: (hybrids as unknown as { prune(): void }).prune, onError: (m) => errors.push(m),
+    });
+    const run = (maxTokens: number) => new Promise<{ finish: string; text: string; error?: string }>((resolve) => {
+      scheduler.submit({ ids: files.tokenizer.encode(PROMPTS[0]!), maxTokens, sampling: { temperature: 0 }, stop: [], arrivedMs: 0, onText() {}, onFinish: resolve });
+    });
+    const [failed, fits] = await Promise.all([run(40), run(20)]);
+    expect(failed).toMatchObject({ finish: "abort", text: "" });
+    expect(failed.error).toBe(`K spill: cannot create a file in ${dir}: ENOENT`); // all of K past memory spills: its file is made first
+    expect(errors).toEqual([failed.error]);
+    expect(fits.finish).toBe("length"); // within the window: no store, served on the same slot
+    expect(fits.text).toBe(await alone(PROMPTS[0]!, 20));
+    expect([...ledger.reservedByTier().values()]).toEqual([0, 0]);
   });
 
   it("the ledger: a context within the window needs no store; stores come back on release; the disk tier's files go with them", async () => {

@@ -75,6 +75,7 @@ export interface SchedulerOptions {
 }
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
+const oneLine = (e: unknown): string => (e instanceof Error ? e.message : String(e)).replace(/\s*\n\s*/g, " ");
 
 export class ServeScheduler {
   private readonly queue: Queued[] = [];
@@ -83,6 +84,8 @@ export class ServeScheduler {
   private readonly eos: Set<number>;
   private readonly picks: Int32Array;
   private readonly seen = new WeakSet<object>();
+  /** Slots whose sequence was released and not yet made anew (a renewal failed). */
+  private readonly stale = new Set<number>();
   private wake: (() => void) | null = null;
   private looping: Promise<void> | null = null;
   private stopping = false;
@@ -187,18 +190,25 @@ export class ServeScheduler {
     }
   }
 
-  /** An engine error (a bug, or memory refused): every running request ends with it (HTTP 500 or an error event); the server goes on. */
+  /** A fresh sequence in `slot` on `store` (BatchDecoder.renew; the storeAllocator function hands it over); marked stale until it succeeds. */
+  private renew(slot: number, store: KvStoreAllocator): void {
+    this.stale.add(slot);
+    this.o.nextStore!(store);
+    this.dec.renew(slot);
+    this.stale.delete(slot);
+    this.o.prune?.();
+  }
+
+  /** An engine error (a bug, or memory refused mid-step): every running request ends with it (HTTP 500 or an error event); the server goes on. */
   private fail(e: unknown): void {
-    const message = `internal error: ${e instanceof Error ? e.message : String(e)}`.replace(/\s*\n\s*/g, " ");
+    const message = `internal error: ${oneLine(e)}`;
     this.o.onError?.(message);
     for (const r of this.active.splice(0)) {
       if (r.store) {
         try {
-          this.o.nextStore!(this.o.ledger!.idle());
-          this.dec.renew(r.slot);
-          this.o.prune?.();
+          this.renew(r.slot, this.o.ledger!.idle());
         } catch {
-          /* the slot keeps the sequence it has; a later renew retries */
+          /* the slot stays stale: its next request renews it */
         }
         this.o.ledger!.release(r.store);
       }
@@ -223,22 +233,26 @@ export class ServeScheduler {
       const context = job.ids.length + job.maxTokens;
       // A context past the window needs a store (a slot that held one was renewed idle when it left).
       let store: PlacedSlotStore | null = null;
-      if (this.o.ledger?.needsStore(context)) {
-        store = this.o.ledger.place();
-        if (!store) return;
-      }
-      this.queue.shift();
-      const slot = this.free.pop()!;
-      if (store) {
-        try {
-          this.o.nextStore!(store.allocator);
-          this.dec.renew(slot);
-          this.o.prune?.();
-        } catch (e) {
-          this.o.ledger!.release(store);
-          this.free.push(slot);
-          throw e;
+      const slot = this.free[this.free.length - 1]!;
+      try {
+        if (this.o.ledger?.needsStore(context)) {
+          store = this.o.ledger.place();
+          if (!store) return;
         }
+        this.queue.shift();
+        this.free.pop();
+        // A request with a store renews the slot on it; so does any request on a slot whose last renewal failed.
+        if (store || this.stale.has(slot)) this.renew(slot, store?.allocator ?? this.o.ledger!.idle());
+      } catch (e) {
+        // The store could not be made (memory or a disk file refused): this request fails, the others go on.
+        if (this.queue[0] === q) this.queue.shift();
+        if (store) this.o.ledger!.release(store);
+        if (!this.free.includes(slot)) this.free.push(slot);
+        const message = oneLine(e);
+        this.o.onError?.(message);
+        this.metrics.finished.inc(1, { reason: "error" });
+        job.onFinish({ finish: "abort", text: "", promptTokens: job.ids.length, completionTokens: 0, error: message });
+        continue;
       }
       const sampler = new Sampler(this.vocabSize, job.sampling);
       sampler.observeAll(job.ids);
@@ -307,9 +321,11 @@ export class ServeScheduler {
       this.active.splice(i, 1);
       if (r.store) {
         // The sequence goes now, not at the slot's next request: its store's memory and files are freed at once.
-        this.o.nextStore!(this.o.ledger!.idle());
-        this.dec.renew(r.slot);
-        this.o.prune?.();
+        try {
+          this.renew(r.slot, this.o.ledger!.idle());
+        } catch (e) {
+          this.o.onError?.(oneLine(e)); // the old sequence is released already; the slot's next request renews it
+        }
         this.o.ledger!.release(r.store);
       }
       this.free.push(r.slot);

@@ -80,14 +80,21 @@ export class StoreLedger {
     return tokens > this.window;
   }
 
-  /** A store on the tiers left, reserved until release(); null when it does not fit now. */
+  /** A store on the tiers left, reserved until release(); null when it does not fit now; throws (nothing reserved) when it cannot be made. */
   place(): PlacedSlotStore | null {
     const r = this.layout(this.reserved);
     if (!r.fits) return null;
+    const store = new this.kernels.TieredStore(r.layout);
+    let allocator: KvStoreAllocator = store;
+    try {
+      if (r.layout.kSpill) allocator = new this.runtime.KSpill(store); // its spill file is made here: it may fail
+    } catch (e) {
+      store.release();
+      throw e;
+    }
     const bytesByTier = layoutBytes(r.tiers);
     for (const [id, b] of bytesByTier) this.reserved.set(id, (this.reserved.get(id) ?? 0) + b);
-    const store = new this.kernels.TieredStore(r.layout);
-    return { allocator: r.layout.kSpill ? new this.runtime.KSpill(store) : store, bytesByTier };
+    return { allocator, bytesByTier };
   }
 
   /** Gives a store's tier bytes back (its request left). */
