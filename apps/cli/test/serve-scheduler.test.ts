@@ -1,8 +1,7 @@
 // The serve scheduler in process on stories15M: a long prompt joining a running request is
 // prefilled one chunk a turn, a decode step of the running one between every two chunks. With
-// hybrid attention the planner's ledger
-// admits only the requests whose stores fit the tiers left (here room for two), the rest wait
-// and join as stores come back; every request gets the tokens of `hybridgen generate` alone
+// hybrid attention the planner's ledger admits only the requests whose stores fit the tiers left
+// (here room for two), the rest wait and join as stores come back; every request gets the tokens of `hybridgen generate` alone
 // with the same flags; slots are renewed (the released attentions pruned) and the ledger ends
 // empty; a store that cannot be made fails only its own request. The ledger alone: a context
 // within the window needs no store; refusals are one line.
