@@ -1,14 +1,15 @@
 /**
  * The workspace's package graph and the rules it must keep: no package (packages/*) depends on or
- * imports an app (apps/*), no backend imports another backend, and no source file reaches into
- * another workspace by a relative path. Read from every package.json's dependency fields and from
- * the import specifiers of every source file of each workspace (any folder but node_modules, dist
- * and built libraries) and of the repository's own scripts (`scripts/`, outside every workspace).
+ * imports an app (apps/*), no backend imports another backend, the spec imports no workspace, the
+ * plugins (selectors, scheduler, memtier, both backends) ship on the spec alone, and no source file
+ * reaches into another workspace by a relative path. Read from every package.json's dependency fields
+ * and from the import specifiers of every source file of each workspace (any folder but node_modules,
+ * dist and built libraries) and of the repository's own scripts (`scripts/`, outside every workspace).
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
 
-/** The backends: neither may import the other (the engine picks one; core holds their contract). */
+/** The backends: neither may import the other (the engine picks one; the spec holds their contract). */
 export const BACKENDS: readonly string[] = ["@hybridgen/kernels-cpu", "@hybridgen/kernels-cuda"];
 /** Folders never scanned: installed, built or generated files. */
 const SKIPPED_DIRS: ReadonlySet<string> = new Set(["node_modules", "dist", "lib", "prebuilds", "bench-out"]);
@@ -18,7 +19,14 @@ const SKIPPED_DIRS: ReadonlySet<string> = new Set(["node_modules", "dist", "lib"
 const PUBLISHED_DIR = "src";
 /** The repository's scripts outside every workspace: scanned too, and must not reach into one. */
 export const ROOT_SCRIPT_DIRS: readonly string[] = ["scripts"];
+/** The contracts: it depends on no workspace. */
+export const SPEC = "@hybridgen/spec";
+/** Packages that meet the engine on the spec alone: their dependencies and their src import no other
+ * workspace (their tests may still drive the engine through a devDependency). */
+export const PLUGINS: readonly string[] = ["@hybridgen/selectors", "@hybridgen/scheduler", "@hybridgen/memtier", ...BACKENDS];
 const DEP_FIELDS = ["dependencies", "devDependencies", "peerDependencies", "optionalDependencies"] as const;
+/** The fields an installed package brings along (a devDependency stays in the repository). */
+const SHIPPED_FIELDS: readonly string[] = ["dependencies", "peerDependencies", "optionalDependencies"];
 const SOURCE_FILE = /\.(ts|tsx|mts|cts|js|mjs|cjs)$/;
 // import … from "x", export … from "x", import "x", import("x"), require("x")
 const SPECIFIER = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+|\brequire\s*\(\s*)["']([^"']+)["']/g;
@@ -29,12 +37,20 @@ export interface Workspace {
   readonly dir: string;
   readonly kind: "package" | "app";
   readonly deps: readonly string[];
+  /** The dependencies an install of it brings (devDependencies left out). */
+  readonly shipped: readonly string[];
 }
 
 export interface GraphViolation {
   /** The file (or package.json) relative to the root, with its line where it is a source file. */
   readonly where: string;
-  readonly rule: "package imports an app" | "backend imports a backend" | "relative import into another workspace" | "undeclared workspace import";
+  readonly rule:
+    | "package imports an app"
+    | "backend imports a backend"
+    | "spec imports a workspace"
+    | "plugin reaches past the spec"
+    | "relative import into another workspace"
+    | "undeclared workspace import";
   readonly detail: string;
 }
 
@@ -50,8 +66,8 @@ export function readWorkspaces(root: string): Workspace[] {
       const pj = join(dir, "package.json");
       if (!existsSync(pj)) continue;
       const pkg = JSON.parse(readFileSync(pj, "utf8")) as Record<string, unknown>;
-      const deps = DEP_FIELDS.flatMap((f) => Object.keys((pkg[f] as Record<string, string> | undefined) ?? {}));
-      out.push({ name: pkg.name as string, dir, kind: relative(root, base).split(sep)[0] === "apps" ? "app" : "package", deps });
+      const of = (fields: readonly string[]) => fields.flatMap((f) => Object.keys((pkg[f] as Record<string, string> | undefined) ?? {}));
+      out.push({ name: pkg.name as string, dir, kind: relative(root, base).split(sep)[0] === "apps" ? "app" : "package", deps: of(DEP_FIELDS), shipped: of(SHIPPED_FIELDS) });
     }
   }
   return out;
@@ -75,10 +91,13 @@ function workspaceOf(spec: string, byName: Map<string, Workspace>): Workspace | 
   return byName.get(spec.startsWith("@") ? parts.slice(0, 2).join("/") : parts[0]);
 }
 
-/** The rule an edge from `from` to `to` breaks, if any. */
-function edgeRule(from: Workspace, to: Workspace): GraphViolation["rule"] | null {
+/** The rule an edge from `from` to `to` breaks, if any; `shipped`: a dependency an install brings or
+ * an import of the package's src, where a plugin may reach the spec only. */
+function edgeRule(from: Workspace, to: Workspace, shipped: boolean): GraphViolation["rule"] | null {
   if (from.kind === "package" && to.kind === "app") return "package imports an app";
   if (BACKENDS.includes(from.name) && BACKENDS.includes(to.name) && from.name !== to.name) return "backend imports a backend";
+  if (from.name === SPEC && to !== from) return "spec imports a workspace";
+  if (shipped && PLUGINS.includes(from.name) && to.name !== SPEC && to !== from) return "plugin reaches past the spec";
   return null;
 }
 
@@ -90,7 +109,7 @@ export function checkPackageGraph(root: string): GraphViolation[] {
   for (const w of workspaces) {
     for (const dep of w.deps) {
       const to = byName.get(dep);
-      const rule = to && edgeRule(w, to);
+      const rule = to && edgeRule(w, to, w.shipped.includes(dep));
       if (rule) violations.push({ where: relative(root, join(w.dir, "package.json")), rule, detail: `${w.name} depends on ${dep}` });
     }
     const files = sourceFiles(w.dir).map((file) => ({ file, unconfined: relative(w.dir, file).split(sep)[0] !== PUBLISHED_DIR }));
@@ -108,7 +127,7 @@ export function checkPackageGraph(root: string): GraphViolation[] {
         }
         const to = workspaceOf(spec, byName);
         if (!to || to === w) continue;
-        const rule = edgeRule(w, to);
+        const rule = edgeRule(w, to, src);
         if (rule) violations.push({ where, rule, detail: `${w.name} imports ${spec}` });
         else if (!w.deps.includes(to.name)) violations.push({ where, rule: "undeclared workspace import", detail: `${w.name} imports ${spec} without a dependency on ${to.name} in its package.json` });
       }

@@ -5,7 +5,7 @@
  * selector plugin through the library API and the installed `hybridgen` through bunx, on
  * stories15M (fetched by set-up; fetched here when missing).
  */
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ensureStories15M } from "@hybridgen/core";
@@ -94,6 +94,29 @@ console.log(Array.from(b.read(o)).join(","));
 b.close();`;
     writeFileSync(join(project, "check-add.ts"), check);
     expect(sh(BUN, ["check-add.ts"], project, { env })).toBe("1.5,2.25,3,3,3,3");
+  });
+
+  it("bun add @hybridgen/selectors pulls the spec, not the engine, and the spec's kit runs", () => {
+    const author = mkdtempSync(join(tmpdir(), "hybridgen-plugin-author-"));
+    try {
+      writeFileSync(join(author, "package.json"), `${JSON.stringify({ name: "plugin-author", private: true, type: "module" }, null, 2)}\n`);
+      writeFileSync(join(author, ".npmrc"), `@hybridgen:registry=${registry.url}\n`);
+      sh(BUN, ["add", "@hybridgen/selectors", "zod"], author, { env });
+      expect(readdirSync(join(author, "node_modules", "@hybridgen")).sort()).toEqual(["selectors", "spec"]);
+      const check = `import { defineSelector } from "@hybridgen/selectors";
+import { HybridgenError } from "@hybridgen/spec";
+import { ReferenceBackend } from "@hybridgen/spec/kit";
+const s = defineSelector({ name: "first", timings: ["post"], usesBudget: false, select: () => ({ kind: "shared", ids: [0] }) });
+const b = new ReferenceBackend();
+const a = b.alloc([1, 3]), o = b.alloc([1, 3]);
+b.write(a, Float32Array.of(1, 2, 3));
+b.add(o, a, a, 1);
+console.log(typeof s, new HybridgenError("x").name, Array.from(b.read(o)).join(","));`;
+      writeFileSync(join(author, "check-spec.ts"), check);
+      expect(sh(BUN, ["check-spec.ts"], author, { env })).toBe("function HybridgenError 2,4,6");
+    } finally {
+      rmSync(author, { recursive: true, force: true });
+    }
   });
 
   it("a selector plugin runs through the library API and reproduces full attention's text", () => {

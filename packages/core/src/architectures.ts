@@ -6,12 +6,11 @@
  *   using files = openModelDir(dir);
  *   using model = loadModel(files, backend, { maxContext: 2048 });
  */
-import type { Backend, DType } from "./backend.js";
+import { type Backend, type DType, fail } from "@hybridgen/spec";
 import type { Attention, QueryProjector } from "./attention.js";
 import type { BatchModel } from "./batch-decoder.js";
 import { LlamaConfigSchema, resolveLlamaShape, type ArchitectureFamily, type LlamaConfigJson, type ModelShape } from "./config.js";
 import { parseConfigWith } from "./config-parse.js";
-import { fail } from "./errors.js";
 import type { GenerativeModel } from "./generate.js";
 import type { KvCache } from "./kv-cache.js";
 import type { SequenceState } from "./batch-rows.js";

@@ -23,8 +23,7 @@
  * or a full-attention decode step) uses attnCausal (no n × n scores, one kernel for a decode
  * step) instead of the row-by-row stages.
  */
-import type { Backend, Tensor } from "./backend.js";
-import { fail } from "./errors.js";
+import { type Backend, type Tensor, fail } from "@hybridgen/spec";
 import type { KvCache } from "./kv-cache.js";
 
 export interface AttentionLayout {

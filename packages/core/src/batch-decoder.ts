@@ -14,7 +14,7 @@
  */
 import type { SequenceState } from "./batch-rows.js";
 import { MAX_BATCH, type DecoderModel } from "./decoder-model.js";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 
 /** What BatchDecoder needs of a model (DecoderModel has it). */
 export type BatchModel = Pick<

@@ -14,9 +14,8 @@
  * row: layerInput with its residual row (bindResidual), prepareAttend for every row before any
  * row's attend, so all sequences' CPU stages of a layer run before the first is waited on.
  */
-import type { Backend, BatchAttnRow, Tensor } from "./backend.js";
+import { type Backend, type BatchAttnRow, type Tensor, fail } from "@hybridgen/spec";
 import type { Attention, AttentionLayout, DecodeBatchStep } from "./attention.js";
-import { fail } from "./errors.js";
 import type { KvCache } from "./kv-cache.js";
 import type { WeightLoader } from "./weight-loader.js";
 

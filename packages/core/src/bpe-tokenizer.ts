@@ -8,7 +8,7 @@
  * symbols, so encoding is O(n log n): a 100K-character prompt takes milliseconds.
  */
 import { readFileSync } from "node:fs";
-import { HybridgenError, check, fail } from "./errors.js";
+import { HybridgenError, check, fail } from "@hybridgen/spec";
 import type { Tokenizer } from "./tokenizer.js";
 
 export interface BpeTokenizerOptions {

@@ -5,7 +5,7 @@
  */
 import { Template } from "@huggingface/jinja";
 import { z } from "zod";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 
 export const ChatMessageSchema = z.object({
   role: z.enum(["system", "user", "assistant"]),

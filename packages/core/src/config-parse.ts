@@ -1,6 +1,6 @@
 /** One-line errors for config files that fail their zod schema: file, key path, message, value. */
 import type { z } from "zod";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 
 function valueAt(root: unknown, path: readonly PropertyKey[]): unknown {
   let v = root;

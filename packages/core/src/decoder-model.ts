@@ -12,15 +12,15 @@
  * (the architecture's runBatch, every matmul with n = B), each row attending over its own cache.
  */
 import { z } from "zod";
-import type { Backend, DType, Tensor } from "./backend.js";
+import {
+  type Backend, type DType, type Tensor, check, fail, DEFAULT_SINK_TOKENS, GpuKvBudgetSchema, SinkTokensSchema, resolveGpuKvBudget,
+} from "@hybridgen/spec";
 import { Attention, type QueryProjector } from "./attention.js";
 import type { ModelShape } from "./config.js";
-import { check, fail } from "./errors.js";
 import { BatchRows, hasDecodeAttention, type SequenceState } from "./batch-rows.js";
 import { KvCache, type KvCacheOptions } from "./kv-cache.js";
 import type { WeightSource } from "./model-files.js";
 import { WeightLoader } from "./weight-loader.js";
-import { DEFAULT_SINK_TOKENS, GpuKvBudgetSchema, SinkTokensSchema, resolveGpuKvBudget } from "./hybrid/params.js";
 
 const DTypeSchema = z.enum(["f32", "f16", "bf16"]);
 

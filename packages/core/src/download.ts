@@ -1,6 +1,6 @@
 /** Streams a URL into a file, reporting progress as it goes (the first-use model download is 112 MB). */
 import { closeSync, openSync, writeSync } from "node:fs";
-import { HybridgenError } from "./errors.js";
+import { HybridgenError } from "@hybridgen/spec";
 
 const MB = 1024 * 1024;
 const mb = (n: number) => (n / MB).toFixed(1);

@@ -1,10 +1,10 @@
 /** A config.json's model with dummy (random) weights, for benches and device checks of a shape without a download. */
 import { describeModel, tensorSpecsOf } from "./architectures.js";
-import type { DType } from "./backend.js";
+import type { DType } from "@hybridgen/spec";
 import { ByteTokenizer } from "./byte-tokenizer.js";
 import { DummyWeightSource } from "./dummy-weights.js";
 import type { ModelFiles } from "./model-files.js";
-import type { RandomFill } from "./random-fill.js";
+import type { RandomFill } from "@hybridgen/spec/kit";
 
 /**
  * ModelFiles of `json` with dummy weights in `dtype` drawn from `seed` (by `fill`, default the

@@ -3,10 +3,9 @@
  * architecture expects, filled on demand with deterministic random values from a seed.
  * Nothing is read from disk; a tensor's bytes exist only while the model loads it.
  */
-import { DTYPE_BYTES, type DType } from "./backend.js";
-import { check } from "./errors.js";
+import { DTYPE_BYTES, type DType, check } from "@hybridgen/spec";
 import type { WeightSource, WeightView } from "./model-files.js";
-import { fillKey, randomFillTs, type RandomFill } from "./random-fill.js";
+import { fillKey, randomFillTs, type RandomFill } from "@hybridgen/spec/kit";
 import { dummyInit, elementCount, type TensorSpec } from "./tensor-spec.js";
 
 export interface DummyWeightOptions {

@@ -16,7 +16,7 @@
 import { z } from "zod";
 import { BatchDecoder, type BatchModel } from "./batch-decoder.js";
 import { MAX_BATCH } from "./decoder-model.js";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 import { GenerateOptionsSchema, promptIds, type FinishReason, type GeneratedToken, type GenerateResult } from "./generate.js";
 import { claimModel, checkIdle, releaseModel } from "./model-busy.js";
 import { nextTurn } from "./next-turn.js";

@@ -11,7 +11,7 @@
  */
 import { z } from "zod";
 import type { ModelShape } from "./config.js";
-import { check, fail } from "./errors.js";
+import { check, fail } from "@hybridgen/spec";
 import { checkIdle, claimModel, releaseModel } from "./model-busy.js";
 import { nextTurn } from "./next-turn.js";
 import { Sampler, SamplingOptionsSchema } from "./sampler.js";

@@ -6,7 +6,7 @@
  * nothing for GPT-2 or Qwen2).
  */
 import { Tokenizer as HfLibTokenizer } from "@huggingface/tokenizers";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 import type { Tokenizer } from "./tokenizer.js";
 
 const utf8 = new TextEncoder();

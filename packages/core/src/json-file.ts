@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 
 /**
  * The parsed JSON of `path`, or a one-line error naming the file: unreadable (with the OS

@@ -28,9 +28,9 @@
  * Decode steps never need either: the hybrid runtime's CPU stage scores the offloaded rows.
  */
 import { z } from "zod";
-import { DTYPE_BYTES, type Backend, type DType, type HostCopy, type HostRegion, type HostTransfers, type Tensor } from "./backend.js";
-import { check, fail } from "./errors.js";
-import { DEFAULT_SINK_TOKENS, GpuKvBudgetTokensSchema, SinkTokensSchema } from "./hybrid/params.js";
+import {
+  DTYPE_BYTES, type Backend, type DType, type HostCopy, type HostRegion, type HostTransfers, type KvStoreAllocator, type Tensor, check, fail, DEFAULT_SINK_TOKENS, GpuKvBudgetTokensSchema, SinkTokensSchema,
+} from "@hybridgen/spec";
 
 export const KvCacheOptionsSchema = z.object({
   layers: z.number().int().positive(),
@@ -50,32 +50,6 @@ export const KvCacheOptionsSchema = z.object({
 export type KvCacheOptions = z.input<typeof KvCacheOptionsSchema>;
 
 export type Residency = "window" | "store";
-
-/**
- * Where the offloaded store's tensors come from when their memory must be placed: bound to a
- * NUMA node, interleaved, or mapped from a file of the disk tier (@hybridgen/kernels-cpu's
- * tiered store). Without one the backend's alloc() serves.
- */
-export interface KvStoreAllocator {
-  /** The [kvHeads, capacity, headDim] tensor of `pool` for `layer`, a tensor of `backend`. */
-  alloc(backend: Backend, pool: "k" | "v", layer: number, shape: readonly number[], dtype: DType): Tensor;
-  /** Whether a device may page-lock it (a file-backed region stays pageable, or it would be held in RAM). */
-  pinnable(t: Tensor): boolean;
-  /** The cache has freed every tensor alloc() gave it: the memory may go. */
-  release(): void;
-  /**
-   * Optional: a CPU stage has just gathered slots `ids` of the V region `v` (per KV head g,
-   * `counts[g]` ids from g·kmax). Consecutive layers select much alike, so a file-backed
-   * allocator may start reading the same slots of the next layer's V (the runtime calls it).
-   */
-  readAhead?(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number): void;
-  /**
-   * Optional: the store now holds slots [0, rows) of every region (after an eviction, a reset or
-   * a restore); `sync` waits for rows still on their way to host memory. A K spill moves its
-   * coldest pages to disk here.
-   */
-  stored?(rows: number, sync: () => void): void;
-}
 
 /** The host copy of the store (see attachHostStore). */
 interface HostStore {

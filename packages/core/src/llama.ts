@@ -16,9 +16,8 @@
  * B sequences' tokens as B rows through the prefill-style ops (q, k, v apart, so RoPE sees
  * contiguous rows), each row attending over its own sequence's cache (batch-rows.ts).
  */
-import type { Backend, MatvecFusion, Tensor } from "./backend.js";
+import { type Backend, type MatvecFusion, type Tensor, check, fail } from "@hybridgen/spec";
 import type { LlamaConfigJson, ModelShape } from "./config.js";
-import { check, fail } from "./errors.js";
 import { DecoderModel, contextLength, parseLoadOptions, type LlamaLoadOptions } from "./decoder-model.js";
 import type { ModelFiles } from "./model-files.js";
 import { requireTensor } from "./weight-loader.js";

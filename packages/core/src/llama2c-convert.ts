@@ -11,7 +11,7 @@
  */
 import { mkdirSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 import { writeSafetensors, type SafetensorsTensor } from "./safetensors.js";
 
 export interface Llama2cHeader {

@@ -1,5 +1,5 @@
 /** One generation at a time per model (generate and generateBatch both claim the model). */
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 
 const busy = new WeakSet<object>();
 

@@ -10,7 +10,7 @@ import { describeModel, tensorSpecsOf } from "./architectures.js";
 import { LlamaConfigSchema, type LlamaConfigJson, type ModelShape } from "./config.js";
 import { parseConfigWith } from "./config-parse.js";
 import { DummyWeightSource, type DummyWeightOptions } from "./dummy-weights.js";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 import { readJsonFile } from "./json-file.js";
 import { loadTokenizerFiles } from "./tokenizer-files.js";
 import type { ModelFiles, WeightSource, WeightView } from "./model-files.js";

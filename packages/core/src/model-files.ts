@@ -1,4 +1,4 @@
-import type { DType } from "./backend.js";
+import type { DType } from "@hybridgen/spec";
 import type { LlamaConfigJson, ModelShape } from "./config.js";
 import type { ChatRenderer } from "./chat-template.js";
 import type { OptConfigJson } from "./opt-config.js";

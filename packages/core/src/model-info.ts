@@ -3,10 +3,9 @@
  * KV bytes per token, and the KV cache a context and batch need — the numbers for
  * deciding where the cache goes.
  */
-import { DTYPE_BYTES, type DType } from "./backend.js";
+import { DTYPE_BYTES, type DType, kvBytesPerToken } from "@hybridgen/spec";
 import { tensorSpecsOf, type ModelConfigJson } from "./architectures.js";
 import type { ModelShape } from "./config.js";
-import { kvBytesPerToken } from "./contracts/memory.js";
 import type { WeightSource } from "./model-files.js";
 import { elementCount } from "./tensor-spec.js";
 

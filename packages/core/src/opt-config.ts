@@ -5,7 +5,7 @@
 import { z } from "zod";
 import { CONFIG_SIZE_LIMITS, configSize, type ModelShape } from "./config.js";
 import { parseConfigWith } from "./config-parse.js";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 import type { TensorSpec } from "./tensor-spec.js";
 
 /** OPT reads position p from row p + 2 of its learned position table (a fairseq legacy). */

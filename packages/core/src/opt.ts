@@ -14,9 +14,8 @@
  * Batched decode (runBatch) runs B sequences' tokens as B rows, each row attending over its
  * own sequence's cache (batch-rows.ts).
  */
-import type { Backend, DType, Tensor } from "./backend.js";
+import { type Backend, type DType, type Tensor, check, fail } from "@hybridgen/spec";
 import type { ModelShape } from "./config.js";
-import { check, fail } from "./errors.js";
 import { DecoderModel, contextLength, parseLoadOptions, type LlamaLoadOptions, type ParsedLoadOptions } from "./decoder-model.js";
 import type { ModelFiles, WeightSource, WeightView } from "./model-files.js";
 import { OPT_POSITION_OFFSET, optEmbedDim, optHasFinalNorm, type OptConfigJson } from "./opt-config.js";

@@ -21,7 +21,7 @@ import qwen2_5_7b from "./presets/qwen2.5-7b.json" with { type: "json" };
 import { describeModel, tensorSpecsOf } from "./architectures.js";
 import { ByteTokenizer } from "./byte-tokenizer.js";
 import { DummyWeightSource, type DummyWeightOptions } from "./dummy-weights.js";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 import type { ModelFiles } from "./model-files.js";
 
 const PRESETS: Readonly<Record<string, unknown>> = {

@@ -6,7 +6,7 @@
 import { z } from "zod";
 import { LlamaConfigSchema, resolveLlamaShape, type LlamaConfigJson, type ModelShape } from "./config.js";
 import { parseConfigWith } from "./config-parse.js";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 import { llamaTensorSpecs } from "./llama-family.js";
 import type { TensorSpec } from "./tensor-spec.js";
 

@@ -8,8 +8,7 @@
  * out-of-bounds read.
  */
 import { closeSync, fstatSync, openSync, readSync, writeSync } from "node:fs";
-import { DTYPE_BYTES, type DType } from "./backend.js";
-import { HybridgenError, fail } from "./errors.js";
+import { DTYPE_BYTES, type DType, HybridgenError, fail } from "@hybridgen/spec";
 import type { WeightSource, WeightView } from "./model-files.js";
 
 /** safetensors dtype names we can load, and the core dtype each maps to. */

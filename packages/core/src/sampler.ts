@@ -8,7 +8,7 @@
  * preallocated per vocabulary.
  */
 import { z } from "zod";
-import { check, fail } from "./errors.js";
+import { check, fail } from "@hybridgen/spec";
 
 export const SamplingOptionsSchema = z.object({
   /** 0 = greedy (argmax). */

@@ -9,7 +9,7 @@ import { createHash } from "node:crypto";
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, unlinkSync, writeSync } from "node:fs";
 import { homedir } from "node:os";
 import { join, resolve as resolvePath } from "node:path";
-import { HybridgenError, fail } from "./errors.js";
+import { HybridgenError, fail } from "@hybridgen/spec";
 import { downloadFile } from "./download.js";
 import { convertLlama2c } from "./llama2c-convert.js";
 

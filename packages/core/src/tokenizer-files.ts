@@ -8,7 +8,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { loadTokenizer } from "./bpe-tokenizer.js";
 import { ChatTemplate, chatTemplateSource } from "./chat-template.js";
-import { fail } from "./errors.js";
+import { fail } from "@hybridgen/spec";
 import { readJsonFile } from "./json-file.js";
 import { HfTokenizer, tokenText } from "./hf-tokenizer.js";
 import type { Tokenizer } from "./tokenizer.js";

@@ -3,10 +3,7 @@
  * model's weight dtype (in place when already stored so), norms and biases in f32, and
  * row-wise fusions (q;k;v) so a decode step runs one matmul where it would run three.
  */
-import type { Backend, DType, Tensor } from "./backend.js";
-import { DTYPE_BYTES } from "./backend.js";
-import { fail } from "./errors.js";
-import { convertBytes } from "./half-float.js";
+import { type Backend, type DType, type Tensor, DTYPE_BYTES, fail, convertBytes } from "@hybridgen/spec";
 import type { WeightSource, WeightView } from "./model-files.js";
 
 /** The stored tensor `name`, checked to exist with exactly `shape`. */

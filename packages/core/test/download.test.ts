@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { downloadFile } from "../src/download.js";
-import { HybridgenError } from "../src/errors.js";
+import { HybridgenError } from "@hybridgen/spec";
 
 const body = new Uint8Array(3 * 1024 * 1024 + 17).map((_, i) => (i * 31 + 7) & 0xff);
 let server: ReturnType<typeof Bun.serve>;

@@ -1,6 +1,6 @@
 /** What every fuzzed reader must do with any input: load, or throw one HybridgenError line. */
 import { expect } from "vitest";
-import { HybridgenError } from "../src/errors.js";
+import { HybridgenError } from "@hybridgen/spec";
 
 /** Runs `load`; returns "ok", or "error" for a HybridgenError of one short line. Anything else fails the property. */
 export function loadsOrOneLineError(load: () => unknown): "ok" | "error" {

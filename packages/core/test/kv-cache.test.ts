@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { BackendCpuStage, HybridAttention, HybridgenError, KvCache, LlamaModel, ReferenceBackend, type DType, type Scheduler, type TokenSelector } from "../src/index.js";
-import { roundTo } from "../src/half-float.js";
+import { roundTo } from "@hybridgen/spec";
 import { makeRng, randomArray, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 
 const layers = 2, kvHeads = 3, headDim = 4, maxContext = 70;

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { HybridgenError, LlamaModel, ReferenceBackend, type DType, type ModelFiles } from "../src/index.js";
-import { roundTo } from "../src/half-float.js";
+import { roundTo } from "@hybridgen/spec";
 import { maxAbsDiff, randomIds, testSeed, tinyModel, type TinyWeights } from "../src/testing/index.js";
 
 /**

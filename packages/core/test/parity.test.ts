@@ -5,7 +5,7 @@
  * Tolerance: 1e-4 relative error (max |Δ| / max |ref| per row) for the engine in f32.
  */
 import { describe, expect, it } from "vitest";
-import { ReferenceBackend } from "../src/reference-backend.js";
+import { ReferenceBackend } from "@hybridgen/spec/kit";
 import { PARITY_CASES, promptIds } from "./parity/cases.js";
 import { loadRefs, runParityCase } from "./parity/run-parity.js";
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { HybridgenError, ReferenceBackend, type DType } from "../src/index.js";
-import { encodeFromF32, roundTo } from "../src/half-float.js";
+import { encodeFromF32, roundTo } from "@hybridgen/spec";
 import { makeRng, maxAbsDiff, randomArray, testSeed } from "../src/testing/index.js";
 
 // Tolerances: outputs are stored as f32, so a relative error of a few f32 ulps (1e-6) on

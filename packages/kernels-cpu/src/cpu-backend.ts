@@ -4,7 +4,8 @@
  * before any pointer reaches C, so bad input is a HybridgenError and never a wild memory access.
  */
 import { ptr as addressOf, type Pointer } from "bun:ffi";
-import { BackendChecks, DTYPE_BYTES, HybridgenError, shapeNumel, type Backend, type DType, type HostRegion, type Tensor } from "@hybridgen/core";
+import { DTYPE_BYTES, HybridgenError, type Backend, type DType, type HostRegion, type Tensor } from "@hybridgen/spec";
+import { BackendChecks, shapeNumel } from "@hybridgen/spec/kit";
 import { native, type NativeLib } from "./native.js";
 import { chooseIsa, isaCode, type Isa } from "./features.js";
 import { CpuBackendOptionsSchema, type CpuBackendOptions } from "./options.js";

@@ -12,10 +12,7 @@
  * done is raised by gather() (or by the stage when the score job fails).
  */
 import { dlopen, FFIType, ptr as addressOf, toArrayBuffer, type Pointer } from "bun:ffi";
-import {
-  checkStageJob, fail, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape, type CpuStageSplit,
-  type CpuStageStaging, type DType, type HostSignal, type OffloadedKeys, type Selection, type SelectorPrimitives, type Tensor,
-} from "@hybridgen/core";
+import { checkStageJob, fail, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape, type CpuStageSplit, type CpuStageStaging, type DType, type HostSignal, type OffloadedKeys, type Selection, type SelectorPrimitives, type Tensor } from "@hybridgen/spec";
 import { z } from "zod";
 import type { CpuBackend } from "./cpu-backend.js";
 import { chooseIsa, isaCode } from "./features.js";

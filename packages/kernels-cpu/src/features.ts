@@ -1,5 +1,5 @@
 /** What the CPU supports and which kernel set (ISA) a backend would run. */
-import { fail } from "@hybridgen/core";
+import { fail } from "@hybridgen/spec";
 import { native } from "./native.js";
 
 export const ISAS = ["generic", "avx2", "avx512"] as const;

@@ -5,7 +5,7 @@
  * their own per store K tensor (TensorRegions, apart from the host store's own memory).
  */
 import { FFIType, type Pointer } from "bun:ffi";
-import { fail, type DType } from "@hybridgen/core";
+import { fail, type DType } from "@hybridgen/spec";
 import { z } from "zod";
 import { openNativeSymbols } from "./native.js";
 import type { CpuTensor } from "./tensor.js";

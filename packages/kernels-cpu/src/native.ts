@@ -1,7 +1,8 @@
 /** Loads libhgcpu.so through bun:ffi. One library per process, opened on first use. */
 import { dlopen, FFIType } from "bun:ffi";
 import { existsSync } from "node:fs";
-import { fail, resolveNativeLibrary } from "@hybridgen/core";
+import { fail } from "@hybridgen/spec";
+import { resolveNativeLibrary } from "@hybridgen/spec/kit";
 
 const { ptr, i32, i64, i64_fast, u64, f32, f64, void: none } = FFIType;
 

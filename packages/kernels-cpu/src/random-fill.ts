@@ -1,11 +1,12 @@
 /**
  * The native deterministic random fill (native/random_fill.c): the same values as
- * @hybridgen/core's randomFillTs, bit for bit, on several threads. Used to build dummy
+ * @hybridgen/spec/kit's randomFillTs, bit for bit, on several threads. Used to build dummy
  * weights (`--dummy-weights`) fast.
  */
 import { FFIType } from "bun:ffi";
 import { availableParallelism } from "node:os";
-import { DTYPE_BYTES, fail, fillStep, type DType, type FillParams, type RandomFill } from "@hybridgen/core";
+import { DTYPE_BYTES, fail, type DType } from "@hybridgen/spec";
+import { fillStep, type FillParams, type RandomFill } from "@hybridgen/spec/kit";
 import { openNativeSymbols } from "./native.js";
 
 const TYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };

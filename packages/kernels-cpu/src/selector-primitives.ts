@@ -7,9 +7,7 @@
  * pool while it is idle.
  */
 import { FFIType, ptr as addressOf, type Pointer } from "bun:ffi";
-import {
-  fail, keyPrimitiveChecks as check, referencePrimitives, type DType, type OffloadedKeys, type PageSummaries, type SelectorPrimitives,
-} from "@hybridgen/core";
+import { fail, keyPrimitiveChecks as check, referencePrimitives, type DType, type OffloadedKeys, type PageSummaries, type SelectorPrimitives } from "@hybridgen/spec";
 import { openNativeSymbols } from "./native.js";
 
 const { ptr, i32, i64, i64_fast, void: none } = FFIType;

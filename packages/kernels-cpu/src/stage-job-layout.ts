@@ -6,7 +6,7 @@
  * error instead of a job read at the wrong offsets. A new field or flag goes here and in the C
  * header and its name tables; nowhere else.
  */
-import { fail } from "@hybridgen/core";
+import { fail } from "@hybridgen/spec";
 
 /** The struct's fields, C names, in order; the doubles are listed in DOUBLE_FIELDS. */
 export const STAGE_JOB_FIELDS = [

@@ -5,7 +5,8 @@
  */
 import type { Pointer } from "bun:ffi";
 import { toArrayBuffer } from "bun:ffi";
-import { GatheredValues, type CpuStageShape, type CpuStageStaging } from "@hybridgen/core";
+import { type CpuStageShape, type CpuStageStaging } from "@hybridgen/spec";
+import { GatheredValues } from "@hybridgen/spec/kit";
 import type { CpuBackend } from "./cpu-backend.js";
 import type { CpuTensor } from "./tensor.js";
 

@@ -4,7 +4,7 @@
  * on first use; it is valid while the tensor lives (the store lives as long as its cache).
  */
 import { toArrayBuffer } from "bun:ffi";
-import { fail, offloadedKeys, type OffloadedKeys } from "@hybridgen/core";
+import { fail, offloadedKeys, type OffloadedKeys } from "@hybridgen/spec";
 import type { CpuTensor } from "./tensor.js";
 
 const views = new WeakMap<CpuTensor, OffloadedKeys>();

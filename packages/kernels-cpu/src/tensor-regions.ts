@@ -3,7 +3,7 @@
  * from the store's own: made on first use, freed at close() or as soon as its tensor is freed.
  */
 import { FFIType, type Pointer } from "bun:ffi";
-import { fail } from "@hybridgen/core";
+import { fail } from "@hybridgen/spec";
 import { openNativeSymbols } from "./native.js";
 import type { CpuTensor } from "./tensor.js";
 

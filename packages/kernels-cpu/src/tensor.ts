@@ -1,5 +1,5 @@
 import type { Pointer } from "bun:ffi";
-import { NativeTensor, type DType } from "@hybridgen/core";
+import { NativeTensor, type DType } from "@hybridgen/spec";
 
 /**
  * A CPU tensor: row-major data at a native address. `owned` tensors were allocated by the

@@ -6,7 +6,7 @@
  * disk tier mapped shared at the same addresses. verify() reads back what the kernel did.
  */
 import { readFileSync } from "node:fs";
-import { HybridgenError, StoreLayoutSchema, type Backend, type DType, type KvStoreAllocator, type StoreLayout, type StoreSegment, type Tensor } from "@hybridgen/core";
+import { HybridgenError, StoreLayoutSchema, type Backend, type DType, type KvStoreAllocator, type StoreLayout, type StoreSegment, type Tensor } from "@hybridgen/spec";
 import type { Pointer } from "bun:ffi";
 import { CpuBackend, createCpuBackend } from "./cpu-backend.js";
 import { CpuTensor } from "./tensor.js";

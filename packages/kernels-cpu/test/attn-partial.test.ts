@@ -6,7 +6,9 @@
  * the window as a partial gives the materialised window's tokens and logits.
  */
 import { describe, expect, it } from "vitest";
-import { HybridAttention, LlamaModel, ReferenceBackend, type Backend, type LogitsMode, type Scheduler, type TokenSelector } from "@hybridgen/core";
+import { type Backend, type Scheduler, type TokenSelector } from "@hybridgen/spec";
+import { ReferenceBackend } from "@hybridgen/spec/kit";
+import { HybridAttention, LlamaModel, type LogitsMode } from "@hybridgen/core";
 import { partialCases, relativeError, runPartialCase, tinyModel, withMethods, type PartialCase } from "@hybridgen/core/testing";
 import { NativeCpuStage, createCpuBackend } from "../src/index.js";
 import { CONFIGS, SEED, backend } from "./helpers.js";

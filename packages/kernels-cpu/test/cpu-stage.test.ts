@@ -1,8 +1,7 @@
 import { describe, expect, it } from "vitest";
-import {
-  BackendCpuStage, HybridAttention, LlamaModel, ReferenceBackend, topKSelection, type Backend, type CpuStage, type CpuStageJob,
-  type CpuStageWork, type DType, type Scheduler, type Selection, type Tensor, type TokenSelector,
-} from "@hybridgen/core";
+import { type Backend, type CpuStage, type CpuStageJob, type CpuStageWork, type DType, type Scheduler, type Selection, type Tensor, type TokenSelector } from "@hybridgen/spec";
+import { BackendCpuStage, ReferenceBackend, topKSelection } from "@hybridgen/spec/kit";
+import { HybridAttention, LlamaModel } from "@hybridgen/core";
 import { cpuFeatures, createCpuBackend, NativeCpuStage, type Isa } from "../src/index.js";
 import { randn, rng, SEED } from "./helpers.js";
 // The tiny in-memory Llama of core's engine tests (same monorepo).

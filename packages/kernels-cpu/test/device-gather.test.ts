@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { BackendCpuStage, ReferenceBackend, type Backend, type CpuStage, type CpuStageJob, type CpuStageWork, type Selection, type Tensor } from "@hybridgen/core";
+import { type Backend, type CpuStage, type CpuStageJob, type CpuStageWork, type Selection, type Tensor } from "@hybridgen/spec";
+import { BackendCpuStage, ReferenceBackend } from "@hybridgen/spec/kit";
 import { createCpuBackend, NativeCpuStage } from "../src/index.js";
 import { randn, rng, SEED } from "./helpers.js";
 

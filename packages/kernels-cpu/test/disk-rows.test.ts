@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, rmSync, truncateSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import type { CpuStageJob, Selection, StoreSegment, Tensor } from "@hybridgen/core";
+import type { CpuStageJob, Selection, StoreSegment, Tensor } from "@hybridgen/spec";
 import { createCpuBackend, NativeCpuStage, probeFileReadLatency, TieredStore, type CpuBackend } from "../src/index.js";
 import { tierNative } from "../src/tier-native.js";
 import { randn, rng, SEED } from "./helpers.js";

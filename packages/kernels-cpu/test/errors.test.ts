@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { HybridgenError, type Tensor } from "@hybridgen/core";
+import { HybridgenError, type Tensor } from "@hybridgen/spec";
 import { createCpuBackend, CpuBackendOptionsSchema, type CpuBackend } from "../src/index.js";
 
 // Every bad input must be a one-line HybridgenError naming the problem, before any pointer

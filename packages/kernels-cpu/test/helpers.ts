@@ -1,6 +1,6 @@
 /** Test helpers: a seeded PRNG, f16/bf16 encoders, the backends under test, and comparisons. */
 import { expect } from "vitest";
-import { seededRandom, type DType } from "@hybridgen/core";
+import { seededRandom, type DType } from "@hybridgen/spec";
 import { createCpuBackend, cpuFeatures, type CpuBackend, type Isa } from "../src/index.js";
 
 /** Fresh inputs each run; set HG_TEST_SEED to replay a failure (the seed is in every message). */

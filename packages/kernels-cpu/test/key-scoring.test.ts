@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { topKSelection, type DType } from "@hybridgen/core";
+import { type DType } from "@hybridgen/spec";
+import { topKSelection } from "@hybridgen/spec/kit";
 import { cpuFeatures, createCpuBackend, NativeCpuStage, type NativeCpuStageOptions } from "../src/index.js";
 import { sketchKeys, sketchRowBytes, sketchScores } from "../src/key-scoring.js";
 import { encode, randn, rng, SEED } from "./helpers.js";

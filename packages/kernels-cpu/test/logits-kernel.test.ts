@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { DType } from "@hybridgen/core";
+import type { DType } from "@hybridgen/spec";
 import { createCpuBackend, NativeCpuStage } from "../src/index.js";
 import { refLogits } from "./reference.js";
 import { SEED, backend, encode, expectClose, randn, rng, supportedIsas } from "./helpers.js";

@@ -1,5 +1,5 @@
 import { describe, it } from "vitest";
-import type { DType } from "@hybridgen/core";
+import type { DType } from "@hybridgen/spec";
 import { CONFIGS, backend, encode, expectClose, randn, rng } from "./helpers.js";
 import { refMatmul } from "./reference.js";
 

@@ -3,7 +3,8 @@
  * whatever the thread count and split, and rejects bad arguments with one-line errors.
  */
 import { describe, expect, it } from "vitest";
-import { fillKey, randomFillTs, fillValue, HybridgenError, type DType } from "@hybridgen/core";
+import { HybridgenError, type DType } from "@hybridgen/spec";
+import { fillKey, randomFillTs, fillValue } from "@hybridgen/spec/kit";
 import { createNativeRandomFill } from "../src/index.js";
 
 const SIZES: Record<DType, number> = { f32: 4, f16: 2, bf16: 2 };

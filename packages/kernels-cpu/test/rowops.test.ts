@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { DType } from "@hybridgen/core";
+import type { DType } from "@hybridgen/spec";
 import { CONFIGS, backend, encode, expectClose, randn, rng } from "./helpers.js";
 import { refGelu, refLayerNorm, refRmsNorm, refRope, refSilu, refSoftmax } from "./reference.js";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { offloadedKeys, pageSummaries, type CpuStageJob, type DType } from "@hybridgen/core";
+import { offloadedKeys, pageSummaries, type CpuStageJob, type DType } from "@hybridgen/spec";
 import { createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, storeKeys, type CpuTensor } from "../src/index.js";
 import { randn, rng, SEED } from "./helpers.js";
 

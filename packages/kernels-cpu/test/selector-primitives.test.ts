@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { offloadedKeys, pageSummaries, referencePrimitives as ref, type DType } from "@hybridgen/core";
+import { offloadedKeys, pageSummaries, referencePrimitives as ref, type DType } from "@hybridgen/spec";
 import { createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, storeKeys, type CpuTensor, type SelectorIsa } from "../src/index.js";
 import { bf16Value, randn, rng, SEED, supportedIsas } from "./helpers.js";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { referencePrimitives as ref } from "@hybridgen/core";
+import { referencePrimitives as ref } from "@hybridgen/spec";
 import { cpuFeatures, createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, type SelectorIsa } from "../src/index.js";
 import { rng, SEED } from "./helpers.js";
 

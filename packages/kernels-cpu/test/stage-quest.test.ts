@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
-import {
-  BackendCpuStage, questPages, questSelection, ReferenceBackend, selectionForKvHead, type CpuStage, type CpuStageJob, type DType, type Tensor,
-} from "@hybridgen/core";
+import { questPages, questSelection, selectionForKvHead, type CpuStage, type CpuStageJob, type DType, type Tensor } from "@hybridgen/spec";
+import { BackendCpuStage, ReferenceBackend } from "@hybridgen/spec/kit";
 import { createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, storeKeys, type CpuTensor } from "../src/index.js";
 import { randn, rng, SEED, supportedIsas } from "./helpers.js";
 

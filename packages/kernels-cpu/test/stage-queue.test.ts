@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ptr, toArrayBuffer } from "bun:ffi";
-import type { CpuStageJob, CpuStageWork, Tensor } from "@hybridgen/core";
+import type { CpuStageJob, CpuStageWork, Tensor } from "@hybridgen/spec";
 import { createCpuBackend, NativeCpuStage, type CpuBackend, type NativeCpuStageOptions } from "../src/index.js";
 import { randn, rng, SEED } from "./helpers.js";
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { ptr } from "bun:ffi";
-import type { CpuStageJob } from "@hybridgen/core";
+import type { CpuStageJob } from "@hybridgen/spec";
 import { createCpuBackend, NativeCpuStage } from "../src/index.js";
 import { randn, rng, SEED } from "./helpers.js";
 

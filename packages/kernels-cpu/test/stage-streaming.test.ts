@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { BackendCpuStage, ReferenceBackend, streamingSelection, type CpuStage, type CpuStageJob, type CpuStageWork, type DType, type Tensor } from "@hybridgen/core";
+import { streamingSelection, type CpuStage, type CpuStageJob, type CpuStageWork, type DType, type Tensor } from "@hybridgen/spec";
+import { BackendCpuStage, ReferenceBackend } from "@hybridgen/spec/kit";
 import { createCpuBackend, NativeCpuStage } from "../src/index.js";
 import { randn, rng, SEED, supportedIsas } from "./helpers.js";
 

@@ -3,7 +3,8 @@ import { existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync }
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { HybridgenError, KvCache, type StoreLayout, type StoreSegment } from "@hybridgen/core";
+import { HybridgenError, type StoreLayout, type StoreSegment } from "@hybridgen/spec";
+import { KvCache } from "@hybridgen/core";
 import { createCpuBackend, liveDiskFiles, probeFileReadBandwidth, probeMemoryReadBandwidth, sweepStaleDiskFiles, TieredStore } from "../src/index.js";
 
 const PAGE = 4096;

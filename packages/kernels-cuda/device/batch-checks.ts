@@ -18,7 +18,8 @@
  *
  * Used by device/batch-bench.ts and test/batch-gpu.test.ts.
  */
-import { relL2Error, roundTo, seededRandom, type BatchAttnRow, type DType, type Tensor } from "@hybridgen/core";
+import { roundTo, seededRandom, type BatchAttnRow, type DType, type Tensor } from "@hybridgen/spec";
+import { relL2Error } from "@hybridgen/spec/kit";
 import type { CudaBackend } from "../src/index.js";
 import type { CheckResult } from "./op-checks.js";
 

@@ -17,9 +17,8 @@
  * from packages/core/test/fixtures). Env: HYBRIDGEN_KERNELS_CUDA_LIB (absolute: the bundle moves).
  */
 import { readFileSync } from "node:fs";
-import {
-  PARITY_CASES, STORIES15M_SHAPE, dummyModelFiles, generateText, greedyDummyRun, loadModel, parseParityRefs, presetConfig, relL2Error, runParityCase,
-} from "@hybridgen/core";
+import { relL2Error } from "@hybridgen/spec/kit";
+import { PARITY_CASES, STORIES15M_SHAPE, dummyModelFiles, generateText, greedyDummyRun, loadModel, parseParityRefs, presetConfig, runParityCase } from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "../src/index.js";
 import { runOpChecks } from "./op-checks.js";
 import { streamGemvChecks } from "./stream-checks.js";

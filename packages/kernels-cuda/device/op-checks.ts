@@ -5,7 +5,8 @@
  * Outputs are poisoned with NaN first, so an element a kernel fails to write fails the check.
  * Used by test/gpu.test.ts (where a GPU is present) and device/device-check.ts.
  */
-import { ReferenceBackend, relL2Error, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
+import { seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/spec";
+import { ReferenceBackend, relL2Error } from "@hybridgen/spec/kit";
 import { CudaBackend, type MatmulPath } from "../src/index.js";
 
 export interface CheckResult {

@@ -9,7 +9,8 @@
  * drained). timeWindow measures the partial over a scale-run window against the materialised path.
  * Used by device/device-check.ts.
  */
-import { ReferenceBackend, relL2Error, seededRandom, type Backend, type DType, type Tensor } from "@hybridgen/core";
+import { seededRandom, type Backend, type DType, type Tensor } from "@hybridgen/spec";
+import { ReferenceBackend, relL2Error } from "@hybridgen/spec/kit";
 import type { CudaBackend } from "../src/index.js";
 import { pairedAlloc, type CheckResult } from "./op-checks.js";
 

@@ -8,7 +8,8 @@
  * f16 and bf16 in one chain; and the same chains with an sm_80 plan (the one-warp GEMV). Run by
  * device-check.ts.
  */
-import { ReferenceBackend, relL2Error, seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/core";
+import { seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/spec";
+import { ReferenceBackend, relL2Error } from "@hybridgen/spec/kit";
 import type { CudaBackend } from "../src/index.js";
 import { matvecByParts, pairedAlloc, type CheckResult } from "./op-checks.js";
 

@@ -4,7 +4,7 @@
  * ordered free list, 256-byte aligned blocks, neighbours coalesced on free. Pure bookkeeping
  * on offsets: it never touches device memory, so it is tested without a GPU.
  */
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
 
 export const ARENA_ALIGN = 256;
 

@@ -7,7 +7,8 @@
  * comes from an arena reserved once at creation (DeviceArena does the bookkeeping).
  */
 import type { Pointer } from "bun:ffi";
-import { BackendChecks, DTYPE_BYTES, HybridgenError, isIndex, shapeNumel, type Backend, type BatchAttnRow, type DType, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/core";
+import { DTYPE_BYTES, HybridgenError, type Backend, type BatchAttnRow, type DType, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/spec";
+import { BackendChecks, isIndex, shapeNumel } from "@hybridgen/spec/kit";
 import { DeviceArena, type ArenaStats } from "./arena.js";
 import { CudaHostLink } from "./host-link.js";
 import { cudaAvailability } from "./availability.js";

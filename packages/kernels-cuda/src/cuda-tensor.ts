@@ -1,4 +1,4 @@
-import { NativeTensor, type DType } from "@hybridgen/core";
+import { NativeTensor, type DType } from "@hybridgen/spec";
 
 /**
  * A device tensor: row-major data at a device address inside the backend's arena. An owning

@@ -1,6 +1,6 @@
 /** CUDA events on a backend's compute stream: T_gpu for the scheduler, and the benchmarks' clock. */
 import type { Pointer } from "bun:ffi";
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
 import type { CudaNative } from "./native-backend.js";
 
 /** Two CUDA events on the backend's compute stream (T_gpu for the scheduler; benchmarks). */

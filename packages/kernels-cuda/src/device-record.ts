@@ -1,4 +1,4 @@
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
 
 export interface CudaDevice {
   readonly index: number;

@@ -9,9 +9,7 @@
  * Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
-import {
-  HybridgenError, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor,
-} from "@hybridgen/core";
+import { HybridgenError, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
 import { MAX_HOST_INTS, type CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 

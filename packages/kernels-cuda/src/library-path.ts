@@ -1,4 +1,4 @@
-import { resolveNativeLibrary } from "@hybridgen/core";
+import { resolveNativeLibrary } from "@hybridgen/spec/kit";
 
 export const CUDA_LIBRARY_ENV = "HYBRIDGEN_KERNELS_CUDA_LIB";
 

@@ -5,7 +5,7 @@
  * hybrid runtime's host buffers belong to the CPU stage and the KV cache; the backend pins them.)
  */
 import { z } from "zod";
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
 import type { CudaAvailability } from "./availability.js";
 import type { CudaDevice } from "./device-record.js";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { HybridgenError, seededRandom } from "@hybridgen/core";
+import { HybridgenError, seededRandom } from "@hybridgen/spec";
 import { ARENA_ALIGN, DeviceArena } from "../src/arena.js";
 
 const SEED = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);

@@ -4,7 +4,8 @@
  * reaches it with the right addresses and sizes; native failures become "CUDA error in <op>".
  */
 import { describe, expect, it } from "vitest";
-import { HybridgenError, ReferenceBackend } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
+import { ReferenceBackend } from "@hybridgen/spec/kit";
 import { CudaBackend, createCudaBackend, cudaAvailability, type CudaNative } from "../src/index.js";
 import { MAX_GRAPH_KEYS } from "../src/cuda-backend.js";
 import { STAND_IN_DEVICE, STAND_IN_HEAP, standInNative, type NativeCall } from "./stand-in-native.js";

@@ -6,7 +6,8 @@
  * a GPU by device/batch-bench.ts.
  */
 import { describe, expect, it } from "vitest";
-import { ReferenceBackend, type BatchAttnRow } from "@hybridgen/core";
+import { type BatchAttnRow } from "@hybridgen/spec";
+import { ReferenceBackend } from "@hybridgen/spec/kit";
 import { CudaBackend } from "../src/index.js";
 import { STAND_IN_DEVICE, standInNative, type NativeCall } from "./stand-in-native.js";
 import { expectOneLineErrors } from "./one-line-errors.js";

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
 import { CudaBackend } from "../src/index.js";
 import { STAND_IN_DEVICE, standInNative } from "./stand-in-native.js";
 

@@ -3,7 +3,7 @@
  * needed). On a GPU the link is checked by apps/bench's device checks (see the end of this file).
  */
 import { describe, expect, it } from "vitest";
-import { HybridgenError, type HostRegion, type HostSignal } from "@hybridgen/core";
+import { HybridgenError, type HostRegion, type HostSignal } from "@hybridgen/spec";
 import { CudaBackend, type CudaHostLink, type CudaNative } from "../src/index.js";
 import { expectOneLineErrors } from "./one-line-errors.js";
 import { STAND_IN_DEVICE, standInNative, type NativeCall } from "./stand-in-native.js";

@@ -1,6 +1,6 @@
 /** The validation tests' check that bad input is refused before native code: a one-line HybridgenError matching its pattern. */
 import { expect } from "vitest";
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
 
 /** Each call throws a one-line HybridgenError matching its pattern. */
 export function expectOneLineErrors(cases: [() => unknown, RegExp][]): void {

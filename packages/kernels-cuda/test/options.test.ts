@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
 import { CudaBackendOptionsSchema, formatCudaVersion, parseCudaBackendOptions, parseDeviceRecord, selectCudaDevice, type CudaAvailability } from "../src/index.js";
 
 const h200 = parseDeviceRecord(0, "NVIDIA H200\t9\t0\t150109880320\t132\t0000:00:06.0");

@@ -6,7 +6,7 @@
  * device check run the real kernels.
  */
 import { describe, expect, it } from "vitest";
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
 import { CudaBackend } from "../src/index.js";
 import { STAND_IN_DEVICE, STAND_IN_HEAP, standInNative, type NativeCall } from "./stand-in-native.js";
 

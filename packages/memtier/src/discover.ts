@@ -9,7 +9,7 @@ import { readdirSync, readFileSync, statSync, statfsSync } from "node:fs";
 import { freemem, totalmem } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
-import { HybridgenError, MemoryTierSchema, type MemoryTier } from "@hybridgen/core";
+import { HybridgenError, MemoryTierSchema, type MemoryTier } from "@hybridgen/spec";
 
 export const FileTierOptionsSchema = z.object({
   /** Directory that will hold the backing files (must exist). */

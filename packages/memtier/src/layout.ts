@@ -11,9 +11,7 @@
  * may be split.
  */
 import { z } from "zod";
-import {
-  HybridgenError, MemoryTierSchema, PlacementSchema, checkPlacement, tierRuleIds, type MemoryTier, type StoreLayout, type StoreSegment, type TierRule,
-} from "@hybridgen/core";
+import { HybridgenError, MemoryTierSchema, PlacementSchema, checkPlacement, tierRuleIds, type MemoryTier, type StoreLayout, type StoreSegment, type TierRule } from "@hybridgen/spec";
 import { fastestFirst } from "./speed.js";
 
 export const StoreLayoutInputSchema = z.object({

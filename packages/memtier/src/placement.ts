@@ -12,7 +12,7 @@
  *
  * File tiers are a last resort in every fill order: a V row read from disk stalls the copy.
  */
-import { HybridgenError, PlacementPolicySchema, type MemoryTier, type Placement, type PlacementPolicy } from "@hybridgen/core";
+import { HybridgenError, PlacementPolicySchema, type MemoryTier, type Placement, type PlacementPolicy } from "@hybridgen/spec";
 import { fastestFirst } from "./speed.js";
 
 function ids(tiers: readonly MemoryTier[]): string[] {

@@ -5,12 +5,12 @@
  * (K first, since the CPU stage reads it every step and should get the first pick).
  */
 import { z } from "zod";
-import { HybridgenError, MemoryTierSchema, PlacementSchema, checkPlacement, type MemoryTier, type Placement, type TierRule } from "@hybridgen/core";
+import { HybridgenError, MemoryTierSchema, PlacementSchema, checkPlacement, type MemoryTier, type Placement, type TierRule } from "@hybridgen/spec";
 
 export const CapacityPlanInputSchema = z.object({
   tiers: z.array(MemoryTierSchema).min(1),
   placement: PlacementSchema,
-  /** KV bytes one token adds over all layers (see kvBytesPerToken in @hybridgen/core). */
+  /** KV bytes one token adds over all layers (see kvBytesPerToken in @hybridgen/spec). */
   bytesPerToken: z.object({ k: z.number().int().nonnegative(), v: z.number().int().nonnegative() }),
   contextTokens: z.number().int().nonnegative(),
   batch: z.number().int().positive().default(1),

@@ -19,7 +19,7 @@
  * (the two stages overlap; the selected rows can only move once the CPU stage chose them).
  */
 import { z } from "zod";
-import { HybridgenError, MemoryTierSchema, PlacementPolicySchema } from "@hybridgen/core";
+import { HybridgenError, MemoryTierSchema, PlacementPolicySchema } from "@hybridgen/spec";
 import { formatBytes } from "./format.js";
 import { layoutStore, type StoreLayoutResult } from "./layout.js";
 import { placeKv } from "./placement.js";

@@ -1,4 +1,4 @@
-import type { MemoryTier, MemoryTierKind } from "@hybridgen/core";
+import type { MemoryTier, MemoryTierKind } from "@hybridgen/spec";
 
 const KIND_RANK: Record<MemoryTierKind, number> = { dram: 0, cxl: 1, file: 2 };
 

@@ -2,7 +2,7 @@ import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { totalmem, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
 import { cpulistHasCpus, discoverTiers, parseNodeMeminfo, withUnclaimedMemory } from "../src/index.js";
 import { fakeSys } from "./fake-sys.js";
 

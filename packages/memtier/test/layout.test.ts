@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { seededRandom, type MemoryTier, type StoreSegment } from "@hybridgen/core";
+import { seededRandom, type MemoryTier, type StoreSegment } from "@hybridgen/spec";
 import { discoverTiers, kSpillUnitBytes, layoutStore, placeKv, placeLocal, tierShares } from "../src/index.js";
 import { fakeSys } from "./fake-sys.js";
 

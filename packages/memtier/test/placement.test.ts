@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { kvBytesPerToken, seededRandom, type MemoryTier } from "@hybridgen/core";
+import { kvBytesPerToken, seededRandom, type MemoryTier } from "@hybridgen/spec";
 import { fastestFirst, formatBytes, placeDramOnly, placeInterleave, placeKv, placeSemantic, planCapacity } from "../src/index.js";
 
 const GiB = 2 ** 30;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import type { MemoryTier } from "@hybridgen/core";
+import type { MemoryTier } from "@hybridgen/spec";
 import { diskRowsMs, gpuWindowTokens, kDiskMs, kSpillUnitBytes, planRun } from "../src/index.js";
 
 const GiB = 2 ** 30, KiB = 1024;

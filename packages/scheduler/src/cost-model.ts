@@ -8,7 +8,7 @@
  * its per-K slopes from the other timing (the same V rows are gathered, copied and aggregated
  * per selected token). One trace describes one context; other lengths need their own.
  */
-import { HybridgenError, type SelectionTiming } from "@hybridgen/core";
+import { HybridgenError, type SelectionTiming } from "@hybridgen/spec";
 import type { TimingTrace, TraceStep } from "./timing-trace.js";
 
 /** ms = a + b·min(K, offloaded). */

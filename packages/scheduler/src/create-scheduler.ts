@@ -1,4 +1,4 @@
-import type { Scheduler } from "@hybridgen/core";
+import type { Scheduler } from "@hybridgen/spec";
 import { FeedbackScheduler } from "./feedback-scheduler.js";
 import { FixedScheduler } from "./fixed-scheduler.js";
 import { SchedulerSpecSchema, type SchedulerSpec } from "./options.js";

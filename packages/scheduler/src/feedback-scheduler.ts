@@ -39,7 +39,7 @@
  * The engine runs a timing the selector supports: a step measured in the other timing than the
  * one asked for means the selector cannot run it, and the scheduler stops asking for it.
  */
-import { clampK, parseStepTimings, type Scheduler, type SchedulerDecision, type SelectionTiming, type StepTimings } from "@hybridgen/core";
+import { clampK, parseStepTimings, type Scheduler, type SchedulerDecision, type SelectionTiming, type StepTimings } from "@hybridgen/spec";
 import { FeedbackSchedulerOptionsSchema, type FeedbackSchedulerOptions, type ResolvedFeedbackOptions } from "./options.js";
 import { parseOptions } from "./parse-options.js";
 

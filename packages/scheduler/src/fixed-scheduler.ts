@@ -1,4 +1,4 @@
-import type { Scheduler, SchedulerDecision, StepTimings } from "@hybridgen/core";
+import type { Scheduler, SchedulerDecision, StepTimings } from "@hybridgen/spec";
 import { FixedSchedulerOptionsSchema, type FixedSchedulerOptions } from "./options.js";
 import { parseOptions } from "./parse-options.js";
 

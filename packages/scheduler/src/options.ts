@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { DEFAULT_K, DEFAULT_TIMING, KSchema, SelectionTimingSchema } from "@hybridgen/core";
+import { DEFAULT_K, DEFAULT_TIMING, KSchema, SelectionTimingSchema } from "@hybridgen/spec";
 
 /** FixedScheduler: the same K and timing every step. */
 export const FixedSchedulerOptionsSchema = z

@@ -1,5 +1,5 @@
 import type { z } from "zod";
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
 
 /** zod parse with a one-line HybridgenError naming the scheduler and the bad field. */
 export function parseOptions<S extends z.ZodType>(schema: S, raw: unknown, who: string): z.output<S> {

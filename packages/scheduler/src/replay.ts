@@ -4,7 +4,7 @@
  * does), and reports how it behaved: K and timing per step, ms/token, timing switches, the
  * step from which it stayed settled, and the same against every fixed (K, timing) choice.
  */
-import { seededRandom, type Scheduler, type SelectionTiming } from "@hybridgen/core";
+import { seededRandom, type Scheduler, type SelectionTiming } from "@hybridgen/spec";
 import { simulateStep, type CostModel } from "./cost-model.js";
 import { FixedScheduler } from "./fixed-scheduler.js";
 

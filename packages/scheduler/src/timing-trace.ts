@@ -4,7 +4,7 @@
  * from. timingTraceFromRuns() is the recorder: stats traces of one or more runs in, a fixture out.
  */
 import { z } from "zod";
-import { HybridgenError, SelectionTimingSchema, type HybridStepRecord } from "@hybridgen/core";
+import { HybridgenError, SelectionTimingSchema, type HybridStepRecord } from "@hybridgen/spec";
 
 export const TIMING_TRACE_FORMAT = "hybridgen-timing-trace/1";
 

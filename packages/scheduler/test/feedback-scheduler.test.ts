@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DEFAULT_K, HybridgenError, type SelectionTiming } from "@hybridgen/core";
+import { DEFAULT_K, HybridgenError, type SelectionTiming } from "@hybridgen/spec";
 import { FeedbackScheduler, FixedScheduler } from "../src/index.js";
 import { load, measure, rng, run, type Machine } from "./simulate.js";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DEFAULT_K } from "@hybridgen/core";
+import { DEFAULT_K } from "@hybridgen/spec";
 import { FeedbackScheduler, FixedScheduler, SchedulerSpecSchema, createScheduler } from "../src/index.js";
 import { measure, rng } from "./simulate.js";
 

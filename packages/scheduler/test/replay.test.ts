@@ -1,7 +1,8 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { HybridStats, seededRandom } from "@hybridgen/core";
+import { seededRandom } from "@hybridgen/spec";
+import { HybridStats } from "@hybridgen/core";
 import {
   FeedbackScheduler, FixedScheduler, bestFixed, fitCostModel, parseTimingTrace, replay, simulateStep, timingTraceFromRuns, type CostModel,
 } from "../src/index.js";

@@ -1,4 +1,4 @@
-import { seededRandom, type Scheduler, type SelectionTiming, type StepTimings } from "@hybridgen/core";
+import { seededRandom, type Scheduler, type SelectionTiming, type StepTimings } from "@hybridgen/spec";
 
 /** Seeded PRNG (core's mulberry32) so failures reproduce. */
 export const rng = seededRandom;

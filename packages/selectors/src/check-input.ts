@@ -1,4 +1,4 @@
-import { HybridgenError, type SelectionInput } from "@hybridgen/core";
+import { HybridgenError, type SelectionInput } from "@hybridgen/spec";
 
 /**
  * Checks what the engine hands a selector before the plugin reads it, so a mismatched head

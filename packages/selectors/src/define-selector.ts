@@ -6,17 +6,7 @@
  * error that names the plugin, the layer, the step and the value.
  */
 import { z } from "zod";
-import {
-  HybridgenError,
-  SelectionTimingSchema,
-  validateSelection,
-  type Selection,
-  type SelectionInput,
-  type SelectionTiming,
-  type SelectorKernel,
-  type SelectorLayerInfo,
-  type TokenSelector,
-} from "@hybridgen/core";
+import { HybridgenError, SelectionTimingSchema, validateSelection, type Selection, type SelectionInput, type SelectionTiming, type SelectorKernel, type SelectorLayerInfo, type TokenSelector } from "@hybridgen/spec";
 import { checkSelectionInput } from "./check-input.js";
 import { BUILTIN, type BuiltinMark } from "./builtin-mark.js";
 import { InputCopier } from "./input-copy.js";

@@ -6,7 +6,7 @@
  * way (apps/bench/notes/selectors.md has the measurement). The layer's keys (`input.keys`, the
  * host store itself) are the one input handed as is: copying them would cost a layer's K rows.
  */
-import type { AccumulatedScores, HeadLayout, SelectionInput, SelectorPrimitives } from "@hybridgen/core";
+import type { AccumulatedScores, HeadLayout, SelectionInput, SelectorPrimitives } from "@hybridgen/spec";
 
 /** Grows a buffer geometrically and returns its first `n` elements. */
 function view<T extends Float32Array | Int32Array>(buf: T, n: number, make: (n: number) => T): T {

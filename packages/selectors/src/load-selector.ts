@@ -6,7 +6,7 @@
 import { createRequire } from "node:module";
 import { isAbsolute, join, resolve as resolvePath } from "node:path";
 import { pathToFileURL } from "node:url";
-import { HybridgenError } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/spec";
 import { isSelectorFactory } from "./define-selector.js";
 import { registerSelector, selectorNames } from "./registry.js";
 

@@ -3,7 +3,7 @@
  * a cheap predictor when it switches to pre-QKᵀ. pairSelectors() makes one TokenSelector of
  * the two that dispatches on the timing of each call, each half keeping its own state.
  */
-import { HybridgenError, kernelTiming, stageKernel, type Selection, type SelectorKernel, type SelectionInput, type SelectorLayerInfo, type TokenSelector } from "@hybridgen/core";
+import { HybridgenError, kernelTiming, stageKernel, type Selection, type SelectorKernel, type SelectionInput, type SelectorLayerInfo, type TokenSelector } from "@hybridgen/spec";
 
 export interface PairState {
   readonly post: unknown;

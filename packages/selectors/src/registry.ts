@@ -4,7 +4,7 @@
  * the package loads; every lookup by name (`--selector NAME`, createSelector, the runtime) reads
  * this one table.
  */
-import { HybridgenError, type TokenSelector } from "@hybridgen/core";
+import { HybridgenError, type TokenSelector } from "@hybridgen/spec";
 import { isSelectorFactory, type SelectorFactory } from "./define-selector.js";
 import { allTokens } from "./builtins/all-tokens.js";
 import { exactTopK } from "./builtins/exact-topk.js";

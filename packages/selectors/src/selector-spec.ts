@@ -7,7 +7,7 @@
  */
 import { existsSync } from "node:fs";
 import { resolve as resolvePath } from "node:path";
-import { HybridgenError, type TokenSelector } from "@hybridgen/core";
+import { HybridgenError, type TokenSelector } from "@hybridgen/spec";
 import { loadSelectorModule, splitModuleRef } from "./load-selector.js";
 import { pairSelectors } from "./pair-selectors.js";
 import { createSelector, lookupSelector } from "./registry.js";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { HybridgenError, selectionForKvHead } from "@hybridgen/core";
+import { HybridgenError, selectionForKvHead } from "@hybridgen/spec";
 import { defineSelector } from "../src/index.js";
 import { postInput, preInput, randomCase, rng } from "./helpers.js";
 

@@ -1,15 +1,7 @@
-import {
-  headLayout,
-  referencePrimitives,
-  type AccumulatedScores,
-  type HeadLayout,
-  type PostSelectionInput,
-  type PreSelectionInput,
-  type TokenSelector,
-} from "@hybridgen/core";
+import { headLayout, referencePrimitives, type AccumulatedScores, type HeadLayout, type PostSelectionInput, type PreSelectionInput, type TokenSelector } from "@hybridgen/spec";
 
 /** Seeded PRNG (core's mulberry32) so failures reproduce. */
-export { seededRandom as rng } from "@hybridgen/core";
+export { seededRandom as rng } from "@hybridgen/spec";
 
 export interface Case {
   layout: HeadLayout;

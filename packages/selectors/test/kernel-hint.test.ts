@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { selectionForKvHead, stageKernel, streamingSelection, topKSelection } from "@hybridgen/core";
+import { selectionForKvHead, stageKernel, streamingSelection } from "@hybridgen/spec";
+import { topKSelection } from "@hybridgen/spec/kit";
 import { allTokens, defineSelector, exactTopK, pairSelectors, quest, streamingLLM } from "../src/index.js";
 import { postInput, preInput, randomCase, rng } from "./helpers.js";
 

@@ -1,4 +1,4 @@
-import { offloadedKeys, type DType, type OffloadedKeys } from "@hybridgen/core";
+import { offloadedKeys, type DType, type OffloadedKeys } from "@hybridgen/spec";
 
 const f32 = new Float32Array(1), u32 = new Uint32Array(f32.buffer);
 

@@ -1,8 +1,7 @@
 import { describe, expect, it } from "vitest";
-import {
-  BackendCpuStage, ByteTokenizer, describeModel, DummyWeightSource, HybridAttention, LlamaModel, ReferenceBackend, tensorSpecsOf,
-  type ModelFiles, type Scheduler, type SelectionTiming, type TokenSelector,
-} from "@hybridgen/core";
+import { type Scheduler, type SelectionTiming, type TokenSelector } from "@hybridgen/spec";
+import { BackendCpuStage, ReferenceBackend } from "@hybridgen/spec/kit";
+import { ByteTokenizer, describeModel, DummyWeightSource, HybridAttention, LlamaModel, tensorSpecsOf, type ModelFiles } from "@hybridgen/core";
 import { createSelector } from "../src/index.js";
 import { rng } from "./helpers.js";
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { headLayout, pageSummaries, referencePrimitives as P, type HeadLayout, type OffloadedKeys, type PreSelectionInput, type TokenSelector } from "@hybridgen/core";
+import { headLayout, pageSummaries, referencePrimitives as P, type HeadLayout, type OffloadedKeys, type PreSelectionInput, type TokenSelector } from "@hybridgen/spec";
 import { createSelector, exactTopK, infinigen, pairSelectors, quest } from "../src/index.js";
 import { rng } from "./helpers.js";
 import { DTYPES, encodeKeys, keyValue } from "./key-helpers.js";

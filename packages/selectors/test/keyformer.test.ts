@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { selectionForKvHead } from "@hybridgen/core";
+import { selectionForKvHead } from "@hybridgen/spec";
 import { createSelector, GUMBEL_TABLE, gumbelIndex, gumbelTable, keyformer, keyformerTau, KeyformerOptionsSchema } from "../src/index.js";
 import { postInput, preInput, randomCase, refTopK, rng } from "./helpers.js";
 

@@ -2,7 +2,7 @@
 // and writes into its input, which must never reach the engine's buffers.
 import { describe, expect, it } from "vitest";
 import { z } from "zod";
-import { referencePrimitives, selectionForKvHead } from "@hybridgen/core";
+import { referencePrimitives, selectionForKvHead } from "@hybridgen/spec";
 import { defineSelector, exactTopK } from "../src/index.js";
 import { postInput, preInput, randomCase, refTopK, rng } from "./helpers.js";
 

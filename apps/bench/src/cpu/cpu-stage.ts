@@ -11,7 +11,7 @@
  * 3. Overlap: the stage on its own thread while JS drives "device" work on the backend's pool:
  *    how much of the stage's time the device work hides.
  */
-import type { CpuStageJob, DType, Tensor } from "@hybridgen/core";
+import type { CpuStageJob, DType, Tensor } from "@hybridgen/spec";
 import { cpus } from "node:os";
 import { createCpuBackend, NativeCpuStage } from "@hybridgen/kernels-cpu";
 import { bestSeconds, filledTensor } from "./measure.js";

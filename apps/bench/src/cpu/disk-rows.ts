@@ -9,7 +9,7 @@
  * A config "TxD" is T stage threads with readDepth D; "pfT" is T threads reading through the mapping.
  * Each round draws new rows; every config gathers the same rows and must stage the same bytes.
  */
-import type { CpuStageJob, StoreLayout } from "@hybridgen/core";
+import type { CpuStageJob, StoreLayout } from "@hybridgen/spec";
 import { createHash } from "node:crypto";
 import { cpus } from "node:os";
 import { createCpuBackend, NativeCpuStage, TieredStore } from "@hybridgen/kernels-cpu";

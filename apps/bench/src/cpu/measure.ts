@@ -1,5 +1,5 @@
 /** Helpers shared by the bench scripts: a robust time per call, and tensors of smooth values. */
-import type { Backend, DType, Tensor } from "@hybridgen/core";
+import type { Backend, DType, Tensor } from "@hybridgen/spec";
 
 /**
  * Seconds per call: after `warmup` calls, calls run in batches of at least 2 ms until `budget`

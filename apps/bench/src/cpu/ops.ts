@@ -4,7 +4,7 @@
  * fraction of the streamSum bandwidth measured in the same run on a buffer of the same size.
  * Env: HYBRIDGEN_ISA, BENCH_THREADS.
  */
-import type { DType, Tensor } from "@hybridgen/core";
+import type { DType, Tensor } from "@hybridgen/spec";
 import { dlopen, FFIType, type Pointer } from "bun:ffi";
 import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";

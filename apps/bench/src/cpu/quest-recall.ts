@@ -9,10 +9,7 @@
  * per channel (a few channels 8× larger), closer to a model's keys. A bf16 store holds only bf16
  * values, whose outward rounding is exact: its summaries and choice equal the f32 ones.
  */
-import {
-  offloadedKeys, questPages, questSelection, referencePrimitives, seededRandom, selectionForKvHead, type DType, type OffloadedKeys,
-  type PageSummaries, type Selection, type SelectorPrimitives,
-} from "@hybridgen/core";
+import { offloadedKeys, questPages, questSelection, referencePrimitives, seededRandom, selectionForKvHead, type DType, type OffloadedKeys, type PageSummaries, type Selection, type SelectorPrimitives } from "@hybridgen/spec";
 
 function arg(name: string, dflt: string): string {
   const i = process.argv.indexOf(`--${name}`);

@@ -14,7 +14,7 @@
  * K: the selection in JS on the driving thread (core's questSelection on the stage's primitives, as
  * quest's select() runs it, then a "selected" job) against the stage's quest kernel (one job).
  */
-import { questPages, questSelection, validateSelection, type CpuStageJob, type CpuStageSplit, type QuestPageState, type Tensor } from "@hybridgen/core";
+import { questPages, questSelection, validateSelection, type CpuStageJob, type CpuStageSplit, type QuestPageState, type Tensor } from "@hybridgen/spec";
 import { cpus } from "node:os";
 import { createCpuBackend, NativeCpuStage, sketchRowBytes, type Scoring } from "@hybridgen/kernels-cpu";
 import { filledTensor } from "./measure.js";

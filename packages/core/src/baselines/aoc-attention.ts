@@ -17,7 +17,7 @@
  * (the maximum logit, so p ∈ (0, ½], unless a stale column past the offloaded ones is larger);
  * when p leaves [1e−30, ½] the row is scored again and its maximum found by a scan.
  */
-import { DTYPE_BYTES, type Backend, type Tensor } from "../backend.js";
+import { DTYPE_BYTES, type Backend, type Tensor } from "@hybridgen/spec";
 import type { Attention } from "../attention.js";
 import { BaselineAttention } from "./baseline-attention.js";
 

@@ -8,7 +8,7 @@
  * memory (the CPU backend) the rows are copied into a scratch pair of its own each layer, so
  * the bytes a step moves are the ones AoG moves.
  */
-import { DTYPE_BYTES, type Tensor } from "../backend.js";
+import { DTYPE_BYTES, type Tensor } from "@hybridgen/spec";
 import type { Attention } from "../attention.js";
 import { BaselineAttention } from "./baseline-attention.js";
 

@@ -3,9 +3,8 @@
  * BaselineStats), full attention while nothing is offloaded, attach and close. A subclass
  * attends over the offloaded rows and says what a step with some needs first.
  */
-import type { Tensor } from "../backend.js";
+import { type Tensor, fail } from "@hybridgen/spec";
 import type { Attention, DecodeAttention } from "../attention.js";
-import { fail } from "../errors.js";
 import { BaselineStats } from "./baseline-stats.js";
 
 export abstract class BaselineAttention implements DecodeAttention, Disposable {

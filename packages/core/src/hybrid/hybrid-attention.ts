@@ -26,13 +26,10 @@
  * A row of a batched step (BatchRows) runs the same way; the host waits for each row's stage once,
  * at the batched step's end, when its transport hands off.
  */
-import type { Tensor } from "../backend.js";
+import {
+  type Tensor, type Scheduler, type SchedulerDecision, referencePrimitives, headLayout, type AccumulatedScores, type HeadLayout, type TokenSelector, fail, type CpuStage, type CpuStageJob, type CpuStageWork,
+} from "@hybridgen/spec";
 import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector } from "../attention.js";
-import type { Scheduler, SchedulerDecision } from "../contracts/scheduler.js";
-import { referencePrimitives } from "../contracts/selector-primitives.js";
-import { headLayout, type AccumulatedScores, type HeadLayout, type TokenSelector } from "../contracts/selector.js";
-import { fail } from "../errors.js";
-import type { CpuStage, CpuStageJob, CpuStageWork } from "./cpu-stage.js";
 import { selectionRows, type RowPath } from "./row-path.js";
 import { HybridStats } from "./hybrid-stats.js";
 import { HybridOptionsSchema, type HybridOptions, type LogitsMode } from "./options.js";

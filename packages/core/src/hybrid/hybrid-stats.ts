@@ -1,22 +1,5 @@
-import type { StepTimings } from "../contracts/scheduler.js";
-import type { SelectionTiming } from "../contracts/selector.js";
+import type { HybridStepRecord, SelectionTiming, StepTimings } from "@hybridgen/spec";
 import { OffloadCounters } from "../offload-counters.js";
-
-/** One hybrid decode step as the scheduler was told it: the K and timing it ran with, its
- * offloaded count, T_gpu / T_cpu / T_tx summed over layers, and the step's wall time. */
-export interface HybridStepRecord {
-  readonly step: number;
-  readonly k: number;
-  readonly timing: SelectionTiming;
-  readonly offloaded: number;
-  readonly tGpuMs: number;
-  readonly tCpuMs: number;
-  readonly tTxMs: number;
-  /** The step's wait for the CPU stage (StepTimings.tWaitMs). */
-  readonly tWaitMs?: number;
-  /** beginStep → endStep on the host, after the device finished the step. */
-  readonly wallMs: number;
-}
 
 /** Steps kept in HybridStats.trace; older ones are dropped (counted in droppedSteps). */
 export const HYBRID_TRACE_LIMIT = 4096;

@@ -12,9 +12,8 @@
  * on the true top-K (at most 1): a miss among near-equal weights costs little. Attention
  * itself stays full attention, so the model's outputs are unchanged.
  */
-import type { Tensor } from "../backend.js";
+import { type Tensor, fail } from "@hybridgen/spec";
 import type { Attention, DecodeAttention, QueryProjector } from "../attention.js";
-import { fail } from "../errors.js";
 
 export class SpeculationRecallProbe implements DecodeAttention, Disposable {
   readonly ks: readonly number[];

@@ -10,7 +10,7 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { z } from "zod";
-import { fail } from "../errors.js";
+import { fail } from "@hybridgen/spec";
 import { readJsonFile } from "../json-file.js";
 import { PRESET_PREFIX } from "../presets.js";
 import { defaultCacheDir } from "../stories15m.js";

@@ -5,11 +5,8 @@
  * accumulated scores a selector may ask for. Columns of the concatenated logits: [0, S) the
  * tokens before the store, [S, S + kmax) the selected offloaded tokens, then the ring.
  */
-import { ATTN_PARTIAL_MAX_SPANS, type Tensor } from "../backend.js";
+import { ATTN_PARTIAL_MAX_SPANS, type Tensor, type AccumulatedScores, type HeadLayout, fail, type CpuStageOutput } from "@hybridgen/spec";
 import type { Attention } from "../attention.js";
-import type { AccumulatedScores, HeadLayout } from "../contracts/selector.js";
-import { fail } from "../errors.js";
-import type { CpuStageOutput } from "./cpu-stage.js";
 import type { HybridStats } from "./hybrid-stats.js";
 
 export class StepMerge implements Disposable {

@@ -3,9 +3,9 @@
  * selector runs under, K, the step's width, and what the CPU stage does — and per layer the
  * width and budget (verified layers score candidates·K) and the job's work. Pure functions.
  */
-import type { SchedulerDecision } from "../contracts/scheduler.js";
-import { clampBudget, stageKernel, type SelectionTiming, type SelectorKernel, type TokenSelector } from "../contracts/selector.js";
-import type { CpuStageWork } from "./cpu-stage.js";
+import {
+  type SchedulerDecision, clampBudget, stageKernel, type SelectionTiming, type SelectorKernel, type TokenSelector, type CpuStageWork,
+} from "@hybridgen/spec";
 
 export interface StepPlan {
   readonly timing: SelectionTiming;

@@ -1,8 +1,8 @@
 /** One dummy-weight model's prefill and greedy decode on a backend: what cross-backend checks compare. */
 import { loadModel } from "../architectures.js";
-import type { Backend, DType } from "../backend.js";
+import type { Backend, DType } from "@hybridgen/spec";
 import { dummyModelFiles } from "../dummy-model.js";
-import type { RandomFill } from "../random-fill.js";
+import type { RandomFill } from "@hybridgen/spec/kit";
 
 export interface GreedyRun {
   /** Logits after the prompt's last position. */

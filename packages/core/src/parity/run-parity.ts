@@ -5,7 +5,7 @@
  * prefill (the engine's greedy choice checked, the reference token fed).
  */
 import { loadModel } from "../architectures.js";
-import type { Backend } from "../backend.js";
+import type { Backend } from "@hybridgen/spec";
 import { ByteTokenizer } from "../byte-tokenizer.js";
 import type { ModelFiles } from "../model-files.js";
 import { PROMPT_TOKENS, parityCheckpoint, type ParityCase } from "./cases.js";

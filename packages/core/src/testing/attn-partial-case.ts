@@ -5,7 +5,7 @@
  * logits, spans of a ring-buffer window, some selected columns −∞ (a short per-head list).
  * Shared by core's and kernels-cpu's tests (`@hybridgen/core/testing`).
  */
-import type { Backend, DType, Tensor } from "../index.js";
+import type { Backend, DType, Tensor } from "@hybridgen/spec";
 import { makeRng, randomArray } from "./engine-helpers.js";
 
 export interface PartialCase {

@@ -1,8 +1,10 @@
 /** Test helpers of the engine tests: a seeded PRNG, random arrays, a tiny in-memory Llama. */
-import { LlamaConfigSchema, resolveLlamaShape, seededRandom, type DType, type ModelFiles, type Tokenizer, type WeightView } from "../index.js";
-import { encodeFromF32 } from "../half-float.js";
+import { encodeFromF32, seededRandom, type DType } from "@hybridgen/spec";
+import { LlamaConfigSchema, resolveLlamaShape } from "../config.js";
+import type { ModelFiles, WeightView } from "../model-files.js";
+import type { Tokenizer } from "../tokenizer.js";
 
-/** Seeded PRNG (mulberry32, src/seeded-random.ts) for test data. */
+/** Seeded PRNG (mulberry32, @hybridgen/spec's seeded-random.ts) for test data. */
 export const makeRng = seededRandom;
 
 /** Uniform values in [-scale, scale), never all zero. */

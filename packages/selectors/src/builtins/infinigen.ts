@@ -8,7 +8,7 @@
  * channels of K are packed (f32) as tokens are offloaded, so a step reads r channels a token,
  * not the whole row.
  */
-import { bf16BitsToF32, offloadedKeys, pageSummaries, type OffloadedKeys, type SelectorPrimitives } from "@hybridgen/core";
+import { bf16BitsToF32, offloadedKeys, pageSummaries, type OffloadedKeys, type SelectorPrimitives } from "@hybridgen/spec";
 import { z } from "zod";
 import { defineSelector } from "../define-selector.js";
 import { BUILTIN } from "../builtin-mark.js";

@@ -10,7 +10,7 @@
  * reproducible.
  */
 import { z } from "zod";
-import { seededRandom } from "@hybridgen/core";
+import { seededRandom } from "@hybridgen/spec";
 import { defineSelector } from "../define-selector.js";
 import { BUILTIN } from "../builtin-mark.js";
 

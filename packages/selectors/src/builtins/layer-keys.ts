@@ -1,4 +1,4 @@
-import type { OffloadedKeys, SelectionInput } from "@hybridgen/core";
+import type { OffloadedKeys, SelectionInput } from "@hybridgen/spec";
 
 /** The layer's offloaded K rows, checked against the head layout (selectors that read keys). */
 export function layerKeys(input: SelectionInput<unknown>): OffloadedKeys {

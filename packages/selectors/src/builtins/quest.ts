@@ -4,7 +4,7 @@
  * questSelection defines the choice). The same choice runs inside a CpuStage as the "quest"
  * kernel, so an engine with one skips select(); select() is the definition for engines without.
  */
-import { questPages, questSelection, type QuestPageState } from "@hybridgen/core";
+import { questPages, questSelection, type QuestPageState } from "@hybridgen/spec";
 import { z } from "zod";
 import { defineSelector } from "../define-selector.js";
 import { BUILTIN } from "../builtin-mark.js";

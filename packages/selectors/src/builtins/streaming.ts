@@ -4,7 +4,7 @@
  * computed for the rest. Also valid post-QKᵀ (it then ignores the logits). Declares the CpuStage
  * kernel "streaming" (pre-QKᵀ only), which a stage runs instead of select().
  */
-import { streamingSelection } from "@hybridgen/core";
+import { streamingSelection } from "@hybridgen/spec";
 import { z } from "zod";
 import { defineSelector } from "../define-selector.js";
 import { BUILTIN } from "../builtin-mark.js";

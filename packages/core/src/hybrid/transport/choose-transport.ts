@@ -4,7 +4,7 @@
  * is made, as llama.cpp picks a kernel for a device and a shape. Per layer, chooseRowPath decides
  * whether its rows are mapped or staged; the transport is the most direct way every layer allows.
  */
-import { fail } from "../../errors.js";
+import { fail } from "@hybridgen/spec";
 import { chooseRowPath, type RowPath, type RowPathRequest } from "../row-path.js";
 import type { TransportName } from "./step-transport.js";
 

@@ -17,12 +17,11 @@
  * of a batch's sequences, which share the link and run at their own pace, never satisfy or roll
  * back one another's waits.
  */
-import type { Backend, HostCopy, HostRegion, HostSignal, HostTransfers, RowFetch, RowFetchGather, RowGather, Tensor } from "../../backend.js";
-import { DTYPE_BYTES } from "../../backend.js";
-import { fail } from "../../errors.js";
+import {
+  type Backend, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor, DTYPE_BYTES, fail, type CpuStage,
+} from "@hybridgen/spec";
 import type { KvCache } from "../../kv-cache.js";
-import type { CpuStage } from "../cpu-stage.js";
-import { GatheredValues } from "../gathered-values.js";
+import { GatheredValues } from "@hybridgen/spec/kit";
 import { grownRows } from "../row-path.js";
 
 /** The host block that holds a staging's done word: a device link pins and maps only whole blocks of 2 MiB or more (the CUDA link). */

@@ -9,7 +9,7 @@
  * nothing: the backend records one segment at a time, and a row's would take in the other rows' work.
  */
 import type { Attention, DecodeBatchStep } from "../../attention.js";
-import type { HostSignal, Tensor } from "../../backend.js";
+import type { HostSignal, Tensor } from "@hybridgen/spec";
 import type { StepPlan } from "../step-plan.js";
 import type { TransportChoice } from "./choose-transport.js";
 import { transportNote } from "./choose-transport.js";

@@ -12,8 +12,7 @@
  * layer; PCIe-bound gathers then overlap HBM-bound GEMVs.
  */
 import type { Attention } from "../../attention.js";
-import type { HostSignal, Tensor } from "../../backend.js";
-import { fail } from "../../errors.js";
+import { type HostSignal, type Tensor, fail } from "@hybridgen/spec";
 import type { StepPlan } from "../step-plan.js";
 import type { TransportChoice } from "./choose-transport.js";
 import type { DeviceStaging } from "./device-staging.js";

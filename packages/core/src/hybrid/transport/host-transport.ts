@@ -6,7 +6,7 @@
  * are host wall times.
  */
 import type { Attention } from "../../attention.js";
-import type { Tensor } from "../../backend.js";
+import type { Tensor } from "@hybridgen/spec";
 import type { StepDriver, StepTimes, StepTransport } from "./step-transport.js";
 
 export class HostTransport implements StepTransport {

@@ -5,7 +5,7 @@
  * DMA). A layer whose store the device does not map (a file-backed tier, pageable memory) stays
  * staged, as the staged transport does it.
  */
-import type { CpuStageOutput } from "../cpu-stage.js";
+import type { CpuStageOutput } from "@hybridgen/spec";
 import { StagedTransport } from "./staged-transport.js";
 import type { TransportName } from "./step-transport.js";
 

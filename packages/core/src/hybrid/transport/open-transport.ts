@@ -3,7 +3,7 @@
  * store offer, read once (the only place that asks), then chooseTransport's pick, built.
  */
 import type { Attention } from "../../attention.js";
-import { DTYPE_BYTES, type HostTransfers, type Tensor } from "../../backend.js";
+import { DTYPE_BYTES, type HostTransfers, type Tensor } from "@hybridgen/spec";
 import type { KvCache } from "../../kv-cache.js";
 import type { RowPathRequest } from "../row-path.js";
 import { chooseTransport, type LinkCapabilities, type TransportChoice } from "./choose-transport.js";

@@ -4,8 +4,7 @@
  * score rows. For file-backed tiers, pageable memory and devices that cannot gather rows from host
  * memory (chooseRowPath says why on the stats line).
  */
-import type { Tensor } from "../../backend.js";
-import type { CpuStageOutput } from "../cpu-stage.js";
+import type { Tensor, CpuStageOutput } from "@hybridgen/spec";
 import { DeviceTransport } from "./device-transport.js";
 import type { TransportName } from "./step-transport.js";
 

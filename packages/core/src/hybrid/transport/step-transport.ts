@@ -10,9 +10,7 @@
  *               the whole step without blocking; rows may be fetched ahead on a side stream.
  */
 import type { DecodeBatchStep } from "../../attention.js";
-import type { Tensor } from "../../backend.js";
-import type { HeadLayout } from "../../contracts/selector.js";
-import type { CpuStage, CpuStageJob } from "../cpu-stage.js";
+import type { Tensor, HeadLayout, CpuStage, CpuStageJob } from "@hybridgen/spec";
 import type { RowPath } from "../row-path.js";
 import type { StepMerge } from "../step-merge.js";
 import type { StepPlan } from "../step-plan.js";

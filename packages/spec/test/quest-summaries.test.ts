@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { bf16BitsToF32, f32ToBf16BitsOutward } from "../src/half-float.js";
+import { bf16BitsToF32, f32ToBf16BitsOutward } from "../src/index.js";
 import { offloadedKeys, pageBounds, pageSummaries, summarizePages } from "../src/contracts/selector-primitives.js";
 import { seededRandom } from "../src/index.js";
 

@@ -8,9 +8,9 @@
  * ReferenceBackend keeps its own validation: it is the readable specification, and its
  * messages are worded for its storage (element ranges rather than addresses).
  */
-import { ATTN_PARTIAL_MAX_SPANS, DTYPE_BYTES, type DType, type MatvecFusion, type Tensor } from "./backend.js";
-import { HybridgenError } from "./errors.js";
-import type { NativeTensor } from "./native-tensor.js";
+import { ATTN_PARTIAL_MAX_SPANS, DTYPE_BYTES, type DType, type MatvecFusion, type Tensor } from "../backend.js";
+import { HybridgenError } from "../errors.js";
+import type { NativeTensor } from "../native-tensor.js";
 
 export function badArgument(message: string): never {
   throw new HybridgenError(message, "EBADARG");

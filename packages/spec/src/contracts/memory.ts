@@ -6,7 +6,7 @@
  * copied to the GPU by DMA (a CXL expander or, beyond RAM, a file is good enough).
  */
 import { z } from "zod";
-import { DTYPE_BYTES, type DType } from "../backend.js";
+import { DTYPE_BYTES, type Backend, type DType, type Tensor } from "../backend.js";
 import { HybridgenError } from "../errors.js";
 
 export const MemoryTierKindSchema = z.enum(["dram", "cxl", "file"]);
@@ -146,3 +146,29 @@ export const StoreLayoutSchema = z.object({
   kSpill: KSpillLayoutSchema.optional(),
 });
 export type StoreLayout = z.infer<typeof StoreLayoutSchema>;
+
+/**
+ * Where the offloaded store's tensors come from when their memory must be placed: bound to a
+ * NUMA node, interleaved, or mapped from a file of the disk tier (@hybridgen/kernels-cpu's
+ * tiered store). Without one the backend's alloc() serves.
+ */
+export interface KvStoreAllocator {
+  /** The [kvHeads, capacity, headDim] tensor of `pool` for `layer`, a tensor of `backend`. */
+  alloc(backend: Backend, pool: "k" | "v", layer: number, shape: readonly number[], dtype: DType): Tensor;
+  /** Whether a device may page-lock it (a file-backed region stays pageable, or it would be held in RAM). */
+  pinnable(t: Tensor): boolean;
+  /** The cache has freed every tensor alloc() gave it: the memory may go. */
+  release(): void;
+  /**
+   * Optional: a CPU stage has just gathered slots `ids` of the V region `v` (per KV head g,
+   * `counts[g]` ids from g·kmax). Consecutive layers select much alike, so a file-backed
+   * allocator may start reading the same slots of the next layer's V (the runtime calls it).
+   */
+  readAhead?(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number): void;
+  /**
+   * Optional: the store now holds slots [0, rows) of every region (after an eviction, a reset or
+   * a restore); `sync` waits for rows still on their way to host memory. A K spill moves its
+   * coldest pages to disk here.
+   */
+  stored?(rows: number, sync: () => void): void;
+}

@@ -7,7 +7,7 @@
  */
 import { z } from "zod";
 import { HybridgenError } from "../errors.js";
-import { SelectionTimingSchema } from "./selector.js";
+import { SelectionTimingSchema, type SelectionTiming } from "./selector.js";
 
 const ms = z.number().finite().nonnegative();
 
@@ -84,4 +84,20 @@ export function parseStepTimings(raw: unknown): StepTimings {
     throw new HybridgenError(`step timings: ${i?.path.join(".") || "value"}: ${i?.message ?? "invalid"}`);
   }
   return r.data;
+}
+
+/** One hybrid decode step as the scheduler was told it: the K and timing it ran with, its
+ * offloaded count, T_gpu / T_cpu / T_tx summed over layers, and the step's wall time. */
+export interface HybridStepRecord {
+  readonly step: number;
+  readonly k: number;
+  readonly timing: SelectionTiming;
+  readonly offloaded: number;
+  readonly tGpuMs: number;
+  readonly tCpuMs: number;
+  readonly tTxMs: number;
+  /** The step's wait for the CPU stage (StepTimings.tWaitMs). */
+  readonly tWaitMs?: number;
+  /** beginStep → endStep on the host, after the device finished the step. */
+  readonly wallMs: number;
 }

@@ -8,8 +8,8 @@ import { offloadedKeys, referencePrimitives } from "../contracts/selector-primit
 import { questPages, questSelection, type QuestPageState } from "../contracts/quest-selection.js";
 import { selectionForKvHead, streamingSelection, type OffloadedKeys, type Selection } from "../contracts/selector.js";
 import { fail } from "../errors.js";
-import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape } from "./cpu-stage.js";
-import { checkStageJob } from "./check-stage-job.js";
+import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape } from "../hybrid/cpu-stage.js";
+import { checkStageJob } from "../hybrid/check-stage-job.js";
 import { GatheredValues } from "./gathered-values.js";
 
 interface Slot {

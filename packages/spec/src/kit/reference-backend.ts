@@ -9,10 +9,10 @@
  * dimension; "rows(t)" is numel / lastDim. `n` rows must exist in every tensor the op
  * touches. Use `view` to see one buffer at another row width.
  */
-import type { Backend, DType, Tensor } from "./backend.js";
-import { ATTN_PARTIAL_MAX_SPANS, DTYPE_BYTES } from "./backend.js";
-import { fail } from "./errors.js";
-import { decodeToF32, roundArrayTo } from "./half-float.js";
+import type { Backend, DType, Tensor } from "../backend.js";
+import { ATTN_PARTIAL_MAX_SPANS, DTYPE_BYTES } from "../backend.js";
+import { fail } from "../errors.js";
+import { decodeToF32, roundArrayTo } from "../half-float.js";
 
 interface Entry {
   data: Float32Array;

@@ -10,9 +10,9 @@
  * with identical results; the native fill in @hybridgen/kernels-cpu reproduces this one bit
  * for bit, and dummy weights and the parity checkpoints are made with it.
  */
-import { DTYPE_BYTES, type DType } from "./backend.js";
-import { check } from "./errors.js";
-import { f32ToF16Bits } from "./half-float.js";
+import { DTYPE_BYTES, type DType } from "../backend.js";
+import { check } from "../errors.js";
+import { f32ToF16Bits } from "../half-float.js";
 
 /** Uniform values in [offset − scale, offset + scale). */
 export interface FillParams {
