@@ -127,7 +127,7 @@ export function checkPackageGraph(root: string): GraphViolation[] {
         }
         const to = workspaceOf(spec, byName);
         if (!to || to === w) continue;
-        const rule = edgeRule(w, to, src);
+        const rule = edgeRule(w, to, !unconfined);
         if (rule) violations.push({ where, rule, detail: `${w.name} imports ${spec}` });
         else if (!w.deps.includes(to.name)) violations.push({ where, rule: "undeclared workspace import", detail: `${w.name} imports ${spec} without a dependency on ${to.name} in its package.json` });
       }

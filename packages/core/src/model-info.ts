@@ -26,7 +26,7 @@ export interface ModelInfo {
   /** Bytes of those parameters as stored, by stored dtype. */
   readonly weightBytes: Readonly<Partial<Record<DType, number>>>;
   /** K + V bytes one token adds over all layers, per KV storage dtype (kvCacheBytes(shape, …)
-   * of contracts/memory.ts gives a whole context). */
+   * of @hybridgen/spec's contracts/memory.ts gives a whole context). */
   readonly kvBytesPerToken: Readonly<Record<DType, number>>;
 }
 
