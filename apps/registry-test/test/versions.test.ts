@@ -1,10 +1,10 @@
 /**
  * Each package is versioned on its own. The release tool (scripts/release.mjs) bumps only what
  * changed, on a scratch git repository of three packages; and through a real local registry, a
- * newer @hybridgen/selectors installs beside an older @hybridgen/core (its caret range admits it,
- * one copy of core) and runs.
+ * newer @hybridgen/selectors installs beside an older @hybridgen/core (both on one copy of
+ * @hybridgen/spec, which their caret ranges admit) and runs.
  */
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -81,13 +81,18 @@ describe("a newer @hybridgen/selectors beside an older @hybridgen/core, from a r
     await registry?.stop();
   });
 
-  it("installs with one copy of core and runs", async () => {
+  it("installs with one copy of the spec they meet on and runs", async () => {
     registry = await startLocalRegistry();
     const env = { ...process.env, BUN_INSTALL_CACHE_DIR: join(registry.dir, "bun-cache"), NO_COLOR: "1", FORCE_COLOR: "0" };
     const publish = (dir: string) => sh(BUN, ["publish", "--registry", registry!.url], dir, { env: { ...env, NPM_CONFIG_TOKEN: registry!.token } });
+    const spec = JSON.parse(readFileSync(join(ROOT, "packages/spec/package.json"), "utf8"));
     const core = JSON.parse(readFileSync(join(ROOT, "packages/core/package.json"), "utf8"));
     const sel = JSON.parse(readFileSync(join(ROOT, "packages/selectors/package.json"), "utf8"));
-    expect(sel.dependencies["@hybridgen/core"]).toBe(`^${core.version}`);
+    // Both meet on the spec: selectors needs no core at all.
+    expect(sel.dependencies["@hybridgen/spec"]).toBe(`^${spec.version}`);
+    expect(core.dependencies["@hybridgen/spec"]).toBe(`^${spec.version}`);
+    expect(sel.dependencies["@hybridgen/core"]).toBeUndefined();
+    publish(join(ROOT, "packages/spec"));
     publish(join(ROOT, "packages/core"));
     publish(join(ROOT, "packages/selectors"));
 
@@ -107,7 +112,9 @@ describe("a newer @hybridgen/selectors beside an older @hybridgen/core, from a r
     sh(BUN, ["add", `@hybridgen/core@${core.version}`, `@hybridgen/selectors@${newer}`, "zod"], project, { env });
     const installed = (name: string) => JSON.parse(readFileSync(join(project, "node_modules", "@hybridgen", name, "package.json"), "utf8")).version;
     expect([installed("core"), installed("selectors")]).toEqual([core.version, newer]);
-    expect(() => readFileSync(join(project, "node_modules/@hybridgen/selectors/node_modules/@hybridgen/core/package.json"))).toThrow();
+    // One copy of the spec, shared by the older core and the newer selectors.
+    for (const name of ["core", "selectors"]) expect(existsSync(join(project, `node_modules/@hybridgen/${name}/node_modules/@hybridgen/spec`)), name).toBe(false);
+    expect(installed("spec")).toBe(spec.version);
     writeFileSync(join(project, "run.ts"), `import { headLayout, referencePrimitives } from "@hybridgen/core";
 import { createSelector, releasedAfterCore } from "@hybridgen/selectors";
 const sel = createSelector("streaming", { sinks: 2 });

@@ -4,8 +4,7 @@
  * scheduler's inputs — T_gpu, T_cpu, T_tx and the wait — from the transport's device times where it
  * has them, else from the host's wall time, added to the stats.
  */
-import type { StepTimings } from "../contracts/scheduler.js";
-import type { CpuStage } from "./cpu-stage.js";
+import type { StepTimings, CpuStage } from "@hybridgen/spec";
 import type { HybridStats } from "./hybrid-stats.js";
 import type { StepPlan } from "./step-plan.js";
 import type { StepTimes } from "./transport/step-transport.js";
