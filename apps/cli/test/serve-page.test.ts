@@ -9,9 +9,10 @@ import { PROMPT } from "./model-fixture.js";
 import { startServer, type RunningServer } from "./serve-helpers.js";
 
 const chromium = findChromium();
-if (!chromium) console.warn("serve-page.test.ts skipped: no chromium on PATH (apt-get install chromium)");
+const WHY = "no chromium on the PATH (apt-get install chromium; .ci/run installs it when it can)";
+if (!chromium) console.warn(`serve-page.test.ts skipped: ${WHY}`);
 
-describe.skipIf(!chromium)("hybridgen serve's page in headless Chromium", () => {
+describe.skipIf(!chromium)(`hybridgen serve's page in headless Chromium${chromium ? "" : ` — skipped: ${WHY}`}`, () => {
   let server: RunningServer;
   let browser: Browser;
   beforeAll(async () => {

@@ -18,7 +18,8 @@ import { resolveWindowBudget } from "../auto-budget.js";
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
 export const EXIT_INTERRUPTED = 130;
 
-export function threadsFrom(opts: GenerateCliOptions, env: CliIo["env"]): number | undefined {
+/** --threads, else HYBRIDGEN_THREADS (checked), else undefined (every core). */
+export function threadsFrom(opts: { readonly threads?: number }, env: CliIo["env"]): number | undefined {
   if (opts.threads !== undefined) return opts.threads;
   const raw = env.HYBRIDGEN_THREADS;
   if (raw === undefined || raw === "") return undefined;

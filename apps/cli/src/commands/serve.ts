@@ -69,7 +69,7 @@ async function serveModel(
 ): Promise<number> {
   const t0 = performance.now();
   const dir = o.model ?? (await ensureStories15M({ cacheDir: io.env.HYBRIDGEN_CACHE, onProgress: log }));
-  const threads = threadsFrom({ threads: o.threads } as Parameters<typeof threadsFrom>[0], io.env);
+  const threads = threadsFrom(o, io.env);
   io.uninterruptible?.(true);
   using files = await openModelSource(dir, { dummyWeights: o.dummyWeights, dtype: o.dtype, threads });
   const shape = files.shape;
