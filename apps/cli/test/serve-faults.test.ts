@@ -11,10 +11,11 @@ import { metric, sseEvents, startServer, until } from "./serve-helpers.js";
 describe("hybridgen serve: a full queue, shutdown, loading, bad flags", () => {
   it("past --max-queue a request is a 429; SIGTERM finishes the running request, cancels the queued one and exits 0", async () => {
     requireBuiltBin();
-    const server = await startServer(["--threads", "1", "--max-batch", "1", "--max-queue", "1"]);
+    // A slow model (random weights of OPT-125m's shape: tens of tokens/s here) keeps the first request running while the others arrive.
+    const server = await startServer(["--model", "preset:opt-125m", "--dummy-weights", "--context", "512", "--threads", "1", "--max-batch", "1", "--max-queue", "1", "--shutdown-grace", "120"]);
     const body = (n: number) => JSON.stringify({ prompt: PROMPT, max_tokens: n, temperature: 0, stream: true });
     // A stream's headers come with its first token: the responses are awaited once the metrics show where each request is.
-    const running = fetch(`${server.url}/v1/completions`, { method: "POST", body: body(200) });
+    const running = fetch(`${server.url}/v1/completions`, { method: "POST", body: body(100) });
     await until(async () => (await metric(server.url, "hybridgen_requests_running")) === 1, "the first request to run");
     const queued = fetch(`${server.url}/v1/completions`, { method: "POST", body: body(5) });
     await until(async () => (await metric(server.url, "hybridgen_requests_queued")) === 1, "the second request to queue");
@@ -29,7 +30,7 @@ describe("hybridgen serve: a full queue, shutdown, loading, bad flags", () => {
     expect((first[first.length - 2] as { choices: { finish_reason: string }[] }).choices[0]!.finish_reason).toBe("length");
     expect(sseEvents(b)).toEqual([{ error: { message: "the server is shutting down; the request was cancelled", type: "server_error", param: null, code: null } }, "[DONE]"]);
     expect(await stopped).toEqual({ code: 0, signal: null });
-    expect(server.stderr()).toMatch(/^SIGTERM: not accepting requests; 1 running, 1 queued \(cancelled\), 10 s to finish$/m);
+    expect(server.stderr()).toMatch(/^SIGTERM: not accepting requests; 1 running, 1 queued \(cancelled\), 120 s to finish$/m);
   });
 
   it("while the model loads, /health and every model route answer 503 with an error object", async () => {

@@ -131,7 +131,7 @@ describe("hybridgen serve: OpenAI's endpoints give generate's text", () => {
     for (let i = 0; i < 3; i++) await reader.read();
     ac.abort();
     await until(async () => (await metric(server.url, cancelled)) === before + 1 && (await metric(server.url, "hybridgen_requests_running")) === 0, "the cancelled request to leave");
-    expect(await metric(server.url, "hybridgen_generation_tokens_total")).toBeLessThan(tokens + 250);
+    expect(await metric(server.url, "hybridgen_generation_tokens_total")).toBeLessThan(tokens + 150); // the story alone runs 217 tokens to EOS
     // The slot serves the next request.
     const r = await client.completions.create({ model: "m", prompt: PROMPT, max_tokens: 3, temperature: 0 });
     expect(r.choices[0]!.finish_reason).toBe("length");
