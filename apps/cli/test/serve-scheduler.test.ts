@@ -73,6 +73,29 @@ describe("the serve scheduler: chunked prefill between decode steps", () => {
   });
 });
 
+describe("the serve scheduler: a consumer that throws", () => {
+  it("fails only itself (logged): the loop and the other requests go on", async () => {
+    using files = openModelDir(await stories15M());
+    using backend = createCpuBackend({ threads: 1 });
+    using model = loadModel(files, backend, { maxContext: 256 });
+    using dec = new BatchDecoder(model, 2);
+    const errors: string[] = [];
+    const scheduler = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, new ServeMetrics(), {
+      slots: [0, 1], queueLimit: 4, chunk: 64, maxContext: 256, eos: files.shape.eosTokenIds, bytesPerToken: 1, ledger: null, onError: (m) => errors.push(m),
+    });
+    const job = (onText: () => void) => new Promise<string>((resolve) => {
+      scheduler.submit({ ids: files.tokenizer.encode(PROMPTS[0]!), maxTokens: 12, sampling: { temperature: 0 }, stop: [], arrivedMs: 0, onText, onFinish: (r) => resolve(r.text) });
+    });
+    const [bad, good] = await Promise.all([job(() => {
+      throw new Error("the socket is gone");
+    }), job(() => {})]);
+    expect(good).toBe(await alone(PROMPTS[0]!, 12, []));
+    expect(bad).toBe(good);
+    expect(errors.length).toBeGreaterThan(0);
+    expect(new Set(errors)).toEqual(new Set(["a response failed: the socket is gone"]));
+  });
+});
+
 describe("the serve scheduler with hybrid attention and the planner's ledger", () => {
   it("admits only what the tiers left hold; the others wait and join; each request's text is generate's alone", async () => {
     const want = await Promise.all(PROMPTS.map((p, i) => alone(p, MAX_TOKENS[i]!)));

@@ -164,8 +164,14 @@ function streamed(scheduler: ServeScheduler, req: Request, endpoint: Endpoint, h
       handle?.cancel();
     },
   });
+  // A client that went away may have closed the stream under us: nothing more to send then.
   const send = (data: object | "[DONE]") => {
-    if (!closed) controller.enqueue(enc.encode(sse(data)));
+    if (closed) return;
+    try {
+      controller.enqueue(enc.encode(sse(data)));
+    } catch {
+      closed = true;
+    }
   };
   const cancel = () => handle?.cancel();
   try {
@@ -184,7 +190,11 @@ function streamed(scheduler: ServeScheduler, req: Request, endpoint: Endpoint, h
         send("[DONE]");
         if (!closed) {
           closed = true;
-          controller.close();
+          try {
+            controller.close();
+          } catch {
+            /* already closed by the client */
+          }
         }
       },
     });

@@ -214,7 +214,7 @@ export class ServeScheduler {
       }
       this.free.push(r.slot);
       this.metrics.finished.inc(1, { reason: "error" });
-      r.job.onFinish({ finish: "abort", text: r.text.text, promptTokens: r.all.length, completionTokens: r.tokens, error: message });
+      this.finish(r.job, { finish: "abort", text: r.text.text, promptTokens: r.all.length, completionTokens: r.tokens, error: message });
     }
     this.gauges();
   }
@@ -251,7 +251,7 @@ export class ServeScheduler {
         const message = oneLine(e);
         this.o.onError?.(message);
         this.metrics.finished.inc(1, { reason: "error" });
-        job.onFinish({ finish: "abort", text: "", promptTokens: job.ids.length, completionTokens: 0, error: message });
+        this.finish(job, { finish: "abort", text: "", promptTokens: job.ids.length, completionTokens: 0, error: message });
         continue;
       }
       const sampler = new Sampler(this.vocabSize, job.sampling);
@@ -298,7 +298,7 @@ export class ServeScheduler {
     if (this.eos.has(id)) {
       r.finish = "eos";
       const rest = r.text.flush();
-      if (rest) r.job.onText(rest);
+      if (rest) this.emit(r.job, rest);
       return;
     }
     const index = r.tokens++;
@@ -307,7 +307,7 @@ export class ServeScheduler {
     const P = r.all.length;
     const last = index + 1 >= r.job.maxTokens || P + index >= this.o.maxContext;
     const { release, stopped } = r.text.push(id, last);
-    if (release) r.job.onText(release);
+    if (release) this.emit(r.job, release);
     if (stopped) r.finish = "stop";
     else if (last) r.finish = index + 1 >= r.job.maxTokens ? "length" : "context";
     r.next = id;
@@ -331,7 +331,7 @@ export class ServeScheduler {
       this.free.push(r.slot);
       if (r.finish === "abort") {
         const rest = r.text.flush();
-        if (rest) r.job.onText(rest);
+        if (rest) this.emit(r.job, rest);
       }
       this.metrics.e2e.observe((performance.now() - r.job.arrivedMs) / 1000);
       this.end(r.job, r.finish, r.text.text, r.tokens);
@@ -340,7 +340,24 @@ export class ServeScheduler {
 
   private end(job: ServeJob, finish: FinishReason, text: string, tokens: number): void {
     this.metrics.finished.inc(1, { reason: finish === "abort" ? "cancelled" : finish === "length" || finish === "context" ? "length" : "stop" });
-    job.onFinish({ finish, text, promptTokens: job.ids.length, completionTokens: tokens });
+    this.finish(job, { finish, text, promptTokens: job.ids.length, completionTokens: tokens });
+  }
+
+  /** A consumer's callback that throws is its own failure, never the loop's (which serves everyone). */
+  private emit(job: ServeJob, text: string): void {
+    try {
+      job.onText(text);
+    } catch (e) {
+      this.o.onError?.(`a response failed: ${oneLine(e)}`);
+    }
+  }
+
+  private finish(job: ServeJob, r: Parameters<ServeJob["onFinish"]>[0]): void {
+    try {
+      job.onFinish(r);
+    } catch (e) {
+      this.o.onError?.(`a response failed: ${oneLine(e)}`);
+    }
   }
 
   private gauges(): void {
