@@ -13,23 +13,29 @@ describe("hybridgen serve: a full queue, shutdown, loading, bad flags", () => {
     requireBuiltBin();
     // A slow model (random weights of OPT-125m's shape: tens of tokens/s here) keeps the first request running while the others arrive.
     const server = await startServer(["--model", "preset:opt-125m", "--dummy-weights", "--context", "512", "--threads", "1", "--max-batch", "1", "--max-queue", "1", "--shutdown-grace", "120"]);
-    const body = (n: number) => JSON.stringify({ prompt: PROMPT, max_tokens: n, temperature: 0, stream: true });
-    // A stream's headers come with its first token: the responses are awaited once the metrics show where each request is.
-    const running = fetch(`${server.url}/v1/completions`, { method: "POST", body: body(100) });
-    await until(async () => (await metric(server.url, "hybridgen_requests_running")) === 1, "the first request to run");
-    const queued = fetch(`${server.url}/v1/completions`, { method: "POST", body: body(5) });
-    await until(async () => (await metric(server.url, "hybridgen_requests_queued")) === 1, "the second request to queue");
-    const full = await fetch(`${server.url}/v1/completions`, { method: "POST", body: body(5) });
-    expect(full.status).toBe(429);
-    expect(await full.json()).toEqual({ error: { message: "the queue is full (1 requests waiting); retry later", type: "rate_limit_error", param: null, code: null } });
+    let stopped: ReturnType<typeof server.stop> | null = null;
+    try {
+      const body = (n: number) => JSON.stringify({ prompt: PROMPT, max_tokens: n, temperature: 0, stream: true });
+      // A stream's headers come with its first token: the responses are awaited once the metrics show where each request is.
+      const running = fetch(`${server.url}/v1/completions`, { method: "POST", body: body(100) });
+      await until(async () => (await metric(server.url, "hybridgen_requests_running")) === 1, "the first request to run");
+      const queued = fetch(`${server.url}/v1/completions`, { method: "POST", body: body(5) });
+      await until(async () => (await metric(server.url, "hybridgen_requests_queued")) === 1, "the second request to queue");
+      const full = await fetch(`${server.url}/v1/completions`, { method: "POST", body: body(5) });
+      expect(full.status).toBe(429);
+      expect(await full.json()).toEqual({ error: { message: "the queue is full (1 requests waiting); retry later", type: "rate_limit_error", param: null, code: null } });
 
-    const stopped = server.stop("SIGTERM");
-    const [a, b] = await Promise.all([running.then((r) => r.text()), queued.then((r) => r.text())]);
-    const first = sseEvents(a);
-    expect(first[first.length - 1]).toBe("[DONE]");
-    expect((first[first.length - 2] as { choices: { finish_reason: string }[] }).choices[0]!.finish_reason).toBe("length");
-    expect(sseEvents(b)).toEqual([{ error: { message: "the server is shutting down; the request was cancelled", type: "server_error", param: null, code: null } }, "[DONE]"]);
-    expect(await stopped).toEqual({ code: 0, signal: null });
+      stopped = server.stop("SIGTERM");
+      const [a, b] = await Promise.all([running.then((r) => r.text()), queued.then((r) => r.text())]);
+      const first = sseEvents(a);
+      expect(first[first.length - 1]).toBe("[DONE]");
+      expect((first[first.length - 2] as { choices: { finish_reason: string }[] }).choices[0]!.finish_reason).toBe("length");
+      expect(sseEvents(b)).toEqual([{ error: { message: "the server is shutting down; the request was cancelled", type: "server_error", param: null, code: null } }, "[DONE]"]);
+      expect(await stopped).toEqual({ code: 0, signal: null });
+    } finally {
+      stopped ??= server.stop("SIGKILL"); // a failure above must not leave the server running
+      await stopped;
+    }
     expect(server.stderr()).toMatch(/^SIGTERM: not accepting requests; 1 running, 1 queued \(cancelled\), 120 s to finish$/m);
   });
 

@@ -18,7 +18,10 @@ export function startServer(args: string[], env: Record<string, string> = {}): P
   let err = "";
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`the server did not start in 60 s:\n${err}`)), 60_000);
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      reject(new Error(`the server did not start in 60 s:\n${err}`));
+    }, 60_000);
     child.stderr!.setEncoding("utf8").on("data", (d: string) => {
       err += d;
       const m = /^ready: .* at (http:\/\/\S+)$/m.exec(err);
