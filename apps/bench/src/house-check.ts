@@ -78,6 +78,10 @@ function noLabInPackages(root: string): HouseCheck {
     for (const d of ["bench", "benches", "eval", "probes"]) if (existsSync(join(w.dir, d))) found.push(relative(root, join(w.dir, d)) + "/");
     for (const f of files(w.dir)) if (/(^|[-.])bench([-.]|$)/.test(basename(f)) && !relative(w.dir, f).startsWith("test/")) found.push(relative(root, f));
   }
+  // The CUDA backend's bench-only switches and probes stay behind its /lab entry: none public on the class.
+  const cuda = join(root, "packages/kernels-cuda/src/cuda-backend.ts");
+  const LAB_ONLY = /^ {2}(?:get )?(setMatmulPath|setBatchCopies|setSkinny|skinny|matmulPathFor|readBandwidth|gatherBench|injectFault|setMatvecFusion|matvecFusion|setCudaGraphs|profilerRange|graphStats|resetGraphs|setPlanMajor|planMajor|attnDecodeIsSplitK|attnCausalUsesTensorCores|setBatchAttention)\(/gm;
+  if (existsSync(cuda)) for (const m of readFileSync(cuda, "utf8").matchAll(LAB_ONLY)) found.push(`CudaBackend.${m[1]} (public; belongs behind kernels-cuda/lab)`);
   const scripts = files(join(root, "scripts")).filter((f) => !relative(join(root, "scripts"), f).startsWith("common/") && !/\/(setup|test|release)\.mjs$/.test(f));
   found.push(...scripts.map((f) => relative(root, f)));
   return { name: "no lab code in packages", met: found.length === 0, detail: found.length ? found.join(", ") : "benches, probes and evals all in apps/bench" };

@@ -26,6 +26,7 @@ import { join } from "node:path";
 import { cpus } from "node:os";
 import { HybridOptionsSchema, dummyModelFiles, loadModel, presetConfig, type Backend, type HybridStepRecord } from "@hybridgen/core";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
+import type { CudaBackend } from "@hybridgen/kernels-cuda";
 import { createHybridAttention, defaultStageThreads, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { timingTraceFromRuns, type RecordedRun } from "@hybridgen/scheduler";
 import { arg, list } from "./args.js";
@@ -133,7 +134,8 @@ function switches(trace: readonly HybridStepRecord[]): number {
 using backend = await openBackend(backendName);
 type GraphStats = { captures: number; replays: number; drained: number; eagerSteps: number; lastDrain: string };
 /** The CUDA backend's graph counters (hybrid steps replay one recorded segment per layer). */
-const graphStats = (): GraphStats | undefined => (backend as { graphStats?: () => GraphStats }).graphStats?.();
+const lab = backendName === "cpu" ? undefined : (await import("@hybridgen/kernels-cuda/lab")).cudaLab(backend as CudaBackend);
+const graphStats = (): GraphStats | undefined => lab?.graphStats();
 /** "tiny": a 4-layer Llama for a dry run on the CPU backend. */
 const TINY = {
   architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 256, intermediate_size: 768, num_hidden_layers: 4,
@@ -154,9 +156,8 @@ const results: { context: number; config: string; ms: number; floorMs: number }[
 /** The profiler's range around step --profile-step (a CUDA backend's profilerRange), else nothing. */
 function profiled(): { step: number; range: (on: boolean) => void } | undefined {
   if (profileStep === "") return undefined;
-  const range = (backend as { profilerRange?: (on: boolean) => void }).profilerRange;
-  if (!range) throw new Error(`--profile-step needs a backend with a profiler range (cuda), not ${backend.name}`);
-  return { step: Number(profileStep), range: (on) => range.call(backend, on) };
+  if (!lab) throw new Error(`--profile-step needs a backend with a profiler range (cuda), not ${backend.name}`);
+  return { step: Number(profileStep), range: (on) => lab.profilerRange(on) };
 }
 
 for (const context of contexts) {

@@ -22,6 +22,7 @@ import { roundTo, seededRandom, type BatchAttnRow, type DType, type Tensor } fro
 import { relL2Error } from "@hybridgen/spec/kit";
 import type { CudaBackend } from "../src/index.js";
 import type { CheckResult } from "./op-checks.js";
+import { cudaLab } from "../src/lab.js";
 
 /** x (f32, rounded to the weight dtype) · wᵀ + bias in f64. */
 function refMatmul(x: Float32Array, w: Float32Array, bias: Float32Array | null, n: number, k: number, m: number, dt: DType): Float32Array {
@@ -51,7 +52,7 @@ export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] 
     [2, 37, 72, false], [3, 130, 264, true], [8, 64, 4096, false], [9, 1000, 520, true],
     [17, 77, 136, false], [32, 4096, 1024, true], [32, 200, 2056, false], [5, 96, 70, true],
   ];
-  const saved = cuda.skinny;
+  const saved = cudaLab(cuda).skinny();
   for (const dt of ["bf16", "f16"] as const) {
     for (const [n, m, k, hasBias] of shapes) {
       const x = cuda.alloc([n, k]), w = cuda.alloc([m, k], dt), out = cuda.alloc([n, m]);
@@ -63,24 +64,24 @@ export function runSkinnyChecks(cuda: CudaBackend, seed: number): CheckResult[] 
         const bv = b ? vals(m) : null;
         if (b && bv) cuda.write(b, bv);
         const want = refMatmul(xv, cuda.read(w), bv, n, k, m, dt);
-        cuda.setMatmulPath("skinny");
+        cudaLab(cuda).setMatmulPath("skinny");
         // k % 8 ≠ 0 is not the kernel's case: the fallback keeps x in f32 (GEMV) or rounds it (cuBLAS).
         const fallback = k % 8 !== 0;
         const tol = fallback ? 1e-2 : 1e-5;
         for (const vr of fallback ? SKINNY_VARIANTS.slice(0, 1) : SKINNY_VARIANTS) {
-          cuda.setSkinny({ fusedReduce: vr.fusedReduce });
+          cudaLab(cuda).setSkinny({ fusedReduce: vr.fusedReduce });
           let err = 0;
           for (let rep = 0; rep < 2; rep++) {
             cuda.write(out, new Float32Array(n * m).fill(Number.NaN));
             cuda.matmul(out, x, w, n, b ?? undefined);
             err = Math.max(err, relL2Error(cuda.read(out), want));
           }
-          const what = fallback ? ` (fallback: ${cuda.matmulPathFor(n)})` : `, ${vr.name}`;
+          const what = fallback ? ` (fallback: ${cudaLab(cuda).matmulPathFor(n)})` : `, ${vr.name}`;
           results.push({ name: `skinny ${dt} n=${n} m=${m} k=${k}${hasBias ? " +bias" : ""}${what}`, err, tol, ok: err <= tol });
         }
       } finally {
-        cuda.setMatmulPath("auto");
-        cuda.setSkinny(saved);
+        cudaLab(cuda).setMatmulPath("auto");
+        cudaLab(cuda).setSkinny(saved);
         for (const t of [x, w, out, b]) if (t) cuda.free(t);
       }
     }
@@ -102,7 +103,7 @@ export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResu
     [32, [64], 4096, true], [5, [300, 77], 264, true],
   ];
   const dt = "bf16";
-  const saved = cuda.skinny;
+  const saved = cudaLab(cuda).skinny();
   try {
     for (const [n, widths, k, accumulate] of cases) {
       const m = widths.reduce((a, b) => a + b, 0);
@@ -130,7 +131,7 @@ export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResu
         });
         for (const vr of SKINNY_VARIANTS) {
           // maxRows 32: the skinny kernel takes every n here (by default it stops at 8, cuBLAS above, and matmulSplit declines)
-          cuda.setSkinny({ maxRows: 32, split: true, fusedReduce: vr.fusedReduce });
+          cudaLab(cuda).setSkinny({ maxRows: 32, split: true, fusedReduce: vr.fusedReduce });
           outs.forEach((o, j) => cuda.write(o, accumulate ? start[j] : new Float32Array(n * widths[j]).fill(Number.NaN)));
           const taken = cuda.matmulSplit(outs, x, w, n, bias, accumulate);
           let err = taken ? 0 : Infinity;
@@ -142,7 +143,7 @@ export function runMatmulSplitChecks(cuda: CudaBackend, seed: number): CheckResu
       }
     }
   } finally {
-    cuda.setSkinny(saved);
+    cudaLab(cuda).setSkinny(saved);
   }
   return results;
 }
@@ -225,14 +226,14 @@ export function runBatchAttnChecks(cuda: CudaBackend, seed: number): CheckResult
         cuda.write(outA, new Float32Array(B * qw).fill(Number.NaN));
         cuda.write(outB, new Float32Array(B * qw).fill(Number.NaN));
         const scale = 1 / Math.sqrt(c.headDim);
-        cuda.setBatchAttention(false);
+        cudaLab(cuda).setBatchAttention(false);
         cuda.attnDecodeBatch(outA, q, k, v, tableOf(0, round), scale);
-        cuda.setBatchAttention(true);
-        const g0 = cuda.graphStats();
+        cudaLab(cuda).setBatchAttention(true);
+        const g0 = cudaLab(cuda).graphStats();
         if (round > 0) cuda.beginStep(`batch-attn-check-${c.name}`);
         cuda.attnDecodeBatch(outB, q, k, v, tableOf(1, round), scale);
         if (round > 0) cuda.endStep();
-        const g1 = cuda.graphStats();
+        const g1 = cudaLab(cuda).graphStats();
         const mode = round === 0 ? "eager" : `recorded (graphs captured/replayed ${g1.captures - g0.captures}/${g1.replays - g0.replays})`;
         const err = relL2Error(cuda.read(outB), cuda.read(outA));
         results.push({ name: `attnDecodeBatch ${c.name}, ${B} rows, ${mode}: out vs per-row`, err, tol: 1e-5, ok: err <= 1e-5 });
@@ -246,7 +247,7 @@ export function runBatchAttnChecks(cuda: CudaBackend, seed: number): CheckResult
         results.push({ name: `attnDecodeBatch ${c.name}, ${mode}: appended caches vs per-row (max |Δ|)`, err: cacheDiff, tol: 0, ok: cacheDiff === 0 });
       }
     } finally {
-      cuda.setBatchAttention(true);
+      cudaLab(cuda).setBatchAttention(true);
       for (const t of owned) cuda.free(t);
     }
   }

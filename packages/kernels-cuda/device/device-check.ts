@@ -24,6 +24,7 @@ import { runOpChecks } from "./op-checks.js";
 import { streamGemvChecks } from "./stream-checks.js";
 import { runArgmaxRowsChecks, runBatchAttnChecks, runMatmulSplitChecks, runSkinnyChecks } from "./batch-checks.js";
 import { runPartialChecks, timeWindow } from "./partial-checks.js";
+import { cudaLab } from "../src/lab.js";
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);
 let failures = 0;
@@ -39,7 +40,7 @@ function trapRun(): void {
   const be = createCudaBackend({ arenaBytes: 2 ** 30 });
   const x = be.alloc([1, 16]);
   try {
-    be.injectFault(1);
+    cudaLab(be).injectFault(1);
     line("trap: no error reported (FAIL)");
     process.exit(1);
   } catch (e) {
@@ -107,12 +108,12 @@ async function main(): Promise<void> {
   {
     // The same decode with CUDA graphs off: graphs change launch order only, not results.
     const prompt = rnd(40, 32000);
-    const s0 = cuda.graphStats();
+    const s0 = cudaLab(cuda).graphStats();
     const on = greedyDummyRun(cuda, STORIES15M_SHAPE, "f32", prompt, 32);
-    const s1 = cuda.graphStats();
-    cuda.setCudaGraphs(false);
+    const s1 = cudaLab(cuda).graphStats();
+    cudaLab(cuda).setCudaGraphs(false);
     const off = greedyDummyRun(cuda, STORIES15M_SHAPE, "f32", prompt, 32);
-    cuda.setCudaGraphs(true);
+    cudaLab(cuda).setCudaGraphs(true);
     let worst = relL2Error(on.first, off.first);
     for (let i = 0; i < 32; i++) worst = Math.max(worst, relL2Error(on.logits[i], off.logits[i]));
     const same = on.tokens.every((t, i) => t === off.tokens[i]);
@@ -159,7 +160,7 @@ async function main(): Promise<void> {
       badRows.push(["40 tokens into a 32-token context", (e as Error).message]);
     }
     try {
-      small.injectFault(0);
+      cudaLab(small).injectFault(0);
       badRows.push(["invalid launch", "no error (FAIL)"]);
       failures++;
     } catch (e) {

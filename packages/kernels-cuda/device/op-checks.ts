@@ -8,6 +8,7 @@
 import { seededRandom, type Backend, type DType, type MatvecFusion, type Tensor } from "@hybridgen/spec";
 import { ReferenceBackend, relL2Error } from "@hybridgen/spec/kit";
 import { CudaBackend, type MatmulPath } from "../src/index.js";
+import { cudaLab, DEFAULT_MATVEC_FUSION } from "../src/lab.js";
 
 export interface CheckResult {
   readonly name: string;
@@ -243,7 +244,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           for (const path of paths) {
             if (path === "gemv" && n > 8) continue;
             const o = pair([n, m], "f32", undefined, true);
-            cuda.setMatmulPath(path);
+            cudaLab(cuda).setMatmulPath(path);
             cuda.matmul(o.c, x.c, w.c, n, bias.c);
             // cuBLAS rounds x to the weight dtype: half-precision tolerances there.
             const tol = path === "cublas" && dt === "bf16" ? 1e-2 : path === "cublas" && dt === "f16" ? 2e-3 : 1e-5;
@@ -251,16 +252,16 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           }
         }
         const x = pair([2, k]), o = pair([2, m], "f32", undefined, true);
-        cuda.setMatmulPath("auto");
+        cudaLab(cuda).setMatmulPath("auto");
         cuda.matmul(o.c, x.c, w.c, 2);
         ref.matmul(o.r, x.r, w.r, 2);
         // Paths that round x to the weight dtype (cuBLAS, the skinny tensor-core GEMM) get half-precision bounds.
-        const auto = cuda.matmulPathFor(2, dt, k), rounds = auto === "cublas" || auto === "skinny";
+        const auto = cudaLab(cuda).matmulPathFor(2, dt, k), rounds = auto === "cublas" || auto === "skinny";
         const autoTol = rounds && dt === "bf16" ? 1e-2 : rounds && dt === "f16" ? 2e-3 : 1e-5;
         compare(`matmul auto (${auto}) ${dt} n=2 k=${k} m=${m} no bias`, o.c, o.r, autoTol);
       }
     }
-    cuda.setMatmulPath("auto");
+    cudaLab(cuda).setMatmulPath("auto");
     // matmul through views at odd offsets (the GEMV's unaligned fallback).
     {
       const base = pair([1, 3 + 40 * 64], "bf16", values(3 + 40 * 64, 0.1));
@@ -310,7 +311,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       // GQA groups 4, 4, 1, 4, 1 and 8; rows not a multiple of 64; second blocks (firstPos > 0); ring starts.
       for (const [heads, kvHeads, hd, n, firstPos, start] of [[32, 8, 128, 150, 70, 5], [8, 2, 64, 97, 0, 0], [6, 6, 40, 33, 10, 3], [4, 1, 128, 64, 200, 0], [8, 8, 128, 300, 0, 0], [16, 2, 64, 190, 129, 7]] as const) {
         const cap = start + firstPos + n + 3, total = firstPos + n;
-        const tc = cuda.attnCausalUsesTensorCores(dt, hd);
+        const tc = cudaLab(cuda).attnCausalUsesTensorCores(dt, hd);
         const tag = `${dt} h${heads}/${kvHeads} d${hd} n${n}@${firstPos}${tc ? " tensor cores" : ""}`;
         const q = pair([n, heads * hd]);
         const k = pair([kvHeads, cap, hd], dt), v = pair([kvHeads, cap, hd], dt);
@@ -334,7 +335,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     for (const dt of DTYPES) {
       for (const [heads, kvHeads, hd, firstPos, start] of [[32, 8, 128, 2047, 0], [8, 2, 64, 300, 7], [6, 6, 40, 0, 2], [4, 1, 128, 5000, 0], [12, 2, 128, 777, 1], [4, 2, 80, 129, 0]] as const) {
         const cap = start + firstPos + 1 + 5, total = firstPos + 1;
-        const split = cuda.attnDecodeIsSplitK(dt, hd);
+        const split = cudaLab(cuda).attnDecodeIsSplitK(dt, hd);
         const tag = `${dt} h${heads}/${kvHeads} d${hd} @${firstPos}${split ? " split-K" : " flash kernel"}`;
         const q = pair([1, heads * hd]);
         const k = pair([kvHeads, cap, hd], dt), v = pair([kvHeads, cap, hd], dt);
@@ -357,7 +358,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
     for (const fz of fusions)
     for (const dt of DTYPES) {
       const apart = Object.entries(fz).filter(([, on]) => !on).map(([name]) => name).join("+");
-      cuda.setMatvecFusion(fz);
+      cudaLab(cuda).setMatvecFusion(fz);
       for (const [m, k] of [[96, 256], [50, 70], [1024, 4096], [40, 16384]] as const) {
         const big = k >= 4096;
         if (apart && m !== 96) continue;
@@ -382,16 +383,16 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         }
       }
     }
-    cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
+    cudaLab(cuda).setMatvecFusion(DEFAULT_MATVEC_FUSION);
     // Recorded decode steps (CUDA graphs): per-step values change every step (K/V append row,
     // position, span length); the first step captures, the rest replay.
     // A recorded step's K/V append runs inside its RoPE kernel.
     for (const [fused, stream] of [[false, false], [true, false], [true, true]] as const) {
       const heads = 8, kvHeads = 2, hd = 64, cap = 40, steps = 12, ropeAppend = true;
-      const fusionBefore = cuda.matvecFusion;
+      const fusionBefore = cudaLab(cuda).matvecFusion();
       // the weight-stream GEMV (programmatic launch, norm in its kernel) inside captured graphs
-      if (stream) cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
-      const before = cuda.graphStats();
+      if (stream) cudaLab(cuda).setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
+      const before = cudaLab(cuda).graphStats();
       const k = pair([kvHeads, cap, hd], "bf16"), v = pair([kvHeads, cap, hd], "bf16");
       const x = pair([1, heads * hd]), qkv = pair([1, (heads + 2 * kvHeads) * hd]);
       const cos = pair([cap, hd / 2]), sin = pair([cap, hd / 2]);
@@ -434,14 +435,14 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
         }
         worst = Math.max(worst, relL2Error(cuda.read(x.c), ref.read(x.r)));
       }
-      const after = cuda.graphStats();
+      const after = cudaLab(cuda).graphStats();
       // Fused: the f32 norm + GEMV (k = 512, bf16 weights) against the reference's f64 one; the
       // H200 showed 2.2e-5, so this one is 1e-4 where the stage ops are 1e-5.
       const what = stream ? "split-K attention, norm+GEMV+add as a weight stream" : fused ? "split-K attention, norm+GEMV+add" : "attention stages, add";
       record(`recorded decode steps x${steps} (K/V append, rope${ropeAppend ? " in one kernel" : ""}, ${what})`, worst, fused ? 1e-4 : 1e-5);
       const tag = stream ? " (stream)" : fused ? " (fused)" : "";
       record(`recorded steps${tag}: 1 capture, the rest replayed, none drained`, Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
-      cuda.setMatvecFusion(fusionBefore);
+      cudaLab(cuda).setMatvecFusion(fusionBefore);
       if (fused) continue;
       // A read in the middle of a step runs what was recorded first.
       cuda.beginStep("op-checks-drain");
@@ -453,7 +454,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       const xv = cuda.read(x.c);
       record("read inside a step sees the ops before it", maxAbs(mid, xv.map((a) => 2 * a)), 0);
       record("ops after a mid-step read still run", maxAbs(cuda.read(y.c), xv.map((a) => 3 * a)), 1e-6);
-      record("a mid-step read drains the step", cuda.graphStats().drained - after.drained === 1 ? 0 : 1, 0);
+      record("a mid-step read drains the step", cudaLab(cuda).graphStats().drained - after.drained === 1 ? 0 : 1, 0);
     }
     // Every decode kernel hg_decode_plan picks, against the reference; last, and caught: a kernel
     // that fails must not stop the checks before it from reporting.
@@ -491,9 +492,9 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
       // else the one-warp kernel) and as an sm_80 plan would (the one-warp kernel), with the norm
       // apart (the default fusion) and with the norm in the kernel.
       const gemvPlans: (number | null)[] = [null, 8];
-      for (const fz of [CudaBackend.DEFAULT_MATVEC_FUSION, { norm: true, siluMul: true, accumulate: true }])
+      for (const fz of [DEFAULT_MATVEC_FUSION, { norm: true, siluMul: true, accumulate: true }])
       for (const dt of DTYPES) {
-        cuda.setMatvecFusion(fz);
+        cudaLab(cuda).setMatvecFusion(fz);
         for (const [m, k] of [[96, 256], [50, 70], [333, 1000], [1024, 4096], [40, 16384], [3000, 512]] as const) {
           for (const flags of k >= 4096 ? [0, 4 | 8, 2 | 8, 1 | 2, 1] : [0, 1 | 8, 2 | 4, 2 | 8, 4 | 8, 2 | 4 | 8, 1 | 2 | 8, 1 | 4]) {
             const norm = (flags & 1) !== 0, silu = (flags & 2) !== 0, acc = (flags & 4) !== 0, withBias = (flags & 8) !== 0;
@@ -510,7 +511,7 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
             matvecByParts(ref, out.r, x.r, w.r, f("r"));
             const want = ref.read(out.r);
             for (const t of gemvPlans) {
-              cuda.setPlanMajor(Math.min(t ?? cuda.device.major, cuda.device.major));
+              cudaLab(cuda).setPlanMajor(Math.min(t ?? cuda.device.major, cuda.device.major));
               const got: Float32Array[] = [];
               for (let rep = 0; rep < 2; rep++) {
                 cuda.write(out.c, acc ? out.data : new Float32Array(m).fill(NaN));
@@ -525,16 +526,16 @@ export function runOpChecks(cuda: CudaBackend, seed: number): CheckResult[] {
           }
         }
       }
-      cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
+      cudaLab(cuda).setMatvecFusion(DEFAULT_MATVEC_FUSION);
     } catch (e) {
       record(`decode kernels: threw ${e instanceof Error ? e.message : String(e)}`, 1, 0);
     } finally {
-      cuda.setPlanMajor(null);
+      cudaLab(cuda).setPlanMajor(null);
     }
     cuda.synchronize();
   } finally {
-    cuda.setMatmulPath("auto");
-    cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
+    cudaLab(cuda).setMatmulPath("auto");
+    cudaLab(cuda).setMatvecFusion(DEFAULT_MATVEC_FUSION);
     for (const [be, t] of owned.reverse()) be.free(t);
     ref.close();
   }

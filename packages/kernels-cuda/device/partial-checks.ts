@@ -13,6 +13,7 @@ import { seededRandom, type Backend, type DType, type Tensor } from "@hybridgen/
 import { ReferenceBackend, relL2Error } from "@hybridgen/spec/kit";
 import type { CudaBackend } from "../src/index.js";
 import { pairedAlloc, type CheckResult } from "./op-checks.js";
+import { cudaLab } from "../src/lab.js";
 
 const DTYPES: readonly DType[] = ["f32", "f16", "bf16"];
 
@@ -95,10 +96,10 @@ export function runPartialChecks(cuda: CudaBackend, seed: number): CheckResult[]
         const [pe, oe] = step(0, false);
         record(`attnPartial ${tag} spans [${s.steps[0].join(",")}]`, pe, 1e-5);
         record(`attnMerge ${tag} +${s.selected[0]} columns`, oe, 1e-5);
-        const before = cuda.graphStats();
+        const before = cudaLab(cuda).graphStats();
         let worst = 0;
         for (let i = 0; i < s.steps.length; i++) worst = Math.max(worst, ...step(i, true));
-        const after = cuda.graphStats();
+        const after = cudaLab(cuda).graphStats();
         record(`attnPartial + attnMerge ${tag}, ${s.steps.length} recorded steps (other spans and columns)`, worst, 1e-5);
         const replays = after.replays - before.replays, captures = after.captures - before.captures, drained = after.drained - before.drained;
         record(`attnPartial + attnMerge ${tag} recorded: 1 capture, ${s.steps.length - 1} replays, none drained (${captures}, ${replays}, ${drained})`,

@@ -12,6 +12,7 @@ import { seededRandom, type Backend, type DType, type MatvecFusion, type Tensor 
 import { ReferenceBackend, relL2Error } from "@hybridgen/spec/kit";
 import type { CudaBackend } from "../src/index.js";
 import { matvecByParts, pairedAlloc, type CheckResult } from "./op-checks.js";
+import { cudaLab } from "../src/lab.js";
 
 interface Link {
   out: string; // buffer names: "att" (attention output, d), "x" (residual, d), "h" (FFN, f), "qkv" (q)
@@ -39,7 +40,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
   const ref = new ReferenceBackend();
   const rnd = seededRandom(seed);
   const results: CheckResult[] = [];
-  const savedFuse = cuda.matvecFusion;
+  const savedFuse = cudaLab(cuda).matvecFusion();
   const record = (name: string, err: number, tol: number) => results.push({ name, err, tol, ok: err <= tol });
   const values = (n: number, scale = 1) => Float32Array.from({ length: n }, () => (rnd() * 2 - 1) * scale);
   // [name, links, widths d / f / q]
@@ -54,7 +55,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
   ];
   try {
     for (const [name, links, [d, f, q]] of cases) {
-      cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
+      cudaLab(cuda).setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
       const owned: [Backend, Tensor][] = [];
       const both = pairedAlloc(cuda, ref, owned);
       const width: Record<string, number> = { att: d, x: d, h: f, qkv: q };
@@ -77,8 +78,8 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
       });
       const forms: [string, number | null][] = [["the plan's slots and grid", null], ["planned for sm_80: the one-warp GEMV", 8]];
       for (const [how, major] of forms) {
-        cuda.setPlanMajor(major === null ? null : Math.min(major, cuda.device.major));
-        const before = cuda.graphStats();
+        cudaLab(cuda).setPlanMajor(major === null ? null : Math.min(major, cuda.device.major));
+        const before = cudaLab(cuda).graphStats();
         let worst = 0;
         for (let s = 0; s < steps; s++) {
           Object.values(bufs).forEach((b, i) => cuda.write(b.c, inputs[s][i]));
@@ -88,7 +89,7 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
           const outs = Object.values(bufs).map((b) => cuda.read(b.c));
           outs.forEach((o, i) => (worst = Math.max(worst, relL2Error(o, expected[s][i]))));
         }
-        const after = cuda.graphStats();
+        const after = cudaLab(cuda).graphStats();
         record(`stream GEMV chain ${name}, ${how}, recorded x${steps}: every buffer vs the reference`, worst, 1e-4);
         record(`stream GEMV chain ${name}, ${how}: 1 capture, the rest replayed, none drained`, Math.abs(after.captures - before.captures - 1) + Math.abs(after.replays - before.replays - (steps - 1)) + (after.drained - before.drained), 0);
       }
@@ -97,8 +98,8 @@ export function streamGemvChecks(cuda: CudaBackend, seed: number): CheckResult[]
   } catch (e) {
     record(`stream GEMV chains: ${(e as Error).message}`, Infinity, 0);
   } finally {
-    cuda.setPlanMajor(null);
-    cuda.setMatvecFusion(savedFuse);
+    cudaLab(cuda).setPlanMajor(null);
+    cudaLab(cuda).setMatvecFusion(savedFuse);
   }
   return results;
 }

@@ -58,8 +58,8 @@ __global__ void __launch_bounds__(128) flash_causal_simt_kernel(float *out, cons
 
 // Which tensor-core kernel serves: FLASH_V2 with 4 warps (64 query rows a block) at 2 or 3 blocks
 // an SM or with 8 warps (128 rows), or FLASH_V3 (wgmma; sm_90 only, else v2-64 serves).
-// HYBRIDGEN_FLASH=v2-64|v2-64x3|v2-128|v3|v3x3|v3-all picks one at the first call; hg_cu_flash_variant
-// switches in a running process (benches). Code 1 (a retired kernel) is unknown, like any code out
+// hg_cu_flash_variant picks one: the backend's flash option sends its choice before each prefill
+// call (no environment switch: two backends in a process must not share a hidden global). Code 1 (a retired kernel) is unknown, like any code out
 // of range. v3 serves head dim 128 only: at 64 it fails the device check (not understood yet), so
 // there v2-64 serves; FLASH_V3_ALL forces it at 64 too (diagnosis only).
 enum { FLASH_DEFAULT = 0, FLASH_V2_64 = 2, FLASH_V2_128 = 3, FLASH_V2_64X3 = 4, FLASH_V3 = 5, FLASH_V3X3 = 6, FLASH_V3_ALL = 7, FLASH_VARIANTS = 8 };
@@ -67,17 +67,9 @@ static const char *const FLASH_NAMES[FLASH_VARIANTS] = {NULL, NULL, "v2-64", "v2
 // The default: v3 (the fastest on the H200: the package README's prefill figures),
 // which falls back to v2-64 at head dim 64 and on devices other than sm_90.
 static const int FLASH_CHOSEN = FLASH_V3;
-static int flashVariant = -1;                 // -1: not read from the environment yet
+static int flashVariant = FLASH_CHOSEN;
 
-static int flash_variant(void) {
-  if (flashVariant < 0) {
-    const char *e = getenv("HYBRIDGEN_FLASH");
-    flashVariant = FLASH_CHOSEN;
-    for (int i = 1; e && i < FLASH_VARIANTS; i++)
-      if (FLASH_NAMES[i] && !strcmp(e, FLASH_NAMES[i])) flashVariant = i;
-  }
-  return flashVariant;
-}
+static int flash_variant(void) { return flashVariant; }
 
 extern "C" {
 

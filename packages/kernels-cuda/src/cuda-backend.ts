@@ -13,6 +13,7 @@ import { DeviceArena, type ArenaStats } from "./arena.js";
 import { CudaHostLink } from "./host-link.js";
 import { cudaAvailability } from "./availability.js";
 import { CudaTensor } from "./cuda-tensor.js";
+import { LAB, type CudaLab } from "./lab-key.js";
 import { CudaTimer } from "./cuda-timer.js";
 import type { CudaDevice } from "./device-record.js";
 import { cudaLibraryPath } from "./library-path.js";
@@ -75,6 +76,18 @@ export interface CudaMemoryStats extends ArenaStats {
   readonly arenaBytes: number;
 }
 
+/** The flash option → native/flash.cu's kernel codes. */
+const FLASH_CODE: Record<string, number> = { auto: 0, "v2-64": 2, "v2-128": 3, "v2-64x3": 4, v3: 5, v3x3: 6, "v3-all": 7 };
+
+/**
+ * Which of matvec's fusions run inside the GEMV kernel (else as their own kernels). Default
+ * from the H200 bench (apps/bench/notes/kernels-cuda-device.md): the norm as its own kernel (the one-warp GEMV's
+ * per-block prologue cost more than the launch it saves)
+ * unless the weight stream takes the GEMV (it normalises once a block, for free), SiLU·up and
+ * the residual add in the epilogue.
+ */
+export const DEFAULT_MATVEC_FUSION: Readonly<MatvecFusionChoice> = { norm: false, siluMul: true, accumulate: true };
+
 export class CudaBackend implements Backend {
   readonly name = "cuda";
   readonly threads = 1;
@@ -95,15 +108,9 @@ export class CudaBackend implements Backend {
   private readonly check: BackendChecks<CudaTensor>;
   /** cudaGraphs option: beginStep/endStep record and replay decode steps. */
   private graphs: boolean;
-  /**
-   * Which of matvec's fusions run inside the GEMV kernel (else as their own kernels). Default
-   * from the H200 bench (apps/bench/notes/kernels-cuda-device.md): the norm as its own kernel (the one-warp GEMV's
-   * per-block prologue cost more than the launch it saves)
-   * unless the weight stream takes the GEMV (it normalises once a block, for free), SiLU·up and
-   * the residual add in the epilogue.
-   */
-  static readonly DEFAULT_MATVEC_FUSION: Readonly<MatvecFusionChoice> = { norm: false, siluMul: true, accumulate: true };
-  private fuse: MatvecFusionChoice = { ...CudaBackend.DEFAULT_MATVEC_FUSION };
+  /** The flash option's kernel code (native/flash.cu's FLASH_*; 0: the library's choice), sent before each prefill call. */
+  private flash: number;
+  private fuse: MatvecFusionChoice = { ...DEFAULT_MATVEC_FUSION };
   /** Scratch of the unfused matvec parts (h, y, silu result), grown on demand. */
   private mvScratch: CudaTensor | null = null;
   private readonly stepKeys = new Map<string, number>();
@@ -132,6 +139,7 @@ export class CudaBackend implements Backend {
   constructor(options: CudaBackendOptions = {}, native?: { lib: CudaNative; device: CudaDevice }) {
     const o = parseCudaBackendOptions(options);
     this.graphs = o.cudaGraphs;
+    this.flash = FLASH_CODE[o.flash];
     if (native) {
       this.lib = native.lib;
       this.device = native.device;
@@ -296,7 +304,7 @@ export class CudaBackend implements Backend {
   }
 
   /** Force a matmul path ("auto" by default): tests and benches compare the kernels. */
-  setMatmulPath(path: MatmulPath | "auto"): void {
+  private setMatmulPath(path: MatmulPath | "auto"): void {
     if (!(path in PATH_CODE)) bad(`setMatmulPath: unknown path '${path}' (auto, gemv, cublas, tiled, skinny)`);
     this.matmulPath = PATH_CODE[path];
   }
@@ -305,7 +313,7 @@ export class CudaBackend implements Backend {
    * Small same-dtype copyRows (a decode step's K/V appends, one per KV head) are queued and
    * run as one kernel before the next other op (default on); off runs each as its own copy.
    */
-  setBatchCopies(on: boolean): void {
+  private setBatchCopies(on: boolean): void {
     this.lib.hg_cu_set_batch_copies(this.live_("setBatchCopies"), on ? 1 : 0);
   }
 
@@ -313,7 +321,7 @@ export class CudaBackend implements Backend {
    * Batched-decode GEMM switches (SkinnyOptions; unset fields keep their values). The defaults
    * are the measured-safe ones; benches flip them to compare in one run.
    */
-  setSkinny(o: Partial<SkinnyOptions>): void {
+  private setSkinny(o: Partial<SkinnyOptions>): void {
     const ctx = this.live_("setSkinny");
     for (const key of Object.keys(o)) if (!(key in SKINNY_DEFAULTS)) bad(`setSkinny: unknown option "${key}" (${Object.keys(SKINNY_DEFAULTS).join(", ")})`);
     const next = { ...this.skinnyOpts, ...o };
@@ -325,7 +333,7 @@ export class CudaBackend implements Backend {
     this.skinnySet = true;
   }
 
-  get skinny(): SkinnyOptions {
+  private get skinny(): SkinnyOptions {
     return { ...this.skinnyOpts };
   }
 
@@ -377,7 +385,7 @@ export class CudaBackend implements Backend {
    * The path a matmul of n rows takes under "auto": for f32 weights by default; give the weight
    * dtype (and k) for f16/bf16, where 2..maxRows (setSkinny) rows take the skinny tensor-core GEMM.
    */
-  matmulPathFor(n: number, dtype: DType = "f32", k = 4096): MatmulPath {
+  private matmulPathFor(n: number, dtype: DType = "f32", k = 4096): MatmulPath {
     const ctx = this.live_("matmulPathFor");
     const code = dtype === "f32" ? this.lib.hg_cu_matmul_path(ctx, n) : this.lib.hg_cu_matmul_path_for(ctx, n, DTYPE_CODE[dtype], k);
     return PATH_NAMES[code];
@@ -389,7 +397,7 @@ export class CudaBackend implements Backend {
    * weight-stream GEMV's structure (one block an SM, cp.async.bulk copies of slotKb into a ring of
    * ringKb, consumers that only hand slots back; sm_90). A bad probe is a one-line error.
    */
-  readBandwidth(probe: { mode: "loads" } | { mode: "bulk"; slotKb: number; ringKb: number }, bytes = 2 ** 31, iters = 5): number {
+  private readBandwidth(probe: { mode: "loads" } | { mode: "bulk"; slotKb: number; ringKb: number }, bytes = 2 ** 31, iters = 5): number {
     const ctx = this.live_("readBandwidth");
     if (probe.mode === "bulk" && (![4, 8, 16, 32].includes(probe.slotKb) || ![64, 128, 192].includes(probe.ringKb) || probe.ringKb < 8 * probe.slotKb))
       bad(`readBandwidth: a bulk probe takes slotKb 4, 8, 16 or 32 and ringKb 64, 128 or 192 holding a slot for each of 8 warps, got ${probe.slotKb} / ${probe.ringKb}`);
@@ -413,7 +421,7 @@ export class CudaBackend implements Backend {
    * ids; ascending random ids (top-K-like) or the last kmax slots (a window). Milliseconds per
    * gather, runs per head, and whether the three results are byte-identical.
    */
-  gatherBench(o: { kvHeads: number; cap: number; kmax: number; rowBytes: number; contiguous: boolean; iters?: number }) {
+  private gatherBench(o: { kvHeads: number; cap: number; kmax: number; rowBytes: number; contiguous: boolean; iters?: number }) {
     const ctx = this.live_("gatherBench");
     const { kvHeads, cap, kmax, rowBytes, contiguous, iters = 20 } = o;
     for (const [k, v] of Object.entries({ kvHeads, cap, kmax, rowBytes, iters })) {
@@ -458,6 +466,35 @@ export class CudaBackend implements Backend {
     }
   }
 
+  /** The bench-only switches and probes (@hybridgen/kernels-cuda/lab's cudaLab(backend)); not part of the Backend a program uses. */
+  [LAB](): CudaLab {
+    return {
+      setMatmulPath: (path) => this.setMatmulPath(path),
+      matmulPathFor: (n, dtype, k) => this.matmulPathFor(n, dtype, k),
+      setBatchCopies: (on) => this.setBatchCopies(on),
+      setSkinny: (o) => this.setSkinny(o),
+      skinny: () => this.skinny,
+      setMatvecFusion: (f) => this.setMatvecFusion(f),
+      matvecFusion: () => this.matvecFusion,
+      setCudaGraphs: (on) => this.setCudaGraphs(on),
+      resetGraphs: () => this.resetGraphs(),
+      graphStats: () => this.graphStats(),
+      profilerRange: (on) => this.profilerRange(on),
+      setPlanMajor: (major) => this.setPlanMajor(major),
+      planMajor: () => this.planMajor,
+      attnDecodeIsSplitK: (dtype, headDim) => this.attnDecodeIsSplitK(dtype, headDim),
+      attnCausalUsesTensorCores: (dtype, headDim) => this.attnCausalUsesTensorCores(dtype, headDim),
+      setBatchAttention: (batched) => this.setBatchAttention(batched),
+      readBandwidth: (probe, bytes, iters) => this.readBandwidth(probe, bytes, iters),
+      gatherBench: (o) => this.gatherBench(o),
+      injectFault: (kind) => this.injectFault(kind),
+      setFlash: (flash) => {
+        if (!(flash in FLASH_CODE)) bad(`setFlash: unknown kernel '${flash}' (${Object.keys(FLASH_CODE).join(", ")})`);
+        this.flash = FLASH_CODE[flash]!;
+      },
+    };
+  }
+
   /** A pair of CUDA events on the compute stream: mark() before and after work, then ms(). */
   timer(): CudaTimer {
     this.live_("timer");
@@ -481,7 +518,7 @@ export class CudaBackend implements Backend {
   }
 
   /** Test hook: 0 = an invalid launch (recoverable), 1 = a trap inside a kernel (the context is lost). */
-  injectFault(kind: 0 | 1): void {
+  private injectFault(kind: 0 | 1): void {
     this.ok(kind === 0 ? "injectFault(invalid launch)" : "injectFault(trap)", this.lib.hg_cu_test_fault(this.live_("injectFault"), kind));
   }
 
@@ -560,7 +597,7 @@ export class CudaBackend implements Backend {
   }
 
   /** Which matvec fusions run inside the GEMV (default DEFAULT_MATVEC_FUSION); the rest run as their own kernels. */
-  setMatvecFusion(fuse: MatvecFusionChoice): void {
+  private setMatvecFusion(fuse: MatvecFusionChoice): void {
     this.fuse = { norm: fuse.norm, siluMul: fuse.siluMul, accumulate: fuse.accumulate };
     if (this.mvScratch && fuse.norm && fuse.siluMul && fuse.accumulate) {
       if (this.inStep) this.endStep();
@@ -569,7 +606,7 @@ export class CudaBackend implements Backend {
     }
   }
 
-  get matvecFusion(): MatvecFusionChoice {
+  private get matvecFusion(): MatvecFusionChoice {
     return { ...this.fuse };
   }
 
@@ -741,20 +778,20 @@ export class CudaBackend implements Backend {
   }
 
   /** Turns decode-step graphs on or off (the cudaGraphs option; benches compare both). */
-  setCudaGraphs(on: boolean): void {
+  private setCudaGraphs(on: boolean): void {
     if (this.inStep) this.endStep();
     this.graphs = on;
   }
 
   /** Opens (true) or closes a profiler's capture range: ncu or nsys started with --profile-from-start off profile what runs inside. */
-  profilerRange(on: boolean): void {
+  private profilerRange(on: boolean): void {
     const ctx = this.live_("profilerRange");
     if (this.inStep) this.endStep();
     this.ok("profilerRange (cudaProfilerStart/Stop)", this.lib.hg_cu_profiler(ctx, on ? 1 : 0));
   }
 
   /** Counters of the decode-step graphs since creation. */
-  graphStats(): { captures: number; replays: number; drained: number; eagerSteps: number; recordedOps: number; lastDrain: string } {
+  private graphStats(): { captures: number; replays: number; drained: number; eagerSteps: number; recordedOps: number; lastDrain: string } {
     const c = new Float64Array(5);
     const ctx = this.live_("graphStats");
     this.lib.hg_cu_step_stats(ctx, c);
@@ -767,7 +804,7 @@ export class CudaBackend implements Backend {
   }
 
   /** Forgets every captured graph (the next step of each key captures again). */
-  resetGraphs(): void {
+  private resetGraphs(): void {
     const ctx = this.live_("resetGraphs");
     if (this.inStep) this.endStep();
     this.lib.hg_cu_step_reset(ctx);
@@ -778,7 +815,7 @@ export class CudaBackend implements Backend {
    * major, from 1 to this device's own (null: its own), so checks and benches run another device's
    * kernels here. Captured step graphs hold the old launches: a change drops them.
    */
-  setPlanMajor(major: number | null): void {
+  private setPlanMajor(major: number | null): void {
     const ctx = this.live_("setPlanMajor");
     const own = this.device.major;
     const m = major ?? own;
@@ -789,7 +826,7 @@ export class CudaBackend implements Backend {
   }
 
   /** The compute capability major the decode kernels are picked for. */
-  get planMajor(): number {
+  private get planMajor(): number {
     return this.lib.hg_cu_get_plan_major(this.live_("planMajor"));
   }
 
@@ -827,11 +864,12 @@ export class CudaBackend implements Backend {
       this.ok(op, this.lib.hg_cu_attn_decode(this.ctx, P(o.addr), P(qi.addr), P(kt.addr), P(vt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, start, firstPos, scale));
       return;
     }
+    this.lib.hg_cu_flash_variant(this.flash);
     this.ok(op, this.lib.hg_cu_attn_causal(this.ctx, P(o.addr), P(qi.addr), qi.cols, P(kt.addr), P(vt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, start, firstPos, n, scale));
   }
 
   /** Whether a one-row attnCausal (a decode step) takes the split-K kernels (else the flash kernel). */
-  attnDecodeIsSplitK(dtype: DType, headDim: number): boolean {
+  private attnDecodeIsSplitK(dtype: DType, headDim: number): boolean {
     const key = DTYPE_CODE[dtype] * 65536 + headDim;
     let yes = this.splitKPath.get(key);
     if (yes === undefined) {
@@ -842,7 +880,7 @@ export class CudaBackend implements Backend {
   }
 
   /** Whether attnCausal takes the tensor-core kernel for this cache dtype and head dim. */
-  attnCausalUsesTensorCores(dtype: DType, headDim: number): boolean {
+  private attnCausalUsesTensorCores(dtype: DType, headDim: number): boolean {
     return this.lib.hg_cu_attn_causal_path(DTYPE_CODE[dtype], headDim) === 1;
   }
 
@@ -923,7 +961,7 @@ export class CudaBackend implements Backend {
   }
 
   /** attnDecodeBatch through the batched kernels (default) or row by row (benches compare). */
-  setBatchAttention(batched: boolean): void {
+  private setBatchAttention(batched: boolean): void {
     this.live_("setBatchAttention");
     this.batchAttention = batched;
   }

@@ -67,6 +67,7 @@ export const backendSymbols = {
   hg_cu_step_info: { args: [ptr, ptr, i32], returns: none },
   hg_cu_set_plan_major: { args: [ptr, i32], returns: i32 },
   hg_cu_get_plan_major: { args: [ptr], returns: i32 },
+  hg_cu_flash_variant: { args: [i32], returns: i32 },
   hg_cu_attn_causal: { args: [ptr, ptr, ptr, i32, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, i32, f32], returns: i32 },
   hg_cu_attn_causal_path: { args: [i32, i32], returns: i32 },
   hg_cu_attn_decode: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, f32], returns: i32 },

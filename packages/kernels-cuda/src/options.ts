@@ -21,6 +21,12 @@ export const CudaBackendOptionsSchema = z.object({
   cublas: z.enum(["auto", "off"]).default("auto"),
   /** Explicit cuBLAS library to dlopen instead of the search. */
   cublasPath: z.string().min(1).optional(),
+  /**
+   * Which tensor-core kernel serves prefill attention (bf16/f16, head dim 64/128): auto, the
+   * fastest measured (v3 on sm_90, v2-64 elsewhere), or one of the others for a bench to compare.
+   * Per backend: it is set before each prefill call, so two backends in a process do not mix.
+   */
+  flash: z.enum(["auto", "v2-64", "v2-64x3", "v2-128", "v3", "v3x3", "v3-all"]).default("auto"),
   /** Native library path (default: $HYBRIDGEN_KERNELS_CUDA_LIB, else lib/libhgcuda.so of this package). */
   libraryPath: z.string().min(1).optional(),
 });

@@ -9,6 +9,7 @@ import { ReferenceBackend } from "@hybridgen/spec/kit";
 import { CudaBackend, createCudaBackend, cudaAvailability, type CudaNative } from "../src/index.js";
 import { MAX_GRAPH_KEYS } from "../src/cuda-backend.js";
 import { STAND_IN_DEVICE, STAND_IN_HEAP, standInNative, type NativeCall } from "./stand-in-native.js";
+import { cudaLab } from "../src/lab.js";
 
 const HEAP = STAND_IN_HEAP;
 const device = STAND_IN_DEVICE;
@@ -83,7 +84,7 @@ describe("CudaBackend validation (stand-in native library)", () => {
       [() => be.alloc([2, 0]), /dimension that is not a positive integer/],
       [() => be.alloc([2], "f64" as never), /unknown dtype 'f64'/],
       [() => be.loadWeight(new Uint8Array(10), "bf16", [2, 3]), /bf16\[2x3\] needs 12 bytes, got 10/],
-      [() => be.setMatmulPath("fast" as never), /unknown path 'fast'/],
+      [() => cudaLab(be).setMatmulPath("fast" as never), /unknown path 'fast'/],
     ];
     for (const [fn, msg] of cases) {
       expect(fn, String(msg)).toThrow(HybridgenError);
@@ -201,10 +202,10 @@ describe("CudaBackend validation (stand-in native library)", () => {
     const offered = offers();
     be.matvec(out16, x, w, { bias, normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
     expect(offers()).toBe(offered);
-    be.setPlanMajor(8);
+    cudaLab(be).setPlanMajor(8);
     be.matvec(out16, x, w, { bias, normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
     expect(offers()).toBe(offered + 1);
-    be.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
+    cudaLab(be).setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
     be.matvec(out16, x, w, { bias, normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
     const mv = calls.filter((c) => c.name === "hg_cu_matvec").at(-1)!;
     // ..., wt, bias, bt, nw, nt, eps, k, m, epi
@@ -214,7 +215,7 @@ describe("CudaBackend validation (stand-in native library)", () => {
     be.matvec(out, x, w, {});
     expect(calls.filter((c) => c.name === "hg_cu_matvec").at(-1)!.args.slice(5)).toEqual([null, 0, null, 0, 0, 64, 32, 0]);
     // Everything apart: GEMV into the scratch, SiLU·up into the scratch, then out += it.
-    be.setMatvecFusion({ norm: false, siluMul: false, accumulate: false });
+    cudaLab(be).setMatvecFusion({ norm: false, siluMul: false, accumulate: false });
     from = calls.length;
     be.matvec(out16, x, w, { normWeight: nw, normEps: 1e-5, siluMul: true, accumulate: true });
     expect(calls.slice(from).map((c) => c.name).filter((n) => n !== "hg_cu_memset0" && n !== "hg_cu_matvec_max_norm_k")).toEqual(["hg_cu_rmsnorm", "hg_cu_matvec", "hg_cu_silu_mul", "hg_cu_add"]);
@@ -226,14 +227,39 @@ describe("CudaBackend validation (stand-in native library)", () => {
   it("readBandwidth: probes reach the library with their mode codes; bad probes are refused before it", () => {
     const { be, calls } = make();
     const probes = () => calls.filter((c) => c.name === "hg_cu_read_bandwidth");
-    be.readBandwidth({ mode: "loads" }, 4096, 2);
-    be.readBandwidth({ mode: "bulk", slotKb: 16, ringKb: 128 }, 4096, 3);
+    cudaLab(be).readBandwidth({ mode: "loads" }, 4096, 2);
+    cudaLab(be).readBandwidth({ mode: "bulk", slotKb: 16, ringKb: 128 }, 4096, 3);
     expect(probes().map((c) => c.args.slice(2, 7))).toEqual([[4096, 0, 0, 0, 2], [4096, 1, 16, 128, 3]]);
-    expect(() => be.readBandwidth({ mode: "bulk", slotKb: 32, ringKb: 192 })).toThrow(/slotKb 4, 8, 16 or 32 and ringKb 64, 128 or 192 holding a slot for each of 8 warps, got 32 \/ 192/);
-    expect(() => be.readBandwidth({ mode: "bulk", slotKb: 12, ringKb: 128 })).toThrow(HybridgenError);
-    expect(() => be.readBandwidth({ mode: "loads" }, 0)).toThrow(/bytes must be an integer ≥ 16/);
+    expect(() => cudaLab(be).readBandwidth({ mode: "bulk", slotKb: 32, ringKb: 192 })).toThrow(/slotKb 4, 8, 16 or 32 and ringKb 64, 128 or 192 holding a slot for each of 8 warps, got 32 \/ 192/);
+    expect(() => cudaLab(be).readBandwidth({ mode: "bulk", slotKb: 12, ringKb: 128 })).toThrow(HybridgenError);
+    expect(() => cudaLab(be).readBandwidth({ mode: "loads" }, 0)).toThrow(/bytes must be an integer ≥ 16/);
     expect(probes()).toHaveLength(2);
     expect(be.memory().usedBytes).toBe(0);
     be.close();
+  });
+
+  it("the flash option: every prefill call sends its backend's kernel, so two backends in a process never mix; the lab switches it", () => {
+    const calls: NativeCall[] = [];
+    const lib = fakeNative(calls);
+    const v2 = new CudaBackend({ arenaBytes: 1 << 21, flash: "v2-128" }, { lib, device });
+    const auto = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device });
+    const prefill = (be: CudaBackend) => {
+      const [heads, kvHeads, headDim, n, cap] = [4, 2, 64, 3, 8];
+      const k = be.alloc([kvHeads, cap, headDim], "bf16"), v = be.alloc([kvHeads, cap, headDim], "bf16");
+      const q = be.alloc([n, heads * headDim]), out = be.alloc([n, heads * headDim]);
+      be.attnCausal(out, q, n, k, v, 0, 0, 0.125);
+      for (const t of [k, v, q, out]) be.free(t);
+    };
+    prefill(v2);
+    prefill(auto);
+    prefill(v2);
+    cudaLab(auto).setFlash("v3x3");
+    prefill(auto);
+    const sent = calls.filter((c) => /^hg_cu_(flash_variant|attn_causal)$/.test(c.name)).map((c) => (c.name === "hg_cu_flash_variant" ? c.args[0] : "causal"));
+    expect(sent).toEqual([3, "causal", 0, "causal", 3, "causal", 6, "causal"]);
+    expect(() => cudaLab(auto).setFlash("v4" as never)).toThrow(/setFlash: unknown kernel 'v4' \(auto, v2-64, v2-128, v2-64x3, v3, v3x3, v3-all\)/);
+    expect(() => new CudaBackend({ flash: "v1" as never }, { lib, device })).toThrow(/^CUDA backend options: flash: /);
+    v2.close();
+    auto.close();
   });
 });

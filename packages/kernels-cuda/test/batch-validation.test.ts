@@ -11,6 +11,7 @@ import { ReferenceBackend } from "@hybridgen/spec/kit";
 import { CudaBackend } from "../src/index.js";
 import { STAND_IN_DEVICE, standInNative, type NativeCall } from "./stand-in-native.js";
 import { expectOneLineErrors } from "./one-line-errors.js";
+import { cudaLab } from "../src/lab.js";
 
 const device = STAND_IN_DEVICE;
 
@@ -61,7 +62,7 @@ describe("CudaBackend.attnDecodeBatch (stand-in native library)", () => {
     for (const [splitK, batched] of [[true, false], [false, true]] as const) {
       const { be, ops } = make(splitK);
       const s = setup(be);
-      be.setBatchAttention(batched);
+      cudaLab(be).setBatchAttention(batched);
       be.attnDecodeBatch(s.out, s.q, s.k, s.v, s.rows, 0.5);
       const got = ops();
       expect(got.map((c) => c.name)).toEqual(s.rows.flatMap(() => [...Array(2 * s.kvHeads).fill("hg_cu_copy"), "hg_cu_attn_decode"]));
@@ -109,13 +110,13 @@ describe("CudaBackend skinny GEMM path (stand-in native library)", () => {
   it("setMatmulPath('skinny') passes path 3; matmulPathFor asks the native side with the weight dtype", () => {
     const { be, calls } = make();
     const x = be.alloc([4, 64]), w = be.alloc([48, 64], "bf16"), out = be.alloc([4, 48]);
-    be.setMatmulPath("skinny");
+    cudaLab(be).setMatmulPath("skinny");
     be.matmul(out, x, w, 4);
     expect(calls.find((c) => c.name === "hg_cu_matmul")!.args[10]).toBe(3);
-    expect(be.matmulPathFor(16, "bf16", 64)).toBe("skinny");
+    expect(cudaLab(be).matmulPathFor(16, "bf16", 64)).toBe("skinny");
     expect(calls.find((c) => c.name === "hg_cu_matmul_path_for")!.args.slice(1)).toEqual([16, 2, 64]);
-    expect(be.matmulPathFor(16)).toBe("cublas");
-    expect(() => be.setMatmulPath("fast" as "auto")).toThrow(/unknown path 'fast' \(auto, gemv, cublas, tiled, skinny\)/);
+    expect(cudaLab(be).matmulPathFor(16)).toBe("cublas");
+    expect(() => cudaLab(be).setMatmulPath("fast" as "auto")).toThrow(/unknown path 'fast' \(auto, gemv, cublas, tiled, skinny\)/);
     be.close();
   });
 });
@@ -132,16 +133,16 @@ describe("CudaBackend.setSkinny and matmulSplit (stand-in native library)", () =
   it("the measured defaults reach the library at creation; split off declines; on, one hg_cu_matmul_rows call with the outputs, widths and accumulate flag", () => {
     const { be, calls } = make();
     const s = splitSetup(be);
-    expect(be.skinny).toEqual({ maxRows: 8, fusedReduce: true, split: true });
+    expect(cudaLab(be).skinny()).toEqual({ maxRows: 8, fusedReduce: true, split: true });
     expect(calls.filter((c) => c.name === "hg_cu_set_skinny").map((c) => c.args.slice(1))).toEqual([[8, 2]]);
-    be.setSkinny({ split: false });
+    cudaLab(be).setSkinny({ split: false });
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, s.n, s.bias, false)).toBe(false);
     expect(calls.some((c) => c.name === "hg_cu_matmul_rows")).toBe(false);
-    be.setSkinny({ split: true, fusedReduce: false, maxRows: 16 });
+    cudaLab(be).setSkinny({ split: true, fusedReduce: false, maxRows: 16 });
     expect(calls.filter((c) => c.name === "hg_cu_set_skinny").at(-1)!.args.slice(1)).toEqual([16, 0]);
-    be.setSkinny({ fusedReduce: true });
+    cudaLab(be).setSkinny({ fusedReduce: true });
     expect(calls.filter((c) => c.name === "hg_cu_set_skinny").at(-1)!.args.slice(1)).toEqual([16, 2]);
-    expect(be.skinny).toEqual({ maxRows: 16, fusedReduce: true, split: true });
+    expect(cudaLab(be).skinny()).toEqual({ maxRows: 16, fusedReduce: true, split: true });
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, s.n, s.bias, false)).toBe(true);
     const call = calls.find((c) => c.name === "hg_cu_matmul_rows")!;
     expect(call.args.slice(1, 15)).toEqual([
@@ -162,14 +163,14 @@ describe("CudaBackend.setSkinny and matmulSplit (stand-in native library)", () =
   it("declines f32 weights, one row, rows above maxRows and a forced non-skinny path", () => {
     const { be, calls } = make();
     const s = splitSetup(be);
-    be.setSkinny({ split: true, maxRows: 2 });
+    cudaLab(be).setSkinny({ split: true, maxRows: 2 });
     const wf = be.alloc([80, s.k]);
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, wf, s.n, undefined, false)).toBe(false);
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, 1, undefined, false)).toBe(false);
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, 3, undefined, false)).toBe(false); // 3 > maxRows
-    be.setMatmulPath("skinny");
+    cudaLab(be).setMatmulPath("skinny");
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, 3, undefined, false)).toBe(true); // forced
-    be.setMatmulPath("cublas");
+    cudaLab(be).setMatmulPath("cublas");
     expect(be.matmulSplit([s.q, s.kk, s.v], s.x, s.w, 2, undefined, false)).toBe(false);
     expect(calls.filter((c) => c.name === "hg_cu_matmul_rows")).toHaveLength(1);
     be.close();
@@ -178,7 +179,7 @@ describe("CudaBackend.setSkinny and matmulSplit (stand-in native library)", () =
   it("bad input: one-line errors before any native call", () => {
     const { be, calls } = make();
     const s = splitSetup(be);
-    be.setSkinny({ split: true });
+    cudaLab(be).setSkinny({ split: true });
     const wide = be.alloc([4, 20]), half = be.alloc([4, 48], "bf16"), shortBias = be.alloc([79]);
     const cases: [() => unknown, RegExp][] = [
       [() => be.matmulSplit([], s.x, s.w, s.n, undefined, false), /matmulSplit: 1 to 3 outputs, got 0/],
@@ -190,11 +191,11 @@ describe("CudaBackend.setSkinny and matmulSplit (stand-in native library)", () =
       [() => be.matmulSplit([s.q, s.q, s.v], s.x, s.w, s.n, undefined, false), /widths|outs\[1\] must not overlap outs\[0\]/],
       [() => be.matmulSplit([s.q, s.kk, s.kk], s.x, s.w, s.n, undefined, false), /outs\[2\] must not overlap outs\[1\]/],
       [() => be.matmulSplit([s.x], s.x, be.alloc([64, 64], "bf16"), s.n, undefined, true), /outs\[0\] must not overlap x/],
-      [() => be.setSkinny({ maxRows: 33 }), /setSkinny: maxRows must be an integer in 1\.\.32, got 33/],
-      [() => be.setSkinny({ fusedReduce: 1 as unknown as boolean }), /setSkinny: fusedReduce must be a boolean, got 1/],
+      [() => cudaLab(be).setSkinny({ maxRows: 33 }), /setSkinny: maxRows must be an integer in 1\.\.32, got 33/],
+      [() => cudaLab(be).setSkinny({ fusedReduce: 1 as unknown as boolean }), /setSkinny: fusedReduce must be a boolean, got 1/],
       // the retired pipelined kernel's switches
-      [() => be.setSkinny({ pipeline: true } as never), /setSkinny: unknown option "pipeline" \(maxRows, fusedReduce, split\)/],
-      [() => be.setSkinny({ pipelineMinRows: 2 } as never), /setSkinny: unknown option "pipelineMinRows"/],
+      [() => cudaLab(be).setSkinny({ pipeline: true } as never), /setSkinny: unknown option "pipeline" \(maxRows, fusedReduce, split\)/],
+      [() => cudaLab(be).setSkinny({ pipelineMinRows: 2 } as never), /setSkinny: unknown option "pipelineMinRows"/],
     ];
     expectOneLineErrors(cases);
     expect(calls.filter((c) => c.name === "hg_cu_matmul_rows")).toHaveLength(0);

@@ -14,6 +14,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { HybridgenError } from "@hybridgen/spec";
 import { CudaBackend } from "../src/index.js";
 import { STAND_IN_DEVICE, standInNative } from "./stand-in-native.js";
+import { cudaLab } from "../src/lab.js";
 
 const header = fileURLToPath(new URL("../native/decode_plan.h", import.meta.url));
 const cc = Bun.which("cc") ?? Bun.which("gcc");
@@ -113,15 +114,15 @@ describe("CudaBackend.setPlanMajor", () => {
       },
     });
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib, device: STAND_IN_DEVICE });
-    expect(be.planMajor).toBe(9);
-    be.setPlanMajor(8);
-    expect(be.planMajor).toBe(8);
-    be.setPlanMajor(null);
+    expect(cudaLab(be).planMajor()).toBe(9);
+    cudaLab(be).setPlanMajor(8);
+    expect(cudaLab(be).planMajor()).toBe(8);
+    cudaLab(be).setPlanMajor(null);
     expect(sets).toEqual([8, 9]);
-    for (const bad of [10, 0, 8.5, Number.NaN]) expect(() => be.setPlanMajor(bad)).toThrow(/setPlanMajor: major must be an integer from 1 to 9/);
-    expect(() => be.setPlanMajor("8" as never)).toThrow(HybridgenError);
+    for (const bad of [10, 0, 8.5, Number.NaN]) expect(() => cudaLab(be).setPlanMajor(bad)).toThrow(/setPlanMajor: major must be an integer from 1 to 9/);
+    expect(() => cudaLab(be).setPlanMajor("8" as never)).toThrow(HybridgenError);
     expect(sets).toEqual([8, 9]);
     be.close();
-    expect(() => be.setPlanMajor(8)).toThrow(HybridgenError);
+    expect(() => cudaLab(be).setPlanMajor(8)).toThrow(HybridgenError);
   });
 });

@@ -25,6 +25,7 @@ import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type SkinnyOptions } from "@hybridgen/kernels-cuda";
 import { llamaBf16Sizes } from "../models.js";
 import { arg } from "../args.js";
+import { cudaLab } from "@hybridgen/kernels-cuda/lab";
 
 const steps = Number(arg("steps", "32"));
 const batches = arg("batches", "1,8,16,32").split(",").map(Number);
@@ -60,7 +61,7 @@ const ALL_NEW: Partial<SkinnyOptions> = { fusedReduce: true, split: true };
 const SKINNY_OFF: SkinnyOptions = { maxRows: 32, fusedReduce: false, split: false };
 const skinnyLabel = (o: Partial<SkinnyOptions>) => (o.split || o.fusedReduce ? ` (${[o.fusedReduce && "fused reduce", o.split && "matmulSplit"].filter(Boolean).join(", ")})` : "");
 for (const [dtype, skinny] of [["f32", {}], ["bf16", {}], ["bf16", ALL_NEW]] as const) {
-  cuda.setSkinny({ ...SKINNY_OFF, ...skinny });
+  cudaLab(cuda).setSkinny({ ...SKINNY_OFF, ...skinny });
   using files = dummyModelFiles(STORIES15M_SHAPE, dtype, 7, createNativeRandomFill(), `stories15M-shape ${dtype}`);
   using model = loadModel(files, cuda, { maxContext: 256, kvDtype: dtype });
   const vocab = files.shape.vocabSize, STEPS = 8, bound = dtype === "f32" ? 1e-4 : 1e-2;
@@ -78,7 +79,7 @@ for (const [dtype, skinny] of [["f32", {}], ["bf16", {}], ["bf16", ALL_NEW]] as 
       return { toks, all };
     });
     const B = ps.length;
-    const g0 = cuda.graphStats();
+    const g0 = cudaLab(cuda).graphStats();
     let equal = true, worst = 0;
     {
       using dec = new BatchDecoder(model, B);
@@ -103,17 +104,17 @@ for (const [dtype, skinny] of [["f32", {}], ["bf16", {}], ["bf16", ALL_NEW]] as 
         for (let i = 0; i < B; i++) compare(i, s);
       }
     }
-    const g1 = cuda.graphStats();
+    const g1 = cudaLab(cuda).graphStats();
     const ok = (dtype === "bf16" || equal) && worst <= bound;
     if (!ok) failures++;
     checks.push(
-      `| ${dtype} | ${B} | ${cuda.matmulPathFor(B, dtype, files.shape.hiddenSize)}${skinnyLabel(skinny)} | batched | ${lengths.join(", ")} | ${equal} | ${worst.toExponential(2)} | ${bound} | ` +
+      `| ${dtype} | ${B} | ${cudaLab(cuda).matmulPathFor(B, dtype, files.shape.hiddenSize)}${skinnyLabel(skinny)} | batched | ${lengths.join(", ")} | ${equal} | ${worst.toExponential(2)} | ${bound} | ` +
         `${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain} | ${ok ? "PASS" : "FAIL"} |`,
     );
     say(checks[checks.length - 1]);
   }
 }
-cuda.setSkinny(SKINNY_OFF);
+cudaLab(cuda).setSkinny(SKINNY_OFF);
 
 // ---- 2. throughput on the 8B preset ---------------------------------------------------------------
 const json = presetConfig(preset);
@@ -162,11 +163,11 @@ say(`prefilled ${maxB} sequences (${lengths.reduce((x, y) => x + y, 0)} tokens, 
 
 const rows = ["| B | variant | matmul path | step ms | tokens/s | floor step ms | floor tokens/s | ratio | graphs captured/replayed/drained |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
 for (const v of variants) {
-  cuda.setCudaGraphs(v.graphs);
-  cuda.setMatmulPath(v.path);
-  cuda.setBatchAttention(v.batchedAttention);
-  cuda.setSkinny({ ...SKINNY_OFF, ...v.skinny });
-  cuda.resetGraphs(); // a variant starts clean: no graph or drained-step counter of the one before
+  cudaLab(cuda).setCudaGraphs(v.graphs);
+  cudaLab(cuda).setMatmulPath(v.path);
+  cudaLab(cuda).setBatchAttention(v.batchedAttention);
+  cudaLab(cuda).setSkinny({ ...SKINNY_OFF, ...v.skinny });
+  cudaLab(cuda).resetGraphs(); // a variant starts clean: no graph or drained-step counter of the one before
   const slots = Array.from({ length: v.B }, (_, i) => i);
   const run = () => {
     const ids = next.subarray(0, v.B);
@@ -175,23 +176,23 @@ for (const v of variants) {
     else for (let i = 0; i < v.B; i++) next[i] = dec.argmax(i);
   };
   run(); // warm-up (captures the step's graph)
-  const g0 = cuda.graphStats();
+  const g0 = cudaLab(cuda).graphStats();
   const kvTokens = slots.reduce((acc, s) => acc + dec.length(s), 0) + (v.B * steps) / 2;
   t0 = performance.now();
   for (let s = 0; s < steps; s++) run();
   const ms = (performance.now() - t0) / steps;
-  const g1 = cuda.graphStats();
+  const g1 = cudaLab(cuda).graphStats();
   const floorMs = ((weightBytes + kvBytesPerToken * kvTokens) / bw) * 1e3;
   rows.push(
-    `| ${v.B} | ${v.name} | ${v.path === "auto" ? cuda.matmulPathFor(v.B, "bf16", hidden) : v.path}${skinnyLabel(v.skinny)} | ${ms.toFixed(2)} | ${((v.B * 1000) / ms).toFixed(0)} | ${floorMs.toFixed(2)} | ` +
+    `| ${v.B} | ${v.name} | ${v.path === "auto" ? cudaLab(cuda).matmulPathFor(v.B, "bf16", hidden) : v.path}${skinnyLabel(v.skinny)} | ${ms.toFixed(2)} | ${((v.B * 1000) / ms).toFixed(0)} | ${floorMs.toFixed(2)} | ` +
       `${((v.B * 1000) / floorMs).toFixed(0)} | ${(ms / floorMs).toFixed(2)} | ${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain} |`,
   );
   say(rows[rows.length - 1]);
 }
-cuda.setCudaGraphs(true);
-cuda.setMatmulPath("auto");
-cuda.setBatchAttention(true);
-cuda.setSkinny(SKINNY_OFF);
+cudaLab(cuda).setCudaGraphs(true);
+cudaLab(cuda).setMatmulPath("auto");
+cudaLab(cuda).setBatchAttention(true);
+cudaLab(cuda).setSkinny(SKINNY_OFF);
 
 say(`\n## Batched = alone: ${failures === 0 ? "ALL PASS" : `${failures} FAILED`}`);
 for (const c of checks) say(c);

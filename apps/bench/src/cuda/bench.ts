@@ -16,6 +16,7 @@ import { inGraphUs } from "./in-graph.js";
 import { writeRepeating } from "./fill.js";
 import { layerGemvs } from "./layer-gemvs.js";
 import { arg } from "../args.js";
+import { cudaLab, DEFAULT_MATVEC_FUSION } from "@hybridgen/kernels-cuda/lab";
 
 const contexts = arg("contexts", "2048,8192,32768").split(",").map(Number);
 const prefillBlock = Number(arg("prefill-block", "8192"));
@@ -127,7 +128,7 @@ if (arg("diag", "on") !== "off") {
     const cells = (name: string, bytes: number, body: (l: number) => void) => {
       const out: string[] = [];
       for (const [tn, tu] of tunings) {
-        cuda.setPlanMajor(tu);
+        cudaLab(cuda).setPlanMajor(tu);
         const us = inGraph(`diag-${name}`, body);
         out.push(`${tn} ${us.toFixed(1)} µs (${(bytes / (us / 1e6) / 1e12).toFixed(2)} TB/s)`);
       }
@@ -157,14 +158,14 @@ if (arg("diag", "on") !== "off") {
       // weights (3.5 GB) in turn.
       const layer = layerGemvs(cuda, chunk, 8);
       const out: string[] = [];
-      const savedFuse = cuda.matvecFusion;
+      const savedFuse = cudaLab(cuda).matvecFusion();
       for (const [tn, tu] of tunings) {
-        cuda.setPlanMajor(tu);
-        cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
+        cudaLab(cuda).setPlanMajor(tu);
+        cudaLab(cuda).setMatvecFusion(DEFAULT_MATVEC_FUSION);
         const us = inGraph("diag-layer-gemvs", (l) => layer.run(l));
         out.push(`${tn} ${us.toFixed(1)} µs (${(layer.bytes / (us / 1e6) / 1e12).toFixed(2)} TB/s)`);
       }
-      cuda.setMatvecFusion(savedFuse);
+      cudaLab(cuda).setMatvecFusion(savedFuse);
       diag.push(`| in a step graph, ${L} layers: o_proj +=, norm + gate/up, down +=, norm + qkv (${(layer.bytes / 1e6).toFixed(0)} MB a layer) | ${out.join("; ")} |`);
       layer.free();
     }
@@ -194,7 +195,7 @@ if (arg("diag", "on") !== "off") {
       cells(`rmsNorm 4096`, 4096 * 8, () => cuda.rmsNorm(o, xg4, nw, 1, 1e-5));
       for (const t of [...kv, q, o, nw]) cuda.free(t);
     }
-    cuda.setPlanMajor(null);
+    cudaLab(cuda).setPlanMajor(null);
     for (const t of [xg4, xg, yg]) cuda.free(t);
   }
   cuda.free(x4);
@@ -209,7 +210,7 @@ if (arg("diag", "on") !== "off") {
   diag.push(`| add of 4096 floats from JS, ${n}x | ${(((performance.now() - t1) / n) * 1e3).toFixed(2)} µs per op |`);
   const y = cuda.alloc([64, 128], "bf16"), z = cuda.alloc([64, 128]);
   for (const on of [true, false]) {
-    cuda.setBatchCopies(on);
+    cudaLab(cuda).setBatchCopies(on);
     cuda.synchronize();
     t1 = performance.now();
     for (let i = 0; i < n; i++) {
@@ -219,7 +220,7 @@ if (arg("diag", "on") !== "off") {
     cuda.synchronize();
     diag.push(`| copyRows of one bf16 row (batched ${on}), ${n}x, an add every 16 | ${(((performance.now() - t1) / n) * 1e3).toFixed(2)} µs per copy |`);
   }
-  cuda.setBatchCopies(true);
+  cudaLab(cuda).setBatchCopies(true);
   for (const tt of [x, y, z]) cuda.free(tt);
 }
 for (const r of diag) console.log(r);
@@ -259,10 +260,10 @@ const variants: Variant[] = [...(picked ? picked.split(",").map((i) => allVarian
 const rows: string[] = ["| context | variant | prefill s | prefill tok/s | decode ms/token | floor ms | ratio | host ms in step() | backend calls/step | graphs captured/replayed/drained | arena peak GB |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"];
 for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 || arg("variant-contexts", "first") === "all" ? variants.map((x) => [c, x]) : [[c, ALL]])) as [number, Variant][]) {
   const graphs = v.graphs;
-  cuda.setCudaGraphs(graphs);
+  cudaLab(cuda).setCudaGraphs(graphs);
   hide("matvec", !v.matvec);
-  cuda.setMatvecFusion(CudaBackend.DEFAULT_MATVEC_FUSION);
-  cuda.setPlanMajor(v.planMajor ?? null);
+  cudaLab(cuda).setMatvecFusion(DEFAULT_MATVEC_FUSION);
+  cudaLab(cuda).setPlanMajor(v.planMajor ?? null);
   hide("attnCausal", false); // prefill always through attnCausal
   model.reset();
   const prompt = Int32Array.from({ length: ctx }, (_, i) => (i * 7919 + 13) % vocab);
@@ -283,7 +284,7 @@ for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 || arg("variant-conte
     tok = model.argmaxLogits();
   }
   counter.reset();
-  const g0 = cuda.graphStats();
+  const g0 = cudaLab(cuda).graphStats();
   t0 = performance.now();
   let hostMs = 0; // time in step(): recording the step and launching its graph (the GPU waits for it unless fed)
   for (let s = 1; s < steps; s++) {
@@ -301,7 +302,7 @@ for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 || arg("variant-conte
   const ms = (performance.now() - t0) / (steps - 1);
   hostMs /= steps - 1;
   const calls = counter.calls() / (steps - 1);
-  const g1 = cuda.graphStats();
+  const g1 = cudaLab(cuda).graphStats();
   const gs = `${g1.captures - g0.captures}/${g1.replays - g0.replays}/${g1.drained - g0.drained} ${g1.lastDrain}`;
   // bw counts bytes read + written by a copy: the memory's throughput, which a read-only step can use whole.
   const floorMs = ((weightBytes + kvBytesPerToken * (ctx + steps / 2)) / bw) * 1e3;
@@ -310,7 +311,7 @@ for (const [ctx, v] of contexts.flatMap((c, i) => (i === 0 || arg("variant-conte
 }
 hide("matvec", false);
 hide("attnCausal", false);
-console.log(`\n## ${preset} bf16 dummy weights, bf16 KV, batch 1, prefill blocks of ${prefillBlock} (attnCausal, tensor cores: ${cuda.attnCausalUsesTensorCores("bf16", hd)}), ${steps - 1} timed decode steps; floor = (weights + KV) bytes ÷ D2D copy bandwidth (read + write)`);
+console.log(`\n## ${preset} bf16 dummy weights, bf16 KV, batch 1, prefill blocks of ${prefillBlock} (attnCausal, tensor cores: ${cudaLab(cuda).attnCausalUsesTensorCores("bf16", hd)}), ${steps - 1} timed decode steps; floor = (weights + KV) bytes ÷ D2D copy bandwidth (read + write)`);
 for (const r of diag) console.log(r);
 for (const r of rows) console.log(r);
 model.close();

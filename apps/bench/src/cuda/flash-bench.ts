@@ -7,14 +7,15 @@
  *     oldest kernel still built, so the baseline);
  *  3. the 32K prefill as the model runs it (blocks of 8192 rows, firstPos 0/8K/16K/24K) and the
  *     cuBLAS GEMMs of one 8192-row block, to split the whole-model prefill time.
- * Prints markdown tables, writes the fastest variant's name to --best-out (for bench.ts via
- * HYBRIDGEN_FLASH) and exits non-zero when a check fails.
+ * Prints markdown tables, writes the fastest variant's name to --best-out (a CUDA backend's flash
+ * option) and exits non-zero when a check fails.
  * Usage: bun flash-bench.js [--sizes 2048,8192,32768] [--best-out file]
  */
 import { writeFileSync } from "node:fs";
 import { dlopen, FFIType } from "bun:ffi";
 import { seededRandom, type DType, type Tensor } from "@hybridgen/core";
 import { createCudaBackend, cudaAvailability, cudaLibraryPath, describeCudaAvailability } from "@hybridgen/kernels-cuda";
+import { cudaLab, type CudaLab } from "@hybridgen/kernels-cuda/lab";
 import { writeRepeating } from "./fill.js";
 import { arg } from "../args.js";
 
@@ -25,8 +26,8 @@ const a = cudaAvailability();
 console.log(describeCudaAvailability(a));
 if (!a.available) process.exit(1);
 const cuda = createCudaBackend({ arenaFraction: 0.5 });
-// The same library file the backend opened: dlopen hands back the same handle, so this switch
-// reaches the backend's kernels.
+// The same library file the backend opened (dlopen hands back the same handle): which kernel is
+// in effect, and whether the wgmma one can run here.
 const lib = dlopen(cudaLibraryPath(), {
   hg_cu_flash_variant: { args: [FFIType.i32], returns: FFIType.i32 },
   hg_cu_flash_wgmma: { args: [], returns: FFIType.i32 },
@@ -47,8 +48,11 @@ const experimental = (name: string) => name.startsWith("v3");
 const checkOnly = (name: string) => name === "v3-all"; // v3 at head dim 64 too: a diagnosis, never timed
 const broken = new Set<string>();
 const defaultVariant = lib.symbols.hg_cu_flash_variant(-1);
+/** The backend's flash option switched to variant `id` (the default: "auto"); each prefill call sends it. */
 const useVariant = (id: number) => {
-  if (lib.symbols.hg_cu_flash_variant(id) !== id) throw new Error(`flash variant ${id} not taken`);
+  const name = id === defaultVariant ? "auto" : VARIANTS.find((v) => v.id === id)?.name;
+  if (!name) throw new Error(`flash variant ${id} not known`);
+  cudaLab(cuda).setFlash(name as Parameters<CudaLab["setFlash"]>[0]);
 };
 
 const seed = Number(process.env.HG_TEST_SEED ?? Date.now() % 2 ** 31);

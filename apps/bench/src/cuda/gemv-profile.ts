@@ -7,6 +7,7 @@
  */
 import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "@hybridgen/kernels-cuda";
 import { writeRepeating } from "./fill.js";
+import { cudaLab } from "@hybridgen/kernels-cuda/lab";
 
 const i = process.argv.indexOf("--reps");
 const reps = i >= 0 ? Number(process.argv[i + 1]) : 2;
@@ -27,7 +28,7 @@ const xr = cuda.alloc([1, 4096]), att = cuda.alloc([1, 4096]), h = cuda.alloc([1
 cuda.write(xr, chunk.subarray(0, 4096));
 cuda.write(att, chunk.subarray(4096, 8192));
 for (const major of [null, 8] as const) {
-  cuda.setPlanMajor(major === null ? null : Math.min(major, cuda.device.major));
+  cudaLab(cuda).setPlanMajor(major === null ? null : Math.min(major, cuda.device.major));
   using t = cuda.timer();
   t.mark();
   for (let r = 0; r < reps; r++) {

@@ -17,6 +17,7 @@ import { createSelector } from "@hybridgen/selectors";
 import { FixedScheduler } from "@hybridgen/scheduler";
 import { createCpuBackend, NativeCpuStage } from "@hybridgen/kernels-cpu";
 import type { CudaBackend } from "@hybridgen/kernels-cuda";
+import { cudaLab } from "@hybridgen/kernels-cuda/lab";
 
 type Check = (ok: boolean, what: string) => void;
 
@@ -89,7 +90,7 @@ function decode(cuda: CudaBackend, hybrid: { logits: LogitsMode; rowPath: RowPat
     );
   }
   try {
-    const before = cuda.graphStats().drained;
+    const before = cudaLab(cuda).graphStats().drained;
     const logits = [model.forward(prompt, 0)];
     const tokens: number[] = [];
     for (let s = 0; s < STEPS; s++) {
@@ -98,7 +99,7 @@ function decode(cuda: CudaBackend, hybrid: { logits: LogitsMode; rowPath: RowPat
       tokens.push(tok);
       logits.push(model.forward(Int32Array.of(tok), PROMPT + s));
     }
-    return { logits, tokens, paths: ha ? [...ha.rowPaths] : [], summary: ha ? ha.stats.summary() : "", drained: cuda.graphStats().drained - before };
+    return { logits, tokens, paths: ha ? [...ha.rowPaths] : [], summary: ha ? ha.stats.summary() : "", drained: cudaLab(cuda).graphStats().drained - before };
   } finally {
     ha?.close();
   }

@@ -7,6 +7,7 @@
  */
 import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "@hybridgen/kernels-cuda";
 import { arg } from "../args.js";
+import { cudaLab } from "@hybridgen/kernels-cuda/lab";
 
 const bytes = Number(arg("gib", "2")) * 2 ** 30, iters = Number(arg("iters", "5"));
 const a = cudaAvailability();
@@ -16,9 +17,9 @@ const cuda = createCudaBackend({ arenaBytes: 2 * bytes + 2 ** 30 });
 const tb = (bps: number) => (bps / 1e12).toFixed(2);
 const rows: string[] = ["| probe | TB/s |", "| --- | --- |"];
 rows.push(`| D2D copy (read + write), the floors' bandwidth | ${tb(cuda.copyBandwidth(bytes, iters))} |`);
-rows.push(`| plain 16-byte loads, grid-stride | ${tb(cuda.readBandwidth({ mode: "loads" }, bytes, iters))} |`);
+rows.push(`| plain 16-byte loads, grid-stride | ${tb(cudaLab(cuda).readBandwidth({ mode: "loads" }, bytes, iters))} |`);
 for (const [slotKb, ringKb] of [[4, 64], [8, 64], [8, 128], [8, 192], [16, 128], [16, 192]] as const)
-  rows.push(`| bulk-copy ring, no arithmetic: slots of ${slotKb} KB, ring ${ringKb} KB | ${tb(cuda.readBandwidth({ mode: "bulk", slotKb, ringKb }, bytes, iters))} |`);
+  rows.push(`| bulk-copy ring, no arithmetic: slots of ${slotKb} KB, ring ${ringKb} KB | ${tb(cudaLab(cuda).readBandwidth({ mode: "bulk", slotKb, ringKb }, bytes, iters))} |`);
 {
   // The GEMV at steady state: one bf16 [m, 4096] matvec of `bytes`.
   const k = 4096, m = Math.floor(bytes / (2 * k));
@@ -27,7 +28,7 @@ for (const [slotKb, ringKb] of [[4, 64], [8, 64], [8, 128], [8, 192], [16, 128],
   for (let off = 0; off < m * k; off += ones.length) cuda.write(w, ones.subarray(0, Math.min(ones.length, m * k - off)), off);
   cuda.write(x, ones.subarray(0, k));
   for (const major of [null, 8] as const) {
-    cuda.setPlanMajor(major === null ? null : Math.min(major, cuda.device.major));
+    cudaLab(cuda).setPlanMajor(major === null ? null : Math.min(major, cuda.device.major));
     cuda.matvec(y, x, w, {});
     using t = cuda.timer();
     t.mark();

@@ -22,6 +22,7 @@ import { toArrayBuffer } from "bun:ffi";
 import type { HostRegion, HostSignal } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import type { CudaBackend, CudaHostLink } from "@hybridgen/kernels-cuda";
+import { cudaLab } from "@hybridgen/kernels-cuda/lab";
 
 type Check = (ok: boolean, what: string) => void;
 
@@ -54,7 +55,7 @@ async function releaseChecks({ cuda, link, region, f32 }: Rig, check: Check): Pr
   const n = 4096;
   const dst = cuda.alloc([1, n]);
   try {
-    const before = cuda.graphStats();
+    const before = cudaLab(cuda).graphStats();
     for (let step = 0; step < 4; step++) {
       const recorded = step > 0;
       f32.fill(-1, 0, n); // what the device would read without the wait
@@ -69,7 +70,7 @@ async function releaseChecks({ cuda, link, region, f32 }: Rig, check: Check): Pr
       const t = link.times();
       check(sameBits(cuda.read(dst), want) && t.waitMs > 15, `awaitSignal ${recorded ? `recorded (step ${step})` : "eager"}: the device waited ${t.waitMs.toFixed(1)} ms for the word (value ${s.value}), then read what the host wrote meanwhile`);
     }
-    const after = cuda.graphStats();
+    const after = cudaLab(cuda).graphStats();
     const d = [after.captures - before.captures, after.replays - before.replays, after.drained - before.drained];
     check(d[0] === 1 && d[1] === 2 && d[2] === 0, `awaitSignal recorded: 1 capture and 2 replays with new values, no drain (captures ${d[0]}, replays ${d[1]}, drained ${d[2]})`);
   } finally {

@@ -15,6 +15,7 @@ import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "@
 import { writeRepeating } from "./fill.js";
 import { LAYER_GEMV_NAMES, layerGemvs } from "./layer-gemvs.js";
 import { arg } from "../args.js";
+import { cudaLab } from "@hybridgen/kernels-cuda/lab";
 
 const a = cudaAvailability();
 console.log(describeCudaAvailability(a));
@@ -34,7 +35,7 @@ const kv = Array.from({ length: 2 * L }, () => {
   return t;
 });
 const q = cuda.view(layer.qkv, 0, [1, 4096]);
-cuda.setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
+cudaLab(cuda).setMatvecFusion({ norm: true, siluMul: true, accumulate: true });
 
 const tagName = new Map<bigint, string>();
 layer.ws.forEach((set, l) => set.forEach((w, j) => tagName.set(BigInt(cuda.address(w)), `L${l} ${LAYER_GEMV_NAMES[j]}`)));

@@ -8,6 +8,7 @@
  */
 import { createCudaBackend, cudaAvailability, describeCudaAvailability } from "@hybridgen/kernels-cuda";
 import { arg } from "../args.js";
+import { cudaLab } from "@hybridgen/kernels-cuda/lab";
 
 const iters = Number(arg("iters", "20"));
 const a = cudaAvailability();
@@ -21,7 +22,7 @@ const rows = [
 ];
 for (const contiguous of [false, true]) {
   for (const kmax of [64, 256, 1024, 4096]) {
-    const r = cuda.gatherBench({ kvHeads, cap, kmax, rowBytes, contiguous, iters });
+    const r = cudaLab(cuda).gatherBench({ kvHeads, cap, kmax, rowBytes, contiguous, iters });
     const bytes = kvHeads * kmax * rowBytes;
     rows.push(`| ${kmax} | ${contiguous ? "window" : "top-K-like"} | ${(bytes / 2 ** 20).toFixed(2)} MiB | ${r.cpuGatherMs.toFixed(3)} | ${r.dmaMs.toFixed(3)} | ` +
       `${(r.cpuGatherMs + r.dmaMs).toFixed(3)} | ${r.mappedMs.toFixed(3)} (${(bytes / r.mappedMs / 1e6).toFixed(1)}) | ${r.runCopiesMs.toFixed(3)} (${r.runsPerHead}) | ${r.identical ? "yes" : "NO"} |`);
