@@ -5,9 +5,10 @@
 // its version. Without --write it prints the plan; --mark records HEAD as released at the
 // versions in the manifests (run it after publishing).
 import { execFileSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
+import { workspaceManifests } from "./common/workspaces.mjs";
 
 const DEP_FIELDS = ["dependencies", "peerDependencies", "optionalDependencies"];
 
@@ -40,19 +41,7 @@ export function bump(version, kind) {
 
 /** The publishable workspace packages under `root` (no "private"): name → { dir, manifest }. */
 export function publishable(root) {
-  const { workspaces } = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
-  const out = new Map();
-  for (const glob of workspaces) {
-    const base = join(root, glob.replace(/\/\*$/, ""));
-    if (!existsSync(base)) continue;
-    for (const entry of readdirSync(base).sort()) {
-      const file = join(base, entry, "package.json");
-      if (!existsSync(file)) continue;
-      const manifest = JSON.parse(readFileSync(file, "utf8"));
-      if (!manifest.private) out.set(manifest.name, { dir: join(base, entry), file, manifest });
-    }
-  }
-  return out;
+  return new Map(workspaceManifests(root).filter((w) => !w.manifest.private).map((w) => [w.manifest.name, w]));
 }
 
 const git = (root, args) => execFileSync("git", args, { cwd: root, encoding: "utf8" }).trim();

@@ -1,10 +1,11 @@
 // `npm test`: build, run every workspace's tests through turbo, sum their JSON reports.
 // Ends with the plain line `N passed, N failed`; exits non-zero if anything failed or a
 // workspace produced no report.
-import { existsSync, readFileSync, readdirSync, rmSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT, banner, die, findBun, run } from "./common/tools.mjs";
 import { summarizeReport } from "./common/vitest-report.mjs";
+import { workspaceManifests } from "./common/workspaces.mjs";
 
 const bun = findBun();
 if (!bun) die("bun not found", "run `npm run setup` first");
@@ -13,19 +14,7 @@ if (!existsSync(join(ROOT, "node_modules", ".bin", "turbo"))) die("the dependenc
 
 /** Workspace dirs (from the root package.json globs "dir/*") whose package has a test script. */
 function testedWorkspaces() {
-  const { workspaces } = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8"));
-  const dirs = [];
-  for (const glob of workspaces) {
-    const base = join(ROOT, glob.replace(/\/\*$/, ""));
-    if (!existsSync(base)) continue;
-    for (const name of readdirSync(base).sort()) {
-      const pkgPath = join(base, name, "package.json");
-      if (!existsSync(pkgPath)) continue;
-      const pkg = JSON.parse(readFileSync(pkgPath, "utf8"));
-      if (pkg.scripts?.test) dirs.push({ dir: join(base, name), name: pkg.name });
-    }
-  }
-  return dirs;
+  return workspaceManifests(ROOT).filter((w) => w.manifest.scripts?.test).map((w) => ({ dir: w.dir, name: w.manifest.name }));
 }
 
 const workspaces = testedWorkspaces();

@@ -1,5 +1,5 @@
 /** The key of CudaBackend's bench-only switches and probes: not exported from the package's main entry, so only /lab reaches them. */
-import type { DType } from "@hybridgen/core";
+import type { DType } from "@hybridgen/spec";
 import type { MatmulPath, MatvecFusionChoice, SkinnyOptions } from "./cuda-backend.js";
 
 export const LAB: unique symbol = Symbol("@hybridgen/kernels-cuda:lab");
