@@ -24,7 +24,7 @@
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { cpus } from "node:os";
-import { HybridOptionsSchema, dummyModelFiles, loadModel, presetConfig, type Backend, type HybridStepRecord } from "@hybridgen/core";
+import { HybridOptionsSchema, dummyModelFiles, linkBandwidth, loadModel, presetConfig, type Backend, type HybridStepRecord } from "@hybridgen/core";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import type { CudaBackend } from "@hybridgen/kernels-cuda";
 import { createHybridAttention, defaultStageThreads, type HybridRuntimeOptions } from "@hybridgen/runtime";
@@ -105,7 +105,7 @@ function hostReadRate(threads: number): number {
 /** HBM, host read and pinned upload rates, measured now (the CPU backend: its memory throughout). */
 async function bandwidths(be: Backend): Promise<Bandwidths> {
   const hostRead = hostReadRate(threads);
-  const link = be.hostTransfers?.().bandwidth?.(256 * 2 ** 20, 10);
+  const link = linkBandwidth(be.hostTransfers?.(), 256 * 2 ** 20, 10);
   const copy = (be as { copyBandwidth?: (bytes: number, iters: number) => number }).copyBandwidth;
   const hbm = copy ? copy.call(be, 2 ** 31, 10) : hostRead;
   return { hbm, hostRead, h2d: link?.h2d ?? hostRead };

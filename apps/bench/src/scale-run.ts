@@ -19,7 +19,7 @@
  * would not fit anywhere).
  */
 import { cpus } from "node:os";
-import { BatchDecoder, dummyModelFiles, LlamaModel, loadModel, modelInfo, presetConfig, type Backend, type HybridAttention, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
+import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type Backend, type HybridAttention, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun, tierShares } from "@hybridgen/memtier";
 import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, KSpill, probeDiskGather, type HybridRuntimeOptions } from "@hybridgen/runtime";
@@ -93,7 +93,7 @@ function fillSynthetic(cache: KvCache, length: number): void {
 using backend = await openBackend(backendName, { arenaFraction: 0.95 });
 const GiB = 2 ** 30;
 const copyBw = (backend as { copyBandwidth?: (b: number, i: number) => number }).copyBandwidth?.call(backend, GiB, 10);
-const link = backend.hostTransfers?.().bandwidth?.(256 * 2 ** 20, 10);
+const link = linkBandwidth(backend.hostTransfers?.(), 256 * 2 ** 20, 10);
 const baseTiers = discoverTiers({ fileTiers: kvDisk ? [{ path: kvDisk }] : [] }).map((t) => ({
   ...t,
   readBandwidthGBs: t.readBandwidthGBs ?? (t.kind === "file" ? probeFileReadBandwidth(t.path!, 256 * 2 ** 20, 4 * 2 ** 20) : probeMemoryReadBandwidth(256 * 2 ** 20, t.numaNode, threads)) / 1e9,

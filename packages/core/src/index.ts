@@ -23,7 +23,6 @@ export * from "./hybrid/hybrid-attention.js";
 export * from "./hybrid/step-plan.js";
 export { StepMerge } from "./hybrid/step-merge.js";
 export * from "./hybrid/transport/choose-transport.js";
-export { linkCapabilities } from "./hybrid/transport/open-transport.js";
 export type { StepDriver, StepTimes, StepTransport, TransportName } from "./hybrid/transport/step-transport.js";
 export * from "./offload-counters.js";
 export * from "./hybrid/hybrid-stats.js";

@@ -10,7 +10,7 @@
  * With the rowFetch option the link also fetches rows ahead on a side stream (StandInRowFetch).
  */
 import type {
-  CpuStageJob, CpuStageOutput, HostCopy, HostRegion, HostSignal, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor,
+  CpuStageJob, CpuStageOutput, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor,
 } from "../src/index.js";
 import { type AddressBook, StagedBackendCpuStage } from "./loopback-link.js";
 import { CheckedLink, type Recorder } from "./recorder.js";
@@ -27,7 +27,7 @@ export class HandoffLink extends CheckedLink {
   /** Every RowFetch rowFetch() handed out, in order. */
   readonly rowFetches: StandInRowFetch[] = [];
   awaited = 0;
-  /** Only with the rowFetch option: hybrid attention looks for the method itself. */
+  /** Only with the rowFetch option (and so in capabilities). */
   rowFetch?: () => RowFetch;
   /** The signal words in host memory: address → the value last written there. */
   private readonly words = new Map<number, number>();
@@ -40,6 +40,9 @@ export class HandoffLink extends CheckedLink {
         return f;
       };
     }
+  }
+  override get capabilities(): HostTransferCapabilities {
+    return { signalledSend: true, gathersRows: true, handOff: true, rowFetch: this.rowFetch !== undefined, bandwidth: false };
   }
   /** fetch() calls and ready() ops run, over every RowFetch handed out. */
   get fetches(): number {

@@ -7,7 +7,7 @@
 import { describe, expect, it } from "vitest";
 import {
   BackendCpuStage, chooseRowPath, grownRows, HybridAttention, LlamaModel, ReferenceBackend, selectionRows,
-  type CpuStageJob, type HostRegion, type ModelFiles, type RowGather, type RowPathRequest, type Scheduler, type Selection, type Tensor, type TokenSelector,
+  type CpuStageJob, type HostRegion, type HostTransferCapabilities, type ModelFiles, type RowGather, type RowPathRequest, type Scheduler, type Selection, type Tensor, type TokenSelector,
 } from "../src/index.js";
 import { maxAbsDiff, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
 import { fixedScheduler, topKSelector, type HybridRunOptions } from "./hybrid-helpers.js";
@@ -21,6 +21,10 @@ class MappedLoopback extends LoopbackLink {
   constructor(private readonly dev: ReferenceBackend, private readonly hostMem: ReferenceBackend, private readonly addresses: AddressBook,
     readonly unmapped = new Set<number>()) {
     super(dev, hostMem, addresses);
+  }
+
+  override get capabilities(): HostTransferCapabilities {
+    return { ...super.capabilities, gathersRows: true };
   }
 
   mapped(r: HostRegion): boolean {

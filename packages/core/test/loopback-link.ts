@@ -6,7 +6,8 @@
  * without fencing sees stale data and the tests fail. f32 data only.
  */
 import {
-  BackendCpuStage, ReferenceBackend, type CpuStageJob, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type Tensor,
+  BackendCpuStage, NO_HOST_CAPABILITIES, ReferenceBackend, type CpuStageJob, type HostCopy, type HostRegion, type HostSignal, type HostTransferCapabilities, type HostTransfers,
+  type Tensor,
 } from "../src/index.js";
 
 type Target = { kind: "array"; data: () => Float32Array } | { kind: "tensor"; t: () => Tensor } | { kind: "ints"; data: () => Int32Array };
@@ -73,6 +74,11 @@ export class LoopbackLink implements HostTransfers {
   closed = false;
 
   constructor(protected readonly device: ReferenceBackend, protected readonly host: ReferenceBackend, protected readonly book: AddressBook) {}
+
+  /** The copies alone; each subclass names what it adds. */
+  get capabilities(): HostTransferCapabilities {
+    return NO_HOST_CAPABILITIES;
+  }
 
   pin(r: HostRegion): void {
     if (this.pinned.has(r.address)) throw new Error("pinned twice");
@@ -155,6 +161,9 @@ export class SignallingLink extends LoopbackLink {
   constructor(private readonly dev: ReferenceBackend, host: ReferenceBackend, private readonly addresses: AddressBook,
     private readonly signals: boolean, protected readonly schedule: (op: () => void) => void = (op) => op()) {
     super(dev, host, addresses);
+  }
+  override get capabilities(): HostTransferCapabilities {
+    return { ...NO_HOST_CAPABILITIES, signalledSend: true };
   }
   /** Only the signalled path asks (for the stage's query buffers): true when sends are on. */
   mapped(): boolean {

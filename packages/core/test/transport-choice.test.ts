@@ -1,8 +1,8 @@
 /** chooseTransport: which transport carries a hybrid step, from the link's capabilities, the stage and store facts, and the options. */
 import { describe, expect, it } from "vitest";
-import { chooseTransport, transportNote, type LinkCapabilities, type TransportFacts } from "../src/index.js";
+import { chooseTransport, transportNote, type HostTransferCapabilities, type TransportFacts } from "../src/index.js";
 
-const every: LinkCapabilities = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true };
+const every: HostTransferCapabilities = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true, bandwidth: true };
 const facts = (o: Partial<TransportFacts> = {}): TransportFacts => ({
   link: every, recordsSteps: true, layersMapped: [true, true, true], rowBytes: 128, stageSignals: true, stageQueuesStep: true, ...o,
 });

@@ -4,7 +4,7 @@
  * before any pointer reaches C, so bad input is a HybridgenError and never a wild memory access.
  */
 import { ptr as addressOf, type Pointer } from "bun:ffi";
-import { DTYPE_BYTES, HybridgenError, type Backend, type DType, type HostRegion, type Tensor } from "@hybridgen/spec";
+import { SPEC_VERSION, DTYPE_BYTES, HybridgenError, type Backend, type DType, type HostRegion, type Tensor } from "@hybridgen/spec";
 import { BackendChecks, shapeNumel } from "@hybridgen/spec/kit";
 import { native, type NativeLib } from "./native.js";
 import { chooseIsa, isaCode, type Isa } from "./features.js";
@@ -19,6 +19,7 @@ function bad(message: string): never {
 }
 
 export class CpuBackend implements Backend {
+  readonly spec = SPEC_VERSION;
   readonly name = "cpu";
   readonly threads: number;
   readonly isa: Isa;

@@ -12,7 +12,7 @@
  * done is raised by gather() (or by the stage when the score job fails).
  */
 import { dlopen, FFIType, ptr as addressOf, toArrayBuffer, type Pointer } from "bun:ffi";
-import { checkStageJob, fail, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape, type CpuStageSplit, type CpuStageStaging, type DType, type HostSignal, type OffloadedKeys, type Selection, type SelectorPrimitives, type Tensor } from "@hybridgen/spec";
+import { SPEC_VERSION, checkStageJob, fail, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape, type CpuStageSplit, type CpuStageStaging, type DType, type HostSignal, type OffloadedKeys, type Selection, type SelectorPrimitives, type Tensor } from "@hybridgen/spec";
 import { z } from "zod";
 import type { CpuBackend } from "./cpu-backend.js";
 import { chooseIsa, isaCode } from "./features.js";
@@ -99,6 +99,7 @@ const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
 const { SCORE, TOPK, SELECTED, GATHER, SHARED, KEYS, QUEST, NO_ROWS, DONE_IF_FAILED, STREAM } = STAGE_FLAGS;
 
 export class NativeCpuStage implements CpuStage {
+  readonly spec = SPEC_VERSION;
   readonly name = "native";
   readonly concurrent = true;
   readonly waitsForSignal = true;

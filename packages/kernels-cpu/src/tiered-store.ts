@@ -6,7 +6,7 @@
  * disk tier mapped shared at the same addresses. verify() reads back what the kernel did.
  */
 import { readFileSync } from "node:fs";
-import { HybridgenError, StoreLayoutSchema, type Backend, type DType, type KvStoreAllocator, type StoreLayout, type StoreSegment, type Tensor } from "@hybridgen/spec";
+import { SPEC_VERSION, HybridgenError, StoreLayoutSchema, type Backend, type DType, type KvStoreAllocator, type StoreLayout, type StoreSegment, type Tensor } from "@hybridgen/spec";
 import type { Pointer } from "bun:ffi";
 import { CpuBackend, createCpuBackend } from "./cpu-backend.js";
 import { CpuTensor } from "./tensor.js";
@@ -66,6 +66,7 @@ function numaMapsFiles(): Map<number, string> {
 }
 
 export class TieredStore implements KvStoreAllocator {
+  readonly spec = SPEC_VERSION;
   readonly layout: StoreLayout;
   private readonly regions: Region[] = [];
   private readonly failFileErrno: number;

@@ -7,7 +7,7 @@
  * comes from an arena reserved once at creation (DeviceArena does the bookkeeping).
  */
 import type { Pointer } from "bun:ffi";
-import { DTYPE_BYTES, HybridgenError, type Backend, type BatchAttnRow, type DType, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/spec";
+import { SPEC_VERSION, DTYPE_BYTES, HybridgenError, type Backend, type BatchAttnRow, type DType, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/spec";
 import { BackendChecks, isIndex, shapeNumel } from "@hybridgen/spec/kit";
 import { DeviceArena, type ArenaStats } from "./arena.js";
 import { CudaHostLink } from "./host-link.js";
@@ -89,6 +89,7 @@ const FLASH_CODE: Record<string, number> = { auto: 0, "v2-64": 2, "v2-128": 3, "
 export const DEFAULT_MATVEC_FUSION: Readonly<MatvecFusionChoice> = { norm: false, siluMul: true, accumulate: true };
 
 export class CudaBackend implements Backend {
+  readonly spec = SPEC_VERSION;
   readonly name = "cuda";
   readonly threads = 1;
   readonly device: CudaDevice;

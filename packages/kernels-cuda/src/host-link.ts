@@ -9,7 +9,7 @@
  * Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
-import { HybridgenError, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
+import { HybridgenError, SPEC_VERSION, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
 import { MAX_HOST_INTS, type CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 
@@ -39,6 +39,9 @@ export interface HostLinkOwner {
 }
 
 export class CudaHostLink implements HostTransfers {
+  readonly spec = SPEC_VERSION;
+  /** Every optional op is native here. */
+  readonly capabilities: HostTransferCapabilities = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true, bandwidth: true };
   private link: Pointer | null;
   private readonly pinned = new Map<number, number>(); // address → bytes
   private readonly deviceAt = new Map<number, number>(); // pinned address → its device address (mapped regions)

@@ -39,7 +39,7 @@
  * The engine runs a timing the selector supports: a step measured in the other timing than the
  * one asked for means the selector cannot run it, and the scheduler stops asking for it.
  */
-import { clampK, parseStepTimings, type Scheduler, type SchedulerDecision, type SelectionTiming, type StepTimings } from "@hybridgen/spec";
+import { SPEC_VERSION, clampK, parseStepTimings, type Scheduler, type SchedulerDecision, type SelectionTiming, type StepTimings } from "@hybridgen/spec";
 import { FeedbackSchedulerOptionsSchema, type FeedbackSchedulerOptions, type ResolvedFeedbackOptions } from "./options.js";
 import { parseOptions } from "./parse-options.js";
 
@@ -103,6 +103,7 @@ interface Estimate {
 }
 
 export class FeedbackScheduler implements Scheduler {
+  readonly spec = SPEC_VERSION;
   readonly name = "feedback";
   readonly options: Readonly<ResolvedFeedbackOptions>;
   private k = 0;

@@ -6,7 +6,7 @@
  * error that names the plugin, the layer, the step and the value.
  */
 import { z } from "zod";
-import { HybridgenError, SelectionTimingSchema, validateSelection, type Selection, type SelectionInput, type SelectionTiming, type SelectorKernel, type SelectorLayerInfo, type TokenSelector } from "@hybridgen/spec";
+import { HybridgenError, SPEC_VERSION, SelectionTimingSchema, validateSelection, type Selection, type SelectionInput, type SelectionTiming, type SelectorKernel, type SelectorLayerInfo, type TokenSelector } from "@hybridgen/spec";
 import { checkSelectionInput } from "./check-input.js";
 import { BUILTIN, type BuiltinMark } from "./builtin-mark.js";
 import { InputCopier } from "./input-copy.js";
@@ -124,6 +124,7 @@ export function defineSelector<O = Record<string, never>, S = undefined>(definit
     const copier = mark === BUILTIN ? undefined : new InputCopier();
 
     return Object.freeze({
+      spec: SPEC_VERSION,
       name: def.name,
       timings,
       needsScores,

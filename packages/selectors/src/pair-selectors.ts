@@ -3,7 +3,7 @@
  * a cheap predictor when it switches to pre-QKᵀ. pairSelectors() makes one TokenSelector of
  * the two that dispatches on the timing of each call, each half keeping its own state.
  */
-import { HybridgenError, kernelTiming, stageKernel, type Selection, type SelectorKernel, type SelectionInput, type SelectorLayerInfo, type TokenSelector } from "@hybridgen/spec";
+import { HybridgenError, SPEC_VERSION, kernelTiming, stageKernel, type Selection, type SelectorKernel, type SelectionInput, type SelectorLayerInfo, type TokenSelector } from "@hybridgen/spec";
 
 export interface PairState {
   readonly post: unknown;
@@ -15,6 +15,7 @@ export function pairSelectors(parts: { post: TokenSelector<any>; pre: TokenSelec
   if (!post.timings.includes("post")) throw new HybridgenError(`pairSelectors: selector "${post.name}" cannot run post-QKᵀ (it supports ${post.timings.join(", ")})`);
   if (!pre.timings.includes("pre")) throw new HybridgenError(`pairSelectors: selector "${pre.name}" cannot run pre-QKᵀ (it supports ${pre.timings.join(", ")})`);
   return Object.freeze({
+    spec: SPEC_VERSION,
     name: `${post.name}+${pre.name}`,
     timings: Object.freeze(["pre", "post"] as const),
     needsScores: post.needsScores || pre.needsScores,

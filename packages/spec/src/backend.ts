@@ -9,6 +9,7 @@
  * concatenate in position order), one softmax over the concatenated row, and aggregation
  * of the matching V rows (accumulating, so segments can be summed one after another).
  */
+import type { SpecVersion } from "./version.js";
 export type DType = "f32" | "f16" | "bf16";
 
 export const DTYPE_BYTES: Readonly<Record<DType, number>> = { f32: 4, f16: 2, bf16: 2 };
@@ -59,12 +60,35 @@ export interface HostCopy {
 }
 
 /**
+ * What a host link offers beyond the copies every link makes: one record the link declares and
+ * the engine reads once (hostCapabilities checks it against the methods) when it picks how rows
+ * reach the device; no caller probes for optional methods.
+ */
+export interface HostTransferCapabilities {
+  /** sendSignalled() (and mapped()): the query crosses on the compute stream and raises a word the CPU stage waits for. */
+  readonly signalledSend: boolean;
+  /** mapped() and gatherRows(): the device gathers rows from pinned host memory mapped into its address space. */
+  readonly gathersRows: boolean;
+  /** mapped(), awaitSignal(), readMapped(), gatherRowsAt(), padColumnsAt(): the device, not the host, waits for the CPU stage. */
+  readonly handOff: boolean;
+  /** rowFetch(): a layer's rows fetched ahead on a side stream. */
+  readonly rowFetch: boolean;
+  /** bandwidth(): the link measures its pinned copy bandwidth. */
+  readonly bandwidth: boolean;
+}
+
+/**
  * The overlap machinery of a device backend (paper §4.2): page-locked host memory, a copy
  * stream beside the compute stream, events that order the two, and timing from those events.
  * The hybrid runtime moves evicted K/V rows to host memory, and the CPU stage's logits and V
  * rows to the device, through it; a CPU backend has none (its "device" memory is host memory).
+ * The optional methods exist where `capabilities` says so; callers branch on the record.
  */
 export interface HostTransfers extends Disposable {
+  /** The spec version the link was written for (SPEC_VERSION). */
+  readonly spec?: SpecVersion;
+  /** What the link offers beyond the copies below. */
+  readonly capabilities: HostTransferCapabilities;
   /** Page-locks a region so copies with it run asynchronously (DMA); unpin() before it is freed. */
   pin(region: HostRegion): void;
   unpin(region: HostRegion): void;
@@ -205,6 +229,8 @@ export interface BatchAttnRow {
 }
 
 export interface Backend extends Disposable {
+  /** The spec version the backend was written for (SPEC_VERSION); absent: written before the field. */
+  readonly spec?: SpecVersion;
   readonly name: string;
   /** Worker threads used by ops (1 for single-threaded backends). */
   readonly threads: number;

@@ -5,7 +5,9 @@
  * reuse lives under `@hybridgen/spec/kit`.
  */
 export * from "./errors.js";
+export * from "./version.js";
 export * from "./backend.js";
+export * from "./host-capabilities.js";
 export * from "./native-tensor.js";
 export * from "./half-float.js";
 export * from "./seeded-random.js";

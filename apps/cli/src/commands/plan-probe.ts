@@ -5,7 +5,7 @@
  * reads of a scratch file, O_DIRECT where allowed, random 4 KiB reads one at a time, and the CPU stage's
  * gather of random rows at its depth). Tiers keep a bandwidth HMAT already gave.
  */
-import { HybridgenError, type MemoryTier } from "@hybridgen/core";
+import { HybridgenError, linkBandwidth, type MemoryTier } from "@hybridgen/core";
 
 export interface GpuProbe {
   readonly name: string;
@@ -31,7 +31,7 @@ export async function probeGpu(required: boolean, bandwidth: boolean): Promise<G
   if (!bandwidth) return probe;
   using be = createCudaBackend({ arenaBytes: 1024 * MiB });
   const copy = be.copyBandwidth(256 * MiB, 10); // device → device, read + write bytes a second
-  const link = (be.hostTransfers() as unknown as { bandwidth?: (bytes?: number, iters?: number) => { h2d: number } }).bandwidth?.(256 * MiB, 5);
+  const link = linkBandwidth(be.hostTransfers(), 256 * MiB, 5);
   return { ...probe, readBandwidthGBs: copy / 1e9, ...(link ? { linkBandwidthGBs: link.h2d / 1e9 } : {}) };
 }
 

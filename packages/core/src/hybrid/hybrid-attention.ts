@@ -27,7 +27,7 @@
  * at the batched step's end, when its transport hands off.
  */
 import {
-  type Tensor, type Scheduler, type SchedulerDecision, referencePrimitives, headLayout, type AccumulatedScores, type HeadLayout, type TokenSelector, fail, type CpuStage, type CpuStageJob, type CpuStageWork,
+  type Tensor, type Scheduler, type SchedulerDecision, referencePrimitives, headLayout, type AccumulatedScores, type HeadLayout, type TokenSelector, fail, type CpuStage, type CpuStageJob, type CpuStageWork, checkSpecVersion,
 } from "@hybridgen/spec";
 import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector } from "../attention.js";
 import { selectionRows, type RowPath } from "./row-path.js";
@@ -93,6 +93,10 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
       fail(`invalid hybrid option ${issue.path.join(".")}: ${issue.message}`);
     }
     const { attention, projector, stage, selector, scheduler } = parts;
+    checkSpecVersion(`backend "${attention.backend.name}"`, attention.backend);
+    checkSpecVersion(`CPU stage "${stage.name}"`, stage);
+    checkSpecVersion(`selector "${selector.name}"`, selector);
+    checkSpecVersion(`scheduler "${scheduler.name}"`, scheduler);
     const cache = attention.cache;
     if (cache.storeCapacity === 0) fail("hybrid attention needs a KV window budget smaller than the context (nothing would be offloaded)");
     this.attention = attention;

@@ -8,6 +8,7 @@
 import { z } from "zod";
 import { DTYPE_BYTES, type Backend, type DType, type Tensor } from "../backend.js";
 import { HybridgenError } from "../errors.js";
+import type { SpecVersion } from "../version.js";
 
 export const MemoryTierKindSchema = z.enum(["dram", "cxl", "file"]);
 export type MemoryTierKind = z.infer<typeof MemoryTierKindSchema>;
@@ -153,6 +154,8 @@ export type StoreLayout = z.infer<typeof StoreLayoutSchema>;
  * tiered store). Without one the backend's alloc() serves.
  */
 export interface KvStoreAllocator {
+  /** The spec version it was written for (SPEC_VERSION); absent: written before the field. */
+  readonly spec?: SpecVersion;
   /** The [kvHeads, capacity, headDim] tensor of `pool` for `layer`, a tensor of `backend`. */
   alloc(backend: Backend, pool: "k" | "v", layer: number, shape: readonly number[], dtype: DType): Tensor;
   /** Whether a device may page-lock it (a file-backed region stays pageable, or it would be held in RAM). */

@@ -8,6 +8,7 @@
 import { z } from "zod";
 import { HybridgenError } from "../errors.js";
 import { SelectionTimingSchema, type SelectionTiming } from "./selector.js";
+import type { SpecVersion } from "../version.js";
 
 const ms = z.number().finite().nonnegative();
 
@@ -61,6 +62,8 @@ export const SchedulerKindSchema = z.enum(["fixed", "feedback"]);
 export type SchedulerKind = z.infer<typeof SchedulerKindSchema>;
 
 export interface Scheduler {
+  /** The spec version it was written for (SPEC_VERSION); absent: written before the field. */
+  readonly spec?: SpecVersion;
   readonly name: string;
   /** The decision for the first step, before any measurement. */
   initial(): SchedulerDecision;

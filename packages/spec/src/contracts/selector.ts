@@ -16,6 +16,7 @@
 import { z } from "zod";
 import type { DType } from "../backend.js";
 import { HybridgenError } from "../errors.js";
+import type { SpecVersion } from "../version.js";
 
 export const SelectionTimingSchema = z.enum(["pre", "post"]);
 export type SelectionTiming = z.infer<typeof SelectionTimingSchema>;
@@ -344,6 +345,8 @@ export interface SelectorLayerInfo {
 
 /** A token-selection algorithm. Implement with `defineSelector()` from @hybridgen/selectors. */
 export interface TokenSelector<S = unknown> {
+  /** The spec version it was written for (SPEC_VERSION); absent: written before the field. */
+  readonly spec?: SpecVersion;
   readonly name: string;
   /** The timings it can run under; the scheduler picks one per step among these. */
   readonly timings: readonly SelectionTiming[];

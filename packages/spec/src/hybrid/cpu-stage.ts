@@ -17,6 +17,7 @@
  */
 import type { DType, HostRegion, HostSignal, Tensor } from "../backend.js";
 import type { OffloadedKeys, Selection, SelectorPrimitives } from "../contracts/selector.js";
+import type { SpecVersion } from "../version.js";
 
 export interface CpuStageShape {
   readonly heads: number;
@@ -90,6 +91,8 @@ export interface CpuStageOutput {
 }
 
 export interface CpuStage extends Disposable {
+  /** The spec version it was written for (SPEC_VERSION); absent: written before the field. */
+  readonly spec?: SpecVersion;
   readonly name: string;
   /** True when submit() returns at once and the work runs on other threads. */
   readonly concurrent: boolean;

@@ -11,6 +11,7 @@ import { fail } from "../errors.js";
 import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape } from "../hybrid/cpu-stage.js";
 import { checkStageJob } from "../hybrid/check-stage-job.js";
 import { GatheredValues } from "./gathered-values.js";
+import { SPEC_VERSION } from "../version.js";
 
 interface Slot {
   query: Float32Array;
@@ -23,6 +24,7 @@ interface Slot {
 }
 
 export class BackendCpuStage implements CpuStage {
+  readonly spec = SPEC_VERSION;
   readonly name = "backend";
   readonly concurrent = false;
   private shape: CpuStageShape | null = null;

@@ -13,6 +13,7 @@ import type { Backend, DType, Tensor } from "../backend.js";
 import { ATTN_PARTIAL_MAX_SPANS, DTYPE_BYTES } from "../backend.js";
 import { fail } from "../errors.js";
 import { decodeToF32, roundArrayTo } from "../half-float.js";
+import { SPEC_VERSION } from "../version.js";
 
 interface Entry {
   data: Float32Array;
@@ -25,6 +26,7 @@ interface Entry {
 const DTYPES: readonly DType[] = ["f32", "f16", "bf16"];
 
 export class ReferenceBackend implements Backend {
+  readonly spec = SPEC_VERSION;
   readonly name = "reference";
   readonly threads = 1;
   private readonly entries = new WeakMap<Tensor, Entry>();

@@ -4,25 +4,13 @@
  * is made, as llama.cpp picks a kernel for a device and a shape. Per layer, chooseRowPath decides
  * whether its rows are mapped or staged; the transport is the most direct way every layer allows.
  */
-import { fail } from "@hybridgen/spec";
+import { fail, type HostTransferCapabilities } from "@hybridgen/spec";
 import { chooseRowPath, type RowPath, type RowPathRequest } from "../row-path.js";
 import type { TransportName } from "./step-transport.js";
 
-/** What a device backend's host link offers beyond the copies every link makes. */
-export interface LinkCapabilities {
-  /** A query send the device signals (sendSignalled): the stage waits for it, the host does not fence. */
-  readonly signalledSend: boolean;
-  /** The device gathers rows from pinned host memory mapped into its address space (mapped, gatherRows). */
-  readonly gathersRows: boolean;
-  /** The stage hand-off ops (awaitSignal, readMapped, gatherRowsAt, padColumnsAt). */
-  readonly handOff: boolean;
-  /** Rows fetched ahead on a side stream (rowFetch). */
-  readonly rowFetch: boolean;
-}
-
 export interface TransportFacts {
   /** The host link's capabilities; null: the backend reads the stage's buffers itself (no host link). */
-  readonly link: LinkCapabilities | null;
+  readonly link: HostTransferCapabilities | null;
   /** The backend records decode steps (beginStep/endStep). */
   readonly recordsSteps: boolean;
   /** Per layer: the store regions its rows come from (V; K too where it verifies) are pinned and mapped. */

@@ -3,10 +3,10 @@
  * store offer, read once (the only place that asks), then chooseTransport's pick, built.
  */
 import type { Attention } from "../../attention.js";
-import { DTYPE_BYTES, type HostTransfers, type Tensor } from "@hybridgen/spec";
+import { DTYPE_BYTES, type HostTransfers, type Tensor, hostCapabilities, type HostTransferCapabilities } from "@hybridgen/spec";
 import type { KvCache } from "../../kv-cache.js";
 import type { RowPathRequest } from "../row-path.js";
-import { chooseTransport, type LinkCapabilities, type TransportChoice } from "./choose-transport.js";
+import { chooseTransport, type TransportChoice } from "./choose-transport.js";
 import { DeviceStaging } from "./device-staging.js";
 import { HandedOffTransport } from "./handed-off-transport.js";
 import { HostTransport } from "./host-transport.js";
@@ -23,17 +23,6 @@ export interface TransportOptions {
   readonly wholeRows: boolean;
 }
 
-/** What a host link offers beyond the copies every link makes. */
-export function linkCapabilities(link: HostTransfers): LinkCapabilities {
-  const has = (f: unknown) => typeof f === "function";
-  return {
-    signalledSend: has(link.sendSignalled),
-    gathersRows: has(link.gatherRows) && has(link.mapped),
-    handOff: [link.awaitSignal, link.readMapped, link.gatherRowsAt, link.padColumnsAt].every(has) && has(link.mapped),
-    rowFetch: has(link.rowFetch),
-  };
-}
-
 export function openTransport(step: StepDriver, attention: Attention, o: TransportOptions): { transport: StepTransport; choice: TransportChoice } {
   const cache = attention.cache, link = cache.hostLink;
   const request = { rowPath: o.rowPath, trackScores: o.trackScores };
@@ -47,7 +36,7 @@ export function openTransport(step: StepDriver, attention: Attention, o: Transpo
   try {
     const host = cache.hostBackend;
     // The device gathers only from store tensors whose host memory it can name.
-    const caps = { ...linkCapabilities(link), ...(typeof host?.hostRegion === "function" ? {} : { gathersRows: false }) };
+    const caps = { ...hostCapabilities(link), ...(typeof host?.hostRegion === "function" ? {} : { gathersRows: false }) };
     const stageSignals = step.stage.waitsForSignal === true && d.queriesMapped();
     const queues = (step.stage.queueDepth ?? 1) >= cache.layers;
     const choice = chooseTransport({
@@ -65,7 +54,7 @@ export function openTransport(step: StepDriver, attention: Attention, o: Transpo
 }
 
 /** Per layer: its V store (and K store, where it verifies) is pinned host memory the device maps. */
-function layersMapped(cache: KvCache, link: HostTransfers, caps: LinkCapabilities, keys: readonly boolean[]): boolean[] {
+function layersMapped(cache: KvCache, link: HostTransfers, caps: HostTransferCapabilities, keys: readonly boolean[]): boolean[] {
   const host = cache.hostBackend;
   if (!caps.gathersRows || !host?.hostRegion) return new Array(cache.layers).fill(false);
   const isMapped = (t: Tensor) => link.mapped!(host.hostRegion!(t));
