@@ -4,7 +4,7 @@
  * host memory (a CPU backend of its own holds it, pinned through the device's host link). The
  * CLI, the benches, the tests and library users all assemble hybrid attention through it.
  */
-import { HybridAttention, HybridgenError, type Attention, type Backend, type KvCache, type KvStoreAllocator, type QueryProjector } from "@hybridgen/core";
+import { HybridAttention, HybridgenError, type Attention, type Backend, type CpuStage, type KvCache, type KvStoreAllocator, type QueryProjector } from "@hybridgen/core";
 import { loadSelectorSpec } from "@hybridgen/selectors";
 import { isAllocator, type HybridRuntimeOptions } from "./options.js";
 import { resolveHybrid, type HybridPlan } from "./resolve.js";
@@ -89,7 +89,16 @@ export async function hybridBuilder(
       ...(plan.readDepth === undefined ? {} : { readDepth: plan.readDepth }),
     });
     // A placed store hears which rows each layer gathered: the disk tier reads the next layer's ahead.
-    const stage = allocator?.readAhead ? new ReadAheadStage(native, allocator.readAhead.bind(allocator)) : native;
+    const built = allocator?.readAhead ? new ReadAheadStage(native, allocator.readAhead.bind(allocator)) : native;
+    let stage: CpuStage = built;
+    if (options.cpuStage) {
+      try {
+        stage = options.cpuStage(built, host);
+      } catch (e) {
+        built.close();
+        throw e;
+      }
+    }
     try {
       const ha = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler }, hybridOptions);
       const t = ha.transportChoice;

@@ -1,6 +1,6 @@
 /** Options of createHybridAttention(), validated once at the boundary. */
 import { z } from "zod";
-import { KSchema, LogitsModeSchema, RowPathRequestSchema, SelectionTimingSchema, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
+import { KSchema, LogitsModeSchema, RowPathRequestSchema, SelectionTimingSchema, type Backend, type CpuStage, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
 
 const isSelector = (v: unknown): v is TokenSelector =>
   typeof v === "object" && v !== null && typeof (v as TokenSelector).select === "function" && Array.isArray((v as TokenSelector).timings);
@@ -11,6 +11,9 @@ const isScheduler = (v: unknown): v is Scheduler =>
 export const isAllocator = (v: unknown): v is KvStoreAllocator =>
   typeof v === "object" && v !== null && typeof (v as KvStoreAllocator).alloc === "function" &&
   typeof (v as KvStoreAllocator).pinnable === "function" && typeof (v as KvStoreAllocator).release === "function";
+
+/** What HybridRuntimeOptions.cpuStage is handed: the native stage the options describe, and the CPU backend holding the store. */
+export type CpuStageWrap = (stage: CpuStage, host: Backend) => CpuStage;
 
 /** Each sequence's store allocator: `sequence` is 0 for the model's own, then 1, 2, … in the order sequences are made. */
 export type StoreAllocatorFactory = (sequence: number) => KvStoreAllocator;
@@ -77,6 +80,11 @@ export const HybridRuntimeOptionsSchema = z
     storeAllocator: z
       .custom<KvStoreAllocator | StoreAllocatorFactory>((v) => isAllocator(v) || typeof v === "function", { message: "must be a KvStoreAllocator or a function (sequence) => KvStoreAllocator" })
       .optional(),
+    /** Keep accumulated scores even when the selector does not ask for them (core's HybridOptions.trackScores). */
+    trackScores: z.boolean().optional(),
+    /** A wrapper or stand-in for the CPU stage the runtime built from these options (a bench that meters or
+     * shadows it), given that stage and the CPU backend the store is on; the result owns the built stage. */
+    cpuStage: z.custom<CpuStageWrap>((v) => typeof v === "function", { message: "must be a function (stage, host) => CpuStage" }).optional(),
     /** The model's hybrid profile (readHybridProfile): default kMin, exactLayers and candidates. */
     profile: ProfileDefaultsSchema.nullable().optional(),
   })

@@ -103,7 +103,7 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   const exactLayers = o.exactLayers ?? o.profile?.exactLayers ?? [];
   const candidates = o.candidates ?? o.profile?.candidates;
   const rowPath = o.rowPath ?? HybridOptionsSchema.parse({}).rowPath;
-  const hybridOptions: HybridOptions = { logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }) };
+  const hybridOptions: HybridOptions = { logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }), ...(o.trackScores ? { trackScores: true } : {}) };
   const cpuStageThreads = o.cpuStageThreads ?? defaultStageThreads(target.device);
   return {
     plan: {

@@ -150,6 +150,29 @@ describe("createHybridAttention on the CPU backend", () => {
     expect(ha.stats.trace.every((r) => r.k === 5)).toBe(true);
   });
 
+  it("cpuStage wraps the built stage (a bench's meter); trackScores keeps accumulated scores for a selector that needs none", async () => {
+    using model = load(16);
+    let built: unknown = null, submits = 0;
+    using ha = await createHybridAttention(model, backend, {
+      selector: "topk", k: 4, trackScores: true,
+      cpuStage: (stage, host) => {
+        built = stage;
+        expect(host).toBe(backend);
+        return new Proxy(stage, {
+          get: (t, p) => (p === "submit" ? (job: never) => (submits++, t.submit(job)) : typeof Reflect.get(t, p) === "function" ? (Reflect.get(t, p) as Function).bind(t) : Reflect.get(t, p)),
+        });
+      },
+    });
+    expect(built).toBeInstanceOf(NativeCpuStage);
+    decode(model);
+    expect(submits).toBeGreaterThan(0);
+    expect(ha.accumulatedScores(0)).toBeDefined();
+    using plain = load(16);
+    using other = await createHybridAttention(plain, backend, { selector: "topk", k: 4 });
+    decode(plain);
+    expect(other.accumulatedScores(0)).toBeUndefined();
+  });
+
   it("bad options are one-line errors, before anything is allocated", async () => {
     const bad: [Record<string, unknown>, string | RegExp][] = [
       [{ kMin: 0 }, "hybrid runtime option kMin: must be at least 1"],
@@ -169,6 +192,7 @@ describe("createHybridAttention on the CPU backend", () => {
       [{ readDepth: -1 }, "hybrid runtime option readDepth: must be at least 0"],
       [{ readDepth: 1.5 }, /^hybrid runtime option readDepth: /],
       [{ threads: 2 }, /^hybrid runtime option : Unrecognized key|^hybrid runtime option value: Unrecognized key/],
+      [{ cpuStage: 3 }, "hybrid runtime option cpuStage: must be a function (stage, host) => CpuStage"],
     ];
     using model = load(16);
     for (const [options, message] of bad) {

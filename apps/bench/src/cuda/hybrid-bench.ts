@@ -35,10 +35,8 @@
  * bandwidth of the copy path.
  */
 import {
-  BatchDecoder, HybridAttention, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LlamaModel, type LogitsMode, type RowPathRequest, type Tensor,
+  BatchDecoder, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LlamaModel, type LogitsMode, type RowPathRequest, type Tensor,
 } from "@hybridgen/core";
-import { createSelector } from "@hybridgen/selectors";
-import { FixedScheduler } from "@hybridgen/scheduler";
 import { createBatchHybridAttention, createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
@@ -192,7 +190,7 @@ async function batchChecks(be: Backend, hybrid: SmallHybrid): Promise<void> {
   for (const logits of ["exact", "verified"] as LogitsMode[]) {
     await attempt(`batch of 3, top-K ${logits}`, () => batchChecks(cuda, { ...base, k: 8, logits }));
   }
-  mappedRowChecks(cuda, check);
+  await mappedRowChecks(cuda, check);
   await stageHandoffChecks(cuda, check);
   console.log(`host link diagnostics: ${JSON.stringify((cuda.hostTransfers() as CudaHostLink).diagnostics())}`);
   // The backend keeps one tensor of its own once a decode step ran (the unfused matvec parts'
@@ -284,11 +282,9 @@ console.log(thp());
 
   const variant = async (k: number, logits: LogitsMode, stageThreads: number, spin: number, rowPath: RowPathRequest = rowPaths[0]!) => {
     try {
-      const stage = new NativeCpuStage(host, { threads: stageThreads, idleSpinUs: spin });
-      using ha = HybridAttention.attach(
-        { attention: model.attention, projector: model, stage, selector: createSelector("topk"), scheduler: new FixedScheduler({ k, timing: "post" }) },
-        { logits, rowPath },
-      );
+      using ha = await createHybridAttention(model, cuda, {
+        selector: "topk", scheduler: "fixed", k, timing: "post", logits, rowPath, cpuStageThreads: stageThreads, idleSpinUs: spin,
+      });
       model.reset();
       t0 = performance.now();
       model.step(longPrompt, 0);
@@ -380,11 +376,9 @@ if (blockVariant > 0) {
     model.cache.attachHostStore(host, link, true);
     const c = model.cache;
     console.log(`hybrid model with prefill blocks of ${blockVariant} loaded in ${((performance.now() - t0) / 1e3).toFixed(1)} s`);
-    const stage = new NativeCpuStage(host, { threads, idleSpinUs: spinUs });
-    using ha = HybridAttention.attach(
-      { attention: model.attention, projector: model, stage, selector: createSelector("topk"), scheduler: new FixedScheduler({ k: ks[0], timing: "post" }) },
-      { logits: "speculative" },
-    );
+    using ha = await createHybridAttention(model, cuda, {
+      selector: "topk", scheduler: "fixed", k: ks[0], timing: "post", logits: "speculative", cpuStageThreads: threads, idleSpinUs: spinUs,
+    });
     t0 = performance.now();
     model.step(longPrompt, 0);
     const logits = model.readLogits();

@@ -12,10 +12,9 @@
  *   3. "all" + verified logits on the mapped path equals full attention on CUDA within 1e-5.
  * hybrid-bench.ts runs them with its checks (--skip-bench).
  */
-import { HybridAttention, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, relError, type LogitsMode, type RowPath, type RowPathRequest } from "@hybridgen/core";
-import { createSelector } from "@hybridgen/selectors";
-import { FixedScheduler } from "@hybridgen/scheduler";
-import { createCpuBackend, NativeCpuStage } from "@hybridgen/kernels-cpu";
+import { STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, relError, type HybridAttention, type LogitsMode, type RowPath, type RowPathRequest } from "@hybridgen/core";
+import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { createHybridAttention } from "@hybridgen/runtime";
 import type { CudaBackend } from "@hybridgen/kernels-cuda";
 import { cudaLab } from "@hybridgen/kernels-cuda/lab";
 
@@ -76,18 +75,14 @@ function gatherOpChecks(cuda: CudaBackend, check: Check): void {
 interface Run { logits: Float32Array[]; tokens: number[]; paths: readonly RowPath[]; summary: string; drained: number }
 
 /** Prompt, then STEPS greedy steps (or the tokens fed), on a hybrid model with `rowPath` (null: full attention). */
-function decode(cuda: CudaBackend, hybrid: { logits: LogitsMode; rowPath: RowPathRequest; selector: string } | null, feed?: number[]): Run {
+async function decode(cuda: CudaBackend, hybrid: { logits: LogitsMode; rowPath: RowPathRequest; selector: string } | null, feed?: number[]): Promise<Run> {
   using files = dummyModelFiles(SHAPE, "f32", 7);
   using model = loadModel(files, cuda, { maxContext: CONTEXT, prefillBlock: 64, ...(hybrid ? { gpuKvBudget: 32, sinkTokens: 4 } : {}) });
   let ha: HybridAttention | null = null;
   if (hybrid) {
-    const host = createCpuBackend({ threads: 1 });
-    model.cache.attachHostStore(host, cuda.hostTransfers(), true);
-    const stage = new NativeCpuStage(host, { threads: 4 });
-    ha = HybridAttention.attach(
-      { attention: model.attention, projector: model, stage, selector: createSelector(hybrid.selector), scheduler: new FixedScheduler({ k: 8, timing: "post" }) },
-      { logits: hybrid.logits, rowPath: hybrid.rowPath },
-    );
+    ha = await createHybridAttention(model, cuda, {
+      selector: hybrid.selector, scheduler: "fixed", k: 8, timing: "post", logits: hybrid.logits, rowPath: hybrid.rowPath, cpuStageThreads: 4,
+    });
   }
   try {
     const before = cudaLab(cuda).graphStats().drained;
@@ -105,34 +100,34 @@ function decode(cuda: CudaBackend, hybrid: { logits: LogitsMode; rowPath: RowPat
   }
 }
 
-export function mappedRowChecks(cuda: CudaBackend, check: Check): void {
-  const attempt = (what: string, f: () => void) => {
+export async function mappedRowChecks(cuda: CudaBackend, check: Check): Promise<void> {
+  const attempt = async (what: string, f: () => void | Promise<void>) => {
     try {
-      f();
+      await f();
     } catch (e) {
       check(false, `${what}: ${(e as Error).message}`);
     }
   };
-  attempt("gatherRows op", () => gatherOpChecks(cuda, check));
+  await attempt("gatherRows op", () => gatherOpChecks(cuda, check));
   for (const logits of ["exact", "speculative", "verified"] as LogitsMode[]) {
-    attempt(`mapped vs staged ${logits}`, () => {
-      const staged = decode(cuda, { logits, rowPath: "staged", selector: "topk" });
-      const mapped = decode(cuda, { logits, rowPath: "auto", selector: "topk" }, staged.tokens);
+    await attempt(`mapped vs staged ${logits}`, async () => {
+      const staged = await decode(cuda, { logits, rowPath: "staged", selector: "topk" });
+      const mapped = await decode(cuda, { logits, rowPath: "auto", selector: "topk" }, staged.tokens);
       const worst = Math.max(...mapped.logits.map((l, i) => relError(l, staged.logits[i])));
       const identical = mapped.logits.every((l, i) => sameBits(l, staged.logits[i]));
       const allMapped = mapped.paths.length > 0 && mapped.paths.every((p) => p === "mapped");
       check(allMapped, `top-K 8 ${logits}: every layer reads its rows from the mapped host store (${mapped.paths.join(",")})`);
       check(worst <= 1e-6, `top-K 8 ${logits}: mapped rows give the staged rows' logits, ${STEPS + 1} forwards: ${identical ? "bit-identical" : `worst max|Δ|/max|logit| ${worst.toExponential(2)} (≤ 1e-6)`}`);
-      const own = decode(cuda, { logits, rowPath: "auto", selector: "topk" });
+      const own = await decode(cuda, { logits, rowPath: "auto", selector: "topk" });
       const same = own.tokens.filter((t, i) => t === staged.tokens[i]).length;
       check(same === STEPS, `top-K 8 ${logits}: greedy tokens on the mapped path equal the staged path's (${same}/${STEPS})`);
       check(mapped.drained <= staged.drained, `top-K 8 ${logits}: recorded segments drained ${mapped.drained} times on the mapped path, ${staged.drained} on the staged one (the gather is recorded)`);
       console.log(`  mapped: ${mapped.summary}`);
     });
   }
-  attempt("all + verified, mapped", () => {
-    const full = decode(cuda, null);
-    const all = decode(cuda, { logits: "verified", rowPath: "mapped", selector: "all" }, full.tokens);
+  await attempt("all + verified, mapped", async () => {
+    const full = await decode(cuda, null);
+    const all = await decode(cuda, { logits: "verified", rowPath: "mapped", selector: "all" }, full.tokens);
     const worst = Math.max(...all.logits.map((l, i) => relError(l, full.logits[i])));
     check(worst < 1e-5, `"all" + verified on the mapped path vs full attention on CUDA: worst max|Δ|/max|logit| ${worst.toExponential(2)} (< 1e-5)`);
   });

@@ -10,10 +10,11 @@
  * - the stage timings of each run: mean CPU stage and device stage per layer, and how much of
  *   the CPU stage the device stage hid.
  */
-import { argmax, DEFAULT_PROFILE_TEXT, ensureStories15M, HybridAttention, LlamaModel, logSoftmax64, openModelDir, type HybridOptions, type SelectionTiming } from "@hybridgen/core";
-import { createCpuBackend, NativeCpuStage } from "@hybridgen/kernels-cpu";
-import { createSelector } from "@hybridgen/selectors";
-import { FixedScheduler } from "@hybridgen/scheduler";
+import { argmax, DEFAULT_PROFILE_TEXT, ensureStories15M, LlamaModel, logSoftmax64, openModelDir, type HybridAttention, type SelectionTiming } from "@hybridgen/core";
+import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
+
+type HybridOptions = Pick<HybridRuntimeOptions, "logits" | "candidates" | "exactLayers">;
 
 const arg = (name: string, def: number) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -51,17 +52,14 @@ function greedy(model: LlamaModel): number[] {
   return out;
 }
 
-function attach(selector: string, k: number, timing: SelectionTiming, options: HybridOptions): HybridAttention {
-  return HybridAttention.attach({
-    attention: hyb.attention, projector: hyb, stage: new NativeCpuStage(be, { threads: 1 }),
-    selector: createSelector(selector), scheduler: new FixedScheduler({ k, timing }),
-  }, options);
+function attach(selector: string, k: number, timing: SelectionTiming, options: HybridOptions): Promise<HybridAttention> {
+  return createHybridAttention(hyb, be, { selector, scheduler: "fixed", k, timing, cpuStageThreads: 1, ...options });
 }
 
 // 1. Greedy reproduction with "all" + exact and "all" + verified.
 const wantGreedy = greedy(full);
 for (const logits of ["exact", "verified"] as const) {
-  using h = attach("all", 1, "post", { logits });
+  using h = await attach("all", 1, "post", { logits });
   const got = greedy(hyb);
   const same = got.every((t, i) => t === wantGreedy[i]);
   console.log(`greedy, ${TOKENS} tokens, device window ${BUDGET}: "all" + ${logits} ${same ? "reproduces" : "DIFFERS FROM"} full attention ` +
@@ -87,7 +85,7 @@ for (const [label, options] of modes) {
 }
 for (const name of EXTRA) for (const k of [8, 16, 32]) configs.push([`${name} verified`, name, k, "pre", { logits: "verified" }]);
 for (const [label, selector, k, timing, options] of configs) {
-  using h = attach(selector, k, timing, options);
+  using h = await attach(selector, k, timing, options);
   const got = forced(hyb);
   let agree = 0, kl = 0;
   got.forEach((l, i) => {

@@ -19,12 +19,11 @@
 import { resolve } from "node:path";
 import { writeFileSync } from "node:fs";
 import {
-  ensureStories15M, HybridAttention, LlamaModel, openModelDir,
+  ensureStories15M, LlamaModel, openModelDir,
   type CpuStage, type CpuStageJob, type CpuStageShape, type Selection,
 } from "@hybridgen/core";
 import { createCpuBackend, NativeCpuStage, sketchRowBytes, type CpuBackend } from "@hybridgen/kernels-cpu";
-import { createSelector } from "@hybridgen/selectors";
-import { FixedScheduler } from "@hybridgen/scheduler";
+import { createHybridAttention } from "@hybridgen/runtime";
 
 const arg = (name: string, def: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -65,8 +64,9 @@ class RecallStage implements CpuStage {
   private shape: CpuStageShape | null = null;
   private job: CpuStageJob | null = null;
 
-  constructor(private readonly be: CpuBackend) {
-    this.main = new NativeCpuStage(be, { threads: THREADS });
+  constructor(private readonly be: CpuBackend, main: CpuStage) {
+    if (!(main instanceof NativeCpuStage)) throw new Error(`recall: the engine's stage must be the native one, got ${main.name}`);
+    this.main = main;
     for (const form of FORMS) {
       if (form === "sign") continue;
       for (const c of RESCORE) this.shadows.push({ form, c, stage: new NativeCpuStage(be, { threads: THREADS, scoring: form, rescoreFactor: c }) });
@@ -151,9 +151,10 @@ if (MODEL === "stories15m") {
   using files = openModelDir(await ensureStories15M({ onProgress: (m) => console.error(m) }));
   const maxContext = 256;
   using model = LlamaModel.load(files, be, { maxContext, gpuKvBudget: WINDOW, sinkTokens: SINKS, kvEvictBlock: Math.min(16, WINDOW - SINKS) });
-  const stage = new RecallStage(be);
   const k = Math.max(4, Math.round(K_FRAC * (maxContext - WINDOW)));
-  using ha = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector: createSelector("topk"), scheduler: new FixedScheduler({ k, timing: "post" }) }, { logits: "exact" });
+  using ha = await createHybridAttention(model, be, {
+    selector: "topk", scheduler: "fixed", k, timing: "post", logits: "exact", cpuStageThreads: THREADS, cpuStage: (main) => new RecallStage(be, main),
+  });
   const prompt = files.tokenizer.encode("Once upon a time", { addBos: true });
   let logits = model.forward(Int32Array.from(prompt), 0);
   for (let t = prompt.length; t < 240; t++) {
@@ -180,8 +181,9 @@ if (MODEL === "stories15m") {
     keys.forEach((kk, i) => context.splice(i * share + Math.floor(rand() * (share - 3)), 3, KEYS[kk]!, VALUES[Math.floor(rand() * 256)]!, DOT));
     model.reset();
     model.forward(Int32Array.from([BOS, ...context]), 0);
-    const stage = new RecallStage(be);
-    using ha = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector: createSelector("topk"), scheduler: new FixedScheduler({ k, timing: "post" }) }, { logits: "exact" });
+    using ha = await createHybridAttention(model, be, {
+      selector: "topk", scheduler: "fixed", k, timing: "post", logits: "exact", cpuStageThreads: THREADS, cpuStage: (main) => new RecallStage(be, main),
+    });
     model.forward(Int32Array.of(ASK), body + 1);
     model.forward(Int32Array.of(KEYS[keys[Math.floor(rand() * keys.length)]!]!), body + 2);
     process.stderr.write(`\rprompt ${p + 1}/${PROMPTS}`);

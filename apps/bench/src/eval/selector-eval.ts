@@ -8,12 +8,13 @@
  * Run `bun run build` first (this imports the built packages).
  */
 import {
-  argmax, DEFAULT_PROFILE_TEXT, ensureStories15M, HybridAttention, LlamaModel, logSoftmax64, openModelDir, type CpuStage, type CpuStageJob, type HybridOptions, type OffloadedKeys,
-  type SelectionTiming, type SelectorPrimitives,
+  argmax, DEFAULT_PROFILE_TEXT, ensureStories15M, LlamaModel, logSoftmax64, openModelDir, type CpuStage, type CpuStageJob, type OffloadedKeys, type SelectionTiming,
+  type SelectorPrimitives,
 } from "@hybridgen/core";
-import { createCpuBackend, NativeCpuStage } from "@hybridgen/kernels-cpu";
-import { createSelector } from "@hybridgen/selectors";
-import { FixedScheduler } from "@hybridgen/scheduler";
+import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
+
+type HybridOptions = Pick<HybridRuntimeOptions, "logits" | "candidates">;
 
 const arg = (name: string, def: string) => {
   const i = process.argv.indexOf(`--${name}`);
@@ -70,9 +71,9 @@ function metered(P: SelectorPrimitives, m: { bytes: number }): SelectorPrimitive
   };
 }
 
-/** The native stage with metered primitives, counting the K rows it scores and V rows it gathers. */
-function meteredStage(m: { bytes: number }): CpuStage {
-  const stage = new NativeCpuStage(be, { threads: 1 });
+/** The stage the runtime built, with metered primitives, counting the K rows it scores and V rows it gathers. */
+function meteredStage(stage: CpuStage, m: { bytes: number }): CpuStage {
+  if (!stage.primitives) throw new Error(`stage ${stage.name} has no native primitives to meter`);
   const primitives = metered(stage.primitives, m);
   const row = kvHeads * headDim * KV_BYTES;
   return new Proxy(stage, {
@@ -100,9 +101,10 @@ for (const mode of MODES) {
     const timing: SelectionTiming = name === "topk" ? "post" : "pre";
     for (const k of KS) {
       const meter = { bytes: 0 };
-      using h = HybridAttention.attach({
-        attention: hyb.attention, projector: hyb, stage: meteredStage(meter), selector: createSelector(name), scheduler: new FixedScheduler({ k, timing }),
-      }, mode.options);
+      using h = await createHybridAttention(hyb, be, {
+        selector: name, scheduler: "fixed", k, timing, cpuStageThreads: 1, ...mode.options,
+        cpuStage: (stage) => meteredStage(stage, meter),
+      });
       const got = forced(hyb);
       let agree = 0, kl = 0;
       got.forEach((l, i) => {

@@ -4,11 +4,9 @@
  * per layer, then one hybrid pass (exact logits) per selector and K.
  */
 import {
-  AgreementMeter, HybridAttention, HybridgenError, SpeculationRecallProbe, referenceStep, teacherForce, type Backend, type CausalLM, type ReferenceStep,
-  type SelectionTiming,
+  AgreementMeter, HybridgenError, SpeculationRecallProbe, referenceStep, teacherForce, type Backend, type CausalLM, type ReferenceStep, type SelectionTiming,
 } from "@hybridgen/core";
-import { NativeCpuStage, type CpuBackend } from "@hybridgen/kernels-cpu";
-import { FixedScheduler } from "@hybridgen/scheduler";
+import { createHybridAttention } from "@hybridgen/runtime";
 import { selectorFromSpec } from "@hybridgen/selectors";
 
 export interface ProfileSequence {
@@ -50,7 +48,7 @@ export interface MeasureOptions {
 /** Post-QKᵀ when the selector can (it scores every offloaded token), else its own timing. */
 const timingOf = (timings: readonly SelectionTiming[]): SelectionTiming => (timings.includes("post") ? "post" : timings[0]!);
 
-export function measureProfile(model: CausalLM, backend: Backend, seqs: readonly ProfileSequence[], o: MeasureOptions): ProfileMeasurements {
+export async function measureProfile(model: CausalLM, backend: Backend, seqs: readonly ProfileSequence[], o: MeasureOptions): Promise<ProfileMeasurements> {
   const forced = (visit: (seq: number, logits: Float32Array) => void) =>
     seqs.forEach((s, i) => teacherForce(model, s.ids, o.gpuKvBudget, (l) => visit(i, l)));
 
@@ -69,7 +67,7 @@ export function measureProfile(model: CausalLM, backend: Backend, seqs: readonly
   const perSelector: Record<string, SelectorAgreement> = {};
   for (const name of o.selectors) {
     try {
-      perSelector[name] = sweepSelector(name);
+      perSelector[name] = await sweepSelector(name);
     } catch (e) {
       if (!o.skipFailing || !(e instanceof HybridgenError)) throw e;
       o.progress(`warning: ${name} left out: ${e.message.split("\n")[0]}`);
@@ -77,7 +75,7 @@ export function measureProfile(model: CausalLM, backend: Backend, seqs: readonly
   }
   return { steps, perSelector, recall, massRecall, recallKs: o.recallKs };
 
-  function sweepSelector(name: string): SelectorAgreement {
+  async function sweepSelector(name: string): Promise<SelectorAgreement> {
     const probe = selectorFromSpec(name);
     const timing = timingOf(probe.timings);
     const rows: [number, number, number][] = [];
@@ -85,17 +83,7 @@ export function measureProfile(model: CausalLM, backend: Backend, seqs: readonly
     for (const k of probe.usesBudget ? o.ks : o.ks.slice(0, 1)) {
       t0 = performance.now();
       const meter = new AgreementMeter();
-      const stage = new NativeCpuStage(backend as CpuBackend, { threads: 1 });
-      let hybrid: HybridAttention;
-      try {
-        hybrid = HybridAttention.attach(
-          { attention: model.attention, projector: model, stage, selector: selectorFromSpec(name), scheduler: new FixedScheduler({ k, timing }) },
-          { logits: "exact" },
-        );
-      } catch (e) {
-        stage.close();
-        throw e;
-      }
+      const hybrid = await createHybridAttention(model, backend, { selector: name, scheduler: "fixed", k, timing, logits: "exact", cpuStageThreads: 1 });
       try {
         const next = seqs.map(() => 0);
         forced((i, l) => meter.add(refs[i]![next[i]!++]!, l));

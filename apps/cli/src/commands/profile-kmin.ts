@@ -62,7 +62,7 @@ export async function runProfileKmin(argv: readonly string[], io: CliIo): Promis
     `profiling ${model} (${shape.layers} layers, ${shape.heads} heads / ${shape.kvHeads} KV heads): ${seqs.length} text${seqs.length === 1 ? "" : "s"}, ` +
       `${seqs.reduce((n, s) => n + s.ids.length, 0)} tokens, window ${o.gpuKvBudget} (${o.sinkTokens} sinks), on ${backend.name}`,
   );
-  const m = measureProfile(lm, backend, seqs, { selectors: o.selectors, ks: o.ks, recallKs, candidates: o.candidates, gpuKvBudget: o.gpuKvBudget, skipFailing: !o.selectorsGiven, progress });
+  const m = await measureProfile(lm, backend, seqs, { selectors: o.selectors, ks: o.ks, recallKs, candidates: o.candidates, gpuKvBudget: o.gpuKvBudget, skipFailing: !o.selectorsGiven, progress });
 
   const profile = buildProfile(model, o, m, progress);
   const path = o.write ? writeHybridProfile(model, profile, io.env.HYBRIDGEN_CACHE) : null;
