@@ -1,8 +1,7 @@
 import { readFileSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { seededRandom } from "@hybridgen/spec";
-import { HybridStats } from "@hybridgen/core";
+import { seededRandom, type HybridStepRecord } from "@hybridgen/spec";
 import {
   FeedbackScheduler, FixedScheduler, bestFixed, fitCostModel, parseTimingTrace, replay, simulateStep, timingTraceFromRuns, type CostModel,
 } from "../src/index.js";
@@ -163,16 +162,16 @@ describe("a device stage that grows with K", () => {
 });
 
 describe("the recorder", () => {
-  it("turns HybridStats traces into a fixture that fits and replays", () => {
+  it("turns hybrid step records (HybridStats.trace) into a fixture that fits and replays", () => {
     const model = fitCostModel(fixture("issue19-derived-32k.json"));
     const runs = [];
     for (const [timing, k] of [["post", 256], ["post", 2048], ["pre", 256], ["pre", 2048]] as const) {
-      const stats = new HybridStats();
+      const steps: HybridStepRecord[] = [];
       for (let step = 0; step < 6; step++) {
         const s = simulateStep(model, timing, k, model.offloaded + step);
-        stats.record({ step, tGpuMs: s.tGpuMs, tCpuMs: s.tCpuMs, tTxMs: s.tTxMs, tWaitMs: step / 8, k, timing, offloaded: model.offloaded + step }, s.wallMs);
+        steps.push({ step, tGpuMs: s.tGpuMs, tCpuMs: s.tCpuMs, tTxMs: s.tTxMs, tWaitMs: step / 8, k, timing, offloaded: model.offloaded + step, wallMs: s.wallMs });
       }
-      runs.push({ label: `fixed ${timing} K=${k}`, scheduler: "fixed", steps: stats.trace });
+      runs.push({ label: `fixed ${timing} K=${k}`, scheduler: "fixed", steps });
     }
     const trace = timingTraceFromRuns(runs, { source: "test", setup: { context: 32768 } });
     const again = parseTimingTrace(JSON.parse(JSON.stringify(trace)));

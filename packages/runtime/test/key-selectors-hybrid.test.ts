@@ -1,9 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { type Scheduler, type SelectionTiming, type TokenSelector } from "@hybridgen/spec";
-import { BackendCpuStage, ReferenceBackend } from "@hybridgen/spec/kit";
-import { ByteTokenizer, describeModel, DummyWeightSource, HybridAttention, LlamaModel, tensorSpecsOf, type ModelFiles } from "@hybridgen/core";
-import { createSelector } from "../src/index.js";
-import { rng } from "./helpers.js";
+import {
+  BackendCpuStage, ByteTokenizer, describeModel, DummyWeightSource, HybridAttention, LlamaModel, ReferenceBackend, seededRandom as rng, tensorSpecsOf, type ModelFiles,
+  type Scheduler, type SelectionTiming, type TokenSelector,
+} from "@hybridgen/core";
+import { createSelector } from "@hybridgen/selectors";
 
 /** A 2-layer GQA Llama (4 query heads, 2 KV heads, headDim 16) with seeded dummy weights. */
 function tinyLlama(kvDtype: "f32" | "bf16"): ModelFiles {
