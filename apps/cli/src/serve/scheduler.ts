@@ -66,8 +66,8 @@ export interface SchedulerOptions {
   readonly bytesPerToken: number;
   /** Hybrid attention: stores placed by the planner; a slot is renewed on its request's store. */
   readonly ledger: StoreLedger | null;
-  /** Hands the next renewed sequence its store (the storeAllocator function reads it). */
-  readonly nextStore?: (a: KvStoreAllocator) => void;
+  /** Hands the next renewed sequence its store (the storeAllocator function reads it); null takes it back. */
+  readonly nextStore?: (a: KvStoreAllocator | null) => void;
   /** Drops released sequences' attentions (createBatchHybridAttention's prune). */
   readonly prune?: () => void;
   /** An engine error, one line (the server logs it). */
@@ -194,7 +194,11 @@ export class ServeScheduler {
   private renew(slot: number, store: KvStoreAllocator): void {
     this.stale.add(slot);
     this.o.nextStore!(store);
-    this.dec.renew(slot);
+    try {
+      this.dec.renew(slot);
+    } finally {
+      this.o.nextStore!(null); // never handed to a later sequence, whatever failed
+    }
     this.stale.delete(slot);
     this.o.prune?.();
   }
@@ -246,7 +250,10 @@ export class ServeScheduler {
       } catch (e) {
         // The store could not be made (memory or a disk file refused): this request fails, the others go on.
         if (this.queue[0] === q) this.queue.shift();
-        if (store) this.o.ledger!.release(store);
+        if (store) {
+          store.allocator.release(); // a store the cache never took (release is idempotent: one it took is released already)
+          this.o.ledger!.release(store);
+        }
         if (!this.free.includes(slot)) this.free.push(slot);
         const message = oneLine(e);
         this.o.onError?.(message);
