@@ -12,7 +12,7 @@ import {
 } from "@hybridgen/core";
 import { isRegisteredSpec, loadSelectorSpec } from "@hybridgen/selectors";
 import {
-  createBatchHybridAttention, createHybridAttention, hybridPlan, resolveHybrid, type HybridPlan, type HybridRuntimeOptions, type SequenceModel,
+  SchedulerNameSchema, createBatchHybridAttention, createHybridAttention, hybridPlan, resolveHybrid, type HybridPlan, type HybridRuntimeOptions, type SequenceModel,
 } from "@hybridgen/runtime";
 
 const count = (min: number) => z.number().int("must be an integer").min(min, `must be at least ${min}`);
@@ -24,8 +24,8 @@ export const HybridCliOptionsSchema = z
      * offloaded (full attention still attends them exactly). Absent: every token resident. */
     gpuKvBudget: GpuKvBudgetSchema.optional(),
     sinkTokens: SinkTokensSchema.default(DEFAULT_SINK_TOKENS),
-    /** fixed (--k, --timing every step) or feedback (K and timing from the measured stage times). Default: see the runtime. */
-    scheduler: z.enum(["fixed", "feedback"], { error: "must be fixed or feedback" }).optional(),
+    /** A registered scheduler: fixed (--k, --timing every step), feedback (K and timing from the measured stage times), a plugin's. Default: see the runtime. */
+    scheduler: SchedulerNameSchema.optional(),
     /** Fixed: selected offloaded tokens per KV head and layer; feedback: the first step's K. */
     k: KSchema.optional(),
     /** Feedback: the accuracy floor K never goes below. */

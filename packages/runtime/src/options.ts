@@ -1,5 +1,6 @@
 /** Options of createHybridAttention(), validated once at the boundary. */
 import { z } from "zod";
+import { schedulerNames } from "@hybridgen/scheduler";
 import { KSchema, LogitsModeSchema, RowPathRequestSchema, SelectionTimingSchema, type Backend, type CpuStage, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
 
 const isSelector = (v: unknown): v is TokenSelector =>
@@ -17,6 +18,13 @@ export type CpuStageWrap = (stage: CpuStage, host: Backend) => CpuStage;
 
 /** Each sequence's store allocator: `sequence` is 0 for the model's own, then 1, 2, … in the order sequences are made. */
 export type StoreAllocatorFactory = (sequence: number) => KvStoreAllocator;
+
+/** A registered scheduler's name (@hybridgen/scheduler's registerScheduler: "fixed", "feedback", a plugin's). */
+export const SchedulerNameSchema = z.string().superRefine((n, ctx) => {
+  const names = schedulerNames();
+  // An invalid value (not a custom issue): it names its own option, as an enum's would.
+  if (!names.includes(n)) ctx.addIssue({ code: "invalid_value", values: names, input: n, message: `must be ${names.join(" or ")}` });
+});
 
 const count = (min: number) => z.number().int("must be an integer").min(min, `must be at least ${min}`);
 
@@ -47,7 +55,7 @@ export const HybridRuntimeOptionsSchema = z
     /** "fixed", "feedback", or a Scheduler. Default: feedback with kMin, fixed with k or timing
      * alone; else feedback on a device backend (the CPU stage hides behind the GPU's) and fixed
      * on the CPU backend (both stages share its cores). */
-    scheduler: z.union([z.enum(["fixed", "feedback"], { error: "must be fixed or feedback" }), z.custom<Scheduler>(isScheduler)]).optional(),
+    scheduler: z.union([SchedulerNameSchema, z.custom<Scheduler>(isScheduler)], { error: () => `must be ${schedulerNames().join(" or ")} or a Scheduler` }).optional(),
     /** Fixed: K every step (default: the profile's K_min, else core's DEFAULT_K). Feedback: the first step's K (default kMin). */
     k: KSchema.optional(),
     /** Feedback: the accuracy floor (default: the profile's K_min, else core's DEFAULT_K). */

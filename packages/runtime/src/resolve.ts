@@ -6,7 +6,7 @@
 import {
   DEFAULT_K, DEFAULT_TIMING, HybridgenError, HybridOptionsSchema, type HybridOptions, type RowPathRequest, type Scheduler, type SelectionTiming, type TransportName, type TokenSelector,
 } from "@hybridgen/core";
-import { FeedbackScheduler, FixedScheduler } from "@hybridgen/scheduler";
+import { lookupScheduler } from "@hybridgen/scheduler";
 import { selectorFromSpec } from "@hybridgen/selectors";
 import { defaultStageThreads } from "./stage-threads.js";
 import { HybridRuntimeOptionsSchema, type HybridRuntimeOptions, type ParsedHybridRuntimeOptions, type ProfileDefaults } from "./options.js";
@@ -61,14 +61,16 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   // kMin asks for feedback; a K or a timing alone is a fixed choice; else the device decides.
   const implied = o.kMin !== undefined ? "feedback" : o.k !== undefined || o.timing !== undefined ? "fixed" : undefined;
   const kind = given ? undefined : (named ?? implied ?? (target.device ? "feedback" : "fixed"));
-  if (o.kMin !== undefined && kind !== "feedback") {
-    throw new HybridgenError(given ? "kMin configures the built-in feedback scheduler; a Scheduler object brings its own" : "kMin applies to the feedback scheduler, not fixed");
+  const entry = kind === undefined ? undefined : lookupScheduler(kind);
+  if (o.kMin !== undefined && !entry?.takesKMin) {
+    throw new HybridgenError(given ? "kMin configures the built-in feedback scheduler; a Scheduler object brings its own" : `kMin applies to a scheduler with a floor such as feedback, not ${kind}`);
   }
   if (given && (o.k !== undefined || o.timing !== undefined)) {
     throw new HybridgenError("k and timing configure a built-in scheduler; a Scheduler object brings its own");
   }
 
-  const selector = resolveSelector(o.selector, kind, o.timing, o.selectorOptions);
+  // A scheduler with a floor may switch timings: its default selector runs both.
+  const selector = resolveSelector(o.selector, entry ? !entry.takesKMin : false, o.timing, o.selectorOptions);
   const can = selector.timings;
   if (o.timing !== undefined && !can.includes(o.timing)) {
     throw new HybridgenError(`selector "${selector.name}" cannot run ${o.timing}-QKᵀ selection (it supports ${can.join(", ")})`);
@@ -77,7 +79,7 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
 
   const profileK = o.profile ? profileKMin(o.profile, selector.name) : undefined;
   // The feedback scheduler's floor, or the fixed scheduler's K: the option, the profile's K_min, or the default.
-  const own = kind === "feedback" ? o.kMin : o.k;
+  const own = entry?.takesKMin ? o.kMin : o.k;
   const kSource = given || own !== undefined ? "option" : profileK !== undefined ? "profile" : "default";
   const floor = own ?? profileK ?? DEFAULT_K;
 
@@ -87,16 +89,14 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   if (given) {
     scheduler = given;
     ({ k } = given.initial());
-  } else if (kind === "feedback") {
+  } else if (entry!.takesKMin) {
     kMin = floor;
     k = o.k ?? floor;
-    if (k < floor) throw new HybridgenError(`k ${k} (the feedback scheduler's first K) is below kMin ${floor}`);
-    scheduler = new FeedbackScheduler({
-      kMin: floor, k, timing, allowPre: can.includes("pre"), returnToPost: can.includes("post"),
-    });
+    if (k < floor) throw new HybridgenError(`k ${k} (the ${entry!.name} scheduler's first K) is below kMin ${floor}`);
+    scheduler = entry!.build({ k, kMin, timing, timings: can });
   } else {
     k = floor;
-    scheduler = new FixedScheduler({ k, timing });
+    scheduler = entry!.build({ k, kMin: floor, timing, timings: can });
   }
 
   const logits = o.logits ?? HybridOptionsSchema.parse({}).logits;
@@ -126,12 +126,12 @@ function parseRuntimeOptions(options: HybridRuntimeOptions): ParsedHybridRuntime
 }
 
 /** A registered name, "POST+PRE", or a given selector; the default depends on the scheduler (see the options). */
-function resolveSelector(s: string | TokenSelector | undefined, kind: "fixed" | "feedback" | undefined, timing: SelectionTiming | undefined, options?: Record<string, unknown>): TokenSelector {
+function resolveSelector(s: string | TokenSelector | undefined, fixedTiming: boolean, timing: SelectionTiming | undefined, options?: Record<string, unknown>): TokenSelector {
   if (typeof s === "object") {
     if (options !== undefined) throw new HybridgenError("selectorOptions apply to a selector given by name; a TokenSelector has its options already");
     return s;
   }
-  return selectorFromSpec(s ?? (kind === "fixed" ? (timing === "pre" ? "streaming" : "topk") : "topk+quest"), options);
+  return selectorFromSpec(s ?? (fixedTiming ? (timing === "pre" ? "streaming" : "topk") : "topk+quest"), options);
 }
 
 /** The profile's K_min for this selector: its own entry, a pair's post half's, else the profile's. */

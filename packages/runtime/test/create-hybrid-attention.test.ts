@@ -179,7 +179,7 @@ describe("createHybridAttention on the CPU backend", () => {
       [{ scheduler: "nope" }, /^hybrid runtime option scheduler: /],
       [{ selector: "quest", timing: "post" }, 'selector "quest" cannot run post-QKᵀ selection (it supports pre)'],
       [{ selector: "topk", timing: "pre" }, 'selector "topk" cannot run pre-QKᵀ selection (it supports post)'],
-      [{ scheduler: "fixed", kMin: 8 }, "kMin applies to the feedback scheduler, not fixed"],
+      [{ scheduler: "fixed", kMin: 8 }, "kMin applies to a scheduler with a floor such as feedback, not fixed"],
       [{ scheduler: "feedback", kMin: 16, k: 8 }, "k 8 (the feedback scheduler's first K) is below kMin 16"],
       [{ selector: "nope" }, /^unknown selector "nope"/],
       [{ selector: "topk+" }, 'selector "topk+": a pair is POST+PRE, e.g. topk+streaming'],

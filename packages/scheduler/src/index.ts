@@ -1,6 +1,7 @@
 export { FixedScheduler } from "./fixed-scheduler.js";
 export { FeedbackScheduler, type FeedbackSchedulerState } from "./feedback-scheduler.js";
 export { createScheduler } from "./create-scheduler.js";
+export { registerScheduler, schedulerNames, lookupScheduler, type SchedulerContext, type SchedulerEntry } from "./registry.js";
 export {
   FixedSchedulerOptionsSchema,
   FeedbackSchedulerOptionsSchema,
