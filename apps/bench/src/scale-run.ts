@@ -19,7 +19,7 @@
  * would not fit anywhere).
  */
 import { cpus } from "node:os";
-import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type Backend, type HybridAttention, type HybridStepRecord, type KvCache, type Tensor } from "@hybridgen/core";
+import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type Backend, type HybridAttention, type HybridStepRecord, type KvCache, type Tensor, isFileTier } from "@hybridgen/core";
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun, tierShares } from "@hybridgen/memtier";
 import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, KSpill, probeDiskGather, type HybridRuntimeOptions } from "@hybridgen/runtime";
@@ -96,11 +96,11 @@ const copyBw = (backend as { copyBandwidth?: (b: number, i: number) => number })
 const link = linkBandwidth(backend.hostTransfers?.(), 256 * 2 ** 20, 10);
 const baseTiers = discoverTiers({ fileTiers: kvDisk ? [{ path: kvDisk }] : [] }).map((t) => ({
   ...t,
-  readBandwidthGBs: t.readBandwidthGBs ?? (t.kind === "file" ? probeFileReadBandwidth(t.path!, 256 * 2 ** 20, 4 * 2 ** 20) : probeMemoryReadBandwidth(256 * 2 ** 20, t.numaNode, threads)) / 1e9,
+  readBandwidthGBs: t.readBandwidthGBs ?? (isFileTier(t) ? probeFileReadBandwidth(t.path!, 256 * 2 ** 20, 4 * 2 ** 20) : probeMemoryReadBandwidth(256 * 2 ** 20, t.numaNode, threads)) / 1e9,
 }));
 // Disk rows: a read's latency in the stage's own gather at its depth (its threads × reads in flight each), and a page fault's (K spilled).
 for (const [i, t] of baseTiers.entries()) {
-  if (t.kind !== "file") continue;
+  if (!isFileTier(t)) continue;
   const [gather, faults] = await probeDiskGather(t.path!, { threads, readDepths: [DEFAULT_READ_DEPTH, 0] });
   baseTiers[i] = { ...t, readLatencyUs: gather!.latencyUs, readDepth: gather!.readDepth, faultLatencyUs: faults!.latencyUs, faultDepth: faults!.readDepth };
 }
@@ -199,7 +199,7 @@ for (const context of contexts) {
   const trace: readonly HybridStepRecord[] = attentions.flatMap((a) => a.stats.trace.slice(WARM));
   const ms = mean(walls.slice(WARM));
   const tier = (pool: "kBytes" | "vBytes", file: boolean) =>
-    formatBytes(batch * layout.tiers.filter((t) => (t.kind === "file") === file).reduce((n, t) => n + t[pool], 0));
+    formatBytes(batch * layout.tiers.filter((t) => (isFileTier(t)) === file).reduce((n, t) => n + t[pool], 0));
   const p = plan.predicted;
   rows.push(`| ${context} | ${batch} | ${window} | ${cache.storeCount} × ${batch} | ${tier("kBytes", false)} / ${tier("kBytes", true)} | ${tier("vBytes", false)} / ${tier("vBytes", true)} | ` +
     `${p.msPerToken?.toFixed(2) ?? "–"} (${p.gpuMs?.toFixed(2) ?? "–"} / ${p.cpuMs?.toFixed(2) ?? "–"} / ${((p.vGatherMs ?? 0) + (p.vTransferMs ?? 0)).toFixed(2)}) | ${ms.toFixed(2)} | ` +

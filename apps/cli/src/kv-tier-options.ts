@@ -10,7 +10,7 @@
 import { closeSync, openSync, statSync, statfsSync, unlinkSync } from "node:fs";
 import { join } from "node:path";
 import { z } from "zod";
-import { HybridgenError, PlacementPolicySchema, DTYPE_BYTES, type KvCache, type KvStoreAllocator, type MemoryTier } from "@hybridgen/core";
+import { HybridgenError, PlacementPolicySchema, DTYPE_BYTES, type KvCache, type KvStoreAllocator, type MemoryTier, isFileTier, tierKind } from "@hybridgen/core";
 
 export const KvTierCliOptionsSchema = z.object({
   /** semantic (K fast tier, V capacity tier), interleave, local, dram-only. */
@@ -124,9 +124,9 @@ export async function storeTiers(o: KvTierCliOptions): Promise<MemoryTier[]> {
 
 /** One line on what a placement does on these tiers (the no-op on a one-node machine says so). */
 export function placementNote(tiers: readonly MemoryTier[]): string {
-  const memory = tiers.filter((t) => t.kind !== "file");
+  const memory = tiers.filter((t) => !isFileTier(t));
   if (memory.length <= 1) return `one NUMA node (${memory[0]?.id ?? "none"}): binding K and V there changes nothing`;
-  const cxl = memory.filter((t) => t.kind === "cxl").map((t) => t.id);
+  const cxl = memory.filter((t) => !tierKind(t.kind).local).map((t) => t.id);
   return `${memory.length} NUMA nodes${cxl.length ? `, CPU-less (CXL): ${cxl.join(", ")}` : ""}`;
 }
 
@@ -151,7 +151,7 @@ async function layoutFor(store: { layers: number; regionBytes: number }, o: KvTi
   const hostBudgetBytes = o.hostKvBudget === undefined ? undefined : Math.floor(o.hostKvBudget / batch);
   const r = layoutStore({ tiers: shares, placement: placeKv(o.kvPlacement, shares), layers: store.layers, regionBytes: store.regionBytes, hostBudgetBytes });
   if (!r.fits) {
-    const disk = tiers.find((t) => t.kind === "file");
+    const disk = tiers.find((t) => isFileTier(t));
     throw new HybridgenError(
       `the KV store${batch > 1 ? ` of ${batch} sequences` : ""} needs ${formatBytes(batch * 2 * store.layers * r.layout.regionBytes)}, ${formatBytes(batch * r.shortfallBytes)} more than ` +
         (disk ? `host memory and ${o.kvDisk} (${formatBytes(disk.capacityBytes)} free) hold` : "host memory holds (add --kv-disk DIR)"),
@@ -179,7 +179,7 @@ export async function storeAllocatorFor(cache: KvCache, o: KvTierCliOptions, bat
     return spill;
   };
   const per = (pool: "kBytes" | "vBytes") =>
-    r.tiers.filter((t) => t[pool] > 0).map((t) => `${t.kind === "file" ? "disk" : t.id} ${formatBytes(batch * t[pool])}${t.kind === "file" && pool === "kBytes" ? " (its coldest pages)" : ""}`).join(" + ") || "none";
+    r.tiers.filter((t) => t[pool] > 0).map((t) => `${tierKind(t.kind).label(t.id)} ${formatBytes(batch * t[pool])}${isFileTier(t) && pool === "kBytes" ? " (its coldest pages)" : ""}`).join(" + ") || "none";
   const sequences = batch > 1 ? ` for ${batch} sequences, each on 1/${batch} of every tier` : "";
   const line = `placement ${o.kvPlacement}${sequences}: K ${per("kBytes")}, V ${per("vBytes")}; ${placementNote(tiers)}`;
   const spillLine = () => {

@@ -9,7 +9,7 @@ import { readdirSync, readFileSync, statSync, statfsSync } from "node:fs";
 import { freemem, totalmem } from "node:os";
 import { join } from "node:path";
 import { z } from "zod";
-import { HybridgenError, MemoryTierSchema, type MemoryTier } from "@hybridgen/spec";
+import { HybridgenError, MemoryTierSchema, type MemoryTier, tierKind } from "@hybridgen/spec";
 
 export const FileTierOptionsSchema = z.object({
   /** Directory that will hold the backing files (must exist). */
@@ -115,7 +115,7 @@ function fileTier(o: z.output<typeof FileTierOptionsSchema>): MemoryTier {
  */
 export function withUnclaimedMemory(tiers: MemoryTier[], osTotal: number, osFree: number): MemoryTier[] {
   const only = tiers.length === 1 ? tiers[0]! : undefined;
-  if (!only || only.kind !== "dram" || (only.capacityBytes ?? 0) >= 0.9 * osTotal) return tiers;
+  if (!only || !tierKind(only.kind).local || (only.capacityBytes ?? 0) >= 0.9 * osTotal) return tiers;
   return [{ ...only, capacityBytes: osTotal, freeBytes: Math.max(only.freeBytes ?? 0, osFree) }];
 }
 

@@ -11,7 +11,7 @@
  * may be split.
  */
 import { z } from "zod";
-import { HybridgenError, MemoryTierSchema, PlacementSchema, checkPlacement, tierRuleIds, type MemoryTier, type StoreLayout, type StoreSegment, type TierRule } from "@hybridgen/spec";
+import { HybridgenError, MemoryTierSchema, PlacementSchema, checkPlacement, tierRuleIds, type MemoryTier, type StoreLayout, type StoreSegment, type TierRule, isFileTier } from "@hybridgen/spec";
 import { fastestFirst } from "./speed.js";
 
 export const StoreLayoutInputSchema = z.object({
@@ -129,12 +129,12 @@ export function layoutStore(input: StoreLayoutInput): StoreLayoutResult {
   const available = new Map<string, number>();
   for (const t of o.tiers) {
     const base = o.useFreeBytes && t.freeBytes !== undefined ? t.freeBytes : t.capacityBytes;
-    const usable = (t.kind === "file" ? base : Math.floor(base * (1 - o.headroom))) - (o.reservedBytes[t.id] ?? 0);
+    const usable = (isFileTier(t) ? base : Math.floor(base * (1 - o.headroom))) - (o.reservedBytes[t.id] ?? 0);
     available.set(t.id, Math.max(0, Math.floor(usable / page) * page));
   }
   if (o.hostBudgetBytes !== undefined) {
-    let over = o.tiers.filter((t) => t.kind !== "file").reduce((n, t) => n + available.get(t.id)!, 0) - o.hostBudgetBytes;
-    for (const t of fastestFirst(o.tiers).filter((x) => x.kind !== "file").reverse()) {
+    let over = o.tiers.filter((t) => !isFileTier(t)).reduce((n, t) => n + available.get(t.id)!, 0) - o.hostBudgetBytes;
+    for (const t of fastestFirst(o.tiers).filter((x) => !isFileTier(x)).reverse()) {
       if (over <= 0) break;
       const cut = Math.min(over, available.get(t.id)!);
       const rounded = Math.min(available.get(t.id)!, Math.ceil(cut / page) * page);
@@ -143,18 +143,18 @@ export function layoutStore(input: StoreLayoutInput): StoreLayoutResult {
     }
   }
   const room = new Map(available);
-  const files = fastestFirst(o.tiers).filter((t) => t.kind === "file").map((t) => t.id);
+  const files = fastestFirst(o.tiers).filter((t) => isFileTier(t)).map((t) => t.id);
   const k = piecesFor(o.placement.k, poolBytes, room, files, page);
   const v = piecesFor(o.placement.v, poolBytes, room, files, page);
   const shortfall = k.left + v.left;
   // K that memory cannot hold is spilled page-wise at run time, coldest first, so its regions stay memory throughout.
-  const kFile = k.pieces.filter((p) => byId.get(p.tier)!.kind === "file");
+  const kFile = k.pieces.filter((p) => isFileTier(byId.get(p.tier)!));
   const kSpillBytes = kFile.reduce((n, p) => n + p.bytes, 0);
-  const kMemory = k.pieces.filter((p) => byId.get(p.tier)!.kind !== "file").map((p) => ({ ...p }));
+  const kMemory = k.pieces.filter((p) => !isFileTier(byId.get(p.tier)!)).map((p) => ({ ...p }));
   if (kSpillBytes > 0) {
     const last = kMemory[kMemory.length - 1];
     if (last) last.bytes += kSpillBytes;
-    else kMemory.push({ tier: tierRuleIds(o.placement.k).find((id) => byId.get(id)!.kind !== "file") ?? o.tiers.find((t) => t.kind !== "file")!.id, bytes: kSpillBytes });
+    else kMemory.push({ tier: tierRuleIds(o.placement.k).find((id) => !isFileTier(byId.get(id)!)) ?? o.tiers.find((t) => !isFileTier(t))!.id, bytes: kSpillBytes });
   }
   const kSpill = kSpillBytes === 0 ? undefined : {
     unitBytes: kSpillUnitBytes(poolBytes, page, o.mapLimit),
@@ -163,7 +163,7 @@ export function layoutStore(input: StoreLayoutInput): StoreLayoutResult {
 
   const segmentOf = (p: Piece, offset: number, bytes: number): StoreSegment => {
     const t = byId.get(p.tier)!;
-    if (t.kind === "file") return { offset, bytes, tier: t.id, mode: "file", nodes: [], dir: t.path! };
+    if (isFileTier(t)) return { offset, bytes, tier: t.id, mode: "file", nodes: [], dir: t.path! };
     if (p.over) {
       const nodes = p.over.map((id) => byId.get(id)!.numaNode);
       if (nodes.some((n) => n === undefined)) return { offset, bytes, tier: p.over.join("+"), mode: "local", nodes: [] };
@@ -204,7 +204,7 @@ export function layoutStore(input: StoreLayoutInput): StoreLayoutResult {
   return {
     layout: { regionBytes: R, pageBytes: page, k: cut(kMemory, k.left), v: cut(v.pieces, v.left), ...(kSpill ? { kSpill } : {}) },
     tiers,
-    diskBytes: tiers.filter((t) => t.kind === "file").reduce((n, t) => n + t.kBytes + t.vBytes, 0),
+    diskBytes: tiers.filter((t) => isFileTier(t)).reduce((n, t) => n + t.kBytes + t.vBytes, 0),
     fits: shortfall === 0,
     shortfallBytes: shortfall,
   };

@@ -12,7 +12,7 @@
  *
  * File tiers are a last resort in every fill order: a V row read from disk stalls the copy.
  */
-import { HybridgenError, PlacementPolicySchema, type MemoryTier, type Placement, type PlacementPolicy } from "@hybridgen/spec";
+import { HybridgenError, PlacementPolicySchema, type MemoryTier, type Placement, type PlacementPolicy, isFileTier, tierKind } from "@hybridgen/spec";
 import { fastestFirst } from "./speed.js";
 
 function ids(tiers: readonly MemoryTier[]): string[] {
@@ -20,7 +20,7 @@ function ids(tiers: readonly MemoryTier[]): string[] {
 }
 
 function requireDram(tiers: readonly MemoryTier[], policy: string): MemoryTier[] {
-  const dram = fastestFirst(tiers).filter((t) => t.kind === "dram");
+  const dram = fastestFirst(tiers).filter((t) => tierKind(t.kind).local);
   if (dram.length === 0) throw new HybridgenError(`placement "${policy}": no DRAM tier among [${ids(tiers).join(", ")}]`);
   return dram;
 }
@@ -28,8 +28,8 @@ function requireDram(tiers: readonly MemoryTier[], policy: string): MemoryTier[]
 export function placeSemantic(tiers: readonly MemoryTier[]): Placement {
   const sorted = fastestFirst(tiers);
   requireDram(tiers, "semantic");
-  const files = sorted.filter((t) => t.kind === "file");
-  const memorySlowestFirst = sorted.filter((t) => t.kind !== "file").reverse();
+  const files = sorted.filter((t) => isFileTier(t));
+  const memorySlowestFirst = sorted.filter((t) => !isFileTier(t)).reverse();
   return {
     policy: "semantic",
     k: { mode: "fill", order: ids(sorted) },
@@ -39,7 +39,7 @@ export function placeSemantic(tiers: readonly MemoryTier[]): Placement {
 
 export function placeInterleave(tiers: readonly MemoryTier[]): Placement {
   requireDram(tiers, "interleave");
-  const memory = ids(fastestFirst(tiers).filter((t) => t.kind !== "file"));
+  const memory = ids(fastestFirst(tiers).filter((t) => !isFileTier(t)));
   return { policy: "interleave", k: { mode: "interleave", tiers: memory }, v: { mode: "interleave", tiers: memory } };
 }
 

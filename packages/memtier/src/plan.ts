@@ -5,7 +5,7 @@
  * (K first, since the CPU stage reads it every step and should get the first pick).
  */
 import { z } from "zod";
-import { HybridgenError, MemoryTierSchema, PlacementSchema, checkPlacement, type MemoryTier, type Placement, type TierRule } from "@hybridgen/spec";
+import { HybridgenError, MemoryTierSchema, PlacementSchema, checkPlacement, type MemoryTier, type Placement, type TierRule, isFileTier } from "@hybridgen/spec";
 
 export const CapacityPlanInputSchema = z.object({
   tiers: z.array(MemoryTierSchema).min(1),
@@ -97,7 +97,7 @@ export function planCapacity(input: CapacityPlanInput): CapacityPlan {
   const available = new Map<string, number>();
   for (const t of o.tiers) {
     const base = o.useFreeBytes && t.freeBytes !== undefined ? t.freeBytes : t.capacityBytes;
-    available.set(t.id, t.kind === "file" ? base : Math.floor(base * (1 - o.headroom)));
+    available.set(t.id, isFileTier(t) ? base : Math.floor(base * (1 - o.headroom)));
   }
   const room = new Map(available);
   const kUsed = new Map<string, number>();

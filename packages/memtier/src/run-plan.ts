@@ -19,7 +19,7 @@
  * (the two stages overlap; the selected rows can only move once the CPU stage chose them).
  */
 import { z } from "zod";
-import { HybridgenError, MemoryTierSchema, PlacementPolicySchema } from "@hybridgen/spec";
+import { HybridgenError, MemoryTierSchema, PlacementPolicySchema, isFileTier } from "@hybridgen/spec";
 import { formatBytes } from "./format.js";
 import { layoutStore, type StoreLayoutResult } from "./layout.js";
 import { placeKv } from "./placement.js";
@@ -226,16 +226,16 @@ export function planRun(input: RunPlanInput): RunPlan {
   let cpuMs: number | null = 0;
   let kDiskTotal: number | null = 0;
   let vGatherMs: number | null = 0;
-  const memoryV = tiers.reduce((n, t) => n + (t.kind === "file" ? 0 : t.vBytes), 0);
+  const memoryV = tiers.reduce((n, t) => n + (isFileTier(t) ? 0 : t.vBytes), 0);
   for (const t of tiers) {
     if (t.kBytes > 0) {
-      const m = t.kind === "file" ? kDiskMs(t.kBytes, store.layout.kSpill!.unitBytes, byId.get(t.id)!) : ms(t.kBytes, t.readBandwidthGBs);
-      if (t.kind === "file") kDiskTotal = kDiskTotal === null || m === null ? null : kDiskTotal + m;
+      const m = isFileTier(t) ? kDiskMs(t.kBytes, store.layout.kSpill!.unitBytes, byId.get(t.id)!) : ms(t.kBytes, t.readBandwidthGBs);
+      if (isFileTier(t)) kDiskTotal = kDiskTotal === null || m === null ? null : kDiskTotal + m;
       cpuMs = cpuMs === null || m === null ? null : cpuMs + m;
     }
-    const rows = t.kind === "file" ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
+    const rows = isFileTier(t) ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
     if (rows > 0) {
-      const m = t.kind === "file" ? diskRowsMs(rows, o.pageBytes, byId.get(t.id)!) : ms(rows * rowBytes, t.readBandwidthGBs);
+      const m = isFileTier(t) ? diskRowsMs(rows, o.pageBytes, byId.get(t.id)!) : ms(rows * rowBytes, t.readBandwidthGBs);
       vGatherMs = vGatherMs === null || m === null ? null : vGatherMs + m;
     }
   }

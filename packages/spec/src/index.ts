@@ -14,6 +14,7 @@ export * from "./seeded-random.js";
 export * from "./contracts/selector.js";
 export * from "./contracts/scheduler.js";
 export * from "./contracts/memory.js";
+export * from "./contracts/tier-kinds.js";
 export * from "./hybrid/cpu-stage.js";
 export * from "./hybrid/check-stage-job.js";
 export * from "./hybrid/params.js";

@@ -5,7 +5,7 @@
  * reads of a scratch file, O_DIRECT where allowed, random 4 KiB reads one at a time, and the CPU stage's
  * gather of random rows at its depth). Tiers keep a bandwidth HMAT already gave.
  */
-import { HybridgenError, linkBandwidth, type MemoryTier } from "@hybridgen/core";
+import { HybridgenError, linkBandwidth, type MemoryTier, isFileTier } from "@hybridgen/core";
 
 export interface GpuProbe {
   readonly name: string;
@@ -52,10 +52,10 @@ export async function probeTiers(
   for (const t of tiers) {
     let r = t;
     if (r.readBandwidthGBs === undefined) {
-      const bytesPerS = r.kind === "file" ? probeFileReadBandwidth(r.path!, 128 * MiB, 4 * MiB) : probeMemoryReadBandwidth(256 * MiB, r.numaNode);
+      const bytesPerS = isFileTier(r) ? probeFileReadBandwidth(r.path!, 128 * MiB, 4 * MiB) : probeMemoryReadBandwidth(256 * MiB, r.numaNode);
       r = { ...r, readBandwidthGBs: bytesPerS / 1e9 };
     }
-    if (r.kind === "file" && r.readLatencyUs === undefined) {
+    if (isFileTier(r) && r.readLatencyUs === undefined) {
       serialUs.set(r.id, probeFileReadLatency(r.path!, [{ threads: 1, depth: 1 }])[0]!);
       // The stage's reads of V rows at its depth, and its page faults, which read K a K spill moved to the disk back.
       const [gather, faults] = await probeDiskGather(r.path!, { threads: stageThreads, readDepths: [depth, 0] });

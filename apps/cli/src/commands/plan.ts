@@ -6,7 +6,7 @@
  * reason, and exits non-zero. No weights are loaded.
  */
 import { parseArgs } from "node:util";
-import { HybridgenError, type DType, type MemoryTier } from "@hybridgen/core";
+import { HybridgenError, type DType, type MemoryTier, isFileTier, tierKind } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
 import { defaultStageThreads } from "@hybridgen/runtime";
 import type { CliIo } from "../io.js";
@@ -141,14 +141,14 @@ async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, t
     `tier        kind  capacity     usable       K            V            read GB/s`,
     ...p.tiers.map(
       (t) =>
-        `${(t.kind === "file" ? "disk" : t.id).padEnd(11)} ${t.kind.padEnd(5)} ${fb(t.capacityBytes).padStart(11)}  ${fb(t.availableBytes).padStart(11)}  ${fb(t.kBytes).padStart(11)}  ${fb(t.vBytes).padStart(11)}  ${f(t.readBandwidthGBs, 1).padStart(9)}`,
+        `${tierKind(t.kind).label(t.id).padEnd(11)} ${t.kind.padEnd(5)} ${fb(t.capacityBytes).padStart(11)}  ${fb(t.availableBytes).padStart(11)}  ${fb(t.kBytes).padStart(11)}  ${fb(t.vBytes).padStart(11)}  ${f(t.readBandwidthGBs, 1).padStart(9)}`,
     ),
-    ...(p.store.diskBytes > 0 ? [`disk:       ${fb(p.store.diskBytes)} in files under ${tiers.find((t) => t.kind === "file")?.path}`] : []),
-    ...p.tiers.filter((t) => t.kind === "file" && t.kBytes > 0).map((t) =>
+    ...(p.store.diskBytes > 0 ? [`disk:       ${fb(p.store.diskBytes)} in files under ${tiers.find((t) => isFileTier(t))?.path}`] : []),
+    ...p.tiers.filter((t) => isFileTier(t) && t.kBytes > 0).map((t) =>
       `K on disk:  ${fb(t.kBytes)} (all of V is on disk first), the least recently selected ${fb(p.store.layout.kSpill!.unitBytes)} units; ` +
       `the CPU stage's scoring reads them back every step, through page faults: ${f(p.predicted.kDiskMs)} ms` +
       `${t.faultLatencyUs === undefined ? "" : ` (${f(t.faultLatencyUs, 0)} µs a fault, ${t.faultDepth} in flight)`}`),
-    ...tiers.filter((t) => t.kind === "file" && t.readLatencyUs !== undefined).map((t) =>
+    ...tiers.filter((t) => isFileTier(t) && t.readLatencyUs !== undefined).map((t) =>
       `disk reads: ${f(t.readLatencyUs, 0)} µs a row at ${t.readDepth} in flight (the CPU stage's gather)` +
       `${serialUs?.has(t.id) ? `, ${f(serialUs.get(t.id), 0)} µs a random 4 KiB read alone` : ""}`),
     p.predicted.msPerToken === null

@@ -6,7 +6,7 @@
  * room on the empty tiers never: it is refused. A request that fits the window gets an idle store
  * (an untouched anonymous mapping, never pinned), which costs nothing.
  */
-import { DTYPE_BYTES, HybridgenError, type KvCache, type KvStoreAllocator, type MemoryTier, type StoreLayout } from "@hybridgen/core";
+import { DTYPE_BYTES, HybridgenError, type KvCache, type KvStoreAllocator, type MemoryTier, type StoreLayout, tierKind } from "@hybridgen/core";
 import type { KvTierCliOptions } from "../kv-tier-options.js";
 
 /** One store on the tiers: its allocator and the bytes it reserves per tier id. */
@@ -109,7 +109,7 @@ export class StoreLedger {
   /** Bytes reserved now, per tier: "disk" for file tiers, else the tier's id. */
   reservedByTier(): Map<string, number> {
     const out = new Map<string, number>();
-    for (const t of this.tiers) out.set(t.kind === "file" ? "disk" : t.id, 0);
+    for (const t of this.tiers) out.set(tierKind(t.kind).label(t.id), 0);
     for (const [id, b] of this.reserved) {
       const name = this.kinds.get(id) === "file" ? "disk" : id;
       out.set(name, (out.get(name) ?? 0) + b);

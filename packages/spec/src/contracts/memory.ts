@@ -8,10 +8,15 @@
 import { z } from "zod";
 import { DTYPE_BYTES, type Backend, type DType, type Tensor } from "../backend.js";
 import { HybridgenError } from "../errors.js";
+import { isFileTier, tierKindNames } from "./tier-kinds.js";
 import type { SpecVersion } from "../version.js";
 
-export const MemoryTierKindSchema = z.enum(["dram", "cxl", "file"]);
-export type MemoryTierKind = z.infer<typeof MemoryTierKindSchema>;
+/** A registered tier kind's name (registerTierKind: "dram", "cxl", "file", …). */
+export const MemoryTierKindSchema = z.string().superRefine((k, ctx) => {
+  const names = tierKindNames();
+  if (!names.includes(k)) ctx.addIssue({ code: "invalid_value", values: names, input: k, message: `must be a registered tier kind (${names.join(", ")})` });
+});
+export type MemoryTierKind = string;
 
 export const MemoryTierSchema = z
   .object({
@@ -34,10 +39,10 @@ export const MemoryTierSchema = z
      * `faultDepth` in flight, one a CPU-stage thread: how the stage's scoring reads K pages spilled to the tier. */
     faultLatencyUs: z.number().positive().optional(),
     faultDepth: z.number().int().positive().optional(),
-    /** Directory holding the backing files of a "file" tier. */
+    /** Directory holding the backing files of a file-backed tier ("file"). */
     path: z.string().min(1).optional(),
   })
-  .refine((t) => t.kind !== "file" || t.path !== undefined, { message: "a file tier needs a path", path: ["path"] });
+  .refine((t) => !isFileTier(t) || t.path !== undefined, { message: "a file tier needs a path", path: ["path"] });
 export type MemoryTier = z.infer<typeof MemoryTierSchema>;
 
 export const PlacementPolicySchema = z.enum(["semantic", "interleave", "local", "dram-only"]);
