@@ -7,8 +7,8 @@
  */
 import { z } from "zod";
 import {
-  DEFAULT_K, DEFAULT_SINK_TOKENS, GPU_KV_BUDGET_AUTO, GpuKvBudgetSchema, HybridgenError, HybridOptionsSchema, KSchema, LogitsModeSchema,
-  RowPathRequestSchema, SelectionTimingSchema, SinkTokensSchema, type Backend, type GpuKvBudget, type KvStoreAllocator, type HybridAttention, type HybridProfile,
+  DEFAULT_K, DEFAULT_MASS_TARGET, DEFAULT_SINK_TOKENS, GPU_KV_BUDGET_AUTO, GpuKvBudgetSchema, HybridgenError, HybridOptionsSchema, KSchema, LogitsModeSchema, MassTargetSchema,
+  RowPathRequestSchema, SelectionTimingSchema, SinkTokensSchema, type Backend, type CachedCalibration, type GpuKvBudget, type KvStoreAllocator, type HybridAttention, type HybridProfile,
 } from "@hybridgen/core";
 import { isRegisteredSpec, loadSelectorSpec } from "@hybridgen/selectors";
 import {
@@ -34,6 +34,8 @@ export const HybridCliOptionsSchema = z
     logits: LogitsModeSchema.optional(),
     /** Layers whose selection waits for the true query; [] overrides a profile's. */
     exactLayers: z.array(count(0)).optional(),
+    /** The share of attention mass the K calibrated from the prefill captures (0 < x ≤ 1). */
+    massTarget: MassTargetSchema.optional(),
     candidates: count(1).optional(),
     /** A registered selector, a plugin module (PATH|PACKAGE[:export]), or POST+PRE. */
     selector: z.string().min(1).optional(),
@@ -54,7 +56,7 @@ export const HybridCliOptionsSchema = z
   .refine((o) => o.sinkTokens === 0 || o.gpuKvBudget !== undefined || o.attention === "hybrid", { message: "--sink-tokens needs --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => typeof o.gpuKvBudget !== "number" || o.sinkTokens < o.gpuKvBudget, { message: "--sink-tokens must be smaller than --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => o.attention === "hybrid" || HYBRID_ONLY.every((key) => o[key] === undefined), {
-    message: "--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring, --rescore-factor and --row-path need --attention hybrid", path: ["attention"],
+    message: "--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring, --rescore-factor, --row-path and --mass-target need --attention hybrid", path: ["attention"],
   })
   .refine((o) => o.kMin === undefined || o.scheduler !== "fixed", { message: "--k-min sets the feedback scheduler's floor; --scheduler fixed uses --k", path: ["kMin"] })
   .refine((o) => o.k === undefined || o.kMin === undefined || o.k >= o.kMin, { message: "--k (the feedback scheduler's first K) must be at least --k-min", path: ["k"] })
@@ -65,11 +67,11 @@ export type HybridCliOptions = z.infer<typeof HybridCliOptionsSchema>;
 const FLAGS = {
   attention: "attention", "gpu-kv-budget": "gpuKvBudget", "sink-tokens": "sinkTokens", scheduler: "scheduler", k: "k", "k-min": "kMin",
   timing: "timing", logits: "logits", "exact-layers": "exactLayers", candidates: "candidates", selector: "selector", "selector-options": "selectorOptions",
-  "cpu-stage-threads": "cpuStageThreads", scoring: "scoring", "rescore-factor": "rescoreFactor", "row-path": "rowPath",
+  "cpu-stage-threads": "cpuStageThreads", scoring: "scoring", "rescore-factor": "rescoreFactor", "row-path": "rowPath", "mass-target": "massTarget",
 } as const;
 const NUMERIC = new Set(["gpuKvBudget", "sinkTokens", "k", "kMin", "candidates", "cpuStageThreads", "rescoreFactor"]);
 /** Flags that only mean something to hybrid attention. */
-const HYBRID_ONLY = ["selector", "selectorOptions", "scheduler", "k", "kMin", "timing", "logits", "exactLayers", "candidates", "cpuStageThreads", "scoring", "rescoreFactor", "rowPath"] as const;
+const HYBRID_ONLY = ["selector", "selectorOptions", "scheduler", "k", "kMin", "timing", "logits", "exactLayers", "candidates", "cpuStageThreads", "scoring", "rescoreFactor", "rowPath", "massTarget"] as const;
 /** Old spellings of one concept, refused with the one name. */
 const RENAMED: Readonly<Record<string, string>> = { "kv-window": "--gpu-kv-budget", "kv-sinks": "--sink-tokens", selection: "--timing" };
 
@@ -87,11 +89,15 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
                                --timing alone, else feedback on a GPU and fixed on the CPU (feedback's K
                                follows the measured stage times: a --seed run repeats its text only with fixed)
       --k N                    fixed: offloaded tokens selected per KV head and layer (clamped); feedback:
-                               the first step's K (default: the model's profiled K_min, else ${DEFAULT_K})
-      --k-min N                feedback: K never goes below N (default: the model's profile, else ${DEFAULT_K})
+                               the first step's K (default: the model's profiled K_min, else calibrated
+                               from the prompt's prefill; ${DEFAULT_K} until a prompt calibrates it)
+      --k-min N                feedback: K never goes below N (default: as --k)
+      --mass-target X          the share of attention mass the calibrated K captures on every layer,
+                               0 < X ≤ 1 (default ${DEFAULT_MASS_TARGET})
       --timing post|pre        post: score all offloaded tokens, keep top-K; pre: choose first (feedback: first step)
       --logits exact|speculative|verified  how the CPU stage's query is formed (default ${ENGINE.logits})
-      --exact-layers L,L…      layers that select with the true query ("none" for none; default: the profile's)
+      --exact-layers L,L…      layers that select with the true query ("none" for none; default: the
+                               profile's, else those whose q̃ misses in the prompt's calibration)
       --candidates N           verified: choose N·K candidates for the device to score (default: the
                                profile's, else ${ENGINE.candidates})
       --selector NAME|PATH|PACKAGE[:export]  a registered selector (topk, streaming, all, h2o, quest,
@@ -133,6 +139,10 @@ export function splitHybridArgs(argv: readonly string[]): { rest: string[]; hybr
         throw new HybridgenError(`invalid value for --${m[1]}: ${JSON.stringify(value)} is not ${want}`);
       }
       raw[key] = Number(value);
+    } else if (key === "massTarget") {
+      const x = Number(value);
+      if (value.trim() === "" || !Number.isFinite(x)) throw new HybridgenError(`invalid value for --mass-target: ${JSON.stringify(value)} is not a number`);
+      raw[key] = x;
     } else if (key === "exactLayers") {
       if (!/^(none|\d+(,\d+)*)$/.test(value.trim())) throw new HybridgenError(`invalid value for --exact-layers: ${JSON.stringify(value)} is not a comma-separated list of layers or "none"`);
       raw[key] = value.trim() === "none" ? [] : value.split(",").map(Number);
@@ -192,6 +202,7 @@ export function runtimeOptions(h: HybridCliOptions, profile: HybridProfile | nul
   const o: Record<string, unknown> = {
     selector: h.selector, selectorOptions: h.selectorOptions, scheduler: h.scheduler, k: h.k, kMin: h.kMin, timing: h.timing, logits: h.logits,
     exactLayers: h.exactLayers, candidates: h.candidates, cpuStageThreads: h.cpuStageThreads, scoring: h.scoring, rescoreFactor: h.rescoreFactor, rowPath: h.rowPath, profile,
+    massTarget: h.massTarget,
   };
   for (const key of Object.keys(o)) if (o[key] === undefined) delete o[key];
   return o as HybridRuntimeOptions;
@@ -213,6 +224,7 @@ export interface AttachedHybrid extends Disposable {
  */
 export async function attachHybrid(
   model: SequenceModel, backend: Backend, h: HybridCliOptions, profile: HybridProfile | null = null, storeAllocator?: (sequence: number) => KvStoreAllocator, batch = 1, readDepth?: number,
+  calibration: CachedCalibration | null = null,
 ): Promise<AttachedHybrid | null> {
   if (h.attention !== "hybrid") return null;
   if (model.cache.storeCapacity === 0) {
@@ -220,6 +232,7 @@ export async function attachHybrid(
   }
   const options = {
     ...runtimeOptions(h, profile), ...(storeAllocator ? { storeAllocator } : {}), ...(readDepth === undefined ? {} : { readDepth }), // --kv-disk-read-depth
+    ...(calibration && calibration.layerK.length === model.cache.layers ? { calibration } : {}), // the model's cached calibration: where K and the exact layers start
   };
   if (batch > 1) return createBatchHybridAttention(model, backend, options, batch);
   const ha = await createHybridAttention(model, backend, options);
@@ -237,12 +250,13 @@ export function hybridStatsLines(h: AttachedHybrid): string {
 export function hybridPlanLine(ha: HybridAttention): string {
   const p = hybridPlan(ha);
   if (!p) return "";
-  const from = p.kSource === "option" ? "from the flags" : p.kSource === "profile" ? "from the model's profile" : "the default";
+  const from = p.kSource === "option" ? "from the flags" : p.kSource === "profile" ? "from the model's profile" : p.kSource === "calibration" ? "from a calibration" : "the default";
   const k = p.kMin === undefined ? `K ${p.k} ${p.timing}, ${from}` : `K from ${p.k} ${p.timing}, kMin ${p.kMin} ${from}`;
   return `hybrid: selector ${p.selector}, ${p.scheduler} scheduler (${k}), logits ${p.logits}, exact layers ${p.exactLayers.length ? p.exactLayers.join(",") : "none"}, ` +
     `${p.cpuStageThreads} stage thread${p.cpuStageThreads === 1 ? "" : "s"}, transport ${p.transport ?? "unknown"}` +
     (p.scoring === "full" ? "" : `, ${p.scoring} scoring (${p.rescoreFactor}·K rescored)`) +
-    (p.readDepth === undefined ? "" : `, ${p.readDepth} disk reads in flight a thread`); // only when --kv-disk-read-depth set it
+    (p.readDepth === undefined ? "" : `, ${p.readDepth} disk reads in flight a thread`) + // only when --kv-disk-read-depth set it
+    (p.calibrates ? `; the prompt's prefill calibrates ${[p.calibrates.k ? "K" : "", p.calibrates.exactLayers ? "the exact layers" : ""].filter(Boolean).join(" and ")} (${p.calibrates.massTarget * 100}% of the attention mass)` : "");
 }
 
 /** The `scheduler` object of `generate --json`: what ran and, per step, the K, timing and stage times it decided from. */
@@ -259,6 +273,7 @@ export function schedulerJson(ha: HybridAttention): Record<string, unknown> {
     exactLayers: plan?.exactLayers ?? null,
     candidates: plan?.candidates ?? null,
     transport: plan?.transport ?? null,
+    calibration: plan?.calibrated ?? null,
     finalK: last?.k ?? null,
     finalTiming: last?.timing ?? null,
     timingSwitches: s.timingSwitches,

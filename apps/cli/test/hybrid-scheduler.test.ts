@@ -1,8 +1,8 @@
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { writeHybridProfile } from "@hybridgen/core";
+import { DEFAULT_PROFILE_TEXT, writeHybridProfile } from "@hybridgen/core";
 import { resolveHybrid } from "@hybridgen/runtime";
 import { loadHybridSelector, runtimeOptions, splitHybridArgs } from "../src/hybrid-options.js";
 import { requireBuiltBin, runBin } from "./helpers.js";
@@ -37,10 +37,14 @@ describe("--scheduler, --k-min and friends", () => {
       [["--scoring", "int3"], "invalid value for --scoring: must be full, int8 or int4"],
       [["--rescore-factor", "0"], "invalid value for --rescore-factor: must be at least 1"],
       [["--row-path", "pinned"], "invalid value for --row-path: must be auto, mapped or staged"],
+      [["--mass-target", "0"], "invalid value for --mass-target: must be above 0"],
+      [["--mass-target", "1.5"], "invalid value for --mass-target: must be at most 1"],
+      [["--mass-target", "most"], 'invalid value for --mass-target: "most" is not a number'],
     ];
     for (const [flags, message] of bad) expect(() => splitHybridArgs([...HY, ...flags]), flags.join(" ")).toThrow(message);
-    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring, --rescore-factor and --row-path need --attention hybrid");
-    expect(() => splitHybridArgs(["--row-path", "staged"])).toThrow(/--row-path need --attention hybrid$/);
+    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring, --rescore-factor, --row-path and --mass-target need --attention hybrid");
+    expect(() => splitHybridArgs(["--row-path", "staged"])).toThrow(/--mass-target need --attention hybrid$/);
+    expect(runtimeOptions(splitHybridArgs([...HY, "--mass-target", "0.8"]).hybrid, null)).toMatchObject({ massTarget: 0.8 });
     expect(runtimeOptions(splitHybridArgs([...HY, "--scoring", "int8", "--rescore-factor", "2"]).hybrid, null)).toMatchObject({ scoring: "int8", rescoreFactor: 2 });
     // --row-path reaches the runtime as rowPath and the engine's HybridOptions; absent, the runtime's default.
     for (const rowPath of ["auto", "mapped", "staged"] as const) {
@@ -113,8 +117,37 @@ describe("hybridgen generate --scheduler (stories15M)", () => {
     expect(overridden.out.scheduler).toMatchObject({ kMin: 5, kSource: "option", exactLayers: [] });
   });
 
+  it("with no K and no profile, K and the exact layers come from the prompt's prefill, cached for the next run", () => {
+    const fresh = mkdtempSync(join(tmpdir(), "hybridgen-calib-test-"));
+    try {
+      const run = () => {
+        const r = runBin(["generate", "--model", dir, "-p", DEFAULT_PROFILE_TEXT.slice(0, 700), "-n", "6", "-t", "0", "--threads", "1", "--json", ...HY], { env: { HYBRIDGEN_CACHE: fresh } });
+        expect(r.code, r.stderr).toBe(0);
+        return { out: JSON.parse(r.stdout), stderr: r.stderr };
+      };
+      const first = run();
+      const c = first.out.scheduler.calibration;
+      expect(first.out.scheduler).toMatchObject({ kSource: "calibration", exactLayers: c.exactLayers });
+      expect(c.layerK).toHaveLength(6);
+      expect(first.out.scheduler.steps[0].k).toBe(c.k);
+      expect(first.stderr).toContain("(K 64 post, the default), logits verified, exact layers none, 1 stage thread; the prompt's prefill calibrates K and the exact layers (95% of the attention mass)");
+      expect(first.stderr).toMatch(/; calibrated from the prefill \(\d+ samples a layer, \d+ offloaded\): K per layer [\d/]+ for 95% of the attention mass/);
+      expect(readdirSync(join(fresh, "profiles")).filter((f) => f.endsWith(".calibration.json"))).toHaveLength(1);
+      // The next run starts from the cached calibration.
+      expect(run().stderr).toContain(`(K ${c.k} post, from a calibration)`);
+    } finally {
+      rmSync(fresh, { recursive: true, force: true });
+    }
+  });
+
+  it("--exact-layers naming a layer the model lacks is a one-line error", () => {
+    const r = runBin(["generate", "--model", dir, "-p", PROMPT, ...HY, "--exact-layers", "99"], { env: { HYBRIDGEN_CACHE: cache } });
+    expect(r.code).not.toBe(0);
+    expect(r.stderr).toMatch(/^error: [^\n]*layer 99 does not exist \(the model has 6\)\n$/);
+  });
+
   it("bad flags exit 2 with one line before the model loads", () => {
-    for (const flags of [["--k-min", "0"], ["--scheduler", "nope"], ["--selector", "quest", "--timing", "post"], ["--scheduler", "fixed", "--k-min", "8"]]) {
+    for (const flags of [["--k-min", "0"], ["--scheduler", "nope"], ["--selector", "quest", "--timing", "post"], ["--scheduler", "fixed", "--k-min", "8"], ["--mass-target", "0"], ["--mass-target", "2"]]) {
       const r = runBin(["generate", "-p", PROMPT, ...HY, ...flags]);
       expect(r.code, flags.join(" ")).toBe(2);
       expect(r.stderr).toMatch(/^error: [^\n]+\n$/);

@@ -52,6 +52,19 @@ export interface DecodeBatchStep {
   times?: { readonly gpuMs: number; readonly txMs: number; readonly waitMs?: number };
 }
 
+/**
+ * Watches the rows of a prompt's last prefill block (hybrid/calibrator.ts calibrates from them);
+ * called only for a block Attention.markFinalBlock flagged, on top of full attention.
+ */
+export interface PrefillObserver {
+  /** Layer l's input rows (n rows, positions pos0 …). */
+  blockInput(layer: number, x: Tensor, n: number, pos0: number): void;
+  /** Layer l's query rows, once its K rows are in the cache (rowLogits reads them). */
+  blockQueries(layer: number, q: Tensor, n: number, pos0: number): void;
+  /** The block's layers are done (before eviction). */
+  blockEnd(pos0: number, n: number): void;
+}
+
 /** Takes over the attention of decode steps (one token); see hybrid/hybrid-attention.ts. */
 export interface DecodeAttention {
   /** A new sequence starts (position 0 is being appended): reset per-sequence state. */
@@ -80,6 +93,12 @@ export class Attention implements Disposable {
   private pos0 = 0;
   private n = 0;
   private decode: DecodeAttention | null = null;
+  private observer: PrefillObserver | null = null;
+  /** The model flagged the next block as a prompt's last (markFinalBlock); `observing`: this block is. */
+  private finalBlock = false;
+  private observing = false;
+  /** The K rows this block's attention read at slot = start + position (null: the cache's spans). */
+  private blockK: { k: Tensor; start: number } | null = null;
   private closed = false;
 
   constructor(
@@ -104,12 +123,28 @@ export class Attention implements Disposable {
     return this.decode;
   }
 
+  /** Show each prompt's last prefill block to `o` (null: none). */
+  setPrefillObserver(o: PrefillObserver | null): void {
+    this.observer = o;
+  }
+
+  get prefillObserver(): PrefillObserver | null {
+    return this.observer;
+  }
+
+  /** The model's step loop: whether the next block ends a prompt (a one-row block after it does not count). */
+  markFinalBlock(final: boolean): void {
+    this.finalBlock = final;
+  }
+
   /** Appends n positions to the cache; returns the first. */
   beginBlock(n: number): number {
     this.checkOpen();
     this.closeStep(); // a block that threw before endBlock
     this.pos0 = this.cache.append(n);
     this.n = n;
+    this.observing = n > 1 && this.finalBlock && this.observer !== null;
+    this.finalBlock = false;
     if (this.pos0 === 0 && this.decode) this.decode.newSequence();
     if (n === 1 && this.decode) this.decode.beginStep(this.pos0);
     // Hybrid steps talk to the host mid-step: only full-attention decode steps are recorded.
@@ -123,6 +158,7 @@ export class Attention implements Disposable {
   /** Layer `layer`'s input rows are in x (hook for speculative queries; decode only). */
   layerInput(layer: number, x: Tensor): void {
     if (this.n === 1 && this.decode) this.decode.layerInput(layer, x);
+    else if (this.observing) this.observer!.blockInput(layer, x, this.n, this.pos0);
   }
 
   /**
@@ -137,11 +173,20 @@ export class Attention implements Disposable {
       this.decode.attend(layer, q, out);
       return;
     }
+    this.attendBlock(layer, q, n, pos0, out);
+    if (this.observing) {
+      this.observer!.blockQueries(layer, q, n, pos0);
+      this.blockK = null;
+    }
+  }
+
+  private attendBlock(layer: number, q: Tensor, n: number, pos0: number, out: Tensor): void {
     const c = this.cache;
     // One contiguous run of window slots from position 0 (sinks then an unwrapped ring count):
     // the backend's causal kernel (also a decode step's).
     if (this.backend.attnCausal && this.contiguousFromZero(pos0 + n)) {
       this.backend.attnCausal(out, q, n, c.spanK(0, layer), c.spanV(0, layer), c.spanSlot[0], pos0, this.scale);
+      if (this.observing) this.blockK = { k: c.spanK(0, layer), start: c.spanSlot[0] };
       return;
     }
     // A store in host memory comes up for this layer: with the causal kernel, the whole cache
@@ -149,10 +194,28 @@ export class Attention implements Disposable {
     const whole = this.backend.attnCausal ? c.loadContiguous(layer) : null;
     if (whole) {
       this.backend.attnCausal!(out, q, n, whole.k, whole.v, 0, pos0, this.scale);
+      if (this.observing) this.blockK = { k: whole.k, start: 0 };
       return;
     }
     c.loadStore(layer);
     for (let i = 0; i < n; i++) this.attendFull(layer, q, i, pos0 + i, out);
+  }
+
+  /**
+   * Inside PrefillObserver.blockQueries: logits of query row `row` of `q` (position `pos`) over
+   * positions [0, pos] of `layer`, written at columns 0 … pos of `scores` ([heads, ≥ pos + 1]).
+   */
+  rowLogits(layer: number, q: Tensor, row: number, pos: number, scores: Tensor): void {
+    const be = this.backend, c = this.cache, total = pos + 1;
+    if (this.blockK) {
+      be.attnLogits(scores, 0, q, row, this.blockK.k, this.blockK.start, total, this.scale);
+      return;
+    }
+    for (let s = 0; s < c.spanCount; s++) {
+      const p = c.spanPos[s];
+      if (p >= total) continue;
+      be.attnLogits(scores, p, q, row, c.spanK(s, layer), c.spanSlot[s], Math.min(c.spanLen[s], total - p), this.scale);
+    }
   }
 
   /** Whether positions [0, total) sit in consecutive window slots (spans adjoining in slots and positions). */
@@ -171,6 +234,10 @@ export class Attention implements Disposable {
   endBlock(): void {
     this.closeStep();
     if (this.n === 1 && this.decode) this.decode.endStep();
+    if (this.observing) {
+      this.observing = false;
+      this.observer!.blockEnd(this.pos0, this.n);
+    }
     this.cache.evict();
     this.n = 0;
   }

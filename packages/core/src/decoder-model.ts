@@ -96,6 +96,8 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
   private readonly batchKeys: string[] = [];
   /** stepFed: the step's token comes from the backend's feed, not from `ids`. */
   private fedStep = false;
+  /** expectPrompt's length (0: none pending). */
+  private promptEnd = 0;
 
   protected constructor(
     readonly backend: Backend,
@@ -380,10 +382,23 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
       if (!(ids[i] >= 0 && ids[i] < vocab)) fail(`forward: token id ${ids[i]} out of range [0, ${vocab})`);
     }
     const block = this.prefillBlock;
+    // The prompt ends at expectPrompt's length, or else with this call.
+    const end = Math.max(startPos + n, this.promptEnd);
     for (let off = 0; off < n; off += block) {
       const rows = Math.min(block, n - off);
+      // A prompt's last block of several rows (a one-row block after it runs as a decode step).
+      this.attention.markFinalBlock(rows > 1 && end - (startPos + off + rows) <= 1);
       this.runBlock(rows === n ? ids : ids.subarray(off, off + rows), startPos + off, rows);
     }
+    if (startPos + n >= this.promptEnd) this.promptEnd = 0;
+  }
+
+  /**
+   * The prompt about to be prefilled is `tokens` long, though it comes in several calls
+   * (generate's blocks): its last block, not each call's, is the one a prefill observer sees.
+   */
+  expectPrompt(tokens: number): void {
+    this.promptEnd = tokens;
   }
 
   // ---- greedy decode fed on the device (Backend.argmaxToFeed) ----------------------------------

@@ -26,6 +26,8 @@ export interface GenerativeModel {
   readonly prefillBlock?: number;
   reset(): void;
   step(ids: Int32Array, startPos: number): void;
+  /** The prompt is this long though prefilled block by block (DecoderModel: its last block is the one a prefill observer sees). */
+  expectPrompt?(tokens: number): void;
   readLogits(): Float32Array;
   argmaxLogits(): number;
   /** Greedy decode fed on the device (DecoderModel has it; used when feedsOnDevice is true). */
@@ -136,6 +138,7 @@ async function* run(
   claimModel(model);
   try {
     model.reset();
+    model.expectPrompt?.(P);
     sampler.observeAll(promptIds);
     // Prefill block by block, so an abort (Ctrl-C) is seen during a long prompt too.
     const block = model.prefillBlock ?? P;

@@ -4,7 +4,10 @@
  * host memory (a CPU backend of its own holds it, pinned through the device's host link). The
  * CLI, the benches, the tests and library users all assemble hybrid attention through it.
  */
-import { HybridAttention, HybridgenError, type Attention, type Backend, type CpuStage, type KvCache, type KvStoreAllocator, type QueryProjector } from "@hybridgen/core";
+import {
+  calibrationSummary, HybridAttention, HybridgenError, HybridOptionsSchema, PrefillCalibrator, type Attention, type Backend, type CalibrationResult, type CpuStage,
+  type KvCache, type KvStoreAllocator, type QueryProjector, type Scheduler,
+} from "@hybridgen/core";
 import { loadSelectorSpec } from "@hybridgen/selectors";
 import { isAllocator, type HybridRuntimeOptions } from "./options.js";
 import { resolveHybrid, type HybridPlan } from "./resolve.js";
@@ -103,6 +106,9 @@ export async function hybridBuilder(
       const ha = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler }, hybridOptions);
       const t = ha.transportChoice;
       plans.set(ha, { ...plan, transport: t.fetchAhead ? `${t.name}+fetch` : t.name });
+      const start = options.calibration?.layerK;
+      if (plan.calibrates?.k && start) ha.recalibrate(null, start); // a calibration given: its per-layer shares of K
+      if (plan.calibrates) calibrateFromPrefill(ha, model, plans.get(ha)!, scheduler, resolved.retune);
       return ha;
     } catch (e) {
       stage.close();
@@ -134,6 +140,28 @@ function storeAllocatorOf(given: HybridRuntimeOptions["storeAllocator"]): (seque
 }
 
 const plans = new WeakMap<HybridAttention, HybridPlan>();
+
+/**
+ * Each prompt's last prefill block calibrates what the plan leaves open (K, exactLayers): the
+ * decision moves the scheduler and the exact layers before the first decode step, and lands in
+ * the plan (hybridPlan) and the stats line.
+ */
+function calibrateFromPrefill(ha: HybridAttention, model: HybridModel, plan: HybridPlan, scheduler: Scheduler, retune: ((k: number) => void) | undefined): void {
+  const c = plan.calibrates!;
+  const verified = plan.logits === "verified";
+  const calibrator = PrefillCalibrator.attach(model.attention, model, {
+    massTarget: c.massTarget, candidates: verified ? (plan.candidates ?? HybridOptionsSchema.parse({}).candidates) : 1,
+    ...(c.exactLayers ? {} : { exact: plan.logits === "exact" ? "all" : plan.exactLayers }),
+    onResult: (r: CalibrationResult) => {
+      if (c.k) retune?.(r.k);
+      ha.recalibrate(c.exactLayers ? r.exactLayers : null, c.k ? r.layerK : null);
+      const k = c.k ? { k: scheduler.initial().k, ...(plan.kMin === undefined ? {} : { kMin: r.k }), kSource: "calibration" as const } : {};
+      plans.set(ha, { ...plans.get(ha)!, ...k, exactLayers: ha.exactLayers, calibrated: r });
+      ha.stats.calibration = calibrationSummary(r);
+    },
+  });
+  ha.adopt(calibrator);
+}
 
 /** What createHybridAttention chose for `ha` (selector, scheduler, K, kMin, timing, logits, threads, transport), or undefined for one it did not build. */
 export function hybridPlan(ha: HybridAttention): HybridPlan | undefined {

@@ -1,7 +1,7 @@
 /** Options of createHybridAttention(), validated once at the boundary. */
 import { z } from "zod";
 import { schedulerNames } from "@hybridgen/scheduler";
-import { KSchema, LogitsModeSchema, RowPathRequestSchema, SelectionTimingSchema, type Backend, type CpuStage, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
+import { KSchema, LogitsModeSchema, MassTargetSchema, RowPathRequestSchema, SelectionTimingSchema, type Backend, type CpuStage, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
 
 const isSelector = (v: unknown): v is TokenSelector =>
   typeof v === "object" && v !== null && typeof (v as TokenSelector).select === "function" && Array.isArray((v as TokenSelector).timings);
@@ -39,6 +39,10 @@ export const ProfileDefaultsSchema = z
   })
   .loose();
 export type ProfileDefaults = z.infer<typeof ProfileDefaultsSchema>;
+
+/** What a runtime takes of a calibration (core's CalibrationResult has these and more). */
+export const CalibrationStartSchema = z.object({ k: KSchema, exactLayers: z.array(count(0)), layerK: z.array(KSchema).optional() }).loose();
+export type CalibrationStart = z.infer<typeof CalibrationStartSchema>;
 
 export const HybridRuntimeOptionsSchema = z
   .object({
@@ -95,6 +99,14 @@ export const HybridRuntimeOptionsSchema = z
     cpuStage: z.custom<CpuStageWrap>((v) => typeof v === "function", { message: "must be a function (stage, host) => CpuStage" }).optional(),
     /** The model's hybrid profile (readHybridProfile): default kMin, exactLayers and candidates. */
     profile: ProfileDefaultsSchema.nullable().optional(),
+    /** Calibrate from each prompt's prefill what neither an option nor the profile gives: K (the
+     * feedback floor or the fixed K) and exactLayers (default true; false keeps the constant defaults). */
+    calibrate: z.boolean().optional(),
+    /** The share of the attention mass the calibrated K captures on every layer, 0 < x ≤ 1 (default core's DEFAULT_MASS_TARGET). */
+    massTarget: MassTargetSchema.optional(),
+    /** A calibration already made (an earlier prompt's, the model's cached one): its K and exactLayers
+     * stand for what calibration would choose until a prompt's prefill calibrates afresh. */
+    calibration: CalibrationStartSchema.nullable().optional(),
   })
   .strict();
 export type HybridRuntimeOptions = z.input<typeof HybridRuntimeOptionsSchema>;

@@ -4,11 +4,12 @@
  * is taken here, and every contradiction is a one-line HybridgenError.
  */
 import {
-  DEFAULT_K, DEFAULT_TIMING, HybridgenError, HybridOptionsSchema, type HybridOptions, type RowPathRequest, type Scheduler, type SelectionTiming, type TransportName, type TokenSelector,
+  DEFAULT_K, DEFAULT_MASS_TARGET, DEFAULT_TIMING, type CalibrationResult, HybridgenError, HybridOptionsSchema, type HybridOptions, type RowPathRequest, type Scheduler, type SelectionTiming, type TransportName, type TokenSelector,
 } from "@hybridgen/core";
 import { lookupScheduler } from "@hybridgen/scheduler";
 import { selectorFromSpec } from "@hybridgen/selectors";
 import { defaultStageThreads } from "./stage-threads.js";
+import { CalibratedScheduler } from "./calibrated-scheduler.js";
 import { HybridRuntimeOptionsSchema, type HybridRuntimeOptions, type ParsedHybridRuntimeOptions, type ProfileDefaults } from "./options.js";
 
 /** What createHybridAttention builds, as plain data (for stats, --json, logs). */
@@ -24,8 +25,12 @@ export interface HybridPlan {
   readonly kMin?: number;
   /** Fixed: every step's timing; feedback: the first step's. */
   readonly timing: SelectionTiming;
-  /** Where kMin (or the fixed K) came from. */
-  readonly kSource: "option" | "profile" | "default";
+  /** Where kMin (or the fixed K) came from: a calibration is this prompt's prefill's, or `calibration`'s given. */
+  readonly kSource: "option" | "profile" | "calibration" | "default";
+  /** What each prompt's prefill calibrates (absent: nothing, an option or the profile gave it all). */
+  readonly calibrates?: { readonly k: boolean; readonly exactLayers: boolean; readonly massTarget: number };
+  /** The last calibration applied. */
+  readonly calibrated?: CalibrationResult;
   readonly logits: NonNullable<HybridOptions["logits"]>;
   readonly exactLayers: readonly number[];
   readonly candidates?: number;
@@ -46,6 +51,8 @@ export interface ResolvedHybrid {
   readonly selector: TokenSelector;
   readonly scheduler: Scheduler;
   readonly hybridOptions: HybridOptions;
+  /** Set when K is calibrated: moves the scheduler's K (the fixed K, or the feedback floor) for the next sequence's steps. */
+  readonly retune?: (k: number) => void;
 }
 
 /** Where the hybrid runtime runs: a device backend (the store in host memory, the stage hidden behind the GPU) or the CPU backend. */
@@ -78,29 +85,38 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   const timing: SelectionTiming = o.timing ?? (can.includes(DEFAULT_TIMING) ? DEFAULT_TIMING : can[0]!);
 
   const profileK = o.profile ? profileKMin(o.profile, selector.name) : undefined;
-  // The feedback scheduler's floor, or the fixed scheduler's K: the option, the profile's K_min, or the default.
+  const logits = o.logits ?? HybridOptionsSchema.parse({}).logits;
+  // The prefill calibrates what no option and no profile gives; a calibration given stands in until it does.
+  const calibrating = o.calibrate !== false && !o.profile;
+  // The feedback scheduler's floor, or the fixed scheduler's K: the option, the profile's K_min, a calibration, or the default.
   const own = entry?.takesKMin ? o.kMin : o.k;
-  const kSource = given || own !== undefined ? "option" : profileK !== undefined ? "profile" : "default";
-  const floor = own ?? profileK ?? DEFAULT_K;
+  const calibrateK = calibrating && !given && own === undefined;
+  const calibrateExact = calibrating && o.exactLayers === undefined && logits !== "exact";
+  const start = o.calibration ?? undefined;
+  const kSource = given || own !== undefined ? "option" : profileK !== undefined ? "profile" : calibrateK && start ? "calibration" : "default";
+  const floor = own ?? profileK ?? (calibrateK && start ? start.k : DEFAULT_K);
+  if (entry?.takesKMin && !calibrateK && o.k !== undefined && o.k < floor) {
+    throw new HybridgenError(`k ${o.k} (the ${entry.name} scheduler's first K) is below kMin ${floor}`);
+  }
+  // A calibrated floor above a given first K lifts the first K with it.
+  const make = (f: number): Scheduler => entry!.build({ k: entry!.takesKMin ? Math.max(f, o.k ?? f) : f, kMin: f, timing, timings: can });
 
   let scheduler: Scheduler;
   let k: number;
   let kMin: number | undefined;
+  let retune: ((k: number) => void) | undefined;
   if (given) {
     scheduler = given;
     ({ k } = given.initial());
-  } else if (entry!.takesKMin) {
-    kMin = floor;
-    k = o.k ?? floor;
-    if (k < floor) throw new HybridgenError(`k ${k} (the ${entry!.name} scheduler's first K) is below kMin ${floor}`);
-    scheduler = entry!.build({ k, kMin, timing, timings: can });
   } else {
-    k = floor;
-    scheduler = entry!.build({ k, kMin: floor, timing, timings: can });
+    const calibrated = calibrateK ? new CalibratedScheduler(make, floor) : null;
+    scheduler = calibrated ?? make(floor);
+    if (calibrated) retune = (next) => calibrated.retune(next);
+    ({ k } = scheduler.initial());
+    if (entry!.takesKMin) kMin = floor;
   }
 
-  const logits = o.logits ?? HybridOptionsSchema.parse({}).logits;
-  const exactLayers = o.exactLayers ?? o.profile?.exactLayers ?? [];
+  const exactLayers = o.exactLayers ?? o.profile?.exactLayers ?? (calibrateExact && start ? start.exactLayers : []);
   const candidates = o.candidates ?? o.profile?.candidates;
   const rowPath = o.rowPath ?? HybridOptionsSchema.parse({}).rowPath;
   const hybridOptions: HybridOptions = { logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }), ...(o.trackScores ? { trackScores: true } : {}) };
@@ -109,12 +125,16 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
     plan: {
       selector: selector.name, selectorTimings: [...can], scheduler: scheduler.name, k, ...(kMin === undefined ? {} : { kMin }), timing, kSource,
       logits, exactLayers, ...(candidates === undefined ? {} : { candidates }), rowPath, cpuStageThreads, idleSpinUs: o.idleSpinUs ?? 0,
+      ...(calibrateK || calibrateExact
+        ? { calibrates: { k: calibrateK, exactLayers: calibrateExact, massTarget: o.massTarget ?? DEFAULT_MASS_TARGET } }
+        : {}),
       ...(o.readDepth === undefined ? {} : { readDepth: o.readDepth }),
       scoring: o.scoring ?? "full", rescoreFactor: o.rescoreFactor ?? 4,
     },
     selector,
     scheduler,
     hybridOptions,
+    ...(retune ? { retune } : {}),
   };
 }
 

@@ -80,7 +80,7 @@ describe("createHybridAttention on the CPU backend", () => {
     expect(stageOf(ha).readDepth).toBe(DEFAULT_READ_DEPTH);
   });
 
-  it("defaults on the CPU backend: the fixed scheduler, top-K post, K = DEFAULT_K, the engine's logits mode, one stage thread", async () => {
+  it("defaults on the CPU backend: the fixed scheduler, top-K post, K from the prefill's calibration (DEFAULT_K before it), the engine's logits mode, one stage thread", async () => {
     using model = load(16);
     using ha = await createHybridAttention(model, backend);
     expect(hybridPlan(ha)).toMatchObject({
@@ -88,7 +88,9 @@ describe("createHybridAttention on the CPU backend", () => {
     });
     expect(hybridPlan(ha)!.kMin).toBeUndefined();
     decode(model);
-    expect(ha.stats.trace.every((r) => r.k === 64 && r.timing === "post")).toBe(true);
+    const k = hybridPlan(ha)!.calibrated!.k;
+    expect(hybridPlan(ha)).toMatchObject({ k, kSource: "calibration" });
+    expect(ha.stats.trace.every((r) => r.k === k && r.timing === "post")).toBe(true);
   });
 
   it("feedback with a pair selector: every step recorded with its K, timing and times; K never below kMin", async () => {
@@ -105,7 +107,7 @@ describe("createHybridAttention on the CPU backend", () => {
       for (const v of [r.tGpuMs, r.tCpuMs, r.tTxMs, r.wallMs]) expect(Number.isFinite(v) && v >= 0).toBe(true);
     }
     expect(t[0]!.k).toBe(4);
-    expect(ha.stats.summary()).toMatch(/; scheduler: K 4 → \d+ \(range \d+–\d+\), (post|pre), \d+ timing switch(es)?$/);
+    expect(ha.stats.summary()).toMatch(/; scheduler: K 4 → \d+ \(range \d+–\d+\), (post|pre), \d+ timing switch(es)?(; calibrated from the prefill .*)?$/);
   });
 
   it("a pre-only selector under feedback starts pre and never asks for post", () => {

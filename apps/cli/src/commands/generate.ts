@@ -1,4 +1,6 @@
-import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel, readHybridProfile } from "@hybridgen/core";
+import {
+  DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel, readHybridCalibration, readHybridProfile, writeHybridCalibration,
+} from "@hybridgen/core";
 import { hybridPlan } from "@hybridgen/runtime";
 import { ABORTED, untilAborted } from "../abortable.js";
 import { renderChat } from "../chat-prompt.js";
@@ -94,10 +96,12 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   });
   // `hybridgen profile-kmin`'s result for this model gives the defaults of --k-min and --exact-layers.
   const profile = hybrid.attention === "hybrid" ? readHybridProfile(dir, io.env.HYBRIDGEN_CACHE) : null;
+  // Without one, the model's last calibration is where this run starts (its prompt calibrates afresh).
+  const calibration = hybrid.attention === "hybrid" && !profile ? readHybridCalibration(dir, io.env.HYBRIDGEN_CACHE) : null;
   // Each sequence's offloaded store placed on its share of the memory tiers (and the disk) as the sequence is made.
   const placed = hybrid.attention === "hybrid" && model.cache.storeCapacity > 0 ? await storeAllocatorFor(model.cache, tier, batch) : null;
   // One hybrid attention per sequence of the batch (slot 0's is the model's own).
-  using hybrids = await attachHybrid(model, backend, hybrid, profile, placed?.allocator, batch, tier.readDepth);
+  using hybrids = await attachHybrid(model, backend, hybrid, profile, placed?.allocator, batch, tier.readDepth, calibration);
   const hybridAttention = hybrids?.own ?? null;
   progress(
     `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dummyWeights ? `dummy ${opts.dtype ?? "bf16"}` : (opts.dtype ?? "stored")} weights` +
@@ -116,6 +120,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   // After the run: each sequence's stage stats, and what the K spill moved over all of them.
   const summary = () => {
     if (hybrids) io.stderr(hybridStatsLines(hybrids));
+    const calibrated = hybridAttention ? hybridPlan(hybridAttention)?.calibrated : undefined;
+    if (calibrated) writeHybridCalibration(dir, calibrated, io.env.HYBRIDGEN_CACHE);
     const spilled = placed?.spillLine();
     if (spilled) io.stderr(`${spilled}\n`);
   };

@@ -84,6 +84,12 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
   private clampSaid = false;
   /** KvCache.rewinds when the per-sequence state was made: a restore() since means a new one. */
   private cacheRewinds = -1;
+  /** Per layer, the share of the scheduler's K it selects (recalibrate's layerK; null: all of it). */
+  private kShare: number[] | null = null;
+  /** Whether the stage (and the transport) were prepared for verified layers' K rows. */
+  private readonly keysPrepared: boolean;
+  /** Closed with this (a prefill calibrator feeding recalibrate). */
+  private readonly owned: Disposable[] = [];
   private closed = false;
 
   constructor(parts: HybridAttentionParts, options: HybridOptions = {}) {
@@ -114,6 +120,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     // Layer 0's q̃ is its true query: nothing to verify there.
     this.rescore = this.ahead.map((a, l) => a && l > 0 && o.logits === "verified");
     this.candidates = o.logits === "verified" ? o.candidates : 1;
+    this.keysPrepared = this.rescore.includes(true);
     const { heads, kvHeads, headDim } = attention.layout;
     this.layout = headLayout(heads, kvHeads, headDim);
     stage.prepare({ heads, kvHeads, headDim, storeCapacity: cache.storeCapacity, dtype: cache.dtype, stageKeys: this.rescore.includes(true) });
@@ -144,6 +151,42 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     const h = new HybridAttention(parts, options);
     parts.attention.setDecodeAttention(h);
     return h;
+  }
+
+  /**
+   * A calibration's decision, between steps: `exactLayers` (null: unchanged) select with the true
+   * query from the next step on; with `layerK`, each layer selects its share of the scheduler's K
+   * (K · layerK[l] / max layerK, the largest layer all of it); and the scheduler's first decision
+   * is taken again (its K may have moved).
+   */
+  recalibrate(exactLayers: readonly number[] | null, layerK: readonly number[] | null = null): void {
+    this.checkOpen();
+    if (layerK) {
+      if (layerK.length !== this.layers || layerK.some((k) => !(k >= 1))) fail(`recalibrate: layerK must hold a K ≥ 1 for each of the ${this.layers} layers`);
+      const top = Math.max(...layerK);
+      this.kShare = layerK.map((k) => k / top);
+    }
+    if (exactLayers) {
+      const bad = exactLayers.find((l) => !Number.isInteger(l) || l < 0 || l >= this.layers);
+      if (bad !== undefined) fail(`recalibrate: layer ${bad} does not exist (the model has ${this.layers})`);
+      const exact = new Set(exactLayers), ahead = this.ahead as boolean[], rescore = this.rescore as boolean[];
+      for (let l = 0; l < this.layers; l++) {
+        ahead[l] = this.logitsMode !== "exact" && !exact.has(l);
+        rescore[l] = ahead[l]! && l > 0 && this.logitsMode === "verified";
+      }
+      if (rescore.includes(true) && !this.keysPrepared) fail("recalibrate: verified layers need K rows the stage was not prepared for (attach with no exact layers)");
+    }
+    this.decision = this.scheduler.initial();
+  }
+
+  /** Closes `d` with this hybrid attention. */
+  adopt(d: Disposable): void {
+    this.owned.push(d);
+  }
+
+  /** Layers whose selection waits for the true query (exactLayers, or every layer in exact mode). */
+  get exactLayers(): number[] {
+    return this.ahead.flatMap((a, l) => (a ? [] : [l]));
   }
 
   /** The transport's name: how the stage's rows reach the device. */
@@ -246,6 +289,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     this.drain();
     this.closed = true;
     if (this.attention.decodeAttention === this) this.attention.setDecodeAttention(null);
+    for (const d of this.owned.splice(0)) d[Symbol.dispose]();
     try {
       this.transport.close();
     } finally {
@@ -327,7 +371,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
   // ---- internals ----------------------------------------------------------------------------
 
   private widths() {
-    return { rescore: this.rescore, candidates: this.candidates, usesBudget: this.selector.usesBudget };
+    return { rescore: this.rescore, candidates: this.candidates, usesBudget: this.selector.usesBudget, kShare: this.kShare };
   }
 
   /** Rows per KV head the device's gathered-row buffers need at scheduler K = k (the widest layer). */

@@ -34,6 +34,8 @@ export class HybridStats extends OffloadCounters {
   /** Σ of T_tx: the copy stream's time on a device backend (query down, logits and V rows up,
    * evicted K/V down); else the host time of writing the selected logits. */
   txMs = 0;
+  /** What a prefill calibration chose (calibration.ts calibrationSummary; empty: none ran). */
+  calibration = "";
   /** Notes said once (clamps, fallbacks). */
   readonly notes: string[] = [];
   /** The scheduler's inputs per step, the most recent HYBRID_TRACE_LIMIT of them. */
@@ -127,7 +129,8 @@ export class HybridStats extends OffloadCounters {
       `CPU stage ${per(m.cpu)} ms, device stage ${per(m.gpu)} ms, ` +
       `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (median of ${this.steps} hybrid steps), ` +
       `transfers ${per(m.tx)} ms; driving thread per layer: issuing ${per(m.issue)} ms, waiting for the CPU stage ${per(m.wait)} ms` + this.splitSummary() + (this.rows ? `; ${this.rows}` : "") +
-      (this.handedOffSteps ? `; ${this.handedOffSteps} of ${this.steps} steps handed off (the device waited for the CPU stage)` : "") + this.schedulerSummary();
+      (this.handedOffSteps ? `; ${this.handedOffSteps} of ${this.steps} steps handed off (the device waited for the CPU stage)` : "") + this.schedulerSummary() +
+      (this.calibration ? `; ${this.calibration}` : "");
   }
 
   /** "; scheduler: K 8 → 96 (range 8–128), post, 1 timing switch" from the trace (empty without one). */

@@ -42,17 +42,26 @@ export interface LayerWidths {
   readonly rescore: readonly boolean[];
   readonly candidates: number;
   readonly usesBudget: boolean;
+  /** Per layer, the share of K it selects (a calibration's per-layer K; absent: all of it). */
+  readonly kShare?: readonly number[] | null;
 }
 
-/** The step's width at `layer`: verified layers score `candidates`·K tokens. */
+/** Layer `layer`'s share of K (at least 1). */
+function share(w: LayerWidths, layer: number, k: number): number {
+  return w.kShare ? Math.max(1, Math.ceil(k * w.kShare[layer]!)) : k;
+}
+
+/** The step's width at `layer`: its share of K; verified layers score `candidates`·K tokens. */
 export function layerKmax(plan: StepPlan, w: LayerWidths, layer: number): number {
-  if (!w.rescore[layer] || !w.usesBudget) return plan.kmax;
-  return Math.min(plan.offloaded, plan.kmax * w.candidates);
+  if (!w.usesBudget) return plan.kmax;
+  const k = share(w, layer, plan.kmax);
+  return w.rescore[layer] ? Math.min(plan.offloaded, k * w.candidates) : k;
 }
 
-/** The selection budget at `layer` (K, widened on verified layers). */
+/** The selection budget at `layer` (its share of K, widened on verified layers). */
 export function layerBudget(plan: StepPlan, w: LayerWidths, layer: number): number {
-  return w.rescore[layer] ? Math.min(plan.offloaded, plan.budget * w.candidates) : plan.budget;
+  const k = share(w, layer, plan.budget);
+  return w.rescore[layer] ? Math.min(plan.offloaded, k * w.candidates) : k;
 }
 
 /** The stage job's work of a kernel step at `layer` (budget: layerBudget). */

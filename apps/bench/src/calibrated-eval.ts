@@ -1,0 +1,143 @@
+/**
+ * Retrieval accuracy of hybrid attention's modes beside full attention, as a new user meets them:
+ * no profile anywhere and no K given, so K and the exact layers come from each prompt's prefill
+ * calibration (core's PrefillCalibrator). CPU backend.
+ *
+ *   bun apps/bench/src/calibrated-eval.ts --models ../shared/models/recall-4l:needle,DIR:vartrack,…
+ *     [--lengths 4096,8192,16384] [--prompts 40] [--window 256] [--sinks 4] [--records 64]
+ *     [--modes full,default,…] [--mass-target 0.95] [--threads 2] [--seed 1] [--json FILE]
+ *
+ * Per prompt the context is prefilled once (exact full attention in every mode) with the
+ * calibrators of the modes attached (one per candidate multiplier), and checkpointed; each mode
+ * then attaches its hybrid attention with that prompt's calibration (what it would have measured
+ * itself, attached before the prefill), feeds the question as decode steps and checks every
+ * answer token's greedy choice; the cache goes back to the checkpoint.
+ */
+import { resolve } from "node:path";
+import { writeFileSync } from "node:fs";
+import {
+  argmax, DEFAULT_MASS_TARGET, LlamaModel, openModelDir, PrefillCalibrator, seededRandom, type CalibrationResult, type PrefillObserver,
+} from "@hybridgen/core";
+import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { arg, list } from "./args.js";
+import { retrievalPrompt, retrievalVocabulary, TASKS, type Task } from "./retrieval-tasks.js";
+
+const MODELS = list("models", `${new URL("../../../../shared/models/recall-4l", import.meta.url).pathname}:needle`).map((m) => {
+  const i = m.lastIndexOf(":");
+  const task = (i > 0 ? m.slice(i + 1) : "needle") as Task;
+  if (!TASKS.includes(task)) throw new Error(`unknown task ${task} (tasks: ${TASKS.join(", ")})`);
+  return { dir: resolve(i > 0 ? m.slice(0, i) : m), task };
+});
+const LENGTHS = list("lengths", "4096,8192,16384").map(Number);
+const PROMPTS = Number(arg("prompts", "40"));
+const WINDOW = Number(arg("window", "256")), SINKS = Number(arg("sinks", "4"));
+const RECORDS = Number(arg("records", "64"));
+const THREADS = Number(arg("threads", "2"));
+const SEED = Number(arg("seed", "1"));
+const MASS = Number(arg("mass-target", String(DEFAULT_MASS_TARGET)));
+
+/** A mode: its runtime options (no K: calibrated) and its calibration's candidate multiplier ("exact": exact logits, every layer exact; 0: none). */
+interface Mode { label: string; options: HybridRuntimeOptions; candidates: number | "exact" }
+const MODES: Record<string, Mode> = {
+  full: { label: "full attention", options: { selector: "all", logits: "exact", scheduler: "fixed", k: 1 }, candidates: 0 },
+  default: { label: "defaults (CPU: fixed top-K, verified ×4)", options: {}, candidates: 4 },
+  "default-device": { label: "device defaults (feedback, topk+quest, verified ×4)", options: { scheduler: "feedback" }, candidates: 4 },
+  exact: { label: "top-K, exact logits", options: { logits: "exact" }, candidates: "exact" },
+  speculative: { label: "top-K, speculative logits", options: { logits: "speculative" }, candidates: 1 },
+  "verified-c1": { label: "top-K, verified ×1", options: { candidates: 1 }, candidates: 1 },
+  quest: { label: "Quest (pre), verified ×4", options: { selector: "quest", timing: "pre" }, candidates: 4 },
+  infinigen: { label: "InfiniGen (pre), verified ×4", options: { selector: "infinigen", timing: "pre" }, candidates: 4 },
+  streaming: { label: "StreamingLLM (pre)", options: { selector: "streaming", timing: "pre", logits: "exact" }, candidates: "exact" },
+  uncalibrated: { label: "uncalibrated defaults (K 64, no exact layer)", options: { calibrate: false }, candidates: 0 },
+};
+const modeNames = list("modes", "full,default,default-device,exact,speculative,verified-c1,quest,infinigen,streaming,uncalibrated");
+for (const m of modeNames) if (!MODES[m]) throw new Error(`unknown mode ${m} (modes: ${Object.keys(MODES).join(", ")})`);
+
+/** Shows one prompt's last block to several calibrators. */
+const fanOut = (list: PrefillObserver[]): PrefillObserver => ({
+  blockInput: (l, x, n, p) => list.forEach((o) => o.blockInput(l, x, n, p)),
+  blockQueries: (l, q, n, p) => list.forEach((o) => o.blockQueries(l, q, n, p)),
+  blockEnd: (p, n) => list.forEach((o) => o.blockEnd(p, n)),
+});
+
+interface Cell { correct: number; total: number; meanK: number; exactLayers: Record<string, number>; calibMs: number; prefillMs: number }
+const results: Record<string, Record<string, Record<number, Cell>>> = {};
+using be = createCpuBackend({ threads: THREADS });
+for (const { dir, task } of MODELS) {
+  using files = openModelDir(dir);
+  const V = retrievalVocabulary(files.tokenizer, dir);
+  const name = `${dir.split("/").pop()} (${task})`;
+  const res = (results[name] = {} as Record<string, Record<number, Cell>>);
+  for (const m of modeNames) res[m] = {};
+  for (const length of LENGTHS) {
+    using model = LlamaModel.load(files, be, { maxContext: length, gpuKvBudget: WINDOW, sinkTokens: SINKS, kvEvictBlock: 16 });
+    const r = seededRandom(SEED * 1000 + length);
+    for (const m of modeNames) res[m]![length] = { correct: 0, total: 0, meanK: 0, exactLayers: {}, calibMs: 0, prefillMs: 0 };
+    const multipliers = [...new Set(modeNames.map((m) => MODES[m]!.candidates).filter((c) => c !== 0))];
+    const t0 = performance.now();
+    for (let p = 0; p < PROMPTS; p++) {
+      const prompt = retrievalPrompt(V, task, r, length, RECORDS);
+      const calibrated = new Map<number | "exact", CalibrationResult>();
+      const calibrators = multipliers.map((c) => new PrefillCalibrator(model.attention, model, {
+        massTarget: MASS, candidates: c === "exact" ? 1 : c, ...(c === "exact" ? { exact: "all" as const } : {}), onResult: (x) => calibrated.set(c, x),
+      }));
+      model.reset();
+      model.attention.setPrefillObserver(fanOut(calibrators));
+      const tp = performance.now();
+      model.forward(Int32Array.from(prompt.context), 0);
+      const prefillMs = performance.now() - tp;
+      model.attention.setPrefillObserver(null);
+      for (const c of calibrators) c.close();
+      using cp = model.cache.checkpoint();
+      for (const mname of modeNames) {
+        const mode = MODES[mname]!;
+        const cal = calibrated.get(mode.candidates);
+        const h = await createHybridAttention(model, be, { ...mode.options, cpuStageThreads: 1, ...(cal ? { calibration: cal } : {}) });
+        try {
+          let ok = true, pos = prompt.context.length;
+          const lead = prompt.question.length - (prompt.answer.length - 1);
+          prompt.question.forEach((tok, i) => {
+            const logits = model.forward(Int32Array.of(tok), pos++);
+            if (i >= lead - 1 && argmax(logits) !== prompt.answer[i - (lead - 1)]) ok = false;
+          });
+          const cell = res[mname]![length]!;
+          cell.total++;
+          if (ok) cell.correct++;
+          cell.meanK += h.stats.meanK;
+          const ex = h.exactLayers.join(",") || "none";
+          cell.exactLayers[ex] = (cell.exactLayers[ex] ?? 0) + 1;
+          cell.calibMs += cal?.ms ?? 0;
+          cell.prefillMs += prefillMs;
+        } finally {
+          h.close();
+          model.cache.restore(cp);
+        }
+      }
+      process.stderr.write(`\r${name} ${length}: prompt ${p + 1}/${PROMPTS} (${((performance.now() - t0) / 1000).toFixed(0)} s)`);
+    }
+    process.stderr.write("\n");
+  }
+}
+
+const head = ["model (task)", "mode", ...LENGTHS.map((l) => `${l}`), ...LENGTHS.map((l) => `mean K ${l}`)];
+const rows: string[][] = [];
+for (const [name, res] of Object.entries(results)) {
+  for (const m of modeNames) {
+    const cells = LENGTHS.map((l) => res[m]![l]!);
+    rows.push([name, MODES[m]!.label, ...cells.map((x) => (x.correct / x.total).toFixed(3)), ...cells.map((x) => (x.meanK / x.total).toFixed(0))]);
+  }
+}
+const w = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
+console.log(`\nretrieval accuracy, ${PROMPTS} prompts per length, window ${WINDOW} with ${SINKS} sinks, no profile and no K given (calibrated from each prefill, mass target ${MASS}), CPU backend:`);
+console.log(`| ${head.map((h, i) => h.padEnd(w[i]!)).join(" | ")} |`);
+console.log(`| ${w.map((n) => "-".repeat(n)).join(" | ")} |`);
+for (const row of rows) console.log(`| ${row.map((c, i) => c.padEnd(w[i]!)).join(" | ")} |`);
+for (const [name, res] of Object.entries(results)) {
+  for (const l of LENGTHS) {
+    const d = res.default?.[l];
+    if (d) console.log(`${name} ${l}: defaults' exact layers ${JSON.stringify(d.exactLayers)}, calibration ${(d.calibMs / d.total).toFixed(1)} ms of a ${(d.prefillMs / d.total).toFixed(0)} ms prefill`);
+  }
+}
+const json = arg("json", "");
+if (json) writeFileSync(json, `${JSON.stringify({ models: MODELS, prompts: PROMPTS, records: RECORDS, window: WINDOW, sinks: SINKS, massTarget: MASS, results }, null, 2)}\n`);

@@ -1,0 +1,71 @@
+/**
+ * What prefill calibration costs: the same prompt prefilled with hybrid attention attached
+ * without calibration and with it (the runtime's defaults), alternating, on dummy bf16 weights
+ * of a preset shape (Llama-3.1-8B by default), then a few decode steps of the calibrated run
+ * (its stats line shows what the calibration chose).
+ *
+ *   bun apps/bench/src/calibration-cost.ts [--contexts 32768,131072] [--preset llama-3.1-8b]
+ *     [--backend cuda|cpu] [--window 4096] [--sinks 4] [--repeats 2] [--steps 8]
+ *
+ * Prefill blocks of 32 768 tokens (a longer prompt is prefilled block by block; the last block
+ * is the one calibrated). Prints one table: prefill seconds without and with, the calibration's own
+ * milliseconds on the driving thread, and the ratio.
+ */
+import { dummyModelFiles, loadModel, presetConfig } from "@hybridgen/core";
+import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
+import { createHybridAttention, hybridPlan } from "@hybridgen/runtime";
+import { arg, list } from "./args.js";
+import { openBackend } from "./open-backend.js";
+
+const contexts = list("contexts", "32768,131072").map(Number);
+const preset = arg("preset", "llama-3.1-8b");
+const window = Number(arg("window", "4096")), sinks = Number(arg("sinks", "4"));
+const repeats = Number(arg("repeats", "2")), steps = Number(arg("steps", "8"));
+const PREFILL_BLOCK = 32768;
+/** "tiny": a 4-layer Llama for a dry run on the CPU backend. */
+const TINY = {
+  architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 256, intermediate_size: 768, num_hidden_layers: 4,
+  num_attention_heads: 8, num_key_value_heads: 2, vocab_size: 1024, max_position_embeddings: 1 << 20, rms_norm_eps: 1e-5, rope_theta: 1e6,
+};
+
+using backend = await openBackend(arg("backend", "cuda"), { arenaFraction: 0.95 });
+const rows: string[] = [];
+for (const context of contexts) {
+  const maxContext = context + steps + 8;
+  const json = { ...(preset === "tiny" ? TINY : presetConfig(preset)), max_position_embeddings: maxContext };
+  using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
+  using model = loadModel(files, backend, { maxContext, prefillBlock: PREFILL_BLOCK, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
+  const prompt = Int32Array.from({ length: context }, (_, i) => (i * 7919 + 13) % files.shape.vocabSize);
+  const prefill = async (calibrate: boolean) => {
+    const h = await createHybridAttention(model, backend, { calibrate });
+    model.reset();
+    const t0 = performance.now();
+    model.forward(prompt, 0);
+    return { h, s: (performance.now() - t0) / 1e3 };
+  };
+  (await prefill(false)).h.close(); // warm-up: kernels, arena, host store
+  const plain: number[] = [], calibrated: number[] = [], own: number[] = [];
+  let last = "";
+  for (let r = 0; r < repeats; r++) {
+    const a = await prefill(false);
+    plain.push(a.s);
+    a.h.close();
+    const b = await prefill(true);
+    calibrated.push(b.s);
+    const c = hybridPlan(b.h)?.calibrated;
+    own.push(c?.ms ?? NaN);
+    if (r === repeats - 1) {
+      for (let t = 0; t < steps; t++) model.forward(Int32Array.of(1 + t), context + t);
+      last = b.h.stats.summary();
+    }
+    b.h.close();
+  }
+  const med = (v: number[]) => [...v].sort((x, y) => x - y)[v.length >> 1]!;
+  const p = med(plain), c = med(calibrated), o = med(own);
+  console.log(`${preset} ${context}: ${last}`);
+  rows.push(`| ${context} | ${p.toFixed(3)} | ${c.toFixed(3)} | ${((c / p - 1) * 100).toFixed(1)}% | ${o.toFixed(1)} | ${((o / 1e3 / p) * 100).toFixed(1)}% |`);
+}
+console.log(`\n## Prefill calibration cost, ${preset} shape, dummy bf16 weights, window ${window} + ${sinks} sinks, medians of ${repeats} (${backend.name})\n`);
+console.log("| context | prefill s, no calibration | prefill s, calibrated | difference | calibration ms (driving thread) | of the prefill |");
+console.log("| --- | --- | --- | --- | --- | --- |");
+for (const r of rows) console.log(r);

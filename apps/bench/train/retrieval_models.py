@@ -1,0 +1,317 @@
+"""Trains small retrieval models unlike recall-4l, for hybrid attention's accuracy tables.
+
+    python3 apps/bench/train/retrieval_models.py --out DIR [--models ruler-8l,ruler-12l] [--seed 1]
+        [--steps N] [--time-budget 90] [--tiny]
+    python3 apps/bench/train/retrieval_models.py --out DIR --models NAME --meta-only   # the files beside returned weights
+
+Each model is a Llama (HF layout: config.json, model.safetensors in bf16, a word-level
+tokenizer.json with recall-4l's vocabulary: <unk> <s> </s> = ? . f0-f999 k0-k255 v0-v255) trained
+from scratch on a RULER-like mix in one sequence: many needles `kA vB .`, keys holding several
+values (multi-value: `? kA` answers every value in order), and chains of assignments `kA = vB .`
+... `kC = kA .` (variable tracking: `? kC` answers vB), all spread over a haystack of fillers,
+the questions in the last quarter. The loss is on the answers only. The recipe and the seed make
+the weights; nothing else is needed (the weights are never committed). Lengths grow from 512 to
+4096 over the run (RoPE theta 1e6) so that the models reach past their last training length.
+"""
+import argparse, json, math, os, random, time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+VOCAB = ["<unk>", "<s>", "</s>", "=", "?", "."] + [f"f{i}" for i in range(1000)] + [f"k{i}" for i in range(256)] + [f"v{i}" for i in range(256)]
+EQ, ASK, DOT = 3, 4, 5
+F0, K0, V0 = 6, 1006, 1262
+
+# name: (layers, hidden, heads, kv heads, intermediate)
+SHAPES = {
+    "ruler-8l": (8, 256, 8, 8, 768),     # 8 layers, multi-head (a KV head per query head)
+    "ruler-12l": (12, 256, 8, 4, 768),   # 12 layers, 4 KV heads of 2 query heads each
+    "tiny": (2, 64, 4, 2, 128),
+}
+# recall-4l's shape: the models grow from it (--grow-from), so they start with a working retrieval circuit.
+BASE = (4, 256, 8, 2, 768)
+
+
+class Block(nn.Module):
+    def __init__(self, d, h, kv, inter):
+        super().__init__()
+        self.h, self.kv, self.hd = h, kv, d // h
+        self.input_layernorm = nn.RMSNorm(d, eps=1e-5)
+        self.post_attention_layernorm = nn.RMSNorm(d, eps=1e-5)
+        self.q_proj = nn.Linear(d, h * self.hd, bias=False)
+        self.k_proj = nn.Linear(d, kv * self.hd, bias=False)
+        self.v_proj = nn.Linear(d, kv * self.hd, bias=False)
+        self.o_proj = nn.Linear(h * self.hd, d, bias=False)
+        self.gate_proj = nn.Linear(d, inter, bias=False)
+        self.up_proj = nn.Linear(d, inter, bias=False)
+        self.down_proj = nn.Linear(inter, d, bias=False)
+
+    def forward(self, x, cos, sin):
+        b, t, _ = x.shape
+        y = self.input_layernorm(x)
+        q = self.q_proj(y).view(b, t, self.h, self.hd).transpose(1, 2)
+        k = self.k_proj(y).view(b, t, self.kv, self.hd).transpose(1, 2)
+        v = self.v_proj(y).view(b, t, self.kv, self.hd).transpose(1, 2)
+        q, k = rope(q, cos, sin), rope(k, cos, sin)
+        a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=self.kv != self.h)
+        x = x + self.o_proj(a.transpose(1, 2).reshape(b, t, -1))
+        y = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
+
+
+def rope(x, cos, sin):
+    # Hugging Face Llama's rotate-half convention (what the engine's loader expects).
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+
+
+class Llama(nn.Module):
+    def __init__(self, layers, d, h, kv, inter, theta=1e6):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(len(VOCAB), d)
+        self.layers = nn.ModuleList([Block(d, h, kv, inter) for _ in range(layers)])
+        self.norm = nn.RMSNorm(d, eps=1e-5)
+        self.lm_head = nn.Linear(d, len(VOCAB), bias=False)
+        hd = d // h
+        self.register_buffer("inv_freq", 1.0 / theta ** (torch.arange(0, hd, 2).float() / hd), persistent=False)
+        for m in self.modules():
+            if isinstance(m, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(m.weight, std=0.02)
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        f = torch.outer(torch.arange(t, device=ids.device).float(), self.inv_freq)
+        emb = torch.cat((f, f), dim=-1)
+        cos, sin = emb.cos()[None, None], emb.sin()[None, None]
+        x = self.embed_tokens(ids)
+        for blk in self.layers:
+            x = blk(x, cos.to(x.dtype), sin.to(x.dtype))
+        return self.lm_head(self.norm(x))
+
+
+def sequence(rng, length):
+    """One training sequence (token ids) and its loss mask (answer positions)."""
+    toks = rng.integers(F0, F0 + 1000, size=length).tolist()
+    mask = [0] * length
+    keys = rng.permutation(256)
+    n_needles = int(rng.integers(8, max(9, min(64, length // 24))))
+    n_multi, n_chain = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    pieces, queries, used = [], [], 0
+    for i in range(n_needles):
+        k, v = int(keys[used]), int(rng.integers(256))
+        used += 1
+        pieces.append([K0 + k, V0 + v, DOT])
+        queries.append(([ASK, K0 + k], [V0 + v]))
+    for _ in range(n_multi):
+        k = int(keys[used]); used += 1
+        vals = [int(x) for x in rng.integers(256, size=int(rng.integers(2, 5)))]
+        pieces.append(("multi", k, vals))
+        queries.append(([ASK, K0 + k], [V0 + x for x in vals]))
+    for _ in range(n_chain):
+        hops = int(rng.integers(1, 4))
+        chain = [int(x) for x in keys[used:used + hops + 1]]; used += hops + 1
+        v = int(rng.integers(256))
+        links = [[K0 + chain[0], EQ, V0 + v, DOT]] + [[K0 + chain[i], EQ, K0 + chain[i - 1], DOT] for i in range(1, hops + 1)]
+        pieces.append(("chain", links))
+        for c in chain[int(rng.integers(0, hops + 1)):][:2]:
+            queries.append(([ASK, K0 + c], [V0 + v]))
+    # Expand multi-value keys and chains into their records, kept in order, shuffled among the needles.
+    flat = []
+    for g, p in enumerate(pieces):
+        if isinstance(p, tuple) and p[0] == "multi":
+            flat.extend([("ord", g, i, [K0 + p[1], V0 + x, DOT]) for i, x in enumerate(p[2])])
+        elif isinstance(p, tuple) and p[0] == "chain":
+            flat.extend([("ord", g, i, link) for i, link in enumerate(p[1])])
+        else:
+            flat.append(("one", g, 0, p))
+    order = rng.permutation(len(flat))
+    shuffled = [flat[i] for i in order]
+    # Groups that must stay in order: fix them by sorting each group's slots.
+    groups = {}
+    for slot, item in enumerate(shuffled):
+        if item[0] == "ord":
+            groups.setdefault(item[1], []).append(slot)
+    for g, slots in groups.items():
+        items = sorted([shuffled[s] for s in slots], key=lambda it: it[2])
+        for s, it in zip(slots, items):
+            shuffled[s] = it
+    body = int(length * 0.75)
+    share = max(1, (body - 1) // max(1, len(shuffled)))
+    for i, it in enumerate(shuffled):
+        p = it[3]
+        at = 1 + i * share + int(rng.integers(0, max(1, share - len(p))))
+        if at + len(p) > body:
+            break
+        toks[at:at + len(p)] = p
+    qs = [queries[i] for i in rng.permutation(len(queries))]
+    at = body
+    for q, a in qs:
+        seg = q + a + [DOT]
+        at += int(rng.integers(0, 8))
+        if at + len(seg) > length:
+            break
+        toks[at:at + len(seg)] = seg
+        for j in range(len(a)):
+            mask[at + len(q) + j] = 1
+        at += len(seg)
+    toks[0] = 1
+    return toks, mask
+
+
+def batch(rng, n, length, device):
+    seqs = [sequence(rng, length) for _ in range(n)]
+    ids = torch.tensor([s[0] for s in seqs], device=device)
+    mask = torch.tensor([s[1] for s in seqs], device=device, dtype=torch.bool)
+    return ids, mask
+
+
+def save(model, shape, out):
+    layers, d, h, kv, inter = shape
+    os.makedirs(out, exist_ok=True)
+    tensors = {}
+    for name, p in model.state_dict().items():
+        key = name if name.startswith("lm_head") else f"model.{name}"
+        key = key.replace(".q_proj", ".self_attn.q_proj").replace(".k_proj", ".self_attn.k_proj").replace(".v_proj", ".self_attn.v_proj").replace(".o_proj", ".self_attn.o_proj")
+        key = key.replace(".gate_proj", ".mlp.gate_proj").replace(".up_proj", ".mlp.up_proj").replace(".down_proj", ".mlp.down_proj")
+        tensors[key] = p.detach().to(torch.bfloat16).contiguous().cpu()
+    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    write_meta(shape, out)
+
+
+def write_meta(shape, out):
+    """config.json, generation_config.json and the tokenizer files of a model of `shape` (the weights' neighbours)."""
+    layers, d, h, kv, inter = shape
+    os.makedirs(out, exist_ok=True)
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": d, "intermediate_size": inter,
+        "num_hidden_layers": layers, "num_attention_heads": h, "num_key_value_heads": kv, "head_dim": d // h,
+        "hidden_act": "silu", "max_position_embeddings": 32768, "rms_norm_eps": 1e-5, "rope_theta": 1e6,
+        "vocab_size": len(VOCAB), "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
+        "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16",
+    }
+    json.dump(config, open(os.path.join(out, "config.json"), "w"), indent=2)
+    json.dump({"bos_token_id": 1, "eos_token_id": 2}, open(os.path.join(out, "generation_config.json"), "w"))
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False, "special": True} for i, t in enumerate(VOCAB[:3])],
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"},
+        "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                           "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 0}}],
+                           "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": None, "model": {"type": "WordLevel", "vocab": {t: i for i, t in enumerate(VOCAB)}, "unk_token": "<unk>"},
+    }
+    json.dump(tok, open(os.path.join(out, "tokenizer.json"), "w"))
+    json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True, "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 32768},
+              open(os.path.join(out, "tokenizer_config.json"), "w"))
+
+
+def grown(shape, base_dir):
+    """A model of `shape` that computes exactly what recall-4l (in base_dir) computes: its layers
+    spread over the depth, the layers between them adding nothing (output projections zero, the
+    rest random), each of its KV heads copied to the query heads it served."""
+    from safetensors.torch import load_file
+    layers, d, h, kv, inter = shape
+    bl, bd, bh, bkv, binter = BASE
+    assert (d, h, inter) == (bd, bh, binter) and kv % bkv == 0 and layers >= bl
+    src = {k: v.float() for k, v in load_file(os.path.join(base_dir, "model.safetensors")).items()}
+    model = Llama(*shape)
+    st = model.state_dict()
+    hd, rep = d // h, kv // bkv
+    expand = lambda w: w.view(bkv, hd, d).repeat_interleave(rep, dim=0).reshape(kv * hd, d)
+    at = {round(j * layers / bl): j for j in range(bl)}
+    for i in range(layers):
+        p = f"layers.{i}."
+        if i in at:
+            q = f"model.layers.{at[i]}."
+            for ours, theirs in [("input_layernorm", "input_layernorm"), ("post_attention_layernorm", "post_attention_layernorm"), ("q_proj", "self_attn.q_proj"),
+                                 ("o_proj", "self_attn.o_proj"), ("gate_proj", "mlp.gate_proj"), ("up_proj", "mlp.up_proj"), ("down_proj", "mlp.down_proj")]:
+                st[p + ours + ".weight"] = src[q + theirs + ".weight"]
+            st[p + "k_proj.weight"] = expand(src[q + "self_attn.k_proj.weight"])
+            st[p + "v_proj.weight"] = expand(src[q + "self_attn.v_proj.weight"])
+        else:
+            st[p + "o_proj.weight"] = torch.zeros_like(st[p + "o_proj.weight"])
+            st[p + "down_proj.weight"] = torch.zeros_like(st[p + "down_proj.weight"])
+    st["embed_tokens.weight"], st["norm.weight"], st["lm_head.weight"] = src["model.embed_tokens.weight"], src["model.norm.weight"], src["lm_head.weight"]
+    model.load_state_dict(st)
+    return model
+
+
+def evaluate(model, rng, length, device, n=16):
+    model.eval()
+    with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        ids, mask = batch(rng, n, length, device)
+        pred = model(ids[:, :-1]).argmax(-1)
+        hit = (pred == ids[:, 1:])[mask[:, 1:]]
+    model.train()
+    return hit.float().mean().item()
+
+
+def train(name, args, device):
+    shape = SHAPES[name]
+    seed = args.seed * 1000 + sorted(SHAPES).index(name)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    model = (grown(shape, args.grow_from) if args.grow_from else Llama(*shape)).to(device)
+    if args.grow_from:
+        print(f"{name}: grown from {args.grow_from}, answer-token accuracy before training {evaluate(model, rng, 1024, device):.3f}", flush=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.05)
+    # (until this share of the steps: sequence length, batch)
+    phases = [(1.0, 256, 8)] if args.tiny else [(0.4, 1024, 32), (0.8, 2048, 16), (1.0, 4096, 8)] if args.grow_from else [(0.3, 512, 64), (0.7, 1024, 32), (0.9, 2048, 16), (1.0, 4096, 8)]
+    t0, step = time.time(), 0
+    while step < args.steps and time.time() - t0 < args.time_budget:
+        # The schedule follows whichever runs out first, the steps or the time budget.
+        frac = max(step / args.steps, (time.time() - t0) / args.time_budget)
+        length, bs = next((l, b) for (f, l, b) in phases if frac < f)
+        lr = args.lr * min(1.0, (step + 1) / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        ids, mask = batch(rng, bs, length, device)
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+            logits = model(ids[:, :-1])
+        loss = F.cross_entropy(logits.float()[mask[:, 1:]], ids[:, 1:][mask[:, 1:]])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        if step % args.log_every == 0:
+            print(f"{name} step {step} len {length} loss {loss.item():.3f} ({time.time() - t0:.0f} s)", flush=True)
+    lengths = [256] if args.tiny else [2048, 4096]
+    acc = {l: evaluate(model, rng, l, device) for l in lengths}
+    print(f"{name}: {step} steps in {time.time() - t0:.0f} s, answer-token accuracy {acc}", flush=True)
+    out = os.path.join(args.out, name)
+    save(model, shape, out)
+    json.dump({"model": name, "shape": dict(zip(["layers", "hidden", "heads", "kv_heads", "intermediate"], shape)), "seed": args.seed, "steps": step,
+               "lr": args.lr, "phases": phases, "answer_accuracy": acc, "seconds": round(time.time() - t0, 1), "device": str(device)},
+              open(os.path.join(out, "recipe.json"), "w"), indent=2)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--models", default="ruler-8l,ruler-12l")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--steps", type=int, default=100000)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--time-budget", type=float, default=90, help="seconds per model at most")
+    ap.add_argument("--log-every", type=int, default=100)
+    ap.add_argument("--tiny", action="store_true", help="a 2-layer model on 256-token sequences (a CPU smoke test)")
+    ap.add_argument("--grow-from", default="", help="recall-4l's directory: start from its layers (see grown()) instead of random weights")
+    ap.add_argument("--meta-only", action="store_true", help="write only the config and tokenizer files of --models into --out/NAME")
+    args = ap.parse_args()
+    if args.meta_only:
+        for name in args.models.split(","):
+            write_meta(SHAPES[name], os.path.join(args.out, name))
+        return
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    for name in (["tiny"] if args.tiny else args.models.split(",")):
+        train(name, args, device)
+
+
+if __name__ == "__main__":
+    main()
