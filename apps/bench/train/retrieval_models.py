@@ -177,7 +177,24 @@ def save(model, shape, out):
         key = key.replace(".q_proj", ".self_attn.q_proj").replace(".k_proj", ".self_attn.k_proj").replace(".v_proj", ".self_attn.v_proj").replace(".o_proj", ".self_attn.o_proj")
         key = key.replace(".gate_proj", ".mlp.gate_proj").replace(".up_proj", ".mlp.up_proj").replace(".down_proj", ".mlp.down_proj")
         tensors[key] = p.detach().to(torch.bfloat16).contiguous().cpu()
-    save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    # Shards of at most 15 MiB (the device's $OUT returns files up to 16 MiB), with the HF index when more than one.
+    shards, size = [{}], 0
+    for key, t in tensors.items():
+        n = t.numel() * t.element_size()
+        if shards[-1] and size + n > 15 * 2**20:
+            shards.append({})
+            size = 0
+        shards[-1][key] = t
+        size += n
+    if len(shards) == 1:
+        save_file(tensors, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    else:
+        names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+        for name, shard in zip(names, shards):
+            save_file(shard, os.path.join(out, name), metadata={"format": "pt"})
+        index = {"metadata": {"total_size": sum(t.numel() * t.element_size() for t in tensors.values())},
+                 "weight_map": {k: name for name, shard in zip(names, shards) for k in shard}}
+        json.dump(index, open(os.path.join(out, "model.safetensors.index.json"), "w"), indent=1)
     write_meta(shape, out)
 
 

@@ -89,8 +89,8 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
                                --timing alone, else feedback on a GPU and fixed on the CPU (feedback's K
                                follows the measured stage times: a --seed run repeats its text only with fixed)
       --k N                    fixed: offloaded tokens selected per KV head and layer (clamped); feedback:
-                               the first step's K (default: the model's profiled K_min, else calibrated
-                               from the prompt's prefill; ${DEFAULT_K} until a prompt calibrates it)
+                               the first step's K (default: the model's profiled K_min or its prompt's
+                               calibration, else ${DEFAULT_K})
       --k-min N                feedback: K never goes below N (default: as --k)
       --mass-target X          the share of attention mass the calibrated K captures on every layer,
                                0 < X ≤ 1 (default ${DEFAULT_MASS_TARGET})
@@ -255,8 +255,15 @@ export function hybridPlanLine(ha: HybridAttention): string {
   return `hybrid: selector ${p.selector}, ${p.scheduler} scheduler (${k}), logits ${p.logits}, exact layers ${p.exactLayers.length ? p.exactLayers.join(",") : "none"}, ` +
     `${p.cpuStageThreads} stage thread${p.cpuStageThreads === 1 ? "" : "s"}, transport ${p.transport ?? "unknown"}` +
     (p.scoring === "full" ? "" : `, ${p.scoring} scoring (${p.rescoreFactor}·K rescored)`) +
-    (p.readDepth === undefined ? "" : `, ${p.readDepth} disk reads in flight a thread`) + // only when --kv-disk-read-depth set it
-    (p.calibrates ? `; the prompt's prefill calibrates ${[p.calibrates.k ? "K" : "", p.calibrates.exactLayers ? "the exact layers" : ""].filter(Boolean).join(" and ")} (${p.calibrates.massTarget * 100}% of the attention mass)` : "");
+    (p.readDepth === undefined ? "" : `, ${p.readDepth} disk reads in flight a thread`); // only when --kv-disk-read-depth set it
+}
+
+/** "calibration: the prompt's prefill chooses K and the exact layers (95% of the attention mass)" when it does (else ""). */
+export function calibrationPlanLine(ha: HybridAttention): string {
+  const c = hybridPlan(ha)?.calibrates;
+  if (!c) return "";
+  const what = [c.k ? "K" : "", c.exactLayers ? "the exact layers" : ""].filter(Boolean).join(" and ");
+  return `calibration: the prompt's prefill chooses ${what} (${Math.round(c.massTarget * 1000) / 10}% of the attention mass)`;
 }
 
 /** The `scheduler` object of `generate --json`: what ran and, per step, the K, timing and stage times it decided from. */

@@ -130,7 +130,8 @@ describe("hybridgen generate --scheduler (stories15M)", () => {
       expect(first.out.scheduler).toMatchObject({ kSource: "calibration", exactLayers: c.exactLayers });
       expect(c.layerK).toHaveLength(6);
       expect(first.out.scheduler.steps[0].k).toBe(c.k);
-      expect(first.stderr).toContain("(K 64 post, the default), logits verified, exact layers none, 1 stage thread; the prompt's prefill calibrates K and the exact layers (95% of the attention mass)");
+      expect(first.stderr).toContain("fixed scheduler (K 64 post, the default), logits verified, exact layers none");
+      expect(first.stderr).toContain("\ncalibration: the prompt's prefill chooses K and the exact layers (95% of the attention mass)\n");
       expect(first.stderr).toMatch(/; calibrated from the prefill \(\d+ samples a layer, \d+ offloaded\): K per layer [\d/]+ for 95% of the attention mass/);
       expect(readdirSync(join(fresh, "profiles")).filter((f) => f.endsWith(".calibration.json"))).toHaveLength(1);
       // The next run starts from the cached calibration.

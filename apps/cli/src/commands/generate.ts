@@ -12,7 +12,7 @@ import { readPromptsJsonl } from "../read-prompts-jsonl.js";
 import { runPromptsBatch } from "./generate-batch.js";
 import { openBackend, threadCount } from "../device-backend.js";
 import {
-  attachHybrid, FULL_ATTENTION, hybridStatsLines, loadHybridSelector, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions,
+  attachHybrid, calibrationPlanLine, FULL_ATTENTION, hybridStatsLines, loadHybridSelector, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions,
 } from "../hybrid-options.js";
 import { KvTierCliOptionsSchema, preflightStore, storeAllocatorFor, type KvTierCliOptions } from "../kv-tier-options.js";
 import { resolveWindowBudget } from "../auto-budget.js";
@@ -111,6 +111,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   );
   io.uninterruptible?.(false);
   if (hybridAttention) progress(hybridPlanLine(hybridAttention));
+  const calibrates = hybridAttention ? calibrationPlanLine(hybridAttention) : "";
+  if (calibrates) progress(calibrates);
   // The feedback scheduler's K follows the measured stage times, so a seed repeats the sampling but not the tokens hybrid attention selects.
   if (hybridAttention && opts.seed !== undefined && opts.temperature > 0 && hybridPlan(hybridAttention)?.scheduler === "feedback") {
     progress("note: --seed repeats the sampling, not the feedback scheduler's K (it follows the measured stage times), so the text may differ run to run; --scheduler fixed repeats it");

@@ -12,7 +12,7 @@ import { fail } from "../errors.js";
 import { calibrationGrid, decideCalibration, LayerCalibration, type CalibrationResult } from "./calibration.js";
 
 /** Token visits (offloaded tokens × query heads of a sample, summed over samples and layers) a calibration makes at most. */
-export const CALIBRATION_BUDGET = 8 * 1024 * 1024;
+export const CALIBRATION_BUDGET = 4 * 1024 * 1024;
 /** Bounds on the (row, KV head) samples per layer. */
 const MIN_SAMPLES = 1, MAX_SAMPLES = 32;
 /** KV heads sampled per row (rotating over the rows, so every head is seen). */
@@ -35,6 +35,8 @@ interface Sampled {
   readonly row: number;
   readonly kvHeads: readonly number[];
   readonly to: number;
+  /** Samples of the layer before this row's. */
+  readonly first: number;
 }
 
 export class PrefillCalibrator implements PrefillObserver, Disposable {
@@ -47,7 +49,10 @@ export class PrefillCalibrator implements PrefillObserver, Disposable {
   private spec: (Tensor | null)[] = [null, null];
   private scores: Tensor | null = null;
   private specScores: Tensor | null = null;
+  /** Every sampled group's rows of every layer, read back once at blockEnd. */
+  private stash: Tensor | null = null;
   private sampled: Sampled[] = [];
+  private samplesPerLayer = 0;
   private acc: LayerCalibration[] = [];
   private ms = 0;
   private closed = false;
@@ -89,23 +94,21 @@ export class PrefillCalibrator implements PrefillObserver, Disposable {
   blockQueries(layer: number, q: Tensor, _n: number, pos0: number): void {
     if (this.sampled.length === 0) return;
     const t0 = performance.now();
-    const a = this.attention, be = a.backend, width = this.scores!.shape[1]!, from = a.cache.storeStart;
+    const a = this.attention, be = a.backend, stash = this.stash!;
     const spec = layer === 0 ? null : this.spec[layer & 1]!;
+    // Device work only (logits, a softmax, row copies into the stash): nothing is read back before
+    // blockEnd, so a device backend keeps running the prefill's layers ahead of the host.
     this.sampled.forEach((s, r) => {
-      const pos = pos0 + s.row, total = pos + 1;
+      const pos = pos0 + s.row;
       a.rowLogits(layer, q, s.row, pos, this.scores!);
       if (spec) a.rowLogits(layer, spec, r, pos, this.specScores!);
-      // A KV head's query heads are consecutive rows: one read each.
-      const group = (t: Tensor, g: number) => {
-        const rows = be.read(t, g * this.group * width, this.group * width);
-        return Array.from({ length: this.group }, (_, i) => rows.subarray(i * width, i * width + total));
-      };
-      const logits = s.kvHeads.map((g) => group(this.scores!, g));
-      const specLogits = spec ? s.kvHeads.map((g) => group(this.specScores!, g)) : null;
-      be.softmax(this.scores!, this.heads, total);
       s.kvHeads.forEach((g, i) => {
-        this.acc[layer]!.add({ logits: logits[i]!, specLogits: specLogits?.[i] ?? null, probs: group(this.scores!, g), from, to: s.to });
+        const at = this.stashRow(layer, r, i);
+        be.copyRows(stash, at, this.scores!, g * this.group, this.group);
+        if (spec) be.copyRows(stash, at + this.group, this.specScores!, g * this.group, this.group);
       });
+      be.softmax(this.scores!, this.heads, pos + 1);
+      s.kvHeads.forEach((g, i) => be.copyRows(stash, this.stashRow(layer, r, i) + 2 * this.group, this.scores!, g * this.group, this.group));
     });
     this.ms += performance.now() - t0;
   }
@@ -113,7 +116,19 @@ export class PrefillCalibrator implements PrefillObserver, Disposable {
   blockEnd(pos0: number, n: number): void {
     if (this.sampled.length === 0) return;
     const t0 = performance.now();
-    const offloaded = Math.max(...this.sampled.map((s) => s.to)) - this.attention.cache.storeStart;
+    const from = this.attention.cache.storeStart, width = this.stash!.shape[1]!, G = this.group;
+    const all = this.attention.backend.read(this.stash!);
+    for (let l = 0; l < this.layers; l++) {
+      this.sampled.forEach((s, r) => {
+        const total = pos0 + s.row + 1;
+        const rows = (at: number) => Array.from({ length: G }, (_, h) => all.subarray((at + h) * width, (at + h) * width + total));
+        s.kvHeads.forEach((_, i) => {
+          const at = this.stashRow(l, r, i);
+          this.acc[l]!.add({ logits: rows(at), specLogits: l === 0 ? null : rows(at + G), probs: rows(at + 2 * G), from, to: s.to });
+        });
+      });
+    }
+    const offloaded = Math.max(...this.sampled.map((s) => s.to)) - from;
     const samples = this.acc[0]!.samples;
     this.sampled = [];
     this.release();
@@ -122,6 +137,11 @@ export class PrefillCalibrator implements PrefillObserver, Disposable {
       massTarget: this.o.massTarget, offloaded, ...(this.o.exact === undefined ? {} : { exact: this.o.exact }), tokens: pos0 + n, ms: this.ms, samples,
     });
     this.o.onResult(this.last);
+  }
+
+  /** The stash's first row of (layer, sampled row r, its i-th KV head): q's logits, q̃'s, q's probabilities, a group of rows each. */
+  private stashRow(layer: number, r: number, i: number): number {
+    return (layer * this.samplesPerLayer + this.sampled[r]!.first + i) * 3 * this.group;
   }
 
   /** Chooses the sampled rows (the block's last ones with offloaded tokens) and allocates their buffers. */
@@ -139,7 +159,7 @@ export class PrefillCalibrator implements PrefillObserver, Disposable {
       if (to - from < 1) break;
       const k = Math.min(perRow, budget - taken);
       const kvHeads = Array.from({ length: k }, (_, i) => (sampled.length * perRow + i) % this.kvHeads);
-      sampled.push({ row, kvHeads, to });
+      sampled.push({ row, kvHeads, to, first: taken });
       taken += k;
     }
     if (sampled.length === 0) return;
@@ -148,15 +168,17 @@ export class PrefillCalibrator implements PrefillObserver, Disposable {
     this.spec = [be.alloc([sampled.length, this.qDim]), be.alloc([sampled.length, this.qDim])];
     this.scores = be.alloc([this.heads, total]);
     this.specScores = be.alloc([this.heads, total]);
+    this.samplesPerLayer = taken;
+    this.stash = be.alloc([this.layers * taken * 3 * this.group, total]);
     const grid = calibrationGrid(Math.max(...sampled.map((s) => s.to)) - from);
     this.acc = Array.from({ length: this.layers }, () => new LayerCalibration(grid, this.o.candidates));
   }
 
   private release(): void {
     const be = this.attention.backend;
-    for (const t of [...this.spec, this.scores, this.specScores]) if (t) be.free(t);
+    for (const t of [...this.spec, this.scores, this.specScores, this.stash]) if (t) be.free(t);
     this.spec = [null, null];
-    this.scores = this.specScores = null;
+    this.scores = this.specScores = this.stash = null;
   }
 
   close(): void {

@@ -3,9 +3,9 @@
  * no profile anywhere and no K given, so K and the exact layers come from each prompt's prefill
  * calibration (core's PrefillCalibrator). CPU backend.
  *
- *   bun apps/bench/src/calibrated-eval.ts --models ../shared/models/recall-4l:needle,DIR:vartrack,…
+ *   ./bun apps/bench/src/eval/calibrated-eval.ts --models ../shared/models/recall-4l:needle,DIR:vartrack,…
  *     [--lengths 4096,8192,16384] [--prompts 40] [--window 256] [--sinks 4] [--records 64]
- *     [--modes full,default,…] [--mass-target 0.95] [--threads 2] [--seed 1] [--json FILE]
+ *     [--modes full,default,…] [--mass-target 0.95] [--threads 2] [--seed 1] [--json FILE] [--table FILE]
  *
  * Per prompt the context is prefilled once (exact full attention in every mode) with the
  * calibrators of the modes attached (one per candidate multiplier), and checkpointed; each mode
@@ -20,10 +20,10 @@ import {
 } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
-import { arg, list } from "./args.js";
+import { arg, list } from "../args.js";
 import { retrievalPrompt, retrievalVocabulary, TASKS, type Task } from "./retrieval-tasks.js";
 
-const MODELS = list("models", `${new URL("../../../../shared/models/recall-4l", import.meta.url).pathname}:needle`).map((m) => {
+const MODELS = list("models", `${new URL("../../../../../shared/models/recall-4l", import.meta.url).pathname}:needle`).map((m) => {
   const i = m.lastIndexOf(":");
   const task = (i > 0 ? m.slice(i + 1) : "needle") as Task;
   if (!TASKS.includes(task)) throw new Error(`unknown task ${task} (tasks: ${TASKS.join(", ")})`);
@@ -104,7 +104,7 @@ for (const { dir, task } of MODELS) {
           const cell = res[mname]![length]!;
           cell.total++;
           if (ok) cell.correct++;
-          cell.meanK += h.stats.meanK;
+          cell.meanK += h.stats.meanRows;
           const ex = h.exactLayers.join(",") || "none";
           cell.exactLayers[ex] = (cell.exactLayers[ex] ?? 0) + 1;
           cell.calibMs += cal?.ms ?? 0;
@@ -117,17 +117,22 @@ for (const { dir, task } of MODELS) {
       process.stderr.write(`\r${name} ${length}: prompt ${p + 1}/${PROMPTS} (${((performance.now() - t0) / 1000).toFixed(0)} s)`);
     }
     process.stderr.write("\n");
+    report(false); // after each length: a run cut short keeps what it measured
   }
 }
+report(true);
 
+/** Prints the table (at the end) and writes --json / --table with the lengths measured so far. */
+function report(print: boolean): void {
 const head = ["model (task)", "mode", ...LENGTHS.map((l) => `${l}`), ...LENGTHS.map((l) => `mean K ${l}`)];
 const rows: string[][] = [];
 for (const [name, res] of Object.entries(results)) {
   for (const m of modeNames) {
-    const cells = LENGTHS.map((l) => res[m]![l]!);
-    rows.push([name, MODES[m]!.label, ...cells.map((x) => (x.correct / x.total).toFixed(3)), ...cells.map((x) => (x.meanK / x.total).toFixed(0))]);
+    const cells = LENGTHS.map((l) => res[m]![l] ?? { correct: 0, total: 0, meanK: 0 });
+    rows.push([name, MODES[m]!.label, ...cells.map((x) => (x.total ? (x.correct / x.total).toFixed(3) : "–")), ...cells.map((x) => (x.total ? (x.meanK / x.total).toFixed(0) : "–"))]);
   }
 }
+if (print) {
 const w = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
 console.log(`\nretrieval accuracy, ${PROMPTS} prompts per length, window ${WINDOW} with ${SINKS} sinks, no profile and no K given (calibrated from each prefill, mass target ${MASS}), CPU backend:`);
 console.log(`| ${head.map((h, i) => h.padEnd(w[i]!)).join(" | ")} |`);
@@ -136,8 +141,25 @@ for (const row of rows) console.log(`| ${row.map((c, i) => c.padEnd(w[i]!)).join
 for (const [name, res] of Object.entries(results)) {
   for (const l of LENGTHS) {
     const d = res.default?.[l];
-    if (d) console.log(`${name} ${l}: defaults' exact layers ${JSON.stringify(d.exactLayers)}, calibration ${(d.calibMs / d.total).toFixed(1)} ms of a ${(d.prefillMs / d.total).toFixed(0)} ms prefill`);
+    if (d?.total) console.log(`${name} ${l}: defaults' exact layers ${JSON.stringify(d.exactLayers)}, calibration ${(d.calibMs / d.total).toFixed(1)} ms of a ${(d.prefillMs / d.total).toFixed(0)} ms prefill`);
   }
+}
+}
+// --table FILE: the README's result file (apps/bench/src/readme/tables.ts renders it under its marker).
+const tableFile = arg("table", "");
+if (tableFile) {
+  const fmt = (l: number) => l.toLocaleString("en-US").replace(/,/g, " ");
+  const table = {
+    columns: ["model (task)", "mode", ...LENGTHS.map(fmt), `mean rows a KV head (${LENGTHS.map(fmt).join(" / ")})`],
+    align: ["left", "left", ...LENGTHS.map(() => "right"), "right"],
+    rows: Object.entries(results).flatMap(([name, res]) => modeNames.map((m) => {
+      const cells = LENGTHS.map((l) => res[m]![l] ?? { correct: 0, total: 0, meanK: 0 });
+      return [name, MODES[m]!.label, ...cells.map((x) => (x.total ? (x.correct / x.total).toFixed(3) : "–")), cells.map((x) => (x.total ? (x.meanK / x.total).toFixed(0) : "–")).join(" / ")];
+    })),
+  };
+  const measured = `apps/bench/src/eval/calibrated-eval.ts --models ${MODELS.map((m) => `${m.dir.split("/").pop()}:${m.task}`).join(",")} --lengths ${LENGTHS.join(",")} --prompts ${PROMPTS} --records ${RECORDS} --window ${WINDOW} --sinks ${SINKS} --mass-target ${MASS} --seed ${SEED}, CPU backend, ${new Date().toISOString().slice(0, 10)}`;
+  writeFileSync(tableFile, `${JSON.stringify({ measured, table }, null, 1)}\n`);
 }
 const json = arg("json", "");
 if (json) writeFileSync(json, `${JSON.stringify({ models: MODELS, prompts: PROMPTS, records: RECORDS, window: WINDOW, sinks: SINKS, massTarget: MASS, results }, null, 2)}\n`);
+}
