@@ -7,7 +7,7 @@
 import { existsSync, mkdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { dirname } from "node:path";
 import { z } from "zod";
-import { fail } from "../errors.js";
+import { fail } from "@hybridgen/spec";
 import { readJsonFile } from "../json-file.js";
 import type { CalibrationResult } from "./calibration.js";
 import { hybridProfilePath } from "./profile.js";

@@ -10,7 +10,7 @@
  * candidates with the true query, so their mass is what those candidates hold.
  */
 import { z } from "zod";
-import { HybridgenError } from "../errors.js";
+import { HybridgenError } from "@hybridgen/spec";
 
 /** K grid: 4·√2ⁱ rounded (4, 6, 8, 11, 16, …), up to a bound. */
 export function calibrationGrid(upTo: number): number[] {

@@ -6,9 +6,9 @@
  * and the attention mass K tokens capture (calibration.ts). The work is bounded: the samples a
  * layer shrink as the context and the model grow (CALIBRATION_BUDGET), to no fewer than 1.
  */
-import type { Tensor } from "../backend.js";
+import type { Tensor } from "@hybridgen/spec";
 import type { Attention, PrefillObserver, QueryProjector } from "../attention.js";
-import { fail } from "../errors.js";
+import { fail } from "@hybridgen/spec";
 import { calibrationGrid, decideCalibration, LayerCalibration, type CalibrationResult } from "./calibration.js";
 
 /** Token visits (offloaded tokens × query heads of a sample, summed over samples and layers) a calibration makes at most. */
