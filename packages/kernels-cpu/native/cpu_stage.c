@@ -10,6 +10,7 @@
 #include "topk_row.h"
 #include "kq.h"
 #include "sel_quest.h"
+#include "sel_index.h"
 #include "file_rows.h"
 #include <math.h>
 #include <stddef.h>
@@ -65,6 +66,8 @@ struct hg_stage {
     size_t two_bytes;
     char *quest; /* Quest: page bounds and each list's pages, scores and positions */
     size_t quest_bytes;
+    char *index; /* the page index's per-list scratch */
+    size_t index_bytes;
     hg_rows_io io; /* disk-tier rows of the job: segments, queued reads, failure */
     hg_readers *readers;
     int read_depth;
@@ -440,6 +443,10 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
         int64_t rc = hg_quest_select(s->ctx->pool, j, s->ctx->isa, &s->quest, &s->quest_bytes);
         if (rc) return rc;
         LAP(2);
+    } else if (j->flags & HG_STAGE_INDEX) {
+        int64_t rc = hg_index_select(s->ctx->pool, j, s->ctx->isa, &s->index, &s->index_bytes, s->jerr, sizeof s->jerr);
+        if (rc) return rc;
+        LAP(2);
     } else if (j->flags & HG_STAGE_STREAM) {
         if (j->budget < 0 || j->budget > j->kmax || j->sinks < 0) {
             snprintf(s->jerr, sizeof s->jerr, "cpu stage: streaming budget %lld (width %lld) or sinks %lld out of range",
@@ -608,6 +615,7 @@ void hg_stage_destroy(hg_stage *s) {
     free(s->scratch);
     free(s->two);
     free(s->quest);
+    free(s->index);
     free(s->io.reqs);
     hg_readers_destroy(s->readers);
     free(s);
@@ -719,13 +727,13 @@ static const struct { const char *name; int64_t at; } job_fields[] = {
     FIELD(heads), FIELD(kv_heads), FIELD(head_dim), FIELD(all_logits), FIELD(lstride), FIELD(ids), FIELD(counts),
     FIELD(kmax), FIELD(budget), FIELD(sel_logits), FIELD(vstage), FIELD(kstage), FIELD(scale),
     FIELD(kq), FIELD(kq_form), FIELD(kq_from), FIELD(cand), FIELD(pages), FIELD(page_size), FIELD(page_cap), FIELD(pages_from),
-    FIELD(ready), FIELD(ready_value), FIELD(done), FIELD(done_value), FIELD(sinks),
+    FIELD(ready), FIELD(ready_value), FIELD(done), FIELD(done_value), FIELD(sinks), FIELD(index_form), FIELD(super_pages),
 };
 #undef FIELD
 #define FLAG(f) { #f, HG_STAGE_##f }
 static const struct { const char *name; int64_t at; } job_flags[] = {
     FLAG(SCORE), FLAG(TOPK), FLAG(SELECTED), FLAG(GATHER), FLAG(SHARED), FLAG(KEYS), FLAG(QUEST), FLAG(NO_ROWS),
-    FLAG(DONE_IF_FAILED), FLAG(STREAM),
+    FLAG(DONE_IF_FAILED), FLAG(STREAM), FLAG(INDEX),
 };
 #undef FLAG
 

@@ -18,6 +18,7 @@ enum {
     HG_STAGE_NO_ROWS = 128, /* with SELECTED or GATHER: the device reads the rows itself; vstage/kstage untouched */
     HG_STAGE_DONE_IF_FAILED = 256, /* raise done only when the job fails (its outputs come from a later job) */
     HG_STAGE_STREAM = 512, /* with SELECTED: ids/counts first from StreamingLLM's sinks plus the newest slots */
+    HG_STAGE_INDEX = 1024, /* with SELECTED: ids/counts first from the page index (sel_index.h) */
 };
 
 /* Jobs submitted and not yet ended that the stage holds. */
@@ -54,6 +55,9 @@ typedef struct {
     /* StreamingLLM (STREAM): every KV head's list is [0, s) then [n - (k - s), n), k = min(budget, n),
      * s = min(sinks, k), written when the job runs (a queued job's slot may still be read before). */
     int64_t sinks;
+    /* Page index (INDEX): pages/page_size/page_cap/pages_from as Quest's, pages holding the index's
+     * bytes (sel_index.h's layout) of form index_form (1 int8, 2 int4) with super_pages pages a super-page. */
+    int64_t index_form, super_pages;
 } hg_stage_job;
 
 /* KV head g's rows of the job's K [kv_heads, kcap, head_dim] (the stage and its Quest kernel). */

@@ -12,7 +12,7 @@
  * done is raised by gather() (or by the stage when the score job fails).
  */
 import { dlopen, FFIType, ptr as addressOf, toArrayBuffer, type Pointer } from "bun:ffi";
-import { SPEC_VERSION, checkStageJob, fail, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape, type CpuStageSplit, type CpuStageStaging, type DType, type HostSignal, type OffloadedKeys, type Selection, type SelectorPrimitives, type Tensor } from "@hybridgen/spec";
+import { SPEC_VERSION, checkStageJob, fail, selectionForKvHead, type CpuStage, type CpuStageJob, type CpuStageOutput, type CpuStageShape, type CpuStageSplit, type CpuStageStaging, type DType, type HostSignal, PAGE_INDEX_FORM_CODE, pageIndexLayout, type OffloadedKeys, type Selection, type SelectorPrimitives, type Tensor } from "@hybridgen/spec";
 import { z } from "zod";
 import type { CpuBackend } from "./cpu-backend.js";
 import { chooseIsa, isaCode } from "./features.js";
@@ -22,6 +22,7 @@ import { storeKeys } from "./store-keys.js";
 import { KeySketches, SCORING_CODE, ScoringSchema, type Scoring } from "./key-scoring.js";
 import { PageSummaryRegions } from "./page-summaries.js";
 import { checkStageJobLayout, STAGE_FLAGS, StageJobRecord, type NativeJobLayout, type StageJobField } from "./stage-job-layout.js";
+import { PageIndexRegions } from "./page-index-regions.js";
 import { allocSlot, closeSlot, slotStaging, type NativeBuf, type StageSlot } from "./stage-slots.js";
 import { CpuTensor } from "./tensor.js";
 
@@ -96,7 +97,7 @@ export const NativeCpuStageOptionsSchema = z.object({
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
 const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
-const { SCORE, TOPK, SELECTED, GATHER, SHARED, KEYS, QUEST, NO_ROWS, DONE_IF_FAILED, STREAM } = STAGE_FLAGS;
+const { SCORE, TOPK, SELECTED, GATHER, SHARED, KEYS, QUEST, NO_ROWS, DONE_IF_FAILED, STREAM, INDEX } = STAGE_FLAGS;
 
 export class NativeCpuStage implements CpuStage {
   readonly spec = SPEC_VERSION;
@@ -116,6 +117,7 @@ export class NativeCpuStage implements CpuStage {
   readonly queueDepth: number;
   private sketches: KeySketches | null = null;
   private pages: PageSummaryRegions | null = null; // made by the first quest job
+  private indexes: PageIndexRegions | null = null; // made by the first index job
   private readonly lib: StageLib;
   private handle: Pointer | null;
   private shape: CpuStageShape | null = null;
@@ -173,13 +175,14 @@ export class NativeCpuStage implements CpuStage {
     if (w.kind === "score") flags = SCORE | DONE_IF_FAILED; // its done waits for gather()
     else if (w.kind === "topk") flags = SCORE | TOPK | GATHER | (w.shared ? SHARED : 0);
     else if (w.kind === "quest") flags = QUEST | SELECTED | GATHER;
+    else if (w.kind === "index") flags = INDEX | SELECTED | GATHER;
     else if (w.kind === "streaming") flags = STREAM | SELECTED | GATHER; // the coordinator writes its ids when it runs
     else {
       if (this.pending > 0) fail("cpu stage: a selected job cannot be queued behind another (wait() first)");
       this.writeIds(job, w.selection);
       flags = SELECTED | GATHER;
     }
-    const extended = this.fill(job, flags | this.rowFlags(job), w.kind === "topk" || w.kind === "quest" || w.kind === "streaming" ? w.budget : 0);
+    const extended = this.fill(job, flags | this.rowFlags(job), w.kind === "topk" || w.kind === "quest" || w.kind === "streaming" || w.kind === "index" ? w.budget : 0);
     if (this.lib.hg_stage_submit(this.handle!, this.jobPtr) !== 0) {
       if (extended) this.forgetDerived(extended);
       fail("cpu stage: the native queue is full");
@@ -270,6 +273,8 @@ export class NativeCpuStage implements CpuStage {
     this.sketches = null;
     this.pages?.close();
     this.pages = null;
+    this.indexes?.close();
+    this.indexes = null;
     for (const b of this.bufs) this.lib.hg_free(b.p, b.bytes);
     this.bufs.length = 0;
     this.rows = [];
@@ -323,9 +328,17 @@ export class NativeCpuStage implements CpuStage {
       const { address, pageCapacity, from } = this.pages.region(k, job.offloaded, job.work.pageSize, job.storeEpoch);
       set("pages", address); set("page_size", job.work.pageSize); set("page_cap", pageCapacity); set("pages_from", from);
       extended = k;
+    } else if (job.work.kind === "index" && (flags & INDEX) !== 0) {
+      const w = job.work;
+      this.indexes ??= new PageIndexRegions(shape.kvHeads, shape.storeCapacity, shape.headDim);
+      const { address, pageCapacity, from } = this.indexes.region(k, job.offloaded, w.form, w.pageSize, w.superPages, job.storeEpoch);
+      set("pages", address); set("page_size", w.pageSize); set("page_cap", pageCapacity); set("pages_from", from);
+      extended = k;
     } else {
       set("pages", 0); set("page_size", 0); set("page_cap", 0); set("pages_from", 0);
     }
+    set("index_form", job.work.kind === "index" ? PAGE_INDEX_FORM_CODE[job.work.form] : 0);
+    set("super_pages", job.work.kind === "index" ? job.work.superPages : 0);
     return extended;
   }
 
@@ -333,6 +346,7 @@ export class NativeCpuStage implements CpuStage {
   private forgetDerived(k: CpuTensor): void {
     this.sketches?.forget(k);
     this.pages?.forget(k);
+    this.indexes?.forget(k);
   }
 
   /** K rows staged too (verified logits); none copied at all when the device gathers them from the mapped store. */

@@ -7,7 +7,7 @@
  * pool while it is idle.
  */
 import { FFIType, ptr as addressOf, type Pointer } from "bun:ffi";
-import { fail, keyPrimitiveChecks as check, referencePrimitives, type DType, type OffloadedKeys, type PageSummaries, type SelectorPrimitives } from "@hybridgen/spec";
+import { fail, keyPrimitiveChecks as check, PAGE_INDEX_FORM_CODE, pageIndexChecks, referencePrimitives, type DType, type IndexPages, type OffloadedKeys, type PageIndex, type PageSummaries, type SelectorPrimitives } from "@hybridgen/spec";
 import { openNativeSymbols } from "./native.js";
 
 const { ptr, i32, i64, i64_fast, void: none } = FFIType;
@@ -18,6 +18,8 @@ const symbols = {
   hg_sel_key_scores: { args: [ptr, i64, i64, ptr, i32, i64, i64, i64, i64, ptr, i32, ptr], returns: none },
   hg_sel_gather: { args: [ptr, i32, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, ptr], returns: none },
   hg_sel_topk: { args: [ptr, i64, i64, ptr, i32, ptr], returns: i64_fast },
+  hg_index_fold: { args: [ptr, i32, i64, i64, i64, i64, i64, ptr, i32, i64, i64, i64, ptr], returns: none },
+  hg_index_pages: { args: [ptr, i32, i64, i64, i64, i64, i64, ptr, i64, i64, i64, ptr, i32, ptr], returns: i64_fast },
 } as const;
 let lib: ReturnType<typeof openNativeSymbols<typeof symbols>> | undefined;
 
@@ -67,6 +69,21 @@ export function nativeSelectorPrimitives(isa?: SelectorIsa, stage?: () => Pointe
       if (to === from) return dst;
       L.hg_sel_key_scores(at(query), keys.kvHeads, groupSize, at(keys.data), DTYPE_CODE[keys.dtype], keys.capacity, keys.headDim, from, to, at(dst), code, pool());
       return dst;
+    },
+    indexFold(keys: OffloadedKeys, from: number, to: number, index: PageIndex): void {
+      pageIndexChecks.fold(keys, from, to, index);
+      if (to === from) return;
+      L.hg_index_fold(addressOf(index.data), PAGE_INDEX_FORM_CODE[index.form], index.kvHeads, index.headDim, index.pageSize, index.superPages, index.pageCapacity,
+        at(keys.data), DTYPE_CODE[keys.dtype], keys.capacity, from, to, pool());
+    },
+    indexPages(query: Float32Array, groupSize: number, index: PageIndex, n: number, want: number): IndexPages {
+      pageIndexChecks.pages(query, groupSize, index, n, want);
+      const w = Math.min(want, Math.ceil(n / index.pageSize)), pages = new Int32Array(index.kvHeads * w);
+      if (w === 0) return { pages, want: 0, pagesRead: 0 };
+      const read = Number(L.hg_index_pages(addressOf(index.data), PAGE_INDEX_FORM_CODE[index.form], index.kvHeads, index.headDim, index.pageSize, index.superPages,
+        index.pageCapacity, at(query), groupSize, n, w, at(pages), code, pool()));
+      if (read < 0) fail("indexPages: out of memory for the native search");
+      return { pages, want: w, pagesRead: read };
     },
     gatherChannels(keys: OffloadedKeys, channels: Int32Array, from: number, to: number, out: OffloadedKeys): void {
       check.gatherChannels(keys, channels, from, to, out);

@@ -13,14 +13,14 @@ export const STAGE_JOB_FIELDS = [
   "flags", "q", "k", "ktype", "kcap", "v", "vtype", "vcap", "n", "heads", "kv_heads", "head_dim",
   "all_logits", "lstride", "ids", "counts", "kmax", "budget", "sel_logits", "vstage", "kstage", "scale",
   "kq", "kq_form", "kq_from", "cand", "pages", "page_size", "page_cap", "pages_from",
-  "ready", "ready_value", "done", "done_value", "sinks",
+  "ready", "ready_value", "done", "done_value", "sinks", "index_form", "super_pages",
 ] as const;
 export type StageJobField = (typeof STAGE_JOB_FIELDS)[number];
 const DOUBLE_FIELDS: ReadonlySet<StageJobField> = new Set(["scale"]);
 
 /** The job's flag bits (HG_STAGE_<name>). */
 export const STAGE_FLAGS = {
-  SCORE: 1, TOPK: 2, SELECTED: 4, GATHER: 8, SHARED: 16, KEYS: 32, QUEST: 64, NO_ROWS: 128, DONE_IF_FAILED: 256, STREAM: 512,
+  SCORE: 1, TOPK: 2, SELECTED: 4, GATHER: 8, SHARED: 16, KEYS: 32, QUEST: 64, NO_ROWS: 128, DONE_IF_FAILED: 256, STREAM: 512, INDEX: 1024,
 } as const;
 export type StageFlag = keyof typeof STAGE_FLAGS;
 

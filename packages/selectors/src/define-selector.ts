@@ -6,7 +6,7 @@
  * error that names the plugin, the layer, the step and the value.
  */
 import { z } from "zod";
-import { HybridgenError, SPEC_VERSION, SelectionTimingSchema, validateSelection, type Selection, type SelectionInput, type SelectionTiming, type SelectorKernel, type SelectorLayerInfo, type TokenSelector } from "@hybridgen/spec";
+import { HybridgenError, PAGE_INDEX_FORMS, SPEC_VERSION, SelectionTimingSchema, validateSelection, type Selection, type SelectionInput, type SelectionTiming, type SelectorKernel, type SelectorLayerInfo, type TokenSelector } from "@hybridgen/spec";
 import { checkSelectionInput } from "./check-input.js";
 import { BUILTIN, type BuiltinMark } from "./builtin-mark.js";
 import { InputCopier } from "./input-copy.js";
@@ -64,6 +64,7 @@ const KernelSchema = z.union([
   z.enum(["topk", "topk-shared", "all"]),
   z.object({ name: z.literal("quest"), pageSize: z.number().int().min(1).max(4096) }).strict(),
   z.object({ name: z.literal("streaming"), sinks: z.number().int().min(0).max(0x7fffffff) }).strict(),
+  z.object({ name: z.literal("index"), form: z.enum(PAGE_INDEX_FORMS), pageSize: z.number().int().min(1).max(4096), superPages: z.number().int().min(1).max(4096) }).strict(),
 ]);
 
 const DefinitionSchema = z.object({

@@ -7,6 +7,7 @@ export { streamingLLM, StreamingOptionsSchema } from "./builtins/streaming.js";
 export { allTokens } from "./builtins/all-tokens.js";
 export { h2o, H2OOptionsSchema } from "./builtins/h2o.js";
 export { quest, QuestOptionsSchema, type QuestState } from "./builtins/quest.js";
+export { pageIndexSelector, PageIndexOptionsSchema } from "./builtins/page-index.js";
 export { infinigen, InfiniGenOptionsSchema, chooseChannels, type InfiniGenState } from "./builtins/infinigen.js";
 export { keyformer, KeyformerOptionsSchema, keyformerTau, gumbelTable, gumbelIndex, GUMBEL_TABLE, type KeyformerOptions, type KeyformerState } from "./builtins/keyformer.js";
 export {

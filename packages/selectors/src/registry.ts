@@ -12,6 +12,7 @@ import { h2o } from "./builtins/h2o.js";
 import { infinigen } from "./builtins/infinigen.js";
 import { keyformer } from "./builtins/keyformer.js";
 import { quest } from "./builtins/quest.js";
+import { pageIndexSelector } from "./builtins/page-index.js";
 import { streamingLLM } from "./builtins/streaming.js";
 
 type AnyFactory = SelectorFactory<any, any>;
@@ -72,7 +73,7 @@ function describe(v: unknown): string {
   return typeof v === "object" ? "an object" : `${typeof v} ${JSON.stringify(v)}`;
 }
 
-for (const f of [exactTopK, streamingLLM, allTokens, h2o, quest, infinigen, keyformer]) {
+for (const f of [exactTopK, streamingLLM, allTokens, h2o, quest, pageIndexSelector, infinigen, keyformer]) {
   registerSelector(f);
   builtins.add(f.selectorName);
 }

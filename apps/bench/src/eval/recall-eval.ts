@@ -58,6 +58,9 @@ const MODES: Record<string, Mode> = {
   "infinigen-exact": fixed("InfiniGen partial keys (pre), exact", { selector: "infinigen", timing: "pre", logits: "exact" }),
   feedback: { label: "feedback scheduler (topk+streaming, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+streaming" }, kAs: "kMin" },
   "feedback-quest": { label: "feedback scheduler (topk+quest, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+quest" }, kAs: "kMin" },
+  index: fixed("page index int8 (pre), verified", { selector: "index", timing: "pre", logits: "verified" }),
+  "index-int4": fixed("page index int4 (pre), verified", { selector: "index", selectorOptions: { form: "int4" }, timing: "pre", logits: "verified" }),
+  "feedback-index": { label: "feedback scheduler (topk+index, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+index" }, kAs: "kMin" },
   "feedback-infinigen": { label: "feedback scheduler (topk+infinigen, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+infinigen" }, kAs: "kMin" },
 };
 const modeNames = list("modes", "full,exact,speculative,verified,verified-c2,verified-c4,verified-exact,streaming");

@@ -69,6 +69,7 @@ export function kernelWork(plan: StepPlan, budget: number): CpuStageWork {
   const kernel = plan.kernel!;
   if (kernel === "all") return { kind: "topk", budget: plan.offloaded, shared: true };
   if (typeof kernel === "string") return { kind: "topk", budget, shared: kernel === "topk-shared" };
+  if (kernel.name === "index") return { kind: "index", budget, form: kernel.form, pageSize: kernel.pageSize, superPages: kernel.superPages };
   return kernel.name === "quest"
     ? { kind: "quest", budget, pageSize: kernel.pageSize }
     : { kind: "streaming", budget, sinks: kernel.sinks };

@@ -9,6 +9,7 @@ import type { DType } from "../backend.js";
 import { HybridgenError } from "../errors.js";
 import { bf16BitsToF32, f16BitsToF32, f32ToBf16BitsOutward } from "../half-float.js";
 import type { OffloadedKeys, PageSummaries, SelectorPrimitives } from "./selector.js";
+import { indexFold, indexPages } from "./page-index.js";
 
 function checkLength(fn: string, arr: ArrayLike<number>, length: number, what: string): void {
   if (!Number.isInteger(length) || length < 0) throw new HybridgenError(`${fn}: length must be a non-negative integer, got ${length}`);
@@ -344,4 +345,6 @@ export const referencePrimitives: SelectorPrimitives = {
   pageBounds,
   keyScores,
   gatherChannels,
+  indexFold,
+  indexPages,
 };

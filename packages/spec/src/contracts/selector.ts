@@ -17,6 +17,7 @@ import { z } from "zod";
 import type { DType } from "../backend.js";
 import { HybridgenError } from "../errors.js";
 import type { SpecVersion } from "../version.js";
+import type { IndexPages, PageIndex, PageIndexForm } from "./page-index.js";
 
 export const SelectionTimingSchema = z.enum(["pre", "post"]);
 export type SelectionTiming = z.infer<typeof SelectionTimingSchema>;
@@ -93,6 +94,18 @@ export interface SelectorPrimitives {
    * for i < r = out.headDim (channels holds r per KV head). out is an f32 OffloadedKeys.
    */
   gatherChannels(keys: OffloadedKeys, channels: Int32Array, from: number, to: number, out: OffloadedKeys): void;
+  /**
+   * Folds K rows [from, to) of every KV head into a compact page index (page-index.ts): each page
+   * they touch is summarized afresh from its rows, then its super-page from its pages. An
+   * implementation must store the same bytes.
+   */
+  indexFold(keys: OffloadedKeys, from: number, to: number, index: PageIndex): void;
+  /**
+   * The best `want` pages of rows [0, n) per KV head by the index's bounds (max over the group's
+   * query heads), highest first, ties to the lower page: the flat choice over every page, found
+   * by reading the super-pages and only the pages of those that can still reach it.
+   */
+  indexPages(query: Float32Array, groupSize: number, index: PageIndex, n: number, want: number): IndexPages;
 }
 
 /**
@@ -293,6 +306,14 @@ export interface QuestKernel {
   readonly pageSize: number;
 }
 
+/** The page index's choice run by a CpuStage (pre-QKᵀ): indexSelection over an index the stage keeps per store. */
+export interface IndexKernel {
+  readonly name: "index";
+  readonly form: PageIndexForm;
+  readonly pageSize: number;
+  readonly superPages: number;
+}
+
 /**
  * StreamingLLM's choice run by a CpuStage (pre-QKᵀ): the `sinks` oldest offloaded slots plus the
  * newest, K in all, one list shared by every KV head (streamingSelection).
@@ -306,10 +327,10 @@ export interface StreamingKernel {
  * A CpuStage kernel whose choice equals a selector's select() at the kernel's own timing:
  * "topk" (post-QKᵀ exact top-K per KV head, max over the group's query heads, ties to the lower
  * slot), "topk-shared" (one list from the max over all heads), "all" (every slot, either timing),
- * a QuestKernel (pre-QKᵀ page bounds, questSelection), a StreamingKernel (pre-QKᵀ sinks plus the
+ * a QuestKernel (pre-QKᵀ page bounds, questSelection), an IndexKernel (pre-QKᵀ, indexSelection), a StreamingKernel (pre-QKᵀ sinks plus the
  * newest slots, streamingSelection).
  */
-export type SelectorKernel = "topk" | "topk-shared" | "all" | QuestKernel | StreamingKernel;
+export type SelectorKernel = "topk" | "topk-shared" | "all" | QuestKernel | StreamingKernel | IndexKernel;
 
 /**
  * StreamingLLM's slots for `k` ids out of `offloaded`: [0, s) ∪ [offloaded − (k − s), offloaded) with
@@ -370,3 +391,7 @@ export interface TokenSelector<S = unknown> {
 
 export { referencePrimitives, offloadedKeys, pageSummaries, keyPrimitiveChecks } from "./selector-primitives.js";
 export { questSelection, questPages, type QuestPageState } from "./quest-selection.js";
+export {
+  indexFold, indexFor, indexPageBounds, indexPages, indexSelection, pageIndex, pageIndexChecks, pageIndexForm, pageIndexLayout, PAGE_INDEX_FORM_CODE, PAGE_INDEX_FORMS,
+  PAGE_INDEX_SLACK, type IndexPages, type PageIndex, type PageIndexForm, type PageIndexLayout, type PageIndexState,
+} from "./page-index.js";

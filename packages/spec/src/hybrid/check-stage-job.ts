@@ -1,6 +1,7 @@
 /** Boundary checks every CpuStage runs on a job before touching memory. */
 import type { Tensor } from "../backend.js";
 import { fail } from "../errors.js";
+import { pageIndexForm } from "../contracts/page-index.js";
 import type { CpuStageJob, CpuStageShape } from "./cpu-stage.js";
 
 function checkStore(t: Tensor, what: string, shape: CpuStageShape): void {
@@ -27,7 +28,7 @@ export function checkStageJob(job: CpuStageJob, shape: CpuStageShape): void {
   }
   if (job.keys && !shape.stageKeys) fail("cpu stage: a job asks for K rows but the stage was prepared without stageKeys");
   const w = job.work;
-  if ((w.kind === "topk" || w.kind === "quest" || w.kind === "streaming") && !(Number.isInteger(w.budget) && w.budget >= 0 && w.budget <= job.kmax)) {
+  if ((w.kind === "topk" || w.kind === "quest" || w.kind === "streaming" || w.kind === "index") && !(Number.isInteger(w.budget) && w.budget >= 0 && w.budget <= job.kmax)) {
     fail(`cpu stage: ${w.kind === "topk" ? "top-K" : w.kind} budget ${w.budget} out of range [0, ${job.kmax}]`);
   }
   if (w.kind === "streaming" && !(Number.isInteger(w.sinks) && w.sinks >= 0 && w.sinks <= 0x7fffffff)) {
@@ -35,5 +36,10 @@ export function checkStageJob(job: CpuStageJob, shape: CpuStageShape): void {
   }
   if (w.kind === "quest" && !(Number.isInteger(w.pageSize) && w.pageSize >= 1 && w.pageSize <= 4096)) {
     fail(`cpu stage: quest page size must be an integer in [1, 4096], got ${w.pageSize}`);
+  }
+  if (w.kind === "index") {
+    pageIndexForm(w.form);
+    if (!(Number.isInteger(w.pageSize) && w.pageSize >= 1 && w.pageSize <= 4096)) fail(`cpu stage: index page size must be an integer in [1, 4096], got ${w.pageSize}`);
+    if (!(Number.isInteger(w.superPages) && w.superPages >= 1 && w.superPages <= 4096)) fail(`cpu stage: index pages per super-page must be an integer in [1, 4096], got ${w.superPages}`);
   }
 }

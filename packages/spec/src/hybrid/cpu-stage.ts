@@ -18,6 +18,7 @@
 import type { DType, HostRegion, HostSignal, Tensor } from "../backend.js";
 import type { OffloadedKeys, Selection, SelectorPrimitives } from "../contracts/selector.js";
 import type { SpecVersion } from "../version.js";
+import type { PageIndexForm } from "../contracts/page-index.js";
 
 export interface CpuStageShape {
   readonly heads: number;
@@ -44,6 +45,10 @@ export type CpuStageWork =
    * KV head), then as "selected". The stage keeps each store's page summaries, folding in the rows
    * evicted since its last quest job (afresh when `storeEpoch` changes or the store shrank). */
   | { readonly kind: "quest"; readonly budget: number; readonly pageSize: number }
+  /** Pre-QKᵀ page index inside the stage (indexSelection with the slot's query; `budget` ids per KV
+   * head), then as "selected". The stage keeps each store's index, folding in the rows evicted since
+   * its last index job (afresh when `storeEpoch` changes or the store shrank). */
+  | { readonly kind: "index"; readonly budget: number; readonly form: PageIndexForm; readonly pageSize: number; readonly superPages: number }
   /** Pre-QKᵀ StreamingLLM inside the stage (streamingSelection: the `sinks` oldest slots plus the
    * newest, `budget` ids, the same list for every KV head), then as "selected". */
   | { readonly kind: "streaming"; readonly budget: number; readonly sinks: number };

@@ -6,6 +6,7 @@
 import type { Backend, Tensor } from "../backend.js";
 import { offloadedKeys, referencePrimitives } from "../contracts/selector-primitives.js";
 import { questPages, questSelection, type QuestPageState } from "../contracts/quest-selection.js";
+import { indexFor, indexSelection, type PageIndexState } from "../contracts/page-index.js";
 import { selectionForKvHead, streamingSelection, type OffloadedKeys, type Selection } from "../contracts/selector.js";
 import { fail } from "../errors.js";
 import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape } from "../hybrid/cpu-stage.js";
@@ -34,6 +35,7 @@ export class BackendCpuStage implements CpuStage {
   private rows: Float32Array[] = [];
   private readonly tableViews = new Map<Tensor, Tensor>();
   private readonly questStates = new Map<Tensor, QuestPageState & { epoch: number | undefined }>(); // per store K
+  private readonly indexStates = new Map<Tensor, PageIndexState & { epoch: number | undefined }>(); // per store K
   private busyMs = 0;
   private closed = false;
 
@@ -74,6 +76,8 @@ export class BackendCpuStage implements CpuStage {
       this.scoreSelected(job, w.selection);
     } else if (w.kind === "quest") {
       this.scoreSelected(job, this.questChoice(job, w.budget, w.pageSize));
+    } else if (w.kind === "index") {
+      this.scoreSelected(job, this.indexChoice(job, w));
     } else if (w.kind === "streaming") {
       this.scoreSelected(job, { kind: "shared", ids: streamingSelection(job.offloaded, Math.min(w.budget, job.offloaded), w.sinks) });
     } else {
@@ -120,6 +124,7 @@ export class BackendCpuStage implements CpuStage {
     const be = this.backend;
     for (const v of this.tableViews.values()) be.free(v);
     this.questStates.clear();
+    this.indexStates.clear();
     for (const s of this.slots) {
       s.values.close();
       s.keys?.close();
@@ -150,6 +155,18 @@ export class BackendCpuStage implements CpuStage {
     }
     const P = referencePrimitives, pages = questPages(P, st, keys, job.offloaded, pageSize);
     return questSelection(P, this.slot(job.slot).query, heads / kvHeads, keys, pages, job.offloaded, budget);
+  }
+
+  /** The page index's choice from the slot's query, on an index of this store kept across jobs (afresh in a new epoch). */
+  private indexChoice(job: CpuStageJob, w: Extract<CpuStageJob["work"], { kind: "index" }>): Selection {
+    const { heads, kvHeads } = this.shape!, keys = this.offloadedKeys(job.k);
+    let st = this.indexStates.get(job.k);
+    if (!st || st.epoch !== job.storeEpoch) {
+      st = { index: null, summarized: 0, epoch: job.storeEpoch };
+      this.indexStates.set(job.k, st);
+    }
+    const P = referencePrimitives, index = indexFor(P, st, keys, job.offloaded, w.pageSize, w.superPages, w.form);
+    return indexSelection(P, this.slot(job.slot).query, heads / kvHeads, keys, index, job.offloaded, w.budget);
   }
 
   /** Pre-QKᵀ: one gathered-logits call per distinct list (one for a shared selection). */

@@ -1,0 +1,445 @@
+/* The page index (sel_index.h; core's page-index.ts is the definition). A page's summary is made
+ * from its rows in f32 with the definition's operations in its order, so the bytes match core's
+ * bit for bit; bounds sum in f32 (core sums in f64), so a choice may differ from core's only
+ * between pages whose bounds tie within rounding. The search for a head's best pages keeps the
+ * super-pages in a max-heap (built in linear time, popped only as far as the search goes) and
+ * the pages kept in a min-heap of the worst kept, so a search that stops early costs little more
+ * than the super-pages' bounds. */
+#include "sel_index.h"
+#include "sel_loops.h"
+#include "sel_pool.h"
+#include "topk_row.h"
+#include "half.h"
+#include "hgcpu.h"
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define HG_IDX_X86 1
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#endif
+
+#define SLACK 1e-4f                       /* PAGE_INDEX_SLACK */
+static const float WIDEN = 1.0f + 0x1p-16f; /* the scale's widening (exact in f32) */
+
+static int64_t align64(int64_t x) { return (x + 63) & ~(int64_t)63; }
+
+static int64_t code_bytes(int form, int64_t d) { return form == HG_INDEX_INT8 ? 2 * d : form == HG_INDEX_INT4 ? d : 0; }
+
+int64_t hg_index_bytes(int form, int64_t kv_heads, int64_t d, int64_t page, int64_t super, int64_t page_cap) {
+    const int64_t cb = code_bytes(form, d), sc = (page_cap + super - 1) / super;
+    (void)page;
+    if (!cb || super < 1) return 0;
+    return align64(kv_heads * page_cap * cb) + align64(kv_heads * page_cap * 4) + align64(kv_heads * sc * cb) + align64(kv_heads * sc * 4);
+}
+
+int hg_index_view(hg_index *x, void *base, int form, int64_t kv_heads, int64_t d, int64_t page, int64_t super, int64_t page_cap) {
+    const int64_t cb = code_bytes(form, d);
+    if (!cb || super < 1 || page < 1) return -1;
+    uint8_t *b = base;
+    *x = (hg_index){.form = form, .kv_heads = kv_heads, .d = d, .page = page, .super = super, .page_cap = page_cap,
+                    .super_cap = (page_cap + super - 1) / super, .code_bytes = cb};
+    x->page_codes = b;
+    x->page_scales = (float *)(b + align64(kv_heads * page_cap * cb));
+    x->super_codes = (uint8_t *)x->page_scales + align64(kv_heads * page_cap * 4);
+    x->super_scales = (float *)(x->super_codes + align64(kv_heads * x->super_cap * cb));
+    return 0;
+}
+
+static inline int code_lo(const hg_index *x, const uint8_t *s, int64_t c) { return x->form == HG_INDEX_INT8 ? (int8_t)s[c] : (s[c] & 15) - 8; }
+static inline int code_hi(const hg_index *x, const uint8_t *s, int64_t c) { return x->form == HG_INDEX_INT8 ? (int8_t)s[x->d + c] : (s[c] >> 4) - 8; }
+
+/* page-index.ts's encode(), operation for operation in f32. */
+static float encode(const hg_index *x, uint8_t *o, const float *mn, const float *mx) {
+    const int64_t d = x->d;
+    const int qmax = x->form == HG_INDEX_INT8 ? 127 : 7;
+    float amax = 0.0f;
+    int any = 0;
+    for (int64_t c = 0; c < d; c++) {
+        if (mn[c] <= mx[c]) {
+            any = 1;
+            const float a = fabsf(mn[c]), b = fabsf(mx[c]);
+            if (a > amax) amax = a;
+            if (b > amax) amax = b;
+        }
+    }
+    float scale = 0.0f;
+    if (any && amax > 0.0f) {
+        const float s = amax / (float)qmax; /* two roundings, as the definition's */
+        scale = s * WIDEN;
+    }
+    for (int64_t c = 0; c < d; c++) {
+        int lo = 0, hi = 0;
+        if (scale > 0.0f && mn[c] <= mx[c]) {
+            lo = (int)floorf(mn[c] / scale);
+            if ((float)lo * scale > mn[c]) lo--;
+            hi = (int)ceilf(mx[c] / scale);
+            if ((float)hi * scale < mx[c]) hi++;
+            if (lo < -qmax) lo = -qmax;
+            if (hi > qmax) hi = qmax;
+        }
+        if (x->form == HG_INDEX_INT8) {
+            o[c] = (uint8_t)(int8_t)lo;
+            o[d + c] = (uint8_t)(int8_t)hi;
+        } else {
+            o[c] = (uint8_t)((lo + 8) | ((hi + 8) << 4));
+        }
+    }
+    return scale;
+}
+
+static inline float key_at(const void *k, int ktype, int64_t i) {
+    if (ktype == HG_F32) return ((const float *)k)[i];
+    const uint16_t h = ((const uint16_t *)k)[i];
+    return ktype == HG_BF16 ? hg_bf16_to_f32(h) : hg_f16_to_f32(h);
+}
+
+/* Head g's pages over rows [from, to) afresh (their rows below `to`), then their super-pages. mn/mx: 2·d floats of scratch. */
+static void fold_head(const hg_index *x, const void *k, int ktype, int64_t kcap, int64_t g, int64_t from, int64_t to, float *mn, float *mx) {
+    const int64_t d = x->d, P = x->page, S = x->super, p0 = from / P, p1 = (to + P - 1) / P, s0 = p0 / S, s1 = (p1 + S - 1) / S;
+    for (int64_t p = p0; p < p1; p++) {
+        for (int64_t c = 0; c < d; c++) mn[c] = __builtin_inff(), mx[c] = -__builtin_inff();
+        const int64_t end = (p + 1) * P < to ? (p + 1) * P : to;
+        for (int64_t slot = p * P; slot < end; slot++) {
+            const int64_t row = (g * kcap + slot) * d;
+            for (int64_t c = 0; c < d; c++) {
+                const float v = key_at(k, ktype, row + c);
+                if (v < mn[c]) mn[c] = v;
+                if (v > mx[c]) mx[c] = v;
+            }
+        }
+        x->page_scales[g * x->page_cap + p] = encode(x, x->page_codes + (g * x->page_cap + p) * x->code_bytes, mn, mx);
+    }
+    for (int64_t u = s0; u < s1; u++) {
+        for (int64_t c = 0; c < d; c++) mn[c] = __builtin_inff(), mx[c] = -__builtin_inff();
+        const int64_t end = (u + 1) * S < p1 ? (u + 1) * S : p1;
+        for (int64_t p = u * S; p < end; p++) {
+            const uint8_t *o = x->page_codes + (g * x->page_cap + p) * x->code_bytes;
+            const float sc = x->page_scales[g * x->page_cap + p];
+            for (int64_t c = 0; c < d; c++) {
+                const float lo = (float)code_lo(x, o, c) * sc, hi = (float)code_hi(x, o, c) * sc;
+                if (lo < mn[c]) mn[c] = lo;
+                if (hi > mx[c]) mx[c] = hi;
+            }
+        }
+        x->super_scales[g * x->super_cap + u] = encode(x, x->super_codes + (g * x->super_cap + u) * x->code_bytes, mn, mx);
+    }
+}
+
+/* Bound of one summary for the group's heads (rows of q d apart): max_j sc·Σ_c max(q·lo, q·hi), plus the rounding slack when asked. */
+static float bound_scalar(const hg_index *x, const uint8_t *s, float sc, const float *q, int64_t group, int slack) {
+    const int64_t d = x->d;
+    float best = -__builtin_inff();
+    for (int64_t j = 0; j < group; j++, q += d) {
+        float sum = 0.0f, abs = 0.0f;
+        for (int64_t c = 0; c < d; c++) {
+            const float v = q[c], lo = (float)code_lo(x, s, c), hi = (float)code_hi(x, s, c);
+            sum += v > 0.0f ? v * hi : v * lo;
+            if (slack) abs += fabsf(v) * (fabsf(lo) > fabsf(hi) ? fabsf(lo) : fabsf(hi));
+        }
+        const float b = sc * (sum + (slack ? SLACK * abs : 0.0f));
+        if (b > best) best = b;
+    }
+    return best;
+}
+
+#ifdef HG_IDX_X86
+/* bound_scalar without slack: codes widened eight channels a load, q split into its positive and
+ * negative parts (qp, qn: [group][d]) so each channel is two FMAs and no select per head. */
+AVX2 static float bound_avx2(const hg_index *x, const uint8_t *s, float sc, const float *qp, const float *qn, const float *q, int64_t group) {
+    const int64_t d = x->d, d8 = d & ~(int64_t)7;
+    float best = -__builtin_inff();
+    const __m256i m15 = _mm256_set1_epi32(15), e8 = _mm256_set1_epi32(8);
+    for (int64_t j = 0; j < group; j += 4) {
+        const int64_t m = group - j < 4 ? group - j : 4;
+        __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t c = 0; c < d8; c += 8) {
+            __m256 lo, hi;
+            if (x->form == HG_INDEX_INT8) {
+                lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s + c))));
+                hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s + d + c))));
+            } else {
+                const __m256i w = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + c)));
+                lo = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(w, m15), e8));
+                hi = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(w, 4), e8));
+            }
+            for (int64_t i = 0; i < m; i++) {
+                const int64_t r = (j + i) * d + c;
+                a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(qp + r), hi, a[i]);
+                a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(qn + r), lo, a[i]);
+            }
+        }
+        for (int64_t i = 0; i < m; i++) {
+            __m128 h = _mm_add_ps(_mm256_castps256_ps128(a[i]), _mm256_extractf128_ps(a[i], 1));
+            h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+            h = _mm_add_ss(h, _mm_movehdup_ps(h));
+            float sum = _mm_cvtss_f32(h);
+            const float *qi = q + (j + i) * d;
+            for (int64_t c = d8; c < d; c++) sum += qi[c] > 0.0f ? qi[c] * (float)code_hi(x, s, c) : qi[c] * (float)code_lo(x, s, c);
+            const float b = sc * sum;
+            if (b > best) best = b;
+        }
+    }
+    return best;
+}
+#endif
+
+/* (bound, page) order: a is better than b (higher bound, or equal and lower page). */
+static inline int better(float ab, int32_t ap, float bb, int32_t bp) { return ab > bb || (ab == bb && ap < bp); }
+
+typedef struct {
+    float *sb;      /* [supers] */
+    int32_t *heap;  /* [supers]: super-pages, best on top */
+    float *kb;      /* [want]: kept bounds, worst on top */
+    int32_t *kp;    /* [want] */
+    float *qp, *qn; /* [group*d] */
+} head_scratch;
+
+static size_t head_scratch_bytes(int64_t supers, int64_t want, int64_t group, int64_t d) {
+    return (size_t)(align64(supers * 4) * 2 + align64(want * 4) * 2 + align64(group * d * 4) * 2);
+}
+
+static head_scratch head_scratch_at(char *b, int64_t supers, int64_t want, int64_t group, int64_t d) {
+    head_scratch h;
+    h.sb = (float *)b, b += align64(supers * 4);
+    h.heap = (int32_t *)b, b += align64(supers * 4);
+    h.kb = (float *)b, b += align64(want * 4);
+    h.kp = (int32_t *)b, b += align64(want * 4);
+    h.qp = (float *)b, b += align64(group * d * 4);
+    h.qn = (float *)b;
+    return h;
+}
+
+static void super_sift(const float *sb, int32_t *h, int64_t n, int64_t i) {
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, t = i;
+        if (l < n && better(sb[h[l]], h[l], sb[h[t]], h[t])) t = l;
+        if (r < n && better(sb[h[r]], h[r], sb[h[t]], h[t])) t = r;
+        if (t == i) return;
+        int32_t v = h[i]; h[i] = h[t]; h[t] = v;
+        i = t;
+    }
+}
+
+static void kept_sift(float *kb, int32_t *kp, int64_t n, int64_t i) {
+    for (;;) {
+        int64_t l = 2 * i + 1, r = l + 1, t = i;
+        if (l < n && better(kb[t], kp[t], kb[l], kp[l])) t = l;
+        if (r < n && better(kb[t], kp[t], kb[r], kp[r])) t = r;
+        if (t == i) return;
+        float b = kb[i]; kb[i] = kb[t]; kb[t] = b;
+        int32_t p = kp[i]; kp[i] = kp[t]; kp[t] = p;
+        i = t;
+    }
+}
+
+/* Head g's best w pages of rows [0, n) into out (best first); returns the pages bounded. */
+static int64_t pages_head(const hg_index *x, const float *q, int64_t group, int64_t g, int64_t n, int64_t w, int32_t *out, head_scratch *h, int isa) {
+    const int64_t d = x->d, P = x->page, S = x->super, count = (n + P - 1) / P, supers = (count + S - 1) / S;
+    if (w <= 0 || count == 0) return 0;
+    for (int64_t i = 0; i < group * d; i++) h->qp[i] = q[i] > 0.0f ? q[i] : 0.0f, h->qn[i] = q[i] < 0.0f ? q[i] : 0.0f;
+    for (int64_t u = 0; u < supers; u++) {
+        h->sb[u] = bound_scalar(x, x->super_codes + (g * x->super_cap + u) * x->code_bytes, x->super_scales[g * x->super_cap + u], q, group, 1);
+        h->heap[u] = (int32_t)u;
+    }
+    for (int64_t i = supers / 2 - 1; i >= 0; i--) super_sift(h->sb, h->heap, supers, i);
+    int64_t left = supers, kept = 0, read = 0;
+    while (left > 0) {
+        const int32_t u = h->heap[0];
+        if (kept == w && h->sb[u] < h->kb[0]) break;
+        h->heap[0] = h->heap[--left];
+        super_sift(h->sb, h->heap, left, 0);
+        const int64_t end = (u + 1) * S < count ? (u + 1) * S : count;
+        for (int64_t p = (int64_t)u * S; p < end; p++) {
+            const uint8_t *s = x->page_codes + (g * x->page_cap + p) * x->code_bytes;
+            const float sc = x->page_scales[g * x->page_cap + p];
+            float b;
+#ifdef HG_IDX_X86
+            if (isa >= 1) b = bound_avx2(x, s, sc, h->qp, h->qn, q, group);
+            else
+#endif
+                b = bound_scalar(x, s, sc, q, group, 0);
+            read++;
+            if (kept < w) {
+                int64_t i = kept++;
+                h->kb[i] = b, h->kp[i] = (int32_t)p;
+                while (i > 0) { /* sift up: the worst kept on top */
+                    const int64_t up = (i - 1) / 2;
+                    if (!better(h->kb[up], h->kp[up], h->kb[i], h->kp[i])) break;
+                    float tb = h->kb[i]; h->kb[i] = h->kb[up]; h->kb[up] = tb;
+                    int32_t tp = h->kp[i]; h->kp[i] = h->kp[up]; h->kp[up] = tp;
+                    i = up;
+                }
+            } else if (better(b, (int32_t)p, h->kb[0], h->kp[0])) {
+                h->kb[0] = b, h->kp[0] = (int32_t)p;
+                kept_sift(h->kb, h->kp, kept, 0);
+            }
+        }
+    }
+    /* best first: pop the worst to the back */
+    for (int64_t m = kept; m > 0; m--) {
+        out[m - 1] = h->kp[0];
+        h->kb[0] = h->kb[m - 1], h->kp[0] = h->kp[m - 1];
+        kept_sift(h->kb, h->kp, m - 1, 0);
+    }
+    return read;
+}
+
+/* ---- primitives ---------------------------------------------------------------------------- */
+
+typedef struct {
+    const hg_index *x;
+    const void *k;
+    int ktype;
+    int64_t kcap, from, to;
+    const float *q;
+    int64_t group, n, w;
+    int32_t *out;
+    char *scratch;
+    size_t per;
+    int isa;
+    atomic_llong read;
+} prim_run;
+
+static void fold_task(void *v, int g, int parts) {
+    (void)parts;
+    prim_run *r = v;
+    float *mn = malloc((size_t)r->x->d * 8);
+    if (!mn) return; /* the caller's index stays as it was: only an allocation of 2·d floats can fail here */
+    fold_head(r->x, (const char *)r->k, r->ktype, r->kcap, g, r->from, r->to, mn, mn + r->x->d);
+    free(mn);
+}
+
+void hg_index_fold(void *base, int form, int64_t kv_heads, int64_t d, int64_t page, int64_t super, int64_t page_cap, const void *k, int ktype,
+                   int64_t kcap, int64_t from, int64_t to, hg_stage *stage) {
+    hg_index x;
+    if (hg_index_view(&x, base, form, kv_heads, d, page, super, page_cap) || to <= from) return;
+    prim_run r = {.x = &x, .k = k, .ktype = ktype, .kcap = kcap, .from = from, .to = to};
+    hg_sel_pool_run(hg_sel_pool(stage), fold_task, &r, (int)kv_heads);
+}
+
+static void pages_task(void *v, int g, int parts) {
+    (void)parts;
+    prim_run *r = v;
+    const int64_t d = r->x->d;
+    head_scratch h = head_scratch_at(r->scratch + (size_t)g * r->per, (r->x->page_cap + r->x->super - 1) / r->x->super, r->w, r->group, d);
+    int64_t read = pages_head(r->x, r->q + g * r->group * d, r->group, g, r->n, r->w, r->out + g * r->w, &h, r->isa);
+    atomic_fetch_add(&r->read, read);
+}
+
+int64_t hg_index_pages(void *base, int form, int64_t kv_heads, int64_t d, int64_t page, int64_t super, int64_t page_cap, const float *q, int64_t group,
+                       int64_t n, int64_t want, int32_t *out, int isa, hg_stage *stage) {
+    hg_index x;
+    if (hg_index_view(&x, base, form, kv_heads, d, page, super, page_cap)) return 0;
+    const int64_t count = (n + page - 1) / page, w = want < count ? want : count;
+    if (w <= 0) return 0;
+    prim_run r = {.x = &x, .q = q, .group = group, .n = n, .w = w, .out = out, .isa = isa};
+    r.per = head_scratch_bytes(x.super_cap, w, group, d);
+    r.scratch = aligned_alloc(64, r.per * (size_t)kv_heads);
+    if (!r.scratch) return -2;
+    atomic_init(&r.read, 0);
+    hg_sel_pool_run(hg_sel_pool(stage), pages_task, &r, (int)kv_heads);
+    free(r.scratch);
+    return atomic_load(&r.read);
+}
+
+/* ---- the stage kernel ---------------------------------------------------------------------- */
+
+typedef struct {
+    const hg_stage_job *j;
+    hg_index x;
+    int64_t k, w, group;
+    size_t per;
+    char *scratch; /* per head: head_scratch, then best pages [w] int32, exact [page] f32, positions [page] int32, mn/mx [2d] f32 */
+    int isa;
+    atomic_int failed;
+} index_run;
+
+static size_t list_bytes(const index_run *r) {
+    const int64_t P = r->j->page_size, d = r->j->head_dim;
+    return r->per + (size_t)(align64(r->w * 4) + align64(P * 4) * 2 + align64(2 * d * 4));
+}
+
+static void stage_fold_task(void *v, int g, int parts) {
+    (void)parts;
+    index_run *r = v;
+    const hg_stage_job *j = r->j;
+    float *mn = (float *)(r->scratch + (size_t)g * list_bytes(r) + list_bytes(r) - (size_t)align64(2 * j->head_dim * 4));
+    fold_head(&r->x, hg_stage_k_head(j, 0), (int)j->ktype, j->kcap, g, j->pages_from, j->n, mn, mn + j->head_dim);
+}
+
+static void ascending(int32_t *x, int64_t m) {
+    for (int64_t i = 1; i < m; i++) {
+        int32_t p = x[i];
+        int64_t at = i - 1;
+        for (; at >= 0 && x[at] > p; at--) x[at + 1] = x[at];
+        x[at + 1] = p;
+    }
+}
+
+/* List g: the best w pages, whole while they fit K, the last one's best tokens by exact q·k (indexSelection). */
+static void stage_choose_task(void *v, int g, int parts) {
+    (void)parts;
+    index_run *r = v;
+    const hg_stage_job *j = r->j;
+    const int64_t P = j->page_size, n = j->n, k = r->k, d = j->head_dim;
+    char *base = r->scratch + (size_t)g * list_bytes(r);
+    head_scratch h = head_scratch_at(base, r->x.super_cap, r->w, r->group, d);
+    int32_t *best = (int32_t *)(base + r->per);
+    float *exact = (float *)((char *)best + align64(r->w * 4));
+    int32_t *pos = (int32_t *)((char *)exact + align64(P * 4));
+    const float *q = (const float *)(intptr_t)j->q + g * r->group * d;
+    pages_head(&r->x, q, r->group, g, n, r->w, best, &h, r->isa);
+    int64_t taken = 0, used = 0, partial = -1, left = 0;
+    while (used < r->w && taken < k) {
+        const int64_t from = best[used++] * P, to = from + P < n ? from + P : n;
+        if (to - from <= k - taken) taken += to - from;
+        else { partial = from / P; left = k - taken; taken = k; }
+    }
+    if (partial >= 0) {
+        const int64_t from = partial * P, to = from + P < n ? from + P : n;
+        hg_sel_key_scores_serial(q, 1, r->group, hg_stage_k_head(j, g), (int)j->ktype, j->kcap, d, from, to, exact, r->isa);
+        if (hg_topk_row(exact, to - from, left, pos, r->isa >= 1, NULL) < 0) { r->failed = 1; return; }
+    }
+    ascending(best, used);
+    int32_t *ids = (int32_t *)(intptr_t)j->ids + g * j->kmax;
+    int64_t o = 0;
+    for (int64_t i = 0; i < used; i++) {
+        const int64_t from = best[i] * P, to = from + P < n ? from + P : n;
+        if (best[i] == partial) for (int64_t t = 0; t < left; t++) ids[o++] = (int32_t)(from + pos[t]);
+        else for (int64_t s = from; s < to; s++) ids[o++] = (int32_t)s;
+    }
+    ((int32_t *)(intptr_t)j->counts)[g] = (int32_t)o;
+}
+
+int64_t hg_index_select(hg_pool *pool, const hg_stage_job *j, int isa, char **buf, size_t *bytes, char *err, size_t errcap) {
+    index_run r = {.j = j, .isa = isa, .group = j->heads / j->kv_heads};
+    if (hg_index_view(&r.x, (void *)(intptr_t)j->pages, (int)j->index_form, j->kv_heads, j->head_dim, j->page_size, j->super_pages, j->page_cap)) {
+        snprintf(err, errcap, "cpu stage: page index form %lld does not exist (1 int8, 2 int4), or page size %lld / super-page %lld is not positive",
+                 (long long)j->index_form, (long long)j->page_size, (long long)j->super_pages);
+        return 1;
+    }
+    const int64_t P = j->page_size, count = (j->n + P - 1) / P;
+    r.k = j->budget < j->n ? j->budget : j->n;
+    r.w = (r.k + P - 1) / P + 1 < count ? (r.k + P - 1) / P + 1 : count;
+    r.per = head_scratch_bytes(r.x.super_cap, r.w, r.group, j->head_dim);
+    const size_t need = list_bytes(&r) * (size_t)j->kv_heads;
+    if (*bytes < need) {
+        free(*buf);
+        *buf = aligned_alloc(64, (need + 63) & ~(size_t)63);
+        *bytes = *buf ? need : 0;
+        if (!*buf) return -2;
+    }
+    r.scratch = *buf;
+    atomic_init(&r.failed, 0);
+    if (j->pages_from < j->n) hg_pool_run(pool, stage_fold_task, &r, (int)j->kv_heads);
+    if (r.k == 0) {
+        for (int64_t g = 0; g < j->kv_heads; g++) ((int32_t *)(intptr_t)j->counts)[g] = 0;
+        return 0;
+    }
+    hg_pool_run(pool, stage_choose_task, &r, (int)j->kv_heads);
+    return atomic_load(&r.failed) ? -2 : 0;
+}

@@ -1,0 +1,96 @@
+import { describe, expect, it } from "vitest";
+import {
+  indexFor, indexFold, indexPageBounds, indexPages, indexSelection, pageIndex, PAGE_INDEX_FORMS, selectionForKvHead, type CpuStageJob, type DType,
+  type PageIndexForm, type Tensor,
+} from "@hybridgen/core";
+import { createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, storeKeys, type CpuTensor } from "../src/index.js";
+import { randn, rng, SEED, supportedIsas } from "./helpers.js";
+
+/** K with outlier channels and a per-page amplitude, as real keys have (the index's scales differ page to page). */
+function keysLike(r: () => number, kvHeads: number, cap: number, d: number): Float32Array {
+  const k = randn(r, kvHeads * cap * d);
+  for (let i = 0; i < k.length; i++) k[i] = k[i]! * (i % d % 5 === 0 ? 6 : 1) * (1 + (Math.floor(i / d / 7) % 4));
+  return k;
+}
+
+function job(slot: 0 | 1, k: Tensor, v: Tensor, n: number, budget: number, form: PageIndexForm, pageSize: number, superPages: number, epoch = 0): CpuStageJob {
+  return { slot, k, v, offloaded: n, kmax: budget, scale: 0.125, work: { kind: "index", budget, form, pageSize, superPages }, storeEpoch: epoch };
+}
+
+describe(`the page index, native (seed ${SEED})`, () => {
+  for (const isa of supportedIsas()) {
+    it(`${isa}: indexFold stores the reference's bytes (every dtype, folded in steps); indexPages keeps the flat choice within f32 rounding`, () => {
+      const r = rng(3311), P = nativeSelectorPrimitives(isa);
+      for (const form of PAGE_INDEX_FORMS) {
+        for (const [dtype, kvHeads, group, d, page, sup] of [["f32", 2, 4, 24, 8, 4], ["bf16", 3, 2, 36, 16, 3], ["f16", 1, 8, 64, 5, 7]] as [DType, number, number, number, number, number][]) {
+          const cap = 333, what = `${isa} ${form} ${dtype} d=${d} page=${page} super=${sup}`;
+          using cpu = createCpuBackend({ threads: 2, isa });
+          const K = cpu.alloc([kvHeads, cap, d], dtype) as CpuTensor;
+          cpu.write(K, keysLike(r, kvHeads, cap, d));
+          const keys = storeKeys(K), native = pageIndex(kvHeads, d, cap, page, sup, form);
+          let at = 0;
+          for (const to of [1, page, 3 * page + 1, 200, 331]) {
+            P.indexFold(keys, at, to, native);
+            at = to;
+            const ref = pageIndex(kvHeads, d, cap, page, sup, form);
+            indexFold(keys, 0, to, ref);
+            expect(Buffer.from(native.data).equals(Buffer.from(ref.data)), `${what} after ${to} rows`).toBe(true);
+            for (const want of [1, 3, 12, 1000]) {
+              const q = randn(r, kvHeads * group * d), got = P.indexPages(q, group, native, to, want), exp = indexPages(q, group, ref, to, want);
+              const bounds = indexPageBounds(q, group, ref, to), count = Math.ceil(to / page);
+              expect(got.want).toBe(exp.want);
+              for (let g = 0; g < kvHeads; g++) {
+                const b = (p: number) => bounds[g * count + p]!;
+                const mine = Array.from(got.pages.subarray(g * got.want, (g + 1) * got.want), b), theirs = Array.from(exp.pages.subarray(g * exp.want, (g + 1) * exp.want), b);
+                const tol = 1e-5 * Math.max(1, ...theirs.map(Math.abs));
+                mine.forEach((x, i) => expect(Math.abs(x - theirs[i]!), `${what} n=${to} want=${want} head ${g} #${i}`).toBeLessThanOrEqual(tol));
+              }
+            }
+          }
+          cpu.free(K);
+        }
+      }
+    });
+
+    it(`${isa}: the stage's index job equals indexSelection on the native primitives, rows folded in steps, afresh in a new epoch`, () => {
+      const r = rng(3312), P = nativeSelectorPrimitives(isa);
+      using cpu = createCpuBackend({ threads: 2, isa });
+      for (const form of PAGE_INDEX_FORMS) {
+        const kvHeads = 2, group = 4, heads = kvHeads * group, d = 40, cap = 420, page = 8, sup = 4, dtype: DType = "bf16";
+        using stage = new NativeCpuStage(cpu, { threads: 2 });
+        stage.prepare({ heads, kvHeads, headDim: d, storeCapacity: cap, dtype });
+        const K = cpu.alloc([kvHeads, cap, d], dtype) as CpuTensor, V = cpu.alloc([kvHeads, cap, d], dtype);
+        cpu.write(K, keysLike(r, kvHeads, cap, d));
+        cpu.write(V, randn(r, kvHeads * cap * d));
+        const keys = storeKeys(K);
+        const check = (n: number, budget: number, epoch: number) => {
+          const q = randn(r, heads * d), slot = (budget & 1) as 0 | 1;
+          stage.query(slot).set(q);
+          stage.submit(job(slot, K, V, n, budget, form, page, sup, epoch));
+          stage.wait();
+          const x = indexFor(P, { index: null, summarized: 0 }, keys, n, page, sup, form);
+          const want = indexSelection(P, q, group, keys, x, n, budget), o = stage.output(slot);
+          for (let g = 0; g < kvHeads; g++) {
+            expect(Array.from(o.ids.subarray(g * o.kmax, g * o.kmax + o.counts[g]!)), `${isa} ${form} n=${n} K=${budget} head ${g}`).toEqual(Array.from(selectionForKvHead(want, g)));
+          }
+        };
+        for (const [n, budget] of [[1, 1], [9, 5], [63, 17], [64, 64], [300, 40], [419, 0], [419, 100]]) check(n, budget, 0);
+        cpu.write(K, keysLike(r, kvHeads, cap, d));
+        check(419, 33, 1);
+        cpu.free(K);
+        cpu.free(V);
+      }
+    });
+  }
+
+  it("a bad form or page size from a job is a one-line error before anything runs", () => {
+    using cpu = createCpuBackend({ threads: 1 });
+    using stage = new NativeCpuStage(cpu, { threads: 1 });
+    stage.prepare({ heads: 2, kvHeads: 1, headDim: 8, storeCapacity: 32, dtype: "f32" });
+    const K = cpu.alloc([1, 32, 8]), V = cpu.alloc([1, 32, 8]);
+    expect(() => stage.submit(job(0, K, V, 20, 4, "int2" as PageIndexForm, 4, 4))).toThrow(/^page index: form "int2" does not exist \(forms: int8, int4\)$/);
+    expect(() => stage.submit(job(0, K, V, 20, 4, "int8", 0, 4))).toThrow(/^cpu stage: index page size must be an integer in \[1, 4096\], got 0$/);
+    cpu.free(K);
+    cpu.free(V);
+  });
+});

@@ -1,0 +1,38 @@
+/**
+ * The compact hierarchical page index, pre-QKᵀ (core's page-index.ts defines it): per page of
+ * `pageSize` offloaded tokens and KV head, int8 or int4 bounds of K with a scale of their own, and
+ * super-pages of `superPages` pages over them, so choosing K tokens reads the super-pages and the
+ * few pages that can still win, not every row nor every bf16 page summary. The best pages' tokens,
+ * K per KV head, as Quest fills its lists. The same choice runs inside a CpuStage as the "index"
+ * kernel; select() is the definition for engines without one.
+ */
+import { indexFor, indexSelection, PAGE_INDEX_FORMS, type PageIndexState } from "@hybridgen/core";
+import { z } from "zod";
+import { defineSelector } from "../define-selector.js";
+import { BUILTIN } from "../builtin-mark.js";
+import { layerKeys } from "./layer-keys.js";
+
+export const PageIndexOptionsSchema = z.object({
+  /** How page bounds are stored: int8 (2·headDim bytes a page) or int4 (headDim bytes). */
+  form: z.enum(PAGE_INDEX_FORMS, { error: (i) => `form ${JSON.stringify(i.input)} does not exist (forms: ${PAGE_INDEX_FORMS.join(", ")})` }).default("int8"),
+  /** Offloaded tokens per page. */
+  pageSize: z.number().int().min(1).max(4096).default(16),
+  /** Pages per super-page (the index's second level). */
+  superPages: z.number().int().min(1).max(4096).default(16),
+}).strict();
+
+export const pageIndexSelector = defineSelector<z.output<typeof PageIndexOptionsSchema>, PageIndexState>({
+  name: "index",
+  description: "pre-QKᵀ compact page index: int8/int4 page bounds under super-pages; the best pages' tokens, K per KV head",
+  timings: ["pre"],
+  needsKeys: true,
+  options: PageIndexOptionsSchema,
+  kernel: ({ form, pageSize, superPages }) => ({ name: "index", form, pageSize, superPages }),
+  initState: () => ({ index: null, summarized: 0 }),
+  select(input, { form, pageSize, superPages }) {
+    const { offloaded: n, k, layout, primitives: P, state, query } = input;
+    const keys = layerKeys(input);
+    const index = indexFor(P, state, keys, n, pageSize, superPages, form);
+    return indexSelection(P, query, layout.groupSize, keys, index, n, k);
+  },
+}, BUILTIN);
