@@ -101,11 +101,11 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
       --candidates N           verified: choose N·K candidates for the device to score (default: the
                                profile's, else ${ENGINE.candidates})
       --selector NAME|PATH|PACKAGE[:export]  a registered selector (topk, streaming, all, h2o, quest,
-                               infinigen, keyformer), a plugin module exporting one made with defineSelector
+                               index, infinigen, keyformer), a plugin module exporting one made with defineSelector
                                (./my-selector.ts, a package name; :name picks a named export), or POST+PRE
                                (e.g. topk+quest); default topk+quest with feedback, else topk for post,
                                streaming for pre ("all" = exact)
-      --selector-options JSON  the selector's options, e.g. '{"pageSize":32}' (unknown keys are errors)
+      --selector-options JSON  the selector's options, e.g. '{"pageSize":32}', '{"form":"int4"}' for index (unknown keys are errors)
       --cpu-stage-threads N    native threads of the CPU stage (default 1 on the CPU backend, cores − 3 on a GPU)
       --scoring full|int8|int4 top-K scores compressed copies of the offloaded K first (int8: 0.52 of bf16's
                                bytes, int4: 0.28) and rescores the best --rescore-factor·K rows in full (default full)

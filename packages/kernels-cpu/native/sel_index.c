@@ -6,6 +6,7 @@
  * the pages kept in a min-heap of the worst kept, so a search that stops early costs little more
  * than the super-pages' bounds. */
 #include "sel_index.h"
+#include "sel_quest.h"
 #include "sel_loops.h"
 #include "sel_pool.h"
 #include "topk_row.h"
@@ -371,48 +372,19 @@ static void stage_fold_task(void *v, int g, int parts) {
     fold_head(&r->x, hg_stage_k_head(j, 0), (int)j->ktype, j->kcap, g, j->pages_from, j->n, mn, mn + j->head_dim);
 }
 
-static void ascending(int32_t *x, int64_t m) {
-    for (int64_t i = 1; i < m; i++) {
-        int32_t p = x[i];
-        int64_t at = i - 1;
-        for (; at >= 0 && x[at] > p; at--) x[at + 1] = x[at];
-        x[at + 1] = p;
-    }
-}
-
-/* List g: the best w pages, whole while they fit K, the last one's best tokens by exact q·k (indexSelection). */
+/* List g: the best w pages by the index (pages_head), then Quest's filling of the list (indexSelection). */
 static void stage_choose_task(void *v, int g, int parts) {
     (void)parts;
     index_run *r = v;
     const hg_stage_job *j = r->j;
-    const int64_t P = j->page_size, n = j->n, k = r->k, d = j->head_dim;
+    const int64_t P = j->page_size, d = j->head_dim;
     char *base = r->scratch + (size_t)g * list_bytes(r);
     head_scratch h = head_scratch_at(base, r->x.super_cap, r->w, r->group, d);
     int32_t *best = (int32_t *)(base + r->per);
     float *exact = (float *)((char *)best + align64(r->w * 4));
     int32_t *pos = (int32_t *)((char *)exact + align64(P * 4));
-    const float *q = (const float *)(intptr_t)j->q + g * r->group * d;
-    pages_head(&r->x, q, r->group, g, n, r->w, best, &h, r->isa);
-    int64_t taken = 0, used = 0, partial = -1, left = 0;
-    while (used < r->w && taken < k) {
-        const int64_t from = best[used++] * P, to = from + P < n ? from + P : n;
-        if (to - from <= k - taken) taken += to - from;
-        else { partial = from / P; left = k - taken; taken = k; }
-    }
-    if (partial >= 0) {
-        const int64_t from = partial * P, to = from + P < n ? from + P : n;
-        hg_sel_key_scores_serial(q, 1, r->group, hg_stage_k_head(j, g), (int)j->ktype, j->kcap, d, from, to, exact, r->isa);
-        if (hg_topk_row(exact, to - from, left, pos, r->isa >= 1, NULL) < 0) { r->failed = 1; return; }
-    }
-    ascending(best, used);
-    int32_t *ids = (int32_t *)(intptr_t)j->ids + g * j->kmax;
-    int64_t o = 0;
-    for (int64_t i = 0; i < used; i++) {
-        const int64_t from = best[i] * P, to = from + P < n ? from + P : n;
-        if (best[i] == partial) for (int64_t t = 0; t < left; t++) ids[o++] = (int32_t)(from + pos[t]);
-        else for (int64_t s = from; s < to; s++) ids[o++] = (int32_t)s;
-    }
-    ((int32_t *)(intptr_t)j->counts)[g] = (int32_t)o;
+    pages_head(&r->x, (const float *)(intptr_t)j->q + g * r->group * d, r->group, g, j->n, r->w, best, &h, r->isa);
+    if (hg_pages_to_list(j, g, best, r->w, r->k, r->group, exact, pos, r->isa) < 0) r->failed = 1;
 }
 
 int64_t hg_index_select(hg_pool *pool, const hg_stage_job *j, int isa, char **buf, size_t *bytes, char *err, size_t errcap) {

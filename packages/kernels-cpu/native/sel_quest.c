@@ -64,28 +64,19 @@ static void ascending(int32_t *x, int64_t m) {
     }
 }
 
-/* List g: the best `want` pages, whole while they fit K, the last one's best tokens by exact q·k. */
-static void choose_task(void *v, int g, int parts) {
-    (void)parts;
-    quest_run *r = v;
-    const hg_stage_job *j = r->j;
-    const int64_t P = j->page_size, n = j->n, k = r->k, d = j->head_dim;
-    int32_t *best = (int32_t *)(r->lists + g * r->list_bytes), *pos = best + r->want + P;
-    float *exact = (float *)(best + r->want);
-    const float *row = r->bounds + g * r->count;
-    if (hg_topk_row(row, r->count, r->want, best, r->avx2, NULL) < 0) { r->failed = 1; return; }
-    by_bound_desc(best, r->want, row);
+int hg_pages_to_list(const hg_stage_job *j, int64_t g, int32_t *best, int64_t want, int64_t k, int64_t group, float *exact, int32_t *pos, int isa) {
+    const int64_t P = j->page_size, n = j->n, d = j->head_dim;
     int64_t taken = 0, used = 0, partial = -1, left = 0;
-    while (used < r->want && taken < k) {
+    while (used < want && taken < k) {
         const int64_t from = best[used++] * P, to = from + P < n ? from + P : n;
         if (to - from <= k - taken) taken += to - from;
         else { partial = from / P; left = k - taken; taken = k; }
     }
     if (partial >= 0) {
         const int64_t from = partial * P, to = from + P < n ? from + P : n;
-        hg_sel_key_scores_serial((const float *)(intptr_t)j->q + g * r->group * d, 1, r->group, hg_stage_k_head(j, g), (int)j->ktype, j->kcap, d, from,
-                                 to, exact, r->isa);
-        if (hg_topk_row(exact, to - from, left, pos, r->avx2, NULL) < 0) { r->failed = 1; return; }
+        hg_sel_key_scores_serial((const float *)(intptr_t)j->q + g * group * d, 1, group, hg_stage_k_head(j, g), (int)j->ktype, j->kcap, d, from,
+                                 to, exact, isa);
+        if (hg_topk_row(exact, to - from, left, pos, isa >= 1, NULL) < 0) return -1;
     }
     ascending(best, used); /* pages are disjoint runs of slots: in page order the ids ascend */
     int32_t *ids = (int32_t *)(intptr_t)j->ids + g * j->kmax;
@@ -96,6 +87,20 @@ static void choose_task(void *v, int g, int parts) {
         else for (int64_t s = from; s < to; s++) ids[o++] = (int32_t)s;
     }
     ((int32_t *)(intptr_t)j->counts)[g] = (int32_t)o;
+    return 0;
+}
+
+/* List g: the best `want` pages by bound, then hg_pages_to_list. */
+static void choose_task(void *v, int g, int parts) {
+    (void)parts;
+    quest_run *r = v;
+    const int64_t P = r->j->page_size;
+    int32_t *best = (int32_t *)(r->lists + g * r->list_bytes), *pos = best + r->want + P;
+    float *exact = (float *)(best + r->want);
+    const float *row = r->bounds + g * r->count;
+    if (hg_topk_row(row, r->count, r->want, best, r->avx2, NULL) < 0) { r->failed = 1; return; }
+    by_bound_desc(best, r->want, row);
+    if (hg_pages_to_list(r->j, g, best, r->want, r->k, r->group, exact, pos, r->isa) < 0) r->failed = 1;
 }
 
 int64_t hg_quest_select(hg_pool *pool, const hg_stage_job *j, int isa, char **buf, size_t *bytes) {

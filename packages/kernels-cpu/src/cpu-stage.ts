@@ -20,9 +20,9 @@ import { nativeLibraryPath, openNativeSymbols } from "./native.js";
 import { nativeSelectorPrimitives } from "./selector-primitives.js";
 import { storeKeys } from "./store-keys.js";
 import { KeySketches, SCORING_CODE, ScoringSchema, type Scoring } from "./key-scoring.js";
-import { PageSummaryRegions } from "./page-summaries.js";
+import { pageSummaryShape } from "./page-summaries.js";
 import { checkStageJobLayout, STAGE_FLAGS, StageJobRecord, type NativeJobLayout, type StageJobField } from "./stage-job-layout.js";
-import { PageIndexRegions } from "./page-index-regions.js";
+import { FoldedRegions } from "./tensor-regions.js";
 import { allocSlot, closeSlot, slotStaging, type NativeBuf, type StageSlot } from "./stage-slots.js";
 import { CpuTensor } from "./tensor.js";
 
@@ -116,8 +116,8 @@ export class NativeCpuStage implements CpuStage {
   /** Jobs submit() takes before a wait() (the native queue's capacity). */
   readonly queueDepth: number;
   private sketches: KeySketches | null = null;
-  private pages: PageSummaryRegions | null = null; // made by the first quest job
-  private indexes: PageIndexRegions | null = null; // made by the first index job
+  private readonly pages = new FoldedRegions("Quest page summaries");
+  private readonly indexes = new FoldedRegions("the page index");
   private readonly lib: StageLib;
   private handle: Pointer | null;
   private shape: CpuStageShape | null = null;
@@ -271,10 +271,8 @@ export class NativeCpuStage implements CpuStage {
     this.slots = [];
     this.sketches?.close();
     this.sketches = null;
-    this.pages?.close();
-    this.pages = null;
-    this.indexes?.close();
-    this.indexes = null;
+    this.pages.close();
+    this.indexes.close();
     for (const b of this.bufs) this.lib.hg_free(b.p, b.bytes);
     this.bufs.length = 0;
     this.rows = [];
@@ -324,15 +322,14 @@ export class NativeCpuStage implements CpuStage {
       set("kq", 0); set("kq_form", 0); set("kq_from", 0); set("cand", 0);
     }
     if (job.work.kind === "quest" && (flags & QUEST) !== 0) {
-      this.pages ??= new PageSummaryRegions(shape.kvHeads, shape.storeCapacity, shape.headDim);
-      const { address, pageCapacity, from } = this.pages.region(k, job.offloaded, job.work.pageSize, job.storeEpoch);
+      const { pageCapacity, bytes } = pageSummaryShape(shape.kvHeads, shape.storeCapacity, shape.headDim, job.work.pageSize);
+      const { address, from } = this.pages.region(k, job.offloaded, String(job.work.pageSize), bytes, job.storeEpoch);
       set("pages", address); set("page_size", job.work.pageSize); set("page_cap", pageCapacity); set("pages_from", from);
       extended = k;
     } else if (job.work.kind === "index" && (flags & INDEX) !== 0) {
-      const w = job.work;
-      this.indexes ??= new PageIndexRegions(shape.kvHeads, shape.storeCapacity, shape.headDim);
-      const { address, pageCapacity, from } = this.indexes.region(k, job.offloaded, w.form, w.pageSize, w.superPages, job.storeEpoch);
-      set("pages", address); set("page_size", w.pageSize); set("page_cap", pageCapacity); set("pages_from", from);
+      const w = job.work, layout = pageIndexLayout(shape.kvHeads, shape.headDim, shape.storeCapacity, w.pageSize, w.superPages, w.form);
+      const { address, from } = this.indexes.region(k, job.offloaded, `${w.form}/${w.pageSize}/${w.superPages}`, layout.bytes, job.storeEpoch);
+      set("pages", address); set("page_size", w.pageSize); set("page_cap", layout.pageCapacity); set("pages_from", from);
       extended = k;
     } else {
       set("pages", 0); set("page_size", 0); set("page_cap", 0); set("pages_from", 0);
@@ -345,8 +342,8 @@ export class NativeCpuStage implements CpuStage {
   /** The next job of `k` makes its compressed copy and page summaries afresh. */
   private forgetDerived(k: CpuTensor): void {
     this.sketches?.forget(k);
-    this.pages?.forget(k);
-    this.indexes?.forget(k);
+    this.pages.forget(k);
+    this.indexes.forget(k);
   }
 
   /** K rows staged too (verified logits); none copied at all when the device gathers them from the mapped store. */

@@ -64,3 +64,49 @@ export class TensorRegions<R extends NativeRegion> {
     this.regions.delete(t);
   }
 }
+
+interface Folded extends NativeRegion { key: string; folded: number; epoch: number | undefined }
+
+/**
+ * Regions derived from a store's rows that stage jobs extend as the store grows (Quest's page
+ * summaries, the page index): a job folds in the rows since the tensor's last one. Contents of
+ * another kind (`key`: a page size, a form), a new epoch (rows may have been rewritten) or fewer
+ * rows than folded start over.
+ */
+export class FoldedRegions {
+  private readonly regions: TensorRegions<Folded>;
+
+  constructor(what: string) {
+    this.regions = new TensorRegions(what);
+  }
+
+  /** `k`'s region of `bytes` for contents `key`, and the first row it lacks (the job folds in rows [from, offloaded)). */
+  region(k: CpuTensor, offloaded: number, key: string, bytes: number, epoch: number | undefined): { address: Pointer; from: number } {
+    let r = this.regions.get(k);
+    if (r && r.key !== key) {
+      this.regions.drop(k);
+      r = undefined;
+    }
+    r ??= this.regions.alloc(k, bytes, (p) => ({ p, bytes, key, folded: 0, epoch }));
+    if (r.epoch !== epoch || offloaded < r.folded) r.folded = 0;
+    r.epoch = epoch;
+    const from = r.folded;
+    r.folded = offloaded;
+    return { address: r.p, from };
+  }
+
+  /** The next region() of `k` starts over (a job that was to fold in its rows failed). */
+  forget(k: CpuTensor): void {
+    const r = this.regions.get(k);
+    if (r) r.folded = 0;
+  }
+
+  /** Bytes held by the regions. */
+  get bytes(): number {
+    return this.regions.bytes;
+  }
+
+  close(): void {
+    this.regions.close();
+  }
+}

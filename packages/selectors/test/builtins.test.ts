@@ -120,7 +120,7 @@ describe("createSelector", () => {
   it("builds built-ins by name and lists them for an unknown name", () => {
     expect(createSelector("topk").timings).toEqual(["post"]);
     expect(createSelector("streaming", { sinks: 2 }).timings).toEqual(["pre", "post"]);
-    expect(() => createSelector("nope")).toThrow(/unknown selector "nope" \(registered: topk, streaming, all, h2o, quest, infinigen, keyformer; a plugin is a module path or package/);
+    expect(() => createSelector("nope")).toThrow(/unknown selector "nope" \(registered: topk, streaming, all, h2o, quest, index, infinigen, keyformer; a plugin is a module path or package/);
   });
 });
 
