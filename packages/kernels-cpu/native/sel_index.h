@@ -18,12 +18,11 @@ typedef struct {
     float *page_scales, *super_scales; /* [kv_heads, cap] */
 } hg_index;
 
+#pragma GCC visibility push(default)
 /* Bytes of an index (pageIndexLayout's `bytes`); 0 for a form that does not exist. */
 int64_t hg_index_bytes(int form, int64_t kv_heads, int64_t d, int64_t page, int64_t super, int64_t page_cap);
 /* The view of an index at base; returns 0, or -1 for a form that does not exist. */
 int hg_index_view(hg_index *x, void *base, int form, int64_t kv_heads, int64_t d, int64_t page, int64_t super, int64_t page_cap);
-
-#pragma GCC visibility push(default)
 /* indexFold: rows [from, to) of K [kv_heads, kcap, d] (HG_F32/F16/BF16) into the index at base, pages
  * they touch afresh, then their super-pages; a KV head per pool piece (the stage's idle pool). */
 void hg_index_fold(void *base, int form, int64_t kv_heads, int64_t d, int64_t page, int64_t super, int64_t page_cap, const void *k, int ktype,
