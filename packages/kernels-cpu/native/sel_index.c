@@ -9,6 +9,7 @@
 #include "sel_quest.h"
 #include "sel_loops.h"
 #include "sel_pool.h"
+#include "sel_prims.h"
 #include "topk_row.h"
 #include "half.h"
 #include "hgcpu.h"
@@ -130,27 +131,27 @@ static void fold_head(const hg_index *x, const void *k, int ktype, int64_t kcap,
     }
 }
 
-/* Bound of one summary for the group's heads (rows of q d apart): max_j sc·Σ_c max(q·lo, q·hi), plus the rounding slack when asked. */
-static float bound_scalar(const hg_index *x, const uint8_t *s, float sc, const float *q, int64_t group, int slack) {
+/* Bound of one summary for the group's heads (rows of q d apart): max_j sc·(Σ_c max(q·lo, q·hi) + add_j),
+ * add NULL for none (a super-page's rounding slack otherwise). */
+static float bound_scalar(const hg_index *x, const uint8_t *s, float sc, const float *q, int64_t group, const float *add) {
     const int64_t d = x->d;
     float best = -__builtin_inff();
     for (int64_t j = 0; j < group; j++, q += d) {
-        float sum = 0.0f, abs = 0.0f;
+        float sum = 0.0f;
         for (int64_t c = 0; c < d; c++) {
             const float v = q[c], lo = (float)code_lo(x, s, c), hi = (float)code_hi(x, s, c);
             sum += v > 0.0f ? v * hi : v * lo;
-            if (slack) abs += fabsf(v) * (fabsf(lo) > fabsf(hi) ? fabsf(lo) : fabsf(hi));
         }
-        const float b = sc * (sum + (slack ? SLACK * abs : 0.0f));
+        const float b = sc * (sum + (add ? add[j] : 0.0f));
         if (b > best) best = b;
     }
     return best;
 }
 
 #ifdef HG_IDX_X86
-/* bound_scalar without slack: codes widened eight channels a load, q split into its positive and
- * negative parts (qp, qn: [group][d]) so each channel is two FMAs and no select per head. */
-AVX2 static float bound_avx2(const hg_index *x, const uint8_t *s, float sc, const float *qp, const float *qn, const float *q, int64_t group) {
+/* bound_scalar's bound: codes widened eight channels a load, q split into its positive and negative
+ * parts (qp, qn: [group][d]) so each channel is two FMAs and no select per head. */
+AVX2 static float bound_avx2(const hg_index *x, const uint8_t *s, float sc, const float *qp, const float *qn, const float *q, int64_t group, const float *add) {
     const int64_t d = x->d, d8 = d & ~(int64_t)7;
     float best = -__builtin_inff();
     const __m256i m15 = _mm256_set1_epi32(15), e8 = _mm256_set1_epi32(8);
@@ -180,7 +181,7 @@ AVX2 static float bound_avx2(const hg_index *x, const uint8_t *s, float sc, cons
             float sum = _mm_cvtss_f32(h);
             const float *qi = q + (j + i) * d;
             for (int64_t c = d8; c < d; c++) sum += qi[c] > 0.0f ? qi[c] * (float)code_hi(x, s, c) : qi[c] * (float)code_lo(x, s, c);
-            const float b = sc * sum;
+            const float b = sc * (sum + (add ? add[j + i] : 0.0f));
             if (b > best) best = b;
         }
     }
@@ -191,26 +192,31 @@ AVX2 static float bound_avx2(const hg_index *x, const uint8_t *s, float sc, cons
 /* (bound, page) order: a is better than b (higher bound, or equal and lower page). */
 static inline int better(float ab, int32_t ap, float bb, int32_t bp) { return ab > bb || (ab == bb && ap < bp); }
 
+/* One search's scratch: a part of a head's super-pages and the pages it keeps. */
 typedef struct {
-    float *sb;      /* [supers] */
-    int32_t *heap;  /* [supers]: super-pages, best on top */
-    float *kb;      /* [want]: kept bounds, worst on top */
-    int32_t *kp;    /* [want] */
-    float *qp, *qn; /* [group*d] */
-} head_scratch;
+    float *sb;       /* [supers] */
+    int32_t *heap;   /* [supers]: super-pages, best on top */
+    float *kb;       /* [want]: kept bounds, worst on top */
+    int32_t *kp;     /* [want] */
+    float *qp, *qn;  /* [group*d] */
+    float *add;      /* [group]: the super-pages' slack */
+    int64_t *meta;   /* [2]: pages kept, pages bounded (in the scratch: a merge reads them after the search) */
+} part_scratch;
 
-static size_t head_scratch_bytes(int64_t supers, int64_t want, int64_t group, int64_t d) {
-    return (size_t)(align64(supers * 4) * 2 + align64(want * 4) * 2 + align64(group * d * 4) * 2);
+static size_t part_bytes(int64_t supers, int64_t want, int64_t group, int64_t d) {
+    return (size_t)(64 + align64(supers * 4) * 2 + align64(want * 4) * 2 + align64(group * d * 4) * 2 + align64(group * 4));
 }
 
-static head_scratch head_scratch_at(char *b, int64_t supers, int64_t want, int64_t group, int64_t d) {
-    head_scratch h;
+static part_scratch part_at(char *b, int64_t supers, int64_t want, int64_t group, int64_t d) {
+    part_scratch h;
+    h.meta = (int64_t *)b, b += 64;
     h.sb = (float *)b, b += align64(supers * 4);
     h.heap = (int32_t *)b, b += align64(supers * 4);
     h.kb = (float *)b, b += align64(want * 4);
     h.kp = (int32_t *)b, b += align64(want * 4);
     h.qp = (float *)b, b += align64(group * d * 4);
-    h.qn = (float *)b;
+    h.qn = (float *)b, b += align64(group * d * 4);
+    h.add = (float *)b;
     return h;
 }
 
@@ -237,56 +243,102 @@ static void kept_sift(float *kb, int32_t *kp, int64_t n, int64_t i) {
     }
 }
 
-/* Head g's best w pages of rows [0, n) into out (best first); returns the pages bounded. */
-static int64_t pages_head(const hg_index *x, const float *q, int64_t group, int64_t g, int64_t n, int64_t w, int32_t *out, head_scratch *h, int isa) {
-    const int64_t d = x->d, P = x->page, S = x->super, count = (n + P - 1) / P, supers = (count + S - 1) / S;
-    if (w <= 0 || count == 0) return 0;
-    for (int64_t i = 0; i < group * d; i++) h->qp[i] = q[i] > 0.0f ? q[i] : 0.0f, h->qn[i] = q[i] < 0.0f ? q[i] : 0.0f;
-    for (int64_t u = 0; u < supers; u++) {
-        h->sb[u] = bound_scalar(x, x->super_codes + (g * x->super_cap + u) * x->code_bytes, x->super_scales[g * x->super_cap + u], q, group, 1);
-        h->heap[u] = (int32_t)u;
+/* Keeps (b, p) among the best w of the kept heap. */
+static void keep(part_scratch *h, int64_t w, float b, int32_t p) {
+    if (h->meta[0] < w) {
+        int64_t i = h->meta[0]++;
+        h->kb[i] = b, h->kp[i] = p;
+        while (i > 0) { /* sift up: the worst kept on top */
+            const int64_t up = (i - 1) / 2;
+            if (!better(h->kb[up], h->kp[up], h->kb[i], h->kp[i])) break;
+            float tb = h->kb[i]; h->kb[i] = h->kb[up]; h->kb[up] = tb;
+            int32_t tp = h->kp[i]; h->kp[i] = h->kp[up]; h->kp[up] = tp;
+            i = up;
+        }
+    } else if (better(b, p, h->kb[0], h->kp[0])) {
+        h->kb[0] = b, h->kp[0] = p;
+        kept_sift(h->kb, h->kp, h->meta[0], 0);
+    }
+}
+
+/* Head g's best w pages of rows [0, n) among super-pages [u0, u1) into h's kept heap: the pruned search. */
+static void search_part(const hg_index *x, const float *q, int64_t group, int64_t g, int64_t n, int64_t w, int64_t u0, int64_t u1, part_scratch *h, int isa) {
+    const int64_t d = x->d, P = x->page, S = x->super, count = (n + P - 1) / P, supers = u1 - u0;
+    const float qmax = x->form == HG_INDEX_INT8 ? 127.0f : 7.0f;
+    h->meta[0] = h->meta[1] = 0;
+    if (w <= 0 || supers <= 0) return;
+    for (int64_t j = 0; j < group; j++) {
+        float a = 0.0f;
+        for (int64_t c = 0; c < d; c++) {
+            const float v = q[j * d + c];
+            h->qp[j * d + c] = v > 0.0f ? v : 0.0f, h->qn[j * d + c] = v < 0.0f ? v : 0.0f;
+            a += fabsf(v);
+        }
+        h->add[j] = SLACK * qmax * a;
+    }
+    for (int64_t i = 0; i < supers; i++) {
+        const int64_t u = u0 + i;
+        const uint8_t *c = x->super_codes + (g * x->super_cap + u) * x->code_bytes;
+        const float sc = x->super_scales[g * x->super_cap + u];
+#ifdef HG_IDX_X86
+        if (isa >= 1) h->sb[i] = bound_avx2(x, c, sc, h->qp, h->qn, q, group, h->add);
+        else
+#endif
+            h->sb[i] = bound_scalar(x, c, sc, q, group, h->add);
+        h->heap[i] = (int32_t)i;
     }
     for (int64_t i = supers / 2 - 1; i >= 0; i--) super_sift(h->sb, h->heap, supers, i);
-    int64_t left = supers, kept = 0, read = 0;
+    int64_t left = supers;
     while (left > 0) {
-        const int32_t u = h->heap[0];
-        if (kept == w && h->sb[u] < h->kb[0]) break;
+        const int32_t i = h->heap[0];
+        if (h->meta[0] == w && h->sb[i] < h->kb[0]) break;
         h->heap[0] = h->heap[--left];
         super_sift(h->sb, h->heap, left, 0);
-        const int64_t end = (u + 1) * S < count ? (u + 1) * S : count;
-        for (int64_t p = (int64_t)u * S; p < end; p++) {
-            const uint8_t *s = x->page_codes + (g * x->page_cap + p) * x->code_bytes;
+        const int64_t u = u0 + i, end = (u + 1) * S < count ? (u + 1) * S : count;
+        for (int64_t p = u * S; p < end; p++) {
+            const uint8_t *c = x->page_codes + (g * x->page_cap + p) * x->code_bytes;
             const float sc = x->page_scales[g * x->page_cap + p];
             float b;
 #ifdef HG_IDX_X86
-            if (isa >= 1) b = bound_avx2(x, s, sc, h->qp, h->qn, q, group);
+            if (isa >= 1) b = bound_avx2(x, c, sc, h->qp, h->qn, q, group, NULL);
             else
 #endif
-                b = bound_scalar(x, s, sc, q, group, 0);
-            read++;
-            if (kept < w) {
-                int64_t i = kept++;
-                h->kb[i] = b, h->kp[i] = (int32_t)p;
-                while (i > 0) { /* sift up: the worst kept on top */
-                    const int64_t up = (i - 1) / 2;
-                    if (!better(h->kb[up], h->kp[up], h->kb[i], h->kp[i])) break;
-                    float tb = h->kb[i]; h->kb[i] = h->kb[up]; h->kb[up] = tb;
-                    int32_t tp = h->kp[i]; h->kp[i] = h->kp[up]; h->kp[up] = tp;
-                    i = up;
-                }
-            } else if (better(b, (int32_t)p, h->kb[0], h->kp[0])) {
-                h->kb[0] = b, h->kp[0] = (int32_t)p;
-                kept_sift(h->kb, h->kp, kept, 0);
-            }
+                b = bound_scalar(x, c, sc, q, group, NULL);
+            h->meta[1]++;
+            keep(h, w, b, (int32_t)p);
         }
     }
-    /* best first: pop the worst to the back */
-    for (int64_t m = kept; m > 0; m--) {
-        out[m - 1] = h->kp[0];
-        h->kb[0] = h->kb[m - 1], h->kp[0] = h->kp[m - 1];
-        kept_sift(h->kb, h->kp, m - 1, 0);
+}
+
+/* The best w of the parts' kept pages into out, best first (the flat choice: each page the best w
+ * over all holds is among its part's best w); returns the pages the parts bounded. */
+static int64_t merge_parts(part_scratch *parts, int64_t nparts, int64_t w, int32_t *out) {
+    part_scratch *m = &parts[0];
+    int64_t read = m->meta[1];
+    for (int64_t i = 1; i < nparts; i++) {
+        read += parts[i].meta[1];
+        for (int64_t t = 0; t < parts[i].meta[0]; t++) keep(m, w, parts[i].kb[t], parts[i].kp[t]);
+    }
+    for (int64_t k = m->meta[0]; k > 0; k--) { /* best first: pop the worst to the back */
+        out[k - 1] = m->kp[0];
+        m->kb[0] = m->kb[k - 1], m->kp[0] = m->kp[k - 1];
+        kept_sift(m->kb, m->kp, k - 1, 0);
     }
     return read;
+}
+
+/* Parts a head's super-pages are split into: about two pieces a thread over the KV heads. */
+static int64_t parts_for(int threads, int64_t kv_heads, int64_t supers) {
+    int64_t p = (2 * (int64_t)threads + kv_heads - 1) / kv_heads;
+    if (p > supers) p = supers;
+    if (p > 64) p = 64;
+    return p < 1 ? 1 : p;
+}
+
+/* Super-pages [u0, u1) of part `part` of `parts` over `supers`. */
+static void part_range(int64_t supers, int64_t part, int64_t parts, int64_t *u0, int64_t *u1) {
+    *u0 = supers * part / parts;
+    *u1 = supers * (part + 1) / parts;
 }
 
 /* ---- primitives ---------------------------------------------------------------------------- */
@@ -297,12 +349,10 @@ typedef struct {
     int ktype;
     int64_t kcap, from, to;
     const float *q;
-    int64_t group, n, w;
-    int32_t *out;
+    int64_t group, n, w, parts, supers;
     char *scratch;
     size_t per;
     int isa;
-    atomic_llong read;
 } prim_run;
 
 static void fold_task(void *v, int g, int parts) {
@@ -322,29 +372,42 @@ void hg_index_fold(void *base, int form, int64_t kv_heads, int64_t d, int64_t pa
     hg_sel_pool_run(hg_sel_pool(stage), fold_task, &r, (int)kv_heads);
 }
 
-static void pages_task(void *v, int g, int parts) {
-    (void)parts;
+static void search_task(void *v, int piece, int pieces) {
+    (void)pieces;
     prim_run *r = v;
-    const int64_t d = r->x->d;
-    head_scratch h = head_scratch_at(r->scratch + (size_t)g * r->per, (r->x->page_cap + r->x->super - 1) / r->x->super, r->w, r->group, d);
-    int64_t read = pages_head(r->x, r->q + g * r->group * d, r->group, g, r->n, r->w, r->out + g * r->w, &h, r->isa);
-    atomic_fetch_add(&r->read, read);
+    const int64_t g = piece / r->parts, part = piece % r->parts;
+    int64_t u0, u1;
+    part_range(r->supers, part, r->parts, &u0, &u1);
+    part_scratch h = part_at(r->scratch + (size_t)piece * r->per, u1 - u0, r->w, r->group, r->x->d);
+    search_part(r->x, r->q + g * r->group * r->x->d, r->group, g, r->n, r->w, u0, u1, &h, r->isa);
 }
 
 int64_t hg_index_pages(void *base, int form, int64_t kv_heads, int64_t d, int64_t page, int64_t super, int64_t page_cap, const float *q, int64_t group,
                        int64_t n, int64_t want, int32_t *out, int isa, hg_stage *stage) {
     hg_index x;
     if (hg_index_view(&x, base, form, kv_heads, d, page, super, page_cap)) return 0;
+    if (isa < 0) isa = hg_sel_best_isa();
     const int64_t count = (n + page - 1) / page, w = want < count ? want : count;
     if (w <= 0) return 0;
-    prim_run r = {.x = &x, .q = q, .group = group, .n = n, .w = w, .out = out, .isa = isa};
-    r.per = head_scratch_bytes(x.super_cap, w, group, d);
-    r.scratch = aligned_alloc(64, r.per * (size_t)kv_heads);
+    hg_pool *pool = hg_sel_pool(stage);
+    prim_run r = {.x = &x, .q = q, .group = group, .n = n, .w = w, .isa = isa, .supers = (count + super - 1) / super};
+    r.parts = parts_for(pool ? hg_pool_threads(pool) : 1, kv_heads, r.supers);
+    r.per = part_bytes(r.supers, w, group, d);
+    r.scratch = aligned_alloc(64, r.per * (size_t)(kv_heads * r.parts));
     if (!r.scratch) return -2;
-    atomic_init(&r.read, 0);
-    hg_sel_pool_run(hg_sel_pool(stage), pages_task, &r, (int)kv_heads);
+    hg_sel_pool_run(pool, search_task, &r, (int)(kv_heads * r.parts));
+    int64_t read = 0;
+    part_scratch parts[64];
+    for (int64_t g = 0; g < kv_heads; g++) {
+        for (int64_t i = 0; i < r.parts; i++) {
+            int64_t u0, u1;
+            part_range(r.supers, i, r.parts, &u0, &u1);
+            parts[i] = part_at(r.scratch + (size_t)(g * r.parts + i) * r.per, u1 - u0, w, group, d);
+        }
+        read += merge_parts(parts, r.parts, w, out + g * w);
+    }
     free(r.scratch);
-    return atomic_load(&r.read);
+    return read;
 }
 
 /* ---- the stage kernel ---------------------------------------------------------------------- */
@@ -352,38 +415,49 @@ int64_t hg_index_pages(void *base, int form, int64_t kv_heads, int64_t d, int64_
 typedef struct {
     const hg_stage_job *j;
     hg_index x;
-    int64_t k, w, group;
-    size_t per;
-    char *scratch; /* per head: head_scratch, then best pages [w] int32, exact [page] f32, positions [page] int32, mn/mx [2d] f32 */
+    int64_t k, w, group, parts, supers;
+    size_t per, list;
+    char *scratch; /* per piece (KV head, part): part_scratch; then per list: best pages [w] int32, exact [page] f32, positions [page] int32, mn/mx [2d] f32 */
     int isa;
     atomic_int failed;
 } index_run;
 
-static size_t list_bytes(const index_run *r) {
-    const int64_t P = r->j->page_size, d = r->j->head_dim;
-    return r->per + (size_t)(align64(r->w * 4) + align64(P * 4) * 2 + align64(2 * d * 4));
-}
+static char *list_at(const index_run *r, int64_t g) { return r->scratch + r->per * (size_t)(r->j->kv_heads * r->parts) + r->list * (size_t)g; }
 
 static void stage_fold_task(void *v, int g, int parts) {
     (void)parts;
     index_run *r = v;
     const hg_stage_job *j = r->j;
-    float *mn = (float *)(r->scratch + (size_t)g * list_bytes(r) + list_bytes(r) - (size_t)align64(2 * j->head_dim * 4));
+    float *mn = (float *)(list_at(r, g) + align64(r->w * 4) + 2 * align64(j->page_size * 4));
     fold_head(&r->x, hg_stage_k_head(j, 0), (int)j->ktype, j->kcap, g, j->pages_from, j->n, mn, mn + j->head_dim);
 }
 
-/* List g: the best w pages by the index (pages_head), then Quest's filling of the list (indexSelection). */
-static void stage_choose_task(void *v, int g, int parts) {
-    (void)parts;
+static void stage_search_task(void *v, int piece, int pieces) {
+    (void)pieces;
     index_run *r = v;
     const hg_stage_job *j = r->j;
-    const int64_t P = j->page_size, d = j->head_dim;
-    char *base = r->scratch + (size_t)g * list_bytes(r);
-    head_scratch h = head_scratch_at(base, r->x.super_cap, r->w, r->group, d);
-    int32_t *best = (int32_t *)(base + r->per);
+    const int64_t g = piece / r->parts, part = piece % r->parts;
+    int64_t u0, u1;
+    part_range(r->supers, part, r->parts, &u0, &u1);
+    part_scratch h = part_at(r->scratch + (size_t)piece * r->per, u1 - u0, r->w, r->group, j->head_dim);
+    search_part(&r->x, (const float *)(intptr_t)j->q + g * r->group * j->head_dim, r->group, g, j->n, r->w, u0, u1, &h, r->isa);
+}
+
+/* List g: the parts' best pages merged, then Quest's filling of the list (indexSelection). */
+static void stage_choose_task(void *v, int g, int pieces) {
+    (void)pieces;
+    index_run *r = v;
+    const hg_stage_job *j = r->j;
+    part_scratch parts[64];
+    for (int64_t i = 0; i < r->parts; i++) {
+        int64_t u0, u1;
+        part_range(r->supers, i, r->parts, &u0, &u1);
+        parts[i] = part_at(r->scratch + (size_t)(g * r->parts + i) * r->per, u1 - u0, r->w, r->group, j->head_dim);
+    }
+    int32_t *best = (int32_t *)list_at(r, g);
     float *exact = (float *)((char *)best + align64(r->w * 4));
-    int32_t *pos = (int32_t *)((char *)exact + align64(P * 4));
-    pages_head(&r->x, (const float *)(intptr_t)j->q + g * r->group * d, r->group, g, j->n, r->w, best, &h, r->isa);
+    int32_t *pos = (int32_t *)((char *)exact + align64(j->page_size * 4));
+    merge_parts(parts, r->parts, r->w, best);
     if (hg_pages_to_list(j, g, best, r->w, r->k, r->group, exact, pos, r->isa) < 0) r->failed = 1;
 }
 
@@ -397,8 +471,11 @@ int64_t hg_index_select(hg_pool *pool, const hg_stage_job *j, int isa, char **bu
     const int64_t P = j->page_size, count = (j->n + P - 1) / P;
     r.k = j->budget < j->n ? j->budget : j->n;
     r.w = (r.k + P - 1) / P + 1 < count ? (r.k + P - 1) / P + 1 : count;
-    r.per = head_scratch_bytes(r.x.super_cap, r.w, r.group, j->head_dim);
-    const size_t need = list_bytes(&r) * (size_t)j->kv_heads;
+    r.supers = (count + j->super_pages - 1) / j->super_pages;
+    r.parts = parts_for(hg_pool_threads(pool), j->kv_heads, r.supers);
+    r.per = part_bytes(r.supers, r.w, r.group, j->head_dim);
+    r.list = (size_t)(align64(r.w * 4) + 2 * align64(P * 4) + align64(2 * j->head_dim * 4));
+    const size_t need = r.per * (size_t)(j->kv_heads * r.parts) + r.list * (size_t)j->kv_heads;
     if (*bytes < need) {
         free(*buf);
         *buf = aligned_alloc(64, (need + 63) & ~(size_t)63);
@@ -412,6 +489,7 @@ int64_t hg_index_select(hg_pool *pool, const hg_stage_job *j, int isa, char **bu
         for (int64_t g = 0; g < j->kv_heads; g++) ((int32_t *)(intptr_t)j->counts)[g] = 0;
         return 0;
     }
+    hg_pool_run(pool, stage_search_task, &r, (int)(j->kv_heads * r.parts));
     hg_pool_run(pool, stage_choose_task, &r, (int)j->kv_heads);
     return atomic_load(&r.failed) ? -2 : 0;
 }

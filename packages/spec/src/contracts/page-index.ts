@@ -28,7 +28,7 @@ export const PAGE_INDEX_FORM_CODE: Readonly<Record<PageIndexForm, number>> = { i
 const QMAX: Readonly<Record<PageIndexForm, number>> = { int8: 127, int4: 7 };
 /** The scale is widened by this factor so |min| / scale stays below the largest code (exact in f32). */
 const WIDEN = 1 + 2 ** -16;
-/** A super-page is skipped only when its bound plus this share of Σ|q|·|bound| is below the threshold (f32 sums' rounding). */
+/** A super-page is skipped only when its bound plus this share of Σ_c |q_c|·qmax (times its scale) is below the threshold (f32 sums' rounding). */
 export const PAGE_INDEX_SLACK = 1e-4;
 
 /** Where each part of an index lies in its bytes (all offsets 64-byte aligned). */
@@ -227,15 +227,15 @@ export function indexFold(keys: OffloadedKeys, from: number, to: number, index: 
   }
 }
 
-/** Bound of summary at byte offset o (scale sc) for query head row qh: sc · Σ_c max(q·lo, q·hi); slack adds the rounding allowance. */
+/** Bound of summary at byte offset o (scale sc) for query head row qh: sc · Σ_c max(q·lo, q·hi); slack adds the rounding allowance, a share of Σ_c |q_c|·qmax. */
 function bound(s: Summaries, query: Float32Array, qh: number, d: number, o: number, sc: number, slack: boolean): number {
   let sum = 0, abs = 0;
   for (let c = 0; c < d; c++) {
     const q = query[qh + c]!, lo = s.lo(o, c), hi = s.hi(o, c);
     sum += q > 0 ? q * hi : q * lo;
-    if (slack) abs += Math.abs(q) * Math.max(Math.abs(lo), Math.abs(hi));
+    abs += Math.abs(q);
   }
-  return sc * (sum + (slack ? PAGE_INDEX_SLACK * abs : 0));
+  return sc * (sum + (slack ? PAGE_INDEX_SLACK * QMAX[s.x.form] * abs : 0));
 }
 
 function groupBound(s: Summaries, query: Float32Array, G: number, g: number, o: number, sc: number, slack: boolean): number {
