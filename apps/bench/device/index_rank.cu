@@ -1,5 +1,5 @@
 // The page index's top level on the GPU (issue 33, item 2): every page's bound from the int8 or
-// int4 index (core's page-index.ts: codes lo/hi, one f32 scale a page; bound = scale·Σ_c max(q·lo, q·hi),
+// int4 index (the spec's page-index.ts: codes lo/hi, one f32 scale a page; bound = scale·Σ_c max(q·lo, q·hi),
 // max over the group's query heads) with one warp a page, then each KV head's best `want` pages
 // (a segmented radix sort of bound/page pairs). Checked against a host f64 reference, then timed at
 // Llama-3.1-8B's heads (32 query, 8 KV, headDim 128), pages of 16, per layer, beside the HBM floor

@@ -41,7 +41,7 @@ function flatBest(bounds: Float32Array, g: number, count: number, want: number):
   return row.sort((x, y) => y.b - x.b || x.p - y.p).slice(0, want).map((x) => x.p);
 }
 
-describe("page index (core's definition)", () => {
+describe("page index (the spec's definition)", () => {
   for (const form of PAGE_INDEX_FORMS) {
     it(`${form}: every page bound and super-page bound is an upper bound of q·k over its rows`, () => {
       const r = makeRng(testSeed(3301)), kvHeads = 2, G = 3, d = 12, cap = 200, n = 187, page = 5, superPages = 4;

@@ -1,6 +1,6 @@
-/* The page index (sel_index.h; core's page-index.ts is the definition). A page's summary is made
- * from its rows in f32 with the definition's operations in its order, so the bytes match core's
- * bit for bit; bounds sum in f32 (core sums in f64), so a choice may differ from core's only
+/* The page index (sel_index.h; the spec's page-index.ts is the definition). A page's summary is made
+ * from its rows in f32 with the definition's operations in its order, so the bytes match the spec's
+ * bit for bit; bounds sum in f32 (the spec's in f64), so a choice may differ from the spec's only
  * between pages whose bounds tie within rounding. The search for a head's best pages keeps the
  * super-pages in a max-heap (built in linear time, popped only as far as the search goes) and
  * the pages kept in a min-heap of the worst kept, so a search that stops early costs little more

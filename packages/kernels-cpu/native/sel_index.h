@@ -1,4 +1,4 @@
-/* The compact hierarchical page index (core's contracts/page-index.ts defines it): int8 or int4
+/* The compact hierarchical page index (the spec's contracts/page-index.ts defines it): int8 or int4
  * per-channel bounds of K with a per-page scale, super-pages over the pages; the primitives
  * hg_index_fold / hg_index_pages and the CPU stage's HG_STAGE_INDEX kernel. */
 #ifndef HG_SEL_INDEX_H

@@ -1,12 +1,12 @@
 /**
- * The compact hierarchical page index, pre-QKᵀ (core's page-index.ts defines it): per page of
+ * The compact hierarchical page index, pre-QKᵀ (the spec's page-index.ts defines it): per page of
  * `pageSize` offloaded tokens and KV head, int8 or int4 bounds of K with a scale of their own, and
  * super-pages of `superPages` pages over them, so choosing K tokens reads the super-pages and the
  * few pages that can still win, not every row nor every bf16 page summary. The best pages' tokens,
  * K per KV head, as Quest fills its lists. The same choice runs inside a CpuStage as the "index"
  * kernel; select() is the definition for engines without one.
  */
-import { indexFor, indexSelection, PAGE_INDEX_FORMS, type PageIndexState } from "@hybridgen/core";
+import { indexFor, indexSelection, PAGE_INDEX_FORMS, type PageIndexState } from "@hybridgen/spec";
 import { z } from "zod";
 import { defineSelector } from "../define-selector.js";
 import { BUILTIN } from "../builtin-mark.js";
