@@ -20,14 +20,15 @@ export interface OpenedBackend {
   readonly threads: number;
 }
 
-export async function openBackend(choice: DeviceChoice, threads: number | undefined, _hybrid = false): Promise<OpenedBackend> {
+/** `gpuMem`: bytes of device memory the backend may use (the CUDA arena; the CPU backend's cap on its "device" memory). */
+export async function openBackend(choice: DeviceChoice, threads: number | undefined, _hybrid = false, gpuMem?: number): Promise<OpenedBackend> {
   let fallback: string | null = null;
   if (choice === "cuda" || choice === "auto") {
     const cuda = await import("@hybridgen/kernels-cuda");
     const a = cuda.cudaAvailability();
     if (a.available || choice === "cuda") {
       try {
-        const backend = cuda.createCudaBackend(); // throws "CUDA unavailable: …" for --device cuda
+        const backend = cuda.createCudaBackend(gpuMem === undefined ? {} : { arenaBytes: gpuMem }); // throws "CUDA unavailable: …" for --device cuda
         return { backend, device: `cuda/${backend.device.name}`, fallback: null, fallbackDetail: null, threads: 1 };
       } catch (e) {
         if (choice === "cuda") throw e;
@@ -38,7 +39,7 @@ export async function openBackend(choice: DeviceChoice, threads: number | undefi
     }
   }
   const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
-  const backend = createCpuBackend(threads === undefined ? {} : { threads });
+  const backend = createCpuBackend({ ...(threads === undefined ? {} : { threads }), ...(gpuMem === undefined ? {} : { memoryCapBytes: gpuMem }) });
   return { backend, device: `cpu/${backend.isa}`, fallback: fallback === null ? null : fallbackSummary(), fallbackDetail: fallback, threads: backend.threads };
 }
 

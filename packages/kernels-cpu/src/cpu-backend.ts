@@ -28,6 +28,11 @@ export class CpuBackend implements Backend {
   private readonly lib: NativeLib;
   private readonly live = new Set<CpuTensor>();
   private readonly check: BackendChecks<CpuTensor>;
+  /** The "device" memory cap (memoryCapBytes), or null; `inUse` counts weights and allocations under it. */
+  readonly memoryCapBytes: number | null;
+  private inUse = 0;
+  /** Tensors counted in `inUse` (a tiered store's or allocHost's tensors are not). */
+  private readonly charged = new WeakSet<CpuTensor>();
 
   constructor(options: CpuBackendOptions = {}) {
     const parsed = CpuBackendOptionsSchema.safeParse(options);
@@ -37,6 +42,7 @@ export class CpuBackend implements Backend {
     }
     this.lib = native();
     this.isa = chooseIsa(parsed.data.isa);
+    this.memoryCapBytes = parsed.data.memoryCapBytes ?? null;
     const ctx = this.lib.hg_create(parsed.data.threads ?? 0, isaCode(this.isa));
     if (!ctx) bad(`CpuBackend: could not create the ${this.isa} kernel context (out of memory?)`);
     this.ctx = ctx as Pointer;
@@ -63,7 +69,9 @@ export class CpuBackend implements Backend {
     const need = this.check.loadWeight(bytes, dtype, shape);
     const address = addressOf(bytes);
     if (address % DTYPE_BYTES[dtype] === 0) {
+      this.charge(need, "loadWeight", dtype, shape);
       const t = new CpuTensor(this, dtype, [...shape], address, need, false, bytes);
+      this.charged.add(t);
       this.live.add(t);
       return t;
     }
@@ -78,11 +86,39 @@ export class CpuBackend implements Backend {
     return this.allocRaw([...shape], dtype, "alloc");
   }
 
-  private allocRaw(shape: number[], dtype: DType, op: string): CpuTensor {
+  /**
+   * A tensor in host memory outside the memory cap: the offloaded KV store of a capped backend
+   * standing in for a GPU (the store would be in host memory beside a real one).
+   */
+  allocHost(shape: readonly number[], dtype: DType = "f32"): Tensor {
+    this.check.alloc(shape, dtype);
+    return this.allocRaw([...shape], dtype, "allocHost", true);
+  }
+
+  /** Bytes of the "device" memory in use under the cap (weights and allocations, not allocHost's). */
+  get memoryInUseBytes(): number {
+    return this.inUse;
+  }
+
+  private charge(bytes: number, op: string, dtype: DType, shape: readonly number[]): void {
+    if (this.memoryCapBytes !== null && this.inUse + bytes > this.memoryCapBytes) {
+      throw new HybridgenError(
+        `out of device memory: ${op} of ${dtype}[${shape.join("x")}] needs ${bytes} bytes, but ${this.inUse} of the ${this.memoryCapBytes}-byte cap are in use`, "ENOMEM",
+      );
+    }
+    this.inUse += bytes;
+  }
+
+  private allocRaw(shape: number[], dtype: DType, op: string, host = false): CpuTensor {
     const bytes = shapeNumel(shape, op) * DTYPE_BYTES[dtype];
+    if (!host) this.charge(bytes, op, dtype, shape);
     const p = this.lib.hg_alloc(bytes);
-    if (!p) bad(`${op}: out of memory allocating ${bytes} bytes for ${dtype}[${shape.join("x")}]`);
+    if (!p) {
+      if (!host) this.inUse -= bytes;
+      bad(`${op}: out of memory allocating ${bytes} bytes for ${dtype}[${shape.join("x")}]`);
+    }
     const t = new CpuTensor(this, dtype, shape, p as Pointer, bytes, true);
+    if (!host) this.charged.add(t);
     this.live.add(t);
     return t;
   }
@@ -119,6 +155,7 @@ export class CpuBackend implements Backend {
   }
 
   private release(t: CpuTensor): void {
+    if (this.charged.delete(t)) this.inUse -= t.byteLength;
     t.freed = true;
     this.live.delete(t);
     if (t.owned) this.lib.hg_free(t.ptr, t.byteLength);
@@ -132,6 +169,7 @@ export class CpuBackend implements Backend {
       if (t.owned) this.lib.hg_free(t.ptr, t.byteLength);
     }
     this.live.clear();
+    this.inUse = 0;
     this.lib.hg_destroy(this.ctx);
     this.isClosed = true;
   }

@@ -1,4 +1,5 @@
 export { CpuBackend, createCpuBackend } from "./cpu-backend.js";
+export { hostStoreAllocator } from "./host-store-allocator.js";
 export { CpuBackendOptionsSchema, type CpuBackendOptions } from "./options.js";
 export { cpuFeatures, ISAS, type Isa, type CpuFeatures } from "./features.js";
 export { CpuTensor } from "./tensor.js";

@@ -8,6 +8,8 @@ export const CpuBackendOptionsSchema = z
     threads: z.number().int().min(1).max(256).optional(),
     /** Kernel set; default $HYBRIDGEN_ISA, else the best the CPU supports. */
     isa: z.enum(ISAS).optional(),
+    /** Cap on the "device" memory (weights and allocations; allocHost is outside it), so the CPU backend stands in for a smaller GPU. */
+    memoryCapBytes: z.number().int().positive().optional(),
   })
   .strict();
 

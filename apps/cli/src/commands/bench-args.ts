@@ -4,8 +4,11 @@ import { ATTENTION_CONFIG_NAMES, attentionConfig } from "@hybridgen/runtime";
 import type { DeviceChoice } from "../device-backend.js";
 import { parseArgsError } from "../parse-args-error.js";
 import { configList, integer, integers, list, usage } from "./flag-values.js";
+import { parseGpuMem, parseWorkload, type Workload } from "./workload-args.js";
 
 export const DEFAULT_BENCH_CONFIGS = ATTENTION_CONFIG_NAMES.filter((n) => n !== "all-tokens");
+/** --workload's default: full attention, the default hybrid and the offloading baselines the issue compares. */
+export const DEFAULT_WORKLOAD_CONFIGS = ["full", "hybridgen", "flexgen", "infinigen", "streamingllm"];
 
 export interface BenchOptions {
   readonly help: boolean;
@@ -28,6 +31,10 @@ export interface BenchOptions {
   readonly seed: number;
   readonly out?: string;
   readonly json: boolean;
+  /** --workload NxC: the workload bench (bench-workload.ts) instead of the per-figure tables. */
+  readonly workload?: Workload;
+  /** --gpu-mem: device memory the backend may use, in bytes (the CUDA arena; the CPU backend's cap). */
+  readonly gpuMem?: number;
 }
 
 export const BENCH_HELP = `Usage: hybridgen bench [options]
@@ -43,7 +50,8 @@ and bench.json with every number. Progress goes to stderr.
 
   -m, --model A,B,...          model directories or preset:NAME (default stories15M)
       --dummy-weights          random weights (needed by presets)
-      --configs A,B,...        attention configurations (default: ${DEFAULT_BENCH_CONFIGS.join(", ")});
+      --configs A,B,...        attention configurations (default: ${DEFAULT_BENCH_CONFIGS.join(", ")};
+                               with --workload: ${DEFAULT_WORKLOAD_CONFIGS.join(", ")});
                                built-ins: ${ATTENTION_CONFIG_NAMES.join(", ")},
                                or hybrid:KEY=VALUE,… (selector, scheduler, timing, logits, k, kMin, candidates)
       --contexts N,...         context lengths in tokens (default 2048,8192)
@@ -61,6 +69,12 @@ and bench.json with every number. Progress goes to stderr.
       --dtype f32|f16|bf16     weight dtype (default: stored; dummy weights bf16)
       --seed N                 seed of the synthetic fill (default 1)
       --out DIR                write bench.json and fig15/16/17/21 SVG charts there
+                               (with --workload: workload.json and the workload figure)
+      --workload NxC           N sequences of C context tokens each, decoded --steps tokens each under
+                               --gpu-mem: full attention in waves of the largest batch that fits,
+                               the offloading configurations all N at once (the window from the planner)
+      --gpu-mem SIZE           device memory the backend may use (e.g. 80G; the CPU backend's
+                               "device" memory on the CPU), so a larger card stands in for a smaller one
       --json                   print bench.json on stdout instead of the tables
   -h, --help                   this help
 `;
@@ -83,7 +97,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
         batch: { type: "string" }, steps: { type: "string" }, warmup: { type: "string" }, "gpu-kv-budget": { type: "string" },
         "sink-tokens": { type: "string" }, k: { type: "string" }, device: { type: "string" }, threads: { type: "string" },
         "cpu-stage-threads": { type: "string" }, "kv-dtype": { type: "string" }, dtype: { type: "string" }, seed: { type: "string" },
-        out: { type: "string" }, json: { type: "boolean" }, help: { type: "boolean", short: "h" },
+        out: { type: "string" }, json: { type: "boolean" }, workload: { type: "string" }, "gpu-mem": { type: "string" }, help: { type: "boolean", short: "h" },
       },
     }).values;
   } catch (e) {
@@ -91,7 +105,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
   }
   const str = (k: string) => v[k] as string | undefined;
   const k = integer("k", str("k"), 1) ?? 64;
-  const configs = str("configs") === undefined ? [...DEFAULT_BENCH_CONFIGS] : configList("configs", str("configs")!);
+  const configs = str("configs") !== undefined ? configList("configs", str("configs")!) : str("workload") !== undefined ? [...DEFAULT_WORKLOAD_CONFIGS] : [...DEFAULT_BENCH_CONFIGS];
   for (const c of configs) attentionConfig(c, k); // names and specs checked before anything loads
   const gpuKvBudget = integer("gpu-kv-budget", str("gpu-kv-budget"), 1) ?? 1024;
   const sinkTokens = integer("sink-tokens", str("sink-tokens"), 0) ?? 4;
@@ -103,6 +117,11 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
   const device = str("device") ?? "auto";
   if (device !== "auto" && device !== "cpu" && device !== "cuda") throw usage(`invalid value for --device: ${JSON.stringify(device)} must be auto, cpu or cuda`);
   if (str("model") === "") throw usage("--model needs a directory or preset:NAME");
+  const workload = parseWorkload(str("workload"));
+  if (workload) {
+    for (const f of ["contexts", "batch", "gpu-kv-budget"]) if (str(f) !== undefined) throw usage(`--workload sets the sequences and their context; --${f} does not go with it`);
+    if (str("model")?.includes(",")) throw usage("--workload measures one model at a time");
+  }
   return {
     help: v.help === true,
     models: str("model") === undefined ? [] : list("model", str("model")!),
@@ -123,5 +142,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
     seed: integer("seed", str("seed"), 0) ?? 1,
     out: str("out"),
     json: v.json === true,
+    ...(workload ? { workload } : {}),
+    ...(str("gpu-mem") === undefined ? {} : { gpuMem: parseGpuMem(str("gpu-mem")) }),
   };
 }

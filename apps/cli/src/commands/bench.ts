@@ -6,6 +6,7 @@ import { openBackend, threadCount } from "../device-backend.js";
 import type { CliIo } from "../io.js";
 import { openModelSource } from "../model-source.js";
 import { BENCH_HELP, parseBenchArgs } from "./bench-args.js";
+import { runWorkloadBench } from "./bench-workload.js";
 import { measureModel, type BenchPoint } from "./bench-measure.js";
 import { benchTables, writeBenchOutputs, type BenchReport } from "./bench-report.js";
 
@@ -20,10 +21,11 @@ export async function runBench(argv: readonly string[], io: CliIo): Promise<numb
     io.stdout(BENCH_HELP);
     return 0;
   }
+  if (o.workload) return runWorkloadBench({ ...o, workload: o.workload }, io, displayName);
   const progress = (line: string) => io.stderr(`${line}\n`);
   const models = o.models.length > 0 ? o.models : [await ensureStories15M({ cacheDir: io.env.HYBRIDGEN_CACHE, onProgress: progress })];
   const threads = o.threads ?? availableParallelism();
-  const opened = await openBackend(o.device, threads, true);
+  const opened = await openBackend(o.device, threads, true, o.gpuMem);
   using backend = opened.backend;
   progress(`bench on ${opened.device}${opened.device.startsWith("cpu") ? ` with ${threadCount(opened.threads)}` : ""}${opened.fallback ? ` (${opened.fallback})` : ""}`);
   const points: BenchPoint[] = [];

@@ -1,0 +1,302 @@
+/**
+ * The measurements of `hybridgen bench --workload NxC`: N sequences of C context tokens, each
+ * decoding --steps tokens, on a backend whose device memory is capped (--gpu-mem). Full
+ * attention runs the largest batch whose KV fits (found by trying: a fresh model a try, so one
+ * that failed leaves nothing behind), in waves until all N are done; each offloading
+ * configuration runs all N at once, every sequence with the window memtier's planner sizes for
+ * the batch and the rest of its KV in host memory. Prefill is not timed; a step's wall time is
+ * the ms/token of every sequence in it.
+ */
+import { BatchDecoder, DTYPE_BYTES, HybridgenError, loadModel, type Backend, type CausalLM, type MemoryTier, type ModelFiles } from "@hybridgen/core";
+import type { RunPlan } from "@hybridgen/memtier";
+import { attachAttentionConfig, attentionConfig, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
+import type { BenchOptions } from "./bench-args.js";
+import { syntheticTokens } from "./bench-measure.js";
+import type { Workload } from "./workload-args.js";
+
+export interface WorkloadRow {
+  readonly config: string;
+  readonly family: AttentionConfig["family"];
+  readonly kind: AttentionConfig["kind"];
+  readonly status: "ok" | "failed" | "skipped";
+  readonly note?: string;
+  /** Sequences decoded at once, and the waves that took to decode all N. */
+  readonly batch?: number;
+  readonly waves?: number;
+  /** Window tokens a sequence keeps on the device (offloading configurations). */
+  readonly window?: number;
+  /** Decode tokens/s of the whole workload: every sequence's measured tokens over the summed step times. */
+  readonly tokensPerSec?: number;
+  /** Per-sequence ms/token over every sequence's measured steps. */
+  readonly p50Ms?: number;
+  readonly p99Ms?: number;
+  /** Median wall ms of one batched step (the full batch; the last wave of full attention may be smaller). */
+  readonly msPerStep?: number;
+  /** The planner's ms/step for this batch (offloading configurations; null where a bandwidth is unknown). */
+  readonly predictedMsPerStep?: number | null;
+}
+
+export interface WorkloadResult {
+  readonly model: string;
+  readonly workload: Workload;
+  readonly steps: number;
+  readonly warmup: number;
+  /** The cap on device memory (null: none). */
+  readonly gpuMemBytes: number | null;
+  /** Device bytes a loaded model holds besides its KV (weights, activations). */
+  readonly residentBytes: number;
+  readonly kvBytesPerToken: number;
+  readonly plan: Pick<RunPlan, "fits" | "refusal" | "offloadedTokens"> & { readonly windowTokens: number; readonly predicted: RunPlan["predicted"] };
+  readonly rows: WorkloadRow[];
+}
+
+export interface WorkloadContext {
+  readonly backend: Backend;
+  /** The tiers the offloaded KV goes to, with their measured read bandwidths. */
+  readonly tiers: readonly MemoryTier[];
+  /** The device's read and host → device bandwidths (the CPU backend: host memory's). */
+  readonly gpuReadGBs?: number;
+  readonly linkGBs?: number;
+  readonly progress: (line: string) => void;
+  readonly signal?: AbortSignal;
+}
+
+const PREFILL_BLOCK = 4096;
+/** The prefill block: every window's ring keeps this many slots past its budget, so a short context takes a small one. */
+const prefillBlock = (r: { o: { workload: Workload; steps: number } }) => Math.min(PREFILL_BLOCK, r.o.workload.context + r.o.steps, Math.max(16, Math.ceil(r.o.workload.context / 16)));
+const message = (e: unknown) => (e instanceof Error ? e.message : String(e)).split("\n")[0]!;
+const isOom = (e: unknown) => /out of (device )?memory/i.test(message(e));
+const quantile = (sorted: readonly number[], q: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
+const median = (xs: readonly number[]) => quantile([...xs].sort((a, b) => a - b), 0.5);
+const fmtMiB = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+
+/** Device bytes in use: the CPU backend's capped memory or the CUDA arena's. */
+export function deviceBytesInUse(backend: Backend): number {
+  const b = backend as { memoryInUseBytes?: number; memory?: () => { usedBytes: number } };
+  if (typeof b.memoryInUseBytes === "number") return b.memoryInUseBytes;
+  if (typeof b.memory === "function") return b.memory().usedBytes;
+  throw new HybridgenError(`--workload: backend ${backend.name} does not report its device memory`);
+}
+
+/** Bytes of the model's weights as loaded (at `dtype` where given). */
+export function weightBytes(files: ModelFiles, dtype?: keyof typeof DTYPE_BYTES): number {
+  let total = 0;
+  for (const n of files.weights.names()) {
+    const w = files.weights.get(n)!;
+    total += dtype === undefined ? w.bytes.byteLength : (w.bytes.byteLength / DTYPE_BYTES[w.dtype]) * DTYPE_BYTES[dtype];
+  }
+  return total;
+}
+
+/** Per-sequence ms/token samples and the workload's tokens/s from each wave's measured step walls. */
+export function workloadSpeed(waves: readonly { readonly sequences: number; readonly walls: readonly number[] }[]): { tokensPerSec: number; p50Ms: number; p99Ms: number } {
+  const samples: number[] = [];
+  let tokens = 0, ms = 0;
+  for (const w of waves) {
+    for (const t of w.walls) for (let i = 0; i < w.sequences; i++) samples.push(t);
+    tokens += w.sequences * w.walls.length;
+    ms += w.walls.reduce((a, b) => a + b, 0);
+  }
+  samples.sort((a, b) => a - b);
+  return { tokensPerSec: (1000 * tokens) / ms, p50Ms: quantile(samples, 0.5), p99Ms: quantile(samples, 0.99) };
+}
+
+/** The largest batch in [1, max] for which `fits` holds (fits is monotone: fewer sequences need less memory); 0 when none does. */
+export function largestFeasible(max: number, fits: (b: number) => boolean): number {
+  let lo = 0, hi = max; // lo fits (0 trivially), everything above hi is known not to
+  while (lo < hi) {
+    const mid = Math.ceil((lo + hi) / 2);
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+interface Run {
+  readonly files: ModelFiles;
+  readonly name: string;
+  readonly o: BenchOptions & { readonly workload: Workload };
+  readonly cx: WorkloadContext;
+}
+
+const loadFor = (r: Run, window?: number): CausalLM => {
+  const maxContext = r.o.workload.context + r.o.steps;
+  return loadModel(r.files, r.cx.backend, {
+    maxContext, prefillBlock: prefillBlock(r), kvDtype: r.o.kvDtype,
+    ...(r.o.dtype === undefined ? {} : { weightDtype: r.o.dtype }),
+    ...(window === undefined ? {} : { gpuKvBudget: window, sinkTokens: r.o.sinkTokens }),
+  });
+};
+
+/** Greedy batched decode of the slots from `first`; wall ms of every step. */
+function decodeSteps(dec: BatchDecoder, slots: number[], first: Int32Array, steps: number, signal?: AbortSignal): number[] {
+  const ids = Int32Array.from(first), walls: number[] = [];
+  for (let s = 0; s < steps && !signal?.aborted; s++) {
+    const t0 = performance.now();
+    dec.step(slots, ids);
+    dec.argmaxSlots(slots, ids);
+    walls.push(performance.now() - t0);
+  }
+  return walls;
+}
+
+/** Whether `batch` sequences of full attention fit: a fresh model, its batch decoder, every slot's prefill and one step. */
+function fullFits(r: Run, batch: number, prompt: Int32Array): boolean {
+  let model: CausalLM | null = null;
+  try {
+    model = loadFor(r);
+    using dec = new BatchDecoder(model, batch);
+    const slots = Array.from({ length: batch }, (_, i) => i);
+    for (const s of slots) dec.prefill(s, prompt, 0);
+    dec.step(slots, new Int32Array(batch).fill(3));
+    return true;
+  } catch (e) {
+    if (isOom(e)) return false;
+    throw e;
+  } finally {
+    model?.close();
+  }
+}
+
+/** Full attention: the largest batch that fits, in waves until all N sequences are decoded. */
+function measureFull(r: Run, c: AttentionConfig, prompt: Int32Array): WorkloadRow {
+  const { sequences } = r.o.workload;
+  const base = { config: c.name, family: c.family, kind: c.kind };
+  const batch = largestFeasible(sequences, (b) => fullFits(r, b, prompt));
+  if (batch === 0) return { ...base, status: "failed", note: `one sequence's KV (${fmtMiB(r.o.workload.context * kvBytesPerToken(r))}) does not fit beside the model` };
+  r.cx.progress(`full attention: ${batch} of ${sequences} sequences fit at once`);
+  using model = loadFor(r);
+  using dec = new BatchDecoder(model, batch);
+  const waves: { sequences: number; walls: number[] }[] = [];
+  for (let done = 0; done < sequences && !r.cx.signal?.aborted; ) {
+    const n = Math.min(batch, sequences - done), slots = Array.from({ length: n }, (_, i) => i), first = new Int32Array(n);
+    for (const s of slots) {
+      dec.prefill(s, prompt, 0);
+      first[s] = dec.argmax(s);
+    }
+    waves.push({ sequences: n, walls: decodeSteps(dec, slots, first, r.o.steps, r.cx.signal).slice(r.o.warmup) });
+    done += n;
+  }
+  return { ...base, status: "ok", batch, waves: waves.length, ...workloadSpeed(waves), msPerStep: median(waves[0]!.walls) };
+}
+
+const kvBytesPerToken = (r: Run) => 2 * r.files.shape.layers * r.files.shape.kvHeads * r.files.shape.headDim * DTYPE_BYTES[r.o.kvDtype];
+
+/** The planner's run for all N sequences at once under the cap (residentBytes: what a model holds besides its KV). */
+async function planWorkload(r: Run, residentBytes: number): Promise<RunPlan> {
+  const { planRun } = await import("@hybridgen/memtier");
+  const s = r.files.shape, cap = r.o.gpuMem;
+  return planRun({
+    model: { layers: s.layers, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, weightsBytes: residentBytes },
+    kvElementBytes: DTYPE_BYTES[r.o.kvDtype], contextTokens: r.o.workload.context + r.o.steps, batch: r.o.workload.sequences, gpuKvBudget: "auto",
+    // The CPU backend's resident bytes include its activations: no further reserve. A device keeps the planner's.
+    gpu: cap === undefined ? undefined : {
+      freeBytes: cap, ...(r.cx.gpuReadGBs ? { readBandwidthGBs: r.cx.gpuReadGBs } : {}), ...(r.cx.linkGBs ? { linkBandwidthGBs: r.cx.linkGBs } : {}),
+      ...(r.cx.backend.name === "cpu" ? { reserveBytes: 0 } : {}),
+    },
+    tiers: [...r.cx.tiers], k: r.o.k, appendTokens: prefillBlock(r),
+  });
+}
+
+/**
+ * One offloading configuration with all N sequences at once, each with a `window`-token device
+ * window (sinks included); out of device memory (the configuration's own device buffers, which
+ * the planner does not count) shrinks the window by a fifth and tries again, down to `minWindow`.
+ */
+async function measureOffloading(r: Run, c: AttentionConfig, prompt: Int32Array, planned: number, minWindow: number, predicted: number | null): Promise<WorkloadRow> {
+  const { sequences } = r.o.workload;
+  const { CpuBackend, hostStoreAllocator } = await import("@hybridgen/kernels-cpu");
+  let lastOom = "";
+  for (let window = planned; window >= minWindow; window = Math.floor(window * 0.8)) {
+    const base = { config: c.name, family: c.family, kind: c.kind, batch: sequences, waves: 1, window };
+    let model: CausalLM | null = null, dec: BatchDecoder | null = null;
+    const attached: AttachedAttention[] = [];
+    try {
+      model = loadFor(r, window);
+      dec = new BatchDecoder(model, sequences);
+      const slots = Array.from({ length: sequences }, (_, i) => i), seqs = slots.map((i) => sequenceModel(model!, dec!.sequence(i)));
+      const first = new Int32Array(sequences);
+      for (const i of slots) {
+        // The offloaded KV in host memory: outside the CPU backend's cap, or in the device backend's pinned host store.
+        if (r.cx.backend instanceof CpuBackend) seqs[i]!.cache.placeStore(hostStoreAllocator());
+        else await prepareHostStore(seqs[i]!, r.cx.backend, r.o.threads ?? 1);
+        dec.prefill(i, prompt, 0);
+        first[i] = dec.argmax(i);
+      }
+      r.cx.progress(`${c.name}: ${sequences} sequences prefilled, window ${window} tokens each (planned ${planned}), ${model.cache.storeCount} offloaded`);
+      for (const s of seqs) attached.push(await attachAttentionConfig(s, r.cx.backend, c, r.o.cpuStageThreads === undefined ? {} : { cpuStageThreads: r.o.cpuStageThreads }, sequences));
+      const walls = decodeSteps(dec, slots, first, r.o.steps, r.cx.signal).slice(r.o.warmup);
+      return { ...base, status: "ok", ...workloadSpeed([{ sequences, walls }]), msPerStep: median(walls), ...(c.kind === "hybrid" ? { predictedMsPerStep: predicted } : {}) };
+    } catch (e) {
+      if (!isOom(e)) throw e;
+      lastOom = message(e);
+      r.cx.progress(`${c.name}: window ${window} does not fit (${lastOom})`);
+    } finally {
+      for (const a of attached) a.close();
+      dec?.close();
+      model?.close();
+    }
+  }
+  return { config: c.name, family: c.family, kind: c.kind, status: "failed", note: `no window from ${planned} down to ${minWindow} tokens fits: ${lastOom}` };
+}
+
+/** The whole workload bench of one model. */
+export async function measureWorkload(files: ModelFiles, name: string, o: BenchOptions & { readonly workload: Workload }, cx: WorkloadContext): Promise<WorkloadResult> {
+  const r: Run = { files, name, o, cx };
+  const { sequences, context } = o.workload;
+  if (context + o.steps > files.shape.maxPositions) {
+    throw new HybridgenError(`--workload ${sequences}x${context} plus --steps ${o.steps} exceeds ${name}'s max_position_embeddings (${files.shape.maxPositions})`, "ECONTEXT");
+  }
+  const weights = weightBytes(files, o.dtype);
+  if (o.gpuMem !== undefined && o.gpuMem < weights) {
+    throw new HybridgenError(`--gpu-mem ${o.gpuMem} bytes (${fmtMiB(o.gpuMem)}) is below ${name}'s weights: ${weights} bytes (${fmtMiB(weights)})`, "EUSAGE");
+  }
+  const perToken = kvBytesPerToken(r);
+  // What a loaded model holds besides its KV: a model with a window of one block, less that window.
+  let residentBytes: number;
+  {
+    const before = deviceBytesInUse(cx.backend);
+    const block = prefillBlock(r);
+    let m: CausalLM;
+    try {
+      m = loadFor(r, Math.min(context + o.steps, o.sinkTokens + 64));
+    } catch (e) {
+      if (!isOom(e)) throw e;
+      throw new HybridgenError(`--gpu-mem ${o.gpuMem} bytes (${fmtMiB(o.gpuMem ?? 0)}) holds ${name}'s weights (${fmtMiB(weights)}) but not its activations and a minimal window: ${message(e)}`, "EUSAGE");
+    }
+    const windowBytes = perToken * Math.min(context + o.steps, o.sinkTokens + 64 + block);
+    residentBytes = Math.max(weights, deviceBytesInUse(cx.backend) - before - windowBytes);
+    m.close();
+  }
+  const configs = o.configs.map((c) => attentionConfig(c, o.k));
+  const prompt = syntheticTokens(context, files.shape.vocabSize, o.seed);
+  const rows: WorkloadRow[] = [];
+  for (const c of configs.filter((x) => x.kind === "full")) rows.push(measureFull(r, c, prompt));
+  const plan = await planWorkload(r, residentBytes);
+  const window = plan.gpu?.windowTokens ?? context + o.steps;
+  const offloading = configs.filter((x) => x.kind !== "full");
+  if (offloading.length > 0 && !cx.signal?.aborted) {
+    if (!plan.fits) {
+      for (const c of offloading) rows.push({ config: c.name, family: c.family, kind: c.kind, status: "failed", note: plan.refusal ?? "the planner found no room" });
+    } else if (window >= context + o.steps) {
+      for (const c of offloading) rows.push({ config: c.name, family: c.family, kind: c.kind, status: "skipped", note: `all ${sequences} sequences' KV fits on the device: nothing to offload` });
+    } else if (window <= o.sinkTokens + 1) {
+      for (const c of offloading) rows.push({ config: c.name, family: c.family, kind: c.kind, status: "failed", note: `the planner's window (${window} tokens a sequence) leaves no room beside ${o.sinkTokens} sinks` });
+    } else {
+      for (const c of offloading) if (!cx.signal?.aborted) rows.push(await measureOffloading(r, c, prompt, window, o.sinkTokens + 2, plan.predicted.msPerToken));
+    }
+  }
+  const order = (x: WorkloadRow) => o.configs.indexOf(x.config);
+  rows.sort((a, b) => order(a) - order(b));
+  if (!rows.some((x) => x.status === "ok")) {
+    const cap = o.gpuMem === undefined ? "no cap" : `--gpu-mem ${o.gpuMem} bytes (${fmtMiB(o.gpuMem)})`;
+    const full = rows.find((x) => x.kind === "full"), off = rows.find((x) => x.kind !== "full");
+    const why = [full && `full attention: ${full.note}`, off && `offloading: ${off.note}`].filter(Boolean).join("; ");
+    throw new HybridgenError(`--workload ${sequences}x${context} fits nowhere under ${cap}: ${why}`, "ECONTEXT");
+  }
+  return {
+    model: name, workload: o.workload, steps: o.steps, warmup: o.warmup, gpuMemBytes: o.gpuMem ?? null, residentBytes, kvBytesPerToken: perToken,
+    plan: { fits: plan.fits, refusal: plan.refusal, offloadedTokens: plan.offloadedTokens, windowTokens: window, predicted: plan.predicted },
+    rows,
+  };
+}

@@ -1,0 +1,100 @@
+/** `hybridgen bench --workload NxC --gpu-mem SIZE` on the CPU backend, whose "device" memory the cap bounds (stories15M, short contexts). */
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { largestFeasible, workloadSpeed } from "../src/commands/workload-measure.js";
+import { parseWorkload } from "../src/commands/workload-args.js";
+import { requireBuiltBin, runBin } from "./helpers.js";
+import { stories15M } from "./model-fixture.js";
+
+const dir = mkdtempSync(join(tmpdir(), "hybridgen-workload-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+beforeAll(async () => {
+  requireBuiltBin();
+  await stories15M();
+});
+
+const BASE = ["bench", "--device", "cpu", "--threads", "1", "--k", "16", "--steps", "5", "--warmup", "1"];
+
+describe("workload planning (pure)", () => {
+  it("largestFeasible finds the largest batch that fits, 0 when none does, trying few sizes", () => {
+    for (const [max, limit] of [[8, 3], [8, 8], [8, 0], [1, 1], [32, 17]] as const) {
+      const tried: number[] = [];
+      expect(largestFeasible(max, (b) => (tried.push(b), b <= limit))).toBe(Math.min(max, limit));
+      expect(tried.length).toBeLessThanOrEqual(Math.ceil(Math.log2(max + 1)));
+    }
+  });
+
+  it("workloadSpeed: the workload's tokens over the summed step times; every sequence of a wave a sample of its steps", () => {
+    // Waves of 3 and 1 sequences: 3·2 + 1·2 = 8 tokens in 10 + 20 + 5 + 5 = 40 ms.
+    const s = workloadSpeed([{ sequences: 3, walls: [10, 20] }, { sequences: 1, walls: [5, 5] }]);
+    expect(s.tokensPerSec).toBeCloseTo(200, 9);
+    expect(s.p50Ms).toBe(10); // samples 5 5 10 10 10 20 20 20
+    expect(s.p99Ms).toBe(20);
+  });
+
+  it("parseWorkload takes NxC and refuses what no run can hold", () => {
+    expect(parseWorkload("8x131072")).toEqual({ sequences: 8, context: 131072 });
+    expect(() => parseWorkload("0x1024")).toThrow(/"0x1024" has 0 sequences/);
+    expect(() => parseWorkload("64x1024")).toThrow(/64 sequences; one batched step holds at most 32/);
+    expect(() => parseWorkload("8*1024")).toThrow(/is not NxC/);
+  });
+});
+
+describe("hybridgen bench --workload", () => {
+  it("under a cap full attention runs the largest batch that fits in waves; the offloading configurations run all N at once; workload.json and the figure", () => {
+    const out = join(dir, "run");
+    const r = runBin([...BASE, "--workload", "4x200", "--gpu-mem", "64M", "--configs", "full,hybridgen,streamingllm", "--out", out]);
+    expect(r.stderr).not.toContain("error");
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("### Workload 4 × 200 tokens, stories15M, device memory 64.0 MiB");
+    const rep = JSON.parse(readFileSync(join(out, "workload.json"), "utf8"));
+    expect(existsSync(join(out, "workload-throughput.svg"))).toBe(true);
+    const row = (c: string) => rep.result.rows.find((x: { config: string }) => x.config === c);
+    const full = row("full");
+    // 4 sequences of 208 positions do not all fit beside the 58 MiB model under 64 MiB: waves.
+    expect(full.status).toBe("ok");
+    expect(full.batch).toBeGreaterThanOrEqual(1);
+    expect(full.batch).toBeLessThan(4);
+    expect(full.waves).toBe(Math.ceil(4 / full.batch));
+    expect(r.stderr).toContain(`full attention: ${full.batch} of 4 sequences fit at once`);
+    for (const c of ["hybridgen", "streamingllm"]) {
+      const x = row(c);
+      expect(x.status, `${c}: ${x.note}`).toBe("ok");
+      expect([x.batch, x.waves]).toEqual([4, 1]);
+      expect(x.window).toBeGreaterThan(4);
+      expect(x.window).toBeLessThanOrEqual(rep.result.plan.windowTokens);
+      expect(x.p99Ms).toBeGreaterThanOrEqual(x.p50Ms);
+      expect(x.tokensPerSec).toBeGreaterThan(0);
+    }
+    expect(row("hybridgen").predictedMsPerStep).toBeGreaterThan(0); // the planner's batched step beside the measured one
+    expect(rep.result.plan.windowTokens).toBeLessThan(208);
+  });
+
+  it("without a cap that forces it, full attention runs every sequence in one wave and nothing is offloaded", () => {
+    const r = runBin([...BASE, "--workload", "2x100", "--gpu-mem", "200M", "--configs", "full,hybridgen", "--json"]);
+    expect(r.code).toBe(0);
+    const rep = JSON.parse(r.stdout);
+    expect(rep.result.rows[0]).toMatchObject({ config: "full", status: "ok", batch: 2, waves: 1 });
+    expect(rep.result.rows[1]).toMatchObject({ config: "hybridgen", status: "skipped" });
+  });
+
+  it("bad values are one-line errors naming the numbers", () => {
+    const cases: [string[], RegExp][] = [
+      [["--workload", "0x1024"], /^error: invalid value for --workload: "0x1024" has 0 sequences \(at least 1\)$/],
+      [["--workload", "4x200", "--gpu-mem", "1M"], /^error: --gpu-mem 1048576 bytes \(1\.0 MiB\) is below stories15M's weights: \d+ bytes \(58\.0 MiB\)$/],
+      [["--workload", "4x200", "--gpu-mem", "59M"], /^error: --workload 4x200 fits nowhere under --gpu-mem 61865984 bytes \(59\.0 MiB\): full attention: one sequence's KV \([\d.]+ MiB\) does not fit beside the model; offloading: .*59\.0 MiB/],
+      [["--workload", "4x300"], /^error: --workload 4x300 plus --steps 5 exceeds stories15M's max_position_embeddings \(256\)$/],
+      [["--workload", "4x200", "--batch", "2"], /^error: --workload sets the sequences and their context; --batch does not go with it$/],
+    ];
+    for (const [args, want] of cases) {
+      const r = runBin([...BASE, ...args]);
+      expect(r.code, args.join(" ")).not.toBe(0);
+      const lines = r.stderr.trim().split("\n").filter((l) => l.startsWith("error"));
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatch(want);
+      expect(r.stderr).not.toMatch(/\n\s+at /); // no stack
+    }
+  });
+});
