@@ -32,7 +32,8 @@ export function allocSlot(backend: CpuBackend, shape: CpuStageShape, alloc: (byt
   const { heads, kvHeads, headDim, storeCapacity: cap, dtype } = shape;
   const pinnable = (bytes: number) => alloc(Math.max(bytes, PINNABLE_BYTES));
   const q = pinnable(heads * headDim * 4), sel = pinnable(heads * cap * 4), table = pinnable(kvHeads * (1 + cap) * 4);
-  const rows = () => new GatheredValues(backend, backend.alloc([kvHeads * cap, headDim], dtype) as CpuTensor, kvHeads, headDim);
+  // Host staging of the gathered rows: outside a capped backend's "device" memory, as beside a real device.
+  const rows = () => new GatheredValues(backend, backend.allocHost([kvHeads * cap, headDim], dtype) as CpuTensor, kvHeads, headDim);
   return {
     q, query: new Float32Array(toArrayBuffer(q.p, 0, heads * headDim * 4)),
     sel, logits: new Float32Array(toArrayBuffer(sel.p, 0, heads * cap * 4)),

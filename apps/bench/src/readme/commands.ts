@@ -53,6 +53,8 @@ export const COMMAND_RULES: readonly CommandRule[] = [
   { match: /~\/models\/|\.\.\/shared\/models\//, skip: "needs a user's model directory" },
   { readme: "packages/kernels-cuda/README.md", match: /./, skip: "needs a GPU" },
   { match: /hybridgen bench --model preset:llama-3\.1-8b/, skip: "needs a GPU" },
+  { match: /hybridgen bench --workload 8x131072/, skip: "needs a GPU" },
+  { match: /hybridgen bench --workload 8x240/, shrink: [["--workload 8x240", "--workload 3x120"], ["--steps 16 --warmup 4", "--steps 3 --warmup 1"]] },
   {
     match: /^\.\/hybridgen generate --prompt "Once upon a time" --temperature 0 --max-tokens 256$|^hybridgen generate --prompt "Once upon a time" --temperature 0 --max-tokens 256$/,
     expect: { readme: "README.md", documented: "prints llama2.c's stories15M story for this prompt", stdoutFile: STORY },

@@ -21,6 +21,8 @@ interface EvalTask { config: string; k: number | null; task: string; accuracy: n
 interface EvalFile { setup: { configs: string[] }; text: EvalText[]; tasks: EvalTask[] }
 interface BenchPoint { config: string; context: number; batch: number; status: string; msPerToken?: number }
 interface BenchFile { setup: { configs: string[]; contexts: number[] }; points: BenchPoint[] }
+interface WorkloadRow { config: string; status: string; note?: string; batch?: number; waves?: number; window?: number; tokensPerSec?: number; p50Ms?: number; p99Ms?: number; msPerStep?: number; predictedMsPerStep?: number | null }
+interface WorkloadFile { result: { rows: WorkloadRow[] } }
 
 type Args = Record<string, string>;
 type Rows = { columns: string[]; align: ("left" | "right")[]; rows: string[][] };
@@ -73,6 +75,19 @@ const VIEWS: Record<string, (file: unknown, args: Args) => Rows> = {
       return p && p.status === "ok" && p.msPerToken !== undefined ? p.msPerToken.toFixed(2) : "–";
     })]);
     return { columns: ["config", ...f.setup.contexts.map(ctxLabel)], align: right(f.setup.contexts.length), rows };
+  },
+  /** `hybridgen bench --workload`'s workload.json: a row per configuration, its tokens/s against full attention's best feasible. */
+  workload: (file) => {
+    const rows = (file as WorkloadFile).result.rows, full = rows.find((r) => r.config === "full" && r.status === "ok");
+    const f = (x: number | null | undefined, d: number) => (x === null || x === undefined ? "–" : x.toFixed(d));
+    return {
+      columns: ["config", "batch × waves", "window", "tokens/s", "vs full", "ms/token p50", "ms/token p99", "ms/step", "planned ms/step"],
+      align: right(8),
+      rows: rows.map((r) => r.status !== "ok" ? [r.config, r.status, "–", "–", "–", "–", "–", "–", "–"] : [
+        r.config, `${r.batch} × ${r.waves}`, r.window === undefined ? "all" : String(r.window), f(r.tokensPerSec, 1),
+        full ? `${(r.tokensPerSec! / full.tokensPerSec!).toFixed(2)}×` : "–", f(r.p50Ms, 2), f(r.p99Ms, 2), f(r.msPerStep, 2), f(r.predictedMsPerStep, 2),
+      ]),
+    };
   },
 };
 

@@ -153,7 +153,7 @@ async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, t
       `${serialUs?.has(t.id) ? `, ${f(serialUs.get(t.id), 0)} µs a random 4 KiB read alone` : ""}`),
     p.predicted.msPerToken === null
       ? `predicted:  – ms/token (a bandwidth is unknown: GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}, V gather ${f(p.predicted.vGatherMs)}, V transfer ${f(p.predicted.vTransferMs)} ms)`
-      : `predicted:  ${f(p.predicted.msPerToken)} ms/token = max(GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}` +
+      : `predicted:  ${f(p.predicted.msPerToken)} ms/${p.batch > 1 ? `step (a token of each of the ${p.batch} sequences)` : "token"} = max(GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}` +
         `${p.predicted.kDiskMs ? ` with K on disk ${f(p.predicted.kDiskMs)}` : ""}) + V gather ${f(p.predicted.vGatherMs)} + V transfer ${f(p.predicted.vTransferMs)} ms`,
   ];
   return `${lines.join("\n")}\n`;
