@@ -22,8 +22,8 @@ export const CudaBackendOptionsSchema = z.object({
   /** Explicit cuBLAS library to dlopen instead of the search. */
   cublasPath: z.string().min(1).optional(),
   /**
-   * Which tensor-core kernel serves prefill attention (bf16/f16, head dim 64/128): auto, the
-   * fastest measured (v3 on sm_90, v2-64 elsewhere), or one of the others for a bench to compare.
+   * Which tensor-core kernel serves prefill attention (bf16/f16, head dim 64/128): auto (v3 on
+   * sm_90, v2-64 elsewhere), or one of the others for a bench to compare.
    * Per backend: it is set before each prefill call, so two backends in a process do not mix.
    */
   flash: z.enum(["auto", "v2-64", "v2-64x3", "v2-128", "v3", "v3x3", "v3-all"]).default("auto"),

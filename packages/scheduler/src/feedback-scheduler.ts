@@ -11,8 +11,8 @@
  * kCap is the K at which T_gpu is predicted to reach (1 + gpuGrowth)·T_gpu at kMin. Algorithm 1
  * takes T_gpu as independent of K, so more K is free while the load hides behind it; here the
  * device gathers and aggregates (and, verified, re-scores) the K rows, so T_gpu grows with K,
- * the load stays under it, and without the cap K ran to the offloaded count (32K on the H200:
- * 15 → 256 ms/token, apps/bench/notes/scheduler.md). kCap = kMin + gpuGrowth·T_gpu(kMin) / (T_gpu per K), with
+ * the load stays under it, and without the cap K runs to the offloaded count
+ * (apps/bench/notes/scheduler.md). kCap = kMin + gpuGrowth·T_gpu(kMin) / (T_gpu per K), with
  * T_gpu(kMin) the window's steps moved to kMin along that slope (median). The slope is the
  * device line: least squares of T_gpu against K over the timing's stretch (older steps weigh
  * less), taken once well determined and kept, across stretches too, until another is. Before
