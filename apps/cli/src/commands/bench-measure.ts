@@ -9,16 +9,20 @@ import { BatchDecoder, HybridgenError, loadModel, seededRandom, type Backend, ty
 import { attachAttentionConfig, attentionConfig, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
 import type { BenchOptions } from "./bench-args.js";
 
-export interface BenchPoint {
-  readonly model: string;
-  readonly context: number;
-  readonly batch: number;
+/** One attention configuration's outcome, as every bench table row starts. */
+export interface ConfigOutcome {
   readonly config: string;
   readonly family: AttentionConfig["family"];
   readonly kind: AttentionConfig["kind"];
   readonly status: "ok" | "failed" | "skipped";
-  /** Why a point failed (e.g. out of device memory) or was skipped. */
+  /** Why it failed (e.g. out of device memory) or was skipped. */
   readonly note?: string;
+}
+
+export interface BenchPoint extends ConfigOutcome {
+  readonly model: string;
+  readonly context: number;
+  readonly batch: number;
   /** Median wall ms per decode step (one token of each sequence in the batch). */
   readonly msPerToken?: number;
   /** Tokens per second over the whole batch. */

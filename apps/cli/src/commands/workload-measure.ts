@@ -11,15 +11,10 @@ import { BatchDecoder, DTYPE_BYTES, HybridgenError, loadModel, type Backend, typ
 import type { RunPlan } from "@hybridgen/memtier";
 import { attachAttentionConfig, attentionConfig, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
 import type { BenchOptions } from "./bench-args.js";
-import { syntheticTokens } from "./bench-measure.js";
+import { syntheticTokens, type ConfigOutcome } from "./bench-measure.js";
 import type { Workload } from "./workload-args.js";
 
-export interface WorkloadRow {
-  readonly config: string;
-  readonly family: AttentionConfig["family"];
-  readonly kind: AttentionConfig["kind"];
-  readonly status: "ok" | "failed" | "skipped";
-  readonly note?: string;
+export interface WorkloadRow extends ConfigOutcome {
   /** Sequences decoded at once, and the waves that took to decode all N. */
   readonly batch?: number;
   readonly waves?: number;
