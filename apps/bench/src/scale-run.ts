@@ -19,10 +19,10 @@
  * would not fit anywhere).
  */
 import { cpus } from "node:os";
-import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type Backend, type HybridAttention, type HybridStepRecord, type KvCache, type Tensor, isFileTier } from "@hybridgen/core";
+import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type HybridAttention, type HybridStepRecord, isFileTier } from "@hybridgen/core";
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun, tierShares } from "@hybridgen/memtier";
-import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, KSpill, probeDiskGather, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, fillSyntheticKv, KSpill, probeDiskGather, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
 import { greedyWalls, mean } from "./greedy-walls.js";
@@ -66,29 +66,6 @@ const size = (s: string) => {
 };
 const hostBudget = hostBudgetArg ? size(hostBudgetArg) : undefined;
 
-/** Random rows in every window tensor: one seeded chunk written, then doubled by device copies. */
-function randomizeWindow(be: Backend, cache: KvCache): void {
-  const chunkRows = 4096, hd = cache.headDim;
-  const chunk = new Float32Array(chunkRows * hd);
-  const fill = createNativeRandomFill();
-  const bytes = new Uint8Array(chunk.buffer);
-  [...cache.windowK, ...cache.windowV].forEach((t: Tensor, i) => {
-    fill(bytes, "f32", { key: 1000 + i, scale: 0.5, offset: 0 });
-    const rows = t.shape[0]! * t.shape[1]!;
-    be.write(t, chunk.subarray(0, Math.min(chunk.length, rows * hd)));
-    for (let n = chunkRows; n < rows; n *= 2) be.copyRows(t, n, t, 0, Math.min(n, rows - n));
-  });
-}
-
-/** The cache at `length` positions through its own append/evict path, no row computed. */
-function fillSynthetic(cache: KvCache, length: number): void {
-  while (cache.length < length) {
-    const room = cache.windowCapacity - cache.windowCount;
-    cache.append(Math.min(cache.maxAppend, length - cache.length, room));
-    cache.evict();
-  }
-  cache.syncHostStore();
-}
 
 using backend = await openBackend(backendName, { arenaFraction: 0.95 });
 const GiB = 2 ** 30;
@@ -175,8 +152,7 @@ for (const context of contexts) {
   const firstTokens = new Int32Array(batch).fill(1);
   if (synthetic) {
     for (const c of caches) {
-      randomizeWindow(backend, c); // then every eviction copies random rows into the store
-      fillSynthetic(c, context);
+      fillSyntheticKv(backend, c, context); // every eviction copies the window's random rows into the store
     }
     // The step at `context` gives the picks a row.
     if (dec) {

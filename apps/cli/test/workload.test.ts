@@ -70,6 +70,31 @@ describe("hybridgen bench --workload", () => {
     }
     expect(row("hybridgen").predictedMsPerStep).toBeGreaterThan(0); // the planner's batched step beside the measured one
     expect(rep.result.plan.windowTokens).toBeLessThan(208);
+    // Bytes a step reads by where, and their floor: full attention's device bytes are the model and its batch's whole KV.
+    expect(full.bytesPerStep.gpu).toBe(rep.result.residentBytes + full.batch * 205 * rep.result.kvBytesPerToken);
+    expect(full.bytesPerStep.link).toBe(0);
+    expect(full.floorMsPerStep).toBeGreaterThan(0);
+    const h = row("hybridgen");
+    expect(h.bytesPerStep.gpu).toBe(rep.result.residentBytes + 4 * h.window * rep.result.kvBytesPerToken);
+    expect(Object.values(h.bytesPerStep.tiers as Record<string, number>).reduce((a, b) => a + b, 0)).toBeGreaterThan(0); // the stage's K and V rows
+    expect(h.floorMsPerStep).toBe(h.predictedMsPerStep);
+    expect(r.stdout).toContain("| floor ms/step | × floor |");
+  });
+
+  it("--synthetic-kv: no prefill, each context's KV random rows; full attention in waves, hybrid offloading the rest", () => {
+    const r = runBin([...BASE, "--workload", "6x200", "--gpu-mem", "64M", "--configs", "full,hybridgen", "--synthetic-kv", "--json"]);
+    expect(r.stderr).not.toContain("error");
+    expect(r.code).toBe(0);
+    const rep = JSON.parse(r.stdout);
+    expect(rep.setup.fill).toBe("synthetic KV: seeded random rows (seed 1 + slot), no prefill");
+    const [full, h] = rep.result.rows;
+    expect(full).toMatchObject({ config: "full", status: "ok" });
+    expect(full.batch).toBeLessThan(6);
+    expect(full.waves).toBe(Math.ceil(6 / full.batch));
+    expect(h).toMatchObject({ config: "hybridgen", status: "ok", batch: 6, waves: 1 });
+    const filled = /hybridgen: 6 sequences filled with synthetic KV, window (\d+) tokens each \(planned \d+\), (\d+) offloaded/.exec(r.stderr);
+    expect(filled, r.stderr).not.toBeNull();
+    expect(Number(filled![2])).toBeGreaterThanOrEqual(200 - Number(filled![1])); // the window evicts in blocks: it may hold fewer
   });
 
   it("without a cap that forces it, full attention runs every sequence in one wave and nothing is offloaded", () => {
@@ -87,6 +112,7 @@ describe("hybridgen bench --workload", () => {
       [["--workload", "4x200", "--gpu-mem", "59M"], /^error: --workload 4x200 fits nowhere under --gpu-mem 61865984 bytes \(59\.0 MiB\): full attention: one sequence's KV \([\d.]+ MiB\) does not fit beside the model; offloading: .*59\.0 MiB/],
       [["--workload", "4x300"], /^error: --workload 4x300 plus --steps 5 exceeds stories15M's max_position_embeddings \(256\)$/],
       [["--workload", "4x200", "--batch", "2"], /^error: --workload sets the sequences and their context; --batch does not go with it$/],
+      [["--synthetic-kv"], /^error: --synthetic-kv goes with --workload \(the figures' benches prefill their contexts\)$/],
     ];
     for (const [args, want] of cases) {
       const r = runBin([...BASE, ...args]);

@@ -99,6 +99,8 @@ export interface RunPlan {
     readonly kDiskMs: number | null;
     readonly vGatherMs: number | null; readonly vTransferMs: number | null;
     readonly msPerToken: number | null;
+    /** What a step reads, by where: the device (weights and windows), each tier (the stage's K, the V rows it gathers), the link (rows sent up). */
+    readonly bytes: { readonly gpu: number; readonly tiers: Readonly<Record<string, number>>; readonly link: number };
   };
 }
 
@@ -227,7 +229,10 @@ export function planRun(input: RunPlanInput): RunPlan {
   let kDiskTotal: number | null = 0;
   let vGatherMs: number | null = 0;
   const memoryV = tiers.reduce((n, t) => n + (isFileTier(t) ? 0 : t.vBytes), 0);
+  const tierBytes: Record<string, number> = {};
   for (const t of tiers) {
+    const vRows = isFileTier(t) ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
+    tierBytes[t.id] = t.kBytes + vRows * (isFileTier(t) ? o.pageBytes : rowBytes);
     if (t.kBytes > 0) {
       const m = isFileTier(t) ? kDiskMs(t.kBytes, store.layout.kSpill!.unitBytes, byId.get(t.id)!) : ms(t.kBytes, t.readBandwidthGBs);
       if (isFileTier(t)) kDiskTotal = kDiskTotal === null || m === null ? null : kDiskTotal + m;
@@ -240,7 +245,8 @@ export function planRun(input: RunPlanInput): RunPlan {
     }
   }
   // Without a GPU the CPU backend's own step reads the weights and the window from the fastest tier.
-  const gpuMs = ms(o.model.weightsBytes + window * B * total, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
+  const gpuBytes = o.model.weightsBytes + window * B * total;
+  const gpuMs = ms(gpuBytes, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
   const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(movedBytes, o.gpu.linkBandwidthGBs)) : 0;
   const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null : Math.max(gpuMs, cpuMs) + vGatherMs + vTransferMs;
 
@@ -249,6 +255,6 @@ export function planRun(input: RunPlanInput): RunPlan {
     weights: { where: o.gpu ? "gpu" : "host", bytes: o.model.weightsBytes },
     gpu, hostWindowBytes, offloadedTokens: offloaded, store, tiers,
     fits: refusal === null, refusal,
-    predicted: { gpuMs, cpuMs, kDiskMs: kDiskTotal, vGatherMs, vTransferMs, msPerToken },
+    predicted: { gpuMs, cpuMs, kDiskMs: kDiskTotal, vGatherMs, vTransferMs, msPerToken, bytes: { gpu: gpuBytes, tiers: tierBytes, link: o.gpu && offloaded > 0 ? movedBytes : 0 } },
   };
 }

@@ -41,6 +41,8 @@ describe("planRun: the arithmetic", () => {
     expect(p.predicted.vGatherMs).toBeCloseTo((selV / 40e9) * 1e3, 6);
     expect(p.predicted.vTransferMs).toBeCloseTo(((selV + sentK) / 50e9) * 1e3, 6);
     expect(p.predicted.msPerToken).toBeCloseTo(Math.max(gpuMs, cpuMs) + (selV / 40e9) * 1e3 + ((selV + sentK) / 50e9) * 1e3, 6);
+    // The bytes behind those times: the device's reads, node0's (all of K, the gathered V rows), the rows sent up.
+    expect(p.predicted.bytes).toEqual({ gpu: llama8b.weightsBytes + fit * 128 * KiB, tiers: { [t0.id]: 32 * region + selV }, link: selV + sentK });
     // Exact or speculative logits (candidates 1): K rows a KV head on every layer, no K rows sent.
     const single = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, candidates: 1 });
     expect(single.predicted.vGatherMs).toBeCloseTo(((32 * 256 * 8 * row) / 40e9) * 1e3, 6);

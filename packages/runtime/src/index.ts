@@ -6,3 +6,4 @@ export { ATTENTION_CONFIG_NAMES, attentionConfig, attachAttentionConfig, prepare
 export { probeDiskGather, type DiskGatherProbe } from "./probe-disk-gather.js";
 export { KSpill } from "./k-spill.js";
 export { defaultStageThreads } from "./stage-threads.js";
+export { fillSyntheticKv, randomizeWindow } from "./synthetic-kv.js";

@@ -21,7 +21,7 @@ interface EvalTask { config: string; k: number | null; task: string; accuracy: n
 interface EvalFile { setup: { configs: string[] }; text: EvalText[]; tasks: EvalTask[] }
 interface BenchPoint { config: string; context: number; batch: number; status: string; msPerToken?: number }
 interface BenchFile { setup: { configs: string[]; contexts: number[] }; points: BenchPoint[] }
-interface WorkloadRow { config: string; status: string; note?: string; batch?: number; waves?: number; window?: number; tokensPerSec?: number; p50Ms?: number; p99Ms?: number; msPerStep?: number; predictedMsPerStep?: number | null }
+interface WorkloadRow { config: string; status: string; note?: string; batch?: number; waves?: number; window?: number; tokensPerSec?: number; p50Ms?: number; p99Ms?: number; msPerStep?: number; predictedMsPerStep?: number | null; bytesPerStep?: { gpu: number; tiers: Record<string, number>; link: number }; floorMsPerStep?: number | null }
 interface WorkloadFile { result: { rows: WorkloadRow[] } }
 
 type Args = Record<string, string>;
@@ -81,11 +81,13 @@ const VIEWS: Record<string, (file: unknown, args: Args) => Rows> = {
     const rows = (file as WorkloadFile).result.rows, full = rows.find((r) => r.config === "full" && r.status === "ok");
     const f = (x: number | null | undefined, d: number) => (x === null || x === undefined ? "–" : x.toFixed(d));
     return {
-      columns: ["config", "batch × waves", "window", "tokens/s", "vs full", "ms/token p50", "ms/token p99", "ms/step", "planned ms/step"],
-      align: right(8),
-      rows: rows.map((r) => r.status !== "ok" ? [r.config, r.status, "–", "–", "–", "–", "–", "–", "–"] : [
+      columns: ["config", "batch × waves", "window", "tokens/s", "vs full", "ms/token p50", "ms/token p99", "ms/step", "planned ms/step", "device GB/step", "host GB/step", "link GB/step", "floor ms/step", "× floor"],
+      align: right(13),
+      rows: rows.map((r) => r.status !== "ok" ? [r.config, r.status, ...Array<string>(12).fill("–")] : [
         r.config, `${r.batch} × ${r.waves}`, r.window === undefined ? "all" : String(r.window), f(r.tokensPerSec, 1),
         full ? `${(r.tokensPerSec! / full.tokensPerSec!).toFixed(2)}×` : "–", f(r.p50Ms, 2), f(r.p99Ms, 2), f(r.msPerStep, 2), f(r.predictedMsPerStep, 2),
+        ...(r.bytesPerStep ? [f(r.bytesPerStep.gpu / 1e9, 2), f(Object.values(r.bytesPerStep.tiers).reduce((n, v) => n + v, 0) / 1e9, 2), f(r.bytesPerStep.link / 1e9, 3)] : ["–", "–", "–"]),
+        f(r.floorMsPerStep, 2), r.floorMsPerStep ? `${(r.msPerStep! / r.floorMsPerStep).toFixed(2)}×` : "–",
       ]),
     };
   },

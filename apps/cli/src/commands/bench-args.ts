@@ -35,6 +35,8 @@ export interface BenchOptions {
   readonly workload?: Workload;
   /** --gpu-mem: device memory the backend may use, in bytes (the CUDA arena; the CPU backend's cap). */
   readonly gpuMem?: number;
+  /** --synthetic-kv (with --workload): the contexts' KV as seeded random rows, no prefill. */
+  readonly syntheticKv: boolean;
 }
 
 export const BENCH_HELP = `Usage: hybridgen bench [options]
@@ -75,6 +77,8 @@ and bench.json with every number. Progress goes to stderr.
                                the offloading configurations all N at once (the window from the planner)
       --gpu-mem SIZE           device memory the backend may use (e.g. 80G; the CPU backend's
                                "device" memory on the CPU), so a larger card stands in for a smaller one
+      --synthetic-kv           with --workload: no prefill; each context's KV is seeded random rows
+                               (the window's, carried to the offloaded store by the cache's own evictions)
       --json                   print bench.json on stdout instead of the tables
   -h, --help                   this help
 `;
@@ -97,7 +101,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
         batch: { type: "string" }, steps: { type: "string" }, warmup: { type: "string" }, "gpu-kv-budget": { type: "string" },
         "sink-tokens": { type: "string" }, k: { type: "string" }, device: { type: "string" }, threads: { type: "string" },
         "cpu-stage-threads": { type: "string" }, "kv-dtype": { type: "string" }, dtype: { type: "string" }, seed: { type: "string" },
-        out: { type: "string" }, json: { type: "boolean" }, workload: { type: "string" }, "gpu-mem": { type: "string" }, help: { type: "boolean", short: "h" },
+        out: { type: "string" }, json: { type: "boolean" }, workload: { type: "string" }, "gpu-mem": { type: "string" }, "synthetic-kv": { type: "boolean" }, help: { type: "boolean", short: "h" },
       },
     }).values;
   } catch (e) {
@@ -121,6 +125,8 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
   if (workload) {
     for (const f of ["contexts", "batch", "gpu-kv-budget"]) if (str(f) !== undefined) throw usage(`--workload sets the sequences and their context; --${f} does not go with it`);
     if (str("model")?.includes(",")) throw usage("--workload measures one model at a time");
+  } else if (v["synthetic-kv"] === true) {
+    throw usage("--synthetic-kv goes with --workload (the figures' benches prefill their contexts)");
   }
   return {
     help: v.help === true,
@@ -144,5 +150,6 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
     json: v.json === true,
     ...(workload ? { workload } : {}),
     ...(str("gpu-mem") === undefined ? {} : { gpuMem: parseGpuMem(str("gpu-mem")) }),
+    syntheticKv: v["synthetic-kv"] === true,
   };
 }

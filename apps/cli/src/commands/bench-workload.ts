@@ -33,7 +33,7 @@ export async function runWorkloadBench(o: BenchOptions & { readonly workload: Wo
     setup: {
       date: new Date().toISOString(), device: opened.device, cpu: cpus()[0]?.model ?? "unknown", cores: availableParallelism(), threads: opened.threads,
       model, configs: o.configs, steps: o.steps, warmup: o.warmup, sinkTokens: o.sinkTokens, k: o.k, kvDtype: o.kvDtype,
-      dtype: o.dtype ?? (o.dummyWeights ? "bf16" : "stored"), dummyWeights: o.dummyWeights, fill: `synthetic: seeded random tokens (seed ${o.seed})`,
+      dtype: o.dtype ?? (o.dummyWeights ? "bf16" : "stored"), dummyWeights: o.dummyWeights, fill: o.syntheticKv ? `synthetic KV: seeded random rows (seed ${o.seed} + slot), no prefill` : `synthetic: seeded random tokens (seed ${o.seed})`,
       tiers: tiers.map((t) => ({ id: t.id, kind: t.kind, readBandwidthGBs: t.readBandwidthGBs })),
     },
     result,

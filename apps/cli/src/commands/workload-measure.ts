@@ -5,11 +5,12 @@
  * that failed leaves nothing behind), in waves until all N are done; each offloading
  * configuration runs all N at once, every sequence with the window memtier's planner sizes for
  * the batch and the rest of its KV in host memory. Prefill is not timed; a step's wall time is
- * the ms/token of every sequence in it.
+ * the ms/token of every sequence in it. With --synthetic-kv nothing is prefilled: each context's KV
+ * is seeded random rows (runtime's fillSyntheticKv), which is what a decode step's speed depends on.
  */
 import { BatchDecoder, DTYPE_BYTES, HybridgenError, loadModel, type Backend, type CausalLM, type MemoryTier, type ModelFiles } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
-import { attachAttentionConfig, attentionConfig, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
+import { attachAttentionConfig, attentionConfig, fillSyntheticKv, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
 import type { BenchOptions } from "./bench-args.js";
 import { syntheticTokens, type ConfigOutcome } from "./bench-measure.js";
 import type { Workload } from "./workload-args.js";
@@ -27,8 +28,12 @@ export interface WorkloadRow extends ConfigOutcome {
   readonly p99Ms?: number;
   /** Median wall ms of one batched step (the full batch; the last wave of full attention may be smaller). */
   readonly msPerStep?: number;
-  /** The planner's ms/step for this batch (offloading configurations; null where a bandwidth is unknown). */
+  /** The planner's ms/step for this batch and window (hybrid configurations; null where a bandwidth is unknown). */
   readonly predictedMsPerStep?: number | null;
+  /** What one step must read, by where (the planner's bytes for the batch and window the row ran): the device, each host tier, the link. */
+  readonly bytesPerStep?: RunPlan["predicted"]["bytes"];
+  /** Those bytes at the measured bandwidths: the step's floor (null where a bandwidth is unknown). */
+  readonly floorMsPerStep?: number | null;
 }
 
 export interface WorkloadResult {
@@ -135,6 +140,22 @@ function decodeSteps(dec: BatchDecoder, slots: number[], first: Int32Array, step
   return walls;
 }
 
+/**
+ * Slot `s` at the workload's context, its first decode token returned: the prompt prefilled (the
+ * token its logits pick), or with --synthetic-kv a fresh sequence of seeded random KV rows (the
+ * prompt's last token).
+ */
+function fillSlot(r: Run, dec: BatchDecoder, s: number, prompt: Int32Array): number {
+  if (!r.o.syntheticKv) {
+    dec.prefill(s, prompt, 0);
+    return dec.argmax(s);
+  }
+  const seq = dec.sequence(s);
+  dec.model.withSequence(seq, () => dec.model.reset()); // a wave reuses the slot
+  fillSyntheticKv(r.cx.backend, seq.cache, r.o.workload.context, r.o.seed + s);
+  return prompt[prompt.length - 1]!;
+}
+
 /** Whether `batch` sequences of full attention fit: a fresh model, its batch decoder, every slot's prefill and one step. */
 function fullFits(r: Run, batch: number, prompt: Int32Array): boolean {
   let model: CausalLM | null = null;
@@ -142,7 +163,7 @@ function fullFits(r: Run, batch: number, prompt: Int32Array): boolean {
     model = loadFor(r);
     using dec = new BatchDecoder(model, batch);
     const slots = Array.from({ length: batch }, (_, i) => i);
-    for (const s of slots) dec.prefill(s, prompt, 0);
+    for (const s of slots) fillSlot(r, dec, s, prompt);
     dec.step(slots, new Int32Array(batch).fill(3));
     return true;
   } catch (e) {
@@ -165,10 +186,7 @@ function measureFull(r: Run, c: AttentionConfig, prompt: Int32Array): WorkloadRo
   const waves: { sequences: number; walls: number[] }[] = [];
   for (let done = 0; done < sequences && !r.cx.signal?.aborted; ) {
     const n = Math.min(batch, sequences - done), slots = Array.from({ length: n }, (_, i) => i), first = new Int32Array(n);
-    for (const s of slots) {
-      dec.prefill(s, prompt, 0);
-      first[s] = dec.argmax(s);
-    }
+    for (const s of slots) first[s] = fillSlot(r, dec, s, prompt);
     waves.push({ sequences: n, walls: decodeSteps(dec, slots, first, r.o.steps, r.cx.signal).slice(r.o.warmup) });
     done += n;
   }
@@ -178,18 +196,18 @@ function measureFull(r: Run, c: AttentionConfig, prompt: Int32Array): WorkloadRo
 const kvBytesPerToken = (r: Run) => 2 * r.files.shape.layers * r.files.shape.kvHeads * r.files.shape.headDim * DTYPE_BYTES[r.o.kvDtype];
 
 /** The planner's run for all N sequences at once under the cap (residentBytes: what a model holds besides its KV). */
-async function planWorkload(r: Run, residentBytes: number): Promise<RunPlan> {
+async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.sequences, window: number | "auto" = "auto"): Promise<RunPlan> {
   const { planRun } = await import("@hybridgen/memtier");
   const s = r.files.shape, cap = r.o.gpuMem;
   return planRun({
     model: { layers: s.layers, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, weightsBytes: residentBytes },
-    kvElementBytes: DTYPE_BYTES[r.o.kvDtype], contextTokens: r.o.workload.context + r.o.steps, batch: r.o.workload.sequences, gpuKvBudget: "auto",
+    kvElementBytes: DTYPE_BYTES[r.o.kvDtype], contextTokens: r.o.workload.context + r.o.steps, batch, gpuKvBudget: window,
     // The CPU backend's resident bytes include its activations: no further reserve. A device keeps the planner's.
     gpu: cap === undefined ? undefined : {
       freeBytes: cap, ...(r.cx.gpuReadGBs ? { readBandwidthGBs: r.cx.gpuReadGBs } : {}), ...(r.cx.linkGBs ? { linkBandwidthGBs: r.cx.linkGBs } : {}),
       ...(r.cx.backend.name === "cpu" ? { reserveBytes: 0 } : {}),
     },
-    tiers: [...r.cx.tiers], k: r.o.k, appendTokens: prefillBlock(r),
+    tiers: [...r.cx.tiers], k: r.o.k, appendTokens: prefillBlock(r), prefill: !r.o.syntheticKv,
   });
 }
 
@@ -198,7 +216,7 @@ async function planWorkload(r: Run, residentBytes: number): Promise<RunPlan> {
  * window (sinks included); out of device memory (the configuration's own device buffers, which
  * the planner does not count) shrinks the window by a fifth and tries again, down to `minWindow`.
  */
-async function measureOffloading(r: Run, c: AttentionConfig, prompt: Int32Array, planned: number, minWindow: number, predicted: number | null): Promise<WorkloadRow> {
+async function measureOffloading(r: Run, c: AttentionConfig, prompt: Int32Array, planned: number, minWindow: number): Promise<WorkloadRow> {
   const { sequences } = r.o.workload;
   const { CpuBackend, hostStoreAllocator } = await import("@hybridgen/kernels-cpu");
   let lastOom = "";
@@ -215,13 +233,12 @@ async function measureOffloading(r: Run, c: AttentionConfig, prompt: Int32Array,
         // The offloaded KV in host memory: outside the CPU backend's cap, or in the device backend's pinned host store.
         if (r.cx.backend instanceof CpuBackend) seqs[i]!.cache.placeStore(hostStoreAllocator());
         else await prepareHostStore(seqs[i]!, r.cx.backend, r.o.threads ?? 1);
-        dec.prefill(i, prompt, 0);
-        first[i] = dec.argmax(i);
+        first[i] = fillSlot(r, dec, i, prompt);
       }
-      r.cx.progress(`${c.name}: ${sequences} sequences prefilled, window ${window} tokens each (planned ${planned}), ${model.cache.storeCount} offloaded`);
+      r.cx.progress(`${c.name}: ${sequences} sequences ${r.o.syntheticKv ? "filled with synthetic KV" : "prefilled"}, window ${window} tokens each (planned ${planned}), ${model.cache.storeCount} offloaded`);
       for (const s of seqs) attached.push(await attachAttentionConfig(s, r.cx.backend, c, r.o.cpuStageThreads === undefined ? {} : { cpuStageThreads: r.o.cpuStageThreads }, sequences));
       const walls = decodeSteps(dec, slots, first, r.o.steps, r.cx.signal).slice(r.o.warmup);
-      return { ...base, status: "ok", ...workloadSpeed([{ sequences, walls }]), msPerStep: median(walls), ...(c.kind === "hybrid" ? { predictedMsPerStep: predicted } : {}) };
+      return { ...base, status: "ok", ...workloadSpeed([{ sequences, walls }]), msPerStep: median(walls) };
     } catch (e) {
       if (!isOom(e)) throw e;
       lastOom = message(e);
@@ -233,6 +250,24 @@ async function measureOffloading(r: Run, c: AttentionConfig, prompt: Int32Array,
     }
   }
   return { config: c.name, family: c.family, kind: c.kind, status: "failed", note: `no window from ${planned} down to ${minWindow} tokens fits: ${lastOom}` };
+}
+
+/**
+ * A measured row with the bytes its step must read and their floor, from the planner at the
+ * row's batch and window: full attention reads its weights and every sequence's whole KV on the
+ * device; a hybrid configuration the window there, the stage's K and V rows in the host tiers and
+ * the rows sent up (the floor is the planner's ms/step); FlexGen-style AoG also sends every
+ * offloaded K and V row up each step (its floor: the slower of the device's reads and the link).
+ */
+async function withFloor(r: Run, residentBytes: number, row: WorkloadRow): Promise<WorkloadRow> {
+  if (row.status !== "ok" || row.batch === undefined) return row;
+  const full = row.kind === "full", window = full ? r.o.workload.context + r.o.steps : row.window!;
+  const p = (await planWorkload(r, residentBytes, row.batch, window)).predicted;
+  if (full) return { ...row, bytesPerStep: p.bytes, floorMsPerStep: p.gpuMs };
+  if (row.kind === "hybrid") return { ...row, bytesPerStep: p.bytes, floorMsPerStep: p.msPerToken, predictedMsPerStep: p.msPerToken };
+  const link = row.batch * Math.max(0, r.o.workload.context + r.o.steps - window) * kvBytesPerToken(r);
+  const linkMs = r.cx.linkGBs ? (link / (r.cx.linkGBs * 1e9)) * 1e3 : null;
+  return { ...row, bytesPerStep: { ...p.bytes, link }, floorMsPerStep: p.gpuMs === null || linkMs === null ? null : Math.max(p.gpuMs, linkMs) };
 }
 
 /** The whole workload bench of one model. */
@@ -278,9 +313,10 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
     } else if (window <= o.sinkTokens + 1) {
       for (const c of offloading) rows.push({ config: c.name, family: c.family, kind: c.kind, status: "failed", note: `the planner's window (${window} tokens a sequence) leaves no room beside ${o.sinkTokens} sinks` });
     } else {
-      for (const c of offloading) if (!cx.signal?.aborted) rows.push(await measureOffloading(r, c, prompt, window, o.sinkTokens + 2, plan.predicted.msPerToken));
+      for (const c of offloading) if (!cx.signal?.aborted) rows.push(await measureOffloading(r, c, prompt, window, o.sinkTokens + 2));
     }
   }
+  for (const [i, row] of rows.entries()) rows[i] = await withFloor(r, residentBytes, row);
   const order = (x: WorkloadRow) => o.configs.indexOf(x.config);
   rows.sort((a, b) => order(a) - order(b));
   if (!rows.some((x) => x.status === "ok")) {

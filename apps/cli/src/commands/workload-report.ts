@@ -24,6 +24,15 @@ const overFull = (r: WorkloadResult, row: WorkloadRow): string => {
   return row.status === "ok" && full ? `${(row.tokensPerSec! / full.tokensPerSec!).toFixed(2)}×` : "–";
 };
 
+/** A step's bytes by where, the columns' names and their cells (GB: 10⁹ bytes). */
+export const STEP_BYTES = ["device GB/step", "host GB/step", "link GB/step"];
+export function stepBytes(x: Pick<WorkloadRow, "bytesPerStep">): string[] {
+  const b = x.bytesPerStep;
+  if (!b) return ["–", "–", "–"];
+  const host = Object.values(b.tiers).reduce((n, v) => n + v, 0);
+  return [f(b.gpu / 1e9, 2), f(host / 1e9, 2), f(b.link / 1e9, 3)];
+}
+
 /** The table, as markdown. */
 export function workloadTable(rep: WorkloadReport): string {
   const r = rep.result, { sequences, context } = r.workload;
@@ -31,9 +40,10 @@ export function workloadTable(rep: WorkloadReport): string {
     `(${r.steps - r.warmup} measured steps a sequence; KV ${f((r.kvBytesPerToken * context * sequences) / 2 ** 20, 1)} MiB in all; model ${f(r.residentBytes / 2 ** 20, 1)} MiB)\n`;
   const rows = r.rows.map((x) =>
     x.status === "ok"
-      ? [x.config, `${x.batch} × ${x.waves}`, x.window === undefined ? "all" : String(x.window), f(x.tokensPerSec, 1), overFull(r, x), f(x.p50Ms, 2), f(x.p99Ms, 2), f(x.msPerStep, 2), f(x.predictedMsPerStep, 2)]
-      : [x.config, x.status, "", "", "", "", "", "", x.note ?? ""]);
-  const header = ["configuration", "batch × waves", "window", "tokens/s", "vs full", "ms/token p50", "ms/token p99", "ms/step", "planned ms/step"];
+      ? [x.config, `${x.batch} × ${x.waves}`, x.window === undefined ? "all" : String(x.window), f(x.tokensPerSec, 1), overFull(r, x), f(x.p50Ms, 2), f(x.p99Ms, 2), f(x.msPerStep, 2),
+        f(x.predictedMsPerStep, 2), ...stepBytes(x), f(x.floorMsPerStep, 2), x.floorMsPerStep ? `${(x.msPerStep! / x.floorMsPerStep).toFixed(2)}×` : "–"]
+      : [x.config, x.status, "", "", "", "", "", "", "", "", "", "", "", x.note ?? ""]);
+  const header = ["configuration", "batch × waves", "window", "tokens/s", "vs full", "ms/token p50", "ms/token p99", "ms/step", "planned ms/step", ...STEP_BYTES, "floor ms/step", "× floor"];
   return `${head}\n${[`| ${header.join(" | ")} |`, `| ${header.map(() => "---").join(" | ")} |`, ...rows.map((c) => `| ${c.join(" | ")} |`)].join("\n")}\n`;
 }
 
