@@ -13,11 +13,18 @@
  * A sequence with a decode attention (hybrid attention, one per sequence) gets its hooks row by
  * row: layerInput with its residual row (bindResidual), prepareAttend for every row before any
  * row's attend, so all sequences' CPU stages of a layer run before the first is waited on.
+ * On a backend that records decode steps (beginStep/endStep: CUDA graphs) such a step is recorded
+ * a layer at a time for the whole batch — every row's device work of layer l, from the layer's
+ * input to the next layer's, is one segment replayed as one graph — so the host records layer
+ * l + 1 while the device runs layer l. An op that talks to the host (a row that waits for its CPU
+ * stage on the host) runs what was recorded first: the step is then partly eager, never wrong.
  */
 import { type Backend, type BatchAttnRow, type Tensor, fail } from "@hybridgen/spec";
 import type { Attention, AttentionLayout, DecodeBatchStep } from "./attention.js";
 import type { KvCache } from "./kv-cache.js";
 import type { WeightLoader } from "./weight-loader.js";
+
+let batchRowsCount = 0; // segment keys differ between batches (their models' recorded ops differ)
 
 /** One sequence's KV state: its cache and the attention stage over it. */
 export interface SequenceState {
@@ -50,6 +57,10 @@ export class BatchRows {
   private readonly xRow: Tensor[] = [];
   /** The step the decode attentions share (rewritten every step). */
   private readonly step: { rows: number; times?: DecodeBatchStep["times"] } = { rows: 0 };
+  /** Per batch size, per layer: the key of the layer's recorded segment. */
+  private readonly segmentKeys: string[][] = [];
+  private readonly keyPrefix = `batch-rows-${batchRowsCount++}-`;
+  private segmentOpen = false;
 
   constructor(private readonly backend: Backend, private readonly w: WeightLoader, layout: AttentionLayout, capacity: number) {
     this.capacity = capacity;
@@ -79,6 +90,7 @@ export class BatchRows {
 
   /** Layer `layer`'s input is in the residual rows: each row's decode attention sees its own (bindResidual first). */
   layerInput(layer: number, seqs: readonly SequenceState[], B: number): void {
+    if (hasDecodeAttention(seqs, B)) this.openSegment(layer, B);
     for (let i = 0; i < B; i++) {
       const d = seqs[i].attention.decodeAttention;
       if (!d) continue;
@@ -181,6 +193,7 @@ export class BatchRows {
    * the first failure is thrown once all have ended.
    */
   endStep(seqs: readonly SequenceState[], B: number): void {
+    this.closeSegment(); // the rows' step times wait for the device
     let failure: { error: unknown } | null = null;
     for (let i = 0; i < B; i++) {
       try {
@@ -190,6 +203,23 @@ export class BatchRows {
       }
     }
     if (failure) throw failure.error;
+  }
+
+  /** Runs the open segment (a graph replay): before the rows talk to the host, or when a step fails. */
+  closeSegment(): void {
+    if (!this.segmentOpen) return;
+    this.segmentOpen = false;
+    this.backend.endStep!();
+  }
+
+  /** Layer `layer`'s segment of a B-row step with decode attentions: the one before it runs now. */
+  private openSegment(layer: number, B: number): void {
+    const be = this.backend;
+    if (!be.beginStep || !be.endStep) return;
+    this.closeSegment();
+    const keys = (this.segmentKeys[B] ??= []);
+    be.beginStep((keys[layer] ??= `${this.keyPrefix}${B}-${layer}`));
+    this.segmentOpen = true;
   }
 
   /** Fails unless 1 ≤ B ≤ capacity. */

@@ -241,7 +241,7 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
       this.batchPos[i] = seqs[i].cache.append(1);
     }
     const be = this.backend, positions = this.batchPos.subarray(0, B);
-    // Decode attentions (hybrid) talk to the host mid-step: only steps without them are recorded.
+    // Decode attentions (hybrid) record a segment a layer (BatchRows); a step without them is one recording.
     const decode = hasDecodeAttention(seqs);
     // One recorded step per batch size: a GPU backend replays the graph of the last step of this B.
     const graphs = !decode && be.beginStep !== undefined && be.endStep !== undefined;
@@ -252,6 +252,7 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
       if (decode) this.batch.endStep(seqs, B);
     } finally {
       if (graphs) be.endStep!();
+      if (decode) this.batch.closeSegment(); // a step that failed mid-layer: what was recorded runs
       for (let i = 0; i < B; i++) seqs[i].cache.evict();
     }
     this.lastBatchRows = B;

@@ -143,6 +143,53 @@ describe("batched decode with hybrid attention per sequence", () => {
     expect(log.sort()).toEqual(["closed 1", "closed 2"]);
   });
 
+  it("a backend that records steps gets one segment a layer for the whole batch, the same keys every step, run before the rows end", () => {
+    const log: string[] = [];
+    class Recording extends ReferenceBackend {
+      beginStep(key: string): void {
+        log.push(`record ${key}`);
+      }
+      endStep(): void {
+        log.push("run");
+      }
+    }
+    const be = new Recording();
+    using model = load(be);
+    const rows = (attention: Attention, row: number): DecodeAttention => {
+      let at = 0;
+      return {
+        newSequence: () => {},
+        beginStep: (pos) => void (at = pos),
+        layerInput: (l) => void log.push(`input ${row} ${l}`),
+        attend: (l: number, q: Tensor, out: Tensor) => attention.attendFull(l, q, 0, at, out),
+        endStep: () => log.push(`end ${row}`),
+      };
+    };
+    model.attention.setDecodeAttention(rows(model.attention, 0));
+    model.setSequenceSetup((s) => {
+      s.attention.setDecodeAttention(rows(s.attention, 1));
+      return { [Symbol.dispose]: () => {} };
+    });
+    using dec = new BatchDecoder(model, 2);
+    prompts([4, 6]).forEach((p, slot) => dec.prefill(slot, p, 0));
+    const steps: string[][] = [];
+    for (const ids of [Int32Array.of(5, 6), Int32Array.of(7, 8)]) {
+      log.length = 0;
+      dec.step([0, 1], ids);
+      steps.push([...log]);
+    }
+    const keys = steps[0]!.filter((x) => x.startsWith("record ")).map((x) => x.slice(7));
+    expect(keys).toHaveLength(3);
+    expect(keys.map((k) => k.replace(/^batch-rows-\d+-/, ""))).toEqual(["2-0", "2-1", "2-2"]);
+    expect(steps[0]).toEqual([
+      `record ${keys[0]}`, "input 0 0", "input 1 0",
+      "run", `record ${keys[1]}`, "input 0 1", "input 1 1",
+      "run", `record ${keys[2]}`, "input 0 2", "input 1 2",
+      "run", "end 0", "end 1",
+    ]);
+    expect(steps[1]).toEqual(steps[0]);
+  });
+
   it("every slot needs a decode attention of its own: one-line errors", () => {
     const be = new ReferenceBackend();
     using model = load(be);
