@@ -1,19 +1,19 @@
 #!/bin/sh
-# One device call for issue 33's page index: the GPU top level (index_rank.cu: every page's bound
-# from the int8/int4 index, then each KV head's best pages; checked against a host f64 reference)
+# One device call for issue 33's page index: the GPU top level (index_rank.cu runs kernels-cuda's
+# page_index.cuh: each KV head's best pages by their int8/int4 bounds; checked against a host f64 reference)
 # and the CPU stage's choice (src/cpu/index-bounds.c: the index against Quest's bf16 bounds on the
 # host's cores, the same run), at the 8B heads, pages of 16, per layer, for CONTEXTS tokens.
 # Needs no Bun: libhgcpu is built here from packages/kernels-cpu/native with build-native.mjs's
 # flags. Stage and carry only what it reads:
 #   mkdir -p .stage/index && cp --parents apps/bench/device/index-run.sh apps/bench/device/index_rank.cu apps/bench/src/cpu/index-bounds.c \
-#     packages/kernels-cpu/native/* .stage/index/
+#     packages/kernels-cuda/native/page_index.cuh packages/kernels-cpu/native/* .stage/index/
 # then carry [".stage/index"] and run `cd .stage/index && sh apps/bench/device/index-run.sh`.
 set -u
 CONTEXTS=${CONTEXTS:-32768,131000,1500000}
 SRC=packages/kernels-cpu/native LIB=/tmp/hg-lib
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
 lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/machine.txt"
-nvcc -O3 -arch=native -o /tmp/index_rank apps/bench/device/index_rank.cu && /tmp/index_rank "$CONTEXTS" | tee "$OUT/index-rank.txt"
+nvcc -O3 -std=c++17 -arch=native -o /tmp/index_rank apps/bench/device/index_rank.cu && /tmp/index_rank "$CONTEXTS" | tee "$OUT/index-rank.txt"
 mkdir -p "$LIB/obj"
 C="-O3 -std=gnu11 -fPIC -fno-math-errno -pthread -fvisibility=hidden"
 for isa in generic avx2 avx512; do

@@ -1,0 +1,51 @@
+// The page index's top level on the device (page_index.cuh): each KV head's best pages by their
+// int8/int4 bounds, recordable in a decode step (the page count, which grows with the store, goes
+// with the step's blob; the grid is the index capacity's, so a recorded step replays unchanged).
+#include "common.cuh"
+#include "page_index.cuh"
+
+Cmd hg_new_cmd(int kind);                       // rowops.cu
+int hg_put_dyn(HgCtx *c, Cmd &cmd, int count);  // rowops.cu
+
+static int sm_count(const HgCtx *c) {
+  int sms = 0;
+  return cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, c->device) == cudaSuccess ? sms : 0;
+}
+
+// CMD_INDEX_RANK: p[0] codes, p[1] scales, p[2] q, p[3] out, p[4] scratch; s[0] form, s[1] kvHeads,
+// s[2] group, s[3] headDim, s[4] page capacity, s[5] want, s[6] SMs; d[0] the page count.
+int hg_launch_index_rank(HgCtx *c, const Cmd &m, const char *dynBase) {
+  const int *dyn = dynBase ? (const int *)(dynBase + m.dynOff) : NULL;
+  const hg_index::Plan pl = hg_index::plan(m.s[0], m.s[1], m.s[2], m.s[3], m.s[4], m.s[5], m.s[6]);
+  auto launch = [c](auto kernel, dim3 g, dim3 b, size_t smem, auto... args) { return (cudaError_t)hg_launch(c, kernel, g, b, smem, args...); };
+  return (int)hg_index::rank_with(pl, launch, (const uint8_t *)m.p[0], (const float *)m.p[1], m.s[0], m.s[1], m.s[2], m.s[3], m.s[4], m.d[0], dyn,
+                                  (const float *)m.p[2], m.s[5], (int32_t *)m.p[3], (void *)m.p[4]);
+}
+
+extern "C" {
+
+// Scratch bytes hg_cu_index_rank needs for an index of pageCap pages a head; 0 for a shape it does not run
+// (form 1 int8 / 2 int4, headDim 64/128/256, group ≤ 16 (8 at headDim 256), want ≤ 256, few enough candidates).
+HG_EXPORT long long hg_cu_index_rank_scratch(HgCtx *c, int form, int kvHeads, int group, int headDim, int pageCap, int want) {
+  const hg_index::Plan pl = hg_index::plan(form, kvHeads, group, headDim, pageCap, want, sm_count(c));
+  return pl.ok ? (long long)pl.scratch : 0;
+}
+
+// out [kvHeads, want] int32: each KV head's best `want` of its first `count` pages by bound (q f32
+// [kvHeads·group, headDim]; codes/scales the index's page level, pageCap pages a head), best first,
+// ties to the lower page, −1 past the count. scratch: hg_cu_index_rank_scratch bytes.
+HG_EXPORT int hg_cu_index_rank(HgCtx *c, int32_t *out, const uint8_t *codes, const float *scales, const float *q, void *scratch, long long scratchBytes,
+                               int form, int kvHeads, int group, int headDim, int pageCap, int count, int want) {
+  const int sms = sm_count(c);
+  const hg_index::Plan pl = hg_index::plan(form, kvHeads, group, headDim, pageCap, want, sms);
+  if (!pl.ok || (long long)pl.scratch > scratchBytes || count < 0 || count > pageCap || !out || !codes || !scales || !q || !scratch) return (int)cudaErrorInvalidValue;
+  HG_FLUSH_REC(c);
+  Cmd m = hg_new_cmd(CMD_INDEX_RANK);
+  m.p[0] = codes; m.p[1] = scales; m.p[2] = q; m.p[3] = out; m.p[4] = scratch;
+  m.s[0] = form; m.s[1] = kvHeads; m.s[2] = group; m.s[3] = headDim; m.s[4] = pageCap; m.s[5] = want; m.s[6] = sms;
+  m.d[0] = count;
+  int r = hg_put_dyn(c, m, 1);
+  return r ? r : hg_submit(c, m);
+}
+
+}  // extern "C"
