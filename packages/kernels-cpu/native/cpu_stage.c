@@ -733,7 +733,7 @@ static const struct { const char *name; int64_t at; } job_fields[] = {
 #define FLAG(f) { #f, HG_STAGE_##f }
 static const struct { const char *name; int64_t at; } job_flags[] = {
     FLAG(SCORE), FLAG(TOPK), FLAG(SELECTED), FLAG(GATHER), FLAG(SHARED), FLAG(KEYS), FLAG(QUEST), FLAG(NO_ROWS),
-    FLAG(DONE_IF_FAILED), FLAG(STREAM), FLAG(INDEX),
+    FLAG(DONE_IF_FAILED), FLAG(STREAM), FLAG(INDEX), FLAG(CHOSEN),
 };
 #undef FLAG
 

@@ -19,6 +19,8 @@ enum {
     HG_STAGE_DONE_IF_FAILED = 256, /* raise done only when the job fails (its outputs come from a later job) */
     HG_STAGE_STREAM = 512, /* with SELECTED: ids/counts first from StreamingLLM's sinks plus the newest slots */
     HG_STAGE_INDEX = 1024, /* with SELECTED: ids/counts first from the page index (sel_index.h) */
+    HG_STAGE_CHOSEN = 2048, /* with INDEX: a device chose the best pages (int32 [kv_heads, want] after q's heads·head_dim
+                             * floats, sel_index.h's want); the stage neither folds nor searches its own index */
 };
 
 /* Jobs submitted and not yet ended that the stage holds. */

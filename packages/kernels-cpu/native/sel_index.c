@@ -419,7 +419,8 @@ typedef struct {
     size_t per, list;
     char *scratch; /* per piece (KV head, part): part_scratch; then per list: best pages [w] int32, exact [page] f32, positions [page] int32, mn/mx [2d] f32 */
     int isa;
-    atomic_int failed;
+    atomic_int failed; /* 1: a chosen page out of range (bad_page), 2: scratch */
+    int32_t bad_page;
 } index_run;
 
 static char *list_at(const index_run *r, int64_t g) { return r->scratch + r->per * (size_t)(r->j->kv_heads * r->parts) + r->list * (size_t)g; }
@@ -443,22 +444,35 @@ static void stage_search_task(void *v, int piece, int pieces) {
     search_part(&r->x, (const float *)(intptr_t)j->q + g * r->group * j->head_dim, r->group, g, j->n, r->w, u0, u1, &h, r->isa);
 }
 
-/* List g: the parts' best pages merged, then Quest's filling of the list (indexSelection). */
+/* List g: the parts' best pages merged (or the device's), then Quest's filling of the list (indexSelection). */
 static void stage_choose_task(void *v, int g, int pieces) {
     (void)pieces;
     index_run *r = v;
     const hg_stage_job *j = r->j;
-    part_scratch parts[64];
-    for (int64_t i = 0; i < r->parts; i++) {
-        int64_t u0, u1;
-        part_range(r->supers, i, r->parts, &u0, &u1);
-        parts[i] = part_at(r->scratch + (size_t)(g * r->parts + i) * r->per, u1 - u0, r->w, r->group, j->head_dim);
-    }
     int32_t *best = (int32_t *)list_at(r, g);
     float *exact = (float *)((char *)best + align64(r->w * 4));
     int32_t *pos = (int32_t *)((char *)exact + align64(j->page_size * 4));
-    merge_parts(parts, r->parts, r->w, best);
-    if (hg_pages_to_list(j, g, best, r->w, r->k, r->group, exact, pos, r->isa) < 0) r->failed = 1;
+    if (j->flags & HG_STAGE_CHOSEN) {
+        const int32_t *chosen = (const int32_t *)((const float *)(intptr_t)j->q + j->heads * j->head_dim) + g * r->w;
+        const int64_t count = (j->n + j->page_size - 1) / j->page_size;
+        for (int64_t i = 0; i < r->w; i++) {
+            if (chosen[i] < 0 || chosen[i] >= count) {
+                r->bad_page = chosen[i];
+                r->failed = 1;
+                return;
+            }
+            best[i] = chosen[i];
+        }
+    } else {
+        part_scratch parts[64];
+        for (int64_t i = 0; i < r->parts; i++) {
+            int64_t u0, u1;
+            part_range(r->supers, i, r->parts, &u0, &u1);
+            parts[i] = part_at(r->scratch + (size_t)(g * r->parts + i) * r->per, u1 - u0, r->w, r->group, j->head_dim);
+        }
+        merge_parts(parts, r->parts, r->w, best);
+    }
+    if (hg_pages_to_list(j, g, best, r->w, r->k, r->group, exact, pos, r->isa) < 0) r->failed = 2;
 }
 
 int64_t hg_index_select(hg_pool *pool, const hg_stage_job *j, int isa, char **buf, size_t *bytes, char *err, size_t errcap) {
@@ -468,14 +482,15 @@ int64_t hg_index_select(hg_pool *pool, const hg_stage_job *j, int isa, char **bu
                  (long long)j->index_form, (long long)j->page_size, (long long)j->super_pages);
         return 1;
     }
-    const int64_t P = j->page_size, count = (j->n + P - 1) / P;
+    const int64_t P = j->page_size, count = (j->n + P - 1) / P, chosen = (j->flags & HG_STAGE_CHOSEN) != 0;
     r.k = j->budget < j->n ? j->budget : j->n;
-    r.w = (r.k + P - 1) / P + 1 < count ? (r.k + P - 1) / P + 1 : count;
+    r.w = hg_index_want(j->budget, j->n, P);
     r.supers = (count + j->super_pages - 1) / j->super_pages;
     r.parts = parts_for(hg_pool_threads(pool), j->kv_heads, r.supers);
     r.per = part_bytes(r.supers, r.w, r.group, j->head_dim);
     r.list = (size_t)(align64(r.w * 4) + 2 * align64(P * 4) + align64(2 * j->head_dim * 4));
-    const size_t need = r.per * (size_t)(j->kv_heads * r.parts) + r.list * (size_t)j->kv_heads;
+    const size_t need = (chosen ? 0 : r.per * (size_t)(j->kv_heads * r.parts)) + r.list * (size_t)j->kv_heads;
+    if (chosen) r.parts = 0; /* list_at() then starts at the scratch */
     if (*bytes < need) {
         free(*buf);
         *buf = aligned_alloc(64, (need + 63) & ~(size_t)63);
@@ -484,12 +499,17 @@ int64_t hg_index_select(hg_pool *pool, const hg_stage_job *j, int isa, char **bu
     }
     r.scratch = *buf;
     atomic_init(&r.failed, 0);
-    if (j->pages_from < j->n) hg_pool_run(pool, stage_fold_task, &r, (int)j->kv_heads);
+    if (!chosen && j->pages_from < j->n) hg_pool_run(pool, stage_fold_task, &r, (int)j->kv_heads);
     if (r.k == 0) {
         for (int64_t g = 0; g < j->kv_heads; g++) ((int32_t *)(intptr_t)j->counts)[g] = 0;
         return 0;
     }
-    hg_pool_run(pool, stage_search_task, &r, (int)(j->kv_heads * r.parts));
+    if (!chosen) hg_pool_run(pool, stage_search_task, &r, (int)(j->kv_heads * r.parts));
     hg_pool_run(pool, stage_choose_task, &r, (int)j->kv_heads);
-    return atomic_load(&r.failed) ? -2 : 0;
+    const int failed = atomic_load(&r.failed);
+    if (failed == 1) {
+        snprintf(err, errcap, "cpu stage: the device's chosen page %d is out of range [0, %lld)", (int)r.bad_page, (long long)count);
+        return 1;
+    }
+    return failed ? -2 : 0;
 }

@@ -34,8 +34,15 @@ int64_t hg_index_pages(void *base, int form, int64_t kv_heads, int64_t d, int64_
                        int64_t n, int64_t want, int32_t *out, int isa, hg_stage *stage);
 #pragma GCC visibility pop
 
+/* Pages a KV head's list is filled from for K = min(budget, n) of n rows: ⌈K / page⌉ + 1, at most ⌈n / page⌉ (indexSelection). */
+static inline int64_t hg_index_want(int64_t budget, int64_t n, int64_t page) {
+    const int64_t k = budget < n ? budget : n, count = (n + page - 1) / page, w = (k + page - 1) / page + 1;
+    return k <= 0 ? 0 : w < count ? w : count;
+}
+
 /* The stage's index kernel: rows [pages_from, n) folded in, then budget ids per KV head into ids /
- * counts (indexSelection). *buf / *bytes: scratch kept between jobs. Returns 0, -2 when scratch
- * failed, 1 for a form that does not exist (err says so). */
+ * counts (indexSelection); with HG_STAGE_CHOSEN the best pages come after the query instead (no fold,
+ * no search). *buf / *bytes: scratch kept between jobs. Returns 0, -2 when scratch failed, 1 for a
+ * form that does not exist or a chosen page out of range (err says so). */
 int64_t hg_index_select(hg_pool *pool, const hg_stage_job *j, int isa, char **buf, size_t *bytes, char *err, size_t errcap);
 #endif

@@ -97,13 +97,14 @@ export const NativeCpuStageOptionsSchema = z.object({
 export type NativeCpuStageOptions = z.input<typeof NativeCpuStageOptionsSchema>;
 
 const DTYPE_CODE: Readonly<Record<DType, number>> = { f32: 0, f16: 1, bf16: 2 };
-const { SCORE, TOPK, SELECTED, GATHER, SHARED, KEYS, QUEST, NO_ROWS, DONE_IF_FAILED, STREAM, INDEX } = STAGE_FLAGS;
+const { SCORE, TOPK, SELECTED, GATHER, SHARED, KEYS, QUEST, NO_ROWS, DONE_IF_FAILED, STREAM, INDEX, CHOSEN } = STAGE_FLAGS;
 
 export class NativeCpuStage implements CpuStage {
   readonly spec = SPEC_VERSION;
   readonly name = "native";
   readonly concurrent = true;
   readonly waitsForSignal = true;
+  readonly takesChosenPages = true;
   /** Native primitives on the stage's pool while it runs no job (a pre-QKᵀ selector runs between jobs), in the
    * stage's ISA: a selector's select() then equals the stage's kernel of it bit for bit (Quest). */
   readonly primitives: SelectorPrimitives;
@@ -175,7 +176,7 @@ export class NativeCpuStage implements CpuStage {
     if (w.kind === "score") flags = SCORE | DONE_IF_FAILED; // its done waits for gather()
     else if (w.kind === "topk") flags = SCORE | TOPK | GATHER | (w.shared ? SHARED : 0);
     else if (w.kind === "quest") flags = QUEST | SELECTED | GATHER;
-    else if (w.kind === "index") flags = INDEX | SELECTED | GATHER;
+    else if (w.kind === "index") flags = INDEX | SELECTED | GATHER | (w.chosen ? CHOSEN : 0);
     else if (w.kind === "streaming") flags = STREAM | SELECTED | GATHER; // the coordinator writes its ids when it runs
     else {
       if (this.pending > 0) fail("cpu stage: a selected job cannot be queued behind another (wait() first)");
@@ -326,6 +327,9 @@ export class NativeCpuStage implements CpuStage {
       const { address, from } = this.pages.region(k, job.offloaded, String(job.work.pageSize), bytes, job.storeEpoch);
       set("pages", address); set("page_size", job.work.pageSize); set("page_cap", pageCapacity); set("pages_from", from);
       extended = k;
+    } else if (job.work.kind === "index" && (flags & CHOSEN) !== 0) {
+      const w = job.work, layout = pageIndexLayout(shape.kvHeads, shape.headDim, shape.storeCapacity, w.pageSize, w.superPages, w.form);
+      set("pages", 0); set("page_size", w.pageSize); set("page_cap", layout.pageCapacity); set("pages_from", job.offloaded);
     } else if (job.work.kind === "index" && (flags & INDEX) !== 0) {
       const w = job.work, layout = pageIndexLayout(shape.kvHeads, shape.headDim, shape.storeCapacity, w.pageSize, w.superPages, w.form);
       const { address, from } = this.indexes.region(k, job.offloaded, `${w.form}/${w.pageSize}/${w.superPages}`, layout.bytes, job.storeEpoch);

@@ -20,7 +20,7 @@ const DOUBLE_FIELDS: ReadonlySet<StageJobField> = new Set(["scale"]);
 
 /** The job's flag bits (HG_STAGE_<name>). */
 export const STAGE_FLAGS = {
-  SCORE: 1, TOPK: 2, SELECTED: 4, GATHER: 8, SHARED: 16, KEYS: 32, QUEST: 64, NO_ROWS: 128, DONE_IF_FAILED: 256, STREAM: 512, INDEX: 1024,
+  SCORE: 1, TOPK: 2, SELECTED: 4, GATHER: 8, SHARED: 16, KEYS: 32, QUEST: 64, NO_ROWS: 128, DONE_IF_FAILED: 256, STREAM: 512, INDEX: 1024, CHOSEN: 2048,
 } as const;
 export type StageFlag = keyof typeof STAGE_FLAGS;
 

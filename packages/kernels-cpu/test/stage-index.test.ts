@@ -3,6 +3,8 @@ import {
   indexFor, indexFold, indexPageBounds, indexPages, indexSelection, pageIndex, PAGE_INDEX_FORMS, selectionForKvHead, type CpuStageJob, type DType,
   type PageIndexForm, type Tensor,
 } from "@hybridgen/core";
+import { indexChosenOffset, indexWant } from "@hybridgen/spec";
+import { toArrayBuffer, type Pointer } from "bun:ffi";
 import { createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, storeKeys, type CpuTensor } from "../src/index.js";
 import { randn, rng, SEED, supportedIsas } from "./helpers.js";
 
@@ -82,6 +84,44 @@ describe(`the page index, native (seed ${SEED})`, () => {
       }
     });
   }
+
+  it("a job whose pages a device chose (after the query) fills its lists from them: equal to indexSelection; a page out of range is one line", () => {
+    const r = rng(3313), P = nativeSelectorPrimitives("generic");
+    using cpu = createCpuBackend({ threads: 2 });
+    const kvHeads = 2, group = 4, heads = kvHeads * group, d = 32, cap = 300, page = 8, sup = 4, dtype: DType = "bf16";
+    using stage = new NativeCpuStage(cpu, { threads: 2 });
+    expect(stage.takesChosenPages).toBe(true);
+    stage.prepare({ heads, kvHeads, headDim: d, storeCapacity: cap, dtype });
+    const K = cpu.alloc([kvHeads, cap, d], dtype) as CpuTensor, V = cpu.alloc([kvHeads, cap, d], dtype);
+    cpu.write(K, keysLike(r, kvHeads, cap, d));
+    cpu.write(V, randn(r, kvHeads * cap * d));
+    const keys = storeKeys(K);
+    const chosenView = (slot: 0 | 1, n: number) => {
+      const region = stage.hostStaging(slot).query;
+      return new Int32Array(toArrayBuffer(region.address as Pointer, indexChosenOffset(heads, d), n * 4));
+    };
+    for (const form of PAGE_INDEX_FORMS) {
+      for (const [n, budget] of [[1, 1], [63, 17], [299, 40], [299, 299]]) {
+        const q = randn(r, heads * d), slot = (budget & 1) as 0 | 1, want = indexWant(budget, n, page);
+        const x = indexFor(P, { index: null, summarized: 0 }, keys, n, page, sup, form);
+        const best = P.indexPages(q, group, x, n, want);
+        stage.query(slot).set(q);
+        chosenView(slot, kvHeads * want).set(best.pages);
+        stage.submit({ ...job(slot, K, V, n, budget, form, page, sup), work: { kind: "index", budget, form, pageSize: page, superPages: sup, chosen: true } });
+        stage.wait();
+        const exp = indexSelection(P, q, group, keys, x, n, budget), o = stage.output(slot);
+        for (let g = 0; g < kvHeads; g++) {
+          expect(Array.from(o.ids.subarray(g * o.kmax, g * o.kmax + o.counts[g]!)), `${form} n=${n} K=${budget} head ${g}`).toEqual(Array.from(selectionForKvHead(exp, g)));
+        }
+      }
+    }
+    stage.query(0).set(randn(r, heads * d));
+    chosenView(0, kvHeads * 6).set([0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 38]);
+    stage.submit({ ...job(0, K, V, 300, 40, "int8", page, sup), work: { kind: "index", budget: 40, form: "int8", pageSize: page, superPages: sup, chosen: true } });
+    expect(() => stage.wait()).toThrow(/^cpu stage: the device's chosen page 38 is out of range \[0, 38\)$/);
+    cpu.free(K);
+    cpu.free(V);
+  });
 
   it("a bad form or page size from a job is a one-line error before anything runs", () => {
     using cpu = createCpuBackend({ threads: 1 });

@@ -298,6 +298,17 @@ export function indexPages(query: Float32Array, groupSize: number, index: PageIn
   return { pages: out, want: w, pagesRead: read };
 }
 
+/** Pages a KV head's list is filled from for K = min(budget, n) of n rows: ⌈K / pageSize⌉ + 1, at most ⌈n / pageSize⌉ (indexSelection's). */
+export function indexWant(budget: number, n: number, pageSize: number): number {
+  const k = Math.min(budget, n), count = Math.ceil(n / pageSize);
+  return k === 0 ? 0 : Math.min(count, Math.ceil(k / pageSize) + 1);
+}
+
+/** Byte offset of a device's chosen pages in a stage slot's query buffer: right after the query's heads·headDim f32. */
+export function indexChosenOffset(heads: number, headDim: number): number {
+  return heads * headDim * 4;
+}
+
 /**
  * K ids per KV head (ascending) of rows [0, n): the best ⌈K / pageSize⌉ + 1 pages (indexPages),
  * whole while they fit K, the page that does not fit by its best tokens by exact q·k (ties to the
@@ -306,8 +317,8 @@ export function indexPages(query: Float32Array, groupSize: number, index: PageIn
 export function indexSelection(P: SelectorPrimitives, query: Float32Array, groupSize: number, keys: OffloadedKeys, index: PageIndex,
   n: number, k: number): Selection {
   if (k === 0) return { kind: "shared", ids: new Int32Array(0) };
-  const ps = index.pageSize, count = Math.ceil(n / ps), G = groupSize, d = keys.headDim;
-  const chosen = P.indexPages(query, G, index, n, Math.min(count, Math.ceil(k / ps) + 1));
+  const ps = index.pageSize, G = groupSize, d = keys.headDim;
+  const chosen = P.indexPages(query, G, index, n, indexWant(k, n, ps));
   const ids: Int32Array[] = [];
   for (let g = 0; g < keys.kvHeads; g++) {
     const best = chosen.pages.subarray(g * chosen.want, (g + 1) * chosen.want);

@@ -47,8 +47,12 @@ export type CpuStageWork =
   | { readonly kind: "quest"; readonly budget: number; readonly pageSize: number }
   /** Pre-QKᵀ page index inside the stage (indexSelection with the slot's query; `budget` ids per KV
    * head), then as "selected". The stage keeps each store's index, folding in the rows evicted since
-   * its last index job (afresh when `storeEpoch` changes or the store shrank). */
-  | { readonly kind: "index"; readonly budget: number; readonly form: PageIndexForm; readonly pageSize: number; readonly superPages: number }
+   * its last index job (afresh when `storeEpoch` changes or the store shrank). With `chosen` (a stage
+   * that `takesChosenPages`), a device ranked the pages instead: each KV head's best
+   * indexWant(budget, offloaded, pageSize) pages, best first, lie as int32 [kvHeads, want] right after
+   * the query's heads·headDim floats in the slot's query buffer (indexChosenOffset); the stage then
+   * neither folds nor searches an index of its own. */
+  | { readonly kind: "index"; readonly budget: number; readonly form: PageIndexForm; readonly pageSize: number; readonly superPages: number; readonly chosen?: boolean }
   /** Pre-QKᵀ StreamingLLM inside the stage (streamingSelection: the `sinks` oldest slots plus the
    * newest, `budget` ids, the same list for every KV head), then as "selected". */
   | { readonly kind: "streaming"; readonly budget: number; readonly sinks: number };
@@ -108,6 +112,8 @@ export interface CpuStage extends Disposable {
    * its own job's slot; a stage with a queue also raises jobs' `done` signals and has cancel().
    */
   readonly queueDepth?: number;
+  /** "index" jobs may carry `chosen`: the best pages come with the query (a device ranked them). */
+  readonly takesChosenPages?: boolean;
   /** Allocate buffers for a model/cache shape (called once, before any submit). */
   prepare(shape: CpuStageShape): void;
   /** The query buffer of a slot (heads × headDim, RoPE applied); fill it before submit. */
