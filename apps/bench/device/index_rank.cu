@@ -1,7 +1,7 @@
 // The page index's top level on the GPU (issue 33, item 2): packages/kernels-cuda/native/page_index.cuh
 // (every page's bound from the int8 or int4 index, the spec's page-index.ts: codes lo/hi, one f32
 // scale a page, bound = scale·Σ_c max(q·lo, q·hi), max over the group's query heads; then each KV
-// head's best `want` pages by a chunked select, no sort), checked against a host f64 reference,
+// head's best `want` pages by a chunked select, no sort; the index page-major), checked against a host f64 reference,
 // then timed at Llama-3.1-8B's heads (32 query, 8 KV, headDim 128), pages of 16, per layer, beside
 // the HBM floor of the index's bytes (a device-to-device copy's rate measured in the same run).
 //   nvcc -O3 -std=c++17 -arch=native -o /tmp/index_rank apps/bench/device/index_rank.cu && /tmp/index_rank [N,...]
@@ -104,8 +104,13 @@ int main(int argc, char **argv) {
             void *dtmp;
             CK(cudaMalloc(&dc, codes.size()));
             CK(cudaMalloc(&ds, scales.size() * 4));
-            CK(cudaMemcpy(dc, codes.data(), codes.size(), cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(ds, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+            // the device holds it page-major (codes [pages, KV, cb], scales [pages, KV])
+            std::vector<uint8_t> pm(codes.size());
+            std::vector<float> spm(scales.size());
+            for (int g = 0; g < KV; g++)
+                for (int64_t p = 0; p < pages; p++) memcpy(pm.data() + (p * KV + g) * cb, codes.data() + (g * pages + p) * cb, cb), spm[p * KV + g] = scales[g * pages + p];
+            CK(cudaMemcpy(dc, pm.data(), pm.size(), cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(ds, spm.data(), spm.size() * 4, cudaMemcpyHostToDevice));
             // reference bounds of every head (f64), and the scale of each bound's rounding
             std::vector<double> ref(KV * pages), tol(KV * pages);
             for (int g = 0; g < KV; g++)

@@ -26,19 +26,20 @@ extern "C" {
 
 // Scratch bytes hg_cu_index_rank needs for an index of pageCap pages a head; 0 for a shape it does not run
 // (form 1 int8 / 2 int4, headDim 64/128/256, group ≤ 16 (8 at headDim 256), want ≤ 256, few enough candidates).
-HG_EXPORT long long hg_cu_index_rank_scratch(HgCtx *c, int form, int kvHeads, int group, int headDim, int pageCap, int want) {
+HG_EXPORT int hg_cu_index_rank_scratch(HgCtx *c, int form, int kvHeads, int group, int headDim, int pageCap, int want) {
   const hg_index::Plan pl = hg_index::plan(form, kvHeads, group, headDim, pageCap, want, sm_count(c));
-  return pl.ok ? (long long)pl.scratch : 0;
+  return pl.ok && pl.scratch < (1u << 31) ? (int)pl.scratch : 0;
 }
 
 // out [kvHeads, want] int32: each KV head's best `want` of its first `count` pages by bound (q f32
-// [kvHeads·group, headDim]; codes/scales the index's page level, pageCap pages a head), best first,
-// ties to the lower page, −1 past the count. scratch: hg_cu_index_rank_scratch bytes.
-HG_EXPORT int hg_cu_index_rank(HgCtx *c, int32_t *out, const uint8_t *codes, const float *scales, const float *q, void *scratch, long long scratchBytes,
+// [kvHeads·group, headDim]; codes [pageCap, kvHeads, code bytes] / scales [pageCap, kvHeads] the
+// index's page level, page-major), best first, ties to the lower page, −1 past the count.
+// scratch: hg_cu_index_rank_scratch bytes.
+HG_EXPORT int hg_cu_index_rank(HgCtx *c, int32_t *out, const uint8_t *codes, const float *scales, const float *q, void *scratch, int scratchBytes,
                                int form, int kvHeads, int group, int headDim, int pageCap, int count, int want) {
   const int sms = sm_count(c);
   const hg_index::Plan pl = hg_index::plan(form, kvHeads, group, headDim, pageCap, want, sms);
-  if (!pl.ok || (long long)pl.scratch > scratchBytes || count < 0 || count > pageCap || !out || !codes || !scales || !q || !scratch) return (int)cudaErrorInvalidValue;
+  if (!pl.ok || pl.scratch > (size_t)scratchBytes || scratchBytes < 0 || count < 0 || count > pageCap || !out || !codes || !scales || !q || !scratch) return (int)cudaErrorInvalidValue;
   HG_FLUSH_REC(c);
   Cmd m = hg_new_cmd(CMD_INDEX_RANK);
   m.p[0] = codes; m.p[1] = scales; m.p[2] = q; m.p[3] = out; m.p[4] = scratch;

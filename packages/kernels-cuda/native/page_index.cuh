@@ -67,6 +67,7 @@ __device__ void block_best(unsigned long long *keys, int n, int want, unsigned l
 
 // Grid (chunks, kvHeads): block (c, g) bounds pages [c·chunk, min(count, (c+1)·chunk)) of head g,
 // lanes of D/8 a page (8 channels each), and writes that chunk's best `want` keys (0 past its pages).
+// The index is page-major (the spec's DeviceIndexShape): codes [pcap, kvHeads, CB], scales [pcap, kvHeads].
 template <int FORM, int D>
 __global__ void __launch_bounds__(THREADS) chunk_best(const uint8_t *__restrict__ codes, const float *__restrict__ scales, const float *__restrict__ q, int group,
                                                         int64_t pcap, int count_val, const int *count_dyn, int chunk, int want, unsigned long long *__restrict__ cand) {
@@ -84,20 +85,21 @@ __global__ void __launch_bounds__(THREADS) chunk_best(const uint8_t *__restrict_
   const int64_t count = count_dyn ? *count_dyn : count_val, p0 = (int64_t)blockIdx.x * chunk;
   const int n = (int)(count - p0 < 0 ? 0 : count - p0 < chunk ? count - p0 : chunk);
   const int sub = tid % L, slot = tid / L, per = THREADS / L;
-  const uint8_t *base = codes + (int64_t)g * pcap * CB;
-  const float *sc = scales + (int64_t)g * pcap;
+  const int64_t kv = gridDim.y;
+  const uint8_t *base = codes + (int64_t)g * CB;
+  const float *sc = scales + g;
   for (int i = slot; i - slot < n; i += per) {  // every lane of a page's group runs the same trips (the shuffles need them all)
     const bool live = i < n;
     const int64_t p = p0 + (live ? i : 0);
     float lo[8], hi[8];
     if (FORM == 1) {
-      const uint2 l = __ldg((const uint2 *)(base + p * CB) + sub), h = __ldg((const uint2 *)(base + p * CB + D) + sub);
+      const uint2 l = __ldg((const uint2 *)(base + p * kv * CB) + sub), h = __ldg((const uint2 *)(base + p * kv * CB + D) + sub);
       for (int k = 0; k < 4; k++) {
         lo[k] = (float)(int8_t)(l.x >> (8 * k)), lo[4 + k] = (float)(int8_t)(l.y >> (8 * k));
         hi[k] = (float)(int8_t)(h.x >> (8 * k)), hi[4 + k] = (float)(int8_t)(h.y >> (8 * k));
       }
     } else {
-      const uint2 w = __ldg((const uint2 *)(base + p * CB) + sub);
+      const uint2 w = __ldg((const uint2 *)(base + p * kv * CB) + sub);
       for (int k = 0; k < 4; k++) {
         lo[k] = (float)((int)((w.x >> (8 * k)) & 15) - 8), hi[k] = (float)((int)((w.x >> (8 * k + 4)) & 15) - 8);
         lo[4 + k] = (float)((int)((w.y >> (8 * k)) & 15) - 8), hi[4 + k] = (float)((int)((w.y >> (8 * k + 4)) & 15) - 8);
@@ -115,7 +117,7 @@ __global__ void __launch_bounds__(THREADS) chunk_best(const uint8_t *__restrict_
       for (int o = L / 2; o; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o, L);
       best = fmaxf(best, s);
     }
-    if (live && sub == 0) keys[i] = pack(best * __ldg(sc + p), (int32_t)p);
+    if (live && sub == 0) keys[i] = pack(best * __ldg(sc + p * kv), (int32_t)p);
   }
   __syncthreads();
   block_best(keys, n, want, cand + ((int64_t)g * gridDim.x + blockIdx.x) * want, red);

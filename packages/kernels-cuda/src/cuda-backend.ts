@@ -7,7 +7,7 @@
  * comes from an arena reserved once at creation (DeviceArena does the bookkeeping).
  */
 import type { Pointer } from "bun:ffi";
-import { SPEC_VERSION, DTYPE_BYTES, HybridgenError, type Backend, type BatchAttnRow, type DType, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/spec";
+import { SPEC_VERSION, DTYPE_BYTES, HybridgenError, type Backend, type BatchAttnRow, type DeviceIndexShape, type DType, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/spec";
 import { BackendChecks, isIndex, shapeNumel } from "@hybridgen/spec/kit";
 import { DeviceArena, type ArenaStats } from "./arena.js";
 import { CudaHostLink } from "./host-link.js";
@@ -980,6 +980,28 @@ export class CudaBackend implements Backend {
     if (!Number.isFinite(scale)) bad(`${op}: scale ${scale} is not finite`);
     this.attnLimits(op, kt, "k");
     this.ok(op, this.lib.hg_cu_attn_partial(this.ctx, P(pt.addr), P(qi.at(qRow * qi.cols)), P(kt.addr), P(vt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, spans.length ? spans : null, spans.length / 2, scale));
+  }
+
+  /** Backend.indexRankScratch (native/page_index.cu). */
+  indexRankScratch(x: DeviceIndexShape, want: number): number {
+    return this.lib.hg_cu_index_rank_scratch(this.live_("indexRankScratch"), x.form, x.kvHeads, x.group, x.headDim, x.pageCapacity, want);
+  }
+
+  /** Backend.indexRank: each head's chunks' best pages, then each head's best of those (native/page_index.cuh). */
+  indexRank(out: Tensor, outOffset: number, index: Tensor, x: DeviceIndexShape, q: Tensor, count: number, want: number, scratch: Tensor): void {
+    const op = "indexRank";
+    const o = this.check.own(out, op, "out"), ix = this.check.own(index, op, "index"), qt = this.check.f32(q, op, "q"), sc = this.check.own(scratch, op, "scratch");
+    const codeBytes = x.form === 1 ? 2 * x.headDim : x.headDim, need = this.indexRankScratch(x, want);
+    if (need === 0) bad(`${op}: the device does not rank form ${x.form}, ${x.kvHeads} KV heads × ${x.group} × headDim ${x.headDim}, ${x.pageCapacity} pages, want ${want}`);
+    if (sc.byteLength < need) bad(`${op}: scratch of ${sc.byteLength} bytes, ${need} needed`);
+    if (x.scalesOffset % 4 !== 0 || x.scalesOffset < x.pageCapacity * x.kvHeads * codeBytes || x.scalesOffset + x.pageCapacity * x.kvHeads * 4 > ix.byteLength) {
+      bad(`${op}: index of ${ix.byteLength} bytes does not hold ${x.pageCapacity} pages × ${x.kvHeads} KV heads with scales at byte ${x.scalesOffset}`);
+    }
+    if (!(Number.isInteger(count) && count >= 0 && count <= x.pageCapacity)) bad(`${op}: count ${count} out of range [0, ${x.pageCapacity}]`);
+    if (qt.byteLength < x.kvHeads * x.group * x.headDim * 4) bad(`${op}: q holds ${qt.byteLength / 4} floats, ${x.kvHeads * x.group * x.headDim} needed`);
+    if (!(Number.isInteger(outOffset) && outOffset >= 0 && outOffset % 4 === 0 && outOffset + x.kvHeads * want * 4 <= o.byteLength)) bad(`${op}: out of ${o.byteLength} bytes does not hold [${x.kvHeads}, ${want}] int32 from byte ${outOffset}`);
+    this.ok(op, this.lib.hg_cu_index_rank(this.ctx, P(o.addr + outOffset), P(ix.addr), P(ix.addr + x.scalesOffset), P(qt.addr), P(sc.addr), sc.byteLength > 2 ** 31 - 1 ? 2 ** 31 - 1 : sc.byteLength,
+      x.form, x.kvHeads, x.group, x.headDim, x.pageCapacity, count, want));
   }
 
   /** Backend.attnMerge: split over column chunks, then combined with the window's partial (native/span_attn.cu); recordable (start and count per step). */

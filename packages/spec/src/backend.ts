@@ -14,6 +14,22 @@ export type DType = "f32" | "f16" | "bf16";
 
 export const DTYPE_BYTES: Readonly<Record<DType, number>> = { f32: 4, f16: 2, bf16: 2 };
 
+/**
+ * A page index's page level as a device holds it (Backend.indexRank), page-major so the pages a
+ * step folds in are one contiguous range: codes [pageCapacity, kvHeads, codeBytes] from byte 0,
+ * then f32 scales [pageCapacity, kvHeads] from byte `scalesOffset`.
+ */
+export interface DeviceIndexShape {
+  /** 1 int8, 2 int4 (PAGE_INDEX_FORM_CODE). */
+  readonly form: number;
+  readonly kvHeads: number;
+  /** Query heads per KV head. */
+  readonly group: number;
+  readonly headDim: number;
+  readonly pageCapacity: number;
+  readonly scalesOffset: number;
+}
+
 /** Spans one Backend.attnPartial call takes (a window is sinks and at most two ring runs). */
 export const ATTN_PARTIAL_MAX_SPANS = 4;
 
@@ -358,6 +374,17 @@ export interface Backend extends Disposable {
    * No token at all: output 0, m = −∞, l = 0. attnMerge finishes it; both or neither exist.
    */
   attnPartial?(part: Tensor, q: Tensor, qRow: number, k: Tensor, v: Tensor, spans: Int32Array, scale: number): void;
+  /**
+   * The page index's ranking on the device (contracts/page-index.ts; a device backend's, optional):
+   * `index` holds an index's page level page-major (DeviceIndexShape); each KV head's best `want` of
+   * its first `count` pages by bound with row 0 of q (heads·headDim f32) go to `out` from byte
+   * `outOffset` as int32 [kvHeads, want], best first, ties to the lower page (f32 sums: a choice may
+   * differ from indexPages' only between pages whose bounds tie within rounding). `scratch` holds
+   * indexRankScratch() bytes.
+   */
+  indexRank?(out: Tensor, outOffset: number, index: Tensor, shape: DeviceIndexShape, q: Tensor, count: number, want: number, scratch: Tensor): void;
+  /** Scratch bytes indexRank needs for the shape and want; 0: the backend does not rank that shape. */
+  indexRankScratch?(shape: DeviceIndexShape, want: number): number;
   /**
    * Finishes a partial with more tokens whose logits are given: the columns [col, col + count) of
    * logits [heads, width] with V rows v[h / group, start + j, :] (v [kvHeads, cap, headDim]). out[outRow, h, :]
