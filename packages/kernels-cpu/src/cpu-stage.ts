@@ -168,6 +168,10 @@ export class NativeCpuStage implements CpuStage {
     return this.slot(slot).query;
   }
 
+  chosenPages(slot: 0 | 1): Int32Array {
+    return this.slot(slot).chosen;
+  }
+
   submit(job: CpuStageJob): void {
     this.live();
     if (this.pending >= this.queueDepth) fail(`cpu stage: submit() past the queue depth of ${this.queueDepth} jobs (wait() first)`);

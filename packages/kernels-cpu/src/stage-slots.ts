@@ -17,6 +17,8 @@ export interface NativeBuf { p: Pointer; bytes: number }
 
 export interface StageSlot {
   q: NativeBuf; query: Float32Array;
+  /** int32 after the query in the same block: the pages a device chose for an "index" job with `chosen`. */
+  chosen: Int32Array;
   sel: NativeBuf; logits: Float32Array;
   /** int32 [counts (kvHeads) | ids (kvHeads × storeCapacity)]: one block, so a device reads both in one go. */
   table: NativeBuf; countsView: Int32Array; idsView: Int32Array;
@@ -36,6 +38,7 @@ export function allocSlot(backend: CpuBackend, shape: CpuStageShape, alloc: (byt
   const rows = () => new GatheredValues(backend, backend.allocHost([kvHeads * cap, headDim], dtype) as CpuTensor, kvHeads, headDim);
   return {
     q, query: new Float32Array(toArrayBuffer(q.p, 0, heads * headDim * 4)),
+    chosen: new Int32Array(toArrayBuffer(q.p, heads * headDim * 4, q.bytes - heads * headDim * 4)),
     sel, logits: new Float32Array(toArrayBuffer(sel.p, 0, heads * cap * 4)),
     table,
     countsView: new Int32Array(toArrayBuffer(table.p, 0, kvHeads * 4)),

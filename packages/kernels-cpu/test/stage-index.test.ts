@@ -96,10 +96,10 @@ describe(`the page index, native (seed ${SEED})`, () => {
     cpu.write(K, keysLike(r, kvHeads, cap, d));
     cpu.write(V, randn(r, kvHeads * cap * d));
     const keys = storeKeys(K);
-    const chosenView = (slot: 0 | 1, n: number) => {
-      const region = stage.hostStaging(slot).query;
-      return new Int32Array(toArrayBuffer(region.address as Pointer, indexChosenOffset(heads, d), n * 4));
-    };
+    // chosenPages is where a device's copy lands: indexChosenOffset bytes into the slot's query region
+    const chosenView = (slot: 0 | 1, n: number) => new Int32Array(toArrayBuffer(stage.hostStaging(slot).query.address as Pointer, indexChosenOffset(heads, d), n * 4));
+    stage.chosenPages(1).set([7, 8, 9]);
+    expect(Array.from(chosenView(1, 3))).toEqual([7, 8, 9]);
     for (const form of PAGE_INDEX_FORMS) {
       for (const [n, budget] of [[1, 1], [63, 17], [299, 40], [299, 299]]) {
         const q = randn(r, heads * d), slot = (budget & 1) as 0 | 1, want = indexWant(budget, n, page);

@@ -59,12 +59,12 @@ export function isSelectorFactory(v: unknown): v is SelectorFactory<unknown, unk
 
 const isFunction = (v: unknown) => typeof v === "function";
 
-/** SelectorKernel: a top-K form, "all", Quest's pages with their size, or StreamingLLM's sinks. */
+/** SelectorKernel: a top-K form, "all", Quest's pages with their size, StreamingLLM's sinks, or the page index (and where it is ranked). */
 const KernelSchema = z.union([
   z.enum(["topk", "topk-shared", "all"]),
   z.object({ name: z.literal("quest"), pageSize: z.number().int().min(1).max(4096) }).strict(),
   z.object({ name: z.literal("streaming"), sinks: z.number().int().min(0).max(0x7fffffff) }).strict(),
-  z.object({ name: z.literal("index"), form: z.enum(PAGE_INDEX_FORMS), pageSize: z.number().int().min(1).max(4096), superPages: z.number().int().min(1).max(4096) }).strict(),
+  z.object({ name: z.literal("index"), form: z.enum(PAGE_INDEX_FORMS), pageSize: z.number().int().min(1).max(4096), superPages: z.number().int().min(1).max(4096), placement: z.enum(["auto", "host", "device"]).optional() }).strict(),
 ]);
 
 const DefinitionSchema = z.object({

@@ -28,6 +28,7 @@
  */
 import {
   type Tensor, type Scheduler, type SchedulerDecision, referencePrimitives, headLayout, type AccumulatedScores, type HeadLayout, type TokenSelector, fail, type CpuStage, type CpuStageJob, type CpuStageWork, checkSpecVersion,
+  stageKernel, type IndexKernel,
 } from "@hybridgen/spec";
 import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector } from "../attention.js";
 import { selectionRows, type RowPath } from "./row-path.js";
@@ -37,6 +38,7 @@ import { StepAccount } from "./step-account.js";
 import { StepMerge } from "./step-merge.js";
 import { kernelWork, layerBudget, layerKmax, planStep, type StepPlan } from "./step-plan.js";
 import type { TransportChoice } from "./transport/choose-transport.js";
+import { DeviceIndex, freeDeviceBytes } from "./device-index.js";
 import { openTransport } from "./transport/open-transport.js";
 import type { StepDriver, StepTransport, TransportName } from "./transport/step-transport.js";
 
@@ -90,6 +92,8 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
   private readonly keysPrepared: boolean;
   /** Closed with this (a prefill calibrator feeding recalibrate). */
   private readonly owned: Disposable[] = [];
+  /** The page index's page level on the device, when the selector's index is ranked there (null: the stage ranks its own). */
+  readonly deviceIndex: DeviceIndex | null;
   private closed = false;
 
   constructor(parts: HybridAttentionParts, options: HybridOptions = {}) {
@@ -124,6 +128,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     const { heads, kvHeads, headDim } = attention.layout;
     this.layout = headLayout(heads, kvHeads, headDim);
     stage.prepare({ heads, kvHeads, headDim, storeCapacity: cache.storeCapacity, dtype: cache.dtype, stageKeys: this.rescore.includes(true) });
+    this.deviceIndex = this.openDeviceIndex(attention, stage, selector);
     if (stage.scoring && stage.scoring !== "full") this.stats.scoring = `${stage.scoring}, ${stage.rescoreFactor ?? 1}·K rescored`;
     this.account = new StepAccount(this.stats, stage);
     this.positions = new Int32Array(cache.storeCapacity);
@@ -138,6 +143,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     } catch (e) {
       attention.backend.free(this.specQ);
       this.merge.close();
+      this.deviceIndex?.close();
       throw e;
     }
     this.stats.rows = this.transport.note;
@@ -231,6 +237,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     const offloaded = this.attention.cache.storeCount;
     if (offloaded === 0) return;
     this.transport.syncStore();
+    this.deviceIndex?.sync(offloaded, this.stage.primitives ?? referencePrimitives, (l) => this.stage.offloadedKeys!(this.attention.cache.stageStoreK(l)));
     const { plan, refusedTiming, clamped } = planStep(this.selector, this.decision, offloaded);
     if (refusedTiming) this.stats.note(`selector "${this.selector.name}" cannot run ${refusedTiming}-QKᵀ selection; using ${plan.timing}`);
     if (clamped && !this.clampSaid) {
@@ -263,7 +270,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
   /** A layer that waits for its true query submits its stage with it (once: a batched step calls this for every row first). */
   prepareAttend(layer: number, q: Tensor): void {
     if (!this.current || this.ahead[layer] || this.jobs[layer]) return;
-    this.transport.sendQuery(layer, q);
+    this.sendQuery(layer, q);
     this.submit(layer);
   }
 
@@ -293,6 +300,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     try {
       this.transport.close();
     } finally {
+      this.deviceIndex?.close();
       this.attention.backend.free(this.specQ);
       this.merge.close();
       this.stage.close();
@@ -327,6 +335,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     let work: CpuStageWork;
     if (plan.work === "kernel") {
       work = kernelWork(plan, layerBudget(plan, this.widths(), layer));
+      if (work.kind === "index" && this.ranksOnDevice(plan)) work = { ...work, chosen: true };
     } else if (plan.work === "score") {
       work = { kind: "score" };
     } else {
@@ -383,7 +392,47 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
   /** q̃ of `layer` from residual row x, to the stage's query buffer of that layer's slot. */
   private project(layer: number, x: Tensor): void {
     this.projector.projectQuery(layer, x, this.pos, this.specQ);
-    this.transport.sendQuery(layer, this.specQ);
+    this.sendQuery(layer, this.specQ);
+  }
+
+  /** The query to the stage; with the index on the device, the pages it ranks with it go along. */
+  private sendQuery(layer: number, q: Tensor): void {
+    const plan = this.plan();
+    if (this.ranksOnDevice(plan)) {
+      const ranked = this.deviceIndex!.rank(layer, q, plan.offloaded, layerBudget(plan, this.widths(), layer));
+      this.transport.sendQuery(layer, ranked.tensor, ranked.bytes);
+    } else {
+      this.transport.sendQuery(layer, q);
+    }
+  }
+
+  /** This step's stage kernel is the index, and the device ranks its pages. */
+  private ranksOnDevice(plan: StepPlan): boolean {
+    return this.deviceIndex !== null && plan.work === "kernel" && typeof plan.kernel === "object" && plan.kernel.name === "index";
+  }
+
+  /**
+   * The device's index when the selector's pre-QKᵀ kernel is the index placed there: "device" needs
+   * a backend that ranks and a stage that takes chosen pages (one line otherwise); "auto" takes the
+   * device when both can and the index fits its free memory.
+   */
+  private openDeviceIndex(attention: Attention, stage: CpuStage, selector: TokenSelector): DeviceIndex | null {
+    const kernel = stageKernel(selector, "pre");
+    if (typeof kernel !== "object" || kernel.name !== "index") return null;
+    const k = kernel as IndexKernel, placement = k.placement ?? "auto", be = attention.backend;
+    if (placement === "host") return null;
+    const able = be.indexRank !== undefined && stage.takesChosenPages === true && stage.offloadedKeys !== undefined;
+    if (!able) {
+      if (placement === "device") fail(`page index: placement "device" needs a backend that ranks pages (${be.name}: ${be.indexRank ? "yes" : "no"}) and a CPU stage that takes them (${stage.name}: ${stage.takesChosenPages ? "yes" : "no"})`);
+      return null;
+    }
+    const { heads, kvHeads, headDim } = attention.layout, c = attention.cache;
+    const parts = { backend: be, kernel: k, layers: c.layers, heads, kvHeads, headDim, capacity: c.storeCapacity };
+    if (placement === "auto") {
+      const free = freeDeviceBytes(be);
+      if (free !== undefined && DeviceIndex.bytesFor(parts) > free) return null;
+    }
+    return new DeviceIndex(parts);
   }
 
   private selectionBase(layer: number, plan: StepPlan) {

@@ -19,6 +19,10 @@ export const PageIndexOptionsSchema = z.object({
   pageSize: z.number().int().min(1).max(4096).default(16),
   /** Pages per super-page (the index's second level). */
   superPages: z.number().int().min(1).max(4096).default(16),
+  /** Where the pages are ranked: "device" (the page level in GPU memory, Backend.indexRank; the stage
+   * fills the lists from the chosen pages), "host" (the CPU stage searches its own index), or "auto"
+   * (the device when the backend ranks and the index fits its free memory). */
+  placement: z.enum(["auto", "host", "device"], { error: (i) => `placement ${JSON.stringify(i.input)} does not exist (auto, host, device)` }).default("auto"),
 }).strict();
 
 export const pageIndexSelector = defineSelector<z.output<typeof PageIndexOptionsSchema>, PageIndexState>({
@@ -27,9 +31,9 @@ export const pageIndexSelector = defineSelector<z.output<typeof PageIndexOptions
   timings: ["pre"],
   needsKeys: true,
   options: PageIndexOptionsSchema,
-  kernel: ({ form, pageSize, superPages }) => ({ name: "index", form, pageSize, superPages }),
+  kernel: ({ form, pageSize, superPages, placement }) => ({ name: "index", form, pageSize, superPages, placement }),
   initState: () => ({ index: null, summarized: 0 }),
-  select(input, { form, pageSize, superPages }) {
+  select(input, { form, pageSize, superPages }) { // the definition: where the pages are ranked changes only f32 rounding ties
     const { offloaded: n, k, layout, primitives: P, state, query } = input;
     const keys = layerKeys(input);
     const index = indexFor(P, state, keys, n, pageSize, superPages, form);

@@ -306,12 +306,17 @@ export interface QuestKernel {
   readonly pageSize: number;
 }
 
-/** The page index's choice run by a CpuStage (pre-QKᵀ): indexSelection over an index the stage keeps per store. */
+/** Where an index's page level is ranked: by the CpuStage, on the device (Backend.indexRank), or as the engine decides. */
+export type IndexPlacement = "auto" | "host" | "device";
+
+/** The page index's choice run by a CpuStage (pre-QKᵀ): indexSelection over an index the stage keeps per store, or over pages a device ranked. */
 export interface IndexKernel {
   readonly name: "index";
   readonly form: PageIndexForm;
   readonly pageSize: number;
   readonly superPages: number;
+  /** Absent: "auto". */
+  readonly placement?: IndexPlacement;
 }
 
 /**

@@ -118,6 +118,8 @@ export interface CpuStage extends Disposable {
   prepare(shape: CpuStageShape): void;
   /** The query buffer of a slot (heads × headDim, RoPE applied); fill it before submit. */
   query(slot: 0 | 1): Float32Array;
+  /** A stage that takesChosenPages: the int32 buffer right after a slot's query ("index" work's `chosen` pages), for a host that writes them itself. */
+  chosenPages?(slot: 0 | 1): Int32Array;
   submit(job: CpuStageJob): void;
   /** Blocks until every submitted job is done; returns their busy time in ms (the first failure throws, after all have ended). */
   wait(): number;

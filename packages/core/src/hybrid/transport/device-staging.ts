@@ -147,8 +147,9 @@ export class DeviceStaging implements Disposable {
    * compute-stream op; the next job waits for its signal on the stage's threads), else a copy the
    * host fences.
    */
-  queryToHost(slot: 0 | 1, q: Tensor, signalled: boolean): HostSignal | undefined {
-    const width = this.heads * this.headDim * 4;
+  queryToHost(slot: 0 | 1, q: Tensor, signalled: boolean, bytes?: number): HostSignal | undefined {
+    const width = Math.max(this.heads * this.headDim * 4, bytes ?? 0);
+    if (width > this.regions[slot].query.byteLength) fail(`hybrid attention: ${width} query bytes do not fit the stage's query buffer of ${this.regions[slot].query.byteLength}`);
     if (signalled) return this.link.sendSignalled!(this.regions[slot].query, q, width);
     this.link.toHost([{ host: this.regions[slot].query, hostOffset: 0, tensor: q, tensorOffset: 0, width, rows: 1 }]);
     this.link.mark("pause");

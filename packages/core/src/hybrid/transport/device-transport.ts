@@ -64,13 +64,13 @@ export abstract class DeviceTransport implements StepTransport {
   }
 
   /** Signalled inside the open segment where it can be, else the segment ends and the host fences the copy (a JS pre-QKᵀ selector reads it on this thread). */
-  sendQuery(layer: number, q: Tensor): void {
+  sendQuery(layer: number, q: Tensor, bytes?: number): void {
     const hostReads = this.step.plan().work === "pre";
     if (hostReads || !this.choice.signals) {
       this.closeSegment();
       this.submitDeferred();
     }
-    this.readySignals[layer] = this.d.queryToHost((layer & 1) as 0 | 1, q, this.choice.signals && !hostReads);
+    this.readySignals[layer] = this.d.queryToHost((layer & 1) as 0 | 1, q, this.choice.signals && !hostReads, bytes);
   }
 
   jobLink(layer: number): { ready?: HostSignal; deviceGather: boolean } {

@@ -25,9 +25,11 @@ export class HostTransport implements StepTransport {
     return false;
   }
 
-  sendQuery(layer: number, q: Tensor): void {
-    const t0 = performance.now(), { heads, headDim } = this.step.layout;
-    this.step.stage.query((layer & 1) as 0 | 1).set(this.attention.backend.read(q, 0, heads * headDim));
+  sendQuery(layer: number, q: Tensor, bytes?: number): void {
+    const t0 = performance.now(), { heads, headDim } = this.step.layout, slot = (layer & 1) as 0 | 1, width = heads * headDim;
+    const row = this.attention.backend.read(q, 0, Math.max(width, Math.ceil((bytes ?? 0) / 4)));
+    this.step.stage.query(slot).set(row.subarray(0, width));
+    if (row.length > width) this.step.stage.chosenPages!(slot).set(new Int32Array(row.buffer, row.byteOffset + width * 4, row.length - width));
     this.step.addTx(performance.now() - t0);
   }
 

@@ -58,8 +58,9 @@ export interface StepTransport extends Disposable {
   syncStore(): void;
   /** After the plan, whose widest layer needs `rows` rows per KV head: true when the step is handed off on the device. */
   planned(plan: StepPlan, rows: number): boolean;
-  /** Row 0 of q (a layer's query or q̃) into the stage's query buffer of the layer's slot. */
-  sendQuery(layer: number, q: Tensor): void;
+  /** Row 0 of q (a layer's query or q̃) into the stage's query buffer of the layer's slot; `bytes`
+   * past the query's (the pages a device index chose, after it in q) land in the slot's chosenPages. */
+  sendQuery(layer: number, q: Tensor, bytes?: number): void;
   /** A job's fields that depend on how rows travel. */
   jobLink(layer: number): Pick<CpuStageJob, "ready" | "done" | "deviceGather">;
   /** The layer's attention once its job is submitted (prepareAttend): window, stage output, one softmax, A·V into out. */

@@ -1,0 +1,161 @@
+/**
+ * The page index's top level in device memory (issue 33's GPU-side pre-QKᵀ selector): per layer
+ * the index's page level, page-major (the spec's DeviceIndexShape), ranked by Backend.indexRank
+ * with the layer's query (q̃ when the stage runs ahead); the chosen pages travel to the host with the
+ * query (right after it, indexChosenOffset), and the CPU stage only fills its lists from those
+ * pages' rows ("index" work with `chosen`). The host keeps the definition's index (spec
+ * page-index.ts) and folds the rows evicted since the last step into it, then the pages they touched
+ * go up, so the device ranks every offloaded row, the newest included.
+ */
+import {
+  type Backend, type DeviceIndexShape, type IndexKernel, type OffloadedKeys, type PageIndex, type SelectorPrimitives, type Tensor, fail, indexWant, pageIndex,
+  PAGE_INDEX_FORM_CODE,
+} from "@hybridgen/spec";
+
+/** Bytes of the device's copy of an index over `capacity` rows a head (page level only, page-major). */
+export function deviceIndexBytes(kvHeads: number, headDim: number, capacity: number, pageSize: number, form: IndexKernel["form"]): number {
+  const pages = Math.ceil(capacity / pageSize), codeBytes = form === "int8" ? 2 * headDim : headDim;
+  return pages * kvHeads * (codeBytes + 4);
+}
+
+export interface DeviceIndexParts {
+  readonly backend: Backend;
+  readonly kernel: IndexKernel;
+  readonly layers: number;
+  readonly heads: number;
+  readonly kvHeads: number;
+  readonly headDim: number;
+  /** Rows per KV head of the store. */
+  readonly capacity: number;
+}
+
+/** A device backend's free memory (its arena's), when it says (the CUDA backend's memory()). */
+export function freeDeviceBytes(be: Backend): number | undefined {
+  return (be as { memory?: () => { freeBytes: number } }).memory?.().freeBytes;
+}
+
+const gb = (b: number) => `${(b / 1e9).toFixed(2)} GB`;
+
+/** The most pages a head may ask for (the kernel's limit, WANT_MAX in native/page_index.cuh, bounds the search). */
+const WANT_LIMIT = 256;
+
+export class DeviceIndex implements Disposable {
+  readonly shape: DeviceIndexShape;
+  readonly bytes: number;
+  private readonly backend: Backend;
+  private readonly kernel: IndexKernel;
+  private readonly host: PageIndex[] = [];
+  private readonly device: Tensor[] = [];
+  /** One row: the query, then the chosen pages (int32), sent to the host in one copy. */
+  private readonly out: Tensor;
+  private readonly outQuery: Tensor;
+  private readonly scratch: Tensor;
+  private readonly queryBytes: number;
+  /** Offloaded rows folded into the host index and uploaded, per layer. */
+  private readonly summarized: number[];
+  private readonly maxWant: number;
+
+  /** Device bytes of every layer's index for these parts. */
+  static bytesFor(p: DeviceIndexParts): number {
+    return p.layers * deviceIndexBytes(p.kvHeads, p.headDim, p.capacity, p.kernel.pageSize, p.kernel.form);
+  }
+
+  constructor(p: DeviceIndexParts) {
+    const be = p.backend;
+    if (!be.indexRank || !be.indexRankScratch) fail(`page index: the ${be.name} backend cannot rank pages on the device (placement "device")`);
+    const k = p.kernel, pageCapacity = Math.ceil(p.capacity / k.pageSize), codeBytes = k.form === "int8" ? 2 * p.headDim : p.headDim;
+    this.backend = be;
+    this.kernel = k;
+    this.shape = { form: PAGE_INDEX_FORM_CODE[k.form], kvHeads: p.kvHeads, group: p.heads / p.kvHeads, headDim: p.headDim, pageCapacity, scalesOffset: pageCapacity * p.kvHeads * codeBytes };
+    this.bytes = deviceIndexBytes(p.kvHeads, p.headDim, p.capacity, k.pageSize, k.form);
+    // The widest choice the backend ranks at this capacity (its candidates bound it), found once.
+    let lo = 0, hi = Math.min(pageCapacity, WANT_LIMIT);
+    while (lo < hi) {
+      const mid = Math.ceil((lo + hi) / 2);
+      if (be.indexRankScratch(this.shape, mid) > 0) lo = mid;
+      else hi = mid - 1;
+    }
+    if (lo === 0) fail(`page index: the ${be.name} backend does not rank ${pageCapacity} pages of form ${k.form} (headDim ${p.headDim}, ${this.shape.group} query heads a KV head)`);
+    this.maxWant = lo;
+    const scratchBytes = be.indexRankScratch(this.shape, lo);
+    const free = freeDeviceBytes(be);
+    if (free !== undefined && this.bytes * p.layers > free) {
+      fail(`page index: the device index (${gb(this.bytes * p.layers)} for ${p.layers} layers) does not fit the device's free ${gb(free)} (placement "device"; "host" keeps it on the CPU stage)`);
+    }
+    this.queryBytes = p.heads * p.headDim * 4;
+    this.summarized = new Array(p.layers).fill(0);
+    const width = p.heads * p.headDim, made: Tensor[] = [];
+    try {
+      for (let l = 0; l < p.layers; l++) {
+        this.host.push(pageIndex(p.kvHeads, p.headDim, p.capacity, k.pageSize, k.superPages, k.form));
+        made.push(be.alloc([Math.ceil(this.bytes / 4)]));
+      }
+      this.out = be.alloc([1, width + p.kvHeads * this.maxWant]);
+      made.push(this.out);
+      this.outQuery = be.view(this.out, 0, [1, width]);
+      this.scratch = be.alloc([Math.ceil(scratchBytes / 4)]);
+    } catch (e) {
+      for (const t of made) be.free(t);
+      throw e;
+    }
+    this.device = made.slice(0, p.layers);
+  }
+
+  /**
+   * Before a step with `offloaded` rows: folds each layer's rows evicted since the last call into the
+   * host index (afresh when the store shrank: a new sequence) and uploads the pages they touched.
+   */
+  sync(offloaded: number, P: SelectorPrimitives, keysOf: (layer: number) => OffloadedKeys): void {
+    const ps = this.kernel.pageSize, kv = this.shape.kvHeads;
+    for (let l = 0; l < this.host.length; l++) {
+      let from = this.summarized[l]!;
+      if (offloaded === from) continue;
+      if (offloaded < from) from = 0;
+      const x = this.host[l]!;
+      if (from === 0) x.data.fill(0);
+      P.indexFold(keysOf(l), from, offloaded, x);
+      this.summarized[l] = offloaded;
+      this.upload(l, x, Math.floor(from / ps), Math.ceil(offloaded / ps), kv);
+    }
+  }
+
+  /** Pages [p0, p1) of every head, head-major on the host, page-major on the device. */
+  private upload(layer: number, x: PageIndex, p0: number, p1: number, kv: number): void {
+    const cb = x.codeBytes, n = p1 - p0;
+    const codes = new Uint8Array(n * kv * cb), scales = new Float32Array(n * kv);
+    const hostScales = new Float32Array(x.data.buffer, x.data.byteOffset + x.pageScales, kv * x.pageCapacity);
+    for (let g = 0; g < kv; g++) {
+      for (let p = p0; p < p1; p++) {
+        const at = x.pageCodes + (g * x.pageCapacity + p) * cb;
+        codes.set(x.data.subarray(at, at + cb), ((p - p0) * kv + g) * cb);
+        scales[(p - p0) * kv + g] = hostScales[g * x.pageCapacity + p]!;
+      }
+    }
+    const t = this.device[layer]!;
+    this.backend.write(t, new Float32Array(codes.buffer), (p0 * kv * cb) / 4);
+    this.backend.write(t, scales, this.shape.scalesOffset / 4 + p0 * kv);
+  }
+
+  /**
+   * Layer `layer`'s best pages for a list of `budget` of `offloaded` rows, ranked with row 0 of q:
+   * the tensor whose first `bytes` bytes are the query then the pages (what the stage's query buffer takes).
+   */
+  rank(layer: number, q: Tensor, offloaded: number, budget: number): { readonly tensor: Tensor; readonly bytes: number } {
+    const want = indexWant(budget, offloaded, this.kernel.pageSize);
+    if (want > this.maxWant) fail(`page index: K ${budget} needs ${want} pages a KV head, past the ${this.maxWant} the device ranks at ${this.shape.pageCapacity} pages (a smaller K or larger pages)`);
+    const be = this.backend;
+    be.copyRows(this.outQuery, 0, q, 0, 1);
+    if (want > 0) be.indexRank!(this.out, this.queryBytes, this.device[layer]!, this.shape, q, Math.ceil(offloaded / this.kernel.pageSize), want, this.scratch);
+    return { tensor: this.out, bytes: this.queryBytes + this.shape.kvHeads * want * 4 };
+  }
+
+  close(): void {
+    for (const t of this.device.splice(0)) this.backend.free(t);
+    this.backend.free(this.out);
+    this.backend.free(this.scratch);
+  }
+
+  [Symbol.dispose](): void {
+    this.close();
+  }
+}
