@@ -1,10 +1,12 @@
 // The serve scheduler in process on stories15M: a long prompt joining a running request is
 // prefilled one chunk a turn, a decode step of the running one between every two chunks. With
-// hybrid attention the planner's ledger admits only the requests whose stores fit the tiers left
-// (here room for two), the rest wait and join as stores come back; every request gets the tokens of `hybridgen generate` alone
-// with the same flags; slots are renewed (the released attentions pruned) and the ledger ends
-// empty; a store that cannot be made fails only its own request. The ledger alone: a context
-// within the window needs no store; refusals are one line.
+// hybrid attention the planner's ledger admits only the requests whose stores (each sized to its
+// own context) fit the tiers left (here room for two), the rest wait and join as stores come
+// back; every request gets the tokens of `hybridgen generate` alone with the same flags; slots
+// are renewed (the released attentions pruned) and the ledger ends empty; a store that cannot be
+// made fails only its own request. The ledger alone: a context within the window needs no store,
+// a shorter context a smaller store; refusals are one line. Device memory: the same budget admits
+// more short requests than long ones, and a finished or cancelled request's bytes come back.
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -13,6 +15,7 @@ import { BatchDecoder, loadModel, openModelDir, type KvStoreAllocator, type Memo
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { bufferedIo, runCli } from "../src/index.js";
 import { attachHybrid, HybridCliOptionsSchema } from "../src/hybrid-options.js";
+import { DeviceLedger, deviceMemory } from "../src/serve/device-ledger.js";
 import { ServeMetrics } from "../src/serve/metrics.js";
 import { ServeScheduler } from "../src/serve/scheduler.js";
 import { StoreLedger } from "../src/serve/store-ledger.js";
@@ -21,8 +24,8 @@ import { stories15M } from "./model-fixture.js";
 const FLAGS = ["--attention", "hybrid", "--gpu-kv-budget", "32", "--sink-tokens", "4", "--k", "16"];
 const hybridFlags = HybridCliOptionsSchema.parse({ attention: "hybrid", gpuKvBudget: 32, sinkTokens: 4, k: 16 });
 const PROMPTS = ["Once upon a time", "The little dog ran to the park", "Lily and Tom", "A big red ball", "The sun was hot"];
-/** Every prompt + max_tokens outgrows the 32-token window: each needs a store. */
-const MAX_TOKENS = [40, 30, 45, 35, 38];
+/** Every prompt + max_tokens is 48 positions, past the 32-token window: each needs a store, all of one size. */
+const CONTEXT = 48;
 const dirs: string[] = [];
 afterAll(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
@@ -98,13 +101,16 @@ describe("the serve scheduler: a consumer that throws", () => {
 
 describe("the serve scheduler with hybrid attention and the planner's ledger", () => {
   it("admits only what the tiers left hold; the others wait and join; each request's text is generate's alone", async () => {
-    const want = await Promise.all(PROMPTS.map((p, i) => alone(p, MAX_TOKENS[i]!)));
     using files = openModelDir(await stories15M());
+    const MAX_TOKENS = PROMPTS.map((p) => CONTEXT - files.tokenizer.encode(p).length);
+    const want = await Promise.all(PROMPTS.map((p, i) => alone(p, MAX_TOKENS[i]!)));
     using backend = createCpuBackend({ threads: 1 });
     using model = loadModel(files, backend, { maxContext: 256, gpuKvBudget: 32, sinkTokens: 4 });
     const probe = await StoreLedger.on(memory(2 ** 30), model.cache, { kvPlacement: "semantic" });
-    // Room for two stores (memory tiers keep 10% headroom), not three.
-    const ledger = await StoreLedger.on(memory(Math.ceil((2.5 * probe.storeBytes) / 0.9)), model.cache, { kvPlacement: "semantic" });
+    // Room for two stores of 48 positions (memory tiers keep 10% headroom), not three; at the model's 256, not one.
+    expect(probe.storeBytesFor(CONTEXT)).toBeLessThan(probe.storeBytes / 4);
+    const ledger = await StoreLedger.on(memory(Math.ceil((2.5 * probe.storeBytesFor(CONTEXT)) / 0.9)), model.cache, { kvPlacement: "semantic" });
+    expect(ledger.refusal(256)).toMatch(/^its KV store needs [\d.]+ [KM]iB, [\d.]+ [KM]iB more than host memory holds \(add --kv-disk DIR\)$/);
     let next: KvStoreAllocator | null = null;
     const allocator = () => {
       const a = next ?? ledger.idle();
@@ -182,8 +188,8 @@ describe("the serve scheduler with hybrid attention and the planner's ledger", (
     const ledger = await StoreLedger.on(tiers, model.cache, { kvPlacement: "semantic", kvDisk: dir });
     expect(ledger.needsStore(32)).toBe(false);
     expect(ledger.needsStore(33)).toBe(true);
-    const a = ledger.place()!, b = ledger.place()!;
-    expect(ledger.place()).toBeNull();
+    const a = ledger.place(256)!, b = ledger.place(256)!;
+    expect(ledger.place(256)).toBeNull();
     expect(ledger.reservedByTier()).toEqual(new Map([["node0", expect.any(Number)], ["disk", expect.any(Number)]]));
     expect([...ledger.reservedByTier().values()].reduce((x, y) => x + y)).toBeGreaterThanOrEqual(2 * probe.storeBytes);
     // The disk store's files exist once its regions are allocated, and go when it is released.
@@ -194,11 +200,72 @@ describe("the serve scheduler with hybrid attention and the planner's ledger", (
     b.allocator.release();
     ledger.release(b);
     expect(readdirSync(dir)).toEqual([]);
-    const c = ledger.place();
+    const c = ledger.place(256);
     expect(c).not.toBeNull();
     ledger.release(a);
     ledger.release(c!);
     expect([...ledger.reservedByTier().values()]).toEqual([0, 0]);
-    await expect(StoreLedger.on(memory(1000), model.cache, { kvPlacement: "semantic" })).rejects.toThrow(/^one request's KV store needs [\d.]+ [KM]iB, [\d.]+ [KM]iB more than host memory holds \(add --kv-disk DIR\)$/);
+    await expect(StoreLedger.on(memory(1000), model.cache, { kvPlacement: "semantic" })).rejects.toThrow(/^the smallest request past the window: its KV store needs [\d.]+ [KM]iB, [\d.]+ [KM]iB more than host memory holds \(add --kv-disk DIR\)$/);
+  });
+});
+
+describe("the serve scheduler: admission by each request's device bytes", () => {
+  it("the same device memory admits more short requests than long ones; a finished or cancelled request's bytes come back", async () => {
+    using files = openModelDir(await stories15M());
+    using backend = createCpuBackend({ threads: 1, memoryCapBytes: 2 ** 30 });
+    using model = loadModel(files, backend, { maxContext: 128 });
+    using dec = new BatchDecoder(model, 6, { sequenceContext: 1 });
+    const bytes = (c: number) => model.sequenceBytes(c).window + model.sequenceBytes(c).scores;
+    // Room for two sequences of 100 positions beside the idle slots: ten of 25.
+    const device = new DeviceLedger(deviceMemory(backend)!, Math.floor(2.5 * (bytes(100) - bytes(1))), bytes, 1);
+    expect(device.need(100)).toBe(bytes(100) - bytes(1));
+    expect(4 * device.need(25)).toBeLessThan(device.need(100) + 4 * bytes(1));
+    const metrics = new ServeMetrics();
+    const scheduler = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, metrics, {
+      slots: [1, 2, 3, 4, 5], queueLimit: 16, chunk: 64, maxContext: 128, eos: [], bytesPerToken: 1, ledger: null, device, idleContext: 1,
+    });
+    const wave = async (context: number, cancelFirst = false) => {
+      let most = 0, held = 0;
+      const outcomes = await Promise.all(PROMPTS.map((prompt, i) => new Promise<{ finish: string; text: string; tokens: number }>((resolve) => {
+        const ids = files.tokenizer.encode(prompt);
+        let seen = 0;
+        const handle = scheduler.submit({
+          ids, maxTokens: context - ids.length, sampling: { temperature: 0 }, stop: [], arrivedMs: performance.now(),
+          onText() {
+            most = Math.max(most, scheduler.running);
+            held = Math.max(held, metrics.deviceReserved.get());
+            if (cancelFirst && i === 0 && ++seen === 3) handle.cancel();
+          },
+          onFinish: (r) => resolve({ finish: r.finish, text: r.text, tokens: r.completionTokens }),
+        });
+      })));
+      return { most, held, outcomes };
+    };
+    const long = await wave(100, true);
+    expect(long.most).toBe(2);
+    expect(long.held).toBeGreaterThanOrEqual(2 * device.need(100));
+    expect(long.outcomes.map((o) => o.finish)).toEqual(["abort", "length", "length", "length", "length"]);
+    expect(device.reserved).toBe(0);
+    expect(metrics.deviceReserved.get()).toBe(0);
+    // No EOS was given: every request ran its whole budget.
+    expect(long.outcomes[1]!.tokens).toBe(100 - files.tokenizer.encode(PROMPTS[1]!).length);
+    const short = await wave(25);
+    expect(short.most).toBe(5);
+    expect(short.outcomes.every((o) => o.finish === "length")).toBe(true);
+    expect(metrics.deviceReserved.get()).toBe(0);
+    await scheduler.idle();
+    // A request larger than the whole budget is refused up front, never queued for good.
+    expect(scheduler.refusal(128)).toBeNull(); // 2.5 × 100 positions' bytes hold 128
+    const tight = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, new ServeMetrics(), {
+      slots: [1], queueLimit: 1, chunk: 64, maxContext: 128, eos: [], bytesPerToken: 1, ledger: null, idleContext: 1,
+      device: new DeviceLedger(deviceMemory(backend)!, device.need(50), bytes, 1),
+    });
+    expect(tight.refusal(50)).toBeNull();
+    expect(tight.refusal(51)).toMatch(/^its sequence needs [\d.]+ MiB of device memory, and [\d.]+ MiB is left for requests beside the model$/);
+    const refused = await new Promise<{ finish: string; error?: string }>((resolve) => {
+      tight.submit({ ids: files.tokenizer.encode(PROMPTS[0]!), maxTokens: 60, sampling: { temperature: 0 }, stop: [], arrivedMs: 0, onText() {}, onFinish: resolve });
+    });
+    expect(refused.finish).toBe("abort");
+    expect(refused.error).toMatch(/^this request cannot be served: its sequence needs/);
   });
 });

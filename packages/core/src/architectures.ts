@@ -41,6 +41,8 @@ export interface CausalLM extends GenerativeModel, QueryProjector, BatchModel, D
   fedToken(slot: number): number;
   /** A setup run on every sequence made from now on (a decode attention per sequence of a batch). */
   setSequenceSetup(setup: ((s: SequenceState) => Disposable) | null): void;
+  /** Bytes a sequence of `maxContext` positions takes (DecoderModel.sequenceBytes). */
+  sequenceBytes(maxContext: number): { readonly window: number; readonly scores: number; readonly store: number; readonly scratch: number; readonly storeCapacity: number };
   close(): void;
 }
 

@@ -31,16 +31,22 @@ export class BatchDecoder implements Disposable {
   private picks = new Int32Array(0);
   private closed = false;
 
+  /**
+   * `sequenceContext`: positions each slot made here holds (default the model's context); a server
+   * starts its slots small and renews each on its request's context.
+   */
   constructor(
     readonly model: BatchModel,
     readonly capacity: number,
+    options: { readonly sequenceContext?: number } = {},
   ) {
     if (!(Number.isInteger(capacity) && capacity >= 1 && capacity <= MAX_BATCH)) fail(`batch size ${capacity} out of range [1, ${MAX_BATCH}]`);
     this.rowOfSlot = new Int32Array(capacity).fill(-1);
     model.reserveBatch(capacity);
     this.slots.push(model.ownSequence);
     try {
-      for (let i = 1; i < capacity; i++) this.slots.push(model.createSequence());
+      const sized = options.sequenceContext === undefined ? {} : { maxContext: options.sequenceContext };
+      for (let i = 1; i < capacity; i++) this.slots.push(model.createSequence(sized));
       this.checkDecodeAttention();
     } catch (e) {
       this.close();
@@ -56,14 +62,15 @@ export class BatchDecoder implements Disposable {
   /**
    * A fresh sequence in `slot` (≥ 1): the old one's KV storage and decode attention (with its
    * offloaded store and disk files) are released and the model's sequence setup makes a new one,
-   * so a long-running server frees what a finished request held. Slot 0 is the model's own sequence.
+   * so a long-running server frees what a finished request held; `maxContext` sizes the new one
+   * (createSequence's). Slot 0 is the model's own sequence.
    */
-  renew(slot: number): void {
+  renew(slot: number, options: { readonly maxContext?: number } = {}): void {
     this.slot(slot);
     if (slot === 0) fail("batch decoder: slot 0 is the model's own sequence and cannot be renewed");
     this.model.releaseSequence(this.slots[slot]);
     this.rowOfSlot[slot] = -1;
-    this.slots[slot] = this.model.createSequence();
+    this.slots[slot] = this.model.createSequence(options);
   }
 
   /** Positions held by `slot`'s cache. */

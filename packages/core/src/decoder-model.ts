@@ -18,7 +18,7 @@ import {
 import { Attention, type QueryProjector } from "./attention.js";
 import type { ModelShape } from "./config.js";
 import { BatchRows, hasDecodeAttention, type SequenceState } from "./batch-rows.js";
-import { KvCache, type KvCacheOptions } from "./kv-cache.js";
+import { KvCache, kvCacheFootprint, type KvCacheOptions } from "./kv-cache.js";
 import type { WeightSource } from "./model-files.js";
 import { WeightLoader } from "./weight-loader.js";
 
@@ -136,8 +136,23 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
     return this.own;
   }
 
-  private newSequenceState(): SequenceState {
-    const cache = new KvCache(this.backend, this.cacheOptions);
+  /** KV options of a sequence holding `maxContext` positions (at most the model's): the model's window; its store and score rows sized to it. */
+  private sequenceOptions(maxContext: number): KvCacheOptions {
+    if (!(Number.isInteger(maxContext) && maxContext >= 1 && maxContext <= this.maxContext)) fail(`a sequence's context must be an integer in [1, ${this.maxContext}], got ${maxContext}`);
+    return maxContext === this.maxContext ? this.cacheOptions : { ...this.cacheOptions, maxContext };
+  }
+
+  /**
+   * Bytes a sequence of `maxContext` positions (createSequence({ maxContext })) takes: its KV
+   * window and f32 score rows on the model's backend, its offloaded store (host tiers once placed)
+   * and the scratch a prefill over a host store adds on the device.
+   */
+  sequenceBytes(maxContext: number): { readonly window: number; readonly scores: number; readonly store: number; readonly scratch: number; readonly storeCapacity: number } {
+    return { ...kvCacheFootprint(this.sequenceOptions(maxContext)), scores: this.shape.heads * maxContext * 4 };
+  }
+
+  private newSequenceState(maxContext = this.maxContext): SequenceState {
+    const cache = new KvCache(this.backend, this.sequenceOptions(maxContext));
     try {
       return { cache, attention: new Attention(this.backend, cache, this.shape) };
     } catch (e) {
@@ -148,10 +163,13 @@ export abstract class DecoderModel implements Disposable, QueryProjector {
 
   // ---- several sequences (batched decode) ------------------------------------------------------
 
-  /** A new empty sequence with its own KV cache (same options as the model's). */
-  createSequence(): SequenceState {
+  /**
+   * A new empty sequence with its own KV cache (the model's options; `maxContext`, at most the
+   * model's, bounds its positions and sizes its store and score rows: a server sizes each request's).
+   */
+  createSequence(options: { readonly maxContext?: number } = {}): SequenceState {
     this.checkOpen();
-    const s = this.newSequenceState();
+    const s = this.newSequenceState(options.maxContext);
     this.extra.add(s);
     try {
       if (this.setup) this.setups.set(s, this.setup(s));

@@ -51,6 +51,29 @@ export type KvCacheOptions = z.input<typeof KvCacheOptionsSchema>;
 
 export type Residency = "window" | "store";
 
+/**
+ * Positions a cache of `maxContext` offloads at most: after an eviction more than budget − block
+ * tokens stay in the window, so the store never holds more than context − budget + block (0 when
+ * the budget covers the whole context).
+ */
+export function kvStoreCapacity(o: { readonly maxContext: number; readonly gpuKvBudget: number; readonly evictBlock: number }): number {
+  return o.gpuKvBudget < o.maxContext ? Math.min(o.maxContext, o.maxContext - o.gpuKvBudget + o.evictBlock) : 0;
+}
+
+/**
+ * Bytes a cache made with `options` takes: its window (on the cache's backend), its store (the
+ * device's, or the host tiers' once attached or placed), and the two K/V scratch pairs of one
+ * layer over the whole context that a prefill over a host store brings layers up into.
+ */
+export function kvCacheFootprint(options: KvCacheOptions): { readonly window: number; readonly store: number; readonly scratch: number; readonly storeCapacity: number } {
+  const o = KvCacheOptionsSchema.parse(options);
+  const budget = Math.min(o.gpuKvBudget ?? o.maxContext, o.maxContext);
+  const windowCapacity = Math.min(o.maxContext, budget + Math.min(o.maxAppend, o.maxContext));
+  const storeCapacity = kvStoreCapacity({ maxContext: o.maxContext, gpuKvBudget: budget, evictBlock: o.evictBlock });
+  const row = o.kvHeads * o.headDim * DTYPE_BYTES[o.dtype];
+  return { window: 2 * o.layers * windowCapacity * row, store: 2 * o.layers * storeCapacity * row, scratch: storeCapacity > 0 ? 4 * o.maxContext * row : 0, storeCapacity };
+}
+
 /** The host copy of the store (see attachHostStore). */
 interface HostStore {
   readonly backend: Backend;
@@ -170,9 +193,7 @@ export class KvCache implements Disposable {
       `KV eviction block (${this.evictBlock}) must not exceed the window budget less the sinks (${this.gpuKvBudget - this.sinkTokens})`);
     this.windowCapacity = Math.min(this.maxContext, this.gpuKvBudget + this.maxAppend);
     this.ringCapacity = this.windowCapacity - this.sinkTokens;
-    // After an eviction more than budget − block tokens stay in the window, so the store
-    // never holds more than this.
-    this.storeCapacity = offloads ? Math.min(this.maxContext, this.maxContext - this.gpuKvBudget + this.evictBlock) : 0;
+    this.storeCapacity = kvStoreCapacity(this);
     this.regionOf = new Uint8Array(this.maxContext);
     this.slotOf = new Int32Array(this.maxContext);
     this.gatherIds = new Int32Array(this.kvHeads * this.maxAppend);

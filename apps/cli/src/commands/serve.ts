@@ -14,6 +14,7 @@ import { openBackend, threadCount } from "../device-backend.js";
 import { attachHybrid, hybridPlanLine, loadHybridSelector, windowLoadOptions } from "../hybrid-options.js";
 import type { CliIo } from "../io.js";
 import { openModelSource } from "../model-source.js";
+import { DeviceLedger, deviceMemory } from "../serve/device-ledger.js";
 import { ServeMetrics } from "../serve/metrics.js";
 import { templateName } from "../serve/prompt-text.js";
 import { createRoutes, type ServeState } from "../serve/routes.js";
@@ -76,7 +77,7 @@ async function serveModel(
   const maxContext = o.context ?? Math.min(shape.maxPositions, DEFAULT_MAX_CONTEXT);
   if (maxContext > shape.maxPositions) throw new HybridgenError(`--context ${maxContext} exceeds the model's max_position_embeddings (${shape.maxPositions})`, "ECONTEXT");
   const isHybrid = hybrid.attention === "hybrid";
-  const opened = await openBackend(o.device, threads, isHybrid);
+  const opened = await openBackend(o.device, threads, isHybrid, o.gpuMem);
   using backend = opened.backend;
   // Hybrid attention keeps slot 0 (the model's own sequence) idle beside the --max-batch slots: it holds a window too.
   const slots = isHybrid ? o.maxBatch + 1 : o.maxBatch;
@@ -92,15 +93,23 @@ async function serveModel(
   };
   const profile = isHybrid ? readHybridProfile(dir, io.env.HYBRIDGEN_CACHE) : null;
   using hybrids = await attachHybrid(model, backend, hybrid, profile, ledger ? allocator : undefined, slots, o.tier.readDepth);
-  using dec = new BatchDecoder(model, slots);
+  // Each request's sequence is made at its own context; idle slots hold the least (hybrid attention: one position past the window, a store of one block).
+  const idleContext = Math.min(maxContext, ledger ? ledger.window + 1 : 1);
+  using dec = new BatchDecoder(model, slots, { sequenceContext: idleContext });
   io.uninterruptible?.(false);
+  const memory = deviceMemory(backend);
+  const hostStoreOnDevice = isHybrid && !opened.device.startsWith("cpu");
+  const device = memory && new DeviceLedger(memory, memory.free(), (c) => {
+    const b = model.sequenceBytes(c);
+    return b.window + b.scores + (hostStoreOnDevice ? b.scratch : 0);
+  }, idleContext);
   const name = o.servedName ?? (dir.startsWith(PRESET_PREFIX) ? dir.slice(PRESET_PREFIX.length) : basename(dir));
   const cache = model.cache;
   const scheduler = new ServeScheduler(dec, files.tokenizer, shape.vocabSize, state.metrics, {
     slots: Array.from({ length: o.maxBatch }, (_, i) => (isHybrid ? i + 1 : i)),
     queueLimit: o.maxQueue, chunk: o.prefillChunk ?? model.prefillBlock, maxContext, eos: shape.eosTokenIds,
     bytesPerToken: 2 * cache.layers * cache.kvHeads * cache.headDim * DTYPE_BYTES[cache.dtype],
-    ledger, nextStore: (a) => (nextStore = a), prune: (hybrids as { prune?: () => void } | null)?.prune,
+    ledger, device, idleContext, nextStore: (a) => (nextStore = a), prune: (hybrids as { prune?: () => void } | null)?.prune,
     onError: (m) => log(`error: ${m}`),
   });
   log(
@@ -109,7 +118,8 @@ async function serveModel(
       `${opened.device.startsWith("cpu") ? ` with ${threadCount(opened.threads)}` : ""}${opened.fallback ? ` (${opened.fallback})` : ""} in ${(performance.now() - t0).toFixed(0)} ms`,
   );
   if (hybrids) log(hybridPlanLine(hybrids.own));
-  if (ledger) log(`KV stores: ${ledger.storeBytes} bytes a request past the window, placed on the tiers left (--kv-placement ${o.tier.kvPlacement}${o.tier.kvDisk ? `, --kv-disk ${o.tier.kvDisk}` : ""})`);
+  if (ledger) log(`KV stores: each request past the window gets one sized to its context (${ledger.storeBytes} bytes at ${maxContext}), placed on the tiers left (--kv-placement ${o.tier.kvPlacement}${o.tier.kvDisk ? `, --kv-disk ${o.tier.kvDisk}` : ""})`);
+  if (device) log(`device memory for requests: ${device.budgetBytes} bytes free beside the model; each request's sequence is sized to its context and admitted when it fits`);
   state.engine = { scheduler, tokenizer: files.tokenizer, chatTemplate: files.chatTemplate, maxContext, modelName: name, created: Math.floor(Date.now() / 1000) };
   log(`ready: ${name} (chat template: ${templateName(files.chatTemplate)}), batch ${o.maxBatch}, queue ${o.maxQueue} at ${url}`);
 

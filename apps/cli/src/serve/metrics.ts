@@ -92,6 +92,8 @@ export class ServeMetrics {
   readonly tpot = new Histogram("hybridgen_time_per_output_token_seconds", "Between consecutive tokens of a request.", SECONDS);
   readonly e2e = new Histogram("hybridgen_request_duration_seconds", "From a request's arrival to its last token.", SECONDS);
   readonly kvBytes = new Scalar("hybridgen_kv_bytes", "KV bytes by tier: window (resident positions of running requests; the GPU window on a device), and the offloaded stores reserved on each host tier and on disk.", "gauge", [{ tier: "window" }]);
+  readonly deviceReserved = new Scalar("hybridgen_device_bytes_reserved", "Device memory the running requests' sequences hold beyond idle slots (admission by bytes; 0 without a device or --gpu-mem).", "gauge");
+  readonly deviceBudget = new Scalar("hybridgen_device_bytes_budget", "Device memory left for requests once the model and idle slots were loaded (admission's budget).", "gauge");
   readonly hybridK = new Scalar("hybridgen_hybrid_k", "Mean K (offloaded tokens selected per KV head and layer) of the last hybrid step's sequences.", "gauge");
   readonly hybridSteps = new Scalar("hybridgen_hybrid_steps_total", "Sequence-steps of hybrid attention, by selection timing.", "counter", [{ timing: "post" }, { timing: "pre" }]);
   readonly cpuStage = new Histogram("hybridgen_cpu_stage_seconds", "CPU-stage time of one sequence's hybrid step, summed over layers.", [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1]);
@@ -100,7 +102,7 @@ export class ServeMetrics {
   render(): string {
     return `${[
       this.running, this.queued, this.slots, this.requests, this.finished, this.promptTokens, this.generated, this.steps, this.prefillChunks,
-      this.batchSize, this.batchSizes, this.ttft, this.tpot, this.e2e, this.kvBytes, this.hybridK, this.hybridSteps, this.cpuStage, this.cpuStageTotal,
+      this.batchSize, this.batchSizes, this.ttft, this.tpot, this.e2e, this.kvBytes, this.deviceReserved, this.deviceBudget, this.hybridK, this.hybridSteps, this.cpuStage, this.cpuStageTotal,
     ].map((m) => m.render()).join("\n")}\n`;
   }
 }

@@ -119,6 +119,12 @@ async function complete(state: ServeState, req: Request, endpoint: Endpoint): Pr
       `${gen.maxTokens === null ? " and leaves no room for an answer" : ` and max_tokens ${maxTokens} (${ids.length + maxTokens} in all)`}: shorten the prompt or lower max_tokens`,
     { param: gen.maxTokens === null ? what : "max_tokens", code: "context_length_exceeded" });
   }
+  // A request the server's memory could never hold, even idle, is refused now rather than queued for good.
+  const never = e.scheduler.refusal(ids.length + maxTokens);
+  if (never) {
+    return errorResponse(400, `this request (${ids.length} prompt tokens + max_tokens ${maxTokens}) can never be served here: ${never}; lower max_tokens or shorten the prompt`,
+      { param: "max_tokens", code: "kv_memory_exceeded" });
+  }
   const head = newHead(endpoint, e.modelName);
   const sampling = { temperature: gen.temperature, topP: gen.topP, topK: 0, repetitionPenalty: 1, ...(gen.seed === undefined ? {} : { seed: gen.seed }) };
   return gen.stream

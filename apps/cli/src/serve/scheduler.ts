@@ -7,8 +7,15 @@
  * ledger placed on the tiers left — and leaves when it ends or its client goes, giving back its
  * slot, its store and the store's disk files. Per request the tokens are those of `hybridgen
  * generate` alone: its own Sampler (seed), stop strings (TokenText) and token budget.
+ *
+ * Admission is by each request's bytes: its slot is renewed on a sequence of its own context
+ * (prompt + max_tokens), admitted when those device bytes fit what the running requests left
+ * (DeviceLedger) and, past the window, its store fits the tiers left (StoreLedger); otherwise it
+ * waits, the requests behind it too. When it leaves, the slot goes back to an idle sequence and
+ * its bytes to the ledgers.
  */
 import { Sampler, TokenText, type BatchDecoder, type FinishReason, type HybridStats, type KvStoreAllocator, type SamplingOptionsInput, type Tokenizer } from "@hybridgen/core";
+import type { DeviceLedger } from "./device-ledger.js";
 import type { ServeMetrics } from "./metrics.js";
 import type { PlacedSlotStore, StoreLedger } from "./store-ledger.js";
 
@@ -41,6 +48,8 @@ interface Running {
   readonly text: TokenText;
   readonly all: Int32Array;
   readonly store: PlacedSlotStore | null;
+  /** Device bytes the request holds (DeviceLedger). */
+  readonly deviceBytes: number;
   /** Prompt positions prefilled so far (all of them once decoding). */
   prefilled: number;
   tokens: number;
@@ -66,6 +75,10 @@ export interface SchedulerOptions {
   readonly bytesPerToken: number;
   /** Hybrid attention: stores placed by the planner; a slot is renewed on its request's store. */
   readonly ledger: StoreLedger | null;
+  /** Device-memory admission (a device, or the CPU backend under --gpu-mem); absent: the slots alone bound the batch. */
+  readonly device?: DeviceLedger | null;
+  /** Positions of an idle slot's sequence: the decoder's slots start there and go back there when their request leaves (default maxContext). */
+  readonly idleContext?: number;
   /** Hands the next renewed sequence its store (the storeAllocator function reads it); null takes it back. */
   readonly nextStore?: (a: KvStoreAllocator | null) => void;
   /** Drops released sequences' attentions (createBatchHybridAttention's prune). */
@@ -75,6 +88,8 @@ export interface SchedulerOptions {
 }
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
+/** The backend refused memory (the CPU backend's cap, or the CUDA arena). */
+const outOfMemory = (e: unknown): boolean => (e as { code?: string }).code === "ENOMEM" || /out of (device )?memory/i.test(e instanceof Error ? e.message : "");
 const oneLine = (e: unknown): string => (e instanceof Error ? e.message : String(e)).replace(/\s*\n\s*/g, " ");
 
 export class ServeScheduler {
@@ -86,6 +101,11 @@ export class ServeScheduler {
   private readonly seen = new WeakSet<object>();
   /** Slots whose sequence was released and not yet made anew (a renewal failed). */
   private readonly stale = new Set<number>();
+  /** Positions of each renewable slot's sequence now. */
+  private readonly slotContext = new Map<number, number>();
+  /** A sequence could not be made for lack of device memory: admission waits for a request to leave. */
+  private blocked = false;
+  private readonly idleContext: number;
   private wake: (() => void) | null = null;
   private looping: Promise<void> | null = null;
   private stopping = false;
@@ -98,9 +118,23 @@ export class ServeScheduler {
     private readonly o: SchedulerOptions,
   ) {
     this.free = [...o.slots].reverse(); // the lowest slot first
+    this.idleContext = o.idleContext ?? o.maxContext;
+    for (const slot of o.slots) if (slot !== 0) this.slotContext.set(slot, this.idleContext);
     this.eos = new Set(o.eos);
     this.picks = new Int32Array(dec.capacity);
     metrics.slots.set(o.slots.length);
+    if (o.device) metrics.deviceBudget.set(o.device.budgetBytes);
+  }
+
+  /** Why a request of `context` positions can never be admitted, even with nothing running (one line), or null. */
+  refusal(context: number): string | null {
+    const seq = this.sequenceContext(context);
+    return this.o.device?.refusal(seq) ?? (this.o.ledger?.needsStore(context) ? this.o.ledger.refusal(seq) : null);
+  }
+
+  /** Positions of the sequence a request of `context` positions runs in: its own; with hybrid attention at least one past the window (its attention offloads). */
+  sequenceContext(context: number): number {
+    return Math.min(this.o.maxContext, this.o.ledger ? Math.max(context, this.o.ledger.window + 1) : context);
   }
 
   get running(): number {
@@ -190,17 +224,33 @@ export class ServeScheduler {
     }
   }
 
-  /** A fresh sequence in `slot` on `store` (BatchDecoder.renew; the storeAllocator function hands it over); marked stale until it succeeds. */
-  private renew(slot: number, store: KvStoreAllocator): void {
+  /** A fresh sequence of `context` positions in `slot` on `store` (BatchDecoder.renew; the storeAllocator function hands it over); marked stale until it succeeds. */
+  private renew(slot: number, store: KvStoreAllocator | null, context: number): void {
     this.stale.add(slot);
-    this.o.nextStore!(store);
+    this.o.nextStore?.(store);
     try {
-      this.dec.renew(slot);
+      this.dec.renew(slot, { maxContext: context });
     } finally {
-      this.o.nextStore!(null); // never handed to a later sequence, whatever failed
+      this.o.nextStore?.(null); // never handed to a later sequence, whatever failed
     }
     this.stale.delete(slot);
+    this.slotContext.set(slot, context);
     this.o.prune?.();
+  }
+
+  /** `r`'s slot back to an idle sequence (its store's memory and files freed now), its bytes back to the ledgers. */
+  private vacate(r: Running): void {
+    if (r.slot !== 0 && (r.store || this.slotContext.get(r.slot) !== this.idleContext)) {
+      try {
+        this.renew(r.slot, this.o.ledger?.idle() ?? null, this.idleContext);
+      } catch (e) {
+        this.o.onError?.(oneLine(e)); // the old sequence is released already; the slot's next request renews it
+      }
+    }
+    if (r.store) this.o.ledger!.release(r.store);
+    if (r.deviceBytes > 0) this.o.device!.release(r.deviceBytes);
+    this.blocked = false;
+    this.free.push(r.slot);
   }
 
   /** An engine error (a bug, or memory refused mid-step): every running request ends with it (HTTP 500 or an error event); the server goes on. */
@@ -208,22 +258,17 @@ export class ServeScheduler {
     const message = `internal error: ${oneLine(e)}`;
     this.o.onError?.(message);
     for (const r of this.active.splice(0)) {
-      if (r.store) {
-        try {
-          this.renew(r.slot, this.o.ledger!.idle());
-        } catch {
-          /* the slot stays stale: its next request renews it */
-        }
-        this.o.ledger!.release(r.store);
-      }
-      this.free.push(r.slot);
+      this.vacate(r);
       this.metrics.finished.inc(1, { reason: "error" });
       this.finish(r.job, { finish: "abort", text: r.text.text, promptTokens: r.all.length, completionTokens: r.tokens, error: message });
     }
     this.gauges();
   }
 
-  /** Free slots take queued requests in order; a request whose store does not fit the tiers left waits (and so do those behind it). */
+  /**
+   * Free slots take queued requests in order; a request whose sequence does not fit the device
+   * memory left, or whose store does not fit the tiers left, waits (and so do those behind it).
+   */
   private admit(): void {
     while (this.queue.length > 0) {
       const q = this.queue[0]!;
@@ -232,43 +277,68 @@ export class ServeScheduler {
         this.end(q.job, "abort", "", 0);
         continue;
       }
-      if (this.free.length === 0) return;
+      if (this.free.length === 0 || this.blocked) return;
       const job = q.job;
       const context = job.ids.length + job.maxTokens;
-      // A context past the window needs a store (a slot that held one was renewed idle when it left).
-      let store: PlacedSlotStore | null = null;
+      const seq = this.sequenceContext(context);
       const slot = this.free[this.free.length - 1]!;
+      // Slot 0 (the model's own sequence, full attention) holds the model's context since load; another is renewed on the request's.
+      const needsStore = this.o.ledger?.needsStore(context) ?? false;
+      const renews = slot !== 0 && (needsStore || this.stale.has(slot) || this.slotContext.get(slot) !== seq);
+      const device = renews ? this.o.device ?? null : null;
+      const need = device ? device.need(seq) : 0;
+      if (device && !device.fits(need)) {
+        if (this.active.length > 0) return; // the running requests' bytes come back as they leave
+        this.queue.shift();
+        this.refuse(job, `this request cannot be served: ${device.refusal(seq) ?? "its sequence does not fit the device memory left"}`);
+        continue;
+      }
+      let store: PlacedSlotStore | null = null;
+      let held = 0;
       try {
-        if (this.o.ledger?.needsStore(context)) {
-          store = this.o.ledger.place();
+        if (needsStore) {
+          store = this.o.ledger!.place(seq);
           if (!store) return;
+        }
+        if (renews) {
+          const before = device?.memory.free() ?? 0;
+          this.renew(slot, store?.allocator ?? this.o.ledger?.idle() ?? null, seq);
+          if (device) held = Math.max(need, before - device.memory.free());
         }
         this.queue.shift();
         this.free.pop();
-        // A request with a store renews the slot on it; so does any request on a slot whose last renewal failed.
-        if (store || this.stale.has(slot)) this.renew(slot, store?.allocator ?? this.o.ledger!.idle());
       } catch (e) {
-        // The store could not be made (memory or a disk file refused): this request fails, the others go on.
-        if (this.queue[0] === q) this.queue.shift();
         if (store) {
           store.allocator.release(); // a store the cache never took (release is idempotent: one it took is released already)
           this.o.ledger!.release(store);
         }
-        if (!this.free.includes(slot)) this.free.push(slot);
+        // Device memory refused while others run: the request waits for one of them to leave.
+        if (outOfMemory(e) && this.active.length > 0) {
+          this.blocked = true;
+          return;
+        }
+        // The sequence or its store could not be made (memory or a disk file refused): this request fails, the others go on.
+        if (this.queue[0] === q) this.queue.shift();
         const message = oneLine(e);
         this.o.onError?.(message);
-        this.metrics.finished.inc(1, { reason: "error" });
-        this.finish(job, { finish: "abort", text: "", promptTokens: job.ids.length, completionTokens: 0, error: message });
+        this.refuse(job, message);
         continue;
       }
+      if (held > 0) device!.hold(held);
       const sampler = new Sampler(this.vocabSize, job.sampling);
       sampler.observeAll(job.ids);
       this.active.push({
-        job, slot, sampler, store, text: new TokenText(this.tokenizer, job.stop, job.ids[job.ids.length - 1]!), all: Int32Array.from(job.ids),
+        job, slot, sampler, store, deviceBytes: held, text: new TokenText(this.tokenizer, job.stop, job.ids[job.ids.length - 1]!), all: Int32Array.from(job.ids),
         prefilled: 0, tokens: 0, next: -1, finish: null, lastTokenMs: 0,
       });
       this.metrics.promptTokens.inc(job.ids.length);
     }
+  }
+
+  /** A request ends unserved with `message` (HTTP 500 or an error event). */
+  private refuse(job: ServeJob, message: string): void {
+    this.metrics.finished.inc(1, { reason: "error" });
+    this.finish(job, { finish: "abort", text: "", promptTokens: job.ids.length, completionTokens: 0, error: message });
   }
 
   /** One forward pass for every decoding request, then each picks its token. */
@@ -326,16 +396,7 @@ export class ServeScheduler {
       const r = this.active[i]!;
       if (!r.finish) continue;
       this.active.splice(i, 1);
-      if (r.store) {
-        // The sequence goes now, not at the slot's next request: its store's memory and files are freed at once.
-        try {
-          this.renew(r.slot, this.o.ledger!.idle());
-        } catch (e) {
-          this.o.onError?.(oneLine(e)); // the old sequence is released already; the slot's next request renews it
-        }
-        this.o.ledger!.release(r.store);
-      }
-      this.free.push(r.slot);
+      this.vacate(r); // the sequence goes now, not at the slot's next request: its memory and its store's files are freed at once
       if (r.finish === "abort") {
         const rest = r.text.flush();
         if (rest) this.emit(r.job, rest);
@@ -377,6 +438,7 @@ export class ServeScheduler {
     }
     this.metrics.kvBytes.set(resident * this.o.bytesPerToken, { tier: "window" });
     if (this.o.ledger) for (const [tier, bytes] of this.o.ledger.reservedByTier()) this.metrics.kvBytes.set(bytes, { tier });
+    if (this.o.device) this.metrics.deviceReserved.set(this.o.device.reserved);
   }
 
   /** K, timing and CPU-stage time of each hybrid sequence's step just run. */

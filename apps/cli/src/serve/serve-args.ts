@@ -9,6 +9,7 @@ import { integer, usage } from "../commands/flag-values.js";
 import { HYBRID_HELP, splitHybridArgs, type HybridCliOptions } from "../hybrid-options.js";
 import { KV_TIER_HELP, parseSize, splitKvTierArgs, type KvTierCliOptions } from "../kv-tier-options.js";
 import { parseArgsError } from "../parse-args-error.js";
+import { parseGpuMem } from "../commands/workload-args.js";
 
 export interface ServeOptions {
   readonly help: boolean;
@@ -22,6 +23,8 @@ export interface ServeOptions {
   readonly threads?: number;
   readonly context?: number;
   readonly dummyWeights: boolean;
+  /** --gpu-mem: device memory the backend may use, in bytes (the CUDA arena; the CPU backend's cap); requests are admitted within it. */
+  readonly gpuMem?: number;
   readonly maxBatch: number;
   readonly maxQueue: number;
   readonly maxBodyBytes: number;
@@ -48,6 +51,9 @@ hybrid each has its own window and offloaded store, placed on the KV tiers left.
       --threads N              CPU threads (default $HYBRIDGEN_THREADS, else every core)
       --context N              KV positions per request: prompt + max_tokens (default the model's, at most 4096)
       --dummy-weights          random weights of the model's shape (benchmarks)
+      --gpu-mem SIZE           device memory the backend may use (e.g. 40G; the CPU backend's cap on its
+                               "device" memory): each request's KV is sized to its prompt + max_tokens and
+                               admitted while it fits, the others wait (default: the whole device)
       --max-batch N            requests decoded together, 1…${MAX_BATCH - 1} (default 8)
       --max-queue N            requests waiting for a slot or for KV room before 429s (default 64)
       --max-body SIZE          largest request body (default 1M; larger: 413)
@@ -67,7 +73,7 @@ export function parseServeArgs(argv: readonly string[]): ServeOptions {
         help: { type: "boolean", short: "h" }, host: { type: "string" }, port: { type: "string" }, model: { type: "string", short: "m" },
         "served-model-name": { type: "string" }, dtype: { type: "string" }, device: { type: "string" }, threads: { type: "string" },
         context: { type: "string" }, "dummy-weights": { type: "boolean" }, "max-batch": { type: "string" }, "max-queue": { type: "string" },
-        "max-body": { type: "string" }, "prefill-chunk": { type: "string" }, "shutdown-grace": { type: "string" },
+        "max-body": { type: "string" }, "gpu-mem": { type: "string" }, "prefill-chunk": { type: "string" }, "shutdown-grace": { type: "string" },
       },
     }).values;
   } catch (e) {
@@ -89,6 +95,7 @@ export function parseServeArgs(argv: readonly string[]): ServeOptions {
     help: v.help === true, host, port: integer("port", str("port"), 0, 65535) ?? 8080, model, servedName: name,
     dtype: dtype as ServeOptions["dtype"], device: device as ServeOptions["device"], threads: integer("threads", str("threads"), 1, 256),
     context: integer("context", str("context"), 1), dummyWeights: v["dummy-weights"] === true, maxBatch,
+    ...(str("gpu-mem") === undefined ? {} : { gpuMem: parseGpuMem(str("gpu-mem")!) }),
     maxQueue: integer("max-queue", str("max-queue"), 0) ?? 64,
     maxBodyBytes: str("max-body") === undefined ? 2 ** 20 : Math.max(1, parseSize(str("max-body")!, "--max-body")),
     prefillChunk: integer("prefill-chunk", str("prefill-chunk"), 1), shutdownGrace: integer("shutdown-grace", str("shutdown-grace"), 0) ?? 10,
