@@ -234,9 +234,9 @@ describe("hybridgen plan", () => {
     const p = JSON.parse(r.stdout);
     expect(p.weights).toEqual({ where: "gpu", bytes: 16_060_522_496 });
     // Free less weights, the 2 GiB reserve, the prefill's scratch (two K/V pairs of one layer over the context) and the
-    // hybrid step's staging (two slots of gathered V and K rows, 4·K = 1024 a KV head, and of f32 score rows as wide, one a query head),
-    // over 128 KiB a token, less the prefill block's 512 ring slots.
-    const fit = Math.floor((140 * 2 ** 30 - 16_060_522_496 - 2 * 2 ** 30 - 4 * 1_500_000 * 8 * 128 * 2 - 4 * 1024 * 8 * 128 * 2 - 2 * 32 * 1024 * 4) / 131072) - 512;
+    // hybrid step's staging (two slots of gathered V and K rows, 4·K = 1024 a KV head, and of f32 score rows as wide, one a query head)
+    // and attention's f32 score rows over the context (one a query head), over 128 KiB a token, less the prefill block's 512 ring slots.
+    const fit = Math.floor((140 * 2 ** 30 - 16_060_522_496 - 2 * 2 ** 30 - 4 * 1_500_000 * 8 * 128 * 2 - 4 * 1024 * 8 * 128 * 2 - 2 * 32 * 1024 * 4 - 32 * 1_500_000 * 4) / 131072) - 512;
     expect(p.gpu).toMatchObject({ freeBytes: 140 * 2 ** 30, windowTokens: fit, fitTokens: fit });
     expect(p.offloadedTokens).toBe(1_500_000 - fit);
     const placed = p.tiers.reduce((n: number, t: { kBytes: number; vBytes: number }) => n + t.kBytes + t.vBytes, 0);
@@ -258,7 +258,7 @@ describe("hybridgen plan", () => {
     expect(p.store.kSpill).toEqual({ unitBytes: 4096 * Math.ceil(pool / 4096 / 16382), files: [{ tier: disk.id, dir: expect.any(String), bytes: disk.kBytes }] });
     expect(p.predicted.kDiskMs).toBeNull(); // no bandwidth known without the probes
     const text = runBin(plan);
-    expect(text.stdout).toMatch(/\nK on disk: {2}33\.8 GiB \(all of V is on disk first\), the least recently selected 2\.2\d MiB units; the CPU stage's scoring reads them back every step, through page faults: – ms\n/);
+    expect(text.stdout).toMatch(/\nK on disk: {2}33\.9 GiB \(all of V is on disk first\), the least recently selected 2\.2\d MiB units; the CPU stage's scoring reads them back every step, through page faults: – ms\n/);
     const none = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "100000", "--gpu-kv-budget", "90000", "--gpu-free", "140G", "--no-probe", "--kv-disk", tmp(), "--host-kv-budget", "1G"]);
     expect(none.code).toBe(0);
     expect(none.stdout).toMatch(/\ndisk +file /);

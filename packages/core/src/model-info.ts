@@ -7,6 +7,7 @@ import { DTYPE_BYTES, type DType, kvBytesPerToken } from "@hybridgen/spec";
 import { tensorSpecsOf, type ModelConfigJson } from "./architectures.js";
 import type { ModelShape } from "./config.js";
 import type { WeightSource } from "./model-files.js";
+import { optEmbedDim, type OptConfigJson } from "./opt-config.js";
 import { elementCount } from "./tensor-spec.js";
 
 export interface ModelInfo {
@@ -28,6 +29,19 @@ export interface ModelInfo {
   /** K + V bytes one token adds over all layers, per KV storage dtype (kvCacheBytes(shape, …)
    * of @hybridgen/spec's contracts/memory.ts gives a whole context). */
   readonly kvBytesPerToken: Readonly<Record<DType, number>>;
+  /** Device bytes one row of the batched decode step takes (reserveBatch: BatchRows' q, k, v, att and the family's f32 activations, logits included). */
+  readonly batchRowBytes: number;
+}
+
+/** reserveBatch's device bytes a row: BatchRows' q/k/v/att and the architecture's batch activations (LlamaModel's and OptModel's allocBatch), all f32. */
+export function batchRowBytes(config: ModelConfigJson, shape: ModelShape): number {
+  const dim = shape.hiddenSize, inter = shape.intermediateSize, qw = shape.heads * shape.headDim, kvw = shape.kvHeads * shape.headDim;
+  const rows = 2 * qw + 2 * kvw;
+  if (shape.architecture === "opt") {
+    const emb = optEmbedDim(config as OptConfigJson);
+    return 4 * (rows + 3 * dim + inter + (emb !== dim ? emb : 0) + shape.vocabSize); // x h h2, ff, the projection's rows, logits
+  }
+  return 4 * (rows + 3 * dim + 2 * inter + shape.vocabSize); // x h h2, gate up, logits
 }
 
 /**
@@ -58,6 +72,7 @@ export function modelInfo(config: ModelConfigJson, shape: ModelShape, weights?: 
     parameters,
     weightBytes,
     kvBytesPerToken: { f32: kvBytesPerToken(shape, "f32").total, f16: kvBytesPerToken(shape, "f16").total, bf16: kvBytesPerToken(shape, "bf16").total },
+    batchRowBytes: batchRowBytes(config, shape),
   };
 }
 

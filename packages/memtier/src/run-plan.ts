@@ -4,9 +4,14 @@
  * what `hybridgen plan` prints and what `--gpu-kv-budget auto` sizes the window from; a run
  * that fits nowhere is refused here, before anything is allocated.
  *
+ * The device reserve beside the weights and the windows: the given reserve, the activations at
+ * the prefill block, the batched step's B rows of activations, and each sequence's own device
+ * buffers — its f32 score rows over the context, its prefill scratch (two K/V pairs of one layer
+ * over the context) and the hybrid step's staging.
+ *
  * The prediction is a bandwidth floor per decode step (all sequences of the batch):
- *   GPU stage   = (weights + window KV) / GPU read bandwidth (no GPU: the fastest tier's, where
- *                 the CPU backend runs the same step)
+ *   GPU stage   = (weights, read once a step + every sequence's window KV) / GPU read bandwidth
+ *                 (no GPU: the fastest tier's, where the CPU backend runs the same step)
  *   CPU stage   = Σ over tiers of the offloaded K bytes there / the tier's read bandwidth; K spilled
  *                 to a file tier (the last resort: all of V is there first) is read back through
  *                 page faults every step, kDiskMs
@@ -45,6 +50,8 @@ export const RunPlanInputSchema = z.object({
     weightsBytes: z.number().int().nonnegative(),
     /** Device bytes of the model's activations at its prefill block (LlamaModel.activationBytes), on top of the reserve. */
     activationBytes: z.number().int().nonnegative().default(0),
+    /** Device bytes one row of the batched decode step takes (LlamaModel.batchRowBytes); reserved B times for a batch of B > 1. */
+    batchRowBytes: z.number().int().nonnegative().default(0),
   }),
   /** Bytes of one K (or V) element: 2 for bf16/f16, 4 for f32. */
   kvElementBytes: z.number().int().positive(),
@@ -80,7 +87,13 @@ export interface RunPlan {
   readonly batch: number;
   readonly bytesPerToken: { readonly k: number; readonly v: number };
   readonly weights: { readonly where: "gpu" | "host"; readonly bytes: number };
-  readonly gpu: null | { readonly freeBytes: number; readonly reserveBytes: number; readonly fitTokens: number; readonly windowTokens: number; readonly windowBytes: number };
+  readonly gpu: null | {
+    readonly freeBytes: number; readonly reserveBytes: number; readonly fitTokens: number; readonly windowTokens: number; readonly windowBytes: number;
+    /** The batched step's activations (B rows; 0 at batch 1), in the reserve. */
+    readonly batchRowsBytes: number;
+    /** One sequence's device bytes: its window with the ring's append slots, and in the reserve its score rows, prefill scratch and the hybrid step's staging. */
+    readonly perSequence: { readonly windowBytes: number; readonly scoresBytes: number; readonly scratchBytes: number; readonly stagingBytes: number };
+  };
   /** Host window (no GPU): the window's KV lives in host memory with the weights. */
   readonly hostWindowBytes: number;
   readonly offloadedTokens: number;
@@ -98,9 +111,12 @@ export interface RunPlan {
     /** The part of cpuMs that reads K spilled to file tiers back (0 when none is). */
     readonly kDiskMs: number | null;
     readonly vGatherMs: number | null; readonly vTransferMs: number | null;
+    /** ms a decode step takes: one token of every sequence of the batch. */
     readonly msPerToken: number | null;
     /** What a step reads, by where: the device (weights and windows), each tier (the stage's K, the V rows it gathers), the link (rows sent up). */
     readonly bytes: { readonly gpu: number; readonly tiers: Readonly<Record<string, number>>; readonly link: number };
+    /** Tokens/s of the whole batch: batch × 1000 / msPerToken. */
+    readonly tokensPerSecond: number | null;
   };
 }
 
@@ -149,24 +165,31 @@ export function planRun(input: RunPlanInput): RunPlan {
   let gpu: RunPlan["gpu"] = null;
   let window: number;
   if (o.gpu) {
-    // A prompt prefilled in blocks over offloaded rows brings one layer up at a time into two K/V scratch pairs of the whole context.
+    // Each sequence's own: a prompt prefilled in blocks over offloaded rows brings one layer up at a time into two K/V scratch pairs of the whole context.
     const row = o.model.kvHeads * o.model.headDim * o.kvElementBytes; // one token's K (or V) of one layer
+    const heads = o.model.heads ?? o.model.kvHeads;
     const scratch = o.prefill ? 4 * ctx * row : 0;
     // The hybrid step's device staging: two slots of gathered V and K rows, each the widest selection (candidates·K rows a KV head),
     // and two of f32 score rows a query head, as wide as that selection (the whole context only when scores are tracked).
     const width = Math.min(ctx, o.k * o.candidates), scoreCols = o.trackScores ? ctx : width;
-    const staging = (4 * width * row + 2 * (o.model.heads ?? o.model.kvHeads) * scoreCols * 4) * B;
-    const reserve = o.gpu.reserveBytes + o.model.activationBytes + scratch + staging;
+    const staging = 4 * width * row + 2 * heads * scoreCols * 4;
+    // Attention's f32 score rows: a row a query head over the context.
+    const scores = heads * ctx * 4;
+    const batchRows = B > 1 ? B * o.model.batchRowBytes : 0;
+    const reserve = o.gpu.reserveBytes + o.model.activationBytes + batchRows + B * (scratch + staging + scores);
     const fit = Math.max(0, gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: reserve, bytesPerToken: total, batch: B }) - o.appendTokens);
     window = o.gpuKvBudget === "auto" ? Math.min(fit, ctx) : Math.min(o.gpuKvBudget, ctx);
     if (o.model.weightsBytes + reserve > o.gpu.freeBytes) {
-      refusal = `the weights (${formatBytes(o.model.weightsBytes)}) and the reserve (${formatBytes(reserve)}, activations, prefill scratch and staging included) exceed the GPU's free ${formatBytes(o.gpu.freeBytes)}`;
+      refusal = `the weights (${formatBytes(o.model.weightsBytes)}) and the reserve (${formatBytes(reserve)}, activations and each sequence's score rows, prefill scratch and staging included) exceed the GPU's free ${formatBytes(o.gpu.freeBytes)}`;
     } else if (window > fit) {
       refusal = `a GPU window of ${window} tokens × batch ${B} needs ${formatBytes(window * B * total)}, but ${formatBytes(fit * B * total)} (${fit} tokens) is free after the weights and the reserve`;
     } else if (window < 1) {
       refusal = `no room for a GPU window: ${formatBytes(o.gpu.freeBytes)} free, weights ${formatBytes(o.model.weightsBytes)}, reserve ${formatBytes(reserve)}`;
     }
-    gpu = { freeBytes: o.gpu.freeBytes, reserveBytes: reserve, fitTokens: fit, windowTokens: window, windowBytes: window * B * total };
+    gpu = {
+      freeBytes: o.gpu.freeBytes, reserveBytes: reserve, fitTokens: fit, windowTokens: window, windowBytes: window * B * total, batchRowsBytes: batchRows,
+      perSequence: { windowBytes: Math.min(ctx, window + o.appendTokens) * total, scoresBytes: scores, scratchBytes: scratch, stagingBytes: staging },
+    };
   } else {
     window = o.gpuKvBudget === "auto" ? ctx : Math.min(o.gpuKvBudget, ctx);
   }
@@ -255,6 +278,9 @@ export function planRun(input: RunPlanInput): RunPlan {
     weights: { where: o.gpu ? "gpu" : "host", bytes: o.model.weightsBytes },
     gpu, hostWindowBytes, offloadedTokens: offloaded, store, tiers,
     fits: refusal === null, refusal,
-    predicted: { gpuMs, cpuMs, kDiskMs: kDiskTotal, vGatherMs, vTransferMs, msPerToken, bytes: { gpu: gpuBytes, tiers: tierBytes, link: o.gpu && offloaded > 0 ? movedBytes : 0 } },
+    predicted: {
+      gpuMs, cpuMs, kDiskMs: kDiskTotal, vGatherMs, vTransferMs, msPerToken, tokensPerSecond: msPerToken === null || msPerToken <= 0 ? null : (B * 1000) / msPerToken,
+      bytes: { gpu: gpuBytes, tiers: tierBytes, link: o.gpu && offloaded > 0 ? movedBytes : 0 },
+    },
   };
 }

@@ -21,9 +21,13 @@ describe("planRun: the arithmetic", () => {
     const scratch = 4 * 1_500_000 * 8 * 128 * 2; // two K/V pairs of one layer over the context
     // The hybrid step's gathered V and K rows, two slots of 4·K rows a KV head, and two slots of f32 score rows as wide, one a query head.
     const staging = 4 * 1024 * 8 * 128 * 2 + 2 * 32 * 1024 * 4;
+    const scores = 32 * 1_500_000 * 4; // attention's f32 score rows, one a query head over the context
     // The window's ring keeps the prefill block's 512 slots past the budget.
-    const fit = Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - scratch - staging) / (128 * KiB)) - 512;
-    expect(p.gpu).toMatchObject({ reserveBytes: 2 * GiB + scratch + staging, fitTokens: fit, windowTokens: fit, windowBytes: fit * 128 * KiB });
+    const fit = Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - scratch - staging - scores) / (128 * KiB)) - 512;
+    expect(p.gpu).toMatchObject({
+      reserveBytes: 2 * GiB + scratch + staging + scores, fitTokens: fit, windowTokens: fit, windowBytes: fit * 128 * KiB, batchRowsBytes: 0,
+      perSequence: { windowBytes: (fit + 512) * 128 * KiB, scoresBytes: scores, scratchBytes: scratch, stagingBytes: staging },
+    });
     expect(p.offloadedTokens).toBe(1_500_000 - fit);
     const t0 = p.tiers[0]!;
     // Semantic on one node: K and V both on node0; regions are whole pages of kvHeads × offloaded × headDim × 2 bytes.
@@ -49,30 +53,30 @@ describe("planRun: the arithmetic", () => {
     expect(single.predicted.vTransferMs).toBeCloseTo(((32 * 256 * 8 * row) / 50e9) * 1e3, 6);
     // Decode only (a synthetic fill): no prefill scratch, a larger window.
     const decodeOnly = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, prefill: false });
-    expect(decodeOnly.gpu!.fitTokens).toBe(Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - staging) / (128 * KiB)) - 512);
+    expect(decodeOnly.gpu!.fitTokens).toBe(Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - staging - scores) / (128 * KiB)) - 512);
     // Exact or speculative logits stage K rows a head, never more than the context.
     const exact = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, candidates: 1 });
-    expect(exact.gpu!.reserveBytes).toBe(2 * GiB + scratch + 4 * 256 * 8 * 128 * 2 + 2 * 32 * 256 * 4);
+    expect(exact.gpu!.reserveBytes).toBe(2 * GiB + scratch + 4 * 256 * 8 * 128 * 2 + 2 * 32 * 256 * 4 + scores);
     const short = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 600, gpu: h200, tiers: [node0], k: 256, gpuKvBudget: 100 });
-    expect(short.gpu!.reserveBytes).toBe(2 * GiB + 4 * 600 * 8 * 128 * 2 + 4 * 600 * 8 * 128 * 2 + 2 * 32 * 600 * 4);
+    expect(short.gpu!.reserveBytes).toBe(2 * GiB + 4 * 600 * 8 * 128 * 2 + 4 * 600 * 8 * 128 * 2 + 2 * 32 * 600 * 4 + 32 * 600 * 4);
     // Tracked scores (h2o, keyformer) materialise the window's logits: score rows over the whole context (384 MB here).
     const tracked = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, trackScores: true });
-    expect(tracked.gpu!.reserveBytes).toBe(2 * GiB + scratch + 4 * 1024 * 8 * 128 * 2 + 2 * 32 * 1_500_000 * 4);
+    expect(tracked.gpu!.reserveBytes).toBe(2 * GiB + scratch + 4 * 1024 * 8 * 128 * 2 + 2 * 32 * 1_500_000 * 4 + scores);
     // Without the query heads the score rows count one a KV head.
     const { heads: _, ...noHeads } = llama8b;
     expect(planRun({ model: noHeads, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256 }).gpu!.reserveBytes)
-      .toBe(2 * GiB + scratch + 4 * 1024 * 8 * 128 * 2 + 2 * 8 * 1024 * 4);
+      .toBe(2 * GiB + scratch + 4 * 1024 * 8 * 128 * 2 + 2 * 8 * 1024 * 4 + 8 * 1_500_000 * 4);
     // The activations of a long prefill block (the 8B's at 32 768 rows: about 6.3 GiB) are reserved beside the rest.
     const act = Math.round(6.3 * GiB);
     const withAct = planRun({ model: { ...llama8b, activationBytes: act }, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, prefill: false });
     expect(withAct.gpu!.reserveBytes).toBe(decodeOnly.gpu!.reserveBytes + act);
-    expect(withAct.gpu!.fitTokens).toBe(Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - staging - act) / (128 * KiB)) - 512);
+    expect(withAct.gpu!.fitTokens).toBe(Math.floor((140 * GiB - llama8b.weightsBytes - 2 * GiB - staging - scores - act) / (128 * KiB)) - 512);
   });
 
   it("2M tokens: refused without a disk tier, with the numbers; placed with one, V's overflow on disk at page cost", () => {
     const refused = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, tiers: [node0] });
     expect(refused.fits).toBe(false);
-    expect(refused.refusal).toMatch(/^context 2000000 × batch 1 needs 244\.1 GiB of KV: the GPU window holds 882435 tokens \(107\.7 GiB\), the host tiers and disk have room for 112\.5 GiB of the 136\.4 GiB offloaded: short by 23\.9 GiB \(add --kv-disk DIR/);
+    expect(refused.refusal).toMatch(/^context 2000000 × batch 1 needs 244\.1 GiB of KV: the GPU window holds 880482 tokens \(107\.5 GiB\), the host tiers and disk have room for 112\.5 GiB of the 136\.7 GiB offloaded: short by 24\.2 GiB \(add --kv-disk DIR/);
     const placed = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, tiers: [node0, disk], k: 128 });
     expect(placed.fits).toBe(true);
     const d = placed.tiers.find((t) => t.kind === "file")!;
@@ -164,9 +168,9 @@ describe("planRun: the arithmetic", () => {
 
   it("a fixed budget larger than the GPU holds, and weights larger than the GPU, are refused", () => {
     const big = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 2_000_000, gpu: h200, gpuKvBudget: 1_500_000, tiers: [node0, disk] });
-    expect(big.refusal).toMatch(/^a GPU window of 1500000 tokens × batch 1 needs 183\.1 GiB, but 107\.7 GiB \(882435 tokens\) is free after the weights and the reserve$/);
+    expect(big.refusal).toMatch(/^a GPU window of 1500000 tokens × batch 1 needs 183\.1 GiB, but 107\.5 GiB \(880482 tokens\) is free after the weights and the reserve$/);
     const small = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 8192, gpu: { freeBytes: 12 * GiB }, tiers: [node0] });
-    expect(small.refusal).toMatch(/^the weights \(15\.0 GiB\) and the reserve \(2\.06 GiB, activations, prefill scratch and staging included\) exceed the GPU's free 12\.0 GiB$/);
+    expect(small.refusal).toMatch(/^the weights \(15\.0 GiB\) and the reserve \(2\.07 GiB, activations and each sequence's score rows, prefill scratch and staging included\) exceed the GPU's free 12\.0 GiB$/);
   });
 
   it("no GPU: weights and window sit in host memory before the store; batch multiplies the KV", () => {
@@ -181,6 +185,29 @@ describe("planRun: the arithmetic", () => {
     expect(p.predicted.msPerToken).toBeNull(); // no bandwidth known for node0
     const over = planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 262_144, batch: 4, gpuKvBudget: 4096, tiers: [tiny] });
     expect(over.refusal).toMatch(/^context 262144 × batch 4 needs 128\.0 GiB of KV: weights and window take 17\.0 GiB of host memory/);
+  });
+
+  it("a batch of 32 × 32K on a GPU capped at 80 GiB: the batched step's rows and every sequence's buffers join the reserve; the step reads the weights once", () => {
+    const rowBytes = 4 * (2 * 4096 + 2 * 1024 + 3 * 4096 + 2 * 14336 + 128_256); // the 8B's batched step: one row's activations
+    const gpu = { freeBytes: 80 * GiB, readBandwidthGBs: 3000, linkBandwidthGBs: 50 };
+    const big = { ...node0, capacityBytes: 1024 * GiB };
+    const p = planRun({ model: { ...llama8b, batchRowBytes: rowBytes }, kvElementBytes: 2, contextTokens: 32_768, batch: 32, gpu, tiers: [big], k: 256, appendTokens: 64 });
+    const scratch = 4 * 32_768 * 8 * 128 * 2, staging = 4 * 1024 * 8 * 128 * 2 + 2 * 32 * 1024 * 4, scores = 32 * 32_768 * 4;
+    const reserve = 2 * GiB + 32 * rowBytes + 32 * (scratch + staging + scores);
+    const fit = Math.floor((80 * GiB - llama8b.weightsBytes - reserve) / (32 * 128 * KiB)) - 64;
+    expect(p.gpu).toMatchObject({ reserveBytes: reserve, batchRowsBytes: 32 * rowBytes, windowTokens: fit, perSequence: { windowBytes: (fit + 64) * 128 * KiB, scoresBytes: scores, scratchBytes: scratch, stagingBytes: staging } });
+    expect(p.offloadedTokens).toBe(32_768 - fit);
+    // One step: the weights once and 32 windows at the GPU's bandwidth; every sequence's K at the tier's; 32 sequences' rows gathered and sent up.
+    const gpuMs = ((llama8b.weightsBytes + 32 * fit * 128 * KiB) / 3000e9) * 1e3;
+    const off = 32_768 - fit, cpuMs = ((32 * Math.ceil((8 * off * 32 * 128 * 2) / 4096) * 4096) / 40e9) * 1e3;
+    const row = 128 * 2, selV = 32 * (256 + 31 * 1024) * 8 * row, sentK = 32 * 31 * 1024 * 8 * row;
+    expect(p.predicted.gpuMs).toBeCloseTo(gpuMs, 6);
+    expect(p.predicted.cpuMs).toBeCloseTo(cpuMs, 6);
+    const step = Math.max(gpuMs, cpuMs) + (selV / 40e9) * 1e3 + ((selV + sentK) / 50e9) * 1e3;
+    expect(p.predicted.msPerToken).toBeCloseTo(step, 6);
+    expect(p.predicted.tokensPerSecond).toBeCloseTo((32 * 1000) / step, 6);
+    // At batch 1 no batched step's rows are reserved.
+    expect(planRun({ model: { ...llama8b, batchRowBytes: rowBytes }, kvElementBytes: 2, contextTokens: 32_768, gpu, tiers: [big], k: 256 }).gpu!.batchRowsBytes).toBe(0);
   });
 
   it("bad input is one line naming the field", () => {

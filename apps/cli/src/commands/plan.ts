@@ -109,7 +109,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
 
   const { planRun } = await import("@hybridgen/memtier");
   const plan = planRun({
-    model: { layers: info.layers, heads: info.heads, kvHeads: info.kvHeads, headDim: info.headDim, weightsBytes },
+    model: { layers: info.layers, heads: info.heads, kvHeads: info.kvHeads, headDim: info.headDim, weightsBytes, batchRowBytes: info.batchRowBytes },
     kvElementBytes: kvDtype === "f32" ? 4 : 2, contextTokens: context, batch, gpuKvBudget,
     gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs } : undefined,
     tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64,
@@ -136,6 +136,11 @@ async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, t
       ? `GPU:        ${gpu?.name ?? "GPU"}: ${fb(p.gpu.freeBytes)} free, ${fb(p.gpu.reserveBytes)} reserved → window ${p.gpu.windowTokens} tokens (${fb(p.gpu.windowBytes)}; ${p.gpu.fitTokens} fit)` +
         `${gpu?.readBandwidthGBs ? `, reads ${f(gpu.readBandwidthGBs, 0)} GB/s` : ""}${gpu?.linkBandwidthGBs ? `, host→device ${f(gpu.linkBandwidthGBs, 1)} GB/s` : ""}`
       : `GPU:        none (the CPU backend: weights and a window of ${p.contextTokens - p.offloadedTokens} tokens, ${fb(p.hostWindowBytes)}, in host memory)`,
+    ...(p.gpu
+      ? [`reserve:    ${fb(p.gpu.reserveBytes)}: ${p.batch > 1 ? `the batched step's ${p.batch} rows ${fb(p.gpu.batchRowsBytes)}; ` : ""}` +
+        `${p.batch > 1 ? `each of the ${p.batch} sequences` : "the sequence"}: score rows ${fb(p.gpu.perSequence.scoresBytes)}, prefill scratch ${fb(p.gpu.perSequence.scratchBytes)}, ` +
+        `staging ${fb(p.gpu.perSequence.stagingBytes)}; its window with the ring ${fb(p.gpu.perSequence.windowBytes)}`]
+      : []),
     `offloaded:  ${p.offloadedTokens} tokens a sequence: K ${fb(p.offloadedTokens * p.batch * p.bytesPerToken.k)}, V ${fb(p.offloadedTokens * p.batch * p.bytesPerToken.v)}`,
     `placement:  ${policy}; ${placementNote(tiers)}`,
     `tier        kind  capacity     usable       K            V            read GB/s`,
@@ -153,7 +158,7 @@ async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, t
       `${serialUs?.has(t.id) ? `, ${f(serialUs.get(t.id), 0)} µs a random 4 KiB read alone` : ""}`),
     p.predicted.msPerToken === null
       ? `predicted:  – ms/token (a bandwidth is unknown: GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}, V gather ${f(p.predicted.vGatherMs)}, V transfer ${f(p.predicted.vTransferMs)} ms)`
-      : `predicted:  ${f(p.predicted.msPerToken)} ms/${p.batch > 1 ? `step (a token of each of the ${p.batch} sequences)` : "token"} = max(GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}` +
+      : `predicted:  ${f(p.predicted.msPerToken)} ms/${p.batch > 1 ? `step (a token of each of the ${p.batch} sequences: ${f(p.predicted.tokensPerSecond, 1)} tokens/s)` : "token"} = max(GPU ${f(p.predicted.gpuMs)}, CPU stage ${f(p.predicted.cpuMs)}` +
         `${p.predicted.kDiskMs ? ` with K on disk ${f(p.predicted.kDiskMs)}` : ""}) + V gather ${f(p.predicted.vGatherMs)} + V transfer ${f(p.predicted.vTransferMs)} ms`,
   ];
   return `${lines.join("\n")}\n`;

@@ -8,7 +8,7 @@
  * the ms/token of every sequence in it. With --synthetic-kv nothing is prefilled: each context's KV
  * is seeded random rows (runtime's fillSyntheticKv), which is what a decode step's speed depends on.
  */
-import { BatchDecoder, DTYPE_BYTES, HybridgenError, loadModel, type Backend, type CausalLM, type MemoryTier, type ModelFiles } from "@hybridgen/core";
+import { BatchDecoder, DTYPE_BYTES, HybridgenError, loadModel, modelInfo, type Backend, type CausalLM, type MemoryTier, type ModelFiles } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
 import { attachAttentionConfig, attentionConfig, fillSyntheticKv, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
 import type { BenchOptions } from "./bench-args.js";
@@ -200,14 +200,15 @@ async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.
   const { planRun } = await import("@hybridgen/memtier");
   const s = r.files.shape, cap = r.o.gpuMem;
   return planRun({
-    model: { layers: s.layers, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, weightsBytes: residentBytes },
+    model: { layers: s.layers, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, weightsBytes: residentBytes, batchRowBytes: modelInfo(r.files.config, s).batchRowBytes },
     kvElementBytes: DTYPE_BYTES[r.o.kvDtype], contextTokens: r.o.workload.context + r.o.steps, batch, gpuKvBudget: window,
     // The CPU backend's resident bytes include its activations: no further reserve. A device keeps the planner's.
     gpu: cap === undefined ? undefined : {
       freeBytes: cap, ...(r.cx.gpuReadGBs ? { readBandwidthGBs: r.cx.gpuReadGBs } : {}), ...(r.cx.linkGBs ? { linkBandwidthGBs: r.cx.linkGBs } : {}),
       ...(r.cx.backend.name === "cpu" ? { reserveBytes: 0 } : {}),
     },
-    tiers: [...r.cx.tiers], k: r.o.k, appendTokens: prefillBlock(r), prefill: !r.o.syntheticKv,
+    // The CPU backend's prefill reads its store in place: no device scratch.
+    tiers: [...r.cx.tiers], k: r.o.k, appendTokens: prefillBlock(r), prefill: !r.o.syntheticKv && r.cx.backend.name !== "cpu",
   });
 }
 

@@ -1,0 +1,61 @@
+/**
+ * The planner's batched plan against the bytes a batch really takes, on the CPU backend (its
+ * "device" memory counted under a cap): the batched step's B rows and one sequence's window and
+ * score rows are exactly what reserveBatch and createSequence allocate; `hybridgen plan --batch`
+ * prints the reserve's parts and the step's tokens/s.
+ */
+import { describe, expect, it } from "vitest";
+import { loadModel, modelInfo, openModelDir } from "@hybridgen/core";
+import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { planRun } from "@hybridgen/memtier";
+import { requireBuiltBin, runBin } from "./helpers.js";
+import { stories15M } from "./model-fixture.js";
+
+describe("the planner's batched reserve against measured bytes (CPU backend)", () => {
+  it("the batched step's rows and each sequence's window and score rows are what the model allocates", async () => {
+    const dir = await stories15M();
+    using files = openModelDir(dir);
+    using backend = createCpuBackend({ threads: 1, memoryCapBytes: 2 ** 30 });
+    const [B, C, W, block] = [4, 200, 32, 64];
+    using model = loadModel(files, backend, { maxContext: C, gpuKvBudget: W, sinkTokens: 4, prefillBlock: block });
+    const s = files.shape;
+    const plan = planRun({
+      model: { layers: s.layers, heads: s.heads, kvHeads: s.kvHeads, headDim: s.headDim, weightsBytes: 0, batchRowBytes: modelInfo(files.config, s).batchRowBytes },
+      kvElementBytes: 4, contextTokens: C, batch: B, gpuKvBudget: W, appendTokens: block, k: 16,
+      gpu: { freeBytes: 2 ** 30, reserveBytes: 0 }, tiers: [{ id: "node0", kind: "dram", numaNode: 0, capacityBytes: 2 ** 32 }],
+    });
+    const used = () => backend.memoryInUseBytes;
+    let before = used();
+    model.reserveBatch(B);
+    expect(used() - before).toBe(plan.gpu!.batchRowsBytes);
+    expect(plan.gpu!.batchRowsBytes).toBeGreaterThan(0);
+    before = used();
+    const seq = model.createSequence();
+    expect(used() - before).toBe(plan.gpu!.perSequence.windowBytes + plan.gpu!.perSequence.scoresBytes);
+    model.releaseSequence(seq);
+    expect(used()).toBe(before);
+    // A sequence made at a shorter context takes the window of its own length and score rows as wide.
+    const short = model.sequenceBytes(40);
+    expect(short.scores).toBe(s.heads * 40 * 4);
+    expect(short.window).toBe(2 * s.layers * 40 * s.kvHeads * s.headDim * 4);
+    before = used();
+    const small = model.createSequence({ maxContext: 40 });
+    expect(used() - before).toBe(short.window + short.scores);
+    expect(small.cache.storeCapacity).toBe(short.storeCapacity);
+    model.releaseSequence(small);
+  });
+
+  it("`hybridgen plan --batch N` prints the reserve's parts and the batched step in tokens/s", async () => {
+    requireBuiltBin();
+    const model = await stories15M();
+    const args = ["plan", "--model", model, "--context", "200", "--batch", "4", "--gpu-kv-budget", "32", "--kv-dtype", "f32", "--gpu-free", "4G",
+      "--gpu-bandwidth", "100", "--link-bandwidth", "10", "--device", "cpu", "--k", "16"];
+    const text = runBin(args);
+    expect(text.code, text.stderr).toBe(0);
+    expect(text.stdout).toMatch(/^reserve: {4}[\d.]+ [KMG]iB: the batched step's 4 rows [\d.]+ [KM]iB; each of the 4 sequences: score rows [\d.]+ KiB, prefill scratch [\d.]+ KiB, staging [\d.]+ KiB; its window with the ring [\d.]+ [KM]iB$/m);
+    expect(text.stdout).toMatch(/^predicted: {2}[\d.]+ ms\/step \(a token of each of the 4 sequences: [\d.]+ tokens\/s\) = max\(GPU /m);
+    const p = JSON.parse(runBin([...args, "--json"]).stdout);
+    expect(p.gpu.batchRowsBytes).toBe(4 * modelInfo(openModelDir(model).config, openModelDir(model).shape).batchRowBytes);
+    expect(p.predicted.tokensPerSecond).toBeCloseTo((4 * 1000) / p.predicted.msPerToken, 6);
+  });
+});
