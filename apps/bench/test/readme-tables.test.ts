@@ -40,6 +40,21 @@ describe("README tables", () => {
       points: [{ config: "full", context: 2048, batch: 1, status: "ok", msPerToken: 4.2833 }, { config: "full", context: 131000, batch: 1, status: "skipped" }],
     }));
 
+    write("docs/performance/x/serve.json", JSON.stringify({ results: [
+      { label: "full", rate: "inf", requests: 8, seconds: 40, requestsPerSec: 0.2, outputTokensPerSec: 51.2, ttftMs: { p50: 9000, p99: 30000 }, tpotMs: { p50: 10, p99: 12 } },
+      { label: "hybrid", rate: "inf", requests: 8, seconds: 20, requestsPerSec: 0.4, outputTokensPerSec: 102.4, ttftMs: { p50: 5000, p99: 9000 }, tpotMs: { p50: 40, p99: 60 } },
+    ] }));
+
+    it("serve-bench's results: a row a configuration, output tokens/s against the first's", () => {
+      write("SERVE.md", "<!-- table: docs/performance/x/serve.json serve -->\n");
+      expect(checkReadmeTables(root, "SERVE.md").generated.split("\n").slice(1, 5)).toEqual([
+        "| config | arrival rate (req/s) | requests | time (s) | req/s | output tok/s | vs full | TTFT p50 (s) | TTFT p99 (s) | TPOT p50 (ms) | TPOT p99 (ms) | TPOT p99 / p50 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| full | all at once | 8 | 40.0 | 0.200 | 51.2 | 1.00× | 9.00 | 30.00 | 10.0 | 12.0 | 1.20 |",
+        "| hybrid | all at once | 8 | 20.0 | 0.400 | 102.4 | 2.00× | 5.00 | 9.00 | 40.0 | 60.0 | 1.50 |",
+      ]);
+    });
+
     it("a stale table is reported and regenerated; an unmarked table of figures is reported; a table of flags is not", () => {
       write("README.md", [
         "<!-- table: docs/performance/x/speed.json -->", "| weights | tok/s |", "| --- | ---: |", "| f32 | 700 |", "",
@@ -66,7 +81,7 @@ describe("README tables", () => {
       for (const [marker, message] of [
         ["<!-- table: notes/x.json -->", "README.md:1: a table's result file must be docs/performance/**/*.json, not notes/x.json"],
         ["<!-- table: docs/performance/x/none.json -->", "README.md:1: docs/performance/x/none.json does not exist"],
-        ["<!-- table: docs/performance/x/eval.json pie -->", "README.md:1: unknown table view pie (views: eval-text, eval-tasks, bench-context, workload)"],
+        ["<!-- table: docs/performance/x/eval.json pie -->", "README.md:1: unknown table view pie (views: eval-text, eval-tasks, bench-context, workload, serve)"],
       ] as const) {
         write("README.md", `${marker}\n`);
         expect(() => checkReadmeTables(root, "README.md")).toThrow(message);

@@ -71,6 +71,7 @@ describe("hybridgen serve: OpenAI's endpoints give generate's text", () => {
     const events = sseEvents(await res.text());
     expect(events[events.length - 1]).toBe("[DONE]");
     const objs = events.slice(0, -1) as Record<string, unknown>[];
+    expect(objs).toHaveLength(6); // a chunk a token (its text may be empty), then the finish
     expect(objs.every((e) => e.object === "text_completion" && !("usage" in e))).toBe(true);
     expect((objs[objs.length - 1]!.choices as { finish_reason: string }[])[0]!.finish_reason).toBe("length");
   });

@@ -23,6 +23,8 @@ interface BenchPoint { config: string; context: number; batch: number; status: s
 interface BenchFile { setup: { configs: string[]; contexts: number[] }; points: BenchPoint[] }
 interface WorkloadRow { config: string; status: string; note?: string; batch?: number; waves?: number; window?: number; tokensPerSec?: number; p50Ms?: number; p99Ms?: number; msPerStep?: number; predictedMsPerStep?: number | null; bytesPerStep?: { gpu: number; tiers: Record<string, number>; link: number }; floorMsPerStep?: number | null }
 interface WorkloadFile { result: { rows: WorkloadRow[] } }
+interface ServeResult { label: string; rate: number | "inf"; requests: number; seconds: number; requestsPerSec: number; outputTokensPerSec: number; ttftMs: { p50: number; p99: number }; tpotMs: { p50: number; p99: number } }
+interface ServeFile { results: ServeResult[] }
 
 type Args = Record<string, string>;
 type Rows = { columns: string[]; align: ("left" | "right")[]; rows: string[][] };
@@ -88,6 +90,20 @@ const VIEWS: Record<string, (file: unknown, args: Args) => Rows> = {
         full ? `${(r.tokensPerSec! / full.tokensPerSec!).toFixed(2)}×` : "–", f(r.p50Ms, 2), f(r.p99Ms, 2), f(r.msPerStep, 2), f(r.predictedMsPerStep, 2),
         ...(r.bytesPerStep ? [f(r.bytesPerStep.gpu / 1e9, 2), f(Object.values(r.bytesPerStep.tiers).reduce((n, v) => n + v, 0) / 1e9, 2), f(r.bytesPerStep.link / 1e9, 3)] : ["–", "–", "–"]),
         f(r.floorMsPerStep, 2), r.floorMsPerStep ? `${(r.msPerStep! / r.floorMsPerStep).toFixed(2)}×` : "–",
+      ]),
+    };
+  },
+  /** apps/bench serve-bench's --json file: a row per configuration and rate, its output tokens/s against the first row's (the baseline) at that rate. */
+  serve: (file) => {
+    const rows = (file as ServeFile).results;
+    const base = (r: ServeResult) => rows.find((x) => x.rate === r.rate)!;
+    return {
+      columns: ["config", "arrival rate (req/s)", "requests", "time (s)", "req/s", "output tok/s", `vs ${rows[0]?.label ?? "first"}`, "TTFT p50 (s)", "TTFT p99 (s)", "TPOT p50 (ms)", "TPOT p99 (ms)", "TPOT p99 / p50"],
+      align: right(11),
+      rows: rows.map((r) => [
+        r.label, r.rate === "inf" ? "all at once" : String(r.rate), String(r.requests), r.seconds.toFixed(1), r.requestsPerSec.toFixed(3), r.outputTokensPerSec.toFixed(1),
+        `${(r.outputTokensPerSec / base(r).outputTokensPerSec).toFixed(2)}×`, (r.ttftMs.p50 / 1000).toFixed(2), (r.ttftMs.p99 / 1000).toFixed(2),
+        r.tpotMs.p50.toFixed(1), r.tpotMs.p99.toFixed(1), (r.tpotMs.p99 / r.tpotMs.p50).toFixed(2),
       ]),
     };
   },

@@ -81,8 +81,11 @@ async function serveModel(
   using backend = opened.backend;
   // Hybrid attention keeps slot 0 (the model's own sequence) idle beside the --max-batch slots: it holds a window too.
   const slots = isHybrid ? o.maxBatch + 1 : o.maxBatch;
-  const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext, batch: slots, hybrid: isHybrid });
-  using model = loadModel(files, backend, { maxContext, ...(o.dtype === undefined ? {} : { weightDtype: o.dtype }), ...windowLoadOptions({ ...hybrid, gpuKvBudget: window }) });
+  const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext, batch: slots, hybrid: isHybrid, ...(o.kvDtype ? { kvDtype: o.kvDtype } : {}) });
+  using model = loadModel(files, backend, {
+    maxContext, ...(o.dtype === undefined ? {} : { weightDtype: o.dtype }), ...(o.kvDtype === undefined ? {} : { kvDtype: o.kvDtype }),
+    ...(o.prefillBlock === undefined ? {} : { prefillBlock: o.prefillBlock }), ...windowLoadOptions({ ...hybrid, gpuKvBudget: window }),
+  });
   // Hybrid attention: every request past the window gets a store the planner placed on the tiers left; slot 0 (the model's own sequence) stays idle.
   const ledger = isHybrid && model.cache.storeCapacity > 0 ? await StoreLedger.open(model.cache, o.tier) : null;
   let nextStore: KvStoreAllocator | null = null;

@@ -27,7 +27,7 @@ export interface ServeJob {
   readonly stop: readonly string[];
   /** performance.now() when the request arrived (TTFT). */
   readonly arrivedMs: number;
-  /** Text a token released (never empty). */
+  /** A generated token's text, one call a token ("" while it is held back: part of a character, a possible stop string, or a token without text). */
   onText(text: string): void;
   /** The end: "abort" when cancelled (client gone, shutdown). */
   onFinish(r: { readonly finish: FinishReason; readonly text: string; readonly promptTokens: number; readonly completionTokens: number; readonly error?: string }): void;
@@ -384,7 +384,7 @@ export class ServeScheduler {
     const P = r.all.length;
     const last = index + 1 >= r.job.maxTokens || P + index >= this.o.maxContext;
     const { release, stopped } = r.text.push(id, last);
-    if (release) this.emit(r.job, release);
+    this.emit(r.job, release); // a chunk a token, so clients time every token
     if (stopped) r.finish = "stop";
     else if (last) r.finish = index + 1 >= r.job.maxTokens ? "length" : "context";
     r.next = id;

@@ -19,6 +19,10 @@ export interface ServeOptions {
   /** The name /v1/models lists and responses carry (any `model` a request sends is accepted). */
   readonly servedName?: string;
   readonly dtype?: "f32" | "f16" | "bf16";
+  /** Storage dtype of the KV cache (core's kvDtype; default f32). */
+  readonly kvDtype?: "f32" | "f16" | "bf16";
+  /** Rows a prefill forward takes (core's prefillBlock; the window's ring keeps as many slots). */
+  readonly prefillBlock?: number;
   readonly device: "auto" | "cpu" | "cuda";
   readonly threads?: number;
   readonly context?: number;
@@ -47,6 +51,8 @@ hybrid each has its own window and offloaded store, placed on the KV tiers left.
   -m, --model DIR|preset:NAME  the model (default stories15M, fetched on first use)
       --served-model-name S    the model's name in /v1/models and in responses (default: the directory's name)
       --dtype f32|f16|bf16     weight dtype at load
+      --kv-dtype f32|f16|bf16  KV cache dtype (default f32)
+      --prefill-block N        rows a prefill forward takes (default 64; --prefill-chunk follows it)
       --device auto|cpu|cuda   where the model runs (default auto)
       --threads N              CPU threads (default $HYBRIDGEN_THREADS, else every core)
       --context N              KV positions per request: prompt + max_tokens (default the model's, at most 4096)
@@ -71,7 +77,7 @@ export function parseServeArgs(argv: readonly string[]): ServeOptions {
       args: rest, strict: true, allowPositionals: false,
       options: {
         help: { type: "boolean", short: "h" }, host: { type: "string" }, port: { type: "string" }, model: { type: "string", short: "m" },
-        "served-model-name": { type: "string" }, dtype: { type: "string" }, device: { type: "string" }, threads: { type: "string" },
+        "served-model-name": { type: "string" }, dtype: { type: "string" }, "kv-dtype": { type: "string" }, "prefill-block": { type: "string" }, device: { type: "string" }, threads: { type: "string" },
         context: { type: "string" }, "dummy-weights": { type: "boolean" }, "max-batch": { type: "string" }, "max-queue": { type: "string" },
         "max-body": { type: "string" }, "gpu-mem": { type: "string" }, "prefill-chunk": { type: "string" }, "shutdown-grace": { type: "string" },
       },
@@ -82,6 +88,8 @@ export function parseServeArgs(argv: readonly string[]): ServeOptions {
   const str = (k: string) => v[k] as string | undefined;
   const dtype = str("dtype");
   if (dtype !== undefined && !["f32", "f16", "bf16"].includes(dtype)) throw usage(`invalid value for --dtype: must be one of f32, f16, bf16`);
+  const kvDtype = str("kv-dtype");
+  if (kvDtype !== undefined && !["f32", "f16", "bf16"].includes(kvDtype)) throw usage(`invalid value for --kv-dtype: must be one of f32, f16, bf16`);
   const device = str("device") ?? "auto";
   if (!["auto", "cpu", "cuda"].includes(device)) throw usage(`invalid value for --device: must be one of auto, cpu, cuda`);
   const host = str("host") ?? "127.0.0.1";
@@ -93,7 +101,7 @@ export function parseServeArgs(argv: readonly string[]): ServeOptions {
   const maxBatch = integer("max-batch", str("max-batch"), 1, MAX_BATCH - 1) ?? 8;
   return {
     help: v.help === true, host, port: integer("port", str("port"), 0, 65535) ?? 8080, model, servedName: name,
-    dtype: dtype as ServeOptions["dtype"], device: device as ServeOptions["device"], threads: integer("threads", str("threads"), 1, 256),
+    dtype: dtype as ServeOptions["dtype"], kvDtype: kvDtype as ServeOptions["kvDtype"], prefillBlock: integer("prefill-block", str("prefill-block"), 1), device: device as ServeOptions["device"], threads: integer("threads", str("threads"), 1, 256),
     context: integer("context", str("context"), 1), dummyWeights: v["dummy-weights"] === true, maxBatch,
     ...(str("gpu-mem") === undefined ? {} : { gpuMem: parseGpuMem(str("gpu-mem")!) }),
     maxQueue: integer("max-queue", str("max-queue"), 0) ?? 64,
