@@ -146,6 +146,29 @@ int hg_launch_gemv(HgCtx *c, const Cmd &m) {
   return 0;
 }
 
+// CMD_CUBLAS: out[n,m] = x·wᵀ (+ bias) through cuBLAS, x rounded to the weight dtype in the scratch
+// `chunk` rows at a time (s: wt, bt, n, k, m, chunk; p: out, x, w, bias).
+int hg_launch_cublas(HgCtx *c, const Cmd &cmd) {
+  float *out = (float *)cmd.p[0];
+  const float *x = (const float *)cmd.p[1];
+  const void *w = cmd.p[2], *bias = cmd.p[3];
+  const int wt = cmd.s[0], bt = cmd.s[1], n = cmd.s[2], k = cmd.s[3], m = cmd.s[4], chunk = cmd.s[5];
+  for (int r0 = 0; r0 < n; r0 += chunk) {
+    const int rows = n - r0 < chunk ? n - r0 : chunk;
+    const void *xop = x + (size_t)r0 * k;
+    if (wt != DT_F32) {
+      int e = hg_convert_device(c, c->scratch, wt, xop, DT_F32, (size_t)rows * k);
+      if (e) return e;
+      xop = c->scratch;
+    }
+    int e = hg_cublas_gemm(c, out + (size_t)r0 * m, xop, w, wt, rows, k, m);
+    if (e) return e;
+  }
+  if (!bias) return 0;
+  bias_rows_kernel<<<hg_blocks((size_t)n * m, 256, c->numSMs * 8), 256, 0, c->compute>>>(out, bias, bt, n, m);
+  return hg_launched();
+}
+
 extern "C" {
 
 // Which path a matmul of n rows takes (0 gemv, 1 cuBLAS, 2 tiled); for tests and benches.
@@ -177,32 +200,22 @@ HG_EXPORT int hg_cu_matmul(HgCtx *c, float *out, const float *x, const void *w, 
     cmd.s[6] = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : 8;
     return hg_submit(c, cmd);
   }
-  HG_FLUSH(c);
   if (path == 1) {
     // cuBLAS wants both operands in one type: x is rounded to the weight dtype in the scratch,
-    // in row chunks that fit.
-    const size_t eb = wt == DT_F32 ? 4 : 2;
-    const int chunk = wt == DT_F32 ? n : (int)(c->scratchBytes / ((size_t)k * eb));
-    if (chunk < 1) path = 2;
-    for (int r0 = 0; path == 1 && r0 < n; r0 += chunk) {
-      const int rows = n - r0 < chunk ? n - r0 : chunk;
-      const void *xop = x + (size_t)r0 * k;
-      if (wt != DT_F32) {
-        int e = hg_convert_device(c, c->scratch, wt, xop, DT_F32, (size_t)rows * k);
-        if (e) return e;
-        xop = c->scratch;
-      }
-      int e = hg_cublas_gemm(c, out + (size_t)r0 * m, xop, w, wt, rows, k, m);
-      if (e) return e;
+    // in row chunks that fit. A command of its own, so a recorded step keeps it (a batched
+    // step of 9–32 rows would otherwise drain at every projection): cuBLAS's workspace is the
+    // arena's, which stream capture needs.
+    const int chunk = wt == DT_F32 ? n : (int)(c->scratchBytes / ((size_t)k * 2));
+    if (chunk >= 1) {
+      HG_FLUSH_REC(c);
+      Cmd cmd = hg_new_cmd(CMD_CUBLAS);
+      cmd.p[0] = out; cmd.p[1] = x; cmd.p[2] = w; cmd.p[3] = bias;
+      cmd.s[0] = wt; cmd.s[1] = bt; cmd.s[2] = n; cmd.s[3] = k; cmd.s[4] = m; cmd.s[5] = chunk;
+      return hg_submit(c, cmd);
     }
-    if (path == 1) {
-      if (bias) {
-        bias_rows_kernel<<<hg_blocks((size_t)n * m, 256, c->numSMs * 8), 256, 0, c->compute>>>(out, bias, bt, n, m);
-        return hg_launched();
-      }
-      return 0;
-    }
+    path = 2;
   }
+  HG_FLUSH(c);
   dim3 grid((m + 63) / 64, (n + 63) / 64);
   HG_DISPATCH_DT(wt, W, (gemm_tiled_kernel<W><<<grid, 256, 0, c->compute>>>(out, x, w, bias, bt, n, k, m)));
   return hg_launched();

@@ -18,7 +18,8 @@
  *      the stage's output from mapped memory, eager and replayed; the wait's timeout; gpuMs
  *      without the wait (cuda/stage-handoff-checks.ts);
  *   7. a batch of 3 (one HybridAttention a slot) equals each sequence alone, every batched step
- *      handed off.
+ *      handed off and recorded a layer at a time; a batch of 12 (its projections through cuBLAS) likewise;
+ *   8. cuBLAS matmuls recorded in a step equal eager ones bit for bit (cuda/recorded-gemm-checks.ts).
  * Bench (preset:llama-3.1-8b, dummy bf16 weights, bf16 KV): prefill `context` tokens in one
  * block, then `steps` greedy decode steps — full attention on the GPU, and hybrid with a GPU
  * window of `window` tokens (sinks included) and the CPU stage's top-K for each K, exact and
@@ -42,7 +43,9 @@ import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
 import { createCpuBackend, createNativeRandomFill, NativeCpuStage } from "@hybridgen/kernels-cpu";
 import { createCudaBackend, cudaAvailability, describeCudaAvailability, type CudaBackend, type CudaHostLink } from "@hybridgen/kernels-cuda";
+import { cudaLab } from "@hybridgen/kernels-cuda/lab";
 import { mappedRowChecks } from "./mapped-rows-checks.js";
+import { recordedGemmChecks } from "./recorded-gemm-checks.js";
 import { stageHandoffChecks } from "./stage-handoff-checks.js";
 import { arg } from "../args.js";
 
@@ -105,12 +108,13 @@ async function runSmall(be: Backend, hybrid: SmallHybrid | null, feed?: number[]
 }
 
 /**
- * Three prompts decoded together (BatchDecoder, one HybridAttention a slot) against each alone,
- * the alone run's tokens fed to both: logits within 1e-4 relative (B-row matmuls against fused
- * matvecs: summation order only), and every batched step handed off on the device.
+ * B prompts decoded together (BatchDecoder, one HybridAttention a slot) against each alone, the
+ * alone run's tokens fed to both: logits within 1e-4 relative (B-row matmuls against fused
+ * matvecs: summation order only), every batched step handed off on the device and recorded a
+ * layer at a time (BatchRows' segments; at 9 or more rows the projections go through cuBLAS).
  */
-async function batchChecks(be: Backend, hybrid: SmallHybrid): Promise<void> {
-  const prompts = [40, 51, 63].map((n, p) => Int32Array.from({ length: n }, (_, i) => (i * 7919 + 13 * p + 11) % 32000));
+async function batchChecks(be: Backend, hybrid: SmallHybrid, B: number): Promise<void> {
+  const prompts = Array.from({ length: B }, (_, p) => Int32Array.from({ length: 40 + ((p * 11) % 24) }, (_, i) => (i * 7919 + 13 * p + 11) % 32000));
   using files = dummyModelFiles(SMALL_SHAPE, "f32", 7);
   using model = loadModel(files, be, { maxContext: SMALL_CONTEXT, prefillBlock: 64, gpuKvBudget: hybrid.gpuKvBudget, sinkTokens: hybrid.sinkTokens }) as LlamaModel;
   const { gpuKvBudget: _b, sinkTokens: _s, ...runtime } = hybrid;
@@ -128,20 +132,26 @@ async function batchChecks(be: Backend, hybrid: SmallHybrid): Promise<void> {
     }
   }
   model.reset();
-  using batch = await createBatchHybridAttention(model, be, runtime, 3);
-  using dec = new BatchDecoder(model, 3);
+  using batch = await createBatchHybridAttention(model, be, runtime, B);
+  using dec = new BatchDecoder(model, B);
+  const graphs0 = cudaLab(be as CudaBackend).graphStats();
   let worst = 0;
   prompts.forEach((p, i) => {
     dec.prefill(i, p, 0);
     worst = Math.max(worst, relError(dec.logits(i), alone[i]!.logits[0]!));
   });
   for (let s = 0; s < SMALL_STEPS / 2; s++) {
-    dec.step([0, 1, 2], Int32Array.from(alone, (a) => a.tokens[s]!));
-    for (let i = 0; i < 3; i++) worst = Math.max(worst, relError(dec.logits(i), alone[i]!.logits[s + 1]!));
+    dec.step(Array.from({ length: B }, (_, i) => i), Int32Array.from(alone, (a) => a.tokens[s]!));
+    for (let i = 0; i < B; i++) worst = Math.max(worst, relError(dec.logits(i), alone[i]!.logits[s + 1]!));
   }
   const handed = batch.all.map((ha) => `${ha.stats.handedOffSteps}/${ha.stats.steps}`);
-  check(worst < 1e-4, `batch of 3, top-K 8 ${hybrid.logits}: logits equal each sequence alone within ${worst.toExponential(2)} (< 1e-4), ${SMALL_STEPS / 2} steps`);
-  check(batch.all.every((ha) => ha.stats.steps > 0 && ha.stats.handedOffSteps === ha.stats.steps), `batch of 3, top-K 8 ${hybrid.logits}: every batched step handed off (${handed.join(", ")})`);
+  const g = cudaLab(be as CudaBackend).graphStats();
+  const captured = g.captures - graphs0.captures, replayed = g.replays - graphs0.replays, drained = g.drained - graphs0.drained;
+  check(worst < 1e-4, `batch of ${B}, top-K 8 ${hybrid.logits}: logits equal each sequence alone within ${worst.toExponential(2)} (< 1e-4), ${SMALL_STEPS / 2} steps`);
+  check(batch.all.every((ha) => ha.stats.steps > 0 && ha.stats.handedOffSteps === ha.stats.steps), `batch of ${B}, top-K 8 ${hybrid.logits}: every batched step handed off (${handed.join(", ")})`);
+  // The batched step is recorded a layer at a time (BatchRows): replays outnumber captures, nothing drained.
+  check(drained === 0 && replayed > captured && captured > 0,
+    `batch of ${B}, top-K 8 ${hybrid.logits}: the batched steps recorded per layer — ${captured} graphs captured, ${replayed} replayed, ${drained} drained (last drain: ${g.lastDrain || "none"})`);
 }
 
 {
@@ -188,8 +198,9 @@ async function batchChecks(be: Backend, hybrid: SmallHybrid): Promise<void> {
     });
   }
   for (const logits of ["exact", "verified"] as LogitsMode[]) {
-    await attempt(`batch of 3, top-K ${logits}`, () => batchChecks(cuda, { ...base, k: 8, logits }));
+    for (const B of [3, 12]) await attempt(`batch of ${B}, top-K ${logits}`, () => batchChecks(cuda, { ...base, k: 8, logits }, B));
   }
+  await attempt("recorded cuBLAS matmuls", async () => recordedGemmChecks(cuda, check));
   await mappedRowChecks(cuda, check);
   await stageHandoffChecks(cuda, check);
   console.log(`host link diagnostics: ${JSON.stringify((cuda.hostTransfers() as CudaHostLink).diagnostics())}`);
