@@ -50,6 +50,13 @@ export interface DecodeBatchStep {
   readonly rows: number;
   /** T_gpu / T_tx of the step, read by the first row that ends it; the other rows take the same. */
   times?: { readonly gpuMs: number; readonly txMs: number; readonly waitMs?: number };
+  /**
+   * The query of `layer` (RoPE(W_q·norm(x)) at the row's position) for the row whose residual row
+   * is `x`, projected for every row of the step at once — one matmul reads W_q for the whole batch
+   * where a row's own projection would read it once a row. Null where the architecture has none:
+   * the row projects its own (QueryProjector).
+   */
+  query?(layer: number, x: Tensor): Tensor | null;
 }
 
 /**

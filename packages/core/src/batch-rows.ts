@@ -56,7 +56,14 @@ export class BatchRows {
   /** Rows of the architecture's residual stream (bindResidual), for the decode attentions' layerInput. */
   private readonly xRow: Tensor[] = [];
   /** The step the decode attentions share (rewritten every step). */
-  private readonly step: { rows: number; times?: DecodeBatchStep["times"] } = { rows: 0 };
+  private readonly step: DecodeBatchStep & { rows: number };
+  /** The architecture's batched query projection (bindQueries): layer's queries of the first B residual rows into out. */
+  private project: ((layer: number, B: number, out: Tensor) => void) | null = null;
+  /** Two [capacity, heads·headDim] query buffers taken by layer parity (a layer's input asks for two layers' at most). */
+  private readonly queries: Tensor[] = [];
+  private readonly queryRows: Tensor[][] = [];
+  /** The layer each query buffer holds this step (−1: none). */
+  private readonly queryLayer = [-1, -1];
   /** Per batch size, per layer: the key of the layer's recorded segment. */
   private readonly segmentKeys: string[][] = [];
   private readonly keyPrefix = `batch-rows-${batchRowsCount++}-`;
@@ -74,6 +81,12 @@ export class BatchRows {
     this.headPos = new Int32Array(headRows);
     this.v = w.alloc([capacity, kvw]);
     this.att = w.alloc([capacity, qw]);
+    for (let b = 0; b < 2; b++) {
+      const t = w.alloc([capacity, qw]);
+      this.queries.push(t);
+      this.queryRows.push(Array.from({ length: capacity }, (_, i) => w.view(t, i * qw, [1, qw])));
+    }
+    this.step = { rows: 0, query: (layer, x) => this.query(layer, x) };
     for (let i = 0; i < capacity; i++) {
       this.qRow.push(w.view(this.q, i * qw, [1, qw]));
       this.attRow.push(w.view(this.att, i * qw, [1, qw]));
@@ -86,6 +99,23 @@ export class BatchRows {
   bindResidual(x: Tensor, width: number): void {
     this.xRow.length = 0;
     for (let i = 0; i < this.capacity; i++) this.xRow.push(this.w.view(x, i * width, [1, width]));
+  }
+
+  /** The architecture's batched query projection: `project(layer, B, out)` writes layer's queries of the first B residual rows (at the step's positions) to out's rows. */
+  bindQueries(project: (layer: number, B: number, out: Tensor) => void): void {
+    this.project = project;
+  }
+
+  /** DecodeBatchStep.query: every row's query of `layer` on the first ask this step, then row x's. */
+  private query(layer: number, x: Tensor): Tensor | null {
+    const row = this.project ? this.xRow.indexOf(x) : -1;
+    if (row < 0 || row >= this.step.rows) return null;
+    const b = layer & 1;
+    if (this.queryLayer[b] !== layer) {
+      this.project!(layer, this.step.rows, this.queries[b]!);
+      this.queryLayer[b] = layer;
+    }
+    return this.queryRows[b]![row]!;
   }
 
   /** Layer `layer`'s input is in the residual rows: each row's decode attention sees its own (bindResidual first). */
@@ -179,6 +209,7 @@ export class BatchRows {
     const step = this.step;
     step.rows = B;
     step.times = undefined;
+    this.queryLayer.fill(-1);
     for (let i = 0; i < B; i++) {
       const d = seqs[i].attention.decodeAttention;
       if (!d) continue;

@@ -65,6 +65,8 @@ interface Activations {
 
 /** Batched decode activations, [capacity, …] (q, k, v and att are BatchRows'). */
 interface BatchActivations {
+  /** [capacity, hidden]: the normed rows of the batch's query projections (BatchRows.bindQueries). */
+  qh: Tensor;
   x: Tensor; h: Tensor; h2: Tensor;
   gate: Tensor; up: Tensor;
   logits: Tensor; // [capacity, vocab]
@@ -85,6 +87,8 @@ export class LlamaModel extends DecoderModel {
   private fusions: LayerFusions[] = [];
   private headFusion!: MatvecFusion;
   private readonly specPos = new Int32Array(1);
+  /** The running batched step's positions (projectQueries' RoPE). */
+  private batchPositions: Int32Array = new Int32Array(0);
 
   /** Load weights from `files` onto `backend`. `files` must stay open until close(). */
   static load(files: ModelFiles, backend: Backend, options: LlamaLoadOptions = {}): LlamaModel {
@@ -173,12 +177,21 @@ export class LlamaModel extends DecoderModel {
     const w = this.w, s = this.shape, dim = s.hiddenSize, inter = s.intermediateSize, r = this.batch!;
     const x = w.alloc([capacity, dim]), gate = w.alloc([capacity, inter]), up = w.alloc([capacity, inter]);
     this.bact = {
-      x, h: w.alloc([capacity, dim]), h2: w.alloc([capacity, dim]),
+      x, qh: w.alloc([capacity, dim]), h: w.alloc([capacity, dim]), h2: w.alloc([capacity, dim]),
       gate, up,
       logits: w.alloc([capacity, s.vocabSize]),
       split: { qkv: [r.q, r.k, r.v], gu: [gate, up], x: [x] },
     };
     r.bindResidual(x, dim);
+    r.bindQueries((layer, B, out) => this.projectQueries(layer, B, out));
+  }
+
+  /** Layer's queries of the batch's first B residual rows, each at its row's position: computeQuery for all rows in one matmul. */
+  private projectQueries(layer: number, B: number, out: Tensor): void {
+    const be = this.backend, s = this.shape, w = this.layers[layer], a = this.bact!;
+    be.rmsNorm(a.qh, a.x, w.attnNorm, B, s.normEps);
+    be.matmul(out, a.qh, w.wq, B, w.bq ?? undefined);
+    be.rope(out, B, this.batchPositions, s.heads, s.headDim, this.cos, this.sin);
   }
 
   /** B sequences' next tokens as one block: every matmul has n = B rows; attention per row. */
@@ -188,6 +201,7 @@ export class LlamaModel extends DecoderModel {
     // the fused weights, the residual adds in o's and down's epilogues (4 launches a layer, not 9).
     const split = be.matmulSplit ? a.split : null;
     r.setPositions(positions, B);
+    this.batchPositions = positions;
     be.embedding(a.x, this.embed, ids);
     for (let l = 0; l < s.layers; l++) {
       const w = this.layers[l];

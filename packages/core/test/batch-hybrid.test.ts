@@ -143,6 +143,45 @@ describe("batched decode with hybrid attention per sequence", () => {
     expect(log.sort()).toEqual(["closed 1", "closed 2"]);
   });
 
+  it("the step's query(): every row's q̃ of a layer from one batched projection, equal to the row's own projection", () => {
+    const be = new ReferenceBackend();
+    using model = load(be);
+    const seen: { row: number; layer: number; batched: Float32Array; own: Float32Array }[] = [];
+    const rows = (attention: Attention, row: number): DecodeAttention => {
+      let at = 0, step: DecodeBatchStep | undefined;
+      const own = be.alloc([1, 4 * 8]);
+      return {
+        newSequence: () => {},
+        beginStep: (pos, batch) => {
+          at = pos;
+          step = batch;
+        },
+        layerInput: (l, x) => {
+          if (l + 1 >= 3) return;
+          const q = step?.query?.(l + 1, x);
+          if (!q) throw new Error("no batched query");
+          model.projectQuery(l + 1, x, at, own);
+          seen.push({ row, layer: l + 1, batched: be.read(q), own: be.read(own) });
+        },
+        attend: (l: number, q: Tensor, out: Tensor) => attention.attendFull(l, q, 0, at, out),
+        endStep: () => {},
+      };
+    };
+    model.attention.setDecodeAttention(rows(model.attention, 0));
+    let n = 0;
+    model.setSequenceSetup((s) => {
+      s.attention.setDecodeAttention(rows(s.attention, ++n));
+      return { [Symbol.dispose]: () => {} };
+    });
+    using dec = new BatchDecoder(model, 3);
+    prompts([4, 7, 11]).forEach((p, slot) => dec.prefill(slot, p, 0));
+    dec.step([0, 1, 2], Int32Array.of(5, 6, 7));
+    expect(seen.map((x) => `${x.row}:${x.layer}`)).toEqual(["0:1", "1:1", "2:1", "0:2", "1:2", "2:2"]);
+    for (const x of seen) expect(relError(x.batched, x.own), `row ${x.row} layer ${x.layer}`).toBeLessThanOrEqual(1e-6);
+    // Rows of different positions: their queries differ (RoPE at each row's own position).
+    expect(relError(seen[0]!.batched, seen[1]!.batched)).toBeGreaterThan(1e-3);
+  });
+
   it("a backend that records steps gets one segment a layer for the whole batch, the same keys every step, run before the rows end", () => {
     const log: string[] = [];
     class Recording extends ReferenceBackend {
