@@ -1,0 +1,55 @@
+#!/bin/sh
+# Issue 35's device runs (Llama-3.1-8B shape, dummy bf16 weights, bf16 KV), from $DEVICE_DIR (default
+# .device): bun.xz, lib/ (libhgcpu.so, libhgcuda.so), hybridgen.js, hybrid-bench.js, and for a same-run
+# baseline arm hybridgen-base.js. Prepare on the dev machine:
+#   sh ../shared/device/stage-bun.sh && (cd packages/kernels-cpu && bun run build) && (cd packages/kernels-cuda && HYBRIDGEN_BUILD_CUDA=1 bun run build)
+#   bun build --target=bun --external 'bun:*' apps/cli/src/hybridgen.ts --outfile .device/hybridgen.js
+#   bun build --target=bun --external 'bun:*' apps/bench/src/cuda/hybrid-bench.ts --outfile .device/hybrid-bench.js
+# PART selects what runs (several, space-separated; each under its own time limit, results under $OUT):
+#   checks    the CUDA hybrid checks (hybrid-bench.js --skip-bench: a batch of 3 equals each alone, recorded per layer)
+#   batch     the 8K batch scaling: full attention and the default hybrid at batch 1/4/16, window 1024 (`bench --batch`)
+#   base      the same hybrid points from hybridgen-base.js (BASE_BATCHES, default 16): the change's baseline arm
+#   workload  `bench --workload` for each of WORKLOADS (default "8x131072 32x32768") under GPU_MEM, --synthetic-kv
+# GPU_MEM defaults to 80G where the card has more than 80 GiB, else the card's memory less 2 GiB (an H100's 80 GB
+# card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP and K override the workload bench.
+set -u
+. "$(dirname "$0")/device-env.sh"
+D=$DEVICE_DIR
+nvidia-smi --query-gpu=name,serial,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
+lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/machine.txt"
+free -g | grep Mem | tee -a "$OUT/machine.txt"
+total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+if [ -z "${GPU_MEM:-}" ]; then
+  if [ "$total_mib" -gt 90000 ]; then GPU_MEM=80G; else GPU_MEM=$(( total_mib / 1024 - 2 ))G; fi
+fi
+echo "gpu-mem $GPU_MEM" | tee -a "$OUT/machine.txt"
+BENCH="--device cuda --dummy-weights --model preset:llama-3.1-8b"
+for part in ${PART:-checks batch workload}; do
+  t0=$(date +%s)
+  case $part in
+    checks)
+      timeout "${CHECK_S:-90}" bun "$D/hybrid-bench.js" --skip-bench > "$OUT/checks.log" 2>&1
+      echo "checks exit $?"; grep -E 'PASS|FAIL' "$OUT/checks.log" | cut -c1-260 ;;
+    batch)
+      mkdir -p "$OUT/batch"
+      timeout "${BATCH_S:-150}" bun "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch 1,4,16 --configs full,hybridgen \
+        --steps 24 --warmup 4 --gpu-kv-budget 1024 --sink-tokens 4 --k 256 --out "$OUT/batch" > "$OUT/batch/tables.md" 2> "$OUT/batch/progress.log"
+      echo "batch exit $?"; sed -n '/Fig. 17/,/^$/p' "$OUT/batch/tables.md"; grep -E 'hybridgen.*batch 16|error' "$OUT/batch/progress.log" | cut -c1-400 | tail -3 ;;
+    base)
+      mkdir -p "$OUT/batch-base"
+      timeout "${BASE_S:-90}" bun "$D/hybridgen-base.js" bench $BENCH --contexts 8192 --batch "${BASE_BATCHES:-16}" --configs hybridgen \
+        --steps 24 --warmup 4 --gpu-kv-budget 1024 --sink-tokens 4 --k 256 --out "$OUT/batch-base" > "$OUT/batch-base/tables.md" 2> "$OUT/batch-base/progress.log"
+      echo "base exit $?"; sed -n '/Fig. 17/,/^$/p' "$OUT/batch-base/tables.md" ;;
+    workload)
+      for w in ${WORKLOADS:-8x131072 32x32768}; do
+        mkdir -p "$OUT/workload-$w"
+        timeout "${WORKLOAD_S:-200}" bun "$D/hybridgen.js" bench $BENCH --workload "$w" --gpu-mem "$GPU_MEM" --synthetic-kv \
+          --configs "${CONFIGS:-full,hybridgen}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" \
+          --out "$OUT/workload-$w" > "$OUT/workload-$w/table.md" 2> "$OUT/workload-$w/progress.log"
+        echo "workload $w exit $?"; cat "$OUT/workload-$w/table.md"; grep -E 'fit|filled|error|Error' "$OUT/workload-$w/progress.log" | cut -c1-300 | tail -6
+        free -g | grep Mem
+      done ;;
+    *) echo "unknown part $part" ;;
+  esac
+  echo "$part: $(( $(date +%s) - t0 )) s"
+done
