@@ -59,7 +59,7 @@ export class BatchRows {
   private readonly step: DecodeBatchStep & { rows: number };
   /** The architecture's batched query projection (bindQueries): layer's queries of the first B residual rows into out. */
   private project: ((layer: number, B: number, out: Tensor) => void) | null = null;
-  /** Two [capacity, heads·headDim] query buffers taken by layer parity (a layer's input asks for two layers' at most). */
+  /** Two [capacity, heads·headDim] query buffers taken by layer parity (a layer's input asks for two layers' at most), made by bindQueries. */
   private readonly queries: Tensor[] = [];
   private readonly queryRows: Tensor[][] = [];
   /** The layer each query buffer holds this step (−1: none). */
@@ -81,11 +81,6 @@ export class BatchRows {
     this.headPos = new Int32Array(headRows);
     this.v = w.alloc([capacity, kvw]);
     this.att = w.alloc([capacity, qw]);
-    for (let b = 0; b < 2; b++) {
-      const t = w.alloc([capacity, qw]);
-      this.queries.push(t);
-      this.queryRows.push(Array.from({ length: capacity }, (_, i) => w.view(t, i * qw, [1, qw])));
-    }
     this.step = { rows: 0, query: (layer, x) => this.query(layer, x) };
     for (let i = 0; i < capacity; i++) {
       this.qRow.push(w.view(this.q, i * qw, [1, qw]));
@@ -104,6 +99,12 @@ export class BatchRows {
   /** The architecture's batched query projection: `project(layer, B, out)` writes layer's queries of the first B residual rows (at the step's positions) to out's rows. */
   bindQueries(project: (layer: number, B: number, out: Tensor) => void): void {
     this.project = project;
+    const qw = this.layout.heads * this.layout.headDim;
+    for (let b = this.queries.length; b < 2; b++) {
+      const t = this.w.alloc([this.capacity, qw]);
+      this.queries.push(t);
+      this.queryRows.push(Array.from({ length: this.capacity }, (_, i) => this.w.view(t, i * qw, [1, qw])));
+    }
   }
 
   /** DecodeBatchStep.query: every row's query of `layer` on the first ask this step, then row x's. */

@@ -33,7 +33,7 @@ export interface ModelInfo {
   readonly batchRowBytes: number;
 }
 
-/** reserveBatch's device bytes a row: BatchRows' q/k/v/att and the architecture's batch activations (LlamaModel's and OptModel's allocBatch), all f32. */
+/** reserveBatch's device bytes a row: BatchRows' q/k/v/att (and Llama's batched queries) and the architecture's batch activations (LlamaModel's and OptModel's allocBatch), all f32. */
 export function batchRowBytes(config: ModelConfigJson, shape: ModelShape): number {
   const dim = shape.hiddenSize, inter = shape.intermediateSize, qw = shape.heads * shape.headDim, kvw = shape.kvHeads * shape.headDim;
   const rows = 2 * qw + 2 * kvw;
@@ -41,7 +41,7 @@ export function batchRowBytes(config: ModelConfigJson, shape: ModelShape): numbe
     const emb = optEmbedDim(config as OptConfigJson);
     return 4 * (rows + 3 * dim + inter + (emb !== dim ? emb : 0) + shape.vocabSize); // x h h2, ff, the projection's rows, logits
   }
-  return 4 * (rows + 3 * dim + 2 * inter + shape.vocabSize); // x h h2, gate up, logits
+  return 4 * (rows + 2 * qw + 4 * dim + 2 * inter + shape.vocabSize); // BatchRows' two batched-query buffers; x h h2 and the queries' normed rows, gate up, logits
 }
 
 /**
