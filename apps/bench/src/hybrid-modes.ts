@@ -24,7 +24,8 @@
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { cpus } from "node:os";
-import { HybridOptionsSchema, dummyModelFiles, linkBandwidth, loadModel, presetConfig, type Backend, type HybridStepRecord } from "@hybridgen/core";
+import { dummyModelFiles, linkBandwidth, loadModel, presetConfig, type Backend, type HybridStepRecord } from "@hybridgen/core";
+import { HybridOptionsSchema } from "@hybridgen/runtime";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import type { CudaBackend } from "@hybridgen/kernels-cuda";
 import { createHybridAttention, defaultStageThreads, type HybridRuntimeOptions } from "@hybridgen/runtime";

@@ -19,10 +19,10 @@
  * would not fit anywhere).
  */
 import { cpus } from "node:os";
-import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type HybridAttention, type HybridStepRecord, isFileTier } from "@hybridgen/core";
+import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type HybridStepRecord, isFileTier } from "@hybridgen/core";
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun, tierShares } from "@hybridgen/memtier";
-import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, fillSyntheticKv, KSpill, probeDiskGather, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, fillSyntheticKv, KSpill, probeDiskGather, type HybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
 import { greedyWalls, mean } from "./greedy-walls.js";

@@ -6,10 +6,8 @@
  * stats line comes from HybridAttention.stats.summary(), the --json trace from stats.trace.
  */
 import { z } from "zod";
-import {
-  DEFAULT_K, DEFAULT_MASS_TARGET, DEFAULT_SINK_TOKENS, GPU_KV_BUDGET_AUTO, GpuKvBudgetSchema, HybridgenError, HybridOptionsSchema, KSchema, LogitsModeSchema, MassTargetSchema,
-  RowPathRequestSchema, SelectionTimingSchema, SinkTokensSchema, type Backend, type CachedCalibration, type GpuKvBudget, type KvStoreAllocator, type HybridAttention, type HybridProfile,
-} from "@hybridgen/core";
+import { DEFAULT_K, DEFAULT_SINK_TOKENS, GPU_KV_BUDGET_AUTO, GpuKvBudgetSchema, HybridgenError, KSchema, SelectionTimingSchema, SinkTokensSchema, type Backend, type GpuKvBudget, type KvStoreAllocator } from "@hybridgen/core";
+import { DEFAULT_MASS_TARGET, HybridOptionsSchema, LogitsModeSchema, MassTargetSchema, RowPathRequestSchema, type CachedCalibration, type HybridAttention, type HybridProfile } from "@hybridgen/runtime";
 import { isRegisteredSpec, loadSelectorSpec } from "@hybridgen/selectors";
 import {
   SchedulerNameSchema, createBatchHybridAttention, createHybridAttention, hybridPlan, resolveHybrid, type HybridPlan, type HybridRuntimeOptions, type SequenceModel,

@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DEFAULT_PROFILE_TEXT, writeHybridProfile } from "@hybridgen/core";
+import { DEFAULT_PROFILE_TEXT, writeHybridProfile } from "@hybridgen/runtime";
 import { resolveHybrid } from "@hybridgen/runtime";
 import { loadHybridSelector, runtimeOptions, splitHybridArgs } from "../src/hybrid-options.js";
 import { requireBuiltBin, runBin } from "./helpers.js";

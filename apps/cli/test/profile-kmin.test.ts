@@ -7,7 +7,8 @@ import { copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { DummyWeightSource, HybridOptionsSchema, describeModel, hybridProfilePath, readHybridProfile, tensorSpecsOf, writeSafetensors } from "@hybridgen/core";
+import { DummyWeightSource, describeModel, tensorSpecsOf, writeSafetensors } from "@hybridgen/core";
+import { HybridOptionsSchema, hybridProfilePath, readHybridProfile } from "@hybridgen/runtime";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { bufferedIo } from "../src/io.js";
 import { runCli } from "../src/run-cli.js";

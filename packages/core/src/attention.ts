@@ -11,7 +11,7 @@
  *
  * Full attention (the default) scores the store span, then the window spans, each at its
  * position's column of a [heads, maxContext] scores row, applies one softmax and sums the
- * matching V spans. A DecodeAttention (hybrid/) may take over single-token decode steps.
+ * matching V spans. A DecodeAttention (@hybridgen/runtime's HybridAttention) may take over single-token decode steps.
  *
  * When the cache keeps its store in host memory (hybrid mode on a device backend), a block
  * that attends over offloaded rows on the device first brings the layer up (KvCache.
@@ -60,7 +60,7 @@ export interface DecodeBatchStep {
 }
 
 /**
- * Watches the rows of a prompt's last prefill block (hybrid/calibrator.ts calibrates from them);
+ * Watches the rows of a prompt's last prefill block (@hybridgen/runtime's PrefillCalibrator calibrates from them);
  * called only for a block Attention.markFinalBlock flagged, on top of full attention.
  */
 export interface PrefillObserver {
@@ -72,7 +72,7 @@ export interface PrefillObserver {
   blockEnd(pos0: number, n: number): void;
 }
 
-/** Takes over the attention of decode steps (one token); see hybrid/hybrid-attention.ts. */
+/** Takes over the attention of decode steps (one token); see @hybridgen/runtime's HybridAttention. */
 export interface DecodeAttention {
   /** A new sequence starts (position 0 is being appended): reset per-sequence state. */
   newSequence(): void;

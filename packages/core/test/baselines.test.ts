@@ -7,7 +7,7 @@
 import { describe, expect, it } from "vitest";
 import { AoCAttention, AoGAttention, LlamaModel, ReferenceBackend, type ModelFiles } from "../src/index.js";
 import { maxAbsDiff, randomIds, testSeed, tinyModel } from "../src/testing/index.js";
-import { AddressBook, HostReference, LoopbackLink } from "./loopback-link.js";
+import { AddressBook, HostReference, LoopbackLink } from "../src/testing/index.js";
 
 const CONTEXT = 40;
 

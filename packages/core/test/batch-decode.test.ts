@@ -5,7 +5,7 @@
 import { describe, expect, it } from "vitest";
 import {
   BatchDecoder, ByteTokenizer, ReferenceBackend, generateBatch, generateText, loadModel,
-  type Backend, type BatchAttnRow, type CausalLM, type LlamaLoadOptions, type ModelFiles, type Tensor,
+  LlamaModel, type Backend, type BatchAttnRow, type CausalLM, type DecodeAttention, type LlamaLoadOptions, type ModelFiles, type Tensor,
 } from "../src/index.js";
 import { charTokenizer, makeRng, testSeed, tinyModel, withMethods } from "../src/testing/index.js";
 import { errorMessage } from "./error-helpers.js";
@@ -425,5 +425,27 @@ describe("Backend.argmaxRows: a step's greedy picks in one call", () => {
       expect(calls).toEqual(be === backend ? [4, 4, 4] : []);
       expect(errorMessage(() => dec.argmaxSlots([0, 1], new Int32Array(1)))).toMatch(/out must be an Int32Array of at least 2 values/);
     }
+  });
+});
+
+describe("batched decode with a decode attention per sequence", () => {
+  const { files } = tinyModel({ seed: testSeed(61), layers: 2, hidden: 32, heads: 4, kvHeads: 2, vocab: 64, maxPositions: 64 });
+  it("every slot needs a decode attention of its own: one-line errors", () => {
+    using model = LlamaModel.load(files, new ReferenceBackend(), { maxContext: 48, prefillBlock: 8, gpuKvBudget: 8, sinkTokens: 2, kvEvictBlock: 2 });
+    const noop = () => {};
+    const d: DecodeAttention = { newSequence: noop, beginStep: noop, layerInput: noop, attend: noop, endStep: noop };
+    model.attention.setDecodeAttention(d);
+    expect(errorMessage(() => new BatchDecoder(model, 2))).toBe(
+      "batched decode: slot 1 has no decode attention and slot 0 has one (attach hybrid attention to every sequence: @hybridgen/runtime's createBatchHybridAttention)",
+    );
+    model.setSequenceSetup((s) => {
+      s.attention.setDecodeAttention(d);
+      return { [Symbol.dispose]: noop };
+    });
+    expect(errorMessage(() => new BatchDecoder(model, 2))).toBe("batched decode: slot 1 shares its decode attention with another slot (each sequence needs its own)");
+    model.setSequenceSetup(null);
+    model.attention.setDecodeAttention(null);
+    using dec = new BatchDecoder(model, 2); // full attention everywhere: fine
+    expect(dec.capacity).toBe(2);
   });
 });

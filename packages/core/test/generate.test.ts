@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { BackendCpuStage, HybridAttention, HybridgenError, LlamaModel, ReferenceBackend, generate, generateText, type GeneratedToken, type GenerativeModel } from "../src/index.js";
+import { HybridgenError, LlamaModel, ReferenceBackend, generate, generateText, type GeneratedToken, type GenerativeModel } from "../src/index.js";
 import { charTokenizer, testSeed, tinyModel, withMethods } from "../src/testing/index.js";
-import { fixedScheduler, topKSelector } from "./hybrid-helpers.js";
 
 /** The reference backend without the token-feed ops: generate takes the host round trip. */
 const withoutFeed = (be: ReferenceBackend) => withMethods(be, { argmaxToFeed: undefined, embeddingFromFeed: undefined, feedResult: undefined });
@@ -256,30 +255,5 @@ describe("generate fed on the device (Backend.argmaxToFeed)", () => {
     using plain = LlamaModel.load(files, withoutFeed(new ReferenceBackend()), { prefillBlock: 4 });
     expect(() => plain.stepFed(0)).toThrow(HybridgenError);
     expect(() => plain.pickToFeed(0)).toThrow(/cannot feed tokens on the device/);
-  });
-});
-
-describe("generate fed on the device with hybrid attention", () => {
-  it("gives the host round trip's tokens with an offloading cache and a top-K selector, exact and speculative logits", async () => {
-    const { files } = tinyModel({ seed: testSeed(39), eos: 9999 });
-    const prompt = [1, 5, 9, 14, 22, 3, 8, 17, 11, 6, 2, 30];
-    const tokensOf = async (feed: boolean, logits: "exact" | "speculative") => {
-      const be = new ReferenceBackend();
-      const runBe = feed ? be : withoutFeed(be);
-      using model = LlamaModel.load(files, runBe, { prefillBlock: 5, maxContext: 40, gpuKvBudget: 8, kvEvictBlock: 2 });
-      using hybrid = HybridAttention.attach(
-        { attention: model.attention, projector: model, stage: new BackendCpuStage(be), selector: topKSelector(false), scheduler: fixedScheduler(3, "post") },
-        { logits },
-      );
-      expect(model.feedsOnDevice).toBe(feed);
-      const r = await generateText(model, files.tokenizer, prompt, { maxTokens: 14, sampling: { temperature: 0 } });
-      expect(hybrid.stats.steps).toBeGreaterThan(0);
-      return r.tokens;
-    };
-    for (const logits of ["exact", "speculative"] as const) {
-      const fed = await tokensOf(true, logits);
-      expect(fed).toHaveLength(14);
-      expect(fed).toEqual(await tokensOf(false, logits));
-    }
   });
 });

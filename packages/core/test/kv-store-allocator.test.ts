@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { KvCache, LlamaModel, ReferenceBackend, type Backend, type DType, type KvStoreAllocator, type Tensor } from "../src/index.js";
 import { randomIds, testSeed, tinyModel } from "../src/testing/index.js";
-import { AddressBook, HostReference, LoopbackLink } from "./loopback-link.js";
+import { AddressBook, HostReference, LoopbackLink } from "../src/testing/index.js";
 
 /** Records what the cache asks of it; V of odd layers is "file-backed" (not pinnable). */
 class RecordingAllocator implements KvStoreAllocator {

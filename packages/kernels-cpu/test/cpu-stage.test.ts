@@ -1,11 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { type Backend, type CpuStage, type CpuStageJob, type CpuStageWork, type DType, type Scheduler, type Selection, type Tensor, type TokenSelector } from "@hybridgen/spec";
 import { BackendCpuStage, ReferenceBackend, topKSelection } from "@hybridgen/spec/kit";
-import { HybridAttention, LlamaModel } from "@hybridgen/core";
 import { cpuFeatures, createCpuBackend, NativeCpuStage, type Isa } from "../src/index.js";
 import { randn, rng, SEED } from "./helpers.js";
-// The tiny in-memory Llama of core's engine tests (same monorepo).
-import { tinyModel } from "@hybridgen/core/testing";
 
 const heads = 8, kvHeads = 2, headDim = 64, cap = 700;
 
@@ -212,43 +209,5 @@ describe("NativeCpuStage bad input", () => {
     ref.free(foreign);
     stage.close();
     expect(() => stage.query(0)).toThrow(/after close/);
-  });
-});
-
-describe("hybrid attention on the CPU backend with the native stage", () => {
-  const fixed = (k: number, timing: "pre" | "post"): Scheduler => ({ name: "fixed", initial: () => ({ k, timing }), next: () => ({ k, timing }), reset() {} });
-  const all: TokenSelector = {
-    name: "all", timings: ["post"], needsScores: false, usesBudget: false, kernel: "all", initState: () => undefined,
-    select: () => { throw new Error("the kernel runs it"); },
-  };
-  it("'all' + exact and 'all' + verified reproduce full attention (GQA, sinks, budget below the prompt) within 1e-4", () => {
-    const { files } = tinyModel({ seed: 7 + (SEED % 1000), heads: 4, kvHeads: 2, maxPositions: 64 });
-    const tokens = Array.from({ length: 40 }, (_, i) => (i * 7 + 3) % 50);
-    const runModel = (hybrid: boolean, logits: "exact" | "verified" = "exact") => {
-      using cpu = createCpuBackend({ threads: 1 });
-      using model = LlamaModel.load(files, cpu, { prefillBlock: 8, maxContext: 48, ...(hybrid ? { gpuKvBudget: 6, sinkTokens: 2, kvEvictBlock: 2 } : {}) });
-      const h = hybrid
-        ? HybridAttention.attach({ attention: model.attention, projector: model, stage: new NativeCpuStage(cpu), selector: all, scheduler: fixed(4, "post") }, { logits })
-        : null;
-      const out = [model.forward(Int32Array.from(tokens.slice(0, 12)), 0)];
-      for (let t = 12; t < tokens.length; t++) out.push(model.forward(Int32Array.of(tokens[t]), t));
-      const steps = h?.stats.steps ?? 0;
-      const st = h?.stats;
-      const split = st ? { score: st.cpuScoreMs, select: st.cpuSelectMs, gather: st.cpuGatherMs, busy: st.cpuStageMs, summary: st.summary() } : null;
-      h?.close();
-      return { out, steps, split };
-    };
-    const full = runModel(false), hy = runModel(true);
-    expect(hy.steps).toBe(tokens.length - 12);
-    // The native stage's phases reach the stats: every job scored and selected, and they fit in its busy time.
-    const sp = hy.split!;
-    expect(sp.score).toBeGreaterThan(0);
-    expect(sp.select).toBeGreaterThan(0);
-    expect(sp.score + sp.select + sp.gather).toBeLessThanOrEqual(sp.busy + 1e-6);
-    expect(sp.summary).toMatch(/CPU stage split per layer: score [\d.]+ ms, top-K [\d.]+ ms, gather [\d.]+ ms, hand-offs [\d.]+ ms/);
-    hy.out.forEach((l, i) => expect(maxDiff(l, full.out[i])).toBeLessThan(1e-4));
-    const verified = runModel(true, "verified");
-    expect(verified.steps).toBe(tokens.length - 12);
-    verified.out.forEach((l, i) => expect(maxDiff(l, full.out[i])).toBeLessThan(1e-4));
   });
 });

@@ -69,7 +69,7 @@ export const RunPlanInputSchema = z.object({
   useFree: z.boolean().default(false),
   /** Offloaded tokens selected per KV head and layer (the CPU stage's K). */
   k: z.number().int().positive().default(64),
-  /** Candidates per selected token the device scores (verified logits, core's HybridOptions.candidates; 1 for exact or speculative,
+  /** Candidates per selected token the device scores (verified logits, the runtime's HybridOptions.candidates; 1 for exact or speculative,
    * whose layers gather K rows a KV head and send no K rows up). */
   candidates: z.number().int().positive().default(4),
   /** The selector tracks accumulated scores (h2o, keyformer): the window's logits are materialised, so the score rows span the context. */

@@ -12,7 +12,8 @@
  *   using batch = await createBatchHybridAttention(model, backend, { selector: "topk", k: 16 });
  *   const res = await generateBatch(model, tokenizer, requests, { batch: 4 }).result();
  */
-import { HybridgenError, type Backend, type DecoderModel, type HybridAttention, type SequenceState } from "@hybridgen/core";
+import { HybridgenError, type Backend, type DecoderModel, type SequenceState } from "@hybridgen/core";
+import { type HybridAttention } from "./hybrid/index.js";
 import { hybridBuilder, type HybridModel } from "./create-hybrid-attention.js";
 import { isAllocator, type HybridRuntimeOptions } from "./options.js";
 

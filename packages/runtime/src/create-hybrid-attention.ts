@@ -4,10 +4,8 @@
  * host memory (a CPU backend of its own holds it, pinned through the device's host link). The
  * CLI, the benches, the tests and library users all assemble hybrid attention through it.
  */
-import {
-  calibrationSummary, HybridAttention, HybridgenError, HybridOptionsSchema, PrefillCalibrator, type Attention, type Backend, type CalibrationResult, type CpuStage,
-  type KvCache, type KvStoreAllocator, type QueryProjector, type Scheduler,
-} from "@hybridgen/core";
+import { HybridgenError, type Attention, type Backend, type CpuStage, type KvCache, type KvStoreAllocator, type QueryProjector, type Scheduler } from "@hybridgen/core";
+import { calibrationSummary, HybridAttention, HybridOptionsSchema, PrefillCalibrator, type CalibrationResult } from "./hybrid/index.js";
 import { loadSelectorSpec } from "@hybridgen/selectors";
 import { isAllocator, type HybridRuntimeOptions } from "./options.js";
 import { resolveHybrid, type HybridPlan } from "./resolve.js";

@@ -7,3 +7,4 @@ export { probeDiskGather, type DiskGatherProbe } from "./probe-disk-gather.js";
 export { KSpill } from "./k-spill.js";
 export { defaultStageThreads } from "./stage-threads.js";
 export { fillSyntheticKv, randomizeWindow } from "./synthetic-kv.js";
+export * from "./hybrid/index.js";

@@ -1,7 +1,8 @@
 /** Options of createHybridAttention(), validated once at the boundary. */
 import { z } from "zod";
 import { schedulerNames } from "@hybridgen/scheduler";
-import { KSchema, LogitsModeSchema, MassTargetSchema, RowPathRequestSchema, SelectionTimingSchema, type Backend, type CpuStage, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
+import { KSchema, SelectionTimingSchema, type Backend, type CpuStage, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
+import { LogitsModeSchema, MassTargetSchema, RowPathRequestSchema } from "./hybrid/index.js";
 
 const isSelector = (v: unknown): v is TokenSelector =>
   typeof v === "object" && v !== null && typeof (v as TokenSelector).select === "function" && Array.isArray((v as TokenSelector).timings);
@@ -28,7 +29,7 @@ export const SchedulerNameSchema = z.string().superRefine((n, ctx) => {
 
 const count = (min: number) => z.number().int("must be an integer").min(min, `must be at least ${min}`);
 
-/** What the runtime reads of a model's hybrid profile (core's HybridProfile, read by readHybridProfile, has these and more). */
+/** What the runtime reads of a model's hybrid profile (HybridProfile, read by readHybridProfile, has these and more). */
 export const ProfileDefaultsSchema = z
   .object({
     kMin: KSchema,
@@ -40,7 +41,7 @@ export const ProfileDefaultsSchema = z
   .loose();
 export type ProfileDefaults = z.infer<typeof ProfileDefaultsSchema>;
 
-/** What a runtime takes of a calibration (core's CalibrationResult has these and more). */
+/** What a runtime takes of a calibration (CalibrationResult has these and more). */
 export const CalibrationStartSchema = z.object({ k: KSchema, exactLayers: z.array(count(0)), layerK: z.array(KSchema).optional() }).loose();
 export type CalibrationStart = z.infer<typeof CalibrationStartSchema>;
 
@@ -72,7 +73,7 @@ export const HybridRuntimeOptionsSchema = z
     exactLayers: z.array(count(0)).optional(),
     /** Verified logits: candidates·K tokens chosen for the device to score (default: the profile's, else the engine's). */
     candidates: count(1).optional(),
-    /** Where a device backend gets the selected rows (core's HybridOptions.rowPath): "auto" (default: mapped wherever it can run), "mapped" or "staged". */
+    /** Where a device backend gets the selected rows (the hybrid step's HybridOptions.rowPath): "auto" (default: mapped wherever it can run), "mapped" or "staged". */
     rowPath: z.enum(RowPathRequestSchema.options, { error: "must be auto, mapped or staged" }).optional(),
     /** Native CPU-stage threads. Default: 1 on the CPU backend, cores − 3 on a device backend (defaultStageThreads). */
     cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
@@ -92,7 +93,7 @@ export const HybridRuntimeOptionsSchema = z
     storeAllocator: z
       .custom<KvStoreAllocator | StoreAllocatorFactory>((v) => isAllocator(v) || typeof v === "function", { message: "must be a KvStoreAllocator or a function (sequence) => KvStoreAllocator" })
       .optional(),
-    /** Keep accumulated scores even when the selector does not ask for them (core's HybridOptions.trackScores). */
+    /** Keep accumulated scores even when the selector does not ask for them (the hybrid step's HybridOptions.trackScores). */
     trackScores: z.boolean().optional(),
     /** A wrapper or stand-in for the CPU stage the runtime built from these options (a bench that meters or
      * shadows it), given that stage and the CPU backend the store is on; the result owns the built stage. */
@@ -102,7 +103,7 @@ export const HybridRuntimeOptionsSchema = z
     /** Calibrate from each prompt's prefill what neither an option nor the profile gives: K (the
      * feedback floor or the fixed K) and exactLayers (default true; false keeps the constant defaults). */
     calibrate: z.boolean().optional(),
-    /** The share of the attention mass the calibrated K captures on every layer, 0 < x ≤ 1 (default core's DEFAULT_MASS_TARGET). */
+    /** The share of the attention mass the calibrated K captures on every layer, 0 < x ≤ 1 (default DEFAULT_MASS_TARGET). */
     massTarget: MassTargetSchema.optional(),
     /** A calibration already made (an earlier prompt's, the model's cached one): its K and exactLayers
      * stand for what calibration would choose until a prompt's prefill calibrates afresh. */

@@ -3,9 +3,8 @@
  * K / kMin / timing, which logits mode and exact layers, how many stage threads. Every default
  * is taken here, and every contradiction is a one-line HybridgenError.
  */
-import {
-  DEFAULT_K, DEFAULT_MASS_TARGET, DEFAULT_TIMING, type CalibrationResult, HybridgenError, HybridOptionsSchema, type HybridOptions, type RowPathRequest, type Scheduler, type SelectionTiming, type TransportName, type TokenSelector,
-} from "@hybridgen/core";
+import { DEFAULT_K, DEFAULT_TIMING, HybridgenError, type Scheduler, type SelectionTiming, type TokenSelector } from "@hybridgen/core";
+import { DEFAULT_MASS_TARGET, type CalibrationResult, HybridOptionsSchema, type HybridOptions, type RowPathRequest, type TransportName } from "./hybrid/index.js";
 import { lookupScheduler } from "@hybridgen/scheduler";
 import { selectorFromSpec } from "@hybridgen/selectors";
 import { defaultStageThreads } from "./stage-threads.js";
@@ -42,7 +41,7 @@ export interface HybridPlan {
   readonly readDepth?: number;
   readonly scoring: "full" | "int8" | "int4";
   readonly rescoreFactor: number;
-  /** How the stage's rows reach the device (core's chooseTransport), once the hybrid attention is built; "handed-off+fetch": rows fetched ahead. */
+  /** How the stage's rows reach the device (chooseTransport), once the hybrid attention is built; "handed-off+fetch": rows fetched ahead. */
   readonly transport?: TransportName | `${TransportName}+fetch`;
 }
 

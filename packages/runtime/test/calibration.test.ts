@@ -88,7 +88,7 @@ describe("calibration from the prefill", () => {
     using model = load();
     using ha = await createHybridAttention(turned(model, 1), backend, {});
     model.reset();
-    model.expectPrompt(PROMPT);
+    model.expectPrompt!(PROMPT);
     for (let off = 0; off < PROMPT; off += 96) model.forward(prompt.subarray(off, Math.min(PROMPT, off + 96)), off);
     expect(hybridPlan(ha)!.calibrated!.exactLayers).toEqual([1]);
     expect(hybridPlan(ha)!.calibrated!.tokens).toBe(PROMPT);

@@ -1,7 +1,6 @@
 import { afterAll, describe, expect, it } from "vitest";
-import {
-  ReferenceBackend, loadModel, type HybridProfile,
-} from "@hybridgen/core";
+import { ReferenceBackend, loadModel } from "@hybridgen/core";
+import { type HybridProfile } from "../src/index.js";
 import { createCpuBackend, DEFAULT_READ_DEPTH, NativeCpuStage } from "@hybridgen/kernels-cpu";
 import { CONTEXT, PROMPT, STEPS, decodeTiny, tinyFiles as tinyModelFiles } from "./tiny-model.js";
 import { FixedScheduler } from "@hybridgen/scheduler";

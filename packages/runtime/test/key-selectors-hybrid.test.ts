@@ -1,8 +1,6 @@
 import { describe, expect, it } from "vitest";
-import {
-  BackendCpuStage, ByteTokenizer, describeModel, DummyWeightSource, HybridAttention, LlamaModel, ReferenceBackend, seededRandom as rng, tensorSpecsOf, type ModelFiles,
-  type Scheduler, type SelectionTiming, type TokenSelector,
-} from "@hybridgen/core";
+import { BackendCpuStage, ByteTokenizer, describeModel, DummyWeightSource, LlamaModel, ReferenceBackend, seededRandom as rng, tensorSpecsOf, type ModelFiles, type Scheduler, type SelectionTiming, type TokenSelector } from "@hybridgen/core";
+import { HybridAttention } from "../src/index.js";
 import { createSelector } from "@hybridgen/selectors";
 
 /** A 2-layer GQA Llama (4 query heads, 2 KV heads, headDim 16) with seeded dummy weights. */

@@ -1,7 +1,8 @@
 // K has one default (core's DEFAULT_K): the fixed scheduler's K, the feedback scheduler's floor
 // and the runtime's plan all take it when nothing else gives one; rowPath likewise takes the engine's.
 import { describe, expect, it } from "vitest";
-import { DEFAULT_K, HybridOptionsSchema } from "@hybridgen/core";
+import { DEFAULT_K } from "@hybridgen/core";
+import { HybridOptionsSchema } from "../src/index.js";
 import { FeedbackScheduler, FixedScheduler } from "@hybridgen/scheduler";
 import { resolveHybrid } from "../src/index.js";
 

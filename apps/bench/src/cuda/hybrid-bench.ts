@@ -35,9 +35,8 @@
  * compares its logits with the one-block prefill's and decodes. Also the pinned host↔device
  * bandwidth of the copy path.
  */
-import {
-  BatchDecoder, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LlamaModel, type LogitsMode, type RowPathRequest, type Tensor,
-} from "@hybridgen/core";
+import { BatchDecoder, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LlamaModel, type Tensor } from "@hybridgen/core";
+import { type LogitsMode, type RowPathRequest } from "@hybridgen/runtime";
 import { createBatchHybridAttention, createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { readFileSync } from "node:fs";
 import { cpus } from "node:os";

@@ -12,7 +12,8 @@
  *   3. "all" + verified logits on the mapped path equals full attention on CUDA within 1e-5.
  * hybrid-bench.ts runs them with its checks (--skip-bench).
  */
-import { STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, relError, type HybridAttention, type LogitsMode, type RowPath, type RowPathRequest } from "@hybridgen/core";
+import { STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, relError } from "@hybridgen/core";
+import { type HybridAttention, type LogitsMode, type RowPath, type RowPathRequest } from "@hybridgen/runtime";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { createHybridAttention } from "@hybridgen/runtime";
 import type { CudaBackend } from "@hybridgen/kernels-cuda";

@@ -1,7 +1,7 @@
 /**
  * Retrieval accuracy of hybrid attention's modes beside full attention, as a new user meets them:
  * no profile anywhere and no K given, so K and the exact layers come from each prompt's prefill
- * calibration (core's PrefillCalibrator). CPU backend.
+ * calibration (the runtime's PrefillCalibrator). CPU backend.
  *
  *   ./bun apps/bench/src/eval/calibrated-eval.ts --models ../shared/models/recall-4l:needle,DIR:vartrack,…
  *     [--lengths 4096,8192,16384] [--prompts 40] [--window 256] [--sinks 4] [--records 64]
@@ -15,9 +15,8 @@
  */
 import { resolve } from "node:path";
 import { writeFileSync } from "node:fs";
-import {
-  argmax, DEFAULT_MASS_TARGET, LlamaModel, openModelDir, PrefillCalibrator, seededRandom, type CalibrationResult, type PrefillObserver,
-} from "@hybridgen/core";
+import { argmax, LlamaModel, openModelDir, seededRandom, type PrefillObserver } from "@hybridgen/core";
+import { DEFAULT_MASS_TARGET, PrefillCalibrator, type CalibrationResult } from "@hybridgen/runtime";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "../args.js";
@@ -93,7 +92,7 @@ for (const { dir, task } of MODELS) {
       for (const mname of modeNames) {
         const mode = MODES[mname]!;
         const cal = calibrated.get(mode.candidates);
-        const h = await createHybridAttention(model, be, { ...mode.options, cpuStageThreads: 1, ...(cal ? { calibration: cal } : {}) });
+        const h = await createHybridAttention(model, be, { ...mode.options, cpuStageThreads: 1, ...(cal ? { calibration: { ...cal, exactLayers: [...cal.exactLayers], layerK: [...cal.layerK] } } : {}) });
         try {
           let ok = true, pos = prompt.context.length;
           const lead = prompt.question.length - (prompt.answer.length - 1);

@@ -6,7 +6,8 @@
  *
  *   ./bun apps/bench/src/eval/calibrated-stories.ts [--budget 32] [--prompt 96] [--mass-targets 0.95,0.9,0.8]
  */
-import { AgreementMeter, DEFAULT_PROFILE_TEXT, ensureStories15M, LlamaModel, openModelDir, referenceStep } from "@hybridgen/core";
+import { ensureStories15M, LlamaModel, openModelDir } from "@hybridgen/core";
+import { AgreementMeter, DEFAULT_PROFILE_TEXT, referenceStep } from "@hybridgen/runtime";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, hybridPlan, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "../args.js";

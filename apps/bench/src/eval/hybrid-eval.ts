@@ -10,7 +10,8 @@
  * - the stage timings of each run: mean CPU stage and device stage per layer, and how much of
  *   the CPU stage the device stage hid.
  */
-import { argmax, DEFAULT_PROFILE_TEXT, ensureStories15M, LlamaModel, logSoftmax64, openModelDir, type HybridAttention, type SelectionTiming } from "@hybridgen/core";
+import { argmax, ensureStories15M, LlamaModel, logSoftmax64, openModelDir, type SelectionTiming } from "@hybridgen/core";
+import { DEFAULT_PROFILE_TEXT, type HybridAttention } from "@hybridgen/runtime";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 

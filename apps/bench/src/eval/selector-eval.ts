@@ -1,16 +1,14 @@
 /**
  * Pre-QKᵀ selectors on stories15M (./bun apps/bench/src/eval/selector-eval.ts [--budget 32] [--tokens 256]
  * [--selectors topk,streaming,quest,infinigen] [--modes exact,verified:1,verified:4]): teacher-forced over
- * hybrid-eval's text (core's DEFAULT_PROFILE_TEXT), top-1 next-token agreement and mean KL(full ‖ hybrid) for K ∈ {8, 16, 32}
+ * hybrid-eval's text (the runtime's DEFAULT_PROFILE_TEXT), top-1 next-token agreement and mean KL(full ‖ hybrid) for K ∈ {8, 16, 32}
  * with a 32-token device window, and what each selector reads of the host store per decode step
  * (all layers): the selector's own reads through the key primitives (page summaries, partial
  * keys, the rows it folds in) plus the stage's K rows scored and V rows gathered.
  * Run `bun run build` first (this imports the built packages).
  */
-import {
-  argmax, DEFAULT_PROFILE_TEXT, ensureStories15M, LlamaModel, logSoftmax64, openModelDir, type CpuStage, type CpuStageJob, type OffloadedKeys, type SelectionTiming,
-  type SelectorPrimitives,
-} from "@hybridgen/core";
+import { argmax, ensureStories15M, LlamaModel, logSoftmax64, openModelDir, type CpuStage, type CpuStageJob, type OffloadedKeys, type SelectionTiming, type SelectorPrimitives } from "@hybridgen/core";
+import { DEFAULT_PROFILE_TEXT } from "@hybridgen/runtime";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 

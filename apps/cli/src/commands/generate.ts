@@ -1,6 +1,5 @@
-import {
-  DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel, readHybridCalibration, readHybridProfile, writeHybridCalibration,
-} from "@hybridgen/core";
+import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, generate, loadModel } from "@hybridgen/core";
+import { readHybridCalibration, readHybridProfile, writeHybridCalibration } from "@hybridgen/runtime";
 import { hybridPlan } from "@hybridgen/runtime";
 import { ABORTED, untilAborted } from "../abortable.js";
 import { renderChat } from "../chat-prompt.js";

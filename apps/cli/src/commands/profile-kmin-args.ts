@@ -1,6 +1,7 @@
 /** `hybridgen profile-kmin` flags: parsed strictly, every bad value a one-line HybridgenError. */
 import { parseArgs } from "node:util";
-import { HybridgenError, HybridOptionsSchema } from "@hybridgen/core";
+import { HybridgenError } from "@hybridgen/core";
+import { HybridOptionsSchema } from "@hybridgen/runtime";
 import { builtinSelectors } from "@hybridgen/selectors";
 import { parseArgsError } from "../parse-args-error.js";
 

@@ -3,9 +3,8 @@
  * one full-attention pass that records the reference answers and the speculation recall
  * per layer, then one hybrid pass (exact logits) per selector and K.
  */
-import {
-  AgreementMeter, HybridgenError, SpeculationRecallProbe, referenceStep, teacherForce, type Backend, type CausalLM, type ReferenceStep, type SelectionTiming,
-} from "@hybridgen/core";
+import { HybridgenError, type Backend, type CausalLM, type SelectionTiming } from "@hybridgen/core";
+import { AgreementMeter, SpeculationRecallProbe, referenceStep, teacherForce, type ReferenceStep } from "@hybridgen/runtime";
 import { createHybridAttention } from "@hybridgen/runtime";
 import { selectorFromSpec } from "@hybridgen/selectors";
 

@@ -1,5 +1,5 @@
 /** The text report of `hybridgen profile-kmin`: agreement per selector × K, K_min, recall per layer. */
-import type { HybridProfile } from "@hybridgen/core";
+import type { HybridProfile } from "@hybridgen/runtime";
 import { pct, type ProfileMeasurements } from "./profile-kmin-measure.js";
 
 function table(head: string[], rows: string[][]): string {

@@ -1,12 +1,11 @@
 /**
  * `hybridgen profile-kmin`: K_min per selector and the layers that may speculate, measured
  * offline on the CPU backend (profile-kmin-measure.ts), printed, and stored as the model's
- * hybrid profile (core's writeHybridProfile) for `generate` to take its defaults from.
+ * hybrid profile (the runtime's writeHybridProfile) for `generate` to take its defaults from.
  */
 import { realpathSync } from "node:fs";
-import {
-  DEFAULT_MAX_CONTEXT, DEFAULT_PROFILE_TEXT, HybridgenError, ensureStories15M, forcedSteps, loadModel, writeHybridProfile, type HybridProfile,
-} from "@hybridgen/core";
+import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, loadModel } from "@hybridgen/core";
+import { DEFAULT_PROFILE_TEXT, forcedSteps, writeHybridProfile, type HybridProfile } from "@hybridgen/runtime";
 import { loadSelectorSpec } from "@hybridgen/selectors";
 import type { CliIo } from "../io.js";
 import { isPreset, openModelSource } from "../model-source.js";

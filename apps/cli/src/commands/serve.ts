@@ -6,9 +6,8 @@
  * files go with them) and return 0.
  */
 import { basename } from "node:path";
-import {
-  BatchDecoder, DEFAULT_MAX_CONTEXT, DTYPE_BYTES, HybridgenError, PRESET_PREFIX, ensureStories15M, loadModel, readHybridProfile, type KvStoreAllocator,
-} from "@hybridgen/core";
+import { BatchDecoder, DEFAULT_MAX_CONTEXT, DTYPE_BYTES, HybridgenError, PRESET_PREFIX, ensureStories15M, loadModel, type KvStoreAllocator } from "@hybridgen/core";
+import { readHybridProfile } from "@hybridgen/runtime";
 import { resolveWindowBudget } from "../auto-budget.js";
 import { openBackend, threadCount } from "../device-backend.js";
 import { attachHybrid, hybridPlanLine, loadHybridSelector, windowLoadOptions } from "../hybrid-options.js";

@@ -14,8 +14,9 @@
  * waits, the requests behind it too. When it leaves, the slot goes back to an idle sequence and
  * its bytes to the ledgers.
  */
-import { Sampler, TokenText, type BatchDecoder, type FinishReason, type HybridStats, type KvStoreAllocator, type SamplingOptionsInput, type Tokenizer } from "@hybridgen/core";
+import { Sampler, TokenText, type BatchDecoder, type FinishReason, type KvStoreAllocator, type SamplingOptionsInput, type Tokenizer } from "@hybridgen/core";
 import type { DeviceLedger } from "./device-ledger.js";
+import { type HybridStats } from "@hybridgen/runtime";
 import type { ServeMetrics } from "./metrics.js";
 import type { PlacedSlotStore, StoreLedger } from "./store-ledger.js";
 

@@ -1,0 +1,86 @@
+/**
+ * The handed-off transport: mapped rows, and the device — not the host — waits for each layer's
+ * CPU-stage job. Every layer's job is queued as soon as its query is sent; the device waits for the
+ * job's done signal (a word of this staging's own) and reads its logits and [counts | ids] table
+ * where the stage wrote them, so the host issues the whole step without waiting and collects the
+ * jobs' times at the step's end. A step whose selection runs in JS (no stage kernel for its timing)
+ * cannot be handed off: it runs as the mapped transport does.
+ *
+ * Rows fetched ahead (the option `fetchAhead`, where the link has a side stream): a layer's rows are
+ * gathered on the side stream as soon as its job is done — the next layer's is queued right after
+ * this layer's hand-off — so they cross the link during the layer before instead of inside the
+ * layer; PCIe-bound gathers then overlap HBM-bound GEMVs.
+ */
+import type { Attention } from "@hybridgen/core";
+import { type HostSignal, type Tensor, fail } from "@hybridgen/spec";
+import type { StepPlan } from "../step-plan.js";
+import type { TransportChoice } from "./choose-transport.js";
+import type { DeviceStaging } from "./device-staging.js";
+import { MappedTransport } from "./mapped-transport.js";
+import type { StepDriver, TransportName } from "./step-transport.js";
+
+export class HandedOffTransport extends MappedTransport {
+  override readonly name: TransportName = "handed-off";
+  private handOffStep = false;
+  /** Per layer: its rows were fetched ahead this step. */
+  private readonly fetched: boolean[];
+
+  constructor(step: StepDriver, d: DeviceStaging, attention: Attention, choice: TransportChoice) {
+    super(step, d, attention, choice);
+    if (!d.pinDoneWord()) fail("hybrid attention: the host link does not map the done word a handed-off step waits on");
+    if (choice.fetchAhead) d.fetchAhead();
+    this.fetched = new Array(step.layers).fill(false);
+  }
+
+  override planned(plan: StepPlan, rows: number): boolean {
+    super.planned(plan, rows);
+    this.fetched.fill(false);
+    this.handOffStep = plan.work === "kernel";
+    return this.handOffStep;
+  }
+
+  override jobLink(layer: number): { ready?: HostSignal; done?: HostSignal; deviceGather: boolean } {
+    const link = super.jobLink(layer);
+    return this.handOffStep ? { ...link, done: this.d.doneSignal() } : link;
+  }
+
+  /**
+   * A handed-off layer: what is recorded so far starts running, and the device, not the host,
+   * waits for the layer's job before its selected columns; the next layer's job is queued behind it.
+   */
+  override attend(layer: number, q: Tensor, out: Tensor): void {
+    if (!this.handOffStep) return super.attend(layer, q, out);
+    const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, scores = d.scores[slot]!, job = s.job(layer), rescore = s.rescore[layer]!;
+    const kmax = s.layerKmax(layer);
+    s.merge.scoreWindow(layer, q, scores, kmax);
+    if (!job?.done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
+    // A batch's rows fetch too: each sequence's staging has slots of its own, and on the link's one
+    // side stream their fetches queue in the order the rows are issued, which is the compute stream's.
+    const fetch = d.fetchesAhead;
+    this.closeSegment();
+    const up = d.handOffRows(slot, kmax, rescore);
+    if (fetch && !this.fetched[layer]) d.fetchRows(layer, slot, job.done, rescore, kmax); // before the segment that waits for it
+    this.openSegment(layer);
+    d.handOff(layer, slot, job.done, rescore, fetch);
+    s.submitNext(layer);
+    if (fetch) this.fetchNext(layer);
+    if (rescore) {
+      this.attention.backend.attnLogits(scores, d.col, q, 0, up.keys!, 0, kmax, this.attention.scale);
+      d.padColumns(slot, kmax, s.layout.groupSize);
+    }
+    s.merge.softmaxAggregate(layer, scores, d.col, null, up.values, kmax, out); // a handed-off step tracks no scores
+    if (fetch) d.releaseRows(slot);
+  }
+
+  /**
+   * The next layer's rows, fetched ahead as soon as its job (just queued on q̃) is done: its slot was
+   * freed by the layer before this one. Only the width is set here (this layer's segment records):
+   * the next hand-off makes the row views, before its own segment.
+   */
+  private fetchNext(layer: number): void {
+    const s = this.step, next = layer + 1, job = next < s.layers ? s.job(next) : null;
+    if (!job?.done) return;
+    this.d.fetchRows(next, (next & 1) as 0 | 1, job.done, s.rescore[next]!, s.layerKmax(next));
+    this.fetched[next] = true;
+  }
+}

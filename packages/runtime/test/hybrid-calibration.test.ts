@@ -1,0 +1,103 @@
+import { describe, expect, it } from "vitest";
+import { HybridgenError, seededRandom } from "@hybridgen/core";
+import { calibrationGrid, checkMassTarget, decideCalibration, LayerCalibration, type CalibrationSample } from "../src/index.js";
+
+/** `n` distinct values at least 1.25% apart (the bucket sort ties values within 0.8%), from 1 up, shuffled. */
+function distinct(r: () => number, n: number): Float32Array {
+  const v = Float32Array.from({ length: n }, (_, i) => 1.0125 ** i);
+  for (let i = n - 1; i > 0; i--) {
+    const j = Math.floor(r() * (i + 1));
+    [v[i], v[j]] = [v[j]!, v[i]!];
+  }
+  return v;
+}
+
+function softmax(x: Float32Array): Float32Array {
+  const m = Math.max(...x);
+  const e = x.map((v) => Math.exp(v - m));
+  const z = e.reduce((a, b) => a + b, 0);
+  return e.map((v) => v / z);
+}
+
+/** A sample of one query head: logits over `total` positions, the offloaded ones [from, to); q̃'s logits `spec`. */
+function sample(logits: Float32Array, spec: Float32Array | null, from: number, to: number): CalibrationSample {
+  return { logits: [logits], specLogits: spec ? [spec] : null, probs: [softmax(logits)], from, to };
+}
+
+/** Reference by full sorts: the share of mass the window plus the top-K offloaded tokens under `rank` hold. */
+function refShare(logits: Float32Array, rank: Float32Array, from: number, to: number, k: number): number {
+  const p = softmax(logits);
+  const off = [...Array(to - from).keys()].map((j) => j + from);
+  const top = [...off].sort((a, b) => rank[b]! - rank[a]!).slice(0, k);
+  const offMass = off.reduce((s, j) => s + p[j]!, 0);
+  return Math.min(1, 1 - offMass + top.reduce((s, j) => s + p[j]!, 0));
+}
+
+describe("prefill calibration's arithmetic", () => {
+  const r = seededRandom(11);
+  const total = 300, from = 2, to = 250;
+
+  it("mass shares and q̃'s recall equal a brute-force count on every grid K", () => {
+    const grid = calibrationGrid(to - from);
+    for (const c of [1, 3]) {
+      const acc = new LayerCalibration(grid, c);
+      const logits = distinct(r, total).map((v) => v / 4);
+      const spec = distinct(r, total);
+      acc.add(sample(logits, spec, from, to));
+      grid.forEach((k, b) => {
+        if (k >= to - from) return;
+        expect(acc.meanShare(b, false)).toBeCloseTo(refShare(logits, logits, from, to, k), 6);
+        expect(acc.meanShare(b, true)).toBeCloseTo(refShare(logits, spec, from, to, c * k), 6);
+        const trueTop = new Set([...Array(to - from).keys()].map((j) => j + from).sort((x, y) => logits[y]! - logits[x]!).slice(0, k));
+        const specTop = [...Array(to - from).keys()].map((j) => j + from).sort((x, y) => spec[y]! - spec[x]!).slice(0, c * k);
+        expect(acc.meanRecall(b)).toBeCloseTo(specTop.filter((j) => trueTop.has(j)).length / k, 9);
+      });
+    }
+  });
+
+  /** Sharp attention: a few offloaded tokens far above the rest. */
+  const sharp = () => {
+    const x = Float32Array.from({ length: total }, () => r() * 2);
+    for (let i = 0; i < 6; i++) x[from + Math.floor(r() * (to - from))] = 14 + r();
+    return x;
+  };
+
+  it("a layer whose q̃ ranks the tokens backwards is exact; one whose q̃ is q is not; K reaches the target on every layer", () => {
+    const grid = calibrationGrid(to - from);
+    const layers = [0, 1, 2].map(() => new LayerCalibration(grid, 4));
+    for (let s = 0; s < 8; s++) {
+      const a = sharp(), b = sharp(), c = sharp();
+      layers[0]!.add(sample(a, null, from, to));
+      layers[1]!.add(sample(b, b.map((v) => -v), from, to));
+      layers[2]!.add(sample(c, c, from, to));
+    }
+    const d = decideCalibration(layers, { massTarget: 0.95, offloaded: to - from, tokens: total, ms: 1, samples: 8 });
+    expect(d.exactLayers).toEqual([1]);
+    expect(d.layerRecall[1]).toBeLessThan(0.2);
+    expect(d.layerRecall[2]).toBe(1);
+    expect(d.k).toBe(Math.max(...d.layerK));
+    expect(d.layerK.every((k) => k < 32)).toBe(true);
+    for (const s of d.layerShare) expect(s).toBeGreaterThanOrEqual(0.95);
+    // Exact layers given: no choice is made, those layers' K is the true query's.
+    expect(decideCalibration(layers, { massTarget: 0.95, offloaded: to - from, tokens: total, ms: 1, samples: 8, exact: [] }).exactLayers).toEqual([]);
+  });
+
+  it("even attention needs most of the tokens; the K never exceeds what is offloaded", () => {
+    const grid = calibrationGrid(to - from);
+    const layer = new LayerCalibration(grid, 1);
+    for (let s = 0; s < 4; s++) {
+      const x = Float32Array.from({ length: total }, () => r() * 0.01);
+      layer.add(sample(x, x, from, to));
+    }
+    const d = decideCalibration([layer], { massTarget: 0.95, offloaded: to - from, tokens: total, ms: 1, samples: 4 });
+    expect(d.k).toBeGreaterThan(0.7 * (to - from));
+    expect(d.k).toBeLessThanOrEqual(to - from);
+  });
+
+  it("a mass target must be in (0, 1]", () => {
+    expect(checkMassTarget(1)).toBe(1);
+    expect(checkMassTarget(0.5)).toBe(0.5);
+    for (const bad of [0, -0.1, 1.01, Number.NaN, "0.9"]) expect(() => checkMassTarget(bad)).toThrow(HybridgenError);
+    expect(() => checkMassTarget(0)).toThrow("massTarget must be above 0 (got 0)");
+  });
+});
