@@ -265,6 +265,23 @@ describe("hybridgen plan", () => {
     expect(none.stdout).not.toMatch(/K on disk/);
   });
 
+  it("--index: the page index on the GPU shrinks the window by its bytes and takes the K scan off the CPU stage; bad options are one line", () => {
+    const plan = ["plan", "--model", "preset:llama-3.1-8b", "--context", "1500000", "--gpu-free", "140G", "--gpu-bandwidth", "4000", "--link-bandwidth", "50", "--k", "256", "--kv-disk", tmp()];
+    const plain = JSON.parse(runBin([...plan, "--json"]).stdout), r = runBin([...plan, "--index", '{"form":"int4","placement":"device"}', "--json"]);
+    expect(r.code).toBe(0);
+    const p = JSON.parse(r.stdout);
+    expect(p.index).toEqual({ placement: "device", bytes: Math.ceil((p.offloadedTokens * 32 * 8 * (128 + 4)) / 16) });
+    expect(p.gpu.windowTokens).toBeLessThan(plain.gpu.windowTokens);
+    expect(p.predicted.cpuMs).toBe(0);
+    expect(runBin([...plan, "--index", '{"placement":"device"}']).stdout).toMatch(/\nindex: {6}the page index chooses the rows: [\d.]+ GiB in GPU memory \(ranked there; the stage reads only the chosen pages' rows\)\n/);
+    const bad = (json: string) => runBin([...plan, "--index", json]);
+    expect(bad('{"form":"int2"}').stderr).toBe('error: invalid value for --index: form: form "int2" does not exist (forms: int8, int4)\n');
+    expect(bad('{"placement":"gpu"}').stderr).toBe('error: invalid value for --index: placement: placement "gpu" does not exist (auto, host, device)\n');
+    const tight = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "1500000", "--gpu-free", "17G", "--no-probe", "--kv-disk", tmp(), "--index", '{"placement":"device"}']);
+    expect(tight.code).toBe(2);
+    expect(tight.stderr).toMatch(/^error: the page index on the GPU \(.+\) leaves no room for a window: .+ \(index placement "host" keeps it on the CPU stage\)\n$/);
+  });
+
   it("a context that fits nowhere is refused with the numbers after the plan (exit 2)", () => {
     const r = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "3000000", "--gpu-free", "140G", "--no-probe", "--kv-disk", tmp(), "--host-kv-budget", "1G"]);
     expect(r.code).toBe(2);

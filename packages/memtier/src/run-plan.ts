@@ -79,6 +79,19 @@ export const RunPlanInputSchema = z.object({
   prefill: z.boolean().default(true),
   /** The most tokens appended at once (the prefill block): the window's ring keeps that many slots past the budget. */
   appendTokens: z.number().int().nonnegative().default(512),
+  /**
+   * The page index chooses the stage's rows (the "index" selector): the stage reads the index, not
+   * every offloaded K row, and only the chosen pages' rows leave the tiers (disk included). Its page
+   * level lives in device memory ("device": charged to the GPU beside the window, ranked at its read
+   * rate), on the host ("host": the CPU stage reads it and its super-pages from the fastest tier), or
+   * where it fits ("auto": the device when it has room for the index and a window).
+   */
+  index: z.object({
+    form: z.enum(["int8", "int4"]).default("int8"),
+    pageSize: z.number().int().min(1).max(4096).default(16),
+    superPages: z.number().int().min(1).max(4096).default(16),
+    placement: z.enum(["auto", "host", "device"]).default("auto"),
+  }).optional(),
 });
 export type RunPlanInput = z.input<typeof RunPlanInputSchema>;
 
@@ -94,6 +107,8 @@ export interface RunPlan {
     /** One sequence's device bytes: its window with the ring's append slots, and in the reserve its score rows, prefill scratch and the hybrid step's staging. */
     readonly perSequence: { readonly windowBytes: number; readonly scoresBytes: number; readonly scratchBytes: number; readonly stagingBytes: number };
   };
+  /** The page index, when it chooses (input.index): where it lives and its bytes (every layer, the batch's sequences). */
+  readonly index: null | { readonly placement: "host" | "device"; readonly bytes: number };
   /** Host window (no GPU): the window's KV lives in host memory with the weights. */
   readonly hostWindowBytes: number;
   readonly offloadedTokens: number;
@@ -164,6 +179,10 @@ export function planRun(input: RunPlanInput): RunPlan {
 
   let gpu: RunPlan["gpu"] = null;
   let window: number;
+  // The page index's bytes per offloaded token (every layer): codes and a scale a page and KV head, and its super-pages on the host.
+  const codeBytes = o.index ? (o.index.form === "int8" ? 2 : 1) * o.model.headDim : 0;
+  const indexPerToken = o.index ? (o.model.layers * o.model.kvHeads * (codeBytes + 4)) / o.index.pageSize : 0;
+  let indexOnDevice = false, indexRefusal: string | null = null;
   if (o.gpu) {
     // Each sequence's own: a prompt prefilled in blocks over offloaded rows brings one layer up at a time into two K/V scratch pairs of the whole context.
     const row = o.model.kvHeads * o.model.headDim * o.kvElementBytes; // one token's K (or V) of one layer
@@ -177,9 +196,23 @@ export function planRun(input: RunPlanInput): RunPlan {
     const scores = heads * ctx * 4;
     const batchRows = B > 1 ? B * o.model.batchRowBytes : 0;
     const reserve = o.gpu.reserveBytes + o.model.activationBytes + batchRows + B * (scratch + staging + scores);
-    const fit = Math.max(0, gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: reserve, bytesPerToken: total, batch: B }) - o.appendTokens);
+    let fit = Math.max(0, gpuWindowTokens({ freeBytes: o.gpu.freeBytes, weightsBytes: o.model.weightsBytes, reserveBytes: reserve, bytesPerToken: total, batch: B }) - o.appendTokens);
+    if (o.index && o.index.placement !== "host") {
+      // The device index covers the offloaded tokens: each token the window gives up costs its index bytes instead.
+      const left = o.gpu.freeBytes - o.model.weightsBytes - reserve - ctx * indexPerToken * B;
+      const withIndex = left <= 0 ? 0 : Math.max(0, Math.floor(left / ((total - indexPerToken) * B)) - o.appendTokens);
+      if (o.index.placement === "device" || withIndex > 0) {
+        fit = withIndex;
+        indexOnDevice = true;
+        if (withIndex === 0 && o.index.placement === "device") {
+          indexRefusal = `the page index on the GPU (${formatBytes(ctx * indexPerToken * B)} for ${ctx} tokens × batch ${B}) leaves no room for a window: ${formatBytes(o.gpu.freeBytes)} free, weights ${formatBytes(o.model.weightsBytes)}, reserve ${formatBytes(reserve)} (index placement "host" keeps it on the CPU stage)`;
+        }
+      }
+    }
     window = o.gpuKvBudget === "auto" ? Math.min(fit, ctx) : Math.min(o.gpuKvBudget, ctx);
-    if (o.model.weightsBytes + reserve > o.gpu.freeBytes) {
+    if (indexRefusal) {
+      refusal = indexRefusal;
+    } else if (o.model.weightsBytes + reserve > o.gpu.freeBytes) {
       refusal = `the weights (${formatBytes(o.model.weightsBytes)}) and the reserve (${formatBytes(reserve)}, activations and each sequence's score rows, prefill scratch and staging included) exceed the GPU's free ${formatBytes(o.gpu.freeBytes)}`;
     } else if (window > fit) {
       refusal = `a GPU window of ${window} tokens × batch ${B} needs ${formatBytes(window * B * total)}, but ${formatBytes(fit * B * total)} (${fit} tokens) is free after the weights and the reserve`;
@@ -195,6 +228,9 @@ export function planRun(input: RunPlanInput): RunPlan {
   }
   const offloaded = ctx - window;
   const hostWindowBytes = o.gpu ? 0 : window * B * total;
+  if (o.index && !o.gpu && o.index.placement === "device" && !refusal) refusal = `the page index's placement "device" needs a GPU (index placement "host" keeps it on the CPU stage)`;
+  const indexBytes = o.index ? Math.ceil(offloaded * B * indexPerToken) : 0;
+  const hostIndexBytes = o.index && !indexOnDevice ? Math.ceil(indexBytes * (1 + 1 / o.index.superPages)) : 0;
 
   // On the CPU backend the weights and the window sit in the fastest DRAM tier before the store.
   const placement = placeKv(o.policy, o.tiers);
@@ -231,6 +267,8 @@ export function planRun(input: RunPlanInput): RunPlan {
   // Predicted step time from the tiers' bandwidths.
   const rowBytes = o.model.headDim * o.kvElementBytes;
   const verified = o.candidates > 1;
+  // With the index the stage reads the chosen pages' K rows (as many as it gathers V rows) instead of every offloaded K row.
+  const kRowsToo = o.index ? 2 : 1;
   // Rows each layer's stage gathers over its KV heads: K on layer 0 (its q̃ is its true query), candidates·K on the verified layers after it.
   const layerRows = (l: number) => (offloaded === 0 ? 0 : Math.min(offloaded, l === 0 ? o.k : o.k * o.candidates) * o.model.kvHeads * B);
   const R = store.layout.regionBytes;
@@ -255,20 +293,25 @@ export function planRun(input: RunPlanInput): RunPlan {
   const tierBytes: Record<string, number> = {};
   for (const t of tiers) {
     const vRows = isFileTier(t) ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
-    tierBytes[t.id] = t.kBytes + vRows * (isFileTier(t) ? o.pageBytes : rowBytes);
-    if (t.kBytes > 0) {
+    tierBytes[t.id] = (o.index ? 0 : t.kBytes) + kRowsToo * vRows * (isFileTier(t) ? o.pageBytes : rowBytes);
+    if (t.kBytes > 0 && !o.index) {
       const m = isFileTier(t) ? kDiskMs(t.kBytes, store.layout.kSpill!.unitBytes, byId.get(t.id)!) : ms(t.kBytes, t.readBandwidthGBs);
       if (isFileTier(t)) kDiskTotal = kDiskTotal === null || m === null ? null : kDiskTotal + m;
       cpuMs = cpuMs === null || m === null ? null : cpuMs + m;
     }
     const rows = isFileTier(t) ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
     if (rows > 0) {
-      const m = isFileTier(t) ? diskRowsMs(rows, o.pageBytes, byId.get(t.id)!) : ms(rows * rowBytes, t.readBandwidthGBs);
+      const m = isFileTier(t) ? diskRowsMs(kRowsToo * rows, o.pageBytes, byId.get(t.id)!) : ms(kRowsToo * rows * rowBytes, t.readBandwidthGBs);
       vGatherMs = vGatherMs === null || m === null ? null : vGatherMs + m;
     }
   }
-  // Without a GPU the CPU backend's own step reads the weights and the window from the fastest tier.
-  const gpuBytes = o.model.weightsBytes + window * B * total;
+  if (hostIndexBytes > 0) {
+    const m = ms(hostIndexBytes, byId.get(fastest)!.readBandwidthGBs);
+    cpuMs = cpuMs === null || m === null ? null : cpuMs + m;
+    tierBytes[fastest] = (tierBytes[fastest] ?? 0) + hostIndexBytes;
+  }
+  // Without a GPU the CPU backend's own step reads the weights and the window from the fastest tier (and a device index).
+  const gpuBytes = o.model.weightsBytes + window * B * total + (indexOnDevice ? indexBytes : 0);
   const gpuMs = ms(gpuBytes, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
   const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(movedBytes, o.gpu.linkBandwidthGBs)) : 0;
   const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null : Math.max(gpuMs, cpuMs) + vGatherMs + vTransferMs;
@@ -277,6 +320,7 @@ export function planRun(input: RunPlanInput): RunPlan {
     contextTokens: ctx, batch: B, bytesPerToken: { k: per, v: per },
     weights: { where: o.gpu ? "gpu" : "host", bytes: o.model.weightsBytes },
     gpu, hostWindowBytes, offloadedTokens: offloaded, store, tiers,
+    index: o.index ? { placement: indexOnDevice ? "device" : "host", bytes: indexOnDevice ? indexBytes : hostIndexBytes } : null,
     fits: refusal === null, refusal,
     predicted: {
       gpuMs, cpuMs, kDiskMs: kDiskTotal, vGatherMs, vTransferMs, msPerToken, tokensPerSecond: msPerToken === null || msPerToken <= 0 ? null : (B * 1000) / msPerToken,

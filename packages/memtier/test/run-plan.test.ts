@@ -214,3 +214,40 @@ describe("planRun: the arithmetic", () => {
     expect(() => planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 0, tiers: [node0] })).toThrow(/^plan: contextTokens: /);
   });
 });
+
+describe("planRun with the page index choosing the stage's rows", () => {
+  const base = { model: llama8b, kvElementBytes: 2, contextTokens: 1_500_000, gpu: h200, tiers: [node0], k: 256, prefill: false };
+  // int8: 2·headDim code bytes and a f32 scale a page of 16 and KV head, every layer: 32 · 8 · 260 / 16 bytes an offloaded token.
+  const perToken = (32 * 8 * 260) / 16;
+
+  it("on the device: the window gives up room for the index, the stage reads no K of the host, only the chosen rows leave it", () => {
+    const plain = planRun(base), p = planRun({ ...base, index: { placement: "device" } });
+    const left = plain.gpu!.freeBytes - llama8b.weightsBytes - p.gpu!.reserveBytes - 1_500_000 * perToken;
+    expect(p.gpu!.windowTokens).toBe(Math.floor(left / (128 * KiB - perToken)) - 512);
+    expect(p.gpu!.windowTokens).toBeLessThan(plain.gpu!.windowTokens);
+    expect(p.index).toEqual({ placement: "device", bytes: Math.ceil(p.offloadedTokens * perToken) });
+    expect(p.predicted.cpuMs).toBe(0);
+    // The GPU reads the index beside weights and window; node0 gives the chosen rows' V and K (256 a KV head on layer 0, 1024 after it).
+    expect(p.predicted.bytes.gpu).toBe(llama8b.weightsBytes + p.gpu!.windowTokens * 128 * KiB + p.index!.bytes);
+    expect(p.predicted.bytes.tiers.node0).toBeCloseTo(2 * (256 + 31 * 1024) * 8 * 256, 0);
+    expect(p.fits).toBe(true);
+  });
+
+  it("on the host: the stage reads the index and its super-pages from the fastest tier; auto takes the device when it has room", () => {
+    const p = planRun({ ...base, index: { placement: "host", form: "int4" } });
+    const bytes = Math.ceil(Math.ceil(p.offloadedTokens * ((32 * 8 * 132) / 16)) * (1 + 1 / 16));
+    expect(p.index).toEqual({ placement: "host", bytes });
+    expect(p.predicted.cpuMs).toBeCloseTo((bytes / 40e9) * 1e3, 6);
+    expect(planRun({ ...base, index: {} }).index!.placement).toBe("device");
+  });
+
+  it("an index that does not fit the device it was placed on is a one-line refusal; auto then keeps it on the host", () => {
+    const small = { ...h200, freeBytes: 17 * GiB };
+    const p = planRun({ ...base, gpu: small, index: { placement: "device" } });
+    expect(p.fits).toBe(false);
+    expect(p.refusal).toMatch(/^the page index on the GPU \(.+ for 1500000 tokens × batch 1\) leaves no room for a window: .+ \(index placement "host" keeps it on the CPU stage\)$/);
+    expect(planRun({ ...base, gpu: small, index: {} }).index!.placement).toBe("host");
+    expect(() => planRun({ ...base, index: { form: "int2" as "int8" } })).toThrow(/^plan: index\.form: /);
+    expect(() => planRun({ ...base, index: { pageSize: 0 } })).toThrow(/^plan: index\.pageSize: /);
+  });
+});

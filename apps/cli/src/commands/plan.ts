@@ -26,6 +26,8 @@ A context that fits nowhere is refused with the numbers (exit 2).
       --batch B                sequences (default 1)
       --gpu-kv-budget N|auto   window tokens per sequence on the GPU (default auto: what its memory holds)
       --k K                    offloaded tokens selected per KV head and layer (default 64)
+      --index JSON             the page index chooses the rows: its options, e.g. '{"form":"int4","placement":"device"}'
+                               (the index selector's: form, pageSize, superPages, placement auto|host|device)
       --kv-dtype D             f32, f16 or bf16 (default bf16)
       --device auto|cpu|cuda   plan for the GPU (auto: when CUDA is usable) or for the CPU alone
       --gpu-free SIZE          plan for a GPU with this much free memory instead of probing one
@@ -57,7 +59,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
       options: {
         model: { type: "string" }, context: { type: "string" }, batch: { type: "string" }, "gpu-kv-budget": { type: "string" }, k: { type: "string" },
         "kv-dtype": { type: "string" }, device: { type: "string" }, "gpu-free": { type: "string" }, "gpu-bandwidth": { type: "string" },
-        "link-bandwidth": { type: "string" }, "no-probe": { type: "boolean" }, json: { type: "boolean" },
+        "link-bandwidth": { type: "string" }, "no-probe": { type: "boolean" }, json: { type: "boolean" }, index: { type: "string" },
         "kv-placement": { type: "string" }, "kv-disk": { type: "string" }, "host-kv-budget": { type: "string" }, "kv-disk-read-depth": { type: "string" }, help: { type: "boolean", short: "h" },
       },
     });
@@ -90,6 +92,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   const tierOpts = tierRaw.data;
   if (tierOpts.kvDisk !== undefined) checkDiskDir(tierOpts.kvDisk);
 
+  const index = v.index === undefined ? undefined : await indexOptions(v.index);
   const info = inspectModel(v.model, { context, batch, kvDtype });
   const weightsBytes = Object.values(info.weightBytes).reduce((a, b) => a + (b ?? 0), 0);
   const probe = v["no-probe"] !== true;
@@ -112,7 +115,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
     model: { layers: info.layers, heads: info.heads, kvHeads: info.kvHeads, headDim: info.headDim, weightsBytes, batchRowBytes: info.batchRowBytes },
     kvElementBytes: kvDtype === "f32" ? 4 : 2, contextTokens: context, batch, gpuKvBudget,
     gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs } : undefined,
-    tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64,
+    tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64, index,
   });
   if (v.json) io.stdout(`${JSON.stringify({ model: v.model, kvDtype, gpuName: gpu?.name ?? null, placementNote: placementNote(tiers), ...plan, store: { diskBytes: plan.store.diskBytes, fits: plan.store.fits, shortfallBytes: plan.store.shortfallBytes, kSpill: plan.store.layout.kSpill ?? null } })}\n`);
   else {
@@ -122,6 +125,23 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   }
   if (plan.refusal) throw new HybridgenError(plan.refusal, "ECONTEXT");
   return 0;
+}
+
+/** --index's JSON through the index selector's own schema (one line for a form, page size or placement that does not exist). */
+async function indexOptions(raw: string) {
+  let json: unknown;
+  try {
+    json = JSON.parse(raw);
+  } catch {
+    throw new HybridgenError(`invalid value for --index: ${JSON.stringify(raw)} is not JSON`, "EUSAGE");
+  }
+  const { PageIndexOptionsSchema } = await import("@hybridgen/selectors");
+  const r = PageIndexOptionsSchema.safeParse(json);
+  if (!r.success) {
+    const i = r.error.issues[0]!;
+    throw new HybridgenError(`invalid value for --index: ${i.path.length ? `${i.path.join(".")}: ` : ""}${i.message}`, "EUSAGE");
+  }
+  return r.data;
 }
 
 async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, tiers: readonly MemoryTier[], policy: string, p: RunPlan, serialUs?: Map<string, number>): Promise<string> {
@@ -143,6 +163,7 @@ async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, t
       : []),
     `offloaded:  ${p.offloadedTokens} tokens a sequence: K ${fb(p.offloadedTokens * p.batch * p.bytesPerToken.k)}, V ${fb(p.offloadedTokens * p.batch * p.bytesPerToken.v)}`,
     `placement:  ${policy}; ${placementNote(tiers)}`,
+    ...(p.index ? [`index:      the page index chooses the rows: ${fb(p.index.bytes)} in ${p.index.placement === "device" ? "GPU memory (ranked there; the stage reads only the chosen pages' rows)" : "host memory (the CPU stage searches it)"}`] : []),
     `tier        kind  capacity     usable       K            V            read GB/s`,
     ...p.tiers.map(
       (t) =>
