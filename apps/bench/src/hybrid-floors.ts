@@ -25,7 +25,7 @@ export function llamaModelBytes(json: Record<string, unknown>): ModelBytes {
   return { layers, heads, kvHeads, headDim: hd, weightBytes, kvElem: 2 };
 }
 
-export type FloorSelector = "topk" | "streaming" | "quest" | "infinigen" | "all";
+export type FloorSelector = "topk" | "streaming" | "quest" | "infinigen" | "all" | "index";
 
 export interface StepShape {
   /** Tokens in the device window (sinks + ring). */
@@ -39,9 +39,11 @@ export interface StepShape {
   /** verified: q̃ chooses candidates·K tokens, the device scores them. */
   candidates: number;
   selector: FloorSelector;
-  /** Quest's page size, InfiniGen's channel count. */
+  /** Quest's (and the index's) page size, InfiniGen's channel count. */
   pageSize?: number;
   channels?: number;
+  /** The page index's form and where it is ranked (the device reads its page level; the host its pages and super-pages). */
+  index?: { form: "int8" | "int4"; onDevice: boolean; superPages?: number };
 }
 
 export interface Bandwidths {
@@ -66,19 +68,26 @@ export function stepBytes(m: ModelBytes, s: StepShape): StepBytes {
   const rescored = s.logits === "verified";
   // The CPU: what the selector reads to choose, then the gathered rows.
   let choose: number;
+  let indexBytes = 0; // a device index's page level, read by the device's ranking
   if (s.timing === "post" || s.selector === "topk" || s.selector === "all") choose = s.offloaded * row;
   else if (s.selector === "quest") {
     const page = s.pageSize ?? 16;
     choose = Math.ceil(s.offloaded / page) * m.kvHeads * m.headDim * 2 * 2 + page * row; // bf16 min/max per page (kernels-cpu page-summaries), one partial page
   } else if (s.selector === "infinigen") choose = s.offloaded * m.kvHeads * (s.channels ?? 8) * 4; // packed f32 channels
-  else choose = 0; // streaming: positions only
+  else if (s.selector === "index") {
+    const page = s.pageSize ?? 16, x = s.index ?? { form: "int8", onDevice: false };
+    indexBytes = Math.ceil(s.offloaded / page) * m.kvHeads * ((x.form === "int8" ? 2 : 1) * m.headDim + 4);
+    // The stage scores the one page that does not fit the list whole; on the host it reads every page's (and super-page's) summary first.
+    choose = page * row + (x.onDevice ? 0 : Math.ceil(indexBytes * (1 + 1 / (x.superPages ?? 16))));
+    if (!x.onDevice) indexBytes = 0;
+  } else choose = 0; // streaming: positions only
   const gathered = width * row * (rescored ? 2 : 1);
   const cpu = m.layers * (choose + gathered);
   // The link: the query down, the selected rows up (V, and K for verified or f32 logits otherwise).
   const up = width * row + (rescored ? width * row : m.heads * width * 4);
   const link = m.layers * (m.heads * m.headDim * 4 + up);
   // The device: weights, the window's K and V, the staged rows it reads.
-  const device = m.weightBytes + m.layers * (2 * s.window * row + (rescored ? 2 : 1) * width * row);
+  const device = m.weightBytes + m.layers * (2 * s.window * row + (rescored ? 2 : 1) * width * row + indexBytes);
   return { device, cpu, link };
 }
 

@@ -11,7 +11,8 @@
  * --profile-step S: decode step S of every config runs inside a profiler's capture range (run
  * under `ncu --profile-from-start off …` or nsys likewise: one step's kernels, nothing else).
  * Configs: full; post-exact, post-speculative, post-verified (top-K in the stage, fixed K);
- * pre-exact, pre-speculative, pre-verified (Quest pages, fixed K), pre-streaming, pre-infinigen
+ * pre-exact, pre-speculative, pre-verified (Quest pages, fixed K), pre-index, pre-index-int4, pre-index-exact
+ * (the page index ranked on the device; verified, or exact), pre-index-host (ranked by the stage), pre-streaming, pre-infinigen
  * (verified), pre-streaming-speculative; feedback (the default pair topk+quest, verified, kMin = K), feedback-streaming
  * (topk+streaming), feedback-infinigen (topk+infinigen). Dummy weights (bf16), bf16 KV. One
  * prefill per context (in blocks of at most 32 768 tokens); every hybrid config starts from a
@@ -64,6 +65,10 @@ const HYBRID: Record<string, HybridRuntimeOptions> = {
   "pre-streaming": { scheduler: "fixed", selector: "streaming", k: K, timing: "pre", logits: "verified" },
   "pre-streaming-speculative": { scheduler: "fixed", selector: "streaming", k: K, timing: "pre", logits: "speculative" },
   "pre-infinigen": { scheduler: "fixed", selector: "infinigen", k: K, timing: "pre", logits: "verified" },
+  "pre-index": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "verified" },
+  "pre-index-int4": { scheduler: "fixed", selector: "index", selectorOptions: { form: "int4", placement: "device" }, k: K, timing: "pre", logits: "verified" },
+  "pre-index-exact": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "exact" },
+  "pre-index-host": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "host" }, k: K, timing: "pre", logits: "verified" },
   feedback: { scheduler: "feedback", selector: "topk+quest", kMin: K, logits: "verified" },
   "feedback-streaming": { scheduler: "feedback", selector: "topk+streaming", kMin: K, logits: "verified" },
   "feedback-infinigen": { scheduler: "feedback", selector: "topk+infinigen", kMin: K, logits: "verified" },
@@ -197,8 +202,10 @@ for (const context of contexts) {
       const tail = trace.slice(WARM);
       const ms = mean(walls.slice(WARM)), last = trace[trace.length - 1];
       const logits = (HYBRID[name]!.logits ?? "verified") as "exact" | "speculative" | "verified";
+      const opts = (HYBRID[name]!.selectorOptions ?? {}) as { form?: "int8" | "int4"; placement?: string };
+      const index = { form: opts.form ?? "int8", onDevice: ha.deviceIndex !== null };
       const floors = tail.map((t) => stepFloor(stepBytes(modelBytes, {
-        window, offloaded: t.offloaded, k: t.k, timing: t.timing, logits, candidates: CANDIDATES, selector: floorSelector(name, t.timing),
+        window, offloaded: t.offloaded, k: t.k, timing: t.timing, logits, candidates: CANDIDATES, selector: floorSelector(name, t.timing), index,
       }), bw));
       const f = { device: mean(floors.map((x) => x.deviceMs)), cpu: mean(floors.map((x) => x.cpuMs)), link: mean(floors.map((x) => x.linkMs)), step: mean(floors.map((x) => x.floorMs)) };
       results.push({ context, config: name, ms, floorMs: f.step });
@@ -208,6 +215,8 @@ for (const context of contexts) {
         `${switches(trace)} | ${settleStep(trace)} | ${Math.round(ha.stats.hiddenFraction * 100)}% |`);
       console.log(rows[rows.length - 1]);
       console.log(`  ${ha.stats.summary()}`);
+      const b = stepBytes(modelBytes, { window, offloaded: tail[0]?.offloaded ?? 0, k: tail[0]?.k ?? K, timing: tail[0]?.timing ?? "pre", logits, candidates: CANDIDATES, selector: floorSelector(name, tail[0]?.timing ?? "pre"), index });
+      console.log(`  bytes a step: device ${(b.device / 1e9).toFixed(3)} GB, host ${(b.cpu / 1e6).toFixed(1)} MB, link ${(b.link / 1e6).toFixed(2)} MB`);
       if (g0 && g1) console.log(`  graphs: ${g1.captures - g0.captures} captured, ${g1.replays - g0.replays} replayed, ${g1.drained - g0.drained} drained (last: ${g1.lastDrain}), ${g1.eagerSteps - g0.eagerSteps} eager`);
       recorded[context]!.push({ label: name, scheduler: HYBRID[name]!.scheduler as string, steps: trace });
     } finally {

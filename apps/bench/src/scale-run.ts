@@ -9,7 +9,7 @@
  *
  *   ./bun apps/bench/src/scale-run.ts --contexts 1500000,2000000 --synthetic-kv [--kv-disk DIR]
  *     [--host-kv-budget 88G] [--preset llama-3.1-8b] [--backend cuda|cpu] [--steps 24] [--k 256]
- *     [--sinks 4] [--window auto|N] [--placement semantic] [--config post-verified] [--threads N] [--batch B]
+ *     [--sinks 4] [--window auto|N] [--placement semantic] [--config post-verified|pre-index|…] [--index-form int4] [--threads N] [--batch B]
  *
  * --synthetic-kv (never the default): no prefill; the window is filled with seeded random rows,
  * then the cache grows through its own append and evict path without computing any row, so
@@ -39,6 +39,7 @@ const kvDisk = arg("kv-disk", "");
 const hostBudgetArg = arg("host-kv-budget", "");
 const threads = Number(arg("threads", String(defaultStageThreads(true))));
 const config = arg("config", "post-verified");
+const indexForm = arg("index-form", "int4") as "int8" | "int4";
 const batch = Number(arg("batch", "1"));
 if (!(Number.isInteger(batch) && batch >= 1)) throw new Error(`--batch must be a positive integer (got ${arg("batch", "1")})`);
 /** Tokens a prefill block appends at once (the window keeps that many slots past its budget). */
@@ -56,6 +57,12 @@ const CONFIGS: Record<string, HybridRuntimeOptions> = {
   "post-speculative": { scheduler: "fixed", selector: "topk", k: K, timing: "post", logits: "speculative" },
   "post-exact": { scheduler: "fixed", selector: "topk", k: K, timing: "post", logits: "exact" },
   "pre-streaming": { scheduler: "fixed", selector: "streaming", k: K, timing: "pre", logits: "verified" },
+  "pre-index": { scheduler: "fixed", selector: "index", selectorOptions: { form: indexForm, placement: "device" }, k: K, timing: "pre", logits: "verified" },
+  "pre-index-host": { scheduler: "fixed", selector: "index", selectorOptions: { form: indexForm, placement: "host" }, k: K, timing: "pre", logits: "verified" },
+};
+/** The page index's configs, as the planner charges them. */
+const INDEX: Record<string, { form: "int8" | "int4"; placement: "device" | "host" }> = {
+  "pre-index": { form: indexForm, placement: "device" }, "pre-index-host": { form: indexForm, placement: "host" },
 };
 if (!CONFIGS[config]) throw new Error(`unknown config ${config} (${Object.keys(CONFIGS).join(", ")})`);
 
@@ -116,7 +123,7 @@ for (const context of contexts) {
       activationBytes: LlamaModel.activationBytes(files.shape, PREFILL_BLOCK),
     },
     kvElementBytes: 2, contextTokens: maxContext, batch, k: K, policy, prefill: !synthetic, appendTokens: PREFILL_BLOCK, hostBudgetBytes: hostBudget, tiers: baseTiers,
-    gpuKvBudget: windowArg === "auto" ? "auto" : Number(windowArg),
+    gpuKvBudget: windowArg === "auto" ? "auto" : Number(windowArg), index: INDEX[config],
     gpu: freeBytes === undefined ? undefined : { freeBytes, readBandwidthGBs: copyBw ? copyBw / 1e9 : undefined, linkBandwidthGBs: link ? link.h2d / 1e9 : undefined },
   });
   const window = plan.gpu?.windowTokens ?? (windowArg === "auto" ? Math.min(maxContext, 65536) : Number(windowArg));
