@@ -128,6 +128,11 @@ const seed = Number(arg("seed", "1"));
 const rates = list("rates", "2,4,8,inf").map((r) => (r === "inf" ? Infinity : Number(r)));
 const given = arg("url", ""), serveArgs = arg("serve", "--threads 2"), label = arg("label", serveArgs), jsonFile = arg("json", "");
 const server = given ? null : await startServer(arg("server", ""), serveArgs);
+// Stopped from outside (a time limit): the server goes at once, not left holding the device.
+process.on("SIGTERM", () => {
+  server?.child.kill("SIGKILL");
+  process.exit(143);
+});
 const url = given || server!.url;
 const prompts = lengths.promptBytes > 0 ? `~${lengths.promptBytes} bytes of words` : `~${lengths.promptWords} words`;
 const spread = lengths.spread === 0 ? "fixed" : `uniform ${1 - lengths.spread / 2}–${1 + lengths.spread / 2}×`;
