@@ -55,6 +55,13 @@ export class DeviceIndex implements Disposable {
   private readonly summarized: number[];
   private readonly maxWant: number;
 
+  /** Whether the backend ranks this index's shape at all (headDim, group, form). */
+  static ranks(p: DeviceIndexParts): boolean {
+    const pages = Math.ceil(p.capacity / p.kernel.pageSize), codeBytes = p.kernel.form === "int8" ? 2 * p.headDim : p.headDim;
+    const shape = { form: PAGE_INDEX_FORM_CODE[p.kernel.form], kvHeads: p.kvHeads, group: p.heads / p.kvHeads, headDim: p.headDim, pageCapacity: pages, scalesOffset: pages * p.kvHeads * codeBytes };
+    return (p.backend.indexRankScratch?.(shape, 1) ?? 0) > 0;
+  }
+
   /** Device bytes of every layer's index for these parts. */
   static bytesFor(p: DeviceIndexParts): number {
     return p.layers * deviceIndexBytes(p.kvHeads, p.headDim, p.capacity, p.kernel.pageSize, p.kernel.form);

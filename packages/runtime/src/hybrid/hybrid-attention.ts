@@ -414,7 +414,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
   /**
    * The device's index when the selector's pre-QKᵀ kernel is the index placed there: "device" needs
    * a backend that ranks and a stage that takes chosen pages (one line otherwise); "auto" takes the
-   * device when both can and the index fits its free memory.
+   * device when both can, the backend ranks the shape and the index fits its free memory.
    */
   private openDeviceIndex(attention: Attention, stage: CpuStage, selector: TokenSelector): DeviceIndex | null {
     const kernel = stageKernel(selector, "pre");
@@ -430,7 +430,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     const parts = { backend: be, kernel: k, layers: c.layers, heads, kvHeads, headDim, capacity: c.storeCapacity };
     if (placement === "auto") {
       const free = freeDeviceBytes(be);
-      if (free !== undefined && DeviceIndex.bytesFor(parts) > free) return null;
+      if ((free !== undefined && DeviceIndex.bytesFor(parts) > free) || !DeviceIndex.ranks(parts)) return null;
     }
     return new DeviceIndex(parts);
   }
