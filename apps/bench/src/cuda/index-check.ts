@@ -80,7 +80,7 @@ for (const form of ["int8", "int4"] as const) {
 
 // Hybrid decode: the index ranked on the device against the stage's own search.
 const TINY = {
-  architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 256, intermediate_size: 512, num_hidden_layers: 3, num_attention_heads: 8,
+  architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 512, intermediate_size: 1024, num_hidden_layers: 3, num_attention_heads: 8,
   num_key_value_heads: 2, vocab_size: 512, max_position_embeddings: 2048, rms_norm_eps: 1e-5, rope_theta: 10000, tie_word_embeddings: false,
 };
 async function decode(placement: "host" | "device", logits: "exact" | "verified", form: PageIndexForm) {
