@@ -86,6 +86,11 @@ export interface DecodeAttention {
   attend(layer: number, q: Tensor, out: Tensor): void;
   /** The step's layers are done (before eviction). */
   endStep(): void;
+  /**
+   * After beginStep: this step's layers never wait on the host (the device waits for the CPU
+   * stage; the host only issues), so a batched step may record its rows' device work together.
+   */
+  readonly stepHandedOff?: boolean;
 }
 
 let attentionCount = 0;

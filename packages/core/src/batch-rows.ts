@@ -13,11 +13,11 @@
  * A sequence with a decode attention (hybrid attention, one per sequence) gets its hooks row by
  * row: layerInput with its residual row (bindResidual), prepareAttend for every row before any
  * row's attend, so all sequences' CPU stages of a layer run before the first is waited on.
- * On a backend that records decode steps (beginStep/endStep: CUDA graphs) such a step is recorded
- * a layer at a time for the whole batch — every row's device work of layer l, from the layer's
- * input to the next layer's, is one segment replayed as one graph — so the host records layer
- * l + 1 while the device runs layer l. An op that talks to the host (a row that waits for its CPU
- * stage on the host) runs what was recorded first: the step is then partly eager, never wrong.
+ * On a backend that records decode steps (beginStep/endStep: CUDA graphs) a step whose every row
+ * is handed off (DecodeAttention.stepHandedOff: no layer waits on the host) is recorded a layer at
+ * a time for the whole batch — every row's device work of layer l, from the layer's input to the
+ * next layer's, is one segment replayed as one graph — so the host records layer l + 1 while the
+ * device runs layer l. A step with a row that waits on the host runs eagerly.
  */
 import { type Backend, type BatchAttnRow, type Tensor, fail } from "@hybridgen/spec";
 import type { Attention, AttentionLayout, DecodeBatchStep } from "./attention.js";
@@ -68,6 +68,8 @@ export class BatchRows {
   private readonly segmentKeys: string[][] = [];
   private readonly keyPrefix = `batch-rows-${batchRowsCount++}-`;
   private segmentOpen = false;
+  /** This step's rows are all handed off: it is recorded a layer at a time. */
+  private records = false;
 
   constructor(private readonly backend: Backend, private readonly w: WeightLoader, layout: AttentionLayout, capacity: number) {
     this.capacity = capacity;
@@ -211,11 +213,13 @@ export class BatchRows {
     step.rows = B;
     step.times = undefined;
     this.queryLayer.fill(-1);
+    this.records = true;
     for (let i = 0; i < B; i++) {
       const d = seqs[i].attention.decodeAttention;
       if (!d) continue;
       if (positions[i] === 0) d.newSequence();
       d.beginStep(positions[i], step);
+      this.records &&= d.stepHandedOff === true;
     }
   }
 
@@ -247,7 +251,7 @@ export class BatchRows {
   /** Layer `layer`'s segment of a B-row step with decode attentions: the one before it runs now. */
   private openSegment(layer: number, B: number): void {
     const be = this.backend;
-    if (!be.beginStep || !be.endStep) return;
+    if (!this.records || !be.beginStep || !be.endStep) return;
     this.closeSegment();
     const keys = (this.segmentKeys[B] ??= []);
     be.beginStep((keys[layer] ??= `${this.keyPrefix}${B}-${layer}`));

@@ -178,7 +178,7 @@ describe("batched decode with hybrid attention per sequence", () => {
     expect(relError(seen[0]!.batched, seen[1]!.batched)).toBeGreaterThan(1e-3);
   });
 
-  it("a backend that records steps gets one segment a layer for the whole batch, the same keys every step, run before the rows end", () => {
+  it("a backend that records steps gets one segment a layer for the whole batch when every row is handed off, the same keys every step, run before the rows end; none when a row waits on the host", () => {
     const log: string[] = [];
     class Recording extends ReferenceBackend {
       beginStep(key: string): void {
@@ -190,6 +190,7 @@ describe("batched decode with hybrid attention per sequence", () => {
     }
     const be = new Recording();
     using model = load(be);
+    const handedOff = [true, true];
     const rows = (attention: Attention, row: number): DecodeAttention => {
       let at = 0;
       return {
@@ -198,6 +199,9 @@ describe("batched decode with hybrid attention per sequence", () => {
         layerInput: (l) => void log.push(`input ${row} ${l}`),
         attend: (l: number, q: Tensor, out: Tensor) => attention.attendFull(l, q, 0, at, out),
         endStep: () => log.push(`end ${row}`),
+        get stepHandedOff() {
+          return handedOff[row];
+        },
       };
     };
     model.attention.setDecodeAttention(rows(model.attention, 0));
@@ -223,5 +227,10 @@ describe("batched decode with hybrid attention per sequence", () => {
       "run", "end 0", "end 1",
     ]);
     expect(steps[1]).toEqual(steps[0]);
+    // A row that waits on the host (not handed off): the step runs eagerly.
+    handedOff[1] = false;
+    log.length = 0;
+    dec.step([0, 1], Int32Array.of(9, 10));
+    expect(log).toEqual(["input 0 0", "input 1 0", "input 0 1", "input 1 1", "input 0 2", "input 1 2", "end 0", "end 1"]);
   });
 });

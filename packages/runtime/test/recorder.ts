@@ -1,7 +1,8 @@
 /**
  * A stand-in for a backend that records decode steps (beginStep/endStep: CUDA graphs on a GPU):
  * the Recorder defers every op between beginStep and endStep and runs them at endStep, as a
- * replayed graph would; a read, a write, an allocation or a host-link copy inside a segment throws.
+ * replayed graph would (views, host handles, are made at once); a read, a write, an allocation or
+ * a host-link copy inside a segment throws.
  */
 import type { Backend, HostCopy, ReferenceBackend } from "@hybridgen/core";
 import { type AddressBook, SignallingLink } from "@hybridgen/core/testing";
@@ -14,6 +15,7 @@ export class Recorder {
   segments = 0;
   keys = new Set<string>();
   private queue: (() => void)[] = [];
+  private readonly views = new WeakSet<object>();
 
   wrap(inner: ReferenceBackend): Backend {
     return new Proxy(inner, {
@@ -22,6 +24,20 @@ export class Recorder {
         if (prop === "endStep") return () => this.end();
         const v = Reflect.get(target, prop, receiver);
         if (typeof v !== "function" || typeof prop !== "string") return v;
+        // Views are handles, made and dropped at once (a CUDA view touches no device memory).
+        if (prop === "view") {
+          return (...args: unknown[]) => {
+            const view = v.apply(target, args) as object;
+            this.views.add(view);
+            return view;
+          };
+        }
+        if (prop === "free") {
+          return (t: object) => {
+            if (this.recording && !this.views.has(t)) throw new Error("free() inside a recorded segment");
+            return v.call(target, t);
+          };
+        }
         return (...args: unknown[]) => {
           if (!this.recording) return v.apply(target, args);
           if (HOST_SIDE.has(prop)) throw new Error(`${prop}() inside a recorded segment`);

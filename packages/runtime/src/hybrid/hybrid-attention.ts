@@ -195,6 +195,11 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     return this.ahead.flatMap((a, l) => (a ? [] : [l]));
   }
 
+  /** This step is handed off: its layers never wait on the host (DecodeAttention.stepHandedOff). */
+  get stepHandedOff(): boolean {
+    return this.handedOff;
+  }
+
   /** The transport's name: how the stage's rows reach the device. */
   get transportName(): TransportName {
     return this.transport.name;
@@ -391,6 +396,9 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
 
   /** q̃ of `layer` from residual row x, to the stage's query buffer of that layer's slot. */
   private project(layer: number, x: Tensor): void {
+    // A batched step projects every row's q̃ of the layer in one matmul (W_q read once for the batch).
+    const batched = this.batchStep?.query?.(layer, x);
+    if (batched) return this.sendQuery(layer, batched);
     this.projector.projectQuery(layer, x, this.pos, this.specQ);
     this.sendQuery(layer, this.specQ);
   }
