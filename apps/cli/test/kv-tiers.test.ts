@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { modelInfo, openModelDir, type Backend } from "@hybridgen/core";
-import { GPU_RESERVE_BYTES, resolveWindowBudget } from "../src/auto-budget.js";
+import { deviceIndexBytesPerToken, GPU_RESERVE_BYTES, resolveWindowBudget } from "../src/auto-budget.js";
 import { diskFreeBytes, parseSize, preflightStore, splitKvTierArgs } from "../src/kv-tier-options.js";
 import { requireBuiltBin, runBin, runBinStreaming } from "./helpers.js";
 import { PROMPT, stories15M } from "./model-fixture.js";
@@ -223,6 +223,13 @@ describe("--gpu-kv-budget auto", () => {
     await expect(resolveWindowBudget("auto", { name: "cpu" } as Backend, files, { maxContext: 256, hybrid: true })).rejects.toThrow(
       "--gpu-kv-budget auto sizes the window from GPU memory, and cpu has none: give the window in tokens (--gpu-kv-budget N)",
     );
+    // A page index ranked on the device: the whole context's index bytes come off the top, and each window token frees its own.
+    const ipt = deviceIndexBytesPerToken("topk+index", { form: "int4", pageSize: 8 }, files.shape);
+    expect(ipt).toBe((layers * kvHeads * (headDim + 4)) / 8);
+    expect(deviceIndexBytesPerToken("index", { placement: "host" }, files.shape)).toBe(0);
+    expect(deviceIndexBytesPerToken("topk+quest", {}, files.shape)).toBe(0);
+    const free = weights + GPU_RESERVE_BYTES + scratch + Math.ceil(256 * ipt) + 100 * (perToken - ipt) + 5;
+    expect(await resolveWindowBudget("auto", gpu(free), files, { maxContext: 256, indexBytesPerToken: ipt })).toBe(100);
   });
 });
 

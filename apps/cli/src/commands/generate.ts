@@ -14,7 +14,7 @@ import {
   attachHybrid, calibrationPlanLine, FULL_ATTENTION, hybridStatsLines, loadHybridSelector, windowLoadOptions, hybridPlanLine, schedulerJson, type HybridCliOptions,
 } from "../hybrid-options.js";
 import { KvTierCliOptionsSchema, preflightStore, storeAllocatorFor, type KvTierCliOptions } from "../kv-tier-options.js";
-import { resolveWindowBudget } from "../auto-budget.js";
+import { deviceIndexBytesPerToken, resolveWindowBudget } from "../auto-budget.js";
 
 /** Exit code of a run stopped by Ctrl-C (128 + SIGINT), as shells report it. */
 export const EXIT_INTERRUPTED = 130;
@@ -86,7 +86,8 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   using backend = opened.backend;
   // The family (Llama, Qwen2, OPT) comes from config.json.
   // --gpu-kv-budget (auto: what the device's memory holds); a store that fits in no tier is refused before the weights load.
-  const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext, batch, hybrid: hybrid.attention === "hybrid" });
+  const indexBytesPerToken = hybrid.attention === "hybrid" ? deviceIndexBytesPerToken(typeof hybrid.selector === "string" ? hybrid.selector : undefined, hybrid.selectorOptions, shape) : 0;
+  const window = await resolveWindowBudget(hybrid.gpuKvBudget, backend, files, { maxContext, batch, hybrid: hybrid.attention === "hybrid", indexBytesPerToken });
   if (hybrid.attention === "hybrid" && window !== undefined) await preflightStore(shape, { maxContext, window, sinks: hybrid.sinkTokens }, tier, batch);
   using model = loadModel(files, backend, {
     maxContext,
