@@ -13,11 +13,15 @@ set -u
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
 lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/machine.txt"
 free -g | sed -n 2p | tee -a "$OUT/machine.txt"
-timeout "${CHECK_S:-45}" bun .device/index-check.js > "$OUT/index-check.log" 2>&1
-echo "index-check exit $?"; grep -E 'PASS|FAIL|rror' "$OUT/index-check.log" | head -20
-timeout "${MODES_S:-95}" bun .device/hybrid-modes.js --contexts "${CONTEXTS:-32768,131000}" --steps "${STEPS:-24}" \
-  --configs "${CONFIGS:-full,feedback,pre-index,pre-index-exact}" > "$OUT/hybrid-modes.log" 2>&1
-echo "hybrid-modes exit $?"; grep -E '^\| [0-9]|bytes a step|rror' "$OUT/hybrid-modes.log"
+if [ "${CHECK:-1}" = 1 ]; then
+  timeout "${CHECK_S:-45}" bun .device/index-check.js > "$OUT/index-check.log" 2>&1
+  echo "index-check exit $?"; grep -E 'PASS|FAIL|rror' "$OUT/index-check.log" | head -20
+fi
+if [ "${MODES:-1}" = 1 ]; then
+  timeout "${MODES_S:-95}" bun .device/hybrid-modes.js --contexts "${CONTEXTS:-32768,131000}" --steps "${STEPS:-24}" \
+    --configs "${CONFIGS:-full,feedback,pre-index,pre-index-exact}" > "$OUT/hybrid-modes.log" 2>&1
+  echo "hybrid-modes exit $?"; grep -E '^\| [0-9]|bytes a step|rror' "$OUT/hybrid-modes.log"
+fi
 if [ "${SCALE:-1}" = 1 ]; then
   timeout "${SCALE_S:-125}" bun .device/scale-run.js --contexts "${SCALE_CONTEXTS:-1500000}" --synthetic-kv --steps "${SCALE_STEPS:-12}" --config pre-index \
     --index-form "${INDEX_FORM:-int4}" > "$OUT/scale.log" 2>&1
