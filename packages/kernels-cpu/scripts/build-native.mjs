@@ -17,7 +17,7 @@ const cc = process.env.CC || "gcc";
 const common = ["-O3", "-std=gnu11", "-fPIC", "-fno-math-errno", "-Wall", "-Wextra", "-Wno-unused-function", "-pthread", "-fvisibility=hidden"];
 
 const kernelFiles = ["kernels_matmul.c", "kernels_logits.c", "kernels_attn.c", "kernels_elem.c"];
-const commonFiles = ["pool.c", "dispatch.c", "ops.c", "attn_partial.c", "memory.c", "random_fill.c", "cpu_stage.c", "sel_prims.c", "sel_topk.c", "sel_quest.c", "sel_index.c", "kv_tier.c", "file_rows.c", "kq.c"];
+const commonFiles = ["pool.c", "dispatch.c", "ops.c", "attn_partial.c", "memory.c", "random_fill.c", "cpu_stage.c", "sel_prims.c", "sel_topk.c", "sel_quest.c", "sel_index.c", "kv_tier.c", "file_rows.c", "kq.c", "calib.c"];
 
 function run(args) {
   try {

@@ -5,7 +5,7 @@
  * CLI, the benches, the tests and library users all assemble hybrid attention through it.
  */
 import { HybridgenError, type Attention, type Backend, type CpuStage, type KvCache, type KvStoreAllocator, type QueryProjector, type Scheduler } from "@hybridgen/core";
-import { calibrationSummary, HybridAttention, HybridOptionsSchema, PrefillCalibrator, type CalibrationResult } from "./hybrid/index.js";
+import { calibrationSummary, HybridAttention, HybridOptionsSchema, PrefillCalibrator, type CalibrationResult, type CalibrationSums } from "./hybrid/index.js";
 import { loadSelectorSpec } from "@hybridgen/selectors";
 import { isAllocator, type HybridRuntimeOptions } from "./options.js";
 import { resolveHybrid, type HybridPlan } from "./resolve.js";
@@ -35,7 +35,7 @@ export async function createHybridAttention(model: HybridModel, backend: Backend
 export async function hybridBuilder(
   backend: Backend, options: HybridRuntimeOptions = {}, { first, sequences = 1 }: { first?: HybridModel; sequences?: number } = {},
 ): Promise<(model: HybridModel, sequence?: number) => HybridAttention> {
-  const { NativeCpuStage, CpuBackend, createCpuBackend } = await import("@hybridgen/kernels-cpu");
+  const { NativeCpuStage, CpuBackend, createCpuBackend, createNativeCalibrationSums } = await import("@hybridgen/kernels-cpu");
   const onCpu = backend instanceof CpuBackend;
   if (!onCpu && !backend.hostTransfers) {
     throw new HybridgenError(`hybrid attention needs the CPU backend or a device backend with host transfers (got ${backend.name})`);
@@ -106,7 +106,8 @@ export async function hybridBuilder(
       plans.set(ha, { ...plan, transport: t.fetchAhead ? `${t.name}+fetch` : t.name });
       const start = options.calibration?.layerK;
       if (plan.calibrates?.k && start) ha.recalibrate(null, start); // a calibration given: its per-layer shares of K
-      if (plan.calibrates) calibrateFromPrefill(ha, model, plans.get(ha)!, scheduler, resolved.retune);
+      // The samples' sums run native on every core: at the block's end the model waits for them.
+      if (plan.calibrates) calibrateFromPrefill(ha, model, plans.get(ha)!, scheduler, resolved.retune, createNativeCalibrationSums());
       return ha;
     } catch (e) {
       stage.close();
@@ -144,11 +145,13 @@ const plans = new WeakMap<HybridAttention, HybridPlan>();
  * decision moves the scheduler and the exact layers before the first decode step, and lands in
  * the plan (hybridPlan) and the stats line.
  */
-function calibrateFromPrefill(ha: HybridAttention, model: HybridModel, plan: HybridPlan, scheduler: Scheduler, retune: ((k: number) => void) | undefined): void {
+function calibrateFromPrefill(
+  ha: HybridAttention, model: HybridModel, plan: HybridPlan, scheduler: Scheduler, retune: ((k: number) => void) | undefined, sums: CalibrationSums,
+): void {
   const c = plan.calibrates!;
   const verified = plan.logits === "verified";
   const calibrator = PrefillCalibrator.attach(model.attention, model, {
-    massTarget: c.massTarget, candidates: verified ? (plan.candidates ?? HybridOptionsSchema.parse({}).candidates) : 1,
+    sums, massTarget: c.massTarget, candidates: verified ? (plan.candidates ?? HybridOptionsSchema.parse({}).candidates) : 1,
     ...(c.exactLayers ? {} : { exact: plan.logits === "exact" ? "all" : plan.exactLayers }),
     onResult: (r: CalibrationResult) => {
       if (c.k) retune?.(r.k);

@@ -46,6 +46,39 @@ export interface CalibrationSample {
   readonly to: number;
 }
 
+/** Floats of one sample's sums on a grid of `points` K: share, q̃'s candidates' share, recall and its
+ * count, each per grid K plus one bucket past the grid; then the query heads counted and the samples (0 or 1). */
+export function sampleSumsLength(points: number): number {
+  return 4 * (points + 1) + 2;
+}
+
+/** Many samples' rows in one array (the calibrator's stash, read once). */
+export interface CalibrationBatch {
+  /** Rows of `width` floats. */
+  readonly data: Float32Array;
+  readonly width: number;
+  /** Query heads of a sample (one KV head's group): `group` rows from each first row. */
+  readonly group: number;
+  /** Per sample, five fields: q's logits' first row, q̃'s (-1: none, layer 0), q's probabilities', from, to. */
+  readonly samples: Int32Array;
+  readonly grid: readonly number[];
+  readonly candidates: number;
+}
+
+/** A batch's sums, [samples][sampleSumsLength]: calibrationSumsTs, or a native kernel giving the same doubles. */
+export type CalibrationSums = (b: CalibrationBatch) => Float64Array;
+
+/** The reference: each sample's sums in JavaScript, on the driving thread. */
+export function calibrationSumsTs(b: CalibrationBatch): Float64Array {
+  const n = b.samples.length / 5, len = sampleSumsLength(b.grid.length), out = new Float64Array(n * len);
+  const rows = (first: number) => Array.from({ length: b.group }, (_, h) => b.data.subarray((first + h) * b.width, (first + h + 1) * b.width));
+  for (let i = 0; i < n; i++) {
+    const [q, spec, probs, from, to] = b.samples.subarray(5 * i, 5 * i + 5) as unknown as number[];
+    sampleSums({ logits: rows(q!), specLogits: spec! < 0 ? null : rows(spec!), probs: rows(probs!), from: from!, to: to! }, b.grid, b.candidates, out.subarray(i * len, (i + 1) * len));
+  }
+  return out;
+}
+
 /** Sums over one layer's samples, on a K grid. */
 export class LayerCalibration {
   /** Σ over (sample, query head) of window share + top-K share, per grid K. */
@@ -58,10 +91,6 @@ export class LayerCalibration {
   readonly recallCount: Float64Array;
   heads = 0;
   samples = 0;
-  private bq = new Uint8Array(0);
-  private bs = new Uint8Array(0);
-  private gq = new Float32Array(0);
-  private gs = new Float32Array(0);
 
   constructor(readonly grid: readonly number[], readonly candidates: number) {
     const g = grid.length + 1; // + one bucket for tokens past the grid's largest K
@@ -72,52 +101,22 @@ export class LayerCalibration {
   }
 
   add(s: CalibrationSample): void {
-    const n = s.to - s.from, G = this.grid.length;
-    if (n <= 0) return;
-    if (this.gq.length < n) {
-      this.gq = new Float32Array(n);
-      this.gs = new Float32Array(n);
-      this.bq = new Uint8Array(n);
-      this.bs = new Uint8Array(n);
+    const sums = new Float64Array(sampleSumsLength(this.grid.length));
+    sampleSums(s, this.grid, this.candidates, sums);
+    this.accumulate(sums);
+  }
+
+  /** Adds one sample's sums (sampleSumsLength floats from `at`). */
+  accumulate(sums: Float64Array, at = 0): void {
+    const g = this.grid.length + 1;
+    for (let b = 0; b < g; b++) {
+      this.share[b] += sums[at + b]!;
+      this.verifiedShare[b] += sums[at + g + b]!;
+      this.recall[b] += sums[at + 2 * g + b]!;
+      this.recallCount[b] += sums[at + 3 * g + b]!;
     }
-    const gq = this.gq.subarray(0, n), gs = this.gs.subarray(0, n);
-    groupMax(s.logits, s.from, n, gq);
-    groupMax(s.specLogits ?? s.logits, s.from, n, gs);
-    bucketRanks(gq, this.grid, 1, this.bq);
-    bucketRanks(gs, this.grid, this.candidates, this.bs);
-    const bq = this.bq, bs = this.bs;
-    // Token recall: a token in the true top-K_b has bq ≤ b; among q̃'s candidates, bs ≤ b.
-    const hits = new Float64Array(G + 1);
-    for (let j = 0; j < n; j++) hits[Math.max(bq[j]!, bs[j]!)]++;
-    let cum = 0;
-    for (let b = 0; b < G; b++) {
-      cum += hits[b]!;
-      if (this.grid[b]! >= n) continue; // K selects everything: nothing to miss
-      this.recall[b] += Math.min(1, cum / this.grid[b]!);
-      this.recallCount[b]++;
-    }
-    // Per grid index, four interleaved sums (token j into lane j & 3): neighbours mostly share an index, and one sum would chain every add.
-    const mq = new Float64Array(4 * (G + 1)), ms = new Float64Array(4 * (G + 1));
-    for (const p of s.probs) {
-      mq.fill(0);
-      ms.fill(0);
-      let off = 0;
-      for (let j = 0; j < n; j++) {
-        const x = p[s.from + j]!, lane = j & 3;
-        off += x;
-        mq[(bq[j]! << 2) | lane] += x;
-        ms[(bs[j]! << 2) | lane] += x;
-      }
-      let a = 1 - off, v = 1 - off;
-      for (let b = 0; b < G; b++) {
-        a += mq[4 * b]! + mq[4 * b + 1]! + mq[4 * b + 2]! + mq[4 * b + 3]!;
-        v += ms[4 * b]! + ms[4 * b + 1]! + ms[4 * b + 2]! + ms[4 * b + 3]!;
-        this.share[b] += this.grid[b]! >= n ? 1 : Math.min(1, a);
-        this.verifiedShare[b] += this.grid[b]! >= n ? 1 : Math.min(1, v);
-      }
-      this.heads++;
-    }
-    this.samples++;
+    this.heads += sums[at + 4 * g]!;
+    this.samples += sums[at + 4 * g + 1]!;
   }
 
   /** Mean share at grid index b (exact top-K, or q̃'s candidates). */
@@ -130,6 +129,58 @@ export class LayerCalibration {
   meanRecall(b: number): number {
     return this.recallCount[b]! > 0 ? this.recall[b]! / this.recallCount[b]! : 1;
   }
+}
+
+/** Scratch of sampleSums. */
+let gqs = new Float32Array(0), gss = new Float32Array(0), bqs = new Uint8Array(0), bss = new Uint8Array(0);
+
+/** One sample's sums into out (sampleSumsLength(grid.length) floats, zero on entry). */
+function sampleSums(s: CalibrationSample, grid: readonly number[], candidates: number, out: Float64Array): void {
+  const n = s.to - s.from, G = grid.length, g = G + 1;
+  if (n <= 0) return;
+  if (gqs.length < n) {
+    gqs = new Float32Array(n);
+    gss = new Float32Array(n);
+    bqs = new Uint8Array(n);
+    bss = new Uint8Array(n);
+  }
+  const gq = gqs.subarray(0, n), gs = gss.subarray(0, n), bq = bqs, bs = bss;
+  groupMax(s.logits, s.from, n, gq);
+  groupMax(s.specLogits ?? s.logits, s.from, n, gs);
+  bucketRanks(gq, grid, 1, bq);
+  bucketRanks(gs, grid, candidates, bs);
+  // Token recall: a token in the true top-K_b has bq ≤ b; among q̃'s candidates, bs ≤ b.
+  const hits = new Float64Array(g);
+  for (let j = 0; j < n; j++) hits[Math.max(bq[j]!, bs[j]!)]++;
+  let cum = 0;
+  for (let b = 0; b < G; b++) {
+    cum += hits[b]!;
+    if (grid[b]! >= n) continue; // K selects everything: nothing to miss
+    out[2 * g + b] += Math.min(1, cum / grid[b]!);
+    out[3 * g + b]++;
+  }
+  // Per grid index, four interleaved sums (token j into lane j & 3): neighbours mostly share an index, and one sum would chain every add.
+  const mq = new Float64Array(4 * g), ms = new Float64Array(4 * g);
+  for (const p of s.probs) {
+    mq.fill(0);
+    ms.fill(0);
+    let off = 0;
+    for (let j = 0; j < n; j++) {
+      const x = p[s.from + j]!, lane = j & 3;
+      off += x;
+      mq[(bq[j]! << 2) | lane] += x;
+      ms[(bs[j]! << 2) | lane] += x;
+    }
+    let a = 1 - off, v = 1 - off;
+    for (let b = 0; b < G; b++) {
+      a += mq[4 * b]! + mq[4 * b + 1]! + mq[4 * b + 2]! + mq[4 * b + 3]!;
+      v += ms[4 * b]! + ms[4 * b + 1]! + ms[4 * b + 2]! + ms[4 * b + 3]!;
+      out[b] += grid[b]! >= n ? 1 : Math.min(1, a);
+      out[g + b] += grid[b]! >= n ? 1 : Math.min(1, v);
+    }
+    out[4 * g]++;
+  }
+  out[4 * g + 1] = 1;
 }
 
 /** out[j] = max over the rows of row[from + j]. */

@@ -9,7 +9,9 @@
 import type { Tensor } from "@hybridgen/spec";
 import type { Attention, PrefillObserver, QueryProjector } from "@hybridgen/core";
 import { fail } from "@hybridgen/spec";
-import { calibrationGrid, decideCalibration, LayerCalibration, type CalibrationResult } from "./calibration.js";
+import {
+  calibrationGrid, calibrationSumsTs, decideCalibration, LayerCalibration, sampleSumsLength, type CalibrationResult, type CalibrationSums,
+} from "./calibration.js";
 
 /** Token visits (offloaded tokens × query heads of a sample, summed over samples and layers) a calibration makes at most. */
 export const CALIBRATION_BUDGET = 4 * 1024 * 1024;
@@ -26,6 +28,8 @@ export interface PrefillCalibratorOptions {
   readonly exact?: readonly number[] | "all";
   /** (row, KV head) samples per layer (default: from CALIBRATION_BUDGET, within 8 … 32). */
   readonly samples?: number;
+  /** Computes the samples' sums (default: calibrationSumsTs on the driving thread; the runtime passes kernels-cpu's native one). */
+  readonly sums?: CalibrationSums;
   /** Called at the end of each calibrated prompt. */
   readonly onResult: (r: CalibrationResult) => void;
 }
@@ -117,17 +121,18 @@ export class PrefillCalibrator implements PrefillObserver, Disposable {
     if (this.sampled.length === 0) return;
     const t0 = performance.now();
     const from = this.attention.cache.storeStart, width = this.stash!.shape[1]!, G = this.group;
-    const all = this.attention.backend.read(this.stash!);
+    const data = this.attention.backend.read(this.stash!);
+    // Every (layer, row, KV head) sample in stash order: its three groups of rows and its offloaded range.
+    const fields: number[] = [];
     for (let l = 0; l < this.layers; l++) {
-      this.sampled.forEach((s, r) => {
-        const total = pos0 + s.row + 1;
-        const rows = (at: number) => Array.from({ length: G }, (_, h) => all.subarray((at + h) * width, (at + h) * width + total));
-        s.kvHeads.forEach((_, i) => {
-          const at = this.stashRow(l, r, i);
-          this.acc[l]!.add({ logits: rows(at), specLogits: l === 0 ? null : rows(at + G), probs: rows(at + 2 * G), from, to: s.to });
-        });
-      });
+      this.sampled.forEach((s, r) => s.kvHeads.forEach((_, i) => {
+        const at = this.stashRow(l, r, i);
+        fields.push(at, l === 0 ? -1 : at + G, at + 2 * G, from, s.to);
+      }));
     }
+    const grid = this.acc[0]!.grid, len = sampleSumsLength(grid.length);
+    const sums = (this.o.sums ?? calibrationSumsTs)({ data, width, group: G, samples: Int32Array.from(fields), grid, candidates: this.o.candidates });
+    for (let i = 0; i < fields.length / 5; i++) this.acc[Math.floor(i / this.samplesPerLayer)]!.accumulate(sums, i * len);
     const offloaded = Math.max(...this.sampled.map((s) => s.to)) - from;
     const samples = this.acc[0]!.samples;
     this.sampled = [];
