@@ -46,21 +46,30 @@ export interface LayerWidths {
   readonly kShare?: readonly number[] | null;
 }
 
-/** Layer `layer`'s share of K (at least 1). */
-function share(w: LayerWidths, layer: number, k: number): number {
-  return w.kShare ? Math.max(1, Math.ceil(k * w.kShare[layer]!)) : k;
+/**
+ * Pages a layer's share of K covers at least when the step chooses pages (Quest, the page index),
+ * never more than K itself: a calibrated share is a count of the best tokens, and page bounds rank
+ * pages too coarsely for the few pages such a share would buy (16 pages: Quest's smallest budget).
+ */
+export const PAGE_FLOOR = 16;
+
+/** Layer `layer`'s share of K (at least 1; at least PAGE_FLOOR pages when the step's kernel chooses pages). */
+function share(plan: StepPlan, w: LayerWidths, layer: number, k: number): number {
+  if (!w.kShare) return k;
+  const kernel = plan.kernel, pages = typeof kernel === "object" && "pageSize" in kernel ? PAGE_FLOOR * kernel.pageSize : 0;
+  return Math.min(k, Math.max(1, pages, Math.ceil(k * w.kShare[layer]!)));
 }
 
 /** The step's width at `layer`: its share of K; verified layers score `candidates`·K tokens. */
 export function layerKmax(plan: StepPlan, w: LayerWidths, layer: number): number {
   if (!w.usesBudget) return plan.kmax;
-  const k = share(w, layer, plan.kmax);
+  const k = share(plan, w, layer, plan.kmax);
   return w.rescore[layer] ? Math.min(plan.offloaded, k * w.candidates) : k;
 }
 
 /** The selection budget at `layer` (its share of K, widened on verified layers). */
 export function layerBudget(plan: StepPlan, w: LayerWidths, layer: number): number {
-  const k = share(w, layer, plan.budget);
+  const k = share(plan, w, layer, plan.budget);
   return w.rescore[layer] ? Math.min(plan.offloaded, k * w.candidates) : k;
 }
 
