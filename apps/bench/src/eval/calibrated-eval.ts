@@ -1,10 +1,10 @@
 /**
  * Retrieval accuracy of hybrid attention's modes beside full attention, as a new user meets them:
  * no profile anywhere and no K given, so K and the exact layers come from each prompt's prefill
- * calibration (the runtime's PrefillCalibrator). CPU backend.
+ * calibration (the runtime's PrefillCalibrator). CPU backend, or the device with --backend cuda (bf16 KV).
  *
  *   ./bun apps/bench/src/eval/calibrated-eval.ts --models ../shared/models/recall-4l:needle,DIR:vartrack,…
- *     [--lengths 4096,8192,16384] [--prompts 40] [--window 256] [--sinks 4] [--records 64]
+ *     [--lengths 4096,8192,16384] [--prompts 40] [--window 256] [--sinks 4] [--records 64] [--backend cpu|cuda]
  *     [--modes full,default,…] [--mass-target 0.95] [--threads 2] [--seed 1] [--json FILE] [--table FILE]
  *
  * Per prompt the context is prefilled once (exact full attention in every mode) with the
@@ -15,11 +15,12 @@
  */
 import { resolve } from "node:path";
 import { writeFileSync } from "node:fs";
-import { argmax, LlamaModel, openModelDir, seededRandom, type PrefillObserver } from "@hybridgen/core";
+import { argmax, type Backend, LlamaModel, openModelDir, seededRandom, type PrefillObserver } from "@hybridgen/core";
 import { DEFAULT_MASS_TARGET, PrefillCalibrator, type CalibrationResult } from "@hybridgen/runtime";
-import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { createCpuBackend, createNativeCalibrationSums } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { arg, list } from "../args.js";
+import { openBackend } from "../open-backend.js";
 import { retrievalPrompt, retrievalVocabulary, TASKS, type Task } from "./retrieval-tasks.js";
 
 const MODELS = list("models", `${new URL("../../../../../shared/models/recall-4l", import.meta.url).pathname}:needle`).map((m) => {
@@ -35,12 +36,17 @@ const RECORDS = Number(arg("records", "64"));
 const THREADS = Number(arg("threads", "2"));
 const SEED = Number(arg("seed", "1"));
 const MASS = Number(arg("mass-target", String(DEFAULT_MASS_TARGET)));
+const BACKEND = arg("backend", "cpu");
+if (BACKEND !== "cpu" && BACKEND !== "cuda") throw new Error(`--backend must be cpu or cuda (got ${BACKEND})`);
+const DEVICE = BACKEND === "cuda";
+const sums = createNativeCalibrationSums();
 
 /** A mode: its runtime options (no K: calibrated) and its calibration's candidate multiplier ("exact": exact logits, every layer exact; 0: none). */
 interface Mode { label: string; options: HybridRuntimeOptions; candidates: number | "exact" }
 const MODES: Record<string, Mode> = {
   full: { label: "full attention", options: { selector: "all", logits: "exact", scheduler: "fixed", k: 1 }, candidates: 0 },
-  default: { label: "defaults (CPU: fixed top-K, verified ×4)", options: {}, candidates: 4 },
+  default: { label: `defaults (${DEVICE ? "device: feedback, topk+quest" : "CPU: fixed top-K"}, verified ×4)`, options: {}, candidates: 4 },
+  "default-fixed": { label: "fixed top-K, verified ×4", options: { scheduler: "fixed" }, candidates: 4 },
   "default-device": { label: "device defaults (feedback, topk+quest, verified ×4)", options: { scheduler: "feedback" }, candidates: 4 },
   exact: { label: "top-K, exact logits", options: { logits: "exact" }, candidates: "exact" },
   speculative: { label: "top-K, speculative logits", options: { logits: "speculative" }, candidates: 1 },
@@ -60,9 +66,11 @@ const fanOut = (list: PrefillObserver[]): PrefillObserver => ({
   blockEnd: (p, n) => list.forEach((o) => o.blockEnd(p, n)),
 });
 
-interface Cell { correct: number; total: number; meanK: number; exactLayers: Record<string, number>; calibMs: number; prefillMs: number }
+/** Per length and mode: answers right, rows a KV head, exact layers chosen, calibration and prefill ms, steps run pre-QKᵀ and all steps, Σ of the calibrated K per layer. */
+interface Cell { correct: number; total: number; meanK: number; exactLayers: Record<string, number>; calibMs: number; prefillMs: number; preSteps: number; steps: number; layerK: number[] }
 const results: Record<string, Record<string, Record<number, Cell>>> = {};
-using be = createCpuBackend({ threads: THREADS });
+const failed = new Set<string>();
+using be: Backend = DEVICE ? await openBackend("cuda") : createCpuBackend({ threads: THREADS });
 for (const { dir, task } of MODELS) {
   using files = openModelDir(dir);
   const V = retrievalVocabulary(files.tokenizer, dir);
@@ -70,16 +78,18 @@ for (const { dir, task } of MODELS) {
   const res = (results[name] = {} as Record<string, Record<number, Cell>>);
   for (const m of modeNames) res[m] = {};
   for (const length of LENGTHS) {
-    using model = LlamaModel.load(files, be, { maxContext: length, gpuKvBudget: WINDOW, sinkTokens: SINKS, kvEvictBlock: 16 });
+    using model = LlamaModel.load(files, be, { maxContext: length, gpuKvBudget: WINDOW, sinkTokens: SINKS, kvEvictBlock: 16, ...(DEVICE ? { kvDtype: "bf16" as const } : {}) });
+    // On the device the offloaded rows live in host memory from the first token on: every mode's hybrid attention reads them there.
+    if (DEVICE) model.cache.attachHostStore(createCpuBackend({ threads: 1 }), be.hostTransfers!(), true);
     const r = seededRandom(SEED * 1000 + length);
-    for (const m of modeNames) res[m]![length] = { correct: 0, total: 0, meanK: 0, exactLayers: {}, calibMs: 0, prefillMs: 0 };
+    for (const m of modeNames) res[m]![length] = { correct: 0, total: 0, meanK: 0, exactLayers: {}, calibMs: 0, prefillMs: 0, preSteps: 0, steps: 0, layerK: [] };
     const multipliers = [...new Set(modeNames.map((m) => MODES[m]!.candidates).filter((c) => c !== 0))];
     const t0 = performance.now();
     for (let p = 0; p < PROMPTS; p++) {
       const prompt = retrievalPrompt(V, task, r, length, RECORDS);
       const calibrated = new Map<number | "exact", CalibrationResult>();
       const calibrators = multipliers.map((c) => new PrefillCalibrator(model.attention, model, {
-        massTarget: MASS, candidates: c === "exact" ? 1 : c, ...(c === "exact" ? { exact: "all" as const } : {}), onResult: (x) => calibrated.set(c, x),
+        sums, massTarget: MASS, candidates: c === "exact" ? 1 : c, ...(c === "exact" ? { exact: "all" as const } : {}), onResult: (x) => calibrated.set(c, x),
       }));
       model.reset();
       model.attention.setPrefillObserver(fanOut(calibrators));
@@ -92,7 +102,15 @@ for (const { dir, task } of MODELS) {
       for (const mname of modeNames) {
         const mode = MODES[mname]!;
         const cal = calibrated.get(mode.candidates);
-        const h = await createHybridAttention(model, be, { ...mode.options, cpuStageThreads: 1, ...(cal ? { calibration: { ...cal, exactLayers: [...cal.exactLayers], layerK: [...cal.layerK] } } : {}) });
+        let h: Awaited<ReturnType<typeof createHybridAttention>>;
+        try {
+          h = await createHybridAttention(model, be, { ...mode.options, ...(DEVICE ? {} : { cpuStageThreads: 1 }), ...(cal ? { calibration: { ...cal, exactLayers: [...cal.exactLayers], layerK: [...cal.layerK] } } : {}) });
+        } catch (e) {
+          // A mode this backend cannot run is reported once and left out ("–" in the table); the others go on.
+          if (!failed.has(mname)) process.stderr.write(`\n${MODES[mname]!.label}: ${(e as Error).message.split("\n")[0]}\n`);
+          failed.add(mname);
+          continue;
+        }
         try {
           let ok = true, pos = prompt.context.length;
           const lead = prompt.question.length - (prompt.answer.length - 1);
@@ -107,7 +125,10 @@ for (const { dir, task } of MODELS) {
           const ex = h.exactLayers.join(",") || "none";
           cell.exactLayers[ex] = (cell.exactLayers[ex] ?? 0) + 1;
           cell.calibMs += cal?.ms ?? 0;
+          cal?.layerK.forEach((k, l) => (cell.layerK[l] = (cell.layerK[l] ?? 0) + k));
           cell.prefillMs += prefillMs;
+          cell.preSteps += h.stats.trace.filter((t) => t.timing === "pre").length;
+          cell.steps += h.stats.trace.length;
         } finally {
           h.close();
           model.cache.restore(cp);
@@ -133,14 +154,21 @@ for (const [name, res] of Object.entries(results)) {
 }
 if (print) {
 const w = head.map((h, i) => Math.max(h.length, ...rows.map((row) => row[i]!.length)));
-console.log(`\nretrieval accuracy, ${PROMPTS} prompts per length, window ${WINDOW} with ${SINKS} sinks, no profile and no K given (calibrated from each prefill, mass target ${MASS}), CPU backend:`);
+console.log(`\nretrieval accuracy, ${PROMPTS} prompts per length, window ${WINDOW} with ${SINKS} sinks, no profile and no K given (calibrated from each prefill, mass target ${MASS}), ${be.name} backend:`);
 console.log(`| ${head.map((h, i) => h.padEnd(w[i]!)).join(" | ")} |`);
 console.log(`| ${w.map((n) => "-".repeat(n)).join(" | ")} |`);
 for (const row of rows) console.log(`| ${row.map((c, i) => c.padEnd(w[i]!)).join(" | ")} |`);
 for (const [name, res] of Object.entries(results)) {
   for (const l of LENGTHS) {
     const d = res.default?.[l];
-    if (d?.total) console.log(`${name} ${l}: defaults' exact layers ${JSON.stringify(d.exactLayers)}, calibration ${(d.calibMs / d.total).toFixed(1)} ms of a ${(d.prefillMs / d.total).toFixed(0)} ms prefill`);
+    if (d?.total) {
+      console.log(`${name} ${l}: defaults' exact layers ${JSON.stringify(d.exactLayers)}, calibration ${(d.calibMs / d.total).toFixed(1)} ms of a ${(d.prefillMs / d.total).toFixed(0)} ms prefill, ` +
+        `mean K per layer ${d.layerK.map((k) => (k / d.total).toFixed(0)).join("/")}`);
+    }
+    for (const m of modeNames) {
+      const c = res[m]?.[l];
+      if (c?.steps && c.preSteps) console.log(`${name} ${l}: ${MODES[m]!.label} ran ${c.preSteps} of ${c.steps} steps pre-QKᵀ`);
+    }
   }
 }
 }
@@ -156,9 +184,9 @@ if (tableFile) {
       return [name, MODES[m]!.label, ...cells.map((x) => (x.total ? (x.correct / x.total).toFixed(3) : "–")), cells.map((x) => (x.total ? (x.meanK / x.total).toFixed(0) : "–")).join(" / ")];
     })),
   };
-  const measured = `apps/bench/src/eval/calibrated-eval.ts --models ${MODELS.map((m) => `${m.dir.split("/").pop()}:${m.task}`).join(",")} --lengths ${LENGTHS.join(",")} --prompts ${PROMPTS} --records ${RECORDS} --window ${WINDOW} --sinks ${SINKS} --mass-target ${MASS} --seed ${SEED}, CPU backend, ${new Date().toISOString().slice(0, 10)}`;
+  const measured = `apps/bench/src/eval/calibrated-eval.ts --models ${MODELS.map((m) => `${m.dir.split("/").pop()}:${m.task}`).join(",")} --lengths ${LENGTHS.join(",")} --prompts ${PROMPTS} --records ${RECORDS} --window ${WINDOW} --sinks ${SINKS} --mass-target ${MASS} --seed ${SEED}${DEVICE ? " --backend cuda" : ""}, ${DEVICE ? "CUDA backend (bf16 KV)" : "CPU backend"}, ${new Date().toISOString().slice(0, 10)}`;
   writeFileSync(tableFile, `${JSON.stringify({ measured, table }, null, 1)}\n`);
 }
 const json = arg("json", "");
-if (json) writeFileSync(json, `${JSON.stringify({ models: MODELS, prompts: PROMPTS, records: RECORDS, window: WINDOW, sinks: SINKS, massTarget: MASS, results }, null, 2)}\n`);
+if (json) writeFileSync(json, `${JSON.stringify({ backend: be.name, models: MODELS, prompts: PROMPTS, records: RECORDS, window: WINDOW, sinks: SINKS, massTarget: MASS, results }, null, 2)}\n`);
 }
