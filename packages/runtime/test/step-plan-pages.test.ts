@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { layerBudget, layerKmax, PAGE_FLOOR, type LayerWidths, type StepPlan } from "@hybridgen/core";
+import { layerBudget, layerKmax, PAGE_FLOOR, type LayerWidths, type StepPlan } from "../src/index.js";
 
 const plan = (k: number, kernel: StepPlan["kernel"]): StepPlan => ({ timing: kernel === "topk" ? "post" : "pre", budget: k, kmax: k, offloaded: 8000, work: "kernel", kernel });
 /** Calibrated shares: layer 0 all of K, layer 1 a few tokens (a needle layer). */
