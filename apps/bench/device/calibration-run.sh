@@ -25,7 +25,7 @@ fi
 # timing, but the feedback scheduler's choice of pre or post does: the eval reports the steps run pre.
 EVAL="bun .device/calibrated-eval.js --backend cuda --lengths ${LENGTHS:-4096,8192,16384} --prompts ${PROMPTS:-20} --modes ${MODES:-full,default,default-fixed,quest,uncalibrated}"
 mkdir -p /tmp/eval
-timeout "${EVAL_S:-150}" $EVAL --models .device/recall-4l:needle --json /tmp/eval/recall-4l.json --table /tmp/eval/recall-4l.table.json > /tmp/eval/recall-4l.log 2>&1 &
+[ "${RECALL:-1}" = 0 ] || timeout "${EVAL_S:-150}" $EVAL --models .device/recall-4l:needle --json /tmp/eval/recall-4l.json --table /tmp/eval/recall-4l.table.json > /tmp/eval/recall-4l.log 2>&1 &
 TRAINING=""
 for m in ${TRAIN:-ruler-8l ruler-12l}; do
   PYTHONUNBUFFERED=1 timeout "${TRAIN_S:-70}" python3 apps/bench/train/retrieval_models.py --out /tmp/models --models $m \

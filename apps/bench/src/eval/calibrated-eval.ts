@@ -70,7 +70,8 @@ const fanOut = (list: PrefillObserver[]): PrefillObserver => ({
 interface Cell { correct: number; total: number; meanK: number; exactLayers: Record<string, number>; calibMs: number; prefillMs: number; preSteps: number; steps: number; layerK: number[] }
 const results: Record<string, Record<string, Record<number, Cell>>> = {};
 const failed = new Set<string>();
-using be: Backend = DEVICE ? await openBackend("cuda") : createCpuBackend({ threads: THREADS });
+// Tiny models: a quarter of the device's memory leaves room for another process (a training run) beside the eval.
+using be: Backend = DEVICE ? await openBackend("cuda", { arenaFraction: 0.25 }) : createCpuBackend({ threads: THREADS });
 for (const { dir, task } of MODELS) {
   using files = openModelDir(dir);
   const V = retrievalVocabulary(files.tokenizer, dir);
