@@ -87,10 +87,10 @@ export interface DecodeAttention {
   /** The step's layers are done (before eviction). */
   endStep(): void;
   /**
-   * After beginStep: this step's layers never wait on the host (the device waits for the CPU
-   * stage; the host only issues), so a batched step may record its rows' device work together.
+   * After beginStep: a batched step may record this row's device work with the other rows' (no
+   * layer waits on the host: the device waits for the CPU stage, the host only issues).
    */
-  readonly stepHandedOff?: boolean;
+  readonly batchRecordable?: boolean;
 }
 
 let attentionCount = 0;

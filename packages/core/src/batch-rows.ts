@@ -14,7 +14,7 @@
  * row: layerInput with its residual row (bindResidual), prepareAttend for every row before any
  * row's attend, so all sequences' CPU stages of a layer run before the first is waited on.
  * On a backend that records decode steps (beginStep/endStep: CUDA graphs) a step whose every row
- * is handed off (DecodeAttention.stepHandedOff: no layer waits on the host) is recorded a layer at
+ * is handed off (DecodeAttention.batchRecordable: no layer waits on the host) is recorded a layer at
  * a time for the whole batch — every row's device work of layer l, from the layer's input to the
  * next layer's, is one segment replayed as one graph — so the host records layer l + 1 while the
  * device runs layer l. A step with a row that waits on the host runs eagerly.
@@ -219,7 +219,7 @@ export class BatchRows {
       if (!d) continue;
       if (positions[i] === 0) d.newSequence();
       d.beginStep(positions[i], step);
-      this.records &&= d.stepHandedOff === true;
+      this.records &&= d.batchRecordable === true;
     }
   }
 

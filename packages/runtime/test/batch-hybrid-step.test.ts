@@ -199,7 +199,7 @@ describe("batched decode with hybrid attention per sequence", () => {
         layerInput: (l) => void log.push(`input ${row} ${l}`),
         attend: (l: number, q: Tensor, out: Tensor) => attention.attendFull(l, q, 0, at, out),
         endStep: () => log.push(`end ${row}`),
-        get stepHandedOff() {
+        get batchRecordable() {
           return handedOff[row];
         },
       };

@@ -195,9 +195,13 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     return this.ahead.flatMap((a, l) => (a ? [] : [l]));
   }
 
-  /** This step is handed off: its layers never wait on the host (DecodeAttention.stepHandedOff). */
-  get stepHandedOff(): boolean {
-    return this.handedOff;
+  /**
+   * DecodeAttention.batchRecordable: this step is handed off and every layer's job goes ahead on the
+   * layer before's q̃. A layer that waits for its true query hung a recorded batch of 3 on the H100
+   * (its send never ran: the notebook's 2026-12-07 call), so such steps of a batch run eagerly.
+   */
+  get batchRecordable(): boolean {
+    return this.handedOff && this.ahead.every(Boolean);
   }
 
   /** The transport's name: how the stage's rows reach the device. */
