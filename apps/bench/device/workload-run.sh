@@ -9,7 +9,8 @@
 #   checks    the CUDA hybrid checks (hybrid-bench.js --skip-bench: a batch of 3 equals each alone, recorded per layer)
 #   batch     the 8K batch scaling: full attention and the default hybrid at batch 1/4/16, window 1024 (`bench --batch`)
 #   base      the same hybrid points from hybridgen-base.js (BASE_BATCHES, default 16): the change's baseline arm
-#   workload  `bench --workload` for each of WORKLOADS (default "8x131072 32x32768") under GPU_MEM, --synthetic-kv
+#   workload  `bench --workload` for each of WORKLOADS (default "8x131000 32x32768": 128K less the decoded steps, which
+#             must fit the model's 131 072 positions) under GPU_MEM, --synthetic-kv
 # GPU_MEM defaults to 80G where the card has more than 80 GiB, else the card's memory less 2 GiB (an H100's 80 GB
 # card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP and K override the workload bench.
 set -u
@@ -41,7 +42,7 @@ for part in ${PART:-checks batch workload}; do
         --steps 24 --warmup 4 --gpu-kv-budget 1024 --sink-tokens 4 --k 256 --out "$OUT/batch-base" > "$OUT/batch-base/tables.md" 2> "$OUT/batch-base/progress.log"
       echo "base exit $?"; sed -n '/Fig. 17/,/^$/p' "$OUT/batch-base/tables.md" ;;
     workload)
-      for w in ${WORKLOADS:-8x131072 32x32768}; do
+      for w in ${WORKLOADS:-8x131000 32x32768}; do
         mkdir -p "$OUT/workload-$w"
         timeout "${WORKLOAD_S:-200}" bun "$D/hybridgen.js" bench $BENCH --workload "$w" --gpu-mem "$GPU_MEM" --synthetic-kv \
           --configs "${CONFIGS:-full,hybridgen}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" \
@@ -53,3 +54,5 @@ for part in ${PART:-checks batch workload}; do
   esac
   echo "$part: $(( $(date +%s) - t0 )) s"
 done
+# One archive of every result: the device tool brings back only a few files a call.
+tar czf /tmp/results.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -delete && mv /tmp/results.tgz "$OUT/" && echo "results.tgz: $(du -k "$OUT/results.tgz" | cut -f1) KiB"

@@ -81,7 +81,7 @@ describe("README tables", () => {
       for (const [marker, message] of [
         ["<!-- table: notes/x.json -->", "README.md:1: a table's result file must be docs/performance/**/*.json, not notes/x.json"],
         ["<!-- table: docs/performance/x/none.json -->", "README.md:1: docs/performance/x/none.json does not exist"],
-        ["<!-- table: docs/performance/x/eval.json pie -->", "README.md:1: unknown table view pie (views: eval-text, eval-tasks, bench-context, workload, serve)"],
+        ["<!-- table: docs/performance/x/eval.json pie -->", "README.md:1: unknown table view pie (views: eval-text, eval-tasks, bench-context, bench-batch, workload, serve)"],
       ] as const) {
         write("README.md", `${marker}\n`);
         expect(() => checkReadmeTables(root, "README.md")).toThrow(message);

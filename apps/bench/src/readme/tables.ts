@@ -19,7 +19,7 @@ export interface TableFile {
 interface EvalText { config: string; k: number | null; perplexity: number; top1: number; kl: number }
 interface EvalTask { config: string; k: number | null; task: string; accuracy: number }
 interface EvalFile { setup: { configs: string[] }; text: EvalText[]; tasks: EvalTask[] }
-interface BenchPoint { config: string; context: number; batch: number; status: string; msPerToken?: number }
+interface BenchPoint { config: string; context: number; batch: number; status: string; msPerToken?: number; tokensPerSec?: number }
 interface BenchFile { setup: { configs: string[]; contexts: number[] }; points: BenchPoint[] }
 interface WorkloadRow { config: string; status: string; note?: string; batch?: number; waves?: number; window?: number; tokensPerSec?: number; p50Ms?: number; p99Ms?: number; msPerStep?: number; predictedMsPerStep?: number | null; bytesPerStep?: { gpu: number; tiers: Record<string, number>; link: number }; floorMsPerStep?: number | null }
 interface WorkloadFile { result: { rows: WorkloadRow[] } }
@@ -77,6 +77,20 @@ const VIEWS: Record<string, (file: unknown, args: Args) => Rows> = {
       return p && p.status === "ok" && p.msPerToken !== undefined ? p.msPerToken.toFixed(2) : "–";
     })]);
     return { columns: ["config", ...f.setup.contexts.map(ctxLabel)], align: right(f.setup.contexts.length), rows };
+  },
+  /** `hybridgen bench`'s bench.json per batch size at one context (context=N, default the first): tokens/s, and each configuration's ratio to full attention's at that batch. */
+  "bench-batch": (file, args) => {
+    const f = file as BenchFile & { setup: { batches: number[] } }, ctx = Number(args.context ?? f.setup.contexts[0]);
+    const tps = (c: string, b: number) => {
+      const p = f.points.find((x) => x.config === c && x.context === ctx && x.batch === b);
+      return p && p.status === "ok" && p.tokensPerSec !== undefined ? p.tokensPerSec : undefined;
+    };
+    const rows = f.setup.configs.map((c) => [c, ...f.setup.batches.map((b) => {
+      const t = tps(c, b), full = tps("full", b);
+      if (t === undefined) return "–";
+      return c === "full" || full === undefined ? t.toFixed(1) : `${t.toFixed(1)} (${(t / full).toFixed(2)}×)`;
+    })]);
+    return { columns: ["config", ...f.setup.batches.map((b) => `batch ${b}`)], align: right(f.setup.batches.length), rows };
   },
   /** `hybridgen bench --workload`'s workload.json: a row per configuration, its tokens/s against full attention's best feasible. */
   workload: (file) => {

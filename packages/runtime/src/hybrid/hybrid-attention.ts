@@ -197,8 +197,8 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
 
   /**
    * DecodeAttention.batchRecordable: this step is handed off and every layer's job goes ahead on the
-   * layer before's q̃. A layer that waits for its true query hung a recorded batch of 3 on the H100
-   * (its send never ran: the notebook's 2026-12-07 call), so such steps of a batch run eagerly.
+   * layer before's q̃ (a layer that waits for its true query is not recorded with other rows: such a
+   * batch hung on a device, its query's send never run).
    */
   get batchRecordable(): boolean {
     return this.handedOff && this.ahead.every(Boolean);
