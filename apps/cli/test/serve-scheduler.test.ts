@@ -11,7 +11,7 @@ import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { BatchDecoder, loadModel, openModelDir, type KvStoreAllocator, type MemoryTier } from "@hybridgen/core";
+import { BatchDecoder, HybridgenError, loadModel, openModelDir, type KvStoreAllocator, type MemoryTier } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { bufferedIo, runCli } from "../src/index.js";
 import { attachHybrid, HybridCliOptionsSchema } from "../src/hybrid-options.js";
@@ -267,5 +267,47 @@ describe("the serve scheduler: admission by each request's device bytes", () => 
     });
     expect(refused.finish).toBe("abort");
     expect(refused.error).toMatch(/^this request cannot be served: its sequence needs/);
+  });
+});
+
+describe("the serve scheduler: a prefill refused device memory", () => {
+  it("goes back to the queue's head while others run, and is served when one leaves; alone it fails with one line", async () => {
+    using files = openModelDir(await stories15M());
+    using backend = createCpuBackend({ threads: 1 });
+    using model = loadModel(files, backend, { maxContext: 256 });
+    using dec = new BatchDecoder(model, 3);
+    const prefill = dec.prefill.bind(dec);
+    let refuse = 0, on = 1; // refused prefills left, and on which slot (-1: any)
+    dec.prefill = (slot, ids, start) => {
+      if (refuse > 0 && (on < 0 || slot === on)) {
+        refuse--;
+        throw new HybridgenError("out of device memory: a prefill buffer", "ENOMEM");
+      }
+      return prefill(slot, ids, start);
+    };
+    const errors: string[] = [];
+    const scheduler = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, new ServeMetrics(), {
+      slots: [0, 1], queueLimit: 4, chunk: 64, maxContext: 256, eos: files.shape.eosTokenIds, bytesPerToken: 1, ledger: null, onError: (m) => errors.push(m),
+    });
+    const run = (prompt: string, n: number) => new Promise<{ finish: string; text: string; error?: string }>((resolve) => {
+      scheduler.submit({ ids: files.tokenizer.encode(prompt), maxTokens: n, sampling: { temperature: 0 }, stop: [], arrivedMs: 0, onText() {}, onFinish: resolve });
+    });
+    refuse = 1;
+    let waited = 0;
+    const first = run(PROMPTS[0]!, 30);
+    const second = run(PROMPTS[1]!, 12);
+    while (scheduler.running + scheduler.waiting > 0) {
+      if (scheduler.running === 1) waited = Math.max(waited, scheduler.waiting); // the second back in the queue beside the first
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    const [a, b] = await Promise.all([first, second]);
+    expect(a).toMatchObject({ finish: "length", text: await alone(PROMPTS[0]!, 30, []) });
+    expect(b).toMatchObject({ finish: "length", text: await alone(PROMPTS[1]!, 12, []) }); // re-prefilled from the start once the first left
+    expect(waited).toBe(1);
+    expect(errors).toEqual([]);
+    [refuse, on] = [1, -1];
+    const lone = await run(PROMPTS[1]!, 12);
+    expect(lone.finish).toBe("abort");
+    expect(lone.error).toBe("this request cannot be served: its prefill ran out of device memory with nothing else running (out of device memory: a prefill buffer)");
   });
 });

@@ -44,6 +44,8 @@ export class QueueFull extends Error {}
 
 interface Running {
   readonly job: ServeJob;
+  /** Its place in the queue, taken again if its prefill runs out of device memory. */
+  readonly queued: Queued;
   readonly slot: number;
   readonly sampler: Sampler;
   readonly text: TokenText;
@@ -215,7 +217,7 @@ export class ServeScheduler {
           continue;
         }
         this.decodeStep();
-        this.prefillChunk();
+        this.prefill();
         this.retire();
         this.gauges();
       } catch (e) {
@@ -329,7 +331,7 @@ export class ServeScheduler {
       const sampler = new Sampler(this.vocabSize, job.sampling);
       sampler.observeAll(job.ids);
       this.active.push({
-        job, slot, sampler, store, deviceBytes: held, text: new TokenText(this.tokenizer, job.stop, job.ids[job.ids.length - 1]!), all: Int32Array.from(job.ids),
+        job, queued: q, slot, sampler, store, deviceBytes: held, text: new TokenText(this.tokenizer, job.stop, job.ids[job.ids.length - 1]!), all: Int32Array.from(job.ids),
         prefilled: 0, tokens: 0, next: -1, finish: null, lastTokenMs: 0,
       });
       this.metrics.promptTokens.inc(job.ids.length);
@@ -356,10 +358,33 @@ export class ServeScheduler {
     this.hybridMetrics(slots);
   }
 
-  /** One chunk of the oldest prefilling request; its first token once the prompt is in. */
-  private prefillChunk(): void {
+  /**
+   * One chunk of the oldest prefilling request. A chunk refused device memory (buffers a prefill
+   * makes as it goes, beyond what admission reserved) sends that request, which has streamed
+   * nothing yet, back to the queue's head to wait for a running request to leave; alone, it fails.
+   */
+  private prefill(): void {
     const r = this.active.find((a) => !a.finish && a.prefilled < a.all.length);
     if (!r) return;
+    try {
+      this.prefillChunk(r);
+    } catch (e) {
+      if (!outOfMemory(e)) throw e;
+      this.active.splice(this.active.indexOf(r), 1);
+      this.vacate(r);
+      if (this.active.length === 0) {
+        const message = `this request cannot be served: its prefill ran out of device memory with nothing else running (${oneLine(e)})`;
+        this.o.onError?.(message);
+        this.refuse(r.job, message);
+        return;
+      }
+      this.queue.unshift(r.queued);
+      this.blocked = true;
+    }
+  }
+
+  /** One chunk of `r`'s prompt; its first token once the prompt is in. */
+  private prefillChunk(r: Running): void {
     const end = Math.min(r.all.length, r.prefilled + this.o.chunk);
     this.dec.prefill(r.slot, r.all.subarray(r.prefilled, end), r.prefilled);
     r.prefilled = end;
