@@ -16,7 +16,7 @@ ln -s "$ROOT/node_modules" "$WT/node_modules"
 for d in packages/* apps/*; do
   if [ -d "$ROOT/$d/node_modules" ] && [ -d "$WT/$d" ]; then cp -a "$ROOT/$d/node_modules" "$WT/$d/"; fi
 done
-for p in core memtier scheduler selectors kernels-cpu kernels-cuda runtime; do
+for p in spec core memtier scheduler selectors kernels-cpu kernels-cuda runtime; do
   (cd "$WT/packages/$p" && "$ROOT/node_modules/.bin/tsup" > /dev/null)
 done
 (cd "$WT/packages/kernels-cpu" && node scripts/build-native.mjs)

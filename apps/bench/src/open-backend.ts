@@ -1,13 +1,9 @@
-/** The benches' `--backend cpu|cuda`: the CPU backend, or the CUDA one (loaded only when asked for, so a CPU run needs no CUDA library). */
+/** The benches' `--backend cpu|cuda|NAME`: a backend opened through the runtime's registry (CUDA loaded only when asked for). */
 import type { Backend } from "@hybridgen/core";
-import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { openBackend as openRegistered } from "@hybridgen/runtime";
 import type { CudaBackendOptions } from "@hybridgen/kernels-cuda";
 
-/** The backend `name` names ("cpu", else CUDA with `cuda` options); throws with the reason when no GPU is usable. */
+/** The backend `name` names, with `cuda` options for the CUDA one; throws with the reason when it cannot open. */
 export async function openBackend(name: string, cuda: CudaBackendOptions = {}): Promise<Backend & { memory?: () => { freeBytes: number } }> {
-  if (name === "cpu") return createCpuBackend({});
-  const { createCudaBackend, cudaAvailability, describeCudaAvailability } = await import("@hybridgen/kernels-cuda");
-  const avail = cudaAvailability();
-  if (!avail.available) throw new Error(describeCudaAvailability(avail));
-  return createCudaBackend(cuda);
+  return (await openRegistered(name, name === "cuda" ? { options: cuda } : {})).backend;
 }

@@ -1,5 +1,6 @@
 import type { SamplingOptionsInput } from "@hybridgen/core";
 import { z } from "zod";
+import { BackendChoiceSchema } from "@hybridgen/runtime";
 
 /**
  * Options of `hybridgen generate`, after the flags are parsed. Exported so programs that
@@ -41,8 +42,8 @@ export const GenerateCliOptionsSchema = z
     verbose: z.boolean().default(false),
     /** Deterministic random weights (bf16 unless --dtype) instead of the checkpoint's; needed by preset:<name>. */
     dummyWeights: z.boolean().default(false),
-    /** auto: the GPU when CUDA is usable, else the CPU (the reason goes to stderr). */
-    device: z.enum(["auto", "cpu", "cuda"], { error: "must be one of auto, cpu, cuda" }).default("auto"),
+    /** auto: the GPU when CUDA is usable, else the CPU (the reason goes to stderr); a registered backend; a backend module. */
+    device: BackendChoiceSchema.default("auto"),
   })
   .strict()
   .refine((o) => o.system === undefined || o.chat, { message: "--system needs --chat", path: ["system"] })

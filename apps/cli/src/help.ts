@@ -33,7 +33,8 @@ Model:
       --dummy-weights          deterministic random weights of the model's architecture instead
                                of its checkpoint (benchmarking); needed by --model preset:NAME
       --device auto|cpu|cuda   where the model runs (default auto: the GPU when CUDA is usable,
-                               else the CPU, with the reason on stderr)
+                               else the CPU, with the reason on stderr); or a backend
+                               module (./my-backend.ts: its default export, a BackendEntry)
       --threads N              CPU threads (default: $HYBRIDGEN_THREADS or every core)
       --context N              KV cache positions (default: the model's, at most 4096)
 

@@ -1,4 +1,5 @@
-/** --device auto|cpu|cuda: which backend runs, the fallback reason, and the stats line. */
+/** --device auto|cpu|cuda|MODULE: which backend runs (through the runtime's registry), the fallback reason, and the stats line. */
+import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
 import { cudaAvailability } from "@hybridgen/kernels-cuda";
 import { requireBuiltBin, runBin } from "./helpers.js";
@@ -42,9 +43,18 @@ describe("--device", () => {
     expect(r.stderr).toMatch(/^error: CUDA unavailable: .+\n$/);
   });
 
-  it("rejects an unknown device", () => {
-    const r = runBin([...args(), "--device", "tpu"]);
-    expect(r.code).not.toBe(0);
-    expect(r.stderr).toMatch(/^error: invalid value for --device: must be one of auto, cpu, cuda \(got "tpu"\)\n$/);
+  it("a backend module (its default export a BackendEntry) runs the model: the greedy story, its device on the stats line", () => {
+    const r = runBin([...args(), "--device", fileURLToPath(new URL("./fixtures/one-thread-backend.ts", import.meta.url))]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(greedyStory().startsWith(r.stdout.trimEnd())).toBe(true);
+    expect(r.stderr.trimEnd().split("\n").at(-1)).toMatch(/\| device: one-thread\/\w+$/);
+  });
+
+  it("an unknown device is the same one line from generate, serve and bench, naming the registered backends (exit 2)", () => {
+    const line = 'error: invalid value for --device: must be one of auto, cpu, cuda or a backend module (./my-backend.ts) (got "tpu")\n';
+    for (const argv of [[...args(), "--device", "tpu"], ["serve", "--model", model, "--device", "tpu"], ["bench", "--model", model, "--device", "tpu"]]) {
+      const r = runBin(argv);
+      expect([r.code, r.stderr], argv[0]).toEqual([2, line]);
+    }
   });
 });

@@ -59,7 +59,7 @@ describe("hybridgen serve: a full queue, shutdown, loading, bad flags", () => {
       [["--max-batch", "0"], 'error: invalid value for --max-batch: "0" is not an integer in [1, 31]'],
       [["--port", "70000"], 'error: invalid value for --port: "70000" is not an integer in [0, 65535]'],
       [["--max-body", "lots"], 'error: invalid value for --max-body: "lots" is not a size (bytes, or a number with K, M, G or T)'],
-      [["--device", "tpu"], "error: invalid value for --device: must be one of auto, cpu, cuda"],
+      [["--device", "tpu"], 'error: invalid value for --device: must be one of auto, cpu, cuda or a backend module (./my-backend.ts) (got "tpu")'],
       [["--bogus"], "error: unknown option --bogus for hybridgen serve (see hybridgen serve --help)"],
       [["--kv-disk", "/tmp"], "error: --kv-placement, --kv-disk and --host-kv-budget place hybrid attention's offloaded store: add --attention hybrid"],
     ];

@@ -8,3 +8,4 @@ export { KSpill } from "./k-spill.js";
 export { defaultStageThreads } from "./stage-threads.js";
 export { fillSyntheticKv, randomizeWindow } from "./synthetic-kv.js";
 export * from "./hybrid/index.js";
+export { backendChoices, BackendChoiceSchema, backendNames, isBackendModule, openBackendChoice, loadBackendModule, lookupBackend, openBackend, registerBackend, type BackendAvailability, type BackendEntry, type BackendOpenOptions, type OpenedBackend, type OpenedBackendChoice } from "./backends.js";

@@ -1,7 +1,6 @@
 /** `hybridgen bench` flags: parsed strictly, every bad value a one-line usage error. */
 import { parseArgs } from "node:util";
-import { ATTENTION_CONFIG_NAMES, attentionConfig } from "@hybridgen/runtime";
-import type { DeviceChoice } from "../device-backend.js";
+import { ATTENTION_CONFIG_NAMES, attentionConfig, backendChoices, BackendChoiceSchema } from "@hybridgen/runtime";
 import { parseArgsError } from "../parse-args-error.js";
 import { configList, integer, integers, list, usage } from "./flag-values.js";
 import { parseGpuMem, parseWorkload, type Workload } from "./workload-args.js";
@@ -23,7 +22,7 @@ export interface BenchOptions {
   readonly gpuKvBudget: number;
   readonly sinkTokens: number;
   readonly k: number;
-  readonly device: DeviceChoice;
+  readonly device: string;
   readonly threads?: number;
   readonly cpuStageThreads?: number;
   readonly kvDtype: "f32" | "f16" | "bf16";
@@ -64,7 +63,7 @@ and bench.json with every number. Progress goes to stderr.
       --gpu-kv-budget N        device window per sequence, sinks included (default 1024)
       --sink-tokens S          attention sinks pinned in the window (default 4)
       --k K                    K of the fixed configurations, K_min of the adaptive ones (default 64)
-      --device auto|cpu|cuda   backend (default auto)
+      --device auto|cpu|cuda   backend (default auto; or a backend module ./FILE.ts)
       --threads N              CPU backend threads (default: all cores)
       --cpu-stage-threads N    hybrid CPU stage threads (default: the runtime's)
       --kv-dtype f32|f16|bf16  KV cache dtype (default bf16)
@@ -119,7 +118,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
   const warmup = integer("warmup", str("warmup"), 0) ?? 4;
   if (warmup >= steps) throw usage(`--warmup ${warmup} must be smaller than --steps ${steps}`);
   const device = str("device") ?? "auto";
-  if (device !== "auto" && device !== "cpu" && device !== "cuda") throw usage(`invalid value for --device: ${JSON.stringify(device)} must be auto, cpu or cuda`);
+  if (!BackendChoiceSchema.safeParse(device).success) throw usage(`invalid value for --device: must be ${backendChoices()} (got ${JSON.stringify(device)})`);
   if (str("model") === "") throw usage("--model needs a directory or preset:NAME");
   const workload = parseWorkload(str("workload"));
   if (workload) {

@@ -20,7 +20,7 @@ export async function runWorkloadBench(o: BenchOptions & { readonly workload: Wo
   const gpu = o.device === "cpu" ? null : await probeGpu(o.device === "cuda", true);
   const probed = await probeTiers(await storeTiers({ kvPlacement: "semantic" }), defaultStageThreads(gpu !== null));
   const tiers: MemoryTier[] = probed.tiers.filter((t) => t.kind !== "file");
-  const opened = await openBackend(gpu ? o.device : "cpu", threads, true, o.gpuMem);
+  const opened = await openBackend(gpu ? o.device : "cpu", threads, o.gpuMem);
   using backend = opened.backend;
   progress(`workload bench on ${opened.device}${opened.device.startsWith("cpu") ? ` with ${threadCount(opened.threads)}` : ""}${opened.fallback ? ` (${opened.fallback})` : ""}`);
   const hostGBs = tiers[0]?.readBandwidthGBs;

@@ -25,7 +25,7 @@ export async function runBench(argv: readonly string[], io: CliIo): Promise<numb
   const progress = (line: string) => io.stderr(`${line}\n`);
   const models = o.models.length > 0 ? o.models : [await ensureStories15M({ cacheDir: io.env.HYBRIDGEN_CACHE, onProgress: progress })];
   const threads = o.threads ?? availableParallelism();
-  const opened = await openBackend(o.device, threads, true, o.gpuMem);
+  const opened = await openBackend(o.device, threads, o.gpuMem);
   using backend = opened.backend;
   progress(`bench on ${opened.device}${opened.device.startsWith("cpu") ? ` with ${threadCount(opened.threads)}` : ""}${opened.fallback ? ` (${opened.fallback})` : ""}`);
   const points: BenchPoint[] = [];

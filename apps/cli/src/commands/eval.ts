@@ -33,7 +33,7 @@ export async function runEval(argv: readonly string[], io: CliIo): Promise<numbe
   const needs = tasks.flatMap((t) => t.items.map((it) => enc(it.context, true) + (it.kind === "choice" ? Math.max(...it.choices.map((c) => enc(c, false))) : enc(it.answer, false))));
   const context = Math.min(maxContext, Math.max(ids?.length ?? 0, ...needs));
   if (o.gpuKvBudget >= context) throw new HybridgenError(`--gpu-kv-budget ${o.gpuKvBudget} holds the whole context (${context}): nothing would be offloaded`, "EUSAGE");
-  const opened = await openBackend("cpu", o.threads, true);
+  const opened = await openBackend("cpu", o.threads);
   using backend = opened.backend;
   using full = loadModel(files, backend, { maxContext: context });
   using windowed = loadModel(files, backend, { maxContext: context, gpuKvBudget: o.gpuKvBudget, sinkTokens: o.sinkTokens });

@@ -82,7 +82,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   const { text: promptText, ids: promptIds } = jsonl ? { text: "", ids: [] } : encode(prompt, "the prompt");
   const threads = threadsFrom(opts, io.env);
   // Opened here, not at the top: --help, --version and flag errors need no native library.
-  const opened = await openBackend(opts.device, threads, hybrid.attention === "hybrid");
+  const opened = await openBackend(opts.device, threads);
   using backend = opened.backend;
   // The family (Llama, Qwen2, OPT) comes from config.json.
   // --gpu-kv-budget (auto: what the device's memory holds); a store that fits in no tier is refused before the weights load.

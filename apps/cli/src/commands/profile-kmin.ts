@@ -5,7 +5,7 @@
  */
 import { realpathSync } from "node:fs";
 import { DEFAULT_MAX_CONTEXT, HybridgenError, ensureStories15M, loadModel } from "@hybridgen/core";
-import { DEFAULT_PROFILE_TEXT, forcedSteps, writeHybridProfile, type HybridProfile } from "@hybridgen/runtime";
+import { DEFAULT_PROFILE_TEXT, forcedSteps, openBackend, writeHybridProfile, type HybridProfile } from "@hybridgen/runtime";
 import { loadSelectorSpec } from "@hybridgen/selectors";
 import type { CliIo } from "../io.js";
 import { isPreset, openModelSource } from "../model-source.js";
@@ -53,8 +53,7 @@ export async function runProfileKmin(argv: readonly string[], io: CliIo): Promis
   });
   const recallKs = [...new Set([...o.ks, ...(o.recallK === undefined ? [] : [o.recallK])])].sort((a, b) => a - b);
 
-  const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
-  using backend = createCpuBackend({ threads: o.threads });
+  using backend = (await openBackend("cpu", { threads: o.threads })).backend;
   const maxContext = Math.max(...seqs.map((s) => s.ids.length));
   using lm = loadModel(files, backend, { maxContext, gpuKvBudget: o.gpuKvBudget, sinkTokens: o.sinkTokens });
   progress(

@@ -76,7 +76,7 @@ async function serveModel(
   const maxContext = o.context ?? Math.min(shape.maxPositions, DEFAULT_MAX_CONTEXT);
   if (maxContext > shape.maxPositions) throw new HybridgenError(`--context ${maxContext} exceeds the model's max_position_embeddings (${shape.maxPositions})`, "ECONTEXT");
   const isHybrid = hybrid.attention === "hybrid";
-  const opened = await openBackend(o.device, threads, isHybrid, o.gpuMem);
+  const opened = await openBackend(o.device, threads, o.gpuMem);
   using backend = opened.backend;
   // Hybrid attention keeps slot 0 (the model's own sequence) idle beside the --max-batch slots: it holds a window too.
   const slots = isHybrid ? o.maxBatch + 1 : o.maxBatch;

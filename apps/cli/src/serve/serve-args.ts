@@ -5,6 +5,7 @@
  */
 import { parseArgs } from "node:util";
 import { MAX_BATCH } from "@hybridgen/core";
+import { backendChoices, BackendChoiceSchema } from "@hybridgen/runtime";
 import { integer, usage } from "../commands/flag-values.js";
 import { HYBRID_HELP, splitHybridArgs, type HybridCliOptions } from "../hybrid-options.js";
 import { KV_TIER_HELP, parseSize, splitKvTierArgs, type KvTierCliOptions } from "../kv-tier-options.js";
@@ -23,7 +24,7 @@ export interface ServeOptions {
   readonly kvDtype?: "f32" | "f16" | "bf16";
   /** Rows a prefill forward takes (core's prefillBlock; the window's ring keeps as many slots). */
   readonly prefillBlock?: number;
-  readonly device: "auto" | "cpu" | "cuda";
+  readonly device: string;
   readonly threads?: number;
   readonly context?: number;
   readonly dummyWeights: boolean;
@@ -53,7 +54,7 @@ hybrid each has its own window and offloaded store, placed on the KV tiers left.
       --dtype f32|f16|bf16     weight dtype at load
       --kv-dtype f32|f16|bf16  KV cache dtype (default f32)
       --prefill-block N        rows a prefill forward takes (default 64; --prefill-chunk follows it)
-      --device auto|cpu|cuda   where the model runs (default auto)
+      --device auto|cpu|cuda   where the model runs (default auto; or a backend module ./FILE.ts)
       --threads N              CPU threads (default $HYBRIDGEN_THREADS, else every core)
       --context N              KV positions per request: prompt + max_tokens (default the model's, at most 4096)
       --dummy-weights          random weights of the model's shape (benchmarks)
@@ -91,7 +92,7 @@ export function parseServeArgs(argv: readonly string[]): ServeOptions {
   const kvDtype = str("kv-dtype");
   if (kvDtype !== undefined && !["f32", "f16", "bf16"].includes(kvDtype)) throw usage(`invalid value for --kv-dtype: must be one of f32, f16, bf16`);
   const device = str("device") ?? "auto";
-  if (!["auto", "cpu", "cuda"].includes(device)) throw usage(`invalid value for --device: must be one of auto, cpu, cuda`);
+  if (!BackendChoiceSchema.safeParse(device).success) throw usage(`invalid value for --device: must be ${backendChoices()} (got ${JSON.stringify(device)})`);
   const host = str("host") ?? "127.0.0.1";
   if (host.trim() === "") throw usage("invalid value for --host: must not be empty");
   const model = str("model");

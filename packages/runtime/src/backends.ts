@@ -1,0 +1,180 @@
+/**
+ * Backends by name, beside @hybridgen/selectors' registerSelector and @hybridgen/scheduler's
+ * registerScheduler: "cpu" (@hybridgen/kernels-cpu) and "cuda" (@hybridgen/kernels-cuda, when
+ * installed) are registered here, a plugin adds its own, and the CLI, the benches and any program
+ * open one through openBackend, so no caller lists the names or imports a backend package itself.
+ */
+import { resolve as resolvePath } from "node:path";
+import { pathToFileURL } from "node:url";
+import { z } from "zod";
+import { HybridgenError, type Backend } from "@hybridgen/spec";
+
+/** What a backend is opened with: the knobs every caller has, and the backend's own options. */
+export interface BackendOpenOptions {
+  /** CPU threads for a backend with a thread pool (default: the backend's). */
+  readonly threads?: number;
+  /** Bytes of device memory the backend may use (CUDA's arena; the CPU backend's cap on its "device" memory). */
+  readonly memoryBytes?: number;
+  /** The backend's own options (kernels-cuda's CudaBackendOptions, kernels-cpu's CpuBackendOptions), over the two above. */
+  readonly options?: Readonly<Record<string, unknown>>;
+}
+
+export interface OpenedBackend {
+  readonly backend: Backend;
+  /** "cpu/avx2", "cuda/NVIDIA H100 80GB HBM3", a plugin's own. */
+  readonly device: string;
+  /** CPU threads the backend runs (1 for a device backend). */
+  readonly threads: number;
+}
+
+export type BackendAvailability = { readonly available: true } | { readonly available: false; readonly reason: string };
+
+export interface BackendEntry {
+  readonly name: string;
+  /** Whether it can open here and why not (default: always); "auto" skips one that cannot. */
+  readonly availability?: () => BackendAvailability | Promise<BackendAvailability>;
+  /** "auto" tries the backends with a rank, highest first (cuda 1, cpu 0); none: only by name. */
+  readonly autoRank?: number;
+  /** Opens it; a failure is the error of openBackend(name) and, under "auto", a reason to try the next. */
+  readonly open: (options: BackendOpenOptions) => OpenedBackend | Promise<OpenedBackend>;
+}
+
+const registry = new Map<string, BackendEntry>();
+
+/** Adds a backend under `entry.name`; a name taken (or "auto") is an error. */
+export function registerBackend(entry: BackendEntry): void {
+  if (!/^[a-z][a-z0-9-]*$/.test(entry.name)) throw new HybridgenError(`registerBackend: name "${entry.name}" must be lower-case kebab-case`);
+  if (entry.name === "auto") throw new HybridgenError(`registerBackend: "auto" picks among the registered backends and cannot be one`);
+  if (registry.has(entry.name)) throw new HybridgenError(`registerBackend: "${entry.name}" is registered already`);
+  if (typeof entry.open !== "function") throw new HybridgenError(`registerBackend("${entry.name}"): open must be a function`);
+  registry.set(entry.name, entry);
+}
+
+/** The registered names, built-ins first. */
+export function backendNames(): string[] {
+  return [...registry.keys()];
+}
+
+/** The entry for `name`, or a one-line error naming the registered ones. */
+export function lookupBackend(name: string): BackendEntry {
+  const e = registry.get(name);
+  if (!e) throw new HybridgenError(`unknown backend "${name}" (registered: ${backendNames().join(", ")}; or auto)`);
+  return e;
+}
+
+/** What openBackend opened, and for "auto" why the higher-ranked ones were passed over. */
+export interface OpenedBackendChoice extends OpenedBackend {
+  readonly name: string;
+  /** Under "auto": each backend passed over, with its reason (empty when the first one opened). */
+  readonly skipped: readonly { readonly name: string; readonly reason: string }[];
+}
+
+const message = (e: unknown) => (e instanceof Error ? e.message : String(e));
+
+/**
+ * Opens the backend `name` names, or under "auto" the highest-ranked one that is available here and
+ * opens (each one passed over is in `skipped`, with its reason). An unknown name is a one-line error
+ * naming the registered ones; a named backend that cannot open fails with its own error.
+ */
+export async function openBackend(name: string, options: BackendOpenOptions = {}): Promise<OpenedBackendChoice> {
+  if (name !== "auto") return { ...(await opened(lookupBackend(name), options)), name, skipped: [] };
+  const ranked = [...registry.values()].filter((e) => e.autoRank !== undefined).sort((a, b) => b.autoRank! - a.autoRank!);
+  const skipped: { name: string; reason: string }[] = [];
+  for (const entry of ranked) {
+    const a = (await entry.availability?.()) ?? { available: true };
+    if (!a.available) {
+      skipped.push({ name: entry.name, reason: a.reason });
+      continue;
+    }
+    try {
+      return { ...(await opened(entry, options)), name: entry.name, skipped };
+    } catch (e) {
+      skipped.push({ name: entry.name, reason: message(e) });
+    }
+  }
+  throw new HybridgenError(`no backend could be opened (${skipped.map((s) => `${s.name}: ${s.reason}`).join("; ") || "none registered for auto"})`);
+}
+
+/** What an entry opened, checked: a plugin that returns no backend is its error, not the engine's. */
+async function opened(entry: BackendEntry, options: BackendOpenOptions): Promise<OpenedBackend> {
+  const o = await entry.open(options);
+  if (!o || typeof o !== "object" || !o.backend || typeof o.backend.alloc !== "function" || typeof o.device !== "string") {
+    throw new HybridgenError(`backend "${entry.name}": open() must return { backend, device, threads } with a Backend`);
+  }
+  return o;
+}
+
+registerBackend({
+  name: "cpu",
+  autoRank: 0,
+  open: async ({ threads, memoryBytes, options }) => {
+    const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
+    const backend = createCpuBackend({ ...(threads === undefined ? {} : { threads }), ...(memoryBytes === undefined ? {} : { memoryCapBytes: memoryBytes }), ...options });
+    return { backend, device: `cpu/${backend.isa}`, threads: backend.threads };
+  },
+});
+
+/** kernels-cuda, or why it cannot load (an optional peer: a CPU-only install leaves it out). */
+async function cudaPackage() {
+  try {
+    return await import("@hybridgen/kernels-cuda");
+  } catch (e) {
+    return `@hybridgen/kernels-cuda cannot be loaded (${message(e).split("\n")[0]})`;
+  }
+}
+
+registerBackend({
+  name: "cuda",
+  autoRank: 1,
+  availability: async () => {
+    const cuda = await cudaPackage();
+    if (typeof cuda === "string") return { available: false, reason: cuda };
+    const a = cuda.cudaAvailability();
+    return a.available ? { available: true } : { available: false, reason: cuda.describeCudaAvailability(a) };
+  },
+  open: async ({ memoryBytes, options }) => {
+    const cuda = await cudaPackage();
+    if (typeof cuda === "string") throw new HybridgenError(cuda);
+    const backend = cuda.createCudaBackend({ ...(memoryBytes === undefined ? {} : { arenaBytes: memoryBytes }), ...options });
+    return { backend, device: `cuda/${backend.device.name}`, threads: 1 };
+  },
+});
+
+/** Whether a --device value names a module file rather than a registered backend. */
+export const isBackendModule = (ref: string): boolean => /^(\.{1,2}\/|\/)/.test(ref) || /\.(ts|js|mjs)$/.test(ref);
+
+/**
+ * Loads a backend plugin module (its default export, or `PATH:export`, a BackendEntry), registers it
+ * unless that entry is registered already, and returns its name; every failure is one line naming the module.
+ */
+export async function loadBackendModule(ref: string, cwd: string = process.cwd()): Promise<string> {
+  const colon = ref.lastIndexOf(":");
+  const [path, key] = colon > 1 ? [ref.slice(0, colon), ref.slice(colon + 1)] : [ref, "default"];
+  const file = resolvePath(cwd, path);
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(pathToFileURL(file).href)) as Record<string, unknown>;
+  } catch (e) {
+    throw new HybridgenError(`backend "${ref}": loading ${file} failed: ${message(e).split("\n")[0]}`);
+  }
+  const entry = mod[key] as BackendEntry | undefined;
+  if (!entry || typeof entry !== "object" || typeof entry.name !== "string" || typeof entry.open !== "function") {
+    throw new HybridgenError(`backend "${ref}": export "${key}" is not a backend entry ({ name, open(options) })`);
+  }
+  if (registry.get(entry.name) !== entry) registerBackend(entry);
+  return entry.name;
+}
+
+/** What a --device value may be, for an error: "auto", a registered backend, or a backend module. */
+export const backendChoices = (): string => `one of auto, ${backendNames().join(", ")} or a backend module (./my-backend.ts)`;
+
+/** --device's value: "auto", a registered backend's name or a backend module's path; otherwise "must be one of …". */
+export const BackendChoiceSchema = z.string().superRefine((v, ctx) => {
+  // An invalid value of this option (not a cross-option refine): callers name the flag before the message.
+  if (v !== "auto" && !isBackendModule(v) && !registry.has(v)) ctx.addIssue({ code: "invalid_value", values: ["auto", ...backendNames()], input: v, message: `must be ${backendChoices()}` });
+});
+
+/** openBackend for a --device value: a backend module is loaded (and registered) first. */
+export async function openBackendChoice(choice: string, options: BackendOpenOptions = {}, cwd?: string): Promise<OpenedBackendChoice> {
+  return openBackend(isBackendModule(choice) ? await loadBackendModule(choice, cwd) : choice, options);
+}
