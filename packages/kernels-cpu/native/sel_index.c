@@ -22,6 +22,7 @@
 #include <immintrin.h>
 #define HG_IDX_X86 1
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 #endif
 
 #define SLACK 1e-4f                       /* PAGE_INDEX_SLACK */
@@ -187,6 +188,42 @@ AVX2 static float bound_avx2(const hg_index *x, const uint8_t *s, float sc, cons
     }
     return best;
 }
+
+/* bound_avx2's bound sixteen channels a load: half the instructions a page, so the loop stays
+ * nearer the bytes it reads (the AVX2 loop is compute bound). */
+AVX512 static float bound_avx512(const hg_index *x, const uint8_t *s, float sc, const float *qp, const float *qn, const float *q, int64_t group, const float *add) {
+    const int64_t d = x->d, d16 = d & ~(int64_t)15;
+    float best = -__builtin_inff();
+    const __m512i m15 = _mm512_set1_epi32(15), e8 = _mm512_set1_epi32(8);
+    for (int64_t j = 0; j < group; j += 4) {
+        const int64_t m = group - j < 4 ? group - j : 4;
+        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int64_t c = 0; c < d16; c += 16) {
+            __m512 lo, hi;
+            if (x->form == HG_INDEX_INT8) {
+                lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + c))));
+                hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + d + c))));
+            } else {
+                const __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + c)));
+                lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(w, m15), e8));
+                hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(w, 4), e8));
+            }
+            for (int64_t i = 0; i < m; i++) {
+                const int64_t r = (j + i) * d + c;
+                a[i] = _mm512_fmadd_ps(_mm512_loadu_ps(qp + r), hi, a[i]);
+                a[i] = _mm512_fmadd_ps(_mm512_loadu_ps(qn + r), lo, a[i]);
+            }
+        }
+        for (int64_t i = 0; i < m; i++) {
+            float sum = _mm512_reduce_add_ps(a[i]);
+            const float *qi = q + (j + i) * d;
+            for (int64_t c = d16; c < d; c++) sum += qi[c] > 0.0f ? qi[c] * (float)code_hi(x, s, c) : qi[c] * (float)code_lo(x, s, c);
+            const float b = sc * (sum + (add ? add[j + i] : 0.0f));
+            if (b > best) best = b;
+        }
+    }
+    return best;
+}
 #endif
 
 /* (bound, page) order: a is better than b (higher bound, or equal and lower page). */
@@ -281,7 +318,8 @@ static void search_part(const hg_index *x, const float *q, int64_t group, int64_
         const uint8_t *c = x->super_codes + (g * x->super_cap + u) * x->code_bytes;
         const float sc = x->super_scales[g * x->super_cap + u];
 #ifdef HG_IDX_X86
-        if (isa >= 1) h->sb[i] = bound_avx2(x, c, sc, h->qp, h->qn, q, group, h->add);
+        if (isa >= 2) h->sb[i] = bound_avx512(x, c, sc, h->qp, h->qn, q, group, h->add);
+        else if (isa >= 1) h->sb[i] = bound_avx2(x, c, sc, h->qp, h->qn, q, group, h->add);
         else
 #endif
             h->sb[i] = bound_scalar(x, c, sc, q, group, h->add);
@@ -300,7 +338,8 @@ static void search_part(const hg_index *x, const float *q, int64_t group, int64_
             const float sc = x->page_scales[g * x->page_cap + p];
             float b;
 #ifdef HG_IDX_X86
-            if (isa >= 1) b = bound_avx2(x, c, sc, h->qp, h->qn, q, group, NULL);
+            if (isa >= 2) b = bound_avx512(x, c, sc, h->qp, h->qn, q, group, NULL);
+            else if (isa >= 1) b = bound_avx2(x, c, sc, h->qp, h->qn, q, group, NULL);
             else
 #endif
                 b = bound_scalar(x, c, sc, q, group, NULL);

@@ -29,7 +29,7 @@ void hg_index_fold(void *base, int form, int64_t kv_heads, int64_t d, int64_t pa
                    int64_t kcap, int64_t from, int64_t to, hg_stage *stage);
 /* indexPages: the best min(want, ⌈n/page⌉) pages per KV head into out [kv_heads, that], by bound,
  * highest first, ties to the lower page; q is [kv_heads*group, d]. Returns the page summaries read
- * (all heads), or -2 when scratch memory failed. isa: 0 scalar, >= 1 AVX2 page bounds. */
+ * (all heads), or -2 when scratch memory failed. isa: 0 scalar, 1 AVX2, >= 2 AVX-512 page bounds. */
 int64_t hg_index_pages(void *base, int form, int64_t kv_heads, int64_t d, int64_t page, int64_t super, int64_t page_cap, const float *q, int64_t group,
                        int64_t n, int64_t want, int32_t *out, int isa, hg_stage *stage);
 #pragma GCC visibility pop

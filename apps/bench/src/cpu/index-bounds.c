@@ -1,7 +1,7 @@
 /* The page index's choice (native/sel_index.c) against Quest's bf16 page bounds (native/sel_prims.c)
  * at Llama-3.1-8B's heads (32 query, 8 KV, headDim 128), pages of 16, on a CPU stage's pool of T
- * threads, best of 5, per layer:
- *   gcc -O2 -Ipackages/kernels-cpu/native apps/bench/src/cpu/index-bounds.c -Lpackages/kernels-cpu/lib -lhgcpu -Wl,-rpath,$PWD/packages/kernels-cpu/lib -o /tmp/index-bounds && /tmp/index-bounds [T] [N,...]
+ * threads, best of 5, per layer (ISA of the index's bounds: -1 the best, 0 scalar, 1 AVX2, 2 AVX-512):
+ *   gcc -O2 -Ipackages/kernels-cpu/native apps/bench/src/cpu/index-bounds.c -Lpackages/kernels-cpu/lib -lhgcpu -Wl,-rpath,$PWD/packages/kernels-cpu/lib -o /tmp/index-bounds && /tmp/index-bounds [T] [N,...] [ISA]
  * (after `bun run build`). The index of N rows tiles one folded from 32 768 random bf16 rows (the
  * super-pages tile with their pages, so every bound holds); Quest's summaries tile the same rows.
  * Prints the bytes each choice reads and the rate. */
@@ -40,6 +40,7 @@ static void tile(const hg_index *s, const hg_index *d) {
 int main(int argc, char **argv) {
     const int threads = argc > 1 ? atoi(argv[1]) : 1;
     const char *list = argc > 2 ? argv[2] : "32768,131000,1500000";
+    const int isa = argc > 3 ? atoi(argv[3]) : -1; /* the index's page bounds: 0 scalar, 1 AVX2, 2 AVX-512, -1 the best here */
     hg_stage *stage = hg_stage_create(threads, -1);
     if (!stage) return 1;
     uint16_t *k = malloc((size_t)KV * BASE * D * 2);
@@ -86,7 +87,7 @@ int main(int argc, char **argv) {
                 best = 1e30;
                 for (int r = 0; r < 5; r++) {
                     double t0 = now_ms();
-                    read = hg_index_pages(gb, form, KV, D, P, S, pages, q, G, N, want, ids, -1, stage);
+                    read = hg_index_pages(gb, form, KV, D, P, S, pages, q, G, N, want, ids, isa, stage);
                     double t = now_ms() - t0;
                     if (t < best) best = t;
                 }
