@@ -25,4 +25,5 @@ for f in pool dispatch ops attn_partial memory random_fill cpu_stage sel_prims s
 wait
 gcc -shared -pthread -o "$LIB/libhgcpu.so" "$LIB"/obj/*.o -lm &&
   gcc -O2 -I$SRC apps/bench/src/cpu/index-bounds.c -L"$LIB" -lhgcpu -Wl,-rpath,"$LIB" -o /tmp/index-bounds &&
-  /tmp/index-bounds "${THREADS:-13}" "$CONTEXTS" | tee "$OUT/index-bounds.txt"
+  /tmp/index-bounds "${THREADS:-13}" "$CONTEXTS" | tee "$OUT/index-bounds.txt" &&
+  /tmp/index-bounds "${THREADS:-13}" "$CONTEXTS" 1 | grep index | tee "$OUT/index-bounds-avx2.txt"
