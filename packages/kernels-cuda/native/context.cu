@@ -88,17 +88,20 @@ int hg_flush_copies(HgCtx *c) {
   return hg_launched();
 }
 
-// Queues a small copy unless it touches memory a queued copy writes or reads (then the queue
-// runs first, keeping program order). Returns 1 when queued.
+// Queues a small copy; when it touches memory a queued copy writes or reads, or the queue is
+// full, the queue runs first as a batch of its own, keeping program order. Returns 1 when queued.
 static int queue_copy(HgCtx *c, char *dst, int dd, const char *src, int sd, size_t count) {
   const size_t db = count * (dd == DT_F32 ? 4 : 2), sb = count * (sd == DT_F32 ? 4 : 2);
   if (!c->batchCopies || db > (64u << 10) || (sd != dd && sd != DT_F32)) return 0;
   if (hg_overlaps(src, sb, dst, db)) return 0;
-  for (int i = 0; i < c->pending.n; i++) {
+  bool first = c->pending.n == HG_MAX_PENDING_COPIES;  // the queued copies must run before this one
+  for (int i = 0; i < c->pending.n && !first; i++) {
     const CopyDesc &p = c->pending.d[i];
-    if (hg_overlaps(src, sb, p.dst, p.bytes) || hg_overlaps(dst, db, p.dst, p.bytes) || hg_overlaps(dst, db, p.src, copy_src_bytes(p))) return 0;
+    first = hg_overlaps(src, sb, p.dst, p.bytes) || hg_overlaps(dst, db, p.dst, p.bytes) || hg_overlaps(dst, db, p.src, copy_src_bytes(p));
   }
-  if (c->pending.n == HG_MAX_PENDING_COPIES) return 0;
+  // The queue goes ahead as one batch (recorded inside a step, so a batched step's many row
+  // appends keep it recording instead of draining it), then this copy starts the next.
+  if (first && hg_flush_copies(c) != 0) return 0;
   c->pending.d[c->pending.n++] = CopyDesc{src, dst, (unsigned long long)db, sd, dd};
   return 1;
 }
