@@ -273,7 +273,7 @@ describe("hybridgen plan", () => {
   });
 
   it("--index: the page index on the GPU shrinks the window by its bytes and takes the K scan off the CPU stage; bad options are one line", () => {
-    const plan = ["plan", "--model", "preset:llama-3.1-8b", "--context", "1500000", "--gpu-free", "140G", "--gpu-bandwidth", "4000", "--link-bandwidth", "50", "--k", "256", "--kv-disk", tmp()];
+    const plan = ["plan", "--model", "preset:llama-3.1-8b", "--context", "1500000", "--gpu-free", "140G", "--no-probe", "--k", "256", "--kv-disk", tmp()];
     const plain = JSON.parse(runBin([...plan, "--json"]).stdout), r = runBin([...plan, "--index", '{"form":"int4","placement":"device"}', "--json"]);
     expect(r.code).toBe(0);
     const p = JSON.parse(r.stdout);
@@ -281,12 +281,7 @@ describe("hybridgen plan", () => {
     expect(p.gpu.windowTokens).toBeLessThan(plain.gpu.windowTokens);
     expect(p.predicted.cpuMs).toBe(0);
     expect(runBin([...plan, "--index", '{"placement":"device"}']).stdout).toMatch(/\nindex: {6}the page index chooses the rows: [\d.]+ GiB in GPU memory \(ranked there; the stage reads only the chosen pages' rows\)\n/);
-    const bad = (json: string) => runBin([...plan, "--index", json]);
-    expect(bad('{"form":"int2"}').stderr).toBe('error: invalid value for --index: form: form "int2" does not exist (forms: int8, int4)\n');
-    expect(bad('{"placement":"gpu"}').stderr).toBe('error: invalid value for --index: placement: placement "gpu" does not exist (auto, host, device)\n');
-    const tight = runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "1500000", "--gpu-free", "17G", "--no-probe", "--kv-disk", tmp(), "--index", '{"placement":"device"}']);
-    expect(tight.code).toBe(2);
-    expect(tight.stderr).toMatch(/^error: the page index on the GPU \(.+\) leaves no room for a window: .+ \(index placement "host" keeps it on the CPU stage\)\n$/);
+    expect(runBin([...plan, "--index", '{"form":"int2"}']).stderr).toBe('error: invalid value for --index: form: form "int2" does not exist (forms: int8, int4)\n');
   });
 
   it("a context that fits nowhere is refused with the numbers after the plan (exit 2)", () => {
