@@ -11,15 +11,15 @@
  *
  * Prints one line per configuration and PASS / FAIL; exits 1 on a failure.
  */
-import { dummyModelFiles, loadModel, presetConfig, relError, type CausalLM } from "@hybridgen/core";
+import { DEFAULT_K, dummyModelFiles, loadModel, presetConfig, relError, type CausalLM } from "@hybridgen/core";
 import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import { attachAttentionConfig, attentionConfig, prepareHostStore } from "@hybridgen/runtime";
-import { arg, list } from "./args.js";
+import { arg, hybridArg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
 
 const backendName = arg("backend", "cuda");
 const preset = arg("preset", "llama-3.2-1b");
-const context = Number(arg("context", "2048")), window = Number(arg("window", "512")), steps = Number(arg("steps", "16")), K = Number(arg("k", "64"));
+const context = Number(arg("context", "2048")), window = Number(arg("window", "512")), steps = Number(arg("steps", "16")), K = hybridArg("k", DEFAULT_K);
 const configs = list("configs", "flexgen,moe-lightning,all-tokens,h2o,keyformer,streamingllm,infinigen,hybridgen-post,hybridgen-pre,hybridgen-adaptive,hybridgen");
 /** Worst relative error allowed: exact methods vs one that sums in another order and precision. */
 const TOLERANCE: Record<string, number> = { flexgen: 1e-3, "all-tokens": 1e-3, "moe-lightning": 2e-2 };

@@ -136,8 +136,36 @@ function readmeCommands(root: string): HouseCheck {
   return { name: "README commands tested", met: tested && COMMAND_RULES.length > 0, detail: `${run} run, ${planned.length - run} skipped (GPU, network, a user's model directory, CI's own)${tested ? "" : "; no CI test"}` };
 }
 
+/** Item 3: backends by name — the CLI's --device and the benches' --backend open through the runtime's registry, never a backend's factory. */
+function backendRegistry(root: string): HouseCheck {
+  const runtime = files(join(root, "packages/runtime/src")).map((f) => readFileSync(f, "utf8")).join("\n");
+  const bad: string[] = [];
+  if (!/export function registerBackend\(/.test(runtime) || !/export async function openBackend\(/.test(runtime)) bad.push("no registerBackend/openBackend in @hybridgen/runtime");
+  for (const rel of ["apps/cli/src/device-backend.ts", "apps/bench/src/open-backend.ts"]) {
+    const text = existsSync(join(root, rel)) ? readFileSync(join(root, rel), "utf8") : "";
+    if (!/openBackend\w*\b[^;]*from "@hybridgen\/runtime"/.test(text) || /create(Cpu|Cuda)Backend\(/.test(text)) bad.push(`${rel} does not open through the registry`);
+  }
+  return { name: "backends registered by name", met: bad.length === 0, detail: bad.length ? bad.join("; ") : "registerBackend/openBackend; the CLI's --device and the benches' --backend open through them" };
+}
+
+/** Item 3: the hybrid options' flags parsed by the runtime's schema — no command restates one's bounds with its own integer parser. */
+function optionSchemas(root: string): HouseCheck {
+  const options = join(root, "packages/runtime/src/options.ts");
+  const m = existsSync(options) ? /HYBRID_OPTION_FLAGS = \{([^}]*)\}/.exec(readFileSync(options, "utf8")) : null;
+  if (!m) return { name: "hybrid flags from the runtime's schema", met: false, detail: "no HYBRID_OPTION_FLAGS in packages/runtime/src/options.ts" };
+  const flags = [...m[1]!.matchAll(/"?([a-z-]+)"?:/g)].map((x) => x[1]!);
+  const restated: string[] = [];
+  for (const f of [...files(join(root, "apps/cli/src")), ...files(join(root, "apps/bench/src"))]) {
+    const text = readFileSync(f, "utf8");
+    for (const flag of flags) {
+      if (text.includes(`integer("${flag}"`) || text.includes(`Number(arg("${flag}"`)) restated.push(`${relative(root, f)} --${flag}`);
+    }
+  }
+  return { name: "hybrid flags from the runtime's schema", met: restated.length === 0, detail: restated.length ? `parsed apart: ${restated.join(", ")}` : `${flags.length} flags, each parsed by parseHybridFlag` };
+}
+
 export function houseChecks(root: string): HouseCheck[] {
-  return [coreLines, onlySpec, assemblySites, noLabInPackages, noNotes, transports, readmeTables, readmeCommands].map((c) => c(root));
+  return [coreLines, onlySpec, assemblySites, noLabInPackages, noNotes, transports, readmeTables, readmeCommands, backendRegistry, optionSchemas].map((c) => c(root));
 }
 
 if (import.meta.main) {

@@ -31,7 +31,7 @@ import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu
 import type { CudaBackend } from "@hybridgen/kernels-cuda";
 import { createHybridAttention, defaultStageThreads, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { timingTraceFromRuns, type RecordedRun } from "@hybridgen/scheduler";
-import { arg, list } from "./args.js";
+import { arg, hybridArg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
 import { greedyWalls, mean } from "./greedy-walls.js";
 import { fullFloorMs, llamaModelBytes, stepBytes, stepFloor, type Bandwidths, type FloorSelector } from "./hybrid-floors.js";
@@ -42,7 +42,7 @@ const contexts = list("contexts", "32768,131000").map(Number);
 const steps = Number(arg("steps", "64"));
 const window = Number(arg("window", "4096"));
 const sinks = Number(arg("sinks", "4"));
-const K = Number(arg("k", "256"));
+const K = hybridArg("k", 256);
 const threads = Number(arg("threads", String(defaultStageThreads(backendName !== "cpu"))));
 const configs = list("configs", "full,post-exact,post-speculative,post-verified,pre-exact,pre-speculative,pre-verified,pre-streaming,feedback,feedback-streaming");
 const traceDir = arg("trace-dir", "");

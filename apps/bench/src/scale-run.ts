@@ -23,7 +23,7 @@ import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, mo
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun, tierShares } from "@hybridgen/memtier";
 import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, fillSyntheticKv, KSpill, probeDiskGather, type HybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
-import { arg, list } from "./args.js";
+import { arg, hybridArg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
 import { greedyWalls, mean } from "./greedy-walls.js";
 
@@ -31,7 +31,7 @@ const backendName = arg("backend", "cuda");
 const preset = arg("preset", "llama-3.1-8b");
 const contexts = list("contexts", "1500000").map(Number);
 const steps = Number(arg("steps", "24"));
-const K = Number(arg("k", "256"));
+const K = hybridArg("k", 256);
 const sinks = Number(arg("sinks", "4"));
 const windowArg = arg("window", "auto");
 const policy = arg("placement", "semantic") as "semantic" | "interleave" | "local" | "dram-only";

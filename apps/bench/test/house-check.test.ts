@@ -18,6 +18,8 @@ const HOLDING: readonly string[] = [
   "the step's transports each in their own file with a test",
   "README tables generated and checked",
   "README commands tested",
+  "backends registered by name",
+  "hybrid flags from the runtime's schema",
 ];
 
 describe("house checks", () => {
@@ -32,6 +34,8 @@ describe("house checks", () => {
       "the step's transports each in their own file with a test",
       "README tables generated and checked",
       "README commands tested",
+      "backends registered by name",
+      "hybrid flags from the runtime's schema",
     ]);
     for (const c of checks) expect(c.detail, c.name).not.toBe("");
   });

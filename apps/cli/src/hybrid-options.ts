@@ -10,10 +10,11 @@ import { DEFAULT_K, DEFAULT_SINK_TOKENS, GPU_KV_BUDGET_AUTO, GpuKvBudgetSchema, 
 import { DEFAULT_MASS_TARGET, HybridOptionsSchema, LogitsModeSchema, MassTargetSchema, RowPathRequestSchema, type CachedCalibration, type HybridAttention, type HybridProfile } from "@hybridgen/runtime";
 import { isRegisteredSpec, loadSelectorSpec } from "@hybridgen/selectors";
 import {
-  SchedulerNameSchema, createBatchHybridAttention, createHybridAttention, hybridPlan, resolveHybrid, type HybridPlan, type HybridRuntimeOptions, type SequenceModel,
+  HYBRID_OPTION_FLAGS, HybridRuntimeOptionsSchema, parseHybridFlag, SchedulerNameSchema, SelectorTextSchema, createBatchHybridAttention, type HybridOptionFlag, createHybridAttention, hybridPlan, resolveHybrid, type HybridPlan, type HybridRuntimeOptions, type SequenceModel,
 } from "@hybridgen/runtime";
 
-const count = (min: number) => z.number().int("must be an integer").min(min, `must be at least ${min}`);
+/** The runtime's option schemas, each used as is. */
+const RT = HybridRuntimeOptionsSchema.shape;
 
 export const HybridCliOptionsSchema = z
   .object({
@@ -24,37 +25,28 @@ export const HybridCliOptionsSchema = z
     sinkTokens: SinkTokensSchema.default(DEFAULT_SINK_TOKENS),
     /** A registered scheduler: fixed (--k, --timing every step), feedback (K and timing from the measured stage times), a plugin's. Default: see the runtime. */
     scheduler: SchedulerNameSchema.optional(),
-    /** Fixed: selected offloaded tokens per KV head and layer; feedback: the first step's K. */
-    k: KSchema.optional(),
-    /** Feedback: the accuracy floor K never goes below. */
-    kMin: KSchema.optional(),
-    timing: SelectionTimingSchema.optional(),
-    logits: LogitsModeSchema.optional(),
-    /** Layers whose selection waits for the true query; [] overrides a profile's. */
-    exactLayers: z.array(count(0)).optional(),
-    /** The share of attention mass the K calibrated from the prefill captures (0 < x ≤ 1). */
-    massTarget: MassTargetSchema.optional(),
-    candidates: count(1).optional(),
+    // The runtime's options, as the runtime's schema defines them (bounds, spellings, messages):
+    // only the selector is narrowed to its text form (a name, a module or POST+PRE).
     /** A registered selector, a plugin module (PATH|PACKAGE[:export]), or POST+PRE. */
-    selector: z.string().min(1).optional(),
-    /** The selector's options, a JSON object (checked by its factory: an unknown key is an error). */
-    selectorOptions: z.record(z.string(), z.unknown()).optional(),
-    /** Default: 1 on the CPU backend (its own ops use the other cores); on a device backend every
-     * core but one (the one JS drives the device from: a 16th stage thread on 16 cores shares a core
-     * with it, and each layer's stage then waits for whichever thread lost its core). */
-    cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
-    /** How the CPU stage's top-K scores the offloaded K: full rows, or int8/int4 copies first. */
-    scoring: z.enum(["full", "int8", "int4"], { error: "must be full, int8 or int4" }).optional(),
-    /** Compressed scoring: candidates per selected token rescored from the full rows. */
-    rescoreFactor: count(1).max(64, "must be ≤ 64").optional(),
-    /** Where a GPU gets the selected rows: mapped (it reads the pinned host store), staged (the CPU stage copies them), auto. */
-    rowPath: z.enum(RowPathRequestSchema.options, { error: "must be auto, mapped or staged" }).optional(),
+    selector: SelectorTextSchema.optional(),
+    selectorOptions: RT.selectorOptions,
+    k: RT.k,
+    kMin: RT.kMin,
+    timing: RT.timing,
+    logits: RT.logits,
+    exactLayers: RT.exactLayers,
+    massTarget: RT.massTarget,
+    candidates: RT.candidates,
+    cpuStageThreads: RT.cpuStageThreads,
+    scoring: RT.scoring,
+    rescoreFactor: RT.rescoreFactor,
+    rowPath: RT.rowPath,
   })
   .strict()
   .refine((o) => o.sinkTokens === 0 || o.gpuKvBudget !== undefined || o.attention === "hybrid", { message: "--sink-tokens needs --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => typeof o.gpuKvBudget !== "number" || o.sinkTokens < o.gpuKvBudget, { message: "--sink-tokens must be smaller than --gpu-kv-budget", path: ["sinkTokens"] })
   .refine((o) => o.attention === "hybrid" || HYBRID_ONLY.every((key) => o[key] === undefined), {
-    message: "--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring, --rescore-factor, --row-path and --mass-target need --attention hybrid", path: ["attention"],
+    message: `${Object.keys(HYBRID_OPTION_FLAGS).map((f) => `--${f}`).join(", ").replace(/, (--[a-z-]+)$/, " and $1")} need --attention hybrid`, path: ["attention"],
   })
   .refine((o) => o.kMin === undefined || o.scheduler !== "fixed", { message: "--k-min sets the feedback scheduler's floor; --scheduler fixed uses --k", path: ["kMin"] })
   .refine((o) => o.k === undefined || o.kMin === undefined || o.k >= o.kMin, { message: "--k (the feedback scheduler's first K) must be at least --k-min", path: ["k"] })
@@ -62,14 +54,10 @@ export const HybridCliOptionsSchema = z
   .transform((o) => (o.attention === "hybrid" && o.gpuKvBudget === undefined ? { ...o, gpuKvBudget: GPU_KV_BUDGET_AUTO as GpuKvBudget } : o));
 export type HybridCliOptions = z.infer<typeof HybridCliOptionsSchema>;
 
-const FLAGS = {
-  attention: "attention", "gpu-kv-budget": "gpuKvBudget", "sink-tokens": "sinkTokens", scheduler: "scheduler", k: "k", "k-min": "kMin",
-  timing: "timing", logits: "logits", "exact-layers": "exactLayers", candidates: "candidates", selector: "selector", "selector-options": "selectorOptions",
-  "cpu-stage-threads": "cpuStageThreads", scoring: "scoring", "rescore-factor": "rescoreFactor", "row-path": "rowPath", "mass-target": "massTarget",
-} as const;
-const NUMERIC = new Set(["gpuKvBudget", "sinkTokens", "k", "kMin", "candidates", "cpuStageThreads", "rescoreFactor"]);
-/** Flags that only mean something to hybrid attention. */
-const HYBRID_ONLY = ["selector", "selectorOptions", "scheduler", "k", "kMin", "timing", "logits", "exactLayers", "candidates", "cpuStageThreads", "scoring", "rescoreFactor", "rowPath", "massTarget"] as const;
+/** The window's flags (the model's load options), then the runtime's (HYBRID_OPTION_FLAGS). */
+const FLAGS = { attention: "attention", "gpu-kv-budget": "gpuKvBudget", "sink-tokens": "sinkTokens", ...HYBRID_OPTION_FLAGS } as const;
+/** Flags that only mean something to hybrid attention: the runtime's. */
+const HYBRID_ONLY = Object.values(HYBRID_OPTION_FLAGS);
 /** Old spellings of one concept, refused with the one name. */
 const RENAMED: Readonly<Record<string, string>> = { "kv-window": "--gpu-kv-budget", "kv-sinks": "--sink-tokens", selection: "--timing" };
 
@@ -129,23 +117,16 @@ export function splitHybridArgs(argv: readonly string[]): { rest: string[]; hybr
       if (i + 1 >= argv.length) throw new HybridgenError(`${arg} needs a value`);
       value = argv[++i]!;
     }
-    if (key === "gpuKvBudget" && value.trim() === GPU_KV_BUDGET_AUTO) {
+    if (m[1]! in HYBRID_OPTION_FLAGS) {
+      raw[key] = parseHybridFlag(m[1] as HybridOptionFlag, value)[1];
+    } else if (key === "gpuKvBudget" && value.trim() === GPU_KV_BUDGET_AUTO) {
       raw[key] = GPU_KV_BUDGET_AUTO;
-    } else if (NUMERIC.has(key)) {
+    } else if (key === "gpuKvBudget" || key === "sinkTokens") {
       if (!/^\d+$/.test(value.trim())) {
         const want = key === "gpuKvBudget" ? `a positive integer or "${GPU_KV_BUDGET_AUTO}"` : "a non-negative integer";
         throw new HybridgenError(`invalid value for --${m[1]}: ${JSON.stringify(value)} is not ${want}`);
       }
       raw[key] = Number(value);
-    } else if (key === "massTarget") {
-      const x = Number(value);
-      if (value.trim() === "" || !Number.isFinite(x)) throw new HybridgenError(`invalid value for --mass-target: ${JSON.stringify(value)} is not a number`);
-      raw[key] = x;
-    } else if (key === "exactLayers") {
-      if (!/^(none|\d+(,\d+)*)$/.test(value.trim())) throw new HybridgenError(`invalid value for --exact-layers: ${JSON.stringify(value)} is not a comma-separated list of layers or "none"`);
-      raw[key] = value.trim() === "none" ? [] : value.split(",").map(Number);
-    } else if (key === "selectorOptions") {
-      raw[key] = parseJsonObject(value);
     } else raw[key] = value;
   }
   const r = HybridCliOptionsSchema.safeParse(raw);
@@ -161,17 +142,6 @@ export function splitHybridArgs(argv: readonly string[]): { rest: string[]; hybr
     resolveHybrid(runtimeOptions(r.data, null), { device: false });
   }
   return { rest, hybrid: r.data };
-}
-
-function parseJsonObject(value: string): Record<string, unknown> {
-  let v: unknown;
-  try {
-    v = JSON.parse(value);
-  } catch {
-    throw new HybridgenError(`invalid value for --selector-options: ${JSON.stringify(value)} is not JSON`);
-  }
-  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new HybridgenError(`invalid value for --selector-options: ${JSON.stringify(value)} is not a JSON object`);
-  return v as Record<string, unknown>;
 }
 
 /**

@@ -147,8 +147,8 @@ export const newest = defineSelector({
       [["--model", dir, "--gpu-kv-budget", "8", "--sink-tokens", "8"], /--sink-tokens 8 must be smaller than --gpu-kv-budget 8/],
       [["--model", dir, "--recall-threshold", "2"], /--recall-threshold: "2" must be a number in \[0, 1\]/],
       [["--model", dir, "--recall-metric", "heads"], /--recall-metric: "heads" must be tokens or mass/],
-      [["--model", dir, "--candidates", "0"], /--candidates: "0" is not an integer ≥ 1/],
-      [["--model", dir, "--candidates", "65"], /--candidates: 65 must be ≤ 64/],
+      [["--model", dir, "--candidates", "0"], /--candidates: must be at least 1\n?$/],
+      [["--model", dir, "--candidates", "65"], /--candidates: must be ≤ 64\n?$/],
       [["--model", dir, "--bogus"], /unknown option --bogus for hybridgen profile-kmin/],
     ] as const) {
       const r = await cli(["profile-kmin", ...args]);

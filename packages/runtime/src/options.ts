@@ -1,8 +1,8 @@
 /** Options of createHybridAttention(), validated once at the boundary. */
 import { z } from "zod";
 import { schedulerNames } from "@hybridgen/scheduler";
-import { KSchema, SelectionTimingSchema, type Backend, type CpuStage, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
-import { LogitsModeSchema, MassTargetSchema, RowPathRequestSchema } from "./hybrid/index.js";
+import { HybridgenError, KSchema, SelectionTimingSchema, type Backend, type CpuStage, type KvStoreAllocator, type Scheduler, type TokenSelector } from "@hybridgen/core";
+import { CandidatesSchema, LogitsModeSchema, MassTargetSchema, RowPathRequestSchema } from "./hybrid/index.js";
 
 const isSelector = (v: unknown): v is TokenSelector =>
   typeof v === "object" && v !== null && typeof (v as TokenSelector).select === "function" && Array.isArray((v as TokenSelector).timings);
@@ -35,7 +35,7 @@ export const ProfileDefaultsSchema = z
     kMin: KSchema,
     exactLayers: z.array(count(0)),
     /** The candidate multiplier exactLayers was measured with (verified logits). */
-    candidates: count(1).optional(),
+    candidates: CandidatesSchema.optional(),
     perSelector: z.record(z.string(), z.object({ kMin: KSchema.nullable() }).loose()).optional(),
   })
   .loose();
@@ -72,7 +72,7 @@ export const HybridRuntimeOptionsSchema = z
     /** Layers whose selection waits for the true query (default: the profile's). */
     exactLayers: z.array(count(0)).optional(),
     /** Verified logits: candidates·K tokens chosen for the device to score (default: the profile's, else the engine's). */
-    candidates: count(1).optional(),
+    candidates: CandidatesSchema.optional(),
     /** Where a device backend gets the selected rows (the hybrid step's HybridOptions.rowPath): "auto" (default: mapped wherever it can run), "mapped" or "staged". */
     rowPath: z.enum(RowPathRequestSchema.options, { error: "must be auto, mapped or staged" }).optional(),
     /** Native CPU-stage threads. Default: 1 on the CPU backend, cores − 3 on a device backend (defaultStageThreads). */
@@ -112,3 +112,62 @@ export const HybridRuntimeOptionsSchema = z
   .strict();
 export type HybridRuntimeOptions = z.input<typeof HybridRuntimeOptionsSchema>;
 export type ParsedHybridRuntimeOptions = z.output<typeof HybridRuntimeOptionsSchema>;
+
+/**
+ * The options a command line sets, by flag (this order is the order the CLI names them in): the
+ * CLI's generate/serve flags, its bench and eval, and apps/bench take these names and parse each
+ * value with parseHybridFlag, so a bound or a spelling lives only in the schema above.
+ */
+export const HYBRID_OPTION_FLAGS = {
+  selector: "selector", "selector-options": "selectorOptions", scheduler: "scheduler", k: "k", "k-min": "kMin", timing: "timing", logits: "logits",
+  "exact-layers": "exactLayers", candidates: "candidates", "cpu-stage-threads": "cpuStageThreads", scoring: "scoring", "rescore-factor": "rescoreFactor",
+  "row-path": "rowPath", "mass-target": "massTarget",
+} as const satisfies Record<string, keyof HybridRuntimeOptions>;
+export type HybridOptionFlag = keyof typeof HYBRID_OPTION_FLAGS;
+type FlagKey = (typeof HYBRID_OPTION_FLAGS)[HybridOptionFlag];
+
+const INTEGER_KEYS: ReadonlySet<FlagKey> = new Set(["k", "kMin", "candidates", "cpuStageThreads", "rescoreFactor"]);
+
+/** The text of a flag as its option's value (a number, a layer list, a JSON object, or the text itself), not yet checked. */
+function flagValue(flag: HybridOptionFlag, key: FlagKey, text: string): unknown {
+  const bad = (want: string) => new HybridgenError(`invalid value for --${flag}: ${JSON.stringify(text)} is not ${want}`, "EUSAGE");
+  const t = text.trim();
+  if (INTEGER_KEYS.has(key)) {
+    if (!/^\d+$/.test(t)) throw bad("a non-negative integer");
+    return Number(t);
+  }
+  if (key === "massTarget") {
+    if (t === "" || !Number.isFinite(Number(t))) throw bad("a number");
+    return Number(t);
+  }
+  if (key === "exactLayers") {
+    if (!/^(none|\d+(,\d+)*)$/.test(t)) throw bad(`a comma-separated list of layers or "none"`);
+    return t === "none" ? [] : t.split(",").map(Number);
+  }
+  if (key === "selectorOptions") {
+    let v: unknown;
+    try {
+      v = JSON.parse(text);
+    } catch {
+      throw bad("JSON");
+    }
+    if (typeof v !== "object" || v === null || Array.isArray(v)) throw bad("a JSON object");
+    return v;
+  }
+  return text;
+}
+
+/** A selector as text (a name, a module, POST+PRE): the string form of the selector option. */
+export const SelectorTextSchema = z.string().min(1, "must not be empty");
+
+/**
+ * A flag's text as `[option key, value]`, checked by that option's schema: the one-line error a bad
+ * value gives is the same from every entry point ("invalid value for --k: must be at least 1").
+ */
+export function parseHybridFlag(flag: HybridOptionFlag, text: string): [FlagKey, unknown] {
+  const key = HYBRID_OPTION_FLAGS[flag];
+  const value = flagValue(flag, key, text);
+  const r = (key === "scheduler" ? SchedulerNameSchema : key === "selector" ? SelectorTextSchema : HybridRuntimeOptionsSchema.shape[key]).safeParse(value);
+  if (!r.success) throw new HybridgenError(`invalid value for --${flag}: ${r.error.issues[0]!.message}`, "EUSAGE");
+  return [key, r.data];
+}

@@ -19,7 +19,7 @@ import { argmax, type Backend, LlamaModel, openModelDir, seededRandom, type Pref
 import { DEFAULT_MASS_TARGET, PrefillCalibrator, type CalibrationResult } from "@hybridgen/runtime";
 import { createCpuBackend, createNativeCalibrationSums } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
-import { arg, list } from "../args.js";
+import { arg, hybridArg, list } from "../args.js";
 import { openBackend } from "../open-backend.js";
 import { retrievalPrompt, retrievalVocabulary, TASKS, type Task } from "./retrieval-tasks.js";
 
@@ -35,7 +35,7 @@ const WINDOW = Number(arg("window", "256")), SINKS = Number(arg("sinks", "4"));
 const RECORDS = Number(arg("records", "64"));
 const THREADS = Number(arg("threads", "2"));
 const SEED = Number(arg("seed", "1"));
-const MASS = Number(arg("mass-target", String(DEFAULT_MASS_TARGET)));
+const MASS = hybridArg("mass-target", DEFAULT_MASS_TARGET);
 const BACKEND = arg("backend", "cpu");
 if (BACKEND !== "cpu" && BACKEND !== "cuda") throw new Error(`--backend must be cpu or cuda (got ${BACKEND})`);
 const DEVICE = BACKEND === "cuda";

@@ -2,7 +2,8 @@
 import { parseArgs } from "node:util";
 import { ATTENTION_CONFIG_NAMES, attentionConfig, backendChoices, BackendChoiceSchema } from "@hybridgen/runtime";
 import { parseArgsError } from "../parse-args-error.js";
-import { configList, integer, integers, list, usage } from "./flag-values.js";
+import { configList, hybridInteger, integer, integers, list, usage } from "./flag-values.js";
+import { DEFAULT_K } from "@hybridgen/core";
 import { parseGpuMem, parseWorkload, type Workload } from "./workload-args.js";
 
 export const DEFAULT_BENCH_CONFIGS = ATTENTION_CONFIG_NAMES.filter((n) => n !== "all-tokens");
@@ -62,7 +63,7 @@ and bench.json with every number. Progress goes to stderr.
       --warmup N               steps left out of the median (default 4)
       --gpu-kv-budget N        device window per sequence, sinks included (default 1024)
       --sink-tokens S          attention sinks pinned in the window (default 4)
-      --k K                    K of the fixed configurations, K_min of the adaptive ones (default 64)
+      --k K                    K of the fixed configurations, K_min of the adaptive ones (default ${DEFAULT_K})
       --device auto|cpu|cuda   backend (default auto; or a backend module ./FILE.ts)
       --threads N              CPU backend threads (default: all cores)
       --cpu-stage-threads N    hybrid CPU stage threads (default: the runtime's)
@@ -107,7 +108,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
     throw parseArgsError(e, "hybridgen bench");
   }
   const str = (k: string) => v[k] as string | undefined;
-  const k = integer("k", str("k"), 1) ?? 64;
+  const k = hybridInteger("k", str("k")) ?? DEFAULT_K;
   const configs = str("configs") !== undefined ? configList("configs", str("configs")!) : str("workload") !== undefined ? [...DEFAULT_WORKLOAD_CONFIGS] : [...DEFAULT_BENCH_CONFIGS];
   for (const c of configs) attentionConfig(c, k); // names and specs checked before anything loads
   const gpuKvBudget = integer("gpu-kv-budget", str("gpu-kv-budget"), 1) ?? 1024;
@@ -141,7 +142,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
     k,
     device,
     threads: integer("threads", str("threads"), 1, 256),
-    cpuStageThreads: integer("cpu-stage-threads", str("cpu-stage-threads"), 1, 256),
+    cpuStageThreads: hybridInteger("cpu-stage-threads", str("cpu-stage-threads")),
     kvDtype: dtype("kv-dtype", str("kv-dtype")) ?? "bf16",
     dtype: dtype("dtype", str("dtype")),
     seed: integer("seed", str("seed"), 0) ?? 1,

@@ -2,7 +2,7 @@
 import { parseArgs } from "node:util";
 import { ATTENTION_CONFIG_NAMES, attentionConfig } from "@hybridgen/runtime";
 import { parseArgsError } from "../parse-args-error.js";
-import { configList, integer, integers, list, usage } from "./flag-values.js";
+import { configList, hybridInteger, integer, integers, list, usage } from "./flag-values.js";
 
 export const DEFAULT_EVAL_CONFIGS = ATTENTION_CONFIG_NAMES.filter((n) => n !== "all-tokens");
 
@@ -78,7 +78,7 @@ export function parseEvalArgs(argv: readonly string[]): EvalOptions {
   if (!help && str("text") === undefined && str("tasks") === undefined) throw usage("give --text FILE, --tasks FILE.jsonl or both (see hybridgen eval --help)");
   if (str("model") === "") throw usage("--model needs a directory");
   const ks = integers("ks", str("ks"), [4, 8, 16, 32], 1);
-  const k = integer("k", str("k"), 1) ?? ks[Math.floor((ks.length - 1) / 2)]!;
+  const k = hybridInteger("k", str("k")) ?? ks[Math.floor((ks.length - 1) / 2)]!;
   const configs = str("configs") === undefined ? [...DEFAULT_EVAL_CONFIGS] : configList("configs", str("configs")!);
   for (const c of configs) attentionConfig(c, k);
   const gpuKvBudget = integer("gpu-kv-budget", str("gpu-kv-budget"), 1) ?? 32;

@@ -1,5 +1,6 @@
 /** Flag value checks shared by bench and eval: every bad value is a one-line usage error. */
 import { HybridgenError } from "@hybridgen/core";
+import { parseHybridFlag, type HybridOptionFlag } from "@hybridgen/runtime";
 
 export const usage = (msg: string): HybridgenError => new HybridgenError(msg, "EUSAGE");
 
@@ -10,6 +11,11 @@ export function integer(flag: string, raw: string | undefined, min: number, max 
     throw usage(`invalid value for --${flag}: ${JSON.stringify(raw)} is not an integer in [${min}, ${max === Number.MAX_SAFE_INTEGER ? "∞" : max}]`);
   }
   return Number(t);
+}
+
+/** A runtime option's integer flag (--k, --cpu-stage-threads, …), bounds and message the runtime schema's. */
+export function hybridInteger(flag: HybridOptionFlag, raw: string | undefined): number | undefined {
+  return raw === undefined ? undefined : (parseHybridFlag(flag, raw)[1] as number);
 }
 
 export function list(flag: string, raw: string): string[] {

@@ -4,6 +4,7 @@ import { HybridgenError } from "@hybridgen/core";
 import { HybridOptionsSchema } from "@hybridgen/runtime";
 import { builtinSelectors } from "@hybridgen/selectors";
 import { parseArgsError } from "../parse-args-error.js";
+import { hybridInteger } from "./flag-values.js";
 
 export interface ProfileKminOptions {
   readonly help: boolean;
@@ -135,8 +136,7 @@ export function parseProfileKminArgs(argv: readonly string[]): ProfileKminOption
   const threads = integer("threads", str("threads"), 1) ?? PROFILE_KMIN_DEFAULTS.threads;
   const recallMetric = str("recall-metric") ?? "tokens";
   if (recallMetric !== "tokens" && recallMetric !== "mass") throw usage(`invalid value for --recall-metric: ${JSON.stringify(recallMetric)} must be tokens or mass`);
-  const candidates = integer("candidates", str("candidates"), 1) ?? DEFAULT_CANDIDATES;
-  if (candidates > 64) throw usage(`invalid value for --candidates: ${candidates} must be ≤ 64`);
+  const candidates = hybridInteger("candidates", str("candidates")) ?? DEFAULT_CANDIDATES;
   if (threads > 256) throw usage(`invalid value for --threads: ${threads} must be ≤ 256`);
   return {
     help: v.help === true,

@@ -5,6 +5,9 @@ import { RowPathRequestSchema } from "./row-path.js";
 export const LogitsModeSchema = z.enum(["exact", "speculative", "verified"]);
 export type LogitsMode = z.infer<typeof LogitsModeSchema>;
 
+/** Verified logits: candidates·K tokens q̃ chooses for the device to score (the runtime's and the CLI's option too). */
+export const CandidatesSchema = z.number().int("must be an integer").min(1, "must be at least 1").max(64, "must be ≤ 64");
+
 export const HybridOptionsSchema = z.object({
   /**
    * exact: the CPU stage of layer i scores with the true query of layer i (no cross-layer
@@ -19,7 +22,7 @@ export const HybridOptionsSchema = z.object({
   exactLayers: z.array(z.number().int().nonnegative()).default([]),
   /** Verified: q̃ chooses this many times K candidates for the device to score (4: at least
    * exact top-K's top-1 agreement and KL at every K of apps/bench/src/eval/hybrid-eval.ts on stories15M). */
-  candidates: z.number().int().min(1).max(64).default(4),
+  candidates: CandidatesSchema.default(4),
   /** On a device backend: where the selected V (and K) rows come from — "mapped" (the device reads
    * them from the pinned host store), "staged" (the CPU stage copies them, the copy stream uploads
    * them), "auto" (default: mapped wherever chooseRowPath finds it can run). */
