@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
       const int perWarp = (rows + GS_NW - 1) / GS_NW * nch;  // most chunks any warp takes
       HG_TR(a, 1);  // the GEMV's first copy
       for (int t = 0; t < perWarp; t++) {
-        if (t == spw) HG_TR(a, 2);  // the ring's first pass issued
+        if (t == spw) HG_TR(a, 2);  // trace point: every ring slot holds a copy in flight
         for (int cw = 0; cw < GS_NW; cw++) {
           const int i = cw + GS_NW * (t / nch), c = t % nch;  // the warp's row (in the block) and chunk
           if (i >= rows) continue;
@@ -101,9 +101,8 @@ __global__ void __launch_bounds__(GS_THREADS, 1) gemv_stream_kernel(StreamArgs a
     hg_pdl_wait();  // every thread waits before it exits: completion stays transitive
     return;
   }
-  // With fold, x·nw goes into shared memory in x's one pass and rs = rsqrt(mean x² +
-  // eps) scales each dot product instead: no second pass over x and one barrier less before the
-  // first slot.
+  // With fold, x·nw goes into shared memory as x is read and rs = rsqrt(mean x² + eps) scales
+  // each dot product afterwards, so x is read once and the first slot waits on one barrier fewer.
   const bool fold = NORM && a.fold;
   if (NORM) {  // constant: staged before the wait
     for (int i = threadIdx.x; i < k; i += GS_NW * 32) nws[i] = load_any(a.nw, a.nt, i);
