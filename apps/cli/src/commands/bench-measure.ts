@@ -157,7 +157,7 @@ export async function measureModel(files: ModelFiles, name: string, o: BenchOpti
           try {
             // The configuration on each sequence (its own stage and scheduler); a batch shares the default stage threads.
             for (const s of seqs) attached.push(await attachAttentionConfig(s, cx.backend, c, o.cpuStageThreads === undefined ? {} : { cpuStageThreads: o.cpuStageThreads }, batch));
-            const walls = decodeBatch(dec, first, o.steps, cx.signal);
+            const walls = decodeSteps(dec, Array.from(first, (_, i) => i), first, o.steps, cx.signal);
             const ms = median(walls.slice(o.warmup));
             const a = attached[0]!, trace = a.trace(), last = trace.at(-1), tail = trace.slice(o.warmup);
             const avg = (f: (t: (typeof tail)[number]) => number) => tail.reduce((x, t) => x + f(t), 0) / tail.length;
@@ -183,9 +183,9 @@ export async function measureModel(files: ModelFiles, name: string, o: BenchOpti
   return ordered(points, o);
 }
 
-/** Greedy batched decode of `steps` steps from each slot's `first` token (at its cache's length); wall ms per step. */
-function decodeBatch(dec: BatchDecoder, first: Int32Array, steps: number, signal?: AbortSignal): number[] {
-  const slots = Array.from(first, (_, i) => i), ids = Int32Array.from(first), walls: number[] = [];
+/** Greedy batched decode of `steps` steps of `slots`, each from its `first` token (at its cache's length); wall ms per step. */
+export function decodeSteps(dec: BatchDecoder, slots: number[], first: Int32Array, steps: number, signal?: AbortSignal): number[] {
+  const ids = Int32Array.from(first), walls: number[] = [];
   for (let s = 0; s < steps && !signal?.aborted; s++) {
     const t0 = performance.now();
     dec.step(slots, ids);

@@ -12,7 +12,7 @@ import { BatchDecoder, DTYPE_BYTES, HybridgenError, loadModel, modelInfo, type B
 import type { RunPlan } from "@hybridgen/memtier";
 import { attachAttentionConfig, attentionConfig, fillSyntheticKv, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
 import type { BenchOptions } from "./bench-args.js";
-import { syntheticTokens, type ConfigOutcome } from "./bench-measure.js";
+import { decodeSteps, syntheticTokens, type ConfigOutcome } from "./bench-measure.js";
 import type { Workload } from "./workload-args.js";
 
 export interface WorkloadRow extends ConfigOutcome {
@@ -127,18 +127,6 @@ const loadFor = (r: Run, window?: number): CausalLM => {
     ...(window === undefined ? {} : { gpuKvBudget: window, sinkTokens: r.o.sinkTokens }),
   });
 };
-
-/** Greedy batched decode of the slots from `first`; wall ms of every step. */
-function decodeSteps(dec: BatchDecoder, slots: number[], first: Int32Array, steps: number, signal?: AbortSignal): number[] {
-  const ids = Int32Array.from(first), walls: number[] = [];
-  for (let s = 0; s < steps && !signal?.aborted; s++) {
-    const t0 = performance.now();
-    dec.step(slots, ids);
-    dec.argmaxSlots(slots, ids);
-    walls.push(performance.now() - t0);
-  }
-  return walls;
-}
 
 /**
  * Slot `s` at the workload's context, its first decode token returned: the prompt prefilled (the
