@@ -14,12 +14,12 @@
  */
 import { resolve } from "node:path";
 import {
-  argmax, indexFor, LlamaModel, openModelDir, questPages, seededRandom, type OffloadedKeys, type PageIndexForm, type PageIndexState, type QuestPageState,
+  indexFor, LlamaModel, openModelDir, questPages, seededRandom, type OffloadedKeys, type PageIndexForm, type PageIndexState, type QuestPageState,
   type SelectorPrimitives, type TokenSelector,
 } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
-import { createHybridAttention } from "@hybridgen/runtime";
 import { arg, list } from "../args.js";
+import { answerWithProbe } from "./probe-answer.js";
 import { makeRecallPrompt, recallVocabulary } from "./recall-prompts.js";
 
 const MODEL = resolve(arg("model", new URL("../../../../../shared/models/recall-4l", import.meta.url).pathname));
@@ -88,16 +88,7 @@ for (const length of LENGTHS) {
   const r = seededRandom(SEED * 1000 + length), t = tally();
   let right = 0;
   for (let p = 0; p < PROMPTS; p++) {
-    const { context, key, answer } = makeRecallPrompt(V, r, length, RECORDS);
-    model.reset();
-    model.forward(Int32Array.from(context), 0);
-    const h = await createHybridAttention(model, be, { scheduler: "fixed", timing: "pre", selector: probe(t), logits: "exact", k, cpuStageThreads: 1 });
-    try {
-      model.forward(Int32Array.of(V.ask), context.length);
-      if (argmax(model.forward(Int32Array.of(key), context.length + 1)) === answer) right++;
-    } finally {
-      h.close();
-    }
+    if (await answerWithProbe(model, be, makeRecallPrompt(V, r, length, RECORDS), V.ask, probe(t), k)) right++;
     process.stderr.write(`\r${length}: prompt ${p + 1}/${PROMPTS}`);
   }
   process.stderr.write("\n");

@@ -12,12 +12,12 @@
  */
 import { resolve } from "node:path";
 import {
-  argmax, LlamaModel, openModelDir, questPages, questSelection, referencePrimitives as P, seededRandom, validateSelection,
+  LlamaModel, openModelDir, questPages, questSelection, referencePrimitives as P, seededRandom, validateSelection,
   type QuestPageState, type TokenSelector,
 } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
-import { createHybridAttention } from "@hybridgen/runtime";
 import { f32Pages, f32Primitives, idsKept } from "../cpu/quest-recall.js";
+import { answerWithProbe } from "./probe-answer.js";
 import { makeRecallPrompt, recallVocabulary } from "./recall-prompts.js";
 
 const arg = (name: string, def: string) => {
@@ -68,16 +68,7 @@ for (const length of LENGTHS) {
   const t: Tally = { kept: 0, lists: 0, same: 0, worst: 1 };
   let right = 0;
   for (let p = 0; p < PROMPTS; p++) {
-    const { context, key, answer } = makePrompt(r, length);
-    model.reset();
-    model.forward(Int32Array.from(context), 0);
-    const h = await createHybridAttention(model, be, { scheduler: "fixed", timing: "pre", selector: probe(t), logits: "exact", k, cpuStageThreads: 1 });
-    try {
-      model.forward(Int32Array.of(V.ask), context.length);
-      if (argmax(model.forward(Int32Array.of(key), context.length + 1)) === answer) right++;
-    } finally {
-      h.close();
-    }
+    if (await answerWithProbe(model, be, makePrompt(r, length), V.ask, probe(t), k)) right++;
     process.stderr.write(`\r${length}: prompt ${p + 1}/${PROMPTS}`);
   }
   process.stderr.write("\n");
