@@ -1,7 +1,8 @@
 // `hybridgen serve --attention hybrid` with every request's store on the disk tier
 // (--host-kv-budget 0): concurrent requests each get the text of `hybridgen generate` alone with
 // the same flags; while they run, the metrics show their stores on disk and the hybrid steps'
-// K; once they are done no disk file is left (each left with its request); SIGTERM exits 0.
+// K; once they are done no disk file is left (each left with its request). SIGINT while requests
+// hold stores on disk (--shutdown-grace 0) cancels them, their streams say why, no file is left, exit 0.
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,7 +16,7 @@ const HYBRID = ["--attention", "hybrid", "--gpu-kv-budget", "32", "--sink-tokens
 const PROMPTS = ["Once upon a time", "The little dog", "Lily and Tom went to the park.", "A big red ball"];
 
 describe("hybridgen serve with hybrid attention, each request's store on the disk tier", () => {
-  it("gives each request generate's text alone; stores show on disk while running and leave with their requests; SIGTERM exits 0", async () => {
+  it("gives each request generate's text alone; stores show on disk while running and leave with their requests; SIGINT mid-stream removes them and exits 0", async () => {
     requireBuiltBin();
     const want = PROMPTS.map((p) => {
       const r = runBin(["generate", "--threads", "1", "--json", "-p", p, "-t", "0", "-n", "60", ...HYBRID]);
@@ -23,7 +24,8 @@ describe("hybridgen serve with hybrid attention, each request's store on the dis
       return JSON.parse(r.stdout).text as string;
     });
     expect(readdirSync(dir)).toEqual([]);
-    const server = await startServer(["--threads", "1", "--max-batch", "3", ...HYBRID]);
+    const server = await startServer(["--threads", "1", "--max-batch", "3", "--shutdown-grace", "0", ...HYBRID]);
+    let stopped: ReturnType<typeof server.stop> | null = null;
     try {
       expect(server.stderr()).toMatch(/^hybrid: selector topk, fixed scheduler \(K 16 post/m);
       // A stream's headers come with its first token: the responses are awaited after the metrics are read.
@@ -46,9 +48,24 @@ describe("hybridgen serve with hybrid attention, each request's store on the dis
       expect(await metric(server.url, "hybridgen_hybrid_k")).toBe(16);
       expect(await metric(server.url, `hybridgen_hybrid_steps_total{timing="post"}`)).toBeGreaterThan(0);
       expect(await metric(server.url, "hybridgen_cpu_stage_seconds_count")).toBeGreaterThan(0);
+
+      // Two long requests hold stores on disk when SIGINT comes: cancelled at once (grace 0), their files gone, exit 0.
+      const long = PROMPTS.slice(0, 2).map((prompt) => fetch(`${server.url}/v1/completions`, {
+        method: "POST", body: JSON.stringify({ prompt, max_tokens: 200, temperature: 0, stream: true }),
+      }));
+      await until(async () => (await metric(server.url, "hybridgen_requests_running")) === 2 && (await metric(server.url, "hybridgen_generation_tokens_total")) > 4 * 60 + 2, "two long requests decoding");
+      expect(readdirSync(dir).length).toBeGreaterThan(0);
+      stopped = server.stop("SIGINT");
+      for (const r of long) {
+        const events = sseEvents(await (await r).text());
+        expect(events.slice(-2)).toEqual([{ error: { message: "the server is shutting down; the request was cancelled", type: "server_error", param: null, code: null } }, "[DONE]"]);
+      }
+      expect(await stopped).toEqual({ code: 0, signal: null });
     } finally {
-      expect(await server.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+      stopped ??= server.stop("SIGKILL"); // a failure above must not leave the server running
+      await stopped;
     }
+    expect(server.stderr()).toMatch(/^SIGINT: not accepting requests; 2 running, 0 queued \(cancelled\), 0 s to finish$/m);
     expect(readdirSync(dir)).toEqual([]);
   });
 });

@@ -2,7 +2,8 @@
 // completions and chat endpoints (streaming or not) give `hybridgen generate`'s text byte for
 // byte at temperature 0 and with a seed, with usage, stop strings and OpenAI's exact chunk
 // shapes; 32 concurrent streaming clients each get their prompt's text alone; a client that
-// disconnects frees its slot; every bad request gets its status and a one-line message.
+// disconnects frees its slot; every bad request gets its status and a one-line message; fields
+// the server does not use are ignored.
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -74,6 +75,11 @@ describe("hybridgen serve: OpenAI's endpoints give generate's text", () => {
     expect(objs).toHaveLength(6); // a chunk a token (its text may be empty), then the finish
     expect(objs.every((e) => e.object === "text_completion" && !("usage" in e))).toBe(true);
     expect((objs[objs.length - 1]!.choices as { finish_reason: string }[])[0]!.finish_reason).toBe("length");
+    // Fields this server does not use are ignored, as OpenAI-compatible servers do.
+    const extra = await post("/v1/completions", { prompt: PROMPT, max_tokens: 5, temperature: 0, user: "u1", logit_bias: { "50256": -100 }, frequency_penalty: 0, echo: false, best_of: 1, suffix: null });
+    expect(extra.status).toBe(200);
+    const plain = await client.completions.create({ model: "m", prompt: PROMPT, max_tokens: 5, temperature: 0 });
+    expect(((await extra.json()) as { choices: { text: string }[] }).choices[0]!.text).toBe(plain.choices[0]!.text);
   });
 
   it("stop strings: the text ends before the stop and finish_reason is stop, as generate --stop; streamed too", async () => {

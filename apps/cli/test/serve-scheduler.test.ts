@@ -4,9 +4,10 @@
 // own context) fit the tiers left (here room for two), the rest wait and join as stores come
 // back; every request gets the tokens of `hybridgen generate` alone with the same flags; slots
 // are renewed (the released attentions pruned) and the ledger ends empty; a store that cannot be
-// made fails only its own request. The ledger alone: a context within the window needs no store,
-// a shorter context a smaller store; refusals are one line. Device memory: the same budget admits
-// more short requests than long ones, and a finished or cancelled request's bytes come back.
+// made fails only its own request. A cancel ends its request before the next decode step. The
+// ledger alone: a context within the window needs no store, a shorter context a smaller store;
+// refusals are one line. Device memory: the same budget admits more short requests than long
+// ones, and a finished or cancelled request's bytes come back.
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -96,6 +97,44 @@ describe("the serve scheduler: a consumer that throws", () => {
     expect(bad).toBe(good);
     expect(errors.length).toBeGreaterThan(0);
     expect(new Set(errors)).toEqual(new Set(["a response failed: the socket is gone"]));
+  });
+});
+
+describe("the serve scheduler: a cancel", () => {
+  it("ends its request before the next decode step (no token after it), frees the slot for the queued one; the other goes on as alone", async () => {
+    const [wantB, wantC] = [await alone(PROMPTS[1]!, 20, []), await alone(PROMPTS[2]!, 8, [])];
+    using files = openModelDir(await stories15M());
+    using backend = createCpuBackend({ threads: 1 });
+    using model = loadModel(files, backend, { maxContext: 256 });
+    using dec = new BatchDecoder(model, 2);
+    const metrics = new ServeMetrics();
+    const scheduler = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, metrics, {
+      slots: [0, 1], queueLimit: 4, chunk: 64, maxContext: 256, eos: files.shape.eosTokenIds, bytesPerToken: 1, ledger: null,
+    });
+    const run = (prompt: string, maxTokens: number, onText: (handle: { cancel(): void }) => void = () => {}) =>
+      new Promise<{ finish: string; text: string; tokens: number }>((resolve) => {
+        const handle = scheduler.submit({
+          ids: files.tokenizer.encode(prompt), maxTokens, sampling: { temperature: 0 }, stop: [], arrivedMs: performance.now(), onText: () => onText(handle),
+          onFinish: (r) => resolve({ finish: r.finish, text: r.text, tokens: r.completionTokens }),
+        });
+      });
+    // A: cancelled inside its 3rd token's callback (during a step); B: cancels between turns after its 5th, as a disconnect does; C waits for a slot.
+    let a = 0, b = 0;
+    const [ra, rb, rc] = await Promise.all([
+      run(PROMPTS[0]!, 60, (h) => ++a === 3 && h.cancel()),
+      run(PROMPTS[1]!, 20),
+      run(PROMPTS[3]!, 60, (h) => {
+        if (++b === 5) setImmediate(() => h.cancel());
+      }),
+    ]);
+    expect(ra).toMatchObject({ finish: "abort", tokens: 3 });
+    expect(rb).toMatchObject({ finish: "length", text: wantB });
+    expect(rc.finish).toBe("abort");
+    expect(rc.tokens).toBe(5);
+    expect(metrics.finished.get({ reason: "cancelled" })).toBe(2);
+    expect(scheduler.running).toBe(0);
+    // The slots are free again: the next request is served, its text as alone.
+    expect((await run(PROMPTS[2]!, 8)).text).toBe(wantC);
   });
 });
 
