@@ -15,7 +15,11 @@
  * Prompts are words, ~--prompt-words of them, or ~--prompt-bytes of text. Greedy (temperature 0);
  * the model may end a text before its budget, so output tokens are counted from each response's
  * usage. --json FILE adds each rate's figures under --label to FILE's results (made if absent;
- * --source TEXT says where and how they were measured).
+ * --source TEXT says where and how they were measured). --time-limit S ends a rate after S seconds,
+ * --deadline S the whole run S seconds after it started (the server's load included; later rates
+ * are skipped): a rate cut short reports the tokens streamed so far (`completed` says how many
+ * requests ended). Each rate also reports the mean batch of its decode steps (the server's metrics), which
+ * shows whether requests queued; the server's log is printed at the end.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -26,10 +30,13 @@ import { arg, list } from "./args.js";
 const WORDS = "once upon a time there was a little girl named lily she loved to play outside in the sun one day she saw a big red ball in the sky and her mom said".split(" ");
 
 interface Outcome {
-  readonly ttftMs: number;
+  /** Null when the time limit came before its first token. */
+  readonly ttftMs: number | null;
   readonly tpotMs: number | null;
   readonly outputTokens: number;
   readonly endMs: number;
+  /** False when the time limit cut it short. */
+  readonly completed: boolean;
 }
 
 const quantile = (xs: number[], q: number): number => {
@@ -52,43 +59,58 @@ async function startServer(command: string, args: string): Promise<{ url: string
   });
 }
 
-/** One streamed completion: times of its first and last token, and its usage's output tokens. */
-async function request(url: string, prompt: string, maxTokens: number, t0: number): Promise<Outcome> {
+/** One streamed completion: times of its first and last token, and its output tokens (usage's, or the chunks so far when `stop` cuts it short). */
+async function request(url: string, prompt: string, maxTokens: number, t0: number, stop: AbortSignal): Promise<Outcome> {
   const sent = performance.now();
-  const res = await fetch(`${url}/v1/completions`, {
-    method: "POST", headers: { "content-type": "application/json" },
-    body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
-  });
-  if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-  const reader = res.body!.getReader(), dec = new TextDecoder();
-  let buf = "", first = 0, last = 0, tokens = 0;
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buf += dec.decode(value, { stream: true });
-    let cut;
-    while ((cut = buf.indexOf("\n\n")) >= 0) {
-      const data = buf.slice(6, cut);
-      buf = buf.slice(cut + 2);
-      if (data === "[DONE]") continue;
-      const msg = JSON.parse(data) as { choices: { text: string; finish_reason: string | null }[]; usage?: { completion_tokens: number } | null; error?: { message: string } };
-      if (msg.error) throw new Error(`the stream ended with an error: ${msg.error.message}`);
-      // A chunk a token (its text may be empty: a byte tokenizer's ids past 255, or text held back for a stop string).
-      if (msg.choices[0] && msg.choices[0].finish_reason === null) {
-        last = performance.now();
-        if (!first) first = last;
+  let first = 0, last = 0, chunks = 0, tokens = -1;
+  try {
+    const res = await fetch(`${url}/v1/completions`, {
+      method: "POST", headers: { "content-type": "application/json" }, signal: stop,
+      body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
+    });
+    if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
+    const reader = res.body!.getReader(), dec = new TextDecoder();
+    let buf = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      let cut;
+      while ((cut = buf.indexOf("\n\n")) >= 0) {
+        const data = buf.slice(6, cut);
+        buf = buf.slice(cut + 2);
+        if (data === "[DONE]") continue;
+        const msg = JSON.parse(data) as { choices: { text: string; finish_reason: string | null }[]; usage?: { completion_tokens: number } | null; error?: { message: string } };
+        if (msg.error) throw new Error(`the stream ended with an error: ${msg.error.message}`);
+        // A chunk a token (its text may be empty: a byte tokenizer's ids past 255, or text held back for a stop string).
+        if (msg.choices[0] && msg.choices[0].finish_reason === null) {
+          last = performance.now();
+          if (!first) first = last;
+          chunks++;
+        }
+        if (msg.usage) tokens = msg.usage.completion_tokens;
       }
-      if (msg.usage) tokens = msg.usage.completion_tokens;
     }
+  } catch (e) {
+    if (!stop.aborted) throw e;
   }
   const end = performance.now();
-  if (!first) first = last = end;
-  return { ttftMs: first - sent, tpotMs: tokens > 1 ? (last - first) / (tokens - 1) : null, outputTokens: tokens, endMs: end - t0 };
+  const completed = tokens >= 0;
+  const n = completed ? tokens : chunks;
+  if (completed && !first) first = last = end;
+  return { ttftMs: first ? first - sent : null, tpotMs: n > 1 && first ? (last - first) / (n - 1) : null, outputTokens: n, endMs: (completed ? end : last || end) - t0, completed };
+}
+
+/** The server's batch-size histogram (sum and count of its steps), for a rate's mean batch. */
+async function batchSteps(url: string): Promise<{ sum: number; count: number }> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
+  return { sum: read("hybridgen_batch_size_steps_sum"), count: read("hybridgen_batch_size_steps_count") };
 }
 
 interface Lengths { promptWords: number; promptBytes: number; outputTokens: number; spread: number }
 
-async function runRate(url: string, rate: number, o: { clients: number; requests: number; seed: number } & Lengths) {
+async function runRate(url: string, rate: number, o: { clients: number; requests: number; seed: number; limitS: number } & Lengths) {
   const rnd = seededRandom(o.seed);
   const around = (mean: number) => Math.max(1, Math.round(mean * (1 - o.spread / 2 + o.spread * rnd())));
   const words = (n: number) => Array.from({ length: n }, () => WORDS[Math.floor(rnd() * WORDS.length)]).join(" ");
@@ -102,29 +124,43 @@ async function runRate(url: string, rate: number, o: { clients: number; requests
     } else prompt = words(around(o.promptWords));
     return { at, prompt, maxTokens: around(o.outputTokens) };
   });
+  const steps0 = await batchSteps(url);
+  const stop = new AbortController();
+  const limit = Number.isFinite(o.limitS) ? setTimeout(() => stop.abort(), o.limitS * 1000) : null;
   const t0 = performance.now();
   const outcomes: Outcome[] = [];
   let next = 0;
   const client = async () => {
-    while (next < jobs.length) {
+    while (next < jobs.length && !stop.signal.aborted) {
       const j = jobs[next++]!;
       const wait = j.at - (performance.now() - t0);
-      if (wait > 0) await new Promise((r) => setTimeout(r, wait));
-      outcomes.push(await request(url, j.prompt, j.maxTokens, t0));
+      if (wait > 0) {
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, wait);
+          stop.signal.addEventListener("abort", () => (clearTimeout(t), resolve()), { once: true });
+        });
+      }
+      if (!stop.signal.aborted) outcomes.push(await request(url, j.prompt, j.maxTokens, t0, stop.signal));
     }
   };
   await Promise.all(Array.from({ length: o.clients }, client));
-  const seconds = Math.max(...outcomes.map((x) => x.endMs)) / 1000;
+  if (limit) clearTimeout(limit);
+  const cut = stop.signal.aborted;
+  const seconds = (cut ? performance.now() - t0 : Math.max(...outcomes.map((x) => x.endMs))) / 1000;
+  const steps1 = await batchSteps(url);
   const tokens = outcomes.reduce((n, x) => n + x.outputTokens, 0);
-  const ttft = outcomes.map((x) => x.ttftMs), tpot = outcomes.flatMap((x) => (x.tpotMs === null ? [] : [x.tpotMs]));
-  return { seconds, tokens, reqPerS: outcomes.length / seconds, tokPerS: tokens / seconds, ttft, tpot };
+  const ttft = outcomes.flatMap((x) => (x.ttftMs === null ? [] : [x.ttftMs])), tpot = outcomes.flatMap((x) => (x.tpotMs === null ? [] : [x.tpotMs]));
+  const completed = outcomes.filter((x) => x.completed).length;
+  const meanBatch = (steps1.sum - steps0.sum) / (steps1.count - steps0.count);
+  return { seconds, tokens, completed, reqPerS: completed / seconds, tokPerS: tokens / seconds, ttft, tpot, meanBatch };
 }
 
 const clients = Number(arg("clients", "16")), requests = Number(arg("requests", "64"));
 const lengths: Lengths = {
   promptWords: Number(arg("prompt-words", "24")), promptBytes: Number(arg("prompt-bytes", "0")), outputTokens: Number(arg("output-tokens", "48")), spread: Number(arg("spread", "1")),
 };
-const seed = Number(arg("seed", "1"));
+const seconds = (name: string) => Number(arg(name, "inf").replace(/^inf$/, "Infinity"));
+const seed = Number(arg("seed", "1")), limitS = seconds("time-limit"), deadlineMs = performance.now() + seconds("deadline") * 1000;
 const rates = list("rates", "2,4,8,inf").map((r) => (r === "inf" ? Infinity : Number(r)));
 const given = arg("url", ""), serveArgs = arg("serve", "--threads 2"), label = arg("label", serveArgs), jsonFile = arg("json", "");
 const server = given ? null : await startServer(arg("server", ""), serveArgs);
@@ -139,17 +175,20 @@ const spread = lengths.spread === 0 ? "fixed" : `uniform ${1 - lengths.spread / 
 const q = (xs: number[], p: number) => Number(quantile(xs, p).toFixed(1));
 try {
   console.log(`server ${url}${server ? ` (hybridgen serve ${serveArgs})` : ""}; ${clients} clients, ${requests} requests a rate, prompt ${prompts}, output ~${lengths.outputTokens} tokens (${spread}), greedy\n`);
-  console.log("| arrival rate (req/s) | requests | time (s) | req/s | output tok/s | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) |");
-  console.log("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+  console.log("| arrival rate (req/s) | requests | time (s) | req/s | output tok/s | mean batch | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) |");
+  console.log("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   const results = [];
   for (const rate of rates) {
-    const r = await runRate(url, rate, { clients, requests, seed, ...lengths });
+    const left = (deadlineMs - performance.now()) / 1000;
+    if (left <= 1) break;
+    const r = await runRate(url, rate, { clients, requests, seed, limitS: Math.min(limitS, left - 1), ...lengths });
     const f = (x: number) => x.toFixed(1);
-    console.log(`| ${Number.isFinite(rate) ? rate : "all at once"} | ${requests} | ${f(r.seconds)} | ${r.reqPerS.toFixed(2)} | ${f(r.tokPerS)} | ${f(quantile(r.ttft, 0.5))} | ${f(quantile(r.ttft, 0.99))} | ${f(quantile(r.tpot, 0.5))} | ${f(quantile(r.tpot, 0.99))} |`);
+    const done = r.completed === requests ? String(requests) : `${r.completed} of ${requests} (time limit)`;
+    console.log(`| ${Number.isFinite(rate) ? rate : "all at once"} | ${done} | ${f(r.seconds)} | ${r.reqPerS.toFixed(2)} | ${f(r.tokPerS)} | ${r.meanBatch.toFixed(2)} | ${f(quantile(r.ttft, 0.5))} | ${f(quantile(r.ttft, 0.99))} | ${f(quantile(r.tpot, 0.5))} | ${f(quantile(r.tpot, 0.99))} |`);
     results.push({
-      label, serve: serveArgs, rate: Number.isFinite(rate) ? rate : "inf", clients, requests, promptWords: lengths.promptWords, promptBytes: lengths.promptBytes,
+      label, serve: serveArgs, rate: Number.isFinite(rate) ? rate : "inf", clients, requests, completed: r.completed, promptWords: lengths.promptWords, promptBytes: lengths.promptBytes,
       maxTokensMean: lengths.outputTokens, spread: lengths.spread, seconds: Number(r.seconds.toFixed(2)), generatedTokens: r.tokens,
-      requestsPerSec: Number(r.reqPerS.toFixed(3)), outputTokensPerSec: Number(r.tokPerS.toFixed(1)),
+      requestsPerSec: Number(r.reqPerS.toFixed(3)), outputTokensPerSec: Number(r.tokPerS.toFixed(1)), meanBatch: Number(r.meanBatch.toFixed(2)),
       ttftMs: { p50: q(r.ttft, 0.5), p99: q(r.ttft, 0.99) }, tpotMs: { p50: q(r.tpot, 0.5), p99: q(r.tpot, 0.99) },
     });
   }
@@ -158,9 +197,17 @@ try {
     file.results.push(...results);
     writeFileSync(jsonFile, `${JSON.stringify(file, null, 1)}\n`);
   }
+  if (server) console.log(`\nserver log:\n${server.log().split("\n").slice(-40).join("\n")}`);
 } catch (e) {
   if (server) console.error(server.log().split("\n").slice(-20).join("\n"));
   throw e;
 } finally {
-  server?.child.kill("SIGTERM");
+  // The server is gone before this exits (a next server on the same device must not meet its memory), SIGKILL past 10 s.
+  if (server && server.child.exitCode === null && server.child.signalCode === null) {
+    const exited = new Promise((resolve) => server.child.once("exit", resolve));
+    server.child.kill("SIGTERM");
+    const late = setTimeout(() => server.child.kill("SIGKILL"), 10_000);
+    await exited;
+    clearTimeout(late);
+  }
 }
