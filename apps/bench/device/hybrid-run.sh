@@ -15,9 +15,11 @@ echo "checks exit $?"; grep -E 'PASS|FAIL' "$OUT/checks.log"
 timeout "${BENCH_S:-420}" bun .device/hybrid-modes.js --contexts "${CONTEXTS:-4096,32768,131000}" --steps "${STEPS:-64}" --trace-dir "$OUT/traces" \
   --source "apps/bench hybrid-modes, one H200 + 16-core host, $(date -u +%F)" ${BENCH_ARGS:-} > "$OUT/hybrid-modes.log" 2>&1
 echo "bench exit $?"; sed -n '/^## /,$p' "$OUT/hybrid-modes.log"; tail -3 "$OUT/hybrid-modes.log"
-# The baseline arm of a same-run A/B (prepare-base.sh): the same configs from BASE's bundle and libraries.
+# The baseline arm of a same-run A/B (prepare-base.sh): the same checks and configs from BASE's bundles and libraries.
 if [ -f .device/base/hybrid-modes.js ]; then
-  HYBRIDGEN_KERNELS_CPU_LIB=$PWD/.device/base/lib/libhgcpu.so HYBRIDGEN_KERNELS_CUDA_LIB=$PWD/.device/base/lib/libhgcuda.so \
-    timeout "${BASE_S:-300}" bun .device/base/hybrid-modes.js --contexts "${CONTEXTS:-4096,32768,131000}" --steps "${STEPS:-64}" ${BENCH_ARGS:-} > "$OUT/hybrid-modes-base.log" 2>&1
+  export HYBRIDGEN_KERNELS_CPU_LIB=$PWD/.device/base/lib/libhgcpu.so HYBRIDGEN_KERNELS_CUDA_LIB=$PWD/.device/base/lib/libhgcuda.so
+  timeout "${CHECK_S:-120}" bun .device/base/hybrid-bench.js --skip-bench > "$OUT/checks-base.log" 2>&1
+  echo "base checks exit $?"; grep -E 'FAIL' "$OUT/checks-base.log"; grep -c PASS "$OUT/checks-base.log"
+  timeout "${BASE_S:-300}" bun .device/base/hybrid-modes.js --contexts "${CONTEXTS:-4096,32768,131000}" --steps "${STEPS:-64}" ${BENCH_ARGS:-} > "$OUT/hybrid-modes-base.log" 2>&1
   echo "base $(cat .device/base/BUILT) exit $?"; sed -n '/^## /,$p' "$OUT/hybrid-modes-base.log"
 fi

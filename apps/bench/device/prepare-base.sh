@@ -1,6 +1,6 @@
 #!/bin/sh
 # On the dev machine, from the repository root: builds the baseline arm of a same-run A/B — commit
-# BASE's hybrid-modes bundle and both native libraries — into .device/base/, so that hybrid-run.sh
+# BASE's hybrid-modes and hybrid-bench bundles and both native libraries — into .device/base/, so that hybrid-run.sh
 # (which runs that arm after its own when .device/base exists) compares a change against BASE on one
 # machine in one call, without a switch in the code. Needs a setup checkout (node_modules) and nvcc.
 #   sh apps/bench/device/prepare-base.sh 007e23c      # ~4 min on 2 cores; rm -rf .device/base to drop the arm
@@ -23,6 +23,8 @@ done
 (cd "$WT/packages/kernels-cuda" && HYBRIDGEN_BUILD_CUDA=1 node scripts/build-native.mjs)
 rm -rf .device/base && mkdir -p .device/base/lib
 cp "$WT/packages/kernels-cpu/lib/libhgcpu.so" "$WT/packages/kernels-cuda/lib/libhgcuda.so" .device/base/lib/
-(cd "$WT" && bun build --target=bun --external 'bun:*' apps/bench/src/hybrid-modes.ts --outfile "$ROOT/.device/base/hybrid-modes.js" > /dev/null)
+for b in hybrid-modes cuda/hybrid-bench; do
+  (cd "$WT" && bun build --target=bun --external 'bun:*' "apps/bench/src/$b.ts" --outfile "$ROOT/.device/base/$(basename $b).js" > /dev/null)
+done
 git -C "$WT" rev-parse --short HEAD > .device/base/BUILT
-echo "prepare-base: .device/base holds $(cat .device/base/BUILT)'s hybrid-modes bundle and libraries ($(du -sh .device/base | cut -f1))"
+echo "prepare-base: .device/base holds $(cat .device/base/BUILT)'s bundles and libraries ($(du -sh .device/base | cut -f1))"
