@@ -48,6 +48,8 @@ export interface QueryProjector {
  */
 export interface DecodeBatchStep {
   readonly rows: number;
+  /** Counts the batch's steps: state the rows share for one step (a ranking done once for all) is told apart by it. */
+  readonly serial: number;
   /** T_gpu / T_tx of the step, read by the first row that ends it; the other rows take the same. */
   times?: { readonly gpuMs: number; readonly txMs: number; readonly waitMs?: number };
   /**
@@ -57,6 +59,8 @@ export interface DecodeBatchStep {
    * the row projects its own (QueryProjector).
    */
   query?(layer: number, x: Tensor): Tensor | null;
+  /** query's tensor for row `row` of the step (the row's beginStep says which it is). */
+  queryOfRow?(layer: number, row: number): Tensor | null;
 }
 
 /**
@@ -77,7 +81,7 @@ export interface DecodeAttention {
   /** A new sequence starts (position 0 is being appended): reset per-sequence state. */
   newSequence(): void;
   /** Called once per decode step before layer 0, with the KV slot already appended; `batch` when the step is one row of a batched step. */
-  beginStep(pos: number, batch?: DecodeBatchStep): void;
+  beginStep(pos: number, batch?: DecodeBatchStep, row?: number): void;
   /** Layer l's input row is ready (residual stream before the layer's norm). */
   layerInput(layer: number, x: Tensor): void;
   /** Batched steps call it for every row before any row's attend(), so every sequence's CPU work of the layer is under way before one is waited on. */

@@ -56,7 +56,7 @@ export class BatchRows {
   /** Rows of the architecture's residual stream (bindResidual), for the decode attentions' layerInput. */
   private readonly xRow: Tensor[] = [];
   /** The step the decode attentions share (rewritten every step). */
-  private readonly step: DecodeBatchStep & { rows: number };
+  private readonly step: DecodeBatchStep & { rows: number; serial: number };
   /** The architecture's batched query projection (bindQueries): layer's queries of the first B residual rows into out. */
   private project: ((layer: number, B: number, out: Tensor) => void) | null = null;
   /** Two [capacity, heads·headDim] query buffers taken by layer parity (a layer's input asks for two layers' at most), made by bindQueries. */
@@ -83,7 +83,7 @@ export class BatchRows {
     this.headPos = new Int32Array(headRows);
     this.v = w.alloc([capacity, kvw]);
     this.att = w.alloc([capacity, qw]);
-    this.step = { rows: 0, query: (layer, x) => this.query(layer, x) };
+    this.step = { rows: 0, serial: 0, query: (layer, x) => this.query(layer, this.xRow.indexOf(x)), queryOfRow: (layer, row) => this.query(layer, row) };
     for (let i = 0; i < capacity; i++) {
       this.qRow.push(w.view(this.q, i * qw, [1, qw]));
       this.attRow.push(w.view(this.att, i * qw, [1, qw]));
@@ -109,10 +109,9 @@ export class BatchRows {
     }
   }
 
-  /** DecodeBatchStep.query: every row's query of `layer` on the first ask this step, then row x's. */
-  private query(layer: number, x: Tensor): Tensor | null {
-    const row = this.project ? this.xRow.indexOf(x) : -1;
-    if (row < 0 || row >= this.step.rows) return null;
+  /** DecodeBatchStep.query: every row's query of `layer` on the first ask this step, then the row's. */
+  private query(layer: number, row: number): Tensor | null {
+    if (!this.project || row < 0 || row >= this.step.rows) return null;
     const b = layer & 1;
     if (this.queryLayer[b] !== layer) {
       this.project!(layer, this.step.rows, this.queries[b]!);
@@ -211,6 +210,7 @@ export class BatchRows {
   beginStep(seqs: readonly SequenceState[], positions: Int32Array, B: number): void {
     const step = this.step;
     step.rows = B;
+    step.serial++;
     step.times = undefined;
     this.queryLayer.fill(-1);
     this.records = true;
@@ -218,7 +218,7 @@ export class BatchRows {
       const d = seqs[i].attention.decodeAttention;
       if (!d) continue;
       if (positions[i] === 0) d.newSequence();
-      d.beginStep(positions[i], step);
+      d.beginStep(positions[i], step, i);
       this.records &&= d.batchRecordable === true;
     }
   }

@@ -22,6 +22,15 @@ int hg_launch_index_rank(HgCtx *c, const Cmd &m, const char *dynBase) {
                                   (const float *)m.p[2], m.s[5], (int32_t *)m.p[3], (void *)m.p[4]);
 }
 
+// CMD_INDEX_RANK_ROWS: p[0] the rows' table (RankRow [s[7]], in the blob when recorded); s[0] form,
+// s[1] kvHeads, s[2] group, s[3] headDim, s[4] page capacity, s[5] the plan's want, s[6] SMs, s[7]
+// rows, s[8] the scales' byte offset in each index.
+int hg_launch_index_rank_rows(HgCtx *c, const Cmd &m) {
+  const hg_index::Plan pl = hg_index::plan(m.s[0], m.s[1], m.s[2], m.s[3], m.s[4], m.s[5], m.s[6]);
+  auto launch = [c](auto kernel, dim3 g, dim3 b, size_t smem, auto... args) { return (cudaError_t)hg_launch(c, kernel, g, b, smem, args...); };
+  return (int)hg_index::rank_rows_with(pl, launch, (const hg_index::RankRow *)m.p[0], m.s[7], m.s[8], m.s[0], m.s[1], m.s[2], m.s[3], m.s[4], m.s[5]);
+}
+
 extern "C" {
 
 // Scratch bytes hg_cu_index_rank needs for an index of pageCap pages a head; 0 for a shape it does not run
@@ -47,6 +56,27 @@ HG_EXPORT int hg_cu_index_rank(HgCtx *c, int32_t *out, const uint8_t *codes, con
   m.d[0] = count;
   int r = hg_put_dyn(c, m, 1);
   return r ? r : hg_submit(c, m);
+}
+
+// hg_cu_index_rank for n indexes of one shape at once (one launch of each kernel): rows (host) holds
+// n RankRows as 12 ints each — codes, q, out, scratch pointers, the page count and the want — whose
+// wants are 1..want and whose scratch holds hg_cu_index_rank_scratch(…, want) bytes (the caller's check).
+HG_EXPORT int hg_cu_index_rank_rows(HgCtx *c, const int *rows, int n, int form, int kvHeads, int group, int headDim, int pageCap, int scalesOffset, int want) {
+  const int sms = sm_count(c);
+  const hg_index::Plan pl = hg_index::plan(form, kvHeads, group, headDim, pageCap, want, sms);
+  if (!pl.ok || n < 1 || !rows || scalesOffset < 0) return (int)cudaErrorInvalidValue;
+  for (int i = 0; i < n; i++) {
+    const hg_index::RankRow &r = ((const hg_index::RankRow *)rows)[i];
+    if (!r.codes || !r.q || !r.out || !r.cand || r.count < 0 || r.count > pageCap || r.want < 1 || r.want > want) return (int)cudaErrorInvalidValue;
+  }
+  HG_FLUSH_REC(c);
+  int *dev = NULL;
+  int e = hg_upload_ints(c, rows, (size_t)n * (sizeof(hg_index::RankRow) / sizeof(int)), &dev);
+  if (e) return e;
+  Cmd m = hg_new_cmd(CMD_INDEX_RANK_ROWS);
+  m.p[0] = dev;
+  m.s[0] = form; m.s[1] = kvHeads; m.s[2] = group; m.s[3] = headDim; m.s[4] = pageCap; m.s[5] = want; m.s[6] = sms; m.s[7] = n; m.s[8] = scalesOffset;
+  return hg_submit(c, m);
 }
 
 }  // extern "C"

@@ -65,13 +65,32 @@ __device__ void block_best(unsigned long long *keys, int n, int want, unsigned l
   }
 }
 
-// Grid (chunks, kvHeads): block (c, g) bounds pages [c·chunk, min(count, (c+1)·chunk)) of head g,
+// One index of a batched ranking (rank_rows_with): its page level (scales at the shape's scales
+// offset), its query, its output [kvHeads, want], its candidates' scratch, its page count and want.
+struct RankRow {
+  const uint8_t *codes;
+  const float *q;
+  int32_t *out;
+  unsigned long long *cand;
+  int count, want, pad[2];
+};
+static_assert(sizeof(RankRow) == 48, "RankRow is 12 ints of the host's table");
+
+// Grid (chunks, kvHeads[, rows]): block (c, g) bounds pages [c·chunk, min(count, (c+1)·chunk)) of head g,
 // lanes of D/8 a page (8 channels each), and writes that chunk's best `want` keys (0 past its pages).
 // The index is page-major (the spec's DeviceIndexShape): codes [pcap, kvHeads, CB], scales [pcap, kvHeads].
+// With `rows`, block z ranks rows[z]'s index (its count and want, ≤ the launch's `want`, the candidates' stride).
 template <int FORM, int D>
 __global__ void __launch_bounds__(THREADS) chunk_best(const uint8_t *__restrict__ codes, const float *__restrict__ scales, const float *__restrict__ q, int group,
-                                                        int64_t pcap, int count_val, const int *count_dyn, int chunk, int want, unsigned long long *__restrict__ cand) {
+                                                        int64_t pcap, int count_val, const int *count_dyn, int chunk, int want, unsigned long long *__restrict__ cand,
+                                                        const RankRow *__restrict__ rows, int64_t scales_off) {
   constexpr int L = D / 8, CB = FORM == 1 ? 2 * D : D;
+  const int stride = want;
+  if (rows) {
+    const RankRow &r = rows[blockIdx.z];
+    codes = r.codes, scales = (const float *)(r.codes + scales_off), q = r.q, cand = r.cand;
+    count_dyn = &r.count, want = r.want;
+  }
   __shared__ float qp[(D == 256 ? 8 : GROUP_MAX) * D], qn[(D == 256 ? 8 : GROUP_MAX) * D];
   __shared__ unsigned long long keys[CHUNK_MAX];
   __shared__ unsigned long long red[33];
@@ -120,14 +139,21 @@ __global__ void __launch_bounds__(THREADS) chunk_best(const uint8_t *__restrict_
     if (live && sub == 0) keys[i] = pack(best * __ldg(sc + p * kv), (int32_t)p);
   }
   __syncthreads();
-  block_best(keys, n, want, cand + ((int64_t)g * gridDim.x + blockIdx.x) * want, red);
+  unsigned long long *mine = cand + ((int64_t)g * gridDim.x + blockIdx.x) * stride;
+  block_best(keys, n, want, mine, red);
+  for (int i = want + tid; i < stride; i += THREADS) mine[i] = 0;  // a row that wants fewer leaves no stale candidates
 }
 
-// One block a head: the best `want` of its chunks' candidates, as pages, best first.
-__global__ void __launch_bounds__(1024) head_best(unsigned long long *cand, int per_head, int want, int32_t *out) {
+// One block a head: the best `want` of its chunks' candidates, as pages, best first. With `rows`,
+// block y takes rows[y]'s candidates, want and output (its scratch laid out at the launch's want).
+__global__ void __launch_bounds__(1024) head_best(unsigned long long *cand, int per_head, int want, int32_t *out, const RankRow *__restrict__ rows) {
   extern __shared__ unsigned long long dyn[];
   __shared__ unsigned long long red[33];
   const int g = blockIdx.x;
+  if (rows) {
+    const RankRow &r = rows[blockIdx.y];
+    cand = r.cand, want = r.want, out = r.out;
+  }
   unsigned long long *keys = dyn, *best = dyn + per_head;
   for (int i = threadIdx.x; i < per_head; i += blockDim.x) keys[i] = cand[(int64_t)g * per_head + i];
   __syncthreads();
@@ -173,7 +199,7 @@ inline cudaError_t rank_with(const Plan &pl, Launch launch, const uint8_t *codes
   unsigned long long *cand = (unsigned long long *)scratch;
   const dim3 grid((unsigned)pl.chunks, (unsigned)kv_heads);
   cudaError_t e;
-#define HG_INDEX_LAUNCH(F, DD) e = launch(chunk_best<F, DD>, grid, dim3(THREADS), 0, codes, scales, q, group, pcap, count_val, count_dyn, pl.chunk, want, cand)
+#define HG_INDEX_LAUNCH(F, DD) e = launch(chunk_best<F, DD>, grid, dim3(THREADS), 0, codes, scales, q, group, pcap, count_val, count_dyn, pl.chunk, want, cand, (const RankRow *)nullptr, (int64_t)0)
   if (form == 1) {
     if (d == 64) HG_INDEX_LAUNCH(1, 64); else if (d == 128) HG_INDEX_LAUNCH(1, 128); else HG_INDEX_LAUNCH(1, 256);
   } else {
@@ -181,7 +207,26 @@ inline cudaError_t rank_with(const Plan &pl, Launch launch, const uint8_t *codes
   }
 #undef HG_INDEX_LAUNCH
   if (e != cudaSuccess) return e;
-  return launch(head_best, dim3((unsigned)kv_heads), dim3(1024), pl.head_smem, cand, pl.per_head, want, out);
+  return launch(head_best, dim3((unsigned)kv_heads), dim3(1024), pl.head_smem, cand, pl.per_head, want, out, (const RankRow *)nullptr);
+}
+
+// rank_with for n indexes of one shape in one launch of each kernel: rows (device) [n], each with
+// its own count and want (≤ `want`, the plan's: every row's scratch holds the plan's candidates).
+template <typename Launch>
+inline cudaError_t rank_rows_with(const Plan &pl, Launch launch, const RankRow *rows, int n, int64_t scales_off, int form, int kv_heads, int group, int d, int64_t pcap,
+                                  int want) {
+  if (!pl.ok || n < 1) return cudaErrorInvalidValue;
+  const dim3 grid((unsigned)pl.chunks, (unsigned)kv_heads, (unsigned)n);
+  cudaError_t e;
+#define HG_INDEX_LAUNCH(F, DD) e = launch(chunk_best<F, DD>, grid, dim3(THREADS), 0, (const uint8_t *)nullptr, (const float *)nullptr, (const float *)nullptr, group, pcap, 0, (const int *)nullptr, pl.chunk, want, (unsigned long long *)nullptr, rows, scales_off)
+  if (form == 1) {
+    if (d == 64) HG_INDEX_LAUNCH(1, 64); else if (d == 128) HG_INDEX_LAUNCH(1, 128); else HG_INDEX_LAUNCH(1, 256);
+  } else {
+    if (d == 64) HG_INDEX_LAUNCH(2, 64); else if (d == 128) HG_INDEX_LAUNCH(2, 128); else HG_INDEX_LAUNCH(2, 256);
+  }
+#undef HG_INDEX_LAUNCH
+  if (e != cudaSuccess) return e;
+  return launch(head_best, dim3((unsigned)kv_heads, (unsigned)n), dim3(1024), pl.head_smem, (unsigned long long *)nullptr, pl.per_head, want, (int32_t *)nullptr, rows);
 }
 
 }  // namespace hg_index

@@ -7,7 +7,7 @@
  * comes from an arena reserved once at creation (DeviceArena does the bookkeeping).
  */
 import type { Pointer } from "bun:ffi";
-import { SPEC_VERSION, DTYPE_BYTES, HybridgenError, type Backend, type BatchAttnRow, type DeviceIndexShape, type DType, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/spec";
+import { SPEC_VERSION, DTYPE_BYTES, HybridgenError, type Backend, type BatchAttnRow, type DeviceIndexShape, type DType, type IndexRankRow, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/spec";
 import { BackendChecks, isIndex, shapeNumel } from "@hybridgen/spec/kit";
 import { DeviceArena, type ArenaStats } from "./arena.js";
 import { CudaHostLink } from "./host-link.js";
@@ -990,18 +990,45 @@ export class CudaBackend implements Backend {
   /** Backend.indexRank: each head's chunks' best pages, then each head's best of those (native/page_index.cuh). */
   indexRank(out: Tensor, outOffset: number, index: Tensor, x: DeviceIndexShape, q: Tensor, count: number, want: number, scratch: Tensor): void {
     const op = "indexRank";
+    const r = this.rankRow(op, { out, outOffset, index, q, count, want, scratch }, x, want);
+    this.ok(op, this.lib.hg_cu_index_rank(this.ctx, P(r.out), P(r.codes), P(r.codes + x.scalesOffset), P(r.q), P(r.scratch), r.scratchBytes > 2 ** 31 - 1 ? 2 ** 31 - 1 : r.scratchBytes,
+      x.form, x.kvHeads, x.group, x.headDim, x.pageCapacity, count, want));
+  }
+
+  /** Backend.indexRankRows: every row's ranking in one launch of each kernel (native/page_index.cuh's rank_rows_with). */
+  indexRankRows(rows: readonly IndexRankRow[], x: DeviceIndexShape): void {
+    const op = "indexRankRows";
+    if (rows.length === 0) return;
+    const wantMax = Math.max(...rows.map((r) => r.want));
+    // Each row as the native RankRow: codes, q, out, scratch (lo/hi words), count, want, two words unused.
+    const table = new Int32Array(12 * rows.length), words = new Uint32Array(table.buffer);
+    rows.forEach((row, i) => {
+      const r = this.rankRow(`${op}: row ${i}`, row, x, wantMax);
+      [r.codes, r.q, r.out, r.scratch].forEach((a, j) => {
+        words[12 * i + 2 * j] = a % 2 ** 32;
+        words[12 * i + 2 * j + 1] = Math.floor(a / 2 ** 32);
+      });
+      table[12 * i + 8] = row.count;
+      table[12 * i + 9] = row.want;
+    });
+    this.ok(op, this.lib.hg_cu_index_rank_rows(this.ctx, table, rows.length, x.form, x.kvHeads, x.group, x.headDim, x.pageCapacity, x.scalesOffset, wantMax));
+  }
+
+  /** One ranking's arguments checked (its scratch for a launch whose largest want is `planWant`): their addresses. */
+  private rankRow(op: string, row: IndexRankRow, x: DeviceIndexShape, planWant: number): { out: number; codes: number; q: number; scratch: number; scratchBytes: number } {
+    const { out, outOffset, index, q, count, want, scratch } = row;
     const o = this.check.own(out, op, "out"), ix = this.check.own(index, op, "index"), qt = this.check.f32(q, op, "q"), sc = this.check.own(scratch, op, "scratch");
-    const codeBytes = x.form === 1 ? 2 * x.headDim : x.headDim, need = this.indexRankScratch(x, want);
-    if (need === 0) bad(`${op}: the device does not rank form ${x.form}, ${x.kvHeads} KV heads × ${x.group} × headDim ${x.headDim}, ${x.pageCapacity} pages, want ${want}`);
+    const codeBytes = x.form === 1 ? 2 * x.headDim : x.headDim, need = this.indexRankScratch(x, planWant);
+    if (need === 0) bad(`${op}: the device does not rank form ${x.form}, ${x.kvHeads} KV heads × ${x.group} × headDim ${x.headDim}, ${x.pageCapacity} pages, want ${planWant}`);
     if (sc.byteLength < need) bad(`${op}: scratch of ${sc.byteLength} bytes, ${need} needed`);
     if (x.scalesOffset % 4 !== 0 || x.scalesOffset < x.pageCapacity * x.kvHeads * codeBytes || x.scalesOffset + x.pageCapacity * x.kvHeads * 4 > ix.byteLength) {
       bad(`${op}: index of ${ix.byteLength} bytes does not hold ${x.pageCapacity} pages × ${x.kvHeads} KV heads with scales at byte ${x.scalesOffset}`);
     }
     if (!(Number.isInteger(count) && count >= 0 && count <= x.pageCapacity)) bad(`${op}: count ${count} out of range [0, ${x.pageCapacity}]`);
+    if (!(Number.isInteger(want) && want >= 1 && want <= planWant)) bad(`${op}: want ${want} out of range [1, ${planWant}]`);
     if (qt.byteLength < x.kvHeads * x.group * x.headDim * 4) bad(`${op}: q holds ${qt.byteLength / 4} floats, ${x.kvHeads * x.group * x.headDim} needed`);
     if (!(Number.isInteger(outOffset) && outOffset >= 0 && outOffset % 4 === 0 && outOffset + x.kvHeads * want * 4 <= o.byteLength)) bad(`${op}: out of ${o.byteLength} bytes does not hold [${x.kvHeads}, ${want}] int32 from byte ${outOffset}`);
-    this.ok(op, this.lib.hg_cu_index_rank(this.ctx, P(o.addr + outOffset), P(ix.addr), P(ix.addr + x.scalesOffset), P(qt.addr), P(sc.addr), sc.byteLength > 2 ** 31 - 1 ? 2 ** 31 - 1 : sc.byteLength,
-      x.form, x.kvHeads, x.group, x.headDim, x.pageCapacity, count, want));
+    return { out: o.addr + outOffset, codes: ix.addr, q: qt.addr, scratch: sc.addr, scratchBytes: sc.byteLength };
   }
 
   /** Backend.attnMerge: split over column chunks, then combined with the window's partial (native/span_attn.cu); recordable (start and count per step). */

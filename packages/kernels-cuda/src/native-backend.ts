@@ -75,6 +75,7 @@ export const backendSymbols = {
   hg_cu_attn_decode_batch: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, ptr, f32], returns: i32 },
   hg_cu_index_rank_scratch: { args: [ptr, i32, i32, i32, i32, i32, i32], returns: i32 },
   hg_cu_index_rank: { args: [ptr, ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, i32], returns: i32 },
+  hg_cu_index_rank_rows: { args: [ptr, ptr, i32, i32, i32, i32, i32, i32, i32, i32], returns: i32 },
   hg_cu_attn_partial: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, ptr, i32, f32], returns: i32 },
   hg_cu_attn_merge: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32, i32, i32, i32], returns: i32 },
   hg_cu_matmul_path_for: { args: [ptr, i32, i32, i32], returns: i32 },

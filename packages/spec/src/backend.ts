@@ -30,6 +30,17 @@ export interface DeviceIndexShape {
   readonly scalesOffset: number;
 }
 
+/** One index of Backend.indexRankRows: indexRank's arguments but the shape. */
+export interface IndexRankRow {
+  readonly out: Tensor;
+  readonly outOffset: number;
+  readonly index: Tensor;
+  readonly q: Tensor;
+  readonly count: number;
+  readonly want: number;
+  readonly scratch: Tensor;
+}
+
 /** Spans one Backend.attnPartial call takes (a window is sinks and at most two ring runs). */
 export const ATTN_PARTIAL_MAX_SPANS = 4;
 
@@ -385,6 +396,12 @@ export interface Backend extends Disposable {
   indexRank?(out: Tensor, outOffset: number, index: Tensor, shape: DeviceIndexShape, q: Tensor, count: number, want: number, scratch: Tensor): void;
   /** Scratch bytes indexRank needs for the shape and want; 0: the backend does not rank that shape. */
   indexRankScratch?(shape: DeviceIndexShape, want: number): number;
+  /**
+   * indexRank of several indexes of one shape at once (a batched step's sequences: one launch for
+   * all), each row as indexRank's arguments; every row's scratch holds indexRankScratch(shape, W)
+   * bytes for W the rows' largest want.
+   */
+  indexRankRows?(rows: readonly IndexRankRow[], shape: DeviceIndexShape): void;
   /**
    * Finishes a partial with more tokens whose logits are given: the columns [col, col + count) of
    * logits [heads, width] with V rows v[h / group, start + j, :] (v [kvHeads, cap, headDim]). out[outRow, h, :]

@@ -18,7 +18,10 @@
  *      the stage's output from mapped memory, eager and replayed; the wait's timeout; gpuMs
  *      without the wait (cuda/stage-handoff-checks.ts);
  *   7. a batch of 3 (one HybridAttention a slot) equals each sequence alone, every batched step
- *      handed off and recorded a layer at a time; a batch of 12 (its projections through cuBLAS) likewise;
+ *      handed off and recorded a layer at a time (where every layer runs ahead on q̃: exact steps run
+ *      eagerly), for each logits mode; a batch of 12 (its projections through cuBLAS) likewise; a batch
+ *      of 3 with the page index ranked on the device (headDim 64) likewise, one indexRankRows a layer;
+ *      indexRankRows of 3 indexes equals indexRank of each, eager and recorded;
  *   8. cuBLAS matmuls recorded in a step equal eager ones bit for bit (cuda/recorded-gemm-checks.ts).
  * Bench (preset:llama-3.1-8b, dummy bf16 weights, bf16 KV): prefill `context` tokens in one
  * block, then `steps` greedy decode steps — full attention on the GPU, and hybrid with a GPU
@@ -35,8 +38,11 @@
  * compares its logits with the one-block prefill's and decodes. Also the pinned host↔device
  * bandwidth of the copy path.
  */
-import { BatchDecoder, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, presetConfig, relError, type Backend, type CausalLM, type CpuStageJob, type LlamaModel, type Tensor } from "@hybridgen/core";
-import { type LogitsMode, type RowPathRequest } from "@hybridgen/runtime";
+import {
+  BatchDecoder, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, presetConfig, relError, seededRandom, type Backend, type CausalLM, type CpuStageJob, type DeviceIndexShape, type LlamaModel, type Tensor,
+} from "@hybridgen/core";
+import { IndexBatch, type LogitsMode, type RowPathRequest } from "@hybridgen/runtime";
+import { createSelector } from "@hybridgen/selectors";
 import { createBatchHybridAttention, createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { readFileSync } from "node:fs";
 import { cpus } from "node:os";
@@ -112,9 +118,9 @@ async function runSmall(be: Backend, hybrid: SmallHybrid | null, feed?: number[]
  * matvecs: summation order only), every batched step handed off on the device and recorded a
  * layer at a time (BatchRows' segments; at 9 or more rows the projections go through cuBLAS).
  */
-async function batchChecks(be: Backend, hybrid: SmallHybrid, B: number): Promise<void> {
+async function batchChecks(be: Backend, hybrid: SmallHybrid, B: number, what = `top-K 8 ${hybrid.logits}`, shape: Record<string, unknown> = SMALL_SHAPE): Promise<void> {
   const prompts = Array.from({ length: B }, (_, p) => Int32Array.from({ length: 40 + ((p * 11) % 24) }, (_, i) => (i * 7919 + 13 * p + 11) % 32000));
-  using files = dummyModelFiles(SMALL_SHAPE, "f32", 7);
+  using files = dummyModelFiles(shape, "f32", 7);
   using model = loadModel(files, be, { maxContext: SMALL_CONTEXT, prefillBlock: 64, gpuKvBudget: hybrid.gpuKvBudget, sinkTokens: hybrid.sinkTokens }) as LlamaModel;
   const { gpuKvBudget: _b, sinkTokens: _s, ...runtime } = hybrid;
   const alone: { logits: Float32Array[]; tokens: number[] }[] = [];
@@ -133,7 +139,7 @@ async function batchChecks(be: Backend, hybrid: SmallHybrid, B: number): Promise
   model.reset();
   using batch = await createBatchHybridAttention(model, be, runtime, B);
   using dec = new BatchDecoder(model, B);
-  const graphs0 = cudaLab(be as CudaBackend).graphStats();
+  const graphs0 = cudaLab(be as CudaBackend).graphStats(), rankCalls0 = IndexBatch.of(be).calls;
   let worst = 0;
   prompts.forEach((p, i) => {
     dec.prefill(i, p, 0);
@@ -146,11 +152,63 @@ async function batchChecks(be: Backend, hybrid: SmallHybrid, B: number): Promise
   const handed = batch.all.map((ha) => `${ha.stats.handedOffSteps}/${ha.stats.steps}`);
   const g = cudaLab(be as CudaBackend).graphStats();
   const captured = g.captures - graphs0.captures, replayed = g.replays - graphs0.replays, drained = g.drained - graphs0.drained;
-  check(worst < 1e-4, `batch of ${B}, top-K 8 ${hybrid.logits}: logits equal each sequence alone within ${worst.toExponential(2)} (< 1e-4), ${SMALL_STEPS / 2} steps`);
-  check(batch.all.every((ha) => ha.stats.steps > 0 && ha.stats.handedOffSteps === ha.stats.steps), `batch of ${B}, top-K 8 ${hybrid.logits}: every batched step handed off (${handed.join(", ")})`);
-  // The batched step is recorded a layer at a time (BatchRows): replays outnumber captures, nothing drained.
-  check(drained === 0 && replayed > captured && captured > 0,
-    `batch of ${B}, top-K 8 ${hybrid.logits}: the batched steps recorded per layer — ${captured} graphs captured, ${replayed} replayed, ${drained} drained (last drain: ${g.lastDrain || "none"})`);
+  check(worst < 1e-4, `batch of ${B}, ${what}: logits equal each sequence alone within ${worst.toExponential(2)} (< 1e-4), ${SMALL_STEPS / 2} steps`);
+  check(batch.all.every((ha) => ha.stats.steps > 0 && ha.stats.handedOffSteps === ha.stats.steps), `batch of ${B}, ${what}: every batched step handed off (${handed.join(", ")})`);
+  const records = batch.all.every((ha) => ha.batchRecordable);
+  if (records) {
+    // The batched step is recorded a layer at a time (BatchRows): replays outnumber captures, nothing drained.
+    check(drained === 0 && replayed > captured && captured > 0,
+      `batch of ${B}, ${what}: the batched steps recorded per layer — ${captured} graphs captured, ${replayed} replayed, ${drained} drained (last drain: ${g.lastDrain || "none"})`);
+  } else {
+    console.log(`  batch of ${B}, ${what}: layers wait for their true query, so the steps run eagerly (${captured} captured, ${replayed} replayed)`);
+  }
+  if (batch.all[0]!.deviceIndex) {
+    // Layers ahead on q̃ rank every row at once; a layer that waits for its true query ranks its row alone.
+    const ranked = IndexBatch.of(be).calls - rankCalls0, want = records ? (SMALL_STEPS / 2) * SMALL_SHAPE.num_hidden_layers : 0;
+    check(ranked === want, `batch of ${B}, ${what}: ${want} indexRankRows calls (one a layer a step for all ${B} rows where the layers run ahead), ${ranked} made`);
+  }
+}
+
+/** indexRankRows of 3 indexes (different counts and wants) equals indexRank of each, eager and recorded (twice: capture, then replay with other counts). */
+function indexRankRowsChecks(be: CudaBackend): void {
+  const kvHeads = 8, group = 4, headDim = 128, pages = 700, rnd = seededRandom(17);
+  for (const form of [1, 2]) {
+    const codeBytes = form === 1 ? 2 * headDim : headDim, scalesOffset = pages * kvHeads * codeBytes;
+    const shape: DeviceIndexShape = { form, kvHeads, group, headDim, pageCapacity: pages, scalesOffset };
+    const bytes = new Uint8Array(scalesOffset + pages * kvHeads * 4);
+    const made: Tensor[] = [];
+    const alloc = (n: number) => {
+      const t = be.alloc([n]);
+      made.push(t);
+      return t;
+    };
+    try {
+      const rows = [0, 1, 2].map(() => {
+        for (let i = 0; i < scalesOffset; i++) bytes[i] = Math.floor(rnd() * 256);
+        const scales = new Float32Array(bytes.buffer, scalesOffset, pages * kvHeads);
+        for (let i = 0; i < scales.length; i++) scales[i] = 0.01 + rnd();
+        const index = alloc(bytes.length / 4), q = alloc(kvHeads * group * headDim);
+        be.write(index, new Float32Array(bytes.buffer.slice(0)));
+        be.write(q, Float32Array.from({ length: kvHeads * group * headDim }, () => rnd() * 2 - 1));
+        return { index, q, out: alloc(kvHeads * 64), alone: alloc(kvHeads * 64), scratch: alloc(Math.ceil(Math.max(...[9, 17, 33].map((w) => be.indexRankScratch(shape, w))) / 4)) };
+      });
+      const read = (t: Tensor, n: number) => {
+        const f = be.read(t, 0, n);
+        return new Int32Array(f.buffer.slice(f.byteOffset, f.byteOffset + 4 * n));
+      };
+      for (const [step, counts, wants] of [["eager", [700, 300, 77], [17, 9, 33]], ["recorded", [650, 699, 5], [33, 17, 3]], ["replayed", [700, 120, 64], [9, 33, 17]]] as const) {
+        const recorded = step !== "eager";
+        if (recorded) be.beginStep!("index-rank-rows-check");
+        be.indexRankRows(rows.map((r, i) => ({ out: r.out, outOffset: 0, index: r.index, q: r.q, count: counts[i]!, want: wants[i]!, scratch: r.scratch })), shape);
+        if (recorded) be.endStep!();
+        rows.forEach((r, i) => be.indexRank(r.alone, 0, r.index, shape, r.q, counts[i]!, wants[i]!, r.scratch));
+        const same = rows.every((r, i) => read(r.out, kvHeads * wants[i]!).every((p, j) => p === read(r.alone, kvHeads * wants[i]!)[j]));
+        check(same, `indexRankRows, form ${form}, ${step}: 3 indexes (counts ${counts.join("/")}, wants ${wants.join("/")}) rank the pages indexRank ranks for each`);
+      }
+    } finally {
+      for (const t of made) be.free(t);
+    }
+  }
 }
 
 {
@@ -196,8 +254,14 @@ async function batchChecks(be: Backend, hybrid: SmallHybrid, B: number): Promise
       console.log(`  cuda: ${onCuda.summary}`);
     });
   }
-  for (const logits of ["exact", "verified"] as LogitsMode[]) {
+  for (const logits of ["exact", "speculative", "verified"] as LogitsMode[]) {
     for (const B of [3, 12]) await attempt(`batch of ${B}, top-K ${logits}`, () => batchChecks(cuda, { ...base, k: 8, logits }, B));
+  }
+  await attempt("indexRankRows", async () => indexRankRowsChecks(cuda));
+  for (const logits of ["exact", "verified"] as LogitsMode[]) {
+    // headDim 64 (6 heads of 384): the device ranks headDim 64/128/256.
+    const index = { ...base, k: 8, logits, timing: "pre" as const, selector: createSelector("index", { pageSize: 4, placement: "device" }) };
+    await attempt(`batch of 3, page index on the device, ${logits}`, () => batchChecks(cuda, index, 3, `page index on the device ${logits}`, { ...SMALL_SHAPE, hidden_size: 384 }));
   }
   await attempt("recorded cuBLAS matmuls", async () => recordedGemmChecks(cuda, check));
   await mappedRowChecks(cuda, check);

@@ -8,7 +8,7 @@
  * go up, so the device ranks every offloaded row, the newest included.
  */
 import {
-  type Backend, type DeviceIndexShape, type IndexKernel, type OffloadedKeys, type PageIndex, type SelectorPrimitives, type Tensor, fail, indexWant, pageIndex,
+  type Backend, type DeviceIndexShape, type IndexKernel, type IndexRankRow, type OffloadedKeys, type PageIndex, type SelectorPrimitives, type Tensor, fail, indexWant, pageIndex,
   PAGE_INDEX_FORM_CODE,
 } from "@hybridgen/spec";
 
@@ -36,6 +36,12 @@ export function freeDeviceBytes(be: Backend): number | undefined {
 
 const gb = (b: number) => `${(b / 1e9).toFixed(2)} GB`;
 
+/** What the stage's query buffer takes from a ranking: the first `bytes` bytes of `tensor`, the query then the pages. */
+export interface RankedQuery {
+  readonly tensor: Tensor;
+  readonly bytes: number;
+}
+
 /** The most pages a head may ask for (the kernel's limit, WANT_MAX in native/page_index.cuh, bounds the search). */
 const WANT_LIMIT = 256;
 
@@ -47,8 +53,9 @@ export class DeviceIndex implements Disposable {
   private readonly host: PageIndex[] = [];
   private readonly device: Tensor[] = [];
   /** One row: the query, then the chosen pages (int32), sent to the host in one copy. */
-  private readonly out: Tensor;
-  private readonly outQuery: Tensor;
+  /** By layer parity: a batch ranks the next layer of every row before a row has sent this one. */
+  private readonly out: Tensor[] = [];
+  private readonly outQuery: Tensor[] = [];
   private readonly scratch: Tensor;
   private readonly queryBytes: number;
   /** Offloaded rows folded into the host index and uploaded, per layer. */
@@ -84,7 +91,9 @@ export class DeviceIndex implements Disposable {
     }
     if (lo === 0) fail(`page index: the ${be.name} backend does not rank ${pageCapacity} pages of form ${k.form} (headDim ${p.headDim}, ${this.shape.group} query heads a KV head)`);
     this.maxWant = lo;
-    const scratchBytes = be.indexRankScratch(this.shape, lo);
+    // Enough for any want up to the widest: a batched ranking lays every row out at the rows' largest want.
+    let scratchBytes = 0;
+    for (let w = 1; w <= lo; w++) scratchBytes = Math.max(scratchBytes, be.indexRankScratch(this.shape, w));
     const free = freeDeviceBytes(be);
     if (free !== undefined && this.bytes * p.layers > free) {
       fail(`page index: the device index (${gb(this.bytes * p.layers)} for ${p.layers} layers) does not fit the device's free ${gb(free)} (placement "device"; "host" keeps it on the CPU stage)`);
@@ -97,9 +106,12 @@ export class DeviceIndex implements Disposable {
         this.host.push(pageIndex(p.kvHeads, p.headDim, p.capacity, k.pageSize, k.superPages, k.form));
         made.push(be.alloc([Math.ceil(this.bytes / 4)]));
       }
-      this.out = be.alloc([1, width + p.kvHeads * this.maxWant]);
-      made.push(this.out);
-      this.outQuery = be.view(this.out, 0, [1, width]);
+      for (const _ of [0, 1]) {
+        const out = be.alloc([1, width + p.kvHeads * this.maxWant]);
+        made.push(out);
+        this.out.push(out);
+        this.outQuery.push(be.view(out, 0, [1, width]));
+      }
       this.scratch = be.alloc([Math.ceil(scratchBytes / 4)]);
     } catch (e) {
       for (const t of made) be.free(t);
@@ -126,6 +138,11 @@ export class DeviceIndex implements Disposable {
     }
   }
 
+  /** A new sequence: the next sync folds its store from row 0 (its count alone may have grown past the last one's). */
+  reset(): void {
+    this.summarized.fill(0);
+  }
+
   /** Pages [p0, p1) of every head, head-major on the host, page-major on the device. */
   private upload(layer: number, x: PageIndex, p0: number, p1: number, kv: number): void {
     const cb = x.codeBytes, n = p1 - p0;
@@ -147,18 +164,29 @@ export class DeviceIndex implements Disposable {
    * Layer `layer`'s best pages for a list of `budget` of `offloaded` rows, ranked with row 0 of q:
    * the tensor whose first `bytes` bytes are the query then the pages (what the stage's query buffer takes).
    */
-  rank(layer: number, q: Tensor, offloaded: number, budget: number): { readonly tensor: Tensor; readonly bytes: number } {
+  rank(layer: number, q: Tensor, offloaded: number, budget: number): RankedQuery {
+    const r = this.row(layer, q, offloaded, budget);
+    if (r.row) this.backend.indexRank!(r.row.out, r.row.outOffset, r.row.index, this.shape, r.row.q, r.row.count, r.row.want, r.row.scratch);
+    return r.ranked;
+  }
+
+  /**
+   * rank() up to the ranking itself: the query is in the output, `row` the ranking's arguments (null:
+   * no page wanted), `ranked` what the stage's query buffer takes once it ran (Backend.indexRankRows ranks many rows at once).
+   */
+  row(layer: number, q: Tensor, offloaded: number, budget: number): { readonly row: IndexRankRow | null; readonly ranked: RankedQuery } {
     const want = indexWant(budget, offloaded, this.kernel.pageSize);
     if (want > this.maxWant) fail(`page index: K ${budget} needs ${want} pages a KV head, past the ${this.maxWant} the device ranks at ${this.shape.pageCapacity} pages (a smaller K or larger pages)`);
-    const be = this.backend;
-    be.copyRows(this.outQuery, 0, q, 0, 1);
-    if (want > 0) be.indexRank!(this.out, this.queryBytes, this.device[layer]!, this.shape, q, Math.ceil(offloaded / this.kernel.pageSize), want, this.scratch);
-    return { tensor: this.out, bytes: this.queryBytes + this.shape.kvHeads * want * 4 };
+    const out = this.out[layer & 1]!;
+    this.backend.copyRows(this.outQuery[layer & 1]!, 0, q, 0, 1);
+    const ranked = { tensor: out, bytes: this.queryBytes + this.shape.kvHeads * want * 4 };
+    const row = want > 0 ? { out, outOffset: this.queryBytes, index: this.device[layer]!, q, count: Math.ceil(offloaded / this.kernel.pageSize), want, scratch: this.scratch } : null;
+    return { row, ranked };
   }
 
   close(): void {
     for (const t of this.device.splice(0)) this.backend.free(t);
-    this.backend.free(this.out);
+    for (const t of this.out) this.backend.free(t);
     this.backend.free(this.scratch);
   }
 

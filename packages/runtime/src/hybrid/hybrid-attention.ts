@@ -28,7 +28,7 @@
  */
 import {
   type Tensor, type Scheduler, type SchedulerDecision, referencePrimitives, headLayout, type AccumulatedScores, type HeadLayout, type TokenSelector, fail, type CpuStage, type CpuStageJob, type CpuStageWork, checkSpecVersion,
-  stageKernel, type IndexKernel,
+  stageKernel, type IndexKernel, type IndexRankRow,
 } from "@hybridgen/spec";
 import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector } from "@hybridgen/core";
 import { selectionRows, type RowPath } from "./row-path.js";
@@ -38,7 +38,8 @@ import { StepAccount } from "./step-account.js";
 import { StepMerge } from "./step-merge.js";
 import { kernelWork, layerBudget, layerKmax, planStep, type StepPlan } from "./step-plan.js";
 import type { TransportChoice } from "./transport/choose-transport.js";
-import { DeviceIndex, freeDeviceBytes } from "./device-index.js";
+import { DeviceIndex, freeDeviceBytes, type RankedQuery } from "./device-index.js";
+import { IndexBatch, type IndexBatchMember } from "./index-batch.js";
 import { openTransport } from "./transport/open-transport.js";
 import type { StepDriver, StepTransport, TransportName } from "./transport/step-transport.js";
 
@@ -52,7 +53,7 @@ export interface HybridAttentionParts {
   readonly scheduler: Scheduler;
 }
 
-export class HybridAttention implements DecodeAttention, StepDriver, Disposable {
+export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchMember, Disposable {
   readonly stats = new HybridStats();
   readonly logitsMode: LogitsMode;
   readonly layout: HeadLayout;
@@ -78,8 +79,11 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
   private step = 0;
   private jobs: (CpuStageJob | null)[] = [];
   private readonly account: StepAccount;
-  /** The batched step this step is a row of (null: a step of its own). */
+  /** The batched step this step is a row of (null: a step of its own), and which row. */
   private batchStep: DecodeBatchStep | null = null;
+  private batchRow = -1;
+  /** This step's pages are ranked with the batch's other rows' (the backend's IndexBatch). */
+  private batchRanks = false;
   /** This step is handed off on the device (the host collects its jobs at the end). */
   private handedOff = false;
   private inFlight = false; // a stage job was submitted and not yet collected
@@ -225,15 +229,18 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     const info = (layer: number) => ({ layer, sequence: 0, layout: this.layout });
     this.states = Array.from({ length: this.layers }, (_, l) => this.selector.initState(info(l)));
     this.merge.reset(this.layers);
+    this.deviceIndex?.reset();
     this.step = 0;
     this.transport.newSequence();
     this.scheduler.reset();
     this.decision = this.scheduler.initial();
   }
 
-  beginStep(pos: number, batch?: DecodeBatchStep): void {
+  beginStep(pos: number, batch?: DecodeBatchStep, row?: number): void {
     this.checkOpen();
     this.batchStep = batch ?? null;
+    this.batchRow = row ?? -1;
+    this.batchRanks = false;
     this.transport.startStep(this.batchStep);
     this.drain();
     // A checkpoint restored under a live hybrid attention: selector states describe another store.
@@ -255,6 +262,9 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
     }
     this.handedOff = this.transport.planned(plan, this.rowsFor(plan.budget));
     this.current = plan;
+    if (this.batchStep?.queryOfRow && this.batchRow >= 0 && this.ranksOnDevice(plan)) {
+      this.batchRanks = IndexBatch.of(this.attention.backend).join(this.batchStep, this, this.deviceIndex!.shape);
+    }
   }
 
   layerInput(layer: number, x: Tensor): void {
@@ -411,11 +421,21 @@ export class HybridAttention implements DecodeAttention, StepDriver, Disposable 
   private sendQuery(layer: number, q: Tensor): void {
     const plan = this.plan();
     if (this.ranksOnDevice(plan)) {
-      const ranked = this.deviceIndex!.rank(layer, q, plan.offloaded, layerBudget(plan, this.widths(), layer));
+      // A batch row's layer ahead on q̃ is ranked with every row's (one launch); else on its own.
+    const batched = this.batchRanks && this.ahead[layer] ? IndexBatch.of(this.attention.backend).rank(this.batchStep!, layer, this) : null;
+      const ranked = batched ?? this.deviceIndex!.rank(layer, q, plan.offloaded, layerBudget(plan, this.widths(), layer));
       this.transport.sendQuery(layer, ranked.tensor, ranked.bytes);
     } else {
       this.transport.sendQuery(layer, q);
     }
+  }
+
+  /** IndexBatchMember: layer's ranking with this row's q̃ of the batch (null: the layer waits for its true query, or the batch projects no q̃). */
+  indexRow(layer: number): { readonly row: IndexRankRow | null; readonly ranked: RankedQuery } | null {
+    const plan = this.current;
+    if (!plan || !this.batchRanks || !this.ahead[layer]) return null;
+    const q = this.batchStep!.queryOfRow!(layer, this.batchRow);
+    return q ? this.deviceIndex!.row(layer, q, plan.offloaded, layerBudget(plan, this.widths(), layer)) : null;
   }
 
   /** This step's stage kernel is the index, and the device ranks its pages. */

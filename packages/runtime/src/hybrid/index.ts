@@ -14,3 +14,4 @@ export * from "./profile-text.js";
 export * from "./calibration.js";
 export * from "./calibrator.js";
 export * from "./calibration-cache.js";
+export { IndexBatch, type IndexBatchMember } from "./index-batch.js";
