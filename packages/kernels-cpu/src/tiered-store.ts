@@ -171,12 +171,14 @@ export class TieredStore implements KvStoreAllocator {
   }
 
   /**
-   * The next layer's V rows at the slots a stage just gathered from `v` (per KV head g,
+   * With `ahead`, the next layer's V rows at the slots a stage just gathered from `v` (per KV head g,
    * `counts[g]` ids from g·kmax): read-ahead of the pages holding them, where that layer's
    * region is file-backed (adjacent rows of one page are one request), advised by the library's
-   * background thread so the caller does not wait for the reads' submission. Memory regions: nothing.
+   * background thread so the caller does not wait for the reads' submission. Memory regions, or
+   * picks that do not predict the next layer's (the page index's): nothing.
    */
-  readAhead(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number): void {
+  readAhead(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number, ahead: boolean): void {
+    if (!ahead) return;
     const r = this.regions.find((x) => x.tensor === v);
     if (!r) return;
     const next = this.regions.find((x) => x.pool === r.pool && x.layer === r.layer + 1);

@@ -117,7 +117,7 @@ describe("TieredStore: the disk tier", () => {
     expect(readdirSync(dir)).toEqual([]);
   });
 
-  it("readAhead: the next layer's file-backed pages at the gathered slots, adjacent rows in one request; memory layers none", () => {
+  it("readAhead: the next layer's file-backed pages at the gathered slots, adjacent rows in one request; memory layers and picks that do not predict the next layer's none", () => {
     const dir = tmp();
     using be = createCpuBackend({ threads: 1 });
     // V: layer 0 in memory, layer 1 file-backed; rows of 64 f32 = 256 bytes, 16 to a page.
@@ -128,12 +128,14 @@ describe("TieredStore: the disk tier", () => {
     const ids = new Int32Array(heads * kmax), counts = Int32Array.of(16, 3);
     for (let i = 0; i < 16; i++) ids[i] = i; // head 0: slots 0..15, one page
     ids.set([5, 100, 101], kmax); // head 1: two pages apart
-    store.readAhead(v0, ids, counts, kmax);
+    store.readAhead(v0, ids, counts, kmax, false); // the page index's picks: no read-ahead
+    expect(store.readAheadStats).toEqual({ requests: 0, bytes: 0 });
+    store.readAhead(v0, ids, counts, kmax, true);
     expect(store.readAheadStats).toEqual({ requests: 3, bytes: 3 * PAGE });
-    store.readAhead(v1, ids, counts, kmax); // no layer 2
+    store.readAhead(v1, ids, counts, kmax, true); // no layer 2
     const k0 = store.alloc(be, "k", 0, [heads, cap, headDim], "f32");
     store.alloc(be, "k", 1, [heads, cap, headDim], "f32");
-    store.readAhead(k0, ids, counts, kmax); // K layer 1 is in memory
+    store.readAhead(k0, ids, counts, kmax, true); // K layer 1 is in memory
     expect(store.readAheadStats.requests).toBe(3);
   });
 

@@ -230,12 +230,14 @@ export function planRun(input: RunPlanInput): RunPlan {
   const hostWindowBytes = o.gpu ? 0 : window * B * total;
   if (o.index && !o.gpu && o.index.placement === "device" && !refusal) refusal = `the page index's placement "device" needs a GPU (index placement "host" keeps it on the CPU stage)`;
   const indexBytes = o.index ? Math.ceil(offloaded * B * indexPerToken) : 0;
-  const hostIndexBytes = o.index && !indexOnDevice ? Math.ceil(indexBytes * (1 + 1 / o.index.superPages)) : 0;
+  // The host keeps the index (page level and super-pages) wherever it is ranked: it folds evicted rows in there.
+  const hostIndexCopy = o.index ? Math.ceil(indexBytes * (1 + 1 / o.index.superPages)) : 0;
+  const hostIndexBytes = indexOnDevice ? 0 : hostIndexCopy;
 
-  // On the CPU backend the weights and the window sit in the fastest DRAM tier before the store.
+  // On the CPU backend the weights and the window sit in the fastest DRAM tier before the store; the index's host copy does on any.
   const placement = placeKv(o.policy, o.tiers);
   const fastest = placement.k.mode === "fill" ? placement.k.order[0]! : placement.k.tiers[0]!;
-  const reserved = o.gpu ? {} : { [fastest]: o.model.weightsBytes + hostWindowBytes };
+  const reserved = { [fastest]: (o.gpu ? 0 : o.model.weightsBytes + hostWindowBytes) + hostIndexCopy };
   const store = layoutStore({
     tiers: o.tiers, placement, layers: o.model.layers, regionBytes: Math.max(1, o.model.kvHeads * offloaded * B * o.model.headDim * o.kvElementBytes),
     pageBytes: o.pageBytes, headroom: o.headroom, useFreeBytes: o.useFree, hostBudgetBytes: o.hostBudgetBytes, reservedBytes: reserved,
@@ -248,6 +250,14 @@ export function planRun(input: RunPlanInput): RunPlan {
     return { id: t.id, kind: t.kind, capacityBytes: src.capacityBytes, availableBytes: t.availableBytes, kBytes: t.kBytes * scale, vBytes: t.vBytes * scale,
       readBandwidthGBs: src.readBandwidthGBs, readLatencyUs: src.readLatencyUs, readDepth: src.readDepth, faultLatencyUs: src.faultLatencyUs, faultDepth: src.faultDepth };
   });
+  if (!refusal && hostIndexCopy > 0) {
+    const t = byId.get(fastest)!;
+    const usable = Math.floor((o.useFree && t.freeBytes !== undefined ? t.freeBytes : t.capacityBytes) * (1 - o.headroom));
+    if (hostIndexCopy + (o.gpu ? 0 : o.model.weightsBytes + hostWindowBytes) > usable) {
+      refusal = `the page index's host copy (${formatBytes(hostIndexCopy)} for ${offloaded} offloaded tokens × batch ${B}) does not fit ${fastest}'s usable ${formatBytes(usable)}` +
+        `${o.gpu ? "" : ` beside the weights and the window (${formatBytes(o.model.weightsBytes + hostWindowBytes)})`} (form int4, larger pages or a shorter context need less)`;
+    }
+  }
   if (!refusal && !o.gpu) {
     const t = byId.get(fastest)!;
     const usable = Math.floor((o.useFree && t.freeBytes !== undefined ? t.freeBytes : t.capacityBytes) * (1 - o.headroom));
@@ -269,6 +279,8 @@ export function planRun(input: RunPlanInput): RunPlan {
   const verified = o.candidates > 1;
   // With the index the stage reads the chosen pages' K rows (as many as it gathers V rows) instead of every offloaded K row.
   const kRowsToo = o.index ? 2 : 1;
+  // Disk reads a gathered row costs: one page each, but the index's rows come in whole index pages, one run of reads a page.
+  const readsPerRow = o.index ? Math.ceil((o.index.pageSize * rowBytes) / o.pageBytes) / o.index.pageSize : 1;
   // Rows each layer's stage gathers over its KV heads: K on layer 0 (its q̃ is its true query), candidates·K on the verified layers after it.
   const layerRows = (l: number) => (offloaded === 0 ? 0 : Math.min(offloaded, l === 0 ? o.k : o.k * o.candidates) * o.model.kvHeads * B);
   const R = store.layout.regionBytes;
@@ -293,7 +305,7 @@ export function planRun(input: RunPlanInput): RunPlan {
   const tierBytes: Record<string, number> = {};
   for (const t of tiers) {
     const vRows = isFileTier(t) ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
-    tierBytes[t.id] = (o.index ? 0 : t.kBytes) + kRowsToo * vRows * (isFileTier(t) ? o.pageBytes : rowBytes);
+    tierBytes[t.id] = (o.index ? 0 : t.kBytes) + kRowsToo * vRows * (isFileTier(t) ? readsPerRow * o.pageBytes : rowBytes);
     if (t.kBytes > 0 && !o.index) {
       const m = isFileTier(t) ? kDiskMs(t.kBytes, store.layout.kSpill!.unitBytes, byId.get(t.id)!) : ms(t.kBytes, t.readBandwidthGBs);
       if (isFileTier(t)) kDiskTotal = kDiskTotal === null || m === null ? null : kDiskTotal + m;
@@ -301,7 +313,7 @@ export function planRun(input: RunPlanInput): RunPlan {
     }
     const rows = isFileTier(t) ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
     if (rows > 0) {
-      const m = isFileTier(t) ? diskRowsMs(kRowsToo * rows, o.pageBytes, byId.get(t.id)!) : ms(kRowsToo * rows * rowBytes, t.readBandwidthGBs);
+      const m = isFileTier(t) ? diskRowsMs(kRowsToo * rows * readsPerRow, o.pageBytes, byId.get(t.id)!) : ms(kRowsToo * rows * rowBytes, t.readBandwidthGBs);
       vGatherMs = vGatherMs === null || m === null ? null : vGatherMs + m;
     }
   }

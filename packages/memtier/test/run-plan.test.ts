@@ -250,4 +250,30 @@ describe("planRun with the page index choosing the stage's rows", () => {
     expect(() => planRun({ ...base, index: { form: "int2" as "int8" } })).toThrow(/^plan: index\.form: /);
     expect(() => planRun({ ...base, index: { pageSize: 0 } })).toThrow(/^plan: index\.pageSize: /);
   });
+
+  it("the index's host copy (page level and super-pages, either placement) is reserved on the fastest tier: the store spills to disk, or the plan is refused in one line", () => {
+    // An H100's 75 GiB: 1.5M tokens do not fit a 125 GiB host beside its window; with the disk, V goes there by the copy's bytes more.
+    const h100 = { freeBytes: 75 * GiB, readBandwidthGBs: 3000, linkBandwidthGBs: 50 }, big = { ...disk, capacityBytes: 600 * GiB };
+    const plain = planRun({ ...base, gpu: h100, tiers: [node0, big] }), p = planRun({ ...base, gpu: h100, tiers: [node0, big], index: { placement: "device" } });
+    const copy = Math.ceil(Math.ceil(p.offloadedTokens * perToken) * (1 + 1 / 16));
+    const room = (x: typeof p) => x.store.tiers.find((t) => t.id === "node0")!.availableBytes;
+    expect(Math.abs(room(p) - (Math.floor(125 * GiB * 0.9) - copy))).toBeLessThan(4096); // whole pages
+    expect(room(plain)).toBe(Math.floor(125 * GiB * 0.9));
+    expect(p.fits).toBe(true);
+    expect(planRun({ ...base, gpu: h100, index: { placement: "device" } }).refusal).toMatch(/^context 1500000 × batch 1 needs .+ short by /);
+    const small: MemoryTier = { ...node0, capacityBytes: 2 * GiB };
+    const r = planRun({ ...base, tiers: [small, big], index: { placement: "host" } });
+    expect(r.refusal).toMatch(/^the page index's host copy \(.+ for \d+ offloaded tokens × batch 1\) does not fit node0's usable 1\.80 GiB \(form int4, larger pages or a shorter context need less\)$/);
+  });
+
+  it("disk reads: the index's rows come as whole pages of the file, one 4 KiB read an index page of 16 bf16 rows of 128 (not one a row)", () => {
+    // The scale run's 2M disk layout (V's last ~18 layers in files); the index reads K and V of its pages there.
+    const tiers: MemoryTier[] = [node0, { ...disk, capacityBytes: 60 * GiB, readBandwidthGBs: 2.3, readLatencyUs: 1450, readDepth: 120 }];
+    const p = planRun({ ...base, contextTokens: 2_000_028, gpuKvBudget: 859_852, tiers, hostBudgetBytes: 100 * GiB, index: { placement: "device" } });
+    const d = p.tiers.find((t) => t.kind === "file")!, rows = (8192 * d.vBytes) / p.store.layout.regionBytes;
+    expect(d.kBytes).toBe(0);
+    expect(p.predicted.bytes.tiers[d.id]).toBeCloseTo(((2 * rows) / 16) * 4096, 0);
+    const nodeMs = ((2 * ((256 + 31 * 1024) * 8 - rows) * 256) / 40e9) * 1e3;
+    expect(p.predicted.vGatherMs).toBeCloseTo(nodeMs + ((2 * rows) / 16 / 120) * 1.45, 6);
+  });
 });

@@ -143,7 +143,7 @@ export class KSpill implements KvStoreAllocator {
     return !this.k.some((r) => r?.tensor === t) && this.inner.pinnable(t);
   }
 
-  readAhead(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number): void {
+  readAhead(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number, ahead: boolean): void {
     const layer = this.vLayer.get(v);
     const r = layer === undefined ? undefined : this.k[layer];
     if (r && layer !== undefined) {
@@ -157,7 +157,7 @@ export class KSpill implements KvStoreAllocator {
         }
       }
     }
-    this.inner.readAhead(v, ids, counts, kmax);
+    this.inner.readAhead(v, ids, counts, kmax, ahead);
   }
 
   stored(rows: number, sync: () => void): void {

@@ -1,8 +1,10 @@
 /**
  * A CPU stage that, once a layer's selected rows are gathered, tells the store's allocator
  * which slots they were (KvStoreAllocator.readAhead): with V in files of the disk tier, the
- * next layer's same slots are read ahead while this layer's attention runs. Everything else
- * is the wrapped stage's. With a queue of jobs, the store hears the last job of each wait().
+ * next layer's same slots are read ahead while this layer's attention runs — except after the
+ * page index's jobs, whose own pages are the only reads (the stage gets each layer's a layer
+ * early with q̃). Everything else is the wrapped stage's. With a queue of jobs, the store hears
+ * the last job of each wait().
  */
 import type {
   CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape, CpuStageSplit, CpuStageStaging, KvStoreAllocator, OffloadedKeys, Selection, SelectorPrimitives, Tensor,
@@ -77,6 +79,6 @@ export class ReadAheadStage implements CpuStage {
 
   private tell(job: CpuStageJob): void {
     const out = this.inner.output(job.slot);
-    this.readAhead(job.v, out.ids, out.counts, out.kmax);
+    this.readAhead(job.v, out.ids, out.counts, out.kmax, job.work.kind !== "index");
   }
 }

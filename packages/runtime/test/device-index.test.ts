@@ -1,10 +1,11 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { type Backend } from "@hybridgen/core";
+import { pageIndexLayout, type Backend } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { createSelector } from "@hybridgen/selectors";
 import { loadModel } from "@hybridgen/core";
 import { createHybridAttention } from "../src/index.js";
 import { rankingBackend } from "./ranking-backend.js";
+import { checkHostIndex, DeviceIndex, hostIndexBytes } from "../src/hybrid/device-index.js";
 import { CONTEXT, decodeTiny, PROMPT, STEPS, tinyFiles } from "./tiny-model.js";
 
 describe("the page index ranked on the device (a CPU backend standing in for the device's indexRank)", () => {
@@ -42,5 +43,26 @@ describe("the page index ranked on the device (a CPU backend standing in for the
     using ha = await createHybridAttention(model, cpu, { selector: createSelector("index", { placement: "auto" }), scheduler: "fixed", k: 6, timing: "pre" });
     expect(ha.deviceIndex).toBeNull();
     expect(() => createSelector("index", { placement: "gpu" })).toThrow(/placement "gpu" does not exist \(auto, host, device\)/);
+  });
+
+  it("the index's host copy is every layer's page level and super-pages; past the host's available memory it is one line before anything is written", () => {
+    const kernel = { name: "index", form: "int8", pageSize: 16, superPages: 16 } as const;
+    const bytes = hostIndexBytes({ kernel, layers: 32, kvHeads: 8, headDim: 128, capacity: 1_500_000 });
+    expect(bytes).toBe(32 * pageIndexLayout(8, 128, 1_500_000, 16, 16, "int8").bytes);
+    expect(bytes / (32 * 8 * 260 * (1_500_000 / 16))).toBeCloseTo(1 + 1 / 16, 3); // 260 bytes a page and KV head, a sixteenth more for super-pages
+    expect(() => checkHostIndex(bytes, 6e9, "host")).toThrow(/^page index: its host copy \(6\.63 GB, every layer\) does not fit the host's available 6\.00 GB \(placement "host"; form int4, larger pages or a shorter context need less\)$/);
+    expect(() => checkHostIndex(bytes, bytes, "device")).not.toThrow();
+  });
+
+  it("a ranking's bytes (the query, then want pages a KV head) are whole 16-byte units: a device's signalled copy moves no less", () => {
+    const kernel = { name: "index", form: "int8", pageSize: 8, superPages: 2 } as const;
+    using x = new DeviceIndex({ backend, kernel, layers: 1, heads: 8, kvHeads: 2, headDim: 64, capacity: 1000 });
+    const q = backend.alloc([1, 8 * 64]);
+    for (const [budget, want] of [[96, 13], [24, 4], [8, 2]]) {
+      const r = x.rank(0, q, 936, budget);
+      expect(r.bytes % 16, `budget ${budget}`).toBe(0);
+      expect(r.bytes - 8 * 64 * 4, `budget ${budget}`).toBe(Math.ceil((2 * want!) / 4) * 16);
+    }
+    backend.free(q);
   });
 });

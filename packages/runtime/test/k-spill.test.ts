@@ -66,9 +66,9 @@ describe("KSpill: K pages to disk, coldest first", () => {
     spill.stored(128, sync);
     expect(spill.memory.residentBytes).toBe(16 * PAGE);
     expect(spill.stats.units).toBe(0);
-    // The stage gathers rows of layer 0's first unit (KV head 0) and layer 1's second unit of KV head 1.
-    spill.readAhead(v[0]!, Int32Array.of(3, 17, 0, 0), Int32Array.of(2, 0), 2);
-    spill.readAhead(v[1]!, Int32Array.of(0, 0, 40, 0), Int32Array.of(0, 1), 2);
+    // The stage gathers rows of layer 0's first unit (KV head 0) and layer 1's second unit of KV head 1 (the page index's picks: no read-ahead, as recent).
+    spill.readAhead(v[0]!, Int32Array.of(3, 17, 0, 0), Int32Array.of(2, 0), 2, true);
+    spill.readAhead(v[1]!, Int32Array.of(0, 0, 40, 0), Int32Array.of(0, 1), 2, false);
     // All 256 rows: 32 units touched, 6 over the limit. The coldest are the first rows' units no stage selected since.
     let passes = 0;
     spill.stored(256, () => passes++);

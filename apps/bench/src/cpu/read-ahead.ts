@@ -54,7 +54,7 @@ for (const arm of ["none", "sync", "queued"] as const) {
     store.dropFileCache();
     const before = store.readAheadStats.requests;
     const t0 = performance.now();
-    if (arm === "queued") store.readAhead(v0, ids, counts, perHead);
+    if (arm === "queued") store.readAhead(v0, ids, counts, perHead, true);
     if (arm === "sync") {
       // readAhead's runs, each advised on this thread.
       for (let g = 0; g < KV; g++) {

@@ -9,7 +9,7 @@
  */
 import {
   type Backend, type DeviceIndexShape, type IndexKernel, type IndexRankRow, type OffloadedKeys, type PageIndex, type SelectorPrimitives, type Tensor, fail, indexWant, pageIndex,
-  PAGE_INDEX_FORM_CODE,
+  pageIndexLayout, PAGE_INDEX_FORM_CODE,
 } from "@hybridgen/spec";
 
 /** Bytes of the device's copy of an index over `capacity` rows a head (page level only, page-major). */
@@ -35,6 +35,18 @@ export function freeDeviceBytes(be: Backend): number | undefined {
 }
 
 const gb = (b: number) => `${(b / 1e9).toFixed(2)} GB`;
+
+/** Host bytes of every layer's index (page level and super-pages): the host folds evicted rows into it wherever the pages are ranked. */
+export function hostIndexBytes(p: Omit<DeviceIndexParts, "backend" | "heads">): number {
+  return p.layers * pageIndexLayout(p.kvHeads, p.headDim, p.capacity, p.kernel.pageSize, p.kernel.superPages, p.kernel.form).bytes;
+}
+
+/** One line, before any of it is written, when the index's host bytes exceed the host's available memory (the kernel's OOM kill otherwise, mid-run). */
+export function checkHostIndex(bytes: number, availableBytes: number, placement: string): void {
+  if (bytes > availableBytes) {
+    fail(`page index: its host copy (${gb(bytes)}, every layer) does not fit the host's available ${gb(availableBytes)} (placement "${placement}"; form int4, larger pages or a shorter context need less)`);
+  }
+}
 
 /** What the stage's query buffer takes from a ranking: the first `bytes` bytes of `tensor`, the query then the pages. */
 export interface RankedQuery {
@@ -107,7 +119,7 @@ export class DeviceIndex implements Disposable {
         made.push(be.alloc([Math.ceil(this.bytes / 4)]));
       }
       for (const _ of [0, 1]) {
-        const out = be.alloc([1, width + p.kvHeads * this.maxWant]);
+        const out = be.alloc([1, width + Math.ceil(p.kvHeads * this.maxWant / 4) * 4]);
         made.push(out);
         this.out.push(out);
         this.outQuery.push(be.view(out, 0, [1, width]));
@@ -179,7 +191,8 @@ export class DeviceIndex implements Disposable {
     if (want > this.maxWant) fail(`page index: K ${budget} needs ${want} pages a KV head, past the ${this.maxWant} the device ranks at ${this.shape.pageCapacity} pages (a smaller K or larger pages)`);
     const out = this.out[layer & 1]!;
     this.backend.copyRows(this.outQuery[layer & 1]!, 0, q, 0, 1);
-    const ranked = { tensor: out, bytes: this.queryBytes + this.shape.kvHeads * want * 4 };
+    // Whole 16-byte units: a device's signalled copy moves no less (the pages' tail past kvHeads·want is not read).
+    const ranked = { tensor: out, bytes: this.queryBytes + Math.ceil((this.shape.kvHeads * want) / 4) * 16 };
     const row = want > 0 ? { out, outOffset: this.queryBytes, index: this.device[layer]!, q, count: Math.ceil(offloaded / this.kernel.pageSize), want, scratch: this.scratch } : null;
     return { row, ranked };
   }

@@ -38,8 +38,9 @@ import { StepAccount } from "./step-account.js";
 import { StepMerge } from "./step-merge.js";
 import { kernelWork, layerBudget, layerKmax, planStep, type StepPlan } from "./step-plan.js";
 import type { TransportChoice } from "./transport/choose-transport.js";
-import { DeviceIndex, freeDeviceBytes, type RankedQuery } from "./device-index.js";
+import { checkHostIndex, DeviceIndex, freeDeviceBytes, hostIndexBytes, type RankedQuery } from "./device-index.js";
 import { IndexBatch, type IndexBatchMember } from "./index-batch.js";
+import { freemem } from "node:os";
 import { openTransport } from "./transport/open-transport.js";
 import type { StepDriver, StepTransport, TransportName } from "./transport/step-transport.js";
 
@@ -452,14 +453,15 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     const kernel = stageKernel(selector, "pre");
     if (typeof kernel !== "object" || kernel.name !== "index") return null;
     const k = kernel as IndexKernel, placement = k.placement ?? "auto", be = attention.backend;
+    const { heads, kvHeads, headDim } = attention.layout, c = attention.cache;
+    const parts = { backend: be, kernel: k, layers: c.layers, heads, kvHeads, headDim, capacity: c.storeCapacity };
+    checkHostIndex(hostIndexBytes(parts), freemem(), placement);
     if (placement === "host") return null;
     const able = be.indexRank !== undefined && stage.takesChosenPages === true && stage.offloadedKeys !== undefined;
     if (!able) {
       if (placement === "device") fail(`page index: placement "device" needs a backend that ranks pages (${be.name}: ${be.indexRank ? "yes" : "no"}) and a CPU stage that takes them (${stage.name}: ${stage.takesChosenPages ? "yes" : "no"})`);
       return null;
     }
-    const { heads, kvHeads, headDim } = attention.layout, c = attention.cache;
-    const parts = { backend: be, kernel: k, layers: c.layers, heads, kvHeads, headDim, capacity: c.storeCapacity };
     if (placement === "auto") {
       const free = freeDeviceBytes(be);
       if ((free !== undefined && DeviceIndex.bytesFor(parts) > free) || !DeviceIndex.ranks(parts)) return null;

@@ -169,10 +169,12 @@ export interface KvStoreAllocator {
   release(): void;
   /**
    * Optional: a CPU stage has just gathered slots `ids` of the V region `v` (per KV head g,
-   * `counts[g]` ids from g·kmax). Consecutive layers select much alike, so a file-backed
-   * allocator may start reading the same slots of the next layer's V (the runtime calls it).
+   * `counts[g]` ids from g·kmax). With `ahead`, consecutive layers are taken to select much alike,
+   * so a file-backed allocator may start reading the same slots of the next layer's V; without
+   * it (the page index: each layer's own pages reach the stage a layer early with q̃, and only
+   * they may leave the disk) it only learns which slots were used (the runtime calls it).
    */
-  readAhead?(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number): void;
+  readAhead?(v: Tensor, ids: Int32Array, counts: Int32Array, kmax: number, ahead: boolean): void;
   /**
    * Optional: the store now holds slots [0, rows) of every region (after an eviction, a reset or
    * a restore); `sync` waits for rows still on their way to host memory. A K spill moves its
