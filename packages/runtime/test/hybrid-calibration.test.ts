@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { HybridgenError, seededRandom } from "@hybridgen/core";
-import { calibrationGrid, checkMassTarget, decideCalibration, LayerCalibration, type CalibrationSample } from "../src/index.js";
+import { DEFAULT_K } from "@hybridgen/spec";
+import { calibrationGrid, calibrationSummary, checkMassTarget, decideCalibration, DEFAULT_MAX_SHARE, layerKCap, LayerCalibration, type CalibrationSample } from "../src/index.js";
 
 /** `n` distinct values at least 1.25% apart (the bucket sort ties values within 0.8%), from 1 up, shuffled. */
 function distinct(r: () => number, n: number): Float32Array {
@@ -82,16 +83,33 @@ describe("prefill calibration's arithmetic", () => {
     expect(decideCalibration(layers, { massTarget: 0.95, offloaded: to - from, tokens: total, ms: 1, samples: 8, exact: [] }).exactLayers).toEqual([]);
   });
 
-  it("even attention needs most of the tokens; the K never exceeds what is offloaded", () => {
-    const grid = calibrationGrid(to - from);
-    const layer = new LayerCalibration(grid, 1);
+  it("even attention needs most of the tokens; the cap bounds a broad layer's K, never a sharp one's", () => {
+    const big = 4000, grid = calibrationGrid(big);
+    const even = new LayerCalibration(grid, 1), sharpLayer = new LayerCalibration(grid, 1);
     for (let s = 0; s < 4; s++) {
-      const x = Float32Array.from({ length: total }, () => r() * 0.01);
-      layer.add(sample(x, x, from, to));
+      const x = Float32Array.from({ length: big + 10 }, () => r() * 0.01);
+      even.add(sample(x, x, 2, big + 2));
+      const y = Float32Array.from({ length: big + 10 }, () => r() * 2);
+      for (let i = 0; i < 6; i++) y[2 + Math.floor(r() * big)] = 16 + r();
+      sharpLayer.add(sample(y, y, 2, big + 2));
     }
-    const d = decideCalibration([layer], { massTarget: 0.95, offloaded: to - from, tokens: total, ms: 1, samples: 4 });
-    expect(d.k).toBeGreaterThan(0.7 * (to - from));
-    expect(d.k).toBeLessThanOrEqual(to - from);
+    const o = { massTarget: 0.95, offloaded: big, tokens: big + 10, ms: 1, samples: 4 };
+    const all = decideCalibration([even, sharpLayer], { ...o, maxShare: 1 });
+    expect(all.k).toBeGreaterThan(0.7 * big);
+    expect(all.k).toBeLessThanOrEqual(big);
+    const capped = decideCalibration([even, sharpLayer], o);
+    expect(capped.kCap).toBe(layerKCap(big, DEFAULT_MAX_SHARE));
+    expect(capped.kCap).toBe(Math.ceil(big * DEFAULT_MAX_SHARE));
+    expect(capped.layerK[0]).toBe(capped.kCap);
+    expect(capped.layerShare[0]).toBeLessThan(0.95);
+    expect(capped.layerK[1]).toBe(all.layerK[1]);
+    expect(capped.layerK[1]).toBeLessThan(32);
+    expect(capped.exactLayers).toEqual(all.exactLayers);
+    expect(calibrationSummary(capped)).toContain(`(at most ${capped.kCap} a layer)`);
+    expect(calibrationSummary(all)).not.toContain("at most");
+    // Short contexts keep DEFAULT_K, and never more than what is offloaded.
+    expect(layerKCap(300, DEFAULT_MAX_SHARE)).toBe(DEFAULT_K);
+    expect(layerKCap(40, DEFAULT_MAX_SHARE)).toBe(40);
   });
 
   it("a mass target must be in (0, 1]", () => {

@@ -10,7 +10,7 @@
  * candidates with the true query, so their mass is what those candidates hold.
  */
 import { z } from "zod";
-import { HybridgenError } from "@hybridgen/spec";
+import { DEFAULT_K, HybridgenError } from "@hybridgen/spec";
 
 /** K grid: 4·√2ⁱ rounded (4, 6, 8, 11, 16, …), up to a bound. */
 export function calibrationGrid(upTo: number): number[] {
@@ -243,6 +243,8 @@ export interface CalibrationResult {
   readonly layerK: readonly number[];
   readonly layerRecall: readonly number[];
   readonly layerShare: readonly number[];
+  /** The largest K a layer may take (layerKCap): a layer at it holds less than the mass target. */
+  readonly kCap: number;
   readonly massTarget: number;
   readonly candidates: number;
   /** Prompt tokens and offloaded tokens at the sampled rows, the rows sampled per layer (× KV heads). */
@@ -277,6 +279,14 @@ function at(layer: LayerCalibration, k: number, read: (b: number) => number): nu
   return read(b < 0 ? layer.grid.length - 1 : b);
 }
 
+/** A layer's K is at most this share of the offloaded tokens (never below DEFAULT_K): a broad layer spreads its mass over most tokens, and reading most of them would undo the offload. */
+export const DEFAULT_MAX_SHARE = 1 / 8;
+
+/** The largest K a layer may take: maxShare of the offloaded tokens, at least DEFAULT_K, at most all of them. */
+export function layerKCap(offloaded: number, maxShare: number): number {
+  return Math.min(Math.max(1, offloaded), Math.max(DEFAULT_K, Math.ceil(maxShare * offloaded)));
+}
+
 /** q̃'s candidates may need this many times the true query's K (and at least SLACK_MIN) before a layer selects with the true query. */
 export const SPECULATION_SLACK = 2;
 const SLACK_MIN = 32;
@@ -290,9 +300,9 @@ const SLACK_MIN = 32;
  */
 export function decideCalibration(
   layers: readonly LayerCalibration[],
-  o: { massTarget: number; offloaded: number; tokens: number; ms: number; samples: number; exact?: readonly number[] | "all" },
+  o: { massTarget: number; offloaded: number; tokens: number; ms: number; samples: number; exact?: readonly number[] | "all"; maxShare?: number },
 ): CalibrationResult {
-  const upTo = Math.max(1, o.offloaded);
+  const upTo = Math.max(1, o.offloaded), kCap = layerKCap(o.offloaded, o.maxShare ?? DEFAULT_MAX_SHARE);
   const exactLayers: number[] = [];
   const layerK = layers.map((layer, l) => {
     const kExact = kFor(layer, o.massTarget, false, upTo);
@@ -305,11 +315,11 @@ export function decideCalibration(
       return kExact;
     }
     return kFor(layer, o.massTarget, true, upTo);
-  });
+  }).map((k) => Math.min(k, kCap)); // capped after the exact choice: a broad layer misses the target at the cap with q or q̃ alike
   const k = Math.max(1, ...layerK);
   const exact = new Set(o.exact === "all" ? layers.map((_, l) => l) : (o.exact ?? exactLayers));
   return {
-    k, exactLayers, layerK,
+    k, exactLayers, layerK, kCap,
     layerRecall: layers.map((layer, l) => (l === 0 ? 1 : at(layer, layerK[l]!, (b) => layer.meanRecall(b)))),
     layerShare: layers.map((layer, l) => at(layer, layerK[l]!, (b) => layer.meanShare(b, l > 0 && !exact.has(l)))),
     massTarget: o.massTarget, candidates: layers[0]?.candidates ?? 1,
@@ -319,6 +329,7 @@ export function decideCalibration(
 
 /** "calibrated from the prefill (32 samples a layer, 3836 offloaded): K per layer 1500/80/6/8 for 95% of the attention mass, exact layers 1, q̃ recall 1.00/0.41/0.95/0.80, 132.5 ms" */
 export function calibrationSummary(c: CalibrationResult): string {
-  return `calibrated from the prefill (${c.samples} samples a layer, ${c.offloaded} offloaded): K per layer ${c.layerK.join("/")} for ${Math.round(c.massTarget * 1000) / 10}% of the attention mass, ` +
+  const capped = c.layerK.some((k, l) => k >= c.kCap && c.layerShare[l]! < c.massTarget) ? ` (at most ${c.kCap} a layer)` : "";
+  return `calibrated from the prefill (${c.samples} samples a layer, ${c.offloaded} offloaded): K per layer ${c.layerK.join("/")} for ${Math.round(c.massTarget * 1000) / 10}% of the attention mass${capped}, ` +
     `exact layers ${c.exactLayers.length ? c.exactLayers.join(",") : "none"}, q̃ recall per layer ${c.layerRecall.map((r) => r.toFixed(2)).join("/")}, ${c.ms.toFixed(1)} ms`;
 }

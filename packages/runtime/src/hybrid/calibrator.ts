@@ -26,6 +26,8 @@ export interface PrefillCalibratorOptions {
   readonly candidates: number;
   /** Layers that select with the true query whatever the calibration finds ("all": exact logits); absent: the calibration chooses them. */
   readonly exact?: readonly number[] | "all";
+  /** A layer's K is at most this share of the offloaded tokens (default DEFAULT_MAX_SHARE; see layerKCap). */
+  readonly maxShare?: number;
   /** (row, KV head) samples per layer (default: from CALIBRATION_BUDGET, within 8 … 32). */
   readonly samples?: number;
   /** Computes the samples' sums (default: calibrationSumsTs on the driving thread; the runtime passes kernels-cpu's native one). */
@@ -61,6 +63,8 @@ export class PrefillCalibrator implements PrefillObserver, Disposable {
   private ms = 0;
   private closed = false;
   last: CalibrationResult | null = null;
+  /** What the last prompt's decision is made from besides the sums. */
+  private decided: { offloaded: number; tokens: number; samples: number } | null = null;
 
   constructor(
     private readonly attention: Attention,
@@ -138,10 +142,18 @@ export class PrefillCalibrator implements PrefillObserver, Disposable {
     this.sampled = [];
     this.release();
     this.ms += performance.now() - t0;
-    this.last = decideCalibration(this.acc, {
-      massTarget: this.o.massTarget, offloaded, ...(this.o.exact === undefined ? {} : { exact: this.o.exact }), tokens: pos0 + n, ms: this.ms, samples,
-    });
+    this.decided = { offloaded, tokens: pos0 + n, samples };
+    this.last = this.decide(this.o.maxShare);
     this.o.onResult(this.last);
+  }
+
+  /** The last prompt's decision under a cap on a layer's K (maxShare of the offloaded tokens; absent: the options'), from the same sums: one prefill compares caps. */
+  decide(maxShare = this.o.maxShare): CalibrationResult {
+    if (!this.decided) fail("prefill calibration: no prompt has been calibrated yet");
+    return decideCalibration(this.acc, {
+      massTarget: this.o.massTarget, ...this.decided, ms: this.ms, ...(this.o.exact === undefined ? {} : { exact: this.o.exact }),
+      ...(maxShare === undefined ? {} : { maxShare }),
+    });
   }
 
   /** The stash's first row of (layer, sampled row r, its i-th KV head): q's logits, q̃'s, q's probabilities, a group of rows each. */
