@@ -41,12 +41,13 @@ if (BACKEND !== "cpu" && BACKEND !== "cuda") throw new Error(`--backend must be 
 const DEVICE = BACKEND === "cuda";
 const sums = createNativeCalibrationSums();
 
-/** A mode: its runtime options (no K: calibrated) and its calibration's candidate multiplier ("exact": exact logits, every layer exact; 0: none). */
-interface Mode { label: string; options: HybridRuntimeOptions; candidates: number | "exact" }
+/** A mode: its runtime options (no K: calibrated), its calibration's candidate multiplier ("exact": exact logits, every layer exact; 0: none) and cap on a layer's K (share of the offloaded tokens; absent: the runtime's). */
+interface Mode { label: string; options: HybridRuntimeOptions; candidates: number | "exact"; maxShare?: number }
 const MODES: Record<string, Mode> = {
   full: { label: "full attention", options: { selector: "all", logits: "exact", scheduler: "fixed", k: 1 }, candidates: 0 },
   default: { label: `defaults (${DEVICE ? "device: feedback, topk+quest" : "CPU: fixed top-K"}, verified ×4)`, options: {}, candidates: 4 },
   "default-fixed": { label: "fixed top-K, verified ×4", options: { scheduler: "fixed" }, candidates: 4 },
+  "default-uncapped": { label: "defaults, K per layer uncapped", options: {}, candidates: 4, maxShare: 1 },
   "default-device": { label: "device defaults (feedback, topk+quest, verified ×4)", options: { scheduler: "feedback" }, candidates: 4 },
   exact: { label: "top-K, exact logits", options: { logits: "exact" }, candidates: "exact" },
   speculative: { label: "top-K, speculative logits", options: { logits: "speculative" }, candidates: 1 },
@@ -66,8 +67,8 @@ const fanOut = (list: PrefillObserver[]): PrefillObserver => ({
   blockEnd: (p, n) => list.forEach((o) => o.blockEnd(p, n)),
 });
 
-/** Per length and mode: answers right, rows a KV head, exact layers chosen, calibration and prefill ms, steps run pre-QKᵀ and all steps, Σ of the calibrated K per layer. */
-interface Cell { correct: number; total: number; meanK: number; exactLayers: Record<string, number>; calibMs: number; prefillMs: number; preSteps: number; steps: number; layerK: number[] }
+/** Per length and mode: answers right, rows a KV head, exact layers chosen, calibration and prefill ms, steps run pre-QKᵀ and all steps, Σ of the calibrated K per layer, decode ms (the question's steps). */
+interface Cell { correct: number; total: number; meanK: number; exactLayers: Record<string, number>; calibMs: number; prefillMs: number; preSteps: number; steps: number; layerK: number[]; decodeMs: number }
 const results: Record<string, Record<string, Record<number, Cell>>> = {};
 const failed = new Set<string>();
 // Tiny models: a quarter of the device's memory leaves room for another process (a training run) beside the eval.
@@ -83,26 +84,29 @@ for (const { dir, task } of MODELS) {
     // On the device the offloaded rows live in host memory from the first token on: every mode's hybrid attention reads them there.
     if (DEVICE) model.cache.attachHostStore(createCpuBackend({ threads: 1 }), be.hostTransfers!(), true);
     const r = seededRandom(SEED * 1000 + length);
-    for (const m of modeNames) res[m]![length] = { correct: 0, total: 0, meanK: 0, exactLayers: {}, calibMs: 0, prefillMs: 0, preSteps: 0, steps: 0, layerK: [] };
+    for (const m of modeNames) res[m]![length] = { correct: 0, total: 0, meanK: 0, exactLayers: {}, calibMs: 0, prefillMs: 0, preSteps: 0, steps: 0, layerK: [], decodeMs: 0 };
     const multipliers = [...new Set(modeNames.map((m) => MODES[m]!.candidates).filter((c) => c !== 0))];
     const t0 = performance.now();
     for (let p = 0; p < PROMPTS; p++) {
       const prompt = retrievalPrompt(V, task, r, length, RECORDS);
       const calibrated = new Map<number | "exact", CalibrationResult>();
-      const calibrators = multipliers.map((c) => new PrefillCalibrator(model.attention, model, {
+      const calibrators = new Map(multipliers.map((c) => [c, new PrefillCalibrator(model.attention, model, {
         sums, massTarget: MASS, candidates: c === "exact" ? 1 : c, ...(c === "exact" ? { exact: "all" as const } : {}), onResult: (x) => calibrated.set(c, x),
-      }));
+      })] as const));
       model.reset();
-      model.attention.setPrefillObserver(fanOut(calibrators));
+      model.attention.setPrefillObserver(fanOut([...calibrators.values()]));
       const tp = performance.now();
       model.forward(Int32Array.from(prompt.context), 0);
       const prefillMs = performance.now() - tp;
       model.attention.setPrefillObserver(null);
-      for (const c of calibrators) c.close();
+      // A mode with its own cap on a layer's K decides from the same prefill's sums.
+      const decision = (m: Mode) => (m.candidates === 0 ? undefined : m.maxShare === undefined ? calibrated.get(m.candidates) : calibrators.get(m.candidates)!.decide(m.maxShare));
+      const decided = new Map(modeNames.map((m) => [m, decision(MODES[m]!)] as const));
+      for (const c of calibrators.values()) c.close();
       using cp = model.cache.checkpoint();
       for (const mname of modeNames) {
         const mode = MODES[mname]!;
-        const cal = calibrated.get(mode.candidates);
+        const cal = decided.get(mname);
         let h: Awaited<ReturnType<typeof createHybridAttention>>;
         try {
           h = await createHybridAttention(model, be, { ...mode.options, ...(DEVICE ? {} : { cpuStageThreads: 1 }), ...(cal ? { calibration: { ...cal, exactLayers: [...cal.exactLayers], layerK: [...cal.layerK] } } : {}) });
@@ -115,11 +119,13 @@ for (const { dir, task } of MODELS) {
         try {
           let ok = true, pos = prompt.context.length;
           const lead = prompt.question.length - (prompt.answer.length - 1);
+          const td = performance.now();
           prompt.question.forEach((tok, i) => {
             const logits = model.forward(Int32Array.of(tok), pos++);
             if (i >= lead - 1 && argmax(logits) !== prompt.answer[i - (lead - 1)]) ok = false;
           });
           const cell = res[mname]![length]!;
+          cell.decodeMs += performance.now() - td;
           cell.total++;
           if (ok) cell.correct++;
           cell.meanK += h.stats.meanRows;
@@ -169,6 +175,7 @@ for (const [name, res] of Object.entries(results)) {
     for (const m of modeNames) {
       const c = res[m]?.[l];
       if (c?.steps && c.preSteps) console.log(`${name} ${l}: ${MODES[m]!.label} ran ${c.preSteps} of ${c.steps} steps pre-QKᵀ`);
+      if (c?.steps) console.log(`${name} ${l}: ${MODES[m]!.label} ${(c.decodeMs / c.steps).toFixed(2)} ms a decode step, K per layer ${c.layerK.map((k) => (k / c.total).toFixed(0)).join("/") || "–"}`);
     }
   }
 }
