@@ -1,6 +1,7 @@
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { modelInfo, openModelDir, type Backend } from "@hybridgen/core";
 import { deviceIndexBytesPerToken, GPU_RESERVE_BYTES, resolveWindowBudget } from "../src/auto-budget.js";
@@ -301,6 +302,11 @@ describe("hybridgen plan", () => {
     const plan = ["plan", "--model", "preset:llama-3.1-8b", "--context", "1000", "--device", "cpu", "--no-probe"];
     expect(runBin([...plan, "--kv-disk", tmp(), "--kv-disk-read-depth", "65"]).stderr).toBe("error: invalid value for --kv-disk-read-depth: must be ≤ 64\n");
     expect(runBin([...plan, "--kv-disk-read-depth", "4"]).stderr).toBe("error: --kv-disk-read-depth needs --kv-disk DIR (it reads the disk tier's rows)\n");
+    // --device names a backend of the runtime's registry (or a module), probed through it: the same line as generate's for an unknown one.
+    const device = (d: string) => runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "1000", "--no-probe", "--device", d]);
+    expect(device("tpu").stderr).toBe('error: invalid value for --device: must be one of auto, cpu, cuda or a backend module (./my-backend.ts) (got "tpu")\n');
+    const plugin = device(fileURLToPath(new URL("./fixtures/one-thread-backend.ts", import.meta.url)));
+    expect([plugin.code, plugin.stderr]).toEqual([2, `error: backend "one-thread" cannot be probed for a plan (its entry has no probe): give the device's free memory\n`]);
   });
 
   it("--kv-disk-read-depth is the depth the disk's latency is probed at (one stage thread on the CPU: that many in flight)", () => {

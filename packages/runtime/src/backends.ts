@@ -7,7 +7,7 @@
 import { resolve as resolvePath } from "node:path";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
-import { HybridgenError, type Backend } from "@hybridgen/spec";
+import { HybridgenError, linkBandwidth, type Backend } from "@hybridgen/spec";
 
 /** What a backend is opened with: the knobs every caller has, and the backend's own options. */
 export interface BackendOpenOptions {
@@ -29,6 +29,24 @@ export interface OpenedBackend {
 
 export type BackendAvailability = { readonly available: true } | { readonly available: false; readonly reason: string };
 
+/** What a device backend measures before it takes any memory: the device the planner sizes a run for. */
+export interface DeviceProbe {
+  readonly name: string;
+  /** Device memory free before any arena is taken. */
+  readonly freeBytes: number;
+  /** Device → device copy bandwidth (read + write bytes a second, ÷ 1e9), when measured. */
+  readonly readBandwidthGBs?: number;
+  /** Host → device copy bandwidth (GB/s), when measured. */
+  readonly linkBandwidthGBs?: number;
+}
+
+/** What a backend finds on this machine: one line for `hybridgen info`, and the details its --json carries. */
+export interface BackendDescription {
+  readonly available: boolean;
+  readonly summary: string;
+  readonly detail?: unknown;
+}
+
 export interface BackendEntry {
   readonly name: string;
   /** Whether it can open here and why not (default: always); "auto" skips one that cannot. */
@@ -37,6 +55,13 @@ export interface BackendEntry {
   readonly autoRank?: number;
   /** Opens it; a failure is the error of openBackend(name) and, under "auto", a reason to try the next. */
   readonly open: (options: BackendOpenOptions) => OpenedBackend | Promise<OpenedBackend>;
+  /** What it finds on this machine (`hybridgen info` lists the backends that have one). */
+  readonly describe?: () => BackendDescription | Promise<BackendDescription>;
+  /**
+   * Its device's free memory and, with `bandwidth`, its copy bandwidths, measured before anything is allocated (`hybridgen
+   * plan`, `bench --workload`); null: it computes in host memory, so a plan has no device. None: it cannot be planned for.
+   */
+  readonly probe?: (options: { readonly bandwidth: boolean }) => Promise<DeviceProbe | null>;
 }
 
 const registry = new Map<string, BackendEntry>();
@@ -104,9 +129,49 @@ async function opened(entry: BackendEntry, options: BackendOpenOptions): Promise
   return o;
 }
 
+/** What probeBackend found: the backend a plan is for, its device (null: host memory alone), and under "auto" what was passed over. */
+export interface ProbedBackend {
+  readonly name: string;
+  readonly device: DeviceProbe | null;
+  readonly skipped: readonly { readonly name: string; readonly reason: string }[];
+}
+
+/**
+ * Probes the backend `name` names (unavailable, or without a probe: a one-line error), or under "auto" the highest-ranked
+ * available one that has a probe (each one passed over in `skipped`, with its reason).
+ */
+export async function probeBackend(name: string, options: { readonly bandwidth: boolean }): Promise<ProbedBackend> {
+  const noProbe = (e: BackendEntry) => `backend "${e.name}" cannot be probed for a plan (its entry has no probe): give the device's free memory`;
+  if (name !== "auto") {
+    const entry = lookupBackend(name);
+    const a = (await entry.availability?.()) ?? { available: true };
+    if (!a.available) throw new HybridgenError(a.reason);
+    if (!entry.probe) throw new HybridgenError(noProbe(entry));
+    return { name, device: await entry.probe(options), skipped: [] };
+  }
+  const skipped: { name: string; reason: string }[] = [];
+  for (const entry of [...registry.values()].filter((e) => e.autoRank !== undefined).sort((a, b) => b.autoRank! - a.autoRank!)) {
+    const a = (await entry.availability?.()) ?? { available: true };
+    if (!a.available) skipped.push({ name: entry.name, reason: a.reason });
+    else if (!entry.probe) skipped.push({ name: entry.name, reason: noProbe(entry) });
+    else return { name: entry.name, device: await entry.probe(options), skipped };
+  }
+  throw new HybridgenError(`no backend could be probed (${skipped.map((s) => `${s.name}: ${s.reason}`).join("; ") || "none registered for auto"})`);
+}
+
+/** Each registered backend that describes itself, in registration order (built-ins first). */
+export async function describeBackends(): Promise<({ readonly name: string } & BackendDescription)[]> {
+  const out: ({ readonly name: string } & BackendDescription)[] = [];
+  for (const e of registry.values()) if (e.describe) out.push({ name: e.name, ...(await e.describe()) });
+  return out;
+}
+
+const MiB = 2 ** 20;
+
 registerBackend({
   name: "cpu",
   autoRank: 0,
+  probe: async () => null,
   open: async ({ threads, memoryBytes, options }) => {
     const { createCpuBackend } = await import("@hybridgen/kernels-cpu");
     const backend = createCpuBackend({ ...(threads === undefined ? {} : { threads }), ...(memoryBytes === undefined ? {} : { memoryCapBytes: memoryBytes }), ...options });
@@ -137,6 +202,28 @@ registerBackend({
     if (typeof cuda === "string") throw new HybridgenError(cuda);
     const backend = cuda.createCudaBackend({ ...(memoryBytes === undefined ? {} : { arenaBytes: memoryBytes }), ...options });
     return { backend, device: `cuda/${backend.device.name}`, threads: 1 };
+  },
+  describe: async () => {
+    const cuda = await cudaPackage();
+    if (typeof cuda === "string") return { available: false, summary: cuda };
+    const a = cuda.cudaAvailability();
+    return { available: a.available, summary: cuda.describeCudaAvailability(a), detail: a };
+  },
+  // Device 0's free memory (cudaMemGetInfo) before any arena; its bandwidths on a small arena of their own.
+  probe: async ({ bandwidth }) => {
+    const cuda = await cudaPackage();
+    if (typeof cuda === "string") throw new HybridgenError(cuda);
+    const a = cuda.cudaAvailability();
+    if (!a.available) throw new HybridgenError(a.reason);
+    const out = new Float64Array(2);
+    const rc = cuda.openCudaNative(a.libraryPath).hg_cu_mem_info(0, out);
+    if (rc !== 0) throw new HybridgenError(`CUDA device 0: cannot read its free memory (error ${rc})`);
+    const device: DeviceProbe = { name: a.devices[0]?.name ?? "CUDA device 0", freeBytes: out[0]! };
+    if (!bandwidth) return device;
+    using be = cuda.createCudaBackend({ arenaBytes: 1024 * MiB });
+    const copy = be.copyBandwidth(256 * MiB, 10);
+    const link = linkBandwidth(be.hostTransfers(), 256 * MiB, 5);
+    return { ...device, readBandwidthGBs: copy / 1e9, ...(link ? { linkBandwidthGBs: link.h2d / 1e9 } : {}) };
   },
 });
 
@@ -177,4 +264,9 @@ export const BackendChoiceSchema = z.string().superRefine((v, ctx) => {
 /** openBackend for a --device value: a backend module is loaded (and registered) first. */
 export async function openBackendChoice(choice: string, options: BackendOpenOptions = {}, cwd?: string): Promise<OpenedBackendChoice> {
   return openBackend(isBackendModule(choice) ? await loadBackendModule(choice, cwd) : choice, options);
+}
+
+/** probeBackend for a --device value: a backend module is loaded (and registered) first. */
+export async function probeBackendChoice(choice: string, options: { readonly bandwidth: boolean }, cwd?: string): Promise<ProbedBackend> {
+  return probeBackend(isBackendModule(choice) ? await loadBackendModule(choice, cwd) : choice, options);
 }

@@ -8,4 +8,8 @@ export { KSpill } from "./k-spill.js";
 export { defaultStageThreads } from "./stage-threads.js";
 export { fillSyntheticKv, randomizeWindow } from "./synthetic-kv.js";
 export * from "./hybrid/index.js";
-export { backendChoices, BackendChoiceSchema, backendNames, isBackendModule, openBackendChoice, loadBackendModule, lookupBackend, openBackend, registerBackend, type BackendAvailability, type BackendEntry, type BackendOpenOptions, type OpenedBackend, type OpenedBackendChoice } from "./backends.js";
+export {
+  backendChoices, BackendChoiceSchema, backendNames, describeBackends, isBackendModule, openBackendChoice, loadBackendModule, lookupBackend, openBackend, probeBackend,
+  probeBackendChoice, registerBackend, type BackendAvailability, type BackendDescription, type BackendEntry, type BackendOpenOptions, type DeviceProbe, type OpenedBackend,
+  type OpenedBackendChoice, type ProbedBackend,
+} from "./backends.js";

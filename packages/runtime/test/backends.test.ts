@@ -1,13 +1,16 @@
 /**
  * The backend registry: cpu and cuda built in, a user's backend registered by object or loaded from
  * a module, opened by name or by "auto" (the highest-ranked one that is available and opens), and
- * one-line errors for an unknown name, a taken one and a plugin that returns no backend.
+ * one-line errors for an unknown name, a taken one and a plugin that returns no backend. Probed for a
+ * plan (cpu: host memory alone; "auto": the highest-ranked usable one with a probe) and described
+ * for `hybridgen info` (cuda in kernels-cuda's words).
  */
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { HybridgenError, loadModel } from "@hybridgen/core";
 import { ReferenceBackend } from "@hybridgen/spec/kit";
-import { backendNames, createHybridAttention, loadBackendModule, lookupBackend, openBackend, registerBackend } from "../src/index.js";
+import { cudaAvailability, describeCudaAvailability } from "@hybridgen/kernels-cuda";
+import { backendNames, createHybridAttention, describeBackends, loadBackendModule, lookupBackend, openBackend, probeBackend, probeBackendChoice, registerBackend } from "../src/index.js";
 import { CONTEXT, decodeTiny, PROMPT, tinyFiles } from "./tiny-model.js";
 
 const PLUGIN = fileURLToPath(new URL("./fixtures/backend-plugin.ts", import.meta.url));
@@ -76,5 +79,41 @@ describe("the backend registry", () => {
       { name: "empty", reason: `backend "empty": open() must return { backend, device, threads } with a Backend` },
     ]);
     expect(lookupBackend("ranked").autoRank).toBe(6);
+  });
+
+  it("probes for a plan: cpu is host memory alone, auto the highest-ranked usable backend with a probe; each refusal one line", async () => {
+    const cuda = cudaAvailability();
+    expect(await probeBackend("cpu", { bandwidth: false })).toEqual({ name: "cpu", device: null, skipped: [] });
+    if (!cuda.available) {
+      // (Backends the tests above registered are passed over too: none has a probe.)
+      const auto = await probeBackend("auto", { bandwidth: false });
+      expect([auto.name, auto.device]).toEqual(["cpu", null]);
+      expect(auto.skipped).toContainEqual({ name: "cuda", reason: describeCudaAvailability(cuda) });
+      expect(await failure(() => probeBackend("cuda", { bandwidth: false }))).toBe(cuda.reason);
+    }
+    registerBackend({ name: "gone", autoRank: 22, availability: () => ({ available: false, reason: "unplugged" }), open: () => { throw new Error("unused"); } });
+    registerBackend({ name: "unprobed", autoRank: 21, open: () => { throw new Error("unused"); } });
+    let asked: boolean | null = null;
+    registerBackend({
+      name: "probed", autoRank: 20, open: () => { throw new Error("unused"); },
+      probe: async ({ bandwidth }) => ((asked = bandwidth), { name: "card", freeBytes: 5e9, readBandwidthGBs: 100 }),
+    });
+    const unprobed = `backend "unprobed" cannot be probed for a plan (its entry has no probe): give the device's free memory`;
+    expect(await probeBackend("auto", { bandwidth: true })).toEqual({
+      name: "probed", device: { name: "card", freeBytes: 5e9, readBandwidthGBs: 100 }, skipped: [{ name: "gone", reason: "unplugged" }, { name: "unprobed", reason: unprobed }],
+    });
+    expect(asked).toBe(true);
+    expect(await failure(() => probeBackend("unprobed", { bandwidth: false }))).toBe(unprobed);
+    expect(await failure(() => probeBackend("gone", { bandwidth: false }))).toBe("unplugged");
+    expect(await failure(() => probeBackendChoice("tpu", { bandwidth: false }))).toMatch(/^unknown backend "tpu"/);
+    // The plugin module's entry has no probe: a plan for it is refused by name.
+    expect(await failure(() => probeBackendChoice(PLUGIN, { bandwidth: false }))).toBe(`backend "one-thread" cannot be probed for a plan (its entry has no probe): give the device's free memory`);
+  });
+
+  it("describes the backends that describe themselves: cuda in kernels-cuda's words", async () => {
+    const cuda = cudaAvailability();
+    const described = await describeBackends();
+    expect(described.find((b) => b.name === "cuda")).toEqual({ name: "cuda", available: cuda.available, summary: describeCudaAvailability(cuda), detail: cuda });
+    expect(described.map((b) => b.name)).not.toContain("cpu");
   });
 });

@@ -1,13 +1,13 @@
 /** `hybridgen bench --workload NxC [--gpu-mem SIZE]`: see workload-measure.ts. */
 import { availableParallelism, cpus } from "node:os";
 import { ensureStories15M, type MemoryTier } from "@hybridgen/core";
-import { defaultStageThreads } from "@hybridgen/runtime";
+import { defaultStageThreads, probeBackendChoice } from "@hybridgen/runtime";
 import { openBackend, threadCount } from "../device-backend.js";
 import type { CliIo } from "../io.js";
 import { storeTiers } from "../kv-tier-options.js";
 import { openModelSource } from "../model-source.js";
 import type { BenchOptions } from "./bench-args.js";
-import { probeGpu, probeTiers } from "./plan-probe.js";
+import { probeTiers } from "./plan-probe.js";
 import type { Workload } from "./workload-args.js";
 import { measureWorkload } from "./workload-measure.js";
 import { workloadTable, writeWorkloadOutputs, type WorkloadReport } from "./workload-report.js";
@@ -17,10 +17,11 @@ export async function runWorkloadBench(o: BenchOptions & { readonly workload: Wo
   const model = o.models[0] ?? (await ensureStories15M({ cacheDir: io.env.HYBRIDGEN_CACHE, onProgress: progress }));
   const threads = o.threads ?? availableParallelism();
   // Bandwidths first, before the capped backend takes its memory: the device's (or, on the CPU backend, host memory's).
-  const gpu = o.device === "cpu" ? null : await probeGpu(o.device === "cuda", true);
+  const chosen = await probeBackendChoice(o.device, { bandwidth: true });
+  const gpu = chosen.device;
   const probed = await probeTiers(await storeTiers({ kvPlacement: "semantic" }), defaultStageThreads(gpu !== null));
   const tiers: MemoryTier[] = probed.tiers.filter((t) => t.kind !== "file");
-  const opened = await openBackend(gpu ? o.device : "cpu", threads, o.gpuMem);
+  const opened = await openBackend(chosen.name, threads, o.gpuMem);
   using backend = opened.backend;
   progress(`workload bench on ${opened.device}${opened.device.startsWith("cpu") ? ` with ${threadCount(opened.threads)}` : ""}${opened.fallback ? ` (${opened.fallback})` : ""}`);
   const hostGBs = tiers[0]?.readBandwidthGBs;

@@ -1,39 +1,12 @@
 /**
- * What `hybridgen plan` measures: the GPU's free memory (cudaMemGetInfo, before any arena is
- * taken), its copy bandwidth device → device and host → device on a small arena, and each host
- * tier's read bandwidth (a node-bound buffer read on every core; the disk tier: large aligned
- * reads of a scratch file, O_DIRECT where allowed, random 4 KiB reads one at a time, and the CPU stage's
- * gather of random rows at its depth). Tiers keep a bandwidth HMAT already gave.
+ * What `hybridgen plan` measures beside the device (the backend's own probe, through the runtime's
+ * registry): each host tier's read bandwidth (a node-bound buffer read on every core; the disk
+ * tier: large aligned reads of a scratch file, O_DIRECT where allowed, random 4 KiB reads one at a
+ * time, and the CPU stage's gather of random rows at its depth). Tiers keep a bandwidth HMAT already gave.
  */
-import { HybridgenError, linkBandwidth, type MemoryTier, isFileTier } from "@hybridgen/core";
-
-export interface GpuProbe {
-  readonly name: string;
-  readonly freeBytes: number;
-  readonly readBandwidthGBs?: number;
-  readonly linkBandwidthGBs?: number;
-}
+import { type MemoryTier, isFileTier } from "@hybridgen/core";
 
 const MiB = 2 ** 20;
-
-/** The first CUDA device's free memory and (with `bandwidth`) its copy bandwidths; null without CUDA unless `required`. */
-export async function probeGpu(required: boolean, bandwidth: boolean): Promise<GpuProbe | null> {
-  const { cudaAvailability, openCudaNative, createCudaBackend } = await import("@hybridgen/kernels-cuda");
-  const a = cudaAvailability();
-  if (!a.available) {
-    if (required) throw new HybridgenError(a.reason);
-    return null;
-  }
-  const out = new Float64Array(2);
-  const rc = openCudaNative(a.libraryPath).hg_cu_mem_info(0, out);
-  if (rc !== 0) throw new HybridgenError(`CUDA device 0: cannot read its free memory (error ${rc})`);
-  const probe: GpuProbe = { name: a.devices[0]?.name ?? "CUDA device 0", freeBytes: out[0]! };
-  if (!bandwidth) return probe;
-  using be = createCudaBackend({ arenaBytes: 1024 * MiB });
-  const copy = be.copyBandwidth(256 * MiB, 10); // device → device, read + write bytes a second
-  const link = linkBandwidth(be.hostTransfers(), 256 * MiB, 5);
-  return { ...probe, readBandwidthGBs: copy / 1e9, ...(link ? { linkBandwidthGBs: link.h2d / 1e9 } : {}) };
-}
 
 /**
  * The tiers with a measured read bandwidth where none is known; file tiers also get the latency of a

@@ -8,12 +8,12 @@
 import { parseArgs } from "node:util";
 import { HybridgenError, type DType, type MemoryTier, isFileTier, tierKind } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
-import { defaultStageThreads } from "@hybridgen/runtime";
+import { backendChoices, BackendChoiceSchema, defaultStageThreads, probeBackendChoice, type DeviceProbe } from "@hybridgen/runtime";
 import type { CliIo } from "../io.js";
 import { checkDiskDir, KV_TIER_HELP, parseSize, placementNote, readDepthValue, storeTiers, KvTierCliOptionsSchema } from "../kv-tier-options.js";
 import { parseArgsError } from "../parse-args-error.js";
 import { inspectModel } from "./inspect.js";
-import { probeGpu, probeTiers, type GpuProbe } from "./plan-probe.js";
+import { probeTiers } from "./plan-probe.js";
 
 export const PLAN_HELP = `Usage: hybridgen plan --model DIR|preset:NAME --context N [options]
 
@@ -29,7 +29,8 @@ A context that fits nowhere is refused with the numbers (exit 2).
       --index JSON             the page index chooses the rows: its options, e.g. '{"form":"int4","placement":"device"}'
                                (the index selector's: form, pageSize, superPages, placement auto|host|device)
       --kv-dtype D             f32, f16 or bf16 (default bf16)
-      --device auto|cpu|cuda   plan for the GPU (auto: when CUDA is usable) or for the CPU alone
+      --device D               auto, cpu, cuda or a backend module: the backend whose device is probed (cpu: the
+                               CPU alone; auto: the highest-ranked usable one, the GPU where CUDA is usable)
       --gpu-free SIZE          plan for a GPU with this much free memory instead of probing one
       --gpu-bandwidth GB/s     its read bandwidth (default: measured when a GPU is present)
       --link-bandwidth GB/s    host→device copy bandwidth (default: measured when a GPU is present)
@@ -78,7 +79,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   const kvDtype = (v["kv-dtype"] ?? "bf16") as DType;
   if (!["f32", "f16", "bf16"].includes(kvDtype)) throw new HybridgenError(`invalid value for --kv-dtype: must be one of f32, f16, bf16 (got ${JSON.stringify(kvDtype)})`, "EUSAGE");
   const device = v.device ?? "auto";
-  if (!["auto", "cpu", "cuda"].includes(device)) throw new HybridgenError(`invalid value for --device: must be one of auto, cpu, cuda (got ${JSON.stringify(device)})`, "EUSAGE");
+  if (!BackendChoiceSchema.safeParse(device).success) throw new HybridgenError(`invalid value for --device: must be ${backendChoices()} (got ${JSON.stringify(device)})`, "EUSAGE");
   const budgetRaw = v["gpu-kv-budget"] ?? "auto";
   const gpuKvBudget = budgetRaw.trim() === "auto" ? ("auto" as const) : int("--gpu-kv-budget", budgetRaw)!;
   const tierRaw = KvTierCliOptionsSchema.safeParse({
@@ -97,10 +98,10 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   const weightsBytes = Object.values(info.weightBytes).reduce((a, b) => a + (b ?? 0), 0);
   const probe = v["no-probe"] !== true;
 
-  let gpu: GpuProbe | null = null;
+  let gpu: DeviceProbe | null = null;
   const gpuFree = v["gpu-free"] === undefined ? undefined : parseSize(v["gpu-free"], "--gpu-free");
   if (gpuFree !== undefined) gpu = { name: "described", freeBytes: gpuFree };
-  else if (device !== "cpu") gpu = await probeGpu(device === "cuda", probe);
+  else gpu = (await probeBackendChoice(device, { bandwidth: probe })).device;
   if (gpu) {
     const bw = num("--gpu-bandwidth", v["gpu-bandwidth"]), link = num("--link-bandwidth", v["link-bandwidth"]);
     gpu = { ...gpu, ...(bw ? { readBandwidthGBs: bw } : {}), ...(link ? { linkBandwidthGBs: link } : {}) };
@@ -144,7 +145,7 @@ async function indexOptions(raw: string) {
   return r.data;
 }
 
-async function formatPlan(model: string, kvDtype: DType, gpu: GpuProbe | null, tiers: readonly MemoryTier[], policy: string, p: RunPlan, serialUs?: Map<string, number>): Promise<string> {
+async function formatPlan(model: string, kvDtype: DType, gpu: DeviceProbe | null, tiers: readonly MemoryTier[], policy: string, p: RunPlan, serialUs?: Map<string, number>): Promise<string> {
   const { formatBytes: fb } = await import("@hybridgen/memtier");
   const f = (x: number | null | undefined, d = 2) => (x === null || x === undefined ? "–" : x.toFixed(d));
   const per = p.bytesPerToken.k + p.bytesPerToken.v;
