@@ -25,3 +25,15 @@ export function hybridArg(flag: HybridOptionFlag, fallback: number): number {
     process.exit(2);
   }
 }
+
+/** A sweep over a runtime option (--scoring full,int8): each comma-separated value parsed and bounded as hybridArg's one. */
+export function hybridList(flag: HybridOptionFlag, fallback: string): unknown[] {
+  const i = process.argv.indexOf(`--${flag}`);
+  const text = i > 0 && i + 1 < process.argv.length ? process.argv[i + 1]! : fallback;
+  try {
+    return text.split(",").filter((x) => x !== "").map((v) => parseHybridFlag(flag, v)[1]);
+  } catch (e) {
+    process.stderr.write(`error: ${(e as Error).message}\n`);
+    process.exit(2);
+  }
+}

@@ -2,9 +2,10 @@
  * Where the hybrid CPU stage's time goes on one layer of Llama-3.1-8B's offloaded store
  * (8 KV heads × 128 dims, 32 query heads, bf16), with the stage's per-phase split:
  *   ./bun apps/bench/src/cpu/stage-split.ts [--tokens 28704] [--layers 8] [--threads N] [--ks 256,1024] [--rounds 5] [--spinners 0]
- *     [--scoring full,int8,int4] [--rescore 4] [--jobs score,topk] [--quest 16]
+ *     [--scoring full,int8,int4] [--rescore-factor 4] [--jobs score,topk] [--quest 16]
  * --scoring adds top-K rows per form of two-step scoring (compressed copies scored first,
- * rescore·K candidates rescored from the full rows); "K MB read" counts the bytes those read.
+ * rescore-factor·K candidates rescored from the full rows); "K MB read" counts the bytes those read.
+ * Both are the runtime's options, parsed and bounded by its schema (args.ts).
  * Jobs rotate over `layers` distinct stores (8 × 58.8 MB at 28.7K tokens: more than an L3), as a
  * decode step's 32 layers do, and are compared with a streaming sum over the same K bytes and
  * with the logits alone ("score"). Reported: medians over rounds of the per-layer mean.
@@ -17,19 +18,16 @@
 import { questPages, questSelection, validateSelection, type CpuStageJob, type CpuStageSplit, type QuestPageState, type Tensor } from "@hybridgen/spec";
 import { cpus } from "node:os";
 import { createCpuBackend, NativeCpuStage, sketchRowBytes, type Scoring } from "@hybridgen/kernels-cpu";
+import { arg, hybridArg, hybridList } from "../args.js";
 import { filledTensor } from "./measure.js";
 
-function arg(name: string, dflt: string): string {
-  const i = process.argv.indexOf(`--${name}`);
-  return i >= 0 ? process.argv[i + 1] : dflt;
-}
 const n = Number(arg("tokens", "28704"));
 const layers = Number(arg("layers", "8"));
 const threads = Number(arg("threads", String(cpus().length)));
 const ks = arg("ks", "256,1024").split(",").map(Number);
 const rounds = Number(arg("rounds", "5"));
-const scorings = arg("scoring", "full").split(",") as Scoring[];
-const rescore = Number(arg("rescore", "4"));
+const scorings = hybridList("scoring", "full") as Scoring[];
+const rescore = hybridArg("rescore-factor", 4);
 const jobs = arg("jobs", "score,topk").split(",");
 const questPage = Number(arg("quest", "0"));
 const spinners = Array.from({ length: Number(arg("spinners", "0")) }, () => Bun.spawn(["bun", "-e", "for (;;) {}"], { stdout: "ignore", stderr: "ignore" }));

@@ -1,21 +1,19 @@
 /**
  * Per-layer cost of the pre-QKᵀ selectors' select() at a large shape, native key primitives
- * (./bun apps/bench/src/selectors/selector-bench.ts [--tokens 32768] [--k 256] [--threads 1] [--ts-topk 1]): Llama-3.1-8B's
+ * (./bun apps/bench/src/selectors/selector-bench.ts [--tokens 32768] [--k 256] [--cpu-stage-threads 1] [--ts-topk 1]): Llama-3.1-8B's
  * heads (32 query, 8 KV, headDim 128), bf16 K in a CPU tensor, one step after the store holds
  * --tokens rows (the state already folded in, as in steady decode), next to scoring every row
- * (keyScores over the store: what post-QKᵀ top-K reads). --threads > 1: the primitives of an
+ * (keyScores over the store: what post-QKᵀ top-K reads). --cpu-stage-threads > 1: the primitives of an
  * idle native CPU stage of that many threads (its pool); --ts-topk 1: core's TypeScript topK
- * instead of the native one. Run `bun run build` first.
+ * instead of the native one. --k and --cpu-stage-threads are the runtime's options, parsed by its schema (args.ts).
+ * Run `bun run build` first.
  */
 import { headLayout, referencePrimitives, type PreSelectionInput, type SelectorPrimitives, type TokenSelector } from "@hybridgen/core";
 import { createCpuBackend, NativeCpuStage, nativeSelectorPrimitives, storeKeys, type CpuTensor } from "@hybridgen/kernels-cpu";
 import { createSelector } from "@hybridgen/selectors";
+import { arg, hybridArg } from "../args.js";
 
-const arg = (name: string, def: number) => {
-  const i = process.argv.indexOf(`--${name}`);
-  return i > 0 ? Number(process.argv[i + 1]) : def;
-};
-const N = arg("tokens", 32768), K = arg("k", 256), REPS = arg("reps", 20), THREADS = arg("threads", 1), TS_TOPK = arg("ts-topk", 0) === 1;
+const N = Number(arg("tokens", "32768")), K = hybridArg("k", 256), REPS = Number(arg("reps", "20")), THREADS = hybridArg("cpu-stage-threads", 1), TS_TOPK = arg("ts-topk", "0") === "1";
 const layout = headLayout(32, 8, 128);
 using be = createCpuBackend({ threads: 1 });
 const t = be.alloc([8, N + 64, 128], "bf16") as CpuTensor;
