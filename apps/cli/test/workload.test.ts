@@ -45,7 +45,7 @@ describe("workload planning (pure)", () => {
 describe("hybridgen bench --workload", () => {
   it("under a cap full attention runs the largest batch that fits in waves; the offloading configurations run all N at once; workload.json and the figure", () => {
     const out = join(dir, "run");
-    const r = runBin([...BASE, "--workload", "4x200", "--gpu-mem", "64M", "--configs", "full,hybridgen,streamingllm", "--out", out]);
+    const r = runBin([...BASE, "--workload", "4x200", "--gpu-mem", "64M", "--configs", "full,hybridgen,hybridgen-index,streamingllm", "--out", out]);
     expect(r.stderr).not.toContain("error");
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("### Workload 4 × 200 tokens, stories15M, device memory 64.0 MiB");
@@ -59,7 +59,7 @@ describe("hybridgen bench --workload", () => {
     expect(full.batch).toBeLessThan(4);
     expect(full.waves).toBe(Math.ceil(4 / full.batch));
     expect(r.stderr).toContain(`full attention: ${full.batch} of 4 sequences fit at once`);
-    for (const c of ["hybridgen", "streamingllm"]) {
+    for (const c of ["hybridgen", "hybridgen-index", "streamingllm"]) {
       const x = row(c);
       expect(x.status, `${c}: ${x.note}`).toBe("ok");
       expect([x.batch, x.waves]).toEqual([4, 1]);
@@ -79,6 +79,15 @@ describe("hybridgen bench --workload", () => {
     expect(Object.values(h.bytesPerStep.tiers as Record<string, number>).reduce((a, b) => a + b, 0)).toBeGreaterThan(0); // the stage's K and V rows
     expect(h.floorMsPerStep).toBe(h.predictedMsPerStep);
     expect(r.stdout).toContain("| floor ms/step | × floor |");
+    // Each selector's own bytes: StreamingLLM reads no K to choose, then its K chosen rows' K and V (6 layers × 6 KV heads × 4
+    // sequences, exact logits: V alone goes up); the page index (on the stage here) its index and the chosen rows' K and V, no K scan.
+    const rowBytes = rep.result.kvBytesPerToken / (2 * 6 * 6), tiers = (x: { bytesPerStep: { tiers: Record<string, number> } }) => Object.values(x.bytesPerStep.tiers).reduce((a, b) => a + b, 0);
+    const s = row("streamingllm"), sRows = 6 * Math.min(205 - s.window, 16) * 6 * 4;
+    expect(s.bytesPerStep.link).toBe(sRows * rowBytes);
+    expect(tiers(s)).toBe(2 * sRows * rowBytes);
+    const ix = row("hybridgen-index"), ixOff = 205 - ix.window, ixRows = (Math.min(ixOff, 16) + 5 * Math.min(ixOff, 64)) * 6 * 4;
+    expect(tiers(ix)).toBeGreaterThan(2 * ixRows * rowBytes); // + the host index's pages
+    expect(tiers(ix)).toBeLessThan(2 * ixRows * rowBytes + 4 * ixOff * 6 * 6 * rowBytes); // far below the offloaded K a scan reads
   });
 
   it("--synthetic-kv: no prefill, each context's KV random rows; full attention in waves, hybrid offloading the rest", () => {

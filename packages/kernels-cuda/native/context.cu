@@ -88,8 +88,9 @@ int hg_flush_copies(HgCtx *c) {
   return hg_launched();
 }
 
-// Queues a small copy; when it touches memory a queued copy writes or reads, or the queue is
-// full, the queue runs first as a batch of its own, keeping program order. Returns 1 when queued.
+// Queues a small copy; when it touches memory a queued copy uses, or the queue is full, the queue
+// runs first as a batch of its own — eagerly only: inside a recorded step the caller's copy drains
+// it instead (the recorded flush hung batched steps of 4+ rows on the device). Returns 1 when queued.
 static int queue_copy(HgCtx *c, char *dst, int dd, const char *src, int sd, size_t count) {
   const size_t db = count * (dd == DT_F32 ? 4 : 2), sb = count * (sd == DT_F32 ? 4 : 2);
   if (!c->batchCopies || db > (64u << 10) || (sd != dd && sd != DT_F32)) return 0;
@@ -99,9 +100,8 @@ static int queue_copy(HgCtx *c, char *dst, int dd, const char *src, int sd, size
     const CopyDesc &p = c->pending.d[i];
     first = hg_overlaps(src, sb, p.dst, p.bytes) || hg_overlaps(dst, db, p.dst, p.bytes) || hg_overlaps(dst, db, p.src, copy_src_bytes(p));
   }
-  // The queue goes ahead as one batch (recorded inside a step, so a batched step's many row
-  // appends keep it recording instead of draining it), then this copy starts the next.
-  if (first && hg_flush_copies(c) != 0) return 0;
+  // The queue goes ahead as one batch, then this copy starts the next.
+  if (first && (hg_recording(c) || hg_flush_copies(c) != 0)) return 0;
   c->pending.d[c->pending.n++] = CopyDesc{src, dst, (unsigned long long)db, sd, dd};
   return 1;
 }

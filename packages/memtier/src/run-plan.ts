@@ -12,7 +12,9 @@
  * The prediction is a bandwidth floor per decode step (all sequences of the batch):
  *   GPU stage   = (weights, read once a step + every sequence's window KV) / GPU read bandwidth
  *                 (no GPU: the fastest tier's, where the CPU backend runs the same step)
- *   CPU stage   = Σ over tiers of the offloaded K bytes there / the tier's read bandwidth; K spilled
+ *   CPU stage   = Σ over tiers of the offloaded K bytes there the selector reads (all for top-K,
+ *                 two rows a page for Quest's bounds, none for StreamingLLM or the page index, whose
+ *                 own bytes count instead) / the tier's read bandwidth; K spilled
  *                 to a file tier (the last resort: all of V is there first) is read back through
  *                 page faults every step, kDiskMs
  *   V gather    = the rows the stage gathers (K a KV head on layer 0, candidates·K on the verified
@@ -86,6 +88,14 @@ export const RunPlanInputSchema = z.object({
    * rate), on the host ("host": the CPU stage reads it and its super-pages from the fastest tier), or
    * where it fits ("auto": the device when it has room for the index and a window).
    */
+  /**
+   * What the CPU stage reads to choose the rows (the selector's byte model; the page index is `index`):
+   * "scan" every offloaded K row (top-K after QKᵀ, the default's), "bounds" two K rows a page of
+   * `boundsPageSize` (Quest's per-channel min and max), "none" no K (StreamingLLM: positions alone).
+   * Past "scan" the chosen rows' K leave the tiers beside their V (the stage or the device scores them).
+   */
+  selection: z.enum(["scan", "bounds", "none"]).default("scan"),
+  boundsPageSize: z.number().int().positive().default(16),
   index: z.object({
     form: z.enum(["int8", "int4"]).default("int8"),
     pageSize: z.number().int().min(1).max(4096).default(16),
@@ -277,8 +287,9 @@ export function planRun(input: RunPlanInput): RunPlan {
   // Predicted step time from the tiers' bandwidths.
   const rowBytes = o.model.headDim * o.kvElementBytes;
   const verified = o.candidates > 1;
-  // With the index the stage reads the chosen pages' K rows (as many as it gathers V rows) instead of every offloaded K row.
-  const kRowsToo = o.index ? 2 : 1;
+  // The share of the offloaded K the stage reads to choose; past a full scan it reads the chosen rows' K (as many as it gathers V rows).
+  const keyShare = o.index || o.selection === "none" ? 0 : o.selection === "bounds" ? Math.min(1, 2 / o.boundsPageSize) : 1;
+  const kRowsToo = keyShare < 1 ? 2 : 1;
   // Disk reads a gathered row costs: one page each, but the index's rows come in whole index pages, one run of reads a page.
   const readsPerRow = o.index ? Math.ceil((o.index.pageSize * rowBytes) / o.pageBytes) / o.index.pageSize : 1;
   // Rows each layer's stage gathers over its KV heads: K on layer 0 (its q̃ is its true query), candidates·K on the verified layers after it.
@@ -305,9 +316,10 @@ export function planRun(input: RunPlanInput): RunPlan {
   const tierBytes: Record<string, number> = {};
   for (const t of tiers) {
     const vRows = isFileTier(t) ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
-    tierBytes[t.id] = (o.index ? 0 : t.kBytes) + kRowsToo * vRows * (isFileTier(t) ? readsPerRow * o.pageBytes : rowBytes);
-    if (t.kBytes > 0 && !o.index) {
-      const m = isFileTier(t) ? kDiskMs(t.kBytes, store.layout.kSpill!.unitBytes, byId.get(t.id)!) : ms(t.kBytes, t.readBandwidthGBs);
+    const kRead = t.kBytes * keyShare;
+    tierBytes[t.id] = kRead + kRowsToo * vRows * (isFileTier(t) ? readsPerRow * o.pageBytes : rowBytes);
+    if (kRead > 0) {
+      const m = isFileTier(t) ? kDiskMs(kRead, store.layout.kSpill!.unitBytes, byId.get(t.id)!) : ms(kRead, t.readBandwidthGBs);
       if (isFileTier(t)) kDiskTotal = kDiskTotal === null || m === null ? null : kDiskTotal + m;
       cpuMs = cpuMs === null || m === null ? null : cpuMs + m;
     }

@@ -277,3 +277,30 @@ describe("planRun with the page index choosing the stage's rows", () => {
     expect(p.predicted.vGatherMs).toBeCloseTo(nodeMs + ((2 * rows) / 16 / 120) * 1.45, 6);
   });
 });
+
+describe("planRun: the selector's byte model at 32 × 32K under 80 GiB", () => {
+  const big = { ...node0, capacityBytes: 1024 * GiB };
+  const gpu = { freeBytes: 80 * GiB, readBandwidthGBs: 3000, linkBandwidthGBs: 50 };
+  const plan = (extra: object) => planRun({ model: llama8b, kvElementBytes: 2, contextTokens: 32_768, batch: 32, gpu, tiers: [big], k: 256, appendTokens: 64, prefill: false, ...extra });
+  const row = 128 * 2;
+  // Rows gathered a step over the batch: K a KV head on layer 0, candidates·K on the 31 after it (verified), K everywhere otherwise.
+  const gathered = (candidates: number) => 32 * (256 + 31 * 256 * candidates) * 8 * row;
+
+  it("top-K reads every offloaded K; Quest's bounds two rows a page; StreamingLLM and the page index none — then the chosen rows' K beside their V", () => {
+    const scan = plan({}), bounds = plan({ selection: "bounds", boundsPageSize: 16 }), none = plan({ selection: "none", candidates: 1 }), index = plan({ index: { placement: "device" } });
+    const scanK = scan.predicted.bytes.tiers.node0! - gathered(4);
+    expect(scanK).toBeGreaterThanOrEqual(32 * scan.offloadedTokens * 32 * 8 * row); // every sequence's offloaded K of every layer (page-rounded)
+    expect(bounds.predicted.bytes.tiers.node0).toBeCloseTo(scanK / 8 + 2 * gathered(4), 0);
+    expect(bounds.predicted.cpuMs).toBeCloseTo(scan.predicted.cpuMs! / 8, 6);
+    expect(none.predicted.bytes.tiers.node0).toBe(2 * gathered(1));
+    expect(none.predicted.cpuMs).toBe(0);
+    // Exact or speculative logits send K rows of V a layer; verified the candidates' K and V rows.
+    expect(none.predicted.bytes.link).toBe(gathered(1));
+    expect(scan.predicted.bytes.link).toBe(2 * gathered(4) - 32 * 256 * 8 * row);
+    // The page index on the device: no stage read of K, its page level read by the GPU; the step's bytes no longer follow the offloaded K.
+    expect(index.predicted.cpuMs).toBe(0);
+    expect(index.predicted.bytes.tiers.node0).toBe(2 * gathered(4));
+    expect(index.predicted.bytes.gpu).toBe(llama8b.weightsBytes + 32 * index.gpu!.windowTokens * 128 * KiB + index.index!.bytes);
+    expect(index.predicted.msPerToken!).toBeLessThan(scan.predicted.msPerToken! / 4);
+  });
+});

@@ -13,6 +13,8 @@
  *   hybridgen-pre   fixed K pre-QKᵀ (Quest page bounds chosen ahead), verified logits
  *   hybridgen-adaptive  the feedback scheduler's K, post-QKᵀ only
  *   hybridgen       the full feedback scheduler (K and the timing) with the runtime's default pair, verified
+ *   hybridgen-index fixed K chosen by the page index (ranked on the device where it has room, else by the
+ *                   stage), verified: no offloaded K is read to choose, so a step's bytes do not grow with the context
  *   all-tokens      hybrid attention over every offloaded token, exact logits (the oracle)
  *
  * or `hybrid:KEY=VALUE,…` with any createHybridAttention option (selector, scheduler, timing,
@@ -50,6 +52,7 @@ const BUILTIN: Readonly<Record<string, Builder>> = {
   "hybridgen-pre": hybrid("hybridgen", (k) => ({ selector: "quest", scheduler: "fixed", k, timing: "pre", logits: "verified" })),
   "hybridgen-adaptive": hybrid("hybridgen", (k) => ({ selector: "topk", scheduler: "feedback", kMin: k, logits: "verified" })),
   hybridgen: hybrid("hybridgen", (k) => ({ scheduler: "feedback", kMin: k, logits: "verified" })),
+  "hybridgen-index": hybrid("hybridgen", (k) => ({ selector: "index", scheduler: "fixed", k, timing: "pre", logits: "verified" })),
   "all-tokens": hybrid("baseline", () => ({ selector: "all", scheduler: "fixed", timing: "post", logits: "exact" })),
 };
 

@@ -259,9 +259,10 @@ function indexRankRowsChecks(be: CudaBackend): void {
   }
   await attempt("indexRankRows", async () => indexRankRowsChecks(cuda));
   for (const logits of ["exact", "verified"] as LogitsMode[]) {
-    // headDim 64 (6 heads of 384): the device ranks headDim 64/128/256.
+    // headDim 64 (8 heads of 512): the device ranks headDim 64/128/256; 4 KV heads keep the query + pages send a multiple of 16 bytes.
     const index = { ...base, k: 8, logits, timing: "pre" as const, selector: createSelector("index", { pageSize: 4, placement: "device" }) };
-    await attempt(`batch of 3, page index on the device, ${logits}`, () => batchChecks(cuda, index, 3, `page index on the device ${logits}`, { ...SMALL_SHAPE, hidden_size: 384 }));
+    const shape = { ...SMALL_SHAPE, hidden_size: 512, num_attention_heads: 8, num_key_value_heads: 4 };
+    await attempt(`batch of 3, page index on the device, ${logits}`, () => batchChecks(cuda, index, 3, `page index on the device ${logits}`, shape));
   }
   await attempt("recorded cuBLAS matmuls", async () => recordedGemmChecks(cuda, check));
   await mappedRowChecks(cuda, check);

@@ -6,9 +6,9 @@ import { configList, hybridInteger, integer, integers, list, usage } from "./fla
 import { DEFAULT_K } from "@hybridgen/core";
 import { parseGpuMem, parseWorkload, type Workload } from "./workload-args.js";
 
-export const DEFAULT_BENCH_CONFIGS = ATTENTION_CONFIG_NAMES.filter((n) => n !== "all-tokens");
-/** --workload's default: full attention, the default hybrid and the offloading baselines the issue compares. */
-export const DEFAULT_WORKLOAD_CONFIGS = ["full", "hybridgen", "flexgen", "infinigen", "streamingllm"];
+export const DEFAULT_BENCH_CONFIGS = ATTENTION_CONFIG_NAMES.filter((n) => n !== "all-tokens" && n !== "hybridgen-index");
+/** --workload's default: full attention, the default hybrid, the page index's (bytes a step flat in the context) and the offloading baselines the issue compares. */
+export const DEFAULT_WORKLOAD_CONFIGS = ["full", "hybridgen", "hybridgen-index", "flexgen", "infinigen", "streamingllm"];
 
 export interface BenchOptions {
   readonly help: boolean;
