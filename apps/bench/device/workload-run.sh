@@ -7,10 +7,12 @@
 #   bun build --target=bun --external 'bun:*' apps/bench/src/cuda/hybrid-bench.ts --outfile .device/hybrid-bench.js
 # PART selects what runs (several, space-separated; each under its own time limit, results under $OUT):
 #   checks    the CUDA hybrid checks (hybrid-bench.js --skip-bench: a batch of 3 equals each alone, recorded per layer)
-#   batch     the 8K batch scaling: full attention and the default hybrid at batch 1/4/16, window 1024 (`bench --batch`)
+#   batch     the 8K batch scaling: BATCH_CONFIGS (default full, the default hybrid and hybridgen-index) at batch 1/4/16,
+#             window 1024 (`bench --batch`; BATCH_STEPS, BATCH_WARMUP)
 #   base      the same hybrid points from hybridgen-base.js (BASE_BATCHES, default 16): the change's baseline arm
 #   workload  `bench --workload` for each of WORKLOADS (default "8x131000 32x32768": 128K less the decoded steps, which
-#             must fit the model's 131 072 positions) under GPU_MEM, --synthetic-kv
+#             must fit the model's 131 072 positions) under GPU_MEM, --synthetic-kv; CONFIGS default full, the default
+#             hybrid (a top-K scan of every offloaded K) and hybridgen-index (the page index ranked on the device for the batch)
 # GPU_MEM defaults to 80G where the card has more than 80 GiB, else the card's memory less 2 GiB (an H100's 80 GB
 # card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP and K override the workload bench.
 set -u
@@ -33,9 +35,9 @@ for part in ${PART:-checks batch workload}; do
       echo "checks exit $?"; grep -E 'PASS|FAIL' "$OUT/checks.log" | cut -c1-260 ;;
     batch)
       mkdir -p "$OUT/batch"
-      timeout "${BATCH_S:-150}" bun "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch 1,4,16 --configs full,hybridgen \
-        --steps 24 --warmup 4 --gpu-kv-budget 1024 --sink-tokens 4 --k 256 --out "$OUT/batch" > "$OUT/batch/tables.md" 2> "$OUT/batch/progress.log"
-      echo "batch exit $?"; sed -n '/Fig. 17/,/^$/p' "$OUT/batch/tables.md"; grep -E 'hybridgen.*batch 16|error' "$OUT/batch/progress.log" | cut -c1-400 | tail -3 ;;
+      timeout "${BATCH_S:-150}" bun "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch 1,4,16 --configs "${BATCH_CONFIGS:-full,hybridgen,hybridgen-index}" \
+        --steps "${BATCH_STEPS:-24}" --warmup "${BATCH_WARMUP:-4}" --gpu-kv-budget 1024 --sink-tokens 4 --k 256 --out "$OUT/batch" > "$OUT/batch/tables.md" 2> "$OUT/batch/progress.log"
+      echo "batch exit $?"; sed -n '/Fig. 17/,/^$/p' "$OUT/batch/tables.md"; grep -E 'tok/s|error' "$OUT/batch/progress.log" | cut -c1-300 | tail -12 ;;
     base)
       mkdir -p "$OUT/batch-base"
       timeout "${BASE_S:-90}" bun "$D/hybridgen-base.js" bench $BENCH --contexts 8192 --batch "${BASE_BATCHES:-16}" --configs hybridgen \
@@ -45,7 +47,7 @@ for part in ${PART:-checks batch workload}; do
       for w in ${WORKLOADS:-8x131000 32x32768}; do
         mkdir -p "$OUT/workload-$w"
         timeout "${WORKLOAD_S:-200}" bun "$D/hybridgen.js" bench $BENCH --workload "$w" --gpu-mem "$GPU_MEM" --synthetic-kv \
-          --configs "${CONFIGS:-full,hybridgen}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" \
+          --configs "${CONFIGS:-full,hybridgen,hybridgen-index}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" \
           --out "$OUT/workload-$w" > "$OUT/workload-$w/table.md" 2> "$OUT/workload-$w/progress.log"
         echo "workload $w exit $?"; cat "$OUT/workload-$w/table.md"; grep -E 'fit|filled|error|Error' "$OUT/workload-$w/progress.log" | cut -c1-300 | tail -6
         free -g | grep Mem

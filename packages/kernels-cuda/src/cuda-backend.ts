@@ -318,6 +318,11 @@ export class CudaBackend implements Backend {
     this.lib.hg_cu_set_batch_copies(this.live_("setBatchCopies"), on ? 1 : 0);
   }
 
+  /** A full small-copy queue inside a recorded step runs as a batch of its own (on) or drains the step (off, the default). */
+  private setRecordedFlush(on: boolean): void {
+    this.lib.hg_cu_set_recorded_flush(this.live_("setRecordedFlush"), on ? 1 : 0);
+  }
+
   /**
    * Batched-decode GEMM switches (SkinnyOptions; unset fields keep their values). The defaults
    * are the measured-safe ones; benches flip them to compare in one run.
@@ -473,6 +478,7 @@ export class CudaBackend implements Backend {
       setMatmulPath: (path) => this.setMatmulPath(path),
       matmulPathFor: (n, dtype, k) => this.matmulPathFor(n, dtype, k),
       setBatchCopies: (on) => this.setBatchCopies(on),
+      setRecordedFlush: (on) => this.setRecordedFlush(on),
       setSkinny: (o) => this.setSkinny(o),
       skinny: () => this.skinny,
       setMatvecFusion: (f) => this.setMatvecFusion(f),

@@ -9,7 +9,8 @@
  * Rows fetched ahead (the option `fetchAhead`, where the link has a side stream): a layer's rows are
  * gathered on the side stream as soon as its job is done — the next layer's is queued right after
  * this layer's hand-off — so they cross the link during the layer before instead of inside the
- * layer; PCIe-bound gathers then overlap HBM-bound GEMVs.
+ * layer; PCIe-bound gathers then overlap HBM-bound GEMVs. Steps of one sequence only: a batched
+ * step's rows share the one side stream, where each row's fetch queues behind the rows' before it.
  */
 import type { Attention } from "@hybridgen/core";
 import { type HostSignal, type Tensor, fail } from "@hybridgen/spec";
@@ -54,9 +55,8 @@ export class HandedOffTransport extends MappedTransport {
     const kmax = s.layerKmax(layer);
     s.merge.scoreWindow(layer, q, scores, kmax);
     if (!job?.done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
-    // A batch's rows fetch too: each sequence's staging has slots of its own, and on the link's one
-    // side stream their fetches queue in the order the rows are issued, which is the compute stream's.
-    const fetch = d.fetchesAhead;
+    // A batch's rows gather on the compute stream: on the link's one side stream a row's fetch would wait behind another row's next layer.
+    const fetch = d.fetchesAhead && !this.batch;
     this.closeSegment();
     const up = d.handOffRows(slot, kmax, rescore);
     if (fetch && !this.fetched[layer]) d.fetchRows(layer, slot, job.done, rescore, kmax); // before the segment that waits for it
