@@ -1,29 +1,46 @@
 #!/bin/sh
-# One device call for issue 33's page index inside the hybrid step: index-check (Backend.indexRank
-# against the definition; hybrid decode with the index ranked on the device against the stage's own
-# search), hybrid-modes at 32K and 131K (full attention, the default feedback pair, Quest and the
-# index configs in the same run), then scale-run at 1.5M tokens with the index ranked on the device
-# (the planner's window, synthetic KV). The 1.5M run needs the H200 machine (its host store does not
-# fit beside an H100's smaller window). Prepare on the dev machine, from the repository root:
+# One device call for issue 33's page index inside the hybrid step, within a wall-clock allowance
+# (WALL, seconds; each part gets what is left): index-check (Backend.indexRank against the
+# definition; hybrid decode with the index ranked on the device against the stage's own search),
+# hybrid-modes at 32K and 131K (full attention and the index configs in the same run), the CPU
+# stage's index bounds per ISA (AVX2 against AVX-512, when the host has it), then scale-run with
+# the index ranked on the device (the planner's window, synthetic KV) at 1.5M where the GPU holds
+# more than 100 GB, else 1M (an H100's window leaves 1.5M more host store than 125 GiB holds: the
+# planner refuses it in one line). Prepare on the dev machine, from the repository root:
 #   sh ../shared/device/stage-bun.sh && (cd packages/kernels-cpu && bun run build) && (cd packages/kernels-cuda && HYBRIDGEN_BUILD_CUDA=1 bun run build)
 #   for b in cuda/index-check hybrid-modes scale-run; do bun build --target=bun --external 'bun:*' apps/bench/src/$b.ts --outfile .device/$(basename $b).js; done
-# and carry [".device", "packages/kernels-cpu/lib", "packages/kernels-cuda/lib"] (or stage those and this script under one folder).
+#   gcc -O2 -Ipackages/kernels-cpu/native apps/bench/src/cpu/index-bounds.c -L.device/lib -lhgcpu -Wl,-rpath,'$ORIGIN/lib' -o .device/index-bounds
+# with both libraries in .device/lib, and carry [".device"] (or stage those and this script under one folder, DEVICE_DIR=it).
 set -u
 . "$(dirname "$0")/device-env.sh"
+START=$(date +%s)
+left() { echo $((${WALL:-175} - ($(date +%s) - START))); }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
 lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/machine.txt"
+echo "avx512f: $(grep -c -m1 avx512f /proc/cpuinfo)" | tee -a "$OUT/machine.txt"
 free -g | sed -n 2p | tee -a "$OUT/machine.txt"
 if [ "${CHECK:-1}" = 1 ]; then
-  timeout "${CHECK_S:-45}" bun .device/index-check.js > "$OUT/index-check.log" 2>&1
-  echo "index-check exit $?"; grep -E 'PASS|FAIL|rror' "$OUT/index-check.log" | head -20
+  timeout "${CHECK_S:-30}" bun "$DEVICE_DIR/index-check.js" > "$OUT/index-check.log" 2>&1
+  echo "index-check exit $?"; grep -E 'PASS|FAIL|rror|index checks' "$OUT/index-check.log" | head -30
 fi
 if [ "${MODES:-1}" = 1 ]; then
-  timeout "${MODES_S:-95}" bun .device/hybrid-modes.js --contexts "${CONTEXTS:-32768,131000}" --steps "${STEPS:-24}" \
-    --configs "${CONFIGS:-full,feedback,pre-index,pre-index-exact}" > "$OUT/hybrid-modes.log" 2>&1
-  echo "hybrid-modes exit $?"; grep -E '^\| [0-9]|bytes a step|rror' "$OUT/hybrid-modes.log"
+  timeout "${MODES_S:-70}" bun "$DEVICE_DIR/hybrid-modes.js" --contexts "${CONTEXTS:-32768,131000}" --steps "${STEPS:-16}" \
+    --configs "${CONFIGS:-full,pre-index}" > "$OUT/hybrid-modes.log" 2>&1
+  echo "hybrid-modes exit $?"; grep -E '^\| [0-9]|bytes a step|bandwidths|rror' "$OUT/hybrid-modes.log"
 fi
+if [ "${BOUNDS:-1}" = 1 ] && [ -x "$DEVICE_DIR/index-bounds" ]; then
+  for isa in 1 2; do
+    timeout 15 "$DEVICE_DIR/index-bounds" "${THREADS:-13}" "${BOUNDS_CONTEXTS:-131000,1500000}" $isa > "$OUT/index-bounds-isa$isa.txt" 2>&1
+    echo "index-bounds ISA $isa exit $?"; cat "$OUT/index-bounds-isa$isa.txt"
+  done
+fi
+GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+SCALE_CONTEXTS=${SCALE_CONTEXTS:-$([ "$GPU_MIB" -gt 100000 ] && echo 1500000 || echo 1000000)}
 if [ "${SCALE:-1}" = 1 ]; then
-  timeout "${SCALE_S:-125}" bun .device/scale-run.js --contexts "${SCALE_CONTEXTS:-1500000}" --synthetic-kv --steps "${SCALE_STEPS:-12}" --config pre-index \
-    --index-form "${INDEX_FORM:-int4}" > "$OUT/scale.log" 2>&1
-  echo "scale-run exit $?"; grep -E '^context|^\| [0-9]|refused|rror|synthetic|loaded' "$OUT/scale.log" | head -12
+  T=$(left)
+  if [ "$T" -lt 30 ]; then echo "scale-run skipped: ${T} s left"; else
+    timeout "$T" bun "$DEVICE_DIR/scale-run.js" --contexts "$SCALE_CONTEXTS" --synthetic-kv --steps "${SCALE_STEPS:-10}" --config pre-index \
+      --index-form "${INDEX_FORM:-int4}" > "$OUT/scale.log" 2>&1
+    echo "scale-run $SCALE_CONTEXTS exit $?"; grep -E '^context|^\| [0-9]|refused|rror|synthetic|loaded|hybrid:|tiers:' "$OUT/scale.log" | head -12
+  fi
 fi
