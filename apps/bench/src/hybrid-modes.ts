@@ -31,7 +31,7 @@ import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu
 import type { CudaBackend } from "@hybridgen/kernels-cuda";
 import { createHybridAttention, defaultStageThreads, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { timingTraceFromRuns, type RecordedRun } from "@hybridgen/scheduler";
-import { arg, hybridArg, list } from "./args.js";
+import { arg, hybridArg, hybridValue, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
 import { greedyWalls, mean } from "./greedy-walls.js";
 import { fullFloorMs, llamaModelBytes, stepBytes, stepFloor, type Bandwidths, type FloorSelector } from "./hybrid-floors.js";
@@ -47,7 +47,7 @@ const threads = Number(arg("threads", String(defaultStageThreads(backendName !==
 const configs = list("configs", "full,post-exact,post-speculative,post-verified,pre-exact,pre-speculative,pre-verified,pre-streaming,feedback,feedback-streaming");
 const traceDir = arg("trace-dir", "");
 /** Where the device gets the selected rows, for every hybrid config (HybridOptions.rowPath). */
-const rowPath = arg("row-path", "auto") as "auto" | "mapped" | "staged";
+const rowPath = hybridValue("row-path", "auto") as "auto" | "mapped" | "staged";
 const profileStep = arg("profile-step", "");
 const source = arg("source", `apps/bench hybrid-modes on ${backendName}, ${new Date().toISOString().slice(0, 10)}`);
 /** Steps left out of the means: the first hybrid step captures and warms up. */
