@@ -19,7 +19,7 @@
  * --deadline S the whole run S seconds after it started (the server's load included; later rates
  * are skipped): a rate cut short reports the tokens streamed so far (`completed` says how many
  * requests ended). Each rate also reports the mean batch of its decode steps (the server's metrics), which
- * shows whether requests queued; the server's log is printed at the end.
+ * shows whether requests queued; the server's metrics and log are printed at the end.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -197,6 +197,9 @@ try {
     file.results.push(...results);
     writeFileSync(jsonFile, `${JSON.stringify(file, null, 1)}\n`);
   }
+  // The server's own account (hybrid K, CPU-stage time, KV bytes per tier, steps): its metrics less the histograms' buckets.
+  const metrics = (await (await fetch(`${url}/metrics`)).text()).split("\n").filter((l) => l && !l.startsWith("#") && !l.includes("_bucket{"));
+  console.log(`\nserver metrics:\n${metrics.join("\n")}`);
   if (server) console.log(`\nserver log:\n${server.log().split("\n").slice(-40).join("\n")}`);
 } catch (e) {
   if (server) console.error(server.log().split("\n").slice(-20).join("\n"));
