@@ -32,7 +32,7 @@ for part in ${PART:-checks batch workload}; do
   case $part in
     checks)
       timeout "${CHECK_S:-90}" bun "$D/hybrid-bench.js" --skip-bench > "$OUT/checks.log" 2>&1
-      echo "checks exit $?"; grep -E 'PASS|FAIL' "$OUT/checks.log" | cut -c1-260 ;;
+      echo "checks exit $?"; echo "$(grep -c '^PASS' "$OUT/checks.log") passed"; grep -E '^FAIL|batch of|indexRankRows|ALL PASS|FAILED' "$OUT/checks.log" | cut -c1-240 ;;
     batch)
       mkdir -p "$OUT/batch"
       timeout "${BATCH_S:-150}" bun "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch 1,4,16 --configs "${BATCH_CONFIGS:-full,hybridgen,hybridgen-index}" \
