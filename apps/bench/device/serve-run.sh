@@ -2,7 +2,8 @@
 # One device call: issue 36's serving table — `hybridgen serve` on the Llama-3.1-8B shape (dummy bf16
 # weights, bf16 KV) with the GPU capped below the workload's KV (--gpu-mem), N clients sending
 # ~32K-token prompts at once (a preset's byte tokenizer: a byte a token), full attention against
-# hybrid attention with the page index (ranked on the device), each a server of its own, through
+# hybrid attention with the page index (ranked on the device; fixed K, verified logits: the workload
+# bench's hybridgen-index), each a server of its own, through
 # apps/bench/src/serve-bench.ts; if the hybrid server fails early, the page index ranked on the host
 # in the time left. Each configuration gets the same RATE_S seconds of serving once its model is
 # loaded (a rate cut short reports the tokens streamed so far) and DEADLINE_S in all, load included.
@@ -22,7 +23,8 @@ lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/machine.txt"; free -g | gr
 N=${N:-6} PROMPT=${PROMPT:-32000} OUTPUT=${OUTPUT:-1024} GPU_MEM=${GPU_MEM:-24G} BLOCK=${BLOCK:-2048} WINDOW=${WINDOW:-2048}
 RATE_S=${RATE_S:-40} DEADLINE_S=${DEADLINE_S:-62} TOTAL_S=${TOTAL_S:-140}
 COMMON="--model preset:llama-3.1-8b --dummy-weights --dtype bf16 --kv-dtype bf16 --device cuda --context $((PROMPT + OUTPUT + 64)) --prefill-block $BLOCK --gpu-mem $GPU_MEM --max-batch $N --max-queue 64"
-HYBRID=${HYBRID:-"--attention hybrid --gpu-kv-budget $WINDOW --selector index"}
+# The workload bench's hybridgen-index: fixed K chosen by the page index (ranked on the device), verified logits.
+HYBRID=${HYBRID:-"--attention hybrid --gpu-kv-budget $WINDOW --selector index --scheduler fixed --k ${K:-256} --timing pre --logits verified"}
 SOURCE="apps/bench serve-bench: hybridgen serve, preset:llama-3.1-8b dummy bf16 weights, bf16 KV, --gpu-mem $GPU_MEM, $N clients of $PROMPT-token prompts + $OUTPUT tokens at once, prefill block $BLOCK, each configuration served for $RATE_S s once loaded, $(head -1 "$OUT/machine.txt"), $(date -u +%F)"
 # bench LABEL DEADLINE ARGS…: one configuration; the outer timeout only backs up serve-bench's own deadline (and its server's exit).
 bench() { label=$1; deadline=$2; shift 2
