@@ -6,7 +6,7 @@
 # backend (bf16 KV) with no profile and no K given, at 4K, 8K and 16K. One log, the evals' JSON and
 # README table files (eval.tar), and the trained weights come back in $OUT (8 files at most). Stage:
 #   S=/work/main/.stage/calib; mkdir -p $S/.device $S/packages/kernels-cpu/lib $S/packages/kernels-cuda/lib
-#   cp --parents apps/bench/device/calibration-run.sh apps/bench/device/device-env.sh apps/bench/train/retrieval_models.py $S/
+#   cp --parents apps/bench/device/calibration-run.sh apps/bench/device/device-env.sh apps/bench/train/retrieval_models.py apps/bench/train/llama_files.py $S/
 #   cp packages/kernels-cpu/lib/libhgcpu.so $S/packages/kernels-cpu/lib/; cp packages/kernels-cuda/lib/libhgcuda.so $S/packages/kernels-cuda/lib/
 #   cp -r ../shared/models/recall-4l $S/.device/; cp .device/bun.xz $S/.device/   (sh ../shared/device/stage-bun.sh makes it)
 #   for e in calibration-cost eval/calibrated-eval; do bun build --target=bun --external 'bun:*' apps/bench/src/$e.ts --outfile $S/.device/$(basename $e).js; done
