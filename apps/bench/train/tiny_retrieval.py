@@ -3,6 +3,7 @@ nobody profiled that the lab VM can make in minutes and evaluate at short contex
 
     python3 apps/bench/train/tiny_retrieval.py --out DIR [--seed 1] [--steps 3000]
     python3 apps/bench/train/tiny_retrieval.py --check     # the hand-written gradients against finite differences
+    python3 apps/bench/train/tiny_retrieval.py --out DIR --parity   # initial weights and numpy's logits, for the engine to match
 
 The model (DIR/needle-3l: config.json, model.safetensors in f32, recall-4l's word-level
 tokenizer) is a Llama of 3 layers, hidden 64, 4 heads of 16, 2 KV heads (2 query heads each),
@@ -105,8 +106,8 @@ def rms_bwd(dy, x, r, g):
     return dx, (dy * x * r).reshape(-1, x.shape[-1]).sum(0)
 
 
-def forward_backward(p, shape, ids, mask):
-    """Mean cross-entropy over the masked positions' next tokens, the gradients of every weight, and the answers right."""
+def forward_backward(p, shape, ids, mask, keep=None):
+    """Mean cross-entropy over the masked positions' next tokens, the gradients of every weight, and the answers right; `keep` (a list) gets the masked positions' logits."""
     layers, d, h, kv, inter = shape
     hd, rep = d // h, h // kv
     B, T = ids.shape
@@ -141,6 +142,8 @@ def forward_backward(p, shape, ids, mask):
     pos = np.nonzero(mask[:, 1:])
     hid = yf[pos]
     logits = hid @ p["lm_head"].T
+    if keep is not None:
+        keep.append(logits.copy())
     target = ids[:, 1:][pos]
     logits -= logits.max(-1, keepdims=True)
     z = np.exp(logits).sum(-1)
@@ -241,6 +244,26 @@ def save_safetensors(p, shape, out):
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
+def parity(out):
+    """Writes to `out` a model with this script's initial weights (sharpened so attention is far from uniform),
+    ids.json (a training sequence) and logits.f32 (numpy's logits after each of its tokens): the engine,
+    given the model, must compute the same logits (apps/bench/test/tiny-retrieval.test.ts)."""
+    rng = np.random.default_rng(5)
+    p = init(SHAPE, rng)
+    previous_token_head(p, SHAPE, rng)
+    for key in p:
+        if not key.endswith(("ln1", "ln2", "norm")):
+            p[key] *= 8
+    ids, _ = batch(rng, 1, 96)
+    keep = []
+    forward_backward(p, SHAPE, ids, np.ones_like(ids, dtype=bool), keep)
+    model = os.path.join(out, NAME)
+    write_meta(SHAPE, model, rope_theta=THETA, dtype="float32")
+    save_safetensors(p, SHAPE, model)
+    json.dump(ids[0].tolist(), open(os.path.join(out, "ids.json"), "w"))
+    keep[0].astype("<f4").tofile(os.path.join(out, "logits.f32"))
+
+
 def check():
     """The hand-written gradients against central differences in float64 on a small model; exits non-zero past 1e-5 relative."""
     shape = (2, 16, 4, 2, 24)
@@ -315,11 +338,15 @@ def main():
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--check", action="store_true", help="compare the gradients with finite differences and exit")
+    ap.add_argument("--parity", action="store_true", help="write a model with initial weights and numpy's logits into --out (the engine's parity test) and exit")
     args = ap.parse_args()
     if args.check:
         check()
     if not args.out:
         ap.error("--out is required")
+    if args.parity:
+        parity(args.out)
+        return
     if args.steps < 1:
         ap.error("--steps must be at least 1")
     train(args)
