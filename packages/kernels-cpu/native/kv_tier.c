@@ -101,7 +101,6 @@ EXPORT void *hg_tier_map_file(const char *path, uint64_t bytes, void *at, int fa
   if (rc == 0) {
     p = mmap(at, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
     if (p == MAP_FAILED) rc = errno;
-    else madvise(p, (size_t)bytes, MADV_RANDOM); /* rows are picked at random: a fault reads its page, not the pages around it */
   }
   if (rc != 0) {
     close(fd);

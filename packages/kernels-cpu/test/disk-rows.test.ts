@@ -125,22 +125,25 @@ describe(`disk-tier rows read with explicit reads (seed ${SEED})`, () => {
     }
   });
 
-  it("the page index's job on a store in files reads exactly the pages it picked, K and V, cold cache (whole pages and a partial one)", () => {
+  it("the page index's job on a store with V in files reads exactly the pages it picked, cold cache (whole pages and a partial one)", () => {
     // 16 rows of 64 f32 are one 4 KiB page: an index page is one page of the file, KV head g's page p its page g·64 + p.
+    // K stays in memory, as the disk tier's layouts keep it (only a K spill moves it, through its own mapping).
     const d = 64, P = 16, pages = 64, capacity = P * pages, kv = 2, group = 2, region = kv * capacity * d * 4;
     const dir = mkdtempSync(join(tmpdir(), "hg-rows-"));
     dirs.push(dir);
     using be = createCpuBackend({ threads: 2 });
-    const whole = (): StoreSegment[][] => [[{ offset: 0, bytes: region, mode: "file", tier: "file:x", nodes: [], dir }]];
-    using tiered = new TieredStore({ regionBytes: region, pageBytes: PAGE, k: whole(), v: whole() });
+    const memory = (): StoreSegment[][] => [[{ offset: 0, bytes: region, mode: "local", tier: "node0", nodes: [] }]];
+    const files = (): StoreSegment[][] => [[{ offset: 0, bytes: region, mode: "file", tier: "file:x", nodes: [], dir }]];
+    using tiered = new TieredStore({ regionBytes: region, pageBytes: PAGE, k: memory(), v: files() });
     const r = rng(92), K = tiered.alloc(be, "k", 0, [kv, capacity, d], "f32"), V = tiered.alloc(be, "v", 0, [kv, capacity, d], "f32");
     be.write(K, randn(r, kv * capacity * d));
     be.write(V, randn(r, kv * capacity * d));
-    const resident = (t: Tensor) => {
-      const at = be.address(t), out = new Set<number>();
+    const resident = () => {
+      const at = be.address(V), out = new Set<number>();
       for (let p = 0; p < region / PAGE; p++) if (Number(tierNative().hg_tier_resident((at + p * PAGE) as Pointer, PAGE)) > 0) out.add(p);
       return out;
     };
+    // Explicit reads (depth 4): reading the rows through the mapping instead (depth 0) brings in the pages around each.
     using stage = new NativeCpuStage(be, { threads: 2, readDepth: 4 });
     stage.prepare({ heads: kv * group, kvHeads: kv, headDim: d, storeCapacity: capacity, dtype: "f32", stageKeys: true });
     // Best first, as the device sends them: the list takes whole pages while they fit, then the best rows of the next one.
@@ -148,7 +151,7 @@ describe(`disk-tier rows read with explicit reads (seed ${SEED})`, () => {
     for (const budget of [4 * P, 4 * P + 5]) {
       const want = indexWant(budget, capacity, P), label = `budget ${budget}`;
       tiered.dropFileCache();
-      const kBefore = resident(K), vBefore = resident(V);
+      const before = resident();
       stage.query(0).set(randn(r, kv * group * d));
       stage.chosenPages(0).set(chosen.flatMap((c) => c.slice(0, want)));
       stage.submit({ slot: 0, k: K, v: V, offloaded: capacity, kmax: budget, scale: 0.125, keys: true, work: { kind: "index", budget, form: "int8", pageSize: P, superPages: 4, chosen: true } });
@@ -160,14 +163,11 @@ describe(`disk-tier rows read with explicit reads (seed ${SEED})`, () => {
       }
       // The list's pages are the picks the budget reaches (the last one partly when it does not divide).
       expect([...listed].sort((a, b) => a - b), label).toEqual(chosen.flatMap((c, g) => c.slice(0, Math.ceil(budget / P)).map((p) => g * pages + p)).sort((a, b) => a - b));
-      const kNew = [...resident(K)].filter((p) => !kBefore.has(p)), vNew = [...resident(V)].filter((p) => !vBefore.has(p));
-      expect(kNew.length + vNew.length, `${label}: the cache was dropped`).toBeGreaterThan(0);
-      for (const p of [...kNew, ...vNew]) expect(listed.has(p), `${label}: page ${p} read but not picked`).toBe(true);
-      for (const p of listed) {
-        expect(resident(K).has(p), `${label}: K page ${p} picked, not read`).toBe(true);
-        expect(resident(V).has(p), `${label}: V page ${p} picked, not read`).toBe(true);
-      }
-      expect(stage.lastReads().bytes, label).toBe(2 * kv * budget * d * 4); // the listed rows of K and V, each once
+      const after = resident(), read = [...after].filter((p) => !before.has(p));
+      expect(read.length, `${label}: the cache was dropped`).toBeGreaterThan(0);
+      for (const p of read) expect(listed.has(p), `${label}: page ${p} read but not picked`).toBe(true);
+      for (const p of listed) expect(after.has(p), `${label}: page ${p} picked, not read`).toBe(true);
+      expect(stage.lastReads().bytes, label).toBe(kv * budget * d * 4); // the listed V rows, each once
     }
     be.free(K);
     be.free(V);
