@@ -58,4 +58,42 @@ describe("the planner's batched reserve against measured bytes (CPU backend)", (
     expect(p.gpu.batchRowsBytes).toBe(4 * modelInfo(openModelDir(model).config, openModelDir(model).shape).batchRowBytes);
     expect(p.predicted.tokensPerSecond).toBeCloseTo((4 * 1000) / p.predicted.msPerToken, 6);
   });
+
+  it("`plan --batch N --selector S --logits L`: the step's bytes are the selector's — a top-K scan, Quest's bounds, none, the page index's — and its logits' rows up", async () => {
+    requireBuiltBin();
+    const model = await stories15M();
+    const args = ["plan", "--model", model, "--context", "200", "--batch", "4", "--gpu-kv-budget", "32", "--kv-dtype", "f32", "--gpu-free", "4G",
+      "--gpu-bandwidth", "100", "--link-bandwidth", "10", "--device", "cpu", "--k", "16", "--no-probe"];
+    const plan = (extra: string[]) => {
+      const r = runBin([...args, ...extra, "--json"]);
+      expect(r.code, r.stderr).toBe(0);
+      return JSON.parse(r.stdout);
+    };
+    const host = (p: { predicted: { bytes: { tiers: Record<string, number> } } }) => Object.values(p.predicted.bytes.tiers).reduce((a, b) => a + b, 0);
+    const scan = plan([]), quest = plan(["--selector", "quest"]), streaming = plan(["--selector", "streaming", "--logits", "exact"]), index = plan(["--selector", "index"]);
+    // 6 layers × 4 sequences × 6 KV heads of K = 16 rows (exact logits: V rows alone go up; f32 rows of 48).
+    const rows = 6 * 4 * 6 * 16, row = 48 * 4, off = 200 - 32;
+    expect(streaming.predicted.bytes.link).toBe(rows * row);
+    expect(host(streaming)).toBe(2 * rows * row);
+    // Verified (the default, 4 candidates): layer 0 sends K rows of V, the 5 after it 4·K rows of K and V.
+    const verified = 4 * 6 * (16 + 5 * 4 * 16) * row;
+    expect(scan.predicted.bytes.link).toBe(verified + 4 * 6 * 5 * 4 * 16 * row);
+    expect(host(scan) - verified).toBeGreaterThanOrEqual(6 * 4 * 6 * off * row); // every offloaded K of every sequence
+    expect(host(quest) - 2 * verified).toBeCloseTo((host(scan) - verified) / 8, 0); // two K rows a page of 16
+    expect(index.index).not.toBeNull();
+    expect(host(index) - (index.index.placement === "host" ? index.index.bytes : 0)).toBe(2 * verified);
+    expect(plan(["--selector", "streaming", "--logits", "verified", "--candidates", "2"]).predicted.bytes.link).toBe(4 * 6 * (16 + 5 * 2 * 16) * row + 4 * 6 * 5 * 2 * 16 * row);
+    const text = runBin([...args, "--selector", "streaming", "--logits", "exact"]);
+    expect(text.stdout).toMatch(/^select: {5}streaming reads no K to choose, then the chosen rows; logits exact \(K rows of V go up\)$/m);
+    for (const [extra, want] of [
+      [["--selector", "nope"], /^error: invalid value for --selector: "nope" is not a registered selector \(/],
+      [["--selector", "quest", "--index", "{}"], /^error: --index goes with --selector index \(got --selector quest\)$/],
+      [["--logits", "maybe"], /^error: invalid value for --logits: /],
+      [["--candidates", "0"], /^error: invalid value for --candidates: /],
+    ] as const) {
+      const r = runBin([...args, ...extra]);
+      expect(r.code, extra.join(" ")).not.toBe(0);
+      expect(r.stderr.trim(), extra.join(" ")).toMatch(want);
+    }
+  });
 });

@@ -7,6 +7,7 @@ export { probeDiskGather, type DiskGatherProbe } from "./probe-disk-gather.js";
 export { KSpill } from "./k-spill.js";
 export { defaultStageThreads } from "./stage-threads.js";
 export { fillSyntheticKv, randomizeWindow } from "./synthetic-kv.js";
+export { planSelection, type PlanSelection } from "./plan-selection.js";
 export * from "./hybrid/index.js";
 export {
   backendChoices, BackendChoiceSchema, backendNames, describeBackends, isBackendModule, openBackendChoice, loadBackendModule, lookupBackend, openBackend, probeBackend,

@@ -8,7 +8,7 @@
 import { parseArgs } from "node:util";
 import { HybridgenError, type DType, type MemoryTier, isFileTier, tierKind } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
-import { backendChoices, BackendChoiceSchema, defaultStageThreads, probeBackendChoice, type DeviceProbe } from "@hybridgen/runtime";
+import { backendChoices, BackendChoiceSchema, defaultStageThreads, parseHybridFlag, planSelection, probeBackendChoice, type DeviceProbe, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import type { CliIo } from "../io.js";
 import { checkDiskDir, KV_TIER_HELP, parseSize, placementNote, readDepthValue, storeTiers, KvTierCliOptionsSchema } from "../kv-tier-options.js";
 import { parseArgsError } from "../parse-args-error.js";
@@ -26,6 +26,10 @@ A context that fits nowhere is refused with the numbers (exit 2).
       --batch B                sequences (default 1)
       --gpu-kv-budget N|auto   window tokens per sequence on the GPU (default auto: what its memory holds)
       --k K                    offloaded tokens selected per KV head and layer (default 64)
+      --selector NAME          the selector whose bytes the step reads (default: the engine's pair, a top-K scan of every
+                               offloaded K; quest: two K rows a page; streaming: none; index: the page index's own bytes)
+      --logits MODE            exact, speculative or verified (default; candidates·K rows and their K go up)
+      --candidates N           verified logits' candidates per selected token (default 4)
       --index JSON             the page index chooses the rows: its options, e.g. '{"form":"int4","placement":"device"}'
                                (the index selector's: form, pageSize, superPages, placement auto|host|device)
       --kv-dtype D             f32, f16 or bf16 (default bf16)
@@ -61,6 +65,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
         model: { type: "string" }, context: { type: "string" }, batch: { type: "string" }, "gpu-kv-budget": { type: "string" }, k: { type: "string" },
         "kv-dtype": { type: "string" }, device: { type: "string" }, "gpu-free": { type: "string" }, "gpu-bandwidth": { type: "string" },
         "link-bandwidth": { type: "string" }, "no-probe": { type: "boolean" }, json: { type: "boolean" }, index: { type: "string" },
+        selector: { type: "string" }, logits: { type: "string" }, candidates: { type: "string" },
         "kv-placement": { type: "string" }, "kv-disk": { type: "string" }, "host-kv-budget": { type: "string" }, "kv-disk-read-depth": { type: "string" }, help: { type: "boolean", short: "h" },
       },
     });
@@ -94,6 +99,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   if (tierOpts.kvDisk !== undefined) checkDiskDir(tierOpts.kvDisk);
 
   const index = v.index === undefined ? undefined : await indexOptions(v.index);
+  const selection = await selectionOptions(v.selector, v.logits, v.candidates, index);
   const info = inspectModel(v.model, { context, batch, kvDtype });
   const weightsBytes = Object.values(info.weightBytes).reduce((a, b) => a + (b ?? 0), 0);
   const probe = v["no-probe"] !== true;
@@ -116,16 +122,38 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
     model: { layers: info.layers, heads: info.heads, kvHeads: info.kvHeads, headDim: info.headDim, weightsBytes, batchRowBytes: info.batchRowBytes },
     kvElementBytes: kvDtype === "f32" ? 4 : 2, contextTokens: context, batch, gpuKvBudget,
     gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs } : undefined,
-    tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64, index,
+    tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64,
+    ...planSelection(selection, true),
   });
   if (v.json) io.stdout(`${JSON.stringify({ model: v.model, kvDtype, gpuName: gpu?.name ?? null, placementNote: placementNote(tiers), ...plan, store: { diskBytes: plan.store.diskBytes, fits: plan.store.fits, shortfallBytes: plan.store.shortfallBytes, kSpill: plan.store.layout.kSpill ?? null } })}\n`);
   else {
-    io.stdout(await formatPlan(v.model, kvDtype, gpu, tiers, tierOpts.kvPlacement, plan, probed?.serialUs));
+    io.stdout(await formatPlan(v.model, kvDtype, gpu, tiers, tierOpts.kvPlacement, plan, selectionLine(selection), probed?.serialUs));
     // The bytes are the shape's at any length (the scale bench's synthetic KV); generate refuses such a context.
     if (context > info.maxPositions) io.stdout(`note:       ${context} positions exceed the model's max_position_embeddings (${info.maxPositions})\n`);
   }
   if (plan.refusal) throw new HybridgenError(plan.refusal, "ECONTEXT");
   return 0;
+}
+
+/**
+ * The hybrid options whose byte model the plan takes: --selector (a registered selector; the page
+ * index when --index is given), --logits and --candidates, each checked as generate checks them.
+ */
+async function selectionOptions(selector: string | undefined, logits: string | undefined, candidates: string | undefined, index: object | undefined): Promise<HybridRuntimeOptions> {
+  const o: Record<string, unknown> = {};
+  if (selector !== undefined) {
+    const { selectorNames } = await import("@hybridgen/selectors");
+    if (!selectorNames().includes(selector)) throw new HybridgenError(`invalid value for --selector: "${selector}" is not a registered selector (${selectorNames().join(", ")})`, "EUSAGE");
+    if (index && selector !== "index") throw new HybridgenError(`--index goes with --selector index (got --selector ${selector})`, "EUSAGE");
+    o.selector = selector;
+  }
+  if (index) Object.assign(o, { selector: "index", selectorOptions: index });
+  for (const [flag, text] of [["logits", logits], ["candidates", candidates]] as const) {
+    if (text === undefined) continue;
+    const [key, value] = parseHybridFlag(flag, text);
+    o[key] = value;
+  }
+  return o as HybridRuntimeOptions;
 }
 
 /** --index's JSON through the index selector's own schema (one line for a form, page size or placement that does not exist). */
@@ -145,7 +173,14 @@ async function indexOptions(raw: string) {
   return r.data;
 }
 
-async function formatPlan(model: string, kvDtype: DType, gpu: DeviceProbe | null, tiers: readonly MemoryTier[], policy: string, p: RunPlan, serialUs?: Map<string, number>): Promise<string> {
+/** What the step's stage reads to choose and what its logits send up, in words. */
+function selectionLine(o: HybridRuntimeOptions): string {
+  const m = planSelection(o, true), name = typeof o.selector === "string" ? o.selector : "the engine's pair";
+  const reads = m.index ? "the page index's own bytes" : m.selection === "scan" ? "every offloaded K (a top-K scan)" : m.selection === "bounds" ? `two K rows a page of ${m.boundsPageSize}` : "no K";
+  return `select:     ${name} reads ${reads} to choose, then the chosen rows; logits ${o.logits ?? "verified"}${m.candidates > 1 ? ` (${m.candidates}·K candidates go up with their K)` : " (K rows of V go up)"}`;
+}
+
+async function formatPlan(model: string, kvDtype: DType, gpu: DeviceProbe | null, tiers: readonly MemoryTier[], policy: string, p: RunPlan, select: string, serialUs?: Map<string, number>): Promise<string> {
   const { formatBytes: fb } = await import("@hybridgen/memtier");
   const f = (x: number | null | undefined, d = 2) => (x === null || x === undefined ? "–" : x.toFixed(d));
   const per = p.bytesPerToken.k + p.bytesPerToken.v;
@@ -164,6 +199,7 @@ async function formatPlan(model: string, kvDtype: DType, gpu: DeviceProbe | null
       : []),
     `offloaded:  ${p.offloadedTokens} tokens a sequence: K ${fb(p.offloadedTokens * p.batch * p.bytesPerToken.k)}, V ${fb(p.offloadedTokens * p.batch * p.bytesPerToken.v)}`,
     `placement:  ${policy}; ${placementNote(tiers)}`,
+    select,
     ...(p.index ? [`index:      the page index chooses the rows: ${fb(p.index.bytes)} in ${p.index.placement === "device" ? "GPU memory (ranked there; the stage reads only the chosen pages' rows)" : "host memory (the CPU stage searches it)"}`] : []),
     `tier        kind  capacity     usable       K            V            read GB/s`,
     ...p.tiers.map(

@@ -9,8 +9,8 @@
  * is seeded random rows (runtime's fillSyntheticKv), which is what a decode step's speed depends on.
  */
 import { BatchDecoder, DTYPE_BYTES, HybridgenError, loadModel, modelInfo, type Backend, type CausalLM, type MemoryTier, type ModelFiles } from "@hybridgen/core";
-import type { RunPlan, RunPlanInput } from "@hybridgen/memtier";
-import { attachAttentionConfig, attentionConfig, fillSyntheticKv, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
+import type { RunPlan } from "@hybridgen/memtier";
+import { attachAttentionConfig, attentionConfig, fillSyntheticKv, planSelection, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
 import type { BenchOptions } from "./bench-args.js";
 import { decodeSteps, syntheticTokens, type ConfigOutcome } from "./bench-measure.js";
 import type { Workload } from "./workload-args.js";
@@ -183,29 +183,6 @@ function measureFull(r: Run, c: AttentionConfig, prompt: Int32Array): WorkloadRo
 
 const kvBytesPerToken = (r: Run) => 2 * r.files.shape.layers * r.files.shape.kvHeads * r.files.shape.headDim * DTYPE_BYTES[r.o.kvDtype];
 
-/**
- * The planner's byte model of configuration c's selector: what its stage reads to choose (every
- * offloaded K for top-K and the default's pair, Quest's page bounds, nothing for StreamingLLM, the
- * page index's own bytes) and how many rows its logits send up (verified: candidates·K with their K).
- */
-export function selectionModel(c: AttentionConfig, ranksOnDevice: boolean): Pick<RunPlanInput, "selection" | "boundsPageSize" | "candidates" | "index"> {
-  const h = c.hybrid ?? {}, opts = (h.selectorOptions ?? {}) as Record<string, unknown>;
-  const candidates = (h.logits ?? "verified") === "verified" ? (h.candidates ?? 4) : 1;
-  const num = (key: string) => (typeof opts[key] === "number" ? { [key]: opts[key] as number } : {});
-  switch (h.selector) {
-    case "index":
-      // A backend that cannot rank keeps the index on the stage, whatever the placement asked.
-      const placement = ranksOnDevice ? ((opts.placement as "auto" | "host" | "device" | undefined) ?? "auto") : "host";
-      return { candidates, index: { ...num("pageSize"), ...num("superPages"), ...(opts.form === "int4" || opts.form === "int8" ? { form: opts.form } : {}), placement } };
-    case "quest":
-      return { candidates, selection: "bounds", boundsPageSize: typeof opts.pageSize === "number" ? opts.pageSize : 16 };
-    case "streaming":
-      return { candidates, selection: "none" };
-    default:
-      return { candidates, selection: "scan" };
-  }
-}
-
 /** The planner's run for all N sequences at once under the cap (residentBytes: what a model holds besides its KV), with config c's byte model. */
 async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.sequences, window: number | "auto" = "auto", c?: AttentionConfig): Promise<RunPlan> {
   const { planRun } = await import("@hybridgen/memtier");
@@ -220,7 +197,7 @@ async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.
     },
     // The CPU backend's prefill reads its store in place: no device scratch.
     tiers: [...r.cx.tiers], k: r.o.k, appendTokens: prefillBlock(r), prefill: !r.o.syntheticKv && r.cx.backend.name !== "cpu",
-    ...(c ? selectionModel(c, r.cx.backend.indexRank !== undefined) : {}),
+    ...(c?.hybrid ? planSelection(c.hybrid, r.cx.backend.indexRank !== undefined) : {}),
   });
 }
 
@@ -269,7 +246,7 @@ async function measureOffloading(r: Run, c: AttentionConfig, prompt: Int32Array,
  * A measured row with the bytes its step must read and their floor, from the planner at the
  * row's batch and window: full attention reads its weights and every sequence's whole KV on the
  * device; a hybrid configuration the window there, what its selector's stage reads in the host tiers
- * (selectionModel) and the rows sent up (the floor is the planner's ms/step); FlexGen-style AoG also sends every
+ * (the runtime's planSelection) and the rows sent up (the floor is the planner's ms/step); FlexGen-style AoG also sends every
  * offloaded K and V row up each step (its floor: the slower of the device's reads and the link).
  */
 async function withFloor(r: Run, residentBytes: number, row: WorkloadRow, c: AttentionConfig): Promise<WorkloadRow> {
