@@ -314,18 +314,21 @@ export function planRun(input: RunPlanInput): RunPlan {
   let vGatherMs: number | null = 0;
   const memoryV = tiers.reduce((n, t) => n + (isFileTier(t) ? 0 : t.vBytes), 0);
   const tierBytes: Record<string, number> = {};
+  const totalK = tiers.reduce((n, t) => n + t.kBytes, 0), allRows = memoryRows + [...diskRows.values()].reduce((a, b) => a + b, 0);
   for (const t of tiers) {
     const vRows = isFileTier(t) ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
+    // Past a full scan the chosen rows' K comes from wherever K lives (on the disk tier only what a K spill moved there), not with their V.
+    const kRows = kRowsToo > 1 && totalK > 0 ? (allRows * t.kBytes) / totalK : 0;
     const kRead = t.kBytes * keyShare;
-    tierBytes[t.id] = kRead + kRowsToo * vRows * (isFileTier(t) ? readsPerRow * o.pageBytes : rowBytes);
+    tierBytes[t.id] = kRead + (vRows + kRows) * (isFileTier(t) ? readsPerRow * o.pageBytes : rowBytes);
     if (kRead > 0) {
       const m = isFileTier(t) ? kDiskMs(kRead, store.layout.kSpill!.unitBytes, byId.get(t.id)!) : ms(kRead, t.readBandwidthGBs);
       if (isFileTier(t)) kDiskTotal = kDiskTotal === null || m === null ? null : kDiskTotal + m;
       cpuMs = cpuMs === null || m === null ? null : cpuMs + m;
     }
-    const rows = isFileTier(t) ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
+    const rows = vRows + kRows;
     if (rows > 0) {
-      const m = isFileTier(t) ? diskRowsMs(kRowsToo * rows * readsPerRow, o.pageBytes, byId.get(t.id)!) : ms(kRowsToo * rows * rowBytes, t.readBandwidthGBs);
+      const m = isFileTier(t) ? diskRowsMs(rows * readsPerRow, o.pageBytes, byId.get(t.id)!) : ms(rows * rowBytes, t.readBandwidthGBs);
       vGatherMs = vGatherMs === null || m === null ? null : vGatherMs + m;
     }
   }

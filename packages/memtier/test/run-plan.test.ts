@@ -266,15 +266,16 @@ describe("planRun with the page index choosing the stage's rows", () => {
     expect(r.refusal).toMatch(/^the page index's host copy \(.+ for \d+ offloaded tokens × batch 1\) does not fit node0's usable 1\.80 GiB \(form int4, larger pages or a shorter context need less\)$/);
   });
 
-  it("disk reads: the index's rows come as whole pages of the file, one 4 KiB read an index page of 16 bf16 rows of 128 (not one a row)", () => {
-    // The scale run's 2M disk layout (V's last ~18 layers in files); the index reads K and V of its pages there.
+  it("disk reads: the index's rows come as whole pages of the file, one 4 KiB read an index page of 16 bf16 rows of 128 (not one a row); their K rows from memory, where K is", () => {
+    // The scale run's 2M disk layout (V's last ~18 layers in files, K all in memory): the disk gives the pages' V rows.
     const tiers: MemoryTier[] = [node0, { ...disk, capacityBytes: 60 * GiB, readBandwidthGBs: 2.3, readLatencyUs: 1450, readDepth: 120 }];
     const p = planRun({ ...base, contextTokens: 2_000_028, gpuKvBudget: 859_852, tiers, hostBudgetBytes: 100 * GiB, index: { placement: "device" } });
     const d = p.tiers.find((t) => t.kind === "file")!, rows = (8192 * d.vBytes) / p.store.layout.regionBytes;
     expect(d.kBytes).toBe(0);
-    expect(p.predicted.bytes.tiers[d.id]).toBeCloseTo(((2 * rows) / 16) * 4096, 0);
-    const nodeMs = ((2 * ((256 + 31 * 1024) * 8 - rows) * 256) / 40e9) * 1e3;
-    expect(p.predicted.vGatherMs).toBeCloseTo(nodeMs + ((2 * rows) / 16 / 120) * 1.45, 6);
+    expect(p.predicted.bytes.tiers[d.id]).toBeCloseTo((rows / 16) * 4096, 0);
+    const all = (256 + 31 * 1024) * 8, nodeMs = (((2 * all - rows) * 256) / 40e9) * 1e3; // every K row and the V rows not on disk
+    expect(p.predicted.bytes.tiers.node0).toBeCloseTo((2 * all - rows) * 256, 0);
+    expect(p.predicted.vGatherMs).toBeCloseTo(nodeMs + (rows / 16 / 120) * 1.45, 6);
   });
 });
 
