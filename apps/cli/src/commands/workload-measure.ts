@@ -291,7 +291,12 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
   const configs = o.configs.map((c) => attentionConfig(c, o.k));
   const prompt = syntheticTokens(context, files.shape.vocabSize, o.seed);
   const rows: WorkloadRow[] = [];
-  for (const c of configs.filter((x) => x.kind === "full")) rows.push(measureFull(r, c, prompt));
+  // Each row's figures as it ends: a run stopped by a time limit still says what it measured.
+  const said = (x: WorkloadRow) => {
+    cx.progress(x.status === "ok" ? `${x.config}: ${x.tokensPerSec!.toFixed(1)} tokens/s, ${x.msPerStep!.toFixed(2)} ms a step of ${x.batch} (${x.waves} wave${x.waves === 1 ? "" : "s"})` : `${x.config}: ${x.status} (${x.note})`);
+    return x;
+  };
+  for (const c of configs.filter((x) => x.kind === "full")) rows.push(said(measureFull(r, c, prompt)));
   const plan = await planWorkload(r, residentBytes);
   const window = plan.gpu?.windowTokens ?? context + o.steps;
   const offloading = configs.filter((x) => x.kind !== "full");
@@ -307,7 +312,7 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
         if (cx.signal?.aborted) break;
         // A configuration's own window: a device page index takes its room beside the windows.
         const own = c.kind === "hybrid" ? (await planWorkload(r, residentBytes, sequences, "auto", c)).gpu?.windowTokens ?? window : window;
-        rows.push(await measureOffloading(r, c, prompt, Math.min(window, Math.max(own, o.sinkTokens + 2)), o.sinkTokens + 2));
+        rows.push(said(await measureOffloading(r, c, prompt, Math.min(window, Math.max(own, o.sinkTokens + 2)), o.sinkTokens + 2)));
       }
     }
   }
