@@ -413,10 +413,11 @@ typedef struct {
 static void fold_task(void *v, int g, int parts) {
     (void)parts;
     prim_run *r = v;
-    float *mn = malloc((size_t)r->x->d * 8);
+    float on_stack[512];
+    float *mn = r->x->d <= 256 ? on_stack : malloc((size_t)r->x->d * 8);
     if (!mn) return; /* the caller's index stays as it was: only an allocation of 2·d floats can fail here */
     fold_head(r->x, (const char *)r->k, r->ktype, r->kcap, g, r->from, r->to, mn, mn + r->x->d);
-    free(mn);
+    if (mn != on_stack) free(mn);
 }
 
 void hg_index_fold(void *base, int form, int64_t kv_heads, int64_t d, int64_t page, int64_t super, int64_t page_cap, const void *k, int ktype,
@@ -424,7 +425,10 @@ void hg_index_fold(void *base, int form, int64_t kv_heads, int64_t d, int64_t pa
     hg_index x;
     if (hg_index_view(&x, base, form, kv_heads, d, page, super, page_cap) || to <= from) return;
     prim_run r = {.x = &x, .k = k, .ktype = ktype, .kcap = kcap, .from = from, .to = to};
-    hg_sel_pool_run(hg_sel_pool(stage), fold_task, &r, (int)kv_heads);
+    /* A decode step folds a row or two: waking the pool would cost more than the heads' pages take here. */
+    if ((to - from + page) * kv_heads * d < 65536)
+        for (int64_t g = 0; g < kv_heads; g++) fold_task(&r, (int)g, (int)kv_heads);
+    else hg_sel_pool_run(hg_sel_pool(stage), fold_task, &r, (int)kv_heads);
 }
 
 static void search_task(void *v, int piece, int pieces) {

@@ -21,10 +21,11 @@ function job(slot: 0 | 1, k: Tensor, v: Tensor, n: number, budget: number, form:
 
 describe(`the page index, native (seed ${SEED})`, () => {
   for (const isa of supportedIsas()) {
-    it(`${isa}: indexFold stores the reference's bytes (every dtype, folded in steps); indexPages keeps the flat choice within f32 rounding`, () => {
+    it(`${isa}: indexFold stores the reference's bytes (every dtype, folded in steps, on the pool and on the caller); indexPages keeps the flat choice within f32 rounding`, () => {
       const r = rng(3311), P = nativeSelectorPrimitives(isa);
       for (const form of PAGE_INDEX_FORMS) {
-        for (const [dtype, kvHeads, group, d, page, sup] of [["f32", 2, 4, 24, 8, 4], ["bf16", 3, 2, 36, 16, 3], ["f16", 1, 8, 64, 5, 7]] as [DType, number, number, number, number, number][]) {
+        // The 8B's heads: its folds of many rows run on the pool, its folds of one row on the caller.
+        for (const [dtype, kvHeads, group, d, page, sup] of [["f32", 2, 4, 24, 8, 4], ["bf16", 3, 2, 36, 16, 3], ["f16", 1, 8, 64, 5, 7], ["bf16", 8, 4, 128, 16, 4]] as [DType, number, number, number, number, number][]) {
           const cap = 333, what = `${isa} ${form} ${dtype} d=${d} page=${page} super=${sup}`;
           using cpu = createCpuBackend({ threads: 2, isa });
           const K = cpu.alloc([kvHeads, cap, d], dtype) as CpuTensor;
