@@ -1,16 +1,17 @@
 """Trains a tiny Llama on the multi-key needle task with numpy alone (no torch, no GPU): a model
 nobody profiled that the lab VM can make in minutes and evaluate at short contexts.
 
-    python3 apps/bench/train/tiny_retrieval.py --out DIR [--seed 1] [--steps 3000]
+    python3 apps/bench/train/tiny_retrieval.py --out DIR [--seed 1] [--steps 8000]
     python3 apps/bench/train/tiny_retrieval.py --check     # the hand-written gradients against finite differences
     python3 apps/bench/train/tiny_retrieval.py --out DIR --parity   # initial weights and numpy's logits, for the engine to match
 
 The model (DIR/needle-3l: config.json, model.safetensors in f32, recall-4l's word-level
-tokenizer) is a Llama of 3 layers, hidden 64, 4 heads of 16, 2 KV heads (2 query heads each),
-SwiGLU 128, RoPE theta 1e4, trained from random weights — but for layer 0's first head, which
-starts as a previous-token head (previous_token_head) — on haystacks of fillers holding many
-records `kA vB .` (distinct keys) followed by questions `? kA vB .`: the loss is on the answers
-only. Lengths grow from 64 to 256 tokens. It is the eval's `needle` task
+tokenizer) is a Llama of 3 layers, hidden 64, 2 heads of 32 sharing one KV head, SwiGLU 128,
+RoPE theta 1e6 (half of each head's pairs turn less than a radian over 1K tokens: room to match
+content), trained from random weights — but for layer 0's first head, which starts as a
+previous-token head (previous_token_head) — on haystacks of fillers holding many records
+`kA vB .` (distinct keys) followed by questions `? kA vB .`: the loss is on the answers only.
+Lengths grow from 64 to 256 tokens. It is the eval's `needle` task
 (apps/bench/src/eval/retrieval-tasks.ts); the seed and the step count make the weights (never
 committed), and DIR/needle-3l/recipe.json records the recipe and the answer accuracy reached.
 """
@@ -24,9 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_files import VOCAB, DOT, ASK, F0, K0, V0, write_meta  # noqa: E402
 
 # (layers, hidden, heads, kv heads, intermediate)
-SHAPE = (3, 64, 4, 2, 128)
+SHAPE = (3, 64, 2, 1, 128)
 NAME = "needle-3l"
-THETA = 1e4
+THETA = 1e6
 EPS = 1e-5
 
 
@@ -43,24 +44,28 @@ def init(shape, rng, dtype=np.float32):
 
 
 def previous_token_head(p, shape, rng):
-    """Layer 0's first head starts out attending to the previous token: every embedding gets a shared
-    direction u, the head's key reads u into the first half of the four fastest RoPE pairs and its
-    query reads u turned back by one position's angle there, so the score is ∝ Σᵢ cos(θᵢ(Δ − 1)),
-    highest at Δ = 1 (≈ 100% of the head's attention at init, checked over 512 tokens). The rest is
-    random and everything trains: a value then carries its key, and the retrieval head of the later
-    layers forms without the long plateau of a random start."""
+    """Layer 0's first head starts out attending to the previous token: every token's embedding is
+    given the same norm and a shared direction u (orthogonal to the rest, so u·y is the same for
+    every token after the RMS norm), the head's key reads u into the first half of the four fastest
+    RoPE pairs and its query reads u turned back by one position's angle there, so the score is
+    ∝ Σᵢ cos(θᵢ(Δ − 1)), highest at Δ = 1 (all of the head's attention at init, checked over 512
+    tokens). The rest is random and everything trains: a value then carries its key, and the
+    retrieval head of the later layers forms without the long plateau of a random start."""
     layers, d, h, kv, inter = shape
     hd, half = d // h, d // h // 2
     u = rng.standard_normal(d)
     u /= np.linalg.norm(u)
-    # Three times a token's own embedding (norm ≈ 0.02·√d): u·y then varies little from token to token, and Δ = 0 never wins by a larger u·y.
-    p["embed"] += (3 * 0.02 * math.sqrt(d) * u).astype(p["embed"].dtype)
+    e = p["embed"].astype(np.float64)
+    e -= np.outer(e @ u, u)
+    e *= 0.02 * math.sqrt(d) / np.linalg.norm(e, axis=1, keepdims=True)
+    # Half a token's norm: the token keeps ≈ 89% of each normalized input.
+    p["embed"] = (e + 0.5 * 0.02 * math.sqrt(d) * u).astype(p["embed"].dtype)
     theta = 1.0 / THETA ** (np.arange(0, hd, 2) / hd)
     w = (np.arange(half) < 4).astype(np.float64)  # the slow pairs barely tell Δ = 1 from Δ = 0
     k0 = np.concatenate([w, np.zeros(half)])
     q0 = np.concatenate([w * np.cos(theta), -w * np.sin(theta)])
-    p["0.k"][:hd] = (2 * np.outer(k0, u)).astype(p["0.k"].dtype)
-    p["0.q"][:hd] = (2 * np.outer(q0, u)).astype(p["0.q"].dtype)
+    p["0.k"][:hd] = (4 * np.outer(k0, u)).astype(p["0.k"].dtype)
+    p["0.q"][:hd] = (4 * np.outer(q0, u)).astype(p["0.q"].dtype)
 
 
 def rope_tables(t, hd, dtype):
@@ -301,7 +306,7 @@ def train(args):
     s = {k: np.zeros_like(v) for k, v in p.items()}
     b1, b2, wd = 0.9, 0.98, 0.01
     # (until this share of the steps: sequence length, batch) — short first, where the retrieval circuit forms fastest.
-    phases = [(0.5, 64, 48), (0.8, 128, 24), (1.0, 256, 12)]
+    phases = [(0.6, 64, 48), (0.85, 128, 24), (1.0, 256, 12)]
     t0 = time.time()
     for step in range(args.steps):
         frac = step / args.steps
@@ -334,7 +339,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=8000)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--check", action="store_true", help="compare the gradients with finite differences and exit")
