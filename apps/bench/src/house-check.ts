@@ -83,7 +83,7 @@ function noLabInPackages(root: string): HouseCheck {
   }
   // The CUDA backend's bench-only switches and probes stay behind its /lab entry: none public on the class.
   const cuda = join(root, "packages/kernels-cuda/src/cuda-backend.ts");
-  const LAB_ONLY = /^ {2}(?:get )?(setMatmulPath|setBatchCopies|setRecordedFlush|setSkinny|skinny|matmulPathFor|readBandwidth|gatherBench|injectFault|setMatvecFusion|matvecFusion|setCudaGraphs|profilerRange|graphStats|resetGraphs|setPlanMajor|planMajor|attnDecodeIsSplitK|attnCausalUsesTensorCores|setBatchAttention)\(/gm;
+  const LAB_ONLY = /^ {2}(?:get )?(setMatmulPath|setBatchCopies|setSkinny|skinny|matmulPathFor|readBandwidth|gatherBench|injectFault|setMatvecFusion|matvecFusion|setCudaGraphs|profilerRange|graphStats|resetGraphs|setPlanMajor|planMajor|attnDecodeIsSplitK|attnCausalUsesTensorCores|setBatchAttention)\(/gm;
   if (existsSync(cuda)) for (const m of readFileSync(cuda, "utf8").matchAll(LAB_ONLY)) found.push(`CudaBackend.${m[1]} (public; belongs behind kernels-cuda/lab)`);
   const scripts = files(join(root, "scripts")).filter((f) => !relative(join(root, "scripts"), f).startsWith("common/") && !/\/(setup|test|release)\.mjs$/.test(f));
   found.push(...scripts.map((f) => relative(root, f)));

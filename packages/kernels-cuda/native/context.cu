@@ -89,9 +89,8 @@ int hg_flush_copies(HgCtx *c) {
 }
 
 // Queues a small copy; when it touches memory a queued copy uses, or the queue is full, the queue
-// runs first as a batch of its own — inside a recorded step only with recordedFlush (batched steps of
-// 4+ rows hung with it, not yet told apart from their rows fetched ahead), else the caller's copy drains
-// the step. Returns 1 when queued.
+// runs first as a batch of its own (inside a recorded step with recordedFlush, else the caller's copy
+// drains the step). Returns 1 when queued.
 static int queue_copy(HgCtx *c, char *dst, int dd, const char *src, int sd, size_t count) {
   const size_t db = count * (dd == DT_F32 ? 4 : 2), sb = count * (sd == DT_F32 ? 4 : 2);
   if (!c->batchCopies || db > (64u << 10) || (sd != dd && sd != DT_F32)) return 0;
@@ -115,7 +114,7 @@ HG_EXPORT void hg_cu_set_batch_copies(HgCtx *c, int on) {
   c->batchCopies = on;
 }
 
-// 1: a full copy queue inside a recorded step runs as a batch of its own instead of draining it.
+// 1: a full copy queue inside a recorded step runs as a batch of its own instead of draining it (CudaBackend turns it on).
 HG_EXPORT void hg_cu_set_recorded_flush(HgCtx *c, int on) { c->recordedFlush = on; }
 
 HG_EXPORT void hg_cu_error_string(int code, char *buf, int len) {

@@ -166,6 +166,8 @@ export class CudaBackend implements Backend {
     this.cublas = new TextDecoder().decode(info.subarray(0, end < 0 ? info.length : end));
     this.check = new BackendChecks({ name: "cuda", className: "CudaBackend", tensorClass: CudaTensor, owner: this, usable: (op) => this.live_(op) });
     this.setSkinny(SKINNY_DEFAULTS); // the library's own defaults are the first version's (32 rows, no fused reduce)
+    // A full copy queue inside a recorded step runs as a batch of its own (the library drains the step): a batched step's row appends overflow it.
+    this.lib.hg_cu_set_recorded_flush(ctx, 1);
   }
 
   // ---- errors and validation ----------------------------------------------------------------
@@ -318,10 +320,6 @@ export class CudaBackend implements Backend {
     this.lib.hg_cu_set_batch_copies(this.live_("setBatchCopies"), on ? 1 : 0);
   }
 
-  /** A full small-copy queue inside a recorded step runs as a batch of its own (on) or drains the step (off, the default). */
-  private setRecordedFlush(on: boolean): void {
-    this.lib.hg_cu_set_recorded_flush(this.live_("setRecordedFlush"), on ? 1 : 0);
-  }
 
   /**
    * Batched-decode GEMM switches (SkinnyOptions; unset fields keep their values). The defaults
@@ -478,7 +476,6 @@ export class CudaBackend implements Backend {
       setMatmulPath: (path) => this.setMatmulPath(path),
       matmulPathFor: (n, dtype, k) => this.matmulPathFor(n, dtype, k),
       setBatchCopies: (on) => this.setBatchCopies(on),
-      setRecordedFlush: (on) => this.setRecordedFlush(on),
       setSkinny: (o) => this.setSkinny(o),
       skinny: () => this.skinny,
       setMatvecFusion: (f) => this.setMatvecFusion(f),

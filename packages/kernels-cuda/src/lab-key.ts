@@ -11,8 +11,6 @@ export interface CudaLab {
   matmulPathFor(n: number, dtype?: DType, k?: number): MatmulPath;
   /** The small-copy queue of copyRows (default on). */
   setBatchCopies(on: boolean): void;
-  /** A full copy queue inside a recorded step: a batch of its own (on) or a drain of the step (off, default). */
-  setRecordedFlush(on: boolean): void;
   /** Batched-decode GEMM switches (unset fields keep their values). */
   setSkinny(o: Partial<SkinnyOptions>): void;
   skinny(): SkinnyOptions;
