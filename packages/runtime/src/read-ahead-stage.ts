@@ -29,6 +29,15 @@ export class ReadAheadStage implements CpuStage {
   get queueDepth(): number | undefined {
     return this.inner.queueDepth;
   }
+  get takesChosenPages(): boolean | undefined {
+    return this.inner.takesChosenPages;
+  }
+  get scoring(): string | undefined {
+    return this.inner.scoring;
+  }
+  get rescoreFactor(): number | undefined {
+    return this.inner.rescoreFactor;
+  }
   get primitives(): SelectorPrimitives | undefined {
     return this.inner.primitives;
   }
@@ -37,6 +46,9 @@ export class ReadAheadStage implements CpuStage {
   }
   query(slot: 0 | 1): Float32Array {
     return this.inner.query(slot);
+  }
+  chosenPages(slot: 0 | 1): Int32Array {
+    return this.inner.chosenPages!(slot);
   }
   submit(job: CpuStageJob): void {
     this.last = job;

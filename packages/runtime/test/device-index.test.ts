@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { pageIndexLayout, type Backend } from "@hybridgen/core";
+import { pageIndexLayout, type Backend, type KvStoreAllocator } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { createSelector } from "@hybridgen/selectors";
 import { loadModel } from "@hybridgen/core";
@@ -13,10 +13,13 @@ describe("the page index ranked on the device (a CPU backend standing in for the
   afterAll(() => (backend as Backend & { close(): void }).close());
   const prompt = Int32Array.from({ length: PROMPT }, (_, i) => (i * 37 + 11) % 256);
 
-  async function decode(placement: "host" | "device", form: "int8" | "int4", logits: "exact" | "verified") {
+  /** A placed store (its readAhead wraps the stage, as a TieredStore's does). */
+  const placed = (): KvStoreAllocator => ({ alloc: (be, _pool, _layer, shape, dtype) => be.alloc(shape, dtype), pinnable: () => true, release: () => {}, readAhead: () => {} });
+
+  async function decode(placement: "host" | "device", form: "int8" | "int4", logits: "exact" | "verified", storeAllocator?: KvStoreAllocator) {
     using model = loadModel(tinyFiles(9), backend, { maxContext: CONTEXT, gpuKvBudget: 16, sinkTokens: 2 });
     const selector = createSelector("index", { form, pageSize: 4, superPages: 2, placement });
-    using ha = await createHybridAttention(model, backend, { selector, scheduler: "fixed", k: 6, timing: "pre", logits });
+    using ha = await createHybridAttention(model, backend, { selector, scheduler: "fixed", k: 6, timing: "pre", logits, ...(storeAllocator ? { storeAllocator } : {}) });
     expect(ha.deviceIndex !== null).toBe(placement === "device");
     const before = calls.n, r = decodeTiny(model, prompt);
     expect(ha.stats.steps).toBe(STEPS);
@@ -34,6 +37,13 @@ describe("the page index ranked on the device (a CPU backend standing in for the
       });
     }
   }
+
+  it("with a placed store (the stage wrapped to hear each layer's rows) the device still ranks: the same tokens and logits", async () => {
+    const plain = await decode("device", "int8", "verified"), wrapped = await decode("device", "int8", "verified", placed());
+    expect(wrapped.ranked).toBe(STEPS * 3);
+    expect(wrapped.tokens).toEqual(plain.tokens);
+    wrapped.logits.forEach((l, i) => expect(l, `forward ${i}`).toEqual(plain.logits[i]));
+  });
 
   it("placement device on a backend that cannot rank is one line; auto falls back to the stage", async () => {
     using cpu = createCpuBackend({ threads: 1 });
