@@ -14,7 +14,8 @@
 #             must fit the model's 131 072 positions) under GPU_MEM, --synthetic-kv; CONFIGS default full, the default
 #             hybrid (a top-K scan of every offloaded K) and hybridgen-index (the page index ranked on the device for the batch)
 # GPU_MEM defaults to 80G where the card has more than 80 GiB, else the card's memory less 2 GiB (an H100's 80 GB
-# card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP and K override the workload bench.
+# card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP, K and STAGE_THREADS (each sequence's CPU-stage
+# threads; the first step folds every offloaded row into a page index on them) override the workload bench.
 set -u
 . "$(dirname "$0")/device-env.sh"
 D=$DEVICE_DIR
@@ -47,7 +48,7 @@ for part in ${PART:-checks batch workload}; do
       for w in ${WORKLOADS:-8x131000 32x32768}; do
         mkdir -p "$OUT/workload-$w"
         timeout "${WORKLOAD_S:-200}" bun "$D/hybridgen.js" bench $BENCH --workload "$w" --gpu-mem "$GPU_MEM" --synthetic-kv \
-          --configs "${CONFIGS:-full,hybridgen,hybridgen-index}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" \
+          --configs "${CONFIGS:-full,hybridgen,hybridgen-index}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" ${STAGE_THREADS:+--cpu-stage-threads "$STAGE_THREADS"} \
           --out "$OUT/workload-$w" > "$OUT/workload-$w/table.md" 2> "$OUT/workload-$w/progress.log"
         echo "workload $w exit $?"; cat "$OUT/workload-$w/table.md"; grep -E 'fit|filled|tokens/s|error|Error' "$OUT/workload-$w/progress.log" | cut -c1-300 | tail -10
         free -g | grep Mem
