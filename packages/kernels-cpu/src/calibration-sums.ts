@@ -6,21 +6,8 @@
  */
 import { FFIType } from "bun:ffi";
 import { availableParallelism } from "node:os";
-import { fail } from "@hybridgen/spec";
+import { fail, type CalibrationBatch } from "@hybridgen/spec";
 import { openNativeSymbols } from "./native.js";
-
-/** The rows of many samples and what each one reads (the engine's CalibrationBatch, structurally). */
-export interface NativeCalibrationBatch {
-  /** `rows` rows of `width` floats. */
-  readonly data: Float32Array;
-  readonly width: number;
-  /** Query heads of a sample (one KV head's group): rows from each first row. */
-  readonly group: number;
-  /** Per sample: q's logits' first row, q̃'s (-1: none), q's probabilities', then from and to. */
-  readonly samples: Int32Array;
-  readonly grid: readonly number[];
-  readonly candidates: number;
-}
 
 type Sums = (data: Float32Array, rows: number, width: number, group: number, samples: Int32Array, n: number, grid: Int32Array, g: number, c: number, out: Float64Array, threads: number) => number;
 let sumsFn: Sums | undefined;
@@ -32,7 +19,7 @@ function nativeSums(): Sums {
 }
 
 /** Sums of a batch ([samples][4·(grid + 1) + 2], the engine's layout) on `threads` native threads (default: every core). */
-export function createNativeCalibrationSums(threads: number = availableParallelism()): (b: NativeCalibrationBatch) => Float64Array {
+export function createNativeCalibrationSums(threads: number = availableParallelism()): (b: CalibrationBatch) => Float64Array {
   if (!(Number.isInteger(threads) && threads >= 1 && threads <= 256)) fail(`calibration sums: threads must be an integer in [1, 256], got ${threads}`);
   return (b) => {
     const n = b.samples.length / 5, g = b.grid.length;

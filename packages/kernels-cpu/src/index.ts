@@ -6,7 +6,7 @@ export { CpuTensor } from "./tensor.js";
 export { nativeLibraryPath } from "./native.js";
 export { DEFAULT_READ_DEPTH, NativeCpuStage, NativeCpuStageOptionsSchema, type NativeCpuStageOptions } from "./cpu-stage.js";
 export { createNativeRandomFill } from "./random-fill.js";
-export { createNativeCalibrationSums, type NativeCalibrationBatch } from "./calibration-sums.js";
+export { createNativeCalibrationSums } from "./calibration-sums.js";
 export { nativeSelectorPrimitives, type SelectorIsa } from "./selector-primitives.js";
 export { storeKeys } from "./store-keys.js";
 export { TieredStore, probeMemoryReadBandwidth, probeFileReadBandwidth, probeFileReadLatency, type ReadDepth, type TieredStoreOptions, type SegmentCheck } from "./tiered-store.js";

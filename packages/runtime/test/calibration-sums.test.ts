@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { HybridgenError, seededRandom } from "@hybridgen/core";
-import { calibrationGrid, calibrationSumsTs, sampleSumsLength, type CalibrationBatch } from "../src/index.js";
+import type { CalibrationBatch } from "@hybridgen/spec";
+import { calibrationGrid, calibrationSumsTs, sampleSumsLength } from "../src/index.js";
 import { createNativeCalibrationSums } from "@hybridgen/kernels-cpu";
 
 /**

@@ -18,3 +18,4 @@ export * from "./contracts/tier-kinds.js";
 export * from "./hybrid/cpu-stage.js";
 export * from "./hybrid/check-stage-job.js";
 export * from "./hybrid/params.js";
+export * from "./hybrid/calibration-batch.js";

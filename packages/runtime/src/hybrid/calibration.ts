@@ -10,7 +10,7 @@
  * candidates with the true query, so their mass is what those candidates hold.
  */
 import { z } from "zod";
-import { DEFAULT_K, HybridgenError } from "@hybridgen/spec";
+import { DEFAULT_K, HybridgenError, type CalibrationBatch } from "@hybridgen/spec";
 
 /** K grid: 4·√2ⁱ rounded (4, 6, 8, 11, 16, …), up to a bound. */
 export function calibrationGrid(upTo: number): number[] {
@@ -50,19 +50,6 @@ export interface CalibrationSample {
  * count, each per grid K plus one bucket past the grid; then the query heads counted and the samples (0 or 1). */
 export function sampleSumsLength(points: number): number {
   return 4 * (points + 1) + 2;
-}
-
-/** Many samples' rows in one array (the calibrator's stash, read once). */
-export interface CalibrationBatch {
-  /** Rows of `width` floats. */
-  readonly data: Float32Array;
-  readonly width: number;
-  /** Query heads of a sample (one KV head's group): `group` rows from each first row. */
-  readonly group: number;
-  /** Per sample, five fields: q's logits' first row, q̃'s (-1: none, layer 0), q's probabilities', from, to. */
-  readonly samples: Int32Array;
-  readonly grid: readonly number[];
-  readonly candidates: number;
 }
 
 /** A batch's sums, [samples][sampleSumsLength]: calibrationSumsTs, or a native kernel giving the same doubles. */
