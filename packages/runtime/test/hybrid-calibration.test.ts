@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { HybridgenError, seededRandom } from "@hybridgen/core";
 import { DEFAULT_K } from "@hybridgen/spec";
-import { calibrationGrid, calibrationSummary, checkMassTarget, decideCalibration, DEFAULT_MAX_SHARE, layerKCap, LayerCalibration, type CalibrationSample } from "../src/index.js";
+import { CAP_REFERENCE, calibrationGrid, calibrationSummary, checkMassTarget, decideCalibration, DEFAULT_MAX_SHARE, layerKCap, LayerCalibration, type CalibrationSample } from "../src/index.js";
 
 /** `n` distinct values at least 1.25% apart (the bucket sort ties values within 0.8%), from 1 up, shuffled. */
 function distinct(r: () => number, n: number): Float32Array {
@@ -94,7 +94,7 @@ describe("prefill calibration's arithmetic", () => {
       sharpLayer.add(sample(y, y, 2, big + 2));
     }
     const o = { massTarget: 0.95, offloaded: big, tokens: big + 10, ms: 1, samples: 4 };
-    const all = decideCalibration([even, sharpLayer], { ...o, maxShare: 1 });
+    const all = decideCalibration([even, sharpLayer], { ...o, maxShare: Infinity });
     expect(all.k).toBeGreaterThan(0.7 * big);
     expect(all.k).toBeLessThanOrEqual(big);
     const capped = decideCalibration([even, sharpLayer], o);
@@ -110,6 +110,23 @@ describe("prefill calibration's arithmetic", () => {
     // Short contexts keep DEFAULT_K, and never more than what is offloaded.
     expect(layerKCap(300, DEFAULT_MAX_SHARE)).toBe(DEFAULT_K);
     expect(layerKCap(40, DEFAULT_MAX_SHARE)).toBe(40);
+  });
+
+  it("the cap's share falls with the context past CAP_REFERENCE: its rows grow as the square root", () => {
+    expect(layerKCap(CAP_REFERENCE, DEFAULT_MAX_SHARE)).toBe(CAP_REFERENCE / 8);
+    expect(layerKCap(4 * CAP_REFERENCE, DEFAULT_MAX_SHARE)).toBe(CAP_REFERENCE / 4);
+    expect(layerKCap(131072, DEFAULT_MAX_SHARE)).toBe(2897);
+    expect(layerKCap(1 << 20, DEFAULT_MAX_SHARE)).toBe(8192);
+    let share = 1;
+    for (let n = 2048; n <= 1 << 22; n *= 2) {
+      const cap = layerKCap(n, DEFAULT_MAX_SHARE);
+      expect(cap / n).toBeLessThanOrEqual(share);
+      expect(cap).toBeGreaterThan(layerKCap(n / 2, DEFAULT_MAX_SHARE));
+      share = cap / n;
+    }
+    // Uncapped: every offloaded token.
+    expect(layerKCap(131072, Infinity)).toBe(131072);
+    expect(layerKCap(1, Infinity)).toBe(1);
   });
 
   it("a mass target must be in (0, 1]", () => {

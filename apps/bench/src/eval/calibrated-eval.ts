@@ -41,13 +41,13 @@ if (BACKEND !== "cpu" && BACKEND !== "cuda") throw new Error(`--backend must be 
 const DEVICE = BACKEND === "cuda";
 const sums = createNativeCalibrationSums();
 
-/** A mode: its runtime options (no K: calibrated), its calibration's candidate multiplier ("exact": exact logits, every layer exact; 0: none) and cap on a layer's K (share of the offloaded tokens; absent: the runtime's). */
+/** A mode: its runtime options (no K: calibrated), its calibration's candidate multiplier ("exact": exact logits, every layer exact; 0: none) and cap on a layer's K (layerKCap's share; Infinity: none; absent: the runtime's). */
 interface Mode { label: string; options: HybridRuntimeOptions; candidates: number | "exact"; maxShare?: number }
 const MODES: Record<string, Mode> = {
   full: { label: "full attention", options: { selector: "all", logits: "exact", scheduler: "fixed", k: 1 }, candidates: 0 },
   default: { label: `defaults (${DEVICE ? "device: feedback, topk+quest" : "CPU: fixed top-K"}, verified ×4)`, options: {}, candidates: 4 },
   "default-fixed": { label: "fixed top-K, verified ×4", options: { scheduler: "fixed" }, candidates: 4 },
-  "default-uncapped": { label: "defaults, K per layer uncapped", options: {}, candidates: 4, maxShare: 1 },
+  "default-uncapped": { label: "defaults, K per layer uncapped", options: {}, candidates: 4, maxShare: Infinity },
   "default-device": { label: "device defaults (feedback, topk+quest, verified ×4)", options: { scheduler: "feedback" }, candidates: 4 },
   exact: { label: "top-K, exact logits", options: { logits: "exact" }, candidates: "exact" },
   speculative: { label: "top-K, speculative logits", options: { logits: "speculative" }, candidates: 1 },

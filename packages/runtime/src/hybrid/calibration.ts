@@ -266,12 +266,16 @@ function at(layer: LayerCalibration, k: number, read: (b: number) => number): nu
   return read(b < 0 ? layer.grid.length - 1 : b);
 }
 
-/** A layer's K is at most this share of the offloaded tokens (never below DEFAULT_K): a broad layer spreads its mass over most tokens, and reading most of them would undo the offload. */
+/** A layer's K is at most this share of the offloaded tokens up to CAP_REFERENCE of them (never below DEFAULT_K): a broad layer spreads its mass over most tokens, and reading most of them would undo the offload. */
 export const DEFAULT_MAX_SHARE = 1 / 8;
 
-/** The largest K a layer may take: maxShare of the offloaded tokens, at least DEFAULT_K, at most all of them. */
+/** Past this many offloaded tokens the cap grows as the square root of the context: its share falls as √(CAP_REFERENCE/offloaded), 1/8 at 4K, 1/16 at 16K, 1/45 at 128K, so a broad layer's rows grow slower than the context they offload. */
+export const CAP_REFERENCE = 4096;
+
+/** The largest K a layer may take: maxShare of the offloaded tokens (of √(CAP_REFERENCE·offloaded) past CAP_REFERENCE), at least DEFAULT_K, at most all of them; maxShare Infinity caps nothing. */
 export function layerKCap(offloaded: number, maxShare: number): number {
-  return Math.min(Math.max(1, offloaded), Math.max(DEFAULT_K, Math.ceil(maxShare * offloaded)));
+  const n = Math.max(1, offloaded);
+  return Math.min(n, Math.max(DEFAULT_K, Math.ceil(maxShare * Math.sqrt(Math.min(n, CAP_REFERENCE) * n))));
 }
 
 /** q̃'s candidates may need this many times the true query's K (and at least SLACK_MIN) before a layer selects with the true query. */
