@@ -1,45 +1,64 @@
 #!/bin/sh
-# One device call for issue 34, run from a staged copy (the run tool ships the main checkout):
-# what prefill calibration costs on the Llama-3.1-8B shape at 32K (medians of 2) and 128K (one)
-# in the same run; the retrieval models of apps/bench/train/retrieval_models.py grown from
-# recall-4l and trained (seed 1, a time budget each); then every model's accuracy on the CUDA
-# backend (bf16 KV) with no profile and no K given, at 4K, 8K and 16K. One log, the evals' JSON and
-# README table files (eval.tar), and the trained weights come back in $OUT (8 files at most). Stage:
-#   S=/work/main/.stage/calib; mkdir -p $S/.device $S/packages/kernels-cpu/lib $S/packages/kernels-cuda/lib
-#   cp --parents apps/bench/device/calibration-run.sh apps/bench/device/device-env.sh apps/bench/train/retrieval_models.py apps/bench/train/llama_files.py $S/
-#   cp packages/kernels-cpu/lib/libhgcpu.so $S/packages/kernels-cpu/lib/; cp packages/kernels-cuda/lib/libhgcuda.so $S/packages/kernels-cuda/lib/
-#   cp -r ../shared/models/recall-4l $S/.device/; cp .device/bun.xz $S/.device/   (sh ../shared/device/stage-bun.sh makes it)
-#   for e in calibration-cost eval/calibrated-eval; do bun build --target=bun --external 'bun:*' apps/bench/src/$e.ts --outfile $S/.device/$(basename $e).js; done
-# then carry [".stage/calib"] and run `cd .stage/calib && sh apps/bench/device/calibration-run.sh`.
+# One device call for issue 34, from the repository root with the shared stage in $DEVICE_DIR
+# (device-env.sh: bun.xz, lib/, calibrated-eval.js) and recall-4l as $STAGE/recall-4l.tar.xz
+# (tar cJf $STAGE/recall-4l.tar.xz -C ../shared/models recall-4l):
+#   STAGE=.stage/calib DEVICE_DIR=.device sh apps/bench/device/calibration-run.sh
+# 1. With COST=1 first (needs $DEVICE_DIR/calibration-cost.js): what prefill calibration costs on
+#    the Llama-3.1-8B shape at 32K (medians of 2) and, with COST128=1, 128K, both arms in one run.
+# 2. The retrieval models of apps/bench/train/retrieval_models.py grown from recall-4l, trained side
+#    by side (seed 1, BUDGET seconds each): vt-8l on the vartrack mix once per learning rate of
+#    VT_LRS (the run answering more of fresh training-format batches at 4K is kept: its recipe.json
+#    says which), ruler-12l on the ruler mix; recall-4l's eval (RECALL_LENGTHS, RECALL_MODES) meanwhile.
+# 3. Every trained model's accuracy on the CUDA backend (bf16 KV), no profile and no K given, side
+#    by side, each eval cut at EVAL_S (a length's results are written as soon as it ends).
+# $OUT: run.log, eval.tar (the evals' JSON and README table files, the trained models' recipe.json), vt-8l's weights.
 set -u
 . "$(dirname "$0")/device-env.sh"
+STAGE=${STAGE:-.stage/calib}
 LOG="$OUT/run.log"
 { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; lscpu | grep -E 'Model name|^CPU\(s\)'; } > "$LOG"
-if [ -z "${SKIP_COST:-}" ]; then
-  timeout "${COST_S:-60}" bun .device/calibration-cost.js --contexts 32768 --repeats 2 >> "$LOG" 2>&1; echo "cost 32K exit $?" >> "$LOG"
-  timeout "${COST128_S:-90}" bun .device/calibration-cost.js --contexts 131072 --repeats 1 --steps 2 >> "$LOG" 2>&1; echo "cost 128K exit $?" >> "$LOG"
+if [ -n "${COST:-}" ]; then
+  timeout "${COST_S:-60}" bun "$DEVICE_DIR/calibration-cost.js" --contexts 32768 --repeats 2 >> "$LOG" 2>&1; echo "cost 32K exit $?" >> "$LOG"
+  [ -z "${COST128:-}" ] || { timeout "${COST128_S:-90}" bun "$DEVICE_DIR/calibration-cost.js" --contexts 131072 --repeats 1 --steps 2 >> "$LOG" 2>&1; echo "cost 128K exit $?" >> "$LOG"; }
   grep -E '^\| |^## |exit|rror' "$LOG"
 fi
-# recall-4l's eval starts at once; the two models train side by side meanwhile (tiny models: the GPU
-# has room for all three), then their evals run side by side too. Accuracy does not depend on the
-# timing, but the feedback scheduler's choice of pre or post does: the eval reports the steps run pre.
-EVAL="bun .device/calibrated-eval.js --backend cuda --lengths ${LENGTHS:-4096,8192,16384} --prompts ${PROMPTS:-20} --modes ${MODES:-full,default,default-fixed,quest,uncalibrated}"
-mkdir -p /tmp/eval
-[ "${RECALL:-1}" = 0 ] || timeout "${EVAL_S:-150}" $EVAL --models .device/recall-4l:needle --json /tmp/eval/recall-4l.json --table /tmp/eval/recall-4l.table.json > /tmp/eval/recall-4l.log 2>&1 &
+mkdir -p /tmp/models /tmp/eval /tmp/train
+tar xJf "$STAGE/recall-4l.tar.xz" -C /tmp/models
+EVAL="bun $DEVICE_DIR/calibrated-eval.js --backend cuda"
+[ -z "${RECALL_MODES-full,quest,default}" ] || timeout "${RECALL_S:-100}" $EVAL --models /tmp/models/recall-4l:needle --lengths "${RECALL_LENGTHS:-16384}" \
+  --prompts "${RECALL_PROMPTS:-8}" --modes "${RECALL_MODES:-full,quest,default}" --json /tmp/eval/recall-4l.json --table /tmp/eval/recall-4l.table.json \
+  < /dev/null > /tmp/eval/recall-4l.log 2>&1 &
 TRAINING=""
-for m in ${TRAIN:-ruler-8l ruler-12l}; do
-  PYTHONUNBUFFERED=1 timeout "${TRAIN_S:-70}" python3 apps/bench/train/retrieval_models.py --out /tmp/models --models $m \
-    --grow-from .device/recall-4l --lr 3e-4 --time-budget "${BUDGET:-50}" > /tmp/eval/train-$m.txt 2>&1 &
+train() { # name lr dir
+  PYTHONUNBUFFERED=1 timeout "${TRAIN_S:-62}" python3 apps/bench/train/retrieval_models.py --out "$3" --models "$1" --grow-from /tmp/models/recall-4l \
+    --lr "$2" --time-budget "${BUDGET:-40}" > "$3.txt" 2>&1 &
   TRAINING="$TRAINING $!"
-done
+}
+for lr in ${VT_LRS:-3e-4 1e-3}; do train vt-8l "$lr" "/tmp/train/vt-8l-$lr"; done
+train ruler-12l "${RULER_LR:-3e-4}" /tmp/train/ruler-12l
 wait $TRAINING
-for m in ${TRAIN:-ruler-8l ruler-12l}; do
-  cat /tmp/eval/train-$m.txt >> "$LOG"; grep -E 'steps in|rror' /tmp/eval/train-$m.txt | tail -2
-  [ -d /tmp/models/$m ] || continue
-  [ -n "${NO_WEIGHTS:-}" ] || for f in /tmp/models/$m/model*.safetensors /tmp/models/$m/model.safetensors.index.json; do [ -f "$f" ] && cp "$f" "$OUT/$m.$(basename "$f")"; done
-  timeout "${RULER_EVAL_S:-100}" $EVAL --models /tmp/models/$m:${TASK:-needle} --json /tmp/eval/$m.json --table /tmp/eval/$m.table.json > /tmp/eval/$m.log 2>&1 &
+for f in /tmp/train/*.txt; do echo "== $f" >> "$LOG"; cat "$f" >> "$LOG"; grep -E 'before|steps in|rror' "$f" | tail -3; done
+# The vt-8l run that answers more of the training-format batches at 4K.
+best=$(python3 -c "
+import glob, json
+runs = [(json.load(open(f))['answer_accuracy']['4096'], f) for f in glob.glob('/tmp/train/vt-8l-*/vt-8l/recipe.json')]
+print(max(runs)[1].rsplit('/', 1)[0] if runs else '')")
+echo "vt-8l kept: $best" | tee -a "$LOG"
+[ -z "$best" ] || mv "$best" /tmp/models/vt-8l
+[ -d /tmp/train/ruler-12l/ruler-12l ] && mv /tmp/train/ruler-12l/ruler-12l /tmp/models/ruler-12l
+for spec in "vt-8l:vartrack:${VT_LENGTHS:-4096,8192,16384}:${VT_MODES:-full,default,default-uncapped,default-fixed,exact,speculative,quest,infinigen,streaming,uncalibrated}" \
+            "ruler-12l:needle:${RULER_LENGTHS:-4096,8192,16384}:${RULER_MODES:-full,default,default-uncapped,quest}"; do
+  IFS=: read -r name task lengths modes <<EOF
+$spec
+EOF
+  [ -d "/tmp/models/$name" ] || continue
+  cp "/tmp/models/$name/recipe.json" "/tmp/eval/$name.recipe.json"
+  # vt-8l's weights come back (one file under 16 MiB) for the CPU table; ruler-12l's would take 3 of the 8 files.
+  [ "$name" != vt-8l ] || cp /tmp/models/vt-8l/model.safetensors "$OUT/vt-8l.model.safetensors"
+  timeout "${EVAL_S:-50}" $EVAL --models "/tmp/models/$name:$task" --lengths "$lengths" --prompts "${PROMPTS:-6}" --modes "$modes" \
+    --json "/tmp/eval/$name.json" --table "/tmp/eval/$name.table.json" < /dev/null > "/tmp/eval/$name.log" 2>&1 &
 done
 wait
-for f in /tmp/eval/*.log; do echo "== $f"; tr '\r' '\n' < "$f" | tee -a "$LOG" | grep -E '^\||rror|pre-QK|exact layers' | head -40; done
+for f in /tmp/eval/*.log; do echo "== $f"; tr '\r' '\n' < "$f" | tee -a "$LOG" | grep -vE 'prompt [0-9]+/' | tail -40; done
 (cd /tmp/eval && tar cf "$OUT/eval.tar" *.json)
 ls -la "$OUT"

@@ -6,14 +6,15 @@
 
 Each model is a Llama (HF layout: config.json, model.safetensors in bf16, a word-level
 tokenizer.json with recall-4l's vocabulary: <unk> <s> </s> = ? . f0-f999 k0-k255 v0-v255) trained
-from scratch on a RULER-like mix in one sequence: many needles `kA vB .`, keys holding several
-values (multi-value: `? kA` answers every value in order), and chains of assignments `kA = vB .`
-... `kC = kA .` (variable tracking: `? kC` answers vB), all spread over a haystack of fillers,
-the questions in the last quarter. The loss is on the answers only. The recipe and the seed make
-the weights; nothing else is needed (the weights are never committed). Lengths grow from 512 to
-4096 over the run (RoPE theta 1e6) so that the models reach past their last training length.
+on a mix of retrieval_mix.py in the formats the eval asks (retrieval-tasks.ts): the ruler mix
+(needles `kA vB .`, multi-value keys, a few chains) for ruler-8l and ruler-12l, the vartrack mix
+(chains `kA vB .` ... `kC kA .`, asked `? kC`, answered with the walk `kA vB`) for vt-8l; the
+questions in the last quarter, the loss on the answers only. The recipe and the seed make the
+weights; nothing else is needed (the weights are never committed). With --grow-from the models
+start from recall-4l's circuit (see grown()) and lengths grow from 1024 to 4096; from scratch,
+from 512 (RoPE theta 1e6, so that the models reach past their last training length).
 """
-import argparse, json, math, os, random, sys, time
+import argparse, json, math, os, sys, time
 
 import numpy as np
 import torch
@@ -22,14 +23,18 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_files import VOCAB, EQ, ASK, DOT, F0, K0, V0, write_meta  # noqa: E402
+from llama_files import write_meta  # noqa: E402
+from retrieval_mix import sequence  # noqa: E402
 
 # name: (layers, hidden, heads, kv heads, intermediate)
 SHAPES = {
     "ruler-8l": (8, 256, 8, 8, 768),     # 8 layers, multi-head (a KV head per query head)
     "ruler-12l": (12, 256, 8, 4, 768),   # 12 layers, 4 KV heads of 2 query heads each
+    "vt-8l": (8, 256, 8, 4, 768),        # 8 layers, 4 KV heads, taught the vartrack mix's walks
     "tiny": (2, 64, 4, 2, 128),
 }
+# The training mix of each model (retrieval_mix.py).
+MIX = {"vt-8l": "vartrack"}
 # recall-4l's shape: the models grow from it (--grow-from), so they start with a working retrieval circuit.
 BASE = (4, 256, 8, 2, 768)
 
@@ -91,77 +96,8 @@ class Llama(nn.Module):
         return self.lm_head(self.norm(x))
 
 
-def sequence(rng, length):
-    """One training sequence (token ids) and its loss mask (answer positions)."""
-    toks = rng.integers(F0, F0 + 1000, size=length).tolist()
-    mask = [0] * length
-    keys = rng.permutation(256)
-    n_needles = int(rng.integers(8, max(9, min(64, length // 24))))
-    n_multi, n_chain = int(rng.integers(1, 3)), int(rng.integers(1, 3))
-    pieces, queries, used = [], [], 0
-    for i in range(n_needles):
-        k, v = int(keys[used]), int(rng.integers(256))
-        used += 1
-        pieces.append([K0 + k, V0 + v, DOT])
-        queries.append(([ASK, K0 + k], [V0 + v]))
-    for _ in range(n_multi):
-        k = int(keys[used]); used += 1
-        vals = [int(x) for x in rng.integers(256, size=int(rng.integers(2, 5)))]
-        pieces.append(("multi", k, vals))
-        queries.append(([ASK, K0 + k], [V0 + x for x in vals]))
-    for _ in range(n_chain):
-        hops = int(rng.integers(1, 4))
-        chain = [int(x) for x in keys[used:used + hops + 1]]; used += hops + 1
-        v = int(rng.integers(256))
-        links = [[K0 + chain[0], EQ, V0 + v, DOT]] + [[K0 + chain[i], EQ, K0 + chain[i - 1], DOT] for i in range(1, hops + 1)]
-        pieces.append(("chain", links))
-        for c in chain[int(rng.integers(0, hops + 1)):][:2]:
-            queries.append(([ASK, K0 + c], [V0 + v]))
-    # Expand multi-value keys and chains into their records, kept in order, shuffled among the needles.
-    flat = []
-    for g, p in enumerate(pieces):
-        if isinstance(p, tuple) and p[0] == "multi":
-            flat.extend([("ord", g, i, [K0 + p[1], V0 + x, DOT]) for i, x in enumerate(p[2])])
-        elif isinstance(p, tuple) and p[0] == "chain":
-            flat.extend([("ord", g, i, link) for i, link in enumerate(p[1])])
-        else:
-            flat.append(("one", g, 0, p))
-    order = rng.permutation(len(flat))
-    shuffled = [flat[i] for i in order]
-    # Groups that must stay in order: fix them by sorting each group's slots.
-    groups = {}
-    for slot, item in enumerate(shuffled):
-        if item[0] == "ord":
-            groups.setdefault(item[1], []).append(slot)
-    for g, slots in groups.items():
-        items = sorted([shuffled[s] for s in slots], key=lambda it: it[2])
-        for s, it in zip(slots, items):
-            shuffled[s] = it
-    body = int(length * 0.75)
-    share = max(1, (body - 1) // max(1, len(shuffled)))
-    for i, it in enumerate(shuffled):
-        p = it[3]
-        at = 1 + i * share + int(rng.integers(0, max(1, share - len(p))))
-        if at + len(p) > body:
-            break
-        toks[at:at + len(p)] = p
-    qs = [queries[i] for i in rng.permutation(len(queries))]
-    at = body
-    for q, a in qs:
-        seg = q + a + [DOT]
-        at += int(rng.integers(0, 8))
-        if at + len(seg) > length:
-            break
-        toks[at:at + len(seg)] = seg
-        for j in range(len(a)):
-            mask[at + len(q) + j] = 1
-        at += len(seg)
-    toks[0] = 1
-    return toks, mask
-
-
-def batch(rng, n, length, device):
-    seqs = [sequence(rng, length) for _ in range(n)]
+def batch(rng, n, length, device, mix):
+    seqs = [sequence(rng, length, mix) for _ in range(n)]
     ids = torch.tensor([s[0] for s in seqs], device=device)
     mask = torch.tensor([s[1] for s in seqs], device=device, dtype=torch.bool)
     return ids, mask
@@ -228,10 +164,10 @@ def grown(shape, base_dir):
     return model
 
 
-def evaluate(model, rng, length, device, n=16):
+def evaluate(model, rng, length, device, mix, n=16):
     model.eval()
     with torch.no_grad(), torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
-        ids, mask = batch(rng, n, length, device)
+        ids, mask = batch(rng, n, length, device, mix)
         pred = model(ids[:, :-1]).argmax(-1)
         hit = (pred == ids[:, 1:])[mask[:, 1:]]
     model.train()
@@ -239,13 +175,13 @@ def evaluate(model, rng, length, device, n=16):
 
 
 def train(name, args, device):
-    shape = SHAPES[name]
+    shape, mix = SHAPES[name], MIX.get(name, "ruler")
     seed = args.seed * 1000 + sorted(SHAPES).index(name)
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = (grown(shape, args.grow_from) if args.grow_from else Llama(*shape)).to(device)
     if args.grow_from:
-        print(f"{name}: grown from {args.grow_from}, answer-token accuracy before training {evaluate(model, rng, 1024, device):.3f}", flush=True)
+        print(f"{name}: grown from {args.grow_from}, answer-token accuracy before training {evaluate(model, rng, 1024, device, mix):.3f}", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.05)
     # (until this share of the steps: sequence length, batch)
     phases = [(1.0, 256, 8)] if args.tiny else [(0.4, 1024, 32), (0.8, 2048, 16), (1.0, 4096, 8)] if args.grow_from else [(0.3, 512, 64), (0.7, 1024, 32), (0.9, 2048, 16), (1.0, 4096, 8)]
@@ -257,7 +193,7 @@ def train(name, args, device):
         lr = args.lr * min(1.0, (step + 1) / 100) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         for g in opt.param_groups:
             g["lr"] = lr
-        ids, mask = batch(rng, bs, length, device)
+        ids, mask = batch(rng, bs, length, device, mix)
         with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
             logits = model(ids[:, :-1])
         loss = F.cross_entropy(logits.float()[mask[:, 1:]], ids[:, 1:][mask[:, 1:]])
@@ -269,11 +205,11 @@ def train(name, args, device):
         if step % args.log_every == 0:
             print(f"{name} step {step} len {length} loss {loss.item():.3f} ({time.time() - t0:.0f} s)", flush=True)
     lengths = [256] if args.tiny else [2048, 4096]
-    acc = {l: evaluate(model, rng, l, device) for l in lengths}
+    acc = {l: evaluate(model, rng, l, device, mix) for l in lengths}
     print(f"{name}: {step} steps in {time.time() - t0:.0f} s, answer-token accuracy {acc}", flush=True)
     out = os.path.join(args.out, name)
     save(model, shape, out)
-    json.dump({"model": name, "shape": dict(zip(["layers", "hidden", "heads", "kv_heads", "intermediate"], shape)), "seed": args.seed, "steps": step,
+    json.dump({"model": name, "shape": dict(zip(["layers", "hidden", "heads", "kv_heads", "intermediate"], shape)), "mix": mix, "seed": args.seed, "steps": step,
                "lr": args.lr, "phases": phases, "answer_accuracy": acc, "seconds": round(time.time() - t0, 1), "device": str(device)},
               open(os.path.join(out, "recipe.json"), "w"), indent=2)
 

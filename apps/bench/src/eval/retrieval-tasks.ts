@@ -7,8 +7,10 @@
  *   answer `vB` (RULER's multi-key needle: many needles, one asked).
  * - multivalue: one key holds several records `kA vB .` at different places; asked `? kA`, the
  *   answer is all its values in order of appearance.
- * - vartrack: a chain `kA = vB .` … `kC = kA .` … `kD = kC .` (hops later in the haystack); asked
- *   `? kD`, the answer is `vB` (the chain followed to its end).
+ * - vartrack: a chain of assignments `kA vB .` … `kC kA .` … `kD kC .` (a record whose value is a key:
+ *   kD holds kC, kC holds kA; each link later in the haystack) among distractors of which a quarter
+ *   hold another distractor's key; asked `? kD`, the answer is the walk `kC kA vB` (the chain followed
+ *   to its end, one hop a decode step: each hop's record is at another place in the haystack).
  *
  * The context ends just before the question; the question and all but the last answer token are
  * fed as decode steps, so every answer token depends on decode-time attention.
@@ -19,7 +21,6 @@ export interface RetrievalVocabulary {
   readonly values: number[];
   readonly dot: number;
   readonly ask: number;
-  readonly eq: number;
   readonly bos: number;
 }
 
@@ -49,7 +50,7 @@ export function retrievalVocabulary(tokenizer: Tokenizer, model: string): Retrie
     fillers: Array.from({ length: 1000 }, (_, i) => one(`f${i}`)),
     keys: Array.from({ length: 256 }, (_, i) => one(`k${i}`)),
     values: Array.from({ length: 256 }, (_, i) => one(`v${i}`)),
-    dot: one("."), ask: one("?"), eq: one("="), bos: tokenizer.encode("", { addBos: true })[0]!,
+    dot: one("."), ask: one("?"), bos: tokenizer.encode("", { addBos: true })[0]!,
   };
 }
 
@@ -90,13 +91,15 @@ export function retrievalPrompt(v: RetrievalVocabulary, task: Task, r: () => num
     const hops = 2 + int(2);
     const chain = keyIds.slice(0, hops + 1);
     const val = int(256);
-    for (const k of keyIds.slice(hops + 1, hops + 1 + records)) pieces.push(rec(k, int(256)));
-    const links: number[][] = [[v.keys[chain[0]!]!, v.eq, v.values[val]!, v.dot]];
-    for (let i = 1; i <= hops; i++) links.push([v.keys[chain[i]!]!, v.eq, v.keys[chain[i - 1]!]!, v.dot]);
+    const others = keyIds.slice(hops + 1, hops + 1 + records);
+    // A quarter of the distractors hold a later distractor's key (chains of their own), the rest a value.
+    others.forEach((k, i) => pieces.push(i + 1 < others.length && int(4) === 0 ? [v.keys[k]!, v.keys[others[i + 1 + int(others.length - i - 1)]!]!, v.dot] : rec(k, int(256))));
+    const links: number[][] = [rec(chain[0]!, val)];
+    for (let i = 1; i <= hops; i++) links.push([v.keys[chain[i]!]!, v.keys[chain[i - 1]!]!, v.dot]);
     const at = distinct(r, links.length, pieces.length + links.length).sort((a, b) => a - b);
     at.forEach((p, i) => pieces.splice(p, 0, links[i]!));
     question = [v.ask, v.keys[chain[hops]!]!];
-    answer = [v.values[val]!];
+    answer = [...chain.slice(0, hops).reverse().map((k) => v.keys[k]!), v.values[val]!];
   }
   const body = length - 1 - question.length - answer.length;
   const used = pieces.reduce((a, p) => a + p.length, 0);
