@@ -4,12 +4,15 @@
  * calibration's prompt), the rest teacher-forced; top-1 agreement and mean KL(full ‖ hybrid) of
  * every forced step, and the mean rows a KV head attends (what "the same mean K" compares).
  *
- *   ./bun apps/bench/src/eval/calibrated-stories.ts [--budget 32] [--prompt 96] [--mass-targets 0.95,0.9,0.8]
+ *   ./bun apps/bench/src/eval/calibrated-stories.ts [--budget 32] [--prompt 96] [--mass-targets 0.95,0.9,0.8] [--table FILE]
+ *
+ * --table FILE writes the README's result file (apps/bench/src/readme/tables.ts renders it under its marker).
  */
 import { ensureStories15M, LlamaModel, openModelDir } from "@hybridgen/core";
 import { AgreementMeter, DEFAULT_PROFILE_TEXT, referenceStep } from "@hybridgen/runtime";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, hybridPlan, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { writeFileSync } from "node:fs";
 import { arg, list } from "../args.js";
 
 const BUDGET = Number(arg("budget", "32")), PROMPT = Number(arg("prompt", "96")), TOKENS = 256;
@@ -47,3 +50,9 @@ console.log(`\nstories15M, ${ids.length} tokens (prompt ${PROMPT} prefilled and 
 console.log("| configuration | top-1 agreement | mean KL | mean rows a KV head | calibrated |");
 console.log("| --- | --- | --- | --- | --- |");
 for (const r of rows) console.log(`| ${r.join(" | ")} |`);
+const tableFile = arg("table", "");
+if (tableFile) {
+  const measured = `apps/bench/src/eval/calibrated-stories.ts --budget ${BUDGET} --prompt ${PROMPT} --mass-targets ${TARGETS.join(",")}, CPU backend, ${new Date().toISOString().slice(0, 10)}`;
+  const table = { columns: ["configuration", "top-1 agreement", "mean KL", "mean rows a KV head", "calibrated"], align: ["left", "right", "right", "right", "left"], rows };
+  writeFileSync(tableFile, `${JSON.stringify({ measured, table }, null, 1)}\n`);
+}
