@@ -34,35 +34,81 @@ __device__ __forceinline__ unsigned long long warp_max(unsigned long long v) {
   return v;
 }
 
-// The best `want` keys of keys[0, n) (shared), best first, into out; keys taken are zeroed. Each
-// thread caches the best of its own keys (i ≡ tid mod blockDim), so a round is one block max.
-__device__ void block_best(unsigned long long *keys, int n, int want, unsigned long long *out, unsigned long long *red) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, warps = blockDim.x >> 5;
-  auto mine = [&]() {
-    unsigned long long m = 0;
-    for (int i = tid; i < n; i += blockDim.x) m = keys[i] > m ? keys[i] : m;
-    return m;
-  };
-  unsigned long long m = mine();
-  for (int r = 0; r < want; r++) {
-    unsigned long long w = warp_max(m);
-    if (lane == 0) red[warp] = w;
-    __syncthreads();
-    if (warp == 0) {
-      unsigned long long v = lane < warps ? red[lane] : 0;
-      v = warp_max(v);
-      if (lane == 0) red[32] = v;
+__device__ __forceinline__ int warp_sum(int v) {
+  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// block_top's shared state: a pass's digit counts, the chosen keys, and the select's progress.
+struct TopScratch {
+  unsigned int hist[256];
+  unsigned long long sel[WANT_MAX];
+  unsigned long long prefix;  // the digits of the want-th best key found so far
+  int need, shift, done, nonzero, taken;
+};
+
+// The best `want` keys of keys[0, n) (shared; the nonzero ones distinct), best first, into out,
+// zeros past the nonzero keys. A radix select from the top byte finds the want-th best key T (a
+// pass counts the keys still in play by their next byte; it ends early once a byte's keys are all
+// taken), the keys ≥ T are gathered, and each one's place is the count of those above it: a few
+// barriers a pass, not two a key as picking the block's max `want` times took.
+__device__ void block_top(const unsigned long long *keys, int n, int want, unsigned long long *out, TopScratch &s) {
+  const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31;
+  if (tid == 0) s.nonzero = 0, s.taken = 0, s.prefix = 0, s.done = 0, s.shift = 0;
+  __syncthreads();
+  int nz = 0;
+  for (int i = tid; i < n; i += nt) nz += keys[i] != 0;
+  nz = warp_sum(nz);
+  if (lane == 0 && nz) atomicAdd(&s.nonzero, nz);
+  __syncthreads();
+  const int m = s.nonzero < want ? s.nonzero : want;
+  unsigned long long T = 1;  // every nonzero key when there are no more than want
+  if (m < s.nonzero) {
+    if (tid == 0) s.need = m;
+    for (int shift = 56;; shift -= 8) {
+      for (int i = tid; i < 256; i += nt) s.hist[i] = 0;
+      __syncthreads();
+      const unsigned long long pre = s.prefix;
+      for (int i = tid; i < n; i += nt) {
+        const unsigned long long k = keys[i];
+        if (k != 0 && (shift == 56 || (k >> (shift + 8)) == pre)) atomicAdd(&s.hist[(k >> shift) & 255], 1u);
+      }
+      __syncthreads();
+      if (tid < 32) {  // lane l sums bins 255 − 8l down to 248 − 8l; the first lane whose running sum reaches need holds the byte
+        int own = 0;
+        for (int b = 0; b < 8; b++) own += (int)s.hist[255 - 8 * lane - b];
+        int run = own;
+        for (int o = 1; o < 32; o <<= 1) {
+          const int v = __shfl_up_sync(0xffffffffu, run, o);
+          if (lane >= o) run += v;
+        }
+        const int need = s.need;
+        const unsigned hit = __ballot_sync(0xffffffffu, run >= need);
+        if (lane == __ffs(hit) - 1) {
+          int left = need - (run - own), d = 255 - 8 * lane;
+          for (int b = 0; b < 7 && (int)s.hist[d] < left; b++) left -= (int)s.hist[d--];
+          s.prefix = (pre << 8) | (unsigned)d;
+          s.need = left;
+          if ((int)s.hist[d] == left || shift == 0) s.done = 1, s.shift = shift;  // distinct keys: the last byte's bin holds one
+        }
+      }
+      __syncthreads();
+      if (s.done) break;
     }
-    __syncthreads();
-    const unsigned long long best = red[32];
-    if (tid == 0) out[r] = best;
-    if (best != 0 && m == best) {  // keys are distinct (their pages are): one thread holds the winner
-      for (int i = tid; i < n; i += blockDim.x)
-        if (keys[i] == best) keys[i] = 0;
-      m = mine();
-    }
-    __syncthreads();  // red is rewritten next round
+    T = s.prefix << s.shift;
   }
+  for (int i = tid; i < n; i += nt) {
+    const unsigned long long k = keys[i];
+    if (k != 0 && k >= T) s.sel[atomicAdd(&s.taken, 1)] = k;
+  }
+  __syncthreads();
+  for (int i = tid; i < m; i += nt) {
+    const unsigned long long k = s.sel[i];
+    int r = 0;
+    for (int j = 0; j < m; j++) r += s.sel[j] > k;
+    out[r] = k;
+  }
+  for (int i = m + tid; i < want; i += nt) out[i] = 0;
 }
 
 // One index of a batched ranking (rank_rows_with): its page level (scales at the shape's scales
@@ -93,7 +139,7 @@ __global__ void __launch_bounds__(THREADS) chunk_best(const uint8_t *__restrict_
   }
   __shared__ float qp[(D == 256 ? 8 : GROUP_MAX) * D], qn[(D == 256 ? 8 : GROUP_MAX) * D];
   __shared__ unsigned long long keys[CHUNK_MAX];
-  __shared__ unsigned long long red[33];
+  __shared__ TopScratch top;
   const int g = blockIdx.y, tid = threadIdx.x;
   for (int i = tid; i < group * D; i += THREADS) {
     const float v = q[(int64_t)g * group * D + i];
@@ -140,7 +186,7 @@ __global__ void __launch_bounds__(THREADS) chunk_best(const uint8_t *__restrict_
   }
   __syncthreads();
   unsigned long long *mine = cand + ((int64_t)g * gridDim.x + blockIdx.x) * stride;
-  block_best(keys, n, want, mine, red);
+  block_top(keys, n, want, mine, top);
   for (int i = want + tid; i < stride; i += THREADS) mine[i] = 0;  // a row that wants fewer leaves no stale candidates
 }
 
@@ -148,7 +194,7 @@ __global__ void __launch_bounds__(THREADS) chunk_best(const uint8_t *__restrict_
 // block y takes rows[y]'s candidates, want and output (its scratch laid out at the launch's want).
 __global__ void __launch_bounds__(1024) head_best(unsigned long long *cand, int per_head, int want, int32_t *out, const RankRow *__restrict__ rows) {
   extern __shared__ unsigned long long dyn[];
-  __shared__ unsigned long long red[33];
+  __shared__ TopScratch top;
   const int g = blockIdx.x;
   if (rows) {
     const RankRow &r = rows[blockIdx.y];
@@ -157,7 +203,7 @@ __global__ void __launch_bounds__(1024) head_best(unsigned long long *cand, int 
   unsigned long long *keys = dyn, *best = dyn + per_head;
   for (int i = threadIdx.x; i < per_head; i += blockDim.x) keys[i] = cand[(int64_t)g * per_head + i];
   __syncthreads();
-  block_best(keys, per_head, want, best, red);
+  block_top(keys, per_head, want, best, top);
   __syncthreads();
   for (int i = threadIdx.x; i < want; i += blockDim.x) out[(int64_t)g * want + i] = page_of(best[i]);
 }
