@@ -121,7 +121,9 @@ int main(int argc, char **argv) {
                 CK(cudaMalloc(&dtmp, pl.scratch));
                 CK(cudaMalloc(&dout, KV * want * 4));
                 auto launch = [](auto kernel, dim3 g, dim3 b, size_t sm, auto... args) { kernel<<<g, b, sm>>>(args...); return cudaGetLastError(); };
-                auto rank = [&]() { return hg_index::rank_with(pl, launch, dc, ds, form, KV, G, D, pages, (int)pages, nullptr, dq, want, dout, dtmp); };
+                hg_index::RankArgs a;
+                a.codes = dc, a.scales = ds, a.q = dq, a.out = dout, a.scratch = dtmp, a.count_val = (int)pages;
+                auto rank = [&]() { return hg_index::rank_with(pl, launch, form, KV, G, D, pages, want, a); };
                 CK(rank());
                 CK(cudaDeviceSynchronize());
                 std::vector<int32_t> got(KV * want);

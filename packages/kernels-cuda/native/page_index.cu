@@ -18,8 +18,10 @@ int hg_launch_index_rank(HgCtx *c, const Cmd &m, const char *dynBase) {
   const int *dyn = dynBase ? (const int *)(dynBase + m.dynOff) : NULL;
   const hg_index::Plan pl = hg_index::plan(m.s[0], m.s[1], m.s[2], m.s[3], m.s[4], m.s[5], m.s[6]);
   auto launch = [c](auto kernel, dim3 g, dim3 b, size_t smem, auto... args) { return (cudaError_t)hg_launch(c, kernel, g, b, smem, args...); };
-  return (int)hg_index::rank_with(pl, launch, (const uint8_t *)m.p[0], (const float *)m.p[1], m.s[0], m.s[1], m.s[2], m.s[3], m.s[4], m.d[0], dyn,
-                                  (const float *)m.p[2], m.s[5], (int32_t *)m.p[3], (void *)m.p[4]);
+  hg_index::RankArgs a;
+  a.codes = (const uint8_t *)m.p[0], a.scales = (const float *)m.p[1], a.q = (const float *)m.p[2], a.out = (int32_t *)m.p[3], a.scratch = (void *)m.p[4];
+  a.count_val = m.d[0], a.count_dyn = dyn;
+  return (int)hg_index::rank_with(pl, launch, m.s[0], m.s[1], m.s[2], m.s[3], m.s[4], m.s[5], a);
 }
 
 // CMD_INDEX_RANK_ROWS: p[0] the rows' table (RankRow [s[7]], in the blob when recorded); s[0] form,
@@ -28,7 +30,9 @@ int hg_launch_index_rank(HgCtx *c, const Cmd &m, const char *dynBase) {
 int hg_launch_index_rank_rows(HgCtx *c, const Cmd &m) {
   const hg_index::Plan pl = hg_index::plan(m.s[0], m.s[1], m.s[2], m.s[3], m.s[4], m.s[5], m.s[6]);
   auto launch = [c](auto kernel, dim3 g, dim3 b, size_t smem, auto... args) { return (cudaError_t)hg_launch(c, kernel, g, b, smem, args...); };
-  return (int)hg_index::rank_rows_with(pl, launch, (const hg_index::RankRow *)m.p[0], m.s[7], m.s[8], m.s[0], m.s[1], m.s[2], m.s[3], m.s[4], m.s[5]);
+  hg_index::RankArgs a;
+  a.rows = (const hg_index::RankRow *)m.p[0], a.n = m.s[7], a.scales_off = m.s[8];
+  return (int)hg_index::rank_with(pl, launch, m.s[0], m.s[1], m.s[2], m.s[3], m.s[4], m.s[5], a);
 }
 
 extern "C" {

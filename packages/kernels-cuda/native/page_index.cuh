@@ -111,7 +111,7 @@ __device__ void block_top(const unsigned long long *keys, int n, int want, unsig
   for (int i = m + tid; i < want; i += nt) out[i] = 0;
 }
 
-// One index of a batched ranking (rank_rows_with): its page level (scales at the shape's scales
+// One index of a batched ranking (RankArgs.rows): its page level (scales at the shape's scales
 // offset), its query, its output [kvHeads, want], its candidates' scratch, its page count and want.
 struct RankRow {
   const uint8_t *codes;
@@ -236,35 +236,30 @@ inline Plan plan(int form, int kv_heads, int group, int d, int64_t pcap, int wan
   return r;
 }
 
-// Each KV head's best `want` pages among its first count (count_dyn's value when given) into out
-// [kv_heads, want], best first; −1 past the count's pages. With a launcher (the backend's) or <<<>>>.
-template <typename Launch>
-inline cudaError_t rank_with(const Plan &pl, Launch launch, const uint8_t *codes, const float *scales, int form, int kv_heads, int group, int d, int64_t pcap,
-                             int count_val, const int *count_dyn, const float *q, int want, int32_t *out, void *scratch) {
-  if (!pl.ok) return cudaErrorInvalidValue;
-  unsigned long long *cand = (unsigned long long *)scratch;
-  const dim3 grid((unsigned)pl.chunks, (unsigned)kv_heads);
-  cudaError_t e;
-#define HG_INDEX_LAUNCH(F, DD) e = launch(chunk_best<F, DD>, grid, dim3(THREADS), 0, codes, scales, q, group, pcap, count_val, count_dyn, pl.chunk, want, cand, (const RankRow *)nullptr, (int64_t)0)
-  if (form == 1) {
-    if (d == 64) HG_INDEX_LAUNCH(1, 64); else if (d == 128) HG_INDEX_LAUNCH(1, 128); else HG_INDEX_LAUNCH(1, 256);
-  } else {
-    if (d == 64) HG_INDEX_LAUNCH(2, 64); else if (d == 128) HG_INDEX_LAUNCH(2, 128); else HG_INDEX_LAUNCH(2, 256);
-  }
-#undef HG_INDEX_LAUNCH
-  if (e != cudaSuccess) return e;
-  return launch(head_best, dim3((unsigned)kv_heads), dim3(1024), pl.head_smem, cand, pl.per_head, want, out, (const RankRow *)nullptr);
-}
+// What a ranking takes: one index (codes, scales, q, out, scratch; its page count count_val, or
+// count_dyn's value when given), or with `rows` (device) n indexes of one shape, each with its own
+// count and want (≤ the plan's: every row's scratch holds the plan's candidates), scales at scales_off.
+struct RankArgs {
+  const uint8_t *codes = nullptr;
+  const float *scales = nullptr, *q = nullptr;
+  int32_t *out = nullptr;
+  void *scratch = nullptr;
+  int count_val = 0;
+  const int *count_dyn = nullptr;
+  const RankRow *rows = nullptr;
+  int n = 1;
+  int64_t scales_off = 0;
+};
 
-// rank_with for n indexes of one shape in one launch of each kernel: rows (device) [n], each with
-// its own count and want (≤ `want`, the plan's: every row's scratch holds the plan's candidates).
+// Each KV head's best `want` pages among its first count into out [kv_heads, want], best first; −1
+// past the count's pages. With a launcher (the backend's) or <<<>>>.
 template <typename Launch>
-inline cudaError_t rank_rows_with(const Plan &pl, Launch launch, const RankRow *rows, int n, int64_t scales_off, int form, int kv_heads, int group, int d, int64_t pcap,
-                                  int want) {
-  if (!pl.ok || n < 1) return cudaErrorInvalidValue;
-  const dim3 grid((unsigned)pl.chunks, (unsigned)kv_heads, (unsigned)n);
+inline cudaError_t rank_with(const Plan &pl, Launch launch, int form, int kv_heads, int group, int d, int64_t pcap, int want, const RankArgs &a) {
+  if (!pl.ok || a.n < 1) return cudaErrorInvalidValue;
+  const dim3 grid((unsigned)pl.chunks, (unsigned)kv_heads, (unsigned)a.n);
+  unsigned long long *cand = (unsigned long long *)a.scratch;
   cudaError_t e;
-#define HG_INDEX_LAUNCH(F, DD) e = launch(chunk_best<F, DD>, grid, dim3(THREADS), 0, (const uint8_t *)nullptr, (const float *)nullptr, (const float *)nullptr, group, pcap, 0, (const int *)nullptr, pl.chunk, want, (unsigned long long *)nullptr, rows, scales_off)
+#define HG_INDEX_LAUNCH(F, DD) e = launch(chunk_best<F, DD>, grid, dim3(THREADS), 0, a.codes, a.scales, a.q, group, pcap, a.count_val, a.count_dyn, pl.chunk, want, cand, a.rows, a.scales_off)
   if (form == 1) {
     if (d == 64) HG_INDEX_LAUNCH(1, 64); else if (d == 128) HG_INDEX_LAUNCH(1, 128); else HG_INDEX_LAUNCH(1, 256);
   } else {
@@ -272,7 +267,7 @@ inline cudaError_t rank_rows_with(const Plan &pl, Launch launch, const RankRow *
   }
 #undef HG_INDEX_LAUNCH
   if (e != cudaSuccess) return e;
-  return launch(head_best, dim3((unsigned)kv_heads, (unsigned)n), dim3(1024), pl.head_smem, (unsigned long long *)nullptr, pl.per_head, want, (int32_t *)nullptr, rows);
+  return launch(head_best, dim3((unsigned)kv_heads, (unsigned)a.n), dim3(1024), pl.head_smem, cand, pl.per_head, want, a.out, a.rows);
 }
 
 }  // namespace hg_index

@@ -998,7 +998,7 @@ export class CudaBackend implements Backend {
       x.form, x.kvHeads, x.group, x.headDim, x.pageCapacity, count, want));
   }
 
-  /** Backend.indexRankRows: every row's ranking in one launch of each kernel (native/page_index.cuh's rank_rows_with). */
+  /** Backend.indexRankRows: every row's ranking in one launch of each kernel (native/page_index.cuh's rank_with over a rows table). */
   indexRankRows(rows: readonly IndexRankRow[], x: DeviceIndexShape): void {
     const op = "indexRankRows";
     if (rows.length === 0) return;
