@@ -1,8 +1,9 @@
 #!/bin/sh
 # One device call for issue 33's page index inside the hybrid step, within a wall-clock allowance
 # (WALL, seconds; each part gets what is left): index-check (Backend.indexRank against the
-# definition; hybrid decode with the index ranked on the device against the stage's own search),
-# hybrid-modes at 32K and 131K (full attention and the index configs in the same run), the CPU
+# definition; hybrid decode with the index ranked on the device against the stage's own search; the
+# ranking's device time a layer), hybrid-modes once per RUNS entry CONTEXT:CONFIGS (full attention
+# and the index configs in the same run; default 32K and 131K, full and pre-index), the CPU
 # stage's index bounds per ISA (AVX2 against AVX-512, when the host has it), then scale-run with
 # the index ranked on the device (the planner's window, synthetic KV) at 1.5M where the GPU holds
 # more than 100 GB, else 1M (an H100's window leaves 1.5M more host store than 125 GiB holds: the
@@ -21,12 +22,15 @@ echo "avx512f: $(grep -c -m1 avx512f /proc/cpuinfo)" | tee -a "$OUT/machine.txt"
 free -g | sed -n 2p | tee -a "$OUT/machine.txt"
 if [ "${CHECK:-1}" = 1 ]; then
   timeout "${CHECK_S:-30}" bun "$DEVICE_DIR/index-check.js" > "$OUT/index-check.log" 2>&1
-  echo "index-check exit $?"; grep -E 'PASS|FAIL|rror|index checks' "$OUT/index-check.log" | head -30
+  echo "index-check exit $?"; grep -E 'PASS|FAIL|rror|index checks|^\| [0-9]|^ranking' "$OUT/index-check.log" | head -40
 fi
 if [ "${MODES:-1}" = 1 ]; then
-  timeout "${MODES_S:-70}" bun "$DEVICE_DIR/hybrid-modes.js" --contexts "${CONTEXTS:-32768,131000}" --steps "${STEPS:-16}" \
-    --configs "${CONFIGS:-full,pre-index}" > "$OUT/hybrid-modes.log" 2>&1
-  echo "hybrid-modes exit $?"; grep -E '^\| [0-9]|bytes a step|bandwidths|rror' "$OUT/hybrid-modes.log"
+  for run in ${RUNS:-32768:full,pre-index 131000:full,pre-index}; do
+    ctx=${run%%:*}; T=$(( $(left) - 2 ))
+    if [ "$T" -lt 15 ]; then echo "hybrid-modes $ctx skipped: $T s left"; continue; fi
+    timeout "$T" bun "$DEVICE_DIR/hybrid-modes.js" --contexts "$ctx" --steps "${STEPS:-16}" --configs "${run#*:}" > "$OUT/hybrid-modes-$ctx.log" 2>&1
+    echo "hybrid-modes $ctx exit $?"; grep -E '^\| [0-9]|bytes a step|bandwidths|planner|rror' "$OUT/hybrid-modes-$ctx.log"
+  done
 fi
 if [ "${BOUNDS:-1}" = 1 ] && [ -x "$DEVICE_DIR/index-bounds" ]; then
   for isa in 1 2; do

@@ -5,7 +5,7 @@ import { createSelector } from "@hybridgen/selectors";
 import { loadModel } from "@hybridgen/core";
 import { createHybridAttention } from "../src/index.js";
 import { rankingBackend } from "./ranking-backend.js";
-import { checkHostIndex, DeviceIndex, hostIndexBytes } from "../src/hybrid/device-index.js";
+import { checkHostIndex, DeviceIndex, deviceIndexShape, hostIndexBytes, timeIndexRank } from "../src/hybrid/device-index.js";
 import { CONTEXT, decodeTiny, PROMPT, STEPS, tinyFiles } from "./tiny-model.js";
 
 describe("the page index ranked on the device (a CPU backend standing in for the device's indexRank)", () => {
@@ -74,5 +74,16 @@ describe("the page index ranked on the device (a CPU backend standing in for the
       expect(r.bytes - 8 * 64 * 4, `budget ${budget}`).toBe(Math.ceil((2 * want!) / 4) * 16);
     }
     backend.free(q);
+  });
+
+  it("timeIndexRank ranks `layers` times a run (one run to record, then `reps`) on the device's layout of the shape; a shape or backend that cannot rank is one line", () => {
+    const shape = deviceIndexShape("int4", 2, 4, 64, 40);
+    expect(shape).toEqual({ form: 2, kvHeads: 2, group: 4, headDim: 64, pageCapacity: 40, scalesOffset: 40 * 2 * 64 });
+    const before = calls.n, ms = timeIndexRank(backend, shape, 5, 3, 2);
+    expect(calls.n - before).toBe(3 * 3);
+    expect(Number.isFinite(ms) && ms >= 0).toBe(true);
+    expect(() => timeIndexRank(backend, shape, 41, 3)).toThrow(/^page index: the cpu backend does not rank 40 pages a head, want 41 \(form 2, headDim 64, group 4\)$/);
+    using cpu = createCpuBackend({ threads: 1 });
+    expect(() => timeIndexRank(cpu, shape, 5, 3)).toThrow(/^page index: the cpu backend cannot rank pages on the device$/);
   });
 });

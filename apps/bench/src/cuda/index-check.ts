@@ -4,14 +4,16 @@
  * page; a page may differ only where bounds tie within f32 rounding), for both forms, headDim 64
  * and 128, GQA groups 1/4/8, counts below the capacity and wants up to the kernel's limit; then hybrid
  * decode of a tiny model with the index ranked on the device against the same selector ranked by the
- * CPU stage (placement "host"): the same tokens and logits within f32 rounding.
+ * CPU stage (placement "host"): the same tokens and logits within f32 rounding. Then the ranking's
+ * device time a layer at the 8B shape (timeIndexRank: 32 rankings recorded as one step, what the
+ * planner charges) beside its bytes at the D2D copy rate.
  *   ./bun apps/bench/src/cuda/index-check.ts
  */
 import { dummyModelFiles, indexFold, indexPageBounds, loadModel, pageIndex, PAGE_INDEX_FORM_CODE, seededRandom, type DeviceIndexShape, type PageIndexForm } from "@hybridgen/core";
 import { createCpuBackend, storeKeys, type CpuTensor } from "@hybridgen/kernels-cpu";
 import { createCudaBackend } from "@hybridgen/kernels-cuda";
 import { createSelector } from "@hybridgen/selectors";
-import { createHybridAttention } from "@hybridgen/runtime";
+import { createHybridAttention, deviceIndexShape, timeIndexRank } from "@hybridgen/runtime";
 
 using cuda = createCudaBackend({});
 using cpu = createCpuBackend({ threads: 4 });
@@ -109,4 +111,17 @@ for (const form of ["int8", "int4"] as const) {
   }
 }
 console.log(failed ? `index checks: ${failed} FAILED` : "index checks: ALL PASS");
+
+// The ranking's device time at the 8B shape (8 KV heads × 4, headDim 128, pages of 16) for the offloaded rows of 32K, 131K and 1M.
+const copyRate = cuda.copyBandwidth(2 ** 30, 10);
+console.log(`\nranking a layer, recorded as a step of 32 (D2D copy ${(copyRate / 1e9).toFixed(0)} GB/s)\n| offloaded | pages a head | form | want | index MB | floor µs | µs a layer | × floor | ms a step (32 layers) |\n| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |`);
+for (const offloaded of [28_672, 126_912, 1_000_000]) {
+  for (const form of ["int8", "int4"] as const) {
+    for (const want of [17, 65]) {
+      const shape = deviceIndexShape(form, 8, 4, 128, Math.ceil(offloaded / 16)), bytes = shape.scalesOffset + shape.pageCapacity * 8 * 4;
+      const ms = timeIndexRank(cuda, shape, want, 32), floor = (bytes / copyRate) * 1e6;
+      console.log(`| ${offloaded} | ${shape.pageCapacity} | ${form} | ${want} | ${(bytes / 1e6).toFixed(1)} | ${floor.toFixed(1)} | ${(ms * 1e3).toFixed(1)} | ${((ms * 1e3) / floor).toFixed(1)} | ${(ms * 32).toFixed(2)} |`);
+    }
+  }
+}
 process.exit(failed ? 1 : 0);

@@ -9,7 +9,7 @@
  */
 import {
   type Backend, type DeviceIndexShape, type IndexKernel, type IndexRankRow, type OffloadedKeys, type PageIndex, type SelectorPrimitives, type Tensor, fail, indexWant, pageIndex,
-  pageIndexLayout, PAGE_INDEX_FORM_CODE,
+  pageIndexLayout, PAGE_INDEX_FORM_CODE, seededRandom,
 } from "@hybridgen/spec";
 
 /** Bytes of the device's copy of an index over `capacity` rows a head (page level only, page-major). */
@@ -54,6 +54,58 @@ export interface RankedQuery {
   readonly bytes: number;
 }
 
+/** A device index's shape (page-major, DeviceIndexShape) over `pages` pages a head. */
+export function deviceIndexShape(form: IndexKernel["form"], kvHeads: number, group: number, headDim: number, pages: number): DeviceIndexShape {
+  const codeBytes = form === "int8" ? 2 * headDim : headDim;
+  return { form: PAGE_INDEX_FORM_CODE[form], kvHeads, group, headDim, pageCapacity: pages, scalesOffset: pages * kvHeads * codeBytes };
+}
+
+/**
+ * Milliseconds one layer's ranking of the device index takes on `be`: `layers` rankings of `want`
+ * pages among `shape.pageCapacity` random pages a head, recorded as one decode step where the backend
+ * records (as a hybrid step's are), the best of `reps` runs over `layers`. The planner charges it: the
+ * ranking's passes and launches cost past its bytes.
+ */
+export function timeIndexRank(be: Backend, shape: DeviceIndexShape, want: number, layers: number, reps = 5): number {
+  if (!be.indexRank || !be.indexRankScratch) fail(`page index: the ${be.name} backend cannot rank pages on the device`);
+  const need = be.indexRankScratch(shape, want);
+  if (need === 0) fail(`page index: the ${be.name} backend does not rank ${shape.pageCapacity} pages a head, want ${want} (form ${shape.form}, headDim ${shape.headDim}, group ${shape.group})`);
+  const rnd = seededRandom(shape.pageCapacity * 31 + want), made: Tensor[] = [];
+  const alloc = (floats: number) => {
+    const t = be.alloc([Math.ceil(floats)]);
+    made.push(t);
+    return t;
+  };
+  try {
+    const codeFloats = shape.scalesOffset / 4, scales = shape.pageCapacity * shape.kvHeads;
+    const index = alloc(codeFloats + scales), q = alloc(shape.kvHeads * shape.group * shape.headDim), out = alloc(shape.kvHeads * want), scratch = alloc(need / 4 + 1);
+    // Codes as random bytes below 0x40 (no word of them a NaN on the way), in chunks; scales positive.
+    const chunk = new Uint32Array(1 << 20);
+    for (let at = 0; at < codeFloats; at += chunk.length) {
+      for (let i = 0; i < chunk.length; i++) chunk[i] = (rnd() * 2 ** 32) & 0x3f3f3f3f;
+      const n = Math.min(chunk.length, codeFloats - at);
+      be.write(index, new Float32Array(chunk.buffer, 0, n), at);
+    }
+    be.write(index, Float32Array.from({ length: scales }, () => 1e-3 + rnd() * 1e-2), codeFloats);
+    be.write(q, Float32Array.from({ length: shape.kvHeads * shape.group * shape.headDim }, () => rnd() * 2 - 1));
+    const key = `index-rank-${shape.form}-${shape.kvHeads}-${shape.group}-${shape.headDim}-${shape.pageCapacity}-${want}-${layers}`;
+    const run = () => {
+      const t0 = performance.now();
+      be.beginStep?.(key);
+      for (let l = 0; l < layers; l++) be.indexRank!(out, 0, index, shape, q, shape.pageCapacity, want, scratch);
+      be.endStep?.();
+      be.read(out, 0, 1); // waits for the rankings
+      return performance.now() - t0;
+    };
+    run(); // a recording backend captures the step here
+    let best = Infinity;
+    for (let r = 0; r < reps; r++) best = Math.min(best, run());
+    return best / layers;
+  } finally {
+    for (const t of made) be.free(t);
+  }
+}
+
 /** The most pages a head may ask for (the kernel's limit, WANT_MAX in native/page_index.cuh, bounds the search). */
 const WANT_LIMIT = 256;
 
@@ -76,8 +128,7 @@ export class DeviceIndex implements Disposable {
 
   /** Whether the backend ranks this index's shape at all (headDim, group, form). */
   static ranks(p: DeviceIndexParts): boolean {
-    const pages = Math.ceil(p.capacity / p.kernel.pageSize), codeBytes = p.kernel.form === "int8" ? 2 * p.headDim : p.headDim;
-    const shape = { form: PAGE_INDEX_FORM_CODE[p.kernel.form], kvHeads: p.kvHeads, group: p.heads / p.kvHeads, headDim: p.headDim, pageCapacity: pages, scalesOffset: pages * p.kvHeads * codeBytes };
+    const shape = deviceIndexShape(p.kernel.form, p.kvHeads, p.heads / p.kvHeads, p.headDim, Math.ceil(p.capacity / p.kernel.pageSize));
     return (p.backend.indexRankScratch?.(shape, 1) ?? 0) > 0;
   }
 
@@ -89,10 +140,10 @@ export class DeviceIndex implements Disposable {
   constructor(p: DeviceIndexParts) {
     const be = p.backend;
     if (!be.indexRank || !be.indexRankScratch) fail(`page index: the ${be.name} backend cannot rank pages on the device (placement "device")`);
-    const k = p.kernel, pageCapacity = Math.ceil(p.capacity / k.pageSize), codeBytes = k.form === "int8" ? 2 * p.headDim : p.headDim;
+    const k = p.kernel, pageCapacity = Math.ceil(p.capacity / k.pageSize);
     this.backend = be;
     this.kernel = k;
-    this.shape = { form: PAGE_INDEX_FORM_CODE[k.form], kvHeads: p.kvHeads, group: p.heads / p.kvHeads, headDim: p.headDim, pageCapacity, scalesOffset: pageCapacity * p.kvHeads * codeBytes };
+    this.shape = deviceIndexShape(k.form, p.kvHeads, p.heads / p.kvHeads, p.headDim, pageCapacity);
     this.bytes = deviceIndexBytes(p.kvHeads, p.headDim, p.capacity, k.pageSize, k.form);
     // The widest choice the backend ranks at this capacity (its candidates bound it), found once.
     let lo = 0, hi = Math.min(pageCapacity, WANT_LIMIT);
