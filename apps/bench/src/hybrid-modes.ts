@@ -24,12 +24,14 @@
  */
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { cpus } from "node:os";
-import { dummyModelFiles, linkBandwidth, loadModel, presetConfig, type Backend, type HybridStepRecord } from "@hybridgen/core";
+import { cpus, totalmem } from "node:os";
+import { dummyModelFiles, indexWant, linkBandwidth, loadModel, presetConfig, type Backend, type DeviceIndexShape, type HybridStepRecord } from "@hybridgen/core";
+import { planRun } from "@hybridgen/memtier";
+import { PageIndexOptionsSchema } from "@hybridgen/selectors";
 import { HybridOptionsSchema } from "@hybridgen/runtime";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import type { CudaBackend } from "@hybridgen/kernels-cuda";
-import { createHybridAttention, defaultStageThreads, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createHybridAttention, defaultStageThreads, timeIndexRank, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { timingTraceFromRuns, type RecordedRun } from "@hybridgen/scheduler";
 import { arg, hybridArg, hybridValue, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
@@ -52,6 +54,8 @@ const profileStep = arg("profile-step", "");
 const source = arg("source", `apps/bench hybrid-modes on ${backendName}, ${new Date().toISOString().slice(0, 10)}`);
 /** Steps left out of the means: the first hybrid step captures and warms up. */
 const WARM = 4;
+/** The index selector's page size (its default: the configs here set none). */
+const INDEX_PAGE = PageIndexOptionsSchema.parse({}).pageSize;
 /** The engine's candidate multiplier (verified logits): every config here runs the default. */
 const CANDIDATES = HybridOptionsSchema.parse({}).candidates;
 
@@ -118,6 +122,26 @@ async function bandwidths(be: Backend): Promise<Bandwidths> {
 }
 
 
+/**
+ * `hybridgen plan`'s prediction for a step with the index ranked on the device, from this run's
+ * bandwidths and the ranking's measured time a layer (timeIndexRank at the run's index shape and
+ * widest want), against the measured ms/token.
+ */
+function plannerLine(shape: DeviceIndexShape, form: "int8" | "int4", logits: string, context: number, offloaded: number, measured: number): string {
+  const candidates = logits === "verified" ? CANDIDATES : 1, want = indexWant(K * candidates, offloaded, INDEX_PAGE);
+  const rankMs = timeIndexRank(backend, shape, want, modelBytes.layers);
+  const plan = planRun({
+    model: { layers: modelBytes.layers, heads: modelBytes.heads, kvHeads: modelBytes.kvHeads, headDim: modelBytes.headDim, weightsBytes: modelBytes.weightBytes },
+    kvElementBytes: 2, contextTokens: context, gpuKvBudget: window, k: K, candidates, prefill: false,
+    tiers: [{ id: "host", kind: "dram", capacityBytes: totalmem(), readBandwidthGBs: bw.hostRead / 1e9 }],
+    gpu: { freeBytes: deviceBytes, readBandwidthGBs: bw.hbm / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs: rankMs },
+    index: { form, placement: "device" },
+  });
+  const p = plan.predicted, f = (x: number | null) => (x === null ? "–" : x.toFixed(2));
+  return `planner: ${f(p.msPerToken)} ms/token predicted (GPU ${f(p.gpuMs)} with the ranking ${(rankMs * 1e3).toFixed(1)} µs a layer at want ${want}, CPU ${f(p.cpuMs)}, ` +
+    `gather ${f(p.vGatherMs)}, link ${f(p.vTransferMs)}); measured ${measured.toFixed(2)}: ${p.msPerToken ? `${(((measured - p.msPerToken) / p.msPerToken) * 100).toFixed(0)}% off` : "–"}`;
+}
+
 /** First step from which the timing never changes and K stays within ±10% of its last value. */
 function settleStep(trace: readonly HybridStepRecord[]): number {
   const last = trace[trace.length - 1];
@@ -138,6 +162,8 @@ function switches(trace: readonly HybridStepRecord[]): number {
 }
 
 using backend = await openBackend(backendName);
+/** The device memory the backend took (its arena), for the planner's line; the window is fixed here, so only a refusal would read it. */
+const deviceBytes = (backend as { memory?: () => { arenaBytes?: number; freeBytes: number } }).memory?.().arenaBytes ?? totalmem();
 type GraphStats = { captures: number; replays: number; drained: number; eagerSteps: number; lastDrain: string };
 /** The CUDA backend's graph counters (hybrid steps replay one recorded segment per layer). */
 const lab = backendName === "cpu" ? undefined : (await import("@hybridgen/kernels-cuda/lab")).cudaLab(backend as CudaBackend);
@@ -217,6 +243,7 @@ for (const context of contexts) {
       console.log(`  ${ha.stats.summary()}`);
       const b = stepBytes(modelBytes, { window, offloaded: tail[0]?.offloaded ?? 0, k: tail[0]?.k ?? K, timing: tail[0]?.timing ?? "pre", logits, candidates: CANDIDATES, selector: floorSelector(name, tail[0]?.timing ?? "pre"), index });
       console.log(`  bytes a step: device ${(b.device / 1e9).toFixed(3)} GB, host ${(b.cpu / 1e6).toFixed(1)} MB, link ${(b.link / 1e6).toFixed(2)} MB`);
+      if (ha.deviceIndex) console.log(`  ${plannerLine(ha.deviceIndex.shape, index.form, logits, context, tail[0]?.offloaded ?? 0, ms)}`);
       if (g0 && g1) console.log(`  graphs: ${g1.captures - g0.captures} captured, ${g1.replays - g0.replays} replayed, ${g1.drained - g0.drained} drained (last: ${g1.lastDrain}), ${g1.eagerSteps - g0.eagerSteps} eager`);
       recorded[context]!.push({ label: name, scheduler: HYBRID[name]!.scheduler as string, steps: trace });
     } finally {

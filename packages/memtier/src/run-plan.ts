@@ -11,7 +11,9 @@
  *
  * The prediction is a bandwidth floor per decode step (all sequences of the batch):
  *   GPU stage   = (weights, read once a step + every sequence's window KV) / GPU read bandwidth
- *                 (no GPU: the fastest tier's, where the CPU backend runs the same step)
+ *                 (no GPU: the fastest tier's, where the CPU backend runs the same step), and a
+ *                 device index's ranking: layers × sequences × its measured ms a layer (its
+ *                 passes and launches cost past its bytes), else its bytes at that bandwidth
  *   CPU stage   = Σ over tiers of the offloaded K bytes there the selector reads (all for top-K,
  *                 two rows a page for Quest's bounds, none for StreamingLLM or the page index, whose
  *                 own bytes count instead) / the tier's read bandwidth; K spilled
@@ -40,6 +42,8 @@ export const GpuPlanInputSchema = z.object({
   linkBandwidthGBs: z.number().positive().optional(),
   /** Device bytes kept for activations and staging (default 2 GiB); the prefill's K/V scratch (4 × context rows of one layer) comes on top. */
   reserveBytes: z.number().int().nonnegative().default(2 * 2 ** 30),
+  /** ms one layer's ranking of a device index takes for one sequence (@hybridgen/runtime's timeIndexRank, measured); absent: its bytes at readBandwidthGBs. */
+  indexRankMs: z.number().nonnegative().optional(),
 });
 
 export const RunPlanInputSchema = z.object({
@@ -339,7 +343,9 @@ export function planRun(input: RunPlanInput): RunPlan {
   }
   // Without a GPU the CPU backend's own step reads the weights and the window from the fastest tier (and a device index).
   const gpuBytes = o.model.weightsBytes + window * B * total + (indexOnDevice ? indexBytes : 0);
-  const gpuMs = ms(gpuBytes, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
+  const rankMs = indexOnDevice && offloaded > 0 ? o.gpu?.indexRankMs : undefined;
+  const streamed = ms(rankMs === undefined ? gpuBytes : gpuBytes - indexBytes, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
+  const gpuMs = streamed === null || rankMs === undefined ? streamed : streamed + o.model.layers * B * rankMs;
   const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(movedBytes, o.gpu.linkBandwidthGBs)) : 0;
   const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null : Math.max(gpuMs, cpuMs) + vGatherMs + vTransferMs;
 

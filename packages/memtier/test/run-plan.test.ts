@@ -233,6 +233,22 @@ describe("planRun with the page index choosing the stage's rows", () => {
     expect(p.fits).toBe(true);
   });
 
+  it("a measured ranking replaces the index's bytes in the GPU stage: layers × sequences × its ms a layer (none on the host or with nothing offloaded)", () => {
+    const bytesOnly = planRun({ ...base, index: { placement: "device" } });
+    const ranked = planRun({ ...base, gpu: { ...h200, indexRankMs: 0.05 }, index: { placement: "device" } });
+    const gbs = h200.readBandwidthGBs!, streamed = ((bytesOnly.predicted.bytes.gpu - bytesOnly.index!.bytes) / (gbs * 1e9)) * 1e3;
+    expect(bytesOnly.predicted.gpuMs).toBeCloseTo((bytesOnly.predicted.bytes.gpu / (gbs * 1e9)) * 1e3, 9);
+    expect(ranked.predicted.gpuMs).toBeCloseTo(streamed + 32 * 0.05, 9);
+    expect(ranked.predicted.bytes.gpu).toBe(bytesOnly.predicted.bytes.gpu);
+    const batch = planRun({ ...base, batch: 2, gpu: { ...h200, indexRankMs: 0.05 }, index: { placement: "device" } });
+    expect(batch.predicted.gpuMs).toBeCloseTo(((batch.predicted.bytes.gpu - batch.index!.bytes) / (gbs * 1e9)) * 1e3 + 2 * 32 * 0.05, 9);
+    const host = planRun({ ...base, gpu: { ...h200, indexRankMs: 0.05 }, index: { placement: "host" } });
+    expect(host.predicted.gpuMs).toBeCloseTo((host.predicted.bytes.gpu / (gbs * 1e9)) * 1e3, 9);
+    const short = planRun({ ...base, contextTokens: 1000, gpu: { ...h200, indexRankMs: 0.05 }, index: { placement: "device" } });
+    expect(short.offloadedTokens).toBe(0);
+    expect(short.predicted.gpuMs).toBeCloseTo((short.predicted.bytes.gpu / (gbs * 1e9)) * 1e3, 9);
+  });
+
   it("on the host: the stage reads the index and its super-pages from the fastest tier; auto takes the device when it has room", () => {
     const p = planRun({ ...base, index: { placement: "host", form: "int4" } });
     const bytes = Math.ceil(Math.ceil(p.offloadedTokens * ((32 * 8 * 132) / 16)) * (1 + 1 / 16));

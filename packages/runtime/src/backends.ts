@@ -7,7 +7,8 @@
 import { resolve as resolvePath } from "node:path";
 import { pathToFileURL } from "node:url";
 import { z } from "zod";
-import { HybridgenError, linkBandwidth, type Backend } from "@hybridgen/spec";
+import { HybridgenError, linkBandwidth, type Backend, type DeviceIndexShape } from "@hybridgen/spec";
+import { timeIndexRank } from "./hybrid/device-index.js";
 
 /** What a backend is opened with: the knobs every caller has, and the backend's own options. */
 export interface BackendOpenOptions {
@@ -38,6 +39,14 @@ export interface DeviceProbe {
   readonly readBandwidthGBs?: number;
   /** Host → device copy bandwidth (GB/s), when measured. */
   readonly linkBandwidthGBs?: number;
+  /** ms one layer's ranking of the probe's `index` takes (timeIndexRank), when asked and measured. */
+  readonly indexRankMs?: number;
+}
+
+/** What a probe measures: the copy bandwidths, and with `index` (and `bandwidth`) a device index's ranking at that shape. */
+export interface ProbeOptions {
+  readonly bandwidth: boolean;
+  readonly index?: { readonly shape: DeviceIndexShape; readonly want: number; readonly layers: number };
 }
 
 /** What a backend finds on this machine: one line for `hybridgen info`, and the details its --json carries. */
@@ -61,7 +70,7 @@ export interface BackendEntry {
    * Its device's free memory and, with `bandwidth`, its copy bandwidths, measured before anything is allocated (`hybridgen
    * plan`, `bench --workload`); null: it computes in host memory, so a plan has no device. None: it cannot be planned for.
    */
-  readonly probe?: (options: { readonly bandwidth: boolean }) => Promise<DeviceProbe | null>;
+  readonly probe?: (options: ProbeOptions) => Promise<DeviceProbe | null>;
 }
 
 const registry = new Map<string, BackendEntry>();
@@ -140,7 +149,7 @@ export interface ProbedBackend {
  * Probes the backend `name` names (unavailable, or without a probe: a one-line error), or under "auto" the highest-ranked
  * available one that has a probe (each one passed over in `skipped`, with its reason).
  */
-export async function probeBackend(name: string, options: { readonly bandwidth: boolean }): Promise<ProbedBackend> {
+export async function probeBackend(name: string, options: ProbeOptions): Promise<ProbedBackend> {
   const noProbe = (e: BackendEntry) => `backend "${e.name}" cannot be probed for a plan (its entry has no probe): give the device's free memory`;
   if (name !== "auto") {
     const entry = lookupBackend(name);
@@ -209,8 +218,8 @@ registerBackend({
     const a = cuda.cudaAvailability();
     return { available: a.available, summary: cuda.describeCudaAvailability(a), detail: a };
   },
-  // Device 0's free memory (cudaMemGetInfo) before any arena; its bandwidths on a small arena of their own.
-  probe: async ({ bandwidth }) => {
+  // Device 0's free memory (cudaMemGetInfo) before any arena; its bandwidths (and an index's ranking) on a small arena of their own.
+  probe: async ({ bandwidth, index }) => {
     const cuda = await cudaPackage();
     if (typeof cuda === "string") throw new HybridgenError(cuda);
     const a = cuda.cudaAvailability();
@@ -220,10 +229,12 @@ registerBackend({
     if (rc !== 0) throw new HybridgenError(`CUDA device 0: cannot read its free memory (error ${rc})`);
     const device: DeviceProbe = { name: a.devices[0]?.name ?? "CUDA device 0", freeBytes: out[0]! };
     if (!bandwidth) return device;
-    using be = cuda.createCudaBackend({ arenaBytes: 1024 * MiB });
+    const indexBytes = index ? index.shape.scalesOffset + index.shape.pageCapacity * index.shape.kvHeads * 4 : 0;
+    using be = cuda.createCudaBackend({ arenaBytes: 1024 * MiB + Math.ceil(indexBytes / MiB) * MiB });
     const copy = be.copyBandwidth(256 * MiB, 10);
     const link = linkBandwidth(be.hostTransfers(), 256 * MiB, 5);
-    return { ...device, readBandwidthGBs: copy / 1e9, ...(link ? { linkBandwidthGBs: link.h2d / 1e9 } : {}) };
+    const rank = index ? { indexRankMs: timeIndexRank(be, index.shape, index.want, index.layers) } : {};
+    return { ...device, readBandwidthGBs: copy / 1e9, ...(link ? { linkBandwidthGBs: link.h2d / 1e9 } : {}), ...rank };
   },
 });
 
@@ -267,6 +278,6 @@ export async function openBackendChoice(choice: string, options: BackendOpenOpti
 }
 
 /** probeBackend for a --device value: a backend module is loaded (and registered) first. */
-export async function probeBackendChoice(choice: string, options: { readonly bandwidth: boolean }, cwd?: string): Promise<ProbedBackend> {
+export async function probeBackendChoice(choice: string, options: ProbeOptions, cwd?: string): Promise<ProbedBackend> {
   return probeBackend(isBackendModule(choice) ? await loadBackendModule(choice, cwd) : choice, options);
 }

@@ -12,5 +12,5 @@ export * from "./hybrid/index.js";
 export {
   backendChoices, BackendChoiceSchema, backendNames, describeBackends, isBackendModule, openBackendChoice, loadBackendModule, lookupBackend, openBackend, probeBackend,
   probeBackendChoice, registerBackend, type BackendAvailability, type BackendDescription, type BackendEntry, type BackendOpenOptions, type DeviceProbe, type OpenedBackend,
-  type OpenedBackendChoice, type ProbedBackend,
+  type OpenedBackendChoice, type ProbedBackend, type ProbeOptions,
 } from "./backends.js";

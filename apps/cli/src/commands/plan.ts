@@ -6,9 +6,9 @@
  * reason, and exits non-zero. No weights are loaded.
  */
 import { parseArgs } from "node:util";
-import { HybridgenError, type DType, type MemoryTier, isFileTier, tierKind } from "@hybridgen/core";
+import { HybridgenError, type DType, type MemoryTier, indexWant, isFileTier, tierKind } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
-import { backendChoices, BackendChoiceSchema, defaultStageThreads, parseHybridFlag, planSelection, probeBackendChoice, type DeviceProbe, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { backendChoices, BackendChoiceSchema, defaultStageThreads, deviceIndexShape, parseHybridFlag, planSelection, probeBackendChoice, type DeviceProbe, type HybridRuntimeOptions, type ProbeOptions } from "@hybridgen/runtime";
 import type { CliIo } from "../io.js";
 import { checkDiskDir, KV_TIER_HELP, parseSize, placementNote, readDepthValue, storeTiers, KvTierCliOptionsSchema } from "../kv-tier-options.js";
 import { parseArgsError } from "../parse-args-error.js";
@@ -31,7 +31,8 @@ A context that fits nowhere is refused with the numbers (exit 2).
       --logits MODE            exact, speculative or verified (default; candidates·K rows and their K go up)
       --candidates N           verified logits' candidates per selected token (default 4)
       --index JSON             the page index chooses the rows: its options, e.g. '{"form":"int4","placement":"device"}'
-                               (the index selector's: form, pageSize, superPages, placement auto|host|device)
+                               (the index selector's: form, pageSize, superPages, placement auto|host|device); a probed GPU
+                               times its ranking at the context's pages, which the GPU stage then charges a layer
       --kv-dtype D             f32, f16 or bf16 (default bf16)
       --device D               auto, cpu, cuda or a backend module: the backend whose device is probed (cpu: the
                                CPU alone; auto: the highest-ranked usable one, the GPU where CUDA is usable)
@@ -107,7 +108,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   let gpu: DeviceProbe | null = null;
   const gpuFree = v["gpu-free"] === undefined ? undefined : parseSize(v["gpu-free"], "--gpu-free");
   if (gpuFree !== undefined) gpu = { name: "described", freeBytes: gpuFree };
-  else gpu = (await probeBackendChoice(device, { bandwidth: probe })).device;
+  else gpu = (await probeBackendChoice(device, { bandwidth: probe, ...rankProbe(selection, info, context, int("--k", v.k) ?? 64) })).device;
   if (gpu) {
     const bw = num("--gpu-bandwidth", v["gpu-bandwidth"]), link = num("--link-bandwidth", v["link-bandwidth"]);
     gpu = { ...gpu, ...(bw ? { readBandwidthGBs: bw } : {}), ...(link ? { linkBandwidthGBs: link } : {}) };
@@ -121,7 +122,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   const plan = planRun({
     model: { layers: info.layers, heads: info.heads, kvHeads: info.kvHeads, headDim: info.headDim, weightsBytes, batchRowBytes: info.batchRowBytes },
     kvElementBytes: kvDtype === "f32" ? 4 : 2, contextTokens: context, batch, gpuKvBudget,
-    gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs } : undefined,
+    gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs, indexRankMs: gpu.indexRankMs } : undefined,
     tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64,
     ...planSelection(selection, true),
   });
@@ -133,6 +134,18 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   }
   if (plan.refusal) throw new HybridgenError(plan.refusal, "ECONTEXT");
   return 0;
+}
+
+/**
+ * The device index's ranking for the probe to time, when the index may be ranked on the device: its
+ * shape over the whole context's pages (what the store's offloaded part can grow to) and the widest
+ * layer's want (verified layers rank candidates·K).
+ */
+function rankProbe(o: HybridRuntimeOptions, info: { layers: number; heads: number; kvHeads: number; headDim: number }, context: number, k: number): { index?: NonNullable<ProbeOptions["index"]> } {
+  const m = planSelection(o, true);
+  if (!m.index || m.index.placement === "host") return {};
+  const pageSize = m.index.pageSize ?? 16, pages = Math.ceil(context / pageSize);
+  return { index: { shape: deviceIndexShape(m.index.form ?? "int8", info.kvHeads, info.heads / info.kvHeads, info.headDim, pages), want: indexWant(k * m.candidates, context, pageSize), layers: info.layers } };
 }
 
 /**
@@ -190,7 +203,8 @@ async function formatPlan(model: string, kvDtype: DType, gpu: DeviceProbe | null
     `weights:    ${fb(p.weights.bytes)} in ${p.weights.where === "gpu" ? "GPU" : "host"} memory`,
     p.gpu
       ? `GPU:        ${gpu?.name ?? "GPU"}: ${fb(p.gpu.freeBytes)} free, ${fb(p.gpu.reserveBytes)} reserved → window ${p.gpu.windowTokens} tokens (${fb(p.gpu.windowBytes)}; ${p.gpu.fitTokens} fit)` +
-        `${gpu?.readBandwidthGBs ? `, reads ${f(gpu.readBandwidthGBs, 0)} GB/s` : ""}${gpu?.linkBandwidthGBs ? `, host→device ${f(gpu.linkBandwidthGBs, 1)} GB/s` : ""}`
+        `${gpu?.readBandwidthGBs ? `, reads ${f(gpu.readBandwidthGBs, 0)} GB/s` : ""}${gpu?.linkBandwidthGBs ? `, host→device ${f(gpu.linkBandwidthGBs, 1)} GB/s` : ""}` +
+        `${gpu?.indexRankMs !== undefined && p.index?.placement === "device" ? `, ranks the index in ${f(gpu.indexRankMs, 3)} ms a layer` : ""}`
       : `GPU:        none (the CPU backend: weights and a window of ${p.contextTokens - p.offloadedTokens} tokens, ${fb(p.hostWindowBytes)}, in host memory)`,
     ...(p.gpu
       ? [`reserve:    ${fb(p.gpu.reserveBytes)}: ${p.batch > 1 ? `the batched step's ${p.batch} rows ${fb(p.gpu.batchRowsBytes)}; ` : ""}` +
