@@ -19,6 +19,16 @@ describe("HybridStats' per-step trace", () => {
     expect(s.timingSwitches).toBe(0);
   });
 
+  it("a device index's fold and upload is the median step's (the first step folds the whole store); without one nothing is said", () => {
+    const s = new HybridStats();
+    [40, 0.2, 0.3, 0.25].forEach((ms, i) => s.record(step(i, 8, "pre"), 3, { indexSyncMs: ms }));
+    expect(s.syncSummary()).toBe("; device index: evicted rows folded and uploaded in 0.275 ms a step (median, driving thread, before the step's device work)");
+    s.reset();
+    s.record(step(0, 8, "pre"), 3);
+    expect(s.syncSummary()).toBe("");
+    expect(s.summary()).not.toContain("device index");
+  });
+
   it("keeps the last HYBRID_TRACE_LIMIT steps and counts the rest", () => {
     const s = new HybridStats();
     for (let i = 0; i < HYBRID_TRACE_LIMIT + 10; i++) s.record(step(i, 8, i % 1000 === 999 ? "pre" : "post"), 1);

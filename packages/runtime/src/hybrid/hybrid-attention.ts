@@ -89,6 +89,8 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
   private handedOff = false;
   private inFlight = false; // a stage job was submitted and not yet collected
   private clampSaid = false;
+  /** This step's device-index fold and upload on the driving thread (ms). */
+  private indexSyncMs = 0;
   /** KvCache.rewinds when the per-sequence state was made: a restore() since means a new one. */
   private cacheRewinds = -1;
   /** Per layer, the share of the scheduler's K it selects (recalibrate's layerK; null: all of it). */
@@ -254,7 +256,11 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     const offloaded = this.attention.cache.storeCount;
     if (offloaded === 0) return;
     this.transport.syncStore();
-    this.deviceIndex?.sync(offloaded, this.stage.primitives ?? referencePrimitives, (l) => this.stage.offloadedKeys!(this.attention.cache.stageStoreK(l)));
+    if (this.deviceIndex) {
+      const t0 = performance.now();
+      this.deviceIndex.sync(offloaded, this.stage.primitives ?? referencePrimitives, (l) => this.stage.offloadedKeys!(this.attention.cache.stageStoreK(l)));
+      this.indexSyncMs = performance.now() - t0;
+    }
     const { plan, refusedTiming, clamped } = planStep(this.selector, this.decision, offloaded);
     if (refusedTiming) this.stats.note(`selector "${this.selector.name}" cannot run ${refusedTiming}-QKᵀ selection; using ${plan.timing}`);
     if (clamped && !this.clampSaid) {
@@ -304,7 +310,9 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
       this.account.waitForStage();
     }
     this.current = null;
-    const timings = this.account.finish(plan, () => this.transport.stepTimes(this.batchStep), this.handedOff, { step: this.step, k: this.decision.k, layers: this.layers });
+    const timings = this.account.finish(plan, () => this.transport.stepTimes(this.batchStep), this.handedOff, {
+      step: this.step, k: this.decision.k, layers: this.layers, ...(this.deviceIndex ? { indexSyncMs: this.indexSyncMs } : {}),
+    });
     this.merge.stepDone();
     this.decision = this.scheduler.next(timings);
     this.step++;

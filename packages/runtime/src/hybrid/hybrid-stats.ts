@@ -49,6 +49,8 @@ export class HybridStats extends OffloadCounters {
    * the CPU stage's phases (score, top-K, gather, hand-offs) when the stage splits them. */
   private readonly issueTrace: number[] = [];
   private readonly splitTrace: (readonly number[] | undefined)[] = [];
+  /** Beside each traced step: its indexSyncMs (undefined: no device index). */
+  private readonly syncTrace: (number | undefined)[] = [];
 
   /** Fraction of the CPU stage's busy time that ran while the device stage ran, in the median step. */
   get hiddenFraction(): number {
@@ -88,18 +90,20 @@ export class HybridStats extends OffloadCounters {
 
   /** Appends one step's scheduler inputs to the trace (the engine calls it once per hybrid step);
    * issueMs: the step's wall less the host's own waits (default: the wall); split: its CPU-stage
-   * phases [score, top-K, gather, hand-offs] (copied). */
-  record(t: StepTimings, wallMs: number, step: { issueMs?: number; split?: readonly number[] } = {}): void {
+   * phases [score, top-K, gather, hand-offs] (copied); indexSyncMs: its device index's fold and upload. */
+  record(t: StepTimings, wallMs: number, step: { issueMs?: number; split?: readonly number[]; indexSyncMs?: number } = {}): void {
     if (this.lastTiming !== undefined && this.lastTiming !== t.timing) this.timingSwitches++;
     this.lastTiming = t.timing;
     if (this.trace.length >= HYBRID_TRACE_LIMIT) {
       this.trace.shift();
       this.issueTrace.shift();
       this.splitTrace.shift();
+      this.syncTrace.shift();
       this.droppedSteps++;
     }
     this.issueTrace.push(step.issueMs ?? wallMs);
     this.splitTrace.push(step.split ? [...step.split] : undefined);
+    this.syncTrace.push(step.indexSyncMs);
     this.trace.push({
       step: t.step, k: t.k, timing: t.timing, offloaded: t.offloaded, tGpuMs: t.tGpuMs, tCpuMs: t.tCpuMs, tTxMs: t.tTxMs, tWaitMs: t.tWaitMs, wallMs,
     });
@@ -113,7 +117,7 @@ export class HybridStats extends OffloadCounters {
     this.cpuScoreMs = this.cpuSelectMs = this.cpuGatherMs = this.handoffMs = 0;
     this.notes.length = 0;
     this.trace.length = 0;
-    this.issueTrace.length = this.splitTrace.length = 0;
+    this.issueTrace.length = this.splitTrace.length = this.syncTrace.length = 0;
     this.droppedSteps = this.timingSwitches = 0;
     this.lastTiming = undefined;
   }
@@ -129,8 +133,14 @@ export class HybridStats extends OffloadCounters {
       `CPU stage ${per(m.cpu)} ms, device stage ${per(m.gpu)} ms, ` +
       `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (median of ${this.steps} hybrid steps), ` +
       `transfers ${per(m.tx)} ms; driving thread per layer: issuing ${per(m.issue)} ms, waiting for the CPU stage ${per(m.wait)} ms` + this.splitSummary() + (this.rows ? `; ${this.rows}` : "") +
-      (this.handedOffSteps ? `; ${this.handedOffSteps} of ${this.steps} steps handed off (the device waited for the CPU stage)` : "") + this.schedulerSummary() +
+      (this.handedOffSteps ? `; ${this.handedOffSteps} of ${this.steps} steps handed off (the device waited for the CPU stage)` : "") + this.syncSummary() + this.schedulerSummary() +
       (this.calibration ? `; ${this.calibration}` : "");
+  }
+
+  /** "; device index: evicted rows folded and uploaded in … ms a step (median)" on the driving thread, before the step's device work (empty without a device index). */
+  syncSummary(): string {
+    const s = this.syncTrace.filter((x): x is number => x !== undefined);
+    return s.length ? `; device index: evicted rows folded and uploaded in ${median(s).toFixed(3)} ms a step (median, driving thread, before the step's device work)` : "";
   }
 
   /** "; scheduler: K 8 → 96 (range 8–128), post, 1 timing switch" from the trace (empty without one). */

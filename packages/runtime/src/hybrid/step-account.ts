@@ -60,7 +60,7 @@ export class StepAccount {
    * after the host's own part of the step is timed, since reading them waits for the device;
    * `handedOff`: the device, not the host, waited for the stage (times.waitMs).
    */
-  finish(plan: StepPlan, deviceTimes: () => StepTimes, handedOff: boolean, o: { step: number; k: number; layers: number }): StepTimings {
+  finish(plan: StepPlan, deviceTimes: () => StepTimes, handedOff: boolean, o: { step: number; k: number; layers: number; indexSyncMs?: number }): StepTimings {
     const wall = performance.now() - this.start, issueMs = Math.max(0, wall - this.wait);
     const times = deviceTimes();
     const device = times ? times.gpuMs : Math.max(0, wall - this.wait - this.js - this.tx);
@@ -81,7 +81,7 @@ export class StepAccount {
       k: o.k, timing: plan.timing, offloaded: plan.offloaded, layers: o.layers,
     };
     // the scheduler's inputs per step (stats trace, --json), and what the stats line's median step reads
-    st.record(timings, performance.now() - this.start, { issueMs, split: this.stage.lastSplit ? this.split : undefined });
+    st.record(timings, performance.now() - this.start, { issueMs, split: this.stage.lastSplit ? this.split : undefined, indexSyncMs: o.indexSyncMs });
     return timings;
   }
 }
