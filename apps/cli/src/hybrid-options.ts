@@ -182,27 +182,40 @@ export interface AttachedHybrid extends Disposable {
   readonly all: readonly HybridAttention[];
 }
 
+/** How attachHybrid attaches: where each sequence's store goes, how many decode at once, what it starts from. */
+export interface HybridAttachment {
+  /** The model's `hybridgen profile-kmin` result: the defaults of --k-min and --exact-layers. */
+  readonly profile?: HybridProfile | null;
+  /** Places each sequence's offloaded store (storeAllocatorFor's, a server's ledger). */
+  readonly storeAllocator?: (sequence: number) => KvStoreAllocator;
+  /** Sequences that decode at once: they share the runtime's default CPU-stage threads (default 1). */
+  readonly batch?: number;
+  /** The model's own sequence never decodes (a server's idle slot 0): every sequence it makes gets one, even at batch 1. */
+  readonly ownIdle?: boolean;
+  /** --kv-disk-read-depth. */
+  readonly readDepth?: number;
+  /** The model's cached calibration: where K and the exact layers start. */
+  readonly calibration?: CachedCalibration | null;
+}
+
 /**
  * Attach hybrid attention to a loaded model through createHybridAttention (createBatchHybridAttention
- * for `batch` > 1: one per sequence): the flags, with the model's hybrid profile (`hybridgen
- * profile-kmin`) for the defaults of --k-min and --exact-layers. On the CPU backend the stage
- * reads the cache's store in place; on a device backend (CUDA) the store is kept in pinned host
- * memory and the stage's output goes up on the copy stream. `storeAllocator` (storeAllocatorFor's)
- * places each sequence's offloaded store.
+ * for a batch, or with the own sequence idle: one per sequence): the flags, with the profile's
+ * defaults. On the CPU backend the stage reads the cache's store in place; on a device backend
+ * (CUDA) the store is kept in pinned host memory and the stage's output goes up on the copy stream.
  */
 export async function attachHybrid(
-  model: SequenceModel, backend: Backend, h: HybridCliOptions, profile: HybridProfile | null = null, storeAllocator?: (sequence: number) => KvStoreAllocator, batch = 1, readDepth?: number,
-  calibration: CachedCalibration | null = null,
+  model: SequenceModel, backend: Backend, h: HybridCliOptions, { profile = null, storeAllocator, batch = 1, ownIdle = false, readDepth, calibration = null }: HybridAttachment = {},
 ): Promise<AttachedHybrid | null> {
   if (h.attention !== "hybrid") return null;
   if (model.cache.storeCapacity === 0) {
     throw new HybridgenError(`--gpu-kv-budget ${h.gpuKvBudget} holds the whole context (${model.maxContext}): nothing would be offloaded`);
   }
   const options = {
-    ...runtimeOptions(h, profile), ...(storeAllocator ? { storeAllocator } : {}), ...(readDepth === undefined ? {} : { readDepth }), // --kv-disk-read-depth
-    ...(calibration && calibration.layerK.length === model.cache.layers ? { calibration } : {}), // the model's cached calibration: where K and the exact layers start
+    ...runtimeOptions(h, profile), ...(storeAllocator ? { storeAllocator } : {}), ...(readDepth === undefined ? {} : { readDepth }),
+    ...(calibration && calibration.layerK.length === model.cache.layers ? { calibration } : {}),
   };
-  if (batch > 1) return createBatchHybridAttention(model, backend, options, batch);
+  if (batch > 1 || ownIdle) return createBatchHybridAttention(model, backend, options, batch);
   const ha = await createHybridAttention(model, backend, options);
   return { own: ha, all: [ha], [Symbol.dispose]: () => ha.close() };
 }

@@ -1,9 +1,7 @@
 // `hybridgen serve` under pressure and at its edges: a full queue is a 429 with OpenAI's error
 // object; SIGTERM lets the running request finish, cancels the queued one (its stream says why)
-// and exits 0; while the model loads every route says 503; bad flags are one-line errors; hybrid
-// attention's default stage threads are shared by the slots that decode.
+// and exits 0; while the model loads every route says 503; bad flags are one-line errors.
 import { describe, expect, it } from "vitest";
-import { stageThreadsPerSlot } from "../src/commands/serve.js";
 import { ServeMetrics } from "../src/serve/metrics.js";
 import { createRoutes } from "../src/serve/routes.js";
 import { requireBuiltBin, runBin } from "./helpers.js";
@@ -75,10 +73,4 @@ describe("hybridgen serve: a full queue, shutdown, loading, bad flags", () => {
     expect(help.stdout).toMatch(/^Usage: hybridgen serve \[options\]/);
   });
 
-  it("hybrid attention's default CPU-stage threads go to the --max-batch slots that decode, not to idle slot 0 too", () => {
-    expect(stageThreadsPerSlot(true, 6, 16)).toBe(2); // 13 threads beside a device on 16 cores: 2 for each of 6 slots
-    expect(stageThreadsPerSlot(true, 1, 16)).toBe(13);
-    expect(stageThreadsPerSlot(true, 31, 16)).toBe(1);
-    expect(stageThreadsPerSlot(false, 4, 2)).toBe(1); // the CPU backend's stage runs beside the model: one thread
-  });
 });

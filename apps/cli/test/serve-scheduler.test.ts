@@ -156,7 +156,7 @@ describe("the serve scheduler with hybrid attention and the planner's ledger", (
       next = null;
       return a;
     };
-    using hybrids = await attachHybrid(model, backend, hybridFlags, null, allocator, 5);
+    using hybrids = await attachHybrid(model, backend, hybridFlags, { storeAllocator: allocator, batch: 4, ownIdle: true });
     using dec = new BatchDecoder(model, 5);
     const metrics = new ServeMetrics();
     const scheduler = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, metrics, {
@@ -192,11 +192,12 @@ describe("the serve scheduler with hybrid attention and the planner's ledger", (
     const ledger = await StoreLedger.on([...memory(2 ** 30), { id: `file:${dir}`, kind: "file", path: dir, capacityBytes: 2 ** 30 }], model.cache, { kvPlacement: "semantic", kvDisk: dir, hostKvBudget: 0 });
     rmSync(dir, { recursive: true });
     let next: KvStoreAllocator | null = null;
-    using hybrids = await attachHybrid(model, backend, hybridFlags, null, () => {
+    const storeAllocator = () => {
       const a = next ?? ledger.idle();
       next = null;
       return a;
-    }, 2);
+    };
+    using hybrids = await attachHybrid(model, backend, hybridFlags, { storeAllocator, ownIdle: true });
     using dec = new BatchDecoder(model, 2);
     const errors: string[] = [];
     const scheduler = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, new ServeMetrics(), {

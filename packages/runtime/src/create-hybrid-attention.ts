@@ -52,10 +52,8 @@ export async function hybridBuilder(
   const storeFor = storeAllocatorOf(options.storeAllocator);
   return (model, sequence = 0) => {
     windowed(model);
-    const resolved = resolveHybrid(named, { device: !onCpu });
-    const { selector, scheduler, hybridOptions } = resolved;
-    const shared = options.cpuStageThreads === undefined && sequences > 1;
-    const plan = shared ? { ...resolved.plan, cpuStageThreads: Math.max(1, Math.floor(resolved.plan.cpuStageThreads / sequences)) } : resolved.plan;
+    const resolved = resolveHybrid(named, { device: !onCpu, sequences });
+    const { selector, scheduler, hybridOptions, plan } = resolved;
     const attached = model.cache.hostBackend;
     const allocator = storeFor(sequence);
     const place = (): InstanceType<typeof CpuBackend> => {

@@ -101,7 +101,7 @@ export async function runGenerate(opts: GenerateCliOptions, io: CliIo, flags: Hy
   // Each sequence's offloaded store placed on its share of the memory tiers (and the disk) as the sequence is made.
   const placed = hybrid.attention === "hybrid" && model.cache.storeCapacity > 0 ? await storeAllocatorFor(model.cache, tier, batch) : null;
   // One hybrid attention per sequence of the batch (slot 0's is the model's own).
-  using hybrids = await attachHybrid(model, backend, hybrid, profile, placed?.allocator, batch, tier.readDepth, calibration);
+  using hybrids = await attachHybrid(model, backend, hybrid, { profile, ...(placed ? { storeAllocator: placed.allocator } : {}), batch, readDepth: tier.readDepth, calibration });
   const hybridAttention = hybrids?.own ?? null;
   progress(
     `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, ${opts.dummyWeights ? `dummy ${opts.dtype ?? "bf16"}` : (opts.dtype ?? "stored")} weights` +

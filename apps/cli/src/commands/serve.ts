@@ -7,7 +7,7 @@
  */
 import { basename } from "node:path";
 import { BatchDecoder, DEFAULT_MAX_CONTEXT, DTYPE_BYTES, HybridgenError, PRESET_PREFIX, ensureStories15M, loadModel, type KvStoreAllocator } from "@hybridgen/core";
-import { defaultStageThreads, readHybridProfile } from "@hybridgen/runtime";
+import { readHybridProfile } from "@hybridgen/runtime";
 import { resolveWindowBudget } from "../auto-budget.js";
 import { openBackend, threadCount } from "../device-backend.js";
 import { attachHybrid, hybridPlanLine, loadHybridSelector, windowLoadOptions } from "../hybrid-options.js";
@@ -32,11 +32,6 @@ function shutdownSignal(signal: AbortSignal | undefined): { wait: Promise<string
   signal?.addEventListener("abort", onInt, { once: true });
   process.on("SIGTERM", onTerm);
   return { wait, dispose: () => (signal?.removeEventListener("abort", onInt), process.off("SIGTERM", onTerm)) };
-}
-
-/** Each slot's CPU-stage threads by default: the runtime's default shared by the `maxBatch` slots that decode (idle slot 0 takes no share). */
-export function stageThreadsPerSlot(device: boolean, maxBatch: number, cores?: number): number {
-  return Math.max(1, Math.floor(defaultStageThreads(device, cores) / maxBatch));
 }
 
 export async function runServe(argv: readonly string[], io: CliIo): Promise<number> {
@@ -99,8 +94,8 @@ async function serveModel(
     return a;
   };
   const profile = isHybrid ? readHybridProfile(dir, io.env.HYBRIDGEN_CACHE) : null;
-  const stageThreads = hybrid.cpuStageThreads ?? stageThreadsPerSlot(!opened.device.startsWith("cpu"), o.maxBatch);
-  using hybrids = await attachHybrid(model, backend, { ...hybrid, cpuStageThreads: stageThreads }, profile, ledger ? allocator : undefined, slots, o.tier.readDepth);
+  // The --max-batch slots that decode share the runtime's default stage threads, as bench --workload's sequences do; idle slot 0 takes no share.
+  using hybrids = await attachHybrid(model, backend, hybrid, { profile, ...(ledger ? { storeAllocator: allocator } : {}), batch: o.maxBatch, ownIdle: true, readDepth: o.tier.readDepth });
   // Each request's sequence is made at its own context; idle slots hold the least (hybrid attention: one position past the window, a store of one block).
   const idleContext = Math.min(maxContext, ledger ? ledger.window + 1 : 1);
   using dec = new BatchDecoder(model, slots, { sequenceContext: idleContext });
