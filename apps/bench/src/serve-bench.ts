@@ -24,6 +24,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
+import { sseData } from "@hybridgen/cli/sse";
 import { seededRandom } from "@hybridgen/core";
 import { arg, list } from "./args.js";
 
@@ -69,27 +70,17 @@ async function request(url: string, prompt: string, maxTokens: number, t0: numbe
       body: JSON.stringify({ prompt, max_tokens: maxTokens, temperature: 0, stream: true, stream_options: { include_usage: true } }),
     });
     if (!res.ok) throw new Error(`HTTP ${res.status}: ${await res.text()}`);
-    const reader = res.body!.getReader(), dec = new TextDecoder();
-    let buf = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buf += dec.decode(value, { stream: true });
-      let cut;
-      while ((cut = buf.indexOf("\n\n")) >= 0) {
-        const data = buf.slice(6, cut);
-        buf = buf.slice(cut + 2);
-        if (data === "[DONE]") continue;
-        const msg = JSON.parse(data) as { choices: { text: string; finish_reason: string | null }[]; usage?: { completion_tokens: number } | null; error?: { message: string } };
-        if (msg.error) throw new Error(`the stream ended with an error: ${msg.error.message}`);
-        // A chunk a token (its text may be empty: a byte tokenizer's ids past 255, or text held back for a stop string).
-        if (msg.choices[0] && msg.choices[0].finish_reason === null) {
-          last = performance.now();
-          if (!first) first = last;
-          chunks++;
-        }
-        if (msg.usage) tokens = msg.usage.completion_tokens;
+    for await (const data of sseData(res.body!)) {
+      if (data === "[DONE]") continue;
+      const msg = JSON.parse(data) as { choices: { text: string; finish_reason: string | null }[]; usage?: { completion_tokens: number } | null; error?: { message: string } };
+      if (msg.error) throw new Error(`the stream ended with an error: ${msg.error.message}`);
+      // A chunk a token (its text may be empty: a byte tokenizer's ids past 255, or text held back for a stop string).
+      if (msg.choices[0] && msg.choices[0].finish_reason === null) {
+        last = performance.now();
+        if (!first) first = last;
+        chunks++;
       }
+      if (msg.usage) tokens = msg.usage.completion_tokens;
     }
   } catch (e) {
     if (!stop.aborted) throw e;

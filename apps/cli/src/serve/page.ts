@@ -1,7 +1,9 @@
 /**
  * The page at `/`: a prompt box whose answer streams in from /v1/chat/completions (SSE read
- * from fetch's body). Static HTML and a few lines of script, no build step.
+ * from fetch's body by the clients' one reader, sse-reader.ts). Static HTML and a few lines of script, no build step.
  */
+import { sseData } from "./sse-reader.js";
+
 export const CHAT_PAGE = `<!doctype html>
 <html lang="en">
 <head>
@@ -30,6 +32,7 @@ export const CHAT_PAGE = `<!doctype html>
 <div id="out"></div>
 <script>
 const $ = (id) => document.getElementById(id);
+const sseData = (${sseData.toString()});
 $("form").addEventListener("submit", async (ev) => {
   ev.preventDefault();
   const out = $("out"), status = $("status");
@@ -50,24 +53,14 @@ $("form").addEventListener("submit", async (ev) => {
       status.textContent = "error: " + ((await res.json()).error?.message ?? res.status);
       return;
     }
-    const reader = res.body.getReader(), dec = new TextDecoder();
-    let buf = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buf += dec.decode(value, { stream: true });
-      let cut;
-      while ((cut = buf.indexOf("\\n\\n")) >= 0) {
-        const line = buf.slice(0, cut).replace(/^data: /, "");
-        buf = buf.slice(cut + 2);
-        if (line === "[DONE]") continue;
-        const msg = JSON.parse(line);
-        if (msg.error) status.textContent = "error: " + msg.error.message;
-        const choice = msg.choices?.[0];
-        if (choice?.delta?.content) out.textContent += choice.delta.content;
-        if (choice?.finish_reason) status.textContent = "finished: " + choice.finish_reason;
-        if (msg.usage) status.textContent += " · " + msg.usage.completion_tokens + " tokens";
-      }
+    for await (const data of sseData(res.body)) {
+      if (data === "[DONE]") continue;
+      const msg = JSON.parse(data);
+      if (msg.error) status.textContent = "error: " + msg.error.message;
+      const choice = msg.choices?.[0];
+      if (choice?.delta?.content) out.textContent += choice.delta.content;
+      if (choice?.finish_reason) status.textContent = "finished: " + choice.finish_reason;
+      if (msg.usage) status.textContent += " · " + msg.usage.completion_tokens + " tokens";
     }
   } catch (e) {
     status.textContent = "error: " + e.message;
