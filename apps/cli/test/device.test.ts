@@ -1,8 +1,7 @@
 /** --device auto|cpu|cuda|MODULE: which backend runs (through the runtime's registry), the fallback reason, and the stats line. */
-import { fileURLToPath } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
 import { cudaAvailability } from "@hybridgen/kernels-cuda";
-import { requireBuiltBin, runBin } from "./helpers.js";
+import { ONE_THREAD_BACKEND, requireBuiltBin, runBin } from "./helpers.js";
 import { PROMPT, greedyStory, stories15M } from "./model-fixture.js";
 
 let model = "";
@@ -44,7 +43,7 @@ describe("--device", () => {
   });
 
   it("a backend module (its default export a BackendEntry) runs the model: the greedy story, its device on the stats line", () => {
-    const r = runBin([...args(), "--device", fileURLToPath(new URL("./fixtures/one-thread-backend.ts", import.meta.url))]);
+    const r = runBin([...args(), "--device", ONE_THREAD_BACKEND]);
     expect(r.code, r.stderr).toBe(0);
     expect(greedyStory().startsWith(r.stdout.trimEnd())).toBe(true);
     expect(r.stderr.trimEnd().split("\n").at(-1)).toMatch(/\| device: one-thread\/\w+$/);

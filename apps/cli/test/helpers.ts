@@ -5,6 +5,9 @@ import { fileURLToPath } from "node:url";
 /** The built bin: the tests run what users run. `bun run build` (turbo) builds it first. */
 export const BIN = fileURLToPath(new URL("../dist/hybridgen.js", import.meta.url));
 
+/** A backend module for `--device PATH` ("one-thread": kernels-cpu's backend on one thread): the runtime's plugin fixture, kept in one place. */
+export const ONE_THREAD_BACKEND = fileURLToPath(new URL("../../../packages/runtime/test/fixtures/backend-plugin.ts", import.meta.url));
+
 export function requireBuiltBin(): void {
   if (!existsSync(BIN)) throw new Error(`${BIN} is missing: build the CLI first (cd apps/cli && bunx tsup)`);
 }

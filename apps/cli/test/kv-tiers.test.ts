@@ -1,12 +1,11 @@
 import { mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { modelInfo, openModelDir, type Backend } from "@hybridgen/core";
 import { deviceIndexBytesPerToken, GPU_RESERVE_BYTES, resolveWindowBudget } from "../src/auto-budget.js";
 import { diskFreeBytes, parseSize, preflightStore, splitKvTierArgs } from "../src/kv-tier-options.js";
-import { requireBuiltBin, runBin, runBinStreaming } from "./helpers.js";
+import { ONE_THREAD_BACKEND, requireBuiltBin, runBin, runBinStreaming } from "./helpers.js";
 import { PROMPT, stories15M } from "./model-fixture.js";
 
 const dirs: string[] = [];
@@ -305,7 +304,7 @@ describe("hybridgen plan", () => {
     // --device names a backend of the runtime's registry (or a module), probed through it: the same line as generate's for an unknown one.
     const device = (d: string) => runBin(["plan", "--model", "preset:llama-3.1-8b", "--context", "1000", "--no-probe", "--device", d]);
     expect(device("tpu").stderr).toBe('error: invalid value for --device: must be one of auto, cpu, cuda or a backend module (./my-backend.ts) (got "tpu")\n');
-    const plugin = device(fileURLToPath(new URL("./fixtures/one-thread-backend.ts", import.meta.url)));
+    const plugin = device(ONE_THREAD_BACKEND);
     expect([plugin.code, plugin.stderr]).toEqual([2, `error: backend "one-thread" cannot be probed for a plan (its entry has no probe): give the device's free memory\n`]);
   });
 
