@@ -243,7 +243,14 @@ for (const context of contexts) {
       console.log(`  ${ha.stats.summary()}`);
       const b = stepBytes(modelBytes, { window, offloaded: tail[0]?.offloaded ?? 0, k: tail[0]?.k ?? K, timing: tail[0]?.timing ?? "pre", logits, candidates: CANDIDATES, selector: floorSelector(name, tail[0]?.timing ?? "pre"), index });
       console.log(`  bytes a step: device ${(b.device / 1e9).toFixed(3)} GB, host ${(b.cpu / 1e6).toFixed(1)} MB, link ${(b.link / 1e6).toFixed(2)} MB`);
-      if (ha.deviceIndex) console.log(`  ${plannerLine(ha.deviceIndex.shape, index.form, logits, context, tail[0]?.offloaded ?? 0, ms)}`);
+      if (ha.deviceIndex) {
+        // The prediction is a line beside the measurement: a failure to make it (the ranking's scratch past the arena) must not end the run.
+        try {
+          console.log(`  ${plannerLine(ha.deviceIndex.shape, index.form, logits, context, tail[0]?.offloaded ?? 0, ms)}`);
+        } catch (e) {
+          console.log(`  planner: not predicted (${(e as Error).message})`);
+        }
+      }
       if (g0 && g1) console.log(`  graphs: ${g1.captures - g0.captures} captured, ${g1.replays - g0.replays} replayed, ${g1.drained - g0.drained} drained (last: ${g1.lastDrain}), ${g1.eagerSteps - g0.eagerSteps} eager`);
       recorded[context]!.push({ label: name, scheduler: HYBRID[name]!.scheduler as string, steps: trace });
     } finally {
