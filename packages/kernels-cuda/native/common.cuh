@@ -85,7 +85,6 @@ struct HgCtx {
   Cublas *cublas;       // null when cuBLAS is off or not found
   CopyBatch pending;    // queued small copies (see hg_flush_copies)
   int batchCopies;      // 0 turns the queue off (benchmarks compare)
-  int recordedFlush;    // 1 (the backend's choice): a full queue inside a recorded step runs as a batch of its own; 0: it drains the step
   char cublasInfo[256];
   // decode-step graphs (graph.cu)
   int stepMode, stepKey, stepDrained;

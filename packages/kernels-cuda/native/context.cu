@@ -89,8 +89,7 @@ int hg_flush_copies(HgCtx *c) {
 }
 
 // Queues a small copy; when it touches memory a queued copy uses, or the queue is full, the queue
-// runs first as a batch of its own (inside a recorded step with recordedFlush, else the caller's copy
-// drains the step). Returns 1 when queued.
+// runs first as a batch of its own (inside a recorded step too: a batched step's row appends overflow it). Returns 1 when queued.
 static int queue_copy(HgCtx *c, char *dst, int dd, const char *src, int sd, size_t count) {
   const size_t db = count * (dd == DT_F32 ? 4 : 2), sb = count * (sd == DT_F32 ? 4 : 2);
   if (!c->batchCopies || db > (64u << 10) || (sd != dd && sd != DT_F32)) return 0;
@@ -101,7 +100,7 @@ static int queue_copy(HgCtx *c, char *dst, int dd, const char *src, int sd, size
     first = hg_overlaps(src, sb, p.dst, p.bytes) || hg_overlaps(dst, db, p.dst, p.bytes) || hg_overlaps(dst, db, p.src, copy_src_bytes(p));
   }
   // The queue goes ahead as one batch, then this copy starts the next.
-  if (first && ((hg_recording(c) && !c->recordedFlush) || hg_flush_copies(c) != 0)) return 0;
+  if (first && hg_flush_copies(c) != 0) return 0;
   c->pending.d[c->pending.n++] = CopyDesc{src, dst, (unsigned long long)db, sd, dd};
   return 1;
 }
@@ -113,9 +112,6 @@ HG_EXPORT void hg_cu_set_batch_copies(HgCtx *c, int on) {
   if (!on) hg_flush_copies(c);
   c->batchCopies = on;
 }
-
-// 1: a full copy queue inside a recorded step runs as a batch of its own instead of draining it (CudaBackend turns it on).
-HG_EXPORT void hg_cu_set_recorded_flush(HgCtx *c, int on) { c->recordedFlush = on; }
 
 HG_EXPORT void hg_cu_error_string(int code, char *buf, int len) {
   char tmp[512];

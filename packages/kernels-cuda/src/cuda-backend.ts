@@ -166,8 +166,6 @@ export class CudaBackend implements Backend {
     this.cublas = new TextDecoder().decode(info.subarray(0, end < 0 ? info.length : end));
     this.check = new BackendChecks({ name: "cuda", className: "CudaBackend", tensorClass: CudaTensor, owner: this, usable: (op) => this.live_(op) });
     this.setSkinny(SKINNY_DEFAULTS); // the library's own defaults are the first version's (32 rows, no fused reduce)
-    // A full copy queue inside a recorded step runs as a batch of its own (the library drains the step): a batched step's row appends overflow it.
-    this.lib.hg_cu_set_recorded_flush(ctx, 1);
   }
 
   // ---- errors and validation ----------------------------------------------------------------

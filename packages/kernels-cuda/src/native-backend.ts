@@ -58,7 +58,6 @@ export const backendSymbols = {
   hg_cu_read_bandwidth: { args: [ptr, ptr, f64, i32, i32, i32, i32, ptr], returns: i32 },
   hg_cu_test_fault: { args: [ptr, i32], returns: i32 },
   hg_cu_set_batch_copies: { args: [ptr, i32], returns: none },
-  hg_cu_set_recorded_flush: { args: [ptr, i32], returns: none },
   hg_cu_step_begin: { args: [ptr, i32], returns: i32 },
   hg_cu_step_end: { args: [ptr], returns: i32 },
   hg_cu_step_stats: { args: [ptr, ptr], returns: none },
