@@ -53,10 +53,16 @@ export interface LayerWidths {
  */
 export const PAGE_FLOOR = 16;
 
-/** Layer `layer`'s share of K (at least 1; at least PAGE_FLOOR pages when the step's kernel chooses pages). */
+/** Quest's floor also covers this share of the offloaded pages: its bounds rank the needed page among a share of the pages, and that rank grows with their count. */
+export const QUEST_PAGE_SHARE = 1 / 32;
+
+/** Layer `layer`'s share of K (at least 1; at least PAGE_FLOOR pages when the step's kernel chooses pages, and QUEST_PAGE_SHARE of the pages for Quest). */
 function share(plan: StepPlan, w: LayerWidths, layer: number, k: number): number {
   if (!w.kShare) return k;
-  const kernel = plan.kernel, pages = typeof kernel === "object" && "pageSize" in kernel ? PAGE_FLOOR * kernel.pageSize : 0;
+  const kernel = plan.kernel;
+  const pages = typeof kernel === "object" && "pageSize" in kernel
+    ? Math.max(PAGE_FLOOR, kernel.name === "quest" ? Math.ceil((QUEST_PAGE_SHARE * plan.offloaded) / kernel.pageSize) : 0) * kernel.pageSize
+    : 0;
   return Math.min(k, Math.max(1, pages, Math.ceil(k * w.kShare[layer]!)));
 }
 
