@@ -10,10 +10,13 @@
 #    VT_LRS (the run answering more of fresh training-format batches at 4K is kept: its recipe.json
 #    says which), ruler-12l on the ruler mix; recall-4l's eval (RECALL_LENGTHS, RECALL_MODES) meanwhile.
 # 3. Every trained model's accuracy on the CUDA backend (bf16 KV), no profile and no K given, side
-#    by side, each eval cut at EVAL_S (a length's results are written as soon as it ends).
+#    by side, each eval cut where the call's WALL seconds end (a length's results are written as soon as it ends).
 # $OUT: run.log, eval.tar (the evals' JSON and README table files, the trained models' recipe.json), vt-8l's weights.
 set -u
+START=$(date +%s)
 . "$(dirname "$0")/device-env.sh"
+# Seconds left of the call's WALL, less a margin for what follows the step (at least 1: timeout 0 would never stop).
+left() { l=$(( ${WALL:-115} - ($(date +%s) - START) - $1 )); [ "$l" -gt 0 ] && echo "$l" || echo 1; }
 STAGE=${STAGE:-.stage/calib}
 LOG="$OUT/run.log"
 { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; lscpu | grep -E 'Model name|^CPU\(s\)'; } > "$LOG"
@@ -25,12 +28,12 @@ fi
 mkdir -p /tmp/models /tmp/eval /tmp/train
 tar xJf "$STAGE/recall-4l.tar.xz" -C /tmp/models
 EVAL="bun $DEVICE_DIR/calibrated-eval.js --backend cuda"
-[ -z "${RECALL_MODES-full,quest,default}" ] || timeout "${RECALL_S:-100}" $EVAL --models /tmp/models/recall-4l:needle --lengths "${RECALL_LENGTHS:-16384}" \
+[ -z "${RECALL_MODES-full,quest,default}" ] || timeout "$(left 8)" $EVAL --models /tmp/models/recall-4l:needle --lengths "${RECALL_LENGTHS:-16384}" \
   --prompts "${RECALL_PROMPTS:-8}" --modes "${RECALL_MODES:-full,quest,default}" --json /tmp/eval/recall-4l.json --table /tmp/eval/recall-4l.table.json \
   < /dev/null > /tmp/eval/recall-4l.log 2>&1 &
 TRAINING=""
 train() { # name lr dir
-  PYTHONUNBUFFERED=1 timeout "${TRAIN_S:-62}" python3 apps/bench/train/retrieval_models.py --out "$3" --models "$1" --grow-from /tmp/models/recall-4l \
+  PYTHONUNBUFFERED=1 timeout "${TRAIN_S:-70}" python3 apps/bench/train/retrieval_models.py --out "$3" --models "$1" --grow-from /tmp/models/recall-4l \
     --lr "$2" --time-budget "${BUDGET:-40}" > "$3.txt" 2>&1 &
   TRAINING="$TRAINING $!"
 }
@@ -55,7 +58,7 @@ EOF
   cp "/tmp/models/$name/recipe.json" "/tmp/eval/$name.recipe.json"
   # vt-8l's weights come back (one file under 16 MiB) for the CPU table; ruler-12l's would take 3 of the 8 files.
   [ "$name" != vt-8l ] || cp /tmp/models/vt-8l/model.safetensors "$OUT/vt-8l.model.safetensors"
-  timeout "${EVAL_S:-50}" $EVAL --models "/tmp/models/$name:$task" --lengths "$lengths" --prompts "${PROMPTS:-6}" --modes "$modes" \
+  timeout "$(left 4)" $EVAL --models "/tmp/models/$name:$task" --lengths "$lengths" --prompts "${PROMPTS:-6}" --modes "$modes" \
     --json "/tmp/eval/$name.json" --table "/tmp/eval/$name.table.json" < /dev/null > "/tmp/eval/$name.log" 2>&1 &
 done
 wait
