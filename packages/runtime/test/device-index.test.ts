@@ -1,6 +1,6 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { pageIndexLayout, type Backend, type KvStoreAllocator } from "@hybridgen/core";
-import { createCpuBackend } from "@hybridgen/kernels-cpu";
+import { indexFold, indexPageBounds, pageIndex, pageIndexLayout, referencePrimitives, seededRandom, type Backend, type KvStoreAllocator } from "@hybridgen/core";
+import { createCpuBackend, storeKeys, type CpuTensor } from "@hybridgen/kernels-cpu";
 import { createSelector } from "@hybridgen/selectors";
 import { loadModel } from "@hybridgen/core";
 import { createHybridAttention } from "../src/index.js";
@@ -85,5 +85,32 @@ describe("the page index ranked on the device (a CPU backend standing in for the
     expect(() => timeIndexRank(backend, shape, 41, 3)).toThrow(/^page index: the cpu backend does not rank 40 pages a head, want 41 \(form 2, headDim 64, group 4\)$/);
     using cpu = createCpuBackend({ threads: 1 });
     expect(() => timeIndexRank(cpu, shape, 5, 3)).toThrow(/^page index: the cpu backend cannot rank pages on the device$/);
+  });
+
+  it("uploads through a staging buffer in runs that fit it (a first fold of many pages, a page a step, a refold after the store shrank): the device's copy ranks as the host's index does", () => {
+    const kvHeads = 2, group = 2, headDim = 16, capacity = 200, pageSize = 4, budget = 18, rnd = seededRandom(5);
+    const kernel = { name: "index", form: "int8", pageSize, superPages: 2 } as const;
+    using x = new DeviceIndex({ backend, kernel, layers: 2, heads: kvHeads * group, kvHeads, headDim, capacity, stageBytes: 3 * kvHeads * (2 * headDim + 4) });
+    const K = backend.alloc([kvHeads, capacity, headDim], "bf16") as CpuTensor, q = backend.alloc([1, kvHeads * group * headDim]);
+    backend.write(K, Float32Array.from({ length: kvHeads * capacity * headDim }, () => rnd() * 2 - 1));
+    const qv = Float32Array.from({ length: kvHeads * group * headDim }, () => rnd() * 2 - 1);
+    backend.write(q, qv);
+    const keys = storeKeys(K);
+    for (const n of [150, 151, 152, 157, 90, 93]) {
+      x.sync(n, referencePrimitives, () => keys);
+      const want = Math.min(Math.ceil(n / pageSize), Math.ceil(budget / pageSize) + 1), count = Math.ceil(n / pageSize);
+      const ref = pageIndex(kvHeads, headDim, capacity, pageSize, 2, "int8");
+      indexFold(keys, 0, n, ref);
+      const bounds = indexPageBounds(qv, group, ref, n);
+      for (const layer of [0, 1]) {
+        const r = x.rank(layer, q, n, budget), raw = backend.read(r.tensor), pages = new Int32Array(raw.buffer, raw.byteOffset + kvHeads * group * headDim * 4, kvHeads * want);
+        for (let g = 0; g < kvHeads; g++) {
+          const order = Array.from({ length: count }, (_, p) => p).sort((a, b) => bounds[g * count + b]! - bounds[g * count + a]! || a - b).slice(0, want);
+          expect([...pages.subarray(g * want, (g + 1) * want)], `n ${n}, layer ${layer}, head ${g}`).toEqual(order);
+        }
+      }
+    }
+    backend.free(K);
+    backend.free(q);
   });
 });

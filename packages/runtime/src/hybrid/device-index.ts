@@ -27,6 +27,8 @@ export interface DeviceIndexParts {
   readonly headDim: number;
   /** Rows per KV head of the store. */
   readonly capacity: number;
+  /** Bytes of the uploads' staging buffer (default STAGE_BYTES; at least one page of every head). */
+  readonly stageBytes?: number;
 }
 
 /** A device backend's free memory (its arena's), when it says (the CUDA backend's memory()). */
@@ -106,6 +108,9 @@ export function timeIndexRank(be: Backend, shape: DeviceIndexShape, want: number
   }
 }
 
+/** Bytes of the uploads' staging buffer: a step's one new page a layer is ~66 KB at the 8B shape; a sequence's first fold goes up in runs of this. */
+const STAGE_BYTES = 4 << 20;
+
 /** The most pages a head may ask for (the kernel's limit, WANT_MAX in native/page_index.cuh, bounds the search). */
 const WANT_LIMIT = 256;
 
@@ -122,6 +127,11 @@ export class DeviceIndex implements Disposable {
   private readonly outQuery: Tensor[] = [];
   private readonly scratch: Tensor;
   private readonly queryBytes: number;
+  /** Uploads go through one staging buffer: a step's pages of every layer cross in one write, then device copies (queued as one batch where the backend batches). */
+  private readonly stageHost: Uint8Array;
+  private readonly stageDevice: Tensor;
+  private stageUsed = 0;
+  private readonly stageCopies: { readonly layer: number; readonly at: number; readonly from: number; readonly floats: number }[] = [];
   /** Offloaded rows folded into the host index and uploaded, per layer. */
   private readonly summarized: number[];
   private readonly maxWant: number;
@@ -176,6 +186,9 @@ export class DeviceIndex implements Disposable {
         this.outQuery.push(be.view(out, 0, [1, width]));
       }
       this.scratch = be.alloc([Math.ceil(scratchBytes / 4)]);
+      made.push(this.scratch);
+      this.stageHost = new Uint8Array(Math.ceil(Math.max(p.stageBytes ?? STAGE_BYTES, p.kvHeads * (2 * p.headDim + 4)) / 4) * 4);
+      this.stageDevice = be.alloc([this.stageHost.length / 4]);
     } catch (e) {
       for (const t of made) be.free(t);
       throw e;
@@ -199,6 +212,7 @@ export class DeviceIndex implements Disposable {
       this.summarized[l] = offloaded;
       this.upload(l, x, Math.floor(from / ps), Math.ceil(offloaded / ps), kv);
     }
+    this.flushStage();
   }
 
   /** A new sequence: the next sync folds its store from row 0 (its count alone may have grown past the last one's). */
@@ -206,21 +220,37 @@ export class DeviceIndex implements Disposable {
     this.summarized.fill(0);
   }
 
-  /** Pages [p0, p1) of every head, head-major on the host, page-major on the device. */
+  /** Pages [p0, p1) of every head, head-major on the host, page-major on the device: into the staging buffer, in runs of pages that fit it. */
   private upload(layer: number, x: PageIndex, p0: number, p1: number, kv: number): void {
-    const cb = x.codeBytes, n = p1 - p0;
-    const codes = new Uint8Array(n * kv * cb), scales = new Float32Array(n * kv);
+    const cb = x.codeBytes, perPage = kv * (cb + 4);
     const hostScales = new Float32Array(x.data.buffer, x.data.byteOffset + x.pageScales, kv * x.pageCapacity);
-    for (let g = 0; g < kv; g++) {
-      for (let p = p0; p < p1; p++) {
-        const at = x.pageCodes + (g * x.pageCapacity + p) * cb;
-        codes.set(x.data.subarray(at, at + cb), ((p - p0) * kv + g) * cb);
-        scales[(p - p0) * kv + g] = hostScales[g * x.pageCapacity + p]!;
+    for (let a = p0; a < p1;) {
+      if (this.stageHost.length - this.stageUsed < perPage) this.flushStage();
+      const b = Math.min(p1, a + Math.floor((this.stageHost.length - this.stageUsed) / perPage)), n = b - a;
+      const codesAt = this.stageUsed, scalesAt = codesAt + n * kv * cb;
+      const scales = new Float32Array(this.stageHost.buffer, scalesAt, n * kv);
+      for (let g = 0; g < kv; g++) {
+        for (let p = a; p < b; p++) {
+          const at = x.pageCodes + (g * x.pageCapacity + p) * cb;
+          this.stageHost.set(x.data.subarray(at, at + cb), codesAt + ((p - a) * kv + g) * cb);
+          scales[(p - a) * kv + g] = hostScales[g * x.pageCapacity + p]!;
+        }
       }
+      this.stageCopies.push({ layer, at: (a * kv * cb) / 4, from: codesAt / 4, floats: (n * kv * cb) / 4 });
+      this.stageCopies.push({ layer, at: this.shape.scalesOffset / 4 + a * kv, from: scalesAt / 4, floats: n * kv });
+      this.stageUsed = scalesAt + n * kv * 4;
+      a = b;
     }
-    const t = this.device[layer]!;
-    this.backend.write(t, new Float32Array(codes.buffer), (p0 * kv * cb) / 4);
-    this.backend.write(t, scales, this.shape.scalesOffset / 4 + p0 * kv);
+  }
+
+  /** The staged pages up in one write, then each run copied to its layer's index on the device (in stream order: a later write waits for these copies). */
+  private flushStage(): void {
+    if (this.stageUsed === 0) return;
+    const be = this.backend;
+    be.write(this.stageDevice, new Float32Array(this.stageHost.buffer, 0, this.stageUsed / 4));
+    for (const c of this.stageCopies) be.copyRows(be.view(this.device[c.layer]!, c.at, [1, c.floats]), 0, be.view(this.stageDevice, c.from, [1, c.floats]), 0, 1);
+    this.stageCopies.length = 0;
+    this.stageUsed = 0;
   }
 
   /**
@@ -252,6 +282,7 @@ export class DeviceIndex implements Disposable {
     for (const t of this.device.splice(0)) this.backend.free(t);
     for (const t of this.out) this.backend.free(t);
     this.backend.free(this.scratch);
+    this.backend.free(this.stageDevice);
   }
 
   [Symbol.dispose](): void {
