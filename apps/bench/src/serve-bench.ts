@@ -18,8 +18,9 @@
  * --source TEXT says where and how they were measured). --time-limit S ends a rate after S seconds,
  * --deadline S the whole run S seconds after it started (the server's load included; later rates
  * are skipped): a rate cut short reports the tokens streamed so far (`completed` says how many
- * requests ended). Each rate also reports the mean batch of its decode steps (the server's metrics), which
- * shows whether requests queued; the server's metrics and log are printed at the end.
+ * requests ended). Each rate also reports the mean batch of its decode steps, which shows whether requests
+ * queued, and the mean wall time of a decode step and of a prefill chunk (the server's metrics); the
+ * server's metrics and, once it exited, its log are printed at the end.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -92,12 +93,19 @@ async function request(url: string, prompt: string, maxTokens: number, t0: numbe
   return { ttftMs: first ? first - sent : null, tpotMs: n > 1 && first ? (last - first) / (n - 1) : null, outputTokens: n, endMs: (completed ? end : last || end) - t0, completed };
 }
 
-/** The server's batch-size histogram (sum and count of its steps), for a rate's mean batch. */
-async function batchSteps(url: string): Promise<{ sum: number; count: number }> {
+/** Sums and counts of the server's histograms a rate's means come from: rows per decode step, a step's and a prefill chunk's wall time (s). */
+const HISTOGRAMS = { batch: "hybridgen_batch_size_steps", step: "hybridgen_decode_step_seconds", chunk: "hybridgen_prefill_chunk_seconds" } as const;
+type Sums = Record<keyof typeof HISTOGRAMS, { sum: number; count: number }>;
+
+async function histogramSums(url: string): Promise<Sums> {
   const text = await (await fetch(`${url}/metrics`)).text();
   const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
-  return { sum: read("hybridgen_batch_size_steps_sum"), count: read("hybridgen_batch_size_steps_count") };
+  const entries = Object.entries(HISTOGRAMS).map(([k, name]) => [k, { sum: read(`${name}_sum`), count: read(`${name}_count`) }]);
+  return Object.fromEntries(entries) as Sums;
 }
+
+/** The mean of histogram `k` over what a rate added (NaN: none, or a server without it). */
+const meanOver = (a: Sums, b: Sums, k: keyof Sums): number => (b[k].sum - a[k].sum) / (b[k].count - a[k].count);
 
 interface Lengths { promptWords: number; promptBytes: number; outputTokens: number; spread: number }
 
@@ -115,7 +123,7 @@ async function runRate(url: string, rate: number, o: { clients: number; requests
     } else prompt = words(around(o.promptWords));
     return { at, prompt, maxTokens: around(o.outputTokens) };
   });
-  const steps0 = await batchSteps(url);
+  const sums0 = await histogramSums(url);
   const stop = new AbortController();
   const limit = Number.isFinite(o.limitS) ? setTimeout(() => stop.abort(), o.limitS * 1000) : null;
   const t0 = performance.now();
@@ -138,12 +146,14 @@ async function runRate(url: string, rate: number, o: { clients: number; requests
   if (limit) clearTimeout(limit);
   const cut = stop.signal.aborted;
   const seconds = (cut ? performance.now() - t0 : Math.max(...outcomes.map((x) => x.endMs))) / 1000;
-  const steps1 = await batchSteps(url);
+  const sums1 = await histogramSums(url);
   const tokens = outcomes.reduce((n, x) => n + x.outputTokens, 0);
   const ttft = outcomes.flatMap((x) => (x.ttftMs === null ? [] : [x.ttftMs])), tpot = outcomes.flatMap((x) => (x.tpotMs === null ? [] : [x.tpotMs]));
   const completed = outcomes.filter((x) => x.completed).length;
-  const meanBatch = (steps1.sum - steps0.sum) / (steps1.count - steps0.count);
-  return { seconds, tokens, completed, reqPerS: completed / seconds, tokPerS: tokens / seconds, ttft, tpot, meanBatch };
+  return {
+    seconds, tokens, completed, reqPerS: completed / seconds, tokPerS: tokens / seconds, ttft, tpot,
+    meanBatch: meanOver(sums0, sums1, "batch"), stepMs: meanOver(sums0, sums1, "step") * 1000, chunkMs: meanOver(sums0, sums1, "chunk") * 1000,
+  };
 }
 
 const clients = Number(arg("clients", "16")), requests = Number(arg("requests", "64"));
@@ -166,8 +176,8 @@ const spread = lengths.spread === 0 ? "fixed" : `uniform ${1 - lengths.spread / 
 const q = (xs: number[], p: number) => Number(quantile(xs, p).toFixed(1));
 try {
   console.log(`server ${url}${server ? ` (hybridgen serve ${serveArgs})` : ""}; ${clients} clients, ${requests} requests a rate, prompt ${prompts}, output ~${lengths.outputTokens} tokens (${spread}), greedy\n`);
-  console.log("| arrival rate (req/s) | requests | time (s) | req/s | output tok/s | mean batch | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) |");
-  console.log("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+  console.log("| arrival rate (req/s) | requests | time (s) | req/s | output tok/s | mean batch | decode step (ms) | prefill chunk (ms) | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) |");
+  console.log("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   const results = [];
   for (const rate of rates) {
     const left = (deadlineMs - performance.now()) / 1000;
@@ -175,11 +185,12 @@ try {
     const r = await runRate(url, rate, { clients, requests, seed, limitS: Math.min(limitS, left - 1), ...lengths });
     const f = (x: number) => x.toFixed(1);
     const done = r.completed === requests ? String(requests) : `${r.completed} of ${requests} (time limit)`;
-    console.log(`| ${Number.isFinite(rate) ? rate : "all at once"} | ${done} | ${f(r.seconds)} | ${r.reqPerS.toFixed(2)} | ${f(r.tokPerS)} | ${r.meanBatch.toFixed(2)} | ${f(quantile(r.ttft, 0.5))} | ${f(quantile(r.ttft, 0.99))} | ${f(quantile(r.tpot, 0.5))} | ${f(quantile(r.tpot, 0.99))} |`);
+    console.log(`| ${Number.isFinite(rate) ? rate : "all at once"} | ${done} | ${f(r.seconds)} | ${r.reqPerS.toFixed(2)} | ${f(r.tokPerS)} | ${r.meanBatch.toFixed(2)} | ${f(r.stepMs)} | ${f(r.chunkMs)} | ${f(quantile(r.ttft, 0.5))} | ${f(quantile(r.ttft, 0.99))} | ${f(quantile(r.tpot, 0.5))} | ${f(quantile(r.tpot, 0.99))} |`);
     results.push({
       label, serve: serveArgs, rate: Number.isFinite(rate) ? rate : "inf", clients, requests, completed: r.completed, promptWords: lengths.promptWords, promptBytes: lengths.promptBytes,
       maxTokensMean: lengths.outputTokens, spread: lengths.spread, seconds: Number(r.seconds.toFixed(2)), generatedTokens: r.tokens,
       requestsPerSec: Number(r.reqPerS.toFixed(3)), outputTokensPerSec: Number(r.tokPerS.toFixed(1)), meanBatch: Number(r.meanBatch.toFixed(2)),
+      ...(Number.isFinite(r.stepMs) ? { meanStepMs: Number(r.stepMs.toFixed(1)) } : {}), ...(Number.isFinite(r.chunkMs) ? { meanChunkMs: Number(r.chunkMs.toFixed(1)) } : {}),
       ttftMs: { p50: q(r.ttft, 0.5), p99: q(r.ttft, 0.99) }, tpotMs: { p50: q(r.tpot, 0.5), p99: q(r.tpot, 0.99) },
     });
   }
@@ -191,10 +202,6 @@ try {
   // The server's own account (hybrid K, CPU-stage time, KV bytes per tier, steps): its metrics less the histograms' buckets.
   const metrics = (await (await fetch(`${url}/metrics`)).text()).split("\n").filter((l) => l && !l.startsWith("#") && !l.includes("_bucket{"));
   console.log(`\nserver metrics:\n${metrics.join("\n")}`);
-  if (server) console.log(`\nserver log:\n${server.log().split("\n").slice(-40).join("\n")}`);
-} catch (e) {
-  if (server) console.error(server.log().split("\n").slice(-20).join("\n"));
-  throw e;
 } finally {
   // The server is gone before this exits (a next server on the same device must not meet its memory), SIGKILL past 10 s.
   if (server && server.child.exitCode === null && server.child.signalCode === null) {
@@ -204,4 +211,6 @@ try {
     await exited;
     clearTimeout(late);
   }
+  // After its exit: the requests a time limit cut leave as their clients go, each logging its hybrid stats line.
+  if (server) console.log(`\nserver log:\n${server.log().split("\n").slice(-60).join("\n")}`);
 }

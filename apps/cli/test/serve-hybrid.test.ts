@@ -48,6 +48,10 @@ describe("hybridgen serve with hybrid attention, each request's store on the dis
       expect(await metric(server.url, "hybridgen_hybrid_k")).toBe(16);
       expect(await metric(server.url, `hybridgen_hybrid_steps_total{timing="post"}`)).toBeGreaterThan(0);
       expect(await metric(server.url, "hybridgen_cpu_stage_seconds_count")).toBeGreaterThan(0);
+      // Every step and chunk timed; each request's hybrid stats logged as it left.
+      expect(await metric(server.url, "hybridgen_decode_step_seconds_count")).toBe(await metric(server.url, "hybridgen_decode_steps_total"));
+      expect(await metric(server.url, "hybridgen_prefill_chunk_seconds_count")).toBe(await metric(server.url, "hybridgen_prefill_chunks_total"));
+      expect(server.stderr().match(/^slot [1-3] left: hybrid: \d+ tokens offloaded, mean rows selected per KV head [\d.]+, per layer: CPU stage [\d.]+ ms/gm)).toHaveLength(PROMPTS.length);
 
       // Two long requests hold stores on disk when SIGINT comes: cancelled at once (grace 0), their files gone, exit 0.
       const long = PROMPTS.slice(0, 2).map((prompt) => fetch(`${server.url}/v1/completions`, {

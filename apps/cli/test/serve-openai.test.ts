@@ -187,6 +187,7 @@ describe("hybridgen serve: OpenAI's endpoints give generate's text", () => {
     for (const name of [
       "hybridgen_requests_running", "hybridgen_requests_queued", "hybridgen_generation_tokens_total", "hybridgen_time_to_first_token_seconds_bucket",
       "hybridgen_time_per_output_token_seconds_count", "hybridgen_batch_size", "hybridgen_kv_bytes{tier=\"window\"}", "hybridgen_hybrid_k", "hybridgen_cpu_stage_seconds_sum",
+      "hybridgen_decode_step_seconds_count", "hybridgen_prefill_chunk_seconds_count",
     ]) expect(text).toContain(`\n${name}`);
     expect(text).toMatch(/^# HELP hybridgen_requests_running /);
   });

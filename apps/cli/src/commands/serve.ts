@@ -114,6 +114,7 @@ async function serveModel(
     bytesPerToken: 2 * cache.layers * cache.kvHeads * cache.headDim * DTYPE_BYTES[cache.dtype],
     ledger, device, idleContext, nextStore: (a) => (nextStore = a), prune: (hybrids as { prune?: () => void } | null)?.prune,
     onError: (m) => log(`error: ${m}`),
+    onHybridStats: (slot, line) => log(`slot ${slot} left: ${line}`), // where a request's step went, one line a request
   });
   log(
     `loaded ${dir} (${shape.architecture}, ${shape.layers} layers, dim ${shape.hiddenSize}, context ${maxContext}` +

@@ -86,6 +86,8 @@ export class ServeMetrics {
   readonly generated = new Scalar("hybridgen_generation_tokens_total", "Tokens generated.", "counter");
   readonly steps = new Scalar("hybridgen_decode_steps_total", "Batched decode steps (one forward pass for every decoding sequence).", "counter");
   readonly prefillChunks = new Scalar("hybridgen_prefill_chunks_total", "Prefill chunks run between decode steps.", "counter");
+  readonly stepSeconds = new Histogram("hybridgen_decode_step_seconds", "Wall time of one batched decode step (the forward pass and the picks).", SECONDS);
+  readonly chunkSeconds = new Histogram("hybridgen_prefill_chunk_seconds", "Wall time of one prefill chunk.", SECONDS);
   readonly batchSize = new Scalar("hybridgen_batch_size", "Sequences in the last decode step.", "gauge");
   readonly batchSizes = new Histogram("hybridgen_batch_size_steps", "Sequences per decode step.", [1, 2, 4, 8, 16, 32]);
   readonly ttft = new Histogram("hybridgen_time_to_first_token_seconds", "From a request's arrival to its first token.", SECONDS);
@@ -102,7 +104,7 @@ export class ServeMetrics {
   render(): string {
     return `${[
       this.running, this.queued, this.slots, this.requests, this.finished, this.promptTokens, this.generated, this.steps, this.prefillChunks,
-      this.batchSize, this.batchSizes, this.ttft, this.tpot, this.e2e, this.kvBytes, this.deviceReserved, this.deviceBudget, this.hybridK, this.hybridSteps, this.cpuStage, this.cpuStageTotal,
+      this.stepSeconds, this.chunkSeconds, this.batchSize, this.batchSizes, this.ttft, this.tpot, this.e2e, this.kvBytes, this.deviceReserved, this.deviceBudget, this.hybridK, this.hybridSteps, this.cpuStage, this.cpuStageTotal,
     ].map((m) => m.render()).join("\n")}\n`;
   }
 }

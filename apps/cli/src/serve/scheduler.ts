@@ -88,6 +88,8 @@ export interface SchedulerOptions {
   readonly prune?: () => void;
   /** An engine error, one line (the server logs it). */
   readonly onError?: (message: string) => void;
+  /** A request's slot is vacated: its hybrid attention's stats line (HybridStats.summary(), the server logs it; hybrid steps only). */
+  readonly onHybridStats?: (slot: number, summary: string) => void;
 }
 
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve));
@@ -243,6 +245,8 @@ export class ServeScheduler {
 
   /** `r`'s slot back to an idle sequence (its store's memory and files freed now), its bytes back to the ledgers. */
   private vacate(r: Running): void {
+    const stats = this.hybridStats(r.slot);
+    if (stats && stats.steps > 0) this.o.onHybridStats?.(r.slot, stats.summary());
     if (r.slot !== 0 && (r.store || this.slotContext.get(r.slot) !== this.idleContext)) {
       try {
         this.renew(r.slot, this.o.ledger?.idle() ?? null, this.idleContext);
@@ -349,9 +353,12 @@ export class ServeScheduler {
     const rows = this.active.filter((r) => !r.finish && r.prefilled === r.all.length);
     if (rows.length === 0) return;
     const slots = rows.map((r) => r.slot);
+    const t0 = performance.now();
     this.dec.step(slots, Int32Array.from(rows, (r) => r.next));
     if (rows.some((r) => r.sampler.greedy)) this.dec.argmaxSlots(slots, this.picks);
-    rows.forEach((r, i) => this.accept(r, r.sampler.greedy ? this.picks[i]! : r.sampler.sample(this.dec.logits(r.slot))));
+    const picks = rows.map((r, i) => (r.sampler.greedy ? this.picks[i]! : r.sampler.sample(this.dec.logits(r.slot))));
+    this.metrics.stepSeconds.observe((performance.now() - t0) / 1000);
+    rows.forEach((r, i) => this.accept(r, picks[i]!));
     this.metrics.steps.inc();
     this.metrics.batchSize.set(rows.length);
     this.metrics.batchSizes.observe(rows.length);
@@ -386,7 +393,9 @@ export class ServeScheduler {
   /** One chunk of `r`'s prompt; its first token once the prompt is in. */
   private prefillChunk(r: Running): void {
     const end = Math.min(r.all.length, r.prefilled + this.o.chunk);
+    const t0 = performance.now();
     this.dec.prefill(r.slot, r.all.subarray(r.prefilled, end), r.prefilled);
+    this.metrics.chunkSeconds.observe((performance.now() - t0) / 1000);
     r.prefilled = end;
     this.metrics.prefillChunks.inc();
     if (end === r.all.length) this.accept(r, r.sampler.greedy ? this.dec.argmax(r.slot) : r.sampler.sample(this.dec.logits(r.slot)));
@@ -467,11 +476,16 @@ export class ServeScheduler {
     if (this.o.device) this.metrics.deviceReserved.set(this.o.device.reserved);
   }
 
+  /** The hybrid attention's stats of `slot`'s sequence (null: full attention). */
+  private hybridStats(slot: number): HybridStats | null {
+    return (this.dec.sequence(slot).attention.decodeAttention as { stats?: HybridStats } | null)?.stats ?? null;
+  }
+
   /** K, timing and CPU-stage time of each hybrid sequence's step just run. */
   private hybridMetrics(slots: readonly number[]): void {
     let sumK = 0, n = 0;
     for (const slot of slots) {
-      const stats = (this.dec.sequence(slot).attention.decodeAttention as { stats?: HybridStats } | null)?.stats;
+      const stats = this.hybridStats(slot);
       const rec = stats?.trace[stats.trace.length - 1];
       if (!rec || this.seen.has(rec)) continue;
       this.seen.add(rec);
