@@ -32,7 +32,7 @@ bench() { label=$1; deadline=$2; shift 2
   timeout $((deadline + 12)) bun "$D/serve-bench.js" --server "bun $D/hybridgen.js" --serve "$COMMON $*" --clients "$N" --requests "$N" --rates inf \
     --prompt-bytes "$PROMPT" --output-tokens "$OUTPUT" --spread 0 --time-limit "$RATE_S" --deadline "$deadline" \
     --label "$label" --json "$OUT/serve.json" --source "$SOURCE" > "$OUT/$label.log" 2>&1
-  s=$?; echo "$label exit $s in $(( $(date +%s) - t0 )) s"; grep -E '^\| (all|[0-9])|rror|^loaded|^hybrid:' "$OUT/$label.log" | cut -c1-400 | head -8
+  s=$?; echo "$label exit $s in $(( $(date +%s) - t0 )) s"; grep -E '^\| (all|[0-9])|rror|^loaded|^hybrid:|^slot [0-9]+ left:' "$OUT/$label.log" | cut -c1-700 | head -14
   return $s
 }
 left() { echo $(( TOTAL_S - ($(date +%s) - start) )); }
