@@ -30,6 +30,8 @@ const MODELS = list("models", `${new URL("../../../../../shared/models/recall-4l
   return { dir: resolve(i > 0 ? m.slice(0, i) : m), task };
 });
 const LENGTHS = list("lengths", "4096,8192,16384").map(Number);
+/** The tables' columns ascending, whatever order the lengths run in (a cut run keeps the lengths it ran first). */
+const COLUMNS = [...LENGTHS].sort((a, b) => a - b);
 const PROMPTS = Number(arg("prompts", "40"));
 const WINDOW = Number(arg("window", "256")), SINKS = Number(arg("sinks", "4"));
 const RECORDS = Number(arg("records", "64"));
@@ -151,11 +153,11 @@ report(true);
 
 /** Prints the table (at the end) and writes --json / --table with the lengths measured so far. */
 function report(print: boolean): void {
-const head = ["model (task)", "mode", ...LENGTHS.map((l) => `${l}`), ...LENGTHS.map((l) => `mean K ${l}`)];
+const head = ["model (task)", "mode", ...COLUMNS.map((l) => `${l}`), ...COLUMNS.map((l) => `mean K ${l}`)];
 const rows: string[][] = [];
 for (const [name, res] of Object.entries(results)) {
   for (const m of modeNames) {
-    const cells = LENGTHS.map((l) => res[m]![l] ?? { correct: 0, total: 0, meanK: 0 });
+    const cells = COLUMNS.map((l) => res[m]![l] ?? { correct: 0, total: 0, meanK: 0 });
     rows.push([name, MODES[m]!.label, ...cells.map((x) => (x.total ? (x.correct / x.total).toFixed(3) : "–")), ...cells.map((x) => (x.total ? (x.meanK / x.total).toFixed(0) : "–"))]);
   }
 }
@@ -166,7 +168,7 @@ console.log(`| ${head.map((h, i) => h.padEnd(w[i]!)).join(" | ")} |`);
 console.log(`| ${w.map((n) => "-".repeat(n)).join(" | ")} |`);
 for (const row of rows) console.log(`| ${row.map((c, i) => c.padEnd(w[i]!)).join(" | ")} |`);
 for (const [name, res] of Object.entries(results)) {
-  for (const l of LENGTHS) {
+  for (const l of COLUMNS) {
     const d = res.default?.[l];
     if (d?.total) {
       console.log(`${name} ${l}: defaults' exact layers ${JSON.stringify(d.exactLayers)}, calibration ${(d.calibMs / d.total).toFixed(1)} ms of a ${(d.prefillMs / d.total).toFixed(0)} ms prefill, ` +
@@ -185,10 +187,10 @@ const tableFile = arg("table", "");
 if (tableFile) {
   const fmt = (l: number) => l.toLocaleString("en-US").replace(/,/g, " ");
   const table = {
-    columns: ["model (task)", "mode", ...LENGTHS.map(fmt), `mean rows a KV head (${LENGTHS.map(fmt).join(" / ")})`],
-    align: ["left", "left", ...LENGTHS.map(() => "right"), "right"],
+    columns: ["model (task)", "mode", ...COLUMNS.map(fmt), `mean rows a KV head (${COLUMNS.map(fmt).join(" / ")})`],
+    align: ["left", "left", ...COLUMNS.map(() => "right"), "right"],
     rows: Object.entries(results).flatMap(([name, res]) => modeNames.map((m) => {
-      const cells = LENGTHS.map((l) => res[m]![l] ?? { correct: 0, total: 0, meanK: 0 });
+      const cells = COLUMNS.map((l) => res[m]![l] ?? { correct: 0, total: 0, meanK: 0 });
       return [name, MODES[m]!.label, ...cells.map((x) => (x.total ? (x.correct / x.total).toFixed(3) : "–")), cells.map((x) => (x.total ? (x.meanK / x.total).toFixed(0) : "–")).join(" / ")];
     })),
   };
