@@ -144,9 +144,9 @@ for (const { dir, task } of MODELS) {
         }
       }
       process.stderr.write(`\r${name} ${length}: prompt ${p + 1}/${PROMPTS} (${((performance.now() - t0) / 1000).toFixed(0)} s)`);
+      report(false); // after each prompt: a run cut short keeps what it measured (each cell counts its prompts)
     }
     process.stderr.write("\n");
-    report(false); // after each length: a run cut short keeps what it measured
   }
 }
 report(true);
@@ -191,7 +191,9 @@ if (tableFile) {
     align: ["left", "left", ...COLUMNS.map(() => "right"), "right"],
     rows: Object.entries(results).flatMap(([name, res]) => modeNames.map((m) => {
       const cells = COLUMNS.map((l) => res[m]![l] ?? { correct: 0, total: 0, meanK: 0 });
-      return [name, MODES[m]!.label, ...cells.map((x) => (x.total ? (x.correct / x.total).toFixed(3) : "–")), cells.map((x) => (x.total ? (x.meanK / x.total).toFixed(0) : "–")).join(" / ")];
+      // A length cut short says over how many prompts.
+      const acc = (x: { correct: number; total: number }) => (x.total ? `${(x.correct / x.total).toFixed(3)}${x.total < PROMPTS ? ` (${x.total} prompts)` : ""}` : "–");
+      return [name, MODES[m]!.label, ...cells.map(acc), cells.map((x) => (x.total ? (x.meanK / x.total).toFixed(0) : "–")).join(" / ")];
     })),
   };
   const measured = `apps/bench/src/eval/calibrated-eval.ts --models ${MODELS.map((m) => `${m.dir.split("/").pop()}:${m.task}`).join(",")} --lengths ${LENGTHS.join(",")} --prompts ${PROMPTS} --records ${RECORDS} --window ${WINDOW} --sinks ${SINKS} --mass-target ${MASS} --seed ${SEED}${DEVICE ? " --backend cuda" : ""}, ${DEVICE ? "CUDA backend (bf16 KV)" : "CPU backend"}, ${new Date().toISOString().slice(0, 10)}`;
