@@ -26,7 +26,7 @@ export interface PrefillCalibratorOptions {
   readonly candidates: number;
   /** Layers that select with the true query whatever the calibration finds ("all": exact logits); absent: the calibration chooses them. */
   readonly exact?: readonly number[] | "all";
-  /** A layer's K is at most this share of the offloaded tokens (default DEFAULT_MAX_SHARE; see layerKCap). */
+  /** A layer's K is at most this share of the offloaded tokens, of √(CAP_REFERENCE·offloaded) past CAP_REFERENCE (default DEFAULT_MAX_SHARE; see layerKCap). */
   readonly maxShare?: number;
   /** (row, KV head) samples per layer (default: from CALIBRATION_BUDGET, within 8 … 32). */
   readonly samples?: number;
