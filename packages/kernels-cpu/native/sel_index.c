@@ -100,22 +100,86 @@ static inline float key_at(const void *k, int ktype, int64_t i) {
     return ktype == HG_BF16 ? hg_bf16_to_f32(h) : hg_f16_to_f32(h);
 }
 
+/* mn/mx over rows [r0, r1) of K (row-major, d channels a row): `v < mn ? v : mn` row by row, as the definition. */
+static void rows_minmax_scalar(const void *k, int ktype, int64_t d, int64_t r0, int64_t r1, float *mn, float *mx) {
+    for (int64_t slot = r0; slot < r1; slot++) {
+        const int64_t row = slot * d;
+        for (int64_t c = 0; c < d; c++) {
+            const float v = key_at(k, ktype, row + c);
+            if (v < mn[c]) mn[c] = v;
+            if (v > mx[c]) mx[c] = v;
+        }
+    }
+}
+
+#ifdef HG_IDX_X86
+AVX2 static inline __m256 load8_avx2(const void *k, int ktype, int64_t i) {
+    if (ktype == HG_F32) return _mm256_loadu_ps((const float *)k + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)k + i));
+    if (ktype == HG_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* rows_minmax_scalar's results bit for bit: MINPS(v, m) is `v < m ? v : m` (NaN and ±0 alike), rows in the same order;
+ * 32 channels a pass keep the eight running bounds in registers while the page's rows stream by. */
+AVX2 static void rows_minmax_avx2(const void *k, int ktype, int64_t d, int64_t r0, int64_t r1, float *mn, float *mx) {
+    int64_t c = 0;
+    for (; c + 32 <= d; c += 32) {
+        __m256 a0 = _mm256_loadu_ps(mn + c), a1 = _mm256_loadu_ps(mn + c + 8), a2 = _mm256_loadu_ps(mn + c + 16), a3 = _mm256_loadu_ps(mn + c + 24);
+        __m256 b0 = _mm256_loadu_ps(mx + c), b1 = _mm256_loadu_ps(mx + c + 8), b2 = _mm256_loadu_ps(mx + c + 16), b3 = _mm256_loadu_ps(mx + c + 24);
+        for (int64_t slot = r0; slot < r1; slot++) {
+            const int64_t i = slot * d + c;
+            const __m256 v0 = load8_avx2(k, ktype, i), v1 = load8_avx2(k, ktype, i + 8), v2 = load8_avx2(k, ktype, i + 16), v3 = load8_avx2(k, ktype, i + 24);
+            a0 = _mm256_min_ps(v0, a0), a1 = _mm256_min_ps(v1, a1), a2 = _mm256_min_ps(v2, a2), a3 = _mm256_min_ps(v3, a3);
+            b0 = _mm256_max_ps(v0, b0), b1 = _mm256_max_ps(v1, b1), b2 = _mm256_max_ps(v2, b2), b3 = _mm256_max_ps(v3, b3);
+        }
+        _mm256_storeu_ps(mn + c, a0), _mm256_storeu_ps(mn + c + 8, a1), _mm256_storeu_ps(mn + c + 16, a2), _mm256_storeu_ps(mn + c + 24, a3);
+        _mm256_storeu_ps(mx + c, b0), _mm256_storeu_ps(mx + c + 8, b1), _mm256_storeu_ps(mx + c + 16, b2), _mm256_storeu_ps(mx + c + 24, b3);
+    }
+    for (; c + 8 <= d; c += 8) {
+        __m256 a = _mm256_loadu_ps(mn + c), b = _mm256_loadu_ps(mx + c);
+        for (int64_t slot = r0; slot < r1; slot++) {
+            const __m256 v = load8_avx2(k, ktype, slot * d + c);
+            a = _mm256_min_ps(v, a), b = _mm256_max_ps(v, b);
+        }
+        _mm256_storeu_ps(mn + c, a), _mm256_storeu_ps(mx + c, b);
+    }
+    for (; c < d; c++)
+        for (int64_t slot = r0; slot < r1; slot++) {
+            const float v = key_at(k, ktype, slot * d + c);
+            if (v < mn[c]) mn[c] = v;
+            if (v > mx[c]) mx[c] = v;
+        }
+}
+#endif
+
+/* Whether the fold's AVX2 loop runs here (AVX2 and F16C; checked once). */
+static int fold_avx2(void) {
+#ifdef HG_IDX_X86
+    static int known = -1;
+    if (known < 0) known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    return known;
+#else
+    return 0;
+#endif
+}
+
 /* Head g's pages over rows [from, to) afresh (their rows below `to`), then their super-pages. mn/mx: 2·d floats of scratch. */
 static void fold_head(const hg_index *x, const void *k, int ktype, int64_t kcap, int64_t g, int64_t from, int64_t to, float *mn, float *mx) {
     const int64_t d = x->d, P = x->page, S = x->super, p0 = from / P, p1 = (to + P - 1) / P, s0 = p0 / S, s1 = (p1 + S - 1) / S;
+    const void *kg = (const char *)k + g * kcap * d * (ktype == HG_F32 ? 4 : 2);
+    const int vec = fold_avx2();
     for (int64_t p = p0; p < p1; p++) {
         for (int64_t c = 0; c < d; c++) mn[c] = __builtin_inff(), mx[c] = -__builtin_inff();
         const int64_t end = (p + 1) * P < to ? (p + 1) * P : to;
-        for (int64_t slot = p * P; slot < end; slot++) {
-            const int64_t row = (g * kcap + slot) * d;
-            for (int64_t c = 0; c < d; c++) {
-                const float v = key_at(k, ktype, row + c);
-                if (v < mn[c]) mn[c] = v;
-                if (v > mx[c]) mx[c] = v;
-            }
-        }
+#ifdef HG_IDX_X86
+        if (vec) rows_minmax_avx2(kg, ktype, d, p * P, end, mn, mx);
+        else
+#endif
+            rows_minmax_scalar(kg, ktype, d, p * P, end, mn, mx);
         x->page_scales[g * x->page_cap + p] = encode(x, x->page_codes + (g * x->page_cap + p) * x->code_bytes, mn, mx);
     }
+    (void)vec;
     for (int64_t u = s0; u < s1; u++) {
         for (int64_t c = 0; c < d; c++) mn[c] = __builtin_inff(), mx[c] = -__builtin_inff();
         const int64_t end = (u + 1) * S < p1 ? (u + 1) * S : p1;
@@ -410,13 +474,19 @@ typedef struct {
     int isa;
 } prim_run;
 
-static void fold_task(void *v, int g, int parts) {
-    (void)parts;
+/* Piece (KV head, part): the part's rows of [from, to), cut at super-page boundaries so no two parts write one summary. */
+static void fold_task(void *v, int piece, int pieces) {
+    (void)pieces;
     prim_run *r = v;
+    const int64_t g = piece / r->parts, span = r->x->page * r->x->super, first = r->from / span;
+    int64_t u0, u1;
+    part_range((r->to + span - 1) / span - first, piece % r->parts, r->parts, &u0, &u1);
+    const int64_t from = (first + u0) * span > r->from ? (first + u0) * span : r->from, to = (first + u1) * span < r->to ? (first + u1) * span : r->to;
+    if (from >= to) return;
     float on_stack[512];
     float *mn = r->x->d <= 256 ? on_stack : malloc((size_t)r->x->d * 8);
     if (!mn) return; /* the caller's index stays as it was: only an allocation of 2·d floats can fail here */
-    fold_head(r->x, (const char *)r->k, r->ktype, r->kcap, g, r->from, r->to, mn, mn + r->x->d);
+    fold_head(r->x, (const char *)r->k, r->ktype, r->kcap, g, from, to, mn, mn + r->x->d);
     if (mn != on_stack) free(mn);
 }
 
@@ -424,11 +494,17 @@ void hg_index_fold(void *base, int form, int64_t kv_heads, int64_t d, int64_t pa
                    int64_t kcap, int64_t from, int64_t to, hg_stage *stage) {
     hg_index x;
     if (hg_index_view(&x, base, form, kv_heads, d, page, super, page_cap) || to <= from) return;
-    prim_run r = {.x = &x, .k = k, .ktype = ktype, .kcap = kcap, .from = from, .to = to};
+    prim_run r = {.x = &x, .k = k, .ktype = ktype, .kcap = kcap, .from = from, .to = to, .parts = 1};
     /* A decode step folds a row or two: waking the pool would cost more than the heads' pages take here. */
-    if ((to - from + page) * kv_heads * d < 65536)
+    if ((to - from + page) * kv_heads * d < 65536) {
         for (int64_t g = 0; g < kv_heads; g++) fold_task(&r, (int)g, (int)kv_heads);
-    else hg_sel_pool_run(hg_sel_pool(stage), fold_task, &r, (int)kv_heads);
+        return;
+    }
+    hg_pool *pool = hg_sel_pool(stage);
+    /* A first fold of a long store: enough parts a head for every thread (the heads alone are fewer than a host's cores). */
+    const int64_t span = page * super, supers = (to + span - 1) / span - from / span;
+    r.parts = parts_for(pool ? hg_pool_threads(pool) : 1, kv_heads, supers);
+    hg_sel_pool_run(pool, fold_task, &r, (int)(kv_heads * r.parts));
 }
 
 static void search_task(void *v, int piece, int pieces) {

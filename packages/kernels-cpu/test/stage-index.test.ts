@@ -55,6 +55,28 @@ describe(`the page index, native (seed ${SEED})`, () => {
       }
     });
 
+    it(`${isa}: indexFold on a stage's pool (each head's rows cut into parts at super-pages) stores the reference's bytes`, () => {
+      const r = rng(3313);
+      using cpu = createCpuBackend({ threads: 1, isa });
+      using stage = new NativeCpuStage(cpu, { threads: 4 });
+      for (const form of PAGE_INDEX_FORMS) {
+        const kvHeads = 2, d = 64, cap = 4000, page = 16, sup = 4;
+        const K = cpu.alloc([kvHeads, cap, d], "bf16") as CpuTensor;
+        cpu.write(K, keysLike(r, kvHeads, cap, d));
+        const keys = storeKeys(K), native = pageIndex(kvHeads, d, cap, page, sup, form);
+        let at = 0;
+        // From row 0, then from rows inside a page and inside a super-page: every part's first page and super-page are shared with the fold before.
+        for (const to of [1000, 3333, 3999]) {
+          stage.primitives.indexFold(keys, at, to, native);
+          at = to;
+          const ref = pageIndex(kvHeads, d, cap, page, sup, form);
+          indexFold(keys, 0, to, ref);
+          expect(Buffer.from(native.data).equals(Buffer.from(ref.data)), `${isa} ${form} after ${to} rows`).toBe(true);
+        }
+        cpu.free(K);
+      }
+    });
+
     it(`${isa}: the stage's index job equals indexSelection on the native primitives, rows folded in steps, afresh in a new epoch`, () => {
       const r = rng(3312), P = nativeSelectorPrimitives(isa);
       using cpu = createCpuBackend({ threads: 2, isa });
