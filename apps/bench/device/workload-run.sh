@@ -14,8 +14,8 @@
 #             must fit the model's 131 072 positions) under GPU_MEM, --synthetic-kv; CONFIGS default full, the default
 #             hybrid (a top-K scan of every offloaded K) and hybridgen-index (the page index ranked on the device for the batch)
 # GPU_MEM defaults to 80G where the card has more than 80 GiB, else the card's memory less 2 GiB (an H100's 80 GB
-# card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP, K and STAGE_THREADS (each sequence's CPU-stage
-# threads; the first step folds every offloaded row into a page index on them) override the workload bench.
+# card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP, K and STAGE_THREADS (the CPU-stage threads the
+# batch's sequences share; the first step folds every offloaded row into a page index on them) override the workload bench.
 set -u
 . "$(dirname "$0")/device-env.sh"
 D=$DEVICE_DIR

@@ -145,8 +145,8 @@ for (const context of contexts) {
     stores.push(store);
     return store;
   };
-  // Explicit stage threads are each sequence's: the batch shares the machine's.
-  const options = { cpuStageThreads: Math.max(1, Math.floor(threads / batch)), storeAllocator: place, ...CONFIGS[config] };
+  // The batch's stages are lanes of one native stage: it takes the machine's threads.
+  const options = { cpuStageThreads: threads, storeAllocator: place, ...CONFIGS[config] };
   using hybrid = batch > 1 ? await createBatchHybridAttention(model, backend, options, batch) : null;
   using single = hybrid ? null : await createHybridAttention(model, backend, options);
   using dec = batch > 1 ? new BatchDecoder(model, batch) : null;

@@ -88,6 +88,8 @@ export interface DecodeAttention {
   prepareAttend?(layer: number, q: Tensor): void;
   /** The new token's k, v are in the window; write the attention of q (row 0) to out row 0. */
   attend(layer: number, q: Tensor, out: Tensor): void;
+  /** Batched steps call it after each pass over the rows (layer inputs, prepareAttend, attend): what the rows queued for a shared CPU stage goes as one group. */
+  rowsDone?(): void;
   /** The step's layers are done (before eviction). */
   endStep(): void;
   /**

@@ -129,6 +129,7 @@ export class BatchRows {
       if (this.xRow.length === 0) fail("batched decode: the architecture bound no residual rows for decode attention");
       d.layerInput(layer, this.xRow[i]);
     }
+    this.rowsDone(seqs, B);
   }
 
   /**
@@ -174,7 +175,10 @@ export class BatchRows {
       return;
     }
     for (let i = 0; i < B; i++) seqs[i].cache.writeRows(layer, this.kRow[i], this.vRow[i], positions[i], 1);
-    if (decode) for (let i = 0; i < B; i++) seqs[i].attention.decodeAttention?.prepareAttend?.(layer, this.qRow[i]);
+    if (decode) {
+      for (let i = 0; i < B; i++) seqs[i].attention.decodeAttention?.prepareAttend?.(layer, this.qRow[i]);
+      this.rowsDone(seqs, B);
+    }
     for (let i = 0; i < B; i++) {
       const { cache: c, attention } = seqs[i], pos = positions[i];
       const d = attention.decodeAttention;
@@ -189,6 +193,12 @@ export class BatchRows {
         attention.attendFull(layer, this.q, i, pos, this.att);
       }
     }
+    if (decode) this.rowsDone(seqs, B);
+  }
+
+  /** Every row's decode attention hears that the rows' pass is over (their queued CPU-stage jobs go as one group). */
+  private rowsDone(seqs: readonly SequenceState[], B: number): void {
+    for (let i = 0; i < B; i++) seqs[i].attention.decodeAttention?.rowsDone?.();
   }
 
   /**

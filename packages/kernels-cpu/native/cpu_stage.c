@@ -36,30 +36,12 @@ static inline void relax(void) { }
 #define DEFAULT_READ_DEPTH 8
 #define DEFAULT_READY_TIMEOUT_NS 10000000000LL
 
-struct hg_stage {
+/* What one job runs on: a context (pool, kernels) and the job's scratch. The stage's own worker has
+ * the stage's pool; a group's jobs run one a pool thread, each on a one-thread worker of its own. */
+typedef struct {
+    hg_stage *st;
     hg_ctx *ctx;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t job_cv, done_cv;
-    /* The queue: counters only grow; a job's entry is its number % HG_STAGE_QUEUE. Jobs [taken, queued)
-     * wait, [finished, taken) runs. JS alone submits, so an entry is rewritten only after its job ended. */
-    hg_stage_job ring[HG_STAGE_QUEUE];
-    int64_t submit_at[HG_STAGE_QUEUE];
-    _Alignas(64) atomic_llong queued;
-    _Alignas(64) atomic_llong finished;
-    int64_t taken;  /* the coordinator's */
-    int64_t waited; /* queued at the last wait */
-    atomic_int stop;
-    atomic_int cancelled; /* the jobs since the last wait: a wait for a ready signal stops */
-    int started;
-    /* The jobs since the last wait (under mu): first failure, summed busy ns, phases [0, 5) and reads. */
-    int64_t batch_rc, batch_ns, batch_split[5], batch_reads[2];
-    /* The last wait's (or run's): its result and the sums above; split[5] is wait's own hand-off. */
-    int64_t result, last_ns, split[6], last_reads[2];
-    int64_t idle_spin_ns, ready_timeout_ns;
-    int64_t cur[4];         /* the running job's phases: query pack, score, top-K, gather */
-    int64_t end_ns;         /* the last job's end (under mu) */
-    int64_t prev_end_ns;    /* the coordinator's last job's end */
+    int64_t cur[4]; /* the running job's phases: query pack, score, top-K, gather */
     float *scratch; /* top-K: each KV head's group max [kv_heads][n], the shared row [n], then the group max rows' sample [kv_heads][S] */
     size_t scratch_bytes;
     char *two; /* two-step: packed query, candidates, their exact logits and group max, positions */
@@ -70,9 +52,44 @@ struct hg_stage {
     size_t index_bytes;
     hg_rows_io io; /* disk-tier rows of the job: segments, queued reads, failure */
     hg_readers *readers;
-    int read_depth;
     char jerr[768]; /* the running job's failure */
-    char err[768];  /* the first failure since the last wait (under mu), then the last wait's */
+} hg_worker;
+
+/* A lane's jobs since its last wait (under mu): counts, first failure, summed busy ns, phases [0, 5) and reads. */
+typedef struct {
+    int64_t queued, finished, waited;
+    int64_t rc, ns, split[5], reads[2], end_ns;
+    atomic_int cancelled; /* a wait for a ready signal stops */
+    char err[768];
+} hg_lane;
+
+struct hg_stage {
+    hg_worker main;
+    hg_worker *solo;  /* a group's workers (the coordinator's), grown to the largest group */
+    int nsolo;
+    hg_worker *caller; /* hg_stage_run's on a stage of several lanes (another lane may hold the pool) */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t job_cv, done_cv;
+    /* The queue: counters only grow; a job's entry is its number % cap. Jobs [taken, queued) wait,
+     * [finished, taken) run. JS alone submits, so an entry is rewritten only after its job ended. */
+    hg_stage_job *ring;
+    int64_t *submit_at;
+    int32_t *group; /* at a group's first entry: its jobs (1: a job alone) */
+    int64_t cap;
+    int lanes;
+    hg_lane *lane;
+    _Alignas(64) atomic_llong queued;
+    _Alignas(64) atomic_llong finished;
+    int64_t taken;  /* the coordinator's */
+    atomic_int stop;
+    int started;
+    /* The last wait's (or run's): its result and sums; split[5] is wait's own hand-off. */
+    int64_t result, last_ns, split[6], last_reads[2];
+    char err[768];
+    int64_t idle_spin_ns, ready_timeout_ns;
+    int64_t prev_end_ns;    /* the coordinator's last job's end */
+    int read_depth;
 };
 
 static int64_t now_ns(void) {
@@ -85,7 +102,7 @@ static inline int64_t esize(int64_t type) { return type == HG_F32 ? 4 : 2; }
 
 /* ---- parallel pieces ------------------------------------------------------------------ */
 typedef struct {
-    hg_stage *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks;
+    hg_worker *s; const hg_stage_job *j; hg_logits_args a; const float *qp; int64_t qs; int chunks;
     float *sample; int64_t ns; /* fused top-K: hg_topk_rows's sample, ns values a KV head */
     int64_t k; int avx2; atomic_int failed; /* two-step: the final K */
     hg_kq_query kq; int32_t *cand; float *exact, *cmax; int32_t *pos; int64_t nc; /* two-step */
@@ -228,7 +245,7 @@ static void final_task(void *v, int g, int parts) {
     for (int64_t i = 0; i < r->k; i++) ids[i] = cand[pos[i]]; /* positions ascend, so do the ids */
 }
 
-static int64_t two_step(hg_stage *s, const hg_stage_job *j, run_ctx *r, int threads, int64_t *t) {
+static int64_t two_step(hg_worker *s, const hg_stage_job *j, run_ctx *r, int threads, int64_t *t) {
     int64_t t1;
 #define LAP(i) (t1 = now_ns(), s->cur[i] += t1 - *t, *t = t1)
     const int shared = (j->flags & HG_STAGE_SHARED) != 0, lists = shared ? 1 : (int)j->kv_heads;
@@ -335,14 +352,14 @@ static void selected_task(void *v, int part, int parts) {
 
 /* ---- disk-tier rows ---------------------------------------------------------------------- */
 /* The registered file segments under the job's V (and K) store: nonzero when its rows must be read. */
-static int file_rows_begin(hg_stage *s, const hg_stage_job *j) { /* s->io was emptied at run_job's start */
-    if (s->read_depth <= 0 || (j->flags & HG_STAGE_NO_ROWS)) return 0;
+static int file_rows_begin(hg_worker *s, const hg_stage_job *j) { /* s->io was emptied at run_job's start */
+    if (s->st->read_depth <= 0 || (j->flags & HG_STAGE_NO_ROWS)) return 0;
     hg_rows_acquire(&s->io, (uintptr_t)j->v, (uint64_t)(j->kv_heads * j->vcap * j->head_dim * esize(j->vtype)));
     if (j->flags & HG_STAGE_KEYS) hg_rows_acquire(&s->io, (uintptr_t)j->k, (uint64_t)(j->kv_heads * j->kcap * j->head_dim * esize(j->ktype)));
     return s->io.nseg > 0;
 }
 
-static int queue_rows(hg_stage *s, const hg_stage_job *j, const char *src, int64_t cap, int64_t type, char *dst) {
+static int queue_rows(hg_worker *s, const hg_stage_job *j, const char *src, int64_t cap, int64_t type, char *dst) {
     const int32_t *ids = (const int32_t *)(intptr_t)j->ids, *counts = (const int32_t *)(intptr_t)j->counts;
     const int64_t row = j->head_dim * esize(type);
     for (int64_t g = 0; g < j->kv_heads; g++)
@@ -352,10 +369,10 @@ static int queue_rows(hg_stage *s, const hg_stage_job *j, const char *src, int64
 }
 
 /* The selected rows, read from the files where they live (memcpy elsewhere): 0, -2, or 1 (s->jerr). */
-static int64_t read_rows(hg_stage *s, const hg_stage_job *j) {
+static int64_t read_rows(hg_worker *s, const hg_stage_job *j) {
     int64_t rc = queue_rows(s, j, (const char *)(intptr_t)j->v, j->vcap, j->vtype, (char *)(intptr_t)j->vstage);
     if (!rc && (j->flags & HG_STAGE_KEYS)) rc = queue_rows(s, j, (const char *)(intptr_t)j->k, j->kcap, j->ktype, (char *)(intptr_t)j->kstage);
-    if (!rc && hg_rows_run(&s->io, s->ctx->pool, &s->readers, s->read_depth)) {
+    if (!rc && hg_rows_run(&s->io, s->ctx->pool, &s->readers, s->st->read_depth)) {
         hg_rows_error(&s->io, s->jerr, sizeof s->jerr);
         rc = 1;
     }
@@ -389,7 +406,7 @@ static int64_t check_ids(const hg_stage_job *j) {
     return 0;
 }
 
-static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
+static int64_t run_job(hg_worker *s, const hg_stage_job *j) {
     int threads = hg_pool_threads(s->ctx->pool);
     run_ctx r = {.s = s, .j = j, .chunks = 1};
     int64_t t = now_ns(), t1;
@@ -481,21 +498,22 @@ static int64_t run_job(hg_stage *s, const hg_stage_job *j) {
 
 /* The job's ready signal: spin (a device's copy lands within a layer's time) until the word
  * reaches ready_value, modulo 2^32; 1 with the reason in s->jerr when it never does, or when a
- * queued job's batch is cancelled meanwhile. */
-static int64_t await_ready(hg_stage *s, const hg_stage_job *j, int queued) {
+ * queued job's lane is cancelled meanwhile. */
+static int64_t await_ready(hg_worker *s, const hg_stage_job *j, int queued) {
     if (!j->ready) return 0;
     const volatile uint32_t *word = (const volatile uint32_t *)(intptr_t)j->ready;
     const uint32_t want = (uint32_t)j->ready_value;
     const int64_t t0 = now_ns();
+    atomic_int *cancelled = &s->st->lane[j->lane].cancelled;
     while ((int32_t)(*word - want) < 0) {
         for (int i = 0; i < 16; i++) relax();
-        if (queued && atomic_load_explicit(&s->cancelled, memory_order_relaxed)) {
+        if (queued && atomic_load_explicit(cancelled, memory_order_relaxed)) {
             snprintf(s->jerr, sizeof s->jerr, "cpu stage: cancelled");
             return 1;
         }
-        if (now_ns() - t0 > s->ready_timeout_ns) {
+        if (now_ns() - t0 > s->st->ready_timeout_ns) {
             snprintf(s->jerr, sizeof s->jerr, "cpu stage: the device never signalled the query's copy (waited %.1f s for value %u, the word holds %u)",
-                     (double)s->ready_timeout_ns / 1e9, want, *word);
+                     (double)s->st->ready_timeout_ns / 1e9, want, *word);
             return 1;
         }
     }
@@ -504,7 +522,7 @@ static int64_t await_ready(hg_stage *s, const hg_stage_job *j, int queued) {
 }
 
 /* The job after its ready signal: its busy ns into *ns, its phases in s->cur. */
-static int64_t timed(hg_stage *s, const hg_stage_job *j, int queued, int64_t *ns) {
+static int64_t timed(hg_worker *s, const hg_stage_job *j, int queued, int64_t *ns) {
     hg_rows_begin(&s->io); /* the job's read counters start at 0 */
     for (int i = 0; i < 4; i++) s->cur[i] = 0;
     *ns = 0;
@@ -523,33 +541,84 @@ static void raise_done(const hg_stage_job *j, int failed) {
     *(volatile uint32_t *)(intptr_t)j->done = (uint32_t)j->done_value;
 }
 
-/* One queued job: run it (or skip it when its batch already failed), raise its done, add it up. */
-static void run_queued(hg_stage *s, int64_t i, int skip, int64_t submitted) {
+/* One queued job on worker w: run it (or skip it when its lane already failed), raise its done, add it up in its lane. */
+static void run_queued(hg_stage *s, hg_worker *w, int64_t i, int64_t handoff) {
     const hg_stage_job *j = &s->ring[i];
-    int64_t ns = 0, rc = 0, handoff = 0, start = now_ns();
-    if (!skip) {
-        handoff = start - (submitted > s->prev_end_ns ? submitted : s->prev_end_ns);
-        rc = timed(s, j, 1, &ns);
-    }
+    hg_lane *l = &s->lane[j->lane];
+    pthread_mutex_lock(&s->mu);
+    const int skip = l->rc != 0;
+    pthread_mutex_unlock(&s->mu);
+    int64_t ns = 0, rc = 0;
+    if (!skip) rc = timed(w, j, 1, &ns);
     const int64_t end = now_ns();
-    s->prev_end_ns = end;
     raise_done(j, skip || rc);
     pthread_mutex_lock(&s->mu);
-    if (rc && !s->batch_rc) {
-        s->batch_rc = rc;
-        memcpy(s->err, s->jerr, sizeof s->err);
+    if (rc && !l->rc) {
+        l->rc = rc;
+        memcpy(l->err, w->jerr, sizeof l->err);
     }
     if (!skip) {
-        s->batch_ns += ns;
-        for (int p = 0; p < 4; p++) s->batch_split[p] += s->cur[p];
-        s->batch_split[4] += handoff > 0 ? handoff : 0;
-        s->batch_reads[0] += atomic_load(&s->io.reads);
-        s->batch_reads[1] += atomic_load(&s->io.bytes);
+        l->ns += ns;
+        for (int p = 0; p < 4; p++) l->split[p] += w->cur[p];
+        l->split[4] += handoff > 0 ? handoff : 0;
+        l->reads[0] += atomic_load(&w->io.reads);
+        l->reads[1] += atomic_load(&w->io.bytes);
     }
-    s->end_ns = end;
+    l->end_ns = end;
+    l->finished++;
     atomic_store_explicit(&s->finished, atomic_load(&s->finished) + 1, memory_order_release);
     pthread_cond_broadcast(&s->done_cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+static int worker_init(hg_worker *w, hg_stage *s, int threads, int isa) {
+    memset(w, 0, sizeof *w);
+    w->st = s;
+    w->ctx = hg_create(threads, isa);
+    return w->ctx ? 0 : -1;
+}
+
+static void worker_free(hg_worker *w) {
+    if (!w->ctx) return;
+    hg_destroy(w->ctx);
+    free(w->scratch);
+    free(w->two);
+    free(w->quest);
+    free(w->index);
+    free(w->io.reqs);
+    hg_readers_destroy(w->readers);
+    w->ctx = NULL;
+}
+
+/* A group's jobs, one a piece: each on its own one-thread worker, its done raised as it ends. */
+typedef struct {
+    hg_stage *s;
+    int64_t first, start;
+} group_run;
+
+static void group_task(void *v, int part, int parts) {
+    (void)parts;
+    group_run *g = v;
+    hg_stage *s = g->s;
+    const int64_t i = (g->first + part) % s->cap;
+    run_queued(s, &s->solo[part], i, g->start - s->submit_at[i]);
+}
+
+/* Whether the group's jobs [first, first + n) may run at once: the stage has helper threads, the
+ * jobs' lanes differ (a lane's jobs run in order) and every job has a worker. */
+static int group_parallel(hg_stage *s, int64_t first, int n) {
+    if (n < 2 || hg_pool_threads(s->main.ctx->pool) < 2) return 0;
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < a; b++)
+            if (s->ring[(first + a) % s->cap].lane == s->ring[(first + b) % s->cap].lane) return 0;
+    if (s->nsolo < n) {
+        hg_worker *grown = realloc(s->solo, (size_t)n * sizeof *grown);
+        if (!grown) return 0;
+        s->solo = grown;
+        for (; s->nsolo < n; s->nsolo++)
+            if (worker_init(&s->solo[s->nsolo], s, 1, s->main.ctx->isa)) return 0;
+    }
+    return 1;
 }
 
 static void *coordinator(void *arg) {
@@ -566,43 +635,82 @@ static void *coordinator(void *arg) {
             pthread_mutex_unlock(&s->mu);
             return NULL;
         }
-        const int64_t i = s->taken++ % HG_STAGE_QUEUE, submitted = s->submit_at[i];
-        const int skip = s->batch_rc != 0;
+        const int64_t first = s->taken;
+        const int n = s->group[first % s->cap];
+        s->taken += n;
         pthread_mutex_unlock(&s->mu);
-        run_queued(s, i, skip, submitted);
+        const int64_t start = now_ns();
+        if (group_parallel(s, first, n)) {
+            group_run g = {s, first, start};
+            hg_pool_run(s->main.ctx->pool, group_task, &g, n);
+            s->prev_end_ns = now_ns();
+            continue;
+        }
+        for (int k = 0; k < n; k++) {
+            const int64_t i = (first + k) % s->cap, at = now_ns();
+            run_queued(s, &s->main, i, at - (s->submit_at[i] > s->prev_end_ns ? s->submit_at[i] : s->prev_end_ns));
+            s->prev_end_ns = now_ns();
+        }
     }
 }
 
-hg_stage *hg_stage_create(int threads, int isa) {
+static void free_stage(hg_stage *s) {
+    worker_free(&s->main);
+    for (int i = 0; i < s->nsolo; i++) worker_free(&s->solo[i]);
+    free(s->solo);
+    if (s->caller) worker_free(s->caller);
+    free(s->caller);
+    free(s->ring);
+    free(s->submit_at);
+    free(s->group);
+    free(s->lane);
+    free(s);
+}
+
+hg_stage *hg_stage_create_lanes(int threads, int isa, int lanes) {
+    if (lanes < 1 || lanes > HG_STAGE_LANES) return NULL;
     hg_stage *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    s->ctx = hg_create(threads > 0 ? threads : 1, isa);
-    if (!s->ctx) { free(s); return NULL; }
+    s->lanes = lanes;
+    s->cap = (int64_t)HG_STAGE_QUEUE * lanes;
+    s->ring = calloc((size_t)s->cap, sizeof *s->ring);
+    s->submit_at = calloc((size_t)s->cap, sizeof *s->submit_at);
+    s->group = calloc((size_t)s->cap, sizeof *s->group);
+    s->lane = calloc((size_t)lanes, sizeof *s->lane);
+    if (!s->ring || !s->submit_at || !s->group || !s->lane || worker_init(&s->main, s, threads > 0 ? threads : 1, isa)) {
+        free_stage(s);
+        return NULL;
+    }
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->job_cv, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     atomic_init(&s->queued, 0);
     atomic_init(&s->finished, 0);
     atomic_init(&s->stop, 0);
-    atomic_init(&s->cancelled, 0);
+    for (int i = 0; i < lanes; i++) atomic_init(&s->lane[i].cancelled, 0);
     s->idle_spin_ns = DEFAULT_IDLE_SPIN_NS;
     s->read_depth = DEFAULT_READ_DEPTH;
     s->ready_timeout_ns = DEFAULT_READY_TIMEOUT_NS;
     if (pthread_create(&s->thread, NULL, coordinator, s) != 0) {
-        hg_destroy(s->ctx);
-        free(s);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->job_cv);
+        pthread_cond_destroy(&s->done_cv);
+        free_stage(s);
         return NULL;
     }
     s->started = 1;
     return s;
 }
 
+hg_stage *hg_stage_create(int threads, int isa) { return hg_stage_create_lanes(threads, isa, 1); }
+
 void hg_stage_destroy(hg_stage *s) {
     if (!s) return;
-    if (atomic_load(&s->queued) != s->waited) {
-        hg_stage_cancel(s);
-        hg_stage_wait(s);
-    }
+    for (int l = 0; l < s->lanes; l++)
+        if (s->lane[l].queued != s->lane[l].waited) {
+            hg_stage_cancel_lane(s, l);
+            hg_stage_wait_lane(s, l);
+        }
     pthread_mutex_lock(&s->mu);
     atomic_store(&s->stop, 1);
     pthread_cond_broadcast(&s->job_cv);
@@ -611,93 +719,141 @@ void hg_stage_destroy(hg_stage *s) {
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->job_cv);
     pthread_cond_destroy(&s->done_cv);
-    hg_destroy(s->ctx);
-    free(s->scratch);
-    free(s->two);
-    free(s->quest);
-    free(s->index);
-    free(s->io.reqs);
-    hg_readers_destroy(s->readers);
-    free(s);
+    free_stage(s);
 }
 
-int hg_stage_threads(const hg_stage *s) { return hg_pool_threads(s->ctx->pool); }
+int hg_stage_threads(const hg_stage *s) { return hg_pool_threads(s->main.ctx->pool); }
 
 int hg_stage_queue_depth(const hg_stage *s) {
     (void)s;
     return HG_STAGE_QUEUE;
 }
 
+int hg_stage_lanes(const hg_stage *s) { return s->lanes; }
+
 static int busy(hg_stage *s) { return atomic_load_explicit(&s->queued, memory_order_acquire) != atomic_load_explicit(&s->finished, memory_order_acquire); }
 
 /* Selector primitives (sel_pool.h) borrow the pool between jobs; queued or running jobs own it. */
-hg_pool *hg_stage_idle_pool(hg_stage *s) { return busy(s) ? NULL : s->ctx->pool; }
+hg_pool *hg_stage_idle_pool(hg_stage *s) { return busy(s) ? NULL : s->main.ctx->pool; }
 
-int hg_stage_submit(hg_stage *s, const hg_stage_job *job) {
-    const int64_t q = atomic_load(&s->queued);
-    if (q - atomic_load_explicit(&s->finished, memory_order_acquire) >= HG_STAGE_QUEUE) return -1;
+int hg_stage_submit_group(hg_stage *s, const hg_stage_job *jobs, int n) {
+    if (n < 1) return -1;
+    int64_t per[HG_STAGE_LANES] = {0};
+    for (int k = 0; k < n; k++) {
+        if (jobs[k].lane < 0 || jobs[k].lane >= s->lanes) return -2;
+        per[jobs[k].lane]++;
+    }
     pthread_mutex_lock(&s->mu);
-    s->ring[q % HG_STAGE_QUEUE] = *job;
-    s->submit_at[q % HG_STAGE_QUEUE] = now_ns();
-    atomic_store_explicit(&s->queued, q + 1, memory_order_release);
+    const int64_t q = atomic_load(&s->queued);
+    int full = q + n - atomic_load_explicit(&s->finished, memory_order_acquire) > s->cap;
+    for (int l = 0; l < s->lanes && !full; l++) full = per[l] && s->lane[l].queued + per[l] - s->lane[l].finished > HG_STAGE_QUEUE;
+    if (full) {
+        pthread_mutex_unlock(&s->mu);
+        return -1;
+    }
+    const int64_t now = now_ns();
+    for (int k = 0; k < n; k++) {
+        const int64_t i = (q + k) % s->cap;
+        s->ring[i] = jobs[k];
+        s->submit_at[i] = now;
+        s->group[i] = k == 0 ? n : 0;
+        s->lane[jobs[k].lane].queued++;
+    }
+    atomic_store_explicit(&s->queued, q + n, memory_order_release);
     pthread_cond_signal(&s->job_cv);
     pthread_mutex_unlock(&s->mu);
     return 0;
 }
 
+int hg_stage_submit(hg_stage *s, const hg_stage_job *job) { return hg_stage_submit_group(s, job, 1); }
+
 int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job) {
-    if (busy(s)) return -1;
+    if (job->lane < 0 || job->lane >= s->lanes) return -1;
+    const hg_lane *l = &s->lane[job->lane];
+    hg_worker *w = &s->main;
+    if (s->lanes > 1) {
+        pthread_mutex_lock(&s->mu);
+        const int mine = l->queued != l->finished;
+        pthread_mutex_unlock(&s->mu);
+        if (mine) return -1;
+        if (!s->caller) {
+            s->caller = malloc(sizeof *s->caller);
+            if (!s->caller || worker_init(s->caller, s, 1, s->main.ctx->isa)) {
+                free(s->caller);
+                s->caller = NULL;
+                return -2;
+            }
+        }
+        w = s->caller;
+    } else if (busy(s)) {
+        return -1;
+    }
     int64_t ns;
-    int64_t rc = timed(s, job, 0, &ns);
+    int64_t rc = timed(w, job, 0, &ns);
     raise_done(job, rc != 0);
     s->result = rc;
     s->last_ns = ns;
-    for (int i = 0; i < 4; i++) s->split[i] = s->cur[i];
+    for (int i = 0; i < 4; i++) s->split[i] = w->cur[i];
     s->split[4] = s->split[5] = 0;
-    s->last_reads[0] = atomic_load(&s->io.reads);
-    s->last_reads[1] = atomic_load(&s->io.bytes);
-    if (rc) memcpy(s->err, s->jerr, sizeof s->err);
+    s->last_reads[0] = atomic_load(&w->io.reads);
+    s->last_reads[1] = atomic_load(&w->io.bytes);
+    if (rc) memcpy(s->err, w->jerr, sizeof s->err);
     return rc;
 }
 
-int64_t hg_stage_wait(hg_stage *s) {
-    const int64_t q = atomic_load(&s->queued); /* JS alone submits: no job comes meanwhile */
-    if (q == s->waited) return -1;
+int64_t hg_stage_wait_lane(hg_stage *s, int lane) {
+    if (lane < 0 || lane >= s->lanes) return -1;
+    hg_lane *l = &s->lane[lane];
+    pthread_mutex_lock(&s->mu);
+    const int64_t q = l->queued; /* JS alone submits: no job of the lane comes meanwhile */
+    pthread_mutex_unlock(&s->mu);
+    if (q == l->waited) return -1;
     int64_t called = now_ns(), t0 = called;
-    while (s->idle_spin_ns > 0 && atomic_load_explicit(&s->finished, memory_order_acquire) != q) {
+    while (s->idle_spin_ns > 0) {
+        pthread_mutex_lock(&s->mu);
+        const int done = l->finished == q;
+        pthread_mutex_unlock(&s->mu);
+        if (done) break;
         for (int i = 0; i < 64; i++) relax();
         if (now_ns() - t0 > s->idle_spin_ns) break;
     }
     pthread_mutex_lock(&s->mu);
-    while (atomic_load(&s->finished) != q) pthread_cond_wait(&s->done_cv, &s->mu);
-    s->result = s->batch_rc;
-    s->last_ns = s->batch_ns;
-    for (int i = 0; i < 5; i++) s->split[i] = s->batch_split[i];
-    s->last_reads[0] = s->batch_reads[0];
-    s->last_reads[1] = s->batch_reads[1];
-    s->batch_rc = s->batch_ns = 0;
-    memset(s->batch_split, 0, sizeof s->batch_split);
-    memset(s->batch_reads, 0, sizeof s->batch_reads);
-    s->waited = q;
-    atomic_store(&s->cancelled, 0);
-    const int64_t end = s->end_ns;
+    while (l->finished != q) pthread_cond_wait(&s->done_cv, &s->mu);
+    s->result = l->rc;
+    s->last_ns = l->ns;
+    for (int i = 0; i < 5; i++) s->split[i] = l->split[i];
+    s->last_reads[0] = l->reads[0];
+    s->last_reads[1] = l->reads[1];
+    if (l->rc) memcpy(s->err, l->err, sizeof s->err);
+    l->rc = l->ns = 0;
+    memset(l->split, 0, sizeof l->split);
+    memset(l->reads, 0, sizeof l->reads);
+    l->waited = q;
+    atomic_store(&l->cancelled, 0);
+    const int64_t end = l->end_ns;
     pthread_mutex_unlock(&s->mu);
     int64_t back = now_ns(), from = end > called ? end : called;
     s->split[5] = back > from ? back - from : 0;
     return s->result;
 }
 
-void hg_stage_cancel(hg_stage *s) {
+int64_t hg_stage_wait(hg_stage *s) { return hg_stage_wait_lane(s, 0); }
+
+void hg_stage_cancel_lane(hg_stage *s, int lane) {
+    if (lane < 0 || lane >= s->lanes) return;
+    hg_lane *l = &s->lane[lane];
     pthread_mutex_lock(&s->mu);
-    if (atomic_load(&s->queued) != s->waited) {
-        atomic_store(&s->cancelled, 1);
-        if (!s->batch_rc) {
-            s->batch_rc = 1;
-            snprintf(s->err, sizeof s->err, "cpu stage: cancelled");
+    if (l->queued != l->waited) {
+        atomic_store(&l->cancelled, 1);
+        if (!l->rc) {
+            l->rc = 1;
+            snprintf(l->err, sizeof l->err, "cpu stage: cancelled");
         }
     }
     pthread_mutex_unlock(&s->mu);
 }
+
+void hg_stage_cancel(hg_stage *s) { hg_stage_cancel_lane(s, 0); }
 
 int64_t hg_stage_last_ns(const hg_stage *s) { return s->last_ns; }
 
@@ -727,7 +883,7 @@ static const struct { const char *name; int64_t at; } job_fields[] = {
     FIELD(heads), FIELD(kv_heads), FIELD(head_dim), FIELD(all_logits), FIELD(lstride), FIELD(ids), FIELD(counts),
     FIELD(kmax), FIELD(budget), FIELD(sel_logits), FIELD(vstage), FIELD(kstage), FIELD(scale),
     FIELD(kq), FIELD(kq_form), FIELD(kq_from), FIELD(cand), FIELD(pages), FIELD(page_size), FIELD(page_cap), FIELD(pages_from),
-    FIELD(ready), FIELD(ready_value), FIELD(done), FIELD(done_value), FIELD(sinks), FIELD(index_form), FIELD(super_pages),
+    FIELD(ready), FIELD(ready_value), FIELD(done), FIELD(done_value), FIELD(sinks), FIELD(index_form), FIELD(super_pages), FIELD(lane),
 };
 #undef FIELD
 #define FLAG(f) { #f, HG_STAGE_##f }

@@ -23,8 +23,10 @@ enum {
                              * floats, sel_index.h's want); the stage neither folds nor searches its own index */
 };
 
-/* Jobs submitted and not yet ended that the stage holds. */
+/* Jobs submitted and not yet ended that the stage holds, a lane. */
 #define HG_STAGE_QUEUE 64
+/* The most lanes a stage has: the sequences of a batch that share it. */
+#define HG_STAGE_LANES 64
 
 /* Every field is 8 bytes so JS fills it through one BigInt64Array / Float64Array pair. */
 typedef struct {
@@ -60,6 +62,8 @@ typedef struct {
     /* Page index (INDEX): pages/page_size/page_cap/pages_from as Quest's, pages holding the index's
      * bytes (sel_index.h's layout) of form index_form (1 int8, 2 int4) with super_pages pages a super-page. */
     int64_t index_form, super_pages;
+    /* The job's lane, [0, lanes): one a sequence sharing the stage; its jobs run in order, its wait waits for them. */
+    int64_t lane;
 } hg_stage_job;
 
 /* KV head g's rows of the job's K [kv_heads, kcap, head_dim] (the stage and its Quest kernel). */
@@ -70,28 +74,41 @@ static inline const char *hg_stage_k_head(const hg_stage_job *j, int64_t g) {
 typedef struct hg_stage hg_stage;
 
 #pragma GCC visibility push(default)
-/* threads: 1 coordinator + threads-1 helpers; isa < 0 picks the best. NULL on failure. */
+/* threads: 1 coordinator + threads-1 helpers; isa < 0 picks the best. NULL on failure. One lane. */
 hg_stage *hg_stage_create(int threads, int isa);
+/* A stage that `lanes` sequences share (1..HG_STAGE_LANES): each submits its jobs with its lane, waits
+ * for and cancels them by it; a group of jobs of different lanes (hg_stage_submit_group) runs as one op
+ * over the pool, a job a thread. */
+hg_stage *hg_stage_create_lanes(int threads, int isa, int lanes);
+int hg_stage_lanes(const hg_stage *s);
 void hg_stage_destroy(hg_stage *s);
 int hg_stage_threads(const hg_stage *s);
 /* Copies the job into the queue; the coordinator runs queued jobs in order. Returns 0, or -1
  * when HG_STAGE_QUEUE jobs have not ended yet. After a failed job (or hg_stage_cancel), the
  * jobs up to the next wait are skipped: they fail with the same error and still raise done. */
 int hg_stage_submit(hg_stage *s, const hg_stage_job *job);
+/* n jobs as one group (0, or -1 when the queue or a lane's share of it is full, -2 for a lane out of
+ * range): with helper threads and distinct lanes they run at once, each on one thread of the pool,
+ * and each raises its done as it ends; otherwise one after another. */
+int hg_stage_submit_group(hg_stage *s, const hg_stage_job *jobs, int n);
 /* The queue's capacity (HG_STAGE_QUEUE). */
 int hg_stage_queue_depth(const hg_stage *s);
 /* Runs the job on the calling thread (same checks and results as submit + wait); -1 unless
- * every submitted job has ended. */
+ * every submitted job (on a stage of several lanes: of the job's lane) has ended. */
 int64_t hg_stage_run(hg_stage *s, const hg_stage_job *job);
 /* Waits for every job submitted since the last wait. Returns the first failure: 0 on success, -1 if
  * none was submitted, -2 when scratch memory failed, -(3 + i) when a selected id at index i is out
  * of range or not ascending, 1 when a read of disk-tier rows failed, the ready signal never came or
  * the jobs were cancelled (hg_stage_error says which). */
 int64_t hg_stage_wait(hg_stage *s);
+/* hg_stage_wait for one lane's jobs (hg_stage_wait is lane 0's). */
+int64_t hg_stage_wait_lane(hg_stage *s, int lane);
 /* Jobs since the last wait that have not started fail ("cpu stage: cancelled"; each still raises its
  * done), a job waiting for its ready signal stops; a job past that runs to its end. With jobs
  * submitted since the last wait, that wait returns a failure (the first one, else the cancellation). */
 void hg_stage_cancel(hg_stage *s);
+/* hg_stage_cancel for one lane's jobs (hg_stage_cancel is lane 0's). */
+void hg_stage_cancel_lane(hg_stage *s, int lane);
 /* The failure of the last wait (or run) as one line (NUL-terminated, at most cap bytes). */
 void hg_stage_error(const hg_stage *s, char *buf, int64_t cap);
 /* Rows in registered disk-tier files (file_rows.h) are read with explicit reads, `depth` in flight

@@ -21,20 +21,21 @@ import { nativeSelectorPrimitives } from "./selector-primitives.js";
 import { storeKeys } from "./store-keys.js";
 import { KeySketches, SCORING_CODE, ScoringSchema, type Scoring } from "./key-scoring.js";
 import { pageSummaryShape } from "./page-summaries.js";
-import { checkStageJobLayout, STAGE_FLAGS, StageJobRecord, type NativeJobLayout, type StageJobField } from "./stage-job-layout.js";
+import { checkStageJobLayout, STAGE_FLAGS, STAGE_JOB_FIELDS, StageJobRecord, type NativeJobLayout, type StageJobField } from "./stage-job-layout.js";
 import { FoldedRegions } from "./tensor-regions.js";
 import { allocSlot, closeSlot, slotStaging, type NativeBuf, type StageSlot } from "./stage-slots.js";
 import { CpuTensor } from "./tensor.js";
 
 const { ptr, i32, i64, i64_fast, u64, void: none } = FFIType;
 const symbols = {
-  hg_stage_create: { args: [i32, i32], returns: ptr },
+  hg_stage_create_lanes: { args: [i32, i32, i32], returns: ptr },
   hg_stage_destroy: { args: [ptr], returns: none },
   hg_stage_threads: { args: [ptr], returns: i32 },
   hg_stage_submit: { args: [ptr, ptr], returns: i32 },
+  hg_stage_submit_group: { args: [ptr, ptr, i32], returns: i32 },
   hg_stage_run: { args: [ptr, ptr], returns: i64_fast },
-  hg_stage_wait: { args: [ptr], returns: i64_fast },
-  hg_stage_cancel: { args: [ptr], returns: none },
+  hg_stage_wait_lane: { args: [ptr, i32], returns: i64_fast },
+  hg_stage_cancel_lane: { args: [ptr, i32], returns: none },
   hg_stage_queue_depth: { args: [ptr], returns: i32 },
   hg_stage_last_ns: { args: [ptr], returns: i64_fast },
   hg_stage_set_idle_spin: { args: [ptr, i64], returns: none },
@@ -121,6 +122,8 @@ export class NativeCpuStage implements CpuStage {
   private readonly indexes = new FoldedRegions("the page index");
   private readonly lib: StageLib;
   private handle: Pointer | null;
+  private readonly group: NativeStageGroup;
+  private readonly lane: number;
   private shape: CpuStageShape | null = null;
   private readonly bufs: NativeBuf[] = [];
   private slots: StageSlot[] = [];
@@ -132,24 +135,34 @@ export class NativeCpuStage implements CpuStage {
   private pending = 0; // jobs submitted since the last wait()
   private pendingKeys: CpuTensor[] = []; // stores whose compressed copies or page summaries those jobs extend
 
-  constructor(private readonly backend: CpuBackend, options: NativeCpuStageOptions = {}) {
+  /**
+   * `group`: the native stage of a batch this stage takes a lane of (its threads, spin, ready timeout
+   * and read depth are the group's; options holds the scoring); without one the stage has its own.
+   */
+  constructor(private readonly backend: CpuBackend, options: NativeCpuStageOptions = {}, group?: NativeStageGroup) {
     const parsed = NativeCpuStageOptionsSchema.safeParse(options);
     if (!parsed.success) fail(`NativeCpuStage options: ${parsed.error.issues[0].path.join(".") || "options"}: ${parsed.error.issues[0].message}`);
+    if (group) {
+      const set = (["threads", "idleSpinUs", "readyTimeoutMs", "readDepth"] as const).find((k) => options[k] !== undefined);
+      if (set) fail(`NativeCpuStage options: ${set} belongs to the stage group the stage shares (set it there)`);
+    }
     this.lib = stageLib();
-    const isa = chooseIsa(backend.isa);
-    this.primitives = nativeSelectorPrimitives(isa, () => this.handle);
-    const h = this.lib.hg_stage_create(parsed.data.threads, isaCode(isa));
-    if (!h) fail("NativeCpuStage: could not create the stage threads");
-    this.handle = h as Pointer;
-    this.threads = this.lib.hg_stage_threads(this.handle);
+    const { threads, idleSpinUs, readyTimeoutMs, readDepth } = parsed.data;
+    this.group = group ?? new NativeStageGroup(backend, { threads, idleSpinUs, readyTimeoutMs, readDepth }, 1);
+    this.lane = this.group.attach();
+    this.handle = this.group.handle;
+    this.primitives = nativeSelectorPrimitives(chooseIsa(backend.isa), () => this.handle);
+    this.threads = this.group.threads;
     this.scoring = parsed.data.scoring;
     this.rescoreFactor = parsed.data.rescoreFactor;
-    this.lib.hg_stage_set_idle_spin(this.handle, parsed.data.idleSpinUs * 1000);
-    this.lib.hg_stage_set_ready_timeout(this.handle, parsed.data.readyTimeoutMs * 1_000_000);
-    this.readDepth = parsed.data.readDepth;
-    this.lib.hg_stage_set_read_depth(this.handle, this.readDepth);
+    this.readDepth = this.group.readDepth;
     this.queueDepth = this.lib.hg_stage_queue_depth(this.handle);
     this.jobPtr = addressOf(this.job.bytes);
+  }
+
+  /** Jobs deferred by a batch's stages go to the shared native stage as one group (a no-op for a stage of its own). */
+  flush(): void {
+    this.group.flush();
   }
 
   prepare(shape: CpuStageShape): void {
@@ -188,7 +201,9 @@ export class NativeCpuStage implements CpuStage {
       flags = SELECTED | GATHER;
     }
     const extended = this.fill(job, flags | this.rowFlags(job), w.kind === "topk" || w.kind === "quest" || w.kind === "streaming" || w.kind === "index" ? w.budget : 0);
-    if (this.lib.hg_stage_submit(this.handle!, this.jobPtr) !== 0) {
+    if (this.group.lanes > 1) {
+      this.group.defer(this.lane, this.job.bytes);
+    } else if (this.lib.hg_stage_submit(this.handle!, this.jobPtr) !== 0) {
       if (extended) this.forgetDerived(extended);
       fail("cpu stage: the native queue is full");
     }
@@ -202,7 +217,8 @@ export class NativeCpuStage implements CpuStage {
     const keys = this.pendingKeys;
     this.pending = 0;
     this.pendingKeys = [];
-    const rc = Number(this.lib.hg_stage_wait(this.handle!));
+    if (this.group.holds(this.lane)) this.group.flush();
+    const rc = Number(this.lib.hg_stage_wait_lane(this.handle!, this.lane));
     if (rc !== 0) for (const k of keys) this.forgetDerived(k); // a failed job may not have extended them
     this.check(rc);
     return Number(this.lib.hg_stage_last_ns(this.handle!)) / 1e6;
@@ -210,7 +226,9 @@ export class NativeCpuStage implements CpuStage {
 
   /** Jobs not started yet fail and one waiting for its ready signal stops (each raises its done); the next wait() throws. */
   cancel(): void {
-    if (this.handle && this.pending > 0) this.lib.hg_stage_cancel(this.handle);
+    if (!this.handle || this.pending === 0) return;
+    if (this.group.holds(this.lane)) this.group.flush(); // a deferred job fails like a queued one, raising its done
+    this.lib.hg_stage_cancel_lane(this.handle, this.lane);
   }
 
   /** The store's K as selectors read it: a view of the tensor's memory (no copy). */
@@ -265,13 +283,14 @@ export class NativeCpuStage implements CpuStage {
   close(): void {
     if (!this.handle) return;
     if (this.pending > 0) {
-      this.lib.hg_stage_cancel(this.handle);
-      this.lib.hg_stage_wait(this.handle);
+      if (this.group.holds(this.lane)) this.group.flush();
+      this.lib.hg_stage_cancel_lane(this.handle, this.lane);
+      this.lib.hg_stage_wait_lane(this.handle, this.lane);
     }
     this.pending = 0;
     this.pendingKeys = [];
-    this.lib.hg_stage_destroy(this.handle);
     this.handle = null;
+    this.group.detach(this.lane);
     for (const s of this.slots) closeSlot(s);
     this.slots = [];
     this.sketches?.close();
@@ -344,6 +363,7 @@ export class NativeCpuStage implements CpuStage {
     }
     set("index_form", job.work.kind === "index" ? PAGE_INDEX_FORM_CODE[job.work.form] : 0);
     set("super_pages", job.work.kind === "index" ? job.work.superPages : 0);
+    set("lane", this.lane);
     return extended;
   }
 
@@ -427,6 +447,111 @@ export class NativeCpuStage implements CpuStage {
     this.live();
     if (!this.shape) fail("cpu stage: prepare() was not called");
     return this.shape;
+  }
+}
+
+const GroupOptionsSchema = NativeCpuStageOptionsSchema.pick({ threads: true, idleSpinUs: true, readyTimeoutMs: true, readDepth: true });
+export type NativeStageGroupOptions = z.input<typeof GroupOptionsSchema>;
+
+/** The most stages a group takes at once (HG_STAGE_LANES in native/cpu_stage.h). */
+export const STAGE_GROUP_LANES = 64;
+
+/**
+ * One native stage (a coordinator and one pool of threads) that the sequences of a batch share, each
+ * NativeCpuStage a lane of it: a lane's jobs run in order and its wait waits for them only. A batch's
+ * stages defer their jobs here, and flush() sends what they deferred as one group, one job a lane,
+ * that runs as one op over the pool — each job on one thread, each raising its own done as it ends —
+ * where a stage each would run B coordinators on ⌊threads/B⌋ threads each. A group goes by itself
+ * once every attached lane has a job in it; a lane's wait() sends it too. The native stage is made at
+ * the first attach and goes with the last detach.
+ */
+export class NativeStageGroup {
+  readonly threads: number;
+  readonly readDepth: number;
+  readonly lanes: number;
+  private readonly lib: StageLib;
+  private readonly isa: number;
+  private readonly options: z.output<typeof GroupOptionsSchema>;
+  private current: Pointer | null = null;
+  private readonly free: number[] = [];
+  private attached = 0;
+  private readonly words = STAGE_JOB_FIELDS.length;
+  private readonly deferred: BigInt64Array;
+  private readonly held: boolean[];
+  private count = 0;
+
+  constructor(backend: CpuBackend, options: NativeStageGroupOptions = {}, lanes: number = STAGE_GROUP_LANES) {
+    const parsed = GroupOptionsSchema.safeParse(options);
+    if (!parsed.success) fail(`NativeStageGroup options: ${parsed.error.issues[0].path.join(".") || "options"}: ${parsed.error.issues[0].message}`);
+    if (!(Number.isInteger(lanes) && lanes >= 1 && lanes <= STAGE_GROUP_LANES)) fail(`NativeStageGroup: ${lanes} lanes, a group has 1..${STAGE_GROUP_LANES}`);
+    this.lib = stageLib();
+    this.isa = isaCode(chooseIsa(backend.isa));
+    this.options = parsed.data;
+    this.lanes = lanes;
+    this.readDepth = parsed.data.readDepth;
+    for (let l = lanes - 1; l >= 0; l--) this.free.push(l);
+    this.deferred = new BigInt64Array(lanes * this.words);
+    this.held = new Array(lanes).fill(false);
+    const h = this.open();
+    this.threads = this.lib.hg_stage_threads(h);
+  }
+
+  /** The native stage while a lane is attached (null before the first, after the last). */
+  get handle(): Pointer | null {
+    return this.current;
+  }
+
+  /** A free lane for a new stage (the native stage made if none is open). */
+  attach(): number {
+    const lane = this.free.pop();
+    if (lane === undefined) fail(`cpu stage group: all ${this.lanes} lanes are taken (close a sequence's stage first)`);
+    this.open();
+    this.attached++;
+    return lane;
+  }
+
+  /** A stage closed (its jobs ended): its lane is free; the last one closes the native stage. */
+  detach(lane: number): void {
+    this.held[lane] = false;
+    this.free.push(lane);
+    if (--this.attached > 0 || !this.current) return;
+    this.lib.hg_stage_destroy(this.current);
+    this.current = null;
+  }
+
+  /** Whether `lane` has a job waiting for the next group. */
+  holds(lane: number): boolean {
+    return this.held[lane] === true;
+  }
+
+  /** The lane's job (its hg_stage_job words) joins the next group; a lane's second job sends the group first. */
+  defer(lane: number, job: BigInt64Array): void {
+    if (this.held[lane]) this.flush();
+    this.deferred.set(job, this.count * this.words);
+    this.held[lane] = true;
+    if (++this.count === this.attached) this.flush();
+  }
+
+  /** The deferred jobs to the native stage, as one group. */
+  flush(): void {
+    if (this.count === 0) return;
+    const n = this.count;
+    this.count = 0;
+    this.held.fill(false);
+    const rc = this.lib.hg_stage_submit_group(this.current!, addressOf(this.deferred), n);
+    if (rc !== 0) fail(`cpu stage group: the native stage refused a group of ${n} jobs (${rc === -1 ? "its queue is full" : "a lane out of range"})`);
+  }
+
+  private open(): Pointer {
+    if (this.current) return this.current;
+    const o = this.options, h = this.lib.hg_stage_create_lanes(o.threads, this.isa, this.lanes);
+    if (!h) fail("NativeCpuStage: could not create the stage threads");
+    const p = h as Pointer;
+    this.lib.hg_stage_set_idle_spin(p, o.idleSpinUs * 1000);
+    this.lib.hg_stage_set_ready_timeout(p, o.readyTimeoutMs * 1_000_000);
+    this.lib.hg_stage_set_read_depth(p, o.readDepth);
+    this.current = p;
+    return p;
   }
 }
 

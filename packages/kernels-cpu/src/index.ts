@@ -4,7 +4,7 @@ export { CpuBackendOptionsSchema, type CpuBackendOptions } from "./options.js";
 export { cpuFeatures, ISAS, type Isa, type CpuFeatures } from "./features.js";
 export { CpuTensor } from "./tensor.js";
 export { nativeLibraryPath } from "./native.js";
-export { DEFAULT_READ_DEPTH, NativeCpuStage, NativeCpuStageOptionsSchema, type NativeCpuStageOptions } from "./cpu-stage.js";
+export { DEFAULT_READ_DEPTH, NativeCpuStage, NativeCpuStageOptionsSchema, NativeStageGroup, STAGE_GROUP_LANES, type NativeCpuStageOptions, type NativeStageGroupOptions } from "./cpu-stage.js";
 export { createNativeRandomFill } from "./random-fill.js";
 export { createNativeCalibrationSums } from "./calibration-sums.js";
 export { nativeSelectorPrimitives, type SelectorIsa } from "./selector-primitives.js";

@@ -13,7 +13,7 @@ export const STAGE_JOB_FIELDS = [
   "flags", "q", "k", "ktype", "kcap", "v", "vtype", "vcap", "n", "heads", "kv_heads", "head_dim",
   "all_logits", "lstride", "ids", "counts", "kmax", "budget", "sel_logits", "vstage", "kstage", "scale",
   "kq", "kq_form", "kq_from", "cand", "pages", "page_size", "page_cap", "pages_from",
-  "ready", "ready_value", "done", "done_value", "sinks", "index_form", "super_pages",
+  "ready", "ready_value", "done", "done_value", "sinks", "index_form", "super_pages", "lane",
 ] as const;
 export type StageJobField = (typeof STAGE_JOB_FIELDS)[number];
 const DOUBLE_FIELDS: ReadonlySet<StageJobField> = new Set(["scale"]);

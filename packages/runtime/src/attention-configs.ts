@@ -124,30 +124,50 @@ export async function prepareHostStore(model: HybridModel, backend: Backend, thr
 
 /**
  * Routes `model`'s decode steps through `config` ("full" attaches nothing: the model's own
- * attention). `model` may be one sequence of a batch (sequenceModel); `sequences` attached at
- * once share the default CPU-stage threads.
+ * attention). `model` may be one sequence of a batch (sequenceModel); a batch's sequences go
+ * through attachAttentionConfigs, which gives their CPU stages one native stage.
  */
-export async function attachAttentionConfig(
-  model: HybridModel, backend: Backend, config: AttentionConfig, extra: HybridRuntimeOptions = {}, sequences = 1,
-): Promise<AttachedAttention> {
+export async function attachAttentionConfig(model: HybridModel, backend: Backend, config: AttentionConfig, extra: HybridRuntimeOptions = {}): Promise<AttachedAttention> {
+  return (await attachAttentionConfigs([model], backend, config, extra))[0]!;
+}
+
+/** attachAttentionConfig for every sequence of a batch decoded at once: a hybrid configuration's stages share one native stage (hybridBuilder's sequences). */
+export async function attachAttentionConfigs(
+  models: readonly HybridModel[], backend: Backend, config: AttentionConfig, extra: HybridRuntimeOptions = {},
+): Promise<AttachedAttention[]> {
   const attached = (summary: () => string, close: () => void, trace: AttachedAttention["trace"] = () => []): AttachedAttention =>
     ({ config, summary, trace, close, [Symbol.dispose]: close });
-  if (config.kind === "full") return attached(() => "full attention", () => {});
-  if (model.cache.storeCapacity === 0) {
-    throw new HybridgenError(`configuration "${config.name}" offloads, but the KV window holds the whole context (${model.maxContext}); load the model with a smaller gpuKvBudget`);
+  if (config.kind === "full") return models.map(() => attached(() => "full attention", () => {}));
+  for (const model of models) {
+    if (model.cache.storeCapacity === 0) {
+      throw new HybridgenError(`configuration "${config.name}" offloads, but the KV window holds the whole context (${model.maxContext}); load the model with a smaller gpuKvBudget`);
+    }
   }
-  if (config.kind === "aog" || config.kind === "aoc") {
-    if (!model.cache.hostBackend) await prepareHostStore(model, backend, 1);
-    const a = config.kind === "aog" ? AoGAttention.attach(model.attention) : AoCAttention.attach(model.attention);
-    return attached(() => a.stats.summary(config.name), () => a.close());
+  const out: AttachedAttention[] = [];
+  try {
+    if (config.kind === "aog" || config.kind === "aoc") {
+      for (const model of models) {
+        if (!model.cache.hostBackend) await prepareHostStore(model, backend, 1);
+        const a = config.kind === "aog" ? AoGAttention.attach(model.attention) : AoCAttention.attach(model.attention);
+        out.push(attached(() => a.stats.summary(config.name), () => a.close()));
+      }
+      return out;
+    }
+    const build = await hybridBuilder(backend, { ...config.hybrid, ...extra }, { first: models[0], sequences: models.length });
+    for (const model of models) {
+      const ha = build(model);
+      out.push(attached(
+        () => {
+          const p = hybridPlan(ha);
+          return `${config.name}: ${p ? `${p.selector}, ${p.scheduler} K ${p.k}, ${p.timing}, ${p.logits}; ` : ""}${ha.stats.summary()}`;
+        },
+        () => ha.close(),
+        () => ha.stats.trace.map((t) => ({ k: t.k, timing: t.timing, tGpuMs: t.tGpuMs, tCpuMs: t.tCpuMs, tTxMs: t.tTxMs })),
+      ));
+    }
+    return out;
+  } catch (e) {
+    for (const a of out) a.close();
+    throw e;
   }
-  const ha = (await hybridBuilder(backend, { ...config.hybrid, ...extra }, { first: model, sequences }))(model);
-  return attached(
-    () => {
-      const p = hybridPlan(ha);
-      return `${config.name}: ${p ? `${p.selector}, ${p.scheduler} K ${p.k}, ${p.timing}, ${p.logits}; ` : ""}${ha.stats.summary()}`;
-    },
-    () => ha.close(),
-    () => ha.stats.trace.map((t) => ({ k: t.k, timing: t.timing, tGpuMs: t.tGpuMs, tCpuMs: t.tCpuMs, tTxMs: t.tTxMs })),
-  );
 }

@@ -2,8 +2,9 @@
  * Hybrid attention at batch > 1: the batch-1 HybridAttention once per sequence. The model's own
  * sequence gets one now, and every sequence the model makes while this is open (BatchDecoder's
  * slots, so generateBatch's) gets one as it is made, each over its own KV window and offloaded
- * store, with its own CPU stage and scheduler (K per step from that sequence's stage times). A
- * batched step hands every sequence's layer to its stage before waiting on any (core's BatchRows);
+ * store, with its own CPU stage and scheduler (K per step from that sequence's stage times); the
+ * stages are lanes of one native stage, so a batched step's layer goes to it as one group of every
+ * row's job, run at once over its pool, before any row waits (core's BatchRows, rowsDone);
  * on a device whose link hands off, the device does the waiting and the host waits once a step.
  * A storeAllocator function places each sequence's store (TieredStore, KSpill: memtier's tiers, the
  * disk tier), sequence 0 the model's own; a store goes when its sequence's cache closes (released,
@@ -67,7 +68,7 @@ export function attachPerSequence<T extends Disposable>(model: SequenceModel, at
 
 /**
  * createHybridAttention for batched decode: the same options, one HybridAttention per sequence
- * (see above); `batch` sequences at once share the default CPU-stage threads. A Scheduler object
+ * (see above); the sequences' stages share one native stage of the plan's threads. A Scheduler object
  * and a storeAllocator object are refused: each schedules or places one sequence.
  */
 export async function createBatchHybridAttention(

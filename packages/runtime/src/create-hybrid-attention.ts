@@ -29,13 +29,13 @@ export async function createHybridAttention(model: HybridModel, backend: Backend
  * The asynchronous half of createHybridAttention (the native library, a selector plugin, every
  * option checked), then a synchronous build per model or sequence: a selector, a scheduler and a
  * CPU stage of its own each time, and a storeAllocator function's store for `sequence` (default 0).
- * `first`: checked for a window before a plugin loads; `sequences`: stages that run at once, which
- * share the default stage threads.
+ * `first`: checked for a window before a plugin loads; `sequences`: sequences decoded at once (more
+ * than one: every sequence's stage is a lane of one native stage of the plan's threads, NativeStageGroup).
  */
 export async function hybridBuilder(
   backend: Backend, options: HybridRuntimeOptions = {}, { first, sequences = 1 }: { first?: HybridModel; sequences?: number } = {},
 ): Promise<(model: HybridModel, sequence?: number) => HybridAttention> {
-  const { NativeCpuStage, CpuBackend, createCpuBackend, createNativeCalibrationSums } = await import("@hybridgen/kernels-cpu");
+  const { NativeCpuStage, NativeStageGroup, CpuBackend, createCpuBackend, createNativeCalibrationSums } = await import("@hybridgen/kernels-cpu");
   const onCpu = backend instanceof CpuBackend;
   if (!onCpu && !backend.hostTransfers) {
     throw new HybridgenError(`hybrid attention needs the CPU backend or a device backend with host transfers (got ${backend.name})`);
@@ -50,9 +50,11 @@ export async function hybridBuilder(
   const named = typeof options.selector === "string" ? { ...options, selector: await loadSelectorSpec(options.selector) } : options;
   resolveHybrid(named, { device: !onCpu });
   const storeFor = storeAllocatorOf(options.storeAllocator);
+  // Sequences decoded at once share one native stage, a lane each: a layer's jobs of every row run as one op over its pool.
+  let group: InstanceType<typeof NativeStageGroup> | null = null;
   return (model, sequence = 0) => {
     windowed(model);
-    const resolved = resolveHybrid(named, { device: !onCpu, sequences });
+    const resolved = resolveHybrid(named, { device: !onCpu });
     const { selector, scheduler, hybridOptions, plan } = resolved;
     const attached = model.cache.hostBackend;
     const allocator = storeFor(sequence);
@@ -83,10 +85,10 @@ export async function hybridBuilder(
       allocator?.release(); // the cache never took it (its own failures released it already; release is idempotent)
       throw e;
     }
-    const native = new NativeCpuStage(host, {
-      threads: plan.cpuStageThreads, idleSpinUs: plan.idleSpinUs, scoring: plan.scoring, rescoreFactor: plan.rescoreFactor,
-      ...(plan.readDepth === undefined ? {} : { readDepth: plan.readDepth }),
-    });
+    const pool = { threads: plan.cpuStageThreads, idleSpinUs: plan.idleSpinUs, ...(plan.readDepth === undefined ? {} : { readDepth: plan.readDepth }) };
+    const scoring = { scoring: plan.scoring, rescoreFactor: plan.rescoreFactor };
+    if (sequences > 1) group ??= new NativeStageGroup(host, pool);
+    const native = group ? new NativeCpuStage(host, scoring, group) : new NativeCpuStage(host, { ...pool, ...scoring });
     // A placed store hears which rows each layer gathered: the disk tier reads the next layer's ahead.
     const built = allocator?.readAhead ? new ReadAheadStage(native, allocator.readAhead.bind(allocator)) : native;
     let stage: CpuStage = built;
@@ -99,7 +101,7 @@ export async function hybridBuilder(
       }
     }
     try {
-      const ha = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler }, hybridOptions);
+      const ha = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler, ...(group ? { stageGroup: group } : {}) }, hybridOptions);
       const t = ha.transportChoice;
       plans.set(ha, { ...plan, transport: t.fetchAhead ? `${t.name}+fetch` : t.name });
       const start = options.calibration?.layerK;

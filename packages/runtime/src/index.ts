@@ -2,7 +2,7 @@ export { createHybridAttention, hybridBuilder, hybridPlan, type HybridModel } fr
 export { attachPerSequence, createBatchHybridAttention, sequenceModel, type PerSequence, type SequenceModel } from "./batch-hybrid-attention.js";
 export { resolveHybrid, profileKMin, type HybridPlan, type ResolvedHybrid, type RuntimeTarget } from "./resolve.js";
 export { HYBRID_OPTION_FLAGS, HybridRuntimeOptionsSchema, parseHybridFlag, ProfileDefaultsSchema, SchedulerNameSchema, SelectorTextSchema, type HybridOptionFlag, type CpuStageWrap, type HybridRuntimeOptions, type ProfileDefaults, type StoreAllocatorFactory } from "./options.js";
-export { ATTENTION_CONFIG_NAMES, attentionConfig, attachAttentionConfig, prepareHostStore, type AttachedAttention, type AttentionConfig, type AttentionKind } from "./attention-configs.js";
+export { ATTENTION_CONFIG_NAMES, attentionConfig, attachAttentionConfig, attachAttentionConfigs, prepareHostStore, type AttachedAttention, type AttentionConfig, type AttentionKind } from "./attention-configs.js";
 export { probeDiskGather, type DiskGatherProbe } from "./probe-disk-gather.js";
 export { KSpill } from "./k-spill.js";
 export { defaultStageThreads } from "./stage-threads.js";

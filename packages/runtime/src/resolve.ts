@@ -57,8 +57,6 @@ export interface ResolvedHybrid {
 /** Where the hybrid runtime runs: a device backend (the store in host memory, the stage hidden behind the GPU) or the CPU backend. */
 export interface RuntimeTarget {
   readonly device: boolean;
-  /** Sequences whose stages run at once: they share the default CPU-stage threads (default 1). */
-  readonly sequences?: number;
   /** The machine's cores (default: availableParallelism()). */
   readonly cores?: number;
 }
@@ -123,7 +121,8 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   const candidates = o.candidates ?? o.profile?.candidates;
   const rowPath = o.rowPath ?? HybridOptionsSchema.parse({}).rowPath;
   const hybridOptions: HybridOptions = { logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }), ...(o.trackScores ? { trackScores: true } : {}) };
-  const cpuStageThreads = o.cpuStageThreads ?? Math.max(1, Math.floor(defaultStageThreads(target.device, target.cores) / (target.sequences ?? 1)));
+  // A batch's sequences share one native stage of these threads (hybridBuilder's NativeStageGroup).
+  const cpuStageThreads = o.cpuStageThreads ?? defaultStageThreads(target.device, target.cores);
   return {
     plan: {
       selector: selector.name, selectorTimings: [...can], scheduler: scheduler.name, k, ...(kMin === undefined ? {} : { kMin }), timing, kSource,

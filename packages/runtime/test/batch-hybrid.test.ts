@@ -9,7 +9,7 @@ import { BatchDecoder, generate, generateBatch, loadModel, relError, type LlamaM
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { FixedScheduler } from "@hybridgen/scheduler";
 import {
-  attachAttentionConfig, attentionConfig, createBatchHybridAttention, createHybridAttention, hybridPlan, sequenceModel, type AttachedAttention, type HybridRuntimeOptions,
+  attachAttentionConfigs, attentionConfig, createBatchHybridAttention, createHybridAttention, hybridPlan, sequenceModel, type AttachedAttention, type HybridRuntimeOptions,
 } from "../src/index.js";
 import { decodeBatched } from "./batch-helpers.js";
 import { CONTEXT, tinyFiles } from "./tiny-model.js";
@@ -49,6 +49,10 @@ describe("hybrid attention at batch 3 equals each sequence alone (CPU backend, n
     ['"all" + exact logits', { selector: "all", logits: "exact" }],
     ["top-K, K = 8, verified logits (q̃ from each row's residual)", { selector: "topk", k: 8, logits: "verified" }],
     ["top-K, K = 8, exact logits", { selector: "topk", k: 8, logits: "exact" }],
+    // The batch's stages are lanes of one native stage: on 3 threads a layer's jobs of the rows run at once, one a thread.
+    ["top-K, K = 8, speculative logits, the batch's stage on 3 threads", { selector: "topk", k: 8, logits: "speculative", cpuStageThreads: 3 }],
+    ["top-K, K = 8, exact logits, the batch's stage on 3 threads", { selector: "topk", k: 8, logits: "exact", cpuStageThreads: 3 }],
+    ["page index, K = 8, verified logits, the batch's stage on 3 threads", { selector: "index", k: 8, logits: "verified", cpuStageThreads: 3 }],
   ] as const) {
     it(`${name}: tokens equal, logits within ${REL_TOL}; one leaves early, another joins its slot`, async () => {
       const want = await alone(options, steps);
@@ -90,16 +94,16 @@ describe("hybrid attention at batch 3 equals each sequence alone (CPU backend, n
     }
   });
 
-  it("bench's way: flexgen (AoG), moe-lightning (AoC) and all-tokens attached to each slot of a batch of 2 equal full attention", async () => {
+  it("bench's way (attachAttentionConfigs): flexgen (AoG), moe-lightning (AoC) and all-tokens attached to each slot of a batch of 2 equal full attention", async () => {
     const run = async (name: string | null) => {
       using model = name ? load() : (loadModel(tinyFiles(5), backend, { maxContext: CONTEXT }) as LlamaModel);
       using dec = new BatchDecoder(model, 2);
-      const attached: AttachedAttention[] = [], out: Float32Array[] = [];
+      const out: Float32Array[] = [];
       for (const i of [0, 1]) {
         dec.prefill(i, PROMPTS[i + 1]!, 0);
         out.push(dec.logits(i));
-        if (name) attached.push(await attachAttentionConfig(sequenceModel(model, dec.sequence(i)), backend, attentionConfig(name, 8), {}, 2));
       }
+      const attached: AttachedAttention[] = name ? await attachAttentionConfigs([0, 1].map((i) => sequenceModel(model, dec.sequence(i))), backend, attentionConfig(name, 8)) : [];
       for (let s = 0; s < 6; s++) {
         dec.step([0, 1], Int32Array.of(argmax(out.at(-2)!), argmax(out.at(-1)!)));
         out.push(dec.logits(0), dec.logits(1));

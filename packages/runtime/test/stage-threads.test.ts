@@ -15,11 +15,10 @@ describe("defaultStageThreads", () => {
     expect(resolveHybrid({ cpuStageThreads: 5 }, { device: true }).plan.cpuStageThreads).toBe(5);
   });
 
-  it("is shared by the sequences whose stages run at once, at least one thread each; a given count is each one's", () => {
-    const threads = (sequences: number, given?: number) =>
-      resolveHybrid(given === undefined ? {} : { cpuStageThreads: given }, { device: true, cores: 16, sequences }).plan.cpuStageThreads;
-    expect([threads(1), threads(6), threads(13), threads(31)]).toEqual([13, 2, 1, 1]);
-    expect(threads(6, 4)).toBe(4);
-    expect(resolveHybrid({}, { device: false, cores: 16, sequences: 4 }).plan.cpuStageThreads).toBe(1);
+  it("is the machine's cores less three beside a device (a batch's sequences share one stage of them); a given count is the stage's", () => {
+    const threads = (cores: number, given?: number) => resolveHybrid(given === undefined ? {} : { cpuStageThreads: given }, { device: true, cores }).plan.cpuStageThreads;
+    expect([threads(16), threads(4), threads(2)]).toEqual([13, 1, 1]);
+    expect(threads(16, 4)).toBe(4);
+    expect(resolveHybrid({}, { device: false, cores: 16 }).plan.cpuStageThreads).toBe(1);
   });
 });

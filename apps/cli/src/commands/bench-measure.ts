@@ -6,7 +6,7 @@
  * the same first token; ms/token is the median wall time of the steps after the warm-up.
  */
 import { BatchDecoder, HybridgenError, loadModel, seededRandom, type Backend, type CausalLM, type ModelFiles } from "@hybridgen/core";
-import { attachAttentionConfig, attentionConfig, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
+import { attachAttentionConfig, attachAttentionConfigs, attentionConfig, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
 import type { BenchOptions } from "./bench-args.js";
 
 /** One attention configuration's outcome, as every bench table row starts. */
@@ -155,8 +155,8 @@ export async function measureModel(files: ModelFiles, name: string, o: BenchOpti
           if (cx.signal?.aborted) return ordered(points, o);
           const attached: AttachedAttention[] = [];
           try {
-            // The configuration on each sequence (its own stage and scheduler); a batch shares the default stage threads.
-            for (const s of seqs) attached.push(await attachAttentionConfig(s, cx.backend, c, o.cpuStageThreads === undefined ? {} : { cpuStageThreads: o.cpuStageThreads }, batch));
+            // The configuration on each sequence (its own scheduler; a batch's stages are lanes of one native stage).
+            attached.push(...await attachAttentionConfigs(seqs, cx.backend, c, o.cpuStageThreads === undefined ? {} : { cpuStageThreads: o.cpuStageThreads }));
             const walls = decodeSteps(dec, Array.from(first, (_, i) => i), first, o.steps, cx.signal);
             const ms = median(walls.slice(o.warmup));
             const a = attached[0]!, trace = a.trace(), last = trace.at(-1), tail = trace.slice(o.warmup);

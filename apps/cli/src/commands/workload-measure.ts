@@ -10,7 +10,7 @@
  */
 import { BatchDecoder, DTYPE_BYTES, HybridgenError, loadModel, modelInfo, type Backend, type CausalLM, type MemoryTier, type ModelFiles } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
-import { attachAttentionConfig, attentionConfig, fillSyntheticKv, planSelection, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
+import { attachAttentionConfigs, attentionConfig, fillSyntheticKv, planSelection, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
 import type { BenchOptions } from "./bench-args.js";
 import { decodeSteps, syntheticTokens, type ConfigOutcome } from "./bench-measure.js";
 import type { Workload } from "./workload-args.js";
@@ -226,7 +226,7 @@ async function measureOffloading(r: Run, c: AttentionConfig, prompt: Int32Array,
         first[i] = fillSlot(r, dec, i, prompt);
       }
       r.cx.progress(`${c.name}: ${sequences} sequences ${r.o.syntheticKv ? "filled with synthetic KV" : "prefilled"}, window ${window} tokens each (planned ${planned}), ${model.cache.storeCount} offloaded`);
-      for (const s of seqs) attached.push(await attachAttentionConfig(s, r.cx.backend, c, r.o.cpuStageThreads === undefined ? {} : { cpuStageThreads: r.o.cpuStageThreads }, sequences));
+      attached.push(...await attachAttentionConfigs(seqs, r.cx.backend, c, r.o.cpuStageThreads === undefined ? {} : { cpuStageThreads: r.o.cpuStageThreads }));
       const walls = decodeSteps(dec, slots, first, r.o.steps, r.cx.signal).slice(r.o.warmup);
       return { ...base, status: "ok", ...workloadSpeed([{ sequences, walls }]), msPerStep: median(walls) };
     } catch (e) {

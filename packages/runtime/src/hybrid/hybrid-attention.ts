@@ -52,6 +52,8 @@ export interface HybridAttentionParts {
   readonly stage: CpuStage;
   readonly selector: TokenSelector;
   readonly scheduler: Scheduler;
+  /** The native stage a batch's sequences share (kernels-cpu's NativeStageGroup): rowsDone sends the rows' deferred jobs as one group. */
+  readonly stageGroup?: { flush(): void };
 }
 
 export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchMember, Disposable {
@@ -70,6 +72,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
   private readonly projector: QueryProjector;
   private readonly selector: TokenSelector;
   private readonly scheduler: Scheduler;
+  private readonly stageGroup: { flush(): void } | null;
   private readonly candidates: number;
   private readonly positions: Int32Array;
   private readonly specQ: Tensor;
@@ -121,6 +124,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     this.stage = stage;
     this.selector = selector;
     this.scheduler = scheduler;
+    this.stageGroup = parts.stageGroup ?? null;
     const o = parsed.data;
     this.logitsMode = o.logits;
     this.layers = cache.layers;
@@ -298,6 +302,11 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     if (!this.current || this.ahead[layer] || this.jobs[layer]) return;
     this.sendQuery(layer, q);
     this.submit(layer);
+  }
+
+  /** DecodeAttention.rowsDone: every row of the batch submitted this layer's jobs; they go to the shared stage as one group. */
+  rowsDone(): void {
+    this.stageGroup?.flush();
   }
 
   endStep(): void {
