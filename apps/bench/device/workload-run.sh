@@ -6,7 +6,8 @@
 #   bun build --target=bun --external 'bun:*' apps/cli/src/hybridgen.ts --outfile .device/hybridgen.js
 #   bun build --target=bun --external 'bun:*' apps/bench/src/cuda/hybrid-bench.ts --outfile .device/hybrid-bench.js
 # PART selects what runs (several, space-separated; each under its own time limit, results under $OUT):
-#   checks    the CUDA hybrid checks (hybrid-bench.js --skip-bench: a batch of 3 equals each alone, recorded per layer)
+#   checks    the CUDA hybrid checks (hybrid-bench.js --skip-bench: a batch of 3 equals each alone, recorded per layer);
+#             CHECKS="batch of" runs only the checks whose name holds it
 #   batch     the 8K batch scaling: BATCH_CONFIGS (default full, the default hybrid and hybridgen-index) at batch 1/4/16,
 #             window 1024 (`bench --batch`; BATCH_STEPS, BATCH_WARMUP)
 #   base      the same hybrid points from hybridgen-base.js (BASE_BATCHES, default 16): the change's baseline arm
@@ -16,8 +17,12 @@
 # GPU_MEM defaults to 80G where the card has more than 80 GiB, else the card's memory less 2 GiB (an H100's 80 GB
 # card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP, K and STAGE_THREADS (the CPU-stage threads the
 # batch's sequences share; the first step folds every offloaded row into a page index on them) override the workload bench.
+# WALL (seconds, default 600) bounds the whole call: each part is cut where what is left of it ends.
 set -u
+START=$(date +%s)
 . "$(dirname "$0")/device-env.sh"
+# A part's limit: its own, or what is left of WALL less a margin for the archive at the end (at least 1: timeout 0 never stops).
+limit() { l=$(( ${WALL:-600} - ($(date +%s) - START) - 6 )); [ "$l" -gt "$1" ] && l=$1; [ "$l" -gt 0 ] && echo "$l" || echo 1; }
 D=$DEVICE_DIR
 nvidia-smi --query-gpu=name,serial,memory.total --format=csv,noheader | tee "$OUT/machine.txt"
 lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/machine.txt"
@@ -32,22 +37,22 @@ for part in ${PART:-checks batch workload}; do
   t0=$(date +%s)
   case $part in
     checks)
-      timeout "${CHECK_S:-90}" bun "$D/hybrid-bench.js" --skip-bench > "$OUT/checks.log" 2>&1
+      timeout "$(limit "${CHECK_S:-90}")" bun "$D/hybrid-bench.js" --skip-bench ${CHECKS:+--checks "$CHECKS"} > "$OUT/checks.log" 2>&1
       echo "checks exit $?"; echo "$(grep -c '^PASS' "$OUT/checks.log") passed"; grep -E '^FAIL|batch of|indexRankRows|ALL PASS|FAILED' "$OUT/checks.log" | cut -c1-240 ;;
     batch)
       mkdir -p "$OUT/batch"
-      timeout "${BATCH_S:-150}" bun "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch 1,4,16 --configs "${BATCH_CONFIGS:-full,hybridgen,hybridgen-index}" \
+      timeout "$(limit "${BATCH_S:-150}")" bun "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch "${BATCHES:-1,4,16}" --configs "${BATCH_CONFIGS:-full,hybridgen,hybridgen-index}" \
         --steps "${BATCH_STEPS:-24}" --warmup "${BATCH_WARMUP:-4}" --gpu-kv-budget 1024 --sink-tokens 4 --k 256 --out "$OUT/batch" > "$OUT/batch/tables.md" 2> "$OUT/batch/progress.log"
       echo "batch exit $?"; sed -n '/Fig. 17/,/^$/p' "$OUT/batch/tables.md"; grep -E 'tok/s|error' "$OUT/batch/progress.log" | cut -c1-300 | tail -12 ;;
     base)
       mkdir -p "$OUT/batch-base"
-      timeout "${BASE_S:-90}" bun "$D/hybridgen-base.js" bench $BENCH --contexts 8192 --batch "${BASE_BATCHES:-16}" --configs hybridgen \
+      timeout "$(limit "${BASE_S:-90}")" bun "$D/hybridgen-base.js" bench $BENCH --contexts 8192 --batch "${BASE_BATCHES:-16}" --configs hybridgen \
         --steps 24 --warmup 4 --gpu-kv-budget 1024 --sink-tokens 4 --k 256 --out "$OUT/batch-base" > "$OUT/batch-base/tables.md" 2> "$OUT/batch-base/progress.log"
       echo "base exit $?"; sed -n '/Fig. 17/,/^$/p' "$OUT/batch-base/tables.md" ;;
     workload)
       for w in ${WORKLOADS:-8x131000 32x32768}; do
         mkdir -p "$OUT/workload-$w"
-        timeout "${WORKLOAD_S:-200}" bun "$D/hybridgen.js" bench $BENCH --workload "$w" --gpu-mem "$GPU_MEM" --synthetic-kv \
+        timeout "$(limit "${WORKLOAD_S:-200}")" bun "$D/hybridgen.js" bench $BENCH --workload "$w" --gpu-mem "$GPU_MEM" --synthetic-kv \
           --configs "${CONFIGS:-full,hybridgen,hybridgen-index}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" ${STAGE_THREADS:+--cpu-stage-threads "$STAGE_THREADS"} \
           --out "$OUT/workload-$w" > "$OUT/workload-$w/table.md" 2> "$OUT/workload-$w/progress.log"
         echo "workload $w exit $?"; cat "$OUT/workload-$w/table.md"; grep -E 'fit|filled|tokens/s|error|Error' "$OUT/workload-$w/progress.log" | cut -c1-300 | tail -10

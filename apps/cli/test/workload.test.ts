@@ -18,11 +18,17 @@ beforeAll(async () => {
 const BASE = ["bench", "--device", "cpu", "--threads", "1", "--k", "16", "--steps", "5", "--warmup", "1"];
 
 describe("workload planning (pure)", () => {
-  it("largestFeasible finds the largest batch that fits, 0 when none does, trying few sizes", () => {
+  it("largestFeasible finds the largest batch that fits, 0 when none does, trying few sizes (two with a right guess)", () => {
     for (const [max, limit] of [[8, 3], [8, 8], [8, 0], [1, 1], [32, 17]] as const) {
       const tried: number[] = [];
       expect(largestFeasible(max, (b) => (tried.push(b), b <= limit))).toBe(Math.min(max, limit));
       expect(tried.length).toBeLessThanOrEqual(Math.ceil(Math.log2(max + 1)));
+    }
+    // A guess: right, two tries (it and the one above; one at the top); too high or too low, the search still ends at the limit.
+    for (const [max, limit, guess, tries] of [[8, 3, 3, 2], [8, 8, 8, 1], [8, 3, 5, 4], [8, 6, 2, 4], [8, 0, 1, 1], [32, 17, 40, 6]] as const) {
+      const tried: number[] = [];
+      expect(largestFeasible(max, (b) => (tried.push(b), b <= limit), guess), `max ${max} limit ${limit} guess ${guess}`).toBe(Math.min(max, limit));
+      expect(tried.length, `max ${max} limit ${limit} guess ${guess}: ${tried.join(",")}`).toBeLessThanOrEqual(tries);
     }
   });
 

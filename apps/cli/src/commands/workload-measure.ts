@@ -101,9 +101,17 @@ export function workloadSpeed(waves: readonly { readonly sequences: number; read
   return { tokensPerSec: (1000 * tokens) / ms, p50Ms: quantile(samples, 0.5), p99Ms: quantile(samples, 0.99) };
 }
 
-/** The largest batch in [1, max] for which `fits` holds (fits is monotone: fewer sequences need less memory); 0 when none does. */
-export function largestFeasible(max: number, fits: (b: number) => boolean): number {
+/**
+ * The largest batch in [1, max] for which `fits` holds (fits is monotone: fewer sequences need less memory); 0 when none does.
+ * A `guess` (the batch the device's free bytes hold by arithmetic) is tried first with the batch above it: two tries where it is right.
+ */
+export function largestFeasible(max: number, fits: (b: number) => boolean, guess?: number): number {
   let lo = 0, hi = max; // lo fits (0 trivially), everything above hi is known not to
+  if (guess !== undefined && guess >= 1 && guess <= max) {
+    if (!fits(guess)) hi = guess - 1;
+    else if (guess === max || !fits(guess + 1)) return guess;
+    else lo = guess + 1;
+  }
   while (lo < hi) {
     const mid = Math.ceil((lo + hi) / 2);
     if (fits(mid)) lo = mid;
@@ -296,7 +304,7 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
     cx.progress(x.status === "ok" ? `${x.config}: ${x.tokensPerSec!.toFixed(1)} tokens/s, ${x.msPerStep!.toFixed(2)} ms a step of ${x.batch} (${x.waves} wave${x.waves === 1 ? "" : "s"})` : `${x.config}: ${x.status} (${x.note})`);
     return x;
   };
-  for (const c of configs.filter((x) => x.kind === "full")) rows.push(said(measureFull(r, c, prompt)));
+  for (const c of configs.filter((x) => x.kind === "full")) rows.push(said(measureFull(r, c, prompt, residentBytes)));
   const plan = await planWorkload(r, residentBytes);
   const window = plan.gpu?.windowTokens ?? context + o.steps;
   const offloading = configs.filter((x) => x.kind !== "full");
