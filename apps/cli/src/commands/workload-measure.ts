@@ -170,11 +170,12 @@ function fullFits(r: Run, batch: number, prompt: Int32Array): boolean {
   }
 }
 
-/** Full attention: the largest batch that fits, in waves until all N sequences are decoded. */
-function measureFull(r: Run, c: AttentionConfig, prompt: Int32Array): WorkloadRow {
-  const { sequences } = r.o.workload;
+/** Full attention: the largest batch that fits, in waves until all N sequences are done (the search starts where the cap's bytes less the model's hold whole sequences' KV). */
+function measureFull(r: Run, c: AttentionConfig, prompt: Int32Array, residentBytes: number): WorkloadRow {
+  const { sequences, context } = r.o.workload;
   const base = { config: c.name, family: c.family, kind: c.kind };
-  const batch = largestFeasible(sequences, (b) => fullFits(r, b, prompt));
+  const guess = r.o.gpuMem === undefined ? undefined : Math.floor((r.o.gpuMem - residentBytes) / ((context + r.o.steps) * kvBytesPerToken(r)));
+  const batch = largestFeasible(sequences, (b) => fullFits(r, b, prompt), guess);
   if (batch === 0) return { ...base, status: "failed", note: `one sequence's KV (${fmtMiB(r.o.workload.context * kvBytesPerToken(r))}) does not fit beside the model` };
   r.cx.progress(`full attention: ${batch} of ${sequences} sequences fit at once`);
   using model = loadFor(r);
