@@ -1,9 +1,20 @@
-"""Recall-4l's word-level vocabulary and the files beside a Llama's weights (config, tokenizer), shared by the training scripts."""
-import json, os
+"""Recall-4l's word-level vocabulary, the trained models' shapes and the files beside a Llama's weights (config, tokenizer), shared by the training scripts.
+
+    python3 apps/bench/train/llama_files.py NAME DIR   # writes NAME's config and tokenizer files into DIR (beside weights a device run returned)
+"""
+import json, os, sys
 
 VOCAB = ["<unk>", "<s>", "</s>", "=", "?", "."] + [f"f{i}" for i in range(1000)] + [f"k{i}" for i in range(256)] + [f"v{i}" for i in range(256)]
 EQ, ASK, DOT = 3, 4, 5
 F0, K0, V0 = 6, 1006, 1262
+
+# name: (layers, hidden, heads, kv heads, intermediate)
+SHAPES = {
+    "ruler-8l": (8, 256, 8, 8, 768),     # 8 layers, multi-head (a KV head per query head)
+    "ruler-12l": (12, 256, 8, 4, 768),   # 12 layers, 4 KV heads of 2 query heads each
+    "vt-8l": (8, 256, 8, 4, 768),        # 8 layers, 4 KV heads, taught the vartrack mix's walks
+    "tiny": (2, 64, 4, 2, 128),
+}
 
 
 def write_meta(shape, out, rope_theta=1e6, dtype="bfloat16"):
@@ -31,3 +42,9 @@ def write_meta(shape, out, rope_theta=1e6, dtype="bfloat16"):
     json.dump(tok, open(os.path.join(out, "tokenizer.json"), "w"))
     json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True, "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 32768},
               open(os.path.join(out, "tokenizer_config.json"), "w"))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in SHAPES:
+        sys.exit(f"usage: llama_files.py NAME DIR (NAME one of {', '.join(SHAPES)})")
+    write_meta(SHAPES[sys.argv[1]], sys.argv[2])

@@ -2,7 +2,7 @@
 
     python3 apps/bench/train/retrieval_models.py --out DIR [--models ruler-8l,ruler-12l] [--seed 1]
         [--steps N] [--time-budget 90] [--tiny]
-    python3 apps/bench/train/retrieval_models.py --out DIR --models NAME --meta-only   # the files beside returned weights
+    python3 apps/bench/train/llama_files.py NAME DIR   # the files beside returned weights (no torch needed)
 
 Each model is a Llama (HF layout: config.json, model.safetensors in bf16, a word-level
 tokenizer.json with recall-4l's vocabulary: <unk> <s> </s> = ? . f0-f999 k0-k255 v0-v255) trained
@@ -23,16 +23,9 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_files import write_meta  # noqa: E402
+from llama_files import SHAPES, write_meta  # noqa: E402
 from retrieval_mix import sequence  # noqa: E402
 
-# name: (layers, hidden, heads, kv heads, intermediate)
-SHAPES = {
-    "ruler-8l": (8, 256, 8, 8, 768),     # 8 layers, multi-head (a KV head per query head)
-    "ruler-12l": (12, 256, 8, 4, 768),   # 12 layers, 4 KV heads of 2 query heads each
-    "vt-8l": (8, 256, 8, 4, 768),        # 8 layers, 4 KV heads, taught the vartrack mix's walks
-    "tiny": (2, 64, 4, 2, 128),
-}
 # The training mix of each model (retrieval_mix.py).
 MIX = {"vt-8l": "vartrack"}
 # recall-4l's shape: the models grow from it (--grow-from), so they start with a working retrieval circuit.
@@ -225,12 +218,7 @@ def main():
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model on 256-token sequences (a CPU smoke test)")
     ap.add_argument("--grow-from", default="", help="recall-4l's directory: start from its layers (see grown()) instead of random weights")
-    ap.add_argument("--meta-only", action="store_true", help="write only the config and tokenizer files of --models into --out/NAME")
     args = ap.parse_args()
-    if args.meta_only:
-        for name in args.models.split(","):
-            write_meta(SHAPES[name], os.path.join(args.out, name))
-        return
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
