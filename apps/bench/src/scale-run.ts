@@ -19,10 +19,11 @@
  * would not fit anywhere).
  */
 import { cpus } from "node:os";
-import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type HybridStepRecord, isFileTier } from "@hybridgen/core";
+import { BatchDecoder, dummyModelFiles, indexWant, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type HybridStepRecord, isFileTier } from "@hybridgen/core";
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
-import { discoverTiers, formatBytes, layoutStore, placeKv, planRun, tierShares } from "@hybridgen/memtier";
-import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, fillSyntheticKv, KSpill, probeDiskGather, type HybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { discoverTiers, formatBytes, layoutStore, placeKv, planRun, tierShares, type RunPlan, type RunPlanInput } from "@hybridgen/memtier";
+import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, fillSyntheticKv, HybridOptionsSchema, KSpill, probeDiskGather, timeIndexRank, type HybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { PageIndexOptionsSchema } from "@hybridgen/selectors";
 import { arg, hybridArg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
 import { greedyWalls, mean } from "./greedy-walls.js";
@@ -98,6 +99,23 @@ const rows = [
   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
 ];
 
+/**
+ * The planner's prediction with a device index's ranking as measured (timeIndexRank at the index's
+ * shape and the verified layers' want), else the plan's own; a failure to time it is said and the plan's kept.
+ */
+function rankedPrediction(a: HybridAttention, input: RunPlanInput, plan: RunPlan): RunPlan["predicted"] {
+  if (!a.deviceIndex || !input.gpu) return plan.predicted;
+  try {
+    const want = indexWant(K * HybridOptionsSchema.parse({}).candidates, plan.offloadedTokens, PageIndexOptionsSchema.parse({}).pageSize);
+    const indexRankMs = timeIndexRank(backend, a.deviceIndex.shape, want, input.model.layers);
+    console.log(`  the device index ranks a layer in ${(indexRankMs * 1e3).toFixed(1)} µs (want ${want}): the prediction charges it`);
+    return planRun({ ...input, gpu: { ...input.gpu, indexRankMs } }).predicted;
+  } catch (e) {
+    console.log(`  the device index's ranking not timed (${(e as Error).message}): the prediction charges its bytes`);
+    return plan.predicted;
+  }
+}
+
 /** Greedy batched decode of `steps` tokens, every slot a step; wall ms of each step (step + picks). */
 function batchWalls(dec: BatchDecoder, slots: number[], first: Int32Array): number[] {
   const walls: number[] = [];
@@ -117,15 +135,16 @@ for (const context of contexts) {
   using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
   const weightsBytes = Object.values(modelInfo(files.config, files.shape, files.weights).weightBytes).reduce((a, b) => a + (b ?? 0), 0);
   const freeBytes = backend.memory?.().freeBytes;
-  const plan = planRun({
+  const planInput: RunPlanInput = {
     model: {
       layers: files.shape.layers, heads: files.shape.heads, kvHeads: files.shape.kvHeads, headDim: files.shape.headDim, weightsBytes,
       activationBytes: LlamaModel.activationBytes(files.shape, PREFILL_BLOCK),
     },
     kvElementBytes: 2, contextTokens: maxContext, batch, k: K, policy, prefill: !synthetic, appendTokens: PREFILL_BLOCK, hostBudgetBytes: hostBudget, tiers: baseTiers,
-    gpuKvBudget: windowArg === "auto" ? "auto" : Number(windowArg), index: INDEX[config],
+    gpuKvBudget: windowArg === "auto" ? ("auto" as const) : Number(windowArg), index: INDEX[config],
     gpu: freeBytes === undefined ? undefined : { freeBytes, readBandwidthGBs: copyBw ? copyBw / 1e9 : undefined, linkBandwidthGBs: link ? link.h2d / 1e9 : undefined },
-  });
+  };
+  const plan = planRun(planInput);
   const window = plan.gpu?.windowTokens ?? (windowArg === "auto" ? Math.min(maxContext, 65536) : Number(windowArg));
   console.log(`context ${context} × batch ${batch}: plan window ${window}, offloaded ${plan.offloadedTokens} a sequence, predicted ${plan.predicted.msPerToken?.toFixed(2) ?? "–"} ms/step`);
   if (plan.refusal) {
@@ -151,6 +170,7 @@ for (const context of contexts) {
   using single = hybrid ? null : await createHybridAttention(model, backend, options);
   using dec = batch > 1 ? new BatchDecoder(model, batch) : null;
   const attentions: HybridAttention[] = hybrid ? [...hybrid.all] : [single!];
+  const predicted = rankedPrediction(attentions[0]!, planInput, plan);
   const slots = Array.from({ length: batch }, (_, i) => i);
   const caches = dec ? slots.map((i) => dec.sequence(i).cache) : [cache];
   const diskBytes = stores.reduce((n, s) => n + s.diskBytes, 0), diskFiles = stores.reduce((n, s) => n + s.files.length, 0);
@@ -183,7 +203,7 @@ for (const context of contexts) {
   const ms = mean(walls.slice(WARM));
   const tier = (pool: "kBytes" | "vBytes", file: boolean) =>
     formatBytes(batch * layout.tiers.filter((t) => (isFileTier(t)) === file).reduce((n, t) => n + t[pool], 0));
-  const p = plan.predicted;
+  const p = predicted;
   rows.push(`| ${context} | ${batch} | ${window} | ${cache.storeCount} × ${batch} | ${tier("kBytes", false)} / ${tier("kBytes", true)} | ${tier("vBytes", false)} / ${tier("vBytes", true)} | ` +
     `${p.msPerToken?.toFixed(2) ?? "–"} (${p.gpuMs?.toFixed(2) ?? "–"} / ${p.cpuMs?.toFixed(2) ?? "–"} / ${((p.vGatherMs ?? 0) + (p.vTransferMs ?? 0)).toFixed(2)}) | ${ms.toFixed(2)} | ` +
     `${((batch * 1000) / ms).toFixed(1)} | ${p.msPerToken ? (ms / p.msPerToken).toFixed(2) : "–"} | ` +
