@@ -90,6 +90,7 @@ struct hg_stage {
     int64_t idle_spin_ns, ready_timeout_ns;
     int64_t prev_end_ns;    /* the coordinator's last job's end */
     int read_depth;
+    int64_t groups[2]; /* groups of two jobs or more: run at once, one after another */
 };
 
 static int64_t now_ns(void) {
@@ -604,13 +605,37 @@ static void group_task(void *v, int part, int parts) {
     run_queued(s, &s->solo[part], i, g->start - s->submit_at[i]);
 }
 
-/* Whether the group's jobs [first, first + n) may run at once: the stage has helper threads, the
- * jobs' lanes differ (a lane's jobs run in order) and every job has a worker. */
+/* A job's bytes read: its scoring's K rows, its selected rows (V, K too, and K again for pre-QKᵀ logits). */
+static double job_bytes(const hg_stage_job *j) {
+    const double row = (double)(j->kv_heads * j->head_dim * esize(j->ktype));
+    double b = (j->flags & (HG_STAGE_SCORE | HG_STAGE_TOPK)) ? (double)j->n * row : 0.0;
+    if (j->flags & (HG_STAGE_SELECTED | HG_STAGE_GATHER))
+        b += (double)j->kmax * row * (1 + ((j->flags & HG_STAGE_KEYS) != 0) + ((j->flags & HG_STAGE_SELECTED) != 0));
+    return b;
+}
+
+/* One thread's read rate and a job's fork-joins on the pool (its phases' ops), for choosing how a group runs. */
+#define THREAD_BYTES_PER_S 4e9
+#define POOL_JOB_S 40e-6
+
+/* Whether the group's jobs [first, first + n) run at once, one a thread, rather than one after another on the
+ * whole pool: the stage has helper threads, the lanes differ (a lane's jobs run in order), every job has a
+ * worker, and by the jobs' bytes the longest job on one thread (in waves of the pool's threads) beats their
+ * sum over the pool plus each job's fork-joins — many light jobs (a batch's chosen rows) at once, a few
+ * heavy ones (top-K scans of long stores) each over every thread. */
 static int group_parallel(hg_stage *s, int64_t first, int n) {
-    if (n < 2 || hg_pool_threads(s->main.ctx->pool) < 2) return 0;
-    for (int a = 0; a < n; a++)
+    const int threads = hg_pool_threads(s->main.ctx->pool);
+    if (n < 2 || threads < 2) return 0;
+    double most = 0.0, sum = 0.0;
+    for (int a = 0; a < n; a++) {
+        const hg_stage_job *j = &s->ring[(first + a) % s->cap];
         for (int b = 0; b < a; b++)
-            if (s->ring[(first + a) % s->cap].lane == s->ring[(first + b) % s->cap].lane) return 0;
+            if (j->lane == s->ring[(first + b) % s->cap].lane) return 0;
+        const double t = job_bytes(j) / THREAD_BYTES_PER_S;
+        sum += t;
+        if (t > most) most = t;
+    }
+    if (most * (double)((n + threads - 1) / threads) > sum / threads + n * POOL_JOB_S) return 0;
     if (s->nsolo < n) {
         hg_worker *grown = realloc(s->solo, (size_t)n * sizeof *grown);
         if (!grown) return 0;
@@ -640,12 +665,15 @@ static void *coordinator(void *arg) {
         s->taken += n;
         pthread_mutex_unlock(&s->mu);
         const int64_t start = now_ns();
+        /* counted before the jobs run: a lane's wait returns as its job ends, the group may not have */
         if (group_parallel(s, first, n)) {
+            s->groups[0]++;
             group_run g = {s, first, start};
             hg_pool_run(s->main.ctx->pool, group_task, &g, n);
             s->prev_end_ns = now_ns();
             continue;
         }
+        if (n > 1) s->groups[1]++;
         for (int k = 0; k < n; k++) {
             const int64_t i = (first + k) % s->cap, at = now_ns();
             run_queued(s, &s->main, i, at - (s->submit_at[i] > s->prev_end_ns ? s->submit_at[i] : s->prev_end_ns));
@@ -730,6 +758,11 @@ int hg_stage_queue_depth(const hg_stage *s) {
 }
 
 int hg_stage_lanes(const hg_stage *s) { return s->lanes; }
+
+void hg_stage_group_counts(const hg_stage *s, int64_t *out) {
+    out[0] = s->groups[0];
+    out[1] = s->groups[1];
+}
 
 static int busy(hg_stage *s) { return atomic_load_explicit(&s->queued, memory_order_acquire) != atomic_load_explicit(&s->finished, memory_order_acquire); }
 

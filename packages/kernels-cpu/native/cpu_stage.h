@@ -81,6 +81,8 @@ hg_stage *hg_stage_create(int threads, int isa);
  * over the pool, a job a thread. */
 hg_stage *hg_stage_create_lanes(int threads, int isa, int lanes);
 int hg_stage_lanes(const hg_stage *s);
+/* Groups of two jobs or more so far: out[0] run at once (a job a thread), out[1] one after another on the whole pool. */
+void hg_stage_group_counts(const hg_stage *s, int64_t *out);
 void hg_stage_destroy(hg_stage *s);
 int hg_stage_threads(const hg_stage *s);
 /* Copies the job into the queue; the coordinator runs queued jobs in order. Returns 0, or -1

@@ -33,6 +33,7 @@ const symbols = {
   hg_stage_threads: { args: [ptr], returns: i32 },
   hg_stage_submit: { args: [ptr, ptr], returns: i32 },
   hg_stage_submit_group: { args: [ptr, ptr, i32], returns: i32 },
+  hg_stage_group_counts: { args: [ptr, ptr], returns: none },
   hg_stage_run: { args: [ptr, ptr], returns: i64_fast },
   hg_stage_wait_lane: { args: [ptr, i32], returns: i64_fast },
   hg_stage_cancel_lane: { args: [ptr, i32], returns: none },
@@ -499,6 +500,14 @@ export class NativeStageGroup {
   /** The native stage while a lane is attached (null before the first, after the last). */
   get handle(): Pointer | null {
     return this.current;
+  }
+
+  /** Groups of two jobs or more the open native stage ran: at once (a job a thread) and one after another over the whole pool (heavy jobs). */
+  groupCounts(): { atOnce: number; inTurn: number } {
+    if (!this.current) return { atOnce: 0, inTurn: 0 };
+    const out = new BigInt64Array(2);
+    this.lib.hg_stage_group_counts(this.current, addressOf(out));
+    return { atOnce: Number(out[0]), inTurn: Number(out[1]) };
   }
 
   /** A free lane for a new stage (the native stage made if none is open). */

@@ -73,6 +73,7 @@ describe(`NativeStageGroup: a batch's stages as lanes of one native stage (seed 
           group.flush();
           seqs.forEach((jobs, s) => {
             stages[s]!.wait();
+            expect(group.groupCounts(), `layer ${l}: every group of the light jobs so far ran at once`).toEqual({ atOnce: l + 1, inTurn: 0 });
             expect(Atomics.load(done.w, s * layers + l), `sequence ${s} layer ${l}: done`).toBe(100 + l);
             expect(outputs(cpu, stages[s]!, jobs[l]!.job), `sequence ${s} layer ${l} (${jobs[l]!.job.work.kind})`).toEqual(want[s]![l]);
           });
