@@ -55,7 +55,7 @@ for part in ${PART:-checks batch workload}; do
         timeout "$(limit "${WORKLOAD_S:-200}")" bun "$D/hybridgen.js" bench $BENCH --workload "$w" --gpu-mem "$GPU_MEM" --synthetic-kv \
           --configs "${CONFIGS:-full,hybridgen,hybridgen-index}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" ${STAGE_THREADS:+--cpu-stage-threads "$STAGE_THREADS"} \
           --out "$OUT/workload-$w" > "$OUT/workload-$w/table.md" 2> "$OUT/workload-$w/progress.log"
-        echo "workload $w exit $?"; cat "$OUT/workload-$w/table.md"; grep -E 'fit|filled|tokens/s|error|Error' "$OUT/workload-$w/progress.log" | cut -c1-300 | tail -10
+        echo "workload $w exit $?"; cat "$OUT/workload-$w/table.md"; grep -E 'fit|filled|tokens/s|error|Error|sequence 0' "$OUT/workload-$w/progress.log" | cut -c1-900 | tail -12
         free -g | grep Mem
       done ;;
     *) echo "unknown part $part" ;;

@@ -159,7 +159,9 @@ export async function attachAttentionConfigs(
       out.push(attached(
         () => {
           const p = hybridPlan(ha);
-          return `${config.name}: ${p ? `${p.selector}, ${p.scheduler} K ${p.k}, ${p.timing}, ${p.logits}; ` : ""}${ha.stats.summary()}`;
+          const g = ha.stageGroup?.groupCounts();
+          return `${config.name}: ${p ? `${p.selector}, ${p.scheduler} K ${p.k}, ${p.timing}, ${p.logits}; ` : ""}${ha.stats.summary()}` +
+            (g ? `; the batch's stage: ${g.atOnce} groups of jobs run at once, ${g.inTurn} one after another` : "");
         },
         () => ha.close(),
         () => ha.stats.trace.map((t) => ({ k: t.k, timing: t.timing, tGpuMs: t.tGpuMs, tCpuMs: t.tCpuMs, tTxMs: t.tTxMs })),

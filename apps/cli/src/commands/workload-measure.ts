@@ -237,6 +237,7 @@ async function measureOffloading(r: Run, c: AttentionConfig, prompt: Int32Array,
       r.cx.progress(`${c.name}: ${sequences} sequences ${r.o.syntheticKv ? "filled with synthetic KV" : "prefilled"}, window ${window} tokens each (planned ${planned}), ${model.cache.storeCount} offloaded`);
       attached.push(...await attachAttentionConfigs(seqs, r.cx.backend, c, r.o.cpuStageThreads === undefined ? {} : { cpuStageThreads: r.o.cpuStageThreads }));
       const walls = decodeSteps(dec, slots, first, r.o.steps, r.cx.signal).slice(r.o.warmup);
+      r.cx.progress(`${c.name}, sequence 0: ${attached[0]!.summary()}`); // where a step's time went
       return { ...base, status: "ok", ...workloadSpeed([{ sequences, walls }]), msPerStep: median(walls) };
     } catch (e) {
       if (!isOom(e)) throw e;

@@ -53,7 +53,14 @@ export interface HybridAttentionParts {
   readonly selector: TokenSelector;
   readonly scheduler: Scheduler;
   /** The native stage a batch's sequences share (kernels-cpu's NativeStageGroup): rowsDone sends the rows' deferred jobs as one group. */
-  readonly stageGroup?: { flush(): void };
+  readonly stageGroup?: StageGroup;
+}
+
+/** What a hybrid attention uses of the native stage its batch shares. */
+export interface StageGroup {
+  flush(): void;
+  /** Groups of two jobs or more so far: run at once (a job a thread), one after another over the whole pool. */
+  groupCounts(): { atOnce: number; inTurn: number };
 }
 
 export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchMember, Disposable {
@@ -72,7 +79,8 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
   private readonly projector: QueryProjector;
   private readonly selector: TokenSelector;
   private readonly scheduler: Scheduler;
-  private readonly stageGroup: { flush(): void } | null;
+  /** The native stage shared with the batch's other sequences (null: a stage of its own). */
+  readonly stageGroup: StageGroup | null;
   private readonly candidates: number;
   private readonly positions: Int32Array;
   private readonly specQ: Tensor;
