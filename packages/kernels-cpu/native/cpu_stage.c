@@ -605,12 +605,14 @@ static void group_task(void *v, int part, int parts) {
     run_queued(s, &s->solo[part], i, g->start - s->submit_at[i]);
 }
 
-/* A job's bytes read: its scoring's K rows, its selected rows (V, K too, and K again for pre-QKᵀ logits). */
+/* A job's bytes read: its scoring's K rows, its selected rows (K for pre-QKᵀ logits; V, and K too, unless the device reads them). */
 static double job_bytes(const hg_stage_job *j) {
     const double row = (double)(j->kv_heads * j->head_dim * esize(j->ktype));
     double b = (j->flags & (HG_STAGE_SCORE | HG_STAGE_TOPK)) ? (double)j->n * row : 0.0;
-    if (j->flags & (HG_STAGE_SELECTED | HG_STAGE_GATHER))
-        b += (double)j->kmax * row * (1 + ((j->flags & HG_STAGE_KEYS) != 0) + ((j->flags & HG_STAGE_SELECTED) != 0));
+    if (j->flags & (HG_STAGE_SELECTED | HG_STAGE_GATHER)) {
+        const int copies = (j->flags & HG_STAGE_NO_ROWS) ? 0 : 1 + ((j->flags & HG_STAGE_KEYS) != 0);
+        b += (double)j->kmax * row * (copies + ((j->flags & HG_STAGE_SELECTED) != 0));
+    }
     return b;
 }
 
