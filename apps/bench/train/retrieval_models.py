@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llama_files import SHAPES, write_meta  # noqa: E402
+from llama_files import SHAPES, VOCAB, write_meta  # noqa: E402
 from retrieval_mix import sequence  # noqa: E402
 
 # The training mix of each model (retrieval_mix.py).
