@@ -53,30 +53,35 @@ export interface LayerWidths {
  */
 export const PAGE_FLOOR = 16;
 
-/** Quest's floor also covers this share of the offloaded pages: its bounds rank the needed page among a share of the pages, and that rank grows with their count. */
-export const QUEST_PAGE_SHARE = 1 / 32;
+/** Quest's candidates cover at least this share of the offloaded pages (never more than candidates·K): its bounds rank the needed page among a share of the pages, and that rank grows with their count. */
+export const QUEST_PAGE_SHARE = 1 / 8;
 
-/** Layer `layer`'s share of K (at least 1; at least PAGE_FLOOR pages when the step's kernel chooses pages, and QUEST_PAGE_SHARE of the pages for Quest). */
+/** Layer `layer`'s share of K (at least 1; at least PAGE_FLOOR pages when the step's kernel chooses pages). */
 function share(plan: StepPlan, w: LayerWidths, layer: number, k: number): number {
   if (!w.kShare) return k;
-  const kernel = plan.kernel;
-  const pages = typeof kernel === "object" && "pageSize" in kernel
-    ? Math.max(PAGE_FLOOR, kernel.name === "quest" ? Math.ceil((QUEST_PAGE_SHARE * plan.offloaded) / kernel.pageSize) : 0) * kernel.pageSize
-    : 0;
+  const kernel = plan.kernel, pages = typeof kernel === "object" && "pageSize" in kernel ? PAGE_FLOOR * kernel.pageSize : 0;
   return Math.min(k, Math.max(1, pages, Math.ceil(k * w.kShare[layer]!)));
+}
+
+/** Layer `layer`'s width from K: its share, `candidates` times on verified layers, and for calibrated Quest at least QUEST_PAGE_SHARE of the pages on every layer (exact ones too: their choice is final). */
+function widened(plan: StepPlan, w: LayerWidths, layer: number, k: number): number {
+  const s = share(plan, w, layer, k), kernel = plan.kernel;
+  const wide = w.rescore[layer] ? s * w.candidates : s;
+  const quest = w.kShare && typeof kernel === "object" && kernel.name === "quest"
+    ? Math.min(k * w.candidates, Math.ceil((QUEST_PAGE_SHARE * plan.offloaded) / kernel.pageSize) * kernel.pageSize)
+    : 0;
+  return Math.min(plan.offloaded, Math.max(wide, quest));
 }
 
 /** The step's width at `layer`: its share of K; verified layers score `candidates`·K tokens. */
 export function layerKmax(plan: StepPlan, w: LayerWidths, layer: number): number {
   if (!w.usesBudget) return plan.kmax;
-  const k = share(plan, w, layer, plan.kmax);
-  return w.rescore[layer] ? Math.min(plan.offloaded, k * w.candidates) : k;
+  return widened(plan, w, layer, plan.kmax);
 }
 
 /** The selection budget at `layer` (its share of K, widened on verified layers). */
 export function layerBudget(plan: StepPlan, w: LayerWidths, layer: number): number {
-  const k = share(plan, w, layer, plan.budget);
-  return w.rescore[layer] ? Math.min(plan.offloaded, k * w.candidates) : k;
+  return widened(plan, w, layer, plan.budget);
 }
 
 /** The stage job's work of a kernel step at `layer` (budget: layerBudget). */
