@@ -3,7 +3,7 @@
 # (WALL, seconds; each part gets what is left): index-check (Backend.indexRank against the
 # definition; hybrid decode with the index ranked on the device against the stage's own search; the
 # ranking's device time a layer), hybrid-modes once per RUNS entry CONTEXT:CONFIGS (full attention
-# and the index configs in the same run; default 32K and 131K, full and pre-index), the CPU
+# and the index configs in the same run; default 32K and 131K, full and pre-index; each step's timings in traces/), the CPU
 # stage's index bounds per ISA (AVX2 against AVX-512, when the host has it), then scale-run with
 # the index ranked on the device (the planner's window, synthetic KV) at 1.5M where the GPU holds
 # more than 100 GB, else 1M (an H100's window leaves 1.5M more host store than 125 GiB holds: the
@@ -28,7 +28,7 @@ if [ "${MODES:-1}" = 1 ]; then
   for run in ${RUNS:-32768:full,pre-index 131000:full,pre-index}; do
     ctx=${run%%:*}; T=$(( $(left) - 2 ))
     if [ "$T" -lt 15 ]; then echo "hybrid-modes $ctx skipped: $T s left"; continue; fi
-    timeout "$T" bun "$DEVICE_DIR/hybrid-modes.js" --contexts "$ctx" --steps "${STEPS:-16}" --configs "${run#*:}" > "$OUT/hybrid-modes-$ctx.log" 2>&1
+    timeout "$T" bun "$DEVICE_DIR/hybrid-modes.js" --contexts "$ctx" --steps "${STEPS:-16}" --configs "${run#*:}" --trace-dir "$OUT/traces" > "$OUT/hybrid-modes-$ctx.log" 2>&1
     echo "hybrid-modes $ctx exit $?"; grep -E '^\| [0-9]|bytes a step|bandwidths|planner|rror' "$OUT/hybrid-modes-$ctx.log"
   done
 fi
