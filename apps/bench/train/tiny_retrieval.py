@@ -2,6 +2,7 @@
 nobody profiled that the lab VM can make in minutes and evaluate at short contexts.
 
     python3 apps/bench/train/tiny_retrieval.py --out DIR [--seed 1] [--steps 8000]
+    python3 apps/bench/train/tiny_retrieval.py --out DIR --mix vartrack --start DIR/needle-3l --steps 1500 --lr 1e-3   # vt-3l
     python3 apps/bench/train/tiny_retrieval.py --check     # the hand-written gradients against finite differences
     python3 apps/bench/train/tiny_retrieval.py --out DIR --parity   # initial weights and numpy's logits, for the engine to match
 
@@ -14,6 +15,8 @@ previous-token head (previous_token_head) — on haystacks of fillers holding ma
 Lengths grow from 64 to 256 tokens. It is the eval's `needle` task
 (apps/bench/src/eval/retrieval-tasks.ts); the seed and the step count make the weights (never
 committed), and DIR/needle-3l/recipe.json records the recipe and the answer accuracy reached.
+With --mix vartrack --start DIR/needle-3l it fine-tunes that model on retrieval_mix.py's vartrack
+mix (chains asked as walks, `? kC` answered `kA vB`, every hop a needle lookup) into DIR/vt-3l.
 """
 import argparse, json, math, os, struct, sys, time
 
@@ -23,6 +26,7 @@ import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from llama_files import VOCAB, DOT, ASK, F0, K0, V0, write_meta  # noqa: E402
+import retrieval_mix  # noqa: E402
 
 # (layers, hidden, heads, kv heads, intermediate)
 SHAPE = (3, 64, 2, 1, 128)
@@ -218,13 +222,13 @@ def sequence(rng, length):
     return toks, mask
 
 
-def batch(rng, n, length):
-    seqs = [sequence(rng, length) for _ in range(n)]
-    return np.stack([s[0] for s in seqs]), np.stack([s[1] for s in seqs])
+def batch(rng, n, length, mix="needle"):
+    seqs = [sequence(rng, length) if mix == "needle" else retrieval_mix.sequence(rng, length, mix) for _ in range(n)]
+    return np.stack([np.asarray(s[0]) for s in seqs]), np.stack([np.asarray(s[1], dtype=bool) for s in seqs])
 
 
-def accuracy(p, shape, rng, length, n=16):
-    ids, mask = batch(rng, n, length)
+def accuracy(p, shape, rng, length, mix="needle", n=16):
+    ids, mask = batch(rng, n, length, mix)
     _, _, right, total = forward_backward(p, shape, ids, mask)
     return right / total
 
@@ -247,6 +251,29 @@ def save_safetensors(p, shape, out):
     h += b" " * (-len(h) % 8)
     with open(os.path.join(out, "model.safetensors"), "wb") as f:
         f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def load_safetensors(path, shape):
+    """The weights save_safetensors wrote (f32), under this script's names."""
+    with open(path, "rb") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header, data = json.loads(f.read(size)), f.read()
+    names = {"model.embed_tokens.weight": "embed", "model.norm.weight": "norm", "lm_head.weight": "lm_head"}
+    for i in range(shape[0]):
+        for ours, theirs in [("ln1", "input_layernorm"), ("q", "self_attn.q_proj"), ("k", "self_attn.k_proj"), ("v", "self_attn.v_proj"), ("o", "self_attn.o_proj"),
+                             ("ln2", "post_attention_layernorm"), ("gate", "mlp.gate_proj"), ("up", "mlp.up_proj"), ("down", "mlp.down_proj")]:
+            names[f"model.layers.{i}.{theirs}.weight"] = f"{i}.{ours}"
+    p = {}
+    for key, t in header.items():
+        if key == "__metadata__":
+            continue
+        if t["dtype"] != "F32" or key not in names:
+            sys.exit(f"{path}: {key} is not a {NAME} weight in f32")
+        a, b = t["data_offsets"]
+        p[names[key]] = np.frombuffer(data[a:b], dtype="<f4").reshape(t["shape"]).copy()
+    if len(p) != len(names):
+        sys.exit(f"{path}: {len(names) - len(p)} of {NAME}'s weights missing")
+    return p
 
 
 def parity(out):
@@ -300,19 +327,24 @@ def check():
 
 def train(args):
     rng = np.random.default_rng(args.seed)
-    p = init(SHAPE, rng)
-    previous_token_head(p, SHAPE, rng)
+    name = NAME if args.mix == "needle" else "vt-3l"
+    if args.start:
+        p = load_safetensors(os.path.join(args.start, "model.safetensors"), SHAPE)
+    else:
+        p = init(SHAPE, rng)
+        previous_token_head(p, SHAPE, rng)
     m = {k: np.zeros_like(v) for k, v in p.items()}
     s = {k: np.zeros_like(v) for k, v in p.items()}
     b1, b2, wd = 0.9, 0.98, 0.01
-    # (until this share of the steps: sequence length, batch) — short first, where the retrieval circuit forms fastest.
-    phases = [(0.6, 64, 48), (0.85, 128, 24), (1.0, 256, 12)]
+    # (until this share of the steps: sequence length, batch) — short first, where the retrieval circuit forms fastest;
+    # a fine-tune starts where its model's lookups work (the vartrack mix needs room for a few chains).
+    phases = [(0.4, 128, 24), (0.8, 256, 12), (1.0, 512, 6)] if args.start else [(0.6, 64, 48), (0.85, 128, 24), (1.0, 256, 12)]
     t0 = time.time()
     for step in range(args.steps):
         frac = step / args.steps
         length, bs = next((l, b) for (f, l, b) in phases if frac < f)
         lr = args.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
-        ids, mask = batch(rng, bs, length)
+        ids, mask = batch(rng, bs, length, args.mix)
         loss, g, right, n = forward_backward(p, SHAPE, ids, mask)
         norm = math.sqrt(sum(float((v * v).sum()) for v in g.values()))
         clip = min(1.0, 1.0 / (norm + 1e-6))
@@ -324,14 +356,14 @@ def train(args):
             decay = wd if p[k].ndim == 2 else 0.0
             p[k] -= lr * (mh / (np.sqrt(sh) + 1e-8) + decay * p[k])
         if (step + 1) % args.log_every == 0:
-            print(f"{NAME} step {step + 1} len {length} loss {loss:.3f} answers {right}/{n} ({time.time() - t0:.0f} s)", flush=True)
-    acc = {l: round(accuracy(p, SHAPE, rng, l), 3) for l in (256, 512, 1024)}
-    print(f"{NAME}: {args.steps} steps in {time.time() - t0:.0f} s, answer accuracy {acc}", flush=True)
-    out = os.path.join(args.out, NAME)
+            print(f"{name} step {step + 1} len {length} loss {loss:.3f} answers {right}/{n} ({time.time() - t0:.0f} s)", flush=True)
+    acc = {l: round(accuracy(p, SHAPE, rng, l, args.mix), 3) for l in (256, 512, 1024)}
+    print(f"{name}: {args.steps} steps in {time.time() - t0:.0f} s, answer accuracy {acc}", flush=True)
+    out = os.path.join(args.out, name)
     write_meta(SHAPE, out, rope_theta=THETA, dtype="float32")
     save_safetensors(p, SHAPE, out)
-    json.dump({"model": NAME, "shape": dict(zip(["layers", "hidden", "heads", "kv_heads", "intermediate"], SHAPE)), "rope_theta": THETA,
-               "seed": args.seed, "steps": args.steps, "lr": args.lr, "phases": phases, "answer_accuracy": acc,
+    json.dump({"model": name, "shape": dict(zip(["layers", "hidden", "heads", "kv_heads", "intermediate"], SHAPE)), "rope_theta": THETA,
+               "mix": args.mix, "start": args.start or None, "seed": args.seed, "steps": args.steps, "lr": args.lr, "phases": phases, "answer_accuracy": acc,
                "seconds": round(time.time() - t0, 1)}, open(os.path.join(out, "recipe.json"), "w"), indent=2)
 
 
@@ -342,6 +374,8 @@ def main():
     ap.add_argument("--steps", type=int, default=8000)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--log-every", type=int, default=50)
+    ap.add_argument("--mix", default="needle", choices=("needle", "vartrack"), help="needle: this script's needle task; vartrack: retrieval_mix.py's walks")
+    ap.add_argument("--start", default="", help="a trained needle-3l's directory: fine-tune its weights instead of starting from random ones")
     ap.add_argument("--check", action="store_true", help="compare the gradients with finite differences and exit")
     ap.add_argument("--parity", action="store_true", help="write a model with initial weights and numpy's logits into --out (the engine's parity test) and exit")
     args = ap.parse_args()
