@@ -66,3 +66,26 @@ describe("hybrid attention across a KvCache restore", () => {
     model.close();
   });
 });
+
+describe("hybrid attention on a stage a batch shares", () => {
+  it("a step of its own (no batched step, so no rowsDone) sends each job to the shared stage as it submits it: a device may be waiting for it", () => {
+    const { files } = tinyModel({ seed: testSeed(920), maxPositions: 64, heads: 4, kvHeads: 2 });
+    const be = new ReferenceBackend();
+    using model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 40, gpuKvBudget: 8, kvEvictBlock: 2 });
+    const stage = new BackendCpuStage(be), submitted: number[] = [], flushed: number[] = [];
+    const submit = stage.submit.bind(stage);
+    stage.submit = (job) => {
+      submitted.push(job.slot);
+      submit(job);
+    };
+    // The group's flush must follow every submit: a job held for a rowsDone that never comes hangs a handed-off step.
+    const stageGroup = { flush: () => void flushed.push(submitted.length), groupCounts: () => ({ atOnce: 0, inTurn: 0 }) };
+    using h = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector: topKSelector(true), scheduler: fixedScheduler(3, "post"), stageGroup }, { logits: "speculative" });
+    const tokens = Int32Array.from(randomIds(testSeed(921), 24));
+    model.forward(tokens.subarray(0, 16), 0);
+    for (let p = 16; p < 24; p++) model.forward(tokens.subarray(p, p + 1), p);
+    expect(h.stats.steps).toBeGreaterThanOrEqual(8);
+    expect(submitted.length).toBe(h.stats.steps * model.cache.layers);
+    expect(flushed).toEqual(submitted.map((_, i) => i + 1));
+  });
+});

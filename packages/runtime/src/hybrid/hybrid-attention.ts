@@ -398,6 +398,8 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     };
     this.jobs[layer] = job;
     this.stage.submit(job);
+    // Outside a batched step no rowsDone comes: the job goes to the shared stage now (a device may be waiting for it).
+    if (!this.batchStep) this.stageGroup?.flush();
     this.inFlight = true;
   }
 
