@@ -18,9 +18,11 @@
 # card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP, K and STAGE_THREADS (the CPU-stage threads the
 # batch's sequences share; the first step folds every offloaded row into a page index on them) override the workload bench.
 # WALL (seconds, default 600) bounds the whole call: each part is cut where what is left of it ends.
+# PROFILE=1: each bench writes the driving thread's profile (Bun's --cpu-prof-md) under $OUT/prof when it ends within its limit.
 set -u
 START=$(date +%s)
 . "$(dirname "$0")/device-env.sh"
+PROF=""; [ "${PROFILE:-0}" = 1 ] && PROF="--cpu-prof-md --cpu-prof-dir=$OUT/prof"
 # A part's limit: its own, or what is left of WALL less a margin for the archive at the end (at least 1: timeout 0 never stops).
 limit() { l=$(( ${WALL:-600} - ($(date +%s) - START) - 6 )); [ "$l" -gt "$1" ] && l=$1; [ "$l" -gt 0 ] && echo "$l" || echo 1; }
 D=$DEVICE_DIR
@@ -41,7 +43,7 @@ for part in ${PART:-checks batch workload}; do
       echo "checks exit $?"; echo "$(grep -c '^PASS' "$OUT/checks.log") passed"; grep -E '^FAIL|batch of|indexRankRows|ALL PASS|FAILED' "$OUT/checks.log" | cut -c1-240 ;;
     batch)
       mkdir -p "$OUT/batch"
-      timeout "$(limit "${BATCH_S:-150}")" bun "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch "${BATCHES:-1,4,16}" --configs "${BATCH_CONFIGS:-full,hybridgen,hybridgen-index}" \
+      timeout "$(limit "${BATCH_S:-150}")" bun $PROF "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch "${BATCHES:-1,4,16}" --configs "${BATCH_CONFIGS:-full,hybridgen,hybridgen-index}" \
         --steps "${BATCH_STEPS:-24}" --warmup "${BATCH_WARMUP:-4}" --gpu-kv-budget 1024 --sink-tokens 4 --k 256 --out "$OUT/batch" > "$OUT/batch/tables.md" 2> "$OUT/batch/progress.log"
       echo "batch exit $?"; sed -n '/Fig. 17/,/^$/p' "$OUT/batch/tables.md"; grep -E 'tok/s|error' "$OUT/batch/progress.log" | cut -c1-300 | tail -12 ;;
     base)
@@ -52,7 +54,7 @@ for part in ${PART:-checks batch workload}; do
     workload)
       for w in ${WORKLOADS:-8x131000 32x32768}; do
         mkdir -p "$OUT/workload-$w"
-        timeout "$(limit "${WORKLOAD_S:-200}")" bun "$D/hybridgen.js" bench $BENCH --workload "$w" --gpu-mem "$GPU_MEM" --synthetic-kv \
+        timeout "$(limit "${WORKLOAD_S:-200}")" bun $PROF "$D/hybridgen.js" bench $BENCH --workload "$w" --gpu-mem "$GPU_MEM" --synthetic-kv \
           --configs "${CONFIGS:-full,hybridgen,hybridgen-index}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" ${STAGE_THREADS:+--cpu-stage-threads "$STAGE_THREADS"} \
           --out "$OUT/workload-$w" > "$OUT/workload-$w/table.md" 2> "$OUT/workload-$w/progress.log"
         echo "workload $w exit $?"; cat "$OUT/workload-$w/table.md"; grep -E 'fit|filled|tokens/s|error|Error|sequence 0' "$OUT/workload-$w/progress.log" | cut -c1-900 | tail -12
