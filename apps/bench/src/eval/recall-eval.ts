@@ -60,6 +60,7 @@ const MODES: Record<string, Mode> = {
   "feedback-quest": { label: "feedback scheduler (topk+quest, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+quest" }, kAs: "kMin" },
   index: fixed("page index int8 (pre), verified", { selector: "index", timing: "pre", logits: "verified" }),
   "index-int4": fixed("page index int4 (pre), verified", { selector: "index", selectorOptions: { form: "int4" }, timing: "pre", logits: "verified" }),
+  "index-exact": fixed("page index int8 (pre), exact", { selector: "index", timing: "pre", logits: "exact" }),
   "feedback-index": { label: "feedback scheduler (topk+index, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+index" }, kAs: "kMin" },
   "feedback-infinigen": { label: "feedback scheduler (topk+infinigen, kMin = K), default logits", options: { scheduler: "feedback", selector: "topk+infinigen" }, kAs: "kMin" },
 };
