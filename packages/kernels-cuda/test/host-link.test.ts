@@ -119,6 +119,33 @@ describe("CudaBackend.hostTransfers: rows gathered from mapped host memory (stan
     expect(link.mapped!(store)).toBe(false);
   });
 
+  it("many pinned regions (a batch's stores), pinned and unpinned out of order: each range maps to the region holding it, its device address with it", () => {
+    const calls: NativeCall[] = [];
+    using be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: mappedLib(calls), device });
+    const link = be.hostTransfers();
+    // 200 regions of 4 KiB with 4 KiB gaps from 0x400000, pinned in a shuffled order.
+    const regions = Array.from({ length: 200 }, (_, i) => ({ address: 0x400000 + i * 8192, byteLength: 4096 }));
+    const order = regions.map((_, i) => (i * 73) % 200);
+    for (const i of order) link.pin(regions[i]!);
+    const dst = be.alloc([8, 8]);
+    const rows = { groups: 1, cap: 16, rowBytes: 32, kmax: 8 };
+    const ids = Int32Array.from({ length: 8 }, (_, i) => i), counts = Int32Array.of(8);
+    const source = () => calls.filter((x) => x.name === "hg_cu_gather_rows").at(-1)!.args[2];
+    for (const i of [0, 1, 99, 137, 199]) {
+      const r = regions[i]!;
+      expect(link.mapped!(r), `region ${i}`).toBe(true);
+      expect(link.mapped!({ address: r.address + 4000, byteLength: 96 }), `region ${i}'s last bytes`).toBe(true);
+      expect(link.mapped!({ address: r.address + 4000, byteLength: 97 }), `past region ${i}'s end`).toBe(false);
+      expect(link.mapped!({ address: r.address + 4096, byteLength: 16 }), `the gap after region ${i}`).toBe(false);
+      link.gatherRows!(dst, { address: r.address + 512, byteLength: 512 }, rows, ids, counts);
+      expect(source(), `region ${i}'s device address`).toBe(r.address + 512 + 2 ** 44);
+    }
+    expect(link.mapped!({ address: 0x3ff000, byteLength: 16 })).toBe(false); // below the first
+    for (const i of order.slice(0, 100)) link.unpin(regions[i]!);
+    for (const i of order.slice(0, 100)) expect(link.mapped!(regions[i]!), `unpinned region ${i}`).toBe(false);
+    for (const i of order.slice(100)) expect(link.mapped!(regions[i]!), `still pinned region ${i}`).toBe(true);
+  });
+
   it("sendSignalled checks its ranges and the mapping before the native call, and passes the device address", () => {
     const calls: NativeCall[] = [];
     using be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: mappedLib(calls), device });
