@@ -100,16 +100,22 @@ static inline float key_at(const void *k, int ktype, int64_t i) {
     return ktype == HG_BF16 ? hg_bf16_to_f32(h) : hg_f16_to_f32(h);
 }
 
-/* mn/mx over rows [r0, r1) of K (row-major, d channels a row): `v < mn ? v : mn` row by row, as the definition. */
-static void rows_minmax_scalar(const void *k, int ktype, int64_t d, int64_t r0, int64_t r1, float *mn, float *mx) {
+/* mn/mx of channels [c0, d) over rows [r0, r1) of K (row-major, d channels a row): `v < mn ? v : mn` row by row, as the definition. */
+static void rows_minmax_from(const void *k, int ktype, int64_t d, int64_t c0, int64_t r0, int64_t r1, float *mn, float *mx) {
     for (int64_t slot = r0; slot < r1; slot++) {
         const int64_t row = slot * d;
-        for (int64_t c = 0; c < d; c++) {
+        for (int64_t c = c0; c < d; c++) {
             const float v = key_at(k, ktype, row + c);
             if (v < mn[c]) mn[c] = v;
             if (v > mx[c]) mx[c] = v;
         }
     }
+}
+
+typedef void (*rows_minmax_fn)(const void *k, int ktype, int64_t d, int64_t r0, int64_t r1, float *mn, float *mx);
+
+static void rows_minmax_scalar(const void *k, int ktype, int64_t d, int64_t r0, int64_t r1, float *mn, float *mx) {
+    rows_minmax_from(k, ktype, d, 0, r0, r1, mn, mx);
 }
 
 #ifdef HG_IDX_X86
@@ -144,23 +150,18 @@ AVX2 static void rows_minmax_avx2(const void *k, int ktype, int64_t d, int64_t r
         }
         _mm256_storeu_ps(mn + c, a), _mm256_storeu_ps(mx + c, b);
     }
-    for (; c < d; c++)
-        for (int64_t slot = r0; slot < r1; slot++) {
-            const float v = key_at(k, ktype, slot * d + c);
-            if (v < mn[c]) mn[c] = v;
-            if (v > mx[c]) mx[c] = v;
-        }
+    rows_minmax_from(k, ktype, d, c, r0, r1, mn, mx);
 }
 #endif
 
-/* Whether the fold's AVX2 loop runs here (AVX2 and F16C; checked once). */
-static int fold_avx2(void) {
+/* The fold's min/max loop for this host: AVX2 where AVX2 and F16C are (checked once), else the definition. */
+static rows_minmax_fn fold_minmax(void) {
 #ifdef HG_IDX_X86
-    static int known = -1;
-    if (known < 0) known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+    static rows_minmax_fn known = NULL;
+    if (!known) known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") ? rows_minmax_avx2 : rows_minmax_scalar;
     return known;
 #else
-    return 0;
+    return rows_minmax_scalar;
 #endif
 }
 
@@ -168,18 +169,13 @@ static int fold_avx2(void) {
 static void fold_head(const hg_index *x, const void *k, int ktype, int64_t kcap, int64_t g, int64_t from, int64_t to, float *mn, float *mx) {
     const int64_t d = x->d, P = x->page, S = x->super, p0 = from / P, p1 = (to + P - 1) / P, s0 = p0 / S, s1 = (p1 + S - 1) / S;
     const void *kg = (const char *)k + g * kcap * d * (ktype == HG_F32 ? 4 : 2);
-    const int vec = fold_avx2();
+    const rows_minmax_fn minmax = fold_minmax();
     for (int64_t p = p0; p < p1; p++) {
         for (int64_t c = 0; c < d; c++) mn[c] = __builtin_inff(), mx[c] = -__builtin_inff();
         const int64_t end = (p + 1) * P < to ? (p + 1) * P : to;
-#ifdef HG_IDX_X86
-        if (vec) rows_minmax_avx2(kg, ktype, d, p * P, end, mn, mx);
-        else
-#endif
-            rows_minmax_scalar(kg, ktype, d, p * P, end, mn, mx);
+        minmax(kg, ktype, d, p * P, end, mn, mx);
         x->page_scales[g * x->page_cap + p] = encode(x, x->page_codes + (g * x->page_cap + p) * x->code_bytes, mn, mx);
     }
-    (void)vec;
     for (int64_t u = s0; u < s1; u++) {
         for (int64_t c = 0; c < d; c++) mn[c] = __builtin_inff(), mx[c] = -__builtin_inff();
         const int64_t end = (u + 1) * S < p1 ? (u + 1) * S : p1;
