@@ -76,6 +76,12 @@ export interface PrefillObserver {
   blockEnd(pos0: number, n: number): void;
 }
 
+/** What several rows' decode attentions queue work in (a native stage the batch shares). */
+export interface StepGroup {
+  /** What was queued goes now. */
+  flush(): void;
+}
+
 /** Takes over the attention of decode steps (one token); see @hybridgen/runtime's HybridAttention. */
 export interface DecodeAttention {
   /** A new sequence starts (position 0 is being appended): reset per-sequence state. */
@@ -88,8 +94,8 @@ export interface DecodeAttention {
   prepareAttend?(layer: number, q: Tensor): void;
   /** The new token's k, v are in the window; write the attention of q (row 0) to out row 0. */
   attend(layer: number, q: Tensor, out: Tensor): void;
-  /** Batched steps call it after each pass over the rows (layer inputs, prepareAttend, attend): what the rows queued for a shared CPU stage goes as one group. */
-  rowsDone?(): void;
+  /** The CPU stage the batch's rows share: a batched step flushes each such stage once after each pass over the rows (layer inputs, prepareAttend, attend), so what the rows queued goes as one group. */
+  readonly stageGroup?: StepGroup | null;
   /** The step's layers are done (before eviction). */
   endStep(): void;
   /**

@@ -12,7 +12,8 @@
  *
  * A sequence with a decode attention (hybrid attention, one per sequence) gets its hooks row by
  * row: layerInput with its residual row (bindResidual), prepareAttend for every row before any
- * row's attend, so all sequences' CPU stages of a layer run before the first is waited on.
+ * row's attend, so all sequences' CPU stages of a layer run before the first is waited on; the
+ * stage groups the rows share are flushed once after each pass.
  * On a backend that records decode steps (beginStep/endStep: CUDA graphs) a step whose every row
  * is handed off (DecodeAttention.batchRecordable: no layer waits on the host) is recorded a layer at
  * a time for the whole batch — every row's device work of layer l, from the layer's input to the
@@ -20,7 +21,7 @@
  * device runs layer l. A step with a row that waits on the host runs eagerly.
  */
 import { type Backend, type BatchAttnRow, type Tensor, fail } from "@hybridgen/spec";
-import type { Attention, AttentionLayout, DecodeBatchStep } from "./attention.js";
+import type { Attention, AttentionLayout, DecodeBatchStep, StepGroup } from "./attention.js";
 import type { KvCache } from "./kv-cache.js";
 import type { WeightLoader } from "./weight-loader.js";
 
@@ -70,6 +71,8 @@ export class BatchRows {
   private segmentOpen = false;
   /** This step's rows are all handed off: it is recorded a layer at a time. */
   private records = false;
+  /** The distinct stage groups this step's rows share (beginStep), each flushed once a pass. */
+  private readonly groups: StepGroup[] = [];
 
   constructor(private readonly backend: Backend, private readonly w: WeightLoader, layout: AttentionLayout, capacity: number) {
     this.capacity = capacity;
@@ -129,7 +132,7 @@ export class BatchRows {
       if (this.xRow.length === 0) fail("batched decode: the architecture bound no residual rows for decode attention");
       d.layerInput(layer, this.xRow[i]);
     }
-    this.rowsDone(seqs, B);
+    this.rowsDone();
   }
 
   /**
@@ -177,7 +180,7 @@ export class BatchRows {
     for (let i = 0; i < B; i++) seqs[i].cache.writeRows(layer, this.kRow[i], this.vRow[i], positions[i], 1);
     if (decode) {
       for (let i = 0; i < B; i++) seqs[i].attention.decodeAttention?.prepareAttend?.(layer, this.qRow[i]);
-      this.rowsDone(seqs, B);
+      this.rowsDone();
     }
     for (let i = 0; i < B; i++) {
       const { cache: c, attention } = seqs[i], pos = positions[i];
@@ -193,12 +196,12 @@ export class BatchRows {
         attention.attendFull(layer, this.q, i, pos, this.att);
       }
     }
-    if (decode) this.rowsDone(seqs, B);
+    if (decode) this.rowsDone();
   }
 
-  /** Every row's decode attention hears that the rows' pass is over (their queued CPU-stage jobs go as one group). */
-  private rowsDone(seqs: readonly SequenceState[], B: number): void {
-    for (let i = 0; i < B; i++) seqs[i].attention.decodeAttention?.rowsDone?.();
+  /** The rows' pass is over: each stage group they share sends what they queued, once. */
+  private rowsDone(): void {
+    for (const g of this.groups) g.flush();
   }
 
   /**
@@ -224,12 +227,14 @@ export class BatchRows {
     step.times = undefined;
     this.queryLayer.fill(-1);
     this.records = true;
+    this.groups.length = 0;
     for (let i = 0; i < B; i++) {
       const d = seqs[i].attention.decodeAttention;
       if (!d) continue;
       if (positions[i] === 0) d.newSequence();
       d.beginStep(positions[i], step, i);
       this.records &&= d.batchRecordable === true;
+      if (d.stageGroup && !this.groups.includes(d.stageGroup)) this.groups.push(d.stageGroup);
     }
   }
 

@@ -448,4 +448,30 @@ describe("batched decode with a decode attention per sequence", () => {
     using dec = new BatchDecoder(model, 2); // full attention everywhere: fine
     expect(dec.capacity).toBe(2);
   });
+
+  it("a batched step flushes each stage group its rows share once after each pass over the rows, not once a row", () => {
+    using model = LlamaModel.load(files, new ReferenceBackend(), { maxContext: 48, prefillBlock: 8, gpuKvBudget: 8, sinkTokens: 2, kvEvictBlock: 2 });
+    const noop = () => {};
+    const flushes = [0, 0];
+    const groups = flushes.map((_, g) => ({ flush: () => void flushes[g]!++ }));
+    // Rows 0 and 1 share group 0, row 2 has group 1 to itself; row 3 has none (a stage of its own).
+    const rowGroup = [groups[0], groups[0], groups[1], null];
+    const made: DecodeAttention[] = rowGroup.map((stageGroup) => ({ newSequence: noop, beginStep: noop, layerInput: noop, attend: noop, endStep: noop, stageGroup }));
+    model.attention.setDecodeAttention(made[0]!);
+    let next = 1;
+    model.setSequenceSetup((s) => {
+      s.attention.setDecodeAttention(made[next++]!);
+      return { [Symbol.dispose]: noop };
+    });
+    using dec = new BatchDecoder(model, 4);
+    model.setSequenceSetup(null);
+    for (let slot = 0; slot < 4; slot++) dec.prefill(slot, Int32Array.of(5, 6, 7), 0);
+    const layers = model.shape.layers, passes = 3; // layer inputs, prepareAttend, attend
+    dec.step([0, 1, 2, 3], Int32Array.of(8, 9, 10, 11));
+    expect(flushes).toEqual([passes * layers, passes * layers]);
+    dec.step([0, 3], Int32Array.of(12, 13));
+    expect(flushes, "a step whose rows share group 0 only").toEqual([2 * passes * layers, passes * layers]);
+    dec.step([3], Int32Array.of(14));
+    expect(flushes, "no row of the step shares a group").toEqual([2 * passes * layers, passes * layers]);
+  });
 });

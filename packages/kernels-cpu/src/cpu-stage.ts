@@ -463,8 +463,9 @@ export const STAGE_GROUP_LANES = 64;
  * stages defer their jobs here, and flush() sends what they deferred as one group, one job a lane,
  * that runs as one op over the pool — each job on one thread, each raising its own done as it ends —
  * where a stage each would run B coordinators on ⌊threads/B⌋ threads each. A group goes by itself
- * once every attached lane has a job in it; a lane's wait() sends it too. The native stage is made at
- * the first attach and goes with the last detach.
+ * once every lane of the current step (join) has a job in it — every attached lane where no step was
+ * joined —; a lane's wait() sends it too. The native stage is made at the first attach and goes with
+ * the last detach.
  */
 export class NativeStageGroup {
   readonly threads: number;
@@ -480,6 +481,10 @@ export class NativeStageGroup {
   private readonly deferred: BigInt64Array;
   private readonly held: boolean[];
   private count = 0;
+  /** The step whose lanes joined (null: a step of one lane, or none yet), its serial, and how many lanes joined it. */
+  private step: object | null = null;
+  private stepSerial = -1;
+  private stepLanes = 0;
 
   constructor(backend: CpuBackend, options: NativeStageGroupOptions = {}, lanes: number = STAGE_GROUP_LANES) {
     const parsed = GroupOptionsSchema.safeParse(options);
@@ -524,6 +529,8 @@ export class NativeStageGroup {
     this.held[lane] = false;
     this.free.push(lane);
     if (--this.attached > 0 || !this.current) return;
+    this.step = null;
+    this.stepLanes = 0;
     this.lib.hg_stage_destroy(this.current);
     this.current = null;
   }
@@ -533,12 +540,33 @@ export class NativeStageGroup {
     return this.held[lane] === true;
   }
 
+  /** Jobs deferred and not yet sent. */
+  get waiting(): number {
+    return this.count;
+  }
+
+  /**
+   * A lane takes part in `step` (a batched step, told apart by its serial; null: a step of its own):
+   * groups go by themselves once the step's lanes have a job each, so lanes attached but idle in this
+   * step (a server's free slots) never keep a job waiting for a flush no caller makes.
+   */
+  join(step: { readonly serial: number } | null): void {
+    if (step === null || step !== this.step || step.serial !== this.stepSerial) {
+      this.flush(); // the step before's jobs never wait on the new step's count
+      this.step = step;
+      this.stepSerial = step?.serial ?? -1;
+      this.stepLanes = 0;
+    }
+    this.stepLanes++;
+  }
+
   /** The lane's job (its hg_stage_job words) joins the next group; a lane's second job sends the group first. */
   defer(lane: number, job: BigInt64Array): void {
     if (this.held[lane]) this.flush();
     this.deferred.set(job, this.count * this.words);
     this.held[lane] = true;
-    if (++this.count === this.attached) this.flush();
+    const lanes = this.stepLanes > 0 ? Math.min(this.stepLanes, this.attached) : this.attached;
+    if (++this.count >= lanes) this.flush();
   }
 
   /** The deferred jobs to the native stage, as one group. */

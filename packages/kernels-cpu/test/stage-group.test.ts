@@ -132,6 +132,55 @@ describe(`NativeStageGroup: a batch's stages as lanes of one native stage (seed 
     }
   });
 
+  it("a step's lanes complete a group: lanes attached but idle in the step (a server's free slots) hold no job back, with no flush or wait", () => {
+    using cpu = createCpuBackend({ threads: 1 });
+    const { seqs, free } = setUp(cpu, 2);
+    try {
+      const group = new NativeStageGroup(cpu, { threads: 2 }, 8);
+      const stages = seqs.slice(0, 4).map(() => new NativeCpuStage(cpu, {}, group));
+      try {
+        for (const s of stages) s.prepare(shape);
+        const done = words(4);
+        // Polls the done word as a device would, the host making no call to the group meanwhile.
+        const rises = (i: number, value: number) => {
+          for (let spins = 0; spins < 20_000 && Atomics.load(done.w, i) !== value; spins++) Bun.sleepSync(1);
+          return Atomics.load(done.w, i) === value;
+        };
+        const submit = (s: number, l: number, i: number, value: number) => {
+          const { job, q } = seqs[s]![l]!;
+          stages[s]!.query(job.slot).set(q);
+          stages[s]!.submit({ ...job, done: { address: done.at(i), value } });
+        };
+        // A step of one lane of the four attached.
+        group.join(null);
+        submit(2, 0, 0, 7);
+        expect(group.waiting, "a one-lane step's job went at its submit").toBe(0);
+        expect(rises(0, 7)).toBe(true);
+        stages[2]!.wait();
+        // A batched step of lanes 0 and 3: the group goes once both have a job, not before.
+        const step = { serial: 41 };
+        group.join(step);
+        group.join(step);
+        submit(0, 0, 1, 8);
+        expect(group.waiting).toBe(1);
+        submit(3, 0, 2, 9);
+        expect(group.waiting, "the step's second lane sent the group").toBe(0);
+        expect(rises(1, 8) && rises(2, 9)).toBe(true);
+        // The same object's next serial is a new step: the count starts over.
+        step.serial++;
+        group.join(step);
+        submit(1, 1, 3, 10);
+        expect(group.waiting).toBe(0);
+        expect(rises(3, 10)).toBe(true);
+        for (const s of [0, 3, 1]) stages[s]!.wait();
+      } finally {
+        for (const s of stages) s.close();
+      }
+    } finally {
+      free();
+    }
+  });
+
   it("lanes are handed out and taken back; a group with every lane taken, options a group owns on a stage of it, and bad lane counts are one-line errors", () => {
     using cpu = createCpuBackend({ threads: 1 });
     const group = new NativeStageGroup(cpu, { threads: 2 }, 2);

@@ -4,8 +4,8 @@
  * slots, so generateBatch's) gets one as it is made, each over its own KV window and offloaded
  * store, with its own CPU stage and scheduler (K per step from that sequence's stage times); the
  * stages are lanes of one native stage, so a batched step's layer goes to it as one group of every
- * row's job, run at once over its pool, before any row waits (core's BatchRows, rowsDone);
- * on a device whose link hands off, the device does the waiting and the host waits once a step.
+ * row's job, run at once over its pool, before any row waits (core's BatchRows flushes it once a
+ * pass over the rows; a step's lanes alone complete a group, so idle slots hold nothing back); on a device whose link hands off, the device does the waiting and the host waits once a step.
  * A storeAllocator function places each sequence's store (TieredStore, KSpill: memtier's tiers, the
  * disk tier), sequence 0 the model's own; a store goes when its sequence's cache closes (released,
  * a BatchDecoder's slots when it closes; the own sequence's with the model).

@@ -8,6 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { BatchDecoder, generate, generateBatch, loadModel, relError, type LlamaModel } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import { FixedScheduler } from "@hybridgen/scheduler";
+import type { CpuStage, CpuStageJob } from "@hybridgen/spec";
 import {
   attachAttentionConfigs, attentionConfig, createBatchHybridAttention, createHybridAttention, hybridPlan, sequenceModel, type AttachedAttention, type HybridRuntimeOptions,
 } from "../src/index.js";
@@ -91,6 +92,32 @@ describe("hybrid attention at batch 3 equals each sequence alone (CPU backend, n
       using _b = await createBatchHybridAttention(model, backend, options, 3);
       const res = await generateBatch(model, tok, requests, { batch: 3, sampling: { temperature: 0 } }).result();
       expect(res.results.map((r) => r.tokens), options.selector).toEqual(want);
+    }
+  });
+
+  it("the batch's shared stage: a one-row step beside idle slots sends each job at its submit; a batched step's group goes once its rows' jobs are in", async () => {
+    for (const logits of ["speculative", "exact"] as const) {
+      let group: { readonly waiting: number } | null = null;
+      const waiting: number[] = [];
+      // Jobs still deferred in the group right after each submit (a device waiting on a deferred job hangs).
+      const cpuStage = (stage: CpuStage): CpuStage =>
+        new Proxy(stage, {
+          get: (t, p) => (p === "submit" ? (job: CpuStageJob) => (t.submit(job), void waiting.push(group!.waiting)) : typeof Reflect.get(t, p) === "function" ? (Reflect.get(t, p) as Function).bind(t) : Reflect.get(t, p)),
+        });
+      using model = load();
+      using hybrid = await createBatchHybridAttention(model, backend, { selector: "topk", k: 8, logits, cpuStageThreads: 2, cpuStage }, 3);
+      group = hybrid.own.stageGroup as unknown as { readonly waiting: number };
+      using dec = new BatchDecoder(model, 3); // slot 2 stays idle, its lane attached
+      const layers = model.cache.layers;
+      dec.prefill(0, PROMPTS[2]!, 0);
+      for (let s = 0; s < 3; s++) dec.step([0], Int32Array.of(argmax(dec.logits(0))));
+      expect(waiting, `${logits}: one-row steps`).toEqual(Array(3 * layers).fill(0));
+      waiting.length = 0;
+      const next0 = argmax(dec.logits(0));
+      dec.prefill(1, PROMPTS[1]!, 0);
+      dec.step([0, 1], Int32Array.of(next0, argmax(dec.logits(1))));
+      dec.step([0, 1], Int32Array.of(argmax(dec.logits(0)), argmax(dec.logits(1))));
+      expect(waiting, `${logits}: two-row steps`).toEqual(Array.from({ length: 2 * layers }, () => [1, 0]).flat());
     }
   });
 

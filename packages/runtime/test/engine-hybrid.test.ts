@@ -68,24 +68,27 @@ describe("hybrid attention across a KvCache restore", () => {
 });
 
 describe("hybrid attention on a stage a batch shares", () => {
-  it("a step of its own (no batched step, so no rowsDone) sends each job to the shared stage as it submits it: a device may be waiting for it", () => {
+  it("a step of its own joins the shared stage as a step of one lane, once a step it plans jobs, before its first submit; a step with nothing offloaded joins nothing", () => {
     const { files } = tinyModel({ seed: testSeed(920), maxPositions: 64, heads: 4, kvHeads: 2 });
     const be = new ReferenceBackend();
     using model = LlamaModel.load(files, be, { prefillBlock: 5, maxContext: 40, gpuKvBudget: 8, kvEvictBlock: 2 });
-    const stage = new BackendCpuStage(be), submitted: number[] = [], flushed: number[] = [];
+    const stage = new BackendCpuStage(be), events: string[] = [];
     const submit = stage.submit.bind(stage);
     stage.submit = (job) => {
-      submitted.push(job.slot);
+      events.push("submit");
       submit(job);
     };
-    // The group's flush must follow every submit: a job held for a rowsDone that never comes hangs a handed-off step.
-    const stageGroup = { flush: () => void flushed.push(submitted.length), groupCounts: () => ({ atOnce: 0, inTurn: 0 }) };
+    // The group goes by itself once the step's lanes have a job: a job held for a flush no caller makes hangs a handed-off step.
+    const stageGroup = { join: (step: { serial: number } | null) => void events.push(step === null ? "join" : "join batched"), flush: () => void events.push("flush"), groupCounts: () => ({ atOnce: 0, inTurn: 0 }) };
     using h = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector: topKSelector(true), scheduler: fixedScheduler(3, "post"), stageGroup }, { logits: "speculative" });
     const tokens = Int32Array.from(randomIds(testSeed(921), 24));
-    model.forward(tokens.subarray(0, 16), 0);
+    model.forward(tokens.subarray(0, 4), 0);
+    for (let p = 4; p < 8; p++) model.forward(tokens.subarray(p, p + 1), p); // within the window: nothing offloaded
+    expect(events).toEqual([]);
+    model.forward(tokens.subarray(8, 16), 8);
     for (let p = 16; p < 24; p++) model.forward(tokens.subarray(p, p + 1), p);
     expect(h.stats.steps).toBeGreaterThanOrEqual(8);
-    expect(submitted.length).toBe(h.stats.steps * model.cache.layers);
-    expect(flushed).toEqual(submitted.map((_, i) => i + 1));
+    const step = ["join", ...Array<string>(model.cache.layers).fill("submit")];
+    expect(events).toEqual(Array.from({ length: h.stats.steps }, () => step).flat());
   });
 });

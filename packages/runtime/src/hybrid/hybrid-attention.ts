@@ -30,7 +30,7 @@ import {
   type Tensor, type Scheduler, type SchedulerDecision, referencePrimitives, headLayout, type AccumulatedScores, type HeadLayout, type TokenSelector, fail, type CpuStage, type CpuStageJob, type CpuStageWork, checkSpecVersion,
   stageKernel, type IndexKernel, type IndexRankRow,
 } from "@hybridgen/spec";
-import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector } from "@hybridgen/core";
+import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector, StepGroup } from "@hybridgen/core";
 import { selectionRows, type RowPath } from "./row-path.js";
 import { HybridStats } from "./hybrid-stats.js";
 import { HybridOptionsSchema, type HybridOptions, type LogitsMode } from "./options.js";
@@ -52,13 +52,14 @@ export interface HybridAttentionParts {
   readonly stage: CpuStage;
   readonly selector: TokenSelector;
   readonly scheduler: Scheduler;
-  /** The native stage a batch's sequences share (kernels-cpu's NativeStageGroup): rowsDone sends the rows' deferred jobs as one group. */
+  /** The native stage a batch's sequences share (kernels-cpu's NativeStageGroup): a batched step flushes it once after each pass over the rows. */
   readonly stageGroup?: StageGroup;
 }
 
 /** What a hybrid attention uses of the native stage its batch shares. */
-export interface StageGroup {
-  flush(): void;
+export interface StageGroup extends StepGroup {
+  /** This sequence's lane takes part in `step` (null: a step of its own): the group goes by itself once the step's lanes have a job each. */
+  join(step: { readonly serial: number } | null): void;
   /** Groups of two jobs or more so far: run at once (a job a thread), one after another over the whole pool. */
   groupCounts(): { atOnce: number; inTurn: number };
 }
@@ -281,6 +282,8 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     }
     this.handedOff = this.transport.planned(plan, this.rowsFor(plan.budget));
     this.current = plan;
+    // Counted in the step's lanes only when it will submit jobs: a lane that never does would hold the group's jobs back.
+    this.stageGroup?.join(this.batchStep);
     if (this.batchStep?.queryOfRow && this.batchRow >= 0 && this.ranksOnDevice(plan)) {
       this.batchRanks = IndexBatch.of(this.attention.backend).join(this.batchStep, this, this.deviceIndex!.shape);
     }
@@ -310,11 +313,6 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     if (!this.current || this.ahead[layer] || this.jobs[layer]) return;
     this.sendQuery(layer, q);
     this.submit(layer);
-  }
-
-  /** DecodeAttention.rowsDone: every row of the batch submitted this layer's jobs; they go to the shared stage as one group. */
-  rowsDone(): void {
-    this.stageGroup?.flush();
   }
 
   endStep(): void {
@@ -398,8 +396,6 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     };
     this.jobs[layer] = job;
     this.stage.submit(job);
-    // Outside a batched step no rowsDone comes: the job goes to the shared stage now (a device may be waiting for it).
-    if (!this.batchStep) this.stageGroup?.flush();
     this.inFlight = true;
   }
 
