@@ -26,6 +26,12 @@ describe("hybridgen serve: a full queue, shutdown, loading, bad flags", () => {
       expect(await full.json()).toEqual({ error: { message: "the queue is full (1 requests waiting); retry later", type: "rate_limit_error", param: null, code: null } });
 
       stopped = server.stop("SIGTERM");
+      // While the running request finishes, the server takes nothing new.
+      await until(async () => (await fetch(`${server.url}/health`)).status === 503, "/health to say the server is stopping");
+      expect(await (await fetch(`${server.url}/health`)).json()).toEqual({ status: "shutting down" });
+      const late = await fetch(`${server.url}/v1/completions`, { method: "POST", body: body(5) });
+      expect(late.status).toBe(503);
+      expect(((await late.json()) as { error: { message: string } }).error.message).toBe("the server is shutting down");
       const [a, b] = await Promise.all([running.then((r) => r.text()), queued.then((r) => r.text())]);
       const first = sseEvents(a);
       expect(first[first.length - 1]).toBe("[DONE]");

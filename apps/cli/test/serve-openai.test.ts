@@ -129,7 +129,7 @@ describe("hybridgen serve: OpenAI's endpoints give generate's text", () => {
     expect(await metric(server.url, "hybridgen_requests_running")).toBe(0);
   });
 
-  it("a client that disconnects mid-stream is cancelled and its slot comes back (metrics)", async () => {
+  it("a client that disconnects mid-stream, or before its whole response, is cancelled and its slot comes back (metrics)", async () => {
     const cancelled = `hybridgen_requests_finished_total{reason="cancelled"}`;
     const before = await metric(server.url, cancelled), tokens = await metric(server.url, "hybridgen_generation_tokens_total");
     const ac = new AbortController();
@@ -142,6 +142,14 @@ describe("hybridgen serve: OpenAI's endpoints give generate's text", () => {
     // The slot serves the next request.
     const r = await client.completions.create({ model: "m", prompt: PROMPT, max_tokens: 3, temperature: 0 });
     expect(r.choices[0]!.finish_reason).toBe("length");
+    // A client of a whole (not streamed) response that goes away is cancelled too.
+    const whole = new AbortController(), generated = await metric(server.url, "hybridgen_generation_tokens_total");
+    const pending = fetch(`${server.url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: PROMPT, max_tokens: 250, temperature: 0 }), signal: whole.signal }).catch(() => null);
+    await until(async () => (await metric(server.url, "hybridgen_generation_tokens_total")) > generated + 2, "the whole request to generate");
+    whole.abort();
+    expect(await pending).toBeNull();
+    await until(async () => (await metric(server.url, cancelled)) === before + 2 && (await metric(server.url, "hybridgen_requests_running")) === 0, "the whole request to leave");
+    expect(await metric(server.url, "hybridgen_generation_tokens_total")).toBeLessThan(generated + 150);
   });
 
   it("every bad request gets its status and a one-line message naming the field", async () => {
