@@ -9,7 +9,7 @@
  * Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
-import { HybridgenError, SPEC_VERSION, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
+import { HybridgenError, SPEC_VERSION, type HandOffRow, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
 import { MAX_HOST_INTS, type CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 
@@ -19,6 +19,8 @@ const FIELDS = 6; // dst, src, width, rows, dst pitch, src pitch (native hg_link
 export const DEFAULT_WAIT_TIMEOUT_MS = 10_000;
 const MAX_WAIT_TIMEOUT_MS = 3_600_000;
 const INT32_MAX = 0x7fffffff;
+/** The most rows one handOffRows call takes (native hg_link_hand_off_rows). */
+const MAX_HAND_OFF_ROWS = 4096;
 
 function bad(message: string): never {
   throw new HybridgenError(message, "EBADARG");
@@ -43,10 +45,8 @@ export class CudaHostLink implements HostTransfers {
   /** Every optional op is native here. */
   readonly capabilities: HostTransferCapabilities = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true, bandwidth: true };
   private link: Pointer | null;
-  private readonly pinned = new Map<number, number>(); // address → bytes
-  /** The pinned addresses in ascending order: a region's pinned block by binary search (a batch pins ~70 regions a sequence, looked up a few times a row a layer). */
-  private readonly bases: number[] = [];
-  private readonly deviceAt = new Map<number, number>(); // pinned address → its device address (mapped regions)
+  /** The pinned blocks in ascending address order: a region's block by binary search (a batch pins ~70 regions a sequence, looked up a few times a row a layer). */
+  private readonly pinned: PinnedBlock[] = [];
   private readonly pageable = new Set<number>(); // pin() found their pages pinned already
   private desc = new Float64Array(FIELDS * 64);
   private readonly timesOut = new Float64Array(4);
@@ -72,7 +72,8 @@ export class CudaHostLink implements HostTransfers {
   pin(region: HostRegion): void {
     this.live("pin");
     checkRegion(region, "pin");
-    if (this.pinned.has(region.address) || this.pageable.has(region.address)) bad(`pin: host region at 0x${region.address.toString(16)} is already pinned`);
+    const at = this.firstAbove(region.address);
+    if (this.pinned[at - 1]?.address === region.address || this.pageable.has(region.address)) bad(`pin: host region at 0x${region.address.toString(16)} is already pinned`);
     if (region.byteLength === 0) return;
     const rc = this.owner.lib.hg_host_pin(P(region.address), region.byteLength);
     if (rc === -1) {
@@ -80,10 +81,9 @@ export class CudaHostLink implements HostTransfers {
       return;
     }
     this.owner.ok("pin (cudaHostRegister)", rc);
-    this.pinned.set(region.address, region.byteLength);
-    this.bases.splice(this.firstAbove(region.address), 0, region.address);
-    const at = new Float64Array(1);
-    if (this.owner.lib.hg_host_device_ptr(P(region.address), at) === 0 && at[0] > 0) this.deviceAt.set(region.address, at[0]);
+    const dev = new Float64Array(1);
+    const device = this.owner.lib.hg_host_device_ptr(P(region.address), dev) === 0 && dev[0] > 0 ? dev[0] : null;
+    this.pinned.splice(at, 0, { address: region.address, bytes: region.byteLength, device });
   }
 
   unpin(region: HostRegion): void {
@@ -91,20 +91,20 @@ export class CudaHostLink implements HostTransfers {
     checkRegion(region, "unpin");
     if (region.byteLength === 0) return;
     if (this.pageable.delete(region.address)) return;
-    if (!this.pinned.delete(region.address)) bad(`unpin: host region at 0x${region.address.toString(16)} is not pinned`);
-    this.bases.splice(this.firstAbove(region.address) - 1, 1);
-    this.deviceAt.delete(region.address);
+    const i = this.firstAbove(region.address) - 1;
+    if (this.pinned[i]?.address !== region.address) bad(`unpin: host region at 0x${region.address.toString(16)} is not pinned`);
+    this.pinned.splice(i, 1);
     this.owner.ok("unpin (cudaHostUnregister)", this.owner.lib.hg_host_unpin(P(region.address)));
   }
 
   /** Regions pinned, and regions pin() left pageable (smaller than 2 MiB or not page-aligned). */
   pinCounts(): { pinned: number; pageable: number } {
-    return { pinned: this.pinned.size, pageable: this.pageable.size };
+    return { pinned: this.pinned.length, pageable: this.pageable.size };
   }
 
   /** Whether `region` lies inside a pinned region (copies from pageable memory would be synchronous). */
   isPinned(region: HostRegion): boolean {
-    return this.pinnedBase(region) !== null;
+    return this.pinnedBlock(region) !== null;
   }
 
   /** HostTransfers.mapped: `region` lies inside a pinned region the device maps. */
@@ -166,6 +166,13 @@ export class CudaHostLink implements HostTransfers {
   readMapped(copy: HostCopy): void {
     const op = "readMapped";
     this.live(op);
+    const r = this.mappedRead(copy, op);
+    if (r.rows === 0 || r.width === 0) return;
+    this.owner.ok(op, this.owner.lib.hg_cu_read_mapped(this.owner.ctx, P(r.dev), P(r.src), r.width, r.rows, r.dstPitch, r.srcPitch));
+  }
+
+  /** readMapped's checks: the device addresses of both ends (src mapped) and the pitches the kernel takes. */
+  private mappedRead(copy: HostCopy, op: string): { dev: number; src: number; width: number; rows: number; dstPitch: number; srcPitch: number } {
     if (!copy || typeof copy !== "object") bad(`${op}: a HostCopy is needed`);
     const { t, hp, tp } = this.checkCopy(copy, op, "");
     const { rows, width } = copy;
@@ -175,8 +182,41 @@ export class CudaHostLink implements HostTransfers {
     if ([width, rows, ...pitches].some((v) => v > INT32_MAX)) bad(`${op}: width, rows and pitches must be 32-bit integers`);
     const at = this.deviceAddress(copy.host);
     if (at === null) bad(`${op}: host region at 0x${copy.host.address.toString(16)} is not pinned memory the device maps`);
-    if (rows === 0 || width === 0) return;
-    this.owner.ok(op, this.owner.lib.hg_cu_read_mapped(this.owner.ctx, P(dev), P(at + copy.hostOffset), width, rows, rows > 1 ? tp : width, rows > 1 ? hp : width));
+    return { dev, src: at + copy.hostOffset, width, rows, dstPitch: rows > 1 ? tp : width, srcPitch: rows > 1 ? hp : width };
+  }
+
+  /**
+   * HostTransfers.handOffRows: every row's wait, then every row's logits read and row gathers, as
+   * one op (native/hand_off_rows.cu); each row's parts checked as awaitSignal, readMapped and
+   * gatherRowsAt check theirs.
+   */
+  handOffRows(rows: readonly HandOffRow[]): void {
+    const op = "handOffRows";
+    const link = this.live(op);
+    if (!Array.isArray(rows) || rows.length === 0 || rows.length > MAX_HAND_OFF_ROWS) bad(`${op}: 1 to ${MAX_HAND_OFF_ROWS} rows are needed`);
+    let m = 0;
+    for (const [i, r] of rows.entries()) {
+      if (!r || typeof r !== "object" || !Array.isArray(r.gathers) || r.gathers.length > 8) bad(`${op}: row ${i} needs done, logits and 0 to 8 gathers`);
+      m += r.gathers.length;
+    }
+    const desc = new Float64Array(8 * rows.length), gathers = new Float64Array(7 * Math.max(1, m));
+    let k = 0;
+    rows.forEach((r, i) => {
+      const which = `${op}: row ${i}`;
+      desc[8 * i] = this.signalWord(r.done, which);
+      desc[8 * i + 1] = r.done.value;
+      if (r.logits) {
+        const c = this.mappedRead(r.logits, which);
+        if (c.rows > 0 && c.width > 0) desc.set([c.dev, c.src, c.width, c.rows, c.dstPitch, c.srcPitch], 8 * i + 2);
+      }
+      for (const g of r.gathers) {
+        const { groups, kmax, cap, rowBytes } = checkGatherShape(g.rows, which);
+        const tableAt = this.mappedTable(g.table, groups * (1 + kmax), `${groups} × (1 + ${kmax}) ints`, which);
+        const { d, at } = this.gatherRanges(g.dst, g.src, g.rows, which);
+        gathers.set([d.addr, at, tableAt, groups, kmax, cap, rowBytes], 7 * k++);
+      }
+    });
+    this.owner.ok(`${op} (a device that cannot map host memory has no signal word)`, this.owner.lib.hg_link_hand_off_rows(link, desc, rows.length, gathers, m));
   }
 
   /**
@@ -319,10 +359,8 @@ export class CudaHostLink implements HostTransfers {
   close(): void {
     if (!this.link) return;
     for (const f of [...this.fetches]) f.close();
-    for (const a of this.pinned.keys()) this.owner.lib.hg_host_unpin(P(a));
-    this.pinned.clear();
-    this.bases.length = 0;
-    this.deviceAt.clear();
+    for (const b of this.pinned) this.owner.lib.hg_host_unpin(P(b.address));
+    this.pinned.length = 0;
     this.pageable.clear();
     this.owner.lib.hg_link_destroy(this.link);
     this.link = null;
@@ -335,25 +373,22 @@ export class CudaHostLink implements HostTransfers {
 
   /** The device address of `region` when it lies inside a pinned, mapped region (else null). */
   private deviceAddress(region: HostRegion): number | null {
-    const a = this.pinnedBase(region);
-    const d = a === null ? undefined : this.deviceAt.get(a);
-    return d === undefined ? null : d + (region.address - a!);
+    const b = this.pinnedBlock(region);
+    return b === null || b.device === null ? null : b.device + (region.address - b.address);
   }
 
-  /** The start of the pinned region `region` lies inside (else null): pinned blocks never overlap (CUDA refuses it), so only the last one starting at or below it can hold it. */
-  private pinnedBase(region: HostRegion): number | null {
-    const i = this.firstAbove(region.address) - 1;
-    if (i < 0) return null;
-    const a = this.bases[i]!;
-    return region.address + region.byteLength <= a + this.pinned.get(a)! ? a : null;
+  /** The pinned block `region` lies inside (else null): pinned blocks never overlap (CUDA refuses it), so only the last one starting at or below it can hold it. */
+  private pinnedBlock(region: HostRegion): PinnedBlock | null {
+    const b = this.pinned[this.firstAbove(region.address) - 1];
+    return b !== undefined && region.address + region.byteLength <= b.address + b.bytes ? b : null;
   }
 
-  /** The index of the first pinned address above `address` in bases. */
+  /** The index of the first pinned block that starts above `address`. */
   private firstAbove(address: number): number {
-    let lo = 0, hi = this.bases.length;
+    let lo = 0, hi = this.pinned.length;
     while (lo < hi) {
       const mid = (lo + hi) >> 1;
-      if (this.bases[mid]! <= address) lo = mid + 1;
+      if (this.pinned[mid]!.address <= address) lo = mid + 1;
       else hi = mid;
     }
     return lo;
@@ -426,6 +461,13 @@ export class CudaHostLink implements HostTransfers {
     const end = buf.indexOf(0);
     return { firstError: new TextDecoder().decode(buf.subarray(0, end < 0 ? buf.length : end)), rowwise: n[0] };
   }
+}
+
+/** A pinned host block: where it starts, its bytes, and its device address where the device maps it. */
+interface PinnedBlock {
+  readonly address: number;
+  readonly bytes: number;
+  readonly device: number | null;
 }
 
 /** A fetch's checked arguments: the signal word's device address, and 7 doubles a gather (hg_fetch_rows). */

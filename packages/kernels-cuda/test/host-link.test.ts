@@ -388,6 +388,43 @@ describe("CudaBackend.hostTransfers: the stage hand-off on the device (stand-in 
     expect(named(calls, "hg_fetch_destroy")).toHaveLength(2);
     expect(calls.findIndex((x) => x.name === "hg_fetch_destroy" && x.args[0] === c.args[0])).toBeLessThan(calls.findIndex((x) => x.name === "hg_link_destroy"));
   });
+
+  it("handOffRows checks each row's signal as awaitSignal, its logits as readMapped and its gathers as gatherRowsAt, and passes one table of device addresses", () => {
+    const calls: NativeCall[] = [];
+    using be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: lib(calls), device });
+    const link = be.hostTransfers();
+    const store = { address: 0x400000, byteLength: 2 * 64 * 32 }, tables = { address: 0x600000, byteLength: 4096 };
+    for (const r of [store, tables]) link.pin(r);
+    const k = be.alloc([2 * 8, 8]), v = be.alloc([2 * 8, 8]), scores = be.alloc([4, 8]);
+    const rows = { groups: 2, cap: 64, rowBytes: 32, kmax: 8 };
+    const table = { address: tables.address + 256, byteLength: 2 * 9 * 4 };
+    const logits = { host: { address: tables.address + 1024, byteLength: 4 * 8 * 4 }, hostOffset: 0, tensor: scores, tensorOffset: 0, width: 8 * 4, rows: 4, hostPitch: 8 * 4, tensorPitch: 8 * 4 };
+    const verified = { done: { address: tables.address + 64, value: 5 }, logits: null, gathers: [{ dst: k, src: store, rows, table }, { dst: v, src: store, rows, table }] };
+    const plain = { done: { address: tables.address + 128, value: 9 }, logits, gathers: [{ dst: v, src: store, rows, table }] };
+    expectOneLineErrors([
+      [() => link.handOffRows!([]), /handOffRows: 1 to 4096 rows are needed/],
+      [() => link.handOffRows!([{ ...plain, gathers: undefined as never }]), /handOffRows: row 0 needs done, logits and 0 to 8 gathers/],
+      [() => link.handOffRows!([verified, { ...plain, done: { address: 0x1000, value: 1 } }]), /handOffRows: row 1: the word at 0x1000 is neither the link's stage word nor in pinned memory the device maps/],
+      [() => link.handOffRows!([{ ...plain, logits: { ...logits, width: 6 } }]), /handOffRows: row 0: width, pitches and both start addresses must be multiples of 4 bytes/],
+      [() => link.handOffRows!([{ ...plain, logits: { ...logits, host: { address: 0x1000, byteLength: 128 } } }]), /host region at 0x1000 is not pinned memory the device maps/],
+      [() => link.handOffRows!([{ ...verified, gathers: [{ ...verified.gathers[0]!, table: { ...table, byteLength: 68 } }] }]), /handOffRows: row 0: a table of 2 × \(1 \+ 8\) ints needs 72 bytes, the region has 68/],
+      [() => link.handOffRows!([{ ...verified, gathers: [{ ...verified.gathers[0]!, rows: { ...rows, kmax: 16 }, table: { ...table, byteLength: 2 * 17 * 4 } }] }]), /handOffRows: row 0: 2 × 16 rows of 32 bytes exceed f32\[16x8\]'s 512/],
+    ]);
+    expect(named(calls, "hg_link_hand_off_rows")).toHaveLength(0);
+    link.handOffRows!([verified, plain]);
+    const c = named(calls, "hg_link_hand_off_rows").at(-1)!;
+    expect([...(c.args[1] as Float64Array)]).toEqual([
+      tables.address + 64 + 2 ** 44, 5, 0, 0, 0, 0, 0, 0,
+      tables.address + 128 + 2 ** 44, 9, be.address(scores), tables.address + 1024 + 2 ** 44, 32, 4, 32, 32,
+    ]);
+    expect(c.args[2]).toBe(2);
+    expect([...(c.args[3] as Float64Array)]).toEqual([
+      be.address(k), 0x400000 + 2 ** 44, table.address + 2 ** 44, 2, 8, 64, 32,
+      be.address(v), 0x400000 + 2 ** 44, table.address + 2 ** 44, 2, 8, 64, 32,
+      be.address(v), 0x400000 + 2 ** 44, table.address + 2 ** 44, 2, 8, 64, 32,
+    ]);
+    expect(c.args[4]).toBe(3);
+  });
 });
 
 // The link on a GPU (sendSignalled, round trips, gathers, the stage hand-off, rows fetched ahead) is

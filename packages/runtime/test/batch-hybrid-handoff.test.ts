@@ -140,6 +140,8 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       });
       expect(r.waits, label).toEqual(steps); // the host waits for a sequence's stage once a step
       expect((r.link as HandoffLink).awaited, label).toBe(ROW_STEPS * LAYERS); // the device, once a layer of every row
+      // The rows' hand-offs as one op a layer of each batched step (sequence 2's last two steps run alone, a hand-off each layer).
+      expect((r.link as HandoffLink).handOffCalls, label).toBe((STEPS - 2) * LAYERS);
       r.close();
 
       expectSame(got, want, `${label}, handed off vs per layer`);

@@ -9,7 +9,7 @@
  * before the device read it, or a word that another stage's job raises changes the logits or throws.
  * With the rowFetch option the link also fetches rows ahead on a side stream (StandInRowFetch).
  */
-import type { CpuStageJob, CpuStageOutput, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor } from "@hybridgen/core";
+import type { CpuStageJob, CpuStageOutput, HandOffRow, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor } from "@hybridgen/core";
 import { type AddressBook, StagedBackendCpuStage } from "@hybridgen/core/testing";
 import { CheckedLink, type Recorder } from "./recorder.js";
 
@@ -89,6 +89,17 @@ export class HandoffLink extends CheckedLink {
   gatherAt(dst: Tensor, src: HostRegion, g: RowGather, table: HostRegion): void {
     const t = this.ints(table);
     this.gather(dst, src, g, t.subarray(g.groups), t.subarray(0, g.groups));
+  }
+  /** handOffRows calls (each a layer of a batched step). */
+  handOffCalls = 0;
+  /** Every row's wait (each counted in awaited), then every row's read and gathers, in device order. */
+  handOffRows(rows: readonly HandOffRow[]): void {
+    this.handOffCalls++;
+    for (const r of rows) this.awaitSignal(r.done);
+    for (const r of rows) {
+      if (r.logits) this.readMapped(r.logits);
+      for (const g of r.gathers) this.gatherRowsAt(g.dst, g.src, g.rows, g.table);
+    }
   }
   padColumnsAt(scores: Tensor, col: number, kmax: number, group: number, table: HostRegion): void {
     this.schedule(() => {

@@ -96,7 +96,7 @@ export interface HostTransferCapabilities {
   readonly signalledSend: boolean;
   /** mapped() and gatherRows(): the device gathers rows from pinned host memory mapped into its address space. */
   readonly gathersRows: boolean;
-  /** mapped(), awaitSignal(), readMapped(), gatherRowsAt(), padColumnsAt(): the device, not the host, waits for the CPU stage. */
+  /** mapped(), awaitSignal(), readMapped(), gatherRowsAt(), padColumnsAt(), handOffRows(): the device, not the host, waits for the CPU stage. */
   readonly handOff: boolean;
   /** rowFetch(): a layer's rows fetched ahead on a side stream. */
   readonly rowFetch: boolean;
@@ -160,7 +160,7 @@ export interface HostTransfers extends Disposable {
    */
   gatherRows?(dst: Tensor, src: HostRegion, rows: RowGather, ids: Int32Array, counts: Int32Array): void;
 
-  // ---- the stage hand-off on the device (all five or none): the device, not the host, waits for
+  // ---- the stage hand-off on the device (all six or none): the device, not the host, waits for
   // the CPU stage and reads its output where it lies, so the host issues a whole step without blocking.
   /**
    * Optional: a new signal for another host thread (the CPU stage) to raise by writing `value`
@@ -190,6 +190,13 @@ export interface HostTransfers extends Disposable {
    * groups = heads / group) (compute stream, recordable).
    */
   padColumnsAt?(scores: Tensor, col: number, kmax: number, group: number, table: HostRegion): void;
+  /**
+   * Optional: the hand-offs of a batched step's rows in one op (compute stream, recordable): the
+   * device waits until every row's `done` is reached (as awaitSignal), then runs every row's
+   * `logits` copy (as readMapped) and its gathers (as gatherRowsAt). A batch's layer issues this
+   * once where each row's own hand-off would be a wait, a copy and a gather or two.
+   */
+  handOffRows?(rows: readonly HandOffRow[]): void;
   /**
    * Optional (with the hand-off ops): a new pair of row slots filled ahead on a stream of their own
    * (RowFetch), so a layer's selected rows cross the link while the compute stream still runs the
@@ -225,6 +232,14 @@ export interface RowFetchGather {
   readonly src: HostRegion;
   readonly rows: RowGather;
   readonly table: HostRegion;
+}
+
+/** One row of HostTransfers.handOffRows: what its own awaitSignal, readMapped and gatherRowsAt calls would take. */
+export interface HandOffRow {
+  readonly done: HostSignal;
+  /** The stage's logits into the row's score rows (null: the device scores the row's K rows itself). */
+  readonly logits: HostCopy | null;
+  readonly gathers: readonly RowFetchGather[];
 }
 
 /** A HostTransfers.sendSignalled: the word at `address` reaches `value` once the bytes have landed. */

@@ -20,7 +20,7 @@ export const NO_HOST_CAPABILITIES: HostTransferCapabilities = Object.freeze({
 export const CAPABILITY_METHODS: Readonly<Record<keyof HostTransferCapabilities, readonly (keyof HostTransfers)[]>> = {
   signalledSend: ["sendSignalled", "mapped"],
   gathersRows: ["mapped", "gatherRows"],
-  handOff: ["mapped", "awaitSignal", "readMapped", "gatherRowsAt", "padColumnsAt"],
+  handOff: ["mapped", "awaitSignal", "readMapped", "gatherRowsAt", "padColumnsAt", "handOffRows"],
   rowFetch: ["rowFetch"],
   bandwidth: ["bandwidth"],
 };

@@ -308,11 +308,17 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     this.transport.attend(layer, q, out);
   }
 
-  /** A layer that waits for its true query submits its stage with it (once: a batched step calls this for every row first). */
+  /**
+   * A layer that waits for its true query submits its stage with it, and the transport queues what
+   * goes before the stage's output (once: a batched step calls this for every row first).
+   */
   prepareAttend(layer: number, q: Tensor): void {
-    if (!this.current || this.ahead[layer] || this.jobs[layer]) return;
-    this.sendQuery(layer, q);
-    this.submit(layer);
+    if (!this.current) return;
+    if (!this.ahead[layer] && !this.jobs[layer]) {
+      this.sendQuery(layer, q);
+      this.submit(layer);
+    }
+    this.transport.prepareAttend?.(layer, q);
   }
 
   endStep(): void {

@@ -18,7 +18,7 @@
  * back one another's waits.
  */
 import {
-  type Backend, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor, DTYPE_BYTES, fail, type CpuStage,
+  type Backend, type HandOffRow, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor, DTYPE_BYTES, fail, type CpuStage,
 } from "@hybridgen/spec";
 import type { KvCache } from "@hybridgen/core";
 import { GatheredValues } from "@hybridgen/spec/kit";
@@ -201,6 +201,16 @@ export class DeviceStaging implements Disposable {
     }
     if (fetched) return;
     for (const g of this.slotGathers(layer, slot, keys)) this.link.gatherRowsAt!(g.dst, g.src, g.rows, g.table);
+  }
+
+  /**
+   * The hand-off of `layer` (after handOffRows) as a row of the batch's one handOffRows call: the
+   * wait, the logits read and the gathers that handOff() would queue on their own.
+   */
+  batchHandOff(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean): HandOffRow {
+    const r = this.regions[slot]!, scores = this.scores[slot]!, kmax = this.values[slot]!.kmax;
+    const logits = keys ? null : { host: r.logits, hostOffset: 0, tensor: scores, tensorOffset: this.col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: scores.shape[1]! * 4 };
+    return { done, logits, gathers: this.slotGathers(layer, slot, keys) };
   }
 
   /**

@@ -24,6 +24,8 @@ export abstract class DeviceTransport implements StepTransport {
   readonly rowPaths: TransportChoice["rowPaths"];
   /** This step is a row of a batched step (nothing is recorded). */
   protected batch = false;
+  /** The batched step it is a row of (null: a step of its own). */
+  protected batchStep: DecodeBatchStep | null = null;
   private segmentOpen = false;
   /** A layer whose stage submission waits until the device work before it has been issued (-1: none). */
   private deferred = -1;
@@ -46,6 +48,7 @@ export abstract class DeviceTransport implements StepTransport {
   startStep(batch: DecodeBatchStep | null): void {
     this.flush();
     this.batch = batch !== null;
+    this.batchStep = batch;
     this.deferred = -1;
     this.readySignals = [];
   }

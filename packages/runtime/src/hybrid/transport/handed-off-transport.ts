@@ -17,6 +17,7 @@ import { type HostSignal, type Tensor, fail } from "@hybridgen/spec";
 import type { StepPlan } from "../step-plan.js";
 import type { TransportChoice } from "./choose-transport.js";
 import type { DeviceStaging } from "./device-staging.js";
+import { HandOffBatch } from "./hand-off-batch.js";
 import { MappedTransport } from "./mapped-transport.js";
 import type { StepDriver, TransportName } from "./step-transport.js";
 
@@ -25,17 +26,21 @@ export class HandedOffTransport extends MappedTransport {
   private handOffStep = false;
   /** Per layer: its rows were fetched ahead this step. */
   private readonly fetched: boolean[];
+  /** Per layer of a batched step: the row views of the hand-off it joined (prepareAttend), until its attend. */
+  private readonly joined: ({ values: Tensor; keys: Tensor | null } | null)[];
 
   constructor(step: StepDriver, d: DeviceStaging, attention: Attention, choice: TransportChoice) {
     super(step, d, attention, choice);
     if (!d.pinDoneWord()) fail("hybrid attention: the host link does not map the done word a handed-off step waits on");
     if (choice.fetchAhead) d.fetchAhead();
     this.fetched = new Array(step.layers).fill(false);
+    this.joined = new Array(step.layers).fill(null);
   }
 
   override planned(plan: StepPlan, rows: number): boolean {
     super.planned(plan, rows);
     this.fetched.fill(false);
+    this.joined.fill(null);
     this.handOffStep = plan.work === "kernel";
     return this.handOffStep;
   }
@@ -46,13 +51,37 @@ export class HandedOffTransport extends MappedTransport {
   }
 
   /**
+   * A row of a batched step, before any row attends: the window's share, and the layer's hand-off
+   * joins the batch's (one handOffRows a layer for every row, issued by the first row's attend).
+   */
+  prepareAttend(layer: number, q: Tensor): void {
+    if (!this.handOffStep || !this.batchStep || this.joined[layer]) return;
+    const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, job = s.job(layer), rescore = s.rescore[layer]!, kmax = s.layerKmax(layer);
+    if (!job?.done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
+    s.merge.scoreWindow(layer, q, d.scores[slot]!, kmax);
+    const up = d.handOffRows(slot, kmax, rescore);
+    HandOffBatch.of(d.link).join(this.batchStep, layer, d.batchHandOff(layer, slot, job.done, rescore));
+    this.joined[layer] = up;
+  }
+
+  /**
    * A handed-off layer: what is recorded so far starts running, and the device, not the host,
    * waits for the layer's job before its selected columns; the next layer's job is queued behind it.
+   * A batched step's row joined the batch's hand-off already: the first row's attend issues it.
    */
   override attend(layer: number, q: Tensor, out: Tensor): void {
     if (!this.handOffStep) return super.attend(layer, q, out);
     const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, scores = d.scores[slot]!, job = s.job(layer), rescore = s.rescore[layer]!;
     const kmax = s.layerKmax(layer);
+    const joined = this.joined[layer];
+    if (joined) {
+      this.joined[layer] = null;
+      HandOffBatch.of(d.link).issue(this.batchStep!, layer);
+      s.submitNext(layer);
+      this.rescored(slot, q, joined.keys, rescore, kmax);
+      s.merge.softmaxAggregate(layer, scores, d.col, null, joined.values, kmax, out);
+      return;
+    }
     s.merge.scoreWindow(layer, q, scores, kmax);
     if (!job?.done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
     // A batch's rows gather on the compute stream: on the link's one side stream a row's fetch would wait behind another row's next layer.
@@ -64,12 +93,17 @@ export class HandedOffTransport extends MappedTransport {
     d.handOff(layer, slot, job.done, rescore, fetch);
     s.submitNext(layer);
     if (fetch) this.fetchNext(layer);
-    if (rescore) {
-      this.attention.backend.attnLogits(scores, d.col, q, 0, up.keys!, 0, kmax, this.attention.scale);
-      d.padColumns(slot, kmax, s.layout.groupSize);
-    }
+    this.rescored(slot, q, up.keys, rescore, kmax);
     s.merge.softmaxAggregate(layer, scores, d.col, null, up.values, kmax, out); // a handed-off step tracks no scores
     if (fetch) d.releaseRows(slot);
+  }
+
+  /** Verified logits of a handed-off layer: the true query against the gathered K rows, −∞ past each KV head's count. */
+  private rescored(slot: 0 | 1, q: Tensor, keys: Tensor | null, rescore: boolean, kmax: number): void {
+    if (!rescore) return;
+    const d = this.d;
+    this.attention.backend.attnLogits(d.scores[slot]!, d.col, q, 0, keys!, 0, kmax, this.attention.scale);
+    d.padColumns(slot, kmax, this.step.layout.groupSize);
   }
 
   /**

@@ -63,6 +63,8 @@ export interface StepTransport extends Disposable {
   sendQuery(layer: number, q: Tensor, bytes?: number): void;
   /** A job's fields that depend on how rows travel. */
   jobLink(layer: number): Pick<CpuStageJob, "ready" | "done" | "deviceGather">;
+  /** A batched step calls it for every row before any row's attend (after the layer's job is submitted): the device work that can go first. */
+  prepareAttend?(layer: number, q: Tensor): void;
   /** The layer's attention once its job is submitted (prepareAttend): window, stage output, one softmax, A·V into out. */
   attend(layer: number, q: Tensor, out: Tensor): void;
   /** Before anything that talks to the host (a step's end, a close): recorded device work runs. */

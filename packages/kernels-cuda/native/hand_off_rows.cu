@@ -1,0 +1,195 @@
+// The hand-offs of a batched step's rows as one op (hg_link_hand_off_rows): the device waits until
+// every row's stage has raised its done word, then one launch copies every row's logits and
+// gathers every row's K and V rows from mapped host memory. A layer of B rows is two kernels
+// instead of B waits, B copies and B–2B gathers. The rows' words, values and addresses go with the
+// step's blob when recording, so a replay takes the new values (and new widths) without a capture.
+#include "common.cuh"
+#include "host_link.cuh"
+#include <stdlib.h>
+#include <string.h>
+
+struct HoWait {
+  unsigned long long word;  // device address of the 32-bit word
+  unsigned value, pad[3];
+};
+struct HoGather {  // gather_rows_kernel's arguments
+  unsigned long long dst, src, table;
+  long long cap;
+  int groups, kmax, pieces, pad;
+};
+struct HoRead {  // a 2-D copy of 4-byte pieces (the stage's logits)
+  unsigned long long dst, src;
+  int pieces, rows, dstPitch, srcPitch;
+};
+
+__device__ __forceinline__ unsigned long long ho_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Every row's word reaches its value (mod 2^32), a thread a row, as hg_link_await_signal's kernel
+// does it for one: past the link's timeout a wait records the give-up and returns, later ones at
+// once. The time until the last row is ready counts as the compute stream's wait.
+__global__ void await_rows_kernel(const HoWait *__restrict__ waits, int n, volatile HgLinkWords *w) {
+  __shared__ unsigned long long t0;
+  if (threadIdx.x == 0) t0 = ho_ns();
+  __syncthreads();
+  const unsigned long long limit = w->timeoutNs;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    volatile unsigned *word = (volatile unsigned *)waits[i].word;
+    const unsigned v = waits[i].value;
+    unsigned held = *word;
+    while ((int)(held - v) < 0) {
+      if (w->gaveUp) break;
+      if (ho_ns() - t0 >= limit) {
+        w->gaveUpValue = v;
+        w->gaveUpHeld = held;
+        __threadfence_system();
+        w->gaveUp = 1;
+        break;
+      }
+      __nanosleep(128);
+      held = *word;
+    }
+  }
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) w->waitedNs = w->waitedNs + (ho_ns() - t0);
+}
+
+constexpr int HO_CHUNK = 64, HO_UNROLL = 4, HO_THREADS = 256;
+
+// blockIdx.y < nGathers: that gather (as gather_rows_kernel: table = [counts | ids], zero rows past
+// a count or for an id outside the store), over blockIdx.x's chunks; else read y − nGathers.
+__global__ void __launch_bounds__(HO_THREADS) hand_off_copies_kernel(const HoGather *__restrict__ gathers, int nGathers, const HoRead *__restrict__ reads) {
+  __shared__ long long rowAt[HO_CHUNK];
+  if ((int)blockIdx.y >= nGathers) {
+    const HoRead r = reads[blockIdx.y - nGathers];
+    const long long total = (long long)r.rows * r.pieces;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
+      const long long row = i / r.pieces;
+      const int p = (int)(i - row * r.pieces);
+      ((unsigned *)(r.dst + row * r.dstPitch))[p] = ((const unsigned *)(r.src + row * r.srcPitch))[p];
+    }
+    return;
+  }
+  const HoGather g = gathers[blockIdx.y];
+  const uint4 *src = (const uint4 *)g.src;
+  uint4 *dst = (uint4 *)g.dst;
+  const int32_t *table = (const int32_t *)g.table;
+  const int pieces = g.pieces, kmax = g.kmax;
+  const long long rows = (long long)g.groups * kmax, chunks = (rows + HO_CHUNK - 1) / HO_CHUNK;
+  for (long long ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
+    const long long r0 = ch * HO_CHUNK;
+    const int n = (int)(rows - r0 < HO_CHUNK ? rows - r0 : HO_CHUNK);
+    __syncthreads();
+    if ((int)threadIdx.x < n) {
+      const long long r = r0 + threadIdx.x;
+      const int grp = (int)(r / kmax), i = (int)(r % kmax);
+      const int id = i < table[grp] ? table[g.groups + r] : -1;
+      rowAt[threadIdx.x] = id >= 0 && id < g.cap ? (long long)grp * g.cap + id : -1;
+    }
+    __syncthreads();
+    const int total = n * pieces;
+    for (int base = 0; base < total; base += HO_THREADS * HO_UNROLL) {
+      uint4 v[HO_UNROLL];
+#pragma unroll
+      for (int u = 0; u < HO_UNROLL; u++) {
+        const int p = base + u * HO_THREADS + threadIdx.x;
+        v[u] = make_uint4(0, 0, 0, 0);
+        if (p < total) {
+          const long long at = rowAt[p / pieces];
+          if (at >= 0) v[u] = src[at * pieces + p % pieces];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < HO_UNROLL; u++) {
+        const int p = base + u * HO_THREADS + threadIdx.x;
+        if (p < total) dst[r0 * pieces + p] = v[u];
+      }
+    }
+  }
+}
+
+Cmd hg_new_cmd(int kind);
+
+// CMD_HAND_OFF_ROWS: p[0] the waits, p[1] the gathers, p[2] the reads (one table: the step's blob
+// when recording); p[3] the link's words; s[0] rows, s[1] gathers, s[2] reads, s[3] blocks a copy.
+int hg_launch_hand_off_rows(HgCtx *c, const Cmd &m) {
+  const int n = m.s[0], threads = n >= 1024 ? 1024 : (n + 31) / 32 * 32;
+  await_rows_kernel<<<1, threads, 0, c->compute>>>((const HoWait *)m.p[0], n, (volatile HgLinkWords *)m.p[3]);
+  int r = hg_launched();
+  if (r || m.s[1] + m.s[2] == 0) return r;
+  hand_off_copies_kernel<<<dim3((unsigned)m.s[3], (unsigned)(m.s[1] + m.s[2])), HO_THREADS, 0, c->compute>>>((const HoGather *)m.p[1], m.s[1], (const HoRead *)m.p[2]);
+  return hg_launched();
+}
+
+extern "C" {
+
+// On the compute stream, recordable: rows (n × 8 doubles: the word's device address, the value,
+// then the logits read's device dst, mapped src, width bytes, rows, dst pitch, src pitch — width 0:
+// no read) and gathers (m × 7 doubles: dst, mapped src, mapped table, groups, kmax, cap, row bytes),
+// all checked by TypeScript (src/host-link.ts). The device waits for every row's word, then runs
+// every read and gather.
+HG_EXPORT int hg_link_hand_off_rows(HgLink *l, const double *rows, int n, const double *gathers, int m) {
+  if (!l->words) return (int)cudaErrorNotSupported;
+  if (n < 1 || n > 4096 || m < 0 || m > 8 * n || !rows || (m && !gathers)) return (int)cudaErrorInvalidValue;
+  int reads = 0;
+  for (int i = 0; i < n; i++) {
+    const double *r = rows + 8 * i;
+    if (!r[0] || (unsigned long long)r[0] % 4 || r[1] < 0 || r[1] > 4294967295.0) return (int)cudaErrorInvalidValue;
+    if (r[4] > 0) {
+      if ((unsigned long long)r[4] % 4 || r[5] < 1 || (r[5] > 1 && (r[6] < r[4] || r[7] < r[4])) || !r[2] || !r[3]) return (int)cudaErrorInvalidValue;
+      reads++;
+    }
+  }
+  for (int i = 0; i < m; i++) {
+    const double *g = gathers + 7 * i;
+    if (!g[0] || !g[1] || !g[2] || (unsigned long long)g[2] % 4 || g[3] < 1 || g[4] < 1 || g[5] < g[4] || g[6] < 16 || (long long)g[6] % 16) return (int)cudaErrorInvalidValue;
+  }
+  HgCtx *c = l->c;
+  HG_FLUSH_REC(c);
+  const size_t waitBytes = (size_t)n * sizeof(HoWait), gatherAt = (waitBytes + 15) & ~(size_t)15;
+  const size_t readAt = gatherAt + (((size_t)m * sizeof(HoGather) + 15) & ~(size_t)15), bytes = readAt + (size_t)(reads ? reads : 1) * sizeof(HoRead);
+  char *host = (char *)calloc(1, bytes);
+  if (!host) return (int)cudaErrorMemoryAllocation;
+  HoWait *w = (HoWait *)host;
+  HoGather *g = (HoGather *)(host + gatherAt);
+  HoRead *rd = (HoRead *)(host + readAt);
+  for (int i = 0, k = 0; i < n; i++) {
+    const double *r = rows + 8 * i;
+    w[i].word = (unsigned long long)r[0];
+    w[i].value = (unsigned)r[1];
+    if (r[4] > 0) {
+      rd[k].dst = (unsigned long long)r[2];
+      rd[k].src = (unsigned long long)r[3];
+      rd[k].pieces = (int)r[4] / 4;
+      rd[k].rows = (int)r[5];
+      rd[k].dstPitch = r[5] > 1 ? (int)r[6] : (int)r[4];
+      rd[k].srcPitch = r[5] > 1 ? (int)r[7] : (int)r[4];
+      k++;
+    }
+  }
+  for (int i = 0; i < m; i++) {
+    const double *s = gathers + 7 * i;
+    g[i].dst = (unsigned long long)s[0];
+    g[i].src = (unsigned long long)s[1];
+    g[i].table = (unsigned long long)s[2];
+    g[i].groups = (int)s[3];
+    g[i].kmax = (int)s[4];
+    g[i].cap = (long long)s[5];
+    g[i].pieces = (int)s[6] / 16;
+  }
+  int *dev = NULL;
+  const int e = hg_upload_ints(c, (const int *)host, bytes / sizeof(int), &dev);
+  free(host);
+  if (e) return e;
+  const int copies = m + reads, half = c->numSMs > 1 ? c->numSMs / 2 : 1;
+  Cmd cmd = hg_new_cmd(CMD_HAND_OFF_ROWS);
+  cmd.p[0] = dev; cmd.p[1] = (const char *)dev + gatherAt; cmd.p[2] = (const char *)dev + readAt; cmd.p[3] = (const void *)l->wordsDev;
+  cmd.s[0] = n; cmd.s[1] = m; cmd.s[2] = reads; cmd.s[3] = copies ? (half + copies - 1) / copies : 1;
+  return hg_submit(c, cmd);
+}
+
+}  // extern "C"
