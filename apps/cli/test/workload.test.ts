@@ -84,6 +84,8 @@ describe("hybridgen bench --workload", () => {
     expect(h.bytesPerStep.gpu).toBe(rep.result.residentBytes + 4 * h.window * rep.result.kvBytesPerToken);
     expect(Object.values(h.bytesPerStep.tiers as Record<string, number>).reduce((a, b) => a + b, 0)).toBeGreaterThan(0); // the stage's K and V rows
     expect(h.floorMsPerStep).toBe(h.predictedMsPerStep);
+    // The planner holds a hybrid window to what full attention's best batch reads a step.
+    for (const x of [h, row("hybridgen-index")]) expect(x.bytesPerStep.gpu).toBeLessThanOrEqual(full.bytesPerStep.gpu);
     expect(r.stdout).toContain("| floor ms/step | × floor |");
     // Each selector's own bytes: StreamingLLM reads no K to choose, then its K chosen rows' K and V (6 layers × 6 KV heads × 4
     // sequences, exact logits: V alone goes up); the page index (on the stage here) its index and the chosen rows' K and V, no K scan.
@@ -112,6 +114,19 @@ describe("hybridgen bench --workload", () => {
     expect(Number(filled![2])).toBeGreaterThanOrEqual(200 - Number(filled![1])); // the window evicts in blocks: it may hold fewer
   });
 
+  it("--issue-ms and --stage-ms: the planner's step has the host's per-row costs, and its window is no larger than without them", () => {
+    const run = (extra: string[]) => {
+      const r = runBin([...BASE, "--workload", "6x200", "--gpu-mem", "64M", "--configs", "full,hybridgen", "--synthetic-kv", "--json", ...extra]);
+      expect(r.stderr).not.toContain("error");
+      expect(r.code).toBe(0);
+      return JSON.parse(r.stdout).result.rows[1];
+    };
+    const plain = run([]), costed = run(["--issue-ms", "0.5", "--stage-ms", "0.25"]);
+    expect(costed.window).toBeLessThanOrEqual(plain.window);
+    // 6 layers × 6 rows × 0.5 ms of issuing at the least.
+    expect(costed.predictedMsPerStep).toBeGreaterThanOrEqual(6 * 6 * 0.5);
+  });
+
   it("without a cap that forces it, full attention runs every sequence in one wave and nothing is offloaded", () => {
     const r = runBin([...BASE, "--workload", "2x100", "--gpu-mem", "200M", "--configs", "full,hybridgen", "--json"]);
     expect(r.code).toBe(0);
@@ -128,6 +143,8 @@ describe("hybridgen bench --workload", () => {
       [["--workload", "4x300"], /^error: --workload 4x300 plus --steps 5 exceeds stories15M's max_position_embeddings \(256\)$/],
       [["--workload", "4x200", "--batch", "2"], /^error: --workload sets the sequences and their context; --batch does not go with it$/],
       [["--synthetic-kv"], /^error: --synthetic-kv goes with --workload \(the figures' benches prefill their contexts\)$/],
+      [["--issue-ms", "0.1"], /^error: --issue-ms goes with --workload \(the planner's batched step\)$/],
+      [["--workload", "4x200", "--stage-ms=-1"], /^error: invalid value for --stage-ms: "-1" is not a number of ms in \[0, 1000\]$/],
     ];
     for (const [args, want] of cases) {
       const r = runBin([...BASE, ...args]);

@@ -24,8 +24,12 @@
  *                 is max(rows ÷ depth × read latency, rows × page ÷ bandwidth) (the tier's latency
  *                 of one read at `readDepth` in flight, measured on the stage's own gather)
  *   V transfer  = those V rows, and the verified layers' K rows beside them, / host→device bandwidth
- *   ms/token    = max(GPU stage, CPU stage) + V gather + V transfer
- * (the two stages overlap; the selected rows can only move once the CPU stage chose them).
+ *   host        = layers × batch × the driving thread's issuing of a row's layer (measured; the
+ *                 CPU stage gets its jobs' fixed cost the same way)
+ *   ms/token    = max(GPU stage, CPU stage, host) + V gather + V transfer
+ * (the stages overlap; the selected rows can only move once the CPU stage chose them).
+ * An "auto" window may be held to a byte budget of the device's reads (maxGpuReadBytes) and to the
+ * host's share of the step (balanceWindow): a window past either reads more for no faster step.
  */
 import { z } from "zod";
 import { HybridgenError, MemoryTierSchema, PlacementPolicySchema, isFileTier } from "@hybridgen/spec";
@@ -100,6 +104,17 @@ export const RunPlanInputSchema = z.object({
    */
   selection: z.enum(["scan", "bounds", "none"]).default("scan"),
   boundsPageSize: z.number().int().positive().default(16),
+  /**
+   * The host's own per-row costs of a batched step, measured (a hybrid run's stats line): the
+   * driving thread issuing one row's device work of one layer, and the CPU stage's one job past
+   * the bytes it reads. The step is no shorter than layers × batch × either (hostMs, cpuMs).
+   */
+  issueMsPerRowLayer: z.number().nonnegative().optional(),
+  stageMsPerRowLayer: z.number().nonnegative().optional(),
+  /** "auto" window: the device reads at most this many bytes a step (e.g. full attention's at its largest feasible batch); the window shrinks to fit. */
+  maxGpuReadBytes: z.number().positive().optional(),
+  /** "auto" window: shrunk until the device's part of the step is no longer than the host's (issuing, CPU stage), down to appendTokens — offloading more costs nothing then. */
+  balanceWindow: z.boolean().default(false),
   index: z.object({
     form: z.enum(["int8", "int4"]).default("int8"),
     pageSize: z.number().int().min(1).max(4096).default(16),
@@ -137,6 +152,8 @@ export interface RunPlan {
   readonly refusal: string | null;
   readonly predicted: {
     readonly gpuMs: number | null; readonly cpuMs: number | null;
+    /** The driving thread's issuing of the step (layers × batch × issueMsPerRowLayer; 0 when not given). */
+    readonly hostMs: number;
     /** The part of cpuMs that reads K spilled to file tiers back (0 when none is). */
     readonly kDiskMs: number | null;
     readonly vGatherMs: number | null; readonly vTransferMs: number | null;
@@ -341,13 +358,30 @@ export function planRun(input: RunPlanInput): RunPlan {
     cpuMs = cpuMs === null || m === null ? null : cpuMs + m;
     tierBytes[fastest] = (tierBytes[fastest] ?? 0) + hostIndexBytes;
   }
+  const rowLayers = offloaded > 0 ? o.model.layers * B : 0;
+  if (cpuMs !== null && o.stageMsPerRowLayer !== undefined) cpuMs += rowLayers * o.stageMsPerRowLayer;
+  const hostMs = rowLayers * (o.issueMsPerRowLayer ?? 0);
   // Without a GPU the CPU backend's own step reads the weights and the window from the fastest tier (and a device index).
   const gpuBytes = o.model.weightsBytes + window * B * total + (indexOnDevice ? indexBytes : 0);
   const rankMs = indexOnDevice && offloaded > 0 ? o.gpu?.indexRankMs : undefined;
   const streamed = ms(rankMs === undefined ? gpuBytes : gpuBytes - indexBytes, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
   const gpuMs = streamed === null || rankMs === undefined ? streamed : streamed + o.model.layers * B * rankMs;
   const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(movedBytes, o.gpu.linkBandwidthGBs)) : 0;
-  const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null : Math.max(gpuMs, cpuMs) + vGatherMs + vTransferMs;
+  const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null : Math.max(gpuMs, cpuMs, hostMs) + vGatherMs + vTransferMs;
+
+  // An "auto" window past what the device should read: the plan again at the window that reads no more.
+  if (o.gpu && gpu && o.gpuKvBudget === "auto" && refusal === null && (o.maxGpuReadBytes !== undefined || o.balanceWindow)) {
+    // The window whose step reads `bytes` on the device: weights, the windows, and (on the device) the index over the rest.
+    const ipt = indexOnDevice ? indexPerToken : 0;
+    const windowFor = (bytes: number) => Math.floor((bytes - o.model.weightsBytes - ctx * B * ipt) / (B * (total - ipt)));
+    let shrunk = o.maxGpuReadBytes === undefined ? window : Math.max(1, windowFor(o.maxGpuReadBytes)); // a hard budget
+    const host = Math.max(cpuMs ?? 0, hostMs);
+    if (o.balanceWindow && o.gpu.readBandwidthGBs !== undefined && host > 0) {
+      const ranking = rankMs === undefined ? 0 : o.model.layers * B * rankMs;
+      shrunk = Math.min(shrunk, Math.max(Math.min(window, o.appendTokens), windowFor(Math.max(0, host - ranking) * o.gpu.readBandwidthGBs * 1e6)));
+    }
+    if (shrunk < window) return planRun({ ...input, gpuKvBudget: shrunk, maxGpuReadBytes: undefined, balanceWindow: false });
+  }
 
   return {
     contextTokens: ctx, batch: B, bytesPerToken: { k: per, v: per },
@@ -356,7 +390,7 @@ export function planRun(input: RunPlanInput): RunPlan {
     index: o.index ? { placement: indexOnDevice ? "device" : "host", bytes: indexOnDevice ? indexBytes : hostIndexBytes } : null,
     fits: refusal === null, refusal,
     predicted: {
-      gpuMs, cpuMs, kDiskMs: kDiskTotal, vGatherMs, vTransferMs, msPerToken, tokensPerSecond: msPerToken === null || msPerToken <= 0 ? null : (B * 1000) / msPerToken,
+      gpuMs, cpuMs, hostMs, kDiskMs: kDiskTotal, vGatherMs, vTransferMs, msPerToken, tokensPerSecond: msPerToken === null || msPerToken <= 0 ? null : (B * 1000) / msPerToken,
       bytes: { gpu: gpuBytes, tiers: tierBytes, link: o.gpu && offloaded > 0 ? movedBytes : 0 },
     },
   };

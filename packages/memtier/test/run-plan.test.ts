@@ -321,3 +321,47 @@ describe("planRun: the selector's byte model at 32 × 32K under 80 GiB", () => {
     expect(index.predicted.msPerToken!).toBeLessThan(scan.predicted.msPerToken! / 4);
   });
 });
+
+describe("planRun of a batched step: the host's per-row costs and the window the device should read", () => {
+  const gpu = { freeBytes: 77 * GiB, readBandwidthGBs: 3000, linkBandwidthGBs: 50 };
+  const big = { ...node0, capacityBytes: 1024 * GiB };
+  const base = { model: llama8b, kvElementBytes: 2, contextTokens: 131_004, batch: 8, gpu, tiers: [big], k: 256, appendTokens: 4096, prefill: false, index: { placement: "device" as const } };
+  const total = 128 * KiB, ipt = (32 * 8 * (2 * 128 + 4)) / 16; // KV and device-index bytes a token
+
+  it("issuing and the stage's jobs: layers × batch × their ms a row a layer, the step no shorter than either", () => {
+    const plain = planRun(base), p = planRun({ ...base, issueMsPerRowLayer: 0.2, stageMsPerRowLayer: 0.05 });
+    expect(plain.predicted.hostMs).toBe(0);
+    expect(p.predicted.hostMs).toBeCloseTo(32 * 8 * 0.2, 9);
+    expect(p.predicted.cpuMs).toBeCloseTo(plain.predicted.cpuMs! + 32 * 8 * 0.05, 9);
+    const { gpuMs, cpuMs, hostMs, vGatherMs, vTransferMs } = p.predicted;
+    expect(p.predicted.msPerToken).toBeCloseTo(Math.max(gpuMs!, cpuMs!, hostMs) + vGatherMs! + vTransferMs!, 9);
+    expect(p.gpu!.windowTokens).toBe(plain.gpu!.windowTokens); // no budget asked: the window stays what the device holds
+  });
+
+  it("a byte budget (full attention's reads at its best batch) shrinks the auto window until the device reads no more", () => {
+    const plain = planRun(base);
+    const full = llama8b.weightsBytes + 3 * 131_004 * total; // 3 whole sequences a step
+    expect(plain.predicted.bytes.gpu).toBeGreaterThan(full);
+    const p = planRun({ ...base, maxGpuReadBytes: full });
+    expect(p.predicted.bytes.gpu).toBeLessThanOrEqual(full);
+    const w = p.gpu!.windowTokens;
+    expect(w).toBe(Math.floor((full - llama8b.weightsBytes - 131_004 * 8 * ipt) / (8 * (total - ipt))));
+    expect(p.offloadedTokens).toBe(131_004 - w);
+    expect(p.gpu!.fitTokens).toBe(plain.gpu!.fitTokens);
+    // A budget the window already meets changes nothing.
+    expect(planRun({ ...base, maxGpuReadBytes: plain.predicted.bytes.gpu }).gpu!.windowTokens).toBe(plain.gpu!.windowTokens);
+  });
+
+  it("balanced: the window shrinks until the device's part is no longer than the host's, never below the append block", () => {
+    const p = planRun({ ...base, issueMsPerRowLayer: 0.05, balanceWindow: true });
+    const host = p.predicted.hostMs;
+    expect(p.predicted.gpuMs!).toBeLessThanOrEqual(host + 1e-9);
+    // One more token a sequence would read past it.
+    const over = planRun({ ...base, issueMsPerRowLayer: 0.05, gpuKvBudget: p.gpu!.windowTokens + 1 });
+    expect(over.predicted.gpuMs!).toBeGreaterThan(host);
+    // A host too quick to balance against: the window stops at the append block.
+    expect(planRun({ ...base, issueMsPerRowLayer: 1e-6, balanceWindow: true }).gpu!.windowTokens).toBe(4096);
+    // Nothing measured for the host (the device index leaves the stage no bytes to read): the window stays.
+    expect(planRun({ ...base, balanceWindow: true }).gpu!.windowTokens).toBe(planRun(base).gpu!.windowTokens);
+  });
+});

@@ -4,7 +4,7 @@ import { ATTENTION_CONFIG_NAMES, attentionConfig, backendChoices, BackendChoiceS
 import { parseArgsError } from "../parse-args-error.js";
 import { configList, hybridInteger, integer, integers, list, usage } from "./flag-values.js";
 import { DEFAULT_K } from "@hybridgen/core";
-import { parseGpuMem, parseWorkload, type Workload } from "./workload-args.js";
+import { parseGpuMem, parseRowLayerMs, parseWorkload, type Workload } from "./workload-args.js";
 
 export const DEFAULT_BENCH_CONFIGS = ATTENTION_CONFIG_NAMES.filter((n) => n !== "all-tokens" && n !== "hybridgen-index");
 /** --workload's default: full attention, the default hybrid, the page index's (bytes a step flat in the context) and the offloading baselines the issue compares. */
@@ -37,6 +37,9 @@ export interface BenchOptions {
   readonly gpuMem?: number;
   /** --synthetic-kv (with --workload): the contexts' KV as seeded random rows, no prefill. */
   readonly syntheticKv: boolean;
+  /** --issue-ms / --stage-ms (with --workload): the host's per-row costs of a batched step, ms a row a layer, for the planner's window and prediction. */
+  readonly issueMs?: number;
+  readonly stageMs?: number;
 }
 
 export const BENCH_HELP = `Usage: hybridgen bench [options]
@@ -79,6 +82,10 @@ and bench.json with every number. Progress goes to stderr.
                                "device" memory on the CPU), so a larger card stands in for a smaller one
       --synthetic-kv           with --workload: no prefill; each context's KV is seeded random rows
                                (the window's, carried to the offloaded store by the cache's own evictions)
+      --issue-ms MS            with --workload: the driving thread's issuing of one row's layer and
+      --stage-ms MS            the CPU stage's cost of one row's layer (ms; a hybrid run's stats line
+                               gives both): the planner predicts the step with them and shrinks the
+                               window until the device's part is no longer than the host's
       --json                   print bench.json on stdout instead of the tables
   -h, --help                   this help
 `;
@@ -102,6 +109,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
         "sink-tokens": { type: "string" }, k: { type: "string" }, device: { type: "string" }, threads: { type: "string" },
         "cpu-stage-threads": { type: "string" }, "kv-dtype": { type: "string" }, dtype: { type: "string" }, seed: { type: "string" },
         out: { type: "string" }, json: { type: "boolean" }, workload: { type: "string" }, "gpu-mem": { type: "string" }, "synthetic-kv": { type: "boolean" }, help: { type: "boolean", short: "h" },
+        "issue-ms": { type: "string" }, "stage-ms": { type: "string" },
       },
     }).values;
   } catch (e) {
@@ -127,7 +135,10 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
     if (str("model")?.includes(",")) throw usage("--workload measures one model at a time");
   } else if (v["synthetic-kv"] === true) {
     throw usage("--synthetic-kv goes with --workload (the figures' benches prefill their contexts)");
+  } else {
+    for (const f of ["issue-ms", "stage-ms"]) if (str(f) !== undefined) throw usage(`--${f} goes with --workload (the planner's batched step)`);
   }
+  const issueMs = parseRowLayerMs("issue-ms", str("issue-ms")), stageMs = parseRowLayerMs("stage-ms", str("stage-ms"));
   return {
     help: v.help === true,
     models: str("model") === undefined ? [] : list("model", str("model")!),
@@ -151,5 +162,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
     ...(workload ? { workload } : {}),
     ...(str("gpu-mem") === undefined ? {} : { gpuMem: parseGpuMem(str("gpu-mem")) }),
     syntheticKv: v["synthetic-kv"] === true,
+    ...(issueMs === undefined ? {} : { issueMs }),
+    ...(stageMs === undefined ? {} : { stageMs }),
   };
 }

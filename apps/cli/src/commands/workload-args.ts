@@ -29,3 +29,11 @@ export function parseGpuMem(raw: string | undefined): number | undefined {
   if (bytes < 2 ** 20) throw usage(`invalid value for --gpu-mem: ${JSON.stringify(raw)} is ${bytes} bytes (at least 1 MiB)`);
   return bytes;
 }
+
+/** --issue-ms / --stage-ms: a host cost in ms a row a layer (a hybrid run's stats line gives them), a number ≥ 0. */
+export function parseRowLayerMs(flag: string, raw: string | undefined): number | undefined {
+  if (raw === undefined) return undefined;
+  const t = raw.trim(), v = Number(t);
+  if (t === "" || !Number.isFinite(v) || v < 0 || v > 1000) throw usage(`invalid value for --${flag}: ${JSON.stringify(raw)} is not a number of ms in [0, 1000]`);
+  return v;
+}

@@ -192,8 +192,13 @@ function measureFull(r: Run, c: AttentionConfig, prompt: Int32Array, residentByt
 
 const kvBytesPerToken = (r: Run) => 2 * r.files.shape.layers * r.files.shape.kvHeads * r.files.shape.headDim * DTYPE_BYTES[r.o.kvDtype];
 
-/** The planner's run for all N sequences at once under the cap (residentBytes: what a model holds besides its KV), with config c's byte model. */
-async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.sequences, window: number | "auto" = "auto", c?: AttentionConfig): Promise<RunPlan> {
+/**
+ * The planner's run for all N sequences at once under the cap (residentBytes: what a model holds
+ * besides its KV), with config c's byte model and the host's per-row costs (--issue-ms, --stage-ms).
+ * `maxGpuReadBytes` (full attention's reads a step at its best batch) holds an auto window to them,
+ * and with the host's costs given the window shrinks until the device's part of a step is the host's.
+ */
+async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.sequences, window: number | "auto" = "auto", c?: AttentionConfig, maxGpuReadBytes?: number): Promise<RunPlan> {
   const { planRun } = await import("@hybridgen/memtier");
   const s = r.files.shape, cap = r.o.gpuMem;
   return planRun({
@@ -207,6 +212,10 @@ async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.
     // The CPU backend's prefill reads its store in place: no device scratch.
     tiers: [...r.cx.tiers], k: r.o.k, appendTokens: prefillBlock(r), prefill: !r.o.syntheticKv && r.cx.backend.name !== "cpu",
     ...(c?.hybrid ? planSelection(c.hybrid, r.cx.backend.indexRank !== undefined) : {}),
+    ...(c?.hybrid && r.o.issueMs !== undefined ? { issueMsPerRowLayer: r.o.issueMs } : {}),
+    ...(c?.hybrid && r.o.stageMs !== undefined ? { stageMsPerRowLayer: r.o.stageMs } : {}),
+    ...(maxGpuReadBytes === undefined ? {} : { maxGpuReadBytes }),
+    balanceWindow: c?.hybrid !== undefined && (r.o.issueMs !== undefined || r.o.stageMs !== undefined),
   });
 }
 
@@ -307,6 +316,9 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
     return x;
   };
   for (const c of configs.filter((x) => x.kind === "full")) rows.push(said(measureFull(r, c, prompt, residentBytes)));
+  // What full attention's step reads at its best feasible batch: the weights and every sequence's KV. An offloading step should read no more.
+  const fullBatch = Math.max(0, ...rows.map((x) => (x.status === "ok" && x.kind === "full" ? x.batch ?? 0 : 0)));
+  const fullReads = fullBatch > 0 ? residentBytes + fullBatch * (context + o.steps) * perToken : undefined;
   const plan = await planWorkload(r, residentBytes);
   const window = plan.gpu?.windowTokens ?? context + o.steps;
   const offloading = configs.filter((x) => x.kind !== "full");
@@ -321,7 +333,7 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
       for (const c of offloading) {
         if (cx.signal?.aborted) break;
         // A configuration's own window: a device page index takes its room beside the windows.
-        const own = c.kind === "hybrid" ? (await planWorkload(r, residentBytes, sequences, "auto", c)).gpu?.windowTokens ?? window : window;
+        const own = c.kind === "hybrid" ? (await planWorkload(r, residentBytes, sequences, "auto", c, fullReads)).gpu?.windowTokens ?? window : window;
         rows.push(said(await measureOffloading(r, c, prompt, Math.min(window, Math.max(own, o.sinkTokens + 2)), o.sinkTokens + 2)));
       }
     }
