@@ -120,7 +120,9 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   const exactLayers = o.exactLayers ?? o.profile?.exactLayers ?? (calibrateExact && start ? start.exactLayers : []);
   const candidates = o.candidates ?? o.profile?.candidates;
   const rowPath = o.rowPath ?? HybridOptionsSchema.parse({}).rowPath;
-  const hybridOptions: HybridOptions = { logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }), ...(o.trackScores ? { trackScores: true } : {}) };
+  const hybridOptions: HybridOptions = {
+    logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }), ...(o.trackScores ? { trackScores: true } : {}), ...(o.indexTables ? { indexTables: o.indexTables } : {}),
+  };
   // A batch's sequences share one native stage of these threads (hybridBuilder's NativeStageGroup).
   const cpuStageThreads = o.cpuStageThreads ?? defaultStageThreads(target.device, target.cores);
   return {

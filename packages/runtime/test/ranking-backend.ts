@@ -9,7 +9,13 @@ import { createCpuBackend } from "@hybridgen/kernels-cpu";
  * counts the rankings, `rowCalls` the indexRankRows calls and `rows` their rows.
  */
 export function rankingBackend(): { backend: Backend; calls: { n: number; rowCalls: number; rows: number } } {
-  const backend: Backend = createCpuBackend({ threads: 1 }), calls = { n: 0, rowCalls: 0, rows: 0 };
+  const backend: Backend = createCpuBackend({ threads: 1 });
+  return { backend, calls: addRanking(backend) };
+}
+
+/** `backend` given indexRank, indexRankScratch and indexRankRows by the definition (rankingBackend's); returns its counts. */
+export function addRanking(backend: Backend): { n: number; rowCalls: number; rows: number } {
+  const calls = { n: 0, rowCalls: 0, rows: 0 };
   backend.indexRankScratch = (x: DeviceIndexShape, want: number) => (want <= x.pageCapacity ? 64 : 0);
   backend.indexRank = (out: Tensor, outOffset: number, index: Tensor, x: DeviceIndexShape, q: Tensor, count: number, want: number) => {
     calls.n++;
@@ -34,5 +40,5 @@ export function rankingBackend(): { backend: Backend; calls: { n: number; rowCal
     calls.rows += rows.length;
     for (const r of rows) backend.indexRank!(r.out, r.outOffset, r.index, x, r.q, r.count, r.want, r.scratch);
   };
-  return { backend, calls };
+  return calls;
 }

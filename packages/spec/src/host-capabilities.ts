@@ -14,6 +14,7 @@ export const NO_HOST_CAPABILITIES: HostTransferCapabilities = Object.freeze({
   handOff: false,
   rowFetch: false,
   bandwidth: false,
+  indexTable: false,
 });
 
 /** The optional methods each capability promises. */
@@ -23,6 +24,7 @@ export const CAPABILITY_METHODS: Readonly<Record<keyof HostTransferCapabilities,
   handOff: ["mapped", "awaitSignal", "readMapped", "gatherRowsAt", "padColumnsAt", "handOffRows"],
   rowFetch: ["rowFetch"],
   bandwidth: ["bandwidth"],
+  indexTable: ["mapped", "awaitSignal", "gatherRowsAt", "padColumnsAt", "indexTable"],
 };
 
 /** `link`'s capabilities, checked against its methods (a one-line error names the first gap), as a frozen copy. */

@@ -4,7 +4,8 @@
  * page; a page may differ only where bounds tie within f32 rounding), for both forms, headDim 64
  * and 128, GQA groups 1/4/8, counts below the capacity and wants up to the kernel's limit; then hybrid
  * decode of a tiny model with the index ranked on the device against the same selector ranked by the
- * CPU stage (placement "host"): the same tokens and logits within f32 rounding. Then the ranking's
+ * CPU stage (placement "host"): the same tokens and logits within f32 rounding; and verified layers'
+ * tables made by the device from its pages against the stage's from the same pages (equal logits). Then the ranking's
  * device time a layer at the 8B shape (timeIndexRank: 32 rankings recorded as one step, what the
  * planner charges) beside its bytes at the D2D copy rate.
  *   ./bun apps/bench/src/cuda/index-check.ts
@@ -85,11 +86,11 @@ const TINY = {
   architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 512, intermediate_size: 1024, num_hidden_layers: 3, num_attention_heads: 8,
   num_key_value_heads: 2, vocab_size: 512, max_position_embeddings: 2048, rms_norm_eps: 1e-5, rope_theta: 10000, tie_word_embeddings: false,
 };
-async function decode(placement: "host" | "device", logits: "exact" | "verified", form: PageIndexForm) {
+async function decode(placement: "host" | "device", logits: "exact" | "verified", form: PageIndexForm, indexTables: "auto" | "stage" = "stage") {
   using files = dummyModelFiles(TINY, "f32", 5, undefined, "tiny");
   using model = loadModel(files, cuda, { maxContext: 1200, gpuKvBudget: 64, sinkTokens: 4, kvDtype: "bf16" });
   model.cache.attachHostStore(createCpuBackend({ threads: 1 }), cuda.hostTransfers(), true);
-  using ha = await createHybridAttention(model, cuda, { selector: createSelector("index", { form, pageSize: 8, placement }), scheduler: "fixed", k: 24, timing: "pre", logits, cpuStageThreads: 2 });
+  using ha = await createHybridAttention(model, cuda, { selector: createSelector("index", { form, pageSize: 8, placement }), scheduler: "fixed", k: 24, timing: "pre", logits, cpuStageThreads: 2, indexTables });
   if ((ha.deviceIndex !== null) !== (placement === "device")) throw new Error(`placement ${placement}: device index ${ha.deviceIndex ? "made" : "not made"}`);
   const prompt = Int32Array.from({ length: 1000 }, (_, i) => (i * 37 + 11) % 512);
   const out = [Float32Array.from(model.forward(prompt, 0))], tokens: number[] = [];
@@ -98,7 +99,7 @@ async function decode(placement: "host" | "device", logits: "exact" | "verified"
     tokens.push(last.indexOf(Math.max(...last)));
     out.push(Float32Array.from(model.forward(Int32Array.of(tokens[s]!), 1000 + s)));
   }
-  return { tokens, out };
+  return { tokens, out, deviceTables: ha.stats.deviceTables };
 }
 for (const form of ["int8", "int4"] as const) {
   for (const logits of ["exact", "verified"] as const) {
@@ -109,6 +110,15 @@ for (const form of ["int8", "int4"] as const) {
     failed += ok ? 0 : 1;
     console.log(`${ok ? "PASS" : "FAIL"} hybrid decode, index ${form} ranked on the device vs by the stage, ${logits}: tokens ${device.tokens.join() === host.tokens.join() ? "equal" : "differ"}, max |Δ logit| ${worst.toExponential(2)}`);
   }
+}
+// Verified layers' tables made on the device from its pages (HostTransfers.indexTable) against the stage's from the same pages: the same lists, so the same logits.
+for (const form of ["int8", "int4"] as const) {
+  const stage = await decode("device", "verified", form, "stage"), made = await decode("device", "verified", form, "auto");
+  let worst = 0;
+  made.out.forEach((l, i) => l.forEach((v, j) => (worst = Math.max(worst, Math.abs(v - stage.out[i]![j]!)))));
+  const ok = made.tokens.join() === stage.tokens.join() && worst === 0 && made.deviceTables === 16 * 2 && stage.deviceTables === 0;
+  failed += ok ? 0 : 1;
+  console.log(`${ok ? "PASS" : "FAIL"} hybrid decode, index ${form} verified, tables made on the device (${made.deviceTables} layer-steps) vs by the stage from the device's pages: tokens ${made.tokens.join() === stage.tokens.join() ? "equal" : "differ"}, max |Δ logit| ${worst.toExponential(2)}`);
 }
 console.log(failed ? `index checks: ${failed} FAILED` : "index checks: ALL PASS");
 

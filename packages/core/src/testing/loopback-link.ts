@@ -52,7 +52,7 @@ export class StagedBackendCpuStage extends BackendCpuStage {
   }
   hostStaging(slot: 0 | 1) {
     if (!this.staging[slot]) {
-      const q = this.query(slot), logits = this.output(slot).logits;
+      const q = this.queryBuffer(slot), logits = this.output(slot).logits;
       this.staging[slot] = {
         query: this.book.add({ kind: "array", data: () => q }, q.length * 4),
         logits: this.book.add({ kind: "array", data: () => logits }, logits.length * 4),

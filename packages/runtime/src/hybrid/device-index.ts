@@ -126,7 +126,8 @@ export class DeviceIndex implements Disposable {
   private readonly out: Tensor[] = [];
   private readonly outQuery: Tensor[] = [];
   private readonly scratch: Tensor;
-  private readonly queryBytes: number;
+  /** Bytes of the query at the start of a ranking's output; its pages follow. */
+  readonly queryBytes: number;
   /** Uploads go through one staging buffer: a step's pages of every layer cross in one write, then device copies (queued as one batch where the backend batches). */
   private readonly stageHost: Uint8Array;
   private readonly stageDevice: Tensor;
@@ -213,6 +214,11 @@ export class DeviceIndex implements Disposable {
       this.upload(l, x, Math.floor(from / ps), Math.ceil(offloaded / ps), kv);
     }
     this.flushStage();
+  }
+
+  /** Rows a page of the index. */
+  get pageSize(): number {
+    return this.kernel.pageSize;
   }
 
   /** A new sequence: the next sync folds its store from row 0 (its count alone may have grown past the last one's). */

@@ -15,7 +15,7 @@
  * summary is a function of its rows alone and a super-page's of its pages, so folding in rows
  * as they are evicted equals building the index afresh.
  */
-import { HybridgenError } from "../errors.js";
+import { fail, HybridgenError } from "../errors.js";
 import { bf16BitsToF32, f16BitsToF32 } from "../half-float.js";
 import type { OffloadedKeys, Selection, SelectorPrimitives } from "./selector.js";
 
@@ -317,27 +317,56 @@ export function indexChosenOffset(heads: number, headDim: number): number {
 export function indexSelection(P: SelectorPrimitives, query: Float32Array, groupSize: number, keys: OffloadedKeys, index: PageIndex,
   n: number, k: number): Selection {
   if (k === 0) return { kind: "shared", ids: new Int32Array(0) };
-  const ps = index.pageSize, G = groupSize, d = keys.headDim;
-  const chosen = P.indexPages(query, G, index, n, indexWant(k, n, ps));
-  const ids: Int32Array[] = [];
-  for (let g = 0; g < keys.kvHeads; g++) {
-    const best = chosen.pages.subarray(g * chosen.want, (g + 1) * chosen.want);
-    const list = new Int32Array(k);
-    let taken = 0;
-    for (const p of best) {
-      const from = p * ps, to = Math.min(n, from + ps), left = k - taken;
-      if (to - from <= left) {
-        for (let t = from; t < to; t++) list[taken++] = t;
-      } else {
-        const span = keys.capacity * d, head = { ...keys, kvHeads: 1, data: keys.data.subarray(g * span, (g + 1) * span) };
-        const exact = P.keyScores(query.subarray(g * G * d, (g + 1) * G * d), G, head, from, to);
-        for (const i of P.topK(exact, left)) list[taken++] = from + i;
-      }
-      if (taken === k) break;
-    }
-    ids.push(list.sort());
-  }
+  const chosen = P.indexPages(query, groupSize, index, n, indexWant(k, n, index.pageSize));
+  return indexSelectionFrom(P, query, groupSize, keys, chosen.pages, chosen.want, index.pageSize, n, k);
+}
+
+/** indexSelection's lists from pages chosen already (`pages` [kvHeads, want], best first: a device's ranking). */
+export function indexSelectionFrom(P: SelectorPrimitives, query: Float32Array, groupSize: number, keys: OffloadedKeys, pages: Int32Array, want: number,
+  pageSize: number, n: number, k: number): Selection {
+  if (k === 0) return { kind: "shared", ids: new Int32Array(0) };
+  const ids = Array.from({ length: keys.kvHeads }, (_, g) => listFromPages(P, query, groupSize, keys, g, pages.subarray(g * want, (g + 1) * want), pageSize, n, k));
   return { kind: "perKvHead", ids };
+}
+
+/**
+ * KV head g's list of k rows from its pages `best` (best first): whole pages while they fit, the
+ * page that does not by its best rows by exact q·k (ties to the lower slot), ascending; a page
+ * outside [0, ⌈n / pageSize⌉) ends the list (a device's ranking pads with −1).
+ */
+function listFromPages(P: SelectorPrimitives, query: Float32Array, G: number, keys: OffloadedKeys, g: number, best: Int32Array, pageSize: number, n: number, k: number): Int32Array {
+  const d = keys.headDim, list = new Int32Array(k), count = Math.ceil(n / pageSize);
+  let taken = 0;
+  for (const p of best) {
+    if (taken === k || p < 0 || p >= count) break;
+    const from = p * pageSize, to = Math.min(n, from + pageSize), left = k - taken;
+    if (to - from <= left) {
+      for (let t = from; t < to; t++) list[taken++] = t;
+    } else {
+      const span = keys.capacity * d, head = { ...keys, kvHeads: 1, data: keys.data.subarray(g * span, (g + 1) * span) };
+      const exact = P.keyScores(query.subarray(g * G * d, (g + 1) * G * d), G, head, from, to);
+      for (const i of P.topK(exact, left)) list[taken++] = from + i;
+    }
+  }
+  return (taken === k ? list : list.slice(0, taken)).sort();
+}
+
+/**
+ * The [counts | ids] table (int32, ids kmax apart) HostTransfers.indexTable writes: each KV head's
+ * list from its ranked pages (`pages` [kvHeads, want], best first) as indexSelection fills it, for
+ * min(budget, n) of the first n rows.
+ */
+export function indexTable(P: SelectorPrimitives, query: Float32Array, groupSize: number, keys: OffloadedKeys, pages: Int32Array, want: number,
+  pageSize: number, n: number, budget: number, kmax: number): Int32Array {
+  const k = Math.min(budget, n), kv = keys.kvHeads;
+  if (k > kmax) fail(`page index: a list of ${k} rows does not fit a table of ${kmax} ids a KV head`);
+  const table = new Int32Array(kv + kv * kmax);
+  for (let g = 0; g < kv && k > 0; g++) {
+    const list = listFromPages(P, query, groupSize, keys, g, pages.subarray(g * want, (g + 1) * want), pageSize, n, k);
+    table[g] = list.length;
+    table.set(list, kv + g * kmax);
+  }
+  return table;
 }
 
 /** A layer's index as a selector keeps it, and how far it reaches. */

@@ -6,7 +6,7 @@
 import type { Backend, Tensor } from "../backend.js";
 import { offloadedKeys, referencePrimitives } from "../contracts/selector-primitives.js";
 import { questPages, questSelection, type QuestPageState } from "../contracts/quest-selection.js";
-import { indexFor, indexSelection, type PageIndexState } from "../contracts/page-index.js";
+import { indexFor, indexSelection, indexSelectionFrom, indexWant, type PageIndexState } from "../contracts/page-index.js";
 import { selectionForKvHead, streamingSelection, type OffloadedKeys, type Selection } from "../contracts/selector.js";
 import { fail } from "../errors.js";
 import type { CpuStage, CpuStageJob, CpuStageOutput, CpuStageShape } from "../hybrid/cpu-stage.js";
@@ -14,8 +14,14 @@ import { checkStageJob } from "../hybrid/check-stage-job.js";
 import { GatheredValues } from "./gathered-values.js";
 import { SPEC_VERSION } from "../version.js";
 
+/** Pages a KV head a device may choose for a job (the query buffer holds that many after the query). */
+const CHOSEN_MAX = 256;
+
 interface Slot {
+  /** The query, then room for a device's chosen pages (int32 [kvHeads, want]): what a signalled send fills. */
+  buffer: Float32Array;
   query: Float32Array;
+  chosen: Int32Array;
   logits: Float32Array;
   ids: Int32Array;
   counts: Int32Array;
@@ -28,6 +34,7 @@ export class BackendCpuStage implements CpuStage {
   readonly spec = SPEC_VERSION;
   readonly name = "backend";
   readonly concurrent = false;
+  readonly takesChosenPages = true;
   private shape: CpuStageShape | null = null;
   private slots: Slot[] = [];
   private scoresT: Tensor | null = null; // [heads, storeCapacity]
@@ -50,8 +57,9 @@ export class BackendCpuStage implements CpuStage {
     this.qT = be.alloc([1, heads * headDim]);
     this.rows = Array.from({ length: heads }, () => new Float32Array(cap));
     for (let s = 0; s < 2; s++) {
+      const buffer = new Float32Array(heads * headDim + kvHeads * CHOSEN_MAX);
       this.slots.push({
-        query: new Float32Array(heads * headDim), logits: new Float32Array(heads * cap),
+        buffer, query: buffer.subarray(0, heads * headDim), chosen: new Int32Array(buffer.buffer, heads * headDim * 4, kvHeads * CHOSEN_MAX), logits: new Float32Array(heads * cap),
         ids: new Int32Array(kvHeads * cap), counts: new Int32Array(kvHeads),
         values: new GatheredValues(be, be.alloc([kvHeads * cap, headDim]), kvHeads, headDim),
         keys: shape.stageKeys ? new GatheredValues(be, be.alloc([kvHeads * cap, headDim]), kvHeads, headDim) : null,
@@ -62,6 +70,15 @@ export class BackendCpuStage implements CpuStage {
 
   query(slot: 0 | 1): Float32Array {
     return this.slot(slot).query;
+  }
+
+  chosenPages(slot: 0 | 1): Int32Array {
+    return this.slot(slot).chosen;
+  }
+
+  /** The slot's query and the chosen pages after it, as one buffer (a host link's query region). */
+  queryBuffer(slot: 0 | 1): Float32Array {
+    return this.slot(slot).buffer;
   }
 
   submit(job: CpuStageJob): void {
@@ -165,8 +182,14 @@ export class BackendCpuStage implements CpuStage {
       st = { index: null, summarized: 0, epoch: job.storeEpoch };
       this.indexStates.set(job.k, st);
     }
-    const P = referencePrimitives, index = indexFor(P, st, keys, job.offloaded, w.pageSize, w.superPages, w.form);
-    return indexSelection(P, this.slot(job.slot).query, heads / kvHeads, keys, index, job.offloaded, w.budget);
+    const P = referencePrimitives, s = this.slot(job.slot);
+    if (w.chosen) {
+      const want = indexWant(w.budget, job.offloaded, w.pageSize);
+      if (want > CHOSEN_MAX) fail(`cpu stage: ${want} chosen pages a KV head exceed the ${CHOSEN_MAX} a slot holds`);
+      return indexSelectionFrom(P, s.query, heads / kvHeads, keys, s.chosen, want, w.pageSize, job.offloaded, Math.min(w.budget, job.offloaded));
+    }
+    const index = indexFor(P, st, keys, job.offloaded, w.pageSize, w.superPages, w.form);
+    return indexSelection(P, s.query, heads / kvHeads, keys, index, job.offloaded, w.budget);
   }
 
   /** Pre-QKᵀ: one gathered-logits call per distinct list (one for a shared selection). */

@@ -66,6 +66,11 @@ export abstract class DeviceTransport implements StepTransport {
     return false;
   }
 
+  /** Only a handed-off step makes tables on the device. */
+  get makesTables(): boolean {
+    return false;
+  }
+
   /** Signalled inside the open segment where it can be, else the segment ends and the host fences the copy (a JS pre-QKᵀ selector reads it on this thread). */
   sendQuery(layer: number, q: Tensor, bytes?: number): void {
     const hostReads = this.step.plan().work === "pre";

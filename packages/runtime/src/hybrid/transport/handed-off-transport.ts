@@ -19,7 +19,7 @@ import type { TransportChoice } from "./choose-transport.js";
 import type { DeviceStaging } from "./device-staging.js";
 import { HandOffBatch } from "./hand-off-batch.js";
 import { MappedTransport } from "./mapped-transport.js";
-import type { StepDriver, TransportName } from "./step-transport.js";
+import type { LayerTableShape, StepDriver, TransportName } from "./step-transport.js";
 
 export class HandedOffTransport extends MappedTransport {
   override readonly name: TransportName = "handed-off";
@@ -43,6 +43,16 @@ export class HandedOffTransport extends MappedTransport {
     this.joined.fill(null);
     this.handOffStep = plan.work === "kernel";
     return this.handOffStep;
+  }
+
+  /** A handed-off step over a link that makes a layer's table from a device index's pages (a batch's rows rank together and go through their stage). */
+  override get makesTables(): boolean {
+    return this.handOffStep && !this.batch && this.d.makesTables;
+  }
+
+  deviceTable(layer: number, ranked: Tensor, pagesOffset: number, t: LayerTableShape): HostSignal {
+    if (!this.makesTables) fail(`hybrid attention: layer ${layer}'s table made on the device in a step that cannot`);
+    return this.d.deviceTable(layer, (layer & 1) as 0 | 1, ranked, pagesOffset, { ...t, group: this.step.layout.groupSize });
   }
 
   override jobLink(layer: number): { ready?: HostSignal; done?: HostSignal; deviceGather: boolean } {
@@ -71,7 +81,7 @@ export class HandedOffTransport extends MappedTransport {
    */
   override attend(layer: number, q: Tensor, out: Tensor): void {
     if (!this.handOffStep) return super.attend(layer, q, out);
-    const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, scores = d.scores[slot]!, job = s.job(layer), rescore = s.rescore[layer]!;
+    const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, scores = d.scores[slot]!, done = s.done(layer), rescore = s.rescore[layer]!;
     const kmax = s.layerKmax(layer);
     const joined = this.joined[layer];
     if (joined) {
@@ -83,14 +93,14 @@ export class HandedOffTransport extends MappedTransport {
       return;
     }
     s.merge.scoreWindow(layer, q, scores, kmax);
-    if (!job?.done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
+    if (!done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal (nor its table made on the device)`);
     // A batch's rows gather on the compute stream: on the link's one side stream a row's fetch would wait behind another row's next layer.
     const fetch = d.fetchesAhead && !this.batch;
     this.closeSegment();
     const up = d.handOffRows(slot, kmax, rescore);
-    if (fetch && !this.fetched[layer]) d.fetchRows(layer, slot, job.done, rescore, kmax); // before the segment that waits for it
+    if (fetch && !this.fetched[layer]) d.fetchRows(layer, slot, done, rescore, kmax); // before the segment that waits for it
     this.openSegment(layer);
-    d.handOff(layer, slot, job.done, rescore, fetch);
+    d.handOff(layer, slot, done, rescore, fetch);
     s.submitNext(layer);
     if (fetch) this.fetchNext(layer);
     this.rescored(slot, q, up.keys, rescore, kmax);
@@ -112,9 +122,9 @@ export class HandedOffTransport extends MappedTransport {
    * the next hand-off makes the row views, before its own segment.
    */
   private fetchNext(layer: number): void {
-    const s = this.step, next = layer + 1, job = next < s.layers ? s.job(next) : null;
-    if (!job?.done) return;
-    this.d.fetchRows(next, (next & 1) as 0 | 1, job.done, s.rescore[next]!, s.layerKmax(next));
+    const s = this.step, next = layer + 1, done = next < s.layers ? s.done(next) : undefined;
+    if (!done) return;
+    this.d.fetchRows(next, (next & 1) as 0 | 1, done, s.rescore[next]!, s.layerKmax(next));
     this.fetched[next] = true;
   }
 }

@@ -10,10 +10,13 @@
  *               the whole step without blocking; rows may be fetched ahead on a side stream.
  */
 import type { DecodeBatchStep } from "@hybridgen/core";
-import type { Tensor, HeadLayout, CpuStage, CpuStageJob } from "@hybridgen/spec";
+import type { Tensor, HeadLayout, CpuStage, CpuStageJob, HostSignal, IndexTableShape } from "@hybridgen/spec";
 import type { RowPath } from "../row-path.js";
 import type { StepMerge } from "../step-merge.js";
 import type { StepPlan } from "../step-plan.js";
+
+/** What a layer's device-made table needs beyond the store's shape (HostTransfers.indexTable's). */
+export type LayerTableShape = Pick<IndexTableShape, "pageSize" | "want" | "budget" | "kmax" | "n">;
 
 export type TransportName = "host" | "staged" | "mapped" | "handed-off";
 
@@ -30,8 +33,10 @@ export interface StepDriver {
   /** The current step's plan (transports run only inside a planned step). */
   plan(): StepPlan;
   layerKmax(layer: number): number;
-  /** The layer's job this step (null: not submitted yet). */
+  /** The layer's job this step (null: not submitted yet, or its table made on the device). */
   job(layer: number): CpuStageJob | null;
+  /** The signal a handed-off layer's rows wait for: its job's done, or the device-made table's (undefined: neither yet). */
+  done(layer: number): HostSignal | undefined;
   submit(layer: number): void;
   /** After layer l is collected: the next layer's stage goes ahead now when it runs on q̃. */
   submitNext(layer: number): void;
@@ -61,6 +66,13 @@ export interface StepTransport extends Disposable {
   /** Row 0 of q (a layer's query or q̃) into the stage's query buffer of the layer's slot; `bytes`
    * past the query's (the pages a device index chose, after it in q) land in the slot's chosenPages. */
   sendQuery(layer: number, q: Tensor, bytes?: number): void;
+  /**
+   * Whether deviceTable() runs this step: a handed-off step over a link that makes a layer's
+   * table from a device index's pages (HostTransfers.indexTable), so no CPU stage job is needed.
+   */
+  readonly makesTables: boolean;
+  /** The layer's table made on the device from the pages it ranked (the query, then the pages from byte `pagesOffset` of `ranked`): the signal raised once it is in host memory. */
+  deviceTable?(layer: number, ranked: Tensor, pagesOffset: number, t: LayerTableShape): HostSignal;
   /** A job's fields that depend on how rows travel. */
   jobLink(layer: number): Pick<CpuStageJob, "ready" | "done" | "deviceGather">;
   /** A batched step calls it for every row before any row's attend (after the layer's job is submitted): the device work that can go first. */
