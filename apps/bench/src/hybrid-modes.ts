@@ -26,13 +26,13 @@
 import { writeFileSync, mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { cpus, totalmem } from "node:os";
-import { dummyModelFiles, indexWant, linkBandwidth, loadModel, presetConfig, type Backend, type DeviceIndexShape, type HybridStepRecord } from "@hybridgen/core";
+import { dummyModelFiles, linkBandwidth, loadModel, presetConfig, type Backend, type DeviceIndexShape, type HybridStepRecord } from "@hybridgen/core";
 import { planRun } from "@hybridgen/memtier";
 import { PageIndexOptionsSchema } from "@hybridgen/selectors";
 import { HybridOptionsSchema } from "@hybridgen/runtime";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import type { CudaBackend } from "@hybridgen/kernels-cuda";
-import { createHybridAttention, defaultStageThreads, timeIndexRank, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createHybridAttention, defaultStageThreads, indexRankCharge, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { timingTraceFromRuns, type RecordedRun } from "@hybridgen/scheduler";
 import { arg, hybridArg, hybridValue, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
@@ -126,22 +126,43 @@ async function bandwidths(be: Backend): Promise<Bandwidths> {
 
 /**
  * `hybridgen plan`'s prediction for a step with the index ranked on the device, from this run's
- * bandwidths and the ranking's measured time a layer (timeIndexRank at the run's index shape and
- * widest want), against the measured ms/token.
+ * bandwidths, the ranking's measured time a layer (indexRankCharge at the run's index shape and
+ * widest want) and, for layers whose job waits for the true query (exact logits), the hand-off
+ * measured at the start (handOff), against the measured ms/token.
  */
 function plannerLine(shape: DeviceIndexShape, form: "int8" | "int4", logits: string, context: number, offloaded: number, measured: number): string {
-  const candidates = logits === "verified" ? CANDIDATES : 1, want = indexWant(K * candidates, offloaded, INDEX_PAGE);
-  const rankMs = timeIndexRank(backend, shape, want, modelBytes.layers);
+  const candidates = logits === "verified" ? CANDIDATES : 1;
+  const { want, indexRankMs } = indexRankCharge(backend, shape, { k: K, candidates, offloaded, pageSize: INDEX_PAGE, layers: modelBytes.layers });
   const plan = planRun({
     model: { layers: modelBytes.layers, heads: modelBytes.heads, kvHeads: modelBytes.kvHeads, headDim: modelBytes.headDim, weightsBytes: modelBytes.weightBytes },
-    kvElementBytes: 2, contextTokens: context, gpuKvBudget: window, k: K, candidates, prefill: false,
+    kvElementBytes: 2, contextTokens: context, gpuKvBudget: window, k: K, candidates, prefill: false, serialLayers: logits === "exact" ? modelBytes.layers : 0,
     tiers: [{ id: "host", kind: "dram", capacityBytes: totalmem(), readBandwidthGBs: bw.hostRead / 1e9 }],
-    gpu: { freeBytes: deviceBytes, readBandwidthGBs: bw.hbm / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs: rankMs },
+    gpu: { freeBytes: deviceBytes, readBandwidthGBs: bw.hbm / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs, ...(handOff === undefined ? {} : { handOffMs: handOff }) },
     index: { form, placement: "device" },
   });
   const p = plan.predicted, f = (x: number | null) => (x === null ? "–" : x.toFixed(2));
-  return `planner: ${f(p.msPerToken)} ms/token predicted (GPU ${f(p.gpuMs)} with the ranking ${(rankMs * 1e3).toFixed(1)} µs a layer at want ${want}, CPU ${f(p.cpuMs)}, ` +
-    `gather ${f(p.vGatherMs)}, link ${f(p.vTransferMs)}); measured ${measured.toFixed(2)}: ${p.msPerToken ? `${(((measured - p.msPerToken) / p.msPerToken) * 100).toFixed(0)}% off` : "–"}`;
+  return `planner: ${f(p.msPerToken)} ms/token predicted (GPU ${f(p.gpuMs)} with the ranking ${(indexRankMs * 1e3).toFixed(1)} µs a layer at want ${want}, CPU ${f(p.cpuMs)}, ` +
+    `gather ${f(p.vGatherMs)}, link ${f(p.vTransferMs)}, hand-offs ${f(p.handOffMs)}); measured ${measured.toFixed(2)}: ${p.msPerToken ? `${(((measured - p.msPerToken) / p.msPerToken) * 100).toFixed(0)}% off` : "–"}`;
+}
+
+/**
+ * One hand-off's round trip on this machine (the planner's gpu.handOffMs): the 4-layer model with
+ * exact logits and the index ranked on the device — jobs of a few rows, so the device's wait for
+ * each is the trip itself (the query's send, the stage's wake and job, its done word) — decoded
+ * 24 steps after a 2 048-token prompt; the device's wait a layer, mean of the steps after the first 8.
+ * Undefined on a backend without a host link.
+ */
+async function measureHandOff(): Promise<number | undefined> {
+  if (!backend.hostTransfers) return undefined;
+  const context = 2048, probeSteps = 24;
+  using files = dummyModelFiles(TINY, "bf16", 1, createNativeRandomFill(), "preset:tiny");
+  using model = loadModel(files, backend, { maxContext: context + probeSteps + 8, prefillBlock: context, kvDtype: "bf16", gpuKvBudget: 256, sinkTokens: 4 });
+  model.cache.attachHostStore(createCpuBackend({ threads: 1 }), backend.hostTransfers(), true);
+  model.step(Int32Array.from({ length: context }, (_, i) => (i * 7919 + 13) % TINY.vocab_size), 0);
+  using ha = await createHybridAttention(model, backend, { cpuStageThreads: threads, rowPath, scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: 32, timing: "pre", logits: "exact" });
+  greedyWalls(model, context, probeSteps);
+  const tail = ha.stats.trace.slice(8);
+  return tail.length ? mean(tail.map((t) => t.tWaitMs ?? 0)) / TINY.num_hidden_layers : undefined;
 }
 
 /** First step from which the timing never changes and K stays within ±10% of its last value. */
@@ -180,6 +201,9 @@ const modelBytes = llamaModelBytes(json);
 const bw = await bandwidths(backend);
 const GBs = (x: number) => (x / 1e9).toFixed(1);
 console.log(`bandwidths: HBM ${GBs(bw.hbm)} GB/s (D2D copy), host read ${GBs(bw.hostRead)} GB/s (${threads} threads), pinned upload ${GBs(bw.h2d)} GB/s`);
+/** A layer's hand-off round trip (ms), for the planner's exact-logits rows; measured once when a config ranks the index on the device. */
+const handOff = configs.some((c) => HYBRID[c]?.selector === "index" && HYBRID[c]?.logits === "exact") ? await measureHandOff() : undefined;
+if (handOff !== undefined) console.log(`hand-off: the device waits ${(handOff * 1e3).toFixed(1)} µs a layer for a job of a few rows (the planner charges it to layers that wait for their true query)`);
 const rows = [
   "| context | config | ms/token | × full | floor ms (device / CPU / link) | × floor | T_gpu ms/step | T_cpu ms/step | T_tx ms/step | final K / timing | switches | settled at step | CPU stage hidden |",
   "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",

@@ -19,10 +19,10 @@
  * would not fit anywhere).
  */
 import { cpus } from "node:os";
-import { BatchDecoder, dummyModelFiles, indexWant, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type HybridStepRecord, isFileTier } from "@hybridgen/core";
+import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type HybridStepRecord, isFileTier } from "@hybridgen/core";
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun, tierShares, type RunPlan, type RunPlanInput } from "@hybridgen/memtier";
-import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, fillSyntheticKv, HybridOptionsSchema, KSpill, probeDiskGather, timeIndexRank, type HybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, fillSyntheticKv, HybridOptionsSchema, indexRankCharge, KSpill, probeDiskGather, type HybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { PageIndexOptionsSchema } from "@hybridgen/selectors";
 import { arg, hybridArg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
@@ -100,14 +100,15 @@ const rows = [
 ];
 
 /**
- * The planner's prediction with a device index's ranking as measured (timeIndexRank at the index's
+ * The planner's prediction with a device index's ranking as measured (indexRankCharge at the index's
  * shape and the verified layers' want), else the plan's own; a failure to time it is said and the plan's kept.
  */
 function rankedPrediction(a: HybridAttention, input: RunPlanInput, plan: RunPlan): RunPlan["predicted"] {
   if (!a.deviceIndex || !input.gpu) return plan.predicted;
   try {
-    const want = indexWant(K * HybridOptionsSchema.parse({}).candidates, plan.offloadedTokens, PageIndexOptionsSchema.parse({}).pageSize);
-    const indexRankMs = timeIndexRank(backend, a.deviceIndex.shape, want, input.model.layers);
+    const { want, indexRankMs } = indexRankCharge(backend, a.deviceIndex.shape, {
+      k: K, candidates: HybridOptionsSchema.parse({}).candidates, offloaded: plan.offloadedTokens, pageSize: PageIndexOptionsSchema.parse({}).pageSize, layers: input.model.layers,
+    });
     console.log(`  the device index ranks a layer in ${(indexRankMs * 1e3).toFixed(1)} µs (want ${want}): the prediction charges it`);
     return planRun({ ...input, gpu: { ...input.gpu, indexRankMs } }).predicted;
   } catch (e) {

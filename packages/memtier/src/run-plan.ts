@@ -26,7 +26,11 @@
  *   V transfer  = those V rows, and the verified layers' K rows beside them, / host→device bandwidth
  *   host        = layers × batch × the driving thread's issuing of a row's layer (measured; the
  *                 CPU stage gets its jobs' fixed cost the same way)
- *   ms/token    = max(GPU stage, CPU stage, host) + V gather + V transfer
+ *   hand-offs   = the layers whose CPU-stage job waits for the layer's true query (serialLayers:
+ *                 every layer with exact logits) × batch × one hand-off's round trip (gpu.handOffMs,
+ *                 measured: the query's send, the stage's wake and job, the done word seen by the
+ *                 device) — the device idles there; a job ahead on q̃ runs during the layer before
+ *   ms/token    = max(GPU stage, CPU stage, host) + V gather + V transfer + hand-offs
  * (the stages overlap; the selected rows can only move once the CPU stage chose them).
  * An "auto" window may be held to a byte budget of the device's reads (maxGpuReadBytes) and to the
  * host's share of the step (balanceWindow): a window past either reads more for no faster step.
@@ -48,6 +52,8 @@ export const GpuPlanInputSchema = z.object({
   reserveBytes: z.number().int().nonnegative().default(2 * 2 ** 30),
   /** ms one layer's ranking of a device index takes for one sequence (@hybridgen/runtime's timeIndexRank, measured); absent: its bytes at readBandwidthGBs. */
   indexRankMs: z.number().nonnegative().optional(),
+  /** ms the device waits for one layer's CPU-stage job when it waits for it at once (a hand-off's round trip, measured); absent: not charged. */
+  handOffMs: z.number().nonnegative().optional(),
 });
 
 export const RunPlanInputSchema = z.object({
@@ -110,6 +116,8 @@ export const RunPlanInputSchema = z.object({
    * the bytes it reads. The step is no shorter than layers × batch × either (hostMs, cpuMs).
    */
   issueMsPerRowLayer: z.number().nonnegative().optional(),
+  /** Layers whose CPU-stage job waits for the layer's true query (exact logits: all of them; else the exact layers): each costs gpu.handOffMs a sequence. */
+  serialLayers: z.number().int().nonnegative().default(0),
   stageMsPerRowLayer: z.number().nonnegative().optional(),
   /** "auto" window: the device reads at most this many bytes a step (e.g. full attention's at its largest feasible batch); the window shrinks to fit. */
   maxGpuReadBytes: z.number().positive().optional(),
@@ -154,6 +162,8 @@ export interface RunPlan {
     readonly gpuMs: number | null; readonly cpuMs: number | null;
     /** The driving thread's issuing of the step (layers × batch × issueMsPerRowLayer; 0 when not given). */
     readonly hostMs: number;
+    /** The device's waits for jobs that wait for their true query (serialLayers × batch × gpu.handOffMs; 0 when not given). */
+    readonly handOffMs: number;
     /** The part of cpuMs that reads K spilled to file tiers back (0 when none is). */
     readonly kDiskMs: number | null;
     readonly vGatherMs: number | null; readonly vTransferMs: number | null;
@@ -367,7 +377,8 @@ export function planRun(input: RunPlanInput): RunPlan {
   const streamed = ms(rankMs === undefined ? gpuBytes : gpuBytes - indexBytes, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
   const gpuMs = streamed === null || rankMs === undefined ? streamed : streamed + o.model.layers * B * rankMs;
   const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(movedBytes, o.gpu.linkBandwidthGBs)) : 0;
-  const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null : Math.max(gpuMs, cpuMs, hostMs) + vGatherMs + vTransferMs;
+  const handOffMs = offloaded > 0 ? Math.min(o.serialLayers, o.model.layers) * B * (o.gpu?.handOffMs ?? 0) : 0;
+  const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null : Math.max(gpuMs, cpuMs, hostMs) + vGatherMs + vTransferMs + handOffMs;
 
   // An "auto" window past what the device should read: the plan again at the window that reads no more.
   if (o.gpu && gpu && o.gpuKvBudget === "auto" && refusal === null && (o.maxGpuReadBytes !== undefined || o.balanceWindow)) {
@@ -390,7 +401,7 @@ export function planRun(input: RunPlanInput): RunPlan {
     index: o.index ? { placement: indexOnDevice ? "device" : "host", bytes: indexOnDevice ? indexBytes : hostIndexBytes } : null,
     fits: refusal === null, refusal,
     predicted: {
-      gpuMs, cpuMs, hostMs, kDiskMs: kDiskTotal, vGatherMs, vTransferMs, msPerToken, tokensPerSecond: msPerToken === null || msPerToken <= 0 ? null : (B * 1000) / msPerToken,
+      gpuMs, cpuMs, hostMs, handOffMs, kDiskMs: kDiskTotal, vGatherMs, vTransferMs, msPerToken, tokensPerSecond: msPerToken === null || msPerToken <= 0 ? null : (B * 1000) / msPerToken,
       bytes: { gpu: gpuBytes, tiers: tierBytes, link: o.gpu && offloaded > 0 ? movedBytes : 0 },
     },
   };

@@ -249,6 +249,17 @@ describe("planRun with the page index choosing the stage's rows", () => {
     expect(short.predicted.gpuMs).toBeCloseTo((short.predicted.bytes.gpu / (gbs * 1e9)) * 1e3, 9);
   });
 
+  it("a measured hand-off is charged once a sequence for each layer that waits for its true query (serialLayers), after the overlapped stages; none without it or with nothing offloaded", () => {
+    const ahead = planRun({ ...base, gpu: { ...h200, handOffMs: 0.08 }, index: { placement: "device" } });
+    const exact = planRun({ ...base, candidates: 1, serialLayers: 32, gpu: { ...h200, handOffMs: 0.08 }, index: { placement: "device" } });
+    const unmeasured = planRun({ ...base, candidates: 1, serialLayers: 32, index: { placement: "device" } });
+    expect(ahead.predicted.handOffMs).toBe(0);
+    expect(exact.predicted.handOffMs).toBeCloseTo(32 * 0.08, 12);
+    expect(exact.predicted.msPerToken).toBeCloseTo(unmeasured.predicted.msPerToken! + 32 * 0.08, 9);
+    expect(planRun({ ...base, batch: 2, serialLayers: 40, gpu: { ...h200, handOffMs: 0.08 }, index: { placement: "device" } }).predicted.handOffMs).toBeCloseTo(2 * 32 * 0.08, 12);
+    expect(planRun({ ...base, contextTokens: 1000, serialLayers: 32, gpu: { ...h200, handOffMs: 0.08 } }).predicted.handOffMs).toBe(0);
+  });
+
   it("on the host: the stage reads the index and its super-pages from the fastest tier; auto takes the device when it has room", () => {
     const p = planRun({ ...base, index: { placement: "host", form: "int4" } });
     const bytes = Math.ceil(Math.ceil(p.offloadedTokens * ((32 * 8 * 132) / 16)) * (1 + 1 / 16));

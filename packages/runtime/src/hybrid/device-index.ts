@@ -108,6 +108,16 @@ export function timeIndexRank(be: Backend, shape: DeviceIndexShape, want: number
   }
 }
 
+/**
+ * What the planner charges for a device index's ranking (RunPlanInput gpu.indexRankMs), in one
+ * place: the want of a step's widest layer (candidates·K of the offloaded rows, in pages) and one
+ * layer's ranking at that want on `be` (timeIndexRank).
+ */
+export function indexRankCharge(be: Backend, shape: DeviceIndexShape, o: { k: number; candidates: number; offloaded: number; pageSize: number; layers: number }): { want: number; indexRankMs: number } {
+  const want = indexWant(o.k * o.candidates, o.offloaded, o.pageSize);
+  return { want, indexRankMs: timeIndexRank(be, shape, want, o.layers) };
+}
+
 /** Bytes of the uploads' staging buffer: a step's one new page a layer is ~66 KB at the 8B shape; a sequence's first fold goes up in runs of this. */
 const STAGE_BYTES = 4 << 20;
 

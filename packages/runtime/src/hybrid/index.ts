@@ -15,4 +15,4 @@ export * from "./calibration.js";
 export * from "./calibrator.js";
 export * from "./calibration-cache.js";
 export { IndexBatch, type IndexBatchMember } from "./index-batch.js";
-export { deviceIndexShape, timeIndexRank } from "./device-index.js";
+export { deviceIndexShape, indexRankCharge, timeIndexRank } from "./device-index.js";
