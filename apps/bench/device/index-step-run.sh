@@ -3,7 +3,8 @@
 # (WALL, seconds; each part gets what is left): index-check (Backend.indexRank against the
 # definition; hybrid decode with the index ranked on the device against the stage's own search; the
 # ranking's device time a layer), hybrid-modes once per RUNS entry CONTEXT:CONFIGS (full attention
-# and the index configs in the same run; default 32K and 131K, full and pre-index; each step's timings in traces/), the CPU
+# and the index configs in the same run; default 32K and 131K, full and pre-index; each step's timings in traces/; the
+# hand-off probe's line and how many verified layers' tables the device made), the CPU
 # stage's index bounds per ISA (AVX2 against AVX-512, when the host has it), then scale-run with
 # the index ranked on the device (the planner's window, synthetic KV) at 1.5M where the GPU holds
 # more than 100 GB, else 1M (an H100's window leaves 1.5M more host store than 125 GiB holds: the
@@ -29,7 +30,8 @@ if [ "${MODES:-1}" = 1 ]; then
     ctx=${run%%:*}; T=$(( $(left) - 2 ))
     if [ "$T" -lt 15 ]; then echo "hybrid-modes $ctx skipped: $T s left"; continue; fi
     timeout "$T" bun "$DEVICE_DIR/hybrid-modes.js" --contexts "$ctx" --steps "${STEPS:-16}" --configs "${run#*:}" --trace-dir "$OUT/traces" > "$OUT/hybrid-modes-$ctx.log" 2>&1
-    echo "hybrid-modes $ctx exit $?"; grep -E '^\| [0-9]|bytes a step|bandwidths|planner|rror' "$OUT/hybrid-modes-$ctx.log"
+    echo "hybrid-modes $ctx exit $?"; grep -E '^\| [0-9]|bytes a step|bandwidths|planner|hand-off:|rror' "$OUT/hybrid-modes-$ctx.log"
+    grep -oE "[0-9]+ layer-steps' tables made on the device" "$OUT/hybrid-modes-$ctx.log"
   done
 fi
 if [ "${BOUNDS:-1}" = 1 ] && [ -x "$DEVICE_DIR/index-bounds" ]; then
