@@ -54,6 +54,8 @@ for (const context of contexts) {
     calibrated.push(b.s);
     const c = hybridPlan(b.h)?.calibrated;
     own.push(c?.ms ?? NaN);
+    // As it goes: a run cut short keeps the pairs it measured.
+    console.log(`${context}, pair ${r + 1}: prefill ${a.s.toFixed(3)} s without calibration, ${b.s.toFixed(3)} s calibrated (${((b.s / a.s - 1) * 100).toFixed(1)}%), calibration ${(c?.ms ?? NaN).toFixed(1)} ms`);
     if (r === repeats - 1) {
       for (let t = 0; t < steps; t++) model.forward(Int32Array.of(1 + t), context + t);
       last = b.h.stats.summary();
