@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(TABLE_THREADS) index_table_kernel(int *table, 
 int hg_launch_index_table(HgCtx *c, const Cmd &m, const char *dynBase) {
   const int *dyn = dynBase ? (const int *)(dynBase + m.dynOff) : NULL;
   auto go = [&](auto kernel) {
-    kernel<<<1, TABLE_THREADS, 0, c->compute>>>((int *)m.p[0], (volatile unsigned *)m.p[1], (const int *)m.p[2], (const float *)m.p[3], m.p[4], m.s[1], m.s[2],
+    kernel<<<1, TABLE_THREADS, 0, hg_stream(c)>>>((int *)m.p[0], (volatile unsigned *)m.p[1], (const int *)m.p[2], (const float *)m.p[3], m.p[4], m.s[1], m.s[2],
                                                   m.s[3], (long long)m.s[4], m.s[5], m.s[6], m.s[7], m.s[8], m.d[0], m.d[1], dyn);
   };
   if (m.s[0] == DT_BF16) go(index_table_kernel<DT_BF16>);

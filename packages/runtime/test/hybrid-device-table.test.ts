@@ -3,7 +3,8 @@
  * the page index and the step is handed off, the verified layers' [counts | ids] tables come from
  * the device's own pages — no CPU stage job, no round trip — and the logits equal those of the
  * stage filling its lists from the same pages, bit for bit (pages of 5 rows, so lists end in a
- * partial page chosen by exact q̃·k), with rows gathered on the compute stream or fetched ahead.
+ * partial page chosen by exact q̃·k), with rows gathered on the compute stream or fetched ahead; on a
+ * backend with a side stream each layer's ranking and table go there, joined before a segment ends.
  */
 import { describe, expect, it } from "vitest";
 import { indexTable, LlamaModel, offloadedKeys, ReferenceBackend, referencePrimitives, type ModelFiles } from "@hybridgen/core";
@@ -18,10 +19,45 @@ import { Recorder } from "./recorder.js";
 const CONTEXT = 40, PROMPT = 12, LAYERS = 3, K = 3;
 const STEPS = CONTEXT - PROMPT;
 
-function run(files: ModelFiles, tokens: number[], form: "int8" | "int4", o: { tables: boolean; rowFetch: boolean; eager: boolean }) {
+/**
+ * A side stream as Backend.beginSide/endSide/joinSide promise it, checked as the ops run (the
+ * recorder defers them with the rest of a segment): sections do not nest, each makes one table, and
+ * a recorded segment never ends with side work not joined.
+ */
+function withSide(be: ReferenceBackend, rec: Recorder, link: HandoffLink) {
+  const side = { open: false, unjoined: 0, sections: 0, joins: 0, tablesAtBegin: 0 };
+  Object.assign(be, {
+    beginSide: () => {
+      if (side.open) throw new Error("beginSide inside a side section");
+      side.open = true;
+      side.sections++;
+      side.tablesAtBegin = link.tablesMade;
+    },
+    endSide: () => {
+      if (!side.open) throw new Error("endSide without beginSide");
+      if (link.tablesMade !== side.tablesAtBegin + 1) throw new Error(`a side section made ${link.tablesMade - side.tablesAtBegin} tables, not one`);
+      side.open = false;
+      side.unjoined++;
+    },
+    joinSide: () => {
+      if (side.open) throw new Error("joinSide inside a side section");
+      if (side.unjoined) side.joins++;
+      side.unjoined = 0;
+    },
+  });
+  const end = rec.end.bind(rec);
+  rec.end = () => {
+    end();
+    if (side.unjoined) throw new Error("a recorded segment ended with side work not joined: a capture refuses it");
+  };
+  return side;
+}
+
+function run(files: ModelFiles, tokens: number[], form: "int8" | "int4", o: { tables: boolean; rowFetch: boolean; eager: boolean; side?: boolean }) {
   const be = new ReferenceBackend(), rec = new Recorder(), book = new AddressBook(), host = new HostReference(book);
   const ranked = addRanking(be);
   const link = new HandoffLink(be, host, book, rec, { rowFetch: o.rowFetch, indexTable: o.tables });
+  const side = o.side ? withSide(be, rec, link) : null;
   const model = LlamaModel.load(files, rec.wrap(be), { prefillBlock: 5, maxContext: CONTEXT, gpuKvBudget: 6, sinkTokens: 1, kvEvictBlock: 2 });
   model.cache.attachHostStore(host, link);
   const stage = new QueuedStage(host, book, link, { eager: o.eager });
@@ -40,7 +76,7 @@ function run(files: ModelFiles, tokens: number[], form: "int8" | "int4", o: { ta
   hybrid.close();
   model.close();
   expect(be.liveTensors()).toBe(0);
-  return { out, handedOff, jobs, tables: link.tablesMade, ranked: ranked.n, fetches: link.fetches };
+  return { out, handedOff, jobs, tables: link.tablesMade, ranked: ranked.n, fetches: link.fetches, side };
 }
 
 describe("verified layers' tables made on the device from its ranked pages", () => {
@@ -61,6 +97,11 @@ describe("verified layers' tables made on the device from its ranked pages", () 
           expect(got.ranked, label).toBe(want.ranked);
           expect(got.fetches, label).toBe(want.fetches);
           got.out.forEach((l, i) => expect(maxAbsDiff(l, want.out[i]!), `${label}, forward ${i}`).toBe(0));
+          // On a backend with a side stream: each layer's ranking and table in a section of their own, joined (the same logits).
+          const sided = run(files, tokens, form, { tables: true, rowFetch, eager, side: true });
+          expect(sided.side!.sections, label).toBe(STEPS * (LAYERS - 1));
+          expect(sided.side!.joins, label).toBeGreaterThanOrEqual(STEPS);
+          sided.out.forEach((l, i) => expect(maxAbsDiff(l, want.out[i]!), `${label} on the side stream, forward ${i}`).toBe(0));
         }
       }
     });

@@ -455,6 +455,16 @@ export interface Backend extends Disposable {
    */
   indexRankRows?(rows: readonly IndexRankRow[], shape: DeviceIndexShape): void;
   /**
+   * Optional, all three or none (recordable): the ops issued between beginSide() and endSide() —
+   * only indexRank and HostTransfers.indexTable — run on a second stream that first waits for the
+   * work queued before beginSide(), beside the ops queued after endSide(); joinSide() makes the later
+   * ops wait for that stream (a no-op when nothing ran there since the last join). A recorded step
+   * must join before it ends.
+   */
+  beginSide?(): void;
+  endSide?(): void;
+  joinSide?(): void;
+  /**
    * Finishes a partial with more tokens whose logits are given: the columns [col, col + count) of
    * logits [heads, width] with V rows v[h / group, start + j, :] (v [kvHeads, cap, headDim]). out[outRow, h, :]
    * becomes exactly one softmax over the partial's tokens ∪ those columns applied to their V rows,

@@ -464,15 +464,19 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     if (this.ranksOnDevice(plan)) {
       // A batch row's layer ahead on q̃ is ranked with every row's (one launch); else on its own.
       const batched = this.batchRanks && this.ahead[layer] ? IndexBatch.of(this.attention.backend).rank(this.batchStep!, layer, this) : null;
-      const budget = layerBudget(plan, this.widths(), layer), x = this.deviceIndex!;
-      const ranked = batched ?? x.rank(layer, q, plan.offloaded, budget);
-      const want = indexWant(budget, plan.offloaded, x.pageSize);
+      const budget = layerBudget(plan, this.widths(), layer), x = this.deviceIndex!, want = indexWant(budget, plan.offloaded, x.pageSize);
       if (!batched && this.tableOnDevice(layer, want)) {
-        // A verified layer's table from the device's own pages: no round trip through the CPU stage.
-        this.tableDone[layer] = this.transport.deviceTable!(layer, ranked.tensor, x.queryBytes, { pageSize: x.pageSize, want, budget, kmax: this.layerKmax(layer), n: plan.offloaded });
+        // A verified layer's table from the device's own pages: no round trip through the CPU stage;
+        // ranked and made on the side stream, beside the rest of the layer before.
+        const r = x.row(layer, q, plan.offloaded, budget), t = this.transport;
+        t.onSide!(() => {
+          x.rankOnSide(r.row!);
+          this.tableDone[layer] = t.deviceTable!(layer, r.ranked.tensor, x.queryBytes, { pageSize: x.pageSize, want, budget, kmax: this.layerKmax(layer), n: plan.offloaded });
+        });
         this.stats.deviceTables++;
         return;
       }
+      const ranked = batched ?? x.rank(layer, q, plan.offloaded, budget);
       this.transport.sendQuery(layer, ranked.tensor, ranked.bytes);
     } else {
       this.transport.sendQuery(layer, q);

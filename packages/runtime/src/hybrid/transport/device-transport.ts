@@ -112,11 +112,24 @@ export abstract class DeviceTransport implements StepTransport {
     this.segmentOpen = true;
   }
 
-  /** Runs the recorded segment (a graph replay): before anything that talks to the host. */
+  /** Runs the recorded segment (a graph replay): before anything that talks to the host. The side stream's work in it is joined first (a capture refuses an unjoined stream). */
   protected closeSegment(): void {
     if (!this.segmentOpen) return;
     this.segmentOpen = false;
+    this.attention.backend.joinSide?.();
     this.attention.backend.endStep!();
+  }
+
+  onSide(issue: () => void): void {
+    const be = this.attention.backend;
+    if (!be.beginSide || !be.endSide || !be.joinSide) return issue();
+    be.beginSide();
+    try {
+      issue();
+    } finally {
+      be.endSide();
+    }
+    if (!this.segmentOpen) be.joinSide(); // eager ops: nothing records the join later
   }
 
   /** The host is about to block on the CPU stage: what is issued runs first, and the link's times leave the wait out. */

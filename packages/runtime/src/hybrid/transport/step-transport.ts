@@ -71,6 +71,12 @@ export interface StepTransport extends Disposable {
    * table from a device index's pages (HostTransfers.indexTable), so no CPU stage job is needed.
    */
   readonly makesTables: boolean;
+  /**
+   * Runs `issue`'s ops (a layer's ranking and table) on the backend's side stream where it has one,
+   * joined at the end of the recorded segment they land in (at once outside one): beside the
+   * layer before's window attention instead of in line with it.
+   */
+  onSide?(issue: () => void): void;
   /** The layer's table made on the device from the pages it ranked (the query, then the pages from byte `pagesOffset` of `ranked`): the signal raised once it is in host memory. */
   deviceTable?(layer: number, ranked: Tensor, pagesOffset: number, t: LayerTableShape): HostSignal;
   /** A job's fields that depend on how rows travel. */
