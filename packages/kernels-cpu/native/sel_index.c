@@ -210,96 +210,16 @@ static float bound_scalar(const hg_index *x, const uint8_t *s, float sc, const f
 }
 
 #ifdef HG_IDX_X86
-/* The four sums of a, b, c, d (eight lanes each), lane i of the result sum i. */
-AVX2 static inline __m128 sum4_avx2(__m256 a, __m256 b, __m256 c, __m256 d) {
-    const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-    return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-}
-
-/* bound_scalar's bound: codes widened eight channels a load, q split into its positive and negative
- * parts (qp, qn: [group][d]) so each channel is two FMAs and no select per head; the two FMAs go to
- * separate sums (eight chains for four heads: one chain a head waited on the FMA's latency). */
-AVX2 static float bound_avx2(const hg_index *x, const uint8_t *s, float sc, const float *qp, const float *qn, const float *q, int64_t group, const float *add) {
-    const int64_t d = x->d, d8 = d & ~(int64_t)7;
-    float best = -__builtin_inff();
-    const __m256i m15 = _mm256_set1_epi32(15), e8 = _mm256_set1_epi32(8);
-    for (int64_t j = 0; j < group; j += 4) {
-        const int64_t m = group - j < 4 ? group - j : 4;
-        __m256 a[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        __m256 b[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int64_t c = 0; c < d8; c += 8) {
-            __m256 lo, hi;
-            if (x->form == HG_INDEX_INT8) {
-                lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s + c))));
-                hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(s + d + c))));
-            } else {
-                const __m256i w = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(s + c)));
-                lo = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_and_si256(w, m15), e8));
-                hi = _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_srli_epi32(w, 4), e8));
-            }
-            for (int64_t i = 0; i < m; i++) {
-                const int64_t r = (j + i) * d + c;
-                a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(qp + r), hi, a[i]);
-                b[i] = _mm256_fmadd_ps(_mm256_loadu_ps(qn + r), lo, b[i]);
-            }
-        }
-        float sums[4];
-        _mm_storeu_ps(sums, sum4_avx2(_mm256_add_ps(a[0], b[0]), _mm256_add_ps(a[1], b[1]), _mm256_add_ps(a[2], b[2]), _mm256_add_ps(a[3], b[3])));
-        for (int64_t i = 0; i < m; i++) {
-            float sum = sums[i];
-            const float *qi = q + (j + i) * d;
-            for (int64_t c = d8; c < d; c++) sum += qi[c] > 0.0f ? qi[c] * (float)code_hi(x, s, c) : qi[c] * (float)code_lo(x, s, c);
-            const float bd = sc * (sum + (add ? add[j + i] : 0.0f));
-            if (bd > best) best = bd;
-        }
-    }
-    return best;
-}
-
-/* bound_avx2's bound sixteen channels a load: half the instructions a page, so the loop stays
- * nearer the bytes it reads (the AVX2 loop is compute bound). */
-AVX512 static float bound_avx512(const hg_index *x, const uint8_t *s, float sc, const float *qp, const float *qn, const float *q, int64_t group, const float *add) {
-    const int64_t d = x->d, d16 = d & ~(int64_t)15;
-    float best = -__builtin_inff();
-    const __m512i m15 = _mm512_set1_epi32(15), e8 = _mm512_set1_epi32(8);
-    for (int64_t j = 0; j < group; j += 4) {
-        const int64_t m = group - j < 4 ? group - j : 4;
-        __m512 a[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        __m512 b[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int64_t c = 0; c < d16; c += 16) {
-            __m512 lo, hi;
-            if (x->form == HG_INDEX_INT8) {
-                lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + c))));
-                hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(s + d + c))));
-            } else {
-                const __m512i w = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(s + c)));
-                lo = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_and_si512(w, m15), e8));
-                hi = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_srli_epi32(w, 4), e8));
-            }
-            for (int64_t i = 0; i < m; i++) {
-                const int64_t r = (j + i) * d + c;
-                a[i] = _mm512_fmadd_ps(_mm512_loadu_ps(qp + r), hi, a[i]);
-                b[i] = _mm512_fmadd_ps(_mm512_loadu_ps(qn + r), lo, b[i]);
-            }
-        }
-        /* Each head's sixteen lanes folded to eight, then the four heads' sums at once. */
-        __m256 h[4];
-        for (int64_t i = 0; i < 4; i++) {
-            const __m512 t = _mm512_add_ps(a[i], b[i]);
-            h[i] = _mm256_add_ps(_mm512_castps512_ps256(t), _mm512_extractf32x8_ps(t, 1));
-        }
-        float sums[4];
-        _mm_storeu_ps(sums, sum4_avx2(h[0], h[1], h[2], h[3]));
-        for (int64_t i = 0; i < m; i++) {
-            float sum = sums[i];
-            const float *qi = q + (j + i) * d;
-            for (int64_t c = d16; c < d; c++) sum += qi[c] > 0.0f ? qi[c] * (float)code_hi(x, s, c) : qi[c] * (float)code_lo(x, s, c);
-            const float bd = sc * (sum + (add ? add[j + i] : 0.0f));
-            if (bd > best) best = bd;
-        }
-    }
-    return best;
-}
+/* bound_scalar's bound on eight lanes (AVX2) and on sixteen (AVX-512: half the instructions a page,
+ * so the loop stays nearer the bytes it reads), from one definition. */
+#define BOUND_NAME bound_avx2
+#define BOUND_TARGET AVX2
+#define BOUND_W 8
+#include "sel_bound.h"
+#define BOUND_NAME bound_avx512
+#define BOUND_TARGET AVX512
+#define BOUND_W 16
+#include "sel_bound.h"
 #endif
 
 /* (bound, page) order: a is better than b (higher bound, or equal and lower page). */
