@@ -423,6 +423,61 @@ void hg_index_fold(void *base, int form, int64_t kv_heads, int64_t d, int64_t pa
     hg_sel_pool_run(pool, fold_task, &r, (int)(kv_heads * r.parts));
 }
 
+/* hg_index_fold_many's small folds as one pool op: piece → (item, KV head) by the items' first pieces. */
+typedef struct {
+    hg_index x;
+    prim_run r;
+} fold_item;
+typedef struct {
+    fold_item *items;
+    int64_t *first;
+    int n;
+} fold_batch;
+
+static void fold_many_task(void *v, int piece, int pieces) {
+    (void)pieces;
+    fold_batch *b = v;
+    int lo = 0, hi = b->n - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (b->first[mid] <= piece) lo = mid;
+        else hi = mid - 1;
+    }
+    fold_item *it = &b->items[lo];
+    fold_task(&it->r, (int)(piece - b->first[lo]), (int)it->x.kv_heads);
+}
+
+void hg_index_fold_many(const double *items, int n, hg_stage *stage) {
+    if (n <= 0) return;
+    fold_batch b = {.items = malloc((size_t)n * sizeof(fold_item)), .first = malloc((size_t)(n + 1) * sizeof(int64_t)), .n = 0};
+    const int ok = b.items && b.first;
+    int64_t pieces = 0;
+    for (int i = 0; i < n; i++) {
+        const double *t = items + 12 * i;
+        void *base = (void *)(uintptr_t)t[0];
+        const int form = (int)t[1], ktype = (int)t[8];
+        const int64_t kv = (int64_t)t[2], d = (int64_t)t[3], page = (int64_t)t[4], super = (int64_t)t[5], cap = (int64_t)t[6], kcap = (int64_t)t[9];
+        const int64_t from = (int64_t)t[10], to = (int64_t)t[11];
+        const void *k = (const void *)(uintptr_t)t[7];
+        /* A large fold (a sequence's first) takes the pool alone; so does every fold when the batch's tables could not be made. */
+        if (!ok || (to - from + page) * kv * d >= 65536) {
+            hg_index_fold(base, form, kv, d, page, super, cap, k, ktype, kcap, from, to, stage);
+            continue;
+        }
+        fold_item *it = &b.items[b.n];
+        if (hg_index_view(&it->x, base, form, kv, d, page, super, cap) || to <= from) continue;
+        it->r = (prim_run){.x = &it->x, .k = k, .ktype = ktype, .kcap = kcap, .from = from, .to = to, .parts = 1};
+        b.first[b.n++] = pieces;
+        pieces += kv;
+    }
+    if (b.n > 0) {
+        b.first[b.n] = pieces;
+        hg_sel_pool_run(hg_sel_pool(stage), fold_many_task, &b, (int)pieces);
+    }
+    free(b.items);
+    free(b.first);
+}
+
 static void search_task(void *v, int piece, int pieces) {
     (void)pieces;
     prim_run *r = v;

@@ -27,6 +27,10 @@ int hg_index_view(hg_index *x, void *base, int form, int64_t kv_heads, int64_t d
  * they touch afresh, then their super-pages; a KV head per pool piece (the stage's idle pool). */
 void hg_index_fold(void *base, int form, int64_t kv_heads, int64_t d, int64_t page, int64_t super, int64_t page_cap, const void *k, int ktype,
                    int64_t kcap, int64_t from, int64_t to, hg_stage *stage);
+/* indexFold of n items (12 doubles each: base, form, kv_heads, d, page, super, page_cap, k, ktype, kcap,
+ * from, to) — a batch's rows × layers: the small ones (a decode step's evicted rows) as one pool op, a
+ * KV head of an item a piece; a large one (a first fold) over the pool alone, as hg_index_fold. */
+void hg_index_fold_many(const double *items, int n, hg_stage *stage);
 /* indexPages: the best min(want, ⌈n/page⌉) pages per KV head into out [kv_heads, that], by bound,
  * highest first, ties to the lower page; q is [kv_heads*group, d]. Returns the page summaries read
  * (all heads), or -2 when scratch memory failed. isa: 0 scalar, 1 AVX2, >= 2 AVX-512 page bounds. */

@@ -7,7 +7,7 @@
  * pool while it is idle.
  */
 import { FFIType, ptr as addressOf, type Pointer } from "bun:ffi";
-import { fail, keyPrimitiveChecks as check, PAGE_INDEX_FORM_CODE, pageIndexChecks, referencePrimitives, type DType, type IndexPages, type OffloadedKeys, type PageIndex, type PageSummaries, type SelectorPrimitives } from "@hybridgen/spec";
+import { fail, keyPrimitiveChecks as check, PAGE_INDEX_FORM_CODE, pageIndexChecks, referencePrimitives, type DType, type IndexFoldItem, type IndexPages, type OffloadedKeys, type PageIndex, type PageSummaries, type SelectorPrimitives } from "@hybridgen/spec";
 import { openNativeSymbols } from "./native.js";
 
 const { ptr, i32, i64, i64_fast, void: none } = FFIType;
@@ -19,6 +19,7 @@ const symbols = {
   hg_sel_gather: { args: [ptr, i32, i64, i64, i64, ptr, i64, i64, i64, ptr, i64, ptr], returns: none },
   hg_sel_topk: { args: [ptr, i64, i64, ptr, i32, ptr], returns: i64_fast },
   hg_index_fold: { args: [ptr, i32, i64, i64, i64, i64, i64, ptr, i32, i64, i64, i64, ptr], returns: none },
+  hg_index_fold_many: { args: [ptr, i32, ptr], returns: none },
   hg_index_pages: { args: [ptr, i32, i64, i64, i64, i64, i64, ptr, i64, i64, i64, ptr, i32, ptr], returns: i64_fast },
 } as const;
 let lib: ReturnType<typeof openNativeSymbols<typeof symbols>> | undefined;
@@ -75,6 +76,17 @@ export function nativeSelectorPrimitives(isa?: SelectorIsa, stage?: () => Pointe
       if (to === from) return;
       L.hg_index_fold(addressOf(index.data), PAGE_INDEX_FORM_CODE[index.form], index.kvHeads, index.headDim, index.pageSize, index.superPages, index.pageCapacity,
         at(keys.data), DTYPE_CODE[keys.dtype], keys.capacity, from, to, pool());
+    },
+    indexFoldMany(items: readonly IndexFoldItem[]): void {
+      const table = new Float64Array(12 * items.length);
+      let n = 0;
+      for (const { keys, from, to, index } of items) {
+        pageIndexChecks.fold(keys, from, to, index);
+        if (to === from) continue;
+        table.set([addressOf(index.data), PAGE_INDEX_FORM_CODE[index.form], index.kvHeads, index.headDim, index.pageSize, index.superPages, index.pageCapacity,
+          addressOf(keys.data), DTYPE_CODE[keys.dtype], keys.capacity, from, to], 12 * n++);
+      }
+      if (n > 0) L.hg_index_fold_many(table, n, pool());
     },
     indexPages(query: Float32Array, groupSize: number, index: PageIndex, n: number, want: number): IndexPages {
       pageIndexChecks.pages(query, groupSize, index, n, want);

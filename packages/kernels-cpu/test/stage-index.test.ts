@@ -77,6 +77,34 @@ describe(`the page index, native (seed ${SEED})`, () => {
       }
     });
 
+    it(`${isa}: indexFoldMany (a batch's rows × layers in one call, small folds as one pool op, a first fold alone) stores each item's indexFold bytes`, () => {
+      const r = rng(3314);
+      using cpu = createCpuBackend({ threads: 1, isa });
+      using stage = new NativeCpuStage(cpu, { threads: 3 });
+      for (const form of PAGE_INDEX_FORMS) {
+        const kvHeads = 2, d = 64, cap = 3000, page = 16, sup = 4;
+        const stores = [0, 1, 2].map(() => {
+          const K = cpu.alloc([kvHeads, cap, d], "bf16") as CpuTensor;
+          cpu.write(K, keysLike(r, kvHeads, cap, d));
+          return K;
+        });
+        const mine = stores.map(() => pageIndex(kvHeads, d, cap, page, sup, form)), ref = stores.map(() => pageIndex(kvHeads, d, cap, page, sup, form));
+        const done = [0, 0, 0];
+        // Store 0 folds one row a step, store 1 two (one across a page edge), store 2 its first 2 500 rows at once, then one; a step with nothing for store 0.
+        for (const steps of [[1, 2, 2500], [2, 4, 2501], [2, 6, 2502], [3, 7, 2503]]) {
+          const items = steps.map((to, i) => ({ keys: storeKeys(stores[i]!), from: done[i]!, to, index: mine[i]! }));
+          stage.primitives.indexFoldMany!(items);
+          steps.forEach((to, i) => {
+            indexFold(storeKeys(stores[i]!), done[i]!, to, ref[i]!);
+            done[i] = to;
+            expect(Buffer.from(mine[i]!.data).equals(Buffer.from(ref[i]!.data)), `${isa} ${form} store ${i} after ${to} rows`).toBe(true);
+          });
+        }
+        expect(() => stage.primitives.indexFoldMany!([{ keys: storeKeys(stores[0]!), from: 5, to: 4, index: mine[0]! }])).toThrow(/^indexFold: rows \[5, 4\) out of range/);
+        for (const K of stores) cpu.free(K);
+      }
+    });
+
     it(`${isa}: the stage's index job equals indexSelection on the native primitives, rows folded in steps, afresh in a new epoch`, () => {
       const r = rng(3312), P = nativeSelectorPrimitives(isa);
       using cpu = createCpuBackend({ threads: 2, isa });

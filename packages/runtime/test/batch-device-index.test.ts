@@ -6,6 +6,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { BatchDecoder, loadModel, relError, type Backend, type LlamaModel } from "@hybridgen/core";
 import { createSelector } from "@hybridgen/selectors";
 import { createBatchHybridAttention, createHybridAttention, type HybridRuntimeOptions } from "../src/index.js";
+import { IndexSyncBatch } from "../src/hybrid/device-index.js";
 import { decodeBatched } from "./batch-helpers.js";
 import { rankingBackend } from "./ranking-backend.js";
 import { CONTEXT, tinyFiles } from "./tiny-model.js";
@@ -40,7 +41,7 @@ describe("the page index ranked on the device for a batch of 3", () => {
       const want = await alone(options(logits));
       using model = load();
       using batch = await createBatchHybridAttention(model, backend, options(logits), 3);
-      const before = { ...calls };
+      const before = { ...calls }, syncs = IndexSyncBatch.of(backend).calls;
       let steps = 0, rows = 0; // steps of 2+ rows and their rows (a step of one row is a plain step)
       const got = (() => {
         using dec = new BatchDecoder(model, 3);
@@ -66,6 +67,10 @@ describe("the page index ranked on the device for a batch of 3", () => {
       expect(steps).toBe(9);
       expect(calls.rows - before.rows).toBe(logits === "verified" ? rows * LAYERS : 0);
       expect(calls.rowCalls - before.rowCalls).toBe(logits === "verified" ? steps * LAYERS : 0);
+      // The rows' index folds as one call a batched step (a step whose rows evicted nothing folds nothing).
+      const folds = IndexSyncBatch.of(backend).calls - syncs;
+      expect(folds).toBeGreaterThan(0);
+      expect(folds).toBeLessThanOrEqual(steps);
     });
   }
 });

@@ -8,9 +8,10 @@
  * go up, so the device ranks every offloaded row, the newest included.
  */
 import {
-  type Backend, type DeviceIndexShape, type IndexKernel, type IndexRankRow, type OffloadedKeys, type PageIndex, type SelectorPrimitives, type Tensor, fail, indexWant, pageIndex,
+  type Backend, type DeviceIndexShape, type IndexFoldItem, type IndexKernel, type IndexRankRow, type OffloadedKeys, type PageIndex, type SelectorPrimitives, type Tensor, fail, indexFoldAll, indexWant, pageIndex,
   pageIndexLayout, PAGE_INDEX_FORM_CODE, seededRandom,
 } from "@hybridgen/spec";
+import type { DecodeBatchStep } from "@hybridgen/core";
 
 /** Bytes of the device's copy of an index over `capacity` rows a head (page level only, page-major). */
 export function deviceIndexBytes(kvHeads: number, headDim: number, capacity: number, pageSize: number, form: IndexKernel["form"]): number {
@@ -147,6 +148,8 @@ export class DeviceIndex implements Disposable {
   private readonly stageCopies: { readonly layer: number; readonly at: number; readonly from: number; readonly floats: number }[] = [];
   /** Offloaded rows folded into the host index and uploaded, per layer. */
   private readonly summarized: number[];
+  /** Pages [p0, p1) of a layer folds() counted and uploadFolded() has not sent yet. */
+  private readonly unsent: { readonly layer: number; readonly p0: number; readonly p1: number }[] = [];
   private readonly maxWant: number;
 
   /** Whether the backend ranks this index's shape at all (headDim, group, form). */
@@ -216,17 +219,33 @@ export class DeviceIndex implements Disposable {
    * host index (afresh when the store shrank: a new sequence) and uploads the pages they touched.
    */
   sync(offloaded: number, P: SelectorPrimitives, keysOf: (layer: number) => OffloadedKeys): void {
-    const ps = this.kernel.pageSize, kv = this.shape.kvHeads;
+    indexFoldAll(P, this.folds(offloaded, keysOf));
+    this.uploadFolded();
+  }
+
+  /**
+   * sync() in two halves, so a batch's rows fold as one call (IndexSyncBatch): the folds this step
+   * needs (the host indexes counted as folded from here on), then uploadFolded() once they ran.
+   */
+  folds(offloaded: number, keysOf: (layer: number) => OffloadedKeys): IndexFoldItem[] {
+    const items: IndexFoldItem[] = [];
     for (let l = 0; l < this.host.length; l++) {
       let from = this.summarized[l]!;
       if (offloaded === from) continue;
       if (offloaded < from) from = 0;
       const x = this.host[l]!;
       if (from === 0) x.data.fill(0);
-      P.indexFold(keysOf(l), from, offloaded, x);
+      items.push({ keys: keysOf(l), from, to: offloaded, index: x });
       this.summarized[l] = offloaded;
-      this.upload(l, x, Math.floor(from / ps), Math.ceil(offloaded / ps), kv);
+      this.unsent.push({ layer: l, p0: Math.floor(from / this.kernel.pageSize), p1: Math.ceil(offloaded / this.kernel.pageSize) });
     }
+    return items;
+  }
+
+  /** After folds()' items were folded: their pages go up (one staging write, then device copies). */
+  uploadFolded(): void {
+    for (const u of this.unsent) this.upload(u.layer, this.host[u.layer]!, u.p0, u.p1, this.shape.kvHeads);
+    this.unsent.length = 0;
     this.flushStage();
   }
 
@@ -238,6 +257,7 @@ export class DeviceIndex implements Disposable {
   /** A new sequence: the next sync folds its store from row 0 (its count alone may have grown past the last one's). */
   reset(): void {
     this.summarized.fill(0);
+    this.unsent.length = 0;
   }
 
   /** Pages [p0, p1) of every head, head-major on the host, page-major on the device: into the staging buffer, in runs of pages that fit it. */
@@ -293,6 +313,7 @@ export class DeviceIndex implements Disposable {
    * no page wanted), `ranked` what the stage's query buffer takes once it ran (Backend.indexRankRows ranks many rows at once).
    */
   row(layer: number, q: Tensor, offloaded: number, budget: number): { readonly row: IndexRankRow | null; readonly ranked: RankedQuery } {
+    if (this.unsent.length > 0) fail("page index: a ranking before the step's folded pages were uploaded (a batch's index sync never ran)");
     const want = indexWant(budget, offloaded, this.kernel.pageSize);
     if (want > this.maxWant) fail(`page index: K ${budget} needs ${want} pages a KV head, past the ${this.maxWant} the device ranks at ${this.shape.pageCapacity} pages (a smaller K or larger pages)`);
     const out = this.out[layer & 1]!;
@@ -313,5 +334,55 @@ export class DeviceIndex implements Disposable {
 
   [Symbol.dispose](): void {
     this.close();
+  }
+}
+
+/**
+ * The device indexes of a batched step's rows synced together: each row's beginStep joins with the
+ * folds its index needs, and the step's last row runs every row's as one indexFoldAll (a native
+ * stage's one pool op for the batch's rows × layers, where each row's own sync was a fold call a
+ * layer on the driving thread), then each index uploads its pages. One per backend (IndexSyncBatch.of).
+ */
+export class IndexSyncBatch {
+  private step: DecodeBatchStep | null = null;
+  private serial = -1;
+  private readonly members: DeviceIndex[] = [];
+  private readonly items: IndexFoldItem[] = [];
+  private P: SelectorPrimitives | null = null;
+  /** indexFoldAll calls made for batches (a test counts them: one a step). */
+  calls = 0;
+
+  private static readonly perBackend = new WeakMap<Backend, IndexSyncBatch>();
+
+  static of(backend: Backend): IndexSyncBatch {
+    let b = IndexSyncBatch.perBackend.get(backend);
+    if (!b) IndexSyncBatch.perBackend.set(backend, (b = new IndexSyncBatch()));
+    return b;
+  }
+
+  /** A row's index with the folds it needs this step (`step`'s serial); P: the primitives that fold them. */
+  join(step: DecodeBatchStep, index: DeviceIndex, items: readonly IndexFoldItem[], P: SelectorPrimitives): void {
+    if (step !== this.step || step.serial !== this.serial) {
+      this.step = step;
+      this.serial = step.serial;
+      this.members.length = 0;
+      this.items.length = 0;
+      this.P = null;
+    }
+    this.P ??= P;
+    this.members.push(index);
+    this.items.push(...items);
+  }
+
+  /** Every joined row's folds as one call, then their uploads (the step's last row calls it once the rows have joined). */
+  flush(step: DecodeBatchStep): void {
+    if (step !== this.step || step.serial !== this.serial || this.members.length === 0) return;
+    if (this.items.length > 0) {
+      this.calls++;
+      indexFoldAll(this.P!, this.items);
+    }
+    for (const m of this.members) m.uploadFolded();
+    this.members.length = 0;
+    this.items.length = 0;
   }
 }

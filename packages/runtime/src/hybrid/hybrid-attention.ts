@@ -38,7 +38,7 @@ import { StepAccount } from "./step-account.js";
 import { StepMerge } from "./step-merge.js";
 import { kernelWork, layerBudget, layerKmax, planStep, type StepPlan } from "./step-plan.js";
 import type { TransportChoice } from "./transport/choose-transport.js";
-import { checkHostIndex, DeviceIndex, freeDeviceBytes, hostIndexBytes, type RankedQuery } from "./device-index.js";
+import { checkHostIndex, DeviceIndex, freeDeviceBytes, hostIndexBytes, IndexSyncBatch, type RankedQuery } from "./device-index.js";
 import { IndexBatch, type IndexBatchMember } from "./index-batch.js";
 import { freemem } from "node:os";
 import { openTransport } from "./transport/open-transport.js";
@@ -262,6 +262,20 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     this.batchStep = batch ?? null;
     this.batchRow = row ?? -1;
     this.batchRanks = false;
+    try {
+      this.beginRow(pos);
+    } finally {
+      // The batch's last row: every row's index folds as one call, then their uploads.
+      if (batch && row === batch.rows - 1) {
+        const t0 = performance.now();
+        IndexSyncBatch.of(this.attention.backend).flush(batch);
+        this.indexSyncMs += performance.now() - t0;
+      }
+    }
+  }
+
+  private beginRow(pos: number): void {
+    this.indexSyncMs = 0;
     this.transport.startStep(this.batchStep);
     this.drain();
     // A checkpoint restored under a live hybrid attention: selector states describe another store.
@@ -276,8 +290,10 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     if (offloaded === 0) return;
     this.transport.syncStore();
     if (this.deviceIndex) {
-      const t0 = performance.now();
-      this.deviceIndex.sync(offloaded, this.stage.primitives ?? referencePrimitives, (l) => this.stage.offloadedKeys!(this.attention.cache.stageStoreK(l)));
+      const t0 = performance.now(), P = this.stage.primitives ?? referencePrimitives, keysOf = (l: number) => this.stage.offloadedKeys!(this.attention.cache.stageStoreK(l));
+      // A batch row's folds join the batch's (one call for every row's layers, at its last row's beginStep).
+      if (this.batchStep && this.batchRow >= 0) IndexSyncBatch.of(this.attention.backend).join(this.batchStep, this.deviceIndex, this.deviceIndex.folds(offloaded, keysOf), P);
+      else this.deviceIndex.sync(offloaded, P, keysOf);
       this.indexSyncMs = performance.now() - t0;
     }
     const { plan, refusedTiming, clamped } = planStep(this.selector, this.decision, offloaded);

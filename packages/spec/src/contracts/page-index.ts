@@ -186,6 +186,21 @@ function checkIndex(fn: string, x: PageIndex): void {
   if (l.bytes !== x.bytes || x.data.length < l.bytes || l.superCapacity !== x.superCapacity) throw new HybridgenError(`${fn}: the index's bytes do not match its shape`);
 }
 
+/** One indexFold of SelectorPrimitives.indexFoldMany. */
+export interface IndexFoldItem {
+  readonly keys: OffloadedKeys;
+  readonly from: number;
+  readonly to: number;
+  readonly index: PageIndex;
+}
+
+/** Every item's indexFold through `P`: its indexFoldMany where it has one, else one call an item. */
+export function indexFoldAll(P: Pick<SelectorPrimitives, "indexFold" | "indexFoldMany">, items: readonly IndexFoldItem[]): void {
+  if (items.length === 0) return;
+  if (P.indexFoldMany) return P.indexFoldMany(items);
+  for (const x of items) P.indexFold(x.keys, x.from, x.to, x.index);
+}
+
 /**
  * Folds rows [from, to) of every KV head into the index: each page they touch is summarized
  * afresh from all its rows below `to`, then each super-page over those pages from its pages.

@@ -17,7 +17,7 @@ import { z } from "zod";
 import type { DType } from "../backend.js";
 import { HybridgenError } from "../errors.js";
 import type { SpecVersion } from "../version.js";
-import type { IndexPages, PageIndex, PageIndexForm } from "./page-index.js";
+import type { IndexFoldItem, IndexPages, PageIndex, PageIndexForm } from "./page-index.js";
 
 export const SelectionTimingSchema = z.enum(["pre", "post"]);
 export type SelectionTiming = z.infer<typeof SelectionTimingSchema>;
@@ -100,6 +100,12 @@ export interface SelectorPrimitives {
    * implementation must store the same bytes.
    */
   indexFold(keys: OffloadedKeys, from: number, to: number, index: PageIndex): void;
+  /**
+   * Optional: indexFold of many items at once — a batched step's rows × layers in one call, which a
+   * native implementation runs as one pool op. The same bytes as each item's indexFold (indexFoldAll
+   * loops where it is missing).
+   */
+  indexFoldMany?(items: readonly IndexFoldItem[]): void;
   /**
    * The best `want` pages of rows [0, n) per KV head by the index's bounds (max over the group's
    * query heads), highest first, ties to the lower page: the flat choice over every page, found
@@ -397,6 +403,6 @@ export interface TokenSelector<S = unknown> {
 export { referencePrimitives, offloadedKeys, pageSummaries, keyPrimitiveChecks } from "./selector-primitives.js";
 export { questSelection, questPages, type QuestPageState } from "./quest-selection.js";
 export {
-  indexChosenOffset, indexFold, indexFor, indexPageBounds, indexPages, indexSelection, indexSelectionFrom, indexTable, indexWant, pageIndex, pageIndexChecks, pageIndexForm, pageIndexLayout, PAGE_INDEX_FORM_CODE, PAGE_INDEX_FORMS,
-  PAGE_INDEX_SLACK, type IndexPages, type PageIndex, type PageIndexForm, type PageIndexLayout, type PageIndexState,
+  indexChosenOffset, indexFold, indexFoldAll, indexFor, indexPageBounds, indexPages, indexSelection, indexSelectionFrom, indexTable, indexWant, pageIndex, pageIndexChecks, pageIndexForm, pageIndexLayout, PAGE_INDEX_FORM_CODE, PAGE_INDEX_FORMS,
+  PAGE_INDEX_SLACK, type IndexFoldItem, type IndexPages, type PageIndex, type PageIndexForm, type PageIndexLayout, type PageIndexState,
 } from "./page-index.js";
