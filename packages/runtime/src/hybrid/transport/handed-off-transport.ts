@@ -66,11 +66,11 @@ export class HandedOffTransport extends MappedTransport {
    */
   prepareAttend(layer: number, q: Tensor): void {
     if (!this.handOffStep || !this.batchStep || this.joined[layer]) return;
-    const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, job = s.job(layer), rescore = s.rescore[layer]!, kmax = s.layerKmax(layer);
-    if (!job?.done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
+    const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, done = s.done(layer), rescore = s.rescore[layer]!, kmax = s.layerKmax(layer);
+    if (!done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
     s.merge.scoreWindow(layer, q, d.scores[slot]!, kmax);
     const up = d.handOffRows(slot, kmax, rescore);
-    HandOffBatch.of(d.link).join(this.batchStep, layer, d.batchHandOff(layer, slot, job.done, rescore));
+    HandOffBatch.of(d.link).join(this.batchStep, layer, d.batchHandOff(layer, slot, done, rescore));
     this.joined[layer] = up;
   }
 
