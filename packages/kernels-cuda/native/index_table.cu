@@ -8,7 +8,7 @@
 #include "common.cuh"
 #include <math.h>
 
-constexpr int TABLE_THREADS = 256, TABLE_WANT_MAX = 256, TABLE_PAGE_MAX = 1024;
+constexpr int TABLE_THREADS = 256, TABLE_WANT_MAX = 256, TABLE_PAGE_MAX = 1024, TABLE_D_MAX = 256;
 
 Cmd hg_new_cmd(int kind);                       // rowops.cu
 int hg_put_dyn(HgCtx *c, Cmd &cmd, int count);  // rowops.cu
@@ -47,11 +47,17 @@ __global__ void __launch_bounds__(TABLE_THREADS) index_table_kernel(int *table, 
       const int from = partial * P, m = min(n, from + P) - from;
       for (int r = warp; r < m; r += TABLE_THREADS / 32) {
         const size_t at = ((size_t)g * cap + from + r) * d;
+        // The row's channels in registers first: its loads cross the link together, once, not once a query head.
+        float k[TABLE_D_MAX / 32];
+#pragma unroll
+        for (int i = 0; i < TABLE_D_MAX / 32; i++) k[i] = lane + 32 * i < d ? ld<DT>(keys, at + lane + 32 * i) : 0.f;
         float top = -INFINITY;
         for (int j = 0; j < group; j++) {
           const float *qj = q + ((size_t)g * group + j) * d;
           float s = 0.f;
-          for (int c = lane; c < d; c += 32) s += qj[c] * ld<DT>(keys, at + c);
+#pragma unroll
+          for (int i = 0; i < TABLE_D_MAX / 32; i++)
+            if (lane + 32 * i < d) s += qj[lane + 32 * i] * k[i];
           for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
           if (s > top) top = s;
         }
@@ -124,13 +130,13 @@ extern "C" {
 // Whether hg_cu_index_table runs this shape: want ≤ 256 pages a head, pages of at most 1 024 rows.
 HG_EXPORT int hg_cu_index_table_fits(int want, int pageSize) { return want >= 1 && want <= TABLE_WANT_MAX && pageSize >= 1 && pageSize <= TABLE_PAGE_MAX; }
 
-// On the compute stream, recordable: table (mapped host, int32 [counts (kvHeads) | ids (kvHeads ·
+// On the launching stream (hg_stream), recordable: table (mapped host, int32 [counts (kvHeads) | ids (kvHeads ·
 // kmax)]) from pages (device, int32 [kvHeads, want], best first) over the first n rows, the partial
 // page scored with q (f32 [kvHeads · group, headDim]) against keys (mapped host [kvHeads, cap,
 // headDim] of dtype dt); then value into word. n and value change every step: the step's blob.
 HG_EXPORT int hg_cu_index_table(HgCtx *c, int *table, unsigned *word, const int *pages, const float *q, const void *keys, int dt, int kvHeads, int group,
                                 int headDim, int cap, int pageSize, int want, int budget, int kmax, int n, unsigned value) {
-  if (!hg_cu_index_table_fits(want, pageSize) || kvHeads < 1 || group < 1 || headDim < 1 || cap < 1 || budget < 1 || n < 0 || n > cap || kmax < min(budget, n) ||
+  if (!hg_cu_index_table_fits(want, pageSize) || kvHeads < 1 || group < 1 || headDim < 1 || headDim > TABLE_D_MAX || cap < 1 || budget < 1 || n < 0 || n > cap || kmax < min(budget, n) ||
       (dt != DT_F32 && dt != DT_F16 && dt != DT_BF16) || !table || !word || !pages || !q || !keys || (uintptr_t)table % 4 || (uintptr_t)word % 4)
     return (int)cudaErrorInvalidValue;
   HG_FLUSH_REC(c);

@@ -170,6 +170,7 @@ export class CudaHostLink implements HostTransfers {
       bad(`${op}: kvHeads, group, headDim, cap, pageSize, want, budget and kmax must be positive 32-bit integers and n a non-negative one`);
     }
     if (this.owner.lib.hg_cu_index_table_fits(want, pageSize) !== 1) bad(`${op}: the device makes tables of at most 256 pages a head and pages of at most 1024 rows, got ${want} pages of ${pageSize}`);
+    if (headDim > 256) bad(`${op}: the device makes tables for heads of at most 256, got ${headDim}`);
     if (n > cap) bad(`${op}: ${n} offloaded rows exceed the store's ${cap}`);
     if (Math.min(budget, n) > kmax) bad(`${op}: a list of ${Math.min(budget, n)} rows does not fit ${kmax} ids a KV head`);
     const bytes = dtype === "f32" ? 4 : dtype === "f16" || dtype === "bf16" ? 2 : bad(`${op}: K rows must be f32, f16 or bf16, got ${String(dtype)}`);

@@ -360,6 +360,7 @@ describe("CudaBackend.hostTransfers: the stage hand-off on the device (stand-in 
       [() => link.indexTable!(table, ranked, 0, q, store, { ...shape, want: 300 }, done), /indexTable: the device makes tables of at most 256 pages a head and pages of at most 1024 rows, got 300 pages of 4/],
       [() => link.indexTable!(table, ranked, 0, q, store, { ...shape, kmax: 0 }, done), /must be positive 32-bit integers and n a non-negative one/],
       [() => link.indexTable!(table, ranked, 0, q, store, { ...shape, n: 65 }, done), /65 offloaded rows exceed the store's 64/],
+      [() => link.indexTable!(table, ranked, 0, q, store, { ...shape, headDim: 512 }, done), /the device makes tables for heads of at most 256, got 512/],
       [() => link.indexTable!(table, ranked, 0, q, store, { ...shape, kmax: 12 }, done), /a list of 16 rows does not fit 12 ids a KV head/],
       [() => link.indexTable!(table, ranked, 228, q, store, shape, done), /2 × 5 pages from byte 228 exceed f32\[1x64\]'s 256/],
       [() => link.indexTable!(table, ranked, 0, be.alloc([1, 16]), store, shape, done), /q must be f32 with 4 heads of 8/],

@@ -219,8 +219,8 @@ export interface HostTransfers extends Disposable {
   indexTable?(table: HostRegion, pages: Tensor, pagesOffset: number, q: Tensor, keys: HostRegion, shape: IndexTableShape, done: HostSignal): void;
 }
 
-/** What every link that makes tables (HostTransfers.indexTable) takes: up to `want` pages a KV head of up to `pageSize` rows. */
-export const INDEX_TABLE_LIMITS = Object.freeze({ want: 256, pageSize: 1024 });
+/** What every link that makes tables (HostTransfers.indexTable) takes: up to `want` pages a KV head of up to `pageSize` rows, heads up to `headDim`. */
+export const INDEX_TABLE_LIMITS = Object.freeze({ want: 256, pageSize: 1024, headDim: 256 });
 
 /** The shape of a HostTransfers.indexTable call (within INDEX_TABLE_LIMITS). */
 export interface IndexTableShape {
