@@ -313,7 +313,9 @@ export class DeviceIndex implements Disposable {
    * no page wanted), `ranked` what the stage's query buffer takes once it ran (Backend.indexRankRows ranks many rows at once).
    */
   row(layer: number, q: Tensor, offloaded: number, budget: number): { readonly row: IndexRankRow | null; readonly ranked: RankedQuery } {
-    if (this.unsent.length > 0) fail("page index: a ranking before the step's folded pages were uploaded (a batch's index sync never ran)");
+    // A batch whose last row has no hybrid attention never flushed its sync: the first ranking does.
+    if (this.unsent.length > 0) IndexSyncBatch.of(this.backend).flush();
+    if (this.unsent.length > 0) fail("page index: a ranking before the step's folded pages were uploaded");
     const want = indexWant(budget, offloaded, this.kernel.pageSize);
     if (want > this.maxWant) fail(`page index: K ${budget} needs ${want} pages a KV head, past the ${this.maxWant} the device ranks at ${this.shape.pageCapacity} pages (a smaller K or larger pages)`);
     const out = this.out[layer & 1]!;
@@ -374,9 +376,9 @@ export class IndexSyncBatch {
     this.items.push(...items);
   }
 
-  /** Every joined row's folds as one call, then their uploads (the step's last row calls it once the rows have joined). */
-  flush(step: DecodeBatchStep): void {
-    if (step !== this.step || step.serial !== this.serial || this.members.length === 0) return;
+  /** Every joined row's folds as one call, then their uploads (the step's last row calls it once the rows have joined; without a step: whatever joined). */
+  flush(step: DecodeBatchStep | null = this.step): void {
+    if (step === null || step !== this.step || step.serial !== this.serial || this.members.length === 0) return;
     if (this.items.length > 0) {
       this.calls++;
       indexFoldAll(this.P!, this.items);
