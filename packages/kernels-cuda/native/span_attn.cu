@@ -136,16 +136,16 @@ static const int MERGE_WARPS = 8, MERGE_HEADS = 4, MERGE_MIN_CHUNK = 8, MERGE_MA
 // Chunk partials: c->decodePart [split][head][headDim + 2] = unnormalised output, max (natural log
 // units), sum; a chunk with nothing attended has max −∞ and sum 0. dyn (a recorded step): start
 // and count from the blob.
+// The split kernel's block (split, KV head g, head batch hz) as a function: one merge's
+// (attn_merge_split_kernel) or one row's of a batch's (attn_merge_rows_split_kernel), the same sums.
 template <int VT>
-__global__ void __launch_bounds__(32 * MERGE_WARPS) attn_merge_split_kernel(float *cpart, int heads, const float *logits, int width, const void *v,
-                                                                            int group, int headDim, int cap, int maxSplits, int start, int count,
-                                                                            const int *dyn) {
-  if (dyn) { start = dyn[0]; count = dyn[1]; }
-  const int chunk = max((count + maxSplits - 1) / maxSplits, MERGE_MIN_CHUNK), split = blockIdx.x;
+__device__ __forceinline__ void merge_split_block(float *cpart, int heads, const float *logits, int width, const void *v, int group, int headDim, int cap,
+                                                  int maxSplits, int start, int count, int split, int g, int hz) {
+  const int chunk = max((count + maxSplits - 1) / maxSplits, MERGE_MIN_CHUNK);
   const int j0 = split * chunk, j1 = min(count, j0 + chunk);
   if (j0 >= count) return;  // the whole block: the combine counts the same chunks
   __shared__ float smA[MERGE_WARPS][MERGE_HEADS][256], smS[MERGE_WARPS][MERGE_HEADS], smM[MERGE_HEADS];
-  const int g = blockIdx.y, h0 = g * group + blockIdx.z * MERGE_HEADS, nh = min(MERGE_HEADS, group - (int)blockIdx.z * MERGE_HEADS);
+  const int h0 = g * group + hz * MERGE_HEADS, nh = min(MERGE_HEADS, group - hz * MERGE_HEADS);
   const int t = threadIdx.x, warp = t >> 5, lane = t & 31;
   if (warp < nh) {  // warp w: head h0 + w's max over the chunk
     const float *row = logits + (size_t)(h0 + warp) * width;
@@ -195,13 +195,18 @@ __global__ void __launch_bounds__(32 * MERGE_WARPS) attn_merge_split_kernel(floa
   }
 }
 
-// grid (heads): out[h] = the window's partial part[h] (normalised output, max, sum) merged with
-// the chunks' partials; nothing attended anywhere: 0.
-__global__ void attn_merge_combine_kernel(float *out, const float *part, const float *cpart, int heads, int headDim, int maxSplits, int count,
-                                          const int *dyn) {
-  if (dyn) count = dyn[1];
+template <int VT>
+__global__ void __launch_bounds__(32 * MERGE_WARPS) attn_merge_split_kernel(float *cpart, int heads, const float *logits, int width, const void *v,
+                                                                            int group, int headDim, int cap, int maxSplits, int start, int count,
+                                                                            const int *dyn) {
+  if (dyn) { start = dyn[0]; count = dyn[1]; }
+  merge_split_block<VT>(cpart, heads, logits, width, v, group, headDim, cap, maxSplits, start, count, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+// The combine's block for head h as a function (one merge's, or one row's of a batch's).
+__device__ __forceinline__ void merge_combine_block(float *out, const float *part, const float *cpart, int heads, int headDim, int maxSplits, int count, int h) {
   const int chunk = max((count + maxSplits - 1) / maxSplits, MERGE_MIN_CHUNK), nsplit = (count + chunk - 1) / chunk;
-  const int h = blockIdx.x, t = threadIdx.x;
+  const int t = threadIdx.x;
   const float *pr = part + (size_t)h * (headDim + 2);
   const size_t stride = (size_t)heads * (headDim + 2);
   const float *cp = cpart + (size_t)h * (headDim + 2);
@@ -227,6 +232,36 @@ __global__ void attn_merge_combine_kernel(float *out, const float *part, const f
     for (int s = 0; s < nsplit; s++) a += cp[s * stride + d] * wts[s];
     o[d] = a / den;
   }
+}
+
+// grid (heads): out[h] = the window's partial part[h] (normalised output, max, sum) merged with
+// the chunks' partials; nothing attended anywhere: 0.
+__global__ void attn_merge_combine_kernel(float *out, const float *part, const float *cpart, int heads, int headDim, int maxSplits, int count,
+                                          const int *dyn) {
+  if (dyn) count = dyn[1];
+  merge_combine_block(out, part, cpart, heads, headDim, maxSplits, count, blockIdx.x);
+}
+
+// A batched step's merges (Backend.attnMergeRows): row r of the table is one attnMerge's out, part,
+// logits (at its first column) and V, its V rows' cap, start and count; its chunk partials at
+// cpart + r · rowStride. The blocks of row r are those of its own attnMerge, so its sums are the same.
+struct MergeRow {
+  unsigned long long out, part, logits, v;
+  int cap, start, count, pad;
+};
+
+template <int VT>
+__global__ void __launch_bounds__(32 * MERGE_WARPS) attn_merge_rows_split_kernel(float *cpart, size_t rowStride, const MergeRow *rows, int hgroups, int heads,
+                                                                                 int width, int group, int headDim, int maxSplits) {
+  const int r = blockIdx.z / hgroups;
+  const MergeRow m = rows[r];
+  merge_split_block<VT>(cpart + r * rowStride, heads, (const float *)m.logits, width, (const void *)m.v, group, headDim, m.cap, maxSplits, m.start, m.count,
+                        blockIdx.x, blockIdx.y, blockIdx.z % hgroups);
+}
+
+__global__ void attn_merge_rows_combine_kernel(const float *cpart, size_t rowStride, const MergeRow *rows, int heads, int headDim, int maxSplits) {
+  const MergeRow m = rows[blockIdx.y];
+  merge_combine_block((float *)m.out, (const float *)m.part, cpart + blockIdx.y * rowStride, heads, headDim, maxSplits, m.count, blockIdx.x);
 }
 
 Cmd hg_new_cmd(int kind);                       // rowops.cu
@@ -280,7 +315,56 @@ int hg_launch_attn_merge(HgCtx *c, const Cmd &m, const char *dynBase) {
                    (const float *)c->decodePart, heads, headDim, splits, m.d[1], dyn);
 }
 
+// CMD_ATTN_MERGE_ROWS: p[0] the rows' table (MergeRow [s[6]], the step's blob when recording); s[0]
+// dtype, s[1] heads, s[2] kvHeads, s[3] headDim, s[4] the logits rows' width, s[6] rows. Rows go in
+// runs whose chunk partials fit the decode scratch, each run one split and one combine launch.
+int hg_launch_attn_merge_rows(HgCtx *c, const Cmd &m) {
+  const int heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], width = m.s[4], n = m.s[6], group = heads / kvHeads;
+  const int splits = max(1, min(MERGE_MAX_SPLITS, (width + MERGE_MIN_CHUNK - 1) / MERGE_MIN_CHUNK)), hgroups = (group + MERGE_HEADS - 1) / MERGE_HEADS;
+  const size_t rowStride = (size_t)splits * heads * (headDim + 2);
+  const int run = (int)max((size_t)1, c->decodePartBytes / (rowStride * sizeof(float)));
+  const MergeRow *rows = (const MergeRow *)m.p[0];
+  for (int r0 = 0; r0 < n; r0 += run) {
+    const int nr = min(run, n - r0);
+    int r = 0;
+    HG_DISPATCH_DT(m.s[0], V, r = hg_launch(c, attn_merge_rows_split_kernel<V>, dim3((unsigned)splits, (unsigned)kvHeads, (unsigned)(hgroups * nr)),
+                                            dim3(32 * MERGE_WARPS), 0, c->decodePart, rowStride, rows + r0, hgroups, heads, width, group, headDim, splits));
+    if (r) return r;
+    r = hg_launch(c, attn_merge_rows_combine_kernel, dim3((unsigned)heads, (unsigned)nr), dim3(headDim >= 128 ? 128 : 64), 0, (const float *)c->decodePart,
+                  rowStride, rows + r0, heads, headDim, splits);
+    if (r) return r;
+  }
+  return 0;
+}
+
 extern "C" {
+
+// n merges of one shape at once (a batched step's rows, Backend.attnMergeRows): rows holds 7 doubles
+// a row — out, part, logits (at the first column; rows `width` floats apart), V [kvHeads, cap,
+// headDim] of dtype dt, cap, start, count — checked by the caller; each row as hg_cu_attn_merge
+// would compute it. Recordable (the rows go with the step's blob).
+HG_EXPORT int hg_cu_attn_merge_rows(HgCtx *c, const double *rows, int n, int dt, int heads, int kvHeads, int headDim, int width) {
+  if (n < 1 || n > 4096 || headDim > 256 || kvHeads < 1 || heads % kvHeads != 0 || width < 1 || !rows) return (int)cudaErrorInvalidValue;
+  MergeRow *t = (MergeRow *)calloc((size_t)n, sizeof(MergeRow));
+  if (!t) return (int)cudaErrorMemoryAllocation;
+  for (int i = 0; i < n; i++) {
+    const double *r = rows + 7 * i;
+    if (!r[0] || !r[1] || !r[2] || !r[3] || r[4] < 1 || r[5] < 0 || r[6] < 0 || r[5] + r[6] > r[4]) {
+      free(t);
+      return (int)cudaErrorInvalidValue;
+    }
+    t[i] = MergeRow{(unsigned long long)r[0], (unsigned long long)r[1], (unsigned long long)r[2], (unsigned long long)r[3], (int)r[4], (int)r[5], (int)r[6], 0};
+  }
+  int e = hg_flush_copies(c);
+  int *dev = NULL;
+  if (!e) e = hg_upload_ints(c, (const int *)t, (size_t)n * sizeof(MergeRow) / sizeof(int), &dev);
+  free(t);
+  if (e) return e;
+  Cmd m = hg_new_cmd(CMD_ATTN_MERGE_ROWS);
+  m.p[0] = dev;
+  m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = width; m.s[6] = n;
+  return hg_submit(c, m);
+}
 
 // part [heads, headDim + 2] f32 = the partial of q (heads·headDim f32) over nspans ≤ 4 spans (host
 // table of start, count pairs, checked by the caller) of K/V [kvHeads, cap, headDim] (headDim ≤ 256).

@@ -7,7 +7,7 @@
  * comes from an arena reserved once at creation (DeviceArena does the bookkeeping).
  */
 import type { Pointer } from "bun:ffi";
-import { SPEC_VERSION, DTYPE_BYTES, HybridgenError, type Backend, type BatchAttnRow, type DeviceIndexShape, type DType, type IndexRankRow, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/spec";
+import { SPEC_VERSION, DTYPE_BYTES, HybridgenError, type AttnMergeRow, type Backend, type BatchAttnRow, type DeviceIndexShape, type DType, type IndexRankRow, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/spec";
 import { BackendChecks, isIndex, shapeNumel } from "@hybridgen/spec/kit";
 import { DeviceArena, type ArenaStats } from "./arena.js";
 import { CudaHostLink } from "./host-link.js";
@@ -1053,6 +1053,28 @@ export class CudaBackend implements Backend {
     this.attnLimits(op, vt, "v");
     CudaBackend.int32(l.numel, op, "logits elements");
     this.ok(op, this.lib.hg_cu_attn_merge(this.ctx, P(o.at(outRow * o.cols)), P(pt.addr), P(l.at(col)), l.cols, P(vt.addr), DTYPE_CODE[vt.dtype], heads, kvHeads, headDim, cap, start, count));
+  }
+
+  /** Backend.attnMergeRows: every row's attnMerge in one op (native/span_attn.cu's blocks of each, over a rows table); each row checked as attnMerge checks it. */
+  attnMergeRows(rows: readonly AttnMergeRow[]): void {
+    const op = "attnMergeRows";
+    if (!Array.isArray(rows) || rows.length === 0 || rows.length > 4096) bad(`${op}: 1 to 4096 rows are needed`);
+    const table = new Float64Array(7 * rows.length);
+    let shape: { heads: number; kvHeads: number; headDim: number; width: number; dtype: string } | null = null;
+    rows.forEach((r, i) => {
+      const which = `${op}: row ${i}`;
+      const [o, pt, l, vt, [heads, kvHeads, headDim, cap]] = this.check.attnMerge(r.out, r.outRow, r.part, r.logits, r.col, r.v, r.start, r.count);
+      if (headDim > 256) bad(`${which}: head dim ${headDim} exceeds the kernels' limit of 256`);
+      this.attnLimits(which, vt, "v");
+      CudaBackend.int32(l.numel, which, "logits elements");
+      shape ??= { heads, kvHeads, headDim, width: l.cols, dtype: vt.dtype };
+      if (heads !== shape.heads || kvHeads !== shape.kvHeads || headDim !== shape.headDim || l.cols !== shape.width || vt.dtype !== shape.dtype) {
+        bad(`${which}: ${heads} heads, ${kvHeads} KV heads, head dim ${headDim}, logits ${l.cols} wide, V ${vt.dtype}: not row 0's ${shape.heads}, ${shape.kvHeads}, ${shape.headDim}, ${shape.width}, ${shape.dtype}`);
+      }
+      table.set([o.at(r.outRow * o.cols), pt.addr, l.at(r.col), vt.addr, cap, r.start, r.count], 7 * i);
+    });
+    const x = shape!;
+    this.ok(op, this.lib.hg_cu_attn_merge_rows(this.ctx, table, rows.length, DTYPE_CODE[x.dtype as keyof typeof DTYPE_CODE], x.heads, x.kvHeads, x.headDim, x.width));
   }
 
   // ---- attention stages ---------------------------------------------------------------------

@@ -32,6 +32,28 @@ describe("CudaBackend attnPartial / attnMerge (stand-in native library)", () => 
     be.close();
   });
 
+  it("attnMergeRows checks each row as attnMerge, refuses rows of another shape, and passes one table of every row's addresses and counts", () => {
+    const calls: NativeCall[] = [];
+    const be = new CudaBackend({ arenaBytes: 1 << 23 }, { lib: standInNative({ calls, heapBytes: 1 << 22 }), device: STAND_IN_DEVICE });
+    const part = [be.alloc([8, 66]), be.alloc([8, 66])], out = be.alloc([2, 8 * 64]), logits = [be.alloc([8, 400]), be.alloc([8, 400])];
+    const vals = [be.alloc([2, 32, 64], "bf16"), be.alloc([2, 16, 64], "bf16")];
+    const row = (i: number) => ({ out, outRow: i, part: part[i]!, logits: logits[i]!, col: 4 * i, v: vals[i]!, start: 0, count: i === 0 ? 32 : 16 });
+    expectOneLineErrors([
+      [() => be.attnMergeRows([]), /^attnMergeRows: 1 to 4096 rows are needed$/],
+      [() => be.attnMergeRows([row(0), { ...row(1), count: 17 }]), /^attnMerge: tokens 0\.\.17 exceed the cache capacity 16$/],
+      [() => be.attnMergeRows([row(0), { ...row(1), logits: be.alloc([8, 300]) }]), /^attnMergeRows: row 1: 8 heads, 2 KV heads, head dim 64, logits 300 wide, V bf16: not row 0's 8, 2, 64, 400, bf16$/],
+    ]);
+    expect(calls.filter((c) => c.name === "hg_cu_attn_merge_rows")).toEqual([]);
+    be.attnMergeRows([row(0), row(1)]);
+    const m = calls.filter((c) => c.name === "hg_cu_attn_merge_rows").at(-1)!;
+    expect([...(m.args[1] as Float64Array)]).toEqual([
+      be.address(out), be.address(part[0]!), be.address(logits[0]!), be.address(vals[0]!), 32, 0, 32,
+      be.address(out) + 8 * 64 * 4, be.address(part[1]!), be.address(logits[1]!) + 16, be.address(vals[1]!), 16, 0, 16,
+    ]);
+    expect(m.args.slice(2)).toEqual([2, 2, 8, 2, 64, 400]);
+    be.close();
+  });
+
   it("refuses bad input before native code", () => {
     const { be, ops } = make();
     const q = be.alloc([1, 4 * 16]), k = be.alloc([2, 20, 16], "f16"), part = be.alloc([4, 18]), out = be.alloc([1, 64]), logits = be.alloc([4, 10]);

@@ -131,7 +131,14 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       plain.close();
 
       // Slot 1's stage runs its jobs as early as it may, the others as late: on a done word they shared, its values would release their waits early.
-      const r = new Rig(c, { eager: 1 }), got = batched(r);
+      const r = new Rig(c, { eager: 1 });
+      let mergeRows = 0;
+      const mergeOne = r.be.attnMergeRows.bind(r.be);
+      r.be.attnMergeRows = (rows) => {
+        mergeRows++;
+        mergeOne(rows);
+      };
+      const got = batched(r);
       const steps = r.hybrids.map((h) => h.stats.steps);
       expect(steps, label).toEqual([12, 10, 14]);
       r.hybrids.forEach((h, i) => {
@@ -142,6 +149,8 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       expect((r.link as HandoffLink).awaited, label).toBe(ROW_STEPS * LAYERS); // the device, once a layer of every row
       // The rows' hand-offs as one op a layer of each batched step (sequence 2's last two steps run alone, a hand-off each layer).
       expect((r.link as HandoffLink).handOffCalls, label).toBe((STEPS - 2) * LAYERS);
+      // And their merges with the windows' partials as one Backend.attnMergeRows a layer of each batched step.
+      expect(mergeRows, label).toBe((STEPS - 2) * LAYERS);
       r.close();
 
       expectSame(got, want, `${label}, handed off vs per layer`);

@@ -295,6 +295,18 @@ export interface RowGather {
   readonly kmax: number;
 }
 
+/** One row of Backend.attnMergeRows: an attnMerge's arguments. */
+export interface AttnMergeRow {
+  readonly out: Tensor;
+  readonly outRow: number;
+  readonly part: Tensor;
+  readonly logits: Tensor;
+  readonly col: number;
+  readonly v: Tensor;
+  readonly start: number;
+  readonly count: number;
+}
+
 /** One row of Backend.attnDecodeBatch: where its new K/V row goes and the span it attends over. */
 export interface BatchAttnRow {
   /** The row's K and V caches [kvHeads, cap, headDim]. */
@@ -472,6 +484,11 @@ export interface Backend extends Disposable {
    * count may be 0 (then out is the partial's output). Nothing attended at all: out is 0.
    */
   attnMerge?(out: Tensor, outRow: number, part: Tensor, logits: Tensor, col: number, v: Tensor, start: number, count: number): void;
+  /**
+   * Optional (with attnMerge): a batched step's merges in one op, each row what its own attnMerge
+   * would write (the same sums); the rows' logits tensors are equally wide and their V of one dtype.
+   */
+  attnMergeRows?(rows: readonly AttnMergeRow[]): void;
   /**
    * A batched step's matmul whose weight rows go to 1–3 outputs, optionally added to them:
    *   outs[j][r, :] (+)= x[r] · w[o_j .. o_j + m_j)ᵀ (+ bias[o_j .. o_j + m_j))   for rows r < n

@@ -5,7 +5,7 @@
  * accumulated scores a selector may ask for. Columns of the concatenated logits: [0, S) the
  * tokens before the store, [S, S + kmax) the selected offloaded tokens, then the ring.
  */
-import { ATTN_PARTIAL_MAX_SPANS, type Tensor, type AccumulatedScores, type HeadLayout, fail, type CpuStageOutput } from "@hybridgen/spec";
+import { ATTN_PARTIAL_MAX_SPANS, type AttnMergeRow, type Tensor, type AccumulatedScores, type HeadLayout, fail, type CpuStageOutput } from "@hybridgen/spec";
 import type { Attention } from "@hybridgen/core";
 import type { HybridStats } from "./hybrid-stats.js";
 
@@ -91,12 +91,13 @@ export class StepMerge implements Disposable {
    */
   softmaxAggregate(layer: number, scores: Tensor, col: number, outp: CpuStageOutput | null, values: Tensor | null, kmax: number, out: Tensor): void {
     const a = this.attention, be = a.backend, c = a.cache;
-    this.stats.sumK += kmax;
-    this.stats.layerSteps++;
-    if (this.part) {
-      be.attnMerge!(out, 0, this.part, scores, col, values ?? c.windowV[layer], 0, values ? kmax : 0);
+    const m = this.mergeRow(layer, scores, col, values, kmax, out);
+    if (m) {
+      be.attnMerge!(m.out, m.outRow, m.part, m.logits, m.col, m.v, m.start, m.count);
       return;
     }
+    this.stats.sumK += kmax;
+    this.stats.layerSteps++;
     const total = c.length - c.storeCount + kmax;
     be.softmax(scores, this.layout.heads, total);
     if (this.trackScores) this.accumulate(layer, scores, total, outp!.ids, outp!.counts, kmax);
@@ -110,6 +111,18 @@ export class StepMerge implements Disposable {
       }
       first = false;
     }
+  }
+
+  /**
+   * softmaxAggregate with the window's partial, as its attnMerge's arguments (counted as that merge
+   * is): a batched step merges every row's in one Backend.attnMergeRows. Null where the window's
+   * logits are materialised (softmaxAggregate's own path).
+   */
+  mergeRow(layer: number, scores: Tensor, col: number, values: Tensor | null, kmax: number, out: Tensor): AttnMergeRow | null {
+    if (!this.part) return null;
+    this.stats.sumK += kmax;
+    this.stats.layerSteps++;
+    return { out, outRow: 0, part: this.part, logits: scores, col, v: values ?? this.attention.cache.windowV[layer], start: 0, count: values ? kmax : 0 };
   }
 
   close(): void {

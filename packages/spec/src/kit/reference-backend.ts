@@ -9,7 +9,7 @@
  * dimension; "rows(t)" is numel / lastDim. `n` rows must exist in every tensor the op
  * touches. Use `view` to see one buffer at another row width.
  */
-import type { Backend, DType, Tensor } from "../backend.js";
+import type { AttnMergeRow, Backend, DType, Tensor } from "../backend.js";
 import { ATTN_PARTIAL_MAX_SPANS, DTYPE_BYTES } from "../backend.js";
 import { fail } from "../errors.js";
 import { decodeToF32, roundArrayTo } from "../half-float.js";
@@ -346,6 +346,12 @@ export class ReferenceBackend implements Backend {
       row[headDim] = m;
       row[headDim + 1] = l;
     }
+  }
+
+  /** Backend.attnMergeRows: each row's attnMerge, in order (the definition a batched kernel meets). */
+  attnMergeRows(rows: readonly AttnMergeRow[]): void {
+    if (!Array.isArray(rows) || rows.length === 0) fail("reference backend: attnMergeRows: 1 row or more is needed");
+    for (const r of rows) this.attnMerge(r.out, r.outRow, r.part, r.logits, r.col, r.v, r.start, r.count);
   }
 
   attnMerge(out: Tensor, outRow: number, part: Tensor, logits: Tensor, col: number, v: Tensor, start: number, count: number): void {

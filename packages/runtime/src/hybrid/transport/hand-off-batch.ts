@@ -3,10 +3,11 @@
  * joins with its HandOffRow before any row attends (prepareAttend), and the first row to attend
  * issues every joined row's in one HostTransfers.handOffRows call — a wait for every row's stage,
  * then one launch of every row's logits read and row gathers, where each row's own would be a wait,
- * a read and a gather or two. One per link (HandOffBatch.of): a link runs one batched step at a time.
+ * a read and a gather or two. The rows' merges then go as one op too, once the last row's is in.
+ * One per link (HandOffBatch.of): a link runs one batched step at a time.
  */
 import type { DecodeBatchStep } from "@hybridgen/core";
-import { type HandOffRow, type HostTransfers, fail } from "@hybridgen/spec";
+import { type AttnMergeRow, type Backend, type HandOffRow, type HostTransfers, fail } from "@hybridgen/spec";
 
 const perLink = new WeakMap<HostTransfers, HandOffBatch>();
 
@@ -16,8 +17,11 @@ export class HandOffBatch {
   private layer = -1;
   private readonly rows: HandOffRow[] = [];
   private issued = false;
-  /** handOffRows calls made (a test counts them: one a layer a step). */
+  /** The joined rows' merges so far (null: a row that merged on its own). */
+  private readonly merges: (AttnMergeRow | null)[] = [];
+  /** handOffRows calls made (a test counts them: one a layer a step), and merges made for the whole batch at once. */
   calls = 0;
+  mergeCalls = 0;
 
   /** The link's. */
   static of(link: HostTransfers): HandOffBatch {
@@ -37,6 +41,7 @@ export class HandOffBatch {
       this.serial = step.serial;
       this.layer = layer;
       this.rows.length = 0;
+      this.merges.length = 0;
       this.issued = false;
     }
     if (this.issued) fail(`hybrid attention: a row joined layer ${layer}'s batched hand-off after it was issued`);
@@ -50,6 +55,23 @@ export class HandOffBatch {
     this.issued = true;
     this.calls++;
     this.link.handOffRows!(this.rows);
+  }
+
+  /**
+   * A joined row's merge of `layer` (after its verified logits; null: it merged on its own): the
+   * last row's goes with every row's as one Backend.attnMergeRows (each row's attnMerge where the
+   * backend has none), before anything reads the rows' outputs.
+   */
+  merge(backend: Backend, step: DecodeBatchStep, layer: number, row: AttnMergeRow | null): void {
+    if (!this.current(step, layer) || !this.issued) fail(`hybrid attention: layer ${layer}'s merge before its batched hand-off`);
+    this.merges.push(row);
+    if (this.merges.length < this.rows.length) return;
+    const rows = this.merges.filter((m): m is AttnMergeRow => m !== null);
+    this.merges.length = 0;
+    if (rows.length === 0) return;
+    this.mergeCalls++;
+    if (backend.attnMergeRows) return backend.attnMergeRows(rows);
+    for (const m of rows) backend.attnMerge!(m.out, m.outRow, m.part, m.logits, m.col, m.v, m.start, m.count);
   }
 
   private current(step: DecodeBatchStep, layer: number): boolean {

@@ -86,10 +86,13 @@ export class HandedOffTransport extends MappedTransport {
     const joined = this.joined[layer];
     if (joined) {
       this.joined[layer] = null;
-      HandOffBatch.of(d.link).issue(this.batchStep!, layer);
+      const batch = HandOffBatch.of(d.link);
+      batch.issue(this.batchStep!, layer);
       s.submitNext(layer);
       this.rescored(slot, q, joined.keys, rescore, kmax);
-      s.merge.softmaxAggregate(layer, scores, d.col, null, joined.values, kmax, out);
+      const merge = s.merge.mergeRow(layer, scores, d.col, joined.values, kmax, out);
+      if (!merge) s.merge.softmaxAggregate(layer, scores, d.col, null, joined.values, kmax, out);
+      batch.merge(this.attention.backend, this.batchStep!, layer, merge);
       return;
     }
     s.merge.scoreWindow(layer, q, scores, kmax);
