@@ -112,7 +112,54 @@ __global__ void __launch_bounds__(HO_THREADS) hand_off_copies_kernel(const HoGat
   }
 }
 
+// A batched step's verified logits (hg_link_rescore_rows): row r's scores [heads, width] from its
+// column get scale · q·k over its gathered K rows [kvHeads, cap, headDim], −∞ past each KV head's
+// count in its mapped [counts | ids] table — what attnLogits then padColumnsAt write, a warp a token
+// summing as attn_logits_kernel does, so the same bits.
+struct HoRescore {
+  unsigned long long scores, q, keys, table;  // scores at the row's first column; table mapped
+  int width, cap, kmax, pad;
+  float scale, pad2[3];
+};
+
+constexpr int RS_WARPS = 8, RS_TOKENS = 8;
+
+template <int KT>
+__global__ void __launch_bounds__(256) rescore_rows_kernel(const HoRescore *__restrict__ rows, int group, int headDim) {
+  const HoRescore r = rows[blockIdx.z];
+  const int g = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int n = min(max(((const volatile int *)r.table)[g], 0), r.kmax);
+  float *logits = (float *)r.scores;
+  const float *q = (const float *)r.q;
+  for (int j0 = blockIdx.x * RS_WARPS * RS_TOKENS; j0 < r.kmax; j0 += gridDim.x * RS_WARPS * RS_TOKENS)
+    for (int t = 0; t < RS_TOKENS; t++) {
+      const int j = j0 + t * RS_WARPS + warp;
+      if (j >= r.kmax) break;
+      const size_t kBase = ((size_t)g * r.cap + j) * headDim;
+      for (int hh = 0; hh < group; hh++) {
+        const int h = g * group + hh;
+        if (j >= n) {
+          if (lane == 0) logits[(size_t)h * r.width + j] = -INFINITY;
+          continue;
+        }
+        const float *qh = q + (size_t)h * headDim;
+        float s = 0.f;
+        for (int d = lane; d < headDim; d += 32) s += qh[d] * ld<KT>((const void *)r.keys, kBase + d);
+        s = warp_sum(s);
+        if (lane == 0) logits[(size_t)h * r.width + j] = r.scale * s;
+      }
+    }
+}
+
 Cmd hg_new_cmd(int kind);
+
+// CMD_RESCORE_ROWS: p[0] the rows (HoRescore [s[4]], the step's blob when recording); s[0] K dtype,
+// s[1] heads, s[2] kvHeads, s[3] headDim, s[4] rows, s[5] token blocks a row.
+int hg_launch_rescore_rows(HgCtx *c, const Cmd &m) {
+  const int group = m.s[1] / m.s[2];
+  HG_DISPATCH_DT(m.s[0], K, (rescore_rows_kernel<K><<<dim3((unsigned)m.s[5], (unsigned)m.s[2], (unsigned)m.s[4]), 256, 0, c->compute>>>((const HoRescore *)m.p[0], group, m.s[3])));
+  return hg_launched();
+}
 
 // CMD_HAND_OFF_ROWS: p[0] the waits, p[1] the gathers, p[2] the reads (one table: the step's blob
 // when recording); p[3] the link's words; s[0] rows, s[1] gathers, s[2] reads, s[3] blocks a copy.
@@ -190,6 +237,41 @@ HG_EXPORT int hg_link_hand_off_rows(HgLink *l, const double *rows, int n, const 
   cmd.p[0] = dev; cmd.p[1] = (const char *)dev + gatherAt; cmd.p[2] = (const char *)dev + readAt; cmd.p[3] = (const void *)l->wordsDev;
   cmd.s[0] = n; cmd.s[1] = m; cmd.s[2] = reads; cmd.s[3] = copies ? (half + copies - 1) / copies : 1;
   return hg_submit(c, cmd);
+}
+
+// On the compute stream, recordable: n rows of verified logits (8 doubles a row: the scores' device
+// address at the row's first column, their row width, q, the gathered K rows, their cap, kmax, the
+// mapped table, the scale), K of dtype kt [kvHeads, cap, headDim], checked by TypeScript.
+HG_EXPORT int hg_link_rescore_rows(HgLink *l, const double *rows, int n, int kt, int heads, int kvHeads, int headDim) {
+  if (n < 1 || n > 4096 || !rows || kvHeads < 1 || heads % kvHeads || headDim < 1) return (int)cudaErrorInvalidValue;
+  HgCtx *c = l->c;
+  HG_FLUSH_REC(c);
+  HoRescore *t = (HoRescore *)calloc((size_t)n, sizeof(HoRescore));
+  if (!t) return (int)cudaErrorMemoryAllocation;
+  int most = 1;
+  for (int i = 0; i < n; i++) {
+    const double *r = rows + 8 * i;
+    if (!r[0] || !r[2] || !r[3] || !r[6] || (unsigned long long)r[6] % 4 || r[1] < r[5] || r[5] < 1 || r[5] > r[4]) {
+      free(t);
+      return (int)cudaErrorInvalidValue;
+    }
+    t[i].scores = (unsigned long long)r[0]; t[i].width = (int)r[1]; t[i].q = (unsigned long long)r[2]; t[i].keys = (unsigned long long)r[3];
+    t[i].cap = (int)r[4]; t[i].kmax = (int)r[5]; t[i].table = (unsigned long long)r[6]; t[i].scale = (float)r[7];
+    if (t[i].cap > most) most = t[i].cap;
+  }
+  int *dev = NULL;
+  const int e = hg_upload_ints(c, (const int *)t, (size_t)n * sizeof(HoRescore) / sizeof(int), &dev);
+  free(t);
+  if (e) return e;
+  // Token blocks for the widest row's cap (a recorded grid; blocks past a row's kmax return at once).
+  const int per = RS_WARPS * RS_TOKENS, byRows = (8 * c->numSMs + kvHeads * n - 1) / (kvHeads * n);
+  int gx = (most + per - 1) / per;
+  if (gx > byRows) gx = byRows;
+  if (gx < 1) gx = 1;
+  Cmd m = hg_new_cmd(CMD_RESCORE_ROWS);
+  m.p[0] = dev;
+  m.s[0] = kt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = n; m.s[5] = gx;
+  return hg_submit(c, m);
 }
 
 }  // extern "C"

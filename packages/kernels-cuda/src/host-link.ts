@@ -9,7 +9,7 @@
  * Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
-import { HybridgenError, SPEC_VERSION, type HandOffRow, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
+import { HybridgenError, SPEC_VERSION, type HandOffRow, type RescoreRow, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
 import { MAX_HOST_INTS, type CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 
@@ -19,7 +19,9 @@ const FIELDS = 6; // dst, src, width, rows, dst pitch, src pitch (native hg_link
 export const DEFAULT_WAIT_TIMEOUT_MS = 10_000;
 const MAX_WAIT_TIMEOUT_MS = 3_600_000;
 const INT32_MAX = 0x7fffffff;
-/** The most rows one handOffRows call takes (native hg_link_hand_off_rows). */
+/** The kernels' dtype codes (DT_F32, DT_F16, DT_BF16). */
+const DTYPE_CODES = { f32: 0, f16: 1, bf16: 2 } as const;
+/** The most rows one handOffRows or rescoreRows call takes (native). */
 const MAX_HAND_OFF_ROWS = 4096;
 
 function bad(message: string): never {
@@ -271,6 +273,42 @@ export class CudaHostLink implements HostTransfers {
     const link = this.live(op);
     const word = this.signalWord(signal, op);
     this.owner.ok(`${op} (a device that cannot map host memory has no signal word)`, this.owner.lib.hg_link_await_signal(link, P(word), signal.value));
+  }
+
+  /**
+   * HostTransfers.rescoreRows: every row's verified logits and its padding as one kernel
+   * (native/hand_off_rows.cu); each row's tensors, columns and table checked as attnLogits and
+   * padColumnsAt check theirs, the rows of one shape (heads, KV heads, head dim, K dtype).
+   */
+  rescoreRows(rows: readonly RescoreRow[]): void {
+    const op = "rescoreRows";
+    const link = this.live(op);
+    if (!Array.isArray(rows) || rows.length === 0 || rows.length > MAX_HAND_OFF_ROWS) bad(`${op}: 1 to ${MAX_HAND_OFF_ROWS} rows are needed`);
+    const desc = new Float64Array(8 * rows.length);
+    let shape: { heads: number; kvHeads: number; headDim: number; dtype: string } | null = null;
+    rows.forEach((r, i) => {
+      const which = `${op}: row ${i}`;
+      if (!r || typeof r !== "object") bad(`${which}: a RescoreRow is needed`);
+      const s = this.owner.own(r.scores, which), q = this.owner.own(r.q, which), k = this.owner.own(r.keys, which);
+      if (s.dtype !== "f32" || s.shape.length !== 2) bad(`${which}: scores must be an f32 [heads, width] tensor, got ${s}`);
+      if (k.shape.length !== 3) bad(`${which}: keys must be [kvHeads, cap, headDim], got ${k}`);
+      const [heads, width] = s.shape as [number, number], [kvHeads, cap, headDim] = k.shape as [number, number, number];
+      if (heads % kvHeads !== 0) bad(`${which}: ${heads} heads are not a whole number of groups of ${kvHeads} KV heads`);
+      if (q.dtype !== "f32" || q.numel < heads * headDim) bad(`${which}: q must hold ${heads} × ${headDim} f32, got ${q}`);
+      if (!(isCount(r.col) && isCount(r.kmax) && r.kmax > 0)) bad(`${which}: col and kmax must be integers (kmax positive), got ${r.col} and ${r.kmax}`);
+      if (r.kmax > cap) bad(`${which}: ${r.kmax} rows a KV head exceed the keys' ${cap}`);
+      if (r.col + r.kmax > width) bad(`${which}: columns [${r.col}, ${r.col + r.kmax}) exceed the scores' width ${width}`);
+      if (!Number.isFinite(r.scale)) bad(`${which}: scale ${r.scale} is not finite`);
+      if ([heads * width, kvHeads * cap * headDim].some((v) => v > INT32_MAX)) bad(`${which}: the tensors exceed the kernels' 32-bit index range`);
+      shape ??= { heads, kvHeads, headDim, dtype: k.dtype };
+      if (heads !== shape.heads || kvHeads !== shape.kvHeads || headDim !== shape.headDim || k.dtype !== shape.dtype) {
+        bad(`${which}: ${heads} heads, ${kvHeads} KV heads, head dim ${headDim}, K ${k.dtype}: not row 0's ${shape.heads}, ${shape.kvHeads}, ${shape.headDim}, ${shape.dtype}`);
+      }
+      const tableAt = this.mappedTable(r.table, kvHeads, `${kvHeads} counts`, which);
+      desc.set([s.addr + r.col * 4, width, q.addr, k.addr, cap, r.kmax, tableAt, r.scale], 8 * i);
+    });
+    const x = shape!;
+    this.owner.ok(op, this.owner.lib.hg_link_rescore_rows(link, desc, rows.length, DTYPE_CODES[x.dtype as keyof typeof DTYPE_CODES], x.heads, x.kvHeads, x.headDim));
   }
 
   /** HostTransfers.rowFetch: a new pair of slots whose gathers run on the link's side stream (closed with the link at the latest). */

@@ -455,6 +455,32 @@ describe("CudaBackend.hostTransfers: the stage hand-off on the device (stand-in 
     ]);
     expect(c.args[4]).toBe(3);
   });
+
+  it("rescoreRows checks each row's scores, q, keys, columns and table, refuses rows of another shape, and passes one table with the K dtype", () => {
+    const calls: NativeCall[] = [];
+    using be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: lib(calls), device });
+    const link = be.hostTransfers();
+    const tables = { address: 0x600000, byteLength: 4096 };
+    link.pin(tables);
+    const scores = [be.alloc([4, 40]), be.alloc([4, 40])], q = be.alloc([1, 4 * 16]), keys = [be.alloc([2, 8, 16], "bf16"), be.alloc([2, 6, 16], "bf16")];
+    const row = (i: number) => ({ scores: scores[i]!, col: 2 * i, q, keys: keys[i]!, kmax: i === 0 ? 8 : 6, scale: 0.25, table: { address: tables.address + 64 * i, byteLength: 64 } });
+    expectOneLineErrors([
+      [() => link.rescoreRows!([]), /^rescoreRows: 1 to 4096 rows are needed$/],
+      [() => link.rescoreRows!([row(0), { ...row(1), kmax: 7 }]), /^rescoreRows: row 1: 7 rows a KV head exceed the keys' 6$/],
+      [() => link.rescoreRows!([{ ...row(0), col: 33 }]), /^rescoreRows: row 0: columns \[33, 41\) exceed the scores' width 40$/],
+      [() => link.rescoreRows!([{ ...row(0), scale: Number.NaN }]), /^rescoreRows: row 0: scale NaN is not finite$/],
+      [() => link.rescoreRows!([row(0), { ...row(1), keys: be.alloc([2, 6, 16], "f16") }]), /^rescoreRows: row 1: 4 heads, 2 KV heads, head dim 16, K f16: not row 0's 4, 2, 16, bf16$/],
+      [() => link.rescoreRows!([{ ...row(0), table: { address: 0x1000, byteLength: 64 } }]), /the table at 0x1000 is not pinned memory the device maps/],
+    ]);
+    expect(named(calls, "hg_link_rescore_rows")).toHaveLength(0);
+    link.rescoreRows!([row(0), row(1)]);
+    const c = named(calls, "hg_link_rescore_rows").at(-1)!;
+    expect([...(c.args[1] as Float64Array)]).toEqual([
+      be.address(scores[0]!), 40, be.address(q), be.address(keys[0]!), 8, 8, tables.address + 2 ** 44, 0.25,
+      be.address(scores[1]!) + 8, 40, be.address(q), be.address(keys[1]!), 6, 6, tables.address + 64 + 2 ** 44, 0.25,
+    ]);
+    expect(c.args.slice(2)).toEqual([2, 2, 4, 2, 16]);
+  });
 });
 
 // The link on a GPU (sendSignalled, round trips, gathers, the stage hand-off, rows fetched ahead) is

@@ -151,6 +151,8 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       expect((r.link as HandoffLink).handOffCalls, label).toBe((STEPS - 2) * LAYERS);
       // And their merges with the windows' partials as one Backend.attnMergeRows a layer of each batched step.
       expect(mergeRows, label).toBe((STEPS - 2) * LAYERS);
+      // Verified layers (all but layer 0, whose q̃ is its query) score every row's K rows in one rescoreRows.
+      expect((r.link as HandoffLink).rescoreCalls, label).toBe(c.logits === "verified" ? (STEPS - 2) * (LAYERS - 1) : 0);
       r.close();
 
       expectSame(got, want, `${label}, handed off vs per layer`);

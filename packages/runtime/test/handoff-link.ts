@@ -9,7 +9,7 @@
  * before the device read it, or a word that another stage's job raises changes the logits or throws.
  * With the rowFetch option the link also fetches rows ahead on a side stream (StandInRowFetch).
  */
-import type { CpuStageJob, CpuStageOutput, HandOffRow, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, IndexTableShape, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor } from "@hybridgen/core";
+import type { CpuStageJob, CpuStageOutput, HandOffRow, RescoreRow, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, IndexTableShape, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor } from "@hybridgen/core";
 import { indexTable, offloadedKeys, referencePrimitives } from "@hybridgen/spec";
 import { type AddressBook, StagedBackendCpuStage } from "@hybridgen/core/testing";
 import { CheckedLink, type Recorder } from "./recorder.js";
@@ -120,6 +120,17 @@ export class HandoffLink extends CheckedLink {
     for (const r of rows) {
       if (r.logits) this.readMapped(r.logits);
       for (const g of r.gathers) this.gatherRowsAt(g.dst, g.src, g.rows, g.table);
+    }
+  }
+  /** rescoreRows calls (each a layer of a batched step's verified rows). */
+  rescoreCalls = 0;
+  /** Each row's attnLogits on the device, then its padColumnsAt, in device order. */
+  rescoreRows(rows: readonly RescoreRow[]): void {
+    this.rescoreCalls++;
+    for (const r of rows) {
+      const heads = r.scores.shape[0]!, group = heads / r.keys.shape[0]!;
+      this.schedule(() => this.device.attnLogits(r.scores, r.col, r.q, 0, r.keys, 0, r.kmax, r.scale));
+      this.padColumnsAt(r.scores, r.col, r.kmax, group, r.table);
     }
   }
   padColumnsAt(scores: Tensor, col: number, kmax: number, group: number, table: HostRegion): void {

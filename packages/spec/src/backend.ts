@@ -96,7 +96,7 @@ export interface HostTransferCapabilities {
   readonly signalledSend: boolean;
   /** mapped() and gatherRows(): the device gathers rows from pinned host memory mapped into its address space. */
   readonly gathersRows: boolean;
-  /** mapped(), awaitSignal(), readMapped(), gatherRowsAt(), padColumnsAt(), handOffRows(): the device, not the host, waits for the CPU stage. */
+  /** mapped(), awaitSignal(), readMapped(), gatherRowsAt(), padColumnsAt(), handOffRows(), rescoreRows(): the device, not the host, waits for the CPU stage. */
   readonly handOff: boolean;
   /** rowFetch(): a layer's rows fetched ahead on a side stream. */
   readonly rowFetch: boolean;
@@ -162,7 +162,7 @@ export interface HostTransfers extends Disposable {
    */
   gatherRows?(dst: Tensor, src: HostRegion, rows: RowGather, ids: Int32Array, counts: Int32Array): void;
 
-  // ---- the stage hand-off on the device (all six or none): the device, not the host, waits for
+  // ---- the stage hand-off on the device (all seven or none): the device, not the host, waits for
   // the CPU stage and reads its output where it lies, so the host issues a whole step without blocking.
   /**
    * Optional: a new signal for another host thread (the CPU stage) to raise by writing `value`
@@ -199,6 +199,12 @@ export interface HostTransfers extends Disposable {
    * once where each row's own hand-off would be a wait, a copy and a gather or two.
    */
   handOffRows?(rows: readonly HandOffRow[]): void;
+  /**
+   * Optional: a batched step's verified logits in one op (compute stream, recordable): each row as
+   * its own Backend.attnLogits of q over the gathered K rows, then padColumnsAt with its table, would
+   * write them (the same values).
+   */
+  rescoreRows?(rows: readonly RescoreRow[]): void;
   /**
    * Optional (with the hand-off ops): a new pair of row slots filled ahead on a stream of their own
    * (RowFetch), so a layer's selected rows cross the link while the compute stream still runs the
@@ -277,6 +283,19 @@ export interface HandOffRow {
   /** The stage's logits into the row's score rows (null: the device scores the row's K rows itself). */
   readonly logits: HostCopy | null;
   readonly gathers: readonly RowFetchGather[];
+}
+
+/** One row of HostTransfers.rescoreRows: attnLogits(scores, col, q, 0, keys, 0, kmax, scale), then padColumnsAt(scores, col, kmax, heads / kvHeads, table). */
+export interface RescoreRow {
+  readonly scores: Tensor;
+  readonly col: number;
+  /** Row 0: heads × headDim f32. */
+  readonly q: Tensor;
+  /** The gathered K rows [kvHeads, cap ≥ kmax, headDim]. */
+  readonly keys: Tensor;
+  readonly kmax: number;
+  readonly scale: number;
+  readonly table: HostRegion;
 }
 
 /** A HostTransfers.sendSignalled: the word at `address` reaches `value` once the bytes have landed. */

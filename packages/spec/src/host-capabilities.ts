@@ -21,7 +21,7 @@ export const NO_HOST_CAPABILITIES: HostTransferCapabilities = Object.freeze({
 export const CAPABILITY_METHODS: Readonly<Record<keyof HostTransferCapabilities, readonly (keyof HostTransfers)[]>> = {
   signalledSend: ["sendSignalled", "mapped"],
   gathersRows: ["mapped", "gatherRows"],
-  handOff: ["mapped", "awaitSignal", "readMapped", "gatherRowsAt", "padColumnsAt", "handOffRows"],
+  handOff: ["mapped", "awaitSignal", "readMapped", "gatherRowsAt", "padColumnsAt", "handOffRows", "rescoreRows"],
   rowFetch: ["rowFetch"],
   bandwidth: ["bandwidth"],
   indexTable: ["mapped", "awaitSignal", "gatherRowsAt", "padColumnsAt", "indexTable"],

@@ -18,7 +18,7 @@
  * back one another's waits.
  */
 import {
-  type Backend, type HandOffRow, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor, DTYPE_BYTES, fail, type CpuStage,
+  type Backend, type HandOffRow, type RescoreRow, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor, DTYPE_BYTES, fail, type CpuStage,
 } from "@hybridgen/spec";
 import type { KvCache } from "@hybridgen/core";
 import { GatheredValues } from "@hybridgen/spec/kit";
@@ -236,6 +236,11 @@ export class DeviceStaging implements Disposable {
     const r = this.regions[slot]!, scores = this.scores[slot]!, kmax = this.values[slot]!.kmax;
     const logits = keys ? null : { host: r.logits, hostOffset: 0, tensor: scores, tensorOffset: this.col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: scores.shape[1]! * 4 };
     return { done, logits, gathers: this.slotGathers(layer, slot, keys) };
+  }
+
+  /** The verified logits of a handed-off layer (after batchHandOff) as a row of the batch's one rescoreRows: what attnLogits and padColumns would write. */
+  batchRescore(slot: 0 | 1, q: Tensor, keys: Tensor, kmax: number, scale: number): RescoreRow {
+    return { scores: this.scores[slot]!, col: this.col, q, keys, kmax, scale, table: this.regions[slot]!.table! };
   }
 
   /**

@@ -70,7 +70,8 @@ export class HandedOffTransport extends MappedTransport {
     if (!done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
     s.merge.scoreWindow(layer, q, d.scores[slot]!, kmax);
     const up = d.handOffRows(slot, kmax, rescore);
-    HandOffBatch.of(d.link).join(this.batchStep, layer, d.batchHandOff(layer, slot, done, rescore));
+    const verified = rescore ? d.batchRescore(slot, q, up.keys!, kmax, this.attention.scale) : null;
+    HandOffBatch.of(d.link).join(this.batchStep, layer, d.batchHandOff(layer, slot, done, rescore), verified);
     this.joined[layer] = up;
   }
 
@@ -89,7 +90,6 @@ export class HandedOffTransport extends MappedTransport {
       const batch = HandOffBatch.of(d.link);
       batch.issue(this.batchStep!, layer);
       s.submitNext(layer);
-      this.rescored(slot, q, joined.keys, rescore, kmax);
       const merge = s.merge.mergeRow(layer, scores, d.col, joined.values, kmax, out);
       if (!merge) s.merge.softmaxAggregate(layer, scores, d.col, null, joined.values, kmax, out);
       batch.merge(this.attention.backend, this.batchStep!, layer, merge);
