@@ -151,7 +151,38 @@ __global__ void __launch_bounds__(256) rescore_rows_kernel(const HoRescore *__re
     }
 }
 
+// A batched step's query sends (hg_link_send_rows): block r copies row r's 16-byte pieces into its
+// mapped host buffer; the value goes into the link's send word by the kernel after it (stream
+// order), once every block's stores were fenced system-wide.
+struct HoSend {
+  unsigned long long src, dst;
+  int pieces, pad[3];
+};
+
+__global__ void send_rows_kernel(const HoSend *__restrict__ sends) {
+  const HoSend r = sends[blockIdx.x];
+  const uint4 *src = (const uint4 *)r.src;
+  uint4 *dst = (uint4 *)r.dst;
+  for (int i = threadIdx.x; i < r.pieces; i += blockDim.x) dst[i] = src[i];
+  __threadfence_system();
+}
+
+__global__ void raise_word_kernel(volatile unsigned *word, const int *value, int valueNow) {
+  __threadfence_system();
+  *word = value ? (unsigned)*value : (unsigned)valueNow;
+}
+
 Cmd hg_new_cmd(int kind);
+
+// CMD_SEND_ROWS: p[0] the sends (HoSend [s[0]]), p[1] the send word, p[2] the value in the step's
+// blob when recording (NULL: d[0]).
+int hg_launch_send_rows(HgCtx *c, const Cmd &m) {
+  send_rows_kernel<<<(unsigned)m.s[0], 256, 0, c->compute>>>((const HoSend *)m.p[0]);
+  int r = hg_launched();
+  if (r) return r;
+  raise_word_kernel<<<1, 1, 0, c->compute>>>((volatile unsigned *)m.p[1], (const int *)m.p[2], m.d[0]);
+  return hg_launched();
+}
 
 // CMD_RESCORE_ROWS: p[0] the rows (HoRescore [s[4]], the step's blob when recording); s[0] K dtype,
 // s[1] heads, s[2] kvHeads, s[3] headDim, s[4] rows, s[5] token blocks a row.
@@ -237,6 +268,42 @@ HG_EXPORT int hg_link_hand_off_rows(HgLink *l, const double *rows, int n, const 
   cmd.p[0] = dev; cmd.p[1] = (const char *)dev + gatherAt; cmd.p[2] = (const char *)dev + readAt; cmd.p[3] = (const void *)l->wordsDev;
   cmd.s[0] = n; cmd.s[1] = m; cmd.s[2] = reads; cmd.s[3] = copies ? (half + copies - 1) / copies : 1;
   return hg_submit(c, cmd);
+}
+
+// On the compute stream, recordable: n sends (3 doubles each: src device address, dst device address
+// of mapped host memory, bytes — a multiple of 16), then the next value into the link's send word (one
+// value for all of them, as hg_link_send_signalled hands out): out[0] = the value, out[1] = the word's
+// host address.
+HG_EXPORT int hg_link_send_rows(HgLink *l, const double *sends, int n, double *out) {
+  if (!l->words) return (int)cudaErrorNotSupported;
+  if (n < 1 || n > 4096 || !sends) return (int)cudaErrorInvalidValue;
+  HgCtx *c = l->c;
+  HG_FLUSH_REC(c);
+  HoSend *t = (HoSend *)calloc((size_t)n, sizeof(HoSend));
+  if (!t) return (int)cudaErrorMemoryAllocation;
+  for (int i = 0; i < n; i++) {
+    const double *s = sends + 3 * i;
+    if (!s[0] || !s[1] || s[2] < 16 || (long long)s[2] % 16 || s[2] / 16 > 0x7fffffff) {
+      free(t);
+      return (int)cudaErrorInvalidValue;
+    }
+    t[i].src = (unsigned long long)s[0]; t[i].dst = (unsigned long long)s[1]; t[i].pieces = (int)(s[2] / 16);
+  }
+  int *dev = NULL;
+  int e = hg_upload_ints(c, (const int *)t, (size_t)n * sizeof(HoSend) / sizeof(int), &dev);
+  free(t);
+  if (e) return e;
+  const int value = (int)++l->signals;
+  int *val = NULL;
+  if (hg_recording(c) && (e = hg_upload_ints(c, &value, 1, &val))) return e;
+  Cmd m = hg_new_cmd(CMD_SEND_ROWS);
+  m.p[0] = dev; m.p[1] = (const void *)&l->wordsDev->send; m.p[2] = val;
+  m.s[0] = n; m.d[0] = value;
+  const int r = hg_submit(c, m);
+  if (r) return r;
+  out[0] = (double)(unsigned)value;
+  out[1] = (double)(uintptr_t)&l->words->send;
+  return 0;
 }
 
 // On the compute stream, recordable: n rows of verified logits (8 doubles a row: the scores' device

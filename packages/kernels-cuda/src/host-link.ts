@@ -9,7 +9,7 @@
  * Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
-import { HybridgenError, SPEC_VERSION, type HandOffRow, type RescoreRow, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
+import { HybridgenError, SPEC_VERSION, type HandOffRow, type RescoreRow, type SignalledSend, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
 import { MAX_HOST_INTS, type CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 
@@ -385,6 +385,29 @@ export class CudaHostLink implements HostTransfers {
     const at = this.deviceAddress(dst);
     if (at === null) bad(`${op}: host region at 0x${dst.address.toString(16)} is not pinned memory the device maps`);
     this.owner.ok(`${op} (a device that cannot map host memory has no signal word)`, this.owner.lib.hg_link_send_signalled(link, P(t.addr), P(at), bytes, this.signalOut));
+    return { address: this.signalOut[1], value: this.signalOut[0] };
+  }
+
+  /** HostTransfers.sendSignalledRows: every send checked as sendSignalled checks it, then one op (native hg_link_send_rows) and one value. */
+  sendSignalledRows(sends: readonly SignalledSend[]): HostSignal {
+    const op = "sendSignalledRows";
+    const link = this.live(op);
+    if (!Array.isArray(sends) || sends.length === 0 || sends.length > MAX_HAND_OFF_ROWS) bad(`${op}: 1 to ${MAX_HAND_OFF_ROWS} sends are needed`);
+    const desc = new Float64Array(3 * sends.length);
+    sends.forEach((x, i) => {
+      const which = `${op}: send ${i}`;
+      if (!x || typeof x !== "object") bad(`${which}: a SignalledSend is needed`);
+      const t = this.owner.own(x.src, which);
+      checkRegion(x.dst, which);
+      const bytes = x.bytes;
+      if (!(isCount(bytes) && bytes >= 16 && bytes % 16 === 0)) bad(`${which}: bytes must be a positive multiple of 16, got ${bytes}`);
+      if (bytes > t.byteLength) bad(`${which}: ${bytes} bytes exceed ${t}'s ${t.byteLength}`);
+      if (bytes > x.dst.byteLength) bad(`${which}: ${bytes} bytes exceed the host region's ${x.dst.byteLength}`);
+      const at = this.deviceAddress(x.dst);
+      if (at === null) bad(`${which}: host region at 0x${x.dst.address.toString(16)} is not pinned memory the device maps`);
+      desc.set([t.addr, at, bytes], 3 * i);
+    });
+    this.owner.ok(`${op} (a device that cannot map host memory has no signal word)`, this.owner.lib.hg_link_send_rows(link, desc, sends.length, this.signalOut));
     return { address: this.signalOut[1], value: this.signalOut[0] };
   }
 

@@ -164,6 +164,27 @@ describe("CudaBackend.hostTransfers: rows gathered from mapped host memory (stan
     expect(c.args.slice(1, 4)).toEqual([be.address(q), 0x400000 + 2 ** 44, 256]);
     link.unpin(query);
   });
+
+  it("sendSignalledRows checks every send as sendSignalled does and passes one table of device addresses", () => {
+    const calls: NativeCall[] = [];
+    using be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: mappedLib(calls), device });
+    const link = be.hostTransfers();
+    const query = { address: 0x400000, byteLength: 1 << 21 }, unmapped = { address: 0x1000, byteLength: 4096 };
+    link.pin(query);
+    const q = [be.alloc([1, 64]), be.alloc([1, 64])];
+    const send = (i: number) => ({ dst: { address: query.address + 4096 * i, byteLength: 4096 }, src: q[i]!, bytes: 256 });
+    expectOneLineErrors([
+      [() => link.sendSignalledRows!([]), /^sendSignalledRows: 1 to 4096 sends are needed$/],
+      [() => link.sendSignalledRows!([send(0), { ...send(1), bytes: 100 }]), /^sendSignalledRows: send 1: bytes must be a positive multiple of 16, got 100$/],
+      [() => link.sendSignalledRows!([{ ...send(0), bytes: 512 }]), /^sendSignalledRows: send 0: 512 bytes exceed f32\[1x64\]'s 256$/],
+      [() => link.sendSignalledRows!([{ ...send(0), dst: unmapped }]), /^sendSignalledRows: send 0: host region at 0x1000 is not pinned memory the device maps$/],
+    ]);
+    expect(calls.filter((x) => x.name === "hg_link_send_rows")).toHaveLength(0);
+    link.sendSignalledRows!([send(0), send(1)]);
+    const c = calls.filter((x) => x.name === "hg_link_send_rows").at(-1)!;
+    expect([...(c.args[1] as Float64Array)]).toEqual([be.address(q[0]!), 0x400000 + 2 ** 44, 256, be.address(q[1]!), 0x400000 + 4096 + 2 ** 44, 256]);
+    expect(c.args[2]).toBe(2);
+  });
 });
 
 describe("CudaBackend.hostTransfers: the stage hand-off on the device (stand-in library)", () => {

@@ -9,6 +9,7 @@
 import { describe, expect, it } from "vitest";
 import { BatchDecoder, LlamaModel, ReferenceBackend, type Attention, type KvCache } from "@hybridgen/core";
 import { HybridAttention } from "../src/index.js";
+import { SendBatch } from "../src/hybrid/transport/send-batch.js";
 import { maxAbsDiff, randomIds, testSeed, tinyModel } from "@hybridgen/core/testing";
 import { fixedScheduler, KERNEL_CASES, type KernelCase } from "./hybrid-helpers.js";
 import { HandoffLink, QueuedStage } from "./handoff-link.js";
@@ -153,6 +154,8 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       expect(mergeRows, label).toBe((STEPS - 2) * LAYERS);
       // Verified layers (all but layer 0, whose q̃ is its query) score every row's K rows in one rescoreRows.
       expect((r.link as HandoffLink).rescoreCalls, label).toBe(c.logits === "verified" ? (STEPS - 2) * (LAYERS - 1) : 0);
+      // Query sends: a row's own on layer 0 (its job goes at once), then one op a layer for the rows' q̃ of the next; exact layers send each row's true query alone.
+      expect(SendBatch.of(r.link).calls, label).toBe(c.logits === "exact" ? (ROW_STEPS - 2) * LAYERS : ROW_STEPS - 2 + (STEPS - 2) * (LAYERS - 1));
       r.close();
 
       expectSame(got, want, `${label}, handed off vs per layer`);

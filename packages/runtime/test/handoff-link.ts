@@ -9,7 +9,7 @@
  * before the device read it, or a word that another stage's job raises changes the logits or throws.
  * With the rowFetch option the link also fetches rows ahead on a side stream (StandInRowFetch).
  */
-import type { CpuStageJob, CpuStageOutput, HandOffRow, RescoreRow, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, IndexTableShape, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor } from "@hybridgen/core";
+import type { CpuStageJob, CpuStageOutput, HandOffRow, RescoreRow, SignalledSend, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, IndexTableShape, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor } from "@hybridgen/core";
 import { indexTable, offloadedKeys, referencePrimitives } from "@hybridgen/spec";
 import { type AddressBook, StagedBackendCpuStage } from "@hybridgen/core/testing";
 import { CheckedLink, type Recorder } from "./recorder.js";
@@ -73,6 +73,11 @@ export class HandoffLink extends CheckedLink {
   /** A query sent may let a side-stream fetch's job run: the fetches go on right after the send, in device order. */
   override sendSignalled(dst: HostRegion, src: Tensor, bytes: number): HostSignal {
     const signal = super.sendSignalled(dst, src, bytes);
+    if (this.rowFetches.length > 0) this.schedule(() => this.pumpFetches());
+    return signal;
+  }
+  override sendSignalledRows(sends: readonly SignalledSend[]): HostSignal {
+    const signal = super.sendSignalledRows(sends);
     if (this.rowFetches.length > 0) this.schedule(() => this.pumpFetches());
     return signal;
   }

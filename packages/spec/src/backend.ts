@@ -92,7 +92,7 @@ export interface HostCopy {
  * reach the device; no caller probes for optional methods.
  */
 export interface HostTransferCapabilities {
-  /** sendSignalled() (and mapped()): the query crosses on the compute stream and raises a word the CPU stage waits for. */
+  /** sendSignalled(), sendSignalledRows() (and mapped()): the query crosses on the compute stream and raises a word the CPU stage waits for. */
   readonly signalledSend: boolean;
   /** mapped() and gatherRows(): the device gathers rows from pinned host memory mapped into its address space. */
   readonly gathersRows: boolean;
@@ -142,6 +142,8 @@ export interface HostTransfers extends Disposable {
    * for instead of the caller fencing (values increase by one per call, modulo 2³²).
    */
   sendSignalled?(dst: HostRegion, src: Tensor, bytes: number): HostSignal;
+  /** Optional (with sendSignalled): a batched step's sends as one op, then one value into the word for all of them (the next value, as sendSignalled hands out). */
+  sendSignalledRows?(sends: readonly SignalledSend[]): HostSignal;
   /** "resume": the host queues device work again; "pause": it is about to block (a read, the CPU stage). */
   mark(kind: "resume" | "pause"): void;
   /**
@@ -296,6 +298,13 @@ export interface RescoreRow {
   readonly kmax: number;
   readonly scale: number;
   readonly table: HostRegion;
+}
+
+/** One send of HostTransfers.sendSignalledRows: sendSignalled's arguments. */
+export interface SignalledSend {
+  readonly dst: HostRegion;
+  readonly src: Tensor;
+  readonly bytes: number;
 }
 
 /** A HostTransfers.sendSignalled: the word at `address` reaches `value` once the bytes have landed. */

@@ -19,7 +19,7 @@ export const NO_HOST_CAPABILITIES: HostTransferCapabilities = Object.freeze({
 
 /** The optional methods each capability promises. */
 export const CAPABILITY_METHODS: Readonly<Record<keyof HostTransferCapabilities, readonly (keyof HostTransfers)[]>> = {
-  signalledSend: ["sendSignalled", "mapped"],
+  signalledSend: ["sendSignalled", "sendSignalledRows", "mapped"],
   gathersRows: ["mapped", "gatherRows"],
   handOff: ["mapped", "awaitSignal", "readMapped", "gatherRowsAt", "padColumnsAt", "handOffRows", "rescoreRows"],
   rowFetch: ["rowFetch"],

@@ -5,7 +5,7 @@
  * copy stream's would be visible only after the host waits: code that reads host memory
  * without fencing sees stale data and the tests fail. f32 data only.
  */
-import { NO_HOST_CAPABILITIES, type CpuStageJob, type HostCopy, type HostRegion, type HostSignal, type HostTransferCapabilities, type HostTransfers, type Tensor } from "@hybridgen/spec";
+import { NO_HOST_CAPABILITIES, type CpuStageJob, type HostCopy, type HostRegion, type HostSignal, type HostTransferCapabilities, type HostTransfers, type SignalledSend, type Tensor } from "@hybridgen/spec";
 import { BackendCpuStage, ReferenceBackend } from "@hybridgen/spec/kit";
 
 type Target = { kind: "array"; data: () => Float32Array } | { kind: "tensor"; t: () => Tensor } | { kind: "ints"; data: () => Int32Array };
@@ -174,6 +174,21 @@ export class SignallingLink extends LoopbackLink {
     this.schedule(() => {
       const row = this.dev.read(src, 0, bytes / 4);
       send.write = () => target.data().set(row);
+    });
+    return { address: 64, value: this.sends.length };
+  }
+  /** The sends as one device op with one signal: every row lands when a stage waits for it. */
+  sendSignalledRows(sends: readonly SignalledSend[]): HostSignal {
+    const targets = sends.map((x) => {
+      const t = this.addresses.get(x.dst);
+      if (t.kind !== "array") throw new Error("the stand-in sends to staging arrays only");
+      return t;
+    });
+    const send: { write: (() => void) | null } = { write: null };
+    this.sends.push(send);
+    this.schedule(() => {
+      const rows = sends.map((x) => this.dev.read(x.src, 0, x.bytes / 4));
+      send.write = () => rows.forEach((r, i) => targets[i]!.data().set(r));
     });
     return { address: 64, value: this.sends.length };
   }

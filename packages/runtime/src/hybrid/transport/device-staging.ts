@@ -18,7 +18,7 @@
  * back one another's waits.
  */
 import {
-  type Backend, type HandOffRow, type RescoreRow, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor, DTYPE_BYTES, fail, type CpuStage,
+  type Backend, type HandOffRow, type RescoreRow, type SignalledSend, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor, DTYPE_BYTES, fail, type CpuStage,
 } from "@hybridgen/spec";
 import type { KvCache } from "@hybridgen/core";
 import { GatheredValues } from "@hybridgen/spec/kit";
@@ -160,6 +160,13 @@ export class DeviceStaging implements Disposable {
     this.link.fence();
     this.link.mark("resume");
     return undefined;
+  }
+
+  /** queryToHost's signalled send as a row of the batch's one sendSignalledRows (checked as queryToHost checks it). */
+  querySend(slot: 0 | 1, q: Tensor, bytes?: number): SignalledSend {
+    const width = Math.max(this.heads * this.headDim * 4, bytes ?? 0);
+    if (width > this.regions[slot].query.byteLength) fail(`hybrid attention: ${width} query bytes do not fit the stage's query buffer of ${this.regions[slot].query.byteLength}`);
+    return { dst: this.regions[slot].query, src: q, bytes: width };
   }
 
   /**

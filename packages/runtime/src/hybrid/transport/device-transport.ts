@@ -14,6 +14,7 @@ import type { StepPlan } from "../step-plan.js";
 import type { TransportChoice } from "./choose-transport.js";
 import { transportNote } from "./choose-transport.js";
 import type { DeviceStaging } from "./device-staging.js";
+import { PendingSends, SendBatch } from "./send-batch.js";
 import type { StepDriver, StepTimes, StepTransport, TransportName } from "./step-transport.js";
 
 let transports = 0; // segment keys differ between hybrid attentions (their recorded ops differ)
@@ -29,8 +30,8 @@ export abstract class DeviceTransport implements StepTransport {
   private segmentOpen = false;
   /** A layer whose stage submission waits until the device work before it has been issued (-1: none). */
   private deferred = -1;
-  /** Per layer: the signal of its query's send (the job waits for it; undefined: fenced). */
-  private readySignals: (HostSignal | undefined)[] = [];
+  /** Per layer: the signal of its query's send (the job waits for it; undefined: fenced), or the batch's group it joined. */
+  private readySignals: (HostSignal | PendingSends | undefined)[] = [];
   private discardTimes = true;
   private readonly segmentKeys: string[];
 
@@ -78,11 +79,15 @@ export abstract class DeviceTransport implements StepTransport {
       this.closeSegment();
       this.submitDeferred();
     }
-    this.readySignals[layer] = this.d.queryToHost((layer & 1) as 0 | 1, q, this.choice.signals && !hostReads, bytes);
+    const slot = (layer & 1) as 0 | 1, signalled = this.choice.signals && !hostReads;
+    // A batch row's send joins the layer's group: one op for every row's (SendBatch).
+    if (signalled && this.batchStep) this.readySignals[layer] = SendBatch.of(this.d.link).join(this.batchStep, layer, this.d.querySend(slot, q, bytes));
+    else this.readySignals[layer] = this.d.queryToHost(slot, q, signalled, bytes);
   }
 
   jobLink(layer: number): { ready?: HostSignal; deviceGather: boolean } {
-    return { ready: this.d.beforeSubmit(this.readySignals[layer]), deviceGather: false };
+    const r = this.readySignals[layer];
+    return { ready: this.d.beforeSubmit(r instanceof PendingSends ? r.signal() : r), deviceGather: false };
   }
 
   abstract attend(layer: number, q: Tensor, out: Tensor): void;

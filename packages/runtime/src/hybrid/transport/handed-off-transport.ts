@@ -19,6 +19,7 @@ import type { TransportChoice } from "./choose-transport.js";
 import type { DeviceStaging } from "./device-staging.js";
 import { HandOffBatch } from "./hand-off-batch.js";
 import { MappedTransport } from "./mapped-transport.js";
+import { SendBatch } from "./send-batch.js";
 import type { LayerTableShape, StepDriver, TransportName } from "./step-transport.js";
 
 export class HandedOffTransport extends MappedTransport {
@@ -66,6 +67,8 @@ export class HandedOffTransport extends MappedTransport {
    */
   prepareAttend(layer: number, q: Tensor): void {
     if (!this.handOffStep || !this.batchStep || this.joined[layer]) return;
+    // The rows' sends of the next layer's queries go before this layer's hand-off: the stage works on them meanwhile.
+    if (this.choice.signals) SendBatch.of(this.d.link).flush(this.batchStep);
     const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, done = s.done(layer), rescore = s.rescore[layer]!, kmax = s.layerKmax(layer);
     if (!done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
     s.merge.scoreWindow(layer, q, d.scores[slot]!, kmax);
