@@ -1,6 +1,7 @@
 #!/bin/sh
 # One device call for issue 33's page index inside the hybrid step, within a wall-clock allowance
-# (WALL, seconds; each part gets what is left): index-check (Backend.indexRank against the
+# (WALL, seconds; each part gets what is left): index-check (CHECK_ARGS=--tables-only: the device-made
+# tables alone; else Backend.indexRank against the
 # definition; hybrid decode with the index ranked on the device against the stage's own search; the
 # ranking's device time a layer), hybrid-modes once per RUNS entry CONTEXT:CONFIGS (full attention
 # and the index configs in the same run; default 32K and 131K, full and pre-index; each step's timings in traces/; the
@@ -22,7 +23,7 @@ lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/machine.txt"
 echo "avx512f: $(grep -c -m1 avx512f /proc/cpuinfo)" | tee -a "$OUT/machine.txt"
 free -g | sed -n 2p | tee -a "$OUT/machine.txt"
 if [ "${CHECK:-1}" = 1 ]; then
-  timeout "${CHECK_S:-30}" bun "$DEVICE_DIR/index-check.js" > "$OUT/index-check.log" 2>&1
+  timeout "${CHECK_S:-30}" bun "$DEVICE_DIR/index-check.js" ${CHECK_ARGS:-} > "$OUT/index-check.log" 2>&1
   echo "index-check exit $?"; grep -E 'PASS|FAIL|rror|index checks|^\| [0-9]|^ranking' "$OUT/index-check.log" | head -40
 fi
 if [ "${MODES:-1}" = 1 ]; then

@@ -8,7 +8,7 @@
  * tables made by the device from its pages against the stage's from the same pages (equal logits). Then the ranking's
  * device time a layer at the 8B shape (timeIndexRank: 32 rankings recorded as one step, what the
  * planner charges) beside its bytes at the D2D copy rate.
- *   ./bun apps/bench/src/cuda/index-check.ts
+ *   ./bun apps/bench/src/cuda/index-check.ts [--tables-only]
  */
 import { dummyModelFiles, indexFold, indexPageBounds, loadModel, pageIndex, PAGE_INDEX_FORM_CODE, seededRandom, type DeviceIndexShape, type PageIndexForm } from "@hybridgen/core";
 import { createCpuBackend, storeKeys, type CpuTensor } from "@hybridgen/kernels-cpu";
@@ -75,7 +75,10 @@ function rankCase(form: PageIndexForm, kvHeads: number, group: number, d: number
   return `${bad ? "FAIL" : "PASS"} indexRank ${form} kv ${kvHeads} × group ${group} × d ${d}, ${count}/${P} pages, want ${want}: ${bad} pages off (worst bound gap ${worst.toFixed(3)} of the tolerance)`;
 }
 
-for (const form of ["int8", "int4"] as const) {
+/** --tables-only: only the device-made tables against the stage's (a short device call). */
+const tablesOnly = process.argv.includes("--tables-only");
+
+for (const form of tablesOnly ? [] : (["int8", "int4"] as const)) {
   for (const [kvHeads, group, d, cap, page, n, want] of [
     [8, 4, 128, 200_000, 16, 131_000, 17], [8, 4, 128, 200_000, 16, 200_000, 65], [2, 8, 64, 5000, 8, 4321, 100], [4, 1, 128, 3000, 16, 50, 10], [8, 4, 128, 40_000, 16, 39_999, 256],
   ] as const) console.log(rankCase(form, kvHeads, group, d, cap, page, n, want));
@@ -101,7 +104,7 @@ async function decode(placement: "host" | "device", logits: "exact" | "verified"
   }
   return { tokens, out, deviceTables: ha.stats.deviceTables };
 }
-for (const form of ["int8", "int4"] as const) {
+for (const form of tablesOnly ? [] : (["int8", "int4"] as const)) {
   for (const logits of ["exact", "verified"] as const) {
     const host = await decode("host", logits, form), device = await decode("device", logits, form);
     let worst = 0;
@@ -121,6 +124,7 @@ for (const form of ["int8", "int4"] as const) {
   console.log(`${ok ? "PASS" : "FAIL"} hybrid decode, index ${form} verified, tables made on the device (${made.deviceTables} layer-steps) vs by the stage from the device's pages: tokens ${made.tokens.join() === stage.tokens.join() ? "equal" : "differ"}, max |Δ logit| ${worst.toExponential(2)}`);
 }
 console.log(failed ? `index checks: ${failed} FAILED` : "index checks: ALL PASS");
+if (tablesOnly) process.exit(failed ? 1 : 0);
 
 // The ranking's device time at the 8B shape (8 KV heads × 4, headDim 128, pages of 16) for the offloaded rows of 32K, 131K and 1M.
 const copyRate = cuda.copyBandwidth(2 ** 30, 10);
