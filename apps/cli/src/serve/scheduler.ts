@@ -233,10 +233,12 @@ export class ServeScheduler {
   private renew(slot: number, store: KvStoreAllocator | null, context: number): void {
     this.stale.add(slot);
     this.o.nextStore?.(store);
+    const t0 = performance.now();
     try {
       this.dec.renew(slot, { maxContext: context });
     } finally {
       this.o.nextStore?.(null); // never handed to a later sequence, whatever failed
+      this.metrics.renewSeconds.observe((performance.now() - t0) / 1000); // the loop's time outside steps and chunks
     }
     this.stale.delete(slot);
     this.slotContext.set(slot, context);
