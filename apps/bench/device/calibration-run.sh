@@ -2,7 +2,9 @@
 # One device call for issue 34, from the repository root with the shared stage in $DEVICE_DIR
 # (device-env.sh: bun.xz, lib/, calibrated-eval.js, and calibration-cost.js for COST) and recall-4l
 # as $STAGE/recall-4l.tar.xz (tar cJf $STAGE/recall-4l.tar.xz -C ../shared/models recall-4l):
-#   STAGE=.stage/calib DEVICE_DIR=.device COST=1 sh apps/bench/device/calibration-run.sh
+#   STAGE=.stage/calib DEVICE_DIR=.device sh apps/bench/device/calibration-run.sh
+#   STAGE=.stage/calib-tiny DEVICE_DIR=.device COST=1 RECALL_MODES= VT_LRS= RULER_LR= WALL=45 sh apps/bench/device/calibration-run.sh
+#     (the cost alone, then only the models staged in $STAGE/models.txt: recall-4l.tar.xz is not needed)
 # 1. COST=1, first and alone on the card: what prefill calibration costs on the Llama-3.1-8B shape at
 #    32K (medians of 2) and, with COST128=1, 128K, both arms in one run.
 # 2. The retrieval models of apps/bench/train/retrieval_models.py grown from recall-4l, trained side
@@ -33,11 +35,12 @@ LOG="$OUT/run.log"
 { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; lscpu | grep -E 'Model name|^CPU\(s\)'; } > "$LOG"
 if [ -n "${COST:-}" ]; then
   timeout "${COST_S:-32}" bun "$DEVICE_DIR/calibration-cost.js" --contexts 32768 --repeats 2 >> "$LOG" 2>&1; echo "cost 32K exit $? at $(( $(date +%s) - START )) s" >> "$LOG"
-  [ -z "${COST128:-}" ] || { timeout "${COST128_S:-90}" bun "$DEVICE_DIR/calibration-cost.js" --contexts 131072 --repeats 1 --steps 2 >> "$LOG" 2>&1; echo "cost 128K exit $?" >> "$LOG"; }
+  [ -z "${COST128:-}" ] || { timeout "${COST128_S:-60}" bun "$DEVICE_DIR/calibration-cost.js" --contexts 131072 --repeats 1 --steps 2 >> "$LOG" 2>&1; echo "cost 128K exit $?" >> "$LOG"; }
   grep -E '^\| |^## |exit|rror' "$LOG"
 fi
 mkdir -p "$W/models" "$W/eval" "$W/train" "$W/runs"
-tar xJf "$STAGE/recall-4l.tar.xz" -C $W/models
+# recall-4l: evaluated and the trained models' start (a call measuring the cost alone stages none).
+[ ! -f "$STAGE/recall-4l.tar.xz" ] || tar xJf "$STAGE/recall-4l.tar.xz" -C "$W/models"
 EVAL="bun $DEVICE_DIR/calibrated-eval.js --backend ${EVAL_BACKEND:-cuda} --arena ${ARENA:-0.05}"
 # One process: model task lengths seed prompts modes [flags]; its --json is $W/runs/NAME-LENGTHS-SEED.json.
 ev() {

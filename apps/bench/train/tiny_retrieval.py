@@ -3,7 +3,8 @@ nobody profiled that the lab VM can make in minutes and evaluate at short contex
 
     python3 apps/bench/train/tiny_retrieval.py --out DIR [--seed 1] [--steps 8000]
     python3 apps/bench/train/tiny_retrieval.py --out DIR --mix vartrack --start DIR/needle-3l --steps 1500 --lr 1e-3   # vt-3l
-    python3 apps/bench/train/tiny_retrieval.py --check     # the hand-written gradients against finite differences
+    python3 apps/bench/train/tiny_retrieval.py --out DIR --mix vartrack --start DIR/vt-3l --grow 8 --steps 400 --lr 1e-3   # vt-8l-tiny
+    python3 apps/bench/train/tiny_retrieval.py --check     # the hand-written gradients against finite differences, and grown()'s logits
     python3 apps/bench/train/tiny_retrieval.py --out DIR --parity   # initial weights and numpy's logits, for the engine to match
 
 The model (DIR/needle-3l: config.json, model.safetensors in f32, recall-4l's word-level
@@ -17,6 +18,9 @@ Lengths grow from 64 to 256 tokens. It is the eval's `needle` task
 committed), and DIR/needle-3l/recipe.json records the recipe and the answer accuracy reached.
 With --mix vartrack --start DIR/needle-3l it fine-tunes that model on retrieval_mix.py's vartrack
 mix (chains asked as walks, `? kC` answered `kA vB`, every hop a needle lookup) into DIR/vt-3l.
+With --grow N as well (--start DIR/vt-3l --grow 8) the start model's layers are spread over N
+(grown(): the layers between them start adding nothing) and the deeper model is fine-tuned into
+DIR/vt-Nl-tiny — a deeper vartrack model the lab VM can make without torch.
 """
 import argparse, json, math, os, struct, sys, time
 
@@ -70,6 +74,25 @@ def previous_token_head(p, shape, rng):
     q0 = np.concatenate([w * np.cos(theta), -w * np.sin(theta)])
     p["0.k"][:hd] = (4 * np.outer(k0, u)).astype(p["0.k"].dtype)
     p["0.q"][:hd] = (4 * np.outer(q0, u)).astype(p["0.q"].dtype)
+
+
+def grown(p, shape, layers, rng):
+    """A model of `layers` layers computing what p (of `shape`) computes: p's layers spread over the depth
+    (layer j at round(j·layers/n)), the layers between them with zero output projections (attention's o,
+    the MLP's down) so that they add nothing at first, the rest of their weights random."""
+    n = shape[0]
+    deep = (layers,) + tuple(shape[1:])
+    q = init(deep, rng, p["embed"].dtype)
+    at = {round(j * layers / n): j for j in range(n)}
+    for i in range(layers):
+        for w in ("ln1", "q", "k", "v", "o", "ln2", "gate", "up", "down"):
+            if i in at:
+                q[f"{i}.{w}"] = p[f"{at[i]}.{w}"].copy()
+            elif w in ("o", "down"):
+                q[f"{i}.{w}"][:] = 0
+    for w in ("embed", "norm", "lm_head"):
+        q[w] = p[w].copy()
+    return q, deep
 
 
 def rope_tables(t, hd, dtype):
@@ -322,14 +345,25 @@ def check():
             if err > 1e-5:
                 print(f"{key}[{j}]: numeric {num:.8g}, analytic {ana:.8g}")
     print(f"gradient check: worst relative error {worst:.2e}")
-    sys.exit(0 if worst <= 1e-5 else 1)
+    # A grown model's logits are its start's: the layers put between add nothing before training.
+    keep, keep_deep = [], []
+    forward_backward(p, shape, ids, mask, keep)
+    deep, deep_shape = grown(p, shape, 5, rng)
+    forward_backward(deep, deep_shape, ids, mask, keep_deep)
+    gap = float(np.abs(keep[0] - keep_deep[0]).max())
+    print(f"grown to {deep_shape[0]} layers: logits within {gap:.1e} of the start's")
+    sys.exit(0 if worst <= 1e-5 and gap <= 1e-9 else 1)
 
 
 def train(args):
     rng = np.random.default_rng(args.seed)
+    shape = SHAPE
     name = NAME if args.mix == "needle" else "vt-3l"
     if args.start:
         p = load_safetensors(os.path.join(args.start, "model.safetensors"), SHAPE)
+        if args.grow:
+            p, shape = grown(p, SHAPE, args.grow, rng)
+            name = f"{'needle' if args.mix == 'needle' else 'vt'}-{args.grow}l-tiny"
     else:
         p = init(SHAPE, rng)
         previous_token_head(p, SHAPE, rng)
@@ -345,7 +379,7 @@ def train(args):
         length, bs = next((l, b) for (f, l, b) in phases if frac < f)
         lr = args.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         ids, mask = batch(rng, bs, length, args.mix)
-        loss, g, right, n = forward_backward(p, SHAPE, ids, mask)
+        loss, g, right, n = forward_backward(p, shape, ids, mask)
         norm = math.sqrt(sum(float((v * v).sum()) for v in g.values()))
         clip = min(1.0, 1.0 / (norm + 1e-6))
         for k in p:
@@ -357,13 +391,13 @@ def train(args):
             p[k] -= lr * (mh / (np.sqrt(sh) + 1e-8) + decay * p[k])
         if (step + 1) % args.log_every == 0:
             print(f"{name} step {step + 1} len {length} loss {loss:.3f} answers {right}/{n} ({time.time() - t0:.0f} s)", flush=True)
-    acc = {l: round(accuracy(p, SHAPE, rng, l, args.mix), 3) for l in (256, 512, 1024)}
+    acc = {l: round(accuracy(p, shape, rng, l, args.mix), 3) for l in (256, 512, 1024)}
     print(f"{name}: {args.steps} steps in {time.time() - t0:.0f} s, answer accuracy {acc}", flush=True)
     out = os.path.join(args.out, name)
-    write_meta(SHAPE, out, rope_theta=THETA, dtype="float32")
-    save_safetensors(p, SHAPE, out)
-    json.dump({"model": name, "shape": dict(zip(["layers", "hidden", "heads", "kv_heads", "intermediate"], SHAPE)), "rope_theta": THETA,
-               "mix": args.mix, "start": args.start or None, "seed": args.seed, "steps": args.steps, "lr": args.lr, "phases": phases, "answer_accuracy": acc,
+    write_meta(shape, out, rope_theta=THETA, dtype="float32")
+    save_safetensors(p, shape, out)
+    json.dump({"model": name, "shape": dict(zip(["layers", "hidden", "heads", "kv_heads", "intermediate"], shape)), "rope_theta": THETA,
+               "mix": args.mix, "start": args.start or None, "grown_to": args.grow or None, "seed": args.seed, "steps": args.steps, "lr": args.lr, "phases": phases, "answer_accuracy": acc,
                "seconds": round(time.time() - t0, 1)}, open(os.path.join(out, "recipe.json"), "w"), indent=2)
 
 
@@ -376,6 +410,7 @@ def main():
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--mix", default="needle", choices=("needle", "vartrack"), help="needle: this script's needle task; vartrack: retrieval_mix.py's walks")
     ap.add_argument("--start", default="", help="a trained needle-3l's directory: fine-tune its weights instead of starting from random ones")
+    ap.add_argument("--grow", type=int, default=0, help="with --start: spread the start model's layers over this many (grown()) before fine-tuning")
     ap.add_argument("--check", action="store_true", help="compare the gradients with finite differences and exit")
     ap.add_argument("--parity", action="store_true", help="write a model with initial weights and numpy's logits into --out (the engine's parity test) and exit")
     args = ap.parse_args()
@@ -388,6 +423,8 @@ def main():
         return
     if args.steps < 1:
         ap.error("--steps must be at least 1")
+    if args.grow and (not args.start or args.grow < SHAPE[0]):
+        ap.error(f"--grow needs --start and at least {SHAPE[0]} layers")
     train(args)
 
 
