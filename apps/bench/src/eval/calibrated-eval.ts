@@ -211,7 +211,9 @@ function mergeRuns(files: string[]) {
   }
   for (const m of modes) if (!MODES[m]) fail(`--from: unknown mode ${m}`);
   const seeds = [...new Set(runs.map((r) => r.seed ?? 1))];
-  return { results: out, backend: first.backend, run: first, columns: [...lengths].sort((a, b) => a - b), modes, prompts, seeds };
+  // Every run's models, once each (runs of several models side by side).
+  const models = runs.flatMap((r) => r.models).filter((m, i, all) => all.findIndex((x) => x.dir.split("/").pop() === m.dir.split("/").pop() && x.task === m.task) === i);
+  return { results: out, backend: first.backend, run: { ...first, models }, columns: [...lengths].sort((a, b) => a - b), modes, prompts, seeds };
 }
 
 /** Prints the table (at the end) and writes --json / --table with the lengths measured so far. */
