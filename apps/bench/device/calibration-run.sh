@@ -101,8 +101,9 @@ print(max(runs)[1].rsplit('/', 1)[0] if runs else '')")
 ) &
 wait
 echo "all done at $(( $(date +%s) - START )) s" >> "$LOG"
-for f in $W/train/*.txt; do echo "== $f" >> "$LOG"; cat "$f" >> "$LOG"; done
-for f in $W/eval/*.log; do echo "== $f" >> "$LOG"; tr '\r' '\n' < "$f" | grep -vE 'prompt [0-9]+/' | tail -4 >> "$LOG"; done
-for f in $W/eval/*.merged.txt; do echo "== $f"; cat "$f"; done | tee -a "$LOG" | grep -E '^\| |^retrieval|exact layers|pre-QK'
-(cd "$W" && tar cf "$OUT/eval.tar" eval/*.json runs/*.json)
+for f in $W/train/*.txt; do [ -f "$f" ] || continue; echo "== $f" >> "$LOG"; cat "$f" >> "$LOG"; done
+for f in $W/eval/*.log; do [ -f "$f" ] || continue; echo "== $f" >> "$LOG"; tr '\r' '\n' < "$f" | grep -vE 'prompt [0-9]+/' | tail -4 >> "$LOG"; done
+for f in $W/eval/*.merged.txt; do [ -f "$f" ] || continue; echo "== $f"; cat "$f"; done | tee -a "$LOG" | grep -E '^\| |^retrieval|exact layers|pre-QK'
+files=$(cd "$W" && ls eval/*.json runs/*.json 2>/dev/null)
+[ -z "$files" ] || (cd "$W" && tar cf "$OUT/eval.tar" $files)
 ls -la "$OUT"
