@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(HO_THREADS) hand_off_copies_kernel(const HoGat
     if ((int)threadIdx.x < n) {
       const long long r = r0 + threadIdx.x;
       const int grp = (int)(r / kmax), i = (int)(r % kmax);
-      const int id = i < table[grp] ? table[g.groups + r] : -1;
+      const int count = table[grp], at = table[g.groups + r];  // both reads in flight: one round trip to host memory, not two
+      const int id = i < count ? at : -1;
       rowAt[threadIdx.x] = id >= 0 && id < g.cap ? (long long)grp * g.cap + id : -1;
     }
     __syncthreads();

@@ -42,7 +42,8 @@ __global__ void __launch_bounds__(GATHER_THREADS) gather_rows_kernel(uint4 *__re
     if ((int)threadIdx.x < n) {
       const long long r = r0 + threadIdx.x;
       const int g = (int)(r / kmax), i = (int)(r % kmax);
-      const int id = i < table[g] ? table[groups + r] : -1;
+      const int count = table[g], at = table[groups + r];  // both reads in flight: one round trip to host memory, not two
+      const int id = i < count ? at : -1;
       rowAt[threadIdx.x] = id >= 0 && id < cap ? (long long)g * cap + id : -1;
     }
     __syncthreads();
