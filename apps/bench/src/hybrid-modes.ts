@@ -12,8 +12,8 @@
  * under `ncu --profile-from-start off …` or nsys likewise: one step's kernels, nothing else).
  * Configs: full; post-exact, post-speculative, post-verified (top-K in the stage, fixed K);
  * pre-exact, pre-speculative, pre-verified (Quest pages, fixed K), pre-index, pre-index-int4, pre-index-exact
- * (the page index ranked on the device; verified — its tables made on the device too —, or exact), pre-index-stage (verified, the
- * tables made by the CPU stage from the device's pages), pre-index-host (ranked by the stage), pre-streaming, pre-infinigen
+ * (the page index ranked on the device; verified — the stage fills its tables from the device's pages —, or exact),
+ * pre-index-device-tables (verified, the tables made on the device: no stage round trip), pre-index-host (ranked by the stage), pre-streaming, pre-infinigen
  * (verified), pre-streaming-speculative; feedback (the default pair topk+quest, verified, kMin = K), feedback-streaming
  * (topk+streaming), feedback-infinigen (topk+infinigen). Dummy weights (bf16), bf16 KV. One
  * prefill per context (in blocks of at most 32 768 tokens); every hybrid config starts from a
@@ -73,7 +73,7 @@ const HYBRID: Record<string, HybridRuntimeOptions> = {
   "pre-index": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "verified" },
   "pre-index-int4": { scheduler: "fixed", selector: "index", selectorOptions: { form: "int4", placement: "device" }, k: K, timing: "pre", logits: "verified" },
   "pre-index-exact": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "exact" },
-  "pre-index-stage": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "verified", indexTables: "stage" },
+  "pre-index-device-tables": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "verified", indexTables: "device" },
   "pre-index-host": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "host" }, k: K, timing: "pre", logits: "verified" },
   feedback: { scheduler: "feedback", selector: "topk+quest", kMin: K, logits: "verified" },
   "feedback-streaming": { scheduler: "feedback", selector: "topk+streaming", kMin: K, logits: "verified" },

@@ -1,6 +1,6 @@
 /**
- * A verified layer's table made on the device (HostTransfers.indexTable): where the device ranks
- * the page index and the step is handed off, the verified layers' [counts | ids] tables come from
+ * A verified layer's table made on the device (HostTransfers.indexTable, HybridOptions.indexTables
+ * "device"): where the device ranks the page index and the step is handed off, the verified layers' [counts | ids] tables come from
  * the device's own pages — no CPU stage job, no round trip — and the logits equal those of the
  * stage filling its lists from the same pages, bit for bit (pages of 5 rows, so lists end in a
  * partial page chosen by exact q̃·k), with rows gathered on the compute stream or fetched ahead; on a
@@ -53,7 +53,7 @@ function withSide(be: ReferenceBackend, rec: Recorder, link: HandoffLink) {
   return side;
 }
 
-function run(files: ModelFiles, tokens: number[], form: "int8" | "int4", o: { tables: boolean; rowFetch: boolean; eager: boolean; side?: boolean }) {
+function run(files: ModelFiles, tokens: number[], form: "int8" | "int4", o: { tables: boolean; rowFetch: boolean; eager: boolean; side?: boolean; indexTables?: "device" | "stage" }) {
   const be = new ReferenceBackend(), rec = new Recorder(), book = new AddressBook(), host = new HostReference(book);
   const ranked = addRanking(be);
   const link = new HandoffLink(be, host, book, rec, { rowFetch: o.rowFetch, indexTable: o.tables });
@@ -68,7 +68,7 @@ function run(files: ModelFiles, tokens: number[], form: "int8" | "int4", o: { ta
     submit(job);
   };
   const selector = createSelector("index", { form, pageSize: 5, superPages: 2, placement: "device" });
-  const hybrid = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler: fixedScheduler(K, "pre") }, { logits: "verified" });
+  const hybrid = HybridAttention.attach({ attention: model.attention, projector: model, stage, selector, scheduler: fixedScheduler(K, "pre") }, { logits: "verified", indexTables: o.indexTables ?? "device" });
   expect(hybrid.deviceIndex).not.toBeNull();
   const out = [model.forward(Int32Array.from(tokens.slice(0, PROMPT)), 0)];
   for (let t = PROMPT; t < tokens.length; t++) out.push(model.forward(Int32Array.of(tokens[t]!), t));
@@ -102,6 +102,11 @@ describe("verified layers' tables made on the device from its ranked pages", () 
           expect(sided.side!.sections, label).toBe(STEPS * (LAYERS - 1));
           expect(sided.side!.joins, label).toBeGreaterThanOrEqual(STEPS);
           sided.out.forEach((l, i) => expect(maxAbsDiff(l, want.out[i]!), `${label} on the side stream, forward ${i}`).toBe(0));
+          // The default ("stage"): a link that makes tables is left unasked.
+          const staged = run(files, tokens, form, { tables: true, rowFetch, eager, indexTables: "stage" });
+          expect(staged.tables, label).toBe(0);
+          expect(staged.jobs, label).toBe(STEPS * LAYERS);
+          staged.out.forEach((l, i) => expect(maxAbsDiff(l, want.out[i]!), `${label} stage tables, forward ${i}`).toBe(0));
         }
       }
     });

@@ -84,7 +84,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
   readonly stageGroup: StageGroup | null;
   private readonly candidates: number;
   /** Who makes a device-ranked verified layer's table (HybridOptions.indexTables). */
-  private readonly indexTables: "auto" | "stage";
+  private readonly indexTables: "device" | "stage";
   private readonly positions: Int32Array;
   private readonly specQ: Tensor;
   private states: unknown[] = [];
@@ -512,7 +512,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
    * step is handed off on a link that makes tables (its rows then never wait for the CPU stage).
    */
   private tableOnDevice(layer: number, want: number): boolean {
-    return this.indexTables === "auto" && this.rescore[layer]! && this.transport.makesTables && want >= 1 && want <= INDEX_TABLE_LIMITS.want && this.deviceIndex!.pageSize <= INDEX_TABLE_LIMITS.pageSize && this.layout.headDim <= INDEX_TABLE_LIMITS.headDim;
+    return this.indexTables === "device" && this.rescore[layer]! && this.transport.makesTables && want >= 1 && want <= INDEX_TABLE_LIMITS.want && this.deviceIndex!.pageSize <= INDEX_TABLE_LIMITS.pageSize && this.layout.headDim <= INDEX_TABLE_LIMITS.headDim;
   }
 
   /** This step's stage kernel is the index, and the device ranks its pages. */
