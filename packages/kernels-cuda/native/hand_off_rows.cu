@@ -5,6 +5,7 @@
 // step's blob when recording, so a replay takes the new values (and new widths) without a capture.
 #include "common.cuh"
 #include "host_link.cuh"
+#include "gather_rows.cuh"
 #include <stdlib.h>
 #include <string.h>
 
@@ -58,12 +59,10 @@ __global__ void await_rows_kernel(const HoWait *__restrict__ waits, int n, volat
   if (threadIdx.x == 0) w->waitedNs = w->waitedNs + (ho_ns() - t0);
 }
 
-constexpr int HO_CHUNK = 64, HO_UNROLL = 4, HO_THREADS = 256;
-
 // blockIdx.y < nGathers: that gather (as gather_rows_kernel: table = [counts | ids], zero rows past
 // a count or for an id outside the store), over blockIdx.x's chunks; else read y − nGathers.
-__global__ void __launch_bounds__(HO_THREADS) hand_off_copies_kernel(const HoGather *__restrict__ gathers, int nGathers, const HoRead *__restrict__ reads) {
-  __shared__ long long rowAt[HO_CHUNK];
+__global__ void __launch_bounds__(GATHER_THREADS) hand_off_copies_kernel(const HoGather *__restrict__ gathers, int nGathers, const HoRead *__restrict__ reads) {
+  __shared__ long long rowAt[GATHER_CHUNK];
   if ((int)blockIdx.y >= nGathers) {
     const HoRead r = reads[blockIdx.y - nGathers];
     const long long total = (long long)r.rows * r.pieces;
@@ -75,42 +74,7 @@ __global__ void __launch_bounds__(HO_THREADS) hand_off_copies_kernel(const HoGat
     return;
   }
   const HoGather g = gathers[blockIdx.y];
-  const uint4 *src = (const uint4 *)g.src;
-  uint4 *dst = (uint4 *)g.dst;
-  const int32_t *table = (const int32_t *)g.table;
-  const int pieces = g.pieces, kmax = g.kmax;
-  const long long rows = (long long)g.groups * kmax, chunks = (rows + HO_CHUNK - 1) / HO_CHUNK;
-  for (long long ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
-    const long long r0 = ch * HO_CHUNK;
-    const int n = (int)(rows - r0 < HO_CHUNK ? rows - r0 : HO_CHUNK);
-    __syncthreads();
-    if ((int)threadIdx.x < n) {
-      const long long r = r0 + threadIdx.x;
-      const int grp = (int)(r / kmax), i = (int)(r % kmax);
-      const int count = table[grp], at = table[g.groups + r];  // both reads in flight: one round trip to host memory, not two
-      const int id = i < count ? at : -1;
-      rowAt[threadIdx.x] = id >= 0 && id < g.cap ? (long long)grp * g.cap + id : -1;
-    }
-    __syncthreads();
-    const int total = n * pieces;
-    for (int base = 0; base < total; base += HO_THREADS * HO_UNROLL) {
-      uint4 v[HO_UNROLL];
-#pragma unroll
-      for (int u = 0; u < HO_UNROLL; u++) {
-        const int p = base + u * HO_THREADS + threadIdx.x;
-        v[u] = make_uint4(0, 0, 0, 0);
-        if (p < total) {
-          const long long at = rowAt[p / pieces];
-          if (at >= 0) v[u] = src[at * pieces + p % pieces];
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < HO_UNROLL; u++) {
-        const int p = base + u * HO_THREADS + threadIdx.x;
-        if (p < total) dst[r0 * pieces + p] = v[u];
-      }
-    }
-  }
+  gather_rows_chunks((uint4 *)g.dst, (const uint4 *)g.src, (const int32_t *)g.table, g.groups, g.kmax, g.cap, g.pieces, rowAt);
 }
 
 // A batched step's verified logits (hg_link_rescore_rows): row r's scores [heads, width] from its
@@ -200,7 +164,7 @@ int hg_launch_hand_off_rows(HgCtx *c, const Cmd &m) {
   await_rows_kernel<<<1, threads, 0, c->compute>>>((const HoWait *)m.p[0], n, (volatile HgLinkWords *)m.p[3]);
   int r = hg_launched();
   if (r || m.s[1] + m.s[2] == 0) return r;
-  hand_off_copies_kernel<<<dim3((unsigned)m.s[3], (unsigned)(m.s[1] + m.s[2])), HO_THREADS, 0, c->compute>>>((const HoGather *)m.p[1], m.s[1], (const HoRead *)m.p[2]);
+  hand_off_copies_kernel<<<dim3((unsigned)m.s[3], (unsigned)(m.s[1] + m.s[2])), GATHER_THREADS, 0, c->compute>>>((const HoGather *)m.p[1], m.s[1], (const HoRead *)m.p[2]);
   return hg_launched();
 }
 

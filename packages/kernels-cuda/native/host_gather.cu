@@ -7,6 +7,7 @@
 // consecutive ids, on the copy stream for one (K, id pattern), and checks that they agree.
 #include "common.cuh"
 #include "host_link.cuh"
+#include "gather_rows.cuh"
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -27,45 +28,10 @@ __global__ void gather_mapped_rows(uint4 *__restrict__ dst, const uint4 *__restr
 // The hybrid step's gather: table = [counts (groups) | ids (groups · kmax)]; dst[g, i, :] =
 // src[g, ids[g · kmax + i], :] for i < counts[g] and an id inside the store, else a zero row (as
 // the CPU stage pads its staged rows, so both paths give the same bytes). A block takes a chunk of
-// GATHER_CHUNK rows at a time: their ids come in once (one round trip to host memory), then every
-// thread has GATHER_UNROLL 16-byte reads in flight. A small grid then keeps the link busy, so the
-// gather can run on a side stream beside the GEMVs without taking the SMs from them.
-constexpr int GATHER_CHUNK = 64, GATHER_UNROLL = 4, GATHER_THREADS = 256;
 __global__ void __launch_bounds__(GATHER_THREADS) gather_rows_kernel(uint4 *__restrict__ dst, const uint4 *__restrict__ src, const int32_t *__restrict__ table,
                                                                       int groups, int kmax, long long cap, int pieces) {
-  __shared__ long long rowAt[GATHER_CHUNK];  // the source row of each chunk row, -1: a zero row
-  const long long rows = (long long)groups * kmax, chunks = (rows + GATHER_CHUNK - 1) / GATHER_CHUNK;
-  for (long long ch = blockIdx.x; ch < chunks; ch += gridDim.x) {
-    const long long r0 = ch * GATHER_CHUNK;
-    const int n = (int)(rows - r0 < GATHER_CHUNK ? rows - r0 : GATHER_CHUNK);
-    __syncthreads();  // the previous chunk is done with rowAt
-    if ((int)threadIdx.x < n) {
-      const long long r = r0 + threadIdx.x;
-      const int g = (int)(r / kmax), i = (int)(r % kmax);
-      const int count = table[g], at = table[groups + r];  // both reads in flight: one round trip to host memory, not two
-      const int id = i < count ? at : -1;
-      rowAt[threadIdx.x] = id >= 0 && id < cap ? (long long)g * cap + id : -1;
-    }
-    __syncthreads();
-    const int total = n * pieces;
-    for (int base = 0; base < total; base += GATHER_THREADS * GATHER_UNROLL) {
-      uint4 v[GATHER_UNROLL];
-#pragma unroll
-      for (int u = 0; u < GATHER_UNROLL; u++) {
-        const int p = base + u * GATHER_THREADS + threadIdx.x;
-        v[u] = make_uint4(0, 0, 0, 0);
-        if (p < total) {
-          const long long at = rowAt[p / pieces];
-          if (at >= 0) v[u] = src[at * pieces + p % pieces];
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < GATHER_UNROLL; u++) {
-        const int p = base + u * GATHER_THREADS + threadIdx.x;
-        if (p < total) dst[r0 * pieces + p] = v[u];
-      }
-    }
-  }
+  __shared__ long long rowAt[GATHER_CHUNK];
+  gather_rows_chunks(dst, src, table, groups, kmax, cap, pieces, rowAt);
 }
 
 Cmd hg_new_cmd(int kind);
