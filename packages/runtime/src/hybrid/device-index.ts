@@ -12,6 +12,7 @@ import {
   pageIndexLayout, PAGE_INDEX_FORM_CODE, seededRandom,
 } from "@hybridgen/spec";
 import type { DecodeBatchStep } from "@hybridgen/core";
+import { StepMark, perOwner } from "./step-scope.js";
 
 /** Bytes of the device's copy of an index over `capacity` rows a head (page level only, page-major). */
 export function deviceIndexBytes(kvHeads: number, headDim: number, capacity: number, pageSize: number, form: IndexKernel["form"]): number {
@@ -346,27 +347,18 @@ export class DeviceIndex implements Disposable {
  * layer on the driving thread), then each index uploads its pages. One per backend (IndexSyncBatch.of).
  */
 export class IndexSyncBatch {
-  private step: DecodeBatchStep | null = null;
-  private serial = -1;
+  private readonly mark = new StepMark();
   private readonly members: DeviceIndex[] = [];
   private readonly items: IndexFoldItem[] = [];
   private P: SelectorPrimitives | null = null;
   /** indexFoldAll calls made for batches (a test counts them: one a step). */
   calls = 0;
 
-  private static readonly perBackend = new WeakMap<Backend, IndexSyncBatch>();
-
-  static of(backend: Backend): IndexSyncBatch {
-    let b = IndexSyncBatch.perBackend.get(backend);
-    if (!b) IndexSyncBatch.perBackend.set(backend, (b = new IndexSyncBatch()));
-    return b;
-  }
+  static readonly of = perOwner((_backend: Backend) => new IndexSyncBatch());
 
   /** A row's index with the folds it needs this step (`step`'s serial); P: the primitives that fold them. */
   join(step: DecodeBatchStep, index: DeviceIndex, items: readonly IndexFoldItem[], P: SelectorPrimitives): void {
-    if (step !== this.step || step.serial !== this.serial) {
-      this.step = step;
-      this.serial = step.serial;
+    if (this.mark.moveTo(step)) {
       this.members.length = 0;
       this.items.length = 0;
       this.P = null;
@@ -377,8 +369,8 @@ export class IndexSyncBatch {
   }
 
   /** Every joined row's folds as one call, then their uploads (the step's last row calls it once the rows have joined; without a step: whatever joined). */
-  flush(step: DecodeBatchStep | null = this.step): void {
-    if (step === null || step !== this.step || step.serial !== this.serial || this.members.length === 0) return;
+  flush(step: DecodeBatchStep | null = this.mark.step): void {
+    if (!this.mark.holds(step) || this.members.length === 0) return;
     if (this.items.length > 0) {
       this.calls++;
       indexFoldAll(this.P!, this.items);

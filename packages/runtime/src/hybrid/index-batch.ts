@@ -11,6 +11,7 @@
 import type { DecodeBatchStep } from "@hybridgen/core";
 import { type Backend, type DeviceIndexShape, type IndexRankRow } from "@hybridgen/spec";
 import type { RankedQuery } from "./device-index.js";
+import { StepMark, perOwner } from "./step-scope.js";
 
 /** A sequence of the batch as the ranking sees it. */
 export interface IndexBatchMember {
@@ -21,11 +22,9 @@ export interface IndexBatchMember {
 const sameShape = (a: DeviceIndexShape, b: DeviceIndexShape) =>
   a.form === b.form && a.kvHeads === b.kvHeads && a.group === b.group && a.headDim === b.headDim && a.pageCapacity === b.pageCapacity && a.scalesOffset === b.scalesOffset;
 
-const perBackend = new WeakMap<Backend, IndexBatch>();
 
 export class IndexBatch {
-  private step: DecodeBatchStep | null = null;
-  private serial = -1;
+  private readonly mark = new StepMark();
   private shape: DeviceIndexShape | null = null;
   private readonly members: IndexBatchMember[] = [];
   /** Per layer of this step: each joined member's ranking (undefined: not ranked yet). */
@@ -34,19 +33,13 @@ export class IndexBatch {
   calls = 0;
 
   /** The backend's. */
-  static of(backend: Backend): IndexBatch {
-    let b = perBackend.get(backend);
-    if (!b) perBackend.set(backend, (b = new IndexBatch(backend)));
-    return b;
-  }
+  static readonly of = perOwner((backend: Backend) => new IndexBatch(backend));
 
   private constructor(private readonly backend: Backend) {}
 
   /** `m` ranks on the device in `step` (its current serial); false where its index's shape differs from the step's first (it ranks alone). */
   join(step: DecodeBatchStep, m: IndexBatchMember, shape: DeviceIndexShape): boolean {
-    if (step !== this.step || step.serial !== this.serial) {
-      this.step = step;
-      this.serial = step.serial;
+    if (this.mark.moveTo(step)) {
       this.members.length = 0;
       this.ranked = [];
       this.shape = shape;
@@ -58,7 +51,7 @@ export class IndexBatch {
 
   /** Member m's ranking of `layer` in `step`, every member's ranked at once on the first ask; null where m's is not among them (it ranks alone). */
   rank(step: DecodeBatchStep, layer: number, m: IndexBatchMember): RankedQuery | null {
-    if (step !== this.step || step.serial !== this.serial) return null;
+    if (!this.mark.holds(step)) return null;
     let done = this.ranked[layer];
     if (!done) {
       done = new Map();

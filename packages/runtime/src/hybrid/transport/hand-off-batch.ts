@@ -9,12 +9,10 @@
  */
 import type { DecodeBatchStep } from "@hybridgen/core";
 import { type AttnMergeRow, type Backend, type HandOffRow, type HostTransfers, type RescoreRow, fail } from "@hybridgen/spec";
-
-const perLink = new WeakMap<HostTransfers, HandOffBatch>();
+import { StepMark, perOwner } from "../step-scope.js";
 
 export class HandOffBatch {
-  private step: DecodeBatchStep | null = null;
-  private serial = -1;
+  private readonly mark = new StepMark();
   private layer = -1;
   private readonly rows: HandOffRow[] = [];
   /** The joined rows' verified logits (rows that score their K rows themselves). */
@@ -27,11 +25,7 @@ export class HandOffBatch {
   mergeCalls = 0;
 
   /** The link's. */
-  static of(link: HostTransfers): HandOffBatch {
-    let b = perLink.get(link);
-    if (!b) perLink.set(link, (b = new HandOffBatch(link)));
-    return b;
-  }
+  static readonly of = perOwner((link: HostTransfers) => new HandOffBatch(link));
 
   private constructor(private readonly link: HostTransfers) {
     if (!link.handOffRows) fail("hybrid attention: the host link hands off no batch of rows (handOffRows)");
@@ -40,8 +34,7 @@ export class HandOffBatch {
   /** A row's hand-off of `layer` in `step` (its current serial); a new step or layer starts a new batch. */
   join(step: DecodeBatchStep, layer: number, row: HandOffRow, rescore: RescoreRow | null): void {
     if (!this.current(step, layer)) {
-      this.step = step;
-      this.serial = step.serial;
+      this.mark.moveTo(step);
       this.layer = layer;
       this.rows.length = 0;
       this.rescores.length = 0;
@@ -81,6 +74,6 @@ export class HandOffBatch {
   }
 
   private current(step: DecodeBatchStep, layer: number): boolean {
-    return step === this.step && step.serial === this.serial && layer === this.layer;
+    return this.mark.holds(step) && layer === this.layer;
   }
 }

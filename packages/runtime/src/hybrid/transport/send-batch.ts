@@ -8,8 +8,7 @@
  */
 import type { DecodeBatchStep } from "@hybridgen/core";
 import { type HostSignal, type HostTransfers, type SignalledSend, fail } from "@hybridgen/spec";
-
-const perLink = new WeakMap<HostTransfers, SendBatch>();
+import { StepMark, perOwner } from "../step-scope.js";
 
 /** A layer's sends not sent yet; its signal, once they are (every row of the group waits for the same value). */
 export class PendingSends {
@@ -35,18 +34,13 @@ export class PendingSends {
 }
 
 export class SendBatch {
-  private step: DecodeBatchStep | null = null;
-  private serial = -1;
+  private readonly mark = new StepMark();
   /** Per layer: its group not sent yet. */
   private readonly open = new Map<number, PendingSends>();
   /** sendSignalledRows calls made (a test counts them). */
   calls = 0;
 
-  static of(link: HostTransfers): SendBatch {
-    let b = perLink.get(link);
-    if (!b) perLink.set(link, (b = new SendBatch(link)));
-    return b;
-  }
+  static readonly of = perOwner((link: HostTransfers) => new SendBatch(link));
 
   private constructor(private readonly link: HostTransfers) {
     if (!link.sendSignalledRows) fail("hybrid attention: the host link sends no batch of queries (sendSignalledRows)");
@@ -54,9 +48,7 @@ export class SendBatch {
 
   /** A row's send of `layer`'s query in `step`: the layer's open group, whose signal() the row's job takes. */
   join(step: DecodeBatchStep, layer: number, send: SignalledSend): PendingSends {
-    if (step !== this.step || step.serial !== this.serial) {
-      this.step = step;
-      this.serial = step.serial;
+    if (this.mark.moveTo(step)) {
       this.open.clear(); // a failed step's groups: no job of theirs was submitted
     }
     let g = this.open.get(layer);
@@ -73,7 +65,7 @@ export class SendBatch {
 
   /** Every open group of `step` goes now. */
   flush(step: DecodeBatchStep): void {
-    if (step !== this.step || step.serial !== this.serial) return;
+    if (!this.mark.holds(step)) return;
     for (const g of [...this.open.values()]) g.signal();
   }
 }
