@@ -13,7 +13,8 @@
 #   base      the same hybrid points from hybridgen-base.js (BASE_BATCHES, default 16): the change's baseline arm
 #   workload  `bench --workload` for each of WORKLOADS (default "8x131000 32x32768": 128K less the decoded steps, which
 #             must fit the model's 131 072 positions) under GPU_MEM, --synthetic-kv; CONFIGS default full, the default
-#             hybrid (a top-K scan of every offloaded K) and hybridgen-index (the page index ranked on the device for the batch)
+#             hybrid (a top-K scan of every offloaded K) and hybridgen-index (the page index ranked on the device for the batch);
+#             a workload written NxC:B gives full attention's batch B (--full-batch: an earlier run's search result, not searched again)
 # GPU_MEM defaults to 80G where the card has more than 80 GiB, else the card's memory less 2 GiB (an H100's 80 GB
 # card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP, K and STAGE_THREADS (the CPU-stage threads the
 # batch's sequences share; the first step folds every offloaded row into a page index on them) override the workload bench;
@@ -53,13 +54,14 @@ for part in ${PART:-checks batch workload}; do
         --steps 24 --warmup 4 --gpu-kv-budget 1024 --sink-tokens 4 --k 256 --out "$OUT/batch-base" > "$OUT/batch-base/tables.md" 2> "$OUT/batch-base/progress.log"
       echo "base exit $?"; sed -n '/Fig. 17/,/^$/p' "$OUT/batch-base/tables.md" ;;
     workload)
-      for w in ${WORKLOADS:-8x131000 32x32768}; do
+      for spec in ${WORKLOADS:-8x131000 32x32768}; do
+        w=${spec%%:*}; fb=""; [ "$w" != "$spec" ] && fb="--full-batch ${spec#*:}"
         mkdir -p "$OUT/workload-$w"
-        timeout "$(limit "${WORKLOAD_S:-200}")" bun $PROF "$D/hybridgen.js" bench $BENCH --workload "$w" --gpu-mem "$GPU_MEM" --synthetic-kv \
+        timeout "$(limit "${WORKLOAD_S:-200}")" bun $PROF "$D/hybridgen.js" bench $BENCH --workload "$w" $fb --gpu-mem "$GPU_MEM" --synthetic-kv \
           --configs "${CONFIGS:-full,hybridgen,hybridgen-index}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" ${STAGE_THREADS:+--cpu-stage-threads "$STAGE_THREADS"} \
           ${ISSUE_MS:+--issue-ms "$ISSUE_MS"} ${STAGE_MS:+--stage-ms "$STAGE_MS"} \
           --out "$OUT/workload-$w" > "$OUT/workload-$w/table.md" 2> "$OUT/workload-$w/progress.log"
-        echo "workload $w exit $?"; cat "$OUT/workload-$w/table.md"; grep -E 'fit|filled|tokens/s|error|Error|sequence 0' "$OUT/workload-$w/progress.log" | cut -c1-900 | tail -12
+        echo "workload $w exit $?"; cat "$OUT/workload-$w/table.md"; grep -E 'fit|full attention|holds|filled|planner|steps|tokens/s|error|Error|sequence 0' "$OUT/workload-$w/progress.log" | cut -c1-900 | tail -16
         free -g | grep Mem
       done ;;
     *) echo "unknown part $part" ;;

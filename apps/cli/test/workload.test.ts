@@ -114,6 +114,20 @@ describe("hybridgen bench --workload", () => {
     expect(Number(filled![2])).toBeGreaterThanOrEqual(200 - Number(filled![1])); // the window evicts in blocks: it may hold fewer
   });
 
+  it("--full-batch: full attention's batch taken as given (no search), the same waves as the search's", () => {
+    const run = (extra: string[]) => {
+      const r = runBin([...BASE, "--workload", "6x200", "--gpu-mem", "64M", "--configs", "full", "--synthetic-kv", "--json", ...extra]);
+      expect(r.stderr).not.toContain("error");
+      expect(r.code).toBe(0);
+      return { row: JSON.parse(r.stdout).result.rows[0], stderr: r.stderr };
+    };
+    const searched = run([]), given = run(["--full-batch", String(searched.row.batch)]);
+    expect(given.stderr).toContain(`full attention: batches of ${searched.row.batch} of 6 sequences (--full-batch, not searched)`);
+    expect(given.stderr).not.toContain("sequences fit at once");
+    expect(given.row).toMatchObject({ config: "full", status: "ok", batch: searched.row.batch, waves: searched.row.waves });
+    expect(run(["--full-batch", "1"]).row).toMatchObject({ batch: 1, waves: 6 });
+  });
+
   it("--issue-ms and --stage-ms: the planner's step has the host's per-row costs, and its window is no larger than without them", () => {
     const run = (extra: string[]) => {
       const r = runBin([...BASE, "--workload", "6x200", "--gpu-mem", "64M", "--configs", "full,hybridgen", "--synthetic-kv", "--json", ...extra]);
@@ -145,6 +159,9 @@ describe("hybridgen bench --workload", () => {
       [["--synthetic-kv"], /^error: --synthetic-kv goes with --workload \(the figures' benches prefill their contexts\)$/],
       [["--issue-ms", "0.1"], /^error: --issue-ms goes with --workload \(the planner's batched step\)$/],
       [["--workload", "4x200", "--stage-ms=-1"], /^error: invalid value for --stage-ms: "-1" is not a number of ms in \[0, 1000\]$/],
+      [["--full-batch", "2"], /^error: --full-batch goes with --workload \(full attention's waves\)$/],
+      [["--workload", "4x200", "--full-batch", "0"], /^error: invalid value for --full-batch: "0" is not an integer in \[1, ∞\]$/],
+      [["--workload", "6x200", "--gpu-mem", "64M", "--synthetic-kv", "--configs", "full", "--full-batch", "6"], /^error: --full-batch 6: 6 sequences of 200 tokens do not fit under --gpu-mem 67108864 bytes \(64\.0 MiB\): /],
     ];
     for (const [args, want] of cases) {
       const r = runBin([...BASE, ...args]);

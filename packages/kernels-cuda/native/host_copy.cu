@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <stdio.h>
+#include <pthread.h>
+#include <sys/mman.h>
 
 enum { MARK_RESUME = 0, MARK_PAUSE = 1, STALL_BEGIN = 2, STALL_END = 3, COPY_BEGIN = 4, COPY_END = 5 };
 static const int POOL = HG_LINK_POOL;
@@ -245,10 +247,49 @@ static size_t page_size(void) {
 
 static const size_t PIN_MIN_BYTES = 2u << 20;
 
+// Regions this large have their pages made present by several threads before cudaHostRegister,
+// which otherwise faults and zeroes every page of them on the one calling thread.
+static const size_t PREFAULT_MIN_BYTES = (size_t)32 << 20, PREFAULT_PART_BYTES = (size_t)4 << 20;
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+struct Prefault {
+  char *p;
+  size_t len;
+};
+static void *prefault_part(void *arg) {
+  const Prefault *f = (const Prefault *)arg;
+  madvise(f->p, f->len, MADV_POPULATE_WRITE);  // a hint: the registration faults in what this leaves
+  return NULL;
+}
+// The pages of [p, p + len) present and writable (contents unchanged), in parallel parts of whole
+// 2 MiB pages; a kernel without MADV_POPULATE_WRITE leaves it to the registration.
+static void prefault(char *p, size_t len) {
+  if (len < PREFAULT_MIN_BYTES) return;
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  if (n > 16) n = 16;
+  if (n > (long)(len / PREFAULT_PART_BYTES)) n = (long)(len / PREFAULT_PART_BYTES);
+  if (n < 2) return;
+  const size_t huge = (size_t)2 << 20, part = ((len / n) + huge - 1) & ~(huge - 1);
+  pthread_t th[16];
+  Prefault parts[16];
+  int started = 0;
+  for (int i = 0; i < (int)n; i++) {
+    const size_t at = (size_t)i * part;
+    if (at >= len) break;
+    parts[i] = {p + at, at + part > len ? len - at : part};
+    if (pthread_create(&th[i], NULL, prefault_part, &parts[i]) == 0) started |= 1 << i;
+    else prefault_part(&parts[i]);
+  }
+  for (int i = 0; i < (int)n; i++)
+    if (started & (1 << i)) pthread_join(th[i], NULL);
+}
+
 HG_EXPORT int hg_host_pin(void *p, double bytes) {
   const size_t ps = page_size();
   if (((uintptr_t)p & (ps - 1)) != 0 || (size_t)bytes < PIN_MIN_BYTES) return -1;
   const size_t len = ((size_t)bytes + ps - 1) & ~(ps - 1);
+  prefault((char *)p, len);
   // Mapped too, so kernels may read it in place (hg_cu_gather_rows); a device that cannot map
   // host memory still gets it pinned for copies.
   cudaError_t e = cudaHostRegister(p, len, cudaHostRegisterPortable | cudaHostRegisterMapped);

@@ -40,6 +40,8 @@ export interface BenchOptions {
   /** --issue-ms / --stage-ms (with --workload): the host's per-row costs of a batched step, ms a row a layer, for the planner's window and prediction. */
   readonly issueMs?: number;
   readonly stageMs?: number;
+  /** --full-batch (with --workload): full attention's batch, taken as given instead of searched for. */
+  readonly fullBatch?: number;
 }
 
 export const BENCH_HELP = `Usage: hybridgen bench [options]
@@ -86,6 +88,9 @@ and bench.json with every number. Progress goes to stderr.
       --stage-ms MS            the CPU stage's cost of one row's layer (ms; a hybrid run's stats line
                                gives both): the planner predicts the step with them and shrinks the
                                window until the device's part is no longer than the host's
+      --full-batch N           with --workload: full attention runs batches of N (an earlier run's
+                               search result) instead of searching for the largest that fits;
+                               N sequences must fit under --gpu-mem
       --json                   print bench.json on stdout instead of the tables
   -h, --help                   this help
 `;
@@ -109,7 +114,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
         "sink-tokens": { type: "string" }, k: { type: "string" }, device: { type: "string" }, threads: { type: "string" },
         "cpu-stage-threads": { type: "string" }, "kv-dtype": { type: "string" }, dtype: { type: "string" }, seed: { type: "string" },
         out: { type: "string" }, json: { type: "boolean" }, workload: { type: "string" }, "gpu-mem": { type: "string" }, "synthetic-kv": { type: "boolean" }, help: { type: "boolean", short: "h" },
-        "issue-ms": { type: "string" }, "stage-ms": { type: "string" },
+        "issue-ms": { type: "string" }, "stage-ms": { type: "string" }, "full-batch": { type: "string" },
       },
     }).values;
   } catch (e) {
@@ -137,7 +142,9 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
     throw usage("--synthetic-kv goes with --workload (the figures' benches prefill their contexts)");
   } else {
     for (const f of ["issue-ms", "stage-ms"]) if (str(f) !== undefined) throw usage(`--${f} goes with --workload (the planner's batched step)`);
+    if (str("full-batch") !== undefined) throw usage("--full-batch goes with --workload (full attention's waves)");
   }
+  const fullBatch = integer("full-batch", str("full-batch"), 1);
   const issueMs = parseRowLayerMs("issue-ms", str("issue-ms")), stageMs = parseRowLayerMs("stage-ms", str("stage-ms"));
   return {
     help: v.help === true,
@@ -164,5 +171,6 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
     syntheticKv: v["synthetic-kv"] === true,
     ...(issueMs === undefined ? {} : { issueMs }),
     ...(stageMs === undefined ? {} : { stageMs }),
+    ...(fullBatch === undefined ? {} : { fullBatch }),
   };
 }

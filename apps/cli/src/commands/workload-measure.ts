@@ -69,6 +69,7 @@ const isOom = (e: unknown) => /out of (device )?memory/i.test(message(e));
 const quantile = (sorted: readonly number[], q: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1))]!;
 const median = (xs: readonly number[]) => quantile([...xs].sort((a, b) => a - b), 0.5);
 const fmtMiB = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+const secs = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
 /** Device bytes in use: the CPU backend's capped memory or the CUDA arena's. */
 export function deviceBytesInUse(backend: Backend): number {
@@ -174,20 +175,32 @@ function fullFits(r: Run, batch: number, prompt: Int32Array): boolean {
 function measureFull(r: Run, c: AttentionConfig, prompt: Int32Array, residentBytes: number): WorkloadRow {
   const { sequences, context } = r.o.workload;
   const base = { config: c.name, family: c.family, kind: c.kind };
-  const guess = r.o.gpuMem === undefined ? undefined : Math.floor((r.o.gpuMem - residentBytes) / ((context + r.o.steps) * kvBytesPerToken(r)));
-  const batch = largestFeasible(sequences, (b) => fullFits(r, b, prompt), guess);
-  if (batch === 0) return { ...base, status: "failed", note: `one sequence's KV (${fmtMiB(r.o.workload.context * kvBytesPerToken(r))}) does not fit beside the model` };
-  r.cx.progress(`full attention: ${batch} of ${sequences} sequences fit at once`);
-  using model = loadFor(r);
-  using dec = new BatchDecoder(model, batch);
-  const waves: { sequences: number; walls: number[] }[] = [];
-  for (let done = 0; done < sequences && !r.cx.signal?.aborted; ) {
-    const n = Math.min(batch, sequences - done), slots = Array.from({ length: n }, (_, i) => i), first = new Int32Array(n);
-    for (const s of slots) first[s] = fillSlot(r, dec, s, prompt);
-    waves.push({ sequences: n, walls: decodeSteps(dec, slots, first, r.o.steps, r.cx.signal).slice(r.o.warmup) });
-    done += n;
+  let batch: number;
+  if (r.o.fullBatch !== undefined) {
+    batch = Math.min(r.o.fullBatch, sequences);
+    r.cx.progress(`full attention: batches of ${batch} of ${sequences} sequences (--full-batch, not searched)`);
+  } else {
+    const guess = r.o.gpuMem === undefined ? undefined : Math.floor((r.o.gpuMem - residentBytes) / ((context + r.o.steps) * kvBytesPerToken(r)));
+    batch = largestFeasible(sequences, (b) => fullFits(r, b, prompt), guess);
+    if (batch === 0) return { ...base, status: "failed", note: `one sequence's KV (${fmtMiB(r.o.workload.context * kvBytesPerToken(r))}) does not fit beside the model` };
+    r.cx.progress(`full attention: ${batch} of ${sequences} sequences fit at once`);
   }
-  return { ...base, status: "ok", batch, waves: waves.length, ...workloadSpeed(waves), msPerStep: median(waves[0]!.walls) };
+  try {
+    using model = loadFor(r);
+    using dec = new BatchDecoder(model, batch);
+    const waves: { sequences: number; walls: number[] }[] = [];
+    for (let done = 0; done < sequences && !r.cx.signal?.aborted; ) {
+      const n = Math.min(batch, sequences - done), slots = Array.from({ length: n }, (_, i) => i), first = new Int32Array(n);
+      for (const s of slots) first[s] = fillSlot(r, dec, s, prompt);
+      waves.push({ sequences: n, walls: decodeSteps(dec, slots, first, r.o.steps, r.cx.signal).slice(r.o.warmup) });
+      done += n;
+    }
+    return { ...base, status: "ok", batch, waves: waves.length, ...workloadSpeed(waves), msPerStep: median(waves[0]!.walls) };
+  } catch (e) {
+    if (r.o.fullBatch === undefined || !isOom(e)) throw e;
+    const cap = r.o.gpuMem === undefined ? "" : ` under --gpu-mem ${r.o.gpuMem} bytes (${fmtMiB(r.o.gpuMem)})`;
+    throw new HybridgenError(`--full-batch ${r.o.fullBatch}: ${batch} sequences of ${context} tokens do not fit${cap}: ${message(e)}`, "EUSAGE");
+  }
 }
 
 const kvBytesPerToken = (r: Run) => 2 * r.files.shape.layers * r.files.shape.kvHeads * r.files.shape.headDim * DTYPE_BYTES[r.o.kvDtype];
@@ -237,15 +250,21 @@ async function measureOffloading(r: Run, c: AttentionConfig, prompt: Int32Array,
       dec = new BatchDecoder(model, sequences);
       const slots = Array.from({ length: sequences }, (_, i) => i), seqs = slots.map((i) => sequenceModel(model!, dec!.sequence(i)));
       const first = new Int32Array(sequences);
+      let storeMs = 0, fillMs = 0;
       for (const i of slots) {
+        const t0 = performance.now();
         // The offloaded KV in host memory: outside the CPU backend's cap, or in the device backend's pinned host store.
         if (r.cx.backend instanceof CpuBackend) seqs[i]!.cache.placeStore(hostStoreAllocator());
         else await prepareHostStore(seqs[i]!, r.cx.backend, r.o.threads ?? 1);
+        const t1 = performance.now();
         first[i] = fillSlot(r, dec, i, prompt);
+        storeMs += t1 - t0;
+        fillMs += performance.now() - t1;
       }
-      r.cx.progress(`${c.name}: ${sequences} sequences ${r.o.syntheticKv ? "filled with synthetic KV" : "prefilled"}, window ${window} tokens each (planned ${planned}), ${model.cache.storeCount} offloaded`);
+      r.cx.progress(`${c.name}: ${sequences} sequences ${r.o.syntheticKv ? "filled with synthetic KV" : "prefilled"}, window ${window} tokens each (planned ${planned}), ${model.cache.storeCount} offloaded; host stores ${secs(storeMs)}, fill ${secs(fillMs)}`);
       attached.push(...await attachAttentionConfigs(seqs, r.cx.backend, c, r.o.cpuStageThreads === undefined ? {} : { cpuStageThreads: r.o.cpuStageThreads }));
-      const walls = decodeSteps(dec, slots, first, r.o.steps, r.cx.signal).slice(r.o.warmup);
+      const all = decodeSteps(dec, slots, first, r.o.steps, r.cx.signal), walls = all.slice(r.o.warmup);
+      r.cx.progress(`${c.name}: ${all.length} steps, the first ${secs(all[0] ?? 0)}, the rest ${secs(all.slice(1).reduce((a, b) => a + b, 0))}`);
       r.cx.progress(`${c.name}, sequence 0: ${attached[0]!.summary()}`); // where a step's time went
       return { ...base, status: "ok", ...workloadSpeed([{ sequences, walls }]), msPerStep: median(walls) };
     } catch (e) {
@@ -280,7 +299,9 @@ async function withFloor(r: Run, residentBytes: number, row: WorkloadRow, c: Att
 }
 
 /** The whole workload bench of one model. */
-export async function measureWorkload(files: ModelFiles, name: string, o: BenchOptions & { readonly workload: Workload }, cx: WorkloadContext): Promise<WorkloadResult> {
+export async function measureWorkload(files: ModelFiles, name: string, o: BenchOptions & { readonly workload: Workload }, cx0: WorkloadContext): Promise<WorkloadResult> {
+  // Every progress line with the seconds since the bench began: a run cut by a time limit says where its time went.
+  const began = performance.now(), cx: WorkloadContext = { ...cx0, progress: (line) => cx0.progress(`${line} [${secs(performance.now() - began)}]`) };
   const r: Run = { files, name, o, cx };
   const { sequences, context } = o.workload;
   if (context + o.steps > files.shape.maxPositions) {
@@ -307,6 +328,7 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
     residentBytes = Math.max(weights, deviceBytesInUse(cx.backend) - before - windowBytes);
     m.close();
   }
+  cx.progress(`a loaded model holds ${fmtMiB(residentBytes)} beside its KV`);
   const configs = o.configs.map((c) => attentionConfig(c, o.k));
   const prompt = syntheticTokens(context, files.shape.vocabSize, o.seed);
   const rows: WorkloadRow[] = [];
@@ -333,7 +355,13 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
       for (const c of offloading) {
         if (cx.signal?.aborted) break;
         // A configuration's own window: a device page index takes its room beside the windows.
-        const own = c.kind === "hybrid" ? (await planWorkload(r, residentBytes, sequences, "auto", c, fullReads)).gpu?.windowTokens ?? window : window;
+        let own = window;
+        if (c.kind === "hybrid") {
+          const p = await planWorkload(r, residentBytes, sequences, "auto", c, fullReads);
+          own = p.gpu?.windowTokens ?? window;
+          const ms = p.predicted.msPerToken;
+          cx.progress(`${c.name}: the planner's window ${own} tokens a sequence, ${ms === null ? "no" : ms.toFixed(2)} ms a step of ${sequences} predicted`);
+        }
         rows.push(said(await measureOffloading(r, c, prompt, Math.min(window, Math.max(own, o.sinkTokens + 2)), o.sinkTokens + 2)));
       }
     }
