@@ -6,12 +6,13 @@
 #   STAGE=.stage/calib-tiny DEVICE_DIR=.device COST=1 RECALL_MODES= VT_LRS= RULER_LR= WALL=45 sh apps/bench/device/calibration-run.sh
 #     (the cost alone, then only the models staged in $STAGE/models.txt: recall-4l.tar.xz is not needed)
 # 1. COST=1, first and alone on the card: what prefill calibration costs on the Llama-3.1-8B shape at
-#    32K (medians of 2) and, with COST128=1, 128K, both arms in one run.
+#    32K (medians of 2 pairs) and, with COST128=1, 128K (one pair), both arms in one run; one process,
+#    cut at COST_S seconds.
 # 2. The retrieval models of apps/bench/train/retrieval_models.py grown from recall-4l, trained side
 #    by side (seed 1): vt-8l on the vartrack mix for VT_BUDGET seconds once per learning rate of
 #    VT_LRS (the run answering more of fresh training-format batches at 4K is kept: its recipe.json
 #    says which), ruler-12l on the ruler mix for RULER_BUDGET at RULER_LR (empty VT_LRS or RULER_LR:
-#    that model is not trained). Meanwhile recall-4l (RECALL_LENGTHS,
+#    that model is not trained; RULER_STEPS: a fixed step count, which the schedule then follows). Meanwhile recall-4l (RECALL_LENGTHS,
 #    RECALL_MODES; empty modes: none) and the models staged as $STAGE/NAME.tar.xz with a line
 #    NAME:TASK:LENGTHS in $STAGE/models.txt (flags of their own in $STAGE/args-NAME.txt, e.g. vt-3l's
 #    --window 64 --records 24) are evaluated.
@@ -34,9 +35,10 @@ W=${WORK:-/tmp/calib-run}
 LOG="$OUT/run.log"
 { nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; lscpu | grep -E 'Model name|^CPU\(s\)'; } > "$LOG"
 if [ -n "${COST:-}" ]; then
-  timeout "${COST_S:-32}" bun "$DEVICE_DIR/calibration-cost.js" --contexts 32768 --repeats 2 >> "$LOG" 2>&1; echo "cost 32K exit $? at $(( $(date +%s) - START )) s" >> "$LOG"
-  [ -z "${COST128:-}" ] || { timeout "${COST128_S:-60}" bun "$DEVICE_DIR/calibration-cost.js" --contexts 131072 --repeats 1 --steps 2 >> "$LOG" 2>&1; echo "cost 128K exit $?" >> "$LOG"; }
-  grep -E '^\| |^## |exit|rror' "$LOG"
+  # One process and one model for both contexts (32K: 2 pairs, 128K: 1), so 128K needs no warm-up of its own.
+  if [ -n "${COST128:-}" ]; then ctx=32768,131072 reps=2,1; else ctx=32768 reps=2; fi
+  timeout "${COST_S:-32}" bun "$DEVICE_DIR/calibration-cost.js" --contexts $ctx --repeats $reps --steps 2 >> "$LOG" 2>&1; echo "cost exit $? at $(( $(date +%s) - START )) s" >> "$LOG"
+  grep -E '^\| |^## |loaded|exit|rror' "$LOG"
 fi
 mkdir -p "$W/models" "$W/eval" "$W/train" "$W/runs"
 # recall-4l: evaluated and the trained models' start (a call measuring the cost alone stages none).
@@ -69,16 +71,16 @@ evaluate() { # name task lengths modes [flags]
   runs=$(ls "$W/runs/$n"-*.json 2>/dev/null | tr '\n' ',')
   [ -z "$runs" ] || bun "$DEVICE_DIR/calibrated-eval.js" --from "$runs" --json "$W/eval/$n.json" --table "$W/eval/$n.table.json" > "$W/eval/$n.merged.txt" 2>&1
 }
-ALL_MODES=full,default,default-uncapped,default-fixed,exact,speculative,quest,infinigen,streaming,uncalibrated
+ALL_MODES=full,default,default-uncapped,default-cap64,default-fixed,exact,speculative,quest,infinigen,streaming,uncalibrated
 [ -z "${RECALL_MODES-$ALL_MODES}" ] || evaluate recall-4l needle "${RECALL_LENGTHS:-4096,8192,16384}" "${RECALL_MODES-$ALL_MODES}" &
 [ ! -f "$STAGE/models.txt" ] || while IFS=: read -r name task lengths; do
   [ -n "$name" ] || continue
   tar xJf "$STAGE/$name.tar.xz" -C $W/models
   evaluate "$name" "$task" "$lengths" "${STAGED_MODES:-$ALL_MODES}" $(cat "$STAGE/args-$name.txt" 2>/dev/null) &
 done < "$STAGE/models.txt"
-train() { # name lr dir budget
+train() { # name lr dir budget [steps]
   PYTHONUNBUFFERED=1 timeout "$(left 25)" python3 apps/bench/train/retrieval_models.py --out "$3" --models "$1" --grow-from $W/models/recall-4l \
-    --lr "$2" --time-budget "$4" > "$3.txt" 2>&1
+    --lr "$2" --time-budget "$4" ${5:+--steps "$5"} > "$3.txt" 2>&1
   grep -E 'before|steps in|rror' "$3.txt" | tail -3
 }
 [ -z "${VT_LRS-3e-4 1e-3}" ] || (
@@ -94,7 +96,7 @@ print(max(runs)[1].rsplit('/', 1)[0] if runs else '')")
     evaluate vt-8l vartrack "${VT_LENGTHS:-4096,8192,16384}" "${VT_MODES:-$ALL_MODES}"; }
 ) &
 [ -z "${RULER_LR-3e-4}" ] || (
-  train ruler-12l "$RULER_LR" $W/train/ruler-12l "${RULER_BUDGET:-15}"
+  train ruler-12l "$RULER_LR" $W/train/ruler-12l "${RULER_BUDGET:-15}" "${RULER_STEPS:-}"
   [ -d $W/train/ruler-12l/ruler-12l ] && mv $W/train/ruler-12l/ruler-12l $W/models/ruler-12l && {
     for f in $W/models/ruler-12l/model*.safetensors*; do cp "$f" "$OUT/ruler-12l.$(basename "$f")"; done
     evaluate ruler-12l needle "${RULER_LENGTHS:-4096,8192,16384}" "${RULER_MODES:-$ALL_MODES}"; }

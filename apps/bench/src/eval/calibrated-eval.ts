@@ -63,6 +63,8 @@ const MODES: Record<string, Mode> = {
   default: { label: "defaults", options: {}, candidates: 4 },
   "default-fixed": { label: "fixed top-K, verified ×4", options: { scheduler: "fixed" }, candidates: 4 },
   "default-uncapped": { label: "defaults, K per layer uncapped", options: {}, candidates: 4, maxShare: Infinity },
+  // Share 0: layerKCap's floor (DEFAULT_K) caps every layer, so a broad layer reads 64 rows while the calibrated exact layers and small K stay.
+  "default-cap64": { label: "defaults, K per layer at most 64", options: {}, candidates: 4, maxShare: 0 },
   "default-device": { label: "device defaults (feedback, topk+quest, verified ×4)", options: { scheduler: "feedback" }, candidates: 4 },
   exact: { label: "top-K, exact logits", options: { logits: "exact" }, candidates: "exact" },
   speculative: { label: "top-K, speculative logits", options: { logits: "speculative" }, candidates: 1 },
