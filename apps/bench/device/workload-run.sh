@@ -18,7 +18,8 @@
 # GPU_MEM defaults to 80G where the card has more than 80 GiB, else the card's memory less 2 GiB (an H100's 80 GB
 # card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP, K and STAGE_THREADS (the CPU-stage threads the
 # batch's sequences share; the first step folds every offloaded row into a page index on them) override the workload bench;
-# ISSUE_MS and STAGE_MS (ms a row a layer, from an earlier run's stats line) give the planner the host's per-row costs.
+# ISSUE_MS and STAGE_MS (ms a row a layer, from an earlier run's stats line) give the planner the host's per-row costs,
+# GATHER_GBS the rate at which the device gathers rows from pinned host memory (the device part of the planner's step).
 # WALL (seconds, default 600) bounds the whole call: each part is cut where what is left of it ends.
 # PROFILE=1: each bench writes the driving thread's profile (Bun's --cpu-prof-md) under $OUT/prof when it ends within its limit.
 set -u
@@ -59,7 +60,7 @@ for part in ${PART:-checks batch workload}; do
         mkdir -p "$OUT/workload-$w"
         timeout "$(limit "${WORKLOAD_S:-200}")" bun $PROF "$D/hybridgen.js" bench $BENCH --workload "$w" $fb --gpu-mem "$GPU_MEM" --synthetic-kv \
           --configs "${CONFIGS:-full,hybridgen,hybridgen-index}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" ${STAGE_THREADS:+--cpu-stage-threads "$STAGE_THREADS"} \
-          ${ISSUE_MS:+--issue-ms "$ISSUE_MS"} ${STAGE_MS:+--stage-ms "$STAGE_MS"} \
+          ${ISSUE_MS:+--issue-ms "$ISSUE_MS"} ${STAGE_MS:+--stage-ms "$STAGE_MS"} ${GATHER_GBS:+--gather-gbs "$GATHER_GBS"} \
           --out "$OUT/workload-$w" > "$OUT/workload-$w/table.md" 2> "$OUT/workload-$w/progress.log"
         echo "workload $w exit $?"; cat "$OUT/workload-$w/table.md"; grep -E 'fit|full attention|holds|filled|planner|steps|tokens/s|error|Error|sequence 0' "$OUT/workload-$w/progress.log" | cut -c1-900 | tail -16
         free -g | grep Mem

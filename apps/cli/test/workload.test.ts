@@ -139,6 +139,9 @@ describe("hybridgen bench --workload", () => {
     expect(costed.window).toBeLessThanOrEqual(plain.window);
     // 6 layers × 6 rows × 0.5 ms of issuing at the least.
     expect(costed.predictedMsPerStep).toBeGreaterThanOrEqual(6 * 6 * 0.5);
+    // The device gathering the rows itself at a slow rate: they are inside the device's part, so the step is no shorter.
+    const gathered = run(["--issue-ms", "0.5", "--stage-ms", "0.25", "--gather-gbs", "0.001"]);
+    expect(gathered.predictedMsPerStep).toBeGreaterThan(costed.predictedMsPerStep);
   });
 
   it("without a cap that forces it, full attention runs every sequence in one wave and nothing is offloaded", () => {
@@ -160,6 +163,8 @@ describe("hybridgen bench --workload", () => {
       [["--issue-ms", "0.1"], /^error: --issue-ms goes with --workload \(the planner's batched step\)$/],
       [["--workload", "4x200", "--stage-ms=-1"], /^error: invalid value for --stage-ms: "-1" is not a number of ms in \[0, 1000\]$/],
       [["--full-batch", "2"], /^error: --full-batch goes with --workload \(full attention's waves\)$/],
+      [["--gather-gbs", "27"], /^error: --gather-gbs goes with --workload \(the planner's batched step\)$/],
+      [["--workload", "4x200", "--gather-gbs", "0"], /^error: invalid value for --gather-gbs: "0" is not a rate in GB\/s in \(0, 10000\]$/],
       [["--workload", "4x200", "--full-batch", "0"], /^error: invalid value for --full-batch: "0" is not an integer in \[1, ∞\]$/],
       [["--workload", "6x200", "--gpu-mem", "64M", "--synthetic-kv", "--configs", "full", "--full-batch", "6"], /^error: --full-batch 6: 6 sequences of 200 tokens do not fit under --gpu-mem 67108864 bytes \(64\.0 MiB\): /],
     ];

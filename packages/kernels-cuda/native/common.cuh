@@ -37,7 +37,7 @@ struct CopyBatch {
 // static part: kernels, pointers, grid) and the graph is replayed, or a new graph is captured.
 // Any other op in the middle of a step (a read, a write, cuBLAS) first runs the recorded
 // commands ("drain") and the rest of the step runs eagerly.
-enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM, CMD_GATHER_ROWS, CMD_SPAN_ATTN, CMD_ATTN_MERGE, CMD_SIGNALLED_COPY, CMD_AWAIT_SIGNAL, CMD_READ_MAPPED, CMD_PAD_COLUMNS, CMD_EVENT, CMD_INDEX_RANK, CMD_CUBLAS, CMD_INDEX_RANK_ROWS, CMD_HAND_OFF_ROWS, CMD_ATTN_MERGE_ROWS, CMD_RESCORE_ROWS, CMD_SEND_ROWS, CMD_INDEX_TABLE, CMD_SIDE };
+enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM, CMD_GATHER_ROWS, CMD_SPAN_ATTN, CMD_ATTN_MERGE, CMD_SIGNALLED_COPY, CMD_AWAIT_SIGNAL, CMD_READ_MAPPED, CMD_PAD_COLUMNS, CMD_EVENT, CMD_INDEX_RANK, CMD_CUBLAS, CMD_INDEX_RANK_ROWS, CMD_HAND_OFF_ROWS, CMD_ATTN_MERGE_ROWS, CMD_RESCORE_ROWS, CMD_SEND_ROWS, CMD_INDEX_TABLE, CMD_SIDE, CMD_KEEP_ROWS };
 struct Cmd {
   int kind;
   int s[12];         // static ints (shapes, dtypes, grid choices)
@@ -318,6 +318,7 @@ int hg_launch_pad_columns(HgCtx *c, const Cmd &cmd);     // mapped_ops.cu
 int hg_launch_hand_off_rows(HgCtx *c, const Cmd &cmd);   // hand_off_rows.cu
 int hg_launch_rescore_rows(HgCtx *c, const Cmd &cmd);    // hand_off_rows.cu
 int hg_launch_send_rows(HgCtx *c, const Cmd &cmd);       // hand_off_rows.cu
+int hg_launch_keep_rows(HgCtx *c, const Cmd &cmd);       // hand_off_rows.cu
 int hg_launch_index_table(HgCtx *c, const Cmd &cmd, const char *dynBase);  // index_table.cu
 int hg_launch_side(HgCtx *c, const Cmd &cmd);            // side_stream.cu
 void hg_side_free(HgCtx *c);                             // side_stream.cu

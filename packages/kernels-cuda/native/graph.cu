@@ -40,6 +40,7 @@ int hg_run_cmd(HgCtx *c, const Cmd &cmd, const char *dynBase) {
     case CMD_ATTN_MERGE_ROWS: return hg_launch_attn_merge_rows(c, cmd);
     case CMD_RESCORE_ROWS: return hg_launch_rescore_rows(c, cmd);
     case CMD_SEND_ROWS: return hg_launch_send_rows(c, cmd);
+    case CMD_KEEP_ROWS: return hg_launch_keep_rows(c, cmd);
     case CMD_EVENT: return hg_launch_event(c, cmd);
     case CMD_INDEX_RANK: return hg_launch_index_rank(c, cmd, dynBase);
     case CMD_INDEX_RANK_ROWS: return hg_launch_index_rank_rows(c, cmd);

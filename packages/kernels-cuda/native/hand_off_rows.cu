@@ -116,6 +116,113 @@ __global__ void __launch_bounds__(256) rescore_rows_kernel(const HoRescore *__re
     }
 }
 
+// A batched step's kept candidates (hg_link_keep_rows): block (g, r) keeps row r's KV head g's `keep`
+// best scored columns by the largest logit of the group's heads (ties to the lower column, -0 as +0:
+// spec's keptColumns), makes the rest of its kmax columns -inf on every head of the group, and
+// gathers the kept columns' V rows from mapped host memory by the table's ids, zero rows elsewhere.
+// The keep-th largest key comes from a radix select (a byte a pass), so no column is sorted.
+struct HoKeep {
+  unsigned long long scores, dst, src, table;  // scores at the row's first column; src and table mapped
+  long long cap;
+  int width, keep, groups, kmax, group, pieces;
+};
+
+constexpr int KEEP_THREADS = 256;
+
+__device__ __forceinline__ unsigned keep_key(const float *s, int width, int g, int group, int j) {
+  float m = -INFINITY;
+  for (int hh = 0; hh < group; hh++) m = fmaxf(m, s[(size_t)(g * group + hh) * width + j]);
+  if (m == 0.f) m = 0.f;  // -0 ranks as +0
+  const unsigned u = __float_as_uint(m);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__global__ void __launch_bounds__(KEEP_THREADS) keep_rows_kernel(const HoKeep *__restrict__ rows) {
+  const HoKeep R = rows[blockIdx.y];
+  const int g = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (g >= R.groups) return;
+  __shared__ unsigned hist[256];
+  __shared__ unsigned prefix, mask;
+  __shared__ int remaining, carry, warpTies[KEEP_THREADS / 32];
+  __shared__ long long rowAt[KEEP_THREADS];
+  const int *table = (const int *)R.table;
+  const int n = min(max(((const volatile int *)table)[g], 0), R.kmax);
+  float *s = (float *)R.scores;
+  const bool all = R.keep >= n;
+  if (tid == 0) { prefix = 0; mask = 0; remaining = R.keep; carry = 0; }
+  __syncthreads();
+  if (!all) {
+    for (int shift = 24; shift >= 0; shift -= 8) {
+      hist[tid] = 0;  // KEEP_THREADS == 256 bins
+      __syncthreads();
+      const unsigned p = prefix, m = mask;
+      for (int j = tid; j < n; j += KEEP_THREADS) {
+        const unsigned k = keep_key(s, R.width, g, R.group, j);
+        if ((k & m) == p) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+      }
+      __syncthreads();
+      if (tid == 0) {
+        int cum = 0;
+        for (int b = 255; b >= 0; b--) {
+          if (cum + (int)hist[b] >= remaining) {
+            prefix |= (unsigned)b << shift;
+            remaining -= cum;
+            break;
+          }
+          cum += (int)hist[b];
+        }
+        mask |= 255u << shift;
+      }
+      __syncthreads();
+    }
+  }
+  const unsigned T = prefix;
+  const int ties = remaining;  // of the columns whose key is T, the first `ties` are kept
+  const uint4 *src = (const uint4 *)R.src;
+  uint4 *dst = (uint4 *)R.dst + (size_t)g * R.kmax * R.pieces;
+  for (int c0 = 0; c0 < R.kmax; c0 += KEEP_THREADS) {
+    const int j = c0 + tid;
+    const bool in = j < n;
+    const unsigned k = in && !all ? keep_key(s, R.width, g, R.group, j) : 0u;
+    const bool tie = in && !all && k == T;
+    const unsigned ballot = __ballot_sync(0xffffffffu, tie);
+    if (lane == 0) warpTies[warp] = __popc(ballot);
+    __syncthreads();
+    int rank = carry + __popc(ballot & ((1u << lane) - 1u));
+    for (int w = 0; w < warp; w++) rank += warpTies[w];
+    const bool kept = in && (all || k > T || (tie && rank < ties));
+    long long at = -1;
+    if (kept) {
+      const int id = table[R.groups + (size_t)g * R.kmax + j];
+      if (id >= 0 && id < R.cap) at = (long long)g * R.cap + id;
+    } else if (j < R.kmax) {
+      for (int hh = 0; hh < R.group; hh++) s[(size_t)(g * R.group + hh) * R.width + j] = -INFINITY;
+    }
+    rowAt[tid] = at;
+    __syncthreads();
+    if (tid == 0) for (int w = 0; w < KEEP_THREADS / 32; w++) carry += warpTies[w];
+    const int m = min(KEEP_THREADS, R.kmax - c0), total = m * R.pieces;
+    for (int base = 0; base < total; base += KEEP_THREADS * GATHER_UNROLL) {
+      uint4 v[GATHER_UNROLL];
+#pragma unroll
+      for (int u = 0; u < GATHER_UNROLL; u++) {
+        const int p = base + u * KEEP_THREADS + tid;
+        v[u] = make_uint4(0, 0, 0, 0);
+        if (p < total) {
+          const long long a = rowAt[p / R.pieces];
+          if (a >= 0) v[u] = src[a * R.pieces + p % R.pieces];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < GATHER_UNROLL; u++) {
+        const int p = base + u * KEEP_THREADS + tid;
+        if (p < total) dst[(size_t)c0 * R.pieces + p] = v[u];
+      }
+    }
+    __syncthreads();  // rowAt and warpTies are rewritten by the next chunk; carry was added to
+  }
+}
+
 // A batched step's query sends (hg_link_send_rows): block r copies row r's 16-byte pieces into its
 // mapped host buffer; the value goes into the link's send word by the kernel after it (stream
 // order), once every block's stores were fenced system-wide.
@@ -154,6 +261,12 @@ int hg_launch_send_rows(HgCtx *c, const Cmd &m) {
 int hg_launch_rescore_rows(HgCtx *c, const Cmd &m) {
   const int group = m.s[1] / m.s[2];
   HG_DISPATCH_DT(m.s[0], K, (rescore_rows_kernel<K><<<dim3((unsigned)m.s[5], (unsigned)m.s[2], (unsigned)m.s[4]), 256, 0, c->compute>>>((const HoRescore *)m.p[0], group, m.s[3])));
+  return hg_launched();
+}
+
+// CMD_KEEP_ROWS: p[0] the rows (HoKeep [s[0]], the step's blob when recording); s[1] the most KV heads a row.
+int hg_launch_keep_rows(HgCtx *c, const Cmd &m) {
+  keep_rows_kernel<<<dim3((unsigned)m.s[1], (unsigned)m.s[0]), KEEP_THREADS, 0, c->compute>>>((const HoKeep *)m.p[0]);
   return hg_launched();
 }
 
@@ -303,6 +416,37 @@ HG_EXPORT int hg_link_rescore_rows(HgLink *l, const double *rows, int n, int kt,
   Cmd m = hg_new_cmd(CMD_RESCORE_ROWS);
   m.p[0] = dev;
   m.s[0] = kt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = n; m.s[5] = gx;
+  return hg_submit(c, m);
+}
+
+// On the compute stream, recordable: n rows of kept candidates (11 doubles a row: the scores' device
+// address at the row's first column, their row width, keep, the V rows' device dst, mapped src and
+// mapped table, KV heads, kmax, cap, row bytes, query heads a KV head), checked by TypeScript.
+HG_EXPORT int hg_link_keep_rows(HgLink *l, const double *rows, int n) {
+  if (n < 1 || n > 4096 || !rows) return (int)cudaErrorInvalidValue;
+  HgCtx *c = l->c;
+  HG_FLUSH_REC(c);
+  HoKeep *t = (HoKeep *)calloc((size_t)n, sizeof(HoKeep));
+  if (!t) return (int)cudaErrorMemoryAllocation;
+  int most = 1;
+  for (int i = 0; i < n; i++) {
+    const double *r = rows + 11 * i;
+    if (!r[0] || !r[3] || !r[4] || !r[5] || (unsigned long long)r[5] % 4 || r[2] < 1 || r[6] < 1 || r[7] < 1 || r[8] < r[7] || r[9] < 16 || (long long)r[9] % 16 || r[10] < 1 || r[1] < r[7]) {
+      free(t);
+      return (int)cudaErrorInvalidValue;
+    }
+    t[i].scores = (unsigned long long)r[0]; t[i].width = (int)r[1]; t[i].keep = (int)r[2]; t[i].dst = (unsigned long long)r[3];
+    t[i].src = (unsigned long long)r[4]; t[i].table = (unsigned long long)r[5]; t[i].groups = (int)r[6]; t[i].kmax = (int)r[7];
+    t[i].cap = (long long)r[8]; t[i].pieces = (int)(r[9] / 16); t[i].group = (int)r[10];
+    if (t[i].groups > most) most = t[i].groups;
+  }
+  int *dev = NULL;
+  const int e = hg_upload_ints(c, (const int *)t, (size_t)n * sizeof(HoKeep) / sizeof(int), &dev);
+  free(t);
+  if (e) return e;
+  Cmd m = hg_new_cmd(CMD_KEEP_ROWS);
+  m.p[0] = dev;
+  m.s[0] = n; m.s[1] = most;
   return hg_submit(c, m);
 }
 

@@ -9,7 +9,7 @@
  * Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
-import { HybridgenError, SPEC_VERSION, type HandOffRow, type RescoreRow, type SignalledSend, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
+import { HybridgenError, SPEC_VERSION, type HandOffRow, type KeepRow, type RescoreRow, type SignalledSend, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
 import { MAX_HOST_INTS, type CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 
@@ -21,7 +21,7 @@ const MAX_WAIT_TIMEOUT_MS = 3_600_000;
 const INT32_MAX = 0x7fffffff;
 /** The kernels' dtype codes (DT_F32, DT_F16, DT_BF16). */
 const DTYPE_CODES = { f32: 0, f16: 1, bf16: 2 } as const;
-/** The most rows one handOffRows or rescoreRows call takes (native). */
+/** The most rows one handOffRows, rescoreRows or keepRows call takes (native). */
 const MAX_HAND_OFF_ROWS = 4096;
 
 function bad(message: string): never {
@@ -45,7 +45,7 @@ export interface HostLinkOwner {
 export class CudaHostLink implements HostTransfers {
   readonly spec = SPEC_VERSION;
   /** Every optional op is native here. */
-  readonly capabilities: HostTransferCapabilities = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true, bandwidth: true, indexTable: true };
+  readonly capabilities: HostTransferCapabilities = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true, bandwidth: true, indexTable: true, keepRows: true };
   private link: Pointer | null;
   /** The pinned blocks in ascending address order: a region's block by binary search (a batch pins ~70 regions a sequence, looked up a few times a row a layer). */
   private readonly pinned: PinnedBlock[] = [];
@@ -309,6 +309,34 @@ export class CudaHostLink implements HostTransfers {
     });
     const x = shape!;
     this.owner.ok(op, this.owner.lib.hg_link_rescore_rows(link, desc, rows.length, DTYPE_CODES[x.dtype as keyof typeof DTYPE_CODES], x.heads, x.kvHeads, x.headDim));
+  }
+
+  /**
+   * HostTransfers.keepRows: every row's kept candidates as one kernel (native/hand_off_rows.cu);
+   * each row's scores and columns checked as padColumnsAt checks them (the group's heads a KV head
+   * of the table), its V rows as gatherRowsAt checks its gather.
+   */
+  keepRows(rows: readonly KeepRow[]): void {
+    const op = "keepRows";
+    const link = this.live(op);
+    if (!Array.isArray(rows) || rows.length === 0 || rows.length > MAX_HAND_OFF_ROWS) bad(`${op}: 1 to ${MAX_HAND_OFF_ROWS} rows are needed`);
+    const desc = new Float64Array(11 * rows.length);
+    rows.forEach((r, i) => {
+      const which = `${op}: row ${i}`;
+      if (!r || typeof r !== "object") bad(`${which}: a KeepRow is needed`);
+      const s = this.owner.own(r.scores, which);
+      if (s.dtype !== "f32" || s.shape.length !== 2) bad(`${which}: scores must be an f32 [heads, width] tensor, got ${s}`);
+      const [heads, width] = s.shape as [number, number];
+      const { groups, kmax, cap, rowBytes } = checkGatherShape(r.rows, which);
+      if (!(isCount(r.col) && isCount(r.keep) && r.keep > 0 && isCount(r.group) && r.group > 0)) bad(`${which}: col must be a non-negative integer, keep and group positive ones, got ${r.col}, ${r.keep} and ${r.group}`);
+      if (groups * r.group !== heads) bad(`${which}: ${groups} KV heads of ${r.group} query heads are not the scores' ${heads}`);
+      if (r.col + kmax > width) bad(`${which}: columns [${r.col}, ${r.col + kmax}) exceed the scores' width ${width}`);
+      if (heads * width > INT32_MAX) bad(`${which}: ${s} exceeds the kernels' 32-bit index range`);
+      const tableAt = this.mappedTable(r.table, groups * (1 + kmax), `${groups} × (1 + ${kmax}) ints`, which);
+      const { d, at } = this.gatherRanges(r.values, r.src, r.rows, which);
+      desc.set([s.addr + r.col * 4, width, r.keep, d.addr, at, tableAt, groups, kmax, cap, rowBytes, r.group], 11 * i);
+    });
+    this.owner.ok(op, this.owner.lib.hg_link_keep_rows(link, desc, rows.length));
   }
 
   /** HostTransfers.rowFetch: a new pair of slots whose gathers run on the link's side stream (closed with the link at the latest). */

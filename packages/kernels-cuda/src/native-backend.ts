@@ -102,6 +102,7 @@ export const backendSymbols = {
   hg_link_await_signal: { args: [ptr, ptr, f64], returns: i32 },
   hg_link_hand_off_rows: { args: [ptr, ptr, i32, ptr, i32], returns: i32 },
   hg_link_rescore_rows: { args: [ptr, ptr, i32, i32, i32, i32, i32], returns: i32 },
+  hg_link_keep_rows: { args: [ptr, ptr, i32], returns: i32 },
   hg_link_send_rows: { args: [ptr, ptr, i32, ptr], returns: i32 },
   hg_link_set_timeout: { args: [ptr, f64], returns: i32 },
   hg_link_gave_up: { args: [ptr, ptr], returns: i32 },

@@ -502,6 +502,35 @@ describe("CudaBackend.hostTransfers: the stage hand-off on the device (stand-in 
     ]);
     expect(c.args.slice(2)).toEqual([2, 2, 4, 2, 16]);
   });
+
+  it("keepRows checks each row's scores, columns and groups as padColumnsAt and its V rows as gatherRowsAt, and passes one table of device addresses", () => {
+    const calls: NativeCall[] = [];
+    using be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: lib(calls), device });
+    const link = be.hostTransfers();
+    const store = { address: 0x400000, byteLength: 2 * 64 * 32 }, tables = { address: 0x600000, byteLength: 4096 };
+    for (const r of [store, tables]) link.pin(r);
+    const v = be.alloc([2 * 8, 8]), scores = be.alloc([4, 20]);
+    const rows = { groups: 2, cap: 64, rowBytes: 32, kmax: 8 };
+    const row = { scores, col: 3, group: 2, keep: 2, values: v, src: store, rows, table: { address: tables.address + 256, byteLength: 2 * 9 * 4 } };
+    expectOneLineErrors([
+      [() => link.keepRows!([]), /^keepRows: 1 to 4096 rows are needed$/],
+      [() => link.keepRows!([{ ...row, keep: 0 }]), /^keepRows: row 0: col must be a non-negative integer, keep and group positive ones, got 3, 0 and 2$/],
+      [() => link.keepRows!([row, { ...row, group: 4 }]), /^keepRows: row 1: 2 KV heads of 4 query heads are not the scores' 4$/],
+      [() => link.keepRows!([{ ...row, col: 13 }]), /^keepRows: row 0: columns \[13, 21\) exceed the scores' width 20$/],
+      [() => link.keepRows!([{ ...row, scores: be.alloc([4, 20], "bf16") }]), /^keepRows: row 0: scores must be an f32 \[heads, width\] tensor/],
+      [() => link.keepRows!([{ ...row, table: { ...row.table, byteLength: 68 } }]), /^keepRows: row 0: a table of 2 × \(1 \+ 8\) ints needs 72 bytes, the region has 68$/],
+      [() => link.keepRows!([{ ...row, rows: { ...rows, kmax: 16 }, table: { ...row.table, byteLength: 2 * 17 * 4 } }]), /^keepRows: row 0: 2 × 16 rows of 32 bytes exceed f32\[16x8\]'s 512$/],
+      [() => link.keepRows!([{ ...row, src: { address: 0x1000, byteLength: 4096 } }]), /host region at 0x1000 is not pinned memory the device maps/],
+    ]);
+    expect(named(calls, "hg_link_keep_rows")).toHaveLength(0);
+    link.keepRows!([row, { ...row, col: 0, keep: 8 }]);
+    const c = named(calls, "hg_link_keep_rows").at(-1)!;
+    expect([...(c.args[1] as Float64Array)]).toEqual([
+      be.address(scores) + 12, 20, 2, be.address(v), 0x400000 + 2 ** 44, tables.address + 256 + 2 ** 44, 2, 8, 64, 32, 2,
+      be.address(scores), 20, 8, be.address(v), 0x400000 + 2 ** 44, tables.address + 256 + 2 ** 44, 2, 8, 64, 32, 2,
+    ]);
+    expect(c.args[2]).toBe(2);
+  });
 });
 
 // The link on a GPU (sendSignalled, round trips, gathers, the stage hand-off, rows fetched ahead) is

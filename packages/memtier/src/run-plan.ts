@@ -24,6 +24,9 @@
  *                 is max(rows ÷ depth × read latency, rows × page ÷ bandwidth) (the tier's latency
  *                 of one read at `readDepth` in flight, measured on the stage's own gather)
  *   V transfer  = those V rows, and the verified layers' K rows beside them, / host→device bandwidth
+ *                 (where verified layers keep keep·K of their candidates, V rows of those alone); where
+ *                 the device gathers the rows itself (gpu.gatherGBs) the gather and the transfer are one
+ *                 op at that rate inside the GPU stage: ms/token = max(GPU stage + it, CPU stage, host)
  *   host        = layers × batch × the driving thread's issuing of a row's layer (measured; the
  *                 CPU stage gets its jobs' fixed cost the same way)
  *   hand-offs   = the layers whose CPU-stage job waits for the layer's true query (serialLayers:
@@ -54,6 +57,12 @@ export const GpuPlanInputSchema = z.object({
   indexRankMs: z.number().nonnegative().optional(),
   /** ms the device waits for one layer's CPU-stage job when it waits for it at once (a hand-off's round trip, measured); absent: not charged. */
   handOffMs: z.number().nonnegative().optional(),
+  /**
+   * GB/s at which the device gathers selected rows from pinned host memory itself (the mapped and
+   * handed-off transports, measured): the rows' reads and their crossing are then one op on the
+   * device's stream, charged inside its part of the step; absent: the stage gathers them and the link copies them.
+   */
+  gatherGBs: z.number().positive().optional(),
 });
 
 export const RunPlanInputSchema = z.object({
@@ -88,6 +97,8 @@ export const RunPlanInputSchema = z.object({
   /** Candidates per selected token the device scores (verified logits, the runtime's HybridOptions.candidates; 1 for exact or speculative,
    * whose layers gather K rows a KV head and send no K rows up). */
   candidates: z.number().int().positive().default(4),
+  /** Verified layers keep keep·K of their candidates·K once the device scored their K rows, and only those V rows come up (HybridOptions.keep); absent: every candidate's. */
+  keep: z.number().int().positive().optional(),
   /** The selector tracks accumulated scores (h2o, keyformer): the window's logits are materialised, so the score rows span the context. */
   trackScores: z.boolean().default(false),
   pageBytes: z.number().int().positive().default(4096),
@@ -325,11 +336,15 @@ export function planRun(input: RunPlanInput): RunPlan {
   const readsPerRow = o.index ? Math.ceil((o.index.pageSize * rowBytes) / o.pageBytes) / o.index.pageSize : 1;
   // Rows each layer's stage gathers over its KV heads: K on layer 0 (its q̃ is its true query), candidates·K on the verified layers after it.
   const layerRows = (l: number) => (offloaded === 0 ? 0 : Math.min(offloaded, l === 0 ? o.k : o.k * o.candidates) * o.model.kvHeads * B);
+  // Their V rows: on verified layers that keep some candidates, only the kept ones.
+  const keep = verified && o.keep !== undefined && o.keep < o.candidates ? o.keep : null;
+  const layerVRows = (l: number) => (keep === null || l === 0 || offloaded === 0 ? layerRows(l) : Math.min(offloaded, o.k * keep) * o.model.kvHeads * B);
   const R = store.layout.regionBytes;
   const diskRows = new Map<string, number>();
-  let memoryRows = 0, movedBytes = 0;
+  let memoryRows = 0, movedBytes = 0, keyRows = 0;
   for (let l = 0; l < o.model.layers; l++) {
-    const rows = layerRows(l);
+    const rows = layerVRows(l);
+    keyRows += layerRows(l);
     let onDisk = 0;
     for (const s of store.layout.v[l] ?? []) {
       if (s.mode !== "file" || rows === 0) continue;
@@ -338,18 +353,18 @@ export function planRun(input: RunPlanInput): RunPlan {
       onDisk += share;
     }
     memoryRows += rows - onDisk;
-    movedBytes += rows * rowBytes * (verified && l > 0 ? 2 : 1); // verified layers send the candidates' K rows up beside their V rows
+    movedBytes += rows * rowBytes + (verified && l > 0 ? layerRows(l) * rowBytes : 0); // verified layers send the candidates' K rows up beside their V rows
   }
   let cpuMs: number | null = 0;
   let kDiskTotal: number | null = 0;
   let vGatherMs: number | null = 0;
   const memoryV = tiers.reduce((n, t) => n + (isFileTier(t) ? 0 : t.vBytes), 0);
   const tierBytes: Record<string, number> = {};
-  const totalK = tiers.reduce((n, t) => n + t.kBytes, 0), allRows = memoryRows + [...diskRows.values()].reduce((a, b) => a + b, 0);
+  const totalK = tiers.reduce((n, t) => n + t.kBytes, 0);
   for (const t of tiers) {
     const vRows = isFileTier(t) ? diskRows.get(t.id) ?? 0 : memoryV > 0 ? (memoryRows * t.vBytes) / memoryV : 0;
     // Past a full scan the chosen rows' K comes from wherever K lives (on the disk tier only what a K spill moved there), not with their V.
-    const kRows = kRowsToo > 1 && totalK > 0 ? (allRows * t.kBytes) / totalK : 0;
+    const kRows = kRowsToo > 1 && totalK > 0 ? (keyRows * t.kBytes) / totalK : 0;
     const kRead = t.kBytes * keyShare;
     tierBytes[t.id] = kRead + (vRows + kRows) * (isFileTier(t) ? readsPerRow * o.pageBytes : rowBytes);
     if (kRead > 0) {
@@ -376,9 +391,13 @@ export function planRun(input: RunPlanInput): RunPlan {
   const rankMs = indexOnDevice && offloaded > 0 ? o.gpu?.indexRankMs : undefined;
   const streamed = ms(rankMs === undefined ? gpuBytes : gpuBytes - indexBytes, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
   const gpuMs = streamed === null || rankMs === undefined ? streamed : streamed + o.model.layers * B * rankMs;
-  const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(movedBytes, o.gpu.linkBandwidthGBs)) : 0;
+  const deviceGathers = o.gpu?.gatherGBs !== undefined;
+  const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(movedBytes, deviceGathers ? o.gpu.gatherGBs : o.gpu.linkBandwidthGBs)) : 0;
+  if (deviceGathers) vGatherMs = 0; // the device's gather reads the tiers: its time is vTransferMs
   const handOffMs = offloaded > 0 ? Math.min(o.serialLayers, o.model.layers) * B * (o.gpu?.handOffMs ?? 0) : 0;
-  const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null : Math.max(gpuMs, cpuMs, hostMs) + vGatherMs + vTransferMs + handOffMs;
+  const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null
+    : deviceGathers ? Math.max(gpuMs + vTransferMs, cpuMs, hostMs) + handOffMs
+    : Math.max(gpuMs, cpuMs, hostMs) + vGatherMs + vTransferMs + handOffMs;
 
   // An "auto" window past what the device should read: the plan again at the window that reads no more.
   if (o.gpu && gpu && o.gpuKvBudget === "auto" && refusal === null && (o.maxGpuReadBytes !== undefined || o.balanceWindow)) {
@@ -388,7 +407,8 @@ export function planRun(input: RunPlanInput): RunPlan {
     let shrunk = o.maxGpuReadBytes === undefined ? window : Math.max(1, windowFor(o.maxGpuReadBytes)); // a hard budget
     const host = Math.max(cpuMs ?? 0, hostMs);
     if (o.balanceWindow && o.gpu.readBandwidthGBs !== undefined && host > 0) {
-      const ranking = rankMs === undefined ? 0 : o.model.layers * B * rankMs;
+      // The device's part past its reads: the index's ranking, and the rows it gathers itself.
+      const ranking = (rankMs === undefined ? 0 : o.model.layers * B * rankMs) + (deviceGathers ? vTransferMs ?? 0 : 0);
       shrunk = Math.min(shrunk, Math.max(Math.min(window, o.appendTokens), windowFor(Math.max(0, host - ranking) * o.gpu.readBandwidthGBs * 1e6)));
     }
     if (shrunk < window) return planRun({ ...input, gpuKvBudget: shrunk, maxGpuReadBytes: undefined, balanceWindow: false });

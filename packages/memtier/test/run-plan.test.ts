@@ -363,6 +363,21 @@ describe("planRun of a batched step: the host's per-row costs and the window the
     expect(planRun({ ...base, maxGpuReadBytes: plain.predicted.bytes.gpu }).gpu!.windowTokens).toBe(plain.gpu!.windowTokens);
   });
 
+  it("verified layers that keep keep·K of their candidates send those V rows alone; a device that gathers the rows itself charges them at its gather rate inside its part", () => {
+    const plain = planRun({ ...base, gpuKvBudget: 16384 }), kept = planRun({ ...base, gpuKvBudget: 16384, keep: 1 });
+    const row = 128 * 2, perLayer = (rows: number) => rows * 8 * 8 * row; // 8 KV heads, batch 8
+    // Layer 0 gathers K rows (V only); layers 1–31 the 4·K candidates' K rows and, kept, K of their V rows instead of 4·K.
+    expect(plain.predicted.bytes.link).toBe(perLayer(256) + 31 * perLayer(2 * 1024));
+    expect(kept.predicted.bytes.link).toBe(perLayer(256) + 31 * perLayer(1024 + 256));
+    expect(planRun({ ...base, gpuKvBudget: 16384, keep: 4 }).predicted.bytes.link).toBe(plain.predicted.bytes.link); // keep = candidates: every V row
+    // At a gather rate of 27 GB/s: the rows' time inside the device's part, no separate V gather.
+    const g = planRun({ ...base, gpuKvBudget: 16384, keep: 1, gpu: { ...gpu, gatherGBs: 27 }, issueMsPerRowLayer: 0.01 });
+    const { gpuMs, cpuMs, hostMs, vTransferMs, vGatherMs } = g.predicted;
+    expect(vTransferMs).toBeCloseTo((kept.predicted.bytes.link / 27e9) * 1e3, 9);
+    expect(vGatherMs).toBe(0);
+    expect(g.predicted.msPerToken).toBeCloseTo(Math.max(gpuMs! + vTransferMs!, cpuMs!, hostMs), 9);
+  });
+
   it("balanced: the window shrinks until the device's part is no longer than the host's, never below the append block", () => {
     const p = planRun({ ...base, issueMsPerRowLayer: 0.05, balanceWindow: true });
     const host = p.predicted.hostMs;

@@ -18,7 +18,7 @@
  *   all-tokens      hybrid attention over every offloaded token, exact logits (the oracle)
  *
  * or `hybrid:KEY=VALUE,…` with any createHybridAttention option (selector, scheduler, timing,
- * logits, k, kMin, candidates), e.g. `hybrid:selector=quest,timing=pre,logits=exact`.
+ * logits, k, kMin, candidates, keep), e.g. `hybrid:selector=quest,timing=pre,logits=exact`.
  * Every name but `full` runs with the device window (`gpuKvBudget`) and the rest offloaded.
  */
 import { AoCAttention, AoGAttention, HybridgenError, type Backend } from "@hybridgen/core";
@@ -59,7 +59,7 @@ const BUILTIN: Readonly<Record<string, Builder>> = {
 /** The built-in configuration names, in the order tables list them. */
 export const ATTENTION_CONFIG_NAMES: readonly string[] = Object.freeze(Object.keys(BUILTIN));
 
-const NUMERIC = new Set(["k", "kMin", "candidates", "cpuStageThreads"]);
+const NUMERIC = new Set(["k", "kMin", "candidates", "keep", "cpuStageThreads"]);
 const TEXT = new Set(["selector", "scheduler", "timing", "logits"]);
 
 /** A configuration by name or `hybrid:KEY=VALUE,…`; `k` is the K of the fixed ones and the floor of the adaptive ones. */

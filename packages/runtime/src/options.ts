@@ -73,6 +73,8 @@ export const HybridRuntimeOptionsSchema = z
     exactLayers: z.array(count(0)).optional(),
     /** Verified logits: candidates·K tokens chosen for the device to score (default: the profile's, else the engine's). */
     candidates: CandidatesSchema.optional(),
+    /** Verified logits: keep·K of the candidates kept once scored, only their V rows brought up (HybridOptions.keep; default: all). */
+    keep: CandidatesSchema.optional(),
     /** Where a device backend gets the selected rows (the hybrid step's HybridOptions.rowPath): "auto" (default: mapped wherever it can run), "mapped" or "staged". */
     rowPath: z.enum(RowPathRequestSchema.options, { error: "must be auto, mapped or staged" }).optional(),
     /** Who makes a device-ranked verified layer's table (HybridOptions.indexTables): "stage" (default) or "device" (where the link can). */

@@ -2,7 +2,8 @@
  * A hybrid configuration's byte model for the planner (@hybridgen/memtier's planRun): what its CPU
  * stage reads to choose the offloaded rows — every offloaded K for top-K and the default's pair,
  * Quest's page bounds, nothing for StreamingLLM, the page index its own bytes — and how many rows
- * its logits send up (verified: candidates·K with their K; exact and speculative: K rows of V).
+ * its logits send up (verified: candidates·K with their K, V rows of keep·K where it keeps some; exact
+ * and speculative: K rows of V).
  */
 import { HybridOptionsSchema } from "./hybrid/options.js";
 import type { HybridRuntimeOptions } from "./options.js";
@@ -11,6 +12,8 @@ export interface PlanSelection {
   readonly selection: "scan" | "bounds" | "none";
   readonly boundsPageSize?: number;
   readonly candidates: number;
+  /** Verified layers keep keep·K of their candidates (HybridOptions.keep). */
+  readonly keep?: number;
   readonly index?: { readonly form?: "int8" | "int4"; readonly pageSize?: number; readonly superPages?: number; readonly placement: "auto" | "host" | "device" };
 }
 
@@ -21,18 +24,19 @@ const DEFAULT_CANDIDATES = HybridOptionsSchema.parse({}).candidates;
 export function planSelection(options: HybridRuntimeOptions, ranksOnDevice: boolean): PlanSelection {
   const opts = (options.selectorOptions ?? {}) as Record<string, unknown>;
   const candidates = (options.logits ?? "verified") === "verified" ? (options.candidates ?? DEFAULT_CANDIDATES) : 1;
+  const kept = candidates > 1 && options.keep !== undefined ? { keep: options.keep } : {};
   const num = (key: "pageSize" | "superPages") => (typeof opts[key] === "number" ? { [key]: opts[key] as number } : {});
   switch (typeof options.selector === "string" ? options.selector : undefined) {
     case "index": {
       const asked = opts.placement === "host" || opts.placement === "device" ? opts.placement : "auto";
       const placement = ranksOnDevice ? asked : "host";
-      return { selection: "none", candidates, index: { ...num("pageSize"), ...num("superPages"), ...(opts.form === "int4" || opts.form === "int8" ? { form: opts.form } : {}), placement } };
+      return { selection: "none", candidates, ...kept, index: { ...num("pageSize"), ...num("superPages"), ...(opts.form === "int4" || opts.form === "int8" ? { form: opts.form } : {}), placement } };
     }
     case "quest":
-      return { selection: "bounds", boundsPageSize: typeof opts.pageSize === "number" ? opts.pageSize : 16, candidates };
+      return { selection: "bounds", boundsPageSize: typeof opts.pageSize === "number" ? opts.pageSize : 16, candidates, ...kept };
     case "streaming":
-      return { selection: "none", candidates };
+      return { selection: "none", candidates, ...kept };
     default:
-      return { selection: "scan", candidates };
+      return { selection: "scan", candidates, ...kept };
   }
 }

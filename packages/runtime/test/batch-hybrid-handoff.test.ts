@@ -8,7 +8,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { BatchDecoder, LlamaModel, ReferenceBackend, type Attention, type KvCache } from "@hybridgen/core";
-import { HybridAttention } from "../src/index.js";
+import { HybridAttention, type HybridOptions } from "../src/index.js";
 import { SendBatch } from "../src/hybrid/transport/send-batch.js";
 import { maxAbsDiff, randomIds, testSeed, tinyModel } from "@hybridgen/core/testing";
 import { fixedScheduler, KERNEL_CASES, type KernelCase } from "./hybrid-helpers.js";
@@ -56,7 +56,7 @@ class Rig {
   readonly hybrids: HybridAttention[] = [];
   readonly stages: StagedBackendCpuStage[] = [];
 
-  constructor(private readonly c: Case, private readonly handoff: Handoff | null) {
+  constructor(private readonly c: Case, private readonly handoff: Handoff | null, private readonly options: HybridOptions = {}) {
     this.link = handoff
       ? new HandoffLink(this.be, this.host, this.book, this.rec, { rowFetch: handoff.rowFetch ?? false })
       : new CheckedLink(this.be, this.host, this.book, this.rec, false);
@@ -73,7 +73,7 @@ class Rig {
       : new StagedBackendCpuStage(this.host, this.book);
     this.stages.push(stage);
     const hybrid = HybridAttention.attach(
-      { attention, projector: this.model, stage, selector: this.c.selector(), scheduler: fixedScheduler(this.c.k, this.c.timing) }, { logits: this.c.logits });
+      { attention, projector: this.model, stage, selector: this.c.selector(), scheduler: fixedScheduler(this.c.k, this.c.timing) }, { logits: this.c.logits, ...this.options });
     this.hybrids.push(hybrid);
     return hybrid;
   }
@@ -107,8 +107,8 @@ function batched(r: Rig): Float32Array[][] {
 }
 
 /** Sequence i decoded on its own (the batch-1 step, handed off when `handoff` is). */
-function alone(c: Case, handoff: Handoff | null, i: number): Float32Array[] {
-  const r = new Rig(c, handoff), s = SEQS[i]!, ids = TOKENS[i]!;
+function alone(c: Case, handoff: Handoff | null, i: number, options: HybridOptions = {}): Float32Array[] {
+  const r = new Rig(c, handoff, options), s = SEQS[i]!, ids = TOKENS[i]!;
   const out = [r.model.forward(Int32Array.from(ids.slice(0, s.prompt)), 0)];
   for (let p = s.prompt; p < ids.length; p++) out.push(r.model.forward(Int32Array.of(ids[p]!), p));
   if (handoff) expect(r.hybrids[0]!.stats.handedOffSteps).toBe(s.steps);
@@ -177,6 +177,36 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       r.close();
       expectSame(got, want, `${label}, fetched ahead vs gathered in the layer`);
     }
+  });
+
+  it("verified layers that keep K of their 4·K candidates (keep 1): one keepRows a layer of each batched step, each sequence's logits alone bit for bit, rows fetched ahead alike, and not every candidate's", () => {
+    for (const c of CASES.filter((x) => x.logits === "verified")) {
+      const label = c.selector().name;
+      const r = new Rig(c, { eager: 1 }, { keep: 1 }), got = batched(r), link = r.link as HandoffLink;
+      expect(r.hybrids.map((h) => h.stats.handedOffSteps), label).toEqual([12, 10, 14]);
+      // Layers 1 and 2 verify: one keepRows each a batched step, and each of sequence 2's last two steps alone.
+      expect(link.keepCalls, label).toBe((STEPS - 2) * (LAYERS - 1) + 2 * (LAYERS - 1));
+      expect(link.rescoreCalls, label).toBe((STEPS - 2) * (LAYERS - 1));
+      r.close();
+      expectSame(got, SEQS.map((_, i) => alone(c, { eager: 0 }, i, { keep: 1 })), `${label}, keep 1: batched vs alone`);
+      expectSame(SEQS.map((_, i) => alone(c, { eager: 0, rowFetch: true }, i, { keep: 1 })), got, `${label}, keep 1: fetched ahead vs gathered in the layer`);
+      const every = new Rig(c, { eager: 1 }), all = batched(every);
+      every.close();
+      const differs = got.some((rows, i) => rows.some((l, s) => maxAbsDiff(l, all[i]![s]!) > 0));
+      expect(differs, `${label}: keeping K of 4·K candidates changes some logits`).toBe(true);
+      // keep = candidates keeps every candidate: the same bits as without the option.
+      const four = new Rig(c, { eager: 1 }, { keep: 4 });
+      expectSame(batched(four), all, `${label}, keep 4 vs every candidate`);
+      expect((four.link as HandoffLink).keepCalls, label).toBe(0);
+      four.close();
+    }
+  });
+
+  it("keep refuses what cannot keep candidates on the device: a link without the hand-off, logits that are not verified, more than the candidates", () => {
+    const c = CASES.find((x) => x.logits === "verified")!;
+    expect(() => new Rig(c, null, { keep: 1 })).toThrow(/^invalid hybrid option keep: the device keeps candidates only in a handed-off step on a link that keeps rows \(HostTransfers\.keepRows\); this step runs the \w+ transport/);
+    expect(() => new Rig({ ...c, logits: "speculative" }, { eager: 0 }, { keep: 1 })).toThrow("invalid hybrid option keep: 1 needs verified logits and at most candidates (4) (logits speculative)");
+    expect(() => new Rig(c, { eager: 0 }, { keep: 5 })).toThrow("invalid hybrid option keep: 5 needs verified logits and at most candidates (4) (logits verified)");
   });
 
   it("a stage job that fails in one sequence is the batched step's error, after every sequence's jobs were collected; the next step runs", () => {

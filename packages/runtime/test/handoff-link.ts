@@ -9,8 +9,8 @@
  * before the device read it, or a word that another stage's job raises changes the logits or throws.
  * With the rowFetch option the link also fetches rows ahead on a side stream (StandInRowFetch).
  */
-import type { CpuStageJob, CpuStageOutput, HandOffRow, RescoreRow, SignalledSend, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, IndexTableShape, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor } from "@hybridgen/core";
-import { indexTable, offloadedKeys, referencePrimitives } from "@hybridgen/spec";
+import type { CpuStageJob, CpuStageOutput, HandOffRow, KeepRow, RescoreRow, SignalledSend, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, IndexTableShape, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor } from "@hybridgen/core";
+import { indexTable, keptColumns, offloadedKeys, referencePrimitives } from "@hybridgen/spec";
 import { type AddressBook, StagedBackendCpuStage } from "@hybridgen/core/testing";
 import { CheckedLink, type Recorder } from "./recorder.js";
 
@@ -61,7 +61,7 @@ export class HandoffLink extends CheckedLink {
     }
   }
   override get capabilities(): HostTransferCapabilities {
-    return { signalledSend: true, gathersRows: true, handOff: true, rowFetch: this.rowFetch !== undefined, bandwidth: false, indexTable: this.indexTable !== undefined };
+    return { signalledSend: true, gathersRows: true, handOff: true, rowFetch: this.rowFetch !== undefined, bandwidth: false, indexTable: this.indexTable !== undefined, keepRows: true };
   }
   /** fetch() calls and ready() ops run, over every RowFetch handed out. */
   get fetches(): number {
@@ -136,6 +136,26 @@ export class HandoffLink extends CheckedLink {
       const heads = r.scores.shape[0]!, group = heads / r.keys.shape[0]!;
       this.schedule(() => this.device.attnLogits(r.scores, r.col, r.q, 0, r.keys, 0, r.kmax, r.scale));
       this.padColumnsAt(r.scores, r.col, r.kmax, group, r.table);
+    }
+  }
+  /** keepRows calls (a layer's, of a batched step or of one sequence). */
+  keepCalls = 0;
+  /** Each row's kept candidates (keptColumns, from its scores and table as they are when the op runs): the rest's logits −∞, the kept V rows gathered, zero rows elsewhere. */
+  keepRows(rows: readonly KeepRow[]): void {
+    this.keepCalls++;
+    for (const r of rows) {
+      this.schedule(() => {
+        const t = this.ints(r.table), { groups, kmax } = r.rows, width = r.scores.shape[1]!, heads = r.scores.shape[0]!;
+        const scores = this.device.read(r.scores, 0, heads * width), counts = t.subarray(0, groups), ids = t.subarray(groups);
+        const kept = keptColumns(scores, width, r.col, r.group, kmax, counts, r.keep);
+        for (let h = 0; h < heads; h++) {
+          const g = Math.floor(h / r.group);
+          for (let j = 0; j < kmax; j++) if (!kept[g * kmax + j]) scores[h * width + r.col + j] = -Infinity;
+        }
+        this.device.write(r.scores, scores, 0);
+        const keptIds = ids.map((id, i) => (kept[i] ? id : -1)), all = new Int32Array(groups).fill(kmax);
+        this.gather(r.values, r.src, r.rows, keptIds, all);
+      });
     }
   }
   padColumnsAt(scores: Tensor, col: number, kmax: number, group: number, table: HostRegion): void {

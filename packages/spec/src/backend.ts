@@ -104,6 +104,8 @@ export interface HostTransferCapabilities {
   readonly bandwidth: boolean;
   /** indexTable() (with the hand-off ops): the device fills a layer's [counts | ids] table from a device index's ranked pages, no CPU stage in between. */
   readonly indexTable: boolean;
+  /** keepRows() (with the hand-off ops): of a verified layer's scored candidates the device keeps the best and gathers only their V rows. */
+  readonly keepRows: boolean;
 }
 
 /**
@@ -208,6 +210,16 @@ export interface HostTransfers extends Disposable {
    */
   rescoreRows?(rows: readonly RescoreRow[]): void;
   /**
+   * Optional: verified rows whose V rows come up only for the candidates kept (compute stream,
+   * recordable; after the rows' verified logits are written). Per row and KV head g, with n = its
+   * count in `table` clamped to [0, kmax]: column j < n scores the largest of its group's logits
+   * (heads g·group … g·group + group − 1 of `scores` from `col`); the `keep` best of them (all n
+   * where n ≤ keep; ties to the lower column) are kept. Every other of its kmax columns on the group's
+   * heads becomes −∞, and `values` [kvHeads, ≥ kmax, headDim] gets the kept columns' rows of `src` by the
+   * table's ids (as gatherRowsAt reads them) and zero rows elsewhere.
+   */
+  keepRows?(rows: readonly KeepRow[]): void;
+  /**
    * Optional (with the hand-off ops): a new pair of row slots filled ahead on a stream of their own
    * (RowFetch), so a layer's selected rows cross the link while the compute stream still runs the
    * layer before. One per user: a batch's sequences each take their own.
@@ -297,6 +309,23 @@ export interface RescoreRow {
   readonly keys: Tensor;
   readonly kmax: number;
   readonly scale: number;
+  readonly table: HostRegion;
+}
+
+/** One row of HostTransfers.keepRows. */
+export interface KeepRow {
+  /** f32 [heads, width]: the row's verified logits from column `col` (kmax of them a head). */
+  readonly scores: Tensor;
+  readonly col: number;
+  /** Query heads a KV head. */
+  readonly group: number;
+  /** Candidates kept a KV head (the rest's logits become −∞ and their V rows are not read). */
+  readonly keep: number;
+  /** The V rows' destination and source, as gatherRowsAt's (rows.kmax: the candidates a KV head). */
+  readonly values: Tensor;
+  readonly src: HostRegion;
+  readonly rows: RowGather;
+  /** int32 [counts | ids] in mapped host memory, as gatherRowsAt reads it. */
   readonly table: HostRegion;
 }
 

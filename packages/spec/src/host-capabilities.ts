@@ -15,6 +15,7 @@ export const NO_HOST_CAPABILITIES: HostTransferCapabilities = Object.freeze({
   rowFetch: false,
   bandwidth: false,
   indexTable: false,
+  keepRows: false,
 });
 
 /** The optional methods each capability promises. */
@@ -25,6 +26,7 @@ export const CAPABILITY_METHODS: Readonly<Record<keyof HostTransferCapabilities,
   rowFetch: ["rowFetch"],
   bandwidth: ["bandwidth"],
   indexTable: ["mapped", "awaitSignal", "gatherRowsAt", "padColumnsAt", "indexTable"],
+  keepRows: ["mapped", "rescoreRows", "keepRows"],
 };
 
 /** `link`'s capabilities, checked against its methods (a one-line error names the first gap), as a frozen copy. */

@@ -19,3 +19,4 @@ export * from "./hybrid/cpu-stage.js";
 export * from "./hybrid/check-stage-job.js";
 export * from "./hybrid/params.js";
 export * from "./hybrid/calibration-batch.js";
+export * from "./hybrid/kept-columns.js";

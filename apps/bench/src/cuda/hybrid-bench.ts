@@ -22,7 +22,8 @@
  *      handed off and recorded a layer at a time (where every layer runs ahead on q̃: exact steps run
  *      eagerly), for each logits mode; a batch of 12 (its projections through cuBLAS) likewise; a batch
  *      of 3 with the page index ranked on the device (headDim 64) likewise, one indexRankRows a layer;
- *      indexRankRows of 3 indexes equals indexRank of each, eager and recorded;
+ *      indexRankRows of 3 indexes equals indexRank of each, eager and recorded; keepRows equals spec's
+ *      keptColumns and a host gather, and batches of 3 and 12 that keep K of 4·K candidates equal each alone;
  *   8. cuBLAS matmuls recorded in a step equal eager ones bit for bit (cuda/recorded-gemm-checks.ts).
  * Bench (preset:llama-3.1-8b, dummy bf16 weights, bf16 KV): prefill `context` tokens in one
  * block, then `steps` greedy decode steps — full attention on the GPU, and hybrid with a GPU
@@ -52,7 +53,7 @@ import { createCudaBackend, cudaAvailability, describeCudaAvailability, type Cud
 import { cudaLab } from "@hybridgen/kernels-cuda/lab";
 import { mappedRowChecks } from "./mapped-rows-checks.js";
 import { recordedGemmChecks } from "./recorded-gemm-checks.js";
-import { stageHandoffChecks } from "./stage-handoff-checks.js";
+import { keepRowsChecks, stageHandoffChecks } from "./stage-handoff-checks.js";
 import { arg } from "../args.js";
 
 const context = Number(arg("context", "32768"));
@@ -261,6 +262,9 @@ function indexRankRowsChecks(be: CudaBackend): void {
   for (const logits of ["exact", "speculative", "verified"] as LogitsMode[]) {
     for (const B of [3, 12]) await attempt(`batch of ${B}, top-K ${logits}`, () => batchChecks(cuda, { ...base, k: 8, logits }, B));
   }
+  await attempt("keepRows against keptColumns", async () => keepRowsChecks(cuda, check));
+  // Verified layers that keep K of their 4·K candidates: the device scores the K rows first, then brings up the kept V rows alone.
+  for (const B of [3, 12]) await attempt(`batch of ${B}, top-K verified keep 1`, () => batchChecks(cuda, { ...base, k: 8, logits: "verified", keep: 1 }, B, "top-K 8 verified keep 1"));
   await attempt("indexRankRows", async () => indexRankRowsChecks(cuda));
   for (const logits of ["exact", "verified"] as LogitsMode[]) {
     // headDim 64 (8 heads of 512): the device ranks headDim 64/128/256; 4 KV heads keep the query + pages send a multiple of 16 bytes.

@@ -19,7 +19,7 @@
  * hybrid-bench.ts runs them with its checks (--skip-bench); gatherRows itself: mapped-rows-checks.ts.
  */
 import { toArrayBuffer } from "bun:ffi";
-import type { HostRegion, HostSignal } from "@hybridgen/core";
+import { keptColumns, type HostRegion, type HostSignal } from "@hybridgen/core";
 import { createCpuBackend } from "@hybridgen/kernels-cpu";
 import type { CudaBackend, CudaHostLink } from "@hybridgen/kernels-cuda";
 import { cudaLab } from "@hybridgen/kernels-cuda/lab";
@@ -224,6 +224,56 @@ function padChecks({ cuda, link, region, i32 }: Rig, check: Check): void {
   }
 }
 
+/** keepRows against spec's keptColumns and a host gather: ties across a chunk of 256 columns, counts clamped, fewer than keep, none; eager and recorded. */
+function keepChecks({ cuda, link, region, i32 }: Rig, check: Check): void {
+  using host = createCpuBackend({ threads: 1 });
+  const groups = 2, group = 4, heads = groups * group, cap = 4096, dim = 128, kmax = 300, col = 10, width = 320, keep = 70;
+  const store = host.alloc([groups, cap, dim]);
+  const storeData = Float32Array.from({ length: groups * cap * dim }, (_, i) => Math.cos(i * 0.011) * 20);
+  host.write(store, storeData);
+  const storeRegion = host.hostRegion(store);
+  link.pin(storeRegion);
+  const at = 16384, table = { address: region.address + at, byteLength: groups * (1 + kmax) * 4 };
+  try {
+    for (const [step, counts] of [[300, 250], [120, 999], [60, 0], [-3, 299]].entries()) {
+      // Few distinct values: many ties, some across the chunk boundary at column 256.
+      const values = Float32Array.from({ length: heads * width }, (_, i) => Math.round(Math.sin(i * 0.37 + step) * 6) / 2);
+      const ids = Int32Array.from({ length: groups * kmax }, (_, i) => ((i % kmax) * (41 + step) + 3) % cap);
+      ids[5] = cap + 9; // outside the store: a zero row
+      i32.set(Int32Array.from(counts), at / 4);
+      i32.set(ids, at / 4 + groups);
+      const kept = keptColumns(values, width, col, group, kmax, Int32Array.from(counts), keep);
+      const wantScores = values.slice(), wantV = new Float32Array(groups * kmax * dim);
+      for (let g = 0; g < groups; g++) {
+        for (let j = 0; j < kmax; j++) {
+          if (!kept[g * kmax + j]) {
+            for (let h = g * group; h < (g + 1) * group; h++) wantScores[h * width + col + j] = -Infinity;
+            continue;
+          }
+          const id = ids[g * kmax + j]!;
+          if (id >= 0 && id < cap) wantV.set(storeData.subarray((g * cap + id) * dim, (g * cap + id + 1) * dim), (g * kmax + j) * dim);
+        }
+      }
+      const scores = cuda.alloc([heads, width]), v = cuda.alloc([groups * kmax, dim]);
+      try {
+        cuda.write(scores, values);
+        cuda.write(v, new Float32Array(groups * kmax * dim).fill(NaN));
+        if (step > 0) cuda.beginStep("stage-handoff-keep");
+        link.keepRows!([{ scores, col, group, keep, values: v, src: storeRegion, rows: { groups, cap, rowBytes: dim * 4, kmax }, table }]);
+        if (step > 0) cuda.endStep();
+        const n = Array.from(counts, (c) => Math.min(Math.max(c, 0), kmax)), keptN = [0, 1].map((g) => kept.subarray(g * kmax, (g + 1) * kmax).reduce((a, b) => a + b, 0));
+        check(sameBits(cuda.read(scores), wantScores) && sameBits(cuda.read(v), wantV),
+          `keepRows ${step > 0 ? `recorded (step ${step})` : "eager"}: counts [${counts}] (n ${n}), keep ${keep} → ${keptN} kept a KV head: keptColumns' −∞ columns and the kept V rows (zero rows elsewhere)`);
+      } finally {
+        cuda.free(scores);
+        cuda.free(v);
+      }
+    }
+  } finally {
+    link.unpin(storeRegion);
+  }
+}
+
 async function fetchChecks({ cuda, link, region, i32 }: Rig, check: Check): Promise<void> {
   using host = createCpuBackend({ threads: 1 });
   const groups = 2, cap = 4096, width = 128, kmax = 100; // 200 rows: a chunk of the gather left partly empty
@@ -331,6 +381,21 @@ function roundTripChecks({ cuda, link, region, f32 }: Rig, check: Check): void {
     check(bw.h2d > 1e8 && bw.d2h > 1e8, `the link's bandwidth probe: ${(bw.h2d / 1e9).toFixed(1)} GB/s up, ${(bw.d2h / 1e9).toFixed(1)} GB/s down`);
   } finally {
     cuda.free(d);
+  }
+}
+
+/** keepRows alone (hybrid-bench's "keep" checks), on a pinned 2 MiB block of its own. */
+export function keepRowsChecks(cuda: CudaBackend, check: Check): void {
+  const link = cuda.hostTransfers() as CudaHostLink;
+  using host = createCpuBackend({ threads: 1 });
+  const buf = host.alloc([1, 1 << 19]);
+  const region = host.hostRegion(buf);
+  link.pin(region);
+  try {
+    const bytes = toArrayBuffer(region.address as never, 0, region.byteLength);
+    keepChecks({ cuda, link, region, f32: new Float32Array(bytes), i32: new Int32Array(bytes) }, check);
+  } finally {
+    link.unpin(region);
   }
 }
 

@@ -4,7 +4,7 @@ import { ATTENTION_CONFIG_NAMES, attentionConfig, backendChoices, BackendChoiceS
 import { parseArgsError } from "../parse-args-error.js";
 import { configList, hybridInteger, integer, integers, list, usage } from "./flag-values.js";
 import { DEFAULT_K } from "@hybridgen/core";
-import { parseGpuMem, parseRowLayerMs, parseWorkload, type Workload } from "./workload-args.js";
+import { parseGatherGBs, parseGpuMem, parseRowLayerMs, parseWorkload, type Workload } from "./workload-args.js";
 
 export const DEFAULT_BENCH_CONFIGS = ATTENTION_CONFIG_NAMES.filter((n) => n !== "all-tokens" && n !== "hybridgen-index");
 /** --workload's default: full attention, the default hybrid, the page index's (bytes a step flat in the context) and the offloading baselines the issue compares. */
@@ -40,6 +40,8 @@ export interface BenchOptions {
   /** --issue-ms / --stage-ms (with --workload): the host's per-row costs of a batched step, ms a row a layer, for the planner's window and prediction. */
   readonly issueMs?: number;
   readonly stageMs?: number;
+  /** --gather-gbs (with --workload): the device's rate gathering rows from pinned host memory (GB/s), for the planner's device part. */
+  readonly gatherGBs?: number;
   /** --full-batch (with --workload): full attention's batch, taken as given instead of searched for. */
   readonly fullBatch?: number;
 }
@@ -60,7 +62,7 @@ and bench.json with every number. Progress goes to stderr.
       --configs A,B,...        attention configurations (default: ${DEFAULT_BENCH_CONFIGS.join(", ")};
                                with --workload: ${DEFAULT_WORKLOAD_CONFIGS.join(", ")});
                                built-ins: ${ATTENTION_CONFIG_NAMES.join(", ")},
-                               or hybrid:KEY=VALUE,… (selector, scheduler, timing, logits, k, kMin, candidates)
+                               or hybrid:KEY=VALUE,… (selector, scheduler, timing, logits, k, kMin, candidates, keep)
       --contexts N,...         context lengths in tokens (default 2048,8192)
       --batch N,...            batch sizes (default 1); at batch > 1 each sequence has its own window,
                                offloaded store and configuration (stage, scheduler)
@@ -88,6 +90,9 @@ and bench.json with every number. Progress goes to stderr.
       --stage-ms MS            the CPU stage's cost of one row's layer (ms; a hybrid run's stats line
                                gives both): the planner predicts the step with them and shrinks the
                                window until the device's part is no longer than the host's
+      --gather-gbs GB/s        with --workload: the rate at which the device gathers the selected rows
+                               from pinned host memory (measured): the planner charges them inside the
+                               device's part of the step at it, not at the link probe's bulk rate
       --full-batch N           with --workload: full attention runs batches of N (an earlier run's
                                search result) instead of searching for the largest that fits;
                                N sequences must fit under --gpu-mem
@@ -114,7 +119,7 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
         "sink-tokens": { type: "string" }, k: { type: "string" }, device: { type: "string" }, threads: { type: "string" },
         "cpu-stage-threads": { type: "string" }, "kv-dtype": { type: "string" }, dtype: { type: "string" }, seed: { type: "string" },
         out: { type: "string" }, json: { type: "boolean" }, workload: { type: "string" }, "gpu-mem": { type: "string" }, "synthetic-kv": { type: "boolean" }, help: { type: "boolean", short: "h" },
-        "issue-ms": { type: "string" }, "stage-ms": { type: "string" }, "full-batch": { type: "string" },
+        "issue-ms": { type: "string" }, "stage-ms": { type: "string" }, "full-batch": { type: "string" }, "gather-gbs": { type: "string" },
       },
     }).values;
   } catch (e) {
@@ -143,8 +148,9 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
   } else {
     for (const f of ["issue-ms", "stage-ms"]) if (str(f) !== undefined) throw usage(`--${f} goes with --workload (the planner's batched step)`);
     if (str("full-batch") !== undefined) throw usage("--full-batch goes with --workload (full attention's waves)");
+    if (str("gather-gbs") !== undefined) throw usage("--gather-gbs goes with --workload (the planner's batched step)");
   }
-  const fullBatch = integer("full-batch", str("full-batch"), 1);
+  const fullBatch = integer("full-batch", str("full-batch"), 1), gatherGBs = parseGatherGBs(str("gather-gbs"));
   const issueMs = parseRowLayerMs("issue-ms", str("issue-ms")), stageMs = parseRowLayerMs("stage-ms", str("stage-ms"));
   return {
     help: v.help === true,
@@ -172,5 +178,6 @@ export function parseBenchArgs(argv: readonly string[]): BenchOptions {
     ...(issueMs === undefined ? {} : { issueMs }),
     ...(stageMs === undefined ? {} : { stageMs }),
     ...(fullBatch === undefined ? {} : { fullBatch }),
+    ...(gatherGBs === undefined ? {} : { gatherGBs }),
   };
 }

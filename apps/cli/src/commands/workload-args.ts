@@ -31,6 +31,14 @@ export function parseGpuMem(raw: string | undefined): number | undefined {
 }
 
 /** --issue-ms / --stage-ms: a host cost in ms a row a layer (a hybrid run's stats line gives them), a number ≥ 0. */
+/** --gather-gbs: the rate (GB/s) at which the device gathers rows from pinned host memory, measured, in (0, 10000]. */
+export function parseGatherGBs(raw: string | undefined): number | undefined {
+  if (raw === undefined) return undefined;
+  const t = raw.trim(), v = Number(t);
+  if (t === "" || !Number.isFinite(v) || v <= 0 || v > 10_000) throw usage(`invalid value for --gather-gbs: ${JSON.stringify(raw)} is not a rate in GB/s in (0, 10000]`);
+  return v;
+}
+
 export function parseRowLayerMs(flag: string, raw: string | undefined): number | undefined {
   if (raw === undefined) return undefined;
   const t = raw.trim(), v = Number(t);

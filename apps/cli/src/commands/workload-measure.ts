@@ -221,6 +221,7 @@ async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.
     gpu: cap === undefined ? undefined : {
       freeBytes: cap, ...(r.cx.gpuReadGBs ? { readBandwidthGBs: r.cx.gpuReadGBs } : {}), ...(r.cx.linkGBs ? { linkBandwidthGBs: r.cx.linkGBs } : {}),
       ...(r.cx.backend.name === "cpu" ? { reserveBytes: 0 } : {}),
+      ...(c?.hybrid && r.o.gatherGBs !== undefined ? { gatherGBs: r.o.gatherGBs } : {}),
     },
     // The CPU backend's prefill reads its store in place: no device scratch.
     tiers: [...r.cx.tiers], k: r.o.k, appendTokens: prefillBlock(r), prefill: !r.o.syntheticKv && r.cx.backend.name !== "cpu",

@@ -83,6 +83,8 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
   /** The native stage shared with the batch's other sequences (null: a stage of its own). */
   readonly stageGroup: StageGroup | null;
   private readonly candidates: number;
+  /** Verified layers keep keep·K of their candidates·K (HybridOptions.keep; null: all). */
+  private readonly keep: number | null;
   /** Who makes a device-ranked verified layer's table (HybridOptions.indexTables). */
   private readonly indexTables: "device" | "stage";
   private readonly positions: Int32Array;
@@ -148,6 +150,8 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     // Layer 0's q̃ is its true query: nothing to verify there.
     this.rescore = this.ahead.map((a, l) => a && l > 0 && o.logits === "verified");
     this.candidates = o.logits === "verified" ? o.candidates : 1;
+    if (o.keep !== undefined && (o.logits !== "verified" || o.keep > o.candidates)) fail(`invalid hybrid option keep: ${o.keep} needs verified logits and at most candidates (${o.candidates}) (logits ${o.logits})`);
+    this.keep = o.keep !== undefined && this.rescore.includes(true) ? o.keep : null;
     this.indexTables = o.indexTables;
     this.keysPrepared = this.rescore.includes(true);
     const { heads, kvHeads, headDim } = attention.layout;
@@ -391,6 +395,16 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
   /** The step's width at `layer`: verified layers score `candidates`·K tokens. */
   layerKmax(layer: number): number {
     return layerKmax(this.plan(), this.widths(), layer);
+  }
+
+  layerKeep(layer: number): number {
+    if (this.keep === null || !this.rescore[layer]) return 0;
+    const kmax = this.layerKmax(layer), keep = Math.ceil((kmax * this.keep) / this.candidates);
+    return keep < kmax ? keep : 0;
+  }
+
+  get keeps(): boolean {
+    return this.keep !== null;
   }
 
   job(layer: number): CpuStageJob | null {

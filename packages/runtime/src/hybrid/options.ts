@@ -23,6 +23,10 @@ export const HybridOptionsSchema = z.object({
   /** Verified: q̃ chooses this many times K candidates for the device to score (4: at least
    * exact top-K's top-1 agreement and KL at every K of apps/bench/src/eval/hybrid-eval.ts on stories15M). */
   candidates: CandidatesSchema.default(4),
+  /** Verified, handed off on a link that keeps rows (HostTransfers.keepRows): of the candidates·K
+   * the device scores with the true query it keeps keep·K a KV head (the best by the group's largest
+   * logit) and brings up only their V rows; absent: every candidate's V row. At most `candidates`. */
+  keep: CandidatesSchema.optional(),
   /** On a device backend: where the selected V (and K) rows come from — "mapped" (the device reads
    * them from the pinned host store), "staged" (the CPU stage copies them, the copy stream uploads
    * them), "auto" (default: mapped wherever chooseRowPath finds it can run). */

@@ -18,7 +18,7 @@
  * back one another's waits.
  */
 import {
-  type Backend, type HandOffRow, type RescoreRow, type SignalledSend, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor, DTYPE_BYTES, fail, type CpuStage,
+  type Backend, type HandOffRow, type KeepRow, type RescoreRow, type SignalledSend, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor, DTYPE_BYTES, fail, type CpuStage,
 } from "@hybridgen/spec";
 import type { KvCache } from "@hybridgen/core";
 import { GatheredValues } from "@hybridgen/spec/kit";
@@ -223,7 +223,7 @@ export class DeviceStaging implements Disposable {
    * `col` (unless it scores the K rows itself: `keys`), and gathers the V (and K) rows by the slot's
    * table — or, when they were fetched ahead (`fetched`: fetchRows), waits for the side stream's gathers.
    */
-  handOff(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean, fetched: boolean): void {
+  handOff(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean, fetched: boolean, keep = 0): void {
     const r = this.regions[slot]!, v = this.values[slot]!, k = keys ? this.keys[slot]! : null, kmax = v.kmax;
     this.link.awaitSignal!(done); // also when fetched: the device's wait for the stage is timed here (waitMs)
     if (fetched) this.fetcher!.ready(slot);
@@ -232,17 +232,26 @@ export class DeviceStaging implements Disposable {
       this.link.readMapped!({ host: r.logits, hostOffset: 0, tensor: scores, tensorOffset: this.col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: scores.shape[1]! * 4 });
     }
     if (fetched) return;
-    for (const g of this.slotGathers(layer, slot, keys)) this.link.gatherRowsAt!(g.dst, g.src, g.rows, g.table);
+    for (const g of this.slotGathers(layer, slot, keys, keep)) this.link.gatherRowsAt!(g.dst, g.src, g.rows, g.table);
   }
 
   /**
    * The hand-off of `layer` (after handOffRows) as a row of the batch's one handOffRows call: the
    * wait, the logits read and the gathers that handOff() would queue on their own.
    */
-  batchHandOff(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean): HandOffRow {
+  batchHandOff(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean, keep = 0): HandOffRow {
     const r = this.regions[slot]!, scores = this.scores[slot]!, kmax = this.values[slot]!.kmax;
     const logits = keys ? null : { host: r.logits, hostOffset: 0, tensor: scores, tensorOffset: this.col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: scores.shape[1]! * 4 };
-    return { done, logits, gathers: this.slotGathers(layer, slot, keys) };
+    return { done, logits, gathers: this.slotGathers(layer, slot, keys, keep) };
+  }
+
+  /**
+   * A verified layer's kept candidates (after its logits are scored): `keep` a KV head stay, the
+   * rest's logits become −∞, and only the kept V rows come up into the slot's V buffer (HostTransfers.keepRows).
+   */
+  keepRow(layer: number, slot: 0 | 1, keep: number, group: number): KeepRow {
+    const v = this.values[slot]!;
+    return { scores: this.scores[slot]!, col: this.col, group, keep, values: v.store, src: this.hostOf(this.cache.stageStoreV(layer)), rows: this.rowGather(v.kmax), table: this.regions[slot]!.table! };
   }
 
   /** The verified logits of a handed-off layer (after batchHandOff) as a row of the batch's one rescoreRows: what attnLogits and padColumns would write. */
@@ -255,10 +264,10 @@ export class DeviceStaging implements Disposable {
    * job's `done` is raised and the slot's last releaseRows() has run; handOff(…, fetched) waits for
    * them. No views are made (a segment may be recording): handOffRows makes them at the same width.
    */
-  fetchRows(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean, kmax: number): void {
+  fetchRows(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean, kmax: number, keep = 0): void {
     if (!this.fetcher) fail("hybrid attention: rows fetched ahead on a link without rowFetch");
     this.setWidth(slot, kmax, keys);
-    this.fetcher.fetch(slot, done, this.slotGathers(layer, slot, keys));
+    this.fetcher.fetch(slot, done, this.slotGathers(layer, slot, keys, keep));
   }
 
   /** After the merge that read slot `slot`'s fetched rows (compute stream, recordable): a later fetch may refill them. */
@@ -276,12 +285,16 @@ export class DeviceStaging implements Disposable {
     return { v, k };
   }
 
-  /** The gathers of `layer`'s K (verified) and V rows into slot `slot`'s buffers at their kmax (set, and K's buffers checked, by setWidth), by the slot's table. */
-  private slotGathers(layer: number, slot: 0 | 1, keys: boolean): RowFetchGather[] {
+  /**
+   * The gathers of `layer`'s K (verified) and V rows into slot `slot`'s buffers at their kmax (set, and K's buffers checked, by setWidth),
+   * by the slot's table; a layer that keeps some candidates (`keep` > 0) gathers K alone (keepRow brings up the kept V rows).
+   */
+  private slotGathers(layer: number, slot: 0 | 1, keys: boolean, keep = 0): RowFetchGather[] {
     const v = this.values[slot]!, k = keys ? this.keys[slot]! : null, table = this.regions[slot]!.table!, c = this.cache, rows = this.rowGather(v.kmax);
     const gathers: RowFetchGather[] = [];
     if (k) gathers.push({ dst: k.store, src: this.hostOf(c.stageStoreK(layer)), rows, table });
-    gathers.push({ dst: v.store, src: this.hostOf(c.stageStoreV(layer)), rows, table });
+    if (keep > 0 && !k) fail("hybrid attention: candidates kept on a layer that scores no K rows");
+    if (keep === 0) gathers.push({ dst: v.store, src: this.hostOf(c.stageStoreV(layer)), rows, table });
     return gathers;
   }
 

@@ -3,12 +3,13 @@
  * joins with its HandOffRow before any row attends (prepareAttend), and the first row to attend
  * issues every joined row's in one HostTransfers.handOffRows call — a wait for every row's stage,
  * then one launch of every row's logits read and row gathers, where each row's own would be a wait,
- * a read and a gather or two; then every verified row's logits as one HostTransfers.rescoreRows. The
+ * a read and a gather or two; then every verified row's logits as one HostTransfers.rescoreRows, and
+ * the kept candidates' V rows of the rows that keep some as one HostTransfers.keepRows. The
  * rows' merges go as one op too, once the last row's is in.
  * One per link (HandOffBatch.of): a link runs one batched step at a time.
  */
 import type { DecodeBatchStep } from "@hybridgen/core";
-import { type AttnMergeRow, type Backend, type HandOffRow, type HostTransfers, type RescoreRow, fail } from "@hybridgen/spec";
+import { type AttnMergeRow, type Backend, type HandOffRow, type HostTransfers, type KeepRow, type RescoreRow, fail } from "@hybridgen/spec";
 import { StepMark, perOwner } from "../step-scope.js";
 
 export class HandOffBatch {
@@ -17,6 +18,8 @@ export class HandOffBatch {
   private readonly rows: HandOffRow[] = [];
   /** The joined rows' verified logits (rows that score their K rows themselves). */
   private readonly rescores: RescoreRow[] = [];
+  /** The joined rows' kept candidates (rows that keep some of their verified candidates). */
+  private readonly keeps: KeepRow[] = [];
   private issued = false;
   /** The joined rows' merges so far (null: a row that merged on its own). */
   private readonly merges: (AttnMergeRow | null)[] = [];
@@ -32,18 +35,20 @@ export class HandOffBatch {
   }
 
   /** A row's hand-off of `layer` in `step` (its current serial); a new step or layer starts a new batch. */
-  join(step: DecodeBatchStep, layer: number, row: HandOffRow, rescore: RescoreRow | null): void {
+  join(step: DecodeBatchStep, layer: number, row: HandOffRow, rescore: RescoreRow | null, keep: KeepRow | null = null): void {
     if (!this.current(step, layer)) {
       this.mark.moveTo(step);
       this.layer = layer;
       this.rows.length = 0;
       this.rescores.length = 0;
+      this.keeps.length = 0;
       this.merges.length = 0;
       this.issued = false;
     }
     if (this.issued) fail(`hybrid attention: a row joined layer ${layer}'s batched hand-off after it was issued`);
     this.rows.push(row);
     if (rescore) this.rescores.push(rescore);
+    if (keep) this.keeps.push(keep);
   }
 
   /** Every joined row's hand-off of `layer`, on the first call of the layer; later calls find it issued. */
@@ -54,6 +59,7 @@ export class HandOffBatch {
     this.calls++;
     this.link.handOffRows!(this.rows);
     if (this.rescores.length > 0) this.link.rescoreRows!(this.rescores);
+    if (this.keeps.length > 0) this.link.keepRows!(this.keeps);
   }
 
   /**

@@ -69,12 +69,13 @@ export class HandedOffTransport extends MappedTransport {
     if (!this.handOffStep || !this.batchStep || this.joined[layer]) return;
     // The rows' sends of the next layer's queries go before this layer's hand-off: the stage works on them meanwhile.
     if (this.choice.signals) SendBatch.of(this.d.link).flush(this.batchStep);
-    const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, done = s.done(layer), rescore = s.rescore[layer]!, kmax = s.layerKmax(layer);
+    const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, done = s.done(layer), rescore = s.rescore[layer]!, kmax = s.layerKmax(layer), keep = s.layerKeep(layer);
     if (!done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
     s.merge.scoreWindow(layer, q, d.scores[slot]!, kmax);
     const up = d.handOffRows(slot, kmax, rescore);
     const verified = rescore ? d.batchRescore(slot, q, up.keys!, kmax, this.attention.scale) : null;
-    HandOffBatch.of(d.link).join(this.batchStep, layer, d.batchHandOff(layer, slot, done, rescore), verified);
+    const kept = keep > 0 ? d.keepRow(layer, slot, keep, s.layout.groupSize) : null;
+    HandOffBatch.of(d.link).join(this.batchStep, layer, d.batchHandOff(layer, slot, done, rescore, keep), verified, kept);
     this.joined[layer] = up;
   }
 
@@ -84,8 +85,12 @@ export class HandedOffTransport extends MappedTransport {
    * A batched step's row joined the batch's hand-off already: the first row's attend issues it.
    */
   override attend(layer: number, q: Tensor, out: Tensor): void {
-    if (!this.handOffStep) return super.attend(layer, q, out);
-    const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, scores = d.scores[slot]!, done = s.done(layer), rescore = s.rescore[layer]!;
+    const s = this.step, keep = s.layerKeep(layer);
+    if (!this.handOffStep) {
+      if (keep > 0) fail(`hybrid attention: layer ${layer} keeps candidates (the keep option) in a step that is not handed off (its selection runs in JS)`);
+      return super.attend(layer, q, out);
+    }
+    const d = this.d, slot = (layer & 1) as 0 | 1, scores = d.scores[slot]!, done = s.done(layer), rescore = s.rescore[layer]!;
     const kmax = s.layerKmax(layer);
     const joined = this.joined[layer];
     if (joined) {
@@ -104,12 +109,13 @@ export class HandedOffTransport extends MappedTransport {
     const fetch = d.fetchesAhead && !this.batch;
     this.closeSegment();
     const up = d.handOffRows(slot, kmax, rescore);
-    if (fetch && !this.fetched[layer]) d.fetchRows(layer, slot, done, rescore, kmax); // before the segment that waits for it
+    if (fetch && !this.fetched[layer]) d.fetchRows(layer, slot, done, rescore, kmax, keep); // before the segment that waits for it
     this.openSegment(layer);
-    d.handOff(layer, slot, done, rescore, fetch);
+    d.handOff(layer, slot, done, rescore, fetch, keep);
     s.submitNext(layer);
     if (fetch) this.fetchNext(layer);
     this.rescored(slot, q, up.keys, rescore, kmax);
+    if (keep > 0) d.link.keepRows!([d.keepRow(layer, slot, keep, s.layout.groupSize)]);
     s.merge.softmaxAggregate(layer, scores, d.col, null, up.values, kmax, out); // a handed-off step tracks no scores
     if (fetch) d.releaseRows(slot);
   }
@@ -130,7 +136,7 @@ export class HandedOffTransport extends MappedTransport {
   private fetchNext(layer: number): void {
     const s = this.step, next = layer + 1, done = next < s.layers ? s.done(next) : undefined;
     if (!done) return;
-    this.d.fetchRows(next, (next & 1) as 0 | 1, done, s.rescore[next]!, s.layerKmax(next));
+    this.d.fetchRows(next, (next & 1) as 0 | 1, done, s.rescore[next]!, s.layerKmax(next), s.layerKeep(next));
     this.fetched[next] = true;
   }
 }

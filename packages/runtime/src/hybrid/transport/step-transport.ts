@@ -33,6 +33,10 @@ export interface StepDriver {
   /** The current step's plan (transports run only inside a planned step). */
   plan(): StepPlan;
   layerKmax(layer: number): number;
+  /** The candidates a verified layer keeps a KV head (HybridOptions.keep), where fewer than layerKmax; else 0 (every candidate's V row comes up). */
+  layerKeep(layer: number): number;
+  /** The keep option is set: the transport must keep rows on the device. */
+  readonly keeps: boolean;
   /** The layer's job this step (null: not submitted yet, or its table made on the device). */
   job(layer: number): CpuStageJob | null;
   /** The signal a handed-off layer's rows wait for: its job's done, or the device-made table's (undefined: neither yet). */
