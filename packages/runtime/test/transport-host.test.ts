@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { LlamaModel, ReferenceBackend } from "@hybridgen/core";
 import { maxAbsDiff, randomIds, testSeed, tinyModel } from "@hybridgen/core/testing";
 import { allSelector, topKSelector } from "./hybrid-helpers.js";
-import { CONTEXT, LAYERS, PROMPT, runTransport } from "./transport-run.js";
+import { CONTEXT, LAYERS, PROMPT, STEPS, runTransport } from "./transport-run.js";
 
 describe("the host transport", () => {
   const { files } = tinyModel({ seed: testSeed(352), maxPositions: 64, heads: 4, kvHeads: 2, layers: LAYERS });
@@ -19,6 +19,15 @@ describe("the host transport", () => {
     const full = [model.forward(Int32Array.from(tokens.slice(0, PROMPT)), 0)];
     for (let t = PROMPT; t < tokens.length; t++) full.push(model.forward(Int32Array.of(tokens[t]!), t));
     got.out.forEach((l, i) => expect(maxAbsDiff(l, full[i]!), `forward ${i}`).toBeLessThan(1e-4));
+  });
+
+  it("verified layers that keep K of their candidates: the −∞ columns the handed-off step's keepRows writes, so the same logits; not every candidate's", () => {
+    const c = { logits: "verified" as const, selector: () => topKSelector(true), timing: "post" as const, k: 3 };
+    const kept = runTransport(files, tokens, "host", { ...c, keep: 1 }), handed = runTransport(files, tokens, "queue", { ...c, keep: 1 });
+    expect(handed.handedOff).toBe(STEPS);
+    kept.out.forEach((l, i) => expect(maxAbsDiff(l, handed.out[i]!), `forward ${i}`).toBeLessThan(1e-5));
+    const every = runTransport(files, tokens, "host", c);
+    expect(kept.out.some((l, i) => maxAbsDiff(l, every.out[i]!) > 1e-4)).toBe(true);
   });
 
   it("runs a JS selector's steps and a stage kernel's the same way: the same logits", () => {

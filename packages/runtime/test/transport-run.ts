@@ -24,6 +24,8 @@ export interface TransportCase {
   readonly k: number;
   readonly rowPath?: RowPathRequest;
   readonly trackScores?: boolean;
+  /** Verified layers keep keep·K of their candidates (HybridOptions.keep). */
+  readonly keep?: number;
   /** Layers whose store V the link does not map. */
   readonly unmappedV?: readonly number[];
 }
@@ -56,7 +58,7 @@ export function runTransport(files: ModelFiles, tokens: readonly number[], setti
   try {
     hybrid = HybridAttention.attach(
       { attention: model.attention, projector: model, stage, selector: c.selector(), scheduler: fixedScheduler(c.k, c.timing) },
-      { logits: c.logits, rowPath: c.rowPath, trackScores: c.trackScores });
+      { logits: c.logits, rowPath: c.rowPath, trackScores: c.trackScores, ...(c.keep === undefined ? {} : { keep: c.keep }) });
   } catch (e) {
     stage.close();
     model.close();

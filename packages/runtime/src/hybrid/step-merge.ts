@@ -5,7 +5,7 @@
  * accumulated scores a selector may ask for. Columns of the concatenated logits: [0, S) the
  * tokens before the store, [S, S + kmax) the selected offloaded tokens, then the ring.
  */
-import { ATTN_PARTIAL_MAX_SPANS, type AttnMergeRow, type Tensor, type AccumulatedScores, type HeadLayout, fail, type CpuStageOutput } from "@hybridgen/spec";
+import { ATTN_PARTIAL_MAX_SPANS, type AttnMergeRow, type Tensor, type AccumulatedScores, type HeadLayout, fail, type CpuStageOutput, keptColumns } from "@hybridgen/spec";
 import type { Attention } from "@hybridgen/core";
 import type { HybridStats } from "./hybrid-stats.js";
 
@@ -78,6 +78,23 @@ export class StepMerge implements Disposable {
     for (let h = 0; h < this.layout.heads; h++) {
       const n = counts[Math.floor(h / group)]!;
       if (n < kmax) a.backend.write(scores, this.negInf.subarray(0, kmax - n), h * width + col + n);
+    }
+  }
+
+  /**
+   * A verified layer's kept candidates on a backend that holds its scores in reach (the host
+   * transport): keptColumns of the verified logits [col, col + kmax) of each head, the rest −∞ (as
+   * HostTransfers.keepRows writes them; their V rows then weigh nothing).
+   */
+  keepColumns(scores: Tensor, col: number, counts: Int32Array, kmax: number, keep: number): void {
+    const be = this.attention.backend, width = scores.shape[1]!, { heads, groupSize: group } = this.layout;
+    const rows = new Float32Array(heads * kmax);
+    for (let h = 0; h < heads; h++) rows.set(be.read(scores, h * width + col, kmax), h * kmax);
+    const kept = keptColumns(rows, kmax, 0, group, kmax, counts.subarray(0, heads / group), keep);
+    for (let h = 0; h < heads; h++) {
+      const g = Math.floor(h / group), row = rows.subarray(h * kmax, (h + 1) * kmax);
+      for (let j = 0; j < kmax; j++) if (!kept[g * kmax + j]) row[j] = -Infinity;
+      be.write(scores, row, h * width + col);
     }
   }
 

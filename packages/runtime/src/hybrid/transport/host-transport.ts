@@ -3,7 +3,8 @@
  * "device window" and the offloaded store are both in RAM). The query is read out of the backend
  * into the stage's buffer, the selected logits written into the concatenated row at the store's
  * column, and the staged V (and K) rows are tensors the backend reads in place; the step's times
- * are host wall times.
+ * are host wall times. Verified layers that keep some candidates make the rest −∞ here (the stage
+ * staged every candidate's V row, which then weighs nothing).
  */
 import type { Attention } from "@hybridgen/core";
 import type { Tensor } from "@hybridgen/spec";
@@ -48,6 +49,8 @@ export class HostTransport implements StepTransport {
     const outp = s.stage.output(slot);
     if (s.rescore[layer]) {
       if (kmax > 0) s.merge.verifiedLogits(scores, S, q, outp.keys, outp.counts, kmax);
+      const keep = s.layerKeep(layer);
+      if (keep > 0) s.merge.keepColumns(scores, S, outp.counts, kmax, keep);
     } else {
       const t0 = performance.now();
       for (let h = 0; h < heads && kmax > 0; h++) be.write(scores, outp.logits.subarray(h * kmax, (h + 1) * kmax), h * width + S);

@@ -27,9 +27,8 @@ export function openTransport(step: StepDriver, attention: Attention, o: Transpo
   const cache = attention.cache, link = cache.hostLink;
   const request = { rowPath: o.rowPath, trackScores: o.trackScores };
   const recordsSteps = attention.backend.beginStep !== undefined && attention.backend.endStep !== undefined;
-  const noKeep = (why: string) => fail(`invalid hybrid option keep: the device keeps candidates only in a handed-off step on a link that keeps rows (HostTransfers.keepRows); ${why}`);
+  const noKeep = (why: string) => fail(`invalid hybrid option keep: candidates are kept on the host backend or, over a host link, in a handed-off step on a link that keeps rows (HostTransfers.keepRows); ${why}`);
   if (!link) {
-    if (step.keeps) noKeep("this backend has no host link");
     const choice = chooseTransport({ link: null, recordsSteps, layersMapped: [], rowBytes: 0, stageSignals: false, stageQueuesStep: false }, request);
     return { transport: new HostTransport(step, attention), choice };
   }
@@ -47,7 +46,7 @@ export function openTransport(step: StepDriver, attention: Attention, o: Transpo
       // The done word is pinned only where a hand-off could use it.
       stageQueuesStep: caps.handOff && stageSignals && queues && d.tablesMapped() && d.pinDoneWord(),
     }, request);
-    if (step.keeps && (choice.name !== "handed-off" || !caps.keepRows)) noKeep(`this step runs the ${choice.name} transport${caps.keepRows ? "" : " on a link without keepRows"}`);
+    if (step.keeps && (choice.name !== "handed-off" || !caps.keepRows)) noKeep(`this one runs the ${choice.name} transport${caps.keepRows ? "" : " on a link without keepRows"}`);
     const T = choice.name === "handed-off" ? HandedOffTransport : choice.name === "mapped" ? MappedTransport : StagedTransport;
     return { transport: new T(step, d, attention, choice), choice };
   } catch (e) {
