@@ -19,8 +19,9 @@
  * --deadline S the whole run S seconds after it started (the server's load included; later rates
  * are skipped): a rate cut short reports the tokens streamed so far (`completed` says how many
  * requests ended). Each rate also reports the mean batch of its decode steps, which shows whether requests
- * queued, and the mean wall time of a decode step and of a prefill chunk (the server's metrics); the
- * server's metrics and, once it exited, its log are printed at the end.
+ * queued, the mean wall time of a decode step and of a prefill chunk, the time in neither, and the slot
+ * renewals (count, seconds) and reuses (the server's metrics); the server's metrics and, once it
+ * exited, its log are printed at the end.
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -93,16 +94,22 @@ async function request(url: string, prompt: string, maxTokens: number, t0: numbe
   return { ttftMs: first ? first - sent : null, tpotMs: n > 1 && first ? (last - first) / (n - 1) : null, outputTokens: n, endMs: (completed ? end : last || end) - t0, completed };
 }
 
-/** Sums and counts of the server's histograms a rate's means come from: rows per decode step, a step's and a prefill chunk's wall time (s). */
-const HISTOGRAMS = { batch: "hybridgen_batch_size_steps", step: "hybridgen_decode_step_seconds", chunk: "hybridgen_prefill_chunk_seconds" } as const;
-type Sums = Record<keyof typeof HISTOGRAMS, { sum: number; count: number }>;
+/**
+ * Sums and counts of the server's histograms a rate's figures come from: rows per decode step, a step's, a prefill chunk's and a slot
+ * renewal's wall time (s); `reuses` (a counter: its count) the requests that took a left sequence without a renewal.
+ */
+const HISTOGRAMS = { batch: "hybridgen_batch_size_steps", step: "hybridgen_decode_step_seconds", chunk: "hybridgen_prefill_chunk_seconds", renew: "hybridgen_slot_renew_seconds" } as const;
+type Sums = Record<keyof typeof HISTOGRAMS | "reuses", { sum: number; count: number }>;
 
 async function histogramSums(url: string): Promise<Sums> {
   const text = await (await fetch(`${url}/metrics`)).text();
   const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
   const entries = Object.entries(HISTOGRAMS).map(([k, name]) => [k, { sum: read(`${name}_sum`), count: read(`${name}_count`) }]);
-  return Object.fromEntries(entries) as Sums;
+  return { ...Object.fromEntries(entries), reuses: { sum: 0, count: read("hybridgen_slot_reuses_total") } } as Sums;
 }
+
+/** What a rate added to histogram `k`: its sum and count. */
+const added = (a: Sums, b: Sums, k: keyof Sums) => ({ sum: b[k].sum - a[k].sum, count: b[k].count - a[k].count });
 
 /** The mean of histogram `k` over what a rate added (NaN: none, or a server without it). */
 const meanOver = (a: Sums, b: Sums, k: keyof Sums): number => (b[k].sum - a[k].sum) / (b[k].count - a[k].count);
@@ -150,9 +157,13 @@ async function runRate(url: string, rate: number, o: { clients: number; requests
   const tokens = outcomes.reduce((n, x) => n + x.outputTokens, 0);
   const ttft = outcomes.flatMap((x) => (x.ttftMs === null ? [] : [x.ttftMs])), tpot = outcomes.flatMap((x) => (x.tpotMs === null ? [] : [x.tpotMs]));
   const completed = outcomes.filter((x) => x.completed).length;
+  const renew = added(sums0, sums1, "renew");
   return {
     seconds, tokens, completed, reqPerS: completed / seconds, tokPerS: tokens / seconds, ttft, tpot,
     meanBatch: meanOver(sums0, sums1, "batch"), stepMs: meanOver(sums0, sums1, "step") * 1000, chunkMs: meanOver(sums0, sums1, "chunk") * 1000,
+    // The loop's time in neither a decode step nor a prefill chunk (renewals, admission, streaming, idle turns).
+    outsideS: seconds - added(sums0, sums1, "step").sum - added(sums0, sums1, "chunk").sum,
+    renewS: renew.sum, renewals: renew.count, reuses: added(sums0, sums1, "reuses").count,
   };
 }
 
@@ -176,8 +187,8 @@ const spread = lengths.spread === 0 ? "fixed" : `uniform ${1 - lengths.spread / 
 const q = (xs: number[], p: number) => Number(quantile(xs, p).toFixed(1));
 try {
   console.log(`server ${url}${server ? ` (hybridgen serve ${serveArgs})` : ""}; ${clients} clients, ${requests} requests a rate, prompt ${prompts}, output ~${lengths.outputTokens} tokens (${spread}), greedy\n`);
-  console.log("| arrival rate (req/s) | requests | time (s) | req/s | output tok/s | mean batch | decode step (ms) | prefill chunk (ms) | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) |");
-  console.log("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+  console.log("| arrival rate (req/s) | requests | time (s) | req/s | output tok/s | mean batch | decode step (ms) | prefill chunk (ms) | outside both (s) | renewals (n, s) | reuses | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) |");
+  console.log("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
   const results = [];
   for (const rate of rates) {
     const left = (deadlineMs - performance.now()) / 1000;
@@ -185,12 +196,14 @@ try {
     const r = await runRate(url, rate, { clients, requests, seed, limitS: Math.min(limitS, left - 1), ...lengths });
     const f = (x: number) => x.toFixed(1);
     const done = r.completed === requests ? String(requests) : `${r.completed} of ${requests} (time limit)`;
-    console.log(`| ${Number.isFinite(rate) ? rate : "all at once"} | ${done} | ${f(r.seconds)} | ${r.reqPerS.toFixed(2)} | ${f(r.tokPerS)} | ${r.meanBatch.toFixed(2)} | ${f(r.stepMs)} | ${f(r.chunkMs)} | ${f(quantile(r.ttft, 0.5))} | ${f(quantile(r.ttft, 0.99))} | ${f(quantile(r.tpot, 0.5))} | ${f(quantile(r.tpot, 0.99))} |`);
+    console.log(`| ${Number.isFinite(rate) ? rate : "all at once"} | ${done} | ${f(r.seconds)} | ${r.reqPerS.toFixed(2)} | ${f(r.tokPerS)} | ${r.meanBatch.toFixed(2)} | ${f(r.stepMs)} | ${f(r.chunkMs)} | ${r.outsideS.toFixed(2)} | ${r.renewals}, ${r.renewS.toFixed(2)} | ${r.reuses} | ${f(quantile(r.ttft, 0.5))} | ${f(quantile(r.ttft, 0.99))} | ${f(quantile(r.tpot, 0.5))} | ${f(quantile(r.tpot, 0.99))} |`);
     results.push({
       label, serve: serveArgs, rate: Number.isFinite(rate) ? rate : "inf", clients, requests, completed: r.completed, promptWords: lengths.promptWords, promptBytes: lengths.promptBytes,
       maxTokensMean: lengths.outputTokens, spread: lengths.spread, seconds: Number(r.seconds.toFixed(2)), generatedTokens: r.tokens,
       requestsPerSec: Number(r.reqPerS.toFixed(3)), outputTokensPerSec: Number(r.tokPerS.toFixed(1)), meanBatch: Number(r.meanBatch.toFixed(2)),
       ...(Number.isFinite(r.stepMs) ? { meanStepMs: Number(r.stepMs.toFixed(1)) } : {}), ...(Number.isFinite(r.chunkMs) ? { meanChunkMs: Number(r.chunkMs.toFixed(1)) } : {}),
+      ...(Number.isFinite(r.outsideS) ? { outsideStepsS: Number(r.outsideS.toFixed(2)) } : {}),
+      ...(Number.isFinite(r.renewals) ? { renewals: r.renewals, renewS: Number(r.renewS.toFixed(2)) } : {}), ...(Number.isFinite(r.reuses) ? { reuses: r.reuses } : {}),
       ttftMs: { p50: q(r.ttft, 0.5), p99: q(r.ttft, 0.99) }, tpotMs: { p50: q(r.tpot, 0.5), p99: q(r.tpot, 0.99) },
     });
   }

@@ -1,7 +1,9 @@
 // The server's hand-written Prometheus text (serve/metrics.ts) read back by a strict parser of the
 // exposition format 0.0.4: every family's HELP and TYPE once, before its samples; valid names;
 // label values escaped; histograms with ascending `le`, cumulative counts, +Inf = _count and the
-// observations' _sum; counters that only count.
+// observations' _sum; counters that only count. The CLI README's metrics table names every family
+// the server renders, and nothing else.
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { Histogram, Scalar, ServeMetrics } from "../src/serve/metrics.js";
 
@@ -128,6 +130,7 @@ describe("the server's Prometheus text", () => {
       "hybridgen_requests_running", "hybridgen_requests_queued", "hybridgen_generation_tokens_total", "hybridgen_time_to_first_token_seconds",
       "hybridgen_time_per_output_token_seconds", "hybridgen_batch_size", "hybridgen_kv_bytes", "hybridgen_hybrid_k", "hybridgen_hybrid_steps_total",
       "hybridgen_cpu_stage_seconds", "hybridgen_cpu_stage_seconds_total", "hybridgen_decode_step_seconds", "hybridgen_prefill_chunk_seconds", "hybridgen_slot_renew_seconds",
+      "hybridgen_slot_reuses_total",
     ]) expect(families.has(name), name).toBe(true);
     for (const f of families.values()) {
       if (f.type === "histogram") histogram(f);
@@ -161,5 +164,14 @@ describe("the server's Prometheus text", () => {
     const f = parse(`${s.render()}\n${h.render()}\n`);
     expect(f.get("test_odd")!.samples.map((x) => [x.labels.path, x.value])).toEqual([[odd, 2.5], ["up", Infinity], ["down", -Infinity]]);
     expect(histogram(f.get("test_h")!)).toEqual({ buckets: [[0.5, 0], [1, 0], [Infinity, 1]], sum: Infinity, count: 1 });
+  });
+
+  it("the CLI README's metrics table names every family the server renders, and no other", () => {
+    const readme = readFileSync(new URL("../README.md", import.meta.url), "utf8");
+    const table = readme.slice(readme.indexOf("**Metrics**"));
+    const rows = table.slice(0, table.indexOf("\n\n", table.indexOf("| metric |"))).split("\n").filter((l) => l.startsWith("| `hybridgen_"));
+    const named = rows.flatMap((r) => [...r.split(" | ")[0]!.matchAll(/`(hybridgen_[a-z_]+)(?:\{[a-z,]+\})?`/g)].map((m) => m[1]!));
+    expect(new Set(named).size).toBe(named.length);
+    expect(new Set(named)).toEqual(new Set(parse(new ServeMetrics().render()).keys()));
   });
 });

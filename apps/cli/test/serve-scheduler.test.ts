@@ -181,8 +181,59 @@ describe("the serve scheduler with hybrid attention and the planner's ledger", (
     expect([...ledger.reservedByTier().values()]).toEqual([0]);
     expect(hybrids!.all).toHaveLength(5); // the own sequence's and one live attention a slot: released ones pruned
     expect(metrics.finished.get({ reason: "length" })).toBe(5);
+    // All of one size: the three that waited each took the sequence (and store) a finished one left; renewed only as the first two came and the last two left.
+    expect(metrics.reused.get()).toBe(3);
+    expect(metrics.renewSeconds.observations).toBe(4);
     await scheduler.idle();
   });
+
+  for (const selector of ["topk", "index"] as const) {
+    it(`(${selector}) the queue's head takes a left sequence it fits as it is, else the slot is renewed; each text is generate's alone`, async () => {
+      using files = openModelDir(await stories15M());
+      const flags = [...FLAGS, "--selector", selector];
+      // Contexts: A 48, B 48 (takes A's), C 80 (B's is too short: renewed), D 72 (takes C's: at most a quarter shorter), E 40 (C's 80 is twice its context: renewed).
+      const jobs = [[PROMPTS[0]!, 48], [PROMPTS[1]!, 48], [PROMPTS[2]!, 80], [PROMPTS[3]!, 72], [PROMPTS[4]!, 40]] as const;
+      const maxTokens = jobs.map(([p, c]) => c - files.tokenizer.encode(p).length);
+      const want = [];
+      for (const [i, [p]] of jobs.entries()) want.push(await alone(p, maxTokens[i]!, flags));
+      using backend = createCpuBackend({ threads: 1 });
+      using model = loadModel(files, backend, { maxContext: 256, gpuKvBudget: 32, sinkTokens: 4 });
+      const ledger = await StoreLedger.on(memory(2 ** 30), model.cache, { kvPlacement: "semantic" });
+      let next: KvStoreAllocator | null = null;
+      const storeAllocator = () => {
+        const a = next ?? ledger.idle();
+        next = null;
+        return a;
+      };
+      using hybrids = await attachHybrid(model, backend, HybridCliOptionsSchema.parse({ ...hybridFlags, selector }), { storeAllocator, batch: 1, ownIdle: true });
+      using dec = new BatchDecoder(model, 2, { sequenceContext: 33 });
+      const metrics = new ServeMetrics();
+      const stats: string[] = [];
+      const scheduler = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, metrics, {
+        slots: [1], queueLimit: 8, chunk: 64, maxContext: 256, eos: files.shape.eosTokenIds, bytesPerToken: 1, idleContext: 33,
+        ledger, nextStore: (a) => (next = a), prune: (hybrids as unknown as { prune(): void }).prune, onHybridStats: (_, line) => stats.push(line),
+      });
+      const contexts: number[] = [];
+      const texts = await Promise.all(jobs.map(([p], i) => new Promise<string>((resolve, reject) => {
+        scheduler.submit({
+          ids: files.tokenizer.encode(p), maxTokens: maxTokens[i]!, sampling: { temperature: 0 }, stop: [], arrivedMs: 0,
+          onText: () => contexts[i] ??= dec.sequence(1).cache.maxContext,
+          onFinish: (r) => (r.finish === "length" ? resolve(r.text) : reject(new Error(`finished ${r.finish} ${r.error ?? ""}`))),
+        });
+      })));
+      expect(texts).toEqual(want);
+      expect(contexts).toEqual([48, 48, 80, 80, 40]);
+      expect(metrics.reused.get()).toBe(2);
+      // A came; B left (C does not fit its sequence); C came; D left (E does not fit); E came and left.
+      expect(metrics.renewSeconds.observations).toBe(6);
+      // Each request's own stats line: the second request on a sequence does not count the first's steps.
+      expect(stats).toHaveLength(5);
+      expect(stats.map((l) => Number(/median of (\d+) hybrid steps/.exec(l)?.[1])), "the steps with positions offloaded: its context less 34").toEqual(jobs.map(([, c]) => c - 34));
+      expect([...ledger.reservedByTier().values()]).toEqual([0]);
+      expect(dec.sequence(1).cache.maxContext).toBe(33);
+      await scheduler.idle();
+    });
+  }
 
   it("a store that cannot be built (its disk directory gone) fails that request with a one-line error; the next ones are served", async () => {
     using files = openModelDir(await stories15M());

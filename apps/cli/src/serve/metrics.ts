@@ -89,6 +89,7 @@ export class ServeMetrics {
   readonly stepSeconds = new Histogram("hybridgen_decode_step_seconds", "Wall time of one batched decode step (the forward pass and the picks).", SECONDS);
   readonly chunkSeconds = new Histogram("hybridgen_prefill_chunk_seconds", "Wall time of one prefill chunk.", SECONDS);
   readonly renewSeconds = new Histogram("hybridgen_slot_renew_seconds", "Wall time of renewing a slot's sequence on the loop (a request's admission on its context, or back to idle as it leaves): its KV and, with hybrid attention, its store allocated and pinned, or unpinned and freed.", SECONDS);
+  readonly reused = new Scalar("hybridgen_slot_reuses_total", "Requests that took the sequence a left request held in its slot, as it was (no renewal: its KV and, with hybrid attention, its pinned store reused).", "counter");
   readonly batchSize = new Scalar("hybridgen_batch_size", "Sequences in the last decode step.", "gauge");
   readonly batchSizes = new Histogram("hybridgen_batch_size_steps", "Sequences per decode step.", [1, 2, 4, 8, 16, 32]);
   readonly ttft = new Histogram("hybridgen_time_to_first_token_seconds", "From a request's arrival to its first token.", SECONDS);
@@ -105,7 +106,7 @@ export class ServeMetrics {
   render(): string {
     return `${[
       this.running, this.queued, this.slots, this.requests, this.finished, this.promptTokens, this.generated, this.steps, this.prefillChunks,
-      this.stepSeconds, this.chunkSeconds, this.renewSeconds, this.batchSize, this.batchSizes, this.ttft, this.tpot, this.e2e, this.kvBytes, this.deviceReserved, this.deviceBudget, this.hybridK, this.hybridSteps, this.cpuStage, this.cpuStageTotal,
+      this.stepSeconds, this.chunkSeconds, this.renewSeconds, this.reused, this.batchSize, this.batchSizes, this.ttft, this.tpot, this.e2e, this.kvBytes, this.deviceReserved, this.deviceBudget, this.hybridK, this.hybridSteps, this.cpuStage, this.cpuStageTotal,
     ].map((m) => m.render()).join("\n")}\n`;
   }
 }

@@ -12,7 +12,10 @@
  * (prompt + max_tokens), admitted when those device bytes fit what the running requests left
  * (DeviceLedger) and, past the window, its store fits the tiers left (StoreLedger); otherwise it
  * waits, the requests behind it too. When it leaves, the slot goes back to an idle sequence and
- * its bytes to the ledgers.
+ * its bytes to the ledgers — unless the queue's head fits the sequence it leaves (a context at
+ * most a quarter shorter): then the head takes that sequence as it is (its window, and with hybrid
+ * attention its store, already allocated and pinned), reset by its first prefill chunk, and
+ * nothing is renewed. A left sequence nobody takes by the next admission goes back as before.
  */
 import { Sampler, TokenText, type BatchDecoder, type FinishReason, type KvStoreAllocator, type SamplingOptionsInput, type Tokenizer } from "@hybridgen/core";
 import type { DeviceLedger } from "./device-ledger.js";
@@ -66,6 +69,12 @@ interface Queued {
   cancelled: boolean;
 }
 
+/** A left request's sequence kept in its (free) slot for the queue's head, with what it holds. */
+interface Kept {
+  readonly store: PlacedSlotStore | null;
+  readonly deviceBytes: number;
+}
+
 export interface SchedulerOptions {
   /** The decoder's slots requests may take (hybrid attention leaves slot 0, the model's own sequence, idle: it is never renewed). */
   readonly slots: readonly number[];
@@ -108,6 +117,8 @@ export class ServeScheduler {
   private readonly stale = new Set<number>();
   /** Positions of each renewable slot's sequence now. */
   private readonly slotContext = new Map<number, number>();
+  /** Free slots whose left request's sequence waits for the queue's head (kept(): the head fits it). */
+  private readonly kept = new Map<number, Kept>();
   /** A sequence could not be made for lack of device memory: admission waits for a request to leave. */
   private blocked = false;
   private readonly idleContext: number;
@@ -206,8 +217,8 @@ export class ServeScheduler {
   private async loop(): Promise<void> {
     for (;;) {
       try {
-        this.admit();
         this.retire();
+        this.admit(); // after retire(): the slots (and sequences) left since the last turn go to the queue first
         if (this.active.length === 0 && this.queue.length === 0) {
           this.gauges();
           this.looping = null; // now, not a microtask later: a submit() in between starts a new loop
@@ -247,19 +258,63 @@ export class ServeScheduler {
 
   /** `r`'s slot back to an idle sequence (its store's memory and files freed now), its bytes back to the ledgers. */
   private vacate(r: Running): void {
-    const stats = this.hybridStats(r.slot);
-    if (stats && stats.steps > 0) this.o.onHybridStats?.(r.slot, stats.summary());
-    if (r.slot !== 0 && (r.store || this.slotContext.get(r.slot) !== this.idleContext)) {
+    this.logStats(r.slot);
+    this.giveBack(r.slot, r.store, r.deviceBytes);
+    this.blocked = false;
+    this.free.push(r.slot);
+  }
+
+  /** The left request's hybrid stats line; the stats start again for the slot's next request. */
+  private logStats(slot: number): void {
+    const stats = this.hybridStats(slot);
+    if (stats && stats.steps > 0) this.o.onHybridStats?.(slot, stats.summary());
+    stats?.reset();
+  }
+
+  /** `slot`'s sequence back to an idle one (its store's memory and files freed now), `store` and `deviceBytes` back to the ledgers. */
+  private giveBack(slot: number, store: PlacedSlotStore | null, deviceBytes: number): void {
+    if (slot !== 0 && (store || this.slotContext.get(slot) !== this.idleContext)) {
       try {
-        this.renew(r.slot, this.o.ledger?.idle() ?? null, this.idleContext);
+        this.renew(slot, this.o.ledger?.idle() ?? null, this.idleContext);
       } catch (e) {
         this.o.onError?.(oneLine(e)); // the old sequence is released already; the slot's next request renews it
       }
     }
-    if (r.store) this.o.ledger!.release(r.store);
-    if (r.deviceBytes > 0) this.o.device!.release(r.deviceBytes);
+    if (store) this.o.ledger!.release(store);
+    if (deviceBytes > 0) this.o.device!.release(deviceBytes);
+  }
+
+  /** The first queued request not cancelled. */
+  private head(): Queued | undefined {
+    return this.queue.find((q) => !q.cancelled);
+  }
+
+  /** Whether a request of `context` positions may take the sequence `slot` holds as it is: long enough, at most a quarter longer, with a store if it needs one. */
+  private fits(slot: number, store: PlacedSlotStore | null, context: number): boolean {
+    if (slot === 0 || this.stale.has(slot)) return false;
+    const have = this.slotContext.get(slot)!, seq = this.sequenceContext(context);
+    return seq <= have && 4 * have <= 5 * seq && (store !== null || !(this.o.ledger?.needsStore(context) ?? false));
+  }
+
+  /** `r` left: its sequence stays in its slot for the queue's head when that fits it (its bytes held for it), else goes back. */
+  private leave(r: Running): void {
+    const head = this.stopping ? undefined : this.head();
+    if (!head || !this.fits(r.slot, r.store, head.job.ids.length + head.job.maxTokens)) {
+      this.vacate(r);
+      return;
+    }
+    this.logStats(r.slot);
+    this.kept.set(r.slot, { store: r.store, deviceBytes: r.deviceBytes });
     this.blocked = false;
     this.free.push(r.slot);
+  }
+
+  /** Every kept sequence goes back (nobody it fits is next). */
+  private releaseKept(): void {
+    for (const [slot, k] of this.kept) {
+      this.kept.delete(slot);
+      this.giveBack(slot, k.store, k.deviceBytes);
+    }
   }
 
   /** An engine error (a bug, or memory refused mid-step): every running request ends with it (HTTP 500 or an error event); the server goes on. */
@@ -277,8 +332,18 @@ export class ServeScheduler {
   /**
    * Free slots take queued requests in order; a request whose sequence does not fit the device
    * memory left, or whose store does not fit the tiers left, waits (and so do those behind it).
+   * A kept sequence the head fits is taken as it is; any other goes back before the head renews
+   * a slot (its bytes may be what the head needs), and every one left over goes back at the end.
    */
   private admit(): void {
+    try {
+      this.admitQueued();
+    } finally {
+      this.releaseKept();
+    }
+  }
+
+  private admitQueued(): void {
     while (this.queue.length > 0) {
       const q = this.queue[0]!;
       if (q.cancelled) {
@@ -289,6 +354,17 @@ export class ServeScheduler {
       if (this.free.length === 0 || this.blocked) return;
       const job = q.job;
       const context = job.ids.length + job.maxTokens;
+      const reuse = [...this.kept].find(([slot, k]) => this.fits(slot, k.store, context));
+      if (reuse) {
+        const [slot, k] = reuse;
+        this.kept.delete(slot);
+        this.free.splice(this.free.indexOf(slot), 1);
+        this.queue.shift();
+        this.metrics.reused.inc();
+        this.start(q, slot, k.store, k.deviceBytes);
+        continue;
+      }
+      this.releaseKept();
       const seq = this.sequenceContext(context);
       const slot = this.free[this.free.length - 1]!;
       // Slot 0 (the model's own sequence, full attention) holds the model's context since load; another is renewed on the request's.
@@ -334,14 +410,20 @@ export class ServeScheduler {
         continue;
       }
       if (held > 0) device!.hold(held);
-      const sampler = new Sampler(this.vocabSize, job.sampling);
-      sampler.observeAll(job.ids);
-      this.active.push({
-        job, queued: q, slot, sampler, store, deviceBytes: held, text: new TokenText(this.tokenizer, job.stop, job.ids[job.ids.length - 1]!), all: Int32Array.from(job.ids),
-        prefilled: 0, tokens: 0, next: -1, finish: null, lastTokenMs: 0,
-      });
-      this.metrics.promptTokens.inc(job.ids.length);
+      this.start(q, slot, store, held);
     }
+  }
+
+  /** `q` runs in `slot` (its sequence ready: renewed, or kept from the request before), holding `store` and `deviceBytes`. */
+  private start(q: Queued, slot: number, store: PlacedSlotStore | null, deviceBytes: number): void {
+    const job = q.job;
+    const sampler = new Sampler(this.vocabSize, job.sampling);
+    sampler.observeAll(job.ids);
+    this.active.push({
+      job, queued: q, slot, sampler, store, deviceBytes, text: new TokenText(this.tokenizer, job.stop, job.ids[job.ids.length - 1]!), all: Int32Array.from(job.ids),
+      prefilled: 0, tokens: 0, next: -1, finish: null, lastTokenMs: 0,
+    });
+    this.metrics.promptTokens.inc(job.ids.length);
   }
 
   /** A request ends unserved with `message` (HTTP 500 or an error event). */
@@ -433,7 +515,7 @@ export class ServeScheduler {
       const r = this.active[i]!;
       if (!r.finish) continue;
       this.active.splice(i, 1);
-      this.vacate(r); // the sequence goes now, not at the slot's next request: its memory and its store's files are freed at once
+      this.leave(r); // the sequence goes now (its memory and its store's files freed at once), unless the queue's head takes it
       if (r.finish === "abort") {
         const rest = r.text.flush();
         if (rest) this.emit(r.job, rest);
