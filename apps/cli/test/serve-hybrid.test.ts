@@ -2,7 +2,8 @@
 // (--host-kv-budget 0): concurrent requests each get the text of `hybridgen generate` alone with
 // the same flags; while they run, the metrics show their stores on disk and the hybrid steps'
 // K; once they are done no disk file is left (each left with its request). SIGINT while requests
-// hold stores on disk (--shutdown-grace 0) cancels them, their streams say why, no file is left, exit 0.
+// hold stores on disk (--shutdown-grace 0) cancels them, their streams say why, no file is left,
+// exit 0; SIGTERM (the signal a service manager sends, on its own path) does the same.
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -73,6 +74,31 @@ describe("hybridgen serve with hybrid attention, each request's store on the dis
       await stopped;
     }
     expect(server.stderr()).toMatch(/^SIGINT: not accepting requests; 2 running, 0 queued \(cancelled\), 0 s to finish$/m);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it("SIGTERM while requests hold stores on disk (--shutdown-grace 0): their streams end with the cancel, no file is left, exit 0", async () => {
+    requireBuiltBin();
+    const server = await startServer(["--threads", "1", "--max-batch", "2", "--shutdown-grace", "0", ...HYBRID]);
+    let stopped: ReturnType<typeof server.stop> | null = null;
+    try {
+      const long = PROMPTS.slice(2).map((prompt) => fetch(`${server.url}/v1/completions`, {
+        method: "POST", body: JSON.stringify({ prompt, max_tokens: 200, temperature: 0, stream: true }),
+      }));
+      await until(async () => (await metric(server.url, "hybridgen_requests_running")) === 2 && (await metric(server.url, "hybridgen_generation_tokens_total")) > 2 * 40, "two requests decoding past the window");
+      expect(await metric(server.url, `hybridgen_kv_bytes{tier="disk"}`)).toBeGreaterThan(0);
+      expect(readdirSync(dir).length).toBeGreaterThan(0);
+      stopped = server.stop("SIGTERM");
+      for (const r of long) {
+        const events = sseEvents(await (await r).text());
+        expect(events.slice(-2)).toEqual([{ error: { message: "the server is shutting down; the request was cancelled", type: "server_error", param: null, code: null } }, "[DONE]"]);
+      }
+      expect(await stopped).toEqual({ code: 0, signal: null });
+    } finally {
+      stopped ??= server.stop("SIGKILL");
+      await stopped;
+    }
+    expect(server.stderr()).toMatch(/^SIGTERM: not accepting requests; 2 running, 0 queued \(cancelled\), 0 s to finish$/m);
     expect(readdirSync(dir)).toEqual([]);
   });
 });
