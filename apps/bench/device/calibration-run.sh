@@ -12,7 +12,8 @@
 #    by side (seed 1): vt-8l on the vartrack mix for VT_BUDGET seconds once per learning rate of
 #    VT_LRS (the run answering more of fresh training-format batches at 4K is kept: its recipe.json
 #    says which), ruler-12l on the ruler mix for RULER_BUDGET at RULER_LR (empty VT_LRS or RULER_LR:
-#    that model is not trained; RULER_STEPS: a fixed step count, which the schedule then follows). Meanwhile recall-4l (RECALL_LENGTHS,
+#    that model is not trained; RULER_STEPS / VT_STEPS: a fixed step count, which the schedule then follows;
+#    VT_PHASES: vt-8l's curriculum, retrieval_models.py --phases). Meanwhile recall-4l (RECALL_LENGTHS,
 #    RECALL_MODES; empty modes: none) and the models staged as $STAGE/NAME.tar.xz with a line
 #    NAME:TASK:LENGTHS in $STAGE/models.txt (flags of their own in $STAGE/args-NAME.txt, e.g. vt-3l's
 #    --window 64 --records 24) are evaluated.
@@ -78,13 +79,13 @@ ALL_MODES=full,default,default-uncapped,default-cap64,default-fixed,exact,specul
   tar xJf "$STAGE/$name.tar.xz" -C $W/models
   evaluate "$name" "$task" "$lengths" "${STAGED_MODES:-$ALL_MODES}" $(cat "$STAGE/args-$name.txt" 2>/dev/null) &
 done < "$STAGE/models.txt"
-train() { # name lr dir budget [steps]
+train() { # name lr dir budget [steps] [phases]
   PYTHONUNBUFFERED=1 timeout "$(left 25)" python3 apps/bench/train/retrieval_models.py --out "$3" --models "$1" --grow-from $W/models/recall-4l \
-    --lr "$2" --time-budget "$4" ${5:+--steps "$5"} > "$3.txt" 2>&1
+    --lr "$2" --time-budget "$4" ${5:+--steps "$5"} ${6:+--phases "$6"} > "$3.txt" 2>&1
   grep -E 'before|steps in|rror' "$3.txt" | tail -3
 }
 [ -z "${VT_LRS-3e-4 1e-3}" ] || (
-  for lr in ${VT_LRS-3e-4 1e-3}; do train vt-8l "$lr" "$W/train/vt-8l-$lr" "${VT_BUDGET:-30}" & done
+  for lr in ${VT_LRS-3e-4 1e-3}; do train vt-8l "$lr" "$W/train/vt-8l-$lr" "${VT_BUDGET:-30}" "${VT_STEPS:-}" "${VT_PHASES:-}" & done
   wait
   # The vt-8l run that answers more of the training-format batches at 4K.
   best=$(python3 -c "

@@ -1,7 +1,7 @@
 """Trains small retrieval models unlike recall-4l, for hybrid attention's accuracy tables.
 
     python3 apps/bench/train/retrieval_models.py --out DIR [--models ruler-8l,ruler-12l] [--seed 1]
-        [--steps N] [--time-budget 90] [--tiny]
+        [--steps N] [--time-budget 90] [--lr 2e-3] [--phases 0.5:512:64,1:4096:8] [--tiny]
     python3 apps/bench/train/llama_files.py NAME DIR   # the files beside returned weights (no torch needed)
 
 Each model is a Llama (HF layout: config.json, model.safetensors in bf16, a word-level
@@ -177,7 +177,7 @@ def train(name, args, device):
         print(f"{name}: grown from {args.grow_from}, answer-token accuracy before training {evaluate(model, rng, 1024, device, mix):.3f}", flush=True)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=0.05)
     # (until this share of the steps: sequence length, batch)
-    phases = [(1.0, 256, 8)] if args.tiny else [(0.4, 1024, 32), (0.8, 2048, 16), (1.0, 4096, 8)] if args.grow_from else [(0.3, 512, 64), (0.7, 1024, 32), (0.9, 2048, 16), (1.0, 4096, 8)]
+    phases = args.phases or ([(1.0, 256, 8)] if args.tiny else [(0.4, 1024, 32), (0.8, 2048, 16), (1.0, 4096, 8)] if args.grow_from else [(0.3, 512, 64), (0.7, 1024, 32), (0.9, 2048, 16), (1.0, 4096, 8)])
     t0, step = time.time(), 0
     while step < args.steps and time.time() - t0 < args.time_budget:
         # The schedule follows whichever runs out first, the steps or the time budget.
@@ -207,6 +207,18 @@ def train(name, args, device):
               open(os.path.join(out, "recipe.json"), "w"), indent=2)
 
 
+def phases_arg(text):
+    """--phases FRAC:LENGTH:BATCH,...: increasing shares of the schedule ending at 1, lengths and batches positive."""
+    try:
+        phases = [(float(f), int(l), int(b)) for f, l, b in (p.split(":") for p in text.split(","))]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected FRAC:LENGTH:BATCH,... (got {text!r})")
+    fracs = [f for f, _, _ in phases]
+    if fracs != sorted(set(fracs)) or fracs[0] <= 0 or fracs[-1] != 1 or any(l < 16 or b < 1 for _, l, b in phases):
+        raise argparse.ArgumentTypeError(f"shares must increase to 1, lengths be at least 16 and batches at least 1 (got {text!r})")
+    return phases
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -218,6 +230,8 @@ def main():
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--tiny", action="store_true", help="a 2-layer model on 256-token sequences (a CPU smoke test)")
     ap.add_argument("--grow-from", default="", help="recall-4l's directory: start from its layers (see grown()) instead of random weights")
+    ap.add_argument("--phases", type=phases_arg, default=None,
+                    help="FRAC:LENGTH:BATCH,... (until FRAC of the schedule: sequences of LENGTH tokens, BATCH a step; the last FRAC 1)")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.type == "cuda":
