@@ -80,8 +80,10 @@ ALL_MODES=full,default,default-uncapped,default-cap64,default-fixed,exact,specul
   evaluate "$name" "$task" "$lengths" "${STAGED_MODES:-$ALL_MODES}" $(cat "$STAGE/args-$name.txt" 2>/dev/null) &
 done < "$STAGE/models.txt"
 train() { # name lr dir budget [steps] [phases]
+  # The training's own budget ends 10 s before its timeout, so that a call running late still saves (and evaluates) the weights.
+  b=$(left 35); [ "$b" -lt "$4" ] || b=$4
   PYTHONUNBUFFERED=1 timeout "$(left 25)" python3 apps/bench/train/retrieval_models.py --out "$3" --models "$1" --grow-from $W/models/recall-4l \
-    --lr "$2" --time-budget "$4" ${5:+--steps "$5"} ${6:+--phases "$6"} > "$3.txt" 2>&1
+    --lr "$2" --time-budget "$b" ${5:+--steps "$5"} ${6:+--phases "$6"} > "$3.txt" 2>&1
   grep -E 'before|steps in|rror' "$3.txt" | tail -3
 }
 [ -z "${VT_LRS-3e-4 1e-3}" ] || (
