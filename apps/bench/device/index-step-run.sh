@@ -7,9 +7,9 @@
 # and the index configs in the same run; default 32K and 131K, full and pre-index; each step's timings in traces/; the
 # hand-off probe's line and how many verified layers' tables the device made), the CPU
 # stage's index bounds per ISA (AVX2 against AVX-512, when the host has it), then scale-run with
-# the index ranked on the device (the planner's window, synthetic KV) at 1.5M where the GPU holds
-# more than 100 GB, else 1M (an H100's window leaves 1.5M more host store than 125 GiB holds: the
-# planner refuses it in one line). Prepare on the dev machine, from the repository root:
+# the index ranked on the device (synthetic KV; the planner's least window: the host store held to
+# SCALE_HOST_KV, default 88G, the window the rest) at 1.5M where the GPU holds more than 100 GB, else
+# 1M (an H100's window leaves 1.5M more host store than 125 GiB holds: the planner refuses it in one line). Prepare on the dev machine, from the repository root:
 #   sh ../shared/device/stage-bun.sh && (cd packages/kernels-cpu && bun run build) && (cd packages/kernels-cuda && HYBRIDGEN_BUILD_CUDA=1 bun run build)
 #   for b in cuda/index-check hybrid-modes scale-run; do bun build --target=bun --external 'bun:*' apps/bench/src/$b.ts --outfile .device/$(basename $b).js; done
 #   gcc -O2 -Ipackages/kernels-cpu/native apps/bench/src/cpu/index-bounds.c -L.device/lib -lhgcpu -Wl,-rpath,'$ORIGIN/lib' -o .device/index-bounds
@@ -47,7 +47,7 @@ if [ "${SCALE:-1}" = 1 ]; then
   T=$(left)
   if [ "$T" -lt 30 ]; then echo "scale-run skipped: ${T} s left"; else
     timeout "$T" bun "$DEVICE_DIR/scale-run.js" --contexts "$SCALE_CONTEXTS" --synthetic-kv --steps "${SCALE_STEPS:-10}" --config pre-index \
-      --index-form "${INDEX_FORM:-int4}" > "$OUT/scale.log" 2>&1
-    echo "scale-run $SCALE_CONTEXTS exit $?"; grep -E '^context|^\| [0-9]|refused|rror|synthetic|loaded|hybrid:|tiers:' "$OUT/scale.log" | head -12
+      --index-form "${INDEX_FORM:-int4}" --window "${SCALE_WINDOW:-least}" --host-kv-budget "${SCALE_HOST_KV:-88G}" > "$OUT/scale.log" 2>&1
+    echo "scale-run $SCALE_CONTEXTS exit $?"; grep -E '^context|^\| [0-9]|refused|rror|synthetic|loaded|hybrid:|tiers:|device:|bytes a step|ranks a layer' "$OUT/scale.log" | head -16
   fi
 fi

@@ -9,14 +9,16 @@
  *
  *   ./bun apps/bench/src/scale-run.ts --contexts 1500000,2000000 --synthetic-kv [--kv-disk DIR]
  *     [--host-kv-budget 88G] [--preset llama-3.1-8b] [--backend cuda|cpu] [--steps 24] [--k 256]
- *     [--sinks 4] [--window auto|N] [--placement semantic] [--config post-verified|pre-index|…] [--index-form int4] [--threads N] [--batch B]
+ *     [--sinks 4] [--window auto|least|N] [--placement semantic] [--config post-verified|pre-index|…] [--index-form int4] [--threads N] [--batch B]
  *
  * --synthetic-kv (never the default): no prefill; the window is filled with seeded random rows,
  * then the cache grows through its own append and evict path without computing any row, so
  * every eviction's device → host copy carries those rows into the store (disk tier included). Without
  * it the prompt is prefilled for real in blocks of 32 768 tokens (the ≥ 256K proof of the path).
  * Dummy bf16 weights, bf16 KV; one config per context (a checkpoint of a 100 GB window
- * would not fit anywhere).
+ * would not fit anywhere). --window least: the planner's smallest window the host tiers leave (the
+ * page index on the device: an offloaded token costs the device its index bytes, a window token its
+ * K and V). Each row is followed by its bytes a step per side and their floor at the run's bandwidths.
  */
 import { cpus } from "node:os";
 import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type HybridStepRecord, isFileTier } from "@hybridgen/core";
@@ -35,6 +37,11 @@ const steps = Number(arg("steps", "24"));
 const K = hybridArg("k", 256);
 const sinks = Number(arg("sinks", "4"));
 const windowArg = arg("window", "auto");
+if (!["auto", "least"].includes(windowArg) && !(Number.isInteger(Number(windowArg)) && Number(windowArg) > 0)) {
+  process.stderr.write(`error: invalid value for --window: must be auto, least or a positive token count (got ${windowArg})\n`);
+  process.exit(2);
+}
+const autoWindow = windowArg === "auto" || windowArg === "least";
 const policy = arg("placement", "semantic") as "semantic" | "interleave" | "local" | "dram-only";
 const kvDisk = arg("kv-disk", "");
 const hostBudgetArg = arg("host-kv-budget", "");
@@ -117,6 +124,26 @@ function rankedPrediction(a: HybridAttention, input: RunPlanInput, plan: RunPlan
   }
 }
 
+/**
+ * A step's bytes per side as the planner counts them (the device: weights, windows, a device index;
+ * each tier: what the stage reads and gathers there; the link: the rows sent up) and their floor at this
+ * run's bandwidths (the sides overlap: the floor is the slowest), against the measured ms a step.
+ */
+function floorLine(plan: RunPlan, bytes: RunPlan["predicted"]["bytes"], measured: number): string {
+  const at = (b: number, gbs: number | undefined) => (gbs ? (b / (gbs * 1e9)) * 1e3 : null);
+  const device = at(bytes.gpu, copyBw ? copyBw / 1e9 : undefined), linkMs = at(bytes.link, link ? link.h2d / 1e9 : undefined);
+  let host: number | null = 0;
+  for (const [id, b] of Object.entries(bytes.tiers)) {
+    const m = at(b, plan.tiers.find((t) => t.id === id)?.readBandwidthGBs);
+    host = host === null || m === null ? null : host + m;
+  }
+  const sides = [device, host, linkMs];
+  const floor = sides.some((x) => x === null) ? null : Math.max(...(sides as number[]));
+  const f = (x: number | null) => (x === null ? "–" : x.toFixed(2));
+  return `bytes a step: device ${formatBytes(bytes.gpu)}, host ${formatBytes(Object.values(bytes.tiers).reduce((a, b) => a + b, 0))}, link ${formatBytes(bytes.link)}; ` +
+    `floor ms (device / host / link) ${f(device)} / ${f(host)} / ${f(linkMs)}: ${f(floor)}, measured ${measured.toFixed(2)} (${floor ? (measured / floor).toFixed(2) : "–"}× the floor)`;
+}
+
 /** Greedy batched decode of `steps` tokens, every slot a step; wall ms of each step (step + picks). */
 function batchWalls(dec: BatchDecoder, slots: number[], first: Int32Array): number[] {
   const walls: number[] = [];
@@ -142,11 +169,11 @@ for (const context of contexts) {
       activationBytes: LlamaModel.activationBytes(files.shape, PREFILL_BLOCK),
     },
     kvElementBytes: 2, contextTokens: maxContext, batch, k: K, policy, prefill: !synthetic, appendTokens: PREFILL_BLOCK, hostBudgetBytes: hostBudget, tiers: baseTiers,
-    gpuKvBudget: windowArg === "auto" ? ("auto" as const) : Number(windowArg), index: INDEX[config],
+    gpuKvBudget: autoWindow ? ("auto" as const) : Number(windowArg), leastWindow: windowArg === "least", index: INDEX[config],
     gpu: freeBytes === undefined ? undefined : { freeBytes, readBandwidthGBs: copyBw ? copyBw / 1e9 : undefined, linkBandwidthGBs: link ? link.h2d / 1e9 : undefined },
   };
   const plan = planRun(planInput);
-  const window = plan.gpu?.windowTokens ?? (windowArg === "auto" ? Math.min(maxContext, 65536) : Number(windowArg));
+  const window = plan.gpu?.windowTokens ?? (autoWindow ? Math.min(maxContext, 65536) : Number(windowArg));
   console.log(`context ${context} × batch ${batch}: plan window ${window}, offloaded ${plan.offloadedTokens} a sequence, predicted ${plan.predicted.msPerToken?.toFixed(2) ?? "–"} ms/step`);
   if (plan.refusal) {
     console.log(`  refused by the planner: ${plan.refusal}`);
@@ -211,6 +238,7 @@ for (const context of contexts) {
     `${mean(trace.map((t) => t.tGpuMs)).toFixed(2)} | ${mean(trace.map((t) => t.tCpuMs)).toFixed(2)} | ${mean(trace.map((t) => t.tTxMs)).toFixed(2)} | ` +
     `${checks.filter((c) => c.ok).length}/${checks.length} |`);
   console.log(rows[rows.length - 1]);
+  console.log(`  ${floorLine(plan, p.bytes, ms)}`);
   const spills = stores.filter((s): s is KSpill => s instanceof KSpill);
   if (spills.length > 0) {
     const sum = (f: (s: KSpill) => number) => spills.reduce((n, s) => n + f(s), 0);

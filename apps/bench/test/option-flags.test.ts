@@ -17,6 +17,7 @@ describe("bench scripts' hybrid flags", () => {
   it("stage-split's sweep over --scoring and its --rescore-factor, selector-bench's --k and --cpu-stage-threads, hybrid-modes' --row-path: the runtime's bounds", () => {
     const cases: [string, string[], string][] = [
       ["hybrid-modes.ts", ["--backend", "cpu", "--row-path", "sideways"], "error: invalid value for --row-path: must be auto, mapped or staged\n"],
+      ["scale-run.ts", ["--backend", "cpu", "--window", "most"], "error: invalid value for --window: must be auto, least or a positive token count (got most)\n"],
       ["cpu/stage-split.ts", ["--scoring", "full,int9"], "error: invalid value for --scoring: must be full, int8 or int4\n"],
       ["cpu/stage-split.ts", ["--rescore-factor", "0"], "error: invalid value for --rescore-factor: must be at least 1\n"],
       ["selectors/selector-bench.ts", ["--k", "-1"], 'error: invalid value for --k: "-1" is not a non-negative integer\n'],

@@ -37,6 +37,8 @@
  * (the stages overlap; the selected rows can only move once the CPU stage chose them).
  * An "auto" window may be held to a byte budget of the device's reads (maxGpuReadBytes) and to the
  * host's share of the step (balanceWindow): a window past either reads more for no faster step.
+ * With leastWindow it is the smallest the memory tiers leave (a page index on the device: an offloaded
+ * token costs the device its index bytes, a window token its K and V).
  */
 import { z } from "zod";
 import { HybridgenError, MemoryTierSchema, PlacementPolicySchema, isFileTier } from "@hybridgen/spec";
@@ -134,6 +136,12 @@ export const RunPlanInputSchema = z.object({
   maxGpuReadBytes: z.number().positive().optional(),
   /** "auto" window: shrunk until the device's part of the step is no longer than the host's (issuing, CPU stage), down to appendTokens — offloading more costs nothing then. */
   balanceWindow: z.boolean().default(false),
+  /**
+   * "auto" window: the smallest the memory tiers leave (the store fills host memory first, never a
+   * file tier the fullest window would not use), down to appendTokens — for a page index on the device,
+   * where an offloaded token costs the device its index bytes and a window token its whole K and V.
+   */
+  leastWindow: z.boolean().default(false),
   index: z.object({
     form: z.enum(["int8", "int4"]).default("int8"),
     pageSize: z.number().int().min(1).max(4096).default(16),
@@ -412,6 +420,23 @@ export function planRun(input: RunPlanInput): RunPlan {
       shrunk = Math.min(shrunk, Math.max(Math.min(window, o.appendTokens), windowFor(Math.max(0, host - ranking) * o.gpu.readBandwidthGBs * 1e6)));
     }
     if (shrunk < window) return planRun({ ...input, gpuKvBudget: shrunk, maxGpuReadBytes: undefined, balanceWindow: false });
+  }
+
+  if (o.leastWindow && gpu && o.gpuKvBudget === "auto" && refusal === null) {
+    // The store grows as the window shrinks: the least window whose store fits in no more file bytes than this one's (monotone, so bisect).
+    const fileBytes = (ts: RunPlan["tiers"]) => ts.reduce((n, t) => n + (isFileTier(t) ? t.kBytes + t.vBytes : 0), 0);
+    const limit = fileBytes(tiers);
+    const at = (w: number) => planRun({ ...input, gpuKvBudget: w, leastWindow: false });
+    const ok = (p: RunPlan) => p.fits && fileBytes(p.tiers) <= limit;
+    let lo = Math.max(1, Math.min(window, o.appendTokens)), hi = window;
+    if (!ok(at(lo))) {
+      while (lo < hi) {
+        const mid = Math.floor((lo + hi) / 2);
+        if (ok(at(mid))) hi = mid;
+        else lo = mid + 1;
+      }
+    } else hi = lo;
+    if (hi < window) return at(hi);
   }
 
   return {

@@ -293,6 +293,26 @@ describe("planRun with the page index choosing the stage's rows", () => {
     expect(r.refusal).toMatch(/^the page index's host copy \(.+ for \d+ offloaded tokens × batch 1\) does not fit node0's usable 1\.80 GiB \(form int4, larger pages or a shorter context need less\)$/);
   });
 
+  it("least window: the smallest whose store the memory tiers hold (never more on disk than the fullest window's), down to the append block", () => {
+    // 1M tokens on the H100 machine, the host store held to 88 GiB: the window keeps what the host cannot.
+    const h100 = { freeBytes: 75 * GiB, readBandwidthGBs: 3000, linkBandwidthGBs: 50 }, o = { ...base, contextTokens: 1_000_000, gpu: h100, hostBudgetBytes: 88 * GiB, index: { placement: "device" as const } };
+    const fill = planRun(o), least = planRun({ ...o, leastWindow: true }), w = least.gpu!.windowTokens;
+    expect(least.fits).toBe(true);
+    expect(w).toBeLessThan(fill.gpu!.windowTokens);
+    expect(planRun({ ...o, gpuKvBudget: w - 1 }).fits).toBe(false); // one token less and the store no longer fits
+    expect(least.predicted.bytes.gpu).toBeLessThan(fill.predicted.bytes.gpu);
+    expect(least.offloadedTokens).toBe(1_000_000 - w);
+    // A host that holds every offloaded token: the window stops at the append block.
+    const roomy = planRun({ ...o, hostBudgetBytes: undefined, tiers: [{ ...node0, capacityBytes: 1024 * GiB }], appendTokens: 4096, leastWindow: true });
+    expect(roomy.gpu!.windowTokens).toBe(4096);
+    // With a disk tier the fullest window does not need, the least window stays off it.
+    const withDisk = planRun({ ...o, tiers: [node0, { ...disk, capacityBytes: 600 * GiB }], leastWindow: true });
+    expect(withDisk.gpu!.windowTokens).toBe(w);
+    expect(withDisk.tiers.find((t) => t.kind === "file")!.vBytes).toBe(0);
+    // A fixed window is kept.
+    expect(planRun({ ...o, gpuKvBudget: 300_000, leastWindow: true }).gpu!.windowTokens).toBe(300_000);
+  });
+
   it("disk reads: the index's rows come as whole pages of the file, one 4 KiB read an index page of 16 bf16 rows of 128 (not one a row); their K rows from memory, where K is", () => {
     // The scale run's 2M disk layout (V's last ~18 layers in files, K all in memory): the disk gives the pages' V rows.
     const tiers: MemoryTier[] = [node0, { ...disk, capacityBytes: 60 * GiB, readBandwidthGBs: 2.3, readLatencyUs: 1450, readDepth: 120 }];
