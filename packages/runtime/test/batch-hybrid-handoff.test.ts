@@ -152,8 +152,8 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       expect((r.link as HandoffLink).handOffCalls, label).toBe((STEPS - 2) * LAYERS);
       // And their merges with the windows' partials as one Backend.attnMergeRows a layer of each batched step.
       expect(mergeRows, label).toBe((STEPS - 2) * LAYERS);
-      // Verified layers (all but layer 0, whose q̃ is its query) score every row's K rows in one rescoreRows.
-      expect((r.link as HandoffLink).rescoreCalls, label).toBe(c.logits === "verified" ? (STEPS - 2) * (LAYERS - 1) : 0);
+      // Verified layers (all but layer 0, whose q̃ is its query) score every row's K rows in one rescoreRows (sequence 2's lone steps: its own).
+      expect((r.link as HandoffLink).rescoreCalls, label).toBe(c.logits === "verified" ? STEPS * (LAYERS - 1) : 0);
       // Query sends: a row's own on layer 0 (its job goes at once), then one op a layer for the rows' q̃ of the next; exact layers send each row's true query alone.
       expect(SendBatch.of(r.link).calls, label).toBe(c.logits === "exact" ? (ROW_STEPS - 2) * LAYERS : ROW_STEPS - 2 + (STEPS - 2) * (LAYERS - 1));
       r.close();

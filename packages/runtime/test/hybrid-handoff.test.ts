@@ -42,6 +42,7 @@ function run(files: ModelFiles, tokens: number[], c: Case, handoff: { depth: num
   return {
     out, cpuStageMs, handedOff, summary, segments: rec.segments,
     awaited: link instanceof HandoffLink ? link.awaited : 0,
+    rescores: link instanceof HandoffLink ? link.rescoreCalls : 0,
     waits: stage instanceof QueuedStage ? stage.waits : 0,
     mostQueued: stage instanceof QueuedStage ? stage.mostQueued : 0,
   };
@@ -64,6 +65,8 @@ describe("hybrid attention handed off on the device (queued stage jobs, device-s
       const label = `${c.selector.name} ${c.logits}`;
       const plain = run(files, tokens, c, null), handed = run(files, tokens, c, { depth: 64 });
       expect(handed.awaited, label).toBe(steps * LAYERS);
+      // A verified layer's logits and their padding are one rescoreRows (layer 0's q̃ is its query: not rescored).
+      expect(handed.rescores, label).toBe(c.logits === "verified" ? steps * (LAYERS - 1) : 0);
       expect(handed.waits, label).toBe(steps);
       expect(handed.handedOff, label).toBe(steps);
       expect(handed.summary, label).toContain(`${steps} of ${steps} steps handed off`);

@@ -254,7 +254,7 @@ export class DeviceStaging implements Disposable {
     return { scores: this.scores[slot]!, col: this.col, group, keep, values: v.store, src: this.hostOf(this.cache.stageStoreV(layer)), rows: this.rowGather(v.kmax), table: this.regions[slot]!.table! };
   }
 
-  /** The verified logits of a handed-off layer (after batchHandOff) as a row of the batch's one rescoreRows: what attnLogits and padColumns would write. */
+  /** The verified logits of a handed-off layer (after handOffRows or batchHandOff) as a row of a rescoreRows: what attnLogits and the link's padColumnsAt would write. */
   batchRescore(slot: 0 | 1, q: Tensor, keys: Tensor, kmax: number, scale: number): RescoreRow {
     return { scores: this.scores[slot]!, col: this.col, q, keys, kmax, scale, table: this.regions[slot]!.table! };
   }
@@ -296,11 +296,6 @@ export class DeviceStaging implements Disposable {
     if (keep > 0 && !k) fail("hybrid attention: candidates kept on a layer that scores no K rows");
     if (keep === 0) gathers.push({ dst: v.store, src: this.hostOf(c.stageStoreV(layer)), rows, table });
     return gathers;
-  }
-
-  /** Verified logits of a handed-off layer: columns past each KV head's count become −∞ (the table's counts, read by the device). */
-  padColumns(slot: 0 | 1, kmax: number, group: number): void {
-    this.link.padColumnsAt!(this.scores[slot]!, this.col, kmax, group, this.regions[slot]!.table!);
   }
 
   /**

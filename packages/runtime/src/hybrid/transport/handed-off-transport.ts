@@ -120,12 +120,11 @@ export class HandedOffTransport extends MappedTransport {
     if (fetch) d.releaseRows(slot);
   }
 
-  /** Verified logits of a handed-off layer: the true query against the gathered K rows, −∞ past each KV head's count. */
+  /** Verified logits of a handed-off layer: the true query against the gathered K rows, −∞ past each KV head's count (one op: the link's rescoreRows of one row). */
   private rescored(slot: 0 | 1, q: Tensor, keys: Tensor | null, rescore: boolean, kmax: number): void {
     if (!rescore) return;
     const d = this.d;
-    this.attention.backend.attnLogits(d.scores[slot]!, d.col, q, 0, keys!, 0, kmax, this.attention.scale);
-    d.padColumns(slot, kmax, this.step.layout.groupSize);
+    d.link.rescoreRows!([d.batchRescore(slot, q, keys!, kmax, this.attention.scale)]);
   }
 
   /**
