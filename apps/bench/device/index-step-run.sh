@@ -14,6 +14,7 @@
 #   for b in cuda/index-check hybrid-modes scale-run; do bun build --target=bun --external 'bun:*' apps/bench/src/$b.ts --outfile .device/$(basename $b).js; done
 #   gcc -O2 -Ipackages/kernels-cpu/native apps/bench/src/cpu/index-bounds.c -L.device/lib -lhgcpu -Wl,-rpath,'$ORIGIN/lib' -o .device/index-bounds
 # with both libraries in .device/lib, and carry [".device"] (or stage those and this script under one folder, DEVICE_DIR=it).
+# SCALE_S caps the scale run's seconds; PROFILES=name:context:config … at the end: profile-run.sh (ncu kernel times of one step) in the time left.
 set -u
 . "$(dirname "$0")/device-env.sh"
 START=$(date +%s)
@@ -44,10 +45,15 @@ fi
 GPU_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 SCALE_CONTEXTS=${SCALE_CONTEXTS:-$([ "$GPU_MIB" -gt 100000 ] && echo 1500000 || echo 1000000)}
 if [ "${SCALE:-1}" = 1 ]; then
-  T=$(left)
+  T=$(left); if [ -n "${SCALE_S:-}" ] && [ "$SCALE_S" -lt "$T" ]; then T=$SCALE_S; fi
   if [ "$T" -lt 30 ]; then echo "scale-run skipped: ${T} s left"; else
     timeout "$T" bun "$DEVICE_DIR/scale-run.js" --contexts "$SCALE_CONTEXTS" --synthetic-kv --steps "${SCALE_STEPS:-10}" --config pre-index \
       --index-form "${INDEX_FORM:-int4}" --window "${SCALE_WINDOW:-least}" --host-kv-budget "${SCALE_HOST_KV:-88G}" > "$OUT/scale.log" 2>&1
     echo "scale-run $SCALE_CONTEXTS exit $?"; grep -E '^context|^\| [0-9]|refused|rror|synthetic|loaded|hybrid:|tiers:|device:|bytes a step|ranks a layer' "$OUT/scale.log" | head -16
   fi
+fi
+# PROFILES (profile-run.sh's name:context:config entries): ncu kernel times of one step each, with what is left.
+if [ -n "${PROFILES:-}" ]; then
+  T=$(( $(left) - 2 ))
+  if [ "$T" -lt 40 ]; then echo "profiles skipped: $T s left"; else PROFILE_S=$T sh "$(dirname "$0")/profile-run.sh"; fi
 fi

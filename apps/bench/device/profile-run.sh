@@ -1,7 +1,8 @@
 #!/bin/sh
 # One device call: ncu kernel times of one hybrid-modes decode step per profile, summed by kernel.
 # PROFILES: name:context:config entries (default: full attention at 4K, pre-speculative and
-# pre-verified at 32K). Prepare as hybrid-run.sh (the hybrid-modes bundle and both libraries).
+# pre-verified at 32K); PROFILE_S seconds each at most (default 110). Prepare as hybrid-run.sh (the
+# hybrid-modes bundle and both libraries, in DEVICE_DIR).
 set -u
 . "$(dirname "$0")/device-env.sh"
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -9,8 +10,8 @@ echo "ncu: $NCU"; nvidia-smi --query-gpu=name,serial --format=csv,noheader | tee
 for p in ${PROFILES:-full-4k:4096:full prespec-32k:32768:pre-speculative prever-32k:32768:pre-verified}; do
   name=${p%%:*}; rest=${p#*:}; ctx=${rest%%:*}; config=${rest#*:}
   # Unlocked clocks (the bench's own); kernels run one at a time under ncu, so sums exceed wall time a little.
-  timeout 110 "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base \
-    bun .device/hybrid-modes.js --steps 8 --profile-step 6 --contexts "$ctx" --configs "$config" > "$OUT/$name.csv" 2> "$OUT/$name.err"
+  timeout "${PROFILE_S:-110}" "$NCU" --clock-control none --profile-from-start off --metrics gpu__time_duration.sum --csv --print-units base \
+    bun "$DEVICE_DIR/hybrid-modes.js" --steps 8 --profile-step 6 --contexts "$ctx" --configs "$config" > "$OUT/$name.csv" 2> "$OUT/$name.err"
   echo "$name exit $?"; tail -2 "$OUT/$name.err" | cut -c1-300
   python3 - "$OUT/$name.csv" <<'PY'
 import csv, sys, collections
