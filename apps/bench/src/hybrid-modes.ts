@@ -126,22 +126,23 @@ async function bandwidths(be: Backend): Promise<Bandwidths> {
 
 /**
  * `hybridgen plan`'s prediction for a step with the index ranked on the device, from this run's
- * bandwidths, the ranking's measured time a layer (indexRankCharge at the run's index shape and
- * widest want) and, for layers whose job waits for the true query (exact logits), the hand-off
+ * bandwidths (the device's at full attention's decode rate when full attention ran at this
+ * context), the ranking's measured time a layer (indexRankCharge at the run's index shape and widest want) and, for layers whose job waits for the true query (exact logits), the hand-off
  * measured at the start (handOff), against the measured ms/token.
  */
-function plannerLine(shape: DeviceIndexShape, form: "int8" | "int4", logits: string, context: number, offloaded: number, measured: number): string {
+function plannerLine(shape: DeviceIndexShape, form: "int8" | "int4", logits: string, context: number, offloaded: number, measured: number, decodeRate: number | undefined): string {
   const candidates = logits === "verified" ? CANDIDATES : 1;
   const { want, indexRankMs } = indexRankCharge(backend, shape, { k: K, candidates, offloaded, pageSize: INDEX_PAGE, layers: modelBytes.layers });
   const plan = planRun({
-    model: { layers: modelBytes.layers, heads: modelBytes.heads, kvHeads: modelBytes.kvHeads, headDim: modelBytes.headDim, weightsBytes: modelBytes.weightBytes },
+    model: { layers: modelBytes.layers, heads: modelBytes.heads, kvHeads: modelBytes.kvHeads, headDim: modelBytes.headDim, weightsBytes: modelBytes.weightBytes, queryProjectionBytes },
     kvElementBytes: 2, contextTokens: context, gpuKvBudget: window, k: K, candidates, prefill: false, serialLayers: logits === "exact" ? modelBytes.layers : 0,
     tiers: [{ id: "host", kind: "dram", capacityBytes: totalmem(), readBandwidthGBs: bw.hostRead / 1e9 }],
-    gpu: { freeBytes: deviceBytes, readBandwidthGBs: bw.hbm / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs, ...(handOff === undefined ? {} : { handOffMs: handOff }) },
+    gpu: { freeBytes: deviceBytes, readBandwidthGBs: (decodeRate ?? bw.hbm) / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs, ...(handOff === undefined ? {} : { handOffMs: handOff }) },
     index: { form, placement: "device" },
   });
   const p = plan.predicted, f = (x: number | null) => (x === null ? "–" : x.toFixed(2));
-  return `planner: ${f(p.msPerToken)} ms/token predicted (GPU ${f(p.gpuMs)} with the ranking ${(indexRankMs * 1e3).toFixed(1)} µs a layer at want ${want}, CPU ${f(p.cpuMs)}, ` +
+  const rate = decodeRate === undefined ? "the D2D copy rate" : `full attention's decode rate here, ${(decodeRate / 1e9).toFixed(0)} GB/s`;
+  return `planner: ${f(p.msPerToken)} ms/token predicted (GPU ${f(p.gpuMs)} at ${rate}, with q̃'s W_q reads and the ranking ${(indexRankMs * 1e3).toFixed(1)} µs a layer at want ${want}, CPU ${f(p.cpuMs)}, ` +
     `gather ${f(p.vGatherMs)}, link ${f(p.vTransferMs)}, hand-offs ${f(p.handOffMs)}); measured ${measured.toFixed(2)}: ${p.msPerToken ? `${(((measured - p.msPerToken) / p.msPerToken) * 100).toFixed(0)}% off` : "–"}`;
 }
 
@@ -203,6 +204,8 @@ const TINY = {
 };
 const json: Record<string, unknown> = preset === "tiny" ? TINY : presetConfig(preset);
 const modelBytes = llamaModelBytes(json);
+/** One layer's W_q (bf16): a layer ahead on q̃ reads it once more a step. */
+const queryProjectionBytes = (json.hidden_size as number) * modelBytes.heads * modelBytes.headDim * 2;
 const bw = await bandwidths(backend);
 const GBs = (x: number) => (x / 1e9).toFixed(1);
 console.log(`bandwidths: HBM ${GBs(bw.hbm)} GB/s (D2D copy), host read ${GBs(bw.hostRead)} GB/s (${threads} threads), pinned upload ${GBs(bw.h2d)} GB/s`);
@@ -236,6 +239,8 @@ for (const context of contexts) {
   const prompt = Int32Array.from({ length: context }, (_, i) => (i * 7919 + 13) % (json.vocab_size as number));
   const prefillBlock = Math.min(context, 32768);
   let fullMs = 0;
+  /** The device's read rate in a decode step, from full attention at this context (its floor's bytes over its ms): the planner's GPU stage streams at it. */
+  let decodeRate: number | undefined;
   if (configs.includes("full")) {
     using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
     using model = loadModel(files, backend, { maxContext, prefillBlock, kvDtype: "bf16" });
@@ -243,6 +248,7 @@ for (const context of contexts) {
     const walls = greedyWalls(model, context, steps, profiled());
     fullMs = mean(walls.slice(WARM));
     const floor = fullFloorMs(modelBytes, context, bw.hbm);
+    decodeRate = (bw.hbm * floor) / fullMs;
     results.push({ context, config: "full", ms: fullMs, floorMs: floor });
     rows.push(`| ${context} | full attention on the device | ${fullMs.toFixed(2)} | 1.00 | ${floor.toFixed(2)} | ${(fullMs / floor).toFixed(2)} | – | – | – | – | – | – | – |`);
     console.log(rows[rows.length - 1]);
@@ -285,7 +291,7 @@ for (const context of contexts) {
       if (ha.deviceIndex) {
         // The prediction is a line beside the measurement: a failure to make it (the ranking's scratch past the arena) must not end the run.
         try {
-          console.log(`  ${plannerLine(ha.deviceIndex.shape, index.form, logits, context, tail[0]?.offloaded ?? 0, ms)}`);
+          console.log(`  ${plannerLine(ha.deviceIndex.shape, index.form, logits, context, tail[0]?.offloaded ?? 0, ms, decodeRate)}`);
         } catch (e) {
           console.log(`  planner: not predicted (${(e as Error).message})`);
         }

@@ -166,6 +166,7 @@ for (const context of contexts) {
   const planInput: RunPlanInput = {
     model: {
       layers: files.shape.layers, heads: files.shape.heads, kvHeads: files.shape.kvHeads, headDim: files.shape.headDim, weightsBytes,
+      queryProjectionBytes: files.shape.hiddenSize * files.shape.heads * files.shape.headDim * 2,
       activationBytes: LlamaModel.activationBytes(files.shape, PREFILL_BLOCK),
     },
     kvElementBytes: 2, contextTokens: maxContext, batch, k: K, policy, prefill: !synthetic, appendTokens: PREFILL_BLOCK, hostBudgetBytes: hostBudget, tiers: baseTiers,

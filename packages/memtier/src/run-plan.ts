@@ -10,7 +10,8 @@
  * over the context) and the hybrid step's staging.
  *
  * The prediction is a bandwidth floor per decode step (all sequences of the batch):
- *   GPU stage   = (weights, read once a step + every sequence's window KV) / GPU read bandwidth
+ *   GPU stage   = (weights, read once a step, and W_q once more a layer ahead on q̃ + every
+ *                 sequence's window KV) / GPU read bandwidth
  *                 (no GPU: the fastest tier's, where the CPU backend runs the same step), and a
  *                 device index's ranking: layers × sequences × its measured ms a layer (its
  *                 passes and launches cost past its bytes), else its bytes at that bandwidth
@@ -79,6 +80,8 @@ export const RunPlanInputSchema = z.object({
     activationBytes: z.number().int().nonnegative().default(0),
     /** Device bytes one row of the batched decode step takes (LlamaModel.batchRowBytes); reserved B times for a batch of B > 1. */
     batchRowBytes: z.number().int().nonnegative().default(0),
+    /** Bytes of one layer's query projection (W_q): a layer whose job goes ahead projects q̃ with it once more a step (the batch's rows in one matmul). */
+    queryProjectionBytes: z.number().int().nonnegative().default(0),
   }),
   /** Bytes of one K (or V) element: 2 for bf16/f16, 4 for f32. */
   kvElementBytes: z.number().int().positive(),
@@ -395,7 +398,9 @@ export function planRun(input: RunPlanInput): RunPlan {
   if (cpuMs !== null && o.stageMsPerRowLayer !== undefined) cpuMs += rowLayers * o.stageMsPerRowLayer;
   const hostMs = rowLayers * (o.issueMsPerRowLayer ?? 0);
   // Without a GPU the CPU backend's own step reads the weights and the window from the fastest tier (and a device index).
-  const gpuBytes = o.model.weightsBytes + window * B * total + (indexOnDevice ? indexBytes : 0);
+  // Layers ahead on q̃ (all but the serial ones) read their W_q once more to project it.
+  const aheadBytes = offloaded > 0 ? (o.model.layers - Math.min(o.serialLayers, o.model.layers)) * o.model.queryProjectionBytes : 0;
+  const gpuBytes = o.model.weightsBytes + aheadBytes + window * B * total + (indexOnDevice ? indexBytes : 0);
   const rankMs = indexOnDevice && offloaded > 0 ? o.gpu?.indexRankMs : undefined;
   const streamed = ms(rankMs === undefined ? gpuBytes : gpuBytes - indexBytes, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
   const gpuMs = streamed === null || rankMs === undefined ? streamed : streamed + o.model.layers * B * rankMs;
@@ -411,7 +416,7 @@ export function planRun(input: RunPlanInput): RunPlan {
   if (o.gpu && gpu && o.gpuKvBudget === "auto" && refusal === null && (o.maxGpuReadBytes !== undefined || o.balanceWindow)) {
     // The window whose step reads `bytes` on the device: weights, the windows, and (on the device) the index over the rest.
     const ipt = indexOnDevice ? indexPerToken : 0;
-    const windowFor = (bytes: number) => Math.floor((bytes - o.model.weightsBytes - ctx * B * ipt) / (B * (total - ipt)));
+    const windowFor = (bytes: number) => Math.floor((bytes - o.model.weightsBytes - aheadBytes - ctx * B * ipt) / (B * (total - ipt)));
     let shrunk = o.maxGpuReadBytes === undefined ? window : Math.max(1, windowFor(o.maxGpuReadBytes)); // a hard budget
     const host = Math.max(cpuMs ?? 0, hostMs);
     if (o.balanceWindow && o.gpu.readBandwidthGBs !== undefined && host > 0) {

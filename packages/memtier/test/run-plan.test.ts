@@ -293,6 +293,17 @@ describe("planRun with the page index choosing the stage's rows", () => {
     expect(r.refusal).toMatch(/^the page index's host copy \(.+ for \d+ offloaded tokens × batch 1\) does not fit node0's usable 1\.80 GiB \(form int4, larger pages or a shorter context need less\)$/);
   });
 
+  it("q̃'s projection: each layer ahead on q̃ reads its W_q once more a step (not the serial layers, not with nothing offloaded)", () => {
+    const wq = 4096 * 4096 * 2, plain = planRun({ ...base, index: { placement: "device" } });
+    const ahead = planRun({ ...base, model: { ...llama8b, queryProjectionBytes: wq }, index: { placement: "device" } });
+    expect(ahead.predicted.bytes.gpu - plain.predicted.bytes.gpu).toBe(32 * wq);
+    expect(ahead.predicted.gpuMs! - plain.predicted.gpuMs!).toBeCloseTo(((32 * wq) / 4000e9) * 1e3, 9);
+    const exact = planRun({ ...base, model: { ...llama8b, queryProjectionBytes: wq }, candidates: 1, serialLayers: 30, index: { placement: "device" } });
+    expect(exact.predicted.bytes.gpu - planRun({ ...base, candidates: 1, serialLayers: 30, index: { placement: "device" } }).predicted.bytes.gpu).toBe(2 * wq);
+    const none = planRun({ ...base, contextTokens: 1000, model: { ...llama8b, queryProjectionBytes: wq } });
+    expect(none.predicted.bytes.gpu).toBe(planRun({ ...base, contextTokens: 1000 }).predicted.bytes.gpu);
+  });
+
   it("least window: the smallest whose store the memory tiers hold (never more on disk than the fullest window's), down to the append block", () => {
     // 1M tokens on the H100 machine, the host store held to 88 GiB: the window keeps what the host cannot.
     const h100 = { freeBytes: 75 * GiB, readBandwidthGBs: 3000, linkBandwidthGBs: 50 }, o = { ...base, contextTokens: 1_000_000, gpu: h100, hostBudgetBytes: 88 * GiB, index: { placement: "device" as const } };

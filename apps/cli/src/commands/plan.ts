@@ -120,7 +120,10 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
 
   const { planRun } = await import("@hybridgen/memtier");
   const plan = planRun({
-    model: { layers: info.layers, heads: info.heads, kvHeads: info.kvHeads, headDim: info.headDim, weightsBytes, batchRowBytes: info.batchRowBytes },
+    model: {
+      layers: info.layers, heads: info.heads, kvHeads: info.kvHeads, headDim: info.headDim, weightsBytes, batchRowBytes: info.batchRowBytes,
+      queryProjectionBytes: Math.round(info.hiddenSize * info.heads * info.headDim * (weightsBytes / info.parameters)),
+    },
     kvElementBytes: kvDtype === "f32" ? 4 : 2, contextTokens: context, batch, gpuKvBudget,
     gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs, indexRankMs: gpu.indexRankMs } : undefined,
     tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64,
