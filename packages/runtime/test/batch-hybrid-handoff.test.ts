@@ -184,9 +184,9 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       const label = c.selector().name;
       const r = new Rig(c, { eager: 1 }, { keep: 1 }), got = batched(r), link = r.link as HandoffLink;
       expect(r.hybrids.map((h) => h.stats.handedOffSteps), label).toEqual([12, 10, 14]);
-      // Layers 1 and 2 verify: one keepRows each a batched step, and each of sequence 2's last two steps alone.
+      // Layers 1 and 2 verify: one keepRows and one rescoreRows each a batched step, and each of sequence 2's last two steps alone.
       expect(link.keepCalls, label).toBe((STEPS - 2) * (LAYERS - 1) + 2 * (LAYERS - 1));
-      expect(link.rescoreCalls, label).toBe((STEPS - 2) * (LAYERS - 1));
+      expect(link.rescoreCalls, label).toBe(STEPS * (LAYERS - 1));
       r.close();
       expectSame(got, SEQS.map((_, i) => alone(c, { eager: 0 }, i, { keep: 1 })), `${label}, keep 1: batched vs alone`);
       expectSame(SEQS.map((_, i) => alone(c, { eager: 0, rowFetch: true }, i, { keep: 1 })), got, `${label}, keep 1: fetched ahead vs gathered in the layer`);
