@@ -44,6 +44,8 @@ export interface StepShape {
   channels?: number;
   /** The page index's form and where it is ranked (the device reads its page level; the host its pages and super-pages). */
   index?: { form: "int8" | "int4"; onDevice: boolean; superPages?: number };
+  /** verified: keep·K of the candidates kept once scored, only their V rows gathered (HybridOptions.keep; absent: every candidate's). */
+  keep?: number;
 }
 
 export interface Bandwidths {
@@ -81,13 +83,15 @@ export function stepBytes(m: ModelBytes, s: StepShape): StepBytes {
     choose = page * row + (x.onDevice ? 0 : Math.ceil(indexBytes * (1 + 1 / (x.superPages ?? 16))));
     if (!x.onDevice) indexBytes = 0;
   } else choose = 0; // streaming: positions only
-  const gathered = width * row * (rescored ? 2 : 1);
+  // V rows: the kept ones where verified layers keep fewer than their candidates.
+  const vWidth = rescored && s.keep !== undefined && s.keep < s.candidates ? Math.min(s.offloaded, s.k * s.keep) : width;
+  const gathered = vWidth * row + (rescored ? width * row : 0);
   const cpu = m.layers * (choose + gathered);
   // The link: the query down, the selected rows up (V, and K for verified or f32 logits otherwise).
-  const up = width * row + (rescored ? width * row : m.heads * width * 4);
+  const up = vWidth * row + (rescored ? width * row : m.heads * width * 4);
   const link = m.layers * (m.heads * m.headDim * 4 + up);
   // The device: weights, the window's K and V, the staged rows it reads.
-  const device = m.weightBytes + m.layers * (2 * s.window * row + (rescored ? 2 : 1) * width * row + indexBytes);
+  const device = m.weightBytes + m.layers * (2 * s.window * row + vWidth * row + (rescored ? width * row : 0) + indexBytes);
   return { device, cpu, link };
 }
 

@@ -74,6 +74,7 @@ const HYBRID: Record<string, HybridRuntimeOptions> = {
   "pre-index-int4": { scheduler: "fixed", selector: "index", selectorOptions: { form: "int4", placement: "device" }, k: K, timing: "pre", logits: "verified" },
   "pre-index-exact": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "exact" },
   "pre-index-device-tables": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "verified", indexTables: "device" },
+  "pre-index-keep": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "verified", keep: 1 },
   "pre-index-host": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "host" }, k: K, timing: "pre", logits: "verified" },
   feedback: { scheduler: "feedback", selector: "topk+quest", kMin: K, logits: "verified" },
   "feedback-streaming": { scheduler: "feedback", selector: "topk+streaming", kMin: K, logits: "verified" },
@@ -130,12 +131,12 @@ async function bandwidths(be: Backend): Promise<Bandwidths> {
  * context), the ranking's measured time a layer (indexRankCharge at the run's index shape and widest want) and, for layers whose job waits for the true query (exact logits), the hand-off
  * measured at the start (handOff), against the measured ms/token.
  */
-function plannerLine(shape: DeviceIndexShape, form: "int8" | "int4", logits: string, context: number, offloaded: number, measured: number, decodeRate: number | undefined): string {
+function plannerLine(shape: DeviceIndexShape, form: "int8" | "int4", logits: string, keep: number | undefined, context: number, offloaded: number, measured: number, decodeRate: number | undefined): string {
   const candidates = logits === "verified" ? CANDIDATES : 1;
   const { want, indexRankMs } = indexRankCharge(backend, shape, { k: K, candidates, offloaded, pageSize: INDEX_PAGE, layers: modelBytes.layers });
   const plan = planRun({
     model: { layers: modelBytes.layers, heads: modelBytes.heads, kvHeads: modelBytes.kvHeads, headDim: modelBytes.headDim, weightsBytes: modelBytes.weightBytes, queryProjectionBytes },
-    kvElementBytes: 2, contextTokens: context, gpuKvBudget: window, k: K, candidates, prefill: false, serialLayers: logits === "exact" ? modelBytes.layers : 0,
+    kvElementBytes: 2, contextTokens: context, gpuKvBudget: window, k: K, candidates, ...(keep === undefined ? {} : { keep }), prefill: false, serialLayers: logits === "exact" ? modelBytes.layers : 0,
     tiers: [{ id: "host", kind: "dram", capacityBytes: totalmem(), readBandwidthGBs: bw.hostRead / 1e9 }],
     gpu: { freeBytes: deviceBytes, readBandwidthGBs: (decodeRate ?? bw.hbm) / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs, ...(handOff === undefined ? {} : { handOffMs: handOff }) },
     index: { form, placement: "device" },
@@ -274,9 +275,9 @@ for (const context of contexts) {
       const ms = mean(walls.slice(WARM)), last = trace[trace.length - 1];
       const logits = (HYBRID[name]!.logits ?? "verified") as "exact" | "speculative" | "verified";
       const opts = (HYBRID[name]!.selectorOptions ?? {}) as { form?: "int8" | "int4"; placement?: string };
-      const index = { form: opts.form ?? "int8", onDevice: ha.deviceIndex !== null };
+      const index = { form: opts.form ?? "int8", onDevice: ha.deviceIndex !== null }, keep = HYBRID[name]!.keep;
       const floors = tail.map((t) => stepFloor(stepBytes(modelBytes, {
-        window, offloaded: t.offloaded, k: t.k, timing: t.timing, logits, candidates: CANDIDATES, selector: floorSelector(name, t.timing), index,
+        window, offloaded: t.offloaded, k: t.k, timing: t.timing, logits, candidates: CANDIDATES, keep, selector: floorSelector(name, t.timing), index,
       }), bw));
       const f = { device: mean(floors.map((x) => x.deviceMs)), cpu: mean(floors.map((x) => x.cpuMs)), link: mean(floors.map((x) => x.linkMs)), step: mean(floors.map((x) => x.floorMs)) };
       results.push({ context, config: name, ms, floorMs: f.step });
@@ -286,12 +287,12 @@ for (const context of contexts) {
         `${switches(trace)} | ${settleStep(trace)} | ${Math.round(ha.stats.hiddenFraction * 100)}% |`);
       console.log(rows[rows.length - 1]);
       console.log(`  ${ha.stats.summary()}`);
-      const b = stepBytes(modelBytes, { window, offloaded: tail[0]?.offloaded ?? 0, k: tail[0]?.k ?? K, timing: tail[0]?.timing ?? "pre", logits, candidates: CANDIDATES, selector: floorSelector(name, tail[0]?.timing ?? "pre"), index });
+      const b = stepBytes(modelBytes, { window, offloaded: tail[0]?.offloaded ?? 0, k: tail[0]?.k ?? K, timing: tail[0]?.timing ?? "pre", logits, candidates: CANDIDATES, keep, selector: floorSelector(name, tail[0]?.timing ?? "pre"), index });
       console.log(`  bytes a step: device ${(b.device / 1e9).toFixed(3)} GB, host ${(b.cpu / 1e6).toFixed(1)} MB, link ${(b.link / 1e6).toFixed(2)} MB`);
       if (ha.deviceIndex) {
         // The prediction is a line beside the measurement: a failure to make it (the ranking's scratch past the arena) must not end the run.
         try {
-          console.log(`  ${plannerLine(ha.deviceIndex.shape, index.form, logits, context, tail[0]?.offloaded ?? 0, ms, decodeRate)}`);
+          console.log(`  ${plannerLine(ha.deviceIndex.shape, index.form, logits, keep, context, tail[0]?.offloaded ?? 0, ms, decodeRate)}`);
         } catch (e) {
           console.log(`  planner: not predicted (${(e as Error).message})`);
         }

@@ -14,6 +14,15 @@ describe("hybrid step floors", () => {
     expect(b.device).toBe(32 * (2 * 4096 * row + 2 * 1024 * row));
   });
 
+  it("verified layers that keep K of their candidates: every candidate's K row, the kept V rows alone (keep as many as the candidates: all of them)", () => {
+    const shape = { window: 4096, offloaded: 126_928, k: 256, timing: "pre", logits: "verified", candidates: 4, selector: "quest" } as const;
+    const all = stepBytes(m, shape), kept = stepBytes(m, { ...shape, keep: 1 });
+    expect(all.link - kept.link).toBe(32 * 768 * row);
+    expect(all.cpu - kept.cpu).toBe(32 * 768 * row);
+    expect(all.device - kept.device).toBe(32 * 768 * row);
+    expect(stepBytes(m, { ...shape, keep: 4 })).toEqual(all);
+  });
+
   it("post top-K scans every offloaded K row; the floor is the largest side", () => {
     const b = stepBytes(m, { window: 4096, offloaded: 28_704, k: 256, timing: "post", logits: "speculative", candidates: 4, selector: "topk" });
     expect(b.cpu).toBe(32 * (28_704 * row + 256 * row));
