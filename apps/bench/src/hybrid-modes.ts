@@ -131,19 +131,19 @@ async function bandwidths(be: Backend): Promise<Bandwidths> {
  * context), the ranking's measured time a layer (indexRankCharge at the run's index shape and widest want) and, for layers whose job waits for the true query (exact logits), the hand-off
  * measured at the start (handOff), against the measured ms/token.
  */
-function plannerLine(shape: DeviceIndexShape, form: "int8" | "int4", logits: string, keep: number | undefined, context: number, offloaded: number, measured: number, decodeRate: number | undefined): string {
+function plannerLine(shape: DeviceIndexShape, form: "int8" | "int4", logits: string, keep: number | undefined, beside: boolean, context: number, offloaded: number, measured: number, decodeRate: number | undefined): string {
   const candidates = logits === "verified" ? CANDIDATES : 1;
   const { want, indexRankMs } = indexRankCharge(backend, shape, { k: K, candidates, offloaded, pageSize: INDEX_PAGE, layers: modelBytes.layers });
   const plan = planRun({
     model: { layers: modelBytes.layers, heads: modelBytes.heads, kvHeads: modelBytes.kvHeads, headDim: modelBytes.headDim, weightsBytes: modelBytes.weightBytes, queryProjectionBytes },
     kvElementBytes: 2, contextTokens: context, gpuKvBudget: window, k: K, candidates, ...(keep === undefined ? {} : { keep }), prefill: false, serialLayers: logits === "exact" ? modelBytes.layers : 0,
     tiers: [{ id: "host", kind: "dram", capacityBytes: totalmem(), readBandwidthGBs: bw.hostRead / 1e9 }],
-    gpu: { freeBytes: deviceBytes, readBandwidthGBs: (decodeRate ?? bw.hbm) / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs, ...(handOff === undefined ? {} : { handOffMs: handOff }) },
+    gpu: { freeBytes: deviceBytes, readBandwidthGBs: (decodeRate ?? bw.hbm) / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs, indexRankBeside: beside, ...(handOff === undefined ? {} : { handOffMs: handOff }) },
     index: { form, placement: "device" },
   });
   const p = plan.predicted, f = (x: number | null) => (x === null ? "–" : x.toFixed(2));
   const rate = decodeRate === undefined ? "the D2D copy rate" : `full attention's decode rate here, ${(decodeRate / 1e9).toFixed(0)} GB/s`;
-  return `planner: ${f(p.msPerToken)} ms/token predicted (GPU ${f(p.gpuMs)} at ${rate}, with q̃'s W_q reads and the ranking ${(indexRankMs * 1e3).toFixed(1)} µs a layer at want ${want}, CPU ${f(p.cpuMs)}, ` +
+  return `planner: ${f(p.msPerToken)} ms/token predicted (GPU ${f(p.gpuMs)} at ${rate}, with q̃'s W_q reads and the ranking ${(indexRankMs * 1e3).toFixed(1)} µs a layer at want ${want}${beside ? " beside each layer (side stream)" : ""}, CPU ${f(p.cpuMs)}, ` +
     `gather ${f(p.vGatherMs)}, link ${f(p.vTransferMs)}, hand-offs ${f(p.handOffMs)}); measured ${measured.toFixed(2)}: ${p.msPerToken ? `${(((measured - p.msPerToken) / p.msPerToken) * 100).toFixed(0)}% off` : "–"}`;
 }
 
@@ -292,7 +292,7 @@ for (const context of contexts) {
       if (ha.deviceIndex) {
         // The prediction is a line beside the measurement: a failure to make it (the ranking's scratch past the arena) must not end the run.
         try {
-          console.log(`  ${plannerLine(ha.deviceIndex.shape, index.form, logits, keep, context, tail[0]?.offloaded ?? 0, ms, decodeRate)}`);
+          console.log(`  ${plannerLine(ha.deviceIndex.shape, index.form, logits, keep, ha.stats.deviceTables > 0, context, tail[0]?.offloaded ?? 0, ms, decodeRate)}`);
         } catch (e) {
           console.log(`  planner: not predicted (${(e as Error).message})`);
         }
