@@ -15,6 +15,8 @@
 #             must fit the model's 131 072 positions) under GPU_MEM, --synthetic-kv; CONFIGS default full, the default
 #             hybrid (a top-K scan of every offloaded K) and hybridgen-index (the page index ranked on the device for the batch);
 #             a workload written NxC:B gives full attention's batch B (--full-batch: an earlier run's search result, not searched again)
+#   trace     where the device's time goes in the 8K batch of 16 (TRACE_CONFIG, default hybridgen-index): the bench under
+#             Nsight Systems (nsys, where the machine has it; CUDA graphs traced node by node), its kernel summary kept
 # GPU_MEM defaults to 80G where the card has more than 80 GiB, else the card's memory less 2 GiB (an H100's 80 GB
 # card cannot hold an 80 GiB arena beside CUDA's own); CONFIGS, STEPS, WARMUP, K and STAGE_THREADS (the CPU-stage threads the
 # batch's sequences share; the first step folds every offloaded row into a page index on them) override the workload bench;
@@ -65,6 +67,18 @@ for part in ${PART:-checks batch workload}; do
         echo "workload $w exit $?"; cat "$OUT/workload-$w/table.md"; grep -E 'fit|full attention|holds|filled|planner|steps|tokens/s|error|Error|sequence 0' "$OUT/workload-$w/progress.log" | cut -c1-900 | tail -16
         free -g | grep Mem
       done ;;
+    trace)
+      mkdir -p "$OUT/trace"
+      NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+      if [ -z "$NSYS" ]; then echo "trace: no nsys on this machine"; else
+        timeout "$(limit "${TRACE_S:-70}")" "$NSYS" profile -o "$OUT/trace/b16" --force-overwrite true --trace cuda --cuda-graph-trace node \
+          bun "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch 16 --configs "${TRACE_CONFIG:-hybridgen-index}" --steps 6 --warmup 2 \
+          --gpu-kv-budget 1024 --sink-tokens 4 --k 256 > "$OUT/trace/bench.log" 2>&1
+        echo "trace exit $?"
+        timeout "$(limit 40)" "$NSYS" stats --report cuda_gpu_kern_sum --format csv --output "$OUT/trace/kern" "$OUT/trace/b16.nsys-rep" > "$OUT/trace/stats.log" 2>&1
+        rm -f "$OUT/trace/b16.nsys-rep" "$OUT/trace/b16.sqlite"
+        head -30 "$OUT"/trace/kern*.csv | cut -c1-200
+      fi ;;
     *) echo "unknown part $part" ;;
   esac
   echo "$part: $(( $(date +%s) - t0 )) s"
