@@ -22,7 +22,7 @@
 #    of their own seed (other prompts), side by side (each process with ARENA of the card).
 #    Every process is cut where the call's WALL seconds end (its results are written after each
 #    prompt); the processes' --json files are added up per model (calibrated-eval --from).
-# $OUT: run.log, eval.tar (per model NAME.json, NAME.table.json, the trained models' recipe.json),
+# $OUT: run.log, cost.table.json (COST: the README result file of calibration-cost --table), eval.tar (per model NAME.json, NAME.table.json, the trained models' recipe.json),
 # the trained models' weights (vt-8l's file, ruler-12l's shards and index).
 set -u
 START=$(date +%s)
@@ -38,7 +38,7 @@ LOG="$OUT/run.log"
 if [ -n "${COST:-}" ]; then
   # One process and one model for both contexts (32K: 2 pairs, 128K: 1), so 128K needs no warm-up of its own.
   if [ -n "${COST128:-}" ]; then ctx=32768,131072 reps=2,1; else ctx=32768 reps=2; fi
-  timeout "${COST_S:-32}" bun "$DEVICE_DIR/calibration-cost.js" --contexts $ctx --repeats $reps --steps 2 >> "$LOG" 2>&1; echo "cost exit $? at $(( $(date +%s) - START )) s" >> "$LOG"
+  timeout "${COST_S:-32}" bun "$DEVICE_DIR/calibration-cost.js" --contexts $ctx --repeats $reps --steps 2 --table "$OUT/cost.table.json" >> "$LOG" 2>&1; echo "cost exit $? at $(( $(date +%s) - START )) s" >> "$LOG"
   grep -E '^\| |^## |loaded|exit|rror' "$LOG"
 fi
 mkdir -p "$W/models" "$W/eval" "$W/train" "$W/runs"

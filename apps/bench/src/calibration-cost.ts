@@ -5,15 +5,16 @@
  * (its stats line shows what the calibration chose).
  *
  *   bun apps/bench/src/calibration-cost.ts [--contexts 32768,131072] [--repeats 2,1] [--preset llama-3.1-8b]
- *     [--backend cuda|cpu] [--window 4096] [--sinks 4] [--steps 8]
+ *     [--backend cuda|cpu] [--window 4096] [--sinks 4] [--steps 8] [--table FILE]
  *
  * One model (sized for the longest context) serves every context: its host store is pinned when it
  * loads, so one warm-up prefill of the shortest context readies kernels, arena and store for all.
  * --repeats: pairs per context (one value for all, or one per context). Prefill blocks of 32 768
  * tokens (a longer prompt is prefilled block by block; the last block is the one calibrated).
  * Prints one table: prefill seconds without and with (medians), the calibration's own milliseconds
- * on the driving thread, and the ratio.
+ * on the driving thread, and the ratio; --table FILE writes it as a README result file.
  */
+import { writeFileSync } from "node:fs";
 import { dummyModelFiles, loadModel, presetConfig } from "@hybridgen/core";
 import { createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import { createHybridAttention, hybridPlan } from "@hybridgen/runtime";
@@ -55,7 +56,7 @@ const prefill = async (prompt: Int32Array, calibrate: boolean) => {
   return { h, s: (performance.now() - t0) / 1e3 };
 };
 (await prefill(promptOf(Math.min(...contexts)), false)).h.close(); // warm-up: kernels, arena, host store
-const rows: string[] = [];
+const cells: string[][] = [];
 for (const [ci, context] of contexts.entries()) {
   const prompt = promptOf(context), repeats = repeatList[Math.min(ci, repeatList.length - 1)]!;
   const plain: number[] = [], calibrated: number[] = [], own: number[] = [];
@@ -79,9 +80,17 @@ for (const [ci, context] of contexts.entries()) {
   const med = (v: number[]) => [...v].sort((x, y) => x - y)[v.length >> 1]!;
   const p = med(plain), c = med(calibrated), o = med(own);
   console.log(`${preset} ${context}: ${last}`);
-  rows.push(`| ${context} | ${repeats} | ${p.toFixed(3)} | ${c.toFixed(3)} | ${((c / p - 1) * 100).toFixed(1)}% | ${o.toFixed(1)} | ${((o / 1e3 / p) * 100).toFixed(1)}% |`);
+  cells.push([context.toLocaleString("en-US").replace(/,/g, " "), `${repeats}`, p.toFixed(3), c.toFixed(3), `${c >= p ? "+" : ""}${((c / p - 1) * 100).toFixed(1)}%`, o.toFixed(1), `${((o / 1e3 / p) * 100).toFixed(1)}%`]);
 }
+const columns = ["context", "pairs", "prefill s, no calibration", "prefill s, calibrated", "difference", "calibration ms (driving thread)", "of the prefill"];
 console.log(`\n## Prefill calibration cost, ${preset} shape, dummy bf16 weights, window ${window} + ${sinks} sinks, medians of the pairs (${backend.name})\n`);
-console.log("| context | pairs | prefill s, no calibration | prefill s, calibrated | difference | calibration ms (driving thread) | of the prefill |");
-console.log("| --- | --- | --- | --- | --- | --- | --- |");
-for (const r of rows) console.log(r);
+console.log(`| ${columns.join(" | ")} |`);
+console.log(`| ${columns.map(() => "---").join(" | ")} |`);
+for (const r of cells) console.log(`| ${r.join(" | ")} |`);
+const tableFile = arg("table", "");
+if (tableFile) {
+  const card = (backend as { device?: { name?: string } }).device?.name ?? backend.name;
+  const measured = `apps/bench/src/calibration-cost.ts --contexts ${contexts.join(",")} --repeats ${repeatList.join(",")} --preset ${preset} --window ${window} --sinks ${sinks}: ` +
+    `dummy bf16 weights, prefill blocks of ${PREFILL_BLOCK}, both arms alternating in one process (medians of the pairs), ${card}, ${new Date().toISOString().slice(0, 10)}`;
+  writeFileSync(tableFile, `${JSON.stringify({ measured, table: { columns, align: ["right", "right", "right", "right", "right", "right", "right"], rows: cells } }, null, 1)}\n`);
+}
