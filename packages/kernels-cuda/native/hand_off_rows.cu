@@ -127,7 +127,9 @@ struct HoKeep {
   int width, keep, groups, kmax, group, pieces;
 };
 
-constexpr int KEEP_THREADS = 256;
+// A span of KEEP_PER · KEEP_THREADS columns at a time: its kept ids in one round trip, its kept rows' pieces
+// KEEP_UNROLL a thread in flight.
+constexpr int KEEP_THREADS = 256, KEEP_PER = 4, KEEP_SPAN = KEEP_THREADS * KEEP_PER, KEEP_UNROLL = 8;
 
 __device__ __forceinline__ unsigned keep_key(const float *s, int width, int g, int group, int j) {
   float m = -INFINITY;
@@ -143,13 +145,14 @@ __global__ void __launch_bounds__(KEEP_THREADS) keep_rows_kernel(const HoKeep *_
   if (g >= R.groups) return;
   __shared__ unsigned hist[256];
   __shared__ unsigned prefix, mask;
-  __shared__ int remaining, carry, warpTies[KEEP_THREADS / 32];
-  __shared__ long long rowAt[KEEP_THREADS];
+  __shared__ int remaining, carry, listed, listed0, warpTies[KEEP_THREADS / 32], warpKept[KEEP_THREADS / 32];
+  __shared__ long long rowAt[KEEP_SPAN];
+  __shared__ int keptRow[KEEP_SPAN];  // the span's kept rows (span-relative), in column order
   const int *table = (const int *)R.table;
   const int n = min(max(((const volatile int *)table)[g], 0), R.kmax);
   float *s = (float *)R.scores;
   const bool all = R.keep >= n;
-  if (tid == 0) { prefix = 0; mask = 0; remaining = R.keep; carry = 0; }
+  if (tid == 0) { prefix = 0; mask = 0; remaining = R.keep; carry = 0; listed = 0; listed0 = 0; }
   __syncthreads();
   if (!all) {
     for (int shift = 24; shift >= 0; shift -= 8) {
@@ -180,46 +183,75 @@ __global__ void __launch_bounds__(KEEP_THREADS) keep_rows_kernel(const HoKeep *_
   const int ties = remaining;  // of the columns whose key is T, the first `ties` are kept
   const uint4 *src = (const uint4 *)R.src;
   uint4 *dst = (uint4 *)R.dst + (size_t)g * R.kmax * R.pieces;
-  for (int c0 = 0; c0 < R.kmax; c0 += KEEP_THREADS) {
-    const int j = c0 + tid;
-    const bool in = j < n;
-    const unsigned k = in && !all ? keep_key(s, R.width, g, R.group, j) : 0u;
-    const bool tie = in && !all && k == T;
-    const unsigned ballot = __ballot_sync(0xffffffffu, tie);
-    if (lane == 0) warpTies[warp] = __popc(ballot);
-    __syncthreads();
-    int rank = carry + __popc(ballot & ((1u << lane) - 1u));
-    for (int w = 0; w < warp; w++) rank += warpTies[w];
-    const bool kept = in && (all || k > T || (tie && rank < ties));
-    long long at = -1;
-    if (kept) {
-      const int id = table[R.groups + (size_t)g * R.kmax + j];
-      if (id >= 0 && id < R.cap) at = (long long)g * R.cap + id;
-    } else if (j < R.kmax) {
-      for (int hh = 0; hh < R.group; hh++) s[(size_t)(g * R.group + hh) * R.width + j] = -INFINITY;
-    }
-    rowAt[tid] = at;
-    __syncthreads();
-    if (tid == 0) for (int w = 0; w < KEEP_THREADS / 32; w++) carry += warpTies[w];
-    const int m = min(KEEP_THREADS, R.kmax - c0), total = m * R.pieces;
-    for (int base = 0; base < total; base += KEEP_THREADS * GATHER_UNROLL) {
-      uint4 v[GATHER_UNROLL];
+  const unsigned below = (1u << lane) - 1u;
+  for (int c0 = 0; c0 < R.kmax; c0 += KEEP_SPAN) {
+    // Which columns of the span stay, in column order (tie ranks carried across its parts), then every kept column's
+    // id read at once — one round trip to host memory — and its place in the span's list of kept rows.
+    bool kept[KEEP_PER];
+    int slot[KEEP_PER];
 #pragma unroll
-      for (int u = 0; u < GATHER_UNROLL; u++) {
+    for (int u = 0; u < KEEP_PER; u++) {
+      const int j = c0 + u * KEEP_THREADS + tid;
+      const bool in = j < n;
+      const unsigned k = in && !all ? keep_key(s, R.width, g, R.group, j) : 0u;
+      const bool tie = in && !all && k == T;
+      const unsigned tb = __ballot_sync(0xffffffffu, tie);
+      if (lane == 0) warpTies[warp] = __popc(tb);
+      __syncthreads();
+      int rank = carry + __popc(tb & below);
+      for (int w = 0; w < warp; w++) rank += warpTies[w];
+      kept[u] = in && (all || k > T || (tie && rank < ties));
+      const unsigned kb = __ballot_sync(0xffffffffu, kept[u]);
+      if (lane == 0) warpKept[warp] = __popc(kb);
+      __syncthreads();
+      slot[u] = listed - listed0 + __popc(kb & below);  // span-relative
+      for (int w = 0; w < warp; w++) slot[u] += warpKept[w];
+      __syncthreads();
+      if (tid == 0)
+        for (int w = 0; w < KEEP_THREADS / 32; w++) {
+          carry += warpTies[w];
+          listed += warpKept[w];
+        }
+      __syncthreads();  // the counts are read before the next part rewrites them
+    }
+    int id[KEEP_PER];
+#pragma unroll
+    for (int u = 0; u < KEEP_PER; u++) id[u] = kept[u] ? table[R.groups + (size_t)g * R.kmax + c0 + u * KEEP_THREADS + tid] : -1;
+#pragma unroll
+    for (int u = 0; u < KEEP_PER; u++) {
+      const int r = u * KEEP_THREADS + tid, j = c0 + r;
+      if (j >= R.kmax) continue;
+      const bool valid = kept[u] && id[u] >= 0 && id[u] < R.cap;
+      rowAt[r] = valid ? (long long)g * R.cap + id[u] : -1;
+      if (kept[u]) keptRow[slot[u]] = r;
+      else
+        for (int hh = 0; hh < R.group; hh++) s[(size_t)(g * R.group + hh) * R.width + j] = -INFINITY;
+    }
+    __syncthreads();
+    const int m = min(KEEP_SPAN, R.kmax - c0), nk = listed - listed0;
+    // Zero rows where no kept row lands (device stores only), then the kept rows' pieces, all in flight together.
+    for (int p = tid; p < m * R.pieces; p += KEEP_THREADS)
+      if (rowAt[p / R.pieces] < 0) dst[(size_t)c0 * R.pieces + p] = make_uint4(0, 0, 0, 0);
+    const int total = nk * R.pieces;
+    for (int base = 0; base < total; base += KEEP_THREADS * KEEP_UNROLL) {
+      uint4 v[KEEP_UNROLL];
+#pragma unroll
+      for (int u = 0; u < KEEP_UNROLL; u++) {
         const int p = base + u * KEEP_THREADS + tid;
-        v[u] = make_uint4(0, 0, 0, 0);
         if (p < total) {
-          const long long a = rowAt[p / R.pieces];
-          if (a >= 0) v[u] = src[a * R.pieces + p % R.pieces];
+          const long long a = rowAt[keptRow[p / R.pieces]];
+          v[u] = a >= 0 ? src[a * R.pieces + p % R.pieces] : make_uint4(0, 0, 0, 0);
         }
       }
 #pragma unroll
-      for (int u = 0; u < GATHER_UNROLL; u++) {
+      for (int u = 0; u < KEEP_UNROLL; u++) {
         const int p = base + u * KEEP_THREADS + tid;
-        if (p < total) dst[(size_t)c0 * R.pieces + p] = v[u];
+        if (p < total) dst[((size_t)c0 + keptRow[p / R.pieces]) * R.pieces + p % R.pieces] = v[u];
       }
     }
-    __syncthreads();  // rowAt and warpTies are rewritten by the next chunk; carry was added to
+    __syncthreads();  // the next span rewrites rowAt, keptRow and the warp counts
+    if (tid == 0) listed0 = listed;
+    __syncthreads();
   }
 }
 

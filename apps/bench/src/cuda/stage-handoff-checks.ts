@@ -227,15 +227,18 @@ function padChecks({ cuda, link, region, i32 }: Rig, check: Check): void {
 /** keepRows against spec's keptColumns and a host gather: ties across a chunk of 256 columns, counts clamped, fewer than keep, none; eager and recorded. */
 function keepChecks({ cuda, link, region, i32 }: Rig, check: Check): void {
   using host = createCpuBackend({ threads: 1 });
-  const groups = 2, group = 4, heads = groups * group, cap = 4096, dim = 128, kmax = 300, col = 10, width = 320, keep = 70;
+  const groups = 2, group = 4, heads = groups * group, cap = 4096, dim = 128, col = 10;
   const store = host.alloc([groups, cap, dim]);
   const storeData = Float32Array.from({ length: groups * cap * dim }, (_, i) => Math.cos(i * 0.011) * 20);
   host.write(store, storeData);
   const storeRegion = host.hostRegion(store);
   link.pin(storeRegion);
-  const at = 16384, table = { address: region.address + at, byteLength: groups * (1 + kmax) * 4 };
+  const at = 16384;
   try {
-    for (const [step, counts] of [[300, 250], [120, 999], [60, 0], [-3, 299]].entries()) {
+    // 300 columns: one span of the kernel's 1 024; 1 300: two, the tie ranks and kept rows carried into the second.
+    for (const [kmax, keep, cases] of [[300, 70, [[300, 250], [120, 999], [60, 0], [-3, 299]]], [1300, 500, [[1300, 1200], [1100, 40]]]] as const) {
+    const width = kmax + 20, table = { address: region.address + at, byteLength: groups * (1 + kmax) * 4 };
+    for (const [step, counts] of cases.entries()) {
       // Few distinct values: many ties, some across the chunk boundary at column 256.
       const values = Float32Array.from({ length: heads * width }, (_, i) => Math.round(Math.sin(i * 0.37 + step) * 6) / 2);
       const ids = Int32Array.from({ length: groups * kmax }, (_, i) => ((i % kmax) * (41 + step) + 3) % cap);
@@ -263,11 +266,12 @@ function keepChecks({ cuda, link, region, i32 }: Rig, check: Check): void {
         if (step > 0) cuda.endStep();
         const n = Array.from(counts, (c) => Math.min(Math.max(c, 0), kmax)), keptN = [0, 1].map((g) => kept.subarray(g * kmax, (g + 1) * kmax).reduce((a, b) => a + b, 0));
         check(sameBits(cuda.read(scores), wantScores) && sameBits(cuda.read(v), wantV),
-          `keepRows ${step > 0 ? `recorded (step ${step})` : "eager"}: counts [${counts}] (n ${n}), keep ${keep} → ${keptN} kept a KV head: keptColumns' −∞ columns and the kept V rows (zero rows elsewhere)`);
+          `keepRows ${step > 0 ? `recorded (step ${step})` : "eager"}: kmax ${kmax}, counts [${counts}] (n ${n}), keep ${keep} → ${keptN} kept a KV head: keptColumns' −∞ columns and the kept V rows (zero rows elsewhere)`);
       } finally {
         cuda.free(scores);
         cuda.free(v);
       }
+    }
     }
   } finally {
     link.unpin(storeRegion);
