@@ -7,9 +7,10 @@
 # apps/bench/src/serve-bench.ts; if a hybrid server fails early, the page index ranked on the host
 # in the time left. Each configuration gets the same RATE_S seconds of serving once its model is
 # loaded (a rate cut short reports the tokens streamed so far) and DEADLINE_S in all, load included.
-# RUNS lists the configurations, LABEL[:CLIENTS] each: `full…` is full attention, any other label
+# RUNS lists the configurations, LABEL[:CLIENTS[:FLAGS]] each: `full…` is full attention, any other label
 # hybrid attention ($HYBRID); CLIENTS (default $CLIENTS) past N slots keep requests queued as others
-# leave, so the server's reuse of a left request's sequence shows against renewing it.
+# leave, so the server's reuse of a left request's sequence shows against renewing it; FLAGS, commas
+# for spaces, go to that server alone (e.g. --preallocate).
 # From $DEVICE_DIR (default .device): bun.xz, hybridgen.js, serve-bench.js, lib/libhgcpu.so,
 # lib/libhgcuda.so. Prepare on the dev machine:
 #   sh ../shared/device/stage-bun.sh && (cd packages/kernels-cpu && bun run build) && (cd packages/kernels-cuda && HYBRIDGEN_BUILD_CUDA=1 bun run build)
@@ -45,12 +46,12 @@ left() { echo $(( TOTAL_S - ($(date +%s) - start) )); }
 # DEADLINE_S each, less where the total leaves less (12 s kept for the outer timeout's margin and the archive).
 next() { l=$(( $(left) - 12 )); echo $(( l < DEADLINE_S ? l : DEADLINE_S )); }
 for run in ${RUNS:-full hybrid-index}; do
-  label=${run%%:*} clients=$CLIENTS
-  [ "$run" != "$label" ] && clients=${run#*:}
-  case $label in full*) args="" ;; *) args=$HYBRID ;; esac
+  label=${run%%:*} clients=$CLIENTS extra=""
+  if [ "$run" != "$label" ]; then rest=${run#*:}; clients=${rest%%:*}; [ "$rest" != "$clients" ] && extra=$(echo "${rest#*:}" | tr , ' '); fi
+  case $label in full*) args=$extra ;; *) args="$HYBRID $extra" ;; esac
   [ "$(next)" -gt 20 ] || { echo "$label skipped: $(left) s left"; continue; }
   t1=$(date +%s)
-  if ! bench "$label" "$(next)" "$clients" $args && [ -n "$args" ]; then
+  if ! bench "$label" "$(next)" "$clients" $args && [ "${label#full}" = "$label" ]; then
     [ $(( $(date +%s) - t1 )) -lt 40 ] && [ "$(left)" -gt 50 ] && bench "$label-host" "$(next)" "$clients" $args --selector-options '{"placement":"host"}'
   fi
 done

@@ -3,7 +3,8 @@
 // the same flags; while they run, the metrics show their stores on disk and the hybrid steps'
 // K; once they are done no disk file is left (each left with its request). SIGINT while requests
 // hold stores on disk (--shutdown-grace 0) cancels them, their streams say why, no file is left,
-// exit 0; SIGTERM (the signal a service manager sends, on its own path) does the same.
+// exit 0; SIGTERM (the signal a service manager sends, on its own path) does the same. With
+// --preallocate the stores are on disk from load, kept while idle, and gone after SIGTERM.
 import { mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -99,6 +100,32 @@ describe("hybridgen serve with hybrid attention, each request's store on the dis
       await stopped;
     }
     expect(server.stderr()).toMatch(/^SIGTERM: not accepting requests; 2 running, 0 queued \(cancelled\), 0 s to finish$/m);
+    expect(readdirSync(dir)).toEqual([]);
+  });
+
+  it("--preallocate: every slot's store is on disk once the server is ready and stays while idle; a request is generate's text with no renewal; SIGTERM removes the files, exit 0", async () => {
+    requireBuiltBin();
+    const r = runBin(["generate", "--threads", "1", "--json", "-p", PROMPTS[1]!, "-t", "0", "-n", "60", ...HYBRID]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(readdirSync(dir)).toEqual([]);
+    const server = await startServer(["--threads", "1", "--max-batch", "2", "--preallocate", ...HYBRID]);
+    let stopped: ReturnType<typeof server.stop> | null = null;
+    try {
+      expect(server.stderr()).toMatch(/^preallocated 2 sequences of the whole context, each with a \d+-byte store, in \d+ ms: kept between requests$/m);
+      const held = readdirSync(dir).length;
+      expect(held).toBeGreaterThan(0);
+      expect(await metric(server.url, "hybridgen_slot_renew_seconds_count")).toBe(2);
+      const res = await fetch(`${server.url}/v1/completions`, { method: "POST", body: JSON.stringify({ prompt: PROMPTS[1], max_tokens: 60, temperature: 0 }) });
+      expect(((await res.json()) as { choices: { text: string }[] }).choices[0]!.text).toBe(JSON.parse(r.stdout).text);
+      expect(await metric(server.url, "hybridgen_slot_renew_seconds_count")).toBe(2);
+      expect(await metric(server.url, "hybridgen_slot_reuses_total")).toBe(1);
+      expect(readdirSync(dir)).toHaveLength(held);
+      stopped = server.stop("SIGTERM");
+      expect(await stopped).toEqual({ code: 0, signal: null });
+    } finally {
+      stopped ??= server.stop("SIGKILL");
+      await stopped;
+    }
     expect(readdirSync(dir)).toEqual([]);
   });
 });

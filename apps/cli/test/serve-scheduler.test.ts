@@ -235,6 +235,52 @@ describe("the serve scheduler with hybrid attention and the planner's ledger", (
     });
   }
 
+  it("preallocated: every slot holds a sequence of the model's context from the start and keeps it; requests of any size take them with no renewal; each text is generate's alone", async () => {
+    using files = openModelDir(await stories15M());
+    const jobs = [[PROMPTS[0]!, 48], [PROMPTS[1]!, 80], [PROMPTS[2]!, 40], [PROMPTS[3]!, 100], [PROMPTS[4]!, 33]] as const;
+    const maxTokens = jobs.map(([p, c]) => c - files.tokenizer.encode(p).length);
+    const want = [];
+    for (const [i, [p]] of jobs.entries()) want.push(await alone(p, maxTokens[i]!));
+    using backend = createCpuBackend({ threads: 1 });
+    using model = loadModel(files, backend, { maxContext: 256, gpuKvBudget: 32, sinkTokens: 4 });
+    const probe = await StoreLedger.on(memory(2 ** 30), model.cache, { kvPlacement: "semantic" });
+    let next: KvStoreAllocator | null = null;
+    const storeAllocator = () => {
+      const a = next ?? probe.idle();
+      next = null;
+      return a;
+    };
+    using hybrids = await attachHybrid(model, backend, hybridFlags, { storeAllocator, batch: 2, ownIdle: true });
+    using dec = new BatchDecoder(model, 3, { sequenceContext: 33 });
+    const make = (ledger: StoreLedger, metrics = new ServeMetrics()) => new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, metrics, {
+      slots: [1, 2], queueLimit: 8, chunk: 64, maxContext: 256, eos: files.shape.eosTokenIds, bytesPerToken: 1, idleContext: 33,
+      ledger, nextStore: (a) => (next = a), prune: (hybrids as unknown as { prune(): void }).prune,
+    });
+    // Tiers for one store of the model's context, not two: a one-line refusal, nothing left reserved.
+    const small = await StoreLedger.on(memory(Math.ceil((1.5 * probe.storeBytes) / 0.9)), model.cache, { kvPlacement: "semantic" });
+    expect(() => make(small).preallocate()).toThrow(/^--preallocate: the KV tiers hold the stores of 1 of 2 sequences of the model's context \([\d.]+ MiB each\): lower --max-batch or --context, or add --kv-disk DIR$/);
+    const metrics = new ServeMetrics();
+    const scheduler = make(probe, metrics);
+    scheduler.preallocate();
+    expect(metrics.renewSeconds.observations).toBe(2);
+    const held = [...probe.reservedByTier().values()][0]!;
+    expect(held).toBeGreaterThanOrEqual(2 * probe.storeBytes);
+    expect(() => scheduler.preallocate()).toThrow("preallocate: only once, before any request");
+    const texts = await Promise.all(jobs.map(([p], i) => new Promise<string>((resolve, reject) => {
+      scheduler.submit({
+        ids: files.tokenizer.encode(p), maxTokens: maxTokens[i]!, sampling: { temperature: 0 }, stop: [], arrivedMs: 0, onText() {},
+        onFinish: (r) => (r.finish === "length" ? resolve(r.text) : reject(new Error(`finished ${r.finish} ${r.error ?? ""}`))),
+      });
+    })));
+    await scheduler.idle();
+    expect(texts).toEqual(want);
+    expect(metrics.reused.get()).toBe(5);
+    expect(metrics.renewSeconds.observations).toBe(2);
+    // Idle, the sequences and their stores are still there.
+    expect([dec.sequence(1).cache.maxContext, dec.sequence(2).cache.maxContext]).toEqual([256, 256]);
+    expect([...probe.reservedByTier().values()]).toEqual([held]);
+  });
+
   it("a store that cannot be built (its disk directory gone) fails that request with a one-line error; the next ones are served", async () => {
     using files = openModelDir(await stories15M());
     using backend = createCpuBackend({ threads: 1 });
@@ -358,6 +404,12 @@ describe("the serve scheduler: admission by each request's device bytes", () => 
     });
     expect(refused.finish).toBe("abort");
     expect(refused.error).toMatch(/^this request cannot be served: its sequence needs/);
+    // Preallocated sequences of the whole context (128) must all fit the budget: 2.5 × 100 positions' bytes hold one, not five.
+    const all = new ServeScheduler(dec, files.tokenizer, files.shape.vocabSize, new ServeMetrics(), {
+      slots: [1, 2, 3, 4, 5], queueLimit: 1, chunk: 64, maxContext: 128, eos: [], bytesPerToken: 1, ledger: null, idleContext: 1,
+      device: new DeviceLedger(deviceMemory(backend)!, Math.floor(2.5 * (bytes(100) - bytes(1))), bytes, 1),
+    });
+    expect(() => all.preallocate()).toThrow(/^--preallocate: 5 sequences of the model's context need [\d.]+ MiB of device memory, [\d.]+ MiB is left beside the model \(1 fit\): lower --max-batch or --context$/);
   });
 });
 

@@ -121,6 +121,11 @@ async function serveModel(
       `${cache.storeCapacity === 0 ? "" : `, KV window ${cache.gpuKvBudget}`}) on ${opened.device}` +
       `${opened.device.startsWith("cpu") ? ` with ${threadCount(opened.threads)}` : ""}${opened.fallback ? ` (${opened.fallback})` : ""} in ${(performance.now() - t0).toFixed(0)} ms`,
   );
+  if (o.preallocate) {
+    const t1 = performance.now();
+    scheduler.preallocate();
+    log(`preallocated ${o.maxBatch} sequences of the whole context${ledger ? `, each with a ${ledger.storeBytes}-byte store` : ""}, in ${(performance.now() - t1).toFixed(0)} ms: kept between requests`);
+  }
   if (hybrids) log(hybridPlanLine(hybrids.own));
   if (ledger) log(`KV stores: each request past the window gets one sized to its context (${ledger.storeBytes} bytes at ${maxContext}), placed on the tiers left (--kv-placement ${o.tier.kvPlacement}${o.tier.kvDisk ? `, --kv-disk ${o.tier.kvDisk}` : ""})`);
   if (device) log(`device memory for requests: ${device.budgetBytes} bytes free beside the model; each request's sequence is sized to its context and admitted when it fits`);

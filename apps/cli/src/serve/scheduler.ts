@@ -16,8 +16,9 @@
  * most a quarter shorter): then the head takes that sequence as it is (its window, and with hybrid
  * attention its store, already allocated and pinned), reset by its first prefill chunk, and
  * nothing is renewed. A left sequence nobody takes by the next admission goes back as before.
+ * With preallocate() every slot's sequence is made once, at the model's context, and kept.
  */
-import { Sampler, TokenText, type BatchDecoder, type FinishReason, type KvStoreAllocator, type SamplingOptionsInput, type Tokenizer } from "@hybridgen/core";
+import { HybridgenError, Sampler, TokenText, type BatchDecoder, type FinishReason, type KvStoreAllocator, type SamplingOptionsInput, type Tokenizer } from "@hybridgen/core";
 import type { DeviceLedger } from "./device-ledger.js";
 import { type HybridStats } from "@hybridgen/runtime";
 import type { ServeMetrics } from "./metrics.js";
@@ -119,6 +120,8 @@ export class ServeScheduler {
   private readonly slotContext = new Map<number, number>();
   /** Free slots whose left request's sequence waits for the queue's head (kept(): the head fits it). */
   private readonly kept = new Map<number, Kept>();
+  /** preallocate(): every slot's sequence is the model's context, made at load and kept for good. */
+  private preallocated = false;
   /** A sequence could not be made for lack of device memory: admission waits for a request to leave. */
   private blocked = false;
   private readonly idleContext: number;
@@ -146,6 +149,43 @@ export class ServeScheduler {
   refusal(context: number): string | null {
     const seq = this.sequenceContext(context);
     return this.o.device?.refusal(seq) ?? (this.o.ledger?.needsStore(context) ? this.o.ledger.refusal(seq) : null);
+  }
+
+  /**
+   * Before any request: every slot but slot 0 gets a sequence of the model's context (with hybrid
+   * attention its store placed on the tiers and, on a device, pinned) that it keeps between
+   * requests, so no admission renews a sequence or pins a store; what they hold is held while
+   * idle. Throws one line when they do not all fit the device memory or the tiers.
+   */
+  preallocate(): void {
+    if (this.active.length + this.queue.length > 0 || this.preallocated) throw new HybridgenError("preallocate: only once, before any request");
+    const context = this.o.maxContext, slots = this.o.slots.filter((s) => s !== 0), device = this.o.device ?? null, ledger = this.o.ledger;
+    const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+    for (const [i, slot] of slots.entries()) {
+      const need = device ? device.need(context) : 0;
+      if (device && !device.fits(need)) {
+        throw new HybridgenError(`--preallocate: ${slots.length} sequences of the model's context need ${mib(slots.length * need)} of device memory, ${mib(device.budgetBytes)} is left beside the model (${i} fit): lower --max-batch or --context`);
+      }
+      const store = ledger?.needsStore(context) ? ledger.place(context) : null;
+      if (ledger?.needsStore(context) && !store) {
+        throw new HybridgenError(`--preallocate: the KV tiers hold the stores of ${i} of ${slots.length} sequences of the model's context (${mib(ledger.storeBytes)} each): lower --max-batch or --context, or add --kv-disk DIR`);
+      }
+      const before = device?.memory.free() ?? 0;
+      try {
+        this.renew(slot, store?.allocator ?? ledger?.idle() ?? null, context);
+      } catch (e) {
+        if (store) {
+          store.allocator.release();
+          ledger!.release(store);
+        }
+        throw e;
+      }
+      const held = device ? Math.max(need, before - device.memory.free()) : 0;
+      if (held > 0) device!.hold(held);
+      this.kept.set(slot, { store, deviceBytes: held });
+    }
+    this.preallocated = true;
+    this.gauges();
   }
 
   /** Positions of the sequence a request of `context` positions runs in: its own; with hybrid attention at least one past the window (its attention offloads). */
@@ -258,6 +298,7 @@ export class ServeScheduler {
 
   /** `r`'s slot back to an idle sequence (its store's memory and files freed now), its bytes back to the ledgers. */
   private vacate(r: Running): void {
+    if (this.preallocated && r.slot !== 0) return this.keep(r);
     this.logStats(r.slot);
     this.giveBack(r.slot, r.store, r.deviceBytes);
     this.blocked = false;
@@ -293,24 +334,31 @@ export class ServeScheduler {
   private fits(slot: number, store: PlacedSlotStore | null, context: number): boolean {
     if (slot === 0 || this.stale.has(slot)) return false;
     const have = this.slotContext.get(slot)!, seq = this.sequenceContext(context);
-    return seq <= have && 4 * have <= 5 * seq && (store !== null || !(this.o.ledger?.needsStore(context) ?? false));
+    // A preallocated sequence serves any request: it is never given back for a smaller one.
+    return seq <= have && (this.preallocated || 4 * have <= 5 * seq) && (store !== null || !(this.o.ledger?.needsStore(context) ?? false));
   }
 
   /** `r` left: its sequence stays in its slot for the queue's head when that fits it (its bytes held for it), else goes back. */
   private leave(r: Running): void {
     const head = this.stopping ? undefined : this.head();
-    if (!head || !this.fits(r.slot, r.store, head.job.ids.length + head.job.maxTokens)) {
+    if (!this.preallocated && (!head || !this.fits(r.slot, r.store, head.job.ids.length + head.job.maxTokens))) {
       this.vacate(r);
       return;
     }
+    this.keep(r);
+  }
+
+  /** `r`'s sequence stays in its (now free) slot with its store and device bytes. */
+  private keep(r: Running): void {
     this.logStats(r.slot);
     this.kept.set(r.slot, { store: r.store, deviceBytes: r.deviceBytes });
     this.blocked = false;
     this.free.push(r.slot);
   }
 
-  /** Every kept sequence goes back (nobody it fits is next). */
+  /** Every kept sequence goes back (nobody it fits is next), but preallocated ones. */
   private releaseKept(): void {
+    if (this.preallocated) return;
     for (const [slot, k] of this.kept) {
       this.kept.delete(slot);
       this.giveBack(slot, k.store, k.deviceBytes);

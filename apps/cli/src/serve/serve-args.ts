@@ -34,6 +34,8 @@ export interface ServeOptions {
   readonly maxQueue: number;
   readonly maxBodyBytes: number;
   readonly prefillChunk?: number;
+  /** Every slot's sequence (and hybrid attention's store) made at load at the model's context and kept: no admission renews or pins. */
+  readonly preallocate: boolean;
   /** Seconds running requests get to finish after SIGINT/SIGTERM before they are cancelled. */
   readonly shutdownGrace: number;
   readonly hybrid: HybridCliOptions;
@@ -66,6 +68,9 @@ hybrid each has its own window and offloaded store, placed on the KV tiers left.
       --max-body SIZE          largest request body (default 1M; larger: 413)
       --prefill-chunk N        prompt positions prefilled between two decode steps (default the model's prefill block)
       --shutdown-grace S       seconds running requests get to finish after SIGINT/SIGTERM (default 10)
+      --preallocate            make every slot's sequence at load for the whole --context (with --attention
+                               hybrid its store placed and pinned) and keep it: no request waits for one to be
+                               made, and the memory and tiers they take are held while idle
 ${HYBRID_HELP}${KV_TIER_HELP}`;
 
 export function parseServeArgs(argv: readonly string[]): ServeOptions {
@@ -81,6 +86,7 @@ export function parseServeArgs(argv: readonly string[]): ServeOptions {
         "served-model-name": { type: "string" }, dtype: { type: "string" }, "kv-dtype": { type: "string" }, "prefill-block": { type: "string" }, device: { type: "string" }, threads: { type: "string" },
         context: { type: "string" }, "dummy-weights": { type: "boolean" }, "max-batch": { type: "string" }, "max-queue": { type: "string" },
         "max-body": { type: "string" }, "gpu-mem": { type: "string" }, "prefill-chunk": { type: "string" }, "shutdown-grace": { type: "string" },
+        preallocate: { type: "boolean" },
       },
     }).values;
   } catch (e) {
@@ -108,6 +114,6 @@ export function parseServeArgs(argv: readonly string[]): ServeOptions {
     maxQueue: integer("max-queue", str("max-queue"), 0) ?? 64,
     maxBodyBytes: str("max-body") === undefined ? 2 ** 20 : Math.max(1, parseSize(str("max-body")!, "--max-body")),
     prefillChunk: integer("prefill-chunk", str("prefill-chunk"), 1), shutdownGrace: integer("shutdown-grace", str("shutdown-grace"), 0) ?? 10,
-    hybrid, tier,
+    preallocate: v.preallocate === true, hybrid, tier,
   };
 }
