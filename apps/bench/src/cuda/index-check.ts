@@ -102,7 +102,7 @@ async function decode(placement: "host" | "device", logits: "exact" | "verified"
     tokens.push(last.indexOf(Math.max(...last)));
     out.push(Float32Array.from(model.forward(Int32Array.of(tokens[s]!), 1000 + s)));
   }
-  return { tokens, out, deviceTables: ha.stats.deviceTables };
+  return { tokens, out, deviceTables: ha.stats.deviceTables, summary: ha.stats.summary() };
 }
 for (const form of tablesOnly ? [] : (["int8", "int4"] as const)) {
   for (const logits of ["exact", "verified"] as const) {
@@ -122,6 +122,8 @@ for (const form of ["int8", "int4"] as const) {
   const ok = made.tokens.join() === stage.tokens.join() && worst === 0 && made.deviceTables === 16 * 2 && stage.deviceTables === 0;
   failed += ok ? 0 : 1;
   console.log(`${ok ? "PASS" : "FAIL"} hybrid decode, index ${form} verified, tables made on the device (${made.deviceTables} layer-steps) vs by the stage from the device's pages: tokens ${made.tokens.join() === stage.tokens.join() ? "equal" : "differ"}, max |Δ logit| ${worst.toExponential(2)}`);
+  // No table made: the step's own line says why (its transport, the steps handed off).
+  if (made.deviceTables === 0) console.log(`  the device's run: ${made.summary}`);
 }
 console.log(failed ? `index checks: ${failed} FAILED` : "index checks: ALL PASS");
 if (tablesOnly) process.exit(failed ? 1 : 0);
