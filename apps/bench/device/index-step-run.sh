@@ -1,11 +1,10 @@
 #!/bin/sh
 # One device call for issue 33's page index inside the hybrid step, within a wall-clock allowance
-# (WALL, seconds; each part gets what is left): index-check (CHECK_ARGS=--tables-only: the device-made
-# tables alone; else Backend.indexRank against the
-# definition; hybrid decode with the index ranked on the device against the stage's own search; the
-# ranking's device time a layer), hybrid-modes once per RUNS entry CONTEXT:CONFIGS (full attention
+# (WALL, seconds; each part gets what is left): index-check (Backend.indexRank against the definition;
+# hybrid decode with the index ranked on the device against the stage's own search; the ranking's
+# device time a layer; CHECK_ARGS its flags), hybrid-modes once per RUNS entry CONTEXT:CONFIGS (full attention
 # and the index configs in the same run; default 32K and 131K, full and pre-index; each step's timings in traces/; the
-# hand-off probe's line and how many verified layers' tables the device made), the CPU
+# hand-off probe's line), the CPU
 # stage's index bounds per ISA (AVX2 against AVX-512, when the host has it), then scale-run with
 # the index ranked on the device (synthetic KV; the planner's least window: the host store held to
 # SCALE_HOST_KV, default 88G, the window the rest) at 1.5M where the GPU holds more than 100 GB, else
@@ -35,7 +34,6 @@ modes() {
     if [ "$T" -lt 15 ]; then echo "hybrid-modes $ctx skipped: $T s left"; continue; fi
     timeout "$T" bun "$DEVICE_DIR/hybrid-modes.js" --contexts "$ctx" --steps "${STEPS:-16}" --configs "${run#*:}" --trace-dir "$OUT/traces" > "$OUT/hybrid-modes-$ctx.log" 2>&1
     echo "hybrid-modes $ctx exit $?"; grep -E '^\| [0-9]|bytes a step|bandwidths|planner|hand-off:|rror' "$OUT/hybrid-modes-$ctx.log"
-    grep -oE "[0-9]+ layer-steps' tables made on the device" "$OUT/hybrid-modes-$ctx.log"
   done
 }
 bounds() {

@@ -13,7 +13,7 @@
  * Configs: full; post-exact, post-speculative, post-verified (top-K in the stage, fixed K);
  * pre-exact, pre-speculative, pre-verified (Quest pages, fixed K), pre-index, pre-index-int4, pre-index-exact
  * (the page index ranked on the device; verified — the stage fills its tables from the device's pages —, or exact),
- * pre-index-device-tables (verified, the tables made on the device: no stage round trip), pre-index-host (ranked by the stage), pre-streaming, pre-infinigen
+ * pre-index-keep (verified, keeping K of the 4·K candidates), pre-index-host (ranked by the stage), pre-streaming, pre-infinigen
  * (verified), pre-streaming-speculative; feedback (the default pair topk+quest, verified, kMin = K), feedback-streaming
  * (topk+streaming), feedback-infinigen (topk+infinigen). Dummy weights (bf16), bf16 KV. One
  * prefill per context (in blocks of at most 32 768 tokens); every hybrid config starts from a
@@ -73,7 +73,6 @@ const HYBRID: Record<string, HybridRuntimeOptions> = {
   "pre-index": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "verified" },
   "pre-index-int4": { scheduler: "fixed", selector: "index", selectorOptions: { form: "int4", placement: "device" }, k: K, timing: "pre", logits: "verified" },
   "pre-index-exact": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "exact" },
-  "pre-index-device-tables": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "verified", indexTables: "device" },
   "pre-index-keep": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "verified", keep: 1 },
   "pre-index-host": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "host" }, k: K, timing: "pre", logits: "verified" },
   feedback: { scheduler: "feedback", selector: "topk+quest", kMin: K, logits: "verified" },
@@ -131,19 +130,19 @@ async function bandwidths(be: Backend): Promise<Bandwidths> {
  * context), the ranking's measured time a layer (indexRankCharge at the run's index shape and widest want) and, for layers whose job waits for the true query (exact logits), the hand-off
  * measured at the start (handOff), against the measured ms/token.
  */
-function plannerLine(shape: DeviceIndexShape, form: "int8" | "int4", logits: string, keep: number | undefined, beside: boolean, context: number, offloaded: number, measured: number, decodeRate: number | undefined): string {
+function plannerLine(shape: DeviceIndexShape, form: "int8" | "int4", logits: string, keep: number | undefined, context: number, offloaded: number, measured: number, decodeRate: number | undefined): string {
   const candidates = logits === "verified" ? CANDIDATES : 1;
   const { want, indexRankMs } = indexRankCharge(backend, shape, { k: K, candidates, offloaded, pageSize: INDEX_PAGE, layers: modelBytes.layers });
   const plan = planRun({
     model: { layers: modelBytes.layers, heads: modelBytes.heads, kvHeads: modelBytes.kvHeads, headDim: modelBytes.headDim, weightsBytes: modelBytes.weightBytes, queryProjectionBytes },
     kvElementBytes: 2, contextTokens: context, gpuKvBudget: window, k: K, candidates, ...(keep === undefined ? {} : { keep }), prefill: false, serialLayers: logits === "exact" ? modelBytes.layers : 0,
     tiers: [{ id: "host", kind: "dram", capacityBytes: totalmem(), readBandwidthGBs: bw.hostRead / 1e9 }],
-    gpu: { freeBytes: deviceBytes, readBandwidthGBs: (decodeRate ?? bw.hbm) / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs, indexRankBeside: beside, ...(handOff === undefined ? {} : { handOffMs: handOff }) },
+    gpu: { freeBytes: deviceBytes, readBandwidthGBs: (decodeRate ?? bw.hbm) / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs, ...(handOff === undefined ? {} : { handOffMs: handOff }) },
     index: { form, placement: "device" },
   });
   const p = plan.predicted, f = (x: number | null) => (x === null ? "–" : x.toFixed(2));
   const rate = decodeRate === undefined ? "the D2D copy rate" : `full attention's decode rate here, ${(decodeRate / 1e9).toFixed(0)} GB/s`;
-  return `planner: ${f(p.msPerToken)} ms/token predicted (GPU ${f(p.gpuMs)} at ${rate}, with q̃'s W_q reads and the ranking ${(indexRankMs * 1e3).toFixed(1)} µs a layer at want ${want}${beside ? " beside each layer (side stream)" : ""}, CPU ${f(p.cpuMs)}, ` +
+  return `planner: ${f(p.msPerToken)} ms/token predicted (GPU ${f(p.gpuMs)} at ${rate}, with q̃'s W_q reads and the ranking ${(indexRankMs * 1e3).toFixed(1)} µs a layer at want ${want}, CPU ${f(p.cpuMs)}, ` +
     `gather ${f(p.vGatherMs)}, link ${f(p.vTransferMs)}, hand-offs ${f(p.handOffMs)}); measured ${measured.toFixed(2)}: ${p.msPerToken ? `${(((measured - p.msPerToken) / p.msPerToken) * 100).toFixed(0)}% off` : "–"}`;
 }
 
@@ -292,7 +291,7 @@ for (const context of contexts) {
       if (ha.deviceIndex) {
         // The prediction is a line beside the measurement: a failure to make it (the ranking's scratch past the arena) must not end the run.
         try {
-          console.log(`  ${plannerLine(ha.deviceIndex.shape, index.form, logits, keep, ha.stats.deviceTables > 0, context, tail[0]?.offloaded ?? 0, ms, decodeRate)}`);
+          console.log(`  ${plannerLine(ha.deviceIndex.shape, index.form, logits, keep, context, tail[0]?.offloaded ?? 0, ms, decodeRate)}`);
         } catch (e) {
           console.log(`  planner: not predicted (${(e as Error).message})`);
         }

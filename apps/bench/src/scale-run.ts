@@ -108,19 +108,16 @@ const rows = [
 
 /**
  * The planner's prediction with a device index's ranking as measured (indexRankCharge at the index's
- * shape and the verified layers' want; beside each layer where the device made the verified layers'
- * tables, on its side stream), else the plan's own; a failure to time it is said and the plan's kept.
+ * shape and the verified layers' want), else the plan's own; a failure to time it is said and the plan's kept.
  */
 function rankedPrediction(a: HybridAttention, input: RunPlanInput, plan: RunPlan): RunPlan["predicted"] {
-  // Verified layers whose tables the device made ranked on its side stream, beside the layer.
-  const beside = a.stats.deviceTables > 0;
   if (!a.deviceIndex || !input.gpu) return plan.predicted;
   try {
     const { want, indexRankMs } = indexRankCharge(backend, a.deviceIndex.shape, {
       k: K, candidates: HybridOptionsSchema.parse({}).candidates, offloaded: plan.offloadedTokens, pageSize: PageIndexOptionsSchema.parse({}).pageSize, layers: input.model.layers,
     });
     console.log(`  the device index ranks a layer in ${(indexRankMs * 1e3).toFixed(1)} µs (want ${want}): the prediction charges it`);
-    return planRun({ ...input, gpu: { ...input.gpu, indexRankMs, indexRankBeside: beside } }).predicted;
+    return planRun({ ...input, gpu: { ...input.gpu, indexRankMs } }).predicted;
   } catch (e) {
     console.log(`  the device index's ranking not timed (${(e as Error).message}): the prediction charges its bytes`);
     return plan.predicted;
@@ -229,7 +226,7 @@ for (const context of contexts) {
     console.log(`  prefilled ${context} tokens × ${batch} in ${((performance.now() - t1) / 1e3).toFixed(1)} s (${caches.reduce((n, c) => n + c.storeCount, 0)} offloaded)`);
   }
   const walls = dec ? batchWalls(dec, slots, firstTokens) : greedyWalls(model, synthetic ? context + 1 : context, steps);
-  // After the steps: the ranking is timed on an idle device, and the step says whether it ranked beside the layers.
+  // After the steps: the ranking is timed on an idle device.
   const predicted = rankedPrediction(attentions[0]!, planInput, plan);
   const checks = stores.flatMap((s) => s.verify(16));
   const trace: readonly HybridStepRecord[] = attentions.flatMap((a) => a.stats.trace.slice(WARM));

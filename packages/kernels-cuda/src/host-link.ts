@@ -9,7 +9,7 @@
  * Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
-import { HybridgenError, SPEC_VERSION, type HandOffRow, type KeepRow, type RescoreRow, type SignalledSend, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
+import { HybridgenError, SPEC_VERSION, type HandOffRow, type KeepRow, type RescoreRow, type SignalledSend, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
 import { MAX_HOST_INTS, type CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 
@@ -45,7 +45,7 @@ export interface HostLinkOwner {
 export class CudaHostLink implements HostTransfers {
   readonly spec = SPEC_VERSION;
   /** Every optional op is native here. */
-  readonly capabilities: HostTransferCapabilities = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true, bandwidth: true, indexTable: true, keepRows: true };
+  readonly capabilities: HostTransferCapabilities = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true, bandwidth: true, keepRows: true };
   private link: Pointer | null;
   /** The pinned blocks in ascending address order: a region's block by binary search (a batch pins ~70 regions a sequence, looked up a few times a row a layer). */
   private readonly pinned: PinnedBlock[] = [];
@@ -158,35 +158,6 @@ export class CudaHostLink implements HostTransfers {
     const groups = heads / group;
     const tableAt = this.mappedTable(table, groups, `${groups} counts`, op);
     this.owner.ok(op, this.owner.lib.hg_cu_pad_columns(this.owner.ctx, P(s.addr), P(tableAt), heads, width, col, kmax, group));
-  }
-
-  /**
-   * HostTransfers.indexTable (native/index_table.cu): the [counts | ids] table of a device index's
-   * ranked pages written by the device into the mapped `table`, then `done` raised (recordable).
-   */
-  indexTable(table: HostRegion, pages: Tensor, pagesOffset: number, q: Tensor, keys: HostRegion, shape: IndexTableShape, done: HostSignal): void {
-    const op = "indexTable";
-    this.live(op);
-    const { kvHeads, group, headDim, cap, dtype, pageSize, want, budget, kmax, n } = shape ?? ({} as IndexTableShape);
-    if (![kvHeads, group, headDim, cap, pageSize, want, budget, kmax].every((v) => isCount(v) && v > 0 && v <= INT32_MAX) || !isCount(n)) {
-      bad(`${op}: kvHeads, group, headDim, cap, pageSize, want, budget and kmax must be positive 32-bit integers and n a non-negative one`);
-    }
-    if (this.owner.lib.hg_cu_index_table_fits(want, pageSize) !== 1) bad(`${op}: the device makes tables of at most 256 pages a head and pages of at most 1024 rows, got ${want} pages of ${pageSize}`);
-    if (headDim > 256) bad(`${op}: the device makes tables for heads of at most 256, got ${headDim}`);
-    if (n > cap) bad(`${op}: ${n} offloaded rows exceed the store's ${cap}`);
-    if (Math.min(budget, n) > kmax) bad(`${op}: a list of ${Math.min(budget, n)} rows does not fit ${kmax} ids a KV head`);
-    const bytes = dtype === "f32" ? 4 : dtype === "f16" || dtype === "bf16" ? 2 : bad(`${op}: K rows must be f32, f16 or bf16, got ${String(dtype)}`);
-    const pg = this.owner.own(pages, op), qt = this.owner.own(q, op);
-    if (!isCount(pagesOffset) || pagesOffset % 4 !== 0 || pagesOffset + kvHeads * want * 4 > pg.byteLength) bad(`${op}: ${kvHeads} × ${want} pages from byte ${pagesOffset} exceed ${pg}'s ${pg.byteLength}`);
-    if (qt.dtype !== "f32" || qt.byteLength < kvHeads * group * headDim * 4) bad(`${op}: q must be f32 with ${kvHeads * group} heads of ${headDim}, got ${qt}`);
-    checkRegion(keys, op);
-    if (kvHeads * cap * headDim * bytes > keys.byteLength) bad(`${op}: ${kvHeads} × ${cap} K rows of ${headDim} exceed the host region's ${keys.byteLength}`);
-    const keysAt = this.deviceAddress(keys);
-    if (keysAt === null) bad(`${op}: the K store at 0x${keys.address.toString(16)} is not pinned memory the device maps`);
-    const tableAt = this.mappedTable(table, kvHeads * (1 + kmax), `${kvHeads} × (1 + ${kmax}) ints`, op);
-    const word = this.signalWord(done, op);
-    const dt = dtype === "f32" ? 0 : dtype === "f16" ? 1 : 2;
-    this.owner.ok(op, this.owner.lib.hg_cu_index_table(this.owner.ctx, P(tableAt), P(word), P(pg.addr + pagesOffset), P(qt.addr), P(keysAt), dt, kvHeads, group, headDim, cap, pageSize, want, budget, kmax, n, done.value));
   }
 
   /**

@@ -6,7 +6,7 @@
  */
 import { dlopen, FFIType } from "bun:ffi";
 
-const { ptr, i32, u32, f32, f64, void: none } = FFIType;
+const { ptr, i32, f32, f64, void: none } = FFIType;
 
 /** The native int scratch (ids, positions, slots, a gather's table) one call's indices go through. */
 export const MAX_HOST_INTS = 1024 * 1024;
@@ -76,9 +76,6 @@ export const backendSymbols = {
   hg_cu_index_rank_scratch: { args: [ptr, i32, i32, i32, i32, i32, i32], returns: i32 },
   hg_cu_index_rank: { args: [ptr, ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, i32], returns: i32 },
   hg_cu_index_rank_rows: { args: [ptr, ptr, i32, i32, i32, i32, i32, i32, i32, i32], returns: i32 },
-  hg_cu_index_table_fits: { args: [i32, i32], returns: i32 },
-  hg_cu_side: { args: [ptr, i32], returns: i32 },
-  hg_cu_index_table: { args: [ptr, ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, i32, i32, i32, u32], returns: i32 },
   hg_cu_attn_partial: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, ptr, i32, f32], returns: i32 },
   hg_cu_attn_merge: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32, i32, i32, i32], returns: i32 },
   hg_cu_attn_merge_rows: { args: [ptr, ptr, i32, i32, i32, i32, i32, i32], returns: i32 },

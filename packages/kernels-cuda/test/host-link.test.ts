@@ -367,36 +367,6 @@ describe("CudaBackend.hostTransfers: the stage hand-off on the device (stand-in 
     expect(named(calls, "hg_cu_pad_columns").at(-1)!.args.slice(1)).toEqual([be.address(scores), tables.address + 2 ** 44, 8, 50, 30, 20, 2]);
   });
 
-  it("indexTable checks the shape, the pages, the query, the K store, the table and the done word, and passes device addresses (n and the done value by value)", () => {
-    const calls: NativeCall[] = [];
-    const native = { ...lib(calls), hg_cu_index_table_fits: (want: number, pageSize: number) => Number(want >= 1 && want <= 256 && pageSize >= 1 && pageSize <= 1024) } as CudaNative;
-    using be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: native, device });
-    const link = be.hostTransfers();
-    const store = { address: 0x400000, byteLength: 2 * 64 * 8 * 2 }, tables = { address: 0x600000, byteLength: 4096 }, words = { address: 0x700000, byteLength: 4096 };
-    for (const r of [store, tables, words, { address: 0x1000, byteLength: 4096 }]) link.pin(r);
-    const ranked = be.alloc([1, 64]), q = be.alloc([1, 2 * 2 * 8]);
-    const shape = { kvHeads: 2, group: 2, headDim: 8, cap: 64, dtype: "bf16" as const, pageSize: 4, want: 5, budget: 16, kmax: 16, n: 60 };
-    const table = { address: tables.address, byteLength: 2 * 17 * 4 }, done = { address: words.address + 64, value: 7 };
-    expectOneLineErrors([
-      [() => link.indexTable!(table, ranked, 0, q, store, { ...shape, want: 300 }, done), /indexTable: the device makes tables of at most 256 pages a head and pages of at most 1024 rows, got 300 pages of 4/],
-      [() => link.indexTable!(table, ranked, 0, q, store, { ...shape, kmax: 0 }, done), /must be positive 32-bit integers and n a non-negative one/],
-      [() => link.indexTable!(table, ranked, 0, q, store, { ...shape, n: 65 }, done), /65 offloaded rows exceed the store's 64/],
-      [() => link.indexTable!(table, ranked, 0, q, store, { ...shape, headDim: 512 }, done), /the device makes tables for heads of at most 256, got 512/],
-      [() => link.indexTable!(table, ranked, 0, q, store, { ...shape, kmax: 12 }, done), /a list of 16 rows does not fit 12 ids a KV head/],
-      [() => link.indexTable!(table, ranked, 228, q, store, shape, done), /2 × 5 pages from byte 228 exceed f32\[1x64\]'s 256/],
-      [() => link.indexTable!(table, ranked, 0, be.alloc([1, 16]), store, shape, done), /q must be f32 with 4 heads of 8/],
-      [() => link.indexTable!(table, ranked, 0, q, { ...store, byteLength: 100 }, shape, done), /2 × 64 K rows of 8 exceed the host region's 100/],
-      [() => link.indexTable!(table, ranked, 0, q, { address: 0x1000, byteLength: 4096 }, shape, done), /the K store at 0x1000 is not pinned memory the device maps/],
-      [() => link.indexTable!({ ...table, byteLength: 64 }, ranked, 0, q, store, shape, done), /a table of 2 × \(1 \+ 16\) ints needs 136 bytes, the region has 64/],
-      [() => link.indexTable!(table, ranked, 0, q, store, shape, { address: 0x1000, value: 7 }), /the word at 0x1000 is neither the link's stage word nor in pinned memory the device maps/],
-    ]);
-    expect(named(calls, "hg_cu_index_table")).toHaveLength(0);
-    link.indexTable!(table, ranked, 128, q, store, shape, done);
-    expect(named(calls, "hg_cu_index_table").at(-1)!.args.slice(1)).toEqual([
-      table.address + 2 ** 44, done.address + 2 ** 44, be.address(ranked) + 128, be.address(q), store.address + 2 ** 44, 2, 2, 2, 8, 64, 4, 5, 16, 16, 60, 7,
-    ]);
-  });
-
   it("rowFetch checks each gather as gatherRowsAt and the signal as awaitSignal, passes device addresses, marks ready/release on the compute stream, and closes with the link", () => {
     const calls: NativeCall[] = [];
     const be = new CudaBackend({ arenaBytes: 1 << 21 }, { lib: lib(calls), device });

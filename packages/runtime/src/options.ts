@@ -77,8 +77,6 @@ export const HybridRuntimeOptionsSchema = z
     keep: CandidatesSchema.optional(),
     /** Where a device backend gets the selected rows (the hybrid step's HybridOptions.rowPath): "auto" (default: mapped wherever it can run), "mapped" or "staged". */
     rowPath: z.enum(RowPathRequestSchema.options, { error: "must be auto, mapped or staged" }).optional(),
-    /** Who makes a device-ranked verified layer's table (HybridOptions.indexTables): "stage" (default) or "device" (where the link can). */
-    indexTables: z.enum(["device", "stage"], { error: "must be device or stage" }).optional(),
     /** Native CPU-stage threads. Default: 1 on the CPU backend, cores − 3 on a device backend (defaultStageThreads). */
     cpuStageThreads: count(1).max(256, "must be ≤ 256").optional(),
     /** Disk-tier rows (a storeAllocator's files): explicit reads in flight per stage thread (kernels-cpu NativeCpuStage

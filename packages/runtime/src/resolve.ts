@@ -121,7 +121,7 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   const candidates = o.candidates ?? o.profile?.candidates;
   const rowPath = o.rowPath ?? HybridOptionsSchema.parse({}).rowPath;
   const hybridOptions: HybridOptions = {
-    logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }), ...(o.trackScores ? { trackScores: true } : {}), ...(o.indexTables ? { indexTables: o.indexTables } : {}), ...(o.keep === undefined ? {} : { keep: o.keep }),
+    logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }), ...(o.trackScores ? { trackScores: true } : {}), ...(o.keep === undefined ? {} : { keep: o.keep }),
   };
   // A batch's sequences share one native stage of these threads (hybridBuilder's NativeStageGroup).
   const cpuStageThreads = o.cpuStageThreads ?? defaultStageThreads(target.device, target.cores);

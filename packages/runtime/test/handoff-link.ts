@@ -9,16 +9,14 @@
  * before the device read it, or a word that another stage's job raises changes the logits or throws.
  * With the rowFetch option the link also fetches rows ahead on a side stream (StandInRowFetch).
  */
-import type { CpuStageJob, CpuStageOutput, HandOffRow, KeepRow, RescoreRow, SignalledSend, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, IndexTableShape, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor } from "@hybridgen/core";
-import { indexTable, keptColumns, offloadedKeys, referencePrimitives } from "@hybridgen/spec";
+import type { CpuStageJob, CpuStageOutput, HandOffRow, KeepRow, RescoreRow, SignalledSend, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor } from "@hybridgen/core";
+import { keptColumns } from "@hybridgen/spec";
 import { type AddressBook, StagedBackendCpuStage } from "@hybridgen/core/testing";
 import { CheckedLink, type Recorder } from "./recorder.js";
 
 export interface HandoffLinkOptions {
   /** Offer HostTransfers.rowFetch (a StandInRowFetch per call); off by default, so the layer gathers on the compute stream. */
   readonly rowFetch?: boolean;
-  /** Offer HostTransfers.indexTable (the definition's table, made when the device would); off by default. */
-  readonly indexTable?: boolean;
 }
 
 /** The checked loopback link with signalled sends, device row gathers and the hand-off ops (and rowFetch, with the option). */
@@ -30,10 +28,6 @@ export class HandoffLink extends CheckedLink {
   awaited = 0;
   /** Only with the rowFetch option (and so in capabilities). */
   rowFetch?: () => RowFetch;
-  /** Only with the indexTable option (and so in capabilities). */
-  indexTable?: (table: HostRegion, pages: Tensor, pagesOffset: number, q: Tensor, keys: HostRegion, shape: IndexTableShape, done: HostSignal) => void;
-  /** Tables made by indexTable so far (ops run). */
-  tablesMade = 0;
   /** The signal words in host memory: address → the value last written there. */
   private readonly words = new Map<number, number>();
   constructor(device: ReferenceBackend, host: ReferenceBackend, book: AddressBook, rec: Recorder | null, options: HandoffLinkOptions = {}) {
@@ -45,23 +39,9 @@ export class HandoffLink extends CheckedLink {
         return f;
       };
     }
-    if (options.indexTable) {
-      this.indexTable = (table, pages, pagesOffset, q, keys, t, done) => {
-        this.schedule(() => {
-          const store = this.book.get(keys);
-          if (store.kind !== "tensor" || t.dtype !== "f32") throw new Error("the stand-in makes tables from f32 host stores only");
-          const p = this.device.read(pages, pagesOffset / 4, t.kvHeads * t.want), query = this.device.read(q, 0, t.kvHeads * t.group * t.headDim);
-          const k = offloadedKeys("f32", t.kvHeads, t.cap, t.headDim, this.host.read(store.t(), 0, t.kvHeads * t.cap * t.headDim));
-          const made = indexTable(referencePrimitives, query, t.group, k, new Int32Array(p.buffer, p.byteOffset, p.length), t.want, t.pageSize, t.n, t.budget, t.kmax);
-          this.tableWrites.set(table.address, made);
-          this.tablesMade++;
-          this.raise(done);
-        });
-      };
-    }
   }
   override get capabilities(): HostTransferCapabilities {
-    return { signalledSend: true, gathersRows: true, handOff: true, rowFetch: this.rowFetch !== undefined, bandwidth: false, indexTable: this.indexTable !== undefined, keepRows: true };
+    return { signalledSend: true, gathersRows: true, handOff: true, rowFetch: this.rowFetch !== undefined, bandwidth: false, keepRows: true };
   }
   /** fetch() calls and ready() ops run, over every RowFetch handed out. */
   get fetches(): number {
@@ -190,17 +170,7 @@ export class HandoffLink extends CheckedLink {
     }
   }
 
-  /** A table the device made last in a stage's table region ([counts | ids], until the stage writes that slot again). */
-  private readonly tableWrites = new Map<number, Int32Array>();
-
-  /** A stage wrote its slot's table (`region`): the device's last one there is overwritten. */
-  stageWrote(region: HostRegion | undefined): void {
-    if (region) this.tableWrites.delete(region.address);
-  }
-
   private ints(region: HostRegion): Int32Array {
-    const made = this.tableWrites.get(region.address);
-    if (made) return made;
     const t = this.book.get(region);
     if (t.kind !== "ints") throw new Error("a table that is not int32 host memory");
     return t.data();
@@ -426,7 +396,6 @@ export class QueuedStage extends StagedBackendCpuStage {
     if (n === this.o.failAt) this.failure = new Error(`stage job ${n} failed`);
     if (!this.failure) {
       super.submit({ ...job, ready: undefined, done: undefined });
-      this.link.stageWrote(this.tables[job.slot]);
       this.busy += super.wait();
       if (this.o.trim) trimLastKvHead(this.output(job.slot), job.kmax);
     }

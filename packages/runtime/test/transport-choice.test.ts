@@ -3,7 +3,7 @@ import { describe, expect, it } from "vitest";
 import { type HostTransferCapabilities } from "@hybridgen/core";
 import { chooseTransport, transportNote, type TransportFacts } from "../src/index.js";
 
-const every: HostTransferCapabilities = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true, bandwidth: true, indexTable: true, keepRows: true };
+const every: HostTransferCapabilities = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true, bandwidth: true, keepRows: true };
 const facts = (o: Partial<TransportFacts> = {}): TransportFacts => ({
   link: every, recordsSteps: true, layersMapped: [true, true, true], rowBytes: 128, stageSignals: true, stageQueuesStep: true, ...o,
 });

@@ -102,8 +102,6 @@ export interface HostTransferCapabilities {
   readonly rowFetch: boolean;
   /** bandwidth(): the link measures its pinned copy bandwidth. */
   readonly bandwidth: boolean;
-  /** indexTable() (with the hand-off ops): the device fills a layer's [counts | ids] table from a device index's ranked pages, no CPU stage in between. */
-  readonly indexTable: boolean;
   /** keepRows() (with the hand-off ops): of a verified layer's scored candidates the device keeps the best and gathers only their V rows. */
   readonly keepRows: boolean;
 }
@@ -225,41 +223,6 @@ export interface HostTransfers extends Disposable {
    * layer before. One per user: a batch's sequences each take their own.
    */
   rowFetch?(): RowFetch;
-  /**
-   * Optional (with the hand-off ops): on the compute stream, recordable: each KV head's list of
-   * the offloaded rows its ranked pages give (`pages`: int32 [kvHeads, want] from byte `pagesOffset`,
-   * best first, as Backend.indexRank writes them) into the mapped host region `table` as gatherRowsAt
-   * reads it (int32 [counts | ids], ids kmax apart), exactly as indexSelection fills a list from its
-   * pages: whole pages while they fit min(budget, n), the page that does not by its best rows by
-   * q·k of the K store `keys` [kvHeads, cap, headDim] (row 0 of q, heads·headDim f32; max over the
-   * group's heads, ties to the lower slot), ids ascending. Then the device writes `done.value` into
-   * the word at `done.address` (mapped host memory), so a gather may wait for the table as it waits
-   * for a CPU stage's.
-   */
-  indexTable?(table: HostRegion, pages: Tensor, pagesOffset: number, q: Tensor, keys: HostRegion, shape: IndexTableShape, done: HostSignal): void;
-}
-
-/** What every link that makes tables (HostTransfers.indexTable) takes: up to `want` pages a KV head of up to `pageSize` rows, heads up to `headDim`. */
-export const INDEX_TABLE_LIMITS = Object.freeze({ want: 256, pageSize: 1024, headDim: 256 });
-
-/** The shape of a HostTransfers.indexTable call (within INDEX_TABLE_LIMITS). */
-export interface IndexTableShape {
-  readonly kvHeads: number;
-  /** Query heads per KV head. */
-  readonly group: number;
-  readonly headDim: number;
-  /** Rows per KV head of the K store, and its element type. */
-  readonly cap: number;
-  readonly dtype: DType;
-  readonly pageSize: number;
-  /** Pages ranked a KV head (the stride of `pages`). */
-  readonly want: number;
-  /** Rows a list takes at most (min(budget, n) of them). */
-  readonly budget: number;
-  /** Ids a KV head in the table (at least min(budget, n)). */
-  readonly kmax: number;
-  /** Offloaded rows: the store's first n. */
-  readonly n: number;
 }
 
 /**
@@ -523,16 +486,6 @@ export interface Backend extends Disposable {
    * bytes for W the rows' largest want.
    */
   indexRankRows?(rows: readonly IndexRankRow[], shape: DeviceIndexShape): void;
-  /**
-   * Optional, all three or none (recordable): the ops issued between beginSide() and endSide() —
-   * only indexRank and HostTransfers.indexTable — run on a second stream that first waits for the
-   * work queued before beginSide(), beside the ops queued after endSide(); joinSide() makes the later
-   * ops wait for that stream (a no-op when nothing ran there since the last join). A recorded step
-   * must join before it ends.
-   */
-  beginSide?(): void;
-  endSide?(): void;
-  joinSide?(): void;
   /**
    * Finishes a partial with more tokens whose logits are given: the columns [col, col + count) of
    * logits [heads, width] with V rows v[h / group, start + j, :] (v [kvHeads, cap, headDim]). out[outRow, h, :]

@@ -14,7 +14,6 @@ export const NO_HOST_CAPABILITIES: HostTransferCapabilities = Object.freeze({
   handOff: false,
   rowFetch: false,
   bandwidth: false,
-  indexTable: false,
   keepRows: false,
 });
 
@@ -25,7 +24,6 @@ export const CAPABILITY_METHODS: Readonly<Record<keyof HostTransferCapabilities,
   handOff: ["mapped", "awaitSignal", "readMapped", "gatherRowsAt", "padColumnsAt", "handOffRows", "rescoreRows"],
   rowFetch: ["rowFetch"],
   bandwidth: ["bandwidth"],
-  indexTable: ["mapped", "awaitSignal", "gatherRowsAt", "padColumnsAt", "indexTable"],
   keepRows: ["mapped", "rescoreRows", "keepRows"],
 };
 

@@ -12,8 +12,8 @@ function link(capabilities: unknown, ...methods: string[]): HostTransfers {
 
 describe("hostCapabilities", () => {
   it("returns the record a link declares, frozen, when its methods are there", () => {
-    const all = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true, bandwidth: true, indexTable: true, keepRows: true };
-    const caps = hostCapabilities(link(all, "sendSignalled", "sendSignalledRows", "mapped", "gatherRows", "awaitSignal", "readMapped", "gatherRowsAt", "padColumnsAt", "handOffRows", "rescoreRows", "rowFetch", "bandwidth", "indexTable", "keepRows"));
+    const all = { signalledSend: true, gathersRows: true, handOff: true, rowFetch: true, bandwidth: true, keepRows: true };
+    const caps = hostCapabilities(link(all, "sendSignalled", "sendSignalledRows", "mapped", "gatherRows", "awaitSignal", "readMapped", "gatherRowsAt", "padColumnsAt", "handOffRows", "rescoreRows", "rowFetch", "bandwidth", "keepRows"));
     expect(caps).toEqual(all);
     expect(Object.isFrozen(caps)).toBe(true);
     expect(hostCapabilities(link(NO_HOST_CAPABILITIES))).toEqual(NO_HOST_CAPABILITIES);

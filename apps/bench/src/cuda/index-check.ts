@@ -4,11 +4,10 @@
  * page; a page may differ only where bounds tie within f32 rounding), for both forms, headDim 64
  * and 128, GQA groups 1/4/8, counts below the capacity and wants up to the kernel's limit; then hybrid
  * decode of a tiny model with the index ranked on the device against the same selector ranked by the
- * CPU stage (placement "host"): the same tokens and logits within f32 rounding; and verified layers'
- * tables made by the device from its pages against the stage's from the same pages (equal logits). Then the ranking's
+ * CPU stage (placement "host"): the same tokens and logits within f32 rounding. Then the ranking's
  * device time a layer at the 8B shape (timeIndexRank: 32 rankings recorded as one step, what the
  * planner charges) beside its bytes at the D2D copy rate.
- *   ./bun apps/bench/src/cuda/index-check.ts [--tables-only]
+ *   ./bun apps/bench/src/cuda/index-check.ts
  */
 import { dummyModelFiles, indexFold, indexPageBounds, loadModel, pageIndex, PAGE_INDEX_FORM_CODE, seededRandom, type DeviceIndexShape, type PageIndexForm } from "@hybridgen/core";
 import { createCpuBackend, storeKeys, type CpuTensor } from "@hybridgen/kernels-cpu";
@@ -75,10 +74,8 @@ function rankCase(form: PageIndexForm, kvHeads: number, group: number, d: number
   return `${bad ? "FAIL" : "PASS"} indexRank ${form} kv ${kvHeads} × group ${group} × d ${d}, ${count}/${P} pages, want ${want}: ${bad} pages off (worst bound gap ${worst.toFixed(3)} of the tolerance)`;
 }
 
-/** --tables-only: only the device-made tables against the stage's (a short device call). */
-const tablesOnly = process.argv.includes("--tables-only");
 
-for (const form of tablesOnly ? [] : (["int8", "int4"] as const)) {
+for (const form of ["int8", "int4"] as const) {
   for (const [kvHeads, group, d, cap, page, n, want] of [
     [8, 4, 128, 200_000, 16, 131_000, 17], [8, 4, 128, 200_000, 16, 200_000, 65], [2, 8, 64, 5000, 8, 4321, 100], [4, 1, 128, 3000, 16, 50, 10], [8, 4, 128, 40_000, 16, 39_999, 256],
   ] as const) console.log(rankCase(form, kvHeads, group, d, cap, page, n, want));
@@ -89,11 +86,11 @@ const TINY = {
   architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_size: 512, intermediate_size: 1024, num_hidden_layers: 3, num_attention_heads: 8,
   num_key_value_heads: 2, vocab_size: 512, max_position_embeddings: 2048, rms_norm_eps: 1e-5, rope_theta: 10000, tie_word_embeddings: false,
 };
-async function decode(placement: "host" | "device", logits: "exact" | "verified", form: PageIndexForm, indexTables: "device" | "stage" = "stage") {
+async function decode(placement: "host" | "device", logits: "exact" | "verified", form: PageIndexForm) {
   using files = dummyModelFiles(TINY, "f32", 5, undefined, "tiny");
   using model = loadModel(files, cuda, { maxContext: 1200, gpuKvBudget: 64, sinkTokens: 4, kvDtype: "bf16" });
   model.cache.attachHostStore(createCpuBackend({ threads: 1 }), cuda.hostTransfers(), true);
-  using ha = await createHybridAttention(model, cuda, { selector: createSelector("index", { form, pageSize: 8, placement }), scheduler: "fixed", k: 24, timing: "pre", logits, cpuStageThreads: 2, indexTables });
+  using ha = await createHybridAttention(model, cuda, { selector: createSelector("index", { form, pageSize: 8, placement }), scheduler: "fixed", k: 24, timing: "pre", logits, cpuStageThreads: 2 });
   if ((ha.deviceIndex !== null) !== (placement === "device")) throw new Error(`placement ${placement}: device index ${ha.deviceIndex ? "made" : "not made"}`);
   const prompt = Int32Array.from({ length: 1000 }, (_, i) => (i * 37 + 11) % 512);
   const out = [Float32Array.from(model.forward(prompt, 0))], tokens: number[] = [];
@@ -102,9 +99,9 @@ async function decode(placement: "host" | "device", logits: "exact" | "verified"
     tokens.push(last.indexOf(Math.max(...last)));
     out.push(Float32Array.from(model.forward(Int32Array.of(tokens[s]!), 1000 + s)));
   }
-  return { tokens, out, deviceTables: ha.stats.deviceTables, summary: ha.stats.summary() };
+  return { tokens, out };
 }
-for (const form of tablesOnly ? [] : (["int8", "int4"] as const)) {
+for (const form of ["int8", "int4"] as const) {
   for (const logits of ["exact", "verified"] as const) {
     const host = await decode("host", logits, form), device = await decode("device", logits, form);
     let worst = 0;
@@ -114,19 +111,7 @@ for (const form of tablesOnly ? [] : (["int8", "int4"] as const)) {
     console.log(`${ok ? "PASS" : "FAIL"} hybrid decode, index ${form} ranked on the device vs by the stage, ${logits}: tokens ${device.tokens.join() === host.tokens.join() ? "equal" : "differ"}, max |Δ logit| ${worst.toExponential(2)}`);
   }
 }
-// Verified layers' tables made on the device from its pages (HostTransfers.indexTable) against the stage's from the same pages: the same lists, so the same logits.
-for (const form of ["int8", "int4"] as const) {
-  const stage = await decode("device", "verified", form, "stage"), made = await decode("device", "verified", form, "device");
-  let worst = 0;
-  made.out.forEach((l, i) => l.forEach((v, j) => (worst = Math.max(worst, Math.abs(v - stage.out[i]![j]!)))));
-  const ok = made.tokens.join() === stage.tokens.join() && worst === 0 && made.deviceTables === 16 * 2 && stage.deviceTables === 0;
-  failed += ok ? 0 : 1;
-  console.log(`${ok ? "PASS" : "FAIL"} hybrid decode, index ${form} verified, tables made on the device (${made.deviceTables} layer-steps) vs by the stage from the device's pages: tokens ${made.tokens.join() === stage.tokens.join() ? "equal" : "differ"}, max |Δ logit| ${worst.toExponential(2)}`);
-  // No table made: the step's own line says why (its transport, the steps handed off).
-  if (made.deviceTables === 0) console.log(`  the device's run: ${made.summary}`);
-}
 console.log(failed ? `index checks: ${failed} FAILED` : "index checks: ALL PASS");
-if (tablesOnly) process.exit(failed ? 1 : 0);
 
 // The ranking's device time at the 8B shape (8 KV heads × 4, headDim 128, pages of 16) for the offloaded rows of 32K, 131K and 1M.
 const copyRate = cuda.copyBandwidth(2 ** 30, 10);

@@ -138,8 +138,6 @@ export class DeviceIndex implements Disposable {
   private readonly out: Tensor[] = [];
   private readonly outQuery: Tensor[] = [];
   private readonly scratch: Tensor;
-  /** The rankings run on the backend's side stream have a scratch of their own (one on the compute stream may run at the same time). */
-  private readonly sideScratch: Tensor;
   /** Bytes of the query at the start of a ranking's output; its pages follow. */
   readonly queryBytes: number;
   /** Uploads go through one staging buffer: a step's pages of every layer cross in one write, then device copies (queued as one batch where the backend batches). */
@@ -204,8 +202,6 @@ export class DeviceIndex implements Disposable {
       }
       this.scratch = be.alloc([Math.ceil(scratchBytes / 4)]);
       made.push(this.scratch);
-      this.sideScratch = be.alloc([Math.ceil(scratchBytes / 4)]);
-      made.push(this.sideScratch);
       this.stageHost = new Uint8Array(Math.ceil(Math.max(p.stageBytes ?? STAGE_BYTES, p.kvHeads * (2 * p.headDim + 4)) / 4) * 4);
       this.stageDevice = be.alloc([this.stageHost.length / 4]);
     } catch (e) {
@@ -304,11 +300,6 @@ export class DeviceIndex implements Disposable {
     return r.ranked;
   }
 
-  /** A row()'s ranking, issued as a side-stream op (its own scratch: a ranking on the compute stream may overlap it). */
-  rankOnSide(row: IndexRankRow): void {
-    this.backend.indexRank!(row.out, row.outOffset, row.index, this.shape, row.q, row.count, row.want, this.sideScratch);
-  }
-
   /**
    * rank() up to the ranking itself: the query is in the output, `row` the ranking's arguments (null:
    * no page wanted), `ranked` what the stage's query buffer takes once it ran (Backend.indexRankRows ranks many rows at once).
@@ -331,7 +322,6 @@ export class DeviceIndex implements Disposable {
     for (const t of this.device.splice(0)) this.backend.free(t);
     for (const t of this.out) this.backend.free(t);
     this.backend.free(this.scratch);
-    this.backend.free(this.sideScratch);
     this.backend.free(this.stageDevice);
   }
 

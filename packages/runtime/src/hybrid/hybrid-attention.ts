@@ -28,7 +28,7 @@
  */
 import {
   type Tensor, type Scheduler, type SchedulerDecision, referencePrimitives, headLayout, type AccumulatedScores, type HeadLayout, type TokenSelector, fail, type CpuStage, type CpuStageJob, type CpuStageWork, checkSpecVersion,
-  stageKernel, type IndexKernel, type IndexRankRow, type HostSignal, indexWant, INDEX_TABLE_LIMITS,
+  stageKernel, type IndexKernel, type IndexRankRow, type HostSignal,
 } from "@hybridgen/spec";
 import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector, StepGroup } from "@hybridgen/core";
 import { selectionRows, type RowPath } from "./row-path.js";
@@ -85,8 +85,6 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
   private readonly candidates: number;
   /** Verified layers keep keep·K of their candidates·K (HybridOptions.keep; null: all). */
   private readonly keep: number | null;
-  /** Who makes a device-ranked verified layer's table (HybridOptions.indexTables). */
-  private readonly indexTables: "device" | "stage";
   private readonly positions: Int32Array;
   private readonly specQ: Tensor;
   private states: unknown[] = [];
@@ -95,8 +93,6 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
   private pos = 0;
   private step = 0;
   private jobs: (CpuStageJob | null)[] = [];
-  /** Per layer this step: the signal of its table made on the device from the pages it ranked (no stage job then). */
-  private tableDone: (HostSignal | undefined)[] = [];
   private readonly account: StepAccount;
   /** The batched step this step is a row of (null: a step of its own), and which row. */
   private batchStep: DecodeBatchStep | null = null;
@@ -152,7 +148,6 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     this.candidates = o.logits === "verified" ? o.candidates : 1;
     if (o.keep !== undefined && (o.logits !== "verified" || o.keep > o.candidates)) fail(`invalid hybrid option keep: ${o.keep} needs verified logits and at most candidates (${o.candidates}) (logits ${o.logits})`);
     this.keep = o.keep !== undefined && this.rescore.includes(true) ? o.keep : null;
-    this.indexTables = o.indexTables;
     this.keysPrepared = this.rescore.includes(true);
     const { heads, kvHeads, headDim } = attention.layout;
     this.layout = headLayout(heads, kvHeads, headDim);
@@ -287,7 +282,6 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     this.pos = pos;
     this.account.begin();
     this.jobs.fill(null);
-    this.tableDone = [];
     this.handedOff = false;
     this.current = null;
     const offloaded = this.attention.cache.storeCount;
@@ -412,7 +406,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
   }
 
   done(layer: number): HostSignal | undefined {
-    return this.jobs[layer]?.done ?? this.tableDone[layer];
+    return this.jobs[layer]?.done;
   }
 
   addTx(ms: number): void {
@@ -420,7 +414,6 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
   }
 
   submit(layer: number): void {
-    if (this.tableDone[layer]) return; // its table was made on the device: no stage job
     const plan = this.plan(), c = this.attention.cache, slot = (layer & 1) as 0 | 1;
     let work: CpuStageWork;
     if (plan.work === "kernel") {
@@ -494,19 +487,7 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     if (this.ranksOnDevice(plan)) {
       // A batch row's layer ahead on q̃ is ranked with every row's (one launch); else on its own.
       const batched = this.batchRanks && this.ahead[layer] ? IndexBatch.of(this.attention.backend).rank(this.batchStep!, layer, this) : null;
-      const budget = layerBudget(plan, this.widths(), layer), x = this.deviceIndex!, want = indexWant(budget, plan.offloaded, x.pageSize);
-      if (!batched && this.tableOnDevice(layer, want)) {
-        // A verified layer's table from the device's own pages: no round trip through the CPU stage;
-        // ranked and made on the side stream, beside the rest of the layer before.
-        const r = x.row(layer, q, plan.offloaded, budget), t = this.transport;
-        t.onSide!(() => {
-          x.rankOnSide(r.row!);
-          this.tableDone[layer] = t.deviceTable!(layer, r.ranked.tensor, x.queryBytes, { pageSize: x.pageSize, want, budget, kmax: this.layerKmax(layer), n: plan.offloaded });
-        });
-        this.stats.deviceTables++;
-        return;
-      }
-      const ranked = batched ?? x.rank(layer, q, plan.offloaded, budget);
+      const ranked = batched ?? this.deviceIndex!.rank(layer, q, plan.offloaded, layerBudget(plan, this.widths(), layer));
       this.transport.sendQuery(layer, ranked.tensor, ranked.bytes);
     } else {
       this.transport.sendQuery(layer, q);
@@ -519,14 +500,6 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     if (!plan || !this.batchRanks || !this.ahead[layer]) return null;
     const q = this.batchStep!.queryOfRow!(layer, this.batchRow);
     return q ? this.deviceIndex!.row(layer, q, plan.offloaded, layerBudget(plan, this.widths(), layer)) : null;
-  }
-
-  /**
-   * A verified layer whose pages the device ranks gets its table from the device too, where the
-   * step is handed off on a link that makes tables (its rows then never wait for the CPU stage).
-   */
-  private tableOnDevice(layer: number, want: number): boolean {
-    return this.indexTables === "device" && this.rescore[layer]! && this.transport.makesTables && want >= 1 && want <= INDEX_TABLE_LIMITS.want && this.deviceIndex!.pageSize <= INDEX_TABLE_LIMITS.pageSize && this.layout.headDim <= INDEX_TABLE_LIMITS.headDim;
   }
 
   /** This step's stage kernel is the index, and the device ranks its pages. */

@@ -26,8 +26,6 @@ export class HybridStats extends OffloadCounters {
   waitMs = 0;
   /** Steps handed off on the device (the device, not the host, waited for the CPU stage). */
   handedOffSteps = 0;
-  /** Layer-steps whose table the device made from the pages it ranked (no CPU stage job). */
-  deviceTables = 0;
   /** Σ of the driving thread's own time in hybrid steps (wall less waitMs): issuing and recording device work. */
   issueMs = 0;
   /** Σ of the device stage: T_gpu, the compute stream's busy time from CUDA events on a device
@@ -116,7 +114,6 @@ export class HybridStats extends OffloadCounters {
     this.sumK = 0;
     this.cpuStageMs = this.cpuJsMs = this.waitMs = this.issueMs = this.deviceMs = this.txMs = 0;
     this.handedOffSteps = 0;
-    this.deviceTables = 0;
     this.cpuScoreMs = this.cpuSelectMs = this.cpuGatherMs = this.handoffMs = 0;
     this.notes.length = 0;
     this.trace.length = 0;
@@ -137,7 +134,7 @@ export class HybridStats extends OffloadCounters {
       `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (median of ${this.steps} hybrid steps), ` +
       `transfers ${per(m.tx)} ms; driving thread per layer: issuing ${per(m.issue)} ms, waiting for the CPU stage ${per(m.wait)} ms` + this.splitSummary() + (this.rows ? `; ${this.rows}` : "") +
       (this.handedOffSteps ? `; ${this.handedOffSteps} of ${this.steps} steps handed off (the device waited for the CPU stage)` : "") +
-      (this.deviceTables ? `; ${this.deviceTables} layer-steps' tables made on the device from its pages` : "") + this.syncSummary() + this.schedulerSummary() +
+this.syncSummary() + this.schedulerSummary() +
       (this.calibration ? `; ${this.calibration}` : "");
   }
 

@@ -31,11 +31,6 @@ export const HybridOptionsSchema = z.object({
    * them from the pinned host store), "staged" (the CPU stage copies them, the copy stream uploads
    * them), "auto" (default: mapped wherever chooseRowPath finds it can run). */
   rowPath: RowPathRequestSchema.default("auto"),
-  /** A verified layer whose pages a device index ranks: its [counts | ids] table is made by the CPU
-   * stage from the device's pages ("stage", default: the path measured fastest so far) or by the
-   * device itself ("device", where the step is handed off on a link that makes tables: no CPU stage
-   * round trip). The same lists either way. */
-  indexTables: z.enum(["device", "stage"]).default("stage"),
   /** Maintain accumulated scores even when the selector does not ask for them. */
   trackScores: z.boolean().default(false),
 });

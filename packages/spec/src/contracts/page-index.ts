@@ -366,24 +366,6 @@ function listFromPages(P: SelectorPrimitives, query: Float32Array, G: number, ke
   return (taken === k ? list : list.slice(0, taken)).sort();
 }
 
-/**
- * The [counts | ids] table (int32, ids kmax apart) HostTransfers.indexTable writes: each KV head's
- * list from its ranked pages (`pages` [kvHeads, want], best first) as indexSelection fills it, for
- * min(budget, n) of the first n rows.
- */
-export function indexTable(P: SelectorPrimitives, query: Float32Array, groupSize: number, keys: OffloadedKeys, pages: Int32Array, want: number,
-  pageSize: number, n: number, budget: number, kmax: number): Int32Array {
-  const k = Math.min(budget, n), kv = keys.kvHeads;
-  if (k > kmax) fail(`page index: a list of ${k} rows does not fit a table of ${kmax} ids a KV head`);
-  const table = new Int32Array(kv + kv * kmax);
-  for (let g = 0; g < kv && k > 0; g++) {
-    const list = listFromPages(P, query, groupSize, keys, g, pages.subarray(g * want, (g + 1) * want), pageSize, n, k);
-    table[g] = list.length;
-    table.set(list, kv + g * kmax);
-  }
-  return table;
-}
-
 /** A layer's index as a selector keeps it, and how far it reaches. */
 export interface PageIndexState {
   index: PageIndex | null;

@@ -403,6 +403,6 @@ export interface TokenSelector<S = unknown> {
 export { referencePrimitives, offloadedKeys, pageSummaries, keyPrimitiveChecks } from "./selector-primitives.js";
 export { questSelection, questPages, type QuestPageState } from "./quest-selection.js";
 export {
-  indexChosenOffset, indexFold, indexFoldAll, indexFor, indexPageBounds, indexPages, indexSelection, indexSelectionFrom, indexTable, indexWant, pageIndex, pageIndexChecks, pageIndexForm, pageIndexLayout, PAGE_INDEX_FORM_CODE, PAGE_INDEX_FORMS,
+  indexChosenOffset, indexFold, indexFoldAll, indexFor, indexPageBounds, indexPages, indexSelection, indexSelectionFrom, indexWant, pageIndex, pageIndexChecks, pageIndexForm, pageIndexLayout, PAGE_INDEX_FORM_CODE, PAGE_INDEX_FORMS,
   PAGE_INDEX_SLACK, type IndexFoldItem, type IndexPages, type PageIndex, type PageIndexForm, type PageIndexLayout, type PageIndexState,
 } from "./page-index.js";

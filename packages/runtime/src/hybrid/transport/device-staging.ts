@@ -18,7 +18,7 @@
  * back one another's waits.
  */
 import {
-  type Backend, type HandOffRow, type KeepRow, type RescoreRow, type SignalledSend, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type IndexTableShape, type RowFetch, type RowFetchGather, type RowGather, type Tensor, DTYPE_BYTES, fail, type CpuStage,
+  type Backend, type HandOffRow, type KeepRow, type RescoreRow, type SignalledSend, type HostCopy, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor, DTYPE_BYTES, fail, type CpuStage,
 } from "@hybridgen/spec";
 import type { KvCache } from "@hybridgen/core";
 import { GatheredValues } from "@hybridgen/spec/kit";
@@ -26,8 +26,6 @@ import { grownRows } from "../row-path.js";
 
 /** The host block that holds a staging's done word: a device link pins and maps only whole blocks of 2 MiB or more (the CUDA link). */
 const DONE_BLOCK_BYTES = 2 << 20;
-/** Byte offset in that block of the word the device raises for the tables it makes (a cache line past the stage's word). */
-const TABLE_WORD_OFFSET = 64;
 
 interface Regions {
   readonly query: HostRegion;
@@ -62,8 +60,6 @@ export class DeviceStaging implements Disposable {
   /** The host word the jobs' done signals are raised in (pinned and mapped), and the last value handed out. */
   private doneWord: { readonly tensor: Tensor; readonly region: HostRegion } | null = null;
   private doneValue = 0;
-  /** The value last handed out for the word the device raises itself (indexTable), on its own cache line of the done block. */
-  private tableValue = 0;
   /** The side-stream fetches of a handed-off step (null: the compute stream gathers). */
   private fetcher: RowFetch | null = null;
   private closed = false;
@@ -185,27 +181,6 @@ export class DeviceStaging implements Disposable {
     if (!this.doneWord) fail("hybrid attention: a done signal from a staging that does not hand off");
     this.doneValue = (this.doneValue + 1) >>> 0;
     return { address: this.doneWord.region.address, value: this.doneValue };
-  }
-
-  /** Whether the link makes a layer's table from a device index's pages itself (HostTransfers.indexTable, on a staging that hands off). */
-  get makesTables(): boolean {
-    return this.doneWord !== null && this.link.capabilities.indexTable;
-  }
-
-  /**
-   * `layer`'s [counts | ids] table in slot `slot`, made by the device from the pages it ranked
-   * (`ranked`: the query, then int32 [kvHeads, want] from byte `pagesOffset`; the query is what
-   * scores a partial page), on the compute stream; returns the signal the device raises once the
-   * table is in host memory (a hand-off or a fetch waits for it as for a stage job's done).
-   */
-  deviceTable(layer: number, slot: 0 | 1, ranked: Tensor, pagesOffset: number, t: Omit<IndexTableShape, "kvHeads" | "headDim" | "cap" | "dtype">): HostSignal {
-    if (!this.makesTables) fail("hybrid attention: a device-made table on a link or staging that does not make them");
-    const c = this.cache;
-    this.tableValue = (this.tableValue + 1) >>> 0;
-    const done = { address: this.doneWord!.region.address + TABLE_WORD_OFFSET, value: this.tableValue };
-    this.link.indexTable!(this.regions[slot]!.table!, ranked, pagesOffset, ranked, this.hostOf(c.stageStoreK(layer)),
-      { ...t, kvHeads: c.kvHeads, headDim: this.headDim, cap: c.storeCapacity, dtype: c.dtype }, done);
-    return done;
   }
 
   /**

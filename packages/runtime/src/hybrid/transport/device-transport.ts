@@ -67,11 +67,6 @@ export abstract class DeviceTransport implements StepTransport {
     return false;
   }
 
-  /** Only a handed-off step makes tables on the device. */
-  get makesTables(): boolean {
-    return false;
-  }
-
   /** Signalled inside the open segment where it can be, else the segment ends and the host fences the copy (a JS pre-QKᵀ selector reads it on this thread). */
   sendQuery(layer: number, q: Tensor, bytes?: number): void {
     const hostReads = this.step.plan().work === "pre";
@@ -117,24 +112,11 @@ export abstract class DeviceTransport implements StepTransport {
     this.segmentOpen = true;
   }
 
-  /** Runs the recorded segment (a graph replay): before anything that talks to the host. The side stream's work in it is joined first (a capture refuses an unjoined stream). */
+  /** Runs the recorded segment (a graph replay): before anything that talks to the host. */
   protected closeSegment(): void {
     if (!this.segmentOpen) return;
     this.segmentOpen = false;
-    this.attention.backend.joinSide?.();
     this.attention.backend.endStep!();
-  }
-
-  onSide(issue: () => void): void {
-    const be = this.attention.backend;
-    if (!be.beginSide || !be.endSide || !be.joinSide) return issue();
-    be.beginSide();
-    try {
-      issue();
-    } finally {
-      be.endSide();
-    }
-    if (!this.segmentOpen) be.joinSide(); // eager ops: nothing records the join later
   }
 
   /** The host is about to block on the CPU stage: what is issued runs first, and the link's times leave the wait out. */

@@ -20,7 +20,7 @@ import type { DeviceStaging } from "./device-staging.js";
 import { HandOffBatch } from "./hand-off-batch.js";
 import { MappedTransport } from "./mapped-transport.js";
 import { SendBatch } from "./send-batch.js";
-import type { LayerTableShape, StepDriver, TransportName } from "./step-transport.js";
+import type { StepDriver, TransportName } from "./step-transport.js";
 
 export class HandedOffTransport extends MappedTransport {
   override readonly name: TransportName = "handed-off";
@@ -44,16 +44,6 @@ export class HandedOffTransport extends MappedTransport {
     this.joined.fill(null);
     this.handOffStep = plan.work === "kernel";
     return this.handOffStep;
-  }
-
-  /** A handed-off step over a link that makes a layer's table from a device index's pages (a batch's rows rank together and go through their stage). */
-  override get makesTables(): boolean {
-    return this.handOffStep && !this.batch && this.d.makesTables;
-  }
-
-  deviceTable(layer: number, ranked: Tensor, pagesOffset: number, t: LayerTableShape): HostSignal {
-    if (!this.makesTables) fail(`hybrid attention: layer ${layer}'s table made on the device in a step that cannot`);
-    return this.d.deviceTable(layer, (layer & 1) as 0 | 1, ranked, pagesOffset, { ...t, group: this.step.layout.groupSize });
   }
 
   override jobLink(layer: number): { ready?: HostSignal; done?: HostSignal; deviceGather: boolean } {

@@ -14,7 +14,6 @@ export class HostTransport implements StepTransport {
   readonly name = "host" as const;
   readonly rowPaths = [] as const;
   readonly note = "transport host";
-  readonly makesTables = false;
 
   constructor(private readonly step: StepDriver, private readonly attention: Attention) {}
 

@@ -10,13 +10,10 @@
  *               the whole step without blocking; rows may be fetched ahead on a side stream.
  */
 import type { DecodeBatchStep } from "@hybridgen/core";
-import type { Tensor, HeadLayout, CpuStage, CpuStageJob, HostSignal, IndexTableShape } from "@hybridgen/spec";
+import type { Tensor, HeadLayout, CpuStage, CpuStageJob, HostSignal } from "@hybridgen/spec";
 import type { RowPath } from "../row-path.js";
 import type { StepMerge } from "../step-merge.js";
 import type { StepPlan } from "../step-plan.js";
-
-/** What a layer's device-made table needs beyond the store's shape (HostTransfers.indexTable's). */
-export type LayerTableShape = Pick<IndexTableShape, "pageSize" | "want" | "budget" | "kmax" | "n">;
 
 export type TransportName = "host" | "staged" | "mapped" | "handed-off";
 
@@ -70,19 +67,6 @@ export interface StepTransport extends Disposable {
   /** Row 0 of q (a layer's query or q̃) into the stage's query buffer of the layer's slot; `bytes`
    * past the query's (the pages a device index chose, after it in q) land in the slot's chosenPages. */
   sendQuery(layer: number, q: Tensor, bytes?: number): void;
-  /**
-   * Whether deviceTable() runs this step: a handed-off step over a link that makes a layer's
-   * table from a device index's pages (HostTransfers.indexTable), so no CPU stage job is needed.
-   */
-  readonly makesTables: boolean;
-  /**
-   * Runs `issue`'s ops (a layer's ranking and table) on the backend's side stream where it has one,
-   * joined at the end of the recorded segment they land in (at once outside one): beside the
-   * layer before's window attention instead of in line with it.
-   */
-  onSide?(issue: () => void): void;
-  /** The layer's table made on the device from the pages it ranked (the query, then the pages from byte `pagesOffset` of `ranked`): the signal raised once it is in host memory. */
-  deviceTable?(layer: number, ranked: Tensor, pagesOffset: number, t: LayerTableShape): HostSignal;
   /** A job's fields that depend on how rows travel. */
   jobLink(layer: number): Pick<CpuStageJob, "ready" | "done" | "deviceGather">;
   /** A batched step calls it for every row before any row's attend (after the layer's job is submitted): the device work that can go first. */
