@@ -10,7 +10,8 @@
  */
 import { BatchDecoder, DTYPE_BYTES, HybridgenError, loadModel, modelInfo, type Backend, type CausalLM, type MemoryTier, type ModelFiles } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
-import { attachAttentionConfigs, attentionConfig, fillSyntheticKv, planSelection, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
+import { attachAttentionConfigs, attentionConfig, deviceIndexShape, fillSyntheticKv, indexRankCharge, planSelection, prepareHostStore, sequenceModel, type AttachedAttention, type AttentionConfig } from "@hybridgen/runtime";
+import { PageIndexOptionsSchema } from "@hybridgen/selectors";
 import type { BenchOptions } from "./bench-args.js";
 import { decodeSteps, syntheticTokens, type ConfigOutcome } from "./bench-measure.js";
 import type { Workload } from "./workload-args.js";
@@ -211,7 +212,7 @@ const kvBytesPerToken = (r: Run) => 2 * r.files.shape.layers * r.files.shape.kvH
  * `maxGpuReadBytes` (full attention's reads a step at its best batch) holds an auto window to them,
  * and with the host's costs given the window shrinks until the device's part of a step is the host's.
  */
-async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.sequences, window: number | "auto" = "auto", c?: AttentionConfig, maxGpuReadBytes?: number): Promise<RunPlan> {
+async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.sequences, window: number | "auto" = "auto", c?: AttentionConfig, maxGpuReadBytes?: number, indexRankMs?: number): Promise<RunPlan> {
   const { planRun } = await import("@hybridgen/memtier");
   const s = r.files.shape, cap = r.o.gpuMem;
   return planRun({
@@ -222,6 +223,7 @@ async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.
       freeBytes: cap, ...(r.cx.gpuReadGBs ? { readBandwidthGBs: r.cx.gpuReadGBs } : {}), ...(r.cx.linkGBs ? { linkBandwidthGBs: r.cx.linkGBs } : {}),
       ...(r.cx.backend.name === "cpu" ? { reserveBytes: 0 } : {}),
       ...(c?.hybrid && r.o.gatherGBs !== undefined ? { gatherGBs: r.o.gatherGBs } : {}),
+      ...(indexRankMs === undefined ? {} : { indexRankMs }),
     },
     // The CPU backend's prefill reads its store in place: no device scratch.
     tiers: [...r.cx.tiers], k: r.o.k, appendTokens: prefillBlock(r), prefill: !r.o.syntheticKv && r.cx.backend.name !== "cpu",
@@ -231,6 +233,26 @@ async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.
     ...(maxGpuReadBytes === undefined ? {} : { maxGpuReadBytes }),
     balanceWindow: c?.hybrid !== undefined && (r.o.issueMs !== undefined || r.o.stageMs !== undefined),
   });
+}
+
+/**
+ * A hybrid configuration's device index ranking, timed where its plan ranks the pages on the device
+ * (runtime's indexRankCharge at the index's shape and the verified layers' want): ms one layer's
+ * ranking of one sequence, which the planner charges past its bytes; undefined elsewhere or where it cannot be timed.
+ */
+function rankCharge(r: Run, c: AttentionConfig, plan: RunPlan): number | undefined {
+  if (!c.hybrid || plan.index?.placement !== "device" || plan.offloadedTokens === 0 || !r.cx.backend.indexRank) return undefined;
+  const sel = planSelection(c.hybrid, true), defaults = PageIndexOptionsSchema.parse({});
+  const pageSize = sel.index?.pageSize ?? defaults.pageSize, form = sel.index?.form ?? defaults.form, s = r.files.shape;
+  try {
+    const shape = deviceIndexShape(form, s.kvHeads, s.heads / s.kvHeads, s.headDim, Math.ceil(plan.offloadedTokens / pageSize));
+    const { want, indexRankMs } = indexRankCharge(r.cx.backend, shape, { k: r.o.k, candidates: sel.candidates, offloaded: plan.offloadedTokens, pageSize, layers: s.layers });
+    r.cx.progress(`${c.name}: the device index ranks a layer of a sequence in ${(indexRankMs * 1e3).toFixed(1)} µs (want ${want} pages): the planner charges it`);
+    return indexRankMs;
+  } catch (e) {
+    r.cx.progress(`${c.name}: the device index's ranking not timed (${message(e)}): the planner charges its bytes`);
+    return undefined;
+  }
 }
 
 /**
@@ -288,10 +310,10 @@ async function measureOffloading(r: Run, c: AttentionConfig, prompt: Int32Array,
  * (the runtime's planSelection) and the rows sent up (the floor is the planner's ms/step); FlexGen-style AoG also sends every
  * offloaded K and V row up each step (its floor: the slower of the device's reads and the link).
  */
-async function withFloor(r: Run, residentBytes: number, row: WorkloadRow, c: AttentionConfig): Promise<WorkloadRow> {
+async function withFloor(r: Run, residentBytes: number, row: WorkloadRow, c: AttentionConfig, indexRankMs?: number): Promise<WorkloadRow> {
   if (row.status !== "ok" || row.batch === undefined) return row;
   const full = row.kind === "full", window = full ? r.o.workload.context + r.o.steps : row.window!;
-  const p = (await planWorkload(r, residentBytes, row.batch, window, row.kind === "hybrid" ? c : undefined)).predicted;
+  const p = (await planWorkload(r, residentBytes, row.batch, window, row.kind === "hybrid" ? c : undefined, undefined, row.kind === "hybrid" ? indexRankMs : undefined)).predicted;
   if (full) return { ...row, bytesPerStep: p.bytes, floorMsPerStep: p.gpuMs };
   if (row.kind === "hybrid") return { ...row, bytesPerStep: p.bytes, floorMsPerStep: p.msPerToken, predictedMsPerStep: p.msPerToken };
   const link = row.batch * Math.max(0, r.o.workload.context + r.o.steps - window) * kvBytesPerToken(r);
@@ -345,6 +367,8 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
   const plan = await planWorkload(r, residentBytes);
   const window = plan.gpu?.windowTokens ?? context + o.steps;
   const offloading = configs.filter((x) => x.kind !== "full");
+  /** Per hybrid configuration: its device index's ranking as timed (rankCharge), charged in its planned window and its row's prediction. */
+  const ranks = new Map<string, number>();
   if (offloading.length > 0 && !cx.signal?.aborted) {
     if (!plan.fits) {
       for (const c of offloading) rows.push({ config: c.name, family: c.family, kind: c.kind, status: "failed", note: plan.refusal ?? "the planner found no room" });
@@ -358,7 +382,12 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
         // A configuration's own window: a device page index takes its room beside the windows.
         let own = window;
         if (c.kind === "hybrid") {
-          const p = await planWorkload(r, residentBytes, sequences, "auto", c, fullReads);
+          let p = await planWorkload(r, residentBytes, sequences, "auto", c, fullReads);
+          const rank = rankCharge(r, c, p);
+          if (rank !== undefined) {
+            ranks.set(c.name, rank);
+            p = await planWorkload(r, residentBytes, sequences, "auto", c, fullReads, rank);
+          }
           own = p.gpu?.windowTokens ?? window;
           const ms = p.predicted.msPerToken;
           cx.progress(`${c.name}: the planner's window ${own} tokens a sequence, ${ms === null ? "no" : ms.toFixed(2)} ms a step of ${sequences} predicted`);
@@ -367,7 +396,7 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
       }
     }
   }
-  for (const [i, row] of rows.entries()) rows[i] = await withFloor(r, residentBytes, row, configs.find((c) => c.name === row.config)!);
+  for (const [i, row] of rows.entries()) rows[i] = await withFloor(r, residentBytes, row, configs.find((c) => c.name === row.config)!, ranks.get(row.config));
   const order = (x: WorkloadRow) => o.configs.indexOf(x.config);
   rows.sort((a, b) => order(a) - order(b));
   if (!rows.some((x) => x.status === "ok")) {
