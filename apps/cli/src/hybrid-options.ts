@@ -37,6 +37,7 @@ export const HybridCliOptionsSchema = z
     exactLayers: RT.exactLayers,
     massTarget: RT.massTarget,
     candidates: RT.candidates,
+    keep: RT.keep,
     cpuStageThreads: RT.cpuStageThreads,
     scoring: RT.scoring,
     rescoreFactor: RT.rescoreFactor,
@@ -86,6 +87,8 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
                                profile's, else those whose q̃ misses in the prompt's calibration)
       --candidates N           verified: choose N·K candidates for the device to score (default: the
                                profile's, else ${ENGINE.candidates})
+      --keep N                 verified: keep N·K of the scored candidates a KV head and bring up only
+                               their V rows (at most --candidates; default: every candidate's)
       --selector NAME|PATH|PACKAGE[:export]  a registered selector (topk, streaming, all, h2o, quest,
                                index, infinigen, keyformer), a plugin module exporting one made with defineSelector
                                (./my-selector.ts, a package name; :name picks a named export), or POST+PRE
@@ -169,7 +172,7 @@ export function windowLoadOptions(h: HybridCliOptions): { gpuKvBudget?: GpuKvBud
 export function runtimeOptions(h: HybridCliOptions, profile: HybridProfile | null): HybridRuntimeOptions {
   const o: Record<string, unknown> = {
     selector: h.selector, selectorOptions: h.selectorOptions, scheduler: h.scheduler, k: h.k, kMin: h.kMin, timing: h.timing, logits: h.logits,
-    exactLayers: h.exactLayers, candidates: h.candidates, cpuStageThreads: h.cpuStageThreads, scoring: h.scoring, rescoreFactor: h.rescoreFactor, rowPath: h.rowPath, profile,
+    exactLayers: h.exactLayers, candidates: h.candidates, keep: h.keep, cpuStageThreads: h.cpuStageThreads, scoring: h.scoring, rescoreFactor: h.rescoreFactor, rowPath: h.rowPath, profile,
     massTarget: h.massTarget,
   };
   for (const key of Object.keys(o)) if (o[key] === undefined) delete o[key];
@@ -260,6 +263,7 @@ export function schedulerJson(ha: HybridAttention): Record<string, unknown> {
     logits: plan?.logits ?? null,
     exactLayers: plan?.exactLayers ?? null,
     candidates: plan?.candidates ?? null,
+    keep: plan?.keep ?? null,
     transport: plan?.transport ?? null,
     calibration: plan?.calibrated ?? null,
     finalK: last?.k ?? null,

@@ -31,6 +31,9 @@ describe("--scheduler, --k-min and friends", () => {
       [["--k", "4", "--k-min", "8"], "--k (the feedback scheduler's first K) must be at least --k-min"],
       [["--exact-layers", "1,x"], 'invalid value for --exact-layers: "1,x" is not a comma-separated list of layers or "none"'],
       [["--candidates", "0"], "invalid value for --candidates: must be at least 1"],
+      [["--keep", "0"], "invalid value for --keep: must be at least 1"],
+      [["--candidates", "2", "--keep", "3"], "keep 3 needs verified logits and at most the candidates (2); logits are verified"],
+      [["--logits", "exact", "--keep", "1"], "keep 1 needs verified logits and at most the candidates (4); logits are exact"],
       [["--selector-options", "{"], 'invalid value for --selector-options: "{" is not JSON'],
       [["--selector-options", "[1]"], 'invalid value for --selector-options: "[1]" is not a JSON object'],
       [["--selector", "quest", "--selector-options", '{"pagesize":8}'], 'selector "quest" options: unknown key "pagesize" (it takes pageSize)'],
@@ -42,7 +45,7 @@ describe("--scheduler, --k-min and friends", () => {
       [["--mass-target", "most"], 'invalid value for --mass-target: "most" is not a number'],
     ];
     for (const [flags, message] of bad) expect(() => splitHybridArgs([...HY, ...flags]), flags.join(" ")).toThrow(message);
-    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --cpu-stage-threads, --scoring, --rescore-factor, --row-path and --mass-target need --attention hybrid");
+    expect(() => splitHybridArgs(["--scheduler", "feedback"])).toThrow("--selector, --selector-options, --scheduler, --k, --k-min, --timing, --logits, --exact-layers, --candidates, --keep, --cpu-stage-threads, --scoring, --rescore-factor, --row-path and --mass-target need --attention hybrid");
     expect(() => splitHybridArgs(["--row-path", "staged"])).toThrow(/--mass-target need --attention hybrid$/);
     expect(runtimeOptions(splitHybridArgs([...HY, "--mass-target", "0.8"]).hybrid, null)).toMatchObject({ massTarget: 0.8 });
     expect(runtimeOptions(splitHybridArgs([...HY, "--scoring", "int8", "--rescore-factor", "2"]).hybrid, null)).toMatchObject({ scoring: "int8", rescoreFactor: 2 });
@@ -53,6 +56,10 @@ describe("--scheduler, --k-min and friends", () => {
       expect(resolveHybrid(o, { device: true }).hybridOptions.rowPath).toBe(rowPath);
     }
     expect(runtimeOptions(splitHybridArgs(HY).hybrid, null).rowPath).toBeUndefined();
+    // --keep reaches the engine's HybridOptions and the plan; absent, every candidate is kept.
+    const kept = resolveHybrid(runtimeOptions(splitHybridArgs([...HY, "--candidates", "2", "--keep", "1"]).hybrid, null), { device: true });
+    expect([kept.hybridOptions.keep, kept.plan.keep]).toEqual([1, 1]);
+    expect(resolveHybrid(runtimeOptions(splitHybridArgs(HY).hybrid, null), { device: true }).hybridOptions.keep).toBeUndefined();
   });
 
   it("a name that is neither registered nor an installed package fails when loaded, before any model", async () => {
@@ -94,6 +101,15 @@ describe("hybridgen generate --scheduler (stories15M)", () => {
     expect(s.finalK).toBe(s.steps[s.steps.length - 1].k);
     expect(stderr).toContain("hybrid: selector topk+quest, feedback scheduler (K from 8 post, kMin 8 from the flags)");
     expect(stderr).toMatch(/; scheduler: K 8 → \d+ \(range 8–\d+\), (post|pre), \d+ timing switch(es)?\n/);
+  });
+
+  it("--keep runs on the CPU backend: keeping every candidate changes nothing, keeping fewer still decodes", () => {
+    const verified = ["--attention", "hybrid", "--gpu-kv-budget", "12", "--k", "4", "-n", "40", "--logits", "verified", "--candidates", "2"];
+    const all = json(verified).out, same = json([...verified, "--keep", "2"]).out, fewer = json([...verified, "--keep", "1"]).out;
+    expect([all.scheduler.keep, same.scheduler.keep, fewer.scheduler.keep]).toEqual([null, 2, 1]);
+    expect(fewer.scheduler.steps.at(-1).offloaded).toBeGreaterThan(8); // the verified layers had candidates to keep from
+    expect(same.text).toBe(all.text);
+    expect(fewer.tokens.length).toBe(all.tokens.length);
   });
 
   it("on the CPU backend the default is the fixed scheduler: --k and --timing every step", () => {

@@ -122,13 +122,13 @@ export type ParsedHybridRuntimeOptions = z.output<typeof HybridRuntimeOptionsSch
  */
 export const HYBRID_OPTION_FLAGS = {
   selector: "selector", "selector-options": "selectorOptions", scheduler: "scheduler", k: "k", "k-min": "kMin", timing: "timing", logits: "logits",
-  "exact-layers": "exactLayers", candidates: "candidates", "cpu-stage-threads": "cpuStageThreads", scoring: "scoring", "rescore-factor": "rescoreFactor",
+  "exact-layers": "exactLayers", candidates: "candidates", keep: "keep", "cpu-stage-threads": "cpuStageThreads", scoring: "scoring", "rescore-factor": "rescoreFactor",
   "row-path": "rowPath", "mass-target": "massTarget",
 } as const satisfies Record<string, keyof HybridRuntimeOptions>;
 export type HybridOptionFlag = keyof typeof HYBRID_OPTION_FLAGS;
 type FlagKey = (typeof HYBRID_OPTION_FLAGS)[HybridOptionFlag];
 
-const INTEGER_KEYS: ReadonlySet<FlagKey> = new Set(["k", "kMin", "candidates", "cpuStageThreads", "rescoreFactor"]);
+const INTEGER_KEYS: ReadonlySet<FlagKey> = new Set(["k", "kMin", "candidates", "keep", "cpuStageThreads", "rescoreFactor"]);
 
 /** The text of a flag as its option's value (a number, a layer list, a JSON object, or the text itself), not yet checked. */
 function flagValue(flag: HybridOptionFlag, key: FlagKey, text: string): unknown {

@@ -4,7 +4,7 @@
  * is taken here, and every contradiction is a one-line HybridgenError.
  */
 import { DEFAULT_K, DEFAULT_TIMING, HybridgenError, type Scheduler, type SelectionTiming, type TokenSelector } from "@hybridgen/core";
-import { DEFAULT_MASS_TARGET, type CalibrationResult, HybridOptionsSchema, type HybridOptions, type RowPathRequest, type TransportName } from "./hybrid/index.js";
+import { DEFAULT_MASS_TARGET, type CalibrationResult, HybridOptionsSchema, keepProblem, type HybridOptions, type RowPathRequest, type TransportName } from "./hybrid/index.js";
 import { lookupScheduler } from "@hybridgen/scheduler";
 import { selectorFromSpec } from "@hybridgen/selectors";
 import { defaultStageThreads } from "./stage-threads.js";
@@ -33,6 +33,8 @@ export interface HybridPlan {
   readonly logits: NonNullable<HybridOptions["logits"]>;
   readonly exactLayers: readonly number[];
   readonly candidates?: number;
+  /** Verified logits: keep·K of the candidates kept once scored (HybridOptions.keep; absent: all). */
+  readonly keep?: number;
   /** Where a device backend gets the selected rows (HybridOptions.rowPath). */
   readonly rowPath: RowPathRequest;
   readonly cpuStageThreads: number;
@@ -119,6 +121,8 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
 
   const exactLayers = o.exactLayers ?? o.profile?.exactLayers ?? (calibrateExact && start ? start.exactLayers : []);
   const candidates = o.candidates ?? o.profile?.candidates;
+  const keepBad = keepProblem(o.keep, logits, candidates ?? HybridOptionsSchema.parse({}).candidates);
+  if (keepBad) throw new HybridgenError(keepBad);
   const rowPath = o.rowPath ?? HybridOptionsSchema.parse({}).rowPath;
   const hybridOptions: HybridOptions = {
     logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }), ...(o.trackScores ? { trackScores: true } : {}), ...(o.keep === undefined ? {} : { keep: o.keep }),
@@ -128,7 +132,7 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   return {
     plan: {
       selector: selector.name, selectorTimings: [...can], scheduler: scheduler.name, k, ...(kMin === undefined ? {} : { kMin }), timing, kSource,
-      logits, exactLayers, ...(candidates === undefined ? {} : { candidates }), rowPath, cpuStageThreads, idleSpinUs: o.idleSpinUs ?? 0,
+      logits, exactLayers, ...(candidates === undefined ? {} : { candidates }), ...(o.keep === undefined ? {} : { keep: o.keep }), rowPath, cpuStageThreads, idleSpinUs: o.idleSpinUs ?? 0,
       ...(calibrateK || calibrateExact
         ? { calibrates: { k: calibrateK, exactLayers: calibrateExact, massTarget: o.massTarget ?? DEFAULT_MASS_TARGET } }
         : {}),

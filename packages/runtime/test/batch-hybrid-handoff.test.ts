@@ -205,8 +205,8 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
   it("keep refuses what cannot keep candidates on the device: a link without the hand-off, logits that are not verified, more than the candidates", () => {
     const c = CASES.find((x) => x.logits === "verified")!;
     expect(() => new Rig(c, null, { keep: 1 })).toThrow(/^invalid hybrid option keep: candidates are kept on the host backend or, over a host link, in a handed-off step on a link that keeps rows \(HostTransfers\.keepRows\); this one runs the \w+ transport/);
-    expect(() => new Rig({ ...c, logits: "speculative" }, { eager: 0 }, { keep: 1 })).toThrow("invalid hybrid option keep: 1 needs verified logits and at most candidates (4) (logits speculative)");
-    expect(() => new Rig(c, { eager: 0 }, { keep: 5 })).toThrow("invalid hybrid option keep: 5 needs verified logits and at most candidates (4) (logits verified)");
+    expect(() => new Rig({ ...c, logits: "speculative" }, { eager: 0 }, { keep: 1 })).toThrow("invalid hybrid option keep 1 needs verified logits and at most the candidates (4); logits are speculative");
+    expect(() => new Rig(c, { eager: 0 }, { keep: 5 })).toThrow("invalid hybrid option keep 5 needs verified logits and at most the candidates (4); logits are verified");
   });
 
   it("a stage job that fails in one sequence is the batched step's error, after every sequence's jobs were collected; the next step runs", () => {

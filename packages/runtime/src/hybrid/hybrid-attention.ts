@@ -33,7 +33,7 @@ import {
 import type { Attention, DecodeAttention, DecodeBatchStep, QueryProjector, StepGroup } from "@hybridgen/core";
 import { selectionRows, type RowPath } from "./row-path.js";
 import { HybridStats } from "./hybrid-stats.js";
-import { HybridOptionsSchema, type HybridOptions, type LogitsMode } from "./options.js";
+import { HybridOptionsSchema, keepProblem, type HybridOptions, type LogitsMode } from "./options.js";
 import { StepAccount } from "./step-account.js";
 import { StepMerge } from "./step-merge.js";
 import { kernelWork, layerBudget, layerKmax, planStep, type StepPlan } from "./step-plan.js";
@@ -146,7 +146,8 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     // Layer 0's q̃ is its true query: nothing to verify there.
     this.rescore = this.ahead.map((a, l) => a && l > 0 && o.logits === "verified");
     this.candidates = o.logits === "verified" ? o.candidates : 1;
-    if (o.keep !== undefined && (o.logits !== "verified" || o.keep > o.candidates)) fail(`invalid hybrid option keep: ${o.keep} needs verified logits and at most candidates (${o.candidates}) (logits ${o.logits})`);
+    const keepBad = keepProblem(o.keep, o.logits, o.candidates);
+    if (keepBad) fail(`invalid hybrid option ${keepBad}`);
     this.keep = o.keep !== undefined && this.rescore.includes(true) ? o.keep : null;
     this.keysPrepared = this.rescore.includes(true);
     const { heads, kvHeads, headDim } = attention.layout;

@@ -8,6 +8,11 @@ export type LogitsMode = z.infer<typeof LogitsModeSchema>;
 /** Verified logits: candidates·K tokens q̃ chooses for the device to score (the runtime's and the CLI's option too). */
 export const CandidatesSchema = z.number().int("must be an integer").min(1, "must be at least 1").max(64, "must be ≤ 64");
 
+/** Why `keep` cannot apply (it needs verified logits and at most the candidates), or null: one rule for the options and the step. */
+export function keepProblem(keep: number | undefined, logits: LogitsMode, candidates: number): string | null {
+  return keep !== undefined && (logits !== "verified" || keep > candidates) ? `keep ${keep} needs verified logits and at most the candidates (${candidates}); logits are ${logits}` : null;
+}
+
 export const HybridOptionsSchema = z.object({
   /**
    * exact: the CPU stage of layer i scores with the true query of layer i (no cross-layer
