@@ -83,6 +83,8 @@ describe("the planner's batched reserve against measured bytes (CPU backend)", (
     expect(index.index).not.toBeNull();
     expect(host(index) - (index.index.placement === "host" ? index.index.bytes : 0)).toBe(2 * verified);
     expect(plan(["--selector", "streaming", "--logits", "verified", "--candidates", "2"]).predicted.bytes.link).toBe(4 * 6 * (16 + 5 * 2 * 16) * row + 4 * 6 * 5 * 2 * 16 * row);
+    // --keep 1 of 2: the 5 verified layers' K rows of both candidates, V rows of the kept K alone.
+    expect(plan(["--selector", "streaming", "--logits", "verified", "--candidates", "2", "--keep", "1"]).predicted.bytes.link).toBe(4 * 6 * (16 + 5 * 16) * row + 4 * 6 * 5 * 2 * 16 * row);
     const text = runBin([...args, "--selector", "streaming", "--logits", "exact"]);
     expect(text.stdout).toMatch(/^select: {5}streaming reads no K to choose, then the chosen rows; logits exact \(K rows of V go up\)$/m);
     for (const [extra, want] of [
@@ -90,6 +92,8 @@ describe("the planner's batched reserve against measured bytes (CPU backend)", (
       [["--selector", "quest", "--index", "{}"], /^error: --index goes with --selector index \(got --selector quest\)$/],
       [["--logits", "maybe"], /^error: invalid value for --logits: /],
       [["--candidates", "0"], /^error: invalid value for --candidates: /],
+      [["--candidates", "2", "--keep", "3"], /^error: keep 3 needs verified logits and at most the candidates \(2\); logits are verified$/],
+      [["--logits", "exact", "--keep", "1"], /^error: keep 1 needs verified logits and at most the candidates \(4\); logits are exact$/],
     ] as const) {
       const r = runBin([...args, ...extra]);
       expect(r.code, extra.join(" ")).not.toBe(0);

@@ -8,7 +8,7 @@
 import { parseArgs } from "node:util";
 import { HybridgenError, type DType, type MemoryTier, indexWant, isFileTier, tierKind } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
-import { backendChoices, BackendChoiceSchema, defaultStageThreads, deviceIndexShape, parseHybridFlag, planSelection, probeBackendChoice, type DeviceProbe, type HybridRuntimeOptions, type ProbeOptions } from "@hybridgen/runtime";
+import { backendChoices, BackendChoiceSchema, defaultStageThreads, deviceIndexShape, HybridOptionsSchema, keepProblem, parseHybridFlag, planSelection, probeBackendChoice, type DeviceProbe, type HybridRuntimeOptions, type LogitsMode, type ProbeOptions } from "@hybridgen/runtime";
 import type { CliIo } from "../io.js";
 import { checkDiskDir, KV_TIER_HELP, parseSize, placementNote, readDepthValue, storeTiers, KvTierCliOptionsSchema } from "../kv-tier-options.js";
 import { parseArgsError } from "../parse-args-error.js";
@@ -30,6 +30,7 @@ A context that fits nowhere is refused with the numbers (exit 2).
                                offloaded K; quest: two K rows a page; streaming: none; index: the page index's own bytes)
       --logits MODE            exact, speculative or verified (default; candidates·K rows and their K go up)
       --candidates N           verified logits' candidates per selected token (default 4)
+      --keep N                 verified: keep N·K of the scored candidates, only their V rows go up (default: all)
       --index JSON             the page index chooses the rows: its options, e.g. '{"form":"int4","placement":"device"}'
                                (the index selector's: form, pageSize, superPages, placement auto|host|device); a probed GPU
                                times its ranking at the context's pages, which the GPU stage then charges a layer
@@ -66,7 +67,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
         model: { type: "string" }, context: { type: "string" }, batch: { type: "string" }, "gpu-kv-budget": { type: "string" }, k: { type: "string" },
         "kv-dtype": { type: "string" }, device: { type: "string" }, "gpu-free": { type: "string" }, "gpu-bandwidth": { type: "string" },
         "link-bandwidth": { type: "string" }, "no-probe": { type: "boolean" }, json: { type: "boolean" }, index: { type: "string" },
-        selector: { type: "string" }, logits: { type: "string" }, candidates: { type: "string" },
+        selector: { type: "string" }, logits: { type: "string" }, candidates: { type: "string" }, keep: { type: "string" },
         "kv-placement": { type: "string" }, "kv-disk": { type: "string" }, "host-kv-budget": { type: "string" }, "kv-disk-read-depth": { type: "string" }, help: { type: "boolean", short: "h" },
       },
     });
@@ -100,7 +101,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   if (tierOpts.kvDisk !== undefined) checkDiskDir(tierOpts.kvDisk);
 
   const index = v.index === undefined ? undefined : await indexOptions(v.index);
-  const selection = await selectionOptions(v.selector, v.logits, v.candidates, index);
+  const selection = await selectionOptions(v.selector, v.logits, v.candidates, v.keep, index);
   const info = inspectModel(v.model, { context, batch, kvDtype });
   const weightsBytes = Object.values(info.weightBytes).reduce((a, b) => a + (b ?? 0), 0);
   const probe = v["no-probe"] !== true;
@@ -153,9 +154,12 @@ function rankProbe(o: HybridRuntimeOptions, info: { layers: number; heads: numbe
 
 /**
  * The hybrid options whose byte model the plan takes: --selector (a registered selector; the page
- * index when --index is given), --logits and --candidates, each checked as generate checks them.
+ * index when --index is given), --logits, --candidates and --keep, each checked as generate checks them.
  */
-async function selectionOptions(selector: string | undefined, logits: string | undefined, candidates: string | undefined, index: object | undefined): Promise<HybridRuntimeOptions> {
+/** The engine's logits mode and candidates where the flags give none. */
+const ENGINE = HybridOptionsSchema.parse({});
+
+async function selectionOptions(selector: string | undefined, logits: string | undefined, candidates: string | undefined, keep: string | undefined, index: object | undefined): Promise<HybridRuntimeOptions> {
   const o: Record<string, unknown> = {};
   if (selector !== undefined) {
     const { selectorNames } = await import("@hybridgen/selectors");
@@ -164,11 +168,13 @@ async function selectionOptions(selector: string | undefined, logits: string | u
     o.selector = selector;
   }
   if (index) Object.assign(o, { selector: "index", selectorOptions: index });
-  for (const [flag, text] of [["logits", logits], ["candidates", candidates]] as const) {
+  for (const [flag, text] of [["logits", logits], ["candidates", candidates], ["keep", keep]] as const) {
     if (text === undefined) continue;
     const [key, value] = parseHybridFlag(flag, text);
     o[key] = value;
   }
+  const keepBad = keepProblem(o.keep as number | undefined, (o.logits as LogitsMode | undefined) ?? ENGINE.logits, (o.candidates as number | undefined) ?? ENGINE.candidates);
+  if (keepBad) throw new HybridgenError(keepBad, "EUSAGE");
   return o as HybridRuntimeOptions;
 }
 
@@ -193,7 +199,7 @@ async function indexOptions(raw: string) {
 function selectionLine(o: HybridRuntimeOptions): string {
   const m = planSelection(o, true), name = typeof o.selector === "string" ? o.selector : "the engine's pair";
   const reads = m.index ? "the page index's own bytes" : m.selection === "scan" ? "every offloaded K (a top-K scan)" : m.selection === "bounds" ? `two K rows a page of ${m.boundsPageSize}` : "no K";
-  return `select:     ${name} reads ${reads} to choose, then the chosen rows; logits ${o.logits ?? "verified"}${m.candidates > 1 ? ` (${m.candidates}·K candidates go up with their K)` : " (K rows of V go up)"}`;
+  return `select:     ${name} reads ${reads} to choose, then the chosen rows; logits ${o.logits ?? "verified"}${m.candidates > 1 ? ` (${m.candidates}·K candidates go up with their K${m.keep ? `, V rows of ${m.keep}·K` : ""})` : " (K rows of V go up)"}`;
 }
 
 async function formatPlan(model: string, kvDtype: DType, gpu: DeviceProbe | null, tiers: readonly MemoryTier[], policy: string, p: RunPlan, select: string, serialUs?: Map<string, number>): Promise<string> {
