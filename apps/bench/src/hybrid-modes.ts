@@ -29,7 +29,7 @@ import { cpus, totalmem } from "node:os";
 import { dummyModelFiles, linkBandwidth, loadModel, presetConfig, type Backend, type DeviceIndexShape, type HybridStepRecord } from "@hybridgen/core";
 import { planRun } from "@hybridgen/memtier";
 import { PageIndexOptionsSchema } from "@hybridgen/selectors";
-import { HybridOptionsSchema } from "@hybridgen/runtime";
+import { HYBRID_DEFAULTS } from "@hybridgen/runtime";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import type { CudaBackend } from "@hybridgen/kernels-cuda";
 import { createHybridAttention, defaultStageThreads, indexRankCharge, type HybridRuntimeOptions } from "@hybridgen/runtime";
@@ -58,7 +58,7 @@ const WARM = 4;
 /** The index selector's page size (its default: the configs here set none). */
 const INDEX_PAGE = PageIndexOptionsSchema.parse({}).pageSize;
 /** The engine's candidate multiplier (verified logits): every config here runs the default. */
-const CANDIDATES = HybridOptionsSchema.parse({}).candidates;
+const CANDIDATES = HYBRID_DEFAULTS.candidates;
 
 const HYBRID: Record<string, HybridRuntimeOptions> = {
   "post-exact": { scheduler: "fixed", selector: "topk", k: K, timing: "post", logits: "exact" },

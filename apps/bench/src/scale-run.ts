@@ -24,7 +24,7 @@ import { cpus } from "node:os";
 import { BatchDecoder, dummyModelFiles, linkBandwidth, LlamaModel, loadModel, modelInfo, presetConfig, type HybridStepRecord, isFileTier } from "@hybridgen/core";
 import { createNativeRandomFill, DEFAULT_READ_DEPTH, probeFileReadBandwidth, probeMemoryReadBandwidth, TieredStore } from "@hybridgen/kernels-cpu";
 import { discoverTiers, formatBytes, layoutStore, placeKv, planRun, tierShares, type RunPlan, type RunPlanInput } from "@hybridgen/memtier";
-import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, fillSyntheticKv, HybridOptionsSchema, indexRankCharge, KSpill, probeDiskGather, type HybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createBatchHybridAttention, createHybridAttention, defaultStageThreads, fillSyntheticKv, HYBRID_DEFAULTS, indexRankCharge, KSpill, probeDiskGather, type HybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { PageIndexOptionsSchema } from "@hybridgen/selectors";
 import { arg, hybridArg, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
@@ -114,7 +114,7 @@ function rankedPrediction(a: HybridAttention, input: RunPlanInput, plan: RunPlan
   if (!a.deviceIndex || !input.gpu) return plan.predicted;
   try {
     const { want, indexRankMs } = indexRankCharge(backend, a.deviceIndex.shape, {
-      k: K, candidates: HybridOptionsSchema.parse({}).candidates, offloaded: plan.offloadedTokens, pageSize: PageIndexOptionsSchema.parse({}).pageSize, layers: input.model.layers,
+      k: K, candidates: HYBRID_DEFAULTS.candidates, offloaded: plan.offloadedTokens, pageSize: PageIndexOptionsSchema.parse({}).pageSize, layers: input.model.layers,
     });
     console.log(`  the device index ranks a layer in ${(indexRankMs * 1e3).toFixed(1)} µs (want ${want}): the prediction charges it`);
     return planRun({ ...input, gpu: { ...input.gpu, indexRankMs } }).predicted;

@@ -7,7 +7,7 @@
  */
 import { z } from "zod";
 import { DEFAULT_K, DEFAULT_SINK_TOKENS, GPU_KV_BUDGET_AUTO, GpuKvBudgetSchema, HybridgenError, KSchema, SelectionTimingSchema, SinkTokensSchema, type Backend, type GpuKvBudget, type KvStoreAllocator } from "@hybridgen/core";
-import { DEFAULT_MASS_TARGET, HybridOptionsSchema, LogitsModeSchema, MassTargetSchema, RowPathRequestSchema, type CachedCalibration, type HybridAttention, type HybridProfile } from "@hybridgen/runtime";
+import { DEFAULT_MASS_TARGET, HYBRID_DEFAULTS, LogitsModeSchema, MassTargetSchema, RowPathRequestSchema, type CachedCalibration, type HybridAttention, type HybridProfile } from "@hybridgen/runtime";
 import { isRegisteredSpec, loadSelectorSpec } from "@hybridgen/selectors";
 import {
   HYBRID_OPTION_FLAGS, HybridRuntimeOptionsSchema, parseHybridFlag, SchedulerNameSchema, SelectorTextSchema, createBatchHybridAttention, type HybridOptionFlag, createHybridAttention, hybridPlan, resolveHybrid, type HybridPlan, type HybridRuntimeOptions, type SequenceModel,
@@ -62,8 +62,6 @@ const HYBRID_ONLY = Object.values(HYBRID_OPTION_FLAGS);
 /** Old spellings of one concept, refused with the one name. */
 const RENAMED: Readonly<Record<string, string>> = { "kv-window": "--gpu-kv-budget", "kv-sinks": "--sink-tokens", selection: "--timing" };
 
-const ENGINE = HybridOptionsSchema.parse({});
-
 export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
       --attention full|hybrid  hybrid: split each layer's attention between resident and offloaded tokens
       --gpu-kv-budget N|auto   tokens kept in the device window per sequence (sinks included); older ones are
@@ -82,11 +80,11 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
       --mass-target X          the share of attention mass the calibrated K captures on every layer,
                                0 < X ≤ 1 (default ${DEFAULT_MASS_TARGET})
       --timing post|pre        post: score all offloaded tokens, keep top-K; pre: choose first (feedback: first step)
-      --logits exact|speculative|verified  how the CPU stage's query is formed (default ${ENGINE.logits})
+      --logits exact|speculative|verified  how the CPU stage's query is formed (default ${HYBRID_DEFAULTS.logits})
       --exact-layers L,L…      layers that select with the true query ("none" for none; default: the
                                profile's, else those whose q̃ misses in the prompt's calibration)
       --candidates N           verified: choose N·K candidates for the device to score (default: the
-                               profile's, else ${ENGINE.candidates})
+                               profile's, else ${HYBRID_DEFAULTS.candidates})
       --keep N                 verified: keep N·K of the scored candidates a KV head and bring up only
                                their V rows (at most --candidates; default: every candidate's)
       --selector NAME|PATH|PACKAGE[:export]  a registered selector (topk, streaming, all, h2o, quest,
@@ -99,7 +97,7 @@ export const HYBRID_HELP = `KV window and hybrid attention (paper §4.2):
       --scoring full|int8|int4 top-K scores compressed copies of the offloaded K first (int8: 0.52 of bf16's
                                bytes, int4: 0.28) and rescores the best --rescore-factor·K rows in full (default full)
       --rescore-factor N       compressed scoring: candidates per selected token (default 4)
-      --row-path auto|mapped|staged  GPU: selected rows read in place (mapped) or copied up (staged); default ${ENGINE.rowPath}
+      --row-path auto|mapped|staged  GPU: selected rows read in place (mapped) or copied up (staged); default ${HYBRID_DEFAULTS.rowPath}
 `;
 
 /** Takes the hybrid flags out of argv; returns the remaining args and the validated options. */

@@ -5,7 +5,7 @@
  * CLI, the benches, the tests and library users all assemble hybrid attention through it.
  */
 import { HybridgenError, type Attention, type Backend, type CpuStage, type KvCache, type KvStoreAllocator, type QueryProjector, type Scheduler } from "@hybridgen/core";
-import { calibrationSummary, HybridAttention, HybridOptionsSchema, PrefillCalibrator, type CalibrationResult, type CalibrationSums } from "./hybrid/index.js";
+import { calibrationSummary, HYBRID_DEFAULTS, HybridAttention, PrefillCalibrator, type CalibrationResult, type CalibrationSums } from "./hybrid/index.js";
 import { loadSelectorSpec } from "@hybridgen/selectors";
 import { isAllocator, type HybridRuntimeOptions } from "./options.js";
 import { resolveHybrid, type HybridPlan } from "./resolve.js";
@@ -151,7 +151,7 @@ function calibrateFromPrefill(
   const c = plan.calibrates!;
   const verified = plan.logits === "verified";
   const calibrator = PrefillCalibrator.attach(model.attention, model, {
-    sums, massTarget: c.massTarget, candidates: verified ? (plan.candidates ?? HybridOptionsSchema.parse({}).candidates) : 1,
+    sums, massTarget: c.massTarget, candidates: verified ? (plan.candidates ?? HYBRID_DEFAULTS.candidates) : 1,
     ...(c.exactLayers ? {} : { exact: plan.logits === "exact" ? "all" : plan.exactLayers }),
     onResult: (r: CalibrationResult) => {
       if (c.k) retune?.(r.k);

@@ -5,7 +5,7 @@
  * its logits send up (verified: candidates·K with their K, V rows of keep·K where it keeps some; exact
  * and speculative: K rows of V).
  */
-import { HybridOptionsSchema } from "./hybrid/options.js";
+import { HYBRID_DEFAULTS } from "./hybrid/options.js";
 import type { HybridRuntimeOptions } from "./options.js";
 
 export interface PlanSelection {
@@ -17,13 +17,10 @@ export interface PlanSelection {
   readonly index?: { readonly form?: "int8" | "int4"; readonly pageSize?: number; readonly superPages?: number; readonly placement: "auto" | "host" | "device" };
 }
 
-/** The engine's candidates for verified logits when none are given. */
-const DEFAULT_CANDIDATES = HybridOptionsSchema.parse({}).candidates;
-
 /** `options`' byte model; `ranksOnDevice`: the backend ranks a page index (else the index stays on the stage, whatever its placement). */
 export function planSelection(options: HybridRuntimeOptions, ranksOnDevice: boolean): PlanSelection {
   const opts = (options.selectorOptions ?? {}) as Record<string, unknown>;
-  const candidates = (options.logits ?? "verified") === "verified" ? (options.candidates ?? DEFAULT_CANDIDATES) : 1;
+  const candidates = (options.logits ?? "verified") === "verified" ? (options.candidates ?? HYBRID_DEFAULTS.candidates) : 1;
   const kept = candidates > 1 && options.keep !== undefined ? { keep: options.keep } : {};
   const num = (key: "pageSize" | "superPages") => (typeof opts[key] === "number" ? { [key]: opts[key] as number } : {});
   switch (typeof options.selector === "string" ? options.selector : undefined) {

@@ -4,7 +4,7 @@
  * is taken here, and every contradiction is a one-line HybridgenError.
  */
 import { DEFAULT_K, DEFAULT_TIMING, HybridgenError, type Scheduler, type SelectionTiming, type TokenSelector } from "@hybridgen/core";
-import { DEFAULT_MASS_TARGET, type CalibrationResult, HybridOptionsSchema, keepProblem, type HybridOptions, type RowPathRequest, type TransportName } from "./hybrid/index.js";
+import { DEFAULT_MASS_TARGET, type CalibrationResult, HYBRID_DEFAULTS, keepProblem, type HybridOptions, type RowPathRequest, type TransportName } from "./hybrid/index.js";
 import { lookupScheduler } from "@hybridgen/scheduler";
 import { selectorFromSpec } from "@hybridgen/selectors";
 import { defaultStageThreads } from "./stage-threads.js";
@@ -88,7 +88,7 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
   const timing: SelectionTiming = o.timing ?? (can.includes(DEFAULT_TIMING) ? DEFAULT_TIMING : can[0]!);
 
   const profileK = o.profile ? profileKMin(o.profile, selector.name) : undefined;
-  const logits = o.logits ?? HybridOptionsSchema.parse({}).logits;
+  const logits = o.logits ?? HYBRID_DEFAULTS.logits;
   // The prefill calibrates what no option and no profile gives; a calibration given stands in until it does.
   const calibrating = o.calibrate !== false && !o.profile;
   // The feedback scheduler's floor, or the fixed scheduler's K: the option, the profile's K_min, a calibration, or the default.
@@ -121,9 +121,9 @@ export function resolveHybrid(options: HybridRuntimeOptions, target: RuntimeTarg
 
   const exactLayers = o.exactLayers ?? o.profile?.exactLayers ?? (calibrateExact && start ? start.exactLayers : []);
   const candidates = o.candidates ?? o.profile?.candidates;
-  const keepBad = keepProblem(o.keep, logits, candidates ?? HybridOptionsSchema.parse({}).candidates);
+  const keepBad = keepProblem(o.keep, logits, candidates ?? HYBRID_DEFAULTS.candidates);
   if (keepBad) throw new HybridgenError(keepBad);
-  const rowPath = o.rowPath ?? HybridOptionsSchema.parse({}).rowPath;
+  const rowPath = o.rowPath ?? HYBRID_DEFAULTS.rowPath;
   const hybridOptions: HybridOptions = {
     logits, exactLayers, rowPath, ...(candidates === undefined ? {} : { candidates }), ...(o.trackScores ? { trackScores: true } : {}), ...(o.keep === undefined ? {} : { keep: o.keep }),
   };

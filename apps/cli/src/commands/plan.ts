@@ -8,7 +8,7 @@
 import { parseArgs } from "node:util";
 import { HybridgenError, type DType, type MemoryTier, indexWant, isFileTier, tierKind } from "@hybridgen/core";
 import type { RunPlan } from "@hybridgen/memtier";
-import { backendChoices, BackendChoiceSchema, defaultStageThreads, deviceIndexShape, HybridOptionsSchema, keepProblem, parseHybridFlag, planSelection, probeBackendChoice, type DeviceProbe, type HybridRuntimeOptions, type LogitsMode, type ProbeOptions } from "@hybridgen/runtime";
+import { backendChoices, BackendChoiceSchema, defaultStageThreads, deviceIndexShape, HYBRID_DEFAULTS, keepProblem, parseHybridFlag, planSelection, probeBackendChoice, type DeviceProbe, type HybridRuntimeOptions, type LogitsMode, type ProbeOptions } from "@hybridgen/runtime";
 import type { CliIo } from "../io.js";
 import { checkDiskDir, KV_TIER_HELP, parseSize, placementNote, readDepthValue, storeTiers, KvTierCliOptionsSchema } from "../kv-tier-options.js";
 import { parseArgsError } from "../parse-args-error.js";
@@ -156,9 +156,6 @@ function rankProbe(o: HybridRuntimeOptions, info: { layers: number; heads: numbe
  * The hybrid options whose byte model the plan takes: --selector (a registered selector; the page
  * index when --index is given), --logits, --candidates and --keep, each checked as generate checks them.
  */
-/** The engine's logits mode and candidates where the flags give none. */
-const ENGINE = HybridOptionsSchema.parse({});
-
 async function selectionOptions(selector: string | undefined, logits: string | undefined, candidates: string | undefined, keep: string | undefined, index: object | undefined): Promise<HybridRuntimeOptions> {
   const o: Record<string, unknown> = {};
   if (selector !== undefined) {
@@ -173,7 +170,7 @@ async function selectionOptions(selector: string | undefined, logits: string | u
     const [key, value] = parseHybridFlag(flag, text);
     o[key] = value;
   }
-  const keepBad = keepProblem(o.keep as number | undefined, (o.logits as LogitsMode | undefined) ?? ENGINE.logits, (o.candidates as number | undefined) ?? ENGINE.candidates);
+  const keepBad = keepProblem(o.keep as number | undefined, (o.logits as LogitsMode | undefined) ?? HYBRID_DEFAULTS.logits, (o.candidates as number | undefined) ?? HYBRID_DEFAULTS.candidates);
   if (keepBad) throw new HybridgenError(keepBad, "EUSAGE");
   return o as HybridRuntimeOptions;
 }

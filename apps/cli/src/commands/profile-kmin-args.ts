@@ -1,7 +1,7 @@
 /** `hybridgen profile-kmin` flags: parsed strictly, every bad value a one-line HybridgenError. */
 import { parseArgs } from "node:util";
 import { HybridgenError } from "@hybridgen/core";
-import { HybridOptionsSchema } from "@hybridgen/runtime";
+import { HYBRID_DEFAULTS } from "@hybridgen/runtime";
 import { builtinSelectors } from "@hybridgen/selectors";
 import { parseArgsError } from "../parse-args-error.js";
 import { hybridInteger } from "./flag-values.js";
@@ -42,7 +42,7 @@ export const PROFILE_KMIN_DEFAULTS = {
 export const defaultProfileSelectors = (): string[] => Object.keys(builtinSelectors).filter((n) => n !== "all");
 
 /** Hybrid attention's own default candidate multiplier, so the recall measures what generate runs. */
-const DEFAULT_CANDIDATES = HybridOptionsSchema.parse({}).candidates;
+const DEFAULT_CANDIDATES = HYBRID_DEFAULTS.candidates;
 
 export const PROFILE_KMIN_HELP = `Usage: hybridgen profile-kmin [options]
 

@@ -40,3 +40,6 @@ export const HybridOptionsSchema = z.object({
   trackScores: z.boolean().default(false),
 });
 export type HybridOptions = z.input<typeof HybridOptionsSchema>;
+
+/** The engine's defaults (logits mode, candidates, row path…), parsed once for every reader. */
+export const HYBRID_DEFAULTS: Readonly<z.output<typeof HybridOptionsSchema>> = Object.freeze(HybridOptionsSchema.parse({}));
