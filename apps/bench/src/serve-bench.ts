@@ -21,7 +21,9 @@
  * requests ended). Each rate also reports the mean batch of its decode steps, which shows whether requests
  * queued, the mean wall time of a decode step and of a prefill chunk, the time in neither, and the slot
  * renewals (count, seconds) and reuses (the server's metrics); the server's metrics and, once it
- * exited, its log are printed at the end.
+ * exited, its log are printed at the end. Beside the step and the chunk, their floors from what the
+ * server counts a step must read and a chunk compute: a step's device bytes at --hbm-gbs plus its
+ * link bytes at --link-gbs, a chunk's FLOPs at --peak-tflops (the card's rates, given).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -99,13 +101,16 @@ async function request(url: string, prompt: string, maxTokens: number, t0: numbe
  * renewal's wall time (s); `reuses` (a counter: its count) the requests that took a left sequence without a renewal.
  */
 const HISTOGRAMS = { batch: "hybridgen_batch_size_steps", step: "hybridgen_decode_step_seconds", chunk: "hybridgen_prefill_chunk_seconds", renew: "hybridgen_slot_renew_seconds" } as const;
-type Sums = Record<keyof typeof HISTOGRAMS | "reuses", { sum: number; count: number }>;
+/** Counters read as a sum: the bytes the decode steps must read (device, link) and the FLOPs the chunks must compute, from the model's shape. */
+const COUNTERS = { deviceBytes: 'hybridgen_decode_bytes_total{where="device"}', linkBytes: 'hybridgen_decode_bytes_total{where="link"}', flops: "hybridgen_prefill_flops_total" } as const;
+type Sums = Record<keyof typeof HISTOGRAMS | keyof typeof COUNTERS | "reuses", { sum: number; count: number }>;
 
 async function histogramSums(url: string): Promise<Sums> {
   const text = await (await fetch(`${url}/metrics`)).text();
-  const read = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
+  const read = (name: string) => Number(new RegExp(`^${name.replace(/[{}"]/g, "\\$&")} (\\S+)$`, "m").exec(text)?.[1] ?? NaN);
   const entries = Object.entries(HISTOGRAMS).map(([k, name]) => [k, { sum: read(`${name}_sum`), count: read(`${name}_count`) }]);
-  return { ...Object.fromEntries(entries), reuses: { sum: 0, count: read("hybridgen_slot_reuses_total") } } as Sums;
+  const counters = Object.entries(COUNTERS).map(([k, name]) => [k, { sum: read(name), count: 0 }]);
+  return { ...Object.fromEntries(entries), ...Object.fromEntries(counters), reuses: { sum: 0, count: read("hybridgen_slot_reuses_total") } } as Sums;
 }
 
 /** What a rate added to histogram `k`: its sum and count. */
@@ -157,14 +162,28 @@ async function runRate(url: string, rate: number, o: { clients: number; requests
   const tokens = outcomes.reduce((n, x) => n + x.outputTokens, 0);
   const ttft = outcomes.flatMap((x) => (x.ttftMs === null ? [] : [x.ttftMs])), tpot = outcomes.flatMap((x) => (x.tpotMs === null ? [] : [x.tpotMs]));
   const completed = outcomes.filter((x) => x.completed).length;
-  const renew = added(sums0, sums1, "renew");
+  const renew = added(sums0, sums1, "renew"), step = added(sums0, sums1, "step"), chunk = added(sums0, sums1, "chunk");
   return {
     seconds, tokens, completed, reqPerS: completed / seconds, tokPerS: tokens / seconds, ttft, tpot,
-    meanBatch: meanOver(sums0, sums1, "batch"), stepMs: meanOver(sums0, sums1, "step") * 1000, chunkMs: meanOver(sums0, sums1, "chunk") * 1000,
+    meanBatch: meanOver(sums0, sums1, "batch"), steps: step.count, stepMs: (step.sum / step.count) * 1000, chunks: chunk.count, chunkMs: (chunk.sum / chunk.count) * 1000,
     // The loop's time in neither a decode step nor a prefill chunk (renewals, admission, streaming, idle turns).
-    outsideS: seconds - added(sums0, sums1, "step").sum - added(sums0, sums1, "chunk").sum,
+    outsideS: seconds - step.sum - chunk.sum,
     renewS: renew.sum, renewals: renew.count, reuses: added(sums0, sums1, "reuses").count,
+    // What a step must read and a chunk compute (the server's model of the work), per step and per chunk.
+    deviceBytesPerStep: added(sums0, sums1, "deviceBytes").sum / step.count, linkBytesPerStep: added(sums0, sums1, "linkBytes").sum / step.count,
+    flopsPerChunk: added(sums0, sums1, "flops").sum / chunk.count,
   };
+}
+
+/**
+ * The floors a step's and a chunk's measured time are set beside: a decode step's device bytes at
+ * --hbm-gbs and its link bytes at --link-gbs, one after the other (a hybrid step's rows are gathered
+ * on the compute stream between its kernels); a chunk's FLOPs at --peak-tflops. NaN where a rate or
+ * the server's counters are missing.
+ */
+function floors(r: { deviceBytesPerStep: number; linkBytesPerStep: number; flopsPerChunk: number }, rates: { hbmGBs: number; linkGBs: number; peakTflops: number }) {
+  const link = r.linkBytesPerStep > 0 ? r.linkBytesPerStep / (rates.linkGBs * 1e6) : 0;
+  return { stepFloorMs: r.deviceBytesPerStep / (rates.hbmGBs * 1e6) + link, chunkFloorMs: r.flopsPerChunk / (rates.peakTflops * 1e9) };
 }
 
 const clients = Number(arg("clients", "16")), requests = Number(arg("requests", "64"));
@@ -172,6 +191,7 @@ const lengths: Lengths = {
   promptWords: Number(arg("prompt-words", "24")), promptBytes: Number(arg("prompt-bytes", "0")), outputTokens: Number(arg("output-tokens", "48")), spread: Number(arg("spread", "1")),
 };
 const seconds = (name: string) => Number(arg(name, "inf").replace(/^inf$/, "Infinity"));
+const floorRates = { hbmGBs: Number(arg("hbm-gbs", "NaN")), linkGBs: Number(arg("link-gbs", "NaN")), peakTflops: Number(arg("peak-tflops", "NaN")) };
 const seed = Number(arg("seed", "1")), limitS = seconds("time-limit"), deadlineMs = performance.now() + seconds("deadline") * 1000;
 const rates = list("rates", "2,4,8,inf").map((r) => (r === "inf" ? Infinity : Number(r)));
 const given = arg("url", ""), serveArgs = arg("serve", "--threads 2"), label = arg("label", serveArgs), jsonFile = arg("json", "");
@@ -187,21 +207,30 @@ const spread = lengths.spread === 0 ? "fixed" : `uniform ${1 - lengths.spread / 
 const q = (xs: number[], p: number) => Number(quantile(xs, p).toFixed(1));
 try {
   console.log(`server ${url}${server ? ` (hybridgen serve ${serveArgs})` : ""}; ${clients} clients, ${requests} requests a rate, prompt ${prompts}, output ~${lengths.outputTokens} tokens (${spread}), greedy\n`);
-  console.log("| arrival rate (req/s) | requests | time (s) | req/s | output tok/s | mean batch | decode step (ms) | prefill chunk (ms) | outside both (s) | renewals (n, s) | reuses | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) |");
-  console.log("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
+  console.log("| arrival rate (req/s) | requests | time (s) | req/s | output tok/s | mean batch | decode steps | step (ms) | step floor (ms) | GB a step (device / link) | prefill chunks | chunk (ms) | chunk floor (ms) | outside both (s) | renewals (n, s) | reuses | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) |");
+  console.log(`|${" ---: |".repeat(20)}`);
   const results = [];
   for (const rate of rates) {
     const left = (deadlineMs - performance.now()) / 1000;
     if (left <= 1) break;
     const r = await runRate(url, rate, { clients, requests, seed, limitS: Math.min(limitS, left - 1), ...lengths });
-    const f = (x: number) => x.toFixed(1);
+    const f = (x: number) => x.toFixed(1), gb = (x: number) => (x / 1e9).toFixed(3);
+    const fl = floors(r, floorRates);
     const done = r.completed === requests ? String(requests) : `${r.completed} of ${requests} (time limit)`;
-    console.log(`| ${Number.isFinite(rate) ? rate : "all at once"} | ${done} | ${f(r.seconds)} | ${r.reqPerS.toFixed(2)} | ${f(r.tokPerS)} | ${r.meanBatch.toFixed(2)} | ${f(r.stepMs)} | ${f(r.chunkMs)} | ${r.outsideS.toFixed(2)} | ${r.renewals}, ${r.renewS.toFixed(2)} | ${r.reuses} | ${f(quantile(r.ttft, 0.5))} | ${f(quantile(r.ttft, 0.99))} | ${f(quantile(r.tpot, 0.5))} | ${f(quantile(r.tpot, 0.99))} |`);
+    console.log(
+      `| ${Number.isFinite(rate) ? rate : "all at once"} | ${done} | ${f(r.seconds)} | ${r.reqPerS.toFixed(2)} | ${f(r.tokPerS)} | ${r.meanBatch.toFixed(2)} | ${r.steps} | ${f(r.stepMs)} | ${fl.stepFloorMs.toFixed(2)} | ` +
+        `${gb(r.deviceBytesPerStep)} / ${gb(r.linkBytesPerStep)} | ${r.chunks} | ${f(r.chunkMs)} | ${fl.chunkFloorMs.toFixed(2)} | ${r.outsideS.toFixed(2)} | ${r.renewals}, ${r.renewS.toFixed(2)} | ${r.reuses} | ` +
+        `${f(quantile(r.ttft, 0.5))} | ${f(quantile(r.ttft, 0.99))} | ${f(quantile(r.tpot, 0.5))} | ${f(quantile(r.tpot, 0.99))} |`,
+    );
     results.push({
       label, serve: serveArgs, rate: Number.isFinite(rate) ? rate : "inf", clients, requests, completed: r.completed, promptWords: lengths.promptWords, promptBytes: lengths.promptBytes,
       maxTokensMean: lengths.outputTokens, spread: lengths.spread, seconds: Number(r.seconds.toFixed(2)), generatedTokens: r.tokens,
       requestsPerSec: Number(r.reqPerS.toFixed(3)), outputTokensPerSec: Number(r.tokPerS.toFixed(1)), meanBatch: Number(r.meanBatch.toFixed(2)),
-      ...(Number.isFinite(r.stepMs) ? { meanStepMs: Number(r.stepMs.toFixed(1)) } : {}), ...(Number.isFinite(r.chunkMs) ? { meanChunkMs: Number(r.chunkMs.toFixed(1)) } : {}),
+      ...(Number.isFinite(r.stepMs) ? { steps: r.steps, meanStepMs: Number(r.stepMs.toFixed(1)) } : {}), ...(Number.isFinite(r.chunkMs) ? { chunks: r.chunks, meanChunkMs: Number(r.chunkMs.toFixed(1)) } : {}),
+      ...(Number.isFinite(r.deviceBytesPerStep) ? { deviceBytesPerStep: Math.round(r.deviceBytesPerStep), linkBytesPerStep: Math.round(r.linkBytesPerStep) } : {}),
+      ...(Number.isFinite(r.flopsPerChunk) ? { flopsPerChunk: Math.round(r.flopsPerChunk) } : {}),
+      ...(Number.isFinite(fl.stepFloorMs) ? { stepFloorMs: Number(fl.stepFloorMs.toFixed(2)) } : {}), ...(Number.isFinite(fl.chunkFloorMs) ? { chunkFloorMs: Number(fl.chunkFloorMs.toFixed(2)) } : {}),
+      ...(Object.values(floorRates).some(Number.isFinite) ? { floorRates } : {}),
       ...(Number.isFinite(r.outsideS) ? { outsideStepsS: Number(r.outsideS.toFixed(2)) } : {}),
       ...(Number.isFinite(r.renewals) ? { renewals: r.renewals, renewS: Number(r.renewS.toFixed(2)) } : {}), ...(Number.isFinite(r.reuses) ? { reuses: r.reuses } : {}),
       ttftMs: { p50: q(r.ttft, 0.5), p99: q(r.ttft, 0.99) }, tpotMs: { p50: q(r.tpot, 0.5), p99: q(r.tpot, 0.99) },

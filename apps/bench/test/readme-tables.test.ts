@@ -42,18 +42,21 @@ describe("README tables", () => {
 
     write("docs/performance/x/serve.json", JSON.stringify({ results: [
       { label: "full", rate: "inf", requests: 8, seconds: 40, requestsPerSec: 0.2, outputTokensPerSec: 51.2, ttftMs: { p50: 9000, p99: 30000 }, tpotMs: { p50: 10, p99: 12 } },
-      { label: "hybrid", rate: "inf", requests: 8, seconds: 20, requestsPerSec: 0.4, outputTokensPerSec: 102.4, meanBatch: 7.5, meanStepMs: 62.5, meanChunkMs: 140.25, ttftMs: { p50: 5000, p99: 9000 }, tpotMs: { p50: 40, p99: 60 } },
+      {
+        label: "hybrid", rate: "inf", requests: 8, seconds: 20, requestsPerSec: 0.4, outputTokensPerSec: 102.4, meanBatch: 7.5, steps: 96, meanStepMs: 62.5, stepFloorMs: 11.04,
+        chunks: 40, meanChunkMs: 140.25, chunkFloorMs: 47.5, outsideStepsS: 0.234, ttftMs: { p50: 5000, p99: 9000 }, tpotMs: { p50: 40, p99: 60 },
+      },
       { label: "cut", rate: "inf", requests: 8, completed: 3, seconds: 20, requestsPerSec: 0.15, outputTokensPerSec: 25.6, meanBatch: 8, ttftMs: { p50: 5000, p99: 9000 }, tpotMs: { p50: 40, p99: 60 } },
     ] }));
 
-    it("serve-bench's results: a row a configuration, output tokens/s against the first's; k of N where a time limit cut the rate; the mean batch, step and chunk where recorded", () => {
+    it("serve-bench's results: a row a configuration, output tokens/s against the first's; k of N where a time limit cut the rate; the mean batch, steps and chunks (count × ms, floor) and the time outside both where recorded", () => {
       write("SERVE.md", "<!-- table: docs/performance/x/serve.json serve -->\n");
       expect(checkReadmeTables(root, "SERVE.md").generated.split("\n").slice(1, 6)).toEqual([
-        "| config | arrival rate (req/s) | requests | time (s) | req/s | output tok/s | vs full | mean batch | decode step (ms) | prefill chunk (ms) | TTFT p50 (s) | TTFT p99 (s) | TPOT p50 (ms) | TPOT p99 (ms) | TPOT p99 / p50 |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
-        "| full | all at once | 8 | 40.0 | 0.200 | 51.2 | 1.00× | – | – | – | 9.00 | 30.00 | 10.0 | 12.0 | 1.20 |",
-        "| hybrid | all at once | 8 | 20.0 | 0.400 | 102.4 | 2.00× | 7.50 | 62.5 | 140.3 | 5.00 | 9.00 | 40.0 | 60.0 | 1.50 |",
-        "| cut | all at once | 3 of 8 | 20.0 | 0.150 | 25.6 | 0.50× | 8.00 | – | – | 5.00 | 9.00 | 40.0 | 60.0 | 1.50 |",
+        "| config | arrival rate (req/s) | requests | time (s) | req/s | output tok/s | vs full | mean batch | decode steps × ms (floor) | prefill chunks × ms (floor) | outside both (s) | TTFT p50 / p99 (s) | TPOT p50 / p99 (ms) | TPOT p99 / p50 |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| full | all at once | 8 | 40.0 | 0.200 | 51.2 | 1.00× | – | – | – | – | 9.00 / 30.00 | 10.0 / 12.0 | 1.20 |",
+        "| hybrid | all at once | 8 | 20.0 | 0.400 | 102.4 | 2.00× | 7.50 | 96 × 62.5 (11.0) | 40 × 140.3 (47.5) | 0.23 | 5.00 / 9.00 | 40.0 / 60.0 | 1.50 |",
+        "| cut | all at once | 3 of 8 | 20.0 | 0.150 | 25.6 | 0.50× | 8.00 | – | – | – | 5.00 / 9.00 | 40.0 / 60.0 | 1.50 |",
       ]);
     });
 

@@ -25,6 +25,7 @@ interface WorkloadRow { config: string; status: string; note?: string; batch?: n
 interface WorkloadFile { result: { rows: WorkloadRow[] } }
 interface ServeResult {
   label: string; rate: number | "inf"; requests: number; completed?: number; seconds: number; requestsPerSec: number; outputTokensPerSec: number; meanBatch?: number; meanStepMs?: number; meanChunkMs?: number;
+  steps?: number; chunks?: number; stepFloorMs?: number; chunkFloorMs?: number; outsideStepsS?: number;
   ttftMs: { p50: number; p99: number }; tpotMs: { p50: number; p99: number };
 }
 interface ServeFile { results: ServeResult[] }
@@ -112,21 +113,26 @@ const VIEWS: Record<string, (file: unknown, args: Args) => Rows> = {
   },
   /**
    * apps/bench serve-bench's --json file: a row per configuration and rate, its output tokens/s against the first row's (the baseline) at
-   * that rate; "k of N" requests where a time limit ended the rate first; the mean batch of its decode steps, a step's and a prefill
-   * chunk's mean wall time where recorded.
+   * that rate; "k of N" requests where a time limit ended the rate first; the mean batch of its decode steps; where the time went —
+   * decode steps and prefill chunks (how many × the mean wall time, the floor in parentheses where recorded) and the time in neither.
    */
   serve: (file) => {
     const rows = (file as ServeFile).results;
     const base = (r: ServeResult) => rows.find((x) => x.rate === r.rate)!;
+    const part = (n: number | undefined, ms: number | undefined, floor: number | undefined) =>
+      ms === undefined ? "–" : `${n === undefined ? "" : `${n} × `}${ms.toFixed(1)}${floor === undefined ? "" : ` (${floor.toFixed(1)})`}`;
     return {
-      columns: ["config", "arrival rate (req/s)", "requests", "time (s)", "req/s", "output tok/s", `vs ${rows[0]?.label ?? "first"}`, "mean batch", "decode step (ms)", "prefill chunk (ms)", "TTFT p50 (s)", "TTFT p99 (s)", "TPOT p50 (ms)", "TPOT p99 (ms)", "TPOT p99 / p50"],
-      align: right(14),
+      columns: [
+        "config", "arrival rate (req/s)", "requests", "time (s)", "req/s", "output tok/s", `vs ${rows[0]?.label ?? "first"}`, "mean batch", "decode steps × ms (floor)",
+        "prefill chunks × ms (floor)", "outside both (s)", "TTFT p50 / p99 (s)", "TPOT p50 / p99 (ms)", "TPOT p99 / p50",
+      ],
+      align: right(13),
       rows: rows.map((r) => [
         r.label, r.rate === "inf" ? "all at once" : String(r.rate), r.completed === undefined || r.completed === r.requests ? String(r.requests) : `${r.completed} of ${r.requests}`,
         r.seconds.toFixed(1), r.requestsPerSec.toFixed(3), r.outputTokensPerSec.toFixed(1),
         `${(r.outputTokensPerSec / base(r).outputTokensPerSec).toFixed(2)}×`, r.meanBatch === undefined ? "–" : r.meanBatch.toFixed(2),
-        r.meanStepMs === undefined ? "–" : r.meanStepMs.toFixed(1), r.meanChunkMs === undefined ? "–" : r.meanChunkMs.toFixed(1), (r.ttftMs.p50 / 1000).toFixed(2), (r.ttftMs.p99 / 1000).toFixed(2),
-        r.tpotMs.p50.toFixed(1), r.tpotMs.p99.toFixed(1), (r.tpotMs.p99 / r.tpotMs.p50).toFixed(2),
+        part(r.steps, r.meanStepMs, r.stepFloorMs), part(r.chunks, r.meanChunkMs, r.chunkFloorMs), r.outsideStepsS === undefined ? "–" : r.outsideStepsS.toFixed(2),
+        `${(r.ttftMs.p50 / 1000).toFixed(2)} / ${(r.ttftMs.p99 / 1000).toFixed(2)}`, `${r.tpotMs.p50.toFixed(1)} / ${r.tpotMs.p99.toFixed(1)}`, (r.tpotMs.p99 / r.tpotMs.p50).toFixed(2),
       ]),
     };
   },

@@ -6,8 +6,8 @@
  * files go with them) and return 0.
  */
 import { basename } from "node:path";
-import { BatchDecoder, DEFAULT_MAX_CONTEXT, DTYPE_BYTES, HybridgenError, PRESET_PREFIX, ensureStories15M, loadModel, type KvStoreAllocator } from "@hybridgen/core";
-import { readHybridProfile } from "@hybridgen/runtime";
+import { BatchDecoder, DEFAULT_MAX_CONTEXT, DTYPE_BYTES, HybridgenError, PRESET_PREFIX, ensureStories15M, loadModel, modelInfo, type KvStoreAllocator } from "@hybridgen/core";
+import { hybridPlan, readHybridProfile } from "@hybridgen/runtime";
 import { resolveWindowBudget } from "../auto-budget.js";
 import { openBackend, threadCount } from "../device-backend.js";
 import { attachHybrid, hybridPlanLine, loadHybridSelector, windowLoadOptions } from "../hybrid-options.js";
@@ -19,6 +19,7 @@ import { templateName } from "../serve/prompt-text.js";
 import { createRoutes, type ServeState } from "../serve/routes.js";
 import { ServeScheduler } from "../serve/scheduler.js";
 import { parseServeArgs, SERVE_HELP } from "../serve/serve-args.js";
+import { StepCost } from "../serve/step-cost.js";
 import { StoreLedger } from "../serve/store-ledger.js";
 import { threadsFrom } from "./generate.js";
 
@@ -106,12 +107,21 @@ async function serveModel(
     const b = model.sequenceBytes(c);
     return b.window + b.scores + (hostStoreOnDevice ? b.scratch : 0);
   }, idleContext);
+  // The bytes a step reads and the FLOPs a chunk computes, from the shape (the metrics a benchmark sets floors from).
+  const info = modelInfo(files.config, shape, files.weights);
+  const paramBytes = o.dtype ? DTYPE_BYTES[o.dtype] : Object.values(info.weightBytes).reduce((a, b) => a + (b ?? 0), 0) / info.parameters;
+  const embed = shape.vocabSize * shape.hiddenSize;
+  const plan = hybrids ? hybridPlan(hybrids.own) : undefined;
+  const cost = new StepCost({
+    layers: shape.layers, heads: shape.heads, kvHeads: shape.kvHeads, headDim: shape.headDim, kvElementBytes: DTYPE_BYTES[model.cache.dtype],
+    decodeWeightBytes: Math.round((info.parameters - (shape.tieEmbeddings ? 0 : embed)) * paramBytes), matmulParams: info.parameters - (shape.tieEmbeddings ? 1 : 2) * embed,
+  }, plan ? { logits: plan.logits, candidates: plan.candidates ?? 1, ...(plan.keep === undefined ? {} : { keep: plan.keep }) } : null);
   const name = o.servedName ?? (dir.startsWith(PRESET_PREFIX) ? dir.slice(PRESET_PREFIX.length) : basename(dir));
   const cache = model.cache;
   const scheduler = new ServeScheduler(dec, files.tokenizer, shape.vocabSize, state.metrics, {
     slots: Array.from({ length: o.maxBatch }, (_, i) => (isHybrid ? i + 1 : i)),
     queueLimit: o.maxQueue, chunk: o.prefillChunk ?? model.prefillBlock, maxContext, eos: shape.eosTokenIds,
-    bytesPerToken: 2 * cache.layers * cache.kvHeads * cache.headDim * DTYPE_BYTES[cache.dtype],
+    bytesPerToken: cost.bytesPerToken, cost,
     ledger, device, idleContext, nextStore: (a) => (nextStore = a), prune: (hybrids as { prune?: () => void } | null)?.prune,
     onError: (m) => log(`error: ${m}`),
     onHybridStats: (slot, line) => log(`slot ${slot} left: ${line}`), // where a request's step went, one line a request

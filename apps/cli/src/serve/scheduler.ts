@@ -22,6 +22,7 @@ import { HybridgenError, Sampler, TokenText, type BatchDecoder, type FinishReaso
 import type { DeviceLedger } from "./device-ledger.js";
 import { type HybridStats } from "@hybridgen/runtime";
 import type { ServeMetrics } from "./metrics.js";
+import type { StepCost } from "./step-cost.js";
 import type { PlacedSlotStore, StoreLedger } from "./store-ledger.js";
 
 export interface ServeJob {
@@ -98,6 +99,8 @@ export interface SchedulerOptions {
   readonly prune?: () => void;
   /** An engine error, one line (the server logs it). */
   readonly onError?: (message: string) => void;
+  /** What each decode step reads and each prefill chunk computes (the metrics' bytes and FLOPs); absent: not counted. */
+  readonly cost?: StepCost;
   /** A request's slot is vacated: its hybrid attention's stats line (HybridStats.summary(), the server logs it; hybrid steps only). */
   readonly onHybridStats?: (slot: number, summary: string) => void;
 }
@@ -485,6 +488,7 @@ export class ServeScheduler {
     const rows = this.active.filter((r) => !r.finish && r.prefilled === r.all.length);
     if (rows.length === 0) return;
     const slots = rows.map((r) => r.slot);
+    const selectedBefore = slots.map((s) => this.hybridStats(s)?.sumK ?? 0);
     const t0 = performance.now();
     this.dec.step(slots, Int32Array.from(rows, (r) => r.next));
     if (rows.some((r) => r.sampler.greedy)) this.dec.argmaxSlots(slots, this.picks);
@@ -495,6 +499,14 @@ export class ServeScheduler {
     this.metrics.batchSize.set(rows.length);
     this.metrics.batchSizes.observe(rows.length);
     this.hybridMetrics(slots);
+    if (this.o.cost) {
+      const read = this.o.cost.decode(slots.map((s, i) => {
+        const c = this.dec.sequence(s).cache;
+        return { resident: c.length - c.storeCount, selectedRows: (this.hybridStats(s)?.sumK ?? 0) - selectedBefore[i]! };
+      }));
+      this.metrics.decodeBytes.inc(read.device, { where: "device" });
+      this.metrics.decodeBytes.inc(read.link, { where: "link" });
+    }
   }
 
   /**
@@ -528,6 +540,7 @@ export class ServeScheduler {
     const t0 = performance.now();
     this.dec.prefill(r.slot, r.all.subarray(r.prefilled, end), r.prefilled);
     this.metrics.chunkSeconds.observe((performance.now() - t0) / 1000);
+    if (this.o.cost) this.metrics.prefillFlops.inc(this.o.cost.prefillFlops(r.prefilled, end));
     r.prefilled = end;
     this.metrics.prefillChunks.inc();
     if (end === r.all.length) this.accept(r, r.sampler.greedy ? this.dec.argmax(r.slot) : r.sampler.sample(this.dec.logits(r.slot)));
