@@ -30,16 +30,22 @@ N=${N:-6} PROMPT=${PROMPT:-32000} OUTPUT=${OUTPUT:-1024} GPU_MEM=${GPU_MEM:-24G}
 CLIENTS=${CLIENTS:-$N} REQUESTS=${REQUESTS:-$N} RATE=${RATE:-inf} SPREAD=${SPREAD:-0}
 RATE_S=${RATE_S:-40} DEADLINE_S=${DEADLINE_S:-62} TOTAL_S=${TOTAL_S:-140}
 COMMON="--model preset:llama-3.1-8b --dummy-weights --dtype bf16 --kv-dtype bf16 --device cuda --context $((PROMPT + OUTPUT + 64)) --prefill-block $BLOCK --gpu-mem $GPU_MEM --max-batch $N --max-queue 64"
-# The workload bench's hybridgen-index: fixed K chosen by the page index (ranked on the device), verified logits.
-HYBRID=${HYBRID:-"--attention hybrid --gpu-kv-budget $WINDOW --selector index --scheduler fixed --k ${K:-256} --timing pre --logits verified"}
-SOURCE="apps/bench serve-bench: hybridgen serve, preset:llama-3.1-8b dummy bf16 weights, bf16 KV, --gpu-mem $GPU_MEM, $N slots, $REQUESTS requests of $PROMPT-token prompts + $OUTPUT tokens (spread $SPREAD) at rate $RATE, prefill block $BLOCK, each configuration served for $RATE_S s once loaded, $(head -1 "$OUT/machine.txt"), $(date -u +%F)"
+# The workload bench's hybridgen-index: fixed K chosen by the page index (ranked on the device), verified logits over 2·K
+# candidates of which K keep their V rows (the link's rows 0.375× those of 4 candidates, recall-4l's answers unchanged).
+HYBRID=${HYBRID:-"--attention hybrid --gpu-kv-budget $WINDOW --selector index --scheduler fixed --k ${K:-256} --timing pre --logits verified --candidates 2 --keep 1"}
+# The floors beside each step and chunk (serve-bench): HBM at the card's peak (H200 HBM3e 4.8 TB/s, H100 HBM3 3.35), the link at
+# PCIe 5.0 x16's practical rate, bf16 dense tensor peak (both cards 989 TFLOP/s).
+case $(head -1 "$OUT/machine.txt") in *H200*) HBM_GBS=${HBM_GBS:-4800} ;; *) HBM_GBS=${HBM_GBS:-3350} ;; esac
+LINK_GBS=${LINK_GBS:-55} PEAK_TFLOPS=${PEAK_TFLOPS:-989}
+SOURCE="apps/bench serve-bench: hybridgen serve, preset:llama-3.1-8b dummy bf16 weights, bf16 KV, --gpu-mem $GPU_MEM, $N slots, $REQUESTS requests of $PROMPT-token prompts + $OUTPUT tokens (spread $SPREAD) at rate $RATE, prefill block $BLOCK, each configuration served for $RATE_S s once loaded, floors at HBM $HBM_GBS GB/s, link $LINK_GBS GB/s, $PEAK_TFLOPS TFLOP/s, $(head -1 "$OUT/machine.txt"), $(date -u +%F)"
 # bench LABEL DEADLINE CLIENTS ARGS…: one configuration; the outer timeout only backs up serve-bench's own deadline (and its server's exit).
 bench() { label=$1; deadline=$2; clients=$3; shift 3
   t0=$(date +%s)
   timeout $((deadline + 12)) bun "$D/serve-bench.js" --server "bun $D/hybridgen.js" --serve "$COMMON $*" --clients "$clients" --requests "$REQUESTS" --rates "$RATE" \
     --prompt-bytes "$PROMPT" --output-tokens "$OUTPUT" --spread "$SPREAD" --time-limit "$RATE_S" --deadline "$deadline" \
+    --hbm-gbs "$HBM_GBS" --link-gbs "$LINK_GBS" --peak-tflops "$PEAK_TFLOPS" \
     --label "$label" --json "$OUT/serve.json" --source "$SOURCE" > "$OUT/$label.log" 2>&1
-  s=$?; echo "$label exit $s in $(( $(date +%s) - t0 )) s"; grep -E '^\| (all|[0-9])|rror|^loaded|^hybrid:|^slot [0-9]+ left:|^hybridgen_slot_re' "$OUT/$label.log" | cut -c1-700 | head -16
+  s=$?; echo "$label exit $s in $(( $(date +%s) - t0 )) s"; grep -E '^\| (all|[0-9])|rror|^loaded|^preallocated|^hybrid:|^slot [0-9]+ left:|^hybridgen_slot_re' "$OUT/$label.log" | cut -c1-700 | head -16
   return $s
 }
 left() { echo $(( TOTAL_S - ($(date +%s) - start) )); }

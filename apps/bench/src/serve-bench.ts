@@ -23,7 +23,8 @@
  * renewals (count, seconds) and reuses (the server's metrics); the server's metrics and, once it
  * exited, its log are printed at the end. Beside the step and the chunk, their floors from what the
  * server counts a step must read and a chunk compute: a step's device bytes at --hbm-gbs plus its
- * link bytes at --link-gbs, a chunk's FLOPs at --peak-tflops (the card's rates, given).
+ * link bytes at --link-gbs, a chunk's FLOPs at --peak-tflops or its stores up the link, the longer
+ * (the card's rates, given).
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
@@ -102,7 +103,7 @@ async function request(url: string, prompt: string, maxTokens: number, t0: numbe
  */
 const HISTOGRAMS = { batch: "hybridgen_batch_size_steps", step: "hybridgen_decode_step_seconds", chunk: "hybridgen_prefill_chunk_seconds", renew: "hybridgen_slot_renew_seconds" } as const;
 /** Counters read as a sum: the bytes the decode steps must read (device, link) and the FLOPs the chunks must compute, from the model's shape. */
-const COUNTERS = { deviceBytes: 'hybridgen_decode_bytes_total{where="device"}', linkBytes: 'hybridgen_decode_bytes_total{where="link"}', flops: "hybridgen_prefill_flops_total" } as const;
+const COUNTERS = { deviceBytes: 'hybridgen_decode_bytes_total{where="device"}', linkBytes: 'hybridgen_decode_bytes_total{where="link"}', flops: "hybridgen_prefill_flops_total", chunkLinkBytes: "hybridgen_prefill_link_bytes_total" } as const;
 type Sums = Record<keyof typeof HISTOGRAMS | keyof typeof COUNTERS | "reuses", { sum: number; count: number }>;
 
 async function histogramSums(url: string): Promise<Sums> {
@@ -171,19 +172,20 @@ async function runRate(url: string, rate: number, o: { clients: number; requests
     renewS: renew.sum, renewals: renew.count, reuses: added(sums0, sums1, "reuses").count,
     // What a step must read and a chunk compute (the server's model of the work), per step and per chunk.
     deviceBytesPerStep: added(sums0, sums1, "deviceBytes").sum / step.count, linkBytesPerStep: added(sums0, sums1, "linkBytes").sum / step.count,
-    flopsPerChunk: added(sums0, sums1, "flops").sum / chunk.count,
+    flopsPerChunk: added(sums0, sums1, "flops").sum / chunk.count, linkBytesPerChunk: added(sums0, sums1, "chunkLinkBytes").sum / chunk.count,
   };
 }
 
 /**
  * The floors a step's and a chunk's measured time are set beside: a decode step's device bytes at
  * --hbm-gbs and its link bytes at --link-gbs, one after the other (a hybrid step's rows are gathered
- * on the compute stream between its kernels); a chunk's FLOPs at --peak-tflops. NaN where a rate or
+ * on the compute stream between its kernels); a chunk's FLOPs at --peak-tflops or the stores it brings
+ * up at --link-gbs, whichever is longer (the copy stream may overlap the kernels). NaN where a rate or
  * the server's counters are missing.
  */
-function floors(r: { deviceBytesPerStep: number; linkBytesPerStep: number; flopsPerChunk: number }, rates: { hbmGBs: number; linkGBs: number; peakTflops: number }) {
-  const link = r.linkBytesPerStep > 0 ? r.linkBytesPerStep / (rates.linkGBs * 1e6) : 0;
-  return { stepFloorMs: r.deviceBytesPerStep / (rates.hbmGBs * 1e6) + link, chunkFloorMs: r.flopsPerChunk / (rates.peakTflops * 1e9) };
+function floors(r: { deviceBytesPerStep: number; linkBytesPerStep: number; flopsPerChunk: number; linkBytesPerChunk: number }, rates: { hbmGBs: number; linkGBs: number; peakTflops: number }) {
+  const link = (bytes: number) => (bytes > 0 ? bytes / (rates.linkGBs * 1e6) : 0);
+  return { stepFloorMs: r.deviceBytesPerStep / (rates.hbmGBs * 1e6) + link(r.linkBytesPerStep), chunkFloorMs: Math.max(r.flopsPerChunk / (rates.peakTflops * 1e9), link(r.linkBytesPerChunk)) };
 }
 
 const clients = Number(arg("clients", "16")), requests = Number(arg("requests", "64"));
@@ -207,8 +209,8 @@ const spread = lengths.spread === 0 ? "fixed" : `uniform ${1 - lengths.spread / 
 const q = (xs: number[], p: number) => Number(quantile(xs, p).toFixed(1));
 try {
   console.log(`server ${url}${server ? ` (hybridgen serve ${serveArgs})` : ""}; ${clients} clients, ${requests} requests a rate, prompt ${prompts}, output ~${lengths.outputTokens} tokens (${spread}), greedy\n`);
-  console.log("| arrival rate (req/s) | requests | time (s) | req/s | output tok/s | mean batch | decode steps | step (ms) | step floor (ms) | GB a step (device / link) | prefill chunks | chunk (ms) | chunk floor (ms) | outside both (s) | renewals (n, s) | reuses | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) |");
-  console.log(`|${" ---: |".repeat(20)}`);
+  console.log("| arrival rate (req/s) | requests | time (s) | req/s | output tok/s | mean batch | decode steps | step (ms) | step floor (ms) | GB a step (device / link) | prefill chunks | chunk (ms) | chunk floor (ms) | GB a chunk up the link | outside both (s) | renewals (n, s) | reuses | TTFT p50 (ms) | TTFT p99 (ms) | TPOT p50 (ms) | TPOT p99 (ms) |");
+  console.log(`|${" ---: |".repeat(21)}`);
   const results = [];
   for (const rate of rates) {
     const left = (deadlineMs - performance.now()) / 1000;
@@ -219,7 +221,7 @@ try {
     const done = r.completed === requests ? String(requests) : `${r.completed} of ${requests} (time limit)`;
     console.log(
       `| ${Number.isFinite(rate) ? rate : "all at once"} | ${done} | ${f(r.seconds)} | ${r.reqPerS.toFixed(2)} | ${f(r.tokPerS)} | ${r.meanBatch.toFixed(2)} | ${r.steps} | ${f(r.stepMs)} | ${fl.stepFloorMs.toFixed(2)} | ` +
-        `${gb(r.deviceBytesPerStep)} / ${gb(r.linkBytesPerStep)} | ${r.chunks} | ${f(r.chunkMs)} | ${fl.chunkFloorMs.toFixed(2)} | ${r.outsideS.toFixed(2)} | ${r.renewals}, ${r.renewS.toFixed(2)} | ${r.reuses} | ` +
+        `${gb(r.deviceBytesPerStep)} / ${gb(r.linkBytesPerStep)} | ${r.chunks} | ${f(r.chunkMs)} | ${fl.chunkFloorMs.toFixed(2)} | ${gb(r.linkBytesPerChunk)} | ${r.outsideS.toFixed(2)} | ${r.renewals}, ${r.renewS.toFixed(2)} | ${r.reuses} | ` +
         `${f(quantile(r.ttft, 0.5))} | ${f(quantile(r.ttft, 0.99))} | ${f(quantile(r.tpot, 0.5))} | ${f(quantile(r.tpot, 0.99))} |`,
     );
     results.push({
@@ -228,7 +230,7 @@ try {
       requestsPerSec: Number(r.reqPerS.toFixed(3)), outputTokensPerSec: Number(r.tokPerS.toFixed(1)), meanBatch: Number(r.meanBatch.toFixed(2)),
       ...(Number.isFinite(r.stepMs) ? { steps: r.steps, meanStepMs: Number(r.stepMs.toFixed(1)) } : {}), ...(Number.isFinite(r.chunkMs) ? { chunks: r.chunks, meanChunkMs: Number(r.chunkMs.toFixed(1)) } : {}),
       ...(Number.isFinite(r.deviceBytesPerStep) ? { deviceBytesPerStep: Math.round(r.deviceBytesPerStep), linkBytesPerStep: Math.round(r.linkBytesPerStep) } : {}),
-      ...(Number.isFinite(r.flopsPerChunk) ? { flopsPerChunk: Math.round(r.flopsPerChunk) } : {}),
+      ...(Number.isFinite(r.flopsPerChunk) ? { flopsPerChunk: Math.round(r.flopsPerChunk) } : {}), ...(Number.isFinite(r.linkBytesPerChunk) ? { linkBytesPerChunk: Math.round(r.linkBytesPerChunk) } : {}),
       ...(Number.isFinite(fl.stepFloorMs) ? { stepFloorMs: Number(fl.stepFloorMs.toFixed(2)) } : {}), ...(Number.isFinite(fl.chunkFloorMs) ? { chunkFloorMs: Number(fl.chunkFloorMs.toFixed(2)) } : {}),
       ...(Object.values(floorRates).some(Number.isFinite) ? { floorRates } : {}),
       ...(Number.isFinite(r.outsideS) ? { outsideStepsS: Number(r.outsideS.toFixed(2)) } : {}),

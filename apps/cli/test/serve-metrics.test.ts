@@ -130,7 +130,7 @@ describe("the server's Prometheus text", () => {
       "hybridgen_requests_running", "hybridgen_requests_queued", "hybridgen_generation_tokens_total", "hybridgen_time_to_first_token_seconds",
       "hybridgen_time_per_output_token_seconds", "hybridgen_batch_size", "hybridgen_kv_bytes", "hybridgen_hybrid_k", "hybridgen_hybrid_steps_total",
       "hybridgen_cpu_stage_seconds", "hybridgen_cpu_stage_seconds_total", "hybridgen_decode_step_seconds", "hybridgen_prefill_chunk_seconds", "hybridgen_slot_renew_seconds",
-      "hybridgen_slot_reuses_total", "hybridgen_decode_bytes_total", "hybridgen_prefill_flops_total",
+      "hybridgen_slot_reuses_total", "hybridgen_decode_bytes_total", "hybridgen_prefill_flops_total", "hybridgen_prefill_link_bytes_total",
     ]) expect(families.has(name), name).toBe(true);
     for (const f of families.values()) {
       if (f.type === "histogram") histogram(f);

@@ -36,6 +36,7 @@ describe("StepCost", () => {
     expect(c.prefillFlops(5, 9)).toBe(brute);
     expect(c.prefillFlops(0, 7) + c.prefillFlops(7, 20) + c.prefillFlops(20, 21)).toBe(c.prefillFlops(0, 21));
     expect(c.prefillFlops(4, 4)).toBe(0);
+    expect(c.prefillLinkBytes(100)).toBe(100 * c.bytesPerToken);
   });
 });
 
@@ -66,6 +67,7 @@ describe("the server's decode bytes and prefill FLOPs", () => {
     expect(metrics.decodeBytes.get({ where: "link" })).toBe(0);
     expect(metrics.prefillFlops.get()).toBe(cost.prefillFlops(0, ids.length));
     expect(metrics.prefillChunks.get()).toBe(Math.ceil(ids.length / 8));
+    expect(metrics.prefillLinkBytes.get(), "nothing offloaded").toBe(0);
   });
 
   it("hybrid attention (verified, 2 candidates keeping 1): the device reads the window, the link the rows each step's selection held", async () => {
@@ -96,17 +98,28 @@ describe("the server's decode bytes and prefill FLOPs", () => {
       resident += c.length - c.storeCount;
       steps++;
     };
+    // Each chunk's offloaded positions as it starts: every layer's store comes up for its attention.
+    let uploaded = 0;
+    const prefill = dec.prefill.bind(dec);
+    dec.prefill = (slot, ids, start) => {
+      uploaded += dec.sequence(slot).cache.storeCount * cost.bytesPerToken;
+      return prefill(slot, ids, start);
+    };
     const scheduler = new ServeScheduler(dec, files.tokenizer, s.vocabSize, metrics, {
-      slots: [1], queueLimit: 2, chunk: 64, maxContext: 256, eos: [], bytesPerToken: cost.bytesPerToken, idleContext: 33,
+      slots: [1], queueLimit: 2, chunk: 16, maxContext: 256, eos: [], bytesPerToken: cost.bytesPerToken, idleContext: 33,
       ledger, nextStore: (a) => (next = a), prune: (hybrids as unknown as { prune(): void }).prune, cost,
     });
-    const ids = files.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the sun with her dog.");
+    const ids = files.tokenizer.encode("Once upon a time there was a little girl named Lily. She loved to play outside in the sun with her dog. One day they went to the park and saw a big red ball under a tree. Lily ran to get it and her dog ran after her, barking and wagging his tail.");
+    expect(ids.length, "chunks start past the window").toBeGreaterThan(48);
     expect(await run(scheduler, ids, 24)).toBe(24);
     expect(steps).toBe(23);
     expect(selected, "rows were selected from the host").toBeGreaterThan(0);
     expect(resident, "the window, not the whole context").toBeLessThan(steps * (ids.length + 1));
     expect(metrics.decodeBytes.get({ where: "device" })).toBe(steps + resident * cost.bytesPerToken);
     expect(metrics.decodeBytes.get({ where: "link" })).toBe(selected * s.kvHeads * s.headDim * 4 * 1.5);
+    expect(uploaded, "a chunk brought a store up").toBeGreaterThan(0);
+    expect(metrics.prefillLinkBytes.get()).toBe(uploaded);
+    expect(metrics.prefillFlops.get()).toBe(cost.prefillFlops(0, ids.length));
     await scheduler.idle();
   });
 });

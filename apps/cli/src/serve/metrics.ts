@@ -90,6 +90,7 @@ export class ServeMetrics {
   readonly chunkSeconds = new Histogram("hybridgen_prefill_chunk_seconds", "Wall time of one prefill chunk.", SECONDS);
   readonly decodeBytes = new Scalar("hybridgen_decode_bytes_total", "Bytes the decode steps must read, from the model's shape: device (weights once a step, each sequence's resident K and V) and link (a hybrid step's selected rows from the host).", "counter", [{ where: "device" }, { where: "link" }]);
   readonly prefillFlops = new Scalar("hybridgen_prefill_flops_total", "FLOPs the prefill chunks must compute, from the model's shape (matmuls and dense causal attention).", "counter");
+  readonly prefillLinkBytes = new Scalar("hybridgen_prefill_link_bytes_total", "Bytes the prefill chunks bring up the link: with positions offloaded, every layer's store comes up for a chunk's attention over the whole context.", "counter");
   readonly renewSeconds = new Histogram("hybridgen_slot_renew_seconds", "Wall time of renewing a slot's sequence on the loop (a request's admission on its context, or back to idle as it leaves): its KV and, with hybrid attention, its store allocated and pinned, or unpinned and freed.", SECONDS);
   readonly reused = new Scalar("hybridgen_slot_reuses_total", "Requests that took the sequence a left request held in its slot, as it was (no renewal: its KV and, with hybrid attention, its pinned store reused).", "counter");
   readonly batchSize = new Scalar("hybridgen_batch_size", "Sequences in the last decode step.", "gauge");
@@ -108,7 +109,7 @@ export class ServeMetrics {
   render(): string {
     return `${[
       this.running, this.queued, this.slots, this.requests, this.finished, this.promptTokens, this.generated, this.steps, this.prefillChunks,
-      this.stepSeconds, this.chunkSeconds, this.decodeBytes, this.prefillFlops, this.renewSeconds, this.reused, this.batchSize, this.batchSizes, this.ttft, this.tpot, this.e2e, this.kvBytes, this.deviceReserved, this.deviceBudget, this.hybridK, this.hybridSteps, this.cpuStage, this.cpuStageTotal,
+      this.stepSeconds, this.chunkSeconds, this.decodeBytes, this.prefillFlops, this.prefillLinkBytes, this.renewSeconds, this.reused, this.batchSize, this.batchSizes, this.ttft, this.tpot, this.e2e, this.kvBytes, this.deviceReserved, this.deviceBudget, this.hybridK, this.hybridSteps, this.cpuStage, this.cpuStageTotal,
     ].map((m) => m.render()).join("\n")}\n`;
   }
 }

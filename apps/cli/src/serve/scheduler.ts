@@ -537,10 +537,14 @@ export class ServeScheduler {
   /** One chunk of `r`'s prompt; its first token once the prompt is in. */
   private prefillChunk(r: Running): void {
     const end = Math.min(r.all.length, r.prefilled + this.o.chunk);
+    const offloaded = this.dec.sequence(r.slot).cache.storeCount;
     const t0 = performance.now();
     this.dec.prefill(r.slot, r.all.subarray(r.prefilled, end), r.prefilled);
     this.metrics.chunkSeconds.observe((performance.now() - t0) / 1000);
-    if (this.o.cost) this.metrics.prefillFlops.inc(this.o.cost.prefillFlops(r.prefilled, end));
+    if (this.o.cost) {
+      this.metrics.prefillFlops.inc(this.o.cost.prefillFlops(r.prefilled, end));
+      this.metrics.prefillLinkBytes.inc(this.o.cost.prefillLinkBytes(offloaded));
+    }
     r.prefilled = end;
     this.metrics.prefillChunks.inc();
     if (end === r.all.length) this.accept(r, r.sampler.greedy ? this.dec.argmax(r.slot) : r.sampler.sample(this.dec.logits(r.slot)));

@@ -60,6 +60,11 @@ export class StepCost {
     return { device, link: selected * this.shape.kvHeads * this.rowBytes * perRow };
   }
 
+  /** Bytes a prefill chunk brings up the link: with positions offloaded, every layer's store (its K and V) comes up for the chunk's causal attention over the whole context (KvCache.loadContiguous). */
+  prefillLinkBytes(offloaded: number): number {
+    return offloaded * this.bytesPerToken;
+  }
+
   /** FLOPs of prefilling positions [start, end): the matmuls and causal attention's QKᵀ and PV over every earlier position (dense, as exact prefill computes it). */
   prefillFlops(start: number, end: number): number {
     const n = end - start;
