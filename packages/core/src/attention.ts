@@ -51,7 +51,7 @@ export interface DecodeBatchStep {
   /** Counts the batch's steps: state the rows share for one step (a ranking done once for all) is told apart by it. */
   readonly serial: number;
   /** T_gpu / T_tx of the step, read by the first row that ends it; the other rows take the same. */
-  times?: { readonly gpuMs: number; readonly txMs: number; readonly waitMs?: number };
+  times?: { readonly gpuMs: number; readonly txMs: number; readonly waitMs?: number; readonly segmentMs?: number; readonly hostWaitMs?: number };
   /**
    * The query of `layer` (RoPE(W_q·norm(x)) at the row's position) for the row whose residual row
    * is `x`, projected for every row of the step at once — one matmul reads W_q for the whole batch

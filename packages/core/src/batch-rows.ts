@@ -20,7 +20,7 @@
  * next layer's, is one segment replayed as one graph — so the host records layer l + 1 while the
  * device runs layer l. A step with a row that waits on the host runs eagerly.
  */
-import { type Backend, type BatchAttnRow, type Tensor, fail } from "@hybridgen/spec";
+import { type Backend, type BatchAttnRow, type KvAppendRow, type Tensor, fail } from "@hybridgen/spec";
 import type { Attention, AttentionLayout, DecodeBatchStep, StepGroup } from "./attention.js";
 import type { KvCache } from "./kv-cache.js";
 import type { WeightLoader } from "./weight-loader.js";
@@ -177,7 +177,7 @@ export class BatchRows {
       be.attnDecodeBatch(this.att, this.q, this.k, this.v, t, seqs[0].attention.scale);
       return;
     }
-    for (let i = 0; i < B; i++) seqs[i].cache.writeRows(layer, this.kRow[i], this.vRow[i], positions[i], 1);
+    this.appendRows(layer, seqs, positions, B);
     if (decode) {
       for (let i = 0; i < B; i++) seqs[i].attention.decodeAttention?.prepareAttend?.(layer, this.qRow[i]);
       this.rowsDone();
@@ -197,6 +197,31 @@ export class BatchRows {
       }
     }
     if (decode) this.rowsDone();
+  }
+
+  /**
+   * Row i's new K and V of `layer` into seqs[i]'s cache at positions[i]: one Backend.appendKvRows for
+   * every row where the backend has it and the rows' windows are of one shape and dtype, else each
+   * row's writeRows (a launch a KV head).
+   */
+  private appendRows(layer: number, seqs: readonly SequenceState[], positions: Int32Array, B: number): void {
+    const be = this.backend;
+    const w0 = seqs[0].cache.windowK[layer]!;
+    let same = be.appendKvRows !== undefined && this.k.dtype === "f32";
+    for (let i = 1; i < B && same; i++) {
+      const w = seqs[i].cache.windowK[layer]!;
+      same = w.dtype === w0.dtype && w.shape.length === w0.shape.length && w.shape.every((d, j) => d === w0.shape[j]);
+    }
+    if (!same) {
+      for (let i = 0; i < B; i++) seqs[i].cache.writeRows(layer, this.kRow[i], this.vRow[i], positions[i], 1);
+      return;
+    }
+    const rows: KvAppendRow[] = [];
+    for (let i = 0; i < B; i++) {
+      const c = seqs[i].cache;
+      rows.push({ k: c.windowK[layer]!, v: c.windowV[layer]!, slot: c.windowSlot(positions[i]), kNew: this.kRow[i]!, vNew: this.vRow[i]! });
+    }
+    be.appendKvRows!(rows);
   }
 
   /** The rows' pass is over: each stage group they share sends what they queued, once. */

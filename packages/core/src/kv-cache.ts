@@ -477,6 +477,13 @@ export class KvCache implements Disposable {
     return first;
   }
 
+  /** The window slot of position `pos` (appended and still in the window): where writeRows puts its K and V rows of every KV head. */
+  windowSlot(pos: number): number {
+    this.checkOpen();
+    if (!(Number.isInteger(pos) && pos >= 0 && pos < this._length) || this.regionOf[pos] !== WINDOW) fail(`KV cache: position ${pos} is not in the window`);
+    return this.slotOf[pos];
+  }
+
   /**
    * Copy K and V of positions [firstPos, firstPos + n) for `layer` into their window slots.
    * `kRows`/`vRows` are f32 rows of width headDim, token-major: row i·kvHeads + g is KV head

@@ -126,6 +126,9 @@ describe("KvCache residency", () => {
     expect(() => cache.append(3)).toThrow(/window full/);
     expect(cache.evict()).toBe(2);
     expect(() => cache.writeRows(0, k, k, 0, 1)).toThrow(/no longer in the window/);
+    expect(() => cache.windowSlot(0)).toThrow(/^KV cache: position 0 is not in the window$/);
+    expect(() => cache.windowSlot(6)).toThrow(/^KV cache: position 6 is not in the window$/); // not appended
+    expect([2, 3, 4, 5].map((p) => cache.windowSlot(p))).toEqual([2, 3, 4, 5]); // slots of the ring past the evicted block
     cache.append(4);
     cache.evict();
     expect(cache.length).toBe(10);

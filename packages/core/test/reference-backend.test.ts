@@ -234,6 +234,40 @@ describe("ReferenceBackend ops vs straightforward f64", () => {
   });
 });
 
+describe("ReferenceBackend's batched window ops", () => {
+  const rng = makeRng(testSeed(12));
+  it("appendKvRows writes what copyRows of each KV head's row writes (bf16 windows); attnPartialRows what each row's attnPartial writes", () => {
+    const be = new ReferenceBackend();
+    const kvHeads = 2, cap = 6, hd = 4, heads = 4;
+    const win = () => be.alloc([kvHeads, cap, hd], "bf16");
+    const k = [win(), win()], v = [win(), win()], k2 = [win(), win()], v2 = [win(), win()];
+    const kNew = be.alloc([2, kvHeads * hd]), vNew = be.alloc([2, kvHeads * hd]);
+    be.write(kNew, randomArray(rng, 2 * kvHeads * hd));
+    be.write(vNew, randomArray(rng, 2 * kvHeads * hd));
+    const rowOf = (t: typeof kNew, i: number) => be.view(t, i * kvHeads * hd, [kvHeads, hd]);
+    be.appendKvRows([0, 1].map((i) => ({ k: k[i]!, v: v[i]!, slot: 3 + i, kNew: rowOf(kNew, i), vNew: rowOf(vNew, i) })));
+    for (const i of [0, 1]) {
+      for (let g = 0; g < kvHeads; g++) {
+        be.copyRows(k2[i]!, g * cap + 3 + i, rowOf(kNew, i), g, 1);
+        be.copyRows(v2[i]!, g * cap + 3 + i, rowOf(vNew, i), g, 1);
+      }
+      expect(Array.from(be.read(k[i]!))).toEqual(Array.from(be.read(k2[i]!)));
+      expect(Array.from(be.read(v[i]!))).toEqual(Array.from(be.read(v2[i]!)));
+    }
+    expect(() => be.appendKvRows([{ k: k[0]!, v: v[0]!, slot: cap, kNew: rowOf(kNew, 0), vNew: rowOf(vNew, 0) }])).toThrow(/slot/);
+    expect(() => be.appendKvRows([])).toThrow(/appendKvRows: 1 row or more is needed/);
+    const q = be.alloc([2, heads * hd]);
+    be.write(q, randomArray(rng, 2 * heads * hd));
+    const parts = [be.alloc([heads, hd + 2]), be.alloc([heads, hd + 2])], alone = be.alloc([heads, hd + 2]);
+    const spans = [Int32Array.of(0, 2, 4, 2), Int32Array.of(1, 5)];
+    be.attnPartialRows([0, 1].map((i) => ({ part: parts[i]!, q, qRow: i, k: k[i]!, v: v[i]!, spans: spans[i]!, scale: 0.5 })));
+    for (const i of [0, 1]) {
+      be.attnPartial(alone, q, i, k[i]!, v[i]!, spans[i]!, 0.5);
+      expect(Array.from(be.read(parts[i]!))).toEqual(Array.from(be.read(alone)));
+    }
+  });
+});
+
 describe("ReferenceBackend input validation", () => {
   const expectErr = (fn: () => unknown, re: RegExp) => {
     let err: unknown;

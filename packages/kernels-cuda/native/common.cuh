@@ -37,7 +37,7 @@ struct CopyBatch {
 // static part: kernels, pointers, grid) and the graph is replayed, or a new graph is captured.
 // Any other op in the middle of a step (a read, a write, cuBLAS) first runs the recorded
 // commands ("drain") and the rest of the step runs eagerly.
-enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM, CMD_GATHER_ROWS, CMD_SPAN_ATTN, CMD_ATTN_MERGE, CMD_SIGNALLED_COPY, CMD_AWAIT_SIGNAL, CMD_READ_MAPPED, CMD_PAD_COLUMNS, CMD_EVENT, CMD_INDEX_RANK, CMD_CUBLAS, CMD_INDEX_RANK_ROWS, CMD_HAND_OFF_ROWS, CMD_ATTN_MERGE_ROWS, CMD_RESCORE_ROWS, CMD_SEND_ROWS, CMD_KEEP_ROWS };
+enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM, CMD_GATHER_ROWS, CMD_SPAN_ATTN, CMD_ATTN_MERGE, CMD_SIGNALLED_COPY, CMD_AWAIT_SIGNAL, CMD_READ_MAPPED, CMD_PAD_COLUMNS, CMD_EVENT, CMD_INDEX_RANK, CMD_CUBLAS, CMD_INDEX_RANK_ROWS, CMD_HAND_OFF_ROWS, CMD_ATTN_MERGE_ROWS, CMD_RESCORE_ROWS, CMD_SEND_ROWS, CMD_KEEP_ROWS, CMD_SPAN_ATTN_ROWS, CMD_APPEND_ROWS };
 struct Cmd {
   int kind;
   int s[12];         // static ints (shapes, dtypes, grid choices)
@@ -50,6 +50,7 @@ struct Cmd {
 enum { STEP_NONE = 0, STEP_RECORDING = 1, STEP_EAGER = 2 };
 #define HG_MAX_GRAPH_KEYS 256
 #define HG_BLOB_BYTES (4u << 20)
+#define HG_SEG_TIMES 256  // recorded segments timed between two hg_link_times reads (later ones are not)
 struct StepGraph {
   Cmd *sig;
   int n;
@@ -100,6 +101,11 @@ struct HgCtx {
   long long nCaptures, nReplays, nDrains, nEagerSteps, nRecorded;
   char lastDrain[64];     // the entry point that last drained a step (diagnostics)
   int lastCaptureError;   // the last failed capture's error, 0 none
+  // Each recorded segment's graph launch between two events (hg_seg_times sums them): the device's
+  // time inside segments, against the span of a step, shows how long it idled between them.
+  cudaEvent_t segEv[2 * HG_SEG_TIMES];
+  int nSeg;
+  long long hostWaitNs;   // the host blocked in hg_cu_step_begin for the device (the blob's double buffer)
   // The compute capability major hg_decode_plan plans for: the device's, or lower
   // (hg_cu_set_plan_major: checks and benches run another device's kernels here).
   int planMajor;
@@ -275,6 +281,8 @@ int hg_flush_copies(HgCtx *c);
 // Inside a recorded step: runs what was recorded, and the rest of the step runs eagerly.
 int hg_drain_at(HgCtx *c, const char *who);
 #define hg_drain(c) hg_drain_at((c), __func__)
+// The device's ms in recorded segments and the host's ms blocked at a segment's start since the last call (graph.cu).
+void hg_seg_times(HgCtx *c, double *segMs, double *hostWaitMs);
 // Ops that cannot be recorded call HG_FLUSH before their work; recordable ones HG_FLUSH_REC.
 #define HG_FLUSH(c) do { int fr_ = hg_drain(c); if (!fr_) fr_ = hg_flush_copies(c); if (fr_) return fr_; } while (0)
 #define HG_FLUSH_REC(c) do { int fr_ = hg_flush_copies(c); if (fr_) return fr_; } while (0)
@@ -320,6 +328,8 @@ int hg_launch_cublas(HgCtx *c, const Cmd &cmd);          // matmul.cu
 int hg_launch_span_attn(HgCtx *c, const Cmd &cmd);    // span_attn.cu
 int hg_launch_attn_merge(HgCtx *c, const Cmd &cmd, const char *dynBase);
 int hg_launch_attn_merge_rows(HgCtx *c, const Cmd &cmd);  // span_attn.cu
+int hg_launch_span_attn_rows(HgCtx *c, const Cmd &cmd);   // span_attn.cu
+int hg_launch_window_append_rows(HgCtx *c, const Cmd &cmd);  // span_attn.cu
 
 // The device a decode plan is made for (decode_plan.h).
 static inline HgPlanDevice hg_plan_device(const HgCtx *c) { return HgPlanDevice{c->planMajor, c->numSMs}; }

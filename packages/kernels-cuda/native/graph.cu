@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdio.h>
+#include <time.h>
 
 // A key whose step had to drain runs its next steps eagerly without recording (a step that
 // reads or writes host memory mid-way, e.g. hybrid attention, would drain every time).
@@ -47,6 +48,8 @@ int hg_run_cmd(HgCtx *c, const Cmd &cmd, const char *dynBase) {
     case CMD_CUBLAS: return hg_launch_cublas(c, cmd);
     case CMD_SPAN_ATTN: return hg_launch_span_attn(c, cmd);
     case CMD_ATTN_MERGE: return hg_launch_attn_merge(c, cmd, dynBase);
+    case CMD_SPAN_ATTN_ROWS: return hg_launch_span_attn_rows(c, cmd);
+    case CMD_APPEND_ROWS: return hg_launch_window_append_rows(c, cmd);
     case CMD_MEMSET: return (int)cudaMemsetAsync((void *)cmd.p[0], 0, (size_t)cmd.s[0] * (size_t)cmd.s[1], c->compute);
     default: return hg_launch_rowop(c, cmd, dynBase);
   }
@@ -154,8 +157,12 @@ HG_EXPORT int hg_cu_step_begin(HgCtx *c, int key) {
     return 0;
   }
   c->blobCur ^= 1;
-  // The buffer's previous upload (two steps ago) must have run before it is rewritten.
+  // The buffer's previous upload (two steps ago) must have run before it is rewritten: the host waits for the device here.
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
   cudaError_t e = cudaEventSynchronize(c->blobDone[c->blobCur]);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  c->hostWaitNs += (long long)(t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
   if (e != cudaSuccess) return (int)e;
   c->stepMode = STEP_RECORDING;
   return 0;
@@ -187,8 +194,14 @@ HG_EXPORT int hg_cu_step_end(HgCtx *c) {
     c->nCaptures++;
   }
   c->ncmds = 0;
-  return (int)cudaGraphLaunch(g.exec, c->compute);
+  const bool timed = c->nSeg < HG_SEG_TIMES;
+  if (timed && (r = (int)cudaEventRecord(c->segEv[2 * c->nSeg], c->compute))) return r;
+  if ((r = (int)cudaGraphLaunch(g.exec, c->compute))) return r;
+  if (timed && (r = (int)cudaEventRecord(c->segEv[2 * c->nSeg + 1], c->compute))) return r;
+  if (timed) c->nSeg++;
+  return 0;
 }
+
 
 // counts[0..4] = graphs captured, replayed, steps drained, steps run eagerly, commands recorded.
 // A profiler's capture range (ncu/nsys --profile-from-start off): what runs between on and off.
@@ -242,12 +255,31 @@ HG_EXPORT int hg_cu_get_plan_major(HgCtx *c) { return c->planMajor; }
 
 }  // extern "C"
 
+// The device's ms inside the recorded segments launched since the last call, and the host's ms
+// blocked in hg_cu_step_begin; both restart. The stream must have run them (hg_link_times syncs first).
+void hg_seg_times(HgCtx *c, double *segMs, double *hostWaitMs) {
+  double sum = 0;
+  for (int i = 0; i < c->nSeg; i++) {
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, c->segEv[2 * i], c->segEv[2 * i + 1]) == cudaSuccess) sum += ms;
+  }
+  cudaGetLastError();  // a pair not yet recorded is no error of the step
+  *segMs = sum;
+  *hostWaitMs = (double)c->hostWaitNs / 1e6;
+  c->nSeg = 0;
+  c->hostWaitNs = 0;
+}
+
 int hg_graph_init(HgCtx *c) {
   cudaDeviceGetAttribute(&c->planMajor, cudaDevAttrComputeCapabilityMajor, c->device);
   for (int i = 0; i < 2; i++) {
     cudaError_t e = cudaMallocHost((void **)&c->blobHost[i], HG_BLOB_BYTES);
     if (e != cudaSuccess) return (int)e;
     if ((e = cudaEventCreateWithFlags(&c->blobDone[i], cudaEventDisableTiming)) != cudaSuccess) return (int)e;
+  }
+  for (int i = 0; i < 2 * HG_SEG_TIMES; i++) {
+    cudaError_t e = cudaEventCreate(&c->segEv[i]);
+    if (e != cudaSuccess) return (int)e;
   }
   return 0;
 }
@@ -260,6 +292,11 @@ void hg_graph_free(HgCtx *c) {
     c->blobHost[i] = NULL;
     c->blobDone[i] = NULL;
   }
+  for (int i = 0; i < 2 * HG_SEG_TIMES; i++) {
+    if (c->segEv[i]) cudaEventDestroy(c->segEv[i]);
+    c->segEv[i] = NULL;
+  }
+  c->nSeg = 0;
   free(c->cmds);
   c->cmds = NULL;
   c->capCmds = c->ncmds = 0;

@@ -403,7 +403,8 @@ HG_EXPORT int hg_link_fence(HgLink *l) {
 
 // Waits for both streams, then out[0] = T_gpu ms (resume..pause spans less the compute stalls
 // on copies inside them and the time hg_link_await_signal's waits took), out[1] = T_tx ms (copy
-// spans), out[2] = events recorded, out[3] = the waits' ms; restarts.
+// spans), out[2] = events recorded, out[3] = the waits' ms, out[4] = the compute stream's ms inside
+// recorded segments and out[5] = the host's ms blocked at a segment's start (hg_seg_times); restarts.
 HG_EXPORT int hg_link_times(HgLink *l, double *out) {
   HgCtx *c = l->c;
   HG_FLUSH(c);
@@ -441,6 +442,7 @@ HG_EXPORT int hg_link_times(HgLink *l, double *out) {
   out[1] = tx;
   out[2] = l->n;
   out[3] = waited;
+  hg_seg_times(c, &out[4], &out[5]);
   l->n = 0;
   l->open = 0;
   cudaGetLastError();  // an elapsed-time query on an unrecorded pair is not an error of the step

@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(128) span_attn_plain_kernel(float *part, const
 
 // grid (heads): the chunks' partial rows of head h merged into its row of `out` (the op's partial);
 // no chunk at all: output 0, max −∞, sum 0.
-__global__ void span_attn_combine_kernel(float *out, const float *part, int heads, int headDim, int maxSplits, const int *tab) {
-  const int nsplit = sa_chunks(tab, maxSplits), h = blockIdx.x;
+// Head h's row of out from the chunks' partial rows at part (one op's, or one row's of a batch's).
+__device__ __forceinline__ void sa_combine_head(float *out, const float *part, int heads, int headDim, int nsplit, int h) {
   float *o = out + (size_t)h * (headDim + 2);
   if (nsplit == 0) {
     for (int d = threadIdx.x; d < headDim; d += blockDim.x) o[d] = 0.f;
@@ -126,6 +126,72 @@ __global__ void span_attn_combine_kernel(float *out, const float *part, int head
     return;
   }
   da_merge_head(o, part + (size_t)h * (headDim + 2), (size_t)heads * (headDim + 2), nsplit, headDim, threadIdx.x, blockDim.x, o + headDim);
+}
+
+__global__ void span_attn_combine_kernel(float *out, const float *part, int heads, int headDim, int maxSplits, const int *tab) {
+  sa_combine_head(out, part, heads, headDim, sa_chunks(tab, maxSplits), blockIdx.x);
+}
+
+// A batched step's window partials (hg_cu_attn_partial_rows): row r of the table is one attnPartial's
+// part, q, K, V and spans; its blocks are that op's own (the same chunks, the same sums), its chunk
+// partials at cpart + r · rowStride. Every row's window has the same shape and capacity.
+struct PartialRow {
+  unsigned long long part, q, k, v;
+  int tab[2 * SA_SPANS];
+};
+
+template <typename T, int HD>
+__global__ void __launch_bounds__(128) span_attn_rows_mma_kernel(float *cpart, size_t rowStride, const PartialRow *rows, int hgroups, int heads, int group,
+                                                                 int cap, int maxSplits, float sl) {
+  const int r = blockIdx.z / hgroups, hz = blockIdx.z - r * hgroups;
+  const PartialRow *R = rows + r;
+  int start, j0, j1;
+  if (!sa_chunk(R->tab, maxSplits, blockIdx.x, start, j0, j1)) return;
+  const int g = blockIdx.y, h0 = g * group + hz * DM_HEADS;
+  const int nh = min(DM_HEADS, group - hz * DM_HEADS);
+  const size_t cacheRow = ((size_t)g * cap + start) * HD * 2;
+  dm_block<T, HD, false, true>(cpart + r * rowStride + ((size_t)blockIdx.x * heads + h0) * (HD + 2), (const float *)R->q + (size_t)h0 * HD,
+                               (const char *)R->k + cacheRow, (const char *)R->v + cacheRow, nh, j0, j1, sl);
+}
+
+template <int KT, int LPT>
+__global__ void __launch_bounds__(256) span_attn_rows_kernel(float *cpart, size_t rowStride, const PartialRow *rows, int hgroups, int heads, int group,
+                                                             int headDim, int cap, int maxSplits, float sl) {
+  constexpr int ES = KT == DT_F32 ? 4 : 2;
+  const int r = blockIdx.z / hgroups, hz = blockIdx.z - r * hgroups;
+  const PartialRow *R = rows + r;
+  int start, j0, j1;
+  if (!sa_chunk(R->tab, maxSplits, blockIdx.x, start, j0, j1)) return;
+  const int g = blockIdx.y, h0 = g * group + hz * DA_HEADS;
+  const int nh = min(DA_HEADS, group - hz * DA_HEADS);
+  const size_t cacheRow = ((size_t)g * cap + start) * headDim * ES;
+  da_block<KT, LPT, 4, false, true>(cpart + r * rowStride + ((size_t)blockIdx.x * heads + h0) * (headDim + 2), (const float *)R->q + (size_t)h0 * headDim,
+                                    (const char *)R->k + cacheRow, (const char *)R->v + cacheRow, nh, headDim, j0, j1, sl);
+}
+
+__global__ void span_attn_rows_combine_kernel(const float *cpart, size_t rowStride, const PartialRow *rows, int heads, int headDim, int maxSplits) {
+  const PartialRow *R = rows + blockIdx.y;
+  sa_combine_head((float *)R->part, cpart + blockIdx.y * rowStride, heads, headDim, sa_chunks(R->tab, maxSplits), blockIdx.x);
+}
+
+// A batched step's K/V appends (hg_cu_window_append_rows): row r's new K and V [kvHeads, headDim] f32
+// into its window K and V [kvHeads, cap, headDim] at slot `slot` of every KV head, as copyRows of each
+// KV head's row writes them. Block (r, 0) the K row, (r, 1) the V row.
+struct AppendRow {
+  unsigned long long k, v, kNew, vNew;
+  int slot, pad[3];
+};
+
+template <int DT>
+__global__ void window_append_rows_kernel(const AppendRow *rows, int kvHeads, int headDim, int cap) {
+  const AppendRow *R = rows + blockIdx.x;
+  const float *src = (const float *)(blockIdx.y ? R->vNew : R->kNew);
+  void *dst = (void *)(blockIdx.y ? R->v : R->k);
+  const int slot = R->slot;
+  for (int i = threadIdx.x; i < kvHeads * headDim; i += blockDim.x) {
+    const int g = i / headDim;
+    st<DT>(dst, ((size_t)g * cap + slot) * headDim + (i - g * headDim), src[i]);
+  }
 }
 
 static const int MERGE_WARPS = 8, MERGE_HEADS = 4, MERGE_MIN_CHUNK = 8, MERGE_MAX_SPLITS = 32;
@@ -299,6 +365,49 @@ int hg_launch_span_attn(HgCtx *c, const Cmd &m) {
                    splits, tab);
 }
 
+// CMD_SPAN_ATTN_ROWS: p[0] the rows' table (PartialRow [s[8]], the step's blob when recording); s[0]
+// dtype, s[1] heads, s[2] kvHeads, s[3] headDim, s[4] cap, s[5] the splits, s[6] lanes a token row,
+// s[7] the plan's kernel (split MMA or split FMA); f[0] the scale in log2 units. Rows go in runs whose
+// chunk partials fit the decode scratch, each run one split and one combine launch.
+int hg_launch_span_attn_rows(HgCtx *c, const Cmd &m) {
+  const int dt = m.s[0], heads = m.s[1], kvHeads = m.s[2], headDim = m.s[3], cap = m.s[4], splits = m.s[5], lpt = m.s[6], n = m.s[8];
+  const int group = heads / kvHeads;
+  const bool mma = m.s[7] == HG_ATTN_SPLIT_MMA;
+  const int hgroups = (group + (mma ? DM_HEADS : DA_HEADS) - 1) / (mma ? DM_HEADS : DA_HEADS);
+  const size_t rowStride = (size_t)(splits + SA_SPANS) * heads * (headDim + 2);
+  const int run = (int)max((size_t)1, c->decodePartBytes / (rowStride * sizeof(float)));
+  const PartialRow *rows = (const PartialRow *)m.p[0];
+  const float sl = m.f[0];
+  const unsigned gx = (unsigned)(splits + SA_SPANS);
+  for (int r0 = 0; r0 < n; r0 += run) {
+    const int nr = min(run, n - r0);
+    const dim3 grid(gx, kvHeads, (unsigned)(hgroups * nr));
+    int r = 0;
+    if (mma) {
+#define SR_MMA(T, HD) hg_launch(c, span_attn_rows_mma_kernel<T, HD>, grid, dim3(128), 0, c->decodePart, rowStride, rows + r0, hgroups, heads, group, cap, splits, sl)
+      if (dt == DT_BF16) r = headDim == 64 ? SR_MMA(__nv_bfloat16, 64) : SR_MMA(__nv_bfloat16, 128);
+      else r = headDim == 64 ? SR_MMA(__half, 64) : SR_MMA(__half, 128);
+#undef SR_MMA
+    } else {
+#define SR_FMA(L) hg_launch(c, span_attn_rows_kernel<K, L>, grid, dim3(256), 0, c->decodePart, rowStride, rows + r0, hgroups, heads, group, headDim, cap, splits, sl)
+      HG_DISPATCH_DT(dt, K, r = lpt == 4 ? SR_FMA(4) : lpt == 8 ? SR_FMA(8) : lpt == 16 ? SR_FMA(16) : SR_FMA(32));
+#undef SR_FMA
+    }
+    if (r) return r;
+    r = hg_launch(c, span_attn_rows_combine_kernel, dim3((unsigned)heads, (unsigned)nr), dim3(headDim >= 128 ? 128 : 64), 0, (const float *)c->decodePart,
+                  rowStride, rows + r0, heads, headDim, splits);
+    if (r) return r;
+  }
+  return 0;
+}
+
+// CMD_APPEND_ROWS: p[0] the rows' table (AppendRow [s[3]]); s[0] the windows' dtype, s[1] kvHeads, s[2] headDim, s[4] cap.
+int hg_launch_window_append_rows(HgCtx *c, const Cmd &m) {
+  int r = 0;
+  HG_DISPATCH_DT(m.s[0], W, r = hg_launch(c, window_append_rows_kernel<W>, dim3((unsigned)m.s[3], 2), dim3(128), 0, (const AppendRow *)m.p[0], m.s[1], m.s[2], m.s[4]));
+  return r;
+}
+
 // CMD_ATTN_MERGE: p[0] out, p[1] part, p[2] logits (at the first column), p[3] v; s[0] dtype,
 // s[1] heads, s[2] kvHeads, s[3] headDim, s[4] cap, s[5] the logits' row width; d[0] start, d[1] count.
 int hg_launch_attn_merge(HgCtx *c, const Cmd &m, const char *dynBase) {
@@ -335,6 +444,28 @@ int hg_launch_attn_merge_rows(HgCtx *c, const Cmd &m) {
     if (r) return r;
   }
   return 0;
+}
+
+// The plan of an attnPartial on these pointers.
+static HgPlan sa_plan(HgCtx *c, const void *q, const void *k, const void *v, int dt, int headDim) {
+  const bool aligned = (((uintptr_t)k | (uintptr_t)v) & 15) == 0;
+  HgPlanShape shape = {HG_PLAN_ATTN, dt, 0, 0, 0, 0, headDim, aligned, ((uintptr_t)q & 15) == 0};
+  return hg_decode_plan(hg_plan_device(c), shape);
+}
+
+// Splits as hg_cu_attn_decode's (the plan's chunk blocks an SM, bounded by the `bound` tokens and the
+// partials' space, which also holds a chunk more per span); 0 where the space holds none.
+static long sa_splits(const HgCtx *c, const HgPlan &plan, int heads, int kvHeads, int headDim, int bound) {
+  const bool mma = plan.kernel == HG_ATTN_SPLIT_MMA;
+  const int blocksPer = plan.kernel == HG_ATTN_FLASH ? heads : kvHeads * ((heads / kvHeads + (mma ? DM_HEADS : DA_HEADS) - 1) / (mma ? DM_HEADS : DA_HEADS));
+  long splits = ((long)(plan.kernel == HG_ATTN_FLASH ? 4 : plan.chunkSplitsPerSm) * c->numSMs + blocksPer - 1) / blocksPer;
+  const long byLength = (bound + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK;
+  const long bySpace = (long)(c->decodePartBytes / ((size_t)heads * (headDim + 2) * sizeof(float))) - SA_SPANS;
+  if (bySpace < 1) return 0;
+  if (splits > byLength) splits = byLength;
+  if (splits > bySpace) splits = bySpace;
+  if (splits < 1) splits = 1;
+  return splits;
 }
 
 extern "C" {
@@ -377,21 +508,9 @@ HG_EXPORT int hg_cu_attn_partial(HgCtx *c, float *part, const float *q, const vo
   int total = 0;
   for (int i = 0; i < 2 * nspans; i++) tab[i] = spans[i];
   for (int s = 0; s < nspans; s++) total += spans[2 * s + 1];
-  const bool aligned = (((uintptr_t)k | (uintptr_t)v) & 15) == 0;
-  HgPlanShape shape = {HG_PLAN_ATTN, dt, 0, 0, 0, 0, headDim, aligned, ((uintptr_t)q & 15) == 0};
-  const HgPlan plan = hg_decode_plan(hg_plan_device(c), shape);
-  const bool mma = plan.kernel == HG_ATTN_SPLIT_MMA;
-  // Splits as hg_cu_attn_decode's (the plan's chunk blocks an SM, bounded by the tokens and the
-  // partials' space, which also holds a chunk more per span); a recorded step cuts for the capacity.
-  const int blocksPer = plan.kernel == HG_ATTN_FLASH ? heads : kvHeads * ((heads / kvHeads + (mma ? DM_HEADS : DA_HEADS) - 1) / (mma ? DM_HEADS : DA_HEADS));
-  const int bound = hg_recording(c) ? cap : total;
-  long splits = ((long)(plan.kernel == HG_ATTN_FLASH ? 4 : plan.chunkSplitsPerSm) * c->numSMs + blocksPer - 1) / blocksPer;
-  const long byLength = (bound + DA_MIN_CHUNK - 1) / DA_MIN_CHUNK;
-  const long bySpace = (long)(c->decodePartBytes / ((size_t)heads * (headDim + 2) * sizeof(float))) - SA_SPANS;
-  if (splits > byLength) splits = byLength;
-  if (splits > bySpace) splits = bySpace;
-  if (splits < 1) splits = 1;
-  if (bySpace < 1) return (int)cudaErrorInvalidValue;
+  const HgPlan plan = sa_plan(c, q, k, v, dt, headDim);
+  const long splits = sa_splits(c, plan, heads, kvHeads, headDim, hg_recording(c) ? cap : total);
+  if (splits < 1) return (int)cudaErrorInvalidValue;
   int *dev = NULL;
   int e = hg_upload_ints(c, tab, 2 * SA_SPANS, &dev);
   if (e) return e;
@@ -399,6 +518,70 @@ HG_EXPORT int hg_cu_attn_partial(HgCtx *c, float *part, const float *q, const vo
   m.p[0] = part; m.p[1] = q; m.p[2] = k; m.p[3] = v; m.p[4] = dev;
   m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = plan.lanes; m.s[7] = plan.kernel;
   m.f[0] = scale * 1.4426950408889634f;  // scores in log2 units: exp(x) = exp2(x·log2 e)
+  return hg_submit(c, m);
+}
+
+// n attnPartials of one shape at once (a batched step's rows, Backend.attnPartialRows): rows holds 12
+// doubles a row — part, q, K, V (addresses), then the spans table's 4 (start, count) pairs (unused:
+// count 0) — checked by the caller; each row as hg_cu_attn_partial computes it. Recorded, the rows go
+// with the step's blob as one op (the splits cut for the capacity, as a recorded attnPartial's); eager,
+// or on the plain warp block, each row is its own attnPartial.
+HG_EXPORT int hg_cu_attn_partial_rows(HgCtx *c, const double *rows, int n, int dt, int heads, int kvHeads, int headDim, int cap, float scale) {
+  if (n < 1 || n > 4096 || !rows || headDim > 256 || kvHeads < 1 || heads % kvHeads != 0) return (int)cudaErrorInvalidValue;
+  HG_FLUSH_REC(c);
+  PartialRow *t = (PartialRow *)calloc((size_t)n, sizeof(PartialRow));
+  if (!t) return (int)cudaErrorMemoryAllocation;
+  bool aligned = true, qAligned = true;
+  for (int i = 0; i < n; i++) {
+    const double *r = rows + 12 * i;
+    t[i].part = (unsigned long long)r[0]; t[i].q = (unsigned long long)r[1]; t[i].k = (unsigned long long)r[2]; t[i].v = (unsigned long long)r[3];
+    for (int j = 0; j < 2 * SA_SPANS; j++) t[i].tab[j] = (int)r[4 + j];
+    if (!t[i].part || !t[i].q || !t[i].k || !t[i].v) { free(t); return (int)cudaErrorInvalidValue; }
+    aligned = aligned && ((t[i].k | t[i].v) & 15) == 0;
+    qAligned = qAligned && (t[i].q & 15) == 0;
+  }
+  HgPlanShape shape = {HG_PLAN_ATTN, dt, 0, 0, 0, 0, headDim, aligned, qAligned};
+  const HgPlan plan = hg_decode_plan(hg_plan_device(c), shape);
+  const long splits = sa_splits(c, plan, heads, kvHeads, headDim, cap);
+  int *dev = NULL;
+  int e = 0;
+  if (hg_recording(c) && plan.kernel != HG_ATTN_FLASH && splits >= 1) e = hg_upload_ints(c, (const int *)t, (size_t)n * sizeof(PartialRow) / sizeof(int), &dev);
+  // Eager (a blob that filled up drained the step), or the plain warp block: each row its own attnPartial.
+  if (!e && (!hg_recording(c) || plan.kernel == HG_ATTN_FLASH || splits < 1)) {
+    for (int i = 0; i < n && !e; i++)
+      e = hg_cu_attn_partial(c, (float *)t[i].part, (const float *)t[i].q, (const void *)t[i].k, (const void *)t[i].v, dt, heads, kvHeads, headDim, cap, t[i].tab, SA_SPANS, scale);
+    free(t);
+    return e;
+  }
+  free(t);
+  if (e) return e;
+  Cmd m = hg_new_cmd(CMD_SPAN_ATTN_ROWS);
+  m.p[0] = dev;
+  m.s[0] = dt; m.s[1] = heads; m.s[2] = kvHeads; m.s[3] = headDim; m.s[4] = cap; m.s[5] = (int)splits; m.s[6] = plan.lanes; m.s[7] = plan.kernel; m.s[8] = n;
+  m.f[0] = scale * 1.4426950408889634f;
+  return hg_submit(c, m);
+}
+
+// n K/V appends at once (a batched step's rows, Backend.appendKvRows): rows holds 5 doubles a row — the
+// window K and V [kvHeads, cap, headDim] of dtype dt, the new K and V [kvHeads, headDim] f32 (addresses),
+// the slot — checked by the caller. Recordable (the rows go with the step's blob).
+HG_EXPORT int hg_cu_window_append_rows(HgCtx *c, const double *rows, int n, int dt, int kvHeads, int headDim, int cap) {
+  if (n < 1 || n > 4096 || !rows || kvHeads < 1 || headDim < 1 || cap < 1) return (int)cudaErrorInvalidValue;
+  AppendRow *t = (AppendRow *)calloc((size_t)n, sizeof(AppendRow));
+  if (!t) return (int)cudaErrorMemoryAllocation;
+  for (int i = 0; i < n; i++) {
+    const double *r = rows + 5 * i;
+    t[i] = AppendRow{(unsigned long long)r[0], (unsigned long long)r[1], (unsigned long long)r[2], (unsigned long long)r[3], (int)r[4], {0, 0, 0}};
+    if (!t[i].k || !t[i].v || !t[i].kNew || !t[i].vNew || t[i].slot < 0 || t[i].slot >= cap) { free(t); return (int)cudaErrorInvalidValue; }
+  }
+  int e = hg_flush_copies(c);
+  int *dev = NULL;
+  if (!e) e = hg_upload_ints(c, (const int *)t, (size_t)n * sizeof(AppendRow) / sizeof(int), &dev);
+  free(t);
+  if (e) return e;
+  Cmd m = hg_new_cmd(CMD_APPEND_ROWS);
+  m.p[0] = dev;
+  m.s[0] = dt; m.s[1] = kvHeads; m.s[2] = headDim; m.s[3] = n; m.s[4] = cap;
   return hg_submit(c, m);
 }
 

@@ -7,7 +7,7 @@
  * comes from an arena reserved once at creation (DeviceArena does the bookkeeping).
  */
 import type { Pointer } from "bun:ffi";
-import { SPEC_VERSION, DTYPE_BYTES, HybridgenError, type AttnMergeRow, type Backend, type BatchAttnRow, type DeviceIndexShape, type DType, type IndexRankRow, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/spec";
+import { SPEC_VERSION, DTYPE_BYTES, HybridgenError, type AttnMergeRow, type AttnPartialRow, type KvAppendRow, type Backend, type BatchAttnRow, type DeviceIndexShape, type DType, type IndexRankRow, type HostTransfers, type MatvecFusion, type Tensor } from "@hybridgen/spec";
 import { BackendChecks, isIndex, shapeNumel } from "@hybridgen/spec/kit";
 import { DeviceArena, type ArenaStats } from "./arena.js";
 import { CudaHostLink } from "./host-link.js";
@@ -981,6 +981,50 @@ export class CudaBackend implements Backend {
     if (!Number.isFinite(scale)) bad(`${op}: scale ${scale} is not finite`);
     this.attnLimits(op, kt, "k");
     this.ok(op, this.lib.hg_cu_attn_partial(this.ctx, P(pt.addr), P(qi.at(qRow * qi.cols)), P(kt.addr), P(vt.addr), DTYPE_CODE[kt.dtype], heads, kvHeads, headDim, cap, spans.length ? spans : null, spans.length / 2, scale));
+  }
+
+  /** Backend.attnPartialRows: every row's attnPartial in one op (native/span_attn.cu's blocks of each, over a rows table); each row checked as attnPartial checks it. */
+  attnPartialRows(rows: readonly AttnPartialRow[]): void {
+    const op = "attnPartialRows";
+    if (!Array.isArray(rows) || rows.length === 0 || rows.length > 4096) bad(`${op}: 1 to 4096 rows are needed`);
+    const table = new Float64Array(12 * rows.length);
+    let shape: { heads: number; kvHeads: number; headDim: number; cap: number; dtype: string; scale: number } | null = null;
+    rows.forEach((r, i) => {
+      const which = `${op}: row ${i}`;
+      const [pt, qi, kt, vt, [heads, kvHeads, headDim, cap]] = this.check.attnPartial(r.part, r.q, r.qRow, r.k, r.v, r.spans);
+      if (headDim > 256) bad(`${which}: head dim ${headDim} exceeds the kernels' limit of 256`);
+      if (!Number.isFinite(r.scale)) bad(`${which}: scale ${r.scale} is not finite`);
+      this.attnLimits(which, kt, "k");
+      shape ??= { heads, kvHeads, headDim, cap, dtype: kt.dtype, scale: r.scale };
+      if (heads !== shape.heads || kvHeads !== shape.kvHeads || headDim !== shape.headDim || cap !== shape.cap || kt.dtype !== shape.dtype || r.scale !== shape.scale) {
+        bad(`${which}: ${heads} heads, ${kvHeads} KV heads, head dim ${headDim}, cap ${cap}, K ${kt.dtype}, scale ${r.scale}: not row 0's ${shape.heads}, ${shape.kvHeads}, ${shape.headDim}, ${shape.cap}, ${shape.dtype}, ${shape.scale}`);
+      }
+      table.set([pt.addr, qi.at(r.qRow * qi.cols), kt.addr, vt.addr], 12 * i);
+      table.set(r.spans, 12 * i + 4);
+    });
+    const x = shape!;
+    this.ok(op, this.lib.hg_cu_attn_partial_rows(this.ctx, table, rows.length, DTYPE_CODE[x.dtype as keyof typeof DTYPE_CODE], x.heads, x.kvHeads, x.headDim, x.cap, x.scale));
+  }
+
+  /** Backend.appendKvRows: every row's new K and V into its window in one launch (native/span_attn.cu), over a rows table. */
+  appendKvRows(rows: readonly KvAppendRow[]): void {
+    const op = "appendKvRows";
+    if (!Array.isArray(rows) || rows.length === 0 || rows.length > 4096) bad(`${op}: 1 to 4096 rows are needed`);
+    const table = new Float64Array(5 * rows.length);
+    let shape: { kvHeads: number; cap: number; headDim: number; dtype: string } | null = null;
+    rows.forEach((r, i) => {
+      const which = `${op}: row ${i}`;
+      const k = this.check.own(r.k, which, "k"), v = this.check.own(r.v, which, "v"), kn = this.check.f32(r.kNew, which, "kNew"), vn = this.check.f32(r.vNew, which, "vNew");
+      const [kvHeads, cap, headDim] = k.shape;
+      if (k.shape.length !== 3 || v.shape.length !== 3 || v.shape.some((d, j) => d !== k.shape[j]) || v.dtype !== k.dtype) bad(`${which}: the windows K ${k} and V ${v} must be one [kvHeads, cap, headDim] shape and dtype`);
+      if (kn.numel < kvHeads! * headDim! || vn.numel < kvHeads! * headDim!) bad(`${which}: the new K ${kn} and V ${vn} must hold [${kvHeads}, ${headDim}] floats`);
+      if (!(Number.isInteger(r.slot) && r.slot >= 0 && r.slot < cap!)) bad(`${which}: slot ${r.slot} out of range [0, ${cap})`);
+      shape ??= { kvHeads: kvHeads!, cap: cap!, headDim: headDim!, dtype: k.dtype };
+      if (kvHeads !== shape.kvHeads || cap !== shape.cap || headDim !== shape.headDim || k.dtype !== shape.dtype) bad(`${which}: window ${k} is not row 0's [${shape.kvHeads}, ${shape.cap}, ${shape.headDim}] ${shape.dtype}`);
+      table.set([k.addr, v.addr, kn.addr, vn.addr, r.slot], 5 * i);
+    });
+    const x = shape!;
+    this.ok(op, this.lib.hg_cu_window_append_rows(this.ctx, table, rows.length, DTYPE_CODE[x.dtype as keyof typeof DTYPE_CODE], x.kvHeads, x.headDim, x.cap));
   }
 
   /** Backend.indexRankScratch (native/page_index.cu). */

@@ -51,7 +51,7 @@ export class CudaHostLink implements HostTransfers {
   private readonly pinned: PinnedBlock[] = [];
   private readonly pageable = new Set<number>(); // pin() found their pages pinned already
   private desc = new Float64Array(FIELDS * 64);
-  private readonly timesOut = new Float64Array(4);
+  private readonly timesOut = new Float64Array(6);
   private readonly signalOut = new Float64Array(3);
   private readonly gaveUpOut = new Float64Array(2);
   /** The link's stage word (host and device address), known once stageSignal() handed it out. */
@@ -415,12 +415,17 @@ export class CudaHostLink implements HostTransfers {
     this.owner.ok(`mark(${kind})`, this.owner.lib.hg_link_mark(this.live("mark"), kind === "pause" ? 1 : 0));
   }
 
-  /** HostTransfers.times, and waitMs: the time the device's awaitSignal waits took (left out of gpuMs). */
-  times(): { gpuMs: number; txMs: number; waitMs: number } {
+  /**
+   * HostTransfers.times, and waitMs: the time the device's awaitSignal waits took (left out of gpuMs);
+   * segmentMs: the compute stream's time inside recorded segments (their graphs); hostWaitMs: the
+   * driving thread's time blocked at a segment's start until the device ran the one two before.
+   */
+  times(): { gpuMs: number; txMs: number; waitMs: number; segmentMs: number; hostWaitMs: number } {
     const link = this.live("times");
     this.owner.ok("times (an op queued earlier)", this.owner.lib.hg_link_times(link, this.timesOut));
     this.stageWaitCheck(link);
-    return { gpuMs: this.timesOut[0], txMs: this.timesOut[1], waitMs: this.timesOut[3] };
+    const t = this.timesOut;
+    return { gpuMs: t[0]!, txMs: t[1]!, waitMs: t[3]!, segmentMs: t[4]!, hostWaitMs: t[5]! };
   }
 
   /** Throws (once) when a device wait gave up since the last check; the flag is cleared, so later waits wait again. */

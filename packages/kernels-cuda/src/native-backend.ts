@@ -79,6 +79,8 @@ export const backendSymbols = {
   hg_cu_attn_partial: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, ptr, i32, f32], returns: i32 },
   hg_cu_attn_merge: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32, i32, i32, i32], returns: i32 },
   hg_cu_attn_merge_rows: { args: [ptr, ptr, i32, i32, i32, i32, i32, i32], returns: i32 },
+  hg_cu_attn_partial_rows: { args: [ptr, ptr, i32, i32, i32, i32, i32, i32, f32], returns: i32 },
+  hg_cu_window_append_rows: { args: [ptr, ptr, i32, i32, i32, i32, i32], returns: i32 },
   hg_cu_matmul_path_for: { args: [ptr, i32, i32, i32], returns: i32 },
   hg_cu_set_skinny: { args: [ptr, i32, i32], returns: i32 },
   hg_cu_matmul_rows: { args: [ptr, ptr, ptr, ptr, i32, i32, i32, i32, ptr, ptr, i32, ptr, i32, i32, i32], returns: i32 },

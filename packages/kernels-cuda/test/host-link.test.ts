@@ -207,7 +207,7 @@ describe("CudaBackend.hostTransfers: the stage hand-off on the device (stand-in 
         return 0;
       }
       if (name === "hg_link_times") {
-        (args[1] as Float64Array).set([2.5, 1.25, 7, 40]);
+        (args[1] as Float64Array).set([2.5, 1.25, 7, 40, 61.5, 3.75]);
         return 0;
       }
       if (name === "hg_link_gave_up" && gaveUp) {
@@ -263,7 +263,7 @@ describe("CudaBackend.hostTransfers: the stage hand-off on the device (stand-in 
     expect(named(calls, "hg_link_set_timeout").map((c) => c.args[1])).toEqual([50]);
     expect(link.waitTimeoutMs).toBe(50);
     expectOneLineErrors([[() => link.times(), /^the device gave up waiting for the CPU stage \(signal value 7; the word held 5\)$/]]);
-    expect(link.times()).toEqual({ gpuMs: 2.5, txMs: 1.25, waitMs: 40 }); // cleared: the next call returns
+    expect(link.times()).toEqual({ gpuMs: 2.5, txMs: 1.25, waitMs: 40, segmentMs: 61.5, hostWaitMs: 3.75 }); // cleared: the next call returns
     link.fence();
   });
 

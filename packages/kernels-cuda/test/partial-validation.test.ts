@@ -54,6 +54,53 @@ describe("CudaBackend attnPartial / attnMerge (stand-in native library)", () => 
     be.close();
   });
 
+  it("attnPartialRows checks each row as attnPartial, refuses rows of another shape or scale, and passes one table of every row's addresses and spans", () => {
+    const calls: NativeCall[] = [];
+    const be = new CudaBackend({ arenaBytes: 1 << 23 }, { lib: standInNative({ calls, heapBytes: 1 << 22 }), device: STAND_IN_DEVICE });
+    const q = be.alloc([2, 8 * 64]), part = [be.alloc([8, 66]), be.alloc([8, 66])];
+    const k = [be.alloc([2, 300, 64], "bf16"), be.alloc([2, 300, 64], "bf16")], v = [be.alloc([2, 300, 64], "bf16"), be.alloc([2, 300, 64], "bf16")];
+    const row = (i: number) => ({ part: part[i]!, q, qRow: i, k: k[i]!, v: v[i]!, spans: i === 0 ? Int32Array.of(0, 4, 200, 100) : Int32Array.of(0, 4, 10, 50, 100, 7), scale: 0.125 });
+    expectOneLineErrors([
+      [() => be.attnPartialRows([]), /^attnPartialRows: 1 to 4096 rows are needed$/],
+      [() => be.attnPartialRows([row(0), { ...row(1), spans: Int32Array.of(290, 20) }]), /^attnPartial: tokens 290\.\.310 exceed the cache capacity 300$/],
+      [() => be.attnPartialRows([row(0), { ...row(1), k: be.alloc([2, 200, 64], "bf16"), v: be.alloc([2, 200, 64], "bf16") }]), /^attnPartialRows: row 1: 8 heads, 2 KV heads, head dim 64, cap 200, K bf16, scale 0\.125: not row 0's 8, 2, 64, 300, bf16, 0\.125$/],
+      [() => be.attnPartialRows([row(0), { ...row(1), scale: 0.5 }]), /^attnPartialRows: row 1: .*scale 0\.5: not row 0's .*0\.125$/],
+    ]);
+    expect(calls.filter((c) => c.name === "hg_cu_attn_partial_rows")).toEqual([]);
+    be.attnPartialRows([row(0), row(1)]);
+    const m = calls.filter((c) => c.name === "hg_cu_attn_partial_rows").at(-1)!;
+    expect([...(m.args[1] as Float64Array)]).toEqual([
+      be.address(part[0]!), be.address(q), be.address(k[0]!), be.address(v[0]!), 0, 4, 200, 100, 0, 0, 0, 0,
+      be.address(part[1]!), be.address(q) + 8 * 64 * 4, be.address(k[1]!), be.address(v[1]!), 0, 4, 10, 50, 100, 7, 0, 0,
+    ]);
+    expect(m.args.slice(2)).toEqual([2, 2, 8, 2, 64, 300, 0.125]);
+    be.close();
+  });
+
+  it("appendKvRows checks each row's windows, new rows and slot, refuses windows of another shape, and passes one table of addresses and slots", () => {
+    const calls: NativeCall[] = [];
+    const be = new CudaBackend({ arenaBytes: 1 << 23 }, { lib: standInNative({ calls, heapBytes: 1 << 22 }), device: STAND_IN_DEVICE });
+    const kv = be.alloc([2, 2 * 64]), wk = [be.alloc([2, 300, 64], "bf16"), be.alloc([2, 300, 64], "bf16")], wv = [be.alloc([2, 300, 64], "bf16"), be.alloc([2, 300, 64], "bf16")];
+    const kNew = [be.view(kv, 0, [2, 64]), be.view(kv, 128, [2, 64])], vNew = [be.alloc([2, 64]), be.alloc([2, 64])];
+    const row = (i: number) => ({ k: wk[i]!, v: wv[i]!, slot: 7 + i, kNew: kNew[i]!, vNew: vNew[i]! });
+    expectOneLineErrors([
+      [() => be.appendKvRows([]), /^appendKvRows: 1 to 4096 rows are needed$/],
+      [() => be.appendKvRows([row(0), { ...row(1), slot: 300 }]), /^appendKvRows: row 1: slot 300 out of range \[0, 300\)$/],
+      [() => be.appendKvRows([row(0), { ...row(1), kNew: be.alloc([2, 64], "bf16") }]), /^appendKvRows: row 1: kNew must be f32, got bf16$/],
+      [() => be.appendKvRows([row(0), { ...row(1), v: be.alloc([2, 300, 64], "f16") }]), /^appendKvRows: row 1: the windows K .* and V .* must be one \[kvHeads, cap, headDim\] shape and dtype$/],
+      [() => be.appendKvRows([row(0), { ...row(1), k: be.alloc([2, 200, 64], "bf16"), v: be.alloc([2, 200, 64], "bf16") }]), /^appendKvRows: row 1: window .* is not row 0's \[2, 300, 64\] bf16$/],
+    ]);
+    expect(calls.filter((c) => c.name === "hg_cu_window_append_rows")).toEqual([]);
+    be.appendKvRows([row(0), row(1)]);
+    const m = calls.filter((c) => c.name === "hg_cu_window_append_rows").at(-1)!;
+    expect([...(m.args[1] as Float64Array)]).toEqual([
+      be.address(wk[0]!), be.address(wv[0]!), be.address(kv), be.address(vNew[0]!), 7,
+      be.address(wk[1]!), be.address(wv[1]!), be.address(kv) + 128 * 4, be.address(vNew[1]!), 8,
+    ]);
+    expect(m.args.slice(2)).toEqual([2, 2, 2, 64, 300]);
+    be.close();
+  });
+
   it("refuses bad input before native code", () => {
     const { be, ops } = make();
     const q = be.alloc([1, 4 * 16]), k = be.alloc([2, 20, 16], "f16"), part = be.alloc([4, 18]), out = be.alloc([1, 64]), logits = be.alloc([4, 10]);

@@ -133,11 +133,19 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
 
       // Slot 1's stage runs its jobs as early as it may, the others as late: on a done word they shared, its values would release their waits early.
       const r = new Rig(c, { eager: 1 });
-      let mergeRows = 0;
-      const mergeOne = r.be.attnMergeRows.bind(r.be);
+      let mergeRows = 0, partialRows = 0, appendRows = 0;
+      const mergeOne = r.be.attnMergeRows.bind(r.be), partialOne = r.be.attnPartialRows.bind(r.be), appendOne = r.be.appendKvRows.bind(r.be);
       r.be.attnMergeRows = (rows) => {
         mergeRows++;
         mergeOne(rows);
+      };
+      r.be.attnPartialRows = (rows) => {
+        partialRows++;
+        partialOne(rows);
+      };
+      r.be.appendKvRows = (rows) => {
+        appendRows++;
+        appendOne(rows);
       };
       const got = batched(r);
       const steps = r.hybrids.map((h) => h.stats.steps);
@@ -152,6 +160,9 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       expect((r.link as HandoffLink).handOffCalls, label).toBe((STEPS - 2) * LAYERS);
       // And their merges with the windows' partials as one Backend.attnMergeRows a layer of each batched step.
       expect(mergeRows, label).toBe((STEPS - 2) * LAYERS);
+      // The windows' partials as one Backend.attnPartialRows, and the rows' new K/V as one appendKvRows, a layer of each batched step.
+      expect(partialRows, label).toBe((STEPS - 2) * LAYERS);
+      expect(appendRows, label).toBe((STEPS - 2) * LAYERS);
       // Verified layers (all but layer 0, whose q̃ is its query) score every row's K rows in one rescoreRows (sequence 2's lone steps: its own).
       expect((r.link as HandoffLink).rescoreCalls, label).toBe(c.logits === "verified" ? STEPS * (LAYERS - 1) : 0);
       // Query sends: a row's own on layer 0 (its job goes at once), then one op a layer for the rows' q̃ of the next; exact layers send each row's true query alone.

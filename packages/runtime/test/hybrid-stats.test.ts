@@ -29,6 +29,20 @@ describe("HybridStats' per-step trace", () => {
     expect(s.summary()).not.toContain("device index");
   });
 
+  it("recorded segments: the median step's device time inside them, its idle rest of the span (T_gpu and the stage waits) and the host's blocked time, per layer; none recorded, nothing said", () => {
+    const s = new HybridStats();
+    s.steps = 3;
+    s.layerSteps = 12;
+    [[30, 1], [5, 0.5], [6, 0.25]].forEach(([segmentMs, hostWaitMs], i) => s.record({ ...step(i, 8, "pre"), tGpuMs: 10, tWaitMs: 2 }, 14, { segments: { segmentMs: segmentMs!, hostWaitMs: hostWaitMs! } }));
+    expect(s.segmentSummary()).toBe("; recorded segments per layer: the device in them 1.500 ms, idle between them 1.500 ms; the driving thread blocked on the device 0.125 ms");
+    expect(s.summary()).toContain(s.segmentSummary());
+    s.reset();
+    s.steps = 1;
+    s.layerSteps = 4;
+    s.record(step(0, 8, "pre"), 3);
+    expect(s.segmentSummary()).toBe("");
+  });
+
   it("keeps the last HYBRID_TRACE_LIMIT steps and counts the rest", () => {
     const s = new HybridStats();
     for (let i = 0; i < HYBRID_TRACE_LIMIT + 10; i++) s.record(step(i, 8, i % 1000 === 999 ? "pre" : "post"), 1);

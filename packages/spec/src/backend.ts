@@ -149,9 +149,12 @@ export interface HostTransfers extends Disposable {
   /**
    * Waits for the device, then returns the times since the last call: gpuMs = compute-stream
    * busy time between resume and pause marks (less its waits on copies), txMs = copy-stream
-   * time of the transfers; waitMs (with the hand-off ops) = the compute stream's time in awaitSignal.
+   * time of the transfers; waitMs (with the hand-off ops) = the compute stream's time in awaitSignal;
+   * on a backend that records decode steps, segmentMs = the compute stream's time inside the recorded
+   * segments (gpuMs less it: the device idle between them) and hostWaitMs = the host's time blocked at a
+   * segment's start for the device.
    */
-  times(): { gpuMs: number; txMs: number; waitMs?: number };
+  times(): { gpuMs: number; txMs: number; waitMs?: number; segmentMs?: number; hostWaitMs?: number };
   /** Pinned copy bandwidth in bytes/s over `bytes` (host → device, device → host). */
   bandwidth?(bytes: number, iters: number): { h2d: number; d2h: number };
   /** Optional: whether the device reads `region` in place (pinned host memory mapped into its address space), as gatherRows does. */
@@ -327,6 +330,26 @@ export interface AttnMergeRow {
   readonly count: number;
 }
 
+/** One row of Backend.attnPartialRows: an attnPartial's arguments. */
+export interface AttnPartialRow {
+  readonly part: Tensor;
+  readonly q: Tensor;
+  readonly qRow: number;
+  readonly k: Tensor;
+  readonly v: Tensor;
+  readonly spans: Int32Array;
+  readonly scale: number;
+}
+
+/** One row of Backend.appendKvRows: a sequence's new K and V [kvHeads, headDim] (f32) and the window K and V [kvHeads, cap, headDim] they go to at `slot`. */
+export interface KvAppendRow {
+  readonly k: Tensor;
+  readonly v: Tensor;
+  readonly slot: number;
+  readonly kNew: Tensor;
+  readonly vNew: Tensor;
+}
+
 /** One row of Backend.attnDecodeBatch: where its new K/V row goes and the span it attends over. */
 export interface BatchAttnRow {
   /** The row's K and V caches [kvHeads, cap, headDim]. */
@@ -469,6 +492,17 @@ export interface Backend extends Disposable {
    * No token at all: output 0, m = −∞, l = 0. attnMerge finishes it; both or neither exist.
    */
   attnPartial?(part: Tensor, q: Tensor, qRow: number, k: Tensor, v: Tensor, spans: Int32Array, scale: number): void;
+  /**
+   * Optional (with attnPartial): a batched step's window partials in one op, each row what its own
+   * attnPartial would write (the same sums); the rows' K and V are of one shape and dtype.
+   */
+  attnPartialRows?(rows: readonly AttnPartialRow[]): void;
+  /**
+   * Optional: a batched step's K/V appends in one op, each row what copyRows of its KV heads' rows
+   * would write: k[g, slot, :] = kNew[g, :] and v[g, slot, :] = vNew[g, :] for every KV head g (the
+   * windows' dtype, rounded from f32); the rows' windows are of one shape and dtype.
+   */
+  appendKvRows?(rows: readonly KvAppendRow[]): void;
   /**
    * The page index's ranking on the device (contracts/page-index.ts; a device backend's, optional):
    * `index` holds an index's page level page-major (DeviceIndexShape); each KV head's best `want` of

@@ -54,6 +54,7 @@ import { cudaLab } from "@hybridgen/kernels-cuda/lab";
 import { mappedRowChecks } from "./mapped-rows-checks.js";
 import { recordedGemmChecks } from "./recorded-gemm-checks.js";
 import { keepRowsChecks, stageHandoffChecks } from "./stage-handoff-checks.js";
+import { windowRowsChecks } from "./window-rows-checks.js";
 import { arg } from "../args.js";
 
 const context = Number(arg("context", "32768"));
@@ -263,6 +264,7 @@ function indexRankRowsChecks(be: CudaBackend): void {
     for (const B of [3, 12]) await attempt(`batch of ${B}, top-K ${logits}`, () => batchChecks(cuda, { ...base, k: 8, logits }, B));
   }
   await attempt("keepRows against keptColumns", async () => keepRowsChecks(cuda, check));
+  await attempt("attnPartialRows and appendKvRows", async () => windowRowsChecks(cuda, check));
   // Verified layers that keep K of their 4·K candidates: the device scores the K rows first, then brings up the kept V rows alone.
   for (const B of [3, 12]) await attempt(`batch of ${B}, top-K verified keep 1`, () => batchChecks(cuda, { ...base, k: 8, logits: "verified", keep: 1 }, B, "top-K 8 verified keep 1"));
   await attempt("indexRankRows", async () => indexRankRowsChecks(cuda));

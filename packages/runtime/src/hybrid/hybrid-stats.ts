@@ -51,6 +51,8 @@ export class HybridStats extends OffloadCounters {
   private readonly splitTrace: (readonly number[] | undefined)[] = [];
   /** Beside each traced step: its indexSyncMs (undefined: no device index). */
   private readonly syncTrace: (number | undefined)[] = [];
+  /** Beside each traced step on a backend that records segments: the device's time inside them, the driving thread's blocked at their starts. */
+  private readonly segmentTrace: ({ readonly segmentMs: number; readonly hostWaitMs: number } | undefined)[] = [];
 
   /** Fraction of the CPU stage's busy time that ran while the device stage ran, in the median step. */
   get hiddenFraction(): number {
@@ -91,7 +93,7 @@ export class HybridStats extends OffloadCounters {
   /** Appends one step's scheduler inputs to the trace (the engine calls it once per hybrid step);
    * issueMs: the step's wall less the host's own waits (default: the wall); split: its CPU-stage
    * phases [score, top-K, gather, hand-offs] (copied); indexSyncMs: its device index's fold and upload. */
-  record(t: StepTimings, wallMs: number, step: { issueMs?: number; split?: readonly number[]; indexSyncMs?: number } = {}): void {
+  record(t: StepTimings, wallMs: number, step: { issueMs?: number; split?: readonly number[]; indexSyncMs?: number; segments?: { segmentMs: number; hostWaitMs: number } } = {}): void {
     if (this.lastTiming !== undefined && this.lastTiming !== t.timing) this.timingSwitches++;
     this.lastTiming = t.timing;
     if (this.trace.length >= HYBRID_TRACE_LIMIT) {
@@ -99,11 +101,13 @@ export class HybridStats extends OffloadCounters {
       this.issueTrace.shift();
       this.splitTrace.shift();
       this.syncTrace.shift();
+      this.segmentTrace.shift();
       this.droppedSteps++;
     }
     this.issueTrace.push(step.issueMs ?? wallMs);
     this.splitTrace.push(step.split ? [...step.split] : undefined);
     this.syncTrace.push(step.indexSyncMs);
+    this.segmentTrace.push(step.segments ? { ...step.segments } : undefined);
     this.trace.push({
       step: t.step, k: t.k, timing: t.timing, offloaded: t.offloaded, tGpuMs: t.tGpuMs, tCpuMs: t.tCpuMs, tTxMs: t.tTxMs, tWaitMs: t.tWaitMs, wallMs,
     });
@@ -117,7 +121,7 @@ export class HybridStats extends OffloadCounters {
     this.cpuScoreMs = this.cpuSelectMs = this.cpuGatherMs = this.handoffMs = 0;
     this.notes.length = 0;
     this.trace.length = 0;
-    this.issueTrace.length = this.splitTrace.length = this.syncTrace.length = 0;
+    this.issueTrace.length = this.splitTrace.length = this.syncTrace.length = this.segmentTrace.length = 0;
     this.droppedSteps = this.timingSwitches = 0;
     this.lastTiming = undefined;
   }
@@ -134,8 +138,21 @@ export class HybridStats extends OffloadCounters {
       `${Math.round(this.hiddenFraction * 100)}% of the CPU stage hidden behind the device stage (median of ${this.steps} hybrid steps), ` +
       `transfers ${per(m.tx)} ms; driving thread per layer: issuing ${per(m.issue)} ms, waiting for the CPU stage ${per(m.wait)} ms` + this.splitSummary() + (this.rows ? `; ${this.rows}` : "") +
       (this.handedOffSteps ? `; ${this.handedOffSteps} of ${this.steps} steps handed off (the device waited for the CPU stage)` : "") +
-this.syncSummary() + this.schedulerSummary() +
+this.segmentSummary() + this.syncSummary() + this.schedulerSummary() +
       (this.calibration ? `; ${this.calibration}` : "");
+  }
+
+  /**
+   * "; recorded segments per layer: the device in them … ms, idle between them … ms; the driving thread blocked on the device … ms" of
+   * the median step (empty where the backend records none): a device stage mostly idle is the host's issuing, not the device's work.
+   */
+  segmentSummary(): string {
+    const s = this.segmentTrace.filter((x): x is { segmentMs: number; hostWaitMs: number } => x !== undefined), layers = this.steps ? this.layerSteps / this.steps : 0;
+    if (s.length === 0 || !layers) return "";
+    const t = this.trace.filter((_, i) => this.segmentTrace[i] !== undefined);
+    const inside = median(s.map((x) => x.segmentMs)), span = median(t.map((x) => x.tGpuMs + (x.tWaitMs ?? 0))), blocked = median(s.map((x) => x.hostWaitMs));
+    const per = (ms: number) => (ms / layers).toFixed(3);
+    return `; recorded segments per layer: the device in them ${per(inside)} ms, idle between them ${per(Math.max(0, span - inside))} ms; the driving thread blocked on the device ${per(blocked)} ms`;
   }
 
   /** "; device index: evicted rows folded and uploaded in … ms a step (median)" on the driving thread, before the step's device work (empty without a device index). */

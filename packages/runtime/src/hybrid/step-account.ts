@@ -81,7 +81,8 @@ export class StepAccount {
       k: o.k, timing: plan.timing, offloaded: plan.offloaded, layers: o.layers,
     };
     // the scheduler's inputs per step (stats trace, --json), and what the stats line's median step reads
-    st.record(timings, performance.now() - this.start, { issueMs, split: this.stage.lastSplit ? this.split : undefined, indexSyncMs: o.indexSyncMs });
+    const segments = times?.segmentMs === undefined ? undefined : { segmentMs: times.segmentMs, hostWaitMs: times.hostWaitMs ?? 0 };
+    st.record(timings, performance.now() - this.start, { issueMs, split: this.stage.lastSplit ? this.split : undefined, indexSyncMs: o.indexSyncMs, segments });
     return timings;
   }
 }

@@ -5,7 +5,7 @@
  * accumulated scores a selector may ask for. Columns of the concatenated logits: [0, S) the
  * tokens before the store, [S, S + kmax) the selected offloaded tokens, then the ring.
  */
-import { ATTN_PARTIAL_MAX_SPANS, type AttnMergeRow, type Tensor, type AccumulatedScores, type HeadLayout, fail, type CpuStageOutput, keptColumns } from "@hybridgen/spec";
+import { ATTN_PARTIAL_MAX_SPANS, type AttnMergeRow, type AttnPartialRow, type Tensor, type AccumulatedScores, type HeadLayout, fail, type CpuStageOutput, keptColumns } from "@hybridgen/spec";
 import type { Attention } from "@hybridgen/core";
 import type { HybridStats } from "./hybrid-stats.js";
 
@@ -51,20 +51,32 @@ export class StepMerge implements Disposable {
    */
   scoreWindow(layer: number, q: Tensor, scores: Tensor, kmax: number): void {
     const a = this.attention, c = a.cache;
-    if (this.part) {
-      let n = 0;
-      for (let s = 0; s < c.spanCount; s++) {
-        if (c.spanRegion[s] === 2) continue;
-        this.spans[n++] = c.spanSlot[s];
-        this.spans[n++] = c.spanLen[s];
-      }
-      a.backend.attnPartial!(this.part, q, 0, c.windowK[layer], c.windowV[layer], this.spans.subarray(0, n), a.scale);
+    const p = this.partialRow(layer, q);
+    if (p) {
+      a.backend.attnPartial!(p.part, p.q, p.qRow, p.k, p.v, p.spans, p.scale);
       return;
     }
     for (let s = 0; s < c.spanCount; s++) {
       if (c.spanRegion[s] === 2) continue;
       a.backend.attnLogits(scores, this.column(c.spanPos[s], kmax), q, 0, c.windowK[layer], c.spanSlot[s], c.spanLen[s], a.scale);
     }
+  }
+
+  /**
+   * scoreWindow's partial as the arguments of its attnPartial (a batched step's rows go as one
+   * Backend.attnPartialRows; the spans stay valid until this sequence's next call); null where the
+   * window's logits are materialised.
+   */
+  partialRow(layer: number, q: Tensor): AttnPartialRow | null {
+    if (!this.part) return null;
+    const a = this.attention, c = a.cache;
+    let n = 0;
+    for (let s = 0; s < c.spanCount; s++) {
+      if (c.spanRegion[s] === 2) continue;
+      this.spans[n++] = c.spanSlot[s];
+      this.spans[n++] = c.spanLen[s];
+    }
+    return { part: this.part, q, qRow: 0, k: c.windowK[layer]!, v: c.windowV[layer]!, spans: this.spans.subarray(0, n), scale: a.scale };
   }
 
   /**

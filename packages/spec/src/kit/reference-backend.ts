@@ -9,7 +9,7 @@
  * dimension; "rows(t)" is numel / lastDim. `n` rows must exist in every tensor the op
  * touches. Use `view` to see one buffer at another row width.
  */
-import type { AttnMergeRow, Backend, DType, Tensor } from "../backend.js";
+import type { AttnMergeRow, AttnPartialRow, Backend, DType, KvAppendRow, Tensor } from "../backend.js";
 import { ATTN_PARTIAL_MAX_SPANS, DTYPE_BYTES } from "../backend.js";
 import { fail } from "../errors.js";
 import { decodeToF32, roundArrayTo } from "../half-float.js";
@@ -345,6 +345,27 @@ export class ReferenceBackend implements Backend {
       for (let c = 0; c < headDim; c++) row[c] = l > 0 ? acc[c] / l : 0;
       row[headDim] = m;
       row[headDim + 1] = l;
+    }
+  }
+
+  /** Backend.attnPartialRows: each row's attnPartial, in order (the definition a batched kernel meets). */
+  attnPartialRows(rows: readonly AttnPartialRow[]): void {
+    if (!Array.isArray(rows) || rows.length === 0) fail("reference backend: attnPartialRows: 1 row or more is needed");
+    for (const r of rows) this.attnPartial(r.part, r.q, r.qRow, r.k, r.v, r.spans, r.scale);
+  }
+
+  /** Backend.appendKvRows: each row's copyRows of every KV head's new K and V row, in order. */
+  appendKvRows(rows: readonly KvAppendRow[]): void {
+    if (!Array.isArray(rows) || rows.length === 0) fail("reference backend: appendKvRows: 1 row or more is needed");
+    for (const r of rows) {
+      if (r.kNew.dtype !== "f32" || r.vNew.dtype !== "f32") fail("reference backend: appendKvRows: the new K and V rows must be f32");
+      const [kvHeads, cap] = r.k.shape;
+      if (r.k.shape.length !== 3 || r.v.shape.length !== 3 || r.v.shape[0] !== kvHeads || r.v.shape[1] !== cap) fail("reference backend: appendKvRows: the windows must be [kvHeads, cap, headDim]");
+      checkIndex("appendKvRows", "slot", r.slot, 0, cap! - 1);
+      for (let g = 0; g < kvHeads!; g++) {
+        this.copyRows(r.k, g * cap! + r.slot, r.kNew, g, 1);
+        this.copyRows(r.v, g * cap! + r.slot, r.vNew, g, 1);
+      }
     }
   }
 

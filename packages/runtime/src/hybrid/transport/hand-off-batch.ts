@@ -1,7 +1,8 @@
 /**
  * The hand-offs of a batched step's rows as one device op a layer: each row's handed-off layer
- * joins with its HandOffRow before any row attends (prepareAttend), and the first row to attend
- * issues every joined row's in one HostTransfers.handOffRows call — a wait for every row's stage,
+ * joins with its HandOffRow (and its window's partial) before any row attends (prepareAttend), and
+ * the first row to attend issues every joined row's window partial in one Backend.attnPartialRows,
+ * then their hand-offs in one HostTransfers.handOffRows call — a wait for every row's stage,
  * then one launch of every row's logits read and row gathers, where each row's own would be a wait,
  * a read and a gather or two; then every verified row's logits as one HostTransfers.rescoreRows, and
  * the kept candidates' V rows of the rows that keep some as one HostTransfers.keepRows. The
@@ -9,7 +10,7 @@
  * One per link (HandOffBatch.of): a link runs one batched step at a time.
  */
 import type { DecodeBatchStep } from "@hybridgen/core";
-import { type AttnMergeRow, type Backend, type HandOffRow, type HostTransfers, type KeepRow, type RescoreRow, fail } from "@hybridgen/spec";
+import { type AttnMergeRow, type AttnPartialRow, type Backend, type HandOffRow, type HostTransfers, type KeepRow, type RescoreRow, fail } from "@hybridgen/spec";
 import { StepMark, perOwner } from "../step-scope.js";
 
 export class HandOffBatch {
@@ -20,12 +21,15 @@ export class HandOffBatch {
   private readonly rescores: RescoreRow[] = [];
   /** The joined rows' kept candidates (rows that keep some of their verified candidates). */
   private readonly keeps: KeepRow[] = [];
+  /** The joined rows' window partials (rows whose window's logits are not materialised). */
+  private readonly partials: AttnPartialRow[] = [];
   private issued = false;
   /** The joined rows' merges so far (null: a row that merged on its own). */
   private readonly merges: (AttnMergeRow | null)[] = [];
-  /** handOffRows calls made (a test counts them: one a layer a step), and merges made for the whole batch at once. */
+  /** handOffRows calls made (a test counts them: one a layer a step), and merges and window partials made for the whole batch at once. */
   calls = 0;
   mergeCalls = 0;
+  partialCalls = 0;
 
   /** The link's. */
   static readonly of = perOwner((link: HostTransfers) => new HandOffBatch(link));
@@ -35,13 +39,14 @@ export class HandOffBatch {
   }
 
   /** A row's hand-off of `layer` in `step` (its current serial); a new step or layer starts a new batch. */
-  join(step: DecodeBatchStep, layer: number, row: HandOffRow, rescore: RescoreRow | null, keep: KeepRow | null = null): void {
+  join(step: DecodeBatchStep, layer: number, row: HandOffRow, rescore: RescoreRow | null, keep: KeepRow | null = null, partial: AttnPartialRow | null = null): void {
     if (!this.current(step, layer)) {
       this.mark.moveTo(step);
       this.layer = layer;
       this.rows.length = 0;
       this.rescores.length = 0;
       this.keeps.length = 0;
+      this.partials.length = 0;
       this.merges.length = 0;
       this.issued = false;
     }
@@ -49,14 +54,20 @@ export class HandOffBatch {
     this.rows.push(row);
     if (rescore) this.rescores.push(rescore);
     if (keep) this.keeps.push(keep);
+    if (partial) this.partials.push(partial);
   }
 
-  /** Every joined row's hand-off of `layer`, on the first call of the layer; later calls find it issued. */
-  issue(step: DecodeBatchStep, layer: number): void {
+  /** Every joined row's window partial and hand-off of `layer`, on the first call of the layer; later calls find it issued. */
+  issue(backend: Backend, step: DecodeBatchStep, layer: number): void {
     if (!this.current(step, layer)) fail(`hybrid attention: layer ${layer}'s batched hand-off was never prepared`);
     if (this.issued) return;
     this.issued = true;
     this.calls++;
+    if (this.partials.length > 0) {
+      this.partialCalls++;
+      if (backend.attnPartialRows) backend.attnPartialRows(this.partials);
+      else for (const p of this.partials) backend.attnPartial!(p.part, p.q, p.qRow, p.k, p.v, p.spans, p.scale);
+    }
     this.link.handOffRows!(this.rows);
     if (this.rescores.length > 0) this.link.rescoreRows!(this.rescores);
     if (this.keeps.length > 0) this.link.keepRows!(this.keeps);

@@ -52,8 +52,9 @@ export class HandedOffTransport extends MappedTransport {
   }
 
   /**
-   * A row of a batched step, before any row attends: the window's share, and the layer's hand-off
-   * joins the batch's (one handOffRows a layer for every row, issued by the first row's attend).
+   * A row of a batched step, before any row attends: the window's share and the layer's hand-off
+   * join the batch's (one attnPartialRows and one handOffRows a layer for every row, issued by the
+   * first row's attend).
    */
   prepareAttend(layer: number, q: Tensor): void {
     if (!this.handOffStep || !this.batchStep || this.joined[layer]) return;
@@ -61,11 +62,13 @@ export class HandedOffTransport extends MappedTransport {
     if (this.choice.signals) SendBatch.of(this.d.link).flush(this.batchStep);
     const s = this.step, d = this.d, slot = (layer & 1) as 0 | 1, done = s.done(layer), rescore = s.rescore[layer]!, kmax = s.layerKmax(layer), keep = s.layerKeep(layer);
     if (!done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal`);
-    s.merge.scoreWindow(layer, q, d.scores[slot]!, kmax);
+    // The window's partial goes with the batch's (one op for every row's, before the hand-offs); a materialised window is scored now.
+    const partial = s.merge.partialRow(layer, q);
+    if (!partial) s.merge.scoreWindow(layer, q, d.scores[slot]!, kmax);
     const up = d.handOffRows(slot, kmax, rescore);
     const verified = rescore ? d.batchRescore(slot, q, up.keys!, kmax, this.attention.scale) : null;
     const kept = keep > 0 ? d.keepRow(layer, slot, keep, s.layout.groupSize) : null;
-    HandOffBatch.of(d.link).join(this.batchStep, layer, d.batchHandOff(layer, slot, done, rescore, keep), verified, kept);
+    HandOffBatch.of(d.link).join(this.batchStep, layer, d.batchHandOff(layer, slot, done, rescore, keep), verified, kept, partial);
     this.joined[layer] = up;
   }
 
@@ -86,7 +89,7 @@ export class HandedOffTransport extends MappedTransport {
     if (joined) {
       this.joined[layer] = null;
       const batch = HandOffBatch.of(d.link);
-      batch.issue(this.batchStep!, layer);
+      batch.issue(this.attention.backend, this.batchStep!, layer);
       s.submitNext(layer);
       const merge = s.merge.mergeRow(layer, scores, d.col, joined.values, kmax, out);
       if (!merge) s.merge.softmaxAggregate(layer, scores, d.col, null, joined.values, kmax, out);

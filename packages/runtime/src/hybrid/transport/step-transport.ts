@@ -48,7 +48,7 @@ export interface StepDriver {
 }
 
 /** A step's device-side times (from the link's events); null from a transport that has none (host wall times). */
-export type StepTimes = { readonly gpuMs: number; readonly txMs: number; readonly waitMs?: number } | null;
+export type StepTimes = { readonly gpuMs: number; readonly txMs: number; readonly waitMs?: number; readonly segmentMs?: number; readonly hostWaitMs?: number } | null;
 
 export interface StepTransport extends Disposable {
   readonly name: TransportName;
