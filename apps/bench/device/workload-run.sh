@@ -7,7 +7,7 @@
 #   bun build --target=bun --external 'bun:*' apps/bench/src/cuda/hybrid-bench.ts --outfile .device/hybrid-bench.js
 # PART selects what runs (several, space-separated; each under its own time limit, results under $OUT):
 #   checks    the CUDA hybrid checks (hybrid-bench.js --skip-bench: a batch of 3 equals each alone, recorded per layer);
-#             CHECKS="batch of" runs only the checks whose name holds it
+#             CHECKS="batch of" runs only the checks whose name holds it (or one of its |-separated parts)
 #   batch     the 8K batch scaling: BATCH_CONFIGS (default full, the default hybrid and hybridgen-index) at batch 1/4/16,
 #             window 1024 (`bench --batch`; BATCH_STEPS, BATCH_WARMUP)
 #   base      the same hybrid points from hybridgen-base.js (BASE_BATCHES, default 16): the change's baseline arm
@@ -45,7 +45,7 @@ for part in ${PART:-checks batch workload}; do
   case $part in
     checks)
       timeout "$(limit "${CHECK_S:-90}")" bun "$D/hybrid-bench.js" --skip-bench ${CHECKS:+--checks "$CHECKS"} > "$OUT/checks.log" 2>&1
-      echo "checks exit $?"; echo "$(grep -c '^PASS' "$OUT/checks.log") passed"; grep -E '^FAIL|batch of|indexRankRows|ALL PASS|FAILED' "$OUT/checks.log" | cut -c1-240 ;;
+      echo "checks exit $?"; echo "$(grep -c '^PASS' "$OUT/checks.log") passed"; grep -E '^FAIL|batch of|indexRankRows|attnPartialRows|appendKvRows|ALL PASS|FAILED' "$OUT/checks.log" | cut -c1-240 ;;
     batch)
       mkdir -p "$OUT/batch"
       timeout "$(limit "${BATCH_S:-150}")" bun $PROF "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch "${BATCHES:-1,4,16}" --configs "${BATCH_CONFIGS:-full,hybridgen,hybridgen-index}" \

@@ -4,7 +4,8 @@
  *   bun hybrid-bench.js [--context 32768] [--steps 32] [--window 4096] [--sinks 4] [--threads 15]
  *     [--ks 256,1024] [--modes exact,speculative] [--thread-variants 16,14] [--spin-us 0] [--spin-variants 200]
  *     [--probe-threads 16,15,14] [--block-variant 4096] [--row-paths auto,staged] [--skip-full] [--skip-bench]
- *     [--checks TEXT] (only the checks whose name holds TEXT, e.g. "batch of": a device call's time goes to those)
+ *     [--checks TEXT] (only the checks whose name holds TEXT, or one of TEXT's |-separated parts, e.g. "batch of" or
+ *     "attnPartialRows|batch of 12": a device call's time goes to those)
  *
  * Checks (stories15M shape, random f32 weights, f32 KV; @hybridgen/runtime's createHybridAttention composes it):
  *   1. selector "all" + exact logits on CUDA equals full attention on CUDA within 1e-5 (relative
@@ -218,8 +219,8 @@ function indexRankRowsChecks(be: CudaBackend): void {
   using cuda = createCudaBackend({ arenaBytes: 2 ** 32 });
   using cpu = createCpuBackend({ threads: 4 });
   const base: SmallHybrid = { gpuKvBudget: 32, sinkTokens: 4, cpuStageThreads: 4, scheduler: "fixed" };
-  const only = arg("checks", "");
-  const wanted = (what: string) => what.includes(only);
+  const only = arg("checks", "").split("|");
+  const wanted = (what: string) => only.some((o) => what.includes(o));
   const attempt = async (what: string, f: () => Promise<void>) => {
     if (!wanted(what)) return;
     try {
