@@ -137,12 +137,12 @@ function plannerLine(shape: DeviceIndexShape, form: "int8" | "int4", logits: str
     model: { layers: modelBytes.layers, heads: modelBytes.heads, kvHeads: modelBytes.kvHeads, headDim: modelBytes.headDim, weightsBytes: modelBytes.weightBytes, queryProjectionBytes },
     kvElementBytes: 2, contextTokens: context, gpuKvBudget: window, k: K, candidates, ...(keep === undefined ? {} : { keep }), prefill: false, serialLayers: logits === "exact" ? modelBytes.layers : 0,
     tiers: [{ id: "host", kind: "dram", capacityBytes: totalmem(), readBandwidthGBs: bw.hostRead / 1e9 }],
-    gpu: { freeBytes: deviceBytes, readBandwidthGBs: (decodeRate ?? bw.hbm) / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs, ...(handOff === undefined ? {} : { handOffMs: handOff }) },
+    gpu: { freeBytes: deviceBytes, readBandwidthGBs: (decodeRate ?? bw.hbm) / 1e9, linkBandwidthGBs: bw.h2d / 1e9, indexRankMs, indexRankBeside: backend.beginSide !== undefined, ...(handOff === undefined ? {} : { handOffMs: handOff }) },
     index: { form, placement: "device" },
   });
   const p = plan.predicted, f = (x: number | null) => (x === null ? "–" : x.toFixed(2));
   const rate = decodeRate === undefined ? "the D2D copy rate" : `full attention's decode rate here, ${(decodeRate / 1e9).toFixed(0)} GB/s`;
-  return `planner: ${f(p.msPerToken)} ms/token predicted (GPU ${f(p.gpuMs)} at ${rate}, with q̃'s W_q reads and the ranking ${(indexRankMs * 1e3).toFixed(1)} µs a layer at want ${want}, CPU ${f(p.cpuMs)}, ` +
+  return `planner: ${f(p.msPerToken)} ms/token predicted (GPU ${f(p.gpuMs)} at ${rate}, with q̃'s W_q reads and the ranking ${(indexRankMs * 1e3).toFixed(1)} µs a layer at want ${want}${backend.beginSide ? " beside it" : ""}, CPU ${f(p.cpuMs)}, ` +
     `gather ${f(p.vGatherMs)}, link ${f(p.vTransferMs)}, hand-offs ${f(p.handOffMs)}); measured ${measured.toFixed(2)}: ${p.msPerToken ? `${(((measured - p.msPerToken) / p.msPerToken) * 100).toFixed(0)}% off` : "–"}`;
 }
 

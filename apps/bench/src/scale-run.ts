@@ -116,8 +116,8 @@ function rankedPrediction(a: HybridAttention, input: RunPlanInput, plan: RunPlan
     const { want, indexRankMs } = indexRankCharge(backend, a.deviceIndex.shape, {
       k: K, candidates: HYBRID_DEFAULTS.candidates, offloaded: plan.offloadedTokens, pageSize: PageIndexOptionsSchema.parse({}).pageSize, layers: input.model.layers,
     });
-    console.log(`  the device index ranks a layer in ${(indexRankMs * 1e3).toFixed(1)} µs (want ${want}): the prediction charges it`);
-    return planRun({ ...input, gpu: { ...input.gpu, indexRankMs } }).predicted;
+    console.log(`  the device index ranks a layer in ${(indexRankMs * 1e3).toFixed(1)} µs (want ${want}): the prediction charges it${batch === 1 && backend.beginSide ? " beside the layer (a side stream)" : ""}`);
+    return planRun({ ...input, gpu: { ...input.gpu, indexRankMs, indexRankBeside: batch === 1 && backend.beginSide !== undefined } }).predicted;
   } catch (e) {
     console.log(`  the device index's ranking not timed (${(e as Error).message}): the prediction charges its bytes`);
     return plan.predicted;
@@ -183,6 +183,7 @@ for (const context of contexts) {
   }
   const t0 = performance.now();
   using model = loadModel(files, backend, { maxContext, prefillBlock: PREFILL_BLOCK, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
+  const tModel = performance.now();
   const cache = model.cache;
   const regionBytes = cache.kvHeads * cache.storeCapacity * cache.headDim * 2;
   const layout = layoutStore({ tiers: seqTiers, placement: placeKv(policy, seqTiers), layers: cache.layers, regionBytes, hostBudgetBytes: seqHostBudget });
@@ -202,19 +203,24 @@ for (const context of contexts) {
   const slots = Array.from({ length: batch }, (_, i) => i);
   const caches = dec ? slots.map((i) => dec.sequence(i).cache) : [cache];
   const diskBytes = stores.reduce((n, s) => n + s.diskBytes, 0), diskFiles = stores.reduce((n, s) => n + s.files.length, 0);
-  console.log(`  loaded in ${((performance.now() - t0) / 1e3).toFixed(1)} s; ${batch} store(s) of ${formatBytes(2 * cache.layers * layout.layout.regionBytes)}, disk ${formatBytes(diskBytes)} in ${diskFiles} files`);
+  // Each set-up phase's seconds: a run cut by its time limit still says where the time went.
+  const secs = (a: number, b: number) => ((b - a) / 1e3).toFixed(1);
+  console.log(`  loaded in ${secs(t0, performance.now())} s (weights and window ${secs(t0, tModel)} s, hybrid attention with its store(s) placed and pinned ${secs(tModel, performance.now())} s); ` +
+    `${batch} store(s) of ${formatBytes(2 * cache.layers * layout.layout.regionBytes)}, disk ${formatBytes(diskBytes)} in ${diskFiles} files`);
   const t1 = performance.now();
   const firstTokens = new Int32Array(batch).fill(1);
   if (synthetic) {
     for (const c of caches) {
       fillSyntheticKv(backend, c, context); // every eviction copies the window's random rows into the store
     }
-    // The step at `context` gives the picks a row.
+    const tFill = performance.now();
+    // The step at `context` gives the picks a row (a device index folds and uploads the whole store in it).
     if (dec) {
       dec.step(slots, firstTokens);
       dec.argmaxSlots(slots, firstTokens);
     } else model.step(Int32Array.of(1), context);
-    console.log(`  synthetic KV: ${context} positions × ${batch} (${caches.reduce((n, c) => n + c.storeCount, 0)} offloaded) in ${((performance.now() - t1) / 1e3).toFixed(1)} s`);
+    console.log(`  synthetic KV: ${context} positions × ${batch} (${caches.reduce((n, c) => n + c.storeCount, 0)} offloaded) in ${secs(t1, performance.now())} s ` +
+      `(filled and evicted ${secs(t1, tFill)} s, the first step ${secs(tFill, performance.now())} s)`);
   } else {
     const prompt = (seq: number) => Int32Array.from({ length: context }, (_, i) => (i * 7919 + 13 + seq * 104729) % files.shape.vocabSize);
     if (dec) {

@@ -37,7 +37,7 @@ struct CopyBatch {
 // static part: kernels, pointers, grid) and the graph is replayed, or a new graph is captured.
 // Any other op in the middle of a step (a read, a write, cuBLAS) first runs the recorded
 // commands ("drain") and the rest of the step runs eagerly.
-enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM, CMD_GATHER_ROWS, CMD_SPAN_ATTN, CMD_ATTN_MERGE, CMD_SIGNALLED_COPY, CMD_AWAIT_SIGNAL, CMD_READ_MAPPED, CMD_PAD_COLUMNS, CMD_EVENT, CMD_INDEX_RANK, CMD_CUBLAS, CMD_INDEX_RANK_ROWS, CMD_HAND_OFF_ROWS, CMD_ATTN_MERGE_ROWS, CMD_RESCORE_ROWS, CMD_SEND_ROWS, CMD_KEEP_ROWS, CMD_SPAN_ATTN_ROWS, CMD_APPEND_ROWS };
+enum { CMD_EMBED = 1, CMD_RMSNORM, CMD_LAYERNORM, CMD_ROPE, CMD_SILU, CMD_RELU, CMD_GELU, CMD_ADD, CMD_SOFTMAX, CMD_GEMV, CMD_LOGITS, CMD_AGG, CMD_MEMSET, CMD_COPYBATCH, CMD_DECODE_ATTN, CMD_GEMV_FUSED, CMD_SKINNY, CMD_BATCH_ATTN, CMD_GEMV_STREAM, CMD_GATHER_ROWS, CMD_SPAN_ATTN, CMD_ATTN_MERGE, CMD_SIGNALLED_COPY, CMD_AWAIT_SIGNAL, CMD_READ_MAPPED, CMD_PAD_COLUMNS, CMD_EVENT, CMD_INDEX_RANK, CMD_CUBLAS, CMD_INDEX_RANK_ROWS, CMD_HAND_OFF_ROWS, CMD_ATTN_MERGE_ROWS, CMD_RESCORE_ROWS, CMD_SEND_ROWS, CMD_KEEP_ROWS, CMD_SPAN_ATTN_ROWS, CMD_APPEND_ROWS, CMD_SIDE };
 struct Cmd {
   int kind;
   int s[12];         // static ints (shapes, dtypes, grid choices)
@@ -82,6 +82,10 @@ struct HgCtx {
   cudaEvent_t feedDone[2];  // the token feed's host slots have their pick (token_feed.cu)
   cudaEvent_t feedPicked;   // the pick is in the feed (the side stream's copy waits for it)
   cudaStream_t feedStream;  // the pick's copy to the host, off the compute stream
+  // The side stream (side_stream.cu): kernels launched between CMD_SIDE begin and end run there, beside the compute stream.
+  cudaStream_t side;
+  cudaEvent_t sideFork, sideDone;
+  int onSide, sideOpen;     // launching to the side now; side work recorded since the last join
   int numSMs;
   Cublas *cublas;       // null when cuBLAS is off or not found
   CopyBatch pending;    // queued small copies (see hg_flush_copies)
@@ -166,6 +170,9 @@ __device__ __forceinline__ float load_any(const void *p, int dt, int i) {
 // Error of the launch just made (configuration errors); execution errors surface at the next sync.
 static inline int hg_launched(void) { return (int)cudaGetLastError(); }
 
+// The stream a kernel is launched on: the compute stream, or the side stream between CMD_SIDE begin and end.
+static inline cudaStream_t hg_stream(const HgCtx *c) { return c->onSide ? c->side : c->compute; }
+
 
 // Programmatic dependent launch (sm_90): a kernel launched with the attribute (hg_launch_pdl(c,
 // true, ...): the weight stream, gemv_stream.cu) may start while the kernel before it drains. It
@@ -189,7 +196,7 @@ __device__ __forceinline__ void hg_pdl_trigger() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
-// Launches `kernel` on the compute stream, with the programmatic-serialization attribute when
+// Launches `kernel` on the launching stream (hg_stream), with the programmatic-serialization attribute when
 // `pdl` (the kernel then follows the hg_pdl_wait contract above).
 template <typename... KArgs, typename... Args>
 static inline int hg_launch_pdl(const HgCtx *c, bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, Args... args) {
@@ -197,7 +204,7 @@ static inline int hg_launch_pdl(const HgCtx *c, bool pdl, void (*kernel)(KArgs..
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = shmem;
-  cfg.stream = c->compute;
+  cfg.stream = hg_stream(c);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
@@ -207,7 +214,7 @@ static inline int hg_launch_pdl(const HgCtx *c, bool pdl, void (*kernel)(KArgs..
   const cudaError_t last = cudaGetLastError();
   return (int)(e != cudaSuccess ? e : last);
 }
-// A plain launch on the compute stream (the launch error, as hg_launched reports it).
+// A plain launch on the launching stream (the launch error, as hg_launched reports it).
 template <typename... KArgs, typename... Args>
 static inline int hg_launch(const HgCtx *c, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t shmem, Args... args) {
   return hg_launch_pdl(c, false, kernel, grid, block, shmem, args...);
@@ -321,6 +328,8 @@ int hg_launch_hand_off_rows(HgCtx *c, const Cmd &cmd);   // hand_off_rows.cu
 int hg_launch_rescore_rows(HgCtx *c, const Cmd &cmd);    // hand_off_rows.cu
 int hg_launch_send_rows(HgCtx *c, const Cmd &cmd);       // hand_off_rows.cu
 int hg_launch_keep_rows(HgCtx *c, const Cmd &cmd);       // hand_off_rows.cu
+int hg_launch_side(HgCtx *c, const Cmd &cmd);            // side_stream.cu
+void hg_side_free(HgCtx *c);                             // side_stream.cu
 int hg_launch_index_rank(HgCtx *c, const Cmd &cmd, const char *dynBase);  // page_index.cu
 int hg_launch_index_rank_rows(HgCtx *c, const Cmd &cmd);                   // page_index.cu
 int hg_launch_event(HgCtx *c, const Cmd &cmd);           // row_fetch.cu

@@ -208,6 +208,7 @@ HG_EXPORT void hg_cu_destroy(HgCtx *c) {
   cudaStreamSynchronize(c->compute);
   hg_graph_free(c);
   hg_feed_free(c);
+  hg_side_free(c);
   hg_cublas_unload(c);
   cudaFreeHost(c->argmaxHost);
   cudaFreeHost(c->uploadHost);

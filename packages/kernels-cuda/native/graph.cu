@@ -45,6 +45,7 @@ int hg_run_cmd(HgCtx *c, const Cmd &cmd, const char *dynBase) {
     case CMD_EVENT: return hg_launch_event(c, cmd);
     case CMD_INDEX_RANK: return hg_launch_index_rank(c, cmd, dynBase);
     case CMD_INDEX_RANK_ROWS: return hg_launch_index_rank_rows(c, cmd);
+    case CMD_SIDE: return hg_launch_side(c, cmd);
     case CMD_CUBLAS: return hg_launch_cublas(c, cmd);
     case CMD_SPAN_ATTN: return hg_launch_span_attn(c, cmd);
     case CMD_ATTN_MERGE: return hg_launch_attn_merge(c, cmd, dynBase);

@@ -79,7 +79,7 @@ int hg_await_on(HgLink *l, cudaStream_t s, const void *word, int value) {
 // device address, p[3] the value in the step's blob when recording (else NULL: d[0] is the value);
 // s[0] 16-byte pieces.
 int hg_launch_signalled_copy(HgCtx *c, const Cmd &m) {
-  signalled_copy<<<1, 256, 0, c->compute>>>((const uint4 *)m.p[0], (uint4 *)m.p[1], m.s[0], (volatile unsigned *)m.p[2], (const int *)m.p[3], (int)m.d[0]);
+  signalled_copy<<<1, 256, 0, hg_stream(c)>>>((const uint4 *)m.p[0], (uint4 *)m.p[1], m.s[0], (volatile unsigned *)m.p[2], (const int *)m.p[3], (int)m.d[0]);
   return hg_launched();
 }
 
@@ -154,7 +154,7 @@ HG_EXPORT void hg_link_destroy(HgLink *l) {
   free(l);
 }
 
-// On the compute stream, recordable: `bytes` (a multiple of 16) of device memory src into mapped
+// On the launching stream (hg_stream: the side stream sends a ranking made there), recordable: `bytes` (a multiple of 16) of device memory src into mapped
 // host memory dst (its device address), then the next value into the link's signal word:
 // out[0] = the value, out[1] = the word's host address. A host thread that sees the word reach
 // the value reads the bytes without anyone blocking on the device.

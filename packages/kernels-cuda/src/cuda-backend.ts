@@ -1027,6 +1027,19 @@ export class CudaBackend implements Backend {
     this.ok(op, this.lib.hg_cu_window_append_rows(this.ctx, table, rows.length, DTYPE_CODE[x.dtype as keyof typeof DTYPE_CODE], x.kvHeads, x.headDim, x.cap));
   }
 
+  /** Backend.beginSide / endSide / joinSide (native/side_stream.cu). */
+  beginSide(): void {
+    this.ok("beginSide", this.lib.hg_cu_side(this.live_("beginSide"), 0));
+  }
+
+  endSide(): void {
+    this.ok("endSide", this.lib.hg_cu_side(this.live_("endSide"), 1));
+  }
+
+  joinSide(): void {
+    this.ok("joinSide", this.lib.hg_cu_side(this.live_("joinSide"), 2));
+  }
+
   /** Backend.indexRankScratch (native/page_index.cu). */
   indexRankScratch(x: DeviceIndexShape, want: number): number {
     return this.lib.hg_cu_index_rank_scratch(this.live_("indexRankScratch"), x.form, x.kvHeads, x.group, x.headDim, x.pageCapacity, want);

@@ -372,7 +372,7 @@ export class CudaHostLink implements HostTransfers {
     this.stageWaitCheck(link);
   }
 
-  /** HostTransfers.sendSignalled on the compute stream (recordable); every range is checked first. */
+  /** HostTransfers.sendSignalled on the compute stream, or the side stream inside beginSide…endSide (recordable); every range is checked first. */
   sendSignalled(dst: HostRegion, src: Tensor, bytes: number): HostSignal {
     const op = "sendSignalled";
     const link = this.live(op);

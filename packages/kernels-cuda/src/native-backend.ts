@@ -76,6 +76,7 @@ export const backendSymbols = {
   hg_cu_index_rank_scratch: { args: [ptr, i32, i32, i32, i32, i32, i32], returns: i32 },
   hg_cu_index_rank: { args: [ptr, ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, i32, i32, i32], returns: i32 },
   hg_cu_index_rank_rows: { args: [ptr, ptr, i32, i32, i32, i32, i32, i32, i32, i32], returns: i32 },
+  hg_cu_side: { args: [ptr, i32], returns: i32 },
   hg_cu_attn_partial: { args: [ptr, ptr, ptr, ptr, ptr, i32, i32, i32, i32, i32, ptr, i32, f32], returns: i32 },
   hg_cu_attn_merge: { args: [ptr, ptr, ptr, ptr, i32, ptr, i32, i32, i32, i32, i32, i32, i32], returns: i32 },
   hg_cu_attn_merge_rows: { args: [ptr, ptr, i32, i32, i32, i32, i32, i32], returns: i32 },

@@ -132,6 +132,18 @@ describe("CudaBackend validation (stand-in native library)", () => {
     be.close();
   });
 
+  it("the side stream: beginSide / endSide / joinSide reach hg_cu_side as ops 0 / 1 / 2; its failure is 'CUDA error in <op>'", () => {
+    const { be, calls } = make();
+    be.beginSide();
+    be.endSide();
+    be.joinSide();
+    expect(calls.filter((c) => c.name === "hg_cu_side").map((c) => c.args[1])).toEqual([0, 1, 2]);
+    be.close();
+    const failing = make({ hg_cu_side: 1 }).be;
+    expect(() => failing.beginSide()).toThrow(/^CUDA error in beginSide: cudaErrorFake1: fake failure$/);
+    failing.close();
+  });
+
   it("reports a failed context creation with the device and the reason", () => {
     const calls: NativeCall[] = [];
     const lib = fakeNative(calls);

@@ -14,7 +14,8 @@
  *                 sequence's window KV) / GPU read bandwidth
  *                 (no GPU: the fastest tier's, where the CPU backend runs the same step), and a
  *                 device index's ranking: layers × sequences × its measured ms a layer (its
- *                 passes and launches cost past its bytes), else its bytes at that bandwidth
+ *                 passes and launches cost past its bytes; on a side stream beside the layer,
+ *                 indexRankBeside, a layer costs the longer of the two), else its bytes at that bandwidth
  *   CPU stage   = Σ over tiers of the offloaded K bytes there the selector reads (all for top-K,
  *                 two rows a page for Quest's bounds, none for StreamingLLM or the page index, whose
  *                 own bytes count instead) / the tier's read bandwidth; K spilled
@@ -58,6 +59,8 @@ export const GpuPlanInputSchema = z.object({
   reserveBytes: z.number().int().nonnegative().default(2 * 2 ** 30),
   /** ms one layer's ranking of a device index takes for one sequence (@hybridgen/runtime's timeIndexRank, measured); absent: its bytes at readBandwidthGBs. */
   indexRankMs: z.number().nonnegative().optional(),
+  /** The ranking runs on a side stream beside the rest of the layer (one sequence's step on a device with one): a layer costs the longer of its streamed bytes and its ranking, not their sum. */
+  indexRankBeside: z.boolean().default(false),
   /** ms the device waits for one layer's CPU-stage job when it waits for it at once (a hand-off's round trip, measured); absent: not charged. */
   handOffMs: z.number().nonnegative().optional(),
   /**
@@ -403,7 +406,7 @@ export function planRun(input: RunPlanInput): RunPlan {
   const gpuBytes = o.model.weightsBytes + aheadBytes + window * B * total + (indexOnDevice ? indexBytes : 0);
   const rankMs = indexOnDevice && offloaded > 0 ? o.gpu?.indexRankMs : undefined;
   const streamed = ms(rankMs === undefined ? gpuBytes : gpuBytes - indexBytes, o.gpu ? o.gpu.readBandwidthGBs : byId.get(fastest)!.readBandwidthGBs);
-  const gpuMs = streamed === null || rankMs === undefined ? streamed : streamed + o.model.layers * B * rankMs;
+  const L = o.model.layers, gpuMs = streamed === null || rankMs === undefined ? streamed : o.gpu?.indexRankBeside ? L * Math.max(streamed / L, B * rankMs) : streamed + L * B * rankMs;
   const deviceGathers = o.gpu?.gatherGBs !== undefined;
   const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(movedBytes, deviceGathers ? o.gpu.gatherGBs : o.gpu.linkBandwidthGBs)) : 0;
   if (deviceGathers) vGatherMs = 0; // the device's gather reads the tiers: its time is vTransferMs

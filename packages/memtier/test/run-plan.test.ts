@@ -293,6 +293,16 @@ describe("planRun with the page index choosing the stage's rows", () => {
     expect(r.refusal).toMatch(/^the page index's host copy \(.+ for \d+ offloaded tokens × batch 1\) does not fit node0's usable 1\.80 GiB \(form int4, larger pages or a shorter context need less\)$/);
   });
 
+  it("a ranking beside the layer (a side stream): each layer costs the longer of its streamed bytes and its ranking", () => {
+    const serial = planRun({ ...base, gpu: { ...h200, indexRankMs: 0.05 }, index: { placement: "device" } });
+    const beside = planRun({ ...base, gpu: { ...h200, indexRankMs: 0.05, indexRankBeside: true }, index: { placement: "device" } });
+    const streamed = serial.predicted.gpuMs! - 32 * 0.05;
+    expect(beside.predicted.gpuMs).toBeCloseTo(Math.max(streamed, 32 * 0.05), 9);
+    expect(beside.predicted.gpuMs).toBeLessThan(serial.predicted.gpuMs!);
+    const slow = planRun({ ...base, gpu: { ...h200, indexRankMs: 5, indexRankBeside: true }, index: { placement: "device" } });
+    expect(slow.predicted.gpuMs).toBeCloseTo(32 * 5, 9);
+  });
+
   it("q̃'s projection: each layer ahead on q̃ reads its W_q once more a step (not the serial layers, not with nothing offloaded)", () => {
     const wq = 4096 * 4096 * 2, plain = planRun({ ...base, index: { placement: "device" } });
     const ahead = planRun({ ...base, model: { ...llama8b, queryProjectionBytes: wq }, index: { placement: "device" } });

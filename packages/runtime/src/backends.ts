@@ -41,6 +41,8 @@ export interface DeviceProbe {
   readonly linkBandwidthGBs?: number;
   /** ms one layer's ranking of the probe's `index` takes (timeIndexRank), when asked and measured. */
   readonly indexRankMs?: number;
+  /** A sequence's rankings run on a side stream beside the rest of its layer (Backend.beginSide), with indexRankMs. */
+  readonly indexRankBeside?: boolean;
 }
 
 /** What a probe measures: the copy bandwidths, and with `index` (and `bandwidth`) a device index's ranking at that shape. */
@@ -233,7 +235,7 @@ registerBackend({
     using be = cuda.createCudaBackend({ arenaBytes: 1024 * MiB + Math.ceil(indexBytes / MiB) * MiB });
     const copy = be.copyBandwidth(256 * MiB, 10);
     const link = linkBandwidth(be.hostTransfers(), 256 * MiB, 5);
-    const rank = index ? { indexRankMs: timeIndexRank(be, index.shape, index.want, index.layers) } : {};
+    const rank = index ? { indexRankMs: timeIndexRank(be, index.shape, index.want, index.layers), indexRankBeside: be.beginSide !== undefined } : {};
     return { ...device, readBandwidthGBs: copy / 1e9, ...(link ? { linkBandwidthGBs: link.h2d / 1e9 } : {}), ...rank };
   },
 });

@@ -136,8 +136,9 @@ export interface HostTransfers extends Disposable {
   /** The host waits for every copy issued so far (then host regions may be read or rewritten). */
   fence(): void;
   /**
-   * Optional: the first `bytes` of `src` into the mapped host region `dst` on the compute stream,
-   * in order with the ops before it (a recorded step records it), then the device writes the
+   * Optional: the first `bytes` of `src` into the mapped host region `dst` on the compute stream
+   * (the side stream between Backend.beginSide and endSide), in order with the ops before it there
+   * (a recorded step records it), then the device writes the
    * returned `value` into the 32-bit word at host `address` — what another host thread waits
    * for instead of the caller fencing (values increase by one per call, modulo 2³²).
    */
@@ -520,6 +521,16 @@ export interface Backend extends Disposable {
    * bytes for W the rows' largest want.
    */
   indexRankRows?(rows: readonly IndexRankRow[], shape: DeviceIndexShape): void;
+  /**
+   * Optional, all three or none (recordable): the ops issued between beginSide() and endSide() —
+   * only indexRank and HostTransfers.sendSignalled — run on a second stream that first waits for the
+   * work queued before beginSide(), beside the ops queued after endSide(); joinSide() makes the later
+   * ops wait for that stream (a no-op when nothing ran there since the last join). A recorded step
+   * must join before it ends.
+   */
+  beginSide?(): void;
+  endSide?(): void;
+  joinSide?(): void;
   /**
    * Finishes a partial with more tokens whose logits are given: the columns [col, col + count) of
    * logits [heads, width] with V rows v[h / group, start + j, :] (v [kvHeads, cap, headDim]). out[outRow, h, :]

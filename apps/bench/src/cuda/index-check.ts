@@ -6,8 +6,9 @@
  * decode of a tiny model with the index ranked on the device against the same selector ranked by the
  * CPU stage (placement "host"): the same tokens and logits within f32 rounding. Then the ranking's
  * device time a layer at the 8B shape (timeIndexRank: 32 rankings recorded as one step, what the
- * planner charges) beside its bytes at the D2D copy rate.
- *   ./bun apps/bench/src/cuda/index-check.ts
+ * planner charges) beside its bytes at the D2D copy rate. --decode-only: the hybrid decode checks alone
+ * (the rankings' path through the step, side stream included, in a few seconds of a device call).
+ *   ./bun apps/bench/src/cuda/index-check.ts [--decode-only]
  */
 import { dummyModelFiles, indexFold, indexPageBounds, loadModel, pageIndex, PAGE_INDEX_FORM_CODE, seededRandom, type DeviceIndexShape, type PageIndexForm } from "@hybridgen/core";
 import { createCpuBackend, storeKeys, type CpuTensor } from "@hybridgen/kernels-cpu";
@@ -19,6 +20,7 @@ using cuda = createCudaBackend({});
 using cpu = createCpuBackend({ threads: 4 });
 const rnd = seededRandom(33);
 let failed = 0;
+const decodeOnly = process.argv.includes("--decode-only");
 
 function rankCase(form: PageIndexForm, kvHeads: number, group: number, d: number, cap: number, page: number, n: number, want: number): string {
   const K = cpu.alloc([kvHeads, cap, d], "bf16") as CpuTensor;
@@ -75,7 +77,7 @@ function rankCase(form: PageIndexForm, kvHeads: number, group: number, d: number
 }
 
 
-for (const form of ["int8", "int4"] as const) {
+for (const form of decodeOnly ? [] : (["int8", "int4"] as const)) {
   for (const [kvHeads, group, d, cap, page, n, want] of [
     [8, 4, 128, 200_000, 16, 131_000, 17], [8, 4, 128, 200_000, 16, 200_000, 65], [2, 8, 64, 5000, 8, 4321, 100], [4, 1, 128, 3000, 16, 50, 10], [8, 4, 128, 40_000, 16, 39_999, 256],
   ] as const) console.log(rankCase(form, kvHeads, group, d, cap, page, n, want));
@@ -112,6 +114,7 @@ for (const form of ["int8", "int4"] as const) {
   }
 }
 console.log(failed ? `index checks: ${failed} FAILED` : "index checks: ALL PASS");
+if (decodeOnly) process.exit(failed ? 1 : 0);
 
 // The ranking's device time at the 8B shape (8 KV heads × 4, headDim 128, pages of 16) for the offloaded rows of 32K, 131K and 1M.
 const copyRate = cuda.copyBandwidth(2 ** 30, 10);

@@ -126,7 +126,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
       queryProjectionBytes: Math.round(info.hiddenSize * info.heads * info.headDim * (weightsBytes / info.parameters)),
     },
     kvElementBytes: kvDtype === "f32" ? 4 : 2, contextTokens: context, batch, gpuKvBudget,
-    gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs, indexRankMs: gpu.indexRankMs } : undefined,
+    gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs, indexRankMs: gpu.indexRankMs, indexRankBeside: batch === 1 && gpu.indexRankBeside === true } : undefined,
     tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64,
     ...planSelection(selection, true),
   });
@@ -210,7 +210,7 @@ async function formatPlan(model: string, kvDtype: DType, gpu: DeviceProbe | null
     p.gpu
       ? `GPU:        ${gpu?.name ?? "GPU"}: ${fb(p.gpu.freeBytes)} free, ${fb(p.gpu.reserveBytes)} reserved → window ${p.gpu.windowTokens} tokens (${fb(p.gpu.windowBytes)}; ${p.gpu.fitTokens} fit)` +
         `${gpu?.readBandwidthGBs ? `, reads ${f(gpu.readBandwidthGBs, 0)} GB/s` : ""}${gpu?.linkBandwidthGBs ? `, host→device ${f(gpu.linkBandwidthGBs, 1)} GB/s` : ""}` +
-        `${gpu?.indexRankMs !== undefined && p.index?.placement === "device" ? `, ranks the index in ${f(gpu.indexRankMs, 3)} ms a layer` : ""}`
+        `${gpu?.indexRankMs !== undefined && p.index?.placement === "device" ? `, ranks the index in ${f(gpu.indexRankMs, 3)} ms a layer${p.batch === 1 && gpu.indexRankBeside ? " beside it" : ""}` : ""}`
       : `GPU:        none (the CPU backend: weights and a window of ${p.contextTokens - p.offloadedTokens} tokens, ${fb(p.hostWindowBytes)}, in host memory)`,
     ...(p.gpu
       ? [`reserve:    ${fb(p.gpu.reserveBytes)}: ${p.batch > 1 ? `the batched step's ${p.batch} rows ${fb(p.gpu.batchRowsBytes)}; ` : ""}` +

@@ -296,8 +296,13 @@ export class DeviceIndex implements Disposable {
    */
   rank(layer: number, q: Tensor, offloaded: number, budget: number): RankedQuery {
     const r = this.row(layer, q, offloaded, budget);
-    if (r.row) this.backend.indexRank!(r.row.out, r.row.outOffset, r.row.index, this.shape, r.row.q, r.row.count, r.row.want, r.row.scratch);
+    if (r.row) this.rankRow(r.row);
     return r.ranked;
+  }
+
+  /** A row()'s ranking (its scratch is the index's one: a step's rankings run in stream order on one stream, compute or side). */
+  rankRow(row: IndexRankRow): void {
+    this.backend.indexRank!(row.out, row.outOffset, row.index, this.shape, row.q, row.count, row.want, row.scratch);
   }
 
   /**

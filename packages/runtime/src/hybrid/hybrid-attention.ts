@@ -488,8 +488,10 @@ export class HybridAttention implements DecodeAttention, StepDriver, IndexBatchM
     if (this.ranksOnDevice(plan)) {
       // A batch row's layer ahead on q̃ is ranked with every row's (one launch); else on its own.
       const batched = this.batchRanks && this.ahead[layer] ? IndexBatch.of(this.attention.backend).rank(this.batchStep!, layer, this) : null;
-      const ranked = batched ?? this.deviceIndex!.rank(layer, q, plan.offloaded, layerBudget(plan, this.widths(), layer));
-      this.transport.sendQuery(layer, ranked.tensor, ranked.bytes);
+      if (batched) return this.transport.sendQuery(layer, batched.tensor, batched.bytes);
+      // The query's copy into the ranking's output stays in line (the side stream waits for it); the ranking and the send go beside.
+      const x = this.deviceIndex!, { row, ranked } = x.row(layer, q, plan.offloaded, layerBudget(plan, this.widths(), layer));
+      this.transport.sendRanked(layer, () => row && x.rankRow(row), ranked.tensor, ranked.bytes);
     } else {
       this.transport.sendQuery(layer, q);
     }

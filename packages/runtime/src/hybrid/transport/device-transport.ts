@@ -112,11 +112,34 @@ export abstract class DeviceTransport implements StepTransport {
     this.segmentOpen = true;
   }
 
-  /** Runs the recorded segment (a graph replay): before anything that talks to the host. */
+  /** Runs the recorded segment (a graph replay): before anything that talks to the host. The side stream's work in it is joined first (a capture refuses an unjoined stream). */
   protected closeSegment(): void {
     if (!this.segmentOpen) return;
     this.segmentOpen = false;
+    this.attention.backend.joinSide?.();
     this.attention.backend.endStep!();
+  }
+
+  /**
+   * A device-ranked layer's ranking and its query's signalled send on the backend's side stream,
+   * joined where the open segment ends (at once outside one): beside the layer before's projections
+   * and window attention instead of in line. In line where the send is not signalled inside the
+   * segment (a host-read query, a batch row's group send) or the backend has no side stream.
+   */
+  sendRanked(layer: number, rank: () => void, q: Tensor, bytes: number): void {
+    const be = this.attention.backend;
+    if (!be.beginSide || !be.endSide || !be.joinSide || !this.choice.signals || this.batchStep || this.step.plan().work === "pre") {
+      rank();
+      return this.sendQuery(layer, q, bytes);
+    }
+    be.beginSide();
+    try {
+      rank();
+      this.sendQuery(layer, q, bytes);
+    } finally {
+      be.endSide();
+    }
+    if (!this.segmentOpen) be.joinSide(); // eager ops: nothing records the join later
   }
 
   /** The host is about to block on the CPU stage: what is issued runs first, and the link's times leave the wait out. */

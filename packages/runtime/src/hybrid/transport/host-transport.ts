@@ -34,6 +34,11 @@ export class HostTransport implements StepTransport {
     this.step.addTx(performance.now() - t0);
   }
 
+  sendRanked(layer: number, rank: () => void, q: Tensor, bytes: number): void {
+    rank();
+    this.sendQuery(layer, q, bytes);
+  }
+
   jobLink(): { deviceGather: boolean } {
     return { deviceGather: false };
   }

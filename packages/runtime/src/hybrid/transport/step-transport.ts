@@ -67,6 +67,12 @@ export interface StepTransport extends Disposable {
   /** Row 0 of q (a layer's query or q̃) into the stage's query buffer of the layer's slot; `bytes`
    * past the query's (the pages a device index chose, after it in q) land in the slot's chosenPages. */
   sendQuery(layer: number, q: Tensor, bytes?: number): void;
+  /**
+   * A device-ranked layer: `rank` issues its ranking into `q` (the query, then the pages: `bytes` in
+   * all), then q goes as sendQuery sends it — both on the backend's side stream where the transport
+   * can put them there, joined before the segment they land in ends; else in line.
+   */
+  sendRanked(layer: number, rank: () => void, q: Tensor, bytes: number): void;
   /** A job's fields that depend on how rows travel. */
   jobLink(layer: number): Pick<CpuStageJob, "ready" | "done" | "deviceGather">;
   /** A batched step calls it for every row before any row's attend (after the layer's job is submitted): the device work that can go first. */
