@@ -2,10 +2,10 @@
 # One device call: issue 36's serving table — `hybridgen serve` on the Llama-3.1-8B shape (dummy bf16
 # weights, bf16 KV) with the GPU capped below the workload's KV (--gpu-mem), clients sending
 # ~32K-token prompts at once (a preset's byte tokenizer: a byte a token), full attention against
-# hybrid attention with the page index (ranked on the device; fixed K, verified logits: the workload
-# bench's hybridgen-index), each a server of its own, through
-# apps/bench/src/serve-bench.ts; if a hybrid server fails early, the page index ranked on the host
-# in the time left. Each configuration gets the same RATE_S seconds of serving once its model is
+# hybrid attention with the page index (ranked on the device; fixed K, verified logits over 2·K
+# candidates keeping K), each a server of its own, through apps/bench/src/serve-bench.ts; if a hybrid
+# server fails early, $FALLBACK (the page index with 4·K candidates, none dropped: the configuration
+# of the earlier tables) in the time left. Each configuration gets the same RATE_S seconds of serving once its model is
 # loaded (a rate cut short reports the tokens streamed so far) and DEADLINE_S in all, load included.
 # RUNS lists the configurations, LABEL[:CLIENTS[:FLAGS]] each: `full…` is full attention, any other label
 # hybrid attention ($HYBRID); CLIENTS (default $CLIENTS) past N slots keep requests queued as others
@@ -32,7 +32,8 @@ RATE_S=${RATE_S:-40} DEADLINE_S=${DEADLINE_S:-62} TOTAL_S=${TOTAL_S:-140}
 COMMON="--model preset:llama-3.1-8b --dummy-weights --dtype bf16 --kv-dtype bf16 --device cuda --context $((PROMPT + OUTPUT + 64)) --prefill-block $BLOCK --gpu-mem $GPU_MEM --max-batch $N --max-queue 64"
 # The workload bench's hybridgen-index: fixed K chosen by the page index (ranked on the device), verified logits over 2·K
 # candidates of which K keep their V rows (the link's rows 0.375× those of 4 candidates, recall-4l's answers unchanged).
-HYBRID=${HYBRID:-"--attention hybrid --gpu-kv-budget $WINDOW --selector index --scheduler fixed --k ${K:-256} --timing pre --logits verified --candidates 2 --keep 1"}
+HYBRID_BASE="--attention hybrid --gpu-kv-budget $WINDOW --selector index --scheduler fixed --k ${K:-256} --timing pre --logits verified"
+HYBRID=${HYBRID:-"$HYBRID_BASE --candidates 2 --keep 1"} FALLBACK=${FALLBACK:-"$HYBRID_BASE --candidates 4"}
 # The floors beside each step and chunk (serve-bench): HBM at the card's peak (H200 HBM3e 4.8 TB/s, H100 HBM3 3.35), the link at
 # PCIe 5.0 x16's practical rate, bf16 dense tensor peak (both cards 989 TFLOP/s).
 case $(head -1 "$OUT/machine.txt") in *H200*) HBM_GBS=${HBM_GBS:-4800} ;; *) HBM_GBS=${HBM_GBS:-3350} ;; esac
@@ -58,7 +59,7 @@ for run in ${RUNS:-full hybrid-index}; do
   [ "$(next)" -gt 20 ] || { echo "$label skipped: $(left) s left"; continue; }
   t1=$(date +%s)
   if ! bench "$label" "$(next)" "$clients" $args && [ "${label#full}" = "$label" ]; then
-    [ $(( $(date +%s) - t1 )) -lt 40 ] && [ "$(left)" -gt 50 ] && bench "$label-host" "$(next)" "$clients" $args --selector-options '{"placement":"host"}'
+    [ $(( $(date +%s) - t1 )) -lt 40 ] && [ "$(left)" -gt 50 ] && bench "$label-c4" "$(next)" "$clients" $FALLBACK $extra
   fi
 done
 # One archive of every result: the device tool brings back only a few files a call.
