@@ -14,7 +14,7 @@
 #   gcc -O2 -Ipackages/kernels-cpu/native apps/bench/src/cpu/index-bounds.c -L.device/lib -lhgcpu -Wl,-rpath,'$ORIGIN/lib' -o .device/index-bounds
 # with both libraries in .device/lib, and carry [".device"] (or stage those and this script under one folder, DEVICE_DIR=it).
 # ORDER: the parts in turn (default: check modes bounds scale profiles); SCALE_S and MODES_S cap the scale run's and each
-# hybrid-modes run's seconds; PROFILES=name:context:config …: profile-run.sh (ncu kernel times of one step) in the time left.
+# hybrid-modes run's seconds (MODES_ARGS more of its flags, e.g. --synthetic-kv: no prefill); PROFILES=name:context:config …: profile-run.sh (ncu kernel times of one step) in the time left.
 set -u
 . "$(dirname "$0")/device-env.sh"
 START=$(date +%s)
@@ -32,8 +32,8 @@ modes() {
     ctx=${run%%:*}; T=$(( $(left) - 2 ))
     if [ -n "${MODES_S:-}" ] && [ "$MODES_S" -lt "$T" ]; then T=$MODES_S; fi
     if [ "$T" -lt 15 ]; then echo "hybrid-modes $ctx skipped: $T s left"; continue; fi
-    timeout "$T" bun "$DEVICE_DIR/hybrid-modes.js" --contexts "$ctx" --steps "${STEPS:-16}" --configs "${run#*:}" --trace-dir "$OUT/traces" > "$OUT/hybrid-modes-$ctx.log" 2>&1
-    echo "hybrid-modes $ctx exit $?"; grep -E '^\| [0-9]|bytes a step|bandwidths|planner|hand-off:|rror' "$OUT/hybrid-modes-$ctx.log"
+    timeout "$T" bun "$DEVICE_DIR/hybrid-modes.js" --contexts "$ctx" --steps "${STEPS:-16}" --configs "${run#*:}" --trace-dir "$OUT/traces" ${MODES_ARGS:-} > "$OUT/hybrid-modes-$ctx.log" 2>&1
+    echo "hybrid-modes $ctx exit $?"; grep -E '^\| [0-9]|bytes a step|bandwidths|planner|hand-off:|synthetic KV in|prefilled in|rror' "$OUT/hybrid-modes-$ctx.log"
   done
 }
 bounds() {

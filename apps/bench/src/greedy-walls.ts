@@ -1,9 +1,9 @@
 import type { CausalLM } from "@hybridgen/core";
 
 /** Greedy decode of `steps` tokens from position `first`; wall ms of each step (step + pick). */
-export function greedyWalls(model: CausalLM, first: number, steps: number, around?: { step: number; range: (on: boolean) => void }): number[] {
+export function greedyWalls(model: CausalLM, first: number, steps: number, around?: { step: number; range: (on: boolean) => void }, firstToken?: number): number[] {
   const walls: number[] = [];
-  let tok = model.argmaxLogits();
+  let tok = firstToken ?? model.argmaxLogits(); // a cache filled without a step (synthetic KV) has no logits yet
   for (let s = 0; s < steps; s++) {
     if (around?.step === s) around.range(true);
     const t0 = performance.now();

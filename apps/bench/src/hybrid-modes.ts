@@ -6,8 +6,11 @@
  *
  *   ./bun apps/bench/src/hybrid-modes.ts [--backend cuda|cpu] [--preset llama-3.1-8b] [--contexts 32768,131000]
  *     [--steps 64] [--window 4096] [--sinks 4] [--k 256] [--threads N] [--configs full,post-exact,…]
- *     [--trace-dir DIR] [--source TEXT] [--row-path auto|mapped|staged] [--profile-step S]
+ *     [--trace-dir DIR] [--source TEXT] [--row-path auto|mapped|staged] [--profile-step S] [--synthetic-kv]
  *
+ * --synthetic-kv (never the default): no prefill; each cache is filled with seeded random rows through
+ * its own append and evict path (runtime's fillSyntheticKv, as scale-run's), so a 131K context costs a
+ * second instead of a prefill: the decode steps read and move the same bytes, the keys are random.
  * --profile-step S: decode step S of every config runs inside a profiler's capture range (run
  * under `ncu --profile-from-start off …` or nsys likewise: one step's kernels, nothing else).
  * Configs: full; post-exact, post-speculative, post-verified (top-K in the stage, fixed K);
@@ -32,7 +35,7 @@ import { PageIndexOptionsSchema } from "@hybridgen/selectors";
 import { HYBRID_DEFAULTS } from "@hybridgen/runtime";
 import { createCpuBackend, createNativeRandomFill } from "@hybridgen/kernels-cpu";
 import type { CudaBackend } from "@hybridgen/kernels-cuda";
-import { createHybridAttention, defaultStageThreads, indexRankCharge, type HybridRuntimeOptions } from "@hybridgen/runtime";
+import { createHybridAttention, defaultStageThreads, fillSyntheticKv, indexRankCharge, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { timingTraceFromRuns, type RecordedRun } from "@hybridgen/scheduler";
 import { arg, hybridArg, hybridValue, list } from "./args.js";
 import { openBackend } from "./open-backend.js";
@@ -52,6 +55,7 @@ const traceDir = arg("trace-dir", "");
 /** Where the device gets the selected rows, for every hybrid config (HybridOptions.rowPath). */
 const rowPath = hybridValue("row-path", "auto") as "auto" | "mapped" | "staged";
 const profileStep = arg("profile-step", "");
+const synthetic = process.argv.includes("--synthetic-kv");
 const source = arg("source", `apps/bench hybrid-modes on ${backendName}, ${new Date().toISOString().slice(0, 10)}`);
 /** Steps left out of the means: the first hybrid step captures and warms up. */
 const WARM = 4;
@@ -234,6 +238,16 @@ function profiled(): { step: number; range: (on: boolean) => void } | undefined 
   return { step: Number(profileStep), range: (on) => lab.profilerRange(on) };
 }
 
+/** The cache at `context` positions: the prompt prefilled (its logits pick the first token), or synthetic KV (the first token is 1). */
+function start(model: ReturnType<typeof loadModel>, context: number, prompt: Int32Array): number | undefined {
+  if (!synthetic) {
+    model.step(prompt, 0);
+    return undefined;
+  }
+  fillSyntheticKv(backend, model.cache, context);
+  return 1;
+}
+
 for (const context of contexts) {
   const maxContext = context + steps + 8;
   const prompt = Int32Array.from({ length: context }, (_, i) => (i * 7919 + 13) % (json.vocab_size as number));
@@ -244,8 +258,8 @@ for (const context of contexts) {
   if (configs.includes("full")) {
     using files = dummyModelFiles(json, "bf16", 1, createNativeRandomFill(), `preset:${preset}`);
     using model = loadModel(files, backend, { maxContext, prefillBlock, kvDtype: "bf16" });
-    model.step(prompt, 0);
-    const walls = greedyWalls(model, context, steps, profiled());
+    const first = start(model, context, prompt);
+    const walls = greedyWalls(model, context, steps, profiled(), first);
     fullMs = mean(walls.slice(WARM));
     const floor = fullFloorMs(modelBytes, context, bw.hbm);
     decodeRate = (bw.hbm * floor) / fullMs;
@@ -259,15 +273,15 @@ for (const context of contexts) {
   using model = loadModel(files, backend, { maxContext, prefillBlock, kvDtype: "bf16", gpuKvBudget: window, sinkTokens: sinks });
   if (backend.hostTransfers) model.cache.attachHostStore(createCpuBackend({ threads: 1 }), backend.hostTransfers(), true);
   const t0 = performance.now();
-  model.step(prompt, 0);
-  console.log(`context ${context}: prefilled in ${((performance.now() - t0) / 1e3).toFixed(1)} s; ${model.cache.storeCount} tokens offloaded, window ${window} with ${sinks} sinks`);
+  const first = start(model, context, prompt);
+  console.log(`context ${context}: ${synthetic ? "synthetic KV" : "prefilled"} in ${((performance.now() - t0) / 1e3).toFixed(1)} s; ${model.cache.storeCount} tokens offloaded, window ${window} with ${sinks} sinks`);
   using cp = model.cache.checkpoint();
   recorded[context] = [];
   for (const name of hybridConfigs) {
     using ha = await createHybridAttention(model, backend, { cpuStageThreads: threads, rowPath, ...HYBRID[name] });
     try {
       const g0 = graphStats();
-      const walls = greedyWalls(model, context, steps, profiled());
+      const walls = greedyWalls(model, context, steps, profiled(), first);
       const g1 = graphStats();
       const trace = ha.stats.trace.slice();
       const tail = trace.slice(WARM);
@@ -328,6 +342,6 @@ for (const r of results) {
   targets.push(`- 32768 ${r.config}: ${r.ms.toFixed(2)} ms = ${(r.ms / fullAtWindow.ms).toFixed(2)}× full attention at a ${window}-token context (target ≤ 1.15×: ${verdict(r.ms / fullAtWindow.ms <= 1.15)})`);
 }
 
-console.log(`\n## ${preset}, dummy bf16 weights, bf16 KV, batch 1; window ${window} with ${sinks} sinks, K ${K}, ${threads} stage threads, ${steps} steps (means skip the first ${WARM}); ${backend.name}`);
+console.log(`\n## ${preset}, dummy bf16 weights, bf16 KV, batch 1; window ${window} with ${sinks} sinks, K ${K}, ${threads} stage threads, ${steps} steps (means skip the first ${WARM}); ${synthetic ? "synthetic KV (--synthetic-kv)" : "prefilled"}; ${backend.name}`);
 for (const r of rows) console.log(r);
 if (targets.length) console.log(`\nTargets:\n${targets.join("\n")}`);
