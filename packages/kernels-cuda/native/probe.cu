@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define HG_CUDA_ABI_VERSION 15
+#define HG_CUDA_ABI_VERSION 16
 // Built with -fvisibility=hidden (keeps static cudart's symbols private); exports are marked.
 #define HG_EXPORT __attribute__((visibility("default")))
 

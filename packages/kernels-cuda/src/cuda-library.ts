@@ -5,7 +5,7 @@
 import { dlopen, FFIType } from "bun:ffi";
 
 /** The ABI this TypeScript expects (hg_cuda_abi_version in native/probe.cu). */
-export const EXPECTED_ABI_VERSION = 15;
+export const EXPECTED_ABI_VERSION = 16;
 
 const symbols = {
   hg_cuda_abi_version: { args: [], returns: FFIType.i32 },

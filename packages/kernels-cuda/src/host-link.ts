@@ -9,7 +9,7 @@
  * Every host and device range is checked here before an address reaches C.
  */
 import type { Pointer } from "bun:ffi";
-import { HybridgenError, SPEC_VERSION, type HandOffRow, type KeepRow, type RescoreRow, type SignalledSend, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowGather, type Tensor } from "@hybridgen/spec";
+import { HybridgenError, SPEC_VERSION, type HandOffRow, type KeepRow, type RescoreRow, type SignalledSend, type HostCopy, type HostTransferCapabilities, type HostRegion, type HostSignal, type HostTransfers, type RowFetch, type RowFetchGather, type RowFetchRow, type RowGather, type Tensor } from "@hybridgen/spec";
 import { MAX_HOST_INTS, type CudaNative } from "./native-backend.js";
 import type { CudaTensor } from "./cuda-tensor.js";
 
@@ -587,6 +587,27 @@ class CudaRowFetch implements RowFetch {
     checkSlot(slot, op);
     const { word, desc } = this.args(done, gathers, op);
     this.owner.ok(op, this.owner.lib.hg_fetch_rows(f, slot, P(word), done.value, desc, gathers.length));
+  }
+
+  /** RowFetch.fetchRows: every row checked as fetch() checks it, then one native call (an await and a gather launch for the batch). */
+  fetchRows(slot: 0 | 1, rows: readonly RowFetchRow[]): void {
+    const op = "rowFetch.fetchRows", f = this.live(op);
+    checkSlot(slot, op);
+    if (!Array.isArray(rows) || rows.length === 0 || rows.length > 4096) bad(`${op}: 1 to 4096 rows are needed`);
+    const waits = new Float64Array(2 * rows.length), descs: Float64Array[] = [];
+    rows.forEach((r, i) => {
+      const { word, desc } = this.args(r.done, r.gathers, `${op}: row ${i}`);
+      waits[2 * i] = word;
+      waits[2 * i + 1] = r.done.value;
+      descs.push(desc);
+    });
+    const all = new Float64Array(descs.reduce((n, d) => n + d.length, 0));
+    let at = 0;
+    for (const d of descs) {
+      all.set(d, at);
+      at += d.length;
+    }
+    this.owner.ok(op, this.owner.lib.hg_fetch_rows_batch(f, slot, waits, rows.length, all, all.length / 7));
   }
 
   ready(slot: 0 | 1): void {

@@ -112,6 +112,7 @@ export const backendSymbols = {
   // rows fetched ahead (native/row_fetch.cu): a side stream's gathers, slots ordered by events
   hg_fetch_create: { args: [ptr], returns: ptr },
   hg_fetch_rows: { args: [ptr, i32, ptr, f64, ptr, i32], returns: i32 },
+  hg_fetch_rows_batch: { args: [ptr, i32, ptr, i32, ptr, i32], returns: i32 },
   hg_fetch_mark: { args: [ptr, i32, i32], returns: i32 },
   hg_fetch_destroy: { args: [ptr], returns: none },
 } as const;

@@ -398,6 +398,24 @@ describe("CudaBackend.hostTransfers: the stage hand-off on the device (stand-in 
       be.address(v), 0x400000 + 2 ** 44, table.address + 2 ** 44, 2, 8, 64, 32,
     ]);
     expect(c.args[5]).toBe(2);
+    // fetchRows: each row checked as fetch() checks it (its row named), then one call with every row's word and value and every gather.
+    const done2 = { address: tables.address + 128, value: 9 };
+    expectOneLineErrors([
+      [() => f.fetchRows!(0, []), /^rowFetch.fetchRows: 1 to 4096 rows are needed$/],
+      [() => f.fetchRows!(0, [{ done, gathers: good }, { done: done2, gathers: [] }]), /^rowFetch.fetchRows: row 1: 1 to 8 gathers are needed$/],
+    ]);
+    expect(named(calls, "hg_fetch_rows_batch")).toHaveLength(0);
+    f.fetchRows!(0, [{ done, gathers: good }, { done: done2, gathers: [good[1]!] }]);
+    const b = named(calls, "hg_fetch_rows_batch").at(-1)!;
+    expect(b.args[1]).toBe(0);
+    expect([...(b.args[2] as Float64Array)]).toEqual([done.address + 2 ** 44, 5, done2.address + 2 ** 44, 9]);
+    expect(b.args[3]).toBe(2);
+    expect([...(b.args[4] as Float64Array)]).toEqual([
+      be.address(k), 0x400000 + 2 ** 44, table.address + 2 ** 44, 2, 8, 64, 32,
+      be.address(v), 0x400000 + 2 ** 44, table.address + 2 ** 44, 2, 8, 64, 32,
+      be.address(v), 0x400000 + 2 ** 44, table.address + 2 ** 44, 2, 8, 64, 32,
+    ]);
+    expect(b.args[5]).toBe(3);
     f.ready(1);
     f.release(1);
     expect(named(calls, "hg_fetch_mark").map((m) => m.args.slice(1))).toEqual([[1, 0], [1, 1]]);

@@ -10,6 +10,7 @@ import { describe, expect, it } from "vitest";
 import { BatchDecoder, LlamaModel, ReferenceBackend, type Attention, type KvCache } from "@hybridgen/core";
 import { HybridAttention, type HybridOptions } from "../src/index.js";
 import { SendBatch } from "../src/hybrid/transport/send-batch.js";
+import { HandOffBatch } from "../src/hybrid/transport/hand-off-batch.js";
 import { maxAbsDiff, randomIds, testSeed, tinyModel } from "@hybridgen/core/testing";
 import { fixedScheduler, KERNEL_CASES, type KernelCase } from "./hybrid-helpers.js";
 import { HandoffLink, QueuedStage } from "./handoff-link.js";
@@ -174,7 +175,7 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
     }
   });
 
-  it("a link that fetches rows ahead: a batched step's rows gather in their layers instead (no fetch, ready or release; a sequence's steps alone fetch), the same logits in every logits mode", () => {
+  it("a link that fetches rows ahead: a batched step fetches every layer but the first ahead as one fetch of every row (waits for every row's job, then gathers them all), the next hand-off waits for it; a sequence's steps alone fetch their own; the same logits in every logits mode", () => {
     for (const c of CASES) {
       const label = `${c.selector().name} ${c.logits}`;
       const plain = new Rig(c, { eager: 1 }), want = batched(plain);
@@ -182,9 +183,14 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       const r = new Rig(c, { eager: 1, rowFetch: true }), got = batched(r);
       const link = r.link as HandoffLink, steps = r.hybrids.map((h) => h.stats.handedOffSteps);
       expect(steps, label).toEqual([12, 10, 14]);
-      // Only the longest sequence's last steps, alone (plain one-row steps), fetch ahead.
+      // The longest sequence's last steps run alone (plain one-row steps): every layer fetched by its own RowFetch.
       const alone = (n: number) => Math.max(0, n - Math.max(...steps.filter((m) => m !== n))) * LAYERS;
-      expect(link.rowFetches.map((f) => [f.fetches, f.readies, f.releases]), label).toEqual(steps.map((n) => [alone(n), alone(n), alone(n)]));
+      expect(link.rowFetches.slice(0, 3).map((f) => [f.fetches, f.readies, f.releases]), label).toEqual(steps.map((n) => [alone(n), alone(n), alone(n)]));
+      // The batch's: one fetch a layer after the first of each batched step whose jobs go ahead on q̃ (exact layers' wait for their true query).
+      const batchedFetches = c.logits === "exact" ? 0 : (STEPS - 2) * (LAYERS - 1);
+      const batchFetch = link.rowFetches[3]!;
+      expect([batchFetch.fetches, batchFetch.readies, batchFetch.releases, batchFetch.superseded], label).toEqual([batchedFetches, batchedFetches, batchedFetches, 0]);
+      expect(HandOffBatch.of(link).fetchCalls, label).toBe(batchedFetches);
       r.close();
       expectSame(got, want, `${label}, fetched ahead vs gathered in the layer`);
     }
@@ -201,6 +207,11 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
       r.close();
       expectSame(got, SEQS.map((_, i) => alone(c, { eager: 0 }, i, { keep: 1 })), `${label}, keep 1: batched vs alone`);
       expectSame(SEQS.map((_, i) => alone(c, { eager: 0, rowFetch: true }, i, { keep: 1 })), got, `${label}, keep 1: fetched ahead vs gathered in the layer`);
+      // A batched step's K rows fetched ahead (the kept V rows come after the rescoring): the same bits.
+      const ahead = new Rig(c, { eager: 1, rowFetch: true }, { keep: 1 });
+      expectSame(batched(ahead), got, `${label}, keep 1: batched with the K rows fetched ahead vs gathered in the layer`);
+      expect(HandOffBatch.of(ahead.link).fetchCalls, label).toBe((STEPS - 2) * (LAYERS - 1));
+      ahead.close();
       const every = new Rig(c, { eager: 1 }), all = batched(every);
       every.close();
       const differs = got.some((rows, i) => rows.some((l, s) => maxAbsDiff(l, all[i]![s]!) > 0));

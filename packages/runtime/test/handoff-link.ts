@@ -9,7 +9,7 @@
  * before the device read it, or a word that another stage's job raises changes the logits or throws.
  * With the rowFetch option the link also fetches rows ahead on a side stream (StandInRowFetch).
  */
-import type { CpuStageJob, CpuStageOutput, HandOffRow, KeepRow, RescoreRow, SignalledSend, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, ReferenceBackend, RowFetch, RowFetchGather, RowGather, Tensor } from "@hybridgen/core";
+import type { CpuStageJob, CpuStageOutput, HandOffRow, KeepRow, RescoreRow, SignalledSend, HostCopy, HostRegion, HostSignal, HostTransferCapabilities, ReferenceBackend, RowFetch, RowFetchGather, RowFetchRow, RowGather, Tensor } from "@hybridgen/core";
 import { keptColumns } from "@hybridgen/spec";
 import { type AddressBook, StagedBackendCpuStage } from "@hybridgen/core/testing";
 import { CheckedLink, type Recorder } from "./recorder.js";
@@ -244,7 +244,13 @@ export class StandInRowFetch implements RowFetch {
   constructor(private readonly link: HandoffLink, private readonly schedule: (op: () => void) => void) {}
 
   fetch(slot: 0 | 1, done: HostSignal, gathers: readonly RowFetchGather[]): void {
+    this.fetchRows(slot, [{ done, gathers }]);
+  }
+
+  /** Every row's done, then every row's gathers, as one fetch of the slot (its rows' entries run in order on the side stream; the last one marks it run). */
+  fetchRows(slot: 0 | 1, rows: readonly RowFetchRow[]): void {
     this.check("fetch");
+    if (rows.length === 0) throw new Error(`fetchRows(${slot}) of no rows`);
     const s = this.slots[slot]!;
     if (s.releasesIssued > s.releasesRun) {
       throw new Error(`fetch(${slot}) while a release(${slot}) is recorded in a segment not launched yet: the fetch waits only for releases launched before it, so it could refill the rows that segment still reads`);
@@ -256,7 +262,7 @@ export class StandInRowFetch implements RowFetch {
     if (s.fetchesCalled > s.taken && s.fetchesCalled > 0) this.superseded++;
     this.fetches++;
     const n = ++s.fetchesCalled;
-    this.link.sideStream.push({ slot, n, done, gathers: gathers.slice(), owner: this, ran: () => (s.fetchesRun = n) });
+    rows.forEach((r, i) => this.link.sideStream.push({ slot, n, done: r.done, gathers: r.gathers.slice(), owner: this, ran: i === rows.length - 1 ? () => (s.fetchesRun = n) : () => {} }));
     this.link.pumpFetches();
   }
 

@@ -242,12 +242,24 @@ export interface RowFetch extends Disposable {
    * gatherRowsAt would, in order.
    */
   fetch(slot: 0 | 1, done: HostSignal, gathers: readonly RowFetchGather[]): void;
+  /**
+   * Optional: a batched step's rows in one fetch, as fetch() of each row but waiting for every row's
+   * `done` first, then running every row's gathers (a few launches for the whole batch); ready() then
+   * waits for all of them.
+   */
+  fetchRows?(slot: 0 | 1, rows: readonly RowFetchRow[]): void;
   /** Compute stream, recordable: the ops after it wait for the slot's last fetch() called before it launches (a recorded segment's ops launch when it ends). */
   ready(slot: 0 | 1): void;
   /** Compute stream, recordable: the slot's rows are consumed once the ops before it have run; a fetch() after its launch may refill them. */
   release(slot: 0 | 1): void;
   /** Waits for the side stream and frees the slots' events (the link's close does too). */
   close(): void;
+}
+
+/** One row of RowFetch.fetchRows: its CPU-stage job's done signal and its gathers. */
+export interface RowFetchRow {
+  readonly done: HostSignal;
+  readonly gathers: readonly RowFetchGather[];
 }
 
 /** One gather of a RowFetch.fetch: gatherRowsAt's arguments. */

@@ -212,13 +212,15 @@ export class DeviceStaging implements Disposable {
 
   /**
    * The hand-off of `layer` (after handOffRows) as a row of the batch's one handOffRows call: the
-   * wait, the logits read and the gathers that handOff() would queue on their own.
+   * wait, the logits read and the gathers that handOff() would queue on their own (none when the
+   * rows were fetched ahead: `fetched`, and the batch's wait for its fetch goes before it).
    */
-  batchHandOff(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean, keep = 0): HandOffRow {
+  batchHandOff(layer: number, slot: 0 | 1, done: HostSignal, keys: boolean, keep = 0, fetched = false): HandOffRow {
     const r = this.regions[slot]!, scores = this.scores[slot]!, kmax = this.values[slot]!.kmax;
     const logits = keys ? null : { host: r.logits, hostOffset: 0, tensor: scores, tensorOffset: this.col * 4, width: kmax * 4, rows: this.heads, hostPitch: kmax * 4, tensorPitch: scores.shape[1]! * 4 };
-    return { done, logits, gathers: this.slotGathers(layer, slot, keys, keep) };
+    return { done, logits, gathers: fetched ? [] : this.slotGathers(layer, slot, keys, keep) };
   }
+
 
   /**
    * A verified layer's kept candidates (after its logits are scored): `keep` a KV head stay, the
@@ -243,6 +245,15 @@ export class DeviceStaging implements Disposable {
     if (!this.fetcher) fail("hybrid attention: rows fetched ahead on a link without rowFetch");
     this.setWidth(slot, kmax, keys);
     this.fetcher.fetch(slot, done, this.slotGathers(layer, slot, keys, keep));
+  }
+
+  /**
+   * `layer`'s gathers into slot `slot` at width kmax (set here) for a batch's one fetch of every row's
+   * (HandOffBatch); no views are made (a segment may be recording): the next hand-off makes them.
+   */
+  fetchGathers(layer: number, slot: 0 | 1, keys: boolean, kmax: number, keep = 0): RowFetchGather[] {
+    this.setWidth(slot, kmax, keys);
+    return this.slotGathers(layer, slot, keys, keep);
   }
 
   /** After the merge that read slot `slot`'s fetched rows (compute stream, recordable): a later fetch may refill them. */

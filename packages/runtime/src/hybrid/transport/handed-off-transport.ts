@@ -9,8 +9,9 @@
  * Rows fetched ahead (the option `fetchAhead`, where the link has a side stream): a layer's rows are
  * gathered on the side stream as soon as its job is done — the next layer's is queued right after
  * this layer's hand-off — so they cross the link during the layer before instead of inside the
- * layer; PCIe-bound gathers then overlap HBM-bound GEMVs. Steps of one sequence only: a batched
- * step's rows share the one side stream, where each row's fetch queues behind the rows' before it.
+ * layer; PCIe-bound gathers then overlap HBM-bound GEMVs. A batched step's rows fetch so too, as one
+ * (HandOffBatch): each row's next layer joins at its attend, the batch's fetch goes once every row
+ * merged, waits for every row's job and gathers them all; the next hand-off waits for it.
  */
 import type { Attention } from "@hybridgen/core";
 import { type HostSignal, type Tensor, fail } from "@hybridgen/spec";
@@ -68,7 +69,8 @@ export class HandedOffTransport extends MappedTransport {
     const up = d.handOffRows(slot, kmax, rescore);
     const verified = rescore ? d.batchRescore(slot, q, up.keys!, kmax, this.attention.scale) : null;
     const kept = keep > 0 ? d.keepRow(layer, slot, keep, s.layout.groupSize) : null;
-    HandOffBatch.of(d.link).join(this.batchStep, layer, d.batchHandOff(layer, slot, done, rescore, keep), verified, kept, partial);
+    // Rows fetched ahead with the batch's at the layer before: the batch waits for them before the hand-offs, which gather none.
+    HandOffBatch.of(d.link).join(this.batchStep, layer, d.batchHandOff(layer, slot, done, rescore, keep, this.fetched[layer]!), verified, kept, partial);
     this.joined[layer] = up;
   }
 
@@ -93,12 +95,14 @@ export class HandedOffTransport extends MappedTransport {
       s.submitNext(layer);
       const merge = s.merge.mergeRow(layer, scores, d.col, joined.values, kmax, out);
       if (!merge) s.merge.softmaxAggregate(layer, scores, d.col, null, joined.values, kmax, out);
+      // The next layer's rows join the batch's fetch (issued with the last row's merge), its job just queued.
+      if (batch.fetchesAhead) this.joinFetch(batch, layer);
       batch.merge(this.attention.backend, this.batchStep!, layer, merge);
       return;
     }
     s.merge.scoreWindow(layer, q, scores, kmax);
     if (!done) fail(`hybrid attention: layer ${layer}'s CPU stage was never submitted with a done signal (nor its table made on the device)`);
-    // A batch's rows gather on the compute stream: on the link's one side stream a row's fetch would wait behind another row's next layer.
+    // A batch row that did not join the batch's hand-off gathers on the compute stream: on the link's one side stream its fetch would wait behind the other rows'.
     const fetch = d.fetchesAhead && !this.batch;
     this.closeSegment();
     const up = d.handOffRows(slot, kmax, rescore);
@@ -118,6 +122,14 @@ export class HandedOffTransport extends MappedTransport {
     if (!rescore) return;
     const d = this.d;
     d.link.rescoreRows!([d.batchRescore(slot, q, keys!, kmax, this.attention.scale)]);
+  }
+
+  /** A batch row's next layer's rows, fetched with the batch's as soon as every row's job is done (a layer whose job waits for its true query has none queued: its hand-off gathers). */
+  private joinFetch(batch: HandOffBatch, layer: number): void {
+    const s = this.step, next = layer + 1, done = next < s.layers ? s.done(next) : undefined;
+    if (!done) return;
+    batch.joinFetch(this.batchStep!, layer, { done, gathers: this.d.fetchGathers(next, (next & 1) as 0 | 1, s.rescore[next]!, s.layerKmax(next), s.layerKeep(next)) });
+    this.fetched[next] = true;
   }
 
   /**
