@@ -28,7 +28,9 @@
  *   V transfer  = those V rows, and the verified layers' K rows beside them, / host→device bandwidth
  *                 (where verified layers keep keep·K of their candidates, V rows of those alone); where
  *                 the device gathers the rows itself (gpu.gatherGBs) the gather and the transfer are one
- *                 op at that rate inside the GPU stage: ms/token = max(GPU stage + it, CPU stage, host)
+ *                 op at that rate inside the GPU stage: ms/token = max(GPU stage + it, CPU stage, host);
+ *                 with gpu.fetchAhead the rows fetched during the layer before cross beside the reads:
+ *                 ms/token = max(max(GPU stage, fetched) + the rest, CPU stage, host)
  *   host        = layers × batch × the driving thread's issuing of a row's layer (measured; the
  *                 CPU stage gets its jobs' fixed cost the same way)
  *   hand-offs   = the layers whose CPU-stage job waits for the layer's true query (serialLayers:
@@ -69,6 +71,13 @@ export const GpuPlanInputSchema = z.object({
    * device's stream, charged inside its part of the step; absent: the stage gathers them and the link copies them.
    */
   gatherGBs: z.number().positive().optional(),
+  /**
+   * With gatherGBs: the device gathers a layer's rows on a side stream during the layer before (the
+   * handed-off transport's rows fetched ahead) wherever the layer's job runs ahead on q̃ — every layer
+   * but the serial ones and the first — so those rows (the candidates' K rows, and their
+   * V rows unless keep) cross the link beside the device's reads; the rest cross inside their layer.
+   */
+  fetchAhead: z.boolean().default(false),
 });
 
 export const RunPlanInputSchema = z.object({
@@ -355,7 +364,9 @@ export function planRun(input: RunPlanInput): RunPlan {
   const layerVRows = (l: number) => (keep === null || l === 0 || offloaded === 0 ? layerRows(l) : Math.min(offloaded, o.k * keep) * o.model.kvHeads * B);
   const R = store.layout.regionBytes;
   const diskRows = new Map<string, number>();
-  let memoryRows = 0, movedBytes = 0, keyRows = 0;
+  let memoryRows = 0, movedBytes = 0, keyRows = 0, fetchedBytes = 0;
+  // Layers whose rows are fetched ahead (gpu.fetchAhead): ahead on q̃ (the serial layers come first in the count), the first layer not (nothing runs before it).
+  const fetchedFrom = Math.min(o.model.layers, Math.max(1, o.serialLayers));
   for (let l = 0; l < o.model.layers; l++) {
     const rows = layerVRows(l);
     keyRows += layerRows(l);
@@ -367,7 +378,10 @@ export function planRun(input: RunPlanInput): RunPlan {
       onDisk += share;
     }
     memoryRows += rows - onDisk;
-    movedBytes += rows * rowBytes + (verified && l > 0 ? layerRows(l) * rowBytes : 0); // verified layers send the candidates' K rows up beside their V rows
+    const kBytes = verified && l > 0 ? layerRows(l) * rowBytes : 0; // verified layers send the candidates' K rows up beside their V rows
+    movedBytes += rows * rowBytes + kBytes;
+    // Fetched ahead: the hand-off's gathers, K and V, or K alone where the layer keeps some (its kept V rows come after the rescoring).
+    if (o.gpu?.fetchAhead && l >= fetchedFrom) fetchedBytes += kBytes + (keep !== null && l > 0 ? 0 : rows * rowBytes);
   }
   let cpuMs: number | null = 0;
   let kDiskTotal: number | null = 0;
@@ -410,9 +424,12 @@ export function planRun(input: RunPlanInput): RunPlan {
   const deviceGathers = o.gpu?.gatherGBs !== undefined;
   const vTransferMs = o.gpu ? (offloaded === 0 ? 0 : ms(movedBytes, deviceGathers ? o.gpu.gatherGBs : o.gpu.linkBandwidthGBs)) : 0;
   if (deviceGathers) vGatherMs = 0; // the device's gather reads the tiers: its time is vTransferMs
+  // The device's part of a step: its reads, and the rows it gathers — those fetched ahead beside the reads, the rest after them.
+  const fetchedMs = deviceGathers && offloaded > 0 ? ms(fetchedBytes, o.gpu!.gatherGBs)! : 0;
+  const inLayerMs = vTransferMs === null ? null : vTransferMs - fetchedMs;
   const handOffMs = offloaded > 0 ? Math.min(o.serialLayers, o.model.layers) * B * (o.gpu?.handOffMs ?? 0) : 0;
-  const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null ? null
-    : deviceGathers ? Math.max(gpuMs + vTransferMs, cpuMs, hostMs) + handOffMs
+  const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null || inLayerMs === null ? null
+    : deviceGathers ? Math.max(Math.max(gpuMs, fetchedMs) + inLayerMs, cpuMs, hostMs) + handOffMs
     : Math.max(gpuMs, cpuMs, hostMs) + vGatherMs + vTransferMs + handOffMs;
 
   // An "auto" window past what the device should read: the plan again at the window that reads no more.
@@ -424,7 +441,7 @@ export function planRun(input: RunPlanInput): RunPlan {
     const host = Math.max(cpuMs ?? 0, hostMs);
     if (o.balanceWindow && o.gpu.readBandwidthGBs !== undefined && host > 0) {
       // The device's part past its reads: the index's ranking, and the rows it gathers itself.
-      const ranking = (rankMs === undefined ? 0 : o.model.layers * B * rankMs) + (deviceGathers ? vTransferMs ?? 0 : 0);
+      const ranking = (rankMs === undefined ? 0 : o.model.layers * B * rankMs) + (deviceGathers ? inLayerMs ?? 0 : 0);
       shrunk = Math.min(shrunk, Math.max(Math.min(window, o.appendTokens), windowFor(Math.max(0, host - ranking) * o.gpu.readBandwidthGBs * 1e6)));
     }
     if (shrunk < window) return planRun({ ...input, gpuKvBudget: shrunk, maxGpuReadBytes: undefined, balanceWindow: false });

@@ -419,6 +419,23 @@ describe("planRun of a batched step: the host's per-row costs and the window the
     expect(g.predicted.msPerToken).toBeCloseTo(Math.max(gpuMs! + vTransferMs!, cpuMs!, hostMs), 9);
   });
 
+  it("rows fetched ahead: the K rows of every layer after the first (and their V rows where no candidate is dropped) cross beside the device's reads, the rest after them", () => {
+    const row = 128 * 2, perLayer = (rows: number) => rows * 8 * 8 * row, at = (bytes: number) => (bytes / 27e9) * 1e3;
+    for (const keep of [1, undefined]) {
+      const o = { ...base, gpuKvBudget: 16384, ...(keep ? { keep } : {}), issueMsPerRowLayer: 0.001 };
+      const inLayer = planRun({ ...o, gpu: { ...gpu, gatherGBs: 27 } }), ahead = planRun({ ...o, gpu: { ...gpu, gatherGBs: 27, fetchAhead: true } });
+      expect(ahead.predicted.bytes).toEqual(inLayer.predicted.bytes); // the same bytes, moved at another time
+      // Layers 1–31 fetch their 4·K candidates' K rows ahead, and their V rows too where every candidate's comes up.
+      const fetched = 31 * perLayer(1024) + (keep ? 0 : 31 * perLayer(1024));
+      const { gpuMs, vTransferMs } = ahead.predicted;
+      expect(ahead.predicted.msPerToken).toBeCloseTo(Math.max(gpuMs!, at(fetched)) + vTransferMs! - at(fetched), 9);
+      expect(ahead.predicted.msPerToken!).toBeLessThan(inLayer.predicted.msPerToken!);
+    }
+    // Exact logits (every layer serial): nothing runs ahead, nothing is fetched ahead.
+    const exact = { ...base, gpuKvBudget: 16384, candidates: 1, serialLayers: 32 };
+    expect(planRun({ ...exact, gpu: { ...gpu, gatherGBs: 27, fetchAhead: true } }).predicted.msPerToken).toBe(planRun({ ...exact, gpu: { ...gpu, gatherGBs: 27 } }).predicted.msPerToken);
+  });
+
   it("balanced: the window shrinks until the device's part is no longer than the host's, never below the append block", () => {
     const p = planRun({ ...base, issueMsPerRowLayer: 0.05, balanceWindow: true });
     const host = p.predicted.hostMs;

@@ -222,7 +222,8 @@ async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.
     gpu: cap === undefined ? undefined : {
       freeBytes: cap, ...(r.cx.gpuReadGBs ? { readBandwidthGBs: r.cx.gpuReadGBs } : {}), ...(r.cx.linkGBs ? { linkBandwidthGBs: r.cx.linkGBs } : {}),
       ...(r.cx.backend.name === "cpu" ? { reserveBytes: 0 } : {}),
-      ...(c?.hybrid && r.o.gatherGBs !== undefined ? { gatherGBs: r.o.gatherGBs } : {}),
+      // A link with a side stream fetches each layer's rows during the layer before (the handed-off transport's rows fetched ahead).
+      ...(c?.hybrid && r.o.gatherGBs !== undefined ? { gatherGBs: r.o.gatherGBs, fetchAhead: r.cx.backend.hostTransfers?.().rowFetch !== undefined } : {}),
       ...(indexRankMs === undefined ? {} : { indexRankMs }),
     },
     // The CPU backend's prefill reads its store in place: no device scratch.
