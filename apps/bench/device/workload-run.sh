@@ -23,11 +23,12 @@
 # ISSUE_MS and STAGE_MS (ms a row a layer, from an earlier run's stats line) give the planner the host's per-row costs,
 # GATHER_GBS the rate at which the device gathers rows from pinned host memory (the device part of the planner's step).
 # WALL (seconds, default 600) bounds the whole call: each part is cut where what is left of it ends.
-# PROFILE=1: each bench writes the driving thread's profile (Bun's --cpu-prof-md) under $OUT/prof when it ends within its limit.
+# PROFILE="batch workload" (parts): those parts' benches write the driving thread's profile (Bun's --cpu-prof-md) under
+# $OUT/prof when they end within their limit (a profiled run is a little slower: profile the part whose figures are not the table's).
 set -u
 START=$(date +%s)
 . "$(dirname "$0")/device-env.sh"
-PROF=""; [ "${PROFILE:-0}" = 1 ] && PROF="--cpu-prof-md --cpu-prof-dir=$OUT/prof"
+prof() { case " ${PROFILE:-} " in *" $1 "*) echo "--cpu-prof-md --cpu-prof-dir=$OUT/prof/$1" ;; esac; }
 # A part's limit: its own, or what is left of WALL less a margin for the archive at the end (at least 1: timeout 0 never stops).
 limit() { l=$(( ${WALL:-600} - ($(date +%s) - START) - 6 )); [ "$l" -gt "$1" ] && l=$1; [ "$l" -gt 0 ] && echo "$l" || echo 1; }
 D=$DEVICE_DIR
@@ -48,7 +49,7 @@ for part in ${PART:-checks batch workload}; do
       echo "checks exit $?"; echo "$(grep -c '^PASS' "$OUT/checks.log") passed"; grep -E '^FAIL|batch of|indexRankRows|attnPartialRows|appendKvRows|ALL PASS|FAILED' "$OUT/checks.log" | cut -c1-240 ;;
     batch)
       mkdir -p "$OUT/batch"
-      timeout "$(limit "${BATCH_S:-150}")" bun $PROF "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch "${BATCHES:-1,4,16}" --configs "${BATCH_CONFIGS:-full,hybridgen,hybridgen-index}" \
+      timeout "$(limit "${BATCH_S:-150}")" bun $(prof batch) "$D/hybridgen.js" bench $BENCH --contexts 8192 --batch "${BATCHES:-1,4,16}" --configs "${BATCH_CONFIGS:-full,hybridgen,hybridgen-index}" \
         --steps "${BATCH_STEPS:-24}" --warmup "${BATCH_WARMUP:-4}" --gpu-kv-budget 1024 --sink-tokens 4 --k 256 --out "$OUT/batch" > "$OUT/batch/tables.md" 2> "$OUT/batch/progress.log"
       echo "batch exit $?"; sed -n '/Fig. 17/,/^$/p' "$OUT/batch/tables.md"; grep -E 'tok/s|error' "$OUT/batch/progress.log" | cut -c1-300 | tail -12 ;;
     base)
@@ -60,7 +61,7 @@ for part in ${PART:-checks batch workload}; do
       for spec in ${WORKLOADS:-8x131000 32x32768}; do
         w=${spec%%:*}; fb=""; [ "$w" != "$spec" ] && fb="--full-batch ${spec#*:}"
         mkdir -p "$OUT/workload-$w"
-        timeout "$(limit "${WORKLOAD_S:-200}")" bun $PROF "$D/hybridgen.js" bench $BENCH --workload "$w" $fb --gpu-mem "$GPU_MEM" --synthetic-kv \
+        timeout "$(limit "${WORKLOAD_S:-200}")" bun $(prof workload) "$D/hybridgen.js" bench $BENCH --workload "$w" $fb --gpu-mem "$GPU_MEM" --synthetic-kv \
           --configs "${CONFIGS:-full,hybridgen,hybridgen-index}" --steps "${STEPS:-12}" --warmup "${WARMUP:-4}" --k "${K:-256}" ${STAGE_THREADS:+--cpu-stage-threads "$STAGE_THREADS"} \
           ${ISSUE_MS:+--issue-ms "$ISSUE_MS"} ${STAGE_MS:+--stage-ms "$STAGE_MS"} ${GATHER_GBS:+--gather-gbs "$GATHER_GBS"} \
           --out "$OUT/workload-$w" > "$OUT/workload-$w/table.md" 2> "$OUT/workload-$w/progress.log"
