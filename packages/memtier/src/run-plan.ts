@@ -440,8 +440,9 @@ export function planRun(input: RunPlanInput): RunPlan {
     let shrunk = o.maxGpuReadBytes === undefined ? window : Math.max(1, windowFor(o.maxGpuReadBytes)); // a hard budget
     const host = Math.max(cpuMs ?? 0, hostMs);
     if (o.balanceWindow && o.gpu.readBandwidthGBs !== undefined && host > 0) {
-      // The device's part past its reads: the index's ranking, and the rows it gathers itself.
-      const ranking = (rankMs === undefined ? 0 : o.model.layers * B * rankMs) + (deviceGathers ? inLayerMs ?? 0 : 0);
+      // The device's part past its reads: the index's ranking, and the rows it gathers itself — those fetched ahead too: a
+      // window grown into their overlap reads more wherever the host's issuing does not hide the device after all.
+      const ranking = (rankMs === undefined ? 0 : o.model.layers * B * rankMs) + (deviceGathers ? vTransferMs ?? 0 : 0);
       shrunk = Math.min(shrunk, Math.max(Math.min(window, o.appendTokens), windowFor(Math.max(0, host - ranking) * o.gpu.readBandwidthGBs * 1e6)));
     }
     if (shrunk < window) return planRun({ ...input, gpuKvBudget: shrunk, maxGpuReadBytes: undefined, balanceWindow: false });
