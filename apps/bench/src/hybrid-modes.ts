@@ -16,7 +16,8 @@
  * Configs: full; post-exact, post-speculative, post-verified (top-K in the stage, fixed K);
  * pre-exact, pre-speculative, pre-verified (Quest pages, fixed K), pre-index, pre-index-int4, pre-index-exact
  * (the page index ranked on the device; verified — the stage fills its tables from the device's pages —, or exact),
- * pre-index-keep (verified, keeping K of the 4·K candidates), pre-index-host (ranked by the stage), pre-streaming, pre-infinigen
+ * pre-index-keep (verified, keeping K of the 4·K candidates), pre-index-inline (pre-index with each ranking in line, not on the
+ * backend's side stream), pre-index-host (ranked by the stage), pre-streaming, pre-infinigen
  * (verified), pre-streaming-speculative; feedback (the default pair topk+quest, verified, kMin = K), feedback-streaming
  * (topk+streaming), feedback-infinigen (topk+infinigen). Dummy weights (bf16), bf16 KV. One
  * prefill per context (in blocks of at most 32 768 tokens); every hybrid config starts from a
@@ -78,6 +79,7 @@ const HYBRID: Record<string, HybridRuntimeOptions> = {
   "pre-index-int4": { scheduler: "fixed", selector: "index", selectorOptions: { form: "int4", placement: "device" }, k: K, timing: "pre", logits: "verified" },
   "pre-index-exact": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "exact" },
   "pre-index-keep": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "verified", keep: 1 },
+  "pre-index-inline": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "device" }, k: K, timing: "pre", logits: "verified" },
   "pre-index-host": { scheduler: "fixed", selector: "index", selectorOptions: { placement: "host" }, k: K, timing: "pre", logits: "verified" },
   feedback: { scheduler: "feedback", selector: "topk+quest", kMin: K, logits: "verified" },
   "feedback-streaming": { scheduler: "feedback", selector: "topk+streaming", kMin: K, logits: "verified" },
@@ -279,6 +281,9 @@ for (const context of contexts) {
   recorded[context] = [];
   for (const name of hybridConfigs) {
     using ha = await createHybridAttention(model, backend, { cpuStageThreads: threads, rowPath, ...HYBRID[name] });
+    // pre-index-inline: pre-index with the backend's side stream hidden, so each ranking and its send run in line (the side stream's A/B in one run).
+    const side = backend as { beginSide?: Backend["beginSide"] };
+    if (name === "pre-index-inline") side.beginSide = undefined;
     try {
       const g0 = graphStats();
       const walls = greedyWalls(model, context, steps, profiled(), first);
@@ -315,6 +320,7 @@ for (const context of contexts) {
     } finally {
       ha.close();
       model.cache.restore(cp);
+      if (name === "pre-index-inline") delete side.beginSide;
     }
   }
   if (traceDir) {
