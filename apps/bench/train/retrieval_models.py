@@ -171,7 +171,7 @@ def train(name, args, device):
     shape, mix = SHAPES[name], MIX.get(name, "ruler")
     seed = args.seed * 1000 + sorted(SHAPES).index(name)
     torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
+    rng, probe = np.random.default_rng(seed), np.random.default_rng(seed + 1)
     model = (grown(shape, args.grow_from) if args.grow_from else Llama(*shape)).to(device)
     if args.grow_from:
         print(f"{name}: grown from {args.grow_from}, answer-token accuracy before training {evaluate(model, rng, 1024, device, mix):.3f}", flush=True)
@@ -196,7 +196,9 @@ def train(name, args, device):
         opt.step()
         step += 1
         if step % args.log_every == 0:
-            print(f"{name} step {step} len {length} loss {loss.item():.3f} ({time.time() - t0:.0f} s)", flush=True)
+            # Every fifth line the answer-token accuracy on fresh 1K batches (its own generator: the training data stay the seed's).
+            acc = f" answers@1K {evaluate(model, probe, 1024, device, mix, n=8):.3f}" if step % (5 * args.log_every) == 0 else ""
+            print(f"{name} step {step} len {length} loss {loss.item():.3f}{acc} ({time.time() - t0:.0f} s)", flush=True)
     lengths = [256] if args.tiny else [2048, 4096]
     acc = {l: evaluate(model, rng, l, device, mix) for l in lengths}
     print(f"{name}: {step} steps in {time.time() - t0:.0f} s, answer-token accuracy {acc}", flush=True)
