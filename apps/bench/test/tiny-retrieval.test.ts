@@ -13,11 +13,12 @@ const python = (args: string[]) => spawnSync("python3", [script, ...args], { enc
 const numpy = spawnSync("python3", ["-c", "import numpy"]).status === 0;
 
 describe.skipIf(!numpy)("needle-3l's numpy trainer (apps/bench/train/tiny_retrieval.py)", () => {
-  it("its hand-written gradients equal central differences, and a grown model computes its start's logits", () => {
+  it("its hand-written gradients equal central differences (plain and stretched positions), a grown model computes its start's logits, stretching keeps records whole", () => {
     const r = python(["--check"]);
     expect(r.stderr).toBe("");
     expect(r.stdout).toMatch(/gradient check: worst relative error/);
     expect(r.stdout).toMatch(/grown to 5 layers: logits within 0\.0e\+00 of the start's/);
+    expect(r.stdout).toMatch(/stretched positions: \d+ of 16 sequences, .* jumps only between fillers before the questions/);
     expect(r.status).toBe(0);
   });
 

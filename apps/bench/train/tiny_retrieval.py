@@ -4,6 +4,7 @@ nobody profiled that the lab VM can make in minutes and evaluate at short contex
     python3 apps/bench/train/tiny_retrieval.py --out DIR [--seed 1] [--steps 8000]
     python3 apps/bench/train/tiny_retrieval.py --out DIR --mix vartrack --start DIR/needle-3l --steps 1500 --lr 1e-3   # vt-3l
     python3 apps/bench/train/tiny_retrieval.py --out DIR --mix vartrack --start DIR/vt-3l --grow 8 --steps 400 --lr 1e-3   # vt-8l-tiny
+    python3 apps/bench/train/tiny_retrieval.py --out DIR --mix vartrack --start DIR/needle-3l --steps 2000 --lr 1e-3 --span 20000   # vt-3l-long
     python3 apps/bench/train/tiny_retrieval.py --check     # the hand-written gradients against finite differences, and grown()'s logits
     python3 apps/bench/train/tiny_retrieval.py --out DIR --parity   # initial weights and numpy's logits, for the engine to match
 
@@ -21,6 +22,10 @@ mix (chains asked as walks, `? kC` answered `kA vB`, every hop a needle lookup) 
 With --grow N as well (--start DIR/vt-3l --grow 8) the start model's layers are spread over N
 (grown(): the layers between them start adding nothing) and the deeper model is fine-tuned into
 DIR/vt-Nl-tiny — a deeper vartrack model the lab VM can make without torch.
+With --span S the training sequences' positions are stretched over up to S positions
+(skipped_positions(): jumps between fillers, records and questions whole), so that 512-token
+sequences teach the distances of a 16K context (models trained on plain positions answer at
+twice their training length at most); the models are then named vt-3l-long, vt-8l-long.
 """
 import argparse, json, math, os, struct, sys, time
 
@@ -95,11 +100,37 @@ def grown(p, shape, layers, rng):
     return q, deep
 
 
-def rope_tables(t, hd, dtype):
+def rope_tables(pos, hd, dtype):
+    """cos and sin of every position in `pos` (any shape), with a last axis of hd."""
     inv = 1.0 / THETA ** (np.arange(0, hd, 2) / hd)
-    f = np.outer(np.arange(t), inv)
+    f = np.asarray(pos)[..., None] * inv
     emb = np.concatenate([f, f], axis=-1)
     return np.cos(emb).astype(dtype), np.sin(emb).astype(dtype)
+
+
+def skipped_positions(rng, ids, span):
+    """Position ids that stretch each sequence over up to `span` positions (PoSE-style): jumps are put
+    between two fillers of the haystack (before the first question), so records and questions keep
+    consecutive positions while the distances between them reach those of a `span`-token context;
+    a quarter of the sequences keep plain positions."""
+    B, T = ids.shape
+    pos = np.tile(np.arange(T), (B, 1))
+    filler = (ids >= F0) & (ids < F0 + 1000)
+    for b in range(B):
+        if span <= T or rng.random() < 0.25:
+            continue
+        asks = np.nonzero(ids[b] == ASK)[0]
+        end = asks[0] if len(asks) else T
+        at = np.nonzero(filler[b, 1:end] & filler[b, :end - 1])[0] + 1
+        if len(at) == 0:
+            continue
+        extra = int(T * math.exp(rng.uniform(0, math.log(span / T)))) - T
+        cuts = np.sort(rng.choice(at, size=min(len(at), 8), replace=False))
+        share = rng.dirichlet(np.ones(len(cuts))) * extra
+        jump = np.zeros(T, dtype=np.int64)
+        jump[cuts] = np.floor(share).astype(np.int64)
+        pos[b] += np.cumsum(jump)
+    return pos
 
 
 def rot(x):
@@ -138,13 +169,19 @@ def rms_bwd(dy, x, r, g):
     return dx, (dy * x * r).reshape(-1, x.shape[-1]).sum(0)
 
 
-def forward_backward(p, shape, ids, mask, keep=None):
-    """Mean cross-entropy over the masked positions' next tokens, the gradients of every weight, and the answers right; `keep` (a list) gets the masked positions' logits."""
+def forward_backward(p, shape, ids, mask, keep=None, pos=None):
+    """Mean cross-entropy over the masked positions' next tokens, the gradients of every weight, and the answers right; `keep` (a list) gets the masked positions' logits;
+    `pos` (B × T) position ids, 0 … T−1 when absent."""
     layers, d, h, kv, inter = shape
     hd, rep = d // h, h // kv
     B, T = ids.shape
-    cos, sin = rope_tables(T, hd, p["embed"].dtype)
-    cos_q, sin_q = np.tile(cos, (rep, 1)), np.tile(sin, (rep, 1))
+    if pos is None:
+        cos, sin = rope_tables(np.arange(T), hd, p["embed"].dtype)
+        cos_q, sin_q = np.tile(cos, (rep, 1)), np.tile(sin, (rep, 1))
+    else:
+        # Per sequence: rows b·kv … b·kv + kv − 1 of the batched products are sequence b's KV heads.
+        cos, sin = (np.repeat(t, kv, axis=0) for t in rope_tables(pos, hd, p["embed"].dtype))
+        cos_q, sin_q = np.tile(cos, (1, rep, 1)), np.tile(sin, (1, rep, 1))
     causal = np.tile(np.triu(np.full((T, T), -np.inf, dtype=p["embed"].dtype), 1), (rep, 1))
     x = p["embed"][ids]
     saved = []
@@ -327,23 +364,27 @@ def check():
     for key in p:
         p[key] = p[key] * 5 + (1.0 if key.endswith(("ln1", "ln2", "norm")) else 0.0)
     ids, mask = batch(rng, 2, 40)
-    _, g, _, _ = forward_backward(p, shape, ids, mask)
+    # Plain positions, then stretched ones (skipped_positions: jumps between fillers) through the same products.
+    stretched = skipped_positions(np.random.default_rng(0), ids, 400)
+    assert (stretched != np.arange(40)).any(), "the check's positions were not stretched"
     worst = 0.0
-    for key in p:
-        flat = p[key].reshape(-1)
-        for j in rng.choice(flat.size, size=min(6, flat.size), replace=False):
-            keep = flat[j]
-            flat[j] = keep + 1e-6
-            up = forward_backward(p, shape, ids, mask)[0]
-            flat[j] = keep - 1e-6
-            down = forward_backward(p, shape, ids, mask)[0]
-            flat[j] = keep
-            num, ana = (up - down) / 2e-6, g[key].reshape(-1)[j]
-            # Relative to the gradient's size, with a floor where central differences lose digits to rounding.
-            err = abs(num - ana) / max(1e-3, abs(num) + abs(ana))
-            worst = max(worst, err)
-            if err > 1e-5:
-                print(f"{key}[{j}]: numeric {num:.8g}, analytic {ana:.8g}")
+    for pos in (None, stretched):
+        _, g, _, _ = forward_backward(p, shape, ids, mask, pos=pos)
+        for key in p:
+            flat = p[key].reshape(-1)
+            for j in rng.choice(flat.size, size=min(6, flat.size), replace=False):
+                keep = flat[j]
+                flat[j] = keep + 1e-6
+                up = forward_backward(p, shape, ids, mask, pos=pos)[0]
+                flat[j] = keep - 1e-6
+                down = forward_backward(p, shape, ids, mask, pos=pos)[0]
+                flat[j] = keep
+                num, ana = (up - down) / 2e-6, g[key].reshape(-1)[j]
+                # Relative to the gradient's size, with a floor where central differences lose digits to rounding.
+                err = abs(num - ana) / max(1e-3, abs(num) + abs(ana))
+                worst = max(worst, err)
+                if err > 1e-5:
+                    print(f"{key}[{j}]{' (stretched positions)' if pos is not None else ''}: numeric {num:.8g}, analytic {ana:.8g}")
     print(f"gradient check: worst relative error {worst:.2e}")
     # A grown model's logits are its start's: the layers put between add nothing before training.
     keep, keep_deep = [], []
@@ -352,7 +393,19 @@ def check():
     forward_backward(deep, deep_shape, ids, mask, keep_deep)
     gap = float(np.abs(keep[0] - keep_deep[0]).max())
     print(f"grown to {deep_shape[0]} layers: logits within {gap:.1e} of the start's")
-    sys.exit(0 if worst <= 1e-5 and gap <= 1e-9 else 1)
+    # Stretched positions move only between two fillers before the first question: records and questions stay consecutive.
+    ids, _ = batch(rng, 16, 256, "vartrack")
+    pos = skipped_positions(rng, ids, 20000)
+    step = np.diff(pos, axis=1)
+    filler = (ids >= F0) & (ids < F0 + 1000)
+    first_ask = np.argmax(ids == ASK, axis=1)
+    jumps = np.argwhere(step > 1)
+    placed = all(filler[b, t] and filler[b, t + 1] and t + 1 < first_ask[b] for b, t in jumps)
+    moved = int((pos[:, -1] > 255).sum())
+    ok_pos = placed and (step >= 1).all() and (pos < 20000).all() and 0 < moved < 16
+    print(f"stretched positions: {moved} of 16 sequences, the longest over {pos[:, -1].max() + 1} positions, "
+          f"{'jumps only between fillers before the questions' if placed else 'a jump inside a record or question'}")
+    sys.exit(0 if worst <= 1e-5 and gap <= 1e-9 and ok_pos else 1)
 
 
 def train(args):
@@ -364,6 +417,9 @@ def train(args):
         if args.grow:
             p, shape = grown(p, SHAPE, args.grow, rng)
             name = f"{'needle' if args.mix == 'needle' else 'vt'}-{args.grow}l-tiny"
+    if args.span:
+        # Trained for long contexts: vt-3l-long, vt-8l-long.
+        name = name.replace("-tiny", "") + "-long"
     else:
         p = init(SHAPE, rng)
         previous_token_head(p, SHAPE, rng)
@@ -379,7 +435,7 @@ def train(args):
         length, bs = next((l, b) for (f, l, b) in phases if frac < f)
         lr = args.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         ids, mask = batch(rng, bs, length, args.mix)
-        loss, g, right, n = forward_backward(p, shape, ids, mask)
+        loss, g, right, n = forward_backward(p, shape, ids, mask, pos=skipped_positions(rng, ids, args.span) if args.span else None)
         norm = math.sqrt(sum(float((v * v).sum()) for v in g.values()))
         clip = min(1.0, 1.0 / (norm + 1e-6))
         for k in p:
@@ -397,7 +453,7 @@ def train(args):
     write_meta(shape, out, rope_theta=THETA, dtype="float32")
     save_safetensors(p, shape, out)
     json.dump({"model": name, "shape": dict(zip(["layers", "hidden", "heads", "kv_heads", "intermediate"], shape)), "rope_theta": THETA,
-               "mix": args.mix, "start": args.start or None, "grown_to": args.grow or None, "seed": args.seed, "steps": args.steps, "lr": args.lr, "phases": phases, "answer_accuracy": acc,
+               "mix": args.mix, "start": args.start or None, "grown_to": args.grow or None, "seed": args.seed, "steps": args.steps, "lr": args.lr, "phases": phases, "span": args.span or None, "answer_accuracy": acc,
                "seconds": round(time.time() - t0, 1)}, open(os.path.join(out, "recipe.json"), "w"), indent=2)
 
 
@@ -410,6 +466,7 @@ def main():
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--mix", default="needle", choices=("needle", "vartrack"), help="needle: this script's needle task; vartrack: retrieval_mix.py's walks")
     ap.add_argument("--start", default="", help="a trained needle-3l's directory: fine-tune its weights instead of starting from random ones")
+    ap.add_argument("--span", type=int, default=0, help="stretch the training sequences' positions over up to this many (skipped_positions()): distances of long contexts on short sequences")
     ap.add_argument("--grow", type=int, default=0, help="with --start: spread the start model's layers over this many (grown()) before fine-tuning")
     ap.add_argument("--check", action="store_true", help="compare the gradients with finite differences and exit")
     ap.add_argument("--parity", action="store_true", help="write a model with initial weights and numpy's logits into --out (the engine's parity test) and exit")
