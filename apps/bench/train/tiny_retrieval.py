@@ -23,8 +23,9 @@ With --grow N as well (--start DIR/vt-3l --grow 8) the start model's layers are 
 (grown(): the layers between them start adding nothing) and the deeper model is fine-tuned into
 DIR/vt-Nl-tiny — a deeper vartrack model the lab VM can make without torch.
 With --span S the training sequences' positions are stretched over up to S positions
-(skipped_positions(): jumps between fillers, records and questions whole), so that 512-token
-sequences teach the distances of a 16K context (models trained on plain positions answer at
+(skipped_positions(): jumps between fillers, records and questions whole) and each filler weighs
+in attention as the S/T fillers it stands for (filler_bias()), so that 512-token sequences teach
+the distances and the dilution of a 16K context (models trained on plain positions answer at
 twice their training length at most); the models are then named vt-3l-long, vt-8l-long.
 """
 import argparse, json, math, os, struct, sys, time
@@ -133,6 +134,14 @@ def skipped_positions(rng, ids, span):
     return pos
 
 
+def filler_bias(ids, pos):
+    """Each filler key's log-weight in attention where `pos` stretches its sequence over S > T positions:
+    log(S/T), as if it stood for the S/T fillers of an S-token haystack — so that a short sequence also
+    teaches the dilution of a long one (the records' count does not grow with the context, the fillers' does)."""
+    span = (pos[:, -1] + 1) / ids.shape[1]
+    return np.where((ids >= F0) & (ids < F0 + 1000), np.log(span)[:, None], 0.0)
+
+
 def rot(x):
     # Hugging Face Llama's rotate-half (what the engine's loader expects).
     a, b = np.split(x, 2, axis=-1)
@@ -169,9 +178,9 @@ def rms_bwd(dy, x, r, g):
     return dx, (dy * x * r).reshape(-1, x.shape[-1]).sum(0)
 
 
-def forward_backward(p, shape, ids, mask, keep=None, pos=None):
+def forward_backward(p, shape, ids, mask, keep=None, pos=None, bias=None):
     """Mean cross-entropy over the masked positions' next tokens, the gradients of every weight, and the answers right; `keep` (a list) gets the masked positions' logits;
-    `pos` (B × T) position ids, 0 … T−1 when absent."""
+    `pos` (B × T) position ids, 0 … T−1 when absent; `bias` (B × T) added to every score of each key (filler_bias)."""
     layers, d, h, kv, inter = shape
     hd, rep = d // h, h // kv
     B, T = ids.shape
@@ -183,6 +192,8 @@ def forward_backward(p, shape, ids, mask, keep=None, pos=None):
         cos, sin = (np.repeat(t, kv, axis=0) for t in rope_tables(pos, hd, p["embed"].dtype))
         cos_q, sin_q = np.tile(cos, (1, rep, 1)), np.tile(sin, (1, rep, 1))
     causal = np.tile(np.triu(np.full((T, T), -np.inf, dtype=p["embed"].dtype), 1), (rep, 1))
+    if bias is not None:
+        causal = causal + np.repeat(bias.astype(causal.dtype), kv, axis=0)[:, None, :]
     x = p["embed"][ids]
     saved = []
     for i in range(layers):
@@ -364,20 +375,21 @@ def check():
     for key in p:
         p[key] = p[key] * 5 + (1.0 if key.endswith(("ln1", "ln2", "norm")) else 0.0)
     ids, mask = batch(rng, 2, 40)
-    # Plain positions, then stretched ones (skipped_positions: jumps between fillers) through the same products.
+    # Plain positions, then stretched ones (skipped_positions: jumps between fillers) with the fillers' weights (filler_bias) through the same products.
     stretched = skipped_positions(np.random.default_rng(0), ids, 400)
     assert (stretched != np.arange(40)).any(), "the check's positions were not stretched"
     worst = 0.0
     for pos in (None, stretched):
-        _, g, _, _ = forward_backward(p, shape, ids, mask, pos=pos)
+        bias = None if pos is None else filler_bias(ids, pos)
+        _, g, _, _ = forward_backward(p, shape, ids, mask, pos=pos, bias=bias)
         for key in p:
             flat = p[key].reshape(-1)
             for j in rng.choice(flat.size, size=min(6, flat.size), replace=False):
                 keep = flat[j]
                 flat[j] = keep + 1e-6
-                up = forward_backward(p, shape, ids, mask, pos=pos)[0]
+                up = forward_backward(p, shape, ids, mask, pos=pos, bias=bias)[0]
                 flat[j] = keep - 1e-6
-                down = forward_backward(p, shape, ids, mask, pos=pos)[0]
+                down = forward_backward(p, shape, ids, mask, pos=pos, bias=bias)[0]
                 flat[j] = keep
                 num, ana = (up - down) / 2e-6, g[key].reshape(-1)[j]
                 # Relative to the gradient's size, with a floor where central differences lose digits to rounding.
@@ -435,7 +447,8 @@ def train(args):
         length, bs = next((l, b) for (f, l, b) in phases if frac < f)
         lr = args.lr * min(1.0, (step + 1) / 50) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
         ids, mask = batch(rng, bs, length, args.mix)
-        loss, g, right, n = forward_backward(p, shape, ids, mask, pos=skipped_positions(rng, ids, args.span) if args.span else None)
+        pos = skipped_positions(rng, ids, args.span) if args.span else None
+        loss, g, right, n = forward_backward(p, shape, ids, mask, pos=pos, bias=None if pos is None else filler_bias(ids, pos))
         norm = math.sqrt(sum(float((v * v).sum()) for v in g.values()))
         clip = min(1.0, 1.0 / (norm + 1e-6))
         for k in p:
