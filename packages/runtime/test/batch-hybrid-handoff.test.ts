@@ -224,9 +224,14 @@ describe("batched hybrid steps handed off on the device (a done word per sequenc
     }
   });
 
-  it("keep refuses what cannot keep candidates on the device: a link without the hand-off, logits that are not verified, more than the candidates", () => {
+  it("keep on a link without the hand-off keeps in each layer (the device's keepRows, or the host where the stage's tables are not mapped): the hand-off's kept logits; keep refuses logits that are not verified and more than the candidates", () => {
     const c = CASES.find((x) => x.logits === "verified")!;
-    expect(() => new Rig(c, null, { keep: 1 })).toThrow(/^invalid hybrid option keep: candidates are kept on the host backend or, over a host link, in a handed-off step on a link that keeps rows \(HostTransfers\.keepRows\); this one runs the \w+ transport/);
+    const handed = new Rig(c, { eager: 1 }, { keep: 1 }), want = batched(handed);
+    handed.close();
+    const plain = new Rig(c, null, { keep: 1 }), got = batched(plain);
+    expect(plain.hybrids.map((h) => h.stats.handedOffSteps)).toEqual([0, 0, 0]);
+    plain.close();
+    got.forEach((rows, i) => rows.forEach((l, t) => expect(maxAbsDiff(l, want[i]![t]!), `sequence ${i}, step ${t}`).toBeLessThan(1e-5)));
     expect(() => new Rig({ ...c, logits: "speculative" }, { eager: 0 }, { keep: 1 })).toThrow("invalid hybrid option keep 1 needs verified logits and at most the candidates (4); logits are speculative");
     expect(() => new Rig(c, { eager: 0 }, { keep: 5 })).toThrow("invalid hybrid option keep 5 needs verified logits and at most the candidates (4); logits are verified");
   });

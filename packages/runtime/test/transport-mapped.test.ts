@@ -23,6 +23,18 @@ describe("the mapped transport", () => {
     }
   });
 
+  it("verified layers that keep K of their candidates: a mapped layer keeps on the device (keepRows), a staged one on the host (the dropped columns −∞), the host transport's kept logits either way; a copies-only link keeps on the host", () => {
+    const c = { logits: "verified" as const, selector: () => topKSelector(true), timing: "post" as const, k: 3, keep: 1 };
+    const host = runTransport(files, tokens, "host", c), every = runTransport(files, tokens, "host", { ...c, keep: undefined });
+    for (const [setting, unmappedV] of [["gathers", []], ["gathers", [1]], ["copies", []]] as const) {
+      const kept = runTransport(files, tokens, setting, { ...c, unmappedV: [...unmappedV] });
+      expect(kept.name, setting).toBe(setting === "copies" ? "staged" : "mapped");
+      expect(kept.handedOff).toBe(0);
+      kept.out.forEach((l, i) => expect(maxAbsDiff(l, host.out[i]!), `${setting} [${unmappedV.join()}] forward ${i}`).toBeLessThan(1e-5));
+    }
+    expect(host.out.some((l, i) => maxAbsDiff(l, every.out[i]!) > 1e-4)).toBe(true); // keeping drops candidates that weighed something
+  });
+
   it("a layer whose store the link does not map is staged within the mapped transport; a stage that queues cannot hand off such a step", () => {
     const c = { logits: "verified" as const, selector: () => topKSelector(true), timing: "post" as const, k: 3, unmappedV: [1] };
     const host = runTransport(files, tokens, "host", c);

@@ -311,10 +311,14 @@ export class DeviceStaging implements Disposable {
     return { values: v.output(), keys: k ? k.output() : null };
   }
 
-  /** `layer`'s K (with `keys`) and V rows, gathered by the device from the host store into slot `slot`'s buffers (after upload() set their width), by the stage's ids. */
-  gatherRows(layer: number, slot: 0 | 1, keys: boolean, ids: Int32Array, counts: Int32Array): void {
+  /**
+   * `layer`'s K (with `keys`) and V rows, gathered by the device from the host store into slot `slot`'s buffers (after upload() set
+   * their width), by the stage's ids; a layer that keeps some candidates (`keeps`) gathers K alone (keepRow brings up the kept V rows).
+   */
+  gatherRows(layer: number, slot: 0 | 1, keys: boolean, ids: Int32Array, counts: Int32Array, keeps = false): void {
     if (keys) this.gather(this.keys[slot]!, this.cache.stageStoreK(layer), ids, counts);
-    this.gather(this.values[slot]!, this.cache.stageStoreV(layer), ids, counts);
+    if (keeps && !keys) fail("hybrid attention: candidates kept on a layer that scores no K rows");
+    if (!keeps) this.gather(this.values[slot]!, this.cache.stageStoreV(layer), ids, counts);
   }
 
   /** The host is about to block on something other than the device (the CPU stage). */

@@ -81,10 +81,7 @@ export class HandedOffTransport extends MappedTransport {
    */
   override attend(layer: number, q: Tensor, out: Tensor): void {
     const s = this.step, keep = s.layerKeep(layer);
-    if (!this.handOffStep) {
-      if (keep > 0) fail(`hybrid attention: layer ${layer} keeps candidates (the keep option) in a step that is not handed off (its selection runs in JS)`);
-      return super.attend(layer, q, out);
-    }
+    if (!this.handOffStep) return super.attend(layer, q, out);
     const d = this.d, slot = (layer & 1) as 0 | 1, scores = d.scores[slot]!, done = s.done(layer), rescore = s.rescore[layer]!;
     const kmax = s.layerKmax(layer);
     const joined = this.joined[layer];

@@ -27,7 +27,7 @@ export function openTransport(step: StepDriver, attention: Attention, o: Transpo
   const cache = attention.cache, link = cache.hostLink;
   const request = { rowPath: o.rowPath, trackScores: o.trackScores };
   const recordsSteps = attention.backend.beginStep !== undefined && attention.backend.endStep !== undefined;
-  const noKeep = (why: string) => fail(`invalid hybrid option keep: candidates are kept on the host backend or, over a host link, in a handed-off step on a link that keeps rows (HostTransfers.keepRows); ${why}`);
+  const noKeep = (why: string) => fail(`invalid hybrid option keep: a handed-off step keeps candidates on the device, with the link's keepRows; ${why}`);
   if (!link) {
     const choice = chooseTransport({ link: null, recordsSteps, layersMapped: [], rowBytes: 0, stageSignals: false, stageQueuesStep: false }, request);
     return { transport: new HostTransport(step, attention), choice };
@@ -46,7 +46,8 @@ export function openTransport(step: StepDriver, attention: Attention, o: Transpo
       // The done word is pinned only where a hand-off could use it.
       stageQueuesStep: caps.handOff && stageSignals && queues && d.tablesMapped() && d.pinDoneWord(),
     }, request);
-    if (step.keeps && (choice.name !== "handed-off" || !caps.keepRows)) noKeep(`this one runs the ${choice.name} transport${caps.keepRows ? "" : " on a link without keepRows"}`);
+    // The staged and mapped transports keep wherever they can (the host drops the rest where the device cannot); a hand-off needs the link's.
+    if (step.keeps && choice.name === "handed-off" && !caps.keepRows) noKeep("this link has none");
     const T = choice.name === "handed-off" ? HandedOffTransport : choice.name === "mapped" ? MappedTransport : StagedTransport;
     return { transport: new T(step, d, attention, choice), choice };
   } catch (e) {

@@ -20,13 +20,16 @@ export class StagedTransport extends DeviceTransport {
     this.submitAfter(layer);
     const outp = s.stage.output(slot), rescore = s.rescore[layer]!;
     const up = kmax > 0 ? d.upload(slot, kmax, rescore, this.stagedRows(layer)) : null;
-    // Verified logits of a short list get −∞ written by the host: that layer's segment starts after them.
-    let padded = false;
-    for (let g = 0; rescore && up !== null && g < s.layout.kvHeads; g++) padded ||= outp.counts[g]! < kmax;
-    if (!padded) this.openSegment(layer);
-    if (up) this.gatherRows(layer, slot, rescore, outp);
+    const keep = up ? s.layerKeep(layer) : 0, onDevice = keep > 0 && this.keepsOnDevice(layer);
+    // Verified logits of a short list get −∞ written by the host, as do the dropped candidates the host keeps: that layer's segment starts after them.
+    let hostWrites = keep > 0 && !onDevice;
+    for (let g = 0; rescore && up !== null && g < s.layout.kvHeads; g++) hostWrites ||= outp.counts[g]! < kmax;
+    if (!hostWrites) this.openSegment(layer);
+    if (up) this.gatherRows(layer, slot, rescore, outp, onDevice);
     if (rescore && up) s.merge.verifiedLogits(scores, d.col, q, up.keys, outp.counts, kmax);
-    if (padded) this.openSegment(layer);
+    if (onDevice) d.link.keepRows!([d.keepRow(layer, slot, keep, s.layout.groupSize)]);
+    else if (keep > 0) s.merge.keepColumns(scores, d.col, outp.counts, kmax, keep);
+    if (hostWrites) this.openSegment(layer);
     s.merge.softmaxAggregate(layer, scores, d.col, outp, up ? up.values : null, kmax, out);
   }
 
@@ -35,6 +38,14 @@ export class StagedTransport extends DeviceTransport {
     return true;
   }
 
-  /** Inside the layer's segment: rows the device gathers itself (none here). */
-  protected gatherRows(_layer: number, _slot: 0 | 1, _keys: boolean, _outp: CpuStageOutput): void {}
+  /** Inside the layer's segment: rows the device gathers itself (none here; `keeps`: K rows alone, the kept V rows come with keepRows). */
+  protected gatherRows(_layer: number, _slot: 0 | 1, _keys: boolean, _outp: CpuStageOutput, _keeps: boolean): void {}
+
+  /**
+   * Whether a verified layer that keeps some candidates keeps them on the device (keepRows: only the kept V rows come up); else
+   * every candidate's rows came up and the host makes the dropped ones −∞ (StepMerge.keepColumns: what keepRows writes).
+   */
+  protected keepsOnDevice(_layer: number): boolean {
+    return false;
+  }
 }
