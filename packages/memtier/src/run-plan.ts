@@ -39,10 +39,9 @@
  *                 device) — the device idles there; a job ahead on q̃ runs during the layer before
  *   ms/token    = max(GPU stage, CPU stage, host) + V gather + V transfer + hand-offs
  * (the stages overlap; the selected rows can only move once the CPU stage chose them).
- * An "auto" window may be held to a byte budget of the device's reads (maxGpuReadBytes) and to the
- * host's share of the step (balanceWindow): a window past either reads more for no faster step.
- * With leastWindow it is the smallest the memory tiers leave (a page index on the device: an offloaded
- * token costs the device its index bytes, a window token its K and V).
+ * With leastWindow an "auto" window is the smallest the memory tiers leave (a page index on the device:
+ * an offloaded token costs the device its index bytes, a window token its K and V): every window token
+ * is read every step, and the rows the step selects do not grow with the offloaded part.
  */
 import { z } from "zod";
 import { HybridgenError, MemoryTierSchema, PlacementPolicySchema, isFileTier } from "@hybridgen/spec";
@@ -147,14 +146,11 @@ export const RunPlanInputSchema = z.object({
   /** Layers whose CPU-stage job waits for the layer's true query (exact logits: all of them; else the exact layers): each costs gpu.handOffMs a sequence. */
   serialLayers: z.number().int().nonnegative().default(0),
   stageMsPerRowLayer: z.number().nonnegative().optional(),
-  /** "auto" window: the device reads at most this many bytes a step (e.g. full attention's at its largest feasible batch); the window shrinks to fit. */
-  maxGpuReadBytes: z.number().positive().optional(),
-  /** "auto" window: shrunk until the device's part of the step is no longer than the host's (issuing, CPU stage), down to appendTokens — offloading more costs nothing then. */
-  balanceWindow: z.boolean().default(false),
   /**
    * "auto" window: the smallest the memory tiers leave (the store fills host memory first, never a
-   * file tier the fullest window would not use), down to appendTokens — for a page index on the device,
-   * where an offloaded token costs the device its index bytes and a window token its whole K and V.
+   * file tier the fullest window would not use), down to appendTokens: a window token's K and V are
+   * read every step (a page index on the device: an offloaded one costs its index bytes), an offloaded
+   * one only when selected.
    */
   leastWindow: z.boolean().default(false),
   index: z.object({
@@ -431,22 +427,6 @@ export function planRun(input: RunPlanInput): RunPlan {
   const msPerToken = gpuMs === null || cpuMs === null || vGatherMs === null || vTransferMs === null || inLayerMs === null ? null
     : deviceGathers ? Math.max(Math.max(gpuMs, fetchedMs) + inLayerMs, cpuMs, hostMs) + handOffMs
     : Math.max(gpuMs, cpuMs, hostMs) + vGatherMs + vTransferMs + handOffMs;
-
-  // An "auto" window past what the device should read: the plan again at the window that reads no more.
-  if (o.gpu && gpu && o.gpuKvBudget === "auto" && refusal === null && (o.maxGpuReadBytes !== undefined || o.balanceWindow)) {
-    // The window whose step reads `bytes` on the device: weights, the windows, and (on the device) the index over the rest.
-    const ipt = indexOnDevice ? indexPerToken : 0;
-    const windowFor = (bytes: number) => Math.floor((bytes - o.model.weightsBytes - aheadBytes - ctx * B * ipt) / (B * (total - ipt)));
-    let shrunk = o.maxGpuReadBytes === undefined ? window : Math.max(1, windowFor(o.maxGpuReadBytes)); // a hard budget
-    const host = Math.max(cpuMs ?? 0, hostMs);
-    if (o.balanceWindow && o.gpu.readBandwidthGBs !== undefined && host > 0) {
-      // The device's part past its reads: the index's ranking, and the rows it gathers itself — those fetched ahead too: a
-      // window grown into their overlap reads more wherever the host's issuing does not hide the device after all.
-      const ranking = (rankMs === undefined ? 0 : o.model.layers * B * rankMs) + (deviceGathers ? vTransferMs ?? 0 : 0);
-      shrunk = Math.min(shrunk, Math.max(Math.min(window, o.appendTokens), windowFor(Math.max(0, host - ranking) * o.gpu.readBandwidthGBs * 1e6)));
-    }
-    if (shrunk < window) return planRun({ ...input, gpuKvBudget: shrunk, maxGpuReadBytes: undefined, balanceWindow: false });
-  }
 
   if (o.leastWindow && gpu && o.gpuKvBudget === "auto" && refusal === null) {
     // The store grows as the window shrinks: the least window whose store fits in no more file bytes than this one's (monotone, so bisect).

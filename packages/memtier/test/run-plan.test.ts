@@ -374,7 +374,7 @@ describe("planRun: the selector's byte model at 32 × 32K under 80 GiB", () => {
   });
 });
 
-describe("planRun of a batched step: the host's per-row costs and the window the device should read", () => {
+describe("planRun of a batched step: the host's per-row costs and the least window", () => {
   const gpu = { freeBytes: 77 * GiB, readBandwidthGBs: 3000, linkBandwidthGBs: 50 };
   const big = { ...node0, capacityBytes: 1024 * GiB };
   const base = { model: llama8b, kvElementBytes: 2, contextTokens: 131_004, batch: 8, gpu, tiers: [big], k: 256, appendTokens: 4096, prefill: false, index: { placement: "device" as const } };
@@ -390,18 +390,16 @@ describe("planRun of a batched step: the host's per-row costs and the window the
     expect(p.gpu!.windowTokens).toBe(plain.gpu!.windowTokens); // no budget asked: the window stays what the device holds
   });
 
-  it("a byte budget (full attention's reads at its best batch) shrinks the auto window until the device reads no more", () => {
-    const plain = planRun(base);
-    const full = llama8b.weightsBytes + 3 * 131_004 * total; // 3 whole sequences a step
-    expect(plain.predicted.bytes.gpu).toBeGreaterThan(full);
-    const p = planRun({ ...base, maxGpuReadBytes: full });
-    expect(p.predicted.bytes.gpu).toBeLessThanOrEqual(full);
-    const w = p.gpu!.windowTokens;
-    expect(w).toBe(Math.floor((full - llama8b.weightsBytes - 131_004 * 8 * ipt) / (8 * (total - ipt))));
-    expect(p.offloadedTokens).toBe(131_004 - w);
-    expect(p.gpu!.fitTokens).toBe(plain.gpu!.fitTokens);
-    // A budget the window already meets changes nothing.
-    expect(planRun({ ...base, maxGpuReadBytes: plain.predicted.bytes.gpu }).gpu!.windowTokens).toBe(plain.gpu!.windowTokens);
+  it("the least window the host leaves: 8 × 131K on a 125 GiB host holds what the host's store cannot, and the device reads less a step than at the window it could hold", () => {
+    const host = { ...node0, capacityBytes: 125 * GiB }, o = { ...base, tiers: [host], candidates: 2, keep: 1 };
+    const most = planRun(o), least = planRun({ ...o, leastWindow: true }), w = least.gpu!.windowTokens;
+    expect(least.fits).toBe(true);
+    expect(w).toBeLessThan(most.gpu!.windowTokens);
+    expect(w).toBeGreaterThan(4096); // 8 × 131K of KV is 128 GiB: the host holds less, the window the rest
+    expect(planRun({ ...o, gpuKvBudget: w - 1 }).fits).toBe(false); // one token fewer a sequence: the host's store overflows
+    expect(least.predicted.bytes.gpu).toBeLessThan(most.predicted.bytes.gpu);
+    expect(least.predicted.bytes.link).toBe(most.predicted.bytes.link); // the selected rows do not grow with the offloaded part
+    expect(least.predicted.gpuMs!).toBeLessThan(most.predicted.gpuMs!);
   });
 
   it("verified layers that keep keep·K of their candidates send those V rows alone; a device that gathers the rows itself charges them at its gather rate inside its part", () => {
@@ -434,18 +432,5 @@ describe("planRun of a batched step: the host's per-row costs and the window the
     // Exact logits (every layer serial): nothing runs ahead, nothing is fetched ahead.
     const exact = { ...base, gpuKvBudget: 16384, candidates: 1, serialLayers: 32 };
     expect(planRun({ ...exact, gpu: { ...gpu, gatherGBs: 27, fetchAhead: true } }).predicted.msPerToken).toBe(planRun({ ...exact, gpu: { ...gpu, gatherGBs: 27 } }).predicted.msPerToken);
-  });
-
-  it("balanced: the window shrinks until the device's part is no longer than the host's, never below the append block", () => {
-    const p = planRun({ ...base, issueMsPerRowLayer: 0.05, balanceWindow: true });
-    const host = p.predicted.hostMs;
-    expect(p.predicted.gpuMs!).toBeLessThanOrEqual(host + 1e-9);
-    // One more token a sequence would read past it.
-    const over = planRun({ ...base, issueMsPerRowLayer: 0.05, gpuKvBudget: p.gpu!.windowTokens + 1 });
-    expect(over.predicted.gpuMs!).toBeGreaterThan(host);
-    // A host too quick to balance against: the window stops at the append block.
-    expect(planRun({ ...base, issueMsPerRowLayer: 1e-6, balanceWindow: true }).gpu!.windowTokens).toBe(4096);
-    // Nothing measured for the host (the device index leaves the stage no bytes to read): the window stays.
-    expect(planRun({ ...base, balanceWindow: true }).gpu!.windowTokens).toBe(planRun(base).gpu!.windowTokens);
   });
 });

@@ -4,7 +4,8 @@
  * attention runs the largest batch whose KV fits (found by trying: a fresh model a try, so one
  * that failed leaves nothing behind), in waves until all N are done; each offloading
  * configuration runs all N at once, every sequence with the window memtier's planner sizes for
- * the batch and the rest of its KV in host memory. Prefill is not timed; a step's wall time is
+ * the batch (a hybrid one the least the host's memory leaves) and the rest of its KV in host
+ * memory. Prefill is not timed; a step's wall time is
  * the ms/token of every sequence in it. With --synthetic-kv nothing is prefilled: each context's KV
  * is seeded random rows (runtime's fillSyntheticKv), which is what a decode step's speed depends on.
  */
@@ -209,10 +210,11 @@ const kvBytesPerToken = (r: Run) => 2 * r.files.shape.layers * r.files.shape.kvH
 /**
  * The planner's run for all N sequences at once under the cap (residentBytes: what a model holds
  * besides its KV), with config c's byte model and the host's per-row costs (--issue-ms, --stage-ms).
- * `maxGpuReadBytes` (full attention's reads a step at its best batch) holds an auto window to them,
- * and with the host's costs given the window shrinks until the device's part of a step is the host's.
+ * A hybrid configuration's auto window is the least the host's memory leaves: every window token is
+ * read every step, while the rows a step selects do not grow with the offloaded part (and the host's
+ * issuing does not hide the device's reads: last session's 8 × 131 000 took the two in turn).
  */
-async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.sequences, window: number | "auto" = "auto", c?: AttentionConfig, maxGpuReadBytes?: number, indexRankMs?: number): Promise<RunPlan> {
+async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.sequences, window: number | "auto" = "auto", c?: AttentionConfig, indexRankMs?: number): Promise<RunPlan> {
   const { planRun } = await import("@hybridgen/memtier");
   const s = r.files.shape, cap = r.o.gpuMem;
   return planRun({
@@ -231,8 +233,7 @@ async function planWorkload(r: Run, residentBytes: number, batch = r.o.workload.
     ...(c?.hybrid ? planSelection(c.hybrid, r.cx.backend.indexRank !== undefined) : {}),
     ...(c?.hybrid && r.o.issueMs !== undefined ? { issueMsPerRowLayer: r.o.issueMs } : {}),
     ...(c?.hybrid && r.o.stageMs !== undefined ? { stageMsPerRowLayer: r.o.stageMs } : {}),
-    ...(maxGpuReadBytes === undefined ? {} : { maxGpuReadBytes }),
-    balanceWindow: c?.hybrid !== undefined && (r.o.issueMs !== undefined || r.o.stageMs !== undefined),
+    leastWindow: c?.hybrid !== undefined,
   });
 }
 
@@ -314,7 +315,7 @@ async function measureOffloading(r: Run, c: AttentionConfig, prompt: Int32Array,
 async function withFloor(r: Run, residentBytes: number, row: WorkloadRow, c: AttentionConfig, indexRankMs?: number): Promise<WorkloadRow> {
   if (row.status !== "ok" || row.batch === undefined) return row;
   const full = row.kind === "full", window = full ? r.o.workload.context + r.o.steps : row.window!;
-  const p = (await planWorkload(r, residentBytes, row.batch, window, row.kind === "hybrid" ? c : undefined, undefined, row.kind === "hybrid" ? indexRankMs : undefined)).predicted;
+  const p = (await planWorkload(r, residentBytes, row.batch, window, row.kind === "hybrid" ? c : undefined, row.kind === "hybrid" ? indexRankMs : undefined)).predicted;
   if (full) return { ...row, bytesPerStep: p.bytes, floorMsPerStep: p.gpuMs };
   if (row.kind === "hybrid") return { ...row, bytesPerStep: p.bytes, floorMsPerStep: p.msPerToken, predictedMsPerStep: p.msPerToken };
   const link = row.batch * Math.max(0, r.o.workload.context + r.o.steps - window) * kvBytesPerToken(r);
@@ -362,9 +363,6 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
     return x;
   };
   for (const c of configs.filter((x) => x.kind === "full")) rows.push(said(measureFull(r, c, prompt, residentBytes)));
-  // What full attention's step reads at its best feasible batch: the weights and every sequence's KV. An offloading step should read no more.
-  const fullBatch = Math.max(0, ...rows.map((x) => (x.status === "ok" && x.kind === "full" ? x.batch ?? 0 : 0)));
-  const fullReads = fullBatch > 0 ? residentBytes + fullBatch * (context + o.steps) * perToken : undefined;
   const plan = await planWorkload(r, residentBytes);
   const window = plan.gpu?.windowTokens ?? context + o.steps;
   const offloading = configs.filter((x) => x.kind !== "full");
@@ -383,11 +381,11 @@ export async function measureWorkload(files: ModelFiles, name: string, o: BenchO
         // A configuration's own window: a device page index takes its room beside the windows.
         let own = window;
         if (c.kind === "hybrid") {
-          let p = await planWorkload(r, residentBytes, sequences, "auto", c, fullReads);
+          let p = await planWorkload(r, residentBytes, sequences, "auto", c);
           const rank = rankCharge(r, c, p);
           if (rank !== undefined) {
             ranks.set(c.name, rank);
-            p = await planWorkload(r, residentBytes, sequences, "auto", c, fullReads, rank);
+            p = await planWorkload(r, residentBytes, sequences, "auto", c, rank);
           }
           own = p.gpu?.windowTokens ?? window;
           const ms = p.predicted.msPerToken;
