@@ -24,7 +24,10 @@ A context that fits nowhere is refused with the numbers (exit 2).
       --model M                a model directory or preset:NAME (only its config is read)
       --context N              positions per sequence
       --batch B                sequences (default 1)
-      --gpu-kv-budget N|auto   window tokens per sequence on the GPU (default auto: what its memory holds)
+      --gpu-kv-budget N|auto|least
+                               window tokens per sequence on the GPU (default auto: what its memory holds; least: the
+                               smallest the host tiers leave — with the page index on the device an offloaded token
+                               costs the device its index bytes, a window token its K and V: the scale runs' window)
       --k K                    offloaded tokens selected per KV head and layer (default 64)
       --selector NAME          the selector whose bytes the step reads (default: the engine's pair, a top-K scan of every
                                offloaded K; quest: two K rows a page; streaming: none; index: the page index's own bytes)
@@ -87,8 +90,10 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
   if (!["f32", "f16", "bf16"].includes(kvDtype)) throw new HybridgenError(`invalid value for --kv-dtype: must be one of f32, f16, bf16 (got ${JSON.stringify(kvDtype)})`, "EUSAGE");
   const device = v.device ?? "auto";
   if (!BackendChoiceSchema.safeParse(device).success) throw new HybridgenError(`invalid value for --device: must be ${backendChoices()} (got ${JSON.stringify(device)})`, "EUSAGE");
-  const budgetRaw = v["gpu-kv-budget"] ?? "auto";
-  const gpuKvBudget = budgetRaw.trim() === "auto" ? ("auto" as const) : int("--gpu-kv-budget", budgetRaw)!;
+  const budgetRaw = (v["gpu-kv-budget"] ?? "auto").trim();
+  if (!["auto", "least"].includes(budgetRaw) && !/^\d+$/.test(budgetRaw)) throw new HybridgenError(`invalid value for --gpu-kv-budget: must be auto, least or a positive token count (got ${JSON.stringify(budgetRaw)})`, "EUSAGE");
+  const leastWindow = budgetRaw === "least";
+  const gpuKvBudget = budgetRaw === "auto" || leastWindow ? ("auto" as const) : int("--gpu-kv-budget", budgetRaw)!;
   const tierRaw = KvTierCliOptionsSchema.safeParse({
     kvPlacement: v["kv-placement"], kvDisk: v["kv-disk"], hostKvBudget: v["host-kv-budget"] === undefined ? undefined : parseSize(v["host-kv-budget"], "--host-kv-budget"),
     readDepth: v["kv-disk-read-depth"] === undefined ? undefined : readDepthValue(v["kv-disk-read-depth"]),
@@ -125,7 +130,7 @@ export async function runPlan(argv: readonly string[], io: CliIo): Promise<numbe
       layers: info.layers, heads: info.heads, kvHeads: info.kvHeads, headDim: info.headDim, weightsBytes, batchRowBytes: info.batchRowBytes,
       queryProjectionBytes: Math.round(info.hiddenSize * info.heads * info.headDim * (weightsBytes / info.parameters)),
     },
-    kvElementBytes: kvDtype === "f32" ? 4 : 2, contextTokens: context, batch, gpuKvBudget,
+    kvElementBytes: kvDtype === "f32" ? 4 : 2, contextTokens: context, batch, gpuKvBudget, leastWindow,
     gpu: gpu ? { freeBytes: gpu.freeBytes, readBandwidthGBs: gpu.readBandwidthGBs, linkBandwidthGBs: gpu.linkBandwidthGBs, indexRankMs: gpu.indexRankMs, indexRankBeside: batch === 1 && gpu.indexRankBeside === true } : undefined,
     tiers, policy: tierOpts.kvPlacement, hostBudgetBytes: tierOpts.hostKvBudget, k: int("--k", v.k) ?? 64,
     ...planSelection(selection, true),
