@@ -429,12 +429,13 @@ def train(args):
         if args.grow:
             p, shape = grown(p, SHAPE, args.grow, rng)
             name = f"{'needle' if args.mix == 'needle' else 'vt'}-{args.grow}l-tiny"
-    if args.span:
-        # Trained for long contexts: vt-3l-long, vt-8l-long.
-        name = name.replace("-tiny", "") + "-long"
     else:
         p = init(SHAPE, rng)
         previous_token_head(p, SHAPE, rng)
+    if args.span:
+        # Trained for long contexts: vt-3l-long, vt-8l-long.
+        name = name.replace("-tiny", "") + "-long"
+    name = args.name or name
     m = {k: np.zeros_like(v) for k, v in p.items()}
     s = {k: np.zeros_like(v) for k, v in p.items()}
     b1, b2, wd = 0.9, 0.98, 0.01
@@ -479,6 +480,7 @@ def main():
     ap.add_argument("--log-every", type=int, default=50)
     ap.add_argument("--mix", default="needle", choices=("needle", "vartrack"), help="needle: this script's needle task; vartrack: retrieval_mix.py's walks")
     ap.add_argument("--start", default="", help="a trained needle-3l's directory: fine-tune its weights instead of starting from random ones")
+    ap.add_argument("--name", default="", help="the output model's name (default: from the mix, --grow and --span, e.g. vt-8l-long)")
     ap.add_argument("--span", type=int, default=0, help="stretch the training sequences' positions over up to this many (skipped_positions()): distances of long contexts on short sequences")
     ap.add_argument("--grow", type=int, default=0, help="with --start: spread the start model's layers over this many (grown()) before fine-tuning")
     ap.add_argument("--check", action="store_true", help="compare the gradients with finite differences and exit")
