@@ -44,7 +44,7 @@
 import {
   BatchDecoder, STORIES15M_SHAPE, argmax, dummyModelFiles, loadModel, presetConfig, relError, seededRandom, type Backend, type CausalLM, type CpuStageJob, type DeviceIndexShape, type LlamaModel, type Tensor,
 } from "@hybridgen/core";
-import { IndexBatch, type LogitsMode, type RowPathRequest } from "@hybridgen/runtime";
+import { HandOffBatch, IndexBatch, type LogitsMode, type RowPathRequest } from "@hybridgen/runtime";
 import { createSelector } from "@hybridgen/selectors";
 import { createBatchHybridAttention, createHybridAttention, type HybridRuntimeOptions } from "@hybridgen/runtime";
 import { readFileSync } from "node:fs";
@@ -144,6 +144,7 @@ async function batchChecks(be: Backend, hybrid: SmallHybrid, B: number, what = `
   using batch = await createBatchHybridAttention(model, be, runtime, B);
   using dec = new BatchDecoder(model, B);
   const graphs0 = cudaLab(be as CudaBackend).graphStats(), rankCalls0 = IndexBatch.of(be).calls;
+  const handOff = HandOffBatch.of(be.hostTransfers!()), calls0 = { handOffs: handOff.calls, partials: handOff.partialCalls, fetches: handOff.fetchCalls };
   let worst = 0;
   prompts.forEach((p, i) => {
     dec.prefill(i, p, 0);
@@ -159,6 +160,12 @@ async function batchChecks(be: Backend, hybrid: SmallHybrid, B: number, what = `
   check(worst < 1e-4, `batch of ${B}, ${what}: logits equal each sequence alone within ${worst.toExponential(2)} (< 1e-4), ${SMALL_STEPS / 2} steps`);
   check(batch.all.every((ha) => ha.stats.steps > 0 && ha.stats.handedOffSteps === ha.stats.steps), `batch of ${B}, ${what}: every batched step handed off (${handed.join(", ")})`);
   const records = batch.all.every((ha) => ha.batchRecordable);
+  // One hand-off and one window-partial op a layer of each step for every row; where the layers run ahead, the rows of every layer after the first fetched ahead as one.
+  const layers = Number(shape.num_hidden_layers ?? SMALL_SHAPE.num_hidden_layers), steps = SMALL_STEPS / 2;
+  const made = { handOffs: handOff.calls - calls0.handOffs, partials: handOff.partialCalls - calls0.partials, fetches: handOff.fetchCalls - calls0.fetches };
+  const wantFetches = records && handOff.fetchesAhead ? steps * (layers - 1) : 0;
+  check(made.handOffs === steps * layers && made.partials === steps * layers && made.fetches === wantFetches,
+    `batch of ${B}, ${what}: ${steps * layers} batched hand-offs and window-partial ops, ${wantFetches} fetches ahead (made ${made.handOffs}, ${made.partials}, ${made.fetches})`);
   if (records) {
     // The batched step is recorded a layer at a time (BatchRows): replays outnumber captures, nothing drained.
     check(drained === 0 && replayed > captured && captured > 0,

@@ -15,4 +15,5 @@ export * from "./calibration.js";
 export * from "./calibrator.js";
 export * from "./calibration-cache.js";
 export { IndexBatch, type IndexBatchMember } from "./index-batch.js";
+export { HandOffBatch } from "./transport/hand-off-batch.js";
 export { deviceIndexShape, indexRankCharge, timeIndexRank } from "./device-index.js";
