@@ -23,40 +23,18 @@ struct HoRead {  // a 2-D copy of 4-byte pieces (the stage's logits)
   int pieces, rows, dstPitch, srcPitch;
 };
 
-__device__ __forceinline__ unsigned long long ho_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // Every row's word reaches its value (mod 2^32), a thread a row, as hg_link_await_signal's kernel
 // does it for one: past the link's timeout a wait records the give-up and returns, later ones at
 // once. The time until the last row is ready counts as the compute stream's wait.
 __global__ void await_rows_kernel(const HoWait *__restrict__ waits, int n, volatile HgLinkWords *w) {
   __shared__ unsigned long long t0;
-  if (threadIdx.x == 0) t0 = ho_ns();
+  if (threadIdx.x == 0) t0 = link_ns();
   __syncthreads();
   const unsigned long long limit = w->timeoutNs;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    volatile unsigned *word = (volatile unsigned *)waits[i].word;
-    const unsigned v = waits[i].value;
-    unsigned held = *word;
-    while ((int)(held - v) < 0) {
-      if (w->gaveUp) break;
-      if (ho_ns() - t0 >= limit) {
-        w->gaveUpValue = v;
-        w->gaveUpHeld = held;
-        __threadfence_system();
-        w->gaveUp = 1;
-        break;
-      }
-      __nanosleep(128);
-      held = *word;
-    }
-  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) link_await_word((volatile unsigned *)waits[i].word, waits[i].value, w, t0, limit);
   __threadfence_system();
   __syncthreads();
-  if (threadIdx.x == 0) w->waitedNs = w->waitedNs + (ho_ns() - t0);
+  if (threadIdx.x == 0) w->waitedNs = w->waitedNs + (link_ns() - t0);
 }
 
 // blockIdx.y < nGathers: that gather (as gather_rows_kernel: table = [counts | ids], zero rows past

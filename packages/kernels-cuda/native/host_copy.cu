@@ -27,12 +27,6 @@ __global__ void signalled_copy(const uint4 *__restrict__ src, uint4 *__restrict_
   if (threadIdx.x == 0) *word = value ? (unsigned)*value : (unsigned)valueNow;
 }
 
-__device__ __forceinline__ unsigned long long global_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // hg_link_await_signal's kernel (one thread): spins until the word reaches the value (mod 2^32),
 // then fences so the ops after it read what the stage wrote before raising it. Past the timeout
 // it records the give-up and returns; once one has, later waits return at once (and a running
@@ -44,9 +38,9 @@ __global__ void await_signal(volatile unsigned *word, const int *value, int valu
   const unsigned long long limit = w->timeoutNs, waited = w->waitedNs;
   unsigned held = *word;
   if (gaveUp) return;
-  const unsigned long long t0 = global_ns();
+  const unsigned long long t0 = link_ns();
   while ((int)(held - v) < 0) {
-    if (global_ns() - t0 >= limit) {
+    if (link_ns() - t0 >= limit) {
       w->gaveUpValue = v;
       w->gaveUpHeld = held;
       __threadfence_system();
@@ -58,7 +52,7 @@ __global__ void await_signal(volatile unsigned *word, const int *value, int valu
     if (w->gaveUp) break;
   }
   __threadfence_system();
-  if (account) w->waitedNs = waited + (global_ns() - t0);
+  if (account) w->waitedNs = waited + (link_ns() - t0);
 }
 
 Cmd hg_new_cmd(int kind);

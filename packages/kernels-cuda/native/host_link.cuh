@@ -15,6 +15,31 @@ struct HgLinkWords {
   alignas(64) unsigned long long waitedNs;  // time the compute stream's waits took since hg_link_times last read it
 };
 
+// The device's clock (ns) for the link's waits.
+__device__ __forceinline__ unsigned long long link_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Spins until the word reaches v (mod 2^32); past `limit` ns from t0 it records the give-up, and once
+// one has (any thread's), it returns at once.
+__device__ __forceinline__ void link_await_word(volatile unsigned *word, unsigned v, volatile HgLinkWords *w, unsigned long long t0, unsigned long long limit) {
+  unsigned held = *word;
+  while ((int)(held - v) < 0) {
+    if (w->gaveUp) break;
+    if (link_ns() - t0 >= limit) {
+      w->gaveUpValue = v;
+      w->gaveUpHeld = held;
+      __threadfence_system();
+      w->gaveUp = 1;
+      break;
+    }
+    __nanosleep(128);
+    held = *word;
+  }
+}
+
 struct HgLink {
   HgCtx *c;
   cudaEvent_t order[3];  // untimed: compute marks for double buffering (2), copy done (1)

@@ -35,32 +35,11 @@ struct FbGathers {
   int n;
 };
 
-__device__ __forceinline__ unsigned long long fb_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-
 // Thread i waits until word i reaches its value (mod 2^32), as the hand-off's wait does; past the link's
 // timeout it records the give-up and returns (later waits at once). A side stream's wait: not in waitedNs.
 __global__ void fetch_await_kernel(const __grid_constant__ FbWaits w, volatile HgLinkWords *lw) {
-  const unsigned long long t0 = fb_ns(), limit = lw->timeoutNs;
-  for (int i = threadIdx.x; i < w.n; i += blockDim.x) {
-    volatile unsigned *word = (volatile unsigned *)w.word[i];
-    unsigned held = *word;
-    while ((int)(held - w.value[i]) < 0) {
-      if (lw->gaveUp) break;
-      if (fb_ns() - t0 >= limit) {
-        lw->gaveUpValue = w.value[i];
-        lw->gaveUpHeld = held;
-        __threadfence_system();
-        lw->gaveUp = 1;
-        break;
-      }
-      __nanosleep(128);
-      held = *word;
-    }
-  }
+  const unsigned long long t0 = link_ns(), limit = lw->timeoutNs;
+  for (int i = threadIdx.x; i < w.n; i += blockDim.x) link_await_word((volatile unsigned *)w.word[i], w.value[i], lw, t0, limit);
   __threadfence_system();
 }
 

@@ -221,7 +221,6 @@ export class DeviceStaging implements Disposable {
     return { done, logits, gathers: fetched ? [] : this.slotGathers(layer, slot, keys, keep) };
   }
 
-
   /**
    * A verified layer's kept candidates (after its logits are scored): `keep` a KV head stay, the
    * rest's logits become −∞, and only the kept V rows come up into the slot's V buffer (HostTransfers.keepRows).
